@@ -1,0 +1,56 @@
+# popmq developer commands. `make run` and `make test` work on a fresh machine: they call
+# `make setup`, which creates .venv and installs everything the project needs.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SETUP_STAMP := $(VENV)/.setup-stamp
+BUF := tools/node_modules/.bin/buf
+BUF_STAMP := tools/node_modules/.install-stamp
+LISTEN ?= 127.0.0.1:8081
+DATA_DIR ?= ./data
+
+.PHONY: setup run test check lint fmt typecheck gen gen-check bench clean
+
+setup: $(SETUP_STAMP) $(BUF_STAMP)
+
+$(SETUP_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark,test,dev]'
+	@touch $@
+
+$(BUF_STAMP): tools/package.json
+	cd tools && npm install --silent --no-audit --no-fund
+	@touch $@
+
+run: $(SETUP_STAMP)
+	$(VENV)/bin/popmq serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+fmt: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+	$(BUF) format -w
+
+gen: setup
+	$(PY) tools/gen_protos.py
+
+gen-check: setup
+	$(PY) -m pytest -q tests/unit/test_generated_code.py
+
+check: lint typecheck gen-check test
+
+clean:
+	rm -rf $(VENV) tools/node_modules .pytest_cache .mypy_cache .ruff_cache

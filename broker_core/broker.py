@@ -1,0 +1,1097 @@
+"""The broker: POP semantics over the RocksDB store, usable without gRPC.
+
+Threading: everything runs on one asyncio loop. Point reads, small scans and the group
+commit flush are short blocking calls on the loop (see writer.py for why there is no writer
+thread). Background tasks: the revive loop (redelivers what is due) and the checkpoint
+buffer loop (persists checkpoints that linger).
+
+Crash safety rests on three rules:
+1. A message is stored only by a committed write; offsets are assigned inside that write.
+2. A consumer offset is written only in a batch that also holds (or follows) the record of
+   every persisted checkpoint it passes, so an offset never outruns in-flight state.
+3. A revive writes the retry (or dead-letter) copies and deletes the checkpoint in one
+   batch, and touches memory only after that batch committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from broker_core import keys, validation
+from broker_core.catalog import (
+    KIND_DLQ,
+    KIND_NORMAL,
+    KIND_RETRY,
+    Catalog,
+    GroupInfo,
+    TopicInfo,
+    dlq_topic_name,
+    retry_topic_name,
+)
+from broker_core.config import BrokerConfig
+from broker_core.consume_queue import ConsumeQueue
+from broker_core.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    NotFoundError,
+    PopMQError,
+    ReceiptHandleExpiredError,
+    ReceiptHandleSupersededError,
+    UnavailableError,
+)
+from broker_core.filters import TagFilter, parse_tag_expression
+from broker_core.long_polling import LongPolling
+from broker_core.message_id import MessageIdGenerator
+from broker_core.pop.checkpoint import Checkpoint
+from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from broker_core.queue_lock import QueueLocks
+from broker_core.store import Batch, Store
+from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+from broker_core.writer import GroupCommitWriter, QueueOffsets
+from popmq.store.v1 import records_pb2
+
+log = logging.getLogger(__name__)
+
+_SECRET_KEY = b"secret:receipt"
+_BOOT_KEY = b"boot:epoch"
+_CK_SEQ_BITS = 40
+_REVIVE_CHUNK = 2048
+"""Messages revived per write batch, so a revive storm never stalls the loop for long."""
+_REVIVE_RETRY_MS = 1000
+"""Delay before a revive that failed to write is tried again."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    """Topics, groups, send, pop, ack, change-invisible, nack, revive: the whole core."""
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self._store: Store | None = None
+        self._started = False
+        self._closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ids = MessageIdGenerator()
+        self.locks = QueueLocks()
+        self.polling = LongPolling(self.config.long_polling)
+        # (group_id, topic_id, queue_id) -> ConsumeQueue; created on first pop or recovery.
+        self._queues: dict[tuple[int, int, int], ConsumeQueue] = {}
+        # Live checkpoints by id: every one that still owes a message.
+        self._cks: dict[int, Checkpoint] = {}
+        # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
+        self._revive_heap: list[tuple[int, int]] = []
+        self._revive_wakeup = asyncio.Event()
+        # Buffered (unpersisted) chained checkpoints: (persist_at_ms, ck_id) and the live set.
+        self._buffer_heap: list[tuple[int, int]] = []
+        self._buffered: dict[int, Checkpoint] = {}
+        self._buffer_wakeup = asyncio.Event()
+        # State written by the next flush: persisted checkpoints to rewrite or delete, and
+        # consume queues whose committed offset moved. See _flush_state.
+        self._dirty_cks: dict[int, Checkpoint] = {}
+        self._dirty_queues: dict[tuple[int, int, int], ConsumeQueue] = {}
+        self._in_flush: tuple[list[Checkpoint], list[ConsumeQueue]] = ([], [])
+        self._send_rr: dict[int, int] = {}
+        self._pop_count: dict[tuple[int, int], int] = {}
+        # Creations in progress (group name / retry key), so concurrent first uses share one.
+        self._creating: dict[object, asyncio.Future[Any]] = {}
+        self._ck_seq = 0
+        self._epoch = 0
+        self.recovery_seconds = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise UnavailableError("the broker is not started")
+        return self._store
+
+    async def start(self) -> None:
+        """Open the store, recover in-flight state and start the background tasks."""
+        if self._started:
+            return
+        began = time.perf_counter()
+        store = Store(self.config.store.data_dir)
+        self._store = store
+        self._load_identity(store)
+        self.catalog = Catalog(store)
+        self.offsets = QueueOffsets(store)
+        self.writer = GroupCommitWriter(store, self.offsets)
+        self.writer.add_flush_hook(self._flush_state)
+        self.writer.add_failure_listener(self._flush_failed)
+        self._codec = ReceiptCodec(self._secret)
+        recovered = self._recover(store)
+        self.recovery_seconds = time.perf_counter() - began
+        log.info(
+            "store %s opened in %.3fs: %d topics, %d groups, %d in-flight checkpoints recovered",
+            self.config.store.data_dir,
+            self.recovery_seconds,
+            len(self.catalog.topics),
+            len(self.catalog.groups),
+            recovered,
+        )
+        self._started = True
+        self._tasks = [
+            asyncio.create_task(self._revive_loop(), name="popmq-revive"),
+            asyncio.create_task(self._buffer_loop(), name="popmq-ck-buffer"),
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s died", task.get_name(), exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Persist buffered checkpoints and offsets, stop tasks, close the store."""
+        if not self._started or self._closing:
+            return
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for topic in list(self.catalog.topics):
+            self.polling.notify_all(topic)
+        # A clean shutdown keeps every in-flight deadline: persist what is still buffered.
+        for ck in list(self._buffered.values()):
+            self._mark_persisted(ck)
+        with contextlib.suppress(PopMQError):
+            await self.writer.submit(_noop, sync=True)
+        self.store.close()
+        self._started = False
+
+    def _load_identity(self, store: Store) -> None:
+        secret = store.get("meta", _SECRET_KEY)
+        epoch_bytes = store.get("meta", _BOOT_KEY)
+        self._epoch = (keys.decode_u32(epoch_bytes) if epoch_bytes else 0) + 1
+        batch = store.batch()
+        if secret is None:
+            secret = secrets.token_bytes(32)
+            batch.put("meta", _SECRET_KEY, secret)
+        batch.put("meta", _BOOT_KEY, keys.encode_u32(self._epoch))
+        store.write(batch, sync=True)
+        self._secret = secret
+
+    def _recover(self, store: Store) -> int:
+        """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only."""
+        for key, value in store.scan("offsets", b"", b"\xff" * 13):
+            group_id, topic_id, queue_id = keys.parse_offset_key(key)
+            self._new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
+        count = 0
+        stale = store.batch()
+        for key, _ in store.scan("revive", b"", b"\xff" * 17):
+            _, ck_id = keys.parse_revive_key(key)
+            data = store.get("checkpoints", keys.checkpoint_key(ck_id))
+            record = records_pb2.CheckpointRecord.FromString(data) if data else None
+            cq = (
+                self._queue_for(record.group_id, record.topic_id, record.queue_id)
+                if record
+                else None
+            )
+            if record is None or cq is None:
+                stale.delete("revive", key)
+                stale.delete("checkpoints", keys.checkpoint_key(ck_id))
+                continue
+            ck = Checkpoint.from_record(record, cq)
+            if ck.done:
+                stale.delete("revive", key)
+                stale.delete("checkpoints", keys.checkpoint_key(ck_id))
+                continue
+            if ck.chained and ck.range_start >= cq.committed:
+                cq.recovered.append((ck.range_start, ck.range_end))
+            cq.add(ck)
+            self._cks[ck.ck_id] = ck
+            heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
+            count += 1
+        for cq in self._queues.values():
+            cq.recovered.sort()
+            cq.pop_offset = cq.committed
+            cq.advance()
+        if len(stale):
+            store.write(stale, sync=False)
+        return count
+
+    # -- topics and groups ----------------------------------------------------------------
+
+    def _topic(self, name: str) -> TopicInfo:
+        info = self.catalog.topics.get(name)
+        if info is None:
+            raise NotFoundError(f"topic {name!r} does not exist; create it first")
+        return info
+
+    def _group(self, name: str) -> GroupInfo:
+        info = self.catalog.groups.get(name)
+        if info is None:
+            raise NotFoundError(f"group {name!r} does not exist")
+        return info
+
+    async def create_topic(self, name: str, queues: int | None = None) -> TopicInfo:
+        validation.check_name("topic", name)
+        count = self.config.default_topic_queues if queues is None else queues
+        validation.check_range("queues", count, 1, validation.MAX_QUEUES)
+        if name in self.catalog.topics:
+            raise AlreadyExistsError(f"topic {name!r} already exists")
+        return await self._create_topic(name, count, KIND_NORMAL)
+
+    async def _create_topic(self, name: str, queues: int, kind: int) -> TopicInfo:
+        info = self.catalog.new_topic(name, queues, kind=kind, now_ms=now_ms())
+        await self.writer.submit(lambda b, _: self.catalog.write_topic(b, info), sync=True)
+        if name in self.catalog.topics:  # created concurrently while we wrote
+            raise AlreadyExistsError(f"topic {name!r} already exists")
+        self.catalog.register_topic(info)
+        return info
+
+    def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+        validation.check_name("topic", name, allow_dlq=True)
+        info = self._topic(name)
+        return info, [
+            QueueStats(q, self._min_offset(info.topic_id, q), self._max_offset(info.topic_id, q))
+            for q in range(info.queues)
+        ]
+
+    def list_topics(self) -> list[TopicInfo]:
+        return sorted(self.catalog.topics.values(), key=lambda t: t.name)
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic with its messages, retry queues, offsets and in-flight state."""
+        validation.check_name("topic", name, allow_dlq=True)
+        info = self._topic(name)
+        removed_ids: set[int] = set()
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            removed = self.catalog.remove_topic(batch, info)
+            for topic in removed:
+                removed_ids.add(topic.topic_id)
+                start, end = keys.topic_range(topic.topic_id)
+                batch.delete_range("messages", start, end)
+            for key, cq in list(self._queues.items()):
+                if cq.topic_id in removed_ids:
+                    batch.delete("offsets", keys.offset_key(*key))
+            for ck in list(self._cks.values()):
+                if ck.queue.topic_id in removed_ids and ck.persisted:
+                    batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
+                    batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+
+        await self.writer.submit(apply, sync=True)
+        for key in [k for k, cq in self._queues.items() if cq.topic_id in removed_ids]:
+            del self._queues[key]
+            self._dirty_queues.pop(key, None)
+        for ck_id in [i for i, ck in self._cks.items() if ck.queue.topic_id in removed_ids]:
+            self._cks.pop(ck_id)
+            self._buffered.pop(ck_id, None)
+            self._dirty_cks.pop(ck_id, None)
+        for topic_id in removed_ids:
+            self.offsets.forget_topic(topic_id)
+        self.polling.notify_all(name)
+        log.info("deleted topic %s (ids %s)", name, sorted(removed_ids))
+
+    async def create_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+    ) -> GroupInfo:
+        """Create a group; an implicitly created one takes the given settings."""
+        validation.check_name("group", name)
+        defaults = self.config.groups
+        attempts = defaults.max_delivery_attempts
+        if max_delivery_attempts is not None:
+            attempts = max_delivery_attempts
+        validation.check_range("max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS)
+        backoff = tuple(retry_backoff_s) if retry_backoff_s else defaults.retry_backoff_s
+        if len(backoff) > validation.MAX_BACKOFF_ENTRIES:
+            raise InvalidArgumentError(
+                f"retry_backoff has {len(backoff)} entries: at most "
+                f"{validation.MAX_BACKOFF_ENTRIES} are allowed"
+            )
+        for i, delay in enumerate(backoff):
+            validation.check_range(
+                f"retry_backoff[{i}]", delay, 1, self.config.pop.max_invisible_s, "s"
+            )
+        existing = self.catalog.groups.get(name)
+        if existing is not None and not existing.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        info = self.catalog.new_group(
+            name,
+            max_delivery_attempts=attempts,
+            retry_backoff_ms=tuple(round(d * 1000) for d in backoff),
+            now_ms=existing.create_time_ms if existing else now_ms(),
+            auto_created=False,
+            group_id=existing.group_id if existing else None,
+        )
+        await self.writer.submit(lambda b, _: self.catalog.write_group(b, info), sync=True)
+        current = self.catalog.groups.get(name)
+        if current is not None and not current.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        self.catalog.register_group(info)
+        return info
+
+    def get_group(self, name: str) -> GroupInfo:
+        validation.check_name("group", name)
+        return self._group(name)
+
+    def list_groups(self) -> list[GroupInfo]:
+        return sorted(self.catalog.groups.values(), key=lambda g: g.name)
+
+    async def _ensure_group(self, name: str) -> GroupInfo:
+        """The group, created with default settings on first use (RocketMQ auto-create)."""
+        info = self.catalog.groups.get(name)
+        if info is not None:
+            return info
+        pending = self._creating.get(("group", name))
+        if pending is not None:
+            result: GroupInfo = await asyncio.shield(pending)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._creating[("group", name)] = future
+        try:
+            defaults = self.config.groups
+            info = self.catalog.new_group(
+                name,
+                max_delivery_attempts=defaults.max_delivery_attempts,
+                retry_backoff_ms=tuple(round(d * 1000) for d in defaults.retry_backoff_s),
+                now_ms=now_ms(),
+                auto_created=True,
+            )
+            await self.writer.submit(lambda b, _: self.catalog.write_group(b, info), sync=True)
+            self.catalog.register_group(info)
+            future.set_result(info)
+            log.info("group %s created on first use", name)
+            return info
+        except PopMQError as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it
+            raise
+        finally:
+            del self._creating[("group", name)]
+
+    async def _ensure_retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
+        key = (group.group_id, topic.topic_id)
+        info = self.catalog.retry_topics.get(key)
+        if info is not None:
+            return info
+        pending = self._creating.get(("retry", key))
+        if pending is not None:
+            result: TopicInfo = await asyncio.shield(pending)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._creating[("retry", key)] = future
+        try:
+            info = self.catalog.new_topic(
+                retry_topic_name(group.name, topic.name),
+                1,
+                kind=KIND_RETRY,
+                now_ms=now_ms(),
+                owner_group=group.name,
+                owner_topic=topic.name,
+            )
+            new = info
+            await self.writer.submit(
+                lambda b, _: self.catalog.write_topic(b, new, group_id=group.group_id), sync=True
+            )
+            self.catalog.register_topic(info, group_id=group.group_id)
+            future.set_result(info)
+            return info
+        except PopMQError as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._creating[("retry", key)]
+
+    async def _ensure_dlq(self, group: GroupInfo) -> TopicInfo:
+        name = dlq_topic_name(group.name)
+        info = self.catalog.topics.get(name)
+        if info is not None:
+            return info
+        pending = self._creating.get(("dlq", name))
+        if pending is not None:
+            result: TopicInfo = await asyncio.shield(pending)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._creating[("dlq", name)] = future
+        try:
+            info = await self._create_topic(name, 1, KIND_DLQ)
+            future.set_result(info)
+            return info
+        except PopMQError as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._creating[("dlq", name)]
+
+    # -- send -----------------------------------------------------------------------------
+
+    async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
+        """Store the messages atomically; with sync flush, return after the fsync."""
+        if not messages:
+            raise InvalidArgumentError("a send needs at least one message")
+        plan: list[tuple[TopicInfo, int, bytes, str]] = []
+        stamp = now_ms()
+        for i, msg in enumerate(messages):
+            validation.check_name("topic", msg.topic)
+            validation.check_message(
+                i,
+                body=msg.body,
+                tag=msg.tag,
+                keys=msg.keys,
+                properties=msg.properties,
+                message_id=msg.message_id,
+            )
+        for msg in messages:
+            topic = await self._topic_for_send(msg.topic)
+            queue_id = self._send_rr.get(topic.topic_id, 0) % topic.queues
+            self._send_rr[topic.topic_id] = queue_id + 1
+            message_id = msg.message_id or self._ids.next()
+            record = records_pb2.StoredMessage(
+                message_id=message_id,
+                body=msg.body,
+                tag=msg.tag,
+                keys=msg.keys,
+                properties=msg.properties,
+                born_time_ms=msg.born_time_ms or stamp,
+                store_time_ms=stamp,
+                delivery_attempt=1,
+            )
+            plan.append((topic, queue_id, record.SerializeToString(), message_id))
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
+            results = []
+            for topic, queue_id, data, message_id in plan:
+                offset = offsets.allocate(topic.topic_id, queue_id)
+                batch.put("messages", keys.message_key(topic.topic_id, queue_id, offset), data)
+                results.append(SendResult(message_id, topic.name, queue_id, offset))
+            return results
+
+        results: list[SendResult] = await self.writer.submit(
+            apply, sync=self.config.store.flush == "sync"
+        )
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[result.topic] = counts.get(result.topic, 0) + 1
+        for topic_name, count in counts.items():
+            self.polling.notify(topic_name, count)
+        return results
+
+    async def _topic_for_send(self, name: str) -> TopicInfo:
+        info = self.catalog.topics.get(name)
+        if info is not None and info.kind == KIND_NORMAL:
+            return info
+        if info is not None:
+            raise InvalidArgumentError(f"topic {name!r} is a dead-letter topic; it can only be read")
+        if not self.config.auto_create_topics:
+            raise NotFoundError(f"topic {name!r} does not exist; create it first")
+        try:
+            return await self._create_topic(name, self.config.default_topic_queues, KIND_NORMAL)
+        except AlreadyExistsError:
+            return self._topic(name)
+
+    # -- pop ------------------------------------------------------------------------------
+
+    def check_pop_arguments(
+        self, *, max_messages: int, invisible_s: float, wait_s: float
+    ) -> None:
+        pop = self.config.pop
+        validation.check_range("max_messages", max_messages, 1, pop.max_batch)
+        validation.check_range(
+            "invisible_duration", invisible_s, pop.min_invisible_s, pop.max_invisible_s, "s"
+        )
+        validation.check_range(
+            "long_polling_timeout", wait_s, 0, self.config.long_polling.max_timeout_s, "s"
+        )
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int = 32,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+    ) -> list[PoppedMessage]:
+        """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there."""
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        invisible = self.config.pop.default_invisible_s if invisible_s is None else invisible_s
+        wait = self.config.long_polling.default_timeout_s if wait_s is None else wait_s
+        self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
+        tag_filter = parse_tag_expression(filter_expression)
+        topic_info = self._topic(topic)
+        group_info = await self._ensure_group(group)
+        retry_info = await self._ensure_retry_topic(group_info, topic_info)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
+        invisible_ms = round(invisible * 1000)
+        while True:
+            if self._closing:
+                return []
+            topic_info = self._topic(topic)  # raises if deleted while we waited
+            found, contended = self._pop_once(
+                group_info, topic_info, retry_info, max_messages, invisible_ms, tag_filter
+            )
+            remaining = give_up - loop.time()
+            if found or remaining <= 0:
+                return found
+            waiter = self.polling.park(group, topic)
+            try:
+                # A queue skipped because its lock was held may have messages: look again soon.
+                await asyncio.wait([waiter], timeout=min(remaining, 0.005) if contended else remaining)
+            finally:
+                self.polling.unpark(group, topic, waiter)
+
+    def _pop_once(
+        self,
+        group: GroupInfo,
+        topic: TopicInfo,
+        retry: TopicInfo,
+        max_messages: int,
+        invisible_ms: int,
+        tag_filter: TagFilter,
+    ) -> tuple[list[PoppedMessage], bool]:
+        count_key = (group.group_id, topic.topic_id)
+        count = self._pop_count.get(count_key, 0)
+        self._pop_count[count_key] = count + 1
+        start = count % topic.queues
+        order = [(topic, (start + i) % topic.queues) for i in range(topic.queues)]
+        if count % self.config.pop.retry_first_every == 0:
+            order.insert(0, (retry, 0))
+        else:
+            order.append((retry, 0))
+        found: list[PoppedMessage] = []
+        contended = False
+        now = now_ms()
+        deadline = now + invisible_ms
+        for source, queue_id in order:
+            want = max_messages - len(found)
+            if want <= 0:
+                break
+            cq = self._queue(group, source, queue_id)
+            if not self.locks.try_acquire(cq.lock_key):
+                contended = True
+                continue
+            try:
+                self._read_queue(cq, source, topic, want, now, deadline, tag_filter, found)
+            finally:
+                self.locks.release(cq.lock_key)
+        return found, contended
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        source: TopicInfo,
+        user_topic: TopicInfo,
+        want: int,
+        now: int,
+        deadline: int,
+        tag_filter: TagFilter,
+        found: list[PoppedMessage],
+    ) -> None:
+        """Read up to `want` matching messages of one queue under its lock; record a checkpoint."""
+        start, limit = cq.read_window(self._max_offset(source.topic_id, cq.queue_id))
+        if start >= limit:
+            return
+        store = self.store
+        position = start
+        budget = self.config.pop.max_scan_per_pop
+        offsets: list[int] = []
+        records: list[records_pb2.StoredMessage] = []
+        while position < limit and len(offsets) < want and budget > 0:
+            step = want - len(offsets) if tag_filter.matches_all else max(want, 64)
+            chunk_end = min(limit, position + min(step, budget))
+            values = store.multi_get(
+                "messages",
+                [keys.message_key(source.topic_id, cq.queue_id, o) for o in range(position, chunk_end)],
+            )
+            for offset, value in zip(range(position, chunk_end), values, strict=True):
+                position = offset + 1
+                budget -= 1
+                if value is None:
+                    continue  # deleted by retention after we looked at the max offset
+                record = records_pb2.StoredMessage.FromString(value)
+                if not tag_filter.matches(record.tag):
+                    continue
+                offsets.append(offset)
+                records.append(record)
+                if len(offsets) >= want:
+                    break
+        ck = Checkpoint(
+            ck_id=self._next_ck_id(),
+            queue=cq,
+            range_start=start,
+            range_end=position,
+            offsets=offsets,
+            pop_time_ms=now,
+            deadline_ms=deadline,
+            chained=True,
+        )
+        cq.add(ck)
+        if not offsets:
+            self._advance(cq)  # the range held only filtered-out messages
+            return
+        self._track(ck)
+        self._buffer(ck)
+        topic_name = user_topic.name
+        for index, (offset, record) in enumerate(zip(offsets, records, strict=True)):
+            handle = self._codec.encode(
+                ReceiptHandle(
+                    cq.group_id, source.topic_id, cq.queue_id, offset, ck.ck_id, index, deadline
+                )
+            )
+            found.append(PoppedMessage(topic_name, cq.queue_id, offset, record, handle, deadline))
+
+    def _next_ck_id(self) -> int:
+        self._ck_seq += 1
+        return (self._epoch << _CK_SEQ_BITS) | self._ck_seq
+
+    def _queue(self, group: GroupInfo, topic: TopicInfo, queue_id: int) -> ConsumeQueue:
+        key = (group.group_id, topic.topic_id, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            # A new group starts at the earliest retained message (see docs/architecture.md).
+            start = self._min_offset(topic.topic_id, queue_id)
+            cq = self._new_queue(group.group_id, topic.topic_id, queue_id, start)
+            if cq is None:
+                raise NotFoundError(f"topic {topic.name!r} or group {group.name!r} was deleted")
+        return cq
+
+    def _queue_for(self, group_id: int, topic_id: int, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((group_id, topic_id, queue_id))
+
+    def _new_queue(
+        self, group_id: int, topic_id: int, queue_id: int, committed: int
+    ) -> ConsumeQueue | None:
+        group = self.catalog.groups_by_id.get(group_id)
+        topic = self.catalog.topics_by_id.get(topic_id)
+        if group is None or topic is None:
+            return None
+        cq = ConsumeQueue(
+            group=group.name,
+            group_id=group_id,
+            topic=topic.name,
+            topic_id=topic_id,
+            queue_id=queue_id,
+            committed=committed,
+        )
+        self._queues[(group_id, topic_id, queue_id)] = cq
+        return cq
+
+    def _max_offset(self, topic_id: int, queue_id: int) -> int:
+        return self.offsets.max_offset(topic_id, queue_id)
+
+    def _min_offset(self, topic_id: int, queue_id: int) -> int:
+        first = self.store.first_key(
+            "messages",
+            keys.queue_prefix(topic_id, queue_id),
+            keys.queue_prefix(topic_id, queue_id + 1),
+        )
+        return self._max_offset(topic_id, queue_id) if first is None else keys.message_offset(first)
+
+    # -- checkpoint bookkeeping -----------------------------------------------------------
+
+    def _track(self, ck: Checkpoint) -> None:
+        """Make a live checkpoint findable by id and put it on the revive timer."""
+        self._cks[ck.ck_id] = ck
+        if not self._revive_heap or ck.deadline_ms < self._revive_heap[0][0]:
+            self._revive_wakeup.set()
+        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
+
+    def _buffer(self, ck: Checkpoint) -> None:
+        pop = self.config.pop
+        persist_at = min(
+            ck.pop_time_ms + round(pop.ck_buffer_time_s * 1000),
+            ck.deadline_ms - round(pop.ck_persist_ahead_s * 1000),
+        )
+        self._buffered[ck.ck_id] = ck
+        if not self._buffer_heap or persist_at < self._buffer_heap[0][0]:
+            self._buffer_wakeup.set()
+        heapq.heappush(self._buffer_heap, (persist_at, ck.ck_id))
+
+    def _mark_persisted(self, ck: Checkpoint) -> None:
+        """Persist a buffered checkpoint in the next flush (record + revive entry).
+
+        Its record is in the next batch, so the offset may pass it at once: an offset write
+        is always in the same batch as, or a later one than, the checkpoints it passes.
+        """
+        self._buffered.pop(ck.ck_id, None)
+        if ck.done or ck.persisted:
+            return
+        ck.persisted = True
+        self._dirty_cks[ck.ck_id] = ck
+        self._advance(ck.queue)
+
+    def _advance(self, cq: ConsumeQueue) -> None:
+        if cq.advance():
+            self._dirty_queues[(cq.group_id, cq.topic_id, cq.queue_id)] = cq
+            self.writer.request_flush()
+
+    def _finish(self, ck: Checkpoint) -> None:
+        """A checkpoint's state changed: forget it when done, schedule its writes."""
+        if ck.done:
+            self._cks.pop(ck.ck_id, None)
+            self._buffered.pop(ck.ck_id, None)
+        if ck.persisted:
+            self._dirty_cks[ck.ck_id] = ck
+            self.writer.request_flush()
+        if ck.chained:
+            self._advance(ck.queue)
+
+    def _flush_state(self, batch: Batch) -> None:
+        """Flush hook: write dirty persisted checkpoints and moved offsets into this batch."""
+        cks = list(self._dirty_cks.values())
+        queues = list(self._dirty_queues.values())
+        self._dirty_cks.clear()
+        self._dirty_queues.clear()
+        for ck in cks:
+            ck_key = keys.checkpoint_key(ck.ck_id)
+            if ck.done:
+                batch.delete("checkpoints", ck_key)
+                batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+            else:
+                batch.put("checkpoints", ck_key, ck.to_record())
+                batch.put("revive", keys.revive_key(ck.deadline_ms, ck.ck_id), b"")
+        for cq in queues:
+            cq.dirty = False
+            key = keys.offset_key(cq.group_id, cq.topic_id, cq.queue_id)
+            batch.put("offsets", key, keys.encode_u64(cq.committed))
+        self._in_flush = (cks, queues)
+
+    def _flush_failed(self) -> None:
+        """The batch failed: what the hook took must be written by the next flush."""
+        cks, queues = self._in_flush
+        for ck in cks:
+            self._dirty_cks.setdefault(ck.ck_id, ck)
+        for cq in queues:
+            self._dirty_queues.setdefault((cq.group_id, cq.topic_id, cq.queue_id), cq)
+        self._in_flush = ([], [])
+
+    # -- ack, change invisible time, nack -------------------------------------------------
+
+    def _resolve_handle(self, group: GroupInfo, text: str, now: int) -> tuple[Checkpoint, int] | None:
+        """The live checkpoint and index a handle refers to; None when already acked."""
+        handle = self._codec.decode(text)
+        if handle.group_id != group.group_id:
+            owner = self.catalog.groups_by_id.get(handle.group_id)
+            raise InvalidReceiptHandleError(
+                f"receipt handle belongs to group {owner.name if owner else '(deleted)'!r}, "
+                f"not {group.name!r}"
+            )
+        if handle.deadline_ms <= now:
+            raise ReceiptHandleExpiredError(
+                f"receipt handle expired {(now - handle.deadline_ms) / 1000:.3f}s ago (its "
+                "invisible time passed); the message is delivered again with a new handle"
+            )
+        ck = self._cks.get(handle.ck_id)
+        if ck is None or handle.index >= len(ck.offsets) or ck.offsets[handle.index] != handle.offset:
+            cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
+            if cq is not None and handle.offset in cq.inflight:
+                raise ReceiptHandleSupersededError(
+                    "receipt handle was superseded by ChangeInvisibleTime or Nack; use the "
+                    "newest handle"
+                )
+            return None  # everything that handle could refer to is finished: acked
+        bit = 1 << handle.index
+        if ck.acked & bit:
+            return None
+        if ck.resolved & bit or ck.queue.inflight.get(handle.offset) is not ck:
+            raise ReceiptHandleSupersededError(
+                "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
+            )
+        return ck, handle.index
+
+    async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
+        """Acknowledge deliveries; one result per handle (None = acked, or acked before)."""
+        validation.check_name("group", group)
+        if not handles:
+            raise InvalidArgumentError("ack needs at least one receipt handle")
+        group_info = self._group(group)
+        now = now_ms()
+        results: list[PopMQError | None] = []
+        touched: dict[int, Checkpoint] = {}
+        for text in handles:
+            try:
+                found = self._resolve_handle(group_info, text, now)
+            except PopMQError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            if found is None:
+                continue
+            ck, index = found
+            ck.resolved |= 1 << index
+            ck.acked |= 1 << index
+            ck.queue.release(ck, index)
+            touched[ck.ck_id] = ck
+        must_write = any(ck.persisted for ck in touched.values())
+        for ck in touched.values():
+            self._finish(ck)
+        if must_write:
+            await self.writer.submit(_noop, sync=False)
+        return results
+
+    async def change_invisible_time(
+        self, group: str, handle: str, invisible_s: float
+    ) -> tuple[str, int]:
+        """Give one delivery a new deadline; returns (new handle, invisible_until_ms)."""
+        validation.check_name("group", group)
+        pop = self.config.pop
+        validation.check_range(
+            "invisible_duration", invisible_s, pop.min_invisible_s, pop.max_invisible_s, "s"
+        )
+        return await self._move(self._group(group), handle, round(invisible_s * 1000))
+
+    async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int:
+        """Redeliver after delay_s, or after the group's backoff; returns the redeliver time."""
+        validation.check_name("group", group)
+        group_info = self._group(group)
+        if delay_s is not None:
+            validation.check_range("delay", delay_s, 0, self.config.pop.max_invisible_s, "s")
+            delay_ms = round(delay_s * 1000)
+        else:
+            found = self._resolve_handle(group_info, handle, now_ms())
+            if found is None:
+                raise FailedPreconditionError("the message was already acknowledged")
+            ck, index = found
+            data = self.store.get(
+                "messages",
+                keys.message_key(ck.queue.topic_id, ck.queue.queue_id, ck.offsets[index]),
+            )
+            attempt = records_pb2.StoredMessage.FromString(data).delivery_attempt if data else 1
+            delay_ms = group_info.backoff_ms(attempt)
+        _, until = await self._move(group_info, handle, delay_ms)
+        return until
+
+    async def _move(self, group: GroupInfo, text: str, invisible_ms: int) -> tuple[str, int]:
+        """Move one delivery to a new single-message checkpoint with a new deadline.
+
+        Like RocketMQ's ChangeInvisibleTime: a fresh checkpoint, persisted at once, then the
+        old entry resolved. Until the write commits the old entry is "moving": its handle is
+        already refused, but the offset cannot pass it yet.
+        """
+        now = now_ms()
+        found = self._resolve_handle(group, text, now)
+        if found is None:
+            raise FailedPreconditionError("the message was already acknowledged")
+        old, index = found
+        bit = 1 << index
+        offset = old.offsets[index]
+        cq = old.queue
+        new = Checkpoint(
+            ck_id=self._next_ck_id(),
+            queue=cq,
+            range_start=offset,
+            range_end=offset + 1,
+            offsets=[offset],
+            pop_time_ms=now,
+            deadline_ms=now + invisible_ms,
+            chained=False,
+        )
+        new.persisted = True
+        cq.inflight[offset] = new  # refuses the old handle from now on (superseded)
+        record = new.to_record()
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            batch.put("checkpoints", keys.checkpoint_key(new.ck_id), record)
+            batch.put("revive", keys.revive_key(new.deadline_ms, new.ck_id), b"")
+
+        try:
+            await self.writer.submit(apply, sync=False)
+        except PopMQError:
+            if cq.inflight.get(offset) is new:
+                cq.inflight[offset] = old
+            raise
+        old.resolved |= bit
+        self._track(new)
+        self._finish(old)
+        handle = self._codec.encode(
+            ReceiptHandle(cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms)
+        )
+        return handle, new.deadline_ms
+
+    # -- revive ---------------------------------------------------------------------------
+
+    async def _revive_loop(self) -> None:
+        while True:
+            now = now_ms()
+            due: list[Checkpoint] = []
+            pending = 0
+            while self._revive_heap and self._revive_heap[0][0] <= now and pending < _REVIVE_CHUNK:
+                deadline, ck_id = heapq.heappop(self._revive_heap)
+                ck = self._cks.get(ck_id)
+                if ck is None or ck.deadline_ms != deadline or ck.done:
+                    continue
+                due.append(ck)
+                pending += len(ck.offsets)
+            if due:
+                try:
+                    await self._revive(due)
+                except PopMQError as exc:
+                    log.warning("revive of %d checkpoints failed, retrying: %s", len(due), exc)
+                    for ck in due:
+                        ck.deadline_ms += _REVIVE_RETRY_MS
+                        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
+                continue
+            timeout = 1.0
+            if self._revive_heap:
+                timeout = min(timeout, max(0.0, (self._revive_heap[0][0] - now) / 1000))
+            self._revive_wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._revive_wakeup.wait(), timeout)
+
+    async def _revive(self, due: list[Checkpoint]) -> None:
+        """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
+        store = self.store
+        plan: list[tuple[Checkpoint, list[tuple[int, TopicInfo, bytes]]]] = []
+        notify: list[tuple[str, str | None]] = []
+        stamp = now_ms()
+        for ck in due:
+            cq = ck.queue
+            group = self.catalog.groups_by_id.get(cq.group_id)
+            source = self.catalog.topics_by_id.get(cq.topic_id)
+            if group is None or source is None:
+                self._cks.pop(ck.ck_id, None)
+                continue
+            user_topic = (
+                self.catalog.topics.get(source.owner_topic) if source.kind == KIND_RETRY else source
+            )
+            moves: list[tuple[int, TopicInfo, bytes]] = []
+            for index in ck.unresolved():
+                offset = ck.offsets[index]
+                if cq.inflight.get(offset) is not ck:
+                    continue  # being moved by ChangeInvisibleTime right now
+                data = store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
+                if data is None or user_topic is None:
+                    moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver
+                    continue
+                record = records_pb2.StoredMessage.FromString(data)
+                copy = records_pb2.StoredMessage()
+                copy.CopyFrom(record)
+                copy.store_time_ms = stamp
+                if not record.origin_topic:
+                    copy.origin_topic = source.name
+                    copy.origin_queue_id = cq.queue_id
+                    copy.origin_offset = offset
+                if record.delivery_attempt >= group.max_delivery_attempts:
+                    target = await self._ensure_dlq(group)
+                    copy.delivery_attempt = 1
+                    notify.append((target.name, None))
+                else:
+                    target = await self._ensure_retry_topic(group, user_topic)
+                    copy.delivery_attempt = record.delivery_attempt + 1
+                    notify.append((user_topic.name, group.name))
+                moves.append((index, target, copy.SerializeToString()))
+            plan.append((ck, moves))
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> None:
+            for ck, moves in plan:
+                for _, target, data in moves:
+                    if data:
+                        offset = offsets.allocate(target.topic_id, 0)
+                        batch.put("messages", keys.message_key(target.topic_id, 0, offset), data)
+                if ck.persisted and len(moves) == len(ck.unresolved()):
+                    batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
+                    batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+                    self._dirty_cks.pop(ck.ck_id, None)
+
+        await self.writer.submit(apply, sync=False)
+        for ck, moves in plan:
+            for index, _, _ in moves:
+                ck.resolved |= 1 << index
+                ck.queue.release(ck, index)
+            if ck.done:
+                self._cks.pop(ck.ck_id, None)
+                self._buffered.pop(ck.ck_id, None)
+                if ck.chained:
+                    self._advance(ck.queue)
+            else:
+                self._finish(ck)
+        for topic_name, group_name in notify:
+            self.polling.notify(topic_name, 1, group=group_name)
+
+    # -- checkpoint buffer ----------------------------------------------------------------
+
+    async def _buffer_loop(self) -> None:
+        while True:
+            now = now_ms()
+            due = 0
+            while self._buffer_heap and (
+                self._buffer_heap[0][0] <= now or len(self._buffered) > self.config.pop.ck_buffer_max
+            ):
+                _, ck_id = heapq.heappop(self._buffer_heap)
+                ck = self._buffered.get(ck_id)
+                if ck is not None:
+                    self._mark_persisted(ck)
+                    due += 1
+            timeout = 1.0
+            if self._buffer_heap:
+                timeout = min(timeout, max(0.0, (self._buffer_heap[0][0] - now) / 1000))
+            self._buffer_wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._buffer_wakeup.wait(), timeout)
+
+    # -- lag ------------------------------------------------------------------------------
+
+    def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
+        validation.check_name("group", group)
+        group_info = self._group(group)
+        if topic:
+            validation.check_name("topic", topic, allow_dlq=True)
+            topics = [self._topic(topic)]
+        else:
+            ids = {tid for (gid, tid, _) in self._queues if gid == group_info.group_id}
+            topics = sorted(
+                (t for t in self.catalog.topics.values() if t.topic_id in ids),
+                key=lambda t: t.name,
+            )
+        rows: list[QueueLag] = []
+        for info in topics:
+            for queue_id in range(info.queues):
+                rows.append(self._lag_row(group_info, info, info, queue_id, retry=False))
+            retry = self.catalog.retry_topics.get((group_info.group_id, info.topic_id))
+            if retry is not None:
+                rows.append(self._lag_row(group_info, retry, info, 0, retry=True))
+        return rows
+
+    def _lag_row(
+        self, group: GroupInfo, source: TopicInfo, user: TopicInfo, queue_id: int, *, retry: bool
+    ) -> QueueLag:
+        cq = self._queues.get((group.group_id, source.topic_id, queue_id))
+        max_offset = self._max_offset(source.topic_id, queue_id)
+        committed = cq.committed if cq else self._min_offset(source.topic_id, queue_id)
+        inflight = len(cq.inflight) if cq else 0
+        return QueueLag(user.name, queue_id, retry, committed, max_offset, inflight)
+
+    # -- introspection for tests and metrics ---------------------------------------------
+
+    @property
+    def buffered_checkpoints(self) -> int:
+        return len(self._buffered)
+
+    @property
+    def live_checkpoints(self) -> int:
+        return len(self._cks)
+
+    def consume_queue(self, group: str, topic: str, queue_id: int) -> ConsumeQueue | None:
+        g = self.catalog.groups.get(group)
+        t = self.catalog.topics.get(topic)
+        return self._queue_for(g.group_id, t.topic_id, queue_id) if g and t else None
+
+
+def _noop(batch: Batch, offsets: QueueOffsets) -> None:
+    """A job that only waits for the flush (the flush hook writes the state)."""

@@ -1,0 +1,89 @@
+"""Broker configuration: one frozen, keyword-only dataclass per concern.
+
+Durations are seconds as floats named `*_s`. Defaults are RocketMQ 5's where it has one
+(see docs/architecture.md for where popmq differs and why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+#: RocketMQ's delay levels, also its customized retry policy: 1s 5s 10s 30s 1m ... 2h.
+DEFAULT_RETRY_BACKOFF_S: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    """Where and how messages are stored."""
+
+    data_dir: Path = Path("data")
+    """Directory holding the RocksDB store (created when missing)."""
+    flush: Literal["sync", "async"] = "sync"
+    """sync: Send returns after the batch is fsynced. async: after it is in the OS's WAL
+    buffer (RocketMQ ASYNC_FLUSH); a machine crash can lose the last writes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PopConfig:
+    """Limits and timings of Pop, Ack and ChangeInvisibleTime."""
+
+    max_batch: int = 32
+    """Ceiling of max_messages per pop (RocketMQ: 32); configurable up to 1024."""
+    default_invisible_s: float = 30.0
+    """Invisible time when a pop does not set one."""
+    min_invisible_s: float = 1.0
+    """Smallest invisible time a pop may ask for."""
+    max_invisible_s: float = 12 * 3600.0
+    """Largest invisible time (RocketMQ, SQS: 12 h)."""
+    retry_first_every: int = 5
+    """Every n-th pop of a (group, topic) reads the retry queue first (RocketMQ: 20 %)."""
+    max_scan_per_pop: int = 4096
+    """Messages a filtered pop may skip in one queue before it moves on."""
+    ck_buffer_time_s: float = 10.0
+    """A checkpoint is persisted after staying this long in the buffer."""
+    ck_persist_ahead_s: float = 3.0
+    """A checkpoint is persisted when its deadline is this close."""
+    ck_buffer_max: int = 200_000
+    """Buffered checkpoints beyond this are persisted at once, oldest first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongPollingConfig:
+    """Bounds of held (long-polling) pops."""
+
+    default_timeout_s: float = 20.0
+    """Wait of a pop that does not set one (RocketMQ proxy: 20 s)."""
+    max_timeout_s: float = 30.0
+    """Largest wait a pop may ask for."""
+    max_per_key: int = 1024
+    """Held pops per (group, topic) (RocketMQ popPollingSize)."""
+    max_total: int = 100_000
+    """Held pops in total (RocketMQ maxPopPollingSize)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupDefaults:
+    """Settings of groups created implicitly by their first use."""
+
+    max_delivery_attempts: int = 17
+    """RocketMQ retryMaxTimes 16, plus the first delivery."""
+    retry_backoff_s: tuple[float, ...] = DEFAULT_RETRY_BACKOFF_S
+    """Nack delay by delivery attempt when the nack sets none."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """Everything broker_core needs."""
+
+    store: StoreConfig = field(default_factory=StoreConfig)
+    pop: PopConfig = field(default_factory=PopConfig)
+    long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
+    groups: GroupDefaults = field(default_factory=GroupDefaults)
+    auto_create_topics: bool = False
+    """Create a missing topic (8 queues) on first send instead of answering NOT_FOUND."""
+    default_topic_queues: int = 8
+    """Queues of a topic created without a queue count (RocketMQ defaultTopicQueueNums)."""

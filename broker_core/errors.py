@@ -1,0 +1,77 @@
+"""The broker's error hierarchy.
+
+Every error the broker raises is a `PopMQError` subclass whose `code` names the gRPC status
+the proxy answers with (the proxy maps it once, at the boundary) and whose `retriable` says
+whether the same request may succeed later. Messages say what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PopMQError(Exception):
+    """Root of every error raised by broker_core."""
+
+    code: ClassVar[str] = "INTERNAL"
+    retriable: ClassVar[bool] = False
+
+
+class InvalidArgumentError(PopMQError, ValueError):
+    """The request is malformed or out of range; retrying it unchanged will fail again."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(PopMQError, LookupError):
+    """A named topic or group does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(PopMQError):
+    """The topic or group to create exists already."""
+
+    code = "ALREADY_EXISTS"
+
+
+class FailedPreconditionError(PopMQError):
+    """The request is well-formed but the system is not in a state that allows it."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class ResourceExhaustedError(PopMQError):
+    """A bound was reached (held long polls, disk space); retry later."""
+
+    code = "RESOURCE_EXHAUSTED"
+    retriable = True
+
+
+class UnavailableError(PopMQError):
+    """The store cannot take writes right now (I/O error, shutting down); retry later."""
+
+    code = "UNAVAILABLE"
+    retriable = True
+
+
+class InternalError(PopMQError):
+    """A bug: an invariant of the broker does not hold."""
+
+    code = "INTERNAL"
+
+
+class InvalidReceiptHandleError(InvalidArgumentError):
+    """The receipt handle is malformed, forged, or belongs to another group."""
+
+
+class ReceiptHandleExpiredError(FailedPreconditionError):
+    """The handle's invisible time has passed; the message is (or will be) redelivered."""
+
+
+class ReceiptHandleSupersededError(FailedPreconditionError):
+    """ChangeInvisibleTime or Nack replaced this handle; only the newest handle is valid."""
+
+
+class StoreFullError(ResourceExhaustedError):
+    """The disk is full; writes fail until space returns, reads keep working."""

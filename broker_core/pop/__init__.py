@@ -1,0 +1,1 @@
+"""POP consumption: checkpoints, receipt handles, revive and the checkpoint buffer."""

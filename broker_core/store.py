@@ -1,0 +1,142 @@
+"""The one adapter between broker_core and RocksDB (rocksdict in raw mode).
+
+Column families (see docs/architecture.md): messages, offsets, checkpoints, revive, meta.
+All calls here are blocking and short (point reads, small scans, one write batch); they run
+on the event loop thread. rocksdict holds the GIL during a write, so a separate writer thread
+would not overlap fsync with other work (measured, see GroupCommitWriter).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from broker_core.errors import StoreFullError, UnavailableError
+
+FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta")
+
+
+class Batch:
+    """An atomic set of changes, written by Store.write in one WriteBatch."""
+
+    __slots__ = ("_batch", "_handles", "puts")
+
+    def __init__(self, handles: dict[str, Any]) -> None:
+        self._batch = rocksdict.WriteBatch(raw_mode=True)
+        self._handles = handles
+        self.puts = 0
+
+    def put(self, family: str, key: bytes, value: bytes) -> None:
+        self._batch.put(key, value, self._handles[family])
+        self.puts += 1
+
+    def delete(self, family: str, key: bytes) -> None:
+        self._batch.delete(key, self._handles[family])
+        self.puts += 1
+
+    def delete_range(self, family: str, start: bytes, end: bytes) -> None:
+        self._batch.delete_range(start, end, self._handles[family])
+        self.puts += 1
+
+    def __len__(self) -> int:
+        return self.puts
+
+
+class Store:
+    """RocksDB with popmq's column families; keys and values are bytes."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
+        self._db = rocksdict.Rdict(str(path), options, column_families=families)
+        self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
+        self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
+        self._sync = rocksdict.WriteOptions()
+        self._sync.sync = True
+        self._nosync = rocksdict.WriteOptions()
+        self._closed = False
+
+    def get(self, family: str, key: bytes) -> bytes | None:
+        value: bytes | None = self._families[family].get(key)
+        return value
+
+    def multi_get(self, family: str, keys: list[bytes]) -> list[bytes | None]:
+        values: list[bytes | None] = self._families[family].get(keys)
+        return values
+
+    def scan(self, family: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, value) for start <= key < end, in key order."""
+        it = self._families[family].iter()
+        it.seek(start)
+        while it.valid():
+            key: bytes = it.key()
+            if key >= end:
+                return
+            yield key, it.value()
+            it.next()
+
+    def first_key(self, family: str, start: bytes, end: bytes) -> bytes | None:
+        for key, _ in self.scan(family, start, end):
+            return key
+        return None
+
+    def last_key(self, family: str, start: bytes, end: bytes) -> bytes | None:
+        """The largest key in [start, end), or None."""
+        it = self._families[family].iter()
+        it.seek_for_prev(end)
+        while it.valid():
+            key: bytes = it.key()
+            if key < start:
+                return None
+            if key < end:
+                return key
+            it.prev()
+        return None
+
+    def batch(self) -> Batch:
+        return Batch(self._handles)
+
+    def write(self, batch: Batch, *, sync: bool) -> None:
+        """Write the batch atomically; with sync, return after the WAL is fsynced."""
+        if self._closed:
+            raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        try:
+            self._db.write(batch._batch, self._sync if sync else self._nosync)
+        except Exception as exc:
+            text = str(exc)
+            if "No space left" in text or "ENOSPC" in text or str(errno.ENOSPC) in text:
+                raise StoreFullError(
+                    f"the disk holding the store is full ({text}); nothing was written, "
+                    "writes resume when space is freed"
+                ) from exc
+            raise UnavailableError(
+                f"the store could not write ({text}); nothing was written, retry later"
+            ) from exc
+
+    def approximate_size(self) -> int:
+        """Bytes of SST files plus memtables, across families."""
+        total = 0
+        for family in self._families.values():
+            for prop in ("rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables"):
+                value = family.property_int_value(prop)
+                total += int(value or 0)
+        return total
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._db.flush_wal(True)
+        # Column-family objects keep the database (and its LOCK file) alive: drop them first.
+        self._families.clear()
+        self._handles.clear()
+        self._db.close()
+        del self._db

@@ -1,0 +1,69 @@
+"""Values that cross broker_core's public API (the proxy converts them to and from protos)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from popmq.store.v1 import records_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to send."""
+
+    topic: str
+    body: bytes
+    tag: str = ""
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_id: str = ""
+    born_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Where a sent message was stored."""
+
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoppedMessage:
+    """One delivery: the stored record plus where it came from and its receipt handle."""
+
+    topic: str
+    """The user topic (for a retry copy, the topic it was first sent to)."""
+    queue_id: int
+    offset: int
+    record: records_pb2.StoredMessage
+    receipt_handle: str
+    invisible_until_ms: int
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self.record.delivery_attempt
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    topic: str
+    queue_id: int
+    retry: bool
+    consumer_offset: int
+    max_offset: int
+    inflight: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.max_offset - self.consumer_offset)

@@ -1,0 +1,113 @@
+"""Argument rules shared by every entry point (proxy, embedded use, tests).
+
+Each check raises InvalidArgumentError with a message that says what was wrong and what is
+allowed. Nothing is clamped: an out-of-range value is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from broker_core.errors import InvalidArgumentError
+
+NAME_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]+$")
+MAX_NAME_LENGTH = 127
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIX = "rmq_sys_"
+RESERVED_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_PROPERTIES = 128
+MAX_PROPERTIES_BYTES = 16 * 1024
+MAX_TAG_LENGTH = 127
+MAX_KEYS = 32
+MAX_KEY_LENGTH = 127
+MAX_MESSAGE_ID_LENGTH = 128
+MAX_QUEUES = 1024
+MAX_DELIVERY_ATTEMPTS = 1000
+MAX_BACKOFF_ENTRIES = 64
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
+    """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`."""
+    if not name:
+        raise InvalidArgumentError(f"{kind} name is empty: use 1 to {MAX_NAME_LENGTH} characters")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidArgumentError(
+            f"{kind} name is {len(name)} characters long: at most {MAX_NAME_LENGTH} are allowed"
+        )
+    if not NAME_PATTERN.match(name):
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} is invalid: use only letters, digits, '%', '_' and '-'"
+        )
+    for prefix in RESERVED_PREFIXES:
+        if name.startswith(prefix) and not (allow_dlq and prefix == DLQ_PREFIX):
+            raise InvalidArgumentError(
+                f"{kind} name {name!r} uses the reserved prefix {prefix!r}"
+                + (" (dead-letter topics can only be read)" if prefix == DLQ_PREFIX else "")
+            )
+
+
+def check_range(field: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """Check low <= value <= high, naming the field and the allowed range."""
+    if low <= value <= high:
+        return
+    shown = f"{value:g}{unit}"
+    if value < low:
+        raise InvalidArgumentError(f"{field} {shown} is below the minimum {low:g}{unit}")
+    raise InvalidArgumentError(f"{field} {shown} is above the maximum {high:g}{unit}")
+
+
+def check_message(
+    index: int,
+    *,
+    body: bytes,
+    tag: str,
+    keys: Sequence[str],
+    properties: Mapping[str, str],
+    message_id: str,
+) -> None:
+    """Check one message of a send; `index` locates it in the request."""
+    where = f"messages[{index}]"
+    if not body:
+        raise InvalidArgumentError(f"{where}.body is empty: a message needs 1 byte to 4 MiB")
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidArgumentError(
+            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB) are allowed"
+        )
+    if tag:
+        if "|" in tag or not tag.strip() or _CONTROL.search(tag):
+            raise InvalidArgumentError(
+                f"{where}.tag {tag!r} is invalid: no '|', no control characters, not blank"
+            )
+        if len(tag) > MAX_TAG_LENGTH:
+            raise InvalidArgumentError(f"{where}.tag is longer than {MAX_TAG_LENGTH} characters")
+    if len(keys) > MAX_KEYS:
+        raise InvalidArgumentError(f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed")
+    for key in keys:
+        if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
+            raise InvalidArgumentError(
+                f"{where} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
+                "not blank, no control characters"
+            )
+    if len(properties) > MAX_PROPERTIES:
+        raise InvalidArgumentError(
+            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed"
+        )
+    total = 0
+    for name, value in properties.items():
+        if not name or _CONTROL.search(name):
+            raise InvalidArgumentError(f"{where} property name {name!r} is empty or has controls")
+        total += len(name.encode()) + len(value.encode())
+    if total > MAX_PROPERTIES_BYTES:
+        raise InvalidArgumentError(
+            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)"
+        )
+    if len(message_id) > MAX_MESSAGE_ID_LENGTH or _CONTROL.search(message_id):
+        raise InvalidArgumentError(
+            f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
+        )
