@@ -106,6 +106,10 @@ class Broker:
         self._pop_count: dict[tuple[int, int], int] = {}
         # Creations in progress (group name / retry key), so concurrent first uses share one.
         self._creating: dict[object, asyncio.Future[Any]] = {}
+        # Handles replaced by ChangeInvisibleTime/Nack, kept until their old deadline so a
+        # stale handle is refused even after its checkpoint finished: (ck_id, index) -> deadline.
+        self._superseded: dict[tuple[int, int], int] = {}
+        self._superseded_expiry: list[tuple[int, int, int]] = []
         self._ck_seq = 0
         self._epoch = 0
         self.recovery_seconds = 0.0
@@ -792,27 +796,35 @@ class Broker:
                 f"receipt handle belongs to group {owner.name if owner else '(deleted)'!r}, "
                 f"not {group.name!r}"
             )
-        if handle.deadline_ms <= now:
-            raise ReceiptHandleExpiredError(
-                f"receipt handle expired {(now - handle.deadline_ms) / 1000:.3f}s ago (its "
-                "invisible time passed); the message is delivered again with a new handle"
-            )
+        superseded = ReceiptHandleSupersededError(
+            "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
+        )
+        expired = ReceiptHandleExpiredError(
+            f"receipt handle expired {(now - handle.deadline_ms) / 1000:.3f}s ago (its "
+            "invisible time passed); the message is delivered again with a new handle"
+        )
+        if (handle.ck_id, handle.index) in self._superseded:
+            raise superseded
+        cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
+        owner = cq.inflight.get(handle.offset) if cq is not None else None
         ck = self._cks.get(handle.ck_id)
         if ck is None or handle.index >= len(ck.offsets) or ck.offsets[handle.index] != handle.offset:
-            cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
-            if cq is not None and handle.offset in cq.inflight:
-                raise ReceiptHandleSupersededError(
-                    "receipt handle was superseded by ChangeInvisibleTime or Nack; use the "
-                    "newest handle"
-                )
-            return None  # everything that handle could refer to is finished: acked
+            # Finished checkpoint: acked, unless another delivery owns the message now (a
+            # restart lost the checkpoint and the message was popped again).
+            if owner is not None:
+                raise superseded
+            if handle.deadline_ms <= now:
+                raise expired
+            return None
         bit = 1 << handle.index
         if ck.acked & bit:
-            return None
-        if ck.resolved & bit or ck.queue.inflight.get(handle.offset) is not ck:
-            raise ReceiptHandleSupersededError(
-                "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
-            )
+            return None  # acked before: a repeated ack is idempotent
+        if ck.revived & bit:
+            raise expired
+        if ck.resolved & bit or owner is not ck:
+            raise superseded
+        if handle.deadline_ms <= now:
+            raise expired
         return ck, handle.index
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
@@ -917,6 +929,8 @@ class Broker:
                 cq.inflight[offset] = old
             raise
         old.resolved |= bit
+        self._superseded[(old.ck_id, index)] = old.deadline_ms
+        heapq.heappush(self._superseded_expiry, (old.deadline_ms, old.ck_id, index))
         self._track(new)
         self._finish(old)
         handle = self._codec.encode(
@@ -929,6 +943,10 @@ class Broker:
     async def _revive_loop(self) -> None:
         while True:
             now = now_ms()
+            expiry = self._superseded_expiry
+            while expiry and expiry[0][0] <= now:
+                _, ck_id, index = heapq.heappop(expiry)
+                self._superseded.pop((ck_id, index), None)
             due: list[Checkpoint] = []
             pending = 0
             while self._revive_heap and self._revive_heap[0][0] <= now and pending < _REVIVE_CHUNK:
@@ -1013,6 +1031,7 @@ class Broker:
         for ck, moves in plan:
             for index, _, _ in moves:
                 ck.resolved |= 1 << index
+                ck.revived |= 1 << index
                 ck.queue.release(ck, index)
             if ck.done:
                 self._cks.pop(ck.ck_id, None)

@@ -40,7 +40,7 @@ class Checkpoint:
         "range_end",
         "range_start",
         "resolved",
-        "writing",
+        "revived",
     )
 
     def __init__(
@@ -68,10 +68,10 @@ class Checkpoint:
         """Bit i: offsets[i] needs nothing more from this checkpoint."""
         self.acked = 0
         """Bit i: offsets[i] was acked here (resolved and not acked = superseded/revived)."""
+        self.revived = 0
+        """Bit i: offsets[i] was redelivered through the retry queue or dead-lettered."""
         self.persisted = False
-        """True once the record and its revive entry are in RocksDB."""
-        self.writing = False
-        """True while a persist of this checkpoint is in a pending write."""
+        """True once the record is in RocksDB or in the next flush (see Broker)."""
 
     @property
     def done(self) -> bool:

@@ -1,0 +1,110 @@
+"""popmq.v1.MessagingService on top of the broker."""
+
+from __future__ import annotations
+
+import grpc
+
+from broker_core.broker import Broker
+from broker_core.errors import InvalidArgumentError
+from popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from proxy import convert
+from proxy.errors import rpc
+
+_DEADLINE_MARGIN_S = 0.05
+"""A long poll returns this long before the caller's deadline instead of overrunning it."""
+
+
+class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
+    """Validates requests, converts them and calls the broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @rpc
+    async def SendMessages(
+        self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.SendMessagesResponse:
+        results = await self._broker.send([convert.new_message(m) for m in request.messages])
+        return messaging_pb2.SendMessagesResponse(
+            results=[convert.send_result(r) for r in results]
+        )
+
+    @rpc
+    async def Pop(
+        self, request: messaging_pb2.PopRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.PopResponse:
+        config = self._broker.config
+        max_messages = (
+            request.max_messages
+            if request.HasField("max_messages")
+            else min(32, config.pop.max_batch)
+        )
+        invisible = (
+            convert.seconds("invisible_duration", request.invisible_duration)
+            if request.HasField("invisible_duration")
+            else config.pop.default_invisible_s
+        )
+        wait = (
+            convert.seconds("long_polling_timeout", request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else config.long_polling.default_timeout_s
+        )
+        self._broker.check_pop_arguments(
+            max_messages=max_messages, invisible_s=invisible, wait_s=wait
+        )
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer (empty) before the caller's own deadline rather than let it expire.
+            wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
+        if request.filter.type not in (
+            messaging_pb2.FILTER_TYPE_UNSPECIFIED,
+            messaging_pb2.FILTER_TYPE_TAG,
+        ):
+            raise InvalidArgumentError(f"filter type {request.filter.type} is not supported")
+        popped = await self._broker.pop(
+            request.group,
+            request.topic,
+            max_messages=max_messages,
+            invisible_s=invisible,
+            wait_s=wait,
+            filter_expression=request.filter.expression,
+        )
+        return messaging_pb2.PopResponse(messages=[convert.received_message(m) for m in popped])
+
+    @rpc
+    async def Ack(
+        self, request: messaging_pb2.AckRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.AckResponse:
+        outcomes = await self._broker.ack(request.group, list(request.receipt_handles))
+        return messaging_pb2.AckResponse(
+            results=[
+                messaging_pb2.EntryResult(
+                    receipt_handle=handle,
+                    code="OK" if error is None else error.code,
+                    message="" if error is None else str(error),
+                )
+                for handle, error in zip(request.receipt_handles, outcomes, strict=True)
+            ]
+        )
+
+    @rpc
+    async def ChangeInvisibleTime(
+        self, request: messaging_pb2.ChangeInvisibleTimeRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.ChangeInvisibleTimeResponse:
+        if not request.HasField("invisible_duration"):
+            raise InvalidArgumentError("invisible_duration is required (1s..12h)")
+        invisible = convert.seconds("invisible_duration", request.invisible_duration)
+        handle, until_ms = await self._broker.change_invisible_time(
+            request.group, request.receipt_handle, invisible
+        )
+        return messaging_pb2.ChangeInvisibleTimeResponse(
+            receipt_handle=handle, invisible_until=convert.timestamp(until_ms)
+        )
+
+    @rpc
+    async def Nack(
+        self, request: messaging_pb2.NackRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.NackResponse:
+        delay = convert.seconds("delay", request.delay) if request.HasField("delay") else None
+        until_ms = await self._broker.nack(request.group, request.receipt_handle, delay)
+        return messaging_pb2.NackResponse(redeliver_time=convert.timestamp(until_ms))

@@ -1,0 +1,88 @@
+"""The real popmq server on 127.0.0.1:0 in a background thread, for integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from broker_core.config import BrokerConfig, StoreConfig
+from proxy.server import PopMQServer, ServerConfig
+
+T = TypeVar("T")
+
+
+class ServerThread:
+    """Runs PopMQServer on its own event loop thread; restartable over the same data dir."""
+
+    def __init__(self, data_dir: Path, broker: BrokerConfig | None = None) -> None:
+        self.data_dir = data_dir
+        base = broker or BrokerConfig()
+        self._config = ServerConfig(
+            listen="127.0.0.1:0",
+            shutdown_grace_s=1.0,
+            broker=BrokerConfig(
+                store=StoreConfig(data_dir=data_dir, flush=base.store.flush),
+                pop=base.pop,
+                long_polling=base.long_polling,
+                groups=base.groups,
+                auto_create_topics=base.auto_create_topics,
+            ),
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.server: PopMQServer | None = None
+        self.endpoint = ""
+
+    def start(self) -> str:
+        loop = asyncio.new_event_loop()
+        ready: Future[None] = Future()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
+        self._thread.start()
+        self.server = PopMQServer(self._config)
+        port = self.call(self.server.start)
+        del ready
+        self.endpoint = f"127.0.0.1:{port}"
+        return self.endpoint
+
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run a coroutine function on the server's loop and return its result."""
+        assert self._loop is not None
+
+        async def run() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=60)
+
+    def sync(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the server's loop (to read broker state safely)."""
+
+        async def run() -> T:
+            return fn()
+
+        return self.call(run)
+
+    def stop(self) -> None:
+        if self._loop is None or self.server is None:
+            return
+        self.call(self.server.stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+        self._loop.close()
+        self._loop = None
+        self.server = None
+
+    def restart(self) -> str:
+        """Stop cleanly and start again on the same data dir (a new port)."""
+        self.stop()
+        return self.start()
+
+    @property
+    def broker(self) -> Any:
+        assert self.server is not None
+        return self.server.broker
