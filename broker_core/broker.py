@@ -21,8 +21,8 @@ import heapq
 import logging
 import secrets
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from broker_core import keys, validation
 from broker_core.catalog import (
@@ -60,6 +60,7 @@ from broker_core.writer import GroupCommitWriter, QueueOffsets
 from popmq.store.v1 import records_pb2
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _SECRET_KEY = b"secret:receipt"
 _BOOT_KEY = b"boot:epoch"
@@ -316,7 +317,9 @@ class Broker:
         attempts = defaults.max_delivery_attempts
         if max_delivery_attempts is not None:
             attempts = max_delivery_attempts
-        validation.check_range("max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS)
+        validation.check_range(
+            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
+        )
         backoff = tuple(retry_backoff_s) if retry_backoff_s else defaults.retry_backoff_s
         if len(backoff) > validation.MAX_BACKOFF_ENTRIES:
             raise InvalidArgumentError(
@@ -352,51 +355,57 @@ class Broker:
     def list_groups(self) -> list[GroupInfo]:
         return sorted(self.catalog.groups.values(), key=lambda g: g.name)
 
+    async def _once(self, key: object, create: Callable[[], Awaitable[_T]]) -> _T:
+        """Run `create` once for concurrent first users of `key`; they all get its result."""
+        pending = self._creating.get(key)
+        if pending is not None:
+            shared: _T = await asyncio.shield(pending)
+            return shared
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._creating[key] = future
+        try:
+            result = await create()
+        except PopMQError as exc:
+            future.set_exception(exc)
+            future.exception()  # marked retrieved: concurrent waiters re-raise it themselves
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._creating[key]
+
     async def _ensure_group(self, name: str) -> GroupInfo:
         """The group, created with default settings on first use (RocketMQ auto-create)."""
         info = self.catalog.groups.get(name)
         if info is not None:
             return info
-        pending = self._creating.get(("group", name))
-        if pending is not None:
-            result: GroupInfo = await asyncio.shield(pending)
-            return result
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._creating[("group", name)] = future
-        try:
+
+        async def create() -> GroupInfo:
             defaults = self.config.groups
-            info = self.catalog.new_group(
+            new = self.catalog.new_group(
                 name,
                 max_delivery_attempts=defaults.max_delivery_attempts,
                 retry_backoff_ms=tuple(round(d * 1000) for d in defaults.retry_backoff_s),
                 now_ms=now_ms(),
                 auto_created=True,
             )
-            await self.writer.submit(lambda b, _: self.catalog.write_group(b, info), sync=True)
-            self.catalog.register_group(info)
-            future.set_result(info)
+            await self.writer.submit(lambda b, _: self.catalog.write_group(b, new), sync=True)
+            self.catalog.register_group(new)
             log.info("group %s created on first use", name)
-            return info
-        except PopMQError as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it
-            raise
-        finally:
-            del self._creating[("group", name)]
+            return new
+
+        return await self._once(("group", name), create)
 
     async def _ensure_retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
+        """The group's retry queue for `topic` (one queue), created on first use."""
         key = (group.group_id, topic.topic_id)
         info = self.catalog.retry_topics.get(key)
         if info is not None:
             return info
-        pending = self._creating.get(("retry", key))
-        if pending is not None:
-            result: TopicInfo = await asyncio.shield(pending)
-            return result
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._creating[("retry", key)] = future
-        try:
-            info = self.catalog.new_topic(
+
+        async def create() -> TopicInfo:
+            new = self.catalog.new_topic(
                 retry_topic_name(group.name, topic.name),
                 1,
                 kind=KIND_RETRY,
@@ -404,41 +413,21 @@ class Broker:
                 owner_group=group.name,
                 owner_topic=topic.name,
             )
-            new = info
             await self.writer.submit(
                 lambda b, _: self.catalog.write_topic(b, new, group_id=group.group_id), sync=True
             )
-            self.catalog.register_topic(info, group_id=group.group_id)
-            future.set_result(info)
-            return info
-        except PopMQError as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._creating[("retry", key)]
+            self.catalog.register_topic(new, group_id=group.group_id)
+            return new
+
+        return await self._once(("retry", key), create)
 
     async def _ensure_dlq(self, group: GroupInfo) -> TopicInfo:
+        """`%DLQ%<group>` (one queue), created when the group first dead-letters."""
         name = dlq_topic_name(group.name)
         info = self.catalog.topics.get(name)
         if info is not None:
             return info
-        pending = self._creating.get(("dlq", name))
-        if pending is not None:
-            result: TopicInfo = await asyncio.shield(pending)
-            return result
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._creating[("dlq", name)] = future
-        try:
-            info = await self._create_topic(name, 1, KIND_DLQ)
-            future.set_result(info)
-            return info
-        except PopMQError as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._creating[("dlq", name)]
+        return await self._once(("dlq", name), lambda: self._create_topic(name, 1, KIND_DLQ))
 
     # -- send -----------------------------------------------------------------------------
 
@@ -498,7 +487,9 @@ class Broker:
         if info is not None and info.kind == KIND_NORMAL:
             return info
         if info is not None:
-            raise InvalidArgumentError(f"topic {name!r} is a dead-letter topic; it can only be read")
+            raise InvalidArgumentError(
+                f"topic {name!r} is a dead-letter topic; it can only be read"
+            )
         if not self.config.auto_create_topics:
             raise NotFoundError(f"topic {name!r} does not exist; create it first")
         try:
@@ -508,9 +499,7 @@ class Broker:
 
     # -- pop ------------------------------------------------------------------------------
 
-    def check_pop_arguments(
-        self, *, max_messages: int, invisible_s: float, wait_s: float
-    ) -> None:
+    def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
         pop = self.config.pop
         validation.check_range("max_messages", max_messages, 1, pop.max_batch)
         validation.check_range(
@@ -556,7 +545,9 @@ class Broker:
             waiter = self.polling.park(group, topic)
             try:
                 # A queue skipped because its lock was held may have messages: look again soon.
-                await asyncio.wait([waiter], timeout=min(remaining, 0.005) if contended else remaining)
+                await asyncio.wait(
+                    [waiter], timeout=min(remaining, 0.005) if contended else remaining
+                )
             finally:
                 self.polling.unpark(group, topic, waiter)
 
@@ -621,7 +612,10 @@ class Broker:
             chunk_end = min(limit, position + min(step, budget))
             values = store.multi_get(
                 "messages",
-                [keys.message_key(source.topic_id, cq.queue_id, o) for o in range(position, chunk_end)],
+                [
+                    keys.message_key(source.topic_id, cq.queue_id, o)
+                    for o in range(position, chunk_end)
+                ],
             )
             for offset, value in zip(range(position, chunk_end), values, strict=True):
                 position = offset + 1
@@ -787,13 +781,15 @@ class Broker:
 
     # -- ack, change invisible time, nack -------------------------------------------------
 
-    def _resolve_handle(self, group: GroupInfo, text: str, now: int) -> tuple[Checkpoint, int] | None:
+    def _resolve_handle(
+        self, group: GroupInfo, text: str, now: int
+    ) -> tuple[Checkpoint, int] | None:
         """The live checkpoint and index a handle refers to; None when already acked."""
         handle = self._codec.decode(text)
         if handle.group_id != group.group_id:
-            owner = self.catalog.groups_by_id.get(handle.group_id)
+            other = self.catalog.groups_by_id.get(handle.group_id)
             raise InvalidReceiptHandleError(
-                f"receipt handle belongs to group {owner.name if owner else '(deleted)'!r}, "
+                f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
                 f"not {group.name!r}"
             )
         superseded = ReceiptHandleSupersededError(
@@ -808,7 +804,11 @@ class Broker:
         cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
         ck = self._cks.get(handle.ck_id)
-        if ck is None or handle.index >= len(ck.offsets) or ck.offsets[handle.index] != handle.offset:
+        if (
+            ck is None
+            or handle.index >= len(ck.offsets)
+            or ck.offsets[handle.index] != handle.offset
+        ):
             # Finished checkpoint: acked, unless another delivery owns the message now (a
             # restart lost the checkpoint and the message was popped again).
             if owner is not None:
@@ -934,7 +934,9 @@ class Broker:
         self._track(new)
         self._finish(old)
         handle = self._codec.encode(
-            ReceiptHandle(cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms)
+            ReceiptHandle(
+                cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms
+            )
         )
         return handle, new.deadline_ms
 
@@ -1050,7 +1052,8 @@ class Broker:
             now = now_ms()
             due = 0
             while self._buffer_heap and (
-                self._buffer_heap[0][0] <= now or len(self._buffered) > self.config.pop.ck_buffer_max
+                self._buffer_heap[0][0] <= now
+                or len(self._buffered) > self.config.pop.ck_buffer_max
             ):
                 _, ck_id = heapq.heappop(self._buffer_heap)
                 ck = self._buffered.get(ck_id)

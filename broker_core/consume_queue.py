@@ -26,10 +26,10 @@ class ConsumeQueue:
         "inflight",
         "lock_key",
         "pop_offset",
+        "queue_id",
         "recovered",
         "topic",
         "topic_id",
-        "queue_id",
     )
 
     def __init__(

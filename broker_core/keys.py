@@ -21,7 +21,8 @@ def message_key(topic_id: int, queue_id: int, offset: int) -> bytes:
 
 def message_offset(key: bytes) -> int:
     """The offset part of a messages-family key."""
-    return _MESSAGE.unpack(key)[2]
+    offset: int = _MESSAGE.unpack(key)[2]
+    return offset
 
 
 def queue_prefix(topic_id: int, queue_id: int) -> bytes:

@@ -41,8 +41,7 @@ class LongPolling:
             )
         if self._total >= self._config.max_total:
             raise ResourceExhaustedError(
-                f"too many held pops on this server: at most {self._config.max_total}; "
-                "retry later"
+                f"too many held pops on this server: at most {self._config.max_total}; retry later"
             )
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(future)
@@ -51,7 +50,9 @@ class LongPolling:
 
     def unpark(self, group: str, topic: str, future: asyncio.Future[None]) -> None:
         by_group = self._waiters.get(topic)
-        queue = by_group.get(group) if by_group else None
+        if by_group is None:
+            return
+        queue = by_group.get(group)
         if queue is None:
             return
         try:
@@ -60,7 +61,7 @@ class LongPolling:
             return
         self._total -= 1
         if not queue:
-            del by_group[group]  # type: ignore[index]
+            del by_group[group]
             if not by_group:
                 del self._waiters[topic]
 

@@ -9,7 +9,7 @@ would not overlap fsync with other work (measured, see GroupCommitWriter).
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +68,9 @@ class Store:
         value: bytes | None = self._families[family].get(key)
         return value
 
-    def multi_get(self, family: str, keys: list[bytes]) -> list[bytes | None]:
-        values: list[bytes | None] = self._families[family].get(keys)
-        return values
+    def multi_get(self, family: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        values = self._families[family].get(list(keys))
+        return list(values) if values is not None else [None] * len(keys)
 
     def scan(self, family: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Yield (key, value) for start <= key < end, in key order."""
@@ -102,6 +102,8 @@ class Store:
         return None
 
     def batch(self) -> Batch:
+        if self._closed:
+            raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
         return Batch(self._handles)
 
     def write(self, batch: Batch, *, sync: bool) -> None:

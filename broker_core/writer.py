@@ -145,8 +145,8 @@ class GroupCommitWriter:
         """Write everything pending now, in one batch."""
         self._scheduled = False
         jobs, self._pending = self._pending, []
-        batch = self._store.batch()
         try:
+            batch = self._store.batch()
             for hook in self._flush_hooks:
                 hook(batch)
             results = [job.apply(batch, self.offsets) for job in jobs]

@@ -25,9 +25,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.SendMessagesResponse:
         results = await self._broker.send([convert.new_message(m) for m in request.messages])
-        return messaging_pb2.SendMessagesResponse(
-            results=[convert.send_result(r) for r in results]
-        )
+        return messaging_pb2.SendMessagesResponse(results=[convert.send_result(r) for r in results])
 
     @rpc
     async def Pop(

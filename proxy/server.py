@@ -115,9 +115,7 @@ async def serve(config: ServerConfig) -> None:
     log.info("stopped")
 
 
-def run_server(
-    *, listen: str, data_dir: Path, flush: Literal["sync", "async"] = "sync"
-) -> int:
+def run_server(*, listen: str, data_dir: Path, flush: Literal["sync", "async"] = "sync") -> int:
     """Blocking entry point of `popmq serve`; returns the process exit code."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

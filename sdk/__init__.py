@@ -1,1 +1,57 @@
-"""popmq package."""
+"""popmq client SDK: producers, simple consumers and admin, sync and asyncio.
+
+The ``Async*`` clients do the work on asyncio; ``Admin``, ``Producer`` and
+``SimpleConsumer`` are blocking facades over them that run on one background event loop
+thread per process.
+"""
+
+from sdk.admin import Admin, AsyncAdmin
+from sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
+from sdk.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PopMQError,
+    ResourceExhaustedError,
+    ServerError,
+    UnavailableError,
+)
+from sdk.producer import AsyncProducer, Producer
+from sdk.types import (
+    Group,
+    Message,
+    QueueLag,
+    QueueStats,
+    ReceivedMessage,
+    SendReceipt,
+    Topic,
+    TopicDescription,
+)
+
+__all__ = [
+    "Admin",
+    "AlreadyExistsError",
+    "AsyncAdmin",
+    "AsyncProducer",
+    "AsyncSimpleConsumer",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "Group",
+    "InvalidArgumentError",
+    "Message",
+    "NotFoundError",
+    "PopMQError",
+    "Producer",
+    "QueueLag",
+    "QueueStats",
+    "ReceivedMessage",
+    "ResourceExhaustedError",
+    "SendReceipt",
+    "ServerError",
+    "SimpleConsumer",
+    "Topic",
+    "TopicDescription",
+    "UnavailableError",
+]

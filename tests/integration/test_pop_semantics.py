@@ -81,7 +81,7 @@ def test_change_invisible_duration_extends_and_old_handle_is_rejected(endpoint: 
             consumer.ack(_with_handle(msg, old_handle))  # still superseded, not "expired"
         consumer.ack(msg)
         consumer.ack(msg)  # a repeated ack of the same valid handle is idempotent
-        with pytest.raises(FailedPreconditionError, match="superseded|expired"):
+        with pytest.raises(FailedPreconditionError, match=r"superseded|expired"):
             consumer.ack(_with_handle(msg, old_handle))  # never a silent success
         assert consumer.receive(wait_s=3) == []
 
@@ -146,9 +146,10 @@ def test_held_long_poll_wakes_within_50ms_of_a_send(endpoint: str) -> None:
     import threading
 
     results: list[tuple[float, int]] = []
-    with SimpleConsumer(endpoint, group="g", topic="orders") as consumer, Producer(
-        endpoint
-    ) as producer:
+    with (
+        SimpleConsumer(endpoint, group="g", topic="orders") as consumer,
+        Producer(endpoint) as producer,
+    ):
         producer.send("orders", b"warm-up")  # connect both channels first
         consumer.ack(consumer.receive(wait_s=5))
 
@@ -274,7 +275,9 @@ def _receive_all(consumer: SimpleConsumer, count: int, wait_s: float) -> list:  
     got: list = []  # type: ignore[type-arg]
     deadline = time.monotonic() + wait_s
     while len(got) < count and time.monotonic() < deadline:
-        got.extend(consumer.receive(invisible_duration_s=60, wait_s=max(0.1, deadline - time.monotonic())))
+        got.extend(
+            consumer.receive(invisible_duration_s=60, wait_s=max(0.1, deadline - time.monotonic()))
+        )
     return got
 
 
@@ -284,4 +287,3 @@ def _with_handle(msg, handle: str):  # type: ignore[no-untyped-def]
     clone = copy.copy(msg)
     clone.receipt_handle = handle
     return clone
-

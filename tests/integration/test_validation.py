@@ -129,7 +129,7 @@ def test_change_invisible_time_out_of_range_is_rejected(stubs) -> None:  # type:
     ],
 )
 def test_bad_receipt_handles_get_per_entry_invalid_argument(stubs, handle, expected) -> None:  # type: ignore[no-untyped-def]
-    admin, msg = stubs
+    _admin, msg = stubs
     msg.Pop(messaging_pb2.PopRequest(group="g", topic="orders", long_polling_timeout=_d(0)))
     response = msg.Ack(messaging_pb2.AckRequest(group="g", receipt_handles=[handle]))
     (result,) = response.results
@@ -138,7 +138,7 @@ def test_bad_receipt_handles_get_per_entry_invalid_argument(stubs, handle, expec
 
 
 def test_forged_and_foreign_and_expired_handles_are_rejected(stubs) -> None:  # type: ignore[no-untyped-def]
-    admin, msg = stubs
+    _admin, msg = stubs
     msg.SendMessages(_msg(body=b"a"))
     popped = msg.Pop(
         messaging_pb2.PopRequest(
@@ -196,7 +196,9 @@ def test_long_poll_limit_per_group_topic_is_resource_exhausted(tmp_path) -> None
     from broker_core.config import BrokerConfig, LongPollingConfig
     from tests.integration.server import ServerThread
 
-    server = ServerThread(tmp_path / "d", BrokerConfig(long_polling=LongPollingConfig(max_per_key=2)))
+    server = ServerThread(
+        tmp_path / "d", BrokerConfig(long_polling=LongPollingConfig(max_per_key=2))
+    )
     endpoint = server.start()
     try:
         channel = grpc.insecure_channel(endpoint)

@@ -1,0 +1,174 @@
+"""The gRPC channel behind each async client, and the base class those clients share.
+
+A ``grpc.aio`` channel belongs to the event loop it was created on, so the channel is
+opened lazily inside the first call, on the loop that runs it. When the running loop
+changes (the sync facades' loop thread is restarted in a forked child), a new channel is
+opened; the old one belonged to a loop that no longer runs and is dropped, not closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message as ProtoMessage
+
+from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
+from sdk.errors import error_from_rpc_error
+
+__all__ = ["CHANNEL_OPTIONS", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "AsyncClient", "Connection"]
+
+logger = logging.getLogger(__name__)
+
+# Bodies go up to 4 MiB and a batch or a pop of up to 32 messages must fit in one message.
+MAX_MESSAGE_BYTES = 130 * 1024 * 1024
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+DEFAULT_TIMEOUT_S = 10.0
+
+# The generated gRPC stubs have no type hints; calls through them are Any by nature and
+# their results are annotated with the pb2 response types at each call site.
+_MessagingStub: Any = messaging_pb2_grpc.MessagingServiceStub
+_AdminStub: Any = admin_pb2_grpc.AdminServiceStub
+
+
+class Connection:
+    """A channel to one endpoint and the service stubs on it, opened on first use.
+
+    Args:
+        endpoint: ``host:port`` (or any gRPC target) of the popmq proxy.
+        channel: An already open ``grpc.aio`` channel to use instead; the caller keeps
+            ownership and closes it.
+    """
+
+    def __init__(self, endpoint: str, channel: Any = None) -> None:
+        self.endpoint = endpoint
+        self._channel: Any = channel
+        self._owned = channel is None
+        # The loop an owned channel was opened on; None until then.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._messaging: Any = None
+        self._admin: Any = None
+
+    def _open(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._channel is None or (self._owned and self._loop is not loop):
+            if self._channel is not None:
+                logger.debug("event loop changed; reopening the channel to %s", self.endpoint)
+            self._channel = grpc.aio.insecure_channel(self.endpoint, options=CHANNEL_OPTIONS)
+            self._loop = loop
+            self._messaging = self._admin = None
+        return self._channel
+
+    def messaging(self) -> Any:
+        """Return the MessagingService stub, opening the channel if needed."""
+        channel = self._open()
+        if self._messaging is None:
+            self._messaging = _MessagingStub(channel)
+        return self._messaging
+
+    def admin(self) -> Any:
+        """Return the AdminService stub, opening the channel if needed."""
+        channel = self._open()
+        if self._admin is None:
+            self._admin = _AdminStub(channel)
+        return self._admin
+
+    async def close(self) -> None:
+        """Close an owned channel; a borrowed one is left to its owner."""
+        channel, self._channel = self._channel, None
+        self._messaging = self._admin = None
+        if channel is None or not self._owned:
+            return
+        if self._loop is asyncio.get_running_loop():
+            await channel.close()
+        else:
+            logger.debug("dropping a channel to %s opened on another event loop", self.endpoint)
+
+
+async def unary(method: Any, request: ProtoMessage, timeout_s: float) -> Any:
+    """Call a unary RPC, translating a failed status into the SDK's error for it.
+
+    Raises:
+        PopMQError: The subclass registered for the call's status code.
+    """
+    try:
+        return await method(request, timeout=timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        raise error_from_rpc_error(exc) from exc
+
+
+class AsyncClient:
+    """Lifecycle shared by the async clients: lazy channel, idempotent close, warnings.
+
+    Args:
+        endpoint: ``host:port`` of the popmq proxy.
+        timeout_s: Timeout of each call, in seconds.
+        channel: Optional ``grpc.aio`` channel to use instead of opening one (the caller
+            keeps ownership); a seam for tests and custom channel setups.
+    """
+
+    def __init__(
+        self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, channel: Any = None
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self._conn = Connection(endpoint, channel)
+        self._timeout_s = timeout_s
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint this client talks to."""
+        return self._conn.endpoint
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    async def close(self) -> None:
+        """Close the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._conn.close()
+
+    def abandon(self) -> None:
+        """Mark closed without closing the channel, for owners that already warned.
+
+        Used by the sync facade when it is collected unclosed and no loop can run
+        ``close``; the channel, if any, is left to the garbage collector.
+        """
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        # getattr: __init__ may have failed before _closed was set.
+        if not getattr(self, "_closed", True):
+            warnings.warn(
+                f"unclosed {type(self).__name__} to {self._conn.endpoint}; call close()",
+                ResourceWarning,
+                stacklevel=2,
+            )

@@ -1,0 +1,255 @@
+"""Simple consumers: pop messages for a group, then ack, nack or extend each delivery.
+
+Delivery is at-least-once: a popped message stays invisible to other pops of the group for
+its invisible duration; unless it is acked by then, it is delivered again with
+``delivery_attempt + 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from popmq.v1 import messaging_pb2
+from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from sdk._sync import SyncClient
+from sdk.errors import PopMQError, error_from_code_name
+from sdk.types import ReceivedMessage, datetime_from_timestamp, duration_from_seconds
+
+__all__ = [
+    "DEFAULT_INVISIBLE_DURATION_S",
+    "DEFAULT_MAX_MESSAGES",
+    "DEFAULT_WAIT_S",
+    "AsyncSimpleConsumer",
+    "SimpleConsumer",
+    "build_pop_request",
+]
+
+# The server's defaults for an unset field, sent explicitly so behaviour is visible here.
+DEFAULT_MAX_MESSAGES = 32
+DEFAULT_INVISIBLE_DURATION_S = 30.0
+DEFAULT_WAIT_S = 20.0
+
+
+def build_pop_request(
+    group: str,
+    topic: str,
+    *,
+    filter: str = "*",
+    max_messages: int | None = DEFAULT_MAX_MESSAGES,
+    invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
+    wait_s: float | None = DEFAULT_WAIT_S,
+) -> messaging_pb2.PopRequest:
+    """Build a Pop request; a ``None`` argument leaves its field unset (server default)."""
+    request = messaging_pb2.PopRequest(
+        group=group,
+        topic=topic,
+        filter=messaging_pb2.FilterExpression(
+            type=messaging_pb2.FILTER_TYPE_TAG, expression=filter
+        ),
+    )
+    if max_messages is not None:
+        request.max_messages = max_messages
+    if invisible_duration_s is not None:
+        request.invisible_duration.CopyFrom(
+            duration_from_seconds(invisible_duration_s, name="invisible_duration_s")
+        )
+    if wait_s is not None:
+        request.long_polling_timeout.CopyFrom(duration_from_seconds(wait_s, name="wait_s"))
+    return request
+
+
+def build_nack_request(
+    group: str, receipt_handle: str, delay_s: float | None
+) -> messaging_pb2.NackRequest:
+    """Build a Nack request; ``delay_s=None`` leaves the delay unset (group backoff)."""
+    request = messaging_pb2.NackRequest(group=group, receipt_handle=receipt_handle)
+    if delay_s is not None:
+        request.delay.CopyFrom(duration_from_seconds(delay_s, name="delay_s"))
+    return request
+
+
+class AsyncSimpleConsumer(AsyncClient):
+    """Pops messages of one topic for one consumer group (asyncio).
+
+    Args:
+        endpoint: ``host:port`` of the popmq proxy.
+        group: Consumer group; the server creates it with default settings on first use.
+        topic: Topic to receive from.
+        filter: Tag expression: ``"*"``, ``"TagA"`` or ``"TagA || TagB"``.
+        timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
+        channel: Optional ``grpc.aio`` channel to use instead of opening one.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        group: str,
+        topic: str,
+        filter: str = "*",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        channel: Any = None,
+    ) -> None:
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        self.group = group
+        self.topic = topic
+        self.filter = filter
+
+    async def receive(
+        self,
+        max_messages: int | None = DEFAULT_MAX_MESSAGES,
+        invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
+        wait_s: float | None = DEFAULT_WAIT_S,
+    ) -> list[ReceivedMessage]:
+        """Pop up to ``max_messages``, waiting up to ``wait_s`` for the first one.
+
+        Returns as soon as any message is available, and an empty list when none arrived
+        within ``wait_s``. ``None`` for an argument leaves it to the server's default.
+
+        Raises:
+            NotFoundError: The topic does not exist.
+            InvalidArgumentError: An argument is out of the server's range.
+        """
+        self._check_open()
+        request = build_pop_request(
+            self.group,
+            self.topic,
+            filter=self.filter,
+            max_messages=max_messages,
+            invisible_duration_s=invisible_duration_s,
+            wait_s=wait_s,
+        )
+        # The server may hold the call for the whole long poll before answering.
+        timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
+        response: messaging_pb2.PopResponse = await unary(
+            self._conn.messaging().Pop, request, timeout_s
+        )
+        return [ReceivedMessage.from_proto(m) for m in response.messages]
+
+    async def ack(self, messages: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
+        """Acknowledge one message or many (in one RPC) so they are not delivered again.
+
+        Every message is attempted; then the first failed entry, if any, is raised.
+
+        Raises:
+            FailedPreconditionError: A receipt handle is no longer valid (e.g. expired).
+        """
+        self._check_open()
+        batch = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
+        if not batch:
+            return
+        request = messaging_pb2.AckRequest(
+            group=self.group, receipt_handles=[m.receipt_handle for m in batch]
+        )
+        response: messaging_pb2.AckResponse = await unary(
+            self._conn.messaging().Ack, request, self._timeout_s
+        )
+        first_error: PopMQError | None = next(
+            (
+                error_from_code_name(result.code, result.message)
+                for result in response.results
+                if result.code != "OK"
+            ),
+            None,
+        )
+        if first_error is not None:
+            raise first_error
+
+    async def change_invisible_duration(
+        self, message: ReceivedMessage, invisible_duration_s: float
+    ) -> None:
+        """Make a popped message invisible for ``invisible_duration_s`` from now.
+
+        The server replaces the receipt handle; ``message.receipt_handle`` and
+        ``message.invisible_until`` are updated in place, the old handle is invalid.
+        """
+        self._check_open()
+        request = messaging_pb2.ChangeInvisibleTimeRequest(
+            group=self.group,
+            receipt_handle=message.receipt_handle,
+            invisible_duration=duration_from_seconds(
+                invisible_duration_s, name="invisible_duration_s"
+            ),
+        )
+        response: messaging_pb2.ChangeInvisibleTimeResponse = await unary(
+            self._conn.messaging().ChangeInvisibleTime, request, self._timeout_s
+        )
+        message.receipt_handle = response.receipt_handle
+        message.invisible_until = datetime_from_timestamp(response.invisible_until)
+
+    async def nack(self, message: ReceivedMessage, delay_s: float | None = None) -> datetime:
+        """Give a popped message back for redelivery and return when it will be redelivered.
+
+        Args:
+            message: The message to give back.
+            delay_s: Redeliver after this many seconds; ``None`` uses the group's retry
+                backoff for the message's delivery attempt.
+        """
+        self._check_open()
+        request = build_nack_request(self.group, message.receipt_handle, delay_s)
+        response: messaging_pb2.NackResponse = await unary(
+            self._conn.messaging().Nack, request, self._timeout_s
+        )
+        return datetime_from_timestamp(response.redeliver_time)
+
+
+class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
+    """Pops messages of one topic for one consumer group (blocking).
+
+    Args:
+        endpoint: ``host:port`` of the popmq proxy.
+        group: Consumer group; the server creates it with default settings on first use.
+        topic: Topic to receive from.
+        filter: Tag expression: ``"*"``, ``"TagA"`` or ``"TagA || TagB"``.
+        timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        group: str,
+        topic: str,
+        filter: str = "*",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        super().__init__(
+            AsyncSimpleConsumer(
+                endpoint, group=group, topic=topic, filter=filter, timeout_s=timeout_s
+            )
+        )
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return self._core.group
+
+    @property
+    def topic(self) -> str:
+        """The topic received from."""
+        return self._core.topic
+
+    def receive(
+        self,
+        max_messages: int | None = DEFAULT_MAX_MESSAGES,
+        invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
+        wait_s: float | None = DEFAULT_WAIT_S,
+    ) -> list[ReceivedMessage]:
+        """Pop up to ``max_messages`` (see ``AsyncSimpleConsumer.receive``)."""
+        return self._run(self._core.receive(max_messages, invisible_duration_s, wait_s))
+
+    def ack(self, messages: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
+        """Acknowledge one message or many (see ``AsyncSimpleConsumer.ack``)."""
+        self._run(self._core.ack(messages))
+
+    def change_invisible_duration(
+        self, message: ReceivedMessage, invisible_duration_s: float
+    ) -> None:
+        """Extend or shorten a delivery (see ``AsyncSimpleConsumer.change_invisible_duration``)."""
+        self._run(self._core.change_invisible_duration(message, invisible_duration_s))
+
+    def nack(self, message: ReceivedMessage, delay_s: float | None = None) -> datetime:
+        """Give a message back for redelivery (see ``AsyncSimpleConsumer.nack``)."""
+        return self._run(self._core.nack(message, delay_s))

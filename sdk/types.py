@@ -1,0 +1,359 @@
+"""Dataclasses the SDK takes and returns, and their proto conversions.
+
+Proto types stay at this edge: clients build requests with ``to_proto`` helpers and turn
+responses into these dataclasses with ``from_proto``, so callers never see pb2 objects.
+Durations are float seconds (names end in ``_s``); timestamps are tz-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from popmq.v1 import admin_pb2, messaging_pb2
+from sdk.errors import InvalidArgumentError
+
+__all__ = [
+    "Group",
+    "Message",
+    "QueueLag",
+    "QueueStats",
+    "ReceivedMessage",
+    "SendReceipt",
+    "Topic",
+    "TopicDescription",
+    "datetime_from_timestamp",
+    "duration_from_seconds",
+    "seconds_from_duration",
+]
+
+_NANOS_PER_SECOND = 1_000_000_000
+
+
+def duration_from_seconds(seconds: float, *, name: str = "duration") -> duration_pb2.Duration:
+    """Convert float seconds to a proto Duration, rejecting values no server could accept.
+
+    Args:
+        seconds: The duration in seconds.
+        name: The argument name, for the error message.
+
+    Raises:
+        InvalidArgumentError: ``seconds`` is NaN or infinite.
+    """
+    if not math.isfinite(seconds):
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds, got {seconds}")
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(round(seconds * _NANOS_PER_SECOND))
+    return duration
+
+
+def seconds_from_duration(duration: duration_pb2.Duration) -> float:
+    """Convert a proto Duration to float seconds."""
+    return duration.seconds + duration.nanos / _NANOS_PER_SECOND
+
+
+def datetime_from_timestamp(timestamp: timestamp_pb2.Timestamp) -> datetime:
+    """Convert a proto Timestamp to a tz-aware UTC datetime (the epoch when unset)."""
+    return timestamp.ToDatetime(tzinfo=UTC)
+
+
+def _enum_suffix(name_of: Callable[[int], str], value: int, prefix: str) -> str:
+    """Name an enum value without its proto prefix, lower case ("TOPIC_KIND_DLQ" -> "dlq").
+
+    Values newer than the generated code keep their number, so old clients still work.
+    """
+    try:
+        full = name_of(value)
+    except ValueError:
+        return str(value)
+    return full.removeprefix(prefix).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message to send.
+
+    Attributes:
+        body: Payload, 1 byte to 4 MiB.
+        tag: Optional tag that consumers filter on ("TagA"); no ``|`` allowed.
+        keys: Optional business keys.
+        properties: User properties (at most 128 entries, 16 KiB in total).
+        message_id: Optional client-assigned id; the server assigns one when empty.
+    """
+
+    body: bytes
+    tag: str = ""
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_id: str = ""
+
+    def __post_init__(self) -> None:
+        # Copy the caller's containers so later mutation of them cannot change this message,
+        # and fail on a str body or a bare-str key here rather than deep inside protobuf.
+        if isinstance(self.body, bytearray | memoryview):
+            object.__setattr__(self, "body", bytes(self.body))
+        if not isinstance(self.body, bytes):
+            raise TypeError(f"body must be bytes, got {type(self.body).__name__}")
+        if isinstance(self.keys, str):
+            raise TypeError("keys must be a sequence of strings, not a single string")
+        object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "properties", dict(self.properties))
+
+    def to_proto(self, topic: str) -> messaging_pb2.OutgoingMessage:
+        """Build the wire message for sending this message to ``topic``."""
+        return messaging_pb2.OutgoingMessage(
+            topic=topic,
+            body=self.body,
+            tag=self.tag,
+            keys=list(self.keys),
+            properties=dict(self.properties),
+            message_id=self.message_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """Where a sent message was stored.
+
+    Attributes:
+        message_id: The message id (client-assigned or server-assigned).
+        topic: Topic the message was stored in.
+        queue_id: Queue of the topic the message was stored in.
+        offset: Offset of the message in its queue (dense, from 0).
+    """
+
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+
+    @classmethod
+    def from_proto(cls, result: messaging_pb2.SendResult) -> SendReceipt:
+        """Build a receipt from one entry of a SendMessages response."""
+        return cls(
+            message_id=result.message_id,
+            topic=result.topic,
+            queue_id=result.queue_id,
+            offset=result.offset,
+        )
+
+
+@dataclass(slots=True)
+class ReceivedMessage:
+    """A popped message with the receipt handle that owns this delivery.
+
+    Mutable on purpose: ``change_invisible_duration`` replaces ``receipt_handle`` and
+    ``invisible_until`` in place, because the server invalidates the old handle.
+
+    Attributes:
+        message_id: Message id assigned at send.
+        topic: Topic the message was sent to (the original topic for a retried message).
+        queue_id: Queue of the copy being delivered.
+        offset: Offset of the copy being delivered in its queue.
+        body: Payload.
+        tag: Tag, or empty.
+        keys: Business keys.
+        properties: User properties.
+        born_timestamp: When the producer created the message (UTC).
+        store_timestamp: When the server stored the message (UTC).
+        delivery_attempt: 1 on first delivery, +1 on every redelivery.
+        receipt_handle: Opaque handle to ack, nack or change the invisible time.
+        invisible_until: When the message becomes visible again unless acked (UTC).
+    """
+
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    body: bytes
+    tag: str
+    keys: tuple[str, ...]
+    properties: dict[str, str]
+    born_timestamp: datetime
+    store_timestamp: datetime
+    delivery_attempt: int
+    receipt_handle: str
+    invisible_until: datetime
+
+    @classmethod
+    def from_proto(cls, message: messaging_pb2.ReceivedMessage) -> ReceivedMessage:
+        """Build a received message from one entry of a Pop response."""
+        return cls(
+            message_id=message.message_id,
+            topic=message.topic,
+            queue_id=message.queue_id,
+            offset=message.offset,
+            body=message.body,
+            tag=message.tag,
+            keys=tuple(message.keys),
+            properties=dict(message.properties),
+            born_timestamp=datetime_from_timestamp(message.born_time),
+            store_timestamp=datetime_from_timestamp(message.store_time),
+            delivery_attempt=message.delivery_attempt,
+            receipt_handle=message.receipt_handle,
+            invisible_until=datetime_from_timestamp(message.invisible_until),
+        )
+
+    def to_proto(self) -> messaging_pb2.ReceivedMessage:
+        """Build the wire form (for tests and tools that replay deliveries)."""
+        return messaging_pb2.ReceivedMessage(
+            message_id=self.message_id,
+            topic=self.topic,
+            queue_id=self.queue_id,
+            offset=self.offset,
+            body=self.body,
+            tag=self.tag,
+            keys=list(self.keys),
+            properties=dict(self.properties),
+            born_time=self.born_timestamp,
+            store_time=self.store_timestamp,
+            delivery_attempt=self.delivery_attempt,
+            receipt_handle=self.receipt_handle,
+            invisible_until=self.invisible_until,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """A named set of queues.
+
+    Attributes:
+        name: Topic name.
+        queues: Number of queues.
+        message_type: Messages the topic accepts: ``"normal"``.
+        kind: ``"normal"`` for a user topic, ``"dlq"`` for a dead-letter topic.
+        create_time: When the topic was created (UTC).
+    """
+
+    name: str
+    queues: int
+    message_type: str
+    kind: str
+    create_time: datetime
+
+    @classmethod
+    def from_proto(cls, topic: admin_pb2.Topic) -> Topic:
+        """Build a topic from its wire form."""
+        # The proto treats an unspecified message type as NORMAL; say so explicitly.
+        message_type = topic.message_type or admin_pb2.MESSAGE_TYPE_NORMAL
+        return cls(
+            name=topic.name,
+            queues=topic.queues,
+            message_type=_enum_suffix(admin_pb2.MessageType.Name, message_type, "MESSAGE_TYPE_"),
+            kind=_enum_suffix(admin_pb2.TopicKind.Name, topic.kind, "TOPIC_KIND_"),
+            create_time=datetime_from_timestamp(topic.create_time),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Offsets of one queue of a topic.
+
+    Attributes:
+        queue_id: Queue id, 0..queues-1.
+        min_offset: Smallest offset still stored.
+        max_offset: Offset the next message will get (number of messages ever stored).
+    """
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+    @classmethod
+    def from_proto(cls, stats: admin_pb2.QueueStats) -> QueueStats:
+        """Build queue stats from their wire form."""
+        return cls(
+            queue_id=stats.queue_id, min_offset=stats.min_offset, max_offset=stats.max_offset
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic with the offsets of each of its queues.
+
+    Attributes:
+        topic: The topic.
+        queues: One entry per queue, by queue id.
+    """
+
+    topic: Topic
+    queues: list[QueueStats]
+
+    @classmethod
+    def from_proto(cls, response: admin_pb2.GetTopicResponse) -> TopicDescription:
+        """Build a description from a GetTopic response."""
+        return cls(
+            topic=Topic.from_proto(response.topic),
+            queues=[QueueStats.from_proto(q) for q in response.queues],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A consumer group and its delivery settings.
+
+    Attributes:
+        name: Group name.
+        max_delivery_attempts: Deliveries before a message goes to ``%DLQ%<group>``.
+        retry_backoff_s: Nack delay by delivery attempt in seconds (attempt n uses entry
+            n-1; the last entry repeats).
+        create_time: When the group was created (UTC).
+        auto_created: True when the group was created implicitly by its first use.
+    """
+
+    name: str
+    max_delivery_attempts: int
+    retry_backoff_s: tuple[float, ...]
+    create_time: datetime
+    auto_created: bool
+
+    @classmethod
+    def from_proto(cls, group: admin_pb2.Group) -> Group:
+        """Build a group from its wire form."""
+        return cls(
+            name=group.name,
+            max_delivery_attempts=group.max_delivery_attempts,
+            retry_backoff_s=tuple(seconds_from_duration(d) for d in group.retry_backoff),
+            create_time=datetime_from_timestamp(group.create_time),
+            auto_created=group.auto_created,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """A consumer group's position in one queue.
+
+    Attributes:
+        topic: The user topic.
+        queue_id: Queue id (0 for the retry queue).
+        retry: True for the group's retry queue of this topic.
+        consumer_offset: Next offset the group has not yet finished with.
+        max_offset: Offset the next stored message will get.
+        lag: ``max_offset - consumer_offset``.
+        inflight: Messages popped and neither acked nor redelivered yet.
+    """
+
+    topic: str
+    queue_id: int
+    retry: bool
+    consumer_offset: int
+    max_offset: int
+    lag: int
+    inflight: int
+
+    @classmethod
+    def from_proto(cls, lag: admin_pb2.QueueLag) -> QueueLag:
+        """Build a lag row from its wire form."""
+        return cls(
+            topic=lag.topic,
+            queue_id=lag.queue_id,
+            retry=lag.retry,
+            consumer_offset=lag.consumer_offset,
+            max_offset=lag.max_offset,
+            lag=lag.lag,
+            inflight=lag.inflight,
+        )

@@ -1,0 +1,79 @@
+"""`popmq serve` as users run it: a subprocess that prints its port and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sdk import Admin, Producer, SimpleConsumer
+
+
+def _start(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        match = re.search(r"listening on (127\.0\.0\.1:(\d+))", line)
+        if match:
+            assert int(match.group(2)) > 0
+            return process, match.group(1)
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError("server did not print its listening line")
+
+
+def test_serve_prints_real_port_and_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
+    process, endpoint = _start(tmp_path / "data")
+    try:
+        with Admin(endpoint) as admin:
+            admin.create_topic("orders", queues=2)
+        with Producer(endpoint) as producer:
+            producer.send("orders", b"kept")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    # The store was closed cleanly: a new server on the same dir has the message.
+    process, endpoint = _start(tmp_path / "data")
+    try:
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            (msg,) = consumer.receive(wait_s=5)
+            assert msg.body == b"kept"
+            consumer.ack(msg)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+
+
+def test_serve_refuses_a_bad_listen_address(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "serve", "--listen", "nonsense", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "HOST:PORT" in result.stderr

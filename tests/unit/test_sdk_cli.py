@@ -1,0 +1,207 @@
+"""The popmq CLI: argument parsing, output lines and exit codes (no server)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import pytest
+
+import sdk
+from cli import main as cli_main
+
+UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _message(handle: str, body: bytes) -> sdk.ReceivedMessage:
+    return sdk.ReceivedMessage(
+        message_id=f"id-{handle}",
+        topic="orders",
+        queue_id=1,
+        offset=4,
+        body=body,
+        tag="TagA",
+        keys=(),
+        properties={},
+        born_timestamp=EPOCH,
+        store_timestamp=EPOCH,
+        delivery_attempt=2,
+        receipt_handle=handle,
+        invisible_until=EPOCH,
+    )
+
+
+class FakeConsumer:
+    """Replaces SimpleConsumer in the CLI module; records what the command did."""
+
+    instances: ClassVar[list[FakeConsumer]] = []
+    messages: ClassVar[list[sdk.ReceivedMessage]] = []
+
+    def __init__(self, endpoint: str, *, group: str, topic: str, filter: str) -> None:
+        self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
+        self.receive_args: dict[str, Any] = {}
+        self.acked: list[sdk.ReceivedMessage] = []
+        FakeConsumer.instances.append(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def receive(self, **kwargs: Any) -> list[sdk.ReceivedMessage]:
+        self.receive_args = kwargs
+        return list(self.messages)
+
+    def ack(self, messages: Sequence[sdk.ReceivedMessage]) -> None:
+        self.acked.extend(messages)
+
+
+@pytest.fixture
+def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
+    monkeypatch.setattr(FakeConsumer, "instances", [])
+    monkeypatch.setattr(cli_main, "SimpleConsumer", FakeConsumer)
+    return FakeConsumer
+
+
+def test_receive_prints_one_line_per_message_and_acks(
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    messages = [_message("rh-1", b"hello"), _message("rh-2", b"\xffbad")]
+    monkeypatch.setattr(fake_consumer, "messages", messages)
+
+    code = cli_main.main(["receive", "billing", "orders", "--max", "2", "--wait", "1", "--ack"])
+
+    assert code == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "id-rh-1 attempt=2 queue=1 offset=4 tag=TagA body=hello",
+        "id-rh-2 attempt=2 queue=1 offset=4 tag=TagA body=\ufffdbad",
+        "acked 2",
+    ]
+    (consumer,) = fake_consumer.instances
+    assert (consumer.group, consumer.topic, consumer.endpoint) == (
+        "billing",
+        "orders",
+        "127.0.0.1:8081",
+    )
+    assert consumer.receive_args == {"max_messages": 2, "invisible_duration_s": 30.0, "wait_s": 1.0}
+    assert consumer.acked == messages
+
+
+def test_receive_without_messages_says_so(
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", [])
+
+    assert cli_main.main(["receive", "billing", "orders", "--ack"]) == 0
+    assert capsys.readouterr().out == "no messages\n"
+    assert fake_consumer.instances[0].acked == []
+
+
+def test_serve_runs_the_server_with_parsed_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def run_server(*, listen: str, data_dir: Path, flush: str) -> int:
+        seen.update(listen=listen, data_dir=data_dir, flush=flush)
+        return 7
+
+    monkeypatch.setitem(sys.modules, "proxy.server", types.SimpleNamespace(run_server=run_server))
+
+    code = cli_main.main(
+        ["serve", "--listen", "0.0.0.0:9000", "--data-dir", "d", "--flush", "async"]
+    )
+
+    assert code == 7
+    assert seen == {"listen": "0.0.0.0:9000", "data_dir": Path("d"), "flush": "async"}
+
+
+def test_serve_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def run_server(**kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setitem(sys.modules, "proxy.server", types.SimpleNamespace(run_server=run_server))
+
+    assert cli_main.main(["serve"]) == 0
+    assert seen == {"listen": "127.0.0.1:8081", "data_dir": Path("./data"), "flush": "sync"}
+
+
+def test_send_to_unreachable_server_exits_1_with_error_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli_main.main(["send", "orders", "hi", "--endpoint", UNREACHABLE, "--key", "k1"])
+
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert captured.err.startswith("error: ")
+
+
+def test_malformed_property_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["send", "orders", "hi", "--property", "no-equals-sign"])
+
+    assert raised.value.code == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_send_collects_repeated_keys_and_properties() -> None:
+    args = cli_main.build_parser().parse_args(
+        [
+            "send",
+            "orders",
+            "hi",
+            "--key",
+            "a",
+            "--key",
+            "b",
+            "--property",
+            "x=1=2",
+            "--property",
+            "y=",
+        ]
+    )
+
+    assert args.keys == ["a", "b"]
+    assert dict(args.properties) == {"x": "1=2", "y": ""}
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (sdk.NotFoundError("x"), 3),
+        (sdk.InvalidArgumentError("x"), 4),
+        (sdk.FailedPreconditionError("x"), 4),
+        (sdk.AlreadyExistsError("x"), 4),
+        (sdk.UnavailableError("x"), 1),
+        (sdk.ServerError("x"), 1),
+        (sdk.DeadlineExceededError("x"), 1),
+    ],
+)
+def test_errors_map_to_exit_codes(error: sdk.PopMQError, code: int) -> None:
+    assert cli_main.exit_code_for(error) == code
+
+
+def test_format_topic_and_group_name_their_settings() -> None:
+    topic = sdk.Topic("orders", 4, "normal", "normal", EPOCH)
+    group = sdk.Group("billing", 17, (1.0, 0.5), EPOCH, False)
+
+    assert cli_main.format_topic(topic).startswith("topic orders queues=4 ")
+    assert "retry_backoff=1s,0.5s" in cli_main.format_group(group)
+
+
+def test_format_receipt_matches_the_documented_line() -> None:
+    receipt = sdk.SendReceipt("m-1", "orders", 2, 9)
+
+    assert cli_main.format_receipt(receipt) == "sent m-1 to orders queue 2 offset 9"
