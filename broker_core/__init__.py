@@ -1,1 +1,51 @@
-"""popmq package."""
+"""Storage and POP semantics on RocksDB; knows nothing of gRPC."""
+
+from broker_core.broker import Broker
+from broker_core.config import (
+    BrokerConfig,
+    GroupDefaults,
+    LongPollingConfig,
+    PopConfig,
+    StoreConfig,
+)
+from broker_core.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    NotFoundError,
+    PopMQError,
+    ReceiptHandleExpiredError,
+    ReceiptHandleSupersededError,
+    ResourceExhaustedError,
+    StoreFullError,
+    UnavailableError,
+)
+from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+
+__all__ = [
+    "AlreadyExistsError",
+    "Broker",
+    "BrokerConfig",
+    "FailedPreconditionError",
+    "GroupDefaults",
+    "InternalError",
+    "InvalidArgumentError",
+    "InvalidReceiptHandleError",
+    "LongPollingConfig",
+    "NewMessage",
+    "NotFoundError",
+    "PopConfig",
+    "PopMQError",
+    "PoppedMessage",
+    "QueueLag",
+    "QueueStats",
+    "ReceiptHandleExpiredError",
+    "ReceiptHandleSupersededError",
+    "ResourceExhaustedError",
+    "SendResult",
+    "StoreConfig",
+    "StoreFullError",
+    "UnavailableError",
+]

@@ -1,0 +1,36 @@
+"""Each package's public surface is pinned: a change to it is a deliberate one."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED = {
+    "broker_core": [
+        "AlreadyExistsError", "Broker", "BrokerConfig", "FailedPreconditionError",
+        "GroupDefaults", "InternalError", "InvalidArgumentError", "InvalidReceiptHandleError",
+        "LongPollingConfig", "NewMessage", "NotFoundError", "PopConfig", "PopMQError",
+        "PoppedMessage", "QueueLag", "QueueStats", "ReceiptHandleExpiredError",
+        "ReceiptHandleSupersededError", "ResourceExhaustedError", "SendResult", "StoreConfig",
+        "StoreFullError", "UnavailableError",
+    ],
+    "proxy": ["PopMQServer", "ServerConfig", "run_server"],
+    "sdk": [
+        "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncSimpleConsumer",
+        "DeadlineExceededError", "FailedPreconditionError", "Group", "InvalidArgumentError",
+        "Message", "NotFoundError", "PopMQError", "Producer", "QueueLag", "QueueStats",
+        "ReceivedMessage", "ResourceExhaustedError", "SendReceipt", "ServerError",
+        "SimpleConsumer", "Topic", "TopicDescription", "UnavailableError",
+    ],
+    "spark_connector": [],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("package", sorted(EXPECTED))
+def test_public_names_are_pinned_sorted_and_importable(package: str) -> None:
+    module = importlib.import_module(package)
+    assert module.__all__ == EXPECTED[package]
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        assert hasattr(module, name), name
