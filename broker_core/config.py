@@ -16,6 +16,10 @@ DEFAULT_RETRY_BACKOFF_S: tuple[float, ...] = (
 )  # fmt: skip
 
 
+MAX_POP_BATCH = 1024
+"""Hard ceiling of PopConfig.max_batch."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StoreConfig:
     """Where and how messages are stored."""
@@ -50,6 +54,14 @@ class PopConfig:
     ck_buffer_max: int = 200_000
     """Buffered checkpoints beyond this are persisted at once, oldest first."""
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_batch <= MAX_POP_BATCH:
+            raise ValueError(f"pop.max_batch {self.max_batch} must be within 1..{MAX_POP_BATCH}")
+        if not 0 < self.min_invisible_s <= self.default_invisible_s <= self.max_invisible_s:
+            raise ValueError("pop invisible times must satisfy 0 < min <= default <= max")
+        if self.retry_first_every < 1:
+            raise ValueError("pop.retry_first_every must be at least 1")
+
 
 @dataclass(frozen=True, kw_only=True)
 class LongPollingConfig:
@@ -63,6 +75,10 @@ class LongPollingConfig:
     """Held pops per (group, topic) (RocketMQ popPollingSize)."""
     max_total: int = 100_000
     """Held pops in total (RocketMQ maxPopPollingSize)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.default_timeout_s <= self.max_timeout_s:
+            raise ValueError("long polling timeouts must satisfy 0 <= default <= max")
 
 
 @dataclass(frozen=True, kw_only=True)
