@@ -56,6 +56,7 @@ from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from broker_core.queue_lock import QueueLocks
 from broker_core.store import Batch, Store
 from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+from broker_core.wakeup import Wakeup
 from broker_core.writer import GroupCommitWriter, QueueOffsets
 from popmq.store.v1 import records_pb2
 
@@ -93,11 +94,11 @@ class Broker:
         self._cks: dict[int, Checkpoint] = {}
         # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
         self._revive_heap: list[tuple[int, int]] = []
-        self._revive_wakeup = asyncio.Event()
+        self._revive_wakeup = Wakeup()
         # Buffered (unpersisted) chained checkpoints: (persist_at_ms, ck_id) and the live set.
         self._buffer_heap: list[tuple[int, int]] = []
         self._buffered: dict[int, Checkpoint] = {}
-        self._buffer_wakeup = asyncio.Event()
+        self._buffer_wakeup = Wakeup()
         # State written by the next flush: persisted checkpoints to rewrite or delete, and
         # consume queues whose committed offset moved. See _flush_state.
         self._dirty_cks: dict[int, Checkpoint] = {}
@@ -151,6 +152,7 @@ class Broker:
         self._tasks = [
             asyncio.create_task(self._revive_loop(), name="popmq-revive"),
             asyncio.create_task(self._buffer_loop(), name="popmq-ck-buffer"),
+            asyncio.create_task(self._retention_loop(), name="popmq-retention"),
         ]
         for task in self._tasks:
             task.add_done_callback(self._task_done)
@@ -602,6 +604,25 @@ class Broker:
         start, limit = cq.read_window(self._max_offset(source.topic_id, cq.queue_id))
         if start >= limit:
             return
+        oldest = self._min_offset(source.topic_id, cq.queue_id)
+        if start < oldest:
+            # Retention deleted [start, oldest) before this group read it: skip, and count it.
+            gone = Checkpoint(
+                ck_id=self._next_ck_id(),
+                queue=cq,
+                range_start=start,
+                range_end=oldest,
+                offsets=[],
+                pop_time_ms=now,
+                deadline_ms=deadline,
+                chained=True,
+            )
+            cq.add(gone)
+            cq.retention_skipped += oldest - start
+            self._advance(cq)
+            start = oldest
+            if start >= limit:
+                return
         store = self.store
         position = start
         budget = self.config.pop.max_scan_per_pop
@@ -694,12 +715,7 @@ class Broker:
         return self.offsets.max_offset(topic_id, queue_id)
 
     def _min_offset(self, topic_id: int, queue_id: int) -> int:
-        first = self.store.first_key(
-            "messages",
-            keys.queue_prefix(topic_id, queue_id),
-            keys.queue_prefix(topic_id, queue_id + 1),
-        )
-        return self._max_offset(topic_id, queue_id) if first is None else keys.message_offset(first)
+        return self.offsets.min_offset(topic_id, queue_id)
 
     # -- checkpoint bookkeeping -----------------------------------------------------------
 
@@ -970,9 +986,7 @@ class Broker:
             timeout = 1.0
             if self._revive_heap:
                 timeout = min(timeout, max(0.0, (self._revive_heap[0][0] - now) / 1000))
-            self._revive_wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._revive_wakeup.wait(), timeout)
+            await self._revive_wakeup.wait(timeout)
 
     async def _revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
@@ -1063,9 +1077,68 @@ class Broker:
             timeout = 1.0
             if self._buffer_heap:
                 timeout = min(timeout, max(0.0, (self._buffer_heap[0][0] - now) / 1000))
-            self._buffer_wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._buffer_wakeup.wait(), timeout)
+            await self._buffer_wakeup.wait(timeout)
+
+    # -- retention ------------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention.check_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.apply_retention()
+            except PopMQError as exc:
+                log.warning("retention pass failed, will retry: %s", exc)
+
+    async def apply_retention(self, now: int | None = None) -> int:
+        """Delete messages stored before now - retention_s, one range per queue.
+
+        Returns the number of messages deleted. Each queue costs one binary search of point
+        reads and one delete_range, whatever the number of messages removed, so a pass never
+        holds the loop for long and sends wait at most one small write.
+        """
+        cutoff = (now if now is not None else now_ms()) - round(
+            self.config.retention.retention_s * 1000
+        )
+        deleted = 0
+        for topic in list(self.catalog.topics_by_id.values()):
+            for queue_id in range(topic.queues):
+                cut = self._retention_cut(topic.topic_id, queue_id, cutoff)
+                if cut is None:
+                    continue
+                low = self._min_offset(topic.topic_id, queue_id)
+                start_key = keys.message_key(topic.topic_id, queue_id, low)
+                end_key = keys.message_key(topic.topic_id, queue_id, cut)
+                await self.writer.submit(_delete_range(start_key, end_key), sync=False)
+                if self.catalog.topics_by_id.get(topic.topic_id) is topic:
+                    self.offsets.set_min_offset(topic.topic_id, queue_id, cut)
+                deleted += cut - low
+                log.info(
+                    "retention deleted %s queue %d offsets [%d, %d)", topic.name, queue_id, low, cut
+                )
+        return deleted
+
+    def _retention_cut(self, topic_id: int, queue_id: int, cutoff_ms: int) -> int | None:
+        """First offset stored at or after cutoff_ms, when something below it can go."""
+        low = self._min_offset(topic_id, queue_id)
+        high = self._max_offset(topic_id, queue_id)
+        if low >= high or self._store_time(topic_id, queue_id, low) >= cutoff_ms:
+            return None
+        # Store times grow with offsets within a queue: binary search the first one to keep.
+        lo, hi = low + 1, high
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(topic_id, queue_id, mid) < cutoff_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _store_time(self, topic_id: int, queue_id: int, offset: int) -> int:
+        data = self.store.get("messages", keys.message_key(topic_id, queue_id, offset))
+        if data is None:
+            return -1  # already gone: treat as old
+        return records_pb2.StoredMessage.FromString(data).store_time_ms
 
     # -- lag ------------------------------------------------------------------------------
 
@@ -1095,9 +1168,11 @@ class Broker:
     ) -> QueueLag:
         cq = self._queues.get((group.group_id, source.topic_id, queue_id))
         max_offset = self._max_offset(source.topic_id, queue_id)
-        committed = cq.committed if cq else self._min_offset(source.topic_id, queue_id)
+        oldest = self._min_offset(source.topic_id, queue_id)
+        committed = cq.committed if cq else oldest
         inflight = len(cq.inflight) if cq else 0
-        return QueueLag(user.name, queue_id, retry, committed, max_offset, inflight)
+        skipped = (cq.retention_skipped if cq else 0) + max(0, oldest - committed)
+        return QueueLag(user.name, queue_id, retry, committed, max_offset, inflight, skipped)
 
     # -- introspection for tests and metrics ---------------------------------------------
 
@@ -1113,6 +1188,13 @@ class Broker:
         g = self.catalog.groups.get(group)
         t = self.catalog.topics.get(topic)
         return self._queue_for(g.group_id, t.topic_id, queue_id) if g and t else None
+
+
+def _delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], None]:
+    def apply(batch: Batch, offsets: QueueOffsets) -> None:
+        batch.delete_range("messages", start, end)
+
+    return apply
 
 
 def _noop(batch: Batch, offsets: QueueOffsets) -> None:

@@ -82,6 +82,20 @@ class LongPollingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RetentionConfig:
+    """How long messages are kept."""
+
+    retention_s: float = 72 * 3600.0
+    """Messages stored longer ago are deleted (RocketMQ fileReservedTime: 72 h)."""
+    check_interval_s: float = 60.0
+    """Retention runs continuously in small steps: every queue is checked this often."""
+
+    def __post_init__(self) -> None:
+        if self.retention_s <= 0 or self.check_interval_s <= 0:
+            raise ValueError("retention_s and check_interval_s must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
 class GroupDefaults:
     """Settings of groups created implicitly by their first use."""
 
@@ -99,6 +113,7 @@ class BrokerConfig:
     pop: PopConfig = field(default_factory=PopConfig)
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     groups: GroupDefaults = field(default_factory=GroupDefaults)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     auto_create_topics: bool = False
     """Create a missing topic (8 queues) on first send instead of answering NOT_FOUND."""
     default_topic_queues: int = 8

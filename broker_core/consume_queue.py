@@ -28,6 +28,7 @@ class ConsumeQueue:
         "pop_offset",
         "queue_id",
         "recovered",
+        "retention_skipped",
         "topic",
         "topic_id",
     )
@@ -53,6 +54,8 @@ class ConsumeQueue:
         """Ranges above pop_offset covered by checkpoints recovered at startup (sorted)."""
         self.dirty = False
         """True when `committed` changed since it was last written."""
+        self.retention_skipped = 0
+        """Messages retention deleted before this group read them (since start-up)."""
 
     def read_window(self, max_offset: int) -> tuple[int, int]:
         """[start, limit) a pop may read now, skipping ranges recovered checkpoints own."""

@@ -63,6 +63,7 @@ class QueueLag:
     consumer_offset: int
     max_offset: int
     inflight: int
+    retention_skipped: int = 0
 
     @property
     def lag(self) -> int:

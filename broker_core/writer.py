@@ -37,6 +37,8 @@ class QueueOffsets:
         # never see beyond it. Guarded by running on the loop thread only.
         self._committed: dict[tuple[int, int], int] = {}
         self._tentative: dict[tuple[int, int], int] = {}
+        # min[(topic_id, queue_id)]: smallest offset still stored (retention moves it up).
+        self._min: dict[tuple[int, int], int] = {}
 
     def max_offset(self, topic_id: int, queue_id: int) -> int:
         """Offset the next message of the queue will get (= messages ever stored)."""
@@ -46,6 +48,25 @@ class QueueOffsets:
             value = self._load(topic_id, queue_id)
             self._committed[key] = value
         return value
+
+    def min_offset(self, topic_id: int, queue_id: int) -> int:
+        """Smallest offset still stored (= max_offset for an empty queue)."""
+        key = (topic_id, queue_id)
+        value = self._min.get(key)
+        if value is None:
+            prefix = keys.queue_prefix(topic_id, queue_id)
+            first = self._store.first_key(
+                "messages", prefix, keys.queue_prefix(topic_id, queue_id + 1)
+            )
+            value = (
+                self.max_offset(topic_id, queue_id) if first is None else keys.message_offset(first)
+            )
+            self._min[key] = value
+        return value
+
+    def set_min_offset(self, topic_id: int, queue_id: int, offset: int) -> None:
+        """Record that retention deleted everything below `offset`."""
+        self._min[(topic_id, queue_id)] = offset
 
     def allocate(self, topic_id: int, queue_id: int, count: int = 1) -> int:
         """Reserve `count` offsets in the current flush; returns the first."""
@@ -67,8 +88,9 @@ class QueueOffsets:
         self._tentative.clear()
 
     def forget_topic(self, topic_id: int) -> None:
-        for key in [k for k in self._committed if k[0] == topic_id]:
-            del self._committed[key]
+        for table in (self._committed, self._min):
+            for key in [k for k in table if k[0] == topic_id]:
+                del table[key]
 
     def _load(self, topic_id: int, queue_id: int) -> int:
         prefix = keys.queue_prefix(topic_id, queue_id)

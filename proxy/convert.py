@@ -100,4 +100,5 @@ def queue_lag(row: QueueLag) -> admin_pb2.QueueLag:
         max_offset=row.max_offset,
         lag=row.lag,
         inflight=row.inflight,
+        retention_skipped=row.retention_skipped,
     )

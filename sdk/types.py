@@ -335,6 +335,7 @@ class QueueLag:
         max_offset: Offset the next stored message will get.
         lag: ``max_offset - consumer_offset``.
         inflight: Messages popped and neither acked nor redelivered yet.
+        retention_skipped: Messages retention deleted before the group consumed them.
     """
 
     topic: str
@@ -344,6 +345,7 @@ class QueueLag:
     max_offset: int
     lag: int
     inflight: int
+    retention_skipped: int = 0
 
     @classmethod
     def from_proto(cls, lag: admin_pb2.QueueLag) -> QueueLag:
@@ -356,4 +358,5 @@ class QueueLag:
             max_offset=lag.max_offset,
             lag=lag.lag,
             inflight=lag.inflight,
+            retention_skipped=lag.retention_skipped,
         )

@@ -162,7 +162,7 @@ class GetGroupLagRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class QueueLag(_message.Message):
-    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight")
+    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,7 @@ class QueueLag(_message.Message):
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     retry: bool
@@ -177,7 +178,8 @@ class QueueLag(_message.Message):
     max_offset: int
     lag: int
     inflight: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ...) -> None: ...
+    retention_skipped: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ...) -> None: ...
 
 class GetGroupLagResponse(_message.Message):
     __slots__ = ("queues",)

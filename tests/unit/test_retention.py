@@ -1,0 +1,90 @@
+"""Retention: old messages go by ranges, the min offset moves up, consumers skip and count."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from broker_core import Broker, BrokerConfig, NewMessage, StoreConfig, keys
+from broker_core.config import RetentionConfig
+
+
+def _run(tmp_path: Path, scenario: Callable[[Broker], Awaitable[None]]) -> None:
+    async def main() -> None:
+        broker = Broker(
+            BrokerConfig(
+                store=StoreConfig(data_dir=tmp_path / "data"),
+                retention=RetentionConfig(retention_s=60),
+            )
+        )
+        await broker.start()
+        try:
+            await scenario(broker)
+        finally:
+            await broker.close()
+
+    asyncio.run(main())
+
+
+def test_messages_older_than_retention_are_deleted_by_range_and_min_offset_moves(
+    tmp_path: Path,
+) -> None:
+    async def scenario(broker: Broker) -> None:
+        topic = await broker.create_topic("t", 1)
+        await broker.send([NewMessage("t", b"old-%d" % i) for i in range(5)])
+        await asyncio.sleep(0.02)
+        boundary = _now()
+        await asyncio.sleep(0.02)
+        await broker.send([NewMessage("t", b"new-%d" % i) for i in range(5)])
+        # Retention is 60 s: at boundary + 60 s, exactly the first five are too old.
+        assert await broker.apply_retention(now=boundary + 60_000) == 5
+        _, stats = broker.get_topic("t")
+        assert (stats[0].min_offset, stats[0].max_offset) == (5, 10)
+        prefix = keys.queue_prefix(topic.topic_id, 0)
+        end = keys.queue_prefix(topic.topic_id, 1)
+        assert len(list(broker.store.scan("messages", prefix, end))) == 5
+        assert await broker.apply_retention(now=boundary + 60_000) == 0  # idempotent
+        popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
+        assert [m.record.body for m in popped] == [b"new-%d" % i for i in range(5)]
+
+    _run(tmp_path, scenario)
+
+
+def test_pop_below_min_offset_starts_at_min_and_lag_counts_the_skipped(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        await broker.create_topic("t", 1)
+        await broker.send([NewMessage("t", b"%d" % i) for i in range(10)])
+        first = await broker.pop("g", "t", max_messages=2, wait_s=0)
+        await broker.ack("g", [m.receipt_handle for m in first])  # g is at offset 2
+        deleted = await broker.apply_retention(now=_now() + 61_000)
+        assert deleted == 10
+        (row, _retry) = broker.group_lag("g", "t")
+        assert (row.consumer_offset, row.retention_skipped) == (2, 8)
+        await broker.send([NewMessage("t", b"fresh")])
+        popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
+        assert [(m.record.body, m.offset) for m in popped] == [(b"fresh", 10)]
+        (row, _retry) = broker.group_lag("g", "t")
+        assert row.retention_skipped == 8
+        await broker.ack("g", [m.receipt_handle for m in popped])
+        (row, _retry) = broker.group_lag("g", "t")
+        assert (row.consumer_offset, row.lag, row.retention_skipped) == (11, 0, 8)
+
+    _run(tmp_path, scenario)
+
+
+def test_retention_keeps_messages_younger_than_retention(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        await broker.create_topic("t", 2)
+        await broker.send([NewMessage("t", b"%d" % i) for i in range(6)])
+        assert await broker.apply_retention() == 0
+        popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
+        assert len(popped) == 6
+
+    _run(tmp_path, scenario)
+
+
+def _now() -> int:
+    from broker_core.broker import now_ms
+
+    return now_ms()
