@@ -8,16 +8,31 @@ would not overlap fsync with other work (measured, see GroupCommitWriter).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
+import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
-from broker_core.errors import StoreFullError, UnavailableError
+from broker_core.errors import PopMQError, StoreFullError, UnavailableError
+
+log = logging.getLogger(__name__)
 
 FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta")
+_REOPEN_INTERVAL_S = 0.5
+"""After a failed write, how often a new write may try to reopen the store."""
+_REOPEN_FREE_BYTES = 1024 * 1024
+"""Free space the store's disk needs before a reopen is tried."""
+
+
+def _free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
 
 
 class Batch:
@@ -52,29 +67,78 @@ class Store:
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
-        options = rocksdict.Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.create_missing_column_families(True)
-        families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
-        self._db = rocksdict.Rdict(str(path), options, column_families=families)
-        self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
-        self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
+        self._families: dict[str, Any] = {}
+        self._handles: dict[str, Any] = {}
+        self._is_open = False
+        self._open()
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
         self._closed = False
+        self._failure: PopMQError | None = None
+        """Set after a failed write: RocksDB keeps refusing writes until it is reopened."""
+        self._next_reopen = 0.0
+
+    def _open(self) -> None:
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
+        self._db = rocksdict.Rdict(str(self.path), options, column_families=families)
+        self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
+        self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
+        self._is_open = True
+
+    def _recover(self) -> None:
+        """After a failed write, reopen the database once the disk has room again.
+
+        RocksDB stops taking writes after a WAL write error ("Writer has previous error")
+        and rocksdict cannot resume it; reads keep working on the old handle meanwhile.
+        Reopening replays the WAL, dropping any torn tail, so nothing half-written survives.
+        """
+        failure = self._failure
+        if failure is None:
+            return
+        now = time.monotonic()
+        # Reopening flushes the WAL into a table file of about its size: wait for that room.
+        needed = _REOPEN_FREE_BYTES + sum(p.stat().st_size for p in self.path.glob("*.log"))
+        if now < self._next_reopen:
+            raise failure
+        self._next_reopen = now + _REOPEN_INTERVAL_S
+        if _free_bytes(self.path) < needed:
+            raise failure
+        if self._is_open:
+            self._families.clear()
+            self._handles.clear()
+            with contextlib.suppress(Exception):
+                self._db.close()
+            self._is_open = False
+        try:
+            self._open()
+        except Exception as exc:
+            self._failure = UnavailableError(
+                f"the store could not be reopened ({exc}); it is retried on the next request"
+            )
+            raise self._failure from exc
+        self._failure = None
+        log.warning("store %s reopened after a write failure; writes resume", self.path)
+
+    def _readable(self) -> dict[str, Any]:
+        if not self._is_open:
+            self._recover()
+        return self._families
 
     def get(self, family: str, key: bytes) -> bytes | None:
-        value: bytes | None = self._families[family].get(key)
+        value: bytes | None = self._readable()[family].get(key)
         return value
 
     def multi_get(self, family: str, keys: Sequence[bytes]) -> list[bytes | None]:
-        values = self._families[family].get(list(keys))
+        values = self._readable()[family].get(list(keys))
         return list(values) if values is not None else [None] * len(keys)
 
     def scan(self, family: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Yield (key, value) for start <= key < end, in key order."""
-        it = self._families[family].iter()
+        it = self._readable()[family].iter()
         it.seek(start)
         while it.valid():
             key: bytes = it.key()
@@ -90,7 +154,7 @@ class Store:
 
     def last_key(self, family: str, start: bytes, end: bytes) -> bytes | None:
         """The largest key in [start, end), or None."""
-        it = self._families[family].iter()
+        it = self._readable()[family].iter()
         it.seek_for_prev(end)
         while it.valid():
             key: bytes = it.key()
@@ -104,6 +168,7 @@ class Store:
     def batch(self) -> Batch:
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        self._recover()
         return Batch(self._handles)
 
     def write(self, batch: Batch, *, sync: bool) -> None:
@@ -114,14 +179,19 @@ class Store:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
         except Exception as exc:
             text = str(exc)
+            error: PopMQError
             if "No space left" in text or "ENOSPC" in text or str(errno.ENOSPC) in text:
-                raise StoreFullError(
+                error = StoreFullError(
                     f"the disk holding the store is full ({text}); nothing was written, "
                     "writes resume when space is freed"
-                ) from exc
-            raise UnavailableError(
-                f"the store could not write ({text}); nothing was written, retry later"
-            ) from exc
+                )
+            else:
+                error = UnavailableError(
+                    f"the store could not write ({text}); nothing was written, retry later"
+                )
+            self._failure = error
+            self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
+            raise error from exc
 
     def approximate_size(self) -> int:
         """Bytes of SST files plus memtables, across families."""
@@ -136,9 +206,13 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        self._db.flush_wal(True)
+        if not self._is_open:
+            return
+        if self._failure is None:
+            self._db.flush_wal(True)
         # Column-family objects keep the database (and its LOCK file) alive: drop them first.
         self._families.clear()
         self._handles.clear()
-        self._db.close()
-        del self._db
+        with contextlib.suppress(Exception) if self._failure else contextlib.nullcontext():
+            self._db.close()
+        self._is_open = False
