@@ -47,6 +47,9 @@ fmt: setup
 gen: setup
 	$(PY) tools/gen_protos.py
 
+bench: setup
+	$(PY) -m bench
+
 gen-check: setup
 	$(PY) -m pytest -q tests/unit/test_generated_code.py
 

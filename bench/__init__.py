@@ -1,0 +1,1 @@
+"""popmq benchmarks: `python -m bench --scenario NAME [--quick]` (`make bench` runs all)."""

@@ -1,0 +1,37 @@
+"""Run benchmark scenarios and print their markdown tables.
+
+Usage: python -m bench [--scenario NAME ...] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from collections.abc import Callable
+
+from bench import flush_modes
+
+SCENARIOS: dict[str, Callable[..., str]] = {
+    "flush-modes": flush_modes.main,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--quick", action="store_true", help="seconds, tiny sizes (for CI)")
+    args = parser.parse_args(argv)
+    for name in args.scenario or sorted(SCENARIOS):
+        print(f"## {name}\n")
+        print(
+            f"`python -m bench --scenario {name}{' --quick' if args.quick else ''}` on "
+            f"{platform.machine()} {platform.system()}, Python {platform.python_version()}\n"
+        )
+        print(SCENARIOS[name](quick=args.quick))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
