@@ -200,15 +200,28 @@ class Broker:
             self._new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
         count = 0
         stale = store.batch()
+        now = now_ms()
+        prefix = keys.SUPERSEDED_PREFIX
+        for key, value in store.scan("meta", prefix, prefix[:-1] + b";"):
+            deadline = keys.decode_u64(value)
+            if deadline <= now:
+                stale.delete("meta", key)
+                continue
+            ck_id, index = keys.parse_superseded_key(key)
+            self._superseded[(ck_id, index)] = deadline
+            heapq.heappush(self._superseded_expiry, (deadline, ck_id, index))
         for key, _ in store.scan("revive", b"", b"\xff" * 17):
             _, ck_id = keys.parse_revive_key(key)
             data = store.get("checkpoints", keys.checkpoint_key(ck_id))
             record = records_pb2.CheckpointRecord.FromString(data) if data else None
-            cq = (
-                self._queue_for(record.group_id, record.topic_id, record.queue_id)
-                if record
-                else None
-            )
+            cq = None
+            if record is not None:
+                where = (record.group_id, record.topic_id, record.queue_id)
+                cq = self._queue_for(*where)
+                if cq is None:
+                    # The group never committed an offset in this queue: it starts where a
+                    # new group starts, the earliest retained message.
+                    cq = self._new_queue(*where, self._min_offset(*where[1:]))
             if record is None or cq is None:
                 stale.delete("revive", key)
                 stale.delete("checkpoints", keys.checkpoint_key(ck_id))
@@ -516,7 +529,7 @@ class Broker:
         group: str,
         topic: str,
         *,
-        max_messages: int = 32,
+        max_messages: int | None = None,
         invisible_s: float | None = None,
         wait_s: float | None = None,
         filter_expression: str = "",
@@ -524,6 +537,8 @@ class Broker:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there."""
         validation.check_name("group", group)
         validation.check_name("topic", topic, allow_dlq=True)
+        if max_messages is None:
+            max_messages = min(32, self.config.pop.max_batch)
         invisible = self.config.pop.default_invisible_s if invisible_s is None else invisible_s
         wait = self.config.long_polling.default_timeout_s if wait_s is None else wait_s
         self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
@@ -748,6 +763,7 @@ class Broker:
             return
         ck.persisted = True
         self._dirty_cks[ck.ck_id] = ck
+        self.writer.request_flush()
         self._advance(ck.queue)
 
     def _advance(self, cq: ConsumeQueue) -> None:
@@ -937,6 +953,10 @@ class Broker:
         def apply(batch: Batch, _: QueueOffsets) -> None:
             batch.put("checkpoints", keys.checkpoint_key(new.ck_id), record)
             batch.put("revive", keys.revive_key(new.deadline_ms, new.ck_id), b"")
+            # Remembered across restarts until the old deadline: a stale handle stays refused.
+            batch.put(
+                "meta", keys.superseded_key(old.ck_id, index), keys.encode_u64(old.deadline_ms)
+            )
 
         try:
             await self.writer.submit(apply, sync=False)
@@ -962,9 +982,15 @@ class Broker:
         while True:
             now = now_ms()
             expiry = self._superseded_expiry
+            expired: list[bytes] = []
             while expiry and expiry[0][0] <= now:
                 _, ck_id, index = heapq.heappop(expiry)
                 self._superseded.pop((ck_id, index), None)
+                expired.append(keys.superseded_key(ck_id, index))
+            if expired:
+                self.writer.submit(_delete_meta(expired), sync=False).add_done_callback(
+                    _ignore_result
+                )
             due: list[Checkpoint] = []
             pending = 0
             while self._revive_heap and self._revive_heap[0][0] <= now and pending < _REVIVE_CHUNK:
@@ -1188,6 +1214,20 @@ class Broker:
         g = self.catalog.groups.get(group)
         t = self.catalog.topics.get(topic)
         return self._queue_for(g.group_id, t.topic_id, queue_id) if g and t else None
+
+
+def _delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]:
+    def apply(batch: Batch, offsets: QueueOffsets) -> None:
+        for key in meta_keys:
+            batch.delete("meta", key)
+
+    return apply
+
+
+def _ignore_result(future: asyncio.Future[Any]) -> None:
+    """Housekeeping writes may fail (disk full); they are redone by the next recovery."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], None]:

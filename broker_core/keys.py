@@ -96,3 +96,17 @@ def parse_retry_meta_key(key: bytes) -> tuple[int, int]:
     """(group_id, topic_id) of a retry topic's meta key."""
     group_id, topic_id = _QUEUE.unpack(key[len(b"retry:") :])
     return group_id, topic_id
+
+
+_SUPERSEDED = struct.Struct(">QH")
+SUPERSEDED_PREFIX = b"superseded:"
+
+
+def superseded_key(ck_id: int, index: int) -> bytes:
+    """meta family: a handle replaced by ChangeInvisibleTime/Nack -> its old deadline."""
+    return SUPERSEDED_PREFIX + _SUPERSEDED.pack(ck_id, index)
+
+
+def parse_superseded_key(key: bytes) -> tuple[int, int]:
+    ck_id, index = _SUPERSEDED.unpack(key[len(SUPERSEDED_PREFIX) :])
+    return ck_id, index
