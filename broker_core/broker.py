@@ -833,6 +833,10 @@ class Broker:
         )
         if (handle.ck_id, handle.index) in self._superseded:
             raise superseded
+        if handle.topic_id not in self.catalog.topics_by_id:
+            raise FailedPreconditionError(
+                "the topic of this receipt handle was deleted; there is nothing to acknowledge"
+            )
         cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
         ck = self._cks.get(handle.ck_id)

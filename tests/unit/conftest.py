@@ -1,0 +1,83 @@
+"""Shared fixtures of the broker_core unit tests: a real Broker over a tmp RocksDB dir.
+
+There is no pytest-asyncio: a test writes its scenario as an `async def` and runs it with
+`asyncio.run`, opening brokers inside that loop with the `open_broker` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from broker_core.broker import Broker
+from broker_core.config import (
+    BrokerConfig,
+    GroupDefaults,
+    LongPollingConfig,
+    PopConfig,
+    StoreConfig,
+)
+
+OpenBroker = Callable[..., AbstractAsyncContextManager[Broker]]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """The store directory the brokers of one test share (so a restart finds its data)."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def open_broker(data_dir: Path) -> OpenBroker:
+    """`async with open_broker(pop=PopConfig(...)) as broker:` a started broker, closed after.
+
+    Every broker of a test opens the same data dir unless `data_dir` is given, so opening a
+    second one after the first closed is a restart.
+    """
+
+    @asynccontextmanager
+    async def factory(
+        *,
+        pop: PopConfig | None = None,
+        long_polling: LongPollingConfig | None = None,
+        groups: GroupDefaults | None = None,
+        auto_create_topics: bool = False,
+        path: Path | None = None,
+    ) -> AsyncIterator[Broker]:
+        config = BrokerConfig(
+            store=StoreConfig(data_dir=path or data_dir),
+            pop=pop or PopConfig(),
+            long_polling=long_polling or LongPollingConfig(),
+            groups=groups or GroupDefaults(),
+            auto_create_topics=auto_create_topics,
+        )
+        broker = Broker(config)
+        await broker.start()
+        try:
+            yield broker
+        finally:
+            await broker.close()
+
+    return factory
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Yield to the loop until `predicate()` holds; fail after `timeout_s`.
+
+    For background effects that wake no waiter a test could await (a revive into a queue
+    nobody polls, a checkpoint persisted by the buffer task).
+    """
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"condition not reached within {timeout_s}s")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,392 @@
+"""The checkpoint buffer, persisted checkpoints, restart and crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker_core import keys
+from broker_core.broker import Broker
+from broker_core.config import PopConfig
+from broker_core.errors import ReceiptHandleSupersededError
+from broker_core.types import NewMessage, PoppedMessage
+from popmq.store.v1 import records_pb2
+from tests.unit.conftest import OpenBroker, now_ms, wait_until
+
+ALL = b"\xff" * 32
+
+
+def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
+    return NewMessage(topic, body)
+
+
+def _checkpoints(broker: Broker) -> list[records_pb2.CheckpointRecord]:
+    return [
+        records_pb2.CheckpointRecord.FromString(value)
+        for _, value in broker.store.scan("checkpoints", b"", b"\xff" * 9)
+    ]
+
+
+def _revive_keys(broker: Broker) -> list[tuple[int, int]]:
+    return [keys.parse_revive_key(key) for key, _ in broker.store.scan("revive", b"", ALL)]
+
+
+def _stored_offset(broker: Broker, group: str, topic: str, queue_id: int) -> int | None:
+    group_id = broker.get_group(group).group_id
+    topic_id = broker.get_topic(topic)[0].topic_id
+    value = broker.store.get("offsets", keys.offset_key(group_id, topic_id, queue_id))
+    return None if value is None else keys.decode_u64(value)
+
+
+def _committed(broker: Broker, group: str, topic: str, queue_id: int = 0) -> int:
+    cq = broker.consume_queue(group, topic, queue_id)
+    assert cq is not None
+    return cq.committed
+
+
+# -- the buffer -----------------------------------------------------------------------------
+
+
+def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.3)) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg()])
+            (acked,) = await broker.pop("fast", "orders", invisible_s=30, wait_s=0)
+            (kept,) = await broker.pop("slow", "orders", invisible_s=30, wait_s=0)
+            assert broker.buffered_checkpoints == 2
+            assert await broker.ack("fast", [acked.receipt_handle]) == [None]
+            assert broker.buffered_checkpoints == 1
+
+            # Wait until the buffer time passed and the unacked control checkpoint persisted.
+            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+            (record,) = _checkpoints(broker)
+            assert record.group_id == broker.get_group("slow").group_id
+            assert [deadline for deadline, _ in _revive_keys(broker)] == [kept.invisible_until_ms]
+            # The acked one only moved the committed offset.
+            assert _committed(broker, "fast", "orders") == 1
+            await wait_until(lambda: _stored_offset(broker, "fast", "orders", 0) == 1)
+            assert broker.buffered_checkpoints == 0
+
+    asyncio.run(scenario())
+
+
+def test_checkpoint_staying_longer_than_the_buffer_time_is_persisted_with_its_revive_entry(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.2)) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"a"), _msg(b"b"), _msg(b"c")])
+            a, b = await broker.pop("g", "orders", max_messages=2, invisible_s=30, wait_s=0)
+            assert _checkpoints(broker) == []
+            assert _revive_keys(broker) == []
+            assert _committed(broker, "g", "orders") == 0  # not done, not persisted yet
+
+            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+            (record,) = _checkpoints(broker)
+            assert list(record.offsets) == [0, 1]
+            assert (record.range_start, record.range_end) == (0, 2)
+            assert record.deadline_ms == a.invisible_until_ms
+            assert _revive_keys(broker) == [(a.invisible_until_ms, record.ck_id)]
+            # Persisted, so the offset passes it (a crash can now only redeliver).
+            assert _committed(broker, "g", "orders") == 2
+            assert _stored_offset(broker, "g", "orders", 0) == 2
+            assert broker.buffered_checkpoints == 0
+            # The persisted messages are still in flight: the next pop gets only the third.
+            (c,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            assert c.record.body == b"c"
+            assert await broker.ack("g", [a.receipt_handle, b.receipt_handle]) == [None, None]
+
+    asyncio.run(scenario())
+
+
+def test_checkpoint_close_to_its_deadline_is_persisted_before_the_buffer_time(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3)
+        async with open_broker(pop=config) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg()])
+            (msg,) = await broker.pop("g", "orders", invisible_s=3.3, wait_s=0)
+            await wait_until(lambda: len(_checkpoints(broker)) == 1, timeout_s=2)
+            assert now_ms() < msg.invisible_until_ms  # persisted ahead of the deadline
+            assert _committed(broker, "g", "orders") == 1
+
+    asyncio.run(scenario())
+
+
+def test_checkpoint_is_persisted_on_time_even_when_an_earlier_one_holds_the_offset(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3.8)
+        async with open_broker(pop=config) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"m0"), _msg(b"m1")])
+            await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+            (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
+            # m1's checkpoint is due for persistence 0.2 s after the pop (3.8 s before its
+            # deadline); m0's, still buffered, keeps the committed offset at 0.
+            await wait_until(lambda: len(_checkpoints(broker)) == 1, timeout_s=1)
+            assert list(_checkpoints(broker)[0].offsets) == [1]
+            assert now_ms() < m1.invisible_until_ms
+
+    asyncio.run(scenario())
+
+
+def test_acking_a_persisted_checkpoint_deletes_its_record_and_revive_entry(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.1)) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"a"), _msg(b"b")])
+            a, b = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+
+            assert await broker.ack("g", [a.receipt_handle]) == [None]
+            (record,) = _checkpoints(broker)  # rewritten with the ack, not deleted
+            assert (record.resolved_bits, record.acked_bits) == (b"\x01", b"\x01")
+            assert len(_revive_keys(broker)) == 1
+
+            assert await broker.ack("g", [b.receipt_handle]) == [None]
+            assert _checkpoints(broker) == []
+            assert _revive_keys(broker) == []
+            assert broker.live_checkpoints == 0
+
+    asyncio.run(scenario())
+
+
+def test_change_invisible_time_persists_the_new_checkpoint_at_once(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg()])
+            (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            new_handle, until = await broker.change_invisible_time("g", msg.receipt_handle, 60)
+            (record,) = _checkpoints(broker)
+            assert (list(record.offsets), record.deadline_ms, record.chained) == ([0], until, False)
+            assert _revive_keys(broker) == [(until, record.ck_id)]
+            await broker.ack("g", [new_handle])
+            assert _checkpoints(broker) == []
+            assert _revive_keys(broker) == []
+
+    asyncio.run(scenario())
+
+
+# -- restart --------------------------------------------------------------------------------
+
+
+def test_restart_keeps_messages_committed_offsets_and_inflight_deadlines(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"m0"), _msg(b"m1"), _msg(b"m2")])
+            (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+            await broker.ack("g", [m0.receipt_handle])
+            (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=1.5, wait_s=0)
+
+        async with open_broker() as broker:
+            _, (stats,) = broker.get_topic("orders")
+            assert (stats.min_offset, stats.max_offset) == (0, 3)
+            assert _committed(broker, "g", "orders") == 2
+            # m0 was acked, m1 is invisible until its deadline: only m2 is delivered now.
+            (m2,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            assert m2.record.body == b"m2"
+            assert now_ms() < m1.invisible_until_ms
+            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
+            assert now_ms() >= m1.invisible_until_ms
+            assert (again.record.body, again.delivery_attempt) == (b"m1", 2)
+
+    asyncio.run(scenario())
+
+
+def test_handles_issued_before_a_restart_still_ack(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"a"), _msg(b"b")])
+            a, b = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            await broker.ack("g", [a.receipt_handle])
+
+        async with open_broker() as broker:
+            assert broker.live_checkpoints == 1
+            assert await broker.ack("g", [b.receipt_handle, a.receipt_handle]) == [None, None]
+            assert broker.live_checkpoints == 0
+            assert _checkpoints(broker) == []
+            assert _revive_keys(broker) == []
+            assert await broker.pop("g", "orders", wait_s=0) == []
+
+    asyncio.run(scenario())
+
+
+def test_superseded_handle_stays_refused_after_a_restart(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg()])
+            (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            new_handle, _ = await broker.change_invisible_time("g", msg.receipt_handle, 30)
+
+        async with open_broker() as broker:
+            (old,) = await broker.ack("g", [msg.receipt_handle])
+            assert isinstance(old, ReceiptHandleSupersededError)
+            assert await broker.ack("g", [new_handle]) == [None]
+
+    asyncio.run(scenario())
+
+
+def test_superseded_handle_stays_refused_after_a_restart_once_the_message_was_redelivered(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg()])
+            (msg,) = await broker.pop("g", "orders", invisible_s=60, wait_s=0)
+            await broker.change_invisible_time("g", msg.receipt_handle, 1)
+
+        async with open_broker() as broker:
+            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
+            assert again.delivery_attempt == 2
+            assert now_ms() < msg.invisible_until_ms  # the old handle has not expired
+            (old,) = await broker.ack("g", [msg.receipt_handle])
+            assert isinstance(old, ReceiptHandleSupersededError)
+
+    asyncio.run(scenario())
+
+
+def test_start_and_close_are_idempotent(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.start()
+            await broker.create_topic("orders", 1)
+            await broker.close()
+            await broker.close()
+        async with open_broker() as broker:
+            assert [t.name for t in broker.list_topics()] == ["orders"]
+
+    asyncio.run(scenario())
+
+
+def test_restart_keeps_topics_and_group_settings(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 3)
+            created = await broker.create_group(
+                "g", max_delivery_attempts=5, retry_backoff_s=(2, 4)
+            )
+
+        async with open_broker() as broker:
+            assert [(t.name, t.queues) for t in broker.list_topics()] == [("orders", 3)]
+            assert broker.get_group("g") == created
+            await broker.create_topic("later", 1)
+            assert broker.get_topic("later")[0].topic_id > broker.get_topic("orders")[0].topic_id
+
+    asyncio.run(scenario())
+
+
+def test_buffered_checkpoint_lost_in_a_crash_means_redelivery_not_loss(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"a"), _msg(b"b")])
+            (a,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+            await broker.ack("g", [a.receipt_handle])
+            await wait_until(lambda: _stored_offset(broker, "g", "orders", 0) == 1)
+            await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)  # b
+            assert _checkpoints(broker) == []  # b's checkpoint is only in memory
+            broker.store.close()  # crash: nothing more reaches the disk
+
+        async with open_broker() as broker:
+            assert _committed(broker, "g", "orders") == 1
+            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            # Popped again from the queue itself, as its first delivery was never recorded.
+            assert (again.record.body, again.offset, again.delivery_attempt) == (b"b", 1, 1)
+            assert await broker.pop("g", "orders", wait_s=0) == []  # a stays acked
+
+    asyncio.run(scenario())
+
+
+CRASH_CONFIG = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3.8)
+
+
+async def _crash_with_a_persisted_checkpoint_above_an_open_one(
+    open_broker: OpenBroker, *, ack_first: bool
+) -> tuple[PoppedMessage, PoppedMessage]:
+    """Pop m0 (stays buffered) then m1 (persisted early), then crash.
+
+    With `ack_first`, a message popped and acked before them gives the group a stored
+    offset in the queue. Returns (m0, m1) as delivered before the crash.
+    """
+    async with open_broker(pop=CRASH_CONFIG) as broker:
+        await broker.create_topic("orders", 1)
+        if ack_first:
+            await broker.send([_msg(b"pre")])
+            (pre,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            await broker.ack("g", [pre.receipt_handle])
+            await wait_until(lambda: _stored_offset(broker, "g", "orders", 0) == 1)
+        await broker.send([_msg(b"m0"), _msg(b"m1"), _msg(b"m2")])
+        (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+        (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
+        await wait_until(lambda: len(_checkpoints(broker)) == 1)  # m1's, persisted early
+        assert [list(r.offsets) for r in _checkpoints(broker)] == [[m1.offset]]
+        assert _committed(broker, "g", "orders") == m0.offset  # m0's open checkpoint holds it
+        broker.store.close()  # crash: m0's buffered checkpoint is lost
+    return m0, m1
+
+
+def test_recovered_checkpoint_above_the_committed_offset_is_skipped_and_not_jumped(
+    open_broker: OpenBroker,
+) -> None:
+    """m0's checkpoint is lost in a crash, m1's was persisted: m0 is popped again, m1 is not."""
+
+    async def scenario() -> None:
+        m0, m1 = await _crash_with_a_persisted_checkpoint_above_an_open_one(
+            open_broker, ack_first=True
+        )
+        async with open_broker(pop=CRASH_CONFIG) as broker:
+            assert now_ms() < m1.invisible_until_ms
+            assert _committed(broker, "g", "orders") == 1
+            popped = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+            popped += await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
+            assert [(m.record.body, m.offset, m.delivery_attempt) for m in popped] == [
+                (b"m0", 1, 1),
+                (b"m2", 3, 1),
+            ]
+            assert await broker.pop("g", "orders", wait_s=0) == []  # m1 is still in flight
+            (stale,) = await broker.ack("g", [m0.receipt_handle])  # m0 has a new handle now
+            assert isinstance(stale, ReceiptHandleSupersededError)
+            await broker.ack("g", [m.receipt_handle for m in popped])
+            # Contiguous: past m0 (acked), m1 (persisted, owned by revive), m2 (acked).
+            assert _committed(broker, "g", "orders") == 4
+            assert await broker.ack("g", [m1.receipt_handle]) == [None]
+            assert broker.live_checkpoints == 0
+
+    asyncio.run(scenario())
+
+
+def test_recovered_checkpoint_is_kept_when_the_group_has_no_stored_offset_yet(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        _, m1 = await _crash_with_a_persisted_checkpoint_above_an_open_one(
+            open_broker, ack_first=False
+        )
+        async with open_broker(pop=CRASH_CONFIG) as broker:
+            bodies = [m.record.body for m in await broker.pop("g", "orders", wait_s=0)]
+            bodies += [m.record.body for m in await broker.pop("g", "orders", wait_s=0)]
+            assert now_ms() < m1.invisible_until_ms
+            assert bodies == [b"m0", b"m2"]  # not m1: invisible until its deadline
+            assert broker.live_checkpoints == 3  # m0 and m2 popped again, m1 recovered
+
+    asyncio.run(scenario())

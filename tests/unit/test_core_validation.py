@@ -1,0 +1,208 @@
+"""Argument rules of broker_core.validation: exact messages, no clamping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from broker_core.errors import InvalidArgumentError
+from broker_core.validation import check_message, check_name, check_range
+
+MiB = 1024 * 1024
+
+
+def _message(
+    *,
+    index: int = 0,
+    body: bytes = b"x",
+    tag: str = "",
+    keys: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+    message_id: str = "",
+) -> None:
+    check_message(
+        index,
+        body=body,
+        tag=tag,
+        keys=keys,
+        properties=properties or {},
+        message_id=message_id,
+    )
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["a", "orders", "Orders_2024-eu", "with%percent", "x" * 127, "%DLQ", "rmq_sy"]
+)
+def test_valid_names_are_accepted(name: str) -> None:
+    check_name("topic", name)
+
+
+def test_empty_name_is_rejected_naming_the_allowed_length() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("topic", "")
+    assert str(info.value) == "topic name is empty: use 1 to 127 characters"
+
+
+def test_name_longer_than_127_characters_is_rejected() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("group", "g" * 128)
+    assert str(info.value) == "group name is 128 characters long: at most 127 are allowed"
+
+
+@pytest.mark.parametrize("name", ["a b", "a.b", "a/b", "caf\u00e9", "tab\there", "a:b"])
+def test_name_with_characters_outside_the_pattern_is_rejected(name: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("topic", name)
+    assert str(info.value) == (
+        f"topic name {name!r} is invalid: use only letters, digits, '%', '_' and '-'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix"),
+    [("%RETRY%g_orders", "%RETRY%"), ("rmq_sys_trace", "rmq_sys_")],
+)
+@pytest.mark.parametrize("allow_dlq", [False, True])
+def test_retry_and_system_prefixes_are_reserved_even_where_dlq_is_allowed(
+    name: str, prefix: str, allow_dlq: bool
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("topic", name, allow_dlq=allow_dlq)
+    assert str(info.value) == f"topic name {name!r} uses the reserved prefix {prefix!r}"
+
+
+def test_dlq_prefix_is_reserved_unless_allowed() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("topic", "%DLQ%billing")
+    assert str(info.value) == (
+        "topic name '%DLQ%billing' uses the reserved prefix '%DLQ%' "
+        "(dead-letter topics can only be read)"
+    )
+    check_name("topic", "%DLQ%billing", allow_dlq=True)
+
+
+def test_validation_errors_are_invalid_argument_value_errors() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_name("topic", "")
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert info.value.retriable is False
+    assert isinstance(info.value, ValueError)
+
+
+# -- ranges ---------------------------------------------------------------------------------
+
+
+def test_value_below_range_names_the_minimum() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_range("invisible_duration", 0.2, 1, 43200, "s")
+    assert str(info.value) == "invisible_duration 0.2s is below the minimum 1s"
+
+
+def test_value_above_range_names_the_maximum() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        check_range("max_messages", 33, 1, 32)
+    assert str(info.value) == "max_messages 33 is above the maximum 32"
+
+
+@pytest.mark.parametrize("value", [1, 16, 32])
+def test_range_bounds_are_inclusive(value: int) -> None:
+    check_range("max_messages", value, 1, 32)
+
+
+@pytest.mark.parametrize("value", [0.999, -1, 32.001, 10**9])
+def test_out_of_range_value_is_an_error_never_clamped(value: float) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^max_messages .* is (below|above) the"):
+        check_range("max_messages", value, 1, 32)
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def test_empty_body_is_rejected_with_its_index() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(index=3, body=b"")
+    assert str(info.value) == "messages[3].body is empty: a message needs 1 byte to 4 MiB"
+
+
+def test_body_of_exactly_4_mib_is_accepted() -> None:
+    _message(body=b"x" * (4 * MiB))
+
+
+def test_body_over_4_mib_is_rejected() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(body=b"x" * (4 * MiB + 1))
+    assert str(info.value) == (
+        "messages[0].body is 4194305 bytes: at most 4194304 (4 MiB) are allowed"
+    )
+
+
+@pytest.mark.parametrize("tag", ["a|b", "|", "  ", "a\nb", "a\x00"])
+def test_tag_with_bar_control_characters_or_blank_is_rejected(tag: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(tag=tag)
+    assert str(info.value) == (
+        f"messages[0].tag {tag!r} is invalid: no '|', no control characters, not blank"
+    )
+
+
+def test_tag_length_is_limited_to_127_characters() -> None:
+    _message(tag="t" * 127)
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(tag="t" * 128)
+    assert str(info.value) == "messages[0].tag is longer than 127 characters"
+
+
+def test_at_most_32_keys_are_allowed() -> None:
+    _message(keys=[f"k{i}" for i in range(32)])
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(keys=[f"k{i}" for i in range(33)])
+    assert str(info.value) == "messages[0] has 33 keys: at most 32 allowed"
+
+
+@pytest.mark.parametrize("key", ["", " ", "a\tb", "k" * 128])
+def test_blank_long_or_control_keys_are_rejected(key: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[0\] key .* is invalid: 1 to 127"):
+        _message(keys=["fine", key])
+
+
+def test_128_properties_are_accepted_and_129_rejected() -> None:
+    _message(properties={f"p{i}": "v" for i in range(128)})
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(properties={f"p{i}": "v" for i in range(129)})
+    assert str(info.value) == "messages[0] has 129 properties: at most 128 are allowed"
+
+
+def test_properties_of_exactly_16_kib_are_accepted() -> None:
+    _message(properties={"k": "v" * (16 * 1024 - 1)})
+
+
+def test_properties_over_16_kib_are_rejected() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        _message(properties={"k": "v" * (16 * 1024)})
+    assert str(info.value) == "messages[0] properties take 16385 bytes: at most 16384 (16 KiB)"
+
+
+def test_properties_size_counts_utf8_bytes_not_characters() -> None:
+    # 1 + 8192 * 2 bytes = 16385, although only 8193 characters.
+    with pytest.raises(InvalidArgumentError, match="take 16385 bytes"):
+        _message(properties={"k": "\u00e9" * 8192})
+
+
+@pytest.mark.parametrize("name", ["", "a\nb"])
+def test_empty_or_control_property_name_is_rejected(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"property name .* is empty or has controls"):
+        _message(properties={name: "v"})
+
+
+def test_message_id_is_limited_to_128_printable_characters() -> None:
+    _message(message_id="m" * 128)
+    for bad in ["m" * 129, "id\n"]:
+        with pytest.raises(InvalidArgumentError) as info:
+            _message(message_id=bad)
+        assert str(info.value) == (
+            "messages[0].message_id is invalid: at most 128 printable characters"
+        )

@@ -1,0 +1,166 @@
+"""Group commit: one batch per loop iteration, dense offsets, all-or-nothing failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_core import keys
+from broker_core.errors import UnavailableError
+from broker_core.store import Batch, Store
+from broker_core.writer import GroupCommitWriter, QueueOffsets
+
+TOPIC, QUEUE = 1, 0
+
+
+def _append(body: bytes) -> Callable[[Batch, QueueOffsets], int]:
+    """A job that stores one message in (TOPIC, QUEUE) and returns its offset."""
+
+    def apply(batch: Batch, offsets: QueueOffsets) -> int:
+        offset = offsets.allocate(TOPIC, QUEUE)
+        batch.put("messages", keys.message_key(TOPIC, QUEUE, offset), body)
+        return offset
+
+    return apply
+
+
+def _stored(store: Store) -> list[tuple[int, bytes]]:
+    start, end = keys.topic_range(TOPIC)
+    return [(keys.message_offset(k), v) for k, v in store.scan("messages", start, end)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store(tmp_path / "db")
+    yield store
+    store.close()
+
+
+def test_submits_of_one_loop_iteration_are_one_synced_batch(store: Store) -> None:
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        futures = [writer.submit(_append(b"m%d" % i), sync=True) for i in range(50)]
+        offsets = await asyncio.gather(*futures)
+        assert offsets == list(range(50))
+        assert (writer.stats.batches, writer.stats.jobs, writer.stats.synced_batches) == (1, 50, 1)
+
+    asyncio.run(scenario())
+    assert _stored(store) == [(i, b"m%d" % i) for i in range(50)]
+
+
+def test_submits_of_separate_iterations_get_dense_offsets_in_commit_order(store: Store) -> None:
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        first = await asyncio.gather(*(writer.submit(_append(b"a"), sync=False) for _ in range(3)))
+        second = await writer.submit(_append(b"b"), sync=False)
+        third = await asyncio.gather(*(writer.submit(_append(b"c"), sync=True) for _ in range(2)))
+        assert (first, second, third) == ([0, 1, 2], 3, [4, 5])
+        assert writer.stats.batches == 3
+        assert writer.stats.synced_batches == 1
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 6
+
+    asyncio.run(scenario())
+    assert [offset for offset, _ in _stored(store)] == list(range(6))
+
+
+def test_offsets_continue_after_reopening_the_store(tmp_path: Path) -> None:
+    async def fill(store: Store, count: int) -> list[int]:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        return list(
+            await asyncio.gather(*(writer.submit(_append(b"x"), sync=True) for _ in range(count)))
+        )
+
+    store = Store(tmp_path / "db")
+    assert asyncio.run(fill(store, 3)) == [0, 1, 2]
+    store.close()
+    store = Store(tmp_path / "db")
+    try:
+        assert asyncio.run(fill(store, 2)) == [3, 4]
+    finally:
+        store.close()
+
+
+def test_failed_write_fails_every_job_rolls_offsets_back_and_calls_failure_listeners(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = store.write
+    calls: list[int] = []
+
+    def write_failing_once(batch: Batch, *, sync: bool) -> None:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise UnavailableError("the store could not write (injected)")
+        real_write(batch, sync=sync)
+
+    monkeypatch.setattr(store, "write", write_failing_once)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        failures: list[str] = []
+        grown: list[list[tuple[int, int]]] = []
+        writer.add_failure_listener(lambda: failures.append("failed"))
+        writer.add_commit_listener(grown.append)
+
+        futures = [writer.submit(_append(b"lost"), sync=True) for _ in range(3)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(r, UnavailableError) for r in results), results
+        assert failures == ["failed"]
+        assert grown == []
+        assert writer.stats.failed_batches == 1
+        assert writer.stats.batches == 0
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 0
+
+        again = await asyncio.gather(
+            *(writer.submit(_append(b"kept"), sync=True) for _ in range(2))
+        )
+        assert again == [0, 1]  # the failed batch's offsets are reused: no hole
+        assert grown == [[(TOPIC, QUEUE)]]
+        assert failures == ["failed"]
+
+    asyncio.run(scenario())
+    assert calls == [3, 2]
+    assert _stored(store) == [(0, b"kept"), (1, b"kept")]
+
+
+def test_flush_hooks_ride_along_and_commit_listeners_see_grown_queues(store: Store) -> None:
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        grown: list[list[tuple[int, int]]] = []
+        writer.add_flush_hook(lambda batch: batch.put("meta", b"hook", b"ran"))
+        writer.add_commit_listener(grown.append)
+        await writer.submit(_append(b"x"), sync=False)
+        assert grown == [[(TOPIC, QUEUE)]]
+
+    asyncio.run(scenario())
+    assert store.get("meta", b"hook") == b"ran"
+
+
+def test_job_that_writes_nothing_resolves_without_a_store_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_write(batch: Batch, *, sync: bool) -> None:
+        raise AssertionError("an empty batch must not be written")
+
+    monkeypatch.setattr(store, "write", no_write)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        assert await writer.submit(lambda batch, offsets: "done", sync=True) == "done"
+
+    asyncio.run(scenario())
+
+
+def test_write_to_a_closed_store_fails_as_unavailable(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    store.close()
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        future = writer.submit(lambda batch, offsets: batch.put("meta", b"k", b"v"), sync=True)
+        with pytest.raises(UnavailableError, match="closed"):
+            await asyncio.wait_for(future, 1)
+
+    asyncio.run(scenario())
