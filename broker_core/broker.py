@@ -658,6 +658,10 @@ class Broker:
                 budget -= 1
                 if value is None:
                     continue  # deleted by retention after we looked at the max offset
+                if offset in cq.inflight:
+                    # Owned by a live checkpoint recovered after a crash (a nack's or a
+                    # ChangeInvisibleTime's): it is redelivered at that checkpoint's deadline.
+                    continue
                 record = records_pb2.StoredMessage.FromString(value)
                 if not tag_filter.matches(record.tag):
                     continue
@@ -1037,8 +1041,14 @@ class Broker:
             moves: list[tuple[int, TopicInfo, bytes]] = []
             for index in ck.unresolved():
                 offset = ck.offsets[index]
-                if cq.inflight.get(offset) is not ck:
-                    continue  # being moved by ChangeInvisibleTime right now
+                owner = cq.inflight.get(offset)
+                if owner is not ck:
+                    if owner is not None and owner.ck_id not in self._cks:
+                        continue  # being moved by ChangeInvisibleTime right now
+                    # Another live checkpoint owns the message (or nobody does): this entry
+                    # is stale and must neither redeliver it nor linger in the store.
+                    moves.append((index, source, b""))
+                    continue
                 data = store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
                 if data is None or user_topic is None:
                     moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver

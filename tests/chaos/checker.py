@@ -1,0 +1,837 @@
+"""Total-queue checker: no acknowledged send is lost across kill -9 of the server.
+
+Modelled on Jepsen's total-queue workload (RabbitMQ suite) and RocketMQ OpenChaos's
+QueueChecker. The real server runs as a subprocess (``python -m cli serve``) on a fixed data
+dir. While producers send unique ids and consumers pop and ack them, a nemesis SIGKILLs the
+server at random moments and restarts it on the same data dir (a new port each time; the
+clients re-read the endpoint). At the end everything is drained and the history checked:
+
+- **lost**: ids whose send returned a receipt (acknowledged) and that no consumer ever
+  processed. Must be 0 with ``--flush sync``.
+- **unexpected**: ids received that were never sent. Must be 0.
+- **duplicates**: ids processed more than once. At-least-once delivery allows them; counted.
+- **indeterminate**: sends that failed (usually because the server died under them). They
+  may or may not be stored; missing is fine, and those that appeared are reported.
+- **given back**: with ``--crashing-consumers`` half of the consumers now and then drop a
+  popped batch without acking it (a consumer crash mid-batch); with ``--nack-probability``
+  consumers nack some messages. Those deliveries do not count as processed: every such id
+  must come back (after its invisible time or nack delay) and be processed.
+
+A delivery counts as *processed* when the consumer got it and went on to ack it, whatever
+the ack's outcome (an ack cut off by a kill may or may not have been applied).
+
+Usage::
+
+    python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
+        --flush sync [--crashing-consumers] [--seed N] [--json result.json]
+
+The exit code is 1 when the run breaks what its flush mode promises (see
+``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
+``run_check`` and ``check`` are the same run for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from sdk import (
+    AsyncAdmin,
+    AsyncProducer,
+    AsyncSimpleConsumer,
+    Message,
+    PopMQError,
+    ReceivedMessage,
+    SendReceipt,
+)
+from sdk._channel import AsyncClient
+from tests.chaos.server_process import (
+    KILLED,
+    EndpointHolder,
+    Incarnation,
+    ServerDiedError,
+    ServerProcess,
+)
+
+__all__ = [
+    "GROUP",
+    "TOPIC",
+    "CheckConfig",
+    "CheckResult",
+    "History",
+    "check",
+    "evaluate",
+    "main",
+    "run_check",
+]
+
+TOPIC = "chaos-total-queue"
+GROUP = "chaos-checker"
+_MAX_DELIVERY_ATTEMPTS = 1000
+"""High enough that no message reaches the dead-letter topic during a run."""
+_RETRY_BACKOFF_S = 0.05
+"""Pause before repeating a call that failed while the server was up (not killed)."""
+_NACK_DELAY_S = 1.0
+
+C = TypeVar("C", bound=AsyncClient)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckConfig:
+    """One checker run.
+
+    Attributes:
+        messages: Ids the producers try to send, in total (each id is sent once).
+        kills: Times the nemesis SIGKILLs the server, at random points of the production.
+        producers: Concurrent producer tasks.
+        consumers: Concurrent consumer tasks.
+        flush: The server's ``--flush``.
+        crashing_consumers: Make half of the consumers (at least one) crash mid-batch now
+            and then: drop the popped batch unacked and drop their connection.
+        abandon_probability: Chance that a crashing consumer drops a batch.
+        nack_probability: Chance that a consumer nacks a message (redelivery after 1 s)
+            instead of acking it.
+        batch_size: Ids per SendMessages call (an atomic batch).
+        queues: Queues of the topic.
+        invisible_s: (min, max) invisible duration of a pop, drawn uniformly per pop: the
+            redelivery delay of a dropped batch. The broker persists a checkpoint 3 s before
+            its deadline, so below 3 s checkpoints are written at once and above it they
+            stay buffered in memory for a while (what a kill loses); 3..5 s covers both.
+        poll_wait_s: Long-polling wait of each pop.
+        drain_timeout_s: Bound of the final drain.
+        start_timeout_s: Bound of one server start.
+        rpc_timeout_s: Timeout of each client call (a pop waits ``poll_wait_s`` longer).
+        seed: Seed of the nemesis and of the consumers' choices; None picks one (reported).
+        data_dir: Where the store and the server log go; None: a temp dir, removed after a
+            run without violations unless ``keep_data``.
+        keep_data: Keep the temp data dir.
+        verify_clean_restart: After the drain, stop with SIGTERM, start again and count
+            what a pop still returns (nothing, if the clean stop kept all acks), then stop.
+    """
+
+    messages: int = 3000
+    kills: int = 3
+    producers: int = 2
+    consumers: int = 2
+    flush: Literal["sync", "async"] = "sync"
+    crashing_consumers: bool = False
+    abandon_probability: float = 0.3
+    nack_probability: float = 0.0
+    batch_size: int = 1
+    queues: int = 4
+    invisible_s: tuple[float, float] = (3.0, 5.0)
+    poll_wait_s: float = 1.0
+    drain_timeout_s: float = 90.0
+    start_timeout_s: float = 60.0
+    rpc_timeout_s: float = 10.0
+    seed: int | None = None
+    data_dir: Path | None = None
+    keep_data: bool = False
+    verify_clean_restart: bool = True
+
+    def __post_init__(self) -> None:
+        if self.messages < 1 or self.producers < 1 or self.consumers < 1:
+            raise ValueError("messages, producers and consumers must be at least 1")
+        if not 0 <= self.kills <= self.messages * 9 // 10 - 1:
+            raise ValueError(f"kills must be within 0..{self.messages * 9 // 10 - 1}")
+        if not 1 <= self.batch_size <= 1024:
+            raise ValueError("batch_size must be within 1..1024")
+        if not 0 <= self.abandon_probability < 1 or not 0 <= self.nack_probability < 1:
+            raise ValueError("probabilities must be within [0, 1)")
+        low, high = self.invisible_s
+        if not 1 <= low <= high <= 60 or not 0 <= self.poll_wait_s <= 30:
+            raise ValueError("invisible_s must be within 1..60 s and poll_wait_s within 0..30 s")
+
+
+class History:
+    """Everything the clients saw. Ids are ``p<producer>-<n>``; a message body is its id."""
+
+    def __init__(self) -> None:
+        self.attempted: set[str] = set()
+        self.acknowledged: dict[str, tuple[int, int]] = {}
+        """Id -> (queue, offset) from its send receipt."""
+        self.indeterminate: set[str] = set()
+        self.send_errors: Counter[str] = Counter()
+        self.processed: Counter[str] = Counter()
+        """Id -> deliveries that were processed (the consumer went on to ack them)."""
+        self.abandoned: Counter[str] = Counter()
+        """Id -> deliveries dropped unacked by a crashing consumer."""
+        self.nacked: Counter[str] = Counter()
+        """Id -> deliveries given back with a nack."""
+        self.attempts: Counter[int] = Counter()
+        """delivery_attempt -> processed deliveries with it."""
+        self.max_attempt = 0
+        self.pop_errors: Counter[str] = Counter()
+        self.ack_errors: Counter[str] = Counter()
+        self.nack_errors: Counter[str] = Counter()
+
+    def sending(self, ids: Iterable[str]) -> None:
+        self.attempted.update(ids)
+
+    def sent(self, ids: Sequence[str], receipts: Sequence[SendReceipt]) -> None:
+        for message_id, receipt in zip(ids, receipts, strict=True):
+            self.acknowledged[message_id] = (receipt.queue_id, receipt.offset)
+
+    def send_failed(self, ids: Iterable[str], code: str) -> None:
+        self.indeterminate.update(ids)
+        self.send_errors[code] += 1
+
+    def delivered(self, message: ReceivedMessage, into: Counter[str]) -> None:
+        into[message.body.decode()] += 1
+        self.max_attempt = max(self.max_attempt, message.delivery_attempt)
+        if into is self.processed:
+            self.attempts[message.delivery_attempt] += 1
+
+
+@dataclass(slots=True)
+class CheckResult:
+    """What a run did and what the checker found; ``summary()`` prints it for humans."""
+
+    config: CheckConfig
+    seed: int
+    data_dir: str
+    attempted: int = 0
+    acknowledged: int = 0
+    indeterminate: int = 0
+    indeterminate_appeared: int = 0
+    send_errors: dict[str, int] = field(default_factory=dict)
+    distinct_received: int = 0
+    deliveries: int = 0
+    duplicate_ids: int = 0
+    duplicate_deliveries: int = 0
+    max_delivery_attempt: int = 0
+    delivery_attempts: dict[int, int] = field(default_factory=dict)
+    crashing_consumers: int = 0
+    abandoned_deliveries: int = 0
+    abandoned_ids: int = 0
+    nacked_deliveries: int = 0
+    nacked_ids: int = 0
+    given_back_never_returned: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    offset_conflicts: list[str] = field(default_factory=list)
+    pop_errors: dict[str, int] = field(default_factory=dict)
+    ack_errors: dict[str, int] = field(default_factory=dict)
+    nack_errors: dict[str, int] = field(default_factory=dict)
+    kills: int = 0
+    incarnations: list[Incarnation] = field(default_factory=list)
+    produce_s: float = 0.0
+    drain_s: float = 0.0
+    total_s: float = 0.0
+    drained: bool = False
+    final_lag: int = -1
+    final_inflight: int = -1
+    clean_stop_exit_code: int | None = None
+    redelivered_after_clean_restart: list[str] | None = None
+    """What a pop returned after the clean stop and restart: ``id attempt=N queue@offset``."""
+
+    @property
+    def restarts_after_kill(self) -> list[Incarnation]:
+        return [i for i in self.incarnations if i.after == KILLED]
+
+    @property
+    def violations(self) -> list[str]:
+        """Broken promises. Sync flush: no acknowledged send lost and every given-back id
+        returns. Both modes: no unexpected ids, the drain finishes, the stop is clean."""
+        found: list[str] = []
+        if self.config.flush == "sync" and self.lost:
+            found.append(f"{len(self.lost)} acknowledged sends lost")
+        if self.config.flush == "sync" and self.given_back_never_returned:
+            found.append(
+                f"{len(self.given_back_never_returned)} abandoned or nacked ids never came back"
+            )
+        if self.unexpected:
+            found.append(f"{len(self.unexpected)} ids received that were never sent")
+        if not self.drained:
+            found.append(f"the drain did not finish within {self.config.drain_timeout_s:g}s")
+        if self.clean_stop_exit_code != 0:
+            found.append(f"the clean stop exited with {self.clean_stop_exit_code}")
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["config"] = {
+            k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.config).items()
+        }
+        data["violations"] = self.violations
+        return data
+
+    def summary(self) -> str:
+        cfg = self.config
+        restarts = self.restarts_after_kill
+        redelivered = self.redelivered_after_clean_restart
+        lines = [
+            f"popmq total-queue check: flush={cfg.flush} messages={cfg.messages} "
+            f"producers={cfg.producers} (batch {cfg.batch_size}) consumers={cfg.consumers} "
+            f"(crashing {self.crashing_consumers}, nack p={cfg.nack_probability:g}) "
+            f"queues={cfg.queues} invisible={_span(cfg.invisible_s)}s kills={cfg.kills} "
+            f"seed={self.seed}",
+            f"  sends: attempted {self.attempted}, acknowledged {self.acknowledged}, "
+            f"indeterminate {self.indeterminate} (appeared {self.indeterminate_appeared})"
+            + _counts("; errors", self.send_errors),
+            f"  received: {self.distinct_received} distinct ids in {self.deliveries} processed "
+            f"deliveries; duplicates {self.duplicate_ids} ids ({self.duplicate_deliveries} "
+            f"extra deliveries); max delivery attempt {self.max_delivery_attempt}; by attempt "
+            + (" ".join(f"{a}:{n}" for a, n in sorted(self.delivery_attempts.items())) or "-"),
+        ]
+        if self.crashing_consumers or cfg.nack_probability:
+            lines.append(
+                f"  given back: abandoned by crashing consumers {self.abandoned_deliveries} "
+                f"deliveries of {self.abandoned_ids} ids, nacked {self.nacked_deliveries} "
+                f"deliveries of {self.nacked_ids} ids; never came back "
+                f"{len(self.given_back_never_returned)}" + _sample(self.given_back_never_returned)
+            )
+        lines += [
+            f"  LOST (acknowledged, never received): {len(self.lost)}" + _sample(self.lost),
+            f"  UNEXPECTED (received, never sent): {len(self.unexpected)}"
+            + _sample(self.unexpected),
+            "  offset conflicts (two acknowledged ids at one queue offset): "
+            f"{len(self.offset_conflicts)}" + _sample(self.offset_conflicts),
+            f"  kills (kill -9): {self.kills}; restart spawn->listening s: "
+            + _stats([i.spawn_to_listening_s for i in restarts])
+            + "; broker recovery s: "
+            + _stats([i.recovery_s for i in restarts if i.recovery_s is not None])
+            + "; in-flight checkpoints recovered: "
+            + (" ".join(str(i.recovered_checkpoints) for i in restarts) or "-"),
+            "  client errors:"
+            + (
+                _counts(" pop", self.pop_errors)
+                + _counts(" ack", self.ack_errors)
+                + _counts(" nack", self.nack_errors)
+                or " none"
+            ),
+            f"  time: produce {self.produce_s:.1f}s "
+            f"({_rate(self.acknowledged, self.produce_s)} acknowledged sends/s), "
+            f"drain {self.drain_s:.1f}s, total {self.total_s:.1f}s; "
+            f"{_rate(self.deliveries, self.produce_s + self.drain_s)} processed deliveries/s",
+            f"  drained: {self.drained} (final lag {self.final_lag}, in flight "
+            f"{self.final_inflight}); clean stop exit code {self.clean_stop_exit_code}; "
+            "redelivered after clean restart "
+            + ("-" if redelivered is None else str(len(redelivered)) + _sample(redelivered, 5)),
+            "  verdict: " + ("PASS" if self.ok else "FAIL: " + "; ".join(self.violations)),
+        ]
+        if not self.ok:
+            lines.append(f"  store and server log kept in {self.data_dir}")
+        return "\n".join(lines)
+
+
+def _span(span: tuple[float, float]) -> str:
+    low, high = span
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
+
+
+def _seconds_span(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition("-")
+    try:
+        return (float(low), float(high)) if sep else (float(low), float(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected S or MIN-MAX seconds, got {text!r}") from None
+
+
+def _counts(label: str, counts: dict[str, int]) -> str:
+    if not counts:
+        return ""
+    return label + " " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+def _sample(ids: Sequence[str], limit: int = 10) -> str:
+    if not ids:
+        return ""
+    more = f" ... (+{len(ids) - limit})" if len(ids) > limit else ""
+    return " e.g. " + " ".join(ids[:limit]) + more
+
+
+def _stats(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return (
+        f"mean {statistics.fmean(values):.3f} max {max(values):.3f} "
+        f"[{' '.join(f'{v:.2f}' for v in values)}]"
+    )
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:.0f}" if seconds > 0 else "-"
+
+
+def evaluate(history: History, result: CheckResult) -> None:
+    """Fill ``result``'s counts and findings from ``history`` (the checker proper)."""
+    processed = history.processed
+    result.attempted = len(history.attempted)
+    result.acknowledged = len(history.acknowledged)
+    result.indeterminate = len(history.indeterminate)
+    result.indeterminate_appeared = sum(1 for i in history.indeterminate if i in processed)
+    result.send_errors = dict(history.send_errors)
+    result.distinct_received = len(processed)
+    result.deliveries = sum(processed.values())
+    result.duplicate_ids = sum(1 for n in processed.values() if n > 1)
+    result.duplicate_deliveries = result.deliveries - result.distinct_received
+    result.delivery_attempts = dict(sorted(history.attempts.items()))
+    result.max_delivery_attempt = history.max_attempt
+    result.abandoned_deliveries = sum(history.abandoned.values())
+    result.abandoned_ids = len(history.abandoned)
+    result.nacked_deliveries = sum(history.nacked.values())
+    result.nacked_ids = len(history.nacked)
+    given_back = history.abandoned.keys() | history.nacked.keys()
+    result.given_back_never_returned = sorted(i for i in given_back if i not in processed)
+    result.lost = sorted(i for i in history.acknowledged if i not in processed)
+    seen = processed.keys() | given_back
+    result.unexpected = sorted(i for i in seen if i not in history.attempted)
+    by_position: dict[tuple[int, int], list[str]] = {}
+    for message_id, position in history.acknowledged.items():
+        by_position.setdefault(position, []).append(message_id)
+    result.offset_conflicts = sorted(
+        f"queue{q}@{o}:{'+'.join(sorted(ids))}"
+        for (q, o), ids in by_position.items()
+        if len(ids) > 1
+    )
+    result.pop_errors = dict(history.pop_errors)
+    result.ack_errors = dict(history.ack_errors)
+    result.nack_errors = dict(history.nack_errors)
+
+
+class Reconnecting(Generic[C]):
+    """A client for the current server incarnation, replaced once the server restarted.
+
+    Args:
+        holder: Where the server currently listens.
+        factory: Makes a client for an endpoint.
+    """
+
+    def __init__(self, holder: EndpointHolder, factory: Callable[[str], C]) -> None:
+        self._holder = holder
+        self._factory = factory
+        self._client: C | None = None
+        self._generation = 0
+
+    async def get(self) -> C:
+        """The client for the serving incarnation; waits while the server is down."""
+        await self._holder.up.wait()
+        if self._client is None or self._generation != self._holder.generation:
+            await self.close()
+            self._client = self._factory(self._holder.address)
+            self._generation = self._holder.generation
+        return self._client
+
+    async def after_failure(self) -> None:
+        """Call after a failed call. A kill clears ``up`` first, so a failure while the same
+        incarnation is still up is not the nemesis: pause before repeating the call."""
+        if self._holder.up.is_set() and self._generation == self._holder.generation:
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+
+class _Progress:
+    """Sends finished (acknowledged or not); the nemesis waits for thresholds of it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = asyncio.Condition()
+
+    async def add(self, n: int) -> None:
+        async with self._changed:
+            self.count += n
+            self._changed.notify_all()
+
+    async def reached(self, n: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.count >= n)
+
+
+class TotalQueueChecker:
+    """One run: server, producers, consumers, nemesis, drain, then ``evaluate``."""
+
+    def __init__(self, config: CheckConfig, data_dir: Path, seed: int) -> None:
+        self.config = config
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.data_dir = data_dir
+        self.server = ServerProcess(
+            data_dir / "store",
+            flush=config.flush,
+            log_path=data_dir / "server.log",
+            start_timeout_s=config.start_timeout_s,
+            on_death=self._server_died,
+        )
+        self.holder = self.server.holder
+        self.history = History()
+        self.progress = _Progress()
+        self.kills = 0
+        # Drain: consecutive empty pops across consumers, and the event that says "enough".
+        self.draining = False
+        self._empty_streak = 0
+        self._quiet = asyncio.Event()
+        self._quiet_after = 2 * config.consumers
+        # Fails with the exception of the first background task that died unexpectedly.
+        self._crashed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- workers --------------------------------------------------------------------------
+
+    async def _produce(self, ids: list[str]) -> None:
+        cfg = self.config
+        history = self.history
+        client = Reconnecting(
+            self.holder, lambda ep: AsyncProducer(ep, timeout_s=cfg.rpc_timeout_s)
+        )
+        try:
+            for start in range(0, len(ids), cfg.batch_size):
+                chunk = ids[start : start + cfg.batch_size]
+                producer = await client.get()
+                history.sending(chunk)
+                try:
+                    receipts = await producer.send_batch(
+                        TOPIC, [Message(i.encode()) for i in chunk]
+                    )
+                except PopMQError as exc:
+                    history.send_failed(chunk, exc.code)  # maybe stored, maybe not
+                    await self.progress.add(len(chunk))
+                    await client.after_failure()
+                    continue
+                history.sent(chunk, receipts)
+                await self.progress.add(len(chunk))
+        finally:
+            await client.close()
+
+    async def _consume(self, crashing: bool, rng: random.Random) -> None:
+        cfg = self.config
+        history = self.history
+        client = Reconnecting(
+            self.holder,
+            lambda ep: AsyncSimpleConsumer(
+                ep, group=GROUP, topic=TOPIC, timeout_s=cfg.rpc_timeout_s
+            ),
+        )
+        try:
+            while True:
+                consumer = await client.get()
+                try:
+                    messages = await consumer.receive(
+                        max_messages=32,
+                        invisible_duration_s=rng.uniform(*cfg.invisible_s),
+                        wait_s=cfg.poll_wait_s,
+                    )
+                except PopMQError as exc:
+                    history.pop_errors[exc.code] += 1
+                    await client.after_failure()
+                    continue
+                if not messages:
+                    self._empty_streak += 1
+                    if self.draining and self._empty_streak >= self._quiet_after:
+                        self._quiet.set()
+                    continue
+                self._empty_streak = 0
+                if crashing and not self.draining and rng.random() < cfg.abandon_probability:
+                    # A crash mid-batch: nothing is acked and the connection goes away too.
+                    for m in messages:
+                        history.delivered(m, history.abandoned)
+                    await client.close()
+                    continue
+                to_ack: list[ReceivedMessage] = []
+                for m in messages:
+                    if not self.draining and rng.random() < cfg.nack_probability:
+                        history.delivered(m, history.nacked)
+                        try:
+                            await consumer.nack(m, delay_s=_NACK_DELAY_S)
+                        except PopMQError as exc:
+                            history.nack_errors[exc.code] += 1
+                    else:
+                        history.delivered(m, history.processed)
+                        to_ack.append(m)
+                try:
+                    await consumer.ack(to_ack)
+                except PopMQError as exc:
+                    # Killed under us, or a handle expired: the message comes back (duplicate).
+                    history.ack_errors[exc.code] += 1
+                    await client.after_failure()
+        finally:
+            await client.close()
+
+    async def _nemesis(self) -> None:
+        cfg = self.config
+        low, high = max(1, cfg.messages // 20), max(2, cfg.messages * 19 // 20)
+        thresholds = sorted(self.rng.sample(range(low, high), cfg.kills))
+        for threshold in thresholds:
+            await self.progress.reached(threshold)
+            # A little jitter so that the kill does not line up with the end of a send.
+            await asyncio.sleep(self.rng.uniform(0, 0.02))
+            await self.server.kill()
+            self.kills += 1
+            await self.server.start()
+
+    def _server_died(self, exc: ServerDiedError) -> None:
+        if not self._crashed.done():
+            self._crashed.set_exception(exc)
+
+    def _watch(self, task: asyncio.Task[Any]) -> None:
+        def done(t: asyncio.Task[Any]) -> None:
+            if t.cancelled() or self._crashed.done():
+                return
+            exc = t.exception()
+            if exc is not None:
+                self._crashed.set_exception(exc)
+
+        task.add_done_callback(done)
+
+    async def _unless_crashed(self, awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
+        """Await, but fail at once when a worker died of an unexpected exception.
+
+        Raises:
+            TimeoutError: ``timeout_s`` passed first (the awaitable is cancelled).
+        """
+        task = asyncio.ensure_future(awaitable)
+        done, _ = await asyncio.wait(
+            {task, self._crashed}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task not in done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if self._crashed in done:
+                self._crashed.result()  # raises the worker's exception
+            raise TimeoutError
+        return task.result()
+
+    # -- phases ---------------------------------------------------------------------------
+
+    async def _setup(self) -> None:
+        async with AsyncAdmin(self.holder.address, timeout_s=self.config.rpc_timeout_s) as admin:
+            await admin.create_topic(TOPIC, queues=self.config.queues)
+            await admin.create_group(GROUP, max_delivery_attempts=_MAX_DELIVERY_ATTEMPTS)
+
+    async def _lag(self, admin: Reconnecting[AsyncAdmin]) -> tuple[int, int]:
+        while True:
+            client = await admin.get()
+            try:
+                rows = await client.get_group_lag(GROUP, TOPIC)
+            except PopMQError:
+                await admin.after_failure()
+                continue
+            return sum(r.lag for r in rows), sum(r.inflight for r in rows)
+
+    async def _drain(self, result: CheckResult) -> None:
+        """Pop until several consecutive empty long polls, then lag and in-flight are 0."""
+        self.draining = True
+        admin = Reconnecting(
+            self.holder, lambda ep: AsyncAdmin(ep, timeout_s=self.config.rpc_timeout_s)
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.drain_timeout_s
+        try:
+            while True:
+                self._empty_streak = 0
+                self._quiet.clear()
+                try:
+                    await self._unless_crashed(self._quiet.wait(), deadline - loop.time())
+                    lag, inflight = await self._unless_crashed(
+                        self._lag(admin), max(1.0, deadline - loop.time())
+                    )
+                except TimeoutError:
+                    return
+                result.final_lag, result.final_inflight = lag, inflight
+                if lag == 0 and inflight == 0:
+                    result.drained = True
+                    return
+        finally:
+            await admin.close()
+
+    async def _verify_clean_restart(self, result: CheckResult) -> None:
+        """Start over the cleanly stopped store: nothing should be delivered again."""
+        cfg = self.config
+        await self.server.start()
+        redelivered: list[str] = []
+        async with AsyncSimpleConsumer(
+            self.holder.address, group=GROUP, topic=TOPIC, timeout_s=cfg.rpc_timeout_s
+        ) as consumer:
+            while messages := await consumer.receive(
+                max_messages=32, invisible_duration_s=cfg.invisible_s[1], wait_s=cfg.poll_wait_s
+            ):
+                redelivered += (
+                    f"{m.body.decode()} attempt={m.delivery_attempt} queue{m.queue_id}@{m.offset}"
+                    for m in messages
+                )
+                await consumer.ack(messages)
+        result.redelivered_after_clean_restart = redelivered
+        code = await self.server.stop()
+        if code != 0:
+            result.clean_stop_exit_code = code
+
+    async def run(self) -> CheckResult:
+        cfg = self.config
+        result = CheckResult(config=cfg, seed=self.seed, data_dir=str(self.data_dir))
+        began = time.perf_counter()
+        consumers: list[asyncio.Task[None]] = []
+        others: list[asyncio.Task[None]] = []
+        try:
+            await self.server.start()
+            await self._setup()
+            result.crashing_consumers = (
+                math.ceil(cfg.consumers / 2) if cfg.crashing_consumers else 0
+            )
+            for i in range(cfg.consumers):
+                rng = random.Random(self.rng.random())
+                consumers.append(
+                    asyncio.create_task(self._consume(i < result.crashing_consumers, rng))
+                )
+            nemesis = asyncio.create_task(self._nemesis())
+            per, extra = divmod(cfg.messages, cfg.producers)
+            producers = [
+                asyncio.create_task(
+                    self._produce([f"p{p}-{n:07d}" for n in range(per + (p < extra))])
+                )
+                for p in range(cfg.producers)
+            ]
+            others = [nemesis, *producers]
+            for task in [*consumers, *others]:
+                self._watch(task)
+            produce_began = time.perf_counter()
+            await self._unless_crashed(asyncio.gather(*producers))
+            await self._unless_crashed(nemesis)
+            result.produce_s = time.perf_counter() - produce_began
+            drain_began = time.perf_counter()
+            await self._drain(result)
+            result.drain_s = time.perf_counter() - drain_began
+            await _cancel(consumers)
+            result.clean_stop_exit_code = await self.server.stop()
+            if cfg.verify_clean_restart and result.drained:
+                await self._verify_clean_restart(result)
+            if self._crashed.done():
+                self._crashed.result()  # the server died on its own meanwhile
+        finally:
+            await _cancel([*consumers, *others])
+            if self.server.running:
+                await self.server.kill()
+        result.total_s = time.perf_counter() - began
+        result.kills = self.kills
+        result.incarnations = list(self.server.incarnations)
+        evaluate(self.history, result)
+        return result
+
+
+async def _cancel(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_check(config: CheckConfig) -> CheckResult:
+    """Run the checker on the running event loop."""
+    seed = config.seed if config.seed is not None else random.randrange(2**32)
+    own_dir = config.data_dir is None
+    data_dir = (
+        Path(tempfile.mkdtemp(prefix="popmq-chaos-"))
+        if config.data_dir is None
+        else config.data_dir
+    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    keep = True
+    try:
+        result = await TotalQueueChecker(config, data_dir, seed).run()
+        keep = config.keep_data or not result.ok
+        return result
+    finally:
+        if own_dir and not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    """Run the checker in a new event loop (blocking)."""
+    return asyncio.run(run_check(config))
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = CheckConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.chaos.checker",
+        description="Total-queue durability check of popmq under kill -9 of the server.",
+    )
+    parser.add_argument("--messages", type=int, default=d.messages, help="ids to send")
+    parser.add_argument("--kills", type=int, default=d.kills, help="kill -9 count")
+    parser.add_argument("--producers", type=int, default=d.producers)
+    parser.add_argument("--consumers", type=int, default=d.consumers)
+    parser.add_argument("--flush", choices=("sync", "async"), default=d.flush)
+    parser.add_argument(
+        "--crashing-consumers",
+        action="store_true",
+        help="half of the consumers drop popped batches unacked now and then",
+    )
+    parser.add_argument("--abandon-probability", type=float, default=d.abandon_probability)
+    parser.add_argument(
+        "--nack-probability",
+        type=float,
+        default=d.nack_probability,
+        help="chance that a consumer nacks a message instead of acking it",
+    )
+    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="ids per send")
+    parser.add_argument("--queues", type=int, default=d.queues)
+    parser.add_argument(
+        "--invisible",
+        type=_seconds_span,
+        default=d.invisible_s,
+        metavar="MIN[-MAX]",
+        help=f"invisible duration of a pop in seconds (default {_span(d.invisible_s)})",
+    )
+    parser.add_argument("--poll-wait", type=float, default=d.poll_wait_s, metavar="S")
+    parser.add_argument("--drain-timeout", type=float, default=d.drain_timeout_s, metavar="S")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="store and server log (default: temp dir)"
+    )
+    parser.add_argument("--keep-data", action="store_true", help="keep the temp data dir")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = CheckConfig(
+            messages=args.messages,
+            kills=args.kills,
+            producers=args.producers,
+            consumers=args.consumers,
+            flush=args.flush,
+            crashing_consumers=args.crashing_consumers,
+            abandon_probability=args.abandon_probability,
+            nack_probability=args.nack_probability,
+            batch_size=args.batch_size,
+            queues=args.queues,
+            invisible_s=args.invisible,
+            poll_wait_s=args.poll_wait,
+            drain_timeout_s=args.drain_timeout,
+            seed=args.seed,
+            data_dir=args.data_dir,
+            keep_data=args.keep_data,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = check(config)
+    print(result.summary(), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
