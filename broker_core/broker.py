@@ -801,7 +801,6 @@ class Broker:
                 batch.put("checkpoints", ck_key, ck.to_record())
                 batch.put("revive", keys.revive_key(ck.deadline_ms, ck.ck_id), b"")
         for cq in queues:
-            cq.dirty = False
             key = keys.offset_key(cq.group_id, cq.topic_id, cq.queue_id)
             batch.put("offsets", key, keys.encode_u64(cq.committed))
         self._in_flush = (cks, queues)

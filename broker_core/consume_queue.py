@@ -20,7 +20,6 @@ class ConsumeQueue:
     __slots__ = (
         "chain",
         "committed",
-        "dirty",
         "group",
         "group_id",
         "inflight",
@@ -52,8 +51,6 @@ class ConsumeQueue:
         """offset -> the checkpoint that currently owns that message's delivery."""
         self.recovered: list[tuple[int, int]] = []
         """Ranges above pop_offset covered by checkpoints recovered at startup (sorted)."""
-        self.dirty = False
-        """True when `committed` changed since it was last written."""
         self.retention_skipped = 0
         """Messages retention deleted before this group read them (since start-up)."""
 
@@ -98,8 +95,6 @@ class ConsumeQueue:
             if head.range_end > self.committed:
                 self.committed = head.range_end
                 moved = True
-        if moved:
-            self.dirty = True
         return moved
 
     def __repr__(self) -> str:

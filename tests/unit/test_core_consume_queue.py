@@ -56,7 +56,6 @@ def test_committed_does_not_pass_an_unfinished_head_even_when_later_ones_are_don
     _finish(second)
     assert cq.advance() is False
     assert cq.committed == 0
-    assert cq.dirty is False
 
 
 def test_committed_passes_done_and_persisted_checkpoints_in_order_up_to_an_open_one() -> None:
@@ -69,7 +68,6 @@ def test_committed_passes_done_and_persisted_checkpoints_in_order_up_to_an_open_
     a.persisted = True  # persisted but not acked: the record keeps the messages safe
     assert cq.advance() is True
     assert cq.committed == 4  # past a (persisted) and b (done), not c (open)
-    assert cq.dirty is True
     _finish(c)
     assert cq.advance() is True
     assert cq.committed == 8
