@@ -84,6 +84,7 @@ class Broker:
         self._store: Store | None = None
         self._started = False
         self._closing = False
+        self._draining = False
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = MessageIdGenerator()
         self.locks = QueueLocks()
@@ -161,18 +162,27 @@ class Broker:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s died", task.get_name(), exc_info=task.exception())
 
+    def release_waiters(self) -> None:
+        """Answer every held pop now (empty) and hold no new ones: shutdown is coming.
+
+        Called before the server's grace period, so in-flight RPCs can finish while the
+        store is still open and no long poll keeps the grace period waiting.
+        """
+        self._draining = True
+        for topic in list(self.catalog.topics):
+            self.polling.notify_all(topic)
+
     async def close(self) -> None:
         """Persist buffered checkpoints and offsets, stop tasks, close the store."""
         if not self._started or self._closing:
             return
         self._closing = True
+        self.release_waiters()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for topic in list(self.catalog.topics):
-            self.polling.notify_all(topic)
         # A clean shutdown keeps every in-flight deadline: persist what is still buffered.
         for ck in list(self._buffered.values()):
             self._mark_persisted(ck)
@@ -462,8 +472,9 @@ class Broker:
                 properties=msg.properties,
                 message_id=msg.message_id,
             )
+        topics = {name: await self._topic_for_send(name) for name in {m.topic for m in messages}}
         for msg in messages:
-            topic = await self._topic_for_send(msg.topic)
+            topic = topics[msg.topic]
             queue_id = self._send_rr.get(topic.topic_id, 0) % topic.queues
             self._send_rr[topic.topic_id] = queue_id + 1
             message_id = msg.message_id or self._ids.next()
@@ -557,7 +568,7 @@ class Broker:
                 group_info, topic_info, retry_info, max_messages, invisible_ms, tag_filter
             )
             remaining = give_up - loop.time()
-            if found or remaining <= 0:
+            if found or remaining <= 0 or self._draining:
                 return found
             waiter = self.polling.park(group, topic)
             try:

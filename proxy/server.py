@@ -91,12 +91,11 @@ class PopMQServer:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""
         if self._server is not None:
             server, self._server = self._server, None
-            stopping = asyncio.create_task(server.stop(self.config.shutdown_grace_s))
-            # Held long polls answer at once (empty) so the grace period is not spent waiting.
-            await self.broker.close()
-            await stopping
-        else:
-            await self.broker.close()
+            # Held long polls answer at once (empty), so the grace period is spent only on
+            # RPCs doing work, which finish while the store is still open.
+            self.broker.release_waiters()
+            await server.stop(self.config.shutdown_grace_s)
+        await self.broker.close()
 
 
 async def serve(config: ServerConfig) -> None:

@@ -77,3 +77,34 @@ def test_serve_refuses_a_bad_listen_address(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "HOST:PORT" in result.stderr
+
+
+def test_stopping_answers_held_long_polls_at_once(tmp_path: Path) -> None:
+    import threading
+
+    from tests.integration.server import ServerThread
+
+    server = ServerThread(tmp_path / "data")
+    endpoint = server.start()
+    with Admin(endpoint) as admin:
+        admin.create_topic("orders", queues=1)
+    outcome: list[object] = []
+    with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+
+        def poll() -> None:
+            try:
+                outcome.append(consumer.receive(wait_s=20))
+            except Exception as exc:  # noqa: BLE001 - any end of the call is recorded
+                outcome.append(exc)
+
+        worker = threading.Thread(target=poll)
+        worker.start()
+        deadline = time.monotonic() + 5
+        while server.sync(lambda: server.broker.polling.held) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started = time.monotonic()
+        server.stop()
+        worker.join(timeout=10)
+        assert time.monotonic() - started < 5  # not the 20 s the poll asked for
+    assert outcome == [[]]
