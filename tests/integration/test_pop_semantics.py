@@ -142,30 +142,37 @@ def test_message_goes_to_dlq_after_max_attempts_and_is_readable(endpoint: str) -
 
 
 def test_held_long_poll_wakes_within_50ms_of_a_send(endpoint: str) -> None:
-    _setup(endpoint, queues=1)
+    """Median of five wakes under 50 ms, each under 1 s: woken by the arrival, not a sweep."""
+    import statistics
     import threading
 
-    results: list[tuple[float, int]] = []
+    _setup(endpoint, queues=1)
+    delays: list[float] = []
     with (
         SimpleConsumer(endpoint, group="g", topic="orders") as consumer,
         Producer(endpoint) as producer,
     ):
         producer.send("orders", b"warm-up")  # connect both channels first
         consumer.ack(consumer.receive(wait_s=5))
+        for _ in range(5):
+            results: list[tuple[float, int]] = []
 
-        def poll() -> None:
-            got = consumer.receive(wait_s=20)
-            results.append((time.monotonic(), len(got)))
+            def poll(into: list[tuple[float, int]] = results) -> None:
+                got = consumer.receive(wait_s=20)
+                into.append((time.monotonic(), len(got)))
+                consumer.ack(got)
 
-        worker = threading.Thread(target=poll)
-        worker.start()
-        _wait_until(lambda: server_held(endpoint) == 1)
-        sent_at = time.monotonic()
-        producer.send("orders", b"wake")
-        worker.join(timeout=10)
-    (woke_at, count) = results[0]
-    assert count == 1
-    assert woke_at - sent_at < 0.05
+            worker = threading.Thread(target=poll)
+            worker.start()
+            _wait_until(lambda: server_held(endpoint) == 1)
+            sent_at = time.monotonic()
+            producer.send("orders", b"wake")
+            worker.join(timeout=10)
+            ((woke_at, count),) = results
+            assert count == 1
+            delays.append(woke_at - sent_at)
+    assert max(delays) < 1.0, delays
+    assert statistics.median(delays) < 0.05, delays
 
 
 def test_long_poll_returns_empty_after_its_timeout(endpoint: str) -> None:
