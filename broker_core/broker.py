@@ -54,6 +54,7 @@ from broker_core.message_id import MessageIdGenerator
 from broker_core.pop.checkpoint import Checkpoint
 from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from broker_core.queue_lock import QueueLocks
+from broker_core.stats import BrokerStats
 from broker_core.store import Batch, Store
 from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
 from broker_core.wakeup import Wakeup
@@ -116,6 +117,7 @@ class Broker:
         self._ck_seq = 0
         self._epoch = 0
         self.recovery_seconds = 0.0
+        self.stats = BrokerStats()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -256,6 +258,13 @@ class Broker:
         return count
 
     # -- topics and groups ----------------------------------------------------------------
+
+    def _user_topic_name(self, topic_id: int) -> str:
+        """The user topic a (possibly retry) topic id belongs to, for counters."""
+        info = self.catalog.topics_by_id.get(topic_id)
+        if info is None:
+            return ""
+        return info.owner_topic if info.kind == KIND_RETRY else info.name
 
     def _topic(self, name: str) -> TopicInfo:
         info = self.catalog.topics.get(name)
@@ -504,6 +513,7 @@ class Broker:
         counts: dict[str, int] = {}
         for result in results:
             counts[result.topic] = counts.get(result.topic, 0) + 1
+        self.stats.sent.update(counts)
         for topic_name, count in counts.items():
             self.polling.notify(topic_name, count)
         return results
@@ -568,6 +578,8 @@ class Broker:
                 group_info, topic_info, retry_info, max_messages, invisible_ms, tag_filter
             )
             remaining = give_up - loop.time()
+            if found:
+                self.stats.popped[(group, topic)] += len(found)
             if found or remaining <= 0 or self._draining:
                 return found
             waiter = self.polling.park(group, topic)
@@ -896,6 +908,7 @@ class Broker:
             if found is None:
                 continue
             ck, index = found
+            self.stats.acked[(group, self._user_topic_name(ck.queue.topic_id))] += 1
             ck.resolved |= 1 << index
             ck.acked |= 1 << index
             ck.queue.release(ck, index)
@@ -937,6 +950,8 @@ class Broker:
             attempt = records_pb2.StoredMessage.FromString(data).delivery_attempt if data else 1
             delay_ms = group_info.backoff_ms(attempt)
         _, until = await self._move(group_info, handle, delay_ms)
+        topic_name = self._user_topic_name(self._codec.decode(handle).topic_id)
+        self.stats.nacked[(group, topic_name)] += 1
         return until
 
     async def _move(self, group: GroupInfo, text: str, invisible_ms: int) -> tuple[str, int]:
@@ -1071,11 +1086,14 @@ class Broker:
                     copy.origin_topic = source.name
                     copy.origin_queue_id = cq.queue_id
                     copy.origin_offset = offset
+                counted = (group.name, user_topic.name)
                 if record.delivery_attempt >= group.max_delivery_attempts:
                     target = await self._ensure_dlq(group)
                     copy.delivery_attempt = 1
                     notify.append((target.name, None))
+                    self.stats.dead_lettered[counted] += 1
                 else:
+                    self.stats.revived[counted] += 1
                     target = await self._ensure_retry_topic(group, user_topic)
                     copy.delivery_attempt = record.delivery_attempt + 1
                     notify.append((user_topic.name, group.name))
