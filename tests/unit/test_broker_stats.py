@@ -23,7 +23,7 @@ def test_send_pop_ack_nack_revive_and_dead_letter_are_counted(open_broker: OpenB
             # The second failure exhausts the attempts: dead-lettered, not revived again.
             await wait_until(lambda: broker.stats.dead_lettered[("g", "orders")] == 1)
             dlq = await broker.pop("other", "%DLQ%g", wait_s=5)
-            assert [m.body for m in dlq] == [b"b"]
+            assert [m.record.body for m in dlq] == [b"b"]
 
             stats = broker.stats
             assert stats.sent == {"orders": 2}
