@@ -19,6 +19,15 @@ class NewMessage:
     properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str = ""
     born_time_ms: int = 0
+    message_group: str = ""
+    """FIFO group: delivered in send order, one in flight at a time (fifo/mixed topics)."""
+    deliver_at_ms: int = 0
+    """Epoch ms before which the message stays invisible (delay/mixed topics); 0 = now."""
+    dedup_id: str = ""
+    """A repeat within the topic's dedup window is answered with the first send's result."""
+    body_encoding: str = ""
+    """How the producer encoded `body`: "" (identity), "zlib" or "zstd"."""
+    born_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +38,10 @@ class SendResult:
     topic: str
     queue_id: int
     offset: int
+    recall_handle: str = ""
+    """For a delayed message: pass to Broker.recall to cancel it before it is due."""
+    duplicate: bool = False
+    """True when this send repeated a dedup id inside the window and was not stored."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StoredMessage(_message.Message):
-    __slots__ = ("message_id", "body", "tag", "keys", "properties", "born_time_ms", "store_time_ms", "delivery_attempt", "origin_topic", "origin_queue_id", "origin_offset")
+    __slots__ = ("message_id", "body", "tag", "keys", "properties", "born_time_ms", "store_time_ms", "delivery_attempt", "origin_topic", "origin_queue_id", "origin_offset", "message_group", "deliver_at_ms", "body_encoding", "dedup_id", "born_host")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,11 @@ class StoredMessage(_message.Message):
     ORIGIN_TOPIC_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    BODY_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     body: bytes
     tag: str
@@ -37,7 +42,12 @@ class StoredMessage(_message.Message):
     origin_topic: str
     origin_queue_id: int
     origin_offset: int
-    def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time_ms: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., origin_topic: _Optional[str] = ..., origin_queue_id: _Optional[int] = ..., origin_offset: _Optional[int] = ...) -> None: ...
+    message_group: str
+    deliver_at_ms: int
+    body_encoding: str
+    dedup_id: str
+    born_host: str
+    def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time_ms: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., origin_topic: _Optional[str] = ..., origin_queue_id: _Optional[int] = ..., origin_offset: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., body_encoding: _Optional[str] = ..., dedup_id: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class TopicRecord(_message.Message):
     __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic")
