@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18popmq/v1/messaging.proto\x12\x08popmq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x01\n\x0fOutgoingMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0b\n\x03tag\x18\x03 \x01(\t\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12=\n\nproperties\x18\x05 \x03(\x0b\x32).popmq.v1.OutgoingMessage.PropertiesEntry\x12\x12\n\nmessage_id\x18\x06 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"B\n\x13SendMessagesRequest\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.popmq.v1.OutgoingMessage\"Q\n\nSendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"=\n\x14SendMessagesResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.popmq.v1.SendResult\"J\n\x10\x46ilterExpression\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.popmq.v1.FilterType\x12\x12\n\nexpression\x18\x02 \x01(\t\"\xf2\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x19\n\x0cmax_messages\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x35\n\x12invisible_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x37\n\x14long_polling_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x06\x66ilter\x18\x06 \x01(\x0b\x32\x1a.popmq.v1.FilterExpressionB\x0f\n\r_max_messages\"\xb7\x03\n\x0fReceivedMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\x12\x0b\n\x03tag\x18\x06 \x01(\t\x12\x0c\n\x04keys\x18\x07 \x03(\t\x12=\n\nproperties\x18\x08 \x03(\x0b\x32).popmq.v1.ReceivedMessage.PropertiesEntry\x12-\n\tborn_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstore_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x64\x65livery_attempt\x18\x0b \x01(\x05\x12\x16\n\x0ereceipt_handle\x18\x0c \x01(\t\x12\x33\n\x0finvisible_until\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x0bPopResponse\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.popmq.v1.ReceivedMessage\"4\n\nAckRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x02 \x03(\t\"D\n\x0b\x45ntryResult\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"5\n\x0b\x41\x63kResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.popmq.v1.EntryResult\"z\n\x1a\x43hangeInvisibleTimeRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12\x35\n\x12invisible_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"j\n\x1b\x43hangeInvisibleTimeResponse\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x33\n\x0finvisible_until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"^\n\x0bNackRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12(\n\x05\x64\x65lay\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x0cNackResponse\x12\x32\n\x0eredeliver_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*>\n\nFilterType\x12\x1b\n\x17\x46ILTER_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x46ILTER_TYPE_TAG\x10\x01\x32\xe4\x02\n\x10MessagingService\x12M\n\x0cSendMessages\x12\x1d.popmq.v1.SendMessagesRequest\x1a\x1e.popmq.v1.SendMessagesResponse\x12\x32\n\x03Pop\x12\x14.popmq.v1.PopRequest\x1a\x15.popmq.v1.PopResponse\x12\x32\n\x03\x41\x63k\x12\x14.popmq.v1.AckRequest\x1a\x15.popmq.v1.AckResponse\x12\x62\n\x13\x43hangeInvisibleTime\x12$.popmq.v1.ChangeInvisibleTimeRequest\x1a%.popmq.v1.ChangeInvisibleTimeResponse\x12\x35\n\x04Nack\x12\x15.popmq.v1.NackRequest\x1a\x16.popmq.v1.NackResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18popmq/v1/messaging.proto\x12\x08popmq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x03\n\x0fOutgoingMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0b\n\x03tag\x18\x03 \x01(\t\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12=\n\nproperties\x18\x05 \x03(\x0b\x32).popmq.v1.OutgoingMessage.PropertiesEntry\x12\x12\n\nmessage_id\x18\x06 \x01(\t\x12\x15\n\rmessage_group\x18\x07 \x01(\t\x12\x33\n\rdelivery_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12*\n\x05\x64\x65lay\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x15\n\x0b\x64\x65lay_level\x18\n \x01(\x05H\x00\x12\x10\n\x08\x64\x65\x64up_id\x18\x0b \x01(\t\x12\x15\n\rbody_encoding\x18\x0c \x01(\t\x12\x11\n\tborn_host\x18\r \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08schedule\"B\n\x13SendMessagesRequest\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.popmq.v1.OutgoingMessage\"{\n\nSendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x15\n\rrecall_handle\x18\x05 \x01(\t\x12\x11\n\tduplicate\x18\x06 \x01(\x08\"=\n\x14SendMessagesResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.popmq.v1.SendResult\"J\n\x10\x46ilterExpression\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.popmq.v1.FilterType\x12\x12\n\nexpression\x18\x02 \x01(\t\"\xf2\x01\n\nPopRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x19\n\x0cmax_messages\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x35\n\x12invisible_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x37\n\x14long_polling_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x06\x66ilter\x18\x06 \x01(\x0b\x32\x1a.popmq.v1.FilterExpressionB\x0f\n\r_max_messages\"\xaa\x04\n\x0fReceivedMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\x12\x0b\n\x03tag\x18\x06 \x01(\t\x12\x0c\n\x04keys\x18\x07 \x03(\t\x12=\n\nproperties\x18\x08 \x03(\x0b\x32).popmq.v1.ReceivedMessage.PropertiesEntry\x12-\n\tborn_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstore_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x64\x65livery_attempt\x18\x0b \x01(\x05\x12\x16\n\x0ereceipt_handle\x18\x0c \x01(\t\x12\x33\n\x0finvisible_until\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmessage_group\x18\x0e \x01(\t\x12\x30\n\x0c\x64\x65liver_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rbody_encoding\x18\x10 \x01(\t\x12\x11\n\tborn_host\x18\x11 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x0bPopResponse\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.popmq.v1.ReceivedMessage\"4\n\nAckRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x02 \x03(\t\"D\n\x0b\x45ntryResult\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"5\n\x0b\x41\x63kResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.popmq.v1.EntryResult\"z\n\x1a\x43hangeInvisibleTimeRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12\x35\n\x12invisible_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"j\n\x1b\x43hangeInvisibleTimeResponse\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x33\n\x0finvisible_until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"^\n\x0bNackRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x02 \x01(\t\x12(\n\x05\x64\x65lay\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x0cNackResponse\x12\x32\n\x0eredeliver_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\x14RecallMessageRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rrecall_handle\x18\x02 \x01(\t\"+\n\x15RecallMessageResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t*S\n\nFilterType\x12\x1b\n\x17\x46ILTER_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x46ILTER_TYPE_TAG\x10\x01\x12\x13\n\x0f\x46ILTER_TYPE_SQL\x10\x02\x32\xb6\x03\n\x10MessagingService\x12M\n\x0cSendMessages\x12\x1d.popmq.v1.SendMessagesRequest\x1a\x1e.popmq.v1.SendMessagesResponse\x12\x32\n\x03Pop\x12\x14.popmq.v1.PopRequest\x1a\x15.popmq.v1.PopResponse\x12\x32\n\x03\x41\x63k\x12\x14.popmq.v1.AckRequest\x1a\x15.popmq.v1.AckResponse\x12\x62\n\x13\x43hangeInvisibleTime\x12$.popmq.v1.ChangeInvisibleTimeRequest\x1a%.popmq.v1.ChangeInvisibleTimeResponse\x12\x35\n\x04Nack\x12\x15.popmq.v1.NackRequest\x1a\x16.popmq.v1.NackResponse\x12P\n\rRecallMessage\x12\x1e.popmq.v1.RecallMessageRequest\x1a\x1f.popmq.v1.RecallMessageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,42 +37,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._loaded_options = None
   _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_FILTERTYPE']._serialized_start=1925
-  _globals['_FILTERTYPE']._serialized_end=1987
+  _globals['_FILTERTYPE']._serialized_start=2404
+  _globals['_FILTERTYPE']._serialized_end=2487
   _globals['_OUTGOINGMESSAGE']._serialized_start=104
-  _globals['_OUTGOINGMESSAGE']._serialized_end=311
-  _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_start=262
-  _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_end=311
-  _globals['_SENDMESSAGESREQUEST']._serialized_start=313
-  _globals['_SENDMESSAGESREQUEST']._serialized_end=379
-  _globals['_SENDRESULT']._serialized_start=381
-  _globals['_SENDRESULT']._serialized_end=462
-  _globals['_SENDMESSAGESRESPONSE']._serialized_start=464
-  _globals['_SENDMESSAGESRESPONSE']._serialized_end=525
-  _globals['_FILTEREXPRESSION']._serialized_start=527
-  _globals['_FILTEREXPRESSION']._serialized_end=601
-  _globals['_POPREQUEST']._serialized_start=604
-  _globals['_POPREQUEST']._serialized_end=846
-  _globals['_RECEIVEDMESSAGE']._serialized_start=849
-  _globals['_RECEIVEDMESSAGE']._serialized_end=1288
-  _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._serialized_start=262
-  _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._serialized_end=311
-  _globals['_POPRESPONSE']._serialized_start=1290
-  _globals['_POPRESPONSE']._serialized_end=1348
-  _globals['_ACKREQUEST']._serialized_start=1350
-  _globals['_ACKREQUEST']._serialized_end=1402
-  _globals['_ENTRYRESULT']._serialized_start=1404
-  _globals['_ENTRYRESULT']._serialized_end=1472
-  _globals['_ACKRESPONSE']._serialized_start=1474
-  _globals['_ACKRESPONSE']._serialized_end=1527
-  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_start=1529
-  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_end=1651
-  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_start=1653
-  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_end=1759
-  _globals['_NACKREQUEST']._serialized_start=1761
-  _globals['_NACKREQUEST']._serialized_end=1855
-  _globals['_NACKRESPONSE']._serialized_start=1857
-  _globals['_NACKRESPONSE']._serialized_end=1923
-  _globals['_MESSAGINGSERVICE']._serialized_start=1990
-  _globals['_MESSAGINGSERVICE']._serialized_end=2346
+  _globals['_OUTGOINGMESSAGE']._serialized_end=526
+  _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_start=465
+  _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._serialized_end=514
+  _globals['_SENDMESSAGESREQUEST']._serialized_start=528
+  _globals['_SENDMESSAGESREQUEST']._serialized_end=594
+  _globals['_SENDRESULT']._serialized_start=596
+  _globals['_SENDRESULT']._serialized_end=719
+  _globals['_SENDMESSAGESRESPONSE']._serialized_start=721
+  _globals['_SENDMESSAGESRESPONSE']._serialized_end=782
+  _globals['_FILTEREXPRESSION']._serialized_start=784
+  _globals['_FILTEREXPRESSION']._serialized_end=858
+  _globals['_POPREQUEST']._serialized_start=861
+  _globals['_POPREQUEST']._serialized_end=1103
+  _globals['_RECEIVEDMESSAGE']._serialized_start=1106
+  _globals['_RECEIVEDMESSAGE']._serialized_end=1660
+  _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._serialized_start=465
+  _globals['_RECEIVEDMESSAGE_PROPERTIESENTRY']._serialized_end=514
+  _globals['_POPRESPONSE']._serialized_start=1662
+  _globals['_POPRESPONSE']._serialized_end=1720
+  _globals['_ACKREQUEST']._serialized_start=1722
+  _globals['_ACKREQUEST']._serialized_end=1774
+  _globals['_ENTRYRESULT']._serialized_start=1776
+  _globals['_ENTRYRESULT']._serialized_end=1844
+  _globals['_ACKRESPONSE']._serialized_start=1846
+  _globals['_ACKRESPONSE']._serialized_end=1899
+  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_start=1901
+  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_end=2023
+  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_start=2025
+  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_end=2131
+  _globals['_NACKREQUEST']._serialized_start=2133
+  _globals['_NACKREQUEST']._serialized_end=2227
+  _globals['_NACKRESPONSE']._serialized_start=2229
+  _globals['_NACKRESPONSE']._serialized_end=2295
+  _globals['_RECALLMESSAGEREQUEST']._serialized_start=2297
+  _globals['_RECALLMESSAGEREQUEST']._serialized_end=2357
+  _globals['_RECALLMESSAGERESPONSE']._serialized_start=2359
+  _globals['_RECALLMESSAGERESPONSE']._serialized_end=2402
+  _globals['_MESSAGINGSERVICE']._serialized_start=2490
+  _globals['_MESSAGINGSERVICE']._serialized_end=2928
 # @@protoc_insertion_point(module_scope)

@@ -63,6 +63,11 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.NackRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.NackResponse.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/popmq.v1.MessagingService/RecallMessage',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -113,6 +118,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecallMessage(self, request, context):
+        """RecallMessage cancels a delayed message before it is due, with the recall_handle its
+        send returned. NOT_FOUND once it was delivered or recalled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -140,6 +153,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.Nack,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.NackRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.NackResponse.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -281,6 +299,33 @@ class MessagingService:
             '/popmq.v1.MessagingService/Nack',
             popmq_dot_v1_dot_messaging__pb2.NackRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.NackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/RecallMessage',
+            popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
