@@ -231,3 +231,200 @@ class RecallMessageResponse(_message.Message):
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class PullMessagesRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class PulledMessage(_message.Message):
+    __slots__ = ("message_id", "topic", "queue_id", "offset", "body", "tag", "keys", "properties", "born_time", "store_time", "delivery_attempt", "message_group", "body_encoding", "born_host")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIME_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    BODY_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    body: bytes
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_time: _timestamp_pb2.Timestamp
+    store_time: _timestamp_pb2.Timestamp
+    delivery_attempt: int
+    message_group: str
+    body_encoding: str
+    born_host: str
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., message_group: _Optional[str] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
+
+class PullMessagesResponse(_message.Message):
+    __slots__ = ("messages", "min_offset", "max_offset", "next_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PulledMessage]
+    min_offset: int
+    max_offset: int
+    next_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[PulledMessage, _Mapping]]] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class QueueOffset(_message.Message):
+    __slots__ = ("queue_id", "offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ConsumerOffset(_message.Message):
+    __slots__ = ("queue_id", "offset", "committed")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    committed: bool
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class GetOffsetResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class GetOffsetsAtTimeRequest(_message.Message):
+    __slots__ = ("topic", "time")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, topic: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetOffsetsAtTimeResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class LeasePopRequest(_message.Message):
+    __slots__ = ("group", "topic", "lease_token", "page", "max_messages", "invisible_duration", "long_polling_timeout", "filter")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    lease_token: str
+    page: int
+    max_messages: int
+    invisible_duration: _duration_pb2.Duration
+    long_polling_timeout: _duration_pb2.Duration
+    filter: FilterExpression
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., lease_token: _Optional[str] = ..., page: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ...) -> None: ...
+
+class LeasePopResponse(_message.Message):
+    __slots__ = ("messages", "replayed", "lease_until")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
+    replayed: bool
+    lease_until: _timestamp_pb2.Timestamp
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., replayed: _Optional[bool] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class LeaseResult(_message.Message):
+    __slots__ = ("lease_token", "code", "message", "messages", "lease_until")
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    lease_token: str
+    code: str
+    message: str
+    messages: int
+    lease_until: _timestamp_pb2.Timestamp
+    def __init__(self, lease_token: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., messages: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AckLeaseRequest(_message.Message):
+    __slots__ = ("group", "lease_tokens")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckLeaseResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[LeaseResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[LeaseResult, _Mapping]]] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("group", "lease_tokens", "invisible_duration")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_tokens: _containers.RepeatedScalarFieldContainer[str]
+    invisible_duration: _duration_pb2.Duration
+    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[LeaseResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[LeaseResult, _Mapping]]] = ...) -> None: ...

@@ -68,6 +68,41 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
                 _registered_method=True)
+        self.PullMessages = channel.unary_unary(
+                '/popmq.v1.MessagingService/PullMessages',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.PullMessagesRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.PullMessagesResponse.FromString,
+                _registered_method=True)
+        self.CommitOffset = channel.unary_unary(
+                '/popmq.v1.MessagingService/CommitOffset',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.CommitOffsetRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.CommitOffsetResponse.FromString,
+                _registered_method=True)
+        self.GetOffset = channel.unary_unary(
+                '/popmq.v1.MessagingService/GetOffset',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetResponse.FromString,
+                _registered_method=True)
+        self.GetOffsetsAtTime = channel.unary_unary(
+                '/popmq.v1.MessagingService/GetOffsetsAtTime',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeResponse.FromString,
+                _registered_method=True)
+        self.LeasePop = channel.unary_unary(
+                '/popmq.v1.MessagingService/LeasePop',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.LeasePopRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.LeasePopResponse.FromString,
+                _registered_method=True)
+        self.AckLease = channel.unary_unary(
+                '/popmq.v1.MessagingService/AckLease',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.AckLeaseRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.AckLeaseResponse.FromString,
+                _registered_method=True)
+        self.RenewLease = channel.unary_unary(
+                '/popmq.v1.MessagingService/RenewLease',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -126,6 +161,65 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullMessages(self, request, context):
+        """PullMessages reads one queue by offset, without a consumer group and without changing
+        any state (offset-based readers such as the Spark connector's offset mode). It returns
+        the queue's min and max offsets too, so a reader sees when retention deleted offsets it
+        asked for.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffset(self, request, context):
+        """CommitOffset sets a consumer group's offsets in queues of one topic, all or none. It is
+        for groups that read by offset; lag tools (GetGroupLag) then show their progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOffset(self, request, context):
+        """GetOffset returns a consumer group's offset in every queue of one topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOffsetsAtTime(self, request, context):
+        """GetOffsetsAtTime returns, per queue, the first offset stored at or after a time
+        (RocketMQ searchOffset): where a reader starts to see messages from that time on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeasePop(self, request, context):
+        """LeasePop is an idempotent Pop: pops made under one lease token are remembered by the
+        proxy, and asking again for the same (lease_token, page) returns the same messages while
+        the lease lives. A lease lives until the earliest invisible deadline of its messages.
+        The proxy keeps leases in memory: a proxy restart forgets them, and their messages are
+        delivered again after their invisible time, as for any unacknowledged pop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckLease(self, request, context):
+        """AckLease acknowledges every message of each lease token, with one result per token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLease(self, request, context):
+        """RenewLease moves every message of each lease token to a new invisible deadline, with one
+        result per token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +252,41 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.RecallMessage,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.SerializeToString,
+            ),
+            'PullMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullMessages,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.PullMessagesRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.PullMessagesResponse.SerializeToString,
+            ),
+            'CommitOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffset,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.CommitOffsetRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.CommitOffsetResponse.SerializeToString,
+            ),
+            'GetOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOffset,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetResponse.SerializeToString,
+            ),
+            'GetOffsetsAtTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOffsetsAtTime,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeResponse.SerializeToString,
+            ),
+            'LeasePop': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeasePop,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.LeasePopRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.LeasePopResponse.SerializeToString,
+            ),
+            'AckLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckLease,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.AckLeaseRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.AckLeaseResponse.SerializeToString,
+            ),
+            'RenewLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLease,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -326,6 +455,195 @@ class MessagingService:
             '/popmq.v1.MessagingService/RecallMessage',
             popmq_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/PullMessages',
+            popmq_dot_v1_dot_messaging__pb2.PullMessagesRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.PullMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/CommitOffset',
+            popmq_dot_v1_dot_messaging__pb2.CommitOffsetRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.CommitOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/GetOffset',
+            popmq_dot_v1_dot_messaging__pb2.GetOffsetRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.GetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOffsetsAtTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/GetOffsetsAtTime',
+            popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.GetOffsetsAtTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeasePop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/LeasePop',
+            popmq_dot_v1_dot_messaging__pb2.LeasePopRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.LeasePopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/AckLease',
+            popmq_dot_v1_dot_messaging__pb2.AckLeaseRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.AckLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/RenewLease',
+            popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
