@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from popmq.v1 import messaging_pb2 as _messaging_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -15,17 +16,49 @@ class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MESSAGE_TYPE_UNSPECIFIED: _ClassVar[MessageType]
     MESSAGE_TYPE_NORMAL: _ClassVar[MessageType]
+    MESSAGE_TYPE_FIFO: _ClassVar[MessageType]
+    MESSAGE_TYPE_DELAY: _ClassVar[MessageType]
+    MESSAGE_TYPE_TRANSACTION: _ClassVar[MessageType]
+    MESSAGE_TYPE_MIXED: _ClassVar[MessageType]
 
 class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOPIC_KIND_UNSPECIFIED: _ClassVar[TopicKind]
     TOPIC_KIND_NORMAL: _ClassVar[TopicKind]
     TOPIC_KIND_DLQ: _ClassVar[TopicKind]
+
+class ConsumeFrom(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_FROM_UNSPECIFIED: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_FIRST_OFFSET: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_LAST_OFFSET: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_TIMESTAMP: _ClassVar[ConsumeFrom]
+
+class ResetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESET_TARGET_UNSPECIFIED: _ClassVar[ResetTarget]
+    RESET_TARGET_EARLIEST: _ClassVar[ResetTarget]
+    RESET_TARGET_LATEST: _ClassVar[ResetTarget]
+    RESET_TARGET_TIMESTAMP: _ClassVar[ResetTarget]
+    RESET_TARGET_OFFSETS: _ClassVar[ResetTarget]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 MESSAGE_TYPE_NORMAL: MessageType
+MESSAGE_TYPE_FIFO: MessageType
+MESSAGE_TYPE_DELAY: MessageType
+MESSAGE_TYPE_TRANSACTION: MessageType
+MESSAGE_TYPE_MIXED: MessageType
 TOPIC_KIND_UNSPECIFIED: TopicKind
 TOPIC_KIND_NORMAL: TopicKind
 TOPIC_KIND_DLQ: TopicKind
+CONSUME_FROM_UNSPECIFIED: ConsumeFrom
+CONSUME_FROM_FIRST_OFFSET: ConsumeFrom
+CONSUME_FROM_LAST_OFFSET: ConsumeFrom
+CONSUME_FROM_TIMESTAMP: ConsumeFrom
+RESET_TARGET_UNSPECIFIED: ResetTarget
+RESET_TARGET_EARLIEST: ResetTarget
+RESET_TARGET_LATEST: ResetTarget
+RESET_TARGET_TIMESTAMP: ResetTarget
+RESET_TARGET_OFFSETS: ResetTarget
 
 class Topic(_message.Message):
     __slots__ = ("name", "queues", "message_type", "kind", "create_time")
@@ -42,14 +75,18 @@ class Topic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("queue_id", "min_offset", "max_offset")
+    __slots__ = ("queue_id", "min_offset", "max_offset", "message_count", "last_store_time")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_TIME_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     min_offset: int
     max_offset: int
-    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    message_count: int
+    last_store_time: _timestamp_pb2.Timestamp
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., message_count: _Optional[int] = ..., last_store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "message_type")
@@ -67,6 +104,20 @@ class CreateTopicResponse(_message.Message):
     topic: Topic
     def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
 
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("name", "queues")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
 class GetTopicRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -74,12 +125,14 @@ class GetTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetTopicResponse(_message.Message):
-    __slots__ = ("topic", "queues")
+    __slots__ = ("topic", "queues", "consumer_groups")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     topic: Topic
     queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
-    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+    consumer_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., consumer_groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()
@@ -92,40 +145,122 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[Topic, _Mapping]]] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "force")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class PurgeTopicRequest(_message.Message):
+    __slots__ = ("name", "queue_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_id: int
+    def __init__(self, name: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class PurgeTopicResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class ExponentialBackoff(_message.Message):
+    __slots__ = ("initial", "max", "multiplier")
+    INITIAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    initial: _duration_pb2.Duration
+    max: _duration_pb2.Duration
+    multiplier: float
+    def __init__(self, initial: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("topic", "filter")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: _messaging_pb2.FilterExpression
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_messaging_pb2.FilterExpression, _Mapping]] = ...) -> None: ...
+
 class Group(_message.Message):
-    __slots__ = ("name", "max_delivery_attempts", "retry_backoff", "create_time", "auto_created")
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff", "create_time", "auto_created", "exponential_backoff", "fifo", "subscriptions", "consume_from", "consume_from_time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATED_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_delivery_attempts: int
     retry_backoff: _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]
     create_time: _timestamp_pb2.Timestamp
     auto_created: bool
-    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[_Iterable[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., auto_created: _Optional[bool] = ...) -> None: ...
+    exponential_backoff: ExponentialBackoff
+    fifo: bool
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    consume_from: ConsumeFrom
+    consume_from_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[_Iterable[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., auto_created: _Optional[bool] = ..., exponential_backoff: _Optional[_Union[ExponentialBackoff, _Mapping]] = ..., fifo: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., consume_from: _Optional[_Union[ConsumeFrom, str]] = ..., consume_from_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateGroupRequest(_message.Message):
-    __slots__ = ("name", "max_delivery_attempts", "retry_backoff")
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff", "exponential_backoff", "fifo", "subscriptions", "consume_from", "consume_from_time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_delivery_attempts: int
     retry_backoff: _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]
-    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[_Iterable[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]]] = ...) -> None: ...
+    exponential_backoff: ExponentialBackoff
+    fifo: bool
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    consume_from: ConsumeFrom
+    consume_from_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[_Iterable[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]]] = ..., exponential_backoff: _Optional[_Union[ExponentialBackoff, _Mapping]] = ..., fifo: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., consume_from: _Optional[_Union[ConsumeFrom, str]] = ..., consume_from_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff", "exponential_backoff", "fifo", "set_subscriptions", "remove_subscriptions", "consume_from", "consume_from_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    SET_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    retry_backoff: _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]
+    exponential_backoff: ExponentialBackoff
+    fifo: bool
+    set_subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    remove_subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    consume_from: ConsumeFrom
+    consume_from_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[_Iterable[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]]] = ..., exponential_backoff: _Optional[_Union[ExponentialBackoff, _Mapping]] = ..., fifo: _Optional[bool] = ..., set_subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., remove_subscriptions: _Optional[_Iterable[str]] = ..., consume_from: _Optional[_Union[ConsumeFrom, str]] = ..., consume_from_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class UpdateGroupResponse(_message.Message):
     __slots__ = ("group",)
     GROUP_FIELD_NUMBER: _ClassVar[int]
     group: Group
@@ -153,6 +288,18 @@ class ListGroupsResponse(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[Group]
     def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ...) -> None: ...
 
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("name", "force")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class GetGroupLagRequest(_message.Message):
     __slots__ = ("group", "topic")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -162,7 +309,7 @@ class GetGroupLagRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class QueueLag(_message.Message):
-    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped")
+    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped", "oldest_unacked_age")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +318,7 @@ class QueueLag(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_AGE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     retry: bool
@@ -179,10 +327,212 @@ class QueueLag(_message.Message):
     lag: int
     inflight: int
     retention_skipped: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ...) -> None: ...
+    oldest_unacked_age: _duration_pb2.Duration
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class TopicLag(_message.Message):
+    __slots__ = ("topic", "lag", "inflight", "retry_backlog", "oldest_unacked_age")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_AGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    lag: int
+    inflight: int
+    retry_backlog: int
+    oldest_unacked_age: _duration_pb2.Duration
+    def __init__(self, topic: _Optional[str] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retry_backlog: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GetGroupLagResponse(_message.Message):
-    __slots__ = ("queues",)
+    __slots__ = ("queues", "topics", "dlq_depth")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_DEPTH_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueLag]
-    def __init__(self, queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ...) -> None: ...
+    topics: _containers.RepeatedCompositeFieldContainer[TopicLag]
+    dlq_depth: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicLag, _Mapping]]] = ..., dlq_depth: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "target", "timestamp", "offsets", "force")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    target: ResetTarget
+    timestamp: _timestamp_pb2.Timestamp
+    offsets: _containers.ScalarMap[int, int]
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., target: _Optional[_Union[ResetTarget, str]] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., offsets: _Optional[_Mapping[int, int]] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class OffsetChange(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ("queues", "dropped_inflight")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[OffsetChange]
+    dropped_inflight: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[OffsetChange, _Mapping]]] = ..., dropped_inflight: _Optional[int] = ...) -> None: ...
+
+class StoredMessage(_message.Message):
+    __slots__ = ("message_id", "topic", "queue_id", "offset", "body", "tag", "keys", "properties", "born_time", "store_time", "delivery_attempt", "origin_topic", "origin_queue_id", "origin_offset", "message_group", "deliver_time", "body_encoding")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIME_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
+    BODY_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    body: bytes
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_time: _timestamp_pb2.Timestamp
+    store_time: _timestamp_pb2.Timestamp
+    delivery_attempt: int
+    origin_topic: str
+    origin_queue_id: int
+    origin_offset: int
+    message_group: str
+    deliver_time: _timestamp_pb2.Timestamp
+    body_encoding: str
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., origin_topic: _Optional[str] = ..., origin_queue_id: _Optional[int] = ..., origin_offset: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., body_encoding: _Optional[str] = ...) -> None: ...
+
+class PeekMessagesRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "group", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    group: str
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class PeekMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class QueryMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: StoredMessage
+    def __init__(self, message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...
+
+class QueryMessagesByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class QueryMessagesByKeyResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class RedriveDeadLettersRequest(_message.Message):
+    __slots__ = ("group", "max_messages")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    max_messages: int
+    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class RedriveDeadLettersResponse(_message.Message):
+    __slots__ = ("moved", "dropped", "remaining")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    dropped: int
+    remaining: int
+    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("version", "start_time", "uptime", "data_dir", "store_bytes", "topics", "groups", "config")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    start_time: _timestamp_pb2.Timestamp
+    uptime: _duration_pb2.Duration
+    data_dir: str
+    store_bytes: int
+    topics: int
+    groups: int
+    config: _containers.ScalarMap[str, str]
+    def __init__(self, version: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...

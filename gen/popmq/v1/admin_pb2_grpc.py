@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class AdminServiceStub:
-    """AdminService manages topics and consumer groups and reports consumer lag.
+    """AdminService manages topics, consumer groups, offsets and stored messages, and reports
+    consumer lag and the server's state. Every RPC works with grpcurl (server reflection is on):
+
+    grpcurl -plaintext -d '{"name":"orders","queues":8}' 127.0.0.1:8081 \
+    popmq.v1.AdminService/CreateTopic
     """
 
     def __init__(self, channel):
@@ -39,6 +43,11 @@ class AdminServiceStub:
                 '/popmq.v1.AdminService/CreateTopic',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.CreateTopicResponse.FromString,
+                _registered_method=True)
+        self.UpdateTopic = channel.unary_unary(
+                '/popmq.v1.AdminService/UpdateTopic',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.UpdateTopicRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateTopicResponse.FromString,
                 _registered_method=True)
         self.GetTopic = channel.unary_unary(
                 '/popmq.v1.AdminService/GetTopic',
@@ -55,10 +64,20 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.PurgeTopic = channel.unary_unary(
+                '/popmq.v1.AdminService/PurgeTopic',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.PurgeTopicRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.PurgeTopicResponse.FromString,
+                _registered_method=True)
         self.CreateGroup = channel.unary_unary(
                 '/popmq.v1.AdminService/CreateGroup',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.CreateGroupRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.CreateGroupResponse.FromString,
+                _registered_method=True)
+        self.UpdateGroup = channel.unary_unary(
+                '/popmq.v1.AdminService/UpdateGroup',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateGroupResponse.FromString,
                 _registered_method=True)
         self.GetGroup = channel.unary_unary(
                 '/popmq.v1.AdminService/GetGroup',
@@ -70,19 +89,65 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/popmq.v1.AdminService/DeleteGroup',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
         self.GetGroupLag = channel.unary_unary(
                 '/popmq.v1.AdminService/GetGroupLag',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.FromString,
                 _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/popmq.v1.AdminService/ResetOffsets',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
+        self.PeekMessages = channel.unary_unary(
+                '/popmq.v1.AdminService/PeekMessages',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+                _registered_method=True)
+        self.QueryMessage = channel.unary_unary(
+                '/popmq.v1.AdminService/QueryMessage',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.QueryMessageRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.QueryMessageResponse.FromString,
+                _registered_method=True)
+        self.QueryMessagesByKey = channel.unary_unary(
+                '/popmq.v1.AdminService/QueryMessagesByKey',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyResponse.FromString,
+                _registered_method=True)
+        self.RedriveDeadLetters = channel.unary_unary(
+                '/popmq.v1.AdminService/RedriveDeadLetters',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.GetServerInfo = channel.unary_unary(
+                '/popmq.v1.AdminService/GetServerInfo',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
-    """AdminService manages topics and consumer groups and reports consumer lag.
+    """AdminService manages topics, consumer groups, offsets and stored messages, and reports
+    consumer lag and the server's state. Every RPC works with grpcurl (server reflection is on):
+
+    grpcurl -plaintext -d '{"name":"orders","queues":8}' 127.0.0.1:8081 \
+    popmq.v1.AdminService/CreateTopic
     """
 
     def CreateTopic(self, request, context):
         """CreateTopic creates a topic with a number of queues; ALREADY_EXISTS if it exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateTopic(self, request, context):
+        """UpdateTopic adds queues to a topic (queues can only grow: existing offsets stay valid).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -103,7 +168,16 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopic(self, request, context):
-        """DeleteTopic deletes a topic, its messages, its retry queues and its offsets.
+        """DeleteTopic deletes a topic, its messages, its retry queues and its offsets. It is
+        refused (FAILED_PRECONDITION) while groups have messages of it in flight, unless forced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeTopic(self, request, context):
+        """PurgeTopic deletes the stored messages of one queue (or of every queue) of a topic.
+        Offsets stay; groups behind the purge point skip what was purged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,6 +185,13 @@ class AdminServiceServicer:
 
     def CreateGroup(self, request, context):
         """CreateGroup creates a consumer group with explicit settings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateGroup(self, request, context):
+        """UpdateGroup changes a group's settings; fields left unset keep their value.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,8 +211,63 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """DeleteGroup deletes a group, its offsets and its retry queues (its dead-letter topic
+        stays). It is refused while the group has messages in flight, unless forced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetGroupLag(self, request, context):
-        """GetGroupLag reports, per queue, how far a group is behind.
+        """GetGroupLag reports, per queue and per topic, how far a group is behind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """ResetOffsets moves a group's consumer offsets in one topic to the earliest or latest
+        message, to a time, or to explicit offsets. It is refused while the group has messages
+        of the topic in flight, unless forced (forcing drops those deliveries: their receipt
+        handles stop working).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PeekMessages(self, request, context):
+        """PeekMessages reads stored messages without consuming them (no receipt handle, no
+        change to any offset or delivery attempt).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryMessage(self, request, context):
+        """QueryMessage finds a message of a topic by its message id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryMessagesByKey(self, request, context):
+        """QueryMessagesByKey finds the messages of a topic that carry a business key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedriveDeadLetters(self, request, context):
+        """RedriveDeadLetters moves messages from "%DLQ%<group>" back to the topics they were first
+        sent to (SQS redrive), as new messages with delivery_attempt 1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetServerInfo(self, request, context):
+        """GetServerInfo reports the server's version, uptime, store size and configuration.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -144,6 +280,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.CreateTopic,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.CreateTopicRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.CreateTopicResponse.SerializeToString,
+            ),
+            'UpdateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTopic,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateTopicRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.UpdateTopicResponse.SerializeToString,
             ),
             'GetTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTopic,
@@ -160,10 +301,20 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteTopicRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.DeleteTopicResponse.SerializeToString,
             ),
+            'PurgeTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeTopic,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.PurgeTopicRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.PurgeTopicResponse.SerializeToString,
+            ),
             'CreateGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateGroup,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.CreateGroupRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.CreateGroupResponse.SerializeToString,
+            ),
+            'UpdateGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateGroup,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateGroupRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.UpdateGroupResponse.SerializeToString,
             ),
             'GetGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroup,
@@ -175,10 +326,45 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.ListGroupsRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.ListGroupsResponse.SerializeToString,
             ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.DeleteGroupResponse.SerializeToString,
+            ),
             'GetGroupLag': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroupLag,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'PeekMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeekMessages,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.PeekMessagesRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.PeekMessagesResponse.SerializeToString,
+            ),
+            'QueryMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessage,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.QueryMessageRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.QueryMessageResponse.SerializeToString,
+            ),
+            'QueryMessagesByKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessagesByKey,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyResponse.SerializeToString,
+            ),
+            'RedriveDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedriveDeadLetters,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -189,7 +375,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AdminService:
-    """AdminService manages topics and consumer groups and reports consumer lag.
+    """AdminService manages topics, consumer groups, offsets and stored messages, and reports
+    consumer lag and the server's state. Every RPC works with grpcurl (server reflection is on):
+
+    grpcurl -plaintext -d '{"name":"orders","queues":8}' 127.0.0.1:8081 \
+    popmq.v1.AdminService/CreateTopic
     """
 
     @staticmethod
@@ -209,6 +399,33 @@ class AdminService:
             '/popmq.v1.AdminService/CreateTopic',
             popmq_dot_v1_dot_admin__pb2.CreateTopicRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.CreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/UpdateTopic',
+            popmq_dot_v1_dot_admin__pb2.UpdateTopicRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.UpdateTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -301,6 +518,33 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def PurgeTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/PurgeTopic',
+            popmq_dot_v1_dot_admin__pb2.PurgeTopicRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.PurgeTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def CreateGroup(request,
             target,
             options=(),
@@ -317,6 +561,33 @@ class AdminService:
             '/popmq.v1.AdminService/CreateGroup',
             popmq_dot_v1_dot_admin__pb2.CreateGroupRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.CreateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/UpdateGroup',
+            popmq_dot_v1_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.UpdateGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -382,6 +653,33 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/DeleteGroup',
+            popmq_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def GetGroupLag(request,
             target,
             options=(),
@@ -398,6 +696,168 @@ class AdminService:
             '/popmq.v1.AdminService/GetGroupLag',
             popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ResetOffsets',
+            popmq_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeekMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/PeekMessages',
+            popmq_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/QueryMessage',
+            popmq_dot_v1_dot_admin__pb2.QueryMessageRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.QueryMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessagesByKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/QueryMessagesByKey',
+            popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.QueryMessagesByKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedriveDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/RedriveDeadLetters',
+            popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetServerInfo',
+            popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
