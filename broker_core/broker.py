@@ -21,14 +21,19 @@ import heapq
 import logging
 import secrets
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker_core import keys, validation
+from broker_core import keys, message_index, validation
 from broker_core.catalog import (
     KIND_DLQ,
     KIND_NORMAL,
     KIND_RETRY,
+    MESSAGE_TYPE_MIXED,
+    MESSAGE_TYPE_NORMAL,
+    MESSAGE_TYPES,
     Catalog,
     GroupInfo,
     TopicInfo,
@@ -56,7 +61,16 @@ from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from broker_core.queue_lock import QueueLocks
 from broker_core.stats import BrokerStats
 from broker_core.store import Batch, Store
-from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+from broker_core.timer import RecallCodec, RecallHandle
+from broker_core.types import (
+    ConsumerOffset,
+    NewMessage,
+    PoppedMessage,
+    PulledMessages,
+    QueueLag,
+    QueueStats,
+    SendResult,
+)
 from broker_core.wakeup import Wakeup
 from broker_core.writer import GroupCommitWriter, QueueOffsets
 from popmq.store.v1 import records_pb2
@@ -71,6 +85,15 @@ _REVIVE_CHUNK = 2048
 """Messages revived per write batch, so a revive storm never stalls the loop for long."""
 _REVIVE_RETRY_MS = 1000
 """Delay before a revive that failed to write is tried again."""
+_NEVER = 2**63 - 1
+"""A time after every real deadline (no timer pending)."""
+PULL_MAX_MESSAGES = 1024
+"""Most messages one pull returns."""
+PULL_DEFAULT_MESSAGES = 256
+PULL_MAX_BYTES = 8 * 1024 * 1024
+"""A pull stops once it read this many body bytes (it returns at least one message)."""
+_PULL_CHUNK = 64
+"""Keys read per multi_get of a pull, so 4 MiB bodies never pile up beyond the byte cap."""
 
 
 def now_ms() -> int:
@@ -118,6 +141,15 @@ class Broker:
         self._epoch = 0
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
+        # Sends storing a dedup id right now, so a concurrent repeat waits for the first:
+        # (topic_id, dedup_id) -> the first send's result.
+        self._dedup_pending: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
+        # Delayed messages: earliest due time in the timers family (a lower bound), the
+        # loop's wakeup, and timer keys a move or recall is writing right now.
+        self._next_timer_ms = _NEVER
+        self._timer_wakeup = Wakeup()
+        self._timers_moving: set[bytes] = set()
+        self._timer_seq = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -141,6 +173,9 @@ class Broker:
         self.writer.add_flush_hook(self._flush_state)
         self.writer.add_failure_listener(self._flush_failed)
         self._codec = ReceiptCodec(self._secret)
+        self._recall_codec = RecallCodec(self._secret)
+        first_timer = store.first_key("timers", b"", keys.timer_key(_NEVER, 0))
+        self._next_timer_ms = keys.parse_timer_key(first_timer)[0] if first_timer else _NEVER
         recovered = self._recover(store)
         self.recovery_seconds = time.perf_counter() - began
         log.info(
@@ -156,6 +191,7 @@ class Broker:
             asyncio.create_task(self._revive_loop(), name="popmq-revive"),
             asyncio.create_task(self._buffer_loop(), name="popmq-ck-buffer"),
             asyncio.create_task(self._retention_loop(), name="popmq-retention"),
+            asyncio.create_task(self._timer_loop(), name="popmq-timers"),
         ]
         for task in self._tasks:
             task.add_done_callback(self._task_done)
@@ -278,16 +314,28 @@ class Broker:
             raise NotFoundError(f"group {name!r} does not exist")
         return info
 
-    async def create_topic(self, name: str, queues: int | None = None) -> TopicInfo:
+    async def create_topic(
+        self, name: str, queues: int | None = None, *, message_type: str = "normal"
+    ) -> TopicInfo:
+        """Create a topic accepting one message type: normal, fifo, delay, transaction, mixed."""
         validation.check_name("topic", name)
         count = self.config.default_topic_queues if queues is None else queues
         validation.check_range("queues", count, 1, validation.MAX_QUEUES)
+        code = MESSAGE_TYPES.get(message_type)
+        if code is None:
+            raise InvalidArgumentError(
+                f"message_type {message_type!r} is not one of {', '.join(MESSAGE_TYPES)}"
+            )
         if name in self.catalog.topics:
             raise AlreadyExistsError(f"topic {name!r} already exists")
-        return await self._create_topic(name, count, KIND_NORMAL)
+        return await self._create_topic(name, count, KIND_NORMAL, code)
 
-    async def _create_topic(self, name: str, queues: int, kind: int) -> TopicInfo:
-        info = self.catalog.new_topic(name, queues, kind=kind, now_ms=now_ms())
+    async def _create_topic(
+        self, name: str, queues: int, kind: int, message_type: int = MESSAGE_TYPE_NORMAL
+    ) -> TopicInfo:
+        info = self.catalog.new_topic(
+            name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
+        )
         await self.writer.submit(lambda b, _: self.catalog.write_topic(b, info), sync=True)
         if name in self.catalog.topics:  # created concurrently while we wrote
             raise AlreadyExistsError(f"topic {name!r} already exists")
@@ -466,11 +514,17 @@ class Broker:
     # -- send -----------------------------------------------------------------------------
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
-        """Store the messages atomically; with sync flush, return after the fsync."""
+        """Store the messages atomically; with sync flush, return after the fsync.
+
+        A message whose dedup id was sent to the same topic within the dedup window is not
+        stored again: its result is the first send's, with `duplicate` set. A message due in
+        the future waits in the timers family and gets a recall handle instead of an offset.
+        """
         if not messages:
             raise InvalidArgumentError("a send needs at least one message")
-        plan: list[tuple[TopicInfo, int, bytes, str]] = []
         stamp = now_ms()
+        cfg = self.config.messages
+        max_delay_ms = round(cfg.max_delay_s * 1000)
         for i, msg in enumerate(messages):
             validation.check_name("topic", msg.topic)
             validation.check_message(
@@ -481,12 +535,63 @@ class Broker:
                 properties=msg.properties,
                 message_id=msg.message_id,
             )
+            validation.check_message_extras(
+                i,
+                message_group=msg.message_group,
+                dedup_id=msg.dedup_id,
+                body_encoding=msg.body_encoding,
+                born_host=msg.born_host,
+            )
+            if msg.deliver_at_ms < 0:
+                raise InvalidArgumentError(f"messages[{i}].deliver_at is before the epoch")
+            if msg.deliver_at_ms - stamp > max_delay_ms:
+                raise InvalidArgumentError(
+                    f"messages[{i}] is due in {(msg.deliver_at_ms - stamp) / 1000:.0f}s: at "
+                    f"most {cfg.max_delay_s:.0f}s (max_delay_s) ahead is allowed"
+                )
         topics = {name: await self._topic_for_send(name) for name in {m.topic for m in messages}}
-        for msg in messages:
+        for i, msg in enumerate(messages):
+            kind = _message_type(msg)
             topic = topics[msg.topic]
-            queue_id = self._send_rr.get(topic.topic_id, 0) % topic.queues
-            self._send_rr[topic.topic_id] = queue_id + 1
+            if not topic.accepts(kind):
+                raise FailedPreconditionError(
+                    f"messages[{i}] is a {kind} message but topic {topic.name!r} is a "
+                    f"{topic.message_type_name} topic"
+                    + (
+                        "; transactional sends are not supported yet"
+                        if topic.message_type_name == "transaction"
+                        else f" and accepts only {topic.message_type_name} messages"
+                        if topic.message_type_name != "mixed"
+                        else ""
+                    )
+                )
+        window_ms = round(cfg.dedup_window_s * 1000)
+        results: list[SendResult | None] = [None] * len(messages)
+        later: list[tuple[int, asyncio.Future[SendResult]]] = []
+        mine: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
+        plan: list[_Planned] = []
+        for i, msg in enumerate(messages):
+            topic = topics[msg.topic]
             message_id = msg.message_id or self._ids.next()
+            dedup_id = msg.dedup_id or message_id
+            dkey = (topic.topic_id, dedup_id)
+            pending = self._dedup_pending.get(dkey)
+            if pending is not None:
+                later.append((i, pending))  # the same dedup id is being stored right now
+                continue
+            hit = message_index.find_duplicate(
+                self.store, topic.topic_id, dedup_id, message_id, stamp, window_ms
+            )
+            if hit is not None:
+                results[i] = SendResult(
+                    hit.message_id, topic.name, hit.queue_id, hit.offset,
+                    hit.recall_handle, duplicate=True,
+                )  # fmt: skip
+                continue
+            future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_ignore_result)
+            self._dedup_pending[dkey] = future
+            mine[dkey] = future
             record = records_pb2.StoredMessage(
                 message_id=message_id,
                 body=msg.body,
@@ -496,27 +601,112 @@ class Broker:
                 born_time_ms=msg.born_time_ms or stamp,
                 store_time_ms=stamp,
                 delivery_attempt=1,
+                message_group=msg.message_group,
+                deliver_at_ms=msg.deliver_at_ms,
+                body_encoding=msg.body_encoding,
+                dedup_id=msg.dedup_id,
+                born_host=msg.born_host,
             )
-            plan.append((topic, queue_id, record.SerializeToString(), message_id))
+            timer_seq = self._next_timer_seq() if msg.deliver_at_ms > stamp else 0
+            plan.append(
+                _Planned(i, topic, self._queue_for_send(topic, msg.message_group), record,
+                         dedup_id, timer_seq, future)
+            )  # fmt: skip
+        retention_ms = round(self.config.retention.retention_s * 1000)
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
-            results = []
-            for topic, queue_id, data, message_id in plan:
-                offset = offsets.allocate(topic.topic_id, queue_id)
-                batch.put("messages", keys.message_key(topic.topic_id, queue_id, offset), data)
-                results.append(SendResult(message_id, topic.name, queue_id, offset))
-            return results
+            out = []
+            for p in plan:
+                r = p.record
+                recall = ""
+                if p.timer_seq:
+                    recall = self._recall_codec.encode(
+                        RecallHandle(p.topic.topic_id, r.deliver_at_ms, p.timer_seq)
+                    )
+                    timer = records_pb2.TimerRecord(
+                        topic_id=p.topic.topic_id,
+                        queue_id=p.queue_id,
+                        message=r.SerializeToString(),
+                    )
+                    key = keys.timer_key(r.deliver_at_ms, p.timer_seq)
+                    batch.put("timers", key, timer.SerializeToString())
+                    offset = -1
+                else:
+                    offset = offsets.allocate(p.topic.topic_id, p.queue_id)
+                    batch.put(
+                        "messages",
+                        keys.message_key(p.topic.topic_id, p.queue_id, offset),
+                        r.SerializeToString(),
+                    )
+                message_index.write_entries(
+                    batch,
+                    topic_id=p.topic.topic_id,
+                    queue_id=p.queue_id,
+                    offset=offset,
+                    message_id=r.message_id,
+                    dedup_id=p.dedup_id,
+                    message_keys=r.keys,
+                    stamp_ms=stamp,
+                    retention_ms=retention_ms,
+                    dedup_window_ms=window_ms,
+                    recall_handle=recall,
+                )
+                out.append(SendResult(r.message_id, p.topic.name, p.queue_id, offset, recall))
+            return out
 
-        results: list[SendResult] = await self.writer.submit(
-            apply, sync=self.config.store.flush == "sync"
-        )
+        try:
+            stored: list[SendResult] = await self.writer.submit(
+                apply, sync=self.config.store.flush == "sync"
+            )
+        except BaseException as exc:
+            for future in mine.values():
+                if not future.done():
+                    future.set_exception(
+                        exc
+                        if isinstance(exc, Exception)
+                        else UnavailableError("the send was cancelled")
+                    )
+            raise
+        finally:
+            for dkey, future in mine.items():
+                if self._dedup_pending.get(dkey) is future:
+                    del self._dedup_pending[dkey]
+        for p, result in zip(plan, stored, strict=True):
+            results[p.index] = result
+            if not p.future.done():
+                p.future.set_result(result)
+        for i, pending in later:
+            first = await pending
+            results[i] = SendResult(
+                first.message_id, first.topic, first.queue_id, first.offset,
+                first.recall_handle, duplicate=True,
+            )  # fmt: skip
         counts: dict[str, int] = {}
-        for result in results:
+        due_soon = self._next_timer_ms
+        for result, p in zip(stored, plan, strict=True):
+            if p.timer_seq:
+                due_soon = min(due_soon, p.record.deliver_at_ms)
+                continue
             counts[result.topic] = counts.get(result.topic, 0) + 1
+        if due_soon < self._next_timer_ms:
+            self._next_timer_ms = due_soon
+            self._timer_wakeup.set()
         self.stats.sent.update(counts)
         for topic_name, count in counts.items():
             self.polling.notify(topic_name, count)
-        return results
+        return [r for r in results if r is not None]
+
+    def _queue_for_send(self, topic: TopicInfo, message_group: str) -> int:
+        """A message group always goes to the same queue (stable hash); others round-robin."""
+        if message_group:
+            return zlib.crc32(message_group.encode()) % topic.queues
+        queue_id = self._send_rr.get(topic.topic_id, 0) % topic.queues
+        self._send_rr[topic.topic_id] = queue_id + 1
+        return queue_id
+
+    def _next_timer_seq(self) -> int:
+        self._timer_seq += 1
+        return (self._epoch << _CK_SEQ_BITS) | self._timer_seq
 
     async def _topic_for_send(self, name: str) -> TopicInfo:
         info = self.catalog.topics.get(name)
@@ -529,9 +719,127 @@ class Broker:
         if not self.config.auto_create_topics:
             raise NotFoundError(f"topic {name!r} does not exist; create it first")
         try:
-            return await self._create_topic(name, self.config.default_topic_queues, KIND_NORMAL)
+            return await self._create_topic(
+                name, self.config.default_topic_queues, KIND_NORMAL, MESSAGE_TYPE_MIXED
+            )
         except AlreadyExistsError:
             return self._topic(name)
+
+    # -- delayed messages -----------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due; returns its message id."""
+        validation.check_name("topic", topic)
+        info = self._topic(topic)
+        handle = self._recall_codec.decode(recall_handle)
+        if handle.topic_id != info.topic_id:
+            raise InvalidArgumentError(f"recall_handle belongs to another topic, not {topic!r}")
+        key = keys.timer_key(handle.due_ms, handle.seq)
+        if key in self._timers_moving:
+            raise NotFoundError("the delayed message is being delivered now; it cannot be recalled")
+        data = self.store.get("timers", key)
+        if data is None:
+            raise NotFoundError(
+                "no delayed message waits for this recall_handle: it was delivered or recalled"
+            )
+        record = records_pb2.StoredMessage.FromString(
+            records_pb2.TimerRecord.FromString(data).message
+        )
+        self._timers_moving.add(key)
+        try:
+            await self.writer.submit(lambda b, _: b.delete("timers", key), sync=True)
+        finally:
+            self._timers_moving.discard(key)
+        return record.message_id
+
+    async def _timer_loop(self) -> None:
+        """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
+        while True:
+            now = now_ms()
+            if self._next_timer_ms <= now:
+                try:
+                    more = await self._fire_timers(now)
+                except PopMQError as exc:
+                    log.warning("delayed-message delivery failed, retrying: %s", exc)
+                    await asyncio.sleep(_REVIVE_RETRY_MS / 1000)
+                    continue
+                if more:
+                    continue
+            timeout = 1.0
+            if self._next_timer_ms < _NEVER:
+                timeout = min(timeout, max(0.0, (self._next_timer_ms - now_ms()) / 1000))
+            await self._timer_wakeup.wait(timeout)
+
+    async def _fire_timers(self, now: int) -> bool:
+        """Move one chunk of due timers; True when more are due."""
+        store = self.store
+        due: list[tuple[bytes, records_pb2.TimerRecord]] = []
+        next_due = _NEVER
+        for key, value in store.scan("timers", b"", keys.timer_key(_NEVER, 0)):
+            due_ms, _ = keys.parse_timer_key(key)
+            if due_ms > now or len(due) >= _REVIVE_CHUNK:
+                next_due = due_ms
+                break
+            if key in self._timers_moving:
+                continue
+            due.append((key, records_pb2.TimerRecord.FromString(value)))
+        self._next_timer_ms = next_due
+        if not due:
+            return False
+        moving = {key for key, _ in due}
+        self._timers_moving |= moving
+        retention_ms = round(self.config.retention.retention_s * 1000)
+        stamp = now_ms()
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> list[str]:
+            notify = []
+            for key, timer in due:
+                batch.delete("timers", key)
+                topic = self.catalog.topics_by_id.get(timer.topic_id)
+                if topic is None:
+                    continue  # the topic was deleted while the message waited
+                queue_id = timer.queue_id % topic.queues
+                record = records_pb2.StoredMessage.FromString(timer.message)
+                record.store_time_ms = stamp
+                offset = offsets.allocate(topic.topic_id, queue_id)
+                batch.put(
+                    "messages",
+                    keys.message_key(topic.topic_id, queue_id, offset),
+                    record.SerializeToString(),
+                )
+                id_key = keys.id_index_key(topic.topic_id, record.message_id)
+                batch.put(
+                    "index",
+                    id_key,
+                    records_pb2.IndexRecord(
+                        queue_id=queue_id,
+                        offset=offset,
+                        store_time_ms=stamp,
+                        message_id=record.message_id,
+                    ).SerializeToString(),
+                )
+                batch.put("index", keys.expiry_key(stamp + retention_ms, id_key), b"")
+                message_index.write_key_entries(
+                    batch,
+                    topic_id=topic.topic_id,
+                    queue_id=queue_id,
+                    offset=offset,
+                    message_keys=record.keys,
+                    expire_ms=stamp + retention_ms,
+                )
+                notify.append(topic.name)
+            return notify
+
+        try:
+            names: list[str] = await self.writer.submit(apply, sync=False)
+        finally:
+            self._timers_moving -= moving
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        for name, count in counts.items():
+            self.polling.notify(name, count)
+        return next_due <= now_ms()
 
     # -- pop ------------------------------------------------------------------------------
 
@@ -1009,6 +1317,145 @@ class Broker:
         )
         return handle, new.deadline_ms
 
+    # -- offset reads ---------------------------------------------------------------------
+    # Group-less reads by offset, offset commits and offset-at-time lookups, for readers that
+    # keep their own position (the Spark connector's offset mode, queue-exclusive consumers).
+
+    def _check_queue_id(self, info: TopicInfo, queue_id: int) -> None:
+        if not 0 <= queue_id < info.queues:
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {info.name!r} "
+                f"has {info.queues} queues"
+            )
+
+    def pull(
+        self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
+    ) -> PulledMessages:
+        """Read one queue from `offset` on, without a group and without changing any state.
+
+        Stops after max_messages, at the end of the queue, or once PULL_MAX_BYTES of bodies
+        were read (always at least one message), so a response stays far below gRPC's limit.
+        A read below the queue's min offset (deleted by retention) starts at the min offset;
+        the caller compares and decides whether that is data loss.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        info = self._topic(topic)
+        self._check_queue_id(info, queue_id)
+        validation.check_range("max_messages", max_messages, 1, PULL_MAX_MESSAGES)
+        low = self._min_offset(info.topic_id, queue_id)
+        high = self._max_offset(info.topic_id, queue_id)
+        if not 0 <= offset <= high:
+            raise InvalidArgumentError(
+                f"offset {offset} is outside 0..{high}: topic {topic!r} queue {queue_id} has "
+                f"max_offset {high}"
+            )
+        position = max(offset, low)
+        end = min(high, position + max_messages)
+        found: list[tuple[int, records_pb2.StoredMessage]] = []
+        size = 0
+        while position < end and size < PULL_MAX_BYTES:
+            chunk_end = min(end, position + _PULL_CHUNK)
+            values = self.store.multi_get(
+                "messages",
+                [keys.message_key(info.topic_id, queue_id, o) for o in range(position, chunk_end)],
+            )
+            for at, value in zip(range(position, chunk_end), values, strict=True):
+                position = at + 1
+                if value is None:
+                    continue  # deleted by retention after we read the min offset
+                record = records_pb2.StoredMessage.FromString(value)
+                found.append((at, record))
+                size += len(record.body)
+                if size >= PULL_MAX_BYTES:
+                    break
+        return PulledMessages(
+            topic=info.name,
+            queue_id=queue_id,
+            messages=found,
+            min_offset=low,
+            max_offset=high,
+            next_offset=position,
+        )
+
+    async def commit_offsets(
+        self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
+    ) -> None:
+        """Set the group's offset in some queues of a topic, all or none, durably.
+
+        For groups that read by offset. A queue where the group has popped messages still in
+        flight is refused: moving its offset would break the POP bookkeeping of those.
+        """
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        if not offsets:
+            raise InvalidArgumentError("a commit needs at least one queue offset")
+        info = self._topic(topic)
+        seen: set[int] = set()
+        for queue_id, offset in offsets:
+            self._check_queue_id(info, queue_id)
+            if queue_id in seen:
+                raise InvalidArgumentError(
+                    f"queue {queue_id} appears twice; commit one offset per queue"
+                )
+            seen.add(queue_id)
+            high = self._max_offset(info.topic_id, queue_id)
+            validation.check_range(f"offset of queue {queue_id}", offset, 0, high)
+        group_info = await self._ensure_group(group)
+        info = self._topic(topic)  # deleted while the group was created?
+        moves: list[tuple[ConsumeQueue, int]] = []
+        for queue_id, offset in offsets:
+            cq = self._queue(group_info, info, queue_id)
+            if cq.chain or cq.inflight:
+                raise FailedPreconditionError(
+                    f"group {group!r} has popped messages in flight in topic {topic!r} queue "
+                    f"{queue_id}; commit offsets only where the group reads by offset, not "
+                    "by Pop"
+                )
+            moves.append((cq, offset))
+        for cq, offset in moves:
+            cq.committed = cq.pop_offset = offset
+            cq.recovered.clear()
+            self._dirty_queues[(cq.group_id, cq.topic_id, cq.queue_id)] = cq
+        await self.writer.submit(_noop, sync=True)
+
+    def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
+        """The group's offset in every queue of the topic (where it would start if none)."""
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        group_info = self._group(group)
+        info = self._topic(topic)
+        result = []
+        for queue_id in range(info.queues):
+            cq = self._queue_for(group_info.group_id, info.topic_id, queue_id)
+            if cq is None:
+                result.append(
+                    ConsumerOffset(queue_id, self._min_offset(info.topic_id, queue_id), False)
+                )
+            else:
+                result.append(ConsumerOffset(queue_id, cq.committed, True))
+        return result
+
+    def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]:
+        """(queue_id, first offset stored at or after timestamp_ms) per queue (RocketMQ
+        searchOffset); max_offset when nothing is. A binary search of point reads per queue:
+        store times grow with offsets within a queue.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        validation.check_range("timestamp_ms", timestamp_ms, 0, keys.MAX_OFFSET)
+        info = self._topic(topic)
+        result = []
+        for queue_id in range(info.queues):
+            lo = self._min_offset(info.topic_id, queue_id)
+            hi = self._max_offset(info.topic_id, queue_id)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._store_time(info.topic_id, queue_id, mid) < timestamp_ms:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            result.append((queue_id, lo))
+        return result
+
     # -- revive ---------------------------------------------------------------------------
 
     async def _revive_loop(self) -> None:
@@ -1281,3 +1728,26 @@ def _delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], N
 
 def _noop(batch: Batch, offsets: QueueOffsets) -> None:
     """A job that only waits for the flush (the flush hook writes the state)."""
+
+
+@dataclass(slots=True)
+class _Planned:
+    """One message of a send that will be stored (not a duplicate)."""
+
+    index: int
+    topic: TopicInfo
+    queue_id: int
+    record: records_pb2.StoredMessage
+    dedup_id: str
+    timer_seq: int
+    """Non-zero for a delayed message: its timers-family sequence."""
+    future: asyncio.Future[SendResult]
+
+
+def _message_type(msg: NewMessage) -> str:
+    """RocketMQ's rule: a message group makes it FIFO, a delivery time makes it DELAY."""
+    if msg.message_group:
+        return "fifo"
+    if msg.deliver_at_ms:
+        return "delay"
+    return "normal"

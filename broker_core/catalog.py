@@ -20,6 +20,26 @@ KIND_RETRY = 3
 _KIND_NAMES = {KIND_NORMAL: "normal", KIND_DLQ: "dlq", KIND_RETRY: "retry"}
 
 MESSAGE_TYPE_NORMAL = 1
+MESSAGE_TYPE_FIFO = 2
+MESSAGE_TYPE_DELAY = 3
+MESSAGE_TYPE_TRANSACTION = 4
+MESSAGE_TYPE_MIXED = 5
+MESSAGE_TYPES = {
+    "normal": MESSAGE_TYPE_NORMAL,
+    "fifo": MESSAGE_TYPE_FIFO,
+    "delay": MESSAGE_TYPE_DELAY,
+    "transaction": MESSAGE_TYPE_TRANSACTION,
+    "mixed": MESSAGE_TYPE_MIXED,
+}
+"""Message types a topic may declare, by name (RocketMQ 5 TopicMessageType)."""
+MESSAGE_TYPE_NAMES = {code: name for name, code in MESSAGE_TYPES.items()}
+_ACCEPTS = {
+    MESSAGE_TYPE_NORMAL: frozenset({"normal"}),
+    MESSAGE_TYPE_FIFO: frozenset({"fifo"}),
+    MESSAGE_TYPE_DELAY: frozenset({"delay"}),
+    MESSAGE_TYPE_TRANSACTION: frozenset({"transaction"}),
+    MESSAGE_TYPE_MIXED: frozenset({"normal", "fifo", "delay"}),
+}
 
 _SEQ_TOPIC = b"seq:topic"
 _SEQ_GROUP = b"seq:group"
@@ -41,6 +61,14 @@ class TopicInfo:
     @property
     def kind_name(self) -> str:
         return _KIND_NAMES[self.kind]
+
+    @property
+    def message_type_name(self) -> str:
+        return MESSAGE_TYPE_NAMES.get(self.message_type, "normal")
+
+    def accepts(self, message_type: str) -> bool:
+        """Whether a message of this type ("normal", "fifo", "delay") may be sent here."""
+        return message_type in _ACCEPTS.get(self.message_type, frozenset({"normal"}))
 
     def to_record(self) -> bytes:
         return records_pb2.TopicRecord(

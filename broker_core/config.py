@@ -105,6 +105,31 @@ class GroupDefaults:
     """Nack delay by delivery attempt when the nack sets none."""
 
 
+#: RocketMQ's 18 delay levels (messageDelayLevel), level n -> DELAY_LEVELS_S[n - 1].
+DELAY_LEVELS_S: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessagesConfig:
+    """Delayed messages, deduplication and FIFO read-ahead."""
+
+    max_delay_s: float = 3 * 86400.0
+    """Latest delivery time a send may ask for, from now (RocketMQ timerMaxDelaySec: 3 d)."""
+    dedup_window_s: float = 300.0
+    """A repeated dedup id within this window is not stored again (SQS FIFO: 5 min)."""
+    fifo_max_held: int = 10_000
+    """FIFO messages a queue may read ahead of their blocked groups, per consumer group;
+    beyond it a pop stops reading that queue until groups move on."""
+
+    def __post_init__(self) -> None:
+        if self.max_delay_s <= 0 or self.dedup_window_s <= 0:
+            raise ValueError("messages.max_delay_s and dedup_window_s must be positive")
+        if self.fifo_max_held < 1:
+            raise ValueError("messages.fifo_max_held must be at least 1")
+
+
 @dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
     """Everything broker_core needs."""
@@ -114,6 +139,7 @@ class BrokerConfig:
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
     groups: GroupDefaults = field(default_factory=GroupDefaults)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    messages: MessagesConfig = field(default_factory=MessagesConfig)
     auto_create_topics: bool = False
     """Create a missing topic (8 queues) on first send instead of answering NOT_FOUND."""
     default_topic_queues: int = 8

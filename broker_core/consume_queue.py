@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Iterator
 
 from broker_core.pop.checkpoint import Checkpoint
 
@@ -20,6 +21,9 @@ class ConsumeQueue:
     __slots__ = (
         "chain",
         "committed",
+        "fifo",
+        "fifo_held",
+        "fifo_ready",
         "group",
         "group_id",
         "inflight",
@@ -53,6 +57,71 @@ class ConsumeQueue:
         """Ranges above pop_offset covered by checkpoints recovered at startup (sorted)."""
         self.retention_skipped = 0
         """Messages retention deleted before this group read them (since start-up)."""
+        self.fifo: dict[str, deque[Checkpoint]] = {}
+        """message group -> its FIFO checkpoints in offset order; the head is the one
+        delivered (or, when held, the next to deliver)."""
+        self.fifo_ready: dict[str, None] = {}
+        """Groups whose head is held, so a pop may deliver it (oldest first)."""
+        self.fifo_held = 0
+        """Held (read but not delivered) FIFO messages; bounds how far a pop reads ahead."""
+
+    # -- FIFO message groups ---------------------------------------------------------------
+
+    def fifo_enqueue(self, ck: Checkpoint) -> bool:
+        """Queue a FIFO checkpoint behind its group; True when it is the group's head."""
+        lane = self.fifo.setdefault(ck.fifo_group, deque())
+        if lane and lane[-1].queue_offset() > ck.queue_offset():
+            # Only after a crash can a lower offset arrive late; keep offset order.
+            items = sorted([*lane, ck], key=lambda c: c.queue_offset())
+            lane.clear()
+            lane.extend(items)
+        else:
+            lane.append(ck)
+        if ck.held:
+            self.fifo_held += 1
+        if lane[0].held:
+            self.fifo_ready[ck.fifo_group] = None
+        return lane[0] is ck
+
+    def fifo_replace(self, old: Checkpoint, new: Checkpoint) -> None:
+        """`new` takes `old`'s place in its group (a delivery, redelivery, move or re-hold)."""
+        lane = self.fifo[old.fifo_group]
+        for i, ck in enumerate(lane):
+            if ck is old:
+                lane[i] = new
+                break
+        self.fifo_held += int(new.held) - int(old.held)
+        if lane[0].held:
+            self.fifo_ready[new.fifo_group] = None
+        else:
+            self.fifo_ready.pop(new.fifo_group, None)
+
+    def fifo_remove(self, ck: Checkpoint) -> bool:
+        """Drop a finished FIFO checkpoint; True when its group has a next message ready."""
+        lane = self.fifo.get(ck.fifo_group)
+        if lane is None or ck not in lane:
+            return False
+        lane.remove(ck)
+        if ck.held:
+            self.fifo_held -= 1
+        if not lane:
+            del self.fifo[ck.fifo_group]
+            self.fifo_ready.pop(ck.fifo_group, None)
+            return False
+        if lane[0].held:
+            self.fifo_ready[ck.fifo_group] = None
+            return True
+        return False
+
+    def fifo_ready_heads(self, now_ms: int) -> Iterator[Checkpoint]:
+        """Held heads that may be delivered now, oldest ready group first."""
+        for group in list(self.fifo_ready):
+            lane = self.fifo.get(group)
+            if not lane or not lane[0].held:
+                self.fifo_ready.pop(group, None)
+                continue
+            if lane[0].not_before_ms <= now_ms:
+                yield lane[0]
 
     def read_window(self, max_offset: int) -> tuple[int, int]:
         """[start, limit) a pop may read now, skipping ranges recovered checkpoints own."""

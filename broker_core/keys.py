@@ -110,3 +110,55 @@ def superseded_key(ck_id: int, index: int) -> bytes:
 def parse_superseded_key(key: bytes) -> tuple[int, int]:
     ck_id, index = _SUPERSEDED.unpack(key[len(SUPERSEDED_PREFIX) :])
     return ck_id, index
+
+
+def timer_key(due_ms: int, seq: int) -> bytes:
+    """timers family: (due time, sequence), so a range scan finds what is due."""
+    return _REVIVE.pack(due_ms, seq)
+
+
+def parse_timer_key(key: bytes) -> tuple[int, int]:
+    due_ms, seq = _REVIVE.unpack(key)
+    return due_ms, seq
+
+
+def _text(kind: bytes, topic_id: int, text: str) -> bytes:
+    raw = text.encode()
+    return kind + _U32.pack(topic_id) + struct.pack(">H", len(raw)) + raw
+
+
+def id_index_key(topic_id: int, message_id: str) -> bytes:
+    """index family: (topic, message id) -> IndexRecord."""
+    return _text(b"i", topic_id, message_id)
+
+
+def dedup_key(topic_id: int, dedup_id: str) -> bytes:
+    """index family: (topic, dedup id) -> IndexRecord, for dedup ids other than the id."""
+    return _text(b"d", topic_id, dedup_id)
+
+
+def key_index_prefix(topic_id: int, key: str) -> bytes:
+    """index family: every (topic, business key, queue, offset) entry of one key."""
+    return _text(b"k", topic_id, key)
+
+
+def key_index_key(topic_id: int, key: str, queue_id: int, offset: int) -> bytes:
+    return key_index_prefix(topic_id, key) + _QUEUE_OFFSET.pack(queue_id, offset)
+
+
+def parse_key_index_suffix(key: bytes) -> tuple[int, int]:
+    """(queue_id, offset) at the end of a key-index entry."""
+    queue_id, offset = _QUEUE_OFFSET.unpack(key[-_QUEUE_OFFSET.size :])
+    return queue_id, offset
+
+
+def expiry_key(expire_ms: int, index_key: bytes) -> bytes:
+    """index family: (expiry time, index key) -> b"", so a range scan finds what expired."""
+    return b"x" + _U64.pack(expire_ms) + index_key
+
+
+def parse_expiry_key(key: bytes) -> tuple[int, bytes]:
+    return decode_u64(key[1:9]), key[9:]
+
+
+_QUEUE_OFFSET = struct.Struct(">IQ")

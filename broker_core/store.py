@@ -1,6 +1,7 @@
 """The one adapter between broker_core and RocksDB (rocksdict in raw mode).
 
-Column families (see docs/architecture.md): messages, offsets, checkpoints, revive, meta.
+Column families (see docs/architecture.md): messages, offsets, checkpoints, revive, meta,
+timers (delayed messages by due time), index (message ids, dedup ids, keys, expiries).
 All calls here are blocking and short (point reads, small scans, one write batch); they run
 on the event loop thread. rocksdict holds the GIL during a write, so a separate writer thread
 would not overlap fsync with other work (measured, see GroupCommitWriter).
@@ -23,7 +24,7 @@ from broker_core.errors import PopMQError, StoreFullError, UnavailableError
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta")
+FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta", "timers", "index")
 _REOPEN_INTERVAL_S = 0.5
 """After a failed write, how often a new write may try to reopen the store."""
 _REOPEN_FREE_BYTES = 1024 * 1024
@@ -124,6 +125,8 @@ class Store:
         log.warning("store %s reopened after a write failure; writes resume", self.path)
 
     def _readable(self) -> dict[str, Any]:
+        if self._closed:
+            raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
         if not self._is_open:
             self._recover()
         return self._families

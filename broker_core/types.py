@@ -81,3 +81,29 @@ class QueueLag:
     @property
     def lag(self) -> int:
         return max(0, self.max_offset - self.consumer_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class PulledMessages:
+    """A read of one queue by offset (no group, no state): records and the queue's bounds."""
+
+    topic: str
+    queue_id: int
+    messages: list[tuple[int, records_pb2.StoredMessage]]
+    """(offset, record) in offset order."""
+    min_offset: int
+    """Smallest offset still stored; a read below it started here instead."""
+    max_offset: int
+    """Offset the next stored message will get."""
+    next_offset: int
+    """Where to read next: after the last returned record, or where the read started."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOffset:
+    """A consumer group's position in one queue."""
+
+    queue_id: int
+    offset: int
+    committed: bool
+    """False: the group has no position in the queue yet; offset is where it would start."""

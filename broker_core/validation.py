@@ -26,6 +26,10 @@ MAX_KEYS = 32
 MAX_KEY_LENGTH = 127
 MAX_MESSAGE_ID_LENGTH = 128
 MAX_QUEUES = 1024
+MAX_MESSAGE_GROUP_LENGTH = 127
+MAX_DEDUP_ID_LENGTH = 128
+MAX_BORN_HOST_LENGTH = 255
+BODY_ENCODINGS = ("", "zlib", "zstd")
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_ENTRIES = 64
 
@@ -110,4 +114,25 @@ def check_message(
     if len(message_id) > MAX_MESSAGE_ID_LENGTH or _CONTROL.search(message_id):
         raise InvalidArgumentError(
             f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
+        )
+
+
+def check_message_extras(
+    index: int, *, message_group: str, dedup_id: str, body_encoding: str, born_host: str
+) -> None:
+    """Check the FIFO group, dedup id, body encoding and born host of one message."""
+    where = f"messages[{index}]"
+    for field, value, limit in (
+        ("message_group", message_group, MAX_MESSAGE_GROUP_LENGTH),
+        ("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH),
+        ("born_host", born_host, MAX_BORN_HOST_LENGTH),
+    ):
+        if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
+            raise InvalidArgumentError(
+                f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
+                "not blank, no control characters"
+            )
+    if body_encoding not in BODY_ENCODINGS:
+        raise InvalidArgumentError(
+            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
         )

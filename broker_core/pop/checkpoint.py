@@ -8,6 +8,11 @@ are all resolved is done.
 Chained checkpoints cover a contiguous range of their queue; the consumer offset advances
 past one when it is done or persisted (see ConsumeQueue.advance). Checkpoints made by
 ChangeInvisibleTime or Nack hold one message and stay outside the chain.
+
+FIFO checkpoints (fifo_group set) also hold one message and stay outside the chain: each
+message of a message group gets one when a pop reads it, and the group's checkpoints queue
+up in offset order behind the one delivered (see ConsumeQueue.fifo). They are redelivered in
+place, never through the retry queue, so a group's order survives redelivery.
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ class Checkpoint:
 
     __slots__ = (
         "acked",
+        "attempt",
         "chained",
         "ck_id",
         "deadline_ms",
+        "fifo_group",
         "full",
+        "held",
+        "not_before_ms",
         "offsets",
         "persisted",
         "pop_time_ms",
@@ -72,10 +81,22 @@ class Checkpoint:
         """Bit i: offsets[i] was redelivered through the retry queue or dead-lettered."""
         self.persisted = False
         """True once the record is in RocksDB or in the next flush (see Broker)."""
+        self.fifo_group = ""
+        """Message group of a FIFO checkpoint; empty for every other checkpoint."""
+        self.attempt = 0
+        """FIFO: delivery attempt of this delivery (the stored record keeps the first)."""
+        self.held = False
+        """FIFO: waiting behind its group's head, not delivered."""
+        self.not_before_ms = 0
+        """FIFO: a held head is not delivered before this time (nack backoff)."""
 
     @property
     def done(self) -> bool:
         return self.resolved == self.full
+
+    def queue_offset(self) -> int:
+        """The offset of a single-message checkpoint (FIFO, moved)."""
+        return self.offsets[0] if self.offsets else self.range_start
 
     def unresolved(self) -> list[int]:
         """Indexes of messages still owed by this checkpoint."""
@@ -96,6 +117,10 @@ class Checkpoint:
             resolved_bits=_bits_to_bytes(self.resolved, len(self.offsets)),
             acked_bits=_bits_to_bytes(self.acked, len(self.offsets)),
             chained=self.chained,
+            fifo_group=self.fifo_group,
+            attempt=self.attempt,
+            held=self.held,
+            not_before_ms=self.not_before_ms,
         ).SerializeToString()
 
     @classmethod
@@ -112,6 +137,10 @@ class Checkpoint:
         )
         ck.resolved = int.from_bytes(record.resolved_bits, "little")
         ck.acked = int.from_bytes(record.acked_bits, "little")
+        ck.fifo_group = record.fifo_group
+        ck.attempt = record.attempt
+        ck.held = record.held
+        ck.not_before_ms = record.not_before_ms
         ck.persisted = True
         return ck
 

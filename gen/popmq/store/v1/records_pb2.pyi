@@ -86,7 +86,7 @@ class GroupRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., group_id: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., create_time_ms: _Optional[int] = ..., auto_created: _Optional[bool] = ...) -> None: ...
 
 class CheckpointRecord(_message.Message):
-    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits")
+    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits", "fifo_group", "attempt", "held", "not_before_ms")
     CK_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,10 @@ class CheckpointRecord(_message.Message):
     RESOLVED_BITS_FIELD_NUMBER: _ClassVar[int]
     CHAINED_FIELD_NUMBER: _ClassVar[int]
     ACKED_BITS_FIELD_NUMBER: _ClassVar[int]
+    FIFO_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
     ck_id: int
     group_id: int
     topic_id: int
@@ -111,4 +115,32 @@ class CheckpointRecord(_message.Message):
     resolved_bits: bytes
     chained: bool
     acked_bits: bytes
-    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ...) -> None: ...
+    fifo_group: str
+    attempt: int
+    held: bool
+    not_before_ms: int
+    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ..., fifo_group: _Optional[str] = ..., attempt: _Optional[int] = ..., held: _Optional[bool] = ..., not_before_ms: _Optional[int] = ...) -> None: ...
+
+class TimerRecord(_message.Message):
+    __slots__ = ("topic_id", "queue_id", "message")
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic_id: int
+    queue_id: int
+    message: bytes
+    def __init__(self, topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
+
+class IndexRecord(_message.Message):
+    __slots__ = ("queue_id", "offset", "store_time_ms", "message_id", "recall_handle")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    store_time_ms: int
+    message_id: str
+    recall_handle: str
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., message_id: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,145 @@
+"""The index family: message ids, dedup ids and business keys of stored messages.
+
+Entries (see keys.py):
+- `i` (topic, message id) -> IndexRecord: query by id, and the dedup check when the dedup id
+  is the message id (the default, so a producer retry costs no extra entry);
+- `d` (topic, dedup id) -> IndexRecord, only for dedup ids other than the message id;
+- `k` (topic, key, queue, offset) -> b"": query by key;
+- `x` (expiry time, entry key) -> b"": what the sweep deletes, and when.
+
+Id and key entries live as long as retention keeps their message, dedup entries as long as the
+dedup window. All are written in the batch that stores the message, so an index entry never
+points at a message that was not stored. Lookups skip entries whose message retention already
+deleted (the sweep may not have run yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from broker_core import keys
+from broker_core.store import Batch, Store
+from popmq.store.v1 import records_pb2
+
+_SWEEP_CHUNK = 4096
+
+
+def write_entries(
+    batch: Batch,
+    *,
+    topic_id: int,
+    queue_id: int,
+    offset: int,
+    message_id: str,
+    dedup_id: str,
+    message_keys: Iterable[str],
+    stamp_ms: int,
+    retention_ms: int,
+    dedup_window_ms: int,
+    recall_handle: str = "",
+) -> None:
+    """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer."""
+    value = records_pb2.IndexRecord(
+        queue_id=queue_id,
+        offset=offset,
+        store_time_ms=stamp_ms,
+        message_id=message_id,
+        recall_handle=recall_handle,
+    ).SerializeToString()
+    id_key = keys.id_index_key(topic_id, message_id)
+    batch.put("index", id_key, value)
+    batch.put("index", keys.expiry_key(stamp_ms + retention_ms, id_key), b"")
+    if dedup_id and dedup_id != message_id:
+        dedup_key = keys.dedup_key(topic_id, dedup_id)
+        batch.put("index", dedup_key, value)
+        batch.put("index", keys.expiry_key(stamp_ms + dedup_window_ms, dedup_key), b"")
+    if offset >= 0:
+        write_key_entries(
+            batch,
+            topic_id=topic_id,
+            queue_id=queue_id,
+            offset=offset,
+            message_keys=message_keys,
+            expire_ms=stamp_ms + retention_ms,
+        )
+
+
+def write_key_entries(
+    batch: Batch,
+    *,
+    topic_id: int,
+    queue_id: int,
+    offset: int,
+    message_keys: Iterable[str],
+    expire_ms: int,
+) -> None:
+    for key in message_keys:
+        entry = keys.key_index_key(topic_id, key, queue_id, offset)
+        batch.put("index", entry, b"")
+        batch.put("index", keys.expiry_key(expire_ms, entry), b"")
+
+
+def find_duplicate(
+    store: Store, topic_id: int, dedup_id: str, message_id: str, now_ms: int, window_ms: int
+) -> records_pb2.IndexRecord | None:
+    """The earlier send of this dedup id within the window, if any."""
+    key = (
+        keys.id_index_key(topic_id, dedup_id)
+        if dedup_id == message_id
+        else keys.dedup_key(topic_id, dedup_id)
+    )
+    data = store.get("index", key)
+    if data is None:
+        return None
+    record = records_pb2.IndexRecord.FromString(data)
+    if record.store_time_ms + window_ms <= now_ms:
+        return None
+    return record
+
+
+def lookup_id(store: Store, topic_id: int, message_id: str) -> records_pb2.IndexRecord | None:
+    data = store.get("index", keys.id_index_key(topic_id, message_id))
+    return records_pb2.IndexRecord.FromString(data) if data is not None else None
+
+
+def lookup_key(store: Store, topic_id: int, key: str, limit: int) -> list[tuple[int, int]]:
+    """(queue_id, offset) of messages carrying `key`, oldest first, at most `limit`."""
+    prefix = keys.key_index_prefix(topic_id, key)
+    found: list[tuple[int, int]] = []
+    for entry, _ in store.scan("index", prefix, prefix + b"\xff" * 12):
+        found.append(keys.parse_key_index_suffix(entry))
+        if len(found) >= limit:
+            break
+    return found
+
+
+def expired_entries(store: Store, now_ms: int) -> list[bytes]:
+    """Expiry markers due by now (at most one chunk); the caller deletes them and their entries."""
+    start = b"x"
+    end = keys.expiry_key(now_ms + 1, b"")
+    found = []
+    for key, _ in store.scan("index", start, end):
+        found.append(key)
+        if len(found) >= _SWEEP_CHUNK:
+            break
+    return found
+
+
+def sweep_batch(
+    store: Store, batch: Batch, markers: list[bytes], now_ms: int, ttl: dict[bytes, int]
+) -> None:
+    """Delete expired markers and their entries, keeping entries a later send refreshed.
+
+    `ttl` maps an entry kind (b"i", b"d", b"k") to its lifetime in ms.
+    """
+    for marker in markers:
+        batch.delete("index", marker)
+        _, entry = keys.parse_expiry_key(marker)
+        kind = entry[:1]
+        if kind in (b"i", b"d"):
+            data = store.get("index", entry)
+            if data is not None:
+                record = records_pb2.IndexRecord.FromString(data)
+                if record.store_time_ms + ttl[kind] > now_ms:
+                    continue  # refreshed by a later send of the same id
+        batch.delete("index", entry)

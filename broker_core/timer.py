@@ -1,0 +1,66 @@
+"""Delayed messages: recall handles for the timers family (RocketMQ's timer wheel, on RocksDB).
+
+A delayed message waits in the `timers` family under (due time, sequence) until the broker's
+timer loop appends it to its queue in one batch with the timer's deletion (see
+Broker._timer_loop). The send returns a recall handle naming that timer entry, signed like
+a receipt handle so a client can neither forge one nor aim it at another topic.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+
+from broker_core.errors import InvalidArgumentError
+
+_VERSION = 1
+_BODY = struct.Struct(">BIQQ")
+_MAC_BYTES = 12
+_DOMAIN = b"popmq-recall"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHandle:
+    """Which timer entry a recall cancels."""
+
+    topic_id: int
+    due_ms: int
+    seq: int
+
+
+class RecallCodec:
+    """Encodes and verifies recall handles with the server secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._secret, _DOMAIN + body, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    def encode(self, handle: RecallHandle) -> str:
+        body = _BODY.pack(_VERSION, handle.topic_id, handle.due_ms, handle.seq)
+        return base64.urlsafe_b64encode(body + self._mac(body)).rstrip(b"=").decode()
+
+    def decode(self, text: str) -> RecallHandle:
+        """Verify and decode; raises InvalidArgumentError when malformed or forged."""
+        if not text:
+            raise InvalidArgumentError("recall_handle is empty: pass the one the send returned")
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidArgumentError("recall_handle is malformed (not base64url)") from exc
+        if len(raw) != _BODY.size + _MAC_BYTES:
+            raise InvalidArgumentError("recall_handle is malformed (wrong length)")
+        body, mac = raw[: _BODY.size], raw[_BODY.size :]
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise InvalidArgumentError(
+                "recall_handle signature does not match: altered, or issued by another server"
+            )
+        version, topic_id, due_ms, seq = _BODY.unpack(body)
+        if version != _VERSION:
+            raise InvalidArgumentError(f"recall_handle version {version} is not supported")
+        return RecallHandle(topic_id, due_ms, seq)
