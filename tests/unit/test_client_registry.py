@@ -1,0 +1,415 @@
+"""The client registry: liveness, assignments and the one-owner-per-queue lease rule.
+
+The registry takes a clock, so these tests move time explicitly instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker_core.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    ResourceExhaustedError,
+)
+from proxy.allocation import Strategy
+from proxy.clients import (
+    ClientRegistry,
+    ClientRegistryConfig,
+    ConsumeMode,
+    Registration,
+    compute_assignment,
+)
+
+INTERVAL = 1.0
+LEASE = 3 * INTERVAL
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(
+    config: ClientRegistryConfig | None = None, existing_groups: tuple[str, ...] = ()
+) -> tuple[ClientRegistry, Clock]:
+    clock = Clock()
+    return ClientRegistry(config, existing_groups=existing_groups, clock=clock), clock
+
+
+def join(
+    registry: ClientRegistry,
+    client_id: str,
+    *,
+    group: str = "g",
+    topics: tuple[str, ...] = ("t",),
+    strategy: Strategy = Strategy.AVERAGE,
+    mode: ConsumeMode = ConsumeMode.QUEUE_EXCLUSIVE,
+    room: str = "",
+    configured: dict[str, tuple[int, ...]] | None = None,
+    queues: int = 8,
+) -> float:
+    return registry.heartbeat(
+        Registration(
+            client_id=client_id,
+            group=group,
+            topics=topics,
+            mode=mode,
+            strategy=strategy,
+            heartbeat_interval_s=INTERVAL,
+            machine_room=room,
+            configured_queues=configured or {},
+        ),
+        dict.fromkeys(topics, queues),
+    )
+
+
+def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
+    registry, _ = make()
+    for client in ["c1", "c2", "c3"]:
+        assert join(registry, client) == INTERVAL
+    got = {c: registry.query_assignment(c, "g", "t", 8) for c in ["c1", "c2", "c3"]}
+    assert {c: a.queue_ids for c, a in got.items()} == {
+        "c1": (0, 1, 2),
+        "c2": (3, 4, 5),
+        "c3": (6, 7),
+    }
+    assert all(a.pending_queue_ids == () and a.lease_s == LEASE for a in got.values())
+    assert len({a.epoch for a in got.values()}) == 1
+    assert registry.owners("g", "t") == {
+        0: "c1", 1: "c1", 2: "c1", 3: "c2", 4: "c2", 5: "c2", 6: "c3", 7: "c3",
+    }  # fmt: skip
+
+
+def test_a_joiner_waits_until_the_old_owner_releases_the_queue() -> None:
+    registry, clock = make()
+    join(registry, "c1")
+    first = registry.query_assignment("c1", "g", "t", 4)
+    assert first.queue_ids == (0, 1, 2, 3)
+    join(registry, "c2")
+    # c2's target is 2 and 3, but c1 still holds them.
+    waiting = registry.query_assignment("c2", "g", "t", 4)
+    assert waiting.queue_ids == ()
+    assert waiting.pending_queue_ids == (2, 3)
+    assert waiting.epoch == first.epoch + 1
+    # c1 learns its new assignment while it still consumes 2 and 3: their leases stay.
+    clock.now += 0.5
+    shrunk = registry.query_assignment("c1", "g", "t", 4, held=[0, 1, 2, 3])
+    assert shrunk.queue_ids == (0, 1)
+    assert registry.owners("g", "t") == {0: "c1", 1: "c1", 2: "c1", 3: "c1"}
+    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    # c1 finished them and says so: c2 gets them.
+    registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
+    granted = registry.query_assignment("c2", "g", "t", 4)
+    assert granted.queue_ids == (2, 3)
+    assert granted.pending_queue_ids == ()
+    assert registry.owners("g", "t") == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}
+
+
+def test_a_silent_client_is_gone_after_three_intervals_and_its_queues_move() -> None:
+    registry, clock = make()
+    join(registry, "c1")
+    join(registry, "c2")
+    registry.query_assignment("c1", "g", "t", 4)
+    registry.query_assignment("c2", "g", "t", 4)
+    epoch = registry.query_assignment("c1", "g", "t", 4, held=[0, 1]).epoch
+    # c2 goes silent. Within three intervals it is still a member holding its leases.
+    clock.now += LEASE - 0.1
+    join(registry, "c1")
+    still = registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    assert still.queue_ids == (0, 1)
+    assert [c.client_id for c in registry.clients("g")] == ["c1", "c2"]
+    clock.now += 0.2
+    moved = registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    assert moved.queue_ids == (0, 1, 2, 3)
+    assert moved.epoch == epoch + 1
+    assert [c.client_id for c in registry.clients("g")] == ["c1"]
+    with pytest.raises(FailedPreconditionError, match="not registered"):
+        registry.query_assignment("c2", "g", "t", 4)
+
+
+def test_a_query_keeps_the_client_alive_and_renews_only_held_leases() -> None:
+    registry, clock = make()
+    join(registry, "c1")
+    assert registry.query_assignment("c1", "g", "t", 2).queue_ids == (0, 1)
+    for _ in range(10):
+        clock.now += LEASE * 0.9
+        assert registry.query_assignment("c1", "g", "t", 2, held=[0, 1]).queue_ids == (0, 1)
+    assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
+
+
+def test_a_terminated_client_releases_its_queues_at_once() -> None:
+    registry, _ = make()
+    join(registry, "c1")
+    join(registry, "c2")
+    registry.query_assignment("c1", "g", "t", 4)
+    registry.query_assignment("c2", "g", "t", 4)
+    assert registry.unregister("c2", "g") is True
+    assert registry.unregister("c2", "g") is False
+    assert registry.query_assignment("c1", "g", "t", 4, held=[0, 1]).queue_ids == (0, 1, 2, 3)
+
+
+def test_a_client_that_lost_its_lease_is_not_granted_a_queue_now_owned_by_another() -> None:
+    registry, clock = make()
+    join(registry, "c1")
+    registry.query_assignment("c1", "g", "t", 2)
+    clock.now += LEASE + 0.1  # c1 went silent and is gone
+    join(registry, "c2")
+    assert registry.query_assignment("c2", "g", "t", 2).queue_ids == (0, 1)
+    # c1 comes back still claiming queue 0: it must stop, c2 keeps it.
+    join(registry, "c1")
+    back = registry.query_assignment("c1", "g", "t", 2, held=[0])
+    assert back.queue_ids == ()
+    assert back.pending_queue_ids == (0,)
+    assert registry.owners("g", "t") == {0: "c2", 1: "c2"}
+
+
+def test_after_a_restart_held_queues_are_kept_and_unreported_ones_wait_for_the_grace() -> None:
+    config = ClientRegistryConfig(restart_grace_s=5.0)
+    registry, clock = make(config, existing_groups=("g",))
+    join(registry, "c1")
+    join(registry, "c2")
+    # c1 held 0 and 3 before the restart; its target is now 0 and 1.
+    first = registry.query_assignment("c1", "g", "t", 4, held=[0, 3])
+    assert first.queue_ids == (0,)
+    assert first.pending_queue_ids == (1,)
+    # c2's target 2, 3: 3 is still c1's, 2 waits for the grace.
+    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    clock.now += 2.5
+    assert registry.query_assignment("c1", "g", "t", 4, held=[0, 3]).pending_queue_ids == (1,)
+    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    clock.now += 2.5  # the grace is over
+    registry.query_assignment("c1", "g", "t", 4, held=[0])
+    assert registry.query_assignment("c2", "g", "t", 4).queue_ids == (2, 3)
+    assert registry.query_assignment("c1", "g", "t", 4, held=[0]).queue_ids == (0, 1)
+    # A group created after the start has nothing to wait for.
+    fresh, _ = make(config, existing_groups=("g",))
+    join(fresh, "c1", group="new")
+    assert fresh.query_assignment("c1", "new", "t", 2).queue_ids == (0, 1)
+
+
+def test_the_default_grace_covers_the_longest_lease_a_member_may_hold() -> None:
+    assert ClientRegistryConfig().grace_s == 3 * 30.0
+    assert ClientRegistryConfig(restart_grace_s=0).grace_s == 0
+
+
+def test_members_must_agree_on_mode_and_strategy() -> None:
+    registry, clock = make()
+    join(registry, "c1", strategy=Strategy.AVERAGE)
+    with pytest.raises(FailedPreconditionError, match=r"with AVERAGE .*not CONSISTENT_HASH"):
+        join(registry, "c2", strategy=Strategy.CONSISTENT_HASH)
+    with pytest.raises(FailedPreconditionError, match="QUEUE_EXCLUSIVE mode"):
+        join(registry, "c2", mode=ConsumeMode.POP)
+    # The member itself may change strategy; another topic or group is independent.
+    join(registry, "c1", strategy=Strategy.AVERAGE_BY_CIRCLE)
+    join(registry, "c2", topics=("other",), strategy=Strategy.CONSISTENT_HASH)
+    join(registry, "c2", group="g2", mode=ConsumeMode.POP)
+    # Once the old members are gone, a new strategy is fine.
+    clock.now += LEASE + 0.1
+    join(registry, "c3", strategy=Strategy.CONSISTENT_HASH)
+
+
+def test_pop_mode_clients_register_but_get_no_assignment() -> None:
+    registry, _ = make()
+    join(registry, "p1", mode=ConsumeMode.POP)
+    assert [c.client_id for c in registry.clients("g")] == ["p1"]
+    with pytest.raises(FailedPreconditionError, match="only for QUEUE_EXCLUSIVE"):
+        registry.query_assignment("p1", "g", "t", 8)
+
+
+def test_query_checks_registration_and_subscription() -> None:
+    registry, _ = make()
+    with pytest.raises(FailedPreconditionError, match="send Heartbeat first"):
+        registry.query_assignment("c1", "g", "t", 8)
+    join(registry, "c1")
+    with pytest.raises(FailedPreconditionError, match="did not subscribe to topic 'u'"):
+        registry.query_assignment("c1", "g", "u", 8)
+    with pytest.raises(InvalidArgumentError, match="queue id -1"):
+        registry.query_assignment("c1", "g", "t", 8, held=[-1])
+    with pytest.raises(InvalidArgumentError, match="repeats queue id 2"):
+        registry.query_assignment("c1", "g", "t", 8, held=[2, 2])
+
+
+@pytest.mark.parametrize(
+    ("registration", "message"),
+    [
+        (Registration(client_id="", group="g", topics=("t",)), "client_id is empty"),
+        (Registration(client_id="a\nb", group="g", topics=("t",)), "control characters"),
+        (Registration(client_id="x" * 256, group="g", topics=("t",)), "at most 255"),
+        (Registration(client_id="c", group="", topics=("t",)), "group name is empty"),
+        (Registration(client_id="c", group="g", topics=()), "at least one topic"),
+        (Registration(client_id="c", group="g", topics=("t", "t")), "repeat a topic"),
+        (
+            Registration(client_id="c", group="g", topics=("t",), heartbeat_interval_s=0.01),
+            "heartbeat_interval 0.01s is below the minimum 0.05s",
+        ),
+        (
+            Registration(client_id="c", group="g", topics=("t",), heartbeat_interval_s=31),
+            "heartbeat_interval 31s is above the maximum 30s",
+        ),
+        (
+            Registration(
+                client_id="c", group="g", topics=("t",), strategy=Strategy.BY_MACHINE_ROOM
+            ),
+            "needs the client's machine_room",
+        ),
+        (
+            Registration(client_id="c", group="g", topics=("t",), machine_room="room 1"),
+            "machine_room 'room 1' is invalid",
+        ),
+        (
+            Registration(
+                client_id="c",
+                group="g",
+                topics=("t",),
+                strategy=Strategy.BY_CONFIG,
+                configured_queues={"t": (8,)},
+            ),
+            r"configured_queues\['t'\] has queue id 8: the topic's queues are 0..7",
+        ),
+        (
+            Registration(
+                client_id="c",
+                group="g",
+                topics=("t",),
+                strategy=Strategy.BY_CONFIG,
+                configured_queues={"u": (1,)},
+            ),
+            "names topic 'u', which is not subscribed",
+        ),
+        (
+            Registration(client_id="c", group="g", topics=("t",), configured_queues={"t": (1,)}),
+            "only for queue-exclusive clients with strategy BY_CONFIG",
+        ),
+    ],
+)
+def test_heartbeat_rejects_bad_registrations(registration: Registration, message: str) -> None:
+    registry, _ = make()
+    with pytest.raises(InvalidArgumentError, match=message):
+        registry.heartbeat(registration, dict.fromkeys(registration.topics, 8))
+
+
+def test_registrations_beyond_the_limit_are_refused() -> None:
+    registry, clock = make(ClientRegistryConfig(max_clients=2))
+    join(registry, "c1")
+    join(registry, "c2", group="g2")
+    join(registry, "c1")  # a refresh is not a new registration
+    with pytest.raises(ResourceExhaustedError, match="maximum is 2"):
+        join(registry, "c3")
+    clock.now += LEASE + 0.1
+    join(registry, "c3")  # the silent ones were dropped
+
+
+def test_by_config_gives_an_overlapping_queue_to_the_first_member() -> None:
+    registry, _ = make()
+    join(registry, "c2", strategy=Strategy.BY_CONFIG, configured={"t": (1, 2)})
+    join(registry, "c1", strategy=Strategy.BY_CONFIG, configured={"t": (5, 1)})
+    join(registry, "c3", strategy=Strategy.BY_CONFIG)
+    got = {c: registry.query_assignment(c, "g", "t", 8).queue_ids for c in ["c1", "c2", "c3"]}
+    assert got == {"c1": (5, 1), "c2": (2,), "c3": ()}
+
+
+def test_by_machine_room_prefers_members_in_the_servers_room() -> None:
+    registry, _ = make(ClientRegistryConfig(machine_room="hz"))
+    join(registry, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
+    join(registry, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    join(registry, "c", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    got = {c: registry.query_assignment(c, "g", "t", 4).queue_ids for c in "abc"}
+    assert got == {"a": (), "b": (0, 1), "c": (2, 3)}
+    # Nobody left in hz: the far member takes over.
+    registry.unregister("b", "g")
+    registry.unregister("c", "g")
+    assert registry.query_assignment("a", "g", "t", 4).queue_ids == (0, 1, 2, 3)
+    # A server without a room is near nobody: members share its queues.
+    roomless, _ = make()
+    join(roomless, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
+    join(roomless, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    assert roomless.query_assignment("a", "g", "t", 4).queue_ids == (0, 1)
+    assert roomless.query_assignment("b", "g", "t", 4).queue_ids == (2, 3)
+
+
+def test_a_topic_recreated_with_fewer_queues_drops_leases_beyond_it() -> None:
+    registry, _ = make()
+    join(registry, "c1")
+    registry.query_assignment("c1", "g", "t", 8)
+    smaller = registry.query_assignment("c1", "g", "t", 2, held=list(range(8)))
+    assert smaller.queue_ids == (0, 1)
+    assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
+
+
+def test_compute_assignment_covers_every_queue_once_for_each_strategy() -> None:
+    members = [
+        Registration(client_id=f"c{i}", group="g", topics=("t",), machine_room="r")
+        for i in range(5)
+    ]
+    for strategy in [
+        Strategy.AVERAGE,
+        Strategy.AVERAGE_BY_CIRCLE,
+        Strategy.CONSISTENT_HASH,
+        Strategy.BY_MACHINE_ROOM,
+    ]:
+        for queues in [0, 1, 3, 5, 16]:
+            target = compute_assignment(strategy, "t", queues, members, machine_room="r")
+            owned = sorted(q for qs in target.values() for q in qs)
+            assert owned == list(range(queues)), (strategy, queues)
+
+
+def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
+    """Simulated members follow the protocol; the consumers of a queue never overlap.
+
+    A member consumes what it was granted, gives up what it was not (reporting it as held
+    until the next call, as a real member finishing its work would), and stops everything
+    when a lease it measured from before its request ran out without a successful call.
+    """
+    rng = random.Random(3)
+    registry, clock = make()
+    queues = 6
+    consuming: dict[str, set[int]] = {}
+    lease_end: dict[str, float] = {}
+    draining: dict[str, set[int]] = {}
+    pool = [f"c{i}" for i in range(8)]
+    for _ in range(4000):
+        clock.now += rng.uniform(0.0, 0.4)
+        client = rng.choice(pool)
+        for c in list(consuming):
+            if clock.now >= lease_end[c]:
+                consuming[c].clear()  # the member's own lease ran out: it stops
+                draining[c].clear()
+        action = rng.random()
+        if client not in consuming:
+            if action < 0.3:
+                join(registry, client, queues=queues)
+                consuming[client] = set()
+                draining[client] = set()
+                lease_end[client] = clock.now
+            continue
+        if action < 0.02:
+            registry.unregister(client, "g")
+            del consuming[client], draining[client], lease_end[client]
+            continue
+        if action < 0.05:
+            continue  # this member stalls for a while (maybe long enough to be dropped)
+        sent = clock.now
+        try:
+            join(registry, client, queues=queues)
+            held = sorted(consuming[client] | draining[client])
+            answer = registry.query_assignment(client, "g", "t", queues, held=held)
+        except FailedPreconditionError:
+            consuming[client].clear()
+            draining[client].clear()
+            continue
+        lease_end[client] = sent + answer.lease_s
+        granted = set(answer.queue_ids)
+        draining[client] = consuming[client] - granted
+        consuming[client] = granted
+        owners: dict[int, str] = {}
+        for c, qs in consuming.items():
+            for q in qs | draining[c]:
+                assert q not in owners, f"queue {q} consumed by {owners[q]} and {c}"
+                owners[q] = c
