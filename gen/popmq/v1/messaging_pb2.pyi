@@ -16,9 +16,33 @@ class FilterType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILTER_TYPE_UNSPECIFIED: _ClassVar[FilterType]
     FILTER_TYPE_TAG: _ClassVar[FilterType]
     FILTER_TYPE_SQL: _ClassVar[FilterType]
+
+class ConsumeMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_MODE_UNSPECIFIED: _ClassVar[ConsumeMode]
+    CONSUME_MODE_POP: _ClassVar[ConsumeMode]
+    CONSUME_MODE_QUEUE_EXCLUSIVE: _ClassVar[ConsumeMode]
+
+class AssignmentStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ASSIGNMENT_STRATEGY_UNSPECIFIED: _ClassVar[AssignmentStrategy]
+    ASSIGNMENT_STRATEGY_AVERAGE: _ClassVar[AssignmentStrategy]
+    ASSIGNMENT_STRATEGY_AVERAGE_BY_CIRCLE: _ClassVar[AssignmentStrategy]
+    ASSIGNMENT_STRATEGY_CONSISTENT_HASH: _ClassVar[AssignmentStrategy]
+    ASSIGNMENT_STRATEGY_BY_CONFIG: _ClassVar[AssignmentStrategy]
+    ASSIGNMENT_STRATEGY_BY_MACHINE_ROOM: _ClassVar[AssignmentStrategy]
 FILTER_TYPE_UNSPECIFIED: FilterType
 FILTER_TYPE_TAG: FilterType
 FILTER_TYPE_SQL: FilterType
+CONSUME_MODE_UNSPECIFIED: ConsumeMode
+CONSUME_MODE_POP: ConsumeMode
+CONSUME_MODE_QUEUE_EXCLUSIVE: ConsumeMode
+ASSIGNMENT_STRATEGY_UNSPECIFIED: AssignmentStrategy
+ASSIGNMENT_STRATEGY_AVERAGE: AssignmentStrategy
+ASSIGNMENT_STRATEGY_AVERAGE_BY_CIRCLE: AssignmentStrategy
+ASSIGNMENT_STRATEGY_CONSISTENT_HASH: AssignmentStrategy
+ASSIGNMENT_STRATEGY_BY_CONFIG: AssignmentStrategy
+ASSIGNMENT_STRATEGY_BY_MACHINE_ROOM: AssignmentStrategy
 
 class OutgoingMessage(_message.Message):
     __slots__ = ("topic", "body", "tag", "keys", "properties", "message_id", "message_group", "delivery_time", "delay", "delay_level", "dedup_id", "body_encoding", "born_host")
@@ -428,3 +452,82 @@ class RenewLeaseResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[LeaseResult]
     def __init__(self, results: _Optional[_Iterable[_Union[LeaseResult, _Mapping]]] = ...) -> None: ...
+
+class QueueIds(_message.Message):
+    __slots__ = ("queue_ids",)
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("client_id", "group", "topics", "mode", "strategy", "heartbeat_interval", "machine_room", "configured_queues")
+    class ConfiguredQueuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: QueueIds
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[QueueIds, _Mapping]] = ...) -> None: ...
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_ROOM_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    mode: ConsumeMode
+    strategy: AssignmentStrategy
+    heartbeat_interval: _duration_pb2.Duration
+    machine_room: str
+    configured_queues: _containers.MessageMap[str, QueueIds]
+    def __init__(self, client_id: _Optional[str] = ..., group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[ConsumeMode, str]] = ..., strategy: _Optional[_Union[AssignmentStrategy, str]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., machine_room: _Optional[str] = ..., configured_queues: _Optional[_Mapping[str, QueueIds]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("heartbeat_interval", "lease_duration")
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval: _duration_pb2.Duration
+    lease_duration: _duration_pb2.Duration
+    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class QueryAssignmentRequest(_message.Message):
+    __slots__ = ("client_id", "group", "topic", "held_queue_ids")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    HELD_QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    group: str
+    topic: str
+    held_queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., held_queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueryAssignmentResponse(_message.Message):
+    __slots__ = ("queue_ids", "pending_queue_ids", "epoch", "lease_duration")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    pending_queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    epoch: int
+    lease_duration: _duration_pb2.Duration
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., pending_queue_ids: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class NotifyClientTerminationRequest(_message.Message):
+    __slots__ = ("client_id", "group")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    group: str
+    def __init__(self, client_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class NotifyClientTerminationResponse(_message.Message):
+    __slots__ = ("was_registered",)
+    WAS_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    was_registered: bool
+    def __init__(self, was_registered: _Optional[bool] = ...) -> None: ...

@@ -103,6 +103,21 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/popmq.v1.MessagingService/Heartbeat',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.QueryAssignment = channel.unary_unary(
+                '/popmq.v1.MessagingService/QueryAssignment',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.QueryAssignmentRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.QueryAssignmentResponse.FromString,
+                _registered_method=True)
+        self.NotifyClientTermination = channel.unary_unary(
+                '/popmq.v1.MessagingService/NotifyClientTermination',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -220,6 +235,33 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Heartbeat registers a consumer client with its group, topics, mode and assignment
+        strategy, or keeps it registered. A client that sends nothing (neither Heartbeat nor
+        QueryAssignment) for 3 of its heartbeat intervals is gone, and its queues move.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryAssignment(self, request, context):
+        """QueryAssignment tells a queue-exclusive client which queues of a topic it may consume
+        now. A queue is granted only when no other member holds it: the previous owner must
+        first report it as no longer held (or let its lease run out), so a queue is never
+        consumed by two members at once. Every call renews the leases of the held queues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NotifyClientTermination(self, request, context):
+        """NotifyClientTermination unregisters a client that stopped consuming; the queues it held
+        are released at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -287,6 +329,21 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.RenewLease,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.HeartbeatRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'QueryAssignment': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryAssignment,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.QueryAssignmentRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.QueryAssignmentResponse.SerializeToString,
+            ),
+            'NotifyClientTermination': grpc.unary_unary_rpc_method_handler(
+                    servicer.NotifyClientTermination,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -644,6 +701,87 @@ class MessagingService:
             '/popmq.v1.MessagingService/RenewLease',
             popmq_dot_v1_dot_messaging__pb2.RenewLeaseRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.RenewLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/Heartbeat',
+            popmq_dot_v1_dot_messaging__pb2.HeartbeatRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryAssignment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/QueryAssignment',
+            popmq_dot_v1_dot_messaging__pb2.QueryAssignmentRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.QueryAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NotifyClientTermination(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/NotifyClientTermination',
+            popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.FromString,
             options,
             channel_credentials,
             insecure,
