@@ -6,7 +6,16 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
 from broker_core.errors import InvalidArgumentError
-from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+from broker_core.types import (
+    ConsumerOffset,
+    NewMessage,
+    PoppedMessage,
+    PulledMessages,
+    QueueLag,
+    QueueStats,
+    SendResult,
+)
+from popmq.store.v1 import records_pb2
 from popmq.v1 import admin_pb2, messaging_pb2
 
 
@@ -102,3 +111,49 @@ def queue_lag(row: QueueLag) -> admin_pb2.QueueLag:
         inflight=row.inflight,
         retention_skipped=row.retention_skipped,
     )
+
+
+def pulled_message(
+    topic: str, queue_id: int, offset: int, record: records_pb2.StoredMessage
+) -> messaging_pb2.PulledMessage:
+    return messaging_pb2.PulledMessage(
+        message_id=record.message_id,
+        topic=topic,
+        queue_id=queue_id,
+        offset=offset,
+        body=record.body,
+        tag=record.tag,
+        keys=record.keys,
+        properties=record.properties,
+        born_time=timestamp(record.born_time_ms),
+        store_time=timestamp(record.store_time_ms),
+        delivery_attempt=record.delivery_attempt,
+        message_group=record.message_group,
+        body_encoding=record.body_encoding,
+        born_host=record.born_host,
+    )
+
+
+def pull_response(pulled: PulledMessages) -> messaging_pb2.PullMessagesResponse:
+    return messaging_pb2.PullMessagesResponse(
+        messages=[
+            pulled_message(pulled.topic, pulled.queue_id, offset, record)
+            for offset, record in pulled.messages
+        ],
+        min_offset=pulled.min_offset,
+        max_offset=pulled.max_offset,
+        next_offset=pulled.next_offset,
+    )
+
+
+def consumer_offset(offset: ConsumerOffset) -> messaging_pb2.ConsumerOffset:
+    return messaging_pb2.ConsumerOffset(
+        queue_id=offset.queue_id, offset=offset.offset, committed=offset.committed
+    )
+
+
+def timestamp_ms(field: str, value: timestamp_pb2.Timestamp) -> int:
+    """A Timestamp as epoch ms; rejects one before the epoch or with invalid nanos."""
+    if value.seconds < 0 or not 0 <= value.nanos < 1_000_000_000:
+        raise InvalidArgumentError(f"{field} must be a valid time at or after the epoch")
+    return value.seconds * 1000 + value.nanos // 1_000_000

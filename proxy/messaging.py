@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import grpc
 
-from broker_core.broker import Broker
+from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker
 from broker_core.errors import InvalidArgumentError
+from broker_core.types import PoppedMessage
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from proxy import convert
 from proxy.errors import rpc
+from proxy.leases import LeaseOutcome, LeaseTable
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
@@ -19,6 +23,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        self._leases = LeaseTable(broker)
 
     @rpc
     async def SendMessages(
@@ -106,3 +111,129 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         delay = convert.seconds("delay", request.delay) if request.HasField("delay") else None
         until_ms = await self._broker.nack(request.group, request.receipt_handle, delay)
         return messaging_pb2.NackResponse(redeliver_time=convert.timestamp(until_ms))
+
+    # -- offset reads and lease tokens (Spark connector) --------------------------------
+
+    @rpc
+    async def PullMessages(
+        self, request: messaging_pb2.PullMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.PullMessagesResponse:
+        max_messages = (
+            request.max_messages if request.HasField("max_messages") else PULL_DEFAULT_MESSAGES
+        )
+        pulled = self._broker.pull(request.topic, request.queue_id, request.offset, max_messages)
+        return convert.pull_response(pulled)
+
+    @rpc
+    async def CommitOffset(
+        self, request: messaging_pb2.CommitOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.CommitOffsetResponse:
+        await self._broker.commit_offsets(
+            request.group, request.topic, [(o.queue_id, o.offset) for o in request.offsets]
+        )
+        return messaging_pb2.CommitOffsetResponse()
+
+    @rpc
+    async def GetOffset(
+        self, request: messaging_pb2.GetOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.GetOffsetResponse:
+        offsets = self._broker.get_offsets(request.group, request.topic)
+        return messaging_pb2.GetOffsetResponse(
+            offsets=[convert.consumer_offset(o) for o in offsets]
+        )
+
+    @rpc
+    async def GetOffsetsAtTime(
+        self, request: messaging_pb2.GetOffsetsAtTimeRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.GetOffsetsAtTimeResponse:
+        if not request.HasField("time"):
+            raise InvalidArgumentError("time is required")
+        at_ms = convert.timestamp_ms("time", request.time)
+        return messaging_pb2.GetOffsetsAtTimeResponse(
+            offsets=[
+                messaging_pb2.QueueOffset(queue_id=q, offset=o)
+                for q, o in self._broker.offsets_at(request.topic, at_ms)
+            ]
+        )
+
+    @rpc
+    async def LeasePop(
+        self, request: messaging_pb2.LeasePopRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.LeasePopResponse:
+        config = self._broker.config
+        max_messages = (
+            request.max_messages
+            if request.HasField("max_messages")
+            else min(32, config.pop.max_batch)
+        )
+        invisible = (
+            convert.seconds("invisible_duration", request.invisible_duration)
+            if request.HasField("invisible_duration")
+            else config.pop.default_invisible_s
+        )
+        wait = (
+            convert.seconds("long_polling_timeout", request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else config.long_polling.default_timeout_s
+        )
+        self._broker.check_pop_arguments(
+            max_messages=max_messages, invisible_s=invisible, wait_s=wait
+        )
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
+        if request.filter.type not in (
+            messaging_pb2.FILTER_TYPE_UNSPECIFIED,
+            messaging_pb2.FILTER_TYPE_TAG,
+        ):
+            raise InvalidArgumentError(
+                f"filter type {request.filter.type} is not supported by LeasePop; use a tag filter"
+            )
+
+        def pop() -> Awaitable[list[PoppedMessage]]:
+            return self._broker.pop(
+                request.group,
+                request.topic,
+                max_messages=max_messages,
+                invisible_s=invisible,
+                wait_s=wait,
+                filter_expression=request.filter.expression,
+            )
+
+        page = await self._leases.pop(
+            request.group, request.topic, request.lease_token, request.page, invisible, pop
+        )
+        return messaging_pb2.LeasePopResponse(
+            messages=[convert.received_message(m) for m in page.messages],
+            replayed=page.replayed,
+            lease_until=convert.timestamp(page.lease_until_ms),
+        )
+
+    @rpc
+    async def AckLease(
+        self, request: messaging_pb2.AckLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.AckLeaseResponse:
+        outcomes = await self._leases.ack(request.group, list(request.lease_tokens))
+        return messaging_pb2.AckLeaseResponse(results=[_lease_result(o) for o in outcomes])
+
+    @rpc
+    async def RenewLease(
+        self, request: messaging_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.RenewLeaseResponse:
+        if not request.HasField("invisible_duration"):
+            raise InvalidArgumentError("invisible_duration is required (1s..12h)")
+        invisible = convert.seconds("invisible_duration", request.invisible_duration)
+        outcomes = await self._leases.renew(request.group, list(request.lease_tokens), invisible)
+        return messaging_pb2.RenewLeaseResponse(results=[_lease_result(o) for o in outcomes])
+
+
+def _lease_result(outcome: LeaseOutcome) -> messaging_pb2.LeaseResult:
+    result = messaging_pb2.LeaseResult(
+        lease_token=outcome.token,
+        code="OK" if outcome.error is None else outcome.error.code,
+        message="" if outcome.error is None else str(outcome.error),
+        messages=outcome.messages,
+    )
+    if outcome.lease_until_ms:
+        result.lease_until.CopyFrom(convert.timestamp(outcome.lease_until_ms))
+    return result

@@ -18,7 +18,9 @@ from sdk.errors import (
     ServerError,
     UnavailableError,
 )
+from sdk.leases import LeasePage, LeaseResult
 from sdk.producer import AsyncProducer, Producer
+from sdk.pull import AsyncPullConsumer, ConsumerOffset, PullConsumer, PulledMessage, PullResult
 from sdk.types import (
     Group,
     Message,
@@ -35,15 +37,22 @@ __all__ = [
     "AlreadyExistsError",
     "AsyncAdmin",
     "AsyncProducer",
+    "AsyncPullConsumer",
     "AsyncSimpleConsumer",
+    "ConsumerOffset",
     "DeadlineExceededError",
     "FailedPreconditionError",
     "Group",
     "InvalidArgumentError",
+    "LeasePage",
+    "LeaseResult",
     "Message",
     "NotFoundError",
     "PopMQError",
     "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PulledMessage",
     "QueueLag",
     "QueueStats",
     "ReceivedMessage",

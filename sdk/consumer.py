@@ -15,6 +15,7 @@ from popmq.v1 import messaging_pb2
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
 from sdk._sync import SyncClient
 from sdk.errors import PopMQError, error_from_code_name
+from sdk.leases import LeasePage, LeaseResult
 from sdk.types import ReceivedMessage, datetime_from_timestamp, duration_from_seconds
 
 __all__ = [
@@ -194,6 +195,81 @@ class AsyncSimpleConsumer(AsyncClient):
         )
         return datetime_from_timestamp(response.redeliver_time)
 
+    async def receive_lease(
+        self,
+        lease_token: str,
+        page: int = 0,
+        max_messages: int | None = DEFAULT_MAX_MESSAGES,
+        invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
+        wait_s: float | None = DEFAULT_WAIT_S,
+    ) -> LeasePage:
+        """Pop page ``page`` of a lease, or get it again if it was popped before.
+
+        Pages are popped in order from 0. While the lease lives (until the earliest
+        invisible deadline of its messages) the same (token, page) returns the same
+        messages; an expired or unknown lease starts again at page 0.
+
+        Raises:
+            FailedPreconditionError: The lease expired or was acked and ``page`` > 0, or
+                the lease was acknowledged.
+            InvalidArgumentError: A page beyond the next one, a bad token or argument.
+        """
+        self._check_open()
+        pop = build_pop_request(
+            self.group,
+            self.topic,
+            filter=self.filter,
+            max_messages=max_messages,
+            invisible_duration_s=invisible_duration_s,
+            wait_s=wait_s,
+        )
+        request = messaging_pb2.LeasePopRequest(
+            group=pop.group, topic=pop.topic, lease_token=lease_token, page=page, filter=pop.filter
+        )
+        if pop.HasField("max_messages"):
+            request.max_messages = pop.max_messages
+        if pop.HasField("invisible_duration"):
+            request.invisible_duration.CopyFrom(pop.invisible_duration)
+        if pop.HasField("long_polling_timeout"):
+            request.long_polling_timeout.CopyFrom(pop.long_polling_timeout)
+        timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
+        response: messaging_pb2.LeasePopResponse = await unary(
+            self._conn.messaging().LeasePop, request, timeout_s
+        )
+        return LeasePage.from_proto(response)
+
+    async def ack_leases(self, lease_tokens: Sequence[str]) -> list[LeaseResult]:
+        """Acknowledge every message of each lease; one result per token, in order.
+
+        Per-token failures (an unknown or expired lease) are results, not exceptions.
+        """
+        self._check_open()
+        request = messaging_pb2.AckLeaseRequest(group=self.group, lease_tokens=list(lease_tokens))
+        response: messaging_pb2.AckLeaseResponse = await unary(
+            self._conn.messaging().AckLease, request, self._timeout_s
+        )
+        return [LeaseResult.from_proto(r) for r in response.results]
+
+    async def renew_leases(
+        self, lease_tokens: Sequence[str], invisible_duration_s: float
+    ) -> list[LeaseResult]:
+        """Make every message of each lease invisible for ``invisible_duration_s`` from now.
+
+        Per-token failures (an unknown, expired or acked lease) are results, not exceptions.
+        """
+        self._check_open()
+        request = messaging_pb2.RenewLeaseRequest(
+            group=self.group,
+            lease_tokens=list(lease_tokens),
+            invisible_duration=duration_from_seconds(
+                invisible_duration_s, name="invisible_duration_s"
+            ),
+        )
+        response: messaging_pb2.RenewLeaseResponse = await unary(
+            self._conn.messaging().RenewLease, request, self._timeout_s
+        )
+        return [LeaseResult.from_proto(r) for r in response.results]
+
 
 class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
     """Pops messages of one topic for one consumer group (blocking).
@@ -253,3 +329,26 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
     def nack(self, message: ReceivedMessage, delay_s: float | None = None) -> datetime:
         """Give a message back for redelivery (see ``AsyncSimpleConsumer.nack``)."""
         return self._run(self._core.nack(message, delay_s))
+
+    def receive_lease(
+        self,
+        lease_token: str,
+        page: int = 0,
+        max_messages: int | None = DEFAULT_MAX_MESSAGES,
+        invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
+        wait_s: float | None = DEFAULT_WAIT_S,
+    ) -> LeasePage:
+        """Pop or replay a page of a lease (see ``AsyncSimpleConsumer.receive_lease``)."""
+        return self._run(
+            self._core.receive_lease(lease_token, page, max_messages, invisible_duration_s, wait_s)
+        )
+
+    def ack_leases(self, lease_tokens: Sequence[str]) -> list[LeaseResult]:
+        """Acknowledge whole leases (see ``AsyncSimpleConsumer.ack_leases``)."""
+        return self._run(self._core.ack_leases(lease_tokens))
+
+    def renew_leases(
+        self, lease_tokens: Sequence[str], invisible_duration_s: float
+    ) -> list[LeaseResult]:
+        """Extend whole leases (see ``AsyncSimpleConsumer.renew_leases``)."""
+        return self._run(self._core.renew_leases(lease_tokens, invisible_duration_s))

@@ -17,11 +17,13 @@ EXPECTED = {
     ],
     "proxy": ["PopMQServer", "ServerConfig", "run_server"],
     "sdk": [
-        "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncSimpleConsumer",
-        "DeadlineExceededError", "FailedPreconditionError", "Group", "InvalidArgumentError",
-        "Message", "NotFoundError", "PopMQError", "Producer", "QueueLag", "QueueStats",
-        "ReceivedMessage", "ResourceExhaustedError", "SendReceipt", "ServerError",
-        "SimpleConsumer", "Topic", "TopicDescription", "UnavailableError",
+        "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
+        "AsyncSimpleConsumer", "ConsumerOffset", "DeadlineExceededError",
+        "FailedPreconditionError", "Group", "InvalidArgumentError", "LeasePage", "LeaseResult",
+        "Message", "NotFoundError", "PopMQError", "Producer", "PullConsumer", "PullResult",
+        "PulledMessage", "QueueLag", "QueueStats", "ReceivedMessage", "ResourceExhaustedError",
+        "SendReceipt", "ServerError", "SimpleConsumer", "Topic", "TopicDescription",
+        "UnavailableError",
     ],
     "spark_connector": [],
 }  # fmt: skip
