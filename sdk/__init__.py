@@ -5,6 +5,7 @@ The ``Async*`` clients do the work on asyncio; ``Admin``, ``Producer`` and
 thread per process.
 """
 
+from sdk._retry import RetryPolicy
 from sdk.admin import Admin, AsyncAdmin
 from sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
 from sdk.errors import (
@@ -28,6 +29,7 @@ from sdk.types import (
     QueueStats,
     ReceivedMessage,
     SendReceipt,
+    Sql,
     Topic,
     TopicDescription,
 )
@@ -57,9 +59,11 @@ __all__ = [
     "QueueStats",
     "ReceivedMessage",
     "ResourceExhaustedError",
+    "RetryPolicy",
     "SendReceipt",
     "ServerError",
     "SimpleConsumer",
+    "Sql",
     "Topic",
     "TopicDescription",
     "UnavailableError",

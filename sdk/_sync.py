@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import warnings
 from collections.abc import Coroutine
 from types import TracebackType
@@ -53,6 +54,13 @@ class SyncClient(Generic[CoreT]):
             coro.close()
             raise RuntimeError(f"{type(self).__name__} is closed")
         return _loop.get_loop_thread().run(coro)
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a coroutine on the loop thread and return its future without waiting."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        return _loop.get_loop_thread().submit(coro)
 
     def close(self) -> None:
         """Close the client and its channel. Idempotent."""

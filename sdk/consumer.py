@@ -16,7 +16,7 @@ from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
 from sdk._sync import SyncClient
 from sdk.errors import PopMQError, error_from_code_name
 from sdk.leases import LeasePage, LeaseResult
-from sdk.types import ReceivedMessage, datetime_from_timestamp, duration_from_seconds
+from sdk.types import ReceivedMessage, Sql, datetime_from_timestamp, duration_from_seconds
 
 __all__ = [
     "DEFAULT_INVISIBLE_DURATION_S",
@@ -37,18 +37,14 @@ def build_pop_request(
     group: str,
     topic: str,
     *,
-    filter: str = "*",
+    filter: str | Sql = "*",
     max_messages: int | None = DEFAULT_MAX_MESSAGES,
     invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
     wait_s: float | None = DEFAULT_WAIT_S,
 ) -> messaging_pb2.PopRequest:
     """Build a Pop request; a ``None`` argument leaves its field unset (server default)."""
     request = messaging_pb2.PopRequest(
-        group=group,
-        topic=topic,
-        filter=messaging_pb2.FilterExpression(
-            type=messaging_pb2.FILTER_TYPE_TAG, expression=filter
-        ),
+        group=group, topic=topic, filter=build_filter_expression(filter)
     )
     if max_messages is not None:
         request.max_messages = max_messages
@@ -59,6 +55,19 @@ def build_pop_request(
     if wait_s is not None:
         request.long_polling_timeout.CopyFrom(duration_from_seconds(wait_s, name="wait_s"))
     return request
+
+
+def build_filter_expression(filter: str | Sql) -> messaging_pb2.FilterExpression:
+    """A str is a tag expression ("TagA || TagB"); ``Sql(...)`` a SQL92 property filter."""
+    if isinstance(filter, Sql):
+        return messaging_pb2.FilterExpression(
+            type=messaging_pb2.FILTER_TYPE_SQL, expression=filter.expression
+        )
+    if not isinstance(filter, str):
+        raise TypeError(
+            f"filter must be a tag expression (str) or Sql(...), got {type(filter).__name__}"
+        )
+    return messaging_pb2.FilterExpression(type=messaging_pb2.FILTER_TYPE_TAG, expression=filter)
 
 
 def build_nack_request(
@@ -78,7 +87,8 @@ class AsyncSimpleConsumer(AsyncClient):
         endpoint: ``host:port`` of the popmq proxy.
         group: Consumer group; the server creates it with default settings on first use.
         topic: Topic to receive from.
-        filter: Tag expression: ``"*"``, ``"TagA"`` or ``"TagA || TagB"``.
+        filter: Tag expression (``"*"``, ``"TagA"`` or ``"TagA || TagB"``), or a SQL92
+            filter over properties: ``Sql("region = 'eu' AND amount > 100")``.
         timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
     """
@@ -89,7 +99,7 @@ class AsyncSimpleConsumer(AsyncClient):
         *,
         group: str,
         topic: str,
-        filter: str = "*",
+        filter: str | Sql = "*",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
     ) -> None:
@@ -278,7 +288,8 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         endpoint: ``host:port`` of the popmq proxy.
         group: Consumer group; the server creates it with default settings on first use.
         topic: Topic to receive from.
-        filter: Tag expression: ``"*"``, ``"TagA"`` or ``"TagA || TagB"``.
+        filter: Tag expression (``"*"``, ``"TagA"`` or ``"TagA || TagB"``), or a SQL92
+            filter over properties: ``Sql("region = 'eu' AND amount > 100")``.
         timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
     """
 
@@ -288,7 +299,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         *,
         group: str,
         topic: str,
-        filter: str = "*",
+        filter: str | Sql = "*",
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(

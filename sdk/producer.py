@@ -1,23 +1,112 @@
-"""Producers: send messages to a topic, one message or an atomic batch per RPC."""
+"""Producers: send messages to a topic, one message or an atomic batch per RPC.
+
+Before anything goes on the wire, a send is built once (``build_send_request``):
+
+1. every argument is checked with the server's rules and messages (``sdk._validation``);
+2. each message without an id gets one (``sdk._message_id``), so a retried request carries
+   the same ids and the server's dedup window drops a copy that was stored after all;
+3. bodies over 4 KiB are zlib-compressed when that shrinks them (``sdk._compression``);
+4. the bodies of a batch, as sent, must fit in 4 MiB.
+
+Sends that fail with a retriable error are retried (``RetryPolicy``: 3 attempts, 10 ms ->
+1 s x2), oneway sends never. The sync ``Producer`` builds requests on the caller's thread
+(zlib releases the GIL), and bounds its unfinished ``send_async`` and ``send_oneway`` calls
+by count and bytes, blocking the caller when the window is full, as RocketMQ's async
+back-pressure does. Closing a producer waits for the sends it has accepted.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import concurrent.futures
+import logging
+import socket
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
 from popmq.v1 import messaging_pb2
+from sdk import _loop
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from sdk._compression import encode_body
+from sdk._message_id import new_message_id
+from sdk._retry import RetryPolicy
 from sdk._sync import SyncClient
-from sdk.errors import ServerError
+from sdk._validation import check_batch_size, check_message, check_name, check_schedule
+from sdk.errors import InvalidArgumentError, PopMQError, ServerError
 from sdk.types import Message, SendReceipt
 
-__all__ = ["AsyncProducer", "Producer"]
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_IN_FLIGHT_BYTES",
+    "AsyncProducer",
+    "Producer",
+    "build_send_request",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_IN_FLIGHT = 10_000
+"""Unfinished async and oneway sends per producer (RocketMQ backPressureForAsyncSendNum)."""
+DEFAULT_MAX_IN_FLIGHT_BYTES = 100 * 1024 * 1024
+"""Their bodies, as sent (RocketMQ backPressureForAsyncSendSize, 100 MiB)."""
+
+_BORN_HOST = socket.gethostname()
+
+T = TypeVar("T")
 
 
 def build_send_request(
     topic: str, messages: Sequence[Message]
 ) -> messaging_pb2.SendMessagesRequest:
-    """Build the SendMessages request for a batch of messages to one topic."""
-    return messaging_pb2.SendMessagesRequest(messages=[m.to_proto(topic) for m in messages])
+    """Check, number and compress a batch of messages to one topic into its request.
+
+    Raises:
+        InvalidArgumentError: A message breaks a limit, or the batch is over 4 MiB as sent.
+    """
+    check_name("topic", topic)
+    request = messaging_pb2.SendMessagesRequest()
+    body_bytes = 0
+    for index, message in enumerate(messages):
+        check_message(
+            index,
+            body=message.body,
+            tag=message.tag,
+            keys=message.keys,
+            properties=message.properties,
+            message_id=message.message_id,
+            message_group=message.message_group,
+            dedup_id=message.dedup_id,
+        )
+        check_schedule(
+            index,
+            deliver_at=message.deliver_at,
+            delay_s=message.delay_s,
+            delay_level=message.delay_level,
+        )
+        wire = message.to_proto(topic)
+        if not wire.message_id:
+            wire.message_id = new_message_id()
+        wire.born_host = _BORN_HOST
+        wire.body, wire.body_encoding = encode_body(message.body)
+        body_bytes += len(wire.body)
+        request.messages.append(wire)
+    check_batch_size(body_bytes)
+    return request
+
+
+def _request_bytes(request: messaging_pb2.SendMessagesRequest) -> int:
+    return sum(len(m.body) for m in request.messages)
+
+
+def _check_max_in_flight(max_in_flight: int, max_in_flight_bytes: int | None = None) -> None:
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+        raise TypeError(f"max_in_flight must be an int, got {max_in_flight!r}")
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be 1 or more, got {max_in_flight}")
+    if max_in_flight_bytes is not None and max_in_flight_bytes < 1:
+        raise ValueError(f"max_in_flight_bytes must be 1 or more, got {max_in_flight_bytes}")
 
 
 class AsyncProducer(AsyncClient):
@@ -25,9 +114,30 @@ class AsyncProducer(AsyncClient):
 
     Args:
         endpoint: ``host:port`` of the popmq proxy.
-        timeout_s: Timeout of each call, in seconds.
+        timeout_s: Timeout of each attempt, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
+        retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
+        max_in_flight: Unfinished ``send_oneway`` calls; one more waits for a slot.
     """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        channel: Any = None,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        _check_max_in_flight(max_in_flight)
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        self._retry = retry or RetryPolicy()
+        self._max_in_flight = max_in_flight
+        # Sends under way, so close() can wait for them; each send adds its own task.
+        self._active: set[asyncio.Task[Any]] = set()
+        # Oneway sends under way: strong references (the loop keeps only weak ones), and
+        # the count that max_in_flight bounds.
+        self._oneway: set[asyncio.Task[None]] = set()
 
     async def send(
         self,
@@ -38,48 +148,243 @@ class AsyncProducer(AsyncClient):
         keys: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         message_id: str = "",
+        message_group: str = "",
+        deliver_at: datetime | float | None = None,
+        delay_s: float | None = None,
+        delay_level: int | None = None,
+        dedup_id: str = "",
     ) -> SendReceipt:
         """Send one message and return where it was stored.
 
+        See ``Message`` for the arguments. Retriable failures are retried with the same
+        message id.
+
         Raises:
             NotFoundError: The topic does not exist.
-            InvalidArgumentError: The message breaks a limit (body size, tag, properties).
+            InvalidArgumentError: The message breaks a limit (checked before sending).
         """
+        self._check_open()
         message = Message(
-            body, tag=tag, keys=keys, properties=properties or {}, message_id=message_id
+            body,
+            tag=tag,
+            keys=keys,
+            properties=properties or {},
+            message_id=message_id,
+            message_group=message_group,
+            deliver_at=deliver_at,
+            delay_s=delay_s,
+            delay_level=delay_level,
+            dedup_id=dedup_id,
         )
-        (receipt,) = await self.send_batch(topic, [message])
-        return receipt
+        return await self.send_request_one(build_send_request(topic, [message]))
 
     async def send_batch(self, topic: str, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages in one atomic write (all or none); receipts in input order.
 
         An empty batch sends nothing and returns an empty list.
+
+        Raises:
+            InvalidArgumentError: A message breaks a limit, or the bodies take more than
+                4 MiB as sent; nothing was sent.
         """
         self._check_open()
         if not messages:
             return []
-        request = build_send_request(topic, messages)
-        response: messaging_pb2.SendMessagesResponse = await unary(
-            self._conn.messaging().SendMessages, request, self._timeout_s
+        return await self.send_request(build_send_request(topic, messages))
+
+    async def send_oneway(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str = "",
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        message_id: str = "",
+        message_group: str = "",
+        deliver_at: datetime | float | None = None,
+        delay_s: float | None = None,
+        delay_level: int | None = None,
+        dedup_id: str = "",
+    ) -> None:
+        """Start sending one message and return without waiting for the result.
+
+        No result and no retry: the message is lost if the send fails (server down, topic
+        missing); failures are only logged, at WARNING. Arguments are still checked before
+        anything is sent. Waits only when ``max_in_flight`` oneway sends are unfinished.
+        ``close`` waits for the sends already started.
+        """
+        self._check_open()
+        message = Message(
+            body,
+            tag=tag,
+            keys=keys,
+            properties=properties or {},
+            message_id=message_id,
+            message_group=message_group,
+            deliver_at=deliver_at,
+            delay_s=delay_s,
+            delay_level=delay_level,
+            dedup_id=dedup_id,
         )
-        if len(response.results) != len(messages):
+        request = build_send_request(topic, [message])
+        loop = asyncio.get_running_loop()
+        while True:
+            running = [t for t in self._oneway if t.get_loop() is loop]
+            if len(running) < self._max_in_flight:
+                break
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        self._check_open()
+        task = loop.create_task(self.send_request_oneway(request))
+        self._oneway.add(task)
+        task.add_done_callback(self._oneway.discard)
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due; returns its message id.
+
+        Not retried: a repeat after a lost response would be answered NOT_FOUND.
+
+        Raises:
+            NotFoundError: The message was delivered or recalled already, or the handle
+                names no delayed message of ``topic``.
+        """
+        self._check_open()
+        check_name("topic", topic)
+        if not recall_handle:
+            raise InvalidArgumentError(
+                "recall_handle is empty: pass SendReceipt.recall_handle of a delayed message"
+            )
+        response: messaging_pb2.RecallMessageResponse = await unary(
+            self._conn.messaging().RecallMessage,
+            messaging_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle),
+            self._timeout_s,
+        )
+        return response.message_id
+
+    async def send_request(
+        self, request: messaging_pb2.SendMessagesRequest, *, retry: bool = True
+    ) -> list[SendReceipt]:
+        """Send a request from ``build_send_request``; retried unless ``retry`` is False.
+
+        Works after ``close`` began, so sends accepted before it can finish.
+        """
+        task = asyncio.current_task()
+        if task is not None:
+            self._active.add(task)
+        try:
+
+            async def attempt() -> messaging_pb2.SendMessagesResponse:
+                response: messaging_pb2.SendMessagesResponse = await unary(
+                    self._conn.messaging().SendMessages, request, self._timeout_s
+                )
+                return response
+
+            response = await (self._retry.run(attempt) if retry else attempt())
+        finally:
+            if task is not None:
+                self._active.discard(task)
+        if len(response.results) != len(request.messages):
             raise ServerError(
-                f"server returned {len(response.results)} results for {len(messages)} messages"
+                f"server returned {len(response.results)} results "
+                f"for {len(request.messages)} messages"
             )
         return [SendReceipt.from_proto(result) for result in response.results]
 
+    async def send_request_one(self, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
+        """Send a one-message request (with retries) and return its receipt."""
+        (receipt,) = await self.send_request(request)
+        return receipt
+
+    async def send_request_oneway(self, request: messaging_pb2.SendMessagesRequest) -> None:
+        """Send once, without retry; a failure is logged, not raised."""
+        try:
+            await self.send_request(request, retry=False)
+        except PopMQError as exc:
+            logger.warning(
+                "oneway send of %d message(s) to %s failed, the message is lost: %s %s",
+                len(request.messages),
+                request.messages[0].topic,
+                exc.code,
+                exc.message,
+            )
+
+    async def close(self) -> None:
+        """Wait for the sends already accepted, then close the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        current = asyncio.current_task()
+        # Tasks of another loop belong to a parent process this one forked from.
+        pending = {
+            t
+            for t in self._active | self._oneway
+            if t is not current and not t.done() and t.get_loop() is loop
+        }
+        if pending:
+            await asyncio.wait(pending)
+        await self._conn.close()
+
+
+class _InFlightWindow:
+    """Bounds the unfinished sends of a sync producer by count and bytes; blocks when full.
+
+    One send larger than the byte bound still goes when nothing else is in flight, so a
+    large message never waits forever.
+    """
+
+    def __init__(self, max_count: int, max_bytes: int) -> None:
+        self._max_count = max_count
+        self._max_bytes = max_bytes
+        # Guards _count and _bytes; notified when a send finishes.
+        self._changed = threading.Condition()
+        self._count = 0
+        self._bytes = 0
+
+    def acquire(self, nbytes: int) -> None:
+        with self._changed:
+            self._changed.wait_for(
+                lambda: (
+                    self._count == 0
+                    or (self._count < self._max_count and self._bytes + nbytes <= self._max_bytes)
+                )
+            )
+            self._count += 1
+            self._bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._changed:
+            self._count -= 1
+            self._bytes -= nbytes
+            self._changed.notify_all()
+
 
 class Producer(SyncClient[AsyncProducer]):
-    """Sends messages to topics (blocking).
+    """Sends messages to topics (blocking), with futures for async sends.
 
     Args:
         endpoint: ``host:port`` of the popmq proxy.
-        timeout_s: Timeout of each call, in seconds.
+        timeout_s: Timeout of each attempt, in seconds.
+        retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
+        max_in_flight: Unfinished ``send_async`` and ``send_oneway`` calls; one more
+            blocks until a slot frees.
+        max_in_flight_bytes: Their bodies as sent, in bytes; one more blocks likewise.
     """
 
-    def __init__(self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(AsyncProducer(endpoint, timeout_s=timeout_s))
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+    ) -> None:
+        _check_max_in_flight(max_in_flight, max_in_flight_bytes)
+        super().__init__(
+            AsyncProducer(endpoint, timeout_s=timeout_s, retry=retry, max_in_flight=max_in_flight)
+        )
+        self._window = _InFlightWindow(max_in_flight, max_in_flight_bytes)
 
     def send(
         self,
@@ -90,14 +395,129 @@ class Producer(SyncClient[AsyncProducer]):
         keys: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         message_id: str = "",
+        message_group: str = "",
+        deliver_at: datetime | float | None = None,
+        delay_s: float | None = None,
+        delay_level: int | None = None,
+        dedup_id: str = "",
     ) -> SendReceipt:
         """Send one message and return where it was stored (see ``AsyncProducer.send``)."""
-        return self._run(
-            self._core.send(
-                topic, body, tag=tag, keys=keys, properties=properties, message_id=message_id
-            )
+        self._check_open()
+        message = Message(
+            body,
+            tag=tag,
+            keys=keys,
+            properties=properties or {},
+            message_id=message_id,
+            message_group=message_group,
+            deliver_at=deliver_at,
+            delay_s=delay_s,
+            delay_level=delay_level,
+            dedup_id=dedup_id,
         )
+        return self._run(self._core.send_request_one(build_send_request(topic, [message])))
+
+    def send_async(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str = "",
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        message_id: str = "",
+        message_group: str = "",
+        deliver_at: datetime | float | None = None,
+        delay_s: float | None = None,
+        delay_level: int | None = None,
+        dedup_id: str = "",
+    ) -> concurrent.futures.Future[SendReceipt]:
+        """Start sending one message; the future resolves to its receipt or its error.
+
+        Arguments are checked here, before returning: a bad one raises at once. Retries
+        as ``send`` does. Blocks only while the in-flight window is full.
+        """
+        self._check_open()
+        message = Message(
+            body,
+            tag=tag,
+            keys=keys,
+            properties=properties or {},
+            message_id=message_id,
+            message_group=message_group,
+            deliver_at=deliver_at,
+            delay_s=delay_s,
+            delay_level=delay_level,
+            dedup_id=dedup_id,
+        )
+        request = build_send_request(topic, [message])
+        return self._submit_windowed(self._core.send_request_one(request), _request_bytes(request))
+
+    def send_oneway(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str = "",
+        keys: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        message_id: str = "",
+        message_group: str = "",
+        deliver_at: datetime | float | None = None,
+        delay_s: float | None = None,
+        delay_level: int | None = None,
+        dedup_id: str = "",
+    ) -> None:
+        """Send one message without a result or a retry: it can be lost.
+
+        See ``AsyncProducer.send_oneway``. Blocks only while the in-flight window is full.
+        """
+        self._check_open()
+        message = Message(
+            body,
+            tag=tag,
+            keys=keys,
+            properties=properties or {},
+            message_id=message_id,
+            message_group=message_group,
+            deliver_at=deliver_at,
+            delay_s=delay_s,
+            delay_level=delay_level,
+            dedup_id=dedup_id,
+        )
+        request = build_send_request(topic, [message])
+        self._submit_windowed(self._core.send_request_oneway(request), _request_bytes(request))
 
     def send_batch(self, topic: str, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages in one atomic write (see ``AsyncProducer.send_batch``)."""
-        return self._run(self._core.send_batch(topic, messages))
+        self._check_open()
+        if not messages:
+            return []
+        return self._run(self._core.send_request(build_send_request(topic, messages)))
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due (see ``AsyncProducer.recall``)."""
+        return self._run(self._core.recall(topic, recall_handle))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def _submit_windowed(
+        self, coro: Coroutine[Any, Any, T], nbytes: int
+    ) -> concurrent.futures.Future[T]:
+        if _loop.get_loop_thread().in_loop_thread():
+            # Waiting for a window slot here would stop the loop that frees slots.
+            coro.close()
+            raise RuntimeError(
+                "a sync popmq client was called from the SDK's event loop thread; "
+                "use the Async* client inside coroutines"
+            )
+        self._window.acquire(nbytes)
+        try:
+            future = self._submit(coro)
+        except BaseException:
+            self._window.release(nbytes)
+            raise
+        future.add_done_callback(lambda _: self._window.release(nbytes))
+        return future

@@ -7,6 +7,7 @@ Durations are float seconds (names end in ``_s``); timestamps are tz-aware UTC d
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from datetime import UTC, datetime
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from popmq.v1 import admin_pb2, messaging_pb2
+from sdk._compression import BodyDecodeError, decode_body
+from sdk._validation import check_schedule
 from sdk.errors import InvalidArgumentError
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "QueueStats",
     "ReceivedMessage",
     "SendReceipt",
+    "Sql",
     "Topic",
     "TopicDescription",
     "datetime_from_timestamp",
@@ -31,7 +35,10 @@ __all__ = [
     "seconds_from_duration",
 ]
 
+logger = logging.getLogger(__name__)
+
 _NANOS_PER_SECOND = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def duration_from_seconds(seconds: float, *, name: str = "duration") -> duration_pb2.Duration:
@@ -78,11 +85,21 @@ class Message:
     """A message to send.
 
     Attributes:
-        body: Payload, 1 byte to 4 MiB.
+        body: Payload, 1 byte to 4 MiB (before compression).
         tag: Optional tag that consumers filter on ("TagA"); no ``|`` allowed.
         keys: Optional business keys.
         properties: User properties (at most 128 entries, 16 KiB in total).
-        message_id: Optional client-assigned id; the server assigns one when empty.
+        message_id: Optional id; the producer assigns a unique one when empty.
+        message_group: FIFO group (fifo and mixed topics): messages of one group are
+            delivered in send order, one at a time. At most 64 bytes.
+        deliver_at: Deliver at this time: an aware datetime or epoch seconds (delay and
+            mixed topics); a time in the past means at once.
+        delay_s: Deliver this many seconds after the server receives the send.
+        delay_level: RocketMQ delay level 1..18 (1s 5s 10s 30s 1m .. 10m 20m 30m 1h 2h).
+        dedup_id: A repeat of this id on the topic within the server's dedup window is
+            answered with the first send's receipt and not stored; empty: the message id.
+
+    Set at most one of ``deliver_at``, ``delay_s`` and ``delay_level``.
     """
 
     body: bytes
@@ -90,6 +107,11 @@ class Message:
     keys: Sequence[str] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str = ""
+    message_group: str = ""
+    deliver_at: datetime | float | None = None
+    delay_s: float | None = None
+    delay_level: int | None = None
+    dedup_id: str = ""
 
     def __post_init__(self) -> None:
         # Copy the caller's containers so later mutation of them cannot change this message,
@@ -102,17 +124,56 @@ class Message:
             raise TypeError("keys must be a sequence of strings, not a single string")
         object.__setattr__(self, "keys", tuple(self.keys))
         object.__setattr__(self, "properties", dict(self.properties))
+        if self.deliver_at is not None and (
+            isinstance(self.deliver_at, bool)
+            or not isinstance(self.deliver_at, datetime | int | float)
+        ):
+            raise TypeError(
+                "deliver_at must be a datetime or epoch seconds, "
+                f"got {type(self.deliver_at).__name__}"
+            )
+        if self.delay_s is not None and (
+            isinstance(self.delay_s, bool) or not isinstance(self.delay_s, int | float)
+        ):
+            raise TypeError(f"delay_s must be a number, got {type(self.delay_s).__name__}")
+        if self.delay_level is not None and (
+            isinstance(self.delay_level, bool) or not isinstance(self.delay_level, int)
+        ):
+            raise TypeError(f"delay_level must be an int, got {type(self.delay_level).__name__}")
 
     def to_proto(self, topic: str) -> messaging_pb2.OutgoingMessage:
-        """Build the wire message for sending this message to ``topic``."""
-        return messaging_pb2.OutgoingMessage(
+        """Build the wire message for sending this message to ``topic``.
+
+        Raises:
+            InvalidArgumentError: More than one of deliver_at, delay_s and delay_level is
+                set, or one of them is out of range.
+        """
+        check_schedule(
+            0, deliver_at=self.deliver_at, delay_s=self.delay_s, delay_level=self.delay_level
+        )
+        wire = messaging_pb2.OutgoingMessage(
             topic=topic,
             body=self.body,
             tag=self.tag,
             keys=list(self.keys),
             properties=dict(self.properties),
             message_id=self.message_id,
+            message_group=self.message_group,
+            dedup_id=self.dedup_id,
         )
+        if isinstance(self.deliver_at, datetime):
+            since_epoch = self.deliver_at - _EPOCH
+            wire.delivery_time.FromNanoseconds(
+                (since_epoch.days * 86_400 + since_epoch.seconds) * _NANOS_PER_SECOND
+                + since_epoch.microseconds * 1000
+            )
+        elif self.deliver_at is not None:
+            wire.delivery_time.FromNanoseconds(round(self.deliver_at * _NANOS_PER_SECOND))
+        elif self.delay_s is not None:
+            wire.delay.CopyFrom(duration_from_seconds(self.delay_s, name="delay_s"))
+        elif self.delay_level is not None:
+            wire.delay_level = self.delay_level
+        return wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +184,20 @@ class SendReceipt:
         message_id: The message id (client-assigned or server-assigned).
         topic: Topic the message was stored in.
         queue_id: Queue of the topic the message was stored in.
-        offset: Offset of the message in its queue (dense, from 0).
+        offset: Offset of the message in its queue (dense, from 0); -1 for a delayed
+            message, whose offset is assigned when it is due.
+        recall_handle: For a delayed message, what ``recall`` takes to cancel it before it
+            is due; empty otherwise.
+        duplicate: True when the send repeated a dedup id within the server's dedup window:
+            the message was not stored again and this receipt is the first send's.
     """
 
     message_id: str
     topic: str
     queue_id: int
     offset: int
+    recall_handle: str = ""
+    duplicate: bool = False
 
     @classmethod
     def from_proto(cls, result: messaging_pb2.SendResult) -> SendReceipt:
@@ -139,6 +207,8 @@ class SendReceipt:
             topic=result.topic,
             queue_id=result.queue_id,
             offset=result.offset,
+            recall_handle=result.recall_handle,
+            duplicate=result.duplicate,
         )
 
 
@@ -154,7 +224,7 @@ class ReceivedMessage:
         topic: Topic the message was sent to (the original topic for a retried message).
         queue_id: Queue of the copy being delivered.
         offset: Offset of the copy being delivered in its queue.
-        body: Payload.
+        body: Payload, as the producer gave it (a compressed body is decoded).
         tag: Tag, or empty.
         keys: Business keys.
         properties: User properties.
@@ -163,6 +233,13 @@ class ReceivedMessage:
         delivery_attempt: 1 on first delivery, +1 on every redelivery.
         receipt_handle: Opaque handle to ack, nack or change the invisible time.
         invisible_until: When the message becomes visible again unless acked (UTC).
+        message_group: FIFO group, or empty.
+        deliver_at: For a delayed message, when it was due (UTC); None otherwise.
+        born_host: Host that built the message, or empty.
+        body_encoding: Empty, except when this client could not decode the body (an
+            unknown encoding or corrupt data, logged as a warning): then the encoding the
+            producer named, and ``body`` holds the bytes as stored. Such a message is
+            still delivered so the application can ack it or leave it to the DLQ.
     """
 
     message_id: str
@@ -178,16 +255,31 @@ class ReceivedMessage:
     delivery_attempt: int
     receipt_handle: str
     invisible_until: datetime
+    message_group: str = ""
+    deliver_at: datetime | None = None
+    born_host: str = ""
+    body_encoding: str = ""
 
     @classmethod
     def from_proto(cls, message: messaging_pb2.ReceivedMessage) -> ReceivedMessage:
-        """Build a received message from one entry of a Pop response."""
+        """Build a received message from one entry of a Pop response, decoding the body."""
+        body_encoding = ""
+        try:
+            body = decode_body(message.body, message.body_encoding)
+        except BodyDecodeError as exc:
+            logger.warning(
+                "message %s on %s: cannot decode its body (%s); delivering it as stored",
+                message.message_id,
+                message.topic,
+                exc,
+            )
+            body, body_encoding = message.body, message.body_encoding
         return cls(
             message_id=message.message_id,
             topic=message.topic,
             queue_id=message.queue_id,
             offset=message.offset,
-            body=message.body,
+            body=body,
             tag=message.tag,
             keys=tuple(message.keys),
             properties=dict(message.properties),
@@ -196,6 +288,14 @@ class ReceivedMessage:
             delivery_attempt=message.delivery_attempt,
             receipt_handle=message.receipt_handle,
             invisible_until=datetime_from_timestamp(message.invisible_until),
+            message_group=message.message_group,
+            deliver_at=(
+                datetime_from_timestamp(message.deliver_time)
+                if message.HasField("deliver_time")
+                else None
+            ),
+            born_host=message.born_host,
+            body_encoding=body_encoding,
         )
 
     def to_proto(self) -> messaging_pb2.ReceivedMessage:
@@ -214,7 +314,35 @@ class ReceivedMessage:
             delivery_attempt=self.delivery_attempt,
             receipt_handle=self.receipt_handle,
             invisible_until=self.invisible_until,
+            message_group=self.message_group,
+            deliver_time=self.deliver_at,
+            born_host=self.born_host,
+            body_encoding=self.body_encoding,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """A SQL92 filter over message properties, evaluated by the server (RocketMQ's syntax).
+
+    ``SimpleConsumer(..., filter=Sql("region = 'eu' AND amount > 100"))``; a plain string
+    filter is a tag expression instead. The server parses the expression and reports a
+    syntax error as ``InvalidArgumentError`` with its position.
+
+    Attributes:
+        expression: The condition, e.g. ``"amount > 100 AND vip IS NOT NULL"``.
+    """
+
+    expression: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expression, str):
+            raise TypeError(f"Sql expression must be a str, got {type(self.expression).__name__}")
+        if not self.expression.strip():
+            raise InvalidArgumentError(
+                'Sql expression is empty: give a condition such as "amount > 100", '
+                'or use filter="*" to receive everything'
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ EXPECTED = {
         "FailedPreconditionError", "Group", "InvalidArgumentError", "LeasePage", "LeaseResult",
         "Message", "NotFoundError", "PopMQError", "Producer", "PullConsumer", "PullResult",
         "PulledMessage", "QueueLag", "QueueStats", "ReceivedMessage", "ResourceExhaustedError",
-        "SendReceipt", "ServerError", "SimpleConsumer", "Topic", "TopicDescription",
-        "UnavailableError",
+        "RetryPolicy", "SendReceipt", "ServerError", "SimpleConsumer", "Sql", "Topic",
+        "TopicDescription", "UnavailableError",
     ],
     "spark_connector": [],
 }  # fmt: skip

@@ -1,0 +1,214 @@
+"""Client-side argument checks: the server's rules and messages, applied before any call.
+
+The rules and the wording mirror ``broker_core/validation.py`` (the SDK must not import the
+broker), so a bad message fails the same way whether the client or the server catches it; a
+unit test runs a table of bad inputs through both and compares the messages. The client
+checks the body before compressing it, so what a user sends is what the limit is about.
+
+Limits that depend on the server's configuration (``max_delay_s``, the pop batch ceiling) are
+left to the server. Two checks are the client's own: the schedule of a message (at most one
+of ``deliver_at``, ``delay_s`` and ``delay_level``) and the size of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from sdk.errors import InvalidArgumentError
+
+__all__ = [
+    "DELAY_LEVELS_S",
+    "MAX_BATCH_BODY_BYTES",
+    "MAX_BODY_BYTES",
+    "MAX_MESSAGE_GROUP_BYTES",
+    "check_batch_size",
+    "check_message",
+    "check_name",
+    "check_range",
+    "check_schedule",
+]
+
+NAME_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]+$")
+MAX_NAME_LENGTH = 127
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIX = "rmq_sys_"
+RESERVED_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_PROPERTIES = 128
+MAX_PROPERTIES_BYTES = 16 * 1024
+MAX_TAG_LENGTH = 127
+MAX_KEYS = 32
+MAX_KEY_LENGTH = 127
+MAX_MESSAGE_ID_LENGTH = 128
+MAX_MESSAGE_GROUP_BYTES = 64
+"""RocketMQ proxy's ``maxMessageGroupSize``."""
+MAX_DEDUP_ID_LENGTH = 128
+
+MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024
+"""Bodies of one send_batch, as sent (after compression): RocketMQ's batch rule (a batch
+within ``maxMessageSize``). The server's gRPC limit is 130 MiB, but the broker writes a
+batch in one RocksDB write on its event loop, so large batches stall every other client."""
+
+DELAY_LEVELS_S: tuple[float, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+"""RocketMQ's ``messageDelayLevel``: level N (1-based) waits ``DELAY_LEVELS_S[N - 1]``."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
+    """Check a topic or group name; reserved prefixes are refused unless ``allow_dlq``."""
+    if not name:
+        raise InvalidArgumentError(f"{kind} name is empty: use 1 to {MAX_NAME_LENGTH} characters")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidArgumentError(
+            f"{kind} name is {len(name)} characters long: at most {MAX_NAME_LENGTH} are allowed"
+        )
+    if not NAME_PATTERN.match(name):
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} is invalid: use only letters, digits, '%', '_' and '-'"
+        )
+    for prefix in RESERVED_PREFIXES:
+        if name.startswith(prefix) and not (allow_dlq and prefix == DLQ_PREFIX):
+            raise InvalidArgumentError(
+                f"{kind} name {name!r} uses the reserved prefix {prefix!r}"
+                + (" (dead-letter topics can only be read)" if prefix == DLQ_PREFIX else "")
+            )
+
+
+def check_range(field: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """Check ``low <= value <= high``, naming the field and the allowed range."""
+    if low <= value <= high:
+        return
+    shown = f"{value:g}{unit}"
+    if value < low:
+        raise InvalidArgumentError(f"{field} {shown} is below the minimum {low:g}{unit}")
+    raise InvalidArgumentError(f"{field} {shown} is above the maximum {high:g}{unit}")
+
+
+def check_message(
+    index: int,
+    *,
+    body: bytes,
+    tag: str,
+    keys: Sequence[str],
+    properties: Mapping[str, str],
+    message_id: str,
+    message_group: str = "",
+    dedup_id: str = "",
+) -> None:
+    """Check one message of a send; ``index`` locates it in the batch."""
+    where = f"messages[{index}]"
+    if not body:
+        raise InvalidArgumentError(f"{where}.body is empty: a message needs 1 byte to 4 MiB")
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidArgumentError(
+            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB) are allowed"
+        )
+    if tag:
+        if "|" in tag or not tag.strip() or _CONTROL.search(tag):
+            raise InvalidArgumentError(
+                f"{where}.tag {tag!r} is invalid: no '|', no control characters, not blank"
+            )
+        if len(tag) > MAX_TAG_LENGTH:
+            raise InvalidArgumentError(f"{where}.tag is longer than {MAX_TAG_LENGTH} characters")
+    if len(keys) > MAX_KEYS:
+        raise InvalidArgumentError(f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed")
+    for key in keys:
+        if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
+            raise InvalidArgumentError(
+                f"{where} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
+                "not blank, no control characters"
+            )
+    if len(properties) > MAX_PROPERTIES:
+        raise InvalidArgumentError(
+            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed"
+        )
+    total = 0
+    for name, value in properties.items():
+        if not name or _CONTROL.search(name):
+            raise InvalidArgumentError(f"{where} property name {name!r} is empty or has controls")
+        total += len(name.encode()) + len(value.encode())
+    if total > MAX_PROPERTIES_BYTES:
+        raise InvalidArgumentError(
+            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)"
+        )
+    if len(message_id) > MAX_MESSAGE_ID_LENGTH or _CONTROL.search(message_id):
+        raise InvalidArgumentError(
+            f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
+        )
+    if message_group and (
+        not message_group.strip()
+        or _CONTROL.search(message_group)
+        or len(message_group.encode()) > MAX_MESSAGE_GROUP_BYTES
+    ):
+        raise InvalidArgumentError(
+            f"{where}.message_group {message_group!r} is invalid: 1 to "
+            f"{MAX_MESSAGE_GROUP_BYTES} bytes, not blank, no control characters"
+        )
+    if len(dedup_id) > MAX_DEDUP_ID_LENGTH or _CONTROL.search(dedup_id):
+        raise InvalidArgumentError(
+            f"{where}.dedup_id is invalid: at most {MAX_DEDUP_ID_LENGTH} printable characters"
+        )
+
+
+def check_schedule(
+    index: int,
+    *,
+    deliver_at: datetime | float | None,
+    delay_s: float | None,
+    delay_level: int | None,
+) -> None:
+    """Check a message's schedule: at most one of the three, each in its own range.
+
+    The upper bound of a delay is the server's ``max_delay_s`` (3 days by default); the
+    server checks it against its own clock, so the client leaves it to the server.
+    """
+    where = f"messages[{index}]"
+    given = [
+        name
+        for name, value in (
+            ("deliver_at", deliver_at),
+            ("delay_s", delay_s),
+            ("delay_level", delay_level),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise InvalidArgumentError(
+            f"{where} sets {' and '.join(given)}: set at most one of deliver_at, delay_s "
+            "and delay_level"
+        )
+    if isinstance(deliver_at, datetime):
+        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+            raise InvalidArgumentError(
+                f"{where}.deliver_at {deliver_at.isoformat()} has no time zone: use an aware "
+                "datetime (e.g. datetime.now(UTC) + timedelta(minutes=5)) or epoch seconds"
+            )
+    elif deliver_at is not None and not (math.isfinite(deliver_at) and deliver_at >= 0):
+        raise InvalidArgumentError(
+            f"{where}.deliver_at {deliver_at} is not a time: use epoch seconds (0 or more) "
+            "or an aware datetime"
+        )
+    if delay_s is not None and not (math.isfinite(delay_s) and delay_s >= 0):
+        raise InvalidArgumentError(
+            f"{where}.delay_s {delay_s} is invalid: use 0 or more seconds "
+            "(up to the server's max_delay_s, 3 days by default)"
+        )
+    if delay_level is not None:
+        check_range(f"{where}.delay_level", delay_level, 1, len(DELAY_LEVELS_S))
+
+
+def check_batch_size(body_bytes: int) -> None:
+    """Check the bodies of one batch, as sent, against ``MAX_BATCH_BODY_BYTES``."""
+    if body_bytes > MAX_BATCH_BODY_BYTES:
+        raise InvalidArgumentError(
+            f"the batch's bodies take {body_bytes} bytes as sent (after compression): at most "
+            f"{MAX_BATCH_BODY_BYTES} (4 MiB) per send_batch; split it into smaller batches"
+        )
