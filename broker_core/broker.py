@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import heapq
+import itertools
 import logging
 import secrets
 import time
@@ -53,7 +56,7 @@ from broker_core.errors import (
     ReceiptHandleSupersededError,
     UnavailableError,
 )
-from broker_core.filters import TagFilter, parse_tag_expression
+from broker_core.filters import RecordFilter, parse_filter
 from broker_core.long_polling import LongPolling
 from broker_core.message_id import MessageIdGenerator
 from broker_core.pop.checkpoint import Checkpoint
@@ -64,16 +67,27 @@ from broker_core.store import Batch, Store
 from broker_core.timer import RecallCodec, RecallHandle
 from broker_core.types import (
     ConsumerOffset,
+    ExponentialBackoff,
+    GroupSettings,
+    LagReport,
     NewMessage,
+    OffsetChange,
+    PeekedMessage,
     PoppedMessage,
     PulledMessages,
+    QueueBacklog,
+    QueueDetails,
     QueueLag,
     QueueStats,
+    RedriveResult,
+    ResetResult,
     SendResult,
+    Subscription,
+    TopicBacklog,
 )
 from broker_core.wakeup import Wakeup
 from broker_core.writer import GroupCommitWriter, QueueOffsets
-from popmq.store.v1 import records_pb2
+from popmq.store.v1 import group_settings_pb2, records_pb2
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -85,6 +99,15 @@ _REVIVE_CHUNK = 2048
 """Messages revived per write batch, so a revive storm never stalls the loop for long."""
 _REVIVE_RETRY_MS = 1000
 """Delay before a revive that failed to write is tried again."""
+_PEEK_MAX = 256
+"""Most messages one peek returns."""
+_REDRIVE_CHUNK = 256
+"""Dead letters moved per write batch."""
+_REDRIVE_MAX = 1_000_000
+"""Most dead letters one redrive call moves."""
+_CONSUME_FROM_CODES = {"first": 1, "last": 2, "timestamp": 3}
+"""consume_from names -> popmq.v1.ConsumeFrom values (0 also means first)."""
+_CONSUME_FROM_NAMES = {0: "first", **{code: name for name, code in _CONSUME_FROM_CODES.items()}}
 _NEVER = 2**63 - 1
 """A time after every real deadline (no timer pending)."""
 PULL_MAX_MESSAGES = 1024
@@ -282,6 +305,8 @@ class Broker:
             if ck.chained and ck.range_start >= cq.committed:
                 cq.recovered.append((ck.range_start, ck.range_end))
             cq.add(ck)
+            if ck.fifo_group:
+                cq.fifo_enqueue(ck)
             self._cks[ck.ck_id] = ck
             heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
             count += 1
@@ -752,6 +777,69 @@ class Broker:
             self._timers_moving.discard(key)
         return record.message_id
 
+    # -- query by id and key ---------------------------------------------------------------
+
+    def query_message(self, topic: str, message_id: str) -> PeekedMessage:
+        """The stored message with this id (offset -1: a delayed message not yet due)."""
+        validation.check_name("topic", topic, allow_dlq=True)
+        if not message_id:
+            raise InvalidArgumentError("message_id is empty")
+        info = self._topic(topic)
+        entry = message_index.lookup_id(self.store, info.topic_id, message_id)
+        record = None
+        if entry is not None and entry.offset >= 0:
+            data = self.store.get(
+                "messages", keys.message_key(info.topic_id, entry.queue_id, entry.offset)
+            )
+            record = records_pb2.StoredMessage.FromString(data) if data is not None else None
+        elif entry is not None and entry.recall_handle:
+            handle = self._recall_codec.decode(entry.recall_handle)
+            data = self.store.get("timers", keys.timer_key(handle.due_ms, handle.seq))
+            if data is not None:
+                timer = records_pb2.TimerRecord.FromString(data)
+                record = records_pb2.StoredMessage.FromString(timer.message)
+        if entry is None or record is None or record.message_id != message_id:
+            raise NotFoundError(
+                f"no message {message_id!r} in topic {topic!r} (never sent, recalled, or "
+                "deleted by retention)"
+            )
+        return PeekedMessage(info.name, entry.queue_id, entry.offset, record)
+
+    def query_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[PeekedMessage]:
+        """Stored messages carrying business key `key`, oldest first, at most `limit`."""
+        validation.check_name("topic", topic, allow_dlq=True)
+        if not key:
+            raise InvalidArgumentError("key is empty")
+        validation.check_range("limit", limit, 1, 1024)
+        info = self._topic(topic)
+        places = message_index.lookup_key(self.store, info.topic_id, key, limit)
+        values = self.store.multi_get(
+            "messages", [keys.message_key(info.topic_id, q, o) for q, o in places]
+        )
+        return [
+            PeekedMessage(info.name, q, o, records_pb2.StoredMessage.FromString(v))
+            for (q, o), v in zip(places, values, strict=True)
+            if v is not None
+        ]
+
+    async def sweep_index(self, now: int | None = None) -> int:
+        """Delete index entries past their lifetime (retention or dedup window); returns count."""
+        now = now_ms() if now is None else now
+        ttl = {
+            b"i": round(self.config.retention.retention_s * 1000),
+            b"k": round(self.config.retention.retention_s * 1000),
+            b"d": round(self.config.messages.dedup_window_s * 1000),
+        }
+        removed = 0
+        while True:
+            markers = message_index.expired_entries(self.store, now)
+            if not markers:
+                return removed
+            await self.writer.submit(
+                functools.partial(_sweep, self.store, markers, now, ttl), sync=False
+            )
+            removed += len(markers)
+
     async def _timer_loop(self) -> None:
         """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
         while True:
@@ -862,8 +950,12 @@ class Broker:
         invisible_s: float | None = None,
         wait_s: float | None = None,
         filter_expression: str = "",
+        filter_type: str = "tag",
     ) -> list[PoppedMessage]:
-        """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there."""
+        """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
+
+        filter_type "tag" takes a tag expression, "sql" a SQL92 expression over properties.
+        """
         validation.check_name("group", group)
         validation.check_name("topic", topic, allow_dlq=True)
         if max_messages is None:
@@ -871,7 +963,7 @@ class Broker:
         invisible = self.config.pop.default_invisible_s if invisible_s is None else invisible_s
         wait = self.config.long_polling.default_timeout_s if wait_s is None else wait_s
         self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
-        tag_filter = parse_tag_expression(filter_expression)
+        record_filter = parse_filter(filter_expression, filter_type)
         topic_info = self._topic(topic)
         group_info = await self._ensure_group(group)
         retry_info = await self._ensure_retry_topic(group_info, topic_info)
@@ -883,7 +975,7 @@ class Broker:
                 return []
             topic_info = self._topic(topic)  # raises if deleted while we waited
             found, contended = self._pop_once(
-                group_info, topic_info, retry_info, max_messages, invisible_ms, tag_filter
+                group_info, topic_info, retry_info, max_messages, invisible_ms, record_filter
             )
             remaining = give_up - loop.time()
             if found:
@@ -892,12 +984,29 @@ class Broker:
                 return found
             waiter = self.polling.park(group, topic)
             try:
-                # A queue skipped because its lock was held may have messages: look again soon.
-                await asyncio.wait(
-                    [waiter], timeout=min(remaining, 0.005) if contended else remaining
-                )
+                # A queue skipped because its lock was held may have messages, and a FIFO
+                # head held back by a nack's backoff becomes due without any arrival.
+                retry_in = min(remaining, 0.005) if contended else remaining
+                fifo_due = self._fifo_next_due(group_info, topic_info)
+                if fifo_due is not None:
+                    retry_in = min(retry_in, max(0.001, (fifo_due - now_ms()) / 1000))
+                await asyncio.wait([waiter], timeout=retry_in)
             finally:
                 self.polling.unpark(group, topic, waiter)
+
+    def _fifo_next_due(self, group: GroupInfo, topic: TopicInfo) -> int | None:
+        """Earliest not-before time of a held FIFO head of this (group, topic), if any."""
+        due: int | None = None
+        for queue_id in range(topic.queues):
+            cq = self._queue_for(group.group_id, topic.topic_id, queue_id)
+            if cq is None or not cq.fifo_ready:
+                continue
+            for name in cq.fifo_ready:
+                lane = cq.fifo.get(name)
+                if lane and lane[0].held:
+                    at = lane[0].not_before_ms
+                    due = at if due is None else min(due, at)
+        return due
 
     def _pop_once(
         self,
@@ -906,7 +1015,7 @@ class Broker:
         retry: TopicInfo,
         max_messages: int,
         invisible_ms: int,
-        tag_filter: TagFilter,
+        record_filter: RecordFilter,
     ) -> tuple[list[PoppedMessage], bool]:
         count_key = (group.group_id, topic.topic_id)
         count = self._pop_count.get(count_key, 0)
@@ -930,7 +1039,13 @@ class Broker:
                 contended = True
                 continue
             try:
-                self._read_queue(cq, source, topic, want, now, deadline, tag_filter, found)
+                if cq.fifo_ready:
+                    self._deliver_fifo_heads(
+                        cq, source, topic, want, now, deadline, record_filter, found
+                    )
+                    want = max_messages - len(found)
+                if want > 0:
+                    self._read_queue(cq, source, topic, want, now, deadline, record_filter, found)
             finally:
                 self.locks.release(cq.lock_key)
         return found, contended
@@ -943,10 +1058,15 @@ class Broker:
         want: int,
         now: int,
         deadline: int,
-        tag_filter: TagFilter,
+        record_filter: RecordFilter,
         found: list[PoppedMessage],
     ) -> None:
-        """Read up to `want` matching messages of one queue under its lock; record a checkpoint."""
+        """Read up to `want` matching messages of one queue under its lock; record a checkpoint.
+
+        A message of a FIFO message group gets its own checkpoint instead (see
+        _take_fifo): delivered when its group has nothing in flight, held behind the group's
+        head otherwise. Either way the chained checkpoint's range passes it.
+        """
         start, limit = cq.read_window(self._max_offset(source.topic_id, cq.queue_id))
         if start >= limit:
             return
@@ -974,8 +1094,11 @@ class Broker:
         budget = self.config.pop.max_scan_per_pop
         offsets: list[int] = []
         records: list[records_pb2.StoredMessage] = []
-        while position < limit and len(offsets) < want and budget > 0:
-            step = want - len(offsets) if tag_filter.matches_all else max(want, 64)
+        delivered = 0
+        fifo_full = False
+        max_held = self.config.messages.fifo_max_held
+        while position < limit and delivered < want and budget > 0 and not fifo_full:
+            step = want - delivered if record_filter.matches_all else max(want, 64)
             chunk_end = min(limit, position + min(step, budget))
             values = store.multi_get(
                 "messages",
@@ -985,20 +1108,35 @@ class Broker:
                 ],
             )
             for offset, value in zip(range(position, chunk_end), values, strict=True):
-                position = offset + 1
-                budget -= 1
                 if value is None:
+                    position = offset + 1
+                    budget -= 1
                     continue  # deleted by retention after we looked at the max offset
                 if offset in cq.inflight:
-                    # Owned by a live checkpoint recovered after a crash (a nack's or a
-                    # ChangeInvisibleTime's): it is redelivered at that checkpoint's deadline.
+                    # Owned by a live checkpoint recovered after a crash (a nack's, a
+                    # ChangeInvisibleTime's or a FIFO one): it is delivered from there.
+                    position = offset + 1
+                    budget -= 1
                     continue
                 record = records_pb2.StoredMessage.FromString(value)
-                if not tag_filter.matches(record.tag):
+                if record.message_group and record.message_group in cq.fifo:
+                    if cq.fifo_held >= max_held:
+                        fifo_full = True  # stop before it: read on once groups move
+                        break
+                position = offset + 1
+                budget -= 1
+                if not record_filter.accepts(record):
                     continue
-                offsets.append(offset)
-                records.append(record)
-                if len(offsets) >= want:
+                if record.message_group:
+                    message = self._take_fifo(cq, source, user_topic, offset, record, now, deadline)
+                    if message is not None:
+                        found.append(message)
+                        delivered += 1
+                else:
+                    offsets.append(offset)
+                    records.append(record)
+                    delivered += 1
+                if delivered >= want:
                     break
         ck = Checkpoint(
             ck_id=self._next_ck_id(),
@@ -1012,7 +1150,7 @@ class Broker:
         )
         cq.add(ck)
         if not offsets:
-            self._advance(cq)  # the range held only filtered-out messages
+            self._advance(cq)  # the range held only filtered-out or FIFO messages
             return
         self._track(ck)
         self._buffer(ck)
@@ -1024,6 +1162,135 @@ class Broker:
                 )
             )
             found.append(PoppedMessage(topic_name, cq.queue_id, offset, record, handle, deadline))
+
+    # -- FIFO message groups ----------------------------------------------------------------
+
+    def _fifo_ck(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        *,
+        group: str,
+        attempt: int,
+        held: bool,
+        now: int,
+        deadline: int,
+        not_before: int = 0,
+    ) -> Checkpoint:
+        """A persisted single-message FIFO checkpoint (written by the next flush).
+
+        FIFO checkpoints skip the buffer: the chained checkpoint passing their offset may be
+        persisted at once, so their own record must be in the same flush or an earlier one.
+        A held one's deadline only re-arms it (see _revive_fifo).
+        """
+        ck = Checkpoint(
+            ck_id=self._next_ck_id(),
+            queue=cq,
+            range_start=offset,
+            range_end=offset + 1,
+            offsets=[offset],
+            pop_time_ms=now,
+            deadline_ms=now + self._fifo_hold_ms() if held else deadline,
+            chained=False,
+        )
+        ck.fifo_group = group
+        ck.attempt = attempt
+        ck.held = held
+        ck.not_before_ms = not_before
+        ck.persisted = True
+        self._dirty_cks[ck.ck_id] = ck
+        self.writer.request_flush()
+        self._track(ck)
+        return ck
+
+    def _fifo_hold_ms(self) -> int:
+        return round(self.config.pop.max_invisible_s * 1000)
+
+    def _take_fifo(
+        self,
+        cq: ConsumeQueue,
+        source: TopicInfo,
+        user_topic: TopicInfo,
+        offset: int,
+        record: records_pb2.StoredMessage,
+        now: int,
+        deadline: int,
+    ) -> PoppedMessage | None:
+        """Queue a FIFO message behind its group; the delivery when the group was idle."""
+        held = record.message_group in cq.fifo
+        ck = self._fifo_ck(
+            cq, offset, group=record.message_group, attempt=max(1, record.delivery_attempt),
+            held=held, now=now, deadline=deadline,
+        )  # fmt: skip
+        cq.add(ck)
+        cq.fifo_enqueue(ck)
+        if held:
+            return None
+        return self._fifo_delivery(cq, source, user_topic, ck, record)
+
+    def _fifo_delivery(
+        self,
+        cq: ConsumeQueue,
+        source: TopicInfo,
+        user_topic: TopicInfo,
+        ck: Checkpoint,
+        record: records_pb2.StoredMessage,
+    ) -> PoppedMessage:
+        offset = ck.offsets[0]
+        if record.delivery_attempt != ck.attempt:
+            copy = records_pb2.StoredMessage()
+            copy.CopyFrom(record)
+            copy.delivery_attempt = ck.attempt
+            record = copy
+        handle = self._codec.encode(
+            ReceiptHandle(
+                cq.group_id, source.topic_id, cq.queue_id, offset, ck.ck_id, 0, ck.deadline_ms
+            )
+        )
+        return PoppedMessage(user_topic.name, cq.queue_id, offset, record, handle, ck.deadline_ms)
+
+    def _deliver_fifo_heads(
+        self,
+        cq: ConsumeQueue,
+        source: TopicInfo,
+        user_topic: TopicInfo,
+        want: int,
+        now: int,
+        deadline: int,
+        record_filter: RecordFilter,
+        found: list[PoppedMessage],
+    ) -> None:
+        """Deliver held heads whose group is free again (previous message acked or expired)."""
+        heads = list(itertools.islice(cq.fifo_ready_heads(now), want))
+        if not heads:
+            return
+        values = self.store.multi_get(
+            "messages",
+            [keys.message_key(source.topic_id, cq.queue_id, h.offsets[0]) for h in heads],
+        )
+        for head, value in zip(heads, values, strict=True):
+            record = records_pb2.StoredMessage.FromString(value) if value is not None else None
+            if record is None or not record_filter.accepts(record):
+                # Deleted by retention, or filtered out by this pop's (changed) filter.
+                self._fifo_finish(head, acked=record is not None)
+                continue
+            new = self._fifo_ck(
+                cq, head.offsets[0], group=head.fifo_group, attempt=head.attempt, held=False,
+                now=now, deadline=deadline,
+            )  # fmt: skip
+            cq.inflight[head.offsets[0]] = new
+            cq.fifo_replace(head, new)
+            head.resolved = head.full
+            self._finish(head)
+            found.append(self._fifo_delivery(cq, source, user_topic, new, record))
+
+    def _fifo_finish(self, ck: Checkpoint, *, acked: bool) -> None:
+        """Resolve a FIFO checkpoint outside ack (skipped or dead-lettered) and free its group."""
+        ck.resolved = ck.full
+        if acked:
+            ck.acked = ck.full
+        ck.queue.release(ck, 0)
+        self._finish(ck)
 
     def _next_ck_id(self) -> int:
         self._ck_seq += 1
@@ -1116,6 +1383,10 @@ class Broker:
             self.writer.request_flush()
         if ck.chained:
             self._advance(ck.queue)
+        elif ck.fifo_group and ck.done and ck.queue.fifo_remove(ck):
+            # The group's next message may go now: wake a held pop of this group.
+            cq = ck.queue
+            self.polling.notify(self._user_topic_name(cq.topic_id), 1, group=cq.group)
 
     def _flush_state(self, batch: Batch) -> None:
         """Flush hook: write dirty persisted checkpoints and moved offsets into this batch."""
@@ -1256,6 +1527,8 @@ class Broker:
                 keys.message_key(ck.queue.topic_id, ck.queue.queue_id, ck.offsets[index]),
             )
             attempt = records_pb2.StoredMessage.FromString(data).delivery_attempt if data else 1
+            if ck.fifo_group:
+                attempt = ck.attempt  # redelivered in place: the record keeps the first
             delay_ms = group_info.backoff_ms(attempt)
         _, until = await self._move(group_info, handle, delay_ms)
         topic_name = self._user_topic_name(self._codec.decode(handle).topic_id)
@@ -1288,6 +1561,8 @@ class Broker:
             chained=False,
         )
         new.persisted = True
+        new.fifo_group = old.fifo_group
+        new.attempt = old.attempt
         cq.inflight[offset] = new  # refuses the old handle from now on (superseded)
         record = new.to_record()
 
@@ -1309,6 +1584,8 @@ class Broker:
         self._superseded[(old.ck_id, index)] = old.deadline_ms
         heapq.heappush(self._superseded_expiry, (old.deadline_ms, old.ck_id, index))
         self._track(new)
+        if old.fifo_group:
+            cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
         self._finish(old)
         handle = self._codec.encode(
             ReceiptHandle(
@@ -1456,6 +1733,810 @@ class Broker:
             result.append((queue_id, lo))
         return result
 
+    # -- admin operations -----------------------------------------------------------------
+    # What AdminService does beyond create/get/list: topic growth, guarded deletes, purges,
+    # group settings, offset resets, peeks and dead-letter redrive. Each checks everything
+    # first, writes one batch (redrive: one per chunk) and changes memory only after that
+    # batch committed. Queues an operation changes are try-locked meanwhile, so pops skip
+    # them instead of reading state that is about to move.
+
+    def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
+        """Messages popped and neither acked nor redelivered yet, for one group and/or one
+        topic (a topic's count includes its retry queues)."""
+        group_id = self._group(group).group_id if group is not None else None
+        topic_ids = self._topic_ids(self._topic(topic)) if topic is not None else None
+        return sum(
+            len(cq.inflight)
+            for (gid, tid, _), cq in self._queues.items()
+            if (group_id is None or gid == group_id) and (topic_ids is None or tid in topic_ids)
+        )
+
+    def _topic_ids(self, info: TopicInfo) -> set[int]:
+        """A user topic's id plus the ids of its retry topics."""
+        ids = {info.topic_id}
+        ids.update(
+            retry.topic_id
+            for (_, tid), retry in self.catalog.retry_topics.items()
+            if tid == info.topic_id
+        )
+        return ids
+
+    async def update_topic(self, name: str, queues: int) -> TopicInfo:
+        """Grow a topic to `queues` queues. Queues are never removed: that would strand the
+        messages stored in them and the offsets groups hold there."""
+        validation.check_name("topic", name)
+        info = self._topic(name)
+        if queues < info.queues:
+            raise InvalidArgumentError(
+                f"queues {queues} is below the topic's current {info.queues}: queues can only "
+                "be added (removing one would strand its messages)"
+            )
+        validation.check_range("queues", queues, 1, validation.MAX_QUEUES)
+        if queues == info.queues:
+            return info
+        grown = dataclasses.replace(info, queues=queues)
+        await self.writer.submit(lambda b, _: self.catalog.write_topic(b, grown), sync=True)
+        if self.catalog.topics.get(name) is not info:
+            raise FailedPreconditionError(f"topic {name!r} changed while it grew; retry")
+        self.catalog.register_topic(grown)
+        log.info("topic %s grown from %d to %d queues", name, info.queues, queues)
+        return grown
+
+    async def delete_topic_guarded(self, name: str, *, force: bool = False) -> None:
+        """Delete a topic, refusing while groups have its messages in flight unless forced."""
+        validation.check_name("topic", name, allow_dlq=True)
+        info = self._topic(name)
+        ids = self._topic_ids(info)
+        busy: dict[str, int] = {}
+        for (gid, tid, _), cq in self._queues.items():
+            group = self.catalog.groups_by_id.get(gid)
+            if tid in ids and cq.inflight and group is not None:
+                busy[group.name] = busy.get(group.name, 0) + len(cq.inflight)
+        if busy and not force:
+            detail = ", ".join(f"{g} ({n})" for g, n in sorted(busy.items()))
+            raise FailedPreconditionError(
+                f"topic {name!r} has messages in flight for groups {detail}; wait until they "
+                "are acked or redelivered, or delete with force"
+            )
+        await self.delete_topic(name)
+
+    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
+        """A topic, its queues (offsets, count, newest store time) and the groups that read it."""
+        validation.check_name("topic", name, allow_dlq=True)
+        info = self._topic(name)
+        queues = []
+        for queue_id in range(info.queues):
+            low = self._min_offset(info.topic_id, queue_id)
+            high = self._max_offset(info.topic_id, queue_id)
+            last = self._store_time(info.topic_id, queue_id, high - 1) if high > low else 0
+            queues.append(QueueDetails(queue_id, low, high, max(last, 0)))
+        ids = self._topic_ids(info)
+        groups = sorted(
+            {
+                self.catalog.groups_by_id[gid].name
+                for (gid, tid, _) in self._queues
+                if tid in ids and gid in self.catalog.groups_by_id
+            }
+        )
+        return info, queues, groups
+
+    async def purge(self, topic: str, queue_id: int | None = None) -> int:
+        """Delete every stored message of one queue (or all queues); returns how many.
+
+        Offsets stay: a group behind the purge point skips what was purged, exactly as after
+        retention (counted in its retention_skipped). Messages sent meanwhile are kept.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        info = self._topic(topic)
+        if queue_id is not None and not 0 <= queue_id < info.queues:
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {topic!r} has "
+                f"{info.queues} queues"
+            )
+        tid = info.topic_id
+        queue_ids = [queue_id] if queue_id is not None else list(range(info.queues))
+        cuts = [(q, self._min_offset(tid, q), self._max_offset(tid, q)) for q in queue_ids]
+        cuts = [(q, low, high) for q, low, high in cuts if high > low]
+        if not cuts:
+            return 0
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            for q, low, high in cuts:
+                batch.delete_range(
+                    "messages", keys.message_key(tid, q, low), keys.message_key(tid, q, high)
+                )
+
+        await self.writer.submit(apply, sync=True)
+        if tid in self.catalog.topics_by_id:
+            for q, _, high in cuts:
+                if self._min_offset(tid, q) < high:
+                    self.offsets.set_min_offset(tid, q, high)
+        purged = sum(high - low for _, low, high in cuts)
+        log.info("purged %d messages of topic %s (queues %s)", purged, topic, queue_ids)
+        return purged
+
+    # Group settings beyond GroupRecord live in their own meta record (see
+    # protos/popmq/store/v1/group_settings.proto).
+
+    @staticmethod
+    def _settings_key(group_id: int) -> bytes:
+        return b"gsettings:" + keys.encode_u32(group_id)
+
+    def group_settings(self, name: str) -> GroupSettings:
+        """A group's FIFO flag, subscriptions, consume_from and backoff policy."""
+        validation.check_name("group", name)
+        return self._load_settings(self._group(name).group_id)
+
+    def subscription_filter(self, group: str, topic: str) -> tuple[str, str] | None:
+        """(filter_type, expression) the group declared for the topic, if any: the filter a
+        pop that carries none of its own should apply."""
+        info = self.catalog.groups.get(group)
+        if info is None:
+            return None
+        sub = self._load_settings(info.group_id).subscription(topic)
+        return (sub.filter_type, sub.expression) if sub is not None else None
+
+    def _load_settings(self, group_id: int) -> GroupSettings:
+        data = self.store.get("meta", self._settings_key(group_id))
+        if data is None:
+            return GroupSettings()
+        r = group_settings_pb2.GroupSettingsRecord.FromString(data)
+        exp = r.exponential_backoff if r.HasField("exponential_backoff") else None
+        return GroupSettings(
+            fifo=r.fifo,
+            subscriptions=tuple(
+                Subscription(s.topic, s.filter_type or "tag", s.expression) for s in r.subscriptions
+            ),
+            consume_from=_CONSUME_FROM_NAMES.get(r.consume_from, "first"),
+            consume_from_ms=r.consume_from_time_ms,
+            exponential_backoff=(
+                ExponentialBackoff(exp.initial_ms / 1000, exp.max_ms / 1000, exp.multiplier)
+                if exp is not None
+                else None
+            ),
+        )
+
+    @staticmethod
+    def _settings_record(settings: GroupSettings) -> bytes:
+        record = group_settings_pb2.GroupSettingsRecord(
+            fifo=settings.fifo,
+            subscriptions=[
+                group_settings_pb2.SubscriptionRecord(
+                    topic=s.topic, filter_type=s.filter_type, expression=s.expression
+                )
+                for s in settings.subscriptions
+            ],
+            consume_from=_CONSUME_FROM_CODES[settings.consume_from],
+            consume_from_time_ms=settings.consume_from_ms,
+        )
+        exp = settings.exponential_backoff
+        if exp is not None:
+            record.exponential_backoff.CopyFrom(
+                group_settings_pb2.ExponentialBackoffRecord(
+                    initial_ms=round(exp.initial_s * 1000),
+                    max_ms=round(exp.max_s * 1000),
+                    multiplier=exp.multiplier,
+                )
+            )
+        return record.SerializeToString()
+
+    def _backoff_delays(
+        self, retry_backoff_s: Sequence[float] | None, exponential: ExponentialBackoff | None
+    ) -> tuple[float, ...] | None:
+        """The nack delay list from a list or an exponential policy; None when neither."""
+        if retry_backoff_s and exponential is not None:
+            raise InvalidArgumentError(
+                "give either retry_backoff (a list) or exponential_backoff, not both"
+            )
+        if exponential is None:
+            return tuple(retry_backoff_s) if retry_backoff_s else None
+        top = self.config.pop.max_invisible_s
+        validation.check_range("exponential_backoff.initial", exponential.initial_s, 1, top, "s")
+        validation.check_range(
+            "exponential_backoff.max", exponential.max_s, exponential.initial_s, top, "s"
+        )
+        validation.check_range("exponential_backoff.multiplier", exponential.multiplier, 1, 10)
+        delays: list[float] = []
+        delay = exponential.initial_s
+        # The last entry repeats, so the list stops at the cap (RocketMQ: 32 exponents).
+        while len(delays) < validation.MAX_BACKOFF_ENTRIES:
+            delays.append(min(delay, exponential.max_s))
+            if delay >= exponential.max_s or exponential.multiplier == 1:
+                break
+            delay *= exponential.multiplier
+        return tuple(delays)
+
+    def _check_backoff(self, backoff: Sequence[float]) -> None:
+        if len(backoff) > validation.MAX_BACKOFF_ENTRIES:
+            raise InvalidArgumentError(
+                f"retry_backoff has {len(backoff)} entries: at most "
+                f"{validation.MAX_BACKOFF_ENTRIES} are allowed"
+            )
+        for i, delay in enumerate(backoff):
+            validation.check_range(
+                f"retry_backoff[{i}]", delay, 1, self.config.pop.max_invisible_s, "s"
+            )
+
+    def _check_settings(self, settings: GroupSettings) -> GroupSettings:
+        """Validate subscriptions and consume_from; returns them with subscriptions sorted."""
+        seen: set[str] = set()
+        for i, sub in enumerate(settings.subscriptions):
+            validation.check_name(f"subscriptions[{i}].topic", sub.topic, allow_dlq=True)
+            if sub.topic in seen:
+                raise InvalidArgumentError(
+                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
+                )
+            seen.add(sub.topic)
+            self._topic(sub.topic)
+            parse_filter(sub.expression, sub.filter_type)
+        if settings.consume_from not in _CONSUME_FROM_CODES:
+            raise InvalidArgumentError(
+                f"consume_from {settings.consume_from!r} is not one of "
+                f"{', '.join(_CONSUME_FROM_CODES)}"
+            )
+        if settings.consume_from == "timestamp" and settings.consume_from_ms <= 0:
+            raise InvalidArgumentError("consume_from timestamp needs consume_from_time")
+        return dataclasses.replace(
+            settings, subscriptions=tuple(sorted(settings.subscriptions, key=lambda s: s.topic))
+        )
+
+    def _consume_from_starts(
+        self, group_id: int, settings: GroupSettings
+    ) -> list[tuple[int, int, int]]:
+        """(topic_id, queue_id, offset) where the group starts in every queue of its
+        subscribed topics that it has never consumed (RocketMQ ConsumeFromWhere)."""
+        starts: list[tuple[int, int, int]] = []
+        for sub in settings.subscriptions:
+            info = self._topic(sub.topic)
+            at: dict[int, int] = {}
+            if settings.consume_from == "timestamp":
+                at = dict(self.offsets_at(sub.topic, settings.consume_from_ms))
+            for queue_id in range(info.queues):
+                if (group_id, info.topic_id, queue_id) in self._queues:
+                    continue
+                if settings.consume_from == "last":
+                    offset = self._max_offset(info.topic_id, queue_id)
+                elif settings.consume_from == "timestamp":
+                    offset = at[queue_id]
+                else:
+                    offset = self._min_offset(info.topic_id, queue_id)
+                starts.append((info.topic_id, queue_id, offset))
+        return starts
+
+    async def _write_group(
+        self, info: GroupInfo, settings: GroupSettings, starts: list[tuple[int, int, int]]
+    ) -> None:
+        """Write the group record, its settings and its starting offsets in one batch."""
+        record = self._settings_record(settings)
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            self.catalog.write_group(batch, info)
+            batch.put("meta", self._settings_key(info.group_id), record)
+            for topic_id, queue_id, offset in starts:
+                batch.put(
+                    "offsets",
+                    keys.offset_key(info.group_id, topic_id, queue_id),
+                    keys.encode_u64(offset),
+                )
+
+        await self.writer.submit(apply, sync=True)
+
+    def _place_queues(self, group_id: int, starts: list[tuple[int, int, int]]) -> None:
+        for topic_id, queue_id, offset in starts:
+            if (group_id, topic_id, queue_id) not in self._queues:
+                self._new_queue(group_id, topic_id, queue_id, offset)
+
+    async def create_group_with_settings(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        settings: GroupSettings | None = None,
+    ) -> GroupInfo:
+        """Create a group with every admin setting, atomically; a group that exists only
+        because it was used (auto-created) takes the settings."""
+        validation.check_name("group", name)
+        settings = self._check_settings(settings or GroupSettings())
+        defaults = self.config.groups
+        attempts = (
+            defaults.max_delivery_attempts
+            if max_delivery_attempts is None
+            else max_delivery_attempts
+        )
+        validation.check_range(
+            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
+        )
+        backoff = (
+            self._backoff_delays(retry_backoff_s, settings.exponential_backoff)
+            or defaults.retry_backoff_s
+        )
+        self._check_backoff(backoff)
+        existing = self.catalog.groups.get(name)
+        if existing is not None and not existing.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        info = self.catalog.new_group(
+            name,
+            max_delivery_attempts=attempts,
+            retry_backoff_ms=tuple(round(d * 1000) for d in backoff),
+            now_ms=existing.create_time_ms if existing else now_ms(),
+            auto_created=False,
+            group_id=existing.group_id if existing else None,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        await self._write_group(info, settings, starts)
+        current = self.catalog.groups.get(name)
+        if current is not None and not current.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        self.catalog.register_group(info)
+        self._place_queues(info.group_id, starts)
+        log.info(
+            "group %s created: fifo=%s subscriptions=%s consume_from=%s",
+            name,
+            settings.fifo,
+            [s.topic for s in settings.subscriptions],
+            settings.consume_from,
+        )
+        return info
+
+    async def update_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool | None = None,
+        set_subscriptions: Sequence[Subscription] = (),
+        remove_subscriptions: Sequence[str] = (),
+        consume_from: str | None = None,
+        consume_from_ms: int = 0,
+    ) -> GroupInfo:
+        """Change a group's settings; None / empty arguments keep the current value.
+
+        A newly subscribed topic starts where consume_from says; queues the group already
+        consumed keep their offsets. Deliveries in flight keep their deadlines.
+        """
+        validation.check_name("group", name)
+        current = self._group(name)
+        old = self._load_settings(current.group_id)
+        attempts = (
+            current.max_delivery_attempts
+            if max_delivery_attempts is None
+            else max_delivery_attempts
+        )
+        validation.check_range(
+            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
+        )
+        backoff_ms = current.retry_backoff_ms
+        exponential = old.exponential_backoff
+        delays = self._backoff_delays(retry_backoff_s, exponential_backoff)
+        if delays is not None:
+            self._check_backoff(delays)
+            backoff_ms = tuple(round(d * 1000) for d in delays)
+            exponential = exponential_backoff
+        subs = {s.topic: s for s in old.subscriptions}
+        for topic in remove_subscriptions:
+            if topic not in subs:
+                raise InvalidArgumentError(
+                    f"group {name!r} does not subscribe to topic {topic!r}; it subscribes to "
+                    f"{', '.join(sorted(subs)) or 'nothing'}"
+                )
+            del subs[topic]
+        for i, sub in enumerate(set_subscriptions):
+            if any(s.topic == sub.topic for s in set_subscriptions[:i]):
+                raise InvalidArgumentError(
+                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
+                )
+            subs[sub.topic] = sub
+        settings = self._check_settings(
+            GroupSettings(
+                fifo=old.fifo if fifo is None else fifo,
+                subscriptions=tuple(subs.values()),
+                consume_from=old.consume_from if consume_from is None else consume_from,
+                consume_from_ms=old.consume_from_ms if consume_from is None else consume_from_ms,
+                exponential_backoff=exponential,
+            )
+        )
+        info = self.catalog.new_group(
+            name,
+            max_delivery_attempts=attempts,
+            retry_backoff_ms=backoff_ms,
+            now_ms=current.create_time_ms,
+            auto_created=False,
+            group_id=current.group_id,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        await self._write_group(info, settings, starts)
+        if self.catalog.groups.get(name) is not current:
+            raise FailedPreconditionError(f"group {name!r} changed while it was updated; retry")
+        self.catalog.register_group(info)
+        self._place_queues(info.group_id, starts)
+        log.info("group %s updated", name)
+        return info
+
+    def _lock_queues(self, queues: Sequence[ConsumeQueue]) -> list[str]:
+        """Try-lock queues an admin operation changes; refuse if another one holds any."""
+        taken: list[str] = []
+        for cq in queues:
+            if not self.locks.try_acquire(cq.lock_key):
+                for key in taken:
+                    self.locks.release(key)
+                raise FailedPreconditionError(
+                    f"another admin operation is changing {cq.lock_key}; retry when it is done"
+                )
+            taken.append(cq.lock_key)
+        return taken
+
+    def _drop_checkpoints(self, cks: Sequence[Checkpoint]) -> None:
+        """Forget checkpoints whose records a committed batch deleted."""
+        for ck in cks:
+            self._cks.pop(ck.ck_id, None)
+            self._buffered.pop(ck.ck_id, None)
+            self._dirty_cks.pop(ck.ck_id, None)
+
+    async def delete_group(self, name: str, *, force: bool = False) -> None:
+        """Delete a group, its offsets, settings, retry queues and in-flight state.
+
+        Refused while the group has messages in flight unless forced. Its dead-letter topic
+        stays: it is an ordinary topic, deleted on its own.
+        """
+        validation.check_name("group", name)
+        info = self._group(name)
+        gid = info.group_id
+        queues = [cq for (g, _, _), cq in self._queues.items() if g == gid]
+        inflight = sum(len(cq.inflight) for cq in queues)
+        if inflight and not force:
+            raise FailedPreconditionError(
+                f"group {name!r} has {inflight} messages in flight; wait until they are "
+                "acked or redelivered, or delete with force"
+            )
+        retries = {k: t for k, t in self.catalog.retry_topics.items() if k[0] == gid}
+        cks = [ck for ck in self._cks.values() if ck.queue.group_id == gid]
+        locked = self._lock_queues(queues)
+        try:
+
+            def apply(batch: Batch, _: QueueOffsets) -> None:
+                batch.delete("meta", keys.group_meta_key(name))
+                batch.delete("meta", self._settings_key(gid))
+                for (g, tid), retry in retries.items():
+                    batch.delete("meta", keys.retry_meta_key(g, tid))
+                    start, end = keys.topic_range(retry.topic_id)
+                    batch.delete_range("messages", start, end)
+                batch.delete_range(
+                    "offsets", keys.offset_key(gid, 0, 0), keys.offset_key(gid + 1, 0, 0)
+                )
+                for ck in cks:
+                    if ck.persisted:
+                        batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
+                        batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+
+            await self.writer.submit(apply, sync=True)
+        finally:
+            for lock_key in locked:
+                self.locks.release(lock_key)
+        if self.catalog.groups.get(name) is info:
+            del self.catalog.groups[name]
+        self.catalog.groups_by_id.pop(gid, None)
+        for retry_key, retry in retries.items():
+            self.catalog.retry_topics.pop(retry_key, None)
+            self.catalog.topics_by_id.pop(retry.topic_id, None)
+            self.offsets.forget_topic(retry.topic_id)
+        topics = {cq.topic for cq in queues}
+        for queue_key in [k for k in self._queues if k[0] == gid]:
+            del self._queues[queue_key]
+            self._dirty_queues.pop(queue_key, None)
+        self._drop_checkpoints([ck for ck in self._cks.values() if ck.queue.group_id == gid])
+        for count_key in [k for k in self._pop_count if k[0] == gid]:
+            del self._pop_count[count_key]
+        for topic in topics:
+            # Held pops of the group look again and find it gone.
+            self.polling.notify(topic, self.config.long_polling.max_per_key, group=name)
+        log.info("deleted group %s (%d in-flight messages dropped)", name, inflight)
+
+    def lag_report(self, group: str, topic: str = "") -> LagReport:
+        """Lag per queue with the age of the oldest unacked message, per-topic sums (with
+        the retry backlog) and the depth of the group's dead-letter topic."""
+        rows = self.group_lag(group, topic)
+        info = self._group(group)
+        gid = info.group_id
+        backlog: list[QueueBacklog] = []
+        for row in rows:
+            user = self.catalog.topics[row.topic]
+            source = (
+                self.catalog.retry_topics.get((gid, user.topic_id)) if row.retry else user
+            ) or user
+            cq = self._queues.get((gid, source.topic_id, row.queue_id))
+            candidates = [min(cq.inflight)] if cq is not None and cq.inflight else []
+            low = self._min_offset(source.topic_id, row.queue_id)
+            if row.consumer_offset < row.max_offset:
+                candidates.append(max(row.consumer_offset, low))
+            oldest = 0
+            if candidates:
+                oldest = max(0, self._store_time(source.topic_id, row.queue_id, min(candidates)))
+            backlog.append(QueueBacklog(row, oldest))
+        topics: list[TopicBacklog] = []
+        for name in sorted({row.topic for row in rows}):
+            mine = [b for b in backlog if b.lag.topic == name]
+            ages = [b.oldest_unacked_ms for b in mine if b.oldest_unacked_ms]
+            topics.append(
+                TopicBacklog(
+                    topic=name,
+                    lag=sum(b.lag.lag for b in mine if not b.lag.retry),
+                    inflight=sum(b.lag.inflight for b in mine),
+                    retry_backlog=sum(b.lag.lag for b in mine if b.lag.retry),
+                    oldest_unacked_ms=min(ages) if ages else 0,
+                )
+            )
+        dlq = self.catalog.topics.get(dlq_topic_name(group))
+        depth = 0
+        if dlq is not None:
+            depth = self._max_offset(dlq.topic_id, 0) - self._min_offset(dlq.topic_id, 0)
+        return LagReport(group, backlog, topics, depth)
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        target: str,
+        timestamp_ms: int = 0,
+        offsets: dict[int, int] | None = None,
+        force: bool = False,
+    ) -> ResetResult:
+        """Move a group's consumer offsets in a topic's queues (its retry queue is untouched).
+
+        target: "earliest", "latest", "timestamp" (first message stored at or after
+        timestamp_ms) or "offsets" (explicit, per queue id). Refused while the group has
+        messages of the topic in flight, unless forced: then those deliveries are dropped and
+        their receipt handles are refused from then on.
+        """
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        group_info = self._group(group)
+        info = self._topic(topic)
+        tid = info.topic_id
+        bounds = {
+            q: (self._min_offset(tid, q), self._max_offset(tid, q)) for q in range(info.queues)
+        }
+        if target == "earliest":
+            new = {q: low for q, (low, _) in bounds.items()}
+        elif target == "latest":
+            new = {q: high for q, (_, high) in bounds.items()}
+        elif target == "timestamp":
+            if timestamp_ms <= 0:
+                raise InvalidArgumentError("a reset to a timestamp needs the timestamp")
+            new = dict(self.offsets_at(topic, timestamp_ms))
+        elif target == "offsets":
+            if not offsets:
+                raise InvalidArgumentError("a reset to explicit offsets needs at least one")
+            new = {}
+            for q, offset in sorted(offsets.items()):
+                if q not in bounds:
+                    raise InvalidArgumentError(
+                        f"queue_id {q} is outside 0..{info.queues - 1}: topic {topic!r} has "
+                        f"{info.queues} queues"
+                    )
+                low, high = bounds[q]
+                if not low <= offset <= high:
+                    raise InvalidArgumentError(
+                        f"offset {offset} of queue {q} is outside {low}..{high} (the "
+                        "queue's min and max offsets)"
+                    )
+                new[q] = offset
+        else:
+            raise InvalidArgumentError(
+                f"reset target {target!r} is not one of earliest, latest, timestamp, offsets"
+            )
+        queues = {q: self._queue(group_info, info, q) for q in new}
+        retry = self.catalog.retry_topics.get((group_info.group_id, tid))
+        retry_cq = self._queues.get((group_info.group_id, retry.topic_id, 0)) if retry else None
+        held = sum(len(cq.inflight) for cq in queues.values())
+        held += len(retry_cq.inflight) if retry_cq is not None else 0
+        if held and not force:
+            raise FailedPreconditionError(
+                f"group {group!r} has {held} messages of topic {topic!r} in flight; wait until "
+                "they are acked or redelivered, or reset with force (their receipt handles "
+                "then stop working)"
+            )
+        owned = {id(cq) for cq in queues.values()}
+        cks = [ck for ck in self._cks.values() if id(ck.queue) in owned]
+        dropped = [(ck, index) for ck in cks for index in ck.unresolved()]
+        old = {q: cq.committed for q, cq in queues.items()}
+        gid = group_info.group_id
+        locked = self._lock_queues(list(queues.values()))
+        try:
+
+            def apply(batch: Batch, _: QueueOffsets) -> None:
+                for q, offset in new.items():
+                    batch.put("offsets", keys.offset_key(gid, tid, q), keys.encode_u64(offset))
+                for ck in cks:
+                    if ck.persisted:
+                        batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
+                        batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+                for ck, index in dropped:
+                    # Refused until its old deadline, across restarts, like a superseded one.
+                    batch.put(
+                        "meta",
+                        keys.superseded_key(ck.ck_id, index),
+                        keys.encode_u64(ck.deadline_ms),
+                    )
+
+            await self.writer.submit(apply, sync=True)
+            self._drop_checkpoints(cks)
+            for ck, index in dropped:
+                self._superseded[(ck.ck_id, index)] = ck.deadline_ms
+                heapq.heappush(self._superseded_expiry, (ck.deadline_ms, ck.ck_id, index))
+            for q, cq in queues.items():
+                cq.chain.clear()
+                cq.inflight.clear()
+                cq.recovered.clear()
+                cq.fifo.clear()
+                cq.fifo_ready.clear()
+                cq.fifo_held = 0
+                cq.committed = cq.pop_offset = new[q]
+                self._dirty_queues[(gid, tid, q)] = cq
+            self.writer.request_flush()
+        finally:
+            for lock_key in locked:
+                self.locks.release(lock_key)
+        self.polling.notify(topic, self.config.long_polling.max_per_key, group=group)
+        log.info(
+            "reset group %s on topic %s to %s (%d in-flight dropped)",
+            group,
+            topic,
+            target,
+            len(dropped),
+        )
+        return ResetResult(
+            [OffsetChange(q, old[q], new[q]) for q in sorted(new)], dropped_inflight=len(dropped)
+        )
+
+    def peek(
+        self,
+        topic: str,
+        *,
+        queue_id: int | None = None,
+        offset: int | None = None,
+        group: str = "",
+        max_messages: int = 16,
+    ) -> list[PeekedMessage]:
+        """Read stored messages without consuming them: no checkpoint, no offset change.
+
+        Starts at `offset` (one queue only), else at the group's consumer offset when a
+        group is given, else at each queue's min offset.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        validation.check_range("max_messages", max_messages, 1, _PEEK_MAX)
+        info = self._topic(topic)
+        group_info = None
+        if group:
+            validation.check_name("group", group)
+            group_info = self._group(group)
+        if queue_id is not None and not 0 <= queue_id < info.queues:
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {topic!r} has "
+                f"{info.queues} queues"
+            )
+        if offset is not None and queue_id is None:
+            raise InvalidArgumentError("an offset needs a queue_id: offsets are per queue")
+        tid = info.topic_id
+        found: list[PeekedMessage] = []
+        for q in [queue_id] if queue_id is not None else range(info.queues):
+            low, high = self._min_offset(tid, q), self._max_offset(tid, q)
+            start = low
+            if offset is not None:
+                if not 0 <= offset <= high:
+                    raise InvalidArgumentError(
+                        f"offset {offset} is outside 0..{high} (queue {q}'s max offset)"
+                    )
+                start = max(offset, low)
+            elif group_info is not None:
+                cq = self._queues.get((group_info.group_id, tid, q))
+                start = max(cq.committed, low) if cq is not None else low
+            end = min(high, start + max_messages - len(found))
+            values = self.store.multi_get(
+                "messages", [keys.message_key(tid, q, o) for o in range(start, end)]
+            )
+            for at, value in zip(range(start, end), values, strict=True):
+                if value is not None:
+                    found.append(
+                        PeekedMessage(info.name, q, at, records_pb2.StoredMessage.FromString(value))
+                    )
+            if len(found) >= max_messages:
+                break
+        return found
+
+    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+        """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
+        redrive), oldest first, as new messages with delivery_attempt 1.
+
+        Each chunk is one atomic batch: the copies and the removal from the dead-letter
+        topic, so a crash neither loses nor duplicates a message. A message whose topic was
+        deleted is removed and counted as dropped (its topic's messages are gone too).
+        """
+        validation.check_name("group", group)
+        if max_messages is not None:
+            validation.check_range("max_messages", max_messages, 1, _REDRIVE_MAX)
+        dlq = self.catalog.topics.get(dlq_topic_name(group))
+        if dlq is None:
+            self._group(group)  # NOT_FOUND for an unknown group
+            return RedriveResult(0, 0, 0)
+        tid = dlq.topic_id
+        lock = f"{dlq.name}@redrive"
+        if not self.locks.try_acquire(lock):
+            raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
+        moved = dropped = 0
+        try:
+            position = self._min_offset(tid, 0)
+            limit = self._max_offset(tid, 0)
+            if max_messages is not None:
+                limit = min(limit, position + max_messages)
+            while position < limit and tid in self.catalog.topics_by_id:
+                end = min(limit, position + _REDRIVE_CHUNK)
+                values = self.store.multi_get(
+                    "messages", [keys.message_key(tid, 0, o) for o in range(position, end)]
+                )
+                stamp = now_ms()
+                copies: list[tuple[TopicInfo, int, bytes]] = []
+                for value in values:
+                    if value is None:
+                        continue
+                    record = records_pb2.StoredMessage.FromString(value)
+                    target = self.catalog.topics.get(record.origin_topic)
+                    if target is None or target.kind != KIND_NORMAL:
+                        dropped += 1
+                        continue
+                    queue_id = record.origin_queue_id
+                    if not 0 <= queue_id < target.queues:
+                        queue_id = self._send_rr.get(target.topic_id, 0) % target.queues
+                        self._send_rr[target.topic_id] = queue_id + 1
+                    record.delivery_attempt = 1
+                    record.store_time_ms = stamp
+                    record.deliver_at_ms = 0
+                    record.ClearField("origin_topic")
+                    record.ClearField("origin_queue_id")
+                    record.ClearField("origin_offset")
+                    copies.append((target, queue_id, record.SerializeToString()))
+                start_key = keys.message_key(tid, 0, position)
+                end_key = keys.message_key(tid, 0, end)
+
+                def apply(
+                    batch: Batch,
+                    offsets: QueueOffsets,
+                    copies: list[tuple[TopicInfo, int, bytes]] = copies,
+                    start_key: bytes = start_key,
+                    end_key: bytes = end_key,
+                ) -> None:
+                    for target, queue_id, data in copies:
+                        at = offsets.allocate(target.topic_id, queue_id)
+                        batch.put("messages", keys.message_key(target.topic_id, queue_id, at), data)
+                    batch.delete_range("messages", start_key, end_key)
+
+                await self.writer.submit(apply, sync=self.config.store.flush == "sync")
+                if tid in self.catalog.topics_by_id and self._min_offset(tid, 0) < end:
+                    self.offsets.set_min_offset(tid, 0, end)
+                moved += len(copies)
+                counts: dict[str, int] = {}
+                for target, _, _ in copies:
+                    counts[target.name] = counts.get(target.name, 0) + 1
+                for name, count in counts.items():
+                    self.polling.notify(name, count)
+                position = end
+        finally:
+            self.locks.release(lock)
+        remaining = 0
+        if tid in self.catalog.topics_by_id:
+            remaining = self._max_offset(tid, 0) - self._min_offset(tid, 0)
+        log.info(
+            "redrove %s: %d moved, %d dropped (topic gone), %d remaining",
+            dlq.name,
+            moved,
+            dropped,
+            remaining,
+        )
+        return RedriveResult(moved, dropped, remaining)
+
     # -- revive ---------------------------------------------------------------------------
 
     async def _revive_loop(self) -> None:
@@ -1510,6 +2591,11 @@ class Broker:
             user_topic = (
                 self.catalog.topics.get(source.owner_topic) if source.kind == KIND_RETRY else source
             )
+            if ck.fifo_group:
+                fifo_moves = await self._revive_fifo(ck, group, source, user_topic, stamp, notify)
+                if fifo_moves:
+                    plan.append((ck, fifo_moves))
+                continue
             moves: list[tuple[int, TopicInfo, bytes]] = []
             for index in ck.unresolved():
                 offset = ck.offsets[index]
@@ -1569,10 +2655,71 @@ class Broker:
                 self._buffered.pop(ck.ck_id, None)
                 if ck.chained:
                     self._advance(ck.queue)
+                elif ck.fifo_group and ck.queue.fifo_remove(ck):
+                    user_topic_name = self._user_topic_name(ck.queue.topic_id)
+                    notify.append((user_topic_name, ck.queue.group))
             else:
                 self._finish(ck)
         for topic_name, group_name in notify:
             self.polling.notify(topic_name, 1, group=group_name)
+
+    async def _revive_fifo(
+        self,
+        ck: Checkpoint,
+        group: GroupInfo,
+        source: TopicInfo,
+        user_topic: TopicInfo | None,
+        stamp: int,
+        notify: list[tuple[str, str | None]],
+    ) -> list[tuple[int, TopicInfo, bytes]]:
+        """A FIFO checkpoint is due: redeliver in place, re-arm a held one, or dead-letter.
+
+        Returns the dead-letter move for the revive batch (the checkpoint is resolved only
+        after that batch commits); in-place changes are memory plus the next flush.
+        """
+        cq = ck.queue
+        offset = ck.offsets[0]
+        if ck.done:
+            return []
+        owner = cq.inflight.get(offset)
+        if owner is not ck:
+            if owner is not None and owner.ck_id not in self._cks:
+                return []  # being moved by ChangeInvisibleTime right now
+            self._fifo_finish(ck, acked=False)  # stale: another checkpoint owns it
+            return []
+        if not ck.held and ck.attempt >= group.max_delivery_attempts:
+            data = self.store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
+            if data is None:
+                self._fifo_finish(ck, acked=False)
+                return []
+            copy = records_pb2.StoredMessage.FromString(data)
+            copy.store_time_ms = stamp
+            copy.delivery_attempt = 1
+            if not copy.origin_topic:
+                copy.origin_topic = source.name
+                copy.origin_queue_id = cq.queue_id
+                copy.origin_offset = offset
+            target = await self._ensure_dlq(group)
+            notify.append((target.name, None))
+            self.stats.dead_lettered[(group.name, user_topic.name if user_topic else "")] += 1
+            return [(0, target, copy.SerializeToString())]
+        if ck.held:  # only the hold timer ran out: hold again, same attempt
+            attempt, not_before = ck.attempt, ck.not_before_ms
+        else:  # invisible time passed unacked: redeliver in place, next attempt
+            attempt, not_before = ck.attempt + 1, stamp
+            self.stats.revived[(group.name, user_topic.name if user_topic else "")] += 1
+        new = self._fifo_ck(
+            cq, offset, group=ck.fifo_group, attempt=attempt, held=True, now=stamp,
+            deadline=0, not_before=not_before,
+        )  # fmt: skip
+        cq.inflight[offset] = new
+        cq.fifo_replace(ck, new)
+        ck.resolved = ck.full
+        ck.revived = ck.full
+        self._finish(ck)
+        if user_topic is not None and cq.fifo.get(ck.fifo_group, [None])[0] is new:
+            notify.append((user_topic.name, group.name))
+        return []
 
     # -- checkpoint buffer ----------------------------------------------------------------
 
@@ -1602,6 +2749,7 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 await self.apply_retention()
+                await self.sweep_index()
             except PopMQError as exc:
                 log.warning("retention pass failed, will retry: %s", exc)
 
@@ -1751,3 +2899,14 @@ def _message_type(msg: NewMessage) -> str:
     if msg.deliver_at_ms:
         return "delay"
     return "normal"
+
+
+def _sweep(
+    store: Store,
+    markers: list[bytes],
+    now: int,
+    ttl: dict[bytes, int],
+    batch: Batch,
+    _: QueueOffsets,
+) -> None:
+    message_index.sweep_batch(store, batch, markers, now, ttl)

@@ -1,10 +1,15 @@
-"""Subscription filters evaluated in the broker: tag expressions (`*`, `A`, `A || B`)."""
+"""Subscription filters evaluated in the broker: tag expressions (`*`, `A`, `A || B`) and
+SQL92 property expressions (broker_core/sql_filter.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from broker_core.errors import InvalidArgumentError
+from broker_core.sql_filter import SqlFilter, parse_sql_filter
+from popmq.store.v1 import records_pb2
+
+FILTER_TYPES = ("tag", "sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +43,31 @@ def parse_tag_expression(expression: str) -> TagFilter:
             )
         tags.append(tag)
     return TagFilter(frozenset(tags))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFilter:
+    """A group's subscription filter applied to stored records."""
+
+    tag: TagFilter = MATCH_ALL
+    sql: SqlFilter | None = None
+
+    @property
+    def matches_all(self) -> bool:
+        return self.sql is None and self.tag.matches_all
+
+    def accepts(self, record: records_pb2.StoredMessage) -> bool:
+        if self.sql is not None:
+            return self.sql.matches(record.properties, record.tag)
+        return self.tag.matches(record.tag)
+
+
+def parse_filter(expression: str, filter_type: str = "tag") -> RecordFilter:
+    """A tag expression (filter_type "tag") or a SQL92 expression ("sql")."""
+    if filter_type == "tag":
+        return RecordFilter(parse_tag_expression(expression))
+    if filter_type == "sql":
+        return RecordFilter(sql=parse_sql_filter(expression))
+    raise InvalidArgumentError(
+        f"filter type {filter_type!r} is not supported: use one of {', '.join(FILTER_TYPES)}"
+    )
