@@ -23,9 +23,10 @@ __all__ = [
     "DELAY_LEVELS_S",
     "MAX_BATCH_BODY_BYTES",
     "MAX_BODY_BYTES",
-    "MAX_MESSAGE_GROUP_BYTES",
+    "MAX_MESSAGE_GROUP_LENGTH",
     "check_batch_size",
     "check_message",
+    "check_message_extras",
     "check_name",
     "check_range",
     "check_schedule",
@@ -45,9 +46,10 @@ MAX_TAG_LENGTH = 127
 MAX_KEYS = 32
 MAX_KEY_LENGTH = 127
 MAX_MESSAGE_ID_LENGTH = 128
-MAX_MESSAGE_GROUP_BYTES = 64
-"""RocketMQ proxy's ``maxMessageGroupSize``."""
+MAX_MESSAGE_GROUP_LENGTH = 127
 MAX_DEDUP_ID_LENGTH = 128
+MAX_BORN_HOST_LENGTH = 255
+BODY_ENCODINGS = ("", "zlib", "zstd")
 
 MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024
 """Bodies of one send_batch, as sent (after compression): RocketMQ's batch rule (a batch
@@ -100,8 +102,6 @@ def check_message(
     keys: Sequence[str],
     properties: Mapping[str, str],
     message_id: str,
-    message_group: str = "",
-    dedup_id: str = "",
 ) -> None:
     """Check one message of a send; ``index`` locates it in the batch."""
     where = f"messages[{index}]"
@@ -143,18 +143,26 @@ def check_message(
         raise InvalidArgumentError(
             f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
         )
-    if message_group and (
-        not message_group.strip()
-        or _CONTROL.search(message_group)
-        or len(message_group.encode()) > MAX_MESSAGE_GROUP_BYTES
+
+
+def check_message_extras(
+    index: int, *, message_group: str, dedup_id: str, body_encoding: str, born_host: str
+) -> None:
+    """Check the FIFO group, dedup id, body encoding and born host of one message."""
+    where = f"messages[{index}]"
+    for field, value, limit in (
+        ("message_group", message_group, MAX_MESSAGE_GROUP_LENGTH),
+        ("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH),
+        ("born_host", born_host, MAX_BORN_HOST_LENGTH),
     ):
+        if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
+            raise InvalidArgumentError(
+                f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
+                "not blank, no control characters"
+            )
+    if body_encoding not in BODY_ENCODINGS:
         raise InvalidArgumentError(
-            f"{where}.message_group {message_group!r} is invalid: 1 to "
-            f"{MAX_MESSAGE_GROUP_BYTES} bytes, not blank, no control characters"
-        )
-    if len(dedup_id) > MAX_DEDUP_ID_LENGTH or _CONTROL.search(dedup_id):
-        raise InvalidArgumentError(
-            f"{where}.dedup_id is invalid: at most {MAX_DEDUP_ID_LENGTH} printable characters"
+            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
         )
 
 

@@ -33,7 +33,13 @@ from sdk._compression import encode_body
 from sdk._message_id import new_message_id
 from sdk._retry import RetryPolicy
 from sdk._sync import SyncClient
-from sdk._validation import check_batch_size, check_message, check_name, check_schedule
+from sdk._validation import (
+    check_batch_size,
+    check_message,
+    check_message_extras,
+    check_name,
+    check_schedule,
+)
 from sdk.errors import InvalidArgumentError, PopMQError, ServerError
 from sdk.types import Message, SendReceipt
 
@@ -52,7 +58,8 @@ DEFAULT_MAX_IN_FLIGHT = 10_000
 DEFAULT_MAX_IN_FLIGHT_BYTES = 100 * 1024 * 1024
 """Their bodies, as sent (RocketMQ backPressureForAsyncSendSize, 100 MiB)."""
 
-_BORN_HOST = socket.gethostname()
+# The server takes up to 255 characters (a DNS name's limit), as does any real host name.
+_BORN_HOST = socket.gethostname()[:255]
 
 T = TypeVar("T")
 
@@ -76,8 +83,13 @@ def build_send_request(
             keys=message.keys,
             properties=message.properties,
             message_id=message.message_id,
+        )
+        check_message_extras(
+            index,
             message_group=message.message_group,
             dedup_id=message.dedup_id,
+            body_encoding="",
+            born_host=_BORN_HOST,
         )
         check_schedule(
             index,

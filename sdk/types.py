@@ -91,7 +91,7 @@ class Message:
         properties: User properties (at most 128 entries, 16 KiB in total).
         message_id: Optional id; the producer assigns a unique one when empty.
         message_group: FIFO group (fifo and mixed topics): messages of one group are
-            delivered in send order, one at a time. At most 64 bytes.
+            delivered in send order, one at a time. 1 to 127 characters.
         deliver_at: Deliver at this time: an aware datetime or epoch seconds (delay and
             mixed topics); a time in the past means at once.
         delay_s: Deliver this many seconds after the server receives the send.

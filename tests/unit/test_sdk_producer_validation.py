@@ -7,7 +7,6 @@ does not import broker_core; only this test puts the two side by side.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -46,14 +45,22 @@ BAD_MESSAGES: dict[str, dict[str, Any]] = {
     "message id with a control character": {"message_id": "m\x7f"},
 }
 
-# Fields issue 4 adds; compared once the server's check_message takes them.
-BAD_NEW_FIELDS: dict[str, dict[str, Any]] = {
+EXTRAS: dict[str, Any] = {
+    "message_group": "user-42",
+    "dedup_id": "order-7",
+    "body_encoding": "zlib",
+    "born_host": "web-1",
+}
+
+BAD_EXTRAS: dict[str, dict[str, Any]] = {
     "blank message group": {"message_group": "   "},
-    "message group over 64 bytes": {"message_group": "g" * 65},
-    "message group over 64 bytes in UTF-8": {"message_group": "é" * 33},
+    "message group too long": {"message_group": "g" * 128},
     "message group with a control character": {"message_group": "g\n1"},
     "dedup id too long": {"dedup_id": "d" * 129},
+    "blank dedup id": {"dedup_id": " "},
     "dedup id with a control character": {"dedup_id": "d\x01"},
+    "born host too long": {"born_host": "h" * 256},
+    "unknown body encoding": {"body_encoding": "gzip"},
 }
 
 BAD_NAMES = ["", "t" * 128, "orders!", "has space", "%RETRY%g_t", "%DLQ%g", "rmq_sys_x"]
@@ -83,42 +90,35 @@ def test_bad_message_is_refused_with_the_servers_message(case: str) -> None:
     assert from_client.startswith("messages[3]")
 
 
-def _server_takes(parameter: str) -> bool:
-    return parameter in inspect.signature(server.check_message).parameters
+@pytest.mark.parametrize("case", sorted(BAD_EXTRAS))
+def test_bad_group_dedup_id_encoding_or_host_is_refused_with_the_servers_message(
+    case: str,
+) -> None:
+    arguments = {**EXTRAS, **BAD_EXTRAS[case]}
 
-
-@pytest.mark.parametrize("case", sorted(BAD_NEW_FIELDS))
-def test_bad_issue_4_field_is_refused_with_the_servers_message(case: str) -> None:
-    bad = BAD_NEW_FIELDS[case]
-    (field,) = bad
-    if not _server_takes(field):
-        pytest.skip(f"broker_core.validation.check_message does not check {field} yet")
-    arguments = {**GOOD, **bad}
-
-    from_client = _messages(client.check_message, ClientInvalidArgument, 0, **arguments)
-    from_server = _messages(server.check_message, ServerInvalidArgument, 0, **arguments)
+    from_client = _messages(client.check_message_extras, ClientInvalidArgument, 1, **arguments)
+    from_server = _messages(server.check_message_extras, ServerInvalidArgument, 1, **arguments)
 
     assert from_client == from_server
+    assert from_client.startswith("messages[1]")
 
 
 def test_good_message_passes_both() -> None:
-    extra: dict[str, Any] = {
-        name: value
-        for name, value in {"message_group": "user-42", "dedup_id": "order-7"}.items()
-        if _server_takes(name)
-    }
-    client.check_message(0, **GOOD, message_group="user-42", dedup_id="order-7")
-    server.check_message(0, **GOOD, **extra)
-    # The limits themselves are allowed: 4 MiB body, 16 KiB properties, 64-byte group.
-    at_limits = {
-        **GOOD,
-        "body": b"x" * (4 * 1024 * 1024),
-        "tag": "t" * 127,
-        "keys": tuple(f"k{n}" for n in range(32)),
-        "message_id": "m" * 128,
-    }
-    client.check_message(0, **at_limits, message_group="g" * 64)
-    server.check_message(0, **at_limits)
+    for check in (client, server):
+        check.check_message(0, **GOOD)
+        check.check_message_extras(0, **EXTRAS)
+        # The limits themselves are allowed.
+        check.check_message(
+            0,
+            body=b"x" * (4 * 1024 * 1024),
+            tag="t" * 127,
+            keys=tuple(f"k{n}" for n in range(32)),
+            properties={"p": "v" * (16 * 1024 - 1)},
+            message_id="m" * 128,
+        )
+        check.check_message_extras(
+            0, message_group="g" * 127, dedup_id="d" * 128, body_encoding="", born_host="h" * 255
+        )
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
@@ -159,6 +159,10 @@ def test_client_limits_equal_the_servers() -> None:
         "MAX_MESSAGE_ID_LENGTH",
         "MAX_NAME_LENGTH",
         "RESERVED_PREFIXES",
+        "MAX_MESSAGE_GROUP_LENGTH",
+        "MAX_DEDUP_ID_LENGTH",
+        "MAX_BORN_HOST_LENGTH",
+        "BODY_ENCODINGS",
     ):
         assert getattr(client, name) == getattr(server, name), name
 
