@@ -5,15 +5,22 @@ from __future__ import annotations
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
+from broker_core.config import DELAY_LEVELS_S
 from broker_core.errors import InvalidArgumentError
 from broker_core.types import (
     ConsumerOffset,
+    ExponentialBackoff,
+    GroupSettings,
+    LagReport,
     NewMessage,
     PoppedMessage,
     PulledMessages,
+    QueueDetails,
     QueueLag,
     QueueStats,
+    ResetResult,
     SendResult,
+    Subscription,
 )
 from popmq.store.v1 import records_pb2
 from popmq.v1 import admin_pb2, messaging_pb2
@@ -35,7 +42,31 @@ def seconds(field: str, value: duration_pb2.Duration) -> float:
     return value.seconds + value.nanos / 1e9
 
 
-def new_message(msg: messaging_pb2.OutgoingMessage) -> NewMessage:
+def deliver_at_ms(index: int, msg: messaging_pb2.OutgoingMessage, now_ms: int) -> int:
+    """The absolute delivery time a message's schedule asks for, by the server's clock."""
+    where = f"messages[{index}]"
+    which = msg.WhichOneof("schedule")
+    if which == "delivery_time":
+        return timestamp_ms(f"{where}.delivery_time", msg.delivery_time)
+    if which == "delay":
+        delay = seconds(f"{where}.delay", msg.delay)
+        if delay < 0:
+            raise InvalidArgumentError(f"{where}.delay {delay}s is negative")
+        return now_ms + round(delay * 1000)
+    if which == "delay_level":
+        level = msg.delay_level
+        if not 1 <= level <= len(DELAY_LEVELS_S):
+            raise InvalidArgumentError(
+                f"{where}.delay_level {level} is out of range: 1..{len(DELAY_LEVELS_S)} "
+                "(1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h)"
+            )
+        return now_ms + round(DELAY_LEVELS_S[level - 1] * 1000)
+    return 0
+
+
+def new_message(
+    msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int = 0
+) -> NewMessage:
     return NewMessage(
         topic=msg.topic,
         body=msg.body,
@@ -43,6 +74,11 @@ def new_message(msg: messaging_pb2.OutgoingMessage) -> NewMessage:
         keys=tuple(msg.keys),
         properties=dict(msg.properties),
         message_id=msg.message_id,
+        message_group=msg.message_group,
+        deliver_at_ms=deliver_at_ms(index, msg, now_ms),
+        dedup_id=msg.dedup_id,
+        body_encoding=msg.body_encoding,
+        born_host=msg.born_host,
     )
 
 
@@ -52,6 +88,8 @@ def send_result(result: SendResult) -> messaging_pb2.SendResult:
         topic=result.topic,
         queue_id=result.queue_id,
         offset=result.offset,
+        recall_handle=result.recall_handle,
+        duplicate=result.duplicate,
     )
 
 
@@ -71,14 +109,26 @@ def received_message(popped: PoppedMessage) -> messaging_pb2.ReceivedMessage:
         delivery_attempt=record.delivery_attempt,
         receipt_handle=popped.receipt_handle,
         invisible_until=timestamp(popped.invisible_until_ms),
+        message_group=record.message_group,
+        deliver_time=timestamp(record.deliver_at_ms) if record.deliver_at_ms else None,
+        body_encoding=record.body_encoding,
+        born_host=record.born_host,
     )
+
+
+def filter_type(value: messaging_pb2.FilterExpression) -> str:
+    """"tag" or "sql" for a request's filter; INVALID_ARGUMENT for an unknown type."""
+    name = _FILTER_TYPES.get(value.type)
+    if name is None:
+        raise InvalidArgumentError(f"filter.type {value.type} is not TAG (1) or SQL (2)")
+    return name
 
 
 def topic(info: TopicInfo) -> admin_pb2.Topic:
     return admin_pb2.Topic(
         name=info.name,
         queues=info.queues,
-        message_type=admin_pb2.MESSAGE_TYPE_NORMAL,
+        message_type=info.message_type or admin_pb2.MESSAGE_TYPE_NORMAL,
         kind=admin_pb2.TOPIC_KIND_DLQ if info.kind == KIND_DLQ else admin_pb2.TOPIC_KIND_NORMAL,
         create_time=timestamp(info.create_time_ms),
     )
@@ -157,3 +207,193 @@ def timestamp_ms(field: str, value: timestamp_pb2.Timestamp) -> int:
     if value.seconds < 0 or not 0 <= value.nanos < 1_000_000_000:
         raise InvalidArgumentError(f"{field} must be a valid time at or after the epoch")
     return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+# -- admin (AdminService) ---------------------------------------------------------------------
+
+_FILTER_TYPES = {
+    messaging_pb2.FILTER_TYPE_UNSPECIFIED: "tag",
+    messaging_pb2.FILTER_TYPE_TAG: "tag",
+    messaging_pb2.FILTER_TYPE_SQL: "sql",
+}
+_FILTER_TYPE_CODES = {"tag": messaging_pb2.FILTER_TYPE_TAG, "sql": messaging_pb2.FILTER_TYPE_SQL}
+_CONSUME_FROM = {
+    admin_pb2.CONSUME_FROM_UNSPECIFIED: "first",
+    admin_pb2.CONSUME_FROM_FIRST_OFFSET: "first",
+    admin_pb2.CONSUME_FROM_LAST_OFFSET: "last",
+    admin_pb2.CONSUME_FROM_TIMESTAMP: "timestamp",
+}
+_CONSUME_FROM_CODES = {
+    "first": admin_pb2.CONSUME_FROM_FIRST_OFFSET,
+    "last": admin_pb2.CONSUME_FROM_LAST_OFFSET,
+    "timestamp": admin_pb2.CONSUME_FROM_TIMESTAMP,
+}
+_RESET_TARGETS = {
+    admin_pb2.RESET_TARGET_EARLIEST: "earliest",
+    admin_pb2.RESET_TARGET_LATEST: "latest",
+    admin_pb2.RESET_TARGET_TIMESTAMP: "timestamp",
+    admin_pb2.RESET_TARGET_OFFSETS: "offsets",
+}
+
+
+def message_type_name(value: int) -> str:
+    """A MessageType enum value as the broker's name ("normal", "fifo", ...)."""
+    if value == admin_pb2.MESSAGE_TYPE_UNSPECIFIED:
+        return "normal"
+    try:
+        return admin_pb2.MessageType.Name(value).removeprefix("MESSAGE_TYPE_").lower()
+    except ValueError:
+        raise InvalidArgumentError(
+            f"message_type {value} is not one of NORMAL, FIFO, DELAY, TRANSACTION, MIXED"
+        ) from None
+
+
+def queue_details(details: QueueDetails) -> admin_pb2.QueueStats:
+    stats = admin_pb2.QueueStats(
+        queue_id=details.queue_id,
+        min_offset=details.min_offset,
+        max_offset=details.max_offset,
+        message_count=details.message_count,
+    )
+    if details.last_store_ms:
+        stats.last_store_time.CopyFrom(timestamp(details.last_store_ms))
+    return stats
+
+
+def exponential_backoff(field: str, value: admin_pb2.ExponentialBackoff) -> ExponentialBackoff:
+    return ExponentialBackoff(
+        initial_s=seconds(f"{field}.initial", value.initial),
+        max_s=seconds(f"{field}.max", value.max),
+        multiplier=value.multiplier,
+    )
+
+
+def subscription(field: str, value: admin_pb2.Subscription) -> Subscription:
+    filter_type = _FILTER_TYPES.get(value.filter.type)
+    if filter_type is None:
+        raise InvalidArgumentError(f"{field}.filter.type {value.filter.type} is not TAG or SQL")
+    return Subscription(value.topic, filter_type, value.filter.expression)
+
+
+def consume_from(value: int, time: timestamp_pb2.Timestamp, *, has_time: bool) -> tuple[str, int]:
+    """(consume_from name, ms) of a ConsumeFrom enum and its timestamp."""
+    name = _CONSUME_FROM.get(value)
+    if name is None:
+        raise InvalidArgumentError(
+            f"consume_from {value} is not one of FIRST_OFFSET, LAST_OFFSET, TIMESTAMP"
+        )
+    if name != "timestamp":
+        if has_time:
+            raise InvalidArgumentError(
+                "consume_from_time is only allowed with CONSUME_FROM_TIMESTAMP"
+            )
+        return name, 0
+    if not has_time:
+        raise InvalidArgumentError("CONSUME_FROM_TIMESTAMP needs consume_from_time")
+    return name, timestamp_ms("consume_from_time", time)
+
+
+def reset_target(value: int) -> str:
+    name = _RESET_TARGETS.get(value)
+    if name is None:
+        raise InvalidArgumentError(
+            "target must be one of RESET_TARGET_EARLIEST, RESET_TARGET_LATEST, "
+            "RESET_TARGET_TIMESTAMP, RESET_TARGET_OFFSETS"
+        )
+    return name
+
+
+def group_with_settings(info: GroupInfo, settings: GroupSettings) -> admin_pb2.Group:
+    message = admin_pb2.Group(
+        name=info.name,
+        max_delivery_attempts=info.max_delivery_attempts,
+        retry_backoff=[duration(ms / 1000) for ms in info.retry_backoff_ms],
+        create_time=timestamp(info.create_time_ms),
+        auto_created=info.auto_created,
+        fifo=settings.fifo,
+        subscriptions=[
+            admin_pb2.Subscription(
+                topic=s.topic,
+                filter=messaging_pb2.FilterExpression(
+                    type=_FILTER_TYPE_CODES.get(s.filter_type, messaging_pb2.FILTER_TYPE_TAG),
+                    expression=s.expression,
+                ),
+            )
+            for s in settings.subscriptions
+        ],
+        consume_from=_CONSUME_FROM_CODES[settings.consume_from],
+    )
+    if settings.consume_from == "timestamp":
+        message.consume_from_time.CopyFrom(timestamp(settings.consume_from_ms))
+    exp = settings.exponential_backoff
+    if exp is not None:
+        message.exponential_backoff.CopyFrom(
+            admin_pb2.ExponentialBackoff(
+                initial=duration(exp.initial_s), max=duration(exp.max_s), multiplier=exp.multiplier
+            )
+        )
+    return message
+
+
+def _age(now_ms: int, store_ms: int) -> duration_pb2.Duration:
+    return duration(max(0, now_ms - store_ms) / 1000 if store_ms else 0.0)
+
+
+def lag_report(report: LagReport, now_ms: int) -> admin_pb2.GetGroupLagResponse:
+    queues = []
+    for row in report.queues:
+        message = queue_lag(row.lag)
+        message.oldest_unacked_age.CopyFrom(_age(now_ms, row.oldest_unacked_ms))
+        queues.append(message)
+    return admin_pb2.GetGroupLagResponse(
+        queues=queues,
+        topics=[
+            admin_pb2.TopicLag(
+                topic=t.topic,
+                lag=t.lag,
+                inflight=t.inflight,
+                retry_backlog=t.retry_backlog,
+                oldest_unacked_age=_age(now_ms, t.oldest_unacked_ms),
+            )
+            for t in report.topics
+        ],
+        dlq_depth=report.dlq_depth,
+    )
+
+
+def stored_message(
+    topic: str, queue_id: int, offset: int, record: records_pb2.StoredMessage
+) -> admin_pb2.StoredMessage:
+    message = admin_pb2.StoredMessage(
+        message_id=record.message_id,
+        topic=topic,
+        queue_id=queue_id,
+        offset=offset,
+        body=record.body,
+        tag=record.tag,
+        keys=record.keys,
+        properties=record.properties,
+        born_time=timestamp(record.born_time_ms),
+        store_time=timestamp(record.store_time_ms),
+        delivery_attempt=record.delivery_attempt,
+        origin_topic=record.origin_topic,
+        origin_queue_id=record.origin_queue_id,
+        origin_offset=record.origin_offset,
+        message_group=record.message_group,
+        body_encoding=record.body_encoding,
+    )
+    if record.deliver_at_ms:
+        message.deliver_time.CopyFrom(timestamp(record.deliver_at_ms))
+    return message
+
+
+def reset_result(result: ResetResult) -> admin_pb2.ResetOffsetsResponse:
+    return admin_pb2.ResetOffsetsResponse(
+        queues=[
+            admin_pb2.OffsetChange(
+                queue_id=c.queue_id, old_offset=c.old_offset, new_offset=c.new_offset
+            )
+            for c in result.queues
+        ],
+        dropped_inflight=result.dropped_inflight,
+    )

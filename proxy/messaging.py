@@ -6,11 +6,13 @@ from collections.abc import Awaitable
 
 import grpc
 
-from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker
+from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
 from broker_core.errors import InvalidArgumentError
 from broker_core.types import PoppedMessage
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from proxy import convert
+from proxy.allocation import Strategy
+from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
 
@@ -21,15 +23,22 @@ _DEADLINE_MARGIN_S = 0.05
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     """Validates requests, converts them and calls the broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, clients: ClientRegistry | None = None) -> None:
         self._broker = broker
+        # A started broker's groups existed before this registry: see ClientRegistry.
+        self.clients = clients or ClientRegistry(
+            existing_groups=[g.name for g in broker.list_groups()]
+        )
         self._leases = LeaseTable(broker)
 
     @rpc
     async def SendMessages(
         self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.SendMessagesResponse:
-        results = await self._broker.send([convert.new_message(m) for m in request.messages])
+        now = now_ms()
+        results = await self._broker.send(
+            [convert.new_message(m, i, now) for i, m in enumerate(request.messages)]
+        )
         return messaging_pb2.SendMessagesResponse(results=[convert.send_result(r) for r in results])
 
     @rpc
@@ -59,11 +68,6 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         if remaining is not None:
             # Answer (empty) before the caller's own deadline rather than let it expire.
             wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
-        if request.filter.type not in (
-            messaging_pb2.FILTER_TYPE_UNSPECIFIED,
-            messaging_pb2.FILTER_TYPE_TAG,
-        ):
-            raise InvalidArgumentError(f"filter type {request.filter.type} is not supported")
         popped = await self._broker.pop(
             request.group,
             request.topic,
@@ -71,6 +75,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             invisible_s=invisible,
             wait_s=wait,
             filter_expression=request.filter.expression,
+            filter_type=convert.filter_type(request.filter),
         )
         return messaging_pb2.PopResponse(messages=[convert.received_message(m) for m in popped])
 
@@ -111,6 +116,78 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         delay = convert.seconds("delay", request.delay) if request.HasField("delay") else None
         until_ms = await self._broker.nack(request.group, request.receipt_handle, delay)
         return messaging_pb2.NackResponse(redeliver_time=convert.timestamp(until_ms))
+
+    @rpc
+    async def RecallMessage(
+        self, request: messaging_pb2.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.RecallMessageResponse:
+        message_id = await self._broker.recall(request.topic, request.recall_handle)
+        return messaging_pb2.RecallMessageResponse(message_id=message_id)
+
+    # -- consumer clients and queue assignment (proxy/clients.py) ------------------------
+
+    @rpc
+    async def Heartbeat(
+        self, request: messaging_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.HeartbeatResponse:
+        queue_counts = {topic: self._queue_count(topic) for topic in request.topics}
+        interval = (
+            convert.seconds("heartbeat_interval", request.heartbeat_interval)
+            if request.HasField("heartbeat_interval")
+            else None
+        )
+        registration = Registration(
+            client_id=request.client_id,
+            group=request.group,
+            topics=tuple(request.topics),
+            mode=_consume_mode(request.mode),
+            strategy=_strategy(request.strategy),
+            heartbeat_interval_s=interval,
+            machine_room=request.machine_room,
+            configured_queues={
+                topic: tuple(ids.queue_ids) for topic, ids in request.configured_queues.items()
+            },
+        )
+        for topic in registration.configured_queues:
+            if topic not in queue_counts:
+                queue_counts[topic] = self._queue_count(topic)
+        interval_s = self.clients.heartbeat(registration, queue_counts)
+        lease_s = interval_s * self.clients.config.missed_heartbeats
+        return messaging_pb2.HeartbeatResponse(
+            heartbeat_interval=convert.duration(interval_s),
+            lease_duration=convert.duration(lease_s),
+        )
+
+    @rpc
+    async def QueryAssignment(
+        self, request: messaging_pb2.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.QueryAssignmentResponse:
+        assignment = self.clients.query_assignment(
+            request.client_id,
+            request.group,
+            request.topic,
+            self._queue_count(request.topic),
+            list(request.held_queue_ids),
+        )
+        return messaging_pb2.QueryAssignmentResponse(
+            queue_ids=assignment.queue_ids,
+            pending_queue_ids=assignment.pending_queue_ids,
+            epoch=assignment.epoch,
+            lease_duration=convert.duration(assignment.lease_s),
+        )
+
+    @rpc
+    async def NotifyClientTermination(
+        self,
+        request: messaging_pb2.NotifyClientTerminationRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> messaging_pb2.NotifyClientTerminationResponse:
+        known = self.clients.unregister(request.client_id, request.group)
+        return messaging_pb2.NotifyClientTerminationResponse(was_registered=known)
+
+    def _queue_count(self, topic: str) -> int:
+        info, _ = self._broker.get_topic(topic)
+        return info.queues
 
     # -- offset reads and lease tokens (Spark connector) --------------------------------
 
@@ -237,3 +314,33 @@ def _lease_result(outcome: LeaseOutcome) -> messaging_pb2.LeaseResult:
     if outcome.lease_until_ms:
         result.lease_until.CopyFrom(convert.timestamp(outcome.lease_until_ms))
     return result
+
+
+_CONSUME_MODES: dict[int, ConsumeMode] = {
+    messaging_pb2.CONSUME_MODE_UNSPECIFIED: ConsumeMode.POP,
+    messaging_pb2.CONSUME_MODE_POP: ConsumeMode.POP,
+    messaging_pb2.CONSUME_MODE_QUEUE_EXCLUSIVE: ConsumeMode.QUEUE_EXCLUSIVE,
+}
+_STRATEGIES: dict[int, Strategy] = {
+    messaging_pb2.ASSIGNMENT_STRATEGY_UNSPECIFIED: Strategy.AVERAGE,
+    messaging_pb2.ASSIGNMENT_STRATEGY_AVERAGE: Strategy.AVERAGE,
+    messaging_pb2.ASSIGNMENT_STRATEGY_AVERAGE_BY_CIRCLE: Strategy.AVERAGE_BY_CIRCLE,
+    messaging_pb2.ASSIGNMENT_STRATEGY_CONSISTENT_HASH: Strategy.CONSISTENT_HASH,
+    messaging_pb2.ASSIGNMENT_STRATEGY_BY_CONFIG: Strategy.BY_CONFIG,
+    messaging_pb2.ASSIGNMENT_STRATEGY_BY_MACHINE_ROOM: Strategy.BY_MACHINE_ROOM,
+}
+
+
+def _consume_mode(value: int) -> ConsumeMode:
+    mode = _CONSUME_MODES.get(value)
+    if mode is None:
+        raise InvalidArgumentError(f"mode {value} is unknown: use POP or QUEUE_EXCLUSIVE")
+    return mode
+
+
+def _strategy(value: int) -> Strategy:
+    strategy = _STRATEGIES.get(value)
+    if strategy is None:
+        allowed = ", ".join(s.value for s in Strategy)
+        raise InvalidArgumentError(f"strategy {value} is unknown: use one of {allowed}")
+    return strategy
