@@ -22,6 +22,7 @@ from broker_core.errors import InvalidArgumentError
 from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from proxy.admin import AdminServicer
 from proxy.messaging import MessagingServicer
+from proxy.rocketmq import RocketMQService
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class PopMQServer:
         self.broker = Broker(self.config.broker)
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        self.rocketmq: RocketMQService | None = None
 
     @property
     def address(self) -> str:
@@ -83,6 +85,10 @@ class PopMQServer:
         except RuntimeError as exc:
             await self.broker.close()
             raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
+        self.rocketmq = await RocketMQService.serve_on(
+            server, self.broker, address=lambda: self.address
+        )
         await server.start()
         self._server = server
         return self.port
@@ -91,6 +97,8 @@ class PopMQServer:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""
         if self._server is not None:
             server, self._server = self._server, None
+            if self.rocketmq is not None:
+                await self.rocketmq.close()  # ends Telemetry streams: stop() need not wait
             # Held long polls answer at once (empty), so the grace period is spent only on
             # RPCs doing work, which finish while the store is still open.
             self.broker.release_waiters()

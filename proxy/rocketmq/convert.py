@@ -1,0 +1,383 @@
+"""apache.rocketmq.v2 <-> broker_core conversions and the v2 argument rules.
+
+Each check raises ProtocolError with the Code an official client expects for that field
+(ILLEGAL_MESSAGE_TAG, MESSAGE_BODY_TOO_LARGE, ...) and a message saying what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from collections.abc import Sequence
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from apache.rocketmq.v2 import definition_pb2 as pb
+from broker_core import validation
+from broker_core.catalog import KIND_DLQ, TopicInfo
+from broker_core.errors import InvalidArgumentError
+from broker_core.types import NewMessage, PoppedMessage
+from popmq.store.v1 import records_pb2
+from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from proxy.rocketmq.config import RocketMQConfig
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# The v2 message types a popmq topic of each message type accepts.
+_ACCEPTS: dict[str, tuple[pb.MessageType, ...]] = {
+    "normal": (pb.NORMAL,),
+    "fifo": (pb.FIFO,),
+    "delay": (pb.DELAY,),
+    "transaction": (pb.TRANSACTION,),
+    "mixed": (pb.NORMAL, pb.FIFO, pb.DELAY),
+}
+_TYPE_NAMES = {pb.NORMAL: "normal", pb.FIFO: "fifo", pb.DELAY: "delay"}
+
+# popmq stores a body as sent or compressed with zlib; v2 clients understand GZIP or none.
+_ZLIB = "zlib"
+_ZLIB_LEVEL = 5
+"""What popmq's SDK (and RocketMQ's Java producer) compress with."""
+
+
+def timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def timestamp_ms(value: timestamp_pb2.Timestamp) -> int:
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    whole = int(seconds)
+    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def seconds(field: str, value: duration_pb2.Duration, code: pb.Code = Code.BAD_REQUEST) -> float:
+    """A Duration as seconds; rejects durations whose parts disagree in sign or overflow."""
+    if abs(value.nanos) >= 1_000_000_000 or (value.seconds * value.nanos < 0):
+        raise ProtocolError(code, f"{field} is not a valid duration")
+    return value.seconds + value.nanos / 1e9
+
+
+def _name(resource: pb.Resource, kind: str, code: pb.Code, *, allow_dlq: bool = False) -> str:
+    if resource.resource_namespace:
+        raise ProtocolError(
+            code,
+            f"{kind} namespace {resource.resource_namespace!r} is not supported: popmq has no "
+            "namespaces, leave it empty",
+        )
+    try:
+        validation.check_name(kind, resource.name, allow_dlq=allow_dlq)
+    except InvalidArgumentError as exc:
+        raise ProtocolError(code, str(exc)) from exc
+    return resource.name
+
+
+def topic_name(resource: pb.Resource, *, allow_dlq: bool = True) -> str:
+    """A topic named in a request; dead-letter topics can be read, not written."""
+    return _name(resource, "topic", Code.ILLEGAL_TOPIC, allow_dlq=allow_dlq)
+
+
+def group_name(resource: pb.Resource) -> str:
+    return _name(resource, "group", Code.ILLEGAL_CONSUMER_GROUP)
+
+
+def accepted_types(info: TopicInfo) -> tuple[pb.MessageType, ...]:
+    """The message types a topic takes, from its popmq message type."""
+    if info.kind == KIND_DLQ:
+        return (pb.NORMAL,)
+    return _ACCEPTS[info.message_type_name]
+
+
+def permission(info: TopicInfo) -> pb.Permission:
+    """Dead-letter topics are read-only; the rest are read-write."""
+    return pb.READ if info.kind == KIND_DLQ else pb.READ_WRITE
+
+
+def endpoints(address: str) -> pb.Endpoints:
+    """Endpoints of one HOST:PORT address ([v6]:port for IPv6)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if ":" in host:
+        scheme = pb.IPv6
+    elif host.replace(".", "").isdigit():
+        scheme = pb.IPv4
+    else:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def message_queue(
+    info: TopicInfo, queue_id: int, where: pb.Endpoints, broker_name: str
+) -> pb.MessageQueue:
+    return pb.MessageQueue(
+        topic=pb.Resource(name=info.name),
+        id=queue_id,
+        permission=permission(info),
+        broker=pb.Broker(name=broker_name, id=0, endpoints=where),
+        accept_message_types=accepted_types(info),
+    )
+
+
+# -- send --------------------------------------------------------------------------------
+
+
+def message_type_of(msg: pb.Message) -> pb.MessageType:
+    """The type a message's properties make it; a declared type must agree with them."""
+    props = msg.system_properties
+    has_group = props.HasField("message_group")
+    has_delay = props.HasField("delivery_timestamp")
+    if props.message_type in (pb.TRANSACTION, pb.LITE, pb.PRIORITY):
+        raise UnsupportedError(
+            f"{pb.MessageType.Name(props.message_type)} messages are not supported by popmq; "
+            "send NORMAL, FIFO or DELAY messages"
+        )
+    if props.HasField("lite_topic") or props.HasField("priority"):
+        raise UnsupportedError("lite topics and message priorities are not supported by popmq")
+    if has_group and has_delay:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "a message cannot have both a message_group (FIFO) and a delivery_timestamp (DELAY)",
+        )
+    derived = pb.FIFO if has_group else pb.DELAY if has_delay else pb.NORMAL
+    declared = props.message_type
+    if declared not in (pb.MESSAGE_TYPE_UNSPECIFIED, derived):
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"message_type {pb.MessageType.Name(declared)} does not match its properties, "
+            f"which make it {pb.MessageType.Name(derived)} (FIFO needs message_group, DELAY "
+            "needs delivery_timestamp, NORMAL neither)",
+        )
+    return derived
+
+
+def check_type_accepted(info: TopicInfo, kind: pb.MessageType) -> None:
+    if not info.accepts(_TYPE_NAMES[kind]):
+        names = ", ".join(pb.MessageType.Name(t) for t in accepted_types(info))
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {info.name!r} accepts {names} messages, not {pb.MessageType.Name(kind)}",
+        )
+
+
+def _body(msg: pb.Message, where: str, config: RocketMQConfig) -> tuple[bytes, str]:
+    """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed."""
+    body = msg.body
+    if not body:
+        raise ProtocolError(Code.MESSAGE_BODY_EMPTY, f"{where}.body is empty: send 1 B to 4 MiB")
+    if len(body) > validation.MAX_BODY_BYTES:
+        raise ProtocolError(
+            Code.MESSAGE_BODY_TOO_LARGE,
+            f"{where}.body is {len(body)} bytes: at most {validation.MAX_BODY_BYTES} (4 MiB) "
+            "are allowed",
+        )
+    encoding = msg.system_properties.body_encoding
+    if encoding in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
+        return body, ""
+    if encoding != pb.GZIP:
+        raise ProtocolError(Code.BAD_REQUEST, f"{where}.body_encoding {encoding} is unknown")
+    inflater = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        raw = inflater.decompress(body, config.max_gzip_body_bytes)
+    except zlib.error as exc:
+        raise ProtocolError(
+            Code.MESSAGE_CORRUPTED, f"{where}.body is not valid GZIP: {exc}"
+        ) from exc
+    if inflater.unconsumed_tail:
+        raise ProtocolError(
+            Code.MESSAGE_BODY_TOO_LARGE,
+            f"{where}.body inflates to more than {config.max_gzip_body_bytes} bytes",
+        )
+    if not inflater.eof:
+        raise ProtocolError(Code.MESSAGE_CORRUPTED, f"{where}.body is truncated GZIP")
+    return zlib.compress(raw, _ZLIB_LEVEL), _ZLIB
+
+
+def _check_strings(where: str, props: pb.SystemProperties, user: dict[str, str]) -> None:
+    if props.HasField("tag"):
+        tag = props.tag
+        if (
+            not tag.strip()
+            or "|" in tag
+            or _CONTROL.search(tag)
+            or len(tag) > validation.MAX_TAG_LENGTH
+        ):
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_TAG,
+                f"{where}.tag {tag!r} is invalid: 1 to {validation.MAX_TAG_LENGTH} characters, "
+                "not blank, no '|', no control characters",
+            )
+    if len(props.keys) > validation.MAX_KEYS:
+        raise ProtocolError(
+            Code.ILLEGAL_MESSAGE_KEY,
+            f"{where} has {len(props.keys)} keys: at most {validation.MAX_KEYS} are allowed",
+        )
+    for key in props.keys:
+        if not key.strip() or _CONTROL.search(key) or len(key) > validation.MAX_KEY_LENGTH:
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_KEY,
+                f"{where} key {key!r} is invalid: 1 to {validation.MAX_KEY_LENGTH} characters, "
+                "not blank, no control characters",
+            )
+    if len(user) > validation.MAX_PROPERTIES:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"{where} has {len(user)} properties: at most {validation.MAX_PROPERTIES} are allowed",
+        )
+    total = 0
+    for name, value in user.items():
+        if not name.strip() or _CONTROL.search(name):
+            raise ProtocolError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"{where} property name {name!r} is blank or has control characters",
+            )
+        total += len(name.encode()) + len(value.encode())
+    if total > validation.MAX_PROPERTIES_BYTES:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"{where} properties take {total} bytes: at most {validation.MAX_PROPERTIES_BYTES} "
+            "(16 KiB) are allowed",
+        )
+    message_id = props.message_id
+    if (
+        not message_id
+        or len(message_id) > validation.MAX_MESSAGE_ID_LENGTH
+        or _CONTROL.search(message_id)
+    ):
+        raise ProtocolError(
+            Code.ILLEGAL_MESSAGE_ID,
+            f"{where}.message_id {message_id!r} is invalid: 1 to "
+            f"{validation.MAX_MESSAGE_ID_LENGTH} printable characters (clients generate it)",
+        )
+
+
+def new_message(
+    msg: pb.Message, index: int, now_ms: int, config: RocketMQConfig, max_delay_s: float
+) -> tuple[NewMessage, pb.MessageType]:
+    """A v2 message as the broker stores it, and its message type."""
+    where = f"messages[{index}]"
+    props = msg.system_properties
+    user = dict(msg.user_properties)
+    kind = message_type_of(msg)
+    _check_strings(where, props, user)
+    body, encoding = _body(msg, where, config)
+    group = props.message_group if props.HasField("message_group") else ""
+    if kind == pb.FIFO and (
+        not group.strip()
+        or _CONTROL.search(group)
+        or len(group.encode()) > config.max_message_group_bytes
+    ):
+        raise ProtocolError(
+            Code.ILLEGAL_MESSAGE_GROUP,
+            f"{where}.message_group {group!r} is invalid: 1 to "
+            f"{config.max_message_group_bytes} bytes, not blank, no control characters",
+        )
+    deliver_at = 0
+    if kind == pb.DELAY:
+        deliver_at = timestamp_ms(props.delivery_timestamp)
+        if deliver_at - now_ms > round(max_delay_s * 1000):
+            raise ProtocolError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"{where}.delivery_timestamp is {(deliver_at - now_ms) / 1000:.0f}s ahead: at "
+                f"most {max_delay_s:.0f}s are allowed",
+            )
+    born = timestamp_ms(props.born_timestamp) if props.HasField("born_timestamp") else 0
+    return (
+        NewMessage(
+            topic=msg.topic.name,
+            body=body,
+            tag=props.tag if props.HasField("tag") else "",
+            keys=tuple(props.keys),
+            properties=user,
+            message_id=props.message_id,
+            born_time_ms=born,
+            message_group=group,
+            deliver_at_ms=deliver_at,
+            body_encoding=encoding,
+            born_host=props.born_host,
+        ),
+        kind,
+    )
+
+
+# -- receive -----------------------------------------------------------------------------
+
+
+def delivered_body(body: bytes, encoding: str, message_id: str) -> bytes:
+    """The body as v2 clients read it (IDENTITY): popmq encodings are decoded here."""
+    if encoding == "":
+        return body
+    if encoding == _ZLIB:
+        return zlib.decompress(body)
+    raise UnsupportedError(
+        f"message {message_id} has body encoding {encoding!r}, which RocketMQ 5 clients "
+        "cannot read and popmq cannot decode for them"
+    )
+
+
+def v2_message(
+    record: records_pb2.StoredMessage,
+    *,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    store_host: str,
+    receipt_handle: str = "",
+    invisible_s: float | None = None,
+) -> pb.Message:
+    """A stored message as ReceiveMessage (with a handle) or PullMessage streams it."""
+    body = delivered_body(record.body, record.body_encoding, record.message_id)
+    props = pb.SystemProperties(
+        keys=record.keys,
+        message_id=record.message_id,
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
+        body_encoding=pb.IDENTITY,
+        message_type=(
+            pb.FIFO if record.message_group else pb.DELAY if record.deliver_at_ms else pb.NORMAL
+        ),
+        born_timestamp=timestamp(record.born_time_ms),
+        born_host=record.born_host,
+        store_timestamp=timestamp(record.store_time_ms),
+        store_host=store_host,
+        # A retry copy reports where the message was first stored.
+        queue_id=record.origin_queue_id if record.origin_topic else queue_id,
+        queue_offset=record.origin_offset if record.origin_topic else offset,
+        delivery_attempt=record.delivery_attempt,
+    )
+    if receipt_handle:
+        props.receipt_handle = receipt_handle
+    if invisible_s is not None:
+        props.invisible_duration.CopyFrom(duration(invisible_s))
+    if record.tag:
+        props.tag = record.tag
+    if record.message_group:
+        props.message_group = record.message_group
+    if record.deliver_at_ms:
+        props.delivery_timestamp.CopyFrom(timestamp(record.deliver_at_ms))
+    if topic.startswith(validation.DLQ_PREFIX) and record.origin_topic:
+        props.dead_letter_queue.CopyFrom(
+            pb.DeadLetterQueue(topic=record.origin_topic, message_id=record.message_id)
+        )
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        user_properties=record.properties,
+        system_properties=props,
+        body=body,
+    )
+
+
+def popped_message(popped: PoppedMessage, now_ms: int, store_host: str) -> pb.Message:
+    return v2_message(
+        popped.record,
+        topic=popped.topic,
+        queue_id=popped.queue_id,
+        offset=popped.offset,
+        store_host=store_host,
+        receipt_handle=popped.receipt_handle,
+        invisible_s=max(0, popped.invisible_until_ms - now_ms) / 1000,
+    )
+
+
+def subscription_topics(entries: Sequence[pb.SubscriptionEntry]) -> list[str]:
+    return [topic_name(entry.topic) for entry in entries]

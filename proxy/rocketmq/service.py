@@ -1,0 +1,755 @@
+"""apache.rocketmq.v2.MessagingService over the broker: RocketMQ 5 clients, unchanged.
+
+Official clients read outcomes from the `Status` inside each response (gRPC status OK), so
+every handler answers broker errors there, mapped once by codes.py; an unexpected exception
+is logged and answered INTERNAL_SERVER_ERROR. Everything runs on the server's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import grpc
+
+from apache.rocketmq.v2 import definition_pb2 as pb
+from apache.rocketmq.v2 import service_pb2 as sv
+from apache.rocketmq.v2 import service_pb2_grpc
+from broker_core.broker import PULL_MAX_MESSAGES, Broker
+from broker_core.catalog import GroupInfo, TopicInfo
+from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
+from broker_core.filters import parse_filter
+from broker_core.types import PoppedMessage, QueueStats
+from proxy.rocketmq import codes, convert, settings
+from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from proxy.rocketmq.config import RocketMQConfig
+from proxy.rocketmq.inflight import Inflight
+from proxy.rocketmq.sessions import Sessions
+
+log = logging.getLogger(__name__)
+
+_Response = TypeVar("_Response")
+_DEADLINE_MARGIN_S = 0.05
+"""A long poll answers this long before the caller's deadline instead of overrunning it."""
+_CLIENT_ID = "x-mq-client-id"
+_FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
+_PULL_WAIT_KEY = "\x00pull:"
+"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def answers(
+    response: Callable[..., _Response],
+    overrides: Mapping[type[PopMQError], pb.Code] | None = None,
+) -> Callable[
+    [Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]]],
+    Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]],
+]:
+    """Answer a unary RPC's broker errors with `response(status=...)`, as RocketMQ does."""
+
+    def decorate(
+        handler: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]],
+    ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Response]]:
+        @functools.wraps(handler)
+        async def wrapper(self: RocketMQService, request: Any, context: Any) -> _Response:
+            self.touch(context)
+            try:
+                return await handler(self, request, context)
+            except PopMQError as exc:
+                log.debug("%s failed: %s", handler.__name__, exc)
+                return response(status=codes.status_of(exc, overrides))
+            except Exception:
+                log.exception("%s failed unexpectedly", handler.__name__)
+                return response(status=_internal())
+
+        return wrapper
+
+    return decorate
+
+
+def _internal() -> pb.Status:
+    return pb.Status(code=Code.INTERNAL_SERVER_ERROR, message="internal error; see the server log")
+
+
+class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
+    """The RocketMQ 5 front end: sessions, settings, in-flight handles, protocol mapping."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        address: Callable[[], str],
+        config: RocketMQConfig | None = None,
+    ) -> None:
+        """`address` gives this server's HOST:PORT, for routes of clients that name none."""
+        self._broker = broker
+        self._address = address
+        self.config = config or RocketMQConfig()
+        self.sessions = Sessions(self.config.client_idle_s)
+        self.inflight = Inflight(broker, self.config, self.sessions)
+        # Releases started by failed stream writes; held so they are not garbage-collected.
+        self._background: set[asyncio.Task[int]] = set()
+
+    @classmethod
+    async def serve_on(
+        cls, server: grpc.aio.Server, broker: Broker, *, address: Callable[[], str]
+    ) -> RocketMQService:
+        """Register a started service on a gRPC server (before the server starts)."""
+        service = cls(broker, address=address)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
+        await service.start()
+        return service
+
+    async def start(self) -> None:
+        self.inflight.start()
+
+    async def close(self) -> None:
+        """End Telemetry streams and stop renewing (held messages keep their deadlines)."""
+        self.sessions.close_all()
+        await self.inflight.close()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def client_id(context: grpc.aio.ServicerContext) -> str:
+        for key, value in context.invocation_metadata() or ():
+            if key == _CLIENT_ID:
+                return str(value)
+        return ""
+
+    def touch(self, context: grpc.aio.ServicerContext) -> str:
+        """Mark the calling client as alive; returns its id ("" when it sent none)."""
+        client_id = self.client_id(context)
+        if client_id:
+            self.sessions.touch(client_id)
+        return client_id
+
+    def _require_client_id(self, context: grpc.aio.ServicerContext) -> str:
+        client_id = self.client_id(context)
+        if not client_id:
+            raise ProtocolError(
+                Code.CLIENT_ID_REQUIRED, f"the {_CLIENT_ID} metadata header is required"
+            )
+        return client_id
+
+    def _endpoints(self, requested: pb.Endpoints) -> pb.Endpoints:
+        """Where clients reach this proxy: the address they used, else the listen address."""
+        if requested.addresses:
+            return requested
+        return convert.endpoints(self._address())
+
+    def _topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+        """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
+        try:
+            return self._broker.get_topic(name)
+        except NotFoundError as exc:
+            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
+
+    def _queue_id(self, info: TopicInfo, queue: pb.MessageQueue) -> int:
+        if not 0 <= queue.id < info.queues:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"message_queue.id {queue.id} is outside 0..{info.queues - 1} of topic "
+                f"{info.name!r}",
+            )
+        return queue.id
+
+    def _policy(self, group: str, topics: list[str]) -> settings.GroupPolicy:
+        """The retry policy and fifo flag of a group (its defaults if it does not exist yet)."""
+        info: GroupInfo | None
+        try:
+            info = self._broker.get_group(group)
+        except NotFoundError:
+            info = None
+        if info is None:
+            defaults = self._broker.config.groups
+            attempts = defaults.max_delivery_attempts
+            backoff = tuple(round(s * 1000) for s in defaults.retry_backoff_s)
+            fifo = False
+        else:
+            attempts, backoff = info.max_delivery_attempts, info.retry_backoff_ms
+            fifo = self._broker.group_settings(group).fifo
+        return settings.GroupPolicy(attempts, backoff, fifo)
+
+    @staticmethod
+    def _filter(expression: pb.FilterExpression) -> tuple[str, str]:
+        """(filter_type, expression) for the broker; refused early with the v2 code."""
+        kind = _FILTER_TYPES.get(expression.type)
+        if kind is None:
+            raise ProtocolError(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"filter type {expression.type} is unknown: use TAG or SQL",
+            )
+        try:
+            parse_filter(expression.expression, kind)
+        except InvalidArgumentError as exc:
+            raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
+        return kind, expression.expression
+
+    # -- routes, heartbeats, sessions ------------------------------------------------------
+
+    @answers(sv.QueryRouteResponse, codes.TOPIC)
+    async def QueryRoute(
+        self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> sv.QueryRouteResponse:
+        info, _ = self._topic(convert.topic_name(request.topic))
+        where = self._endpoints(request.endpoints)
+        name = self.config.broker_name
+        return sv.QueryRouteResponse(
+            status=codes.ok(),
+            message_queues=[
+                convert.message_queue(info, q, where, name) for q in range(info.queues)
+            ],
+        )
+
+    @answers(sv.QueryAssignmentResponse, codes.TOPIC)
+    async def QueryAssignment(
+        self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> sv.QueryAssignmentResponse:
+        """One assignment per topic with queue id -1, as RocketMQ's proxy answers POP-mode
+        consumers: every receive pops all queues of the topic and the broker balances them."""
+        info, _ = self._topic(convert.topic_name(request.topic))
+        convert.group_name(request.group)
+        queue = convert.message_queue(
+            info, -1, self._endpoints(request.endpoints), self.config.broker_name
+        )
+        return sv.QueryAssignmentResponse(
+            status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
+        )
+
+    @answers(sv.HeartbeatResponse, codes.GROUP)
+    async def Heartbeat(
+        self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> sv.HeartbeatResponse:
+        client_id = self._require_client_id(context)
+        group = convert.group_name(request.group) if request.HasField("group") else None
+        self.sessions.touch(client_id, client_type=request.client_type, group=group)
+        return sv.HeartbeatResponse(status=codes.ok())
+
+    @answers(sv.NotifyClientTerminationResponse, codes.GROUP)
+    async def NotifyClientTermination(
+        self, request: sv.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> sv.NotifyClientTerminationResponse:
+        client_id = self._require_client_id(context)
+        self.sessions.remove(client_id)
+        released = await self.inflight.release_client(client_id)
+        return sv.NotifyClientTerminationResponse(
+            status=codes.ok(f"released {released} in-flight messages")
+        )
+
+    async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        """Answer each settings frame with the merged settings; stay open for the client's
+        lifetime (the channel for server-to-client commands) until it or the server ends."""
+        client_id = self.client_id(context)
+        if not client_id:
+            await context.write(
+                sv.TelemetryCommand(
+                    status=pb.Status(
+                        code=Code.CLIENT_ID_REQUIRED,
+                        message=f"the {_CLIENT_ID} metadata header is required",
+                    )
+                )
+            )
+            return
+        session = self.sessions.touch(client_id)
+        session.streams += 1
+        closed = asyncio.ensure_future(session.closed.wait())
+        try:
+            while True:
+                read = asyncio.ensure_future(context.read())
+                await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    return  # the session ended (termination, idle, server shutdown)
+                command = read.result()
+                if command is grpc.aio.EOF:
+                    return
+                reply = self._on_telemetry(client_id, command)
+                if reply is not None:
+                    await context.write(reply)
+        finally:
+            closed.cancel()
+            session.streams -= 1
+
+    def _on_telemetry(
+        self, client_id: str, command: sv.TelemetryCommand
+    ) -> sv.TelemetryCommand | None:
+        session = self.sessions.touch(client_id)
+        which = command.WhichOneof("command")
+        if which != "settings":
+            # Answers to server commands popmq never sends (thread stacks, verify results).
+            log.debug("telemetry %s from client %s ignored", which, client_id)
+            return None
+        client = command.settings
+        try:
+            settings.check_client_settings(client)
+            if client.client_type == pb.PRODUCER:
+                reply = settings.producer_reply(client, self.config)
+            else:
+                group = convert.group_name(client.subscription.group)
+                topics = [convert.topic_name(e.topic) for e in client.subscription.subscriptions]
+                for entry in client.subscription.subscriptions:
+                    self._filter(entry.expression)
+                reply = settings.consumer_reply(
+                    client,
+                    self._policy(group, topics),
+                    self.config,
+                    self._broker.config.pop.max_batch,
+                )
+                session.group = group
+        except PopMQError as exc:
+            return sv.TelemetryCommand(status=codes.status_of(exc, codes.GROUP))
+        session.client_type = client.client_type
+        session.settings = client
+        return sv.TelemetryCommand(status=codes.ok(), settings=reply)
+
+    # -- send ------------------------------------------------------------------------------
+
+    async def SendMessage(
+        self, request: sv.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> sv.SendMessageResponse:
+        self.touch(context)
+        try:
+            results = await self._send(request)
+        except PopMQError as exc:
+            status = codes.status_of(exc, codes.TOPIC)
+        except Exception:
+            log.exception("SendMessage failed unexpectedly")
+            status = _internal()
+        else:
+            return sv.SendMessageResponse(status=codes.ok(), entries=results)
+        # The batch is stored all or none: every entry shares the failure.
+        return sv.SendMessageResponse(
+            status=status,
+            entries=[
+                sv.SendResultEntry(status=status, message_id=m.system_properties.message_id)
+                for m in request.messages
+            ],
+        )
+
+    async def _send(self, request: sv.SendMessageRequest) -> list[sv.SendResultEntry]:
+        if not request.messages:
+            raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
+        now = _now_ms()
+        max_delay = self._broker.config.messages.max_delay_s
+        batch = []
+        for index, msg in enumerate(request.messages):
+            name = convert.topic_name(msg.topic, allow_dlq=False)
+            message, kind = convert.new_message(msg, index, now, self.config, max_delay)
+            try:
+                info, _ = self._topic(name)
+            except ProtocolError:
+                if not self._broker.config.auto_create_topics:
+                    raise
+            else:
+                convert.check_type_accepted(info, kind)
+            batch.append(message)
+        results = await self._broker.send(batch)
+        return [
+            sv.SendResultEntry(
+                status=codes.ok(),
+                message_id=r.message_id,
+                offset=r.offset,
+                recall_handle=r.recall_handle,
+            )
+            for r in results
+        ]
+
+    @answers(sv.RecallMessageResponse, codes.TOPIC)
+    async def RecallMessage(
+        self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> sv.RecallMessageResponse:
+        topic = convert.topic_name(request.topic, allow_dlq=False)
+        if not request.recall_handle:
+            raise ProtocolError(Code.BAD_REQUEST, "recall_handle is empty")
+        self._topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
+        try:
+            message_id = await self._broker.recall(topic, request.recall_handle)
+        except NotFoundError as exc:
+            # The topic exists: what is missing is the delayed message.
+            raise ProtocolError(Code.NOT_FOUND, str(exc)) from exc
+        return sv.RecallMessageResponse(status=codes.ok(), message_id=message_id)
+
+    @answers(sv.EndTransactionResponse)
+    async def EndTransaction(
+        self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> sv.EndTransactionResponse:
+        raise UnsupportedError(
+            "transactional messages are not supported by popmq: there is no half message "
+            f"{request.message_id!r} to commit or roll back"
+        )
+
+    @answers(sv.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(
+        self, request: sv.SyncLiteSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> sv.SyncLiteSubscriptionResponse:
+        raise UnsupportedError("lite topics are not supported by popmq")
+
+    # -- receive ---------------------------------------------------------------------------
+
+    def _polling_s(
+        self, request: sv.ReceiveMessageRequest, remaining: float | None, client_id: str
+    ) -> float:
+        """RocketMQ's rule: the requested wait (or what the deadline leaves after half the
+        client's request timeout), clamped to [min, max] long polling, and at most the
+        deadline; a deadline shorter than the minimum is ILLEGAL_POLLING_TIME."""
+        low, high = self.config.min_long_polling_s, self.config.max_long_polling_s
+        if request.HasField("long_polling_timeout"):
+            wait = convert.seconds(
+                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
+            )
+        elif remaining is not None:
+            wait = remaining - self._request_timeout_s(client_id) / 2
+        else:
+            wait = high
+        wait = min(max(wait, low), high)
+        if remaining is not None and wait > remaining:
+            if remaining < low:
+                raise ProtocolError(
+                    Code.ILLEGAL_POLLING_TIME,
+                    f"the call's deadline leaves {remaining:.3f}s, less than the minimum long "
+                    f"polling time {low:g}s; give the call more time",
+                )
+            wait = remaining
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
+        return wait
+
+    def _request_timeout_s(self, client_id: str) -> float:
+        """The request timeout the client reported in its settings (RocketMQ default 3 s)."""
+        session = self.sessions.get(client_id)
+        if session is not None and session.settings is not None:
+            if session.settings.HasField("request_timeout"):
+                return convert.seconds("request_timeout", session.settings.request_timeout)
+        return 3.0
+
+    async def ReceiveMessage(
+        self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        """Stream: a status, then the messages, then the delivery timestamp."""
+        client_id = self.touch(context)
+        try:
+            popped, group, auto_renew = await self._receive(request, context, client_id)
+        except PopMQError as exc:
+            await context.write(sv.ReceiveMessageResponse(status=codes.status_of(exc, codes.TOPIC)))
+            return
+        except Exception:
+            log.exception("ReceiveMessage failed unexpectedly")
+            await context.write(sv.ReceiveMessageResponse(status=_internal()))
+            return
+        now = _now_ms()
+        for message in popped:
+            self.inflight.track(client_id, group, message, auto_renew)
+        sent = 0
+        try:
+            if not popped:
+                await context.write(
+                    sv.ReceiveMessageResponse(
+                        status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+                    )
+                )
+            else:
+                await context.write(sv.ReceiveMessageResponse(status=codes.ok()))
+                host = self._address()
+                for message in popped:
+                    await context.write(
+                        sv.ReceiveMessageResponse(
+                            message=convert.popped_message(message, now, host)
+                        )
+                    )
+                    sent += 1
+            await context.write(
+                sv.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(_now_ms()))
+            )
+        except BaseException:
+            # The client is gone (or the stream broke): it will never ack these, so they
+            # are made visible again soon instead of after their invisible time.
+            self._release_later(group, popped[sent:] if sent else popped)
+            raise
+
+    def _release_later(self, group: str, popped: list[PoppedMessage]) -> None:
+        if not popped:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self.inflight.release_handles(group, [m.receipt_handle for m in popped])
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _receive(
+        self,
+        request: sv.ReceiveMessageRequest,
+        context: grpc.aio.ServicerContext,
+        client_id: str,
+    ) -> tuple[list[PoppedMessage], str, bool]:
+        if not client_id:
+            self._require_client_id(context)
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        filter_type, expression = self._filter(request.filter_expression)
+        pop = self._broker.config.pop
+        if request.batch_size < 1:
+            raise ProtocolError(
+                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
+            )
+        # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
+        batch = min(request.batch_size, pop.max_batch)
+        if request.auto_renew:
+            invisible = self.config.auto_renew_invisible_s
+        elif request.HasField("invisible_duration"):
+            invisible = convert.seconds(
+                "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
+            )
+        else:
+            raise ProtocolError(
+                Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required unless auto_renew"
+            )
+        if not pop.min_invisible_s <= invisible <= pop.max_invisible_s:
+            raise ProtocolError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {invisible:g}s is outside {pop.min_invisible_s:g}s.."
+                f"{pop.max_invisible_s:g}s",
+            )
+        wait = self._polling_s(request, context.time_remaining(), client_id)
+        self._topic(topic)
+        popped = await self._broker.pop(
+            group,
+            topic,
+            max_messages=batch,
+            invisible_s=invisible,
+            wait_s=wait,
+            filter_expression=expression,
+            filter_type=filter_type,
+        )
+        return popped, group, request.auto_renew
+
+    # -- ack, change invisible duration, dead letters --------------------------------------
+
+    @answers(sv.AckMessageResponse, codes.GROUP)
+    async def AckMessage(
+        self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> sv.AckMessageResponse:
+        group = convert.group_name(request.group)
+        convert.topic_name(request.topic)
+        if not request.entries:
+            raise ProtocolError(Code.BAD_REQUEST, "entries is empty: ack 1 or more messages")
+        handles = []
+        for index, entry in enumerate(request.entries):
+            if not entry.receipt_handle:
+                raise ProtocolError(
+                    Code.INVALID_RECEIPT_HANDLE, f"entries[{index}].receipt_handle is empty"
+                )
+            handles.append(await self.inflight.current_handle(group, entry.receipt_handle))
+        outcomes = await self._broker.ack(group, handles)
+        results = []
+        for entry, error in zip(request.entries, outcomes, strict=True):
+            status = codes.ok() if error is None else codes.status_of(error)
+            if status.code in (Code.OK, Code.INVALID_RECEIPT_HANDLE):
+                self.inflight.acked(group, entry.receipt_handle)
+            results.append(
+                sv.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+                )
+            )
+        return sv.AckMessageResponse(
+            status=codes.overall([r.status for r in results]), entries=results
+        )
+
+    @answers(sv.ChangeInvisibleDurationResponse, codes.GROUP)
+    async def ChangeInvisibleDuration(
+        self, request: sv.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> sv.ChangeInvisibleDurationResponse:
+        group = convert.group_name(request.group)
+        convert.topic_name(request.topic)
+        if request.HasField("suspend") and request.suspend:
+            raise UnsupportedError(
+                "suspend (redeliver without counting a delivery attempt) is not supported by "
+                "popmq: every redelivery counts"
+            )
+        if not request.receipt_handle:
+            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
+        if not request.HasField("invisible_duration"):
+            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
+        invisible = convert.seconds(
+            "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
+        )
+        pop = self._broker.config.pop
+        if not pop.min_invisible_s <= invisible <= pop.max_invisible_s:
+            raise ProtocolError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {invisible:g}s is outside {pop.min_invisible_s:g}s.."
+                f"{pop.max_invisible_s:g}s",
+            )
+        current = await self.inflight.current_handle(group, request.receipt_handle)
+        try:
+            handle, deadline = await self._broker.change_invisible_time(group, current, invisible)
+        except PopMQError as exc:
+            if codes.code_of(exc) == Code.INVALID_RECEIPT_HANDLE:
+                self.inflight.acked(group, request.receipt_handle)
+            raise
+        self.inflight.changed(group, request.receipt_handle, handle, deadline)
+        return sv.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
+
+    @answers(sv.ForwardMessageToDeadLetterQueueResponse, codes.GROUP)
+    async def ForwardMessageToDeadLetterQueue(
+        self,
+        request: sv.ForwardMessageToDeadLetterQueueRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> sv.ForwardMessageToDeadLetterQueueResponse:
+        group = convert.group_name(request.group)
+        convert.topic_name(request.topic)
+        if not request.receipt_handle:
+            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
+        raise UnsupportedError(
+            f"forwarding a message of group {group!r} to its dead-letter topic by hand is not "
+            "supported yet: the broker moves it there after max_delivery_attempts"
+        )
+
+    # -- offset-based reads (pull consumers) -----------------------------------------------
+
+    def _offset_in(self, stats: list[QueueStats], queue_id: int, offset: int) -> None:
+        high = stats[queue_id].max_offset
+        if not 0 <= offset <= high:
+            raise ProtocolError(
+                Code.ILLEGAL_OFFSET,
+                f"offset {offset} is outside 0..{high} of queue {queue_id}",
+            )
+
+    async def PullMessage(
+        self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        """Stream: a status, the messages from `offset` on that pass the filter, next_offset.
+
+        Reads change no state. When nothing is there yet, it waits for an arrival up to the
+        long-polling timeout (bounded like ReceiveMessage's).
+        """
+        self.touch(context)
+        try:
+            frames = await self._pull(request, context)
+        except PopMQError as exc:
+            frames = [sv.PullMessageResponse(status=codes.status_of(exc, codes.GROUP))]
+        except Exception:
+            log.exception("PullMessage failed unexpectedly")
+            frames = [sv.PullMessageResponse(status=_internal())]
+        for frame in frames:
+            await context.write(frame)
+
+    async def _pull(
+        self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> list[sv.PullMessageResponse]:
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        filter_type, expression = self._filter(request.filter_expression)
+        record_filter = parse_filter(expression, filter_type)
+        if request.batch_size < 1:
+            raise ProtocolError(
+                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
+            )
+        batch = min(request.batch_size, PULL_MAX_MESSAGES)
+        info, stats = self._topic(topic)
+        queue_id = self._queue_id(info, request.message_queue)
+        self._offset_in(stats, queue_id, request.offset)
+        wait = 0.0
+        if request.HasField("long_polling_timeout"):
+            wait = convert.seconds(
+                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
+            )
+            wait = min(max(wait, 0.0), self.config.max_long_polling_s)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
+        while True:
+            result = self._broker.pull(topic, queue_id, request.offset, batch)
+            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
+            left = give_up - loop.time()
+            if records or result.messages or left <= 0:
+                break
+            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic)
+            try:
+                await asyncio.wait([waiter], timeout=left)
+            finally:
+                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter)
+        host = self._address()
+        frames = [
+            sv.PullMessageResponse(
+                status=codes.ok()
+                if records
+                else pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+            )
+        ]
+        frames.extend(
+            sv.PullMessageResponse(
+                message=convert.v2_message(
+                    record, topic=topic, queue_id=queue_id, offset=offset, store_host=host
+                )
+            )
+            for offset, record in records
+        )
+        frames.append(sv.PullMessageResponse(next_offset=result.next_offset))
+        return frames
+
+    @answers(sv.GetOffsetResponse, codes.GROUP)
+    async def GetOffset(
+        self, request: sv.GetOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> sv.GetOffsetResponse:
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        info, _ = self._topic(topic)
+        queue_id = self._queue_id(info, request.message_queue)
+        position = self._broker.get_offsets(group, topic)[queue_id]
+        if not position.committed:
+            raise ProtocolError(
+                Code.OFFSET_NOT_FOUND,
+                f"group {group!r} has no offset in queue {queue_id} of {topic!r} yet (it would "
+                f"start at {position.offset})",
+            )
+        return sv.GetOffsetResponse(status=codes.ok(), offset=position.offset)
+
+    @answers(sv.UpdateOffsetResponse, codes.GROUP)
+    async def UpdateOffset(
+        self, request: sv.UpdateOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> sv.UpdateOffsetResponse:
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        info, stats = self._topic(topic)
+        queue_id = self._queue_id(info, request.message_queue)
+        self._offset_in(stats, queue_id, request.offset)
+        await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
+        return sv.UpdateOffsetResponse(status=codes.ok())
+
+    @answers(sv.QueryOffsetResponse, codes.TOPIC)
+    async def QueryOffset(
+        self, request: sv.QueryOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> sv.QueryOffsetResponse:
+        topic = convert.topic_name(request.message_queue.topic)
+        info, stats = self._topic(topic)
+        queue_id = self._queue_id(info, request.message_queue)
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = stats[queue_id].min_offset
+        elif policy == pb.END:
+            offset = stats[queue_id].max_offset
+        elif policy == pb.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                raise ProtocolError(Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
+            at = convert.timestamp_ms(request.timestamp)
+            offset = dict(self._broker.offsets_at(topic, at))[queue_id]
+        else:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"query_offset_policy {policy} is unknown: use BEGINNING, END or TIMESTAMP",
+            )
+        return sv.QueryOffsetResponse(status=codes.ok(), offset=offset)

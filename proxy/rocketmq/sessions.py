@@ -1,0 +1,92 @@
+"""Connected RocketMQ 5 clients, by the client id they send in `x-mq-client-id`.
+
+A session is created by the first call that carries a client id and lives while the client
+calls (heartbeats every 10 s) or keeps its Telemetry stream open; NotifyClientTermination or
+`client_idle_s` of silence ends it. Everything runs on the server's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from apache.rocketmq.v2 import definition_pb2 as pb
+
+
+@dataclass(slots=True)
+class ClientSession:
+    """What the proxy knows about one client."""
+
+    client_id: str
+    last_seen: float
+    """time.monotonic() of the client's last call."""
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    settings: pb.Settings | None = None
+    """The settings the client last reported over Telemetry."""
+    streams: int = 0
+    """Open Telemetry streams; a client with one open is alive even when silent."""
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the session ends: its Telemetry streams finish."""
+
+
+class Sessions:
+    """The client registry."""
+
+    def __init__(self, idle_s: float) -> None:
+        self._idle_s = idle_s
+        # client id -> session; guarded by running on one event loop.
+        self._sessions: dict[str, ClientSession] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def touch(
+        self, client_id: str, *, client_type: int | None = None, group: str | None = None
+    ) -> ClientSession:
+        """The client's session (created on first sight), marked as seen now."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = ClientSession(client_id, time.monotonic())
+            self._sessions[client_id] = session
+        session.last_seen = time.monotonic()
+        if client_type is not None and client_type != pb.CLIENT_TYPE_UNSPECIFIED:
+            session.client_type = client_type
+        if group:
+            session.group = group
+        return session
+
+    def get(self, client_id: str) -> ClientSession | None:
+        return self._sessions.get(client_id)
+
+    def is_live(self, client_id: str) -> bool:
+        session = self._sessions.get(client_id)
+        return session is not None and (
+            session.streams > 0 or time.monotonic() - session.last_seen < self._idle_s
+        )
+
+    def remove(self, client_id: str) -> ClientSession | None:
+        """End a session: its Telemetry streams are told to finish."""
+        session = self._sessions.pop(client_id, None)
+        if session is not None:
+            session.closed.set()
+        return session
+
+    def idle(self) -> list[str]:
+        """Clients silent for longer than the idle limit, with no Telemetry stream open."""
+        limit = time.monotonic() - self._idle_s
+        return [
+            s.client_id for s in self._sessions.values() if s.streams == 0 and s.last_seen <= limit
+        ]
+
+    def next_idle_in(self) -> float | None:
+        """Seconds until the next client may become idle (None without sessions)."""
+        candidates = [s.last_seen for s in self._sessions.values() if s.streams == 0]
+        if not candidates:
+            return None
+        return max(0.0, min(candidates) + self._idle_s - time.monotonic())
+
+    def close_all(self) -> None:
+        for client_id in list(self._sessions):
+            self.remove(client_id)

@@ -1,0 +1,95 @@
+"""The Telemetry settings handshake: a client reports its settings, the server completes them.
+
+RocketMQ's proxy answers a client's first TelemetryCommand{settings} with the same settings
+merged with what the server decides: producers get their send retry policy, body size limit
+and message-type validation; consumers get the group's retry policy (max attempts and the
+backoff list), the receive batch size, the long-polling timeout and the fifo flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apache.rocketmq.v2 import definition_pb2 as pb
+from broker_core import validation
+from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from proxy.rocketmq.config import RocketMQConfig
+from proxy.rocketmq.convert import duration
+
+CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPolicy:
+    """What the settings reply tells consumers of one group."""
+
+    max_delivery_attempts: int
+    retry_backoff_ms: tuple[int, ...]
+    fifo: bool
+
+
+def check_client_settings(settings: pb.Settings) -> None:
+    """Refuse settings the handshake cannot complete, saying what is expected."""
+    kind = settings.client_type
+    if kind in (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER):
+        raise UnsupportedError("lite consumers are not supported by popmq")
+    if kind != pb.PRODUCER and kind not in CONSUMER_TYPES:
+        raise ProtocolError(
+            Code.UNRECOGNIZED_CLIENT_TYPE,
+            f"client_type {kind} is not one of PRODUCER, PUSH_CONSUMER, SIMPLE_CONSUMER, "
+            "PULL_CONSUMER",
+        )
+    which = settings.WhichOneof("pub_sub")
+    if which is None:
+        raise ProtocolError(
+            Code.BAD_REQUEST, "settings carry neither publishing (producer) nor subscription"
+        )
+    expected = "publishing" if kind == pb.PRODUCER else "subscription"
+    if which != expected:
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"a {pb.ClientType.Name(kind)} must send {expected} settings, not {which}",
+        )
+    if which == "subscription" and not settings.subscription.HasField("group"):
+        raise ProtocolError(Code.ILLEGAL_CONSUMER_GROUP, "subscription settings need a group")
+
+
+def producer_reply(settings: pb.Settings, config: RocketMQConfig) -> pb.Settings:
+    """A producer's settings completed with the send retry policy and body limit."""
+    reply = pb.Settings()
+    reply.CopyFrom(settings)
+    initial, longest, multiplier = config.producer_backoff_s
+    reply.backoff_policy.CopyFrom(
+        pb.RetryPolicy(
+            max_attempts=config.producer_max_attempts,
+            exponential_backoff=pb.ExponentialBackoff(
+                initial=duration(initial), max=duration(longest), multiplier=multiplier
+            ),
+        )
+    )
+    reply.publishing.max_body_size = validation.MAX_BODY_BYTES
+    reply.publishing.validate_message_type = True
+    reply.metric.CopyFrom(pb.Metric(on=False))
+    return reply
+
+
+def consumer_reply(
+    settings: pb.Settings, policy: GroupPolicy, config: RocketMQConfig, max_batch: int
+) -> pb.Settings:
+    """A consumer's settings completed with its group's retry policy and receive timings."""
+    reply = pb.Settings()
+    reply.CopyFrom(settings)
+    reply.backoff_policy.CopyFrom(
+        pb.RetryPolicy(
+            max_attempts=policy.max_delivery_attempts,
+            customized_backoff=pb.CustomizedBackoff(
+                next=[duration(ms / 1000) for ms in policy.retry_backoff_ms]
+            ),
+        )
+    )
+    sub = reply.subscription
+    sub.fifo = policy.fifo
+    sub.receive_batch_size = min(config.receive_batch_size, max_batch)
+    sub.long_polling_timeout.CopyFrom(duration(config.max_long_polling_s))
+    reply.metric.CopyFrom(pb.Metric(on=False))
+    return reply
