@@ -108,6 +108,8 @@ _REDRIVE_MAX = 1_000_000
 _CONSUME_FROM_CODES = {"first": 1, "last": 2, "timestamp": 3}
 """consume_from names -> popmq.v1.ConsumeFrom values (0 also means first)."""
 _CONSUME_FROM_NAMES = {0: "first", **{code: name for name, code in _CONSUME_FROM_CODES.items()}}
+_KEY_OVERHEAD = 16
+"""Bytes of a message key, added to each record in the stored-size estimate."""
 _NEVER = 2**63 - 1
 """A time after every real deadline (no timer pending)."""
 PULL_MAX_MESSAGES = 1024
@@ -2749,6 +2751,7 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 await self.apply_retention()
+                await self.apply_size_limit()
                 await self.sweep_index()
             except PopMQError as exc:
                 log.warning("retention pass failed, will retry: %s", exc)
@@ -2769,16 +2772,83 @@ class Broker:
                 cut = self._retention_cut(topic.topic_id, queue_id, cutoff)
                 if cut is None:
                     continue
+                deleted += await self._delete_head(topic, queue_id, cut, "retention_s")
+        return deleted
+
+    async def _delete_head(self, topic: TopicInfo, queue_id: int, cut: int, why: str) -> int:
+        """Delete [min offset, cut) of one queue with one range tombstone; returns the count."""
+        low = self._min_offset(topic.topic_id, queue_id)
+        if cut <= low:
+            return 0
+        start_key = keys.message_key(topic.topic_id, queue_id, low)
+        end_key = keys.message_key(topic.topic_id, queue_id, cut)
+        await self.writer.submit(_delete_range(start_key, end_key), sync=False)
+        if self.catalog.topics_by_id.get(topic.topic_id) is topic:
+            self.offsets.set_min_offset(topic.topic_id, queue_id, cut)
+        log.info("%s: deleted %s queue %d offsets [%d, %d)", why, topic.name, queue_id, low, cut)
+        return cut - low
+
+    def stored_bytes_estimate(self) -> int:
+        """Bytes of stored messages, estimated per queue as count x sampled record size.
+
+        RocksDB's own size figures lag deletes until compaction reclaims the space, so
+        max_disk_bytes is enforced on this estimate of the live data instead.
+        """
+        return sum(count * size for _, _, count, size in self._queue_sizes())
+
+    def _queue_sizes(self) -> list[tuple[TopicInfo, int, int, int]]:
+        """(topic, queue, message count, mean record bytes from head and tail samples)."""
+        sizes = []
+        for topic in list(self.catalog.topics_by_id.values()):
+            for queue_id in range(topic.queues):
                 low = self._min_offset(topic.topic_id, queue_id)
-                start_key = keys.message_key(topic.topic_id, queue_id, low)
-                end_key = keys.message_key(topic.topic_id, queue_id, cut)
-                await self.writer.submit(_delete_range(start_key, end_key), sync=False)
-                if self.catalog.topics_by_id.get(topic.topic_id) is topic:
-                    self.offsets.set_min_offset(topic.topic_id, queue_id, cut)
-                deleted += cut - low
-                log.info(
-                    "retention deleted %s queue %d offsets [%d, %d)", topic.name, queue_id, low, cut
+                high = self._max_offset(topic.topic_id, queue_id)
+                if low >= high:
+                    continue
+                samples = self.store.multi_get(
+                    "messages",
+                    [keys.message_key(topic.topic_id, queue_id, o) for o in {low, high - 1}],
                 )
+                lengths = [len(v) for v in samples if v is not None]
+                size = (sum(lengths) // len(lengths) if lengths else 0) + _KEY_OVERHEAD
+                sizes.append((topic, queue_id, high - low, size))
+        return sizes
+
+    async def apply_size_limit(self) -> int:
+        """When stored messages exceed retention.max_disk_bytes, delete the oldest first.
+
+        Oldest across all queues: the queue whose head is oldest loses its messages up to the
+        next-oldest head (or what the excess needs), and so on. Returns messages deleted.
+        """
+        limit = self.config.retention.max_disk_bytes
+        if not limit:
+            return 0
+        sizes = self._queue_sizes()
+        excess = sum(count * size for _, _, count, size in sizes) - limit
+        if excess <= 0:
+            return 0
+        heads: list[tuple[int, int, int, TopicInfo, int]] = []
+        for topic, queue_id, _, size in sizes:
+            low = self._min_offset(topic.topic_id, queue_id)
+            born = self._store_time(topic.topic_id, queue_id, low)
+            heads.append((born, topic.topic_id, queue_id, topic, size))
+        heapq.heapify(heads)
+        deleted = 0
+        while excess > 0 and heads:
+            _, _, queue_id, topic, size = heapq.heappop(heads)
+            low = self._min_offset(topic.topic_id, queue_id)
+            high = self._max_offset(topic.topic_id, queue_id)
+            cut = min(high, low + max(1, -(-excess // size)))
+            if heads:  # stop at the next-oldest head so deletion stays oldest first
+                by_time = self._retention_cut(topic.topic_id, queue_id, heads[0][0] + 1)
+                cut = min(cut, by_time if by_time is not None else low + 1)
+            cut = max(cut, low + 1)
+            removed = await self._delete_head(topic, queue_id, cut, "max_disk_bytes")
+            deleted += removed
+            excess -= removed * size
+            if cut < high:
+                born = self._store_time(topic.topic_id, queue_id, cut)
+                heapq.heappush(heads, (born, topic.topic_id, queue_id, topic, size))
         return deleted
 
     def _retention_cut(self, topic_id: int, queue_id: int, cutoff_ms: int) -> int | None:

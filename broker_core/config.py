@@ -89,10 +89,16 @@ class RetentionConfig:
     """Messages stored longer ago are deleted (RocketMQ fileReservedTime: 72 h)."""
     check_interval_s: float = 60.0
     """Retention runs continuously in small steps: every queue is checked this often."""
+    max_disk_bytes: int = 0
+    """When stored messages exceed this many bytes, the oldest are deleted first (0: no
+    limit). Enforced on an estimate of live message bytes; RocksDB returns the disk space
+    when compaction drops the deleted ranges."""
 
     def __post_init__(self) -> None:
         if self.retention_s <= 0 or self.check_interval_s <= 0:
             raise ValueError("retention_s and check_interval_s must be positive")
+        if self.max_disk_bytes < 0:
+            raise ValueError("retention.max_disk_bytes must be 0 (no limit) or positive")
 
 
 @dataclass(frozen=True, kw_only=True)
