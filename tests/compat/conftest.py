@@ -99,7 +99,7 @@ def official(server: ServerThread, tmp_path: Path) -> Iterator[OfficialClient]:
 
 @pytest.fixture
 def admin(server: ServerThread) -> Callable[..., Any]:
-    """Run a broker coroutine function on the server's loop: admin(lambda b: b.create_topic(...))."""
+    """Run a broker coroutine on the server's loop: `admin(lambda b: b.create_topic("t"))`."""
 
     def call(fn: Callable[[Any], Any]) -> Any:
         return server.call(lambda: fn(server.broker))
