@@ -10,10 +10,12 @@ import platform
 import sys
 from collections.abc import Callable
 
-from bench import flush_modes
+from bench import fifo, flush_modes, send_async
 
 SCENARIOS: dict[str, Callable[..., str]] = {
+    "fifo": fifo.main,
     "flush-modes": flush_modes.main,
+    "send-async": send_async.main,
 }
 
 
