@@ -597,18 +597,26 @@ class Broker:
         later: list[tuple[int, asyncio.Future[SendResult]]] = []
         mine: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
         plan: list[_Planned] = []
+        ids = [msg.message_id or self._ids.next() for msg in messages]
+        hits = message_index.find_duplicates(
+            self.store,
+            [
+                (topics[msg.topic].topic_id, msg.dedup_id or mid, mid)
+                for msg, mid in zip(messages, ids, strict=True)
+            ],
+            stamp,
+            window_ms,
+        )
         for i, msg in enumerate(messages):
             topic = topics[msg.topic]
-            message_id = msg.message_id or self._ids.next()
+            message_id = ids[i]
             dedup_id = msg.dedup_id or message_id
             dkey = (topic.topic_id, dedup_id)
             pending = self._dedup_pending.get(dkey)
             if pending is not None:
                 later.append((i, pending))  # the same dedup id is being stored right now
                 continue
-            hit = message_index.find_duplicate(
-                self.store, topic.topic_id, dedup_id, message_id, stamp, window_ms
-            )
+            hit = hits[i]
             if hit is not None:
                 results[i] = SendResult(
                     hit.message_id, topic.name, hit.queue_id, hit.offset,

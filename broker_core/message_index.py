@@ -97,6 +97,25 @@ def find_duplicate(
     return record
 
 
+def find_duplicates(
+    store: Store, wanted: list[tuple[int, str, str]], now_ms: int, window_ms: int
+) -> list[records_pb2.IndexRecord | None]:
+    """find_duplicate for many (topic_id, dedup_id, message_id) at once: one multi-get."""
+    index_keys = [
+        keys.id_index_key(topic_id, dedup_id)
+        if dedup_id == message_id
+        else keys.dedup_key(topic_id, dedup_id)
+        for topic_id, dedup_id, message_id in wanted
+    ]
+    found: list[records_pb2.IndexRecord | None] = []
+    for data in store.multi_get("index", index_keys):
+        record = records_pb2.IndexRecord.FromString(data) if data is not None else None
+        if record is not None and record.store_time_ms + window_ms <= now_ms:
+            record = None
+        found.append(record)
+    return found
+
+
 def lookup_id(store: Store, topic_id: int, message_id: str) -> records_pb2.IndexRecord | None:
     data = store.get("index", keys.id_index_key(topic_id, message_id))
     return records_pb2.IndexRecord.FromString(data) if data is not None else None

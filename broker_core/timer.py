@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ class RecallCodec:
         self._secret = secret
 
     def _mac(self, body: bytes) -> bytes:
-        return hmac.new(self._secret, _DOMAIN + body, hashlib.sha256).digest()[:_MAC_BYTES]
+        return hmac.digest(self._secret, _DOMAIN + body, "sha256")[:_MAC_BYTES]
 
     def encode(self, handle: RecallHandle) -> str:
         body = _BODY.pack(_VERSION, handle.topic_id, handle.due_ms, handle.seq)

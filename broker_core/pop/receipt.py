@@ -1,8 +1,10 @@
 """Receipt handles: opaque to clients, signed by the server, bound to one delivery.
 
 A handle encodes the group, topic, queue, offset, checkpoint id, index in the checkpoint and
-the deadline, plus a truncated HMAC-SHA256 over them with a secret kept in the data dir, so a
-client can neither forge one nor move one to another message or group.
+the deadline, plus a 16-byte keyed BLAKE2b MAC over them with a secret kept in the data dir,
+so a client can neither forge one nor move one to another message or group. (Keyed BLAKE2b
+is a MAC by design and costs a fifth of HMAC-SHA256 here: every pop and ack computes one per
+message.)
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from dataclasses import dataclass
 
 from broker_core.errors import InvalidReceiptHandleError
 
-_VERSION = 1
+_VERSION = 2
 _BODY = struct.Struct(">BIIIQQHQ")
 _MAC_BYTES = 16
+
+
+def _mac(secret: bytes, body: bytes) -> bytes:
+    return hashlib.blake2b(body, key=secret, digest_size=_MAC_BYTES).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +57,7 @@ class ReceiptCodec:
             handle.index,
             handle.deadline_ms,
         )
-        mac = hmac.new(self._secret, body, hashlib.sha256).digest()[:_MAC_BYTES]
+        mac = _mac(self._secret, body)
         return base64.urlsafe_b64encode(body + mac).rstrip(b"=").decode()
 
     def decode(self, text: str) -> ReceiptHandle:
@@ -67,7 +73,7 @@ class ReceiptCodec:
                 "receipt handle is malformed (wrong length); pass the handle exactly as received"
             )
         body, mac = raw[: _BODY.size], raw[_BODY.size :]
-        expected = hmac.new(self._secret, body, hashlib.sha256).digest()[:_MAC_BYTES]
+        expected = _mac(self._secret, body)
         if not hmac.compare_digest(mac, expected):
             raise InvalidReceiptHandleError(
                 "receipt handle signature does not match: forged, altered, or issued by "
