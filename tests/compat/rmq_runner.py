@@ -7,8 +7,9 @@ live in the test process. It imports nothing from popmq.
 
 Scenarios (field "scenario"):
 - produce: send messages (sync or async), optionally recall delayed ones.
-- simple: a SimpleConsumer receives until it has `want` messages, then acks them, leaves
-  them unacked, or changes their invisible duration first.
+- simple: a SimpleConsumer receives until it has `want` messages and acks each ("ack"),
+  leaves them unacked ("none"), acks only redeliveries ("redeliver"), or changes their
+  invisible duration, tries the old handle, and acks with the new one ("change_then_ack").
 - push: a PushConsumer whose listener fails the bodies in `fail_bodies` and consumes the
   rest, until every wanted outcome was seen.
 """
@@ -150,7 +151,7 @@ def simple(scenario: dict[str, Any]) -> dict[str, Any]:
             events.append({"receive": len(batch)})
             for msg in batch:
                 received.append(_message(msg))
-                if action == "ack":
+                if action == "ack" or (action == "redeliver" and msg.delivery_attempt > 1):
                     consumer.ack(msg)
                 elif action == "change_then_ack":
                     old = msg.receipt_handle
