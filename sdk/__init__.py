@@ -22,6 +22,7 @@ from sdk.errors import (
 from sdk.leases import LeasePage, LeaseResult
 from sdk.producer import AsyncProducer, Producer
 from sdk.pull import AsyncPullConsumer, ConsumerOffset, PullConsumer, PulledMessage, PullResult
+from sdk.push_consumer import AsyncPushConsumer, ConsumeResult, PushConsumer, PushConsumerStats
 from sdk.types import (
     Group,
     Message,
@@ -40,7 +41,9 @@ __all__ = [
     "AsyncAdmin",
     "AsyncProducer",
     "AsyncPullConsumer",
+    "AsyncPushConsumer",
     "AsyncSimpleConsumer",
+    "ConsumeResult",
     "ConsumerOffset",
     "DeadlineExceededError",
     "FailedPreconditionError",
@@ -55,6 +58,8 @@ __all__ = [
     "PullConsumer",
     "PullResult",
     "PulledMessage",
+    "PushConsumer",
+    "PushConsumerStats",
     "QueueLag",
     "QueueStats",
     "ReceivedMessage",

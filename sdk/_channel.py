@@ -67,6 +67,10 @@ class Connection:
             self._messaging = self._admin = None
         return self._channel
 
+    def channel(self) -> Any:
+        """Return the ``grpc.aio`` channel, opening it if needed (to share with sub-clients)."""
+        return self._open()
+
     def messaging(self) -> Any:
         """Return the MessagingService stub, opening the channel if needed."""
         channel = self._open()
