@@ -26,7 +26,10 @@ EXPECTED = {
         "RetryPolicy", "SendReceipt", "ServerError", "SimpleConsumer", "Sql", "Topic",
         "TopicDescription", "UnavailableError",
     ],
-    "spark_connector": [],
+    "spark_connector": [
+        "DataLossError", "OffsetFormatError", "OptionError", "PopMQConnectorError",
+        "PopMQDataSource", "register",
+    ],
 }  # fmt: skip
 
 

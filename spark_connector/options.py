@@ -1,0 +1,233 @@
+"""Data source options: parsed once on the driver into frozen dataclasses.
+
+Spark hands options over as a case-insensitive mapping of strings. Each value is checked
+here, and a bad one raises OptionError naming the option and what is allowed; nothing is
+clamped. The parsed dataclasses are what readers and writers carry to the executors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from spark_connector.errors import OptionError
+
+__all__ = ["ReadOptions", "WriteOptions", "parse_duration_s"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_TRUE = {"true", "yes", "1"}
+_FALSE = {"false", "no", "0"}
+
+
+def parse_duration_s(name: str, text: str) -> float:
+    """``"30"``/``"30s"``, ``"500ms"``, ``"15m"``, ``"1h"`` as seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise OptionError(
+            f"option {name}={text!r} is not a duration: use seconds (30, 2.5) or a number "
+            "with a unit: 500ms, 30s, 15m, 1h"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+class _Options:
+    """Typed access to a case-insensitive option mapping."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self._values
+
+    def text(self, name: str, default: str = "") -> str:
+        return self._values.get(name.lower(), default)
+
+    def required(self, name: str, why: str) -> str:
+        value = self._values.get(name.lower(), "").strip()
+        if not value:
+            raise OptionError(f"option {name} is required: {why}")
+        return value
+
+    def integer(self, name: str, default: int | None, low: int, high: int) -> int | None:
+        text = self._values.get(name.lower())
+        if text is None:
+            return default
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise OptionError(f"option {name}={text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise OptionError(f"option {name}={value} is outside the allowed {low}..{high}")
+        return value
+
+    def count(self, name: str, default: int, low: int, high: int) -> int:
+        value = self.integer(name, default, low, high)
+        return default if value is None else value
+
+    def flag(self, name: str, default: bool) -> bool:
+        text = self._values.get(name.lower())
+        if text is None:
+            return default
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise OptionError(f"option {name}={text!r} is not a boolean: use true or false")
+
+    def duration(self, name: str, default: float, low: float, high: float) -> float:
+        text = self._values.get(name.lower())
+        if text is None:
+            return default
+        value = parse_duration_s(name, text)
+        if not low <= value <= high:
+            raise OptionError(
+                f"option {name}={text!r} is {value:g}s, outside the allowed {low:g}s..{high:g}s"
+            )
+        return value
+
+
+_MAX_INT = 2**31 - 1
+_MAX_LONG = 2**63 - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadOptions:
+    """Options of a read (batch or streaming)."""
+
+    endpoint: str
+    """host:port of the popmq proxy."""
+    topic: str
+    """Topic to read."""
+    mode: Literal["offset", "pop"] = "offset"
+    """offset: ranges of queue offsets (exactly-once source); pop: executors pop in
+    parallel under lease tokens, acked after Spark commits (at-least-once)."""
+    group: str = ""
+    """pop mode: the consumer group (required). offset mode: when set, the query commits
+    its progress to this group so lag tools show it (optional)."""
+    starting_offsets: str = ""
+    """earliest, latest, or JSON {"<queue>": offset} (-2 earliest, -1 latest)."""
+    ending_offsets: str = ""
+    """Batch reads: latest (default), or JSON like starting_offsets."""
+    starting_timestamp_ms: int | None = None
+    """Start at the first message stored at or after this time (wins over startingOffsets)."""
+    ending_timestamp_ms: int | None = None
+    """Batch reads: stop before the first message stored at or after this time."""
+    max_records_per_partition: int = 100_000
+    """Offset ranges longer than this are split into several Spark partitions."""
+    max_messages_per_trigger: int | None = None
+    """Offset mode: rate limit per micro-batch, split across queues by backlog."""
+    min_messages_per_trigger: int | None = None
+    """Offset mode: wait for this many messages (or maxTriggerDelay) before a batch."""
+    max_trigger_delay_s: float = 900.0
+    """Offset mode: the longest minMessagesPerTrigger may delay a batch."""
+    fail_on_data_loss: bool = True
+    """Offset mode: fail when offsets the query needs were deleted (else skip them)."""
+    pull_batch_size: int = 1024
+    """Offset mode: messages per PullMessages call."""
+    num_partitions: int | None = None
+    """Pop mode: Spark partitions (parallel pops) per micro-batch; default the queue count.
+    May exceed the queue count: pops share queues."""
+    max_messages_per_partition: int = 1000
+    """Pop mode: messages one partition takes per micro-batch."""
+    invisible_duration_s: float = 120.0
+    """Pop mode: how long leased messages stay invisible; must cover the trigger interval
+    plus the batch time (leases of a running batch are renewed)."""
+    wait_s: float = 2.0
+    """Pop mode: how long a partition's first pop waits for a message (long polling)."""
+    pop_batch_size: int = 32
+    """Pop mode: messages per LeasePop call (the server allows 1..32 by default)."""
+    filter: str = "*"
+    """Pop mode: tag expression ("TagA || TagB")."""
+    timeout_s: float = 30.0
+    """Timeout of each RPC."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """Check and parse a read's options."""
+        o = _Options(options)
+        endpoint = o.required("endpoint", "host:port of the popmq proxy")
+        topic = o.required("topic", "the topic to read")
+        mode = o.text("mode", "offset").strip().lower()
+        if mode not in ("offset", "pop"):
+            raise OptionError(f"option mode={mode!r} is not supported: use offset or pop")
+        group = o.text("group").strip()
+        if mode == "pop" and not group:
+            raise OptionError("option group is required in pop mode: the consumer group")
+        starting_ts = o.integer("startingTimestamp", None, 0, _MAX_LONG)
+        ending_ts = o.integer("endingTimestamp", None, 0, _MAX_LONG)
+        max_per_trigger = o.integer("maxMessagesPerTrigger", None, 1, _MAX_LONG)
+        min_per_trigger = o.integer("minMessagesPerTrigger", None, 1, _MAX_LONG)
+        if mode == "pop":
+            for name in ("startingOffsets", "endingOffsets", "startingTimestamp",
+                         "endingTimestamp", "minMessagesPerTrigger"):  # fmt: skip
+                if o.has(name):
+                    raise OptionError(
+                        f"option {name} applies to mode=offset only; pop mode reads what the "
+                        "group has not consumed yet"
+                    )
+        if max_per_trigger is not None and min_per_trigger is not None:
+            if min_per_trigger > max_per_trigger:
+                raise OptionError(
+                    f"minMessagesPerTrigger={min_per_trigger} is above "
+                    f"maxMessagesPerTrigger={max_per_trigger}"
+                )
+        return cls(
+            endpoint=endpoint,
+            topic=topic,
+            mode="pop" if mode == "pop" else "offset",
+            group=group,
+            starting_offsets=o.text("startingOffsets").strip(),
+            ending_offsets=o.text("endingOffsets").strip(),
+            starting_timestamp_ms=starting_ts,
+            ending_timestamp_ms=ending_ts,
+            max_records_per_partition=o.count("maxRecordsPerPartition", 100_000, 1, _MAX_INT),
+            max_messages_per_trigger=max_per_trigger,
+            min_messages_per_trigger=min_per_trigger,
+            max_trigger_delay_s=o.duration("maxTriggerDelay", 900.0, 0.0, 7 * 86400.0),
+            fail_on_data_loss=o.flag("failOnDataLoss", True),
+            pull_batch_size=o.count("pullBatchSize", 1024, 1, 1024),
+            num_partitions=o.integer("numPartitions", None, 1, 10_000),
+            max_messages_per_partition=o.count("maxMessagesPerPartition", 1000, 1, 10_000_000),
+            invisible_duration_s=o.duration("invisibleDuration", 120.0, 1.0, 12 * 3600.0),
+            wait_s=o.duration("waitSeconds", 2.0, 0.0, 30.0),
+            pop_batch_size=o.count("popBatchSize", 32, 1, 1024),
+            filter=o.text("filter", "*").strip() or "*",
+            timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteOptions:
+    """Options of a write (batch or streaming)."""
+
+    endpoint: str
+    """host:port of the popmq proxy."""
+    topic: str = ""
+    """Topic for every row; wins over a topic column. Required without a topic column."""
+    batch_size: int = 256
+    """Messages per SendMessages call (one atomic write on the broker)."""
+    batch_bytes: int = 4 * 1024 * 1024
+    """A batch is sent once its bodies reach this many bytes."""
+    dedup_key: str = ""
+    """Batch writes: a stable name for this write (e.g. "orders-export/2026-11-21"). Rows
+    get dedup ids from it, so running the same write again within the broker's dedup
+    window stores nothing twice. Default: a fresh id per write (covers task retries)."""
+    timeout_s: float = 30.0
+    """Timeout of each RPC."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        """Check and parse a write's options."""
+        o = _Options(options)
+        return cls(
+            endpoint=o.required("endpoint", "host:port of the popmq proxy"),
+            topic=o.text("topic").strip(),
+            batch_size=o.count("batchSize", 256, 1, 10_000),
+            batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 64 * 1024 * 1024),
+            dedup_key=o.text("dedupKey").strip(),
+            timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+        )

@@ -1,0 +1,297 @@
+"""Streaming `pop` mode: executors pop in parallel under lease tokens, acked after commit.
+
+Offsets are synthetic: ``{"run", "batch", "parts", "max"}``. partitions(start, end) turns a
+batch into lease tokens ``spark/<run>/<batch>/<i>``, a pure function of the offsets, so a
+task retry, a stage retry or a replay after a restart pops under the same tokens and gets
+the same messages while the leases live (the proxy remembers what each token popped).
+
+Acks happen only after Spark committed a batch: in latestOffset(start), for every batch up
+to start (Spark asks for the next batch only once batch `start` is in its commit log, and
+commit() is not called when the stream goes idle or at the end of AvailableNow), and again
+in commit(). A daemon thread in the driver renews the leases of planned, unacked batches, so
+a long batch keeps its messages; invisibleDuration must still cover the time from planning a
+batch to the next latestOffset when the driver cannot renew (it died).
+
+Guarantee: at-least-once; exactly-once with an idempotent sink (keyed by message_id) as
+long as replays happen while the leases live.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from sdk import NotFoundError, PopMQError
+from spark_connector import _clients
+from spark_connector.offsets import PopOffset, lease_token
+from spark_connector.options import ReadOptions
+from spark_connector.schema import to_record_batch
+
+__all__ = ["LeasePartition", "PopMQPopStreamReader", "read_lease"]
+
+log = logging.getLogger(__name__)
+
+_BACKLOG_MAX_AGE_S = 0.25
+"""Spark polls latestOffset about 60 times a second when idle; the backlog is fetched at
+most this often."""
+
+
+@dataclass(frozen=True)
+class LeasePartition(InputPartition):
+    """One Spark partition: what one lease token pops, up to max_messages."""
+
+    token: str
+    max_messages: int
+
+
+def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.RecordBatch]:
+    """Executor side: pop (or replay) the pages of one lease, one Arrow batch per page.
+
+    Only page 0 long-polls; later pages take what is there and the lease stops at the
+    first short page, so a replay stops at the same page.
+    """
+    consumer = _clients.simple_consumer(
+        options.endpoint, options.group, options.topic, options.filter, options.timeout_s
+    )
+    remaining = part.max_messages
+    page = 0
+    while remaining > 0:
+        want = min(options.pop_batch_size, remaining)
+        result = consumer.receive_lease(
+            part.token,
+            page,
+            max_messages=want,
+            invisible_duration_s=options.invisible_duration_s,
+            wait_s=options.wait_s if page == 0 else 0.0,
+        )
+        if result.messages:
+            yield to_record_batch(result.messages)
+        remaining -= len(result.messages)
+        page += 1
+        if len(result.messages) < want:
+            return
+
+
+class _LeaseKeeper:
+    """Renews the leases of planned, unacked batches from a daemon thread (driver side).
+
+    latestOffset is not called while a batch runs, so the driver's main thread cannot renew
+    a long batch's leases; this thread does, every third of the invisible duration.
+    """
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+        # Guards _batches: latestOffset/partitions (runner thread) vs the renewal thread.
+        self._lock = threading.Lock()
+        self._batches: dict[int, tuple[list[str], float]] = {}
+        """batch -> (its lease tokens, when they were last renewed or planned)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def track(self, batch: int, tokens: list[str]) -> None:
+        with self._lock:
+            self._batches[batch] = (tokens, time.monotonic())
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="popmq-lease-keeper", daemon=True
+                )
+                self._thread.start()
+
+    def take_through(self, batch: int) -> list[str]:
+        """Forget batches up to `batch` and return their tokens (to ack them)."""
+        with self._lock:
+            done = sorted(b for b in self._batches if b <= batch)
+            return [t for b in done for t in self._batches.pop(b)[0]]
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        every = self._options.invisible_duration_s / 3
+        while not self._stop.wait(min(every, 5.0)):
+            now = time.monotonic()
+            with self._lock:
+                due = [
+                    (batch, tokens)
+                    for batch, (tokens, renewed) in self._batches.items()
+                    if now - renewed >= every
+                ]
+            for batch, tokens in due:
+                self._renew(batch, tokens)
+
+    def _renew(self, batch: int, tokens: list[str]) -> None:
+        o = self._options
+        consumer = _clients.simple_consumer(o.endpoint, o.group, o.topic, o.filter, o.timeout_s)
+        try:
+            results = consumer.renew_leases(tokens, o.invisible_duration_s)
+        except PopMQError as exc:
+            log.warning("renewing the leases of batch %d failed (retried): %s", batch, exc)
+            return
+        with self._lock:
+            if batch in self._batches:
+                self._batches[batch] = (tokens, time.monotonic())
+        for result in results:
+            # NOT_FOUND: that task has not popped yet. Anything else: the lease broke.
+            if result.code not in ("OK", "NOT_FOUND"):
+                log.warning("lease %s not renewed: %s", result.lease_token, result.message)
+
+
+class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming `pop` mode (see the module docstring)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        # Driver-side state; never pickled (read() needs only the options).
+        self._initial: dict[str, Any] | None = None
+        self._keeper = _LeaseKeeper(self.options)
+        self._first_ack = True
+        self._retry_acks: list[str] = []
+        self._backlog = 0
+        self._backlog_at = float("-inf")
+        self._parts: int | None = None
+        self._target_left: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._init_runtime()
+
+    def _consumer(self) -> Any:
+        o = self.options
+        return _clients.simple_consumer(o.endpoint, o.group, o.topic, o.filter, o.timeout_s)
+
+    def initialOffset(self) -> dict[str, Any]:
+        # Spark calls this twice for a new checkpoint: answer the same both times.
+        if self._initial is None:
+            run = uuid.uuid4().hex[:16]
+            self._initial = PopOffset(run=run, batch=-1, parts=0, max=0).to_json()
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target_left = self._available(max_age_s=0.0)
+
+    def _available(self, max_age_s: float = _BACKLOG_MAX_AGE_S) -> int:
+        """Messages the group could pop now (an estimate: lag minus in-flight)."""
+        now = time.monotonic()
+        if now - self._backlog_at < max_age_s:
+            return self._backlog
+        o = self.options
+        try:
+            rows = _clients.admin(o.endpoint, o.timeout_s).get_group_lag(o.group, o.topic)
+            backlog = sum(max(0, row.lag - row.inflight) for row in rows)
+        except NotFoundError:
+            # The group does not exist yet: everything retained is there for it.
+            puller = _clients.pull_consumer(o.endpoint, o.topic, "", o.timeout_s)
+            backlog = sum(s.max_offset - s.min_offset for s in puller.queue_offsets())
+        self._backlog, self._backlog_at = backlog, now
+        return backlog
+
+    def _partition_count(self) -> int:
+        if self._parts is None:
+            o = self.options
+            if o.num_partitions is not None:
+                self._parts = o.num_partitions
+            else:
+                puller = _clients.pull_consumer(o.endpoint, o.topic, "", o.timeout_s)
+                self._parts = len(puller.queue_offsets())
+        return self._parts
+
+    def _ack_through(self, offset: PopOffset) -> None:
+        """Ack every lease of the batches up to `offset.batch` (Spark committed them)."""
+        tracked = self._keeper.take_through(offset.batch)
+        derived: list[str] = []
+        if self._first_ack:
+            # After a restart the committed batch was planned by the previous run.
+            derived = [t for t in offset.tokens() if t not in tracked]
+            self._first_ack = False
+        tokens = self._retry_acks + tracked + derived
+        if not tokens:
+            return
+        try:
+            results = self._consumer().ack_leases(tokens)
+        except PopMQError as exc:
+            log.warning("acking %d leases failed, retried next trigger: %s", len(tokens), exc)
+            self._retry_acks = tokens
+            return
+        self._retry_acks = []
+        self._backlog_at = float("-inf")  # acks changed the backlog
+        planned_here = set(tracked)
+        for result in results:
+            if result.ok:
+                continue
+            if result.code == "NOT_FOUND" and result.lease_token not in planned_here:
+                # Planned by the previous run: acked by it already, or forgotten.
+                log.debug("lease %s unknown at ack: %s", result.lease_token, result.message)
+            elif result.code == "NOT_FOUND":
+                log.warning(
+                    "lease %s was gone at ack (it expired, or the proxy restarted); its "
+                    "messages, if any, are delivered again",
+                    result.lease_token,
+                )
+            else:
+                log.warning(
+                    "lease %s: %s; those messages are delivered again (raise invisibleDuration "
+                    "above the trigger interval plus the batch time)",
+                    result.lease_token,
+                    result.message,
+                )
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = PopOffset.from_json(start)
+        self._ack_through(begin)
+        if self._target_left is not None and self._target_left <= 0:
+            return start  # AvailableNow: what was there at the start has been planned
+        if self._available() <= 0:
+            return start
+        parts = self._partition_count()
+        per = self.options.max_messages_per_partition
+        if isinstance(limit, ReadMaxRows):
+            parts = min(parts, limit.max_rows)
+            per = min(per, limit.max_rows // parts)
+        if self._target_left is not None:
+            self._target_left -= parts * per
+        return PopOffset(begin.run, begin.batch + 1, parts, per).to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LeasePartition]:
+        begin = PopOffset.from_json(start)
+        finish = PopOffset.from_json(end)
+        result = []
+        for batch in range(begin.batch + 1, finish.batch + 1):
+            tokens = [lease_token(finish.run, batch, i) for i in range(finish.parts)]
+            self._keeper.track(batch, tokens)
+            result += [LeasePartition(token, finish.max) for token in tokens]
+        return result
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LeasePartition)
+        return read_lease(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._ack_through(PopOffset.from_json(end))
+
+    def stop(self) -> None:
+        self._keeper.stop()

@@ -1,0 +1,65 @@
+"""Spark tests: one session-scoped local SparkSession, a real popmq server per test.
+
+The session runs `local[2,4]`: two task threads (as local[2]) and up to four attempts per
+task, so a task that fails once is retried as it would be on a cluster (plain local[2]
+never retries). Worker Pythons are this interpreter, which has pyarrow and the project.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import spark_connector
+from tests.integration.server import ServerThread
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("popmq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_connector.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    thread = ServerThread(tmp_path / "data")
+    thread.start()
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def endpoint(server: ServerThread) -> str:
+    return server.endpoint
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    """Poll `predicate` until it holds (stream progress has no event to await)."""
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.1)
