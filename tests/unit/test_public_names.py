@@ -16,6 +16,7 @@ EXPECTED = {
         "StoreFullError", "UnavailableError",
     ],
     "proxy": ["PopMQServer", "ServerConfig", "run_server"],
+    "proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
     "sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
         "AsyncPushConsumer", "AsyncSimpleConsumer", "ConsumeResult", "ConsumerOffset",
