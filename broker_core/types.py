@@ -107,3 +107,129 @@ class ConsumerOffset:
     offset: int
     committed: bool
     """False: the group has no position in the queue yet; offset is where it would start."""
+
+
+# -- admin operations (AdminService) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExponentialBackoff:
+    """Nack delay initial_s * multiplier^(attempt-1), capped at max_s (RocketMQ's
+    ExponentialRetryPolicy: initial 5 s, max 2 h, multiplier 2)."""
+
+    initial_s: float = 5.0
+    max_s: float = 7200.0
+    multiplier: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A group's subscription to a topic, with the filter a pop without its own uses."""
+
+    topic: str
+    filter_type: str = "tag"
+    """"tag" or "sql" (SQL92)."""
+    expression: str = ""
+    """The filter; empty delivers everything."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """Group settings beyond max_delivery_attempts and the backoff list."""
+
+    fifo: bool = False
+    """FIFO group (RocketMQ consumeMessageOrderly)."""
+    subscriptions: tuple[Subscription, ...] = ()
+    """Declared subscriptions, sorted by topic."""
+    consume_from: str = "first"
+    """Where the group starts in a queue it never consumed: "first", "last" or "timestamp"."""
+    consume_from_ms: int = 0
+    """For consume_from "timestamp": ms since the epoch."""
+    exponential_backoff: ExponentialBackoff | None = None
+    """Set when the backoff list was computed from an exponential policy."""
+
+    def subscription(self, topic: str) -> Subscription | None:
+        for sub in self.subscriptions:
+            if sub.topic == topic:
+                return sub
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDetails:
+    """One queue of a topic as `describe_topic` reports it."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_ms: int
+    """Store time of the newest message; 0 for an empty queue."""
+
+    @property
+    def message_count(self) -> int:
+        return self.max_offset - self.min_offset
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """A lag row plus the store time of the oldest message the group has not acked."""
+
+    lag: QueueLag
+    oldest_unacked_ms: int
+    """Store time of the message at the consumer offset; 0 when nothing is unacked."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBacklog:
+    """A group's lag summed over one topic."""
+
+    topic: str
+    lag: int
+    inflight: int
+    retry_backlog: int
+    oldest_unacked_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LagReport:
+    """`Broker.lag_report`: per queue, per topic, and the group's dead-letter depth."""
+
+    group: str
+    queues: list[QueueBacklog]
+    topics: list[TopicBacklog]
+    dlq_depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetChange:
+    queue_id: int
+    old_offset: int
+    new_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    """What `Broker.reset_offsets` moved, and the in-flight deliveries a forced reset dropped."""
+
+    queues: list[OffsetChange]
+    dropped_inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A stored message read without consuming it."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    record: records_pb2.StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """What `Broker.redrive` did with a dead-letter topic."""
+
+    moved: int
+    dropped: int
+    """Removed without a move: the topic they came from no longer exists."""
+    remaining: int

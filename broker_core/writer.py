@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,8 @@ class GroupCommitWriter:
         self._flush_hooks: list[Callable[[Batch], None]] = []
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
         self._on_failure: list[Callable[[], None]] = []
+        # Told (jobs, write seconds, fsynced) after every successful write (metrics).
+        self._batch_listeners: list[Callable[[int, float, bool], None]] = []
         self.stats = WriterStats()
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
@@ -136,6 +139,10 @@ class GroupCommitWriter:
     def add_commit_listener(self, listener: Callable[[list[tuple[int, int]]], None]) -> None:
         """`listener(grown_queues)` runs after every successful write."""
         self._after_commit.append(listener)
+
+    def add_batch_listener(self, listener: Callable[[int, float, bool], None]) -> None:
+        """`listener(jobs, write_seconds, fsynced)` runs after every successful write."""
+        self._batch_listeners.append(listener)
 
     def add_failure_listener(self, listener: Callable[[], None]) -> None:
         """`listener()` runs after a write failed (flush hooks re-queue what they took)."""
@@ -176,7 +183,10 @@ class GroupCommitWriter:
                 self.offsets.rollback()
                 self._resolve(jobs, results)
                 return
-            self._store.write(batch, sync=any(job.sync for job in jobs))
+            synced = any(job.sync for job in jobs)
+            began = time.perf_counter()
+            self._store.write(batch, sync=synced)
+            took = time.perf_counter() - began
         except PopMQError as exc:
             self.offsets.rollback()
             self.stats.failed_batches += 1
@@ -195,6 +205,8 @@ class GroupCommitWriter:
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
+        for observe in self._batch_listeners:
+            observe(len(jobs), took, synced)
 
     @staticmethod
     def _resolve(jobs: list[_Job], results: list[Any]) -> None:
