@@ -1,42 +1,79 @@
-"""popmq.v1.AdminService on top of the broker."""
+"""popmq.v1.AdminService on top of the broker.
+
+Each RPC checks the request's shape here (enums, required fields, oneof-like pairs) and
+leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
+embedded API get the same answers. Errors become gRPC statuses once, in `proxy.errors.rpc`.
+"""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from importlib import metadata
 
 import grpc
 
 from broker_core.broker import Broker
 from broker_core.errors import InvalidArgumentError
+from broker_core.types import ExponentialBackoff, GroupSettings
 from popmq.v1 import admin_pb2, admin_pb2_grpc
 from proxy import convert
 from proxy.errors import rpc
+from proxy.metrics import disk_usage
+
+_SERVER_VERSION: str
+try:
+    _SERVER_VERSION = metadata.version("popmq")
+except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    _SERVER_VERSION = "0+unknown"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """Topics, groups and lag."""
+    """Topics, groups, lag, offsets, stored messages, redrive and server info.
 
-    def __init__(self, broker: Broker) -> None:
+    Args:
+        broker: The embedded broker.
+        config_items: The effective configuration as "section.key" -> TOML value, reported
+            by GetServerInfo.
+    """
+
+    def __init__(self, broker: Broker, *, config_items: Mapping[str, str] | None = None) -> None:
         self._broker = broker
+        self._config_items = dict(config_items or {})
+        self._start_ms = _now_ms()
+
+    # -- topics ---------------------------------------------------------------------------
 
     @rpc
     async def CreateTopic(
         self, request: admin_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateTopicResponse:
-        if request.message_type not in (
-            admin_pb2.MESSAGE_TYPE_UNSPECIFIED,
-            admin_pb2.MESSAGE_TYPE_NORMAL,
-        ):
-            raise InvalidArgumentError(f"message_type {request.message_type} is not supported")
         queues = request.queues if request.HasField("queues") else None
-        info = await self._broker.create_topic(request.name, queues)
+        info = await self._broker.create_topic(
+            request.name, queues, message_type=convert.message_type_name(request.message_type)
+        )
         return admin_pb2.CreateTopicResponse(topic=convert.topic(info))
+
+    @rpc
+    async def UpdateTopic(
+        self, request: admin_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.UpdateTopicResponse:
+        info = await self._broker.update_topic(request.name, request.queues)
+        return admin_pb2.UpdateTopicResponse(topic=convert.topic(info))
 
     @rpc
     async def GetTopic(
         self, request: admin_pb2.GetTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetTopicResponse:
-        info, stats = self._broker.get_topic(request.name)
+        info, queues, groups = self._broker.describe_topic(request.name)
         return admin_pb2.GetTopicResponse(
-            topic=convert.topic(info), queues=[convert.queue_stats(s) for s in stats]
+            topic=convert.topic(info),
+            queues=[convert.queue_details(q) for q in queues],
+            consumer_groups=groups,
         )
 
     @rpc
@@ -51,8 +88,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DeleteTopic(
         self, request: admin_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteTopicResponse:
-        await self._broker.delete_topic(request.name)
+        await self._broker.delete_topic_guarded(request.name, force=request.force)
         return admin_pb2.DeleteTopicResponse()
+
+    @rpc
+    async def PurgeTopic(
+        self, request: admin_pb2.PurgeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.PurgeTopicResponse:
+        queue_id = request.queue_id if request.HasField("queue_id") else None
+        purged = await self._broker.purge(request.name, queue_id)
+        return admin_pb2.PurgeTopicResponse(purged=purged)
+
+    # -- groups ---------------------------------------------------------------------------
 
     @rpc
     async def CreateGroup(
@@ -64,28 +111,199 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         backoff = [
             convert.seconds(f"retry_backoff[{i}]", d) for i, d in enumerate(request.retry_backoff)
         ]
-        info = await self._broker.create_group(
-            request.name, max_delivery_attempts=attempts, retry_backoff_s=backoff or None
+        consume_from, consume_from_ms = convert.consume_from(
+            request.consume_from,
+            request.consume_from_time,
+            has_time=request.HasField("consume_from_time"),
         )
-        return admin_pb2.CreateGroupResponse(group=convert.group(info))
+        settings = GroupSettings(
+            fifo=request.fifo,
+            subscriptions=tuple(
+                convert.subscription(f"subscriptions[{i}]", s)
+                for i, s in enumerate(request.subscriptions)
+            ),
+            consume_from=consume_from,
+            consume_from_ms=consume_from_ms,
+            exponential_backoff=self._exponential(request),
+        )
+        info = await self._broker.create_group_with_settings(
+            request.name,
+            max_delivery_attempts=attempts,
+            retry_backoff_s=backoff or None,
+            settings=settings,
+        )
+        return admin_pb2.CreateGroupResponse(group=self._group(info.name))
+
+    @rpc
+    async def UpdateGroup(
+        self, request: admin_pb2.UpdateGroupRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.UpdateGroupResponse:
+        consume_from: str | None = None
+        consume_from_ms = 0
+        if request.consume_from != admin_pb2.CONSUME_FROM_UNSPECIFIED or request.HasField(
+            "consume_from_time"
+        ):
+            consume_from, consume_from_ms = convert.consume_from(
+                request.consume_from,
+                request.consume_from_time,
+                has_time=request.HasField("consume_from_time"),
+            )
+        info = await self._broker.update_group(
+            request.name,
+            max_delivery_attempts=(
+                request.max_delivery_attempts if request.HasField("max_delivery_attempts") else None
+            ),
+            retry_backoff_s=[
+                convert.seconds(f"retry_backoff[{i}]", d)
+                for i, d in enumerate(request.retry_backoff)
+            ]
+            or None,
+            exponential_backoff=self._exponential(request),
+            fifo=request.fifo if request.HasField("fifo") else None,
+            set_subscriptions=[
+                convert.subscription(f"set_subscriptions[{i}]", s)
+                for i, s in enumerate(request.set_subscriptions)
+            ],
+            remove_subscriptions=list(request.remove_subscriptions),
+            consume_from=consume_from,
+            consume_from_ms=consume_from_ms,
+        )
+        return admin_pb2.UpdateGroupResponse(group=self._group(info.name))
+
+    @staticmethod
+    def _exponential(
+        request: admin_pb2.CreateGroupRequest | admin_pb2.UpdateGroupRequest,
+    ) -> ExponentialBackoff | None:
+        if not request.HasField("exponential_backoff"):
+            return None
+        return convert.exponential_backoff("exponential_backoff", request.exponential_backoff)
+
+    def _group(self, name: str) -> admin_pb2.Group:
+        return convert.group_with_settings(
+            self._broker.get_group(name), self._broker.group_settings(name)
+        )
 
     @rpc
     async def GetGroup(
         self, request: admin_pb2.GetGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetGroupResponse:
-        return admin_pb2.GetGroupResponse(group=convert.group(self._broker.get_group(request.name)))
+        return admin_pb2.GetGroupResponse(group=self._group(request.name))
 
     @rpc
     async def ListGroups(
         self, request: admin_pb2.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListGroupsResponse:
         return admin_pb2.ListGroupsResponse(
-            groups=[convert.group(g) for g in self._broker.list_groups()]
+            groups=[self._group(g.name) for g in self._broker.list_groups()]
         )
+
+    @rpc
+    async def DeleteGroup(
+        self, request: admin_pb2.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DeleteGroupResponse:
+        await self._broker.delete_group(request.name, force=request.force)
+        return admin_pb2.DeleteGroupResponse()
 
     @rpc
     async def GetGroupLag(
         self, request: admin_pb2.GetGroupLagRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetGroupLagResponse:
-        rows = self._broker.group_lag(request.group, request.topic)
-        return admin_pb2.GetGroupLagResponse(queues=[convert.queue_lag(r) for r in rows])
+        report = self._broker.lag_report(request.group, request.topic)
+        return convert.lag_report(report, _now_ms())
+
+    @rpc
+    async def ResetOffsets(
+        self, request: admin_pb2.ResetOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ResetOffsetsResponse:
+        target = convert.reset_target(request.target)
+        if target == "timestamp" and not request.HasField("timestamp"):
+            raise InvalidArgumentError("RESET_TARGET_TIMESTAMP needs timestamp")
+        if target != "timestamp" and request.HasField("timestamp"):
+            raise InvalidArgumentError("timestamp is only allowed with RESET_TARGET_TIMESTAMP")
+        if target != "offsets" and request.offsets:
+            raise InvalidArgumentError("offsets are only allowed with RESET_TARGET_OFFSETS")
+        result = await self._broker.reset_offsets(
+            request.group,
+            request.topic,
+            target=target,
+            timestamp_ms=(
+                convert.timestamp_ms("timestamp", request.timestamp) if target == "timestamp" else 0
+            ),
+            offsets=dict(request.offsets),
+            force=request.force,
+        )
+        return convert.reset_result(result)
+
+    # -- messages -------------------------------------------------------------------------
+
+    @rpc
+    async def PeekMessages(
+        self, request: admin_pb2.PeekMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.PeekMessagesResponse:
+        found = self._broker.peek(
+            request.topic,
+            queue_id=request.queue_id if request.HasField("queue_id") else None,
+            offset=request.offset if request.HasField("offset") else None,
+            group=request.group,
+            max_messages=request.max_messages if request.HasField("max_messages") else 16,
+        )
+        return admin_pb2.PeekMessagesResponse(
+            messages=[
+                convert.stored_message(m.topic, m.queue_id, m.offset, m.record) for m in found
+            ]
+        )
+
+    @rpc
+    async def QueryMessage(
+        self, request: admin_pb2.QueryMessageRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueryMessageResponse:
+        if not request.message_id:
+            raise InvalidArgumentError("message_id is empty: give the id a send returned")
+        found = self._broker.query_message(request.topic, request.message_id)
+        return admin_pb2.QueryMessageResponse(
+            message=convert.stored_message(found.topic, found.queue_id, found.offset, found.record)
+        )
+
+    @rpc
+    async def QueryMessagesByKey(
+        self, request: admin_pb2.QueryMessagesByKeyRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueryMessagesByKeyResponse:
+        if not request.key:
+            raise InvalidArgumentError("key is empty: give a business key set at send")
+        found = self._broker.query_messages_by_key(request.topic, request.key)
+        return admin_pb2.QueryMessagesByKeyResponse(
+            messages=[
+                convert.stored_message(m.topic, m.queue_id, m.offset, m.record) for m in found
+            ]
+        )
+
+    @rpc
+    async def RedriveDeadLetters(
+        self, request: admin_pb2.RedriveDeadLettersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.RedriveDeadLettersResponse:
+        result = await self._broker.redrive(
+            request.group,
+            max_messages=request.max_messages if request.HasField("max_messages") else None,
+        )
+        return admin_pb2.RedriveDeadLettersResponse(
+            moved=result.moved, dropped=result.dropped, remaining=result.remaining
+        )
+
+    # -- server ---------------------------------------------------------------------------
+
+    @rpc
+    async def GetServerInfo(
+        self, request: admin_pb2.GetServerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetServerInfoResponse:
+        now = _now_ms()
+        data_dir = self._broker.config.store.data_dir
+        return admin_pb2.GetServerInfoResponse(
+            version=_SERVER_VERSION,
+            start_time=convert.timestamp(self._start_ms),
+            uptime=convert.duration((now - self._start_ms) / 1000),
+            data_dir=str(data_dir.resolve()),
+            store_bytes=disk_usage(data_dir),
+            topics=len(self._broker.list_topics()),
+            groups=len(self._broker.list_groups()),
+            config=self._config_items,
+        )

@@ -128,7 +128,7 @@ def topic(info: TopicInfo) -> admin_pb2.Topic:
     return admin_pb2.Topic(
         name=info.name,
         queues=info.queues,
-        message_type=info.message_type or admin_pb2.MESSAGE_TYPE_NORMAL,
+        message_type=admin_pb2.MessageType.Name(info.message_type or admin_pb2.MESSAGE_TYPE_NORMAL),
         kind=admin_pb2.TOPIC_KIND_DLQ if info.kind == KIND_DLQ else admin_pb2.TOPIC_KIND_NORMAL,
         create_time=timestamp(info.create_time_ms),
     )
@@ -211,13 +211,13 @@ def timestamp_ms(field: str, value: timestamp_pb2.Timestamp) -> int:
 
 # -- admin (AdminService) ---------------------------------------------------------------------
 
-_FILTER_TYPES = {
+_FILTER_TYPES: dict[int, str] = {
     messaging_pb2.FILTER_TYPE_UNSPECIFIED: "tag",
     messaging_pb2.FILTER_TYPE_TAG: "tag",
     messaging_pb2.FILTER_TYPE_SQL: "sql",
 }
 _FILTER_TYPE_CODES = {"tag": messaging_pb2.FILTER_TYPE_TAG, "sql": messaging_pb2.FILTER_TYPE_SQL}
-_CONSUME_FROM = {
+_CONSUME_FROM: dict[int, str] = {
     admin_pb2.CONSUME_FROM_UNSPECIFIED: "first",
     admin_pb2.CONSUME_FROM_FIRST_OFFSET: "first",
     admin_pb2.CONSUME_FROM_LAST_OFFSET: "last",
@@ -228,7 +228,7 @@ _CONSUME_FROM_CODES = {
     "last": admin_pb2.CONSUME_FROM_LAST_OFFSET,
     "timestamp": admin_pb2.CONSUME_FROM_TIMESTAMP,
 }
-_RESET_TARGETS = {
+_RESET_TARGETS: dict[int, str] = {
     admin_pb2.RESET_TARGET_EARLIEST: "earliest",
     admin_pb2.RESET_TARGET_LATEST: "latest",
     admin_pb2.RESET_TARGET_TIMESTAMP: "timestamp",
@@ -241,11 +241,12 @@ def message_type_name(value: int) -> str:
     if value == admin_pb2.MESSAGE_TYPE_UNSPECIFIED:
         return "normal"
     try:
-        return admin_pb2.MessageType.Name(value).removeprefix("MESSAGE_TYPE_").lower()
+        name: str = admin_pb2.MessageType.Name(value)
     except ValueError:
         raise InvalidArgumentError(
             f"message_type {value} is not one of NORMAL, FIFO, DELAY, TRANSACTION, MIXED"
         ) from None
+    return name.removeprefix("MESSAGE_TYPE_").lower()
 
 
 def queue_details(details: QueueDetails) -> admin_pb2.QueueStats:

@@ -2,6 +2,10 @@
 
 `run_server` is what `popmq serve` calls; `PopMQServer` is the same server as an object, for
 tests and embedding (start on port 0, read the real port, stop).
+
+Startup order: listen first (grpc.health.v1 answers NOT_SERVING, reflection works, other RPCs
+get UNAVAILABLE), then open the store (recovery), register the services, and turn SERVING.
+Shutdown turns NOT_SERVING before draining in-flight RPCs.
 """
 
 from __future__ import annotations
@@ -11,17 +15,20 @@ import logging
 import signal
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from importlib import metadata
 
 import grpc
 
 from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidArgumentError
 from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from proxy.admin import AdminServicer
+from proxy.clients import ClientRegistry, ClientRegistryConfig
+from proxy.health import Health, LateServices, ReadinessGate, add_ops_services
+from proxy.logs import LogConfig, configure_logging
 from proxy.messaging import MessagingServicer
+from proxy.metrics import Metrics, MetricsConfig, MetricsEndpoint, RpcObserver
 from proxy.rocketmq import RocketMQService
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,12 @@ class ServerConfig:
     """On SIGTERM/SIGINT, in-flight RPCs get this long to finish."""
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     """The embedded broker core."""
+    clients: ClientRegistryConfig = field(default_factory=ClientRegistryConfig)
+    """Consumer heartbeats and queue assignment (queue-exclusive consumers)."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """The Prometheus endpoint (off by default)."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Log level and format (text or JSON)."""
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -59,50 +72,101 @@ class PopMQServer:
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
+        self.clients: ClientRegistry | None = None
+        """Registered consumer clients; created at start (it needs the groups on disk)."""
+        self.health = Health()
+        self._late = LateServices()
+        self.metrics = Metrics() if self.config.metrics.listen else None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        self.metrics_port = 0
+        """Bound port of the Prometheus endpoint (0 when it is off)."""
+        self._opened = False
 
     @property
     def address(self) -> str:
         host, _ = split_listen(self.config.listen)
         return f"{host}:{self.port}"
 
-    async def start(self) -> int:
-        """Open the store, bind, and start serving; returns the bound port."""
+    async def listen(self) -> int:
+        """Bind and serve health (NOT_SERVING) and reflection only; returns the bound port."""
+        if self._server is not None:
+            return self.port
         host, port = split_listen(self.config.listen)
-        await self.broker.start()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=[ReadinessGate(self.health), RpcObserver(self.metrics)],
         )
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingServicer(self.broker), server
-        )
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.broker), server)
+        add_ops_services(server, self.health, self._late)
         try:
             self.port = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
-            await self.broker.close()
             raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        if self.metrics is not None:
+            metrics_host, metrics_port = split_listen(self.config.metrics.listen)
+            endpoint = MetricsEndpoint(self.metrics, metrics_host, metrics_port)
+            try:
+                self.metrics_port = await endpoint.start()
+            except OSError as exc:
+                raise InvalidArgumentError(
+                    f"cannot serve metrics on {self.config.metrics.listen}: {exc}"
+                ) from exc
+            self._metrics_endpoint = endpoint
+        await self.health.starting()
+        await server.start()
+        self._server = server
+        return self.port
+
+    async def start(self) -> int:
+        """Listen, open the store, register the services and turn SERVING; returns the port."""
+        from proxy.settings import items  # proxy.settings imports this module
+
+        await self.listen()
+        try:
+            await self.broker.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._opened = True
+        if self.metrics is not None:
+            self.metrics.watch(self.broker, _version())
+        # Servicers registered on `server` from here join the running gRPC server.
+        server = self._late
+        self.clients = ClientRegistry(
+            self.config.clients, existing_groups=[g.name for g in self.broker.list_groups()]
+        )
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingServicer(self.broker, self.clients), server
+        )
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(self.broker, config_items=items(self.config)), server
+        )
         # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
         self.rocketmq = await RocketMQService.serve_on(
             server, self.broker, address=lambda: self.address
         )
-        await server.start()
-        self._server = server
+        await self.health.serving(self._late.service_names)
+        log.info("serving %s", ", ".join(self._late.service_names))
         return self.port
 
     async def stop(self) -> None:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""
         if self._server is not None:
             server, self._server = self._server, None
+            await self.health.shutting_down()
             if self.rocketmq is not None:
                 await self.rocketmq.close()  # ends Telemetry streams: stop() need not wait
             # Held long polls answer at once (empty), so the grace period is spent only on
             # RPCs doing work, which finish while the store is still open.
-            self.broker.release_waiters()
+            if self._opened:
+                self.broker.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self._metrics_endpoint is not None:
+            endpoint, self._metrics_endpoint = self._metrics_endpoint, None
+            await endpoint.stop()
         await self.broker.close()
 
 
@@ -112,6 +176,9 @@ async def serve(config: ServerConfig) -> None:
     port = await server.start()
     host, _ = split_listen(config.listen)
     print(f"popmq listening on {host}:{port}", flush=True)
+    if server.metrics_port:
+        metrics_host, _ = split_listen(config.metrics.listen)
+        print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -122,15 +189,16 @@ async def serve(config: ServerConfig) -> None:
     log.info("stopped")
 
 
-def run_server(*, listen: str, data_dir: Path, flush: Literal["sync", "async"] = "sync") -> int:
+def _version() -> str:
+    try:
+        return metadata.version("popmq")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+def run_server(config: ServerConfig) -> int:
     """Blocking entry point of `popmq serve`; returns the process exit code."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    config = ServerConfig(
-        listen=listen,
-        broker=BrokerConfig(store=StoreConfig(data_dir=data_dir, flush=flush)),
-    )
+    configure_logging(config.log)
     try:
         asyncio.run(serve(config))
     except InvalidArgumentError as exc:

@@ -1,0 +1,167 @@
+"""The ops surface of the serving port: grpc.health.v1, server reflection, a readiness gate.
+
+The server listens before the store is open, so health checks and grpcurl work while it
+recovers: health answers NOT_SERVING, every other RPC UNAVAILABLE ("starting"). Servicers
+that need the open store are registered after it opened, into `LateServices`, a generic
+handler the gRPC server holds from the start (grpc only accepts handlers before it starts).
+On shutdown health turns NOT_SERVING before in-flight RPCs are drained.
+
+Reflection lists every service registered here, whenever it was registered, so
+`grpcurl -plaintext HOST:PORT list` always shows what the server really serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+REFLECTION_SERVICE = reflection.SERVICE_NAME
+_ALWAYS_OPEN = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
+"""Method prefixes the readiness gate lets through while the server is not ready."""
+
+
+class LateServices(grpc.GenericRpcHandler):
+    """Servicers added after the gRPC server started (when the store is open).
+
+    Generated `add_*Servicer_to_server(servicer, server)` functions accept it in place of a
+    server: it records their method handlers and serves them from then on.
+    """
+
+    def __init__(self) -> None:
+        # "/pkg.Service/Method" -> handler; filled before the server turns SERVING.
+        self._methods: dict[str, grpc.RpcMethodHandler] = {}
+        self._generic: list[grpc.GenericRpcHandler] = []
+        self._names: list[str] = []
+
+    @property
+    def service_names(self) -> list[str]:
+        return list(self._names)
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        if service_name not in self._names:
+            self._names.append(service_name)
+        for method, handler in method_handlers.items():
+            self._methods[f"/{service_name}/{method}"] = handler
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        # Generated code registers each method twice (generic and registered); the dict of
+        # registered methods answers first, generic handlers cover hand-written services.
+        self._generic.extend(handlers)
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = self._methods.get(handler_call_details.method)
+        if handler is not None:
+            return handler
+        for generic in self._generic:
+            found: grpc.RpcMethodHandler | None = generic.service(handler_call_details)
+            if found is not None:
+                return found
+        return None
+
+
+class Health:
+    """The server's serving status, published through grpc.health.v1.
+
+    The overall status ("") and one per registered service follow the server: NOT_SERVING
+    until `serving()`, NOT_SERVING again (for good) from `shutting_down()`.
+    """
+
+    def __init__(self) -> None:
+        self.servicer = health_aio.HealthServicer()
+        self.ready = False
+
+    async def starting(self) -> None:
+        await self.servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def serving(self, services: Sequence[str]) -> None:
+        for name in ("", *services):
+            await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.ready = True
+
+    async def shutting_down(self) -> None:
+        self.ready = False
+        await self.servicer.enter_graceful_shutdown()
+
+
+class ReadinessGate(grpc.aio.ServerInterceptor):
+    """Answers UNAVAILABLE to everything but health and reflection until the server is ready."""
+
+    def __init__(self, health: Health) -> None:
+        self._health = health
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        if self._health.ready or method.startswith(_ALWAYS_OPEN):
+            handler: grpc.RpcMethodHandler | None = await continuation(handler_call_details)
+            return handler
+        # A stream-stream handler fits every call shape: it reads nothing and only answers.
+        return grpc.stream_stream_rpc_method_handler(_refuse)
+
+
+async def _refuse(
+    request_iterator: AsyncIterable[bytes], context: grpc.aio.ServicerContext
+) -> AsyncIterator[bytes]:
+    await context.abort(
+        grpc.StatusCode.UNAVAILABLE,
+        "popmq is starting or stopping (the store is not open); retry shortly",
+    )
+    yield b""  # never reached: abort raises; makes this an async generator
+
+
+class _Reflection(reflection.aio.ReflectionServicer):
+    """Server reflection whose service list is read at call time (services come late)."""
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        super().__init__(())
+        self._names = names
+
+    async def ServerReflectionInfo(
+        self,
+        request_iterator: AsyncIterable[reflection_pb2.ServerReflectionRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[reflection_pb2.ServerReflectionResponse]:
+        async for request in request_iterator:
+            if request.HasField("list_services"):
+                yield reflection_pb2.ServerReflectionResponse(
+                    list_services_response=reflection_pb2.ListServiceResponse(
+                        service=[
+                            reflection_pb2.ServiceResponse(name=name)
+                            for name in sorted(self._names())
+                        ]
+                    ),
+                    original_request=request,
+                )
+                continue
+            async for response in super().ServerReflectionInfo(_one(request), context):
+                yield response
+
+
+async def _one(
+    request: reflection_pb2.ServerReflectionRequest,
+) -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+    yield request
+
+
+def add_ops_services(server: grpc.aio.Server, health: Health, late: LateServices) -> None:
+    """Register health, reflection and the late services on a server before it starts."""
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+
+    def names() -> list[str]:
+        return [HEALTH_SERVICE, REFLECTION_SERVICE, *late.service_names]
+
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(_Reflection(names), server)
+    server.add_generic_rpc_handlers((late,))

@@ -1,0 +1,382 @@
+"""Prometheus metrics and the per-RPC observer (latency histogram and the RPC log line).
+
+The endpoint (`--metrics-listen HOST:PORT`, off by default) is a small asyncio HTTP server
+on the server's own event loop: a scrape reads broker state on the thread that owns it, so
+it never sees a table half-updated and needs no exporter thread. Broker counters are read
+at scrape time by a custom collector (nothing is copied on the hot path); RPC latency and
+write batches are histograms observed as they happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from broker_core.broker import Broker
+from broker_core.errors import PopMQError
+
+log = logging.getLogger(__name__)
+rpc_log = logging.getLogger("popmq.rpc")
+
+_RPC_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30,
+)  # fmt: skip
+"""Seconds; long polls legitimately take up to 30 s."""
+_WRITE_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+)  # fmt: skip
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_CLIENT_ERRORS = frozenset(
+    {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION", "CANCELLED"}
+)
+"""Codes that mean the caller asked for something wrong (logged at info, not warning)."""
+_HTTP_TIMEOUT_S = 10.0
+_MAX_HEADER_LINES = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsConfig:
+    """The Prometheus endpoint."""
+
+    listen: str = ""
+    """HOST:PORT serving GET /metrics; empty: no endpoint (the default). Port 0 picks one."""
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under `path` (the store's size on disk, WAL included)."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            # RocksDB deletes files during compaction: a vanished file counts as zero.
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+class BrokerCollector(Collector):
+    """Reads the broker's counters and gauges when Prometheus scrapes."""
+
+    def __init__(self, broker: Broker, start_time: float, version: str) -> None:
+        self._broker = broker
+        self._start_time = start_time
+        self._version = version
+
+    def collect(self) -> Iterable[Metric]:
+        broker = self._broker
+        info = GaugeMetricFamily("popmq_build_info", "popmq version", labels=["version"])
+        info.add_metric([self._version], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "popmq_start_time_seconds", "When the server started (unix time)", self._start_time
+        )
+        stats = broker.stats
+        sent = CounterMetricFamily(
+            "popmq_messages_sent", "Messages stored by sends", labels=["topic"]
+        )
+        for topic, count in sorted(stats.sent.items()):
+            sent.add_metric([topic], count)
+        yield sent
+        for name, counter, text in (
+            ("popmq_messages_popped", stats.popped, "Messages delivered by pops"),
+            ("popmq_messages_acked", stats.acked, "Deliveries acknowledged"),
+            ("popmq_messages_nacked", stats.nacked, "Deliveries given back by nack"),
+            ("popmq_messages_revived", stats.revived, "Messages redelivered on timeout"),
+            ("popmq_messages_dead_lettered", stats.dead_lettered, "Messages moved to %DLQ%<group>"),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, text, labels=["group", "topic"])
+            for (group, topic), count in sorted(counter.items()):
+                family.add_metric([group, topic], count)
+            yield family
+        yield GaugeMetricFamily(
+            "popmq_long_polls_held", "Pops parked waiting for a message", broker.polling.held
+        )
+        buffered: Any = broker.buffered_checkpoints
+        yield GaugeMetricFamily(
+            "popmq_checkpoint_buffer_size",
+            "Checkpoints held in memory, not yet persisted",
+            buffered() if callable(buffered) else buffered,
+        )
+        yield GaugeMetricFamily(
+            "popmq_live_checkpoints",
+            "Checkpoints that still owe a message",
+            broker.live_checkpoints,
+        )
+        yield from self._lag(broker)
+        writer = broker.writer.stats
+        yield CounterMetricFamily("popmq_write_batches", "Write batches committed", writer.batches)
+        yield CounterMetricFamily(
+            "popmq_write_batches_failed", "Write batches that failed (nothing written)",
+            writer.failed_batches,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "popmq_store_bytes",
+            "Bytes of the store's files on disk",
+            disk_usage(broker.config.store.data_dir),
+        )
+        yield GaugeMetricFamily(
+            "popmq_topics", "User and dead-letter topics", len(broker.list_topics())
+        )
+        yield GaugeMetricFamily("popmq_groups", "Consumer groups", len(broker.list_groups()))
+
+    def _lag(self, broker: Broker) -> Iterable[Metric]:
+        lag = GaugeMetricFamily(
+            "popmq_consumer_lag_messages",
+            "Messages of the topic's queues the group has not finished (max - consumer offset)",
+            labels=["group", "topic"],
+        )
+        retry = GaugeMetricFamily(
+            "popmq_retry_backlog_messages",
+            "Messages waiting in the group's retry queue of the topic",
+            labels=["group", "topic"],
+        )
+        inflight = GaugeMetricFamily(
+            "popmq_inflight_messages",
+            "Messages popped and neither acked nor redelivered",
+            labels=["group", "topic"],
+        )
+        age = GaugeMetricFamily(
+            "popmq_oldest_unacked_age_seconds",
+            "Age of the oldest message the group has not acked (0 when none)",
+            labels=["group", "topic"],
+        )
+        dlq = GaugeMetricFamily(
+            "popmq_dead_letter_messages",
+            "Messages stored in the group's dead-letter topic",
+            labels=["group"],
+        )
+        now_ms = time.time_ns() // 1_000_000
+        for group in broker.list_groups():
+            try:
+                report = broker.lag_report(group.name)
+            except PopMQError:
+                continue  # deleted between the listing and the report
+            for row in report.topics:
+                labels = [group.name, row.topic]
+                lag.add_metric(labels, row.lag)
+                retry.add_metric(labels, row.retry_backlog)
+                inflight.add_metric(labels, row.inflight)
+                oldest = row.oldest_unacked_ms
+                age.add_metric(labels, max(0, now_ms - oldest) / 1000 if oldest else 0.0)
+            dlq.add_metric([group.name], report.dlq_depth)
+        yield from (lag, retry, inflight, age, dlq)
+
+
+class Metrics:
+    """The registry of one server (never the process-global one, so servers can coexist)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.rpc_duration = Histogram(
+            "popmq_rpc_duration_seconds",
+            "RPC handling time by method and status code",
+            ["method", "code"],
+            buckets=_RPC_BUCKETS,
+            registry=self.registry,
+        )
+        self.write_batch_jobs = Histogram(
+            "popmq_write_batch_jobs",
+            "Write jobs (sends, acks, checkpoint writes...) per group-commit batch",
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.write_seconds = Histogram(
+            "popmq_store_write_seconds",
+            "Time of one batch write; fsync=true includes the fsync",
+            ["fsync"],
+            buckets=_WRITE_BUCKETS,
+            registry=self.registry,
+        )
+
+    def watch(self, broker: Broker, version: str) -> None:
+        """Export a started broker's state and observe its write batches."""
+        self.registry.register(BrokerCollector(broker, time.time(), version))
+        broker.writer.add_batch_listener(self._observe_batch)
+
+    def _observe_batch(self, jobs: int, seconds: float, synced: bool) -> None:
+        self.write_batch_jobs.observe(jobs)
+        self.write_seconds.labels("true" if synced else "false").observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsEndpoint:
+    """GET /metrics over HTTP/1.1 on the event loop (one response per connection)."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+        self._metrics = metrics
+        self._host = host.strip("[]")
+        self._port = port
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.close()
+            await server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(_HTTP_TIMEOUT_S):
+                request_line = (await reader.readline()).decode("latin-1")
+                for _ in range(_MAX_HEADER_LINES):
+                    if (await reader.readline()) in (b"\r\n", b"\n", b""):
+                        break
+            parts = request_line.split()
+            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            status, content_type, body = self._answer(method, path.split("?", 1)[0])
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))
+            await writer.drain()
+        except (TimeoutError, ConnectionError) as exc:
+            log.debug("metrics request dropped: %s", exc)
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def _answer(self, method: str, path: str) -> tuple[str, str, bytes]:
+        text = "text/plain; charset=utf-8"
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", text, b"only GET and HEAD are served\n"
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, self._metrics.render()
+        if path == "/":
+            return "200 OK", text, b"popmq metrics: GET /metrics\n"
+        return "404 Not Found", text, b"not found; metrics are at /metrics\n"
+
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class RpcObserver(grpc.aio.ServerInterceptor):
+    """Times every unary RPC by method and status code and writes its log line.
+
+    Log levels: admin RPCs and failed RPCs at info (server-side failures at warning),
+    successful messaging RPCs and health/reflection calls at debug.
+    """
+
+    def __init__(self, metrics: Metrics | None) -> None:
+        self._metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method.lstrip("/")
+        behavior: Behavior = handler.unary_unary
+        admin = method.startswith("popmq.v1.AdminService/")
+        histogram = self._metrics.rpc_duration if self._metrics is not None else None
+
+        async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            began = time.perf_counter()
+            code = "OK"
+            try:
+                response = await behavior(request, context)
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except BaseException:
+                status = context.code()
+                code = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+                raise
+            finally:
+                elapsed = time.perf_counter() - began
+                if histogram is not None:
+                    histogram.labels(method, code).observe(elapsed)
+                _log_rpc(method, code, elapsed, request, context, admin=admin)
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            observed,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _log_rpc(
+    method: str,
+    code: str,
+    elapsed: float,
+    request: Any,
+    context: grpc.aio.ServicerContext,
+    *,
+    admin: bool,
+) -> None:
+    if code == "OK":
+        level = logging.INFO if admin else logging.DEBUG
+    elif code in _CLIENT_ERRORS:
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    if not rpc_log.isEnabledFor(level):
+        return
+    context_fields = _request_context(method, request)
+    details = context.details() if code != "OK" else None
+    rpc_log.log(
+        level,
+        "%s %s %.3fms",
+        method,
+        code,
+        elapsed * 1000,
+        extra={
+            "rpc": method,
+            "code": code,
+            "duration_ms": round(elapsed * 1000, 3),
+            "peer": context.peer(),
+            "detail": details or "",
+            **context_fields,
+        },
+    )
+
+
+def _request_context(method: str, request: Any) -> dict[str, str]:
+    """The topic and group a request is about, for the log line."""
+    found: dict[str, str] = {}
+    fields = getattr(getattr(request, "DESCRIPTOR", None), "fields_by_name", {})
+    for name in ("topic", "group"):
+        if name in fields and getattr(request, name):
+            found[name] = getattr(request, name)
+    if "name" in fields and request.name:
+        if "Topic" in method:
+            found.setdefault("topic", request.name)
+        elif "Group" in method:
+            found.setdefault("group", request.name)
+    if "messages" in fields and method.endswith("/SendMessages"):
+        topics = sorted({m.topic for m in request.messages})
+        if topics:
+            found["topic"] = ",".join(topics)
+    return found
