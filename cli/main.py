@@ -1,32 +1,42 @@
-"""The ``popmq`` command: run the server, manage topics and groups, send and receive.
+"""The ``popmq`` command: run the server, administer it, send and receive.
 
-Exit codes: 0 success, 1 server or connection error, 2 usage error, 3 not found, 4 a
-rejected request (invalid argument, failed precondition, already exists).
+Exit codes: 0 success, 1 server or connection error, 2 usage error (bad arguments or
+configuration), 3 not found, 4 a rejected request (invalid argument, failed precondition,
+already exists), 130 interrupted.
+
+Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081) and
+``--json`` (one JSON document on stdout instead of tables and lines).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from datetime import UTC, datetime
 
+from cli import commands
+from cli.render import format_group, format_message, format_receipt, format_topic
 from sdk import (
-    Admin,
     AlreadyExistsError,
+    ExponentialBackoff,
     FailedPreconditionError,
-    Group,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
-    Producer,
-    ReceivedMessage,
-    SendReceipt,
-    SimpleConsumer,
-    Topic,
 )
 
-__all__ = ["main"]
+__all__ = [
+    "build_parser",
+    "exit_code_for",
+    "format_group",
+    "format_message",
+    "format_receipt",
+    "format_topic",
+    "main",
+]
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 
@@ -45,6 +55,10 @@ _EXIT_CODES: dict[type[PopMQError], int] = {
     AlreadyExistsError: EXIT_REJECTED,
 }
 
+MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
 
 def exit_code_for(error: PopMQError) -> int:
     """Return the process exit code for an SDK error."""
@@ -55,6 +69,9 @@ def exit_code_for(error: PopMQError) -> int:
     return EXIT_SERVER_ERROR
 
 
+# -- argument types (a bad value is a usage error, exit 2) --------------------------------------
+
+
 def _property(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -62,142 +79,293 @@ def _property(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _format_seconds(seconds: float) -> str:
-    return f"{seconds:g}s"
-
-
-def format_topic(topic: Topic) -> str:
-    """One line describing a topic."""
-    return (
-        f"topic {topic.name} queues={topic.queues} message_type={topic.message_type} "
-        f"kind={topic.kind} created={topic.create_time.isoformat()}"
-    )
-
-
-def format_group(group: Group) -> str:
-    """One line describing a consumer group."""
-    backoff = ",".join(_format_seconds(s) for s in group.retry_backoff_s)
-    return (
-        f"group {group.name} max_delivery_attempts={group.max_delivery_attempts} "
-        f"retry_backoff={backoff} created={group.create_time.isoformat()}"
-    )
-
-
-def format_receipt(receipt: SendReceipt) -> str:
-    """One line saying where a sent message was stored."""
-    return (
-        f"sent {receipt.message_id} to {receipt.topic} "
-        f"queue {receipt.queue_id} offset {receipt.offset}"
-    )
-
-
-def format_message(message: ReceivedMessage) -> str:
-    """One line describing a received message, its body decoded as UTF-8."""
-    body = message.body.decode("utf-8", errors="replace")
-    return (
-        f"{message.message_id} attempt={message.delivery_attempt} queue={message.queue_id} "
-        f"offset={message.offset} tag={message.tag} body={body}"
-    )
-
-
-def _serve(args: argparse.Namespace) -> int:
-    # Imported here so client commands work without the server's dependencies (RocksDB).
-    from proxy.server import run_server  # type: ignore[import-not-found, unused-ignore]
-
-    code: int = run_server(listen=args.listen, data_dir=Path(args.data_dir), flush=args.flush)
-    return code
-
-
-def _topic_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
-        topic = admin.create_topic(args.name, queues=args.queues)
-    print(format_topic(topic))
-    return EXIT_OK
-
-
-def _group_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
-        group = admin.create_group(args.name, max_delivery_attempts=args.max_delivery_attempts)
-    print(format_group(group))
-    return EXIT_OK
-
-
-def _send(args: argparse.Namespace) -> int:
-    with Producer(args.endpoint) as producer:
-        receipt = producer.send(
-            args.topic,
-            args.text.encode("utf-8"),
-            tag=args.tag,
-            keys=args.keys,
-            properties=dict(args.properties),
+def _duration(text: str) -> float:
+    """Seconds from "1.5", "500ms", "10s", "5m", "2h"."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: use a number with ms, s, m or h (e.g. 10s, 5m)"
         )
-    print(format_receipt(receipt))
-    return EXIT_OK
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
-def _receive(args: argparse.Namespace) -> int:
-    with SimpleConsumer(
-        args.endpoint, group=args.group, topic=args.topic, filter=args.filter
-    ) as consumer:
-        messages = consumer.receive(
-            max_messages=args.max, invisible_duration_s=args.invisible, wait_s=args.wait
-        )
-        if not messages:
-            print("no messages")
-            return EXIT_OK
-        for message in messages:
-            print(format_message(message))
-        if args.ack:
-            consumer.ack(messages)
-            print(f"acked {len(messages)}")
-    return EXIT_OK
+def _durations(text: str) -> list[float]:
+    """A comma-separated list of durations: "1s,5s,30s,2m"."""
+    return [_duration(part) for part in text.split(",")]
 
+
+def _exponential(text: str) -> ExponentialBackoff:
+    """INITIAL,MAX,MULTIPLIER, e.g. "5s,2h,2"."""
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not INITIAL,MAX,MULTIPLIER (e.g. 5s,2h,2)")
+    try:
+        multiplier = float(parts[2])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"multiplier {parts[2]!r} is not a number") from None
+    return ExponentialBackoff(_duration(parts[0]), _duration(parts[1]), multiplier)
+
+
+def _time(text: str) -> datetime:
+    """An ISO-8601 time ("2026-11-21T10:00:00Z"; without a zone: UTC) or epoch seconds."""
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use ISO-8601 (2026-11-21T10:00:00Z) or epoch seconds"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _consume_from(text: str) -> str | datetime:
+    return text if text in ("first", "last") else _time(text)
+
+
+def _reset_target(text: str) -> str | datetime:
+    return text if text in ("earliest", "latest") else _time(text)
+
+
+def _queue_offset(text: str) -> tuple[int, int]:
+    queue, sep, offset = text.partition("=")
+    if not sep or not queue.isdigit() or not offset.isdigit():
+        raise argparse.ArgumentTypeError(f"expected QUEUE=OFFSET (e.g. 0=42), got {text!r}")
+    return int(queue), int(offset)
+
+
+def _subscription(text: str) -> tuple[str, str]:
+    topic, _, expression = text.partition("=")
+    if not topic:
+        raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC=TAGS, got {text!r}")
+    return topic, expression
+
+
+def _sql_subscription(text: str) -> tuple[str, str]:
+    topic, sep, expression = text.partition("=")
+    if not sep or not topic or not expression.strip():
+        raise argparse.ArgumentTypeError(f"expected TOPIC=SQL, got {text!r}")
+    return topic, expression
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+# -- parser -------------------------------------------------------------------------------------
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _add_endpoint(parser: argparse.ArgumentParser) -> None:
+def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.ArgumentParser:
+    """Options every client command has."""
     parser.add_argument(
         "--endpoint",
-        default=DEFAULT_ENDPOINT,
-        help=f"popmq proxy address (default {DEFAULT_ENDPOINT})",
+        default=os.environ.get("POPMQ_ENDPOINT", DEFAULT_ENDPOINT),
+        help=f"popmq server address (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _group_settings(parser: argparse.ArgumentParser, *, update: bool) -> None:
+    parser.add_argument(
+        "--max-delivery-attempts",
+        type=_positive,
+        help="deliveries before dead-lettering" + ("" if update else " (default 17)"),
+    )
+    backoff = parser.add_mutually_exclusive_group()
+    backoff.add_argument(
+        "--backoff",
+        type=_durations,
+        metavar="DELAYS",
+        help="nack delays by attempt, e.g. 1s,5s,30s,2m (the last repeats)",
+    )
+    backoff.add_argument(
+        "--exponential-backoff",
+        type=_exponential,
+        metavar="INITIAL,MAX,MULT",
+        help="exponential nack delays, e.g. 5s,2h,2",
+    )
+    if update:
+        fifo = parser.add_mutually_exclusive_group()
+        fifo.add_argument("--fifo", dest="fifo", action="store_const", const=True, default=None)
+        fifo.add_argument("--no-fifo", dest="fifo", action="store_const", const=False)
+    else:
+        parser.add_argument("--fifo", action="store_true", help="a FIFO group")
+    parser.add_argument(
+        "--subscribe",
+        type=_subscription,
+        action="append",
+        default=[],
+        metavar="TOPIC[=TAGS]",
+        help='subscribe to a topic, optionally with a tag filter ("TagA || TagB"); repeatable',
+    )
+    parser.add_argument(
+        "--subscribe-sql",
+        type=_sql_subscription,
+        action="append",
+        default=[],
+        metavar="TOPIC=SQL",
+        help="subscribe to a topic with a SQL92 filter; repeatable",
+    )
+    if update:
+        parser.add_argument(
+            "--unsubscribe", action="append", default=[], metavar="TOPIC", help="repeatable"
+        )
+    parser.add_argument(
+        "--consume-from",
+        type=_consume_from,
+        metavar="first|last|TIME",
+        help="where the group starts in subscribed queues it never read (default first)",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser; each leaf command sets ``handler``."""
     parser = argparse.ArgumentParser(prog="popmq", description="popmq messaging system")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run the server until SIGTERM or SIGINT")
-    serve.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT to listen on")
-    serve.add_argument("--data-dir", default="./data", help="directory for the store")
+    serve = commands_.add_parser(
+        "serve",
+        help="run the server until SIGTERM or SIGINT",
+        description="Settings come from flags, then POPMQ_<SECTION>_<KEY> variables, then "
+        "the --config file, then defaults. See docs/operations.md.",
+    )
+    serve.add_argument("--config", metavar="FILE", help="TOML config file ($POPMQ_CONFIG)")
     serve.add_argument(
-        "--flush", choices=("sync", "async"), default="sync", help="fsync before acking a send"
+        "--print-config", action="store_true", help="print the effective config and exit"
     )
-    serve.set_defaults(handler=_serve)
-
-    topic = commands.add_parser("topic", help="manage topics")
-    topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
-    topic_create = topic_commands.add_parser("create", help="create a topic")
-    topic_create.add_argument("name")
-    topic_create.add_argument("--queues", type=int, help="number of queues (server default 8)")
-    _add_endpoint(topic_create)
-    topic_create.set_defaults(handler=_topic_create)
-
-    group = commands.add_parser("group", help="manage consumer groups")
-    group_commands = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
-    group_create = group_commands.add_parser("create", help="create a consumer group")
-    group_create.add_argument("name")
-    group_create.add_argument(
-        "--max-delivery-attempts", type=int, help="deliveries before dead-lettering (default 17)"
+    serve.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:8081)")
+    serve.add_argument("--data-dir", help="directory of the store (default ./data)")
+    serve.add_argument("--flush", choices=("sync", "async"), help="fsync before acking a send")
+    serve.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics (default off)"
     )
-    _add_endpoint(group_create)
-    group_create.set_defaults(handler=_group_create)
+    serve.add_argument("--log-format", choices=("text", "json"), help="log line format")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="set any setting, e.g. pop.max_batch=64; repeatable",
+    )
+    serve.set_defaults(handler=commands.serve)
 
-    send = commands.add_parser("send", help="send one text message")
+    topic = commands_.add_parser("topic", help="manage topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = _client(topics.add_parser("create", help="create a topic"), commands.topic_create)
+    create.add_argument("name")
+    create.add_argument("--queues", type=_positive, help="number of queues (server default 8)")
+    create.add_argument("--type", choices=MESSAGE_TYPES, help="message type (default normal)")
+    update = _client(topics.add_parser("update", help="add queues"), commands.topic_update)
+    update.add_argument("name")
+    update.add_argument("--queues", type=_positive, required=True, help="new queue count")
+    delete = _client(topics.add_parser("delete", help="delete a topic"), commands.topic_delete)
+    delete.add_argument("name")
+    delete.add_argument("--force", action="store_true", help="even with messages in flight")
+    describe = _client(
+        topics.add_parser("describe", help="queues, offsets, counts"), commands.topic_describe
+    )
+    describe.add_argument("name")
+    _client(topics.add_parser("list", help="list topics"), commands.topic_list)
+    purge = _client(topics.add_parser("purge", help="delete stored messages"), commands.topic_purge)
+    purge.add_argument("name")
+    purge.add_argument("--queue", type=int, help="only this queue (default all)")
+
+    group = commands_.add_parser("group", help="manage consumer groups")
+    groups = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    create = _client(
+        groups.add_parser("create", help="create a consumer group"), commands.group_create
+    )
+    create.add_argument("name")
+    _group_settings(create, update=False)
+    update = _client(groups.add_parser("update", help="change settings"), commands.group_update)
+    update.add_argument("name")
+    _group_settings(update, update=True)
+    delete = _client(groups.add_parser("delete", help="delete a group"), commands.group_delete)
+    delete.add_argument("name")
+    delete.add_argument("--force", action="store_true", help="even with messages in flight")
+    describe = _client(groups.add_parser("describe", help="settings"), commands.group_describe)
+    describe.add_argument("name")
+    _client(groups.add_parser("list", help="list groups"), commands.group_list)
+
+    lag = _client(commands_.add_parser("lag", help="how far a group is behind"), commands.lag)
+    lag.add_argument("group")
+    lag.add_argument("--topic", default="", help="only this topic")
+
+    offsets = commands_.add_parser("offsets", help="consumer offsets")
+    offset_commands = offsets.add_subparsers(dest="offsets_command", required=True)
+    reset = _client(
+        offset_commands.add_parser("reset", help="move a group's offsets in a topic"),
+        commands.offsets_reset,
+    )
+    reset.add_argument("group")
+    reset.add_argument("topic")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to",
+        type=_reset_target,
+        metavar="earliest|latest|TIME",
+        help="earliest, latest, or an ISO-8601 time / epoch seconds",
+    )
+    target.add_argument(
+        "--offset",
+        type=_queue_offset,
+        action="append",
+        metavar="QUEUE=OFFSET",
+        help="explicit offset of one queue; repeatable",
+    )
+    reset.add_argument("--force", action="store_true", help="even with messages in flight")
+
+    message = commands_.add_parser("message", help="read stored messages")
+    message_commands = message.add_subparsers(dest="message_command", required=True)
+    get = _client(message_commands.add_parser("get", help="by message id"), commands.message_get)
+    get.add_argument("topic")
+    get.add_argument("message_id")
+    find = _client(
+        message_commands.add_parser("find", help="by business key"), commands.message_find
+    )
+    find.add_argument("topic")
+    find.add_argument("key")
+    peek = _client(
+        message_commands.add_parser("peek", help="read without consuming"), commands.message_peek
+    )
+    peek.add_argument("topic")
+    peek.add_argument("--queue", type=int, help="only this queue")
+    peek.add_argument("--offset", type=int, help="first offset (needs --queue)")
+    peek.add_argument("--group", default="", help="start where this group is")
+    peek.add_argument("--max", type=_positive, default=16, help="at most N (default 16)")
+
+    dlq = commands_.add_parser("dlq", help="dead-letter topics")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    redrive = _client(
+        dlq_commands.add_parser("redrive", help="move %%DLQ%%GROUP back to its topics"),
+        commands.dlq_redrive,
+    )
+    redrive.add_argument("group")
+    redrive.add_argument("--max", type=_positive, help="at most N messages (default all)")
+
+    server = commands_.add_parser("server", help="the server")
+    server_commands = server.add_subparsers(dest="server_command", required=True)
+    _client(
+        server_commands.add_parser("info", help="version, uptime, store, config"),
+        commands.server_info,
+    )
+
+    send = _client(commands_.add_parser("send", help="send text messages"), commands.send)
     send.add_argument("topic")
-    send.add_argument("text")
+    send.add_argument("text", help='message body; with --count, "{n}" becomes 0, 1, 2, ...')
     send.add_argument("--tag", default="")
     send.add_argument("--key", dest="keys", action="append", default=[], help="repeatable")
     send.add_argument(
@@ -209,13 +377,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="repeatable",
     )
-    _add_endpoint(send)
-    send.set_defaults(handler=_send)
+    send.add_argument("--count", type=_positive, default=1, help="send N messages")
+    send.add_argument("--batch", type=_positive, default=64, help="messages per request")
 
-    receive = commands.add_parser("receive", help="receive messages for a consumer group")
+    receive = _client(
+        commands_.add_parser("receive", help="receive messages for a consumer group"),
+        commands.receive,
+    )
     receive.add_argument("group")
     receive.add_argument("topic")
-    receive.add_argument("--max", type=int, default=32, help="maximum messages (default 32)")
+    receive.add_argument("--max", type=_positive, default=32, help="per receive (default 32)")
     receive.add_argument(
         "--wait", type=float, default=20.0, help="seconds to wait for a message (default 20)"
     )
@@ -227,8 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     receive.add_argument("--filter", default="*", help='tag expression (default "*")')
     receive.add_argument("--ack", action="store_true", help="acknowledge what was received")
-    _add_endpoint(receive)
-    receive.set_defaults(handler=_receive)
+    receive.add_argument(
+        "--count", type=_positive, help="keep receiving until N messages (or a --wait passes)"
+    )
     return parser
 
 

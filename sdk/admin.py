@@ -1,41 +1,200 @@
-"""Admin clients: manage topics and consumer groups and read consumer lag."""
+"""Admin clients: topics, consumer groups, lag, offsets, stored messages, redrive, server info."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
-from popmq.v1 import admin_pb2
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
+
+from popmq.v1 import admin_pb2, messaging_pb2
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
 from sdk._sync import SyncClient
-from sdk.types import Group, QueueLag, Topic, TopicDescription, duration_from_seconds
+from sdk.errors import InvalidArgumentError
+from sdk.types import (
+    ExponentialBackoff,
+    Group,
+    LagReport,
+    OffsetReset,
+    QueueLag,
+    RedriveResult,
+    ServerInfo,
+    StoredMessage,
+    Subscription,
+    Topic,
+    TopicDescription,
+    duration_from_seconds,
+)
 
-__all__ = ["Admin", "AsyncAdmin", "build_create_group_request", "build_create_topic_request"]
+__all__ = [
+    "MESSAGE_TYPES",
+    "Admin",
+    "AsyncAdmin",
+    "build_create_group_request",
+    "build_create_topic_request",
+    "build_reset_offsets_request",
+    "build_update_group_request",
+]
+
+MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
+"""Message types a topic can accept (RocketMQ 5's TopicMessageType)."""
+
+Time = datetime | float
+"""A point in time: a timezone-aware datetime or seconds since the epoch."""
 
 
-def build_create_topic_request(name: str, queues: int | None) -> admin_pb2.CreateTopicRequest:
-    """Build a CreateTopic request; ``queues=None`` leaves it to the server default (8)."""
-    request = admin_pb2.CreateTopicRequest(name=name)
+def _timestamp(value: Time, *, name: str) -> timestamp_pb2.Timestamp:
+    """A proto Timestamp; a naive datetime is refused (its time zone would be a guess)."""
+    stamp = timestamp_pb2.Timestamp()
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidArgumentError(
+                f"{name} is a naive datetime: give one with a time zone (e.g. tzinfo=UTC)"
+            )
+        stamp.FromDatetime(value)
+        return stamp
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InvalidArgumentError(
+            f"{name} must be a timezone-aware datetime or epoch seconds >= 0, got {value!r}"
+        )
+    stamp.FromNanoseconds(round(value * 1_000_000_000))
+    return stamp
+
+
+def _message_type(value: str | None) -> str:
+    """The MessageType enum name of "normal", "fifo", ... (None: unspecified)."""
+    if value is None:
+        return "MESSAGE_TYPE_UNSPECIFIED"
+    if value not in MESSAGE_TYPES:
+        raise InvalidArgumentError(
+            f"message_type {value!r} is not one of {', '.join(MESSAGE_TYPES)}"
+        )
+    return f"MESSAGE_TYPE_{value.upper()}"
+
+
+def _set_consume_from(
+    request: admin_pb2.CreateGroupRequest | admin_pb2.UpdateGroupRequest,
+    consume_from: str | Time,
+) -> None:
+    if consume_from == "first":
+        request.consume_from = admin_pb2.CONSUME_FROM_FIRST_OFFSET
+    elif consume_from == "last":
+        request.consume_from = admin_pb2.CONSUME_FROM_LAST_OFFSET
+    elif isinstance(consume_from, str):
+        raise InvalidArgumentError(
+            f"consume_from {consume_from!r} is not 'first', 'last' or a time"
+        )
+    else:
+        request.consume_from = admin_pb2.CONSUME_FROM_TIMESTAMP
+        request.consume_from_time.CopyFrom(_timestamp(consume_from, name="consume_from"))
+
+
+def build_create_topic_request(
+    name: str, queues: int | None, message_type: str | None = None
+) -> admin_pb2.CreateTopicRequest:
+    """Build a CreateTopic request; ``None`` leaves the server defaults (8 queues, normal)."""
+    request = admin_pb2.CreateTopicRequest(name=name, message_type=_message_type(message_type))
     if queues is not None:
         request.queues = queues
     return request
 
 
 def build_create_group_request(
-    name: str, max_delivery_attempts: int | None, retry_backoff_s: Sequence[float] | None
+    name: str,
+    max_delivery_attempts: int | None,
+    retry_backoff_s: Sequence[float] | None,
+    *,
+    exponential_backoff: ExponentialBackoff | None = None,
+    fifo: bool = False,
+    subscriptions: Sequence[Subscription] = (),
+    consume_from: str | Time | None = None,
 ) -> admin_pb2.CreateGroupRequest:
     """Build a CreateGroup request; ``None`` arguments leave the server defaults."""
-    request = admin_pb2.CreateGroupRequest(name=name)
+    request = admin_pb2.CreateGroupRequest(
+        name=name, fifo=fifo, subscriptions=[s.to_proto() for s in subscriptions]
+    )
     if max_delivery_attempts is not None:
         request.max_delivery_attempts = max_delivery_attempts
     if retry_backoff_s is not None:
         request.retry_backoff.extend(
             duration_from_seconds(s, name="retry_backoff_s") for s in retry_backoff_s
         )
+    if exponential_backoff is not None:
+        request.exponential_backoff.CopyFrom(exponential_backoff.to_proto())
+    if consume_from is not None:
+        _set_consume_from(request, consume_from)
+    return request
+
+
+def build_update_group_request(
+    name: str,
+    *,
+    max_delivery_attempts: int | None = None,
+    retry_backoff_s: Sequence[float] | None = None,
+    exponential_backoff: ExponentialBackoff | None = None,
+    fifo: bool | None = None,
+    set_subscriptions: Sequence[Subscription] = (),
+    remove_subscriptions: Sequence[str] = (),
+    consume_from: str | Time | None = None,
+) -> admin_pb2.UpdateGroupRequest:
+    """Build an UpdateGroup request; ``None`` and empty arguments keep the current value."""
+    request = admin_pb2.UpdateGroupRequest(
+        name=name,
+        set_subscriptions=[s.to_proto() for s in set_subscriptions],
+        remove_subscriptions=list(remove_subscriptions),
+    )
+    if max_delivery_attempts is not None:
+        request.max_delivery_attempts = max_delivery_attempts
+    if retry_backoff_s is not None:
+        if not retry_backoff_s:
+            raise InvalidArgumentError("retry_backoff_s is empty: give at least one delay")
+        request.retry_backoff.extend(
+            duration_from_seconds(s, name="retry_backoff_s") for s in retry_backoff_s
+        )
+    if exponential_backoff is not None:
+        request.exponential_backoff.CopyFrom(exponential_backoff.to_proto())
+    if fifo is not None:
+        request.fifo = fifo
+    if consume_from is not None:
+        _set_consume_from(request, consume_from)
+    return request
+
+
+def build_reset_offsets_request(
+    group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
+) -> admin_pb2.ResetOffsetsRequest:
+    """Build a ResetOffsets request.
+
+    Args:
+        group: Consumer group.
+        topic: Topic whose queues to reset.
+        to: ``"earliest"``, ``"latest"``, a time (datetime or epoch seconds), or explicit
+            offsets ``{queue_id: offset}``.
+        force: Reset even while the group has messages of the topic in flight.
+    """
+    request = admin_pb2.ResetOffsetsRequest(group=group, topic=topic, force=force)
+    if to == "earliest":
+        request.target = admin_pb2.RESET_TARGET_EARLIEST
+    elif to == "latest":
+        request.target = admin_pb2.RESET_TARGET_LATEST
+    elif isinstance(to, str):
+        raise InvalidArgumentError(
+            f"to {to!r} is not 'earliest', 'latest', a time or {{queue_id: offset}}"
+        )
+    elif isinstance(to, Mapping):
+        request.target = admin_pb2.RESET_TARGET_OFFSETS
+        for queue_id, offset in to.items():
+            request.offsets[queue_id] = offset
+    else:
+        request.target = admin_pb2.RESET_TARGET_TIMESTAMP
+        request.timestamp.CopyFrom(_timestamp(to, name="to"))
     return request
 
 
 class AsyncAdmin(AsyncClient):
-    """Manages topics and consumer groups (asyncio).
+    """Manages topics, consumer groups, offsets and stored messages (asyncio).
 
     Args:
         endpoint: ``host:port`` of the popmq proxy.
@@ -43,57 +202,94 @@ class AsyncAdmin(AsyncClient):
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
     """
 
-    async def create_topic(self, name: str, queues: int | None = None) -> Topic:
+    async def _call(self, method: str, request: Message) -> Any:
+        self._check_open()
+        return await unary(getattr(self._conn.admin(), method), request, self._timeout_s)
+
+    # -- topics ---------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, queues: int | None = None, message_type: str | None = None
+    ) -> Topic:
         """Create a topic with ``queues`` queues (``None``: the server default, 8).
+
+        Args:
+            name: Topic name.
+            queues: Number of queues, 1..1024.
+            message_type: ``"normal"`` (default), ``"fifo"``, ``"delay"``,
+                ``"transaction"`` or ``"mixed"``.
 
         Raises:
             AlreadyExistsError: A topic with that name exists.
-            InvalidArgumentError: The name or queue count is not allowed.
+            InvalidArgumentError: The name, queue count or message type is not allowed.
         """
-        self._check_open()
-        response: admin_pb2.CreateTopicResponse = await unary(
-            self._conn.admin().CreateTopic,
-            build_create_topic_request(name, queues),
-            self._timeout_s,
+        request = build_create_topic_request(name, queues, message_type)
+        response: admin_pb2.CreateTopicResponse = await self._call("CreateTopic", request)
+        return Topic.from_proto(response.topic)
+
+    async def update_topic(self, name: str, queues: int) -> Topic:
+        """Grow a topic to ``queues`` queues (queues are never removed).
+
+        Raises:
+            NotFoundError: The topic does not exist.
+            InvalidArgumentError: ``queues`` is below the current count or above 1024.
+        """
+        response: admin_pb2.UpdateTopicResponse = await self._call(
+            "UpdateTopic", admin_pb2.UpdateTopicRequest(name=name, queues=queues)
         )
         return Topic.from_proto(response.topic)
 
     async def get_topic(self, name: str) -> TopicDescription:
-        """Describe a topic and the offsets of its queues.
+        """Describe a topic: its queues' offsets, message counts and newest store times.
 
         Raises:
             NotFoundError: The topic does not exist.
         """
-        self._check_open()
-        response: admin_pb2.GetTopicResponse = await unary(
-            self._conn.admin().GetTopic, admin_pb2.GetTopicRequest(name=name), self._timeout_s
+        response: admin_pb2.GetTopicResponse = await self._call(
+            "GetTopic", admin_pb2.GetTopicRequest(name=name)
         )
         return TopicDescription.from_proto(response)
 
     async def list_topics(self) -> list[Topic]:
         """List user and dead-letter topics, sorted by name."""
-        self._check_open()
-        response: admin_pb2.ListTopicsResponse = await unary(
-            self._conn.admin().ListTopics, admin_pb2.ListTopicsRequest(), self._timeout_s
+        response: admin_pb2.ListTopicsResponse = await self._call(
+            "ListTopics", admin_pb2.ListTopicsRequest()
         )
         return [Topic.from_proto(t) for t in response.topics]
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, force: bool = False) -> None:
         """Delete a topic with its messages, retry queues and offsets.
 
         Raises:
             NotFoundError: The topic does not exist.
+            FailedPreconditionError: Groups have messages of it in flight (and not ``force``).
         """
-        self._check_open()
-        await unary(
-            self._conn.admin().DeleteTopic, admin_pb2.DeleteTopicRequest(name=name), self._timeout_s
-        )
+        await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(name=name, force=force))
+
+    async def purge_topic(self, name: str, queue_id: int | None = None) -> int:
+        """Delete the stored messages of one queue (or all); returns how many.
+
+        Raises:
+            NotFoundError: The topic does not exist.
+        """
+        request = admin_pb2.PurgeTopicRequest(name=name)
+        if queue_id is not None:
+            request.queue_id = queue_id
+        response: admin_pb2.PurgeTopicResponse = await self._call("PurgeTopic", request)
+        return response.purged
+
+    # -- groups ---------------------------------------------------------------------------
 
     async def create_group(
         self,
         name: str,
         max_delivery_attempts: int | None = None,
         retry_backoff_s: Sequence[float] | None = None,
+        *,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool = False,
+        subscriptions: Sequence[Subscription] = (),
+        consume_from: str | Time | None = None,
     ) -> Group:
         """Create a consumer group.
 
@@ -102,16 +298,55 @@ class AsyncAdmin(AsyncClient):
             max_delivery_attempts: Deliveries before dead-lettering; ``None``: 17.
             retry_backoff_s: Nack delay per delivery attempt in seconds; ``None``: the
                 server's default list (1s 5s 10s 30s 1m ... 2h).
+            exponential_backoff: An exponential nack backoff instead of the list.
+            fifo: A FIFO group (messages of one message group in send order).
+            subscriptions: Topics the group subscribes to, with their filters.
+            consume_from: Where the group starts in its subscribed topics: ``"first"``
+                (default), ``"last"`` or a time.
 
         Raises:
             AlreadyExistsError: A group with that name exists.
         """
-        self._check_open()
-        response: admin_pb2.CreateGroupResponse = await unary(
-            self._conn.admin().CreateGroup,
-            build_create_group_request(name, max_delivery_attempts, retry_backoff_s),
-            self._timeout_s,
+        request = build_create_group_request(
+            name,
+            max_delivery_attempts,
+            retry_backoff_s,
+            exponential_backoff=exponential_backoff,
+            fifo=fifo,
+            subscriptions=subscriptions,
+            consume_from=consume_from,
         )
+        response: admin_pb2.CreateGroupResponse = await self._call("CreateGroup", request)
+        return Group.from_proto(response.group)
+
+    async def update_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool | None = None,
+        set_subscriptions: Sequence[Subscription] = (),
+        remove_subscriptions: Sequence[str] = (),
+        consume_from: str | Time | None = None,
+    ) -> Group:
+        """Change a group's settings; arguments left out keep their value.
+
+        Raises:
+            NotFoundError: The group (or a subscribed topic) does not exist.
+        """
+        request = build_update_group_request(
+            name,
+            max_delivery_attempts=max_delivery_attempts,
+            retry_backoff_s=retry_backoff_s,
+            exponential_backoff=exponential_backoff,
+            fifo=fifo,
+            set_subscriptions=set_subscriptions,
+            remove_subscriptions=remove_subscriptions,
+            consume_from=consume_from,
+        )
+        response: admin_pb2.UpdateGroupResponse = await self._call("UpdateGroup", request)
         return Group.from_proto(response.group)
 
     async def get_group(self, name: str) -> Group:
@@ -120,36 +355,150 @@ class AsyncAdmin(AsyncClient):
         Raises:
             NotFoundError: The group does not exist.
         """
-        self._check_open()
-        response: admin_pb2.GetGroupResponse = await unary(
-            self._conn.admin().GetGroup, admin_pb2.GetGroupRequest(name=name), self._timeout_s
+        response: admin_pb2.GetGroupResponse = await self._call(
+            "GetGroup", admin_pb2.GetGroupRequest(name=name)
         )
         return Group.from_proto(response.group)
 
     async def list_groups(self) -> list[Group]:
         """List consumer groups, sorted by name."""
-        self._check_open()
-        response: admin_pb2.ListGroupsResponse = await unary(
-            self._conn.admin().ListGroups, admin_pb2.ListGroupsRequest(), self._timeout_s
+        response: admin_pb2.ListGroupsResponse = await self._call(
+            "ListGroups", admin_pb2.ListGroupsRequest()
         )
         return [Group.from_proto(g) for g in response.groups]
+
+    async def delete_group(self, name: str, *, force: bool = False) -> None:
+        """Delete a group, its offsets and retry queues (its dead-letter topic stays).
+
+        Raises:
+            NotFoundError: The group does not exist.
+            FailedPreconditionError: It has messages in flight (and not ``force``).
+        """
+        await self._call("DeleteGroup", admin_pb2.DeleteGroupRequest(name=name, force=force))
 
     async def get_group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         """Report how far a group is behind, per queue (``topic=""``: every topic it read).
 
         Rows come normal queues first, then the retry queue.
         """
+        return (await self.lag_report(group, topic)).queues
+
+    async def lag_report(self, group: str, topic: str = "") -> LagReport:
+        """Lag per queue and per topic, retry backlog, dead-letter depth, oldest unacked age.
+
+        Raises:
+            NotFoundError: The group (or topic) does not exist.
+        """
+        response: admin_pb2.GetGroupLagResponse = await self._call(
+            "GetGroupLag", admin_pb2.GetGroupLagRequest(group=group, topic=topic)
+        )
+        return LagReport.from_proto(response)
+
+    async def reset_offsets(
+        self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
+    ) -> OffsetReset:
+        """Move a group's offsets in a topic (see ``build_reset_offsets_request``).
+
+        Raises:
+            NotFoundError: The group or topic does not exist.
+            FailedPreconditionError: Messages are in flight (and not ``force``).
+            InvalidArgumentError: An explicit offset is outside its queue's range.
+        """
+        response: admin_pb2.ResetOffsetsResponse = await self._call(
+            "ResetOffsets", build_reset_offsets_request(group, topic, to, force=force)
+        )
+        return OffsetReset.from_proto(response)
+
+    # -- messages -------------------------------------------------------------------------
+
+    async def peek_messages(
+        self,
+        topic: str,
+        *,
+        queue_id: int | None = None,
+        offset: int | None = None,
+        group: str = "",
+        max_messages: int = 16,
+    ) -> list[StoredMessage]:
+        """Read stored messages without consuming them.
+
+        Args:
+            topic: Topic (dead-letter topics ``%DLQ%<group>`` too).
+            queue_id: Only this queue; ``None``: every queue in order.
+            offset: First offset (needs ``queue_id``); ``None``: the group's position when
+                ``group`` is given, else the oldest stored message.
+            group: Peek at what this group gets next.
+            max_messages: At most this many, 1..256.
+        """
+        request = admin_pb2.PeekMessagesRequest(topic=topic, group=group, max_messages=max_messages)
+        if queue_id is not None:
+            request.queue_id = queue_id
+        if offset is not None:
+            request.offset = offset
+        response: admin_pb2.PeekMessagesResponse = await self._call("PeekMessages", request)
+        return [StoredMessage.from_proto(m) for m in response.messages]
+
+    async def query_message(self, topic: str, message_id: str) -> StoredMessage:
+        """Find a message of a topic by its id.
+
+        Raises:
+            NotFoundError: No such message (never sent, or deleted since).
+        """
+        response: admin_pb2.QueryMessageResponse = await self._call(
+            "QueryMessage", admin_pb2.QueryMessageRequest(topic=topic, message_id=message_id)
+        )
+        return StoredMessage.from_proto(response.message)
+
+    async def query_messages_by_key(self, topic: str, key: str) -> list[StoredMessage]:
+        """Find the messages of a topic that carry a business key, oldest first."""
+        response: admin_pb2.QueryMessagesByKeyResponse = await self._call(
+            "QueryMessagesByKey", admin_pb2.QueryMessagesByKeyRequest(topic=topic, key=key)
+        )
+        return [StoredMessage.from_proto(m) for m in response.messages]
+
+    async def offsets_at(self, topic: str, timestamp: Time) -> dict[int, int]:
+        """Per queue, the first offset stored at or after ``timestamp`` (max offset if none)."""
         self._check_open()
-        response: admin_pb2.GetGroupLagResponse = await unary(
-            self._conn.admin().GetGroupLag,
-            admin_pb2.GetGroupLagRequest(group=group, topic=topic),
+        response = await unary(
+            self._conn.messaging().GetOffsetsAtTime,
+            messaging_pb2.GetOffsetsAtTimeRequest(
+                topic=topic, time=_timestamp(timestamp, name="timestamp")
+            ),
             self._timeout_s,
         )
-        return [QueueLag.from_proto(q) for q in response.queues]
+        return {o.queue_id: o.offset for o in response.offsets}
+
+    async def redrive_dead_letters(
+        self, group: str, *, max_messages: int | None = None
+    ) -> RedriveResult:
+        """Move messages of ``%DLQ%<group>`` back to their topics, oldest first (SQS redrive).
+
+        Args:
+            group: The group whose dead letters to move.
+            max_messages: At most this many; ``None``: all stored now.
+        """
+        request = admin_pb2.RedriveDeadLettersRequest(group=group)
+        if max_messages is not None:
+            request.max_messages = max_messages
+        response: admin_pb2.RedriveDeadLettersResponse = await self._call(
+            "RedriveDeadLetters", request
+        )
+        return RedriveResult(response.moved, response.dropped, response.remaining)
+
+    # -- server ---------------------------------------------------------------------------
+
+    async def server_info(self) -> ServerInfo:
+        """The server's version, uptime, store size and configuration in effect."""
+        response: admin_pb2.GetServerInfoResponse = await self._call(
+            "GetServerInfo", admin_pb2.GetServerInfoRequest()
+        )
+        return ServerInfo.from_proto(response)
 
 
 class Admin(SyncClient[AsyncAdmin]):
-    """Manages topics and consumer groups (blocking).
+    """Manages topics, consumer groups, offsets and stored messages (blocking).
+
+    Every method is the blocking form of the ``AsyncAdmin`` method of the same name.
 
     Args:
         endpoint: ``host:port`` of the popmq proxy.
@@ -159,9 +508,15 @@ class Admin(SyncClient[AsyncAdmin]):
     def __init__(self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s))
 
-    def create_topic(self, name: str, queues: int | None = None) -> Topic:
+    def create_topic(
+        self, name: str, queues: int | None = None, message_type: str | None = None
+    ) -> Topic:
         """Create a topic (see ``AsyncAdmin.create_topic``)."""
-        return self._run(self._core.create_topic(name, queues))
+        return self._run(self._core.create_topic(name, queues, message_type))
+
+    def update_topic(self, name: str, queues: int) -> Topic:
+        """Grow a topic (see ``AsyncAdmin.update_topic``)."""
+        return self._run(self._core.update_topic(name, queues))
 
     def get_topic(self, name: str) -> TopicDescription:
         """Describe a topic (see ``AsyncAdmin.get_topic``)."""
@@ -171,18 +526,63 @@ class Admin(SyncClient[AsyncAdmin]):
         """List topics sorted by name."""
         return self._run(self._core.list_topics())
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, *, force: bool = False) -> None:
         """Delete a topic (see ``AsyncAdmin.delete_topic``)."""
-        self._run(self._core.delete_topic(name))
+        self._run(self._core.delete_topic(name, force=force))
+
+    def purge_topic(self, name: str, queue_id: int | None = None) -> int:
+        """Purge a topic's queue(s) (see ``AsyncAdmin.purge_topic``)."""
+        return self._run(self._core.purge_topic(name, queue_id))
 
     def create_group(
         self,
         name: str,
         max_delivery_attempts: int | None = None,
         retry_backoff_s: Sequence[float] | None = None,
+        *,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool = False,
+        subscriptions: Sequence[Subscription] = (),
+        consume_from: str | Time | None = None,
     ) -> Group:
         """Create a consumer group (see ``AsyncAdmin.create_group``)."""
-        return self._run(self._core.create_group(name, max_delivery_attempts, retry_backoff_s))
+        return self._run(
+            self._core.create_group(
+                name,
+                max_delivery_attempts,
+                retry_backoff_s,
+                exponential_backoff=exponential_backoff,
+                fifo=fifo,
+                subscriptions=subscriptions,
+                consume_from=consume_from,
+            )
+        )
+
+    def update_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool | None = None,
+        set_subscriptions: Sequence[Subscription] = (),
+        remove_subscriptions: Sequence[str] = (),
+        consume_from: str | Time | None = None,
+    ) -> Group:
+        """Change a group's settings (see ``AsyncAdmin.update_group``)."""
+        return self._run(
+            self._core.update_group(
+                name,
+                max_delivery_attempts=max_delivery_attempts,
+                retry_backoff_s=retry_backoff_s,
+                exponential_backoff=exponential_backoff,
+                fifo=fifo,
+                set_subscriptions=set_subscriptions,
+                remove_subscriptions=remove_subscriptions,
+                consume_from=consume_from,
+            )
+        )
 
     def get_group(self, name: str) -> Group:
         """Describe a consumer group (see ``AsyncAdmin.get_group``)."""
@@ -192,6 +592,56 @@ class Admin(SyncClient[AsyncAdmin]):
         """List consumer groups sorted by name."""
         return self._run(self._core.list_groups())
 
+    def delete_group(self, name: str, *, force: bool = False) -> None:
+        """Delete a group (see ``AsyncAdmin.delete_group``)."""
+        self._run(self._core.delete_group(name, force=force))
+
     def get_group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         """Report a group's lag per queue (see ``AsyncAdmin.get_group_lag``)."""
         return self._run(self._core.get_group_lag(group, topic))
+
+    def lag_report(self, group: str, topic: str = "") -> LagReport:
+        """Lag per queue and topic with backlogs (see ``AsyncAdmin.lag_report``)."""
+        return self._run(self._core.lag_report(group, topic))
+
+    def reset_offsets(
+        self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
+    ) -> OffsetReset:
+        """Move a group's offsets (see ``AsyncAdmin.reset_offsets``)."""
+        return self._run(self._core.reset_offsets(group, topic, to, force=force))
+
+    def peek_messages(
+        self,
+        topic: str,
+        *,
+        queue_id: int | None = None,
+        offset: int | None = None,
+        group: str = "",
+        max_messages: int = 16,
+    ) -> list[StoredMessage]:
+        """Read stored messages without consuming them (see ``AsyncAdmin.peek_messages``)."""
+        return self._run(
+            self._core.peek_messages(
+                topic, queue_id=queue_id, offset=offset, group=group, max_messages=max_messages
+            )
+        )
+
+    def query_message(self, topic: str, message_id: str) -> StoredMessage:
+        """Find a message by id (see ``AsyncAdmin.query_message``)."""
+        return self._run(self._core.query_message(topic, message_id))
+
+    def query_messages_by_key(self, topic: str, key: str) -> list[StoredMessage]:
+        """Find messages by business key (see ``AsyncAdmin.query_messages_by_key``)."""
+        return self._run(self._core.query_messages_by_key(topic, key))
+
+    def offsets_at(self, topic: str, timestamp: Time) -> dict[int, int]:
+        """Per queue, the first offset at or after a time (see ``AsyncAdmin.offsets_at``)."""
+        return self._run(self._core.offsets_at(topic, timestamp))
+
+    def redrive_dead_letters(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+        """Move dead letters back (see ``AsyncAdmin.redrive_dead_letters``)."""
+        return self._run(self._core.redrive_dead_letters(group, max_messages=max_messages))
+
+    def server_info(self) -> ServerInfo:
+        """The server's version, uptime, store size and configuration."""
+        return self._run(self._core.server_info())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-import types
+import os
+import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Self
 import pytest
 
 import sdk
+from cli import commands as cli_commands
 from cli import main as cli_main
 
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
@@ -65,7 +66,7 @@ class FakeConsumer:
 @pytest.fixture
 def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
     monkeypatch.setattr(FakeConsumer, "instances", [])
-    monkeypatch.setattr(cli_main, "SimpleConsumer", FakeConsumer)
+    monkeypatch.setattr(cli_commands, "SimpleConsumer", FakeConsumer)
     return FakeConsumer
 
 
@@ -107,34 +108,76 @@ def test_receive_without_messages_says_so(
     assert fake_consumer.instances[0].acked == []
 
 
+def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any]:
+    """Replace proxy.server.run_server (the real settings module stays) and record configs."""
+    import proxy.server
+
+    seen: list[Any] = []
+
+    def run_server(config: Any) -> int:
+        seen.append(config)
+        return code
+
+    monkeypatch.setattr(proxy.server, "run_server", run_server)
+    return seen
+
+
 def test_serve_runs_the_server_with_parsed_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: dict[str, Any] = {}
-
-    def run_server(*, listen: str, data_dir: Path, flush: str) -> int:
-        seen.update(listen=listen, data_dir=data_dir, flush=flush)
-        return 7
-
-    monkeypatch.setitem(sys.modules, "proxy.server", types.SimpleNamespace(run_server=run_server))
+    seen = _fake_run_server(monkeypatch, code=7)
 
     code = cli_main.main(
-        ["serve", "--listen", "0.0.0.0:9000", "--data-dir", "d", "--flush", "async"]
-    )
+        ["serve", "--listen", "0.0.0.0:9000", "--data-dir", "d", "--flush", "async",
+         "--metrics-listen", "127.0.0.1:9100", "--log-format", "json", "--set", "pop.max_batch=64"]
+    )  # fmt: skip
 
     assert code == 7
-    assert seen == {"listen": "0.0.0.0:9000", "data_dir": Path("d"), "flush": "async"}
+    (config,) = seen
+    assert config.listen == "0.0.0.0:9000"
+    assert config.broker.store.data_dir == Path("d")
+    assert config.broker.store.flush == "async"
+    assert config.metrics.listen == "127.0.0.1:9100"
+    assert config.log.format == "json"
+    assert config.broker.pop.max_batch == 64
 
 
 def test_serve_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: dict[str, Any] = {}
-
-    def run_server(**kwargs: Any) -> int:
-        seen.update(kwargs)
-        return 0
-
-    monkeypatch.setitem(sys.modules, "proxy.server", types.SimpleNamespace(run_server=run_server))
+    seen = _fake_run_server(monkeypatch)
+    for name in [n for n in os.environ if n.startswith("POPMQ_")]:
+        monkeypatch.delenv(name)
 
     assert cli_main.main(["serve"]) == 0
-    assert seen == {"listen": "127.0.0.1:8081", "data_dir": Path("./data"), "flush": "sync"}
+    (config,) = seen
+    assert (config.listen, config.broker.store.data_dir, config.broker.store.flush) == (
+        "127.0.0.1:8081",
+        Path("data"),
+        "sync",
+    )
+    assert config.metrics.listen == ""
+
+
+def test_serve_print_config_prints_toml_and_does_not_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _fake_run_server(monkeypatch)
+
+    assert cli_main.main(["serve", "--print-config", "--listen", "0.0.0.0:1"]) == 0
+
+    out = capsys.readouterr().out
+    assert seen == []
+    parsed = tomllib.loads(out)
+    assert parsed["server"]["listen"] == "0.0.0.0:1"
+    assert parsed["pop"]["max_batch"] == 32
+
+
+def test_serve_with_an_unknown_setting_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _fake_run_server(monkeypatch)
+
+    assert cli_main.main(["serve", "--set", "pop.max_bach=3"]) == 2
+
+    assert seen == []
+    assert "did you mean pop.max_batch?" in capsys.readouterr().err
 
 
 def test_send_to_unreachable_server_exits_1_with_error_on_stderr(

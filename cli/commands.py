@@ -1,0 +1,382 @@
+"""The CLI's command handlers: each takes the parsed arguments and returns an exit code.
+
+Client commands talk to a server through the SDK; `serve` runs one. SDK errors propagate to
+`cli.main`, which turns them into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cli import render
+from sdk import (
+    Admin,
+    Message,
+    Producer,
+    ReceivedMessage,
+    SimpleConsumer,
+    Sql,
+    Subscription,
+)
+
+EXIT_OK = 0
+
+_SEND_BATCH_BYTES = 1024 * 1024
+"""Bodies per send_batch call in `send --count`, well below the 4 MiB request limit."""
+_REDRIVE_CHUNK = 1000
+"""Dead letters moved per call of `dlq redrive`, so the bar moves and each call is short."""
+
+
+# -- serve --------------------------------------------------------------------------------------
+
+
+def serve(args: argparse.Namespace) -> int:
+    # Imported here so client commands work without the server's dependencies (RocksDB).
+    from proxy import settings  # type: ignore[import-not-found, unused-ignore]
+    from proxy.server import run_server  # type: ignore[import-not-found, unused-ignore]
+
+    flags: dict[str, Any] = {}
+    for name, value in (
+        ("server.listen", args.listen),
+        ("store.data_dir", args.data_dir),
+        ("store.flush", args.flush),
+        ("metrics.listen", args.metrics_listen),
+        ("log.format", args.log_format),
+        ("log.level", args.log_level),
+    ):
+        if value is not None:
+            flags[name] = value
+    config_file = args.config or os.environ.get("POPMQ_CONFIG")
+    try:
+        overrides = settings.parse_assignments(args.set)
+        overrides.update(flags)  # a dedicated flag beats --set for the same key
+        config = settings.load(
+            config_file=Path(config_file) if config_file else None,
+            environ=os.environ,
+            flags=overrides,
+        )
+    except settings.SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(settings.to_toml(config), end="")
+        return EXIT_OK
+    code: int = run_server(config)
+    return code
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+
+def topic_create(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        topic = admin.create_topic(args.name, queues=args.queues, message_type=args.type)
+    render.print_json(topic) if args.json else print(render.format_topic(topic))
+    return EXIT_OK
+
+
+def topic_update(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        topic = admin.update_topic(args.name, args.queues)
+    render.print_json(topic) if args.json else print(render.format_topic(topic))
+    return EXIT_OK
+
+
+def topic_delete(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        admin.delete_topic(args.name, force=args.force)
+    if args.json:
+        render.print_json({"deleted": args.name})
+    else:
+        print(f"deleted topic {args.name}")
+    return EXIT_OK
+
+
+def topic_describe(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        description = admin.get_topic(args.name)
+    render.print_json(description) if args.json else render.topic_table(description)
+    return EXIT_OK
+
+
+def topic_list(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        topics = admin.list_topics()
+    render.print_json(topics) if args.json else render.topics_table(topics)
+    return EXIT_OK
+
+
+def topic_purge(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        purged = admin.purge_topic(args.name, args.queue)
+    if args.json:
+        render.print_json({"topic": args.name, "queue_id": args.queue, "purged": purged})
+    else:
+        where = f"queue {args.queue} of {args.name}" if args.queue is not None else args.name
+        print(f"purged {purged} messages from {where}")
+    return EXIT_OK
+
+
+# -- groups -------------------------------------------------------------------------------------
+
+
+def _subscriptions(args: argparse.Namespace) -> list[Subscription]:
+    subs = [Subscription(topic, expression or "*") for topic, expression in args.subscribe]
+    subs += [Subscription(topic, Sql(expression)) for topic, expression in args.subscribe_sql]
+    return subs
+
+
+def group_create(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        group = admin.create_group(
+            args.name,
+            max_delivery_attempts=args.max_delivery_attempts,
+            retry_backoff_s=args.backoff,
+            exponential_backoff=args.exponential_backoff,
+            fifo=args.fifo,
+            subscriptions=_subscriptions(args),
+            consume_from=args.consume_from,
+        )
+    render.print_json(group) if args.json else print(render.format_group(group))
+    return EXIT_OK
+
+
+def group_update(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        group = admin.update_group(
+            args.name,
+            max_delivery_attempts=args.max_delivery_attempts,
+            retry_backoff_s=args.backoff,
+            exponential_backoff=args.exponential_backoff,
+            fifo=args.fifo,
+            set_subscriptions=_subscriptions(args),
+            remove_subscriptions=args.unsubscribe,
+            consume_from=args.consume_from,
+        )
+    render.print_json(group) if args.json else print(render.format_group(group))
+    return EXIT_OK
+
+
+def group_delete(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        admin.delete_group(args.name, force=args.force)
+    if args.json:
+        render.print_json({"deleted": args.name})
+    else:
+        print(f"deleted group {args.name}")
+    return EXIT_OK
+
+
+def group_describe(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        group = admin.get_group(args.name)
+    render.print_json(group) if args.json else render.group_table(group)
+    return EXIT_OK
+
+
+def group_list(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        groups = admin.list_groups()
+    render.print_json(groups) if args.json else render.groups_table(groups)
+    return EXIT_OK
+
+
+def lag(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        report = admin.lag_report(args.group, args.topic)
+    render.print_json(report) if args.json else render.lag_tables(args.group, report)
+    return EXIT_OK
+
+
+def offsets_reset(args: argparse.Namespace) -> int:
+    target: Any = dict(args.offset) if args.offset else args.to
+    with Admin(args.endpoint) as admin:
+        result = admin.reset_offsets(args.group, args.topic, target, force=args.force)
+    if args.json:
+        render.print_json(result)
+        return EXIT_OK
+    for change in result.queues:
+        print(
+            f"queue {change.queue_id}: {change.old_offset} -> {change.new_offset} "
+            f"({change.new_offset - change.old_offset:+d})"
+        )
+    if result.dropped_inflight:
+        print(f"dropped {result.dropped_inflight} in-flight deliveries")
+    return EXIT_OK
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+
+def message_get(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        message = admin.query_message(args.topic, args.message_id)
+    render.print_json(message) if args.json else render.message_detail(message)
+    return EXIT_OK
+
+
+def message_find(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        messages = admin.query_messages_by_key(args.topic, args.key)
+    if args.json:
+        render.print_json(messages)
+    else:
+        render.messages_table(messages, title=f"messages of {args.topic} with key {args.key}")
+    return EXIT_OK
+
+
+def message_peek(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        messages = admin.peek_messages(
+            args.topic,
+            queue_id=args.queue,
+            offset=args.offset,
+            group=args.group,
+            max_messages=args.max,
+        )
+    if args.json:
+        render.print_json(messages)
+    else:
+        render.messages_table(messages, title=f"{len(messages)} messages of {args.topic}")
+    return EXIT_OK
+
+
+def dlq_redrive(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    moved = dropped = remaining = 0
+    with Admin(args.endpoint) as admin:
+        depth = sum(q.message_count for q in admin.get_topic(f"%DLQ%{args.group}").queues)
+        total = depth if args.max is None else min(depth, args.max)
+        with render.progress(enabled=not args.json) as bar:
+            task = bar.add_task(f"redrive %DLQ%{args.group}", total=total)
+            while moved + dropped < total:
+                result = admin.redrive_dead_letters(
+                    args.group, max_messages=min(_REDRIVE_CHUNK, total - moved - dropped)
+                )
+                moved += result.moved
+                dropped += result.dropped
+                remaining = result.remaining
+                bar.update(task, completed=moved + dropped)
+                if result.moved + result.dropped == 0:
+                    break  # emptied meanwhile (purged, or another redrive)
+    took = time.monotonic() - started
+    if args.json:
+        render.print_json(
+            {"moved": moved, "dropped": dropped, "remaining": remaining, "seconds": took}
+        )
+    else:
+        print(
+            f"redrove {moved} messages from %DLQ%{args.group} in {took:.2f}s "
+            f"(dropped {dropped} whose topic is gone, {remaining} remaining)"
+        )
+    return EXIT_OK
+
+
+def server_info(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        info = admin.server_info()
+    render.print_json(info) if args.json else render.server_table(info)
+    return EXIT_OK
+
+
+# -- send and receive ---------------------------------------------------------------------------
+
+
+def send(args: argparse.Namespace) -> int:
+    def message(index: int) -> Message:
+        text = args.text.replace("{n}", str(index)) if args.count > 1 else args.text
+        return Message(
+            text.encode("utf-8"), tag=args.tag, keys=args.keys, properties=dict(args.properties)
+        )
+
+    with Producer(args.endpoint) as producer:
+        if args.count == 1:
+            receipt = producer.send(
+                args.topic,
+                args.text.encode("utf-8"),
+                tag=args.tag,
+                keys=args.keys,
+                properties=dict(args.properties),
+            )
+            render.print_json(receipt) if args.json else print(render.format_receipt(receipt))
+            return EXIT_OK
+        started = time.monotonic()
+        per_batch = max(1, min(args.batch, _SEND_BATCH_BYTES // max(1, len(args.text) + 64)))
+        sent = 0
+        with render.progress(enabled=not args.json) as bar:
+            task = bar.add_task(f"send to {args.topic}", total=args.count)
+            while sent < args.count:
+                size = min(per_batch, args.count - sent)
+                producer.send_batch(args.topic, [message(sent + i) for i in range(size)])
+                sent += size
+                bar.update(task, completed=sent)
+    took = time.monotonic() - started
+    rate = sent / took if took > 0 else float(sent)
+    if args.json:
+        render.print_json({"topic": args.topic, "sent": sent, "seconds": took})
+    else:
+        print(f"sent {sent} messages to {args.topic} in {took:.2f}s ({rate:.0f} msg/s)")
+    return EXIT_OK
+
+
+def receive(args: argparse.Namespace) -> int:
+    received: list[ReceivedMessage] = []
+    acked = 0
+    started = time.monotonic()
+    with SimpleConsumer(
+        args.endpoint, group=args.group, topic=args.topic, filter=args.filter
+    ) as consumer:
+        if args.count is None:
+            messages = consumer.receive(
+                max_messages=args.max, invisible_duration_s=args.invisible, wait_s=args.wait
+            )
+            return _print_received(args, consumer, messages)
+        with render.progress(enabled=not args.json) as bar:
+            task = bar.add_task(f"receive {args.group} <- {args.topic}", total=args.count)
+            while len(received) < args.count:
+                batch = consumer.receive(
+                    max_messages=min(args.max, args.count - len(received)),
+                    invisible_duration_s=args.invisible,
+                    wait_s=args.wait,
+                )
+                if not batch:
+                    break  # nothing arrived within --wait: stop short and say so
+                if not args.json:
+                    for message in batch:  # rich routes stdout above the live bar
+                        print(render.format_message(message))
+                if args.ack:
+                    consumer.ack(batch)
+                    acked += len(batch)
+                received.extend(batch)
+                bar.update(task, completed=len(received))
+    took = time.monotonic() - started
+    if args.json:
+        render.print_json({"received": received, "acked": acked, "seconds": took})
+    else:
+        line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
+        print(line + (f", acked {acked}" if args.ack else ""))
+    return EXIT_OK
+
+
+def _print_received(
+    args: argparse.Namespace, consumer: SimpleConsumer, messages: list[ReceivedMessage]
+) -> int:
+    if args.json:
+        if args.ack and messages:
+            consumer.ack(messages)
+        render.print_json({"received": messages, "acked": len(messages) if args.ack else 0})
+        return EXIT_OK
+    if not messages:
+        print("no messages")
+        return EXIT_OK
+    for message in messages:
+        print(render.format_message(message))
+    if args.ack:
+        consumer.ack(messages)
+        print(f"acked {len(messages)}")
+    return EXIT_OK

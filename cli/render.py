@@ -1,0 +1,329 @@
+"""What the CLI prints: one-line summaries, rich tables for people, JSON for scripts.
+
+Tables and lines go to stdout; progress bars go to stderr, so `popmq ... > file` keeps only
+the result. `--json` prints one JSON document built from the SDK's dataclasses.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from sdk import (
+    Group,
+    LagReport,
+    ReceivedMessage,
+    SendReceipt,
+    ServerInfo,
+    StoredMessage,
+    Topic,
+    TopicDescription,
+)
+
+_PIPE_WIDTH = 200
+"""Columns when stdout is not a terminal: wide enough that tables never wrap in a file."""
+
+
+def console() -> Console:
+    """A console on the current stdout (tests swap sys.stdout)."""
+    tty = sys.stdout.isatty()
+    return Console(
+        file=sys.stdout, width=None if tty else _PIPE_WIDTH, highlight=False, soft_wrap=not tty
+    )
+
+
+def progress(*, enabled: bool) -> Progress:
+    """A progress bar on stderr; shown only on a terminal and when `enabled`."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        disable=not (enabled and sys.stderr.isatty()),
+        transient=True,
+    )
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for field in dataclasses.fields(value):
+            item = getattr(value, field.name)
+            if isinstance(item, bytes):
+                try:
+                    out[field.name] = item.decode("utf-8")
+                except UnicodeDecodeError:
+                    out[f"{field.name}_base64"] = base64.b64encode(item).decode("ascii")
+                continue
+            out[field.name] = _jsonable(item)
+        return out
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if hasattr(value, "expression"):  # sdk.Sql
+        return {"sql": value.expression}
+    return value
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(_jsonable(value), indent=2, sort_keys=False))
+
+
+# -- lines ----------------------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def age(seconds: float) -> str:
+    """A short human age: 0s, 42s, 3m07s, 2h05m."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds < 10 else f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def format_topic(topic: Topic) -> str:
+    """One line describing a topic."""
+    return (
+        f"topic {topic.name} queues={topic.queues} message_type={topic.message_type} "
+        f"kind={topic.kind} created={topic.create_time.isoformat()}"
+    )
+
+
+def format_group(group: Group) -> str:
+    """One line describing a consumer group."""
+    backoff = ",".join(_seconds(s) for s in group.retry_backoff_s)
+    line = (
+        f"group {group.name} max_delivery_attempts={group.max_delivery_attempts} "
+        f"retry_backoff={backoff} created={group.create_time.isoformat()}"
+    )
+    if group.fifo:
+        line += " fifo=true"
+    if group.subscriptions:
+        line += " subscriptions=" + ",".join(s.topic for s in group.subscriptions)
+    return line
+
+
+def format_receipt(receipt: SendReceipt) -> str:
+    """One line saying where a sent message was stored."""
+    return (
+        f"sent {receipt.message_id} to {receipt.topic} "
+        f"queue {receipt.queue_id} offset {receipt.offset}"
+    )
+
+
+def format_message(message: ReceivedMessage) -> str:
+    """One line describing a received message, its body decoded as UTF-8."""
+    body = message.body.decode("utf-8", errors="replace")
+    return (
+        f"{message.message_id} attempt={message.delivery_attempt} queue={message.queue_id} "
+        f"offset={message.offset} tag={message.tag} body={body}"
+    )
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def topics_table(topics: Sequence[Topic]) -> None:
+    table = Table("name", "queues", "message type", "kind", "created", title="topics")
+    for t in topics:
+        table.add_row(
+            t.name, str(t.queues), t.message_type, t.kind, t.create_time.isoformat(" ", "seconds")
+        )
+    console().print(table)
+
+
+def topic_table(description: TopicDescription) -> None:
+    t = description.topic
+    out = console()
+    out.print(format_topic(t))
+    table = Table(
+        "queue", "min offset", "max offset", "messages", "last stored", title=f"queues of {t.name}"
+    )
+    for q in description.queues:
+        last = q.last_store_time.isoformat(" ", "milliseconds") if q.last_store_time else "-"
+        table.add_row(
+            str(q.queue_id), str(q.min_offset), str(q.max_offset), str(q.message_count), last
+        )
+    out.print(table)
+    groups = ", ".join(description.consumer_groups) or "none"
+    out.print(f"consumer groups: {groups}")
+
+
+def groups_table(groups: Sequence[Group]) -> None:
+    table = Table(
+        "name", "max attempts", "backoff", "fifo", "subscriptions", "consume from", title="groups"
+    )
+    for g in groups:
+        table.add_row(
+            g.name,
+            str(g.max_delivery_attempts),
+            _backoff(g),
+            "yes" if g.fifo else "no",
+            ", ".join(s.topic for s in g.subscriptions) or "-",
+            _consume_from(g),
+        )
+    console().print(table)
+
+
+def _backoff(group: Group) -> str:
+    exp = group.exponential_backoff
+    if exp is not None:
+        return f"exponential {_seconds(exp.initial_s)}..{_seconds(exp.max_s)} x{exp.multiplier:g}"
+    delays = group.retry_backoff_s
+    shown = ",".join(_seconds(s) for s in delays[:6])
+    return shown + (f",... ({len(delays)})" if len(delays) > 6 else "")
+
+
+def _consume_from(group: Group) -> str:
+    if group.consume_from == "timestamp" and group.consume_from_time is not None:
+        return group.consume_from_time.isoformat(" ", "seconds")
+    return group.consume_from
+
+
+def group_table(group: Group) -> None:
+    table = Table("setting", "value", title=f"group {group.name}")
+    table.add_row("max delivery attempts", str(group.max_delivery_attempts))
+    table.add_row("retry backoff", ",".join(_seconds(s) for s in group.retry_backoff_s))
+    if group.exponential_backoff is not None:
+        table.add_row("backoff policy", _backoff(group))
+    table.add_row("fifo", "yes" if group.fifo else "no")
+    table.add_row("consume from", _consume_from(group))
+    table.add_row("auto created", "yes" if group.auto_created else "no")
+    table.add_row("created", group.create_time.isoformat(" ", "seconds"))
+    for s in group.subscriptions:
+        shown = f"sql: {s.filter.expression}" if not isinstance(s.filter, str) else s.filter
+        table.add_row(f"subscription {s.topic}", shown)
+    console().print(table)
+
+
+def lag_tables(group: str, report: LagReport) -> None:
+    out = console()
+    table = Table(
+        "topic", "queue", "consumer offset", "max offset", "lag", "in flight", "oldest unacked",
+        title=f"lag of group {group}",
+    )  # fmt: skip
+    for q in report.queues:
+        table.add_row(
+            q.topic,
+            "retry" if q.retry else str(q.queue_id),
+            str(q.consumer_offset),
+            str(q.max_offset),
+            str(q.lag),
+            str(q.inflight),
+            age(q.oldest_unacked_age_s) if q.oldest_unacked_age_s else "-",
+        )
+    out.print(table)
+    summary = Table(
+        "topic", "lag", "in flight", "retry backlog", "oldest unacked", title="per topic"
+    )
+    for t in report.topics:
+        summary.add_row(
+            t.topic,
+            str(t.lag),
+            str(t.inflight),
+            str(t.retry_backlog),
+            age(t.oldest_unacked_age_s) if t.oldest_unacked_age_s else "-",
+        )
+    out.print(summary)
+    out.print(f"dead letters in %DLQ%{group}: {report.dlq_depth}")
+
+
+def messages_table(messages: Iterable[StoredMessage], *, title: str) -> None:
+    table = Table(
+        "queue", "offset", "message id", "tag", "keys", "attempt", "stored", "body", title=title
+    )
+    for m in messages:
+        body = m.body.decode("utf-8", errors="replace")
+        table.add_row(
+            str(m.queue_id),
+            str(m.offset),
+            m.message_id,
+            m.tag or "-",
+            ",".join(m.keys) or "-",
+            str(m.delivery_attempt),
+            m.store_timestamp.isoformat(" ", "milliseconds"),
+            body if len(body) <= 60 else body[:57] + "...",
+        )
+    console().print(table)
+
+
+def message_detail(message: StoredMessage) -> None:
+    table = Table("field", "value", title=f"message {message.message_id}")
+    table.add_row("topic", message.topic)
+    table.add_row("queue / offset", f"{message.queue_id} / {message.offset}")
+    table.add_row("tag", message.tag or "-")
+    table.add_row("keys", ", ".join(message.keys) or "-")
+    for key, value in sorted(message.properties.items()):
+        table.add_row(f"property {key}", value)
+    table.add_row("born", message.born_timestamp.isoformat(" ", "milliseconds"))
+    table.add_row("stored", message.store_timestamp.isoformat(" ", "milliseconds"))
+    table.add_row("delivery attempt", str(message.delivery_attempt))
+    if message.message_group:
+        table.add_row("message group", message.message_group)
+    if message.deliver_time is not None:
+        table.add_row("deliver at", message.deliver_time.isoformat(" ", "milliseconds"))
+    if message.origin_topic:
+        table.add_row(
+            "origin",
+            f"{message.origin_topic} queue {message.origin_queue_id} "
+            f"offset {message.origin_offset}",
+        )
+    table.add_row("body", message.body.decode("utf-8", errors="replace"))
+    console().print(table)
+
+
+def server_table(info: ServerInfo) -> None:
+    out = console()
+    table = Table("", "", title="popmq server", show_header=False)
+    table.add_row("version", info.version)
+    table.add_row("started", info.start_time.isoformat(" ", "seconds"))
+    table.add_row("uptime", age(info.uptime_s))
+    table.add_row("data dir", info.data_dir)
+    table.add_row("store size", _bytes(info.store_bytes))
+    table.add_row("topics", str(info.topics))
+    table.add_row("groups", str(info.groups))
+    out.print(table)
+    config = Table("setting", "value", title="configuration in effect")
+    for key, value in info.config.items():
+        config.add_row(key, value)
+    out.print(config)
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
