@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
+import os
 import socket
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -60,6 +62,10 @@ DEFAULT_MAX_IN_FLIGHT_BYTES = 100 * 1024 * 1024
 
 # The server takes up to 255 characters (a DNS name's limit), as does any real host name.
 _BORN_HOST = socket.gethostname()[:255]
+
+_BUILD_IN_THREAD_BYTES = 256 * 1024
+"""AsyncProducer builds larger requests in a worker thread: zlib takes milliseconds per
+few hundred KiB, which must not stall the event loop (and zlib releases the GIL)."""
 
 T = TypeVar("T")
 
@@ -108,6 +114,15 @@ def build_send_request(
     return request
 
 
+async def _build_off_loop(
+    topic: str, messages: Sequence[Message]
+) -> messaging_pb2.SendMessagesRequest:
+    """``build_send_request``, in a worker thread when the bodies are large."""
+    if sum(len(m.body) for m in messages) > _BUILD_IN_THREAD_BYTES:
+        return await asyncio.to_thread(build_send_request, topic, messages)
+    return build_send_request(topic, messages)
+
+
 def _request_bytes(request: messaging_pb2.SendMessagesRequest) -> int:
     return sum(len(m.body) for m in request.messages)
 
@@ -145,11 +160,34 @@ class AsyncProducer(AsyncClient):
         super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
-        # Sends under way, so close() can wait for them; each send adds its own task.
-        self._active: set[asyncio.Task[Any]] = set()
+        # Sends under way (being built or on the wire), and the futures close() waits on
+        # until that count is back to 0. Touched only on the event loop.
+        self._in_flight = 0
+        self._idle_waiters: list[asyncio.Future[None]] = []
+        # The count belongs to this process; a forked child's copy never drains.
+        self._pid = os.getpid()
         # Oneway sends under way: strong references (the loop keeps only weak ones), and
         # the count that max_in_flight bounds.
         self._oneway: set[asyncio.Task[None]] = set()
+
+    def _begin(self) -> None:
+        self._in_flight += 1
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            for waiter in self._idle_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._idle_waiters.clear()
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        self._begin()
+        try:
+            yield
+        finally:
+            self._end()
 
     async def send(
         self,
@@ -188,7 +226,8 @@ class AsyncProducer(AsyncClient):
             delay_level=delay_level,
             dedup_id=dedup_id,
         )
-        return await self.send_request_one(build_send_request(topic, [message]))
+        with self._tracked():
+            return await self.send_request_one(await _build_off_loop(topic, [message]))
 
     async def send_batch(self, topic: str, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages in one atomic write (all or none); receipts in input order.
@@ -202,7 +241,8 @@ class AsyncProducer(AsyncClient):
         self._check_open()
         if not messages:
             return []
-        return await self.send_request(build_send_request(topic, messages))
+        with self._tracked():
+            return await self.send_request(await _build_off_loop(topic, messages))
 
     async def send_oneway(
         self,
@@ -239,17 +279,22 @@ class AsyncProducer(AsyncClient):
             delay_level=delay_level,
             dedup_id=dedup_id,
         )
-        request = build_send_request(topic, [message])
-        loop = asyncio.get_running_loop()
-        while True:
-            running = [t for t in self._oneway if t.get_loop() is loop]
-            if len(running) < self._max_in_flight:
-                break
-            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-        self._check_open()
-        task = loop.create_task(self.send_request_oneway(request))
-        self._oneway.add(task)
-        task.add_done_callback(self._oneway.discard)
+        with self._tracked():
+            request = await _build_off_loop(topic, [message])
+            loop = asyncio.get_running_loop()
+            while True:
+                running = [t for t in self._oneway if t.get_loop() is loop]
+                if len(running) < self._max_in_flight:
+                    break
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            task = loop.create_task(self.send_request_oneway(request))
+            self._begin()
+            self._oneway.add(task)
+            task.add_done_callback(self._oneway_done)
+
+    def _oneway_done(self, task: asyncio.Task[None]) -> None:
+        self._oneway.discard(task)
+        self._end()
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """Cancel a delayed message before it is due; returns its message id.
@@ -280,21 +325,15 @@ class AsyncProducer(AsyncClient):
 
         Works after ``close`` began, so sends accepted before it can finish.
         """
-        task = asyncio.current_task()
-        if task is not None:
-            self._active.add(task)
-        try:
 
-            async def attempt() -> messaging_pb2.SendMessagesResponse:
-                response: messaging_pb2.SendMessagesResponse = await unary(
-                    self._conn.messaging().SendMessages, request, self._timeout_s
-                )
-                return response
+        async def attempt() -> messaging_pb2.SendMessagesResponse:
+            response: messaging_pb2.SendMessagesResponse = await unary(
+                self._conn.messaging().SendMessages, request, self._timeout_s
+            )
+            return response
 
+        with self._tracked():
             response = await (self._retry.run(attempt) if retry else attempt())
-        finally:
-            if task is not None:
-                self._active.discard(task)
         if len(response.results) != len(request.messages):
             raise ServerError(
                 f"server returned {len(response.results)} results "
@@ -325,16 +364,10 @@ class AsyncProducer(AsyncClient):
         if self._closed:
             return
         self._closed = True
-        loop = asyncio.get_running_loop()
-        current = asyncio.current_task()
-        # Tasks of another loop belong to a parent process this one forked from.
-        pending = {
-            t
-            for t in self._active | self._oneway
-            if t is not current and not t.done() and t.get_loop() is loop
-        }
-        if pending:
-            await asyncio.wait(pending)
+        if self._in_flight > 0 and self._pid == os.getpid():
+            idle = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(idle)
+            await idle
         await self._conn.close()
 
 

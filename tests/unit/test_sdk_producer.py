@@ -240,6 +240,32 @@ def test_large_compressible_body_is_sent_compressed_and_flagged() -> None:
     assert (small.body, small.body_encoding) == (b"small", "")
 
 
+def test_a_body_large_enough_to_build_in_a_worker_thread_is_sent_the_same_way() -> None:
+    body = b"0123456789abcdef" * 65_536  # 1 MiB: built off the event loop
+    channel = ScriptedChannel()
+
+    async def scenario() -> sdk.SendReceipt:
+        async with _producer(channel) as producer:
+            with pytest.raises(sdk.InvalidArgumentError, match="at most one"):
+                await producer.send("orders", body, delay_s=1, delay_level=1)
+            return await producer.send("orders", body, message_group="g")
+
+    receipt = asyncio.run(scenario())
+
+    (sent,) = channel.sent()[0].messages
+    assert (sent.message_id, sent.message_group, sent.body_encoding) == (
+        receipt.message_id,
+        "g",
+        ZLIB,
+    )
+    assert (
+        ReceivedMessage.from_proto(
+            messaging_pb2.ReceivedMessage(body=sent.body, body_encoding=sent.body_encoding)
+        ).body
+        == body
+    )
+
+
 def test_batch_over_4_mib_as_sent_fails_before_any_call() -> None:
     incompressible = [sdk.Message(os.urandom(1024 * 1024)) for _ in range(5)]
     channel = ScriptedChannel()
@@ -359,6 +385,34 @@ def test_close_waits_for_oneway_sends_already_started() -> None:
     asyncio.run(scenario())
 
     assert len(channel.sent()) == 1
+
+
+def test_close_waits_for_the_send_in_flight_not_for_the_task_that_sent_it() -> None:
+    gate = asyncio.Event()
+    channel = ScriptedChannel({"SendMessages": [gate]})
+
+    async def scenario() -> None:
+        producer = _producer(channel)
+        closed = asyncio.Event()
+
+        async def user() -> None:
+            await producer.send("orders", b"x")
+            await closed.wait()  # this task lives on after its send
+
+        sender = asyncio.create_task(user())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(channel.sent()) == 1  # the send waits at the gate
+        closing = asyncio.create_task(producer.close())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not closing.done()  # the send is still on the wire
+        gate.set()
+        await asyncio.wait_for(closing, timeout=10)
+        closed.set()
+        await sender
+
+    asyncio.run(scenario())
 
 
 def test_oneway_sends_wait_for_a_slot_beyond_max_in_flight() -> None:
