@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
-from collections.abc import Sequence
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -377,7 +376,3 @@ def popped_message(popped: PoppedMessage, now_ms: int, store_host: str) -> pb.Me
         receipt_handle=popped.receipt_handle,
         invisible_s=max(0, popped.invisible_until_ms - now_ms) / 1000,
     )
-
-
-def subscription_topics(entries: Sequence[pb.SubscriptionEntry]) -> list[str]:
-    return [topic_name(entry.topic) for entry in entries]

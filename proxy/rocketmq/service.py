@@ -165,7 +165,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             )
         return queue.id
 
-    def _policy(self, group: str, topics: list[str]) -> settings.GroupPolicy:
+    def _policy(self, group: str) -> settings.GroupPolicy:
         """The retry policy and fifo flag of a group (its defaults if it does not exist yet)."""
         info: GroupInfo | None
         try:
@@ -265,6 +265,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         session = self.sessions.touch(client_id)
         session.streams += 1
         closed = asyncio.ensure_future(session.closed.wait())
+        read: asyncio.Future[Any] | None = None
         try:
             while True:
                 read = asyncio.ensure_future(context.read())
@@ -280,6 +281,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                     await context.write(reply)
         finally:
             closed.cancel()
+            if read is not None and not read.done():
+                read.cancel()
             session.streams -= 1
 
     def _on_telemetry(
@@ -298,12 +301,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 reply = settings.producer_reply(client, self.config)
             else:
                 group = convert.group_name(client.subscription.group)
-                topics = [convert.topic_name(e.topic) for e in client.subscription.subscriptions]
                 for entry in client.subscription.subscriptions:
+                    convert.topic_name(entry.topic)
                     self._filter(entry.expression)
                 reply = settings.consumer_reply(
                     client,
-                    self._policy(group, topics),
+                    self._policy(group),
                     self.config,
                     self._broker.config.pop.max_batch,
                 )
@@ -451,7 +454,6 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         now = _now_ms()
         for message in popped:
             self.inflight.track(client_id, group, message, auto_renew)
-        sent = 0
         try:
             if not popped:
                 await context.write(
@@ -468,14 +470,14 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                             message=convert.popped_message(message, now, host)
                         )
                     )
-                    sent += 1
             await context.write(
                 sv.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(_now_ms()))
             )
         except BaseException:
-            # The client is gone (or the stream broke): it will never ack these, so they
-            # are made visible again soon instead of after their invisible time.
-            self._release_later(group, popped[sent:] if sent else popped)
+            # The client is gone or the stream broke, and a client drops a receive that
+            # failed midway: these are made visible again soon instead of after their
+            # invisible time (RocketMQ nacks them with 1 s too).
+            self._release_later(group, popped)
             raise
 
     def _release_later(self, group: str, popped: list[PoppedMessage]) -> None:
