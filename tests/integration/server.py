@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -24,12 +25,8 @@ class ServerThread:
         self._config = ServerConfig(
             listen="127.0.0.1:0",
             shutdown_grace_s=1.0,
-            broker=BrokerConfig(
-                store=StoreConfig(data_dir=data_dir, flush=base.store.flush),
-                pop=base.pop,
-                long_polling=base.long_polling,
-                groups=base.groups,
-                auto_create_topics=base.auto_create_topics,
+            broker=dataclasses.replace(
+                base, store=StoreConfig(data_dir=data_dir, flush=base.store.flush)
             ),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
