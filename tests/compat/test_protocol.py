@@ -657,3 +657,30 @@ def test_heartbeat_needs_a_client_id(server: ServerThread) -> None:
         assert ok.status.code == Code.OK
 
     run(server, scenario)
+
+
+@pytest.mark.xfail(
+    reason="ForwardMessageToDeadLetterQueue needs a broker operation that moves one delivery "
+    "to %DLQ%<group> (Broker has none yet); the proxy answers UNSUPPORTED",
+    strict=True,
+)
+def test_forward_to_dead_letter_queue_moves_the_message(server: ServerThread, topics: None) -> None:
+    async def scenario(s: MessagingServiceStub) -> None:
+        await send(s, message("orders", b"poison", message_id="p1"))
+        (msg,) = messages_of(await receive(s, receive_request("billing", "orders")))
+        forwarded = await s.ForwardMessageToDeadLetterQueue(
+            sv.ForwardMessageToDeadLetterQueueRequest(
+                group=resource("billing"),
+                topic=resource("orders"),
+                receipt_handle=msg.system_properties.receipt_handle,
+                message_id="p1",
+                delivery_attempt=1,
+                max_delivery_attempts=17,
+            ),
+            metadata=meta(),
+        )
+        assert forwarded.status.code == Code.OK, forwarded.status
+        dead = messages_of(await receive(s, receive_request("dlq-reader", "%DLQ%billing")))
+        assert [m.system_properties.message_id for m in dead] == ["p1"]
+
+    run(server, scenario)
