@@ -83,6 +83,11 @@ class PopMQServer:
         self._opened = False
 
     @property
+    def services(self) -> list[str]:
+        """Services registered beside health and reflection (what `grpcurl list` shows)."""
+        return self._late.service_names
+
+    @property
     def address(self) -> str:
         host, _ = split_listen(self.config.listen)
         return f"{host}:{self.port}"

