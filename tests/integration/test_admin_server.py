@@ -63,7 +63,7 @@ def test_a_store_that_cannot_open_stops_the_listener(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         server = PopMQServer(_config(blocker))
-        with pytest.raises(OSError, match="File exists|Not a directory"):
+        with pytest.raises(OSError, match=r"File exists|Not a directory"):
             await server.start()
         port = server.port
         assert port > 0

@@ -65,7 +65,9 @@ def test_metrics_endpoint_exports_broker_rpc_and_writer_metrics(tmp_path: Path) 
                     async with AsyncSimpleConsumer(endpoint, group="h", topic="orders") as idle:
                         await idle.ack(await idle.receive(max_messages=32, wait_s=5))
                         waiting = asyncio.create_task(idle.receive(wait_s=20))
+                        deadline = asyncio.get_running_loop().time() + 10
                         while server.broker.polling.held == 0:
+                            assert asyncio.get_running_loop().time() < deadline, "not held"
                             await asyncio.sleep(0.01)
                         samples = await _scrape(server.metrics_port)
                         waiting.cancel()
