@@ -1,0 +1,150 @@
+"""Load generation and measurement helpers shared by the scenarios.
+
+Throughput is counted over a fixed window after a warm-up (connections open, caches warm),
+by workers that loop until told to stop. Server RSS and CPU come from /proc, because the
+server is a child process we know the pid of (no psutil needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Meter",
+    "ProcSample",
+    "Worker",
+    "machine_info",
+    "measure_rate",
+    "proc_sample",
+]
+
+
+class Meter:
+    """Shared by the workers of one measurement: whether to go on, and what to count."""
+
+    def __init__(self) -> None:
+        self.running = True
+        self.counting = False
+        self.count = 0
+        """Items done inside the measured window."""
+        self.total = 0
+        """Items done since the start, warm-up included."""
+
+    def add(self, n: int) -> None:
+        self.total += n
+        if self.counting:
+            self.count += n
+
+
+Worker = Callable[[Meter], Coroutine[Any, Any, None]]
+
+
+async def measure_rate(
+    workers: Sequence[Worker],
+    *,
+    warmup_s: float,
+    duration_s: float,
+    limit: int | None = None,
+) -> float:
+    """Run the workers; return what they counted per second during the window.
+
+    The window ends after ``duration_s``, once ``limit`` items were done (warm-up
+    included, so a backlog is consumed by at most that much), or when every worker returned.
+    A worker's exception is raised here.
+    """
+    meter = Meter()
+    tasks = [asyncio.create_task(worker(meter)) for worker in workers]
+
+    def reached() -> bool:
+        return limit is not None and meter.total >= limit
+
+    try:
+        await _wait(tasks, warmup_s, reached)
+        meter.counting = True
+        started = time.perf_counter()
+        await _wait(tasks, duration_s, reached)
+        elapsed = time.perf_counter() - started
+        meter.counting = False
+        meter.running = False
+        await asyncio.gather(*tasks)
+    finally:
+        meter.running = False
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return meter.count / elapsed if elapsed > 0 else 0.0
+
+
+async def _wait(tasks: list[asyncio.Task[None]], seconds: float, done: Callable[[], bool]) -> None:
+    deadline = time.perf_counter() + seconds
+    while not done():
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        finished, _ = await asyncio.wait(tasks, timeout=min(left, 0.01))
+        for task in finished:
+            task.result()  # raises a worker's error at once
+        if len(finished) == len(tasks):
+            return
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSample:
+    """A process's resident memory and consumed CPU time at one moment."""
+
+    at: float
+    rss_bytes: int
+    cpu_s: float
+
+    def cpu_share_since(self, earlier: ProcSample) -> float:
+        """CPU used between two samples, as a fraction of one core."""
+        wall = self.at - earlier.at
+        return (self.cpu_s - earlier.cpu_s) / wall if wall > 0 else 0.0
+
+
+def proc_sample(pid: int) -> ProcSample:
+    """RSS (VmRSS) and user+system CPU seconds of ``pid``, from /proc (Linux)."""
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+            break
+    # Fields after the command name (which may hold spaces) start after the last ")".
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return ProcSample(time.perf_counter(), rss, cpu)
+
+
+def machine_info() -> dict[str, str]:
+    """Cores, CPU model, memory, OS and Python: the doc states them with every table."""
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    memory = ""
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        total_kib = int(meminfo.read_text().split()[1])
+        memory = f"{total_kib / 1024 / 1024:.0f} GiB"
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    return {
+        "cores": str(os.cpu_count() or 0),
+        "cpu": model,
+        "memory": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load": load,
+    }

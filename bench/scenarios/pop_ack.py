@@ -1,0 +1,180 @@
+"""Scenario 2, pop + ack: batch 32, 1 and 4 consumers, a topic pre-filled with 200k messages.
+
+Each consumer loops: receive up to 32 (long poll 1 s), then ack them in one call (popmq: one
+Ack RPC; Redis: one XACK; NATS: one ack per message, its only per-message form). All systems
+are started and pre-filled first, then measured run by run, so the runs interleave. A window
+ends after its duration or once it consumed its share of the backlog (at most half the backlog
+is consumed over all runs), so the backlog stays large throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.load import Meter, Worker, measure_rate
+from bench.peers.popmq_store import Backlog, prefill_store
+from bench.peers.systems import ALL_SYSTEMS, Launched, choose_systems, launch
+from bench.peers.targets import Target, prefill
+from bench.profile import PySpy
+from bench.results import ScenarioResult
+from bench.scenarios._common import PEERS, body_of, ratio_table, with_notes
+
+__all__ = ["PopAckSettings", "consume_rate", "main", "render", "run", "settings"]
+
+NAME = "pop-ack"
+TOPIC = "popack"
+GROUP = "bench"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PopAckSettings:
+    runs: int
+    warmup_s: float
+    duration_s: float
+    backlog: int
+    batch: int = 32
+    consumers: tuple[int, ...] = (1, 4)
+    body_bytes: int = 1024
+
+
+def settings(quick: bool) -> PopAckSettings:
+    if quick:
+        return PopAckSettings(runs=1, warmup_s=0.1, duration_s=0.3, backlog=5_000)
+    return PopAckSettings(runs=3, warmup_s=0.3, duration_s=2.5, backlog=200_000)
+
+
+def case_name(consumers: int) -> str:
+    return f"batch 32 · {consumers} consumer{'s' if consumers > 1 else ''}"
+
+
+async def consume_rate(
+    target: Target,
+    *,
+    topic: str,
+    group: str,
+    consumers: int,
+    batch: int,
+    warmup_s: float,
+    duration_s: float,
+    limit: int | None = None,
+    work_s: float = 0.0,
+) -> float:
+    """Acked messages per second from ``consumers`` concurrent consumers of one group.
+
+    ``work_s`` is slept per message between receive and ack (simulated processing).
+    """
+
+    def worker(index: int) -> Worker:
+        async def run(meter: Meter) -> None:
+            async with target.receiver(topic, group, f"c{index}") as receiver:
+                while meter.running:
+                    messages = await receiver.receive(batch, 1.0)
+                    for _ in messages if work_s else ():
+                        await asyncio.sleep(work_s)
+                    await receiver.ack(messages)
+                    meter.add(len(messages))
+
+        return run
+
+    return await measure_rate(
+        [worker(i) for i in range(consumers)],
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        limit=limit,
+    )
+
+
+def prepare(launched: Launched, config: PopAckSettings, body: bytes) -> None:
+    """Create the topic and group and store the backlog (popmq's was stored before start)."""
+
+    async def setup() -> None:
+        target = launched.target
+        if launched.target.name != "popmq":
+            await target.create_topic(TOPIC)
+        await target.create_group(TOPIC, GROUP)
+        if launched.target.name != "popmq":
+            await prefill(target, TOPIC, config.backlog, body)
+
+    asyncio.run(setup())
+
+
+def run(
+    config: PopAckSettings,
+    *,
+    systems: tuple[str, ...] = ALL_SYSTEMS,
+    require_peers: bool = False,
+    profile_out: Path | None = None,
+) -> ScenarioResult:
+    """Start and fill every system, then measure them run by run.
+
+    With ``profile_out``, one more popmq window with 4 consumers is recorded with py-spy.
+    """
+    began = time.perf_counter()
+    chosen, notes = choose_systems(systems, require_peers=require_peers)
+    result = ScenarioResult(NAME, "2. Pop + ack", settings=asdict(config), notes=notes)
+    body = body_of(config.body_bytes)
+    windows = config.runs * len(config.consumers) + (1 if profile_out else 0)
+    limit = max(1, config.backlog // (2 * windows))
+
+    def fill_popmq(data_dir: Path) -> None:
+        prefill_store(data_dir, {TOPIC: Backlog(8, config.backlog)}, body)
+
+    with contextlib.ExitStack() as stack:
+        launched: dict[str, Launched] = {}
+        for system in chosen:
+            prepare_store = fill_popmq if system == "popmq" else None
+            launched[system] = stack.enter_context(launch(system, prepare=prepare_store))
+            prepare(launched[system], config, body)
+        for _ in range(config.runs):
+            for system in chosen:
+                for consumers in config.consumers:
+                    rate = asyncio.run(
+                        consume_rate(
+                            launched[system].target,
+                            topic=TOPIC,
+                            group=GROUP,
+                            consumers=consumers,
+                            batch=config.batch,
+                            warmup_s=config.warmup_s,
+                            duration_s=config.duration_s,
+                            limit=limit,
+                        )
+                    )
+                    result.add(case_name(consumers), system, "msg/s", rate)
+        if profile_out is not None and "popmq" in launched:
+            with PySpy(launched["popmq"].server.pid, profile_out):
+                asyncio.run(
+                    consume_rate(
+                        launched["popmq"].target,
+                        topic=TOPIC,
+                        group=GROUP,
+                        consumers=4,
+                        batch=config.batch,
+                        warmup_s=0.0,
+                        duration_s=max(config.duration_s, 5.0),
+                        limit=limit,
+                    )
+                )
+    result.notes.append(
+        f"Each window stops after {config.duration_s:g} s or {limit:,} messages, so at most "
+        f"half of the {config.backlog:,}-message backlog is consumed over all runs. popmq's "
+        "backlog is written by its embedded broker before the server starts (faster than "
+        "gRPC; not timed), the peers' through their clients."
+    )
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def render(result: ScenarioResult) -> str:
+    table = ratio_table(
+        result, "msg/s", columns=["popmq", *PEERS], ratio_to=PEERS, first_header="case"
+    )
+    return with_notes(table, result)
+
+
+def main(*, quick: bool) -> str:
+    return render(run(settings(quick)))
