@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Awaitable
 
 import grpc
 
+from broker_core import validation
 from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
 from broker_core.errors import InvalidArgumentError
 from broker_core.types import PoppedMessage
@@ -30,6 +33,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             existing_groups=[g.name for g in broker.list_groups()]
         )
         self._leases = LeaseTable(broker)
+        # Held AwaitMessages waits, answered at once by release_waiters (shutdown).
+        self._awaiting: set[asyncio.Future[None]] = set()
+        self._releasing = False
+        self._await_ids = itertools.count()
 
     @rpc
     async def SendMessages(
@@ -184,6 +191,66 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> messaging_pb2.NotifyClientTerminationResponse:
         known = self.clients.unregister(request.client_id, request.group)
         return messaging_pb2.NotifyClientTerminationResponse(was_registered=known)
+
+    @rpc
+    async def AwaitMessages(
+        self, request: messaging_pb2.AwaitMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.AwaitMessagesResponse:
+        limits = self._broker.config.long_polling
+        wait = (
+            convert.seconds("long_polling_timeout", request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else limits.default_timeout_s
+        )
+        validation.check_range("long_polling_timeout", wait, 0, limits.max_timeout_s, "s")
+        info, _ = self._broker.get_topic(request.topic)
+        if not request.positions:
+            raise InvalidArgumentError("positions is empty: give at least one queue and offset")
+        positions: dict[int, int] = {}
+        for position in request.positions:
+            if not 0 <= position.queue_id < info.queues:
+                raise InvalidArgumentError(
+                    f"positions has queue id {position.queue_id}: the topic's queues are "
+                    f"0..{info.queues - 1}"
+                )
+            if position.queue_id in positions:
+                raise InvalidArgumentError(f"positions repeats queue id {position.queue_id}")
+            if position.offset < 0:
+                raise InvalidArgumentError(f"positions has offset {position.offset}: use >= 0")
+            positions[position.queue_id] = position.offset
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
+        # A key of its own ("await:" is no group name), so every arrival on the topic wakes
+        # this wait, whichever groups also wait there.
+        key = f"await:{next(self._await_ids)}"
+        while True:
+            _, stats = self._broker.get_topic(request.topic)
+            ready = [
+                messaging_pb2.QueueOffset(queue_id=q, offset=stats[q].max_offset)
+                for q, offset in sorted(positions.items())
+                if q < len(stats) and stats[q].max_offset > offset
+            ]
+            remaining = give_up - loop.time()
+            if ready or remaining <= 0 or self._releasing:
+                return messaging_pb2.AwaitMessagesResponse(ready=ready)
+            # No await between the check above and parking: an arrival cannot slip between.
+            waiter = self._broker.polling.park(key, request.topic)
+            self._awaiting.add(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=remaining)
+            finally:
+                self._awaiting.discard(waiter)
+                self._broker.polling.unpark(key, request.topic, waiter)
+
+    def release_waiters(self) -> None:
+        """Answer every held AwaitMessages now and hold no new ones: shutdown is coming."""
+        self._releasing = True
+        for waiter in self._awaiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _queue_count(self, topic: str) -> int:
         info, _ = self._broker.get_topic(topic)

@@ -74,6 +74,7 @@ class PopMQServer:
         self.rocketmq: RocketMQService | None = None
         self.clients: ClientRegistry | None = None
         """Registered consumer clients; created at start (it needs the groups on disk)."""
+        self.messaging: MessagingServicer | None = None
         self.health = Health()
         self._late = LateServices()
         self.metrics = Metrics() if self.config.metrics.listen else None
@@ -143,9 +144,8 @@ class PopMQServer:
         self.clients = ClientRegistry(
             self.config.clients, existing_groups=[g.name for g in self.broker.list_groups()]
         )
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingServicer(self.broker, self.clients), server
-        )
+        self.messaging = MessagingServicer(self.broker, self.clients)
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(self.broker, config_items=items(self.config)), server
         )
@@ -168,6 +168,8 @@ class PopMQServer:
             # RPCs doing work, which finish while the store is still open.
             if self._opened:
                 self.broker.release_waiters()
+            if self.messaging is not None:
+                self.messaging.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
         if self._metrics_endpoint is not None:
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None

@@ -101,6 +101,13 @@ DEFAULT_PULL_BATCH = 32
 _RENEW_AT = 2 / 3
 """A held message is renewed when this fraction of its invisible time has passed."""
 _RENEW_CONCURRENCY = 64
+_RAISED = "push consumer %s: the listener raised on message %s; treated as FAILURE"
+_COMMIT_INTERVAL_S = 1.0
+"""While busy, a queue worker commits its offset at most this often; it commits at once when
+it catches up and before it lets go of the queue (RocketMQ persists offsets every 5 s). A
+crash repeats at most this much."""
+_ACK_DELAY_S = 0.005
+"""A success waits at most this long for others to share its Ack call."""
 _RETRY_MIN_S = 0.1
 _RETRY_MAX_S = 5.0
 _IDLE_POLL_MIN_S = 0.01
@@ -405,6 +412,7 @@ class AsyncPushConsumer(AsyncClient):
         self._renewal_wakeup = asyncio.Event()
         self._seq = itertools.count()
         self._consumers: dict[str, AsyncSimpleConsumer] = {}
+        self._ackers: dict[str, _Acker] = {}
         # Queue-exclusive state: per topic, queue id -> worker.
         self._workers: dict[str, dict[int, _QueueWorker]] = {t: {} for t in subscriptions}
         self._assignment_wakeup = asyncio.Event()
@@ -454,6 +462,7 @@ class AsyncPushConsumer(AsyncClient):
                 timeout_s=self._timeout_s,
                 channel=channel,
             )
+            self._ackers[topic] = _Acker(self, topic)
         interval = await self._heartbeat()  # fails fast on unknown topics and conflicts
         self._heartbeat_s = interval
         self._started = True
@@ -523,6 +532,7 @@ class AsyncPushConsumer(AsyncClient):
             await asyncio.gather(*(self._release(h, "close") for h in unstarted))
             if self._dispatch:
                 await asyncio.gather(*list(self._dispatch), return_exceptions=True)
+            await asyncio.gather(*(a.drain() for a in self._ackers.values()))
         else:
             assigner = [t for t in self._tasks if t.get_name() == "popmq-assignment"]
             for task in assigner:
@@ -661,24 +671,43 @@ class AsyncPushConsumer(AsyncClient):
             self._spawn_release(held, "behind a failed message of its group")
 
     async def _call_listener(self, message: ReceivedMessage) -> bool:
-        """Run the listener; True only for ConsumeResult.SUCCESS."""
-        try:
-            if self._is_async_listener:
+        """Run the listener once; True only for ConsumeResult.SUCCESS."""
+        if self._is_async_listener:
+            try:
                 result = await self.listener(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning(_RAISED, self.client_id, message.message_id, exc_info=True)
+                ok = False
             else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._executor, self._run_sync, message)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.warning(
-                "push consumer %s: listener raised on message %s (attempt %d)",
-                self.client_id, message.message_id, message.delivery_attempt, exc_info=True,
-            )  # fmt: skip
-            self._counters.failed += 1
-            return False
-        if result is ConsumeResult.SUCCESS:
+                ok = self._judge(result, message)
+        else:
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(self._executor, self._invoke, message)
+        self._count(ok)
+        return ok
+
+    def _count(self, ok: bool) -> None:
+        if ok:
             self._counters.succeeded += 1
+        else:
+            self._counters.failed += 1
+
+    def _invoke(self, message: ReceivedMessage) -> bool:
+        """Call a sync listener on a consume thread; True only for ConsumeResult.SUCCESS."""
+        _in_listener.active = True
+        try:
+            result = self.listener(message)
+        except Exception:
+            logger.warning(_RAISED, self.client_id, message.message_id, exc_info=True)
+            return False
+        finally:
+            _in_listener.active = False
+        return self._judge(result, message)
+
+    def _judge(self, result: object, message: ReceivedMessage) -> bool:
+        if result is ConsumeResult.SUCCESS:
             return True
         if result is not ConsumeResult.FAILURE:
             logger.warning(
@@ -686,15 +715,7 @@ class AsyncPushConsumer(AsyncClient):
                 "(return ConsumeResult.SUCCESS to ack)",
                 self.client_id, result, message.message_id,
             )  # fmt: skip
-        self._counters.failed += 1
         return False
-
-    def _run_sync(self, message: ReceivedMessage) -> Any:
-        _in_listener.active = True
-        try:
-            return self.listener(message)
-        finally:
-            _in_listener.active = False
 
     async def _settle(self, held: _Held, ok: bool) -> None:
         """Ack a success, nack a failure (the server applies the group's backoff)."""
@@ -705,17 +726,17 @@ class AsyncPushConsumer(AsyncClient):
                 self._forget(held)
                 return
             held.settled = True
+            if ok:
+                self._ackers[held.message.topic].add(held)  # acked in a batch, soon
+                return
             try:
-                if ok:
-                    await held.consumer.ack(held.message)
-                    self._counters.acked += 1
-                else:
-                    await held.consumer.nack(held.message)
-                    self._counters.nacked += 1
+                await held.consumer.nack(held.message)
+                self._counters.nacked += 1
             except PopMQError as exc:
                 logger.warning(
-                    "push consumer %s: %s of message %s failed (%s); it will be redelivered",
-                    self.client_id, "ack" if ok else "nack", held.message.message_id, exc,
+                    "push consumer %s: nack of message %s failed (%s); it will be redelivered "
+                    "when its invisible time ends",
+                    self.client_id, held.message.message_id, exc,
                 )  # fmt: skip
             finally:
                 self._forget(held)
@@ -874,10 +895,118 @@ class AsyncPushConsumer(AsyncClient):
             worker.stop()
         await asyncio.gather(*(w.task for w in workers if w.task), return_exceptions=True)
 
-    async def _run_listener_exclusive(self, message: ReceivedMessage) -> bool:
+    async def _run_in_order(
+        self, worker: _QueueWorker, wires: Sequence[messaging_pb2.PulledMessage], attempt: int
+    ) -> tuple[int, bool]:
+        """Call the listener for ``wires`` in order until one fails or the worker must stop.
+
+        ``attempt`` is the delivery attempt of the first message. Returns how many were
+        done (succeeded or filtered out) and whether the next one failed. A sync listener
+        runs the whole run on one consume thread: one hand-off per batch, not per message.
+        """
         assert self._slots is not None
         async with self._slots:
-            return await self._call_listener(message)
+            if self._is_async_listener:
+                done = 0
+                for wire in wires:
+                    if not worker.may_continue():
+                        return done, False
+                    if worker.matches(wire.tag):
+                        message = _received_message(wire, attempt if done == 0 else 1)
+                        if not await self._call_listener(message):
+                            return done, True
+                    done += 1
+                return done, False
+            loop = asyncio.get_running_loop()
+            done, failed, succeeded = await loop.run_in_executor(
+                self._executor, self._invoke_in_order, worker, wires, attempt
+            )
+        self._counters.succeeded += succeeded
+        self._counters.failed += int(failed)
+        return done, failed
+
+    def _invoke_in_order(
+        self, worker: _QueueWorker, wires: Sequence[messaging_pb2.PulledMessage], attempt: int
+    ) -> tuple[int, bool, int]:
+        """On a consume thread: (done, failed, succeeded) for a run of one queue's messages."""
+        succeeded = 0
+        for done, wire in enumerate(wires):
+            # Read from this thread: a plain flag and the monotonic clock, no loop state.
+            if worker.stopping or time.monotonic() >= worker.fence:
+                return done, False, succeeded
+            if not worker.matches(wire.tag):
+                continue
+            if not self._invoke(_received_message(wire, attempt if done == 0 else 1)):
+                return done, True, succeeded
+            succeeded += 1
+        return len(wires), False, succeeded
+
+
+class _Acker:
+    """Acks the successes of one topic in batches: one Ack call per batch, not per message.
+
+    A batch goes out when it has ``DEFAULT_RECEIVE_BATCH`` handles or ``_ACK_DELAY_S``
+    after its first one, whichever is first (python-pubsub batches its acks the same way).
+    """
+
+    def __init__(self, owner: AsyncPushConsumer, topic: str) -> None:
+        self.owner = owner
+        self.topic = topic
+        self._batch: list[_Held] = []
+        self._timer: asyncio.TimerHandle | None = None
+        # Ack calls in flight, so close can wait for them before closing the channel.
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def add(self, held: _Held) -> None:
+        self._batch.append(held)
+        if len(self._batch) >= DEFAULT_RECEIVE_BATCH:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_ACK_DELAY_S, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        task = asyncio.ensure_future(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def drain(self) -> None:
+        self.flush()
+        if self._sending:
+            await asyncio.gather(*list(self._sending), return_exceptions=True)
+
+    async def _send(self, batch: list[_Held]) -> None:
+        owner = self.owner
+        request = messaging_pb2.AckRequest(
+            group=owner.group, receipt_handles=[h.message.receipt_handle for h in batch]
+        )
+        try:
+            response: messaging_pb2.AckResponse = await unary(
+                owner._conn.messaging().Ack, request, owner._timeout_s
+            )
+            for held, result in zip(batch, response.results, strict=True):
+                if result.code == "OK":
+                    owner._counters.acked += 1
+                else:
+                    logger.warning(
+                        "push consumer %s: ack of message %s failed (%s %s); it will be "
+                        "redelivered",
+                        owner.client_id, held.message.message_id, result.code, result.message,
+                    )  # fmt: skip
+        except PopMQError as exc:
+            logger.warning(
+                "push consumer %s: acking %d messages of %s failed (%s); they will be "
+                "redelivered",
+                owner.client_id, len(batch), self.topic, exc,
+            )  # fmt: skip
+        finally:
+            for held in batch:
+                owner._forget(held)
 
 
 class _StartNotCommittedError(PopMQError):
@@ -899,13 +1028,13 @@ class _QueueWorker:
         self.task: asyncio.Task[None] | None = None
         # Set by stop(), so an idle or retrying worker wakes at once.
         self._stop = asyncio.Event()
-        self._matches = owner._matchers[topic]
+        self.matches = owner._matchers[topic]
 
     def stop(self) -> None:
         self.stopping = True
         self._stop.set()
 
-    def _may_continue(self) -> bool:
+    def may_continue(self) -> bool:
         if self.stopping:
             return False
         if time.monotonic() >= self.fence:
@@ -933,12 +1062,13 @@ class _QueueWorker:
         if offset is None:
             return
         committed = offset
+        commit_due = time.monotonic() + _COMMIT_INTERVAL_S
         idle = _IDLE_POLL_MIN_S
         backoff = _RETRY_MIN_S
         try:
-            while self._may_continue():
+            while self.may_continue():
                 room = await owner._cache.wait_for_room()
-                if not self._may_continue():
+                if not self.may_continue():
                     break
                 owner._counters.receive_calls += 1
                 try:
@@ -954,8 +1084,11 @@ class _QueueWorker:
                 backoff = _RETRY_MIN_S
                 if not response.messages:
                     offset = max(offset, response.next_offset)
-                    await self._sleep(idle)
-                    idle = min(idle * 2, _IDLE_POLL_MAX_S)
+                    if offset != committed and await self._commit(offset):
+                        committed = offset  # caught up: lag tools see it at once
+                    if not await self._await_arrival(offset):
+                        await self._sleep(idle)  # the wait failed: poll, backing off
+                        idle = min(idle * 2, _IDLE_POLL_MAX_S)
                     continue
                 idle = _IDLE_POLL_MIN_S
                 size = sum(len(m.body) for m in response.messages)
@@ -964,8 +1097,10 @@ class _QueueWorker:
                     offset = await self._consume_batch(response, offset)
                 finally:
                     owner._cache.remove(size, len(response.messages))
-                if offset != committed and await self._commit(offset):
-                    committed = offset
+                if offset != committed and time.monotonic() >= commit_due:
+                    commit_due = time.monotonic() + _COMMIT_INTERVAL_S
+                    if await self._commit(offset):
+                        committed = offset
         finally:
             if offset != committed:
                 await self._commit(offset)
@@ -975,24 +1110,58 @@ class _QueueWorker:
     ) -> int:
         """Process a pulled batch in order; returns the offset after the last one done."""
         owner = self.owner
-        for wire in response.messages:
-            if not self._may_continue():
-                return offset
-            owner._counters.received += 1
-            if not self._matches(wire.tag):
-                offset = wire.offset + 1  # filtered out: consumed without a call
-                continue
-            attempt = 1
-            while True:
-                message = _received_message(wire, attempt)
-                if await owner._run_listener_exclusive(message):
-                    break
-                attempt += 1
-                await self._sleep(owner._retry_delay_s)
-                if not self._may_continue():
-                    return offset  # not done: the next owner starts at this message
-            offset = wire.offset + 1
+        wires = list(response.messages)
+        owner._counters.received += len(wires)
+        attempt = 1
+        while wires:
+            done, failed = await owner._run_in_order(self, wires, attempt)
+            if done:
+                offset = wires[done - 1].offset + 1
+                wires = wires[done:]
+                attempt = 1
+            if not failed:
+                if wires:
+                    return offset  # told to stop: the next owner starts at wires[0]
+                break
+            attempt += 1
+            await self._sleep(owner._retry_delay_s)  # retried in place: the queue waits
+            if not self.may_continue():
+                return offset  # not done: the next owner starts at this message
         return max(offset, response.next_offset)
+
+    async def _await_arrival(self, offset: int) -> bool:
+        """Long-poll until the queue has a message at ``offset``, the wait ends, or stop.
+
+        Returns False when the wait failed (the caller then polls with a backoff).
+        """
+        owner = self.owner
+        wait = min(owner._wait_s, max(0.0, self.fence - time.monotonic()))
+        request = messaging_pb2.AwaitMessagesRequest(
+            topic=self.topic,
+            positions=[messaging_pb2.QueueOffset(queue_id=self.queue_id, offset=offset)],
+            long_polling_timeout=duration_from_seconds(wait, name="wait_s"),
+        )
+        call = asyncio.ensure_future(
+            unary(owner._conn.messaging().AwaitMessages, request, wait + owner._timeout_s)
+        )
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([call, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            call.cancel()  # when told to stop: do not hold the call any longer
+            results: list[object] = await asyncio.gather(call, stopped, return_exceptions=True)
+        outcome = results[0]
+        if not isinstance(outcome, BaseException) or isinstance(outcome, asyncio.CancelledError):
+            return True
+        if not isinstance(outcome, PopMQError):
+            raise outcome
+        error = outcome
+        logger.warning(
+            "push consumer %s: waiting for messages on %s queue %d failed: %s",
+            owner.client_id, self.topic, self.queue_id, error,
+        )  # fmt: skip
+        return False
 
     async def _pull(self, offset: int, max_messages: int) -> messaging_pb2.PullMessagesResponse:
         owner = self.owner
@@ -1008,7 +1177,7 @@ class _QueueWorker:
         """The group's committed offset, or where consume_from says (committed at once)."""
         owner = self.owner
         backoff = _RETRY_MIN_S
-        while self._may_continue():
+        while self.may_continue():
             try:
                 return await self._resolve_start()
             except PopMQError as exc:

@@ -531,3 +531,19 @@ class NotifyClientTerminationResponse(_message.Message):
     WAS_REGISTERED_FIELD_NUMBER: _ClassVar[int]
     was_registered: bool
     def __init__(self, was_registered: _Optional[bool] = ...) -> None: ...
+
+class AwaitMessagesRequest(_message.Message):
+    __slots__ = ("topic", "positions", "long_polling_timeout")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    positions: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    long_polling_timeout: _duration_pb2.Duration
+    def __init__(self, topic: _Optional[str] = ..., positions: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AwaitMessagesResponse(_message.Message):
+    __slots__ = ("ready",)
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ready: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, ready: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...

@@ -118,6 +118,11 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.FromString,
                 _registered_method=True)
+        self.AwaitMessages = channel.unary_unary(
+                '/popmq.v1.MessagingService/AwaitMessages',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -262,6 +267,15 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AwaitMessages(self, request, context):
+        """AwaitMessages waits until one of the given queues of a topic has a message at or after
+        the given offset, or long_polling_timeout passes. It reads and changes nothing: offset
+        readers (queue-exclusive consumers) hold it while idle instead of polling PullMessages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -344,6 +358,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.NotifyClientTermination,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.SerializeToString,
+            ),
+            'AwaitMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.AwaitMessages,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -782,6 +801,33 @@ class MessagingService:
             '/popmq.v1.MessagingService/NotifyClientTermination',
             popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.NotifyClientTerminationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AwaitMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/AwaitMessages',
+            popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,
