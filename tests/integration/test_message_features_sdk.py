@@ -262,7 +262,7 @@ def test_delayed_message_is_invisible_until_due_then_delivered(
         elapsed = time.monotonic() - sent_at
 
     assert [m.body for m in got] == [b"in 1.5s"]
-    assert 1.45 <= elapsed < 8
+    assert 1.45 <= elapsed < 15
     assert got[0].deliver_at is not None
     assert got[0].deliver_at <= got[0].store_timestamp + timedelta(seconds=1)
 
