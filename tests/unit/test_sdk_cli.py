@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Sequence
@@ -248,3 +249,43 @@ def test_format_receipt_matches_the_documented_line() -> None:
     receipt = sdk.SendReceipt("m-1", "orders", 2, 9)
 
     assert cli_main.format_receipt(receipt) == "sent m-1 to orders queue 2 offset 9"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1.5", 1.5), ("500ms", 0.5), ("10s", 10.0), ("5m", 300.0), ("2h", 7200.0)],
+)
+def test_durations_take_units(text: str, seconds: float) -> None:
+    args = cli_main.build_parser().parse_args(["group", "create", "g", "--backoff", text])
+    assert args.backoff == [seconds]
+
+
+def test_times_are_iso_or_epoch_seconds_and_naive_means_utc() -> None:
+    parse = cli_main.build_parser().parse_args
+    args = parse(["offsets", "reset", "g", "t", "--to", "2026-11-21T10:00:00"])
+    assert args.to == datetime(2026, 11, 21, 10, tzinfo=UTC)
+    assert parse(["offsets", "reset", "g", "t", "--to", "0"]).to == EPOCH
+    assert parse(["offsets", "reset", "g", "t", "--to", "latest"]).to == "latest"
+    assert parse(["offsets", "reset", "g", "t", "--offset", "0=5", "--offset", "2=0"]).offset == [
+        (0, 5),
+        (2, 0),
+    ]
+
+
+def test_reset_needs_exactly_one_target(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["offsets", "reset", "g", "t"])
+    assert raised.value.code == 2
+    with pytest.raises(SystemExit):
+        cli_main.main(["offsets", "reset", "g", "t", "--to", "latest", "--offset", "0=1"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_json_output_keeps_binary_bodies_as_base64(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli import render
+
+    render.print_json([_message("rh", b"text"), _message("rh2", b"\xff\x00")])
+
+    first, second = json.loads(capsys.readouterr().out)
+    assert first["body"] == "text" and first["born_timestamp"] == "1970-01-01T00:00:00+00:00"
+    assert "body" not in second and second["body_base64"] == "/wA="
