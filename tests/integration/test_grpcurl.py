@@ -192,6 +192,15 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert (
         len(call(messaging + "GetOffset", {"group": "reader", "topic": "orders"})["offsets"]) == 3
     )
+    ready = call(
+        messaging + "AwaitMessages",
+        {
+            "topic": "orders",
+            "positions": [{"queue_id": 0, "offset": 0}],
+            "long_polling_timeout": "0s",
+        },
+    )
+    assert isinstance(ready, dict)
     at = call(messaging + "GetOffsetsAtTime", {"topic": "orders", "time": "2020-01-01T00:00:00Z"})
     assert len(at["offsets"]) == 3
     call(
