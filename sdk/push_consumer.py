@@ -70,7 +70,7 @@ from popmq.v1 import messaging_pb2
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
 from sdk._sync import SyncClient
 from sdk.consumer import AsyncSimpleConsumer
-from sdk.errors import InvalidArgumentError, NotFoundError, PopMQError
+from sdk.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, PopMQError
 from sdk.types import ReceivedMessage, Sql, duration_from_seconds, seconds_from_duration
 
 __all__ = [
@@ -845,8 +845,8 @@ class AsyncPushConsumer(AsyncClient):
                         "push consumer %s: assignment of %s failed: %s",
                         self.client_id, topic, exc,
                     )  # fmt: skip
-                    if "not registered" in exc.message:
-                        next_heartbeat = 0.0  # dropped as silent: register again at once
+                    if isinstance(exc, FailedPreconditionError):
+                        next_heartbeat = 0.0  # e.g. dropped as silent: register again now
             self._assignment_wakeup.clear()
             delay = self._heartbeat_s / 2
             if pending:
@@ -1299,7 +1299,20 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
         consume_threads: int = DEFAULT_CONSUME_THREADS,
         max_cached_messages: int = DEFAULT_MAX_CACHED_MESSAGES,
         max_cached_bytes: int = DEFAULT_MAX_CACHED_BYTES,
-        **options: Any,
+        mode: Mode = "pop",
+        invisible_duration_s: float = DEFAULT_INVISIBLE_DURATION_S,
+        max_processing_s: float = DEFAULT_MAX_PROCESSING_S,
+        receive_batch_size: int = DEFAULT_RECEIVE_BATCH,
+        wait_s: float = DEFAULT_WAIT_S,
+        strategy: StrategyName = "average",
+        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
+        consume_from: Literal["last", "first"] | datetime = "last",
+        orderly_retry_delay_s: float = DEFAULT_ORDERLY_RETRY_DELAY_S,
+        machine_room: str = "",
+        configured_queues: Mapping[str, Sequence[int]] | None = None,
+        pull_batch_size: int = DEFAULT_PULL_BATCH,
+        client_id: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(
             AsyncPushConsumer(
@@ -1310,7 +1323,20 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
                 consume_threads=consume_threads,
                 max_cached_messages=max_cached_messages,
                 max_cached_bytes=max_cached_bytes,
-                **options,
+                mode=mode,
+                invisible_duration_s=invisible_duration_s,
+                max_processing_s=max_processing_s,
+                receive_batch_size=receive_batch_size,
+                wait_s=wait_s,
+                strategy=strategy,
+                heartbeat_interval_s=heartbeat_interval_s,
+                consume_from=consume_from,
+                orderly_retry_delay_s=orderly_retry_delay_s,
+                machine_room=machine_room,
+                configured_queues=configured_queues,
+                pull_batch_size=pull_batch_size,
+                client_id=client_id,
+                timeout_s=timeout_s,
             )
         )
 

@@ -3,6 +3,7 @@ renewal, retries to the DLQ, FIFO groups and a graceful close."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -13,12 +14,14 @@ import pytest
 
 from sdk import (
     Admin,
+    AsyncPushConsumer,
     ConsumeResult,
     InvalidArgumentError,
     Message,
     NotFoundError,
     Producer,
     PushConsumer,
+    PushConsumerStats,
     ReceivedMessage,
     SimpleConsumer,
 )
@@ -456,3 +459,44 @@ def test_close_from_inside_a_listener_is_refused(endpoint: str) -> None:
         wait_until(lambda: consumer.stats.acked == 1)
     assert len(errors) == 1
     assert "called from a listener" in str(errors[0])
+
+
+@pytest.mark.parametrize("mode", ["pop", "queue_exclusive"])
+def test_the_async_consumer_awaits_an_async_listener(endpoint: str, mode: str) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("coro", queues=2)
+    send(endpoint, "coro", [f"a{i}".encode() for i in range(50)])
+
+    async def scenario() -> tuple[list[bytes], PushConsumerStats]:
+        seen: list[bytes] = []
+        done = asyncio.Event()
+
+        async def listener(message: ReceivedMessage) -> ConsumeResult:
+            await asyncio.sleep(0)
+            if message.body == b"a7" and message.delivery_attempt == 1 and mode == "pop":
+                return ConsumeResult.FAILURE
+            seen.append(message.body)
+            if len(seen) == 50:
+                done.set()
+            return ConsumeResult.SUCCESS
+
+        async with AsyncPushConsumer(
+            endpoint,
+            "g",
+            subscriptions={"coro": "*"},
+            listener=listener,
+            mode=mode,  # type: ignore[arg-type]
+            consume_from="first",
+            heartbeat_interval_s=0.5,
+            wait_s=1.0,
+        ) as consumer:
+            await consumer.start()
+            await asyncio.wait_for(done.wait(), WAIT)
+        return seen, consumer.stats
+
+    seen, stats = asyncio.run(scenario())
+    assert sorted(seen) == sorted(f"a{i}".encode() for i in range(50))
+    assert stats.succeeded == 50
+    if mode == "pop":
+        assert (stats.acked, stats.nacked, stats.failed) == (50, 1, 1)
+        assert settled(endpoint, "g", "coro")
