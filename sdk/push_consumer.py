@@ -753,10 +753,12 @@ class AsyncPushConsumer(AsyncClient):
 
     async def _release(self, held: _Held, why: str) -> None:
         """Give a message back unprocessed: visible again at once (nack with no delay)."""
+        if held.settled:
+            return
+        # Claimed before any await, so no listener starts it from now on; the lock then
+        # waits for a renewal in flight, whose new handle the nack must use.
+        held.settled = True
         async with held.lock:
-            if held.settled:
-                return
-            held.settled = True
             try:
                 await held.consumer.nack(held.message, delay_s=0)
                 self._counters.released += 1
