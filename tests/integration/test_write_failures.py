@@ -98,7 +98,7 @@ def test_injected_write_error_fails_the_send_with_unavailable_and_the_next_one_w
     store.write = flaky_write
     with Producer(server.endpoint) as producer:
         first = producer.send("t", b"one")
-        failures[0] = 1
+        failures[0] = 3  # every attempt of the producer's retry policy (3) fails
         with pytest.raises(ClientUnavailableError, match="injected I/O error"):
             producer.send("t", b"lost-in-flight")
         second = producer.send("t", b"two")
