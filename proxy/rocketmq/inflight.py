@@ -78,6 +78,7 @@ class Inflight:
         self._seq = itertools.count()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.renewed = 0
         self.released = 0
 
@@ -98,12 +99,16 @@ class Inflight:
             log.error("rocketmq in-flight maintenance stopped", exc_info=task.exception())
 
     async def close(self) -> None:
-        """Stop renewing; held messages keep their deadlines in the broker."""
+        """Stop renewing; held messages keep their deadlines in the broker.
+
+        The task is asked to stop rather than cancelled, so a renewal or release it is
+        writing finishes cleanly in the broker first.
+        """
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            self._stopping = True
+            self._wakeup.set()
+            await task
 
     # -- tracking --------------------------------------------------------------------------
 
@@ -239,12 +244,14 @@ class Inflight:
             busy.set_result(None)
 
     async def _maintain(self) -> None:
-        while True:
+        while not self._stopping:
             await self._run_due()
             for client_id in self._sessions.idle():
                 log.info("client %s is idle: ending its session", client_id)
                 self._sessions.remove(client_id)
                 await self.release_client(client_id)
+            if self._stopping:
+                return
             delays = [self._sessions.next_idle_in()]
             if self._due:
                 delays.append(max(0.0, (self._due[0][0] - _now_ms()) / 1000))
