@@ -1545,6 +1545,53 @@ class Broker:
         self.stats.nacked[(group, topic_name)] += 1
         return until
 
+    async def dead_letter(self, group: str, handle: str) -> str:
+        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue).
+
+        The copy is written first and the delivery resolved after the write commits, so a
+        failure leaves the message with its consumer; returns the DLQ topic's name.
+        """
+        validation.check_name("group", group)
+        group_info = self._group(group)
+        found = self._resolve_handle(group_info, handle, now_ms())
+        if found is None:
+            raise FailedPreconditionError("the message was already acknowledged")
+        ck, index = found
+        cq = ck.queue
+        offset = ck.offsets[index]
+        data = self.store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
+        source = self.catalog.topics_by_id.get(cq.topic_id)
+        if data is None or source is None:
+            raise NotFoundError("the message was deleted (retention or topic deletion)")
+        copy = records_pb2.StoredMessage.FromString(data)
+        copy.store_time_ms = now_ms()
+        copy.delivery_attempt = 1
+        if not copy.origin_topic:
+            copy.origin_topic = source.name
+            copy.origin_queue_id = cq.queue_id
+            copy.origin_offset = offset
+        target = await self._ensure_dlq(group_info)
+        payload = copy.SerializeToString()
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> None:
+            at = offsets.allocate(target.topic_id, 0)
+            batch.put("messages", keys.message_key(target.topic_id, 0, at), payload)
+
+        await self.writer.submit(apply, sync=self.config.store.flush == "sync")
+        bit = 1 << index
+        if not ck.resolved & bit and cq.inflight.get(offset) is ck:
+            self.stats.dead_lettered[(group, self._user_topic_name(cq.topic_id))] += 1
+            if ck.fifo_group:
+                ck.revived = ck.full
+                self._fifo_finish(ck, acked=False)
+            else:
+                ck.resolved |= bit
+                ck.revived |= bit
+                cq.release(ck, index)
+                self._finish(ck)
+        self.polling.notify(target.name, 1)
+        return target.name
+
     async def _move(self, group: GroupInfo, text: str, invisible_ms: int) -> tuple[str, int]:
         """Move one delivery to a new single-message checkpoint with a new deadline.
 
