@@ -613,10 +613,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         convert.topic_name(request.topic)
         if not request.receipt_handle:
             raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
-        raise UnsupportedError(
-            f"forwarding a message of group {group!r} to its dead-letter topic by hand is not "
-            "supported yet: the broker moves it there after max_delivery_attempts"
-        )
+        current = await self.inflight.current_handle(group, request.receipt_handle)
+        await self._broker.dead_letter(group, current)
+        self.inflight.acked(group, request.receipt_handle)
+        return sv.ForwardMessageToDeadLetterQueueResponse(status=codes.ok())
 
     # -- offset-based reads (pull consumers) -----------------------------------------------
 

@@ -659,11 +659,6 @@ def test_heartbeat_needs_a_client_id(server: ServerThread) -> None:
     run(server, scenario)
 
 
-@pytest.mark.xfail(
-    reason="ForwardMessageToDeadLetterQueue needs a broker operation that moves one delivery "
-    "to %DLQ%<group> (Broker has none yet); the proxy answers UNSUPPORTED",
-    strict=True,
-)
 def test_forward_to_dead_letter_queue_moves_the_message(server: ServerThread, topics: None) -> None:
     async def scenario(s: MessagingServiceStub) -> None:
         await send(s, message("orders", b"poison", message_id="p1"))
