@@ -10,9 +10,10 @@ import platform
 import sys
 from collections.abc import Callable
 
-from bench import fifo, flush_modes, send_async
+from bench import delay_precision, fifo, flush_modes, send_async
 
 SCENARIOS: dict[str, Callable[..., str]] = {
+    "delay-precision": delay_precision.main,
     "fifo": fifo.main,
     "flush-modes": flush_modes.main,
     "send-async": send_async.main,
