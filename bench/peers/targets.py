@@ -47,6 +47,8 @@ _PREFILL_CONCURRENCY = 4
 # A JetStream consumer stops delivering at MaxAckPending (default 1,000); the scenarios hold
 # up to 16 x 32 in flight, and this keeps the cap from being what is measured.
 _NATS_MAX_ACK_PENDING = 100_000
+_NATS_NO_WAIT_S = 0.002
+"""Timeout of a fetch that should not wait (nats-py needs one; the server answers sooner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +275,20 @@ class _NatsReceiver:
         self._sub = subscription
 
     async def receive(self, max_messages: int, wait_s: float) -> list[Received]:
+        # nats-py's fetch(n) first asks without waiting (what is there now comes back at
+        # once); when nothing is there, it holds the pull until n arrived or the timeout
+        # passed, which at a low rate is always the timeout. So a batch is fetched without
+        # waiting, and only an empty stream is long-polled, for one message: like a popmq Pop
+        # or XREADGROUP BLOCK, a receive returns as soon as anything is there.
         try:
-            messages = await self._sub.fetch(max_messages, timeout=max(wait_s, 0.001))
+            messages = await self._sub.fetch(max_messages, timeout=_NATS_NO_WAIT_S)
         except TimeoutError:
-            return []
+            if wait_s <= _NATS_NO_WAIT_S:
+                return []
+            try:
+                messages = await self._sub.fetch(1, timeout=wait_s)
+            except TimeoutError:
+                return []
         return [Received(m.data, m) for m in messages]
 
     async def ack(self, messages: Sequence[Received]) -> None:

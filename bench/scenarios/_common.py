@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from bench.results import ScenarioResult, format_number, markdown_table
 
-__all__ = ["PEERS", "body_of", "ratio_table", "with_notes"]
+__all__ = ["PEERS", "body_of", "format_ratio", "ratio_table", "with_notes"]
 
 PEERS = ("redis-always", "redis-everysec", "nats")
 """The peers, in the order of their ratio columns."""
@@ -17,6 +17,11 @@ def body_of(size: int) -> bytes:
     """A body of ``size`` bytes that does not compress (zlib would shrink a run of one byte)."""
     pattern = bytes(range(251))
     return (pattern * (size // len(pattern) + 1))[:size]
+
+
+def format_ratio(value: float) -> str:
+    """``0.52x``; "n/a" when a side is missing."""
+    return "n/a" if math.isnan(value) else f"{value:.2f}x"
 
 
 def ratio_table(
@@ -43,8 +48,7 @@ def ratio_table(
         row = [case]
         row += [format_number(result.median(case, c, metric)) for c in present]
         for other in others:
-            value = result.ratio(case, metric, system, other)
-            row.append("n/a" if math.isnan(value) else f"{value:.2f}x")
+            row.append(format_ratio(result.ratio(case, metric, system, other)))
         rows.append(row)
     return markdown_table(headers, rows)
 
