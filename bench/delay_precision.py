@@ -36,18 +36,20 @@ def run_once(count: int, spread_s: float, seed: int) -> list[float]:
                 admin.create_topic("later", queues=4, message_type="delay")
             start = time.time() + 0.3
             with Producer(endpoint) as producer:
-                batch = [
+                scheduled = [
                     Message(b"x", deliver_at=start + rng.random() * spread_s) for _ in range(count)
                 ]
-                producer.send_batch("later", batch)
+                producer.send_batch("later", scheduled)
             late: list[float] = []
             with SimpleConsumer(endpoint, group="g", topic="later") as consumer:
                 while len(late) < count:
-                    for msg in consumer.receive(max_messages=32, wait_s=5):
-                        arrived = datetime.now(UTC)
+                    batch = consumer.receive(max_messages=32, wait_s=5)
+                    arrived = datetime.now(UTC)
+                    for msg in batch:
                         assert msg.deliver_at is not None
                         late.append((arrived - msg.deliver_at).total_seconds() * 1000)
-                        consumer.ack(msg)
+                    if batch:
+                        consumer.ack(batch)  # one RPC for the batch
         finally:
             server.stop()
     return late
@@ -67,6 +69,7 @@ def main(*, quick: bool) -> str:
         )
     lines.append(
         f"\n{count} messages due at random times over {spread:g} s, one long-polling "
-        "consumer acking each; lateness includes the receive RPC and the consumer's own pace."
+        "consumer acking each batch in one call; lateness includes the receive RPC and the "
+        "consumer's own pace (a loaded machine shows up here)."
     )
     return "\n".join(lines)
