@@ -10,7 +10,7 @@ BUF_STAMP := tools/node_modules/.install-stamp
 LISTEN ?= 127.0.0.1:8081
 DATA_DIR ?= ./data
 
-.PHONY: setup run test check lint fmt typecheck gen gen-check bench clean
+.PHONY: setup run test check lint fmt typecheck gen gen-check bench example clean
 
 setup: $(SETUP_STAMP) $(BUF_STAMP)
 
@@ -49,6 +49,10 @@ gen: setup
 
 bench: setup
 	$(PY) -m bench
+
+# The Spark example pipeline (examples/spark_orders_pipeline.py) on an embedded server.
+example: setup
+	$(PY) examples/spark_orders_pipeline.py
 
 gen-check: setup
 	$(PY) -m pytest -q tests/unit/test_generated_code.py

@@ -182,6 +182,7 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._fetched_at = float("-inf")
         self._target: dict[int, int] | None = None
         self._last_batch_at = time.monotonic()
+        self._group_committed: dict[int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -228,6 +229,9 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         o = self.options
         begin = QueueOffsets.from_json(start, o.topic).queues
+        # Spark asks for the next batch only once `start` is committed; at the end of
+        # AvailableNow and when idle this is the only call that sees the last commit.
+        self._commit_group(begin)
         earliest, latest = self._bounds()
         if self._target is not None:  # AvailableNow: nothing past the target
             latest = {q: min(latest[q], self._target.get(q, earliest[q])) for q in latest}
@@ -292,13 +296,18 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return read_range(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
+        self._commit_group(QueueOffsets.from_json(end, self.options.topic).queues)
+
+    def _commit_group(self, offsets: dict[int, int]) -> None:
+        """With a group option: commit the query's progress there, for lag tools."""
         o = self.options
-        if not o.group:
+        if not o.group or offsets == self._group_committed:
             return
-        offsets = QueueOffsets.from_json(end, o.topic).queues
         puller = _clients.pull_consumer(o.endpoint, o.topic, o.group, o.timeout_s)
         try:
             puller.commit_offsets(offsets)
         except PopMQError as exc:
             # Progress lives in Spark's checkpoint; the group offset is only for lag tools.
             log.warning("could not commit offsets of %s to group %s: %s", o.topic, o.group, exc)
+            return
+        self._group_committed = dict(offsets)

@@ -35,6 +35,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # A worker Python imports pyspark, pyarrow and grpc before it connects back; on a
+        # loaded 2-core machine that can take longer than the default 15 s.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

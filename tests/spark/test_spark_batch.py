@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sdk import Admin, Message, Producer, PullConsumer
+from sdk import Admin
 
 
 def test_batch_write_of_10000_rows_reads_back_exactly(spark: SparkSession, endpoint: str) -> None:
@@ -44,9 +42,15 @@ def test_batch_write_of_10000_rows_reads_back_exactly(spark: SparkSession, endpo
             "orders",
             1,
         )
-    per_queue = df.groupBy("queue_id").agg(
-        F.min("queue_offset").alias("low"), F.max("queue_offset").alias("high"), F.count("*").alias("n")
-    ).collect()
+    per_queue = (
+        df.groupBy("queue_id")
+        .agg(
+            F.min("queue_offset").alias("low"),
+            F.max("queue_offset").alias("high"),
+            F.count("*").alias("n"),
+        )
+        .collect()
+    )
     assert sorted((r.queue_id, r.low, r.high, r.n) for r in per_queue) == [
         (q, 0, 2499, 2500) for q in range(4)
     ]
