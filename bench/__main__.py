@@ -10,13 +10,15 @@ import platform
 import sys
 from collections.abc import Callable
 
-from bench import delay_precision, fifo, flush_modes, send_async
+from bench import delay_precision, fifo, flush_modes, send_async, spark_drain
 
 SCENARIOS: dict[str, Callable[..., str]] = {
     "delay-precision": delay_precision.main,
     "fifo": fifo.main,
     "flush-modes": flush_modes.main,
     "send-async": send_async.main,
+    # Issue 6: Spark pop mode on local[2] vs one SDK SimpleConsumer.
+    "spark-drain": spark_drain.main,
 }
 
 

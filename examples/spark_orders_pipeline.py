@@ -172,6 +172,7 @@ def spark_session() -> SparkSession:
         SparkSession.builder.master("local[2]")
         .appName("popmq-orders-pipeline")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.authenticate.socketTimeout", "120s")
