@@ -10,14 +10,14 @@ BUF_STAMP := tools/node_modules/.install-stamp
 LISTEN ?= 127.0.0.1:8081
 DATA_DIR ?= ./data
 
-.PHONY: setup run test check lint fmt typecheck gen gen-check bench example clean
+.PHONY: setup run test check lint fmt typecheck gen gen-check bench bench-peers example clean
 
-setup: $(SETUP_STAMP) $(BUF_STAMP)
+setup: $(SETUP_STAMP) $(BUF_STAMP) bench-peers
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark,test,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark,test,dev,bench]'
 	@touch $@
 
 $(BUF_STAMP): tools/package.json
@@ -47,8 +47,15 @@ fmt: setup
 gen: setup
 	$(PY) tools/gen_protos.py
 
+# Benchmark peers (redis-server, nats-server) from Debian's packages; best effort here (the
+# bench's --quick mode skips their rows without them), required by `make bench`.
+bench-peers:
+	@tools/install_peers.sh
+
+# The side-by-side run of issue 8 (~15 min): writes docs/benchmarks.md and docs/benchmarks.png.
 bench: setup
-	$(PY) -m bench
+	tools/install_peers.sh --require
+	$(PY) -m bench.report
 
 # The Spark example pipeline (examples/spark_orders_pipeline.py) on an embedded server.
 example: setup

@@ -55,18 +55,18 @@ async def measure_rate(
 ) -> float:
     """Run the workers; return what they counted per second during the window.
 
-    The window ends after ``duration_s``, once ``limit`` items were done (warm-up
-    included, so a backlog is consumed by at most that much), or when every worker returned.
-    A worker's exception is raised here.
+    The window ends after ``duration_s``, once ``limit`` items were counted in it (a caller
+    sizing a backlog adds what the warm-up may take), or when every worker returned. A
+    worker's exception is raised here.
     """
     meter = Meter()
     tasks = [asyncio.create_task(worker(meter)) for worker in workers]
 
     def reached() -> bool:
-        return limit is not None and meter.total >= limit
+        return limit is not None and meter.count >= limit
 
     try:
-        await _wait(tasks, warmup_s, reached)
+        await _wait(tasks, warmup_s, lambda: False)
         meter.counting = True
         started = time.perf_counter()
         await _wait(tasks, duration_s, reached)

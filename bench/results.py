@@ -77,27 +77,20 @@ class ScenarioResult:
 
     def ratio(self, case: str, metric: str, system: str, other: str) -> float:
         """Median over runs of ``system / other`` (paired by run); NaN when either is missing."""
+        return self.pair_ratio(metric, (case, system), (case, other))
+
+    def pair_ratio(self, metric: str, a: tuple[str, str], b: tuple[str, str]) -> float:
+        """Median over runs of ``(case, system) a / (case, system) b`` (paired by run)."""
         pairs = [
-            a / b
-            for a, b in zip(
-                self.samples(case, system, metric), self.samples(case, other, metric), strict=False
-            )
-            if b
+            x / y
+            for x, y in zip(self.samples(*a, metric), self.samples(*b, metric), strict=False)
+            if y
         ]
         return statistics.median(pairs) if pairs else math.nan
 
     def cross_ratio(self, metric: str, case: str, other_case: str, system: str = "popmq") -> float:
         """Median over runs of one system's ``case / other_case`` (paired by run)."""
-        pairs = [
-            a / b
-            for a, b in zip(
-                self.samples(case, system, metric),
-                self.samples(other_case, system, metric),
-                strict=False,
-            )
-            if b
-        ]
-        return statistics.median(pairs) if pairs else math.nan
+        return self.pair_ratio(metric, (case, system), (other_case, system))
 
     def cases(self) -> list[str]:
         return list(self.values)
@@ -125,7 +118,7 @@ def save_results(results: Sequence[ScenarioResult], path: Path, meta: dict[str, 
     """Write the raw samples as JSON, so the doc can be re-rendered without re-running."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "results": [asdict(r) for r in results]}
-    path.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    path.write_text(json.dumps(payload, indent=1))  # keeps case order (dicts are ordered)
 
 
 def load_results(path: Path) -> tuple[list[ScenarioResult], dict[str, Any]]:

@@ -7,8 +7,8 @@ over an idle window are read from /proc. Then single messages are sent to the to
 receive returned it. The Pops are opened in steps of 250 every 0.25 s: a grpc.aio server
 cancels calls beyond ``grpc.server.max_pending_requests`` (1,000) that it has not yet picked
 up, so a burst of 10,000 at once measures that limit rather than long polling; calls that
-fail anyway are counted and re-issued. Peers have no equivalent held-request model worth comparing here
-(a blocked XREADGROUP holds a whole Redis connection).
+fail anyway are counted and re-issued. Peers are not run: their held requests are of another
+kind (a blocked XREADGROUP holds a whole Redis connection).
 """
 
 from __future__ import annotations

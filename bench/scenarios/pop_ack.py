@@ -118,6 +118,7 @@ def run(
     result = ScenarioResult(NAME, "2. Pop + ack", settings=asdict(config), notes=notes)
     body = body_of(config.body_bytes)
     windows = config.runs * len(config.consumers) + (1 if profile_out else 0)
+    # Half the backlog over all windows; their warm-ups take less than the other half.
     limit = max(1, config.backlog // (2 * windows))
 
     def fill_popmq(data_dir: Path) -> None:
