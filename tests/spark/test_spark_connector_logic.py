@@ -1,0 +1,342 @@
+"""The connector's own logic without a SparkSession: options, offsets, planning, and the
+readers' driver and executor methods called directly against a real server.
+
+Spark calls these methods in its own processes; here the test plays Spark's part, which
+makes the edge cases (data loss, restarts, lease renewal) quick and deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sdk import Admin, Message, Producer, SimpleConsumer
+from spark_connector import DataLossError, OffsetFormatError, OptionError
+from spark_connector.offset_reader import OffsetRange, PopMQOffsetStreamReader
+from spark_connector.offsets import (
+    PopOffset,
+    QueueOffsets,
+    lease_token,
+    parse_offsets_option,
+    split_by_backlog,
+)
+from spark_connector.options import ReadOptions, WriteOptions, parse_duration_s
+from spark_connector.pop_reader import LeasePartition, PopMQPopStreamReader
+from spark_connector.schema import READ_SCHEMA, arrow_schema
+from spark_connector.writer import WriteColumns
+from tests.integration.server import ServerThread
+
+# -- options ---------------------------------------------------------------------------
+
+
+def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
+    o = ReadOptions.parse(
+        {"ENDPOINT": "h:1", "topic": "t", "Mode": "pop", "group": "g", "invisibleDuration": "2m",
+         "waitSeconds": "500ms", "numPartitions": "8", "maxMessagesPerTrigger": "1000"}
+    )  # fmt: skip
+    assert (o.endpoint, o.mode, o.group, o.invisible_duration_s, o.wait_s) == (
+        "h:1", "pop", "g", 120.0, 0.5,
+    )  # fmt: skip
+    assert (o.num_partitions, o.max_messages_per_trigger) == (8, 1000)
+    base = {"endpoint": "h:1", "topic": "t"}
+    cases = [
+        ({"topic": "t"}, "option endpoint is required"),
+        ({**base, "mode": "push"}, "mode='push' is not supported: use offset or pop"),
+        ({**base, "mode": "pop"}, "option group is required in pop mode"),
+        ({**base, "mode": "pop", "group": "g", "startingOffsets": "earliest"},
+         "startingOffsets applies to mode=offset only"),
+        ({**base, "maxRecordsPerPartition": "0"}, r"maxRecordsPerPartition=0 is outside"),
+        ({**base, "failOnDataLoss": "maybe"}, "not a boolean"),
+        ({**base, "invisibleDuration": "0.5s"}, r"outside the allowed 1s\.\.43200s"),
+        ({**base, "waitSeconds": "ten"}, "is not a duration"),
+        ({**base, "minMessagesPerTrigger": "10", "maxMessagesPerTrigger": "5"},
+         "minMessagesPerTrigger=10 is above maxMessagesPerTrigger=5"),
+    ]  # fmt: skip
+    for options, message in cases:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(options)
+    assert parse_duration_s("x", "15m") == 900.0
+    assert WriteOptions.parse({"endpoint": "h:1", "batchSize": "10"}).batch_size == 10
+
+
+def test_write_columns_are_checked_against_the_schema() -> None:
+    options = WriteOptions.parse({"endpoint": "h:1", "topic": "t"})
+    schema = StructType(
+        [
+            StructField("keys", StringType()),
+            StructField("body", BinaryType()),
+            StructField("properties", MapType(StringType(), StringType())),
+            StructField("delivery_timestamp", LongType()),
+        ]
+    )
+    columns = WriteColumns.from_schema(schema, options)
+    assert (columns.body, columns.body_is_string, columns.keys, columns.keys_is_string) == (
+        1, False, 0, True,
+    )  # fmt: skip
+    assert (columns.properties, columns.delivery_timestamp, columns.delivery_is_ms) == (2, 3, True)
+    bad = [
+        (StructType([StructField("tag", StringType())]), "needs a body column"),
+        (StructType([StructField("body", IntegerType())]), "column body is int"),
+        (
+            StructType(
+                [StructField("body", StringType()), StructField("keys", ArrayType(LongType()))]
+            ),
+            "column keys is array<bigint>",
+        ),
+        (StructType([StructField("body", StringType()), StructField("x", StringType())]),
+         r"columns \['x'\] cannot be written"),
+    ]  # fmt: skip
+    for schema, message in bad:
+        with pytest.raises(OptionError, match=message):
+            WriteColumns.from_schema(schema, options)
+    no_topic = WriteOptions.parse({"endpoint": "h:1"})
+    with pytest.raises(OptionError, match="set the topic option or give a topic column"):
+        WriteColumns.from_schema(StructType([StructField("body", StringType())]), no_topic)
+
+
+def test_read_schema_and_arrow_schema_agree() -> None:
+    assert [f.name for f in READ_SCHEMA.fields] == arrow_schema().names
+    assert isinstance(READ_SCHEMA["born_timestamp"].dataType, TimestampType)
+    assert str(arrow_schema().field("born_timestamp").type) == "timestamp[us, tz=UTC]"
+
+
+# -- offsets ---------------------------------------------------------------------------
+
+
+def test_split_by_backlog_shares_the_limit_in_proportion_and_exactly() -> None:
+    start = {0: 0, 1: 10, 2: 5}
+    latest = {0: 100, 1: 60, 2: 5}  # backlogs 100, 50, 0
+    end = split_by_backlog(start, latest, 30)
+    assert end == {0: 20, 1: 20, 2: 5}
+    assert sum(end[q] - start[q] for q in start) == 30
+    # Remainders: 7 over backlogs 1,1,1 -> 3,2,2 (ties to the lower queue id).
+    assert split_by_backlog({0: 0, 1: 0, 2: 0}, {0: 1, 1: 1, 2: 1}, 2) == {0: 1, 1: 1, 2: 0}
+    assert split_by_backlog({0: 0, 1: 0}, {0: 10, 1: 10}, 7) == {0: 4, 1: 3}
+    assert split_by_backlog(start, latest, 1_000) == latest
+
+
+def test_offsets_options_resolve_earliest_latest_and_json() -> None:
+    earliest, latest = {0: 3, 1: 0}, {0: 10, 1: 7}
+    assert parse_offsets_option("s", "earliest", earliest, latest) == earliest
+    assert parse_offsets_option("s", "LATEST", earliest, latest) == latest
+    assert parse_offsets_option("s", '{"0": -2, "1": 4}', earliest, latest) == {0: 3, 1: 4}
+    assert parse_offsets_option("s", '{"0": 5, "1": -1}', earliest, latest) == {0: 5, 1: 7}
+    for text, message in [
+        ("nope", "is not earliest, latest, or a JSON object"),
+        ('{"0": 1}', r"missing queues \[1\]"),
+        ('{"0": 1, "1": 1, "2": 1}', r"names queue 2, but the topic has queues 0\.\.1"),
+        ('{"0": 11, "1": 0}', r"offset 11 of queue 0 is outside 0\.\.10"),
+        ('{"0": "x", "1": 0}', "is not an integer"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            parse_offsets_option("startingOffsets", text, earliest, latest)
+
+
+def test_checkpointed_offsets_are_versioned_and_checked() -> None:
+    offsets = QueueOffsets("t", {1: 5, 0: 7})
+    data = offsets.to_json()
+    assert (
+        json.dumps(data) == '{"v": 1, "mode": "offset", "topic": "t", "queues": {"0": 7, "1": 5}}'
+    )
+    assert QueueOffsets.from_json(json.loads(json.dumps(data)), "t") == QueueOffsets(
+        "t", {0: 7, 1: 5}
+    )
+    with pytest.raises(OffsetFormatError, match="format version 2"):
+        QueueOffsets.from_json({**data, "v": 2}, "t")
+    with pytest.raises(OffsetFormatError, match="of topic 't', but the query reads topic 'u'"):
+        QueueOffsets.from_json(data, "u")
+    with pytest.raises(OffsetFormatError, match=r"written in mode 'offset'.*mode 'pop'"):
+        PopOffset.from_json(data)
+    pop = PopOffset("run1", 4, 3, 100)
+    assert PopOffset.from_json(pop.to_json()) == pop
+    assert pop.tokens() == [lease_token("run1", 4, i) for i in range(3)] == [
+        "spark/run1/4/0", "spark/run1/4/1", "spark/run1/4/2",
+    ]  # fmt: skip
+    assert PopOffset("run1", -1, 0, 0).tokens() == []
+
+
+# -- offset reader against a server ---------------------------------------------------
+
+
+def _fill(endpoint: str, topic: str, count: int, queues: int = 2) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic(topic, queues=queues)
+    with Producer(endpoint) as producer:
+        producer.send_batch(topic, [Message(f"m-{i}".encode()) for i in range(count)])
+
+
+def _offset_reader(endpoint: str, **options: str) -> PopMQOffsetStreamReader:
+    return PopMQOffsetStreamReader(
+        ReadOptions.parse({"endpoint": endpoint, "topic": "t", **options})
+    )
+
+
+def _rows(reader: Any, parts: list[Any]) -> list[tuple[int, int, bytes]]:
+    rows = []
+    for part in parts:
+        for batch in reader.read(part):
+            for r in batch.to_pylist():
+                rows.append((r["queue_id"], r["queue_offset"], r["body"]))
+    return rows
+
+
+def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> None:
+    _fill(endpoint, "t", 100)  # 50 per queue
+    reader = _offset_reader(endpoint, startingOffsets="earliest", maxRecordsPerPartition="20")
+    start = reader.initialOffset()
+    assert reader.initialOffset() == start  # Spark calls it twice
+    assert reader.getDefaultReadLimit() == ReadAllAvailable()
+    end = reader.latestOffset(start, ReadMaxRows(30))
+    assert QueueOffsets.from_json(end, "t").queues == {0: 15, 1: 15}
+    parts = reader.partitions(start, end)
+    assert [(p.queue_id, p.start, p.end) for p in parts] == [(0, 0, 15), (1, 0, 15)]
+    assert reader.partitions(start, end) == parts  # pure in (start, end)
+    first = _rows(reader, parts)
+    assert len(first) == 30 and _rows(reader, parts) == first  # a replay reads the same
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert [(p.start, p.end) for p in reader.partitions(end, end2)] == [
+        (15, 35), (35, 50), (15, 35), (35, 50),
+    ]  # fmt: skip
+    assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new
+    assert reader.reportLatestOffset() == QueueOffsets("t", {0: 50, 1: 50}).to_json()
+    # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed.
+    with Producer(endpoint) as producer:
+        producer.send_batch("t", [Message(b"late")] * 3)
+    waiting = _offset_reader(endpoint, maxTriggerDelay="1h")
+    assert waiting.latestOffset(end2, ReadMinRows(5)) == end2
+    assert waiting.latestOffset(end2, ReadMinRows(3)) != end2
+    impatient = _offset_reader(endpoint, maxTriggerDelay="0s")
+    assert impatient.latestOffset(end2, ReadMinRows(5)) != end2
+
+
+def test_offsets_deleted_by_retention_fail_the_query_or_are_skipped(server: ServerThread) -> None:
+    endpoint = server.endpoint
+    _fill(endpoint, "t", 40)
+    strict = _offset_reader(endpoint, startingOffsets="earliest")
+    start = strict.initialOffset()
+    end = strict.latestOffset(start, ReadAllAvailable())
+    parts = strict.partitions(start, end)
+    # Retention deletes everything stored up to now (a "now" far in the future).
+    far = 10**15
+    assert server.call(lambda: server.broker.apply_retention(now=far)) == 40
+    with Producer(endpoint) as producer:
+        producer.send_batch("t", [Message(b"after")] * 4)
+    with pytest.raises(DataLossError, match=r"offsets \[0, 20\) were deleted"):
+        list(strict.read(parts[0]))
+    strict_again = _offset_reader(endpoint, startingOffsets="earliest")
+    with pytest.raises(DataLossError, match="failOnDataLoss=false"):
+        strict_again.latestOffset(start, ReadAllAvailable())
+
+    lenient = _offset_reader(endpoint, failOnDataLoss="false")
+    assert list(lenient.read(lenient.partitions(start, end)[0])) == []  # skipped, logged
+    end2 = lenient.latestOffset(start, ReadAllAvailable())
+    assert QueueOffsets.from_json(end2, "t").queues == {0: 22, 1: 22}
+    rows = _rows(lenient, lenient.partitions(start, end2))
+    assert sorted(b for _, _, b in rows) == [b"after"] * 4
+    # A queue new to the query (not in the start offsets) starts at its earliest, silently.
+    new = OffsetRange("t", 1, 0, 22, True, new_queue=True)
+    assert [b for _, _, b in _rows(strict, [new])] == [b"after"] * 2
+
+
+def test_offset_reader_commits_progress_to_a_group_for_lag_tools(endpoint: str) -> None:
+    _fill(endpoint, "t", 10)
+    reader = _offset_reader(endpoint, startingOffsets="earliest", group="reader")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    reader.latestOffset(end, ReadAllAvailable())  # Spark committed `end` before this call
+    with Admin(endpoint) as admin:
+        rows = admin.get_group_lag("reader", "t")
+    assert {r.queue_id: r.consumer_offset for r in rows if not r.retry} == {0: 5, 1: 5}
+
+
+# -- pop reader against a server -------------------------------------------------------
+
+
+def _pop_reader(endpoint: str, **options: str) -> PopMQPopStreamReader:
+    base = {"endpoint": endpoint, "topic": "t", "mode": "pop", "group": "g", "waitSeconds": "0"}
+    return PopMQPopStreamReader(ReadOptions.parse({**base, **options}))
+
+
+def _unfinished(server: ServerThread) -> tuple[int, int]:
+    rows = server.sync(lambda: server.broker.group_lag("g", "t"))
+    return sum(r.lag for r in rows), sum(r.inflight for r in rows)
+
+
+def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
+    server: ServerThread,
+) -> None:
+    endpoint = server.endpoint
+    _fill(endpoint, "t", 30)
+    reader = _pop_reader(endpoint, numPartitions="3", maxMessagesPerPartition="8")
+    try:
+        start = reader.initialOffset()
+        assert reader.initialOffset() == start
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert {k: v for k, v in end.items() if k != "run"} == {
+            "v": 1, "mode": "pop", "batch": 0, "parts": 3, "max": 8,
+        }  # fmt: skip
+        parts = reader.partitions(start, end)
+        assert parts == [LeasePartition(lease_token(end["run"], 0, i), 8) for i in range(3)]
+        first = _rows(reader, parts)
+        assert len(first) == 24
+        assert _rows(reader, parts) == first, "a retried task reads the same messages"
+        assert _unfinished(server) == (30, 24), "nothing acked before the commit"
+        # Spark asks for batch 1 only after committing batch 0: that acks batch 0.
+        end1 = reader.latestOffset(end, ReadMaxRows(4))
+        assert (end1["batch"], end1["parts"], end1["max"]) == (1, 3, 1)
+        assert _unfinished(server) == (6, 0)
+        parts1 = reader.partitions(end, end1)
+        assert len(_rows(reader, parts1)) == 3
+        reader.commit(end1)
+        assert _unfinished(server) == (3, 0)
+    finally:
+        reader.stop()
+
+    # A restarted query (a new reader) acks the batch its checkpoint says was committed.
+    restarted = _pop_reader(endpoint, numPartitions="1", maxMessagesPerPartition="8")
+    try:
+        end2 = restarted.latestOffset(end1, ReadAllAvailable())
+        assert end2["run"] == end["run"] and end2["batch"] == 2
+        rows = _rows(restarted, restarted.partitions(end1, end2))
+        assert len(rows) == 3
+        seen = {b for _, _, b in first} | {b for _, _, b in rows}
+        assert len(seen) == 27  # no message twice
+        assert restarted.latestOffset(end2, ReadAllAvailable()) == end2  # acked; nothing left
+        assert _unfinished(server) == (0, 0)
+    finally:
+        restarted.stop()
+
+
+def test_leases_of_a_running_batch_are_renewed_past_the_invisible_duration(
+    server: ServerThread,
+) -> None:
+    endpoint = server.endpoint
+    _fill(endpoint, "t", 10)
+    reader = _pop_reader(endpoint, invisibleDuration="2s", maxMessagesPerPartition="10")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        rows = _rows(reader, reader.partitions(start, end))
+        assert len(rows) == 10
+        # The batch "runs" for longer than the 2 s lease: the driver's keeper renews it, so
+        # another consumer of the group sees nothing during 4 s.
+        with SimpleConsumer(endpoint, group="g", topic="t") as consumer:
+            assert consumer.receive(max_messages=32, wait_s=4) == []
+        reader.latestOffset(end, ReadAllAvailable())  # committed: acked
+        assert _unfinished(server) == (0, 0)
+    finally:
+        reader.stop()
