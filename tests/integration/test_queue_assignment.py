@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from proxy.allocation import MessageQueue, allocate_consistent_hash
 from sdk import (
     Admin,
     ConsumeResult,
@@ -123,6 +124,20 @@ def test_query_assignment_gives_rocketmqs_tables(
     ).was_registered
     after = query(stub, "c1", "t", list(got["c1"].queue_ids))
     assert after.epoch == got["c1"].epoch + 1
+
+
+def test_consistent_hash_places_queues_like_rocketmq_for_broker_a(
+    endpoint: str, stub: messaging_pb2_grpc.MessagingServiceStub
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("ring", queues=16)
+    clients = ["10.0.0.1@100", "10.0.0.2@200", "10.0.0.3@300"]
+    for client in clients:
+        heartbeat(stub, client, ["ring"], messaging_pb2.ASSIGNMENT_STRATEGY_CONSISTENT_HASH)
+    queues = [MessageQueue("ring", "broker-a", q) for q in range(16)]
+    for client in clients:
+        expected = [q.queue_id for q in allocate_consistent_hash(queues, clients, client)]
+        assert list(query(stub, client, "ring", []).queue_ids) == expected
 
 
 def test_assignment_rpcs_reject_bad_requests_with_the_right_status(
