@@ -326,13 +326,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
-        if request.filter.type not in (
-            messaging_pb2.FILTER_TYPE_UNSPECIFIED,
-            messaging_pb2.FILTER_TYPE_TAG,
-        ):
-            raise InvalidArgumentError(
-                f"filter type {request.filter.type} is not supported by LeasePop; use a tag filter"
-            )
+        filter_type = convert.filter_type(request.filter)
 
         def pop() -> Awaitable[list[PoppedMessage]]:
             return self._broker.pop(
@@ -342,6 +336,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 invisible_s=invisible,
                 wait_s=wait,
                 filter_expression=request.filter.expression,
+                filter_type=filter_type,
             )
 
         page = await self._leases.pop(

@@ -12,7 +12,7 @@ import atexit
 import threading
 from typing import Any, TypeVar
 
-from sdk import Admin, Producer, PullConsumer, SimpleConsumer
+from sdk import Admin, Producer, PullConsumer, SimpleConsumer, Sql
 
 __all__ = ["admin", "producer", "pull_consumer", "simple_consumer"]
 
@@ -43,7 +43,7 @@ def pull_consumer(endpoint: str, topic: str, group: str, timeout_s: float) -> Pu
 
 
 def simple_consumer(
-    endpoint: str, group: str, topic: str, filter: str, timeout_s: float
+    endpoint: str, group: str, topic: str, filter: str | Sql, timeout_s: float
 ) -> SimpleConsumer:
     return _get(
         ("simple", endpoint, group, topic, filter, timeout_s),

@@ -142,6 +142,8 @@ class ReadOptions:
     """Pop mode: messages per LeasePop call (the server allows 1..32 by default)."""
     filter: str = "*"
     """Pop mode: tag expression ("TagA || TagB")."""
+    sql_filter: str = ""
+    """Pop mode: a SQL92 filter over properties instead ("region = 'eu' AND amount > 100")."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
 
@@ -169,6 +171,16 @@ class ReadOptions:
                         f"option {name} applies to mode=offset only; pop mode reads what the "
                         "group has not consumed yet"
                     )
+        if mode == "offset":
+            for name in ("numPartitions", "maxMessagesPerPartition", "invisibleDuration",
+                         "waitSeconds", "popBatchSize", "filter", "sqlFilter"):  # fmt: skip
+                if o.has(name):
+                    raise OptionError(
+                        f"option {name} applies to mode=pop only; offset reads return every "
+                        "message of their ranges (filter with .where())"
+                    )
+        if o.has("filter") and o.has("sqlFilter"):
+            raise OptionError("set filter (tags) or sqlFilter (properties), not both")
         if max_per_trigger is not None and min_per_trigger is not None:
             if min_per_trigger > max_per_trigger:
                 raise OptionError(
@@ -196,6 +208,7 @@ class ReadOptions:
             wait_s=o.duration("waitSeconds", 2.0, 0.0, 30.0),
             pop_batch_size=o.count("popBatchSize", 32, 1, 1024),
             filter=o.text("filter", "*").strip() or "*",
+            sql_filter=o.text("sqlFilter").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
         )
 

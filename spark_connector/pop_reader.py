@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sdk import NotFoundError, PopMQError
+from sdk import NotFoundError, PopMQError, SimpleConsumer, Sql
 from spark_connector import _clients
 from spark_connector.offsets import PopOffset, lease_token
 from spark_connector.options import ReadOptions
@@ -64,9 +64,7 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
     Only page 0 long-polls; later pages take what is there and the lease stops at the
     first short page, so a replay stops at the same page.
     """
-    consumer = _clients.simple_consumer(
-        options.endpoint, options.group, options.topic, options.filter, options.timeout_s
-    )
+    consumer = _consumer(options)
     remaining = part.max_messages
     page = 0
     while remaining > 0:
@@ -84,6 +82,13 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
         page += 1
         if len(result.messages) < want:
             return
+
+
+def _consumer(options: ReadOptions) -> SimpleConsumer:
+    selector: str | Sql = Sql(options.sql_filter) if options.sql_filter else options.filter
+    return _clients.simple_consumer(
+        options.endpoint, options.group, options.topic, selector, options.timeout_s
+    )
 
 
 class _LeaseKeeper:
@@ -135,9 +140,8 @@ class _LeaseKeeper:
 
     def _renew(self, batch: int, tokens: list[str]) -> None:
         o = self._options
-        consumer = _clients.simple_consumer(o.endpoint, o.group, o.topic, o.filter, o.timeout_s)
         try:
-            results = consumer.renew_leases(tokens, o.invisible_duration_s)
+            results = _consumer(o).renew_leases(tokens, o.invisible_duration_s)
         except PopMQError as exc:
             log.warning("renewing the leases of batch %d failed (retried): %s", batch, exc)
             return
@@ -174,10 +178,6 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = state["options"]
         self._init_runtime()
-
-    def _consumer(self) -> Any:
-        o = self.options
-        return _clients.simple_consumer(o.endpoint, o.group, o.topic, o.filter, o.timeout_s)
 
     def initialOffset(self) -> dict[str, Any]:
         # Spark calls this twice for a new checkpoint: answer the same both times.
@@ -232,7 +232,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not tokens:
             return
         try:
-            results = self._consumer().ack_leases(tokens)
+            results = _consumer(self.options).ack_leases(tokens)
         except PopMQError as exc:
             log.warning("acking %d leases failed, retried next trigger: %s", len(tokens), exc)
             self._retry_acks = tokens

@@ -22,6 +22,7 @@ from sdk import (
     Producer,
     PullConsumer,
     SimpleConsumer,
+    Sql,
 )
 from sdk.errors import error_from_rpc_error
 from tests.integration.server import ServerThread
@@ -321,3 +322,17 @@ def test_a_proxy_restart_forgets_leases_and_their_messages_return(server: Server
         back = consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=10)
         assert [(m.message_id, m.delivery_attempt) for m in back] == [(message.message_id, 2)]
         consumer.ack(back)
+
+
+def test_lease_pop_applies_sql_filters_like_pop(endpoint: str) -> None:
+    _topic(endpoint)
+    with Producer(endpoint) as producer:
+        producer.send_batch(
+            "events",
+            [Message(f"{r}-{i}".encode(), properties={"region": r}) for i in range(3)
+             for r in ("eu", "us")],
+        )  # fmt: skip
+    with SimpleConsumer(endpoint, group="g", topic="events", filter=Sql("region = 'eu'")) as c:
+        page = c.receive_lease("t", 0, max_messages=32, wait_s=5)
+        assert sorted(m.body for m in page.messages) == [b"eu-0", b"eu-1", b"eu-2"]
+        assert c.ack_leases(["t"])[0].ok
