@@ -23,6 +23,7 @@ from sdk import (
     ConsumeResult,
     FailedPreconditionError,
     Message,
+    NotFoundError,
     Producer,
     PullConsumer,
     PushConsumer,
@@ -438,7 +439,14 @@ def test_a_new_group_starts_where_consume_from_says(endpoint: str) -> None:
         ) as consumer:
             wait_until(lambda: consumer.stats.assigned_queues == {"start": (0, 1)})
             with PullConsumer(endpoint, topic="start", group=group) as reader:
-                wait_until(lambda: all(o.committed for o in reader.get_offsets()))
+
+                def started() -> bool:
+                    try:  # the group exists once the first start offset is committed
+                        return all(o.committed for o in reader.get_offsets())
+                    except NotFoundError:
+                        return False
+
+                wait_until(started)
             if group == "from-last":
                 with Producer(endpoint) as producer:
                     producer.send_batch("start", [Message(b"new0"), Message(b"new1")])
