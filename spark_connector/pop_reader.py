@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sdk import NotFoundError, PopMQError, SimpleConsumer, Sql
+from sdk import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
 from spark_connector import _clients
 from spark_connector.offsets import PopOffset, lease_token
 from spark_connector.options import ReadOptions
@@ -45,6 +45,8 @@ __all__ = ["LeasePartition", "PopMQPopStreamReader", "read_lease"]
 
 log = logging.getLogger(__name__)
 
+_ARROW_BATCH_ROWS = 1024
+"""Rows per Arrow batch a partition yields (pages of 32 would make tiny batches)."""
 _BACKLOG_MAX_AGE_S = 0.25
 """Spark polls latestOffset about 60 times a second when idle; the backlog is fetched at
 most this often."""
@@ -67,6 +69,7 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
     consumer = _consumer(options)
     remaining = part.max_messages
     page = 0
+    rows: list[ReceivedMessage] = []  # pages are small: hand Spark fewer, larger batches
     while remaining > 0:
         want = min(options.pop_batch_size, remaining)
         result = consumer.receive_lease(
@@ -76,12 +79,16 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
             invisible_duration_s=options.invisible_duration_s,
             wait_s=options.wait_s if page == 0 else 0.0,
         )
-        if result.messages:
-            yield to_record_batch(result.messages)
+        rows += result.messages
+        if len(rows) >= _ARROW_BATCH_ROWS:
+            yield to_record_batch(rows)
+            rows = []
         remaining -= len(result.messages)
         page += 1
         if len(result.messages) < want:
-            return
+            break
+    if rows:
+        yield to_record_batch(rows)
 
 
 def _consumer(options: ReadOptions) -> SimpleConsumer:

@@ -19,6 +19,18 @@ from pyspark.sql import SparkSession
 import spark_connector
 from tests.integration.server import ServerThread
 
+_HERE = Path(__file__).resolve().parent
+SPARK_TEST_TIMEOUT_S = 300
+"""A Spark test runs several jobs of ~0.3 s fixed cost each, plus the session's start-up
+(5-7 s) for the first one; on a loaded 2-core machine each can take several times longer,
+so these tests get more than the suite's 120 s."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.resolve().parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
