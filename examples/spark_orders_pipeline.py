@@ -191,18 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.orders < 1:
         parser.error("--orders must be at least 1")
-    work = Path(tempfile.mkdtemp(prefix="popmq-example-"))
-    output = args.output or work / "output"
-    with embedded_server(work / "data") if not args.endpoint else _given(args.endpoint) as ep:
-        create_topics(ep)
-        start = datetime.now(UTC).replace(second=0, microsecond=0)
-        send_orders(ep, args.orders, start)
-        spark = spark_session()
-        try:
-            processed = run_pipeline(spark, ep, output, work / "checkpoint")
-            rows = report(spark, output)
-        finally:
-            spark.stop()
+    output = args.output or Path(tempfile.mkdtemp(prefix="popmq-example-output-"))
+    # The session first: starting its JVM forks, which gRPC dislikes once its threads run.
+    spark = spark_session()
+    try:
+        with tempfile.TemporaryDirectory(prefix="popmq-example-") as tmp:
+            work = Path(tmp)
+            server = _given(args.endpoint) if args.endpoint else embedded_server(work / "data")
+            with server as endpoint:
+                create_topics(endpoint)
+                start = datetime.now(UTC).replace(second=0, microsecond=0)
+                send_orders(endpoint, args.orders, start)
+                processed = run_pipeline(spark, endpoint, output, work / "checkpoint")
+                rows = report(spark, output)
+    finally:
+        spark.stop()
     print(f"processed {processed} orders; per minute (written to {output / 'per_minute'}):")
     for minute, orders, revenue in rows:
         print(f"  {minute:%Y-%m-%d %H:%M}  {orders:6d} orders  {revenue:12.2f}")
