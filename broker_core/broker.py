@@ -973,6 +973,11 @@ class Broker:
         invisible = self.config.pop.default_invisible_s if invisible_s is None else invisible_s
         wait = self.config.long_polling.default_timeout_s if wait_s is None else wait_s
         self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
+        if not filter_expression.strip() and filter_type == "tag":
+            # A pop without a filter of its own uses the group's declared subscription.
+            declared = self.subscription_filter(group, topic)
+            if declared is not None:
+                filter_type, filter_expression = declared
         record_filter = parse_filter(filter_expression, filter_type)
         topic_info = self._topic(topic)
         group_info = await self._ensure_group(group)

@@ -382,3 +382,33 @@ def test_dead_letter_moves_one_delivery_to_the_dlq_at_once(open_broker: OpenBrok
             assert await broker.pop("c", "orders", wait_s=0) == []
 
     asyncio.run(scenario())
+
+
+def test_a_pop_without_a_filter_uses_the_groups_declared_subscription(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        from broker_core.types import GroupSettings, Subscription
+
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_group_with_settings(
+                "eu-only",
+                settings=GroupSettings(
+                    subscriptions=(Subscription("orders", "sql", "region = 'eu'"),)
+                ),
+            )
+            await broker.send(
+                [
+                    NewMessage("orders", b"eu", properties={"region": "eu"}),
+                    NewMessage("orders", b"us", properties={"region": "us"}),
+                ]
+            )
+            assert _bodies(await broker.pop("eu-only", "orders", wait_s=0)) == [b"eu"]
+            # A group without a declared subscription gets everything.
+            assert _bodies(await broker.pop("other", "orders", wait_s=0, max_messages=8)) == [
+                b"eu",
+                b"us",
+            ]
+
+    asyncio.run(scenario())
