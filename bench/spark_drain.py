@@ -59,7 +59,7 @@ def _sdk_drain(endpoint: str, count: int) -> tuple[int, float]:
     return done, time.perf_counter() - started
 
 
-def _spark_drain(endpoint: str, count: int, checkpoint: Path) -> DrainResult:
+def _spark_drain(endpoint: str, per_partition: int, checkpoint: Path) -> DrainResult:
     """Runs in a spawned process: its own SparkSession, stopped at the end."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -86,7 +86,7 @@ def _spark_drain(endpoint: str, count: int, checkpoint: Path) -> DrainResult:
         .option("mode", "pop")
         .option("group", "spark-drain")
         .option("numPartitions", "4")
-        .option("maxMessagesPerPartition", str(max(1, count // 16)))
+        .option("maxMessagesPerPartition", str(per_partition))
         .option("invisibleDuration", "300s")
         .option("waitSeconds", "1")
         .load()
@@ -120,7 +120,9 @@ def _unfinished(server: ServerThread, group: str) -> int:
     return server.sync(count)
 
 
-def run(count: int, body_bytes: int = 1024) -> list[DrainResult]:
+def run(count: int, *, batches: int, body_bytes: int = 1024) -> list[DrainResult]:
+    """Fill `count` messages, drain them with Spark (in about `batches` micro-batches), then
+    with one SimpleConsumer."""
     with tempfile.TemporaryDirectory(prefix="popmq-bench-spark-") as tmp:
         server = ServerThread(Path(tmp) / "data")
         endpoint = server.start()
@@ -130,7 +132,10 @@ def run(count: int, body_bytes: int = 1024) -> list[DrainResult]:
             _fill(endpoint, count, body_bytes)
             context = multiprocessing.get_context("spawn")
             with context.Pool(1) as pool:
-                spark = pool.apply(_spark_drain, (endpoint, count, Path(tmp) / "checkpoint"))
+                per_partition = max(1, -(-count // (4 * batches)))
+                spark = pool.apply(
+                    _spark_drain, (endpoint, per_partition, Path(tmp) / "checkpoint")
+                )
             with context.Pool(1) as pool:
                 drained, seconds = pool.apply(_sdk_drain, (endpoint, count))
             sdk = DrainResult("one SDK SimpleConsumer (receive 32, ack)", drained, seconds)
@@ -143,8 +148,8 @@ def run(count: int, body_bytes: int = 1024) -> list[DrainResult]:
 
 
 def main(*, quick: bool) -> str:
-    count = 2_000 if quick else 200_000
-    results = run(count)
+    count = 1_000 if quick else 200_000
+    results = run(count, batches=1 if quick else 4)
     lines = [
         f"{count:,} messages of 1 KiB, 8 queues; each drain acks everything.\n",
         "| consumer | messages | seconds | msg/s | steady msg/s (after batch 1) |",
