@@ -78,7 +78,7 @@ class _Page:
 
 
 class _Lease:
-    __slots__ = ("acked", "group", "lock", "pages", "token", "topic")
+    __slots__ = ("acked", "acked_count", "group", "lock", "pages", "token", "topic")
 
     def __init__(self, group: str, topic: str, token: str) -> None:
         self.group = group
@@ -86,7 +86,8 @@ class _Lease:
         self.token = token
         self.pages: list[_Page] = []
         self.acked = False
-        self.lock = asyncio.Lock()  # guards pages and acked across awaits
+        self.acked_count = 0
+        self.lock = asyncio.Lock()  # guards pages, acked and acked_count across awaits
 
     @property
     def deadline_ms(self) -> int:
@@ -95,6 +96,8 @@ class _Lease:
 
     @property
     def message_count(self) -> int:
+        if self.acked:
+            return self.acked_count
         return sum(len(page.messages) for page in self.pages)
 
 
@@ -262,8 +265,9 @@ class LeaseTable:
             results = await self._broker.ack(lease.group, handles)
             failures = [error for error in results if error is not None]
         # Done either way: what could not be acked is the broker's to deliver again. The
-        # acknowledged lease stays (to refuse replays) until its deadline.
-        lease.acked = True
+        # acknowledged lease stays until its deadline, to refuse replays, without its bodies.
+        lease.acked, lease.acked_count = True, count
+        lease.pages = [_Page([], page.deadline_ms) for page in lease.pages]
         error: PopMQError | None = None
         if failures:
             error = FailedPreconditionError(

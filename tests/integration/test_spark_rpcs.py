@@ -5,6 +5,7 @@ Real server on 127.0.0.1:0, real store, the SDK as client.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,11 +13,17 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
+from broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
+from broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from proxy.leases import LeaseConfig, LeaseTable
+from proxy.leases import LeasePage as LeasePageResult
 from sdk import (
     Admin,
+    AsyncSimpleConsumer,
     FailedPreconditionError,
     InvalidArgumentError,
+    LeasePage,
     Message,
     NotFoundError,
     Producer,
@@ -336,3 +343,52 @@ def test_lease_pop_applies_sql_filters_like_pop(endpoint: str) -> None:
         page = c.receive_lease("t", 0, max_messages=32, wait_s=5)
         assert sorted(m.body for m in page.messages) == [b"eu-0", b"eu-1", b"eu-2"]
         assert c.ack_leases(["t"])[0].ok
+
+
+def test_concurrent_asks_for_one_lease_page_share_one_pop(endpoint: str) -> None:
+    _topic(endpoint, queues=2)
+    _send(endpoint, [f"m{i}".encode() for i in range(10)])
+
+    async def scenario() -> tuple[LeasePage, LeasePage]:
+        # A retried task racing its zombie attempt: both ask for page 0 at once.
+        async with AsyncSimpleConsumer(endpoint, group="g", topic="events") as consumer:
+            first, second = await asyncio.gather(
+                consumer.receive_lease("t", 0, max_messages=4, wait_s=5),
+                consumer.receive_lease("t", 0, max_messages=4, wait_s=5),
+            )
+            return first, second
+
+    first, second = asyncio.run(scenario())
+    assert [m.message_id for m in first.messages] == [m.message_id for m in second.messages]
+    assert len(first.messages) == 4
+    assert sorted([first.replayed, second.replayed]) == [False, True]
+    with Admin(endpoint) as admin:
+        rows = admin.get_group_lag("g", "events")
+    assert sum(r.inflight for r in rows) == 4, "one pop, not two"
+
+
+def test_the_lease_table_bounds_are_explicit_errors(server: ServerThread) -> None:
+    _topic(server.endpoint)
+    _send(server.endpoint, [b"a", b"b", b"c"])
+    broker = server.broker
+    table = LeaseTable(broker, LeaseConfig(max_leases=2, max_pages=1))
+
+    def pop(token: str, page: int, topic: str = "events") -> LeasePageResult:
+        async def one() -> LeasePageResult:
+            return await table.pop(
+                "g", topic, token, page, 30.0,
+                lambda: broker.pop("g", "events", max_messages=1, invisible_s=30, wait_s=0),
+            )  # fmt: skip
+
+        return server.call(one)
+
+    assert len(pop("a", 0).messages) == 1
+    assert len(pop("b", 0).messages) == 1
+    with pytest.raises(BrokerResourceExhausted, match="2 leases are live"):
+        pop("c", 0)
+    with pytest.raises(BrokerResourceExhausted, match="has 1 pages, the most one lease holds"):
+        pop("a", 1)
+    with pytest.raises(BrokerInvalidArgument, match="holds messages of topic 'events', not 'x'"):
+        pop("a", 0, topic="x")
+    with pytest.raises(BrokerInvalidArgument, match="page -1 is negative"):
+        pop("a", -1)
