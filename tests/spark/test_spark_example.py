@@ -12,7 +12,7 @@ from types import ModuleType
 from pyspark.sql import SparkSession
 
 from tests.integration.server import ServerThread
-from tests.spark.conftest import wait_for
+from tests.spark.helpers import wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_orders_pipeline.py"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from sdk import Admin, Message, Producer, PullConsumer
-from tests.spark.conftest import wait_for
+from tests.spark.helpers import wait_for
 
 
 def _send(endpoint: str, topic: str, bodies: list[str]) -> None:

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from sdk import Admin, Message, Producer, SimpleConsumer
 from tests.integration.server import ServerThread
-from tests.spark.conftest import wait_for
+from tests.spark.helpers import wait_for
 
 
 def _send(endpoint: str, topic: str, count: int, prefix: str = "m") -> set[str]:
