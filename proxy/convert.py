@@ -64,9 +64,7 @@ def deliver_at_ms(index: int, msg: messaging_pb2.OutgoingMessage, now_ms: int) -
     return 0
 
 
-def new_message(
-    msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int = 0
-) -> NewMessage:
+def new_message(msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int = 0) -> NewMessage:
     return NewMessage(
         topic=msg.topic,
         body=msg.body,
@@ -117,7 +115,7 @@ def received_message(popped: PoppedMessage) -> messaging_pb2.ReceivedMessage:
 
 
 def filter_type(value: messaging_pb2.FilterExpression) -> str:
-    """"tag" or "sql" for a request's filter; INVALID_ARGUMENT for an unknown type."""
+    """ "tag" or "sql" for a request's filter; INVALID_ARGUMENT for an unknown type."""
     name = _FILTER_TYPES.get(value.type)
     if name is None:
         raise InvalidArgumentError(f"filter.type {value.type} is not TAG (1) or SQL (2)")
