@@ -61,7 +61,8 @@ class LeasePartition(InputPartition):
 
 
 def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.RecordBatch]:
-    """Executor side: pop (or replay) the pages of one lease, one Arrow batch per page.
+    """Executor side: pop (or replay) the pages of one lease, in Arrow batches of up to
+    1,024 rows.
 
     Only page 0 long-polls; later pages take what is there and the lease stops at the
     first short page, so a replay stops at the same page.

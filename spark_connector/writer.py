@@ -87,8 +87,10 @@ class WriteColumns:
             if isinstance(f.dataType, ArrayType):
                 ok = ok and isinstance(f.dataType.elementType, StringType)
             if isinstance(f.dataType, MapType):
-                ok = isinstance(f.dataType.keyType, StringType) and isinstance(
-                    f.dataType.valueType, StringType
+                ok = (
+                    ok
+                    and isinstance(f.dataType.keyType, StringType)
+                    and isinstance(f.dataType.valueType, StringType)
                 )
             if not ok:
                 raise OptionError(

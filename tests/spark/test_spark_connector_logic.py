@@ -96,6 +96,10 @@ def test_write_columns_are_checked_against_the_schema() -> None:
         (StructType([StructField("tag", StringType())]), "needs a body column"),
         (StructType([StructField("body", IntegerType())]), "column body is int"),
         (
+            StructType([StructField("body", MapType(StringType(), StringType()))]),
+            "column body is map<string,string>: it must be string or binary",
+        ),
+        (
             StructType(
                 [StructField("body", StringType()), StructField("keys", ArrayType(LongType()))]
             ),
