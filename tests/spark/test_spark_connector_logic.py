@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sdk import Admin, Message, Producer, SimpleConsumer
+from sdk import Admin, Message, NotFoundError, Producer, PullConsumer, SimpleConsumer
 from spark_connector import DataLossError, OffsetFormatError, OptionError
 from spark_connector.offset_reader import OffsetRange, PopMQOffsetStreamReader
 from spark_connector.offsets import (
@@ -39,6 +39,7 @@ from spark_connector.pop_reader import LeasePartition, PopMQPopStreamReader
 from spark_connector.schema import READ_SCHEMA, arrow_schema
 from spark_connector.writer import WriteColumns
 from tests.integration.server import ServerThread
+from tests.spark.helpers import wait_for
 
 # -- options ---------------------------------------------------------------------------
 
@@ -348,3 +349,42 @@ def test_leases_of_a_running_batch_are_renewed_past_the_invisible_duration(
         assert _unfinished(server) == (0, 0)
     finally:
         reader.stop()
+
+
+def test_a_batch_that_never_commits_shows_attempts_then_its_poison_goes_to_the_dlq(
+    server: ServerThread,
+) -> None:
+    endpoint = server.endpoint
+    with Admin(endpoint) as admin:
+        admin.create_topic("t", queues=1)
+        admin.create_group("g", max_delivery_attempts=2)
+    with Producer(endpoint) as producer:
+        producer.send("t", b"poison")
+    options = {"invisibleDuration": "1s", "waitSeconds": "10", "maxMessagesPerPartition": "5"}
+    attempts = []
+    start: dict[str, Any] = {}
+    end: dict[str, Any] = {}
+    for _ in range(2):  # the first run, then a restart that replays the uncommitted batch
+        reader = _pop_reader(endpoint, **options)
+        if not start:
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, ReadAllAvailable())
+        rows = [r for part in reader.partitions(start, end) for r in _arrow_rows(reader, part)]
+        reader.stop()  # the driver dies: nobody renews or acks; the lease runs out
+        attempts += [(r["body"], r["delivery_attempt"]) for r in rows]
+        wait_for(lambda: _unfinished(server)[1] == 0, "the lease to end", timeout_s=30)
+    assert attempts == [(b"poison", 1), (b"poison", 2)]
+    with PullConsumer(endpoint, topic="%DLQ%g") as dlq:
+
+        def dead_lettered() -> bool:
+            try:
+                return dlq.queue_offsets()[0].max_offset == 1
+            except NotFoundError:  # the DLQ topic is created by the first dead letter
+                return False
+
+        wait_for(dead_lettered, "the DLQ copy", timeout_s=30)
+        assert [m.body for m in dlq.pull(0, 0).messages] == [b"poison"]
+
+
+def _arrow_rows(reader: Any, part: Any) -> list[dict[str, Any]]:
+    return [row for batch in reader.read(part) for row in batch.to_pylist()]
