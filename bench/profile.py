@@ -1,10 +1,18 @@
 """Sampling the popmq server with py-spy while a scenario loads it, and its hot spots.
 
-py-spy attaches to the server's pid (``--nonblocking``: it reads the process's memory without
-pausing it, so the profile costs the server nothing), records collapsed stacks (``--format
-raw``), and is stopped with SIGINT when the measured window ends. The summary ranks functions
-by *self* share (samples where the function is the innermost frame) and by *total* share
-(samples where it is anywhere on the stack), over the samples where the server was not idle.
+py-spy attaches to the server's pid with ``--native`` (C frames too: without them, time in
+grpc's Cython core, protobuf's upb and the socket syscalls all shows up as the asyncio
+``Handle._run`` frame that called it), records collapsed stacks (``--format raw``) and is
+stopped with SIGINT when the window ends. Native sampling pauses the process briefly at each
+sample, so the profiled window is an extra one, never a measured one.
+
+The summary drops idle samples (a thread waiting in epoll/poll) and ranks, as shares of the
+busy samples:
+- by the innermost *Python* frame, native time charged to the Python function that called
+  it: where the Python code spends, what an optimisation of ours can move;
+- by the native library of the innermost frame (libc syscalls, cygrpc, protobuf, rocksdict,
+  or Python code itself);
+- popmq's own functions by *total* share (anywhere on the stack).
 """
 
 from __future__ import annotations
@@ -25,8 +33,13 @@ __all__ = ["HotSpot", "Profile", "PySpy", "summarize"]
 
 # "function (path/to/file.py:123)" -> "function (path/to/file.py)"
 _LINE = re.compile(r":\d+\)$")
+_LOCATION = re.compile(r"\(([^()]*)\)$")
 _STOP_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[1]
+_IDLE_LEAVES = ("epoll_wait", "epoll_pwait", "poll ", "__poll", "select ", "EpollSelector.select")
+_OWN_PREFIXES = ("broker_core/", "proxy/", "sdk/")
+_WRAPPER_SHARE = 0.8
+"""Own functions on more than this share of the stacks are entry points, not hot spots."""
 
 
 def _py_spy() -> str | None:
@@ -38,20 +51,24 @@ def _py_spy() -> str | None:
 class HotSpot:
     function: str
     self_share: float
+    """Share of busy samples charged to it (see the ranking it comes from)."""
     total_share: float
+    """Share of busy samples with it anywhere on the stack."""
 
 
 @dataclass(frozen=True, slots=True)
 class Profile:
     samples: int
-    hot_by_self: list[HotSpot]
-    hot_by_total: list[HotSpot]
+    """Busy samples (idle waits dropped)."""
+    by_python_frame: list[HotSpot]
+    by_library: list[HotSpot]
+    own_by_total: list[HotSpot]
 
 
 class PySpy:
-    """``py-spy record`` on a pid for the duration of a ``with`` block."""
+    """``py-spy record --native`` on a pid for the duration of a ``with`` block."""
 
-    def __init__(self, pid: int, out: Path, *, rate: int = 250) -> None:
+    def __init__(self, pid: int, out: Path, *, rate: int = 100) -> None:
         self.pid = pid
         self.out = out
         self.rate = rate
@@ -69,12 +86,12 @@ class PySpy:
         self._proc = subprocess.Popen(
             [
                 binary, "record", "--pid", str(self.pid), "--rate", str(self.rate),
-                "--format", "raw", "--nonblocking", "--output", str(self.out),
+                "--native", "--format", "raw", "--output", str(self.out),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        time.sleep(0.3)  # attach before the window starts
+        time.sleep(0.5)  # attach before the window starts
         return self
 
     def __exit__(
@@ -104,30 +121,67 @@ def _function(frame: str) -> str:
     return name
 
 
+def _is_python(frame: str) -> bool:
+    match = _LOCATION.search(frame)
+    return match is not None and match.group(1).endswith(".py")
+
+
+def _library(frame: str) -> str:
+    """The native library (``libc.so.6``) of a frame, or "Python code"."""
+    if _is_python(frame):
+        return "Python code"
+    match = _LOCATION.search(frame)
+    location = match.group(1) if match else frame
+    name = location.rsplit("/", 1)[-1]
+    if name.endswith((".c", ".h", ".c.h")) or name.startswith("<"):
+        return "CPython interpreter"
+    return name.split(".cpython-", 1)[0].split(".abi3", 1)[0]
+
+
 def summarize(raw: Path, *, top: int = 15) -> Profile:
-    """Rank functions of a py-spy raw (collapsed) profile by self and total share."""
-    self_counts: Counter[str] = Counter()
-    total_counts: Counter[str] = Counter()
+    """The three rankings of a py-spy raw (collapsed) profile, over its busy samples."""
+    by_python: Counter[str] = Counter()
+    by_library: Counter[str] = Counter()
+    total: Counter[str] = Counter()
     samples = 0
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
-        count = int(count_text)
         frames = [_function(f) for f in stack.split(";") if f.strip()]
-        if not frames:
+        if not frames or frames[-1].startswith(_IDLE_LEAVES):
             continue
+        count = int(count_text)
         samples += count
-        self_counts[frames[-1]] += count
+        python = [f for f in frames if _is_python(f)]
+        by_python[python[-1] if python else frames[-1]] += count
+        by_library[_library(frames[-1])] += count
         for name in set(frames):
-            total_counts[name] += count
+            total[name] += count
+    if samples == 0:
+        return Profile(0, [], [], [])
 
-    def rank(counts: Counter[str]) -> list[HotSpot]:
+    def rank(counts: Counter[str], limit: int) -> list[HotSpot]:
         return [
-            HotSpot(name, self_counts[name] / samples, total_counts[name] / samples)
-            for name, _ in counts.most_common(top)
+            HotSpot(name, n / samples, total.get(name, n) / samples)
+            for name, n in counts.most_common(limit)
         ]
 
-    if samples == 0:
-        return Profile(0, [], [])
-    return Profile(samples, rank(self_counts), rank(total_counts))
+    own = Counter(
+        {
+            name: n
+            for name, n in total.items()
+            if _is_python(name)
+            and name.partition(" (")[2].startswith(_OWN_PREFIXES)
+            and n / samples <= _WRAPPER_SHARE
+        }
+    )
+    return Profile(
+        samples,
+        by_python_frame=rank(by_python, top),
+        by_library=rank(by_library, 8),
+        own_by_total=[
+            HotSpot(h.function, by_python.get(h.function, 0) / samples, h.total_share)
+            for h in rank(own, top)
+        ],
+    )

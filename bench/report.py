@@ -8,8 +8,9 @@ Usage (what ``make bench`` runs, after installing the peers):
 
 The raw samples go to bench/results/latest.json (git-ignored) and py-spy profiles of the
 server to bench/results/profile-*.raw, so the doc can be re-rendered without re-running.
-Then the other scenarios registered in ``bench.__main__`` run too, and their tables are
-appended as they print them.
+``--with-others`` also runs the other scenarios registered in ``bench.__main__`` (popmq
+only, several minutes more) and appends their tables as they print them; by default the doc
+lists them with the command that runs each.
 """
 
 from __future__ import annotations
@@ -112,12 +113,18 @@ def run_scenarios(quick: bool, *, profile: bool) -> tuple[list[ScenarioResult], 
     return results, profiles
 
 
+def _other_names() -> list[str]:
+    from bench.__main__ import SCENARIOS  # the registry (it imports bench.scenarios)
+
+    return sorted(set(SCENARIOS) - set(ISSUE8))
+
+
 def run_others(quick: bool) -> dict[str, dict[str, Any]]:
     """The other scenarios of ``python -m bench``, their printed tables and wall time."""
-    from bench.__main__ import SCENARIOS  # the registry, which imports this package's peers
+    from bench.__main__ import SCENARIOS
 
     others: dict[str, dict[str, Any]] = {}
-    for name in sorted(set(SCENARIOS) - set(ISSUE8)):
+    for name in _other_names():
         _log(f"{name} (other scenario) ...")
         began = time.perf_counter()
         text = SCENARIOS[name](quick=quick)
@@ -308,38 +315,37 @@ def _profile_section(profiles: dict[str, dict[str, Any]]) -> str:
     if not profiles:
         return "No profile in this run (py-spy missing, or `--quick`/`--no-profile`)."
     parts = [
-        "py-spy (`record --nonblocking --format raw`, 250 Hz) on the `popmq serve` process "
-        "during one extra window of each case below (not counted in the tables). Shares are of "
-        "the samples where the server was busy (py-spy skips idle threads); *self* = the "
-        "function is the innermost Python frame (time in C code it calls, grpc core, protobuf, "
-        "RocksDB, counts here), *total* = it is anywhere on the stack. Raw stacks: "
-        "`bench/results/profile-*.raw` after `make bench`."
+        "`py-spy record --native` (100 Hz) on the `popmq serve` process during one extra "
+        "window of each case below (native sampling pauses the server briefly, so that "
+        "window is not in the tables). Shares are of the busy samples (threads waiting in "
+        "epoll/poll dropped). *Charged* = native time is charged to the innermost Python "
+        "frame that called it, so `Handle._run (asyncio/events.py)` is the time spent in C "
+        "called straight from the event loop: grpc's Cython server and its socket "
+        "writes/reads, below any popmq code. *On stack* = the function is anywhere on the "
+        "stack. Raw stacks: `bench/results/profile-*.raw` after `make bench`."
     ]
     for name, data in profiles.items():
         summary = Profile(
             samples=data["samples"],
-            hot_by_self=[_hot(h) for h in data["hot_by_self"]],
-            hot_by_total=[_hot(h) for h in data["hot_by_total"]],
+            by_python_frame=[HotSpot(**h) for h in data["by_python_frame"]],
+            by_library=[HotSpot(**h) for h in data["by_library"]],
+            own_by_total=[HotSpot(**h) for h in data["own_by_total"]],
         )
+        parts.append(f"### {name}, {_PROFILED[name]} ({summary.samples:,} busy samples)")
         rows = [
-            [h.function, f"{h.self_share:.1%}", f"{h.total_share:.1%}"] for h in summary.hot_by_self
+            [h.function, f"{h.self_share:.1%}", f"{h.total_share:.1%}"]
+            for h in summary.by_python_frame
         ]
-        parts.append(f"### {name}, {_PROFILED[name]}: top by self ({summary.samples:,} samples)")
-        parts.append(markdown_table(["function (file)", "self", "total"], rows))
-        ours = [
-            h
-            for h in summary.hot_by_total
-            if h.function.split(" (", 1)[-1].startswith(("broker_core/", "proxy/", "sdk/"))
+        parts.append(markdown_table(["innermost Python frame", "charged", "on stack"], rows))
+        libraries = ", ".join(f"{h.function} {h.self_share:.0%}" for h in summary.by_library)
+        parts.append(f"Where the CPU goes, by the innermost frame's library: {libraries}.")
+        rows = [
+            [h.function, f"{h.total_share:.1%}", f"{h.self_share:.1%}"]
+            for h in summary.own_by_total
         ]
-        if ours:
-            rows = [[h.function, f"{h.total_share:.1%}", f"{h.self_share:.1%}"] for h in ours]
-            parts.append(f"{name}: popmq's own functions by total share")
-            parts.append(markdown_table(["function (file)", "total", "self"], rows))
+        parts.append(f"{name}: popmq's own functions (entry points above 80% left out)")
+        parts.append(markdown_table(["function (file)", "on stack", "charged"], rows))
     return "\n\n".join(parts)
-
-
-def _hot(data: dict[str, Any]) -> HotSpot:
-    return HotSpot(**data)
 
 
 def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_name: str) -> str:
@@ -429,6 +435,16 @@ def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_nam
         "",
     ]
     others = meta["others"]
+    names = meta.get("other_names", [])
+    if names and not others:
+        commands = ", ".join(f"`python -m bench --scenario {n}`" for n in names)
+        lines += [
+            "## Other scenarios",
+            "",
+            f"Not part of this run (popmq only, not side by side): {commands}; "
+            "`python -m bench.report --with-others` appends them here.",
+            "",
+        ]
     if others:
         lines += [
             "## Other scenarios",
@@ -453,7 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="seconds, tiny sizes")
     parser.add_argument("--render-only", action="store_true", help="re-render the last results")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy windows")
-    parser.add_argument("--no-others", action="store_true", help="only the issue-8 scenarios")
+    parser.add_argument(
+        "--with-others", action="store_true", help="also run the rest of python -m bench"
+    )
     parser.add_argument("--doc", type=Path, default=DOC, help=f"markdown output ({DOC.name})")
     parser.add_argument("--chart", type=Path, default=CHART, help=f"PNG output ({CHART.name})")
     parser.add_argument("--results", type=Path, default=RESULTS / "latest.json")
@@ -474,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         results, profiles = run_scenarios(args.quick, profile=not (args.no_profile or args.quick))
         meta["profiles"] = profiles
-        meta["others"] = {} if args.no_others else run_others(args.quick)
+        meta["others"] = run_others(args.quick) if args.with_others else {}
+        meta["other_names"] = _other_names()
         meta["load_end"] = machine_info()["load"]
         save_results(results, args.results, meta)
     chart(results, args.chart)
