@@ -261,54 +261,63 @@ def chart(results: list[ScenarioResult], path: Path) -> None:
         "grpc echo": "#c7c7c7",
     }
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
-    for ax, name, title in (
-        (axes[0], "produce", "1. produce, msg/s (median)"),
-        (axes[1], "pop-ack", "2. pop + ack, msg/s (median)"),
+    for ax, name, title, log in (
+        (axes[0], "produce", "1. produce, msg/s (median, log scale)", True),
+        (axes[1], "pop-ack", "2. pop + ack, msg/s (median)", False),
     ):
         result = by.get(name)
         if result is None:
             continue
         cases = result.cases()
         systems = [s for s in colors if any(result.samples(c, s, "msg/s") for c in cases)]
-        width = 0.8 / max(1, len(systems))
-        for i, system in enumerate(systems):
-            xs = [j + i * width for j in range(len(cases))]
-            ys = [result.median(c, system, "msg/s") for c in cases]
-            ax.bar(
-                xs,
-                [0 if math.isnan(y) else y for y in ys],
-                width,
-                label=system,
-                color=colors[system],
-            )
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
-        ax.set_xticklabels([c.replace(" · ", "\n") for c in cases], fontsize=8)
-        ax.set_yscale("log")
+        rates = {(i, s): result.median(c, s, "msg/s") for i, c in enumerate(cases) for s in systems}
+        labels = [c.replace(" · ", "\n") for c in cases]
+        _bars(ax, labels, systems, colors, rates)
+        if log:
+            ax.set_yscale("log")
         ax.set_title(title)
-        ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7)
     lat = by.get("e2e-latency")
-    ax = axes[2]
     if lat is not None and lat.cases():
-        case = lat.cases()[0]
-        systems = lat.systems(case)
-        metrics = latency.METRICS
-        width = 0.8 / max(1, len(systems))
-        for i, system in enumerate(systems):
-            xs = [j + i * width for j in range(len(metrics))]
-            ys = [lat.median(case, system, m) for m in metrics]
-            ax.bar(xs, ys, width, label=system, color=colors.get(system, "#999999"))
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(metrics))])
-        ax.set_xticklabels([m.replace(" ms", "") for m in metrics])
-        ax.set_yscale("log")
-        ax.set_ylabel("ms")
-        ax.set_title(f"3. end-to-end latency, {case}\n(ms, lower is better)")
-        ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        groups = [(case, m) for case in lat.cases() for m in ("p50 ms", "p99 ms")]
+        labels = [f"{m.split()[0]}\n{case.split(' · ')[0]}" for case, m in groups]
+        systems = lat.systems()
+        ms = {
+            (i, s): lat.median(case, s, metric)
+            for i, (case, metric) in enumerate(groups)
+            for s in systems
+        }
+        _bars(axes[2], labels, systems, colors, ms)
+        axes[2].set_yscale("log")
+        axes[2].set_ylabel("ms")
+        axes[2].set_title("3. end-to-end latency, ms (median of runs; log, lower is better)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _bars(
+    ax: Any,
+    labels: list[str],
+    systems: list[str],
+    colors: dict[str, str],
+    values: dict[tuple[int, str], float],
+) -> None:
+    """Grouped bars: one group per label, one bar per system; values by (label index, system)."""
+    width = 0.8 / max(1, len(systems))
+    for i, system in enumerate(systems):
+        ys = [values.get((j, system), math.nan) for j in range(len(labels))]
+        ax.bar(
+            [j + i * width for j in range(len(labels))],
+            [0 if math.isnan(y) else y for y in ys],
+            width,
+            label=system,
+            color=colors.get(system, "#999999"),
+        )
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _profile_section(profiles: dict[str, dict[str, Any]]) -> str:

@@ -1,5 +1,7 @@
 """Scenario 3, end-to-end latency: 1,000 msg/s steady for 20 s, consumers long-polling.
 
+A second, lighter load (300 msg/s for 10 s) shows latency where every system keeps up.
+
 A paced producer schedules one message per tick and sends each on its own task, over 8
 connections used in turn, so a slow acknowledgement does not delay the next send. At most
 256 sends are unfinished at once (a producer's in-flight window; above about 1,000 pending
@@ -41,10 +43,8 @@ METRICS = ("p50 ms", "p99 ms", "p99.9 ms")
 @dataclass(frozen=True, kw_only=True)
 class LatencySettings:
     runs: int
-    rate: int
-    """Messages per second."""
-    duration_s: float
-    """Recorded seconds (after the warm-up)."""
+    loads: tuple[tuple[int, float], ...]
+    """(messages per second, recorded seconds after the warm-up), one case each."""
     warmup_s: float
     consumers: int = 2
     batch: int = 32
@@ -53,8 +53,8 @@ class LatencySettings:
 
 def settings(quick: bool) -> LatencySettings:
     if quick:
-        return LatencySettings(runs=1, rate=200, duration_s=0.5, warmup_s=0.2)
-    return LatencySettings(runs=3, rate=1000, duration_s=20.0, warmup_s=1.0)
+        return LatencySettings(runs=1, loads=((200, 0.5),), warmup_s=0.2)
+    return LatencySettings(runs=3, loads=((1000, 20.0), (300, 10.0)), warmup_s=1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +67,13 @@ class LatencySample:
     """Recorded messages the schedule asked for."""
 
 
-async def measure_latencies(target: Target, config: LatencySettings) -> LatencySample:
-    """Run the paced load once against a target whose topic and group exist."""
+async def measure_latencies(
+    target: Target, config: LatencySettings, *, rate: int, duration_s: float
+) -> LatencySample:
+    """Run one paced load against a target whose topic and group exist."""
     pad = body_of(config.body_bytes)[_STAMP.size :]
     latencies: list[float] = []
-    scheduled = round(config.rate * config.duration_s)
+    scheduled = round(rate * duration_s)
     expected = scheduled  # lowered to what was sent once the producer is done
     producing = True
     stop = asyncio.Event()
@@ -90,8 +92,8 @@ async def measure_latencies(target: Target, config: LatencySettings) -> LatencyS
                     stop.set()
 
     async def produce(senders: list[Sender]) -> int:
-        interval = 1.0 / config.rate
-        total = round(config.rate * (config.warmup_s + config.duration_s))
+        interval = 1.0 / rate
+        total = round(rate * (config.warmup_s + duration_s))
         warmup = total - scheduled
         window = asyncio.Semaphore(_MAX_IN_FLIGHT)
         tasks: list[asyncio.Task[None]] = []
@@ -162,23 +164,27 @@ def run(
     began = time.perf_counter()
     chosen, notes = choose_systems(systems, require_peers=require_peers)
     result = ScenarioResult(NAME, "3. End-to-end latency", settings=asdict(config), notes=notes)
-    case = f"{config.rate:,} msg/s · {config.consumers} consumers"
     for _ in range(config.runs):
         for system in chosen:
             with launch(system) as launched:
                 target = launched.target
 
-                async def once(target: Target = target) -> LatencySample:
+                async def once(target: Target = target) -> list[LatencySample]:
                     await target.create_topic(TOPIC)
                     await target.create_group(TOPIC, GROUP)
-                    return await measure_latencies(target, config)
+                    return [
+                        await measure_latencies(target, config, rate=rate, duration_s=seconds)
+                        for rate, seconds in config.loads
+                    ]
 
-                sample = asyncio.run(once())
-            values = sample.latencies_s
-            for metric, fraction in zip(METRICS, (0.50, 0.99, 0.999), strict=True):
-                result.add(case, system, metric, percentile(values, fraction) * 1000)
-            result.add(case, system, "sent", sample.sent / max(1, sample.scheduled))
-            result.add(case, system, "delivered", len(values) / max(1, sample.sent))
+                samples = asyncio.run(once())
+            for (rate, _), sample in zip(config.loads, samples, strict=True):
+                case = f"{rate:,} msg/s · {config.consumers} consumers"
+                values = sample.latencies_s
+                for metric, fraction in zip(METRICS, (0.50, 0.99, 0.999), strict=True):
+                    result.add(case, system, metric, percentile(values, fraction) * 1000)
+                result.add(case, system, "sent", sample.sent / max(1, sample.scheduled))
+                result.add(case, system, "delivered", len(values) / max(1, sample.sent))
     result.notes.append(
         "All clients share one Python load-generator process; on a loaded machine its own "
         "scheduling delays reach every row, so compare the rows with each other."

@@ -42,7 +42,7 @@ class ProduceSettings:
 def settings(quick: bool) -> ProduceSettings:
     if quick:
         return ProduceSettings(runs=1, warmup_s=0.1, duration_s=0.3)
-    return ProduceSettings(runs=3, warmup_s=0.3, duration_s=2.0)
+    return ProduceSettings(runs=3, warmup_s=0.3, duration_s=1.5)
 
 
 def case_name(batch: int, producers: int) -> str:
