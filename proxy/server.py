@@ -55,6 +55,10 @@ class ServerConfig:
     """Log level and format (text or JSON)."""
 
 
+_MAX_PENDING_RPCS = 100_000
+"""Calls grpc.aio may queue before the loop picks them up (LongPollingConfig.max_total)."""
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     """Parse HOST:PORT (IPv6 as [::1]:PORT)."""
     host, sep, port = listen.rpartition(":")
@@ -103,6 +107,11 @@ class PopMQServer:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
+                # grpc.aio otherwise cancels calls once 1,000 wait to be picked up (3,000
+                # hard): a burst of long polls or pipelined sends would get CANCELLED. The
+                # broker's own bounds (held polls, in-flight writes) apply instead.
+                ("grpc.server.max_pending_requests", _MAX_PENDING_RPCS),
+                ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
             ],
             interceptors=[ReadinessGate(self.health), RpcObserver(self.metrics)],
         )
