@@ -905,25 +905,17 @@ class Broker:
                     keys.message_key(topic.topic_id, queue_id, offset),
                     record.SerializeToString(),
                 )
-                id_key = keys.id_index_key(topic.topic_id, record.message_id)
-                batch.put(
-                    "index",
-                    id_key,
-                    records_pb2.IndexRecord(
-                        queue_id=queue_id,
-                        offset=offset,
-                        store_time_ms=stamp,
-                        message_id=record.message_id,
-                    ).SerializeToString(),
-                )
-                batch.put("index", keys.expiry_key(stamp + retention_ms, id_key), b"")
-                message_index.write_key_entries(
+                message_index.write_entries(
                     batch,
                     topic_id=topic.topic_id,
                     queue_id=queue_id,
                     offset=offset,
+                    message_id=record.message_id,
+                    dedup_id="",  # its dedup entry was written at send and stays as it is
                     message_keys=record.keys,
-                    expire_ms=stamp + retention_ms,
+                    stamp_ms=stamp,
+                    retention_ms=retention_ms,
+                    dedup_window_ms=0,
                 )
                 notify.append(topic.name)
             return notify
@@ -1123,24 +1115,18 @@ class Broker:
                 ],
             )
             for offset, value in zip(range(position, chunk_end), values, strict=True):
-                if value is None:
-                    position = offset + 1
-                    budget -= 1
-                    continue  # deleted by retention after we looked at the max offset
-                if offset in cq.inflight:
-                    # Owned by a live checkpoint recovered after a crash (a nack's, a
-                    # ChangeInvisibleTime's or a FIFO one): it is delivered from there.
-                    position = offset + 1
-                    budget -= 1
-                    continue
-                record = records_pb2.StoredMessage.FromString(value)
-                if record.message_group and record.message_group in cq.fifo:
-                    if cq.fifo_held >= max_held:
+                # None: deleted by retention after we looked at the max offset. In flight:
+                # owned by a live checkpoint recovered after a crash (a nack's, a
+                # ChangeInvisibleTime's or a FIFO one), and delivered from there.
+                record = None
+                if value is not None and offset not in cq.inflight:
+                    record = records_pb2.StoredMessage.FromString(value)
+                    if record.message_group in cq.fifo and cq.fifo_held >= max_held:
                         fifo_full = True  # stop before it: read on once groups move
                         break
                 position = offset + 1
                 budget -= 1
-                if not record_filter.accepts(record):
+                if record is None or not record_filter.accepts(record):
                     continue
                 if record.message_group:
                     message = self._take_fifo(cq, source, user_topic, offset, record, now, deadline)
@@ -1568,13 +1554,8 @@ class Broker:
         source = self.catalog.topics_by_id.get(cq.topic_id)
         if data is None or source is None:
             raise NotFoundError("the message was deleted (retention or topic deletion)")
-        copy = records_pb2.StoredMessage.FromString(data)
-        copy.store_time_ms = now_ms()
+        copy = _redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
         copy.delivery_attempt = 1
-        if not copy.origin_topic:
-            copy.origin_topic = source.name
-            copy.origin_queue_id = cq.queue_id
-            copy.origin_offset = offset
         target = await self._ensure_dlq(group_info)
         payload = copy.SerializeToString()
 
@@ -2673,16 +2654,10 @@ class Broker:
                 if data is None or user_topic is None:
                     moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver
                     continue
-                record = records_pb2.StoredMessage.FromString(data)
-                copy = records_pb2.StoredMessage()
-                copy.CopyFrom(record)
-                copy.store_time_ms = stamp
-                if not record.origin_topic:
-                    copy.origin_topic = source.name
-                    copy.origin_queue_id = cq.queue_id
-                    copy.origin_offset = offset
+                copy = _redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
+                record_attempt = copy.delivery_attempt
                 counted = (group.name, user_topic.name)
-                if record.delivery_attempt >= group.max_delivery_attempts:
+                if record_attempt >= group.max_delivery_attempts:
                     target = await self._ensure_dlq(group)
                     copy.delivery_attempt = 1
                     notify.append((target.name, None))
@@ -2690,7 +2665,7 @@ class Broker:
                 else:
                     self.stats.revived[counted] += 1
                     target = await self._ensure_retry_topic(group, user_topic)
-                    copy.delivery_attempt = record.delivery_attempt + 1
+                    copy.delivery_attempt = record_attempt + 1
                     notify.append((user_topic.name, group.name))
                 moves.append((index, target, copy.SerializeToString()))
             plan.append((ck, moves))
@@ -2754,13 +2729,8 @@ class Broker:
             if data is None:
                 self._fifo_finish(ck, acked=False)
                 return []
-            copy = records_pb2.StoredMessage.FromString(data)
-            copy.store_time_ms = stamp
+            copy = _redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
             copy.delivery_attempt = 1
-            if not copy.origin_topic:
-                copy.origin_topic = source.name
-                copy.origin_queue_id = cq.queue_id
-                copy.origin_offset = offset
             target = await self._ensure_dlq(group)
             notify.append((target.name, None))
             self.stats.dead_lettered[(group.name, user_topic.name if user_topic else "")] += 1
@@ -3040,3 +3010,17 @@ def _sweep(
     _: QueueOffsets,
 ) -> None:
     message_index.sweep_batch(store, batch, markers, now, ttl)
+
+
+def _redelivery_copy(
+    data: bytes, source: str, queue_id: int, offset: int, stamp_ms: int
+) -> records_pb2.StoredMessage:
+    """A stored message copied for a retry or dead-letter topic: stored now, and pointing
+    at where it first lived (a copy of a copy keeps the first origin)."""
+    copy = records_pb2.StoredMessage.FromString(data)
+    copy.store_time_ms = stamp_ms
+    if not copy.origin_topic:
+        copy.origin_topic = source
+        copy.origin_queue_id = queue_id
+        copy.origin_offset = offset
+    return copy

@@ -79,28 +79,11 @@ def write_key_entries(
         batch.put("index", keys.expiry_key(expire_ms, entry), b"")
 
 
-def find_duplicate(
-    store: Store, topic_id: int, dedup_id: str, message_id: str, now_ms: int, window_ms: int
-) -> records_pb2.IndexRecord | None:
-    """The earlier send of this dedup id within the window, if any."""
-    key = (
-        keys.id_index_key(topic_id, dedup_id)
-        if dedup_id == message_id
-        else keys.dedup_key(topic_id, dedup_id)
-    )
-    data = store.get("index", key)
-    if data is None:
-        return None
-    record = records_pb2.IndexRecord.FromString(data)
-    if record.store_time_ms + window_ms <= now_ms:
-        return None
-    return record
-
-
 def find_duplicates(
     store: Store, wanted: list[tuple[int, str, str]], now_ms: int, window_ms: int
 ) -> list[records_pb2.IndexRecord | None]:
-    """find_duplicate for many (topic_id, dedup_id, message_id) at once: one multi-get."""
+    """The earlier send of each (topic_id, dedup_id, message_id) within the window, if any:
+    one multi-get for a whole send."""
     index_keys = [
         keys.id_index_key(topic_id, dedup_id)
         if dedup_id == message_id
