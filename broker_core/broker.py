@@ -166,6 +166,8 @@ class Broker:
         self._epoch = 0
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
+        # Group settings as last written (see _load_settings): group_id -> settings.
+        self._settings_cache: dict[int, GroupSettings] = {}
         # Sends storing a dedup id right now, so a concurrent repeat waits for the first:
         # (topic_id, dedup_id) -> the first send's result.
         self._dedup_pending: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
@@ -1920,6 +1922,14 @@ class Broker:
         return (sub.filter_type, sub.expression) if sub is not None else None
 
     def _load_settings(self, group_id: int) -> GroupSettings:
+        """Settings of a group, read once and then kept: every pop without its own filter
+        asks for the subscription, so this stays off RocksDB on the hot path."""
+        cached = self._settings_cache.get(group_id)
+        if cached is None:
+            cached = self._settings_cache[group_id] = self._read_settings(group_id)
+        return cached
+
+    def _read_settings(self, group_id: int) -> GroupSettings:
         data = self.store.get("meta", self._settings_key(group_id))
         if data is None:
             return GroupSettings()
@@ -2063,6 +2073,7 @@ class Broker:
                 )
 
         await self.writer.submit(apply, sync=True)
+        self._settings_cache[info.group_id] = settings
 
     def _place_queues(self, group_id: int, starts: list[tuple[int, int, int]]) -> None:
         for topic_id, queue_id, offset in starts:
@@ -2260,6 +2271,7 @@ class Broker:
                 self.locks.release(lock_key)
         if self.catalog.groups.get(name) is info:
             del self.catalog.groups[name]
+            self._settings_cache.pop(gid, None)
         self.catalog.groups_by_id.pop(gid, None)
         for retry_key, retry in retries.items():
             self.catalog.retry_topics.pop(retry_key, None)
