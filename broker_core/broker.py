@@ -1303,12 +1303,41 @@ class Broker:
         key = (group.group_id, topic.topic_id, queue_id)
         cq = self._queues.get(key)
         if cq is None:
-            # A new group starts at the earliest retained message (see docs/architecture.md).
+            self._start_topic(group, topic)
+            cq = self._queues.get(key)
+        if cq is None:
+            # Retry queues, groups consuming from the first message, and queues added to a
+            # topic the group already consumes start at the earliest retained message:
+            # nothing in them predates the group, so skipping any would lose messages.
             start = self._min_offset(topic.topic_id, queue_id)
             cq = self._new_queue(group.group_id, topic.topic_id, queue_id, start)
             if cq is None:
                 raise NotFoundError(f"topic {topic.name!r} or group {group.name!r} was deleted")
         return cq
+
+    def _start_topic(self, group: GroupInfo, topic: TopicInfo) -> None:
+        """Place a group new to a topic where its consume_from says (RocketMQ
+        ConsumeFromWhere): the end ("last") or the first message stored at a time, in every
+        queue at once, so queue-exclusive consumers that reach the queues one by one still
+        start the topic at one moment. The starts are written by the next flush: a message
+        sent after them is in that flush or a later one, so a restart cannot skip it.
+        """
+        if topic.kind != KIND_NORMAL:
+            return
+        settings = self._load_settings(group.group_id)
+        if settings.consume_from not in ("last", "timestamp"):
+            return
+        gid, tid = group.group_id, topic.topic_id
+        if any((gid, tid, q) in self._queues for q in range(topic.queues)):
+            return
+        for queue_id in range(topic.queues):
+            if settings.consume_from == "last":
+                start = self._max_offset(tid, queue_id)
+            else:
+                start = self._offset_at(tid, queue_id, settings.consume_from_ms)
+            cq = self._new_queue(gid, tid, queue_id, start)
+            if cq is not None:
+                self._dirty_queues[(gid, tid, queue_id)] = cq
 
     def _queue_for(self, group_id: int, topic_id: int, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((group_id, topic_id, queue_id))
@@ -1765,18 +1794,21 @@ class Broker:
         validation.check_name("topic", topic, allow_dlq=True)
         validation.check_range("timestamp_ms", timestamp_ms, 0, keys.MAX_OFFSET)
         info = self._topic(topic)
-        result = []
-        for queue_id in range(info.queues):
-            lo = self._min_offset(info.topic_id, queue_id)
-            hi = self._max_offset(info.topic_id, queue_id)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._store_time(info.topic_id, queue_id, mid) < timestamp_ms:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            result.append((queue_id, lo))
-        return result
+        return [
+            (queue_id, self._offset_at(info.topic_id, queue_id, timestamp_ms))
+            for queue_id in range(info.queues)
+        ]
+
+    def _offset_at(self, topic_id: int, queue_id: int, timestamp_ms: int) -> int:
+        lo = self._min_offset(topic_id, queue_id)
+        hi = self._max_offset(topic_id, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(topic_id, queue_id, mid) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     # -- admin operations -----------------------------------------------------------------
     # What AdminService does beyond create/get/list: topic growth, guarded deletes, purges,

@@ -96,6 +96,50 @@ def test_consume_from_last_skips_what_was_stored_before_the_group(endpoint: str)
             assert sorted(m.body for m in got) == [b"new", b"old-1", b"old-2"]
 
 
+def test_consume_from_applies_to_a_topic_the_group_never_declared(server: ServerThread) -> None:
+    """A group new to a topic starts where consume_from says on its first pop, in every
+    queue at once, and that start survives a restart with nothing popped since."""
+    with Admin(server.endpoint) as admin, Producer(server.endpoint) as producer:
+        admin.create_topic("orders", queues=3)
+        producer.send_batch("orders", [Message(f"old-{i}".encode()) for i in range(6)])
+        admin.create_group("newest", consume_from="last")
+        with SimpleConsumer(server.endpoint, group="newest", topic="orders") as consumer:
+            assert consumer.receive(max_messages=32, wait_s=0) == []
+        producer.send_batch("orders", [Message(f"new-{i}".encode()) for i in range(3)])
+    endpoint = server.restart()
+    with Producer(endpoint) as producer:
+        producer.send("orders", b"after restart")
+    with SimpleConsumer(endpoint, group="newest", topic="orders") as consumer:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 4 and time.monotonic() < deadline:
+            batch = consumer.receive(max_messages=32, wait_s=1)
+            consumer.ack(batch) if batch else None
+            got.extend(m.body for m in batch)
+        assert sorted(got) == [b"after restart", b"new-0", b"new-1", b"new-2"]
+        assert consumer.receive(max_messages=32, wait_s=0) == []
+
+
+def test_queues_added_later_start_at_their_first_message(endpoint: str) -> None:
+    """consume_from is where a group starts a topic, not each queue: a queue added to a
+    topic the group already consumes holds nothing older than the group."""
+    with Admin(endpoint) as admin, Producer(endpoint) as producer:
+        admin.create_topic("orders", queues=1)
+        producer.send("orders", b"old")
+        admin.create_group("g", subscriptions=[Subscription("orders")], consume_from="last")
+        admin.update_topic("orders", queues=2)
+        receipts = [producer.send("orders", f"new-{i}".encode()) for i in range(4)]
+        assert {r.queue_id for r in receipts} == {0, 1}
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            got: list[bytes] = []
+            deadline = time.monotonic() + 10
+            while len(got) < 4 and time.monotonic() < deadline:
+                batch = consumer.receive(max_messages=32, wait_s=1)
+                consumer.ack(batch) if batch else None
+                got.extend(m.body for m in batch)
+            assert sorted(got) == [f"new-{i}".encode() for i in range(4)]
+
+
 def test_consume_from_a_time_starts_at_the_first_message_stored_then(endpoint: str) -> None:
     with Admin(endpoint) as admin, Producer(endpoint) as producer:
         admin.create_topic("orders", queues=1)
