@@ -2554,6 +2554,7 @@ class Broker:
         if not self.locks.try_acquire(lock):
             raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
         moved = dropped = 0
+        retention_ms = round(self.config.retention.retention_s * 1000)
         try:
             position = self._min_offset(tid, 0)
             limit = self._max_offset(tid, 0)
@@ -2584,20 +2585,38 @@ class Broker:
                     record.ClearField("origin_topic")
                     record.ClearField("origin_queue_id")
                     record.ClearField("origin_offset")
-                    copies.append((target, queue_id, record.SerializeToString()))
+                    copies.append((target, queue_id, record))
                 start_key = keys.message_key(tid, 0, position)
                 end_key = keys.message_key(tid, 0, end)
 
                 def apply(
                     batch: Batch,
                     offsets: QueueOffsets,
-                    copies: list[tuple[TopicInfo, int, bytes]] = copies,
+                    copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = copies,
                     start_key: bytes = start_key,
                     end_key: bytes = end_key,
+                    stamp: int = stamp,
                 ) -> None:
-                    for target, queue_id, data in copies:
+                    for target, queue_id, record in copies:
                         at = offsets.allocate(target.topic_id, queue_id)
-                        batch.put("messages", keys.message_key(target.topic_id, queue_id, at), data)
+                        batch.put(
+                            "messages",
+                            keys.message_key(target.topic_id, queue_id, at),
+                            record.SerializeToString(),
+                        )
+                        # Query by id and key finds the live copy, not only the dead letter.
+                        message_index.write_entries(
+                            batch,
+                            topic_id=target.topic_id,
+                            queue_id=queue_id,
+                            offset=at,
+                            message_id=record.message_id,
+                            dedup_id="",
+                            message_keys=record.keys,
+                            stamp_ms=stamp,
+                            retention_ms=retention_ms,
+                            dedup_window_ms=0,
+                        )
                     batch.delete_range("messages", start_key, end_key)
 
                 await self.writer.submit(apply, sync=self.config.store.flush == "sync")

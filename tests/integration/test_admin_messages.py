@@ -105,6 +105,26 @@ def test_redrive_moves_dead_letters_back_as_new_first_deliveries(endpoint: str) 
             admin.redrive_dead_letters("nobody")
 
 
+def test_redriven_copies_are_found_by_id_and_key(endpoint: str) -> None:
+    with Admin(endpoint) as admin, Producer(endpoint) as producer:
+        admin.create_topic("orders", queues=1)
+        admin.create_group("g", max_delivery_attempts=1)
+        sent = producer.send("orders", b"poison", keys=["order-7"])
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            (message,) = consumer.receive(max_messages=1, wait_s=5)
+            consumer.nack(message, delay_s=0)
+        deadline = time.monotonic() + 30
+        while admin.lag_report("g").dlq_depth < 1:
+            assert time.monotonic() < deadline, "the message was not dead-lettered"
+            time.sleep(0.02)
+        assert admin.redrive_dead_letters("g").moved == 1
+        copy = admin.query_message("orders", sent.message_id)
+        assert (copy.body, copy.queue_id, copy.offset) == (b"poison", 0, sent.offset + 1)
+        assert copy.delivery_attempt == 1
+        by_key = admin.query_messages_by_key("orders", "order-7")
+        assert sorted(m.offset for m in by_key) == [sent.offset, sent.offset + 1]
+
+
 def test_redrive_drops_letters_whose_topic_was_deleted(endpoint: str) -> None:
     with Admin(endpoint) as admin:
         admin.create_topic("gone", queues=1)
