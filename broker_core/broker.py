@@ -2566,7 +2566,7 @@ class Broker:
                     "messages", [keys.message_key(tid, 0, o) for o in range(position, end)]
                 )
                 stamp = now_ms()
-                copies: list[tuple[TopicInfo, int, bytes]] = []
+                copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
                 for value in values:
                     if value is None:
                         continue
