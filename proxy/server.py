@@ -160,7 +160,7 @@ class PopMQServer:
         )
         # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
         self.rocketmq = await RocketMQService.serve_on(
-            server, self.broker, address=lambda: self.address
+            server, self.broker, address=lambda: self.address, clients=self.clients
         )
         await self.health.serving(self._late.service_names)
         log.info("serving %s", ", ".join(self._late.service_names))

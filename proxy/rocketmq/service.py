@@ -2,7 +2,9 @@
 
 Official clients read outcomes from the `Status` inside each response (gRPC status OK), so
 every handler answers broker errors there, mapped once by codes.py; an unexpected exception
-is logged and answered INTERNAL_SERVER_ERROR. Everything runs on the server's event loop.
+is logged and answered INTERNAL_SERVER_ERROR. Consumers are members of the server's client
+registry, and push consumers of FIFO groups get queues of their own (assignments.py).
+Everything runs on the server's event loop.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from broker_core.catalog import GroupInfo, TopicInfo
 from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from broker_core.filters import parse_filter
 from broker_core.types import PoppedMessage, QueueStats
+from proxy.clients import ClientRegistry
 from proxy.rocketmq import codes, convert, settings
+from proxy.rocketmq.assignments import ConsumerAssignments
 from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from proxy.rocketmq.config import RocketMQConfig
 from proxy.rocketmq.inflight import Inflight
-from proxy.rocketmq.sessions import Sessions
+from proxy.rocketmq.sessions import ClientSession, Sessions
 
 log = logging.getLogger(__name__)
 
@@ -88,22 +92,35 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         *,
         address: Callable[[], str],
         config: RocketMQConfig | None = None,
+        clients: ClientRegistry | None = None,
     ) -> None:
-        """`address` gives this server's HOST:PORT, for routes of clients that name none."""
+        """`address` gives this server's HOST:PORT, for routes of clients that name none.
+
+        `clients` is the server's consumer registry, shared with popmq.v1; without one the
+        service keeps its own (a started broker's groups existed before it).
+        """
         self._broker = broker
         self._address = address
         self.config = config or RocketMQConfig()
-        self.sessions = Sessions(self.config.client_idle_s)
+        if clients is None:
+            clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
+        self.assignments = ConsumerAssignments(clients)
+        self.sessions = Sessions(self.config.client_idle_s, on_end=self._session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
         # Releases started by failed stream writes; held so they are not garbage-collected.
         self._background: set[asyncio.Task[int]] = set()
 
     @classmethod
     async def serve_on(
-        cls, server: grpc.aio.Server, broker: Broker, *, address: Callable[[], str]
+        cls,
+        server: grpc.aio.Server,
+        broker: Broker,
+        *,
+        address: Callable[[], str],
+        clients: ClientRegistry | None = None,
     ) -> RocketMQService:
         """Register a started service on a gRPC server (before the server starts)."""
-        service = cls(broker, address=address)
+        service = cls(broker, address=address, clients=clients)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()
         return service
@@ -217,32 +234,77 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryAssignment(
         self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryAssignmentResponse:
-        """One assignment per topic with queue id -1, as RocketMQ's proxy answers POP-mode
-        consumers: every receive pops all queues of the topic and the broker balances them."""
+        """Normal groups: one assignment with queue id -1, as RocketMQ's proxy answers them
+        (every receive pops all queues and the broker balances consumers). FIFO groups: one
+        per queue the registry gives this client (a lease each), renewed by the query."""
         info, _ = self._topic(convert.topic_name(request.topic))
-        convert.group_name(request.group)
-        queue = convert.message_queue(
-            info, -1, self._endpoints(request.endpoints), self.config.broker_name
-        )
+        group = convert.group_name(request.group)
+        where = self._endpoints(request.endpoints)
+        name = self.config.broker_name
+        if not self._policy(group).fifo:
+            queue = convert.message_queue(info, -1, where, name)
+            return sv.QueryAssignmentResponse(
+                status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
+            )
+        client_id = self._require_client_id(context)
+        session = self.sessions.touch(client_id, group=group)
+        if session.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
+            session.client_type = pb.PUSH_CONSUMER  # only push consumers ask for assignments
+        if info.name not in session.topics():
+            session.queried_topics.add(info.name)
+        # The query is also a heartbeat, so a client is a member before its first one.
+        self._register(session, group)
+        granted = self.assignments.query(client_id, group, info.name, info.queues)
         return sv.QueryAssignmentResponse(
-            status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
+            status=codes.ok(),
+            assignments=[
+                pb.Assignment(message_queue=convert.message_queue(info, q, where, name))
+                for q in granted
+            ],
         )
 
     @answers(sv.HeartbeatResponse, codes.GROUP)
     async def Heartbeat(
         self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> sv.HeartbeatResponse:
+        """Keeps the session alive and registers a consumer in the client registry."""
         client_id = self._require_client_id(context)
         group = convert.group_name(request.group) if request.HasField("group") else None
-        self.sessions.touch(client_id, client_type=request.client_type, group=group)
+        session = self.sessions.touch(client_id, client_type=request.client_type, group=group)
+        if group is not None:
+            self._register(session, group)
         return sv.HeartbeatResponse(status=codes.ok())
+
+    def _register(self, session: ClientSession, group: str) -> None:
+        """Register a consumer for the topics it consumes that exist (none: nothing to do).
+
+        Push consumers of FIFO groups are queue-exclusive members, all others POP members.
+        v2 heartbeats name no topics: they come from the client's Telemetry settings.
+        """
+        if session.client_type not in settings.CONSUMER_TYPES:
+            return
+        queue_counts: dict[str, int] = {}
+        for topic in session.topics():
+            try:
+                info, _ = self._broker.get_topic(topic)
+            except NotFoundError:
+                continue  # its route query fails: nothing to assign until it exists
+            queue_counts[topic] = info.queues
+        if not queue_counts:
+            return
+        exclusive = session.client_type == pb.PUSH_CONSUMER and self._policy(group).fifo
+        self.assignments.register(session.client_id, group, queue_counts, exclusive=exclusive)
+
+    def _session_ended(self, session: ClientSession) -> None:
+        self.assignments.end_client(session.client_id)
 
     @answers(sv.NotifyClientTerminationResponse, codes.GROUP)
     async def NotifyClientTermination(
         self, request: sv.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> sv.NotifyClientTerminationResponse:
         client_id = self._require_client_id(context)
-        self.sessions.remove(client_id)
+        self.sessions.remove(client_id)  # its registrations and leases end with the session
+        self.assignments.end_client(client_id)  # also when the session was gone already
         released = await self.inflight.release_client(client_id)
         return sv.NotifyClientTerminationResponse(
             status=codes.ok(f"released {released} in-flight messages")
@@ -315,6 +377,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             return sv.TelemetryCommand(status=codes.status_of(exc, codes.GROUP))
         session.client_type = client.client_type
         session.settings = client
+        session.queried_topics.clear()
         return sv.TelemetryCommand(status=codes.ok(), settings=reply)
 
     # -- send ------------------------------------------------------------------------------
@@ -524,17 +587,67 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 f"{pop.max_invisible_s:g}s",
             )
         wait = self._polling_s(request, context.time_remaining(), client_id)
-        self._topic(topic)
-        popped = await self._broker.pop(
-            group,
-            topic,
-            max_messages=batch,
-            invisible_s=invisible,
-            wait_s=wait,
-            filter_expression=expression,
-            filter_type=filter_type,
-        )
+        info, _ = self._topic(topic)
+
+        def pop_from(wait_s: float) -> Awaitable[list[PoppedMessage]]:
+            return self._broker.pop(
+                group,
+                topic,
+                max_messages=batch,
+                invisible_s=invisible,
+                wait_s=wait_s,
+                filter_expression=expression,
+                filter_type=filter_type,
+            )
+
+        session = self.sessions.get(client_id)
+        if session is None or session.client_type != pb.PUSH_CONSUMER:
+            popped = await pop_from(wait)  # simple consumers pop all queues, whatever they name
+        elif not self._policy(group).fifo:
+            popped = await pop_from(wait)
+        else:
+            popped = await self._receive_leased(client_id, group, info, request, wait, pop_from)
         return popped, group, request.auto_renew
+
+    async def _receive_leased(
+        self,
+        client_id: str,
+        group: str,
+        info: TopicInfo,
+        request: sv.ReceiveMessageRequest,
+        wait: float,
+        pop: Callable[[float], Awaitable[list[PoppedMessage]]],
+    ) -> list[PoppedMessage]:
+        """A FIFO push consumer's receive: only on a queue it holds, and only while it does
+        (the wait ends with the lease: moved at a query, or run out).
+
+        Broker.pop cannot be limited to one queue yet, so the messages may come from any
+        queue of the topic; order per message group does not depend on it (the broker holds
+        a group's next message until the previous one is acked).
+        """
+        if request.message_queue.id == -1:
+            raise ProtocolError(
+                Code.FORBIDDEN,
+                f"group {group!r} is a FIFO group: its queues are assigned one by one; query "
+                "the assignment again and receive from the queues it returns",
+            )
+        queue_id = self._queue_id(info, request.message_queue)
+        lease_s = self.assignments.check_receive(client_id, group, info.name, queue_id)
+        with self.assignments.receiving(client_id, group, info.name, queue_id) as ended:
+            task = asyncio.ensure_future(pop(min(wait, lease_s)))
+            first: set[asyncio.Future[Any]] = {task, ended}
+            try:
+                await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+                if not task.done():
+                    task.cancel()  # the lease ended: the pop is still parked, nothing taken
+                    await asyncio.wait({task})
+                return [] if task.cancelled() else task.result()
+            except BaseException:
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled() and task.exception() is None:
+                    self._release_later(group, task.result())  # popped for nobody
+                raise
 
     # -- ack, change invisible duration, dead letters --------------------------------------
 

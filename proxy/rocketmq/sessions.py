@@ -2,13 +2,15 @@
 
 A session is created by the first call that carries a client id and lives while the client
 calls (heartbeats every 10 s) or keeps its Telemetry stream open; NotifyClientTermination or
-`client_idle_s` of silence ends it. Everything runs on the server's event loop.
+`client_idle_s` of silence ends it, and `on_end` hears of it (the service then unregisters
+the client from the consumer registry). Everything runs on the server's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from apache.rocketmq.v2 import definition_pb2 as pb
@@ -25,17 +27,32 @@ class ClientSession:
     group: str = ""
     settings: pb.Settings | None = None
     """The settings the client last reported over Telemetry."""
+    queried_topics: set[str] = field(default_factory=set)
+    """Topics it asked assignments for that its settings do not list (a later subscribe;
+    clients resend settings only every 5 minutes). Cleared by each settings frame."""
     streams: int = 0
     """Open Telemetry streams; a client with one open is alive even when silent."""
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the session ends: its Telemetry streams finish."""
 
+    def topics(self) -> list[str]:
+        """Topics the client consumes, once each: its settings' subscriptions, then queried
+        ones."""
+        topics: dict[str, None] = {}
+        if self.settings is not None and self.settings.HasField("subscription"):
+            topics = dict.fromkeys(e.topic.name for e in self.settings.subscription.subscriptions)
+        topics.update(dict.fromkeys(sorted(self.queried_topics.difference(topics))))
+        return list(topics)
+
 
 class Sessions:
-    """The client registry."""
+    """The connected clients, by client id."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(
+        self, idle_s: float, on_end: Callable[[ClientSession], None] | None = None
+    ) -> None:
         self._idle_s = idle_s
+        self._on_end = on_end
         # client id -> session; guarded by running on one event loop.
         self._sessions: dict[str, ClientSession] = {}
 
@@ -71,6 +88,8 @@ class Sessions:
         session = self._sessions.pop(client_id, None)
         if session is not None:
             session.closed.set()
+            if self._on_end is not None:
+                self._on_end(session)
         return session
 
     def idle(self) -> list[str]:
