@@ -253,6 +253,7 @@ class Broker:
             self._mark_persisted(ck)
         with contextlib.suppress(PopMQError):
             await self.writer.submit(_noop, sync=True)
+        self.writer.close()
         self.store.close()
         self._started = False
 

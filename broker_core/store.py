@@ -181,20 +181,40 @@ class Store:
         try:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
         except Exception as exc:
-            text = str(exc)
-            error: PopMQError
-            if "No space left" in text or "ENOSPC" in text or str(errno.ENOSPC) in text:
-                error = StoreFullError(
-                    f"the disk holding the store is full ({text}); nothing was written, "
-                    "writes resume when space is freed"
-                )
-            else:
-                error = UnavailableError(
-                    f"the store could not write ({text}); nothing was written, retry later"
-                )
-            self._failure = error
-            self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
-            raise error from exc
+            raise self._failed("write", exc) from exc
+
+    def sync_wal(self) -> None:
+        """fsync what was written without sync (every WAL file not yet synced).
+
+        Safe on another thread while the loop reads and writes, and it releases the GIL
+        through the fsync, which a synced write does not: see writer.py.
+        """
+        if self._closed:
+            raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        try:
+            self._db.flush_wal(True)
+        except Exception as exc:
+            raise self._failed("sync", exc) from exc
+
+    def _failed(self, what: str, exc: Exception) -> PopMQError:
+        """The error for a failed write or sync; the store reopens before the next write."""
+        text = str(exc)
+        outcome = (
+            "nothing was written"
+            if what == "write"
+            else "what it covered may or may not be stored (a retried send is deduplicated)"
+        )
+        error: PopMQError
+        if "No space left" in text or "ENOSPC" in text or str(errno.ENOSPC) in text:
+            error = StoreFullError(
+                f"the disk holding the store is full ({text}); {outcome}, "
+                "writes resume when space is freed"
+            )
+        else:
+            error = UnavailableError(f"the store could not {what} ({text}); {outcome}, retry later")
+        self._failure = error
+        self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
+        return error
 
     def approximate_size(self) -> int:
         """Bytes of SST files plus memtables, across families."""

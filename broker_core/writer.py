@@ -5,9 +5,17 @@ flush with `call_soon`, later submits in the same loop iteration join it, and th
 writes them all in one WriteBatch with one fsync (when any of them asked for sync). So many
 concurrent sends cost one fsync, not one each.
 
-The flush runs on the event loop thread. rocksdict keeps the GIL during `write()`: a writer
-thread fsyncing in parallel measured ~50 % of the loop's throughput lost plus 5 ms GIL
-switch delays, so a thread buys nothing here (tools/gil_probe.py reproduces it).
+The WriteBatch is written on the event loop thread without sync (memtable plus the WAL in
+the page cache: tens of microseconds). The fsync runs on a thread of its own through
+`Store.sync_wal`, which releases the GIL, while the loop keeps serving; jobs submitted
+meanwhile wait and go out together as the next batch once it returns. One sync is in flight
+at a time, so the batch grows with the disk's fsync latency (classic group commit). A
+synced write itself (`write(sync=True)`) would hold the GIL through the fsync and stall
+the loop (tools/gil_probe.py shows both).
+
+Nothing of a synced batch is visible before its fsync returned: its offsets are published
+and its futures resolved only then, so a reader or a long poll never sees a message a
+power loss could take back.
 
 Queue offsets are assigned inside the flush, so they are dense and in commit order; a failed
 write rolls them back and fails every job of the batch (nothing is half-written).
@@ -16,6 +24,7 @@ write rolls them back and fails every job of the batch (nothing is half-written)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
@@ -88,6 +97,11 @@ class QueueOffsets:
     def rollback(self) -> None:
         self._tentative.clear()
 
+    def forget_all(self) -> None:
+        """Drop every cached offset: the next use of a queue reads its bounds from the store."""
+        self._committed.clear()
+        self._min.clear()
+
     def forget_topic(self, topic_id: int) -> None:
         for table in (self._committed, self._min):
             for key in [k for k in table if k[0] == topic_id]:
@@ -125,6 +139,9 @@ class GroupCommitWriter:
         # Jobs waiting for the next flush; only touched on the loop thread.
         self._pending: list[_Job] = []
         self._scheduled = False
+        # A written batch waiting for its fsync; the next flush starts when it is done.
+        self._syncing = False
+        self._sync_thread = concurrent.futures.ThreadPoolExecutor(1, "popmq-wal-sync")
         # Called at the start of each flush to add changes that ride along (offset commits).
         self._flush_hooks: list[Callable[[Batch], None]] = []
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
@@ -166,12 +183,16 @@ class GroupCommitWriter:
         self._schedule(asyncio.get_running_loop())
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._scheduled:
+        if not self._scheduled and not self._syncing:
             self._scheduled = True
             loop.call_soon(self.flush)
 
+    def close(self) -> None:
+        """Stop the sync thread (after the last flush completed)."""
+        self._sync_thread.shutdown(wait=True)
+
     def flush(self) -> None:
-        """Write everything pending now, in one batch."""
+        """Write everything pending now, in one batch; a synced one completes after its fsync."""
         self._scheduled = False
         jobs, self._pending = self._pending, []
         try:
@@ -185,28 +206,60 @@ class GroupCommitWriter:
                 return
             synced = any(job.sync for job in jobs)
             began = time.perf_counter()
-            self._store.write(batch, sync=synced)
-            took = time.perf_counter() - began
+            self._store.write(batch, sync=False)
         except PopMQError as exc:
-            self.offsets.rollback()
-            self.stats.failed_batches += 1
-            log.warning("write of %d jobs failed: %s", len(jobs), exc)
-            for on_failure in self._on_failure:
-                on_failure()
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(exc)
+            self._fail(jobs, exc)
             return
+        if not synced:
+            self._complete(jobs, results, began, synced=False)
+            return
+        self._syncing = True
+        loop = asyncio.get_running_loop()
+        done = loop.run_in_executor(self._sync_thread, self._store.sync_wal)
+        done.add_done_callback(lambda f: self._synced(f, jobs, results, began))
+
+    def _synced(
+        self, done: asyncio.Future[None], jobs: list[_Job], results: list[Any], began: float
+    ) -> None:
+        self._syncing = False
+        exc = done.exception()
+        if exc is None:
+            self._complete(jobs, results, began, synced=True)
+        elif isinstance(exc, PopMQError):
+            # The batch may or may not survive a crash: its senders get the error and retry
+            # (dedup makes the retry safe). Offsets reload from the store, past what it
+            # holds, so a later write never lands on a key this batch may have written.
+            self._fail(jobs, exc)
+            self.offsets.forget_all()
+        else:
+            raise exc
+        if self._pending:
+            self._schedule(asyncio.get_running_loop())
+
+    def _complete(
+        self, jobs: list[_Job], results: list[Any], began: float, *, synced: bool
+    ) -> None:
+        took = time.perf_counter() - began
         grown = self.offsets.commit()
         self.stats.batches += 1
         self.stats.jobs += len(jobs)
-        if any(job.sync for job in jobs):
+        if synced:
             self.stats.synced_batches += 1
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
         for observe in self._batch_listeners:
             observe(len(jobs), took, synced)
+
+    def _fail(self, jobs: list[_Job], exc: PopMQError) -> None:
+        self.offsets.rollback()
+        self.stats.failed_batches += 1
+        log.warning("write of %d jobs failed: %s", len(jobs), exc)
+        for on_failure in self._on_failure:
+            on_failure()
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(exc)
 
     @staticmethod
     def _resolve(jobs: list[_Job], results: list[Any]) -> None:

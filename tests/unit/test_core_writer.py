@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -164,3 +165,73 @@ def test_write_to_a_closed_store_fails_as_unavailable(tmp_path: Path) -> None:
             await asyncio.wait_for(future, 1)
 
     asyncio.run(scenario())
+
+
+def test_a_synced_batch_completes_after_its_fsync_and_later_jobs_form_the_next_batch(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync runs off the loop: while it is in flight nothing of its batch is visible,
+    the loop keeps running, and jobs submitted meanwhile go out together afterwards."""
+    release = threading.Event()
+    syncing = threading.Event()
+    real_sync = store.sync_wal
+
+    def slow_sync() -> None:
+        syncing.set()
+        assert release.wait(10)
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", slow_sync)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        first = writer.submit(_append(b"a"), sync=True)
+        # The loop is free while the fsync waits: this coroutine runs meanwhile.
+        assert await asyncio.to_thread(syncing.wait, 10)
+        later = [writer.submit(_append(b"b"), sync=True) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        assert not first.done() and not any(f.done() for f in later)
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 0  # not visible before the fsync
+        assert writer.stats.batches == 0
+        release.set()
+        assert await first == 0
+        assert await asyncio.gather(*later) == [1, 2, 3, 4, 5]
+        assert (writer.stats.batches, writer.stats.synced_batches) == (2, 2)
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 6
+        writer.close()
+
+    asyncio.run(scenario())
+    assert [offset for offset, _ in _stored(store)] == list(range(6))
+
+
+def test_a_failed_fsync_fails_its_jobs_and_later_writes_never_reuse_its_offsets(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed fsync the batch may or may not be stored: its senders get the error
+    (a retry is deduplicated) and offsets move past it, so nothing overwrites its keys."""
+    real_sync = store.sync_wal
+    calls: list[int] = []
+
+    def sync_failing_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise UnavailableError("the store could not sync (injected)")
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", sync_failing_once)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        failures: list[str] = []
+        writer.add_failure_listener(lambda: failures.append("failed"))
+        results = await asyncio.gather(
+            *(writer.submit(_append(b"unknown"), sync=True) for _ in range(2)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, UnavailableError) for r in results), results
+        assert failures == ["failed"] and writer.stats.failed_batches == 1
+        assert await writer.submit(_append(b"kept"), sync=True) == 2
+        writer.close()
+
+    asyncio.run(scenario())
+    assert _stored(store) == [(0, b"unknown"), (1, b"unknown"), (2, b"kept")]
