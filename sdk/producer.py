@@ -8,11 +8,14 @@ Before anything goes on the wire, a send is built once (``build_send_request``):
 3. bodies over 4 KiB are zlib-compressed when that shrinks them (``sdk._compression``);
 4. the bodies of a batch, as sent, must fit in 4 MiB.
 
-Sends that fail with a retriable error are retried (``RetryPolicy``: 3 attempts, 10 ms ->
-1 s x2), oneway sends never. The sync ``Producer`` builds requests on the caller's thread
-(zlib releases the GIL), and bounds its unfinished ``send_async`` and ``send_oneway`` calls
-by count and bytes, blocking the caller when the window is full, as RocketMQ's async
-back-pressure does. Closing a producer waits for the sends it has accepted.
+Single-message sends made while one is on the wire wait and go out together as the next
+request (``sdk._coalesce``), each with its own receipt or error, so a busy producer spends
+one RPC per round trip instead of one per message. Sends that fail with a retriable error
+are retried (``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. The sync
+``Producer`` builds requests on the caller's thread (zlib releases the GIL), and bounds its
+unfinished ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the caller
+when the window is full, as RocketMQ's async back-pressure does. Closing a producer waits
+for the sends it has accepted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, TypeVar
 from popmq.v1 import messaging_pb2
 from sdk import _loop
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from sdk._coalesce import SendCoalescer
 from sdk._compression import encode_body
 from sdk._message_id import new_message_id
 from sdk._retry import RetryPolicy
@@ -148,6 +152,9 @@ class AsyncProducer(AsyncClient):
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
         retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
         max_in_flight: Unfinished ``send_oneway`` calls; one more waits for a slot.
+        coalesce: Single-message sends made while one is on the wire wait and share the
+            next request (see ``sdk._coalesce``); each still gets its own receipt or
+            error. False sends every message in its own RPC.
     """
 
     def __init__(
@@ -158,11 +165,13 @@ class AsyncProducer(AsyncClient):
         channel: Any = None,
         retry: RetryPolicy | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        coalesce: bool = True,
     ) -> None:
         _check_max_in_flight(max_in_flight)
         super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
+        self._coalescer = SendCoalescer(self.send_request) if coalesce else None
         # Sends under way (being built or on the wire), and the futures close() waits on
         # until that count is back to 0. Touched only on the event loop.
         self._in_flight = 0
@@ -345,7 +354,11 @@ class AsyncProducer(AsyncClient):
         return [SendReceipt.from_proto(result) for result in response.results]
 
     async def send_request_one(self, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
-        """Send a one-message request (with retries) and return its receipt."""
+        """Send a one-message request (with retries, coalesced unless turned off) and
+        return its receipt."""
+        if self._coalescer is not None:
+            with self._tracked():
+                return await self._coalescer.send(request)
         (receipt,) = await self.send_request(request)
         return receipt
 
@@ -417,6 +430,8 @@ class Producer(SyncClient[AsyncProducer]):
         max_in_flight: Unfinished ``send_async`` and ``send_oneway`` calls; one more
             blocks until a slot frees.
         max_in_flight_bytes: Their bodies as sent, in bytes; one more blocks likewise.
+        coalesce: Sends made while one is on the wire share the next request (see
+            ``AsyncProducer``).
     """
 
     def __init__(
@@ -427,10 +442,17 @@ class Producer(SyncClient[AsyncProducer]):
         retry: RetryPolicy | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        coalesce: bool = True,
     ) -> None:
         _check_max_in_flight(max_in_flight, max_in_flight_bytes)
         super().__init__(
-            AsyncProducer(endpoint, timeout_s=timeout_s, retry=retry, max_in_flight=max_in_flight)
+            AsyncProducer(
+                endpoint,
+                timeout_s=timeout_s,
+                retry=retry,
+                max_in_flight=max_in_flight,
+                coalesce=coalesce,
+            )
         )
         self._window = _InFlightWindow(max_in_flight, max_in_flight_bytes)
 

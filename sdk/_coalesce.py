@@ -1,0 +1,135 @@
+"""Send coalescing: single-message sends that meet a busy producer share the next RPC.
+
+A producer keeps at most ``max_rpcs`` single-message send RPCs on the wire (1 by default).
+A send that arrives while they are all busy waits, and when one returns, everything that
+waited goes out as one SendMessages request. With an idle producer nothing waits, so a lone
+send costs what it always did; under load the batch grows with the round-trip time, which
+is what keeps the server's per-RPC cost (the largest part of a small send's cost) from
+capping the message rate. Kafka's producer (linger.ms=0 with batching) and Pub/Sub's
+publisher behave the same way.
+
+What each caller sees is unchanged: its own receipt, its own message id, its own error.
+
+- A request is atomic on the server, so one bad message would fail the others sharing it.
+  When a shared request fails with an error that can come from a single message
+  (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION), each message is sent again on its
+  own and gets its own outcome. Other failures (after the retry policy gave up) reach
+  every caller: they concern the server, not a message.
+- Retries repeat the same message ids, so the server's dedup window stores each once.
+- Messages keep the producer's call order: a later send never overtakes an earlier one
+  that waited, which matters for FIFO message groups.
+- A caller cancelled while its message waits takes the message out; once the request is on
+  the wire, cancelling the caller does not recall it (as with any RPC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from popmq.v1 import messaging_pb2
+from sdk._validation import MAX_BATCH_BODY_BYTES
+from sdk.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, PopMQError
+from sdk.types import SendReceipt
+
+__all__ = ["SendCoalescer"]
+
+MAX_COALESCED_MESSAGES = 1024
+"""Most messages one coalesced request carries."""
+_PER_MESSAGE_ERRORS = (InvalidArgumentError, NotFoundError, FailedPreconditionError)
+
+SendFn = Callable[[messaging_pb2.SendMessagesRequest], Awaitable[list[SendReceipt]]]
+_Waiting = tuple[messaging_pb2.OutgoingMessage, int, "asyncio.Future[SendReceipt]"]
+
+
+class SendCoalescer:
+    """Joins single-message sends that arrive while ``max_rpcs`` sends are on the wire."""
+
+    def __init__(self, send: SendFn, *, max_rpcs: int = 1) -> None:
+        if max_rpcs < 1:
+            raise InvalidArgumentError(f"max_rpcs {max_rpcs} is below the minimum 1")
+        self._send = send
+        self._max_rpcs = max_rpcs
+        self._busy = 0
+        self._waiting: deque[_Waiting] = deque()
+        # Strong references to the flushes under way (the loop keeps only weak ones).
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def send(self, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
+        """Send a one-message request, alone or together with others that wait."""
+        if self._busy < self._max_rpcs and not self._waiting:
+            self._busy += 1
+            try:
+                (receipt,) = await self._send(request)
+                return receipt
+            finally:
+                self._busy -= 1
+                self._flush()
+        (message,) = request.messages
+        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, len(message.body), future))
+        return await future  # cancelling it drops the message if it has not left yet
+
+    def _flush(self) -> None:
+        """Send what waits, as one request per free RPC slot."""
+        while self._waiting and self._busy < self._max_rpcs:
+            batch: list[_Waiting] = []
+            size = 0
+            while self._waiting and len(batch) < MAX_COALESCED_MESSAGES:
+                message, nbytes, future = self._waiting[0]
+                if future.done():  # its caller was cancelled: never sent
+                    self._waiting.popleft()
+                    continue
+                if batch and size + nbytes > MAX_BATCH_BODY_BYTES:
+                    break
+                self._waiting.popleft()
+                batch.append((message, nbytes, future))
+                size += nbytes
+            if not batch:
+                return
+            self._busy += 1
+            task = asyncio.get_running_loop().create_task(self._send_together(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _send_together(self, batch: list[_Waiting]) -> None:
+        try:
+            request = messaging_pb2.SendMessagesRequest(messages=[m for m, _, _ in batch])
+            try:
+                receipts = await self._send(request)
+            except _PER_MESSAGE_ERRORS:
+                if len(batch) == 1:
+                    raise
+                # One message may have failed them all: give each its own outcome.
+                await asyncio.gather(*(self._send_alone(m, f) for m, _, f in batch))
+                return
+            for (_, _, future), receipt in zip(batch, receipts, strict=True):
+                if not future.done():
+                    future.set_result(receipt)
+        except BaseException as exc:  # every caller gets an answer, whatever went wrong
+            _fail(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._busy -= 1
+            self._flush()
+
+    async def _send_alone(
+        self, message: messaging_pb2.OutgoingMessage, future: asyncio.Future[SendReceipt]
+    ) -> None:
+        try:
+            (receipt,) = await self._send(messaging_pb2.SendMessagesRequest(messages=[message]))
+        except PopMQError as exc:
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(receipt)
+
+
+def _fail(batch: list[_Waiting], exc: BaseException) -> None:
+    error = exc if isinstance(exc, Exception) else PopMQError("the send was cancelled")
+    for _, _, future in batch:
+        if not future.done():
+            future.set_exception(error)
