@@ -1,7 +1,9 @@
-"""The ops surface of the serving port: grpc.health.v1, server reflection, a readiness gate.
+"""The ops surface of the serving port: grpc.health.v1, server reflection, readiness.
 
 The server listens before the store is open, so health checks and grpcurl work while it
-recovers: health answers NOT_SERVING, every other RPC UNAVAILABLE ("starting"). Servicers
+recovers: health answers NOT_SERVING, every other RPC UNAVAILABLE ("starting"). `refusal`
+says which calls are refused and with what; the server's one interceptor
+(proxy/metrics.py `RpcInterceptor`) applies it while `Health.ready` is false. Servicers
 that need the open store are registered after it opened, into `LateServices`, a generic
 handler the gRPC server holds from the start (grpc only accepts handlers before it starts).
 On shutdown health turns NOT_SERVING before in-flight RPCs are drained.
@@ -15,7 +17,6 @@ so `grpcurl describe` shows the API's documentation.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
 
 import grpc
 from google.protobuf import descriptor, descriptor_pb2
@@ -28,7 +29,7 @@ from proxy.descriptors import source_code_info
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE = reflection.SERVICE_NAME
 _ALWAYS_OPEN = (f"/{HEALTH_SERVICE}/", f"/{REFLECTION_SERVICE}/")
-"""Method prefixes the readiness gate lets through while the server is not ready."""
+"""Method prefixes served while the server is not ready."""
 
 
 class LateServices(grpc.GenericRpcHandler):
@@ -98,23 +99,12 @@ class Health:
         await self.servicer.enter_graceful_shutdown()
 
 
-class ReadinessGate(grpc.aio.ServerInterceptor):
-    """Answers UNAVAILABLE to everything but health and reflection until the server is ready."""
+def refusal(method: str) -> grpc.RpcMethodHandler | None:
+    """How a call to `method` is answered while the server is not ready.
 
-    def __init__(self, health: Health) -> None:
-        self._health = health
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        method = handler_call_details.method
-        if self._health.ready or method.startswith(_ALWAYS_OPEN):
-            handler: grpc.RpcMethodHandler | None = await continuation(handler_call_details)
-            return handler
-        # A stream-stream handler fits every call shape: it reads nothing and only answers.
-        return grpc.stream_stream_rpc_method_handler(_refuse)
+    UNAVAILABLE for everything but health and reflection, which are served (None).
+    """
+    return None if method.startswith(_ALWAYS_OPEN) else _REFUSED
 
 
 async def _refuse(
@@ -125,6 +115,10 @@ async def _refuse(
         "popmq is starting or stopping (the store is not open); retry shortly",
     )
     yield b""  # never reached: abort raises; makes this an async generator
+
+
+# A stream-stream handler fits every call shape: it reads nothing and only answers.
+_REFUSED = grpc.stream_stream_rpc_method_handler(_refuse)
 
 
 class _Reflection(reflection.aio.ReflectionServicer):

@@ -1,10 +1,22 @@
-"""Prometheus metrics and the per-RPC observer (latency histogram and the RPC log line).
+"""Prometheus metrics and the server's one interceptor (readiness, RPC latency, RPC log line).
 
 The endpoint (`--metrics-listen HOST:PORT`, off by default) is a small asyncio HTTP server
 on the server's own event loop: a scrape reads broker state on the thread that owns it, so
 it never sees a table half-updated and needs no exporter thread. Broker counters are read
 at scrape time by a custom collector (nothing is copied on the hot path); RPC latency and
 write batches are histograms observed as they happen.
+
+`RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
+every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
+continuation per interceptor, and whatever the interceptor builds for a call (a closure, a
+method handler) lives as long as the call, which for a held long poll is up to 30 s, times
+thousands of polls. So the readiness gate (while the store is not open; what it refuses and
+how is `proxy.health.refusal`) is a flag check in the same interceptor, and each method's
+observed handler is built once, on its first call, and reused. It lives here, beside the
+histogram it feeds and the log line it writes, rather than in a module of its own: the
+readiness part is one flag check and one call into proxy/health.py.
+
+Everything here runs on the event loop; nothing blocks.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from broker_core.broker import Broker
 from broker_core.errors import PopMQError
+from proxy.health import Health, refusal
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("popmq.rpc")
@@ -276,55 +289,95 @@ class MetricsEndpoint:
 
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+_MAX_CACHED_METHODS = 4096
+"""Observed handlers kept; a method beyond it (only a catch-all generic handler resolves
+that many names) is wrapped per call, as correct and only slower."""
 
 
-class RpcObserver(grpc.aio.ServerInterceptor):
-    """Times every unary RPC by method and status code and writes its log line.
+class RpcInterceptor(grpc.aio.ServerInterceptor):
+    """The server's one interceptor: the readiness gate, then RPC timing and the log line.
 
-    Log levels: admin RPCs and failed RPCs at info (server-side failures at warning),
-    successful messaging RPCs and health/reflection calls at debug.
+    Until `health.ready`, calls that `proxy.health.refusal` refuses get its UNAVAILABLE
+    answer (neither timed nor logged). Every unary-unary RPC is timed by method and status
+    code and logged; streaming RPCs pass through untouched. Log levels: admin RPCs and failed
+    RPCs at info (server-side failures at warning), successful messaging RPCs and
+    health/reflection calls at debug.
+
+    Per call, once ready: one flag check, grpc's handler lookup (the continuation) and one
+    dict lookup; the only object of ours that lives with the call is its `observed`
+    coroutine. The observed handler of a method is cached with the handler it wraps and reused
+    while the lookup returns that handler: the same object or an equal one (same behavior,
+    serializers and shape; a generic handler may build a new handler per call around the same
+    functions). A different handler replaces the entry. Only methods that resolved to a
+    unary-unary handler are cached, so unknown method names never grow the cache.
     """
 
-    def __init__(self, metrics: Metrics | None) -> None:
-        self._metrics = metrics
+    def __init__(self, health: Health, metrics: Metrics | None) -> None:
+        self._health = health
+        self._histogram = metrics.rpc_duration if metrics is not None else None
+        # "/pkg.Service/Method" -> (the handler resolved for it, its observed handler).
+        # Touched on the event loop only; at most _MAX_CACHED_METHODS entries.
+        self._observed: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    @property
+    def cached_methods(self) -> frozenset[str]:
+        """Methods whose observed handler is cached ("/pkg.Service/Method")."""
+        return frozenset(self._observed)
 
     async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        if not self._health.ready:
+            refused = refusal(handler_call_details.method)
+            if refused is not None:
+                return refused
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
-        method = handler_call_details.method.lstrip("/")
-        behavior: Behavior = handler.unary_unary
-        admin = method.startswith("popmq.v1.AdminService/")
-        histogram = self._metrics.rpc_duration if self._metrics is not None else None
-
-        async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            began = time.perf_counter()
-            code = "OK"
-            try:
-                response = await behavior(request, context)
-            except asyncio.CancelledError:
-                code = "CANCELLED"
-                raise
-            except BaseException:
-                status = context.code()
-                code = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
-                raise
-            finally:
-                elapsed = time.perf_counter() - began
-                if histogram is not None:
-                    histogram.labels(method, code).observe(elapsed)
-                _log_rpc(method, code, elapsed, request, context, admin=admin)
-            return response
-
-        return grpc.unary_unary_rpc_method_handler(
-            observed,
+        key: str = handler_call_details.method
+        cached = self._observed.get(key)
+        if cached is not None and (cached[0] is handler or cached[0] == handler):
+            return cached[1]
+        observed = grpc.unary_unary_rpc_method_handler(
+            _observed(key.lstrip("/"), handler.unary_unary, self._histogram),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        if cached is not None or len(self._observed) < _MAX_CACHED_METHODS:
+            self._observed[key] = (handler, observed)
+        return observed
+
+
+def _observed(method: str, behavior: Behavior, histogram: Histogram | None) -> Behavior:
+    """`behavior` timed into `histogram` and logged as `method` (built once per method)."""
+    admin = method.startswith("popmq.v1.AdminService/")
+    # Status code name -> the histogram's child for (method, code): `labels()` validates,
+    # converts and takes a lock on every call. Nothing removes histogram children.
+    children: dict[str, Any] = {}
+
+    async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        began = time.perf_counter()
+        code = "OK"
+        try:
+            return await behavior(request, context)
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except BaseException:
+            status = context.code()
+            code = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+            raise
+        finally:
+            elapsed = time.perf_counter() - began
+            if histogram is not None:
+                child = children.get(code)
+                if child is None:
+                    child = children[code] = histogram.labels(method, code)
+                child.observe(elapsed)
+            _log_rpc(method, code, elapsed, request, context, admin=admin)
+
+    return observed
 
 
 def _log_rpc(

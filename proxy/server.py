@@ -25,10 +25,10 @@ from broker_core.errors import InvalidArgumentError
 from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from proxy.admin import AdminServicer
 from proxy.clients import ClientRegistry, ClientRegistryConfig
-from proxy.health import Health, LateServices, ReadinessGate, add_ops_services
+from proxy.health import Health, LateServices, add_ops_services
 from proxy.logs import LogConfig, configure_logging
 from proxy.messaging import MessagingServicer
-from proxy.metrics import Metrics, MetricsConfig, MetricsEndpoint, RpcObserver
+from proxy.metrics import Metrics, MetricsConfig, MetricsEndpoint, RpcInterceptor
 from proxy.rocketmq import RocketMQService
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class PopMQServer:
                 ("grpc.server.max_pending_requests", _MAX_PENDING_RPCS),
                 ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
             ],
-            interceptors=[ReadinessGate(self.health), RpcObserver(self.metrics)],
+            interceptors=[RpcInterceptor(self.health, self.metrics)],
         )
         add_ops_services(server, self.health, self._late)
         try:
