@@ -1,4 +1,4 @@
-"""Parked pops: bounded per (group, topic) and in total, woken by arrivals."""
+"""Parked pops: bounded per (group, topic) and in total, woken by arrivals, per queue."""
 
 from __future__ import annotations
 
@@ -150,5 +150,78 @@ def test_woken_waiter_resumes_the_awaiting_task() -> None:
         polling.notify("t")
         await asyncio.wait_for(task, 1)
         assert woke.is_set()
+
+    asyncio.run(scenario())
+
+
+# -- pops limited to one queue --------------------------------------------------------------
+
+
+def test_an_arrival_on_a_queue_wakes_its_waiters_first_then_those_of_every_queue() -> None:
+    async def scenario() -> None:
+        polling = _polling()
+        everywhere = polling.park("g", "t")  # the oldest
+        on_zero = polling.park("g", "t", 0)
+        on_one = [polling.park("g", "t", 1) for _ in range(2)]
+        assert polling.notify("t", 2, queue_id=1) == 2
+        assert [f.done() for f in on_one] == [True, True]
+        assert not everywhere.done() and not on_zero.done()
+        assert polling.notify("t", 2, queue_id=0) == 2  # its one waiter, then an all-queue one
+        assert on_zero.done() and everywhere.done()
+        assert polling.notify("t", 1, queue_id=3) == 0  # nobody waits there or everywhere
+
+    asyncio.run(scenario())
+
+
+def test_a_notify_without_a_queue_wakes_count_waiters_of_each_queue_and_of_every_queue() -> None:
+    async def scenario() -> None:
+        polling = _polling()
+        waiters = {key: [polling.park("g", "t", key) for _ in range(2)] for key in (None, 0, 1)}
+        theirs = polling.park("h", "t", 0)
+        assert polling.notify("t", 1, group="g") == 3
+        assert {key: [f.done() for f in fs] for key, fs in waiters.items()} == {
+            None: [True, False],
+            0: [True, False],
+            1: [True, False],
+        }
+        assert not theirs.done()
+        assert polling.notify("t", 5) == 4  # the rest of g, and h
+        assert all(f.done() for fs in waiters.values() for f in fs) and theirs.done()
+
+    asyncio.run(scenario())
+
+
+def test_the_per_key_bound_counts_the_waiters_of_every_queue() -> None:
+    async def scenario() -> None:
+        polling = _polling(max_per_key=2)
+        polling.park("g", "t", 0)
+        polling.park("g", "t", 1)
+        with pytest.raises(ResourceExhaustedError):
+            polling.park("g", "t")
+        assert polling.held == 2
+
+    asyncio.run(scenario())
+
+
+def test_unpark_needs_the_queue_the_future_was_parked_on() -> None:
+    async def scenario() -> None:
+        polling = _polling()
+        future = polling.park("g", "t", 2)
+        polling.unpark("g", "t", future)  # parked on queue 2, not on every queue
+        polling.unpark("g", "t", future, 1)
+        assert polling.held == 1
+        polling.unpark("g", "t", future, 2)
+        assert polling.held == 0
+        assert polling.notify("t", 1, queue_id=2) == 0
+
+    asyncio.run(scenario())
+
+
+def test_notify_all_wakes_queue_limited_waiters_too() -> None:
+    async def scenario() -> None:
+        polling = _polling()
+        waiters = [polling.park("g", "t", q) for q in (None, 0, 0, 3)]
+        polling.notify_all("t")
+        assert all(f.done() for f in waiters)
 
     asyncio.run(scenario())
