@@ -720,18 +720,23 @@ class Broker:
                 first.recall_handle, duplicate=True,
             )  # fmt: skip
         counts: dict[str, int] = {}
+        arrivals: dict[tuple[str, int], int] = {}
         due_soon = self._next_timer_ms
         for result, p in zip(stored, plan, strict=True):
             if p.timer_seq:
                 due_soon = min(due_soon, p.record.deliver_at_ms)
                 continue
             counts[result.topic] = counts.get(result.topic, 0) + 1
+            grew = (result.topic, result.queue_id)
+            arrivals[grew] = arrivals.get(grew, 0) + 1
         if due_soon < self._next_timer_ms:
             self._next_timer_ms = due_soon
             self._timer_wakeup.set()
         self.stats.sent.update(counts)
-        for topic_name, count in counts.items():
-            self.polling.notify(topic_name, count)
+        # Per queue, so a pop held on one queue is woken by what lands there and never
+        # spends a wake-up meant for a pop held on another.
+        for (topic_name, queue_id), count in arrivals.items():
+            self.polling.notify(topic_name, count, queue_id=queue_id)
         return [r for r in results if r is not None]
 
     def _queue_for_send(self, topic: TopicInfo, message_group: str) -> int:
@@ -956,10 +961,14 @@ class Broker:
         wait_s: float | None = None,
         filter_expression: str = "",
         filter_type: str = "tag",
+        queue_id: int | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
         filter_type "tag" takes a tag expression, "sql" a SQL92 expression over properties.
+        queue_id limits the pop to one queue of the topic plus the group's retry queue for
+        it, whose copies belong to no queue (RocketMQ PopMessageRequestHeader.queueId);
+        None pops every queue.
         """
         validation.check_name("group", group)
         validation.check_name("topic", topic, allow_dlq=True)
@@ -975,6 +984,8 @@ class Broker:
                 filter_type, filter_expression = declared
         record_filter = parse_filter(filter_expression, filter_type)
         topic_info = self._topic(topic)
+        if queue_id is not None:
+            self._check_queue_id(topic_info, queue_id)
         group_info = await self._ensure_group(group)
         retry_info = await self._ensure_retry_topic(group_info, topic_info)
         loop = asyncio.get_running_loop()
@@ -984,31 +995,53 @@ class Broker:
             if self._closing:
                 return []
             topic_info = self._topic(topic)  # raises if deleted while we waited
+            if queue_id is not None:
+                self._check_queue_id(topic_info, queue_id)  # recreated with fewer queues
             found, contended = self._pop_once(
-                group_info, topic_info, retry_info, max_messages, invisible_ms, record_filter
+                group_info,
+                topic_info,
+                retry_info,
+                max_messages,
+                invisible_ms,
+                record_filter,
+                queue_id,
             )
             remaining = give_up - loop.time()
             if found:
                 self.stats.popped[(group, topic)] += len(found)
             if found or remaining <= 0 or self._draining:
                 return found
-            waiter = self.polling.park(group, topic)
+            # A queue skipped because its lock was held may have messages, and a FIFO head
+            # held back by a nack's backoff becomes due without any arrival.
+            retry_in = min(remaining, 0.005) if contended else remaining
+            fifo_due = self._fifo_next_due(group_info, topic_info, queue_id)
+            if fifo_due is not None:
+                retry_in = min(retry_in, max(0.001, (fifo_due - now_ms()) / 1000))
+            # A timer handle resolving the parked future, not asyncio.wait: a held pop then
+            # costs its future and one handle, not a coroutine, set, closure and future more.
+            waiter = self.polling.park(group, topic, queue_id)
+            timer = loop.call_later(retry_in, _resolve, waiter)
             try:
-                # A queue skipped because its lock was held may have messages, and a FIFO
-                # head held back by a nack's backoff becomes due without any arrival.
-                retry_in = min(remaining, 0.005) if contended else remaining
-                fifo_due = self._fifo_next_due(group_info, topic_info)
-                if fifo_due is not None:
-                    retry_in = min(retry_in, max(0.001, (fifo_due - now_ms()) / 1000))
-                await asyncio.wait([waiter], timeout=retry_in)
+                await waiter
+            except asyncio.CancelledError:
+                if not waiter.cancelled() and loop.time() < timer.when():
+                    # Woken for an arrival, then cancelled before popping it: hand the
+                    # wake-up on, so another held pop takes the message now.
+                    self.polling.notify(topic, 1, group=group, queue_id=queue_id)
+                raise
             finally:
-                self.polling.unpark(group, topic, waiter)
+                timer.cancel()
+                self.polling.unpark(group, topic, waiter, queue_id)
 
-    def _fifo_next_due(self, group: GroupInfo, topic: TopicInfo) -> int | None:
-        """Earliest not-before time of a held FIFO head of this (group, topic), if any."""
+    def _fifo_next_due(
+        self, group: GroupInfo, topic: TopicInfo, queue_id: int | None = None
+    ) -> int | None:
+        """Earliest not-before time of a held FIFO head of this (group, topic), if any (of
+        one queue when the pop is limited to it: another queue's head is not its to wait
+        for)."""
         due: int | None = None
-        for queue_id in range(topic.queues):
-            cq = self._queue_for(group.group_id, topic.topic_id, queue_id)
+        for q in range(topic.queues) if queue_id is None else (queue_id,):
+            cq = self._queue_for(group.group_id, topic.topic_id, q)
             if cq is None or not cq.fifo_ready:
                 continue
             for name in cq.fifo_ready:
@@ -1026,12 +1059,16 @@ class Broker:
         max_messages: int,
         invisible_ms: int,
         record_filter: RecordFilter,
+        queue_id: int | None = None,
     ) -> tuple[list[PoppedMessage], bool]:
         count_key = (group.group_id, topic.topic_id)
         count = self._pop_count.get(count_key, 0)
         self._pop_count[count_key] = count + 1
-        start = count % topic.queues
-        order = [(topic, (start + i) % topic.queues) for i in range(topic.queues)]
+        if queue_id is None:
+            start = count % topic.queues
+            order = [(topic, (start + i) % topic.queues) for i in range(topic.queues)]
+        else:
+            order = [(topic, queue_id)]
         if count % self.config.pop.retry_first_every == 0:
             order.insert(0, (retry, 0))
         else:
@@ -1040,11 +1077,11 @@ class Broker:
         contended = False
         now = now_ms()
         deadline = now + invisible_ms
-        for source, queue_id in order:
+        for source, source_queue in order:
             want = max_messages - len(found)
             if want <= 0:
                 break
-            cq = self._queue(group, source, queue_id)
+            cq = self._queue(group, source, source_queue)
             if not self.locks.try_acquire(cq.lock_key):
                 contended = True
                 continue
@@ -3036,6 +3073,12 @@ def _delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], N
         batch.delete_range("messages", start, end)
 
     return apply
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    """A held pop's timer fired: it pops again, and returns if its wait is over."""
+    if not future.done():
+        future.set_result(None)
 
 
 def _noop(batch: Batch, offsets: QueueOffsets) -> None:
