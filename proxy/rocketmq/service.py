@@ -589,7 +589,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         wait = self._polling_s(request, context.time_remaining(), client_id)
         info, _ = self._topic(topic)
 
-        def pop_from(wait_s: float) -> Awaitable[list[PoppedMessage]]:
+        def pop_from(wait_s: float, queue_id: int | None = None) -> Awaitable[list[PoppedMessage]]:
             return self._broker.pop(
                 group,
                 topic,
@@ -598,6 +598,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 wait_s=wait_s,
                 filter_expression=expression,
                 filter_type=filter_type,
+                queue_id=queue_id,
             )
 
         session = self.sessions.get(client_id)
@@ -616,14 +617,14 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         info: TopicInfo,
         request: sv.ReceiveMessageRequest,
         wait: float,
-        pop: Callable[[float], Awaitable[list[PoppedMessage]]],
+        pop: Callable[[float, int], Awaitable[list[PoppedMessage]]],
     ) -> list[PoppedMessage]:
         """A FIFO push consumer's receive: only on a queue it holds, and only while it does
         (the wait ends with the lease: moved at a query, or run out).
 
-        Broker.pop cannot be limited to one queue yet, so the messages may come from any
-        queue of the topic; order per message group does not depend on it (the broker holds
-        a group's next message until the previous one is acked).
+        The pop takes that queue's messages and the group's retry copies (which belong to
+        no queue), as RocketMQ's pop with a queue id does, so each client gets the messages
+        of the queues it holds.
         """
         if request.message_queue.id == -1:
             raise ProtocolError(
@@ -634,7 +635,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         queue_id = self._queue_id(info, request.message_queue)
         lease_s = self.assignments.check_receive(client_id, group, info.name, queue_id)
         with self.assignments.receiving(client_id, group, info.name, queue_id) as ended:
-            task = asyncio.ensure_future(pop(min(wait, lease_s)))
+            task = asyncio.ensure_future(pop(min(wait, lease_s), queue_id))
             first: set[asyncio.Future[Any]] = {task, ended}
             try:
                 await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
@@ -792,11 +793,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             left = give_up - loop.time()
             if records or result.messages or left <= 0:
                 break
-            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic)
+            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
+            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
             try:
                 await asyncio.wait([waiter], timeout=left)
             finally:
-                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter)
+                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
         host = self._address()
         frames = [
             sv.PullMessageResponse(

@@ -2,13 +2,14 @@
 
 Normal groups keep RocketMQ's single queue -1 assignment. Push consumers of a FIFO group are
 queue-exclusive registry members: the queues are split among them, one lease per queue, and
-a receive names a queue the client holds. The raw-stub tests check the protocol; the last
-test runs two official push consumers in one FIFO group.
+a receive names a queue the client holds and gets that queue's messages. The raw-stub tests
+check the protocol; the last test runs two official push consumers in one FIFO group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -186,15 +187,30 @@ def test_a_fifo_receive_must_name_a_queue_the_client_holds(
         assert "FIFO group" in whole[0].status.message
         outside = await receive(s, queue_receive(4), client_id="c2")
         assert outside[0].status.code == Code.BAD_REQUEST
-        await send(s, message("fifo-orders", b"m", message_id="f1", group="g1"))
-        held = await receive(s, queue_receive(2), client_id="c2")
-        assert [m.body for m in messages_of(held)] == [b"m"]
+        sent = [
+            message("fifo-orders", f"m{i}".encode(), message_id=f"f{i}", group=f"g{i}")
+            for i in range(8)
+        ]
+        await send(s, *sent)
+        _, stats = server.sync(lambda: server.broker.get_topic("fifo-orders"))
+        stored = [q.max_offset for q in stats]
+        assert stored[2] + stored[3] > 0 and stored[0] + stored[1] > 0  # for c2 and for c1
+        taken: list[bytes] = []
+        for queue in (2, 3):
+            if not stored[queue]:
+                continue
+            held = messages_of(await receive(s, queue_receive(queue), client_id="c2"))
+            # Only the queue it names: one message per FIFO group, all there at once.
+            assert [m.system_properties.queue_id for m in held] == [queue] * stored[queue]
+            taken += [m.body for m in held]
         # Simple consumers name route queues round-robin and pop every queue, as before.
-        await send(s, message("fifo-orders", b"s", message_id="f2", group="g2"))
+        await send(s, message("fifo-orders", b"s", message_id="f-s", group="gs"))
         request = receive_request("fifo-pushers", "fifo-orders")
         request.message_queue.id = 0
-        simple = await receive(s, request, client_id="simple")
-        assert [m.body for m in messages_of(simple)] == [b"s"]
+        simple = messages_of(await receive(s, request, client_id="simple"))
+        rest = {m.body for m in sent} - set(taken) | {b"s"}
+        assert sorted(m.body for m in simple) == sorted(rest)
+        assert {m.system_properties.queue_id for m in simple} != {0}
 
     run(server, scenario)
 
@@ -221,6 +237,44 @@ def test_a_queue_given_up_ends_the_old_owners_waiting_receive(
         assert await assigned(s, "c2") == [2, 3]
 
     run(server, scenario)
+
+
+class LeaseHistory:
+    """The owners of a group's queues, sampled on a thread every 20 ms with the wall clock
+    (the official clients stamp what they consume with it)."""
+
+    def __init__(self, server: ServerThread, group: str, topic: str) -> None:
+        self._read = lambda: dict(registry(server).owners(group, topic))
+        self._server = server
+        self._samples: list[tuple[int, dict[int, str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-history", daemon=True)
+
+    def __enter__(self) -> LeaseHistory:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _sample(self) -> None:
+        owners = self._server.sync(self._read)
+        self._samples.append((int(time.time() * 1000), owners))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self._sample()
+
+    def holders(self, queue_id: int, at_ms: int, window_ms: int = 10_000) -> set[str]:
+        """Who held the queue in the samples of the `window_ms` before `at_ms`: a message
+        is received a moment before the listener stamps it, and a lease moves at queries."""
+        return {
+            owner
+            for stamp, owners in self._samples
+            if at_ms - window_ms <= stamp <= at_ms and (owner := owners.get(queue_id)) is not None
+        }
 
 
 async def wait_for_held(server: ServerThread, count: int) -> None:
@@ -302,14 +356,29 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
     wait_until(split, "two official consumers holding two queues each", timeout_s=25)
     owners = server.sync(lambda: registry(server).owners("splitters", "fifo-split"))
     assert sorted(list(owners.values()).count(c) for c in set(owners.values())) == [2, 2]
-    with Producer(server.endpoint) as producer:
-        for body in bodies:
-            producer.send("fifo-split", body.encode(), message_group=body.split(":")[0])
-    results = [official.result(p, timeout=60) for p in procs]
+    # The official client's id is host@pid@index@time: which process is which member.
+    client_of = {c.split("@")[1]: c for c in owners.values()}
+    assert sorted(client_of) == sorted(str(p.pid) for p in procs)
+    queue_of: dict[str, int] = {}
+    with LeaseHistory(server, "splitters", "fifo-split") as leases:
+        with Producer(server.endpoint) as producer:
+            for body in bodies:
+                receipt = producer.send(
+                    "fifo-split", body.encode(), message_group=body.split(":")[0]
+                )
+                queue_of[body] = receipt.queue_id
+        results = [official.result(p, timeout=60) for p in procs]
     assert all(r["fifo"] is True for r in results)
     logs = [r["log"] for r in results]
     consumed = sorted(e["body"] for log in logs for e in log)
     assert consumed == sorted(bodies)  # every message once, none twice
+    # Each message came from a queue its consumer held when it received it.
+    for proc, log in zip(procs, logs, strict=True):
+        client = client_of[str(proc.pid)]
+        for entry in log:
+            queue = queue_of[entry["body"]]
+            holders = leases.holders(queue, entry["received_ms"])
+            assert client in holders, (entry["body"], queue, client, holders)
     assert {e["delivery_attempt"] for log in logs for e in log} == {1}
     # Per message group, listener calls (across both processes) follow the send order.
     merged = sorted((e for log in logs for e in log), key=lambda e: (e["received_ms"], e["body"]))
