@@ -897,7 +897,7 @@ class Broker:
         retention_ms = round(self.config.retention.retention_s * 1000)
         stamp = now_ms()
 
-        def apply(batch: Batch, offsets: QueueOffsets) -> list[str]:
+        def apply(batch: Batch, offsets: QueueOffsets) -> list[tuple[str, int]]:
             notify = []
             for key, timer in due:
                 batch.delete("timers", key)
@@ -925,18 +925,18 @@ class Broker:
                     retention_ms=retention_ms,
                     dedup_window_ms=0,
                 )
-                notify.append(topic.name)
+                notify.append((topic.name, queue_id))
             return notify
 
         try:
-            names: list[str] = await self.writer.submit(apply, sync=False)
+            moved: list[tuple[str, int]] = await self.writer.submit(apply, sync=False)
         finally:
             self._timers_moving -= moving
-        counts: dict[str, int] = {}
-        for name in names:
-            counts[name] = counts.get(name, 0) + 1
-        for name, count in counts.items():
-            self.polling.notify(name, count)
+        counts: dict[tuple[str, int], int] = {}
+        for where in moved:
+            counts[where] = counts.get(where, 0) + 1
+        for (name, queue_id), count in counts.items():
+            self.polling.notify(name, count, queue_id=queue_id)
         return next_due <= now_ms()
 
     # -- pop ------------------------------------------------------------------------------
