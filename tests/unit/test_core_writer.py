@@ -185,23 +185,50 @@ def test_a_synced_batch_completes_after_its_fsync_and_later_jobs_form_the_next_b
 
     async def scenario() -> None:
         writer = GroupCommitWriter(store, QueueOffsets(store))
-        first = writer.submit(_append(b"a"), sync=True)
+        first = [writer.submit(_append(b"a"), sync=True) for _ in range(2)]
         # The loop is free while the fsync waits: this coroutine runs meanwhile.
         assert await asyncio.to_thread(syncing.wait, 10)
         later = [writer.submit(_append(b"b"), sync=True) for _ in range(5)]
         await asyncio.sleep(0.05)
-        assert not first.done() and not any(f.done() for f in later)
+        assert not any(f.done() for f in first + later)
         assert writer.offsets.max_offset(TOPIC, QUEUE) == 0  # not visible before the fsync
         assert writer.stats.batches == 0
         release.set()
-        assert await first == 0
-        assert await asyncio.gather(*later) == [1, 2, 3, 4, 5]
+        assert await asyncio.gather(*first) == [0, 1]
+        assert await asyncio.gather(*later) == [2, 3, 4, 5, 6]
         assert (writer.stats.batches, writer.stats.synced_batches) == (2, 2)
-        assert writer.offsets.max_offset(TOPIC, QUEUE) == 6
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 7
         writer.close()
 
     asyncio.run(scenario())
-    assert [offset for offset, _ in _stored(store)] == list(range(6))
+    assert [offset for offset, _ in _stored(store)] == list(range(7))
+
+
+def test_a_lone_job_is_synced_on_the_loop_and_contention_moves_the_fsync_off_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One sequential writer gains nothing from the sync thread (the hand-off costs more
+    than the fsync); concurrent writers do."""
+    threads: list[str] = []
+    real_sync = store.sync_wal
+
+    def recording_sync() -> None:
+        threads.append(threading.current_thread().name)
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", recording_sync)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        for _ in range(3):
+            await writer.submit(_append(b"alone"), sync=True)
+        await asyncio.gather(*(writer.submit(_append(b"together"), sync=True) for _ in range(4)))
+        writer.close()
+
+    asyncio.run(scenario())
+    main = threading.main_thread().name
+    assert threads[:3] == [main] * 3
+    assert threads[3].startswith("popmq-wal-sync")
 
 
 def test_a_failed_fsync_fails_its_jobs_and_later_writes_never_reuse_its_offsets(
