@@ -907,23 +907,8 @@ class Broker:
                 queue_id = timer.queue_id % topic.queues
                 record = records_pb2.StoredMessage.FromString(timer.message)
                 record.store_time_ms = stamp
-                offset = offsets.allocate(topic.topic_id, queue_id)
-                batch.put(
-                    "messages",
-                    keys.message_key(topic.topic_id, queue_id, offset),
-                    record.SerializeToString(),
-                )
-                message_index.write_entries(
-                    batch,
-                    topic_id=topic.topic_id,
-                    queue_id=queue_id,
-                    offset=offset,
-                    message_id=record.message_id,
-                    dedup_id="",  # its dedup entry was written at send and stays as it is
-                    message_keys=record.keys,
-                    stamp_ms=stamp,
-                    retention_ms=retention_ms,
-                    dedup_window_ms=0,
+                _store_indexed(
+                    batch, offsets, topic.topic_id, queue_id, record, stamp, retention_ms
                 )
                 notify.append((topic.name, queue_id))
             return notify
@@ -2636,24 +2621,9 @@ class Broker:
                     stamp: int = stamp,
                 ) -> None:
                     for target, queue_id, record in copies:
-                        at = offsets.allocate(target.topic_id, queue_id)
-                        batch.put(
-                            "messages",
-                            keys.message_key(target.topic_id, queue_id, at),
-                            record.SerializeToString(),
-                        )
                         # Query by id and key finds the live copy, not only the dead letter.
-                        message_index.write_entries(
-                            batch,
-                            topic_id=target.topic_id,
-                            queue_id=queue_id,
-                            offset=at,
-                            message_id=record.message_id,
-                            dedup_id="",
-                            message_keys=record.keys,
-                            stamp_ms=stamp,
-                            retention_ms=retention_ms,
-                            dedup_window_ms=0,
+                        _store_indexed(
+                            batch, offsets, target.topic_id, queue_id, record, stamp, retention_ms
                         )
                     batch.delete_range("messages", start_key, end_key)
 
@@ -3060,6 +3030,35 @@ def _delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None
             batch.delete("meta", key)
 
     return apply
+
+
+def _store_indexed(
+    batch: Batch,
+    offsets: QueueOffsets,
+    topic_id: int,
+    queue_id: int,
+    record: records_pb2.StoredMessage,
+    stamp_ms: int,
+    retention_ms: int,
+) -> int:
+    """Store a message that was sent before (a due timer, a redriven dead letter) at the end
+    of a queue, with its id and key index entries; its dedup entry from the send stays as it
+    is. Returns its offset."""
+    offset = offsets.allocate(topic_id, queue_id)
+    batch.put("messages", keys.message_key(topic_id, queue_id, offset), record.SerializeToString())
+    message_index.write_entries(
+        batch,
+        topic_id=topic_id,
+        queue_id=queue_id,
+        offset=offset,
+        message_id=record.message_id,
+        dedup_id="",
+        message_keys=record.keys,
+        stamp_ms=stamp_ms,
+        retention_ms=retention_ms,
+        dedup_window_ms=0,
+    )
+    return offset
 
 
 def _ignore_result(future: asyncio.Future[Any]) -> None:
