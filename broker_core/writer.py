@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core import keys
-from broker_core.errors import PopMQError
+from broker_core.errors import PopMQError, UnavailableError
 from broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -242,10 +242,13 @@ class GroupCommitWriter:
         exc = done.exception()
         if exc is None:
             self._complete(jobs, results, began, synced=True)
-        elif isinstance(exc, PopMQError):
-            self._sync_failed(jobs, exc)
         else:
-            raise exc
+            # Store.sync_wal maps store errors already; anything else is a bug, but the jobs
+            # still get an answer and later writes still flush.
+            if not isinstance(exc, PopMQError):
+                log.error("WAL sync failed unexpectedly", exc_info=exc)
+                exc = UnavailableError(f"the store could not sync ({exc!r}); retry later")
+            self._sync_failed(jobs, exc)
         if self._pending:
             self._schedule(asyncio.get_running_loop())
 
