@@ -170,7 +170,9 @@ class Broker:
         self._settings_cache: dict[int, GroupSettings] = {}
         # Sends storing a dedup id right now, so a concurrent repeat waits for the first:
         # (topic_id, dedup_id) -> the first send's result.
-        self._dedup_pending: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
+        self._dedup_pending: dict[
+            tuple[int, str], tuple[asyncio.Future[list[SendResult]], int]
+        ] = {}
         # Delayed messages: earliest due time in the timers family (a lower bound), the
         # loop's wakeup, and timer keys a move or recall is writing right now.
         self._next_timer_ms = _NEVER
@@ -555,8 +557,10 @@ class Broker:
         stamp = now_ms()
         cfg = self.config.messages
         max_delay_ms = round(cfg.max_delay_s * 1000)
+        names = {msg.topic for msg in messages}
+        for name in names:
+            validation.check_name("topic", name)
         for i, msg in enumerate(messages):
-            validation.check_name("topic", msg.topic)
             validation.check_message(
                 i,
                 body=msg.body,
@@ -579,7 +583,7 @@ class Broker:
                     f"messages[{i}] is due in {(msg.deliver_at_ms - stamp) / 1000:.0f}s: at "
                     f"most {cfg.max_delay_s:.0f}s (max_delay_s) ahead is allowed"
                 )
-        topics = {name: await self._topic_for_send(name) for name in {m.topic for m in messages}}
+        topics = {name: await self._topic_for_send(name) for name in names}
         for i, msg in enumerate(messages):
             kind = _message_type(msg)
             topic = topics[msg.topic]
@@ -597,8 +601,12 @@ class Broker:
                 )
         window_ms = round(cfg.dedup_window_s * 1000)
         results: list[SendResult | None] = [None] * len(messages)
-        later: list[tuple[int, asyncio.Future[SendResult]]] = []
-        mine: dict[tuple[int, str], asyncio.Future[SendResult]] = {}
+        # One future for the whole send: a concurrent send repeating one of its dedup ids
+        # waits on it and reads its entry (index into the stored list) from _dedup_pending.
+        done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(_ignore_result)
+        later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
+        mine: list[tuple[int, str]] = []
         plan: list[_Planned] = []
         ids = [msg.message_id or self._ids.next() for msg in messages]
         hits = message_index.find_duplicates(
@@ -610,14 +618,15 @@ class Broker:
             stamp,
             window_ms,
         )
+        pending_sends = self._dedup_pending
         for i, msg in enumerate(messages):
             topic = topics[msg.topic]
             message_id = ids[i]
             dedup_id = msg.dedup_id or message_id
             dkey = (topic.topic_id, dedup_id)
-            pending = self._dedup_pending.get(dkey)
+            pending = pending_sends.get(dkey)
             if pending is not None:
-                later.append((i, pending))  # the same dedup id is being stored right now
+                later.append((i, *pending))  # the same dedup id is being stored right now
                 continue
             hit = hits[i]
             if hit is not None:
@@ -626,29 +635,12 @@ class Broker:
                     hit.recall_handle, duplicate=True,
                 )  # fmt: skip
                 continue
-            future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-            future.add_done_callback(_ignore_result)
-            self._dedup_pending[dkey] = future
-            mine[dkey] = future
-            record = records_pb2.StoredMessage(
-                message_id=message_id,
-                body=msg.body,
-                tag=msg.tag,
-                keys=msg.keys,
-                properties=msg.properties,
-                born_time_ms=msg.born_time_ms or stamp,
-                store_time_ms=stamp,
-                delivery_attempt=1,
-                message_group=msg.message_group,
-                deliver_at_ms=msg.deliver_at_ms,
-                body_encoding=msg.body_encoding,
-                dedup_id=msg.dedup_id,
-                born_host=msg.born_host,
-            )
+            pending_sends[dkey] = (done, len(plan))
+            mine.append(dkey)
             timer_seq = self._next_timer_seq() if msg.deliver_at_ms > stamp else 0
             plan.append(
-                _Planned(i, topic, self._queue_for_send(topic, msg.message_group), record,
-                         dedup_id, timer_seq, future)
+                _Planned(i, topic, self._queue_for_send(topic, msg.message_group),
+                         _stored_record(msg, message_id, stamp), dedup_id, timer_seq)
             )  # fmt: skip
         retention_ms = round(self.config.retention.retention_s * 1000)
 
@@ -697,24 +689,21 @@ class Broker:
                 apply, sync=self.config.store.flush == "sync"
             )
         except BaseException as exc:
-            for future in mine.values():
-                if not future.done():
-                    future.set_exception(
-                        exc
-                        if isinstance(exc, Exception)
-                        else UnavailableError("the send was cancelled")
-                    )
+            done.set_exception(
+                exc if isinstance(exc, Exception) else UnavailableError("the send was cancelled")
+            )
             raise
+        else:
+            done.set_result(stored)
         finally:
-            for dkey, future in mine.items():
-                if self._dedup_pending.get(dkey) is future:
-                    del self._dedup_pending[dkey]
+            for dkey in mine:
+                entry = pending_sends.get(dkey)
+                if entry is not None and entry[0] is done:
+                    del pending_sends[dkey]
         for p, result in zip(plan, stored, strict=True):
             results[p.index] = result
-            if not p.future.done():
-                p.future.set_result(result)
-        for i, pending in later:
-            first = await pending
+        for i, pending, j in later:
+            first = (await pending)[j]
             results[i] = SendResult(
                 first.message_id, first.topic, first.queue_id, first.offset,
                 first.recall_handle, duplicate=True,
@@ -3095,7 +3084,38 @@ class _Planned:
     dedup_id: str
     timer_seq: int
     """Non-zero for a delayed message: its timers-family sequence."""
-    future: asyncio.Future[SendResult]
+
+
+def _stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> records_pb2.StoredMessage:
+    """The record a sent message is stored as.
+
+    Empty fields are left out of the constructor: upb converts every keyword it is given, and
+    the empty ones cost 4x the rest (7.3 vs 1.9 us for a plain 1 KiB message).
+    """
+    record = records_pb2.StoredMessage(
+        message_id=message_id,
+        body=msg.body,
+        born_time_ms=msg.born_time_ms or stamp_ms,
+        store_time_ms=stamp_ms,
+        delivery_attempt=1,
+    )
+    if msg.tag:
+        record.tag = msg.tag
+    if msg.keys:
+        record.keys.extend(msg.keys)
+    if msg.properties:
+        record.properties.update(msg.properties)
+    if msg.message_group:
+        record.message_group = msg.message_group
+    if msg.deliver_at_ms:
+        record.deliver_at_ms = msg.deliver_at_ms
+    if msg.body_encoding:
+        record.body_encoding = msg.body_encoding
+    if msg.dedup_id:
+        record.dedup_id = msg.dedup_id
+    if msg.born_host:
+        record.born_host = msg.born_host
+    return record
 
 
 def _message_type(msg: NewMessage) -> str:

@@ -15,7 +15,7 @@ deleted (the sweep may not have run yet).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from broker_core import keys
 from broker_core.store import Batch, Store
@@ -32,20 +32,19 @@ def write_entries(
     offset: int,
     message_id: str,
     dedup_id: str,
-    message_keys: Iterable[str],
+    message_keys: Sequence[str],
     stamp_ms: int,
     retention_ms: int,
     dedup_window_ms: int,
     recall_handle: str = "",
 ) -> None:
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer."""
-    value = records_pb2.IndexRecord(
-        queue_id=queue_id,
-        offset=offset,
-        store_time_ms=stamp_ms,
-        message_id=message_id,
-        recall_handle=recall_handle,
-    ).SerializeToString()
+    record = records_pb2.IndexRecord(
+        queue_id=queue_id, offset=offset, store_time_ms=stamp_ms, message_id=message_id
+    )
+    if recall_handle:  # an empty keyword still costs a conversion in upb
+        record.recall_handle = recall_handle
+    value = record.SerializeToString()
     id_key = keys.id_index_key(topic_id, message_id)
     batch.put("index", id_key, value)
     batch.put("index", keys.expiry_key(stamp_ms + retention_ms, id_key), b"")
@@ -53,7 +52,7 @@ def write_entries(
         dedup_key = keys.dedup_key(topic_id, dedup_id)
         batch.put("index", dedup_key, value)
         batch.put("index", keys.expiry_key(stamp_ms + dedup_window_ms, dedup_key), b"")
-    if offset >= 0:
+    if offset >= 0 and message_keys:
         write_key_entries(
             batch,
             topic_id=topic_id,

@@ -1,4 +1,10 @@
-"""Values that cross broker_core's public API (the proxy converts them to and from protos)."""
+"""Values that cross broker_core's public API (the proxy converts them to and from protos).
+
+NewMessage, SendResult and PoppedMessage are built once per message on the send and pop
+paths, so they are not frozen: a frozen dataclass's __init__ sets each field through
+object.__setattr__ and costs about 2.7x a plain one (3.9 vs 1.5 us for six fields here).
+Treat them as read-only all the same.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from dataclasses import dataclass, field
 from popmq.store.v1 import records_pb2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewMessage:
     """A message to send."""
 
@@ -30,7 +36,7 @@ class NewMessage:
     born_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendResult:
     """Where a sent message was stored."""
 
@@ -44,7 +50,7 @@ class SendResult:
     """True when this send repeated a dedup id inside the window and was not stored."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PoppedMessage:
     """One delivery: the stored record plus where it came from and its receipt handle."""
 

@@ -122,6 +122,12 @@ def check_message_extras(
 ) -> None:
     """Check the FIFO group, dedup id, body encoding and born host of one message."""
     where = f"messages[{index}]"
+    if body_encoding not in BODY_ENCODINGS:
+        raise InvalidArgumentError(
+            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
+        )
+    if not (message_group or dedup_id or born_host):
+        return  # the usual message: nothing more to check
     for field, value, limit in (
         ("message_group", message_group, MAX_MESSAGE_GROUP_LENGTH),
         ("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH),
@@ -132,7 +138,3 @@ def check_message_extras(
                 f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
                 "not blank, no control characters"
             )
-    if body_encoding not in BODY_ENCODINGS:
-        raise InvalidArgumentError(
-            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
-        )

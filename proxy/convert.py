@@ -65,12 +65,13 @@ def deliver_at_ms(index: int, msg: messaging_pb2.OutgoingMessage, now_ms: int) -
 
 
 def new_message(msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int = 0) -> NewMessage:
+    # Empty repeated and map fields are common and copying them costs ~3 us: skip those.
     return NewMessage(
         topic=msg.topic,
         body=msg.body,
         tag=msg.tag,
-        keys=tuple(msg.keys),
-        properties=dict(msg.properties),
+        keys=tuple(msg.keys) if msg.keys else (),
+        properties=dict(msg.properties) if msg.properties else {},
         message_id=msg.message_id,
         message_group=msg.message_group,
         deliver_at_ms=deliver_at_ms(index, msg, now_ms),
