@@ -1473,15 +1473,8 @@ class Broker:
                 f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
                 f"not {group.name!r}"
             )
-        superseded = ReceiptHandleSupersededError(
-            "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
-        )
-        expired = ReceiptHandleExpiredError(
-            f"receipt handle expired {(now - handle.deadline_ms) / 1000:.3f}s ago (its "
-            "invisible time passed); the message is delivered again with a new handle"
-        )
         if (handle.ck_id, handle.index) in self._superseded:
-            raise superseded
+            raise _superseded()
         if handle.topic_id not in self.catalog.topics_by_id:
             raise FailedPreconditionError(
                 "the topic of this receipt handle was deleted; there is nothing to acknowledge"
@@ -1497,19 +1490,19 @@ class Broker:
             # Finished checkpoint: acked, unless another delivery owns the message now (a
             # restart lost the checkpoint and the message was popped again).
             if owner is not None:
-                raise superseded
+                raise _superseded()
             if handle.deadline_ms <= now:
-                raise expired
+                raise _expired(now - handle.deadline_ms)
             return None
         bit = 1 << handle.index
         if ck.acked & bit:
             return None  # acked before: a repeated ack is idempotent
         if ck.revived & bit:
-            raise expired
+            raise _expired(now - handle.deadline_ms)
         if ck.resolved & bit or owner is not ck:
-            raise superseded
+            raise _superseded()
         if handle.deadline_ms <= now:
-            raise expired
+            raise _expired(now - handle.deadline_ms)
         return ck, handle.index
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
@@ -1521,6 +1514,7 @@ class Broker:
         now = now_ms()
         results: list[PopMQError | None] = []
         touched: dict[int, Checkpoint] = {}
+        acked: dict[int, int] = {}  # topic id -> acks
         for text in handles:
             try:
                 found = self._resolve_handle(group_info, text, now)
@@ -1531,11 +1525,14 @@ class Broker:
             if found is None:
                 continue
             ck, index = found
-            self.stats.acked[(group, self._user_topic_name(ck.queue.topic_id))] += 1
+            topic_id = ck.queue.topic_id
+            acked[topic_id] = acked.get(topic_id, 0) + 1
             ck.resolved |= 1 << index
             ck.acked |= 1 << index
             ck.queue.release(ck, index)
             touched[ck.ck_id] = ck
+        for topic_id, count in acked.items():
+            self.stats.acked[(group, self._user_topic_name(topic_id))] += count
         must_write = any(ck.persisted for ck in touched.values())
         for ck in touched.values():
             self._finish(ck)
@@ -3067,6 +3064,19 @@ def _resolve(future: asyncio.Future[None]) -> None:
     """A held pop's timer fired: it pops again, and returns if its wait is over."""
     if not future.done():
         future.set_result(None)
+
+
+def _superseded() -> ReceiptHandleSupersededError:
+    return ReceiptHandleSupersededError(
+        "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
+    )
+
+
+def _expired(ago_ms: int) -> ReceiptHandleExpiredError:
+    return ReceiptHandleExpiredError(
+        f"receipt handle expired {ago_ms / 1000:.3f}s ago (its invisible time passed); the "
+        "message is delivered again with a new handle"
+    )
 
 
 def _noop(batch: Batch, offsets: QueueOffsets) -> None:

@@ -30,6 +30,12 @@ def timestamp(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def set_time(field: timestamp_pb2.Timestamp, ms: int) -> None:
+    """Fill a message's Timestamp field in place: half the cost of building one to copy."""
+    field.seconds = ms // 1000
+    field.nanos = ms % 1000 * 1_000_000
+
+
 def duration(seconds: float) -> duration_pb2.Duration:
     whole = int(seconds)
     return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
@@ -94,25 +100,46 @@ def send_result(result: SendResult) -> messaging_pb2.SendResult:
 
 def received_message(popped: PoppedMessage) -> messaging_pb2.ReceivedMessage:
     record = popped.record
-    return messaging_pb2.ReceivedMessage(
+    message = messaging_pb2.ReceivedMessage(
         message_id=record.message_id,
         topic=popped.topic,
         queue_id=popped.queue_id,
         offset=popped.offset,
         body=record.body,
-        tag=record.tag,
-        keys=record.keys,
-        properties=record.properties,
-        born_time=timestamp(record.born_time_ms),
-        store_time=timestamp(record.store_time_ms),
         delivery_attempt=record.delivery_attempt,
         receipt_handle=popped.receipt_handle,
-        invisible_until=timestamp(popped.invisible_until_ms),
-        message_group=record.message_group,
-        deliver_time=timestamp(record.deliver_at_ms) if record.deliver_at_ms else None,
-        body_encoding=record.body_encoding,
-        born_host=record.born_host,
     )
+    _copy_record(record, message)
+    set_time(message.invisible_until, popped.invisible_until_ms)
+    if record.deliver_at_ms:
+        set_time(message.deliver_time, record.deliver_at_ms)
+    if record.born_host:
+        message.born_host = record.born_host
+    return message
+
+
+def _copy_record(
+    record: records_pb2.StoredMessage,
+    out: messaging_pb2.ReceivedMessage | messaging_pb2.PulledMessage | admin_pb2.StoredMessage,
+) -> None:
+    """Copy what every delivered form of a message shares with its stored record.
+
+    Fields are set in place and only when not empty: upb converts every constructor keyword,
+    and an empty repeated or map keyword alone costs ~4 us. Building a ReceivedMessage the
+    plain way took 31 us, this way 5 us.
+    """
+    set_time(out.born_time, record.born_time_ms)
+    set_time(out.store_time, record.store_time_ms)
+    if record.tag:
+        out.tag = record.tag
+    if record.keys:
+        out.keys.extend(record.keys)
+    if record.properties:
+        out.properties.update(record.properties)
+    if record.message_group:
+        out.message_group = record.message_group
+    if record.body_encoding:
+        out.body_encoding = record.body_encoding
 
 
 def filter_type(value: messaging_pb2.FilterExpression) -> str:
@@ -165,22 +192,18 @@ def queue_lag(row: QueueLag) -> admin_pb2.QueueLag:
 def pulled_message(
     topic: str, queue_id: int, offset: int, record: records_pb2.StoredMessage
 ) -> messaging_pb2.PulledMessage:
-    return messaging_pb2.PulledMessage(
+    message = messaging_pb2.PulledMessage(
         message_id=record.message_id,
         topic=topic,
         queue_id=queue_id,
         offset=offset,
         body=record.body,
-        tag=record.tag,
-        keys=record.keys,
-        properties=record.properties,
-        born_time=timestamp(record.born_time_ms),
-        store_time=timestamp(record.store_time_ms),
         delivery_attempt=record.delivery_attempt,
-        message_group=record.message_group,
-        body_encoding=record.body_encoding,
-        born_host=record.born_host,
     )
+    _copy_record(record, message)
+    if record.born_host:
+        message.born_host = record.born_host
+    return message
 
 
 def pull_response(pulled: PulledMessages) -> messaging_pb2.PullMessagesResponse:
@@ -370,20 +393,14 @@ def stored_message(
         queue_id=queue_id,
         offset=offset,
         body=record.body,
-        tag=record.tag,
-        keys=record.keys,
-        properties=record.properties,
-        born_time=timestamp(record.born_time_ms),
-        store_time=timestamp(record.store_time_ms),
         delivery_attempt=record.delivery_attempt,
         origin_topic=record.origin_topic,
         origin_queue_id=record.origin_queue_id,
         origin_offset=record.origin_offset,
-        message_group=record.message_group,
-        body_encoding=record.body_encoding,
     )
+    _copy_record(record, message)
     if record.deliver_at_ms:
-        message.deliver_time.CopyFrom(timestamp(record.deliver_at_ms))
+        set_time(message.deliver_time, record.deliver_at_ms)
     return message
 
 

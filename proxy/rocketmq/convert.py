@@ -18,6 +18,7 @@ from broker_core.catalog import KIND_DLQ, TopicInfo
 from broker_core.errors import InvalidArgumentError
 from broker_core.types import NewMessage, PoppedMessage
 from popmq.store.v1 import records_pb2
+from proxy.convert import set_time
 from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from proxy.rocketmq.config import RocketMQConfig
 
@@ -327,23 +328,26 @@ def v2_message(
 ) -> pb.Message:
     """A stored message as ReceiveMessage (with a handle) or PullMessage streams it."""
     body = delivered_body(record.body, record.body_encoding, record.message_id)
+    # Set in place, and empty fields not at all: see proxy.convert._copy_record.
     props = pb.SystemProperties(
-        keys=record.keys,
         message_id=record.message_id,
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
         body_encoding=pb.IDENTITY,
         message_type=(
             pb.FIFO if record.message_group else pb.DELAY if record.deliver_at_ms else pb.NORMAL
         ),
-        born_timestamp=timestamp(record.born_time_ms),
-        born_host=record.born_host,
-        store_timestamp=timestamp(record.store_time_ms),
         store_host=store_host,
         # A retry copy reports where the message was first stored.
         queue_id=record.origin_queue_id if record.origin_topic else queue_id,
         queue_offset=record.origin_offset if record.origin_topic else offset,
         delivery_attempt=record.delivery_attempt,
     )
+    set_time(props.born_timestamp, record.born_time_ms)
+    set_time(props.store_timestamp, record.store_time_ms)
+    if record.keys:
+        props.keys.extend(record.keys)
+    if record.born_host:
+        props.born_host = record.born_host
     if receipt_handle:
         props.receipt_handle = receipt_handle
     if invisible_s is not None:
@@ -353,17 +357,15 @@ def v2_message(
     if record.message_group:
         props.message_group = record.message_group
     if record.deliver_at_ms:
-        props.delivery_timestamp.CopyFrom(timestamp(record.deliver_at_ms))
+        set_time(props.delivery_timestamp, record.deliver_at_ms)
     if topic.startswith(validation.DLQ_PREFIX) and record.origin_topic:
         props.dead_letter_queue.CopyFrom(
             pb.DeadLetterQueue(topic=record.origin_topic, message_id=record.message_id)
         )
-    return pb.Message(
-        topic=pb.Resource(name=topic),
-        user_properties=record.properties,
-        system_properties=props,
-        body=body,
-    )
+    message = pb.Message(topic=pb.Resource(name=topic), system_properties=props, body=body)
+    if record.properties:
+        message.user_properties.update(record.properties)
+    return message
 
 
 def popped_message(popped: PoppedMessage, now_ms: int, store_host: str) -> pb.Message:
