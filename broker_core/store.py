@@ -85,6 +85,12 @@ class Store:
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
+        # Every send looks its message ids up in `index`, and almost all are misses: a bloom
+        # filter answers a miss without reading table blocks (0.65 vs 4-6 us a key, measured
+        # on 400k keys in table files).
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        families["index"].set_block_based_table_factory(table)
         self._db = rocksdict.Rdict(str(self.path), options, column_families=families)
         self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
