@@ -64,6 +64,11 @@ DELAY_LEVELS_S: tuple[float, ...] = (
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _where(index: int) -> str:
+    """How an error names message ``index`` of a send (the server's words)."""
+    return f"messages[{index}]"
+
+
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
     """Check a topic or group name; reserved prefixes are refused unless ``allow_dlq``."""
     if not name:
@@ -104,44 +109,59 @@ def check_message(
     message_id: str,
 ) -> None:
     """Check one message of a send; ``index`` locates it in the batch."""
-    where = f"messages[{index}]"
+    # Runs for every message sent: the common case (short body, few or no optional fields)
+    # takes a few comparisons, and the error text is only built when there is an error.
     if not body:
-        raise InvalidArgumentError(f"{where}.body is empty: a message needs 1 byte to 4 MiB")
+        raise InvalidArgumentError(
+            f"{_where(index)}.body is empty: a message needs 1 byte to 4 MiB"
+        )
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgumentError(
-            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB) are allowed"
+            f"{_where(index)}.body is {len(body)} bytes: "
+            f"at most {MAX_BODY_BYTES} (4 MiB) are allowed"
         )
     if tag:
         if "|" in tag or not tag.strip() or _CONTROL.search(tag):
             raise InvalidArgumentError(
-                f"{where}.tag {tag!r} is invalid: no '|', no control characters, not blank"
+                f"{_where(index)}.tag {tag!r} is invalid: no '|', no control characters, not blank"
             )
         if len(tag) > MAX_TAG_LENGTH:
-            raise InvalidArgumentError(f"{where}.tag is longer than {MAX_TAG_LENGTH} characters")
-    if len(keys) > MAX_KEYS:
-        raise InvalidArgumentError(f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed")
-    for key in keys:
-        if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
             raise InvalidArgumentError(
-                f"{where} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
-                "not blank, no control characters"
+                f"{_where(index)}.tag is longer than {MAX_TAG_LENGTH} characters"
             )
-    if len(properties) > MAX_PROPERTIES:
-        raise InvalidArgumentError(
-            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed"
-        )
-    total = 0
-    for name, value in properties.items():
-        if not name or _CONTROL.search(name):
-            raise InvalidArgumentError(f"{where} property name {name!r} is empty or has controls")
-        total += len(name.encode()) + len(value.encode())
-    if total > MAX_PROPERTIES_BYTES:
-        raise InvalidArgumentError(
-            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)"
-        )
+    if keys:
+        if len(keys) > MAX_KEYS:
+            raise InvalidArgumentError(
+                f"{_where(index)} has {len(keys)} keys: at most {MAX_KEYS} allowed"
+            )
+        for key in keys:
+            if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
+                raise InvalidArgumentError(
+                    f"{_where(index)} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
+                    "not blank, no control characters"
+                )
+    if properties:
+        if len(properties) > MAX_PROPERTIES:
+            raise InvalidArgumentError(
+                f"{_where(index)} has {len(properties)} properties: "
+                f"at most {MAX_PROPERTIES} are allowed"
+            )
+        total = 0
+        for name, value in properties.items():
+            if not name or _CONTROL.search(name):
+                raise InvalidArgumentError(
+                    f"{_where(index)} property name {name!r} is empty or has controls"
+                )
+            total += len(name.encode()) + len(value.encode())
+        if total > MAX_PROPERTIES_BYTES:
+            raise InvalidArgumentError(
+                f"{_where(index)} properties take {total} bytes: "
+                f"at most {MAX_PROPERTIES_BYTES} (16 KiB)"
+            )
     if len(message_id) > MAX_MESSAGE_ID_LENGTH or _CONTROL.search(message_id):
         raise InvalidArgumentError(
-            f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
+            f"{_where(index)}.message_id is invalid: "
+            f"at most {MAX_MESSAGE_ID_LENGTH} printable characters"
         )
 
 
@@ -149,20 +169,24 @@ def check_message_extras(
     index: int, *, message_group: str, dedup_id: str, body_encoding: str, born_host: str
 ) -> None:
     """Check the FIFO group, dedup id, body encoding and born host of one message."""
-    where = f"messages[{index}]"
-    for field, value, limit in (
-        ("message_group", message_group, MAX_MESSAGE_GROUP_LENGTH),
-        ("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH),
-        ("born_host", born_host, MAX_BORN_HOST_LENGTH),
-    ):
-        if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
-            raise InvalidArgumentError(
-                f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
-                "not blank, no control characters"
-            )
+    if message_group:
+        _check_optional_text(index, "message_group", message_group, MAX_MESSAGE_GROUP_LENGTH)
+    if dedup_id:
+        _check_optional_text(index, "dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH)
+    if born_host:
+        _check_optional_text(index, "born_host", born_host, MAX_BORN_HOST_LENGTH)
     if body_encoding not in BODY_ENCODINGS:
         raise InvalidArgumentError(
-            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
+            f"{_where(index)}.body_encoding {body_encoding!r} is not supported: "
+            "use '', 'zlib' or 'zstd'"
+        )
+
+
+def _check_optional_text(index: int, field: str, value: str, limit: int) -> None:
+    if not value.strip() or _CONTROL.search(value) or len(value) > limit:
+        raise InvalidArgumentError(
+            f"{_where(index)}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
+            "not blank, no control characters"
         )
 
 
@@ -178,7 +202,9 @@ def check_schedule(
     The upper bound of a delay is the server's ``max_delay_s`` (3 days by default); the
     server checks it against its own clock, so the client leaves it to the server.
     """
-    where = f"messages[{index}]"
+    if deliver_at is None and delay_s is None and delay_level is None:
+        return  # most messages: sent now
+    where = _where(index)
     given = [
         name
         for name, value in (
