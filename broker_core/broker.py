@@ -702,8 +702,8 @@ class Broker:
                     del pending_sends[dkey]
         for p, result in zip(plan, stored, strict=True):
             results[p.index] = result
-        for i, pending, j in later:
-            first = (await pending)[j]
+        for i, earlier, j in later:
+            first = (await earlier)[j]
             results[i] = SendResult(
                 first.message_id, first.topic, first.queue_id, first.offset,
                 first.recall_handle, duplicate=True,
@@ -1473,7 +1473,7 @@ class Broker:
                 f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
                 f"not {group.name!r}"
             )
-        if (handle.ck_id, handle.index) in self._superseded:
+        if (handle.ck_id, handle.ck_index) in self._superseded:
             raise _superseded()
         if handle.topic_id not in self.catalog.topics_by_id:
             raise FailedPreconditionError(
@@ -1484,8 +1484,8 @@ class Broker:
         ck = self._cks.get(handle.ck_id)
         if (
             ck is None
-            or handle.index >= len(ck.offsets)
-            or ck.offsets[handle.index] != handle.offset
+            or handle.ck_index >= len(ck.offsets)
+            or ck.offsets[handle.ck_index] != handle.offset
         ):
             # Finished checkpoint: acked, unless another delivery owns the message now (a
             # restart lost the checkpoint and the message was popped again).
@@ -1494,7 +1494,7 @@ class Broker:
             if handle.deadline_ms <= now:
                 raise _expired(now - handle.deadline_ms)
             return None
-        bit = 1 << handle.index
+        bit = 1 << handle.ck_index
         if ck.acked & bit:
             return None  # acked before: a repeated ack is idempotent
         if ck.revived & bit:
@@ -1503,7 +1503,7 @@ class Broker:
             raise _superseded()
         if handle.deadline_ms <= now:
             raise _expired(now - handle.deadline_ms)
-        return ck, handle.index
+        return ck, handle.ck_index
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Acknowledge deliveries; one result per handle (None = acked, or acked before)."""

@@ -43,7 +43,7 @@ class ReceiptHandle(NamedTuple):
     queue_id: int
     offset: int
     ck_id: int
-    index: int
+    ck_index: int
     deadline_ms: int
 
 

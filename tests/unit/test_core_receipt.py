@@ -16,7 +16,7 @@ HANDLE = ReceiptHandle(
     queue_id=5,
     offset=123_456_789,
     ck_id=(2 << 40) | 99,
-    index=4,
+    ck_index=4,
     deadline_ms=1_700_000_030_000,
 )
 
