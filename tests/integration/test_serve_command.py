@@ -13,7 +13,8 @@ from pathlib import Path
 from sdk import Admin, Producer, SimpleConsumer
 
 
-def _start(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+def _start(data_dir: Path, **env: str) -> tuple[subprocess.Popen[str], str, str]:
+    """The server process, its endpoint, and what it printed until it listened."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -28,16 +29,18 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 60
+    printed = ""
     while time.monotonic() < deadline:
         line = process.stdout.readline()
+        printed += line
         match = re.search(r"listening on (127\.0\.0\.1:(\d+))", line)
         if match:
             assert int(match.group(2)) > 0
-            return process, match.group(1)
+            return process, match.group(1), printed
         if not line and process.poll() is not None:
             break
     process.kill()
@@ -45,7 +48,8 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 def test_serve_prints_real_port_and_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
-    process, endpoint = _start(tmp_path / "data")
+    process, endpoint, printed = _start(tmp_path / "data")
+    assert "(event loop: uvloop)" in printed  # the default (ServerConfig.event_loop)
     try:
         with Admin(endpoint) as admin:
             admin.create_topic("orders", queues=2)
@@ -56,7 +60,7 @@ def test_serve_prints_real_port_and_shuts_down_gracefully_on_sigterm(tmp_path: P
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
     # The store was closed cleanly: a new server on the same dir has the message.
-    process, endpoint = _start(tmp_path / "data")
+    process, endpoint, _ = _start(tmp_path / "data")
     try:
         with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
             (msg,) = consumer.receive(wait_s=5)
@@ -66,6 +70,24 @@ def test_serve_prints_real_port_and_shuts_down_gracefully_on_sigterm(tmp_path: P
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
     assert process.returncode == 0
+
+
+def test_serve_runs_on_asyncios_own_loop_when_configured(tmp_path: Path) -> None:
+    process, endpoint, printed = _start(tmp_path / "data", POPMQ_SERVER_EVENT_LOOP="asyncio")
+    assert "(event loop: asyncio)" in printed
+    try:
+        with Admin(endpoint) as admin:
+            admin.create_topic("orders", queues=2)
+        with Producer(endpoint) as producer:
+            producer.send("orders", b"on asyncio")
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            (msg,) = consumer.receive(wait_s=5)
+            assert msg.body == b"on asyncio"
+            consumer.ack(msg)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
 
 
 def test_serve_refuses_a_bad_listen_address(tmp_path: Path) -> None:
