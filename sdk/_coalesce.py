@@ -4,9 +4,15 @@ A producer keeps at most ``max_rpcs`` single-message send RPCs on the wire (1 by
 A send that arrives while they are all busy waits, and when one returns, everything that
 waited goes out as one SendMessages request. With an idle producer nothing waits, so a lone
 send costs what it always did; under load the batch grows with the round-trip time, which
-is what keeps the server's per-RPC cost (the largest part of a small send's cost) from
-capping the message rate. Kafka's producer (linger.ms=0 with batching) and Pub/Sub's
-publisher behave the same way.
+is what keeps the server's per-RPC cost (the largest part of a small send's cost, on the
+server and in the client alike) from capping the message rate. Kafka's producer
+(linger.ms=0 with batching) and Pub/Sub's publisher behave the same way.
+
+The waiting sends leave on the event loop's next turn after an RPC returns, not at once,
+and sends made until then join them: the callers of that RPC are woken first, so the next
+send each of them makes joins the same request. Without that turn, N coroutines sending in
+a loop split into alternating requests of 1 and N - 1 messages instead of requests of N
+(twice the RPCs). A lone sender finds nothing waiting and nothing queued, and sends at once.
 
 What each caller sees is unchanged: its own receipt, its own message id, its own error.
 
@@ -53,26 +59,36 @@ class SendCoalescer:
         self._max_rpcs = max_rpcs
         self._busy = 0
         self._waiting: deque[_Waiting] = deque()
+        # A _flush is queued on the loop (call_soon) and has not run yet.
+        self._flush_queued = False
         # Strong references to the flushes under way (the loop keeps only weak ones).
         self._flushes: set[asyncio.Task[None]] = set()
 
     async def send(self, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
         """Send a one-message request, alone or together with others that wait."""
-        if self._busy < self._max_rpcs and not self._waiting:
+        if self._busy < self._max_rpcs and not self._waiting and not self._flush_queued:
             self._busy += 1
             try:
                 (receipt,) = await self._send(request)
                 return receipt
             finally:
                 self._busy -= 1
-                self._flush()
+                if self._waiting:
+                    self._queue_flush()
         (message,) = request.messages
         future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
         self._waiting.append((message, len(message.body), future))
         return await future  # cancelling it drops the message if it has not left yet
 
+    def _queue_flush(self) -> None:
+        """Run ``_flush`` on the loop's next turn, after the callbacks already due."""
+        if not self._flush_queued:
+            self._flush_queued = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _flush(self) -> None:
         """Send what waits, as one request per free RPC slot."""
+        self._flush_queued = False
         while self._waiting and self._busy < self._max_rpcs:
             batch: list[_Waiting] = []
             size = 0
@@ -113,7 +129,7 @@ class SendCoalescer:
                 raise
         finally:
             self._busy -= 1
-            self._flush()
+            self._queue_flush()
 
     async def _send_alone(
         self, message: messaging_pb2.OutgoingMessage, future: asyncio.Future[SendReceipt]
