@@ -53,13 +53,13 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_TIMESTAMP_SECONDS = -62_135_596_800
 _MAX_TIMESTAMP_SECONDS = 253_402_300_799
 
-_recent_datetimes: dict[int, datetime] = {}
-"""Datetimes converted lately, by microseconds since the epoch. The messages of one pop
-share their ``invisible_until`` and mostly their born and store times (sent in one batch),
-so converting each value once saves most of the timedelta arithmetic (~0.7 us a field). A
-datetime is immutable, so handing out the same object is safe; at ``_RECENT_DATETIMES``
-entries the dict starts over. Lookups and inserts are single dict operations, safe across
-threads."""
+_recent_datetimes: dict[tuple[int, int], datetime] = {}
+"""Datetimes converted lately, by their Timestamp's (seconds, nanos). The messages of one
+pop share their ``invisible_until`` and mostly their born and store times (sent in one
+batch), so converting each value once saves most of the timedelta arithmetic (~0.7 us a
+field). A datetime is immutable, so handing out the same object is safe; at
+``_RECENT_DATETIMES`` entries the dict starts over. Lookups and inserts are single dict
+operations, safe across threads."""
 _RECENT_DATETIMES = 1024
 
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
@@ -94,19 +94,19 @@ def datetime_from_timestamp(timestamp: timestamp_pb2.Timestamp) -> datetime:
     The same value as ``timestamp.ToDatetime(tzinfo=UTC)``, which raises ``ValueError`` for
     a timestamp out of its range; recent results are reused (see ``_recent_datetimes``).
     """
-    nanos = timestamp.nanos
-    if 0 <= nanos < _NANOS_PER_SECOND:
-        seconds = timestamp.seconds
-        micros = seconds * 1_000_000 + nanos // 1000
-        converted = _recent_datetimes.get(micros)
-        if converted is not None:
-            return converted
-        if _MIN_TIMESTAMP_SECONDS <= seconds <= _MAX_TIMESTAMP_SECONDS:
-            converted = _EPOCH + timedelta(0, seconds, nanos // 1000)
-            if len(_recent_datetimes) >= _RECENT_DATETIMES:
-                _recent_datetimes.clear()
-            _recent_datetimes[micros] = converted
-            return converted
+    key = (timestamp.seconds, timestamp.nanos)
+    converted = _recent_datetimes.get(key)
+    if converted is not None:
+        return converted
+    seconds, nanos = key
+    if 0 <= nanos < _NANOS_PER_SECOND and (
+        _MIN_TIMESTAMP_SECONDS <= seconds <= _MAX_TIMESTAMP_SECONDS
+    ):
+        converted = _EPOCH + timedelta(0, seconds, nanos // 1000)
+        if len(_recent_datetimes) >= _RECENT_DATETIMES:
+            _recent_datetimes.clear()
+        _recent_datetimes[key] = converted
+        return converted
     return timestamp.ToDatetime(tzinfo=UTC)  # raises the protobuf's error for a bad value
 
 
