@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable
+from collections.abc import AsyncIterable, Awaitable, Coroutine
+from typing import Any, TypedDict
 
 import grpc
 
@@ -18,6 +19,7 @@ from proxy.allocation import Strategy
 from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
+from proxy.pop_stream import PopStreamSession
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
@@ -37,6 +39,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._awaiting: set[asyncio.Future[None]] = set()
         self._releasing = False
         self._await_ids = itertools.count()
+        # Open PopStream calls, released (answered, then ended) by release_waiters.
+        self._streams: set[PopStreamSession] = set()
 
     @rpc
     async def SendMessages(
@@ -52,39 +56,36 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Pop(
         self, request: messaging_pb2.PopRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.PopResponse:
-        config = self._broker.config
-        max_messages = (
-            request.max_messages
-            if request.HasField("max_messages")
-            else min(32, config.pop.max_batch)
-        )
-        invisible = (
-            convert.seconds("invisible_duration", request.invisible_duration)
-            if request.HasField("invisible_duration")
-            else config.pop.default_invisible_s
-        )
-        wait = (
-            convert.seconds("long_polling_timeout", request.long_polling_timeout)
-            if request.HasField("long_polling_timeout")
-            else config.long_polling.default_timeout_s
-        )
-        self._broker.check_pop_arguments(
-            max_messages=max_messages, invisible_s=invisible, wait_s=wait
-        )
-        remaining = context.time_remaining()
-        if remaining is not None:
-            # Answer (empty) before the caller's own deadline rather than let it expire.
-            wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
-        popped = await self._broker.pop(
-            request.group,
-            request.topic,
-            max_messages=max_messages,
-            invisible_s=invisible,
-            wait_s=wait,
-            filter_expression=request.filter.expression,
-            filter_type=convert.filter_type(request.filter),
-        )
+        popped = await self.start_pop(request, context.time_remaining())
         return messaging_pb2.PopResponse(messages=[convert.received_message(m) for m in popped])
+
+    def start_pop(
+        self, request: messaging_pb2.PopRequest, remaining_s: float | None
+    ) -> Coroutine[Any, Any, list[PoppedMessage]]:
+        """Validate a Pop and return the broker's pop coroutine for it (not yet started).
+
+        The one path of the Pop RPC and of each pop of a PopStream, so both accept, reject
+        (with the same code and message) and wait alike. Raises the broker's error for a bad
+        argument; the returned coroutine raises the others (unknown topic, too many held
+        pops). `remaining_s` is the time left before the caller's deadline, if it has one.
+        """
+        pop = _pop_arguments(self._broker, request, remaining_s)
+        return self._broker.pop(request.group, request.topic, **pop)
+
+    async def PopStream(
+        self,
+        request_iterator: AsyncIterable[messaging_pb2.PopStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """Many pops over one stream, each served as `Pop` serves it (proxy/pop_stream.py)."""
+        session = PopStreamSession(self.start_pop, context)
+        if self._releasing:
+            session.release()
+        self._streams.add(session)
+        try:
+            await session.serve()
+        finally:
+            self._streams.discard(session)
 
     @rpc
     async def Ack(
@@ -245,12 +246,21 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 self._awaiting.discard(waiter)
                 self._broker.polling.unpark(key, request.topic, waiter)
 
+    @property
+    def pop_streams(self) -> int:
+        """PopStream calls open now."""
+        return len(self._streams)
+
     def release_waiters(self) -> None:
-        """Answer every held AwaitMessages now and hold no new ones: shutdown is coming."""
+        """Answer every held AwaitMessages now and hold no new ones; end PopStreams once
+        their pops are answered (the broker answers held pops when it releases its
+        waiters, which the server does first): shutdown is coming."""
         self._releasing = True
         for waiter in self._awaiting:
             if not waiter.done():
                 waiter.set_result(None)
+        for session in self._streams:
+            session.release()
 
     def _queue_count(self, topic: str) -> int:
         info, _ = self._broker.get_topic(topic)
@@ -304,43 +314,18 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def LeasePop(
         self, request: messaging_pb2.LeasePopRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.LeasePopResponse:
-        config = self._broker.config
-        max_messages = (
-            request.max_messages
-            if request.HasField("max_messages")
-            else min(32, config.pop.max_batch)
-        )
-        invisible = (
-            convert.seconds("invisible_duration", request.invisible_duration)
-            if request.HasField("invisible_duration")
-            else config.pop.default_invisible_s
-        )
-        wait = (
-            convert.seconds("long_polling_timeout", request.long_polling_timeout)
-            if request.HasField("long_polling_timeout")
-            else config.long_polling.default_timeout_s
-        )
-        self._broker.check_pop_arguments(
-            max_messages=max_messages, invisible_s=invisible, wait_s=wait
-        )
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
-        filter_type = convert.filter_type(request.filter)
+        pop = _pop_arguments(self._broker, request, context.time_remaining())
 
-        def pop() -> Awaitable[list[PoppedMessage]]:
-            return self._broker.pop(
-                request.group,
-                request.topic,
-                max_messages=max_messages,
-                invisible_s=invisible,
-                wait_s=wait,
-                filter_expression=request.filter.expression,
-                filter_type=filter_type,
-            )
+        def pop_once() -> Awaitable[list[PoppedMessage]]:
+            return self._broker.pop(request.group, request.topic, **pop)
 
         page = await self._leases.pop(
-            request.group, request.topic, request.lease_token, request.page, invisible, pop
+            request.group,
+            request.topic,
+            request.lease_token,
+            request.page,
+            pop["invisible_s"],
+            pop_once,
         )
         return messaging_pb2.LeasePopResponse(
             messages=[convert.received_message(m) for m in page.messages],
@@ -364,6 +349,52 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         invisible = convert.seconds("invisible_duration", request.invisible_duration)
         outcomes = await self._leases.renew(request.group, list(request.lease_tokens), invisible)
         return messaging_pb2.RenewLeaseResponse(results=[_lease_result(o) for o in outcomes])
+
+
+class _PopArguments(TypedDict):
+    """Broker.pop's keyword arguments for one Pop (or LeasePop) request."""
+
+    max_messages: int
+    invisible_s: float
+    wait_s: float
+    filter_expression: str
+    filter_type: str
+
+
+def _pop_arguments(
+    broker: Broker,
+    request: messaging_pb2.PopRequest | messaging_pb2.LeasePopRequest,
+    remaining_s: float | None,
+) -> _PopArguments:
+    """A pop request's arguments with the server's defaults, range-checked.
+
+    `remaining_s` (the time before the caller's deadline) shortens the long poll so it
+    answers, empty, just before the deadline rather than let the call expire.
+    """
+    config = broker.config
+    max_messages = (
+        request.max_messages if request.HasField("max_messages") else min(32, config.pop.max_batch)
+    )
+    invisible = (
+        convert.seconds("invisible_duration", request.invisible_duration)
+        if request.HasField("invisible_duration")
+        else config.pop.default_invisible_s
+    )
+    wait = (
+        convert.seconds("long_polling_timeout", request.long_polling_timeout)
+        if request.HasField("long_polling_timeout")
+        else config.long_polling.default_timeout_s
+    )
+    broker.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
+    if remaining_s is not None:
+        wait = max(0.0, min(wait, remaining_s - _DEADLINE_MARGIN_S))
+    return _PopArguments(
+        max_messages=max_messages,
+        invisible_s=invisible,
+        wait_s=wait,
+        filter_expression=request.filter.expression,
+        filter_type=convert.filter_type(request.filter),
+    )
 
 
 def _lease_result(outcome: LeaseOutcome) -> messaging_pb2.LeaseResult:

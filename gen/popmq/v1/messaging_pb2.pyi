@@ -184,6 +184,38 @@ class PopResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
 
+class PopStreamRequest(_message.Message):
+    __slots__ = ("request_id", "pop", "cancel")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    pop: PopRequest
+    cancel: PopStreamCancel
+    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., cancel: _Optional[_Union[PopStreamCancel, _Mapping]] = ...) -> None: ...
+
+class PopStreamCancel(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PopStreamResponse(_message.Message):
+    __slots__ = ("request_id", "pop", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    pop: PopResponse
+    error: PopStreamError
+    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., error: _Optional[_Union[PopStreamError, _Mapping]] = ...) -> None: ...
+
+class PopStreamError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class AckRequest(_message.Message):
     __slots__ = ("group", "receipt_handles")
     GROUP_FIELD_NUMBER: _ClassVar[int]

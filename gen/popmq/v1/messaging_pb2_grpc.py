@@ -48,6 +48,11 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.PopRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.PopResponse.FromString,
                 _registered_method=True)
+        self.PopStream = channel.stream_stream(
+                '/popmq.v1.MessagingService/PopStream',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.PopStreamRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.PopStreamResponse.FromString,
+                _registered_method=True)
         self.Ack = channel.unary_unary(
                 '/popmq.v1.MessagingService/Ack',
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.AckRequest.SerializeToString,
@@ -145,6 +150,40 @@ class MessagingServiceServicer:
         """Pop receives up to max_messages messages of one topic for a consumer group and makes
         them invisible to other pops for invisible_duration. When nothing is available it waits
         up to long_polling_timeout for a message to arrive, then returns an empty list.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopStream(self, request_iterator, context):
+        """PopStream carries many Pops over one bidirectional stream: a client holding many long
+        polls at once (many concurrent receives of one consumer) uses one call instead of one
+        per Pop. A held unary Pop costs the server a gRPC call (about 20 KB); a Pop held on a
+        stream costs about 2 KB.
+
+        Each PopStreamRequest carries a client-chosen request_id and either a pop (a PopRequest,
+        validated and served exactly as by the Pop RPC) or a cancel of an earlier pop of the
+        stream. The server runs the pops of a stream concurrently and answers each with one
+        PopStreamResponse carrying its request_id, as soon as it is ready: answers come in the
+        order they are ready, not in request order. An answer holds either the PopResponse or
+        the error (status code name and message) the Pop RPC would have failed with; an error
+        concerns that request only and the stream keeps working. A cancelled pop is answered
+        with CANCELLED, or with its result if it finished before the cancel arrived; a cancel of
+        a request_id with no pop in flight is ignored.
+
+        At most 1024 pops may be in flight on one stream (read and not yet answered): a pop
+        beyond that is answered RESOURCE_EXHAUSTED, naming the limit. Open another stream, or
+        wait for answers, to have more. A request_id must not repeat one still in flight on the
+        stream: the server then ends the stream with INVALID_ARGUMENT.
+
+        When the client half-closes the stream, the server answers the pops in flight and then
+        ends the stream with OK. When the call ends any other way (cancelled by the client, its
+        deadline passed, the connection lost) the pops in flight are cancelled: messages that
+        were popped but whose answer was not delivered are not lost; they become visible again
+        after their invisible_duration and are delivered again, exactly as for a unary Pop whose
+        caller went away. When the server shuts down, held pops are answered at once (empty),
+        as unary Pops are, and the stream then ends with UNAVAILABLE: requests the server had
+        not read by then were not served; send them again on a new stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -289,6 +328,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.PopRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.PopResponse.SerializeToString,
             ),
+            'PopStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PopStream,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.PopStreamRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.PopStreamResponse.SerializeToString,
+            ),
             'Ack': grpc.unary_unary_rpc_method_handler(
                     servicer.Ack,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.AckRequest.FromString,
@@ -423,6 +467,33 @@ class MessagingService:
             '/popmq.v1.MessagingService/Pop',
             popmq_dot_v1_dot_messaging__pb2.PopRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.PopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/popmq.v1.MessagingService/PopStream',
+            popmq_dot_v1_dot_messaging__pb2.PopStreamRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.PopStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
