@@ -1,14 +1,17 @@
 """Scenario 4, long-poll scale: 10,000 held Pops on 100 topics (popmq only).
 
 100 consumers (one channel each, one per topic) each hold 100 receives with the longest wait
-(30 s), re-issued as soon as one returns. With all of them held, the server's RSS and its CPU
-over an idle window are read from /proc. Then single messages are sent to the topics in turn,
-20 ms apart, and each wake latency is taken from just before the send to the moment a held
-receive returned it. The Pops are opened in steps of 250 every 0.25 s: a grpc.aio server
-cancels calls beyond ``grpc.server.max_pending_requests`` (1,000) that it has not yet picked
-up, so a burst of 10,000 at once measures that limit rather than long polling; calls that
-fail anyway are counted and re-issued. Peers are not run: their held requests are of another
-kind (a blocked XREADGROUP holds a whole Redis connection).
+(30 s), re-issued as soon as one returns. Each consumer multiplexes its receives over one
+PopStream call (AsyncSimpleConsumer's default), so the server holds 100 calls, not 10,000
+(``LongPollSettings(multiplex=False)`` measures one unary Pop call per receive instead). With
+all of them held, the server's RSS and its CPU over an idle window are read from /proc. Then
+single messages are sent to the topics in turn, 20 ms apart, and each wake latency is taken
+from just before the send to the moment a held receive returned it. The receives are started
+in steps of 250 every 0.25 s: with unary Pops a grpc.aio server cancels calls beyond
+``grpc.server.max_pending_requests`` that it has not yet picked up, so a burst of 10,000 at
+once would measure that limit rather than long polling; receives that fail anyway are
+counted and re-issued. Peers are not run: their held requests are of another kind (a
+blocked XREADGROUP holds a whole Redis connection).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class LongPollSettings:
     wakes: int
     wake_interval_s: float = 0.02
     body_bytes: int = 1024
+    multiplex: bool = True
+    """Receives over one PopStream per consumer (the SDK's default); False: unary Pops."""
 
 
 def settings(quick: bool) -> LongPollSettings:
@@ -102,7 +107,10 @@ async def measure(endpoint: str, pid: int, config: LongPollSettings) -> dict[str
             if messages:
                 await consumer.ack(messages)
 
-    consumers = [AsyncSimpleConsumer(endpoint, group=GROUP, topic=t) for t in topics]
+    consumers = [
+        AsyncSimpleConsumer(endpoint, group=GROUP, topic=t, multiplex=config.multiplex)
+        for t in topics
+    ]
     holders: list[asyncio.Task[None]] = []
     try:
         for _ in range(config.pops_per_topic):
@@ -156,9 +164,15 @@ def run(config: LongPollSettings, *, require_peers: bool = False) -> ScenarioRes
             values = asyncio.run(measure(launched.server.endpoint, launched.server.pid, config))
         for metric, value in values.items():
             result.add(case, "popmq", metric, value)
+    transport = (
+        "Each consumer multiplexes its Pops on one PopStream call (AsyncSimpleConsumer's "
+        f"default): the server holds {config.topics} calls, not one per Pop."
+        if config.multiplex
+        else "Each Pop is its own unary call (AsyncSimpleConsumer(multiplex=False))."
+    )
     result.notes.append(
-        "rss is the server's VmRSS with every Pop held; growth is over the server before the "
-        "Pops (topics created). idle cpu is the server's user+system time over "
+        f"{transport} rss is the server's VmRSS with every Pop held; growth is over the server "
+        "before the Pops (topics created). idle cpu is the server's user+system time over "
         f"{config.idle_s:g} s with nothing arriving, in % of one core. Wake latency is send "
         "start to receive return (it includes the sync-flushed send)."
     )
