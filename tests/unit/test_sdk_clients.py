@@ -54,6 +54,12 @@ class FakeChannel:
 
         return call
 
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        def call(*_: Any, **__: Any) -> Any:
+            raise AssertionError(f"{method}: this fake serves unary calls only")
+
+        return call
+
     async def close(self) -> None:
         raise AssertionError("a borrowed channel must be left to its owner")
 
@@ -70,8 +76,9 @@ def _received(handle: str, offset: int = 0) -> messaging_pb2.ReceivedMessage:
 
 
 def _consumer(channel: FakeChannel, **kwargs: Any) -> sdk.AsyncSimpleConsumer:
+    # Unary Pop: the fake answers unary calls (PopStream has tests of its own).
     return sdk.AsyncSimpleConsumer(
-        "fake", group="billing", topic="orders", channel=channel, **kwargs
+        "fake", group="billing", topic="orders", channel=channel, multiplex=False, **kwargs
     )
 
 
