@@ -15,7 +15,7 @@ Cases (``--case``, repeatable; default all):
 
 - ``batch32x1`` / ``batch32x8``: 1 or 8 ``AsyncProducer``s in one process, each sending
   ``send_batch`` of 32 new ``Message(body)`` of 1 KiB, one batch at a time (bench
-  scenario 1, ``produce``).
+  scenario 1, ``produce``). ``batch1x1``: batches of one, i.e. the client's cost per RPC.
 - ``send x8``: 8 coroutines sharing one producer, each awaiting ``send`` of one 1 KiB message
   (the coalesced path).
 - ``popack``: one ``AsyncSimpleConsumer`` doing ``receive(32)`` then one ``ack`` of them, on a
