@@ -19,7 +19,7 @@ from proxy.allocation import Strategy
 from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import PopStreamSession
+from proxy.pop_stream import Observe, PopStreamSession
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
@@ -28,8 +28,15 @@ _DEADLINE_MARGIN_S = 0.05
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     """Validates requests, converts them and calls the broker."""
 
-    def __init__(self, broker: Broker, clients: ClientRegistry | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        clients: ClientRegistry | None = None,
+        observe_pop: Observe | None = None,
+    ) -> None:
         self._broker = broker
+        self._observe_pop = observe_pop
+        """Told of each pop a PopStream answers (the interceptor times only whole calls)."""
         # A started broker's groups existed before this registry: see ClientRegistry.
         self.clients = clients or ClientRegistry(
             existing_groups=[g.name for g in broker.list_groups()]
@@ -78,7 +85,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> None:
         """Many pops over one stream, each served as `Pop` serves it (proxy/pop_stream.py)."""
-        session = PopStreamSession(self.start_pop, context)
+        session = PopStreamSession(self.start_pop, context, self._observe_pop)
         if self._releasing:
             session.release()
         self._streams.add(session)

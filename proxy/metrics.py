@@ -300,7 +300,8 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
     Until `health.ready`, calls that `proxy.health.refusal` refuses get its UNAVAILABLE
     answer (neither timed nor logged). Every unary-unary RPC is timed by method and status
-    code and logged; streaming RPCs pass through untouched. Log levels: admin RPCs and failed
+    code and logged; streaming RPCs pass through untouched (PopStream reports each of its pops
+    to StreamPopObserver instead). Log levels: admin RPCs and failed
     RPCs at info (server-side failures at warning), successful messaging RPCs and
     health/reflection calls at debug.
 
@@ -389,6 +390,21 @@ def _log_rpc(
     *,
     admin: bool,
 ) -> None:
+    details = context.details() if code != "OK" else None
+    log_call(method, code, elapsed, request, context.peer(), details or "", admin=admin)
+
+
+def log_call(
+    method: str,
+    code: str,
+    elapsed: float,
+    request: Any,
+    peer: str,
+    detail: str,
+    *,
+    admin: bool = False,
+) -> None:
+    """The `popmq.rpc` log line of one call (or of one pop of a PopStream)."""
     if code == "OK":
         level = logging.INFO if admin else logging.DEBUG
     elif code in _CLIENT_ERRORS:
@@ -398,7 +414,6 @@ def _log_rpc(
     if not rpc_log.isEnabledFor(level):
         return
     context_fields = _request_context(method, request)
-    details = context.details() if code != "OK" else None
     rpc_log.log(
         level,
         "%s %s %.3fms",
@@ -409,11 +424,34 @@ def _log_rpc(
             "rpc": method,
             "code": code,
             "duration_ms": round(elapsed * 1000, 3),
-            "peer": context.peer(),
-            "detail": details or "",
+            "peer": peer,
+            "detail": detail,
             **context_fields,
         },
     )
+
+
+class StreamPopObserver:
+    """Times and logs each pop of a PopStream as the interceptor does a unary Pop.
+
+    The interceptor cannot time a stream's pops (only the whole stream), so the stream reports
+    each answered pop here: `popmq_rpc_duration_seconds{method=".../PopStream"}` counts pops,
+    not streams, and each pop gets its `popmq.rpc` log line.
+    """
+
+    METHOD = "popmq.v1.MessagingService/PopStream"
+
+    def __init__(self, metrics: Metrics | None) -> None:
+        self._histogram = metrics.rpc_duration if metrics is not None else None
+        self._children: dict[str, Any] = {}
+
+    def __call__(self, code: str, elapsed: float, request: Any, peer: str, detail: str) -> None:
+        if self._histogram is not None:
+            child = self._children.get(code)
+            if child is None:
+                child = self._children[code] = self._histogram.labels(self.METHOD, code)
+            child.observe(elapsed)
+        log_call(self.METHOD, code, elapsed, request, peer, detail)
 
 
 def _request_context(method: str, request: Any) -> dict[str, str]:

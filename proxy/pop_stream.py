@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,6 +66,8 @@ _STOPPING = (
 _INTERNAL = "internal error; see the server log"
 _Answer = tuple[messaging_pb2.PopStreamResponse, bool]
 """An answer to write, and whether it answers a counted pop (not a rejection)."""
+Observe = Callable[[str, float, messaging_pb2.PopRequest, str, str], None]
+"""Reports one answered pop: (status code name, seconds, request, peer, error message)."""
 
 
 class PopStreamSession:
@@ -73,19 +76,28 @@ class PopStreamSession:
     Args:
         start_pop: Validates a pop and returns its coroutine (the Pop RPC's own path).
         context: The call's servicer context.
+        observe: Told of every answered pop, rejections included (metrics and the RPC log).
     """
 
-    def __init__(self, start_pop: StartPop, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self,
+        start_pop: StartPop,
+        context: grpc.aio.ServicerContext,
+        observe: Observe | None = None,
+    ) -> None:
         self._start_pop = start_pop
         self._context = context
+        self._observe = observe
+        self._peer = context.peer() if observe is not None else ""
         self._loop = asyncio.get_running_loop()
         self._pop_context = contextvars.copy_context()
         # One bound method for every pop's done-callback, not one per pop.
         self._on_pop_done = self._pop_done
-        # request_id -> its running pop, and back: a pop leaves both when its task is done
-        # (its answer is then queued). Touched on the loop only.
+        # request_id -> its running pop, and back (with its start time and request, for
+        # `observe`): a pop leaves both when its task is done (its answer is then queued).
+        # Touched on the loop only.
         self._running: dict[int, _PopTask] = {}
-        self._ids: dict[_PopTask, int] = {}
+        self._ids: dict[_PopTask, tuple[int, float, messaging_pb2.PopRequest]] = {}
         # Answers waiting for the writer, in the order they became ready; None wakes the
         # writer to end the stream.
         self._answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
@@ -168,6 +180,7 @@ class PopStreamSession:
         if action != "pop":
             self._reject(request_id, "INVALID_ARGUMENT", "the request has neither pop nor cancel")
             return True
+        began = time.perf_counter()
         if request_id in self._running:
             self._violation = (
                 f"request_id {request_id} repeats a pop still in flight on this stream; "
@@ -180,27 +193,29 @@ class PopStreamSession:
                 "RESOURCE_EXHAUSTED",
                 f"too many pops in flight on this stream: at most {MAX_IN_FLIGHT}; wait for "
                 "answers or open another stream",
+                request.pop,
+                began,
             )
             return True
         try:
             pop = self._start_pop(request.pop, self._context.time_remaining())
         except PopMQError as exc:
-            self._reject(request_id, exc.code, str(exc))
+            self._reject(request_id, exc.code, str(exc), request.pop, began)
             return True
         except Exception:
             # What the Pop RPC answers for a bug (proxy/errors.py `rpc`), for this pop only.
             log.exception("PopStream pop failed unexpectedly")
-            self._reject(request_id, "INTERNAL", _INTERNAL)
+            self._reject(request_id, "INTERNAL", _INTERNAL, request.pop, began)
             return True
         task = self._loop.create_task(pop, context=self._pop_context)
         self._running[request_id] = task
-        self._ids[task] = request_id
+        self._ids[task] = (request_id, began, request.pop)
         self._unanswered += 1
         task.add_done_callback(self._on_pop_done, context=self._pop_context)
         return True
 
     def _pop_done(self, task: _PopTask) -> None:
-        request_id = self._ids.pop(task)
+        request_id, began, request = self._ids.pop(task)
         del self._running[request_id]
         if self._closed:
             return
@@ -220,12 +235,26 @@ class PopStreamSession:
             response.error.code = "INTERNAL"
             response.error.message = _INTERNAL
         self._answers.put_nowait((response, True))
+        if self._observe is not None:
+            error = response.error
+            self._observe(
+                error.code or "OK", time.perf_counter() - began, request, self._peer, error.message
+            )
 
-    def _reject(self, request_id: int, code: str, message: str) -> None:
+    def _reject(
+        self,
+        request_id: int,
+        code: str,
+        message: str,
+        request: messaging_pb2.PopRequest | None = None,
+        began: float = 0.0,
+    ) -> None:
         response = messaging_pb2.PopStreamResponse(
             request_id=request_id, error=messaging_pb2.PopStreamError(code=code, message=message)
         )
         self._answers.put_nowait((response, False))
+        if self._observe is not None and request is not None:
+            self._observe(code, time.perf_counter() - began, request, self._peer, message)
 
     def _close(self) -> None:
         """The call is over: cancel what still runs (their answers would go nowhere)."""

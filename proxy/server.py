@@ -30,7 +30,13 @@ from proxy.clients import ClientRegistry, ClientRegistryConfig
 from proxy.health import Health, LateServices, add_ops_services
 from proxy.logs import LogConfig, configure_logging
 from proxy.messaging import MessagingServicer
-from proxy.metrics import Metrics, MetricsConfig, MetricsEndpoint, RpcInterceptor
+from proxy.metrics import (
+    Metrics,
+    MetricsConfig,
+    MetricsEndpoint,
+    RpcInterceptor,
+    StreamPopObserver,
+)
 from proxy.rocketmq import RocketMQService
 
 log = logging.getLogger(__name__)
@@ -159,7 +165,9 @@ class PopMQServer:
         self.clients = ClientRegistry(
             self.config.clients, existing_groups=[g.name for g in self.broker.list_groups()]
         )
-        self.messaging = MessagingServicer(self.broker, self.clients)
+        self.messaging = MessagingServicer(
+            self.broker, self.clients, observe_pop=StreamPopObserver(self.metrics)
+        )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(self.broker, config_items=items(self.config)), server

@@ -96,6 +96,10 @@ def test_metrics_endpoint_exports_broker_rpc_and_writer_metrics(tmp_path: Path) 
         assert value("popmq_rpc_duration_seconds_count", method=send, code="OK") == 1
         missing = "popmq.v1.AdminService/GetTopic"
         assert value("popmq_rpc_duration_seconds_count", method=missing, code="NOT_FOUND") == 1
+        # The consumers' receives went over PopStream: each answered pop is counted (the
+        # held one is not answered yet).
+        stream = "popmq.v1.MessagingService/PopStream"
+        assert value("popmq_rpc_duration_seconds_count", method=stream, code="OK") == 2
         assert value("popmq_write_batch_jobs_count") >= 2
         assert value("popmq_store_write_seconds_count", fsync="true") >= 1
         assert value("popmq_write_batches_total") >= 2
