@@ -69,6 +69,12 @@ class ScriptedChannel:
 
         return call
 
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        def call(*_: Any, **__: Any) -> Any:
+            raise AssertionError(f"{method}: a producer makes no streaming calls")
+
+        return call
+
     def sent(self) -> list[messaging_pb2.SendMessagesRequest]:
         return [request for name, request in self.requests if name == "SendMessages"]
 
