@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import heapq
@@ -994,7 +995,7 @@ class Broker:
             # A timer handle resolving the parked future, not asyncio.wait: a held pop then
             # costs its future and one handle, not a coroutine, set, closure and future more.
             waiter = self.polling.park(group, topic, queue_id)
-            timer = loop.call_later(retry_in, _resolve, waiter)
+            timer = loop.call_later(retry_in, _resolve, waiter, context=_TIMER_CONTEXT)
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -3058,6 +3059,11 @@ def _delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], N
         batch.delete_range("messages", start, end)
 
     return apply
+
+
+_TIMER_CONTEXT = contextvars.Context()
+"""The context of held pops' timers: _resolve reads no context variable, so they share one
+instead of each copying the current context (a held pop's memory, see docs/pop-stream.md)."""
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
