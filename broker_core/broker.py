@@ -170,7 +170,8 @@ class Broker:
         # Group settings as last written (see _load_settings): group_id -> settings.
         self._settings_cache: dict[int, GroupSettings] = {}
         # Sends storing a dedup id right now, so a concurrent repeat waits for the first:
-        # (topic_id, dedup_id) -> the first send's result.
+        # (topic_id, dedup_id) -> (the first send's future of its stored results, the
+        # message's index in them).
         self._dedup_pending: dict[
             tuple[int, str], tuple[asyncio.Future[list[SendResult]], int]
         ] = {}
