@@ -12,7 +12,7 @@ import grpc
 from broker_core import validation
 from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
 from broker_core.errors import InvalidArgumentError
-from broker_core.types import PoppedMessage
+from broker_core.types import PoppedMessage, SendResult
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from proxy import convert
 from proxy.allocation import Strategy
@@ -20,6 +20,8 @@ from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
 from proxy.pop_stream import Observe, PopStreamSession
+from proxy.send_stream import Observe as ObserveSend
+from proxy.send_stream import SendStreamSession, send_response
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
@@ -33,10 +35,13 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         broker: Broker,
         clients: ClientRegistry | None = None,
         observe_pop: Observe | None = None,
+        observe_send: ObserveSend | None = None,
     ) -> None:
         self._broker = broker
         self._observe_pop = observe_pop
         """Told of each pop a PopStream answers (the interceptor times only whole calls)."""
+        self._observe_send = observe_send
+        """Told of each send a SendStream answers."""
         # A started broker's groups existed before this registry: see ClientRegistry.
         self.clients = clients or ClientRegistry(
             existing_groups=[g.name for g in broker.list_groups()]
@@ -46,18 +51,45 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._awaiting: set[asyncio.Future[None]] = set()
         self._releasing = False
         self._await_ids = itertools.count()
-        # Open PopStream calls, released (answered, then ended) by release_waiters.
-        self._streams: set[PopStreamSession] = set()
+        # Open PopStream and SendStream calls, released (answered, then ended) by
+        # release_waiters.
+        self._streams: set[PopStreamSession | SendStreamSession] = set()
 
     @rpc
     async def SendMessages(
         self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.SendMessagesResponse:
+        return send_response(await self.start_send(request))
+
+    def start_send(
+        self, request: messaging_pb2.SendMessagesRequest
+    ) -> Coroutine[Any, Any, list[SendResult]]:
+        """Convert a send and return the broker's send coroutine for it (not yet started).
+
+        The one path of the SendMessages RPC and of each send of a SendStream, so both
+        accept and reject alike. Raises the broker's error for a message that cannot be
+        converted; the returned coroutine raises the others.
+        """
         now = now_ms()
-        results = await self._broker.send(
+        return self._broker.send(
             [convert.new_message(m, i, now) for i, m in enumerate(request.messages)]
         )
-        return messaging_pb2.SendMessagesResponse(results=[convert.send_result(r) for r in results])
+
+    async def SendStream(
+        self,
+        request_iterator: AsyncIterable[messaging_pb2.SendStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """Many sends over one stream, each served as `SendMessages` serves it, started in
+        the order read (proxy/send_stream.py)."""
+        session = SendStreamSession(self.start_send, context, self._observe_send)
+        if self._releasing:
+            session.release()
+        self._streams.add(session)
+        try:
+            await session.serve()
+        finally:
+            self._streams.discard(session)
 
     @rpc
     async def Pop(
@@ -256,12 +288,18 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @property
     def pop_streams(self) -> int:
         """PopStream calls open now."""
-        return len(self._streams)
+        return sum(isinstance(s, PopStreamSession) for s in self._streams)
+
+    @property
+    def send_streams(self) -> int:
+        """SendStream calls open now."""
+        return sum(isinstance(s, SendStreamSession) for s in self._streams)
 
     def release_waiters(self) -> None:
         """Answer every held AwaitMessages now and hold no new ones; end PopStreams once
         their pops are answered (the broker answers held pops when it releases its
-        waiters, which the server does first): shutdown is coming."""
+        waiters, which the server does first) and SendStreams once their sends are stored:
+        shutdown is coming."""
         self._releasing = True
         for waiter in self._awaiting:
             if not waiter.done():

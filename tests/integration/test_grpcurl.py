@@ -316,6 +316,22 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert len(answers["1"]["pop"]["messages"]) == 1
     assert answers["2"]["error"]["code"] == "INVALID_ARGUMENT"
     call.called.add(messaging + "PopStream")
+    sends = [
+        # To "later" (delayed), so the counts of "orders" below stay as they are.
+        {
+            "request_id": "1",
+            "send": {"messages": [{"topic": "later", "body": "AQ==", "delay": "3600s"}]},
+        },
+        {"request_id": "2", "send": {"messages": [{"topic": "later", "body": ""}]}},
+    ]
+    stream_sent = _run(
+        "-d", " ".join(json.dumps(s) for s in sends), call.endpoint, messaging + "SendStream"
+    )
+    assert stream_sent.returncode == 0, stream_sent.stderr
+    answers = {a["request_id"]: a for a in _json_values(stream_sent.stdout)}
+    assert len(answers["1"]["send"]["results"]) == 1
+    assert answers["2"]["error"]["code"] == "INVALID_ARGUMENT"
+    call.called.add(messaging + "SendStream")
     at = call(messaging + "GetOffsetsAtTime", {"topic": "orders", "time": "2020-01-01T00:00:00Z"})
     assert len(at["offsets"]) == 3
     call(

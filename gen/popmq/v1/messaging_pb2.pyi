@@ -184,6 +184,24 @@ class PopResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
 
+class SendStreamRequest(_message.Message):
+    __slots__ = ("request_id", "send")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    send: SendMessagesRequest
+    def __init__(self, request_id: _Optional[int] = ..., send: _Optional[_Union[SendMessagesRequest, _Mapping]] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("request_id", "send", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    send: SendMessagesResponse
+    error: PopStreamError
+    def __init__(self, request_id: _Optional[int] = ..., send: _Optional[_Union[SendMessagesResponse, _Mapping]] = ..., error: _Optional[_Union[PopStreamError, _Mapping]] = ...) -> None: ...
+
 class PopStreamRequest(_message.Message):
     __slots__ = ("request_id", "pop", "cancel")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

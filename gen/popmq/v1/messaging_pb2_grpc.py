@@ -43,6 +43,11 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.SendMessagesRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.SendMessagesResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/popmq.v1.MessagingService/SendStream',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.SendStreamRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.SendStreamResponse.FromString,
+                _registered_method=True)
         self.Pop = channel.unary_unary(
                 '/popmq.v1.MessagingService/Pop',
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.PopRequest.SerializeToString,
@@ -141,6 +146,38 @@ class MessagingServiceServicer:
         """SendMessages stores every message of the request atomically (all or none) and returns
         one result per message, in request order. With the default sync flush the messages are
         fsynced before the response is sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """SendStream carries many SendMessages over one bidirectional stream: a producer that sends
+        often uses one call instead of one per send, which halves the server's and the client's
+        CPU per send (a unary call's setup costs more than the send itself for small messages).
+
+        Each SendStreamRequest carries a client-chosen request_id and a SendMessagesRequest,
+        validated and stored exactly as by the SendMessages RPC (atomically, all or none, with
+        the same dedup window). The server starts the sends in the order it reads them: of two
+        requests of one stream to topics that exist, the messages of the later one that go to
+        the same queue get the higher offsets. Each request is answered with one
+        SendStreamResponse carrying its request_id as soon as it is stored: answers may come in
+        another order than the requests. An answer holds either the SendMessagesResponse or the
+        error (status code name and message) the SendMessages RPC would have failed with; an
+        error concerns that request only and the stream keeps working. The server does not check
+        request_ids: keep them unique among the sends in flight to tell the answers apart.
+
+        At most 1024 sends may be in flight on one stream (read and not yet answered): a send
+        beyond that is answered RESOURCE_EXHAUSTED, naming the limit, and is not stored.
+
+        When the client half-closes the stream, the server answers the sends in flight and then
+        ends the stream with OK. When the call ends any other way (cancelled, deadline,
+        connection lost) the sends in flight are abandoned, as a unary send whose caller went
+        away: each may or may not have been stored. A client retries such a send with the same
+        message ids, and the dedup window answers a repeat of a stored message with the first
+        send's result (duplicate set) instead of storing it twice. When the server shuts down it
+        stops reading, answers the sends in flight, and ends the stream with UNAVAILABLE:
+        requests it had not read by then were not stored; send them again on a new stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -323,6 +360,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.SendMessagesRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.SendMessagesResponse.SerializeToString,
             ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.SendStreamRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.SendStreamResponse.SerializeToString,
+            ),
             'Pop': grpc.unary_unary_rpc_method_handler(
                     servicer.Pop,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.PopRequest.FromString,
@@ -440,6 +482,33 @@ class MessagingService:
             '/popmq.v1.MessagingService/SendMessages',
             popmq_dot_v1_dot_messaging__pb2.SendMessagesRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.SendMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/popmq.v1.MessagingService/SendStream',
+            popmq_dot_v1_dot_messaging__pb2.SendStreamRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
