@@ -300,10 +300,10 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
     Until `health.ready`, calls that `proxy.health.refusal` refuses get its UNAVAILABLE
     answer (neither timed nor logged). Every unary-unary RPC is timed by method and status
-    code and logged; streaming RPCs pass through untouched (PopStream reports each of its pops
-    to StreamPopObserver instead). Log levels: admin RPCs and failed
-    RPCs at info (server-side failures at warning), successful messaging RPCs and
-    health/reflection calls at debug.
+    code and logged; streaming RPCs pass through untouched (PopStream and SendStream report
+    each request to a StreamObserver instead). Log levels: admin RPCs and failed RPCs at info
+    (server-side failures at warning), successful messaging RPCs and health/reflection calls
+    at debug.
 
     Per call, once ready: one flag check, grpc's handler lookup (the continuation) and one
     dict lookup; the only object of ours that lives with the call is its `observed`
@@ -431,17 +431,17 @@ def log_call(
     )
 
 
-class StreamPopObserver:
-    """Times and logs each pop of a PopStream as the interceptor does a unary Pop.
+class StreamObserver:
+    """Times and logs each request of a PopStream or SendStream as the interceptor does a call.
 
-    The interceptor cannot time a stream's pops (only the whole stream), so the stream reports
-    each answered pop here: `popmq_rpc_duration_seconds{method=".../PopStream"}` counts pops,
-    not streams, and each pop gets its `popmq.rpc` log line.
+    The interceptor cannot time a stream's requests (only the whole stream), so the stream
+    reports each answered request here: `popmq_rpc_duration_seconds{method=".../PopStream"}`
+    counts pops (`.../SendStream`: sends), not streams, and each gets its `popmq.rpc` log line.
     """
 
-    METHOD = "popmq.v1.MessagingService/PopStream"
-
-    def __init__(self, metrics: Metrics | None) -> None:
+    def __init__(self, metrics: Metrics | None, method: str) -> None:
+        self.method = method
+        """The stream's full method name, e.g. "popmq.v1.MessagingService/PopStream"."""
         self._histogram = metrics.rpc_duration if metrics is not None else None
         self._children: dict[str, Any] = {}
 
@@ -449,9 +449,9 @@ class StreamPopObserver:
         if self._histogram is not None:
             child = self._children.get(code)
             if child is None:
-                child = self._children[code] = self._histogram.labels(self.METHOD, code)
+                child = self._children[code] = self._histogram.labels(self.method, code)
             child.observe(elapsed)
-        log_call(self.METHOD, code, elapsed, request, peer, detail)
+        log_call(self.method, code, elapsed, request, peer, detail)
 
 
 def _request_context(method: str, request: Any) -> dict[str, str]:
@@ -466,7 +466,7 @@ def _request_context(method: str, request: Any) -> dict[str, str]:
             found.setdefault("topic", request.name)
         elif "Group" in method:
             found.setdefault("group", request.name)
-    if "messages" in fields and method.endswith("/SendMessages"):
+    if "messages" in fields and method.endswith(("/SendMessages", "/SendStream")):
         topics = sorted({m.topic for m in request.messages})
         if topics:
             found["topic"] = ",".join(topics)

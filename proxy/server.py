@@ -35,7 +35,7 @@ from proxy.metrics import (
     MetricsConfig,
     MetricsEndpoint,
     RpcInterceptor,
-    StreamPopObserver,
+    StreamObserver,
 )
 from proxy.rocketmq import RocketMQService
 
@@ -166,7 +166,10 @@ class PopMQServer:
             self.config.clients, existing_groups=[g.name for g in self.broker.list_groups()]
         )
         self.messaging = MessagingServicer(
-            self.broker, self.clients, observe_pop=StreamPopObserver(self.metrics)
+            self.broker,
+            self.clients,
+            observe_pop=StreamObserver(self.metrics, "popmq.v1.MessagingService/PopStream"),
+            observe_send=StreamObserver(self.metrics, "popmq.v1.MessagingService/SendStream"),
         )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(

@@ -201,7 +201,8 @@ def test_retried_send_keeps_its_message_id_and_is_stored_once(
             endpoint, options=CHANNEL_OPTIONS, interceptors=[interceptor]
         )
         try:
-            async with AsyncProducer(endpoint, channel=channel) as producer:
+            # Unary sends: the interceptor sees unary calls (test_send_stream.py has the stream's).
+            async with AsyncProducer(endpoint, channel=channel, multiplex=False) as producer:
                 return await producer.send("orders", b"pay once")
         finally:
             await channel.close()

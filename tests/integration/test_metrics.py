@@ -92,7 +92,7 @@ def test_metrics_endpoint_exports_broker_rpc_and_writer_metrics(tmp_path: Path) 
         assert value("popmq_store_bytes") > 0
         assert value("popmq_live_checkpoints") >= 1
         assert ("popmq_checkpoint_buffer_size", ()) in samples
-        send = "popmq.v1.MessagingService/SendMessages"
+        send = "popmq.v1.MessagingService/SendStream"  # the producer's sends, one by one
         assert value("popmq_rpc_duration_seconds_count", method=send, code="OK") == 1
         missing = "popmq.v1.AdminService/GetTopic"
         assert value("popmq_rpc_duration_seconds_count", method=missing, code="NOT_FOUND") == 1

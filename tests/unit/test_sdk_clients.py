@@ -208,7 +208,7 @@ def test_send_batch_is_one_rpc_with_receipts_in_order() -> None:
     )
 
     async def scenario() -> list[sdk.SendReceipt]:
-        async with sdk.AsyncProducer("fake", channel=channel) as producer:
+        async with sdk.AsyncProducer("fake", channel=channel, multiplex=False) as producer:
             return await producer.send_batch("orders", [sdk.Message(b"a"), sdk.Message(b"b")])
 
     receipts = asyncio.run(scenario())
@@ -229,7 +229,9 @@ def test_send_passes_tag_keys_and_properties() -> None:
     )
 
     async def scenario() -> sdk.SendReceipt:
-        async with sdk.AsyncProducer("fake", channel=channel, timeout_s=3) as producer:
+        async with sdk.AsyncProducer(
+            "fake", channel=channel, timeout_s=3, multiplex=False
+        ) as producer:
             return await producer.send(
                 "orders", b"body", tag="TagA", keys=["k1"], properties={"region": "eu"}
             )

@@ -37,7 +37,7 @@ def _send_in_loops(senders: int, each: int) -> list[int]:
     channel = EchoChannel()
 
     async def scenario() -> None:
-        async with AsyncProducer("fake", channel=channel) as producer:
+        async with AsyncProducer("fake", channel=channel, multiplex=False) as producer:
 
             async def sender(n: int) -> None:
                 for i in range(each):

@@ -79,9 +79,14 @@ class FakeChannel:
         self.unary_pops = 0
 
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], FakeCall]:
-        assert method == "/popmq.v1.MessagingService/PopStream"
+        # The stub asks for every streaming method; the consumer opens PopStream only.
+        assert method in {
+            "/popmq.v1.MessagingService/PopStream",
+            "/popmq.v1.MessagingService/SendStream",
+        }
 
         def open_call() -> FakeCall:
+            assert method == "/popmq.v1.MessagingService/PopStream"
             call = FakeCall()
             self.streams.append(call)
             return call

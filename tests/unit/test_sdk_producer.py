@@ -71,7 +71,9 @@ class ScriptedChannel:
 
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         def call(*_: Any, **__: Any) -> Any:
-            raise AssertionError(f"{method}: a producer makes no streaming calls")
+            raise AssertionError(
+                f"{method}: a producer with multiplex=False makes no streaming calls"
+            )
 
         return call
 
@@ -93,6 +95,8 @@ def _echo(request: messaging_pb2.SendMessagesRequest) -> messaging_pb2.SendMessa
 
 def _producer(channel: ScriptedChannel, **kwargs: Any) -> sdk.AsyncProducer:
     kwargs.setdefault("retry", NO_WAIT)
+    # Unary SendMessages: the fake answers unary calls (SendStream has tests of its own).
+    kwargs.setdefault("multiplex", False)
     return sdk.AsyncProducer("fake", channel=channel, **kwargs)
 
 
