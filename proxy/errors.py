@@ -13,6 +13,9 @@ from broker_core.errors import PopMQError
 
 log = logging.getLogger(__name__)
 
+INTERNAL_MESSAGE = "internal error; see the server log"
+"""What a client is told of a bug; the details go to the server log."""
+
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 Handler = Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]]
@@ -39,7 +42,7 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
             raise
         except Exception:
             log.exception("%s failed unexpectedly", handler.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
             raise
 
     return wrapper

@@ -19,9 +19,9 @@ from proxy.allocation import Strategy
 from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import Observe, PopStreamSession
-from proxy.send_stream import Observe as ObserveSend
+from proxy.pop_stream import PopStreamSession
 from proxy.send_stream import SendStreamSession, send_response
+from proxy.stream_session import Observe
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
@@ -35,7 +35,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         broker: Broker,
         clients: ClientRegistry | None = None,
         observe_pop: Observe | None = None,
-        observe_send: ObserveSend | None = None,
+        observe_send: Observe | None = None,
     ) -> None:
         self._broker = broker
         self._observe_pop = observe_pop

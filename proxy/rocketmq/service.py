@@ -28,6 +28,7 @@ from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from broker_core.filters import parse_filter
 from broker_core.types import PoppedMessage, QueueStats
 from proxy.clients import ClientRegistry
+from proxy.errors import INTERNAL_MESSAGE
 from proxy.rocketmq import codes, convert, settings
 from proxy.rocketmq.assignments import ConsumerAssignments
 from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
@@ -80,7 +81,7 @@ def answers(
 
 
 def _internal() -> pb.Status:
-    return pb.Status(code=Code.INTERNAL_SERVER_ERROR, message="internal error; see the server log")
+    return pb.Status(code=Code.INTERNAL_SERVER_ERROR, message=INTERNAL_MESSAGE)
 
 
 class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
