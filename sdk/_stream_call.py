@@ -1,0 +1,213 @@
+"""What the SDK's PopStream and SendStream share: requests multiplexed over one stream call.
+
+Each request gets an id, queues for the call's writer task and awaits its answer, which the
+call's reader task hands over by id. A request behaves as its unary RPC would:
+
+- the server's error for that request raises the SDK error of its code;
+- a broken call fails every request in flight with the error of the call's status
+  (UNAVAILABLE when the server went away or shut down: ``UnavailableError``), and the next
+  request opens a new call; a call cancelled locally (the client closed) cancels them, as a
+  closed channel cancels unary calls;
+- a request not answered within its timeout raises ``DeadlineExceededError``.
+
+A call takes at most ``MAX_IN_FLIGHT`` requests at once (the server's limit); a request
+beyond that gets None and the caller uses the unary RPC. Everything runs on the client's
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, ClassVar, Generic, TypeVar
+
+import grpc
+import grpc.aio
+
+from sdk._channel import Connection
+from sdk.errors import DeadlineExceededError, error_from_code_name, error_from_status
+
+logger = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 1024
+"""Requests the server accepts in flight on one stream (proxy/stream_session.py)."""
+
+_DEADLINE = "Deadline Exceeded"
+"""What grpc says when a unary call's deadline passes; a request on a stream says the same."""
+
+AnswerT = TypeVar("AnswerT")
+"""What one request is answered with (a PopResponse, a SendMessagesResponse)."""
+
+
+class _Call(Generic[AnswerT]):
+    """One open stream call: its writer and reader tasks and the requests in flight."""
+
+    def __init__(self, stream: MultiplexedStream[Any, AnswerT], stub: Any, channel: Any) -> None:
+        self.stream = stream
+        self.channel = channel
+        self.call: Any = getattr(stub, stream.method)()
+        # request id -> the future its caller awaits. An entry stays until the server answers
+        # (a given-up request's too: the server counts it until then) or the call breaks.
+        # Touched on the loop only.
+        self.pending: dict[int, asyncio.Future[AnswerT]] = {}
+        # Requests for the writer, in the order they were made.
+        self.outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.broken = False
+        self.writing = False
+        """A write is on the wire: the writer finishes it rather than being cancelled."""
+        self.writer = asyncio.ensure_future(self._write())
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def close(self) -> None:
+        """Cancel the call; requests still waiting are cancelled."""
+        self.broken = True
+        self.call.cancel()
+        # The read (and a write on the wire) of a cancelled call end by themselves, once
+        # grpc has finished them; a task cancelled amid one would leave grpc an operation
+        # to complete on this loop later, maybe after it closed.
+        if not self.writing:
+            self.writer.cancel()
+        await asyncio.gather(self.writer, self.reader, return_exceptions=True)
+        self._fail(None)
+
+    async def _write(self) -> None:
+        while not self.broken:
+            request = await self.outbox.get()
+            self.writing = True
+            try:
+                await self.call.write(request)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+                # The call ended; the reader reports how, to every request in flight.
+                logger.debug("%s write failed: %s", self.stream.method, exc)
+                return
+            finally:
+                self.writing = False
+
+    async def _read(self) -> None:
+        method = self.stream.method
+        try:
+            while True:
+                answer = await self.call.read()
+                if answer is grpc.aio.EOF:
+                    self._break(grpc.StatusCode.UNAVAILABLE, self.stream.ended)
+                    return
+                future = self.pending.pop(answer.request_id, None)
+                if future is None or future.done():
+                    continue  # its caller gave up on it
+                if answer.WhichOneof("result") == "error":
+                    future.set_exception(
+                        error_from_code_name(answer.error.code, answer.error.message)
+                    )
+                else:
+                    future.set_result(getattr(answer, self.stream.answer_field))
+        except grpc.aio.AioRpcError as exc:
+            details = exc.details()
+            self._break(exc.code(), details if isinstance(details, str) else "")
+        except Exception as exc:
+            # Not a status of the call: a bug here or in grpc. Fail the requests, not hang them.
+            logger.exception("%s reader failed", method)
+            self._break(grpc.StatusCode.INTERNAL, f"the {method} reader failed: {exc!r}")
+        finally:
+            # Cancelled (closed, or the channel closed under the call): cancel the requests.
+            self.broken = True
+            if not self.writing:
+                self.writer.cancel()
+            self._fail(None)
+
+    def _break(self, status: grpc.StatusCode, details: str) -> None:
+        logger.debug("%s broke: %s %s", self.stream.method, status.name, details)
+        self.broken = True
+        self._fail((status, details))
+
+    def _fail(self, status: tuple[grpc.StatusCode, str] | None) -> None:
+        """Fail every request in flight with the call's status (each its own error), or
+        cancel them (None)."""
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if future.done():
+                continue
+            if status is None:
+                future.cancel()
+            else:
+                future.set_exception(error_from_status(*status))
+
+
+RequestT = TypeVar("RequestT")
+"""What one request asks for (a PopRequest, a SendMessagesRequest)."""
+
+
+class MultiplexedStream(Generic[RequestT, AnswerT]):
+    """Requests of one client over one stream call, opened lazily and again after it broke.
+
+    A subclass names the RPC and wraps a request in the stream's request message.
+
+    Args:
+        conn: The client's connection (its channel; the stream follows it when it changes).
+    """
+
+    method: ClassVar[str]
+    """The stream RPC's name on the stub ("PopStream")."""
+    answer_field: ClassVar[str]
+    """The field of a stream answer that holds the unary answer ("pop")."""
+    ended: ClassVar[str]
+    """The error text when the server ends the call with requests in flight."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._call: _Call[AnswerT] | None = None
+        self._ids = itertools.count(1)
+
+    def _wrap(self, request_id: int, request: RequestT) -> Any:
+        """The stream request carrying `request`."""
+        raise NotImplementedError
+
+    def _give_up(self, request_id: int) -> Any | None:
+        """What to tell the server when a caller stops waiting (None: nothing)."""
+        return None
+
+    async def _request(self, request: RequestT, timeout_s: float) -> AnswerT | None:
+        """Send `request` on the stream and return its answer; None when the stream is full.
+
+        Raises:
+            PopMQError: The server's error for this request, the broken stream's error, or
+                ``DeadlineExceededError`` after ``timeout_s``.
+        """
+        call = self._open()
+        if len(call.pending) >= MAX_IN_FLIGHT:
+            return None
+        request_id = next(self._ids)
+        future: asyncio.Future[AnswerT] = asyncio.get_running_loop().create_future()
+        call.pending[request_id] = future
+        call.outbox.put_nowait(self._wrap(request_id, request))
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            self._stop_waiting(call, request_id)
+            raise DeadlineExceededError(_DEADLINE) from None
+        except asyncio.CancelledError:
+            self._stop_waiting(call, request_id)
+            raise
+
+    def _stop_waiting(self, call: _Call[AnswerT], request_id: int) -> None:
+        if not call.broken and request_id in call.pending:
+            give_up = self._give_up(request_id)
+            if give_up is not None:
+                call.outbox.put_nowait(give_up)
+
+    def _open(self) -> _Call[AnswerT]:
+        channel = self._conn.channel()
+        call = self._call
+        if call is None or call.broken or call.channel is not channel:
+            # A call of an older channel belongs to a loop that no longer runs (see
+            # sdk/_channel.py): it is dropped, not closed.
+            call = self._call = _Call(self, self._conn.messaging(), channel)
+        return call
+
+    async def close(self) -> None:
+        """Cancel the stream, if one is open; requests still waiting are cancelled."""
+        call, self._call = self._call, None
+        # A call opened on another (no longer running) loop is dropped, as its channel is.
+        if call is not None and call.reader.get_loop() is asyncio.get_running_loop():
+            await call.close()
