@@ -19,7 +19,7 @@ from proxy.allocation import Strategy
 from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import PopStreamSession
+from proxy.pop_stream import AckOutcomes, PopStreamSession, fill_ack
 from proxy.send_stream import SendStreamSession, send_response
 from proxy.stream_session import Observe
 
@@ -36,10 +36,13 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         clients: ClientRegistry | None = None,
         observe_pop: Observe | None = None,
         observe_send: Observe | None = None,
+        observe_stream_ack: Observe | None = None,
     ) -> None:
         self._broker = broker
         self._observe_pop = observe_pop
         """Told of each pop a PopStream answers (the interceptor times only whole calls)."""
+        self._observe_stream_ack = observe_stream_ack
+        """Told of each ack a PopStream answers."""
         self._observe_send = observe_send
         """Told of each send a SendStream answers."""
         # A started broker's groups existed before this registry: see ClientRegistry.
@@ -117,7 +120,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> None:
         """Many pops over one stream, each served as `Pop` serves it (proxy/pop_stream.py)."""
-        session = PopStreamSession(self.start_pop, context, self._observe_pop)
+        session = PopStreamSession(
+            self.start_pop, self.start_ack, context, self._observe_pop, self._observe_stream_ack
+        )
         if self._releasing:
             session.release()
         self._streams.add(session)
@@ -130,17 +135,15 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Ack(
         self, request: messaging_pb2.AckRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.AckResponse:
-        outcomes = await self._broker.ack(request.group, list(request.receipt_handles))
-        return messaging_pb2.AckResponse(
-            results=[
-                messaging_pb2.EntryResult(
-                    receipt_handle=handle,
-                    code="OK" if error is None else error.code,
-                    message="" if error is None else str(error),
-                )
-                for handle, error in zip(request.receipt_handles, outcomes, strict=True)
-            ]
-        )
+        outcomes = await self.start_ack(request)
+        response = messaging_pb2.AckResponse()
+        fill_ack(response, request.receipt_handles, outcomes)
+        return response
+
+    def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:
+        """The broker's ack coroutine for an Ack (not yet started): the one path of the Ack
+        RPC and of each ack of a PopStream."""
+        return self._broker.ack(request.group, request.receipt_handles)
 
     @rpc
     async def ChangeInvisibleTime(

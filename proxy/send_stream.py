@@ -83,6 +83,11 @@ class SendStreamSession(
     def _response(self, request_id: int) -> messaging_pb2.SendStreamResponse:
         return messaging_pb2.SendStreamResponse(request_id=request_id)
 
-    def _fill(self, response: messaging_pb2.SendStreamResponse, result: list[SendResult]) -> None:
+    def _fill(
+        self,
+        response: messaging_pb2.SendStreamResponse,
+        request: messaging_pb2.SendMessagesRequest,
+        result: list[SendResult],
+    ) -> None:
         response.send.SetInParent()
         response.send.results.extend(convert.send_result(r) for r in result)

@@ -170,6 +170,9 @@ class PopMQServer:
             self.clients,
             observe_pop=StreamObserver(self.metrics, "popmq.v1.MessagingService/PopStream"),
             observe_send=StreamObserver(self.metrics, "popmq.v1.MessagingService/SendStream"),
+            observe_stream_ack=StreamObserver(
+                self.metrics, "popmq.v1.MessagingService/PopStream/Ack"
+            ),
         )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(

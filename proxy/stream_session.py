@@ -55,8 +55,9 @@ ResultT = TypeVar("ResultT")
 class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     """One stream call: reads requests, runs them, writes their answers.
 
-    Subclasses say what a request is (`_on_request`, which calls `_start`) and how a result
-    becomes an answer (`_response`, `_fill`).
+    Subclasses say what a request is (`_on_request`, which calls `_start`), how a result
+    becomes an answer (`_response`, `_fill`) and, when a stream carries several kinds of
+    request, who observes each kind (`_observer`).
 
     Args:
         context: The call's servicer context.
@@ -108,9 +109,13 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     def _response(self, request_id: int) -> ResponseT:
         raise NotImplementedError
 
-    def _fill(self, response: ResponseT, result: ResultT) -> None:
+    def _fill(self, response: ResponseT, request: RequestT, result: ResultT) -> None:
         """Put a finished request's result into its answer."""
         raise NotImplementedError
+
+    def _observer(self, request: RequestT) -> Observe | None:
+        """Who is told of the answer to `request` (the session's `observe` by default)."""
+        return self._observe
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -221,7 +226,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             response.error.code = "CANCELLED"
             response.error.message = self.cancelled_text
         elif (exc := task.exception()) is None:
-            self._fill(response, task.result())
+            self._fill(response, request, task.result())
         elif isinstance(exc, PopMQError):
             log.debug(
                 "%s %s from %s failed: %s %s",
@@ -234,9 +239,10 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             response.error.code = "INTERNAL"
             response.error.message = INTERNAL_MESSAGE
         self._answers.put_nowait((response, True))
-        if self._observe is not None:
+        observe = self._observer(request)
+        if observe is not None:
             error = response.error
-            self._observe(
+            observe(
                 error.code or "OK", time.perf_counter() - began, request, self._peer, error.message
             )
 
@@ -252,8 +258,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         response.error.code = code
         response.error.message = message
         self._answers.put_nowait((response, False))
-        if self._observe is not None and request is not None:
-            self._observe(code, time.perf_counter() - began, request, self._peer, message)
+        if request is not None and (observe := self._observer(request)) is not None:
+            observe(code, time.perf_counter() - began, request, self._peer, message)
 
     def _close(self) -> None:
         """The call is over: cancel what still runs (their answers would go nowhere)."""

@@ -37,7 +37,7 @@ _DEADLINE = "Deadline Exceeded"
 """What grpc says when a unary call's deadline passes; a request on a stream says the same."""
 
 AnswerT = TypeVar("AnswerT")
-"""What one request is answered with (a PopResponse, a SendMessagesResponse)."""
+"""What one request is answered with (a PopResponse or AckResponse, a SendMessagesResponse)."""
 
 
 class _Call(Generic[AnswerT]):
@@ -95,12 +95,13 @@ class _Call(Generic[AnswerT]):
                 future = self.pending.pop(answer.request_id, None)
                 if future is None or future.done():
                     continue  # its caller gave up on it
-                if answer.WhichOneof("result") == "error":
+                kind = answer.WhichOneof("result")
+                if kind == "error":
                     future.set_exception(
                         error_from_code_name(answer.error.code, answer.error.message)
                     )
                 else:
-                    future.set_result(getattr(answer, self.stream.answer_field))
+                    future.set_result(getattr(answer, kind or self.stream.answer_field))
         except grpc.aio.AioRpcError as exc:
             details = exc.details()
             self._break(exc.code(), details if isinstance(details, str) else "")
@@ -149,7 +150,8 @@ class MultiplexedStream(Generic[RequestT, AnswerT]):
     method: ClassVar[str]
     """The stream RPC's name on the stub ("PopStream")."""
     answer_field: ClassVar[str]
-    """The field of a stream answer that holds the unary answer ("pop")."""
+    """The field of a stream answer that holds the unary answer when the answer sets none of
+    its ``result`` oneof ("pop"); otherwise the oneof's field is the answer."""
     ended: ClassVar[str]
     """The error text when the server ends the call with requests in flight."""
 

@@ -92,10 +92,11 @@ class AsyncSimpleConsumer(AsyncClient):
             filter over properties: ``Sql("region = 'eu' AND amount > 100")``.
         timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
-        multiplex: Send the receives over one ``PopStream`` call (opened on the first
-            receive, again after it broke) rather than one ``Pop`` call each: a held receive
-            then costs the server about 2 KB instead of about 20 KB. ``False`` uses ``Pop``.
-            Receives behave the same either way (docs/pop-stream.md).
+        multiplex: Send the receives and acks over one ``PopStream`` call (opened on the
+            first one, again after it broke) rather than one ``Pop`` or ``Ack`` call each: a
+            held receive then costs the server about 2 KB instead of about 20 KB, and an ack
+            no unary call. ``False`` uses ``Pop`` and ``Ack``. Both behave the same either
+            way (docs/pop-stream.md).
     """
 
     def __init__(
@@ -117,7 +118,7 @@ class AsyncSimpleConsumer(AsyncClient):
 
     @property
     def multiplex(self) -> bool:
-        """Whether receives go over one PopStream call (see the constructor)."""
+        """Whether receives and acks go over one PopStream call (see the constructor)."""
         return self._stream is not None
 
     async def close(self) -> None:
@@ -174,12 +175,7 @@ class AsyncSimpleConsumer(AsyncClient):
         batch = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
         if not batch:
             return
-        request = messaging_pb2.AckRequest(
-            group=self.group, receipt_handles=[m.receipt_handle for m in batch]
-        )
-        response: messaging_pb2.AckResponse = await unary(
-            self._conn.messaging().Ack, request, self._timeout_s
-        )
+        response = await self._ack_handles([m.receipt_handle for m in batch])
         first_error: PopMQError | None = next(
             (
                 error_from_code_name(result.code, result.message)
@@ -190,6 +186,16 @@ class AsyncSimpleConsumer(AsyncClient):
         )
         if first_error is not None:
             raise first_error
+
+    async def _ack_handles(self, handles: list[str]) -> messaging_pb2.AckResponse:
+        """Ack receipt handles (at least one) over the PopStream, or the unary Ack RPC."""
+        request = messaging_pb2.AckRequest(group=self.group, receipt_handles=handles)
+        response: messaging_pb2.AckResponse | None = None
+        if self._stream is not None:
+            response = await self._stream.ack(request, self._timeout_s)
+        if response is None:  # unary by choice, or the stream has its most requests in flight
+            response = await unary(self._conn.messaging().Ack, request, self._timeout_s)
+        return response
 
     async def change_invisible_duration(
         self, message: ReceivedMessage, invisible_duration_s: float
@@ -314,8 +320,9 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         filter: Tag expression (``"*"``, ``"TagA"`` or ``"TagA || TagB"``), or a SQL92
             filter over properties: ``Sql("region = 'eu' AND amount > 100")``.
         timeout_s: Timeout of each call, in seconds; a receive waits ``wait_s`` longer.
-        multiplex: Receive over one ``PopStream`` call rather than one ``Pop`` call each
-            (see ``AsyncSimpleConsumer``); ``False`` uses ``Pop``.
+        multiplex: Receive and ack over one ``PopStream`` call rather than one ``Pop`` or
+            ``Ack`` call each (see ``AsyncSimpleConsumer``); ``False`` uses ``Pop`` and
+            ``Ack``.
     """
 
     def __init__(

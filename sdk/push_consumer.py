@@ -984,12 +984,9 @@ class _Acker:
 
     async def _send(self, batch: list[_Held]) -> None:
         owner = self.owner
-        request = messaging_pb2.AckRequest(
-            group=owner.group, receipt_handles=[h.message.receipt_handle for h in batch]
-        )
         try:
-            response: messaging_pb2.AckResponse = await unary(
-                owner._conn.messaging().Ack, request, owner._timeout_s
+            response = await owner._consumers[self.topic]._ack_handles(
+                [h.message.receipt_handle for h in batch]
             )
             for held, result in zip(batch, response.results, strict=True):
                 if result.code == "OK":

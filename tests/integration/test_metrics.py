@@ -100,6 +100,11 @@ def test_metrics_endpoint_exports_broker_rpc_and_writer_metrics(tmp_path: Path) 
         # held one is not answered yet).
         stream = "popmq.v1.MessagingService/PopStream"
         assert value("popmq_rpc_duration_seconds_count", method=stream, code="OK") == 2
+        # Their acks went over it too: counted apart from pops, and no unary Ack was made.
+        acks = "popmq.v1.MessagingService/PopStream/Ack"
+        assert value("popmq_rpc_duration_seconds_count", method=acks, code="OK") == 2
+        unary_ack = (("code", "OK"), ("method", "popmq.v1.MessagingService/Ack"))
+        assert ("popmq_rpc_duration_seconds_count", unary_ack) not in samples
         assert value("popmq_write_batch_jobs_count") >= 2
         assert value("popmq_store_write_seconds_count", fsync="true") >= 1
         assert value("popmq_write_batches_total") >= 2

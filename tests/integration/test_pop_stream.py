@@ -52,6 +52,10 @@ def _streams(server: ServerThread) -> int:
     return server.sync(lambda: server.server.messaging.pop_streams)  # type: ignore[union-attr]
 
 
+def _acked(server: ServerThread) -> int:
+    return server.sync(lambda: server.broker.stats.acked[("g", "orders")])
+
+
 def _held(server: ServerThread) -> int:
     return server.sync(lambda: server.broker.polling.held)
 
@@ -537,7 +541,144 @@ def test_a_repeated_request_id_in_flight_ends_the_stream(server: ServerThread) -
 
     error = asyncio.run(scenario())
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "request_id 1 repeats a pop still in flight" in (error.details() or "")
+    assert "request_id 1 repeats a request still in flight" in (error.details() or "")
+
+
+def _ack_request(request_id: int, *handles: str, group: str = "g") -> Any:
+    return messaging_pb2.PopStreamRequest(
+        request_id=request_id,
+        ack=messaging_pb2.AckRequest(group=group, receipt_handles=list(handles)),
+    )
+
+
+def _results(response: Any) -> list[tuple[str, str]]:
+    return [(r.receipt_handle, r.code) for r in response.results]
+
+
+def test_acks_on_the_stream_answer_as_the_ack_rpc_and_the_messages_stay_acked(
+    server: ServerThread,
+) -> None:
+    _setup(server.endpoint)
+    with Producer(server.endpoint) as producer:
+        for i in range(4):
+            producer.send("orders", f"m{i}".encode())
+
+    async def scenario() -> tuple[Any, Any, Any, Any, Any]:
+        channel, call = await _open(server.endpoint)
+        async with channel:
+            stub = _Stub(channel)
+            await call.write(_pop_request(1, max_messages=4, wait_s=5))
+            popped = (await call.read()).pop.messages
+            assert len(popped) == 4
+            first, second = [m.receipt_handle for m in popped[:2]]
+            rest = [m.receipt_handle for m in popped[2:]]
+            # Two handles, one of them twice, and a garbage one: per-entry results.
+            await call.write(_ack_request(2, first, second, first, "garbage"))
+            on_stream = await call.read()
+            by_rpc = await stub.Ack(
+                messaging_pb2.AckRequest(group="g", receipt_handles=[first, "garbage", *rest])
+            )
+            # Nothing is left to deliver (a short invisible time would bring back the rest).
+            await call.write(_pop_request(3, wait_s=0, invisible_duration=Duration(seconds=1)))
+            again = await call.read()
+            await asyncio.sleep(1.2)
+            await call.write(_pop_request(4, wait_s=0))
+            later = await call.read()
+            call.cancel()
+            return on_stream, by_rpc, again, later, (first, second, rest)
+
+    on_stream, by_rpc, again, later, (first, second, rest) = asyncio.run(scenario())
+    assert on_stream.request_id == 2 and on_stream.HasField("ack")
+    garbage_code = by_rpc.results[1].code
+    assert garbage_code == "INVALID_ARGUMENT"
+    assert _results(on_stream.ack) == [
+        (first, "OK"),
+        (second, "OK"),
+        (first, "OK"),  # acked before: still OK, as for the Ack RPC
+        ("garbage", garbage_code),
+    ]
+    assert on_stream.ack.results[3].message == by_rpc.results[1].message
+    assert _results(by_rpc) == [
+        (first, "OK"),
+        ("garbage", garbage_code),
+        *((h, "OK") for h in rest),
+    ]
+    assert list(again.pop.messages) == [] and list(later.pop.messages) == []
+
+
+def test_a_bad_ack_fails_that_request_only_with_the_ack_rpc_error(server: ServerThread) -> None:
+    _setup(server.endpoint)
+
+    async def scenario() -> list[tuple[Any, grpc.aio.AioRpcError]]:
+        channel, call = await _open(server.endpoint)
+        async with channel:
+            stub = _Stub(channel)
+            pairs = []
+            for request_id, group, handles in ((1, "g", ()), (2, "bad group!", ("x",))):
+                await call.write(_ack_request(request_id, *handles, group=group))
+                answer = await call.read()
+                with pytest.raises(grpc.aio.AioRpcError) as raised:
+                    await stub.Ack(messaging_pb2.AckRequest(group=group, receipt_handles=handles))
+                pairs.append((answer, raised.value))
+            await call.write(_pop_request(3, wait_s=0))  # the stream still works
+            assert (await call.read()).HasField("pop")
+            call.cancel()
+            return pairs
+
+    for answer, unary_error in asyncio.run(scenario()):
+        assert answer.WhichOneof("result") == "error"
+        assert answer.error.code == unary_error.code().name == "INVALID_ARGUMENT"
+        assert answer.error.message == unary_error.details()
+
+
+def test_a_cancel_does_not_take_back_an_ack(server: ServerThread) -> None:
+    _setup(server.endpoint)
+    with Producer(server.endpoint) as producer:
+        producer.send("orders", b"kept acked")
+
+    async def scenario() -> tuple[Any, Any]:
+        channel, call = await _open(server.endpoint)
+        async with channel:
+            await call.write(_pop_request(1, wait_s=5, invisible_duration=Duration(seconds=1)))
+            handle = (await call.read()).pop.messages[0].receipt_handle
+            await call.write(_ack_request(2, handle))
+            await call.write(_cancel_request(2))
+            answer = await call.read()
+            await asyncio.sleep(1.2)
+            await call.write(_pop_request(3, wait_s=0))
+            later = await call.read()
+            call.cancel()
+            return answer, later
+
+    answer, later = asyncio.run(scenario())
+    assert answer.request_id == 2 and answer.HasField("ack")
+    assert [r.code for r in answer.ack.results] == ["OK"]
+    assert list(later.pop.messages) == []
+
+
+def test_the_sdk_acks_over_the_stream_and_falls_back_to_unary_when_asked(
+    server: ServerThread,
+) -> None:
+    _setup(server.endpoint)
+    with Producer(server.endpoint) as producer:
+        for i in range(4):
+            producer.send("orders", f"m{i}".encode())
+
+    async def acks_with(multiplex: bool) -> tuple[int, int]:
+        async with AsyncSimpleConsumer(
+            server.endpoint, group="g", topic="orders", multiplex=multiplex
+        ) as consumer:
+            got = await consumer.receive(max_messages=2, invisible_duration_s=1, wait_s=5)
+            assert len(got) == 2
+            before = _acked(server)
+            await consumer.ack(got)
+            got[0].receipt_handle = "garbage"  # the server's error for an entry is raised
+            with pytest.raises(InvalidArgumentError):
+                await consumer.ack(got[0])
+            return _acked(server) - before, _streams(server)
+
+    assert asyncio.run(acks_with(True)) == (2, 1)
+    assert asyncio.run(acks_with(False)) == (2, 0)
 
 
 def test_a_request_without_pop_or_cancel_is_answered_invalid_argument(

@@ -203,28 +203,32 @@ class SendStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., send: _Optional[_Union[SendMessagesResponse, _Mapping]] = ..., error: _Optional[_Union[PopStreamError, _Mapping]] = ...) -> None: ...
 
 class PopStreamRequest(_message.Message):
-    __slots__ = ("request_id", "pop", "cancel")
+    __slots__ = ("request_id", "pop", "cancel", "ack")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     pop: PopRequest
     cancel: PopStreamCancel
-    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., cancel: _Optional[_Union[PopStreamCancel, _Mapping]] = ...) -> None: ...
+    ack: AckRequest
+    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., cancel: _Optional[_Union[PopStreamCancel, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ...) -> None: ...
 
 class PopStreamCancel(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class PopStreamResponse(_message.Message):
-    __slots__ = ("request_id", "pop", "error")
+    __slots__ = ("request_id", "pop", "error", "ack")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     pop: PopResponse
     error: PopStreamError
-    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., error: _Optional[_Union[PopStreamError, _Mapping]] = ...) -> None: ...
+    ack: AckResponse
+    def __init__(self, request_id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., error: _Optional[_Union[PopStreamError, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ...) -> None: ...
 
 class PopStreamError(_message.Message):
     __slots__ = ("code", "message")

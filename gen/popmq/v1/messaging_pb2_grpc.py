@@ -198,17 +198,19 @@ class MessagingServiceServicer:
         per Pop. A held unary Pop costs the server a gRPC call (about 20 KB); a Pop held on a
         stream costs about 2 KB.
 
-        Each PopStreamRequest carries a client-chosen request_id and either a pop (a PopRequest,
-        validated and served exactly as by the Pop RPC) or a cancel of an earlier pop of the
-        stream. The server runs the pops of a stream concurrently and answers each with one
-        PopStreamResponse carrying its request_id, as soon as it is ready: answers come in the
-        order they are ready, not in request order. An answer holds either the PopResponse or
-        the error (status code name and message) the Pop RPC would have failed with; an error
-        concerns that request only and the stream keeps working. A cancelled pop is answered
-        with CANCELLED, or with its result if it finished before the cancel arrived; a cancel of
-        a request_id with no pop in flight is ignored.
+        Each PopStreamRequest carries a client-chosen request_id and one action: a pop (a
+        PopRequest, validated and served exactly as by the Pop RPC), an ack (an AckRequest,
+        served exactly as by the Ack RPC, so a consumer's receive cycle needs no unary call), or
+        a cancel of an earlier pop of the stream. The server runs the requests of a stream
+        concurrently and answers each with one PopStreamResponse carrying its request_id, as soon
+        as it is ready: answers come in the order they are ready, not in request order. An answer
+        holds either the PopResponse or AckResponse or the error (status code name and message)
+        the unary RPC would have failed with; an error concerns that request only and the stream
+        keeps working. A cancelled pop is answered with CANCELLED, or with its result if it
+        finished before the cancel arrived; a cancel of a request_id with no pop in flight is
+        ignored (an ack in flight is not cancelled: it is answered with its results).
 
-        At most 1024 pops may be in flight on one stream (read and not yet answered): a pop
+        At most 1024 requests may be in flight on one stream (read and not yet answered): one
         beyond that is answered RESOURCE_EXHAUSTED, naming the limit. Open another stream, or
         wait for answers, to have more. A request_id must not repeat one still in flight on the
         stream: the server then ends the stream with INVALID_ARGUMENT.
