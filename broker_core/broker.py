@@ -648,6 +648,7 @@ class Broker:
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
             out = []
+            expiries = message_index.Expiries()
             for p in plan:
                 r = p.record
                 recall = ""
@@ -672,6 +673,7 @@ class Broker:
                     )
                 message_index.write_entries(
                     batch,
+                    expiries,
                     topic_id=p.topic.topic_id,
                     queue_id=p.queue_id,
                     offset=offset,
@@ -684,6 +686,7 @@ class Broker:
                     recall_handle=recall,
                 )
                 out.append(SendResult(r.message_id, p.topic.name, p.queue_id, offset, recall))
+            expiries.put(batch)
             return out
 
         try:
@@ -847,7 +850,7 @@ class Broker:
             await self.writer.submit(
                 functools.partial(_sweep, self.store, markers, now, ttl), sync=False
             )
-            removed += len(markers)
+            removed += sum(len(entries) for _, entries in markers)
 
     async def _timer_loop(self) -> None:
         """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
@@ -3034,8 +3037,10 @@ def _store_indexed(
     is. Returns its offset."""
     offset = offsets.allocate(topic_id, queue_id)
     batch.put("messages", keys.message_key(topic_id, queue_id, offset), record.SerializeToString())
+    expiries = message_index.Expiries()
     message_index.write_entries(
         batch,
+        expiries,
         topic_id=topic_id,
         queue_id=queue_id,
         offset=offset,
@@ -3046,6 +3051,7 @@ def _store_indexed(
         retention_ms=retention_ms,
         dedup_window_ms=0,
     )
+    expiries.put(batch)
     return offset
 
 
@@ -3146,7 +3152,7 @@ def _message_type(msg: NewMessage) -> str:
 
 def _sweep(
     store: Store,
-    markers: list[bytes],
+    markers: list[tuple[bytes, list[bytes]]],
     now: int,
     ttl: dict[bytes, int],
     batch: Batch,

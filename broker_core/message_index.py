@@ -5,7 +5,11 @@ Entries (see keys.py):
   is the message id (the default, so a producer retry costs no extra entry);
 - `d` (topic, dedup id) -> IndexRecord, only for dedup ids other than the message id;
 - `k` (topic, key, queue, offset) -> b"": query by key;
-- `x` (expiry time, entry key) -> b"": what the sweep deletes, and when.
+- `x` (expiry time, entry key) -> more entry keys: what the sweep deletes, and when. One
+  marker covers every entry of a write that expires at the same time (`Expiries`): the key
+  names the first, the value lists the others (each with a 2-byte length). A marker with an
+  empty value covers its key's entry alone (markers written before grouping, and lone ones).
+  Grouping saves a put per message: a send of 32 wrote 96 index entries, now 66.
 
 Id and key entries live as long as retention keeps their message, dedup entries as long as the
 dedup window. All are written in the batch that stores the message, so an index entry never
@@ -15,6 +19,7 @@ deleted (the sweep may not have run yet).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 
 from broker_core import keys
@@ -22,10 +27,48 @@ from broker_core.store import Batch, Store
 from popmq.store.v1 import records_pb2
 
 _SWEEP_CHUNK = 4096
+"""Entries deleted per sweep write (a marker's entries are never split)."""
+_LENGTH = struct.Struct(">H")
+
+
+class Expiries:
+    """The expiry markers of one write, grouped by expiry time; `put` writes them."""
+
+    __slots__ = ("_due",)
+
+    def __init__(self) -> None:
+        self._due: dict[int, list[bytes]] = {}
+
+    def add(self, expire_ms: int, entry: bytes) -> None:
+        due = self._due.get(expire_ms)
+        if due is None:
+            self._due[expire_ms] = [entry]
+        else:
+            due.append(entry)
+
+    def put(self, batch: Batch) -> None:
+        pack = _LENGTH.pack
+        for expire_ms, entries in self._due.items():
+            rest = b"".join(pack(len(e)) + e for e in entries[1:])
+            batch.put("index", keys.expiry_key(expire_ms, entries[0]), rest)
+        self._due.clear()
+
+
+def marker_entries(marker: bytes, value: bytes) -> list[bytes]:
+    """The index entries an expiry marker covers (see the module doc)."""
+    entries = [keys.parse_expiry_key(marker)[1]]
+    at, end = 0, len(value)
+    while at < end:
+        (length,) = _LENGTH.unpack_from(value, at)
+        at += _LENGTH.size
+        entries.append(value[at : at + length])
+        at += length
+    return entries
 
 
 def write_entries(
     batch: Batch,
+    expiries: Expiries,
     *,
     topic_id: int,
     queue_id: int,
@@ -38,7 +81,9 @@ def write_entries(
     dedup_window_ms: int,
     recall_handle: str = "",
 ) -> None:
-    """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer."""
+    """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
+
+    Its expiry markers join `expiries`, which the caller puts once for the whole write."""
     record = records_pb2.IndexRecord(
         queue_id=queue_id, offset=offset, store_time_ms=stamp_ms, message_id=message_id
     )
@@ -47,14 +92,15 @@ def write_entries(
     value = record.SerializeToString()
     id_key = keys.id_index_key(topic_id, message_id)
     batch.put("index", id_key, value)
-    batch.put("index", keys.expiry_key(stamp_ms + retention_ms, id_key), b"")
+    expiries.add(stamp_ms + retention_ms, id_key)
     if dedup_id and dedup_id != message_id:
         dedup_key = keys.dedup_key(topic_id, dedup_id)
         batch.put("index", dedup_key, value)
-        batch.put("index", keys.expiry_key(stamp_ms + dedup_window_ms, dedup_key), b"")
+        expiries.add(stamp_ms + dedup_window_ms, dedup_key)
     if offset >= 0 and message_keys:
         write_key_entries(
             batch,
+            expiries,
             topic_id=topic_id,
             queue_id=queue_id,
             offset=offset,
@@ -65,6 +111,7 @@ def write_entries(
 
 def write_key_entries(
     batch: Batch,
+    expiries: Expiries,
     *,
     topic_id: int,
     queue_id: int,
@@ -75,7 +122,7 @@ def write_key_entries(
     for key in message_keys:
         entry = keys.key_index_key(topic_id, key, queue_id, offset)
         batch.put("index", entry, b"")
-        batch.put("index", keys.expiry_key(expire_ms, entry), b"")
+        expiries.add(expire_ms, entry)
 
 
 def find_duplicates(
@@ -114,33 +161,41 @@ def lookup_key(store: Store, topic_id: int, key: str, limit: int) -> list[tuple[
     return found
 
 
-def expired_entries(store: Store, now_ms: int) -> list[bytes]:
-    """Expiry markers due by now (at most one chunk); the caller deletes them and their entries."""
+def expired_entries(store: Store, now_ms: int) -> list[tuple[bytes, list[bytes]]]:
+    """Expiry markers due by now with their entries (about one chunk of entries); the caller
+    deletes them."""
     start = b"x"
     end = keys.expiry_key(now_ms + 1, b"")
     found = []
-    for key, _ in store.scan("index", start, end):
-        found.append(key)
-        if len(found) >= _SWEEP_CHUNK:
+    count = 0
+    for key, value in store.scan("index", start, end):
+        entries = marker_entries(key, value)
+        found.append((key, entries))
+        count += len(entries)
+        if count >= _SWEEP_CHUNK:
             break
     return found
 
 
 def sweep_batch(
-    store: Store, batch: Batch, markers: list[bytes], now_ms: int, ttl: dict[bytes, int]
+    store: Store,
+    batch: Batch,
+    markers: list[tuple[bytes, list[bytes]]],
+    now_ms: int,
+    ttl: dict[bytes, int],
 ) -> None:
     """Delete expired markers and their entries, keeping entries a later send refreshed.
 
     `ttl` maps an entry kind (b"i", b"d", b"k") to its lifetime in ms.
     """
-    for marker in markers:
+    for marker, entries in markers:
         batch.delete("index", marker)
-        _, entry = keys.parse_expiry_key(marker)
-        kind = entry[:1]
-        if kind in (b"i", b"d"):
-            data = store.get("index", entry)
-            if data is not None:
-                record = records_pb2.IndexRecord.FromString(data)
-                if record.store_time_ms + ttl[kind] > now_ms:
-                    continue  # refreshed by a later send of the same id
-        batch.delete("index", entry)
+        for entry in entries:
+            kind = entry[:1]
+            if kind in (b"i", b"d"):
+                data = store.get("index", entry)
+                if data is not None:
+                    record = records_pb2.IndexRecord.FromString(data)
+                    if record.store_time_ms + ttl[kind] > now_ms:
+                        continue  # refreshed by a later send of the same id
+            batch.delete("index", entry)

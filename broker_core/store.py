@@ -88,9 +88,13 @@ class Store:
         # Every send looks its message ids up in `index`, and almost all are misses: a bloom
         # filter answers a miss without reading table blocks (0.65 vs 4-6 us a key, measured
         # on 400k keys in table files).
+        # The memtable gets one too (whole keys, 5% of the write buffer, ~3 MB): the ids of
+        # the last seconds' sends are there, and a miss costs 0.4 instead of 1.7 us a key.
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(10, False)
         families["index"].set_block_based_table_factory(table)
+        families["index"].set_memtable_prefix_bloom_ratio(0.05)
+        families["index"].set_memtable_whole_key_filtering(True)
         self._db = rocksdict.Rdict(str(self.path), options, column_families=families)
         self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}

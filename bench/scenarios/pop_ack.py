@@ -1,10 +1,11 @@
 """Scenario 2, pop + ack: batch 32, 1 and 4 consumers, a topic pre-filled with 200k messages.
 
 Each consumer loops: receive up to 32 (long poll 1 s), then ack them in one call (popmq: one
-ack on the consumer's PopStream; Redis: one XACK; NATS: one ack per message, its only per-message form). All systems
-are started and pre-filled first, then measured run by run, so the runs interleave. A window
-ends after its duration or once it consumed its share of the backlog (at most half the backlog
-is consumed over all runs), so the backlog stays large throughout.
+ack on the consumer's PopStream; Redis: one XACK; NATS: one ack per message, its only
+per-message form). All systems are started and pre-filled first, then measured run by run,
+so the runs interleave. A window ends after its duration or once it consumed its share of the
+backlog (at most half the backlog is consumed over all runs), so the backlog stays large
+throughout.
 """
 
 from __future__ import annotations

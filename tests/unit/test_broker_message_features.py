@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from broker_core import message_index
 from broker_core.broker import Broker
 from broker_core.config import GroupDefaults
 from broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
@@ -221,6 +222,40 @@ def test_index_sweep_drops_expired_entries(open_broker: OpenBroker) -> None:
             assert removed >= 3
             with pytest.raises(NotFoundError):
                 broker.query_message("orders", sent.message_id)
+            assert broker.query_messages_by_key("orders", "k") == []
+
+    asyncio.run(scenario())
+
+
+def test_one_expiry_marker_covers_a_send_and_old_single_markers_still_sweep(
+    open_broker: OpenBroker,
+) -> None:
+    def markers(broker: Broker) -> list[tuple[bytes, bytes]]:
+        return list(broker.store.scan("index", b"x", b"y"))
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 2)
+            sent = await broker.send(
+                [NewMessage("orders", b"x", keys=("k",), dedup_id=f"d{i}") for i in range(3)]
+            )
+            # 3 id, 3 key and 3 dedup entries: one marker for the 6 kept for the retention,
+            # one for the 3 kept for the dedup window.
+            found = markers(broker)
+            assert len(found) == 2
+            covered = [e for key, value in found for e in message_index.marker_entries(key, value)]
+            assert sorted(e[:1] for e in covered) == [b"d"] * 3 + [b"i"] * 3 + [b"k"] * 3
+            # A marker as written before grouping (empty value: its key's entry alone).
+            (old,) = await broker.send([NewMessage("orders", b"old")])
+            grouped = {key for key, _ in found}
+            (lone,) = [key for key, _ in markers(broker) if key not in grouped]
+            assert broker.store.get("index", lone) == b""
+            far = now_ms() + 400 * 86400 * 1000
+            assert await broker.sweep_index(far) == 10
+            assert markers(broker) == []
+            for result in (*sent, old):
+                with pytest.raises(NotFoundError):
+                    broker.query_message("orders", result.message_id)
             assert broker.query_messages_by_key("orders", "k") == []
 
     asyncio.run(scenario())
