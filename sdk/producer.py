@@ -38,7 +38,7 @@ from sdk import _loop
 from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
 from sdk._coalesce import SendCoalescer
 from sdk._compression import encode_body
-from sdk._message_id import new_message_id
+from sdk._message_id import new_message_ids
 from sdk._retry import RetryPolicy
 from sdk._send_stream import SendStream
 from sdk._sync import SyncClient
@@ -92,6 +92,7 @@ def build_send_request(
     request = messaging_pb2.SendMessagesRequest()
     add = request.messages.add  # filled in place: an appended message would be copied
     body_bytes = 0
+    ids = new_message_ids(len(messages))  # one lock for the batch; unused ones are skipped
     for index, message in enumerate(messages):
         body = message.body
         check_message(
@@ -118,7 +119,7 @@ def build_send_request(
         )
         wire = message.to_proto(topic, into=add())
         if not wire.message_id:
-            wire.message_id = new_message_id()
+            wire.message_id = ids[index]
         wire.born_host = _BORN_HOST
         encoded, encoding = encode_body(body)
         if encoding:

@@ -6,6 +6,9 @@ import os
 import re
 import threading
 
+import pytest
+
+from sdk import _message_id
 from sdk._message_id import MESSAGE_ID_LENGTH, MessageIdGenerator, new_message_id
 
 ID_PATTERN = re.compile(r"^01[0-9A-F]{32}$")
@@ -39,6 +42,35 @@ def test_ids_of_one_generator_increase_strictly_as_strings() -> None:
 
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_batches_of_ids_continue_one_strictly_increasing_sequence() -> None:
+    generator = MessageIdGenerator()
+
+    ids = []
+    for size in (1, 32, 7, 1, 500, 3):
+        batch = generator.next_many(size)
+        assert len(batch) == size
+        ids += batch
+        ids.append(generator.next())
+
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(ID_PATTERN.match(i) for i in ids)
+    # Within one second the sequence runs on without gaps from batch to batch.
+    seconds = [_fields(i)[2] for i in ids]
+    if seconds[0] == seconds[-1]:
+        assert [_fields(i)[3] for i in ids] == list(range(len(ids)))
+
+
+def test_a_batch_that_would_wrap_the_sequence_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = MessageIdGenerator()
+    monkeypatch.setattr(_message_id.time, "monotonic", lambda: generator._monotonic_start)
+    generator.next()
+    generator._sequence = 0xFFFFFFF0  # as if 2^32 - 16 ids were made in this second
+    assert len(generator.next_many(15)) == 15
+    with pytest.raises(RuntimeError, match="2\\^32"):
+        generator.next_many(1)
 
 
 def test_ids_are_unique_and_ordered_per_thread_across_threads() -> None:
