@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
 from broker_core.config import DELAY_LEVELS_S
@@ -99,23 +102,37 @@ def send_result(result: SendResult) -> messaging_pb2.SendResult:
 
 
 def received_message(popped: PoppedMessage) -> messaging_pb2.ReceivedMessage:
-    record = popped.record
-    message = messaging_pb2.ReceivedMessage(
-        message_id=record.message_id,
-        topic=popped.topic,
-        queue_id=popped.queue_id,
-        offset=popped.offset,
-        body=record.body,
-        delivery_attempt=record.delivery_attempt,
-        receipt_handle=popped.receipt_handle,
-    )
-    _copy_record(record, message)
-    set_time(message.invisible_until, popped.invisible_until_ms)
-    if record.deliver_at_ms:
-        set_time(message.deliver_time, record.deliver_at_ms)
-    if record.born_host:
-        message.born_host = record.born_host
+    message = messaging_pb2.ReceivedMessage()
+    fill_received_message(message, popped)
     return message
+
+
+def received_messages(
+    out: RepeatedCompositeFieldContainer[messaging_pb2.ReceivedMessage],
+    popped: Iterable[PoppedMessage],
+) -> None:
+    """Append popped messages to a response's repeated field, each built in place: a built
+    message appended with `extend` would be copied (~20% more per message)."""
+    add = out.add
+    for message in popped:
+        fill_received_message(add(), message)
+
+
+def fill_received_message(out: messaging_pb2.ReceivedMessage, popped: PoppedMessage) -> None:
+    record = popped.record
+    out.message_id = record.message_id
+    out.topic = popped.topic
+    out.queue_id = popped.queue_id
+    out.offset = popped.offset
+    out.body = record.body
+    out.delivery_attempt = record.delivery_attempt
+    out.receipt_handle = popped.receipt_handle
+    _copy_record(record, out)
+    set_time(out.invisible_until, popped.invisible_until_ms)
+    if record.deliver_at_ms:
+        set_time(out.deliver_time, record.deliver_at_ms)
+    if record.born_host:
+        out.born_host = record.born_host
 
 
 def _copy_record(

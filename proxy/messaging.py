@@ -99,7 +99,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.PopRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.PopResponse:
         popped = await self.start_pop(request, context.time_remaining())
-        return messaging_pb2.PopResponse(messages=[convert.received_message(m) for m in popped])
+        response = messaging_pb2.PopResponse()
+        convert.received_messages(response.messages, popped)
+        return response
 
     def start_pop(
         self, request: messaging_pb2.PopRequest, remaining_s: float | None

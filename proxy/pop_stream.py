@@ -150,4 +150,4 @@ class PopStreamSession(
             return
         popped = cast(list[PoppedMessage], result)
         response.pop.SetInParent()  # set even when no message was popped
-        response.pop.messages.extend(convert.received_message(m) for m in popped)
+        convert.received_messages(response.pop.messages, popped)
