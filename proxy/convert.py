@@ -101,12 +101,6 @@ def send_result(result: SendResult) -> messaging_pb2.SendResult:
     )
 
 
-def received_message(popped: PoppedMessage) -> messaging_pb2.ReceivedMessage:
-    message = messaging_pb2.ReceivedMessage()
-    fill_received_message(message, popped)
-    return message
-
-
 def received_messages(
     out: RepeatedCompositeFieldContainer[messaging_pb2.ReceivedMessage],
     popped: Iterable[PoppedMessage],

@@ -377,11 +377,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             pop["invisible_s"],
             pop_once,
         )
-        return messaging_pb2.LeasePopResponse(
-            messages=[convert.received_message(m) for m in page.messages],
-            replayed=page.replayed,
-            lease_until=convert.timestamp(page.lease_until_ms),
+        response = messaging_pb2.LeasePopResponse(
+            replayed=page.replayed, lease_until=convert.timestamp(page.lease_until_ms)
         )
+        convert.received_messages(response.messages, page.messages)
+        return response
 
     @rpc
     async def AckLease(

@@ -130,7 +130,9 @@ class PopStreamSession(
         )
         return True
 
-    def _observer(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> Any:
+    def _observer(
+        self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest
+    ) -> Observe | None:
         if type(request) is messaging_pb2.AckRequest:
             return self._observe_ack
         return self._observe
