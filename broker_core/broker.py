@@ -26,6 +26,7 @@ import logging
 import secrets
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -96,8 +97,9 @@ _T = TypeVar("_T")
 _SECRET_KEY = b"secret:receipt"
 _BOOT_KEY = b"boot:epoch"
 _CK_SEQ_BITS = 40
-_REVIVE_CHUNK = 2048
-"""Messages revived per write batch, so a revive storm never stalls the loop for long."""
+_REVIVE_CHUNK = 128
+"""Messages revived (or delayed messages fired) per write batch: each chunk holds the event
+loop for a few ms, so pops and acks keep flowing through a revive storm."""
 _REVIVE_RETRY_MS = 1000
 """Delay before a revive that failed to write is tried again."""
 _PEEK_MAX = 256
@@ -2682,10 +2684,10 @@ class Broker:
 
     async def _revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
-        store = self.store
         plan: list[tuple[Checkpoint, list[tuple[int, TopicInfo, bytes]]]] = []
         notify: list[tuple[str, str | None]] = []
         stamp = now_ms()
+        stored = self._revived_records(due)
         for ck in due:
             cq = ck.queue
             group = self.catalog.groups_by_id.get(cq.group_id)
@@ -2712,7 +2714,7 @@ class Broker:
                     # is stale and must neither redeliver it nor linger in the store.
                     moves.append((index, source, b""))
                     continue
-                data = store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
+                data = stored.get((cq.topic_id, cq.queue_id, offset))
                 if data is None or user_topic is None:
                     moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver
                     continue
@@ -2759,8 +2761,27 @@ class Broker:
                     notify.append((user_topic_name, ck.queue.group))
             else:
                 self._finish(ck)
-        for topic_name, group_name in notify:
-            self.polling.notify(topic_name, 1, group=group_name)
+        for (topic_name, group_name), count in Counter(notify).items():
+            self.polling.notify(topic_name, count, group=group_name)
+
+    def _revived_records(self, due: list[Checkpoint]) -> dict[tuple[int, int, int], bytes]:
+        """The stored messages the due (non-FIFO) checkpoints still own, read in one multi-get.
+
+        Keyed by (topic id, queue id, offset); a message deleted meanwhile is absent.
+        """
+        wanted: list[tuple[int, int, int]] = []
+        for ck in due:
+            cq = ck.queue
+            if ck.fifo_group:
+                continue
+            for index in ck.unresolved():
+                offset = ck.offsets[index]
+                if cq.inflight.get(offset) is ck:
+                    wanted.append((cq.topic_id, cq.queue_id, offset))
+        if not wanted:
+            return {}
+        values = self.store.multi_get("messages", [keys.message_key(*at) for at in wanted])
+        return {at: value for at, value in zip(wanted, values, strict=True) if value is not None}
 
     async def _revive_fifo(
         self,

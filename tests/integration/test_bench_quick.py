@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import report, revive_lag
 from bench.__main__ import SCENARIOS, main
 from bench.results import ScenarioResult, load_results, save_results
 from bench.scenarios import consumers, long_poll
@@ -67,3 +67,10 @@ def test_report_renders_doc_and_chart_from_saved_results(tmp_path: Path) -> None
     assert "## 4. Long-poll scale" in text
     assert chart.read_bytes().startswith(b"\x89PNG")
     assert load_results(saved)[0][0].name == "long-poll"
+
+
+def test_revive_lag_probe_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    revive_lag.main(["--messages", "300", "--invisible-s", "1"])
+    output = capsys.readouterr().out
+    assert "300 messages popped and never acked" in output
+    assert "loop lag p99 ms" in output
