@@ -6,8 +6,8 @@ grpc's Cython core, protobuf's upb and the socket syscalls all shows up as the a
 stopped with SIGINT when the window ends. Native sampling pauses the process briefly at each
 sample, so the profiled window is an extra one, never a measured one.
 
-The summary drops idle samples (a thread waiting in epoll/poll) and ranks, as shares of the
-busy samples:
+The summary drops idle samples (a thread waiting in epoll/poll, or blocked on a lock, a
+condition or the GIL) and ranks, as shares of the busy samples:
 - by the innermost *Python* frame, native time charged to the Python function that called
   it: where the Python code spends, what an optimisation of ours can move;
 - by the native library of the innermost frame (libc syscalls, cygrpc, protobuf, rocksdict,
@@ -37,6 +37,19 @@ _LOCATION = re.compile(r"\(([^()]*)\)$")
 _STOP_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[1]
 _IDLE_LEAVES = ("epoll_wait", "epoll_pwait", "poll ", "__poll", "select ", "EpollSelector.select")
+_WAITS = (
+    "PyThread_acquire_lock_timed",
+    "take_gil",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_cond_clockwait",
+    "sem_wait",
+    "sem_timedwait",
+    "sem_clockwait",
+)
+"""A thread with one of these on its stack is blocked (an idle executor worker on its queue's
+lock, a thread waiting for the GIL or for another thread's fsync), whatever anonymous libc
+frames sit below it: it uses no CPU."""
 _OWN_PREFIXES = ("broker_core/", "proxy/", "sdk/")
 _WRAPPER_SHARE = 0.8
 """Own functions on more than this share of the stacks are entry points, not hot spots."""
@@ -121,6 +134,10 @@ def _function(frame: str) -> str:
     return name
 
 
+def _is_waiting(frames: list[str]) -> bool:
+    return any(frame.startswith(_WAITS) for frame in frames)
+
+
 def _is_python(frame: str) -> bool:
     match = _LOCATION.search(frame)
     return match is not None and match.group(1).endswith(".py")
@@ -149,7 +166,7 @@ def summarize(raw: Path, *, top: int = 15) -> Profile:
         if not stack or not count_text.isdigit():
             continue
         frames = [_function(f) for f in stack.split(";") if f.strip()]
-        if not frames or frames[-1].startswith(_IDLE_LEAVES):
+        if not frames or frames[-1].startswith(_IDLE_LEAVES) or _is_waiting(frames):
             continue
         count = int(count_text)
         samples += count
