@@ -11,13 +11,23 @@ import sys
 from collections.abc import Callable
 
 from bench import delay_precision, fifo, flush_modes, send_async, spark_drain
-from bench.scenarios import backlog, consumers, latency, long_poll, pop_ack, produce, revive
+from bench.scenarios import (
+    backlog,
+    consumers,
+    latency,
+    long_poll,
+    paced_cost,
+    pop_ack,
+    produce,
+    revive,
+)
 
 SCENARIOS: dict[str, Callable[..., str]] = {
     # Issue 8, side by side with Redis Streams and NATS JetStream (bench/scenarios/).
     "produce": produce.main,
     "pop-ack": pop_ack.main,
     "e2e-latency": latency.main,
+    "paced-cost": paced_cost.main,
     "long-poll": long_poll.main,
     "backlog": backlog.main,
     "consumers-beyond-queues": consumers.main,

@@ -37,7 +37,16 @@ from bench.results import (
     markdown_table,
     save_results,
 )
-from bench.scenarios import backlog, consumers, latency, long_poll, pop_ack, produce, revive
+from bench.scenarios import (
+    backlog,
+    consumers,
+    latency,
+    long_poll,
+    paced_cost,
+    pop_ack,
+    produce,
+    revive,
+)
 
 __all__ = ["main"]
 
@@ -50,6 +59,7 @@ ISSUE8 = (
     "produce",
     "pop-ack",
     "e2e-latency",
+    "paced-cost",
     "long-poll",
     "backlog",
     "consumers-beyond-queues",
@@ -59,6 +69,7 @@ _RENDER: dict[str, Callable[[ScenarioResult], str]] = {
     "produce": produce.render,
     "pop-ack": pop_ack.render,
     "e2e-latency": latency.render,
+    "paced-cost": paced_cost.render,
     "long-poll": long_poll.render,
     "backlog": backlog.render,
     "consumers-beyond-queues": consumers.render,
@@ -97,6 +108,10 @@ def run_scenarios(quick: bool, *, profile: bool) -> tuple[list[ScenarioResult], 
             ),
         ),
         ("e2e-latency", lambda: latency.run(latency.settings(quick), require_peers=require)),
+        (
+            "paced-cost",
+            lambda: paced_cost.run(paced_cost.settings(quick), require_peers=require),
+        ),
         ("long-poll", lambda: long_poll.run(long_poll.settings(quick))),
         ("backlog", lambda: backlog.run(backlog.settings(quick))),
         ("consumers-beyond-queues", lambda: consumers.run(consumers.settings(quick))),
