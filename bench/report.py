@@ -443,6 +443,9 @@ def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_nam
         "is not yet on disk and the row is *not* durability-matched. nats-py: `publish` for "
         "batch 1, `publish_async` + gathered acks for a batch; a durable pull consumer "
         "(explicit ack, MaxAckPending 100,000) with `fetch(n)` and one `ack()` per message. "
+        "`ack()` only publishes the ack; it does not wait for the server to process it "
+        "(nats-py's `ack_sync` would), so a NATS consume cycle waits for one round trip "
+        "where popmq's and Redis's wait for two (receive, then ack). "
         "nats-py's `fetch(n)` holds an empty pull until n arrive, so the harness fetches "
         "without waiting and long-polls only an empty stream, for one message.",
         "- **rocksdb raw**: rocksdict synced `WriteBatch` of the same `StoredMessage` records, "
