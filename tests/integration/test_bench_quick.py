@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, revive_lag
+from bench import report, revive_lag, wal_sync
 from bench.__main__ import SCENARIOS, main
 from bench.results import ScenarioResult, load_results, save_results
 from bench.scenarios import consumers, long_poll
@@ -74,3 +74,10 @@ def test_revive_lag_probe_runs(capsys: pytest.CaptureFixture[str]) -> None:
     output = capsys.readouterr().out
     assert "300 messages popped and never acked" in output
     assert "loop lag p99 ms" in output
+
+
+def test_wal_sync_probe_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    wal_sync.main(["--writes", "60", "--runs", "1", "--dir", str(tmp_path)])
+    output = capsys.readouterr().out
+    assert "| batch of 32 | 2 |" in output
+    assert "| lone message | 0 |" in output
