@@ -5,7 +5,8 @@
   per batch: the storage limit of our stack, with none of the broker's indexing or Python.
 - ``grpc echo``: a bare ``grpc.aio`` server (its own process, like popmq's) that returns the
   bytes of the same ``SendMessagesRequest`` it receives: the transport limit, with no
-  protobuf parsing and no storage.
+  protobuf parsing and no storage. Unary (``Echo``) for scenario 1's rates; a bidi stream
+  (``EchoStream``, one per sender, as the SDK's SendStream) for scenario 3b's paced sends.
 
 Run ``python -m bench.reference echo-server`` to start the echo server by hand.
 """
@@ -21,6 +22,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +38,10 @@ from popmq.store.v1 import records_pb2
 from sdk import Message
 from sdk.producer import build_send_request
 
-__all__ = ["EchoServer", "echo_rate", "rocksdb_rate"]
+__all__ = ["EchoServer", "echo_rate", "rocksdb_rate", "stream_echo_sender"]
 
 _ECHO_METHOD = "/bench.Echo/Echo"
+_ECHO_STREAM_METHOD = "/bench.Echo/EchoStream"
 _READY_PREFIX = "echo listening on "
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -139,12 +144,61 @@ async def echo_rate(
     )
 
 
+class _StreamEchoSender:
+    """Sends each batch as one message on a bidi stream, as popmq's SDK does (SendStream);
+    the echo comes back in order, so answers are matched first in, first out."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._writing = asyncio.Lock()
+        self._waiting: deque[asyncio.Future[int]] = deque()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        while (reply := await self._call.read()) is not grpc.aio.EOF:
+            self._waiting.popleft().set_result(len(reply))
+
+    async def send(self, bodies: Sequence[bytes]) -> None:
+        request = build_send_request("bench", [Message(body) for body in bodies])
+        payload = request.SerializeToString()
+        answered: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        async with self._writing:  # one write at a time; answers queue in write order
+            self._waiting.append(answered)
+            await self._call.write(payload)
+        assert await answered == len(payload)
+
+    async def close(self) -> None:
+        await self._call.done_writing()
+        await self._reader
+
+
+@asynccontextmanager
+async def stream_echo_sender(endpoint: str) -> AsyncIterator[_StreamEchoSender]:
+    """A scenario ``Sender`` on its own channel and echo stream (the transport's share)."""
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        sender = _StreamEchoSender(channel.stream_stream(_ECHO_STREAM_METHOD)())
+        try:
+            yield sender
+        finally:
+            await sender.close()
+
+
 async def _serve_echo() -> None:
     async def echo(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         return request
 
+    async def echo_stream(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield request
+
     handler = grpc.method_handlers_generic_handler(
-        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+        "bench.Echo",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(echo),
+            "EchoStream": grpc.stream_stream_rpc_method_handler(echo_stream),
+        },
     )
     server = grpc.aio.server(
         options=[

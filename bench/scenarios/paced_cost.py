@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 
 from bench.peers.systems import ALL_SYSTEMS, choose_systems, launch
 from bench.peers.targets import Sender, Target
+from bench.reference import EchoServer, stream_echo_sender
 from bench.results import ScenarioResult, format_number, markdown_table, percentile
 from bench.scenarios._common import body_of, format_ratio, with_notes
 
@@ -32,6 +36,7 @@ __all__ = ["PacedSettings", "main", "render", "run", "settings"]
 
 NAME = "paced-cost"
 TOPIC = "paced"
+ECHO = "grpc echo"
 _MAX_IN_FLIGHT = 256
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 METRICS = ("p50 ms", "p99 ms", "server us/msg", "client us/msg", "cores busy", "steal %")
@@ -93,14 +98,15 @@ async def _paced_sends(
     return trips
 
 
-async def measure(target: Target, server_pid: int, config: PacedSettings) -> dict[str, float]:
-    """One paced window against a started system; the topic is created here."""
+async def measure(
+    open_sender: Callable[[], AbstractAsyncContextManager[Sender]],
+    server_pid: int,
+    config: PacedSettings,
+) -> dict[str, float]:
+    """One paced window over ``config.senders`` senders that ``open_sender`` connects."""
     body = body_of(config.body_bytes)
-    await target.create_topic(TOPIC)
     async with contextlib.AsyncExitStack() as stack:
-        senders = [
-            await stack.enter_async_context(target.sender(TOPIC)) for _ in range(config.senders)
-        ]
+        senders = [await stack.enter_async_context(open_sender()) for _ in range(config.senders)]
         await _paced_sends(senders, rate=config.rate, seconds=config.warmup_s, body=body)
         server_cpu = _process_cpu_s(server_pid)
         client_cpu = time.process_time()
@@ -122,6 +128,13 @@ async def measure(target: Target, server_pid: int, config: PacedSettings) -> dic
     }
 
 
+async def _measure_target(
+    target: Target, server_pid: int, config: PacedSettings
+) -> dict[str, float]:
+    await target.create_topic(TOPIC)
+    return await measure(lambda: target.sender(TOPIC), server_pid, config)
+
+
 def run(
     config: PacedSettings,
     *,
@@ -135,13 +148,22 @@ def run(
     for _ in range(config.runs):
         for system in chosen:  # systems alternate within each run
             with launch(system) as launched:
-                values = asyncio.run(measure(launched.target, launched.server.pid, config))
+                values = asyncio.run(_measure_target(launched.target, launched.server.pid, config))
             for metric, value in values.items():
                 result.add(case, system, metric, value)
+        with EchoServer() as echo:
+            values = asyncio.run(
+                measure(functools.partial(stream_echo_sender, echo.endpoint), echo.pid, config)
+            )
+        for metric, value in values.items():
+            result.add(case, ECHO, metric, value)
     result.notes.append(
         "Single-message sends, each on its own task, round-robin over the senders' "
         "connections; CPU is the server process's (every thread) and this load-generator "
-        "process's, per message sent. Steal is the whole machine's."
+        "process's, per message sent. Steal is the whole machine's. grpc echo is the bare "
+        "grpc.aio echo server of scenario 1, each sender on its own bidi stream (as popmq's "
+        "SDK sends on a SendStream), returning the bytes of the SendMessagesRequest popmq's "
+        "producer would send: the transport's share, with no parsing and no storage."
     )
     result.seconds = time.perf_counter() - began
     return result
