@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, revive_lag, wal_sync
+from bench import paced_inprocess, report, revive_lag, wal_sync
 from bench.__main__ import SCENARIOS, main
 from bench.results import ScenarioResult, load_results, save_results
 from bench.scenarios import consumers, long_poll
@@ -81,3 +81,10 @@ def test_wal_sync_probe_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     output = capsys.readouterr().out
     assert "| batch of 32 | 2 |" in output
     assert "| lone message | 0 |" in output
+
+
+def test_paced_inprocess_probe_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    paced_inprocess.main(["--rate", "200", "--seconds", "0.2", "--runs", "1"])
+    output = capsys.readouterr().out
+    assert "| bare loop |" in output
+    assert "| Broker.send, flush sync |" in output
