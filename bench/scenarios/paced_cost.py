@@ -11,6 +11,10 @@ senders, each send on its own task, round-robin over the connections) and report
 - cores busy (server + client CPU over wall time) and the machine's steal share
   (``/proc/stat``): CPU time the hypervisor gave elsewhere while this machine wanted it.
 
+Beside the systems, a ``grpc echo`` row: the bare grpc.aio echo server of scenario 1, each
+sender on its own bidi stream (as the SDK's SendStream), returning the bytes popmq's producer
+would send. It is the transport's share of the cost, with no parsing and no storage.
+
 Latency at a fixed rate is queueing: as server + client CPU per message times the rate nears
 the machine's cores (2 here), every request waits behind others.
 """
@@ -20,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 
+from bench.load import proc_sample
 from bench.peers.systems import ALL_SYSTEMS, choose_systems, launch
 from bench.peers.targets import Sender, Target
 from bench.reference import EchoServer, stream_echo_sender
@@ -38,7 +42,6 @@ NAME = "paced-cost"
 TOPIC = "paced"
 ECHO = "grpc echo"
 _MAX_IN_FLIGHT = 256
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 METRICS = ("p50 ms", "p99 ms", "server us/msg", "client us/msg", "cores busy", "steal %")
 
 
@@ -56,12 +59,6 @@ def settings(quick: bool) -> PacedSettings:
     if quick:
         return PacedSettings(runs=1, rate=200, seconds=0.5, warmup_s=0.1)
     return PacedSettings(runs=3, rate=1000, seconds=5.0, warmup_s=0.5)
-
-
-def _process_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
 def _machine_ticks() -> tuple[int, int]:
@@ -108,13 +105,13 @@ async def measure(
     async with contextlib.AsyncExitStack() as stack:
         senders = [await stack.enter_async_context(open_sender()) for _ in range(config.senders)]
         await _paced_sends(senders, rate=config.rate, seconds=config.warmup_s, body=body)
-        server_cpu = _process_cpu_s(server_pid)
+        server_cpu = proc_sample(server_pid).cpu_s
         client_cpu = time.process_time()
         ticks, steal = _machine_ticks()
         began = time.perf_counter()
         trips = await _paced_sends(senders, rate=config.rate, seconds=config.seconds, body=body)
         wall = time.perf_counter() - began
-        server_cpu = _process_cpu_s(server_pid) - server_cpu
+        server_cpu = proc_sample(server_pid).cpu_s - server_cpu
         client_cpu = time.process_time() - client_cpu
         ticks_now, steal_now = _machine_ticks()
     trips.sort()
