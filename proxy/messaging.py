@@ -19,7 +19,7 @@ from proxy.allocation import Strategy
 from proxy.clients import ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import AckOutcomes, PopStreamSession, fill_ack
+from proxy.pop_stream import AckedPop, AckOutcomes, PopResult, PopStreamSession, fill_ack, fill_pop
 from proxy.send_stream import SendStreamSession, send_response
 from proxy.stream_session import Observe
 
@@ -98,23 +98,32 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Pop(
         self, request: messaging_pb2.PopRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.PopResponse:
-        popped = await self.start_pop(request, context.time_remaining())
+        result = await self.start_pop(request, context.time_remaining())
         response = messaging_pb2.PopResponse()
-        convert.received_messages(response.messages, popped)
+        fill_pop(response, request, result)
         return response
 
     def start_pop(
         self, request: messaging_pb2.PopRequest, remaining_s: float | None
-    ) -> Coroutine[Any, Any, list[PoppedMessage]]:
+    ) -> Coroutine[Any, Any, PopResult]:
         """Validate a Pop and return the broker's pop coroutine for it (not yet started).
 
         The one path of the Pop RPC and of each pop of a PopStream, so both accept, reject
         (with the same code and message) and wait alike. Raises the broker's error for a bad
         argument; the returned coroutine raises the others (unknown topic, too many held
         pops). `remaining_s` is the time left before the caller's deadline, if it has one.
+        A pop that carries acks applies them first, and only once its own arguments passed.
         """
         pop = _pop_arguments(self._broker, request, remaining_s)
+        if request.ack_receipt_handles:
+            return self._ack_then_pop(request, pop)
         return self._broker.pop(request.group, request.topic, **pop)
+
+    async def _ack_then_pop(
+        self, request: messaging_pb2.PopRequest, pop: _PopArguments
+    ) -> AckedPop:
+        acks = await self._broker.ack(request.group, request.ack_receipt_handles)
+        return AckedPop(acks, await self._broker.pop(request.group, request.topic, **pop))
 
     async def PopStream(
         self,
@@ -139,7 +148,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> messaging_pb2.AckResponse:
         outcomes = await self.start_ack(request)
         response = messaging_pb2.AckResponse()
-        fill_ack(response, request.receipt_handles, outcomes)
+        fill_ack(response.results, request.receipt_handles, outcomes)
         return response
 
     def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:

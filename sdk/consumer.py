@@ -7,7 +7,8 @@ its invisible duration; unless it is acked by then, it is delivered again with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +24,16 @@ __all__ = [
     "DEFAULT_INVISIBLE_DURATION_S",
     "DEFAULT_MAX_MESSAGES",
     "DEFAULT_WAIT_S",
+    "AckFailure",
     "AsyncSimpleConsumer",
     "SimpleConsumer",
     "build_pop_request",
 ]
+
+logger = logging.getLogger(__name__)
+
+AckFailure = Callable[[ReceivedMessage, PopMQError], None]
+"""Told of an ack that rode on a receive and failed: the message, and why."""
 
 # The server's defaults for an unset field, sent explicitly so behaviour is visible here.
 DEFAULT_MAX_MESSAGES = 32
@@ -42,10 +49,14 @@ def build_pop_request(
     max_messages: int | None = DEFAULT_MAX_MESSAGES,
     invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
     wait_s: float | None = DEFAULT_WAIT_S,
+    ack_receipt_handles: Sequence[str] = (),
 ) -> messaging_pb2.PopRequest:
     """Build a Pop request; a ``None`` argument leaves its field unset (server default)."""
     request = messaging_pb2.PopRequest(
-        group=group, topic=topic, filter=build_filter_expression(filter)
+        group=group,
+        topic=topic,
+        filter=build_filter_expression(filter),
+        ack_receipt_handles=ack_receipt_handles,
     )
     if max_messages is not None:
         request.max_messages = max_messages
@@ -97,6 +108,10 @@ class AsyncSimpleConsumer(AsyncClient):
             held receive then costs the server about 2 KB instead of about 20 KB, and an ack
             no unary call. ``False`` uses ``Pop`` and ``Ack``. Both behave the same either
             way (docs/pop-stream.md).
+        on_ack_failure: Called with each message whose ack rode on a ``receive`` (its
+            ``ack`` argument) and failed, and the error, before that receive returns. By
+            default such a failure is logged as a warning. It is not raised: that would drop
+            the messages the receive popped.
     """
 
     def __init__(
@@ -109,12 +124,14 @@ class AsyncSimpleConsumer(AsyncClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
         multiplex: bool = True,
+        on_ack_failure: AckFailure | None = None,
     ) -> None:
         super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
         self.group = group
         self.topic = topic
         self.filter = filter
         self._stream = PopStream(self._conn) if multiplex else None
+        self._on_ack_failure = on_ack_failure or _log_ack_failure
 
     @property
     def multiplex(self) -> bool:
@@ -135,17 +152,28 @@ class AsyncSimpleConsumer(AsyncClient):
         max_messages: int | None = DEFAULT_MAX_MESSAGES,
         invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
         wait_s: float | None = DEFAULT_WAIT_S,
+        *,
+        ack: ReceivedMessage | Sequence[ReceivedMessage] = (),
     ) -> list[ReceivedMessage]:
         """Pop up to ``max_messages``, waiting up to ``wait_s`` for the first one.
 
         Returns as soon as any message is available, and an empty list when none arrived
         within ``wait_s``. ``None`` for an argument leaves it to the server's default.
 
+        ``ack``: messages to acknowledge first, in the same request, so a consume cycle
+        (``messages = receive(ack=messages)``) is one round trip instead of two. The server
+        acks them before it pops, and only once this receive's other arguments passed its
+        checks. An ack that fails goes to ``on_ack_failure`` (see the constructor); that
+        message is delivered again after its invisible time, as any unacked one is. If the
+        receive raises, its acks may or may not have been applied. Acking an acked message
+        again succeeds, so pass them to the retried receive (or to ``ack``).
+
         Raises:
             NotFoundError: The topic does not exist.
             InvalidArgumentError: An argument is out of the server's range.
         """
         self._check_open()
+        acked = [ack] if isinstance(ack, ReceivedMessage) else list(ack)
         request = build_pop_request(
             self.group,
             self.topic,
@@ -153,6 +181,7 @@ class AsyncSimpleConsumer(AsyncClient):
             max_messages=max_messages,
             invisible_duration_s=invisible_duration_s,
             wait_s=wait_s,
+            ack_receipt_handles=[m.receipt_handle for m in acked],
         )
         # The server may hold the pop for the whole long poll before answering.
         timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
@@ -161,7 +190,17 @@ class AsyncSimpleConsumer(AsyncClient):
             response = await self._stream.pop(request, timeout_s)
         if response is None:  # unary by choice, or the stream has its most pops in flight
             response = await unary(self._conn.messaging().Pop, request, timeout_s)
-        return [ReceivedMessage.from_proto(m) for m in response.messages]
+        received = [ReceivedMessage.from_proto(m) for m in response.messages]
+        if acked:
+            results = response.ack_results
+            if len(results) != len(acked):
+                # A server older than PopRequest.ack_receipt_handles ignored them: ack now.
+                results = (await self._ack_handles(list(request.ack_receipt_handles))).results
+            for message, result in zip(acked, results, strict=True):
+                if result.code != "OK":
+                    error = error_from_code_name(result.code, result.message)
+                    self._on_ack_failure(message, error)
+        return received
 
     async def ack(self, messages: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
         """Acknowledge one message or many (in one RPC) so they are not delivered again.
@@ -310,6 +349,14 @@ class AsyncSimpleConsumer(AsyncClient):
         return [LeaseResult.from_proto(r) for r in response.results]
 
 
+def _log_ack_failure(message: ReceivedMessage, error: PopMQError) -> None:
+    logger.warning(
+        "the ack of message %s (topic %s, attempt %d) that rode on a receive failed: %s %s; "
+        "it will be delivered again",
+        message.message_id, message.topic, message.delivery_attempt, error.code, error,
+    )  # fmt: skip
+
+
 class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
     """Pops messages of one topic for one consumer group (blocking).
 
@@ -323,6 +370,8 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         multiplex: Receive and ack over one ``PopStream`` call rather than one ``Pop`` or
             ``Ack`` call each (see ``AsyncSimpleConsumer``); ``False`` uses ``Pop`` and
             ``Ack``.
+        on_ack_failure: Told of each failed ack that rode on a ``receive`` (see
+            ``AsyncSimpleConsumer``); it runs on the SDK's event-loop thread.
     """
 
     def __init__(
@@ -334,6 +383,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         filter: str | Sql = "*",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         multiplex: bool = True,
+        on_ack_failure: AckFailure | None = None,
     ) -> None:
         super().__init__(
             AsyncSimpleConsumer(
@@ -343,6 +393,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
                 filter=filter,
                 timeout_s=timeout_s,
                 multiplex=multiplex,
+                on_ack_failure=on_ack_failure,
             )
         )
 
@@ -361,9 +412,12 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         max_messages: int | None = DEFAULT_MAX_MESSAGES,
         invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
         wait_s: float | None = DEFAULT_WAIT_S,
+        *,
+        ack: ReceivedMessage | Sequence[ReceivedMessage] = (),
     ) -> list[ReceivedMessage]:
-        """Pop up to ``max_messages`` (see ``AsyncSimpleConsumer.receive``)."""
-        return self._run(self._core.receive(max_messages, invisible_duration_s, wait_s))
+        """Pop up to ``max_messages``, acking ``ack`` first in the same request (see
+        ``AsyncSimpleConsumer.receive``)."""
+        return self._run(self._core.receive(max_messages, invisible_duration_s, wait_s, ack=ack))
 
     def ack(self, messages: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
         """Acknowledge one message or many (see ``AsyncSimpleConsumer.ack``)."""

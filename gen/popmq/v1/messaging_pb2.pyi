@@ -118,20 +118,22 @@ class FilterExpression(_message.Message):
     def __init__(self, type: _Optional[_Union[FilterType, str]] = ..., expression: _Optional[str] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "max_messages", "invisible_duration", "long_polling_timeout", "filter")
+    __slots__ = ("group", "topic", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "ack_receipt_handles")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_DURATION_FIELD_NUMBER: _ClassVar[int]
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    ACK_RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     max_messages: int
     invisible_duration: _duration_pb2.Duration
     long_polling_timeout: _duration_pb2.Duration
     filter: FilterExpression
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ...) -> None: ...
+    ack_receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., ack_receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("message_id", "topic", "queue_id", "offset", "body", "tag", "keys", "properties", "born_time", "store_time", "delivery_attempt", "receipt_handle", "invisible_until", "message_group", "deliver_time", "body_encoding", "born_host")
@@ -179,10 +181,12 @@ class ReceivedMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., receipt_handle: _Optional[str] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_group: _Optional[str] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class PopResponse(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "ack_results")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ACK_RESULTS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
+    ack_results: _containers.RepeatedCompositeFieldContainer[EntryResult]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., ack_results: _Optional[_Iterable[_Union[EntryResult, _Mapping]]] = ...) -> None: ...
 
 class SendStreamRequest(_message.Message):
     __slots__ = ("request_id", "send")
