@@ -2,9 +2,10 @@
 runs the same code against each system and only the client calls differ.
 
 - popmq: its own SDK over gRPC (``AsyncProducer.send``/``send_batch``,
-  ``AsyncSimpleConsumer.receive`` + one ``ack`` RPC per batch).
+  ``AsyncSimpleConsumer.receive`` + one ``ack`` RPC per batch; or ``receive(ack=...)``,
+  where the acks ride on the next Pop).
 - Redis Streams (redis-py): XADD, pipelined per batch; XREADGROUP COUNT n (BLOCK for long
-  polls) + one XACK per batch.
+  polls) + one XACK per batch; or XACK and the next XREADGROUP pipelined.
 - NATS JetStream (nats-py): ``publish`` (waits for the ack) for batch 1, ``publish_async``
   + gather of the acks for a batch; pull consumer ``fetch(n)`` + ``ack()`` per message (the
   protocol has no multi-message ack except AckAll, which would not be per-message).
@@ -72,6 +73,13 @@ class Receiver(Protocol):
 
     async def ack(self, messages: Sequence[Received]) -> None:
         """Acknowledge the messages so they are not delivered again."""
+
+    async def ack_and_receive(
+        self, ack: Sequence[Received], max_messages: int, wait_s: float
+    ) -> list[Received]:
+        """Ack ``ack`` and receive more in one round trip where the client can (popmq: the
+        acks ride on the Pop; Redis: XACK and XREADGROUP pipelined; NATS: ``ack()`` never
+        waits, so ack then receive is already one round trip)."""
 
 
 class Target(Protocol):
@@ -144,6 +152,17 @@ class _PopmqReceiver:
         if messages:
             await self._consumer.ack([m.handle for m in messages])
 
+    async def ack_and_receive(
+        self, ack: Sequence[Received], max_messages: int, wait_s: float
+    ) -> list[Received]:
+        messages = await self._consumer.receive(
+            max_messages=max_messages,
+            invisible_duration_s=INVISIBLE_S,
+            wait_s=wait_s,
+            ack=[m.handle for m in ack],
+        )
+        return [Received(m.body, m) for m in messages]
+
 
 class PopmqTarget:
     """popmq through its SDK over gRPC."""
@@ -200,20 +219,36 @@ class _RedisReceiver:
         self._consumer = consumer
 
     async def receive(self, max_messages: int, wait_s: float) -> list[Received]:
-        # BLOCK 0 would mean forever; no BLOCK is the non-waiting read.
-        block = max(1, round(wait_s * 1000)) if wait_s > 0 else None
         # redis-py's annotations cover every reply shape of every protocol version.
-        reply: Any = await self._client.xreadgroup(
-            self._group, self._consumer, {self._topic: ">"}, count=max_messages, block=block
-        )
-        if not reply:
-            return []
-        _stream, entries = reply[0]
-        return [Received(fields[_FIELD], entry_id) for entry_id, fields in entries]
+        reply: Any = await self._client.xreadgroup(*self._read_args(max_messages, wait_s))
+        return self._received(reply)
 
     async def ack(self, messages: Sequence[Received]) -> None:
         if messages:
             await self._client.xack(self._topic, self._group, *(m.handle for m in messages))
+
+    async def ack_and_receive(
+        self, ack: Sequence[Received], max_messages: int, wait_s: float
+    ) -> list[Received]:
+        if not ack:
+            return await self.receive(max_messages, wait_s)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.xack(self._topic, self._group, *(m.handle for m in ack))
+        pipe.xreadgroup(*self._read_args(max_messages, wait_s))
+        _acked, reply = await pipe.execute()
+        return self._received(reply)
+
+    def _read_args(self, max_messages: int, wait_s: float) -> tuple[Any, ...]:
+        # BLOCK 0 would mean forever; no BLOCK is the non-waiting read.
+        block = max(1, round(wait_s * 1000)) if wait_s > 0 else None
+        return self._group, self._consumer, {self._topic: ">"}, max_messages, block
+
+    @staticmethod
+    def _received(reply: Any) -> list[Received]:
+        if not reply:
+            return []
+        _stream, entries = reply[0]
+        return [Received(fields[_FIELD], entry_id) for entry_id, fields in entries]
 
 
 class RedisTarget:
@@ -296,6 +331,12 @@ class _NatsReceiver:
     async def ack(self, messages: Sequence[Received]) -> None:
         for message in messages:
             await message.handle.ack()
+
+    async def ack_and_receive(
+        self, ack: Sequence[Received], max_messages: int, wait_s: float
+    ) -> list[Received]:
+        await self.ack(ack)
+        return await self.receive(max_messages, wait_s)
 
 
 class NatsTarget:

@@ -2,10 +2,12 @@
 
 Each consumer loops: receive up to 32 (long poll 1 s), then ack them in one call (popmq: one
 ack on the consumer's PopStream; Redis: one XACK; NATS: one ack per message, its only
-per-message form). All systems are started and pre-filled first, then measured run by run,
-so the runs interleave. A window ends after its duration or once it consumed its share of the
-backlog (at most half the backlog is consumed over all runs), so the backlog stays large
-throughout.
+per-message form). The "acks on the next receive" cases ack each batch in the round trip of
+the next receive where the client can (popmq: `receive(ack=...)`; Redis: XACK and
+XREADGROUP pipelined; NATS: unchanged, its `ack()` never waits). All systems are started and
+pre-filled first, then measured run by run, so the runs interleave. A window ends after its
+duration or once it consumed its share of the backlog (at most half the backlog is consumed
+over all runs, warm-ups aside), so the backlog stays large throughout.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from bench.load import Meter, Worker, measure_rate
 from bench.peers.popmq_store import Backlog, prefill_store
 from bench.peers.systems import ALL_SYSTEMS, Launched, choose_systems, launch
-from bench.peers.targets import Target, prefill
+from bench.peers.targets import Received, Target, prefill
 from bench.profile import PySpy
 from bench.results import ScenarioResult
 from bench.scenarios._common import PEERS, body_of, ratio_table, with_notes
@@ -39,17 +41,23 @@ class PopAckSettings:
     backlog: int
     batch: int = 32
     consumers: tuple[int, ...] = (1, 4)
+    ack_on_receive: tuple[bool, ...] = (False, True)
     body_bytes: int = 1024
 
 
 def settings(quick: bool) -> PopAckSettings:
     if quick:
-        return PopAckSettings(runs=1, warmup_s=0.1, duration_s=0.3, backlog=5_000)
+        return PopAckSettings(runs=1, warmup_s=0.1, duration_s=0.3, backlog=20_000)
     return PopAckSettings(runs=3, warmup_s=0.3, duration_s=2.5, backlog=200_000)
 
 
-def case_name(consumers: int) -> str:
-    return f"batch 32 · {consumers} consumer{'s' if consumers > 1 else ''}"
+ACK_ON_RECEIVE = " · acks on the next receive"
+"""Suffix of the cases whose consumers ack on their next receive."""
+
+
+def case_name(consumers: int, ack_on_receive: bool = False) -> str:
+    plural = "s" if consumers > 1 else ""
+    return f"batch 32 · {consumers} consumer{plural}{ACK_ON_RECEIVE if ack_on_receive else ''}"
 
 
 async def consume_rate(
@@ -63,21 +71,32 @@ async def consume_rate(
     duration_s: float,
     limit: int | None = None,
     work_s: float = 0.0,
+    ack_on_receive: bool = False,
 ) -> float:
     """Acked messages per second from ``consumers`` concurrent consumers of one group.
 
-    ``work_s`` is slept per message between receive and ack (simulated processing).
+    ``work_s`` is slept per message between receive and ack (simulated processing). With
+    ``ack_on_receive`` each batch is acked with the next receive (``ack_and_receive``) and
+    counted once that returned.
     """
 
     def worker(index: int) -> Worker:
         async def run(meter: Meter) -> None:
             async with target.receiver(topic, group, f"c{index}") as receiver:
+                messages: list[Received] = []
                 while meter.running:
-                    messages = await receiver.receive(batch, 1.0)
+                    if ack_on_receive:
+                        acked = messages
+                        messages = await receiver.ack_and_receive(acked, batch, 1.0)
+                    else:
+                        messages = await receiver.receive(batch, 1.0)
                     for _ in messages if work_s else ():
                         await asyncio.sleep(work_s)
-                    await receiver.ack(messages)
-                    meter.add(len(messages))
+                    if ack_on_receive:
+                        meter.add(len(acked))
+                    else:
+                        await receiver.ack(messages)
+                        meter.add(len(messages))
 
         return run
 
@@ -118,7 +137,8 @@ def run(
     chosen, notes = choose_systems(systems, require_peers=require_peers)
     result = ScenarioResult(NAME, "2. Pop + ack", settings=asdict(config), notes=notes)
     body = body_of(config.body_bytes)
-    windows = config.runs * len(config.consumers) + (1 if profile_out else 0)
+    cases = [(c, a) for a in config.ack_on_receive for c in config.consumers]
+    windows = config.runs * len(cases) + (1 if profile_out else 0)
     # Half the backlog over all windows; their warm-ups take less than the other half.
     limit = max(1, config.backlog // (2 * windows))
 
@@ -133,7 +153,7 @@ def run(
             prepare(launched[system], config, body)
         for _ in range(config.runs):
             for system in chosen:
-                for consumers in config.consumers:
+                for consumers, ack_on_receive in cases:
                     rate = asyncio.run(
                         consume_rate(
                             launched[system].target,
@@ -144,9 +164,10 @@ def run(
                             warmup_s=config.warmup_s,
                             duration_s=config.duration_s,
                             limit=limit,
+                            ack_on_receive=ack_on_receive,
                         )
                     )
-                    result.add(case_name(consumers), system, "msg/s", rate)
+                    result.add(case_name(consumers, ack_on_receive), system, "msg/s", rate)
         if profile_out is not None and "popmq" in launched:
             with PySpy(launched["popmq"].server.pid, profile_out):
                 asyncio.run(
@@ -167,6 +188,14 @@ def run(
         "backlog is written by its embedded broker before the server starts (faster than "
         "gRPC; not timed), the peers' through their clients."
     )
+    if True in config.ack_on_receive:
+        result.notes.append(
+            f"*{ACK_ON_RECEIVE[3:]}*: each batch is acked in the round trip of the next "
+            "receive where the client can: popmq `receive(ack=...)` (the handles ride on the "
+            "Pop and their results come back with it), Redis XACK and the next XREADGROUP "
+            "in one pipeline. NATS is unchanged: its `ack()` never waits, so its two rows "
+            "measure the same loop."
+        )
     result.seconds = time.perf_counter() - began
     return result
 
