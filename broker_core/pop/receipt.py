@@ -27,8 +27,16 @@ _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
-def _mac(secret: bytes, body: bytes) -> bytes:
-    return hashlib.blake2b(body, key=secret, digest_size=_MAC_BYTES).digest()
+def _keyed(secret: bytes) -> hashlib.blake2b:
+    return hashlib.blake2b(key=secret, digest_size=_MAC_BYTES)
+
+
+def _mac(keyed: hashlib.blake2b, body: bytes) -> bytes:
+    """The MAC of `body`: a copy of the keyed state, so the key block is hashed once per
+    codec, not once per handle (0.6 against 1.4 us a MAC here)."""
+    state = keyed.copy()
+    state.update(body)
+    return state.digest()
 
 
 class ReceiptHandle(NamedTuple):
@@ -51,11 +59,11 @@ class ReceiptCodec:
     """Encodes and verifies handles with one server secret."""
 
     def __init__(self, secret: bytes) -> None:
-        self._secret = secret
+        self._keyed = _keyed(secret)
 
     def encode(self, handle: ReceiptHandle) -> str:
         body = _BODY.pack(_VERSION, *handle)
-        raw = body + _mac(self._secret, body)
+        raw = body + _mac(self._keyed, body)
         # binascii directly: the base64 module's url-safe wrappers cost twice as much.
         return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).decode()[:_TEXT_CHARS]
 
@@ -73,7 +81,7 @@ class ReceiptCodec:
         except (binascii.Error, ValueError) as exc:
             raise InvalidReceiptHandleError("receipt handle is malformed (not base64url)") from exc
         body, mac = raw[: _BODY.size], raw[_BODY.size :]
-        if not hmac.compare_digest(mac, _mac(self._secret, body)):
+        if not hmac.compare_digest(mac, _mac(self._keyed, body)):
             raise InvalidReceiptHandleError(
                 "receipt handle signature does not match: forged, altered, or issued by "
                 "another popmq server"
