@@ -222,7 +222,7 @@ def targets_table(results: list[ScenarioResult]) -> str:
                 four = pop.ratio(pop_ack.case_name(4, on_receive), "msg/s", "popmq", peer)
                 add(
                     f"pop + ack batch 32 ≥ 1.0x {label}"
-                    + (f",{pop_ack.ACK_ON_RECEIVE[2:]}" if on_receive else ""),
+                    + (f", {pop_ack.ACK_ON_RECEIVE}" if on_receive else ""),
                     f"{_x(one)} (1 consumer), {_x(four)} (4 consumers)",
                     _status(min(one, four), 1.0),
                 )

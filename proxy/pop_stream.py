@@ -30,6 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NamedTuple, cast
 
 import grpc
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from broker_core.errors import PopMQError
 from broker_core.types import PoppedMessage
@@ -68,7 +69,11 @@ StartAck = Callable[[messaging_pb2.AckRequest], Coroutine[Any, Any, AckOutcomes]
 """Returns the broker's ack coroutine for an AckRequest."""
 
 
-def fill_ack(results: Any, handles: Sequence[str], outcomes: AckOutcomes) -> None:
+def fill_ack(
+    results: RepeatedCompositeFieldContainer[messaging_pb2.EntryResult],
+    handles: Sequence[str],
+    outcomes: AckOutcomes,
+) -> None:
     """Add one EntryResult per receipt handle, in request order, to `results` (the repeated
     field of an AckResponse or of a PopResponse's ack_results)."""
     add = results.add

@@ -51,13 +51,14 @@ def settings(quick: bool) -> PopAckSettings:
     return PopAckSettings(runs=3, warmup_s=0.3, duration_s=2.5, backlog=200_000)
 
 
-ACK_ON_RECEIVE = " · acks on the next receive"
-"""Suffix of the cases whose consumers ack on their next receive."""
+ACK_ON_RECEIVE = "acks on the next receive"
+"""What names the cases whose consumers ack on their next receive."""
 
 
 def case_name(consumers: int, ack_on_receive: bool = False) -> str:
     plural = "s" if consumers > 1 else ""
-    return f"batch 32 · {consumers} consumer{plural}{ACK_ON_RECEIVE if ack_on_receive else ''}"
+    suffix = f" · {ACK_ON_RECEIVE}" if ack_on_receive else ""
+    return f"batch 32 · {consumers} consumer{plural}{suffix}"
 
 
 async def consume_rate(
@@ -190,7 +191,7 @@ def run(
     )
     if True in config.ack_on_receive:
         result.notes.append(
-            f"*{ACK_ON_RECEIVE[3:]}*: each batch is acked in the round trip of the next "
+            f"*{ACK_ON_RECEIVE}*: each batch is acked in the round trip of the next "
             "receive where the client can: popmq `receive(ack=...)` (the handles ride on the "
             "Pop and their results come back with it), Redis XACK and the next XREADGROUP "
             "in one pipeline. NATS is unchanged: its `ack()` never waits, so its two rows "
