@@ -221,17 +221,22 @@ def test_sixty_four_consumers_on_four_queues_all_get_work_and_never_share(
     total = 640
 
     async def scenario() -> tuple[dict[int, int], list[tuple[str, float, float]]]:
-        async with AsyncProducer(endpoint) as producer:
-            for start in range(0, total, 64):
-                await producer.send_batch(
-                    "orders", [Message(f"{i}".encode()) for i in range(start, start + 64)]
-                )
         holds: list[tuple[str, float, float]] = []
         per_consumer: dict[int, int] = {}
         remaining = [total]
+        ready: list[int] = []
+        all_ready = asyncio.Event()
+        go = asyncio.Event()
 
         async def consume(index: int) -> None:
             async with AsyncSimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+                # Connected (its stream open) before anything is sent, so a consumer that
+                # was slow to connect on a loaded machine does not find the work all gone.
+                assert await consumer.receive(wait_s=0) == []
+                ready.append(index)
+                if len(ready) == 64:
+                    all_ready.set()
+                await go.wait()
                 while remaining[0] > 0:
                     got = await consumer.receive(
                         max_messages=2, invisible_duration_s=30, wait_s=0.2
@@ -246,7 +251,15 @@ def test_sixty_four_consumers_on_four_queues_all_get_work_and_never_share(
                     remaining[0] -= len(got)
                     holds.extend((m.message_id, taken, released) for m in got)
 
-        await asyncio.wait_for(asyncio.gather(*(consume(i) for i in range(64))), 60)
+        consumers = asyncio.gather(*(consume(i) for i in range(64)))
+        await asyncio.wait_for(all_ready.wait(), 30)
+        go.set()
+        async with AsyncProducer(endpoint) as producer:
+            for start in range(0, total, 64):
+                await producer.send_batch(
+                    "orders", [Message(f"{i}".encode()) for i in range(start, start + 64)]
+                )
+        await asyncio.wait_for(consumers, 60)
         return per_consumer, holds
 
     per_consumer, holds = asyncio.run(scenario())
