@@ -14,6 +14,10 @@ Two modes:
 
   - Flow control: receiving pauses while ``max_cached_messages`` or ``max_cached_bytes``
     are held (received and not yet acked or nacked); a receive asks only for the room left.
+  - Acks: successes are acked in batches that ride on the topic's next receive
+    (``receive(ack=...)``: one round trip for both). A batch no receive took within 5 ms
+    goes in an Ack call of its own. A message's cache room is freed once its ack is on
+    its way.
   - Lease renewal: every held message is made invisible again ahead of its expiry (at two
     thirds of ``invisible_duration_s``) with the new receipt handle each time, for up to
     ``max_processing_s`` (RocketMQ's consumeTimeout, 15 min) after it was received; then
@@ -107,7 +111,10 @@ _COMMIT_INTERVAL_S = 1.0
 it catches up and before it lets go of the queue (RocketMQ persists offsets every 5 s). A
 crash repeats at most this much."""
 _ACK_DELAY_S = 0.005
-"""A success waits at most this long for others to share its Ack call."""
+"""A success waits at most this long for a receive to carry its ack, or others to share its
+Ack call."""
+_MAX_ACK_BATCH = 1024
+"""Handles that make a pending batch due at once (the default cache holds 1024 messages)."""
 _RETRY_MIN_S = 0.1
 _RETRY_MAX_S = 5.0
 _IDLE_POLL_MIN_S = 0.01
@@ -150,7 +157,9 @@ class PushConsumerStats:
         received: Messages received.
         succeeded: Listener calls that returned SUCCESS.
         failed: Listener calls that returned FAILURE, another value, or raised.
-        acked: Messages acked (POP).
+        acked: Messages acked (POP), counted when the server answered the ack.
+        acked_on_receive: Of ``acked``, those whose ack rode on a receive rather than an
+            Ack call of its own (POP; see the module docs).
         nacked: Messages nacked after a failure (POP).
         renewed: Invisible-time renewals (POP).
         released: Messages given back unprocessed: at close, after ``max_processing_s``,
@@ -165,6 +174,7 @@ class PushConsumerStats:
     succeeded: int
     failed: int
     acked: int
+    acked_on_receive: int
     nacked: int
     renewed: int
     released: int
@@ -180,6 +190,7 @@ class _Counters:
     succeeded: int = 0
     failed: int = 0
     acked: int = 0
+    acked_on_receive: int = 0
     nacked: int = 0
     renewed: int = 0
     released: int = 0
@@ -218,10 +229,18 @@ class _Cache:
         return max(0, self.max_messages - self.messages)
 
     async def wait_for_room(self) -> int:
-        while (room := self.room()) == 0:
+        await self.wait_until(lambda: self.room() > 0)
+        return self.room()
+
+    async def wait_until(self, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()``, checked whenever room is freed or ``wake`` is called."""
+        while not ready():
             self._room.clear()
             await self._room.wait()
-        return room
+
+    def wake(self) -> None:
+        """Have the receivers waiting in ``wait_until`` check their condition again."""
+        self._room.set()
 
     def add(self, size: int, count: int = 1) -> None:
         self.messages += count
@@ -429,6 +448,7 @@ class AsyncPushConsumer(AsyncClient):
             succeeded=c.succeeded,
             failed=c.failed,
             acked=c.acked,
+            acked_on_receive=c.acked_on_receive,
             nacked=c.nacked,
             renewed=c.renewed,
             released=c.released,
@@ -461,6 +481,7 @@ class AsyncPushConsumer(AsyncClient):
                 filter=expression,
                 timeout_s=self._timeout_s,
                 channel=channel,
+                on_ack_failure=self._ride_failed,
             )
             self._ackers[topic] = _Acker(self, topic)
         interval = await self._heartbeat()  # fails fast on unknown topics and conflicts
@@ -594,17 +615,34 @@ class AsyncPushConsumer(AsyncClient):
 
     async def _receive_loop(self, topic: str) -> None:
         consumer = self._consumers[topic]
+        acker = self._ackers[topic]
+        cache = self._cache
         backoff = _RETRY_MIN_S
         while True:
-            room = await self._cache.wait_for_room()
+            riders = self._take_riders(acker)
+            if cache.room() == 0:
+                # Full: wait for room, or for a batch of acks to carry (which frees room).
+                acker.riders_wanted = True
+                try:
+                    await cache.wait_until(lambda: cache.room() > 0 or acker.ready)
+                finally:
+                    acker.riders_wanted = False
+                riders += self._take_riders(acker)
+            room = cache.room()
+            if room == 0:  # still over max_cached_bytes: ack them on their own
+                acker.send(riders)
+                continue
             self._counters.receive_calls += 1
+            failures = acker.ride_failures
             try:
                 messages = await consumer.receive(
                     max_messages=min(room, self._batch),
                     invisible_duration_s=self._invisible_s,
                     wait_s=self._wait_s,
+                    ack=[held.message for held in riders],
                 )
             except PopMQError as exc:
+                acker.send(riders)  # they may have been acked; acking again is harmless
                 logger.warning(
                     "push consumer %s: receive from %s failed (%s); retrying in %.1fs",
                     self.client_id, topic, exc, backoff,
@@ -612,15 +650,36 @@ class AsyncPushConsumer(AsyncClient):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _RETRY_MAX_S)
                 continue
+            except BaseException:
+                acker.send(riders)  # cancelled (close): the acks still go out
+                raise
+            rode = len(riders) - (acker.ride_failures - failures)
+            self._counters.acked += rode
+            self._counters.acked_on_receive += rode
             backoff = _RETRY_MIN_S
             now = time.monotonic()
             for message in messages:
                 held = _Held(message, consumer, len(message.body), now)
                 self._counters.received += 1
                 self._held.add(held)
-                self._cache.add(held.size)
+                cache.add(held.size)
                 self._schedule_renewal(held, now)
                 self._enqueue(held)
+
+    def _take_riders(self, acker: _Acker) -> list[_Held]:
+        """The acks to carry on the next receive; their cache room is free from now."""
+        riders = acker.take()
+        for held in riders:
+            self._forget(held)
+        return riders
+
+    def _ride_failed(self, message: ReceivedMessage, error: PopMQError) -> None:
+        """An ack that rode on a receive failed: the message will be delivered again."""
+        self._ackers[message.topic].ride_failures += 1
+        logger.warning(
+            "push consumer %s: ack of message %s failed (%s %s); it will be redelivered",
+            self.client_id, message.message_id, error.code, error,
+        )  # fmt: skip
 
     def _enqueue(self, held: _Held) -> None:
         group = held.message.message_group
@@ -945,10 +1004,14 @@ class AsyncPushConsumer(AsyncClient):
 
 
 class _Acker:
-    """Acks the successes of one topic in batches: one Ack call per batch, not per message.
+    """Acks the successes of one topic in batches, on the topic's receives where it can.
 
-    A batch goes out when it has ``DEFAULT_RECEIVE_BATCH`` handles or ``_ACK_DELAY_S``
-    after its first one, whichever is first (python-pubsub batches its acks the same way).
+    The receive loop takes the pending batch whenever it receives, so with a backlog most
+    acks ride on a receive (one round trip for both). A batch no receive took within
+    ``_ACK_DELAY_S`` of its first success, or that reached ``_MAX_ACK_BATCH``, is due: it
+    goes in an Ack call of its own (python-pubsub batches its acks on a timer too). While
+    the loop waits for cache room (``riders_wanted``), a due batch, or one of
+    ``DEFAULT_RECEIVE_BATCH``, is handed to the loop instead: its receive frees the room.
     """
 
     def __init__(self, owner: AsyncPushConsumer, topic: str) -> None:
@@ -958,26 +1021,51 @@ class _Acker:
         self._timer: asyncio.TimerHandle | None = None
         # Ack calls in flight, so close can wait for them before closing the channel.
         self._sending: set[asyncio.Task[None]] = set()
+        self.riders_wanted = False
+        """Set by the receive loop while it waits for cache room."""
+        self.ready = False
+        """The batch is due and kept for the receive loop (see riders_wanted)."""
+        self.ride_failures = 0
+        """Acks that rode on a receive and failed (counted by ``_ride_failed``)."""
 
     def add(self, held: _Held) -> None:
         self._batch.append(held)
-        if len(self._batch) >= DEFAULT_RECEIVE_BATCH:
+        if len(self._batch) >= (DEFAULT_RECEIVE_BATCH if self.riders_wanted else _MAX_ACK_BATCH):
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(_ACK_DELAY_S, self.flush)
 
     def flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._batch:
+        """The batch is due: hand it to a receive loop waiting for room, or send it now."""
+        if self.riders_wanted and self._batch:
+            self._cancel_timer()
+            self.ready = True
+            self.owner._cache.wake()
             return
+        self.send(self.take())
+
+    def take(self) -> list[_Held]:
+        """The pending batch, for a receive to carry (its caller must ack what it takes)."""
+        self._cancel_timer()
+        self.ready = False
         batch, self._batch = self._batch, []
+        return batch
+
+    def send(self, batch: list[_Held]) -> None:
+        """Ack ``batch`` in an Ack call of its own."""
+        if not batch:
+            return
         task = asyncio.ensure_future(self._send(batch))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     async def drain(self) -> None:
+        self.riders_wanted = False
         self.flush()
         if self._sending:
             await asyncio.gather(*list(self._sending), return_exceptions=True)

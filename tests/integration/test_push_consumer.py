@@ -4,7 +4,9 @@ renewal, retries to the DLQ, FIFO groups and a graceful close."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -318,6 +320,101 @@ def test_receiving_pauses_while_the_cache_is_full(endpoint: str) -> None:
         unblock.set()
         listener.wait_for(50)
         wait_until(lambda: consumer.stats.acked == 50)
+
+
+def test_with_a_full_cache_the_acks_ride_on_the_next_receive(endpoint: str) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("ride", queues=1)
+    send(endpoint, "ride", [f"r{i}".encode() for i in range(40)])
+
+    def slow(message: ReceivedMessage) -> ConsumeResult:
+        time.sleep(0.01)
+        return ConsumeResult.SUCCESS
+
+    listener = Recorder(slow)
+    with PushConsumer(
+        endpoint,
+        "g",
+        subscriptions={"ride": "*"},
+        listener=listener,
+        consume_threads=4,
+        max_cached_messages=4,
+        wait_s=1.0,
+    ) as consumer:
+        listener.wait_for(40)
+        # The last acks ride on a receive held until wait_s ends: counted when it returns.
+        wait_until(lambda: consumer.stats.acked == 40)
+        stats = consumer.stats
+    # Each batch of 4 was acked by the receive that fetched the next 4 (one round trip for
+    # both) rather than by an Ack call; a few may still have missed their receive.
+    assert stats.acked_on_receive >= 30, stats
+    assert {m.delivery_attempt for m in listener.calls} == {1}
+    assert settled(endpoint, "g", "ride")
+
+
+def test_acks_riding_on_a_held_receive_are_applied_at_once_and_counted_by_close(
+    endpoint: str,
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("held", queues=1)
+    send(endpoint, "held", [f"h{i}".encode() for i in range(10)])
+    listener = Recorder()
+    consumer = PushConsumer(
+        endpoint,
+        "g",
+        subscriptions={"held": "*"},
+        listener=listener,
+        max_cached_messages=10,
+        wait_s=20.0,
+    )
+    with consumer:
+        listener.wait_for(10)
+        # The full cache made the 10 acks wait for the next receive, which the server holds
+        # for up to 20 s with nothing to deliver: it applied the acks before holding it.
+        wait_until(lambda: settled(endpoint, "g", "held"))
+        assert consumer.stats.acked == 0  # that receive has not returned
+    # close() cancelled the held receive and acked its riders again in an Ack call (acking
+    # twice is harmless), so they are counted.
+    stats = consumer.stats
+    assert (stats.acked, stats.acked_on_receive, stats.cached_messages) == (10, 0, 0)
+    assert settled(endpoint, "g", "held")
+
+
+def test_a_refused_ack_that_rode_on_a_receive_is_logged_and_redelivered(
+    endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("stale", queues=1)
+    send(endpoint, "stale", [b"s"])
+
+    def stale_handle(message: ReceivedMessage) -> ConsumeResult:
+        if message.delivery_attempt == 1:
+            # A new invisible time replaces the handle: the consumer's ack of the old one
+            # is refused, and the message comes back after that second.
+            with SimpleConsumer(endpoint, group="g", topic="stale") as other:
+                other.change_invisible_duration(copy.copy(message), 1.0)
+        return ConsumeResult.SUCCESS
+
+    listener = Recorder(stale_handle)
+    with (
+        caplog.at_level(logging.WARNING, logger="sdk.push_consumer"),
+        PushConsumer(
+            endpoint,
+            "g",
+            subscriptions={"stale": "*"},
+            listener=listener,
+            max_cached_messages=1,
+            wait_s=1.0,
+        ) as consumer,
+    ):
+        listener.wait_for(2)
+        wait_until(lambda: consumer.stats.acked == 1)
+    assert [m.delivery_attempt for m in listener.calls] == [1, 2]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sdk.push_consumer"]
+    assert any(f"ack of message {listener.calls[0].message_id} failed" in w for w in warnings), (
+        warnings
+    )
+    assert settled(endpoint, "g", "stale")
 
 
 def test_a_byte_limit_also_pauses_receiving(endpoint: str) -> None:
