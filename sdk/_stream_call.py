@@ -8,7 +8,9 @@ call's reader task hands over by id. A request behaves as its unary RPC would:
   (UNAVAILABLE when the server went away or shut down: ``UnavailableError``), and the next
   request opens a new call; a call cancelled locally (the client closed) cancels them, as a
   closed channel cancels unary calls;
-- a request not answered within its timeout raises ``DeadlineExceededError``.
+- a request not answered within its timeout raises ``DeadlineExceededError``;
+- an answer whose caller stopped waiting (timed out or cancelled) goes to the subclass's
+  ``_unclaimed``, which may undo what the request did (PopStream gives popped messages back).
 
 A call takes at most ``MAX_IN_FLIGHT`` requests at once (the server's limit); a request
 beyond that gets None and the caller uses the unary RPC. Everything runs on the client's
@@ -47,10 +49,10 @@ class _Call(Generic[AnswerT]):
         self.stream = stream
         self.channel = channel
         self.call: Any = getattr(stub, stream.method)()
-        # request id -> the future its caller awaits. An entry stays until the server answers
-        # (a given-up request's too: the server counts it until then) or the call breaks.
-        # Touched on the loop only.
-        self.pending: dict[int, asyncio.Future[AnswerT]] = {}
+        # request id -> the future its caller awaits (done once the caller gave up) and the
+        # request. An entry stays until the server answers (a given-up request's too: the
+        # server counts it until then) or the call breaks. Touched on the loop only.
+        self.pending: dict[int, tuple[asyncio.Future[AnswerT], Any]] = {}
         # Requests for the writer, in the order they were made.
         self.outbox: asyncio.Queue[Any] = asyncio.Queue()
         self.broken = False
@@ -92,9 +94,13 @@ class _Call(Generic[AnswerT]):
                 if answer is grpc.aio.EOF:
                     self._break(grpc.StatusCode.UNAVAILABLE, self.stream.ended)
                     return
-                future = self.pending.pop(answer.request_id, None)
-                if future is None or future.done():
-                    continue  # its caller gave up on it
+                entry = self.pending.pop(answer.request_id, None)
+                if entry is None:
+                    continue
+                future, request = entry
+                if future.done():  # its caller gave up on it
+                    self.stream._unclaimed(request, answer)
+                    continue
                 kind = answer.WhichOneof("result")
                 if kind == "error":
                     future.set_exception(
@@ -125,7 +131,7 @@ class _Call(Generic[AnswerT]):
         """Fail every request in flight with the call's status (each its own error), or
         cancel them (None)."""
         pending, self.pending = self.pending, {}
-        for future in pending.values():
+        for future, _ in pending.values():
             if future.done():
                 continue
             if status is None:
@@ -168,6 +174,11 @@ class MultiplexedStream(Generic[RequestT, AnswerT]):
         """What to tell the server when a caller stops waiting (None: nothing)."""
         return None
 
+    def _unclaimed(self, request: RequestT, answer: Any) -> None:
+        """The server answered ``request`` (``answer`` is the stream's message, maybe an
+        error) after its caller stopped waiting, or the caller was cancelled as the answer
+        came (``answer`` is then the unary answer)."""
+
     async def _request(self, request: RequestT, timeout_s: float) -> AnswerT | None:
         """Send `request` on the stream and return its answer; None when the stream is full.
 
@@ -180,19 +191,25 @@ class MultiplexedStream(Generic[RequestT, AnswerT]):
             return None
         request_id = next(self._ids)
         future: asyncio.Future[AnswerT] = asyncio.get_running_loop().create_future()
-        call.pending[request_id] = future
+        call.pending[request_id] = (future, request)
         call.outbox.put_nowait(self._wrap(request_id, request))
         try:
             async with asyncio.timeout(timeout_s):
                 return await future
         except TimeoutError:
-            self._stop_waiting(call, request_id)
+            self._stop_waiting(call, request_id, request, future)
             raise DeadlineExceededError(_DEADLINE) from None
         except asyncio.CancelledError:
-            self._stop_waiting(call, request_id)
+            self._stop_waiting(call, request_id, request, future)
             raise
 
-    def _stop_waiting(self, call: _Call[AnswerT], request_id: int) -> None:
+    def _stop_waiting(
+        self, call: _Call[AnswerT], request_id: int, request: RequestT, future: asyncio.Future[Any]
+    ) -> None:
+        if future.done() and not future.cancelled() and future.exception() is None:
+            # Answered, but the caller was cancelled (or timed out) before it could take it.
+            self._unclaimed(request, future.result())
+            return
         if not call.broken and request_id in call.pending:
             give_up = self._give_up(request_id)
             if give_up is not None:

@@ -31,9 +31,11 @@ from sdk import (
     AsyncProducer,
     AsyncSimpleConsumer,
     InvalidArgumentError,
+    Message,
     NotFoundError,
     PopMQError,
     Producer,
+    ReceivedMessage,
     Sql,
     UnavailableError,
 )
@@ -209,6 +211,57 @@ def test_a_cancelled_receive_cancels_its_pop_and_loses_no_message(server: Server
             return [m.body for m in await consumer.receive(wait_s=5)]
 
     assert asyncio.run(scenario()) == [b"for the next receive"]
+
+
+def test_messages_a_cancelled_receive_got_anyway_are_given_back_at_once(
+    server: ServerThread,
+) -> None:
+    _setup(server.endpoint, queues=1)
+
+    def popped() -> int:
+        return server.sync(lambda: server.broker.stats.popped[("g", "orders")])
+
+    async def attempt(producer: AsyncProducer, round_: int) -> bool:
+        """Cancel a receive whose 5 messages the server popped, a little later each round
+        (its answer unread, or read and not yet taken); False when the receive took its
+        answer first."""
+        bodies = [f"r{round_}-{i}".encode() for i in range(5)]
+        await producer.send_batch("orders", [Message(b) for b in bodies])
+        before = popped()
+        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
+            receive = asyncio.ensure_future(
+                consumer.receive(max_messages=5, invisible_duration_s=60, wait_s=5)
+            )
+            # Blocking looks at the server between single loop turns (on purpose: the client
+            # must not get to read the answer), then a blocking wait in some rounds.
+            while popped() < before + 5:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+            if round_ % 2:
+                time.sleep(0.05)  # noqa: ASYNC251 - the answer reaches grpc, not this loop
+            for _ in range(round_ // 2):
+                await asyncio.sleep(0)
+            if receive.done():
+                await consumer.ack(await receive)
+                return False
+            receive.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await receive
+        # Closing gave them back (Nack, no delay) rather than leaving them invisible 60 s.
+        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as other:
+            got: list[ReceivedMessage] = []
+            give_up = time.monotonic() + 5.0
+            while len(got) < 5 and time.monotonic() < give_up:
+                got += await other.receive(max_messages=5, invisible_duration_s=60, wait_s=1)
+            await other.ack(got)
+        assert sorted(m.body for m in got) == bodies
+        assert {m.delivery_attempt for m in got} == {2}
+        return True
+
+    async def scenario() -> int:
+        async with AsyncProducer(server.endpoint) as producer:
+            return sum([await attempt(producer, round_) for round_ in range(24)])
+
+    assert asyncio.run(scenario()) >= 1  # at least one receive was cancelled
 
 
 def test_receives_beyond_the_stream_limit_use_unary_pops(tmp_path: Path) -> None:
