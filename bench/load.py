@@ -55,18 +55,23 @@ async def measure_rate(
 ) -> float:
     """Run the workers; return what they counted per second during the window.
 
-    The window ends after ``duration_s``, once ``limit`` items were counted in it (a caller
-    sizing a backlog adds what the warm-up may take), or when every worker returned. A
-    worker's exception is raised here.
+    The warm-up ends after ``warmup_s`` or once ``limit`` items were done in it; the window
+    after ``duration_s``, once ``limit`` items were counted in it, or when every worker
+    returned. So a measurement takes at most twice ``limit`` items (plus what the workers
+    hold when told to stop), however fast the machine: a caller sizes its backlog by that.
+    A worker's exception is raised here.
     """
     meter = Meter()
     tasks = [asyncio.create_task(worker(meter)) for worker in workers]
+
+    def warm() -> bool:
+        return limit is not None and meter.total >= limit
 
     def reached() -> bool:
         return limit is not None and meter.count >= limit
 
     try:
-        await _wait(tasks, warmup_s, lambda: False)
+        await _wait(tasks, warmup_s, warm)
         meter.counting = True
         started = time.perf_counter()
         await _wait(tasks, duration_s, reached)

@@ -68,7 +68,7 @@ def run(config: ConsumersSettings, *, require_peers: bool = False) -> ScenarioRe
                         duration_s=config.duration_s,
                         work_s=config.work_s,
                     )
-                )
+                ).rate
                 result.add(f"{consumers} consumers", "popmq", "msg/s", rate)
     ideal = 1 / config.work_s
     result.notes.append(

@@ -5,9 +5,10 @@ ack on the consumer's PopStream; Redis: one XACK; NATS: one ack per message, its
 per-message form). The "acks on the next receive" cases ack each batch in the round trip of
 the next receive where the client can (popmq: `receive(ack=...)`; Redis: XACK and
 XREADGROUP pipelined; NATS: unchanged, its `ack()` never waits). All systems are started and
-pre-filled first, then measured run by run, so the runs interleave. A window ends after its
-duration or once it consumed its share of the backlog (at most half the backlog is consumed
-over all runs, warm-ups aside), so the backlog stays large throughout.
+pre-filled first, then measured run by run, so the runs interleave. A window and its warm-up
+each end after their duration or once they took a quarter of the backlog, and after each
+window the topic is topped up by what it took, through the system's own client (not timed):
+every window starts at the full backlog, however fast the machine.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bench.profile import PySpy
 from bench.results import ScenarioResult
 from bench.scenarios._common import PEERS, body_of, ratio_table, with_notes
 
-__all__ = ["PopAckSettings", "consume_rate", "main", "render", "run", "settings"]
+__all__ = ["Consumed", "PopAckSettings", "consume_rate", "main", "render", "run", "settings"]
 
 NAME = "pop-ack"
 TOPIC = "popack"
@@ -61,6 +62,16 @@ def case_name(consumers: int, ack_on_receive: bool = False) -> str:
     return f"batch 32 · {consumers} consumer{plural}{suffix}"
 
 
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """One measurement of ``consume_rate``."""
+
+    rate: float
+    """Acked messages per second in the window."""
+    taken: int
+    """Messages received over the warm-up and the window (acked or still held at the end)."""
+
+
 async def consume_rate(
     target: Target,
     *,
@@ -73,16 +84,18 @@ async def consume_rate(
     limit: int | None = None,
     work_s: float = 0.0,
     ack_on_receive: bool = False,
-) -> float:
+) -> Consumed:
     """Acked messages per second from ``consumers`` concurrent consumers of one group.
 
     ``work_s`` is slept per message between receive and ack (simulated processing). With
     ``ack_on_receive`` each batch is acked with the next receive (``ack_and_receive``) and
     counted once that returned.
     """
+    taken = 0
 
     def worker(index: int) -> Worker:
         async def run(meter: Meter) -> None:
+            nonlocal taken
             async with target.receiver(topic, group, f"c{index}") as receiver:
                 messages: list[Received] = []
                 while meter.running:
@@ -91,6 +104,7 @@ async def consume_rate(
                         messages = await receiver.ack_and_receive(acked, batch, 1.0)
                     else:
                         messages = await receiver.receive(batch, 1.0)
+                    taken += len(messages)
                     for _ in messages if work_s else ():
                         await asyncio.sleep(work_s)
                     if ack_on_receive:
@@ -101,12 +115,13 @@ async def consume_rate(
 
         return run
 
-    return await measure_rate(
+    rate = await measure_rate(
         [worker(i) for i in range(consumers)],
         warmup_s=warmup_s,
         duration_s=duration_s,
         limit=limit,
     )
+    return Consumed(rate, taken)
 
 
 def prepare(launched: Launched, config: PopAckSettings, body: bytes) -> None:
@@ -139,9 +154,8 @@ def run(
     result = ScenarioResult(NAME, "2. Pop + ack", settings=asdict(config), notes=notes)
     body = body_of(config.body_bytes)
     cases = [(c, a) for a in config.ack_on_receive for c in config.consumers]
-    windows = config.runs * len(cases) + (1 if profile_out else 0)
-    # Half the backlog over all windows; their warm-ups take less than the other half.
-    limit = max(1, config.backlog // (2 * windows))
+    # A warm-up and its window take at most half the backlog; the top-up restores it.
+    limit = max(1, config.backlog // 4)
 
     def fill_popmq(data_dir: Path) -> None:
         prefill_store(data_dir, {TOPIC: Backlog(8, config.backlog)}, body)
@@ -155,9 +169,10 @@ def run(
         for _ in range(config.runs):
             for system in chosen:
                 for consumers, ack_on_receive in cases:
-                    rate = asyncio.run(
+                    target = launched[system].target
+                    consumed = asyncio.run(
                         consume_rate(
-                            launched[system].target,
+                            target,
                             topic=TOPIC,
                             group=GROUP,
                             consumers=consumers,
@@ -168,7 +183,8 @@ def run(
                             ack_on_receive=ack_on_receive,
                         )
                     )
-                    result.add(case_name(consumers, ack_on_receive), system, "msg/s", rate)
+                    result.add(case_name(consumers, ack_on_receive), system, "msg/s", consumed.rate)
+                    asyncio.run(prefill(target, TOPIC, consumed.taken, body))
         if profile_out is not None and "popmq" in launched:
             with PySpy(launched["popmq"].server.pid, profile_out):
                 asyncio.run(
@@ -184,10 +200,11 @@ def run(
                     )
                 )
     result.notes.append(
-        f"Each window stops after {config.duration_s:g} s or {limit:,} messages, so at most "
-        f"half of the {config.backlog:,}-message backlog is consumed over all runs. popmq's "
-        "backlog is written by its embedded broker before the server starts (faster than "
-        "gRPC; not timed), the peers' through their clients."
+        f"Each window (and its warm-up) stops after {config.duration_s:g} s "
+        f"({config.warmup_s:g} s) or {limit:,} messages; then what it took is sent again "
+        f"(not timed), so every window starts on a {config.backlog:,}-message backlog. "
+        "popmq's first backlog is written by its embedded broker before the server starts "
+        "(faster than gRPC; not timed), the peers' and every top-up through their clients."
     )
     if True in config.ack_on_receive:
         result.notes.append(
