@@ -53,8 +53,10 @@ def seconds(field: str, value: duration_pb2.Duration) -> float:
 
 def deliver_at_ms(index: int, msg: messaging_pb2.OutgoingMessage, now_ms: int) -> int:
     """The absolute delivery time a message's schedule asks for, by the server's clock."""
-    where = f"messages[{index}]"
     which = msg.WhichOneof("schedule")
+    if not which:
+        return 0
+    where = f"messages[{index}]"
     if which == "delivery_time":
         return timestamp_ms(f"{where}.delivery_time", msg.delivery_time)
     if which == "delay":

@@ -36,6 +36,27 @@ def test_paired_ratio_is_the_median_of_per_run_ratios() -> None:
     assert result.median("case", "popmq", "msg/s") == 100.0
 
 
+def test_floors_put_the_transport_and_the_write_beside_the_peers() -> None:
+    result = ScenarioResult("produce", "1. Produce")
+    # ms per batch of 32: popmq 2, redis-always 1, echo 0.5, raw 0.25
+    for system, rate in (
+        ("popmq", 16_000.0),
+        ("redis-always", 32_000.0),
+        ("grpc echo", 64_000.0),
+        ("rocksdb raw", 128_000.0),
+    ):
+        result.add("batch 32 · 1 producer", system, "msg/s", rate)
+    text = report.floors_section([result])
+    assert "| grpc echo + rocksdb raw: popmq's floor | 0.750 |" in text
+    assert "The transport alone takes 50% of Redis (always)'s whole round trip" in text
+    assert (
+        "popmq's own work (conversion, validation, indexes, group commit) is the other 1.25 ms"
+        in text
+    )
+    assert "would reach at most 1.33x Redis (always)" in text
+    assert report.floors_section([]) == ""
+
+
 def test_report_renders_doc_and_chart_from_saved_results(tmp_path: Path) -> None:
     results = [
         long_poll.run(long_poll.settings(quick=True)),
