@@ -407,9 +407,8 @@ def floors_section(results: list[ScenarioResult]) -> str:
         rows.append([label, format_number(per_batch[system])])
     echo, raw = per_batch.get(produce.ECHO), per_batch.get(produce.ROCKSDB)
     redis, popmq = per_batch.get("redis-always"), per_batch.get("popmq")
-    if None in (echo, raw, redis, popmq):
+    if echo is None or raw is None or redis is None or popmq is None:
         return ""
-    assert echo is not None and raw is not None and redis is not None and popmq is not None
     floor = echo + raw
     rows.append(["grpc echo + rocksdb raw: popmq's floor", format_number(floor)])
     table = markdown_table([f"{_SEQUENTIAL} (medians)", "ms per batch round trip"], rows)
