@@ -387,7 +387,8 @@ def floors_section(results: list[ScenarioResult]) -> str:
     side by side with a peer's whole round trip, this says how much of a shortfall any
     amount of work on popmq's own code could win back. Empty without the produce rows.
     """
-    prod = _by_name(results).get("produce")
+    by = _by_name(results)
+    prod = by.get("produce")
     if prod is None:
         return ""
     rows = []
@@ -427,7 +428,7 @@ def floors_section(results: list[ScenarioResult]) -> str:
             f"{redis - floor:.2f} ms a batch ({(redis - floor) / 32 * 1000:.1f} µs a message)."
         ),
     ]
-    paced = _by_name(results).get("paced-cost")
+    paced = by.get("paced-cost")
     if paced is not None and paced.cases():
         case = paced.cases()[0]
         own = paced.median(case, "popmq", "server us/msg")
