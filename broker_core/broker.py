@@ -27,11 +27,12 @@ import secrets
 import time
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from broker_core import keys, message_index, validation
+from broker_core.budget import ResponseBudget
 from broker_core.catalog import (
     KIND_DLQ,
     KIND_NORMAL,
@@ -118,7 +119,6 @@ _NEVER = 2**63 - 1
 PULL_MAX_MESSAGES = 1024
 """Most messages one pull returns."""
 PULL_DEFAULT_MESSAGES = 256
-PULL_MAX_BYTES = 8 * 1024 * 1024
 """A pull stops once it read this many body bytes (it returns at least one message)."""
 _PULL_CHUNK = 64
 """Keys read per multi_get of a pull, so 4 MiB bodies never pile up beyond the byte cap."""
@@ -378,6 +378,11 @@ class Broker:
         self.catalog.register_topic(info)
         return info
 
+    def topic_info(self, name: str) -> TopicInfo:
+        """A topic's settings without its queues' stats (a lookup, for hot paths)."""
+        validation.check_name("topic", name, allow_dlq=True)
+        return self._topic(name)
+
     def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
         validation.check_name("topic", name, allow_dlq=True)
         info = self._topic(name)
@@ -558,6 +563,7 @@ class Broker:
         """
         if not messages:
             raise InvalidArgumentError("a send needs at least one message")
+        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         stamp = now_ms()
         cfg = self.config.messages
         max_delay_ms = round(cfg.max_delay_s * 1000)
@@ -830,11 +836,17 @@ class Broker:
         values = self.store.multi_get(
             "messages", [keys.message_key(info.topic_id, q, o) for q, o in places]
         )
-        return [
-            PeekedMessage(info.name, q, o, records_pb2.StoredMessage.FromString(v))
-            for (q, o), v in zip(places, values, strict=True)
-            if v is not None
-        ]
+        found: list[PeekedMessage] = []
+        response = ResponseBudget()
+        for (q, o), value in zip(places, values, strict=True):
+            if value is None:
+                continue
+            if not response.take(len(value)):
+                break  # the answer is full (budget.py): oldest first, the rest left out
+            found.append(
+                PeekedMessage(info.name, q, o, records_pb2.StoredMessage.FromString(value))
+            )
+        return found
 
     async def sweep_index(self, now: int | None = None) -> int:
         """Delete index entries past their lifetime (retention or dedup window); returns count."""
@@ -1058,9 +1070,10 @@ class Broker:
         contended = False
         now = now_ms()
         deadline = now + invisible_ms
+        response = ResponseBudget()
         for source, source_queue in order:
             want = max_messages - len(found)
-            if want <= 0:
+            if want <= 0 or response.left <= 0:
                 break
             cq = self._queue(group, source, source_queue)
             if not self.locks.try_acquire(cq.lock_key):
@@ -1069,11 +1082,13 @@ class Broker:
             try:
                 if cq.fifo_ready:
                     self._deliver_fifo_heads(
-                        cq, source, topic, want, now, deadline, record_filter, found
+                        cq, source, topic, want, now, deadline, record_filter, found, response
                     )
                     want = max_messages - len(found)
                 if want > 0:
-                    self._read_queue(cq, source, topic, want, now, deadline, record_filter, found)
+                    self._read_queue(
+                        cq, source, topic, want, now, deadline, record_filter, found, response
+                    )
             finally:
                 self.locks.release(cq.lock_key)
         return found, contended
@@ -1088,10 +1103,12 @@ class Broker:
         deadline: int,
         record_filter: RecordFilter,
         found: list[PoppedMessage],
+        response: ResponseBudget,
     ) -> None:
         """Read up to `want` matching messages of one queue under its lock; record a checkpoint.
 
-        A message of a FIFO message group gets its own checkpoint instead (see
+        Stops before a message that does not fit the answer's byte budget (it stays for the
+        next pop). A message of a FIFO message group gets its own checkpoint instead (see
         _take_fifo): delivered when its group has nothing in flight, held behind the group's
         head otherwise. Either way the chained checkpoint's range passes it.
         """
@@ -1123,9 +1140,9 @@ class Broker:
         offsets: list[int] = []
         records: list[records_pb2.StoredMessage] = []
         delivered = 0
-        fifo_full = False
+        stopped = False  # a FIFO group is full, or the answer is: stop before this message
         max_held = self.config.messages.fifo_max_held
-        while position < limit and delivered < want and budget > 0 and not fifo_full:
+        while position < limit and delivered < want and budget > 0 and not stopped:
             step = want - delivered if record_filter.matches_all else max(want, 64)
             chunk_end = min(limit, position + min(step, budget))
             values = store.multi_get(
@@ -1143,11 +1160,16 @@ class Broker:
                 if value is not None and offset not in cq.inflight:
                     record = records_pb2.StoredMessage.FromString(value)
                     if record.message_group in cq.fifo and cq.fifo_held >= max_held:
-                        fifo_full = True  # stop before it: read on once groups move
+                        stopped = True  # stop before it: read on once groups move
+                        break
+                    if not record_filter.accepts(record):
+                        record = None
+                    elif not response.take(len(value)):
+                        stopped = True  # the answer is full: the next pop starts here
                         break
                 position = offset + 1
                 budget -= 1
-                if record is None or not record_filter.accepts(record):
+                if record is None:
                     continue
                 if record.message_group:
                     message = self._take_fifo(cq, source, user_topic, offset, record, now, deadline)
@@ -1281,8 +1303,10 @@ class Broker:
         deadline: int,
         record_filter: RecordFilter,
         found: list[PoppedMessage],
+        response: ResponseBudget,
     ) -> None:
-        """Deliver held heads whose group is free again (previous message acked or expired)."""
+        """Deliver held heads whose group is free again (previous message acked or expired),
+        as many as fit the answer's byte budget."""
         heads = list(itertools.islice(cq.fifo_ready_heads(now), want))
         if not heads:
             return
@@ -1296,6 +1320,8 @@ class Broker:
                 # Deleted by retention, or filtered out by this pop's (changed) filter.
                 self._fifo_finish(head, acked=record is not None)
                 continue
+            if value is not None and not response.take(len(value)):
+                break  # the answer is full: the head stays ready for the next pop
             new = self._fifo_ck(
                 cq, head.offsets[0], group=head.fifo_group, attempt=head.attempt, held=False,
                 now=now, deadline=deadline,
@@ -1700,8 +1726,9 @@ class Broker:
     ) -> PulledMessages:
         """Read one queue from `offset` on, without a group and without changing any state.
 
-        Stops after max_messages, at the end of the queue, or once PULL_MAX_BYTES of bodies
-        were read (always at least one message), so a response stays far below gRPC's limit.
+        Stops after max_messages, at the end of the queue, or before the message that would
+        pass the answer's byte budget (budget.py: always at least one message), so a client
+        with gRPC's default receive limit can read the answer.
         A read below the queue's min offset (deleted by retention) starts at the min offset;
         the caller compares and decides whether that is data loss.
         """
@@ -1719,22 +1746,22 @@ class Broker:
         position = max(offset, low)
         end = min(high, position + max_messages)
         found: list[tuple[int, records_pb2.StoredMessage]] = []
-        size = 0
-        while position < end and size < PULL_MAX_BYTES:
+        response = ResponseBudget()
+        full = False
+        while position < end and not full:
             chunk_end = min(end, position + _PULL_CHUNK)
             values = self.store.multi_get(
                 "messages",
                 [keys.message_key(info.topic_id, queue_id, o) for o in range(position, chunk_end)],
             )
             for at, value in zip(range(position, chunk_end), values, strict=True):
+                if value is not None and not response.take(len(value)):
+                    full = True  # the answer is full: next_offset is this message
+                    break
                 position = at + 1
                 if value is None:
                     continue  # deleted by retention after we read the min offset
-                record = records_pb2.StoredMessage.FromString(value)
-                found.append((at, record))
-                size += len(record.body)
-                if size >= PULL_MAX_BYTES:
-                    break
+                found.append((at, records_pb2.StoredMessage.FromString(value)))
         return PulledMessages(
             topic=info.name,
             queue_id=queue_id,
@@ -1743,6 +1770,64 @@ class Broker:
             max_offset=high,
             next_offset=position,
         )
+
+    async def await_messages(
+        self, topic: str, positions: Mapping[int, int], wait_s: float
+    ) -> list[tuple[int, int]]:
+        """Wait until a queue of `topic` holds messages past its position in `positions`
+        (queue id -> offset), or `wait_s` passed; returns (queue id, max offset) of each
+        queue that did, in queue order (empty after the wait).
+
+        The whole request is checked before any waiting; a wake-up checks only the queues
+        that received messages (LongPolling.watch), so many held calls cost a send only
+        the calls that watch its queue.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        info = self._topic(topic)
+        validation.check_range(
+            "long_polling_timeout", wait_s, 0, self.config.long_polling.max_timeout_s, "s"
+        )
+        if not positions:
+            raise InvalidArgumentError("positions is empty: give at least one queue and offset")
+        for queue_id, offset in positions.items():
+            if not 0 <= queue_id < info.queues:
+                raise InvalidArgumentError(
+                    f"positions has queue id {queue_id}: the topic's queues are "
+                    f"0..{info.queues - 1}"
+                )
+            if offset < 0:
+                raise InvalidArgumentError(f"positions has offset {offset}: use >= 0")
+
+        def ready(queue_ids: Iterable[int]) -> list[tuple[int, int]]:
+            found = []
+            for queue_id in queue_ids:
+                high = self._max_offset(info.topic_id, queue_id)
+                if high > positions[queue_id]:
+                    found.append((queue_id, high))
+            return found
+
+        found = ready(sorted(positions))
+        if found or wait_s <= 0 or self._draining:
+            return found
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_s
+        # No await between the check above and watching: an arrival cannot slip between.
+        watch = self.polling.watch(topic, positions)
+        try:
+            while not found:
+                remaining = give_up - loop.time()
+                if remaining <= 0 or self._draining:
+                    break
+                await asyncio.wait([watch.future], timeout=remaining)
+                if self._topic_or_none(topic) is not info:
+                    raise NotFoundError(f"topic {topic!r} was deleted while waiting")
+                found = ready(watch.take_moved())
+        finally:
+            self.polling.unwatch(watch)
+        return found
+
+    def _topic_or_none(self, name: str) -> TopicInfo | None:
+        return self.catalog.topics.get(name)
 
     async def commit_offsets(
         self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
@@ -2525,6 +2610,7 @@ class Broker:
             raise InvalidArgumentError("an offset needs a queue_id: offsets are per queue")
         tid = info.topic_id
         found: list[PeekedMessage] = []
+        response = ResponseBudget()
         for q in [queue_id] if queue_id is not None else range(info.queues):
             low, high = self._min_offset(tid, q), self._max_offset(tid, q)
             start = low
@@ -2542,10 +2628,13 @@ class Broker:
                 "messages", [keys.message_key(tid, q, o) for o in range(start, end)]
             )
             for at, value in zip(range(start, end), values, strict=True):
-                if value is not None:
-                    found.append(
-                        PeekedMessage(info.name, q, at, records_pb2.StoredMessage.FromString(value))
-                    )
+                if value is None:
+                    continue
+                if not response.take(len(value)):
+                    return found  # the answer is full (budget.py)
+                found.append(
+                    PeekedMessage(info.name, q, at, records_pb2.StoredMessage.FromString(value))
+                )
             if len(found) >= max_messages:
                 break
         return found

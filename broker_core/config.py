@@ -74,7 +74,10 @@ class LongPollingConfig:
     max_per_key: int = 1024
     """Held pops per (group, topic) (RocketMQ popPollingSize)."""
     max_total: int = 100_000
-    """Held pops in total (RocketMQ maxPopPollingSize)."""
+    """Held pops and AwaitMessages calls in total (RocketMQ maxPopPollingSize)."""
+    max_watched_queues: int = 262_144
+    """(queue, call) pairs all held AwaitMessages calls may watch at once: each is an
+    entry in the arrival registry (~100 bytes), so this bounds its memory (~26 MB)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.default_timeout_s <= self.max_timeout_s:

@@ -15,6 +15,11 @@ FIFO group released, a revive, a delayed message whose queue the caller did not 
 per group, one dict lookup per set visited and the futures woken; never a scan of all
 waiters.
 
+Arrival watches (AwaitMessages: "tell me when any of these queues passes these offsets")
+are kept apart from pops, per (topic, queue): an arrival on queue q touches only the watches
+of q, and each watch learns which queues moved, so a woken watch checks those queues alone.
+Waking costs O(watches of that queue), never O(every held call).
+
 Everything runs on the loop thread.
 """
 
@@ -57,8 +62,41 @@ def _wake(waiters: deque[asyncio.Future[None]] | None, budget: int) -> int:
     return woken
 
 
+class ArrivalWatch:
+    """One held AwaitMessages: the queues it watches, and those that received messages."""
+
+    __slots__ = ("future", "moved", "queue_ids", "topic")
+
+    def __init__(self, topic: str, queue_ids: tuple[int, ...]) -> None:
+        self.topic = topic
+        self.queue_ids = queue_ids
+        # Queues notified since the watch was made (None: a notify that named no queue,
+        # so every watched queue may have moved).
+        self.moved: set[int] | None = set()
+        # Resolved at the first arrival on a watched queue.
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _arrived(self, queue_id: int | None) -> None:
+        if queue_id is None:
+            self.moved = None
+        elif self.moved is not None:
+            self.moved.add(queue_id)
+        if not self.future.done():
+            self.future.set_result(None)
+
+    def take_moved(self) -> tuple[int, ...]:
+        """The watched queues that may have moved since the last call; re-arms the watch."""
+        moved, self.moved = self.moved, set()
+        if not self.future.done():
+            return ()
+        self.future = asyncio.get_running_loop().create_future()
+        if moved is None:
+            return self.queue_ids
+        return tuple(sorted(moved))
+
+
 class LongPolling:
-    """Registry of parked pops."""
+    """Registry of parked pops and arrival watches."""
 
     def __init__(self, config: LongPollingConfig) -> None:
         self._config = config
@@ -66,11 +104,76 @@ class LongPolling:
         # by its owner's timeout) and removed by unpark; only touched on the loop thread.
         self._waiters: dict[str, dict[str, _GroupWaiters]] = {}
         self._total = 0
+        # topic -> queue id -> the watches of that queue (a dict as an ordered set).
+        self._watches: dict[str, dict[int, dict[ArrivalWatch, None]]] = {}
+        self._watch_count = 0
+        self._watched_queues = 0
 
     @property
     def held(self) -> int:
-        """Number of pops parked right now."""
-        return self._total
+        """Number of pops and arrival watches (AwaitMessages) held right now."""
+        return self._total + self._watch_count
+
+    @property
+    def watches(self) -> int:
+        """Number of arrival watches (held AwaitMessages) right now."""
+        return self._watch_count
+
+    def watch(self, topic: str, queue_ids: Iterable[int]) -> ArrivalWatch:
+        """Watch queues of `topic` for arrivals until `unwatch`; bounded like held pops.
+
+        Raises ResourceExhaustedError past LongPollingConfig.max_total watches, or past
+        max_watched_queues (queue, watch) pairs in all (each pair is a registry entry).
+        """
+        ids = tuple(queue_ids)
+        if self._watch_count + self._total >= self._config.max_total:
+            raise ResourceExhaustedError(
+                f"too many held calls on this server: at most {self._config.max_total}; retry later"
+            )
+        if self._watched_queues + len(ids) > self._config.max_watched_queues:
+            raise ResourceExhaustedError(
+                f"too many watched queues on this server: at most "
+                f"{self._config.max_watched_queues} (queue, call) pairs may be held at once; "
+                "retry later"
+            )
+        watch = ArrivalWatch(topic, ids)
+        by_queue = self._watches.setdefault(topic, {})
+        for queue_id in ids:
+            by_queue.setdefault(queue_id, {})[watch] = None
+        self._watch_count += 1
+        self._watched_queues += len(ids)
+        return watch
+
+    def unwatch(self, watch: ArrivalWatch) -> None:
+        """Forget a watch (idempotent)."""
+        by_queue = self._watches.get(watch.topic)
+        if by_queue is None:
+            return
+        found = False
+        for queue_id in watch.queue_ids:
+            bucket = by_queue.get(queue_id)
+            if bucket is not None and watch in bucket:
+                del bucket[watch]
+                found = True
+                if not bucket:
+                    del by_queue[queue_id]
+        if not by_queue:
+            del self._watches[watch.topic]
+        if found:
+            self._watch_count -= 1
+            self._watched_queues -= len(watch.queue_ids)
+
+    def _notify_watches(self, topic: str, queue_id: int | None) -> None:
+        by_queue = self._watches.get(topic)
+        if not by_queue:
+            return
+        if queue_id is not None:
+            for watch in by_queue.get(queue_id, ()):
+                watch._arrived(queue_id)
+            return
+        for bucket in by_queue.values():
+            for watch in bucket:
+                watch._arrived(None)
 
     def park(self, group: str, topic: str, queue_id: int | None = None) -> asyncio.Future[None]:
         """Park a pop of `group` on `topic`: of one queue, or of every queue (None)."""
@@ -83,7 +186,7 @@ class LongPolling:
                 f"too many held pops for group {group!r} on topic {topic!r}: "
                 f"at most {self._config.max_per_key} may wait at once; retry later"
             )
-        if self._total >= self._config.max_total:
+        if self._total + self._watch_count >= self._config.max_total:
             raise ResourceExhaustedError(
                 f"too many held pops on this server: at most {self._config.max_total}; retry later"
             )
@@ -139,6 +242,8 @@ class LongPolling:
         queue is unknown or there is none: up to `count` in each of the group's sets.
         Returns how many were woken.
         """
+        if group is None:
+            self._notify_watches(topic, queue_id)
         by_group = self._waiters.get(topic)
         if not by_group:
             return 0
@@ -162,6 +267,7 @@ class LongPolling:
 
     def notify_all(self, topic: str) -> None:
         """Wake every waiter on a topic (it was deleted, or the server is draining)."""
+        self._notify_watches(topic, None)
         for waiters in self._waiters.get(topic, {}).values():
             for bucket in waiters.by_queue.values():
                 _wake(bucket, len(bucket))

@@ -18,7 +18,9 @@ DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIX = "rmq_sys_"
 RESERVED_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""A message body: 4 MiB (RocketMQ's maxMessageSize) less 64 KiB, so a message with its
+largest properties, keys and handle still fits the 4 MiB a gRPC client receives by default."""
 MAX_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_TAG_LENGTH = 127
@@ -32,6 +34,26 @@ MAX_BORN_HOST_LENGTH = 255
 BODY_ENCODINGS = ("", "zlib", "zstd")
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_ENTRIES = 64
+
+MAX_SEND_MESSAGES = 1024
+"""Messages in one send request: the work of one request stays bounded (Pub/Sub: 1,000)."""
+MAX_SEND_BODY_BYTES = 4 * 1024 * 1024
+"""Bodies of one send request, as sent: RocketMQ's batch rule (a batch within
+maxMessageSize, 4 MiB). The broker writes a request in one batch on its event loop."""
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""The server's gRPC receive limit: a largest send request (MAX_SEND_BODY_BYTES of bodies
+with their properties and keys) fits; anything larger is refused before it is read whole."""
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024 - 16 * 1024
+"""Message bytes in one pop or pull answer (bodies, properties, keys and a per-message
+allowance), so a client with gRPC's default 4 MiB receive limit can always read it. A
+batch stops before the message that would pass it; the first message always fits
+(MAX_BODY_BYTES)."""
+MESSAGE_OVERHEAD_BYTES = 1024
+"""Per-message allowance for the fields around a body in an answer (ids, handle, times)."""
+MAX_HANDLES = 1024
+"""Receipt handles or lease tokens in one ack-like request (the largest pop batch)."""
+MAX_SUBSCRIPTIONS = 1024
+"""Topics one consumer group's settings may subscribe to."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -66,6 +88,24 @@ def check_range(field: str, value: float, low: float, high: float, unit: str = "
     raise InvalidArgumentError(f"{field} {shown} is above the maximum {high:g}{unit}")
 
 
+def check_count(field: str, count: int, limit: int, what: str = "entries") -> None:
+    """Check a request's list length before any per-entry work, naming the limit."""
+    if count > limit:
+        raise InvalidArgumentError(
+            f"{field} has {count} {what}: at most {limit} are allowed in one request"
+        )
+
+
+def check_send_size(messages: int, body_bytes: int) -> None:
+    """Check one send request's message count and body bytes (MAX_SEND_*)."""
+    check_count("messages", messages, MAX_SEND_MESSAGES, "messages")
+    if body_bytes > MAX_SEND_BODY_BYTES:
+        raise InvalidArgumentError(
+            f"messages carry {body_bytes} body bytes: at most {MAX_SEND_BODY_BYTES} (4 MiB) "
+            "are allowed in one send request; split it into smaller requests"
+        )
+
+
 def check_message(
     index: int,
     *,
@@ -78,10 +118,13 @@ def check_message(
     """Check one message of a send; `index` locates it in the request."""
     where = f"messages[{index}]"
     if not body:
-        raise InvalidArgumentError(f"{where}.body is empty: a message needs 1 byte to 4 MiB")
+        raise InvalidArgumentError(
+            f"{where}.body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes"
+        )
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgumentError(
-            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB) are allowed"
+            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB - 64 KiB) are "
+            "allowed"
         )
     if tag:
         if "|" in tag or not tag.strip() or _CONTROL.search(tag):

@@ -13,6 +13,7 @@ from importlib import metadata
 
 import grpc
 
+from broker_core import validation
 from broker_core.broker import Broker
 from broker_core.errors import InvalidArgumentError
 from broker_core.types import ExponentialBackoff, GroupSettings
@@ -105,6 +106,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def CreateGroup(
         self, request: admin_pb2.CreateGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateGroupResponse:
+        _check_group_lists(request)
         attempts = (
             request.max_delivery_attempts if request.HasField("max_delivery_attempts") else None
         )
@@ -138,6 +140,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def UpdateGroup(
         self, request: admin_pb2.UpdateGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UpdateGroupResponse:
+        _check_group_lists(request)
         consume_from: str | None = None
         consume_from_ms = 0
         if request.consume_from != admin_pb2.CONSUME_FROM_UNSPECIFIED or request.HasField(
@@ -215,6 +218,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ResetOffsetsResponse:
+        validation.check_count("offsets", len(request.offsets), validation.MAX_QUEUES)
         target = convert.reset_target(request.target)
         if target == "timestamp" and not request.HasField("timestamp"):
             raise InvalidArgumentError("RESET_TARGET_TIMESTAMP needs timestamp")
@@ -306,4 +310,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             topics=len(self._broker.list_topics()),
             groups=len(self._broker.list_groups()),
             config=self._config_items,
+        )
+
+
+def _check_group_lists(
+    request: admin_pb2.CreateGroupRequest | admin_pb2.UpdateGroupRequest,
+) -> None:
+    """List lengths of a group change, checked before any entry is converted."""
+    validation.check_count(
+        "retry_backoff", len(request.retry_backoff), validation.MAX_BACKOFF_ENTRIES
+    )
+    if isinstance(request, admin_pb2.CreateGroupRequest):
+        validation.check_count(
+            "subscriptions", len(request.subscriptions), validation.MAX_SUBSCRIPTIONS
+        )
+    else:
+        validation.check_count(
+            "set_subscriptions", len(request.set_subscriptions), validation.MAX_SUBSCRIPTIONS
+        )
+        validation.check_count(
+            "remove_subscriptions", len(request.remove_subscriptions), validation.MAX_SUBSCRIPTIONS
         )

@@ -586,6 +586,11 @@ def check_client_id(client_id: str) -> None:
 
 def check_queue_ids(field_name: str, queue_ids: Sequence[int], queue_count: int | None) -> None:
     """Queue ids are unique and within 0..queue_count-1 (only >= 0 when the count is None)."""
+    limit = validation.MAX_QUEUES if queue_count is None else queue_count
+    if len(queue_ids) > limit:
+        raise InvalidArgumentError(
+            f"{field_name} has {len(queue_ids)} queue ids: the topic has at most {limit} queues"
+        )
     seen: set[int] = set()
     for queue_id in queue_ids:
         if queue_id < 0 or (queue_count is not None and queue_id >= queue_count):

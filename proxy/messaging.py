@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 from collections.abc import AsyncIterable, Awaitable, Coroutine
 from typing import Any, TypedDict
 
@@ -16,7 +14,7 @@ from broker_core.types import PoppedMessage, SendResult
 from popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from proxy import convert
 from proxy.allocation import Strategy
-from proxy.clients import ClientRegistry, ConsumeMode, Registration
+from proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
 from proxy.pop_stream import AckedPop, AckOutcomes, PopResult, PopStreamSession, fill_ack, fill_pop
@@ -50,10 +48,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             existing_groups=[g.name for g in broker.list_groups()]
         )
         self._leases = LeaseTable(broker)
-        # Held AwaitMessages waits, answered at once by release_waiters (shutdown).
-        self._awaiting: set[asyncio.Future[None]] = set()
+        # Set by release_waiters (shutdown): no new long waits.
         self._releasing = False
-        self._await_ids = itertools.count()
         # Open PopStream and SendStream calls, released (answered, then ended) by
         # release_waiters.
         self._streams: set[PopStreamSession | SendStreamSession] = set()
@@ -73,6 +69,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         accept and reject alike. Raises the broker's error for a message that cannot be
         converted; the returned coroutine raises the others.
         """
+        validation.check_send_size(
+            len(request.messages), sum(len(m.body) for m in request.messages)
+        )
         now = now_ms()
         return self._broker.send(
             [convert.new_message(m, i, now) for i, m in enumerate(request.messages)]
@@ -114,6 +113,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         pops). `remaining_s` is the time left before the caller's deadline, if it has one.
         A pop that carries acks applies them first, and only once its own arguments passed.
         """
+        validation.check_count(
+            "ack_receipt_handles", len(request.ack_receipt_handles), validation.MAX_HANDLES
+        )
         pop = _pop_arguments(self._broker, request, remaining_s)
         if request.ack_receipt_handles:
             return self._ack_then_pop(request, pop)
@@ -154,6 +156,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:
         """The broker's ack coroutine for an Ack (not yet started): the one path of the Ack
         RPC and of each ack of a PopStream."""
+        validation.check_count(
+            "receipt_handles", len(request.receipt_handles), validation.MAX_HANDLES
+        )
         return self._broker.ack(request.group, request.receipt_handles)
 
     @rpc
@@ -191,6 +196,17 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Heartbeat(
         self, request: messaging_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.HeartbeatResponse:
+        # Sizes first: a topic's queue count is a lookup, but nothing is done per entry of
+        # a list longer than the registry accepts.
+        for name, size in (
+            ("topics", len(request.topics)),
+            ("configured_queues", len(request.configured_queues)),
+        ):
+            if size > MAX_TOPICS_PER_CLIENT:
+                raise InvalidArgumentError(
+                    f"{name} has {size} entries: a client may subscribe to at most "
+                    f"{MAX_TOPICS_PER_CLIENT} topics"
+                )
         queue_counts = {topic: self._queue_count(topic) for topic in request.topics}
         interval = (
             convert.seconds("heartbeat_interval", request.heartbeat_interval)
@@ -257,47 +273,25 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             else limits.default_timeout_s
         )
         validation.check_range("long_polling_timeout", wait, 0, limits.max_timeout_s, "s")
-        info, _ = self._broker.get_topic(request.topic)
-        if not request.positions:
-            raise InvalidArgumentError("positions is empty: give at least one queue and offset")
+        if len(request.positions) > validation.MAX_QUEUES:
+            raise InvalidArgumentError(
+                f"positions has {len(request.positions)} entries: a topic has at most "
+                f"{validation.MAX_QUEUES} queues"
+            )
         positions: dict[int, int] = {}
         for position in request.positions:
-            if not 0 <= position.queue_id < info.queues:
-                raise InvalidArgumentError(
-                    f"positions has queue id {position.queue_id}: the topic's queues are "
-                    f"0..{info.queues - 1}"
-                )
             if position.queue_id in positions:
                 raise InvalidArgumentError(f"positions repeats queue id {position.queue_id}")
-            if position.offset < 0:
-                raise InvalidArgumentError(f"positions has offset {position.offset}: use >= 0")
             positions[position.queue_id] = position.offset
         remaining = context.time_remaining()
         if remaining is not None:
             wait = max(0.0, min(wait, remaining - _DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait
-        # A key of its own ("await:" is no group name), so every arrival on the topic wakes
-        # this wait, whichever groups also wait there.
-        key = f"await:{next(self._await_ids)}"
-        while True:
-            _, stats = self._broker.get_topic(request.topic)
-            ready = [
-                messaging_pb2.QueueOffset(queue_id=q, offset=stats[q].max_offset)
-                for q, offset in sorted(positions.items())
-                if q < len(stats) and stats[q].max_offset > offset
-            ]
-            remaining = give_up - loop.time()
-            if ready or remaining <= 0 or self._releasing:
-                return messaging_pb2.AwaitMessagesResponse(ready=ready)
-            # No await between the check above and parking: an arrival cannot slip between.
-            waiter = self._broker.polling.park(key, request.topic)
-            self._awaiting.add(waiter)
-            try:
-                await asyncio.wait([waiter], timeout=remaining)
-            finally:
-                self._awaiting.discard(waiter)
-                self._broker.polling.unpark(key, request.topic, waiter)
+        if self._releasing:
+            wait = 0.0
+        ready = await self._broker.await_messages(request.topic, positions, wait)
+        return messaging_pb2.AwaitMessagesResponse(
+            ready=[messaging_pb2.QueueOffset(queue_id=q, offset=o) for q, o in ready]
+        )
 
     @property
     def pop_streams(self) -> int:
@@ -310,20 +304,17 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return sum(isinstance(s, SendStreamSession) for s in self._streams)
 
     def release_waiters(self) -> None:
-        """Answer every held AwaitMessages now and hold no new ones; end PopStreams once
+        """Hold no new AwaitMessages (the broker answers held ones when it releases its
+        waiters, which the server does first); end PopStreams once
         their pops are answered (the broker answers held pops when it releases its
         waiters, which the server does first) and SendStreams once their sends are stored:
         shutdown is coming."""
         self._releasing = True
-        for waiter in self._awaiting:
-            if not waiter.done():
-                waiter.set_result(None)
         for session in self._streams:
             session.release()
 
     def _queue_count(self, topic: str) -> int:
-        info, _ = self._broker.get_topic(topic)
-        return info.queues
+        return self._broker.topic_info(topic).queues
 
     # -- offset reads and lease tokens (Spark connector) --------------------------------
 
@@ -341,6 +332,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def CommitOffset(
         self, request: messaging_pb2.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.CommitOffsetResponse:
+        validation.check_count("offsets", len(request.offsets), validation.MAX_QUEUES)
         await self._broker.commit_offsets(
             request.group, request.topic, [(o.queue_id, o.offset) for o in request.offsets]
         )
@@ -396,6 +388,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def AckLease(
         self, request: messaging_pb2.AckLeaseRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.AckLeaseResponse:
+        validation.check_count("lease_tokens", len(request.lease_tokens), validation.MAX_HANDLES)
         outcomes = await self._leases.ack(request.group, list(request.lease_tokens))
         return messaging_pb2.AckLeaseResponse(results=[_lease_result(o) for o in outcomes])
 
@@ -405,6 +398,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> messaging_pb2.RenewLeaseResponse:
         if not request.HasField("invisible_duration"):
             raise InvalidArgumentError("invisible_duration is required (1s..12h)")
+        validation.check_count("lease_tokens", len(request.lease_tokens), validation.MAX_HANDLES)
         invisible = convert.seconds("invisible_duration", request.invisible_duration)
         outcomes = await self._leases.renew(request.group, list(request.lease_tokens), invisible)
         return messaging_pb2.RenewLeaseResponse(results=[_lease_result(o) for o in outcomes])

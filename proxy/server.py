@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import grpc
 
+from broker_core import validation
 from broker_core.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidArgumentError
@@ -42,7 +43,10 @@ from proxy.rocketmq import RocketMQService
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
-"""Largest gRPC message in either direction (RocketMQ proxy: 130 MiB inbound)."""
+"""Largest gRPC message the server sends (answers are bounded well below it: budget.py)."""
+MAX_RECEIVE_BYTES = validation.MAX_REQUEST_BYTES
+"""Largest request: one send request at its limits (validation.MAX_SEND_*) fits; grpc
+refuses anything larger with RESOURCE_EXHAUSTED before the servicer sees it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +120,7 @@ class PopMQServer:
         host, port = split_listen(self.config.listen)
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
                 # grpc.aio otherwise cancels calls once 1,000 wait to be picked up (3,000

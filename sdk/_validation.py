@@ -39,7 +39,9 @@ DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIX = "rmq_sys_"
 RESERVED_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""The server's limit: 4 MiB less 64 KiB, so a received message always fits a gRPC
+client's default 4 MiB receive limit."""
 MAX_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_TAG_LENGTH = 127
@@ -55,6 +57,8 @@ MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024
 """Bodies of one send_batch, as sent (after compression): RocketMQ's batch rule (a batch
 within ``maxMessageSize``). The server's gRPC limit is 130 MiB, but the broker writes a
 batch in one RocksDB write on its event loop, so large batches stall every other client."""
+MAX_BATCH_MESSAGES = 1024
+"""Messages of one send_batch: the server's per-request limit."""
 
 DELAY_LEVELS_S: tuple[float, ...] = (
     1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
@@ -113,12 +117,12 @@ def check_message(
     # takes a few comparisons, and the error text is only built when there is an error.
     if not body:
         raise InvalidArgumentError(
-            f"{_where(index)}.body is empty: a message needs 1 byte to 4 MiB"
+            f"{_where(index)}.body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes"
         )
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgumentError(
             f"{_where(index)}.body is {len(body)} bytes: "
-            f"at most {MAX_BODY_BYTES} (4 MiB) are allowed"
+            f"at most {MAX_BODY_BYTES} (4 MiB - 64 KiB) are allowed"
         )
     if tag:
         if "|" in tag or not tag.strip() or _CONTROL.search(tag):
@@ -239,8 +243,13 @@ def check_schedule(
         check_range(f"{where}.delay_level", delay_level, 1, len(DELAY_LEVELS_S))
 
 
-def check_batch_size(body_bytes: int) -> None:
-    """Check the bodies of one batch, as sent, against ``MAX_BATCH_BODY_BYTES``."""
+def check_batch_size(body_bytes: int, messages: int = 1) -> None:
+    """Check one batch, as sent, against ``MAX_BATCH_MESSAGES`` and ``MAX_BATCH_BODY_BYTES``."""
+    if messages > MAX_BATCH_MESSAGES:
+        raise InvalidArgumentError(
+            f"the batch has {messages} messages: at most {MAX_BATCH_MESSAGES} per send_batch; "
+            "split it into smaller batches"
+        )
     if body_bytes > MAX_BATCH_BODY_BYTES:
         raise InvalidArgumentError(
             f"the batch's bodies take {body_bytes} bytes as sent (after compression): at most "

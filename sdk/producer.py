@@ -86,9 +86,11 @@ def build_send_request(
     """Check, number and compress a batch of messages to one topic into its request.
 
     Raises:
-        InvalidArgumentError: A message breaks a limit, or the batch is over 4 MiB as sent.
+        InvalidArgumentError: A message breaks a limit, or the batch has over 1,024 messages
+            or 4 MiB of bodies as sent.
     """
     check_name("topic", topic)
+    check_batch_size(0, len(messages))
     request = messaging_pb2.SendMessagesRequest()
     add = request.messages.add  # filled in place: an appended message would be copied
     body_bytes = 0

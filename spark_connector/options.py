@@ -239,8 +239,8 @@ class WriteOptions:
         return cls(
             endpoint=o.required("endpoint", "host:port of the popmq proxy"),
             topic=o.text("topic").strip(),
-            batch_size=o.count("batchSize", 256, 1, 10_000),
-            batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 64 * 1024 * 1024),
+            batch_size=o.count("batchSize", 256, 1, 1024),
+            batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 4 * 1024 * 1024),
             dedup_key=o.text("dedupKey").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
         )

@@ -274,7 +274,7 @@ def test_telemetry_completes_producer_settings_and_refuses_incomplete_ones(
         assert policy.exponential_backoff.initial.ToMilliseconds() == 10
         assert policy.exponential_backoff.max.ToMilliseconds() == 1000
         assert policy.exponential_backoff.multiplier == 2
-        assert reply.settings.publishing.max_body_size == 4 * 1024 * 1024
+        assert reply.settings.publishing.max_body_size == 4 * 1024 * 1024 - 64 * 1024
         assert reply.settings.publishing.validate_message_type is True
         await call.write(sv.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
         refused = await call.read()
@@ -388,7 +388,7 @@ def test_send_errors_carry_rocketmq_codes(server: ServerThread, topics: None) ->
     async def scenario(s: MessagingServiceStub) -> None:
         cases = [
             (
-                message("orders", b"x" * (4 * 1024 * 1024 + 1), message_id="m1"),
+                message("orders", b"x" * (4 * 1024 * 1024 - 64 * 1024 + 1), message_id="m1"),
                 Code.MESSAGE_BODY_TOO_LARGE,
             ),
             (message("orders", b"", message_id="m2"), Code.MESSAGE_BODY_EMPTY),

@@ -100,14 +100,16 @@ def test_pull_rejects_bad_arguments_with_the_allowed_range(endpoint: str) -> Non
         puller.pull(0, 0)
 
 
-def test_pull_stops_at_8_mib_of_bodies_but_returns_at_least_one(endpoint: str) -> None:
+def test_pull_stops_before_4_mib_but_returns_at_least_one(endpoint: str) -> None:
     _topic(endpoint)
-    for _ in range(4):
-        _send(endpoint, [os.urandom(3 * 1024 * 1024)])  # incompressible: stored as is
+    for size in (1, 1, 3, 1):
+        _send(endpoint, [os.urandom(size * 1024 * 1024)])  # incompressible: stored as is
     with PullConsumer(endpoint, topic="events") as puller:
         result = puller.pull(0, 0, max_messages=10)
-        assert [m.offset for m in result.messages] == [0, 1, 2]  # 9 MiB: past 8 MiB
-        assert result.next_offset == 3
+        assert [m.offset for m in result.messages] == [0, 1]  # a third would pass 4 MiB
+        assert result.next_offset == 2
+        result = puller.pull(0, 2, max_messages=10)
+        assert [m.offset for m in result.messages] == [2]  # 3 MiB + 1 MiB: past 4 MiB
         assert [m.offset for m in puller.pull(0, 3, max_messages=10).messages] == [3]
 
 

@@ -225,3 +225,44 @@ def test_notify_all_wakes_queue_limited_waiters_too() -> None:
         assert all(f.done() for f in waiters)
 
     asyncio.run(scenario())
+
+
+def test_an_arrival_wakes_only_the_watches_of_its_queue() -> None:
+    """AwaitMessages: waking costs O(watches of that queue), not O(every held call)."""
+
+    async def scenario() -> None:
+        polling = _polling()
+        others = [polling.watch("t", [1, 2]) for _ in range(2000)]
+        mine = polling.watch("t", [0, 2])
+        pops = polling.park("g", "t")
+        assert polling.watches == 2001 and polling.held == 2002
+        polling.notify("t", 1, queue_id=0)
+        assert mine.future.done() and mine.take_moved() == (0,)
+        assert not any(w.future.done() for w in others)
+        assert pops.done()  # pops of every queue wake as before
+        assert not mine.future.done()  # re-armed by take_moved
+        polling.notify("t", 1, queue_id=2)
+        assert mine.take_moved() == (2,) and all(w.future.done() for w in others)
+        polling.notify("t", 1)  # no queue named: every watched queue may have moved
+        assert mine.take_moved() == (0, 2)
+        for watch in [*others, mine]:
+            polling.unwatch(watch)
+            polling.unwatch(watch)  # idempotent
+        assert polling.watches == 0 and polling._watches == {}
+
+    asyncio.run(scenario())
+
+
+def test_watches_are_bounded_by_held_calls_and_by_watched_queues() -> None:
+    async def scenario() -> None:
+        polling = LongPolling(LongPollingConfig(max_total=2, max_watched_queues=5))
+        polling.watch("t", range(3))
+        with pytest.raises(ResourceExhaustedError, match=r"at most 5 .queue, call. pairs"):
+            polling.watch("t", range(3))
+        polling.watch("t", range(2))
+        with pytest.raises(ResourceExhaustedError, match="too many held calls"):
+            polling.watch("t", [0])
+        with pytest.raises(ResourceExhaustedError, match="too many held pops"):
+            polling.park("g", "t")
+
+    asyncio.run(scenario())

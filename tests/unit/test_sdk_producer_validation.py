@@ -28,7 +28,7 @@ GOOD: dict[str, Any] = {
 
 BAD_MESSAGES: dict[str, dict[str, Any]] = {
     "empty body": {"body": b""},
-    "body over 4 MiB": {"body": b"x" * (4 * 1024 * 1024 + 1)},
+    "body over 4 MiB - 64 KiB": {"body": b"x" * (4 * 1024 * 1024 - 64 * 1024 + 1)},
     "tag with a bar": {"tag": "A|B"},
     "blank tag": {"tag": "  "},
     "tag with a control character": {"tag": "A\nB"},
@@ -110,7 +110,7 @@ def test_good_message_passes_both() -> None:
         # The limits themselves are allowed.
         check.check_message(
             0,
-            body=b"x" * (4 * 1024 * 1024),
+            body=b"x" * (4 * 1024 * 1024 - 64 * 1024),
             tag="t" * 127,
             keys=tuple(f"k{n}" for n in range(32)),
             properties={"p": "v" * (16 * 1024 - 1)},
@@ -206,3 +206,12 @@ def test_batch_over_4_mib_as_sent_is_refused() -> None:
     client.check_batch_size(4 * 1024 * 1024)
     with pytest.raises(ClientInvalidArgument, match=r"4194305 bytes .* at most 4194304"):
         client.check_batch_size(4 * 1024 * 1024 + 1)
+
+
+def test_batch_over_1024_messages_is_refused_like_the_server_does() -> None:
+    client.check_batch_size(1, 1024)
+    with pytest.raises(ClientInvalidArgument, match=r"1025 messages: at most 1024"):
+        client.check_batch_size(1, 1025)
+    server.check_send_size(1024, 1)
+    with pytest.raises(ServerInvalidArgument, match=r"1025 messages: at most 1024"):
+        server.check_send_size(1025, 1)
