@@ -40,9 +40,11 @@ MAX_SEND_MESSAGES = 1024
 MAX_SEND_BODY_BYTES = 4 * 1024 * 1024
 """Bodies of one send request, as sent: RocketMQ's batch rule (a batch within
 maxMessageSize, 4 MiB). The broker writes a request in one batch on its event loop."""
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MAX_REQUEST_BYTES = 5 * 1024 * 1024
 """The server's gRPC receive limit: a largest send request (MAX_SEND_BODY_BYTES of bodies
-with their properties and keys) fits; anything larger is refused before it is read whole."""
+with up to 1 MiB of properties, keys and ids) fits; anything larger is refused before it
+is parsed. Parsing is on the event loop and costs ~11 ms per MiB of the smallest possible
+entries (bench/request_stall.py), so this bound is also the worst stall a request causes."""
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024 - 16 * 1024
 """Message bytes in one pop or pull answer (bodies, properties, keys and a per-message
 allowance), so a client with gRPC's default 4 MiB receive limit can always read it. A

@@ -69,9 +69,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         accept and reject alike. Raises the broker's error for a message that cannot be
         converted; the returned coroutine raises the others.
         """
-        validation.check_send_size(
-            len(request.messages), sum(len(m.body) for m in request.messages)
-        )
+        messages = request.messages
+        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
+        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         now = now_ms()
         return self._broker.send(
             [convert.new_message(m, i, now) for i, m in enumerate(request.messages)]
@@ -207,6 +207,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                     f"{name} has {size} entries: a client may subscribe to at most "
                     f"{MAX_TOPICS_PER_CLIENT} topics"
                 )
+        for topic, ids in request.configured_queues.items():
+            validation.check_count(
+                f"configured_queues[{topic!r}]", len(ids.queue_ids), validation.MAX_QUEUES
+            )
         queue_counts = {topic: self._queue_count(topic) for topic in request.topics}
         interval = (
             convert.seconds("heartbeat_interval", request.heartbeat_interval)
@@ -239,6 +243,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def QueryAssignment(
         self, request: messaging_pb2.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.QueryAssignmentResponse:
+        validation.check_count(
+            "held_queue_ids", len(request.held_queue_ids), validation.MAX_QUEUES, "queue ids"
+        )
         assignment = self.clients.query_assignment(
             request.client_id,
             request.group,

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from popmq.v1 import messaging_pb2
-from sdk._validation import MAX_BATCH_BODY_BYTES
+from sdk._validation import MAX_BATCH_BODY_BYTES, MAX_BATCH_REQUEST_BYTES
 from sdk.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, PopMQError
 from sdk.types import SendReceipt
 
@@ -46,7 +46,8 @@ MAX_COALESCED_MESSAGES = 1024
 _PER_MESSAGE_ERRORS = (InvalidArgumentError, NotFoundError, FailedPreconditionError)
 
 SendFn = Callable[[messaging_pb2.SendMessagesRequest], Awaitable[list[SendReceipt]]]
-_Waiting = tuple[messaging_pb2.OutgoingMessage, int, "asyncio.Future[SendReceipt]"]
+_Waiting = tuple[messaging_pb2.OutgoingMessage, int, int, "asyncio.Future[SendReceipt]"]
+"""A message, its body bytes, its encoded bytes and its caller's future."""
 
 
 class SendCoalescer:
@@ -77,7 +78,7 @@ class SendCoalescer:
                     self._queue_flush()
         (message,) = request.messages
         future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
-        self._waiting.append((message, len(message.body), future))
+        self._waiting.append((message, len(message.body), message.ByteSize(), future))
         return await future  # cancelling it drops the message if it has not left yet
 
     def _queue_flush(self) -> None:
@@ -91,17 +92,21 @@ class SendCoalescer:
         self._flush_queued = False
         while self._waiting and self._busy < self._max_rpcs:
             batch: list[_Waiting] = []
-            size = 0
+            size = encoded = 0
             while self._waiting and len(batch) < MAX_COALESCED_MESSAGES:
-                message, nbytes, future = self._waiting[0]
+                message, nbytes, wire_bytes, future = self._waiting[0]
                 if future.done():  # its caller was cancelled: never sent
                     self._waiting.popleft()
                     continue
-                if batch and size + nbytes > MAX_BATCH_BODY_BYTES:
+                if batch and (
+                    size + nbytes > MAX_BATCH_BODY_BYTES
+                    or encoded + wire_bytes > MAX_BATCH_REQUEST_BYTES
+                ):
                     break
                 self._waiting.popleft()
-                batch.append((message, nbytes, future))
+                batch.append((message, nbytes, wire_bytes, future))
                 size += nbytes
+                encoded += wire_bytes
             if not batch:
                 return
             self._busy += 1
@@ -111,16 +116,16 @@ class SendCoalescer:
 
     async def _send_together(self, batch: list[_Waiting]) -> None:
         try:
-            request = messaging_pb2.SendMessagesRequest(messages=[m for m, _, _ in batch])
+            request = messaging_pb2.SendMessagesRequest(messages=[m for m, _, _, _ in batch])
             try:
                 receipts = await self._send(request)
             except _PER_MESSAGE_ERRORS:
                 if len(batch) == 1:
                     raise
                 # One message may have failed them all: give each its own outcome.
-                await asyncio.gather(*(self._send_alone(m, f) for m, _, f in batch))
+                await asyncio.gather(*(self._send_alone(m, f) for m, _, _, f in batch))
                 return
-            for (_, _, future), receipt in zip(batch, receipts, strict=True):
+            for (_, _, _, future), receipt in zip(batch, receipts, strict=True):
                 if not future.done():
                     future.set_result(receipt)
         except BaseException as exc:  # every caller gets an answer, whatever went wrong
@@ -146,6 +151,6 @@ class SendCoalescer:
 
 def _fail(batch: list[_Waiting], exc: BaseException) -> None:
     error = exc if isinstance(exc, Exception) else PopMQError("the send was cancelled")
-    for _, _, future in batch:
+    for _, _, _, future in batch:
         if not future.done():
             future.set_exception(error)

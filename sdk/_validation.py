@@ -22,6 +22,8 @@ from sdk.errors import InvalidArgumentError
 __all__ = [
     "DELAY_LEVELS_S",
     "MAX_BATCH_BODY_BYTES",
+    "MAX_BATCH_MESSAGES",
+    "MAX_BATCH_REQUEST_BYTES",
     "MAX_BODY_BYTES",
     "MAX_MESSAGE_GROUP_LENGTH",
     "check_batch_size",
@@ -29,6 +31,7 @@ __all__ = [
     "check_message_extras",
     "check_name",
     "check_range",
+    "check_request_size",
     "check_schedule",
 ]
 
@@ -59,6 +62,9 @@ within ``maxMessageSize``). The server's gRPC limit is 130 MiB, but the broker w
 batch in one RocksDB write on its event loop, so large batches stall every other client."""
 MAX_BATCH_MESSAGES = 1024
 """Messages of one send_batch: the server's per-request limit."""
+MAX_BATCH_REQUEST_BYTES = 5 * 1024 * 1024 - 64 * 1024
+"""One send request as encoded (bodies, properties, keys, ids): below the server's 5 MiB
+receive limit, which refuses a larger request before reading it."""
 
 DELAY_LEVELS_S: tuple[float, ...] = (
     1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
@@ -254,4 +260,13 @@ def check_batch_size(body_bytes: int, messages: int = 1) -> None:
         raise InvalidArgumentError(
             f"the batch's bodies take {body_bytes} bytes as sent (after compression): at most "
             f"{MAX_BATCH_BODY_BYTES} (4 MiB) per send_batch; split it into smaller batches"
+        )
+
+
+def check_request_size(request_bytes: int) -> None:
+    """Check one send request, as encoded, against ``MAX_BATCH_REQUEST_BYTES``."""
+    if request_bytes > MAX_BATCH_REQUEST_BYTES:
+        raise InvalidArgumentError(
+            f"the batch takes {request_bytes} bytes as sent with its properties and keys: at "
+            f"most {MAX_BATCH_REQUEST_BYTES} per send_batch; split it into smaller batches"
         )

@@ -47,6 +47,7 @@ from sdk._validation import (
     check_message,
     check_message_extras,
     check_name,
+    check_request_size,
     check_schedule,
 )
 from sdk.errors import InvalidArgumentError, PopMQError, ServerError
@@ -128,6 +129,8 @@ def build_send_request(
             wire.body, wire.body_encoding = encoded, encoding
         body_bytes += len(encoded)
     check_batch_size(body_bytes)
+    if len(messages) > 1:  # one message always fits (its parts are each bounded)
+        check_request_size(request.ByteSize())
     return request
 
 
