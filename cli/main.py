@@ -27,6 +27,7 @@ from sdk import (
     NotFoundError,
     PopMQError,
 )
+from sdk._channel import check_endpoint
 
 __all__ = [
     "build_parser",
@@ -150,6 +151,14 @@ def _sql_subscription(text: str) -> tuple[str, str]:
     return topic, expression
 
 
+def _endpoint(text: str) -> str:
+    """HOST:PORT with a port in 1..65535 (or a gRPC target), checked before any connection."""
+    try:
+        return check_endpoint(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -169,8 +178,9 @@ def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.Argum
     """Options every client command has."""
     parser.add_argument(
         "--endpoint",
+        type=_endpoint,  # also applied to the default, so a bad $POPMQ_ENDPOINT is caught
         default=os.environ.get("POPMQ_ENDPOINT", DEFAULT_ENDPOINT),
-        help=f"popmq server address (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+        help=f"popmq server HOST:PORT (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(handler=handler)

@@ -192,6 +192,79 @@ def test_send_to_unreachable_server_exits_1_with_error_on_stderr(
     assert captured.err.startswith("error: ")
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("127.0.0.1:99999", "port '99999', not a number in 1..65535"),
+        ("127.0.0.1:65536", "port '65536'"),
+        ("127.0.0.1:0", "port '0'"),
+        ("127.0.0.1:-1", "port '-1'"),
+        ("127.0.0.1:http", "port 'http'"),
+        ("127.0.0.1", "no HOST:PORT"),
+        (":8081", "no HOST:PORT"),
+        ("::1:8081", "IPv6 host without brackets"),
+        ("[::1]", "no port after the IPv6 address"),
+        ("[::1:8081", "unclosed"),
+        ("ipv4:127.0.0.1:8081,127.0.0.1:99999", "port '99999'"),
+        ("unix:", "names no path"),
+        ("", "is empty"),
+    ],
+)
+def test_bad_endpoint_is_a_usage_error_naming_what_is_allowed(
+    endpoint: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["topic", "list", "--endpoint", endpoint])
+
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert f"endpoint {endpoint!r}" in err
+    assert says in err
+    assert "use HOST:PORT (IPv6 as [::1]:8081)" in err
+
+
+def test_bad_endpoint_from_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POPMQ_ENDPOINT", "localhost:123456")
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["topic", "list"])
+
+    assert raised.value.code == 2
+    assert "port '123456'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "127.0.0.1:8081",
+        "localhost:1",
+        "broker.example.com:65535",
+        "[::1]:8081",
+        "ipv4:10.0.0.1:8081,10.0.0.2:8082",
+        "ipv6:[::1]:8081",
+        "dns:///broker.example.com:8081",
+        "dns:///broker.example.com",
+        UNREACHABLE,
+    ],
+)
+def test_valid_endpoints_are_taken_unchanged(endpoint: str) -> None:
+    args = cli_main.build_parser().parse_args(["topic", "list", "--endpoint", endpoint])
+    assert args.endpoint == endpoint
+
+
+def test_sdk_clients_refuse_an_endpoint_grpc_would_wrap_to_another_port() -> None:
+    for make in (
+        lambda: sdk.Producer("127.0.0.1:99999"),
+        lambda: sdk.AsyncAdmin("127.0.0.1:99999"),
+        lambda: sdk.SimpleConsumer("127.0.0.1:99999", group="g", topic="t"),
+    ):
+        with pytest.raises(
+            sdk.InvalidArgumentError, match=r"port '99999', not a number in 1\.\.65535"
+        ):
+            make()
+
+
 def test_malformed_property_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         cli_main.main(["send", "orders", "hi", "--property", "no-equals-sign"])
