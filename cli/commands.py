@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def receive(args: argparse.Namespace) -> int:
+    """Receive (and with --ack acknowledge) messages; see _emit for what --ack acks."""
     received: list[ReceivedMessage] = []
     acked = 0
     started = time.monotonic()
@@ -347,19 +349,27 @@ def receive(args: argparse.Namespace) -> int:
                 if not batch:
                     break  # nothing arrived within --wait: stop short and say so
                 if not args.json:
-                    for message in batch:  # rich routes stdout above the live bar
-                        print(render.format_message(message))
-                if args.ack:
-                    consumer.ack(batch)
-                    acked += len(batch)
+                    _emit_lines(args, consumer, batch)
+                    if args.ack:
+                        consumer.ack(batch)
+                        acked += len(batch)
                 received.extend(batch)
                 bar.update(task, completed=len(received))
-    took = time.monotonic() - started
-    if args.json:
-        render.print_json({"received": received, "acked": acked, "seconds": took})
-    else:
-        line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
-        print(line + (f", acked {acked}" if args.ack else ""))
+        took = time.monotonic() - started
+        if args.json:
+            acked = len(received) if args.ack else 0
+            _emit(
+                args,
+                consumer,
+                received,
+                lambda: render.print_json({"received": received, "acked": acked, "seconds": took}),
+            )
+            if args.ack:
+                for at in range(0, len(received), args.max):
+                    consumer.ack(received[at : at + args.max])
+            return EXIT_OK
+    line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
+    print(line + (f", acked {acked}" if args.ack else ""))
     return EXIT_OK
 
 
@@ -367,16 +377,75 @@ def _print_received(
     args: argparse.Namespace, consumer: SimpleConsumer, messages: list[ReceivedMessage]
 ) -> int:
     if args.json:
+        acked = len(messages) if args.ack else 0
+        _emit(
+            args,
+            consumer,
+            messages,
+            lambda: render.print_json({"received": messages, "acked": acked}),
+        )
         if args.ack and messages:
             consumer.ack(messages)
-        render.print_json({"received": messages, "acked": len(messages) if args.ack else 0})
         return EXIT_OK
     if not messages:
         print("no messages")
         return EXIT_OK
-    for message in messages:
-        print(render.format_message(message))
+    _emit_lines(args, consumer, messages)
     if args.ack:
         consumer.ack(messages)
         print(f"acked {len(messages)}")
     return EXIT_OK
+
+
+# -- output that may go away (a closed pipe) -------------------------------------------------
+# With --ack a message is acknowledged only after its output reached stdout (the write and
+# flush returned), never before: `popmq receive ... --ack | head -2` must not ack messages
+# nobody will see. When stdout goes away (BrokenPipeError) the messages whose output did
+# not get out are nacked with no delay, so they are delivered again at once instead of
+# staying invisible until --invisible passes; the ones that did get out are acked. Output
+# that reached a pipe but that the reader then dropped unread cannot be told apart from
+# output it read: that is the reader's choice, as with any at-least-once consumer that
+# acks after processing. cli.main then exits quietly (see EXIT_BROKEN_PIPE).
+
+
+def _give_back(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    shown: Sequence[ReceivedMessage],
+    unseen: Sequence[ReceivedMessage],
+) -> None:
+    """stdout went away: ack what got out (with --ack), redeliver the rest now."""
+    if not args.ack:
+        return  # not ours to settle: they come back after --invisible, as without a pipe
+    if shown:
+        consumer.ack(shown)
+    for message in unseen:
+        consumer.nack(message, delay_s=0)
+
+
+def _emit_lines(
+    args: argparse.Namespace, consumer: SimpleConsumer, messages: Sequence[ReceivedMessage]
+) -> None:
+    """One line per message, each flushed, so a broken pipe says which ones got out."""
+    for i, message in enumerate(messages):
+        try:
+            print(render.format_message(message))  # rich routes stdout above a live bar
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _give_back(args, consumer, messages[:i], messages[i:])
+            raise
+
+
+def _emit(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    messages: Sequence[ReceivedMessage],
+    write: Callable[[], None],
+) -> None:
+    """Write one document about `messages`; all or nothing, so a broken pipe gives all back."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _give_back(args, consumer, [], messages)
+        raise

@@ -58,6 +58,9 @@ def progress(*, enabled: bool) -> Progress:
         TimeRemainingColumn(),
         console=Console(file=sys.stderr),
         disable=not (enabled and sys.stderr.isatty()),
+        # Lines printed to stdout are routed above the bar only when stdout is that same
+        # terminal; otherwise rich would send them to stderr, and `| head` would get nothing.
+        redirect_stdout=sys.stdout.isatty(),
         transient=True,
     )
 
