@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -48,6 +50,7 @@ class FakeConsumer:
         self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
         self.receive_args: dict[str, Any] = {}
         self.acked: list[sdk.ReceivedMessage] = []
+        self.nacked: list[tuple[sdk.ReceivedMessage, float | None]] = []
         FakeConsumer.instances.append(self)
 
     def __enter__(self) -> Self:
@@ -62,6 +65,10 @@ class FakeConsumer:
 
     def ack(self, messages: Sequence[sdk.ReceivedMessage]) -> None:
         self.acked.extend(messages)
+
+    def nack(self, message: sdk.ReceivedMessage, delay_s: float | None = None) -> datetime:
+        self.nacked.append((message, delay_s))
+        return EPOCH
 
 
 @pytest.fixture
@@ -107,6 +114,85 @@ def test_receive_without_messages_says_so(
     assert cli_main.main(["receive", "billing", "orders", "--ack"]) == 0
     assert capsys.readouterr().out == "no messages\n"
     assert fake_consumer.instances[0].acked == []
+
+
+class ClosingStdout(io.StringIO):
+    """A stdout whose reader goes away after `lines` lines (`| head -N`)."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def write(self, text: str) -> int:
+        if self.getvalue().count("\n") >= self.lines:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+_THREE = [_message("rh-1", b"a"), _message("rh-2", b"b"), _message("rh-3", b"c")]
+
+
+@pytest.mark.parametrize("count", [[], ["--count", "3"]], ids=["one-receive", "count"])
+def test_receive_ack_into_a_closed_pipe_acks_what_got_out_and_nacks_the_rest_now(
+    count: list[str],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    out = ClosingStdout(lines=1)
+    monkeypatch.setattr(sys, "stdout", out)
+
+    code = cli_main.main(["receive", "billing", "orders", "--ack", *count])
+
+    assert code == cli_main.EXIT_BROKEN_PIPE == 141
+    assert out.getvalue() == "id-rh-1 attempt=2 queue=1 offset=4 tag=TagA body=a\n"
+    (consumer,) = fake_consumer.instances
+    assert consumer.acked == _THREE[:1]
+    assert consumer.nacked == [(_THREE[1], 0), (_THREE[2], 0)]
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("count", [[], ["--count", "3"]], ids=["one-receive", "count"])
+def test_receive_ack_json_acks_only_after_the_document_is_out(
+    count: list[str],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    monkeypatch.setattr(sys, "stdout", ClosingStdout(lines=0))
+
+    assert cli_main.main(["receive", "billing", "orders", "--ack", "--json", *count]) == 141
+    (consumer,) = fake_consumer.instances
+    assert consumer.acked == []
+    assert consumer.nacked == [(m, 0) for m in _THREE]
+    assert capsys.readouterr().err == ""
+
+
+def test_receive_without_ack_into_a_closed_pipe_leaves_messages_to_their_invisible_time(
+    fake_consumer: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    monkeypatch.setattr(sys, "stdout", ClosingStdout(lines=1))
+
+    assert cli_main.main(["receive", "billing", "orders"]) == 141
+    (consumer,) = fake_consumer.instances
+    assert (consumer.acked, consumer.nacked) == ([], [])
+
+
+def test_receive_json_acks_after_printing(
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+
+    assert cli_main.main(["receive", "billing", "orders", "--ack", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["acked"] == 3
+    assert [m["receipt_handle"] for m in document["received"]] == ["rh-1", "rh-2", "rh-3"]
+    assert fake_consumer.instances[0].acked == _THREE
 
 
 def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any]:
