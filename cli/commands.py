@@ -326,7 +326,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def receive(args: argparse.Namespace) -> int:
-    """Receive (and with --ack acknowledge) messages; see _emit for what --ack acks."""
+    """Receive (and with --ack acknowledge) messages; see the note above _give_back."""
     received: list[ReceivedMessage] = []
     acked = 0
     started = time.monotonic()
@@ -338,6 +338,7 @@ def receive(args: argparse.Namespace) -> int:
                 max_messages=args.max, invisible_duration_s=args.invisible, wait_s=args.wait
             )
             return _print_received(args, consumer, messages)
+        document = render.JsonListWriter("received") if args.json else None
         with render.progress(enabled=not args.json) as bar:
             task = bar.add_task(f"receive {args.group} <- {args.topic}", total=args.count)
             while len(received) < args.count:
@@ -348,26 +349,16 @@ def receive(args: argparse.Namespace) -> int:
                 )
                 if not batch:
                     break  # nothing arrived within --wait: stop short and say so
-                if not args.json:
-                    _emit_lines(args, consumer, batch)
-                    if args.ack:
-                        consumer.ack(batch)
-                        acked += len(batch)
+                _emit_each(args, consumer, batch, _print_line if document is None else document.add)
+                if args.ack:
+                    consumer.ack(batch)
+                    acked += len(batch)
                 received.extend(batch)
                 bar.update(task, completed=len(received))
         took = time.monotonic() - started
-        if args.json:
-            acked = len(received) if args.ack else 0
-            _emit(
-                args,
-                consumer,
-                received,
-                lambda: render.print_json({"received": received, "acked": acked, "seconds": took}),
-            )
-            if args.ack:
-                for at in range(0, len(received), args.max):
-                    consumer.ack(received[at : at + args.max])
-            return EXIT_OK
+    if document is not None:
+        document.close({"acked": acked, "seconds": took})
+        return EXIT_OK
     line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
     print(line + (f", acked {acked}" if args.ack else ""))
     return EXIT_OK
@@ -390,7 +381,7 @@ def _print_received(
     if not messages:
         print("no messages")
         return EXIT_OK
-    _emit_lines(args, consumer, messages)
+    _emit_each(args, consumer, messages, _print_line)
     if args.ack:
         consumer.ack(messages)
         print(f"acked {len(messages)}")
@@ -423,13 +414,20 @@ def _give_back(
         consumer.nack(message, delay_s=0)
 
 
-def _emit_lines(
-    args: argparse.Namespace, consumer: SimpleConsumer, messages: Sequence[ReceivedMessage]
+def _print_line(message: ReceivedMessage) -> None:
+    print(render.format_message(message))  # rich routes stdout above a live bar
+
+
+def _emit_each(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    messages: Sequence[ReceivedMessage],
+    write: Callable[[ReceivedMessage], None],
 ) -> None:
-    """One line per message, each flushed, so a broken pipe says which ones got out."""
+    """Write each message and flush it, so a broken pipe says which ones got out."""
     for i, message in enumerate(messages):
         try:
-            print(render.format_message(message))  # rich routes stdout above a live bar
+            write(message)
             sys.stdout.flush()
         except BrokenPipeError:
             _give_back(args, consumer, messages[:i], messages[i:])

@@ -195,6 +195,29 @@ def test_receive_json_acks_after_printing(
     assert fake_consumer.instances[0].acked == _THREE
 
 
+@pytest.mark.parametrize("messages", [_THREE, []], ids=["three", "none"])
+def test_receive_count_json_streams_the_document_print_json_would_print(
+    messages: list[sdk.ReceivedMessage],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", messages)
+
+    code = cli_main.main(["receive", "billing", "orders", "--count", "3", "--ack", "--json"])
+
+    assert code == 0
+    out = capsys.readouterr().out
+    document = json.loads(out)
+    assert out == json.dumps(document, indent=2) + "\n"  # byte for byte print_json's layout
+    assert list(document) == ["received", "acked", "seconds"]
+    assert [m["receipt_handle"] for m in document["received"]] == [
+        m.receipt_handle for m in messages
+    ]
+    assert document["acked"] == len(messages)
+    assert fake_consumer.instances[0].acked == messages
+
+
 def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any]:
     """Replace proxy.server.run_server (the real settings module stays) and record configs."""
     import proxy.server
