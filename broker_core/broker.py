@@ -56,6 +56,7 @@ from broker_core.errors import (
     NotFoundError,
     PopMQError,
     ReceiptHandleExpiredError,
+    ReceiptHandleLostError,
     ReceiptHandleSupersededError,
     UnavailableError,
 )
@@ -1521,12 +1522,17 @@ class Broker:
             or handle.ck_index >= len(ck.offsets)
             or ck.offsets[handle.ck_index] != handle.offset
         ):
-            # Finished checkpoint: acked, unless another delivery owns the message now (a
-            # restart lost the checkpoint and the message was popped again).
+            # No live checkpoint. In this boot that means finished (acked, or moved and then
+            # superseded above). A handle of an earlier boot may instead name a checkpoint
+            # the crash lost before it was persisted: then the consumer offset never passed
+            # the message and it will be popped again, so "acked" would be a lie.
+            earlier_boot = handle.ck_id >> _CK_SEQ_BITS != self._epoch
             if owner is not None:
-                raise _superseded()
+                raise _lost() if earlier_boot else _superseded()
             if handle.deadline_ms <= now:
                 raise _expired(now - handle.deadline_ms)
+            if earlier_boot and (cq is None or handle.offset >= cq.committed):
+                raise _lost()
             return None
         bit = 1 << handle.ck_index
         if ck.acked & bit:
@@ -3193,6 +3199,13 @@ def _resolve(future: asyncio.Future[None]) -> None:
 def _superseded() -> ReceiptHandleSupersededError:
     return ReceiptHandleSupersededError(
         "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
+    )
+
+
+def _lost() -> ReceiptHandleLostError:
+    return ReceiptHandleLostError(
+        "this delivery is no longer tracked (the server restarted before recording it); the "
+        "message is delivered again with a new handle"
     )
 
 

@@ -73,5 +73,13 @@ class ReceiptHandleSupersededError(FailedPreconditionError):
     """ChangeInvisibleTime or Nack replaced this handle; only the newest handle is valid."""
 
 
+class ReceiptHandleLostError(FailedPreconditionError):
+    """The server restarted before recording this delivery; the message comes back.
+
+    Not a silent success: the consumer's work on it is not recorded, and it will see the
+    message again (with its delivery attempt unchanged).
+    """
+
+
 class StoreFullError(ResourceExhaustedError):
     """The disk is full; writes fail until space returns, reads keep working."""

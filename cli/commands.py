@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def receive(args: argparse.Namespace) -> int:
+    """Receive (and with --ack acknowledge) messages; see the note above _give_back."""
     received: list[ReceivedMessage] = []
     acked = 0
     started = time.monotonic()
@@ -336,6 +338,7 @@ def receive(args: argparse.Namespace) -> int:
                 max_messages=args.max, invisible_duration_s=args.invisible, wait_s=args.wait
             )
             return _print_received(args, consumer, messages)
+        document = render.JsonListWriter("received") if args.json else None
         with render.progress(enabled=not args.json) as bar:
             task = bar.add_task(f"receive {args.group} <- {args.topic}", total=args.count)
             while len(received) < args.count:
@@ -346,20 +349,18 @@ def receive(args: argparse.Namespace) -> int:
                 )
                 if not batch:
                     break  # nothing arrived within --wait: stop short and say so
-                if not args.json:
-                    for message in batch:  # rich routes stdout above the live bar
-                        print(render.format_message(message))
+                _emit_each(args, consumer, batch, _print_line if document is None else document.add)
                 if args.ack:
                     consumer.ack(batch)
                     acked += len(batch)
                 received.extend(batch)
                 bar.update(task, completed=len(received))
-    took = time.monotonic() - started
-    if args.json:
-        render.print_json({"received": received, "acked": acked, "seconds": took})
-    else:
-        line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
-        print(line + (f", acked {acked}" if args.ack else ""))
+        took = time.monotonic() - started
+    if document is not None:
+        document.close({"acked": acked, "seconds": took})
+        return EXIT_OK
+    line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
+    print(line + (f", acked {acked}" if args.ack else ""))
     return EXIT_OK
 
 
@@ -367,16 +368,82 @@ def _print_received(
     args: argparse.Namespace, consumer: SimpleConsumer, messages: list[ReceivedMessage]
 ) -> int:
     if args.json:
+        acked = len(messages) if args.ack else 0
+        _emit(
+            args,
+            consumer,
+            messages,
+            lambda: render.print_json({"received": messages, "acked": acked}),
+        )
         if args.ack and messages:
             consumer.ack(messages)
-        render.print_json({"received": messages, "acked": len(messages) if args.ack else 0})
         return EXIT_OK
     if not messages:
         print("no messages")
         return EXIT_OK
-    for message in messages:
-        print(render.format_message(message))
+    _emit_each(args, consumer, messages, _print_line)
     if args.ack:
         consumer.ack(messages)
         print(f"acked {len(messages)}")
     return EXIT_OK
+
+
+# -- output that may go away (a closed pipe) -------------------------------------------------
+# With --ack a message is acknowledged only after its output reached stdout (the write and
+# flush returned), never before: `popmq receive ... --ack | head -2` must not ack messages
+# nobody will see. When stdout goes away (BrokenPipeError) the messages whose output did
+# not get out are nacked with no delay, so they are delivered again at once instead of
+# staying invisible until --invisible passes; the ones that did get out are acked. Output
+# that reached a pipe but that the reader then dropped unread cannot be told apart from
+# output it read: that is the reader's choice, as with any at-least-once consumer that
+# acks after processing. cli.main then exits quietly (see EXIT_BROKEN_PIPE).
+
+
+def _give_back(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    shown: Sequence[ReceivedMessage],
+    unseen: Sequence[ReceivedMessage],
+) -> None:
+    """stdout went away: ack what got out (with --ack), redeliver the rest now."""
+    if not args.ack:
+        return  # not ours to settle: they come back after --invisible, as without a pipe
+    if shown:
+        consumer.ack(shown)
+    for message in unseen:
+        consumer.nack(message, delay_s=0)
+
+
+def _print_line(message: ReceivedMessage) -> None:
+    print(render.format_message(message))  # rich routes stdout above a live bar
+
+
+def _emit_each(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    messages: Sequence[ReceivedMessage],
+    write: Callable[[ReceivedMessage], None],
+) -> None:
+    """Write each message and flush it, so a broken pipe says which ones got out."""
+    for i, message in enumerate(messages):
+        try:
+            write(message)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _give_back(args, consumer, messages[:i], messages[i:])
+            raise
+
+
+def _emit(
+    args: argparse.Namespace,
+    consumer: SimpleConsumer,
+    messages: Sequence[ReceivedMessage],
+    write: Callable[[], None],
+) -> None:
+    """Write one document about `messages`; all or nothing, so a broken pipe gives all back."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _give_back(args, consumer, [], messages)
+        raise

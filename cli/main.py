@@ -2,7 +2,9 @@
 
 Exit codes: 0 success, 1 server or connection error, 2 usage error (bad arguments or
 configuration), 3 not found, 4 a rejected request (invalid argument, failed precondition,
-already exists), 130 interrupted.
+already exists), 130 interrupted, 141 stdout went away (a closed pipe, as in ``| head``:
+quietly, as a command killed by SIGPIPE; ``receive --ack`` acks only what got out and
+gives the rest back, see cli.commands).
 
 Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081) and
 ``--json`` (one JSON document on stdout instead of tables and lines).
@@ -27,6 +29,7 @@ from sdk import (
     NotFoundError,
     PopMQError,
 )
+from sdk._channel import check_endpoint
 
 __all__ = [
     "build_parser",
@@ -46,6 +49,8 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_REJECTED = 4
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command a closed pipe ended."""
 
 # Error class -> exit code; looked up along the raised error's MRO, default EXIT_SERVER_ERROR.
 _EXIT_CODES: dict[type[PopMQError], int] = {
@@ -150,6 +155,14 @@ def _sql_subscription(text: str) -> tuple[str, str]:
     return topic, expression
 
 
+def _endpoint(text: str) -> str:
+    """HOST:PORT with a port in 1..65535 (or a gRPC target), checked before any connection."""
+    try:
+        return check_endpoint(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -169,8 +182,9 @@ def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.Argum
     """Options every client command has."""
     parser.add_argument(
         "--endpoint",
+        type=_endpoint,  # also applied to the default, so a bad $POPMQ_ENDPOINT is caught
         default=os.environ.get("POPMQ_ENDPOINT", DEFAULT_ENDPOINT),
-        help=f"popmq server address (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+        help=f"popmq server HOST:PORT (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(handler=handler)
@@ -409,12 +423,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, not as a traceback at exit
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
     except PopMQError as exc:
+        if isinstance(exc.__context__, BrokenPipeError):
+            _drop_stdout()  # failed while giving messages back after stdout went away
         print(f"error: {exc.message or exc.code}", file=sys.stderr)
         return exit_code_for(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    return code
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again.
+
+    The pattern of the Python docs (signal module, "Note on SIGPIPE"): what is still
+    buffered can never be written, and a second BrokenPipeError at exit would print a
+    traceback after all.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return  # not a real file (replaced by a test or an embedding program)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

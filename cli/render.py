@@ -10,6 +10,7 @@ import base64
 import dataclasses
 import json
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -58,6 +59,9 @@ def progress(*, enabled: bool) -> Progress:
         TimeRemainingColumn(),
         console=Console(file=sys.stderr),
         disable=not (enabled and sys.stderr.isatty()),
+        # Lines printed to stdout are routed above the bar only when stdout is that same
+        # terminal; otherwise rich would send them to stderr, and `| head` would get nothing.
+        redirect_stdout=sys.stdout.isatty(),
         transient=True,
     )
 
@@ -93,6 +97,32 @@ def _jsonable(value: Any) -> Any:
 
 def print_json(value: Any) -> None:
     print(json.dumps(_jsonable(value), indent=2, sort_keys=False))
+
+
+class JsonListWriter:
+    """Prints ``{"KEY": [items...], other fields}`` as items arrive, byte for byte what
+    print_json prints for the whole document, so a long `receive --count --json` can ack
+    each batch once its items are out instead of holding every handle to the end."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._count = 0
+
+    def add(self, item: Any) -> None:
+        text = textwrap.indent(json.dumps(_jsonable(item), indent=2), "    ")
+        head = f"{{\n  {json.dumps(self._key)}: [\n" if self._count == 0 else ",\n"
+        sys.stdout.write(head + text)
+        self._count += 1
+
+    def close(self, fields: dict[str, Any]) -> None:
+        rest = "".join(
+            f",\n  {json.dumps(k)}: " + json.dumps(_jsonable(v), indent=2).replace("\n", "\n  ")
+            for k, v in fields.items()
+        )
+        if self._count == 0:
+            sys.stdout.write(f"{{\n  {json.dumps(self._key)}: []{rest}\n}}\n")
+        else:
+            sys.stdout.write(f"\n  ]{rest}\n}}\n")
 
 
 # -- lines ----------------------------------------------------------------------------------

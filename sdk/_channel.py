@@ -19,9 +19,16 @@ import grpc.aio
 from google.protobuf.message import Message as ProtoMessage
 
 from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
-from sdk.errors import error_from_rpc_error
+from sdk.errors import InvalidArgumentError, error_from_rpc_error
 
-__all__ = ["CHANNEL_OPTIONS", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "AsyncClient", "Connection"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "DEFAULT_TIMEOUT_S",
+    "MAX_MESSAGE_BYTES",
+    "AsyncClient",
+    "Connection",
+    "check_endpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +40,74 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 DEFAULT_TIMEOUT_S = 10.0
 
+_PATH_SCHEMES = ("unix:", "unix-abstract:", "vsock:")
+"""gRPC target schemes that name no TCP port (checked for a non-empty rest only)."""
+_ADDRESS_LIST_SCHEMES = ("ipv4:", "ipv6:")
+"""gRPC target schemes that take a comma-separated list of HOST:PORT addresses."""
+
+
+def _bad_endpoint(endpoint: str, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"endpoint {endpoint!r} {why}; use HOST:PORT (IPv6 as [::1]:8081) or a gRPC target "
+        "such as unix:/path/popmq.sock or ipv4:10.0.0.1:8081,10.0.0.2:8081"
+    )
+
+
+def _check_address(endpoint: str, address: str, *, port_required: bool = True) -> None:
+    """One HOST:PORT; IPv6 hosts in brackets."""
+    if address.startswith("["):
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket or not host:
+            raise _bad_endpoint(endpoint, f"has an unclosed or empty IPv6 bracket in {address!r}")
+        if not rest and not port_required:
+            return
+        sep, port = rest[:1], rest[1:]
+        if sep != ":":
+            raise _bad_endpoint(endpoint, f"has no port after the IPv6 address in {address!r}")
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep and not port_required and address:
+            return
+        if not sep or not host:
+            raise _bad_endpoint(endpoint, f"has no HOST:PORT in {address!r}")
+        if ":" in host:
+            raise _bad_endpoint(endpoint, f"has an IPv6 host without brackets in {address!r}")
+    # gRPC parses the port modulo 65536, so 99999 would silently reach port 34463.
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _bad_endpoint(endpoint, f"has port {port!r}, not a number in 1..65535")
+
+
+def check_endpoint(endpoint: str) -> str:
+    """Refuse an endpoint gRPC would misread, before any channel exists; returns it unchanged.
+
+    gRPC takes ``127.0.0.1:99999`` without complaint and connects to another port, so a
+    typo must fail here with a message saying what is allowed.
+
+    Raises:
+        InvalidArgumentError: Not HOST:PORT (port 1..65535) nor a known gRPC target form.
+    """
+    if not endpoint or endpoint != endpoint.strip():
+        raise _bad_endpoint(endpoint, "is empty or has surrounding spaces")
+    if endpoint.startswith(_PATH_SCHEMES):
+        if not endpoint.partition(":")[2]:
+            raise _bad_endpoint(endpoint, "names no path")
+        return endpoint
+    if endpoint.startswith(_ADDRESS_LIST_SCHEMES):
+        for address in endpoint.partition(":")[2].split(","):
+            _check_address(endpoint, address)
+        return endpoint
+    if endpoint.startswith("dns:"):
+        rest = endpoint[4:]
+        if rest.startswith("//"):  # dns://AUTHORITY/HOST[:PORT]
+            rest = rest[2:].partition("/")[2]
+        _check_address(endpoint, rest, port_required=False)  # gRPC's default port: 443
+        return endpoint
+    if "://" in endpoint:
+        return endpoint  # another resolver's target (xds:///service): its own rules
+    _check_address(endpoint, endpoint)
+    return endpoint
+
+
 # The generated gRPC stubs have no type hints; calls through them are Any by nature and
 # their results are annotated with the pb2 response types at each call site.
 _MessagingStub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -43,12 +118,15 @@ class Connection:
     """A channel to one endpoint and the service stubs on it, opened on first use.
 
     Args:
-        endpoint: ``host:port`` (or any gRPC target) of the popmq proxy.
+        endpoint: ``host:port`` (or a gRPC target) of the popmq proxy; checked by
+            `check_endpoint` unless a channel is given.
         channel: An already open ``grpc.aio`` channel to use instead; the caller keeps
             ownership and closes it.
     """
 
     def __init__(self, endpoint: str, channel: Any = None) -> None:
+        if channel is None:
+            check_endpoint(endpoint)
         self.endpoint = endpoint
         self._channel: Any = channel
         self._owned = channel is None

@@ -19,6 +19,7 @@ from broker_core.errors import (
     NotFoundError,
     PopMQError,
     ReceiptHandleExpiredError,
+    ReceiptHandleLostError,
     ReceiptHandleSupersededError,
     ResourceExhaustedError,
     StoreFullError,
@@ -47,6 +48,7 @@ class UnsupportedError(FailedPreconditionError):
 _CODES: dict[type[PopMQError], pb.Code] = {
     InvalidReceiptHandleError: Code.INVALID_RECEIPT_HANDLE,
     ReceiptHandleExpiredError: Code.INVALID_RECEIPT_HANDLE,
+    ReceiptHandleLostError: Code.INVALID_RECEIPT_HANDLE,
     ReceiptHandleSupersededError: Code.INVALID_RECEIPT_HANDLE,
     UnsupportedError: Code.UNSUPPORTED,
     InvalidArgumentError: Code.BAD_REQUEST,

@@ -7,7 +7,7 @@ import asyncio
 from broker_core import keys
 from broker_core.broker import Broker
 from broker_core.config import PopConfig
-from broker_core.errors import ReceiptHandleSupersededError
+from broker_core.errors import ReceiptHandleLostError, ReceiptHandleSupersededError
 from broker_core.types import NewMessage, PoppedMessage
 from popmq.store.v1 import records_pb2
 from tests.unit.conftest import OpenBroker, now_ms, wait_until
@@ -365,7 +365,7 @@ def test_recovered_checkpoint_above_the_committed_offset_is_skipped_and_not_jump
             ]
             assert await broker.pop("g", "orders", wait_s=0) == []  # m1 is still in flight
             (stale,) = await broker.ack("g", [m0.receipt_handle])  # m0 has a new handle now
-            assert isinstance(stale, ReceiptHandleSupersededError)
+            assert isinstance(stale, ReceiptHandleLostError)
             await broker.ack("g", [m.receipt_handle for m in popped])
             # Contiguous: past m0 (acked), m1 (persisted, owned by revive), m2 (acked).
             assert _committed(broker, "g", "orders") == 4

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import pytest
 
-from broker_core.errors import InvalidArgumentError, InvalidReceiptHandleError
+from broker_core.errors import (
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    ReceiptHandleLostError,
+)
 from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from broker_core.timer import RecallCodec, RecallHandle
+from proxy.rocketmq.codes import Code, code_of
 
 SECRET = b"s" * 32
 HANDLE = ReceiptHandle(
@@ -107,3 +114,93 @@ def test_invalid_handle_is_an_invalid_argument() -> None:
     with pytest.raises(InvalidArgumentError) as info:
         ReceiptCodec(SECRET).decode("x")
     assert info.value.code == "INVALID_ARGUMENT"
+
+
+# -- one spelling per handle (issue 20) ---------------------------------------------------------
+
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_JUNK = [" ", "\n", "\t", "=", ".", "!", "+", "/", "\x00", "\u00e9", "A", "-"]
+
+
+def _positions(text: str) -> list[int]:
+    return [0, 1, len(text) // 2, len(text) - 1, len(text)]
+
+
+def _with_both_urlsafe_chars(encode: Callable[[int], str]) -> str:
+    """A genuine handle whose text holds both "-" and "_" (so "+" and "/" can stand in)."""
+    for n in range(10_000):
+        text = encode(n)
+        if "-" in text and "_" in text:
+            return text
+    raise AssertionError("no handle with both - and _ in 10,000 tries")
+
+
+def test_every_other_last_character_of_a_handle_is_refused() -> None:
+    """The last character carries 4 unused bits: 15 other spellings decoded the same bytes."""
+    codec = ReceiptCodec(SECRET)
+    text = codec.encode(HANDLE)
+    variants = [text[:-1] + c for c in _ALPHABET if c != text[-1]]
+    assert len(variants) == 63
+    for variant in variants:
+        with pytest.raises(
+            InvalidReceiptHandleError,
+            match=r"^receipt handle (is malformed|signature does not match)",
+        ):
+            codec.decode(variant)
+    assert codec.decode(text) == HANDLE
+
+
+@pytest.mark.parametrize("junk", _JUNK)
+def test_a_handle_with_an_inserted_character_is_refused(junk: str) -> None:
+    codec = ReceiptCodec(SECRET)
+    text = codec.encode(HANDLE)
+    for at in _positions(text):
+        with pytest.raises(InvalidReceiptHandleError, match="malformed"):
+            codec.decode(text[:at] + junk + text[at:])
+
+
+def test_a_handle_spelled_with_the_standard_alphabet_is_refused() -> None:
+    codec = ReceiptCodec(SECRET)
+    text = _with_both_urlsafe_chars(
+        lambda n: codec.encode(HANDLE._replace(offset=n)),
+    )
+    for variant in (text.replace("-", "+"), text.replace("_", "/")):
+        with pytest.raises(InvalidReceiptHandleError, match="malformed"):
+            codec.decode(variant)
+
+
+RECALL = RecallHandle(topic_id=3, due_ms=1_700_000_030_000, seq=42)
+
+
+def test_recall_handle_round_trips_and_has_one_spelling() -> None:
+    codec = RecallCodec(SECRET)
+    text = codec.encode(RECALL)
+    assert codec.decode(text) == RECALL
+    for variant in [text[:-1] + c for c in _ALPHABET if c != text[-1]]:
+        with pytest.raises(
+            InvalidArgumentError, match=r"^recall_handle (is malformed|signature does not match)"
+        ):
+            codec.decode(variant)
+
+
+@pytest.mark.parametrize("junk", _JUNK)
+def test_a_recall_handle_with_an_inserted_character_is_refused(junk: str) -> None:
+    codec = RecallCodec(SECRET)
+    text = codec.encode(RECALL)
+    for at in _positions(text):
+        with pytest.raises(InvalidArgumentError, match="recall_handle is malformed"):
+            codec.decode(text[:at] + junk + text[at:])
+
+
+def test_a_recall_handle_spelled_with_the_standard_alphabet_is_refused() -> None:
+    codec = RecallCodec(SECRET)
+    text = _with_both_urlsafe_chars(lambda n: codec.encode(RecallHandle(3, n, n)))
+    for variant in (text.replace("-", "+"), text.replace("_", "/")):
+        with pytest.raises(InvalidArgumentError, match="recall_handle is malformed"):
+            codec.decode(variant)
+
+
+def test_a_lost_delivery_is_an_invalid_receipt_handle_for_rocketmq_clients() -> None:
+    lost = ReceiptHandleLostError("no longer tracked")
+    assert lost.code == "FAILED_PRECONDITION"
+    assert code_of(lost) == Code.INVALID_RECEIPT_HANDLE

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -48,6 +50,7 @@ class FakeConsumer:
         self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
         self.receive_args: dict[str, Any] = {}
         self.acked: list[sdk.ReceivedMessage] = []
+        self.nacked: list[tuple[sdk.ReceivedMessage, float | None]] = []
         FakeConsumer.instances.append(self)
 
     def __enter__(self) -> Self:
@@ -62,6 +65,10 @@ class FakeConsumer:
 
     def ack(self, messages: Sequence[sdk.ReceivedMessage]) -> None:
         self.acked.extend(messages)
+
+    def nack(self, message: sdk.ReceivedMessage, delay_s: float | None = None) -> datetime:
+        self.nacked.append((message, delay_s))
+        return EPOCH
 
 
 @pytest.fixture
@@ -107,6 +114,108 @@ def test_receive_without_messages_says_so(
     assert cli_main.main(["receive", "billing", "orders", "--ack"]) == 0
     assert capsys.readouterr().out == "no messages\n"
     assert fake_consumer.instances[0].acked == []
+
+
+class ClosingStdout(io.StringIO):
+    """A stdout whose reader goes away after `lines` lines (`| head -N`)."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def write(self, text: str) -> int:
+        if self.getvalue().count("\n") >= self.lines:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+_THREE = [_message("rh-1", b"a"), _message("rh-2", b"b"), _message("rh-3", b"c")]
+
+
+@pytest.mark.parametrize("count", [[], ["--count", "3"]], ids=["one-receive", "count"])
+def test_receive_ack_into_a_closed_pipe_acks_what_got_out_and_nacks_the_rest_now(
+    count: list[str],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    out = ClosingStdout(lines=1)
+    monkeypatch.setattr(sys, "stdout", out)
+
+    code = cli_main.main(["receive", "billing", "orders", "--ack", *count])
+
+    assert code == cli_main.EXIT_BROKEN_PIPE == 141
+    assert out.getvalue() == "id-rh-1 attempt=2 queue=1 offset=4 tag=TagA body=a\n"
+    (consumer,) = fake_consumer.instances
+    assert consumer.acked == _THREE[:1]
+    assert consumer.nacked == [(_THREE[1], 0), (_THREE[2], 0)]
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("count", [[], ["--count", "3"]], ids=["one-receive", "count"])
+def test_receive_ack_json_acks_only_after_the_document_is_out(
+    count: list[str],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    monkeypatch.setattr(sys, "stdout", ClosingStdout(lines=0))
+
+    assert cli_main.main(["receive", "billing", "orders", "--ack", "--json", *count]) == 141
+    (consumer,) = fake_consumer.instances
+    assert consumer.acked == []
+    assert consumer.nacked == [(m, 0) for m in _THREE]
+    assert capsys.readouterr().err == ""
+
+
+def test_receive_without_ack_into_a_closed_pipe_leaves_messages_to_their_invisible_time(
+    fake_consumer: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+    monkeypatch.setattr(sys, "stdout", ClosingStdout(lines=1))
+
+    assert cli_main.main(["receive", "billing", "orders"]) == 141
+    (consumer,) = fake_consumer.instances
+    assert (consumer.acked, consumer.nacked) == ([], [])
+
+
+def test_receive_json_acks_after_printing(
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", _THREE)
+
+    assert cli_main.main(["receive", "billing", "orders", "--ack", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["acked"] == 3
+    assert [m["receipt_handle"] for m in document["received"]] == ["rh-1", "rh-2", "rh-3"]
+    assert fake_consumer.instances[0].acked == _THREE
+
+
+@pytest.mark.parametrize("messages", [_THREE, []], ids=["three", "none"])
+def test_receive_count_json_streams_the_document_print_json_would_print(
+    messages: list[sdk.ReceivedMessage],
+    fake_consumer: type[FakeConsumer],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fake_consumer, "messages", messages)
+
+    code = cli_main.main(["receive", "billing", "orders", "--count", "3", "--ack", "--json"])
+
+    assert code == 0
+    out = capsys.readouterr().out
+    document = json.loads(out)
+    assert out == json.dumps(document, indent=2) + "\n"  # byte for byte print_json's layout
+    assert list(document) == ["received", "acked", "seconds"]
+    assert [m["receipt_handle"] for m in document["received"]] == [
+        m.receipt_handle for m in messages
+    ]
+    assert document["acked"] == len(messages)
+    assert fake_consumer.instances[0].acked == messages
 
 
 def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any]:
@@ -190,6 +299,79 @@ def test_send_to_unreachable_server_exits_1_with_error_on_stderr(
     assert code == 1
     assert captured.out == ""
     assert captured.err.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("127.0.0.1:99999", "port '99999', not a number in 1..65535"),
+        ("127.0.0.1:65536", "port '65536'"),
+        ("127.0.0.1:0", "port '0'"),
+        ("127.0.0.1:-1", "port '-1'"),
+        ("127.0.0.1:http", "port 'http'"),
+        ("127.0.0.1", "no HOST:PORT"),
+        (":8081", "no HOST:PORT"),
+        ("::1:8081", "IPv6 host without brackets"),
+        ("[::1]", "no port after the IPv6 address"),
+        ("[::1:8081", "unclosed"),
+        ("ipv4:127.0.0.1:8081,127.0.0.1:99999", "port '99999'"),
+        ("unix:", "names no path"),
+        ("", "is empty"),
+    ],
+)
+def test_bad_endpoint_is_a_usage_error_naming_what_is_allowed(
+    endpoint: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["topic", "list", "--endpoint", endpoint])
+
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert f"endpoint {endpoint!r}" in err
+    assert says in err
+    assert "use HOST:PORT (IPv6 as [::1]:8081)" in err
+
+
+def test_bad_endpoint_from_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POPMQ_ENDPOINT", "localhost:123456")
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["topic", "list"])
+
+    assert raised.value.code == 2
+    assert "port '123456'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "127.0.0.1:8081",
+        "localhost:1",
+        "broker.example.com:65535",
+        "[::1]:8081",
+        "ipv4:10.0.0.1:8081,10.0.0.2:8082",
+        "ipv6:[::1]:8081",
+        "dns:///broker.example.com:8081",
+        "dns:///broker.example.com",
+        UNREACHABLE,
+    ],
+)
+def test_valid_endpoints_are_taken_unchanged(endpoint: str) -> None:
+    args = cli_main.build_parser().parse_args(["topic", "list", "--endpoint", endpoint])
+    assert args.endpoint == endpoint
+
+
+def test_sdk_clients_refuse_an_endpoint_grpc_would_wrap_to_another_port() -> None:
+    for make in (
+        lambda: sdk.Producer("127.0.0.1:99999"),
+        lambda: sdk.AsyncAdmin("127.0.0.1:99999"),
+        lambda: sdk.SimpleConsumer("127.0.0.1:99999", group="g", topic="t"),
+    ):
+        with pytest.raises(
+            sdk.InvalidArgumentError, match=r"port '99999', not a number in 1\.\.65535"
+        ):
+            make()
 
 
 def test_malformed_property_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

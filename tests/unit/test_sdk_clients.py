@@ -307,7 +307,7 @@ def test_closed_client_refuses_calls() -> None:
 
 def test_unclosed_async_client_warns() -> None:
     with pytest.warns(ResourceWarning, match="unclosed AsyncAdmin"):
-        admin = sdk.AsyncAdmin("fake")
+        admin = sdk.AsyncAdmin("fake:1")
         del admin
         gc.collect()
 
