@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from broker_core import validation
 from broker_core.broker import Broker
 from broker_core.errors import (
     FailedPreconditionError,
@@ -50,6 +51,10 @@ class LeaseConfig:
     """Live leases (acknowledged ones count until their deadline); beyond: RESOURCE_EXHAUSTED."""
     max_pages: int = 4096
     """Pops one lease may make."""
+    max_bytes: int = 512 * 1024 * 1024
+    """Message bytes all leases may hold for replay (bodies plus a per-message allowance);
+    a new page past it is RESOURCE_EXHAUSTED until leases are acked or expire, so the
+    proxy's memory stays bounded however many leases clients open."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,12 @@ class LeaseOutcome:
 class _Page:
     messages: list[PoppedMessage]
     deadline_ms: int
+    held_bytes: int = 0
+    """What the page's messages count against LeaseConfig.max_bytes."""
+
+
+def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
+    return sum(len(m.record.body) + validation.MESSAGE_OVERHEAD_BYTES for m in messages)
 
 
 class _Lease:
@@ -126,6 +137,8 @@ class LeaseTable:
         self._leases: dict[tuple[str, str], _Lease] = {}
         # (deadline_ms, group, token) of leases, for _purge; stale entries are skipped.
         self._expiry: list[tuple[int, str, str]] = []
+        # Sum of the held_bytes of every page of every lease in _leases.
+        self.held_bytes = 0
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -141,7 +154,13 @@ class LeaseTable:
             if lease.lock.locked():
                 heapq.heappush(expiry, (now + 1000, group, token))
                 continue
+            self._set_pages(lease, [])
             del self._leases[(group, token)]
+
+    def _set_pages(self, lease: _Lease, pages: list[_Page]) -> None:
+        """Replace a lease's pages, keeping held_bytes in step."""
+        self.held_bytes += sum(p.held_bytes for p in pages) - sum(p.held_bytes for p in lease.pages)
+        lease.pages = pages
 
     def _schedule(self, lease: _Lease) -> None:
         if lease.pages:
@@ -215,7 +234,7 @@ class LeaseTable:
                     f"page {page}"
                 )
             log.info("lease %s of group %s expired; starting it afresh", lease.token, lease.group)
-            lease.pages = []
+            self._set_pages(lease, [])
         if page < len(lease.pages):
             return LeasePage(list(lease.pages[page].messages), True, lease.deadline_ms)
         if page > len(lease.pages):
@@ -227,6 +246,11 @@ class LeaseTable:
             raise ResourceExhaustedError(
                 f"lease {lease.token!r} has {len(lease.pages)} pages, the most one lease holds"
             )
+        if self.held_bytes >= self.config.max_bytes:
+            raise ResourceExhaustedError(
+                f"leases hold {self.held_bytes} bytes of messages, the most this proxy holds "
+                f"({self.config.max_bytes}); ack leases or let them expire, then retry"
+            )
         started = _now_ms()
         messages = await pop()
         # Every message of one pop shares its deadline; an empty page lives as long as if it
@@ -234,7 +258,9 @@ class LeaseTable:
         deadline = min((m.invisible_until_ms for m in messages), default=None)
         if deadline is None:
             deadline = started + round(invisible_s * 1000)
-        lease.pages.append(_Page(messages, deadline))
+        held = _held_bytes(messages)
+        lease.pages.append(_Page(messages, deadline, held))
+        self.held_bytes += held
         self._schedule(lease)
         return LeasePage(list(messages), False, lease.deadline_ms)
 
@@ -267,7 +293,7 @@ class LeaseTable:
         # Done either way: what could not be acked is the broker's to deliver again. The
         # acknowledged lease stays until its deadline, to refuse replays, without its bodies.
         lease.acked, lease.acked_count = True, count
-        lease.pages = [_Page([], page.deadline_ms) for page in lease.pages]
+        self._set_pages(lease, [_Page([], page.deadline_ms) for page in lease.pages])
         error: PopMQError | None = None
         if failures:
             error = FailedPreconditionError(

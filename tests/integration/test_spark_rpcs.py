@@ -394,3 +394,30 @@ def test_the_lease_table_bounds_are_explicit_errors(server: ServerThread) -> Non
         pop("a", 0, topic="x")
     with pytest.raises(BrokerInvalidArgument, match="page -1 is negative"):
         pop("a", -1)
+
+
+def test_leases_hold_a_bounded_number_of_message_bytes(server: ServerThread) -> None:
+    """Each lease keeps its pages for replay: the proxy bounds the bytes of all of them."""
+    _topic(server.endpoint)
+    _send(server.endpoint, [b"x" * 1000 for _ in range(4)])
+    broker = server.broker
+    table = LeaseTable(broker, LeaseConfig(max_bytes=2500))
+
+    def pop(token: str) -> LeasePageResult:
+        async def one() -> LeasePageResult:
+            return await table.pop(
+                "g", "events", token, 0, 30.0,
+                lambda: broker.pop("g", "events", max_messages=1, invisible_s=30, wait_s=0),
+            )  # fmt: skip
+
+        return server.call(one)
+
+    pop("a")
+    pop("b")
+    assert table.held_bytes == 2 * (1000 + 1024)
+    with pytest.raises(BrokerResourceExhausted, match=r"leases hold 4048 bytes .* \(2500\)"):
+        pop("c")
+    outcomes = server.call(lambda: table.ack("g", ["a"]))
+    assert outcomes[0].error is None
+    assert table.held_bytes == 1000 + 1024  # an acked lease keeps no bodies
+    assert len(pop("c").messages) == 1
