@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
+from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -243,7 +244,17 @@ def check_type_accepted(info: TopicInfo, kind: pb.MessageType) -> None:
         )
 
 
-def _body(msg: pb.Message, where: str, config: RocketMQConfig) -> tuple[bytes, str]:
+@dataclass(slots=True)
+class InflateBudget:
+    """Bytes the GZIP bodies of one SendMessage may still inflate to. Shared by its messages,
+    so the work of a request is bounded, not proportional to how many bodies it carries."""
+
+    left: int
+
+
+def _body(
+    msg: pb.Message, where: str, config: RocketMQConfig, budget: InflateBudget
+) -> tuple[bytes, str]:
     """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed."""
     body = msg.body
     if not body:
@@ -264,18 +275,20 @@ def _body(msg: pb.Message, where: str, config: RocketMQConfig) -> tuple[bytes, s
         )
     inflater = zlib.decompressobj(wbits=31)  # gzip framing
     try:
-        raw = inflater.decompress(body, config.max_gzip_body_bytes)
+        raw = inflater.decompress(body, max(1, budget.left))
     except zlib.error as exc:
         raise ProtocolError(
             Code.MESSAGE_CORRUPTED, f"{where}.body is not valid GZIP: {exc}"
         ) from exc
-    if inflater.unconsumed_tail:
+    if inflater.unconsumed_tail or len(raw) > budget.left:
         raise ProtocolError(
             Code.MESSAGE_BODY_TOO_LARGE,
-            f"{where}.body inflates to more than {config.max_gzip_body_bytes} bytes",
+            f"{where}.body inflates to more than the {budget.left} bytes left: the GZIP bodies "
+            f"of one request may inflate to {config.max_gzip_body_bytes} bytes in all",
         )
     if not inflater.eof:
         raise ProtocolError(Code.MESSAGE_CORRUPTED, f"{where}.body is truncated GZIP")
+    budget.left -= len(raw)
     return zlib.compress(raw, _ZLIB_LEVEL), _ZLIB
 
 
@@ -338,7 +351,12 @@ def _check_strings(where: str, props: pb.SystemProperties, user: dict[str, str])
 
 
 def new_message(
-    msg: pb.Message, index: int, now_ms: int, config: RocketMQConfig, max_delay_s: float
+    msg: pb.Message,
+    index: int,
+    now_ms: int,
+    config: RocketMQConfig,
+    max_delay_s: float,
+    budget: InflateBudget,
 ) -> tuple[NewMessage, pb.MessageType]:
     """A v2 message as the broker stores it, and its message type."""
     where = f"messages[{index}]"
@@ -346,7 +364,7 @@ def new_message(
     user = dict(msg.user_properties)
     kind = message_type_of(msg, where)
     _check_strings(where, props, user)
-    body, encoding = _body(msg, where, config)
+    body, encoding = _body(msg, where, config, budget)
     group = props.message_group if props.HasField("message_group") else ""
     if kind == pb.FIFO and (
         not group.strip()

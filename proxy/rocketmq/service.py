@@ -26,6 +26,7 @@ from broker_core.broker import PULL_MAX_MESSAGES, Broker
 from broker_core.catalog import GroupInfo, TopicInfo
 from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from broker_core.filters import parse_filter
+from broker_core.sql_filter import MAX_EXPRESSION_LENGTH
 from broker_core.types import PoppedMessage, QueueStats
 from proxy.clients import ClientRegistry
 from proxy.errors import INTERNAL_MESSAGE
@@ -229,6 +230,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 Code.ILLEGAL_FILTER_EXPRESSION,
                 f"filter type {expression.type} is unknown: use TAG or SQL",
             )
+        # SQL is bounded by its parser; a tag expression is not (its work grows with it).
+        if len(expression.expression) > MAX_EXPRESSION_LENGTH:
+            raise ProtocolError(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"filter expression is {len(expression.expression)} characters long: at most "
+                f"{MAX_EXPRESSION_LENGTH} are allowed",
+            )
         try:
             parse_filter(expression.expression, kind)
         except InvalidArgumentError as exc:
@@ -385,7 +393,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             return None
         client = command.settings
         try:
-            settings.check_client_settings(client)
+            settings.check_client_settings(client, self.config)
             if client.client_type == pb.PRODUCER:
                 reply = settings.producer_reply(client, self.config)
             else:
@@ -435,12 +443,19 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def _send(self, request: sv.SendMessageRequest) -> list[sv.SendResultEntry]:
         if not request.messages:
             raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
+        limit = self.config.max_request_entries
+        if len(request.messages) > limit:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"messages has {len(request.messages)} entries: at most {limit} are allowed",
+            )
         now = _now_ms()
         max_delay = self._broker.config.messages.max_delay_s
+        budget = convert.InflateBudget(self.config.max_gzip_body_bytes)
         batch = []
         for index, msg in enumerate(request.messages):
             name = convert.topic_name(msg.topic, allow_dlq=False)
-            message, kind = convert.new_message(msg, index, now, self.config, max_delay)
+            message, kind = convert.new_message(msg, index, now, self.config, max_delay, budget)
             try:
                 info, _ = self._topic(name)
             except ProtocolError:
@@ -689,6 +704,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         convert.topic_name(request.topic)
         if not request.entries:
             raise ProtocolError(Code.BAD_REQUEST, "entries is empty: ack 1 or more messages")
+        limit = self.config.max_request_entries
+        if len(request.entries) > limit:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"entries has {len(request.entries)} entries: at most {limit} are allowed",
+            )
         handles = []
         for index, entry in enumerate(request.entries):
             if not entry.receipt_handle:

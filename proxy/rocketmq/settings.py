@@ -30,8 +30,21 @@ class GroupPolicy:
     fifo: bool
 
 
-def check_client_settings(settings: pb.Settings) -> None:
-    """Refuse settings the handshake cannot complete, saying what is expected."""
+def check_client_settings(settings: pb.Settings, config: RocketMQConfig) -> None:
+    """Refuse settings the handshake cannot complete, saying what is expected.
+
+    The topic lists are bounded first: each topic is checked, and a consumer's are looked
+    up at every heartbeat.
+    """
+    limit = config.max_settings_topics
+    for field, count in (
+        ("publishing.topics", len(settings.publishing.topics)),
+        ("subscription.subscriptions", len(settings.subscription.subscriptions)),
+    ):
+        if count > limit:
+            raise ProtocolError(
+                Code.BAD_REQUEST, f"{field} lists {count} topics: at most {limit} are allowed"
+            )
     kind = settings.client_type
     if kind in (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER):
         raise UnsupportedError("lite consumers are not supported by popmq")

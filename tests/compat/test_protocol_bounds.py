@@ -7,6 +7,7 @@ each client language is told. Against the real server, with popmq's generated st
 
 from __future__ import annotations
 
+import gzip
 import logging
 import time
 from collections.abc import Iterator
@@ -134,6 +135,69 @@ def test_query_route_answer_grows_with_queues_not_with_what_the_client_sends(
         assert echoed.ByteSize() == padded.ByteSize()  # the unknown fields are not echoed
         # Per queue: the bounded broker entry and a few fields, whatever the request held.
         assert route.ByteSize() < 1024 * (padded.ByteSize() + 128)
+
+    run(server, scenario)
+
+
+# -- other client-controlled counts ----------------------------------------------------------
+
+
+def test_counts_a_client_controls_are_bounded_before_any_work(
+    server: ServerThread, topics: None, no_error_logs: None
+) -> None:
+    async def scenario(s: MessagingServiceStub) -> None:
+        many = [message("orders", b"x", message_id=f"c{i}") for i in range(1025)]
+        sent = await send(s, *many)
+        assert sent.status.code == Code.BAD_REQUEST
+        assert "messages has 1025 entries: at most 1024 are allowed" in sent.status.message
+        acks = await s.AckMessage(
+            sv.AckMessageRequest(
+                group=resource("g"),
+                topic=resource("orders"),
+                entries=[sv.AckMessageEntry(receipt_handle="x")] * 1025,
+            ),
+            metadata=meta(),
+        )
+        assert acks.status.code == Code.BAD_REQUEST
+        assert "entries has 1025 entries: at most 1024 are allowed" in acks.status.message
+        request = receive_request("g", "orders", expression=" || ".join(["t"] * 2000))
+        (frame,) = await receive(s, request)
+        assert frame.status.code == Code.ILLEGAL_FILTER_EXPRESSION
+        assert "9996 characters long: at most 4096 are allowed" in frame.status.message
+
+        call = s.Telemetry(metadata=meta("many-topics"))
+        await call.write(
+            sv.TelemetryCommand(
+                settings=pb.Settings(
+                    client_type=pb.PRODUCER,
+                    publishing=pb.Publishing(topics=[resource(f"t{i}") for i in range(1025)]),
+                )
+            )
+        )
+        reply = await call.read()
+        assert reply.status.code == Code.BAD_REQUEST
+        assert "publishing.topics lists 1025 topics: at most 1024" in reply.status.message
+        call.cancel()
+
+    run(server, scenario)
+
+
+def test_the_gzip_bodies_of_one_send_inflate_to_64_mib_in_all(
+    server: ServerThread, topics: None
+) -> None:
+    bomb = gzip.compress(bytes(33 * 1024 * 1024))  # about 33 KB each
+
+    async def scenario(s: MessagingServiceStub) -> None:
+        one = await send(s, message("orders", bomb, message_id="g1", encoding=pb.GZIP))
+        assert one.status.code == Code.OK, one.status.message
+        two = await send(
+            s,
+            message("orders", bomb, message_id="g2", encoding=pb.GZIP),
+            message("orders", bomb, message_id="g3", encoding=pb.GZIP),
+        )
+        assert two.status.code == Code.MESSAGE_BODY_TOO_LARGE
+        assert "messages[1].body inflates to more than" in two.status.message
+        assert "may inflate to 67108864 bytes in all" in two.status.message
 
     run(server, scenario)
 
