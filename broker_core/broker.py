@@ -1583,11 +1583,15 @@ class Broker:
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:
-        """Give one delivery a new deadline; returns (new handle, invisible_until_ms)."""
+        """Give one delivery a new deadline; returns (new handle, invisible_until_ms).
+
+        Unlike a pop's, the new invisible time may be below the minimum, down to 0 s
+        (visible at once), as RocketMQ's ChangeInvisibleDuration allows: clients use it to
+        give a failed message back with a short retry delay.
+        """
         validation.check_name("group", group)
-        pop = self.config.pop
         validation.check_range(
-            "invisible_duration", invisible_s, pop.min_invisible_s, pop.max_invisible_s, "s"
+            "invisible_duration", invisible_s, 0, self.config.pop.max_invisible_s, "s"
         )
         return await self._move(self._group(group), handle, round(invisible_s * 1000))
 

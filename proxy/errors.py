@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from broker_core.errors import PopMQError
+from broker_core.errors import InvalidArgumentError, PopMQError
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +47,48 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
             raise
 
     return wrapper
+
+
+class UndecodableRequestError(InvalidArgumentError):
+    """A request body that does not parse as the method's request message."""
+
+
+class Undecodable:
+    """What a checked deserializer of a unary-request method gives for a body that does not
+    parse: grpc.aio decodes such a request before any handler runs, and an exception there
+    is answered UNKNOWN with a logged traceback, so the error is carried to the handler."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: UndecodableRequestError) -> None:
+        self.error = error
+
+
+def request_type_name(deserializer: Callable[[bytes], Any]) -> str:
+    """The full name of the message a generated deserializer (`XRequest.FromString`) parses."""
+    owner = getattr(deserializer, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    return str(getattr(descriptor, "full_name", "request"))
+
+
+def checked_deserializer(
+    deserializer: Callable[[bytes], Any], *, unary: bool
+) -> Callable[[bytes], Any]:
+    """`deserializer` turning a parse failure into UndecodableRequestError, which a
+    unary-request method gets as an `Undecodable` request and a stream-request method
+    as the exception of its read (both reach the handler, which answers INVALID_ARGUMENT)."""
+    name = request_type_name(deserializer)
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except (DecodeError, ValueError):  # ValueError: invalid UTF-8 in a string
+            error = UndecodableRequestError(
+                f"request is not a valid {name} message ({len(raw)} bytes that do not parse); "
+                f"send a serialized {name}"
+            )
+            if unary:
+                return Undecodable(error)
+            raise error from None
+
+    return decode

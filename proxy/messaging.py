@@ -166,7 +166,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.ChangeInvisibleTimeRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.ChangeInvisibleTimeResponse:
         if not request.HasField("invisible_duration"):
-            raise InvalidArgumentError("invisible_duration is required (1s..12h)")
+            raise InvalidArgumentError("invisible_duration is required (0s..12h)")
         invisible = convert.seconds("invisible_duration", request.invisible_duration)
         handle, until_ms = await self._broker.change_invisible_time(
             request.group, request.receipt_handle, invisible

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -38,6 +40,11 @@ from prometheus_client.registry import Collector
 
 from broker_core.broker import Broker
 from broker_core.errors import PopMQError
+from proxy.errors import (
+    Undecodable,
+    UndecodableRequestError,
+    checked_deserializer,
+)
 from proxy.health import Health, refusal
 
 log = logging.getLogger(__name__)
@@ -300,10 +307,16 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
     Until `health.ready`, calls that `proxy.health.refusal` refuses get its UNAVAILABLE
     answer (neither timed nor logged). Every unary-unary RPC is timed by method and status
-    code and logged; streaming RPCs pass through untouched (PopStream and SendStream report
-    each request to a StreamObserver instead). Log levels: admin RPCs and failed RPCs at info
+    code and logged; streaming RPCs are not timed (PopStream and SendStream report each
+    request to a StreamObserver instead). Log levels: admin RPCs and failed RPCs at info
     (server-side failures at warning), successful messaging RPCs and health/reflection calls
     at debug.
+
+    Every method's request decoding is checked, streaming ones included: a body that does not
+    parse is answered INVALID_ARGUMENT naming the expected message, counted with that code,
+    and logged at warning at most once a minute per method (grpc.aio would answer UNKNOWN and
+    log a traceback per call). That costs one function call per decoded request, and for a
+    streaming call one coroutine frame living with the call.
 
     Per call, once ready: one flag check, grpc's handler lookup (the continuation) and one
     dict lookup; the only object of ours that lives with the call is its `observed`
@@ -320,6 +333,7 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
         # "/pkg.Service/Method" -> (the handler resolved for it, its observed handler).
         # Touched on the event loop only; at most _MAX_CACHED_METHODS entries.
         self._observed: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._undecodable = _UndecodableRequests(self._histogram)
 
     @property
     def cached_methods(self) -> frozenset[str]:
@@ -334,24 +348,149 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
             if refused is not None:
                 return refused
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
         key: str = handler_call_details.method
         cached = self._observed.get(key)
         if cached is not None and (cached[0] is handler or cached[0] == handler):
             return cached[1]
-        observed = grpc.unary_unary_rpc_method_handler(
-            _observed(key.lstrip("/"), handler.unary_unary, self._histogram),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        observed = self._wrap(key.lstrip("/"), handler)
+        if observed is None:
+            return handler
         if cached is not None or len(self._observed) < _MAX_CACHED_METHODS:
             self._observed[key] = (handler, observed)
         return observed
 
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
+        """The handler that checks request decoding (and times unary-unary calls).
 
-def _observed(method: str, behavior: Behavior, histogram: Histogram | None) -> Behavior:
-    """`behavior` timed into `histogram` and logged as `method` (built once per method)."""
+        A body that does not parse is answered INVALID_ARGUMENT, counted and logged by
+        `_UndecodableRequests`, instead of grpc's UNKNOWN with a traceback per call. None for
+        handlers of a shape this does not wrap (synchronous ones: the server has none).
+        """
+        deserializer = handler.request_deserializer
+        serializer = handler.response_serializer
+        refuse = functools.partial(self._undecodable.refuse, method)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _observed(method, handler.unary_unary, self._histogram, refuse),
+                request_deserializer=checked_deserializer(deserializer, unary=True),
+                response_serializer=serializer,
+            )
+        if handler.unary_stream is not None:
+            behavior = _checked_stream(handler.unary_stream, refuse)
+            if behavior is None:
+                return None
+            return grpc.unary_stream_rpc_method_handler(
+                behavior,
+                request_deserializer=checked_deserializer(deserializer, unary=True),
+                response_serializer=serializer,
+            )
+        stream_stream = handler.stream_stream is not None
+        behavior = _checked_stream(handler.stream_stream or handler.stream_unary, refuse)
+        if behavior is None:
+            return None
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if stream_stream
+            else grpc.stream_unary_rpc_method_handler
+        )
+        return make(
+            behavior,
+            request_deserializer=checked_deserializer(deserializer, unary=False),
+            response_serializer=serializer,
+        )
+
+
+_UNDECODABLE_LOG_INTERVAL_S = 60.0
+"""Undecodable requests of one method are logged at most once per this many seconds."""
+
+
+class _UndecodableRequests:
+    """Answers, counts and logs requests whose body does not parse.
+
+    Each is counted in the RPC histogram with code INVALID_ARGUMENT; the warning is
+    rate-limited per method, since a broken or hostile client can send them in a loop.
+    """
+
+    def __init__(self, histogram: Histogram | None) -> None:
+        self._histogram = histogram
+        # method -> (time.monotonic() of its last warning, refusals not logged since).
+        # Touched on the event loop only; one entry per method that got such a request.
+        self._logged: dict[str, tuple[float, int]] = {}
+
+    async def refuse(
+        self,
+        method: str,
+        error: UndecodableRequestError,
+        context: grpc.aio.ServicerContext,
+        began: float,
+        *,
+        observe: bool = True,
+    ) -> NoReturn:
+        """Abort the call with INVALID_ARGUMENT (`observe`: count it here; unary-unary calls
+        are counted by their observed handler)."""
+        now = time.monotonic()
+        last, suppressed = self._logged.get(method, (-_UNDECODABLE_LOG_INTERVAL_S, 0))
+        if now - last >= _UNDECODABLE_LOG_INTERVAL_S:
+            self._logged[method] = (now, 0)
+            log.warning(
+                "%s from %s: %s (%d more such requests since the last line; at most one "
+                "line a minute per method)",
+                method,
+                context.peer(),
+                error,
+                suppressed,
+            )
+        else:
+            self._logged[method] = (last, suppressed + 1)
+        if observe and self._histogram is not None:
+            self._histogram.labels(method, "INVALID_ARGUMENT").observe(time.perf_counter() - began)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        raise error  # abort raises; this line is never reached
+
+
+Refuse = Callable[..., Awaitable[NoReturn]]
+
+
+def _checked_stream(behavior: Any, refuse: Refuse) -> Any:
+    """A streaming `behavior` that answers an undecodable request INVALID_ARGUMENT: the
+    `Undecodable` request of a unary-stream call, or the UndecodableRequestError a read of
+    a stream-request call raises. Keeps the shape grpc dispatches on (coroutine function or
+    async generator function); None for any other (synchronous) behavior."""
+    if inspect.isasyncgenfunction(behavior):
+
+        async def generator(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            began = time.perf_counter()
+            if isinstance(request, Undecodable):
+                await refuse(request.error, context, began)
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            except UndecodableRequestError as exc:
+                await refuse(exc, context, began)
+
+        return generator
+    if inspect.iscoroutinefunction(behavior):
+
+        async def coroutine(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            began = time.perf_counter()
+            if isinstance(request, Undecodable):
+                await refuse(request.error, context, began)
+            try:
+                return await behavior(request, context)
+            except UndecodableRequestError as exc:
+                await refuse(exc, context, began)
+
+        return coroutine
+    return None
+
+
+def _observed(
+    method: str, behavior: Behavior, histogram: Histogram | None, refuse: Refuse
+) -> Behavior:
+    """`behavior` timed into `histogram` and logged as `method` (built once per method); an
+    undecodable request is answered by `refuse` instead."""
     admin = method.startswith("popmq.v1.AdminService/")
     # Status code name -> the histogram's child for (method, code): `labels()` validates,
     # converts and takes a lock on every call. Nothing removes histogram children.
@@ -361,6 +500,8 @@ def _observed(method: str, behavior: Behavior, histogram: Histogram | None) -> B
         began = time.perf_counter()
         code = "OK"
         try:
+            if isinstance(request, Undecodable):
+                await refuse(request.error, context, began, observe=False)
             return await behavior(request, context)
         except asyncio.CancelledError:
             code = "CANCELLED"

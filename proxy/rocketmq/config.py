@@ -41,7 +41,13 @@ class RocketMQConfig:
     producer_backoff_s: tuple[float, float, float] = (0.01, 1.0, 2.0)
     """Producers' exponential send backoff: initial, max, multiplier."""
     max_gzip_body_bytes: int = 64 * 1024 * 1024
-    """Largest body a GZIP-encoded send may inflate to."""
+    """Most bytes the GZIP-encoded bodies of one SendMessage may inflate to, in all."""
+    max_request_entries: int = 1024
+    """Most messages one SendMessage, or entries one AckMessage, may carry (official clients
+    send one; a receive returns at most the pop batch ceiling, 1024)."""
+    max_settings_topics: int = 1024
+    """Most topics a client's Telemetry settings may list (publishing topics, or
+    subscriptions)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_long_polling_s <= self.max_long_polling_s:
@@ -54,3 +60,5 @@ class RocketMQConfig:
             raise ValueError("release_invisible_s and client_idle_s must be positive")
         if not 1 <= self.receive_batch_size <= 1024:
             raise ValueError("receive_batch_size must be within 1..1024")
+        if self.max_request_entries < 1 or self.max_settings_topics < 1:
+            raise ValueError("max_request_entries and max_settings_topics must be positive")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
+from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -60,12 +61,20 @@ def seconds(field: str, value: duration_pb2.Duration, code: pb.Code = Code.BAD_R
     return value.seconds + value.nanos / 1e9
 
 
+def namespace_refusal(namespace: str, where: str) -> str:
+    """Why a namespace is refused, the same words wherever it was sent."""
+    return (
+        f"namespace {namespace!r} ({where}) is not supported: popmq has no namespaces; "
+        "configure the client without one"
+    )
+
+
 def _name(resource: pb.Resource, kind: str, code: pb.Code, *, allow_dlq: bool = False) -> str:
     if resource.resource_namespace:
+        # BAD_REQUEST, as for the x-mq-namespace header: refused alike on every path.
         raise ProtocolError(
-            code,
-            f"{kind} namespace {resource.resource_namespace!r} is not supported: popmq has no "
-            "namespaces, leave it empty",
+            Code.BAD_REQUEST,
+            namespace_refusal(resource.resource_namespace, f"the {kind}'s resource_namespace"),
         )
     try:
         validation.check_name(kind, resource.name, allow_dlq=allow_dlq)
@@ -95,6 +104,67 @@ def permission(info: TopicInfo) -> pb.Permission:
     return pb.READ if info.kind == KIND_DLQ else pb.READ_WRITE
 
 
+MAX_ENDPOINT_ADDRESSES = 16
+"""Most addresses a request's endpoints may list (clients send their access point: a few)."""
+MAX_HOST_LENGTH = 253
+"""Longest host of an address: a DNS name's limit (IP literals are shorter)."""
+MAX_HOSTS_TOTAL_LENGTH = 1024
+"""Most characters the hosts of one endpoints list may take in all. Each queue of a route
+repeats the list: with 1,024 queues the answer stays near 1 MiB, under the 4 MiB a gRPC
+client accepts by default."""
+_HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]+")
+"""Characters of a DNS name, an IPv4 or an IPv6 literal (with a zone after %)."""
+
+
+def client_endpoints(requested: pb.Endpoints, field: str = "endpoints") -> pb.Endpoints | None:
+    """The endpoints a request names (None when it names none), checked before use.
+
+    Routes echo them back in every queue's broker entry, so the list is bounded and each
+    address must be a plausible HOST:PORT: a route's size then grows with its queues only,
+    never with what a client sends.
+    """
+    count = len(requested.addresses)
+    if count == 0:
+        return None
+    if count > MAX_ENDPOINT_ADDRESSES:
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"{field} lists {count} addresses: at most {MAX_ENDPOINT_ADDRESSES} are allowed "
+            "(the access point the client connects to)",
+        )
+    if requested.scheme not in pb.AddressScheme.values():
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"{field}.scheme {requested.scheme} is unknown: use IPv4, IPv6 or DOMAIN_NAME",
+        )
+    for index, address in enumerate(requested.addresses):
+        host = address.host
+        if not host or len(host) > MAX_HOST_LENGTH or not _HOST.fullmatch(host):
+            shown = host if len(host) <= MAX_HOST_LENGTH else host[:MAX_HOST_LENGTH] + "..."
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"{field}.addresses[{index}].host {shown!r} is invalid: 1 to "
+                f"{MAX_HOST_LENGTH} characters of a DNS name or an IP address",
+            )
+        if not 1 <= address.port <= 65535:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"{field}.addresses[{index}].port {address.port} is outside 1..65535",
+            )
+    total = sum(len(a.host) for a in requested.addresses)
+    if total > MAX_HOSTS_TOTAL_LENGTH:
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"{field} hosts take {total} characters in all: at most {MAX_HOSTS_TOTAL_LENGTH} "
+            "are allowed",
+        )
+    # Rebuilt, not echoed: unknown fields a client appended would be copied into every queue.
+    return pb.Endpoints(
+        scheme=requested.scheme,
+        addresses=[pb.Address(host=a.host, port=a.port) for a in requested.addresses],
+    )
+
+
 def endpoints(address: str) -> pb.Endpoints:
     """Endpoints of one HOST:PORT address ([v6]:port for IPv6)."""
     host, _, port = address.rpartition(":")
@@ -108,14 +178,17 @@ def endpoints(address: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
-def message_queue(
-    info: TopicInfo, queue_id: int, where: pb.Endpoints, broker_name: str
-) -> pb.MessageQueue:
+def broker(where: pb.Endpoints, broker_name: str) -> pb.Broker:
+    """The broker entry of routes (built once per answer, copied into each queue)."""
+    return pb.Broker(name=broker_name, id=0, endpoints=where)
+
+
+def message_queue(info: TopicInfo, queue_id: int, entry: pb.Broker) -> pb.MessageQueue:
     return pb.MessageQueue(
         topic=pb.Resource(name=info.name),
         id=queue_id,
         permission=permission(info),
-        broker=pb.Broker(name=broker_name, id=0, endpoints=where),
+        broker=entry,
         accept_message_types=accepted_types(info),
     )
 
@@ -123,11 +196,21 @@ def message_queue(
 # -- send --------------------------------------------------------------------------------
 
 
-def message_type_of(msg: pb.Message) -> pb.MessageType:
-    """The type a message's properties make it; a declared type must agree with them."""
+def message_type_of(msg: pb.Message, where: str = "message") -> pb.MessageType:
+    """The type a message's properties make it; a declared type must agree with them.
+
+    The declared type is an enum from the wire: a value this schema does not know is
+    refused before any name lookup (which would raise for it).
+    """
     props = msg.system_properties
     has_group = props.HasField("message_group")
     has_delay = props.HasField("delivery_timestamp")
+    if props.message_type not in pb.MessageType.values():
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"{where}.message_type {props.message_type} is unknown: use NORMAL, FIFO or DELAY, "
+            "or leave it unset",
+        )
     if props.message_type in (pb.TRANSACTION, pb.LITE, pb.PRIORITY):
         raise UnsupportedError(
             f"{pb.MessageType.Name(props.message_type)} messages are not supported by popmq; "
@@ -161,7 +244,17 @@ def check_type_accepted(info: TopicInfo, kind: pb.MessageType) -> None:
         )
 
 
-def _body(msg: pb.Message, where: str, config: RocketMQConfig) -> tuple[bytes, str]:
+@dataclass(slots=True)
+class InflateBudget:
+    """Bytes the GZIP bodies of one SendMessage may still inflate to. Shared by its messages,
+    so the work of a request is bounded, not proportional to how many bodies it carries."""
+
+    left: int
+
+
+def _body(
+    msg: pb.Message, where: str, config: RocketMQConfig, budget: InflateBudget
+) -> tuple[bytes, str]:
     """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed."""
     body = msg.body
     if not body:
@@ -176,21 +269,26 @@ def _body(msg: pb.Message, where: str, config: RocketMQConfig) -> tuple[bytes, s
     if encoding in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
         return body, ""
     if encoding != pb.GZIP:
-        raise ProtocolError(Code.BAD_REQUEST, f"{where}.body_encoding {encoding} is unknown")
+        raise ProtocolError(
+            Code.BAD_REQUEST,
+            f"{where}.body_encoding {encoding} is unknown: use IDENTITY or GZIP, or leave it unset",
+        )
     inflater = zlib.decompressobj(wbits=31)  # gzip framing
     try:
-        raw = inflater.decompress(body, config.max_gzip_body_bytes)
+        raw = inflater.decompress(body, max(1, budget.left))
     except zlib.error as exc:
         raise ProtocolError(
             Code.MESSAGE_CORRUPTED, f"{where}.body is not valid GZIP: {exc}"
         ) from exc
-    if inflater.unconsumed_tail:
+    if inflater.unconsumed_tail or len(raw) > budget.left:
         raise ProtocolError(
             Code.MESSAGE_BODY_TOO_LARGE,
-            f"{where}.body inflates to more than {config.max_gzip_body_bytes} bytes",
+            f"{where}.body inflates to more than the {budget.left} bytes left: the GZIP bodies "
+            f"of one request may inflate to {config.max_gzip_body_bytes} bytes in all",
         )
     if not inflater.eof:
         raise ProtocolError(Code.MESSAGE_CORRUPTED, f"{where}.body is truncated GZIP")
+    budget.left -= len(raw)
     return zlib.compress(raw, _ZLIB_LEVEL), _ZLIB
 
 
@@ -253,15 +351,20 @@ def _check_strings(where: str, props: pb.SystemProperties, user: dict[str, str])
 
 
 def new_message(
-    msg: pb.Message, index: int, now_ms: int, config: RocketMQConfig, max_delay_s: float
+    msg: pb.Message,
+    index: int,
+    now_ms: int,
+    config: RocketMQConfig,
+    max_delay_s: float,
+    budget: InflateBudget,
 ) -> tuple[NewMessage, pb.MessageType]:
     """A v2 message as the broker stores it, and its message type."""
     where = f"messages[{index}]"
     props = msg.system_properties
     user = dict(msg.user_properties)
-    kind = message_type_of(msg)
+    kind = message_type_of(msg, where)
     _check_strings(where, props, user)
-    body, encoding = _body(msg, where, config)
+    body, encoding = _body(msg, where, config, budget)
     group = props.message_group if props.HasField("message_group") else ""
     if kind == pb.FIFO and (
         not group.strip()

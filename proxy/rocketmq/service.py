@@ -26,6 +26,7 @@ from broker_core.broker import PULL_MAX_MESSAGES, Broker
 from broker_core.catalog import GroupInfo, TopicInfo
 from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from broker_core.filters import parse_filter
+from broker_core.sql_filter import MAX_EXPRESSION_LENGTH
 from broker_core.types import PoppedMessage, QueueStats
 from proxy.clients import ClientRegistry
 from proxy.errors import INTERNAL_MESSAGE
@@ -42,6 +43,7 @@ _Response = TypeVar("_Response")
 _DEADLINE_MARGIN_S = 0.05
 """A long poll answers this long before the caller's deadline instead of overrunning it."""
 _CLIENT_ID = "x-mq-client-id"
+_NAMESPACE = "x-mq-namespace"
 _FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
 _PULL_WAIT_KEY = "\x00pull:"
 """Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
@@ -67,6 +69,7 @@ def answers(
         async def wrapper(self: RocketMQService, request: Any, context: Any) -> _Response:
             self.touch(context)
             try:
+                self.check_namespace(context)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 log.debug("%s failed: %s", handler.__name__, exc)
@@ -140,11 +143,27 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     # -- helpers ---------------------------------------------------------------------------
 
     @staticmethod
-    def client_id(context: grpc.aio.ServicerContext) -> str:
+    def _header(context: grpc.aio.ServicerContext, name: str) -> str:
         for key, value in context.invocation_metadata() or ():
-            if key == _CLIENT_ID:
+            if key == name:
                 return str(value)
         return ""
+
+    @classmethod
+    def client_id(cls, context: grpc.aio.ServicerContext) -> str:
+        return cls._header(context, _CLIENT_ID)
+
+    @classmethod
+    def check_namespace(cls, context: grpc.aio.ServicerContext) -> None:
+        """Refuse a namespace sent in the x-mq-namespace header, on every RPC.
+
+        popmq has no namespaces. Some clients name theirs only in this header (the Node.js
+        SimpleConsumer), others also in each resource (refused by convert); ignoring the
+        header would let such a consumer read the un-namespaced topic of the same name.
+        """
+        namespace = cls._header(context, _NAMESPACE)
+        if namespace:
+            raise ProtocolError(Code.BAD_REQUEST, convert.namespace_refusal(namespace, _NAMESPACE))
 
     def touch(self, context: grpc.aio.ServicerContext) -> str:
         """Mark the calling client as alive; returns its id ("" when it sent none)."""
@@ -161,11 +180,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             )
         return client_id
 
-    def _endpoints(self, requested: pb.Endpoints) -> pb.Endpoints:
-        """Where clients reach this proxy: the address they used, else the listen address."""
-        if requested.addresses:
-            return requested
-        return convert.endpoints(self._address())
+    def _broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
+        """The broker of routes: where clients reach this proxy (the address they used, checked
+        and bounded, else the listen address)."""
+        where = convert.client_endpoints(requested)
+        if where is None:
+            where = convert.endpoints(self._address())
+        return convert.broker(where, self.config.broker_name)
 
     def _topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
         """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
@@ -209,6 +230,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 Code.ILLEGAL_FILTER_EXPRESSION,
                 f"filter type {expression.type} is unknown: use TAG or SQL",
             )
+        # SQL is bounded by its parser; a tag expression is not (its work grows with it).
+        if len(expression.expression) > MAX_EXPRESSION_LENGTH:
+            raise ProtocolError(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"filter expression is {len(expression.expression)} characters long: at most "
+                f"{MAX_EXPRESSION_LENGTH} are allowed",
+            )
         try:
             parse_filter(expression.expression, kind)
         except InvalidArgumentError as exc:
@@ -221,14 +249,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryRouteResponse:
+        entry = self._broker_entry(request.endpoints)
         info, _ = self._topic(convert.topic_name(request.topic))
-        where = self._endpoints(request.endpoints)
-        name = self.config.broker_name
         return sv.QueryRouteResponse(
             status=codes.ok(),
-            message_queues=[
-                convert.message_queue(info, q, where, name) for q in range(info.queues)
-            ],
+            message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
         )
 
     @answers(sv.QueryAssignmentResponse, codes.TOPIC)
@@ -238,12 +263,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """Normal groups: one assignment with queue id -1, as RocketMQ's proxy answers them
         (every receive pops all queues and the broker balances consumers). FIFO groups: one
         per queue the registry gives this client (a lease each), renewed by the query."""
+        entry = self._broker_entry(request.endpoints)
         info, _ = self._topic(convert.topic_name(request.topic))
         group = convert.group_name(request.group)
-        where = self._endpoints(request.endpoints)
-        name = self.config.broker_name
         if not self._policy(group).fifo:
-            queue = convert.message_queue(info, -1, where, name)
+            queue = convert.message_queue(info, -1, entry)
             return sv.QueryAssignmentResponse(
                 status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
             )
@@ -259,8 +283,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         return sv.QueryAssignmentResponse(
             status=codes.ok(),
             assignments=[
-                pb.Assignment(message_queue=convert.message_queue(info, q, where, name))
-                for q in granted
+                pb.Assignment(message_queue=convert.message_queue(info, q, entry)) for q in granted
             ],
         )
 
@@ -270,6 +293,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.HeartbeatResponse:
         """Keeps the session alive and registers a consumer in the client registry."""
         client_id = self._require_client_id(context)
+        if request.client_type not in pb.ClientType.values():
+            raise ProtocolError(
+                Code.UNRECOGNIZED_CLIENT_TYPE,
+                f"client_type {request.client_type} is unknown: use PRODUCER, PUSH_CONSUMER, "
+                "SIMPLE_CONSUMER or PULL_CONSUMER",
+            )
         group = convert.group_name(request.group) if request.HasField("group") else None
         session = self.sessions.touch(client_id, client_type=request.client_type, group=group)
         if group is not None:
@@ -325,6 +354,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 )
             )
             return
+        try:
+            self.check_namespace(context)
+        except ProtocolError as exc:
+            await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
+            return
         session = self.sessions.touch(client_id)
         session.streams += 1
         closed = asyncio.ensure_future(session.closed.wait())
@@ -359,7 +393,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             return None
         client = command.settings
         try:
-            settings.check_client_settings(client)
+            settings.check_client_settings(client, self.config)
             if client.client_type == pb.PRODUCER:
                 reply = settings.producer_reply(client, self.config)
             else:
@@ -388,6 +422,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.SendMessageResponse:
         self.touch(context)
         try:
+            self.check_namespace(context)
             results = await self._send(request)
         except PopMQError as exc:
             status = codes.status_of(exc, codes.TOPIC)
@@ -408,12 +443,19 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def _send(self, request: sv.SendMessageRequest) -> list[sv.SendResultEntry]:
         if not request.messages:
             raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
+        limit = self.config.max_request_entries
+        if len(request.messages) > limit:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"messages has {len(request.messages)} entries: at most {limit} are allowed",
+            )
         now = _now_ms()
         max_delay = self._broker.config.messages.max_delay_s
+        budget = convert.InflateBudget(self.config.max_gzip_body_bytes)
         batch = []
         for index, msg in enumerate(request.messages):
             name = convert.topic_name(msg.topic, allow_dlq=False)
-            message, kind = convert.new_message(msg, index, now, self.config, max_delay)
+            message, kind = convert.new_message(msg, index, now, self.config, max_delay, budget)
             try:
                 info, _ = self._topic(name)
             except ProtocolError:
@@ -507,6 +549,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """Stream: a status, then the messages, then the delivery timestamp."""
         client_id = self.touch(context)
         try:
+            self.check_namespace(context)
             popped, group, auto_renew = await self._receive(request, context, client_id)
         except PopMQError as exc:
             await context.write(sv.ReceiveMessageResponse(status=codes.status_of(exc, codes.TOPIC)))
@@ -661,6 +704,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         convert.topic_name(request.topic)
         if not request.entries:
             raise ProtocolError(Code.BAD_REQUEST, "entries is empty: ack 1 or more messages")
+        limit = self.config.max_request_entries
+        if len(request.entries) > limit:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"entries has {len(request.entries)} entries: at most {limit} are allowed",
+            )
         handles = []
         for index, entry in enumerate(request.entries):
             if not entry.receipt_handle:
@@ -701,12 +750,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         invisible = convert.seconds(
             "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
         )
-        pop = self._broker.config.pop
-        if not pop.min_invisible_s <= invisible <= pop.max_invisible_s:
+        # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
+        # with its retry delay, which can be 0 (the Node.js client's always is).
+        longest = self._broker.config.pop.max_invisible_s
+        if not 0 <= invisible <= longest:
             raise ProtocolError(
                 Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside {pop.min_invisible_s:g}s.."
-                f"{pop.max_invisible_s:g}s",
+                f"invisible_duration {invisible:g}s is outside 0s..{longest:g}s",
             )
         current = await self.inflight.current_handle(group, request.receipt_handle)
         try:
@@ -753,6 +803,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """
         self.touch(context)
         try:
+            self.check_namespace(context)
             frames = await self._pull(request, context)
         except PopMQError as exc:
             frames = [sv.PullMessageResponse(status=codes.status_of(exc, codes.GROUP))]

@@ -114,10 +114,10 @@ def test_out_of_range_pop_arguments_are_rejected_not_clamped(stubs, request_kw, 
 def test_change_invisible_time_out_of_range_is_rejected(stubs) -> None:  # type: ignore[no-untyped-def]
     _, msg = stubs
     request = messaging_pb2.ChangeInvisibleTimeRequest(
-        group="g", receipt_handle="x", invisible_duration=_d(0.5)
+        group="g", receipt_handle="x", invisible_duration=_d(-0.5)
     )
     code, details = _status(msg.ChangeInvisibleTime, request)
-    assert code == INVALID and "below the minimum 1s" in details
+    assert code == INVALID and "below the minimum 0s" in details
 
 
 @pytest.mark.parametrize(

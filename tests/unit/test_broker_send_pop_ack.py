@@ -458,8 +458,8 @@ def test_change_invisible_time_rejects_out_of_range_durations(open_broker: OpenB
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             with pytest.raises(InvalidArgumentError) as info:
-                await broker.change_invisible_time("g", msg.receipt_handle, 0.5)
-            assert str(info.value) == "invisible_duration 0.5s is below the minimum 1s"
+                await broker.change_invisible_time("g", msg.receipt_handle, -0.5)
+            assert str(info.value) == "invisible_duration -0.5s is below the minimum 0s"
             with pytest.raises(InvalidArgumentError, match="above the maximum 43200s"):
                 await broker.change_invisible_time("g", msg.receipt_handle, 43_201)
             # The refused calls changed nothing: the original handle is still valid.

@@ -1,0 +1,71 @@
+// Runs the official RocketMQ 5 Node.js client (rocketmq-client-nodejs) against a server:
+// one scenario per process, named by a JSON argument; prints one JSON line of results.
+//
+// Scenarios:
+// - push_fail: a PushConsumer whose listener always fails; records each delivery attempt
+//   for `wait_ms`, then how long its shutdown takes (capped at 15 s).
+// - simple_namespaced: a SimpleConsumer with a namespace receives once.
+'use strict';
+const { PushConsumer, Producer, SimpleConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
+
+const silent = { info() {}, warn() {}, error() {}, debug() {}, trace() {} };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function pushFail(spec) {
+  const seen = [];
+  const began = Date.now();
+  const consumer = new PushConsumer({
+    endpoints: spec.endpoint,
+    namespace: '',
+    consumerGroup: spec.group,
+    logger: silent,
+    subscriptions: new Map([[spec.topic, '*']]),
+    messageListener: {
+      async consume(message) {
+        seen.push({ attempt: message.deliveryAttempt, at_ms: Date.now() - began });
+        return ConsumeResult.FAILURE;
+      },
+    },
+  });
+  await consumer.startup();
+  const producer = new Producer({ endpoints: spec.endpoint, namespace: '', logger: silent });
+  await producer.startup();
+  await producer.send({ topic: spec.topic, tag: 'fail', body: Buffer.from('fail me') });
+  await producer.shutdown();
+  await sleep(spec.wait_ms);
+  const stopping = Date.now();
+  await Promise.race([consumer.shutdown(), sleep(15000)]);
+  return { seen, shutdown_ms: Date.now() - stopping };
+}
+
+async function simpleNamespaced(spec) {
+  const consumer = new SimpleConsumer({
+    endpoints: spec.endpoint,
+    namespace: spec.namespace,
+    consumerGroup: spec.group,
+    logger: silent,
+    subscriptions: new Map([[spec.topic, '*']]),
+    awaitDuration: 5000,
+  });
+  try {
+    await consumer.startup();
+    const messages = await consumer.receive(4, 20000);
+    return { received: messages.map((m) => m.body.toString()) };
+  } catch (error) {
+    return { error: String((error && error.message) || error) };
+  }
+}
+
+const scenarios = { push_fail: pushFail, simple_namespaced: simpleNamespaced };
+
+async function main() {
+  const spec = JSON.parse(process.argv[2]);
+  const result = await scenarios[spec.scenario](spec);
+  console.log(JSON.stringify(result));
+  process.exit(0);
+}
+
+main().catch((error) => {
+  console.log(JSON.stringify({ failed: String((error && error.stack) || error) }));
+  process.exit(1);
+});

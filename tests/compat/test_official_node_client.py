@@ -1,0 +1,79 @@
+"""The official RocketMQ 5 Node.js client (rocketmq-client-nodejs) against a real server.
+
+Runs tests/compat/node_runner.js in a `node` subprocess. The client comes from npm
+(tools/node_modules, or the directory named by POPMQ_NODE_MODULES); without it these tests
+are skipped, saying what to install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_core.types import NewMessage
+from tests.integration.server import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = Path(__file__).with_name("node_runner.js")
+MODULES = Path(os.environ.get("POPMQ_NODE_MODULES", ROOT / "tools" / "node_modules"))
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or not (MODULES / "rocketmq-client-nodejs").is_dir(),
+    reason=f"needs node and rocketmq-client-nodejs in {MODULES} (npm install it there)",
+)
+
+
+def run_node(scenario: str, endpoint: str, **params: Any) -> dict[str, Any]:
+    spec = json.dumps({"scenario": scenario, "endpoint": endpoint, **params})
+    done = subprocess.run(
+        ["node", str(RUNNER), spec],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "NODE_PATH": str(MODULES)},
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and lines, f"{done.stdout}\n{done.stderr}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def test_a_node_push_consumer_retries_a_failed_message_then_dead_letters_it(
+    server: ServerThread,
+) -> None:
+    """Its retry delays are 0 s..1 s ChangeInvisibleDurations, which popmq must accept."""
+
+    async def setup() -> None:
+        await server.broker.create_topic("orders", 2)
+        await server.broker.create_group_with_settings(
+            "node-g", max_delivery_attempts=3, retry_backoff_s=[1, 2]
+        )
+
+    server.call(setup)
+    result = run_node("push_fail", server.endpoint, group="node-g", topic="orders", wait_ms=8000)
+    assert [seen["attempt"] for seen in result["seen"]] == [1, 2, 3]
+    _, queues = server.sync(lambda: server.broker.get_topic("%DLQ%node-g"))
+    assert sum(q.max_offset for q in queues) == 1
+    assert result["shutdown_ms"] < 15000  # it hung on the refused call before
+
+
+def test_a_namespaced_node_simple_consumer_is_refused_not_served_another_topic(
+    server: ServerThread,
+) -> None:
+    async def setup() -> None:
+        await server.broker.create_topic("orders", 1)
+        await server.broker.send([NewMessage(topic="orders", body=b"un-namespaced")])
+
+    server.call(setup)
+    result = run_node(
+        "simple_namespaced", server.endpoint, group="ns-g", topic="orders", namespace="tenant-a"
+    )
+    assert "received" not in result, result
+    assert result["error"]
