@@ -45,6 +45,9 @@ MAX_REQUEST_BYTES = 5 * 1024 * 1024
 with up to 1 MiB of properties, keys and ids) fits; anything larger is refused before it
 is parsed. Parsing is on the event loop and costs ~11 ms per MiB of the smallest possible
 entries (bench/request_stall.py), so this bound is also the worst stall a request causes."""
+MAX_SMALL_REQUEST_BYTES = 1024 * 1024
+"""Every other request (acks, pops, heartbeats, admin reads): 1,024 receipt handles take
+~200 KB, so 1 MiB is ample, and parsing a request this size takes a few milliseconds."""
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024 - 16 * 1024
 """Message bytes in one pop or pull answer (bodies, properties, keys and a per-message
 allowance), so a client with gRPC's default 4 MiB receive limit can always read it. A

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
+from broker_core import validation
 from broker_core.errors import InvalidArgumentError, PopMQError
 
 log = logging.getLogger(__name__)
@@ -71,15 +72,46 @@ def request_type_name(deserializer: Callable[[bytes], Any]) -> str:
     return str(getattr(descriptor, "full_name", "request"))
 
 
+LARGE_REQUEST_METHODS = frozenset(
+    {
+        "popmq.v1.MessagingService/SendMessages",
+        "popmq.v1.MessagingService/SendStream",
+        "popmq.v1.AdminService/CreateGroup",
+        "popmq.v1.AdminService/UpdateGroup",
+        "apache.rocketmq.v2.MessagingService/SendMessage",
+        "apache.rocketmq.v2.MessagingService/Telemetry",
+    }
+)
+"""Methods whose valid requests reach the server's receive limit (validation.
+MAX_REQUEST_BYTES): sends with 4 MiB of bodies, group settings with 1,024 SQL filters.
+Every other request is at most validation.MAX_SMALL_REQUEST_BYTES."""
+
+
+def request_limit(method: str) -> int:
+    """The largest request body `method` ("package.Service/Method") accepts."""
+    if method in LARGE_REQUEST_METHODS:
+        return validation.MAX_REQUEST_BYTES
+    return validation.MAX_SMALL_REQUEST_BYTES
+
+
 def checked_deserializer(
-    deserializer: Callable[[bytes], Any], *, unary: bool
+    deserializer: Callable[[bytes], Any], *, unary: bool, max_bytes: int | None = None
 ) -> Callable[[bytes], Any]:
-    """`deserializer` turning a parse failure into UndecodableRequestError, which a
+    """`deserializer` turning a parse failure, or a body over `max_bytes` (refused before
+    it is parsed: parsing holds the event loop), into UndecodableRequestError, which a
     unary-request method gets as an `Undecodable` request and a stream-request method
     as the exception of its read (both reach the handler, which answers INVALID_ARGUMENT)."""
     name = request_type_name(deserializer)
 
     def decode(raw: bytes) -> Any:
+        if max_bytes is not None and len(raw) > max_bytes:
+            error = UndecodableRequestError(
+                f"request is {len(raw)} bytes: at most {max_bytes} are allowed in one "
+                f"{name} message"
+            )
+            if unary:
+                return Undecodable(error)
+            raise error
         try:
             return deserializer(raw)
         except (DecodeError, ValueError):  # ValueError: invalid UTF-8 in a string

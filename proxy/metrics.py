@@ -44,6 +44,7 @@ from proxy.errors import (
     Undecodable,
     UndecodableRequestError,
     checked_deserializer,
+    request_limit,
 )
 from proxy.health import Health, refusal
 
@@ -371,10 +372,13 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
         deserializer = handler.request_deserializer
         serializer = handler.response_serializer
         refuse = functools.partial(self._undecodable.refuse, method)
+        limit = request_limit(method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _observed(method, handler.unary_unary, self._histogram, refuse),
-                request_deserializer=checked_deserializer(deserializer, unary=True),
+                request_deserializer=checked_deserializer(
+                    deserializer, unary=True, max_bytes=limit
+                ),
                 response_serializer=serializer,
             )
         if handler.unary_stream is not None:
@@ -383,7 +387,9 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
                 return None
             return grpc.unary_stream_rpc_method_handler(
                 behavior,
-                request_deserializer=checked_deserializer(deserializer, unary=True),
+                request_deserializer=checked_deserializer(
+                    deserializer, unary=True, max_bytes=limit
+                ),
                 response_serializer=serializer,
             )
         stream_stream = handler.stream_stream is not None
@@ -397,7 +403,7 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
         )
         return make(
             behavior,
-            request_deserializer=checked_deserializer(deserializer, unary=False),
+            request_deserializer=checked_deserializer(deserializer, unary=False, max_bytes=limit),
             response_serializer=serializer,
         )
 

@@ -212,3 +212,20 @@ def test_a_pop_stops_before_the_message_that_would_pass_4_mib(channel: grpc.Chan
         admin_pb2.PeekMessagesRequest(topic="big", max_messages=3), timeout=60
     )
     assert len(peeked.messages) == 1 and peeked.ByteSize() < 4 * MiB
+
+
+def test_requests_of_small_methods_over_1_mib_are_refused_before_they_are_parsed(
+    channel: grpc.Channel,
+) -> None:
+    stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+    request = messaging_pb2.CommitOffsetRequest(
+        group="g", topic="wide", offsets=[messaging_pb2.QueueOffset(queue_id=1, offset=1)] * 300_000
+    )
+    assert validation.MAX_SMALL_REQUEST_BYTES < request.ByteSize() < validation.MAX_REQUEST_BYTES
+    code, details, took = _refused(stub.CommitOffset, request)
+    assert code == INVALID
+    assert details == (
+        f"request is {request.ByteSize()} bytes: at most 1048576 are allowed in one "
+        "popmq.v1.CommitOffsetRequest message"
+    )
+    assert took < SANITY_S
