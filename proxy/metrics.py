@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import itertools
 import logging
 import os
 import time
@@ -38,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker_core import validation
 from broker_core.broker import Broker
 from broker_core.errors import PopMQError
 from proxy.errors import (
@@ -614,7 +616,10 @@ def _request_context(method: str, request: Any) -> dict[str, str]:
         elif "Group" in method:
             found.setdefault("group", request.name)
     if "messages" in fields and method.endswith(("/SendMessages", "/SendStream")):
-        topics = sorted({m.topic for m in request.messages})
+        # A refused request may hold far more messages than a send may: name the topics of
+        # the first MAX_SEND_MESSAGES only, so the log line costs what a valid send's does.
+        first = itertools.islice(request.messages, validation.MAX_SEND_MESSAGES)
+        topics = sorted({m.topic for m in first})
         if topics:
             found["topic"] = ",".join(topics)
     return found

@@ -431,7 +431,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             status = _internal()
         else:
             return sv.SendMessageResponse(status=codes.ok(), entries=results)
-        # The batch is stored all or none: every entry shares the failure.
+        # The batch is stored all or none: every entry shares the failure. A request over
+        # the entry limit gets the status alone: the answer never grows past the limit.
+        if len(request.messages) > self.config.max_request_entries:
+            return sv.SendMessageResponse(status=status)
         return sv.SendMessageResponse(
             status=status,
             entries=[

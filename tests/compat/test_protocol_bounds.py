@@ -150,6 +150,7 @@ def test_counts_a_client_controls_are_bounded_before_any_work(
         sent = await send(s, *many)
         assert sent.status.code == Code.BAD_REQUEST
         assert "messages has 1025 entries: at most 1024 are allowed" in sent.status.message
+        assert not sent.entries  # the answer does not grow with what was refused
         acks = await s.AckMessage(
             sv.AckMessageRequest(
                 group=resource("g"),
