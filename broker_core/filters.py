@@ -29,8 +29,17 @@ class TagFilter:
 MATCH_ALL = TagFilter(None)
 
 
+MAX_TAG_EXPRESSION_LENGTH = 4096
+"""As a SQL filter's (sql_filter.MAX_EXPRESSION_LENGTH): checked before the expression is split."""
+
+
 def parse_tag_expression(expression: str) -> TagFilter:
     """Parse `*`, `TagA` or `TagA || TagB`; empty means `*`."""
+    if len(expression) > MAX_TAG_EXPRESSION_LENGTH:
+        raise InvalidArgumentError(
+            f"tag expression is {len(expression)} characters long: at most "
+            f"{MAX_TAG_EXPRESSION_LENGTH} are allowed"
+        )
     text = expression.strip()
     if text in ("", "*"):
         return MATCH_ALL

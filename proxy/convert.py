@@ -333,7 +333,7 @@ def reset_target(value: int) -> str:
     name = _RESET_TARGETS.get(value)
     if name is None:
         raise InvalidArgumentError(
-            "target must be one of RESET_TARGET_EARLIEST, RESET_TARGET_LATEST, "
+            f"target {value} is unknown: use one of RESET_TARGET_EARLIEST, RESET_TARGET_LATEST, "
             "RESET_TARGET_TIMESTAMP, RESET_TARGET_OFFSETS"
         )
     return name

@@ -60,7 +60,7 @@ CASES: list[tuple[str, Callable[[Any, Any], Any], str]] = [
         lambda a, m: a.ResetOffsets(
             admin_pb2.ResetOffsetsRequest(group="g", topic="orders", target=UNKNOWN)
         ),
-        "target must be one of RESET_TARGET_EARLIEST",
+        "target 999 is unknown: use one of RESET_TARGET_EARLIEST",
     ),
     (
         "Pop.filter.type",

@@ -40,3 +40,10 @@ def test_malformed_expression_is_refused_naming_the_allowed_forms(expression: st
     assert str(info.value) == (
         f"tag expression {expression!r} is invalid: use '*', 'TagA' or 'TagA || TagB'"
     )
+
+
+def test_a_tag_expression_longer_than_4096_characters_is_refused_before_it_is_split() -> None:
+    parse_tag_expression(" || ".join(["t"] * 819))  # 4,091 characters
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_tag_expression(" || ".join(["t"] * 200_000))
+    assert str(info.value) == "tag expression is 999996 characters long: at most 4096 are allowed"
