@@ -36,12 +36,16 @@ def prepare(path: Path) -> None:
     Raises:
         DataDirError: the path is a file, or cannot be created or written.
     """
-    if path.exists() and not path.is_dir():
-        raise DataDirError(f"data dir {path} is a file, not a directory; give a directory path")
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _prepare(path)
     except OSError as exc:
         raise describe_error(path, exc) from exc
+
+
+def _prepare(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise DataDirError(f"data dir {path} is a file, not a directory; give a directory path")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
         log.warning(
@@ -52,9 +56,13 @@ def prepare(path: Path) -> None:
             path,
         )
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        reason = "is on a read-only file system" if _read_only_fs(path) else "is not writable"
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            raise DataDirError(
+                f"data dir {path} is on a read-only file system; the server needs to write to it"
+            )
         raise DataDirError(
-            f"data dir {path} {reason}; the server needs read and write access to it"
+            f"data dir {path} is not permitted to this user (permission denied); the server "
+            "needs read and write access to it"
         )
 
 
@@ -147,7 +155,3 @@ def describe_error(path: Path, exc: BaseException) -> DataDirError:
     if "Corruption" in text:
         return DataDirError(f"the store in {path} is corrupt: {text}")
     return DataDirError(f"cannot open the store in {path}: {text}")
-
-
-def _read_only_fs(path: Path) -> bool:
-    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

@@ -69,11 +69,13 @@ def _mib(n: int) -> str:
 class Batch:
     """An atomic set of changes, written by Store.write in one WriteBatch."""
 
-    __slots__ = ("_batch", "_handles", "puts")
+    __slots__ = ("_batch", "_handles", "generation", "puts")
 
-    def __init__(self, handles: dict[str, Any]) -> None:
+    def __init__(self, handles: dict[str, Any], generation: int) -> None:
         self._batch = rocksdict.WriteBatch(raw_mode=True)
         self._handles = handles
+        self.generation = generation
+        """The store's open count when made: its family handles die with a reopen."""
         self.puts = 0
 
     def put(self, family: str, key: bytes, value: bytes) -> None:
@@ -107,6 +109,8 @@ class Store:
         self._families: dict[str, Any] = {}
         self._handles: dict[str, Any] = {}
         self._is_open = False
+        self._generation = 0
+        """Opens so far; a Batch made before the last one is refused (stale handles)."""
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
@@ -137,11 +141,13 @@ class Store:
         self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
         log.warning(
             "store %s opened READ-ONLY: the disk is full (%s free; %s); pops and reads of "
-            "stored messages work, writes resume by themselves once %s are free",
+            "stored messages work; writes resume by themselves once %s are free, sends "
+            "once %s are",
             self.path,
             _mib(free),
             cause,
             _mib(self._reopen_needs()),
+            _mib(SEND_FLOOR_BYTES),
         )
 
     @property
@@ -198,6 +204,7 @@ class Store:
         self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
         self._is_open = True
+        self._generation += 1
 
     def _memtable_bytes(self) -> int:
         total = 0
@@ -324,10 +331,19 @@ class Store:
         return None
 
     def batch(self) -> Batch:
+        """A new batch; reopens a failed store first when the disk has room again.
+
+        A store that stays read-only still gives a batch (its write fails), so callers
+        collect their changes the same way whether or not the disk is full.
+        """
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
-        self._recover()
-        return Batch(self._handles)
+        try:
+            self._recover()
+        except PopMQError:
+            if not self._is_open:
+                raise
+        return Batch(self._handles, self._generation)
 
     def write(self, batch: Batch, *, sync: bool) -> None:
         """Write the batch atomically; with sync, return after the WAL is fsynced."""
@@ -335,6 +351,10 @@ class Store:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
         if self._failure is not None:
             raise self._failure
+        if batch.generation != self._generation:
+            raise UnavailableError(
+                "the store was reopened while this write was prepared; nothing was written, retry"
+            )
         self._claimed = 0
         try:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
