@@ -18,7 +18,7 @@ data) take part of the disk, then:
 
 Usage (as root)::
 
-    python -m tests.chaos.disk_full [--disk-mib 64] [--filler-mib 24] [--free-mib 9]
+    python -m tests.chaos.disk_full [--disk-mib 64] [--filler-mib 24] [--free-mib 10]
 
 The exit code is 1 when an expectation failed (``DiskFullResult.violations``).
 ``run`` is the same run for tests.
@@ -186,7 +186,7 @@ async def _until_send_works(producer: AsyncProducer, topic: str, limit_s: float)
 
 
 async def run(
-    root: Path, *, disk_mib: int = 64, filler_mib: int = 24, free_mib: int = 9
+    root: Path, *, disk_mib: int = 64, filler_mib: int = 24, free_mib: int = 10
 ) -> DiskFullResult:
     """The whole scenario on a tmpfs mounted at `root` (see the module docstring)."""
     result = DiskFullResult(disk_mib, filler_mib, free_mib)
@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--disk-mib", type=int, default=64, help="tmpfs size (default 64)")
     parser.add_argument("--filler-mib", type=int, default=24, help="filler first (default 24)")
-    parser.add_argument("--free-mib", type=int, default=9, help="MiB freed (default 9)")
+    parser.add_argument("--free-mib", type=int, default=10, help="MiB freed (default 10)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="popmq-disk-full-") as root:
         print(f"server log: {root}/server.log (removed at the end)", file=sys.stderr)

@@ -19,7 +19,7 @@ from tests.chaos.disk_full import MountError, run
 @pytest.mark.slow
 def test_a_full_disk_recovers_by_itself_and_loses_nothing_acknowledged(tmp_path: Path) -> None:
     try:
-        result = asyncio.run(run(tmp_path, disk_mib=64, filler_mib=40, free_mib=9))
+        result = asyncio.run(run(tmp_path, disk_mib=64, filler_mib=40, free_mib=10))
     except MountError as exc:
         pytest.skip(str(exc))
     report = result.report()
