@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 KEY_FILE = "receipt.key"
 """The receipt key's file name in the data dir."""
 KEY_BYTES = 32
-"""Length of the receipt key (HMAC-SHA256)."""
+"""Length of the receipt key (the keyed BLAKE2b of pop/receipt.py)."""
 PRIVATE_UMASK = 0o077
 """Files the store creates are readable by the server's user only."""
 

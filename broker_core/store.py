@@ -349,13 +349,13 @@ class Store:
         """Write the batch atomically; with sync, return after the WAL is fsynced."""
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        self._claimed = 0  # what check_room admitted is written now, or failed
         if self._failure is not None:
             raise self._failure
         if batch.generation != self._generation:
             raise UnavailableError(
                 "the store was reopened while this write was prepared; nothing was written, retry"
             )
-        self._claimed = 0
         try:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
         except Exception as exc:
