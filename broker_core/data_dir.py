@@ -149,8 +149,8 @@ def describe_error(path: Path, exc: BaseException) -> DataDirError:
         return DataDirError(f"data dir {path}: a part of the path is a file, not a directory")
     if number == errno.ENOSPC or "No space left" in text:
         return DataDirError(
-            f"data dir {path}: the disk is full and there is no store to open read-only; "
-            "free some space"
+            f"{path}: the disk is full, and starting needs to write here (a new store or "
+            "receipt key cannot be made read-only); free some space"
         )
     if "Corruption" in text:
         return DataDirError(f"the store in {path} is corrupt: {text}")

@@ -132,7 +132,8 @@ class Store:
         try:
             self._open(read_only=True)
         except Exception as exc:
-            raise data_dir.describe_error(self.path, exc) from exc
+            # Most often there is no store yet to open: the full disk is the news.
+            raise data_dir.describe_error(self.path, cause) from exc
         free = _free_bytes(self.path)
         self._failure = StoreFullError(
             f"the disk holding the store is full ({_mib(free)} free): the store is "

@@ -15,7 +15,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import StoreFullError
+from broker_core.errors import DataDirError, StoreFullError
 from broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Store
 from broker_core.types import NewMessage
 from tests.chaos.disk_full import MountError, mounted_tmpfs
@@ -124,6 +124,12 @@ def test_a_store_on_a_full_disk_opens_read_only_and_becomes_writable_when_space_
         assert reopened.get("messages", b"after") == b"after"
     finally:
         reopened.close()
+
+
+def test_a_new_store_on_a_full_disk_is_one_clear_error(disk: Path) -> None:
+    _fill(disk)
+    with pytest.raises(DataDirError, match="the disk is full, and starting needs to write"):
+        Store(disk / "data")
 
 
 def test_closing_a_store_whose_disk_is_full_does_not_raise(disk: Path) -> None:
