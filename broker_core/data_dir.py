@@ -56,7 +56,7 @@ def _prepare(path: Path) -> None:
             path,
         )
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
+        if hasattr(os, "statvfs") and os.statvfs(path).f_flag & os.ST_RDONLY:
             raise DataDirError(
                 f"data dir {path} is on a read-only file system; the server needs to write to it"
             )
@@ -116,11 +116,12 @@ def _write_private(target: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         temporary.replace(target)
-        directory = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        if os.name == "posix":  # the rename itself is durable once its directory is synced
+            directory = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
     except OSError as exc:
         with contextlib.suppress(OSError):
             temporary.unlink()
