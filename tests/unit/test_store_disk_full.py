@@ -6,6 +6,7 @@ Needs root to mount the tmpfs, as on our CI machines; skipped elsewhere with the
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import DataDirError, StoreFullError
 from broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Store
 from broker_core.types import NewMessage
+from broker_core.writer import GroupCommitWriter, QueueOffsets
 from tests.chaos.disk_full import MountError, mounted_tmpfs
 
 _MIB = 1024 * 1024
@@ -164,3 +166,27 @@ def test_sends_stop_at_the_floor_while_acks_new_groups_and_topics_keep_working(
             await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_writes_failing_on_a_full_disk_again_and_again_warn_once(
+    disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    Store(disk / "data").close()
+    _fill(disk)
+    store = Store(disk / "data")  # read-only: every write fails until space returns
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        for _ in range(5):
+            job = writer.submit(lambda batch, _: batch.put("meta", b"k", b"v"), sync=True)
+            with pytest.raises(StoreFullError):
+                await job
+        writer.close()
+
+    try:
+        with caplog.at_level(logging.DEBUG, logger="broker_core.writer"):
+            asyncio.run(scenario())
+    finally:
+        store.close()
+    failures = [r for r in caplog.records if r.getMessage().startswith("write of 1 jobs failed")]
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 4
