@@ -171,9 +171,9 @@ class Store:
         options.set_recycle_log_file_num(_RECYCLED_WAL_FILES)
         # Small memtables and WAL: a reopen replays the WAL and flushes it, and on a full
         # disk that flush must fit in what little is free (see MEMTABLE_BUDGET_BYTES).
-        # Measured (40k 1 KiB puts in batches of 4, unsynced): 225k puts/s with RocksDB's
-        # defaults, 194k with these, 106k with a shared db_write_buffer_size instead (its
-        # accounting counts whole arena blocks and flushes every ~0.5 MB).
+        # `python -m bench.store_memtables`: 153k instead of 182k unsynced 1 KiB puts/s;
+        # a shared db_write_buffer_size instead cost half (its accounting counts whole
+        # arena blocks and flushed every ~0.5 MB).
         options.set_max_total_wal_size(MEMTABLE_BUDGET_BYTES)
         options.set_keep_log_file_num(_INFO_LOG_FILES)
         families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
