@@ -39,9 +39,10 @@ _REOPEN_INTERVAL_S = 0.5
 _REOPEN_MARGIN_BYTES = 1024 * 1024
 """Free space a reopen needs beyond the memtables it flushes (MANIFEST, OPTIONS, new WAL)."""
 MEMTABLE_BUDGET_BYTES = 4 * 1024 * 1024
-"""Memtables of all families together, and the live WAL, stay about this size (RocksDB's
-defaults: 64 MiB a family and a WAL of up to 4x all of them). A reopen flushes what the WAL
-holds, so this bounds the free space a reopen after a write error needs."""
+"""Each family's memtable and the live WAL (past it, RocksDB flushes every family holding
+its oldest part) are capped at this (RocksDB's defaults: 64 MiB a family and a WAL of up to
+4x all of them). A reopen flushes what the WAL holds: with one memtable mid-flush, at most
+about twice this, which is the free space a reopen after a write error needs."""
 SEND_FLOOR_BYTES = 8 * 1024 * 1024
 """Sends are refused while storing them would leave less free space than this: room for a
 memtable flush (`MEMTABLE_BUDGET_BYTES`) plus as much for acks, nacks, checkpoints and new
