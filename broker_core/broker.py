@@ -23,7 +23,6 @@ import functools
 import heapq
 import itertools
 import logging
-import secrets
 import time
 import zlib
 from collections import Counter
@@ -31,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker_core import keys, message_index, validation
+from broker_core import data_dir, keys, message_index, validation
 from broker_core.budget import ResponseBudget
 from broker_core.catalog import (
     KIND_DLQ,
@@ -58,6 +57,7 @@ from broker_core.errors import (
     ReceiptHandleExpiredError,
     ReceiptHandleLostError,
     ReceiptHandleSupersededError,
+    StoreFullError,
     UnavailableError,
 )
 from broker_core.filters import RecordFilter, parse_filter
@@ -115,6 +115,9 @@ _CONSUME_FROM_CODES = {"first": 1, "last": 2, "timestamp": 3}
 _CONSUME_FROM_NAMES = {0: "first", **{code: name for name, code in _CONSUME_FROM_CODES.items()}}
 _KEY_OVERHEAD = 16
 """Bytes of a message key, added to each record in the stored-size estimate."""
+_RECORD_OVERHEAD = 1024
+"""Bytes a send stores beyond its bodies, per message (record fields, index entries), as
+`Store.check_room` counts them."""
 _NEVER = 2**63 - 1
 """A time after every real deadline (no timer pending)."""
 PULL_MAX_MESSAGES = 1024
@@ -206,6 +209,9 @@ class Broker:
         self.writer = GroupCommitWriter(store, self.offsets)
         self.writer.add_flush_hook(self._flush_state)
         self.writer.add_failure_listener(self._flush_failed)
+        if self._boot_unsaved:
+            self.writer.add_flush_hook(self._save_boot)
+            self.writer.add_commit_listener(self._boot_saved)
         self._codec = ReceiptCodec(self._secret)
         self._recall_codec = RecallCodec(self._secret)
         first_timer = store.first_key("timers", b"", keys.timer_key(_NEVER, 0))
@@ -265,16 +271,39 @@ class Broker:
         self._started = False
 
     def _load_identity(self, store: Store) -> None:
-        secret = store.get("meta", _SECRET_KEY)
+        """Load the receipt key (data_dir.py) and count this boot in the epoch.
+
+        An older store's key moves out of RocksDB into `receipt.key` (its handles stay
+        valid) and is purged from the database files. On a store that opened read-only
+        (full disk) the new epoch rides along with the first write that succeeds
+        (`_save_boot`): ids made before it are never persisted without it.
+        """
+        legacy = store.get("meta", _SECRET_KEY)
+        self._secret = data_dir.load_receipt_key(self.config.store.data_dir, legacy)
         epoch_bytes = store.get("meta", _BOOT_KEY)
         self._epoch = (keys.decode_u32(epoch_bytes) if epoch_bytes else 0) + 1
+        self._boot_unsaved = True
+        if store.read_only:
+            return
         batch = store.batch()
-        if secret is None:
-            secret = secrets.token_bytes(32)
-            batch.put("meta", _SECRET_KEY, secret)
-        batch.put("meta", _BOOT_KEY, keys.encode_u32(self._epoch))
-        store.write(batch, sync=True)
-        self._secret = secret
+        self._save_boot(batch)
+        try:
+            store.write(batch, sync=True)
+        except StoreFullError:
+            return  # the disk filled since the open: the first write that succeeds saves it
+        self._boot_unsaved = False
+        if legacy is not None:
+            store.purge("meta")
+            log.info("receipt key moved from the database to %s", data_dir.KEY_FILE)
+
+    def _save_boot(self, batch: Batch) -> None:
+        """Flush hook: put the boot epoch (and drop a legacy key) until a write carried it."""
+        if self._boot_unsaved:
+            batch.put("meta", _BOOT_KEY, keys.encode_u32(self._epoch))
+            batch.delete("meta", _SECRET_KEY)
+
+    def _boot_saved(self, grown: list[tuple[int, int]]) -> None:
+        self._boot_unsaved = False
 
     def _recover(self, store: Store) -> int:
         """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only."""
@@ -326,7 +355,7 @@ class Broker:
             cq.recovered.sort()
             cq.pop_offset = cq.committed
             cq.advance()
-        if len(stale):
+        if len(stale) and not store.read_only:  # else the next start drops them
             store.write(stale, sync=False)
         return count
 
@@ -595,6 +624,8 @@ class Broker:
                     f"messages[{i}] is due in {(msg.deliver_at_ms - stamp) / 1000:.0f}s: at "
                     f"most {cfg.max_delay_s:.0f}s (max_delay_s) ahead is allowed"
                 )
+        # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
+        self.store.check_room(sum(len(msg.body) + _RECORD_OVERHEAD for msg in messages))
         topics = {name: await self._topic_for_send(name) for name in names}
         for i, msg in enumerate(messages):
             kind = _message_type(msg)

@@ -83,3 +83,8 @@ class ReceiptHandleLostError(FailedPreconditionError):
 
 class StoreFullError(ResourceExhaustedError):
     """The disk is full; writes fail until space returns, reads keep working."""
+
+
+class DataDirError(FailedPreconditionError):
+    """The data dir cannot hold the store (a file, read-only, not permitted, in use by
+    another process, disk full on a new store); the server cannot start on it."""

@@ -5,6 +5,13 @@ timers (delayed messages by due time), index (message ids, dedup ids, keys, expi
 All calls here are blocking and short (point reads, small scans, one write batch); they run
 on the event loop thread. rocksdict holds the GIL during a write, so a separate writer thread
 would not overlap fsync with other work (measured, see GroupCommitWriter).
+
+A full disk (docs/durability.md, "Disk full"): sends stop while less than
+`SEND_FLOOR_BYTES` would stay free (`check_room`), so the last megabytes go to what keeps
+consumers going (acks, nacks, checkpoints, new groups and topics) and to RocksDB's memtable
+flush; the memtables and WAL are capped at `MEMTABLE_BUDGET_BYTES`, so a reopen after a
+write error needs only that much room. A store that cannot open read-write on a full disk
+opens read-only (reads and pops work) and reopens read-write once there is room.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,6 +28,7 @@ from typing import Any
 
 import rocksdict
 
+from broker_core import data_dir
 from broker_core.errors import PopMQError, StoreFullError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -27,26 +36,48 @@ log = logging.getLogger(__name__)
 FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta", "timers", "index")
 _REOPEN_INTERVAL_S = 0.5
 """After a failed write, how often a new write may try to reopen the store."""
-_REOPEN_FREE_BYTES = 1024 * 1024
-"""Free space the store's disk needs before a reopen is tried."""
+_REOPEN_MARGIN_BYTES = 1024 * 1024
+"""Free space a reopen needs beyond the memtables it flushes (MANIFEST, OPTIONS, new WAL)."""
+MEMTABLE_BUDGET_BYTES = 4 * 1024 * 1024
+"""Each family's memtable and the live WAL (past it, RocksDB flushes every family holding
+its oldest part) are capped at this (RocksDB's defaults: 64 MiB a family and a WAL of up to
+4x all of them). A reopen flushes what the WAL holds: with one memtable mid-flush, at most
+about twice this, which is the free space a reopen after a write error needs."""
+SEND_FLOOR_BYTES = 8 * 1024 * 1024
+"""Sends are refused while storing them would leave less free space than this: room for a
+memtable flush (`MEMTABLE_BUDGET_BYTES`) plus as much for acks, nacks, checkpoints and new
+groups and topics, which keep working on a disk that sends filled."""
+_INFO_LOG_FILES = 5
+"""RocksDB LOG files kept (RocksDB keeps 1000): each open starts one."""
 _RECYCLED_WAL_FILES = 2
 """Obsolete WAL files kept for reuse (RocksDB's default is none): at most this many extra
 files of up to a memtable's worth each on disk, for cheaper fsyncs (see `_open`)."""
 
 
 def _free_bytes(path: Path) -> int:
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
+    """Bytes an unprivileged writer may still use (statvfs f_bavail; ~2 us)."""
+    return shutil.disk_usage(path).free
+
+
+def _no_space(exc: BaseException) -> bool:
+    text = str(exc)
+    return "No space left" in text or "ENOSPC" in text or f"errno {errno.ENOSPC}" in text
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class Batch:
     """An atomic set of changes, written by Store.write in one WriteBatch."""
 
-    __slots__ = ("_batch", "_handles", "puts")
+    __slots__ = ("_batch", "_handles", "generation", "puts")
 
-    def __init__(self, handles: dict[str, Any]) -> None:
+    def __init__(self, handles: dict[str, Any], generation: int) -> None:
         self._batch = rocksdict.WriteBatch(raw_mode=True)
         self._handles = handles
+        self.generation = generation
+        """The store's open count when made: its family handles die with a reopen."""
         self.puts = 0
 
     def put(self, family: str, key: bytes, value: bytes) -> None:
@@ -69,12 +100,19 @@ class Store:
     """RocksDB with popmq's column families; keys and values are bytes."""
 
     def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        """Open (or create) the store in `path`, read-only when the disk is too full.
+
+        Raises:
+            DataDirError: the path cannot hold a store (a file, read-only, not permitted,
+                in use by another process, corrupt), in one line saying which.
+        """
+        data_dir.prepare(path)
         self.path = path
         self._families: dict[str, Any] = {}
         self._handles: dict[str, Any] = {}
         self._is_open = False
-        self._open()
+        self._generation = 0
+        """Opens so far; a Batch made before the last one is refused (stale handles)."""
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
@@ -82,8 +120,45 @@ class Store:
         self._failure: PopMQError | None = None
         """Set after a failed write: RocksDB keeps refusing writes until it is reopened."""
         self._next_reopen = 0.0
+        self._claimed = 0
+        """Bytes of sends admitted by `check_room` and not yet written (see there)."""
+        try:
+            self._open()
+        except Exception as exc:
+            if not _no_space(exc):
+                raise data_dir.describe_error(path, exc) from exc
+            self._open_read_only(exc)
 
-    def _open(self) -> None:
+    def _open_read_only(self, cause: Exception) -> None:
+        """Serve reads from a store the full disk will not let open read-write."""
+        try:
+            self._open(read_only=True)
+        except Exception as exc:
+            # Most often there is no store yet to open: the full disk is the news.
+            raise data_dir.describe_error(self.path, cause) from exc
+        free = _free_bytes(self.path)
+        self._failure = StoreFullError(
+            f"the disk holding the store is full ({_mib(free)} free): the store is "
+            "read-only, writes resume when space is freed"
+        )
+        self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
+        log.warning(
+            "store %s opened READ-ONLY: the disk is full (%s free; %s); pops and reads of "
+            "stored messages work; writes resume by themselves once %s are free, sends "
+            "once %s are",
+            self.path,
+            _mib(free),
+            cause,
+            _mib(self._reopen_needs()),
+            _mib(SEND_FLOOR_BYTES),
+        )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused until the store reopens (after a failed write)."""
+        return self._failure is not None
+
+    def _open(self, *, read_only: bool = False) -> None:
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
@@ -95,55 +170,124 @@ class Store:
         # recovery stops at the true end (tests/unit/test_store_wal_recycling.py kills a
         # writer to check).
         options.set_recycle_log_file_num(_RECYCLED_WAL_FILES)
+        # Small memtables and WAL: a reopen replays the WAL and flushes it, and on a full
+        # disk that flush must fit in what little is free (see MEMTABLE_BUDGET_BYTES).
+        # `python -m bench.store_memtables`: 153k instead of 182k unsynced 1 KiB puts/s;
+        # a shared db_write_buffer_size instead cost half (its accounting counts whole
+        # arena blocks and flushed every ~0.5 MB).
+        options.set_max_total_wal_size(MEMTABLE_BUDGET_BYTES)
+        options.set_keep_log_file_num(_INFO_LOG_FILES)
         families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
+        for family_options in families.values():
+            family_options.set_write_buffer_size(MEMTABLE_BUDGET_BYTES)
         # Every send looks its message ids up in `index`, and almost all are misses: a bloom
         # filter answers a miss without reading table blocks (0.65 vs 4-6 us a key, measured
         # on 400k keys in table files).
-        # The memtable gets one too (whole keys, 5% of the write buffer, ~3 MB): the ids of
+        # The memtable gets one too (whole keys, 5% of the write buffer, ~200 KB): the ids of
         # the last seconds' sends are there, and a miss costs 0.4 instead of 1.7 us a key.
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(10, False)
         families["index"].set_block_based_table_factory(table)
         families["index"].set_memtable_prefix_bloom_ratio(0.05)
         families["index"].set_memtable_whole_key_filtering(True)
-        self._db = rocksdict.Rdict(str(self.path), options, column_families=families)
+        access = (
+            rocksdict.AccessType.read_only(False)
+            if read_only
+            else rocksdict.AccessType.read_write()
+        )
+        # The files RocksDB creates now (WAL, MANIFEST, LOG) are the user's alone, like
+        # the 0700 data dir holding them (`popmq serve` keeps this umask for later files).
+        umask = os.umask(data_dir.PRIVATE_UMASK)
+        try:
+            self._db = rocksdict.Rdict(
+                str(self.path), options, column_families=families, access_type=access
+            )
+        finally:
+            os.umask(umask)
         self._families = {name: self._db.get_column_family(name) for name in FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in FAMILIES}
         self._is_open = True
+        self._generation += 1
+
+    def _memtable_bytes(self) -> int:
+        total = 0
+        for family in self._families.values():
+            value = family.property_int_value("rocksdb.cur-size-all-mem-tables")
+            total += int(value or 0)
+        return total
+
+    def _reopen_needs(self) -> int:
+        """Free bytes a read-write reopen needs: it flushes the memtables (the WAL)."""
+        return _REOPEN_MARGIN_BYTES + self._memtable_bytes()
 
     def _recover(self) -> None:
         """After a failed write, reopen the database once the disk has room again.
 
         RocksDB stops taking writes after a WAL write error ("Writer has previous error")
         and rocksdict cannot resume it; reads keep working on the old handle meanwhile.
-        Reopening replays the WAL, dropping any torn tail, so nothing half-written survives.
+        Reopening replays the WAL, dropping any torn tail, so nothing half-written survives,
+        and flushes it: that needs about the memtables' size free. If the read-write open
+        still fails, the store opens read-only again so reads keep working.
         """
         failure = self._failure
         if failure is None:
             return
         now = time.monotonic()
-        # Reopening flushes the WAL into a table file of about its size: wait for that room.
-        needed = _REOPEN_FREE_BYTES + sum(p.stat().st_size for p in self.path.glob("*.log"))
         if now < self._next_reopen:
             raise failure
         self._next_reopen = now + _REOPEN_INTERVAL_S
-        if _free_bytes(self.path) < needed:
+        if self._is_open and _free_bytes(self.path) < self._reopen_needs():
             raise failure
         if self._is_open:
-            self._families.clear()
-            self._handles.clear()
-            with contextlib.suppress(Exception):
-                self._db.close()
-            self._is_open = False
+            self._close_handle()
         try:
             self._open()
         except Exception as exc:
-            self._failure = UnavailableError(
-                f"the store could not be reopened ({exc}); it is retried on the next request"
+            error: PopMQError = (
+                StoreFullError(
+                    f"the disk holding the store is still full ({exc}); "
+                    "writes resume when space is freed"
+                )
+                if _no_space(exc)
+                else UnavailableError(
+                    f"the store could not be reopened ({exc}); it is retried on the next request"
+                )
             )
-            raise self._failure from exc
+            self._failure = error
+            with contextlib.suppress(Exception):
+                self._open(read_only=True)
+            raise error from exc
         self._failure = None
-        log.warning("store %s reopened after a write failure; writes resume", self.path)
+        log.warning("store %s reopened read-write; writes resume", self.path)
+
+    def _close_handle(self) -> None:
+        # Column-family objects keep the database (and its LOCK file) alive: drop them first.
+        self._families.clear()
+        self._handles.clear()
+        with contextlib.suppress(Exception):
+            self._db.close()
+        self._is_open = False
+
+    def check_room(self, nbytes: int) -> None:
+        """Refuse a send of about `nbytes` that would leave less than SEND_FLOOR_BYTES free.
+
+        Sends admitted in the same loop iteration are written later, in one batch: their
+        bytes count as claimed until the next write, so a burst cannot overshoot the floor.
+        A statvfs costs ~2 us, once per send call.
+
+        Raises:
+            StoreFullError: the disk is (nearly) full.
+        """
+        if self._failure is not None:
+            self._recover()
+        free = _free_bytes(self.path)
+        if free - self._claimed - nbytes < SEND_FLOOR_BYTES:
+            raise StoreFullError(
+                f"the disk holding the store is full ({_mib(free)} free; sends need "
+                f"{_mib(SEND_FLOOR_BYTES)} to stay free for acks, nacks and the store's own "
+                "upkeep); nothing was written, sends resume when space is freed"
+            )
+        self._claimed += nbytes
 
     def _readable(self) -> dict[str, Any]:
         if self._closed:
@@ -190,15 +334,31 @@ class Store:
         return None
 
     def batch(self) -> Batch:
+        """A new batch; reopens a failed store first when the disk has room again.
+
+        A store that stays read-only still gives a batch (its write fails), so callers
+        collect their changes the same way whether or not the disk is full.
+        """
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
-        self._recover()
-        return Batch(self._handles)
+        try:
+            self._recover()
+        except PopMQError:
+            if not self._is_open:
+                raise
+        return Batch(self._handles, self._generation)
 
     def write(self, batch: Batch, *, sync: bool) -> None:
         """Write the batch atomically; with sync, return after the WAL is fsynced."""
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        self._claimed = 0  # what check_room admitted is written now, or failed
+        if self._failure is not None:
+            raise self._failure
+        if batch.generation != self._generation:
+            raise UnavailableError(
+                "the store was reopened while this write was prepared; nothing was written, retry"
+            )
         try:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
         except Exception as exc:
@@ -226,7 +386,7 @@ class Store:
             else "what it covered may or may not be stored (a retried send is deduplicated)"
         )
         error: PopMQError
-        if "No space left" in text or "ENOSPC" in text or str(errno.ENOSPC) in text:
+        if _no_space(exc):
             error = StoreFullError(
                 f"the disk holding the store is full ({text}); {outcome}, "
                 "writes resume when space is freed"
@@ -246,17 +406,36 @@ class Store:
                 total += int(value or 0)
         return total
 
+    def purge(self, family: str) -> None:
+        """Flush and compact `family`, so deleted values leave the WAL and table files."""
+        handle = self._readable()[family]
+        handle.flush(True)
+        handle.compact_range(None, None)
+
     def close(self) -> None:
+        """Sync the WAL and close; never raises: a full disk must not spoil a clean stop.
+
+        Everything acknowledged is in the synced WAL already; a failure here is logged.
+        """
         if self._closed:
             return
         self._closed = True
         if not self._is_open:
             return
         if self._failure is None:
-            self._db.flush_wal(True)
-        # Column-family objects keep the database (and its LOCK file) alive: drop them first.
+            try:
+                self._db.flush_wal(True)
+            except Exception as exc:  # noqa: BLE001 - logged, and the stop goes on
+                log.warning("store %s: the WAL sync at close failed: %s", self.path, exc)
         self._families.clear()
         self._handles.clear()
-        with contextlib.suppress(Exception) if self._failure else contextlib.nullcontext():
+        try:
             self._db.close()
+        except Exception as exc:  # noqa: BLE001 - logged, and the stop goes on
+            log.warning(
+                "store %s closed with an error (%s); acknowledged writes are in the WAL and "
+                "are replayed at the next start",
+                self.path,
+                exc,
+            )
         self._is_open = False

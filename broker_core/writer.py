@@ -39,6 +39,9 @@ from broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
 
+_REPEAT_LOG_S = 30.0
+"""A write failing again with the same error is logged as a warning at most this often."""
+
 
 class QueueOffsets:
     """Next offset of every queue: committed (visible to readers) and tentative (in a flush)."""
@@ -153,6 +156,9 @@ class GroupCommitWriter:
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
         self._batch_listeners: list[Callable[[int, float, bool], None]] = []
         self.stats = WriterStats()
+        # The last failure logged as a warning, and when (see _fail).
+        self._last_failure = ""
+        self._last_failure_logged = 0.0
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
@@ -277,7 +283,15 @@ class GroupCommitWriter:
     def _fail(self, jobs: list[_Job], exc: PopMQError) -> None:
         self.offsets.rollback()
         self.stats.failed_batches += 1
-        log.warning("write of %d jobs failed: %s", len(jobs), exc)
+        # A full disk fails every write until space returns: say so when the error changes
+        # and then every _REPEAT_LOG_S, not for each of the background tasks' retries.
+        now = time.monotonic()
+        text = str(exc)
+        if text != self._last_failure or now - self._last_failure_logged >= _REPEAT_LOG_S:
+            self._last_failure, self._last_failure_logged = text, now
+            log.warning("write of %d jobs failed: %s", len(jobs), exc)
+        else:
+            log.debug("write of %d jobs failed: %s", len(jobs), exc)
         for on_failure in self._on_failure:
             on_failure()
         for job in jobs:

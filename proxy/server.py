@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -24,7 +25,8 @@ import grpc
 from broker_core import validation
 from broker_core.broker import Broker
 from broker_core.config import BrokerConfig
-from broker_core.errors import InvalidArgumentError
+from broker_core.data_dir import PRIVATE_UMASK
+from broker_core.errors import DataDirError, InvalidArgumentError
 from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from proxy.admin import AdminServicer
 from proxy.clients import ClientRegistry, ClientRegistryConfig
@@ -250,11 +252,18 @@ def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
 
 
 def run_server(config: ServerConfig) -> int:
-    """Blocking entry point of `popmq serve`; returns the process exit code."""
+    """Blocking entry point of `popmq serve`; returns the process exit code.
+
+    A bad listen address, a busy port or an unusable data dir (a file, read-only, not
+    permitted, in use by another popmq) print one line and exit 2.
+    """
     configure_logging(config.log)
+    # Every file the server creates (RocksDB's tables and WAL files, made as it runs) is
+    # its user's alone: the store holds messages, and used to hold the receipt key.
+    os.umask(PRIVATE_UMASK)
     try:
         _run(serve(config), config.event_loop)
-    except InvalidArgumentError as exc:
+    except (InvalidArgumentError, DataDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

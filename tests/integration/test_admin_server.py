@@ -10,6 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.errors import DataDirError
 from popmq.v1 import admin_pb2, admin_pb2_grpc
 from proxy.server import PopMQServer, ServerConfig
 from sdk import Admin, Message, Producer
@@ -63,7 +64,7 @@ def test_a_store_that_cannot_open_stops_the_listener(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         server = PopMQServer(_config(blocker))
-        with pytest.raises(OSError, match=r"File exists|Not a directory"):
+        with pytest.raises(DataDirError, match="is a file, not a directory"):
             await server.start()
         port = server.port
         assert port > 0

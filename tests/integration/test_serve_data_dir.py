@@ -1,0 +1,125 @@
+"""`popmq serve` over a data dir it cannot use: one line saying why and exit 2, never a
+traceback; over one it can: every file it writes is private to its user."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_core.data_dir import KEY_FILE
+from sdk import Admin, Producer
+
+
+def _serve(data_dir: Path, *prefix: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0"]
+    return subprocess.Popen(
+        [*prefix, *command, "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _refused(data_dir: Path, *prefix: str) -> str:
+    """Run a server that must refuse to start; its one error line."""
+    process = _serve(data_dir, *prefix)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 2, (out, err)
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+def _endpoint(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        match = re.search(r"listening on (\S+)", line)
+        if match:
+            return match.group(1)
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError("the server did not print its listening line")
+
+
+def test_a_data_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    path.write_text("a file")
+    assert _refused(path) == (
+        f"error: data dir {path} is a file, not a directory; give a directory path"
+    )
+
+
+def test_a_data_dir_in_use_by_another_server_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    first = _serve(tmp_path / "data")
+    try:
+        _endpoint(first)
+        line = _refused(tmp_path / "data")
+        assert line.startswith(f"error: data dir {tmp_path / 'data'} is in use by another popmq")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
+    assert first.returncode == 0
+
+
+def test_a_data_dir_the_user_may_not_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run the server as another user")
+    tmp_path.chmod(0o755)
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    as_nobody = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups")
+    line = _refused(private / "data", *as_nobody)
+    assert "is not permitted to this user (permission denied)" in line
+
+
+def test_a_data_dir_on_a_read_only_file_system_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({result.stderr.strip()})")
+    try:
+        assert "is on a read-only file system" in _refused(mount / "data")
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_every_file_the_server_writes_is_private_to_its_user(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    process = _serve(data_dir)
+    try:
+        endpoint = _endpoint(process)
+        with Admin(endpoint) as admin:
+            admin.create_topic("t", queues=1)
+        with Producer(endpoint) as producer:
+            for _ in range(40):  # ~5 MiB: memtables flush into table files meanwhile
+                producer.send("t", os.urandom(128 * 1024))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data_dir.iterdir()}
+    assert any(name.endswith(".sst") for name in files)
+    assert files[KEY_FILE] == 0o600
+    assert {name: mode & 0o077 for name, mode in files.items()} == dict.fromkeys(files, 0)
