@@ -61,6 +61,7 @@ from broker_core.errors import (
     UnavailableError,
 )
 from broker_core.filters import RecordFilter, parse_filter
+from broker_core.log_limit import RepeatedWarning
 from broker_core.long_polling import LongPolling
 from broker_core.message_id import MessageIdGenerator
 from broker_core.pop.checkpoint import Checkpoint
@@ -142,6 +143,9 @@ class Broker:
         self._closing = False
         self._draining = False
         self._tasks: list[asyncio.Task[None]] = []
+        # Background retries while writes fail (a full disk): a warning per change or 30 s.
+        self._revive_warning = RepeatedWarning(log)
+        self._timer_warning = RepeatedWarning(log)
         self._ids = MessageIdGenerator()
         self.locks = QueueLocks()
         self.polling = LongPolling(self.config.long_polling)
@@ -907,7 +911,7 @@ class Broker:
                 try:
                     more = await self._fire_timers(now)
                 except PopMQError as exc:
-                    log.warning("delayed-message delivery failed, retrying: %s", exc)
+                    self._timer_warning.warn("delayed-message delivery failed, retrying: %s", exc)
                     await asyncio.sleep(_REVIVE_RETRY_MS / 1000)
                     continue
                 if more:
@@ -2803,7 +2807,7 @@ class Broker:
                 try:
                     await self._revive(due)
                 except PopMQError as exc:
-                    log.warning("revive of %d checkpoints failed, retrying: %s", len(due), exc)
+                    self._revive_warning.warn("revive of checkpoints failed, retrying: %s", exc)
                     for ck in due:
                         ck.deadline_ms += _REVIVE_RETRY_MS
                         heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))

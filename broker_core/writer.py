@@ -35,12 +35,10 @@ from typing import Any
 
 from broker_core import keys
 from broker_core.errors import PopMQError, UnavailableError
+from broker_core.log_limit import RepeatedWarning
 from broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
-
-_REPEAT_LOG_S = 30.0
-"""A write failing again with the same error is logged as a warning at most this often."""
 
 
 class QueueOffsets:
@@ -156,9 +154,7 @@ class GroupCommitWriter:
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
         self._batch_listeners: list[Callable[[int, float, bool], None]] = []
         self.stats = WriterStats()
-        # The last failure logged as a warning, and when (see _fail).
-        self._last_failure = ""
-        self._last_failure_logged = 0.0
+        self._failure_warning = RepeatedWarning(log)
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
@@ -284,14 +280,8 @@ class GroupCommitWriter:
         self.offsets.rollback()
         self.stats.failed_batches += 1
         # A full disk fails every write until space returns: say so when the error changes
-        # and then every _REPEAT_LOG_S, not for each of the background tasks' retries.
-        now = time.monotonic()
-        text = str(exc)
-        if text != self._last_failure or now - self._last_failure_logged >= _REPEAT_LOG_S:
-            self._last_failure, self._last_failure_logged = text, now
-            log.warning("write of %d jobs failed: %s", len(jobs), exc)
-        else:
-            log.debug("write of %d jobs failed: %s", len(jobs), exc)
+        # and then every 30 s, not for each of the background tasks' retries.
+        self._failure_warning.warn("write failed: %s", exc)
         for on_failure in self._on_failure:
             on_failure()
         for job in jobs:

@@ -188,5 +188,5 @@ def test_writes_failing_on_a_full_disk_again_and_again_warn_once(
             asyncio.run(scenario())
     finally:
         store.close()
-    failures = [r for r in caplog.records if r.getMessage().startswith("write of 1 jobs failed")]
+    failures = [r for r in caplog.records if r.getMessage().startswith("write failed")]
     assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 4
