@@ -29,6 +29,7 @@ from proxy.admin import AdminServicer
 from proxy.clients import ClientRegistry, ClientRegistryConfig
 from proxy.health import Health, LateServices, add_ops_services
 from proxy.logs import LogConfig, configure_logging
+from proxy.memory import return_large_blocks
 from proxy.messaging import MessagingServicer
 from proxy.metrics import (
     Metrics,
@@ -114,6 +115,7 @@ class PopMQServer:
         if self._server is not None:
             return self.port
         host, port = split_listen(self.config.listen)
+        return_large_blocks()  # freed message memory goes back to the system (issue 20)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
