@@ -202,6 +202,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 self._unwritten -= answer.size
                 if answer.counted:
                     self._unanswered -= 1
+                answer = None  # not held while the writer waits for the next one
                 if self._paused and self._unwritten <= self.max_unwritten_bytes // 2:
                     self._resume()
                 if self._room is not None and self._answers.qsize() < MAX_IN_FLIGHT:

@@ -109,6 +109,11 @@ class Receiver:
         # Touched on the loop only.
         self._clients: dict[str, _Client] = {}
 
+    @property
+    def clients(self) -> int:
+        """Client ids with a receive in progress."""
+        return len(self._clients)
+
     def unread_bytes(self, client_id: str) -> int:
         """Bytes the client's receives hold unwritten now (0 when it has none)."""
         client = self._clients.get(client_id)
