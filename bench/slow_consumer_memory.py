@@ -95,6 +95,7 @@ async def serve(data_dir: Path, *settings: str) -> AsyncIterator[Server]:
     """Start `popmq serve` on 127.0.0.1:0 (with `--set` settings); SIGTERM it at the end."""
     args = [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0"]
     args += ["--data-dir", str(data_dir), "--flush", "async", "--log-level", "warning"]
+    args += os.environ.get("SLOW_EXTRA", "").split()
     for setting in settings:
         args += ["--set", setting]
     process = await asyncio.create_subprocess_exec(
@@ -163,10 +164,20 @@ async def _settle(server: Server, run: Run, seconds: float) -> None:
 
 
 async def pop_stream_attack(
-    server: Server, *, groups: int, pops: int, hold_s: float, settle_s: float
+    server: Server,
+    *,
+    groups: int,
+    pops: int,
+    hold_s: float,
+    settle_s: float,
+    run_no: int = 0,
+    max_messages: int = 32,
 ) -> Run:
-    """One PopStream per group writes `pops` pops and never reads; then the client leaves."""
-    run = Run(f"PopStream x{groups} groups, {pops} pops each", server.rss_mb())
+    """One PopStream per group writes `pops` pops and never reads; then the client leaves.
+
+    Each run uses groups of its own (auto-created), which start at the first message.
+    """
+    run = Run(f"PopStream x{groups} groups, {pops} pops of {max_messages} each", server.rss_mb())
     channel = grpc.aio.insecure_channel(server.endpoint)
     stub = _MESSAGING(channel)
     calls = []
@@ -175,9 +186,9 @@ async def pop_stream_attack(
         calls.append(call)
         for i in range(pops):
             pop = messaging_pb2.PopRequest(
-                group=f"slow-{g}",
+                group=f"slow-{run_no}-{g}",
                 topic=_TOPIC,
-                max_messages=32,
+                max_messages=max_messages,
                 invisible_duration=_seconds(1),
                 long_polling_timeout=_seconds(20),
             )
@@ -190,17 +201,26 @@ async def pop_stream_attack(
     return run
 
 
-async def receive_attack(server: Server, *, calls: int, hold_s: float, settle_s: float) -> Run:
-    """`calls` v2 ReceiveMessage calls that are never read; then the client leaves."""
-    run = Run(f"ReceiveMessage x{calls} calls", server.rss_mb())
+async def receive_attack(
+    server: Server,
+    *,
+    calls: int,
+    hold_s: float,
+    settle_s: float,
+    run_no: int = 0,
+    max_messages: int = 32,
+) -> Run:
+    """`calls` v2 ReceiveMessage calls that are never read; then the client leaves (a group
+    of its own per run)."""
+    run = Run(f"ReceiveMessage x{calls} calls of {max_messages}", server.rss_mb())
     channel = grpc.aio.insecure_channel(server.endpoint)
     stub = _RMQ(channel)
     metadata = (("x-mq-client-id", "slow-consumer-1"),)
     request = rmq_service.ReceiveMessageRequest(
-        group=rmq.Resource(name="slow-v2"),
+        group=rmq.Resource(name=f"slow-v2-{run_no}"),
         message_queue=rmq.MessageQueue(topic=rmq.Resource(name=_TOPIC), id=-1),
         filter_expression=rmq.FilterExpression(type=rmq.TAG, expression="*"),
-        batch_size=32,
+        batch_size=max_messages,
         invisible_duration=_seconds(1),
         long_polling_timeout=_seconds(20),
     )
@@ -213,11 +233,45 @@ async def receive_attack(server: Server, *, calls: int, hold_s: float, settle_s:
     return run
 
 
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+"""The HTTP/2 client preface and an empty SETTINGS frame: a connection, and no call."""
+
+
+async def idle_connections(server: Server, count: int, wait_s: float) -> tuple[int, float]:
+    """Open `count` HTTP/2 connections that make no call; how many the server closed within
+    `wait_s`, and when the last of those closed (seconds after they were all open)."""
+
+    async def hold(reader: asyncio.StreamReader) -> float:
+        while await reader.read(65536):
+            pass
+        return time.monotonic()
+
+    host, port = server.endpoint.rsplit(":", 1)
+    writers: list[asyncio.StreamWriter] = []
+    readers: list[asyncio.Task[float]] = []
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_PREFACE)
+        writers.append(writer)
+        readers.append(asyncio.ensure_future(hold(reader)))
+    opened = time.monotonic()
+    done, pending = await asyncio.wait(readers, timeout=wait_s)
+    for task in pending:
+        task.cancel()
+    for writer in writers:
+        writer.close()
+    last = max((t.result() for t in done), default=opened) - opened
+    return len(done), last
+
+
 async def main(argv: list[str] | None = None) -> list[Run]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=64, help="messages stored (64)")
     parser.add_argument("--body-kib", type=int, default=1024, help="body size in KiB (1024)")
     parser.add_argument("--pops", type=int, default=1024, help="pops per PopStream (1024)")
+    parser.add_argument(
+        "--max-messages", type=int, default=32, help="messages per pop or receive (32)"
+    )
     parser.add_argument("--groups", type=int, default=1, help="PopStreams, one per group (1)")
     parser.add_argument("--calls", type=int, default=256, help="ReceiveMessage calls (256)")
     parser.add_argument("--hold", type=float, default=24.0, help="seconds the client stays")
@@ -226,14 +280,20 @@ async def main(argv: list[str] | None = None) -> list[Run]:
     parser.add_argument(
         "--attack", choices=["pop-stream", "receive", "both"], default="both", help="(both)"
     )
+    parser.add_argument(
+        "--idle-connections", type=int, default=0, help="also open this many idle connections"
+    )
+    parser.add_argument(
+        "--max-idle", type=float, default=5.0, help="the server's connections.max_idle_s (5)"
+    )
     args = parser.parse_args(argv)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="popmq-slow-") as tmp:
-        async with serve(Path(tmp) / "data") as server:
+        async with serve(Path(tmp) / "data", f"connections.max_idle_s={args.max_idle}") as server:
             await fill(server.endpoint, args.messages, args.body_kib)
             await asyncio.sleep(1)
             print(f"server pid {server.pid}, {server.rss_mb():.0f} MB after the fill", flush=True)
-            for _ in range(args.runs):
+            for run_no in range(args.runs):
                 if args.attack in ("pop-stream", "both"):
                     run = await pop_stream_attack(
                         server,
@@ -241,15 +301,33 @@ async def main(argv: list[str] | None = None) -> list[Run]:
                         pops=args.pops,
                         hold_s=args.hold,
                         settle_s=args.settle,
+                        run_no=run_no,
+                        max_messages=args.max_messages,
                     )
                     runs.append(run)
                     print(run.line(), flush=True)
                 if args.attack in ("receive", "both"):
                     run = await receive_attack(
-                        server, calls=args.calls, hold_s=args.hold, settle_s=args.settle
+                        server,
+                        calls=args.calls,
+                        hold_s=args.hold,
+                        settle_s=args.settle,
+                        run_no=run_no,
+                        max_messages=args.max_messages,
                     )
                     runs.append(run)
                     print(run.line(), flush=True)
+            if args.idle_connections:
+                before = server.rss_mb()
+                closed, last = await idle_connections(
+                    server, args.idle_connections, args.max_idle + 10
+                )
+                print(
+                    f"idle connections: {closed} of {args.idle_connections} closed by the "
+                    f"server (max_idle_s {args.max_idle:g}; the last after {last:.1f}s); "
+                    f"RSS {before:.0f} MB before, {server.rss_mb():.0f} MB after",
+                    flush=True,
+                )
     return runs
 
 

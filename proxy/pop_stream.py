@@ -21,9 +21,10 @@ its results), and repeating the id of a request in flight ends the stream INVALI
 A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
 answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
 took nothing) and started again with what is left of its long-polling time. When the call
-ends, the messages of answers never written are given back at once (`GiveBack`: a nack with
-no delay, so they are delivered again now, with `delivery_attempt + 1`, rather than after
-their invisible time); a message whose answer was written stays the client's. At shutdown
+ends (or a pop of a paused stream was ready anyway), the messages of answers never written
+are given back at once (`GiveBack`: a nack with no delay, so they are delivered again now,
+with `delivery_attempt + 1`, rather than after their invisible time); a message whose answer
+was written stays the client's. At shutdown
 `release` comes after the broker released its held pops, so they answer at once (empty).
 """
 
@@ -229,12 +230,13 @@ class PopStreamSession(
         self,
         response: messaging_pb2.PopStreamResponse,
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
-    ) -> None:
+    ) -> bool:
         if self._give_back is None or type(request) is not messaging_pb2.PopRequest:
-            return
+            return False
         handles = [m.receipt_handle for m in response.pop.messages]
         if handles:
             self._give_back(request.group, handles)
+        return bool(handles)
 
     def _observer(
         self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest

@@ -18,9 +18,11 @@ when the client's HTTP/2 window is full, so a client that does not read leaves a
 queued here. Once `MAX_UNWRITTEN_BYTES` of answers wait (queued or being written), the
 stream pauses: its restartable requests (pops, which take nothing until they return) are
 cancelled where they wait and kept as requests, and new ones are kept without starting; they
-start again, in order, once the writes have brought the waiting bytes down to half. So a
-stream holds at most the bound plus the answers that were ready at the moment it paused,
-however many pops it has in flight and however long the client does not read.
+start again, in order, once the writes have brought the waiting bytes down to half. A
+pop that was ready in the same turn anyway (many parked pops woken at once by a wave of
+messages) gives back what it took (as below) and waits with the others. So a stream holds at
+most the bound plus one answer, however many pops it has in flight and however long the
+client does not read.
 
 Ends: the client half-closes -> the requests in flight are answered, then the stream ends
 OK. The call ends otherwise (cancelled, deadline, connection lost, a write refused) -> the
@@ -175,9 +177,10 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         takes nothing until it returns (a pop). None by default."""
         return False
 
-    def _abandon(self, response: ResponseT, request: RequestT) -> None:
-        """An answer to `request` will never be written (the call ended): give back what it
-        carried. Nothing by default."""
+    def _abandon(self, response: ResponseT, request: RequestT) -> bool:
+        """An answer to `request` will not be written: give back what it carried; True when
+        it carried something. Nothing by default."""
+        return False
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -388,6 +391,14 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             response.error.message = INTERNAL_MESSAGE
         if self._closed:
             self._abandon(response, request)  # ready after the call ended
+            return
+        if self._paused and self._restartable(request) and self._abandon(response, request):
+            # Ready in the same turn as the answers that paused the stream (a wave of woken
+            # pops): what it took is given back and it waits with the others, so what the
+            # stream holds stays near the bound however many pops were woken at once.
+            self._deferred.append(entry)
+            if self._by_id is not None:
+                self._by_id[request_id] = entry
             return
         self._queue(_Answer(response, True, request, response.ByteSize()))
         observe = self._observer(request)

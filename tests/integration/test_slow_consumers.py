@@ -136,6 +136,29 @@ def test_messages_of_answers_never_written_come_back_at_once_when_the_client_goe
     assert got == 48 - popped + given_back  # the answers the client took stay its own
 
 
+def test_a_paused_stream_answers_every_pop_once_the_client_reads(server: ServerThread) -> None:
+    _fill(server.endpoint, 48)
+
+    async def scenario() -> tuple[int, list[int], list[bytes]]:
+        async with grpc.aio.insecure_channel(server.endpoint, options=_SLOW_CLIENT) as channel:
+            call = _Stub(channel).PopStream()
+            for i in range(64):
+                pop = _pop(i, invisible_s=300, max_messages=1)
+                pop.pop.long_polling_timeout.FromSeconds(2)
+                await call.write(pop)
+            paused_at = await _steady(lambda: _popped(server, "g"))
+            async with asyncio.timeout(60):
+                answers = [await call.read() for _ in range(64)]
+            call.cancel()
+        heads = [m.body[:2] for a in answers for m in a.pop.messages]
+        return paused_at, sorted(a.request_id for a in answers), heads
+
+    paused_at, ids, heads = asyncio.run(scenario())
+    assert paused_at < 48  # it paused before taking everything
+    assert ids == list(range(64))  # paused pops ran once the client read, none was lost
+    assert sorted(heads) == sorted(i.to_bytes(2, "big") for i in range(48))
+
+
 def test_receives_a_client_never_reads_stop_popping_and_let_go_when_it_leaves(
     server: ServerThread,
 ) -> None:
