@@ -5,10 +5,13 @@ bounded amount of memory, and all of it must come back once the client goes away
 This reproduces the attacks against a `popmq serve` subprocess and reads the server's RSS from
 /proc/PID/status:
 
-- ``pop-stream``: one PopStream per group writes ``--pops`` pops (max_messages 32, invisible
-  1 s) and never reads, against a store of ``--messages`` messages of ``--body-kib`` KiB;
-- ``receive``: ``--calls`` apache.rocketmq.v2 ReceiveMessage calls (batch 32, invisible 1 s)
-  that are never read.
+- ``pop-stream``: one PopStream per group (``--groups``, auto-created, new ones each run)
+  writes ``--pops`` pops (``--max-messages`` 32, invisible 1 s) and never reads, against a
+  store of ``--messages`` messages of ``--body-kib`` KiB;
+- ``receive``: ``--calls`` apache.rocketmq.v2 ReceiveMessage calls (batch ``--max-messages``,
+  invisible 1 s) of one client that are never read;
+- ``--idle-connections N``: N HTTP/2 connections that make no call, which the server (run
+  with ``connections.max_idle_s`` = ``--max-idle``) must close.
 
 Each attack runs ``--runs`` times back to back on one server (a leak shows as a rising
 "after"). Run: ``python -m bench.slow_consumer_memory`` (the full-sized run of
@@ -95,7 +98,6 @@ async def serve(data_dir: Path, *settings: str) -> AsyncIterator[Server]:
     """Start `popmq serve` on 127.0.0.1:0 (with `--set` settings); SIGTERM it at the end."""
     args = [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0"]
     args += ["--data-dir", str(data_dir), "--flush", "async", "--log-level", "warning"]
-    args += os.environ.get("SLOW_EXTRA", "").split()
     for setting in settings:
         args += ["--set", setting]
     process = await asyncio.create_subprocess_exec(
@@ -172,6 +174,7 @@ async def pop_stream_attack(
     settle_s: float,
     run_no: int = 0,
     max_messages: int = 32,
+    invisible_s: float = 1.0,
 ) -> Run:
     """One PopStream per group writes `pops` pops and never reads; then the client leaves.
 
@@ -189,7 +192,7 @@ async def pop_stream_attack(
                 group=f"slow-{run_no}-{g}",
                 topic=_TOPIC,
                 max_messages=max_messages,
-                invisible_duration=_seconds(1),
+                invisible_duration=_seconds(invisible_s),
                 long_polling_timeout=_seconds(20),
             )
             await call.write(messaging_pb2.PopStreamRequest(request_id=i + 1, pop=pop))
@@ -209,6 +212,7 @@ async def receive_attack(
     settle_s: float,
     run_no: int = 0,
     max_messages: int = 32,
+    invisible_s: float = 1.0,
 ) -> Run:
     """`calls` v2 ReceiveMessage calls that are never read; then the client leaves (a group
     of its own per run)."""
@@ -221,7 +225,7 @@ async def receive_attack(
         message_queue=rmq.MessageQueue(topic=rmq.Resource(name=_TOPIC), id=-1),
         filter_expression=rmq.FilterExpression(type=rmq.TAG, expression="*"),
         batch_size=max_messages,
-        invisible_duration=_seconds(1),
+        invisible_duration=_seconds(invisible_s),
         long_polling_timeout=_seconds(20),
     )
     pending = [stub.ReceiveMessage(request, metadata=metadata, timeout=120) for _ in range(calls)]
@@ -272,6 +276,9 @@ async def main(argv: list[str] | None = None) -> list[Run]:
     parser.add_argument(
         "--max-messages", type=int, default=32, help="messages per pop or receive (32)"
     )
+    parser.add_argument(
+        "--invisible", type=float, default=1.0, help="invisible seconds of each pop (1)"
+    )
     parser.add_argument("--groups", type=int, default=1, help="PopStreams, one per group (1)")
     parser.add_argument("--calls", type=int, default=256, help="ReceiveMessage calls (256)")
     parser.add_argument("--hold", type=float, default=24.0, help="seconds the client stays")
@@ -286,10 +293,18 @@ async def main(argv: list[str] | None = None) -> list[Run]:
     parser.add_argument(
         "--max-idle", type=float, default=5.0, help="the server's connections.max_idle_s (5)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a setting of the server (e.g. server.event_loop=asyncio); repeatable",
+    )
     args = parser.parse_args(argv)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="popmq-slow-") as tmp:
-        async with serve(Path(tmp) / "data", f"connections.max_idle_s={args.max_idle}") as server:
+        settings = [f"connections.max_idle_s={args.max_idle}", *args.set]
+        async with serve(Path(tmp) / "data", *settings) as server:
             await fill(server.endpoint, args.messages, args.body_kib)
             await asyncio.sleep(1)
             print(f"server pid {server.pid}, {server.rss_mb():.0f} MB after the fill", flush=True)
@@ -303,6 +318,7 @@ async def main(argv: list[str] | None = None) -> list[Run]:
                         settle_s=args.settle,
                         run_no=run_no,
                         max_messages=args.max_messages,
+                        invisible_s=args.invisible,
                     )
                     runs.append(run)
                     print(run.line(), flush=True)
@@ -314,6 +330,7 @@ async def main(argv: list[str] | None = None) -> list[Run]:
                         settle_s=args.settle,
                         run_no=run_no,
                         max_messages=args.max_messages,
+                        invisible_s=args.invisible,
                     )
                     runs.append(run)
                     print(run.line(), flush=True)

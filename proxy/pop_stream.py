@@ -175,7 +175,7 @@ class PopStreamSession(
         self._start_pop = start_pop
         self._start_ack = start_ack
         self._observe_ack = observe_ack
-        self._give_back = give_back
+        self._giver = give_back
         if observe_ack is not None and not self._peer:
             self._peer = context.peer()
 
@@ -230,13 +230,25 @@ class PopStreamSession(
         self,
         response: messaging_pb2.PopStreamResponse,
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
-    ) -> bool:
-        if self._give_back is None or type(request) is not messaging_pb2.PopRequest:
-            return False
+    ) -> None:
+        if self._giver is None or type(request) is not messaging_pb2.PopRequest:
+            return
         handles = [m.receipt_handle for m in response.pop.messages]
         if handles:
-            self._give_back(request.group, handles)
-        return bool(handles)
+            self._giver(request.group, handles)
+
+    def _give_back(
+        self,
+        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        result: PopResult | AckOutcomes,
+    ) -> bool:
+        if self._giver is None or type(request) is not messaging_pb2.PopRequest:
+            return False
+        popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
+        if not popped:
+            return False
+        self._giver(request.group, [m.receipt_handle for m in popped])
+        return True
 
     def _observer(
         self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest

@@ -177,9 +177,14 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         takes nothing until it returns (a pop). None by default."""
         return False
 
-    def _abandon(self, response: ResponseT, request: RequestT) -> bool:
-        """An answer to `request` will not be written: give back what it carried; True when
-        it carried something. Nothing by default."""
+    def _abandon(self, response: ResponseT, request: RequestT) -> None:
+        """An answer to `request` will never be written (the call ended): give back what it
+        carried. Nothing by default."""
+
+    def _give_back(self, request: RequestT, result: ResultT) -> bool:
+        """A restartable request's result will not be answered (the stream is paused): give
+        back what it took; True when it took something (then it is started again later).
+        False by default: the result is answered."""
         return False
 
     # -- the stream -------------------------------------------------------------------------
@@ -372,6 +377,21 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 return
         if self._closed and task.cancelled():
             return  # nobody reads its answer, and it took nothing
+        if (
+            self._paused
+            and not self._closed
+            and not task.cancelled()
+            and task.exception() is None
+            and self._restartable(request)
+            and self._give_back(request, task.result())
+        ):
+            # Ready in the same turn as the answers that paused the stream (a wave of woken
+            # pops): what it took is given back, before it becomes an answer, and it waits
+            # with the others, so the stream stays near its bound however many were woken.
+            self._deferred.append(entry)
+            if self._by_id is not None:
+                self._by_id[request_id] = entry
+            return
         response = self._response(request_id)
         if task.cancelled():
             response.error.code = "CANCELLED"
@@ -391,14 +411,6 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             response.error.message = INTERNAL_MESSAGE
         if self._closed:
             self._abandon(response, request)  # ready after the call ended
-            return
-        if self._paused and self._restartable(request) and self._abandon(response, request):
-            # Ready in the same turn as the answers that paused the stream (a wave of woken
-            # pops): what it took is given back and it waits with the others, so what the
-            # stream holds stays near the bound however many pops were woken at once.
-            self._deferred.append(entry)
-            if self._by_id is not None:
-                self._by_id[request_id] = entry
             return
         self._queue(_Answer(response, True, request, response.ByteSize()))
         observe = self._observer(request)
