@@ -241,15 +241,18 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             paused = self._deferred.popleft()
             if self._by_id is not None:
                 del self._by_id[paused.request_id]
-            self._reject(
-                paused.request_id,
-                "UNAVAILABLE",
-                f"popmq is shutting down: this {self.noun} waited for the client to read "
-                "earlier answers and was not started; retry on a new stream",
-                paused.request,
-                paused.began,
-                counted=True,
-            )
+            self._reject_paused(paused)
+
+    def _reject_paused(self, paused: _Request[RequestT, ResultT]) -> None:
+        self._reject(
+            paused.request_id,
+            "UNAVAILABLE",
+            f"popmq is shutting down: this {self.noun} waited for the client to read earlier "
+            "answers and was not started; retry on a new stream",
+            paused.request,
+            paused.began,
+            counted=True,
+        )
 
     async def _read(self) -> None:
         while not self._releasing:
@@ -370,7 +373,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         if task in self._pausing:
             self._pausing.discard(task)
             if task.cancelled():
-                if not self._closed:
+                if self._releasing and not self._closed:
+                    self._reject_paused(entry)  # nothing starts again at shutdown
+                elif not self._closed:
                     self._deferred.append(entry)  # paused where it waited: it took nothing
                     if self._by_id is not None:
                         self._by_id[request_id] = entry
@@ -380,6 +385,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         if (
             self._paused
             and not self._closed
+            and not self._releasing
             and not task.cancelled()
             and task.exception() is None
             and self._restartable(request)
