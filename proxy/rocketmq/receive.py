@@ -223,7 +223,11 @@ class Receiver:
             try:
                 await asyncio.wait({task})
             except BaseException:
-                task.cancel()
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled() and task.exception() is None:
+                    popped, group, _ = task.result()
+                    self._release_later(group, popped)  # popped for a call that ended
                 raise
             finally:
                 made_to_wait = client.receiving.pop(task)
