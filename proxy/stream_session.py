@@ -20,9 +20,10 @@ stream pauses: its restartable requests (pops, which take nothing until they ret
 cancelled where they wait and kept as requests, and new ones are kept without starting; they
 start again, in order, once the writes have brought the waiting bytes down to half. A
 pop that was ready in the same turn anyway (many parked pops woken at once by a wave of
-messages) gives back what it took (as below) and waits with the others. So a stream holds at
-most the bound plus one answer, however many pops it has in flight and however long the
-client does not read.
+messages) gives back what it took (as below) and waits with the others. So a stream keeps
+at most the bound plus one answer, however many pops it has in flight and however long the
+client does not read; only for the turn a wave of pops ran in does it hold what they took
+(the broker's pop takes before the stream can say no).
 
 Ends: the client half-closes -> the requests in flight are answered, then the stream ends
 OK. The call ends otherwise (cancelled, deadline, connection lost, a write refused) -> the
