@@ -17,7 +17,15 @@ from proxy.allocation import Strategy
 from proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from proxy.errors import rpc
 from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import AckedPop, AckOutcomes, PopResult, PopStreamSession, fill_ack, fill_pop
+from proxy.pop_stream import (
+    AckedPop,
+    AckOutcomes,
+    GiveBack,
+    PopResult,
+    PopStreamSession,
+    fill_ack,
+    fill_pop,
+)
 from proxy.send_stream import SendStreamSession, send_response
 from proxy.stream_session import Observe
 
@@ -53,6 +61,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         # Open PopStream and SendStream calls, released (answered, then ended) by
         # release_waiters.
         self._streams: set[PopStreamSession | SendStreamSession] = set()
+        self.give_back = GiveBack(broker)
+        """Takes back what PopStreams popped and never wrote (their client went away)."""
 
     @rpc
     async def SendMessages(
@@ -134,7 +144,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> None:
         """Many pops over one stream, each served as `Pop` serves it (proxy/pop_stream.py)."""
         session = PopStreamSession(
-            self.start_pop, self.start_ack, context, self._observe_pop, self._observe_stream_ack
+            self.start_pop,
+            self.start_ack,
+            context,
+            self._observe_pop,
+            self._observe_stream_ack,
+            self.give_back,
         )
         if self._releasing:
             session.release()

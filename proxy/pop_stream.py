@@ -17,14 +17,21 @@ pop is validated as the Pop RPC does (`MessagingServicer.start_pop`) and its tas
 broker's `pop`; an ack runs the broker's `ack` as the Ack RPC does (`start_ack`); a request
 may instead cancel an earlier pop by its id (an ack is never cancelled: it is answered with
 its results), and repeating the id of a request in flight ends the stream INVALID_ARGUMENT.
-When the call ends, a message already popped but whose answer was not written stays
-invisible until its invisible time passes, then is delivered again (as for a unary Pop whose
-caller went away). At shutdown `release` comes after the broker released its held pops, so
-they answer at once (empty).
+
+A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
+answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
+took nothing) and started again with what is left of its long-polling time. When the call
+ends (or a pop of a paused stream was ready anyway), the messages of answers never written
+are given back at once (`GiveBack`: a nack with no delay, so they are delivered again now,
+with `delivery_attempt + 1`, rather than after their invisible time); a message whose answer
+was written stays the client's. At shutdown
+`release` comes after the broker released its held pops, so they answer at once (empty).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NamedTuple, cast
@@ -32,15 +39,20 @@ from typing import Any, NamedTuple, cast
 import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
+from broker_core.broker import Broker
 from broker_core.errors import PopMQError
 from broker_core.types import PoppedMessage
 from popmq.v1 import messaging_pb2
 from proxy import convert
-from proxy.stream_session import MAX_IN_FLIGHT, Observe, StreamSession
+from proxy.stream_session import MAX_IN_FLIGHT, MAX_UNWRITTEN_BYTES, Observe, StreamSession
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_IN_FLIGHT",
+    "MAX_UNWRITTEN_BYTES",
     "AckedPop",
+    "GiveBack",
     "Observe",
     "PopResult",
     "PopStreamSession",
@@ -67,6 +79,39 @@ StartPop = Callable[[messaging_pb2.PopRequest, float | None], Coroutine[Any, Any
 """Validates a PopRequest (raising the broker's error) and returns its pop coroutine."""
 StartAck = Callable[[messaging_pb2.AckRequest], Coroutine[Any, Any, AckOutcomes]]
 """Returns the broker's ack coroutine for an AckRequest."""
+
+
+class GiveBack:
+    """Gives popped messages back to the broker when their answer will never be written.
+
+    A nack with no delay per receipt handle, run as tasks held here (a stream that ended
+    cannot hold them).
+
+    Args:
+        broker: The broker the messages were popped from.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        # Give-backs still running; each removes itself when done. Touched on the loop only.
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.given_back = 0
+        """Messages given back so far (tests and the memory benchmark read it)."""
+
+    def __call__(self, group: str, handles: list[str]) -> None:
+        task = asyncio.get_running_loop().create_task(self._give_back(group, handles))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _give_back(self, group: str, handles: list[str]) -> None:
+        for handle in handles:
+            try:
+                await self._broker.nack(group, handle, delay_s=0)
+            except PopMQError as exc:
+                # Acked meanwhile, expired, or the group is gone: nothing to give back.
+                log.debug("giving back a message of group %s skipped: %s", group, exc)
+            else:
+                self.given_back += 1
 
 
 def fill_ack(
@@ -109,6 +154,7 @@ class PopStreamSession(
         context: The call's servicer context.
         observe: Told of every answered pop, rejections included (metrics and the RPC log).
         observe_ack: The same for every answered ack.
+        give_back: Takes back the messages of answers never written (none when None).
     """
 
     method = "PopStream"
@@ -123,11 +169,13 @@ class PopStreamSession(
         context: grpc.aio.ServicerContext,
         observe: Observe | None = None,
         observe_ack: Observe | None = None,
+        give_back: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         super().__init__(context, observe)
         self._start_pop = start_pop
         self._start_ack = start_ack
         self._observe_ack = observe_ack
+        self._giver = give_back
         if observe_ack is not None and not self._peer:
             self._peer = context.peer()
 
@@ -137,10 +185,8 @@ class PopStreamSession(
         running = self._by_id
         assert running is not None  # track_ids
         if action == "cancel":
-            task = running.get(request_id)
             # An ack is not cancelled: it may be applied already, and is answered either way.
-            if task is not None and type(self._running[task][2]) is messaging_pb2.PopRequest:
-                task.cancel()
+            self._cancel(request_id)
             return True
         if action is None:
             self._reject(
@@ -159,9 +205,49 @@ class PopStreamSession(
             self._start(request_id, ack, began, lambda: self._start_ack(ack))
             return True
         pop = request.pop
-        self._start(
-            request_id, pop, began, lambda: self._start_pop(pop, self._context.time_remaining())
-        )
+        self._start(request_id, pop, began, lambda: self._pop_coroutine(pop, began))
+        return True
+
+    def _pop_coroutine(
+        self, pop: messaging_pb2.PopRequest, began: float
+    ) -> Coroutine[Any, Any, PopResult]:
+        """The pop's coroutine; a pop started again after a pause waits only for what is
+        left of its long-polling time."""
+        waited = time.perf_counter() - began
+        if waited > 0.001 and pop.HasField("long_polling_timeout"):
+            left = max(0.0, pop.long_polling_timeout.ToTimedelta().total_seconds() - waited)
+            resumed = messaging_pb2.PopRequest()
+            resumed.CopyFrom(pop)
+            resumed.long_polling_timeout.FromMilliseconds(int(left * 1000))
+            pop = resumed
+        return self._start_pop(pop, self._context.time_remaining())
+
+    def _restartable(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> bool:
+        # A pop takes nothing until it returns; an ack is answered with its results, always.
+        return type(request) is messaging_pb2.PopRequest
+
+    def _abandon(
+        self,
+        response: messaging_pb2.PopStreamResponse,
+        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+    ) -> None:
+        if self._giver is None or type(request) is not messaging_pb2.PopRequest:
+            return
+        handles = [m.receipt_handle for m in response.pop.messages]
+        if handles:
+            self._giver(request.group, handles)
+
+    def _give_back(
+        self,
+        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        result: PopResult | AckOutcomes,
+    ) -> bool:
+        if self._giver is None or type(request) is not messaging_pb2.PopRequest:
+            return False
+        popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
+        if not popped:
+            return False
+        self._giver(request.group, [m.receipt_handle for m in popped])
         return True
 
     def _observer(

@@ -32,6 +32,7 @@ from proxy.admin import AdminServicer
 from proxy.clients import ClientRegistry, ClientRegistryConfig
 from proxy.health import Health, LateServices, add_ops_services
 from proxy.logs import LogConfig, configure_logging
+from proxy.memory import return_large_blocks
 from proxy.messaging import MessagingServicer
 from proxy.metrics import (
     Metrics,
@@ -52,6 +53,69 @@ refuses anything larger with RESOURCE_EXHAUSTED before the servicer sees it."""
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConnectionConfig:
+    """How long the server keeps a client connection: keepalive pings and idle limits.
+
+    Without them a connection the client never closes stays open forever (2,000 idle ones
+    were never closed: issue 20). The defaults close a connection with no call for 5 min,
+    which never touches a working client: a long poll lasts at most 30 s, RocketMQ clients
+    heartbeat every 10 s, and an idle SDK channel reconnects by itself on its next call.
+    """
+
+    max_idle_s: float = 300.0
+    """A connection with no call in progress for this long is closed (GOAWAY); 0 keeps it
+    forever (grpc.max_connection_idle_ms)."""
+    max_age_s: float = 0.0
+    """A connection is closed after this long whatever it does, so clients spread over new
+    servers; 0 (the default) never (grpc.max_connection_age_ms). Streams open then get
+    `max_age_grace_s` to finish."""
+    max_age_grace_s: float = 35.0
+    """Calls still running when a connection reaches `max_age_s` get this long before they
+    are cancelled: longer than the longest long poll, 30 s (grpc.max_connection_age_grace_ms)."""
+    keepalive_time_s: float = 60.0
+    """The server pings a connection that has been quiet this long, to find clients that
+    vanished without closing it (grpc.keepalive_time_ms; grpc's own default is 2 h)."""
+    keepalive_timeout_s: float = 20.0
+    """A ping not answered within this long closes the connection (grpc.keepalive_timeout_ms)."""
+    min_client_ping_interval_s: float = 10.0
+    """Clients may ping this often, with or without calls; more often is answered GOAWAY
+    too_many_pings. grpc's default, 5 min, refuses clients that keep their connection alive
+    with pings every 30 s or so, as official RocketMQ clients do
+    (grpc.http2.min_recv_ping_interval_without_data_ms, grpc.keepalive_permit_without_calls)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_idle_s", "max_age_s", "max_age_grace_s", "min_client_ping_interval_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"connections.{name} {getattr(self, name)} must be 0 or more")
+        for name in ("keepalive_time_s", "keepalive_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"connections.{name} {getattr(self, name)} must be positive")
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """These limits as grpc server options."""
+
+        def ms(seconds: float) -> int:
+            return round(seconds * 1000)
+
+        options = [
+            ("grpc.keepalive_time_ms", ms(self.keepalive_time_s)),
+            ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            (
+                "grpc.http2.min_recv_ping_interval_without_data_ms",
+                ms(self.min_client_ping_interval_s),
+            ),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        if self.max_idle_s:
+            options.append(("grpc.max_connection_idle_ms", ms(self.max_idle_s)))
+        if self.max_age_s:
+            options.append(("grpc.max_connection_age_ms", ms(self.max_age_s)))
+            options.append(("grpc.max_connection_age_grace_ms", ms(self.max_age_grace_s)))
+        return options
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """How the proxy listens and shuts down."""
 
@@ -63,6 +127,8 @@ class ServerConfig:
     """`popmq serve`'s event loop. uvloop (where installed: not on Windows) costs ~10% less
     server CPU per RPC than asyncio's own loop (docs/benchmarks.md); "asyncio" is the
     fallback, and what a server embedded in another program's loop runs on anyway."""
+    connections: ConnectionConfig = field(default_factory=ConnectionConfig)
+    """Keepalive pings and idle limits of client connections."""
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     """The embedded broker core."""
     clients: ClientRegistryConfig = field(default_factory=ClientRegistryConfig)
@@ -120,6 +186,7 @@ class PopMQServer:
         if self._server is not None:
             return self.port
         host, port = split_listen(self.config.listen)
+        return_large_blocks()  # freed message memory goes back to the system (issue 20)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
@@ -130,6 +197,7 @@ class PopMQServer:
                 # broker's own bounds (held polls, in-flight writes) apply instead.
                 ("grpc.server.max_pending_requests", _MAX_PENDING_RPCS),
                 ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
+                *self.config.connections.grpc_options(),
             ],
             interceptors=[RpcInterceptor(self.health, self.metrics)],
         )

@@ -4,6 +4,7 @@ Precedence: flags > environment > file > defaults. Every setting belongs to one 
 dataclass (one per concern); its TOML section is the dataclass's field name:
 
     [server]        ServerConfig: listen, shutdown_grace_s
+    [connections]   ConnectionConfig: keepalive and idle limits of client connections
     [metrics]       MetricsConfig: listen
     [log]           LogConfig: level, format
     [broker]        BrokerConfig's own settings (auto_create_topics, default_topic_queues)

@@ -13,10 +13,26 @@ answered RESOURCE_EXHAUSTED. Rejections are not counted, so a client that sends 
 reads could queue them without end: the reader stops reading while `MAX_IN_FLIGHT` answers
 wait to be written and goes on once the client reads.
 
+Flow control (issue 20): `context.write` returns once grpc took the answer, and blocks only
+when the client's HTTP/2 window is full, so a client that does not read leaves answers
+queued here. Once `MAX_UNWRITTEN_BYTES` of answers wait (queued or being written), the
+stream pauses: its restartable requests (pops, which take nothing until they return) are
+cancelled where they wait and kept as requests, and new ones are kept without starting; they
+start again, in order, once the writes have brought the waiting bytes down to half. A
+pop that was ready in the same turn anyway (many parked pops woken at once by a wave of
+messages) gives back what it took (as below) and waits with the others. So a stream keeps
+at most the bound plus one answer, however many pops it has in flight and however long the
+client does not read; only for the turn a wave of pops ran in does it hold what they took
+(the broker's pop takes before the stream can say no).
+
 Ends: the client half-closes -> the requests in flight are answered, then the stream ends
-OK. The call ends otherwise (cancelled, deadline, connection lost) -> the handler is cancelled
-and cancels its tasks. Server shutdown (`release`) -> reading stops, the requests in flight are
-answered, then the stream ends UNAVAILABLE.
+OK. The call ends otherwise (cancelled, deadline, connection lost, a write refused) -> the
+handler cancels its tasks, gives up its queued answers (a subclass gives back what they
+carried: `_abandon`) and drops every reference to them at once, so the memory comes back
+without waiting for the garbage collector. A failed write is the client going away, not a
+server error: it ends the stream without an ERROR log. Server shutdown (`release`) ->
+reading stops, the requests in flight are answered (paused ones UNAVAILABLE), then the stream
+ends UNAVAILABLE.
 
 Everything runs on the event loop; nothing blocks.
 """
@@ -27,19 +43,26 @@ import asyncio
 import contextvars
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import grpc
 
 from broker_core.errors import PopMQError
 from proxy.errors import INTERNAL_MESSAGE
+from proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 1024
 """Requests in flight (read, not yet answered) on one stream; the default held long polls per
 (group, topic) is the same number, so one consumer's PopStream is never the tighter bound."""
+
+MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
+"""Answer bytes one stream may hold unwritten before it pauses its pops (see the module doc):
+two of the largest pop answers (about 4 MiB each), so a client that reads keeps one answer
+ready while it reads the other."""
 
 Observe = Callable[[str, float, Any, str, str], None]
 """Reports one answered request: (status code name, seconds, request, peer, error message)."""
@@ -52,12 +75,33 @@ ResultT = TypeVar("ResultT")
 """What the broker's coroutine returns for one request."""
 
 
+class _Request(NamedTuple, Generic[RequestT, ResultT]):
+    """A request read and not yet answered: what `_start` needs to run it (again)."""
+
+    request_id: int
+    began: float
+    request: RequestT
+    coroutine_for: Callable[[], Coroutine[Any, Any, ResultT]]
+
+
+class _Answer(NamedTuple, Generic[RequestT, ResponseT]):
+    """An answer waiting for the writer."""
+
+    response: ResponseT
+    counted: bool
+    """It answers a counted request (not a rejection)."""
+    request: RequestT | None
+    size: int
+    """Its serialized size, counted in the stream's unwritten bytes."""
+
+
 class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     """One stream call: reads requests, runs them, writes their answers.
 
     Subclasses say what a request is (`_on_request`, which calls `_start`), how a result
-    becomes an answer (`_response`, `_fill`) and, when a stream carries several kinds of
-    request, who observes each kind (`_observer`).
+    becomes an answer (`_response`, `_fill`), which requests may be paused (`_restartable`),
+    what an answer never written gives back (`_abandon`) and, when a stream carries several
+    kinds of request, who observes each kind (`_observer`).
 
     Args:
         context: The call's servicer context.
@@ -72,6 +116,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     """The error message of a request whose task was cancelled."""
     track_ids: ClassVar[bool] = False
     """Keep request_id -> task, for streams that cancel by id or refuse a repeated id."""
+    max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES
+    """Unwritten answer bytes at which the stream pauses (an attribute, so tests can lower
+    it for one session)."""
 
     def __init__(self, context: grpc.aio.ServicerContext, observe: Observe | None = None) -> None:
         self._context = context
@@ -81,14 +128,23 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         self._task_context = contextvars.copy_context()
         # One bound method for every task's done-callback, not one per task.
         self._on_done = self._done
-        # Running task -> (request_id, start time, request); and request_id -> task when
-        # `track_ids`. A request leaves both when its task is done (its answer is then
+        # Running task -> its request; and request_id -> task (or the paused request) when
+        # `track_ids`. A request leaves both when it is answered (its answer is then
         # queued). Touched on the loop only.
-        self._running: dict[asyncio.Task[ResultT], tuple[int, float, RequestT]] = {}
-        self._by_id: dict[int, asyncio.Task[ResultT]] | None = {} if self.track_ids else None
-        # Answers waiting for the writer, in the order they became ready, each with whether
-        # it answers a counted request (not a rejection); None wakes the writer to end.
-        self._answers: asyncio.Queue[tuple[ResponseT, bool] | None] = asyncio.Queue()
+        self._running: dict[asyncio.Task[ResultT], _Request[RequestT, ResultT]] = {}
+        self._by_id: dict[int, asyncio.Task[ResultT] | _Request[RequestT, ResultT]] | None = (
+            {} if self.track_ids else None
+        )
+        # Answers waiting for the writer, in the order they became ready; None wakes the
+        # writer to end. `_unwritten` counts their bytes and those of the one being written.
+        self._answers: asyncio.Queue[_Answer[RequestT, ResponseT] | None] = asyncio.Queue()
+        self._unwritten = 0
+        self._writing: _Answer[RequestT, ResponseT] | None = None
+        # Paused requests, in the order they are to start again; tasks cancelled to pause
+        # whose done-callback has not run yet. Both only while `_paused` (or just after).
+        self._paused = False
+        self._deferred: deque[_Request[RequestT, ResultT]] = deque()
+        self._pausing: set[asyncio.Task[ResultT]] = set()
         self._unanswered = 0
         """Requests read whose answer is not written yet (what MAX_IN_FLIGHT bounds)."""
         self._room: asyncio.Future[None] | None = None
@@ -117,6 +173,21 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         """Who is told of the answer to `request` (the session's `observe` by default)."""
         return self._observe
 
+    def _restartable(self, request: RequestT) -> bool:
+        """Whether `request` may be cancelled while it waits and started again later: it
+        takes nothing until it returns (a pop). None by default."""
+        return False
+
+    def _abandon(self, response: ResponseT, request: RequestT) -> None:
+        """An answer to `request` will never be written (the call ended): give back what it
+        carried. Nothing by default."""
+
+    def _give_back(self, request: RequestT, result: ResultT) -> bool:
+        """A restartable request's result will not be answered (the stream is paused): give
+        back what it took; True when it took something (then it is started again later).
+        False by default: the result is answered."""
+        return False
+
     # -- the stream -------------------------------------------------------------------------
 
     async def serve(self) -> None:
@@ -128,10 +199,21 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 answer = await self._answers.get()
                 if answer is None:
                     break
-                response, counted = answer
-                await self._context.write(response)
-                if counted:
+                self._writing = answer
+                try:
+                    await self._context.write(answer.response)
+                except WRITE_FAILED:
+                    # The client went away (or grpc refused the answer): the call is over.
+                    self._close()
+                    await after_failed_write(self.method)
+                    return
+                self._writing = None
+                self._unwritten -= answer.size
+                if answer.counted:
                     self._unanswered -= 1
+                answer = None  # not held while the writer waits for the next one
+                if self._paused and self._unwritten <= self.max_unwritten_bytes // 2:
+                    self._resume()
                 if self._room is not None and self._answers.qsize() < MAX_IN_FLIGHT:
                     self._room.set_result(None)
                     self._room = None
@@ -156,6 +238,22 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         self._releasing = True
         if self._reader is not None:
             self._reader.cancel()
+        while self._deferred:
+            paused = self._deferred.popleft()
+            if self._by_id is not None:
+                del self._by_id[paused.request_id]
+            self._reject_paused(paused)
+
+    def _reject_paused(self, paused: _Request[RequestT, ResultT]) -> None:
+        self._reject(
+            paused.request_id,
+            "UNAVAILABLE",
+            f"popmq is shutting down: this {self.noun} waited for the client to read earlier "
+            "answers and was not started; retry on a new stream",
+            paused.request,
+            paused.began,
+            counted=True,
+        )
 
     async def _read(self) -> None:
         while not self._releasing:
@@ -183,7 +281,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         began: float,
         coroutine_for: Callable[[], Coroutine[Any, Any, ResultT]],
     ) -> None:
-        """Run one request, unless the stream is full or `coroutine_for` refuses it.
+        """Run one request, unless the stream is full or `coroutine_for` refuses it; keep it
+        for later while the stream is paused.
 
         Nothing is awaited between reading a request and creating its task, and tasks start
         in creation order: the requests of a stream start in the order read.
@@ -198,28 +297,107 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 began,
             )
             return
+        self._unanswered += 1
+        entry = _Request(request_id, began, request, coroutine_for)
+        if self._paused and self._restartable(request):
+            self._deferred.append(entry)
+            if self._by_id is not None:
+                self._by_id[request_id] = entry
+            return
+        self._launch(entry)
+
+    def _launch(self, entry: _Request[RequestT, ResultT]) -> None:
+        """Start a counted request's task (or answer it, if `coroutine_for` refuses it)."""
+        request_id, began, request, coroutine_for = entry
         try:
             coroutine = coroutine_for()
         except PopMQError as exc:
-            self._reject(request_id, exc.code, str(exc), request, began)
+            self._reject(request_id, exc.code, str(exc), request, began, counted=True)
             return
         except Exception:
             # What the unary RPC answers for a bug (proxy/errors.py `rpc`), for this one only.
             log.exception("%s %s failed unexpectedly", self.method, self.noun)
-            self._reject(request_id, "INTERNAL", INTERNAL_MESSAGE, request, began)
+            self._reject(request_id, "INTERNAL", INTERNAL_MESSAGE, request, began, counted=True)
             return
         task = self._loop.create_task(coroutine, context=self._task_context)
-        self._running[task] = (request_id, began, request)
+        self._running[task] = entry
         if self._by_id is not None:
             self._by_id[request_id] = task
-        self._unanswered += 1
         task.add_done_callback(self._on_done, context=self._task_context)
 
+    def _cancel(self, request_id: int) -> None:
+        """The client cancels a restartable request: it is answered CANCELLED (or with its
+        result, if that was ready first)."""
+        assert self._by_id is not None  # track_ids
+        found = self._by_id.get(request_id)
+        if found is None:
+            return
+        if isinstance(found, asyncio.Task):
+            if self._restartable(self._running[found].request):
+                self._pausing.discard(found)  # answered, not paused, when it ends
+                found.cancel()
+            return
+        # Paused: never started again.
+        self._deferred.remove(found)
+        del self._by_id[request_id]
+        self._reject(
+            request_id, "CANCELLED", self.cancelled_text, found.request, found.began, counted=True
+        )
+
+    def _pause(self) -> None:
+        """The client does not read its answers: stop what may take more (module doc)."""
+        self._paused = True
+        for task, entry in self._running.items():
+            if self._restartable(entry.request) and task not in self._pausing:
+                self._pausing.add(task)
+                task.cancel()
+        log.debug(
+            "%s from %s paused: %d bytes of answers unwritten",
+            self.method,
+            self._peer,
+            self._unwritten,
+        )
+
+    def _resume(self) -> None:
+        self._paused = False
+        while self._deferred and not self._paused:
+            entry = self._deferred.popleft()
+            if self._by_id is not None:
+                del self._by_id[entry.request_id]
+            self._launch(entry)
+
     def _done(self, task: asyncio.Task[ResultT]) -> None:
-        request_id, began, request = self._running.pop(task)
+        entry = self._running.pop(task)
+        request_id, began, request, _ = entry
         if self._by_id is not None:
             del self._by_id[request_id]
-        if self._closed:
+        if task in self._pausing:
+            self._pausing.discard(task)
+            if task.cancelled():
+                if self._releasing and not self._closed:
+                    self._reject_paused(entry)  # nothing starts again at shutdown
+                elif not self._closed:
+                    self._deferred.append(entry)  # paused where it waited: it took nothing
+                    if self._by_id is not None:
+                        self._by_id[request_id] = entry
+                return
+        if self._closed and task.cancelled():
+            return  # nobody reads its answer, and it took nothing
+        if (
+            self._paused
+            and not self._closed
+            and not self._releasing
+            and not task.cancelled()
+            and task.exception() is None
+            and self._restartable(request)
+            and self._give_back(request, task.result())
+        ):
+            # Ready in the same turn as the answers that paused the stream (a wave of woken
+            # pops): what it took is given back, before it becomes an answer, and it waits
+            # with the others, so the stream stays near its bound however many were woken.
+            self._deferred.append(entry)
+            if self._by_id is not None:
+                self._by_id[request_id] = entry
             return
         response = self._response(request_id)
         if task.cancelled():
@@ -238,13 +416,22 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             log.error("%s %s failed unexpectedly", self.method, self.noun, exc_info=exc)
             response.error.code = "INTERNAL"
             response.error.message = INTERNAL_MESSAGE
-        self._answers.put_nowait((response, True))
+        if self._closed:
+            self._abandon(response, request)  # ready after the call ended
+            return
+        self._queue(_Answer(response, True, request, response.ByteSize()))
         observe = self._observer(request)
         if observe is not None:
             error = response.error
             observe(
                 error.code or "OK", time.perf_counter() - began, request, self._peer, error.message
             )
+
+    def _queue(self, answer: _Answer[RequestT, ResponseT]) -> None:
+        self._answers.put_nowait(answer)
+        self._unwritten += answer.size
+        if not self._paused and self._unwritten >= self.max_unwritten_bytes:
+            self._pause()
 
     def _reject(
         self,
@@ -253,20 +440,38 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         message: str,
         request: RequestT | None = None,
         began: float = 0.0,
+        *,
+        counted: bool = False,
     ) -> None:
         response = self._response(request_id)
         response.error.code = code
         response.error.message = message
-        self._answers.put_nowait((response, False))
+        self._queue(_Answer(response, counted, None, response.ByteSize()))
         if request is not None and (observe := self._observer(request)) is not None:
             observe(code, time.perf_counter() - began, request, self._peer, message)
 
     def _close(self) -> None:
-        """The call is over: cancel what still runs (their answers would go nowhere)."""
+        """The call is over: cancel what still runs (their answers would go nowhere), give
+        back what the unwritten answers carried and let go of them now."""
+        if self._closed:
+            return
         self._closed = True
         if self._reader is not None:
             self._reader.cancel()
         if self._room is not None and not self._room.done():
             self._room.cancel()
-        for task in list(self._running):
+        self._room = None
+        for task in self._running:
             task.cancel()
+        self._pausing.clear()
+        self._deferred.clear()
+        unwritten = [] if self._writing is None else [self._writing]
+        self._writing = None
+        while not self._answers.empty():
+            answer = self._answers.get_nowait()
+            if answer is not None:
+                unwritten.append(answer)
+        self._unwritten = 0
+        for answer in unwritten:
+            if answer.request is not None:
+                self._abandon(answer.response, answer.request)

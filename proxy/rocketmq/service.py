@@ -35,6 +35,7 @@ from proxy.rocketmq.assignments import ConsumerAssignments
 from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from proxy.rocketmq.config import RocketMQConfig
 from proxy.rocketmq.inflight import Inflight
+from proxy.rocketmq.receive import Receiver
 from proxy.rocketmq.sessions import ClientSession, Sessions
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.inflight = Inflight(broker, self.config, self.sessions)
         # Releases started by failed stream writes; held so they are not garbage-collected.
         self._background: set[asyncio.Task[int]] = set()
+        self.receiver = Receiver(self._receive, self.inflight, address, self._release_later)
 
     @classmethod
     async def serve_on(
@@ -549,46 +551,14 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(
         self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        """Stream: a status, then the messages, then the delivery timestamp."""
+        """Stream: a status, then the messages, then the delivery timestamp (receive.py)."""
         client_id = self.touch(context)
         try:
             self.check_namespace(context)
-            popped, group, auto_renew = await self._receive(request, context, client_id)
         except PopMQError as exc:
             await context.write(sv.ReceiveMessageResponse(status=codes.status_of(exc, codes.TOPIC)))
             return
-        except Exception:
-            log.exception("ReceiveMessage failed unexpectedly")
-            await context.write(sv.ReceiveMessageResponse(status=_internal()))
-            return
-        now = _now_ms()
-        for message in popped:
-            self.inflight.track(client_id, group, message, auto_renew)
-        try:
-            if not popped:
-                await context.write(
-                    sv.ReceiveMessageResponse(
-                        status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
-                    )
-                )
-            else:
-                await context.write(sv.ReceiveMessageResponse(status=codes.ok()))
-                host = self._address()
-                for message in popped:
-                    await context.write(
-                        sv.ReceiveMessageResponse(
-                            message=convert.popped_message(message, now, host)
-                        )
-                    )
-            await context.write(
-                sv.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(_now_ms()))
-            )
-        except BaseException:
-            # The client is gone or the stream broke, and a client drops a receive that
-            # failed midway: these are made visible again soon instead of after their
-            # invisible time (RocketMQ nacks them with 1 s too).
-            self._release_later(group, popped)
-            raise
+        await self.receiver.receive(request, context, client_id)
 
     def _release_later(self, group: str, popped: list[PoppedMessage]) -> None:
         if not popped:
