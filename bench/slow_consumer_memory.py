@@ -40,6 +40,7 @@ from google.protobuf import duration_pb2
 from apache.rocketmq.v2 import definition_pb2 as rmq
 from apache.rocketmq.v2 import service_pb2 as rmq_service
 from apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
+from broker_core import validation
 from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ async def fill(endpoint: str, messages: int, body_kib: int) -> None:
         await admin.CreateTopic(admin_pb2.CreateTopicRequest(name=_TOPIC, queues=8))
         stub = _MESSAGING(channel)
         body = os.urandom(body_kib * 1024)
-        per_request = max(1, (8 * _MIB) // len(body))
+        per_request = max(1, validation.MAX_SEND_BODY_BYTES // len(body))
         left = messages
         while left:
             n = min(per_request, left)
