@@ -15,8 +15,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from broker_core.config import BrokerConfig
-from sdk import Admin, Message, Producer, SimpleConsumer
+from popmq import Admin, Message, Producer, SimpleConsumer
+from popmq.broker_core.config import BrokerConfig
 from tests.integration.server import ServerThread
 
 

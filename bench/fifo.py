@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk import AsyncProducer, AsyncSimpleConsumer, Message
+from popmq import AsyncProducer, AsyncSimpleConsumer, Message
 from tests.integration.server import ServerThread
 
 GROUPS = 1_000

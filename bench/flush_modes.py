@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from broker_core.config import BrokerConfig, StoreConfig
-from sdk import Admin, AsyncProducer
+from popmq import Admin, AsyncProducer
+from popmq.broker_core.config import BrokerConfig, StoreConfig
 from tests.integration.server import ServerThread
 
 

@@ -47,7 +47,7 @@ async def _held_run(mode: str, held: int, per_stream: int, *, trace: bool) -> di
     import grpc
     from google.protobuf.duration_pb2 import Duration
 
-    from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+    from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
     # The generated stubs are untyped.
     stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -143,8 +143,8 @@ async def _harness(data_dir: str, trace: bool) -> None:
     """The server under measurement, answering commands on stdin with JSON lines."""
     if trace:
         tracemalloc.start()
-    from broker_core.config import BrokerConfig, StoreConfig
-    from proxy.server import PopMQServer, ServerConfig
+    from popmq.broker_core.config import BrokerConfig, StoreConfig
+    from popmq.proxy.server import PopMQServer, ServerConfig
 
     store = StoreConfig(data_dir=Path(data_dir), flush="async")
     server = PopMQServer(ServerConfig(listen="127.0.0.1:0", broker=BrokerConfig(store=store)))

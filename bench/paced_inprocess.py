@@ -27,9 +27,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal
 
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.types import NewMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.types import NewMessage
 
 
 async def _paced(

@@ -34,9 +34,9 @@ import rocksdict
 
 from bench.load import Meter, Worker, measure_rate
 from bench.peers.servers import ServerProcess, read_port_line
-from popmq.store.v1 import records_pb2
-from sdk import Message
-from sdk.producer import build_send_request
+from popmq import Message
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.sdk.producer import build_send_request
 
 __all__ = ["EchoServer", "echo_rate", "rocksdb_rate", "stream_echo_sender"]
 

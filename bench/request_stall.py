@@ -37,16 +37,16 @@ from typing import Any
 
 import grpc
 
-from apache.rocketmq.v2 import definition_pb2 as v2
-from apache.rocketmq.v2 import service_pb2 as v2s
-from broker_core import validation
-from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as v2
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2s
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import validation
 
 _REPO = Path(__file__).resolve().parents[1]
 _PING_EVERY_S = 0.005
 _V2_META = (("x-mq-client-id", "stall-bench"), ("x-mq-language", "PYTHON"))
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
-_SERVE = (sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0")
+_SERVE = (sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0")
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from bench.results import percentile
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.types import NewMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.types import NewMessage
 
 _TICK_S = 0.002
 _TOPIC = "storm"

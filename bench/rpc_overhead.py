@@ -7,7 +7,7 @@ can be compared with the commit before it (``git archive HEAD~1 | tar -x -C /tmp
 then ``--root /tmp/before``). Each run starts a fresh server on a temp data dir; the result is
 the median of the runs.
 
-- cpu: ``popmq serve`` (``python -m cli.main serve``, flush async, log level warning) in a
+- cpu: ``popmq serve`` (``python -m popmq.cli.main serve``, flush async, log level warning) in a
   subprocess; this process keeps ``--concurrency`` callers busy over one channel. Server CPU
   is utime + stime of the server process (all its threads) from ``/proc/PID/stat`` across
   ``--calls`` calls, after a warm-up, for AdminService/ListTopics and for
@@ -50,7 +50,7 @@ _GROUP_SIZE = 1000
 
 
 def _stubs() -> tuple[Any, Any]:
-    from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
+    from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 
     # The generated stubs are untyped.
     admin: Any = admin_pb2_grpc.AdminServiceStub
@@ -60,7 +60,7 @@ def _stubs() -> tuple[Any, Any]:
 
 def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "gen")])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "src"), str(root / "gen")])
     return env
 
 
@@ -72,7 +72,7 @@ def _cpu_seconds(pid: int) -> float:
 def _serve(root: Path, data_dir: str) -> tuple[subprocess.Popen[str], str]:
     """`popmq serve` of `root` on a free port; returns the process and its endpoint."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "popmq.cli.main", "serve", "--listen", "127.0.0.1:0",
          "--data-dir", data_dir, "--flush", "async", "--log-level", "warning"],
         cwd=root, env=_env(root), stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -93,7 +93,7 @@ async def _cpu_run(root: Path, calls: int, concurrency: int) -> dict[str, float]
     import grpc
     from google.protobuf.duration_pb2 import Duration
 
-    from popmq.v1 import admin_pb2, messaging_pb2
+    from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 
     admin_stub, messaging_stub = _stubs()
 
@@ -140,7 +140,7 @@ async def _held_run(root: Path, held: int) -> dict[str, float]:
     import grpc
     from google.protobuf.duration_pb2 import Duration
 
-    from popmq.v1 import admin_pb2, messaging_pb2
+    from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 
     admin_stub, messaging_stub = _stubs()
 
@@ -225,8 +225,8 @@ async def _held_run(root: Path, held: int) -> dict[str, float]:
 async def _harness(data_dir: str) -> None:
     """The server under measurement, answering commands on stdin with JSON lines."""
     tracemalloc.start()
-    from broker_core.config import BrokerConfig, StoreConfig
-    from proxy.server import PopMQServer, ServerConfig
+    from popmq.broker_core.config import BrokerConfig, StoreConfig
+    from popmq.proxy.server import PopMQServer, ServerConfig
 
     store = StoreConfig(data_dir=Path(data_dir), flush="async")
     server = PopMQServer(ServerConfig(listen="127.0.0.1:0", broker=BrokerConfig(store=store)))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk import Admin, Producer
+from popmq import Admin, Producer
 from tests.integration.server import ServerThread
 
 MODES = ("send", "send_async", "send_oneway")

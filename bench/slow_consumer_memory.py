@@ -37,11 +37,11 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2
 
-from apache.rocketmq.v2 import definition_pb2 as rmq
-from apache.rocketmq.v2 import service_pb2 as rmq_service
-from apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
-from broker_core import validation
-from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as rmq
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as rmq_service
+from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import validation
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _LISTENING = re.compile(rb"listening on (\S+:\d+)")
@@ -97,7 +97,7 @@ class Server:
 @contextlib.asynccontextmanager
 async def serve(data_dir: Path, *settings: str) -> AsyncIterator[Server]:
     """Start `popmq serve` on 127.0.0.1:0 (with `--set` settings); SIGTERM it at the end."""
-    args = [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0"]
+    args = [sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0"]
     args += ["--data-dir", str(data_dir), "--flush", "async", "--log-level", "warning"]
     for setting in settings:
         args += ["--set", setting]

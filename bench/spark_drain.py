@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk import Admin, Message, Producer, SimpleConsumer
+from popmq import Admin, Message, Producer, SimpleConsumer
 from tests.integration.server import ServerThread
 
 TOPIC = "drain"
@@ -64,7 +64,7 @@ def _spark_drain(endpoint: str, per_partition: int, checkpoint: Path) -> DrainRe
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import spark_connector
+    import popmq.spark
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -77,7 +77,7 @@ def _spark_drain(endpoint: str, per_partition: int, checkpoint: Path) -> DrainRe
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(spark)
+    popmq.spark.register(spark)
     started = time.perf_counter()
     query = (
         spark.readStream.format("popmq")

@@ -26,7 +26,7 @@ from typing import Any
 
 import rocksdict
 
-from broker_core.store import Store
+from popmq.broker_core.store import Store
 
 _BODY_BYTES = 1024
 _PER_BATCH = 4

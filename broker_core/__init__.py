@@ -1,14 +1,14 @@
 """Storage and POP semantics on RocksDB; knows nothing of gRPC."""
 
-from broker_core.broker import Broker
-from broker_core.config import (
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import (
     BrokerConfig,
     GroupDefaults,
     LongPollingConfig,
     PopConfig,
     StoreConfig,
 )
-from broker_core.errors import (
+from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,
@@ -23,7 +23,7 @@ from broker_core.errors import (
     StoreFullError,
     UnavailableError,
 )
-from broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
+from popmq.broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
 
 __all__ = [
     "AlreadyExistsError",

@@ -30,9 +30,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker_core import data_dir, keys, message_index, validation
-from broker_core.budget import ResponseBudget
-from broker_core.catalog import (
+from popmq._gen.popmq.store.v1 import group_settings_pb2, records_pb2
+from popmq.broker_core import data_dir, keys, message_index, validation
+from popmq.broker_core.budget import ResponseBudget
+from popmq.broker_core.catalog import (
     KIND_DLQ,
     KIND_NORMAL,
     KIND_RETRY,
@@ -45,9 +46,9 @@ from broker_core.catalog import (
     dlq_topic_name,
     retry_topic_name,
 )
-from broker_core.config import BrokerConfig
-from broker_core.consume_queue import ConsumeQueue
-from broker_core.errors import (
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -60,17 +61,17 @@ from broker_core.errors import (
     StoreFullError,
     UnavailableError,
 )
-from broker_core.filters import RecordFilter, parse_filter
-from broker_core.log_limit import RepeatedWarning
-from broker_core.long_polling import LongPolling
-from broker_core.message_id import MessageIdGenerator
-from broker_core.pop.checkpoint import Checkpoint
-from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
-from broker_core.queue_lock import QueueLocks
-from broker_core.stats import BrokerStats
-from broker_core.store import Batch, Store
-from broker_core.timer import RecallCodec, RecallHandle
-from broker_core.types import (
+from popmq.broker_core.filters import RecordFilter, parse_filter
+from popmq.broker_core.log_limit import RepeatedWarning
+from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.message_id import MessageIdGenerator
+from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.queue_lock import QueueLocks
+from popmq.broker_core.stats import BrokerStats
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.timer import RecallCodec, RecallHandle
+from popmq.broker_core.types import (
     ConsumerOffset,
     ExponentialBackoff,
     GroupSettings,
@@ -90,9 +91,8 @@ from broker_core.types import (
     Subscription,
     TopicBacklog,
 )
-from broker_core.wakeup import Wakeup
-from broker_core.writer import GroupCommitWriter, QueueOffsets
-from popmq.store.v1 import group_settings_pb2, records_pb2
+from popmq.broker_core.wakeup import Wakeup
+from popmq.broker_core.writer import GroupCommitWriter, QueueOffsets
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

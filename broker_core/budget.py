@@ -8,7 +8,7 @@ first message always fits, because a body is at most validation.MAX_BODY_BYTES.
 
 from __future__ import annotations
 
-from broker_core.validation import MAX_RESPONSE_BYTES, MESSAGE_OVERHEAD_BYTES
+from popmq.broker_core.validation import MAX_RESPONSE_BYTES, MESSAGE_OVERHEAD_BYTES
 
 
 class ResponseBudget:

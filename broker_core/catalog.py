@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker_core import keys
-from broker_core.store import Batch, Store
-from broker_core.validation import DLQ_PREFIX, RETRY_PREFIX
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import keys
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.validation import DLQ_PREFIX, RETRY_PREFIX
 
 KIND_NORMAL = 1
 KIND_DLQ = 2

@@ -12,7 +12,7 @@ import bisect
 from collections import deque
 from collections.abc import Iterator
 
-from broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.checkpoint import Checkpoint
 
 
 class ConsumeQueue:

@@ -18,7 +18,7 @@ import os
 import secrets
 from pathlib import Path
 
-from broker_core.errors import DataDirError
+from popmq.broker_core.errors import DataDirError
 
 log = logging.getLogger(__name__)
 

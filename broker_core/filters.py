@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker_core.errors import InvalidArgumentError
-from broker_core.sql_filter import SqlFilter, parse_sql_filter
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.sql_filter import SqlFilter, parse_sql_filter
 
 FILTER_TYPES = ("tag", "sql")
 

@@ -29,8 +29,8 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable
 
-from broker_core.config import LongPollingConfig
-from broker_core.errors import ResourceExhaustedError
+from popmq.broker_core.config import LongPollingConfig
+from popmq.broker_core.errors import ResourceExhaustedError
 
 ALL_QUEUES = -1
 """Key of the set of waiters that pop every queue of the topic."""

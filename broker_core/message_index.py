@@ -22,9 +22,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from broker_core import keys
-from broker_core.store import Batch, Store
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import keys
+from popmq.broker_core.store import Batch, Store
 
 _SWEEP_CHUNK = 4096
 """Entries deleted per sweep write (a marker's entries are never split)."""

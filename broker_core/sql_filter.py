@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias, assert_never
 
-from broker_core.errors import InvalidArgumentError
+from popmq.broker_core.errors import InvalidArgumentError
 
 MAX_EXPRESSION_LENGTH = 4096
 """Longest accepted expression, in characters (bounds parse time and error messages)."""

@@ -28,8 +28,8 @@ from typing import Any
 
 import rocksdict
 
-from broker_core import data_dir
-from broker_core.errors import PopMQError, StoreFullError, UnavailableError
+from popmq.broker_core import data_dir
+from popmq.broker_core.errors import PopMQError, StoreFullError, UnavailableError
 
 log = logging.getLogger(__name__)
 

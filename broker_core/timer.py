@@ -13,7 +13,7 @@ import hmac
 import struct
 from dataclasses import dataclass
 
-from broker_core.errors import InvalidArgumentError
+from popmq.broker_core.errors import InvalidArgumentError
 
 _VERSION = 1
 _BODY = struct.Struct(">BIQQ")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from broker_core.errors import InvalidArgumentError
+from popmq.broker_core.errors import InvalidArgumentError
 
 NAME_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]+$")
 MAX_NAME_LENGTH = 127

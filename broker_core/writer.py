@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core import keys
-from broker_core.errors import PopMQError, UnavailableError
-from broker_core.log_limit import RepeatedWarning
-from broker_core.store import Batch, Store
+from popmq.broker_core import keys
+from popmq.broker_core.errors import PopMQError, UnavailableError
+from popmq.broker_core.log_limit import RepeatedWarning
+from popmq.broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
 

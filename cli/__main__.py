@@ -1,7 +1,7 @@
-"""Run the CLI as ``python -m cli``."""
+"""Run the CLI as ``python -m popmq.cli``."""
 
 import sys
 
-from cli.main import main
+from popmq.cli.main import main
 
 sys.exit(main())

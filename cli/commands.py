@@ -1,7 +1,7 @@
 """The CLI's command handlers: each takes the parsed arguments and returns an exit code.
 
 Client commands talk to a server through the SDK; `serve` runs one. SDK errors propagate to
-`cli.main`, which turns them into exit codes.
+`popmq.cli.main`, which turns them into exit codes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cli import render
-from sdk import (
+from popmq import (
     Admin,
     Message,
     Producer,
@@ -24,6 +23,7 @@ from sdk import (
     Sql,
     Subscription,
 )
+from popmq.cli import render
 
 EXIT_OK = 0
 
@@ -38,8 +38,8 @@ _REDRIVE_CHUNK = 1000
 
 def serve(args: argparse.Namespace) -> int:
     # Imported here so client commands work without the server's dependencies (RocksDB).
-    from proxy import settings  # type: ignore[import-not-found, unused-ignore]
-    from proxy.server import run_server  # type: ignore[import-not-found, unused-ignore]
+    from popmq.proxy import settings  # type: ignore[import-not-found, unused-ignore]
+    from popmq.proxy.server import run_server  # type: ignore[import-not-found, unused-ignore]
 
     flags: dict[str, Any] = {}
     for name, value in (
@@ -396,7 +396,7 @@ def _print_received(
 # staying invisible until --invisible passes; the ones that did get out are acked. Output
 # that reached a pipe but that the reader then dropped unread cannot be told apart from
 # output it read: that is the reader's choice, as with any at-least-once consumer that
-# acks after processing. cli.main then exits quietly (see EXIT_BROKEN_PIPE).
+# acks after processing. popmq.cli.main then exits quietly (see EXIT_BROKEN_PIPE).
 
 
 def _give_back(

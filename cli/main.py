@@ -4,7 +4,7 @@ Exit codes: 0 success, 1 server or connection error, 2 usage error (bad argument
 configuration), 3 not found, 4 a rejected request (invalid argument, failed precondition,
 already exists), 130 interrupted, 141 stdout went away (a closed pipe, as in ``| head``:
 quietly, as a command killed by SIGPIPE; ``receive --ack`` acks only what got out and
-gives the rest back, see cli.commands).
+gives the rest back, see popmq.cli.commands).
 
 Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081) and
 ``--json`` (one JSON document on stdout instead of tables and lines).
@@ -19,9 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from cli import commands
-from cli.render import format_group, format_message, format_receipt, format_topic
-from sdk import (
+from popmq import (
     AlreadyExistsError,
     ExponentialBackoff,
     FailedPreconditionError,
@@ -29,7 +27,9 @@ from sdk import (
     NotFoundError,
     PopMQError,
 )
-from sdk._channel import check_endpoint
+from popmq.cli import commands
+from popmq.cli.render import format_group, format_message, format_receipt, format_topic
+from popmq.sdk._channel import check_endpoint
 
 __all__ = [
     "build_parser",

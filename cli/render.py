@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sdk import (
+from popmq import (
     Group,
     LagReport,
     ReceivedMessage,

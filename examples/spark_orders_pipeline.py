@@ -34,8 +34,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import spark_connector
-from sdk import Admin, AlreadyExistsError, Message, Producer
+import popmq.spark
+from popmq import Admin, AlreadyExistsError, Message, Producer
 
 GROUP = "orders-pipeline"
 ORDER_SCHEMA = "order_id long, customer string, amount double, ts timestamp"
@@ -143,8 +143,8 @@ def report(spark: SparkSession, output: Path) -> list[tuple[datetime, int, float
 @contextmanager
 def embedded_server(data_dir: Path) -> Iterator[str]:
     """A popmq server on 127.0.0.1 (a free port) in a background thread."""
-    from broker_core.config import BrokerConfig, StoreConfig
-    from proxy.server import PopMQServer, ServerConfig
+    from popmq.broker_core.config import BrokerConfig, StoreConfig
+    from popmq.proxy.server import PopMQServer, ServerConfig
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="popmq-example-server", daemon=True)
@@ -179,7 +179,7 @@ def spark_session() -> SparkSession:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
+    popmq.spark.register(session)
     return session
 
 

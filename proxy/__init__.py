@@ -1,5 +1,5 @@
 """The grpc.aio proxy: popmq.v1 services over the embedded broker core."""
 
-from proxy.server import PopMQServer, ServerConfig, run_server
+from popmq.proxy.server import PopMQServer, ServerConfig, run_server
 
 __all__ = ["PopMQServer", "ServerConfig", "run_server"]

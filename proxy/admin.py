@@ -2,7 +2,7 @@
 
 Each RPC checks the request's shape here (enums, required fields, oneof-like pairs) and
 leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
-embedded API get the same answers. Errors become gRPC statuses once, in `proxy.errors.rpc`.
+embedded API get the same answers. Errors become gRPC statuses once, in `popmq.proxy.errors.rpc`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from importlib import metadata
 
 import grpc
 
-from broker_core import validation
-from broker_core.broker import Broker
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import ExponentialBackoff, GroupSettings
-from popmq.v1 import admin_pb2, admin_pb2_grpc
-from proxy import convert
-from proxy.errors import rpc
-from proxy.metrics import disk_usage
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
+from popmq.broker_core import validation
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import ExponentialBackoff, GroupSettings
+from popmq.proxy import convert
+from popmq.proxy.errors import rpc
+from popmq.proxy.metrics import disk_usage
 
 _SERVER_VERSION: str
 try:

@@ -35,9 +35,13 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker_core import validation
-from broker_core.errors import FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError
-from proxy.allocation import (
+from popmq.broker_core import validation
+from popmq.broker_core.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    ResourceExhaustedError,
+)
+from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
     MessageQueue,
     Strategy,

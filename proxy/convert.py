@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
-from broker_core.config import DELAY_LEVELS_S
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import (
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
+from popmq.broker_core.config import DELAY_LEVELS_S
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import (
     ConsumerOffset,
     ExponentialBackoff,
     GroupSettings,
@@ -25,8 +27,6 @@ from broker_core.types import (
     SendResult,
     Subscription,
 )
-from popmq.store.v1 import records_pb2
-from popmq.v1 import admin_pb2, messaging_pb2
 
 
 def timestamp(ms: int) -> timestamp_pb2.Timestamp:

@@ -4,7 +4,7 @@ protoc strips SourceCodeInfo (the comments and their positions) from the descrip
 embeds in the _pb2 modules, so reflection built on those gives grpcurl `describe` no
 documentation. tools/gen_protos.py therefore also writes `popmq/descriptors.binpb`, a
 FileDescriptorSet of the served protos (popmq.v1, apache.rocketmq.v2) with source info,
-checked in next to the generated modules, as package data of `popmq`.
+checked in next to the generated modules, as package data of `popmq._gen.popmq`.
 
 Reflection takes only the SourceCodeInfo from the set and adds it to the descriptor the
 server loaded. The rest of the set's copy is not served: protoc writes an explicit
@@ -25,7 +25,7 @@ from types import MappingProxyType
 from google.protobuf import descriptor_pb2
 
 DESCRIPTOR_SET = "descriptors.binpb"
-"""The set's file name inside the `popmq` package (gen/popmq/)."""
+"""The set's file name inside `popmq._gen.popmq` (gen/popmq/)."""
 
 _WELL_KNOWN = "google/protobuf/"
 """Imports in the set that keep the protobuf runtime's descriptors, as every other file."""
@@ -46,5 +46,5 @@ def source_code_info() -> Mapping[str, descriptor_pb2.SourceCodeInfo]:
 
 def descriptor_set() -> descriptor_pb2.FileDescriptorSet:
     """The whole set as protoc wrote it, parsed afresh on each call."""
-    data = (resources.files("popmq") / DESCRIPTOR_SET).read_bytes()
+    data = (resources.files("popmq._gen.popmq") / DESCRIPTOR_SET).read_bytes()
     return descriptor_pb2.FileDescriptorSet.FromString(data)

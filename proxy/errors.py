@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from broker_core import validation
-from broker_core.errors import InvalidArgumentError, PopMQError
+from popmq.broker_core import validation
+from popmq.broker_core.errors import InvalidArgumentError, PopMQError
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from proxy.descriptors import source_code_info
+from popmq._gen import _pool
+from popmq.proxy.descriptors import source_code_info
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE = reflection.SERVICE_NAME
@@ -125,7 +126,8 @@ class _Reflection(reflection.aio.ReflectionServicer):
     """Server reflection: services read at call time, proto files with their comments.
 
     The service list is read per call because services are registered late. Files are still
-    looked up in the descriptor pool, so reflection answers exactly what the server has
+    looked up in the descriptor pools (the default one, then popmq's private one
+    with apache.rocketmq.v2), so reflection answers exactly what the server has
     loaded; the project's own files (and what they import) are sent with their comments
     added. Everything else (health, reflection, well-known types) is the base class's answer.
     """
@@ -140,7 +142,7 @@ class _Reflection(reflection.aio.ReflectionServicer):
     def _file_by_filename(
         self, request: reflection_pb2.ServerReflectionRequest, filename: str
     ) -> reflection_pb2.ServerReflectionResponse:
-        file = _find(self._pool.FindFileByName, filename)
+        file = _find(filename, self._pool.FindFileByName, _pool.POOL.FindFileByName)
         if file is not None and file.name in self._comments:
             return self._documented_response(request, file)
         return super()._file_by_filename(request, filename)
@@ -148,7 +150,11 @@ class _Reflection(reflection.aio.ReflectionServicer):
     def _file_containing_symbol(
         self, request: reflection_pb2.ServerReflectionRequest, fully_qualified_name: str
     ) -> reflection_pb2.ServerReflectionResponse:
-        file = _find(self._pool.FindFileContainingSymbol, fully_qualified_name)
+        file = _find(
+            fully_qualified_name,
+            self._pool.FindFileContainingSymbol,
+            _pool.POOL.FindFileContainingSymbol,
+        )
         if file is not None and file.name in self._comments:
             return self._documented_response(request, file)
         return super()._file_containing_symbol(request, fully_qualified_name)
@@ -211,12 +217,14 @@ async def _one(
 
 
 def _find(
-    lookup: Callable[[str], descriptor.FileDescriptor], name: str
+    name: str, *lookups: Callable[[str], descriptor.FileDescriptor]
 ) -> descriptor.FileDescriptor | None:
-    try:
-        return lookup(name)
-    except KeyError:  # the base class answers NOT_FOUND
-        return None
+    for lookup in lookups:
+        try:
+            return lookup(name)
+        except KeyError:
+            continue
+    return None  # the base class answers NOT_FOUND
 
 
 def add_ops_services(server: grpc.aio.Server, health: Health, late: LateServices) -> None:

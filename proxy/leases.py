@@ -27,16 +27,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from broker_core import validation
-from broker_core.broker import Broker
-from broker_core.errors import (
+from popmq.broker_core import validation
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
     ResourceExhaustedError,
 )
-from broker_core.types import PoppedMessage
+from popmq.broker_core.types import PoppedMessage
 
 log = logging.getLogger(__name__)
 

@@ -7,17 +7,17 @@ from typing import Any, TypedDict
 
 import grpc
 
-from broker_core import validation
-from broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import PoppedMessage, SendResult
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from proxy import convert
-from proxy.allocation import Strategy
-from proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
-from proxy.errors import rpc
-from proxy.leases import LeaseOutcome, LeaseTable
-from proxy.pop_stream import (
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import validation
+from popmq.broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import PoppedMessage, SendResult
+from popmq.proxy import convert
+from popmq.proxy.allocation import Strategy
+from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
+from popmq.proxy.errors import rpc
+from popmq.proxy.leases import LeaseOutcome, LeaseTable
+from popmq.proxy.pop_stream import (
     AckedPop,
     AckOutcomes,
     GiveBack,
@@ -26,8 +26,8 @@ from proxy.pop_stream import (
     fill_ack,
     fill_pop,
 )
-from proxy.send_stream import SendStreamSession, send_response
-from proxy.stream_session import Observe
+from popmq.proxy.send_stream import SendStreamSession, send_response
+from popmq.proxy.stream_session import Observe
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""

@@ -11,7 +11,7 @@ every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
 continuation per interceptor, and whatever the interceptor builds for a call (a closure, a
 method handler) lives as long as the call, which for a held long poll is up to 30 s, times
 thousands of polls. So the readiness gate (while the store is not open; what it refuses and
-how is `proxy.health.refusal`) is a flag check in the same interceptor, and each method's
+how is `popmq.proxy.health.refusal`) is a flag check in the same interceptor, and each method's
 observed handler is built once, on its first call, and reused. It lives here, beside the
 histogram it feeds and the log line it writes, rather than in a module of its own: the
 readiness part is one flag check and one call into proxy/health.py.
@@ -39,16 +39,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker_core import validation
-from broker_core.broker import Broker
-from broker_core.errors import PopMQError
-from proxy.errors import (
+from popmq.broker_core import validation
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import PopMQError
+from popmq.proxy.errors import (
     Undecodable,
     UndecodableRequestError,
     checked_deserializer,
     request_limit,
 )
-from proxy.health import Health, refusal
+from popmq.proxy.health import Health, refusal
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("popmq.rpc")
@@ -308,7 +308,7 @@ that many names) is wrapped per call, as correct and only slower."""
 class RpcInterceptor(grpc.aio.ServerInterceptor):
     """The server's one interceptor: the readiness gate, then RPC timing and the log line.
 
-    Until `health.ready`, calls that `proxy.health.refusal` refuses get its UNAVAILABLE
+    Until `health.ready`, calls that `popmq.proxy.health.refusal` refuses get its UNAVAILABLE
     answer (neither timed nor logged). Every unary-unary RPC is timed by method and status
     code and logged; streaming RPCs are not timed (PopStream and SendStream report each
     request to a StreamObserver instead). Log levels: admin RPCs and failed RPCs at info

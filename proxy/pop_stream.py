@@ -39,12 +39,12 @@ from typing import Any, NamedTuple, cast
 import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from broker_core.broker import Broker
-from broker_core.errors import PopMQError
-from broker_core.types import PoppedMessage
-from popmq.v1 import messaging_pb2
-from proxy import convert
-from proxy.stream_session import MAX_IN_FLIGHT, MAX_UNWRITTEN_BYTES, Observe, StreamSession
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.types import PoppedMessage
+from popmq.proxy import convert
+from popmq.proxy.stream_session import MAX_IN_FLIGHT, MAX_UNWRITTEN_BYTES, Observe, StreamSession
 
 log = logging.getLogger(__name__)
 

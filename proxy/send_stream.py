@@ -28,10 +28,10 @@ from typing import Any
 
 import grpc
 
-from broker_core.types import SendResult
-from popmq.v1 import messaging_pb2
-from proxy import convert
-from proxy.stream_session import MAX_IN_FLIGHT, Observe, StreamSession
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core.types import SendResult
+from popmq.proxy import convert
+from popmq.proxy.stream_session import MAX_IN_FLIGHT, Observe, StreamSession
 
 __all__ = ["MAX_IN_FLIGHT", "Observe", "SendStreamSession", "StartSend", "send_response"]
 

@@ -22,26 +22,26 @@ from typing import Any, Literal
 
 import grpc
 
-from broker_core import validation
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig
-from broker_core.data_dir import PRIVATE_UMASK
-from broker_core.errors import DataDirError, InvalidArgumentError
-from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
-from proxy.admin import AdminServicer
-from proxy.clients import ClientRegistry, ClientRegistryConfig
-from proxy.health import Health, LateServices, add_ops_services
-from proxy.logs import LogConfig, configure_logging
-from proxy.memory import return_large_blocks
-from proxy.messaging import MessagingServicer
-from proxy.metrics import (
+from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
+from popmq.broker_core import validation
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.data_dir import PRIVATE_UMASK
+from popmq.broker_core.errors import DataDirError, InvalidArgumentError
+from popmq.proxy.admin import AdminServicer
+from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
+from popmq.proxy.health import Health, LateServices, add_ops_services
+from popmq.proxy.logs import LogConfig, configure_logging
+from popmq.proxy.memory import return_large_blocks
+from popmq.proxy.messaging import MessagingServicer
+from popmq.proxy.metrics import (
     Metrics,
     MetricsConfig,
     MetricsEndpoint,
     RpcInterceptor,
     StreamObserver,
 )
-from proxy.rocketmq import RocketMQService
+from popmq.proxy.rocketmq import RocketMQService
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class PopMQServer:
 
     async def start(self) -> int:
         """Listen, open the store, register the services and turn SERVING; returns the port."""
-        from proxy.settings import items  # proxy.settings imports this module
+        from popmq.proxy.settings import items  # popmq.proxy.settings imports this module
 
         await self.listen()
         try:

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from broker_core.errors import InvalidArgumentError
-from proxy.server import ServerConfig
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.proxy.server import ServerConfig
 
 ENV_PREFIX = "POPMQ_"
 NOT_SETTINGS = frozenset({"POPMQ_CONFIG", "POPMQ_ENDPOINT"})

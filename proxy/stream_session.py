@@ -49,9 +49,9 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import grpc
 
-from broker_core.errors import PopMQError
-from proxy.errors import INTERNAL_MESSAGE
-from proxy.write_errors import WRITE_FAILED, after_failed_write
+from popmq.broker_core.errors import PopMQError
+from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
 

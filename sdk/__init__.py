@@ -5,10 +5,10 @@ The ``Async*`` clients do the work on asyncio; ``Admin``, ``Producer`` and
 thread per process.
 """
 
-from sdk._retry import RetryPolicy
-from sdk.admin import Admin, AsyncAdmin
-from sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
-from sdk.errors import (
+from popmq.sdk._retry import RetryPolicy
+from popmq.sdk.admin import Admin, AsyncAdmin
+from popmq.sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
+from popmq.sdk.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -19,11 +19,22 @@ from sdk.errors import (
     ServerError,
     UnavailableError,
 )
-from sdk.leases import LeasePage, LeaseResult
-from sdk.producer import AsyncProducer, Producer
-from sdk.pull import AsyncPullConsumer, ConsumerOffset, PullConsumer, PulledMessage, PullResult
-from sdk.push_consumer import AsyncPushConsumer, ConsumeResult, PushConsumer, PushConsumerStats
-from sdk.types import (
+from popmq.sdk.leases import LeasePage, LeaseResult
+from popmq.sdk.producer import AsyncProducer, Producer
+from popmq.sdk.pull import (
+    AsyncPullConsumer,
+    ConsumerOffset,
+    PullConsumer,
+    PulledMessage,
+    PullResult,
+)
+from popmq.sdk.push_consumer import (
+    AsyncPushConsumer,
+    ConsumeResult,
+    PushConsumer,
+    PushConsumerStats,
+)
+from popmq.sdk.types import (
     ExponentialBackoff,
     Group,
     LagReport,

@@ -18,8 +18,8 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message as ProtoMessage
 
-from popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
-from sdk.errors import InvalidArgumentError, error_from_rpc_error
+from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
+from popmq.sdk.errors import InvalidArgumentError, error_from_rpc_error
 
 __all__ = [
     "CHANNEL_OPTIONS",

@@ -34,10 +34,15 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from popmq.v1 import messaging_pb2
-from sdk._validation import MAX_BATCH_BODY_BYTES, MAX_BATCH_REQUEST_BYTES
-from sdk.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, PopMQError
-from sdk.types import SendReceipt
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._validation import MAX_BATCH_BODY_BYTES, MAX_BATCH_REQUEST_BYTES
+from popmq.sdk.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PopMQError,
+)
+from popmq.sdk.types import SendReceipt
 
 __all__ = ["SendCoalescer"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from google.protobuf import duration_pb2
 
-from popmq.v1 import messaging_pb2
-from sdk._channel import DEFAULT_TIMEOUT_S, Connection, unary
-from sdk._stream_call import MAX_IN_FLIGHT, MultiplexedStream
-from sdk.errors import PopMQError
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, Connection, unary
+from popmq.sdk._stream_call import MAX_IN_FLIGHT, MultiplexedStream
+from popmq.sdk.errors import PopMQError
 
 __all__ = ["MAX_IN_FLIGHT", "PopStream"]
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from sdk.errors import PopMQError
+from popmq.sdk.errors import PopMQError
 
 __all__ = ["Backoff", "ExponentialBackoff", "RetryPolicy"]
 

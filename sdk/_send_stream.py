@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from popmq.v1 import messaging_pb2
-from sdk._stream_call import MAX_IN_FLIGHT, MultiplexedStream
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._stream_call import MAX_IN_FLIGHT, MultiplexedStream
 
 __all__ = ["MAX_IN_FLIGHT", "SendStream"]
 

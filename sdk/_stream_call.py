@@ -27,8 +27,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 import grpc
 import grpc.aio
 
-from sdk._channel import Connection
-from sdk.errors import DeadlineExceededError, error_from_code_name, error_from_status
+from popmq.sdk._channel import Connection
+from popmq.sdk.errors import DeadlineExceededError, error_from_code_name, error_from_status
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from sdk import _loop
-from sdk._channel import AsyncClient
+from popmq.sdk import _loop
+from popmq.sdk._channel import AsyncClient
 
 __all__ = ["SyncClient"]
 

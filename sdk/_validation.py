@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sdk.errors import InvalidArgumentError
+from popmq.sdk.errors import InvalidArgumentError
 
 __all__ = [
     "DELAY_LEVELS_S",

@@ -9,11 +9,11 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
-from popmq.v1 import admin_pb2, messaging_pb2
-from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
-from sdk._sync import SyncClient
-from sdk.errors import InvalidArgumentError
-from sdk.types import (
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._sync import SyncClient
+from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.types import (
     ExponentialBackoff,
     Group,
     LagReport,

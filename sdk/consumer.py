@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from popmq.v1 import messaging_pb2
-from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
-from sdk._pop_stream import PopStream
-from sdk._sync import SyncClient
-from sdk.errors import PopMQError, error_from_code_name
-from sdk.leases import LeasePage, LeaseResult
-from sdk.types import ReceivedMessage, Sql, datetime_from_timestamp, duration_from_seconds
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._pop_stream import PopStream
+from popmq.sdk._sync import SyncClient
+from popmq.sdk.errors import PopMQError, error_from_code_name
+from popmq.sdk.leases import LeasePage, LeaseResult
+from popmq.sdk.types import ReceivedMessage, Sql, datetime_from_timestamp, duration_from_seconds
 
 __all__ = [
     "DEFAULT_INVISIBLE_DURATION_S",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from popmq.v1 import messaging_pb2
-from sdk.types import ReceivedMessage, datetime_from_timestamp
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk.types import ReceivedMessage, datetime_from_timestamp
 
 __all__ = ["LeasePage", "LeaseResult"]
 

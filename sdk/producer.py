@@ -2,16 +2,16 @@
 
 Before anything goes on the wire, a send is built once (``build_send_request``):
 
-1. every argument is checked with the server's rules and messages (``sdk._validation``);
-2. each message without an id gets one (``sdk._message_id``), so a retried request carries
+1. every argument is checked with the server's rules and messages (``popmq.sdk._validation``);
+2. each message without an id gets one (``popmq.sdk._message_id``), so a retried request carries
    the same ids and the server's dedup window drops a copy that was stored after all;
-3. bodies over 4 KiB are zlib-compressed when that shrinks them (``sdk._compression``);
+3. bodies over 4 KiB are zlib-compressed when that shrinks them (``popmq.sdk._compression``);
 4. the bodies of a batch, as sent, must fit in 4 MiB.
 
 Single-message sends made while one is on the wire wait and go out together as the next
-request (``sdk._coalesce``), each with its own receipt or error, so a busy producer spends
+request (``popmq.sdk._coalesce``), each with its own receipt or error, so a busy producer spends
 one request per round trip instead of one per message. Requests go over one ``SendStream``
-call per producer (``sdk._send_stream``), which costs the server and the client less CPU
+call per producer (``popmq.sdk._send_stream``), which costs the server and the client less CPU
 than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` call. Sends
 that fail with a retriable error (a broken stream's among them) are retried
 (``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. The sync ``Producer``
@@ -33,16 +33,16 @@ from collections.abc import Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from popmq.v1 import messaging_pb2
-from sdk import _loop
-from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
-from sdk._coalesce import SendCoalescer
-from sdk._compression import encode_body
-from sdk._message_id import new_message_ids
-from sdk._retry import RetryPolicy
-from sdk._send_stream import SendStream
-from sdk._sync import SyncClient
-from sdk._validation import (
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk import _loop
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._coalesce import SendCoalescer
+from popmq.sdk._compression import encode_body
+from popmq.sdk._message_id import new_message_ids
+from popmq.sdk._retry import RetryPolicy
+from popmq.sdk._send_stream import SendStream
+from popmq.sdk._sync import SyncClient
+from popmq.sdk._validation import (
     check_batch_size,
     check_message,
     check_message_extras,
@@ -50,8 +50,8 @@ from sdk._validation import (
     check_request_size,
     check_schedule,
 )
-from sdk.errors import InvalidArgumentError, PopMQError, ServerError
-from sdk.types import Message, SendReceipt
+from popmq.sdk.errors import InvalidArgumentError, PopMQError, ServerError
+from popmq.sdk.types import Message, SendReceipt
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -166,10 +166,10 @@ class AsyncProducer(AsyncClient):
         retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
         max_in_flight: Unfinished ``send_oneway`` calls; one more waits for a slot.
         coalesce: Single-message sends made while one is on the wire wait and share the
-            next request (see ``sdk._coalesce``); each still gets its own receipt or
+            next request (see ``popmq.sdk._coalesce``); each still gets its own receipt or
             error. False sends every message in its own request.
         multiplex: Send over one ``SendStream`` call, opened on the first send and again
-            after it broke (see ``sdk._send_stream``). False makes each request its own
+            after it broke (see ``popmq.sdk._send_stream``). False makes each request its own
             unary ``SendMessages`` call (for example behind a proxy that does not carry
             bidirectional streams).
     """

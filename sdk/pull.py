@@ -14,12 +14,12 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from popmq.v1 import admin_pb2, messaging_pb2
-from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
-from sdk._compression import decode_body
-from sdk._sync import SyncClient
-from sdk.errors import InvalidArgumentError
-from sdk.types import QueueStats, datetime_from_timestamp
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._compression import decode_body
+from popmq.sdk._sync import SyncClient
+from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.types import QueueStats, datetime_from_timestamp
 
 __all__ = [
     "AsyncPullConsumer",

@@ -70,12 +70,17 @@ from typing import Any, Literal, Self
 
 from google.protobuf import timestamp_pb2
 
-from popmq.v1 import messaging_pb2
-from sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
-from sdk._sync import SyncClient
-from sdk.consumer import AsyncSimpleConsumer
-from sdk.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, PopMQError
-from sdk.types import ReceivedMessage, Sql, duration_from_seconds, seconds_from_duration
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._sync import SyncClient
+from popmq.sdk.consumer import AsyncSimpleConsumer
+from popmq.sdk.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PopMQError,
+)
+from popmq.sdk.types import ReceivedMessage, Sql, duration_from_seconds, seconds_from_duration
 
 __all__ = [
     "DEFAULT_MAX_CACHED_BYTES",

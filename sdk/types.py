@@ -16,10 +16,10 @@ from types import MappingProxyType
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from popmq.v1 import admin_pb2, messaging_pb2
-from sdk._compression import BodyDecodeError, decode_body
-from sdk._validation import check_schedule
-from sdk.errors import InvalidArgumentError
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.sdk._compression import BodyDecodeError, decode_body
+from popmq.sdk._validation import check_schedule
+from popmq.sdk.errors import InvalidArgumentError
 
 __all__ = [
     "ExponentialBackoff",

@@ -2,7 +2,7 @@
 
 Register it with a session, then use the short name::
 
-    from spark_connector import PopMQDataSource
+    from popmq.spark import PopMQDataSource
     spark.dataSource.register(PopMQDataSource)
     df = spark.read.format("popmq").option("endpoint", "127.0.0.1:8081") \\
         .option("topic", "orders").load()
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark_connector.errors import (
+from popmq.spark.errors import (
     DataLossError,
     OffsetFormatError,
     OptionError,
     PopMQConnectorError,
 )
-from spark_connector.source import PopMQDataSource
+from popmq.spark.source import PopMQDataSource
 
 __all__ = [
     "DataLossError",

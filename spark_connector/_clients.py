@@ -12,7 +12,7 @@ import atexit
 import threading
 from typing import Any, TypeVar
 
-from sdk import Admin, Producer, PullConsumer, SimpleConsumer, Sql
+from popmq import Admin, Producer, PullConsumer, SimpleConsumer, Sql
 
 __all__ = ["admin", "producer", "pull_consumer", "simple_consumer"]
 

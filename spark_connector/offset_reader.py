@@ -28,12 +28,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sdk import PopMQError
-from spark_connector import _clients
-from spark_connector.errors import DataLossError, OptionError
-from spark_connector.offsets import QueueOffsets, parse_offsets_option, split_by_backlog
-from spark_connector.options import ReadOptions
-from spark_connector.schema import to_record_batch
+from popmq import PopMQError
+from popmq.spark import _clients
+from popmq.spark.errors import DataLossError, OptionError
+from popmq.spark.offsets import QueueOffsets, parse_offsets_option, split_by_backlog
+from popmq.spark.options import ReadOptions
+from popmq.spark.schema import to_record_batch
 
 __all__ = ["OffsetRange", "PopMQBatchReader", "PopMQOffsetStreamReader", "read_range"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_connector.errors import OffsetFormatError, OptionError
+from popmq.spark.errors import OffsetFormatError, OptionError
 
 __all__ = [
     "EARLIEST",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from spark_connector.errors import OptionError
+from popmq.spark.errors import OptionError
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_duration_s"]
 

@@ -35,11 +35,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sdk import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
-from spark_connector import _clients
-from spark_connector.offsets import PopOffset, lease_token
-from spark_connector.options import ReadOptions
-from spark_connector.schema import to_record_batch
+from popmq import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
+from popmq.spark import _clients
+from popmq.spark.offsets import PopOffset, lease_token
+from popmq.spark.options import ReadOptions
+from popmq.spark.schema import to_record_batch
 
 __all__ = ["LeasePartition", "PopMQPopStreamReader", "read_lease"]
 

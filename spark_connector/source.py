@@ -11,12 +11,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_connector.errors import OptionError
-from spark_connector.offset_reader import PopMQBatchReader, PopMQOffsetStreamReader
-from spark_connector.options import ReadOptions, WriteOptions
-from spark_connector.pop_reader import PopMQPopStreamReader
-from spark_connector.schema import READ_SCHEMA
-from spark_connector.writer import PopMQBatchWriter, PopMQStreamWriter, WriteColumns
+from popmq.spark.errors import OptionError
+from popmq.spark.offset_reader import PopMQBatchReader, PopMQOffsetStreamReader
+from popmq.spark.options import ReadOptions, WriteOptions
+from popmq.spark.pop_reader import PopMQPopStreamReader
+from popmq.spark.schema import READ_SCHEMA
+from popmq.spark.writer import PopMQBatchWriter, PopMQStreamWriter, WriteColumns
 
 __all__ = ["PopMQDataSource"]
 

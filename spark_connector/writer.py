@@ -34,10 +34,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sdk import Message
-from spark_connector import _clients
-from spark_connector.errors import OptionError
-from spark_connector.options import WriteOptions
+from popmq import Message
+from popmq.spark import _clients
+from popmq.spark.errors import OptionError
+from popmq.spark.options import WriteOptions
 
 __all__ = ["PopMQBatchWriter", "PopMQCommitMessage", "PopMQStreamWriter", "WriteColumns"]
 

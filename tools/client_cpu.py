@@ -50,13 +50,13 @@ BODY = bytes(range(256)) * 4  # 1 KiB, not compressible enough to matter (under 
 
 def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "gen")])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "src"), str(root / "gen")])
     return env
 
 
 def _serve(root: Path, data_dir: str) -> tuple[subprocess.Popen[str], str]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "popmq.cli.main", "serve", "--listen", "127.0.0.1:0",
          "--data-dir", data_dir, "--flush", "sync", "--log-level", "warning"],
         cwd=root, env=_env(root), stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -104,7 +104,7 @@ async def _measure(
 
 
 async def _client(case: str, endpoint: str, warmup_s: float, seconds: float) -> dict[str, float]:
-    from sdk import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message
+    from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message
 
     topic = f"cpu-{uuid.uuid4().hex[:12]}"
     async with AsyncAdmin(endpoint) as admin:

@@ -1,5 +1,16 @@
 """Generate the Python code for protos/ into gen/ (or another directory).
 
+gen/ is installed as the private package `popmq._gen` (src/popmq/_gen is a link to it):
+`gen/popmq/v1/admin_pb2.py` is `popmq._gen.popmq.v1.admin_pb2`. protoc writes the imports
+between generated modules as imports of top-level packages (popmq, apache); they are
+rewritten to point at that private place, so installing popmq adds no `apache` package and no module
+outside `popmq`.
+
+The apache.rocketmq.v2 files are loaded into a private descriptor pool (`popmq._gen._pool`),
+not protobuf's default one: the official RocketMQ client registers its own, different copy of
+the same files there, and two different files defining `apache.rocketmq.v2.*` cannot share
+one pool (`TypeError: duplicate symbol`). The popmq.v1 and store files keep the default pool.
+
 Besides the modules it writes popmq/descriptors.binpb: a FileDescriptorSet of the protos the
 server serves, their imports included, WITH source info. The _pb2 modules carry no comments,
 so server reflection (proxy/descriptors.py) reads them from this set and grpcurl `describe`
@@ -14,6 +25,7 @@ Usage: python tools/gen_protos.py [OUT_DIR]
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -22,10 +34,56 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
+PACKAGE = "popmq._gen"
+"""The import name of the output directory."""
 SERVED = ("apache/rocketmq/v2", "popmq/v1")
 """Proto directories served over gRPC; popmq/store/v1 is the on-disk format, never served."""
+PRIVATE_POOL = ("apache/rocketmq/v2",)
+"""Proto directories loaded into popmq._gen._pool.POOL instead of the default pool."""
 DESCRIPTOR_SET = Path("popmq") / "descriptors.binpb"
 """Where the served protos' descriptor set goes, relative to the output directory."""
+
+_POOL_MODULE = '''\
+"""The private descriptor pool of popmq's copy of apache.rocketmq.v2 (tools/gen_protos.py).
+
+The official RocketMQ client registers its own copy of apache/rocketmq/v2/*.proto in
+protobuf's default pool; ours differs from it, so both in one pool is a duplicate-symbol
+error. The generated apache modules add their files here; the well-known types they import
+are copied from the default pool first. Messages of this pool take well-known-type values
+of this pool: build them with `well_known(...)`, or assign datetime / timedelta values.
+"""
+
+from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+POOL = descriptor_pool.DescriptorPool()
+
+
+def add_serialized_file(serialized: bytes) -> descriptor.FileDescriptor:
+    """Add a generated file to POOL, after the default pool's copy of what it imports."""
+    for name in descriptor_pb2.FileDescriptorProto.FromString(serialized).dependency:
+        _ensure(name)
+    return POOL.AddSerializedFile(serialized)
+
+
+def well_known(full_name: str) -> type[Message]:
+    """POOL's class of a well-known type, e.g. well_known("google.protobuf.Timestamp")."""
+    return message_factory.GetMessageClass(POOL.FindMessageTypeByName(full_name))
+
+
+def _ensure(name: str) -> None:
+    try:
+        POOL.FindFileByName(name)
+    except KeyError:
+        file = descriptor_pool.Default().FindFileByName(name)
+        for dependency in file.dependencies:
+            _ensure(dependency.name)
+        POOL.AddSerializedFile(file.serialized_pb)
+'''
+
+_GENERATED_IMPORT = re.compile(
+    r"(?<![\w.])(popmq\.v1|popmq\.store\.v1|apache\.rocketmq\.v2)(?=\.\w+_pb2(?:_grpc)?\b| import )"
+)
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -50,7 +108,29 @@ def generate(out_dir: Path) -> list[Path]:
         while package_dir != out_dir:
             (package_dir / "__init__.py").touch()
             package_dir = package_dir.parent
-    return sorted(p for p in out_dir.rglob("*") if p.is_file())
+    (out_dir / "__init__.py").write_text('"""Generated protobuf code (tools/gen_protos.py)."""\n')
+    (out_dir / "_pool.py").write_text(_POOL_MODULE)
+    for path in sorted(out_dir.rglob("*_pb2*.py*")):
+        private = path.parent.relative_to(out_dir).as_posix().startswith(PRIVATE_POOL)
+        path.write_text(_privatize(path.read_text(), private_pool=private))
+    return sorted(p for p in out_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _privatize(code: str, *, private_pool: bool) -> str:
+    """Point imports and module names at PACKAGE; load the file into the private pool."""
+    lines = []
+    for line in code.splitlines(keepends=True):
+        if "AddSerializedFile(" in line:  # the serialized descriptor: proto names, not modules
+            if private_pool:
+                line = line.replace(
+                    "_descriptor_pool.Default().AddSerializedFile(", "_pool.add_serialized_file("
+                )
+        else:
+            line = _GENERATED_IMPORT.sub(rf"{PACKAGE}.\1", line)
+            if private_pool and line.startswith("_sym_db = "):
+                line = f"from {PACKAGE} import _pool\n" + line
+        lines.append(line)
+    return "".join(lines)
 
 
 def _protoc(*args: str) -> None:

@@ -24,16 +24,16 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
+sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "gen")]
 
-from sdk import AsyncAdmin, AsyncProducer  # noqa: E402
+from popmq import AsyncAdmin, AsyncProducer  # noqa: E402
 
 BODY = bytes(range(256)) * 4
 
 
 def _serve(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0", "--data-dir",
+        [sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir",
          data_dir, "--flush", "sync", "--log-level", "warning"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.types import NewMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.types import NewMessage
 
 __all__ = ["Backlog", "prefill_store"]
 

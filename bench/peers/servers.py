@@ -225,7 +225,7 @@ def _popmq_command() -> list[str]:
     script = Path(sys.executable).with_name("popmq")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from popmq.cli.main import main; sys.exit(main())"]
 
 
 class PopmqServer(ServerProcess):

@@ -30,7 +30,7 @@ from nats.js import api as js_api
 from nats.js.errors import BadRequestError
 from redis.exceptions import ResponseError
 
-from sdk import AlreadyExistsError, AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message
+from popmq import AlreadyExistsError, AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message
 
 __all__ = [
     "INVISIBLE_S",

@@ -21,7 +21,7 @@ from bench.peers.targets import prefill
 from bench.results import ScenarioResult, format_number, markdown_table
 from bench.scenarios._common import body_of, format_ratio, with_notes
 from bench.scenarios.pop_ack import consume_rate
-from sdk import AsyncAdmin
+from popmq import AsyncAdmin
 
 __all__ = ["BacklogSettings", "main", "render", "run", "settings"]
 

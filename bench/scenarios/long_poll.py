@@ -27,7 +27,7 @@ from bench.peers.systems import launch
 from bench.peers.targets import INVISIBLE_S
 from bench.results import ScenarioResult, format_number, markdown_table, percentile
 from bench.scenarios._common import body_of, with_notes
-from sdk import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError
+from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError
 
 __all__ = ["LongPollSettings", "main", "render", "run", "settings"]
 

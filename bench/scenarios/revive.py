@@ -21,7 +21,7 @@ from bench.peers.popmq_store import Backlog, prefill_store
 from bench.peers.systems import launch
 from bench.results import ScenarioResult, format_number, markdown_table, percentile
 from bench.scenarios._common import body_of, with_notes
-from sdk import AsyncAdmin, AsyncSimpleConsumer
+from popmq import AsyncAdmin, AsyncSimpleConsumer
 
 __all__ = ["ReviveSettings", "main", "render", "run", "settings"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
 
 if TYPE_CHECKING:
-    from broker_core.consume_queue import ConsumeQueue
+    from popmq.broker_core.consume_queue import ConsumeQueue
 
 
 def _bits_to_bytes(bits: int, count: int) -> bytes:

@@ -15,7 +15,7 @@ import hmac
 import struct
 from typing import NamedTuple
 
-from broker_core.errors import InvalidReceiptHandleError
+from popmq.broker_core.errors import InvalidReceiptHandleError
 
 _VERSION = 2
 _BODY = struct.Struct(">BIIIQQHQ")

@@ -4,7 +4,7 @@ Official RocketMQ 5 clients (Java, Go, Python, ...) connect to the same port as 
 and see the same topics, groups and messages. docs/compatibility.md lists what works.
 """
 
-from proxy.rocketmq.config import RocketMQConfig
-from proxy.rocketmq.service import RocketMQService
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.service import RocketMQService
 
 __all__ = ["RocketMQConfig", "RocketMQService"]

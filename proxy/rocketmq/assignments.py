@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from proxy.clients import ClientRegistry, ConsumeMode, Registration
-from proxy.rocketmq.codes import Code, ProtocolError
+from popmq.proxy.clients import ClientRegistry, ConsumeMode, Registration
+from popmq.proxy.rocketmq.codes import Code, ProtocolError
 
 __all__ = ["ConsumerAssignments"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from broker_core.errors import (
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,

@@ -10,20 +10,27 @@ import hashlib
 import re
 import zlib
 from dataclasses import dataclass
+from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from broker_core import validation
-from broker_core.catalog import KIND_DLQ, TopicInfo
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import NewMessage, PoppedMessage
-from popmq.store.v1 import records_pb2
-from proxy.convert import set_time
-from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
-from proxy.rocketmq.config import RocketMQConfig
+from popmq._gen import _pool
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import validation
+from popmq.broker_core.catalog import KIND_DLQ, TopicInfo
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.proxy.convert import set_time
+from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from popmq.proxy.rocketmq.config import RocketMQConfig
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# apache.rocketmq.v2 lives in popmq's private descriptor pool (popmq._gen._pool), so
+# its messages take that pool's Timestamp and Duration, not google.protobuf's.
+_TIMESTAMP = cast("type[timestamp_pb2.Timestamp]", _pool.well_known("google.protobuf.Timestamp"))
+_DURATION = cast("type[duration_pb2.Duration]", _pool.well_known("google.protobuf.Duration"))
 
 # The v2 message types a popmq topic of each message type accepts.
 _ACCEPTS: dict[str, tuple[pb.MessageType, ...]] = {
@@ -42,7 +49,7 @@ _ZLIB_LEVEL = 5
 
 
 def timestamp(ms: int) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    return _TIMESTAMP(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
 def timestamp_ms(value: timestamp_pb2.Timestamp) -> int:
@@ -51,7 +58,7 @@ def timestamp_ms(value: timestamp_pb2.Timestamp) -> int:
 
 def duration(seconds: float) -> duration_pb2.Duration:
     whole = int(seconds)
-    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+    return _DURATION(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
 def seconds(field: str, value: duration_pb2.Duration, code: pb.Code = Code.BAD_REQUEST) -> float:
@@ -431,7 +438,7 @@ def v2_message(
 ) -> pb.Message:
     """A stored message as ReceiveMessage (with a handle) or PullMessage streams it."""
     body = delivered_body(record.body, record.body_encoding, record.message_id)
-    # Set in place, and empty fields not at all: see proxy.convert._copy_record.
+    # Set in place, and empty fields not at all: see popmq.proxy.convert._copy_record.
     props = pb.SystemProperties(
         message_id=record.message_id,
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),

@@ -28,11 +28,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.broker import Broker
-from broker_core.errors import PopMQError
-from broker_core.types import PoppedMessage
-from proxy.rocketmq.config import RocketMQConfig
-from proxy.rocketmq.sessions import Sessions
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.types import PoppedMessage
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.sessions import Sessions
 
 log = logging.getLogger(__name__)
 

@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from apache.rocketmq.v2 import service_pb2 as sv
-from broker_core.errors import PopMQError
-from broker_core.types import PoppedMessage
-from proxy.errors import INTERNAL_MESSAGE
-from proxy.rocketmq import codes, convert
-from proxy.rocketmq.codes import Code
-from proxy.rocketmq.inflight import Inflight
-from proxy.write_errors import WRITE_FAILED, after_failed_write
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.types import PoppedMessage
+from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.rocketmq import codes, convert
+from popmq.proxy.rocketmq.codes import Code
+from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
 

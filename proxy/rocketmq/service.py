@@ -19,24 +19,24 @@ from typing import Any, TypeVar
 
 import grpc
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from apache.rocketmq.v2 import service_pb2 as sv
-from apache.rocketmq.v2 import service_pb2_grpc
-from broker_core.broker import PULL_MAX_MESSAGES, Broker
-from broker_core.catalog import GroupInfo, TopicInfo
-from broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
-from broker_core.filters import parse_filter
-from broker_core.sql_filter import MAX_EXPRESSION_LENGTH
-from broker_core.types import PoppedMessage, QueueStats
-from proxy.clients import ClientRegistry
-from proxy.errors import INTERNAL_MESSAGE
-from proxy.rocketmq import codes, convert, settings
-from proxy.rocketmq.assignments import ConsumerAssignments
-from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
-from proxy.rocketmq.config import RocketMQConfig
-from proxy.rocketmq.inflight import Inflight
-from proxy.rocketmq.receive import Receiver
-from proxy.rocketmq.sessions import ClientSession, Sessions
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
+from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
+from popmq.broker_core.catalog import GroupInfo, TopicInfo
+from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
+from popmq.broker_core.filters import parse_filter
+from popmq.broker_core.sql_filter import MAX_EXPRESSION_LENGTH
+from popmq.broker_core.types import PoppedMessage, QueueStats
+from popmq.proxy.clients import ClientRegistry
+from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.rocketmq import codes, convert, settings
+from popmq.proxy.rocketmq.assignments import ConsumerAssignments
+from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.rocketmq.receive import Receiver
+from popmq.proxy.rocketmq.sessions import ClientSession, Sessions
 
 log = logging.getLogger(__name__)
 

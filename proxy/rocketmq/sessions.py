@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 
 
 @dataclass(slots=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from broker_core import validation
-from proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
-from proxy.rocketmq.config import RocketMQConfig
-from proxy.rocketmq.convert import duration
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq.broker_core import validation
+from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.convert import duration
 
 CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
 

@@ -1,7 +1,7 @@
 """Total-queue checker: no acknowledged send is lost across kill -9 of the server.
 
 Modelled on Jepsen's total-queue workload (RabbitMQ suite) and RocketMQ OpenChaos's
-QueueChecker. The real server runs as a subprocess (``python -m cli serve``) on a fixed data
+QueueChecker. The real server runs as a subprocess (``python -m popmq.cli serve``) on a fixed data
 dir. While producers send unique ids and consumers pop and ack them, a nemesis SIGKILLs the
 server at random moments and restarts it on the same data dir (a new port each time; the
 clients re-read the endpoint). At the end everything is drained and the history checked:
@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from sdk import (
+from popmq import (
     AsyncAdmin,
     AsyncProducer,
     AsyncSimpleConsumer,
@@ -57,7 +57,7 @@ from sdk import (
     ReceivedMessage,
     SendReceipt,
 )
-from sdk._channel import AsyncClient
+from popmq.sdk._channel import AsyncClient
 from tests.chaos.server_process import (
     KILLED,
     EndpointHolder,

@@ -1,6 +1,6 @@
 """Disk full: what works while the store's disk is full, and how it comes back by itself.
 
-The real server (``python -m cli serve``, see server_process.py) runs on a small tmpfs
+The real server (``python -m popmq.cli serve``, see server_process.py) runs on a small tmpfs
 (64 MiB by default; mounting needs root). Filler files (1 MiB each, like another program's
 data) take part of the disk, then:
 
@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sdk import (
+from popmq import (
     AsyncAdmin,
     AsyncProducer,
     AsyncSimpleConsumer,

@@ -138,7 +138,7 @@ class ServerProcess:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "cli",
+                "popmq.cli",
                 "serve",
                 "--listen",
                 "127.0.0.1:0",

@@ -1,7 +1,8 @@
 """Fixtures of the RocketMQ 5 compatibility tests: a real server and the official client.
 
-The official client runs in a subprocess (rmq_runner.py): it registers the apache.rocketmq.v2
-schema in protobuf's default pool, where this process keeps popmq's generated copy.
+The official client runs in a subprocess (rmq_runner.py): it keeps its threads, logs and exit
+codes out of pytest. The two apache.rocketmq.v2 copies could share a process: popmq keeps its
+own in a private descriptor pool (tests/unit/test_packaging.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from broker_core.config import BrokerConfig
+from popmq.broker_core.config import BrokerConfig
 from tests.integration.server import ServerThread
 
 RUNNER = Path(__file__).with_name("rmq_runner.py")

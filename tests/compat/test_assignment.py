@@ -16,12 +16,12 @@ from typing import Any
 
 import grpc
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from apache.rocketmq.v2 import service_pb2 as sv
-from apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
-from broker_core.types import GroupSettings
-from proxy.clients import ClientRegistry, ConsumeMode
-from sdk import Producer
+from popmq import Producer
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
+from popmq.broker_core.types import GroupSettings
+from popmq.proxy.clients import ClientRegistry, ConsumeMode
 from tests.compat.conftest import OfficialClient, wait_until
 from tests.compat.test_protocol import (
     message,

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.types import NewMessage, PoppedMessage
-from proxy.rocketmq.config import RocketMQConfig
-from proxy.rocketmq.inflight import Inflight
-from proxy.rocketmq.sessions import Sessions
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.rocketmq.sessions import Sessions
 
 FAST = RocketMQConfig(
     auto_renew_invisible_s=1.5, renew_ahead_s=1.0, renew_steps_s=(2.0,), client_idle_s=60

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sdk import Producer, ReceivedMessage, SimpleConsumer
+from popmq import Producer, ReceivedMessage, SimpleConsumer
 from tests.compat.conftest import OfficialClient
 from tests.integration.server import ServerThread
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker_core.types import NewMessage
+from popmq.broker_core.types import NewMessage
 from tests.integration.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]

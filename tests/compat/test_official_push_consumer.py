@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from broker_core.types import GroupSettings
-from sdk import Producer, SimpleConsumer
+from popmq import Producer, SimpleConsumer
+from popmq.broker_core.types import GroupSettings
 from tests.compat.conftest import OfficialClient, wait_until
 from tests.compat.test_official_clients import drain
 from tests.integration.server import ServerThread

@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from apache.rocketmq.v2 import service_pb2 as sv
-from apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
-from broker_core.config import BrokerConfig, LongPollingConfig
-from broker_core.types import GroupSettings
-from sdk import Producer, SimpleConsumer
+from popmq import Producer, SimpleConsumer
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
+from popmq.broker_core.config import BrokerConfig, LongPollingConfig
+from popmq.broker_core.types import GroupSettings
 from tests.integration.server import ServerThread
 
 T = TypeVar("T")

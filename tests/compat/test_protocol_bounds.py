@@ -16,10 +16,10 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from apache.rocketmq.v2 import service_pb2 as sv
-from apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from tests.compat.test_protocol import (
     message,
     messages_of,

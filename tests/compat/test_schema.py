@@ -22,7 +22,9 @@ def test_generated_schema_matches_the_official_clients_descriptors() -> None:
     official = _schema(
         "rocketmq.grpc_protocol.definition_pb2", "rocketmq.grpc_protocol.service_pb2"
     )
-    ours = _schema("apache.rocketmq.v2.definition_pb2", "apache.rocketmq.v2.service_pb2")
+    ours = _schema(
+        "popmq._gen.apache.rocketmq.v2.definition_pb2", "popmq._gen.apache.rocketmq.v2.service_pb2"
+    )
     assert "service apache.rocketmq.v2.MessagingService" in ours
     assert len(official) > 60  # 60+ messages and enums: a real dump, not an empty one
     missing = sorted(set(official) - set(ours))

@@ -10,8 +10,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker_core.config import BrokerConfig, StoreConfig
-from proxy.server import PopMQServer, ServerConfig
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.proxy.server import PopMQServer, ServerConfig
 
 T = TypeVar("T")
 

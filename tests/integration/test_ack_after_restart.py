@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, FailedPreconditionError
+from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, FailedPreconditionError
 from tests.chaos.server_process import ServerProcess
 
 _BUFFER_S = 10.0

@@ -17,8 +17,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from sdk import (
+from popmq import (
     Admin,
     AsyncSimpleConsumer,
     NotFoundError,
@@ -27,6 +26,7 @@ from sdk import (
     ReceivedMessage,
     SimpleConsumer,
 )
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from tests.integration.server import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -162,9 +162,9 @@ def test_without_a_callback_a_failed_ack_is_logged_as_a_warning(
     with SimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
         got = consumer.receive(max_messages=1, wait_s=0)
         forged = dataclasses.replace(got[0], receipt_handle="garbage")
-        with caplog.at_level(logging.WARNING, logger="sdk.consumer"):
+        with caplog.at_level(logging.WARNING, logger="popmq.sdk.consumer"):
             assert consumer.receive(wait_s=0, ack=forged) == []
-    warnings = [r.getMessage() for r in caplog.records if r.name == "sdk.consumer"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "popmq.sdk.consumer"]
     assert len(warnings) == 1
     assert got[0].message_id in warnings[0] and "INVALID_ARGUMENT" in warnings[0]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
-from sdk import Admin, SimpleConsumer
+from popmq import Admin, SimpleConsumer
+from popmq.cli.main import main
 
 
 class Cli:
@@ -141,7 +141,7 @@ def test_dlq_redrive_moves_everything_back_with_a_summary(endpoint: str, popmq: 
 
 def _process(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli", *args, "--endpoint", endpoint],
+        [sys.executable, "-m", "popmq.cli", *args, "--endpoint", endpoint],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sdk import (
+from popmq import (
     Admin,
     AlreadyExistsError,
     ExponentialBackoff,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sdk import (
+from popmq import (
     Admin,
     InvalidArgumentError,
     Message,

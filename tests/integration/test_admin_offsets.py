@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdk import (
+from popmq import (
     Admin,
     FailedPreconditionError,
     InvalidArgumentError,

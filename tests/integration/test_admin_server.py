@@ -9,11 +9,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import DataDirError
-from popmq.v1 import admin_pb2, admin_pb2_grpc
-from proxy.server import PopMQServer, ServerConfig
-from sdk import Admin, Message, Producer
+from popmq import Admin, Message, Producer
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.errors import DataDirError
+from popmq.proxy.server import PopMQServer, ServerConfig
 from tests.integration.server import ServerThread
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

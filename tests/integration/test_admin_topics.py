@@ -5,8 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from popmq.v1 import admin_pb2, admin_pb2_grpc
-from sdk import (
+from popmq import (
     Admin,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -16,6 +15,7 @@ from sdk import (
     SimpleConsumer,
     Subscription,
 )
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.server import ServerThread
 
 

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.main import EXIT_BROKEN_PIPE
-from sdk import Admin, Message, Producer, SimpleConsumer
+from popmq import Admin, Message, Producer, SimpleConsumer
+from popmq.cli.main import EXIT_BROKEN_PIPE
 
 _REPO = Path(__file__).resolve().parents[2]
 _PIPE_BUFFER = 64 * 1024
@@ -22,7 +22,7 @@ _PIPE_BUFFER = 64 * 1024
 
 def _spawn(endpoint: str, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", *args, "--endpoint", endpoint],
+        [sys.executable, "-m", "popmq.cli", *args, "--endpoint", endpoint],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=_REPO,

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from sdk import Admin, InvalidArgumentError, Producer, SimpleConsumer
+from popmq import Admin, InvalidArgumentError, Producer, SimpleConsumer
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 

@@ -22,8 +22,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from broker_core.config import BrokerConfig, MessagesConfig
-from sdk import (
+from popmq import (
     Admin,
     AsyncProducer,
     AsyncSimpleConsumer,
@@ -36,7 +35,8 @@ from sdk import (
     SimpleConsumer,
     Sql,
 )
-from sdk._channel import CHANNEL_OPTIONS
+from popmq.broker_core.config import BrokerConfig, MessagesConfig
+from popmq.sdk._channel import CHANNEL_OPTIONS
 from tests.integration.server import ServerThread
 
 COMPRESSIBLE = b"order 42 charged to the card ending 4242\n" * 2_500  # ~100 KB
@@ -136,7 +136,10 @@ def test_oneway_sends_arrive_and_close_waits_for_them(server: ServerThread, endp
 def test_oneway_send_to_a_missing_topic_is_lost_and_logged_not_raised(
     endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="sdk.producer"), Producer(endpoint) as producer:
+    with (
+        caplog.at_level(logging.WARNING, logger="popmq.sdk.producer"),
+        Producer(endpoint) as producer,
+    ):
         producer.send_oneway("missing-topic", b"x")
 
     assert "the message is lost: NOT_FOUND" in caplog.text

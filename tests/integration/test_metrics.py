@@ -7,10 +7,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker_core.config import BrokerConfig, StoreConfig
-from proxy.metrics import MetricsConfig
-from proxy.server import PopMQServer, ServerConfig
-from sdk import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, NotFoundError
+from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, NotFoundError
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.proxy.metrics import MetricsConfig
+from popmq.proxy.server import PopMQServer, ServerConfig
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

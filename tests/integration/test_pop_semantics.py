@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sdk import Admin, FailedPreconditionError, Message, Producer, SimpleConsumer
+from popmq import Admin, FailedPreconditionError, Message, Producer, SimpleConsumer
 from tests.integration.server import ServerThread
 
 
@@ -215,7 +215,7 @@ def test_sixty_four_consumers_on_four_queues_all_get_work_and_never_share(
 ) -> None:
     import asyncio
 
-    from sdk import AsyncProducer, AsyncSimpleConsumer
+    from popmq import AsyncProducer, AsyncSimpleConsumer
 
     _setup(endpoint, queues=4)
     total = 640

@@ -22,11 +22,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from broker_core.config import BrokerConfig, LongPollingConfig, StoreConfig
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from proxy.pop_stream import MAX_IN_FLIGHT
-from proxy.server import PopMQServer, ServerConfig
-from sdk import (
+from popmq import (
     Admin,
     AsyncProducer,
     AsyncSimpleConsumer,
@@ -39,6 +35,10 @@ from sdk import (
     Sql,
     UnavailableError,
 )
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core.config import BrokerConfig, LongPollingConfig, StoreConfig
+from popmq.proxy.pop_stream import MAX_IN_FLIGHT
+from popmq.proxy.server import PopMQServer, ServerConfig
 from tests.integration.server import ServerThread
 
 T = TypeVar("T")
@@ -407,7 +407,7 @@ def test_shutdown_answers_held_receives_at_once(tmp_path: Path) -> None:
 def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
     """`popmq serve` on a fixed port, so the consumer's endpoint survives a restart."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--listen", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "popmq.cli", "serve", "--listen", f"127.0.0.1:{port}",
          "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sdk import (
+from popmq import (
     Admin,
     AsyncPushConsumer,
     ConsumeResult,
@@ -397,7 +397,7 @@ def test_a_refused_ack_that_rode_on_a_receive_is_logged_and_redelivered(
 
     listener = Recorder(stale_handle)
     with (
-        caplog.at_level(logging.WARNING, logger="sdk.push_consumer"),
+        caplog.at_level(logging.WARNING, logger="popmq.sdk.push_consumer"),
         PushConsumer(
             endpoint,
             "g",
@@ -410,7 +410,7 @@ def test_a_refused_ack_that_rode_on_a_receive_is_logged_and_redelivered(
         listener.wait_for(2)
         wait_until(lambda: consumer.stats.acked == 1)
     assert [m.delivery_attempt for m in listener.calls] == [1, 2]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "sdk.push_consumer"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "popmq.sdk.push_consumer"]
     assert any(f"ack of message {listener.calls[0].message_id} failed" in w for w in warnings), (
         warnings
     )

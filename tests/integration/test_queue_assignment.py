@@ -16,9 +16,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from proxy.allocation import MessageQueue, allocate_consistent_hash
-from sdk import (
+from popmq import (
     Admin,
     ConsumeResult,
     FailedPreconditionError,
@@ -30,6 +28,8 @@ from sdk import (
     ReceivedMessage,
     SendReceipt,
 )
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.proxy.allocation import MessageQueue, allocate_consistent_hash
 from tests.integration.server import ServerThread
 
 WAIT = 30.0

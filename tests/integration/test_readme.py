@@ -36,7 +36,7 @@ def test_readme_cli_session_runs_and_prints_what_the_readme_shows(endpoint: str)
         argv = shlex.split(command)
         assert argv[0] == "popmq"
         result = subprocess.run(
-            [sys.executable, "-m", "cli", *argv[1:], "--endpoint", endpoint],
+            [sys.executable, "-m", "popmq.cli", *argv[1:], "--endpoint", endpoint],
             capture_output=True,
             text=True,
             timeout=60,

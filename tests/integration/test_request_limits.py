@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from broker_core import validation
-from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import validation
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 MiB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""Send coalescing (sdk._coalesce) against the real server: fewer RPCs, same outcomes."""
+"""Send coalescing (popmq.sdk._coalesce) against the real server: fewer RPCs, same outcomes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sdk import Admin, AsyncProducer, NotFoundError, SimpleConsumer
+from popmq import Admin, AsyncProducer, NotFoundError, SimpleConsumer
 from tests.integration.server import ServerThread
 
 

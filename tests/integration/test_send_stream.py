@@ -20,8 +20,7 @@ from typing import Any
 
 import grpc
 
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from sdk import (
+from popmq import (
     Admin,
     AsyncProducer,
     Message,
@@ -29,7 +28,8 @@ from sdk import (
     RetryPolicy,
     UnavailableError,
 )
-from sdk._retry import ExponentialBackoff
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.sdk._retry import ExponentialBackoff
 from tests.integration.server import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -268,7 +268,7 @@ def test_shutdown_answers_the_sends_in_flight_then_ends_unavailable(tmp_path: Pa
 def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
     """`popmq serve` on a fixed port, so the producer's endpoint survives a restart."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--listen", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "popmq.cli", "serve", "--listen", f"127.0.0.1:{port}",
          "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

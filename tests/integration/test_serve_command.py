@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from sdk import Admin, Producer, SimpleConsumer
+from popmq import Admin, Producer, SimpleConsumer
 
 
 def _start(data_dir: Path, **env: str) -> tuple[subprocess.Popen[str], str, str]:
@@ -19,7 +19,7 @@ def _start(data_dir: Path, **env: str) -> tuple[subprocess.Popen[str], str, str]
         [
             sys.executable,
             "-m",
-            "cli",
+            "popmq.cli",
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -92,7 +92,16 @@ def test_serve_runs_on_asyncios_own_loop_when_configured(tmp_path: Path) -> None
 
 def test_serve_refuses_a_bad_listen_address(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--listen", "nonsense", "--data-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "popmq.cli",
+            "serve",
+            "--listen",
+            "nonsense",
+            "--data-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.data_dir import KEY_FILE
-from sdk import Admin, Producer
+from popmq import Admin, Producer
+from popmq.broker_core.data_dir import KEY_FILE
 
 
 def _serve(data_dir: Path, *prefix: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "cli", "serve", "--listen", "127.0.0.1:0"]
+    command = [sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0"]
     return subprocess.Popen(
         [*prefix, *command, "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE,

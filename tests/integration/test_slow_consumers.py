@@ -20,15 +20,15 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from apache.rocketmq.v2 import definition_pb2 as rmq
-from apache.rocketmq.v2 import service_pb2 as rmq_service
-from apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
 from bench import slow_consumer_memory
-from broker_core.config import BrokerConfig, StoreConfig
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from proxy.server import ConnectionConfig, PopMQServer, ServerConfig
-from proxy.stream_session import MAX_UNWRITTEN_BYTES
-from sdk import Admin, AsyncSimpleConsumer, Producer
+from popmq import Admin, AsyncSimpleConsumer, Producer
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as rmq
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as rmq_service
+from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.proxy.server import ConnectionConfig, PopMQServer, ServerConfig
+from popmq.proxy.stream_session import MAX_UNWRITTEN_BYTES
 from tests.integration.server import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub

@@ -13,12 +13,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
-from broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
-from popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from proxy.leases import LeaseConfig, LeaseTable
-from proxy.leases import LeasePage as LeasePageResult
-from sdk import (
+from popmq import (
     Admin,
     AsyncSimpleConsumer,
     FailedPreconditionError,
@@ -31,7 +26,12 @@ from sdk import (
     SimpleConsumer,
     Sql,
 )
-from sdk.errors import error_from_rpc_error
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
+from popmq.broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
+from popmq.proxy.leases import LeaseConfig, LeaseTable
+from popmq.proxy.leases import LeasePage as LeasePageResult
+from popmq.sdk.errors import error_from_rpc_error
 from tests.integration.server import ServerThread
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, SendReceipt
+from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, SendReceipt
 from tests.chaos.checker import CheckConfig, CheckResult, History, check, evaluate
 from tests.chaos.server_process import ServerProcess
 

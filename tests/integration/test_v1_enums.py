@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
 UNKNOWN = 999
 _FILTER = messaging_pb2.FilterExpression(type=UNKNOWN, expression="*")  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -193,7 +193,7 @@ def test_create_group_bad_settings_are_invalid(stubs) -> None:  # type: ignore[n
 
 
 def test_long_poll_limit_per_group_topic_is_resource_exhausted(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from broker_core.config import BrokerConfig, LongPollingConfig
+    from popmq.broker_core.config import BrokerConfig, LongPollingConfig
     from tests.integration.server import ServerThread
 
     server = ServerThread(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.errors import UnavailableError
-from sdk import Admin, Producer, ResourceExhaustedError, SimpleConsumer
-from sdk import UnavailableError as ClientUnavailableError
+from popmq import Admin, Producer, ResourceExhaustedError, SimpleConsumer
+from popmq import UnavailableError as ClientUnavailableError
+from popmq.broker_core.errors import UnavailableError
 from tests.integration.server import ServerThread
 
 

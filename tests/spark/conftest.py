@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-import spark_connector
+import popmq.spark
 from tests.integration.server import ServerThread
 
 _HERE = Path(__file__).resolve().parent
@@ -53,7 +53,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
+    popmq.spark.register(session)
     yield session
     session.stop()
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import spark_connector
-from sdk import Admin
+import popmq.spark
+from popmq import Admin
 
 
 def test_batch_write_of_10000_rows_reads_back_exactly(spark: SparkSession, endpoint: str) -> None:
     with Admin(endpoint) as admin:
         admin.create_topic("orders", queues=4)
-    spark_connector.register()  # the active session; registering again is harmless
+    popmq.spark.register()  # the active session; registering again is harmless
     rows = spark.range(10_000).select(
         F.format_string("order-%d", "id").alias("body"),
         F.when(F.col("id") % 2 == 0, "even").otherwise("odd").alias("tag"),

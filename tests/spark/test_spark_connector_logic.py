@@ -24,20 +24,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sdk import Admin, Message, NotFoundError, Producer, PullConsumer, SimpleConsumer
-from spark_connector import DataLossError, OffsetFormatError, OptionError
-from spark_connector.offset_reader import OffsetRange, PopMQOffsetStreamReader
-from spark_connector.offsets import (
+from popmq import Admin, Message, NotFoundError, Producer, PullConsumer, SimpleConsumer
+from popmq.spark import DataLossError, OffsetFormatError, OptionError
+from popmq.spark.offset_reader import OffsetRange, PopMQOffsetStreamReader
+from popmq.spark.offsets import (
     PopOffset,
     QueueOffsets,
     lease_token,
     parse_offsets_option,
     split_by_backlog,
 )
-from spark_connector.options import ReadOptions, WriteOptions, parse_duration_s
-from spark_connector.pop_reader import LeasePartition, PopMQPopStreamReader
-from spark_connector.schema import READ_SCHEMA, arrow_schema
-from spark_connector.writer import WriteColumns
+from popmq.spark.options import ReadOptions, WriteOptions, parse_duration_s
+from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader
+from popmq.spark.schema import READ_SCHEMA, arrow_schema
+from popmq.spark.writer import WriteColumns
 from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
 

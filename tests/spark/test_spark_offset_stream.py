@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from sdk import Admin, Message, Producer, PullConsumer
+from popmq import Admin, Message, Producer, PullConsumer
 from tests.spark.helpers import wait_for
 
 

@@ -12,7 +12,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sdk import Admin, Message, Producer, SimpleConsumer
+from popmq import Admin, Message, Producer, SimpleConsumer
 from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
 

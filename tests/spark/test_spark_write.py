@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from sdk import Admin, Message, Producer, PullConsumer
+from popmq import Admin, Message, Producer, PullConsumer
 from tests.integration.server import ServerThread
 
 
@@ -45,7 +45,7 @@ def test_stream_write_of_a_batch_run_again_after_a_failure_has_no_duplicates(
         import os
         import time
 
-        from sdk import PullConsumer
+        from popmq import PullConsumer
 
         if queue_id == 1 and os.path.exists(armed_path):
             with PullConsumer(endpoint, topic="out") as puller:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker import Broker
-from broker_core.config import (
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import (
     BrokerConfig,
     GroupDefaults,
     LongPollingConfig,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from proxy.allocation import (
+from popmq.proxy.allocation import (
     MessageQueue,
     allocate_averagely,
     allocate_averagely_by_circle,

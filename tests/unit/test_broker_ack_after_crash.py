@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
-from broker_core import keys
-from broker_core.broker import Broker
-from broker_core.errors import FailedPreconditionError, ReceiptHandleLostError
-from broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core import keys
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import FailedPreconditionError, ReceiptHandleLostError
+from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core import keys
-from broker_core.broker import Broker
-from broker_core.config import PopConfig
-from broker_core.errors import ReceiptHandleLostError, ReceiptHandleSupersededError
-from broker_core.types import NewMessage, PoppedMessage
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import keys
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import PopConfig
+from popmq.broker_core.errors import ReceiptHandleLostError, ReceiptHandleSupersededError
+from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker, now_ms, wait_until
 
 ALL = b"\xff" * 32

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from broker_core.config import LongPollingConfig
-from broker_core.errors import ResourceExhaustedError
-from broker_core.types import NewMessage
+from popmq.broker_core.config import LongPollingConfig
+from popmq.broker_core.errors import ResourceExhaustedError
+from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from broker_core import message_index
-from broker_core.broker import Broker
-from broker_core.config import GroupDefaults
-from broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core import message_index
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import GroupDefaults
+from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker, now_ms, wait_until
 
 
@@ -164,7 +164,7 @@ def test_dedup_id_within_the_window_is_stored_once(open_broker: OpenBroker) -> N
 
 def test_dedup_window_ends(open_broker: OpenBroker, data_dir: object) -> None:
     async def scenario() -> None:
-        from broker_core.config import BrokerConfig, MessagesConfig, StoreConfig
+        from popmq.broker_core.config import BrokerConfig, MessagesConfig, StoreConfig
 
         broker = Broker(
             BrokerConfig(
@@ -423,7 +423,7 @@ def test_a_pop_without_a_filter_uses_the_groups_declared_subscription(
     open_broker: OpenBroker,
 ) -> None:
     async def scenario() -> None:
-        from broker_core.types import GroupSettings, Subscription
+        from popmq.broker_core.types import GroupSettings, Subscription
 
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)

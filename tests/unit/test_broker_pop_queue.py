@@ -11,9 +11,9 @@ import asyncio
 
 import pytest
 
-from broker_core.broker import Broker
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 PROMPT_S = 5.0

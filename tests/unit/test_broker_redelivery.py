@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core.broker import Broker
-from broker_core.catalog import retry_topic_name
-from broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.catalog import retry_topic_name
+from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker, now_ms, wait_until
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker_core import keys
-from broker_core.config import PopConfig
-from broker_core.errors import UnavailableError
-from broker_core.store import Store
-from broker_core.types import NewMessage
+from popmq.broker_core import keys
+from popmq.broker_core.config import PopConfig
+from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.store import Store
+from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 _LONG_BUFFER = PopConfig(ck_buffer_time_s=600, ck_persist_ahead_s=1)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, PopConfig, StoreConfig
-from broker_core.consume_queue import ConsumeQueue
-from broker_core.errors import (
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, PopConfig, StoreConfig
+from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     InvalidReceiptHandleError,
@@ -21,7 +21,7 @@ from broker_core.errors import (
     ReceiptHandleSupersededError,
     UnavailableError,
 )
-from broker_core.types import NewMessage
+from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, now_ms
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core.types import NewMessage
+from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 

@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from broker_core import keys
-from broker_core.config import PopConfig
-from broker_core.errors import (
+from popmq.broker_core import keys
+from popmq.broker_core.config import PopConfig
+from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
 )
-from broker_core.types import NewMessage
+from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, wait_until
 
 ALL = b"\xff" * 32

@@ -9,13 +9,13 @@ import random
 
 import pytest
 
-from broker_core.errors import (
+from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     ResourceExhaustedError,
 )
-from proxy.allocation import Strategy
-from proxy.clients import (
+from popmq.proxy.allocation import Strategy
+from popmq.proxy.clients import (
     ClientRegistry,
     ClientRegistryConfig,
     ConsumeMode,

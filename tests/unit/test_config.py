@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.config import LongPollingConfig, PopConfig
+from popmq.broker_core.config import LongPollingConfig, PopConfig
 
 
 def test_pop_batch_ceiling_is_configurable_up_to_1024_and_no_further() -> None:

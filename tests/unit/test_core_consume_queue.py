@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from broker_core.consume_queue import ConsumeQueue
-from broker_core.pop.checkpoint import Checkpoint
-from popmq.store.v1 import records_pb2
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.pop.checkpoint import Checkpoint
 
 _ids = itertools.count(1)
 

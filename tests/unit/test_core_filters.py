@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.errors import InvalidArgumentError
-from broker_core.filters import parse_tag_expression
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.filters import parse_tag_expression
 
 
 @pytest.mark.parametrize("expression", ["*", "", "   ", " * "])

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from broker_core.config import LongPollingConfig
-from broker_core.errors import ResourceExhaustedError
-from broker_core.long_polling import LongPolling
+from popmq.broker_core.config import LongPollingConfig
+from popmq.broker_core.errors import ResourceExhaustedError
+from popmq.broker_core.long_polling import LongPolling
 
 
 def _polling(max_per_key: int = 1024, max_total: int = 100_000) -> LongPolling:

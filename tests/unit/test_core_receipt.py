@@ -7,14 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-from broker_core.errors import (
+from popmq.broker_core.errors import (
     InvalidArgumentError,
     InvalidReceiptHandleError,
     ReceiptHandleLostError,
 )
-from broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
-from broker_core.timer import RecallCodec, RecallHandle
-from proxy.rocketmq.codes import Code, code_of
+from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.timer import RecallCodec, RecallHandle
+from popmq.proxy.rocketmq.codes import Code, code_of
 
 SECRET = b"s" * 32
 HANDLE = ReceiptHandle(

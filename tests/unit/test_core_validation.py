@@ -1,4 +1,4 @@
-"""Argument rules of broker_core.validation: exact messages, no clamping."""
+"""Argument rules of popmq.broker_core.validation: exact messages, no clamping."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from broker_core.errors import InvalidArgumentError
-from broker_core.validation import check_message, check_name, check_range
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.validation import check_message, check_name, check_range
 
 MiB = 1024 * 1024
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from broker_core import keys
-from broker_core.errors import UnavailableError
-from broker_core.store import Batch, Store
-from broker_core.writer import GroupCommitWriter, QueueOffsets
+from popmq.broker_core import keys
+from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.writer import GroupCommitWriter, QueueOffsets
 
 TOPIC, QUEUE = 1, 0
 

@@ -6,10 +6,12 @@ from collections.abc import Iterable
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
-# The generated modules load the served files into the default pool.
-from apache.rocketmq.v2 import service_pb2  # noqa: F401
-from popmq.v1 import admin_pb2  # noqa: F401
-from proxy.descriptors import descriptor_set, source_code_info
+# The generated modules load the served files: popmq.v1 into the default pool,
+# apache.rocketmq.v2 into popmq's private one.
+from popmq._gen import _pool
+from popmq._gen.apache.rocketmq.v2 import service_pb2  # noqa: F401
+from popmq._gen.popmq.v1 import admin_pb2  # noqa: F401
+from popmq.proxy.descriptors import descriptor_set, source_code_info
 
 SERVED_FILES = {
     "apache/rocketmq/v2/definition.proto",
@@ -45,7 +47,8 @@ def test_the_set_describes_what_the_generated_modules_loaded() -> None:
         from_set.ClearField("source_code_info")
         _clear_json_names(from_set.message_type)
         loaded = descriptor_pb2.FileDescriptorProto()
-        pool.FindFileByName(name).CopyToProto(loaded)
+        owner = _pool.POOL if name.startswith("apache/") else pool
+        owner.FindFileByName(name).CopyToProto(loaded)
         assert from_set == loaded, name
 
 

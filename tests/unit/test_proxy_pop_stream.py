@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc.aio
 
-from broker_core.errors import FailedPreconditionError, PopMQError
-from popmq.v1 import messaging_pb2
-from proxy.pop_stream import PopStreamSession
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core.errors import FailedPreconditionError, PopMQError
+from popmq.proxy.pop_stream import PopStreamSession
 from tests.unit.test_proxy_send_stream import FakeContext as SendContext
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from broker_core.errors import InvalidArgumentError
-from broker_core.types import SendResult
-from popmq.v1 import messaging_pb2
-from proxy.send_stream import MAX_IN_FLIGHT, SendStreamSession
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import SendResult
+from popmq.proxy.send_stream import MAX_IN_FLIGHT, SendStreamSession
 
 
 class FakeContext:

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 EXPECTED = {
-    "broker_core": [
+    "popmq.broker_core": [
         "AlreadyExistsError", "Broker", "BrokerConfig", "FailedPreconditionError",
         "GroupDefaults", "InternalError", "InvalidArgumentError", "InvalidReceiptHandleError",
         "LongPollingConfig", "NewMessage", "NotFoundError", "PopConfig", "PopMQError",
@@ -15,9 +15,9 @@ EXPECTED = {
         "ReceiptHandleLostError", "ReceiptHandleSupersededError", "ResourceExhaustedError",
         "SendResult", "StoreConfig", "StoreFullError", "UnavailableError",
     ],
-    "proxy": ["PopMQServer", "ServerConfig", "run_server"],
-    "proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
-    "sdk": [
+    "popmq.proxy": ["PopMQServer", "ServerConfig", "run_server"],
+    "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
+    "popmq.sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
         "AsyncPushConsumer", "AsyncSimpleConsumer", "ConsumeResult", "ConsumerOffset",
         "DeadlineExceededError", "ExponentialBackoff", "FailedPreconditionError", "Group",
@@ -29,7 +29,7 @@ EXPECTED = {
         "StoredMessage", "Subscription", "Topic", "TopicDescription", "TopicLag",
         "UnavailableError",
     ],
-    "spark_connector": [
+    "popmq.spark": [
         "DataLossError", "OffsetFormatError", "OptionError", "PopMQConnectorError",
         "PopMQDataSource", "register",
     ],

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from broker_core import Broker, BrokerConfig, NewMessage, StoreConfig, keys
-from broker_core.config import RetentionConfig
+from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig, keys
+from popmq.broker_core.config import RetentionConfig
 
 
 def _run(tmp_path: Path, scenario: Callable[[Broker], Awaitable[None]]) -> None:
@@ -85,6 +85,6 @@ def test_retention_keeps_messages_younger_than_retention(tmp_path: Path) -> None
 
 
 def _now() -> int:
-    from broker_core.broker import now_ms
+    from popmq.broker_core.broker import now_ms
 
     return now_ms()

@@ -10,11 +10,11 @@ import asyncio
 
 import pytest
 
-from apache.rocketmq.v2 import definition_pb2 as pb
-from broker_core.errors import FailedPreconditionError
-from proxy.clients import ClientRegistry, ClientRegistryConfig
-from proxy.rocketmq.assignments import ConsumerAssignments
-from proxy.rocketmq.codes import ProtocolError
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq.broker_core.errors import FailedPreconditionError
+from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
+from popmq.proxy.rocketmq.assignments import ConsumerAssignments
+from popmq.proxy.rocketmq.codes import ProtocolError
 
 INTERVAL = 10.0  # the registry's default: RocketMQ 5 clients heartbeat every 10 s
 LEASE = 3 * INTERVAL

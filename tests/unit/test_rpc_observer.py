@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import grpc
 import pytest
 
-from popmq.v1 import admin_pb2, messaging_pb2
-from proxy.health import Health
-from proxy.metrics import Metrics, RpcInterceptor
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.proxy.health import Health
+from popmq.proxy.metrics import Metrics, RpcInterceptor
 
 GET_TOPIC = "/popmq.v1.AdminService/GetTopic"
 POP = "/popmq.v1.MessagingService/Pop"

@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Self
 
 import pytest
 
-import sdk
-from cli import commands as cli_commands
-from cli import main as cli_main
+from popmq import sdk
+from popmq.cli import commands as cli_commands
+from popmq.cli import main as cli_main
 
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -219,8 +219,8 @@ def test_receive_count_json_streams_the_document_print_json_would_print(
 
 
 def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any]:
-    """Replace proxy.server.run_server (the real settings module stays) and record configs."""
-    import proxy.server
+    """Replace popmq.proxy.server.run_server (the real settings module stays) and record configs."""
+    import popmq.proxy.server
 
     seen: list[Any] = []
 
@@ -228,7 +228,7 @@ def _fake_run_server(monkeypatch: pytest.MonkeyPatch, code: int = 0) -> list[Any
         seen.append(config)
         return code
 
-    monkeypatch.setattr(proxy.server, "run_server", run_server)
+    monkeypatch.setattr(popmq.proxy.server, "run_server", run_server)
     return seen
 
 
@@ -464,7 +464,7 @@ def test_reset_needs_exactly_one_target(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_json_output_keeps_binary_bodies_as_base64(capsys: pytest.CaptureFixture[str]) -> None:
-    from cli import render
+    from popmq.cli import render
 
     render.print_json([_message("rh", b"text"), _message("rh2", b"\xff\x00")])
 

@@ -16,9 +16,9 @@ import pytest
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message as ProtoMessage
 
-import sdk
-from popmq.v1 import admin_pb2, messaging_pb2
-from sdk import _loop
+from popmq import sdk
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.sdk import _loop
 
 # Nothing listens on this path; a unix socket keeps the test off the network.
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"

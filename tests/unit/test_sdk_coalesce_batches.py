@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from popmq.v1 import messaging_pb2
-from sdk import AsyncProducer
+from popmq import AsyncProducer
+from popmq._gen.popmq.v1 import messaging_pb2
 
 
 class EchoChannel:

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from popmq.v1 import messaging_pb2
-from sdk import Message
-from sdk.types import datetime_from_timestamp
+from popmq import Message
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk.types import datetime_from_timestamp
 
 EDGES = [
     (0, 0),

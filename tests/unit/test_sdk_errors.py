@@ -8,8 +8,8 @@ import grpc
 import grpc.aio
 import pytest
 
-import sdk
-from sdk.errors import error_from_code_name, error_from_rpc_error, error_from_status
+from popmq import sdk
+from popmq.sdk.errors import error_from_code_name, error_from_rpc_error, error_from_status
 
 EXPECTED: list[tuple[grpc.StatusCode, type[sdk.PopMQError], bool]] = [
     (grpc.StatusCode.INVALID_ARGUMENT, sdk.InvalidArgumentError, False),

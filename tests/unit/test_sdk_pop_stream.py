@@ -14,9 +14,9 @@ import grpc
 import grpc.aio
 import pytest
 
-import sdk
-from popmq.v1 import messaging_pb2
-from sdk._pop_stream import MAX_IN_FLIGHT
+from popmq import sdk
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._pop_stream import MAX_IN_FLIGHT
 
 
 class FakeCall:

@@ -21,13 +21,13 @@ import grpc.aio
 import pytest
 from google.protobuf.message import Message as ProtoMessage
 
-import sdk
-from popmq.v1 import messaging_pb2
-from sdk._compression import ZLIB
-from sdk._retry import ExponentialBackoff, RetryPolicy
-from sdk.consumer import build_pop_request
-from sdk.producer import _InFlightWindow, build_send_request
-from sdk.types import ReceivedMessage, Sql
+from popmq import sdk
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._compression import ZLIB
+from popmq.sdk._retry import ExponentialBackoff, RetryPolicy
+from popmq.sdk.consumer import build_pop_request
+from popmq.sdk.producer import _InFlightWindow, build_send_request
+from popmq.sdk.types import ReceivedMessage, Sql
 
 ID_PATTERN = re.compile(r"^01[0-9A-F]{32}$")
 NO_WAIT = RetryPolicy(backoff=ExponentialBackoff(initial_s=0, max_s=0))
@@ -358,7 +358,7 @@ def test_oneway_send_is_not_retried_and_its_failure_is_logged_not_raised(
         async with _producer(channel) as producer:
             await producer.send_oneway("orders", b"x")
 
-    with caplog.at_level(logging.WARNING, logger="sdk.producer"):
+    with caplog.at_level(logging.WARNING, logger="popmq.sdk.producer"):
         asyncio.run(scenario())
 
     assert len(channel.sent()) == 1

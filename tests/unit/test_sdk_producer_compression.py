@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from popmq.v1 import messaging_pb2
-from sdk._compression import (
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk._compression import (
     COMPRESS_OVER_BYTES,
     IDENTITY,
     ZLIB,
@@ -16,7 +16,7 @@ from sdk._compression import (
     decode_body,
     encode_body,
 )
-from sdk.types import ReceivedMessage
+from popmq.sdk.types import ReceivedMessage
 
 TEXT = b"order 42 charged to card ending 4242; " * 2_000  # 76 KB, very compressible
 

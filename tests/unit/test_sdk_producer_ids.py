@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from sdk import _message_id
-from sdk._message_id import MESSAGE_ID_LENGTH, MessageIdGenerator, new_message_id
+from popmq.sdk import _message_id
+from popmq.sdk._message_id import MESSAGE_ID_LENGTH, MessageIdGenerator, new_message_id
 
 ID_PATTERN = re.compile(r"^01[0-9A-F]{32}$")
 

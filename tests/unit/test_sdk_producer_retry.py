@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from sdk import (
+from popmq import (
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
@@ -19,7 +19,7 @@ from sdk import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from sdk._retry import ExponentialBackoff, RetryPolicy
+from popmq.sdk._retry import ExponentialBackoff, RetryPolicy
 
 
 class FakeSleep:

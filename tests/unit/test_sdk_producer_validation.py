@@ -1,8 +1,9 @@
 """The SDK checks sends with the server's rules and the server's words.
 
-Each bad input of the table goes through ``sdk._validation`` and ``broker_core.validation``;
-both must refuse it with the same message (and both must accept the good inputs). The SDK
-does not import broker_core; only this test puts the two side by side.
+Each bad input of the table goes through ``popmq.sdk._validation`` and
+``popmq.broker_core.validation``; both must refuse it with the same message (and both must
+accept the good inputs). The SDK does not import broker_core; only this test puts the two
+side by side.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from broker_core import validation as server
-from broker_core.errors import InvalidArgumentError as ServerInvalidArgument
-from sdk import _validation as client
-from sdk.errors import InvalidArgumentError as ClientInvalidArgument
+from popmq.broker_core import validation as server
+from popmq.broker_core.errors import InvalidArgumentError as ServerInvalidArgument
+from popmq.sdk import _validation as client
+from popmq.sdk.errors import InvalidArgumentError as ClientInvalidArgument
 
 GOOD: dict[str, Any] = {
     "body": b"x",

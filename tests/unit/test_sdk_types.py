@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from google.protobuf import duration_pb2
 
-import sdk
-from popmq.v1 import admin_pb2, messaging_pb2
-from sdk.admin import build_create_group_request, build_create_topic_request
-from sdk.consumer import build_nack_request, build_pop_request
-from sdk.producer import build_send_request
-from sdk.types import (
+from popmq import sdk
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
+from popmq.sdk.admin import build_create_group_request, build_create_topic_request
+from popmq.sdk.consumer import build_nack_request, build_pop_request
+from popmq.sdk.producer import build_send_request
+from popmq.sdk.types import (
     Group,
     Message,
     QueueLag,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.config import DEFAULT_RETRY_BACKOFF_S
-from proxy import settings
-from proxy.server import ServerConfig
+from popmq.broker_core.config import DEFAULT_RETRY_BACKOFF_S
+from popmq.proxy import settings
+from popmq.proxy.server import ServerConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker_core import Broker, BrokerConfig, NewMessage, StoreConfig
-from broker_core.config import RetentionConfig
+from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig
+from popmq.broker_core.config import RetentionConfig
 
 
 def test_over_the_limit_the_oldest_messages_go_first_across_queues(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker_core.errors import InvalidArgumentError
-from broker_core.sql_filter import (
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.sql_filter import (
     MAX_EXPRESSION_LENGTH,
     MAX_NESTING_DEPTH,
     And,

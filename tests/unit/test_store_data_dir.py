@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker import Broker
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.data_dir import KEY_BYTES, KEY_FILE
-from broker_core.errors import DataDirError, InvalidReceiptHandleError
-from broker_core.pop.receipt import ReceiptCodec
-from broker_core.store import Store
-from broker_core.types import NewMessage
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core.data_dir import KEY_BYTES, KEY_FILE
+from popmq.broker_core.errors import DataDirError, InvalidReceiptHandleError
+from popmq.broker_core.pop.receipt import ReceiptCodec
+from popmq.broker_core.store import Store
+from popmq.broker_core.types import NewMessage
 
 _LEGACY_KEY = b"secret:receipt"  # where stores before the key file kept it (meta family)
 
@@ -132,7 +132,7 @@ def test_an_existing_data_dir_others_can_read_is_warned_about(
     data_dir = tmp_path / "data"
     data_dir.mkdir(mode=0o755)
     data_dir.chmod(0o755)
-    with caplog.at_level(logging.WARNING, logger="broker_core.data_dir"):
+    with caplog.at_level(logging.WARNING, logger="popmq.broker_core.data_dir"):
         Store(data_dir).close()
     assert f"data dir {data_dir} has mode 0755" in caplog.text
     assert f"chmod 700 {data_dir}" in caplog.text

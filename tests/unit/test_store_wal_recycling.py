@@ -15,12 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker_core.store import Store
+from popmq.broker_core.store import Store
 
 _WRITER = r"""
 import sys
 from pathlib import Path
-from broker_core.store import Store
+from popmq.broker_core.store import Store
 
 store = Store(Path(sys.argv[1]))
 start = int(sys.argv[2])

@@ -2,7 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from popmq.v1 import messaging_pb2 as _messaging_pb2
+from popmq._gen.popmq.v1 import messaging_pb2 as _messaging_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -30,7 +30,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18popmq/v1/messa
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'popmq.v1.messaging_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'popmq._gen.popmq.v1.messaging_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OUTGOINGMESSAGE_PROPERTIESENTRY']._loaded_options = None

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from popmq.v1 import messaging_pb2 as popmq_dot_v1_dot_messaging__pb2
+from popmq._gen.popmq.v1 import messaging_pb2 as popmq_dot_v1_dot_messaging__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,6 +1,6 @@
 import datetime
 
-from apache.rocketmq.v2 import definition_pb2 as _definition_pb2
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as _definition_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from apache.rocketmq.v2 import service_pb2 as apache_dot_rocketmq_dot_v2_dot_service__pb2
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as apache_dot_rocketmq_dot_v2_dot_service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -28,7 +28,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#popmq/store/v1/gr
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'popmq.store.v1.group_settings_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'popmq._gen.popmq.store.v1.group_settings_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GROUPSETTINGSRECORD']._serialized_start=56

@@ -1,0 +1,1 @@
+"""Generated protobuf code (tools/gen_protos.py)."""
