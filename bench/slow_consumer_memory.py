@@ -31,11 +31,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as rmq
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as rmq_service
@@ -143,10 +143,10 @@ async def fill(endpoint: str, messages: int, body_kib: int) -> None:
             left -= n
 
 
-def _seconds(s: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromMilliseconds(round(s * 1000))
-    return d
+def _seconds(s: float) -> timedelta:
+    # A timedelta, which both popmq.v1 and popmq's private apache.rocketmq.v2 messages take
+    # for a Duration field (the latter's Duration class is its own pool's, not google's).
+    return timedelta(seconds=s)
 
 
 async def _watch(server: Server, run: Run, seconds: float) -> None:

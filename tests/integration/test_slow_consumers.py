@@ -13,12 +13,12 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.duration_pb2 import Duration
 
 from bench import slow_consumer_memory
 from popmq import Admin, AsyncSimpleConsumer, Producer
@@ -79,8 +79,8 @@ def _pop(request_id: int, invisible_s: int, max_messages: int = 4) -> Any:
             group="g",
             topic="orders",
             max_messages=max_messages,
-            invisible_duration=Duration(seconds=invisible_s),
-            long_polling_timeout=Duration(seconds=20),
+            invisible_duration=timedelta(seconds=invisible_s),
+            long_polling_timeout=timedelta(seconds=20),
         ),
     )
 
@@ -169,8 +169,8 @@ def test_receives_a_client_never_reads_stop_popping_and_let_go_when_it_leaves(
         message_queue=rmq.MessageQueue(topic=rmq.Resource(name="orders"), id=-1),
         filter_expression=rmq.FilterExpression(type=rmq.TAG, expression="*"),
         batch_size=8,
-        invisible_duration=Duration(seconds=1),
-        long_polling_timeout=Duration(seconds=20),
+        invisible_duration=timedelta(seconds=1),
+        long_polling_timeout=timedelta(seconds=20),
     )
     receiver = server.sync(lambda: server.server.rocketmq.receiver)  # type: ignore[union-attr]
 
