@@ -870,19 +870,22 @@ class Broker:
         validation.check_range("limit", limit, 1, 1024)
         info = self._topic(topic)
         places = message_index.lookup_key(self.store, info.topic_id, key, limit)
-        values = self.store.multi_get(
-            "messages", [keys.message_key(info.topic_id, q, o) for q, o in places]
-        )
         found: list[PeekedMessage] = []
         response = ResponseBudget()
-        for (q, o), value in zip(places, values, strict=True):
-            if value is None:
-                continue
-            if not response.take(len(value)):
-                break  # the answer is full (budget.py): oldest first, the rest left out
-            found.append(
-                PeekedMessage(info.name, q, o, records_pb2.StoredMessage.FromString(value))
+        while places:
+            count = response.reads(len(places))
+            chunk, places = places[:count], places[count:]
+            values = self.store.multi_get(
+                "messages", [keys.message_key(info.topic_id, q, o) for q, o in chunk]
             )
+            for (q, o), value in zip(chunk, values, strict=True):
+                if value is None:
+                    continue
+                response.saw(len(value))
+                if not response.take(len(value)):
+                    return found  # the answer is full (budget.py): oldest first, rest left out
+                record = records_pb2.StoredMessage.FromString(value)
+                found.append(PeekedMessage(info.name, q, o, record))
         return found
 
     async def sweep_index(self, now: int | None = None) -> int:
@@ -1181,7 +1184,7 @@ class Broker:
         max_held = self.config.messages.fifo_max_held
         while position < limit and delivered < want and budget > 0 and not stopped:
             step = want - delivered if record_filter.matches_all else max(want, 64)
-            chunk_end = min(limit, position + min(step, budget))
+            chunk_end = min(limit, position + min(response.reads(step), budget))
             values = store.multi_get(
                 "messages",
                 [
@@ -1194,6 +1197,8 @@ class Broker:
                 # owned by a live checkpoint recovered after a crash (a nack's, a
                 # ChangeInvisibleTime's or a FIFO one), and delivered from there.
                 record = None
+                if value is not None:
+                    response.saw(len(value))
                 if value is not None and offset not in cq.inflight:
                     record = records_pb2.StoredMessage.FromString(value)
                     if record.message_group in cq.fifo and cq.fifo_held >= max_held:
@@ -1795,12 +1800,14 @@ class Broker:
         response = ResponseBudget()
         full = False
         while position < end and not full:
-            chunk_end = min(end, position + _PULL_CHUNK)
+            chunk_end = min(end, position + response.reads(_PULL_CHUNK))
             values = self.store.multi_get(
                 "messages",
                 [keys.message_key(info.topic_id, queue_id, o) for o in range(position, chunk_end)],
             )
             for at, value in zip(range(position, chunk_end), values, strict=True):
+                if value is not None:
+                    response.saw(len(value))
                 if value is not None and not response.take(len(value)):
                     full = True  # the answer is full: next_offset is this message
                     break
@@ -2670,17 +2677,20 @@ class Broker:
                 cq = self._queues.get((group_info.group_id, tid, q))
                 start = max(cq.committed, low) if cq is not None else low
             end = min(high, start + max_messages - len(found))
-            values = self.store.multi_get(
-                "messages", [keys.message_key(tid, q, o) for o in range(start, end)]
-            )
-            for at, value in zip(range(start, end), values, strict=True):
-                if value is None:
-                    continue
-                if not response.take(len(value)):
-                    return found  # the answer is full (budget.py)
-                found.append(
-                    PeekedMessage(info.name, q, at, records_pb2.StoredMessage.FromString(value))
+            while start < end:
+                chunk_end = start + response.reads(end - start)
+                values = self.store.multi_get(
+                    "messages", [keys.message_key(tid, q, o) for o in range(start, chunk_end)]
                 )
+                for at, value in zip(range(start, chunk_end), values, strict=True):
+                    if value is None:
+                        continue
+                    response.saw(len(value))
+                    if not response.take(len(value)):
+                        return found  # the answer is full (budget.py)
+                    record = records_pb2.StoredMessage.FromString(value)
+                    found.append(PeekedMessage(info.name, q, at, record))
+                start = chunk_end
             if len(found) >= max_messages:
                 break
         return found

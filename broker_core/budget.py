@@ -10,15 +10,36 @@ from __future__ import annotations
 
 from popmq.broker_core.validation import MAX_RESPONSE_BYTES, MESSAGE_OVERHEAD_BYTES
 
+FIRST_READ = 4
+"""Stored messages read at first, before their sizes are known (a message may be 4 MiB)."""
+
 
 class ResponseBudget:
-    """Bytes left in one answer; `take` each stored record before adding it."""
+    """Bytes left in one answer; `take` each stored record before adding it.
 
-    __slots__ = ("left", "taken")
+    `reads` sizes the next multi-get by the stored sizes seen so far, so filling an answer
+    reads about what fits and not, say, 256 messages of 4 MiB to return one.
+    """
+
+    __slots__ = ("left", "seen", "seen_bytes", "taken")
 
     def __init__(self, limit: int = MAX_RESPONSE_BYTES) -> None:
         self.left = limit
         self.taken = 0
+        self.seen = 0
+        self.seen_bytes = 0
+
+    def reads(self, wanted: int) -> int:
+        """How many of the `wanted` next stored messages to read at once (at least one)."""
+        if not self.seen:
+            return max(1, min(wanted, FIRST_READ))
+        average = self.seen_bytes / self.seen + MESSAGE_OVERHEAD_BYTES
+        return max(1, min(wanted, int(self.left // average) + 1))
+
+    def saw(self, stored_bytes: int) -> None:
+        """Note the size of a stored message read (taken or not: filtered, deleted)."""
+        self.seen += 1
+        self.seen_bytes += stored_bytes
 
     def take(self, stored_bytes: int) -> bool:
         """Count a message of `stored_bytes` (its stored record) if it fits; False if not."""

@@ -1,0 +1,30 @@
+"""The byte budget of one answer: what fits, and how much to read at a time."""
+
+from __future__ import annotations
+
+from popmq.broker_core.budget import FIRST_READ, ResponseBudget
+from popmq.broker_core.validation import MAX_BODY_BYTES, MESSAGE_OVERHEAD_BYTES
+
+MiB = 1024 * 1024
+
+
+def test_the_first_message_always_fits_and_the_next_must_fit_what_is_left() -> None:
+    budget = ResponseBudget(limit=3 * MiB)
+    assert budget.take(MAX_BODY_BYTES)  # larger than the limit, but the first
+    assert not budget.take(1)
+    budget = ResponseBudget(limit=3 * MiB)
+    assert budget.take(MiB) and budget.take(MiB)
+    assert not budget.take(MiB)  # 3 MiB + 3 allowances would pass the limit
+    assert budget.taken == 2 and budget.left == 3 * MiB - 2 * (MiB + MESSAGE_OVERHEAD_BYTES)
+
+
+def test_reads_follow_the_sizes_seen_so_an_answer_reads_about_what_fits() -> None:
+    budget = ResponseBudget(limit=4 * MiB)
+    assert budget.reads(256) == FIRST_READ  # sizes unknown: a message may be 4 MiB
+    assert budget.reads(2) == 2
+    for _ in range(FIRST_READ):
+        budget.saw(MiB)
+    assert budget.reads(256) == 4  # ~4 MiB fit: three and the one that stops the answer
+    small = ResponseBudget(limit=4 * MiB)
+    small.saw(100)
+    assert small.reads(256) == 256
