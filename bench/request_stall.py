@@ -8,7 +8,7 @@ what is measured) gets a topic of 1,024 queues and a topic of large messages. A 
 subprocess pings ListTopics every 5 ms and reports each ping's start and latency; this
 process sends each attack, one request of at most the server's receive limit
 (validation.MAX_REQUEST_BYTES), and reports the worst ping that overlapped it, the attack's
-own time, its answer (status) and the server's RSS after it. Target (the hardening issue):
+own time, its answer (status) and the server's RSS after it. Target (docs/limits.md):
 worst ping under 100 ms for every row on a 2-core machine.
 
 The last rows are not single requests: 2,000 held AwaitMessages calls on the 1,024-queue
