@@ -598,6 +598,7 @@ class Broker:
         if not messages:
             raise InvalidArgumentError("a send needs at least one message")
         validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
+        # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
         validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         stamp = now_ms()
         cfg = self.config.messages

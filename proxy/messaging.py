@@ -80,12 +80,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         converted; the returned coroutine raises the others.
         """
         messages = request.messages
+        # The count before converting anything; Broker.send checks the body bytes (once).
         validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
-        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         now = now_ms()
-        return self._broker.send(
-            [convert.new_message(m, i, now) for i, m in enumerate(request.messages)]
-        )
+        return self._broker.send([convert.new_message(m, i, now) for i, m in enumerate(messages)])
 
     async def SendStream(
         self,
