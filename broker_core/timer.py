@@ -8,31 +8,23 @@ a receipt handle so a client can neither forge one nor aim it at another topic.
 
 from __future__ import annotations
 
-import binascii
 import hmac
 import struct
 from dataclasses import dataclass
 
 from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.handle_text import HandleText
 
 _VERSION = 1
 _BODY = struct.Struct(">BIQQ")
 _MAC_BYTES = 12
 _DOMAIN = b"popmq-recall"
-_TEXT_CHARS = -(-(_BODY.size + _MAC_BYTES) * 4 // 3)
-"""Length of an encoded recall handle: base64url without padding."""
-_PADDING_BYTES = b"=" * (-_TEXT_CHARS % 4)
-_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
-_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_TEXT = HandleText(_BODY.size + _MAC_BYTES)
+_TEXT_CHARS = _TEXT.chars
 _NOT_BASE64URL = (
     "recall_handle is malformed (not the base64url text the send returned); pass it exactly "
     "as received"
 )
-
-
-def _encode_raw(raw: bytes) -> bytes:
-    """The canonical text of a recall handle's bytes: base64url without padding."""
-    return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE)[:_TEXT_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +47,7 @@ class RecallCodec:
 
     def encode(self, handle: RecallHandle) -> str:
         body = _BODY.pack(_VERSION, handle.topic_id, handle.due_ms, handle.seq)
-        return _encode_raw(body + self._mac(body)).decode()
+        return _TEXT.encode(body + self._mac(body)).decode()
 
     def decode(self, text: str) -> RecallHandle:
         """Verify and decode; raises InvalidArgumentError when malformed or forged.
@@ -71,13 +63,10 @@ class RecallCodec:
                 f"{_TEXT_CHARS}); pass it exactly as the send returned it"
             )
         try:
-            encoded = text.encode()
-            raw = binascii.a2b_base64(
-                (encoded + _PADDING_BYTES).translate(_FROM_URLSAFE), strict_mode=True
-            )
-        except (binascii.Error, ValueError) as exc:
+            raw = _TEXT.decode(text.encode())
+        except UnicodeEncodeError as exc:
             raise InvalidArgumentError(_NOT_BASE64URL) from exc
-        if _encode_raw(raw) != encoded:  # "+" for "-", or non-zero unused trailing bits
+        if raw is None:
             raise InvalidArgumentError(_NOT_BASE64URL)
         body, mac = raw[: _BODY.size], raw[_BODY.size :]
         if not hmac.compare_digest(mac, self._mac(body)):

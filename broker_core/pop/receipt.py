@@ -9,32 +9,23 @@ message.)
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import hmac
 import struct
 from typing import NamedTuple
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
+from popmq.broker_core.handle_text import HandleText
 
 _VERSION = 2
 _BODY = struct.Struct(">BIIIQQHQ")
 _MAC_BYTES = 16
-_TEXT_CHARS = -(-(_BODY.size + _MAC_BYTES) * 4 // 3)
-"""Length of an encoded handle: base64url without padding."""
-_PADDING_BYTES = b"=" * (-_TEXT_CHARS % 4)
-_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
-_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_TEXT = HandleText(_BODY.size + _MAC_BYTES)
+_TEXT_CHARS = _TEXT.chars
 _NOT_BASE64URL = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
 )
-
-
-def _encode_raw(raw: bytes) -> bytes:
-    """The canonical text of a handle's bytes: base64url without padding."""
-    # binascii directly: the base64 module's url-safe wrappers cost twice as much.
-    return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE)[:_TEXT_CHARS]
 
 
 def _keyed(secret: bytes) -> hashlib.blake2b:
@@ -73,7 +64,7 @@ class ReceiptCodec:
 
     def encode(self, handle: ReceiptHandle) -> str:
         body = _BODY.pack(_VERSION, *handle)
-        return _encode_raw(body + _mac(self._keyed, body)).decode()
+        return _TEXT.encode(body + _mac(self._keyed, body)).decode()
 
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed or forged."""
@@ -84,15 +75,10 @@ class ReceiptCodec:
                 "receipt handle is malformed (wrong length); pass the handle exactly as received"
             )
         try:
-            encoded = text.encode()
-            standard = (encoded + _PADDING_BYTES).translate(_FROM_URLSAFE)  # bytes: 10x str's
-            raw = binascii.a2b_base64(standard, strict_mode=True)
-        except (binascii.Error, ValueError) as exc:
+            raw = _TEXT.decode(text.encode())  # bytes: their translate is 10x str's
+        except UnicodeEncodeError as exc:
             raise InvalidReceiptHandleError(_NOT_BASE64URL) from exc
-        # One spelling per handle: strict mode still accepts "+" and "/" (translated along
-        # with "-" and "_") and ignores the 4 unused bits of the last character, so 16+
-        # strings would decode to the same bytes. Only the canonical encoding is a handle.
-        if _encode_raw(raw) != encoded:
+        if raw is None:  # not the one canonical spelling (handle_text.py)
             raise InvalidReceiptHandleError(_NOT_BASE64URL)
         body, mac = raw[: _BODY.size], raw[_BODY.size :]
         if not hmac.compare_digest(mac, _mac(self._keyed, body)):
