@@ -1873,15 +1873,12 @@ class Broker:
                 if remaining <= 0 or self._draining:
                     break
                 await asyncio.wait([watch.future], timeout=remaining)
-                if self._topic_or_none(topic) is not info:
+                if self.catalog.topics.get(topic) is not info:
                     raise NotFoundError(f"topic {topic!r} was deleted while waiting")
                 found = ready(watch.take_moved())
         finally:
             self.polling.unwatch(watch)
         return found
-
-    def _topic_or_none(self, name: str) -> TopicInfo | None:
-        return self.catalog.topics.get(name)
 
     async def commit_offsets(
         self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
