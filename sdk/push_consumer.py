@@ -43,6 +43,10 @@ then unregisters. It is also what leaving a ``with`` block does.
 Threading: all network work runs on the SDK's event loop thread; sync listeners run on a
 ``ThreadPoolExecutor`` of ``consume_threads`` workers, so a slow listener never blocks
 receiving, acking or lease renewal.
+
+This module is the public face; the parts (flow control, listener runner, dispatcher,
+acker, lease renewal, POP receiver, registration, assignment, queue worker) are in
+``popmq.sdk._push``, and the settings in ``PushConsumerOptions``.
 """
 
 from __future__ import annotations
@@ -468,7 +472,8 @@ class AsyncPushConsumer(AsyncClient):
         await super().close()
 
     async def _shutdown(self) -> None:
-        if self._dispatcher is not None:  # POP mode
+        if self.mode == "pop":
+            assert self._dispatcher is not None, "start() made it"
             receivers = [t for t in self._tasks if t.get_name().startswith("popmq-receive")]
             for task in receivers:
                 task.cancel()
