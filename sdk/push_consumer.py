@@ -88,6 +88,7 @@ from popmq.sdk._push.options import (
     Mode,
     PushConsumerOptions,
     StrategyName,
+    resolve_options,
 )
 from popmq.sdk._push.pop_receiver import PopReceiver
 from popmq.sdk._push.queue_worker import WorkerContext
@@ -252,7 +253,7 @@ class AsyncPushConsumer(AsyncClient):
             raise TypeError(f"listener must be callable, got {type(listener).__name__}")
         if not isinstance(subscriptions, Mapping) or not subscriptions:
             raise InvalidArgumentError("subscriptions is empty: give {topic: filter}")
-        options = PushConsumerOptions.resolve(
+        options = resolve_options(
             options,
             {
                 "consume_threads": consume_threads,

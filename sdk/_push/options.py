@@ -138,28 +138,28 @@ class PushConsumerOptions:
             queues = {t: tuple(q) for t, q in self.configured_queues.items()}
             object.__setattr__(self, "configured_queues", MappingProxyType(queues))
 
-    @classmethod
-    def resolve(
-        cls, options: PushConsumerOptions | None, keywords: Mapping[str, Any]
-    ) -> PushConsumerOptions:
-        """The options of a consumer given ``options=`` or the same settings as keywords.
 
-        Raises:
-            TypeError: Both were given (a keyword that differs from its default), since
-                one would silently win.
-        """
-        if options is None:
-            return cls(**keywords)
-        if not isinstance(options, cls):
-            raise TypeError(f"options must be a PushConsumerOptions, got {type(options).__name__}")
-        defaults = {f.name: f.default for f in fields(cls)}
-        both = sorted(k for k, v in keywords.items() if v != defaults[k])
-        if both:
-            raise TypeError(
-                f"{', '.join(both)} given both as keywords and through options=: give the "
-                "settings one way, e.g. dataclasses.replace(options, ...)"
-            )
-        return options
+def resolve_options(
+    options: PushConsumerOptions | None, keywords: Mapping[str, Any]
+) -> PushConsumerOptions:
+    """A consumer's options, given as ``options=`` or as the same settings in keywords.
+
+    Raises:
+        TypeError: Both were given (a keyword that differs from its default), since one
+            would silently win; or ``options`` is not a ``PushConsumerOptions``.
+    """
+    if options is None:
+        return PushConsumerOptions(**keywords)
+    if not isinstance(options, PushConsumerOptions):
+        raise TypeError(f"options must be a PushConsumerOptions, got {type(options).__name__}")
+    defaults = {f.name: f.default for f in fields(PushConsumerOptions)}
+    both = sorted(k for k, v in keywords.items() if v != defaults[k])
+    if both:
+        raise TypeError(
+            f"{', '.join(both)} given both as keywords and through options=: give the "
+            "settings one way, e.g. dataclasses.replace(options, ...)"
+        )
+    return options
 
 
 def check_positive(name: str, value: float) -> None:
