@@ -4,10 +4,6 @@ takes the handles it issued before handles named their broker."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
-import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,11 +13,9 @@ import pytest
 from popmq.broker_core import issuer_of
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.broker_core.data_dir import KEY_FILE
 from popmq.broker_core.errors import InvalidArgumentError, InvalidReceiptHandleError
-from popmq.broker_core.pop.receipt import ReceiptCodec
-from popmq.broker_core.timer import RecallCodec
 from popmq.broker_core.types import NewMessage
+from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
 
 from .conftest import now_ms
 
@@ -37,29 +31,6 @@ async def _broker(data_dir: Path, name: str = "") -> AsyncIterator[Broker]:
         yield broker
     finally:
         await broker.close()
-
-
-def _old_receipt_handle(data_dir: Path, handle: str) -> str:
-    """The handle the broker issued for this delivery before handles named their broker:
-    version 2, the bare base64url payload, the MAC over the body alone."""
-    secret = (data_dir / KEY_FILE).read_bytes()
-    fields = ReceiptCodec(secret, broker_name=issuer_of(handle) or "").decode(handle)
-    body = struct.pack(">BIIIQQHQ", 2, *fields)
-    mac = hashlib.blake2b(body, key=secret, digest_size=16).digest()
-    return _b64(body + mac)
-
-
-def _old_recall_handle(data_dir: Path, handle: str) -> str:
-    """A recall handle in the layout before names: version 1, MAC over domain + body."""
-    secret = (data_dir / KEY_FILE).read_bytes()
-    fields = RecallCodec(secret, broker_name=issuer_of(handle) or "").decode(handle)
-    body = struct.pack(">BIQQ", 1, fields.topic_id, fields.due_ms, fields.seq)
-    mac = hmac.digest(secret, b"popmq-recall" + body, "sha256")[:12]
-    return _b64(body + mac)
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def test_the_default_broker_name_is_broker_a(tmp_path: Path) -> None:
@@ -135,8 +106,8 @@ def test_a_handle_issued_before_names_is_still_acked_and_changed(tmp_path: Path)
             await broker.create_topic("t", 1)
             await broker.send([NewMessage("t", b"a"), NewMessage("t", b"b")])
             first, second = await broker.pop("g", "t", invisible_s=60, wait_s=0, max_messages=2)
-            old_first = _old_receipt_handle(data_dir, first.receipt_handle)
-            old_second = _old_receipt_handle(data_dir, second.receipt_handle)
+            old_first = old_receipt_handle(data_dir, first.receipt_handle)
+            old_second = old_receipt_handle(data_dir, second.receipt_handle)
             assert issuer_of(old_first) is None
             assert await broker.ack("g", [old_first]) == [None]
             changed, _ = await broker.change_invisible_time("g", old_second, 30)
@@ -160,10 +131,10 @@ def test_recall_handles_name_the_broker_old_ones_still_recall(tmp_path: Path) ->
                 ]
             )
             assert issuer_of(keep.recall_handle) == "broker-a"
-            foreign = "broker-b." + keep.recall_handle.partition(".")[2]
+            foreign = renamed(keep.recall_handle, "broker-b")
             with pytest.raises(InvalidArgumentError, match="issued by broker 'broker-b'"):
                 await broker.recall("later", foreign)
-            old = _old_recall_handle(data_dir, drop.recall_handle)
+            old = old_recall_handle(data_dir, drop.recall_handle)
             assert await broker.recall("later", old) == drop.message_id
 
     asyncio.run(scenario())
