@@ -76,6 +76,7 @@ class ReceiptCodec:
             raise ValueError(problem)
         self.broker_name = broker_name
         self._prefix = broker_name + SEPARATOR
+        self._prefix_chars = len(self._prefix)
         self._unnamed = _keyed(secret)
         self._named = self._unnamed.copy()
         self._named.update(name_field(broker_name))
@@ -87,12 +88,12 @@ class ReceiptCodec:
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or
         issued by another broker."""
-        if not text:
-            raise InvalidReceiptHandleError("receipt handle is empty")
         if text.startswith(self._prefix):
-            payload, keyed, version = text[len(self._prefix) :], self._named, VERSION
+            payload, keyed, version = text[self._prefix_chars :], self._named, VERSION
         elif SEPARATOR in text:
             raise self._foreign(text)
+        elif not text:
+            raise InvalidReceiptHandleError("receipt handle is empty")
         else:
             payload, keyed, version = text, self._unnamed, VERSION_UNNAMED
         raw = _payload_bytes(payload)
