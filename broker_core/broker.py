@@ -216,8 +216,8 @@ class Broker:
         if self._boot_unsaved:
             self.writer.add_flush_hook(self._save_boot)
             self.writer.add_commit_listener(self._boot_saved)
-        self._codec = ReceiptCodec(self._secret)
-        self._recall_codec = RecallCodec(self._secret)
+        self._codec = ReceiptCodec(self._secret, broker_name=self.config.broker_name)
+        self._recall_codec = RecallCodec(self._secret, broker_name=self.config.broker_name)
         first_timer = store.first_key("timers", b"", keys.timer_key(_NEVER, 0))
         self._next_timer_ms = keys.parse_timer_key(first_timer)[0] if first_timer else _NEVER
         recovered = self._recover(store)
@@ -851,7 +851,7 @@ class Broker:
             )
             record = records_pb2.StoredMessage.FromString(data) if data is not None else None
         elif entry is not None and entry.recall_handle:
-            handle = self._recall_codec.decode(entry.recall_handle)
+            handle = self._recall_codec.decode(entry.recall_handle, any_issuer=True)
             data = self.store.get("timers", keys.timer_key(handle.due_ms, handle.seq))
             if data is not None:
                 timer = records_pb2.TimerRecord.FromString(data)

@@ -13,7 +13,7 @@ EXPECTED = {
         "LongPollingConfig", "NewMessage", "NotFoundError", "PopConfig", "PopMQError",
         "PoppedMessage", "QueueLag", "QueueStats", "ReceiptHandleExpiredError",
         "ReceiptHandleLostError", "ReceiptHandleSupersededError", "ResourceExhaustedError",
-        "SendResult", "StoreConfig", "StoreFullError", "UnavailableError",
+        "SendResult", "StoreConfig", "StoreFullError", "UnavailableError", "issuer_of",
     ],
     "popmq.proxy": ["PopMQServer", "ServerConfig", "run_server"],
     "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
