@@ -17,6 +17,7 @@ from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.errors import rpc
 from popmq.proxy.leases import LeaseOutcome, LeaseTable
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
     AckedPop,
     AckOutcomes,
@@ -63,6 +64,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._streams: set[PopStreamSession | SendStreamSession] = set()
         self.give_back = GiveBack(broker)
         """Takes back what PopStreams popped and never wrote (their client went away)."""
+        self.popped_bytes = PoppedBytes()
+        """What all PopStreams together may hold popped and unwritten (proxy/memory.py)."""
 
     @rpc
     async def SendMessages(
@@ -153,6 +156,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             self._observe_pop,
             self._observe_stream_ack,
             self.give_back,
+            self.popped_bytes,
         )
         if self._releasing:
             session.release()

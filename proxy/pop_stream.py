@@ -44,6 +44,7 @@ from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.types import PoppedMessage
 from popmq.proxy import convert
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (
     ANSWER_BYTES,
     MAX_IN_FLIGHT,
@@ -164,6 +165,7 @@ class PopStreamSession(
         observe: Told of every answered pop, rejections included (metrics and the RPC log).
         observe_ack: The same for every answered ack.
         give_back: Takes back the messages of answers never written (none when None).
+        popped_bytes: The server-wide budget its pops' bytes count in too (none when None).
     """
 
     method = "PopStream"
@@ -179,8 +181,9 @@ class PopStreamSession(
         observe: Observe | None = None,
         observe_ack: Observe | None = None,
         give_back: Callable[[str, list[str]], None] | None = None,
+        popped_bytes: PoppedBytes | None = None,
     ) -> None:
-        super().__init__(context, observe)
+        super().__init__(context, observe, popped_bytes)
         self._start_pop = start_pop
         self._start_ack = start_ack
         self._observe_ack = observe_ack

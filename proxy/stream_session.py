@@ -52,6 +52,7 @@ import grpc
 from popmq.broker_core.errors import AnswerBoundError, PopMQError
 from popmq.broker_core.validation import MAX_RESPONSE_BYTES
 from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,15 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     """Unwritten answer bytes at which the stream pauses (an attribute, so tests can lower
     it for one session)."""
 
-    def __init__(self, context: grpc.aio.ServicerContext, observe: Observe | None = None) -> None:
+    def __init__(
+        self,
+        context: grpc.aio.ServicerContext,
+        observe: Observe | None = None,
+        popped_bytes: PoppedBytes | None = None,
+    ) -> None:
         self._context = context
+        self._pool = popped_bytes
+        """The server-wide budget the stream's bytes count in too (proxy/memory.py)."""
         self._observe = observe
         self._peer = context.peer() if observe is not None else ""
         self._loop = asyncio.get_running_loop()
@@ -164,6 +172,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         # served; and the bytes reserved by the running ones (module doc, "Admission").
         self._waiting: deque[_Request[RequestT, ResultT]] = deque()
         self._reserved = 0
+        self._admit_later = self._admit  # one bound method, registered with the pool
         self._pausing: set[asyncio.Task[ResultT]] = set()
         self._unanswered = 0
         """Requests read whose answer is not written yet (what MAX_IN_FLIGHT bounds)."""
@@ -245,6 +254,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                     return
                 self._writing = None
                 self._unwritten -= answer.size
+                if self._pool is not None:
+                    self._pool.let_go(answer.size)
                 if answer.counted:
                     self._unanswered -= 1
                 answer = None  # not held while the writer waits for the next one
@@ -350,9 +361,20 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         need = max(self._admitted(entry.request) or 0, entry.demand)
         if entry.probe or (not need and self._waiting):
             return 0  # a probe: the bytes go to those that wait for them, in order
-        free = self.max_unwritten_bytes - self._reserved - self._unwritten
-        grant = min(ANSWER_BYTES, max(0, free))
+        grant = min(ANSWER_BYTES, max(0, self._free()))
         return grant if grant >= need else None
+
+    def _free(self) -> int:
+        """Bytes the stream may still reserve: its own budget's, and the server's."""
+        free = self.max_unwritten_bytes - self._reserved - self._unwritten
+        return free if self._pool is None else min(free, self._pool.free())
+
+    def _wait_for_bytes(self, entry: _Request[RequestT, ResultT]) -> None:
+        self._waiting.append(entry)
+        if self._by_id is not None:
+            self._by_id[entry.request_id] = entry
+        if self._pool is not None:
+            self._pool.wait(self._admit_later)
 
     def _launch(self, entry: _Request[RequestT, ResultT]) -> None:
         """Start a counted request's task (or answer it, if `coroutine_for` refuses it), or
@@ -364,10 +386,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             grant = self._grant(entry)
             if grant is None:
                 need = max(self._admitted(request) or 0, entry.demand)
-                waiting = entry._replace(demand=need)
-                self._waiting.append(waiting)
-                if self._by_id is not None:
-                    self._by_id[request_id] = waiting
+                self._wait_for_bytes(entry._replace(demand=need))
                 return
             entry = entry._replace(grant=grant, demand=0, probe=False)
             bound = None if grant >= ANSWER_BYTES else grant
@@ -387,6 +406,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         task = self._loop.create_task(coroutine, context=self._task_context)
         self._running[task] = entry
         self._reserved += entry.grant
+        if self._pool is not None:
+            self._pool.hold(entry.grant)
         if self._by_id is not None:
             self._by_id[request_id] = task
         task.add_done_callback(self._on_done, context=self._task_context)
@@ -440,17 +461,20 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         """Start the requests waiting for bytes, in order, while the budget has them."""
         while self._waiting and not (self._paused or self._closed or self._releasing):
             entry = self._waiting[0]
-            free = self.max_unwritten_bytes - self._reserved - self._unwritten
-            if min(ANSWER_BYTES, free) < entry.demand:
+            if min(ANSWER_BYTES, self._free()) < entry.demand:
                 return
             self._waiting.popleft()
             if self._by_id is not None:
                 del self._by_id[entry.request_id]
             self._launch(entry)
+        if not self._waiting and self._pool is not None:
+            self._pool.unwait(self._admit_later)
 
     def _done(self, task: asyncio.Task[ResultT]) -> None:
         entry = self._running.pop(task)
         self._reserved -= entry.grant  # what it took is in its answer's size from now on
+        if self._pool is not None:
+            self._pool.let_go(entry.grant)
         self._settle(task, entry)
         if self._waiting:
             self._admit()
@@ -482,10 +506,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             if self._releasing:
                 self._reject_paused(entry)
                 return
-            waiting = entry._replace(grant=0, demand=min(ANSWER_BYTES, short.needed_bytes))
-            self._waiting.append(waiting)
-            if self._by_id is not None:
-                self._by_id[request_id] = waiting
+            self._wait_for_bytes(
+                entry._replace(grant=0, demand=min(ANSWER_BYTES, short.needed_bytes))
+            )
             return
         if (
             grant
@@ -550,8 +573,12 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             )
 
     def _queue(self, answer: _Answer[RequestT, ResponseT]) -> None:
+        if self._closed:
+            return  # nobody writes it (and its bytes would never come back to the pool)
         self._answers.put_nowait(answer)
         self._unwritten += answer.size
+        if self._pool is not None:
+            self._pool.hold(answer.size)
         if not self._paused and self._unwritten >= self.max_unwritten_bytes:
             self._pause()
 
@@ -588,7 +615,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         self._pausing.clear()
         self._deferred.clear()
         self._waiting.clear()
-        self._reserved = 0
+        if self._pool is not None:
+            self._pool.unwait(self._admit_later)
+            self._pool.let_go(self._unwritten)  # the reserved bytes come back as tasks end
         unwritten = [] if self._writing is None else [self._writing]
         self._writing = None
         while not self._answers.empty():
