@@ -18,6 +18,10 @@ broker's `pop`; an ack runs the broker's `ack` as the Ack RPC does (`start_ack`)
 may instead cancel an earlier pop by its id (an ack is never cancelled: it is answered with
 its results), and repeating the id of a request in flight ends the stream INVALID_ARGUMENT.
 
+What a pop may take: the bytes the stream admitted it with (proxy/stream_session.py,
+"Admission"), passed to the broker's pop as `max_bytes`; a pop that finds nothing at once
+waits as a probe that takes nothing.
+
 A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
 answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
 took nothing) and started again with what is left of its long-polling time. When the call

@@ -16,14 +16,27 @@ wait to be written and goes on once the client reads.
 Flow control (issue 20): `context.write` returns once grpc took the answer, and blocks only
 when the client's HTTP/2 window is full, so a client that does not read leaves answers
 queued here. Once `MAX_UNWRITTEN_BYTES` of answers wait (queued or being written), the
-stream pauses: its restartable requests (pops, which take nothing until they return) are
-cancelled where they wait and kept as requests, and new ones are kept without starting; they
-start again, in order, once the writes have brought the waiting bytes down to half. A
-pop that was ready in the same turn anyway (many parked pops woken at once by a wave of
-messages) gives back what it took (as below) and waits with the others. So a stream keeps
-at most the bound plus one answer, however many pops it has in flight and however long the
-client does not read; only for the turn a wave of pops ran in does it hold what they took
-(the broker's pop takes before the stream can say no).
+stream pauses: its restartable requests (pops) are cancelled where they wait and kept as
+requests, and new ones are kept without starting; they start again, in order, once the
+writes have brought the waiting bytes down to half. A pop that was ready in the same turn
+anyway gives back what it took (as below) and waits with the others.
+
+Admission (issue 20): a pause comes after the fact, and a wave of pops run in one
+event-loop turn (a stream's 1,024 pops released once their auto-created group exists, or
+many parked pops woken by a wave of messages) would all take before it. So a pop reserves
+bytes before it takes: the stream's budget is `max_unwritten_bytes` for the bytes reserved
+by running pops and those of unwritten answers together (and the server's `PoppedBytes`,
+proxy/memory.py, for all streams), and a pop is granted up to one whole answer
+(`ANSWER_BYTES`) of what is free, which the broker's pop may not pass (`max_bytes`). A
+granted pop takes what is there at once; finding nothing it waits for messages as a probe,
+granted nothing (`max_bytes` 0), so a parked pop holds no bytes and any number may park.
+A probe, or a pop whose next message is larger than its grant, gets the broker's
+AnswerBoundError (it took nothing, and says how many bytes it needs) and waits here, first
+come first served, until that much is free; new pops meanwhile start as probes. Taken
+bytes count as the answer's size once the pop ends. So what a stream holds never passes
+its budget plus rejections' answers, however many pops are woken at once. A pop that
+carries acks is never run twice (its acks would be): it waits for a whole answer's worth
+and keeps it while it long-polls.
 
 Ends: the client half-closes -> the requests in flight are answered, then the stream ends
 OK. The call ends otherwise (cancelled, deadline, connection lost, a write refused) -> the
@@ -62,9 +75,10 @@ MAX_IN_FLIGHT = 1024
 (group, topic) is the same number, so one consumer's PopStream is never the tighter bound."""
 
 MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
-"""Answer bytes one stream may hold unwritten before it pauses its pops (see the module doc):
-two of the largest pop answers (about 4 MiB each), so a client that reads keeps one answer
-ready while it reads the other."""
+"""Answer bytes one stream may hold unwritten before it pauses its pops, and its budget for
+those and the bytes reserved by its running pops together (see the module doc): two of the
+largest pop answers (about 4 MiB each), so a client that reads keeps one answer ready while
+it reads the other."""
 
 ANSWER_BYTES = MAX_RESPONSE_BYTES
 """The most one pop answer holds (broker_core/budget.py): a pop granted this much is not
