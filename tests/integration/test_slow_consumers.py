@@ -321,7 +321,7 @@ def test_the_memory_attacks_stay_bounded_and_give_their_memory_back() -> None:
 @pytest.mark.slow
 def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None:
     """The 8-group attack, CI-sized: each group's 256 pops are released together once the
-    group exists and would take all 64 MiB at once (+350 to +540 MB on the server before
+    group exists and would take all 64 MiB at once (+323 to +543 MB over the start before
     admission: the pops take before any stream could pause); admitted, each stream takes
     what its budget has room for, all of them what the server-wide budget has."""
     runs = asyncio.run(
@@ -332,4 +332,4 @@ def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None
     )
     start = runs[0].before_mb
     for run in runs:
-        assert run.peak_mb - start < 200, run.line()
+        assert run.peak_mb - start < 250, run.line()  # with admission: +127 to +167
