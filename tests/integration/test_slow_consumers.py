@@ -333,3 +333,42 @@ def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None
     start = runs[0].before_mb
     for run in runs:
         assert run.peak_mb - start < 250, run.line()  # with admission: +127 to +167
+
+
+def test_parked_pops_hold_no_bytes_and_a_large_message_still_wakes_one(
+    server: ServerThread,
+) -> None:
+    # Twelve receives parked on one stream: all wait as probes (a whole answer each would
+    # be 48 MiB, past the stream's 8 MiB). A 3 MiB message, larger than a probe may take,
+    # wakes one; it waits for 3 MiB of the budget, gets it at once, and takes the message.
+    with Admin(server.endpoint) as admin:
+        admin.create_topic("orders", queues=2)
+    messaging: Any = server.server.messaging
+
+    async def scenario() -> tuple[list[int], int, float]:
+        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
+            receives = [
+                asyncio.ensure_future(consumer.receive(max_messages=4, wait_s=20))
+                for _ in range(12)
+            ]
+            await asyncio.sleep(1.0)
+            parked_held = server.sync(lambda: messaging.popped_bytes.held)
+            began = time.monotonic()
+            with Producer(server.endpoint) as producer:
+                producer.send("orders", b"L" * (3 * 1024 * 1024))
+                producer.send("orders", b"small")
+
+            def sizes_now() -> list[int]:
+                return sorted(len(m.body) for r in receives if r.done() for m in r.result())
+
+            await _until(lambda: len(sizes_now()) == 2, timeout_s=10)
+            took = time.monotonic() - began
+            sizes = sizes_now()
+            for r in receives:
+                r.cancel()
+            return sizes, parked_held, took
+
+    sizes, parked_held, took = asyncio.run(scenario())
+    assert parked_held == 0  # parked pops reserve nothing
+    assert sizes == [5, 3 * 1024 * 1024]
+    assert took < 5  # woken by the arrival, not by the end of a long poll
