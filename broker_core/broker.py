@@ -50,6 +50,7 @@ from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.errors import (
     AlreadyExistsError,
+    AnswerBoundError,
     FailedPreconditionError,
     InvalidArgumentError,
     InvalidReceiptHandleError,
@@ -996,6 +997,7 @@ class Broker:
         filter_expression: str = "",
         filter_type: str = "tag",
         queue_id: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
@@ -1003,9 +1005,17 @@ class Broker:
         queue_id limits the pop to one queue of the topic plus the group's retry queue for
         it, whose copies belong to no queue (RocketMQ PopMessageRequestHeader.queueId);
         None pops every queue.
+
+        max_bytes bounds what the answer takes (budget.py), the first message included:
+        bytes the caller reserved for it (proxy/stream_session.py's admission); None is the
+        usual ~4 MiB answer. A pop that finds messages none of which fit raises
+        AnswerBoundError with the bytes needed, having taken nothing; so 0 makes a probe
+        that takes nothing and answers once there is something to take.
         """
         validation.check_name("group", group)
         validation.check_name("topic", topic, allow_dlq=True)
+        if max_bytes is not None:
+            validation.check_range("max_bytes", max_bytes, 0, validation.MAX_RESPONSE_BYTES)
         if max_messages is None:
             max_messages = min(32, self.config.pop.max_batch)
         invisible = self.config.pop.default_invisible_s if invisible_s is None else invisible_s
@@ -1031,6 +1041,9 @@ class Broker:
             topic_info = self._topic(topic)  # raises if deleted while we waited
             if queue_id is not None:
                 self._check_queue_id(topic_info, queue_id)  # recreated with fewer queues
+            response = (
+                ResponseBudget() if max_bytes is None else ResponseBudget(max_bytes, strict=True)
+            )
             found, contended = self._pop_once(
                 group_info,
                 topic_info,
@@ -1039,7 +1052,14 @@ class Broker:
                 invisible_ms,
                 record_filter,
                 queue_id,
+                response,
             )
+            if not found and response.refused:
+                raise AnswerBoundError(
+                    f"the next message needs {response.refused} bytes: more than max_bytes "
+                    f"{max_bytes}",
+                    response.refused,
+                )
             remaining = give_up - loop.time()
             if found:
                 self.stats.popped[(group, topic)] += len(found)
@@ -1094,6 +1114,7 @@ class Broker:
         invisible_ms: int,
         record_filter: RecordFilter,
         queue_id: int | None = None,
+        response: ResponseBudget | None = None,
     ) -> tuple[list[PoppedMessage], bool]:
         count_key = (group.group_id, topic.topic_id)
         count = self._pop_count.get(count_key, 0)
@@ -1111,10 +1132,12 @@ class Broker:
         contended = False
         now = now_ms()
         deadline = now + invisible_ms
-        response = ResponseBudget()
+        if response is None:
+            response = ResponseBudget()
         for source, source_queue in order:
             want = max_messages - len(found)
-            if want <= 0 or response.left <= 0:
+            # A reserved bound (strict) stops at its first refusal, not at the last byte.
+            if want <= 0 or (response.refused if response.strict else response.left <= 0):
                 break
             cq = self._queue(group, source, source_queue)
             if not self.locks.try_acquire(cq.lock_key):

@@ -4,6 +4,11 @@ A gRPC client receives 4 MiB per message by default (grpc's max_receive_message_
 so an answer must stay below that however large its messages are: a batch stops before
 the message that would pass validation.MAX_RESPONSE_BYTES, and the next call gets it. The
 first message always fits, because a body is at most validation.MAX_BODY_BYTES.
+
+A caller that reserved fewer bytes for the answer (a PopStream's admission,
+proxy/stream_session.py) passes them as a `strict` limit: then even the first message must
+fit, and `refused` says how many bytes the smallest message it refused needed, so the caller
+can ask again with at least that many.
 """
 
 from __future__ import annotations
@@ -21,18 +26,23 @@ class ResponseBudget:
     reads about what fits and not, say, 256 messages of 4 MiB to return one.
     """
 
-    __slots__ = ("left", "seen", "seen_bytes", "taken")
+    __slots__ = ("left", "refused", "seen", "seen_bytes", "strict", "taken")
 
-    def __init__(self, limit: int = MAX_RESPONSE_BYTES) -> None:
+    def __init__(self, limit: int = MAX_RESPONSE_BYTES, *, strict: bool = False) -> None:
         self.left = limit
         self.taken = 0
         self.seen = 0
         self.seen_bytes = 0
+        self.strict = strict
+        """A reserved bound: the first message must fit it too."""
+        self.refused = 0
+        """Bytes (with the overhead) of the smallest message refused, 0 if none was."""
 
     def reads(self, wanted: int) -> int:
         """How many of the `wanted` next stored messages to read at once (at least one)."""
         if not self.seen:
-            return max(1, min(wanted, FIRST_READ))
+            # Under a reserved bound, one at first: a probe (bound 0) reads one message.
+            return 1 if self.strict else max(1, min(wanted, FIRST_READ))
         average = self.seen_bytes / self.seen + MESSAGE_OVERHEAD_BYTES
         return max(1, min(wanted, int(self.left // average) + 1))
 
@@ -44,7 +54,9 @@ class ResponseBudget:
     def take(self, stored_bytes: int) -> bool:
         """Count a message of `stored_bytes` (its stored record) if it fits; False if not."""
         cost = stored_bytes + MESSAGE_OVERHEAD_BYTES
-        if self.taken and cost > self.left:
+        if cost > self.left and (self.taken or self.strict):
+            if not self.refused or cost < self.refused:
+                self.refused = cost
             return False
         self.left -= cost
         self.taken += 1

@@ -48,6 +48,16 @@ class ResourceExhaustedError(PopMQError):
     retriable = True
 
 
+class AnswerBoundError(ResourceExhaustedError):
+    """A pop given a byte bound (`Broker.pop`'s `max_bytes`) found messages, none of which
+    fit it; it took nothing. `needed_bytes` is the bound that lets the smallest one through.
+    """
+
+    def __init__(self, message: str, needed_bytes: int) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+
+
 class UnavailableError(PopMQError):
     """The store cannot take writes right now (I/O error, shutting down); retry later."""
 

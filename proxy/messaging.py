@@ -17,6 +17,7 @@ from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.errors import rpc
 from popmq.proxy.leases import LeaseOutcome, LeaseTable
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
     AckedPop,
     AckOutcomes,
@@ -63,6 +64,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._streams: set[PopStreamSession | SendStreamSession] = set()
         self.give_back = GiveBack(broker)
         """Takes back what PopStreams popped and never wrote (their client went away)."""
+        self.popped_bytes = PoppedBytes()
+        """What all PopStreams together may hold popped and unwritten (proxy/memory.py)."""
 
     @rpc
     async def SendMessages(
@@ -111,7 +114,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return response
 
     def start_pop(
-        self, request: messaging_pb2.PopRequest, remaining_s: float | None
+        self,
+        request: messaging_pb2.PopRequest,
+        remaining_s: float | None,
+        max_bytes: int | None = None,
     ) -> Coroutine[Any, Any, PopResult]:
         """Validate a Pop and return the broker's pop coroutine for it (not yet started).
 
@@ -120,20 +126,22 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         argument; the returned coroutine raises the others (unknown topic, too many held
         pops). `remaining_s` is the time left before the caller's deadline, if it has one.
         A pop that carries acks applies them first, and only once its own arguments passed.
+        `max_bytes` is what a PopStream reserved for the answer (Broker.pop's bound).
         """
         validation.check_count(
             "ack_receipt_handles", len(request.ack_receipt_handles), validation.MAX_HANDLES
         )
         pop = _pop_arguments(self._broker, request, remaining_s)
         if request.ack_receipt_handles:
-            return self._ack_then_pop(request, pop)
-        return self._broker.pop(request.group, request.topic, **pop)
+            return self._ack_then_pop(request, pop, max_bytes)
+        return self._broker.pop(request.group, request.topic, max_bytes=max_bytes, **pop)
 
     async def _ack_then_pop(
-        self, request: messaging_pb2.PopRequest, pop: _PopArguments
+        self, request: messaging_pb2.PopRequest, pop: _PopArguments, max_bytes: int | None
     ) -> AckedPop:
         acks = await self._broker.ack(request.group, request.ack_receipt_handles)
-        return AckedPop(acks, await self._broker.pop(request.group, request.topic, **pop))
+        popped = await self._broker.pop(request.group, request.topic, max_bytes=max_bytes, **pop)
+        return AckedPop(acks, popped)
 
     async def PopStream(
         self,
@@ -148,6 +156,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             self._observe_pop,
             self._observe_stream_ack,
             self.give_back,
+            self.popped_bytes,
         )
         if self._releasing:
             session.release()

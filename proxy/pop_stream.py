@@ -18,6 +18,10 @@ broker's `pop`; an ack runs the broker's `ack` as the Ack RPC does (`start_ack`)
 may instead cancel an earlier pop by its id (an ack is never cancelled: it is answered with
 its results), and repeating the id of a request in flight ends the stream INVALID_ARGUMENT.
 
+What a pop may take: the bytes the stream admitted it with (proxy/stream_session.py,
+"Admission"), passed to the broker's pop as `max_bytes`; a pop that finds nothing at once
+waits as a probe that takes nothing.
+
 A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
 answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
 took nothing) and started again with what is left of its long-polling time. When the call
@@ -44,7 +48,14 @@ from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.types import PoppedMessage
 from popmq.proxy import convert
-from popmq.proxy.stream_session import MAX_IN_FLIGHT, MAX_UNWRITTEN_BYTES, Observe, StreamSession
+from popmq.proxy.memory import PoppedBytes
+from popmq.proxy.stream_session import (
+    ANSWER_BYTES,
+    MAX_IN_FLIGHT,
+    MAX_UNWRITTEN_BYTES,
+    Observe,
+    StreamSession,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +86,11 @@ class AckedPop(NamedTuple):
 
 
 PopResult = list[PoppedMessage] | AckedPop
-StartPop = Callable[[messaging_pb2.PopRequest, float | None], Coroutine[Any, Any, PopResult]]
-"""Validates a PopRequest (raising the broker's error) and returns its pop coroutine."""
+StartPop = Callable[
+    [messaging_pb2.PopRequest, float | None, int | None], Coroutine[Any, Any, PopResult]
+]
+"""Validates a PopRequest (raising the broker's error) and returns its pop coroutine; the
+last argument bounds the bytes the pop may take (None: a whole answer)."""
 StartAck = Callable[[messaging_pb2.AckRequest], Coroutine[Any, Any, AckOutcomes]]
 """Returns the broker's ack coroutine for an AckRequest."""
 
@@ -155,6 +169,7 @@ class PopStreamSession(
         observe: Told of every answered pop, rejections included (metrics and the RPC log).
         observe_ack: The same for every answered ack.
         give_back: Takes back the messages of answers never written (none when None).
+        popped_bytes: The server-wide budget its pops' bytes count in too (none when None).
     """
 
     method = "PopStream"
@@ -170,8 +185,9 @@ class PopStreamSession(
         observe: Observe | None = None,
         observe_ack: Observe | None = None,
         give_back: Callable[[str, list[str]], None] | None = None,
+        popped_bytes: PoppedBytes | None = None,
     ) -> None:
-        super().__init__(context, observe)
+        super().__init__(context, observe, popped_bytes)
         self._start_pop = start_pop
         self._start_ack = start_ack
         self._observe_ack = observe_ack
@@ -202,25 +218,65 @@ class PopStreamSession(
             return False
         if action == "ack":
             ack = request.ack
-            self._start(request_id, ack, began, lambda: self._start_ack(ack))
+            self._start(request_id, ack, began, lambda _bound, _wait: self._start_ack(ack))
             return True
         pop = request.pop
-        self._start(request_id, pop, began, lambda: self._pop_coroutine(pop, began))
+        self._start(
+            request_id,
+            pop,
+            began,
+            lambda bound, wait: self._pop_coroutine(pop, began, bound, wait),
+        )
         return True
 
     def _pop_coroutine(
-        self, pop: messaging_pb2.PopRequest, began: float
+        self, pop: messaging_pb2.PopRequest, began: float, max_bytes: int | None, wait: bool
     ) -> Coroutine[Any, Any, PopResult]:
-        """The pop's coroutine; a pop started again after a pause waits only for what is
-        left of its long-polling time."""
-        waited = time.perf_counter() - began
-        if waited > 0.001 and pop.HasField("long_polling_timeout"):
-            left = max(0.0, pop.long_polling_timeout.ToTimedelta().total_seconds() - waited)
+        """The pop's coroutine; a pop started again (after a pause, or as a probe) waits only
+        for what is left of its long-polling time, and one that may not wait, not at all."""
+        if not wait:
             resumed = messaging_pb2.PopRequest()
             resumed.CopyFrom(pop)
-            resumed.long_polling_timeout.FromMilliseconds(int(left * 1000))
+            resumed.long_polling_timeout.FromMilliseconds(0)
             pop = resumed
-        return self._start_pop(pop, self._context.time_remaining())
+        elif time.perf_counter() - began > 0.001:
+            left = self._wait_left(pop, began)
+            if left is not None:
+                resumed = messaging_pb2.PopRequest()
+                resumed.CopyFrom(pop)
+                resumed.long_polling_timeout.FromMilliseconds(int(left * 1000))
+                pop = resumed
+        return self._start_pop(pop, self._context.time_remaining(), max_bytes)
+
+    def _wait_left(self, pop: messaging_pb2.PopRequest, began: float) -> float | None:
+        """Seconds of its own long-polling time the pop has left (None: it has the
+        server's default, from whenever it starts)."""
+        if not pop.HasField("long_polling_timeout"):
+            return None
+        waited = time.perf_counter() - began
+        return max(0.0, pop.long_polling_timeout.ToTimedelta().total_seconds() - waited)
+
+    def _at_once(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> bool:
+        # Not a pop with acks: run again, it would apply them again.
+        return type(request) is messaging_pb2.PopRequest and not request.ack_receipt_handles
+
+    def _again(
+        self,
+        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        result: PopResult | AckOutcomes,
+        began: float,
+    ) -> bool:
+        if result or type(request) is not messaging_pb2.PopRequest:
+            return False
+        left = self._wait_left(request, began)
+        return left is None or left > 0.001
+
+    def _admitted(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> int | None:
+        if type(request) is not messaging_pb2.PopRequest:
+            return None  # an ack takes no message
+        # A pop that carries acks is not run twice (its acks would be): it starts only with
+        # a whole answer's worth, never as a probe.
+        return ANSWER_BYTES if request.ack_receipt_handles else 0
 
     def _restartable(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> bool:
         # A pop takes nothing until it returns; an ack is answered with its results, always.

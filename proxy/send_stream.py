@@ -77,7 +77,7 @@ class SendStreamSession(
             self._reject(request.request_id, "INVALID_ARGUMENT", "the request has no send")
             return True
         send = request.send
-        self._start(request.request_id, send, began, lambda: self._start_send(send))
+        self._start(request.request_id, send, began, lambda _bound, _wait: self._start_send(send))
         return True
 
     def _response(self, request_id: int) -> messaging_pb2.SendStreamResponse:

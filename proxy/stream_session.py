@@ -16,14 +16,27 @@ wait to be written and goes on once the client reads.
 Flow control (issue 20): `context.write` returns once grpc took the answer, and blocks only
 when the client's HTTP/2 window is full, so a client that does not read leaves answers
 queued here. Once `MAX_UNWRITTEN_BYTES` of answers wait (queued or being written), the
-stream pauses: its restartable requests (pops, which take nothing until they return) are
-cancelled where they wait and kept as requests, and new ones are kept without starting; they
-start again, in order, once the writes have brought the waiting bytes down to half. A
-pop that was ready in the same turn anyway (many parked pops woken at once by a wave of
-messages) gives back what it took (as below) and waits with the others. So a stream keeps
-at most the bound plus one answer, however many pops it has in flight and however long the
-client does not read; only for the turn a wave of pops ran in does it hold what they took
-(the broker's pop takes before the stream can say no).
+stream pauses: its restartable requests (pops) are cancelled where they wait and kept as
+requests, and new ones are kept without starting; they start again, in order, once the
+writes have brought the waiting bytes down to half. A pop that was ready in the same turn
+anyway gives back what it took (as below) and waits with the others.
+
+Admission (issue 20): a pause comes after the fact, and a wave of pops run in one
+event-loop turn (a stream's 1,024 pops released once their auto-created group exists, or
+many parked pops woken by a wave of messages) would all take before it. So a pop reserves
+bytes before it takes: the stream's budget is `max_unwritten_bytes` for the bytes reserved
+by running pops and those of unwritten answers together (and the server's `PoppedBytes`,
+proxy/memory.py, for all streams), and a pop is granted up to one whole answer
+(`ANSWER_BYTES`) of what is free, which the broker's pop may not pass (`max_bytes`). A
+granted pop takes what is there at once; finding nothing it waits for messages as a probe,
+granted nothing (`max_bytes` 0), so a parked pop holds no bytes and any number may park.
+A probe, or a pop whose next message is larger than its grant, gets the broker's
+AnswerBoundError (it took nothing, and says how many bytes it needs) and waits here, first
+come first served, until that much is free; new pops meanwhile start as probes. Taken
+bytes count as the answer's size once the pop ends. So what a stream holds never passes
+its budget plus rejections' answers, however many pops are woken at once. A pop that
+carries acks is never run twice (its acks would be): it waits for a whole answer's worth
+and keeps it while it long-polls.
 
 Ends: the client half-closes -> the requests in flight are answered, then the stream ends
 OK. The call ends otherwise (cancelled, deadline, connection lost, a write refused) -> the
@@ -49,8 +62,10 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import grpc
 
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.errors import AnswerBoundError, PopMQError
+from popmq.broker_core.validation import MAX_RESPONSE_BYTES
 from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
@@ -60,9 +75,14 @@ MAX_IN_FLIGHT = 1024
 (group, topic) is the same number, so one consumer's PopStream is never the tighter bound."""
 
 MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
-"""Answer bytes one stream may hold unwritten before it pauses its pops (see the module doc):
-two of the largest pop answers (about 4 MiB each), so a client that reads keeps one answer
-ready while it reads the other."""
+"""Answer bytes one stream may hold unwritten before it pauses its pops, and its budget for
+those and the bytes reserved by its running pops together (see the module doc): two of the
+largest pop answers (about 4 MiB each), so a client that reads keeps one answer ready while
+it reads the other."""
+
+ANSWER_BYTES = MAX_RESPONSE_BYTES
+"""The most one pop answer holds (broker_core/budget.py): a pop granted this much is not
+bounded further, and may take one message however large."""
 
 Observe = Callable[[str, float, Any, str, str], None]
 """Reports one answered request: (status code name, seconds, request, peer, error message)."""
@@ -75,13 +95,24 @@ ResultT = TypeVar("ResultT")
 """What the broker's coroutine returns for one request."""
 
 
+CoroutineFor = Callable[[int | None, bool], Coroutine[Any, Any, ResultT]]
+"""Makes a request's coroutine, given the bytes reserved for its answer (None: not admitted
+by bytes, or a whole answer's worth) and whether it may wait (long-poll) for messages."""
+
+
 class _Request(NamedTuple, Generic[RequestT, ResultT]):
     """A request read and not yet answered: what `_start` needs to run it (again)."""
 
     request_id: int
     began: float
     request: RequestT
-    coroutine_for: Callable[[], Coroutine[Any, Any, ResultT]]
+    coroutine_for: CoroutineFor[ResultT]
+    grant: int = 0
+    """Bytes reserved for its answer while it runs (admission, module doc)."""
+    demand: int = 0
+    """Bytes it needs before it may start again: its message did not fit its last grant."""
+    probe: bool = False
+    """It found nothing at once: it waits for messages as a probe, taking nothing."""
 
 
 class _Answer(NamedTuple, Generic[RequestT, ResponseT]):
@@ -120,8 +151,15 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     """Unwritten answer bytes at which the stream pauses (an attribute, so tests can lower
     it for one session)."""
 
-    def __init__(self, context: grpc.aio.ServicerContext, observe: Observe | None = None) -> None:
+    def __init__(
+        self,
+        context: grpc.aio.ServicerContext,
+        observe: Observe | None = None,
+        popped_bytes: PoppedBytes | None = None,
+    ) -> None:
         self._context = context
+        self._pool = popped_bytes
+        """The server-wide budget the stream's bytes count in too (proxy/memory.py)."""
         self._observe = observe
         self._peer = context.peer() if observe is not None else ""
         self._loop = asyncio.get_running_loop()
@@ -144,6 +182,11 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         # whose done-callback has not run yet. Both only while `_paused` (or just after).
         self._paused = False
         self._deferred: deque[_Request[RequestT, ResultT]] = deque()
+        # Admitted requests that wait for `demand` bytes of the budget, first come first
+        # served; and the bytes reserved by the running ones (module doc, "Admission").
+        self._waiting: deque[_Request[RequestT, ResultT]] = deque()
+        self._reserved = 0
+        self._admit_later = self._admit  # one bound method, registered with the pool
         self._pausing: set[asyncio.Task[ResultT]] = set()
         self._unanswered = 0
         """Requests read whose answer is not written yet (what MAX_IN_FLIGHT bounds)."""
@@ -172,6 +215,22 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     def _observer(self, request: RequestT) -> Observe | None:
         """Who is told of the answer to `request` (the session's `observe` by default)."""
         return self._observe
+
+    def _admitted(self, request: RequestT) -> int | None:
+        """Whether `request` takes bytes that count in the stream's budget (a pop): then the
+        fewest bytes it may start with (0: it may start as a probe, taking nothing); None
+        when it takes nothing (the default)."""
+        return None
+
+    def _at_once(self, request: RequestT) -> bool:
+        """Whether an admitted `request` granted bytes takes what is there without waiting,
+        and waits for more as a probe (see `_again`). False by default."""
+        return False
+
+    def _again(self, request: RequestT, result: ResultT, began: float) -> bool:
+        """Whether a result of a request run at once is empty and the request still has time
+        to wait for messages (then it waits as a probe instead of being answered)."""
+        return False
 
     def _restartable(self, request: RequestT) -> bool:
         """Whether `request` may be cancelled while it waits and started again later: it
@@ -209,11 +268,15 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                     return
                 self._writing = None
                 self._unwritten -= answer.size
+                if self._pool is not None:
+                    self._pool.let_go(answer.size)
                 if answer.counted:
                     self._unanswered -= 1
                 answer = None  # not held while the writer waits for the next one
                 if self._paused and self._unwritten <= self.max_unwritten_bytes // 2:
                     self._resume()
+                elif self._waiting:
+                    self._admit()
                 if self._room is not None and self._answers.qsize() < MAX_IN_FLIGHT:
                     self._room.set_result(None)
                     self._room = None
@@ -238,11 +301,12 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         self._releasing = True
         if self._reader is not None:
             self._reader.cancel()
-        while self._deferred:
-            paused = self._deferred.popleft()
-            if self._by_id is not None:
-                del self._by_id[paused.request_id]
-            self._reject_paused(paused)
+        for waiting in (self._waiting, self._deferred):
+            while waiting:
+                paused = waiting.popleft()
+                if self._by_id is not None:
+                    del self._by_id[paused.request_id]
+                self._reject_paused(paused)
 
     def _reject_paused(self, paused: _Request[RequestT, ResultT]) -> None:
         self._reject(
@@ -279,7 +343,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         request_id: int,
         request: RequestT,
         began: float,
-        coroutine_for: Callable[[], Coroutine[Any, Any, ResultT]],
+        coroutine_for: CoroutineFor[ResultT],
     ) -> None:
         """Run one request, unless the stream is full or `coroutine_for` refuses it; keep it
         for later while the stream is paused.
@@ -306,11 +370,45 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             return
         self._launch(entry)
 
+    def _grant(self, entry: _Request[RequestT, ResultT]) -> int | None:
+        """Bytes to reserve for an admitted request's answer now, or None: it must wait."""
+        need = max(self._admitted(entry.request) or 0, entry.demand)
+        if entry.probe or (not need and self._waiting):
+            return 0  # a probe: the bytes go to those that wait for them, in order
+        grant = min(ANSWER_BYTES, max(0, self._free()))
+        return grant if grant >= need else None
+
+    def _free(self) -> int:
+        """Bytes the stream may still reserve: its own budget's, and the server's."""
+        free = self.max_unwritten_bytes - self._reserved - self._unwritten
+        return free if self._pool is None else min(free, self._pool.free())
+
+    def _wait_for_bytes(self, entry: _Request[RequestT, ResultT]) -> None:
+        self._waiting.append(entry)
+        if self._by_id is not None:
+            self._by_id[entry.request_id] = entry
+        if self._pool is not None:
+            self._pool.wait(self._admit_later)
+
     def _launch(self, entry: _Request[RequestT, ResultT]) -> None:
-        """Start a counted request's task (or answer it, if `coroutine_for` refuses it)."""
-        request_id, began, request, coroutine_for = entry
+        """Start a counted request's task (or answer it, if `coroutine_for` refuses it), or
+        keep it waiting for bytes (admission)."""
+        request_id, began, request, coroutine_for, _, _, _ = entry
+        bound: int | None = None
+        wait = True
+        if self._admitted(request) is not None:
+            grant = self._grant(entry)
+            if grant is None:
+                need = max(self._admitted(request) or 0, entry.demand)
+                self._wait_for_bytes(entry._replace(demand=need))
+                return
+            entry = entry._replace(grant=grant, demand=0, probe=False)
+            bound = None if grant >= ANSWER_BYTES else grant
+            # Granted bytes are never held by a parked pop: it takes what is there at once
+            # and, finding nothing, waits again as a probe (`_again`).
+            wait = not grant or not self._at_once(request)
         try:
-            coroutine = coroutine_for()
+            coroutine = coroutine_for(bound, wait)
         except PopMQError as exc:
             self._reject(request_id, exc.code, str(exc), request, began, counted=True)
             return
@@ -321,6 +419,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             return
         task = self._loop.create_task(coroutine, context=self._task_context)
         self._running[task] = entry
+        self._reserved += entry.grant
+        if self._pool is not None:
+            self._pool.hold(entry.grant)
         if self._by_id is not None:
             self._by_id[request_id] = task
         task.add_done_callback(self._on_done, context=self._task_context)
@@ -337,8 +438,11 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 self._pausing.discard(found)  # answered, not paused, when it ends
                 found.cancel()
             return
-        # Paused: never started again.
-        self._deferred.remove(found)
+        # Paused, or waiting for bytes: never started again.
+        if found in self._waiting:
+            self._waiting.remove(found)
+        else:
+            self._deferred.remove(found)
         del self._by_id[request_id]
         self._reject(
             request_id, "CANCELLED", self.cancelled_text, found.request, found.began, counted=True
@@ -360,15 +464,37 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
 
     def _resume(self) -> None:
         self._paused = False
+        self._admit()
         while self._deferred and not self._paused:
             entry = self._deferred.popleft()
             if self._by_id is not None:
                 del self._by_id[entry.request_id]
             self._launch(entry)
 
+    def _admit(self) -> None:
+        """Start the requests waiting for bytes, in order, while the budget has them."""
+        while self._waiting and not (self._paused or self._closed or self._releasing):
+            entry = self._waiting[0]
+            if min(ANSWER_BYTES, self._free()) < entry.demand:
+                return
+            self._waiting.popleft()
+            if self._by_id is not None:
+                del self._by_id[entry.request_id]
+            self._launch(entry)
+        if not self._waiting and self._pool is not None:
+            self._pool.unwait(self._admit_later)
+
     def _done(self, task: asyncio.Task[ResultT]) -> None:
         entry = self._running.pop(task)
-        request_id, began, request, _ = entry
+        self._reserved -= entry.grant  # what it took is in its answer's size from now on
+        if self._pool is not None:
+            self._pool.let_go(entry.grant)
+        self._settle(task, entry)
+        if self._waiting:
+            self._admit()
+
+    def _settle(self, task: asyncio.Task[ResultT], entry: _Request[RequestT, ResultT]) -> None:
+        request_id, began, request, _, grant, _, _ = entry
         if self._by_id is not None:
             del self._by_id[request_id]
         if task in self._pausing:
@@ -383,6 +509,39 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 return
         if self._closed and task.cancelled():
             return  # nobody reads its answer, and it took nothing
+        if (
+            not self._closed
+            and not task.cancelled()
+            and isinstance(short := task.exception(), AnswerBoundError)
+            and self._restartable(request)
+        ):
+            # Its message did not fit the bytes it was granted (it took nothing): it waits
+            # until the budget has enough, before those that came after it.
+            if self._releasing:
+                self._reject_paused(entry)
+                return
+            self._wait_for_bytes(
+                entry._replace(grant=0, demand=min(ANSWER_BYTES, short.needed_bytes))
+            )
+            return
+        if (
+            grant
+            and not self._closed
+            and not self._releasing
+            and not task.cancelled()
+            and task.exception() is None
+            and self._at_once(request)
+            and self._again(request, task.result(), began)
+        ):
+            # Nothing there at once: it waits for messages as a probe, holding no bytes.
+            probe = entry._replace(grant=0, probe=True)
+            if self._paused:
+                self._deferred.append(probe)
+                if self._by_id is not None:
+                    self._by_id[request_id] = probe
+            else:
+                self._launch(probe)
+            return
         if (
             self._paused
             and not self._closed
@@ -428,8 +587,12 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             )
 
     def _queue(self, answer: _Answer[RequestT, ResponseT]) -> None:
+        if self._closed:
+            return  # nobody writes it (and its bytes would never come back to the pool)
         self._answers.put_nowait(answer)
         self._unwritten += answer.size
+        if self._pool is not None:
+            self._pool.hold(answer.size)
         if not self._paused and self._unwritten >= self.max_unwritten_bytes:
             self._pause()
 
@@ -465,6 +628,10 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             task.cancel()
         self._pausing.clear()
         self._deferred.clear()
+        self._waiting.clear()
+        if self._pool is not None:
+            self._pool.unwait(self._admit_later)
+            self._pool.let_go(self._unwritten)  # the reserved bytes come back as tasks end
         unwritten = [] if self._writing is None else [self._writing]
         self._writing = None
         while not self._answers.empty():

@@ -193,9 +193,11 @@ def test_against_a_server_that_ignores_the_field_the_sdk_acks_with_an_ack_call(
     messaging: Any = server.server.messaging
     start_pop = messaging.start_pop
 
-    def older(request: messaging_pb2.PopRequest, remaining_s: float | None) -> Any:
+    def older(
+        request: messaging_pb2.PopRequest, remaining_s: float | None, max_bytes: int | None = None
+    ) -> Any:
         request.ClearField("ack_receipt_handles")  # as a server without the field drops it
-        return start_pop(request, remaining_s)
+        return start_pop(request, remaining_s, max_bytes)
 
     server.sync(lambda: setattr(messaging, "start_pop", older))
     with SimpleConsumer(

@@ -21,14 +21,15 @@ import grpc
 import pytest
 
 from bench import slow_consumer_memory
-from popmq import Admin, AsyncSimpleConsumer, Producer
+from popmq import Admin, AsyncSimpleConsumer, Producer, SimpleConsumer
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as rmq
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as rmq_service
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.server import ConnectionConfig, PopMQServer, ServerConfig
-from popmq.proxy.stream_session import MAX_UNWRITTEN_BYTES
+from popmq.proxy.stream_session import ANSWER_BYTES, MAX_UNWRITTEN_BYTES
 from tests.integration.server import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -134,6 +135,44 @@ def test_messages_of_answers_never_written_come_back_at_once_when_the_client_goe
     assert popped * _BODY < 2 * MAX_UNWRITTEN_BYTES  # it paused: not all 48 were popped
     assert given_back > 0
     assert got == 48 - popped + given_back  # the answers the client took stay its own
+    assert server.sync(lambda: server.server.messaging.popped_bytes.held) == 0
+
+
+def test_streams_together_hold_no_more_than_the_server_wide_budget(server: ServerThread) -> None:
+    # Four streams that never read, each allowed 8 MiB alone, under a server-wide 8 MiB.
+    _fill(server.endpoint, 64)
+    messaging: Any = server.server.messaging
+    limit = 2 * ANSWER_BYTES
+    server.sync(lambda: setattr(messaging, "popped_bytes", PoppedBytes(limit)))
+    held: list[int] = []
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(server.endpoint, options=_SLOW_CLIENT) as channel:
+            calls = []
+            for g in range(4):
+                call = _Stub(channel).PopStream()
+                calls.append(call)
+                for i in range(64):
+                    pop = _pop(i, invisible_s=1)
+                    pop.pop.group = f"g{g}"
+                    await call.write(pop)
+            for _ in range(40):  # two more invisible times and more
+                held.append(server.sync(lambda: messaging.popped_bytes.held))
+                await asyncio.sleep(0.1)
+            for call in calls:
+                call.cancel()
+        await _until(lambda: server.sync(lambda: messaging.pop_streams) == 0)
+
+    asyncio.run(scenario())
+    assert 0 < max(held) <= limit + 64 * 1024  # answers of rejections are not reserved
+    assert server.sync(lambda: messaging.popped_bytes.held) == 0
+    # Nothing stuck: every message is receivable again by each group.
+    with SimpleConsumer(server.endpoint, group="g3", topic="orders") as consumer:
+        got = 0
+        while messages := consumer.receive(max_messages=16, wait_s=3):
+            got += len(messages)
+            consumer.ack(messages)
+    assert got == 64
 
 
 def test_a_paused_stream_answers_every_pop_once_the_client_reads(server: ServerThread) -> None:
@@ -277,3 +316,59 @@ def test_the_memory_attacks_stay_bounded_and_give_their_memory_back() -> None:
     # grew by a whole run's worth each time).
     assert pop_stream[1].after_mb - pop_stream[0].after_mb < 30, pop_stream[1].line()
     assert receive[1].after_mb - receive[0].after_mb < 30, receive[1].line()
+
+
+@pytest.mark.slow
+def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None:
+    """The 8-group attack, CI-sized: each group's 256 pops are released together once the
+    group exists and would take all 64 MiB at once (+323 to +543 MB over the start before
+    admission: the pops take before any stream could pause); admitted, each stream takes
+    what its budget has room for, all of them what the server-wide budget has."""
+    runs = asyncio.run(
+        slow_consumer_memory.main(
+            "--attack pop-stream --groups 8 --messages 64 --pops 256 "
+            "--hold 4 --settle 4 --runs 2".split()
+        )
+    )
+    start = runs[0].before_mb
+    for run in runs:
+        assert run.peak_mb - start < 250, run.line()  # with admission: +127 to +167
+
+
+def test_parked_pops_hold_no_bytes_and_a_large_message_still_wakes_one(
+    server: ServerThread,
+) -> None:
+    # Twelve receives parked on one stream: all wait as probes (a whole answer each would
+    # be 48 MiB, past the stream's 8 MiB). A 3 MiB message, larger than a probe may take,
+    # wakes one; it waits for 3 MiB of the budget, gets it at once, and takes the message.
+    with Admin(server.endpoint) as admin:
+        admin.create_topic("orders", queues=2)
+    messaging: Any = server.server.messaging
+
+    async def scenario() -> tuple[list[int], int, float]:
+        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
+            receives = [
+                asyncio.ensure_future(consumer.receive(max_messages=4, wait_s=20))
+                for _ in range(12)
+            ]
+            await asyncio.sleep(1.0)
+            parked_held = server.sync(lambda: messaging.popped_bytes.held)
+            began = time.monotonic()
+            with Producer(server.endpoint) as producer:
+                producer.send("orders", b"L" * (3 * 1024 * 1024))
+                producer.send("orders", b"small")
+
+            def sizes_now() -> list[int]:
+                return sorted(len(m.body) for r in receives if r.done() for m in r.result())
+
+            await _until(lambda: len(sizes_now()) == 2, timeout_s=10)
+            took = time.monotonic() - began
+            sizes = sizes_now()
+            for r in receives:
+                r.cancel()
+            return sizes, parked_held, took
+
+    sizes, parked_held, took = asyncio.run(scenario())
+    assert parked_held == 0  # parked pops reserve nothing
+    assert sizes == [5, 3 * 1024 * 1024]
+    assert took < 5  # woken by the arrival, not by the end of a long poll

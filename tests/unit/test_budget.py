@@ -28,3 +28,13 @@ def test_reads_follow_the_sizes_seen_so_an_answer_reads_about_what_fits() -> Non
     small = ResponseBudget(limit=4 * MiB)
     small.saw(100)
     assert small.reads(256) == 256
+
+
+def test_a_strict_bound_refuses_even_the_first_message_and_says_what_it_needed() -> None:
+    budget = ResponseBudget(limit=MiB, strict=True)
+    assert not budget.take(2 * MiB) and not budget.take(3 * MiB)
+    assert budget.taken == 0 and budget.refused == 2 * MiB + MESSAGE_OVERHEAD_BYTES
+    assert budget.take(1000)  # a smaller one fits
+    probe = ResponseBudget(limit=0, strict=True)
+    assert probe.reads(256) == 1  # one message is enough to learn what is needed
+    assert not probe.take(1) and probe.refused == 1 + MESSAGE_OVERHEAD_BYTES

@@ -32,7 +32,9 @@ class FakeBroker:
         self.ack_gate = asyncio.Event()
         self.acked: list[str] = []
 
-    def start_pop(self, request: messaging_pb2.PopRequest, remaining: float | None) -> Any:
+    def start_pop(
+        self, request: messaging_pb2.PopRequest, remaining: float | None, max_bytes: int | None
+    ) -> Any:
         return asyncio.sleep(3600, result=[])
 
     def start_ack(self, request: messaging_pb2.AckRequest) -> Any:
