@@ -23,29 +23,24 @@ from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
 from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
-from popmq.broker_core.catalog import GroupInfo, TopicInfo
-from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
+from popmq.broker_core.catalog import TopicInfo
+from popmq.broker_core.errors import NotFoundError, PopMQError
 from popmq.broker_core.filters import parse_filter
-from popmq.broker_core.sql_filter import MAX_EXPRESSION_LENGTH
 from popmq.broker_core.types import PoppedMessage, QueueStats
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
-from popmq.proxy.rocketmq import codes, convert, settings
+from popmq.proxy.rocketmq import codes, convert, metadata, settings
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.receive import Receiver
+from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.sessions import ClientSession, Sessions
 
 log = logging.getLogger(__name__)
 
 _Response = TypeVar("_Response")
-_DEADLINE_MARGIN_S = 0.05
-"""A long poll answers this long before the caller's deadline instead of overrunning it."""
-_CLIENT_ID = "x-mq-client-id"
-_NAMESPACE = "x-mq-namespace"
-_FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
 _PULL_WAIT_KEY = "\x00pull:"
 """Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
 
@@ -70,7 +65,7 @@ def answers(
         async def wrapper(self: RocketMQService, request: Any, context: Any) -> _Response:
             self.touch(context)
             try:
-                self.check_namespace(context)
+                metadata.check_namespace(context)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 log.debug("%s failed: %s", handler.__name__, exc)
@@ -109,6 +104,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.config = config or RocketMQConfig()
         if clients is None:
             clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
+        self._resources = Resources(broker, address, self.config)
         self.assignments = ConsumerAssignments(clients)
         self.sessions = Sessions(self.config.client_idle_s, on_end=self._session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
@@ -142,108 +138,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    # -- helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _header(context: grpc.aio.ServicerContext, name: str) -> str:
-        for key, value in context.invocation_metadata() or ():
-            if key == name:
-                return str(value)
-        return ""
-
-    @classmethod
-    def client_id(cls, context: grpc.aio.ServicerContext) -> str:
-        return cls._header(context, _CLIENT_ID)
-
-    @classmethod
-    def check_namespace(cls, context: grpc.aio.ServicerContext) -> None:
-        """Refuse a namespace sent in the x-mq-namespace header, on every RPC.
-
-        popmq has no namespaces. Some clients name theirs only in this header (the Node.js
-        SimpleConsumer), others also in each resource (refused by convert); ignoring the
-        header would let such a consumer read the un-namespaced topic of the same name.
-        """
-        namespace = cls._header(context, _NAMESPACE)
-        if namespace:
-            raise ProtocolError(Code.BAD_REQUEST, convert.namespace_refusal(namespace, _NAMESPACE))
-
     def touch(self, context: grpc.aio.ServicerContext) -> str:
         """Mark the calling client as alive; returns its id ("" when it sent none)."""
-        client_id = self.client_id(context)
+        client_id = metadata.client_id(context)
         if client_id:
             self.sessions.touch(client_id)
         return client_id
-
-    def _require_client_id(self, context: grpc.aio.ServicerContext) -> str:
-        client_id = self.client_id(context)
-        if not client_id:
-            raise ProtocolError(
-                Code.CLIENT_ID_REQUIRED, f"the {_CLIENT_ID} metadata header is required"
-            )
-        return client_id
-
-    def _broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
-        """The broker of routes: where clients reach this proxy (the address they used, checked
-        and bounded, else the listen address)."""
-        where = convert.client_endpoints(requested)
-        if where is None:
-            where = convert.endpoints(self._address())
-        return convert.broker(where, self.config.broker_name)
-
-    def _topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
-        """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
-        try:
-            return self._broker.get_topic(name)
-        except NotFoundError as exc:
-            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
-
-    def _queue_id(self, info: TopicInfo, queue: pb.MessageQueue) -> int:
-        if not 0 <= queue.id < info.queues:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"message_queue.id {queue.id} is outside 0..{info.queues - 1} of topic "
-                f"{info.name!r}",
-            )
-        return queue.id
-
-    def _policy(self, group: str) -> settings.GroupPolicy:
-        """The retry policy and fifo flag of a group (its defaults if it does not exist yet)."""
-        info: GroupInfo | None
-        try:
-            info = self._broker.get_group(group)
-        except NotFoundError:
-            info = None
-        if info is None:
-            defaults = self._broker.config.groups
-            attempts = defaults.max_delivery_attempts
-            backoff = tuple(round(s * 1000) for s in defaults.retry_backoff_s)
-            fifo = False
-        else:
-            attempts, backoff = info.max_delivery_attempts, info.retry_backoff_ms
-            fifo = self._broker.group_settings(group).fifo
-        return settings.GroupPolicy(attempts, backoff, fifo)
-
-    @staticmethod
-    def _filter(expression: pb.FilterExpression) -> tuple[str, str]:
-        """(filter_type, expression) for the broker; refused early with the v2 code."""
-        kind = _FILTER_TYPES.get(expression.type)
-        if kind is None:
-            raise ProtocolError(
-                Code.ILLEGAL_FILTER_EXPRESSION,
-                f"filter type {expression.type} is unknown: use TAG or SQL",
-            )
-        # SQL is bounded by its parser; a tag expression is not (its work grows with it).
-        if len(expression.expression) > MAX_EXPRESSION_LENGTH:
-            raise ProtocolError(
-                Code.ILLEGAL_FILTER_EXPRESSION,
-                f"filter expression is {len(expression.expression)} characters long: at most "
-                f"{MAX_EXPRESSION_LENGTH} are allowed",
-            )
-        try:
-            parse_filter(expression.expression, kind)
-        except InvalidArgumentError as exc:
-            raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
-        return kind, expression.expression
 
     # -- routes, heartbeats, sessions ------------------------------------------------------
 
@@ -251,8 +151,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryRouteResponse:
-        entry = self._broker_entry(request.endpoints)
-        info, _ = self._topic(convert.topic_name(request.topic))
+        entry = self._resources.broker_entry(request.endpoints)
+        info, _ = self._resources.topic(convert.topic_name(request.topic))
         return sv.QueryRouteResponse(
             status=codes.ok(),
             message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
@@ -265,15 +165,15 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """Normal groups: one assignment with queue id -1, as RocketMQ's proxy answers them
         (every receive pops all queues and the broker balances consumers). FIFO groups: one
         per queue the registry gives this client (a lease each), renewed by the query."""
-        entry = self._broker_entry(request.endpoints)
-        info, _ = self._topic(convert.topic_name(request.topic))
+        entry = self._resources.broker_entry(request.endpoints)
+        info, _ = self._resources.topic(convert.topic_name(request.topic))
         group = convert.group_name(request.group)
-        if not self._policy(group).fifo:
+        if not self._resources.policy(group).fifo:
             queue = convert.message_queue(info, -1, entry)
             return sv.QueryAssignmentResponse(
                 status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
             )
-        client_id = self._require_client_id(context)
+        client_id = metadata.require_client_id(context)
         session = self.sessions.touch(client_id, group=group)
         if session.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
             session.client_type = pb.PUSH_CONSUMER  # only push consumers ask for assignments
@@ -294,7 +194,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> sv.HeartbeatResponse:
         """Keeps the session alive and registers a consumer in the client registry."""
-        client_id = self._require_client_id(context)
+        client_id = metadata.require_client_id(context)
         if request.client_type not in pb.ClientType.values():
             raise ProtocolError(
                 Code.UNRECOGNIZED_CLIENT_TYPE,
@@ -324,7 +224,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             queue_counts[topic] = info.queues
         if not queue_counts:
             return
-        exclusive = session.client_type == pb.PUSH_CONSUMER and self._policy(group).fifo
+        exclusive = session.client_type == pb.PUSH_CONSUMER and self._resources.policy(group).fifo
         self.assignments.register(session.client_id, group, queue_counts, exclusive=exclusive)
 
     def _session_ended(self, session: ClientSession) -> None:
@@ -334,7 +234,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: sv.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> sv.NotifyClientTerminationResponse:
-        client_id = self._require_client_id(context)
+        client_id = metadata.require_client_id(context)
         self.sessions.remove(client_id)  # its registrations and leases end with the session
         self.assignments.end_client(client_id)  # also when the session was gone already
         released = await self.inflight.release_client(client_id)
@@ -345,19 +245,19 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         """Answer each settings frame with the merged settings; stay open for the client's
         lifetime (the channel for server-to-client commands) until it or the server ends."""
-        client_id = self.client_id(context)
+        client_id = metadata.client_id(context)
         if not client_id:
             await context.write(
                 sv.TelemetryCommand(
                     status=pb.Status(
                         code=Code.CLIENT_ID_REQUIRED,
-                        message=f"the {_CLIENT_ID} metadata header is required",
+                        message=f"the {metadata.CLIENT_ID} metadata header is required",
                     )
                 )
             )
             return
         try:
-            self.check_namespace(context)
+            metadata.check_namespace(context)
         except ProtocolError as exc:
             await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
             return
@@ -402,10 +302,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 group = convert.group_name(client.subscription.group)
                 for entry in client.subscription.subscriptions:
                     convert.topic_name(entry.topic)
-                    self._filter(entry.expression)
+                    check_filter(entry.expression)
                 reply = settings.consumer_reply(
                     client,
-                    self._policy(group),
+                    self._resources.policy(group),
                     self.config,
                     self._broker.config.pop.max_batch,
                 )
@@ -424,7 +324,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.SendMessageResponse:
         self.touch(context)
         try:
-            self.check_namespace(context)
+            metadata.check_namespace(context)
             results = await self._send(request)
         except PopMQError as exc:
             status = codes.status_of(exc, codes.TOPIC)
@@ -462,7 +362,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             name = convert.topic_name(msg.topic, allow_dlq=False)
             message, kind = convert.new_message(msg, index, now, self.config, max_delay, budget)
             try:
-                info, _ = self._topic(name)
+                info, _ = self._resources.topic(name)
             except ProtocolError:
                 if not self._broker.config.auto_create_topics:
                     raise
@@ -487,7 +387,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         topic = convert.topic_name(request.topic, allow_dlq=False)
         if not request.recall_handle:
             raise ProtocolError(Code.BAD_REQUEST, "recall_handle is empty")
-        self._topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
+        self._resources.topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
         try:
             message_id = await self._broker.recall(topic, request.recall_handle)
         except NotFoundError as exc:
@@ -537,7 +437,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 )
             wait = remaining
         if remaining is not None:
-            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
+            wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
         return wait
 
     def _request_timeout_s(self, client_id: str) -> float:
@@ -554,7 +454,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """Stream: a status, then the messages, then the delivery timestamp (receive.py)."""
         client_id = self.touch(context)
         try:
-            self.check_namespace(context)
+            metadata.check_namespace(context)
         except PopMQError as exc:
             await context.write(sv.ReceiveMessageResponse(status=codes.status_of(exc, codes.TOPIC)))
             return
@@ -576,10 +476,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         client_id: str,
     ) -> tuple[list[PoppedMessage], str, bool]:
         if not client_id:
-            self._require_client_id(context)
+            metadata.require_client_id(context)
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = self._filter(request.filter_expression)
+        filter_type, expression = check_filter(request.filter_expression)
         pop = self._broker.config.pop
         if request.batch_size < 1:
             raise ProtocolError(
@@ -604,7 +504,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 f"{pop.max_invisible_s:g}s",
             )
         wait = self._polling_s(request, context.time_remaining(), client_id)
-        info, _ = self._topic(topic)
+        info, _ = self._resources.topic(topic)
 
         def pop_from(wait_s: float, queue_id: int | None = None) -> Awaitable[list[PoppedMessage]]:
             return self._broker.pop(
@@ -621,7 +521,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         session = self.sessions.get(client_id)
         if session is None or session.client_type != pb.PUSH_CONSUMER:
             popped = await pop_from(wait)  # simple consumers pop all queues, whatever they name
-        elif not self._policy(group).fifo:
+        elif not self._resources.policy(group).fifo:
             popped = await pop_from(wait)
         else:
             popped = await self._receive_leased(client_id, group, info, request, wait, pop_from)
@@ -649,7 +549,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 f"group {group!r} is a FIFO group: its queues are assigned one by one; query "
                 "the assignment again and receive from the queues it returns",
             )
-        queue_id = self._queue_id(info, request.message_queue)
+        queue_id = self._resources.queue_id(info, request.message_queue)
         lease_s = self.assignments.check_receive(client_id, group, info.name, queue_id)
         with self.assignments.receiving(client_id, group, info.name, queue_id) as ended:
             task = asyncio.ensure_future(pop(min(wait, lease_s), queue_id))
@@ -776,7 +676,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """
         self.touch(context)
         try:
-            self.check_namespace(context)
+            metadata.check_namespace(context)
             frames = await self._pull(request, context)
         except PopMQError as exc:
             frames = [sv.PullMessageResponse(status=codes.status_of(exc, codes.GROUP))]
@@ -791,15 +691,15 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> list[sv.PullMessageResponse]:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = self._filter(request.filter_expression)
+        filter_type, expression = check_filter(request.filter_expression)
         record_filter = parse_filter(expression, filter_type)
         if request.batch_size < 1:
             raise ProtocolError(
                 Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
             )
         batch = min(request.batch_size, PULL_MAX_MESSAGES)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
         self._offset_in(stats, queue_id, request.offset)
         wait = 0.0
         if request.HasField("long_polling_timeout"):
@@ -809,7 +709,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             wait = min(max(wait, 0.0), self.config.max_long_polling_s)
         remaining = context.time_remaining()
         if remaining is not None:
-            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
+            wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
         while True:
@@ -849,8 +749,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.GetOffsetResponse:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        info, _ = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
+        info, _ = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
         position = self._broker.get_offsets(group, topic)[queue_id]
         if not position.committed:
             raise ProtocolError(
@@ -866,8 +766,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.UpdateOffsetResponse:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
         self._offset_in(stats, queue_id, request.offset)
         await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
         return sv.UpdateOffsetResponse(status=codes.ok())
@@ -877,8 +777,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self, request: sv.QueryOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryOffsetResponse:
         topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
         policy = request.query_offset_policy
         if policy == pb.BEGINNING:
             offset = stats[queue_id].min_offset
