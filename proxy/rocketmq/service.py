@@ -29,14 +29,17 @@ from popmq.broker_core.filters import parse_filter
 from popmq.broker_core.types import PoppedMessage, QueueStats
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
-from popmq.proxy.rocketmq import codes, convert, metadata, settings
+from popmq.proxy.rocketmq import codes, convert, metadata
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.receive import Receiver
 from popmq.proxy.rocketmq.resources import Resources, check_filter
-from popmq.proxy.rocketmq.sessions import ClientSession, Sessions
+from popmq.proxy.rocketmq.routing import Routing
+from popmq.proxy.rocketmq.sessions import Sessions
+from popmq.proxy.rocketmq.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +109,26 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
         self._resources = Resources(broker, address, self.config)
         self.assignments = ConsumerAssignments(clients)
-        self.sessions = Sessions(self.config.client_idle_s, on_end=self._session_ended)
+        membership = Membership(broker, self._resources, self.assignments)
+        self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
         # Releases started by failed stream writes; held so they are not garbage-collected.
         self._background: set[asyncio.Task[int]] = set()
         self.receiver = Receiver(self._receive, self.inflight, address, self._release_later)
+        self._telemetry = Telemetry(
+            broker,
+            self.config,
+            sessions=self.sessions,
+            membership=membership,
+            inflight=self.inflight,
+            resources=self._resources,
+        )
+        self._routing = Routing(
+            self._resources,
+            sessions=self.sessions,
+            membership=membership,
+            assignments=self.assignments,
+        )
 
     @classmethod
     async def serve_on(
@@ -151,171 +169,36 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryRouteResponse:
-        entry = self._resources.broker_entry(request.endpoints)
-        info, _ = self._resources.topic(convert.topic_name(request.topic))
-        return sv.QueryRouteResponse(
-            status=codes.ok(),
-            message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
-        )
+        return self._routing.route(request)
 
     @answers(sv.QueryAssignmentResponse, codes.TOPIC)
     async def QueryAssignment(
         self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryAssignmentResponse:
-        """Normal groups: one assignment with queue id -1, as RocketMQ's proxy answers them
-        (every receive pops all queues and the broker balances consumers). FIFO groups: one
-        per queue the registry gives this client (a lease each), renewed by the query."""
-        entry = self._resources.broker_entry(request.endpoints)
-        info, _ = self._resources.topic(convert.topic_name(request.topic))
-        group = convert.group_name(request.group)
-        if not self._resources.policy(group).fifo:
-            queue = convert.message_queue(info, -1, entry)
-            return sv.QueryAssignmentResponse(
-                status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
-            )
-        client_id = metadata.require_client_id(context)
-        session = self.sessions.touch(client_id, group=group)
-        if session.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
-            session.client_type = pb.PUSH_CONSUMER  # only push consumers ask for assignments
-        if info.name not in session.topics():
-            session.queried_topics.add(info.name)
-        # The query is also a heartbeat, so a client is a member before its first one.
-        self._register(session, group)
-        granted = self.assignments.query(client_id, group, info.name, info.queues)
-        return sv.QueryAssignmentResponse(
-            status=codes.ok(),
-            assignments=[
-                pb.Assignment(message_queue=convert.message_queue(info, q, entry)) for q in granted
-            ],
-        )
+        return self._routing.assignment(request, metadata.client_id(context))
 
     @answers(sv.HeartbeatResponse, codes.GROUP)
     async def Heartbeat(
         self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> sv.HeartbeatResponse:
-        """Keeps the session alive and registers a consumer in the client registry."""
-        client_id = metadata.require_client_id(context)
-        if request.client_type not in pb.ClientType.values():
-            raise ProtocolError(
-                Code.UNRECOGNIZED_CLIENT_TYPE,
-                f"client_type {request.client_type} is unknown: use PRODUCER, PUSH_CONSUMER, "
-                "SIMPLE_CONSUMER or PULL_CONSUMER",
-            )
-        group = convert.group_name(request.group) if request.HasField("group") else None
-        session = self.sessions.touch(client_id, client_type=request.client_type, group=group)
-        if group is not None:
-            self._register(session, group)
-        return sv.HeartbeatResponse(status=codes.ok())
-
-    def _register(self, session: ClientSession, group: str) -> None:
-        """Register a consumer for the topics it consumes that exist (none: nothing to do).
-
-        Push consumers of FIFO groups are queue-exclusive members, all others POP members.
-        v2 heartbeats name no topics: they come from the client's Telemetry settings.
-        """
-        if session.client_type not in settings.CONSUMER_TYPES:
-            return
-        queue_counts: dict[str, int] = {}
-        for topic in session.topics():
-            try:
-                info, _ = self._broker.get_topic(topic)
-            except NotFoundError:
-                continue  # its route query fails: nothing to assign until it exists
-            queue_counts[topic] = info.queues
-        if not queue_counts:
-            return
-        exclusive = session.client_type == pb.PUSH_CONSUMER and self._resources.policy(group).fifo
-        self.assignments.register(session.client_id, group, queue_counts, exclusive=exclusive)
-
-    def _session_ended(self, session: ClientSession) -> None:
-        self.assignments.end_client(session.client_id)
+        return self._telemetry.heartbeat(metadata.require_client_id(context), request)
 
     @answers(sv.NotifyClientTerminationResponse, codes.GROUP)
     async def NotifyClientTermination(
         self, request: sv.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> sv.NotifyClientTerminationResponse:
-        client_id = metadata.require_client_id(context)
-        self.sessions.remove(client_id)  # its registrations and leases end with the session
-        self.assignments.end_client(client_id)  # also when the session was gone already
-        released = await self.inflight.release_client(client_id)
-        return sv.NotifyClientTerminationResponse(
-            status=codes.ok(f"released {released} in-flight messages")
-        )
+        return await self._telemetry.terminate(metadata.require_client_id(context))
 
     async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        """Answer each settings frame with the merged settings; stay open for the client's
-        lifetime (the channel for server-to-client commands) until it or the server ends."""
-        client_id = metadata.client_id(context)
-        if not client_id:
-            await context.write(
-                sv.TelemetryCommand(
-                    status=pb.Status(
-                        code=Code.CLIENT_ID_REQUIRED,
-                        message=f"the {metadata.CLIENT_ID} metadata header is required",
-                    )
-                )
-            )
-            return
+        """A client's settings and server commands, open for the client's lifetime
+        (telemetry.py); a call without a client id or with a namespace gets one status."""
         try:
+            client_id = metadata.require_client_id(context)
             metadata.check_namespace(context)
         except ProtocolError as exc:
             await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
             return
-        session = self.sessions.touch(client_id)
-        session.streams += 1
-        closed = asyncio.ensure_future(session.closed.wait())
-        read: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                read = asyncio.ensure_future(context.read())
-                await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():
-                    read.cancel()
-                    return  # the session ended (termination, idle, server shutdown)
-                command = read.result()
-                if command is grpc.aio.EOF:
-                    return
-                reply = self._on_telemetry(client_id, command)
-                if reply is not None:
-                    await context.write(reply)
-        finally:
-            closed.cancel()
-            if read is not None and not read.done():
-                read.cancel()
-            session.streams -= 1
-
-    def _on_telemetry(
-        self, client_id: str, command: sv.TelemetryCommand
-    ) -> sv.TelemetryCommand | None:
-        session = self.sessions.touch(client_id)
-        which = command.WhichOneof("command")
-        if which != "settings":
-            # Answers to server commands popmq never sends (thread stacks, verify results).
-            log.debug("telemetry %s from client %s ignored", which, client_id)
-            return None
-        client = command.settings
-        try:
-            settings.check_client_settings(client, self.config)
-            if client.client_type == pb.PRODUCER:
-                reply = settings.producer_reply(client, self.config)
-            else:
-                group = convert.group_name(client.subscription.group)
-                for entry in client.subscription.subscriptions:
-                    convert.topic_name(entry.topic)
-                    check_filter(entry.expression)
-                reply = settings.consumer_reply(
-                    client,
-                    self._resources.policy(group),
-                    self.config,
-                    self._broker.config.pop.max_batch,
-                )
-                session.group = group
-        except PopMQError as exc:
-            return sv.TelemetryCommand(status=codes.status_of(exc, codes.GROUP))
-        session.client_type = client.client_type
-        session.settings = client
-        session.queried_topics.clear()
-        return sv.TelemetryCommand(status=codes.ok(), settings=reply)
+        await self._telemetry.serve(client_id, context)
 
     # -- send ------------------------------------------------------------------------------
 
