@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -24,7 +23,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
 from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
 from popmq.broker_core.catalog import TopicInfo
-from popmq.broker_core.errors import NotFoundError, PopMQError
+from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.filters import parse_filter
 from popmq.broker_core.types import PoppedMessage, QueueStats
 from popmq.proxy.clients import ClientRegistry
@@ -38,6 +37,7 @@ from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.receive import Receiver
 from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.routing import Routing
+from popmq.proxy.rocketmq.sending import Sending
 from popmq.proxy.rocketmq.sessions import Sessions
 from popmq.proxy.rocketmq.telemetry import Telemetry
 
@@ -46,10 +46,6 @@ log = logging.getLogger(__name__)
 _Response = TypeVar("_Response")
 _PULL_WAIT_KEY = "\x00pull:"
 """Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def answers(
@@ -123,6 +119,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             inflight=self.inflight,
             resources=self._resources,
         )
+        self._sending = Sending(broker, self.config, self._resources)
         self._routing = Routing(
             self._resources,
             sessions=self.sessions,
@@ -208,7 +205,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.touch(context)
         try:
             metadata.check_namespace(context)
-            results = await self._send(request)
+            results = await self._sending.send(request)
         except PopMQError as exc:
             status = codes.status_of(exc, codes.TOPIC)
         except Exception:
@@ -216,67 +213,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             status = _internal()
         else:
             return sv.SendMessageResponse(status=codes.ok(), entries=results)
-        # The batch is stored all or none: every entry shares the failure. A request over
-        # the entry limit gets the status alone: the answer never grows past the limit.
-        if len(request.messages) > self.config.max_request_entries:
-            return sv.SendMessageResponse(status=status)
-        return sv.SendMessageResponse(
-            status=status,
-            entries=[
-                sv.SendResultEntry(status=status, message_id=m.system_properties.message_id)
-                for m in request.messages
-            ],
-        )
-
-    async def _send(self, request: sv.SendMessageRequest) -> list[sv.SendResultEntry]:
-        if not request.messages:
-            raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
-        limit = self.config.max_request_entries
-        if len(request.messages) > limit:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"messages has {len(request.messages)} entries: at most {limit} are allowed",
-            )
-        now = _now_ms()
-        max_delay = self._broker.config.messages.max_delay_s
-        budget = convert.InflateBudget(self.config.max_gzip_body_bytes)
-        batch = []
-        for index, msg in enumerate(request.messages):
-            name = convert.topic_name(msg.topic, allow_dlq=False)
-            message, kind = convert.new_message(msg, index, now, self.config, max_delay, budget)
-            try:
-                info, _ = self._resources.topic(name)
-            except ProtocolError:
-                if not self._broker.config.auto_create_topics:
-                    raise
-            else:
-                convert.check_type_accepted(info, kind)
-            batch.append(message)
-        results = await self._broker.send(batch)
-        return [
-            sv.SendResultEntry(
-                status=codes.ok(),
-                message_id=r.message_id,
-                offset=r.offset,
-                recall_handle=r.recall_handle,
-            )
-            for r in results
-        ]
+        return self._sending.failed(request, status)
 
     @answers(sv.RecallMessageResponse, codes.TOPIC)
     async def RecallMessage(
         self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> sv.RecallMessageResponse:
-        topic = convert.topic_name(request.topic, allow_dlq=False)
-        if not request.recall_handle:
-            raise ProtocolError(Code.BAD_REQUEST, "recall_handle is empty")
-        self._resources.topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
-        try:
-            message_id = await self._broker.recall(topic, request.recall_handle)
-        except NotFoundError as exc:
-            # The topic exists: what is missing is the delayed message.
-            raise ProtocolError(Code.NOT_FOUND, str(exc)) from exc
-        return sv.RecallMessageResponse(status=codes.ok(), message_id=message_id)
+        return await self._sending.recall(request)
 
     @answers(sv.EndTransactionResponse)
     async def EndTransaction(
