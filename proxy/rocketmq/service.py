@@ -27,6 +27,7 @@ from popmq.broker_core.types import QueueStats
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.rocketmq import codes, convert, metadata
+from popmq.proxy.rocketmq.acking import Acks
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -132,6 +133,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             release_later=self._releases.later,
         )
         self.receiver = Receiver(receiving.pop, self.inflight, address, self._releases.later)
+        self._acks = Acks(broker, self.config, self.inflight)
 
     @classmethod
     async def serve_on(
@@ -240,7 +242,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.SyncLiteSubscriptionResponse:
         raise UnsupportedError("lite topics are not supported by popmq")
 
-    # -- receive ---------------------------------------------------------------------------
+    # -- receive, ack, change invisible duration, dead letters -----------------------------
 
     async def ReceiveMessage(
         self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -254,79 +256,17 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             return
         await self.receiver.receive(request, context, client_id)
 
-    # -- ack, change invisible duration, dead letters --------------------------------------
-
     @answers(sv.AckMessageResponse, codes.GROUP)
     async def AckMessage(
         self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
     ) -> sv.AckMessageResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if not request.entries:
-            raise ProtocolError(Code.BAD_REQUEST, "entries is empty: ack 1 or more messages")
-        limit = self.config.max_request_entries
-        if len(request.entries) > limit:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"entries has {len(request.entries)} entries: at most {limit} are allowed",
-            )
-        handles = []
-        for index, entry in enumerate(request.entries):
-            if not entry.receipt_handle:
-                raise ProtocolError(
-                    Code.INVALID_RECEIPT_HANDLE, f"entries[{index}].receipt_handle is empty"
-                )
-            handles.append(await self.inflight.current_handle(group, entry.receipt_handle))
-        outcomes = await self._broker.ack(group, handles)
-        results = []
-        for entry, error in zip(request.entries, outcomes, strict=True):
-            status = codes.ok() if error is None else codes.status_of(error)
-            if status.code in (Code.OK, Code.INVALID_RECEIPT_HANDLE):
-                self.inflight.acked(group, entry.receipt_handle)
-            results.append(
-                sv.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
-                )
-            )
-        return sv.AckMessageResponse(
-            status=codes.overall([r.status for r in results]), entries=results
-        )
+        return await self._acks.ack(request)
 
     @answers(sv.ChangeInvisibleDurationResponse, codes.GROUP)
     async def ChangeInvisibleDuration(
         self, request: sv.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> sv.ChangeInvisibleDurationResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if request.HasField("suspend") and request.suspend:
-            raise UnsupportedError(
-                "suspend (redeliver without counting a delivery attempt) is not supported by "
-                "popmq: every redelivery counts"
-            )
-        if not request.receipt_handle:
-            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
-        if not request.HasField("invisible_duration"):
-            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
-        invisible = convert.seconds(
-            "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
-        )
-        # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
-        # with its retry delay, which can be 0 (the Node.js client's always is).
-        longest = self._broker.config.pop.max_invisible_s
-        if not 0 <= invisible <= longest:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside 0s..{longest:g}s",
-            )
-        current = await self.inflight.current_handle(group, request.receipt_handle)
-        try:
-            handle, deadline = await self._broker.change_invisible_time(group, current, invisible)
-        except PopMQError as exc:
-            if codes.code_of(exc) == Code.INVALID_RECEIPT_HANDLE:
-                self.inflight.acked(group, request.receipt_handle)
-            raise
-        self.inflight.changed(group, request.receipt_handle, handle, deadline)
-        return sv.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
+        return await self._acks.change_invisible(request)
 
     @answers(sv.ForwardMessageToDeadLetterQueueResponse, codes.GROUP)
     async def ForwardMessageToDeadLetterQueue(
@@ -334,14 +274,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         request: sv.ForwardMessageToDeadLetterQueueRequest,
         context: grpc.aio.ServicerContext,
     ) -> sv.ForwardMessageToDeadLetterQueueResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if not request.receipt_handle:
-            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
-        current = await self.inflight.current_handle(group, request.receipt_handle)
-        await self._broker.dead_letter(group, current)
-        self.inflight.acked(group, request.receipt_handle)
-        return sv.ForwardMessageToDeadLetterQueueResponse(status=codes.ok())
+        return await self._acks.dead_letter(request)
 
     # -- offset-based reads (pull consumers) -----------------------------------------------
 
