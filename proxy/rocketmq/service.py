@@ -1,15 +1,21 @@
 """apache.rocketmq.v2.MessagingService over the broker: RocketMQ 5 clients, unchanged.
 
-Official clients read outcomes from the `Status` inside each response (gRPC status OK), so
-every handler answers broker errors there, mapped once by codes.py; an unexpected exception
-is logged and answered INTERNAL_SERVER_ERROR. Consumers are members of the server's client
-registry, and push consumers of FIFO groups get queues of their own (assignments.py).
+The servicer is the boundary: it marks the caller alive, refuses a namespace, dispatches
+each RPC to the module of its concern, and maps errors. Official clients read outcomes from
+the `Status` inside each response (gRPC status OK), so every handler answers broker errors
+there, mapped once by codes.py; an unexpected exception is logged and answered
+INTERNAL_SERVER_ERROR.
+
+The concerns: telemetry.py (Telemetry, Heartbeat, NotifyClientTermination), membership.py
+(consumers in the server's client registry), routing.py (QueryRoute, QueryAssignment),
+sending.py (SendMessage, RecallMessage), receiving.py and receive.py (ReceiveMessage),
+acking.py (AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue),
+pulling.py (PullMessage and the offsets), resources.py (the lookups they share).
 Everything runs on the server's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,22 +26,21 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
-from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
+from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import PopMQError
-from popmq.broker_core.filters import parse_filter
-from popmq.broker_core.types import QueueStats
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
-from popmq.proxy.rocketmq import codes, convert, metadata
+from popmq.proxy.rocketmq import codes, metadata
 from popmq.proxy.rocketmq.acking import Acks
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.membership import Membership
+from popmq.proxy.rocketmq.pulling import Pulls
 from popmq.proxy.rocketmq.receive import Receiver
 from popmq.proxy.rocketmq.receiving import Receiving, Releases
-from popmq.proxy.rocketmq.resources import Resources, check_filter
+from popmq.proxy.rocketmq.resources import Resources
 from popmq.proxy.rocketmq.routing import Routing
 from popmq.proxy.rocketmq.sending import Sending
 from popmq.proxy.rocketmq.sessions import Sessions
@@ -44,8 +49,6 @@ from popmq.proxy.rocketmq.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 _Response = TypeVar("_Response")
-_PULL_WAIT_KEY = "\x00pull:"
-"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
 
 
 def answers(
@@ -98,14 +101,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         `clients` is the server's consumer registry, shared with popmq.v1; without one the
         service keeps its own (a started broker's groups existed before it).
         """
-        self._broker = broker
-        self._address = address
         self.config = config or RocketMQConfig()
         if clients is None:
             clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
-        self._resources = Resources(broker, address, self.config)
+        resources = Resources(broker, address, self.config)
         self.assignments = ConsumerAssignments(clients)
-        membership = Membership(broker, self._resources, self.assignments)
+        membership = Membership(broker, resources, self.assignments)
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
         self._releases = Releases(self.inflight)
@@ -115,25 +116,23 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             sessions=self.sessions,
             membership=membership,
             inflight=self.inflight,
-            resources=self._resources,
+            resources=resources,
         )
         self._routing = Routing(
-            self._resources,
-            sessions=self.sessions,
-            membership=membership,
-            assignments=self.assignments,
+            resources, sessions=self.sessions, membership=membership, assignments=self.assignments
         )
-        self._sending = Sending(broker, self.config, self._resources)
+        self._sending = Sending(broker, self.config, resources)
         receiving = Receiving(
             broker,
             self.config,
             sessions=self.sessions,
-            resources=self._resources,
+            resources=resources,
             assignments=self.assignments,
             release_later=self._releases.later,
         )
         self.receiver = Receiver(receiving.pop, self.inflight, address, self._releases.later)
         self._acks = Acks(broker, self.config, self.inflight)
+        self._pulls = Pulls(broker, self.config, resources, address)
 
     @classmethod
     async def serve_on(
@@ -278,14 +277,6 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- offset-based reads (pull consumers) -----------------------------------------------
 
-    def _offset_in(self, stats: list[QueueStats], queue_id: int, offset: int) -> None:
-        high = stats[queue_id].max_offset
-        if not 0 <= offset <= high:
-            raise ProtocolError(
-                Code.ILLEGAL_OFFSET,
-                f"offset {offset} is outside 0..{high} of queue {queue_id}",
-            )
-
     async def PullMessage(
         self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
     ) -> None:
@@ -297,7 +288,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.touch(context)
         try:
             metadata.check_namespace(context)
-            frames = await self._pull(request, context)
+            frames = await self._pulls.pull(request, context)
         except PopMQError as exc:
             frames = [sv.PullMessageResponse(status=codes.status_of(exc, codes.GROUP))]
         except Exception:
@@ -306,112 +297,20 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         for frame in frames:
             await context.write(frame)
 
-    async def _pull(
-        self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
-    ) -> list[sv.PullMessageResponse]:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = check_filter(request.filter_expression)
-        record_filter = parse_filter(expression, filter_type)
-        if request.batch_size < 1:
-            raise ProtocolError(
-                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
-            )
-        batch = min(request.batch_size, PULL_MAX_MESSAGES)
-        info, stats = self._resources.topic(topic)
-        queue_id = self._resources.queue_id(info, request.message_queue)
-        self._offset_in(stats, queue_id, request.offset)
-        wait = 0.0
-        if request.HasField("long_polling_timeout"):
-            wait = convert.seconds(
-                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
-            )
-            wait = min(max(wait, 0.0), self.config.max_long_polling_s)
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait
-        while True:
-            result = self._broker.pull(topic, queue_id, request.offset, batch)
-            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
-            left = give_up - loop.time()
-            if records or result.messages or left <= 0:
-                break
-            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
-            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
-            try:
-                await asyncio.wait([waiter], timeout=left)
-            finally:
-                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
-        host = self._address()
-        frames = [
-            sv.PullMessageResponse(
-                status=codes.ok()
-                if records
-                else pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
-            )
-        ]
-        frames.extend(
-            sv.PullMessageResponse(
-                message=convert.v2_message(
-                    record, topic=topic, queue_id=queue_id, offset=offset, store_host=host
-                )
-            )
-            for offset, record in records
-        )
-        frames.append(sv.PullMessageResponse(next_offset=result.next_offset))
-        return frames
-
     @answers(sv.GetOffsetResponse, codes.GROUP)
     async def GetOffset(
         self, request: sv.GetOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.GetOffsetResponse:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        info, _ = self._resources.topic(topic)
-        queue_id = self._resources.queue_id(info, request.message_queue)
-        position = self._broker.get_offsets(group, topic)[queue_id]
-        if not position.committed:
-            raise ProtocolError(
-                Code.OFFSET_NOT_FOUND,
-                f"group {group!r} has no offset in queue {queue_id} of {topic!r} yet (it would "
-                f"start at {position.offset})",
-            )
-        return sv.GetOffsetResponse(status=codes.ok(), offset=position.offset)
+        return self._pulls.get_offset(request)
 
     @answers(sv.UpdateOffsetResponse, codes.GROUP)
     async def UpdateOffset(
         self, request: sv.UpdateOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.UpdateOffsetResponse:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._resources.topic(topic)
-        queue_id = self._resources.queue_id(info, request.message_queue)
-        self._offset_in(stats, queue_id, request.offset)
-        await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
-        return sv.UpdateOffsetResponse(status=codes.ok())
+        return await self._pulls.update_offset(request)
 
     @answers(sv.QueryOffsetResponse, codes.TOPIC)
     async def QueryOffset(
         self, request: sv.QueryOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryOffsetResponse:
-        topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._resources.topic(topic)
-        queue_id = self._resources.queue_id(info, request.message_queue)
-        policy = request.query_offset_policy
-        if policy == pb.BEGINNING:
-            offset = stats[queue_id].min_offset
-        elif policy == pb.END:
-            offset = stats[queue_id].max_offset
-        elif policy == pb.TIMESTAMP:
-            if not request.HasField("timestamp"):
-                raise ProtocolError(Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
-            at = convert.timestamp_ms(request.timestamp)
-            offset = dict(self._broker.offsets_at(topic, at))[queue_id]
-        else:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"query_offset_policy {policy} is unknown: use BEGINNING, END or TIMESTAMP",
-            )
-        return sv.QueryOffsetResponse(status=codes.ok(), offset=offset)
+        return self._pulls.query_offset(request)
