@@ -1,19 +1,23 @@
 """apache.rocketmq.v2.MessagingService over the broker: RocketMQ 5 clients, unchanged.
 
-Official clients read outcomes from the `Status` inside each response (gRPC status OK), so
-every handler answers broker errors there, mapped once by codes.py; an unexpected exception
-is logged and answered INTERNAL_SERVER_ERROR. Consumers are members of the server's client
-registry, and push consumers of FIFO groups get queues of their own (assignments.py).
+The servicer is the boundary: it marks the caller alive, refuses a namespace, dispatches
+each RPC to the module of its concern, and maps errors. Official clients read outcomes from
+the `Status` inside each response (gRPC status OK), so every handler answers broker errors
+there, mapped once by codes.py; an unexpected exception is logged and answered
+INTERNAL_SERVER_ERROR.
+
+The concerns: telemetry.py (Telemetry, Heartbeat, NotifyClientTermination), membership.py
+(consumers in the server's client registry), routing.py (QueryRoute, QueryAssignment),
+sending.py (SendMessage, RecallMessage), receiving.py and receive.py (ReceiveMessage),
+acking.py (AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue),
+pulling.py (PullMessage and the offsets), resources.py (the lookups they share).
 Everything runs on the server's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -22,36 +26,29 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
-from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
-from popmq.broker_core.catalog import GroupInfo, TopicInfo
-from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
-from popmq.broker_core.filters import parse_filter
-from popmq.broker_core.sql_filter import MAX_EXPRESSION_LENGTH
-from popmq.broker_core.types import PoppedMessage, QueueStats
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import PopMQError
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
-from popmq.proxy.rocketmq import codes, convert, settings
+from popmq.proxy.rocketmq import codes, metadata
+from popmq.proxy.rocketmq.acking import Acks
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.rocketmq.membership import Membership
+from popmq.proxy.rocketmq.pulling import Pulls
 from popmq.proxy.rocketmq.receive import Receiver
-from popmq.proxy.rocketmq.sessions import ClientSession, Sessions
+from popmq.proxy.rocketmq.receiving import Receiving, Releases
+from popmq.proxy.rocketmq.resources import Resources
+from popmq.proxy.rocketmq.routing import Routing
+from popmq.proxy.rocketmq.sending import Sending
+from popmq.proxy.rocketmq.sessions import Sessions
+from popmq.proxy.rocketmq.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
 _Response = TypeVar("_Response")
-_DEADLINE_MARGIN_S = 0.05
-"""A long poll answers this long before the caller's deadline instead of overrunning it."""
-_CLIENT_ID = "x-mq-client-id"
-_NAMESPACE = "x-mq-namespace"
-_FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
-_PULL_WAIT_KEY = "\x00pull:"
-"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def answers(
@@ -70,7 +67,7 @@ def answers(
         async def wrapper(self: RocketMQService, request: Any, context: Any) -> _Response:
             self.touch(context)
             try:
-                self.check_namespace(context)
+                metadata.check_namespace(context)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 log.debug("%s failed: %s", handler.__name__, exc)
@@ -104,17 +101,38 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         `clients` is the server's consumer registry, shared with popmq.v1; without one the
         service keeps its own (a started broker's groups existed before it).
         """
-        self._broker = broker
-        self._address = address
         self.config = config or RocketMQConfig()
         if clients is None:
             clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
+        resources = Resources(broker, address, self.config)
         self.assignments = ConsumerAssignments(clients)
-        self.sessions = Sessions(self.config.client_idle_s, on_end=self._session_ended)
+        membership = Membership(broker, resources, self.assignments)
+        self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
-        # Releases started by failed stream writes; held so they are not garbage-collected.
-        self._background: set[asyncio.Task[int]] = set()
-        self.receiver = Receiver(self._receive, self.inflight, address, self._release_later)
+        self._releases = Releases(self.inflight)
+        self._telemetry = Telemetry(
+            broker,
+            self.config,
+            sessions=self.sessions,
+            membership=membership,
+            inflight=self.inflight,
+            resources=resources,
+        )
+        self._routing = Routing(
+            resources, sessions=self.sessions, membership=membership, assignments=self.assignments
+        )
+        self._sending = Sending(broker, self.config, resources)
+        receiving = Receiving(
+            broker,
+            self.config,
+            sessions=self.sessions,
+            resources=resources,
+            assignments=self.assignments,
+            release_later=self._releases.later,
+        )
+        self.receiver = Receiver(receiving.pop, self.inflight, address, self._releases.later)
+        self._acks = Acks(broker, self.config, self.inflight)
+        self._pulls = Pulls(broker, self.config, resources, address)
 
     @classmethod
     async def serve_on(
@@ -138,112 +156,14 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """End Telemetry streams and stop renewing (held messages keep their deadlines)."""
         self.sessions.close_all()
         await self.inflight.close()
-        for task in list(self._background):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _header(context: grpc.aio.ServicerContext, name: str) -> str:
-        for key, value in context.invocation_metadata() or ():
-            if key == name:
-                return str(value)
-        return ""
-
-    @classmethod
-    def client_id(cls, context: grpc.aio.ServicerContext) -> str:
-        return cls._header(context, _CLIENT_ID)
-
-    @classmethod
-    def check_namespace(cls, context: grpc.aio.ServicerContext) -> None:
-        """Refuse a namespace sent in the x-mq-namespace header, on every RPC.
-
-        popmq has no namespaces. Some clients name theirs only in this header (the Node.js
-        SimpleConsumer), others also in each resource (refused by convert); ignoring the
-        header would let such a consumer read the un-namespaced topic of the same name.
-        """
-        namespace = cls._header(context, _NAMESPACE)
-        if namespace:
-            raise ProtocolError(Code.BAD_REQUEST, convert.namespace_refusal(namespace, _NAMESPACE))
+        await self._releases.close()
 
     def touch(self, context: grpc.aio.ServicerContext) -> str:
         """Mark the calling client as alive; returns its id ("" when it sent none)."""
-        client_id = self.client_id(context)
+        client_id = metadata.client_id(context)
         if client_id:
             self.sessions.touch(client_id)
         return client_id
-
-    def _require_client_id(self, context: grpc.aio.ServicerContext) -> str:
-        client_id = self.client_id(context)
-        if not client_id:
-            raise ProtocolError(
-                Code.CLIENT_ID_REQUIRED, f"the {_CLIENT_ID} metadata header is required"
-            )
-        return client_id
-
-    def _broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
-        """The broker of routes: where clients reach this proxy (the address they used, checked
-        and bounded, else the listen address)."""
-        where = convert.client_endpoints(requested)
-        if where is None:
-            where = convert.endpoints(self._address())
-        return convert.broker(where, self.config.broker_name)
-
-    def _topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
-        """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
-        try:
-            return self._broker.get_topic(name)
-        except NotFoundError as exc:
-            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
-
-    def _queue_id(self, info: TopicInfo, queue: pb.MessageQueue) -> int:
-        if not 0 <= queue.id < info.queues:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"message_queue.id {queue.id} is outside 0..{info.queues - 1} of topic "
-                f"{info.name!r}",
-            )
-        return queue.id
-
-    def _policy(self, group: str) -> settings.GroupPolicy:
-        """The retry policy and fifo flag of a group (its defaults if it does not exist yet)."""
-        info: GroupInfo | None
-        try:
-            info = self._broker.get_group(group)
-        except NotFoundError:
-            info = None
-        if info is None:
-            defaults = self._broker.config.groups
-            attempts = defaults.max_delivery_attempts
-            backoff = tuple(round(s * 1000) for s in defaults.retry_backoff_s)
-            fifo = False
-        else:
-            attempts, backoff = info.max_delivery_attempts, info.retry_backoff_ms
-            fifo = self._broker.group_settings(group).fifo
-        return settings.GroupPolicy(attempts, backoff, fifo)
-
-    @staticmethod
-    def _filter(expression: pb.FilterExpression) -> tuple[str, str]:
-        """(filter_type, expression) for the broker; refused early with the v2 code."""
-        kind = _FILTER_TYPES.get(expression.type)
-        if kind is None:
-            raise ProtocolError(
-                Code.ILLEGAL_FILTER_EXPRESSION,
-                f"filter type {expression.type} is unknown: use TAG or SQL",
-            )
-        # SQL is bounded by its parser; a tag expression is not (its work grows with it).
-        if len(expression.expression) > MAX_EXPRESSION_LENGTH:
-            raise ProtocolError(
-                Code.ILLEGAL_FILTER_EXPRESSION,
-                f"filter expression is {len(expression.expression)} characters long: at most "
-                f"{MAX_EXPRESSION_LENGTH} are allowed",
-            )
-        try:
-            parse_filter(expression.expression, kind)
-        except InvalidArgumentError as exc:
-            raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
-        return kind, expression.expression
 
     # -- routes, heartbeats, sessions ------------------------------------------------------
 
@@ -251,171 +171,36 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryRouteResponse:
-        entry = self._broker_entry(request.endpoints)
-        info, _ = self._topic(convert.topic_name(request.topic))
-        return sv.QueryRouteResponse(
-            status=codes.ok(),
-            message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
-        )
+        return self._routing.route(request)
 
     @answers(sv.QueryAssignmentResponse, codes.TOPIC)
     async def QueryAssignment(
         self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryAssignmentResponse:
-        """Normal groups: one assignment with queue id -1, as RocketMQ's proxy answers them
-        (every receive pops all queues and the broker balances consumers). FIFO groups: one
-        per queue the registry gives this client (a lease each), renewed by the query."""
-        entry = self._broker_entry(request.endpoints)
-        info, _ = self._topic(convert.topic_name(request.topic))
-        group = convert.group_name(request.group)
-        if not self._policy(group).fifo:
-            queue = convert.message_queue(info, -1, entry)
-            return sv.QueryAssignmentResponse(
-                status=codes.ok(), assignments=[pb.Assignment(message_queue=queue)]
-            )
-        client_id = self._require_client_id(context)
-        session = self.sessions.touch(client_id, group=group)
-        if session.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
-            session.client_type = pb.PUSH_CONSUMER  # only push consumers ask for assignments
-        if info.name not in session.topics():
-            session.queried_topics.add(info.name)
-        # The query is also a heartbeat, so a client is a member before its first one.
-        self._register(session, group)
-        granted = self.assignments.query(client_id, group, info.name, info.queues)
-        return sv.QueryAssignmentResponse(
-            status=codes.ok(),
-            assignments=[
-                pb.Assignment(message_queue=convert.message_queue(info, q, entry)) for q in granted
-            ],
-        )
+        return self._routing.assignment(request, metadata.client_id(context))
 
     @answers(sv.HeartbeatResponse, codes.GROUP)
     async def Heartbeat(
         self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> sv.HeartbeatResponse:
-        """Keeps the session alive and registers a consumer in the client registry."""
-        client_id = self._require_client_id(context)
-        if request.client_type not in pb.ClientType.values():
-            raise ProtocolError(
-                Code.UNRECOGNIZED_CLIENT_TYPE,
-                f"client_type {request.client_type} is unknown: use PRODUCER, PUSH_CONSUMER, "
-                "SIMPLE_CONSUMER or PULL_CONSUMER",
-            )
-        group = convert.group_name(request.group) if request.HasField("group") else None
-        session = self.sessions.touch(client_id, client_type=request.client_type, group=group)
-        if group is not None:
-            self._register(session, group)
-        return sv.HeartbeatResponse(status=codes.ok())
-
-    def _register(self, session: ClientSession, group: str) -> None:
-        """Register a consumer for the topics it consumes that exist (none: nothing to do).
-
-        Push consumers of FIFO groups are queue-exclusive members, all others POP members.
-        v2 heartbeats name no topics: they come from the client's Telemetry settings.
-        """
-        if session.client_type not in settings.CONSUMER_TYPES:
-            return
-        queue_counts: dict[str, int] = {}
-        for topic in session.topics():
-            try:
-                info, _ = self._broker.get_topic(topic)
-            except NotFoundError:
-                continue  # its route query fails: nothing to assign until it exists
-            queue_counts[topic] = info.queues
-        if not queue_counts:
-            return
-        exclusive = session.client_type == pb.PUSH_CONSUMER and self._policy(group).fifo
-        self.assignments.register(session.client_id, group, queue_counts, exclusive=exclusive)
-
-    def _session_ended(self, session: ClientSession) -> None:
-        self.assignments.end_client(session.client_id)
+        return self._telemetry.heartbeat(metadata.require_client_id(context), request)
 
     @answers(sv.NotifyClientTerminationResponse, codes.GROUP)
     async def NotifyClientTermination(
         self, request: sv.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> sv.NotifyClientTerminationResponse:
-        client_id = self._require_client_id(context)
-        self.sessions.remove(client_id)  # its registrations and leases end with the session
-        self.assignments.end_client(client_id)  # also when the session was gone already
-        released = await self.inflight.release_client(client_id)
-        return sv.NotifyClientTerminationResponse(
-            status=codes.ok(f"released {released} in-flight messages")
-        )
+        return await self._telemetry.terminate(metadata.require_client_id(context))
 
     async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        """Answer each settings frame with the merged settings; stay open for the client's
-        lifetime (the channel for server-to-client commands) until it or the server ends."""
-        client_id = self.client_id(context)
-        if not client_id:
-            await context.write(
-                sv.TelemetryCommand(
-                    status=pb.Status(
-                        code=Code.CLIENT_ID_REQUIRED,
-                        message=f"the {_CLIENT_ID} metadata header is required",
-                    )
-                )
-            )
-            return
+        """A client's settings and server commands, open for the client's lifetime
+        (telemetry.py); a call without a client id or with a namespace gets one status."""
         try:
-            self.check_namespace(context)
+            client_id = metadata.require_client_id(context)
+            metadata.check_namespace(context)
         except ProtocolError as exc:
             await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
             return
-        session = self.sessions.touch(client_id)
-        session.streams += 1
-        closed = asyncio.ensure_future(session.closed.wait())
-        read: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                read = asyncio.ensure_future(context.read())
-                await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():
-                    read.cancel()
-                    return  # the session ended (termination, idle, server shutdown)
-                command = read.result()
-                if command is grpc.aio.EOF:
-                    return
-                reply = self._on_telemetry(client_id, command)
-                if reply is not None:
-                    await context.write(reply)
-        finally:
-            closed.cancel()
-            if read is not None and not read.done():
-                read.cancel()
-            session.streams -= 1
-
-    def _on_telemetry(
-        self, client_id: str, command: sv.TelemetryCommand
-    ) -> sv.TelemetryCommand | None:
-        session = self.sessions.touch(client_id)
-        which = command.WhichOneof("command")
-        if which != "settings":
-            # Answers to server commands popmq never sends (thread stacks, verify results).
-            log.debug("telemetry %s from client %s ignored", which, client_id)
-            return None
-        client = command.settings
-        try:
-            settings.check_client_settings(client, self.config)
-            if client.client_type == pb.PRODUCER:
-                reply = settings.producer_reply(client, self.config)
-            else:
-                group = convert.group_name(client.subscription.group)
-                for entry in client.subscription.subscriptions:
-                    convert.topic_name(entry.topic)
-                    self._filter(entry.expression)
-                reply = settings.consumer_reply(
-                    client,
-                    self._policy(group),
-                    self.config,
-                    self._broker.config.pop.max_batch,
-                )
-                session.group = group
-        except PopMQError as exc:
-            return sv.TelemetryCommand(status=codes.status_of(exc, codes.GROUP))
-        session.client_type = client.client_type
-        session.settings = client
-        session.queried_topics.clear()
-        return sv.TelemetryCommand(status=codes.ok(), settings=reply)
+        await self._telemetry.serve(client_id, context)
 
     # -- send ------------------------------------------------------------------------------
 
@@ -424,8 +209,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.SendMessageResponse:
         self.touch(context)
         try:
-            self.check_namespace(context)
-            results = await self._send(request)
+            metadata.check_namespace(context)
+            results = await self._sending.send(request)
         except PopMQError as exc:
             status = codes.status_of(exc, codes.TOPIC)
         except Exception:
@@ -433,67 +218,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             status = _internal()
         else:
             return sv.SendMessageResponse(status=codes.ok(), entries=results)
-        # The batch is stored all or none: every entry shares the failure. A request over
-        # the entry limit gets the status alone: the answer never grows past the limit.
-        if len(request.messages) > self.config.max_request_entries:
-            return sv.SendMessageResponse(status=status)
-        return sv.SendMessageResponse(
-            status=status,
-            entries=[
-                sv.SendResultEntry(status=status, message_id=m.system_properties.message_id)
-                for m in request.messages
-            ],
-        )
-
-    async def _send(self, request: sv.SendMessageRequest) -> list[sv.SendResultEntry]:
-        if not request.messages:
-            raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
-        limit = self.config.max_request_entries
-        if len(request.messages) > limit:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"messages has {len(request.messages)} entries: at most {limit} are allowed",
-            )
-        now = _now_ms()
-        max_delay = self._broker.config.messages.max_delay_s
-        budget = convert.InflateBudget(self.config.max_gzip_body_bytes)
-        batch = []
-        for index, msg in enumerate(request.messages):
-            name = convert.topic_name(msg.topic, allow_dlq=False)
-            message, kind = convert.new_message(msg, index, now, self.config, max_delay, budget)
-            try:
-                info, _ = self._topic(name)
-            except ProtocolError:
-                if not self._broker.config.auto_create_topics:
-                    raise
-            else:
-                convert.check_type_accepted(info, kind)
-            batch.append(message)
-        results = await self._broker.send(batch)
-        return [
-            sv.SendResultEntry(
-                status=codes.ok(),
-                message_id=r.message_id,
-                offset=r.offset,
-                recall_handle=r.recall_handle,
-            )
-            for r in results
-        ]
+        return self._sending.failed(request, status)
 
     @answers(sv.RecallMessageResponse, codes.TOPIC)
     async def RecallMessage(
         self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> sv.RecallMessageResponse:
-        topic = convert.topic_name(request.topic, allow_dlq=False)
-        if not request.recall_handle:
-            raise ProtocolError(Code.BAD_REQUEST, "recall_handle is empty")
-        self._topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
-        try:
-            message_id = await self._broker.recall(topic, request.recall_handle)
-        except NotFoundError as exc:
-            # The topic exists: what is missing is the delayed message.
-            raise ProtocolError(Code.NOT_FOUND, str(exc)) from exc
-        return sv.RecallMessageResponse(status=codes.ok(), message_id=message_id)
+        return await self._sending.recall(request)
 
     @answers(sv.EndTransactionResponse)
     async def EndTransaction(
@@ -510,43 +241,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.SyncLiteSubscriptionResponse:
         raise UnsupportedError("lite topics are not supported by popmq")
 
-    # -- receive ---------------------------------------------------------------------------
-
-    def _polling_s(
-        self, request: sv.ReceiveMessageRequest, remaining: float | None, client_id: str
-    ) -> float:
-        """RocketMQ's rule: the requested wait (or what the deadline leaves after half the
-        client's request timeout), clamped to [min, max] long polling, and at most the
-        deadline; a deadline shorter than the minimum is ILLEGAL_POLLING_TIME."""
-        low, high = self.config.min_long_polling_s, self.config.max_long_polling_s
-        if request.HasField("long_polling_timeout"):
-            wait = convert.seconds(
-                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
-            )
-        elif remaining is not None:
-            wait = remaining - self._request_timeout_s(client_id) / 2
-        else:
-            wait = high
-        wait = min(max(wait, low), high)
-        if remaining is not None and wait > remaining:
-            if remaining < low:
-                raise ProtocolError(
-                    Code.ILLEGAL_POLLING_TIME,
-                    f"the call's deadline leaves {remaining:.3f}s, less than the minimum long "
-                    f"polling time {low:g}s; give the call more time",
-                )
-            wait = remaining
-        if remaining is not None:
-            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
-        return wait
-
-    def _request_timeout_s(self, client_id: str) -> float:
-        """The request timeout the client reported in its settings (RocketMQ default 3 s)."""
-        session = self.sessions.get(client_id)
-        if session is not None and session.settings is not None:
-            if session.settings.HasField("request_timeout"):
-                return convert.seconds("request_timeout", session.settings.request_timeout)
-        return 3.0
+    # -- receive, ack, change invisible duration, dead letters -----------------------------
 
     async def ReceiveMessage(
         self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -554,192 +249,23 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """Stream: a status, then the messages, then the delivery timestamp (receive.py)."""
         client_id = self.touch(context)
         try:
-            self.check_namespace(context)
+            metadata.check_namespace(context)
         except PopMQError as exc:
             await context.write(sv.ReceiveMessageResponse(status=codes.status_of(exc, codes.TOPIC)))
             return
         await self.receiver.receive(request, context, client_id)
 
-    def _release_later(self, group: str, popped: list[PoppedMessage]) -> None:
-        if not popped:
-            return
-        task = asyncio.get_running_loop().create_task(
-            self.inflight.release_handles(group, [m.receipt_handle for m in popped])
-        )
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _receive(
-        self,
-        request: sv.ReceiveMessageRequest,
-        context: grpc.aio.ServicerContext,
-        client_id: str,
-    ) -> tuple[list[PoppedMessage], str, bool]:
-        if not client_id:
-            self._require_client_id(context)
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = self._filter(request.filter_expression)
-        pop = self._broker.config.pop
-        if request.batch_size < 1:
-            raise ProtocolError(
-                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
-            )
-        # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
-        batch = min(request.batch_size, pop.max_batch)
-        if request.auto_renew:
-            invisible = self.config.auto_renew_invisible_s
-        elif request.HasField("invisible_duration"):
-            invisible = convert.seconds(
-                "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
-            )
-        else:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required unless auto_renew"
-            )
-        if not pop.min_invisible_s <= invisible <= pop.max_invisible_s:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside {pop.min_invisible_s:g}s.."
-                f"{pop.max_invisible_s:g}s",
-            )
-        wait = self._polling_s(request, context.time_remaining(), client_id)
-        info, _ = self._topic(topic)
-
-        def pop_from(wait_s: float, queue_id: int | None = None) -> Awaitable[list[PoppedMessage]]:
-            return self._broker.pop(
-                group,
-                topic,
-                max_messages=batch,
-                invisible_s=invisible,
-                wait_s=wait_s,
-                filter_expression=expression,
-                filter_type=filter_type,
-                queue_id=queue_id,
-            )
-
-        session = self.sessions.get(client_id)
-        if session is None or session.client_type != pb.PUSH_CONSUMER:
-            popped = await pop_from(wait)  # simple consumers pop all queues, whatever they name
-        elif not self._policy(group).fifo:
-            popped = await pop_from(wait)
-        else:
-            popped = await self._receive_leased(client_id, group, info, request, wait, pop_from)
-        return popped, group, request.auto_renew
-
-    async def _receive_leased(
-        self,
-        client_id: str,
-        group: str,
-        info: TopicInfo,
-        request: sv.ReceiveMessageRequest,
-        wait: float,
-        pop: Callable[[float, int], Awaitable[list[PoppedMessage]]],
-    ) -> list[PoppedMessage]:
-        """A FIFO push consumer's receive: only on a queue it holds, and only while it does
-        (the wait ends with the lease: moved at a query, or run out).
-
-        The pop takes that queue's messages and the group's retry copies (which belong to
-        no queue), as RocketMQ's pop with a queue id does, so each client gets the messages
-        of the queues it holds.
-        """
-        if request.message_queue.id == -1:
-            raise ProtocolError(
-                Code.FORBIDDEN,
-                f"group {group!r} is a FIFO group: its queues are assigned one by one; query "
-                "the assignment again and receive from the queues it returns",
-            )
-        queue_id = self._queue_id(info, request.message_queue)
-        lease_s = self.assignments.check_receive(client_id, group, info.name, queue_id)
-        with self.assignments.receiving(client_id, group, info.name, queue_id) as ended:
-            task = asyncio.ensure_future(pop(min(wait, lease_s), queue_id))
-            first: set[asyncio.Future[Any]] = {task, ended}
-            try:
-                await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-                if not task.done():
-                    task.cancel()  # the lease ended: the pop is still parked, nothing taken
-                    await asyncio.wait({task})
-                return [] if task.cancelled() else task.result()
-            except BaseException:
-                if not task.done():
-                    task.cancel()
-                elif not task.cancelled() and task.exception() is None:
-                    self._release_later(group, task.result())  # popped for nobody
-                raise
-
-    # -- ack, change invisible duration, dead letters --------------------------------------
-
     @answers(sv.AckMessageResponse, codes.GROUP)
     async def AckMessage(
         self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
     ) -> sv.AckMessageResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if not request.entries:
-            raise ProtocolError(Code.BAD_REQUEST, "entries is empty: ack 1 or more messages")
-        limit = self.config.max_request_entries
-        if len(request.entries) > limit:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"entries has {len(request.entries)} entries: at most {limit} are allowed",
-            )
-        handles = []
-        for index, entry in enumerate(request.entries):
-            if not entry.receipt_handle:
-                raise ProtocolError(
-                    Code.INVALID_RECEIPT_HANDLE, f"entries[{index}].receipt_handle is empty"
-                )
-            handles.append(await self.inflight.current_handle(group, entry.receipt_handle))
-        outcomes = await self._broker.ack(group, handles)
-        results = []
-        for entry, error in zip(request.entries, outcomes, strict=True):
-            status = codes.ok() if error is None else codes.status_of(error)
-            if status.code in (Code.OK, Code.INVALID_RECEIPT_HANDLE):
-                self.inflight.acked(group, entry.receipt_handle)
-            results.append(
-                sv.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
-                )
-            )
-        return sv.AckMessageResponse(
-            status=codes.overall([r.status for r in results]), entries=results
-        )
+        return await self._acks.ack(request)
 
     @answers(sv.ChangeInvisibleDurationResponse, codes.GROUP)
     async def ChangeInvisibleDuration(
         self, request: sv.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> sv.ChangeInvisibleDurationResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if request.HasField("suspend") and request.suspend:
-            raise UnsupportedError(
-                "suspend (redeliver without counting a delivery attempt) is not supported by "
-                "popmq: every redelivery counts"
-            )
-        if not request.receipt_handle:
-            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
-        if not request.HasField("invisible_duration"):
-            raise ProtocolError(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
-        invisible = convert.seconds(
-            "invisible_duration", request.invisible_duration, Code.ILLEGAL_INVISIBLE_TIME
-        )
-        # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
-        # with its retry delay, which can be 0 (the Node.js client's always is).
-        longest = self._broker.config.pop.max_invisible_s
-        if not 0 <= invisible <= longest:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside 0s..{longest:g}s",
-            )
-        current = await self.inflight.current_handle(group, request.receipt_handle)
-        try:
-            handle, deadline = await self._broker.change_invisible_time(group, current, invisible)
-        except PopMQError as exc:
-            if codes.code_of(exc) == Code.INVALID_RECEIPT_HANDLE:
-                self.inflight.acked(group, request.receipt_handle)
-            raise
-        self.inflight.changed(group, request.receipt_handle, handle, deadline)
-        return sv.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
+        return await self._acks.change_invisible(request)
 
     @answers(sv.ForwardMessageToDeadLetterQueueResponse, codes.GROUP)
     async def ForwardMessageToDeadLetterQueue(
@@ -747,24 +273,9 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         request: sv.ForwardMessageToDeadLetterQueueRequest,
         context: grpc.aio.ServicerContext,
     ) -> sv.ForwardMessageToDeadLetterQueueResponse:
-        group = convert.group_name(request.group)
-        convert.topic_name(request.topic)
-        if not request.receipt_handle:
-            raise ProtocolError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is empty")
-        current = await self.inflight.current_handle(group, request.receipt_handle)
-        await self._broker.dead_letter(group, current)
-        self.inflight.acked(group, request.receipt_handle)
-        return sv.ForwardMessageToDeadLetterQueueResponse(status=codes.ok())
+        return await self._acks.dead_letter(request)
 
     # -- offset-based reads (pull consumers) -----------------------------------------------
-
-    def _offset_in(self, stats: list[QueueStats], queue_id: int, offset: int) -> None:
-        high = stats[queue_id].max_offset
-        if not 0 <= offset <= high:
-            raise ProtocolError(
-                Code.ILLEGAL_OFFSET,
-                f"offset {offset} is outside 0..{high} of queue {queue_id}",
-            )
 
     async def PullMessage(
         self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
@@ -776,8 +287,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """
         self.touch(context)
         try:
-            self.check_namespace(context)
-            frames = await self._pull(request, context)
+            metadata.check_namespace(context)
+            frames = await self._pulls.pull(request, context)
         except PopMQError as exc:
             frames = [sv.PullMessageResponse(status=codes.status_of(exc, codes.GROUP))]
         except Exception:
@@ -786,112 +297,20 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         for frame in frames:
             await context.write(frame)
 
-    async def _pull(
-        self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
-    ) -> list[sv.PullMessageResponse]:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = self._filter(request.filter_expression)
-        record_filter = parse_filter(expression, filter_type)
-        if request.batch_size < 1:
-            raise ProtocolError(
-                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
-            )
-        batch = min(request.batch_size, PULL_MAX_MESSAGES)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
-        self._offset_in(stats, queue_id, request.offset)
-        wait = 0.0
-        if request.HasField("long_polling_timeout"):
-            wait = convert.seconds(
-                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
-            )
-            wait = min(max(wait, 0.0), self.config.max_long_polling_s)
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait = min(wait, max(0.0, remaining - _DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait
-        while True:
-            result = self._broker.pull(topic, queue_id, request.offset, batch)
-            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
-            left = give_up - loop.time()
-            if records or result.messages or left <= 0:
-                break
-            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
-            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
-            try:
-                await asyncio.wait([waiter], timeout=left)
-            finally:
-                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
-        host = self._address()
-        frames = [
-            sv.PullMessageResponse(
-                status=codes.ok()
-                if records
-                else pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
-            )
-        ]
-        frames.extend(
-            sv.PullMessageResponse(
-                message=convert.v2_message(
-                    record, topic=topic, queue_id=queue_id, offset=offset, store_host=host
-                )
-            )
-            for offset, record in records
-        )
-        frames.append(sv.PullMessageResponse(next_offset=result.next_offset))
-        return frames
-
     @answers(sv.GetOffsetResponse, codes.GROUP)
     async def GetOffset(
         self, request: sv.GetOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.GetOffsetResponse:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        info, _ = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
-        position = self._broker.get_offsets(group, topic)[queue_id]
-        if not position.committed:
-            raise ProtocolError(
-                Code.OFFSET_NOT_FOUND,
-                f"group {group!r} has no offset in queue {queue_id} of {topic!r} yet (it would "
-                f"start at {position.offset})",
-            )
-        return sv.GetOffsetResponse(status=codes.ok(), offset=position.offset)
+        return self._pulls.get_offset(request)
 
     @answers(sv.UpdateOffsetResponse, codes.GROUP)
     async def UpdateOffset(
         self, request: sv.UpdateOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.UpdateOffsetResponse:
-        group = convert.group_name(request.group)
-        topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
-        self._offset_in(stats, queue_id, request.offset)
-        await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
-        return sv.UpdateOffsetResponse(status=codes.ok())
+        return await self._pulls.update_offset(request)
 
     @answers(sv.QueryOffsetResponse, codes.TOPIC)
     async def QueryOffset(
         self, request: sv.QueryOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryOffsetResponse:
-        topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._topic(topic)
-        queue_id = self._queue_id(info, request.message_queue)
-        policy = request.query_offset_policy
-        if policy == pb.BEGINNING:
-            offset = stats[queue_id].min_offset
-        elif policy == pb.END:
-            offset = stats[queue_id].max_offset
-        elif policy == pb.TIMESTAMP:
-            if not request.HasField("timestamp"):
-                raise ProtocolError(Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
-            at = convert.timestamp_ms(request.timestamp)
-            offset = dict(self._broker.offsets_at(topic, at))[queue_id]
-        else:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"query_offset_policy {policy} is unknown: use BEGINNING, END or TIMESTAMP",
-            )
-        return sv.QueryOffsetResponse(status=codes.ok(), offset=offset)
+        return self._pulls.query_offset(request)

@@ -2,7 +2,7 @@
 
 A session is created by the first call that carries a client id and lives while the client
 calls (heartbeats every 10 s) or keeps its Telemetry stream open; NotifyClientTermination or
-`client_idle_s` of silence ends it, and `on_end` hears of it (the service then unregisters
+`client_idle_s` of silence ends it, and `on_end` hears of it (membership.py then unregisters
 the client from the consumer registry). Everything runs on the server's event loop.
 """
 

@@ -1,0 +1,166 @@
+"""v2 offset-based reads for pull consumers: PullMessage, GetOffset, UpdateOffset, QueryOffset.
+
+A pull reads a queue from an offset and changes no state; the consumer keeps its own
+position, or commits it with UpdateOffset. When nothing is there yet, a pull waits for an
+arrival on its queue up to the long-polling timeout. Runs on the server's event loop,
+Broker.pull's read included (it is synchronous).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import grpc
+
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
+from popmq.broker_core.filters import parse_filter
+from popmq.broker_core.types import QueueStats
+from popmq.proxy.rocketmq import codes, convert, metadata
+from popmq.proxy.rocketmq.codes import Code, ProtocolError
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.resources import Resources, check_filter
+
+_PULL_WAIT_KEY = "\x00pull:"
+"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
+
+
+def _offset_in(stats: list[QueueStats], queue_id: int, offset: int) -> None:
+    """ILLEGAL_OFFSET unless `offset` is in 0..the queue's max offset."""
+    high = stats[queue_id].max_offset
+    if not 0 <= offset <= high:
+        raise ProtocolError(
+            Code.ILLEGAL_OFFSET,
+            f"offset {offset} is outside 0..{high} of queue {queue_id}",
+        )
+
+
+class Pulls:
+    """Reads queues by offset and keeps groups' committed offsets.
+
+    Args:
+        broker: Reads, offsets and the long-polling registry pulls park in.
+        config: The v2 front end's settings (the longest long poll).
+        resources: Topics, queues and filter checks.
+        address: This server's HOST:PORT, the messages' store host.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: RocketMQConfig,
+        resources: Resources,
+        address: Callable[[], str],
+    ) -> None:
+        self._broker = broker
+        self._config = config
+        self._resources = resources
+        self._address = address
+
+    async def pull(
+        self, request: sv.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> list[sv.PullMessageResponse]:
+        """The stream's frames: a status, the messages from `offset` on that pass the
+        filter, next_offset."""
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        filter_type, expression = check_filter(request.filter_expression)
+        record_filter = parse_filter(expression, filter_type)
+        if request.batch_size < 1:
+            raise ProtocolError(
+                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
+            )
+        batch = min(request.batch_size, PULL_MAX_MESSAGES)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
+        _offset_in(stats, queue_id, request.offset)
+        wait = 0.0
+        if request.HasField("long_polling_timeout"):
+            wait = convert.seconds(
+                "long_polling_timeout", request.long_polling_timeout, Code.ILLEGAL_POLLING_TIME
+            )
+            wait = min(max(wait, 0.0), self._config.max_long_polling_s)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
+        while True:
+            result = self._broker.pull(topic, queue_id, request.offset, batch)
+            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
+            left = give_up - loop.time()
+            if records or result.messages or left <= 0:
+                break
+            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
+            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
+            try:
+                await asyncio.wait([waiter], timeout=left)
+            finally:
+                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
+        host = self._address()
+        frames = [
+            sv.PullMessageResponse(
+                status=codes.ok()
+                if records
+                else pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+            )
+        ]
+        frames.extend(
+            sv.PullMessageResponse(
+                message=convert.v2_message(
+                    record, topic=topic, queue_id=queue_id, offset=offset, store_host=host
+                )
+            )
+            for offset, record in records
+        )
+        frames.append(sv.PullMessageResponse(next_offset=result.next_offset))
+        return frames
+
+    def get_offset(self, request: sv.GetOffsetRequest) -> sv.GetOffsetResponse:
+        """The group's committed offset in the queue; OFFSET_NOT_FOUND when it has none."""
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        info, _ = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
+        position = self._broker.get_offsets(group, topic)[queue_id]
+        if not position.committed:
+            raise ProtocolError(
+                Code.OFFSET_NOT_FOUND,
+                f"group {group!r} has no offset in queue {queue_id} of {topic!r} yet (it would "
+                f"start at {position.offset})",
+            )
+        return sv.GetOffsetResponse(status=codes.ok(), offset=position.offset)
+
+    async def update_offset(self, request: sv.UpdateOffsetRequest) -> sv.UpdateOffsetResponse:
+        """Commit the group's offset in the queue."""
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
+        _offset_in(stats, queue_id, request.offset)
+        await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
+        return sv.UpdateOffsetResponse(status=codes.ok())
+
+    def query_offset(self, request: sv.QueryOffsetRequest) -> sv.QueryOffsetResponse:
+        """The queue's first or next offset, or the first at a timestamp."""
+        topic = convert.topic_name(request.message_queue.topic)
+        info, stats = self._resources.topic(topic)
+        queue_id = self._resources.queue_id(info, request.message_queue)
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = stats[queue_id].min_offset
+        elif policy == pb.END:
+            offset = stats[queue_id].max_offset
+        elif policy == pb.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                raise ProtocolError(Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
+            at = convert.timestamp_ms(request.timestamp)
+            offset = dict(self._broker.offsets_at(topic, at))[queue_id]
+        else:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"query_offset_policy {policy} is unknown: use BEGINNING, END or TIMESTAMP",
+            )
+        return sv.QueryOffsetResponse(status=codes.ok(), offset=offset)

@@ -1,0 +1,106 @@
+"""Topics, queues, groups and filters as v2 requests name them, looked up with v2 codes.
+
+Several RPCs name the same things (a topic, one of its queues, a group, a filter), and each
+answers a missing or malformed one with the same apache.rocketmq.v2 Code; the lookups live
+here so every handler asks them the same way. Reads only: the catalog lookups are in-memory
+and run on the server's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.catalog import GroupInfo, TopicInfo
+from popmq.broker_core.errors import InvalidArgumentError, NotFoundError
+from popmq.broker_core.filters import parse_filter
+from popmq.broker_core.sql_filter import MAX_EXPRESSION_LENGTH
+from popmq.broker_core.types import QueueStats
+from popmq.proxy.rocketmq import convert, settings
+from popmq.proxy.rocketmq.codes import Code, ProtocolError
+from popmq.proxy.rocketmq.config import RocketMQConfig
+
+_FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
+
+
+def check_filter(expression: pb.FilterExpression) -> tuple[str, str]:
+    """(filter_type, expression) for the broker; refused early with the v2 code."""
+    kind = _FILTER_TYPES.get(expression.type)
+    if kind is None:
+        raise ProtocolError(
+            Code.ILLEGAL_FILTER_EXPRESSION,
+            f"filter type {expression.type} is unknown: use TAG or SQL",
+        )
+    # The same bound as broker_core's for both kinds (sql_filter.MAX_EXPRESSION_LENGTH,
+    # filters.MAX_TAG_EXPRESSION_LENGTH), checked here for its v2 code and message.
+    if len(expression.expression) > MAX_EXPRESSION_LENGTH:
+        raise ProtocolError(
+            Code.ILLEGAL_FILTER_EXPRESSION,
+            f"filter expression is {len(expression.expression)} characters long: at most "
+            f"{MAX_EXPRESSION_LENGTH} are allowed",
+        )
+    try:
+        parse_filter(expression.expression, kind)
+    except InvalidArgumentError as exc:
+        raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
+    return kind, expression.expression
+
+
+class Resources:
+    """The broker's topics and groups, and this proxy's place in routes, for v2 handlers.
+
+    Args:
+        broker: The broker whose catalog is read.
+        address: This server's HOST:PORT, for routes of clients that name none.
+        config: The v2 front end's settings (the broker name of routes).
+    """
+
+    def __init__(self, broker: Broker, address: Callable[[], str], config: RocketMQConfig) -> None:
+        self._broker = broker
+        self._address = address
+        self._config = config
+
+    def broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
+        """The broker of routes: where clients reach this proxy (the address they used, checked
+        and bounded, else the listen address)."""
+        where = convert.client_endpoints(requested)
+        if where is None:
+            where = convert.endpoints(self._address())
+        return convert.broker(where, self._config.broker_name)
+
+    def topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+        """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
+        try:
+            return self._broker.get_topic(name)
+        except NotFoundError as exc:
+            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
+
+    @staticmethod
+    def queue_id(info: TopicInfo, queue: pb.MessageQueue) -> int:
+        """The id of `queue` in topic `info`; BAD_REQUEST when the topic has no such queue."""
+        # Broker._check_queue_id's rule, checked here before any broker call.
+        if not 0 <= queue.id < info.queues:
+            raise ProtocolError(
+                Code.BAD_REQUEST,
+                f"message_queue.id {queue.id} is outside 0..{info.queues - 1} of topic "
+                f"{info.name!r}",
+            )
+        return queue.id
+
+    def policy(self, group: str) -> settings.GroupPolicy:
+        """The retry policy and fifo flag of a group (its defaults if it does not exist yet)."""
+        info: GroupInfo | None
+        try:
+            info = self._broker.get_group(group)
+        except NotFoundError:
+            info = None
+        if info is None:
+            defaults = self._broker.config.groups
+            attempts = defaults.max_delivery_attempts
+            backoff = tuple(round(s * 1000) for s in defaults.retry_backoff_s)
+            fifo = False
+        else:
+            attempts, backoff = info.max_delivery_attempts, info.retry_backoff_ms
+            fifo = self._broker.group_settings(group).fifo
+        return settings.GroupPolicy(attempts, backoff, fifo)

@@ -1,0 +1,145 @@
+"""A v2 client's life in the proxy: Telemetry settings, heartbeats, termination.
+
+A client opens one Telemetry stream for its lifetime and sends its settings there; the
+server answers each settings frame with the merged settings (settings.py) and keeps the
+stream open as the channel for server-to-client commands, until the client or the server
+ends it. Heartbeats keep the session alive and register consumers (membership.py);
+NotifyClientTermination ends the session and releases what the client held. Runs on the
+server's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.errors import PopMQError
+from popmq.proxy.rocketmq import codes, convert, settings
+from popmq.proxy.rocketmq.codes import Code, ProtocolError
+from popmq.proxy.rocketmq.config import RocketMQConfig
+from popmq.proxy.rocketmq.inflight import Inflight
+from popmq.proxy.rocketmq.membership import Membership
+from popmq.proxy.rocketmq.resources import Resources, check_filter
+from popmq.proxy.rocketmq.sessions import Sessions
+
+log = logging.getLogger(__name__)
+
+
+class Telemetry:
+    """Telemetry streams, heartbeats and terminations of v2 clients.
+
+    Args:
+        broker: Its pop settings bound the receive batch a consumer is told.
+        config: The v2 front end's settings (what the settings reply decides).
+        sessions: The connected clients.
+        membership: Registers consumers in the client registry.
+        inflight: Releases what a terminating client held.
+        resources: Group policies and filter checks for consumer settings.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: RocketMQConfig,
+        *,
+        sessions: Sessions,
+        membership: Membership,
+        inflight: Inflight,
+        resources: Resources,
+    ) -> None:
+        self._broker = broker
+        self._config = config
+        self._sessions = sessions
+        self._membership = membership
+        self._inflight = inflight
+        self._resources = resources
+
+    async def serve(self, client_id: str, context: grpc.aio.ServicerContext) -> None:
+        """Answer each settings frame with the merged settings; stay open for the client's
+        lifetime (the channel for server-to-client commands) until it or the server ends."""
+        session = self._sessions.touch(client_id)
+        session.streams += 1
+        closed = asyncio.ensure_future(session.closed.wait())
+        read: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                read = asyncio.ensure_future(context.read())
+                await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    return  # the session ended (termination, idle, server shutdown)
+                command = read.result()
+                if command is grpc.aio.EOF:
+                    return
+                reply = self.on_command(client_id, command)
+                if reply is not None:
+                    await context.write(reply)
+        finally:
+            closed.cancel()
+            if read is not None and not read.done():
+                read.cancel()
+            session.streams -= 1
+
+    def on_command(
+        self, client_id: str, command: sv.TelemetryCommand
+    ) -> sv.TelemetryCommand | None:
+        """The reply to one frame of the client (None: it needs none)."""
+        session = self._sessions.touch(client_id)
+        which = command.WhichOneof("command")
+        if which != "settings":
+            # Answers to server commands popmq never sends (thread stacks, verify results).
+            log.debug("telemetry %s from client %s ignored", which, client_id)
+            return None
+        client = command.settings
+        try:
+            settings.check_client_settings(client, self._config)
+            if client.client_type == pb.PRODUCER:
+                reply = settings.producer_reply(client, self._config)
+            else:
+                group = convert.group_name(client.subscription.group)
+                for entry in client.subscription.subscriptions:
+                    convert.topic_name(entry.topic)
+                    check_filter(entry.expression)
+                reply = settings.consumer_reply(
+                    client,
+                    self._resources.policy(group),
+                    self._config,
+                    self._broker.config.pop.max_batch,
+                )
+                session.group = group
+        except PopMQError as exc:
+            return sv.TelemetryCommand(status=codes.status_of(exc, codes.GROUP))
+        session.client_type = client.client_type
+        session.settings = client
+        session.queried_topics.clear()
+        return sv.TelemetryCommand(status=codes.ok(), settings=reply)
+
+    def heartbeat(self, client_id: str, request: sv.HeartbeatRequest) -> sv.HeartbeatResponse:
+        """Keeps the session alive and registers a consumer in the client registry."""
+        if request.client_type not in pb.ClientType.values():
+            raise ProtocolError(
+                Code.UNRECOGNIZED_CLIENT_TYPE,
+                f"client_type {request.client_type} is unknown: use PRODUCER, PUSH_CONSUMER, "
+                "SIMPLE_CONSUMER or PULL_CONSUMER",
+            )
+        group = convert.group_name(request.group) if request.HasField("group") else None
+        session = self._sessions.touch(client_id, client_type=request.client_type, group=group)
+        if group is not None:
+            self._membership.register(session, group)
+        return sv.HeartbeatResponse(status=codes.ok())
+
+    async def terminate(self, client_id: str) -> sv.NotifyClientTerminationResponse:
+        """The client says goodbye: its session, registrations and leases end, and the
+        messages it held become visible again soon."""
+        self._sessions.remove(client_id)  # its registrations and leases end with the session
+        self._membership.end(client_id)  # also when the session was gone already
+        released = await self._inflight.release_client(client_id)
+        return sv.NotifyClientTerminationResponse(
+            status=codes.ok(f"released {released} in-flight messages")
+        )
