@@ -50,13 +50,6 @@ groups and topics, which keep working on a disk that sends filled."""
 _INFO_LOG_FILES = 5
 """RocksDB LOG files kept (RocksDB keeps 1000): each open starts one."""
 _RECYCLED_WAL_FILES = 2
-_L0_COMPACTION_TRIGGER = 16
-"""Level-0 table files that start a compaction into level 1 (RocksDB's default is 4; see
-`_open`)."""
-_L0_SLOWDOWN_TRIGGER = 40
-"""Level-0 files at which RocksDB slows writes down (default 20), above the trigger."""
-_L0_STOP_TRIGGER = 64
-"""Level-0 files at which RocksDB stops writes (default 36)."""
 _MESSAGE_BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 """Block cache of the `messages` family (RocksDB's default size, but in one shard, see
 `_open`): a data block holds a whole message body, up to 4 MiB."""
@@ -188,20 +181,8 @@ class Store:
         options.set_max_total_wal_size(MEMTABLE_BUDGET_BYTES)
         options.set_keep_log_file_num(_INFO_LOG_FILES)
         families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
-        # Small memtables make small level-0 files, and each spans a topic's whole key range
-        # (sends interleave its queues), so every level-0 compaction rewrites all of level 1
-        # with it: at RocksDB's trigger of 4 files, level 1 was rewritten every 16 MiB
-        # written. Compacting every 16 files (64 MiB, what one default memtable flush
-        # writes) took the server's CPU per produced message from 50-52 to 40 us (batch 32,
-        # 8 producers, 15 s runs; 64 MiB memtables: 34.5 us) and its compactions from 30-38
-        # to 8-12 a run. Reads look into each level-0 file, so the file count stays bounded:
-        # RocksDB slows writes at 40 and stops them at 64. None of this changes what a
-        # reopen must flush (the memtables) on a full disk.
         for family_options in families.values():
             family_options.set_write_buffer_size(MEMTABLE_BUDGET_BYTES)
-            family_options.set_level_zero_file_num_compaction_trigger(_L0_COMPACTION_TRIGGER)
-            family_options.set_level_zero_slowdown_writes_trigger(_L0_SLOWDOWN_TRIGGER)
-            family_options.set_level_zero_stop_writes_trigger(_L0_STOP_TRIGGER)
         # Every send looks its message ids up in `index`, and almost all are misses: a bloom
         # filter answers a miss without reading table blocks (0.65 vs 4-6 us a key, measured
         # on 400k keys in table files).

@@ -69,17 +69,3 @@ def test_last_key_finds_the_largest_key_of_a_range_and_none_for_an_empty_one(
     first = keys.queue_prefix(2, 0) + (0).to_bytes(8, "big")
     assert store.last_key("messages", keys.queue_prefix(2, 0), first + b"\x00") == first
     store.close()
-
-
-def test_every_family_compacts_level_0_only_after_16_files(tmp_path: Path) -> None:
-    """Small memtables make small level-0 files; compacting every 4 rewrote level 1 too often."""
-    store = Store(tmp_path / "data")
-    store.close()
-    latest = max((tmp_path / "data").glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
-    text = latest.read_text()
-    for setting, value in (
-        ("level0_file_num_compaction_trigger", 16),
-        ("level0_slowdown_writes_trigger", 40),
-        ("level0_stop_writes_trigger", 64),
-    ):
-        assert text.count(f"{setting}={value}\n") == 7, setting  # each family, not "default"
