@@ -50,6 +50,9 @@ groups and topics, which keep working on a disk that sends filled."""
 _INFO_LOG_FILES = 5
 """RocksDB LOG files kept (RocksDB keeps 1000): each open starts one."""
 _RECYCLED_WAL_FILES = 2
+_MESSAGE_BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+"""Block cache of the `messages` family (RocksDB's default size, but in one shard, see
+`_open`): a data block holds a whole message body, up to 4 MiB."""
 """Obsolete WAL files kept for reuse (RocksDB's default is none): at most this many extra
 files of up to a memtable's worth each on disk, for cheaper fsyncs (see `_open`)."""
 
@@ -188,6 +191,21 @@ class Store:
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(10, False)
         families["index"].set_block_based_table_factory(table)
+        # A message body is stored whole in one data block, so a block is as large as the
+        # body (up to 4 MiB). RocksDB's default cache (32 MiB, LRU) has 64 shards of 512 KiB
+        # and keeps no block larger than a shard: every read of a queue's edge next to a
+        # large body read and checksummed (and for a compressible body, decompressed) that
+        # block again. Loading the next offset of 1,024 cold queues, one reverse seek each,
+        # held the loop 170-250 ms on a store whose 1 MiB bodies were in table files
+        # (docs/limits.md). A clock cache of the same 32 MiB uses one shard at this size (it
+        # sizes shards from 32 MiB up), so such a block stays cached: 3.9 s -> 16 ms for
+        # those 1,024 lookups on a store next to a 3.9 MiB body. Memory stays bounded by
+        # the capacity.
+        messages_table = rocksdict.BlockBasedOptions()
+        messages_table.set_block_cache(
+            rocksdict.Cache.new_hyper_clock_cache(_MESSAGE_BLOCK_CACHE_BYTES, 0)
+        )
+        families["messages"].set_block_based_table_factory(messages_table)
         families["index"].set_memtable_prefix_bloom_ratio(0.05)
         families["index"].set_memtable_whole_key_filtering(True)
         access = (
@@ -321,8 +339,16 @@ class Store:
         return None
 
     def last_key(self, family: str, start: bytes, end: bytes) -> bytes | None:
-        """The largest key in [start, end), or None."""
+        """The largest key in [start, end), or None.
+
+        An empty range is answered by a forward seek: a reverse one lands on the key before
+        `start` and copies its value (RocksDB copies values when stepping back), which for
+        an empty queue next to large bodies cost a body-sized copy per lookup.
+        """
         it = self._readable()[family].iter()
+        it.seek(start)
+        if not it.valid() or it.key() >= end:
+            return None
         it.seek_for_prev(end)
         while it.valid():
             key: bytes = it.key()
