@@ -46,8 +46,10 @@ from popmq.broker_core.catalog import (
     dlq_topic_name,
     retry_topic_name,
 )
+from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy and tests use it
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -65,8 +67,11 @@ from popmq.broker_core.filters import RecordFilter, parse_filter
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.message_id import MessageIdGenerator
+from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.ledger import CK_SEQ_BITS, Ledger
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -92,14 +97,13 @@ from popmq.broker_core.types import (
     TopicBacklog,
 )
 from popmq.broker_core.wakeup import Wakeup
-from popmq.broker_core.writer import GroupCommitWriter, QueueOffsets
+from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _SECRET_KEY = b"secret:receipt"
 _BOOT_KEY = b"boot:epoch"
-_CK_SEQ_BITS = 40
 _REVIVE_CHUNK = 128
 """Messages revived (or delayed messages fired) per write batch: each chunk holds the event
 loop for a few ms, so pops and acks keep flowing through a revive storm."""
@@ -129,10 +133,6 @@ _PULL_CHUNK = 64
 """Keys read per multi_get of a pull, so 4 MiB bodies never pile up beyond the byte cap."""
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Broker:
     """Topics, groups, send, pop, ack, change-invisible, nack, revive: the whole core."""
 
@@ -149,31 +149,13 @@ class Broker:
         self._ids = MessageIdGenerator()
         self.locks = QueueLocks()
         self.polling = LongPolling(self.config.long_polling)
-        # (group_id, topic_id, queue_id) -> ConsumeQueue; created on first pop or recovery.
-        self._queues: dict[tuple[int, int, int], ConsumeQueue] = {}
-        # Live checkpoints by id: every one that still owes a message.
-        self._cks: dict[int, Checkpoint] = {}
-        # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
-        self._revive_heap: list[tuple[int, int]] = []
-        self._revive_wakeup = Wakeup()
-        # Buffered (unpersisted) chained checkpoints: (persist_at_ms, ck_id) and the live set.
-        self._buffer_heap: list[tuple[int, int]] = []
-        self._buffered: dict[int, Checkpoint] = {}
-        self._buffer_wakeup = Wakeup()
-        # State written by the next flush: persisted checkpoints to rewrite or delete, and
-        # consume queues whose committed offset moved. See _flush_state.
-        self._dirty_cks: dict[int, Checkpoint] = {}
-        self._dirty_queues: dict[tuple[int, int, int], ConsumeQueue] = {}
-        self._in_flush: tuple[list[Checkpoint], list[ConsumeQueue]] = ([], [])
         self._send_rr: dict[int, int] = {}
         self._pop_count: dict[tuple[int, int], int] = {}
         # Creations in progress (group name / retry key), so concurrent first uses share one.
         self._creating: dict[object, asyncio.Future[Any]] = {}
         # Handles replaced by ChangeInvisibleTime/Nack, kept until their old deadline so a
-        # stale handle is refused even after its checkpoint finished: (ck_id, index) -> deadline.
-        self._superseded: dict[tuple[int, int], int] = {}
-        self._superseded_expiry: list[tuple[int, int, int]] = []
-        self._ck_seq = 0
+        # stale handle is refused even after its checkpoint finished.
+        self._superseded = SupersededHandles()
         self._epoch = 0
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
@@ -211,8 +193,21 @@ class Broker:
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
-        self.writer.add_flush_hook(self._flush_state)
-        self.writer.add_failure_listener(self._flush_failed)
+        self._ledger = Ledger(
+            self.config.pop,
+            writer=self.writer,
+            catalog=self.catalog,
+            polling=self.polling,
+            epoch=self._epoch,
+        )
+        self.writer.add_flush_hook(self._ledger.flush_state)
+        self.writer.add_failure_listener(self._ledger.flush_failed)
+        self._queues = ConsumeQueues(
+            catalog=self.catalog,
+            offsets=self.offsets,
+            ledger=self._ledger,
+            settings_of=self._load_settings,
+        )
         if self._boot_unsaved:
             self.writer.add_flush_hook(self._save_boot)
             self.writer.add_commit_listener(self._boot_saved)
@@ -233,7 +228,7 @@ class Broker:
         self._started = True
         self._tasks = [
             asyncio.create_task(self._revive_loop(), name="popmq-revive"),
-            asyncio.create_task(self._buffer_loop(), name="popmq-ck-buffer"),
+            asyncio.create_task(self._ledger.buffer_loop(), name="popmq-ck-buffer"),
             asyncio.create_task(self._retention_loop(), name="popmq-retention"),
             asyncio.create_task(self._timer_loop(), name="popmq-timers"),
         ]
@@ -266,8 +261,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         # A clean shutdown keeps every in-flight deadline: persist what is still buffered.
-        for ck in list(self._buffered.values()):
-            self._mark_persisted(ck)
+        self._ledger.persist_buffered()
         with contextlib.suppress(PopMQError):
             await self.writer.submit(_noop, sync=True)
         self.writer.close()
@@ -313,19 +307,10 @@ class Broker:
         """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only."""
         for key, value in store.scan("offsets", b"", b"\xff" * 13):
             group_id, topic_id, queue_id = keys.parse_offset_key(key)
-            self._new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
+            self._queues.new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
         count = 0
         stale = store.batch()
-        now = now_ms()
-        prefix = keys.SUPERSEDED_PREFIX
-        for key, value in store.scan("meta", prefix, prefix[:-1] + b";"):
-            deadline = keys.decode_u64(value)
-            if deadline <= now:
-                stale.delete("meta", key)
-                continue
-            ck_id, index = keys.parse_superseded_key(key)
-            self._superseded[(ck_id, index)] = deadline
-            heapq.heappush(self._superseded_expiry, (deadline, ck_id, index))
+        self._superseded.recover(store, now_ms(), stale)
         for key, _ in store.scan("revive", b"", b"\xff" * 17):
             _, ck_id = keys.parse_revive_key(key)
             data = store.get("checkpoints", keys.checkpoint_key(ck_id))
@@ -333,11 +318,11 @@ class Broker:
             cq = None
             if record is not None:
                 where = (record.group_id, record.topic_id, record.queue_id)
-                cq = self._queue_for(*where)
+                cq = self._queues.get(*where)
                 if cq is None:
                     # The group never committed an offset in this queue: it starts where a
                     # new group starts, the earliest retained message.
-                    cq = self._new_queue(*where, self._min_offset(*where[1:]))
+                    cq = self._queues.new_queue(*where, self._min_offset(*where[1:]))
             if record is None or cq is None:
                 stale.delete("revive", key)
                 stale.delete("checkpoints", keys.checkpoint_key(ck_id))
@@ -352,8 +337,7 @@ class Broker:
             cq.add(ck)
             if ck.fifo_group:
                 cq.fifo_enqueue(ck)
-            self._cks[ck.ck_id] = ck
-            heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
+            self._ledger.recovered(ck)
             count += 1
         for cq in self._queues.values():
             cq.recovered.sort()
@@ -443,19 +427,17 @@ class Broker:
             for key, cq in list(self._queues.items()):
                 if cq.topic_id in removed_ids:
                     batch.delete("offsets", keys.offset_key(*key))
-            for ck in list(self._cks.values()):
+            for ck in list(self._ledger.cks.values()):
                 if ck.queue.topic_id in removed_ids and ck.persisted:
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
 
         await self.writer.submit(apply, sync=True)
         for key in [k for k, cq in self._queues.items() if cq.topic_id in removed_ids]:
-            del self._queues[key]
-            self._dirty_queues.pop(key, None)
-        for ck_id in [i for i, ck in self._cks.items() if ck.queue.topic_id in removed_ids]:
-            self._cks.pop(ck_id)
-            self._buffered.pop(ck_id, None)
-            self._dirty_cks.pop(ck_id, None)
+            self._queues.remove(key)
+        self._ledger.drop_checkpoints(
+            [ck for ck in self._ledger.cks.values() if ck.queue.topic_id in removed_ids]
+        )
         for topic_id in removed_ids:
             self.offsets.forget_topic(topic_id)
         self.polling.notify_all(name)
@@ -789,7 +771,7 @@ class Broker:
 
     def _next_timer_seq(self) -> int:
         self._timer_seq += 1
-        return (self._epoch << _CK_SEQ_BITS) | self._timer_seq
+        return (self._epoch << CK_SEQ_BITS) | self._timer_seq
 
     async def _topic_for_send(self, name: str) -> TopicInfo:
         info = self.catalog.topics.get(name)
@@ -1075,7 +1057,7 @@ class Broker:
         for)."""
         due: int | None = None
         for q in range(topic.queues) if queue_id is None else (queue_id,):
-            cq = self._queue_for(group.group_id, topic.topic_id, q)
+            cq = self._queues.get(group.group_id, topic.topic_id, q)
             if cq is None or not cq.fifo_ready:
                 continue
             for name in cq.fifo_ready:
@@ -1116,7 +1098,7 @@ class Broker:
             want = max_messages - len(found)
             if want <= 0 or response.left <= 0:
                 break
-            cq = self._queue(group, source, source_queue)
+            cq = self._queues.queue(group, source, source_queue)
             if not self.locks.try_acquire(cq.lock_key):
                 contended = True
                 continue
@@ -1160,7 +1142,7 @@ class Broker:
         if start < oldest:
             # Retention deleted [start, oldest) before this group read it: skip, and count it.
             gone = Checkpoint(
-                ck_id=self._next_ck_id(),
+                ck_id=self._ledger.next_ck_id(),
                 queue=cq,
                 range_start=start,
                 range_end=oldest,
@@ -1171,7 +1153,7 @@ class Broker:
             )
             cq.add(gone)
             cq.retention_skipped += oldest - start
-            self._advance(cq)
+            self._ledger.advance(cq)
             start = oldest
             if start >= limit:
                 return
@@ -1226,7 +1208,7 @@ class Broker:
                 if delivered >= want:
                     break
         ck = Checkpoint(
-            ck_id=self._next_ck_id(),
+            ck_id=self._ledger.next_ck_id(),
             queue=cq,
             range_start=start,
             range_end=position,
@@ -1237,10 +1219,10 @@ class Broker:
         )
         cq.add(ck)
         if not offsets:
-            self._advance(cq)  # the range held only filtered-out or FIFO messages
+            self._ledger.advance(cq)  # the range held only filtered-out or FIFO messages
             return
-        self._track(ck)
-        self._buffer(ck)
+        self._ledger.track(ck)
+        self._ledger.buffer(ck)
         topic_name = user_topic.name
         for index, (offset, record) in enumerate(zip(offsets, records, strict=True)):
             handle = self._codec.encode(
@@ -1271,7 +1253,7 @@ class Broker:
         A held one's deadline only re-arms it (see _revive_fifo).
         """
         ck = Checkpoint(
-            ck_id=self._next_ck_id(),
+            ck_id=self._ledger.next_ck_id(),
             queue=cq,
             range_start=offset,
             range_end=offset + 1,
@@ -1284,10 +1266,8 @@ class Broker:
         ck.attempt = attempt
         ck.held = held
         ck.not_before_ms = not_before
-        ck.persisted = True
-        self._dirty_cks[ck.ck_id] = ck
-        self.writer.request_flush()
-        self._track(ck)
+        self._ledger.persist_new(ck)
+        self._ledger.track(ck)
         return ck
 
     def _fifo_hold_ms(self) -> int:
@@ -1372,7 +1352,7 @@ class Broker:
             cq.inflight[head.offsets[0]] = new
             cq.fifo_replace(head, new)
             head.resolved = head.full
-            self._finish(head)
+            self._ledger.finish(head)
             found.append(self._fifo_delivery(cq, source, user_topic, new, record))
 
     def _fifo_finish(self, ck: Checkpoint, *, acked: bool) -> None:
@@ -1381,72 +1361,7 @@ class Broker:
         if acked:
             ck.acked = ck.full
         ck.queue.release(ck, 0)
-        self._finish(ck)
-
-    def _next_ck_id(self) -> int:
-        self._ck_seq += 1
-        return (self._epoch << _CK_SEQ_BITS) | self._ck_seq
-
-    def _queue(self, group: GroupInfo, topic: TopicInfo, queue_id: int) -> ConsumeQueue:
-        key = (group.group_id, topic.topic_id, queue_id)
-        cq = self._queues.get(key)
-        if cq is None:
-            self._start_topic(group, topic)
-            cq = self._queues.get(key)
-        if cq is None:
-            # Retry queues, groups consuming from the first message, and queues added to a
-            # topic the group already consumes start at the earliest retained message:
-            # nothing in them predates the group, so skipping any would lose messages.
-            start = self._min_offset(topic.topic_id, queue_id)
-            cq = self._new_queue(group.group_id, topic.topic_id, queue_id, start)
-            if cq is None:
-                raise NotFoundError(f"topic {topic.name!r} or group {group.name!r} was deleted")
-        return cq
-
-    def _start_topic(self, group: GroupInfo, topic: TopicInfo) -> None:
-        """Place a group new to a topic where its consume_from says (RocketMQ
-        ConsumeFromWhere): the end ("last") or the first message stored at a time, in every
-        queue at once, so queue-exclusive consumers that reach the queues one by one still
-        start the topic at one moment. The starts are written by the next flush: a message
-        sent after them is in that flush or a later one, so a restart cannot skip it.
-        """
-        if topic.kind != KIND_NORMAL:
-            return
-        settings = self._load_settings(group.group_id)
-        if settings.consume_from not in ("last", "timestamp"):
-            return
-        gid, tid = group.group_id, topic.topic_id
-        if any((gid, tid, q) in self._queues for q in range(topic.queues)):
-            return
-        for queue_id in range(topic.queues):
-            if settings.consume_from == "last":
-                start = self._max_offset(tid, queue_id)
-            else:
-                start = self._offset_at(tid, queue_id, settings.consume_from_ms)
-            cq = self._new_queue(gid, tid, queue_id, start)
-            if cq is not None:
-                self._dirty_queues[(gid, tid, queue_id)] = cq
-
-    def _queue_for(self, group_id: int, topic_id: int, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((group_id, topic_id, queue_id))
-
-    def _new_queue(
-        self, group_id: int, topic_id: int, queue_id: int, committed: int
-    ) -> ConsumeQueue | None:
-        group = self.catalog.groups_by_id.get(group_id)
-        topic = self.catalog.topics_by_id.get(topic_id)
-        if group is None or topic is None:
-            return None
-        cq = ConsumeQueue(
-            group=group.name,
-            group_id=group_id,
-            topic=topic.name,
-            topic_id=topic_id,
-            queue_id=queue_id,
-            committed=committed,
-        )
-        self._queues[(group_id, topic_id, queue_id)] = cq
-        return cq
+        self._ledger.finish(ck)
 
     def _max_offset(self, topic_id: int, queue_id: int) -> int:
         return self.offsets.max_offset(topic_id, queue_id)
@@ -1455,86 +1370,6 @@ class Broker:
         return self.offsets.min_offset(topic_id, queue_id)
 
     # -- checkpoint bookkeeping -----------------------------------------------------------
-
-    def _track(self, ck: Checkpoint) -> None:
-        """Make a live checkpoint findable by id and put it on the revive timer."""
-        self._cks[ck.ck_id] = ck
-        if not self._revive_heap or ck.deadline_ms < self._revive_heap[0][0]:
-            self._revive_wakeup.set()
-        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
-
-    def _buffer(self, ck: Checkpoint) -> None:
-        pop = self.config.pop
-        persist_at = min(
-            ck.pop_time_ms + round(pop.ck_buffer_time_s * 1000),
-            ck.deadline_ms - round(pop.ck_persist_ahead_s * 1000),
-        )
-        self._buffered[ck.ck_id] = ck
-        if not self._buffer_heap or persist_at < self._buffer_heap[0][0]:
-            self._buffer_wakeup.set()
-        heapq.heappush(self._buffer_heap, (persist_at, ck.ck_id))
-
-    def _mark_persisted(self, ck: Checkpoint) -> None:
-        """Persist a buffered checkpoint in the next flush (record + revive entry).
-
-        Its record is in the next batch, so the offset may pass it at once: an offset write
-        is always in the same batch as, or a later one than, the checkpoints it passes.
-        """
-        self._buffered.pop(ck.ck_id, None)
-        if ck.done or ck.persisted:
-            return
-        ck.persisted = True
-        self._dirty_cks[ck.ck_id] = ck
-        self.writer.request_flush()
-        self._advance(ck.queue)
-
-    def _advance(self, cq: ConsumeQueue) -> None:
-        if cq.advance():
-            self._dirty_queues[(cq.group_id, cq.topic_id, cq.queue_id)] = cq
-            self.writer.request_flush()
-
-    def _finish(self, ck: Checkpoint) -> None:
-        """A checkpoint's state changed: forget it when done, schedule its writes."""
-        if ck.done:
-            self._cks.pop(ck.ck_id, None)
-            self._buffered.pop(ck.ck_id, None)
-        if ck.persisted:
-            self._dirty_cks[ck.ck_id] = ck
-            self.writer.request_flush()
-        if ck.chained:
-            self._advance(ck.queue)
-        elif ck.fifo_group and ck.done and ck.queue.fifo_remove(ck):
-            # The group's next message may go now: wake a held pop of this group.
-            cq = ck.queue
-            self.polling.notify(self._user_topic_name(cq.topic_id), 1, group=cq.group)
-
-    def _flush_state(self, batch: Batch) -> None:
-        """Flush hook: write dirty persisted checkpoints and moved offsets into this batch."""
-        cks = list(self._dirty_cks.values())
-        queues = list(self._dirty_queues.values())
-        self._dirty_cks.clear()
-        self._dirty_queues.clear()
-        for ck in cks:
-            ck_key = keys.checkpoint_key(ck.ck_id)
-            if ck.done:
-                batch.delete("checkpoints", ck_key)
-                batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
-            else:
-                batch.put("checkpoints", ck_key, ck.to_record())
-                batch.put("revive", keys.revive_key(ck.deadline_ms, ck.ck_id), b"")
-        for cq in queues:
-            key = keys.offset_key(cq.group_id, cq.topic_id, cq.queue_id)
-            batch.put("offsets", key, keys.encode_u64(cq.committed))
-        self._in_flush = (cks, queues)
-
-    def _flush_failed(self) -> None:
-        """The batch failed: what the hook took must be written by the next flush."""
-        cks, queues = self._in_flush
-        for ck in cks:
-            self._dirty_cks.setdefault(ck.ck_id, ck)
-        for cq in queues:
-            self._dirty_queues.setdefault((cq.group_id, cq.topic_id, cq.queue_id), cq)
-        self._in_flush = ([], [])
 
     # -- ack, change invisible time, nack -------------------------------------------------
 
@@ -1555,9 +1390,9 @@ class Broker:
             raise FailedPreconditionError(
                 "the topic of this receipt handle was deleted; there is nothing to acknowledge"
             )
-        cq = self._queue_for(handle.group_id, handle.topic_id, handle.queue_id)
+        cq = self._queues.get(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
-        ck = self._cks.get(handle.ck_id)
+        ck = self._ledger.cks.get(handle.ck_id)
         if (
             ck is None
             or handle.ck_index >= len(ck.offsets)
@@ -1567,7 +1402,7 @@ class Broker:
             # superseded above). A handle of an earlier boot may instead name a checkpoint
             # the crash lost before it was persisted: then the consumer offset never passed
             # the message and it will be popped again, so "acked" would be a lie.
-            earlier_boot = handle.ck_id >> _CK_SEQ_BITS != self._epoch
+            earlier_boot = self._ledger.of_earlier_boot(handle.ck_id)
             if owner is not None:
                 raise _lost() if earlier_boot else _superseded()
             if handle.deadline_ms <= now:
@@ -1613,10 +1448,10 @@ class Broker:
             ck.queue.release(ck, index)
             touched[ck.ck_id] = ck
         for topic_id, count in acked.items():
-            self.stats.acked[(group, self._user_topic_name(topic_id))] += count
+            self.stats.acked[(group, self.catalog.user_topic_name(topic_id))] += count
         must_write = any(ck.persisted for ck in touched.values())
         for ck in touched.values():
-            self._finish(ck)
+            self._ledger.finish(ck)
         if must_write:
             await self.writer.submit(_noop, sync=False)
         return results
@@ -1657,7 +1492,7 @@ class Broker:
                 attempt = ck.attempt  # redelivered in place: the record keeps the first
             delay_ms = group_info.backoff_ms(attempt)
         _, until = await self._move(group_info, handle, delay_ms)
-        topic_name = self._user_topic_name(self._codec.decode(handle).topic_id)
+        topic_name = self.catalog.user_topic_name(self._codec.decode(handle).topic_id)
         self.stats.nacked[(group, topic_name)] += 1
         return until
 
@@ -1691,7 +1526,7 @@ class Broker:
         await self.writer.submit(apply, sync=self.config.store.flush == "sync")
         bit = 1 << index
         if not ck.resolved & bit and cq.inflight.get(offset) is ck:
-            self.stats.dead_lettered[(group, self._user_topic_name(cq.topic_id))] += 1
+            self.stats.dead_lettered[(group, self.catalog.user_topic_name(cq.topic_id))] += 1
             if ck.fifo_group:
                 ck.revived = ck.full
                 self._fifo_finish(ck, acked=False)
@@ -1699,7 +1534,7 @@ class Broker:
                 ck.resolved |= bit
                 ck.revived |= bit
                 cq.release(ck, index)
-                self._finish(ck)
+                self._ledger.finish(ck)
         self.polling.notify(target.name, 1)
         return target.name
 
@@ -1719,7 +1554,7 @@ class Broker:
         offset = old.offsets[index]
         cq = old.queue
         new = Checkpoint(
-            ck_id=self._next_ck_id(),
+            ck_id=self._ledger.next_ck_id(),
             queue=cq,
             range_start=offset,
             range_end=offset + 1,
@@ -1738,9 +1573,7 @@ class Broker:
             batch.put("checkpoints", keys.checkpoint_key(new.ck_id), record)
             batch.put("revive", keys.revive_key(new.deadline_ms, new.ck_id), b"")
             # Remembered across restarts until the old deadline: a stale handle stays refused.
-            batch.put(
-                "meta", keys.superseded_key(old.ck_id, index), keys.encode_u64(old.deadline_ms)
-            )
+            SupersededHandles.write(batch, old.ck_id, index, old.deadline_ms)
 
         try:
             await self.writer.submit(apply, sync=False)
@@ -1749,12 +1582,11 @@ class Broker:
                 cq.inflight[offset] = old
             raise
         old.resolved |= bit
-        self._superseded[(old.ck_id, index)] = old.deadline_ms
-        heapq.heappush(self._superseded_expiry, (old.deadline_ms, old.ck_id, index))
-        self._track(new)
+        self._superseded.remember(old.ck_id, index, old.deadline_ms)
+        self._ledger.track(new)
         if old.fifo_group:
             cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
-        self._finish(old)
+        self._ledger.finish(old)
         handle = self._codec.encode(
             ReceiptHandle(
                 cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms
@@ -1907,7 +1739,7 @@ class Broker:
         info = self._topic(topic)  # deleted while the group was created?
         moves: list[tuple[ConsumeQueue, int]] = []
         for queue_id, offset in offsets:
-            cq = self._queue(group_info, info, queue_id)
+            cq = self._queues.queue(group_info, info, queue_id)
             if cq.chain or cq.inflight:
                 raise FailedPreconditionError(
                     f"group {group!r} has popped messages in flight in topic {topic!r} queue "
@@ -1918,7 +1750,7 @@ class Broker:
         for cq, offset in moves:
             cq.committed = cq.pop_offset = offset
             cq.recovered.clear()
-            self._dirty_queues[(cq.group_id, cq.topic_id, cq.queue_id)] = cq
+            self._ledger.write_offset(cq)
         await self.writer.submit(_noop, sync=True)
 
     def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
@@ -1929,7 +1761,7 @@ class Broker:
         info = self._topic(topic)
         result = []
         for queue_id in range(info.queues):
-            cq = self._queue_for(group_info.group_id, info.topic_id, queue_id)
+            cq = self._queues.get(group_info.group_id, info.topic_id, queue_id)
             if cq is None:
                 result.append(
                     ConsumerOffset(queue_id, self._min_offset(info.topic_id, queue_id), False)
@@ -1947,20 +1779,9 @@ class Broker:
         validation.check_range("timestamp_ms", timestamp_ms, 0, keys.MAX_OFFSET)
         info = self._topic(topic)
         return [
-            (queue_id, self._offset_at(info.topic_id, queue_id, timestamp_ms))
+            (queue_id, self.offsets.offset_at(info.topic_id, queue_id, timestamp_ms))
             for queue_id in range(info.queues)
         ]
-
-    def _offset_at(self, topic_id: int, queue_id: int, timestamp_ms: int) -> int:
-        lo = self._min_offset(topic_id, queue_id)
-        hi = self._max_offset(topic_id, queue_id)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._store_time(topic_id, queue_id, mid) < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
 
     # -- admin operations -----------------------------------------------------------------
     # What AdminService does beyond create/get/list: topic growth, guarded deletes, purges,
@@ -2037,7 +1858,7 @@ class Broker:
         for queue_id in range(info.queues):
             low = self._min_offset(info.topic_id, queue_id)
             high = self._max_offset(info.topic_id, queue_id)
-            last = self._store_time(info.topic_id, queue_id, high - 1) if high > low else 0
+            last = self.offsets.store_time(info.topic_id, queue_id, high - 1) if high > low else 0
             queues.append(QueueDetails(queue_id, low, high, max(last, 0)))
         ids = self._topic_ids(info)
         groups = sorted(
@@ -2259,11 +2080,6 @@ class Broker:
         await self.writer.submit(apply, sync=True)
         self._settings_cache[info.group_id] = settings
 
-    def _place_queues(self, group_id: int, starts: list[tuple[int, int, int]]) -> None:
-        for topic_id, queue_id, offset in starts:
-            if (group_id, topic_id, queue_id) not in self._queues:
-                self._new_queue(group_id, topic_id, queue_id, offset)
-
     async def create_group_with_settings(
         self,
         name: str,
@@ -2307,7 +2123,7 @@ class Broker:
         if current is not None and not current.auto_created:
             raise AlreadyExistsError(f"group {name!r} already exists")
         self.catalog.register_group(info)
-        self._place_queues(info.group_id, starts)
+        self._queues.place(info.group_id, starts)
         log.info(
             "group %s created: fifo=%s subscriptions=%s consume_from=%s",
             name,
@@ -2389,7 +2205,7 @@ class Broker:
         if self.catalog.groups.get(name) is not current:
             raise FailedPreconditionError(f"group {name!r} changed while it was updated; retry")
         self.catalog.register_group(info)
-        self._place_queues(info.group_id, starts)
+        self._queues.place(info.group_id, starts)
         log.info("group %s updated", name)
         return info
 
@@ -2405,13 +2221,6 @@ class Broker:
                 )
             taken.append(cq.lock_key)
         return taken
-
-    def _drop_checkpoints(self, cks: Sequence[Checkpoint]) -> None:
-        """Forget checkpoints whose records a committed batch deleted."""
-        for ck in cks:
-            self._cks.pop(ck.ck_id, None)
-            self._buffered.pop(ck.ck_id, None)
-            self._dirty_cks.pop(ck.ck_id, None)
 
     async def delete_group(self, name: str, *, force: bool = False) -> None:
         """Delete a group, its offsets, settings, retry queues and in-flight state.
@@ -2430,7 +2239,7 @@ class Broker:
                 "acked or redelivered, or delete with force"
             )
         retries = {k: t for k, t in self.catalog.retry_topics.items() if k[0] == gid}
-        cks = [ck for ck in self._cks.values() if ck.queue.group_id == gid]
+        cks = [ck for ck in self._ledger.cks.values() if ck.queue.group_id == gid]
         locked = self._lock_queues(queues)
         try:
 
@@ -2463,9 +2272,10 @@ class Broker:
             self.offsets.forget_topic(retry.topic_id)
         topics = {cq.topic for cq in queues}
         for queue_key in [k for k in self._queues if k[0] == gid]:
-            del self._queues[queue_key]
-            self._dirty_queues.pop(queue_key, None)
-        self._drop_checkpoints([ck for ck in self._cks.values() if ck.queue.group_id == gid])
+            self._queues.remove(queue_key)
+        self._ledger.drop_checkpoints(
+            [ck for ck in self._ledger.cks.values() if ck.queue.group_id == gid]
+        )
         for count_key in [k for k in self._pop_count if k[0] == gid]:
             del self._pop_count[count_key]
         for topic in topics:
@@ -2485,14 +2295,16 @@ class Broker:
             source = (
                 self.catalog.retry_topics.get((gid, user.topic_id)) if row.retry else user
             ) or user
-            cq = self._queues.get((gid, source.topic_id, row.queue_id))
+            cq = self._queues.get(gid, source.topic_id, row.queue_id)
             candidates = [min(cq.inflight)] if cq is not None and cq.inflight else []
             low = self._min_offset(source.topic_id, row.queue_id)
             if row.consumer_offset < row.max_offset:
                 candidates.append(max(row.consumer_offset, low))
             oldest = 0
             if candidates:
-                oldest = max(0, self._store_time(source.topic_id, row.queue_id, min(candidates)))
+                oldest = max(
+                    0, self.offsets.store_time(source.topic_id, row.queue_id, min(candidates))
+                )
             backlog.append(QueueBacklog(row, oldest))
         topics: list[TopicBacklog] = []
         for name in sorted({row.topic for row in rows}):
@@ -2567,9 +2379,9 @@ class Broker:
             raise InvalidArgumentError(
                 f"reset target {target!r} is not one of earliest, latest, timestamp, offsets"
             )
-        queues = {q: self._queue(group_info, info, q) for q in new}
+        queues = {q: self._queues.queue(group_info, info, q) for q in new}
         retry = self.catalog.retry_topics.get((group_info.group_id, tid))
-        retry_cq = self._queues.get((group_info.group_id, retry.topic_id, 0)) if retry else None
+        retry_cq = self._queues.get(group_info.group_id, retry.topic_id, 0) if retry else None
         held = sum(len(cq.inflight) for cq in queues.values())
         held += len(retry_cq.inflight) if retry_cq is not None else 0
         if held and not force:
@@ -2579,7 +2391,7 @@ class Broker:
                 "then stop working)"
             )
         owned = {id(cq) for cq in queues.values()}
-        cks = [ck for ck in self._cks.values() if id(ck.queue) in owned]
+        cks = [ck for ck in self._ledger.cks.values() if id(ck.queue) in owned]
         dropped = [(ck, index) for ck in cks for index in ck.unresolved()]
         old = {q: cq.committed for q, cq in queues.items()}
         gid = group_info.group_id
@@ -2595,17 +2407,12 @@ class Broker:
                         batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
                 for ck, index in dropped:
                     # Refused until its old deadline, across restarts, like a superseded one.
-                    batch.put(
-                        "meta",
-                        keys.superseded_key(ck.ck_id, index),
-                        keys.encode_u64(ck.deadline_ms),
-                    )
+                    SupersededHandles.write(batch, ck.ck_id, index, ck.deadline_ms)
 
             await self.writer.submit(apply, sync=True)
-            self._drop_checkpoints(cks)
+            self._ledger.drop_checkpoints(cks)
             for ck, index in dropped:
-                self._superseded[(ck.ck_id, index)] = ck.deadline_ms
-                heapq.heappush(self._superseded_expiry, (ck.deadline_ms, ck.ck_id, index))
+                self._superseded.remember(ck.ck_id, index, ck.deadline_ms)
             for q, cq in queues.items():
                 cq.chain.clear()
                 cq.inflight.clear()
@@ -2614,7 +2421,7 @@ class Broker:
                 cq.fifo_ready.clear()
                 cq.fifo_held = 0
                 cq.committed = cq.pop_offset = new[q]
-                self._dirty_queues[(gid, tid, q)] = cq
+                self._ledger.write_offset(cq)
             self.writer.request_flush()
         finally:
             for lock_key in locked:
@@ -2672,7 +2479,7 @@ class Broker:
                     )
                 start = max(offset, low)
             elif group_info is not None:
-                cq = self._queues.get((group_info.group_id, tid, q))
+                cq = self._queues.get(group_info.group_id, tid, q)
                 start = max(cq.committed, low) if cq is not None else low
             end = min(high, start + max_messages - len(found))
             while start < end:
@@ -2792,38 +2599,25 @@ class Broker:
     async def _revive_loop(self) -> None:
         while True:
             now = now_ms()
-            expiry = self._superseded_expiry
-            expired: list[bytes] = []
-            while expiry and expiry[0][0] <= now:
-                _, ck_id, index = heapq.heappop(expiry)
-                self._superseded.pop((ck_id, index), None)
-                expired.append(keys.superseded_key(ck_id, index))
+            expired = self._superseded.expire(now)
             if expired:
                 self.writer.submit(_delete_meta(expired), sync=False).add_done_callback(
                     _ignore_result
                 )
-            due: list[Checkpoint] = []
-            pending = 0
-            while self._revive_heap and self._revive_heap[0][0] <= now and pending < _REVIVE_CHUNK:
-                deadline, ck_id = heapq.heappop(self._revive_heap)
-                ck = self._cks.get(ck_id)
-                if ck is None or ck.deadline_ms != deadline or ck.done:
-                    continue
-                due.append(ck)
-                pending += len(ck.offsets)
+            due = self._ledger.due(now, _REVIVE_CHUNK)
             if due:
                 try:
                     await self._revive(due)
                 except PopMQError as exc:
                     self._revive_warning.warn("revive of checkpoints failed, retrying: %s", exc)
                     for ck in due:
-                        ck.deadline_ms += _REVIVE_RETRY_MS
-                        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
+                        self._ledger.retry_later(ck, _REVIVE_RETRY_MS)
                 continue
             timeout = 1.0
-            if self._revive_heap:
-                timeout = min(timeout, max(0.0, (self._revive_heap[0][0] - now) / 1000))
-            await self._revive_wakeup.wait(timeout)
+            next_deadline = self._ledger.next_deadline()
+            if next_deadline is not None:
+                timeout = min(timeout, max(0.0, (next_deadline - now) / 1000))
+            await self._ledger.revive_wakeup.wait(timeout)
 
     async def _revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
@@ -2836,7 +2630,7 @@ class Broker:
             group = self.catalog.groups_by_id.get(cq.group_id)
             source = self.catalog.topics_by_id.get(cq.topic_id)
             if group is None or source is None:
-                self._cks.pop(ck.ck_id, None)
+                self._ledger.cks.pop(ck.ck_id, None)
                 continue
             user_topic = (
                 self.catalog.topics.get(source.owner_topic) if source.kind == KIND_RETRY else source
@@ -2851,7 +2645,7 @@ class Broker:
                 offset = ck.offsets[index]
                 owner = cq.inflight.get(offset)
                 if owner is not ck:
-                    if owner is not None and owner.ck_id not in self._cks:
+                    if owner is not None and owner.ck_id not in self._ledger.cks:
                         continue  # being moved by ChangeInvisibleTime right now
                     # Another live checkpoint owns the message (or nobody does): this entry
                     # is stale and must neither redeliver it nor linger in the store.
@@ -2886,7 +2680,7 @@ class Broker:
                 if ck.persisted and len(moves) == len(ck.unresolved()):
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
-                    self._dirty_cks.pop(ck.ck_id, None)
+                    self._ledger.written(ck)
 
         await self.writer.submit(apply, sync=False)
         for ck, moves in plan:
@@ -2895,15 +2689,15 @@ class Broker:
                 ck.revived |= 1 << index
                 ck.queue.release(ck, index)
             if ck.done:
-                self._cks.pop(ck.ck_id, None)
-                self._buffered.pop(ck.ck_id, None)
+                self._ledger.cks.pop(ck.ck_id, None)
+                self._ledger.buffered.pop(ck.ck_id, None)
                 if ck.chained:
-                    self._advance(ck.queue)
+                    self._ledger.advance(ck.queue)
                 elif ck.fifo_group and ck.queue.fifo_remove(ck):
-                    user_topic_name = self._user_topic_name(ck.queue.topic_id)
+                    user_topic_name = self.catalog.user_topic_name(ck.queue.topic_id)
                     notify.append((user_topic_name, ck.queue.group))
             else:
-                self._finish(ck)
+                self._ledger.finish(ck)
         for (topic_name, group_name), count in Counter(notify).items():
             self.polling.notify(topic_name, count, group=group_name)
 
@@ -2946,7 +2740,7 @@ class Broker:
             return []
         owner = cq.inflight.get(offset)
         if owner is not ck:
-            if owner is not None and owner.ck_id not in self._cks:
+            if owner is not None and owner.ck_id not in self._ledger.cks:
                 return []  # being moved by ChangeInvisibleTime right now
             self._fifo_finish(ck, acked=False)  # stale: another checkpoint owns it
             return []
@@ -2974,30 +2768,12 @@ class Broker:
         cq.fifo_replace(ck, new)
         ck.resolved = ck.full
         ck.revived = ck.full
-        self._finish(ck)
+        self._ledger.finish(ck)
         if user_topic is not None and cq.fifo.get(ck.fifo_group, [None])[0] is new:
             notify.append((user_topic.name, group.name))
         return []
 
     # -- checkpoint buffer ----------------------------------------------------------------
-
-    async def _buffer_loop(self) -> None:
-        while True:
-            now = now_ms()
-            due = 0
-            while self._buffer_heap and (
-                self._buffer_heap[0][0] <= now
-                or len(self._buffered) > self.config.pop.ck_buffer_max
-            ):
-                _, ck_id = heapq.heappop(self._buffer_heap)
-                ck = self._buffered.get(ck_id)
-                if ck is not None:
-                    self._mark_persisted(ck)
-                    due += 1
-            timeout = 1.0
-            if self._buffer_heap:
-                timeout = min(timeout, max(0.0, (self._buffer_heap[0][0] - now) / 1000))
-            await self._buffer_wakeup.wait(timeout)
 
     # -- retention ------------------------------------------------------------------------
 
@@ -3086,7 +2862,7 @@ class Broker:
         heads: list[tuple[int, int, int, TopicInfo, int]] = []
         for topic, queue_id, _, size in sizes:
             low = self._min_offset(topic.topic_id, queue_id)
-            born = self._store_time(topic.topic_id, queue_id, low)
+            born = self.offsets.store_time(topic.topic_id, queue_id, low)
             heads.append((born, topic.topic_id, queue_id, topic, size))
         heapq.heapify(heads)
         deleted = 0
@@ -3103,7 +2879,7 @@ class Broker:
             deleted += removed
             excess -= removed * size
             if cut < high:
-                born = self._store_time(topic.topic_id, queue_id, cut)
+                born = self.offsets.store_time(topic.topic_id, queue_id, cut)
                 heapq.heappush(heads, (born, topic.topic_id, queue_id, topic, size))
         return deleted
 
@@ -3111,23 +2887,17 @@ class Broker:
         """First offset stored at or after cutoff_ms, when something below it can go."""
         low = self._min_offset(topic_id, queue_id)
         high = self._max_offset(topic_id, queue_id)
-        if low >= high or self._store_time(topic_id, queue_id, low) >= cutoff_ms:
+        if low >= high or self.offsets.store_time(topic_id, queue_id, low) >= cutoff_ms:
             return None
         # Store times grow with offsets within a queue: binary search the first one to keep.
         lo, hi = low + 1, high
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._store_time(topic_id, queue_id, mid) < cutoff_ms:
+            if self.offsets.store_time(topic_id, queue_id, mid) < cutoff_ms:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
-
-    def _store_time(self, topic_id: int, queue_id: int, offset: int) -> int:
-        data = self.store.get("messages", keys.message_key(topic_id, queue_id, offset))
-        if data is None:
-            return -1  # already gone: treat as old
-        return records_pb2.StoredMessage.FromString(data).store_time_ms
 
     # -- lag ------------------------------------------------------------------------------
 
@@ -3155,7 +2925,7 @@ class Broker:
     def _lag_row(
         self, group: GroupInfo, source: TopicInfo, user: TopicInfo, queue_id: int, *, retry: bool
     ) -> QueueLag:
-        cq = self._queues.get((group.group_id, source.topic_id, queue_id))
+        cq = self._queues.get(group.group_id, source.topic_id, queue_id)
         max_offset = self._max_offset(source.topic_id, queue_id)
         oldest = self._min_offset(source.topic_id, queue_id)
         committed = cq.committed if cq else oldest
@@ -3167,16 +2937,16 @@ class Broker:
 
     @property
     def buffered_checkpoints(self) -> int:
-        return len(self._buffered)
+        return len(self._ledger.buffered)
 
     @property
     def live_checkpoints(self) -> int:
-        return len(self._cks)
+        return len(self._ledger.cks)
 
     def consume_queue(self, group: str, topic: str, queue_id: int) -> ConsumeQueue | None:
         g = self.catalog.groups.get(group)
         t = self.catalog.topics.get(topic)
-        return self._queue_for(g.group_id, t.topic_id, queue_id) if g and t else None
+        return self._queues.get(g.group_id, t.topic_id, queue_id) if g and t else None
 
 
 def _delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]:
