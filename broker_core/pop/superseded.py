@@ -26,9 +26,6 @@ class SupersededHandles:
     def __contains__(self, entry: tuple[int, int]) -> bool:
         return entry in self._until
 
-    def __len__(self) -> int:
-        return len(self._until)
-
     @staticmethod
     def write(batch: Batch, ck_id: int, index: int, deadline_ms: int) -> None:
         """Put the record that keeps the handle refused across a restart (in the batch that
