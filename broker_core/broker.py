@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from popmq.broker_core import jobs
 from popmq.broker_core.admin import Admin
@@ -97,6 +97,10 @@ class Broker:
         self.polling = LongPolling(self.config.long_polling)
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
+        self.failure: str | None = None
+        """Why the broker stopped doing its job (a background task died), or None."""
+        # Called once with the reason when `failure` is set (the server's health listens).
+        self._failure_listeners: list[Callable[[str], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -285,8 +289,29 @@ class Broker:
         self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task %s died", task.get_name(), exc_info=task.exception())
+        """A background task ended: unless close() stopped it, the broker has failed (what
+        it did, redelivery, persisting checkpoints, retention or timers, no longer happens)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None and self._life.closing:
+            return
+        why = f"{exc!r}" if exc is not None else "it returned"
+        log.error("background task %s died: %s", task.get_name(), why, exc_info=exc)
+        self._fail(f"background task {task.get_name()} died: {why}")
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is not None:
+            return  # the first failure is the one to report
+        self.failure = reason
+        for listener in list(self._failure_listeners):
+            listener(reason)
+
+    def add_failure_listener(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(reason)` when the broker fails (at once if it already has)."""
+        self._failure_listeners.append(listener)
+        if self.failure is not None:
+            listener(self.failure)
 
     def release_waiters(self) -> None:
         """Answer every held pop now (empty) and hold no new ones: shutdown is coming.
@@ -306,9 +331,8 @@ class Broker:
         self.release_waiters()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task that died has reported why (_task_done): close the store all the same.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         # A clean shutdown keeps every in-flight deadline: persist what is still buffered.
         self._ledger.persist_buffered()
         with contextlib.suppress(PopMQError):
