@@ -265,7 +265,7 @@ class Admin:
                 "then stop working)"
             )
         owned = {id(cq) for cq in queues.values()}
-        cks = [ck for ck in self._ledger.cks.values() if id(ck.queue) in owned]
+        cks = self._ledger.select(lambda ck: id(ck.queue) in owned)
         dropped = [(ck, index) for ck in cks for index in ck.unresolved()]
         old = {q: cq.committed for q, cq in queues.items()}
         gid = group_info.group_id

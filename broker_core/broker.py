@@ -621,11 +621,11 @@ class Broker:
 
     @property
     def buffered_checkpoints(self) -> int:
-        return len(self._ledger.buffered)
+        return self._ledger.buffered_count
 
     @property
     def live_checkpoints(self) -> int:
-        return len(self._ledger.cks)
+        return self._ledger.live_count
 
     def consume_queue(self, group: str, topic: str, queue_id: int) -> ConsumeQueue | None:
         g = self.catalog.groups.get(group)

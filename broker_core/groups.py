@@ -324,7 +324,7 @@ class Groups:
                 "acked or redelivered, or delete with force"
             )
         retries = {k: t for k, t in self._catalog.retry_topics.items() if k[0] == gid}
-        cks = [ck for ck in self._ledger.cks.values() if ck.queue.group_id == gid]
+        cks = self._ledger.select(lambda ck: ck.queue.group_id == gid)
         locked = self._locks.acquire_all(cq.lock_key for cq in queues)
         try:
 
@@ -358,9 +358,7 @@ class Groups:
         topics = {cq.topic for cq in queues}
         for queue_key in [k for k in self._queues if k[0] == gid]:
             self._queues.remove(queue_key)
-        self._ledger.drop_checkpoints(
-            [ck for ck in self._ledger.cks.values() if ck.queue.group_id == gid]
-        )
+        self._ledger.drop_checkpoints(self._ledger.select(lambda ck: ck.queue.group_id == gid))
         self._forget_pop_counts(gid)
         for topic in topics:
             # Held pops of the group look again and find it gone.

@@ -96,8 +96,8 @@ class Topics:
             for key, cq in list(self._queues.items()):
                 if cq.topic_id in removed_ids:
                     batch.delete("offsets", keys.offset_key(*key))
-            for ck in list(self._ledger.cks.values()):
-                if ck.queue.topic_id in removed_ids and ck.persisted:
+            for ck in self._ledger.select(lambda ck: ck.queue.topic_id in removed_ids):
+                if ck.persisted:
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
 
@@ -105,7 +105,7 @@ class Topics:
         for key in [k for k, cq in self._queues.items() if cq.topic_id in removed_ids]:
             self._queues.remove(key)
         self._ledger.drop_checkpoints(
-            [ck for ck in self._ledger.cks.values() if ck.queue.topic_id in removed_ids]
+            self._ledger.select(lambda ck: ck.queue.topic_id in removed_ids)
         )
         for topic_id in removed_ids:
             self._offsets.forget_topic(topic_id)

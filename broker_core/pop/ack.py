@@ -90,7 +90,7 @@ class Acks:
             )
         cq = self._queues.get(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
-        ck = self._ledger.cks.get(handle.ck_id)
+        ck = self._ledger.get(handle.ck_id)
         if (
             ck is None
             or handle.ck_index >= len(ck.offsets)

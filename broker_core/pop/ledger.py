@@ -16,7 +16,7 @@ Threading: all on the event loop. The buffer loop is one of the broker's backgro
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from popmq.broker_core import keys
 from popmq.broker_core.catalog import Catalog
@@ -53,13 +53,13 @@ class Ledger:
         """This boot's number: the high bits of every checkpoint id made now."""
         self._ck_seq = 0
         # Live checkpoints by id: every one that still owes a message.
-        self.cks: dict[int, Checkpoint] = {}
+        self._cks: dict[int, Checkpoint] = {}
         # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
-        self.revive_heap: list[tuple[int, int]] = []
-        self.revive_wakeup = Wakeup()
+        self._revive_heap: list[tuple[int, int]] = []
+        self._revive_wakeup = Wakeup()
         # Buffered (unpersisted) chained checkpoints: (persist_at_ms, ck_id) and the live set.
         self._buffer_heap: list[tuple[int, int]] = []
-        self.buffered: dict[int, Checkpoint] = {}
+        self._buffered: dict[int, Checkpoint] = {}
         self._buffer_wakeup = Wakeup()
         # State written by the next flush: persisted checkpoints to rewrite or delete, and
         # consume queues whose committed offset moved. See flush_state.
@@ -77,41 +77,65 @@ class Ledger:
         """Whether a checkpoint id was made before this boot."""
         return ck_id >> CK_SEQ_BITS != self.epoch
 
+    # -- lookups --------------------------------------------------------------------------
+
+    def get(self, ck_id: int) -> Checkpoint | None:
+        """The live checkpoint with this id, if any."""
+        return self._cks.get(ck_id)
+
+    def is_live(self, ck_id: int) -> bool:
+        return ck_id in self._cks
+
+    def select(self, wanted: Callable[[Checkpoint], bool]) -> list[Checkpoint]:
+        """The live checkpoints `wanted` accepts (for deletes and resets)."""
+        return [ck for ck in self._cks.values() if wanted(ck)]
+
+    @property
+    def live_count(self) -> int:
+        return len(self._cks)
+
+    @property
+    def buffered_count(self) -> int:
+        return len(self._buffered)
+
     # -- tracking -------------------------------------------------------------------------
 
     def recovered(self, ck: Checkpoint) -> None:
         """Track a checkpoint recovered from the store at start."""
-        self.cks[ck.ck_id] = ck
-        heapq.heappush(self.revive_heap, (ck.deadline_ms, ck.ck_id))
+        self._cks[ck.ck_id] = ck
+        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
 
     def track(self, ck: Checkpoint) -> None:
         """Make a live checkpoint findable by id and put it on the revive timer."""
-        self.cks[ck.ck_id] = ck
-        if not self.revive_heap or ck.deadline_ms < self.revive_heap[0][0]:
-            self.revive_wakeup.set()
-        heapq.heappush(self.revive_heap, (ck.deadline_ms, ck.ck_id))
+        self._cks[ck.ck_id] = ck
+        if not self._revive_heap or ck.deadline_ms < self._revive_heap[0][0]:
+            self._revive_wakeup.set()
+        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
 
     def retry_later(self, ck: Checkpoint, delay_ms: int) -> None:
         """Put a checkpoint whose revive failed back on the timer, `delay_ms` later."""
         ck.deadline_ms += delay_ms
-        heapq.heappush(self.revive_heap, (ck.deadline_ms, ck.ck_id))
+        heapq.heappush(self._revive_heap, (ck.deadline_ms, ck.ck_id))
 
     def due(self, now: int, max_messages: int) -> list[Checkpoint]:
         """Live checkpoints whose deadline passed, up to about `max_messages` messages."""
         due: list[Checkpoint] = []
         pending = 0
-        while self.revive_heap and self.revive_heap[0][0] <= now and pending < max_messages:
-            deadline, ck_id = heapq.heappop(self.revive_heap)
-            ck = self.cks.get(ck_id)
+        while self._revive_heap and self._revive_heap[0][0] <= now and pending < max_messages:
+            deadline, ck_id = heapq.heappop(self._revive_heap)
+            ck = self._cks.get(ck_id)
             if ck is None or ck.deadline_ms != deadline or ck.done:
                 continue
             due.append(ck)
             pending += len(ck.offsets)
         return due
 
-    def next_deadline(self) -> int | None:
-        """The earliest revive deadline on the timer (possibly stale), if any."""
-        return self.revive_heap[0][0] if self.revive_heap else None
+    async def wait_due(self, now: int) -> None:
+        """Sleep until the earliest revive deadline (at most 1 s), or a sooner one is set."""
+        timeout = 1.0
+        if self._revive_heap:
+            timeout = min(timeout, max(0.0, (self._revive_heap[0][0] - now) / 1000))
+        await self._revive_wakeup.wait(timeout)
 
     def buffer(self, ck: Checkpoint) -> None:
         """Keep a chained checkpoint in memory until it lingers (see buffer_loop)."""
@@ -120,7 +144,7 @@ class Ledger:
             ck.pop_time_ms + round(pop.ck_buffer_time_s * 1000),
             ck.deadline_ms - round(pop.ck_persist_ahead_s * 1000),
         )
-        self.buffered[ck.ck_id] = ck
+        self._buffered[ck.ck_id] = ck
         if not self._buffer_heap or persist_at < self._buffer_heap[0][0]:
             self._buffer_wakeup.set()
         heapq.heappush(self._buffer_heap, (persist_at, ck.ck_id))
@@ -131,7 +155,7 @@ class Ledger:
         Its record is in the next batch, so the offset may pass it at once: an offset write
         is always in the same batch as, or a later one than, the checkpoints it passes.
         """
-        self.buffered.pop(ck.ck_id, None)
+        self._buffered.pop(ck.ck_id, None)
         if ck.done or ck.persisted:
             return
         ck.persisted = True
@@ -147,7 +171,7 @@ class Ledger:
 
     def persist_buffered(self) -> None:
         """A clean shutdown keeps every in-flight deadline: persist what is still buffered."""
-        for ck in list(self.buffered.values()):
+        for ck in list(self._buffered.values()):
             self.mark_persisted(ck)
 
     def advance(self, cq: ConsumeQueue) -> None:
@@ -167,8 +191,8 @@ class Ledger:
     def finish(self, ck: Checkpoint) -> None:
         """A checkpoint's state changed: forget it when done, schedule its writes."""
         if ck.done:
-            self.cks.pop(ck.ck_id, None)
-            self.buffered.pop(ck.ck_id, None)
+            self._cks.pop(ck.ck_id, None)
+            self._buffered.pop(ck.ck_id, None)
         if ck.persisted:
             self._dirty_cks[ck.ck_id] = ck
             self._writer.request_flush()
@@ -179,10 +203,14 @@ class Ledger:
             cq = ck.queue
             self._polling.notify(self._catalog.user_topic_name(cq.topic_id), 1, group=cq.group)
 
+    def untrack(self, ck: Checkpoint) -> None:
+        """Stop finding a checkpoint by id (its group or topic is gone)."""
+        self._cks.pop(ck.ck_id, None)
+
     def forget(self, ck: Checkpoint) -> None:
         """Stop tracking a checkpoint (its records, if any, are someone else's to delete)."""
-        self.cks.pop(ck.ck_id, None)
-        self.buffered.pop(ck.ck_id, None)
+        self._cks.pop(ck.ck_id, None)
+        self._buffered.pop(ck.ck_id, None)
 
     def written(self, ck: Checkpoint) -> None:
         """The batch being built deletes the checkpoint's records: the flush need not."""
@@ -191,8 +219,8 @@ class Ledger:
     def drop_checkpoints(self, cks: Sequence[Checkpoint]) -> None:
         """Forget checkpoints whose records a committed batch deleted."""
         for ck in cks:
-            self.cks.pop(ck.ck_id, None)
-            self.buffered.pop(ck.ck_id, None)
+            self._cks.pop(ck.ck_id, None)
+            self._buffered.pop(ck.ck_id, None)
             self._dirty_cks.pop(ck.ck_id, None)
 
     def forget_queue(self, key: tuple[int, int, int]) -> None:
@@ -236,10 +264,10 @@ class Ledger:
         while True:
             now = now_ms()
             while self._buffer_heap and (
-                self._buffer_heap[0][0] <= now or len(self.buffered) > self._config.ck_buffer_max
+                self._buffer_heap[0][0] <= now or len(self._buffered) > self._config.ck_buffer_max
             ):
                 _, ck_id = heapq.heappop(self._buffer_heap)
-                ck = self.buffered.get(ck_id)
+                ck = self._buffered.get(ck_id)
                 if ck is not None:
                     self.mark_persisted(ck)
             timeout = 1.0

@@ -69,6 +69,8 @@ class Reviver:
         self._warning = RepeatedWarning(log)
 
     async def loop(self) -> None:
+        """Expire superseded handles, revive due checkpoints a chunk at a time, sleep until
+        the next deadline."""
         while True:
             now = now_ms()
             expired = self._superseded.expire(now)
@@ -85,11 +87,7 @@ class Reviver:
                     for ck in due:
                         self._ledger.retry_later(ck, RETRY_DELAY_MS)
                 continue
-            timeout = 1.0
-            next_deadline = self._ledger.next_deadline()
-            if next_deadline is not None:
-                timeout = min(timeout, max(0.0, (next_deadline - now) / 1000))
-            await self._ledger.revive_wakeup.wait(timeout)
+            await self._ledger.wait_due(now)
 
     async def revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
@@ -102,7 +100,7 @@ class Reviver:
             group = self._catalog.groups_by_id.get(cq.group_id)
             source = self._catalog.topics_by_id.get(cq.topic_id)
             if group is None or source is None:
-                self._ledger.cks.pop(ck.ck_id, None)
+                self._ledger.untrack(ck)
                 continue
             user_topic = (
                 self._catalog.topics.get(source.owner_topic)
@@ -119,7 +117,7 @@ class Reviver:
                 offset = ck.offsets[index]
                 owner = cq.inflight.get(offset)
                 if owner is not ck:
-                    if owner is not None and owner.ck_id not in self._ledger.cks:
+                    if owner is not None and not self._ledger.is_live(owner.ck_id):
                         continue  # being moved by ChangeInvisibleTime right now
                     # Another live checkpoint owns the message (or nobody does): this entry
                     # is stale and must neither redeliver it nor linger in the store.
@@ -213,7 +211,7 @@ class Reviver:
             return []
         owner = cq.inflight.get(offset)
         if owner is not ck:
-            if owner is not None and owner.ck_id not in self._ledger.cks:
+            if owner is not None and not self._ledger.is_live(owner.ck_id):
                 return []  # being moved by ChangeInvisibleTime right now
             self._fifo.finish(ck, acked=False)  # stale: another checkpoint owns it
             return []
