@@ -65,6 +65,8 @@ class AutoCreate:
     async def topic(
         self, name: str, queues: int, kind: int, message_type: int = MESSAGE_TYPE_NORMAL
     ) -> TopicInfo:
+        """Write and register a topic of any kind; ALREADY_EXISTS when one of the same name
+        was registered while the record was written."""
         info = self._catalog.new_topic(
             name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
         )

@@ -28,6 +28,8 @@ def ignore_result(future: asyncio.Future[Any]) -> None:
 
 
 def delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]:
+    """A job deleting meta records (expired superseded-handle records)."""
+
     def apply(batch: Batch, offsets: QueueOffsets) -> None:
         for key in meta_keys:
             batch.delete("meta", key)
@@ -36,6 +38,8 @@ def delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]
 
 
 def delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], None]:
+    """A job deleting the messages in [start, end) with one range tombstone."""
+
     def apply(batch: Batch, offsets: QueueOffsets) -> None:
         batch.delete_range("messages", start, end)
 
@@ -82,6 +86,7 @@ def sweep(
     batch: Batch,
     _: QueueOffsets,
 ) -> None:
+    """A job (with its first arguments bound) deleting expired index entries."""
     message_index.sweep_batch(store, batch, markers, now, ttl)
 
 
