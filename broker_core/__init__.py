@@ -23,6 +23,7 @@ from popmq.broker_core.errors import (
     StoreFullError,
     UnavailableError,
 )
+from popmq.broker_core.handles import issuer_of
 from popmq.broker_core.types import NewMessage, PoppedMessage, QueueLag, QueueStats, SendResult
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "StoreConfig",
     "StoreFullError",
     "UnavailableError",
+    "issuer_of",
 ]

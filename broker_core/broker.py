@@ -165,8 +165,8 @@ class Broker:
             catalog=catalog, offsets=offsets, ledger=ledger, settings_of=settings.load
         )
         superseded = self._superseded = SupersededHandles()
-        codec = ReceiptCodec(identity.secret)
-        recall_codec = RecallCodec(identity.secret)
+        codec = ReceiptCodec(identity.secret, broker_name=config.broker_name)
+        recall_codec = RecallCodec(identity.secret, broker_name=config.broker_name)
         create = AutoCreate(config, catalog=catalog, writer=writer)
         chooser = QueueChooser()
         fifo = Fifo(config.pop, store=store, ledger=ledger, queues=queues, codec=codec)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from popmq.broker_core.handle_text import broker_name_problem
+
 #: RocketMQ's delay levels, also its customized retry policy: 1s 5s 10s 30s 1m ... 2h.
 DEFAULT_RETRY_BACKOFF_S: tuple[float, ...] = (
     1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
@@ -143,6 +145,13 @@ class MessagesConfig:
 class BrokerConfig:
     """Everything broker_core needs."""
 
+    broker_name: str = "broker-a"
+    """This broker's name (RocketMQ brokerName), written into every receipt handle and
+    recall handle it issues so a proxy can route them; it names the data dir's owner, so
+    keep it when the broker moves to another host. Letters, digits, '_' and '-', 1 to 64
+    characters. Renaming a broker invalidates the handles it issued under the old name.
+    RocketMQ defaults to the host name; popmq uses the name of RocketMQ's sample
+    conf/broker.conf instead, which does not change with the host."""
     store: StoreConfig = field(default_factory=StoreConfig)
     pop: PopConfig = field(default_factory=PopConfig)
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)
@@ -153,3 +162,8 @@ class BrokerConfig:
     """Create a missing topic (8 queues) on first send instead of answering NOT_FOUND."""
     default_topic_queues: int = 8
     """Queues of a topic created without a queue count (RocketMQ defaultTopicQueueNums)."""
+
+    def __post_init__(self) -> None:
+        problem = broker_name_problem(self.broker_name)
+        if problem is not None:
+            raise ValueError(problem)

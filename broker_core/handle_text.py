@@ -1,5 +1,12 @@
 """The text of a signed handle (receipt handle, recall handle): base64url without padding,
-with exactly one spelling.
+with exactly one spelling, after the name of the broker that issued it.
+
+A handle reads `<broker name>.<payload>`: the name is plain text so that a proxy in front
+of several brokers can route an ack or a recall by the handle alone, without the broker's
+secret (handles.issuer_of); the payload's MAC covers the name, so a client cannot move a
+handle to another broker either. Handles issued before names existed are the bare payload
+(no "."), and stay valid on the broker whose secret signed them. "." is in neither the
+name's alphabet nor base64url's, so the text splits one way only.
 
 binascii directly: the base64 module's url-safe wrappers cost twice as much (every pop and
 ack encodes or decodes one per message). Strict mode alone still accepts "+" and "/" (they
@@ -10,9 +17,38 @@ are translated along with "-" and "_") and ignores the unused bits of the last c
 from __future__ import annotations
 
 import binascii
+import re
 
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+SEPARATOR = "."
+"""Between the broker name and the payload of a handle."""
+MAX_BROKER_NAME_LENGTH = 64
+"""Longest broker name: every receipt handle carries it, so it is kept short."""
+BROKER_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+"""Letters, digits, "_" and "-": topic-name characters without "%", URL-safe, no separator."""
+
+
+def broker_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a broker name, or None when it can."""
+    if not name:
+        return f"broker name is empty: use 1 to {MAX_BROKER_NAME_LENGTH} characters"
+    if len(name) > MAX_BROKER_NAME_LENGTH:
+        return (
+            f"broker name is {len(name)} characters long: at most "
+            f"{MAX_BROKER_NAME_LENGTH} are allowed"
+        )
+    if not BROKER_NAME_PATTERN.fullmatch(name):
+        return f"broker name {name!r} is invalid: use only letters, digits, '_' and '-'"
+    return None
+
+
+def name_field(name: str) -> bytes:
+    """The bytes of `name` a named handle's MAC covers: length-prefixed, so that name and
+    body cannot trade bytes."""
+    raw = name.encode("ascii")
+    return bytes((len(raw),)) + raw
 
 
 class HandleText:

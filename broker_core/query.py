@@ -35,7 +35,7 @@ class MessageQueries:
             )
             record = records_pb2.StoredMessage.FromString(data) if data is not None else None
         elif entry is not None and entry.recall_handle:
-            handle = self._recall_codec.decode(entry.recall_handle)
+            handle = self._recall_codec.decode(entry.recall_handle, any_issuer=True)
             data = self._store.get("timers", keys.timer_key(handle.due_ms, handle.seq))
             if data is not None:
                 timer = records_pb2.TimerRecord.FromString(data)

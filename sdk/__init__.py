@@ -32,6 +32,7 @@ from popmq.sdk.push_consumer import (
     AsyncPushConsumer,
     ConsumeResult,
     PushConsumer,
+    PushConsumerOptions,
     PushConsumerStats,
 )
 from popmq.sdk.types import (
@@ -83,6 +84,7 @@ __all__ = [
     "PullResult",
     "PulledMessage",
     "PushConsumer",
+    "PushConsumerOptions",
     "PushConsumerStats",
     "QueueLag",
     "QueueStats",

@@ -1,10 +1,12 @@
 """Receipt handles: opaque to clients, signed by the server, bound to one delivery.
 
-A handle encodes the group, topic, queue, offset, checkpoint id, index in the checkpoint and
-the deadline, plus a 16-byte keyed BLAKE2b MAC over them with a secret kept in the data dir,
-so a client can neither forge one nor move one to another message or group. (Keyed BLAKE2b
-is a MAC by design and costs a fifth of HMAC-SHA256 here: every pop and ack computes one per
-message.)
+A handle reads `<broker name>.<payload>` (handle_text.py). The payload encodes the group,
+topic, queue, offset, checkpoint id, index in the checkpoint and the deadline, plus a
+16-byte keyed BLAKE2b MAC over the broker name and them with a secret kept in the data dir,
+so a client can neither forge one nor move one to another message, group or broker. (Keyed
+BLAKE2b is a MAC by design and costs a fifth of HMAC-SHA256 here: every pop and ack
+computes one per message.) Handles issued before handles named their broker (version 2, the
+bare payload) are still accepted: their MAC covers the payload alone.
 """
 
 from __future__ import annotations
@@ -15,13 +17,22 @@ import struct
 from typing import NamedTuple
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
-from popmq.broker_core.handle_text import HandleText
+from popmq.broker_core.handle_text import (
+    SEPARATOR,
+    HandleText,
+    broker_name_problem,
+    name_field,
+)
 
-_VERSION = 2
+VERSION_UNNAMED = 2
+"""Version byte of the handles issued before they named their broker."""
+VERSION = 3
+"""Version byte of the handles issued now (after the broker name)."""
 _BODY = struct.Struct(">BIIIQQHQ")
 _MAC_BYTES = 16
-_TEXT = HandleText(_BODY.size + _MAC_BYTES)
-_TEXT_CHARS = _TEXT.chars
+TEXT = HandleText(_BODY.size + _MAC_BYTES)
+"""The payload's text (both versions have the same length)."""
+_TEXT_CHARS = TEXT.chars
 _NOT_BASE64URL = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
@@ -33,8 +44,8 @@ def _keyed(secret: bytes) -> hashlib.blake2b:
 
 
 def _mac(keyed: hashlib.blake2b, body: bytes) -> bytes:
-    """The MAC of `body`: a copy of the keyed state, so the key block is hashed once per
-    codec, not once per handle (0.6 against 1.4 us a MAC here)."""
+    """The MAC of `body`: a copy of the keyed state, so the key block (and the broker name)
+    is hashed once per codec, not once per handle (0.6 against 1.4 us a MAC here)."""
     state = keyed.copy()
     state.update(body)
     return state.digest()
@@ -57,36 +68,71 @@ class ReceiptHandle(NamedTuple):
 
 
 class ReceiptCodec:
-    """Encodes and verifies handles with one server secret."""
+    """Encodes and verifies handles with one server secret, for the broker `broker_name`."""
 
-    def __init__(self, secret: bytes) -> None:
-        self._keyed = _keyed(secret)
+    def __init__(self, secret: bytes, *, broker_name: str) -> None:
+        problem = broker_name_problem(broker_name)
+        if problem is not None:
+            raise ValueError(problem)
+        self.broker_name = broker_name
+        self._prefix = broker_name + SEPARATOR
+        self._prefix_chars = len(self._prefix)
+        self._unnamed = _keyed(secret)
+        self._named = self._unnamed.copy()
+        self._named.update(name_field(broker_name))
 
     def encode(self, handle: ReceiptHandle) -> str:
-        body = _BODY.pack(_VERSION, *handle)
-        return _TEXT.encode(body + _mac(self._keyed, body)).decode()
+        body = _BODY.pack(VERSION, *handle)
+        return self._prefix + TEXT.encode(body + _mac(self._named, body)).decode()
 
     def decode(self, text: str) -> ReceiptHandle:
-        """Verify and decode; raises InvalidReceiptHandleError when malformed or forged."""
-        if not text:
+        """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or
+        issued by another broker."""
+        if text.startswith(self._prefix):
+            payload, keyed, version = text[self._prefix_chars :], self._named, VERSION
+        elif SEPARATOR in text:
+            raise self._foreign(text)
+        elif not text:
             raise InvalidReceiptHandleError("receipt handle is empty")
-        if len(text) != _TEXT_CHARS:
-            raise InvalidReceiptHandleError(
-                "receipt handle is malformed (wrong length); pass the handle exactly as received"
-            )
-        try:
-            raw = _TEXT.decode(text.encode())  # bytes: their translate is 10x str's
-        except UnicodeEncodeError as exc:
-            raise InvalidReceiptHandleError(_NOT_BASE64URL) from exc
-        if raw is None:  # not the one canonical spelling (handle_text.py)
-            raise InvalidReceiptHandleError(_NOT_BASE64URL)
+        else:
+            payload, keyed, version = text, self._unnamed, VERSION_UNNAMED
+        raw = _payload_bytes(payload)
         body, mac = raw[: _BODY.size], raw[_BODY.size :]
-        if not hmac.compare_digest(mac, _mac(self._keyed, body)):
+        if not hmac.compare_digest(mac, _mac(keyed, body)):
             raise InvalidReceiptHandleError(
                 "receipt handle signature does not match: forged, altered, or issued by "
                 "another popmq server"
             )
         fields = _BODY.unpack(body)
-        if fields[0] != _VERSION:
+        if fields[0] != version:
             raise InvalidReceiptHandleError(f"receipt handle version {fields[0]} is not supported")
         return ReceiptHandle._make(fields[1:])
+
+    def _foreign(self, text: str) -> InvalidReceiptHandleError:
+        """The error for a named handle that does not name this broker."""
+        issuer, _, payload = text.partition(SEPARATOR)
+        _payload_bytes(payload)  # a malformed handle is malformed, whatever it names
+        if broker_name_problem(issuer) is not None:
+            return InvalidReceiptHandleError(
+                "receipt handle is malformed (its broker name is not one a broker can have); "
+                "pass the handle exactly as received"
+            )
+        return InvalidReceiptHandleError(
+            f"receipt handle was issued by broker {issuer!r}; this is broker "
+            f"{self.broker_name!r}: ack it on the broker that issued it"
+        )
+
+
+def _payload_bytes(payload: str) -> bytes:
+    """The bytes of a handle's payload text; raises when it is not one canonical spelling."""
+    if len(payload) != _TEXT_CHARS:
+        raise InvalidReceiptHandleError(
+            "receipt handle is malformed (wrong length); pass the handle exactly as received"
+        )
+    try:
+        raw = TEXT.decode(payload.encode())  # bytes: their translate is 10x str's
+    except UnicodeEncodeError as exc:
+        raise InvalidReceiptHandleError(_NOT_BASE64URL) from exc
+    if raw is None:  # not the one canonical spelling (handle_text.py)
+        raise InvalidReceiptHandleError(_NOT_BASE64URL)
+    return raw

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from popmq.sdk import PulledMessage as PulledMessage
     from popmq.sdk import PullResult as PullResult
     from popmq.sdk import PushConsumer as PushConsumer
+    from popmq.sdk import PushConsumerOptions as PushConsumerOptions
     from popmq.sdk import PushConsumerStats as PushConsumerStats
     from popmq.sdk import QueueLag as QueueLag
     from popmq.sdk import QueueStats as QueueStats
@@ -88,6 +89,7 @@ __all__ = [
     "PullResult",
     "PulledMessage",
     "PushConsumer",
+    "PushConsumerOptions",
     "PushConsumerStats",
     "QueueLag",
     "QueueStats",

@@ -26,6 +26,7 @@ from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig
 from popmq.broker_core.types import GroupSettings
 from tests.integration.server import ServerThread
+from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
 
 T = TypeVar("T")
 Code = pb.Code
@@ -505,6 +506,54 @@ def test_ack_and_change_invisible_duration_handles(server: ServerThread, topics:
     run(server, scenario)
 
 
+def test_handles_name_the_broker_another_brokers_are_refused_old_ones_still_work(
+    server: ServerThread, topics: None
+) -> None:
+    """What a proxy in front of several brokers routes by: the name before the "."."""
+
+    async def scenario(s: MessagingServiceStub) -> None:
+        await send(s, message("orders", b"a", message_id="n1"))
+        await send(s, message("orders", b"b", message_id="n2"))
+        received = messages_of(await receive(s, receive_request("billing", "orders", batch=2)))
+        handles = {
+            m.system_properties.message_id: m.system_properties.receipt_handle for m in received
+        }
+        assert all(h.startswith("broker-a.") for h in handles.values())
+
+        def ack(message_id: str, handle: str) -> sv.AckMessageRequest:
+            return sv.AckMessageRequest(
+                group=resource("billing"),
+                topic=resource("orders"),
+                entries=[sv.AckMessageEntry(message_id=message_id, receipt_handle=handle)],
+            )
+
+        foreign = await s.AckMessage(ack("n1", renamed(handles["n1"], "broker-b")), metadata=meta())
+        assert foreign.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+        assert foreign.entries[0].status.message.startswith(
+            "receipt handle was issued by broker 'broker-b'; this is broker 'broker-a'"
+        )
+        old = await s.AckMessage(
+            ack("n1", old_receipt_handle(server.data_dir, handles["n1"])), metadata=meta()
+        )
+        assert old.entries[0].status.code == Code.OK
+        changed = await s.ChangeInvisibleDuration(
+            sv.ChangeInvisibleDurationRequest(
+                group=resource("billing"),
+                topic=resource("orders"),
+                receipt_handle=old_receipt_handle(server.data_dir, handles["n2"]),
+                invisible_duration={"seconds": 60},
+                message_id="n2",
+            ),
+            metadata=meta(),
+        )
+        assert changed.status.code == Code.OK
+        assert changed.receipt_handle.startswith("broker-a.")
+        fresh = await s.AckMessage(ack("n2", changed.receipt_handle), metadata=meta())
+        assert fresh.entries[0].status.code == Code.OK
+
+    run(server, scenario)
+
+
 def test_notify_client_termination_releases_the_clients_messages_at_once(
     server: ServerThread, topics: None
 ) -> None:
@@ -585,6 +634,31 @@ def test_a_delayed_message_can_be_recalled_once(server: ServerThread, topics: No
         assert first.status.code == Code.OK and first.message_id == "d1"
         second = await recall()
         assert second.status.code == Code.NOT_FOUND
+
+    run(server, scenario)
+
+
+def test_recall_handles_name_the_broker_and_old_ones_still_recall(
+    server: ServerThread, topics: None
+) -> None:
+    async def scenario(s: MessagingServiceStub) -> None:
+        due = int(time.time()) + 600
+        sent = await send(s, message("mixed", b"later", message_id="d2", deliver_at_s=due))
+        handle = sent.entries[0].recall_handle
+        assert handle.startswith("broker-a.")
+
+        async def recall(text: str) -> sv.RecallMessageResponse:
+            response: sv.RecallMessageResponse = await s.RecallMessage(
+                sv.RecallMessageRequest(topic=resource("mixed"), recall_handle=text),
+                metadata=meta(),
+            )
+            return response
+
+        foreign = await recall(renamed(handle, "broker-b"))
+        assert foreign.status.code == Code.BAD_REQUEST
+        assert "issued by broker 'broker-b'" in foreign.status.message
+        old = await recall(old_recall_handle(server.data_dir, handle))
+        assert old.status.code == Code.OK and old.message_id == "d2"
 
     run(server, scenario)
 

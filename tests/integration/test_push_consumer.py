@@ -23,6 +23,7 @@ from popmq import (
     NotFoundError,
     Producer,
     PushConsumer,
+    PushConsumerOptions,
     PushConsumerStats,
     ReceivedMessage,
     SimpleConsumer,
@@ -415,6 +416,25 @@ def test_a_refused_ack_that_rode_on_a_receive_is_logged_and_redelivered(
         warnings
     )
     assert settled(endpoint, "g", "stale")
+
+
+def test_an_options_object_configures_the_consumer_as_the_keywords_do(endpoint: str) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("opts", queues=1)
+    bodies = [f"o{i}".encode() for i in range(5)]
+    send(endpoint, "opts", bodies)
+    listener = Recorder()
+    options = PushConsumerOptions(max_cached_messages=1, wait_s=1.0, client_id="opts-1")
+    with PushConsumer(
+        endpoint, "g", subscriptions={"opts": "*"}, listener=listener, options=options
+    ) as consumer:
+        listener.wait_for(5)
+        wait_until(lambda: consumer.stats.acked == 5)
+        assert (consumer.client_id, consumer.options) == ("opts-1", options)
+    assert sorted(m.body for m in listener.calls) == bodies
+    # One message of room: each receive asked for one message at most.
+    assert consumer.stats.receive_calls >= 5
+    assert settled(endpoint, "g", "opts")
 
 
 def test_a_byte_limit_also_pauses_receiving(endpoint: str) -> None:

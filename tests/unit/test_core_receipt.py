@@ -1,4 +1,5 @@
-"""Receipt handles: signed, opaque, and refused when forged, cut or foreign."""
+"""Receipt and recall handles: signed, named after their broker, and refused when forged,
+cut or foreign; handles from before they named their broker still verify."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from popmq.broker_core.timer import RecallCodec, RecallHandle
 from popmq.proxy.rocketmq.codes import Code, code_of
 
 SECRET = b"s" * 32
+NAME = "broker-a"
+PREFIX = NAME + "."
 HANDLE = ReceiptHandle(
     group_id=7,
     topic_id=3,
@@ -29,40 +32,52 @@ HANDLE = ReceiptHandle(
 
 
 def _raw(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The payload bytes of a handle (after its broker name, if it has one)."""
+    payload = text.partition(".")[2] or text
+    return base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
 
 
-def _text(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+def _text(raw: bytes, prefix: str = PREFIX) -> str:
+    return prefix + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _codec(secret: bytes = SECRET, name: str = NAME) -> ReceiptCodec:
+    return ReceiptCodec(secret, broker_name=name)
+
+
+def _recall_codec(secret: bytes = SECRET, name: str = NAME) -> RecallCodec:
+    return RecallCodec(secret, broker_name=name)
 
 
 def test_handle_round_trips_every_field() -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     assert codec.decode(codec.encode(HANDLE)) == HANDLE
 
 
 def test_handle_round_trips_extreme_values() -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     handle = ReceiptHandle(2**32 - 1, 2**32 - 1, 2**32 - 1, 2**64 - 1, 2**64 - 1, 2**16 - 1, 0)
     assert codec.decode(codec.encode(handle)) == handle
 
 
-def test_handle_text_is_url_safe_and_unpadded() -> None:
-    text = ReceiptCodec(SECRET).encode(HANDLE)
+def test_handle_text_is_the_broker_name_then_url_safe_unpadded_base64() -> None:
+    text = _codec().encode(HANDLE)
+    assert text.startswith("broker-a.")
+    assert len(text) == len("broker-a.") + 74  # 55 bytes: 39 of body, 16 of MAC
     assert text.isascii()
-    assert not set(text) & set("+/=")
+    assert not set(text[len(PREFIX) :]) & set("+/=.")
 
 
 def test_a_handle_verifies_with_a_new_codec_over_the_same_secret() -> None:
     """The secret lives in the data dir, so handles survive a restart."""
-    text = ReceiptCodec(SECRET).encode(HANDLE)
-    assert ReceiptCodec(bytes(SECRET)).decode(text) == HANDLE
+    text = _codec().encode(HANDLE)
+    assert _codec(bytes(SECRET)).decode(text) == HANDLE
 
 
-# The handle is a 39-byte body (version, ids, offset, ck id, index, deadline) + 16-byte MAC.
+# The payload is a 39-byte body (version, ids, offset, ck id, index, deadline) + 16-byte MAC.
 @pytest.mark.parametrize("position", [0, 1, 5, 14, 30, 38, 39, 50, -1])
 def test_handle_with_one_flipped_byte_is_refused(position: int) -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     raw = bytearray(_raw(codec.encode(HANDLE)))
     raw[position] ^= 0x01
     with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
@@ -71,7 +86,7 @@ def test_handle_with_one_flipped_byte_is_refused(position: int) -> None:
 
 def test_handle_moved_to_another_offset_is_refused() -> None:
     """A client cannot re-point a genuine handle at another message: the MAC covers it."""
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     raw = bytearray(_raw(codec.encode(HANDLE)))
     other = bytearray(_raw(codec.encode(ReceiptHandle(7, 3, 5, 1, HANDLE.ck_id, 4, 0))))
     raw[:39] = other[:39]  # body of another handle, MAC of this one
@@ -81,38 +96,40 @@ def test_handle_moved_to_another_offset_is_refused() -> None:
 
 @pytest.mark.parametrize("cut", [1, 4, 16, 40])
 def test_truncated_handle_is_refused(cut: int) -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     text = codec.encode(HANDLE)
     with pytest.raises(InvalidReceiptHandleError, match="malformed"):
         codec.decode(text[:-cut])
 
 
 def test_handle_with_extra_bytes_is_refused() -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     with pytest.raises(InvalidReceiptHandleError, match="wrong length"):
         codec.decode(_text(_raw(codec.encode(HANDLE)) + b"\x00"))
+    with pytest.raises(InvalidReceiptHandleError, match="wrong length"):
+        codec.decode(codec.encode(HANDLE) + "A")
 
 
 @pytest.mark.parametrize("text", ["not a handle!", "%%%%", "A", "caf\u00e9-\u2603", "====", "  "])
 def test_non_base64_handle_is_refused(text: str) -> None:
     with pytest.raises(InvalidReceiptHandleError, match="malformed"):
-        ReceiptCodec(SECRET).decode(text)
+        _codec().decode(text)
 
 
 def test_empty_handle_is_refused() -> None:
     with pytest.raises(InvalidReceiptHandleError, match="empty"):
-        ReceiptCodec(SECRET).decode("")
+        _codec().decode("")
 
 
 def test_handle_signed_with_another_secret_is_refused() -> None:
-    text = ReceiptCodec(b"t" * 32).encode(HANDLE)
+    text = _codec(b"t" * 32).encode(HANDLE)
     with pytest.raises(InvalidReceiptHandleError, match="another popmq server"):
-        ReceiptCodec(SECRET).decode(text)
+        _codec().decode(text)
 
 
 def test_invalid_handle_is_an_invalid_argument() -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        ReceiptCodec(SECRET).decode("x")
+        _codec().decode("x")
     assert info.value.code == "INVALID_ARGUMENT"
 
 
@@ -122,22 +139,28 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _JUNK = [" ", "\n", "\t", "=", ".", "!", "+", "/", "\x00", "\u00e9", "A", "-"]
 
 
+# Inserted into the broker name, a name character makes another broker's name.
+_REFUSED = r"malformed|was issued by broker '"
+
+
 def _positions(text: str) -> list[int]:
-    return [0, 1, len(text) // 2, len(text) - 1, len(text)]
+    """The ends, both sides of the separator, the middle of the payload."""
+    dot = text.find(".")
+    return sorted({0, 1, dot, dot + 1, len(text) // 2, len(text) - 1, len(text)} - {-1})
 
 
 def _with_both_urlsafe_chars(encode: Callable[[int], str]) -> str:
-    """A genuine handle whose text holds both "-" and "_" (so "+" and "/" can stand in)."""
+    """A genuine handle whose payload holds both "-" and "_" (so "+" and "/" can stand in)."""
     for n in range(10_000):
-        text = encode(n)
-        if "-" in text and "_" in text:
-            return text
+        payload = encode(n).partition(".")[2]
+        if "-" in payload and "_" in payload:
+            return payload
     raise AssertionError("no handle with both - and _ in 10,000 tries")
 
 
 def test_every_other_last_character_of_a_handle_is_refused() -> None:
     """The last character carries 4 unused bits: 15 other spellings decoded the same bytes."""
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     text = codec.encode(HANDLE)
     variants = [text[:-1] + c for c in _ALPHABET if c != text[-1]]
     assert len(variants) == 63
@@ -152,19 +175,19 @@ def test_every_other_last_character_of_a_handle_is_refused() -> None:
 
 @pytest.mark.parametrize("junk", _JUNK)
 def test_a_handle_with_an_inserted_character_is_refused(junk: str) -> None:
-    codec = ReceiptCodec(SECRET)
+    codec = _codec()
     text = codec.encode(HANDLE)
     for at in _positions(text):
-        with pytest.raises(InvalidReceiptHandleError, match="malformed"):
+        with pytest.raises(InvalidReceiptHandleError, match=_REFUSED):
             codec.decode(text[:at] + junk + text[at:])
 
 
 def test_a_handle_spelled_with_the_standard_alphabet_is_refused() -> None:
-    codec = ReceiptCodec(SECRET)
-    text = _with_both_urlsafe_chars(
+    codec = _codec()
+    payload = _with_both_urlsafe_chars(
         lambda n: codec.encode(HANDLE._replace(offset=n)),
     )
-    for variant in (text.replace("-", "+"), text.replace("_", "/")):
+    for variant in (PREFIX + payload.replace("-", "+"), PREFIX + payload.replace("_", "/")):
         with pytest.raises(InvalidReceiptHandleError, match="malformed"):
             codec.decode(variant)
 
@@ -173,7 +196,7 @@ RECALL = RecallHandle(topic_id=3, due_ms=1_700_000_030_000, seq=42)
 
 
 def test_recall_handle_round_trips_and_has_one_spelling() -> None:
-    codec = RecallCodec(SECRET)
+    codec = _recall_codec()
     text = codec.encode(RECALL)
     assert codec.decode(text) == RECALL
     for variant in [text[:-1] + c for c in _ALPHABET if c != text[-1]]:
@@ -185,17 +208,17 @@ def test_recall_handle_round_trips_and_has_one_spelling() -> None:
 
 @pytest.mark.parametrize("junk", _JUNK)
 def test_a_recall_handle_with_an_inserted_character_is_refused(junk: str) -> None:
-    codec = RecallCodec(SECRET)
+    codec = _recall_codec()
     text = codec.encode(RECALL)
     for at in _positions(text):
-        with pytest.raises(InvalidArgumentError, match="recall_handle is malformed"):
+        with pytest.raises(InvalidArgumentError, match=_REFUSED):
             codec.decode(text[:at] + junk + text[at:])
 
 
 def test_a_recall_handle_spelled_with_the_standard_alphabet_is_refused() -> None:
-    codec = RecallCodec(SECRET)
-    text = _with_both_urlsafe_chars(lambda n: codec.encode(RecallHandle(3, n, n)))
-    for variant in (text.replace("-", "+"), text.replace("_", "/")):
+    codec = _recall_codec()
+    payload = _with_both_urlsafe_chars(lambda n: codec.encode(RecallHandle(3, n, n)))
+    for variant in (PREFIX + payload.replace("-", "+"), PREFIX + payload.replace("_", "/")):
         with pytest.raises(InvalidArgumentError, match="recall_handle is malformed"):
             codec.decode(variant)
 
@@ -204,3 +227,123 @@ def test_a_lost_delivery_is_an_invalid_receipt_handle_for_rocketmq_clients() -> 
     lost = ReceiptHandleLostError("no longer tracked")
     assert lost.code == "FAILED_PRECONDITION"
     assert code_of(lost) == Code.INVALID_RECEIPT_HANDLE
+
+
+# -- handles name their broker ------------------------------------------------------------------
+
+
+def test_a_handle_of_another_broker_is_refused_naming_both_brokers() -> None:
+    text = _codec(name="broker-b").encode(HANDLE)
+    with pytest.raises(InvalidReceiptHandleError) as info:
+        _codec().decode(text)
+    assert str(info.value).startswith(
+        "receipt handle was issued by broker 'broker-b'; this is broker 'broker-a'"
+    )
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert code_of(info.value) == Code.INVALID_RECEIPT_HANDLE
+
+
+def test_a_handle_renamed_to_this_broker_is_refused() -> None:
+    """The MAC covers the name: a handle of broker-b cannot be relabelled as broker-a's,
+    even between brokers sharing a secret."""
+    text = _codec(name="broker-b").encode(HANDLE)
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        _codec().decode(PREFIX + text.partition(".")[2])
+
+
+def test_a_name_and_a_body_cannot_trade_bytes() -> None:
+    """The name is length-prefixed under the MAC: broker "ab" with a body is not broker
+    "a" with "b" + that body."""
+    short, long = _codec(name="a"), _codec(name="ab")
+    assert short.decode(short.encode(HANDLE)) == HANDLE
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        short.decode("a." + long.encode(HANDLE).partition(".")[2])
+
+
+def test_a_handle_with_a_malformed_broker_name_is_malformed() -> None:
+    payload = _codec().encode(HANDLE).partition(".")[2]
+    for name in ("", "bro ker", "bro%ker", "b" * 65, "bröker"):
+        with pytest.raises(InvalidReceiptHandleError, match="malformed"):
+            _codec().decode(f"{name}.{payload}")
+
+
+@pytest.mark.parametrize("name", ["", "a b", "a.b", "50%", "x" * 65, "café"])
+def test_a_codec_refuses_a_broker_name_outside_the_alphabet(name: str) -> None:
+    with pytest.raises(ValueError, match="broker name"):
+        ReceiptCodec(SECRET, broker_name=name)
+    with pytest.raises(ValueError, match="broker name"):
+        RecallCodec(SECRET, broker_name=name)
+
+
+def test_the_longest_broker_name_is_64_characters() -> None:
+    codec = _codec(name="b" * 64)
+    text = codec.encode(HANDLE)
+    assert len(text) == 64 + 1 + 74
+    assert codec.decode(text) == HANDLE
+
+
+# -- handles issued before handles named their broker (version 2 receipts, version 1 recalls) --
+
+# Captured from main at 87672cd (ReceiptCodec(SECRET).encode(HANDLE) and
+# RecallCodec(SECRET).encode(RECALL)): the layouts every broker issued until then.
+LEGACY_RECEIPT = "AgAAAAcAAAADAAAABQAAAAAHW80VAAACAAAAAGMABAAAAYvP5d0wd0x7E3sVpikocOeC8x6P2w"
+LEGACY_RECALL = "AQAAAAMAAAGLz-XdMAAAAAAAAAAqbzDsVtuXVVCdre5i"
+
+
+def test_a_handle_issued_before_names_still_verifies() -> None:
+    assert _codec().decode(LEGACY_RECEIPT) == HANDLE
+    # whatever the broker is called now: the secret is what tells its own handles
+    assert _codec(name="broker-z").decode(LEGACY_RECEIPT) == HANDLE
+
+
+def test_a_handle_issued_before_names_is_still_checked() -> None:
+    with pytest.raises(InvalidReceiptHandleError, match="another popmq server"):
+        _codec(b"t" * 32).decode(LEGACY_RECEIPT)
+    raw = bytearray(_raw(LEGACY_RECEIPT))
+    raw[20] ^= 0x01
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        _codec().decode(_text(bytes(raw), prefix=""))
+    for variant in [LEGACY_RECEIPT[:-1] + c for c in _ALPHABET if c != LEGACY_RECEIPT[-1]]:
+        with pytest.raises(InvalidReceiptHandleError, match=r"malformed|does not match"):
+            _codec().decode(variant)
+
+
+def test_old_and_new_layouts_cannot_stand_in_for_each_other() -> None:
+    new_payload = _codec().encode(HANDLE).partition(".")[2]
+    for text in (new_payload, PREFIX + LEGACY_RECEIPT):
+        with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+            _codec().decode(text)
+
+
+def test_a_recall_handle_names_its_broker_and_refuses_another() -> None:
+    text = _recall_codec().encode(RECALL)
+    assert text.startswith(PREFIX)
+    assert len(text) == len(PREFIX) + 44
+    foreign = _recall_codec(name="broker-b").encode(RECALL)
+    with pytest.raises(InvalidArgumentError) as info:
+        _recall_codec().decode(foreign)
+    assert str(info.value).startswith(
+        "recall_handle was issued by broker 'broker-b'; this is broker 'broker-a'"
+    )
+    assert info.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(InvalidArgumentError, match="signature does not match"):
+        _recall_codec().decode(PREFIX + foreign.partition(".")[2])
+
+
+def test_a_stored_recall_handle_of_a_renamed_broker_decodes_with_any_issuer() -> None:
+    """The message index keeps recall handles: after a rename the broker still reads its
+    own, but only those its secret signed."""
+    old_name = _recall_codec(name="broker-old").encode(RECALL)
+    assert _recall_codec().decode(old_name, any_issuer=True) == RECALL
+    other_secret = _recall_codec(b"t" * 32, name="broker-old").encode(RECALL)
+    with pytest.raises(InvalidArgumentError, match="signature does not match"):
+        _recall_codec().decode(other_secret, any_issuer=True)
+
+
+def test_a_recall_handle_issued_before_names_still_verifies() -> None:
+    assert _recall_codec().decode(LEGACY_RECALL) == RECALL
+    assert _recall_codec().decode(LEGACY_RECALL, any_issuer=True) == RECALL
+    with pytest.raises(InvalidArgumentError, match="signature does not match"):
+        _recall_codec(b"t" * 32).decode(LEGACY_RECALL)
+    with pytest.raises(InvalidArgumentError, match="signature does not match"):
+        _recall_codec().decode(PREFIX + LEGACY_RECALL)

@@ -172,3 +172,15 @@ def test_every_setting_has_a_section_an_env_name_and_a_value() -> None:
     items = settings.items(ServerConfig())
     assert items["groups.retry_backoff_s"] == repr(list(DEFAULT_RETRY_BACKOFF_S)).replace("'", "")
     assert items["store.data_dir"] == '"data"'
+
+
+def test_the_broker_name_is_a_setting_and_a_bad_one_says_what_is_allowed() -> None:
+    assert settings.load().broker.broker_name == "broker-a"
+    config = settings.load(environ={"POPMQ_BROKER_BROKER_NAME": "shard-7"})
+    assert config.broker.broker_name == "shard-7"
+    assert settings.items(config)["broker.broker_name"] == '"shard-7"'
+    with pytest.raises(
+        settings.SettingsError,
+        match=r"^\[broker\] is not valid: broker name 'shard 7' is invalid: use only letters",
+    ):
+        settings.load(flags={"broker.broker_name": "shard 7"})

@@ -115,8 +115,10 @@ def test_a_handle_minted_with_another_key_is_refused(tmp_path: Path) -> None:
             await broker.create_topic("t", 1)
             await broker.send([NewMessage(topic="t", body=b"x")])
             (popped,) = await broker.pop("g", "t", invisible_s=60, wait_s=0)
-            handle = ReceiptCodec(os.urandom(KEY_BYTES)).encode(
-                ReceiptCodec((data_dir / KEY_FILE).read_bytes()).decode(popped.receipt_handle)
+            handle = ReceiptCodec(os.urandom(KEY_BYTES), broker_name="broker-a").encode(
+                ReceiptCodec((data_dir / KEY_FILE).read_bytes(), broker_name="broker-a").decode(
+                    popped.receipt_handle
+                )
             )
             (result,) = await broker.ack("g", [handle])
             assert isinstance(result, InvalidReceiptHandleError)

@@ -1,0 +1,93 @@
+"""issuer_of: the broker a handle names, read without its secret, for a router."""
+
+from __future__ import annotations
+
+import pytest
+
+from popmq.broker_core import issuer_of
+from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.timer import RecallCodec, RecallHandle
+
+SECRET = b"s" * 32
+HANDLE = ReceiptHandle(7, 3, 5, 123_456_789, (2 << 40) | 99, 4, 1_700_000_030_000)
+RECALL = RecallHandle(topic_id=3, due_ms=1_700_000_030_000, seq=42)
+# Captured from main at 87672cd, before handles named their broker (test_core_receipt.py).
+LEGACY_RECEIPT = "AgAAAAcAAAADAAAABQAAAAAHW80VAAACAAAAAGMABAAAAYvP5d0wd0x7E3sVpikocOeC8x6P2w"
+LEGACY_RECALL = "AQAAAAMAAAGLz-XdMAAAAAAAAAAqbzDsVtuXVVCdre5i"
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def _receipt(name: str = "broker-a", secret: bytes = SECRET) -> str:
+    return ReceiptCodec(secret, broker_name=name).encode(HANDLE)
+
+
+def _recall(name: str = "broker-a") -> str:
+    return RecallCodec(SECRET, broker_name=name).encode(RECALL)
+
+
+@pytest.mark.parametrize("name", ["broker-a", "b", "shard_07", "B" * 64])
+def test_the_issuer_of_a_receipt_and_a_recall_handle_is_read_without_the_secret(
+    name: str,
+) -> None:
+    assert issuer_of(_receipt(name)) == name
+    assert issuer_of(_receipt(name, secret=b"t" * 32)) == name
+    assert issuer_of(_recall(name)) == name
+
+
+def test_a_handle_issued_before_names_has_no_issuer() -> None:
+    assert issuer_of(LEGACY_RECEIPT) is None
+    assert issuer_of(LEGACY_RECALL) is None
+
+
+def _junk() -> list[str]:
+    receipt, recall = _receipt(), _recall()
+    payload = receipt.partition(".")[2]
+    return [
+        "",
+        "x",
+        ".",
+        "broker-a.",
+        "." + payload,  # an empty name
+        "bro ker." + payload,
+        "bro%ker." + payload,
+        "b" * 65 + "." + payload,
+        "br\u00f6ker." + payload,
+        "a.b." + payload,
+        receipt + "A",
+        receipt[:-1],
+        receipt + "\n",
+        " " + receipt,
+        recall[:-2],
+        LEGACY_RECEIPT + "=",
+        "broker-a." + LEGACY_RECEIPT,  # an old payload under a name: version 2, not 3
+        payload,  # a new payload without its name: version 3, not 2
+        "broker-a." + LEGACY_RECALL,
+        recall.partition(".")[2],
+        payload.replace("A", "+"),
+        "A" * 74,  # the right shape, version byte 0
+    ]
+
+
+@pytest.mark.parametrize("text", _junk())
+def test_junk_is_refused_rather_than_routed(text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="handle is malformed") as info:
+        issuer_of(text)
+    assert info.value.code == "INVALID_ARGUMENT"
+
+
+def test_a_second_spelling_of_the_same_bytes_is_refused() -> None:
+    """One spelling per handle, as the brokers decode them: the unused low bits of the last
+    character must be zero. (Last characters that change data bits spell other bytes: the
+    shape is right and only the issuing broker's MAC can refuse them.)"""
+    for text in (_receipt(), _recall(), LEGACY_RECEIPT, LEGACY_RECALL):
+        payload_chars = len(text.rpartition(".")[2])
+        unused = {0: 0, 2: 0b1111, 3: 0b11}[payload_chars % 4]
+        last = _ALPHABET.index(text[-1])
+        same_bytes = [
+            c for c in _ALPHABET if c != text[-1] and (_ALPHABET.index(c) ^ last) <= unused
+        ]
+        assert len(same_bytes) == unused
+        for c in same_bytes:
+            with pytest.raises(InvalidArgumentError, match="handle is malformed"):
+                issuer_of(text[:-1] + c)
