@@ -30,12 +30,13 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from popmq.broker_core.errors import PopMQError, UnavailableError
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.stats import BATCH_JOBS_BUCKETS, WRITE_SECONDS_BUCKETS, Histogram
 from popmq.broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,15 @@ class WriterStats:
     jobs: int = 0
     synced_batches: int = 0
     failed_batches: int = 0
+    batch_jobs: Histogram = field(default_factory=lambda: Histogram(BATCH_JOBS_BUCKETS))
+    """Jobs per committed batch."""
+    write_seconds: dict[bool, Histogram] = field(
+        default_factory=lambda: {
+            True: Histogram(WRITE_SECONDS_BUCKETS),
+            False: Histogram(WRITE_SECONDS_BUCKETS),
+        }
+    )
+    """Seconds per committed batch write, by whether it was fsynced."""
 
 
 class GroupCommitWriter:
@@ -195,6 +205,8 @@ class GroupCommitWriter:
         self.stats.jobs += len(jobs)
         if synced:
             self.stats.synced_batches += 1
+        self.stats.batch_jobs.observe(len(jobs))
+        self.stats.write_seconds[synced].observe(took)
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
