@@ -110,8 +110,6 @@ class ServerInfo:
     max_delay_s: float
     """Longest delivery delay a sent message may ask for."""
     auto_create_topics: bool
-    recovery_seconds: float
-    """How long opening the store and recovering in-flight state took."""
 
 
 class BrokerAPI(Protocol):

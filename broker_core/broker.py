@@ -99,6 +99,7 @@ class Broker:
         self.polling = LongPolling(self.config.long_polling)
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
+        self._server_info = self._build_server_info()
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
         # Called once with the reason when `failure` is set (the server's health listens).
@@ -649,7 +650,11 @@ class Broker:
     # -- server info and metrics (api.py) -------------------------------------------------
 
     def server_info(self) -> ServerInfo:
-        """The broker's name and the limits a front end checks against."""
+        """The broker's name and the limits a front end checks against (built once: the
+        configuration is frozen, and hot paths read it)."""
+        return self._server_info
+
+    def _build_server_info(self) -> ServerInfo:
         config = self.config
         return ServerInfo(
             broker_name=config.broker_name,
@@ -659,7 +664,6 @@ class Broker:
             groups=config.groups,
             max_delay_s=config.messages.max_delay_s,
             auto_create_topics=config.auto_create_topics,
-            recovery_seconds=self.recovery_seconds,
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:

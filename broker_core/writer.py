@@ -87,7 +87,6 @@ class GroupCommitWriter:
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
         self._on_failure: list[Callable[[], None]] = []
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
-        self._batch_listeners: list[Callable[[int, float, bool], None]] = []
         self.stats = WriterStats()
         self._failure_warning = RepeatedWarning(log)
 
@@ -97,10 +96,6 @@ class GroupCommitWriter:
     def add_commit_listener(self, listener: Callable[[list[tuple[int, int]]], None]) -> None:
         """`listener(grown_queues)` runs after every successful write."""
         self._after_commit.append(listener)
-
-    def add_batch_listener(self, listener: Callable[[int, float, bool], None]) -> None:
-        """`listener(jobs, write_seconds, fsynced)` runs after every successful write."""
-        self._batch_listeners.append(listener)
 
     def add_failure_listener(self, listener: Callable[[], None]) -> None:
         """`listener()` runs after a write failed (flush hooks re-queue what they took)."""
@@ -210,8 +205,6 @@ class GroupCommitWriter:
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
-        for observe in self._batch_listeners:
-            observe(len(jobs), took, synced)
 
     def _fail(self, jobs: list[_Job], exc: PopMQError) -> None:
         self.offsets.rollback()

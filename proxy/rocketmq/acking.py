@@ -8,8 +8,10 @@ inflight what became of it. Runs on the server's event loop; the broker writes.
 from __future__ import annotations
 
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core import (
+    BrokerAPI,
+    PopMQError,
+)
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -25,7 +27,7 @@ class Acks:
         inflight: The client's handles and the broker's current ones.
     """
 
-    def __init__(self, broker: Broker, config: RocketMQConfig, inflight: Inflight) -> None:
+    def __init__(self, broker: BrokerAPI, config: RocketMQConfig, inflight: Inflight) -> None:
         self._broker = broker
         self._config = config
         self._inflight = inflight
@@ -84,7 +86,7 @@ class Acks:
         )
         # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
         # with its retry delay, which can be 0 (the Node.js client's always is).
-        longest = self._broker.config.pop.max_invisible_s
+        longest = self._broker.server_info().pop.max_invisible_s
         if not 0 <= invisible <= longest:
             raise ProtocolError(
                 Code.ILLEGAL_INVISIBLE_TIME,

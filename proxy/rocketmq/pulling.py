@@ -8,23 +8,22 @@ Broker.pull's read included (it is synchronous).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
-from popmq.broker_core.filters import parse_filter
-from popmq.broker_core.types import QueueStats
+from popmq.broker_core import (
+    PULL_MAX_MESSAGES,
+    BrokerAPI,
+    QueueStats,
+    parse_filter,
+)
 from popmq.proxy.rocketmq import codes, convert, metadata
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.resources import Resources, check_filter
-
-_PULL_WAIT_KEY = "\x00pull:"
-"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
 
 
 def _offset_in(stats: list[QueueStats], queue_id: int, offset: int) -> None:
@@ -49,7 +48,7 @@ class Pulls:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         config: RocketMQConfig,
         resources: Resources,
         address: Callable[[], str],
@@ -64,10 +63,10 @@ class Pulls:
     ) -> list[sv.PullMessageResponse]:
         """The stream's frames: a status, the messages from `offset` on that pass the
         filter, next_offset."""
-        group = convert.group_name(request.group)
+        convert.group_name(request.group)  # checked: a pull reads no state of its group
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
-        record_filter = parse_filter(expression, filter_type)
+        parse_filter(expression, filter_type)  # refused before the queue lookup, as always
         if request.batch_size < 1:
             raise ProtocolError(
                 Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
@@ -85,20 +84,19 @@ class Pulls:
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait
-        while True:
-            result = self._broker.pull(topic, queue_id, request.offset, batch)
-            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
-            left = give_up - loop.time()
-            if records or result.messages or left <= 0:
-                break
-            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
-            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
-            try:
-                await asyncio.wait([waiter], timeout=left)
-            finally:
-                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
+        # The broker's own long poll (an arrival watch of this queue): a send to another queue
+        # neither wakes it nor is spent on it.
+        wait = min(wait, self._broker.server_info().long_polling.max_timeout_s)
+        result = await self._broker.pull_wait(
+            topic,
+            queue_id,
+            request.offset,
+            batch,
+            wait_s=wait,
+            filter_expression=expression,
+            filter_type=filter_type,
+        )
+        records = result.messages
         host = self._address()
         frames = [
             sv.PullMessageResponse(

@@ -18,9 +18,11 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.catalog import TopicInfo
-from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core import (
+    BrokerAPI,
+    PoppedMessage,
+    TopicInfo,
+)
 from popmq.proxy.rocketmq import convert, metadata
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
@@ -76,7 +78,7 @@ class Receiving:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         config: RocketMQConfig,
         *,
         sessions: Sessions,
@@ -140,7 +142,7 @@ class Receiving:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
-        pop = self._broker.config.pop
+        pop = self._broker.server_info().pop
         if request.batch_size < 1:
             raise ProtocolError(
                 Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"

@@ -10,8 +10,10 @@ import time
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import NotFoundError
+from popmq.broker_core import (
+    BrokerAPI,
+    NotFoundError,
+)
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -31,7 +33,7 @@ class Sending:
         resources: Topic lookups (TOPIC_NOT_FOUND, the topic's message type).
     """
 
-    def __init__(self, broker: Broker, config: RocketMQConfig, resources: Resources) -> None:
+    def __init__(self, broker: BrokerAPI, config: RocketMQConfig, resources: Resources) -> None:
         self._broker = broker
         self._config = config
         self._resources = resources
@@ -47,7 +49,7 @@ class Sending:
                 f"messages has {len(request.messages)} entries: at most {limit} are allowed",
             )
         now = _now_ms()
-        max_delay = self._broker.config.messages.max_delay_s
+        max_delay = self._broker.server_info().max_delay_s
         budget = convert.InflateBudget(self._config.max_gzip_body_bytes)
         batch = []
         for index, msg in enumerate(request.messages):
@@ -56,7 +58,7 @@ class Sending:
             try:
                 info, _ = self._resources.topic(name)
             except ProtocolError:
-                if not self._broker.config.auto_create_topics:
+                if not self._broker.server_info().auto_create_topics:
                     raise
             else:
                 convert.check_type_accepted(info, kind)
