@@ -44,12 +44,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from popmq.broker_core import (
-    MAX_SEND_MESSAGES,
-    BrokerAPI,
-    HistogramSnapshot,
-    PopMQError,
-)
+from popmq.broker_core import MAX_SEND_MESSAGES, BrokerAPI, HistogramSnapshot, PopMQError
 from popmq.proxy.errors import (
     Undecodable,
     UndecodableRequestError,

@@ -44,11 +44,7 @@ import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core import (
-    BrokerAPI,
-    PopMQError,
-    PoppedMessage,
-)
+from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage
 from popmq.proxy import convert
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (

@@ -8,10 +8,7 @@ inflight what became of it. Runs on the server's event loop; the broker writes.
 from __future__ import annotations
 
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import (
-    BrokerAPI,
-    PopMQError,
-)
+from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig

@@ -18,13 +18,7 @@ from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen import _pool
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import (
-    KIND_DLQ,
-    InvalidArgumentError,
-    NewMessage,
-    PoppedMessage,
-    TopicInfo,
-)
+from popmq.broker_core import KIND_DLQ, InvalidArgumentError, NewMessage, PoppedMessage, TopicInfo
 from popmq.proxy.convert import set_time
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig

@@ -28,11 +28,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from popmq.broker_core import (
-    BrokerAPI,
-    PopMQError,
-    PoppedMessage,
-)
+from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.sessions import Sessions
 

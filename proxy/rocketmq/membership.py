@@ -9,10 +9,7 @@ a settings frame all end here. Push consumers of FIFO groups are queue-exclusive
 from __future__ import annotations
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core import (
-    BrokerAPI,
-    NotFoundError,
-)
+from popmq.broker_core import BrokerAPI, NotFoundError
 from popmq.proxy.rocketmq import settings
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.resources import Resources

@@ -14,12 +14,7 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import (
-    PULL_MAX_MESSAGES,
-    BrokerAPI,
-    QueueStats,
-    parse_filter,
-)
+from popmq.broker_core import PULL_MAX_MESSAGES, BrokerAPI, QueueStats, parse_filter
 from popmq.proxy.rocketmq import codes, convert, metadata
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig

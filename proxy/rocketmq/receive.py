@@ -32,10 +32,7 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import (
-    PopMQError,
-    PoppedMessage,
-)
+from popmq.broker_core import PopMQError, PoppedMessage
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code

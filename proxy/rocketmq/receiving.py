@@ -18,11 +18,7 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import (
-    BrokerAPI,
-    PoppedMessage,
-    TopicInfo,
-)
+from popmq.broker_core import BrokerAPI, PoppedMessage, TopicInfo
 from popmq.proxy.rocketmq import convert, metadata
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError

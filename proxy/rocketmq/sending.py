@@ -10,10 +10,7 @@ import time
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import (
-    BrokerAPI,
-    NotFoundError,
-)
+from popmq.broker_core import BrokerAPI, NotFoundError
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig

@@ -26,10 +26,7 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
-from popmq.broker_core import (
-    BrokerAPI,
-    PopMQError,
-)
+from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.rocketmq import codes, metadata

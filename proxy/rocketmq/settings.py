@@ -13,9 +13,7 @@ import math
 from dataclasses import dataclass
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core import (
-    MAX_BODY_BYTES,
-)
+from popmq.broker_core import MAX_BODY_BYTES
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.convert import duration
