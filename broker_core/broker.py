@@ -486,7 +486,12 @@ class Broker:
             )
         for i, delay in enumerate(backoff):
             validation.check_range(
-                f"retry_backoff[{i}]", delay, 1, self.config.pop.max_invisible_s, "s"
+                f"retry_backoff[{i}]",
+                delay,
+                1,
+                self.config.pop.max_invisible_s,
+                "s",
+                field="retry_backoff",
             )
         existing = self.catalog.groups.get(name)
         if existing is not None and not existing.auto_created:
@@ -603,7 +608,6 @@ class Broker:
         validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         stamp = now_ms()
         cfg = self.config.messages
-        max_delay_ms = round(cfg.max_delay_s * 1000)
         names = {msg.topic for msg in messages}
         for name in names:
             validation.check_name("topic", name)
@@ -623,13 +627,7 @@ class Broker:
                 body_encoding=msg.body_encoding,
                 born_host=msg.born_host,
             )
-            if msg.deliver_at_ms < 0:
-                raise InvalidArgumentError(f"messages[{i}].deliver_at is before the epoch")
-            if msg.deliver_at_ms - stamp > max_delay_ms:
-                raise InvalidArgumentError(
-                    f"messages[{i}] is due in {(msg.deliver_at_ms - stamp) / 1000:.0f}s: at "
-                    f"most {cfg.max_delay_s:.0f}s (max_delay_s) ahead is allowed"
-                )
+            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
         # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
         self.store.check_room(sum(len(msg.body) + _RECORD_OVERHEAD for msg in messages))
         topics = {name: await self._topic_for_send(name) for name in names}
@@ -978,12 +976,14 @@ class Broker:
 
     def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
         pop = self.config.pop
-        validation.check_range("max_messages", max_messages, 1, pop.max_batch)
-        validation.check_range(
-            "invisible_duration", invisible_s, pop.min_invisible_s, pop.max_invisible_s, "s"
-        )
-        validation.check_range(
-            "long_polling_timeout", wait_s, 0, self.config.long_polling.max_timeout_s, "s"
+        validation.check_pop_arguments(
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            max_batch=pop.max_batch,
+            min_invisible_s=pop.min_invisible_s,
+            max_invisible_s=pop.max_invisible_s,
+            max_wait_s=self.config.long_polling.max_timeout_s,
         )
 
     async def pop(
@@ -1654,9 +1654,7 @@ class Broker:
         give a failed message back with a short retry delay.
         """
         validation.check_name("group", group)
-        validation.check_range(
-            "invisible_duration", invisible_s, 0, self.config.pop.max_invisible_s, "s"
-        )
+        validation.check_invisible(invisible_s, 0, self.config.pop.max_invisible_s)
         return await self._move(self._group(group), handle, round(invisible_s * 1000))
 
     async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int:
@@ -1790,11 +1788,7 @@ class Broker:
     # keep their own position (the Spark connector's offset mode, queue-exclusive consumers).
 
     def _check_queue_id(self, info: TopicInfo, queue_id: int) -> None:
-        if not 0 <= queue_id < info.queues:
-            raise InvalidArgumentError(
-                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {info.name!r} "
-                f"has {info.queues} queues"
-            )
+        validation.check_queue_id(info.name, info.queues, queue_id)
 
     def pull(
         self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
@@ -1813,11 +1807,7 @@ class Broker:
         validation.check_range("max_messages", max_messages, 1, PULL_MAX_MESSAGES)
         low = self._min_offset(info.topic_id, queue_id)
         high = self._max_offset(info.topic_id, queue_id)
-        if not 0 <= offset <= high:
-            raise InvalidArgumentError(
-                f"offset {offset} is outside 0..{high}: topic {topic!r} queue {queue_id} has "
-                f"max_offset {high}"
-            )
+        validation.check_offset(topic, queue_id, offset, high)
         position = max(offset, low)
         end = min(high, position + max_messages)
         found: list[tuple[int, records_pb2.StoredMessage]] = []
@@ -1925,7 +1915,7 @@ class Broker:
                 )
             seen.add(queue_id)
             high = self._max_offset(info.topic_id, queue_id)
-            validation.check_range(f"offset of queue {queue_id}", offset, 0, high)
+            validation.check_range(f"offset of queue {queue_id}", offset, 0, high, field="offset")
         group_info = await self._ensure_group(group)
         info = self._topic(topic)  # deleted while the group was created?
         moves: list[tuple[ConsumeQueue, int]] = []
