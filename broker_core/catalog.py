@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
+from popmq.broker_core.errors import NotFoundError
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.validation import DLQ_PREFIX, RETRY_PREFIX
 
@@ -163,6 +164,29 @@ class Catalog:
         gids = [self._next_group_id, *(g.group_id + 1 for g in self.groups.values())]
         seq = store.get("meta", _SEQ_GROUP)
         self._next_group_id = max(gids + ([keys.decode_u32(seq)] if seq else []))
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicInfo:
+        """The topic named `name`; NOT_FOUND when there is none."""
+        info = self.topics.get(name)
+        if info is None:
+            raise NotFoundError(f"topic {name!r} does not exist; create it first")
+        return info
+
+    def group(self, name: str) -> GroupInfo:
+        """The group named `name`; NOT_FOUND when there is none."""
+        info = self.groups.get(name)
+        if info is None:
+            raise NotFoundError(f"group {name!r} does not exist")
+        return info
+
+    def user_topic_name(self, topic_id: int) -> str:
+        """The user topic a (possibly retry) topic id belongs to, for counters."""
+        info = self.topics_by_id.get(topic_id)
+        if info is None:
+            return ""
+        return info.owner_topic if info.kind == KIND_RETRY else info.name
 
     # -- topics ---------------------------------------------------------------------------
 

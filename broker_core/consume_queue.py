@@ -166,6 +166,17 @@ class ConsumeQueue:
                 moved = True
         return moved
 
+    def reset(self, offset: int) -> None:
+        """Start over at `offset` with nothing in flight (a forced offset reset, whose batch
+        deleted this queue's checkpoints)."""
+        self.chain.clear()
+        self.inflight.clear()
+        self.recovered.clear()
+        self.fifo.clear()
+        self.fifo_ready.clear()
+        self.fifo_held = 0
+        self.committed = self.pop_offset = offset
+
     def __repr__(self) -> str:
         return (
             f"ConsumeQueue({self.lock_key}, committed={self.committed}, "

@@ -7,6 +7,10 @@ share few queues.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from popmq.broker_core.errors import FailedPreconditionError
+
 
 def lock_key(topic: str, group: str, queue_id: int) -> str:
     return f"{topic}@{group}@{queue_id}"
@@ -30,3 +34,17 @@ class QueueLocks:
 
     def held(self, key: str) -> bool:
         return key in self._held
+
+    def acquire_all(self, keys: Iterable[str]) -> list[str]:
+        """Try-lock every key an admin operation changes, or none: FAILED_PRECONDITION if
+        another holds any. Returns the keys taken, for `release`."""
+        taken: list[str] = []
+        for key in keys:
+            if not self.try_acquire(key):
+                for held in taken:
+                    self.release(held)
+                raise FailedPreconditionError(
+                    f"another admin operation is changing {key}; retry when it is done"
+                )
+            taken.append(key)
+        return taken

@@ -2,24 +2,40 @@
 
 A delayed message waits in the `timers` family under (due time, sequence) until the broker's
 timer loop appends it to its queue in one batch with the timer's deletion (see
-Broker._timer_loop). The send returns a recall handle naming that timer entry, signed like
+DelayedMessages below). The send returns a recall handle naming that timer entry, signed like
 a receipt handle so a client can neither forge one nor aim it at another topic, and named
 after the broker like one (handle_text.py) so a proxy can route a recall by the handle.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import struct
 from dataclasses import dataclass
 
-from popmq.broker_core.errors import InvalidArgumentError
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import jobs, keys, validation
+from popmq.broker_core.catalog import Catalog
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from popmq.broker_core.handle_text import (
     SEPARATOR,
     HandleText,
     broker_name_problem,
     name_field,
 )
+from popmq.broker_core.log_limit import RepeatedWarning
+from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.pop.ledger import CK_SEQ_BITS
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.wakeup import Wakeup
+from popmq.broker_core.writer import GroupCommitWriter
+
+log = logging.getLogger(__name__)
 
 VERSION_UNNAMED = 1
 """Version byte of the recall handles issued before they named their broker (the bare
@@ -124,3 +140,150 @@ def _payload_bytes(payload: str) -> bytes:
     if raw is None:
         raise InvalidArgumentError(_NOT_BASE64URL)
     return raw
+
+
+# -- the timer loop -------------------------------------------------------------------------
+
+NEVER = 2**63 - 1
+"""A time after every real deadline (no timer pending)."""
+_CHUNK = 128
+"""Delayed messages fired per write batch, so the loop stays free for pops and acks."""
+_RETRY_MS = 1000
+"""Delay before a delivery that failed to write is tried again."""
+
+
+class DelayedMessages:
+    """Timer entries: their sequence numbers, recall, and the loop that fires due ones."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store: Store,
+        catalog: Catalog,
+        writer: GroupCommitWriter,
+        polling: LongPolling,
+        codec: RecallCodec,
+        epoch: int,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._catalog = catalog
+        self._writer = writer
+        self._polling = polling
+        self._codec = codec
+        self._epoch = epoch
+        self._seq = 0
+        # Earliest due time in the timers family (a lower bound), the loop's wakeup, and
+        # timer keys a move or recall is writing right now.
+        first = store.first_key("timers", b"", keys.timer_key(NEVER, 0))
+        self._next_due_ms = keys.parse_timer_key(first)[0] if first else NEVER
+        self._wakeup = Wakeup()
+        self._moving: set[bytes] = set()
+        # Background retries while writes fail (a full disk): a warning per change or 30 s.
+        self._warning = RepeatedWarning(log)
+
+    def due_at(self, due_ms: int) -> None:
+        """A send stored timers due from `due_ms` on: wake the loop if that is sooner."""
+        if due_ms < self._next_due_ms:
+            self._next_due_ms = due_ms
+            self._wakeup.set()
+
+    @property
+    def next_due_ms(self) -> int:
+        return self._next_due_ms
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a delayed message before it is due; returns its message id."""
+        validation.check_name("topic", topic)
+        info = self._catalog.topic(topic)
+        handle = self._codec.decode(recall_handle)
+        if handle.topic_id != info.topic_id:
+            raise InvalidArgumentError(f"recall_handle belongs to another topic, not {topic!r}")
+        key = keys.timer_key(handle.due_ms, handle.seq)
+        if key in self._moving:
+            raise NotFoundError("the delayed message is being delivered now; it cannot be recalled")
+        data = self._store.get("timers", key)
+        if data is None:
+            raise NotFoundError(
+                "no delayed message waits for this recall_handle: it was delivered or recalled"
+            )
+        record = records_pb2.StoredMessage.FromString(
+            records_pb2.TimerRecord.FromString(data).message
+        )
+        self._moving.add(key)
+        try:
+            await self._writer.submit(lambda b, _: b.delete("timers", key), sync=True)
+        finally:
+            self._moving.discard(key)
+        return record.message_id
+
+    async def loop(self) -> None:
+        """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
+        while True:
+            now = now_ms()
+            if self._next_due_ms <= now:
+                try:
+                    more = await self._fire(now)
+                except PopMQError as exc:
+                    self._warning.warn("delayed-message delivery failed, retrying: %s", exc)
+                    await asyncio.sleep(_RETRY_MS / 1000)
+                    continue
+                if more:
+                    continue
+            timeout = 1.0
+            if self._next_due_ms < NEVER:
+                timeout = min(timeout, max(0.0, (self._next_due_ms - now_ms()) / 1000))
+            await self._wakeup.wait(timeout)
+
+    async def _fire(self, now: int) -> bool:
+        """Move one chunk of due timers; True when more are due."""
+        store = self._store
+        due: list[tuple[bytes, records_pb2.TimerRecord]] = []
+        next_due = NEVER
+        for key, value in store.scan("timers", b"", keys.timer_key(NEVER, 0)):
+            due_ms, _ = keys.parse_timer_key(key)
+            if due_ms > now or len(due) >= _CHUNK:
+                next_due = due_ms
+                break
+            if key in self._moving:
+                continue
+            due.append((key, records_pb2.TimerRecord.FromString(value)))
+        self._next_due_ms = next_due
+        if not due:
+            return False
+        moving = {key for key, _ in due}
+        self._moving |= moving
+        retention_ms = round(self._config.retention.retention_s * 1000)
+        stamp = now_ms()
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> list[tuple[str, int]]:
+            notify = []
+            for key, timer in due:
+                batch.delete("timers", key)
+                topic = self._catalog.topics_by_id.get(timer.topic_id)
+                if topic is None:
+                    continue  # the topic was deleted while the message waited
+                queue_id = timer.queue_id % topic.queues
+                record = records_pb2.StoredMessage.FromString(timer.message)
+                record.store_time_ms = stamp
+                jobs.store_indexed(
+                    batch, offsets, topic.topic_id, queue_id, record, stamp, retention_ms
+                )
+                notify.append((topic.name, queue_id))
+            return notify
+
+        try:
+            moved: list[tuple[str, int]] = await self._writer.submit(apply, sync=False)
+        finally:
+            self._moving -= moving
+        counts: dict[tuple[str, int], int] = {}
+        for where in moved:
+            counts[where] = counts.get(where, 0) + 1
+        for (name, queue_id), count in counts.items():
+            self._polling.notify(name, count, queue_id=queue_id)
+        return next_due <= now_ms()
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return (self._epoch << CK_SEQ_BITS) | self._seq

@@ -80,20 +80,36 @@ class Health:
     """The server's serving status, published through grpc.health.v1.
 
     The overall status ("") and one per registered service follow the server: NOT_SERVING
-    until `serving()`, NOT_SERVING again (for good) from `shutting_down()`.
+    until `serving()`, NOT_SERVING again (for good) from `failed()` (the broker can no longer
+    do its job: an orchestrator should restart the server) or `shutting_down()`.
     """
 
     def __init__(self) -> None:
         self.servicer = health_aio.HealthServicer()
         self.ready = False
+        self.failure: str | None = None
+        """Why health turned NOT_SERVING while the server runs (see `failed`), or None."""
+        self._services: tuple[str, ...] = ()
 
     async def starting(self) -> None:
         await self.servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def serving(self, services: Sequence[str]) -> None:
+        self._services = tuple(services)
+        status = health_pb2.HealthCheckResponse.SERVING
+        if self.failure is not None:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", *services):
-            await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.servicer.set(name, status)
         self.ready = True
+
+    async def failed(self, reason: str) -> None:
+        """Answer NOT_SERVING from now on; RPCs are still served (acks may still work)."""
+        if self.failure is not None:
+            return
+        self.failure = reason
+        for name in ("", *self._services):
+            await self.servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def shutting_down(self) -> None:
         self.ready = False

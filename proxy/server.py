@@ -170,6 +170,8 @@ class PopMQServer:
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
         self._opened = False
+        # The task turning health NOT_SERVING after a broker failure (held so it runs).
+        self._health_update: asyncio.Task[None] | None = None
 
     @property
     def services(self) -> list[str]:
@@ -232,6 +234,7 @@ class PopMQServer:
             await self.stop()
             raise
         self._opened = True
+        self.broker.add_failure_listener(self._broker_failed)
         if self.metrics is not None:
             self.metrics.watch(self.broker, _version())
         # Servicers registered on `server` from here join the running gRPC server.
@@ -260,6 +263,11 @@ class PopMQServer:
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         log.info("serving %s (event loop: %s)", ", ".join(self._late.service_names), loop)
         return self.port
+
+    def _broker_failed(self, reason: str) -> None:
+        """A background task of the broker died: health turns NOT_SERVING, saying why."""
+        log.error("health turns NOT_SERVING: %s", reason)
+        self._health_update = asyncio.get_running_loop().create_task(self.health.failed(reason))
 
     async def stop(self) -> None:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""

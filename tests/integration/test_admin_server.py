@@ -11,8 +11,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popmq import Admin, Message, Producer
 from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
+from popmq.broker_core import keys
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import DataDirError
+from popmq.broker_core.types import NewMessage
 from popmq.proxy.server import PopMQServer, ServerConfig
 from tests.integration.server import ServerThread
 
@@ -95,3 +97,44 @@ def test_server_info_reports_version_uptime_store_and_config(server: ServerThrea
     assert info.config["store.data_dir"] == f'"{server.data_dir}"'
     assert info.config["pop.max_batch"] == "32"
     assert info.config["metrics.listen"] == '""'
+
+
+def test_a_dead_background_task_turns_health_not_serving_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A corrupt stored record kills the revive loop: redelivery stops, so health must say
+    NOT_SERVING (an orchestrator restarts the server) instead of only logging."""
+
+    async def scenario() -> None:
+        server = PopMQServer(_config(tmp_path / "data"))
+        port = await server.start()
+        broker = server.broker
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                watch = health.Watch(health_pb2.HealthCheckRequest())
+                assert (await watch.read()).status == SERVING
+                info = await broker.create_topic("t", 1)
+                await broker.send([NewMessage("t", b"m")])
+                [popped] = await broker.pop("g", "t", invisible_s=1, wait_s=0)
+                # The real fault: the message's record is garbage when revive reads it.
+                batch = broker.store.batch()
+                key = keys.message_key(info.topic_id, 0, popped.offset)
+                batch.put("messages", key, b"\xff\xff\xff")
+                broker.store.write(batch, sync=False)
+
+                status = await asyncio.wait_for(watch.read(), timeout=10)
+                assert status.status == NOT_SERVING
+                assert broker.failure is not None
+                assert "popmq-revive" in broker.failure
+                assert server.health.failure == broker.failure
+                for service in ("", "popmq.v1.AdminService", "popmq.v1.MessagingService"):
+                    answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
+                    assert answer.status == NOT_SERVING, service
+                assert "health turns NOT_SERVING: background task popmq-revive died" in (
+                    caplog.text
+                )
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -135,13 +135,13 @@ def test_a_revive_storm_is_moved_in_small_chunks_each_message_once(
                 got = await broker.pop("g", "t", max_messages=32, invisible_s=1, wait_s=0)
                 popped += len(got)
             chunks: list[int] = []
-            real_revive = broker._revive
+            real_revive = broker._reviver.revive
 
             async def counting_revive(due):  # type: ignore[no-untyped-def]
                 chunks.append(sum(len(ck.unresolved()) for ck in due))
                 await real_revive(due)
 
-            broker._revive = counting_revive  # type: ignore[method-assign]
+            broker._reviver.revive = counting_revive  # type: ignore[method-assign]
             await wait_until(lambda: broker.stats.revived[("g", "t")] == 1000, timeout_s=10)
             assert sum(chunks) == 1000
             # A chunk of ~2,000 held the loop ~90 ms; 128 (+ one checkpoint) holds it a few ms.

@@ -200,3 +200,18 @@ def test_checkpoint_record_round_trips_with_its_bits() -> None:
     assert back.unresolved() == [1]
     assert back.persisted is True
     assert not back.done
+
+
+def test_reset_starts_over_at_the_offset_with_nothing_in_flight() -> None:
+    cq = _queue(committed=5)
+    ck = _ck(cq, 5, 8)
+    cq.add(ck)
+    cq.recovered.append((9, 12))
+    fifo = _ck(cq, 8, 9, chained=False)
+    fifo.fifo_group = "order-1"
+    fifo.held = True
+    cq.fifo_enqueue(fifo)
+    cq.reset(2)
+    assert (cq.committed, cq.pop_offset) == (2, 2)
+    assert not cq.chain and not cq.inflight and not cq.recovered
+    assert not cq.fifo and not cq.fifo_ready and cq.fifo_held == 0

@@ -1,0 +1,131 @@
+"""Creation on first use (RocketMQ auto-create): groups, retry topics, dead-letter topics and
+sent-to topics, each created once even when many first users arrive together.
+
+Every creation writes its catalog record in a synced batch, then registers it in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from popmq.broker_core.catalog import (
+    KIND_DLQ,
+    KIND_RETRY,
+    MESSAGE_TYPE_NORMAL,
+    Catalog,
+    GroupInfo,
+    TopicInfo,
+    dlq_topic_name,
+    retry_topic_name,
+)
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.errors import AlreadyExistsError, PopMQError
+from popmq.broker_core.writer import GroupCommitWriter
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class AutoCreate:
+    """Creates catalog entries, sharing one creation among concurrent first users."""
+
+    def __init__(
+        self, config: BrokerConfig, *, catalog: Catalog, writer: GroupCommitWriter
+    ) -> None:
+        self._config = config
+        self._catalog = catalog
+        self._writer = writer
+        # Creations in progress (group name / retry key), so concurrent first uses share one.
+        self._creating: dict[object, asyncio.Future[Any]] = {}
+
+    async def once(self, key: object, create: Callable[[], Awaitable[_T]]) -> _T:
+        """Run `create` once for concurrent first users of `key`; they all get its result."""
+        pending = self._creating.get(key)
+        if pending is not None:
+            shared: _T = await asyncio.shield(pending)
+            return shared
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._creating[key] = future
+        try:
+            result = await create()
+        except PopMQError as exc:
+            future.set_exception(exc)
+            future.exception()  # marked retrieved: concurrent waiters re-raise it themselves
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._creating[key]
+
+    async def topic(
+        self, name: str, queues: int, kind: int, message_type: int = MESSAGE_TYPE_NORMAL
+    ) -> TopicInfo:
+        """Write and register a topic of any kind; ALREADY_EXISTS when one of the same name
+        was registered while the record was written."""
+        info = self._catalog.new_topic(
+            name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
+        )
+        await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
+        if name in self._catalog.topics:  # created concurrently while we wrote
+            raise AlreadyExistsError(f"topic {name!r} already exists")
+        self._catalog.register_topic(info)
+        return info
+
+    async def group(self, name: str) -> GroupInfo:
+        """The group, created with default settings on first use (RocketMQ auto-create)."""
+        info = self._catalog.groups.get(name)
+        if info is not None:
+            return info
+
+        async def create() -> GroupInfo:
+            defaults = self._config.groups
+            new = self._catalog.new_group(
+                name,
+                max_delivery_attempts=defaults.max_delivery_attempts,
+                retry_backoff_ms=tuple(round(d * 1000) for d in defaults.retry_backoff_s),
+                now_ms=now_ms(),
+                auto_created=True,
+            )
+            await self._writer.submit(lambda b, _: self._catalog.write_group(b, new), sync=True)
+            self._catalog.register_group(new)
+            log.info("group %s created on first use", name)
+            return new
+
+        return await self.once(("group", name), create)
+
+    async def retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
+        """The group's retry queue for `topic` (one queue), created on first use."""
+        key = (group.group_id, topic.topic_id)
+        info = self._catalog.retry_topics.get(key)
+        if info is not None:
+            return info
+
+        async def create() -> TopicInfo:
+            new = self._catalog.new_topic(
+                retry_topic_name(group.name, topic.name),
+                1,
+                kind=KIND_RETRY,
+                now_ms=now_ms(),
+                owner_group=group.name,
+                owner_topic=topic.name,
+            )
+            await self._writer.submit(
+                lambda b, _: self._catalog.write_topic(b, new, group_id=group.group_id), sync=True
+            )
+            self._catalog.register_topic(new, group_id=group.group_id)
+            return new
+
+        return await self.once(("retry", key), create)
+
+    async def dlq(self, group: GroupInfo) -> TopicInfo:
+        """`%DLQ%<group>` (one queue), created when the group first dead-letters."""
+        name = dlq_topic_name(group.name)
+        info = self._catalog.topics.get(name)
+        if info is not None:
+            return info
+        return await self.once(("dlq", name), lambda: self.topic(name, 1, KIND_DLQ))

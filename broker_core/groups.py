@@ -1,0 +1,371 @@
+"""Consumer groups: create, update, read and delete them with their settings.
+
+One path creates a group explicitly (`create`): the group record, its settings record and
+the start offsets of its subscribed topics go in one batch. A group created by first use is
+made by autocreate.py with default settings and may be given settings by a later `create`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+
+from popmq.broker_core import keys, validation
+from popmq.broker_core.catalog import Catalog, GroupInfo
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.consume_queues import ConsumeQueues
+from popmq.broker_core.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+)
+from popmq.broker_core.filters import parse_filter
+from popmq.broker_core.group_settings import CONSUME_FROM_CODES, GroupSettingsStore, settings_key
+from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.offsets import OffsetReads, QueueOffsets
+from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.queue_lock import QueueLocks
+from popmq.broker_core.store import Batch
+from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
+from popmq.broker_core.writer import GroupCommitWriter
+
+log = logging.getLogger(__name__)
+
+
+class Groups:
+    """Group administration; every change is one synced batch, then memory."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        catalog: Catalog,
+        writer: GroupCommitWriter,
+        offsets: QueueOffsets,
+        offset_reads: OffsetReads,
+        queues: ConsumeQueues,
+        ledger: Ledger,
+        settings: GroupSettingsStore,
+        locks: QueueLocks,
+        polling: LongPolling,
+        forget_pop_counts: Callable[[int], None],
+    ) -> None:
+        self._config = config
+        self._catalog = catalog
+        self._writer = writer
+        self._offsets = offsets
+        self._offset_reads = offset_reads
+        self._queues = queues
+        self._ledger = ledger
+        self._settings = settings
+        self._locks = locks
+        self._polling = polling
+        self._forget_pop_counts = forget_pop_counts
+
+    def get_group(self, name: str) -> GroupInfo:
+        validation.check_name("group", name)
+        return self._catalog.group(name)
+
+    def list_groups(self) -> list[GroupInfo]:
+        return sorted(self._catalog.groups.values(), key=lambda g: g.name)
+
+    def group_settings(self, name: str) -> GroupSettings:
+        """A group's FIFO flag, subscriptions, consume_from and backoff policy."""
+        validation.check_name("group", name)
+        return self._settings.load(self._catalog.group(name).group_id)
+
+    def _backoff_delays(
+        self, retry_backoff_s: Sequence[float] | None, exponential: ExponentialBackoff | None
+    ) -> tuple[float, ...] | None:
+        """The nack delay list from a list or an exponential policy; None when neither."""
+        if retry_backoff_s and exponential is not None:
+            raise InvalidArgumentError(
+                "give either retry_backoff (a list) or exponential_backoff, not both"
+            )
+        if exponential is None:
+            return tuple(retry_backoff_s) if retry_backoff_s else None
+        top = self._config.pop.max_invisible_s
+        validation.check_range("exponential_backoff.initial", exponential.initial_s, 1, top, "s")
+        validation.check_range(
+            "exponential_backoff.max", exponential.max_s, exponential.initial_s, top, "s"
+        )
+        validation.check_range("exponential_backoff.multiplier", exponential.multiplier, 1, 10)
+        delays: list[float] = []
+        delay = exponential.initial_s
+        # The last entry repeats, so the list stops at the cap (RocketMQ: 32 exponents).
+        while len(delays) < validation.MAX_BACKOFF_ENTRIES:
+            delays.append(min(delay, exponential.max_s))
+            if delay >= exponential.max_s or exponential.multiplier == 1:
+                break
+            delay *= exponential.multiplier
+        return tuple(delays)
+
+    def _check_backoff(self, backoff: Sequence[float]) -> None:
+        if len(backoff) > validation.MAX_BACKOFF_ENTRIES:
+            raise InvalidArgumentError(
+                f"retry_backoff has {len(backoff)} entries: at most "
+                f"{validation.MAX_BACKOFF_ENTRIES} are allowed"
+            )
+        for i, delay in enumerate(backoff):
+            validation.check_range(
+                f"retry_backoff[{i}]",
+                delay,
+                1,
+                self._config.pop.max_invisible_s,
+                "s",
+                field="retry_backoff",
+            )
+
+    def _check_settings(self, settings: GroupSettings) -> GroupSettings:
+        """Validate subscriptions and consume_from; returns them with subscriptions sorted."""
+        seen: set[str] = set()
+        for i, sub in enumerate(settings.subscriptions):
+            validation.check_name(f"subscriptions[{i}].topic", sub.topic, allow_dlq=True)
+            if sub.topic in seen:
+                raise InvalidArgumentError(
+                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
+                )
+            seen.add(sub.topic)
+            self._catalog.topic(sub.topic)
+            parse_filter(sub.expression, sub.filter_type)
+        if settings.consume_from not in CONSUME_FROM_CODES:
+            raise InvalidArgumentError(
+                f"consume_from {settings.consume_from!r} is not one of "
+                f"{', '.join(CONSUME_FROM_CODES)}"
+            )
+        if settings.consume_from == "timestamp" and settings.consume_from_ms <= 0:
+            raise InvalidArgumentError("consume_from timestamp needs consume_from_time")
+        return dataclasses.replace(
+            settings, subscriptions=tuple(sorted(settings.subscriptions, key=lambda s: s.topic))
+        )
+
+    def _consume_from_starts(
+        self, group_id: int, settings: GroupSettings
+    ) -> list[tuple[int, int, int]]:
+        """(topic_id, queue_id, offset) where the group starts in every queue of its
+        subscribed topics that it has never consumed (RocketMQ ConsumeFromWhere)."""
+        starts: list[tuple[int, int, int]] = []
+        for sub in settings.subscriptions:
+            info = self._catalog.topic(sub.topic)
+            at: dict[int, int] = {}
+            if settings.consume_from == "timestamp":
+                at = dict(self._offset_reads.offsets_at(sub.topic, settings.consume_from_ms))
+            for queue_id in range(info.queues):
+                if (group_id, info.topic_id, queue_id) in self._queues:
+                    continue
+                if settings.consume_from == "last":
+                    offset = self._offsets.max_offset(info.topic_id, queue_id)
+                elif settings.consume_from == "timestamp":
+                    offset = at[queue_id]
+                else:
+                    offset = self._offsets.min_offset(info.topic_id, queue_id)
+                starts.append((info.topic_id, queue_id, offset))
+        return starts
+
+    async def _write_group(
+        self, info: GroupInfo, settings: GroupSettings, starts: list[tuple[int, int, int]]
+    ) -> None:
+        """Write the group record, its settings and its starting offsets in one batch."""
+        record = self._settings.record(settings)
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            self._catalog.write_group(batch, info)
+            batch.put("meta", settings_key(info.group_id), record)
+            for topic_id, queue_id, offset in starts:
+                batch.put(
+                    "offsets",
+                    keys.offset_key(info.group_id, topic_id, queue_id),
+                    keys.encode_u64(offset),
+                )
+
+        await self._writer.submit(apply, sync=True)
+        self._settings.written(info.group_id, settings)
+
+    async def create(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        settings: GroupSettings | None = None,
+    ) -> GroupInfo:
+        """Create a group with every admin setting, atomically; a group that exists only
+        because it was used (auto-created) takes the settings."""
+        validation.check_name("group", name)
+        settings = self._check_settings(settings or GroupSettings())
+        defaults = self._config.groups
+        attempts = (
+            defaults.max_delivery_attempts
+            if max_delivery_attempts is None
+            else max_delivery_attempts
+        )
+        validation.check_range(
+            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
+        )
+        backoff = (
+            self._backoff_delays(retry_backoff_s, settings.exponential_backoff)
+            or defaults.retry_backoff_s
+        )
+        self._check_backoff(backoff)
+        existing = self._catalog.groups.get(name)
+        if existing is not None and not existing.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        info = self._catalog.new_group(
+            name,
+            max_delivery_attempts=attempts,
+            retry_backoff_ms=tuple(round(d * 1000) for d in backoff),
+            now_ms=existing.create_time_ms if existing else now_ms(),
+            auto_created=False,
+            group_id=existing.group_id if existing else None,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        await self._write_group(info, settings, starts)
+        current = self._catalog.groups.get(name)
+        if current is not None and not current.auto_created:
+            raise AlreadyExistsError(f"group {name!r} already exists")
+        self._catalog.register_group(info)
+        self._queues.place(info.group_id, starts)
+        log.info(
+            "group %s created: fifo=%s subscriptions=%s consume_from=%s",
+            name,
+            settings.fifo,
+            [s.topic for s in settings.subscriptions],
+            settings.consume_from,
+        )
+        return info
+
+    async def update(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool | None = None,
+        set_subscriptions: Sequence[Subscription] = (),
+        remove_subscriptions: Sequence[str] = (),
+        consume_from: str | None = None,
+        consume_from_ms: int = 0,
+    ) -> GroupInfo:
+        """Change a group's settings; None / empty arguments keep the current value.
+
+        A newly subscribed topic starts where consume_from says; queues the group already
+        consumed keep their offsets. Deliveries in flight keep their deadlines.
+        """
+        validation.check_name("group", name)
+        current = self._catalog.group(name)
+        old = self._settings.load(current.group_id)
+        attempts = (
+            current.max_delivery_attempts
+            if max_delivery_attempts is None
+            else max_delivery_attempts
+        )
+        validation.check_range(
+            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
+        )
+        backoff_ms = current.retry_backoff_ms
+        exponential = old.exponential_backoff
+        delays = self._backoff_delays(retry_backoff_s, exponential_backoff)
+        if delays is not None:
+            self._check_backoff(delays)
+            backoff_ms = tuple(round(d * 1000) for d in delays)
+            exponential = exponential_backoff
+        subs = {s.topic: s for s in old.subscriptions}
+        for topic in remove_subscriptions:
+            if topic not in subs:
+                raise InvalidArgumentError(
+                    f"group {name!r} does not subscribe to topic {topic!r}; it subscribes to "
+                    f"{', '.join(sorted(subs)) or 'nothing'}"
+                )
+            del subs[topic]
+        for i, sub in enumerate(set_subscriptions):
+            if any(s.topic == sub.topic for s in set_subscriptions[:i]):
+                raise InvalidArgumentError(
+                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
+                )
+            subs[sub.topic] = sub
+        settings = self._check_settings(
+            GroupSettings(
+                fifo=old.fifo if fifo is None else fifo,
+                subscriptions=tuple(subs.values()),
+                consume_from=old.consume_from if consume_from is None else consume_from,
+                consume_from_ms=old.consume_from_ms if consume_from is None else consume_from_ms,
+                exponential_backoff=exponential,
+            )
+        )
+        info = self._catalog.new_group(
+            name,
+            max_delivery_attempts=attempts,
+            retry_backoff_ms=backoff_ms,
+            now_ms=current.create_time_ms,
+            auto_created=False,
+            group_id=current.group_id,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        await self._write_group(info, settings, starts)
+        if self._catalog.groups.get(name) is not current:
+            raise FailedPreconditionError(f"group {name!r} changed while it was updated; retry")
+        self._catalog.register_group(info)
+        self._queues.place(info.group_id, starts)
+        log.info("group %s updated", name)
+        return info
+
+    async def delete(self, name: str, *, force: bool = False) -> None:
+        """Delete a group, its offsets, settings, retry queues and in-flight state.
+
+        Refused while the group has messages in flight unless forced. Its dead-letter topic
+        stays: it is an ordinary topic, deleted on its own.
+        """
+        validation.check_name("group", name)
+        info = self._catalog.group(name)
+        gid = info.group_id
+        queues = [cq for (g, _, _), cq in self._queues.items() if g == gid]
+        inflight = sum(len(cq.inflight) for cq in queues)
+        if inflight and not force:
+            raise FailedPreconditionError(
+                f"group {name!r} has {inflight} messages in flight; wait until they are "
+                "acked or redelivered, or delete with force"
+            )
+        retries = {k: t for k, t in self._catalog.retry_topics.items() if k[0] == gid}
+        cks = self._ledger.select(lambda ck: ck.queue.group_id == gid)
+        locked = self._locks.acquire_all(cq.lock_key for cq in queues)
+        try:
+
+            def apply(batch: Batch, _: QueueOffsets) -> None:
+                batch.delete("meta", keys.group_meta_key(name))
+                batch.delete("meta", settings_key(gid))
+                for (g, tid), retry in retries.items():
+                    batch.delete("meta", keys.retry_meta_key(g, tid))
+                    start, end = keys.topic_range(retry.topic_id)
+                    batch.delete_range("messages", start, end)
+                batch.delete_range(
+                    "offsets", keys.offset_key(gid, 0, 0), keys.offset_key(gid + 1, 0, 0)
+                )
+                for ck in cks:
+                    if ck.persisted:
+                        batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
+                        batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
+
+            await self._writer.submit(apply, sync=True)
+        finally:
+            for lock_key in locked:
+                self._locks.release(lock_key)
+        if self._catalog.groups.get(name) is info:
+            del self._catalog.groups[name]
+            self._settings.forget(gid)
+        self._catalog.groups_by_id.pop(gid, None)
+        for retry_key, retry in retries.items():
+            self._catalog.retry_topics.pop(retry_key, None)
+            self._catalog.topics_by_id.pop(retry.topic_id, None)
+            self._offsets.forget_topic(retry.topic_id)
+        topics = {cq.topic for cq in queues}
+        for queue_key in [k for k in self._queues if k[0] == gid]:
+            self._queues.remove(queue_key)
+        self._ledger.drop_checkpoints(self._ledger.select(lambda ck: ck.queue.group_id == gid))
+        self._forget_pop_counts(gid)
+        for topic in topics:
+            # Held pops of the group look again and find it gone.
+            self._polling.notify(topic, self._config.long_polling.max_per_key, group=name)
+        log.info("deleted group %s (%d in-flight messages dropped)", name, inflight)

@@ -1,0 +1,104 @@
+"""Write jobs and record helpers that several broker components submit or build.
+
+A job is `apply(batch, offsets)`, run by the GroupCommitWriter inside its flush (writer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import keys, message_index
+from popmq.broker_core.store import Batch, Store
+
+if TYPE_CHECKING:  # offsets.py imports this module
+    from popmq.broker_core.offsets import QueueOffsets
+
+
+def noop(batch: Batch, offsets: QueueOffsets) -> None:
+    """A job that only waits for the flush (the flush hook writes the state)."""
+
+
+def ignore_result(future: asyncio.Future[Any]) -> None:
+    """Housekeeping writes may fail (disk full); they are redone by the next recovery."""
+    if not future.cancelled():
+        future.exception()
+
+
+def delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]:
+    """A job deleting meta records (expired superseded-handle records)."""
+
+    def apply(batch: Batch, offsets: QueueOffsets) -> None:
+        for key in meta_keys:
+            batch.delete("meta", key)
+
+    return apply
+
+
+def delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], None]:
+    """A job deleting the messages in [start, end) with one range tombstone."""
+
+    def apply(batch: Batch, offsets: QueueOffsets) -> None:
+        batch.delete_range("messages", start, end)
+
+    return apply
+
+
+def store_indexed(
+    batch: Batch,
+    offsets: QueueOffsets,
+    topic_id: int,
+    queue_id: int,
+    record: records_pb2.StoredMessage,
+    stamp_ms: int,
+    retention_ms: int,
+) -> int:
+    """Store a message that was sent before (a due timer, a redriven dead letter) at the end
+    of a queue, with its id and key index entries; its dedup entry from the send stays as it
+    is. Returns its offset."""
+    offset = offsets.allocate(topic_id, queue_id)
+    batch.put("messages", keys.message_key(topic_id, queue_id, offset), record.SerializeToString())
+    expiries = message_index.Expiries()
+    message_index.write_entries(
+        batch,
+        expiries,
+        topic_id=topic_id,
+        queue_id=queue_id,
+        offset=offset,
+        message_id=record.message_id,
+        dedup_id="",
+        message_keys=record.keys,
+        stamp_ms=stamp_ms,
+        retention_ms=retention_ms,
+        dedup_window_ms=0,
+    )
+    expiries.put(batch)
+    return offset
+
+
+def sweep(
+    store: Store,
+    markers: list[tuple[bytes, list[bytes]]],
+    now: int,
+    ttl: dict[bytes, int],
+    batch: Batch,
+    _: QueueOffsets,
+) -> None:
+    """A job (with its first arguments bound) deleting expired index entries."""
+    message_index.sweep_batch(store, batch, markers, now, ttl)
+
+
+def redelivery_copy(
+    data: bytes, source: str, queue_id: int, offset: int, stamp_ms: int
+) -> records_pb2.StoredMessage:
+    """A stored message copied for a retry or dead-letter topic: stored now, and pointing
+    at where it first lived (a copy of a copy keeps the first origin)."""
+    copy = records_pb2.StoredMessage.FromString(data)
+    copy.store_time_ms = stamp_ms
+    if not copy.origin_topic:
+        copy.origin_topic = source
+        copy.origin_queue_id = queue_id
+        copy.origin_offset = offset
+    return copy

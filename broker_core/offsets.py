@@ -1,0 +1,346 @@
+"""Queue offsets: where each queue's messages start and end, and where groups read by offset.
+
+`QueueOffsets` caches every queue's bounds (the writer assigns offsets inside its flush;
+retention moves the min offset up) and finds offsets by store time. `OffsetReads` serves the
+group-less reads by offset, offset commits and offset-at-time lookups, for readers that keep
+their own position (the Spark connector's offset mode, queue-exclusive consumers).
+
+Threading: everything here runs on the event loop; a store-time lookup is a binary search of
+point reads (microseconds each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import jobs, keys, validation
+from popmq.broker_core.budget import ResponseBudget
+from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from popmq.broker_core.store import Store
+from popmq.broker_core.types import ConsumerOffset, PulledMessages
+
+if TYPE_CHECKING:  # the writer imports this module: these are for annotations only
+    from popmq.broker_core.autocreate import AutoCreate
+    from popmq.broker_core.catalog import Catalog, TopicInfo
+    from popmq.broker_core.config import BrokerConfig
+    from popmq.broker_core.consume_queue import ConsumeQueue
+    from popmq.broker_core.consume_queues import ConsumeQueues
+    from popmq.broker_core.lifecycle import Lifecycle
+    from popmq.broker_core.long_polling import LongPolling
+    from popmq.broker_core.pop.ledger import Ledger
+    from popmq.broker_core.writer import GroupCommitWriter
+
+PULL_MAX_MESSAGES = 1024
+"""Most messages one pull returns."""
+PULL_DEFAULT_MESSAGES = 256
+"""A pull stops once it read this many body bytes (it returns at least one message)."""
+_PULL_CHUNK = 64
+"""Keys read per multi_get of a pull, so 4 MiB bodies never pile up beyond the byte cap."""
+
+
+class QueueOffsets:
+    """Next offset of every queue: committed (visible to readers) and tentative (in a flush)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        # committed[(topic_id, queue_id)]: offset the next stored message will get. Readers
+        # never see beyond it. Guarded by running on the loop thread only.
+        self._committed: dict[tuple[int, int], int] = {}
+        self._tentative: dict[tuple[int, int], int] = {}
+        # min[(topic_id, queue_id)]: smallest offset still stored (retention moves it up).
+        self._min: dict[tuple[int, int], int] = {}
+
+    def max_offset(self, topic_id: int, queue_id: int) -> int:
+        """Offset the next message of the queue will get (= messages ever stored)."""
+        key = (topic_id, queue_id)
+        value = self._committed.get(key)
+        if value is None:
+            value = self._load(topic_id, queue_id)
+            self._committed[key] = value
+        return value
+
+    def min_offset(self, topic_id: int, queue_id: int) -> int:
+        """Smallest offset still stored (= max_offset for an empty queue)."""
+        key = (topic_id, queue_id)
+        value = self._min.get(key)
+        if value is None:
+            prefix = keys.queue_prefix(topic_id, queue_id)
+            first = self._store.first_key(
+                "messages", prefix, keys.queue_prefix(topic_id, queue_id + 1)
+            )
+            value = (
+                self.max_offset(topic_id, queue_id) if first is None else keys.message_offset(first)
+            )
+            self._min[key] = value
+        return value
+
+    def set_min_offset(self, topic_id: int, queue_id: int, offset: int) -> None:
+        """Record that retention deleted everything below `offset`."""
+        self._min[(topic_id, queue_id)] = offset
+
+    def allocate(self, topic_id: int, queue_id: int, count: int = 1) -> int:
+        """Reserve `count` offsets in the current flush; returns the first."""
+        key = (topic_id, queue_id)
+        first = self._tentative.get(key)
+        if first is None:
+            first = self.max_offset(topic_id, queue_id)
+        self._tentative[key] = first + count
+        return first
+
+    def commit(self) -> list[tuple[int, int]]:
+        """Publish the flush's offsets; returns the queues that grew."""
+        grown = list(self._tentative)
+        self._committed.update(self._tentative)
+        self._tentative.clear()
+        return grown
+
+    def rollback(self) -> None:
+        self._tentative.clear()
+
+    def forget_all(self) -> None:
+        """Drop every cached offset: the next use of a queue reads its bounds from the store."""
+        self._committed.clear()
+        self._min.clear()
+
+    def forget_topic(self, topic_id: int) -> None:
+        for table in (self._committed, self._min):
+            for key in [k for k in table if k[0] == topic_id]:
+                del table[key]
+
+    def _load(self, topic_id: int, queue_id: int) -> int:
+        prefix = keys.queue_prefix(topic_id, queue_id)
+        last = self._store.last_key("messages", prefix, keys.queue_prefix(topic_id, queue_id + 1))
+        return 0 if last is None else keys.message_offset(last) + 1
+
+    def store_time(self, topic_id: int, queue_id: int, offset: int) -> int:
+        """Store time of one message; -1 when it is already gone (treated as old)."""
+        data = self._store.get("messages", keys.message_key(topic_id, queue_id, offset))
+        if data is None:
+            return -1  # already gone: treat as old
+        return records_pb2.StoredMessage.FromString(data).store_time_ms
+
+    def offset_at(self, topic_id: int, queue_id: int, timestamp_ms: int) -> int:
+        """First offset stored at or after timestamp_ms (max_offset when none is): store
+        times grow with offsets within a queue, so a binary search of point reads."""
+        lo = self.min_offset(topic_id, queue_id)
+        hi = self.max_offset(topic_id, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.store_time(topic_id, queue_id, mid) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def check_queue_id(info: TopicInfo, queue_id: int) -> None:
+    """INVALID_ARGUMENT unless `queue_id` is one of the topic's queues."""
+    validation.check_queue_id(info.name, info.queues, queue_id)
+
+
+class OffsetReads:
+    """Group-less reads by offset, offset commits and offset-at-time lookups."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store: Store,
+        catalog: Catalog,
+        offsets: QueueOffsets,
+        writer: GroupCommitWriter,
+        ledger: Ledger,
+        queues: ConsumeQueues,
+        create: AutoCreate,
+        polling: LongPolling,
+        life: Lifecycle,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._catalog = catalog
+        self._offsets = offsets
+        self._writer = writer
+        self._ledger = ledger
+        self._queues = queues
+        self._create = create
+        self._polling = polling
+        self._life = life
+
+    def pull(
+        self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
+    ) -> PulledMessages:
+        """Read one queue from `offset` on, without a group and without changing any state.
+
+        Stops after max_messages, at the end of the queue, or before the message that would
+        pass the answer's byte budget (budget.py: always at least one message), so a client
+        with gRPC's default receive limit can read the answer.
+        A read below the queue's min offset (deleted by retention) starts at the min offset;
+        the caller compares and decides whether that is data loss.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        info = self._catalog.topic(topic)
+        check_queue_id(info, queue_id)
+        validation.check_range("max_messages", max_messages, 1, PULL_MAX_MESSAGES)
+        low = self._offsets.min_offset(info.topic_id, queue_id)
+        high = self._offsets.max_offset(info.topic_id, queue_id)
+        validation.check_offset(topic, queue_id, offset, high)
+        position = max(offset, low)
+        end = min(high, position + max_messages)
+        found: list[tuple[int, records_pb2.StoredMessage]] = []
+        response = ResponseBudget()
+        full = False
+        while position < end and not full:
+            chunk_end = min(end, position + response.reads(_PULL_CHUNK))
+            values = self._store.multi_get(
+                "messages",
+                [keys.message_key(info.topic_id, queue_id, o) for o in range(position, chunk_end)],
+            )
+            for at, value in zip(range(position, chunk_end), values, strict=True):
+                if value is not None:
+                    response.saw(len(value))
+                if value is not None and not response.take(len(value)):
+                    full = True  # the answer is full: next_offset is this message
+                    break
+                position = at + 1
+                if value is None:
+                    continue  # deleted by retention after we read the min offset
+                found.append((at, records_pb2.StoredMessage.FromString(value)))
+        return PulledMessages(
+            topic=info.name,
+            queue_id=queue_id,
+            messages=found,
+            min_offset=low,
+            max_offset=high,
+            next_offset=position,
+        )
+
+    async def await_messages(
+        self, topic: str, positions: Mapping[int, int], wait_s: float
+    ) -> list[tuple[int, int]]:
+        """Wait until a queue of `topic` holds messages past its position in `positions`
+        (queue id -> offset), or `wait_s` passed; returns (queue id, max offset) of each
+        queue that did, in queue order (empty after the wait).
+
+        The whole request is checked before any waiting; a wake-up checks only the queues
+        that received messages (LongPolling.watch), so many held calls cost a send only
+        the calls that watch its queue.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        info = self._catalog.topic(topic)
+        validation.check_range(
+            "long_polling_timeout", wait_s, 0, self._config.long_polling.max_timeout_s, "s"
+        )
+        if not positions:
+            raise InvalidArgumentError("positions is empty: give at least one queue and offset")
+        for queue_id, offset in positions.items():
+            if not 0 <= queue_id < info.queues:
+                raise InvalidArgumentError(
+                    f"positions has queue id {queue_id}: the topic's queues are "
+                    f"0..{info.queues - 1}"
+                )
+            if offset < 0:
+                raise InvalidArgumentError(f"positions has offset {offset}: use >= 0")
+
+        def ready(queue_ids: Iterable[int]) -> list[tuple[int, int]]:
+            found = []
+            for queue_id in queue_ids:
+                high = self._offsets.max_offset(info.topic_id, queue_id)
+                if high > positions[queue_id]:
+                    found.append((queue_id, high))
+            return found
+
+        found = ready(sorted(positions))
+        if found or wait_s <= 0 or self._life.draining:
+            return found
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_s
+        # No await between the check above and watching: an arrival cannot slip between.
+        watch = self._polling.watch(topic, positions)
+        try:
+            while not found:
+                remaining = give_up - loop.time()
+                if remaining <= 0 or self._life.draining:
+                    break
+                await asyncio.wait([watch.future], timeout=remaining)
+                if self._catalog.topics.get(topic) is not info:
+                    raise NotFoundError(f"topic {topic!r} was deleted while waiting")
+                found = ready(watch.take_moved())
+        finally:
+            self._polling.unwatch(watch)
+        return found
+
+    async def commit_offsets(
+        self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
+    ) -> None:
+        """Set the group's offset in some queues of a topic, all or none, durably.
+
+        For groups that read by offset. A queue where the group has popped messages still in
+        flight is refused: moving its offset would break the POP bookkeeping of those.
+        """
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        if not offsets:
+            raise InvalidArgumentError("a commit needs at least one queue offset")
+        info = self._catalog.topic(topic)
+        seen: set[int] = set()
+        for queue_id, offset in offsets:
+            check_queue_id(info, queue_id)
+            if queue_id in seen:
+                raise InvalidArgumentError(
+                    f"queue {queue_id} appears twice; commit one offset per queue"
+                )
+            seen.add(queue_id)
+            high = self._offsets.max_offset(info.topic_id, queue_id)
+            validation.check_range(f"offset of queue {queue_id}", offset, 0, high, field="offset")
+        group_info = await self._create.group(group)
+        info = self._catalog.topic(topic)  # deleted while the group was created?
+        moves: list[tuple[ConsumeQueue, int]] = []
+        for queue_id, offset in offsets:
+            cq = self._queues.queue(group_info, info, queue_id)
+            if cq.chain or cq.inflight:
+                raise FailedPreconditionError(
+                    f"group {group!r} has popped messages in flight in topic {topic!r} queue "
+                    f"{queue_id}; commit offsets only where the group reads by offset, not "
+                    "by Pop"
+                )
+            moves.append((cq, offset))
+        for cq, offset in moves:
+            cq.committed = cq.pop_offset = offset
+            cq.recovered.clear()
+            self._ledger.write_offset(cq)
+        await self._writer.submit(jobs.noop, sync=True)
+
+    def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
+        """The group's offset in every queue of the topic (where it would start if none)."""
+        validation.check_name("group", group)
+        validation.check_name("topic", topic, allow_dlq=True)
+        group_info = self._catalog.group(group)
+        info = self._catalog.topic(topic)
+        result = []
+        for queue_id in range(info.queues):
+            cq = self._queues.get(group_info.group_id, info.topic_id, queue_id)
+            if cq is None:
+                result.append(
+                    ConsumerOffset(
+                        queue_id, self._offsets.min_offset(info.topic_id, queue_id), False
+                    )
+                )
+            else:
+                result.append(ConsumerOffset(queue_id, cq.committed, True))
+        return result
+
+    def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]:
+        """(queue_id, first offset stored at or after timestamp_ms) per queue (RocketMQ
+        searchOffset); max_offset when nothing is. A binary search of point reads per queue:
+        store times grow with offsets within a queue.
+        """
+        validation.check_name("topic", topic, allow_dlq=True)
+        validation.check_range("timestamp_ms", timestamp_ms, 0, keys.MAX_OFFSET)
+        info = self._catalog.topic(topic)
+        return [
+            (queue_id, self._offsets.offset_at(info.topic_id, queue_id, timestamp_ms))
+            for queue_id in range(info.queues)
+        ]

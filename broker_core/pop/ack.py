@@ -1,0 +1,311 @@
+"""Ack, nack, change-invisible-time and dead-letter: what a consumer does with a delivery.
+
+Each resolves a receipt handle to the live checkpoint entry it names (`_resolve_handle`,
+which also tells a stale, superseded, expired or lost handle apart). A move (nack, change
+invisible time) makes a fresh persisted single-message checkpoint and records the old handle
+as superseded in the same batch; memory changes only after that batch committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import jobs, keys, validation
+from popmq.broker_core.autocreate import AutoCreate
+from popmq.broker_core.catalog import Catalog, GroupInfo
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.consume_queues import ConsumeQueues
+from popmq.broker_core.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    NotFoundError,
+    PopMQError,
+    ReceiptHandleExpiredError,
+    ReceiptHandleLostError,
+    ReceiptHandleSupersededError,
+)
+from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.fifo import Fifo
+from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.superseded import SupersededHandles
+from popmq.broker_core.stats import BrokerStats
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.writer import GroupCommitWriter
+
+
+class Acks:
+    """Resolves receipt handles and applies a consumer's verdict on each delivery."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store: Store,
+        catalog: Catalog,
+        writer: GroupCommitWriter,
+        ledger: Ledger,
+        queues: ConsumeQueues,
+        superseded: SupersededHandles,
+        fifo: Fifo,
+        create: AutoCreate,
+        codec: ReceiptCodec,
+        polling: LongPolling,
+        stats: BrokerStats,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._catalog = catalog
+        self._writer = writer
+        self._ledger = ledger
+        self._queues = queues
+        self._superseded = superseded
+        self._fifo = fifo
+        self._create = create
+        self._codec = codec
+        self._polling = polling
+        self._stats = stats
+
+    def _resolve_handle(
+        self, group: GroupInfo, text: str, now: int
+    ) -> tuple[Checkpoint, int] | None:
+        """The live checkpoint and index a handle refers to; None when already acked."""
+        handle = self._codec.decode(text)
+        if handle.group_id != group.group_id:
+            other = self._catalog.groups_by_id.get(handle.group_id)
+            raise InvalidReceiptHandleError(
+                f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
+                f"not {group.name!r}"
+            )
+        if (handle.ck_id, handle.ck_index) in self._superseded:
+            raise _superseded()
+        if handle.topic_id not in self._catalog.topics_by_id:
+            raise FailedPreconditionError(
+                "the topic of this receipt handle was deleted; there is nothing to acknowledge"
+            )
+        cq = self._queues.get(handle.group_id, handle.topic_id, handle.queue_id)
+        owner = cq.inflight.get(handle.offset) if cq is not None else None
+        ck = self._ledger.get(handle.ck_id)
+        if (
+            ck is None
+            or handle.ck_index >= len(ck.offsets)
+            or ck.offsets[handle.ck_index] != handle.offset
+        ):
+            # No live checkpoint. In this boot that means finished (acked, or moved and then
+            # superseded above). A handle of an earlier boot may instead name a checkpoint
+            # the crash lost before it was persisted: then the consumer offset never passed
+            # the message and it will be popped again, so "acked" would be a lie.
+            earlier_boot = self._ledger.of_earlier_boot(handle.ck_id)
+            if owner is not None:
+                raise _lost() if earlier_boot else _superseded()
+            if handle.deadline_ms <= now:
+                raise _expired(now - handle.deadline_ms)
+            if earlier_boot and (cq is None or handle.offset >= cq.committed):
+                raise _lost()
+            return None
+        bit = 1 << handle.ck_index
+        if ck.acked & bit:
+            return None  # acked before: a repeated ack is idempotent
+        if ck.revived & bit:
+            raise _expired(now - handle.deadline_ms)
+        if ck.resolved & bit or owner is not ck:
+            raise _superseded()
+        if handle.deadline_ms <= now:
+            raise _expired(now - handle.deadline_ms)
+        return ck, handle.ck_index
+
+    async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
+        """Acknowledge deliveries; one result per handle (None = acked, or acked before)."""
+        validation.check_name("group", group)
+        if not handles:
+            raise InvalidArgumentError("ack needs at least one receipt handle")
+        group_info = self._catalog.group(group)
+        now = now_ms()
+        results: list[PopMQError | None] = []
+        touched: dict[int, Checkpoint] = {}
+        acked: dict[int, int] = {}  # topic id -> acks
+        for text in handles:
+            try:
+                found = self._resolve_handle(group_info, text, now)
+            except PopMQError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            if found is None:
+                continue
+            ck, index = found
+            topic_id = ck.queue.topic_id
+            acked[topic_id] = acked.get(topic_id, 0) + 1
+            ck.resolved |= 1 << index
+            ck.acked |= 1 << index
+            ck.queue.release(ck, index)
+            touched[ck.ck_id] = ck
+        for topic_id, count in acked.items():
+            self._stats.acked[(group, self._catalog.user_topic_name(topic_id))] += count
+        must_write = any(ck.persisted for ck in touched.values())
+        for ck in touched.values():
+            self._ledger.finish(ck)
+        if must_write:
+            await self._writer.submit(jobs.noop, sync=False)
+        return results
+
+    async def change_invisible_time(
+        self, group: str, handle: str, invisible_s: float
+    ) -> tuple[str, int]:
+        """Give one delivery a new deadline; returns (new handle, invisible_until_ms).
+
+        Unlike a pop's, the new invisible time may be below the minimum, down to 0 s
+        (visible at once), as RocketMQ's ChangeInvisibleDuration allows: clients use it to
+        give a failed message back with a short retry delay.
+        """
+        validation.check_name("group", group)
+        validation.check_invisible(invisible_s, 0, self._config.pop.max_invisible_s)
+        return await self._move(self._catalog.group(group), handle, round(invisible_s * 1000))
+
+    async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int:
+        """Redeliver after delay_s, or after the group's backoff; returns the redeliver time."""
+        validation.check_name("group", group)
+        group_info = self._catalog.group(group)
+        if delay_s is not None:
+            validation.check_range("delay", delay_s, 0, self._config.pop.max_invisible_s, "s")
+            delay_ms = round(delay_s * 1000)
+        else:
+            found = self._resolve_handle(group_info, handle, now_ms())
+            if found is None:
+                raise FailedPreconditionError("the message was already acknowledged")
+            ck, index = found
+            data = self._store.get(
+                "messages",
+                keys.message_key(ck.queue.topic_id, ck.queue.queue_id, ck.offsets[index]),
+            )
+            attempt = records_pb2.StoredMessage.FromString(data).delivery_attempt if data else 1
+            if ck.fifo_group:
+                attempt = ck.attempt  # redelivered in place: the record keeps the first
+            delay_ms = group_info.backoff_ms(attempt)
+        _, until = await self._move(group_info, handle, delay_ms)
+        topic_name = self._catalog.user_topic_name(self._codec.decode(handle).topic_id)
+        self._stats.nacked[(group, topic_name)] += 1
+        return until
+
+    async def dead_letter(self, group: str, handle: str) -> str:
+        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue).
+
+        The copy is written first and the delivery resolved after the write commits, so a
+        failure leaves the message with its consumer; returns the DLQ topic's name.
+        """
+        validation.check_name("group", group)
+        group_info = self._catalog.group(group)
+        found = self._resolve_handle(group_info, handle, now_ms())
+        if found is None:
+            raise FailedPreconditionError("the message was already acknowledged")
+        ck, index = found
+        cq = ck.queue
+        offset = ck.offsets[index]
+        data = self._store.get("messages", keys.message_key(cq.topic_id, cq.queue_id, offset))
+        source = self._catalog.topics_by_id.get(cq.topic_id)
+        if data is None or source is None:
+            raise NotFoundError("the message was deleted (retention or topic deletion)")
+        copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
+        copy.delivery_attempt = 1
+        target = await self._create.dlq(group_info)
+        payload = copy.SerializeToString()
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> None:
+            at = offsets.allocate(target.topic_id, 0)
+            batch.put("messages", keys.message_key(target.topic_id, 0, at), payload)
+
+        await self._writer.submit(apply, sync=self._config.store.flush == "sync")
+        bit = 1 << index
+        if not ck.resolved & bit and cq.inflight.get(offset) is ck:
+            self._stats.dead_lettered[(group, self._catalog.user_topic_name(cq.topic_id))] += 1
+            if ck.fifo_group:
+                ck.revived = ck.full
+                self._fifo.finish(ck, acked=False)
+            else:
+                ck.resolved |= bit
+                ck.revived |= bit
+                cq.release(ck, index)
+                self._ledger.finish(ck)
+        self._polling.notify(target.name, 1)
+        return target.name
+
+    async def _move(self, group: GroupInfo, text: str, invisible_ms: int) -> tuple[str, int]:
+        """Move one delivery to a new single-message checkpoint with a new deadline.
+
+        Like RocketMQ's ChangeInvisibleTime: a fresh checkpoint, persisted at once, then the
+        old entry resolved. Until the write commits the old entry is "moving": its handle is
+        already refused, but the offset cannot pass it yet.
+        """
+        now = now_ms()
+        found = self._resolve_handle(group, text, now)
+        if found is None:
+            raise FailedPreconditionError("the message was already acknowledged")
+        old, index = found
+        bit = 1 << index
+        offset = old.offsets[index]
+        cq = old.queue
+        new = Checkpoint(
+            ck_id=self._ledger.next_ck_id(),
+            queue=cq,
+            range_start=offset,
+            range_end=offset + 1,
+            offsets=[offset],
+            pop_time_ms=now,
+            deadline_ms=now + invisible_ms,
+            chained=False,
+        )
+        new.persisted = True
+        new.fifo_group = old.fifo_group
+        new.attempt = old.attempt
+        cq.inflight[offset] = new  # refuses the old handle from now on (superseded)
+        record = new.to_record()
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            batch.put("checkpoints", keys.checkpoint_key(new.ck_id), record)
+            batch.put("revive", keys.revive_key(new.deadline_ms, new.ck_id), b"")
+            # Remembered across restarts until the old deadline: a stale handle stays refused.
+            SupersededHandles.write(batch, old.ck_id, index, old.deadline_ms)
+
+        try:
+            await self._writer.submit(apply, sync=False)
+        except PopMQError:
+            if cq.inflight.get(offset) is new:
+                cq.inflight[offset] = old
+            raise
+        old.resolved |= bit
+        self._superseded.remember(old.ck_id, index, old.deadline_ms)
+        self._ledger.track(new)
+        if old.fifo_group:
+            cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
+        self._ledger.finish(old)
+        handle = self._codec.encode(
+            ReceiptHandle(
+                cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms
+            )
+        )
+        return handle, new.deadline_ms
+
+
+def _superseded() -> ReceiptHandleSupersededError:
+    return ReceiptHandleSupersededError(
+        "receipt handle was superseded by ChangeInvisibleTime or Nack; use the newest handle"
+    )
+
+
+def _lost() -> ReceiptHandleLostError:
+    return ReceiptHandleLostError(
+        "this delivery is no longer tracked (the server restarted before recording it); the "
+        "message is delivered again with a new handle"
+    )
+
+
+def _expired(ago_ms: int) -> ReceiptHandleExpiredError:
+    return ReceiptHandleExpiredError(
+        f"receipt handle expired {ago_ms / 1000:.3f}s ago (its invisible time passed); the "
+        "message is delivered again with a new handle"
+    )

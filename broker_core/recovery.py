@@ -1,0 +1,130 @@
+"""Boot: the broker's identity (receipt key, boot epoch) and the recovery of in-flight state
+from the store.
+
+Recovery rebuilds consumer offsets and persisted checkpoints; its cost grows with in-flight
+state only, never with the number of stored messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import data_dir, keys
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.consume_queues import ConsumeQueues
+from popmq.broker_core.errors import StoreFullError
+from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.superseded import SupersededHandles
+from popmq.broker_core.store import Batch, Store
+
+log = logging.getLogger(__name__)
+
+_SECRET_KEY = b"secret:receipt"
+_BOOT_KEY = b"boot:epoch"
+
+
+class BootIdentity:
+    """The receipt key and this boot's epoch (the high bits of checkpoint and timer ids)."""
+
+    def __init__(self, store: Store, directory: Path) -> None:
+        self._directory = directory
+        self.secret = b""
+        self.epoch = 0
+        self._boot_unsaved = True
+        self._load(store)
+
+    @property
+    def unsaved(self) -> bool:
+        """The epoch is not stored yet (read-only open): the next write must carry it."""
+        return self._boot_unsaved
+
+    def _load(self, store: Store) -> None:
+        """Load the receipt key (data_dir.py) and count this boot in the epoch.
+
+        An older store's key moves out of RocksDB into `receipt.key` (its handles stay
+        valid) and is purged from the database files. On a store that opened read-only
+        (full disk) the new epoch rides along with the first write that succeeds
+        (`save_boot`): ids made before it are never persisted without it.
+        """
+        legacy = store.get("meta", _SECRET_KEY)
+        self.secret = data_dir.load_receipt_key(self._directory, legacy)
+        epoch_bytes = store.get("meta", _BOOT_KEY)
+        self.epoch = (keys.decode_u32(epoch_bytes) if epoch_bytes else 0) + 1
+        self._boot_unsaved = True
+        if store.read_only:
+            return
+        batch = store.batch()
+        self.save_boot(batch)
+        try:
+            store.write(batch, sync=True)
+        except StoreFullError:
+            return  # the disk filled since the open: the first write that succeeds saves it
+        self._boot_unsaved = False
+        if legacy is not None:
+            store.purge("meta")
+            log.info("receipt key moved from the database to %s", data_dir.KEY_FILE)
+
+    def save_boot(self, batch: Batch) -> None:
+        """Flush hook: put the boot epoch (and drop a legacy key) until a write carried it."""
+        if self._boot_unsaved:
+            batch.put("meta", _BOOT_KEY, keys.encode_u32(self.epoch))
+            batch.delete("meta", _SECRET_KEY)
+
+    def boot_saved(self, grown: list[tuple[int, int]]) -> None:
+        self._boot_unsaved = False
+
+
+def recover(
+    store: Store,
+    *,
+    queues: ConsumeQueues,
+    ledger: Ledger,
+    superseded: SupersededHandles,
+    offsets: QueueOffsets,
+) -> int:
+    """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only."""
+    for key, value in store.scan("offsets", b"", b"\xff" * 13):
+        group_id, topic_id, queue_id = keys.parse_offset_key(key)
+        queues.new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
+    count = 0
+    stale = store.batch()
+    superseded.recover(store, now_ms(), stale)
+    for key, _ in store.scan("revive", b"", b"\xff" * 17):
+        _, ck_id = keys.parse_revive_key(key)
+        data = store.get("checkpoints", keys.checkpoint_key(ck_id))
+        record = records_pb2.CheckpointRecord.FromString(data) if data else None
+        cq = None
+        if record is not None:
+            where = (record.group_id, record.topic_id, record.queue_id)
+            cq = queues.get(*where)
+            if cq is None:
+                # The group never committed an offset in this queue: it starts where a
+                # new group starts, the earliest retained message.
+                cq = queues.new_queue(*where, offsets.min_offset(*where[1:]))
+        if record is None or cq is None:
+            stale.delete("revive", key)
+            stale.delete("checkpoints", keys.checkpoint_key(ck_id))
+            continue
+        ck = Checkpoint.from_record(record, cq)
+        if ck.done:
+            stale.delete("revive", key)
+            stale.delete("checkpoints", keys.checkpoint_key(ck_id))
+            continue
+        if ck.chained and ck.range_start >= cq.committed:
+            cq.recovered.append((ck.range_start, ck.range_end))
+        cq.add(ck)
+        if ck.fifo_group:
+            cq.fifo_enqueue(ck)
+        ledger.recovered(ck)
+        count += 1
+    for cq in queues.values():
+        cq.recovered.sort()
+        cq.pop_offset = cq.committed
+        cq.advance()
+    if len(stale) and not store.read_only:  # else the next start drops them
+        store.write(stale, sync=False)
+    return count

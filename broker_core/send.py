@@ -1,0 +1,333 @@
+"""The send path: check a send, choose each message's queue, deduplicate, store in one batch.
+
+A send is one write job: its messages' records, index entries and (for delayed messages)
+timer entries are one batch, with offsets assigned inside it (crash-safety rule 1 in
+broker.py); long pollers are woken only after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import jobs, keys, message_index, validation
+from popmq.broker_core.autocreate import AutoCreate
+from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPE_MIXED, Catalog, TopicInfo
+from popmq.broker_core.clock import now_ms
+from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.dedup import PendingDedup, duplicate_of
+from popmq.broker_core.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
+from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.message_id import MessageIdGenerator
+from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.stats import BrokerStats
+from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.timer import DelayedMessages, RecallCodec, RecallHandle
+from popmq.broker_core.types import NewMessage, SendResult
+from popmq.broker_core.writer import GroupCommitWriter
+
+RECORD_OVERHEAD = 1024
+"""Bytes a send stores beyond its bodies, per message (record fields, index entries), as
+`Store.check_room` counts them."""
+
+
+class QueueChooser:
+    """Which queue of a topic a new message goes to (sends, and redriven dead letters)."""
+
+    def __init__(self) -> None:
+        # topic_id -> next round-robin queue. Guarded by running on the loop thread only.
+        self._send_rr: dict[int, int] = {}
+
+    def choose(self, topic: TopicInfo, message_group: str) -> int:
+        """A message group always goes to the same queue (stable hash); others round-robin."""
+        if message_group:
+            return zlib.crc32(message_group.encode()) % topic.queues
+        queue_id = self._send_rr.get(topic.topic_id, 0) % topic.queues
+        self._send_rr[topic.topic_id] = queue_id + 1
+        return queue_id
+
+
+class Sender:
+    """Stores sent messages (and delayed ones as timers)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store: Store,
+        catalog: Catalog,
+        writer: GroupCommitWriter,
+        create: AutoCreate,
+        chooser: QueueChooser,
+        timers: DelayedMessages,
+        recall_codec: RecallCodec,
+        polling: LongPolling,
+        stats: BrokerStats,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._catalog = catalog
+        self._writer = writer
+        self._create = create
+        self._choose_queue = chooser.choose
+        self._timers = timers
+        self._recall_codec = recall_codec
+        self._polling = polling
+        self._stats = stats
+        self._ids = MessageIdGenerator()
+        self._dedup = PendingDedup()
+
+    async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
+        """Store the messages atomically; with sync flush, return after the fsync.
+
+        A message whose dedup id was sent to the same topic within the dedup window is not
+        stored again: its result is the first send's, with `duplicate` set. A message due in
+        the future waits in the timers family and gets a recall handle instead of an offset.
+        """
+        if not messages:
+            raise InvalidArgumentError("a send needs at least one message")
+        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
+        # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
+        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
+        stamp = now_ms()
+        cfg = self._config.messages
+        names = {msg.topic for msg in messages}
+        for name in names:
+            validation.check_name("topic", name)
+        for i, msg in enumerate(messages):
+            validation.check_message(
+                i,
+                body=msg.body,
+                tag=msg.tag,
+                keys=msg.keys,
+                properties=msg.properties,
+                message_id=msg.message_id,
+            )
+            validation.check_message_extras(
+                i,
+                message_group=msg.message_group,
+                dedup_id=msg.dedup_id,
+                body_encoding=msg.body_encoding,
+                born_host=msg.born_host,
+            )
+            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
+        # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
+        self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
+        topics = {name: await self._topic_for_send(name) for name in names}
+        for i, msg in enumerate(messages):
+            kind = _message_type(msg)
+            topic = topics[msg.topic]
+            if not topic.accepts(kind):
+                raise FailedPreconditionError(
+                    f"messages[{i}] is a {kind} message but topic {topic.name!r} is a "
+                    f"{topic.message_type_name} topic"
+                    + (
+                        "; transactional sends are not supported yet"
+                        if topic.message_type_name == "transaction"
+                        else f" and accepts only {topic.message_type_name} messages"
+                        if topic.message_type_name != "mixed"
+                        else ""
+                    )
+                )
+        window_ms = round(cfg.dedup_window_s * 1000)
+        results: list[SendResult | None] = [None] * len(messages)
+        # One future for the whole send: a concurrent send repeating one of its dedup ids
+        # waits on it and reads its entry (index into the stored list) from PendingDedup.
+        done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(jobs.ignore_result)
+        later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
+        mine: list[tuple[int, str]] = []
+        plan: list[_Planned] = []
+        ids = [msg.message_id or self._ids.next() for msg in messages]
+        hits = message_index.find_duplicates(
+            self._store,
+            [
+                (topics[msg.topic].topic_id, msg.dedup_id or mid, mid)
+                for msg, mid in zip(messages, ids, strict=True)
+            ],
+            stamp,
+            window_ms,
+        )
+        pending_sends = self._dedup
+        for i, msg in enumerate(messages):
+            topic = topics[msg.topic]
+            message_id = ids[i]
+            dedup_id = msg.dedup_id or message_id
+            dkey = (topic.topic_id, dedup_id)
+            pending = pending_sends.waiting(dkey)
+            if pending is not None:
+                later.append((i, *pending))  # the same dedup id is being stored right now
+                continue
+            hit = hits[i]
+            if hit is not None:
+                results[i] = SendResult(
+                    hit.message_id, topic.name, hit.queue_id, hit.offset,
+                    hit.recall_handle, duplicate=True,
+                )  # fmt: skip
+                continue
+            pending_sends.claim(dkey, done, len(plan))
+            mine.append(dkey)
+            timer_seq = self._timers.next_seq() if msg.deliver_at_ms > stamp else 0
+            plan.append(
+                _Planned(i, topic, self._choose_queue(topic, msg.message_group),
+                         _stored_record(msg, message_id, stamp), dedup_id, timer_seq)
+            )  # fmt: skip
+        retention_ms = round(self._config.retention.retention_s * 1000)
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
+            out = []
+            expiries = message_index.Expiries()
+            for p in plan:
+                r = p.record
+                recall = ""
+                if p.timer_seq:
+                    recall = self._recall_codec.encode(
+                        RecallHandle(p.topic.topic_id, r.deliver_at_ms, p.timer_seq)
+                    )
+                    timer = records_pb2.TimerRecord(
+                        topic_id=p.topic.topic_id,
+                        queue_id=p.queue_id,
+                        message=r.SerializeToString(),
+                    )
+                    key = keys.timer_key(r.deliver_at_ms, p.timer_seq)
+                    batch.put("timers", key, timer.SerializeToString())
+                    offset = -1
+                else:
+                    offset = offsets.allocate(p.topic.topic_id, p.queue_id)
+                    batch.put(
+                        "messages",
+                        keys.message_key(p.topic.topic_id, p.queue_id, offset),
+                        r.SerializeToString(),
+                    )
+                message_index.write_entries(
+                    batch,
+                    expiries,
+                    topic_id=p.topic.topic_id,
+                    queue_id=p.queue_id,
+                    offset=offset,
+                    message_id=r.message_id,
+                    dedup_id=p.dedup_id,
+                    message_keys=r.keys,
+                    stamp_ms=stamp,
+                    retention_ms=retention_ms,
+                    dedup_window_ms=window_ms,
+                    recall_handle=recall,
+                )
+                out.append(SendResult(r.message_id, p.topic.name, p.queue_id, offset, recall))
+            expiries.put(batch)
+            return out
+
+        try:
+            stored: list[SendResult] = await self._writer.submit(
+                apply, sync=self._config.store.flush == "sync"
+            )
+        except BaseException as exc:
+            done.set_exception(
+                exc if isinstance(exc, Exception) else UnavailableError("the send was cancelled")
+            )
+            raise
+        else:
+            done.set_result(stored)
+        finally:
+            pending_sends.release(mine, done)
+        for p, result in zip(plan, stored, strict=True):
+            results[p.index] = result
+        for i, earlier, j in later:
+            results[i] = duplicate_of((await earlier)[j])
+        counts: dict[str, int] = {}
+        arrivals: dict[tuple[str, int], int] = {}
+        due_soon = self._timers.next_due_ms
+        for result, p in zip(stored, plan, strict=True):
+            if p.timer_seq:
+                due_soon = min(due_soon, p.record.deliver_at_ms)
+                continue
+            counts[result.topic] = counts.get(result.topic, 0) + 1
+            grew = (result.topic, result.queue_id)
+            arrivals[grew] = arrivals.get(grew, 0) + 1
+        self._timers.due_at(due_soon)
+        self._stats.sent.update(counts)
+        # Per queue, so a pop held on one queue is woken by what lands there and never
+        # spends a wake-up meant for a pop held on another.
+        for (topic_name, queue_id), count in arrivals.items():
+            self._polling.notify(topic_name, count, queue_id=queue_id)
+        return [r for r in results if r is not None]
+
+    async def _topic_for_send(self, name: str) -> TopicInfo:
+        info = self._catalog.topics.get(name)
+        if info is not None and info.kind == KIND_NORMAL:
+            return info
+        if info is not None:
+            raise InvalidArgumentError(
+                f"topic {name!r} is a dead-letter topic; it can only be read"
+            )
+        if not self._config.auto_create_topics:
+            raise NotFoundError(f"topic {name!r} does not exist; create it first")
+        try:
+            return await self._create.topic(
+                name, self._config.default_topic_queues, KIND_NORMAL, MESSAGE_TYPE_MIXED
+            )
+        except AlreadyExistsError:
+            return self._catalog.topic(name)
+
+
+@dataclass(slots=True)
+class _Planned:
+    """One message of a send that will be stored (not a duplicate)."""
+
+    index: int
+    topic: TopicInfo
+    queue_id: int
+    record: records_pb2.StoredMessage
+    dedup_id: str
+    timer_seq: int
+    """Non-zero for a delayed message: its timers-family sequence."""
+
+
+def _stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> records_pb2.StoredMessage:
+    """The record a sent message is stored as.
+
+    Empty fields are left out of the constructor: upb converts every keyword it is given, and
+    the empty ones cost 4x the rest (7.3 vs 1.9 us for a plain 1 KiB message).
+    """
+    record = records_pb2.StoredMessage(
+        message_id=message_id,
+        body=msg.body,
+        born_time_ms=msg.born_time_ms or stamp_ms,
+        store_time_ms=stamp_ms,
+        delivery_attempt=1,
+    )
+    if msg.tag:
+        record.tag = msg.tag
+    if msg.keys:
+        record.keys.extend(msg.keys)
+    if msg.properties:
+        record.properties.update(msg.properties)
+    if msg.message_group:
+        record.message_group = msg.message_group
+    if msg.deliver_at_ms:
+        record.deliver_at_ms = msg.deliver_at_ms
+    if msg.body_encoding:
+        record.body_encoding = msg.body_encoding
+    if msg.dedup_id:
+        record.dedup_id = msg.dedup_id
+    if msg.born_host:
+        record.born_host = msg.born_host
+    return record
+
+
+def _message_type(msg: NewMessage) -> str:
+    """RocketMQ's rule: a message group makes it FIFO, a delivery time makes it DELAY."""
+    if msg.message_group:
+        return "fifo"
+    if msg.deliver_at_ms:
+        return "delay"
+    return "normal"
