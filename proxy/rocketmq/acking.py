@@ -8,6 +8,7 @@ inflight what became of it. Runs on the server's event loop; the broker writes.
 from __future__ import annotations
 
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq.broker_core import validation
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import PopMQError
 from popmq.proxy.rocketmq import codes, convert
@@ -84,12 +85,7 @@ class Acks:
         )
         # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
         # with its retry delay, which can be 0 (the Node.js client's always is).
-        longest = self._broker.config.pop.max_invisible_s
-        if not 0 <= invisible <= longest:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside 0s..{longest:g}s",
-            )
+        validation.check_invisible(invisible, 0, self._broker.config.pop.max_invisible_s)
         current = await self._inflight.current_handle(group, request.receipt_handle)
         try:
             handle, deadline = await self._broker.change_invisible_time(group, current, invisible)

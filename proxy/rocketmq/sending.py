@@ -10,6 +10,7 @@ import time
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
+from popmq.broker_core import validation
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import NotFoundError
 from popmq.proxy.rocketmq import codes, convert
@@ -40,12 +41,7 @@ class Sending:
         """Store the request's messages, all or none; an entry for each."""
         if not request.messages:
             raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
-        limit = self._config.max_request_entries
-        if len(request.messages) > limit:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"messages has {len(request.messages)} entries: at most {limit} are allowed",
-            )
+        validation.check_count("messages", len(request.messages), self._config.max_request_entries)
         now = _now_ms()
         max_delay = self._broker.config.messages.max_delay_s
         budget = convert.InflateBudget(self._config.max_gzip_body_bytes)
