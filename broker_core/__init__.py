@@ -52,6 +52,7 @@ from popmq.broker_core.errors import (
     UnavailableError,
 )
 from popmq.broker_core.filters import (
+    RecordFilter,
     parse_filter,
 )
 from popmq.broker_core.handles import (
@@ -97,9 +98,16 @@ from popmq.broker_core.validation import (
     MAX_SUBSCRIPTIONS,
     MAX_TAG_LENGTH,
     MESSAGE_OVERHEAD_BYTES,
+    check_batch_size,
     check_count,
+    check_delivery_time,
+    check_invisible,
+    check_message,
     check_name,
+    check_offset,
+    check_queue_id,
     check_range,
+    check_tag,
 )
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
@@ -158,6 +166,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "ReceiptHandleExpiredError",
     "ReceiptHandleLostError",
     "ReceiptHandleSupersededError",
+    "RecordFilter",
     "ResetResult",
     "ResourceExhaustedError",
     "RetentionConfig",
@@ -168,9 +177,16 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "Subscription",
     "TopicInfo",
     "UnavailableError",
+    "check_batch_size",
     "check_count",
+    "check_delivery_time",
+    "check_invisible",
+    "check_message",
     "check_name",
+    "check_offset",
+    "check_queue_id",
     "check_range",
+    "check_tag",
     "issuer_of",
     "now_ms",
     "parse_filter",

@@ -168,11 +168,8 @@ class Admin:
         """
         validation.check_name("topic", topic, allow_dlq=True)
         info = self._catalog.topic(topic)
-        if queue_id is not None and not 0 <= queue_id < info.queues:
-            raise InvalidArgumentError(
-                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {topic!r} has "
-                f"{info.queues} queues"
-            )
+        if queue_id is not None:
+            validation.check_queue_id(topic, info.queues, queue_id)
         tid = info.topic_id
         queue_ids = [queue_id] if queue_id is not None else list(range(info.queues))
         cuts = [
@@ -238,10 +235,7 @@ class Admin:
             new = {}
             for q, offset in sorted(offsets.items()):
                 if q not in bounds:
-                    raise InvalidArgumentError(
-                        f"queue_id {q} is outside 0..{info.queues - 1}: topic {topic!r} has "
-                        f"{info.queues} queues"
-                    )
+                    validation.check_queue_id(topic, info.queues, q)
                 low, high = bounds[q]
                 if not low <= offset <= high:
                     raise InvalidArgumentError(
@@ -327,11 +321,8 @@ class Admin:
         if group:
             validation.check_name("group", group)
             group_info = self._catalog.group(group)
-        if queue_id is not None and not 0 <= queue_id < info.queues:
-            raise InvalidArgumentError(
-                f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {topic!r} has "
-                f"{info.queues} queues"
-            )
+        if queue_id is not None:
+            validation.check_queue_id(topic, info.queues, queue_id)
         if offset is not None and queue_id is None:
             raise InvalidArgumentError("an offset needs a queue_id: offsets are per queue")
         tid = info.topic_id

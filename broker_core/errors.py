@@ -3,18 +3,59 @@
 Every error the broker raises is a `PopMQError` subclass whose `code` names the gRPC status
 the proxy answers with (the proxy maps it once, at the boundary) and whose `retriable` says
 whether the same request may succeed later. Messages say what was wrong and what is allowed.
+
+An argument error may also name, in structured fields, the request `field` it is about (a
+stable dotted name: "topic", "message.body", "invisible_duration"), the `value` given (a
+short, bounded text) and what is `allowed` ("1..1024"), so a front end can choose its own
+protocol's code by field (proxy/rocketmq/codes.py) without repeating the rule.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+MAX_VALUE_CHARS = 80
+"""Longest `value` an error keeps: a 4 MiB argument never lands in an error (or a log)."""
+
+
+def shown_value(value: object) -> str:
+    """A short text of what was given: bytes by their size only, anything else by its repr,
+    cut to MAX_VALUE_CHARS."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"{len(value)} B"
+    text = repr(value) if isinstance(value, str) else str(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 3] + "..."
+    return text
+
 
 class PopMQError(Exception):
-    """Root of every error raised by broker_core."""
+    """Root of every error raised by broker_core.
+
+    Args:
+        *args: The message (the human text, which says what is allowed).
+        field: The request field the error is about, as a stable dotted name, or None.
+        value: What was given for it (kept as a short text, see shown_value), or None.
+        allowed: What would have been accepted, as a short text ("1..32", "1 B..4,128,768 B").
+    """
 
     code: ClassVar[str] = "INTERNAL"
     retriable: ClassVar[bool] = False
+    field: str | None = None
+    value: str | None = None
+    allowed: str | None = None
+
+    def __init__(
+        self,
+        *args: object,
+        field: str | None = None,
+        value: object = None,
+        allowed: str | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.field = field
+        self.value = None if value is None else shown_value(value)
+        self.allowed = allowed
 
 
 class InvalidArgumentError(PopMQError, ValueError):

@@ -38,7 +38,10 @@ def parse_tag_expression(expression: str) -> TagFilter:
     if len(expression) > MAX_TAG_EXPRESSION_LENGTH:
         raise InvalidArgumentError(
             f"tag expression is {len(expression)} characters long: at most "
-            f"{MAX_TAG_EXPRESSION_LENGTH} are allowed"
+            f"{MAX_TAG_EXPRESSION_LENGTH} are allowed",
+            field="filter_expression",
+            value=expression,
+            allowed=f"at most {MAX_TAG_EXPRESSION_LENGTH} characters",
         )
     text = expression.strip()
     if text in ("", "*"):
@@ -48,7 +51,10 @@ def parse_tag_expression(expression: str) -> TagFilter:
         tag = part.strip()
         if not tag or "|" in tag or tag == "*":
             raise InvalidArgumentError(
-                f"tag expression {expression!r} is invalid: use '*', 'TagA' or 'TagA || TagB'"
+                f"tag expression {expression!r} is invalid: use '*', 'TagA' or 'TagA || TagB'",
+                field="filter_expression",
+                value=expression,
+                allowed="'*', 'TagA' or 'TagA || TagB'",
             )
         tags.append(tag)
     return TagFilter(frozenset(tags))
@@ -78,5 +84,8 @@ def parse_filter(expression: str, filter_type: str = "tag") -> RecordFilter:
     if filter_type == "sql":
         return RecordFilter(sql=parse_sql_filter(expression))
     raise InvalidArgumentError(
-        f"filter type {filter_type!r} is not supported: use one of {', '.join(FILTER_TYPES)}"
+        f"filter type {filter_type!r} is not supported: use one of {', '.join(FILTER_TYPES)}",
+        field="filter_type",
+        value=filter_type,
+        allowed=", ".join(FILTER_TYPES),
     )

@@ -110,7 +110,12 @@ class Groups:
             )
         for i, delay in enumerate(backoff):
             validation.check_range(
-                f"retry_backoff[{i}]", delay, 1, self._config.pop.max_invisible_s, "s"
+                f"retry_backoff[{i}]",
+                delay,
+                1,
+                self._config.pop.max_invisible_s,
+                "s",
+                field="retry_backoff",
             )
 
     def _check_settings(self, settings: GroupSettings) -> GroupSettings:

@@ -140,11 +140,7 @@ class QueueOffsets:
 
 def check_queue_id(info: TopicInfo, queue_id: int) -> None:
     """INVALID_ARGUMENT unless `queue_id` is one of the topic's queues."""
-    if not 0 <= queue_id < info.queues:
-        raise InvalidArgumentError(
-            f"queue_id {queue_id} is outside 0..{info.queues - 1}: topic {info.name!r} "
-            f"has {info.queues} queues"
-        )
+    validation.check_queue_id(info.name, info.queues, queue_id)
 
 
 class OffsetReads:
@@ -192,11 +188,7 @@ class OffsetReads:
         validation.check_range("max_messages", max_messages, 1, PULL_MAX_MESSAGES)
         low = self._offsets.min_offset(info.topic_id, queue_id)
         high = self._offsets.max_offset(info.topic_id, queue_id)
-        if not 0 <= offset <= high:
-            raise InvalidArgumentError(
-                f"offset {offset} is outside 0..{high}: topic {topic!r} queue {queue_id} has "
-                f"max_offset {high}"
-            )
+        validation.check_offset(topic, queue_id, offset, high)
         position = max(offset, low)
         end = min(high, position + max_messages)
         found: list[tuple[int, records_pb2.StoredMessage]] = []
@@ -338,7 +330,7 @@ class OffsetReads:
                 )
             seen.add(queue_id)
             high = self._offsets.max_offset(info.topic_id, queue_id)
-            validation.check_range(f"offset of queue {queue_id}", offset, 0, high)
+            validation.check_range(f"offset of queue {queue_id}", offset, 0, high, field="offset")
         group_info = await self._create.group(group)
         info = self._catalog.topic(topic)  # deleted while the group was created?
         moves: list[tuple[ConsumeQueue, int]] = []

@@ -100,7 +100,6 @@ class Sender:
         validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         stamp = now_ms()
         cfg = self._config.messages
-        max_delay_ms = round(cfg.max_delay_s * 1000)
         names = {msg.topic for msg in messages}
         for name in names:
             validation.check_name("topic", name)
@@ -120,13 +119,7 @@ class Sender:
                 body_encoding=msg.body_encoding,
                 born_host=msg.born_host,
             )
-            if msg.deliver_at_ms < 0:
-                raise InvalidArgumentError(f"messages[{i}].deliver_at is before the epoch")
-            if msg.deliver_at_ms - stamp > max_delay_ms:
-                raise InvalidArgumentError(
-                    f"messages[{i}] is due in {(msg.deliver_at_ms - stamp) / 1000:.0f}s: at "
-                    f"most {cfg.max_delay_s:.0f}s (max_delay_s) ahead is allowed"
-                )
+            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
         # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
         self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
         topics = {name: await self._topic_for_send(name) for name in names}

@@ -210,12 +210,18 @@ def parse_sql_filter(text: str) -> SqlFilter:
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise InvalidArgumentError(
             f"SQL filter is {len(text)} characters long: at most {MAX_EXPRESSION_LENGTH} "
-            "are allowed"
+            "are allowed",
+            field="filter_expression",
+            value=text,
+            allowed=f"1..{MAX_EXPRESSION_LENGTH} characters",
         )
     if not text.strip():
         raise InvalidArgumentError(
             "SQL filter is empty: write a condition such as amount > 100, "
-            "or use the tag filter '*' to match every message"
+            "or use the tag filter '*' to match every message",
+            field="filter_expression",
+            value=text,
+            allowed="a SQL92 condition",
         )
     return SqlFilter(text, _Parser(text, _tokenize(text)).parse())
 
@@ -375,7 +381,10 @@ def _skip_digits(text: str, index: int) -> int:
 
 def _syntax_error(text: str, position: int, message: str) -> InvalidArgumentError:
     return InvalidArgumentError(
-        f"SQL filter: {message} at position {position + 1}: {_excerpt(text, position)}"
+        f"SQL filter: {message} at position {position + 1}: {_excerpt(text, position)}",
+        field="filter_expression",
+        value=text,
+        allowed="a SQL92 condition",
     )
 
 

@@ -63,41 +63,89 @@ MAX_SUBSCRIPTIONS = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _limit(value: int) -> str:
+    """A number as `allowed` texts show it: with thousands separators."""
+    return f"{value:,}"
+
+
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
-    """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`."""
+    """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`.
+
+    The error's field is `kind` ("topic", "group")."""
+    allowed = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
     if not name:
-        raise InvalidArgumentError(f"{kind} name is empty: use 1 to {MAX_NAME_LENGTH} characters")
+        raise InvalidArgumentError(
+            f"{kind} name is empty: use 1 to {MAX_NAME_LENGTH} characters",
+            field=kind,
+            value=name,
+            allowed=allowed,
+        )
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidArgumentError(
-            f"{kind} name is {len(name)} characters long: at most {MAX_NAME_LENGTH} are allowed"
+            f"{kind} name is {len(name)} characters long: at most {MAX_NAME_LENGTH} are allowed",
+            field=kind,
+            value=name,
+            allowed=allowed,
         )
     if not NAME_PATTERN.match(name):
         raise InvalidArgumentError(
-            f"{kind} name {name!r} is invalid: use only letters, digits, '%', '_' and '-'"
+            f"{kind} name {name!r} is invalid: use only letters, digits, '%', '_' and '-'",
+            field=kind,
+            value=name,
+            allowed=allowed,
         )
     for prefix in RESERVED_PREFIXES:
         if name.startswith(prefix) and not (allow_dlq and prefix == DLQ_PREFIX):
             raise InvalidArgumentError(
                 f"{kind} name {name!r} uses the reserved prefix {prefix!r}"
-                + (" (dead-letter topics can only be read)" if prefix == DLQ_PREFIX else "")
+                + (" (dead-letter topics can only be read)" if prefix == DLQ_PREFIX else ""),
+                field=kind,
+                value=name,
+                allowed=f"no prefix {prefix!r}",
             )
 
 
-def check_range(field: str, value: float, low: float, high: float, unit: str = "") -> None:
-    """Check low <= value <= high, naming the field and the allowed range."""
+def check_range(
+    name: str,
+    value: float,
+    low: float,
+    high: float,
+    unit: str = "",
+    *,
+    field: str | None = None,
+) -> None:
+    """Check low <= value <= high, naming the field and the allowed range.
+
+    `name` is how the message names the argument; `field` (default: `name`) is the
+    error's structured field, for names that carry an index or a queue."""
     if low <= value <= high:
         return
     shown = f"{value:g}{unit}"
+    allowed = f"{low:g}{unit}..{high:g}{unit}"
+    where = name if field is None else field
     if value < low:
-        raise InvalidArgumentError(f"{field} {shown} is below the minimum {low:g}{unit}")
-    raise InvalidArgumentError(f"{field} {shown} is above the maximum {high:g}{unit}")
+        raise InvalidArgumentError(
+            f"{name} {shown} is below the minimum {low:g}{unit}",
+            field=where,
+            value=value,
+            allowed=allowed,
+        )
+    raise InvalidArgumentError(
+        f"{name} {shown} is above the maximum {high:g}{unit}",
+        field=where,
+        value=value,
+        allowed=allowed,
+    )
 
 
 def check_count(field: str, count: int, limit: int, what: str = "entries") -> None:
     """Check a request's list length before any per-entry work, naming the limit."""
     if count > limit:
         raise InvalidArgumentError(
-            f"{field} has {count} {what}: at most {limit} are allowed in one request"
+            f"{field} has {count} {what}: at most {limit} are allowed in one request",
+            field=field,
+            value=count,
+            allowed=f"at most {_limit(limit)} {what}",
         )
 
 
@@ -107,7 +155,85 @@ def check_send_size(messages: int, body_bytes: int) -> None:
     if body_bytes > MAX_SEND_BODY_BYTES:
         raise InvalidArgumentError(
             f"messages carry {body_bytes} body bytes: at most {MAX_SEND_BODY_BYTES} (4 MiB) "
-            "are allowed in one send request; split it into smaller requests"
+            "are allowed in one send request; split it into smaller requests",
+            field="messages",
+            value=body_bytes,
+            allowed=f"at most {_limit(MAX_SEND_BODY_BYTES)} B of bodies",
+        )
+
+
+def check_batch_size(batch_size: int, max_batch: int, *, name: str = "max_messages") -> None:
+    """Check how many messages one pop or pull asks for: 1..max_batch (field "batch_size");
+    `name` is the argument's name in the caller's API."""
+    check_range(name, batch_size, 1, max_batch, field="batch_size")
+
+
+def check_invisible(invisible_s: float, low_s: float, high_s: float) -> None:
+    """Check an invisible duration in seconds (a pop's: min..max; a change's: 0..max)."""
+    check_range("invisible_duration", invisible_s, low_s, high_s, "s")
+
+
+def check_queue_id(topic: str, queues: int, queue_id: int) -> None:
+    """Check that `queue_id` is one of the `queues` queues of `topic`."""
+    if not 0 <= queue_id < queues:
+        raise InvalidArgumentError(
+            f"queue_id {queue_id} is outside 0..{queues - 1}: topic {topic!r} has {queues} queues",
+            field="queue_id",
+            value=queue_id,
+            allowed=f"0..{queues - 1}",
+        )
+
+
+def check_offset(topic: str, queue_id: int, offset: int, max_offset: int) -> None:
+    """Check a read or commit position: 0..the queue's max offset (the next to be written)."""
+    if not 0 <= offset <= max_offset:
+        raise InvalidArgumentError(
+            f"offset {offset} is outside 0..{max_offset}: topic {topic!r} queue {queue_id} has "
+            f"max_offset {max_offset}",
+            field="offset",
+            value=offset,
+            allowed=f"0..{max_offset}",
+        )
+
+
+def check_delivery_time(index: int, deliver_at_ms: int, now_ms: int, max_delay_s: float) -> None:
+    """Check a delayed message's due time: not before the epoch, at most max_delay_s ahead."""
+    where = f"messages[{index}]"
+    allowed = f"0..now+{max_delay_s:.0f}s"
+    if deliver_at_ms < 0:
+        raise InvalidArgumentError(
+            f"{where}.deliver_at is before the epoch",
+            field="message.delivery_timestamp",
+            value=deliver_at_ms,
+            allowed=allowed,
+        )
+    if deliver_at_ms - now_ms > round(max_delay_s * 1000):
+        raise InvalidArgumentError(
+            f"{where} is due in {(deliver_at_ms - now_ms) / 1000:.0f}s: at "
+            f"most {max_delay_s:.0f}s (max_delay_s) ahead is allowed",
+            field="message.delivery_timestamp",
+            value=deliver_at_ms,
+            allowed=allowed,
+        )
+
+
+def check_tag(index: int, tag: str) -> None:
+    """Check a message's tag: 1..MAX_TAG_LENGTH characters, not blank, no '|', no controls."""
+    allowed = f"1..{MAX_TAG_LENGTH} characters, not blank, no '|', no controls"
+    # In the order (and words) of the SDK's copy, sdk/_validation.py.
+    if "|" in tag or not tag.strip() or _CONTROL.search(tag):
+        raise InvalidArgumentError(
+            f"messages[{index}].tag {tag!r} is invalid: no '|', no control characters, not blank",
+            field="message.tag",
+            value=tag,
+            allowed=allowed,
+        )
+    if len(tag) > MAX_TAG_LENGTH:
+        raise InvalidArgumentError(
+            f"messages[{index}].tag is longer than {MAX_TAG_LENGTH} characters",
+            field="message.tag",
+            value=tag,
+            allowed=allowed,
         )
 
 
@@ -119,49 +245,94 @@ def check_message(
     keys: Sequence[str],
     properties: Mapping[str, str],
     message_id: str,
+    require_message_id: bool = False,
 ) -> None:
-    """Check one message of a send; `index` locates it in the request."""
+    """Check one message of a send; `index` locates it in the request.
+
+    An empty message_id lets the broker assign one; `require_message_id` refuses it, for
+    protocols whose clients always send one (apache.rocketmq.v2)."""
     where = f"messages[{index}]"
+    body_allowed = f"1 B..{_limit(MAX_BODY_BYTES)} B"
     if not body:
         raise InvalidArgumentError(
-            f"{where}.body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes"
+            f"{where}.body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes",
+            field="message.body",
+            value=body,
+            allowed=body_allowed,
         )
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgumentError(
             f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB - 64 KiB) are "
-            "allowed"
+            "allowed",
+            field="message.body",
+            value=body,
+            allowed=body_allowed,
         )
     if tag:
-        if "|" in tag or not tag.strip() or _CONTROL.search(tag):
-            raise InvalidArgumentError(
-                f"{where}.tag {tag!r} is invalid: no '|', no control characters, not blank"
-            )
-        if len(tag) > MAX_TAG_LENGTH:
-            raise InvalidArgumentError(f"{where}.tag is longer than {MAX_TAG_LENGTH} characters")
+        check_tag(index, tag)
     if len(keys) > MAX_KEYS:
-        raise InvalidArgumentError(f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed")
+        raise InvalidArgumentError(
+            f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed",
+            field="message.keys",
+            value=len(keys),
+            allowed=f"at most {MAX_KEYS} keys",
+        )
     for key in keys:
         if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
             raise InvalidArgumentError(
                 f"{where} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
-                "not blank, no control characters"
+                "not blank, no control characters",
+                field="message.keys",
+                value=key,
+                allowed=f"1..{MAX_KEY_LENGTH} characters, not blank, no controls",
             )
     if len(properties) > MAX_PROPERTIES:
         raise InvalidArgumentError(
-            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed"
+            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed",
+            field="message.properties",
+            value=len(properties),
+            allowed=f"at most {MAX_PROPERTIES} properties",
         )
     total = 0
     for name, value in properties.items():
         if not name or _CONTROL.search(name):
-            raise InvalidArgumentError(f"{where} property name {name!r} is empty or has controls")
+            raise InvalidArgumentError(
+                f"{where} property name {name!r} is empty or has controls",
+                field="message.properties.name",
+                value=name,
+                allowed="not blank, no control characters",
+            )
+        if not name.strip():
+            # Refused as the v2 front end always did: no SQL filter can name such a property.
+            raise InvalidArgumentError(
+                f"{where} property name {name!r} is blank",
+                field="message.properties.name",
+                value=name,
+                allowed="not blank, no control characters",
+            )
         total += len(name.encode()) + len(value.encode())
     if total > MAX_PROPERTIES_BYTES:
         raise InvalidArgumentError(
-            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)"
+            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)",
+            field="message.properties",
+            value=total,
+            allowed=f"at most {_limit(MAX_PROPERTIES_BYTES)} B",
         )
-    if len(message_id) > MAX_MESSAGE_ID_LENGTH or _CONTROL.search(message_id):
+    if (
+        (require_message_id and not message_id)
+        or len(message_id) > MAX_MESSAGE_ID_LENGTH
+        or _CONTROL.search(message_id)
+    ):
+        low, rule = (
+            (1, f"1 to {MAX_MESSAGE_ID_LENGTH}")
+            if require_message_id
+            else (0, f"at most {MAX_MESSAGE_ID_LENGTH}")
+        )
         raise InvalidArgumentError(
-            f"{where}.message_id is invalid: at most {MAX_MESSAGE_ID_LENGTH} printable characters"
+            f"{where}.message_id is invalid: {rule} printable characters",
+            field="message.message_id",
+            value=message_id,
+            allowed=f"{low}..{MAX_MESSAGE_ID_LENGTH} printable characters",
         )
 
 
@@ -172,7 +343,10 @@ def check_message_extras(
     where = f"messages[{index}]"
     if body_encoding not in BODY_ENCODINGS:
         raise InvalidArgumentError(
-            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'"
+            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'",
+            field="message.body_encoding",
+            value=body_encoding,
+            allowed="'', 'zlib', 'zstd'",
         )
     if not (message_group or dedup_id or born_host):
         return  # the usual message: nothing more to check
@@ -184,5 +358,24 @@ def check_message_extras(
         if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
             raise InvalidArgumentError(
                 f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
-                "not blank, no control characters"
+                "not blank, no control characters",
+                field=f"message.{field}",
+                value=value,
+                allowed=f"1..{limit} characters, not blank, no controls",
             )
+
+
+def check_pop_arguments(
+    *,
+    max_messages: int,
+    invisible_s: float,
+    wait_s: float,
+    max_batch: int,
+    min_invisible_s: float,
+    max_invisible_s: float,
+    max_wait_s: float,
+) -> None:
+    """Check a pop's batch size, invisible duration and long-polling wait."""
+    check_batch_size(max_messages, max_batch)
+    check_invisible(invisible_s, min_invisible_s, max_invisible_s)
+    check_range("long_polling_timeout", wait_s, 0, max_wait_s, "s")

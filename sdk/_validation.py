@@ -162,6 +162,9 @@ def check_message(
                 raise InvalidArgumentError(
                     f"{_where(index)} property name {name!r} is empty or has controls"
                 )
+            if not name.strip():
+                # As the server: no SQL filter can name a blank property.
+                raise InvalidArgumentError(f"{_where(index)} property name {name!r} is blank")
             total += len(name.encode()) + len(value.encode())
         if total > MAX_PROPERTIES_BYTES:
             raise InvalidArgumentError(

@@ -164,9 +164,7 @@ class Acks:
         give a failed message back with a short retry delay.
         """
         validation.check_name("group", group)
-        validation.check_range(
-            "invisible_duration", invisible_s, 0, self._config.pop.max_invisible_s, "s"
-        )
+        validation.check_invisible(invisible_s, 0, self._config.pop.max_invisible_s)
         return await self._move(self._catalog.group(group), handle, round(invisible_s * 1000))
 
     async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int:

@@ -84,12 +84,14 @@ class Reader:
 
     def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
         pop = self._config.pop
-        validation.check_range("max_messages", max_messages, 1, pop.max_batch)
-        validation.check_range(
-            "invisible_duration", invisible_s, pop.min_invisible_s, pop.max_invisible_s, "s"
-        )
-        validation.check_range(
-            "long_polling_timeout", wait_s, 0, self._config.long_polling.max_timeout_s, "s"
+        validation.check_pop_arguments(
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            max_batch=pop.max_batch,
+            min_invisible_s=pop.min_invisible_s,
+            max_invisible_s=pop.max_invisible_s,
+            max_wait_s=self._config.long_polling.max_timeout_s,
         )
 
     async def pop(

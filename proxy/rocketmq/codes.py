@@ -63,12 +63,48 @@ _CODES: dict[type[PopMQError], pb.Code] = {
 }
 
 
+FIELD_CODES: Mapping[str, pb.Code] = {
+    "topic": Code.ILLEGAL_TOPIC,
+    "group": Code.ILLEGAL_CONSUMER_GROUP,
+    "filter_expression": Code.ILLEGAL_FILTER_EXPRESSION,
+    "filter_type": Code.ILLEGAL_FILTER_EXPRESSION,
+    "invisible_duration": Code.ILLEGAL_INVISIBLE_TIME,
+    "offset": Code.ILLEGAL_OFFSET,
+    "queue_id": Code.BAD_REQUEST,
+    "batch_size": Code.BAD_REQUEST,
+    "messages": Code.BAD_REQUEST,
+    "message.body": Code.MESSAGE_BODY_TOO_LARGE,
+    "message.tag": Code.ILLEGAL_MESSAGE_TAG,
+    "message.keys": Code.ILLEGAL_MESSAGE_KEY,
+    "message.properties": Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    "message.properties.name": Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    "message.message_id": Code.ILLEGAL_MESSAGE_ID,
+    "message.message_group": Code.ILLEGAL_MESSAGE_GROUP,
+    "message.delivery_timestamp": Code.ILLEGAL_DELIVERY_TIME,
+}
+"""The v2 Code of an argument error by the request field core names (errors.PopMQError.
+field): the front end calls core's checks and maps here, instead of repeating the rules."""
+
+FIELD_VALUE_CODES: Mapping[tuple[str, str], pb.Code] = {
+    ("message.body", "0 B"): Code.MESSAGE_BODY_EMPTY,
+}
+"""Where v2 has a Code for one value of a field: an empty body is not a too-large one."""
+
+
 def code_of(
     error: PopMQError, overrides: Mapping[type[PopMQError], pb.Code] | None = None
 ) -> pb.Code:
-    """The Code for `error`: its own (ProtocolError), an override, or the registry's."""
+    """The Code for `error`: its own (ProtocolError), its field's (FIELD_CODES), an
+    override, or the registry's."""
     if isinstance(error, ProtocolError):
         return error.rocketmq_code
+    if isinstance(error, InvalidArgumentError) and error.field is not None:
+        by_value = FIELD_VALUE_CODES.get((error.field, error.value or ""))
+        if by_value is not None:
+            return by_value
+        by_field = FIELD_CODES.get(error.field)
+        if by_field is not None:
+            return by_field
     for cls in type(error).__mro__:
         if overrides is not None and cls in overrides:
             return overrides[cls]

@@ -18,7 +18,7 @@ from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen import _pool
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import KIND_DLQ, InvalidArgumentError, NewMessage, PoppedMessage, TopicInfo
+from popmq.broker_core import KIND_DLQ, NewMessage, PoppedMessage, TopicInfo
 from popmq.proxy.convert import set_time
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -74,27 +74,26 @@ def namespace_refusal(namespace: str, where: str) -> str:
     )
 
 
-def _name(resource: pb.Resource, kind: str, code: pb.Code, *, allow_dlq: bool = False) -> str:
+def _name(resource: pb.Resource, kind: str, *, allow_dlq: bool = False) -> str:
+    """The resource's name, checked by broker_core (its error names the field `kind`, which
+    codes.FIELD_CODES maps to ILLEGAL_TOPIC or ILLEGAL_CONSUMER_GROUP)."""
     if resource.resource_namespace:
         # BAD_REQUEST, as for the x-mq-namespace header: refused alike on every path.
         raise ProtocolError(
             Code.BAD_REQUEST,
             namespace_refusal(resource.resource_namespace, f"the {kind}'s resource_namespace"),
         )
-    try:
-        validation.check_name(kind, resource.name, allow_dlq=allow_dlq)
-    except InvalidArgumentError as exc:
-        raise ProtocolError(code, str(exc)) from exc
+    validation.check_name(kind, resource.name, allow_dlq=allow_dlq)
     return resource.name
 
 
 def topic_name(resource: pb.Resource, *, allow_dlq: bool = True) -> str:
     """A topic named in a request; dead-letter topics can be read, not written."""
-    return _name(resource, "topic", Code.ILLEGAL_TOPIC, allow_dlq=allow_dlq)
+    return _name(resource, "topic", allow_dlq=allow_dlq)
 
 
 def group_name(resource: pb.Resource) -> str:
-    return _name(resource, "group", Code.ILLEGAL_CONSUMER_GROUP)
+    return _name(resource, "group")
 
 
 def accepted_types(info: TopicInfo) -> tuple[pb.MessageType, ...]:
@@ -260,16 +259,9 @@ class InflateBudget:
 def _body(
     msg: pb.Message, where: str, config: RocketMQConfig, budget: InflateBudget
 ) -> tuple[bytes, str]:
-    """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed."""
+    """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed.
+    Its size was checked by validation.check_message (_check_message)."""
     body = msg.body
-    if not body:
-        raise ProtocolError(Code.MESSAGE_BODY_EMPTY, f"{where}.body is empty: send 1 B to 4 MiB")
-    if len(body) > validation.MAX_BODY_BYTES:
-        raise ProtocolError(
-            Code.MESSAGE_BODY_TOO_LARGE,
-            f"{where}.body is {len(body)} bytes: at most {validation.MAX_BODY_BYTES} (4 MiB) "
-            "are allowed",
-        )
     encoding = msg.system_properties.body_encoding
     if encoding in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
         return body, ""
@@ -297,62 +289,23 @@ def _body(
     return zlib.compress(raw, _ZLIB_LEVEL), _ZLIB
 
 
-def _check_strings(where: str, props: pb.SystemProperties, user: dict[str, str]) -> None:
-    if props.HasField("tag"):
-        tag = props.tag
-        if (
-            not tag.strip()
-            or "|" in tag
-            or _CONTROL.search(tag)
-            or len(tag) > validation.MAX_TAG_LENGTH
-        ):
-            raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_TAG,
-                f"{where}.tag {tag!r} is invalid: 1 to {validation.MAX_TAG_LENGTH} characters, "
-                "not blank, no '|', no control characters",
-            )
-    if len(props.keys) > validation.MAX_KEYS:
-        raise ProtocolError(
-            Code.ILLEGAL_MESSAGE_KEY,
-            f"{where} has {len(props.keys)} keys: at most {validation.MAX_KEYS} are allowed",
-        )
-    for key in props.keys:
-        if not key.strip() or _CONTROL.search(key) or len(key) > validation.MAX_KEY_LENGTH:
-            raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_KEY,
-                f"{where} key {key!r} is invalid: 1 to {validation.MAX_KEY_LENGTH} characters, "
-                "not blank, no control characters",
-            )
-    if len(user) > validation.MAX_PROPERTIES:
-        raise ProtocolError(
-            Code.MESSAGE_PROPERTIES_TOO_LARGE,
-            f"{where} has {len(user)} properties: at most {validation.MAX_PROPERTIES} are allowed",
-        )
-    total = 0
-    for name, value in user.items():
-        if not name.strip() or _CONTROL.search(name):
-            raise ProtocolError(
-                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                f"{where} property name {name!r} is blank or has control characters",
-            )
-        total += len(name.encode()) + len(value.encode())
-    if total > validation.MAX_PROPERTIES_BYTES:
-        raise ProtocolError(
-            Code.MESSAGE_PROPERTIES_TOO_LARGE,
-            f"{where} properties take {total} bytes: at most {validation.MAX_PROPERTIES_BYTES} "
-            "(16 KiB) are allowed",
-        )
-    message_id = props.message_id
-    if (
-        not message_id
-        or len(message_id) > validation.MAX_MESSAGE_ID_LENGTH
-        or _CONTROL.search(message_id)
-    ):
-        raise ProtocolError(
-            Code.ILLEGAL_MESSAGE_ID,
-            f"{where}.message_id {message_id!r} is invalid: 1 to "
-            f"{validation.MAX_MESSAGE_ID_LENGTH} printable characters (clients generate it)",
-        )
+def _check_message(
+    index: int, props: pb.SystemProperties, user: dict[str, str], body: bytes
+) -> None:
+    """broker_core's message rules (validation.check_message), which name the field that
+    codes.FIELD_CODES maps to the v2 Code; v2 clients always send a message id, and a tag
+    that is present must not be empty."""
+    if props.HasField("tag") and not props.tag:
+        validation.check_tag(index, props.tag)
+    validation.check_message(
+        index,
+        body=body,
+        tag=props.tag,
+        keys=props.keys,
+        properties=user,
+        message_id=props.message_id,
+        require_message_id=True,
+    )
 
 
 def new_message(
@@ -368,7 +321,7 @@ def new_message(
     props = msg.system_properties
     user = dict(msg.user_properties)
     kind = message_type_of(msg, where)
-    _check_strings(where, props, user)
+    _check_message(index, props, user, msg.body)
     body, encoding = _body(msg, where, config, budget)
     group = props.message_group if props.HasField("message_group") else ""
     if kind == pb.FIFO and (
@@ -384,12 +337,7 @@ def new_message(
     deliver_at = 0
     if kind == pb.DELAY:
         deliver_at = timestamp_ms(props.delivery_timestamp)
-        if deliver_at - now_ms > round(max_delay_s * 1000):
-            raise ProtocolError(
-                Code.ILLEGAL_DELIVERY_TIME,
-                f"{where}.delivery_timestamp is {(deliver_at - now_ms) / 1000:.0f}s ahead: at "
-                f"most {max_delay_s:.0f}s are allowed",
-            )
+        validation.check_delivery_time(index, deliver_at, now_ms, max_delay_s)
     born = timestamp_ms(props.born_timestamp) if props.HasField("born_timestamp") else 0
     return (
         NewMessage(

@@ -3,7 +3,7 @@
 A pull reads a queue from an offset and changes no state; the consumer keeps its own
 position, or commits it with UpdateOffset. When nothing is there yet, a pull waits for an
 arrival on its queue up to the long-polling timeout. Runs on the server's event loop,
-Broker.pull's read included (it is synchronous).
+BrokerAPI.pull's read included (it is synchronous).
 """
 
 from __future__ import annotations
@@ -12,23 +12,20 @@ from collections.abc import Callable
 
 import grpc
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import PULL_MAX_MESSAGES, BrokerAPI, QueueStats, parse_filter
+from popmq.broker_core import PULL_MAX_MESSAGES, BrokerAPI, QueueStats
 from popmq.proxy.rocketmq import codes, convert, metadata
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
-from popmq.proxy.rocketmq.resources import Resources, check_filter
+from popmq.proxy.rocketmq.resources import Resources, parsed_filter
 
 
-def _offset_in(stats: list[QueueStats], queue_id: int, offset: int) -> None:
-    """ILLEGAL_OFFSET unless `offset` is in 0..the queue's max offset."""
-    high = stats[queue_id].max_offset
-    if not 0 <= offset <= high:
-        raise ProtocolError(
-            Code.ILLEGAL_OFFSET,
-            f"offset {offset} is outside 0..{high} of queue {queue_id}",
-        )
+def _offset_in(topic: str, stats: list[QueueStats], queue_id: int, offset: int) -> None:
+    """broker_core's offset rule (0..the queue's max offset); its field "offset" maps to
+    ILLEGAL_OFFSET (codes.FIELD_CODES)."""
+    validation.check_offset(topic, queue_id, offset, stats[queue_id].max_offset)
 
 
 class Pulls:
@@ -60,16 +57,13 @@ class Pulls:
         filter, next_offset."""
         convert.group_name(request.group)  # checked: a pull reads no state of its group
         topic = convert.topic_name(request.message_queue.topic)
-        filter_type, expression = check_filter(request.filter_expression)
-        parse_filter(expression, filter_type)  # refused before the queue lookup, as always
-        if request.batch_size < 1:
-            raise ProtocolError(
-                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
-            )
+        filter_type, expression, _ = parsed_filter(request.filter_expression)
+        # Capped as a receive's batch is (receiving.py); below 1 is refused by core's rule.
         batch = min(request.batch_size, PULL_MAX_MESSAGES)
+        validation.check_batch_size(batch, PULL_MAX_MESSAGES, name="batch_size")
         info, stats = self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
-        _offset_in(stats, queue_id, request.offset)
+        _offset_in(topic, stats, queue_id, request.offset)
         wait = 0.0
         if request.HasField("long_polling_timeout"):
             wait = convert.seconds(
@@ -132,7 +126,7 @@ class Pulls:
         topic = convert.topic_name(request.message_queue.topic)
         info, stats = self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
-        _offset_in(stats, queue_id, request.offset)
+        _offset_in(topic, stats, queue_id, request.offset)
         await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
         return sv.UpdateOffsetResponse(status=codes.ok())
 

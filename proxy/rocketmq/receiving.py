@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, PoppedMessage, TopicInfo
@@ -139,12 +140,9 @@ class Receiving:
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
         pop = self._broker.server_info().pop
-        if request.batch_size < 1:
-            raise ProtocolError(
-                Code.BAD_REQUEST, f"batch_size {request.batch_size} is below the minimum 1"
-            )
         # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
         batch = min(request.batch_size, pop.max_batch)
+        validation.check_batch_size(batch, pop.max_batch, name="batch_size")
         if request.auto_renew:
             invisible = self._config.auto_renew_invisible_s
         elif request.HasField("invisible_duration"):
@@ -155,12 +153,7 @@ class Receiving:
             raise ProtocolError(
                 Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required unless auto_renew"
             )
-        if not pop.min_invisible_s <= invisible <= pop.max_invisible_s:
-            raise ProtocolError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration {invisible:g}s is outside {pop.min_invisible_s:g}s.."
-                f"{pop.max_invisible_s:g}s",
-            )
+        validation.check_invisible(invisible, pop.min_invisible_s, pop.max_invisible_s)
         wait = self.polling_s(request, context.time_remaining(), client_id)
         info, _ = self._resources.topic(topic)
 

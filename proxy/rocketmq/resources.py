@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq.broker_core import (
-    MAX_EXPRESSION_LENGTH,
     BrokerAPI,
     GroupInfo,
-    InvalidArgumentError,
     NotFoundError,
     QueueStats,
+    RecordFilter,
     TopicInfo,
     parse_filter,
 )
@@ -28,27 +28,23 @@ from popmq.proxy.rocketmq.config import RocketMQConfig
 _FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
 
 
-def check_filter(expression: pb.FilterExpression) -> tuple[str, str]:
-    """(filter_type, expression) for the broker; refused early with the v2 code."""
+def parsed_filter(expression: pb.FilterExpression) -> tuple[str, str, RecordFilter]:
+    """(filter_type, expression, parsed filter): the v2 filter type as broker_core names it,
+    parsed by broker_core, whose errors name the field ("filter_expression") that
+    codes.FIELD_CODES maps to ILLEGAL_FILTER_EXPRESSION."""
     kind = _FILTER_TYPES.get(expression.type)
     if kind is None:
         raise ProtocolError(
             Code.ILLEGAL_FILTER_EXPRESSION,
             f"filter type {expression.type} is unknown: use TAG or SQL",
         )
-    # The same bound as broker_core's for both kinds (sql_filter.MAX_EXPRESSION_LENGTH,
-    # filters.MAX_TAG_EXPRESSION_LENGTH), checked here for its v2 code and message.
-    if len(expression.expression) > MAX_EXPRESSION_LENGTH:
-        raise ProtocolError(
-            Code.ILLEGAL_FILTER_EXPRESSION,
-            f"filter expression is {len(expression.expression)} characters long: at most "
-            f"{MAX_EXPRESSION_LENGTH} are allowed",
-        )
-    try:
-        parse_filter(expression.expression, kind)
-    except InvalidArgumentError as exc:
-        raise ProtocolError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
-    return kind, expression.expression
+    return kind, expression.expression, parse_filter(expression.expression, kind)
+
+
+def check_filter(expression: pb.FilterExpression) -> tuple[str, str]:
+    """(filter_type, expression) for the broker, refused early (parsed_filter)."""
+    kind, text, _ = parsed_filter(expression)
+    return kind, text
 
 
 class Resources:
@@ -85,13 +81,7 @@ class Resources:
     @staticmethod
     def queue_id(info: TopicInfo, queue: pb.MessageQueue) -> int:
         """The id of `queue` in topic `info`; BAD_REQUEST when the topic has no such queue."""
-        # Broker._check_queue_id's rule, checked here before any broker call.
-        if not 0 <= queue.id < info.queues:
-            raise ProtocolError(
-                Code.BAD_REQUEST,
-                f"message_queue.id {queue.id} is outside 0..{info.queues - 1} of topic "
-                f"{info.name!r}",
-            )
+        validation.check_queue_id(info.name, info.queues, queue.id)
         return queue.id
 
     def policy(self, group: str) -> settings.GroupPolicy:

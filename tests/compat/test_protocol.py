@@ -421,6 +421,24 @@ def test_send_errors_carry_rocketmq_codes(server: ServerThread, topics: None) ->
                 message("orders", b"not gzip", message_id="m11", encoding=pb.GZIP),
                 Code.MESSAGE_CORRUPTED,
             ),
+            (
+                message("orders", b"x", message_id="m12", properties={" ": "v"}),
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            ),
+            (
+                message(
+                    "orders", b"x", message_id="m13", properties={f"p{i}": "v" for i in range(129)}
+                ),
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            ),
+            (
+                message("orders", b"x", message_id="m14", keys=tuple(f"k{i}" for i in range(33))),
+                Code.ILLEGAL_MESSAGE_KEY,
+            ),
+            (message("orders", b"x", message_id="m15", tag=""), Code.ILLEGAL_MESSAGE_TAG),
+            (message("orders", b"x", message_id="m16", tag="t" * 128), Code.ILLEGAL_MESSAGE_TAG),
+            (message("bad topic!", b"x", message_id="m17"), Code.ILLEGAL_TOPIC),
+            (message("rmq_sys_x", b"x", message_id="m18"), Code.ILLEGAL_TOPIC),
         ]
         for msg, code in cases:
             response = await send(s, msg)
@@ -431,6 +449,38 @@ def test_send_errors_carry_rocketmq_codes(server: ServerThread, topics: None) ->
         )
         assert end.status.code == Code.UNSUPPORTED
         assert "transactional" in end.status.message
+
+    run(server, scenario)
+
+
+def test_v2_errors_say_core_s_true_limits(server: ServerThread, topics: None) -> None:
+    """The v2 front end calls broker_core's checks, so its messages name the real limits
+    (the body limit is 4 MiB - 64 KiB, which the v2 copy used to call 4 MiB)."""
+
+    async def scenario(s: MessagingServiceStub) -> None:
+        big = await send(s, message("orders", b"x" * (4 * 1024 * 1024), message_id="t1"))
+        assert big.status.code == Code.MESSAGE_BODY_TOO_LARGE
+        assert big.status.message == (
+            "messages[0].body is 4194304 bytes: at most 4128768 (4 MiB - 64 KiB) are allowed"
+        )
+        empty = await send(s, message("orders", b"", message_id="t2"))
+        assert empty.status.code == Code.MESSAGE_BODY_EMPTY
+        assert "1 to 4128768 bytes" in empty.status.message
+        late = await send(
+            s,
+            message("mixed", b"x", message_id="t3", deliver_at_s=int(time.time()) + 30 * 86400),
+        )
+        assert late.status.code == Code.ILLEGAL_DELIVERY_TIME
+        assert "(max_delay_s) ahead is allowed" in late.status.message
+        frames = await receive(s, receive_request("billing", "orders", invisible_s=0))
+        assert frames[0].status.code == Code.ILLEGAL_INVISIBLE_TIME
+        assert frames[0].status.message == "invisible_duration 0s is below the minimum 1s"
+        frames = await receive(s, receive_request("billing", "orders", batch=0))
+        assert frames[0].status.code == Code.BAD_REQUEST
+        assert frames[0].status.message == "batch_size 0 is below the minimum 1"
+        frames = await receive(s, receive_request("billing", "orders", expression="x" * 5000))
+        assert frames[0].status.code == Code.ILLEGAL_FILTER_EXPRESSION
+        assert "at most 4096 are allowed" in frames[0].status.message
 
     run(server, scenario)
 

@@ -195,6 +195,13 @@ def test_empty_or_control_property_name_is_rejected(name: str) -> None:
         _message(properties={name: "v"})
 
 
+@pytest.mark.parametrize("name", [" ", "\u3000"])
+def test_blank_property_name_is_rejected(name: str) -> None:
+    # As the v2 front end always refused it: no SQL filter can name such a property.
+    with pytest.raises(InvalidArgumentError, match=r"property name .* is blank$"):
+        _message(properties={name: "v"})
+
+
 def test_message_id_is_limited_to_128_printable_characters() -> None:
     _message(message_id="m" * 128)
     for bad in ["m" * 129, "id\n"]:

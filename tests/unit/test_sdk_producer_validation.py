@@ -40,6 +40,7 @@ BAD_MESSAGES: dict[str, dict[str, Any]] = {
     "key too long": {"keys": ("k" * 128,)},
     "too many properties": {"properties": {f"p{n}": "v" for n in range(129)}},
     "empty property name": {"properties": {"": "v"}},
+    "blank property name": {"properties": {" ": "v"}},
     "property name with a control character": {"properties": {"a\x00": "v"}},
     "properties over 16 KiB": {"properties": {"big": "v" * (16 * 1024)}},
     "message id too long": {"message_id": "m" * 129},
