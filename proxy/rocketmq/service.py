@@ -209,7 +209,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             client_id = metadata.require_client_id(context)
             metadata.check_namespace(context)
         except ProtocolError as exc:
-            await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
+            await self._telemetry.refuse(context, exc)
             return
         await self._telemetry.serve(client_id, context)
 
