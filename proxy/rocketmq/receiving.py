@@ -202,10 +202,13 @@ class Receiving:
             and session.client_type == pb.PUSH_CONSUMER
             and self._resources.policy(group).fifo
         ):
+            started = False
 
             def leased(wait_s: float, max_bytes: int | None) -> Awaitable[list[PoppedMessage]]:
+                nonlocal started
+                again, started = started, True
                 return self._pop_leased(
-                    client_id, group, info, request, wait_s, max_bytes, pop_from
+                    client_id, group, info, request, wait_s, max_bytes, pop_from, again=again
                 )
 
             return Plan(group, request.auto_renew, wait, leased)
@@ -222,6 +225,8 @@ class Receiving:
         wait: float,
         max_bytes: int | None,
         pop: Callable[[float, int | None, int], Awaitable[list[PoppedMessage]]],
+        *,
+        again: bool = False,
     ) -> list[PoppedMessage]:
         """A FIFO push consumer's receive: only on a queue it holds, and only while it does
         (the wait ends with the lease: moved at a query, or run out).
@@ -237,7 +242,14 @@ class Receiving:
                 "the assignment again and receive from the queues it returns",
             )
         queue_id = self._resources.queue_id(info, request.message_queue)
-        lease_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
+        try:
+            lease_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
+        except ProtocolError:
+            if again:
+                # A later pop of the same receive (receive.py): the lease ended while it
+                # waited for bytes, as if it had ended during its wait.
+                return []
+            raise
         with self._assignments.receiving(client_id, group, info.name, queue_id) as ended:
             task = asyncio.ensure_future(pop(min(wait, lease_s), max_bytes, queue_id))
             first: set[asyncio.Future[Any]] = {task, ended}
