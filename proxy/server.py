@@ -260,7 +260,11 @@ class PopMQServer:
         )
         # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
         self.rocketmq = await RocketMQService.serve_on(
-            server, self.broker, address=lambda: self.address, clients=self.clients
+            server,
+            self.broker,
+            address=lambda: self.address,
+            clients=self.clients,
+            popped_bytes=self.messaging.popped_bytes,  # one budget for v1 and v2 consumers
         )
         await self.health.serving(self._late.service_names)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]

@@ -1,10 +1,11 @@
 """v2 ReceiveMessage's pop: the request checked, its long-polling wait, the pop.
 
-receive.py runs the call (writes, the per-client unread-bytes bound) and asks `Receiving.pop`
-for the messages. Simple consumers and push consumers of normal groups pop every queue of
-the topic; a push consumer of a FIFO group pops only a queue it holds, and only while it
-holds it (assignments.py). Messages popped for a call that ended are made visible again
-soon by `Releases`. Runs on the server's event loop.
+receive.py runs the call (admission, writes, the per-client and server-wide byte budgets)
+and asks `Receiving.prepare` how to pop for it: a `Plan`, whose pop it runs with the bytes
+it reserved. Simple consumers and push consumers of normal groups pop every queue of the
+topic; a push consumer of a FIFO group pops only a queue it holds, and only while it holds
+it (assignments.py). Messages popped for a call that ended are made visible again soon by
+`Releases`. Runs on the server's event loop.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -30,6 +32,19 @@ from popmq.proxy.rocketmq.sessions import Sessions
 
 _DEFAULT_REQUEST_TIMEOUT_S = 3.0
 """A client's request timeout when its settings name none (RocketMQ's default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How to pop for one checked receive (receive.py runs it, perhaps several times)."""
+
+    group: str
+    auto_renew: bool
+    wait_s: float
+    """Its long-polling time: how long it may wait for messages (and for bytes)."""
+    pop: Callable[[float, int | None], Awaitable[list[PoppedMessage]]]
+    """Pops, waiting up to the seconds given for messages and taking at most the bytes
+    given (Broker.pop's max_bytes: None is a whole answer, 0 a probe that takes nothing)."""
 
 
 class Releases:
@@ -126,14 +141,14 @@ class Receiving:
                 return convert.seconds("request_timeout", session.settings.request_timeout)
         return _DEFAULT_REQUEST_TIMEOUT_S
 
-    async def pop(
+    def prepare(
         self,
         request: sv.ReceiveMessageRequest,
         context: grpc.aio.ServicerContext,
         client_id: str,
-    ) -> tuple[list[PoppedMessage], str, bool]:
-        """receive.Pop: check the request, wait for messages, pop them; returns (messages,
-        group, auto_renew)."""
+    ) -> Plan:
+        """receive.Prepare: check the request and say how to pop for it (receive.py decides
+        how many bytes each pop may take and how long it waits)."""
         if not client_id:
             raise metadata.client_id_required()
         group = convert.group_name(request.group)
@@ -157,7 +172,9 @@ class Receiving:
         wait = self.polling_s(request, context.time_remaining(), client_id)
         info, _ = self._resources.topic(topic)
 
-        def pop_from(wait_s: float, queue_id: int | None = None) -> Awaitable[list[PoppedMessage]]:
+        def pop_from(
+            wait_s: float, max_bytes: int | None, queue_id: int | None = None
+        ) -> Awaitable[list[PoppedMessage]]:
             return self._broker.pop(
                 group,
                 topic,
@@ -167,16 +184,28 @@ class Receiving:
                 filter_expression=expression,
                 filter_type=filter_type,
                 queue_id=queue_id,
+                max_bytes=max_bytes,
             )
 
         session = self._sessions.get(client_id)
-        if session is None or session.client_type != pb.PUSH_CONSUMER:
-            popped = await pop_from(wait)  # simple consumers pop all queues, whatever they name
-        elif not self._resources.policy(group).fifo:
-            popped = await pop_from(wait)
-        else:
-            popped = await self._pop_leased(client_id, group, info, request, wait, pop_from)
-        return popped, group, request.auto_renew
+        if (
+            session is not None
+            and session.client_type == pb.PUSH_CONSUMER
+            and self._resources.policy(group).fifo
+        ):
+            started = False
+
+            def leased(wait_s: float, max_bytes: int | None) -> Awaitable[list[PoppedMessage]]:
+                nonlocal started
+                again, started = started, True
+                return self._pop_leased(
+                    client_id, group, info, request, wait_s, max_bytes, pop_from, again=again
+                )
+
+            return Plan(group, request.auto_renew, wait, leased)
+        # Simple consumers pop all queues, whatever they name; so do push consumers of
+        # normal groups.
+        return Plan(group, request.auto_renew, wait, pop_from)
 
     async def _pop_leased(
         self,
@@ -185,7 +214,10 @@ class Receiving:
         info: TopicInfo,
         request: sv.ReceiveMessageRequest,
         wait: float,
-        pop: Callable[[float, int], Awaitable[list[PoppedMessage]]],
+        max_bytes: int | None,
+        pop: Callable[[float, int | None, int], Awaitable[list[PoppedMessage]]],
+        *,
+        again: bool = False,
     ) -> list[PoppedMessage]:
         """A FIFO push consumer's receive: only on a queue it holds, and only while it does
         (the wait ends with the lease: moved at a query, or run out).
@@ -201,9 +233,16 @@ class Receiving:
                 "the assignment again and receive from the queues it returns",
             )
         queue_id = self._resources.queue_id(info, request.message_queue)
-        lease_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
+        try:
+            lease_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
+        except ProtocolError:
+            if again:
+                # A later pop of the same receive (receive.py): the lease ended while it
+                # waited for bytes, as if it had ended during its wait.
+                return []
+            raise
         with self._assignments.receiving(client_id, group, info.name, queue_id) as ended:
-            task = asyncio.ensure_future(pop(min(wait, lease_s), queue_id))
+            task = asyncio.ensure_future(pop(min(wait, lease_s), max_bytes, queue_id))
             first: set[asyncio.Future[Any]] = {task, ended}
             try:
                 await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)

@@ -29,6 +29,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
 from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.rocketmq import codes, metadata
 from popmq.proxy.rocketmq.acking import Acks
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
@@ -94,11 +95,14 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         address: Callable[[], str],
         config: RocketMQConfig | None = None,
         clients: ClientRegistry | None = None,
+        popped_bytes: PoppedBytes | None = None,
     ) -> None:
         """`address` gives this server's HOST:PORT, for routes of clients that name none.
 
         `clients` is the server's consumer registry, shared with popmq.v1; without one the
-        service keeps its own (a started broker's groups existed before it).
+        service keeps its own (a started broker's groups existed before it). Likewise
+        `popped_bytes`, the server-wide budget of popped, unwritten bytes (proxy/memory.py)
+        that receives count in with popmq.v1's PopStreams.
         """
         self.config = config or RocketMQConfig()
         if clients is None:
@@ -129,7 +133,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             assignments=self.assignments,
             release_later=self._releases.later,
         )
-        self.receiver = Receiver(receiving.pop, self.inflight, address, self._releases.later)
+        self.receiver = Receiver(
+            receiving.prepare,
+            self.inflight,
+            address,
+            self._releases.later,
+            popped_bytes if popped_bytes is not None else PoppedBytes(),
+        )
         self._acks = Acks(broker, self.config, self.inflight)
         self._pulls = Pulls(broker, self.config, resources, address)
 
@@ -141,9 +151,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         *,
         address: Callable[[], str],
         clients: ClientRegistry | None = None,
+        popped_bytes: PoppedBytes | None = None,
     ) -> RocketMQService:
         """Register a started service on a gRPC server (before the server starts)."""
-        service = cls(broker, address=address, clients=clients)
+        service = cls(broker, address=address, clients=clients, popped_bytes=popped_bytes)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()
         return service
@@ -197,7 +208,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             client_id = metadata.require_client_id(context)
             metadata.check_namespace(context)
         except ProtocolError as exc:
-            await context.write(sv.TelemetryCommand(status=codes.status_of(exc)))
+            await self._telemetry.refuse(context, exc)
             return
         await self._telemetry.serve(client_id, context)
 

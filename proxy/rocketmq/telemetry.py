@@ -26,8 +26,13 @@ from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.sessions import Sessions
+from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
+
+REFUSAL_READ_S = 5.0
+"""How long a refused Telemetry call waits for the client's first frame before it answers
+anyway (a client that opens the stream and sends nothing)."""
 
 
 class Telemetry:
@@ -84,6 +89,33 @@ class Telemetry:
             if read is not None and not read.done():
                 read.cancel()
             session.streams -= 1
+
+    async def refuse(self, context: grpc.aio.ServicerContext, error: ProtocolError) -> None:
+        """Answer a Telemetry call refused before it began (no client id, a namespace) with
+        one status, after reading the client's first frame.
+
+        Why read first: a client opens Telemetry by writing its settings, then reads. Ended
+        at once, the call's end can reach the client while its write is under way, and
+        grpc then fails the write and reports INTERNAL ("Internal error from Core") instead
+        of the refusal (the Python client does; a write after the end is lost in any
+        language). Once the first frame was read, the client's write is done, so it reads
+        the refusal. A client that sends nothing gets it after `REFUSAL_READ_S` (or just
+        before its deadline).
+        """
+        remaining = context.time_remaining()
+        wait = REFUSAL_READ_S if remaining is None else min(REFUSAL_READ_S, remaining - 0.05)
+        read = asyncio.ensure_future(context.read())
+        try:
+            await asyncio.wait({read}, timeout=max(0.0, wait))
+        finally:
+            if not read.done():
+                read.cancel()
+        if read.done() and not read.cancelled() and read.exception() is not None:
+            return  # the client went away: nobody to answer
+        try:
+            await context.write(sv.TelemetryCommand(status=codes.status_of(error)))
+        except WRITE_FAILED:
+            await after_failed_write("Telemetry")
 
     def on_command(
         self, client_id: str, command: sv.TelemetryCommand

@@ -7,6 +7,7 @@ each client language is told. Against the real server, with popmq's generated st
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import time
@@ -20,6 +21,7 @@ from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.proxy.rocketmq import telemetry
 from tests.compat.test_protocol import (
     message,
     messages_of,
@@ -179,6 +181,9 @@ def test_counts_a_client_controls_are_bounded_before_any_work(
         assert reply.status.code == Code.BAD_REQUEST
         assert "publishing.topics lists 1025 topics: at most 1024" in reply.status.message
         call.cancel()
+        # Its end processed before the loop closes (else grpc's poller may call back into
+        # a closed loop, an ERROR log that failed this test now and then).
+        assert await call.code() == grpc.StatusCode.CANCELLED
 
     run(server, scenario)
 
@@ -436,6 +441,35 @@ def test_a_namespace_is_refused_on_every_rpc_whether_header_or_resource(
         # Nothing was consumed: the message is still there for the un-namespaced consumer.
         (plain,) = messages_of(await receive(s, receive_request("g", "orders")))
         assert plain.body == b"plain"
+
+    run(server, scenario)
+
+
+def test_a_refused_telemetry_call_reads_the_first_frame_so_the_client_sees_the_refusal(
+    server: ServerThread, topics: None, no_error_logs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client that writes its settings late (here 0.3 s after it opened the call) still
+    # reads the refusal: the server ends the call only after it read that first frame.
+    # Before, the call had ended by then, and the write failed (INTERNAL "Internal error
+    # from Core" when the end arrived during the write) instead of showing the status.
+    # A client that sends nothing gets the refusal after REFUSAL_READ_S (lowered here, and
+    # still well past the late client's write).
+    monkeypatch.setattr(telemetry, "REFUSAL_READ_S", 1.5)
+    namespaced = (*meta("late-client"), ("x-mq-namespace", "tenant-a"))
+    refusal = "namespace 'tenant-a' (x-mq-namespace) is not supported"
+
+    async def scenario(s: MessagingServiceStub) -> None:
+        call = s.Telemetry(metadata=namespaced)
+        await asyncio.sleep(0.3)
+        await call.write(sv.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
+        reply = await call.read()
+        assert reply.status.code == Code.BAD_REQUEST and refusal in reply.status.message
+        assert await call.code() == grpc.StatusCode.OK
+        silent = s.Telemetry(metadata=namespaced)
+        began = time.monotonic()
+        reply = await silent.read()
+        assert reply.status.code == Code.BAD_REQUEST and refusal in reply.status.message
+        assert time.monotonic() - began >= 1.4
 
     run(server, scenario)
 

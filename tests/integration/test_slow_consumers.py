@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from bench import slow_consumer_memory
-from popmq import Admin, AsyncSimpleConsumer, Producer, SimpleConsumer
+from popmq import Admin, AsyncSimpleConsumer, Message, Producer, SimpleConsumer
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as rmq
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as rmq_service
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
@@ -232,6 +232,58 @@ def test_receives_a_client_never_reads_stop_popping_and_let_go_when_it_leaves(
     assert steady * _BODY < 2 * receiver.max_unread_bytes + 64 * _BODY
     # Cancelled while the server wrote: a client's normal behaviour, no ERROR.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_wave_of_woken_receives_takes_no_more_than_the_client_budget(
+    server: ServerThread,
+) -> None:
+    # 64 receives of one client parked on an empty topic, then 45 messages of 256 KiB in
+    # three sends of 15: the receives are woken in waves. Before admission a wave took all
+    # its messages before any was written (15 at the first send, 3.75 MiB, against a 1 MiB
+    # bound); now each receive reserves bytes first, parked ones held none, and the
+    # client's receives hold at most its budget, in the server-wide budget that popmq.v1's
+    # PopStreams count in too. The client never reads: 256 KiB do not pass its window.
+    with Admin(server.endpoint) as admin:
+        admin.create_topic("orders", queues=2)
+    metadata = (("x-mq-client-id", "wave-client"),)
+    request = rmq_service.ReceiveMessageRequest(
+        group=rmq.Resource(name="g"),
+        message_queue=rmq.MessageQueue(topic=rmq.Resource(name="orders"), id=-1),
+        filter_expression=rmq.FilterExpression(type=rmq.TAG, expression="*"),
+        batch_size=8,
+        invisible_duration=timedelta(seconds=30),
+        long_polling_timeout=timedelta(seconds=20),
+    )
+    receiver: Any = server.server.rocketmq.receiver  # type: ignore[union-attr]
+    pool: PoppedBytes = server.server.messaging.popped_bytes  # type: ignore[union-attr]
+    budget = 1024 * 1024
+    server.sync(lambda: setattr(receiver, "max_unread_bytes", budget))
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with grpc.aio.insecure_channel(server.endpoint, options=_SLOW_CLIENT) as channel:
+            stub = _RmqStub(channel)
+            calls = [stub.ReceiveMessage(request, metadata=metadata, timeout=60) for _ in range(64)]
+            await _until(lambda: server.sync(lambda: receiver.clients) == 1)
+            await asyncio.sleep(1.0)  # all 64 parked
+            parked = server.sync(lambda: pool.held)
+            body = os.urandom(_BODY)
+            with Producer(server.endpoint) as producer:
+                for _ in range(3):
+                    producer.send_batch("orders", [Message(body=body) for _ in range(15)])
+            popped = await _steady(lambda: _popped(server, "g"))
+            held = server.sync(lambda: receiver.unread_bytes("wave-client"))
+            in_pool = server.sync(lambda: pool.held)
+            for call in calls:
+                call.cancel()
+        await _until(lambda: server.sync(lambda: receiver.clients) == 0)
+        return parked, popped, held, in_pool
+
+    parked, popped, held, in_pool = asyncio.run(scenario())
+    assert parked == 0  # parked receives reserve nothing
+    assert 0 < popped * _BODY <= budget  # before: 15
+    assert 0 < held <= budget
+    assert in_pool >= held  # the client's bytes count in the server-wide budget
+    assert server.sync(lambda: pool.held) == 0  # all of it came back when the calls ended
 
 
 def test_a_client_cancelling_while_the_server_writes_logs_no_error(
