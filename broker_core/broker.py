@@ -31,12 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 from popmq.broker_core import jobs
 from popmq.broker_core.admin import Admin
+from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy and tests use it
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
+from popmq.broker_core.data_dir import disk_usage
 from popmq.broker_core.errors import PopMQError, UnavailableError
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
@@ -58,7 +60,7 @@ from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
-from popmq.broker_core.stats import BrokerStats
+from popmq.broker_core.stats import BrokerStats, Histogram
 from popmq.broker_core.store import Store
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
@@ -97,6 +99,7 @@ class Broker:
         self.polling = LongPolling(self.config.long_polling)
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
+        self._server_info = self._build_server_info()
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
         # Called once with the reason when `failure` is set (the server's health listens).
@@ -519,6 +522,28 @@ class Broker:
         """Read one queue from `offset` on, without a group and without changing any state."""
         return self._offset_reads.pull(topic, queue_id, offset, max_messages)
 
+    async def pull_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = PULL_DEFAULT_MESSAGES,
+        *,
+        wait_s: float = 0.0,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+    ) -> PulledMessages:
+        """`pull` with a filter, waiting up to wait_s for an arrival when the queue is read up."""
+        return await self._offset_reads.pull_wait(
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            wait_s=wait_s,
+            filter_expression=filter_expression,
+            filter_type=filter_type,
+        )
+
     async def await_messages(
         self, topic: str, positions: Mapping[int, int], wait_s: float
     ) -> list[tuple[int, int]]:
@@ -622,6 +647,49 @@ class Broker:
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
 
+    # -- server info and metrics (api.py) -------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        """The broker's name and the limits a front end checks against (built once: the
+        configuration is frozen, and hot paths read it)."""
+        return self._server_info
+
+    def _build_server_info(self) -> ServerInfo:
+        config = self.config
+        return ServerInfo(
+            broker_name=config.broker_name,
+            data_dir=str(config.store.data_dir.resolve()),
+            pop=config.pop,
+            long_polling=config.long_polling,
+            groups=config.groups,
+            max_delay_s=config.messages.max_delay_s,
+            auto_create_topics=config.auto_create_topics,
+        )
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Counters and gauges now, copied: the caller keeps nothing that changes under it."""
+        stats, writer = self.stats, self.writer.stats
+        return MetricsSnapshot(
+            sent=dict(stats.sent),
+            popped=dict(stats.popped),
+            acked=dict(stats.acked),
+            nacked=dict(stats.nacked),
+            revived=dict(stats.revived),
+            dead_lettered=dict(stats.dead_lettered),
+            long_polls_held=self.polling.held,
+            buffered_checkpoints=self.buffered_checkpoints,
+            live_checkpoints=self.live_checkpoints,
+            write_batches=writer.batches,
+            write_batches_failed=writer.failed_batches,
+            write_jobs=writer.jobs,
+            batch_jobs=_histogram(writer.batch_jobs),
+            write_seconds_synced=_histogram(writer.write_seconds[True]),
+            write_seconds_unsynced=_histogram(writer.write_seconds[False]),
+            store_bytes=disk_usage(self.config.store.data_dir),
+            topics=len(self.list_topics()),
+            groups=len(self.list_groups()),
+        )
+
     # -- introspection for tests and metrics ---------------------------------------------
 
     @property
@@ -636,3 +704,14 @@ class Broker:
         g = self.catalog.groups.get(group)
         t = self.catalog.topics.get(topic)
         return self._queues.get(g.group_id, t.topic_id, queue_id) if g and t else None
+
+
+def _histogram(histogram: Histogram) -> HistogramSnapshot:
+    return HistogramSnapshot(
+        bounds=histogram.bounds, counts=tuple(histogram.counts), total=histogram.total
+    )
+
+
+def _implements_api(broker: Broker) -> BrokerAPI:
+    """Never called: mypy checks here that Broker conforms to the BrokerAPI Protocol."""
+    return broker

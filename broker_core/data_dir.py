@@ -156,3 +156,26 @@ def describe_error(path: Path, exc: BaseException) -> DataDirError:
     if "Corruption" in text:
         return DataDirError(f"the store in {path} is corrupt: {text}")
     return DataDirError(f"cannot open the store in {path}: {text}")
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under `path` (the store's size on disk, WAL included).
+
+    Computed by the broker, on the host that holds the data dir, so a caller (the proxy's
+    metrics, GetServerInfo) need not share that disk.
+    """
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            # RocksDB deletes files during compaction: a vanished file counts as zero.
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total

@@ -12,6 +12,7 @@ point reads (microseconds each).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from popmq.broker_core.filters import parse_filter
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import ConsumerOffset, PulledMessages
 
@@ -271,6 +273,40 @@ class OffsetReads:
         finally:
             self._polling.unwatch(watch)
         return found
+
+    async def pull_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        *,
+        wait_s: float,
+        filter_expression: str,
+        filter_type: str,
+    ) -> PulledMessages:
+        """`pull`, keeping only the records that pass the filter, and waiting up to `wait_s`
+        for an arrival when the queue holds nothing from `offset` on.
+
+        A read that found records none of which pass still answers at once (with its
+        next_offset), so the caller moves past them. The wait watches only this queue (an
+        arrival watch, as AwaitMessages), so a send to another queue does not wake it.
+        """
+        record_filter = parse_filter(filter_expression, filter_type)
+        validation.check_range(
+            "long_polling_timeout", wait_s, 0, self._config.long_polling.max_timeout_s, "s"
+        )
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_s
+        while True:
+            result = self.pull(topic, queue_id, offset, max_messages)
+            left = give_up - loop.time()
+            if result.messages or left <= 0 or self._life.draining:
+                break
+            if not await self.await_messages(topic, {queue_id: result.max_offset}, left):
+                break
+        kept = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
+        return dataclasses.replace(result, messages=kept)
 
     async def commit_offsets(
         self, group: str, topic: str, offsets: Sequence[tuple[int, int]]

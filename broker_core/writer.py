@@ -30,12 +30,13 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from popmq.broker_core.errors import PopMQError, UnavailableError
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.stats import BATCH_JOBS_BUCKETS, WRITE_SECONDS_BUCKETS, Histogram
 from popmq.broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,15 @@ class WriterStats:
     jobs: int = 0
     synced_batches: int = 0
     failed_batches: int = 0
+    batch_jobs: Histogram = field(default_factory=lambda: Histogram(BATCH_JOBS_BUCKETS))
+    """Jobs per committed batch."""
+    write_seconds: dict[bool, Histogram] = field(
+        default_factory=lambda: {
+            True: Histogram(WRITE_SECONDS_BUCKETS),
+            False: Histogram(WRITE_SECONDS_BUCKETS),
+        }
+    )
+    """Seconds per committed batch write, by whether it was fsynced."""
 
 
 class GroupCommitWriter:
@@ -77,7 +87,6 @@ class GroupCommitWriter:
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
         self._on_failure: list[Callable[[], None]] = []
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
-        self._batch_listeners: list[Callable[[int, float, bool], None]] = []
         self.stats = WriterStats()
         self._failure_warning = RepeatedWarning(log)
 
@@ -87,10 +96,6 @@ class GroupCommitWriter:
     def add_commit_listener(self, listener: Callable[[list[tuple[int, int]]], None]) -> None:
         """`listener(grown_queues)` runs after every successful write."""
         self._after_commit.append(listener)
-
-    def add_batch_listener(self, listener: Callable[[int, float, bool], None]) -> None:
-        """`listener(jobs, write_seconds, fsynced)` runs after every successful write."""
-        self._batch_listeners.append(listener)
 
     def add_failure_listener(self, listener: Callable[[], None]) -> None:
         """`listener()` runs after a write failed (flush hooks re-queue what they took)."""
@@ -195,11 +200,11 @@ class GroupCommitWriter:
         self.stats.jobs += len(jobs)
         if synced:
             self.stats.synced_batches += 1
+        self.stats.batch_jobs.observe(len(jobs))
+        self.stats.write_seconds[synced].observe(took)
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
-        for observe in self._batch_listeners:
-            observe(len(jobs), took, synced)
 
     def _fail(self, jobs: list[_Job], exc: PopMQError) -> None:
         self.offsets.rollback()

@@ -14,13 +14,18 @@ from importlib import metadata
 import grpc
 
 from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import InvalidArgumentError
-from popmq.broker_core.types import ExponentialBackoff, GroupSettings
+from popmq.broker_core import (
+    MAX_BACKOFF_ENTRIES,
+    MAX_QUEUES,
+    MAX_SUBSCRIPTIONS,
+    BrokerAPI,
+    ExponentialBackoff,
+    GroupSettings,
+    InvalidArgumentError,
+    check_count,
+)
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
-from popmq.proxy.metrics import disk_usage
 
 _SERVER_VERSION: str
 try:
@@ -42,7 +47,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             by GetServerInfo.
     """
 
-    def __init__(self, broker: Broker, *, config_items: Mapping[str, str] | None = None) -> None:
+    def __init__(self, broker: BrokerAPI, *, config_items: Mapping[str, str] | None = None) -> None:
         self._broker = broker
         self._config_items = dict(config_items or {})
         self._start_ms = _now_ms()
@@ -218,7 +223,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ResetOffsetsResponse:
-        validation.check_count("offsets", len(request.offsets), validation.MAX_QUEUES)
+        check_count("offsets", len(request.offsets), MAX_QUEUES)
         target = convert.reset_target(request.target)
         if target == "timestamp" and not request.HasField("timestamp"):
             raise InvalidArgumentError("RESET_TARGET_TIMESTAMP needs timestamp")
@@ -300,15 +305,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.GetServerInfoRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetServerInfoResponse:
         now = _now_ms()
-        data_dir = self._broker.config.store.data_dir
+        # Measured by the broker: the data dir need not be on this process's disk.
+        snapshot = self._broker.metrics_snapshot()
         return admin_pb2.GetServerInfoResponse(
             version=_SERVER_VERSION,
             start_time=convert.timestamp(self._start_ms),
             uptime=convert.duration((now - self._start_ms) / 1000),
-            data_dir=str(data_dir.resolve()),
-            store_bytes=disk_usage(data_dir),
-            topics=len(self._broker.list_topics()),
-            groups=len(self._broker.list_groups()),
+            data_dir=self._broker.server_info().data_dir,
+            store_bytes=snapshot.store_bytes,
+            topics=snapshot.topics,
+            groups=snapshot.groups,
             config=self._config_items,
         )
 
@@ -317,17 +323,9 @@ def _check_group_lists(
     request: admin_pb2.CreateGroupRequest | admin_pb2.UpdateGroupRequest,
 ) -> None:
     """List lengths of a group change, checked before any entry is converted."""
-    validation.check_count(
-        "retry_backoff", len(request.retry_backoff), validation.MAX_BACKOFF_ENTRIES
-    )
+    check_count("retry_backoff", len(request.retry_backoff), MAX_BACKOFF_ENTRIES)
     if isinstance(request, admin_pb2.CreateGroupRequest):
-        validation.check_count(
-            "subscriptions", len(request.subscriptions), validation.MAX_SUBSCRIPTIONS
-        )
+        check_count("subscriptions", len(request.subscriptions), MAX_SUBSCRIPTIONS)
     else:
-        validation.check_count(
-            "set_subscriptions", len(request.set_subscriptions), validation.MAX_SUBSCRIPTIONS
-        )
-        validation.check_count(
-            "remove_subscriptions", len(request.remove_subscriptions), validation.MAX_SUBSCRIPTIONS
-        )
+        check_count("set_subscriptions", len(request.set_subscriptions), MAX_SUBSCRIPTIONS)
+        check_count("remove_subscriptions", len(request.remove_subscriptions), MAX_SUBSCRIPTIONS)

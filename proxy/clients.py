@@ -35,11 +35,13 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from popmq.broker_core import validation
-from popmq.broker_core.errors import (
+from popmq.broker_core import (
+    MAX_QUEUES,
     FailedPreconditionError,
     InvalidArgumentError,
     ResourceExhaustedError,
+    check_name,
+    check_range,
 )
 from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
@@ -344,14 +346,14 @@ class ClientRegistry:
         self, registration: Registration, queue_counts: Mapping[str, int]
     ) -> float:
         check_client_id(registration.client_id)
-        validation.check_name("group", registration.group)
+        check_name("group", registration.group)
         config = self.config
         interval = registration.heartbeat_interval_s
         if interval is None:
             interval = config.default_heartbeat_interval_s
         if not math.isfinite(interval):
             raise InvalidArgumentError(f"heartbeat_interval {interval}s is not a finite duration")
-        validation.check_range(
+        check_range(
             "heartbeat_interval",
             interval,
             config.min_heartbeat_interval_s,
@@ -368,7 +370,7 @@ class ClientRegistry:
         if len(set(topics)) != len(topics):
             raise InvalidArgumentError(f"topics {list(topics)} repeat a topic")
         for topic in topics:
-            validation.check_name("topic", topic)
+            check_name("topic", topic)
         room = registration.machine_room
         if room and (len(room) > MAX_MACHINE_ROOM_LENGTH or not _ROOM.match(room)):
             raise InvalidArgumentError(
@@ -417,8 +419,8 @@ class ClientRegistry:
                 subscribe to the topic, or is not in queue-exclusive mode.
         """
         check_client_id(client_id)
-        validation.check_name("group", group)
-        validation.check_name("topic", topic)
+        check_name("group", group)
+        check_name("topic", topic)
         check_queue_ids("held_queue_ids", held, None)
         now = self._clock()
         self._expire(group, now)
@@ -475,7 +477,7 @@ class ClientRegistry:
         Returns whether the client was registered.
         """
         check_client_id(client_id)
-        validation.check_name("group", group)
+        check_name("group", group)
         members = self._groups.get(group)
         client = members.pop(client_id, None) if members else None
         if client is None:
@@ -590,7 +592,7 @@ def check_client_id(client_id: str) -> None:
 
 def check_queue_ids(field_name: str, queue_ids: Sequence[int], queue_count: int | None) -> None:
     """Queue ids are unique and within 0..queue_count-1 (only >= 0 when the count is None)."""
-    limit = validation.MAX_QUEUES if queue_count is None else queue_count
+    limit = MAX_QUEUES if queue_count is None else queue_count
     if len(queue_ids) > limit:
         raise InvalidArgumentError(
             f"{field_name} has {len(queue_ids)} queue ids: the topic has at most {limit} queues"

@@ -9,13 +9,14 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from popmq.broker_core.catalog import KIND_DLQ, GroupInfo, TopicInfo
-from popmq.broker_core.config import DELAY_LEVELS_S
-from popmq.broker_core.errors import InvalidArgumentError
-from popmq.broker_core.types import (
+from popmq.broker_core import (
+    DELAY_LEVELS_S,
+    KIND_DLQ,
     ConsumerOffset,
     ExponentialBackoff,
+    GroupInfo,
     GroupSettings,
+    InvalidArgumentError,
     LagReport,
     NewMessage,
     PoppedMessage,
@@ -26,6 +27,7 @@ from popmq.broker_core.types import (
     ResetResult,
     SendResult,
     Subscription,
+    TopicInfo,
 )
 
 

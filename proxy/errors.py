@@ -10,8 +10,12 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from popmq.broker_core import validation
-from popmq.broker_core.errors import InvalidArgumentError, PopMQError
+from popmq.broker_core import (
+    MAX_REQUEST_BYTES,
+    MAX_SMALL_REQUEST_BYTES,
+    InvalidArgumentError,
+    PopMQError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +88,14 @@ LARGE_REQUEST_METHODS = frozenset(
 )
 """Methods whose valid requests reach the server's receive limit (validation.
 MAX_REQUEST_BYTES): sends with 4 MiB of bodies, group settings with 1,024 SQL filters.
-Every other request is at most validation.MAX_SMALL_REQUEST_BYTES."""
+Every other request is at most MAX_SMALL_REQUEST_BYTES."""
 
 
 def request_limit(method: str) -> int:
     """The largest request body `method` ("package.Service/Method") accepts."""
     if method in LARGE_REQUEST_METHODS:
-        return validation.MAX_REQUEST_BYTES
-    return validation.MAX_SMALL_REQUEST_BYTES
+        return MAX_REQUEST_BYTES
+    return MAX_SMALL_REQUEST_BYTES
 
 
 def checked_deserializer(

@@ -27,16 +27,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import (
+from popmq.broker_core import (
+    MESSAGE_OVERHEAD_BYTES,
+    BrokerAPI,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
+    PoppedMessage,
     ResourceExhaustedError,
 )
-from popmq.broker_core.types import PoppedMessage
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class _Page:
 
 
 def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
-    return sum(len(m.record.body) + validation.MESSAGE_OVERHEAD_BYTES for m in messages)
+    return sum(len(m.record.body) + MESSAGE_OVERHEAD_BYTES for m in messages)
 
 
 class _Lease:
@@ -130,7 +130,7 @@ def check_token(token: str) -> None:
 class LeaseTable:
     """Leases by (group, token), with their pages and deadlines."""
 
-    def __init__(self, broker: Broker, config: LeaseConfig | None = None) -> None:
+    def __init__(self, broker: BrokerAPI, config: LeaseConfig | None = None) -> None:
         self._broker = broker
         self.config = config or LeaseConfig()
         # (group, token) -> lease; leases leave at their deadline (see _purge).
@@ -310,7 +310,7 @@ class LeaseTable:
             raise InvalidArgumentError("lease_tokens is empty: give at least one token")
         for token in tokens:
             check_token(token)
-        pop = self._broker.config.pop
+        pop = self._broker.server_info().pop
         if not pop.min_invisible_s <= invisible_s <= pop.max_invisible_s:
             raise InvalidArgumentError(
                 f"invisible_duration {invisible_s:g}s is outside "

@@ -24,7 +24,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from popmq.broker_core.validation import MAX_RESPONSE_BYTES
+from popmq.broker_core import MAX_RESPONSE_BYTES
 
 log = logging.getLogger(__name__)
 

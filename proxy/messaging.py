@@ -8,10 +8,19 @@ from typing import Any, TypedDict
 import grpc
 
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from popmq.broker_core import validation
-from popmq.broker_core.broker import PULL_DEFAULT_MESSAGES, Broker, now_ms
-from popmq.broker_core.errors import InvalidArgumentError
-from popmq.broker_core.types import PoppedMessage, SendResult
+from popmq.broker_core import (
+    MAX_HANDLES,
+    MAX_QUEUES,
+    MAX_SEND_MESSAGES,
+    PULL_DEFAULT_MESSAGES,
+    BrokerAPI,
+    InvalidArgumentError,
+    PoppedMessage,
+    SendResult,
+    check_count,
+    check_range,
+    now_ms,
+)
 from popmq.proxy import convert
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
@@ -39,7 +48,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         clients: ClientRegistry | None = None,
         observe_pop: Observe | None = None,
         observe_send: Observe | None = None,
@@ -83,8 +92,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         converted; the returned coroutine raises the others.
         """
         messages = request.messages
-        # The count before converting anything; Broker.send checks the body bytes (once).
-        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
+        # The count before converting anything; BrokerAPI.send checks the body bytes (once).
+        check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
         now = now_ms()
         return self._broker.send([convert.new_message(m, i, now) for i, m in enumerate(messages)])
 
@@ -126,11 +135,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         argument; the returned coroutine raises the others (unknown topic, too many held
         pops). `remaining_s` is the time left before the caller's deadline, if it has one.
         A pop that carries acks applies them first, and only once its own arguments passed.
-        `max_bytes` is what a PopStream reserved for the answer (Broker.pop's bound).
+        `max_bytes` is what a PopStream reserved for the answer (BrokerAPI.pop's bound).
         """
-        validation.check_count(
-            "ack_receipt_handles", len(request.ack_receipt_handles), validation.MAX_HANDLES
-        )
+        check_count("ack_receipt_handles", len(request.ack_receipt_handles), MAX_HANDLES)
         pop = _pop_arguments(self._broker, request, remaining_s)
         if request.ack_receipt_handles:
             return self._ack_then_pop(request, pop, max_bytes)
@@ -178,9 +185,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:
         """The broker's ack coroutine for an Ack (not yet started): the one path of the Ack
         RPC and of each ack of a PopStream."""
-        validation.check_count(
-            "receipt_handles", len(request.receipt_handles), validation.MAX_HANDLES
-        )
+        check_count("receipt_handles", len(request.receipt_handles), MAX_HANDLES)
         return self._broker.ack(request.group, request.receipt_handles)
 
     @rpc
@@ -230,9 +235,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                     f"{MAX_TOPICS_PER_CLIENT} topics"
                 )
         for topic, ids in request.configured_queues.items():
-            validation.check_count(
-                f"configured_queues[{topic!r}]", len(ids.queue_ids), validation.MAX_QUEUES
-            )
+            check_count(f"configured_queues[{topic!r}]", len(ids.queue_ids), MAX_QUEUES)
         queue_counts = {topic: self._queue_count(topic) for topic in request.topics}
         interval = (
             convert.seconds("heartbeat_interval", request.heartbeat_interval)
@@ -265,9 +268,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def QueryAssignment(
         self, request: messaging_pb2.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.QueryAssignmentResponse:
-        validation.check_count(
-            "held_queue_ids", len(request.held_queue_ids), validation.MAX_QUEUES, "queue ids"
-        )
+        check_count("held_queue_ids", len(request.held_queue_ids), MAX_QUEUES, "queue ids")
         assignment = self.clients.query_assignment(
             request.client_id,
             request.group,
@@ -295,17 +296,17 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def AwaitMessages(
         self, request: messaging_pb2.AwaitMessagesRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.AwaitMessagesResponse:
-        limits = self._broker.config.long_polling
+        limits = self._broker.server_info().long_polling
         wait = (
             convert.seconds("long_polling_timeout", request.long_polling_timeout)
             if request.HasField("long_polling_timeout")
             else limits.default_timeout_s
         )
-        validation.check_range("long_polling_timeout", wait, 0, limits.max_timeout_s, "s")
-        if len(request.positions) > validation.MAX_QUEUES:
+        check_range("long_polling_timeout", wait, 0, limits.max_timeout_s, "s")
+        if len(request.positions) > MAX_QUEUES:
             raise InvalidArgumentError(
                 f"positions has {len(request.positions)} entries: a topic has at most "
-                f"{validation.MAX_QUEUES} queues"
+                f"{MAX_QUEUES} queues"
             )
         positions: dict[int, int] = {}
         for position in request.positions:
@@ -361,7 +362,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def CommitOffset(
         self, request: messaging_pb2.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.CommitOffsetResponse:
-        validation.check_count("offsets", len(request.offsets), validation.MAX_QUEUES)
+        check_count("offsets", len(request.offsets), MAX_QUEUES)
         await self._broker.commit_offsets(
             request.group, request.topic, [(o.queue_id, o.offset) for o in request.offsets]
         )
@@ -417,7 +418,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def AckLease(
         self, request: messaging_pb2.AckLeaseRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.AckLeaseResponse:
-        validation.check_count("lease_tokens", len(request.lease_tokens), validation.MAX_HANDLES)
+        check_count("lease_tokens", len(request.lease_tokens), MAX_HANDLES)
         outcomes = await self._leases.ack(request.group, list(request.lease_tokens))
         return messaging_pb2.AckLeaseResponse(results=[_lease_result(o) for o in outcomes])
 
@@ -427,14 +428,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> messaging_pb2.RenewLeaseResponse:
         if not request.HasField("invisible_duration"):
             raise InvalidArgumentError("invisible_duration is required (1s..12h)")
-        validation.check_count("lease_tokens", len(request.lease_tokens), validation.MAX_HANDLES)
+        check_count("lease_tokens", len(request.lease_tokens), MAX_HANDLES)
         invisible = convert.seconds("invisible_duration", request.invisible_duration)
         outcomes = await self._leases.renew(request.group, list(request.lease_tokens), invisible)
         return messaging_pb2.RenewLeaseResponse(results=[_lease_result(o) for o in outcomes])
 
 
 class _PopArguments(TypedDict):
-    """Broker.pop's keyword arguments for one Pop (or LeasePop) request."""
+    """BrokerAPI.pop's keyword arguments for one Pop (or LeasePop) request."""
 
     max_messages: int
     invisible_s: float
@@ -444,7 +445,7 @@ class _PopArguments(TypedDict):
 
 
 def _pop_arguments(
-    broker: Broker,
+    broker: BrokerAPI,
     request: messaging_pb2.PopRequest | messaging_pb2.LeasePopRequest,
     remaining_s: float | None,
 ) -> _PopArguments:
@@ -453,7 +454,7 @@ def _pop_arguments(
     `remaining_s` (the time before the caller's deadline) shortens the long poll so it
     answers, empty, just before the deadline rather than let the call expire.
     """
-    config = broker.config
+    config = broker.server_info()
     max_messages = (
         request.max_messages if request.HasField("max_messages") else min(32, config.pop.max_batch)
     )

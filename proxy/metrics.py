@@ -2,9 +2,10 @@
 
 The endpoint (`--metrics-listen HOST:PORT`, off by default) is a small asyncio HTTP server
 on the server's own event loop: a scrape reads broker state on the thread that owns it, so
-it never sees a table half-updated and needs no exporter thread. Broker counters are read
-at scrape time by a custom collector (nothing is copied on the hot path); RPC latency and
-write batches are histograms observed as they happen.
+it never sees a table half-updated and needs no exporter thread. The broker's counters,
+gauges and write-batch histograms are pulled at scrape time from its metrics snapshot
+(BrokerAPI.metrics_snapshot: nothing is copied on the hot path, and nothing calls back into
+the proxy); RPC latency is a histogram observed here as calls end.
 
 `RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
@@ -27,21 +28,23 @@ import functools
 import inspect
 import itertools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core import MAX_SEND_MESSAGES, BrokerAPI, HistogramSnapshot, PopMQError
 from popmq.proxy.errors import (
     Undecodable,
     UndecodableRequestError,
@@ -57,10 +60,6 @@ _RPC_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30,
 )  # fmt: skip
 """Seconds; long polls legitimately take up to 30 s."""
-_WRITE_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-)  # fmt: skip
-_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _CLIENT_ERRORS = frozenset(
     {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "FAILED_PRECONDITION", "CANCELLED"}
 )
@@ -77,29 +76,21 @@ class MetricsConfig:
     """HOST:PORT serving GET /metrics; empty: no endpoint (the default). Port 0 picks one."""
 
 
-def disk_usage(path: Path) -> int:
-    """Bytes of the files under `path` (the store's size on disk, WAL included)."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            # RocksDB deletes files during compaction: a vanished file counts as zero.
-            with contextlib.suppress(FileNotFoundError):
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                else:
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
+def _add_histogram(
+    family: HistogramMetricFamily, labels: list[str], histogram: HistogramSnapshot
+) -> None:
+    """Export the broker's per-bucket counts as Prometheus' cumulative buckets."""
+    cumulative, buckets = 0, []
+    for bound, count in zip((*histogram.bounds, float("inf")), histogram.counts, strict=True):
+        cumulative += count
+        buckets.append((floatToGoString(bound), cumulative))
+    family.add_metric(labels, buckets, histogram.total)
 
 
 class BrokerCollector(Collector):
     """Reads the broker's counters and gauges when Prometheus scrapes."""
 
-    def __init__(self, broker: Broker, start_time: float, version: str) -> None:
+    def __init__(self, broker: BrokerAPI, start_time: float, version: str) -> None:
         self._broker = broker
         self._start_time = start_time
         self._version = version
@@ -112,56 +103,69 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "popmq_start_time_seconds", "When the server started (unix time)", self._start_time
         )
-        stats = broker.stats
+        snapshot = broker.metrics_snapshot()
         sent = CounterMetricFamily(
             "popmq_messages_sent", "Messages stored by sends", labels=["topic"]
         )
-        for topic, count in sorted(stats.sent.items()):
+        for topic, count in sorted(snapshot.sent.items()):
             sent.add_metric([topic], count)
         yield sent
         for name, counter, text in (
-            ("popmq_messages_popped", stats.popped, "Messages delivered by pops"),
-            ("popmq_messages_acked", stats.acked, "Deliveries acknowledged"),
-            ("popmq_messages_nacked", stats.nacked, "Deliveries given back by nack"),
-            ("popmq_messages_revived", stats.revived, "Messages redelivered on timeout"),
-            ("popmq_messages_dead_lettered", stats.dead_lettered, "Messages moved to %DLQ%<group>"),
+            ("popmq_messages_popped", snapshot.popped, "Messages delivered by pops"),
+            ("popmq_messages_acked", snapshot.acked, "Deliveries acknowledged"),
+            ("popmq_messages_nacked", snapshot.nacked, "Deliveries given back by nack"),
+            ("popmq_messages_revived", snapshot.revived, "Messages redelivered on timeout"),
+            (
+                "popmq_messages_dead_lettered", snapshot.dead_lettered,
+                "Messages moved to %DLQ%<group>",
+            ),
         ):  # fmt: skip
             family = CounterMetricFamily(name, text, labels=["group", "topic"])
             for (group, topic), count in sorted(counter.items()):
                 family.add_metric([group, topic], count)
             yield family
         yield GaugeMetricFamily(
-            "popmq_long_polls_held", "Pops parked waiting for a message", broker.polling.held
+            "popmq_long_polls_held", "Pops parked waiting for a message", snapshot.long_polls_held
         )
-        buffered: Any = broker.buffered_checkpoints
         yield GaugeMetricFamily(
             "popmq_checkpoint_buffer_size",
             "Checkpoints held in memory, not yet persisted",
-            buffered() if callable(buffered) else buffered,
+            snapshot.buffered_checkpoints,
         )
         yield GaugeMetricFamily(
             "popmq_live_checkpoints",
             "Checkpoints that still owe a message",
-            broker.live_checkpoints,
+            snapshot.live_checkpoints,
         )
         yield from self._lag(broker)
-        writer = broker.writer.stats
-        yield CounterMetricFamily("popmq_write_batches", "Write batches committed", writer.batches)
+        yield CounterMetricFamily(
+            "popmq_write_batches", "Write batches committed", snapshot.write_batches
+        )
         yield CounterMetricFamily(
             "popmq_write_batches_failed", "Write batches that failed (nothing written)",
-            writer.failed_batches,
+            snapshot.write_batches_failed,
         )  # fmt: skip
-        yield GaugeMetricFamily(
-            "popmq_store_bytes",
-            "Bytes of the store's files on disk",
-            disk_usage(broker.config.store.data_dir),
+        jobs = HistogramMetricFamily(
+            "popmq_write_batch_jobs",
+            "Write jobs (sends, acks, checkpoint writes...) per group-commit batch",
         )
-        yield GaugeMetricFamily(
-            "popmq_topics", "User and dead-letter topics", len(broker.list_topics())
+        _add_histogram(jobs, [], snapshot.batch_jobs)
+        yield jobs
+        seconds = HistogramMetricFamily(
+            "popmq_store_write_seconds",
+            "Time of one batch write; fsync=true includes the fsync",
+            labels=["fsync"],
         )
-        yield GaugeMetricFamily("popmq_groups", "Consumer groups", len(broker.list_groups()))
+        _add_histogram(seconds, ["false"], snapshot.write_seconds_unsynced)
+        _add_histogram(seconds, ["true"], snapshot.write_seconds_synced)
+        yield seconds
+        yield GaugeMetricFamily(
+            "popmq_store_bytes", "Bytes of the store's files on disk", snapshot.store_bytes
+        )
+        yield GaugeMetricFamily("popmq_topics", "User and dead-letter topics", snapshot.topics)
+        yield GaugeMetricFamily("popmq_groups", "Consumer groups", snapshot.groups)
 
-    def _lag(self, broker: Broker) -> Iterable[Metric]:
+    def _lag(self, broker: BrokerAPI) -> Iterable[Metric]:
         lag = GaugeMetricFamily(
             "popmq_consumer_lag_messages",
             "Messages of the topic's queues the group has not finished (max - consumer offset)",
@@ -216,28 +220,10 @@ class Metrics:
             buckets=_RPC_BUCKETS,
             registry=self.registry,
         )
-        self.write_batch_jobs = Histogram(
-            "popmq_write_batch_jobs",
-            "Write jobs (sends, acks, checkpoint writes...) per group-commit batch",
-            buckets=_BATCH_BUCKETS,
-            registry=self.registry,
-        )
-        self.write_seconds = Histogram(
-            "popmq_store_write_seconds",
-            "Time of one batch write; fsync=true includes the fsync",
-            ["fsync"],
-            buckets=_WRITE_BUCKETS,
-            registry=self.registry,
-        )
 
-    def watch(self, broker: Broker, version: str) -> None:
-        """Export a started broker's state and observe its write batches."""
+    def watch(self, broker: BrokerAPI, version: str) -> None:
+        """Export a started broker's state (read from its metrics snapshot at each scrape)."""
         self.registry.register(BrokerCollector(broker, time.time(), version))
-        broker.writer.add_batch_listener(self._observe_batch)
-
-    def _observe_batch(self, jobs: int, seconds: float, synced: bool) -> None:
-        self.write_batch_jobs.observe(jobs)
-        self.write_seconds.labels("true" if synced else "false").observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -618,7 +604,7 @@ def _request_context(method: str, request: Any) -> dict[str, str]:
     if "messages" in fields and method.endswith(("/SendMessages", "/SendStream")):
         # A refused request may hold far more messages than a send may: name the topics of
         # the first MAX_SEND_MESSAGES only, so the log line costs what a valid send's does.
-        first = itertools.islice(request.messages, validation.MAX_SEND_MESSAGES)
+        first = itertools.islice(request.messages, MAX_SEND_MESSAGES)
         topics = sorted({m.topic for m in first})
         if topics:
             found["topic"] = ",".join(topics)

@@ -44,9 +44,7 @@ import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
-from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage
 from popmq.proxy import convert
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (
@@ -105,7 +103,7 @@ class GiveBack:
         broker: The broker the messages were popped from.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerAPI) -> None:
         self._broker = broker
         # Give-backs still running; each removes itself when done. Touched on the loop only.
         self._tasks: set[asyncio.Task[None]] = set()

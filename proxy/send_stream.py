@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core.types import SendResult
+from popmq.broker_core import SendResult
 from popmq.proxy import convert
 from popmq.proxy.stream_session import MAX_IN_FLIGHT, Observe, StreamSession
 

@@ -23,11 +23,14 @@ from typing import Any, Literal
 import grpc
 
 from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.config import BrokerConfig
-from popmq.broker_core.data_dir import PRIVATE_UMASK
-from popmq.broker_core.errors import DataDirError, InvalidArgumentError
+from popmq.broker_core import (
+    MAX_REQUEST_BYTES,
+    PRIVATE_UMASK,
+    Broker,
+    BrokerConfig,
+    DataDirError,
+    InvalidArgumentError,
+)
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
@@ -47,8 +50,8 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 """Largest gRPC message the server sends (answers are bounded well below it: budget.py)."""
-MAX_RECEIVE_BYTES = validation.MAX_REQUEST_BYTES
-"""Largest request: one send request at its limits (validation.MAX_SEND_*) fits; grpc
+MAX_RECEIVE_BYTES = MAX_REQUEST_BYTES
+"""Largest request: one send request at its limits (MAX_SEND_*) fits; grpc
 refuses anything larger with RESOURCE_EXHAUSTED before the servicer sees it."""
 
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core import InvalidArgumentError
 from popmq.proxy.server import ServerConfig
 
 ENV_PREFIX = "POPMQ_"

@@ -62,8 +62,7 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import grpc
 
-from popmq.broker_core.errors import AnswerBoundError, PopMQError
-from popmq.broker_core.validation import MAX_RESPONSE_BYTES
+from popmq.broker_core import MAX_RESPONSE_BYTES, AnswerBoundError, PopMQError
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write

@@ -7,10 +7,9 @@ inflight what became of it. Runs on the server's event loop; the broker writes.
 
 from __future__ import annotations
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -26,7 +25,7 @@ class Acks:
         inflight: The client's handles and the broker's current ones.
     """
 
-    def __init__(self, broker: Broker, config: RocketMQConfig, inflight: Inflight) -> None:
+    def __init__(self, broker: BrokerAPI, config: RocketMQConfig, inflight: Inflight) -> None:
         self._broker = broker
         self._config = config
         self._inflight = inflight
@@ -85,7 +84,7 @@ class Acks:
         )
         # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
         # with its retry delay, which can be 0 (the Node.js client's always is).
-        validation.check_invisible(invisible, 0, self._broker.config.pop.max_invisible_s)
+        validation.check_invisible(invisible, 0, self._broker.server_info().pop.max_invisible_s)
         current = await self._inflight.current_handle(group, request.receipt_handle)
         try:
             handle, deadline = await self._broker.change_invisible_time(group, current, invisible)

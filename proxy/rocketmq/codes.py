@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core.errors import (
+from popmq.broker_core import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,

@@ -14,12 +14,11 @@ from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen import _pool
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import validation
-from popmq.broker_core.catalog import KIND_DLQ, TopicInfo
-from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core import KIND_DLQ, NewMessage, PoppedMessage, TopicInfo
 from popmq.proxy.convert import set_time
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig

@@ -28,9 +28,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
-from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.sessions import Sessions
 
@@ -66,7 +64,7 @@ class Delivery:
 class Inflight:
     """Deliveries by (group, client handle) and by client id."""
 
-    def __init__(self, broker: Broker, config: RocketMQConfig, sessions: Sessions) -> None:
+    def __init__(self, broker: BrokerAPI, config: RocketMQConfig, sessions: Sessions) -> None:
         self._broker = broker
         self._config = config
         self._sessions = sessions

@@ -9,8 +9,7 @@ a settings frame all end here. Push consumers of FIFO groups are queue-exclusive
 from __future__ import annotations
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import NotFoundError
+from popmq.broker_core import BrokerAPI, NotFoundError
 from popmq.proxy.rocketmq import settings
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.resources import Resources
@@ -27,7 +26,7 @@ class Membership:
     """
 
     def __init__(
-        self, broker: Broker, resources: Resources, assignments: ConsumerAssignments
+        self, broker: BrokerAPI, resources: Resources, assignments: ConsumerAssignments
     ) -> None:
         self._broker = broker
         self._resources = resources

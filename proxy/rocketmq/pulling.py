@@ -3,28 +3,23 @@
 A pull reads a queue from an offset and changes no state; the consumer keeps its own
 position, or commits it with UpdateOffset. When nothing is there yet, a pull waits for an
 arrival on its queue up to the long-polling timeout. Runs on the server's event loop,
-Broker.pull's read included (it is synchronous).
+BrokerAPI.pull's read included (it is synchronous).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import grpc
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import validation
-from popmq.broker_core.broker import PULL_MAX_MESSAGES, Broker
-from popmq.broker_core.types import QueueStats
+from popmq.broker_core import PULL_MAX_MESSAGES, BrokerAPI, QueueStats
 from popmq.proxy.rocketmq import codes, convert, metadata
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.resources import Resources, parsed_filter
-
-_PULL_WAIT_KEY = "\x00pull:"
-"""Prefix of the long-polling key of pulls, so they never take a wake-up meant for a pop."""
 
 
 def _offset_in(topic: str, stats: list[QueueStats], queue_id: int, offset: int) -> None:
@@ -45,7 +40,7 @@ class Pulls:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         config: RocketMQConfig,
         resources: Resources,
         address: Callable[[], str],
@@ -60,9 +55,9 @@ class Pulls:
     ) -> list[sv.PullMessageResponse]:
         """The stream's frames: a status, the messages from `offset` on that pass the
         filter, next_offset."""
-        group = convert.group_name(request.group)
+        convert.group_name(request.group)  # checked: a pull reads no state of its group
         topic = convert.topic_name(request.message_queue.topic)
-        _, _, record_filter = parsed_filter(request.filter_expression)
+        filter_type, expression, _ = parsed_filter(request.filter_expression)
         # Capped as a receive's batch is (receiving.py); below 1 is refused by core's rule.
         batch = min(request.batch_size, PULL_MAX_MESSAGES)
         validation.check_batch_size(batch, PULL_MAX_MESSAGES, name="batch_size")
@@ -78,20 +73,19 @@ class Pulls:
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - metadata.DEADLINE_MARGIN_S))
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait
-        while True:
-            result = self._broker.pull(topic, queue_id, request.offset, batch)
-            records = [(o, r) for o, r in result.messages if record_filter.accepts(r)]
-            left = give_up - loop.time()
-            if records or result.messages or left <= 0:
-                break
-            # Parked on its queue: a send to another queue neither wakes it nor is spent on it.
-            waiter = self._broker.polling.park(_PULL_WAIT_KEY + group, topic, queue_id)
-            try:
-                await asyncio.wait([waiter], timeout=left)
-            finally:
-                self._broker.polling.unpark(_PULL_WAIT_KEY + group, topic, waiter, queue_id)
+        # The broker's own long poll (an arrival watch of this queue): a send to another queue
+        # neither wakes it nor is spent on it.
+        wait = min(wait, self._broker.server_info().long_polling.max_timeout_s)
+        result = await self._broker.pull_wait(
+            topic,
+            queue_id,
+            request.offset,
+            batch,
+            wait_s=wait,
+            filter_expression=expression,
+            filter_type=filter_type,
+        )
+        records = result.messages
         host = self._address()
         frames = [
             sv.PullMessageResponse(

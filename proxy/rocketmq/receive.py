@@ -43,9 +43,7 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.errors import AnswerBoundError, PopMQError
-from popmq.broker_core.types import PoppedMessage
-from popmq.broker_core.validation import MAX_RESPONSE_BYTES
+from popmq.broker_core import MAX_RESPONSE_BYTES, AnswerBoundError, PopMQError, PoppedMessage
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.rocketmq import codes, convert

@@ -18,12 +18,10 @@ from typing import Any
 
 import grpc
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.catalog import TopicInfo
-from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core import BrokerAPI, PoppedMessage, TopicInfo
 from popmq.proxy.rocketmq import convert, metadata
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
@@ -92,7 +90,7 @@ class Receiving:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         config: RocketMQConfig,
         *,
         sessions: Sessions,
@@ -156,7 +154,7 @@ class Receiving:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
-        pop = self._broker.config.pop
+        pop = self._broker.server_info().pop
         # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
         batch = min(request.batch_size, pop.max_batch)
         validation.check_batch_size(batch, pop.max_batch, name="batch_size")

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.catalog import GroupInfo, TopicInfo
-from popmq.broker_core.errors import NotFoundError
-from popmq.broker_core.filters import RecordFilter, parse_filter
-from popmq.broker_core.types import QueueStats
+from popmq.broker_core import (
+    BrokerAPI,
+    GroupInfo,
+    NotFoundError,
+    QueueStats,
+    RecordFilter,
+    TopicInfo,
+    parse_filter,
+)
 from popmq.proxy.rocketmq import convert, settings
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -52,7 +56,9 @@ class Resources:
         config: The v2 front end's settings (the broker name of routes).
     """
 
-    def __init__(self, broker: Broker, address: Callable[[], str], config: RocketMQConfig) -> None:
+    def __init__(
+        self, broker: BrokerAPI, address: Callable[[], str], config: RocketMQConfig
+    ) -> None:
         self._broker = broker
         self._address = address
         self._config = config
@@ -86,7 +92,7 @@ class Resources:
         except NotFoundError:
             info = None
         if info is None:
-            defaults = self._broker.config.groups
+            defaults = self._broker.server_info().groups
             attempts = defaults.max_delivery_attempts
             backoff = tuple(round(s * 1000) for s in defaults.retry_backoff_s)
             fifo = False

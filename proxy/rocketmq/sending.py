@@ -1,6 +1,6 @@
 """v2 SendMessage and RecallMessage: a producer's batch converted, checked and stored.
 
-A batch is stored all or none (Broker.send), so a failure is every entry's. Conversion and
+A batch is stored all or none (BrokerAPI.send), so a failure is every entry's. Conversion and
 the checks before it run on the server's event loop; the store's write is the broker's.
 """
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 
+from popmq import broker_core as validation  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core import validation
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import NotFoundError
+from popmq.broker_core import BrokerAPI, NotFoundError
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -32,7 +31,7 @@ class Sending:
         resources: Topic lookups (TOPIC_NOT_FOUND, the topic's message type).
     """
 
-    def __init__(self, broker: Broker, config: RocketMQConfig, resources: Resources) -> None:
+    def __init__(self, broker: BrokerAPI, config: RocketMQConfig, resources: Resources) -> None:
         self._broker = broker
         self._config = config
         self._resources = resources
@@ -43,7 +42,7 @@ class Sending:
             raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
         validation.check_count("messages", len(request.messages), self._config.max_request_entries)
         now = _now_ms()
-        max_delay = self._broker.config.messages.max_delay_s
+        max_delay = self._broker.server_info().max_delay_s
         budget = convert.InflateBudget(self._config.max_gzip_body_bytes)
         batch = []
         for index, msg in enumerate(request.messages):
@@ -52,7 +51,7 @@ class Sending:
             try:
                 info, _ = self._resources.topic(name)
             except ProtocolError:
-                if not self._broker.config.auto_create_topics:
+                if not self._broker.server_info().auto_create_topics:
                     raise
             else:
                 convert.check_type_accepted(info, kind)

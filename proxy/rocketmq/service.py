@@ -26,8 +26,7 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.memory import PoppedBytes
@@ -91,7 +90,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         *,
         address: Callable[[], str],
         config: RocketMQConfig | None = None,
@@ -148,7 +147,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def serve_on(
         cls,
         server: grpc.aio.Server,
-        broker: Broker,
+        broker: BrokerAPI,
         *,
         address: Callable[[], str],
         clients: ClientRegistry | None = None,

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core import validation
+from popmq.broker_core import MAX_BODY_BYTES
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 from popmq.proxy.rocketmq.convert import duration
@@ -82,7 +82,7 @@ def producer_reply(settings: pb.Settings, config: RocketMQConfig) -> pb.Settings
             ),
         )
     )
-    reply.publishing.max_body_size = validation.MAX_BODY_BYTES
+    reply.publishing.max_body_size = MAX_BODY_BYTES
     reply.publishing.validate_message_type = True
     reply.metric.CopyFrom(pb.Metric(on=False))
     return reply

@@ -18,8 +18,7 @@ import grpc
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import PopMQError
+from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.rocketmq import codes, convert, settings
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -50,7 +49,7 @@ class Telemetry:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerAPI,
         config: RocketMQConfig,
         *,
         sessions: Sessions,
@@ -142,7 +141,7 @@ class Telemetry:
                     client,
                     self._resources.policy(group),
                     self._config,
-                    self._broker.config.pop.max_batch,
+                    self._broker.server_info().pop.max_batch,
                 )
                 session.group = group
         except PopMQError as exc:

@@ -803,3 +803,44 @@ def test_forward_to_dead_letter_queue_moves_the_message(server: ServerThread, to
         assert [m.system_properties.message_id for m in dead] == ["p1"]
 
     run(server, scenario)
+
+
+def test_a_held_pull_wakes_on_an_arrival_in_its_queue_and_filters_it(
+    server: ServerThread, topics: None
+) -> None:
+    async def scenario(s: MessagingServiceStub) -> None:
+        mq = pb.MessageQueue(topic=resource("orders"), id=0)
+        end = await s.QueryOffset(
+            sv.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END), metadata=meta()
+        )
+        request = sv.PullMessageRequest(
+            group=resource("pullers"),
+            message_queue=mq,
+            offset=end.offset,
+            batch_size=32,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="B"),
+        )
+        request.long_polling_timeout.FromSeconds(10)
+
+        async def arrivals() -> str:
+            await asyncio.sleep(0.3)
+            for i in range(256):  # sends to other queues do not answer the held pull
+                sent = await send(s, message("orders", b"x", message_id=f"w{i}", tag="B"))
+                now = await s.QueryOffset(
+                    sv.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
+                    metadata=meta(),
+                )
+                if now.offset > end.offset:
+                    return sent.entries[0].message_id
+            raise AssertionError("no send landed in queue 0")
+
+        began = time.monotonic()
+        sender = asyncio.create_task(arrivals())
+        frames = [f async for f in s.PullMessage(request, metadata=meta(), timeout=20)]
+        landed = await sender
+        assert time.monotonic() - began < 8
+        assert frames[0].status.code == Code.OK
+        assert [f.message.system_properties.message_id for f in frames[1:-1]] == [landed]
+        assert frames[-1].next_offset == end.offset + 1
+
+    run(server, scenario)

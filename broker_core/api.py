@@ -1,0 +1,298 @@
+"""The broker API: what a front end (the proxy) may ask of a broker, as a typing Protocol.
+
+`Broker` (broker.py) implements it in-process; the coming cluster mode puts the same
+operations behind a gRPC BrokerService, so the API is shaped for a remote implementation:
+- value types are frozen dataclasses or core value types (no live broker objects cross it);
+- nothing calls back into the caller: metrics are pulled (`metrics_snapshot`, histogram
+  buckets included), limits are read once (`server_info`);
+- operations that may wait (send, pop, ack, long polls, admin writes) are async.
+Reads that are in-memory or short point reads today (topic/group lookups, pull without wait,
+peek, lag) are still synchronous, as the facade has them; a remote implementation answers
+them from a cache or they become async together with their callers.
+
+Conformance is checked statically (broker.py assigns a Broker to a BrokerAPI, which mypy
+verifies) and by tests/unit/test_broker_api.py, which compares every member's signature
+with the facade's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from popmq.broker_core.catalog import GroupInfo, TopicInfo
+from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
+from popmq.broker_core.types import (
+    ConsumerOffset,
+    ExponentialBackoff,
+    GroupSettings,
+    LagReport,
+    NewMessage,
+    PeekedMessage,
+    PoppedMessage,
+    PulledMessages,
+    QueueDetails,
+    QueueLag,
+    QueueStats,
+    RedriveResult,
+    ResetResult,
+    SendResult,
+    Subscription,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """Observations per bucket at one moment (Prometheus style, but not cumulative)."""
+
+    bounds: tuple[float, ...]
+    """Upper bounds of the buckets; a last +Inf bucket is implied."""
+    counts: tuple[int, ...]
+    """Observations per bucket, one more than `bounds` (the +Inf bucket last)."""
+    total: float
+    """Sum of the observed values."""
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """The broker's counters and gauges at one moment, for the metrics exporter.
+
+    Counters are monotonic since the broker started; (group, topic) keys count retry-topic
+    traffic under the user topic.
+    """
+
+    sent: Mapping[str, int]
+    """Messages stored by sends, per topic."""
+    popped: Mapping[tuple[str, str], int]
+    acked: Mapping[tuple[str, str], int]
+    nacked: Mapping[tuple[str, str], int]
+    revived: Mapping[tuple[str, str], int]
+    dead_lettered: Mapping[tuple[str, str], int]
+    long_polls_held: int
+    """Pops and arrival watches held right now."""
+    buffered_checkpoints: int
+    """Checkpoints held in memory, not yet persisted."""
+    live_checkpoints: int
+    """Checkpoints that still owe a message."""
+    write_batches: int
+    write_batches_failed: int
+    write_jobs: int
+    """Write jobs (sends, acks, checkpoint writes...) committed in all batches."""
+    batch_jobs: HistogramSnapshot
+    """Write jobs per committed group-commit batch."""
+    write_seconds_synced: HistogramSnapshot
+    """Time of one fsynced batch write, fsync included."""
+    write_seconds_unsynced: HistogramSnapshot
+    store_bytes: int
+    """Bytes of the store's files, measured by the broker on its own disk."""
+    topics: int
+    groups: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The broker's identity and the limits a front end checks or shows (read once)."""
+
+    broker_name: str
+    data_dir: str
+    """Where the broker keeps its store, for display only (it may be on another host)."""
+    pop: PopConfig
+    long_polling: LongPollingConfig
+    groups: GroupDefaults
+    """Settings a group gets when created without them."""
+    max_delay_s: float
+    """Longest delivery delay a sent message may ask for."""
+    auto_create_topics: bool
+
+
+class BrokerAPI(Protocol):
+    """The operations the proxy needs from a broker. See the module docstring for the rules."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def release_waiters(self) -> None:
+        """Answer held long polls now and hold no new ones (shutdown is coming)."""
+        ...
+
+    def server_info(self) -> ServerInfo: ...
+
+    def metrics_snapshot(self) -> MetricsSnapshot: ...
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, queues: int | None = None, *, message_type: str = "normal"
+    ) -> TopicInfo: ...
+
+    def topic_info(self, name: str) -> TopicInfo: ...
+
+    def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]: ...
+
+    def list_topics(self) -> list[TopicInfo]: ...
+
+    async def delete_topic(self, name: str) -> None: ...
+
+    async def update_topic(self, name: str, queues: int) -> TopicInfo: ...
+
+    async def delete_topic_guarded(self, name: str, *, force: bool = False) -> None: ...
+
+    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]: ...
+
+    # -- groups -----------------------------------------------------------------------------
+
+    async def create_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+    ) -> GroupInfo: ...
+
+    async def create_group_with_settings(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        settings: GroupSettings | None = None,
+    ) -> GroupInfo: ...
+
+    def get_group(self, name: str) -> GroupInfo: ...
+
+    def list_groups(self) -> list[GroupInfo]: ...
+
+    def group_settings(self, name: str) -> GroupSettings: ...
+
+    def subscription_filter(self, group: str, topic: str) -> tuple[str, str] | None: ...
+
+    async def update_group(
+        self,
+        name: str,
+        *,
+        max_delivery_attempts: int | None = None,
+        retry_backoff_s: Sequence[float] | None = None,
+        exponential_backoff: ExponentialBackoff | None = None,
+        fifo: bool | None = None,
+        set_subscriptions: Sequence[Subscription] = (),
+        remove_subscriptions: Sequence[str] = (),
+        consume_from: str | None = None,
+        consume_from_ms: int = 0,
+    ) -> GroupInfo: ...
+
+    async def delete_group(self, name: str, *, force: bool = False) -> None: ...
+
+    # -- send, delayed messages, queries ----------------------------------------------------
+
+    async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]: ...
+
+    async def recall(self, topic: str, recall_handle: str) -> str: ...
+
+    def query_message(self, topic: str, message_id: str) -> PeekedMessage: ...
+
+    def query_messages_by_key(
+        self, topic: str, key: str, limit: int = 64
+    ) -> list[PeekedMessage]: ...
+
+    # -- pop, ack, nack, change invisible time, dead letter ---------------------------------
+
+    def check_pop_arguments(
+        self, *, max_messages: int, invisible_s: float, wait_s: float
+    ) -> None: ...
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+        queue_id: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[PoppedMessage]: ...
+
+    async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]: ...
+
+    async def change_invisible_time(
+        self, group: str, handle: str, invisible_s: float
+    ) -> tuple[str, int]: ...
+
+    async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int: ...
+
+    async def dead_letter(self, group: str, handle: str) -> str: ...
+
+    # -- reads by offset --------------------------------------------------------------------
+
+    def pull(
+        self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
+    ) -> PulledMessages: ...
+
+    async def pull_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = PULL_DEFAULT_MESSAGES,
+        *,
+        wait_s: float = 0.0,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+    ) -> PulledMessages: ...
+
+    async def await_messages(
+        self, topic: str, positions: Mapping[int, int], wait_s: float
+    ) -> list[tuple[int, int]]: ...
+
+    async def commit_offsets(
+        self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
+    ) -> None: ...
+
+    def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]: ...
+
+    def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]: ...
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int: ...
+
+    async def purge(self, topic: str, queue_id: int | None = None) -> int: ...
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        target: str,
+        timestamp_ms: int = 0,
+        offsets: dict[int, int] | None = None,
+        force: bool = False,
+    ) -> ResetResult: ...
+
+    def peek(
+        self,
+        topic: str,
+        *,
+        queue_id: int | None = None,
+        offset: int | None = None,
+        group: str = "",
+        max_messages: int = 16,
+    ) -> list[PeekedMessage]: ...
+
+    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult: ...
+
+    def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
+
+    def lag_report(self, group: str, topic: str = "") -> LagReport: ...

@@ -1,0 +1,108 @@
+"""The BrokerAPI Protocol: the facade implements every member with the same signature, and
+the two new members (server info, metrics snapshot) and pull with wait answer plain values."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+
+from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import PopConfig
+from popmq.broker_core.types import NewMessage
+from tests.unit.conftest import OpenBroker
+
+
+def _members(cls: type) -> dict[str, object]:
+    return {
+        name: value
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and callable(value)
+    }
+
+
+def test_the_facade_implements_every_member_of_the_protocol_with_its_signature() -> None:
+    members = _members(BrokerAPI)
+    assert len(members) > 40
+    for name, declared in sorted(members.items()):
+        implemented = getattr(Broker, name, None)
+        assert implemented is not None, f"Broker lacks {name}"
+        assert inspect.signature(implemented) == inspect.signature(declared), name  # type: ignore[arg-type]
+        assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
+            f"{name}: async in one, sync in the other"
+        )
+
+
+def test_value_types_of_the_api_are_frozen() -> None:
+    for cls in (ServerInfo, MetricsSnapshot, HistogramSnapshot):
+        assert dataclasses.is_dataclass(cls)
+        assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+
+
+def test_server_info_carries_the_limits(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker(pop=PopConfig(max_batch=7), auto_create_topics=True) as broker:
+            api: BrokerAPI = broker
+            info = api.server_info()
+            assert (info.pop.max_batch, info.auto_create_topics) == (7, True)
+            assert info.long_polling.max_timeout_s == broker.config.long_polling.max_timeout_s
+            assert info.max_delay_s == broker.config.messages.max_delay_s
+            assert info.data_dir == str(broker.config.store.data_dir.resolve())
+
+    asyncio.run(scenario())
+
+
+def test_metrics_snapshot_counts_and_does_not_change_after_it_was_taken(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            api: BrokerAPI = broker
+            await api.create_topic("orders", 1)
+            await api.create_group("g")
+            before = api.metrics_snapshot()
+            await api.send([NewMessage("orders", b"x"), NewMessage("orders", b"y")])
+            popped = await api.pop("g", "orders", max_messages=1, wait_s=0)
+            after = api.metrics_snapshot()
+            assert before.sent.get("orders", 0) == 0  # a copy, not the live counter
+            assert after.sent["orders"] == 2
+            assert after.popped[("g", "orders")] == 1
+            assert after.live_checkpoints == 1
+            assert after.write_batches > before.write_batches
+            assert after.batch_jobs.count == after.write_batches
+            synced = after.write_seconds_synced
+            assert len(synced.counts) == len(synced.bounds) + 1
+            assert synced.count + after.write_seconds_unsynced.count == after.write_batches
+            assert after.store_bytes > 0
+            assert (after.topics, after.groups) == (1, 1)
+            await api.ack("g", [popped[0].receipt_handle])
+            assert api.metrics_snapshot().acked[("g", "orders")] == 1
+
+    asyncio.run(scenario())
+
+
+def test_pull_wait_filters_and_wakes_on_an_arrival(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            api: BrokerAPI = broker
+            await api.create_topic("orders", 1)
+            await api.send([NewMessage("orders", b"a", tag="red")])
+            first = await api.pull_wait("orders", 0, 0, 8, filter_expression="blue")
+            assert (first.messages, first.next_offset) == ([], 1)  # read past, none kept
+
+            async def later() -> None:
+                await asyncio.sleep(0.4)
+                await api.send([NewMessage("orders", b"b", tag="blue")])
+
+            began = time.monotonic()
+            sender = asyncio.create_task(later())
+            result = await api.pull_wait("orders", 0, 1, 8, wait_s=5, filter_expression="blue")
+            await sender
+            assert 0.3 < time.monotonic() - began < 4
+            assert [r.body for _, r in result.messages] == [b"b"]
+            empty = await api.pull_wait("orders", 0, 2, 8, wait_s=0.1)
+            assert (empty.messages, empty.next_offset) == ([], 2)
+
+    asyncio.run(scenario())
