@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from popmq.broker_core import jobs
 from popmq.broker_core.admin import Admin
@@ -102,8 +102,8 @@ class Broker:
         self._server_info = self._build_server_info()
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
-        # Called once with the reason when `failure` is set (the server's health listens).
-        self._failure_listeners: list[Callable[[str], None]] = []
+        # Set once, with `failure`: what wait_failure() awaits (the server's health).
+        self._failed = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -307,14 +307,16 @@ class Broker:
         if self.failure is not None:
             return  # the first failure is the one to report
         self.failure = reason
-        for listener in list(self._failure_listeners):
-            listener(reason)
+        self._failed.set()
 
-    def add_failure_listener(self, listener: Callable[[str], None]) -> None:
-        """Call `listener(reason)` when the broker fails (at once if it already has)."""
-        self._failure_listeners.append(listener)
-        if self.failure is not None:
-            listener(self.failure)
+    async def wait_failure(self) -> str:
+        """Return why the broker failed, once it has (at once if it already has).
+
+        A long poll rather than a callback, so a broker in another process can answer it.
+        """
+        await self._failed.wait()
+        assert self.failure is not None
+        return self.failure
 
     def release_waiters(self) -> None:
         """Answer every held pop now (empty) and hold no new ones: shutdown is coming.

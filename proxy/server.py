@@ -11,6 +11,7 @@ Shutdown turns NOT_SERVING before draining in-flight RPCs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -173,8 +174,8 @@ class PopMQServer:
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
         self._opened = False
-        # The task turning health NOT_SERVING after a broker failure (held so it runs).
-        self._health_update: asyncio.Task[None] | None = None
+        # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
+        self._failure_watch: asyncio.Task[None] | None = None
 
     @property
     def services(self) -> list[str]:
@@ -237,7 +238,9 @@ class PopMQServer:
             await self.stop()
             raise
         self._opened = True
-        self.broker.add_failure_listener(self._broker_failed)
+        self._failure_watch = asyncio.get_running_loop().create_task(
+            self._watch_failure(), name="popmq-health-watch"
+        )
         if self.metrics is not None:
             self.metrics.watch(self.broker, _version())
         # Servicers registered on `server` from here join the running gRPC server.
@@ -271,10 +274,11 @@ class PopMQServer:
         log.info("serving %s (event loop: %s)", ", ".join(self._late.service_names), loop)
         return self.port
 
-    def _broker_failed(self, reason: str) -> None:
-        """A background task of the broker died: health turns NOT_SERVING, saying why."""
+    async def _watch_failure(self) -> None:
+        """When a background task of the broker dies, health turns NOT_SERVING, saying why."""
+        reason = await self.broker.wait_failure()
         log.error("health turns NOT_SERVING: %s", reason)
-        self._health_update = asyncio.get_running_loop().create_task(self.health.failed(reason))
+        await self.health.failed(reason)
 
     async def stop(self) -> None:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""
@@ -293,6 +297,11 @@ class PopMQServer:
         if self._metrics_endpoint is not None:
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None
             await endpoint.stop()
+        if self._failure_watch is not None:
+            watch, self._failure_watch = self._failure_watch, None
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         await self.broker.close()
 
 
