@@ -157,7 +157,8 @@ class ServerProcess:
             return self.endpoint
         self._tmp = tempfile.TemporaryDirectory(prefix=f"popmq-bench-{self.name}-")
         root = Path(self._tmp.name)
-        self.data_dir.mkdir()
+        # Private, as `popmq serve` wants its data dir (it warns about a readable one).
+        self.data_dir.mkdir(mode=0o700)
         self._prepare(self.data_dir)
         self._log = (root / "server.log").open("wb")
         self.port = 0 if self.picks_own_port else free_port()
