@@ -7,7 +7,7 @@ inflight what became of it. Runs on the server's event loop; the broker writes.
 
 from __future__ import annotations
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, PopMQError
 from popmq.proxy.rocketmq import codes, convert
@@ -84,7 +84,7 @@ class Acks:
         )
         # 0 s is allowed, as RocketMQ's proxy allows it: a client gives a failed message back
         # with its retry delay, which can be 0 (the Node.js client's always is).
-        validation.check_invisible(invisible, 0, self._broker.server_info().pop.max_invisible_s)
+        broker_core.check_invisible(invisible, 0, self._broker.server_info().pop.max_invisible_s)
         current = await self._inflight.current_handle(group, request.receipt_handle)
         try:
             handle, deadline = await self._broker.change_invisible_time(group, current, invisible)

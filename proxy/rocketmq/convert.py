@@ -14,7 +14,7 @@ from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen import _pool
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.popmq.store.v1 import records_pb2
@@ -83,7 +83,7 @@ def _name(resource: pb.Resource, kind: str, *, allow_dlq: bool = False) -> str:
             Code.BAD_REQUEST,
             namespace_refusal(resource.resource_namespace, f"the {kind}'s resource_namespace"),
         )
-    validation.check_name(kind, resource.name, allow_dlq=allow_dlq)
+    broker_core.check_name(kind, resource.name, allow_dlq=allow_dlq)
     return resource.name
 
 
@@ -260,7 +260,7 @@ def _body(
     msg: pb.Message, where: str, config: RocketMQConfig, budget: InflateBudget
 ) -> tuple[bytes, str]:
     """The body to store and its popmq encoding; a GZIP body is stored zlib-compressed.
-    Its size was checked by validation.check_message (_check_message)."""
+    Its size was checked by broker_core.check_message (_check_message)."""
     body = msg.body
     encoding = msg.system_properties.body_encoding
     if encoding in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
@@ -292,12 +292,12 @@ def _body(
 def _check_message(
     index: int, props: pb.SystemProperties, user: dict[str, str], body: bytes
 ) -> None:
-    """broker_core's message rules (validation.check_message), which name the field that
+    """broker_core's message rules (broker_core.check_message), which name the field that
     codes.FIELD_CODES maps to the v2 Code; v2 clients always send a message id, and a tag
     that is present must not be empty."""
     if props.HasField("tag") and not props.tag:
-        validation.check_tag(index, props.tag)
-    validation.check_message(
+        broker_core.check_tag(index, props.tag)
+    broker_core.check_message(
         index,
         body=body,
         tag=props.tag,
@@ -337,7 +337,7 @@ def new_message(
     deliver_at = 0
     if kind == pb.DELAY:
         deliver_at = timestamp_ms(props.delivery_timestamp)
-        validation.check_delivery_time(index, deliver_at, now_ms, max_delay_s)
+        broker_core.check_delivery_time(index, deliver_at, now_ms, max_delay_s)
     born = timestamp_ms(props.born_timestamp) if props.HasField("born_timestamp") else 0
     return (
         NewMessage(
@@ -414,7 +414,7 @@ def v2_message(
         props.message_group = record.message_group
     if record.deliver_at_ms:
         set_time(props.delivery_timestamp, record.deliver_at_ms)
-    if topic.startswith(validation.DLQ_PREFIX) and record.origin_topic:
+    if topic.startswith(broker_core.DLQ_PREFIX) and record.origin_topic:
         props.dead_letter_queue.CopyFrom(
             pb.DeadLetterQueue(topic=record.origin_topic, message_id=record.message_id)
         )

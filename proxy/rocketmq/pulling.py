@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import PULL_MAX_MESSAGES, BrokerAPI, QueueStats
@@ -25,7 +25,7 @@ from popmq.proxy.rocketmq.resources import Resources, parsed_filter
 def _offset_in(topic: str, stats: list[QueueStats], queue_id: int, offset: int) -> None:
     """broker_core's offset rule (0..the queue's max offset); its field "offset" maps to
     ILLEGAL_OFFSET (codes.FIELD_CODES)."""
-    validation.check_offset(topic, queue_id, offset, stats[queue_id].max_offset)
+    broker_core.check_offset(topic, queue_id, offset, stats[queue_id].max_offset)
 
 
 class Pulls:
@@ -60,7 +60,7 @@ class Pulls:
         filter_type, expression, _ = parsed_filter(request.filter_expression)
         # Capped as a receive's batch is (receiving.py); below 1 is refused by core's rule.
         batch = min(request.batch_size, PULL_MAX_MESSAGES)
-        validation.check_batch_size(batch, PULL_MAX_MESSAGES, name="batch_size")
+        broker_core.check_batch_size(batch, PULL_MAX_MESSAGES, name="batch_size")
         info, stats = self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
         _offset_in(topic, stats, queue_id, request.offset)

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, PoppedMessage, TopicInfo
@@ -157,7 +157,7 @@ class Receiving:
         pop = self._broker.server_info().pop
         # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
         batch = min(request.batch_size, pop.max_batch)
-        validation.check_batch_size(batch, pop.max_batch, name="batch_size")
+        broker_core.check_batch_size(batch, pop.max_batch, name="batch_size")
         if request.auto_renew:
             invisible = self._config.auto_renew_invisible_s
         elif request.HasField("invisible_duration"):
@@ -168,7 +168,7 @@ class Receiving:
             raise ProtocolError(
                 Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required unless auto_renew"
             )
-        validation.check_invisible(invisible, pop.min_invisible_s, pop.max_invisible_s)
+        broker_core.check_invisible(invisible, pop.min_invisible_s, pop.max_invisible_s)
         wait = self.polling_s(request, context.time_remaining(), client_id)
         info, _ = self._resources.topic(topic)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq.broker_core import (
     BrokerAPI,
@@ -81,7 +81,7 @@ class Resources:
     @staticmethod
     def queue_id(info: TopicInfo, queue: pb.MessageQueue) -> int:
         """The id of `queue` in topic `info`; BAD_REQUEST when the topic has no such queue."""
-        validation.check_queue_id(info.name, info.queues, queue.id)
+        broker_core.check_queue_id(info.name, info.queues, queue.id)
         return queue.id
 
     def policy(self, group: str) -> settings.GroupPolicy:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from popmq import broker_core as validation  # its exported checks and limits
+from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, NotFoundError
@@ -40,7 +40,7 @@ class Sending:
         """Store the request's messages, all or none; an entry for each."""
         if not request.messages:
             raise ProtocolError(Code.BAD_REQUEST, "messages is empty: send 1 or more messages")
-        validation.check_count("messages", len(request.messages), self._config.max_request_entries)
+        broker_core.check_count("messages", len(request.messages), self._config.max_request_entries)
         now = _now_ms()
         max_delay = self._broker.server_info().max_delay_s
         budget = convert.InflateBudget(self._config.max_gzip_body_bytes)
