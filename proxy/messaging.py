@@ -63,7 +63,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         """Told of each send a SendStream answers."""
         # A started broker's groups existed before this registry: see ClientRegistry.
         self.clients = clients or ClientRegistry(
-            existing_groups=[g.name for g in broker.list_groups()]
+            broker_name=broker.server_info().broker_name,
+            existing_groups=[g.name for g in broker.list_groups()],
         )
         self._leases = LeaseTable(broker)
         # Set by release_waiters (shutdown): no new long waits.

@@ -106,8 +106,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         """
         self.config = config or RocketMQConfig()
         if clients is None:
-            clients = ClientRegistry(existing_groups=[g.name for g in broker.list_groups()])
-        resources = Resources(broker, address, self.config)
+            clients = ClientRegistry(
+                broker_name=broker.server_info().broker_name,
+                existing_groups=[g.name for g in broker.list_groups()],
+            )
+        resources = Resources(broker, address)
         self.assignments = ConsumerAssignments(clients)
         membership = Membership(broker, resources, self.assignments)
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
