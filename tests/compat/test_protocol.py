@@ -652,6 +652,9 @@ def test_routes_assignments_and_handles_carry_the_one_broker_name_clients_echo_b
         assert acked.entries[0].status.code == Code.OK
 
     run(server, scenario)
+    # The client registry (FIFO assignments, popmq.v1 push consumers) hashes the same name.
+    assert server.server is not None and server.server.clients is not None
+    assert server.server.clients.broker_name == "shard-7"
 
 
 def test_notify_client_termination_releases_the_clients_messages_at_once(
