@@ -7,15 +7,16 @@ dataclass (one per concern); its TOML section is the dataclass's field name:
     [connections]   ConnectionConfig: keepalive and idle limits of client connections
     [metrics]       MetricsConfig: listen
     [log]           LogConfig: level, format
-    [broker]        BrokerConfig's own settings (auto_create_topics, default_topic_queues)
+    [broker]        BrokerConfig's own settings (broker_name, allow_rename,
+                    auto_create_topics, default_topic_queues)
     [store] [pop] [long_polling] [groups] [retention] [messages] ...  BrokerConfig's parts
     [clients]       ClientRegistryConfig
 
 The sections and keys are read from the dataclasses themselves, so a field added to one is
 configurable at once. The environment variable of `pop.max_batch` is POPMQ_POP_MAX_BATCH;
 the generic flag is `--set pop.max_batch=64`. An unknown section, key or POPMQ_* variable is
-an error naming the nearest valid one; a removed setting (RETIRED) is an error naming the
-setting that replaced it, so an old config file fails at startup instead of being ignored.
+an error naming the nearest valid one; a removed setting (RETIRED) is an error naming what
+replaced it, so an old config file fails at startup saying what to write instead.
 """
 
 from __future__ import annotations
