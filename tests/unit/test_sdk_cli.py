@@ -294,6 +294,8 @@ def test_serve_with_a_removed_broker_name_setting_names_the_one_to_use(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     seen = _fake_run_server(monkeypatch)
+    for name in [n for n in os.environ if n.startswith("POPMQ_")]:
+        monkeypatch.delenv(name)
     config = tmp_path / "popmq.toml"
     config.write_text('[clients]\nbroker_name = "shard-7"\n')
 
