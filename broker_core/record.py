@@ -5,9 +5,9 @@ would then depend on how the core stores messages, and a remote broker (cluster 
 not answer with anything but that proto. `MessageRecord` is the core's own value type for it.
 
 It is a read-only view over the record the core already parsed, not a copy: a pop delivers
-up to 32 messages per call, and copying 16 fields (and the body) into a frozen dataclass
-per message would cost more than the conversion to the wire it feeds
-(tools/record_view_cost.py measures both). Construction stores one reference; a field is
+up to 32 messages per call, and copying the 16 fields into a frozen dataclass costs about
+as much per message as the whole conversion to the wire it feeds, ~30x the wrapping
+(`python -m bench.record_view_cost` measures both). Construction stores one reference; a field is
 read from the record when it is asked for. `to_bytes` / `from_bytes` carry it across a
 process boundary as the stored bytes, so a remote implementation ships what it read and the
 other side wraps it the same way.
