@@ -12,8 +12,8 @@ operations behind a gRPC BrokerService, so the API is shaped for a remote implem
   A remote broker answers them over the wire; the in-process one answers at once.
 A few members stay synchronous because a cluster-mode proxy answers them without asking a
 broker: from its metadata cache (topics and groups as the catalog in etcd has them, fed by
-a watch), from what it read once at start, or by computing locally. Each says why in its
-docstring.
+a watch), from what it read once at start, or by computing locally. BrokerAPI's docstring
+says why for each.
 
 Conformance is checked statically (broker.py assigns a Broker to a BrokerAPI, which mypy
 verifies) and by tests/unit/test_broker_api.py, which compares every member's signature
@@ -128,8 +128,9 @@ class BrokerAPI(Protocol):
     - `check_pop_arguments`: pure range checks against `server_info`'s limits, computed locally;
     - `server_info`: identity and frozen limits, read once at start and kept;
     - `release_waiters`: a shutdown signal that returns nothing and waits for nothing.
-    The rest (a queue's offsets, listings, stored messages, lag, counters) changes with
-    every send and pop and lives only in the broker that owns the store.
+    The rest reads state that only the broker owning the store has current (queue offsets,
+    stored messages, lag, counters) or is an admin read the broker answers (listings,
+    describe_topic), so a remote implementation makes a call for each.
     """
 
     # -- lifecycle --------------------------------------------------------------------------
