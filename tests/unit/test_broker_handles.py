@@ -154,7 +154,7 @@ def test_a_renamed_broker_still_reads_its_delayed_messages_but_refuses_old_name_
                 [NewMessage("later", b"x", deliver_at_ms=now_ms() + 60_000)]
             )
         async with _broker(data_dir, "broker-b") as broker:
-            peeked = broker.query_message("later", sent.message_id)
+            peeked = await broker.query_message("later", sent.message_id)
             assert peeked.record.body == b"x"
             with pytest.raises(
                 InvalidArgumentError,
