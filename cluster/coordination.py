@@ -48,6 +48,7 @@ from popmq.cluster.etcd import (
     LeaseKeeper,
     Put,
     RangeResult,
+    cancel_and_wait,
     check_ttl,
 )
 
@@ -700,9 +701,7 @@ class _EtcdSession(_MemberSession):
         self._mark_closed()
         self._coordinator._sessions.discard(self)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self._keeper is not None:
             await self._keeper.close()
         if self.lease is not None:

@@ -17,13 +17,12 @@ event loop; nothing here blocks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import grpc
 import grpc.aio
@@ -65,8 +64,17 @@ _CHANNEL_OPTIONS = (
 _RETRY_PAUSE_S = 0.1
 """Pause after every endpoint failed once, before the next round (within the timeout)."""
 _FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# How a stream (watch, keepalive) fails when its endpoint goes: an error status, no answer in
+# time, the end of the stream, or a write to a call that has just ended.
+_STREAM_FAILURES = (
+    grpc.aio.AioRpcError,
+    TimeoutError,
+    CoordinationUnavailableError,
+    asyncio.InvalidStateError,
+)
 
 Key = str | bytes
+T = TypeVar("T")
 CompareTarget = Literal["version", "create_revision", "mod_revision", "value"]
 CompareOp = Literal["==", "!=", "<", ">"]
 
@@ -423,12 +431,12 @@ class EtcdClient:
     def __init__(
         self, endpoints: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.endpoints = parse_endpoints(endpoints)
-        self.timeout_s = _check_timeout(timeout_s)
         # Channels by endpoint, opened on first use; _current is the endpoint tried first.
         self._channels: dict[str, tuple[grpc.aio.Channel, _Stubs]] = {}
         self._current = 0
         self._closed = False
+        self.endpoints = parse_endpoints(endpoints)
+        self.timeout_s = _check_timeout(timeout_s)
 
     async def __aenter__(self) -> EtcdClient:
         return self
@@ -685,8 +693,8 @@ class EtcdClient:
                 create = pb.WatchCreateRequest(
                     key=raw, range_end=end, start_revision=next_revision, progress_notify=True
                 )
-                await asyncio.wait_for(
-                    call.write(pb.WatchRequest(create_request=create)), self.timeout_s
+                await _bounded(
+                    call, call.write(pb.WatchRequest(create_request=create)), self.timeout_s
                 )
                 while True:
                     response = await _read(call, f"etcd at {endpoint} ended the watch")
@@ -712,7 +720,7 @@ class EtcdClient:
                         yield batch
                     elif not response.created:  # a progress notification
                         next_revision = max(next_revision, response.header.revision + 1)
-            except (grpc.aio.AioRpcError, CoordinationUnavailableError, TimeoutError) as error:
+            except _STREAM_FAILURES as error:
                 if isinstance(error, grpc.aio.AioRpcError) and error.code() not in (
                     *_FAILOVER_CODES,
                     grpc.StatusCode.CANCELLED,
@@ -783,6 +791,43 @@ def _batch(response: pb.WatchResponse) -> WatchBatch:
     return WatchBatch(revision=events[-1].kv.mod_revision, events=events)
 
 
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a background task and wait for its end; a cancellation of the caller itself
+    still propagates (a bare suppress(CancelledError) would swallow it)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+
+
+async def _bounded(call: Any, step: Awaitable[T], timeout_s: float) -> T:
+    """Await one step of a stream call, cancelling the call itself after `timeout_s`.
+
+    Not asyncio.wait_for: cancelling only the awaiting task leaves a gRPC write to a stream
+    that is not connected pending until the call ends, so the wait would not end either.
+    """
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        call.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
+    try:
+        return await step
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if fired and task is not None and not task.cancelling():
+            raise TimeoutError(f"no answer within {timeout_s:g}s") from None
+        raise
+    finally:
+        handle.cancel()
+
+
 async def _read(call: Any, ended: str) -> Any:
     """The next message of a stream; CoordinationUnavailableError(ended) at its end."""
     response = await call.read()
@@ -829,9 +874,8 @@ class LeaseKeeper:
 
     async def close(self) -> None:
         """Stop renewing (idempotent); the lease then lapses after its TTL unless revoked."""
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        self._close_stream()  # first: a pending write ends only with its call
+        await cancel_and_wait(self._task)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._close_stream()
@@ -860,7 +904,7 @@ class LeaseKeeper:
             sent_at = loop.time()
             try:
                 ttl = await self._renew(min(self.client.timeout_s, remaining))
-            except (grpc.aio.AioRpcError, TimeoutError, CoordinationUnavailableError) as error:
+            except _STREAM_FAILURES as error:
                 logger.debug("keepalive of lease %x failed: %s", self.lease.id, error)
                 self._close_stream()
                 self.client._fail_over(self.client._endpoint())
@@ -876,6 +920,6 @@ class LeaseKeeper:
         if self._call is None:
             self._call = self.client._stubs(self.client._endpoint()).lease.LeaseKeepAlive()
         call = self._call
-        await asyncio.wait_for(call.write(pb.LeaseKeepAliveRequest(id=self.lease.id)), timeout_s)
-        response = await asyncio.wait_for(_read(call, "etcd ended the keepalive stream"), timeout_s)
+        await _bounded(call, call.write(pb.LeaseKeepAliveRequest(id=self.lease.id)), timeout_s)
+        response = await _bounded(call, _read(call, "etcd ended the keepalive stream"), timeout_s)
         return int(response.ttl)
