@@ -148,10 +148,15 @@ class WatchBatch:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A granted lease: keys put with it go when it expires or is revoked."""
+    """A granted lease: keys put with it go when it expires or is revoked.
+
+    `granted_at` is the event loop's time when the grant was sent: etcd's TTL runs from a
+    moment after it, so `granted_at + ttl_s` is never later than etcd's expiry.
+    """
 
     id: int
     ttl_s: int
+    granted_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,12 +646,13 @@ class EtcdClient:
     async def lease_grant(self, ttl_s: int, *, timeout_s: float | None = None) -> Lease:
         """A new lease of `ttl_s` seconds (MIN_LEASE_TTL_S..MAX_LEASE_TTL_S)."""
         request = pb.LeaseGrantRequest(ttl=check_ttl(ttl_s))
+        sent_at = asyncio.get_running_loop().time()
         response = await self._call(
             "lease grant", lambda s, t: s.lease.LeaseGrant(request, timeout=t), timeout_s
         )
         if response.error:
             raise EtcdError(f"etcd granted no lease: {response.error}")
-        return Lease(id=response.id, ttl_s=int(response.ttl))
+        return Lease(id=response.id, ttl_s=int(response.ttl), granted_at=sent_at)
 
     async def lease_revoke(self, lease_id: int, *, timeout_s: float | None = None) -> None:
         """End the lease now; its keys are deleted. LeaseNotFoundError if it is gone."""
@@ -728,7 +734,9 @@ class EtcdClient:
                     raise error_from_rpc(error, f"watch {raw!r}") from error
                 if self._closed:
                     raise SessionClosedError("the etcd client is closed") from error
-                logger.warning(
+                # Once per outage at warning level; its retries (every second at most) at debug.
+                logger.log(
+                    logging.WARNING if outage_pause == _RETRY_PAUSE_S else logging.DEBUG,
                     "watch of %r lost etcd at %s (%s); resuming from revision %d",
                     raw,
                     endpoint,
@@ -855,7 +863,7 @@ class LeaseKeeper:
         self.client = client
         self.lease = lease
         loop = asyncio.get_running_loop()
-        self.expires_at = loop.time() + lease.ttl_s
+        self.expires_at = lease.granted_at + lease.ttl_s
         """Loop time when the lease lapses unless renewed (as far as this side knows)."""
         # Resolved with the reason once the lease is lost; failed if the loop dies.
         self._lost: asyncio.Future[str] = loop.create_future()
