@@ -350,6 +350,7 @@ class _MemberSession:
         # Replaced and set at every change of _epoch or _closed: what the waiters wait on.
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None  # the coordinator's keep-alive loop
+        self._closing: asyncio.Task[None] | None = None  # close() after the loop failed
 
     @property
     def alive(self) -> bool:
@@ -401,7 +402,11 @@ class _MemberSession:
         error = task.exception()
         logger.error("%s %r: the session loop failed: %r", self.kind, self.name, error)
         self._mark_lost(f"the session loop failed: {error!r}")
-        self._mark_closed()
+        # Nothing renews it any more: close it (stops the keeper, revokes the lease).
+        self._closing = asyncio.get_running_loop().create_task(self.close())
+
+    async def close(self) -> None:
+        raise NotImplementedError  # each coordinator's session closes its own way
 
     def _mark_closed(self) -> None:
         self._closed = True
