@@ -715,14 +715,15 @@ class EtcdClient:
                         raise EtcdError(
                             f"etcd cancelled the watch of {raw!r}: {response.cancel_reason}"
                         )
-                    if response.created and next_revision == 0:
-                        next_revision = response.header.revision + 1
-                    if response.events:
-                        batch = _batch(response)
-                        next_revision = batch.revision + 1
+                    if response.created:
+                        if next_revision == 0:
+                            next_revision = response.header.revision + 1
                         if outage_pause > _RETRY_PAUSE_S:
                             logger.info("watch of %r resumed on %s", raw, endpoint)
                         outage_pause = _RETRY_PAUSE_S
+                    if response.events:
+                        batch = _batch(response)
+                        next_revision = batch.revision + 1
                         yield batch
                     elif not response.created:  # a progress notification
                         next_revision = max(next_revision, response.header.revision + 1)
