@@ -28,6 +28,14 @@ EXPECTED = {
         "check_delivery_time", "check_invisible", "check_message", "check_name", "check_offset",
         "check_queue_id", "check_range", "check_tag", "issuer_of", "now_ms", "parse_filter",
     ],
+    "popmq.cluster": [
+        "CompactedError", "ConflictError", "CoordinationArgumentError", "CoordinationError",
+        "CoordinationUnavailableError", "Coordinator", "CorruptValueError",
+        "DEFAULT_SESSION_TTL_S", "Entry", "EtcdClient", "EtcdCoordinator", "EtcdError",
+        "EtcdStatus", "Lease", "LeaseKeeper", "LeaseNotFoundError", "LocalCoordinator",
+        "Member", "MemberExistsError", "MemberKind", "Session", "SessionClosedError",
+        "Snapshot",
+    ],
     "popmq.proxy": ["PopMQServer", "ServerConfig", "run_server"],
     "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
     "popmq.sdk": [
