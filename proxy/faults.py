@@ -190,6 +190,18 @@ class FaultSnapshot:
 
 
 @dataclass(slots=True)
+class _Topic:
+    """A topic's rotation; guarded by running on the event loop thread only."""
+
+    position: int
+    """The next rotation position (taken modulo the number of usable queues)."""
+    layout: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """The queues `order` was built from (broker -> queue ids, as given)."""
+    order: tuple[QueueRef, ...] = ()
+    """`layout` interleaved across brokers: kept, so a send does not rebuild it."""
+
+
+@dataclass(slots=True)
 class _Broker:
     """Mutable per-broker state; guarded by running on the event loop thread only."""
 
@@ -252,8 +264,8 @@ class FaultTable:
         self._clock = clock
         # broker name -> its state; guarded by running on the event loop thread only.
         self._brokers: dict[str, _Broker] = {}
-        # topic -> next rotation position, least recently used first; same guard.
-        self._rotation: OrderedDict[str, int] = OrderedDict()
+        # topic -> its rotation state, least recently used first; same guard.
+        self._topics: OrderedDict[str, _Topic] = OrderedDict()
         self._isolations = 0
         self._failures = 0
         self._retries = 0
@@ -327,7 +339,7 @@ class FaultTable:
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's rotation position. Unknown names are ignored."""
-        self._rotation.pop(topic, None)
+        self._topics.pop(topic, None)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -394,25 +406,39 @@ class FaultTable:
         RocketMQ's skip-to-next-available). Each queue gets an equal share, so a broker's
         share follows its queue count, as in RocketMQ.
         """
-        candidates = {broker: ids for broker, ids in queues.items() if ids and broker not in avoid}
+        topic_state = self._topic(topic)
+        layout = tuple((broker, tuple(ids)) for broker, ids in queues.items() if ids)
+        if layout != topic_state.layout:  # the route changed (or first send): build once
+            topic_state.layout = layout
+            topic_state.order = _interleave(layout)
+        order = topic_state.order
+        now = self._clock()
+        enabled = self.config.enabled
+        usable = {
+            broker
+            for broker, _ in layout
+            if broker not in avoid
+            and (
+                not enabled
+                or (state := self._brokers.get(broker)) is None
+                or state.available_at <= now
+            )
+        }
+        if len(usable) < len(layout):
+            order = tuple(queue for queue in order if queue.broker in usable)
+        if order:
+            position = topic_state.position
+            topic_state.position = position + 1
+            return order[position % len(order)]
+        candidates = [broker for broker, _ in layout if broker not in avoid]
         if not candidates:
             return None
-        position = self._next_position(topic)
-        if not self.config.enabled:
-            order = _interleave(candidates)
-            return order[position % len(order)]
-        now = self._clock()
-        available = {
-            broker: ids
-            for broker, ids in candidates.items()
-            if (state := self._brokers.get(broker)) is None or state.available_at <= now
-        }
-        if available:
-            order = _interleave(available)
-            return order[position % len(order)]
+        # Every candidate is isolated (only possible when enabled).
         self._fallback_picks += 1
         broker = min(candidates, key=self._soonest_back_key)
-        ids = sorted(candidates[broker])
+        ids = sorted(dict(layout)[broker])
+        position = topic_state.position
+        topic_state.position = position + 1
         return QueueRef(broker, ids[position % len(ids)])
 
     def next_after_failure(
@@ -466,17 +492,18 @@ class FaultTable:
             " moving the group to another broker, so retry the send later"
         )
 
-    def _next_position(self, topic: str) -> int:
-        position = self._rotation.get(topic)
-        if position is None:
+    def _topic(self, topic: str) -> _Topic:
+        """The topic's rotation state, created on first use; the least recently used topic
+        is dropped beyond max_tracked_topics."""
+        state = self._topics.get(topic)
+        if state is None:
+            if len(self._topics) >= self.config.max_tracked_topics:
+                self._topics.popitem(last=False)
             # A spread start rather than 0 for every topic, deterministic for tests.
-            position = zlib.crc32(topic.encode())
-            if len(self._rotation) >= self.config.max_tracked_topics:
-                self._rotation.popitem(last=False)
+            state = self._topics[topic] = _Topic(position=zlib.crc32(topic.encode()))
         else:
-            self._rotation.move_to_end(topic)
-        self._rotation[topic] = position + 1
-        return position
+            self._topics.move_to_end(topic)
+        return state
 
     def _soonest_back_key(self, broker: str) -> tuple[float, float, str]:
         # Only called for brokers with an entry (all candidates are isolated).
@@ -484,14 +511,13 @@ class FaultTable:
         return (state.available_at, state.latency_s, broker)
 
 
-def _interleave(queues: Mapping[str, Sequence[int]]) -> list[QueueRef]:
+def _interleave(layout: Sequence[tuple[str, Sequence[int]]]) -> tuple[QueueRef, ...]:
     """Queues taken one per broker in turn, brokers by name, queue ids ascending."""
     columns = [
-        [QueueRef(broker, queue_id) for queue_id in sorted(queues[broker])]
-        for broker in sorted(queues)
+        [QueueRef(broker, queue_id) for queue_id in sorted(ids)] for broker, ids in sorted(layout)
     ]
-    depth = max(len(column) for column in columns)
-    return [column[i] for i in range(depth) for column in columns if i < len(column)]
+    depth = max((len(column) for column in columns), default=0)
+    return tuple(column[i] for i in range(depth) for column in columns if i < len(column))
 
 
 @dataclass(frozen=True, slots=True)

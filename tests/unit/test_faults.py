@@ -242,6 +242,29 @@ def test_the_rotation_positions_are_bounded(clock: FakeClock) -> None:
     assert table.pick("x", queues) == first
 
 
+def test_a_route_change_is_followed_at_the_next_pick(clock: FakeClock) -> None:
+    table = table_on(clock)
+    pick(table, "t", THREE)
+    assert pick(table, "t", {"a": [2]}) == QueueRef("a", 2)  # queues of b and c went away
+    grown = {**THREE, "d": [0, 1, 2, 3]}
+    assert {pick(table, "t", grown) for _ in range(16)} == {
+        QueueRef(b, q) for b in "abcd" for q in range(4)
+    }
+
+
+def test_the_rotation_does_not_depend_on_the_order_queues_are_given_in(
+    clock: FakeClock,
+) -> None:
+    ordered, shuffled = table_on(clock), table_on(clock)
+    given = {"d": [3, 2, 1, 0], "c": [0, 1, 2, 3], "b": [3, 1, 2, 0], "a": [0, 1, 2, 3]}
+    sequence = [pick(shuffled, "t", given) for _ in range(16)]
+    in_order = {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3], "c": [0, 1, 2, 3], "d": [0, 1, 2, 3]}
+    assert sequence == [pick(ordered, "t", in_order) for _ in range(16)]
+    # Interleaved: the brokers in name order, cyclically, then the next queue of each.
+    start = "abcd".index(sequence[0].broker)
+    assert "".join(q.broker for q in sequence[:4]) == ("abcd" * 2)[start : start + 4]
+
+
 def test_brokers_without_queues_are_ignored_and_none_means_nothing_to_pick(
     clock: FakeClock,
 ) -> None:
