@@ -13,6 +13,7 @@ DATA_DIR ?= ./data
 .PHONY: setup run test check lint fmt typecheck gen gen-check bench bench-peers example clean
 
 setup: $(SETUP_STAMP) $(BUF_STAMP) bench-peers
+	@tools/install_etcd.sh
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

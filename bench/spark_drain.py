@@ -114,10 +114,10 @@ def _spark_drain(endpoint: str, per_partition: int, checkpoint: Path) -> DrainRe
 def _unfinished(server: ServerThread, group: str) -> int:
     """Messages the group has not acked (lag plus in flight), read on the server's loop."""
 
-    def count() -> int:
-        return sum(r.lag + r.inflight for r in server.broker.group_lag(group, TOPIC))
+    async def count() -> int:
+        return sum(r.lag + r.inflight for r in await server.broker.group_lag(group, TOPIC))
 
-    return server.sync(count)
+    return server.call(count)
 
 
 def run(count: int, *, batches: int, body_bytes: int = 1024) -> list[DrainResult]:

@@ -62,6 +62,9 @@ from popmq.broker_core.offsets import (
     PULL_DEFAULT_MESSAGES,
     PULL_MAX_MESSAGES,
 )
+from popmq.broker_core.record import (
+    MessageRecord,
+)
 from popmq.broker_core.sql_filter import (
     MAX_EXPRESSION_LENGTH,
 )
@@ -149,6 +152,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "MAX_SUBSCRIPTIONS",
     "MAX_TAG_LENGTH",
     "MESSAGE_OVERHEAD_BYTES",
+    "MessageRecord",
     "MessagesConfig",
     "MetricsSnapshot",
     "NewMessage",

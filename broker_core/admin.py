@@ -24,6 +24,7 @@ from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.queue_lock import QueueLocks
+from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.send import QueueChooser
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.topics import Topics
@@ -352,8 +353,7 @@ class Admin:
                     response.saw(len(value))
                     if not response.take(len(value)):
                         return found  # the answer is full (budget.py)
-                    record = records_pb2.StoredMessage.FromString(value)
-                    found.append(PeekedMessage(info.name, q, at, record))
+                    found.append(PeekedMessage(info.name, q, at, MessageRecord.from_bytes(value)))
                 start = chunk_end
             if len(found) >= max_messages:
                 break

@@ -4,15 +4,20 @@
 operations behind a gRPC BrokerService, so the API is shaped for a remote implementation:
 - value types are frozen dataclasses or core value types (no live broker objects cross it);
 - nothing calls back into the caller: metrics are pulled (`metrics_snapshot`, histogram
-  buckets included), limits are read once (`server_info`);
-- operations that may wait (send, pop, ack, long polls, admin writes) are async.
-Reads that are in-memory or short point reads today (topic/group lookups, pull without wait,
-peek, lag) are still synchronous, as the facade has them; a remote implementation answers
-them from a cache or they become async together with their callers.
+  buckets included), failure is awaited (`wait_failure`), limits are read once
+  (`server_info`);
+- everything a broker answers from its store or its live state is async: sends, pops,
+  acks, long polls, admin writes, and every read (topics with their queues' offsets,
+  listings, queries, pull, offsets, peek, lag, in-flight counts, the metrics snapshot).
+  A remote broker answers them over the wire; the in-process one answers at once.
+A few members stay synchronous because a cluster-mode proxy answers them without asking a
+broker: from its metadata cache (topics and groups as the catalog in etcd has them, fed by
+a watch), from what it read once at start, or by computing locally. BrokerAPI's docstring
+says why for each.
 
 Conformance is checked statically (broker.py assigns a Broker to a BrokerAPI, which mypy
 verifies) and by tests/unit/test_broker_api.py, which compares every member's signature
-with the facade's.
+with the facade's and pins which members are synchronous.
 """
 
 from __future__ import annotations
@@ -113,7 +118,20 @@ class ServerInfo:
 
 
 class BrokerAPI(Protocol):
-    """The operations the proxy needs from a broker. See the module docstring for the rules."""
+    """The operations the proxy needs from a broker. See the module docstring for the rules.
+
+    Every member is async except these, which a cluster-mode proxy answers without a call:
+    - `topic_info`: catalog metadata, answered from the proxy's cache of the catalog (etcd);
+    - `get_group`: likewise, a group's settings as the catalog has them;
+    - `group_settings`: likewise (FIFO flag, subscriptions, backoff are group metadata);
+    - `subscription_filter`: likewise, part of the group's settings;
+    - `check_pop_arguments`: pure range checks against `server_info`'s limits, computed locally;
+    - `server_info`: identity and frozen limits, read once at start and kept;
+    - `release_waiters`: a shutdown signal that returns nothing and waits for nothing.
+    The rest reads state that only the broker owning the store has current (queue offsets,
+    stored messages, lag, counters) or is an admin read the broker answers (listings,
+    describe_topic), so a remote implementation makes a call for each.
+    """
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -132,7 +150,7 @@ class BrokerAPI(Protocol):
 
     def server_info(self) -> ServerInfo: ...
 
-    def metrics_snapshot(self) -> MetricsSnapshot: ...
+    async def metrics_snapshot(self) -> MetricsSnapshot: ...
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -142,9 +160,9 @@ class BrokerAPI(Protocol):
 
     def topic_info(self, name: str) -> TopicInfo: ...
 
-    def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]: ...
+    async def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]: ...
 
-    def list_topics(self) -> list[TopicInfo]: ...
+    async def list_topics(self) -> list[TopicInfo]: ...
 
     async def delete_topic(self, name: str) -> None: ...
 
@@ -152,7 +170,9 @@ class BrokerAPI(Protocol):
 
     async def delete_topic_guarded(self, name: str, *, force: bool = False) -> None: ...
 
-    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]: ...
+    async def describe_topic(
+        self, name: str
+    ) -> tuple[TopicInfo, list[QueueDetails], list[str]]: ...
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -175,7 +195,7 @@ class BrokerAPI(Protocol):
 
     def get_group(self, name: str) -> GroupInfo: ...
 
-    def list_groups(self) -> list[GroupInfo]: ...
+    async def list_groups(self) -> list[GroupInfo]: ...
 
     def group_settings(self, name: str) -> GroupSettings: ...
 
@@ -203,9 +223,9 @@ class BrokerAPI(Protocol):
 
     async def recall(self, topic: str, recall_handle: str) -> str: ...
 
-    def query_message(self, topic: str, message_id: str) -> PeekedMessage: ...
+    async def query_message(self, topic: str, message_id: str) -> PeekedMessage: ...
 
-    def query_messages_by_key(
+    async def query_messages_by_key(
         self, topic: str, key: str, limit: int = 64
     ) -> list[PeekedMessage]: ...
 
@@ -241,7 +261,7 @@ class BrokerAPI(Protocol):
 
     # -- reads by offset --------------------------------------------------------------------
 
-    def pull(
+    async def pull(
         self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
     ) -> PulledMessages: ...
 
@@ -265,13 +285,15 @@ class BrokerAPI(Protocol):
         self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
     ) -> None: ...
 
-    def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]: ...
+    async def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]: ...
 
-    def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]: ...
+    async def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]: ...
 
     # -- admin ------------------------------------------------------------------------------
 
-    def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int: ...
+    async def inflight_count(
+        self, *, group: str | None = None, topic: str | None = None
+    ) -> int: ...
 
     async def purge(self, topic: str, queue_id: int | None = None) -> int: ...
 
@@ -286,7 +308,7 @@ class BrokerAPI(Protocol):
         force: bool = False,
     ) -> ResetResult: ...
 
-    def peek(
+    async def peek(
         self,
         topic: str,
         *,
@@ -298,6 +320,6 @@ class BrokerAPI(Protocol):
 
     async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult: ...
 
-    def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
+    async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
 
-    def lag_report(self, group: str, topic: str = "") -> LagReport: ...
+    async def lag_report(self, group: str, topic: str = "") -> LagReport: ...

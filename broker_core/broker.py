@@ -7,9 +7,13 @@ catalog, writer, ledger ...) in their constructor; none imports this module.
 
 Threading: everything runs on one asyncio loop. Point reads, small scans and the group
 commit flush are short blocking calls on the loop (see writer.py for why there is no writer
-thread). Background tasks: the revive loop (pop/revive.py: redelivers what is due), the
-checkpoint buffer loop (pop/ledger.py: persists checkpoints that linger), the retention loop
-(retention.py) and the timer loop (timer.py: delivers delayed messages when due).
+thread). The reads of the broker API are async (api.py: a remote broker answers them over
+the wire) but do their work inline: a storage read is not moved to a thread, since rocksdict
+holds the GIL through it (tools/gil_probe_batch.py), so a thread would add a hop and let
+nothing else run meanwhile. Background tasks: the revive loop (pop/revive.py: redelivers
+what is due), the checkpoint buffer loop (pop/ledger.py: persists checkpoints that linger),
+the retention loop (retention.py) and the timer loop (timer.py: delivers delayed messages
+when due).
 
 Crash safety rests on three rules:
 1. A message is stored only by a committed write; offsets are assigned inside that write
@@ -367,10 +371,10 @@ class Broker:
         """A topic's settings without its queues' stats (a lookup, for hot paths)."""
         return self._topics.topic_info(name)
 
-    def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+    async def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
         return self._topics.get_topic(name)
 
-    def list_topics(self) -> list[TopicInfo]:
+    async def list_topics(self) -> list[TopicInfo]:
         return self._topics.list_topics()
 
     async def delete_topic(self, name: str) -> None:
@@ -412,7 +416,7 @@ class Broker:
     def get_group(self, name: str) -> GroupInfo:
         return self._groups.get_group(name)
 
-    def list_groups(self) -> list[GroupInfo]:
+    async def list_groups(self) -> list[GroupInfo]:
         return self._groups.list_groups()
 
     def group_settings(self, name: str) -> GroupSettings:
@@ -463,11 +467,13 @@ class Broker:
         """Cancel a delayed message before it is due; returns its message id."""
         return await self._timers.recall(topic, recall_handle)
 
-    def query_message(self, topic: str, message_id: str) -> PeekedMessage:
+    async def query_message(self, topic: str, message_id: str) -> PeekedMessage:
         """The stored message with this id (offset -1: a delayed message not yet due)."""
         return self._queries.query_message(topic, message_id)
 
-    def query_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[PeekedMessage]:
+    async def query_messages_by_key(
+        self, topic: str, key: str, limit: int = 64
+    ) -> list[PeekedMessage]:
         """Stored messages carrying business key `key`, oldest first, at most `limit`."""
         return self._queries.query_messages_by_key(topic, key, limit)
 
@@ -527,7 +533,7 @@ class Broker:
 
     # -- reads by offset (offsets.py) -----------------------------------------------------
 
-    def pull(
+    async def pull(
         self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES
     ) -> PulledMessages:
         """Read one queue from `offset` on, without a group and without changing any state."""
@@ -567,17 +573,17 @@ class Broker:
         """Set the group's offset in some queues of a topic, all or none, durably."""
         await self._offset_reads.commit_offsets(group, topic, offsets)
 
-    def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
+    async def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
         """The group's offset in every queue of the topic (where it would start if none)."""
         return self._offset_reads.get_offsets(group, topic)
 
-    def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]:
+    async def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]:
         """(queue_id, first offset stored at or after timestamp_ms) per queue."""
         return self._offset_reads.offsets_at(topic, timestamp_ms)
 
     # -- admin (admin.py) -----------------------------------------------------------------
 
-    def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
+    async def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
         """Messages popped and neither acked nor redelivered yet, for a group and/or topic."""
         return self._admin.inflight_count(group=group, topic=topic)
 
@@ -589,7 +595,7 @@ class Broker:
         """Delete a topic, refusing while groups have its messages in flight unless forced."""
         await self._admin.delete_topic_guarded(name, force=force)
 
-    def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
+    async def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
         """A topic, its queues (offsets, count, newest store time) and the groups that read it."""
         return self._admin.describe_topic(name)
 
@@ -612,7 +618,7 @@ class Broker:
             group, topic, target=target, timestamp_ms=timestamp_ms, offsets=offsets, force=force
         )
 
-    def peek(
+    async def peek(
         self,
         topic: str,
         *,
@@ -650,10 +656,10 @@ class Broker:
 
     # -- lag (lag.py) ---------------------------------------------------------------------
 
-    def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
+    async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         return self._lag.group_lag(group, topic)
 
-    def lag_report(self, group: str, topic: str = "") -> LagReport:
+    async def lag_report(self, group: str, topic: str = "") -> LagReport:
         """Lag per queue with the age of the oldest unacked message, per-topic sums (with
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
@@ -677,7 +683,7 @@ class Broker:
             auto_create_topics=config.auto_create_topics,
         )
 
-    def metrics_snapshot(self) -> MetricsSnapshot:
+    async def metrics_snapshot(self) -> MetricsSnapshot:
         """Counters and gauges now, copied: the caller keeps nothing that changes under it."""
         stats, writer = self.stats, self.writer.stats
         return MetricsSnapshot(
@@ -697,8 +703,8 @@ class Broker:
             write_seconds_synced=_histogram(writer.write_seconds[True]),
             write_seconds_unsynced=_histogram(writer.write_seconds[False]),
             store_bytes=disk_usage(self.config.store.data_dir),
-            topics=len(self.list_topics()),
-            groups=len(self.list_groups()),
+            topics=len(self._topics.list_topics()),
+            groups=len(self._groups.list_groups()),
         )
 
     # -- introspection for tests and metrics ---------------------------------------------

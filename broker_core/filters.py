@@ -3,13 +3,25 @@ SQL92 property expressions (broker_core/sql_filter.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.sql_filter import SqlFilter, parse_sql_filter
 
 FILTER_TYPES = ("tag", "sql")
+
+
+class Filterable(Protocol):
+    """What a filter reads of a message: the stored record on the pop path, a MessageRecord
+    after a pull."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +83,7 @@ class RecordFilter:
     def matches_all(self) -> bool:
         return self.sql is None and self.tag.matches_all
 
-    def accepts(self, record: records_pb2.StoredMessage) -> bool:
+    def accepts(self, record: Filterable) -> bool:
         if self.sql is not None:
             return self.sql.matches(record.properties, record.tag)
         return self.tag.matches(record.tag)

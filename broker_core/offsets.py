@@ -21,6 +21,7 @@ from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from popmq.broker_core.filters import parse_filter
+from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import ConsumerOffset, PulledMessages
 
@@ -191,7 +192,7 @@ class OffsetReads:
         validation.check_offset(topic, queue_id, offset, high)
         position = max(offset, low)
         end = min(high, position + max_messages)
-        found: list[tuple[int, records_pb2.StoredMessage]] = []
+        found: list[tuple[int, MessageRecord]] = []
         response = ResponseBudget()
         full = False
         while position < end and not full:
@@ -209,7 +210,7 @@ class OffsetReads:
                 position = at + 1
                 if value is None:
                     continue  # deleted by retention after we read the min offset
-                found.append((at, records_pb2.StoredMessage.FromString(value)))
+                found.append((at, MessageRecord.from_bytes(value)))
         return PulledMessages(
             topic=info.name,
             queue_id=queue_id,

@@ -8,6 +8,7 @@ from popmq.broker_core import keys, message_index, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import Catalog
 from popmq.broker_core.errors import InvalidArgumentError, NotFoundError
+from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.store import Store
 from popmq.broker_core.timer import RecallCodec
 from popmq.broker_core.types import PeekedMessage
@@ -45,7 +46,7 @@ class MessageQueries:
                 f"no message {message_id!r} in topic {topic!r} (never sent, recalled, or "
                 "deleted by retention)"
             )
-        return PeekedMessage(info.name, entry.queue_id, entry.offset, record)
+        return PeekedMessage(info.name, entry.queue_id, entry.offset, MessageRecord(record))
 
     def query_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[PeekedMessage]:
         """Stored messages carrying business key `key`, oldest first, at most `limit`."""
@@ -69,6 +70,6 @@ class MessageQueries:
                 response.saw(len(value))
                 if not response.take(len(value)):
                     return found  # the answer is full (budget.py): oldest first, rest left out
-                record = records_pb2.StoredMessage.FromString(value)
+                record = MessageRecord.from_bytes(value)
                 found.append(PeekedMessage(info.name, q, o, record))
         return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core.record import MessageRecord
 
 
 @dataclass(slots=True)
@@ -52,13 +52,13 @@ class SendResult:
 
 @dataclass(slots=True)
 class PoppedMessage:
-    """One delivery: the stored record plus where it came from and its receipt handle."""
+    """One delivery: the stored message plus where it came from and its receipt handle."""
 
     topic: str
     """The user topic (for a retry copy, the topic it was first sent to)."""
     queue_id: int
     offset: int
-    record: records_pb2.StoredMessage
+    record: MessageRecord
     receipt_handle: str
     invisible_until_ms: int
 
@@ -95,7 +95,7 @@ class PulledMessages:
 
     topic: str
     queue_id: int
-    messages: list[tuple[int, records_pb2.StoredMessage]]
+    messages: list[tuple[int, MessageRecord]]
     """(offset, record) in offset order."""
     min_offset: int
     """Smallest offset still stored; a read below it started here instead."""
@@ -228,7 +228,7 @@ class PeekedMessage:
     topic: str
     queue_id: int
     offset: int
-    record: records_pb2.StoredMessage
+    record: MessageRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
-"""The private descriptor pool of popmq's copy of apache.rocketmq.v2 (tools/gen_protos.py).
+"""The private descriptor pool of popmq's copies of foreign protos (tools/gen_protos.py).
 
 The official RocketMQ client registers its own copy of apache/rocketmq/v2/*.proto in
-protobuf's default pool; ours differs from it, so both in one pool is a duplicate-symbol
-error. The generated apache modules add their files here; the well-known types they import
-are copied from the default pool first. Messages of this pool take well-known-type values
+protobuf's default pool, and other etcd clients theirs of etcdserverpb and mvccpb; ours
+differ from them, so both in one pool is a duplicate-symbol error. The generated apache and
+etcd modules add their files here; the well-known types they import are copied from the
+default pool first. Messages of this pool take well-known-type values
 of this pool: build them with `well_known(...)`, or assign datetime / timedelta values.
 """
 

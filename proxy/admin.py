@@ -75,7 +75,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def GetTopic(
         self, request: admin_pb2.GetTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetTopicResponse:
-        info, queues, groups = self._broker.describe_topic(request.name)
+        info, queues, groups = await self._broker.describe_topic(request.name)
         return admin_pb2.GetTopicResponse(
             topic=convert.topic(info),
             queues=[convert.queue_details(q) for q in queues],
@@ -87,7 +87,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListTopicsResponse:
         return admin_pb2.ListTopicsResponse(
-            topics=[convert.topic(t) for t in self._broker.list_topics()]
+            topics=[convert.topic(t) for t in await self._broker.list_topics()]
         )
 
     @rpc
@@ -202,7 +202,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListGroupsResponse:
         return admin_pb2.ListGroupsResponse(
-            groups=[self._group(g.name) for g in self._broker.list_groups()]
+            groups=[self._group(g.name) for g in await self._broker.list_groups()]
         )
 
     @rpc
@@ -216,7 +216,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def GetGroupLag(
         self, request: admin_pb2.GetGroupLagRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GetGroupLagResponse:
-        report = self._broker.lag_report(request.group, request.topic)
+        report = await self._broker.lag_report(request.group, request.topic)
         return convert.lag_report(report, _now_ms())
 
     @rpc
@@ -249,7 +249,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def PeekMessages(
         self, request: admin_pb2.PeekMessagesRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.PeekMessagesResponse:
-        found = self._broker.peek(
+        found = await self._broker.peek(
             request.topic,
             queue_id=request.queue_id if request.HasField("queue_id") else None,
             offset=request.offset if request.HasField("offset") else None,
@@ -268,7 +268,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.QueryMessageResponse:
         if not request.message_id:
             raise InvalidArgumentError("message_id is empty: give the id a send returned")
-        found = self._broker.query_message(request.topic, request.message_id)
+        found = await self._broker.query_message(request.topic, request.message_id)
         return admin_pb2.QueryMessageResponse(
             message=convert.stored_message(found.topic, found.queue_id, found.offset, found.record)
         )
@@ -279,7 +279,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.QueryMessagesByKeyResponse:
         if not request.key:
             raise InvalidArgumentError("key is empty: give a business key set at send")
-        found = self._broker.query_messages_by_key(request.topic, request.key)
+        found = await self._broker.query_messages_by_key(request.topic, request.key)
         return admin_pb2.QueryMessagesByKeyResponse(
             messages=[
                 convert.stored_message(m.topic, m.queue_id, m.offset, m.record) for m in found
@@ -306,7 +306,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetServerInfoResponse:
         now = _now_ms()
         # Measured by the broker: the data dir need not be on this process's disk.
-        snapshot = self._broker.metrics_snapshot()
+        snapshot = await self._broker.metrics_snapshot()
         return admin_pb2.GetServerInfoResponse(
             version=_SERVER_VERSION,
             start_time=convert.timestamp(self._start_ms),

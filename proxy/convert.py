@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, MutableMapping
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import (
     DELAY_LEVELS_S,
@@ -18,6 +17,7 @@ from popmq.broker_core import (
     GroupSettings,
     InvalidArgumentError,
     LagReport,
+    MessageRecord,
     NewMessage,
     PoppedMessage,
     PulledMessages,
@@ -127,34 +127,49 @@ def fill_received_message(out: messaging_pb2.ReceivedMessage, popped: PoppedMess
     out.receipt_handle = popped.receipt_handle
     _copy_record(record, out)
     set_time(out.invisible_until, popped.invisible_until_ms)
-    if record.deliver_at_ms:
-        set_time(out.deliver_time, record.deliver_at_ms)
-    if record.born_host:
-        out.born_host = record.born_host
+    deliver_at_ms = record.deliver_at_ms
+    if deliver_at_ms:
+        set_time(out.deliver_time, deliver_at_ms)
+    born_host = record.born_host
+    if born_host:
+        out.born_host = born_host
 
 
 def _copy_record(
-    record: records_pb2.StoredMessage,
+    record: MessageRecord,
     out: messaging_pb2.ReceivedMessage | messaging_pb2.PulledMessage | admin_pb2.StoredMessage,
 ) -> None:
     """Copy what every delivered form of a message shares with its stored record.
 
     Fields are set in place and only when not empty: upb converts every constructor keyword,
     and an empty repeated or map keyword alone costs ~4 us. Building a ReceivedMessage the
-    plain way took 31 us, this way 5 us.
+    plain way took 31 us, this way 5 us. Each field of the record is read once (a
+    MessageRecord field is a property: a second read costs a second call).
     """
     set_time(out.born_time, record.born_time_ms)
     set_time(out.store_time, record.store_time_ms)
-    if record.tag:
-        out.tag = record.tag
-    if record.keys:
-        out.keys.extend(record.keys)
-    if record.properties:
-        out.properties.update(record.properties)
-    if record.message_group:
-        out.message_group = record.message_group
-    if record.body_encoding:
-        out.body_encoding = record.body_encoding
+    tag = record.tag
+    if tag:
+        out.tag = tag
+    keys = record.keys
+    if keys:
+        out.keys.extend(keys)
+    properties = record.properties
+    if properties:
+        copy_properties(properties, out.properties)
+    group = record.message_group
+    if group:
+        out.message_group = group
+    encoding = record.body_encoding
+    if encoding:
+        out.body_encoding = encoding
+
+
+def copy_properties(properties: Mapping[str, str], out: MutableMapping[str, str]) -> None:
+    """Copy properties into a message's map field: item by item, as the map's own `update`
+    (MutableMapping's, slower still when given a mapping proxy) takes ~1.7x as long."""
+    for key in properties:
+        out[key] = properties[key]
 
 
 def filter_type(value: messaging_pb2.FilterExpression) -> str:
@@ -205,7 +220,7 @@ def queue_lag(row: QueueLag) -> admin_pb2.QueueLag:
 
 
 def pulled_message(
-    topic: str, queue_id: int, offset: int, record: records_pb2.StoredMessage
+    topic: str, queue_id: int, offset: int, record: MessageRecord
 ) -> messaging_pb2.PulledMessage:
     message = messaging_pb2.PulledMessage(
         message_id=record.message_id,
@@ -216,8 +231,9 @@ def pulled_message(
         delivery_attempt=record.delivery_attempt,
     )
     _copy_record(record, message)
-    if record.born_host:
-        message.born_host = record.born_host
+    born_host = record.born_host
+    if born_host:
+        message.born_host = born_host
     return message
 
 
@@ -400,7 +416,7 @@ def lag_report(report: LagReport, now_ms: int) -> admin_pb2.GetGroupLagResponse:
 
 
 def stored_message(
-    topic: str, queue_id: int, offset: int, record: records_pb2.StoredMessage
+    topic: str, queue_id: int, offset: int, record: MessageRecord
 ) -> admin_pb2.StoredMessage:
     message = admin_pb2.StoredMessage(
         message_id=record.message_id,
@@ -414,8 +430,9 @@ def stored_message(
         origin_offset=record.origin_offset,
     )
     _copy_record(record, message)
-    if record.deliver_at_ms:
-        set_time(message.deliver_time, record.deliver_at_ms)
+    deliver_at_ms = record.deliver_at_ms
+    if deliver_at_ms:
+        set_time(message.deliver_time, deliver_at_ms)
     return message
 
 

@@ -49,7 +49,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def __init__(
         self,
         broker: BrokerAPI,
-        clients: ClientRegistry | None = None,
+        clients: ClientRegistry,
         observe_pop: Observe | None = None,
         observe_send: Observe | None = None,
         observe_stream_ack: Observe | None = None,
@@ -61,11 +61,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         """Told of each ack a PopStream answers."""
         self._observe_send = observe_send
         """Told of each send a SendStream answers."""
-        # A started broker's groups existed before this registry: see ClientRegistry.
-        self.clients = clients or ClientRegistry(
-            broker_name=broker.server_info().broker_name,
-            existing_groups=[g.name for g in broker.list_groups()],
-        )
+        self.clients = clients
+        """The server's consumer registry (built by the caller: it needs the groups that
+        existed before it, an async read of the broker)."""
         self._leases = LeaseTable(broker)
         # Set by release_waiters (shutdown): no new long waits.
         self._releasing = False
@@ -356,7 +354,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         max_messages = (
             request.max_messages if request.HasField("max_messages") else PULL_DEFAULT_MESSAGES
         )
-        pulled = self._broker.pull(request.topic, request.queue_id, request.offset, max_messages)
+        pulled = await self._broker.pull(
+            request.topic, request.queue_id, request.offset, max_messages
+        )
         return convert.pull_response(pulled)
 
     @rpc
@@ -373,7 +373,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def GetOffset(
         self, request: messaging_pb2.GetOffsetRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.GetOffsetResponse:
-        offsets = self._broker.get_offsets(request.group, request.topic)
+        offsets = await self._broker.get_offsets(request.group, request.topic)
         return messaging_pb2.GetOffsetResponse(
             offsets=[convert.consumer_offset(o) for o in offsets]
         )
@@ -388,7 +388,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return messaging_pb2.GetOffsetsAtTimeResponse(
             offsets=[
                 messaging_pb2.QueueOffset(queue_id=q, offset=o)
-                for q, o in self._broker.offsets_at(request.topic, at_ms)
+                for q, o in await self._broker.offsets_at(request.topic, at_ms)
             ]
         )
 

@@ -1,11 +1,13 @@
 """Prometheus metrics and the server's one interceptor (readiness, RPC latency, RPC log line).
 
 The endpoint (`--metrics-listen HOST:PORT`, off by default) is a small asyncio HTTP server
-on the server's own event loop: a scrape reads broker state on the thread that owns it, so
-it never sees a table half-updated and needs no exporter thread. The broker's counters,
-gauges and write-batch histograms are pulled at scrape time from its metrics snapshot
-(BrokerAPI.metrics_snapshot: nothing is copied on the hot path, and nothing calls back into
-the proxy); RPC latency is a histogram observed here as calls end.
+on the server's own event loop: a scrape awaits the broker's reads on the loop that owns
+the broker's state (so it never sees a table half-updated and needs no exporter thread),
+then renders. The broker's counters, gauges and write-batch histograms are pulled at scrape
+time from its metrics snapshot (BrokerAPI.metrics_snapshot: nothing is copied on the hot
+path, and nothing calls back into the proxy), its lag from BrokerAPI.lag_report; RPC latency
+is a histogram observed here as calls end. `BrokerCollector` says what a `collect()` called
+elsewhere (another thread) does.
 
 `RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
@@ -17,7 +19,7 @@ observed handler is built once, on its first call, and reused. It lives here, be
 histogram it feeds and the log line it writes, rather than in a module of its own: the
 readiness part is one flag check and one call into proxy/health.py.
 
-Everything here runs on the event loop; nothing blocks.
+Everything here runs on the event loop; nothing blocks it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from popmq.broker_core import MAX_SEND_MESSAGES, BrokerAPI, HistogramSnapshot, PopMQError
+from popmq.broker_core import (
+    MAX_SEND_MESSAGES,
+    BrokerAPI,
+    HistogramSnapshot,
+    LagReport,
+    MetricsSnapshot,
+    PopMQError,
+)
 from popmq.proxy.errors import (
     Undecodable,
     UndecodableRequestError,
@@ -87,23 +96,95 @@ def _add_histogram(
     family.add_metric(labels, buckets, histogram.total)
 
 
-class BrokerCollector(Collector):
-    """Reads the broker's counters and gauges when Prometheus scrapes."""
+_READ_TIMEOUT_S = 10.0
+"""How long `collect()` on another thread waits for the event loop to read the broker."""
 
-    def __init__(self, broker: BrokerAPI, start_time: float, version: str) -> None:
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What one scrape read from the broker: values only, so any thread may export it."""
+
+    snapshot: MetricsSnapshot
+    lag: tuple[tuple[str, LagReport], ...]
+    """(group, its lag report) for every group that existed and still did when read."""
+    at_ms: int
+    """When the lag was read (unix ms), for the age of the oldest unacked message."""
+
+
+async def _read(broker: BrokerAPI) -> _Reading:
+    snapshot = await broker.metrics_snapshot()
+    reports = []
+    for group in await broker.list_groups():
+        try:
+            reports.append((group.name, await broker.lag_report(group.name)))
+        except PopMQError:
+            continue  # deleted between the listing and the report
+    return _Reading(snapshot, tuple(reports), time.time_ns() // 1_000_000)
+
+
+class BrokerCollector(Collector):
+    """Exports the broker's counters, gauges and lag when Prometheus scrapes.
+
+    prometheus_client calls `collect()` synchronously, but the broker's reads are async (a
+    remote broker answers them over the wire), so the reading is awaited apart from it:
+    - the endpoint, on the event loop, awaits `refresh()` and then renders: the scrape
+      exports what it has just read, and the loop never waits on itself;
+    - `collect()` on another thread (an application rendering the registry itself) asks the
+      broker's loop for a fresh reading (`run_coroutine_threadsafe`) and waits at most
+      `_READ_TIMEOUT_S` for it, so it neither reads broker state off the loop nor hangs;
+    - `collect()` on the loop outside the endpoint can neither await nor block the loop it
+      would wait on: it exports the last reading (the broker's families are left out before
+      the first one). A reading that timed out or a stopped loop also falls back to it.
+    """
+
+    def __init__(
+        self,
+        broker: BrokerAPI,
+        start_time: float,
+        version: str,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self._broker = broker
         self._start_time = start_time
         self._version = version
+        self._loop = loop
+        """The loop the broker runs on: readings are made there."""
+        self._last: _Reading | None = None
+        """The latest reading; replaced whole (never changed), so any thread may read it."""
+
+    async def refresh(self) -> None:
+        """Read the broker now (on its loop), for the next `collect()`."""
+        self._last = await _read(self._broker)
+
+    def _reading(self) -> _Reading | None:
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or self._loop.is_closed() or not self._loop.is_running():
+            return self._last
+        future = asyncio.run_coroutine_threadsafe(_read(self._broker), self._loop)
+        try:
+            self._last = future.result(_READ_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            log.warning(
+                "metrics: reading the broker took over %.0fs; exporting the previous reading",
+                _READ_TIMEOUT_S,
+            )
+        return self._last
 
     def collect(self) -> Iterable[Metric]:
-        broker = self._broker
         info = GaugeMetricFamily("popmq_build_info", "popmq version", labels=["version"])
         info.add_metric([self._version], 1)
         yield info
         yield GaugeMetricFamily(
             "popmq_start_time_seconds", "When the server started (unix time)", self._start_time
         )
-        snapshot = broker.metrics_snapshot()
+        reading = self._reading()
+        if reading is None:
+            return
+        snapshot = reading.snapshot
         sent = CounterMetricFamily(
             "popmq_messages_sent", "Messages stored by sends", labels=["topic"]
         )
@@ -137,7 +218,7 @@ class BrokerCollector(Collector):
             "Checkpoints that still owe a message",
             snapshot.live_checkpoints,
         )
-        yield from self._lag(broker)
+        yield from _lag(reading)
         yield CounterMetricFamily(
             "popmq_write_batches", "Write batches committed", snapshot.write_batches
         )
@@ -165,47 +246,44 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("popmq_topics", "User and dead-letter topics", snapshot.topics)
         yield GaugeMetricFamily("popmq_groups", "Consumer groups", snapshot.groups)
 
-    def _lag(self, broker: BrokerAPI) -> Iterable[Metric]:
-        lag = GaugeMetricFamily(
-            "popmq_consumer_lag_messages",
-            "Messages of the topic's queues the group has not finished (max - consumer offset)",
-            labels=["group", "topic"],
-        )
-        retry = GaugeMetricFamily(
-            "popmq_retry_backlog_messages",
-            "Messages waiting in the group's retry queue of the topic",
-            labels=["group", "topic"],
-        )
-        inflight = GaugeMetricFamily(
-            "popmq_inflight_messages",
-            "Messages popped and neither acked nor redelivered",
-            labels=["group", "topic"],
-        )
-        age = GaugeMetricFamily(
-            "popmq_oldest_unacked_age_seconds",
-            "Age of the oldest message the group has not acked (0 when none)",
-            labels=["group", "topic"],
-        )
-        dlq = GaugeMetricFamily(
-            "popmq_dead_letter_messages",
-            "Messages stored in the group's dead-letter topic",
-            labels=["group"],
-        )
-        now_ms = time.time_ns() // 1_000_000
-        for group in broker.list_groups():
-            try:
-                report = broker.lag_report(group.name)
-            except PopMQError:
-                continue  # deleted between the listing and the report
-            for row in report.topics:
-                labels = [group.name, row.topic]
-                lag.add_metric(labels, row.lag)
-                retry.add_metric(labels, row.retry_backlog)
-                inflight.add_metric(labels, row.inflight)
-                oldest = row.oldest_unacked_ms
-                age.add_metric(labels, max(0, now_ms - oldest) / 1000 if oldest else 0.0)
-            dlq.add_metric([group.name], report.dlq_depth)
-        yield from (lag, retry, inflight, age, dlq)
+
+def _lag(reading: _Reading) -> Iterable[Metric]:
+    lag = GaugeMetricFamily(
+        "popmq_consumer_lag_messages",
+        "Messages of the topic's queues the group has not finished (max - consumer offset)",
+        labels=["group", "topic"],
+    )
+    retry = GaugeMetricFamily(
+        "popmq_retry_backlog_messages",
+        "Messages waiting in the group's retry queue of the topic",
+        labels=["group", "topic"],
+    )
+    inflight = GaugeMetricFamily(
+        "popmq_inflight_messages",
+        "Messages popped and neither acked nor redelivered",
+        labels=["group", "topic"],
+    )
+    age = GaugeMetricFamily(
+        "popmq_oldest_unacked_age_seconds",
+        "Age of the oldest message the group has not acked (0 when none)",
+        labels=["group", "topic"],
+    )
+    dlq = GaugeMetricFamily(
+        "popmq_dead_letter_messages",
+        "Messages stored in the group's dead-letter topic",
+        labels=["group"],
+    )
+    now_ms = reading.at_ms
+    for group, report in reading.lag:
+        for row in report.topics:
+            labels = [group, row.topic]
+            lag.add_metric(labels, row.lag)
+            retry.add_metric(labels, row.retry_backlog)
+            inflight.add_metric(labels, row.inflight)
+            oldest = row.oldest_unacked_ms
+            age.add_metric(labels, max(0, now_ms - oldest) / 1000 if oldest else 0.0)
+        dlq.add_metric([group], report.dlq_depth)
+    yield from (lag, retry, inflight, age, dlq)
 
 
 class Metrics:
@@ -220,10 +298,21 @@ class Metrics:
             buckets=_RPC_BUCKETS,
             registry=self.registry,
         )
+        self._brokers: list[BrokerCollector] = []
 
     def watch(self, broker: BrokerAPI, version: str) -> None:
-        """Export a started broker's state (read from its metrics snapshot at each scrape)."""
-        self.registry.register(BrokerCollector(broker, time.time(), version))
+        """Export a started broker's state (read from its metrics snapshot at each scrape).
+
+        Called on the event loop the broker runs on, which is where its readings are made.
+        """
+        collector = BrokerCollector(broker, time.time(), version, asyncio.get_running_loop())
+        self.registry.register(collector)
+        self._brokers.append(collector)
+
+    async def refresh(self) -> None:
+        """Read every watched broker now, so that `render()` on the loop exports fresh values."""
+        for collector in self._brokers:
+            await collector.refresh()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -259,7 +348,7 @@ class MetricsEndpoint:
                         break
             parts = request_line.split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, content_type, body = self._answer(method, path.split("?", 1)[0])
+            status, content_type, body = await self._answer(method, path.split("?", 1)[0])
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -273,11 +362,12 @@ class MetricsEndpoint:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    def _answer(self, method: str, path: str) -> tuple[str, str, bytes]:
+    async def _answer(self, method: str, path: str) -> tuple[str, str, bytes]:
         text = "text/plain; charset=utf-8"
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", text, b"only GET and HEAD are served\n"
         if path == "/metrics":
+            await self._metrics.refresh()  # the broker's reads are async: see BrokerCollector
             return "200 OK", CONTENT_TYPE_LATEST, self._metrics.render()
         if path == "/":
             return "200 OK", text, b"popmq metrics: GET /metrics\n"

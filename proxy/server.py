@@ -248,7 +248,7 @@ class PopMQServer:
         self.clients = ClientRegistry(
             self.config.clients,
             broker_name=self.broker.server_info().broker_name,
-            existing_groups=[g.name for g in self.broker.list_groups()],
+            existing_groups=[g.name for g in await self.broker.list_groups()],
         )
         self.messaging = MessagingServicer(
             self.broker,

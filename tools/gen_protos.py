@@ -6,10 +6,11 @@ between generated modules as imports of top-level packages (popmq, apache); they
 rewritten to point at that private place, so installing popmq adds no `apache` package and no module
 outside `popmq`.
 
-The apache.rocketmq.v2 files are loaded into a private descriptor pool (`popmq._gen._pool`),
-not protobuf's default one: the official RocketMQ client registers its own, different copy of
-the same files there, and two different files defining `apache.rocketmq.v2.*` cannot share
-one pool (`TypeError: duplicate symbol`). The popmq.v1 and store files keep the default pool.
+The apache.rocketmq.v2 and etcd files are loaded into a private descriptor pool
+(`popmq._gen._pool`), not protobuf's default one: the official RocketMQ client registers its
+own, different copy of apache.rocketmq.v2 there, any other etcd client its copy of
+etcdserverpb / mvccpb, and two different files defining the same symbols cannot share one
+pool (`TypeError: duplicate symbol`). The popmq.v1 and store files keep the default pool.
 
 Besides the modules it writes popmq/descriptors.binpb: a FileDescriptorSet of the protos the
 server serves, their imports included, WITH source info. The _pb2 modules carry no comments,
@@ -38,18 +39,19 @@ PACKAGE = "popmq._gen"
 """The import name of the output directory."""
 SERVED = ("apache/rocketmq/v2", "popmq/v1")
 """Proto directories served over gRPC; popmq/store/v1 is the on-disk format, never served."""
-PRIVATE_POOL = ("apache/rocketmq/v2",)
+PRIVATE_POOL = ("apache/rocketmq/v2", "etcd/etcdserverpb", "etcd/mvccpb")
 """Proto directories loaded into popmq._gen._pool.POOL instead of the default pool."""
 DESCRIPTOR_SET = Path("popmq") / "descriptors.binpb"
 """Where the served protos' descriptor set goes, relative to the output directory."""
 
 _POOL_MODULE = '''\
-"""The private descriptor pool of popmq's copy of apache.rocketmq.v2 (tools/gen_protos.py).
+"""The private descriptor pool of popmq's copies of foreign protos (tools/gen_protos.py).
 
 The official RocketMQ client registers its own copy of apache/rocketmq/v2/*.proto in
-protobuf's default pool; ours differs from it, so both in one pool is a duplicate-symbol
-error. The generated apache modules add their files here; the well-known types they import
-are copied from the default pool first. Messages of this pool take well-known-type values
+protobuf's default pool, and other etcd clients theirs of etcdserverpb and mvccpb; ours
+differ from them, so both in one pool is a duplicate-symbol error. The generated apache and
+etcd modules add their files here; the well-known types they import are copied from the
+default pool first. Messages of this pool take well-known-type values
 of this pool: build them with `well_known(...)`, or assign datetime / timedelta values.
 """
 
@@ -82,7 +84,8 @@ def _ensure(name: str) -> None:
 '''
 
 _GENERATED_IMPORT = re.compile(
-    r"(?<![\w.])(popmq\.v1|popmq\.store\.v1|apache\.rocketmq\.v2)(?=\.\w+_pb2(?:_grpc)?\b| import )"
+    r"(?<![\w.])(popmq\.v1|popmq\.store\.v1|apache\.rocketmq\.v2|etcd\.(?:etcdserverpb|mvccpb))"
+    r"(?=\.\w+_pb2(?:_grpc)?\b| import )"
 )
 
 

@@ -21,6 +21,7 @@ from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.context import QueueRead
 from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import PoppedMessage
 
@@ -133,7 +134,7 @@ class Fifo:
             )
         )
         return PoppedMessage(
-            read.user_topic.name, cq.queue_id, offset, record, handle, ck.deadline_ms
+            read.user_topic.name, cq.queue_id, offset, MessageRecord(record), handle, ck.deadline_ms
         )
 
     def deliver_heads(self, read: QueueRead, want: int) -> None:

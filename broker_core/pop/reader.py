@@ -34,6 +34,7 @@ from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.queue_lock import QueueLocks
+from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import PoppedMessage
@@ -350,7 +351,9 @@ class Reader:
                 )
             )
             read.found.append(
-                PoppedMessage(topic_name, cq.queue_id, offset, record, handle, deadline)
+                PoppedMessage(
+                    topic_name, cq.queue_id, offset, MessageRecord(record), handle, deadline
+                )
             )
 
 

@@ -17,9 +17,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from popmq import broker_core  # its exported checks and limits
 from popmq._gen import _pool
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import KIND_DLQ, NewMessage, PoppedMessage, TopicInfo
-from popmq.proxy.convert import set_time
+from popmq.broker_core import KIND_DLQ, MessageRecord, NewMessage, PoppedMessage, TopicInfo
+from popmq.proxy.convert import copy_properties, set_time
 from popmq.proxy.rocketmq.codes import Code, ProtocolError, UnsupportedError
 from popmq.proxy.rocketmq.config import RocketMQConfig
 
@@ -373,7 +372,7 @@ def delivered_body(body: bytes, encoding: str, message_id: str) -> bytes:
 
 
 def v2_message(
-    record: records_pb2.StoredMessage,
+    record: MessageRecord,
     *,
     topic: str,
     queue_id: int,
@@ -383,44 +382,51 @@ def v2_message(
     invisible_s: float | None = None,
 ) -> pb.Message:
     """A stored message as ReceiveMessage (with a handle) or PullMessage streams it."""
-    body = delivered_body(record.body, record.body_encoding, record.message_id)
-    # Set in place, and empty fields not at all: see popmq.proxy.convert._copy_record.
+    message_id = record.message_id
+    body = delivered_body(record.body, record.body_encoding, message_id)
+    # Set in place, and empty fields not at all: see popmq.proxy.convert._copy_record (which
+    # also says why each field of the record is read once).
+    group = record.message_group
+    deliver_at_ms = record.deliver_at_ms
+    origin_topic = record.origin_topic
     props = pb.SystemProperties(
-        message_id=record.message_id,
+        message_id=message_id,
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
         body_encoding=pb.IDENTITY,
-        message_type=(
-            pb.FIFO if record.message_group else pb.DELAY if record.deliver_at_ms else pb.NORMAL
-        ),
+        message_type=pb.FIFO if group else pb.DELAY if deliver_at_ms else pb.NORMAL,
         store_host=store_host,
         # A retry copy reports where the message was first stored.
-        queue_id=record.origin_queue_id if record.origin_topic else queue_id,
-        queue_offset=record.origin_offset if record.origin_topic else offset,
+        queue_id=record.origin_queue_id if origin_topic else queue_id,
+        queue_offset=record.origin_offset if origin_topic else offset,
         delivery_attempt=record.delivery_attempt,
     )
     set_time(props.born_timestamp, record.born_time_ms)
     set_time(props.store_timestamp, record.store_time_ms)
-    if record.keys:
-        props.keys.extend(record.keys)
-    if record.born_host:
-        props.born_host = record.born_host
+    keys = record.keys
+    if keys:
+        props.keys.extend(keys)
+    born_host = record.born_host
+    if born_host:
+        props.born_host = born_host
     if receipt_handle:
         props.receipt_handle = receipt_handle
     if invisible_s is not None:
         props.invisible_duration.CopyFrom(duration(invisible_s))
-    if record.tag:
-        props.tag = record.tag
-    if record.message_group:
-        props.message_group = record.message_group
-    if record.deliver_at_ms:
-        set_time(props.delivery_timestamp, record.deliver_at_ms)
-    if topic.startswith(broker_core.DLQ_PREFIX) and record.origin_topic:
+    tag = record.tag
+    if tag:
+        props.tag = tag
+    if group:
+        props.message_group = group
+    if deliver_at_ms:
+        set_time(props.delivery_timestamp, deliver_at_ms)
+    if origin_topic and topic.startswith(broker_core.DLQ_PREFIX):
         props.dead_letter_queue.CopyFrom(
-            pb.DeadLetterQueue(topic=record.origin_topic, message_id=record.message_id)
+            pb.DeadLetterQueue(topic=origin_topic, message_id=message_id)
         )
     message = pb.Message(topic=pb.Resource(name=topic), system_properties=props, body=body)
-    if record.properties:
-        message.user_properties.update(record.properties)
+    properties = record.properties
+    if properties:
+        copy_properties(properties, message.user_properties)
     return message
 
 

@@ -39,7 +39,7 @@ class Membership:
         queue_counts: dict[str, int] = {}
         for topic in session.topics():
             try:
-                info, _ = self._broker.get_topic(topic)
+                info = self._broker.topic_info(topic)
             except NotFoundError:
                 continue  # its route query fails: nothing to assign until it exists
             queue_counts[topic] = info.queues

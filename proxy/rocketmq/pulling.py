@@ -2,8 +2,8 @@
 
 A pull reads a queue from an offset and changes no state; the consumer keeps its own
 position, or commits it with UpdateOffset. When nothing is there yet, a pull waits for an
-arrival on its queue up to the long-polling timeout. Runs on the server's event loop,
-BrokerAPI.pull's read included (it is synchronous).
+arrival on its queue up to the long-polling timeout. Runs on the server's event loop; the
+broker's reads (a topic's queue offsets, a group's offsets, offsets at a time) are awaited.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Pulls:
         # Capped as a receive's batch is (receiving.py); below 1 is refused by core's rule.
         batch = min(request.batch_size, PULL_MAX_MESSAGES)
         broker_core.check_batch_size(batch, PULL_MAX_MESSAGES, name="batch_size")
-        info, stats = self._resources.topic(topic)
+        info, stats = await self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
         _offset_in(topic, stats, queue_id, request.offset)
         wait = 0.0
@@ -105,13 +105,13 @@ class Pulls:
         frames.append(sv.PullMessageResponse(next_offset=result.next_offset))
         return frames
 
-    def get_offset(self, request: sv.GetOffsetRequest) -> sv.GetOffsetResponse:
+    async def get_offset(self, request: sv.GetOffsetRequest) -> sv.GetOffsetResponse:
         """The group's committed offset in the queue; OFFSET_NOT_FOUND when it has none."""
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        info, _ = self._resources.topic(topic)
+        info = self._resources.topic_info(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
-        position = self._broker.get_offsets(group, topic)[queue_id]
+        position = (await self._broker.get_offsets(group, topic))[queue_id]
         if not position.committed:
             raise ProtocolError(
                 Code.OFFSET_NOT_FOUND,
@@ -124,16 +124,16 @@ class Pulls:
         """Commit the group's offset in the queue."""
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._resources.topic(topic)
+        info, stats = await self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
         _offset_in(topic, stats, queue_id, request.offset)
         await self._broker.commit_offsets(group, topic, [(queue_id, request.offset)])
         return sv.UpdateOffsetResponse(status=codes.ok())
 
-    def query_offset(self, request: sv.QueryOffsetRequest) -> sv.QueryOffsetResponse:
+    async def query_offset(self, request: sv.QueryOffsetRequest) -> sv.QueryOffsetResponse:
         """The queue's first or next offset, or the first at a timestamp."""
         topic = convert.topic_name(request.message_queue.topic)
-        info, stats = self._resources.topic(topic)
+        info, stats = await self._resources.topic(topic)
         queue_id = self._resources.queue_id(info, request.message_queue)
         policy = request.query_offset_policy
         if policy == pb.BEGINNING:
@@ -144,7 +144,7 @@ class Pulls:
             if not request.HasField("timestamp"):
                 raise ProtocolError(Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
             at = convert.timestamp_ms(request.timestamp)
-            offset = dict(self._broker.offsets_at(topic, at))[queue_id]
+            offset = dict(await self._broker.offsets_at(topic, at))[queue_id]
         else:
             raise ProtocolError(
                 Code.BAD_REQUEST,

@@ -72,7 +72,7 @@ def _now_ms() -> int:
 
 def _size(message: PoppedMessage) -> int:
     """What a popped message holds in memory, near enough: its stored record."""
-    return message.record.ByteSize()
+    return message.record.stored_size
 
 
 @dataclass(slots=True)

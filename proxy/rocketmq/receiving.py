@@ -170,7 +170,7 @@ class Receiving:
             )
         broker_core.check_invisible(invisible, pop.min_invisible_s, pop.max_invisible_s)
         wait = self.polling_s(request, context.time_remaining(), client_id)
-        info, _ = self._resources.topic(topic)
+        info = self._resources.topic_info(topic)
 
         def pop_from(
             wait_s: float, max_bytes: int | None, queue_id: int | None = None

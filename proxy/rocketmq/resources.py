@@ -2,8 +2,9 @@
 
 Several RPCs name the same things (a topic, one of its queues, a group, a filter), and each
 answers a missing or malformed one with the same apache.rocketmq.v2 Code; the lookups live
-here so every handler asks them the same way. Reads only: the catalog lookups are in-memory
-and run on the server's event loop.
+here so every handler asks them the same way. Reads only, on the server's event loop: the
+catalog lookups (a topic's settings, a group's) are synchronous metadata lookups; a topic's
+queue offsets are an async read of the broker.
 """
 
 from __future__ import annotations
@@ -68,10 +69,19 @@ class Resources:
             where = convert.endpoints(self._address())
         return convert.broker(where, self._broker_name)
 
-    def topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
-        """The topic and its queues; TOPIC_NOT_FOUND when it does not exist."""
+    def topic_info(self, name: str) -> TopicInfo:
+        """The topic's settings (its queue count, message type); TOPIC_NOT_FOUND when it
+        does not exist. A metadata lookup (BrokerAPI.topic_info), so it stays synchronous."""
         try:
-            return self._broker.get_topic(name)
+            return self._broker.topic_info(name)
+        except NotFoundError as exc:
+            raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
+
+    async def topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+        """The topic and its queues' offsets, read from the broker; TOPIC_NOT_FOUND when it
+        does not exist."""
+        try:
+            return await self._broker.get_topic(name)
         except NotFoundError as exc:
             raise ProtocolError(Code.TOPIC_NOT_FOUND, str(exc)) from exc
 

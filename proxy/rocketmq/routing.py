@@ -44,7 +44,7 @@ class Routing:
     def route(self, request: sv.QueryRouteRequest) -> sv.QueryRouteResponse:
         """The topic's queues, all on this proxy."""
         entry = self._resources.broker_entry(request.endpoints)
-        info, _ = self._resources.topic(convert.topic_name(request.topic))
+        info = self._resources.topic_info(convert.topic_name(request.topic))
         return sv.QueryRouteResponse(
             status=codes.ok(),
             message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
@@ -57,7 +57,7 @@ class Routing:
         registry gives this client (a lease each), renewed by the query; only these need
         the caller's `client_id` (CLIENT_ID_REQUIRED when it is "")."""
         entry = self._resources.broker_entry(request.endpoints)
-        info, _ = self._resources.topic(convert.topic_name(request.topic))
+        info = self._resources.topic_info(convert.topic_name(request.topic))
         group = convert.group_name(request.group)
         if not self._resources.policy(group).fifo:
             queue = convert.message_queue(info, -1, entry)

@@ -49,7 +49,7 @@ class Sending:
             name = convert.topic_name(msg.topic, allow_dlq=False)
             message, kind = convert.new_message(msg, index, now, self._config, max_delay, budget)
             try:
-                info, _ = self._resources.topic(name)
+                info = self._resources.topic_info(name)
             except ProtocolError:
                 if not self._broker.server_info().auto_create_topics:
                     raise
@@ -88,7 +88,7 @@ class Sending:
         topic = convert.topic_name(request.topic, allow_dlq=False)
         if not request.recall_handle:
             raise ProtocolError(Code.BAD_REQUEST, "recall_handle is empty")
-        self._resources.topic(topic)  # TOPIC_NOT_FOUND before the handle is looked at
+        self._resources.topic_info(topic)  # TOPIC_NOT_FOUND before the handle is looked at
         try:
             message_id = await self._broker.recall(topic, request.recall_handle)
         except NotFoundError as exc:

@@ -94,22 +94,17 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         *,
         address: Callable[[], str],
         config: RocketMQConfig | None = None,
-        clients: ClientRegistry | None = None,
+        clients: ClientRegistry,
         popped_bytes: PoppedBytes | None = None,
     ) -> None:
         """`address` gives this server's HOST:PORT, for routes of clients that name none.
 
-        `clients` is the server's consumer registry, shared with popmq.v1; without one the
-        service keeps its own (a started broker's groups existed before it). Likewise
-        `popped_bytes`, the server-wide budget of popped, unwritten bytes (proxy/memory.py)
-        that receives count in with popmq.v1's PopStreams.
+        `clients` is the server's consumer registry, shared with popmq.v1 (`serve_on` builds
+        one when the server has none). `popped_bytes` is the server-wide budget of popped,
+        unwritten bytes (proxy/memory.py) that receives count in with popmq.v1's PopStreams;
+        without one the service keeps its own.
         """
         self.config = config or RocketMQConfig()
-        if clients is None:
-            clients = ClientRegistry(
-                broker_name=broker.server_info().broker_name,
-                existing_groups=[g.name for g in broker.list_groups()],
-            )
         resources = Resources(broker, address)
         self.assignments = ConsumerAssignments(clients)
         membership = Membership(broker, resources, self.assignments)
@@ -156,7 +151,16 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         clients: ClientRegistry | None = None,
         popped_bytes: PoppedBytes | None = None,
     ) -> RocketMQService:
-        """Register a started service on a gRPC server (before the server starts)."""
+        """Register a started service on a gRPC server (before the server starts).
+
+        Without `clients` the service keeps its own registry, which treats the broker's
+        groups as existing before it (a started broker's groups did: see ClientRegistry).
+        """
+        if clients is None:
+            clients = ClientRegistry(
+                broker_name=broker.server_info().broker_name,
+                existing_groups=[g.name for g in await broker.list_groups()],
+            )
         service = cls(broker, address=address, clients=clients, popped_bytes=popped_bytes)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()
@@ -314,7 +318,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def GetOffset(
         self, request: sv.GetOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.GetOffsetResponse:
-        return self._pulls.get_offset(request)
+        return await self._pulls.get_offset(request)
 
     @answers(sv.UpdateOffsetResponse, codes.GROUP)
     async def UpdateOffset(
@@ -326,4 +330,4 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryOffset(
         self, request: sv.QueryOffsetRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryOffsetResponse:
-        return self._pulls.query_offset(request)
+        return await self._pulls.query_offset(request)

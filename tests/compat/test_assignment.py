@@ -192,7 +192,7 @@ def test_a_fifo_receive_must_name_a_queue_the_client_holds(
             for i in range(8)
         ]
         await send(s, *sent)
-        _, stats = server.sync(lambda: server.broker.get_topic("fifo-orders"))
+        _, stats = server.call(lambda: server.broker.get_topic("fifo-orders"))
         stored = [q.max_offset for q in stats]
         assert stored[2] + stored[3] > 0 and stored[0] + stored[1] > 0  # for c2 and for c1
         taken: list[bytes] = []

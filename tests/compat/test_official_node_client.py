@@ -59,7 +59,7 @@ def test_a_node_push_consumer_retries_a_failed_message_then_dead_letters_it(
     server.call(setup)
     result = run_node("push_fail", server.endpoint, group="node-g", topic="orders", wait_ms=8000)
     assert [seen["attempt"] for seen in result["seen"]] == [1, 2, 3]
-    _, queues = server.sync(lambda: server.broker.get_topic("%DLQ%node-g"))
+    _, queues = server.call(lambda: server.broker.get_topic("%DLQ%node-g"))
     assert sum(q.max_offset for q in queues) == 1
     assert result["shutdown_ms"] < 15000  # it hung on the refused call before
 

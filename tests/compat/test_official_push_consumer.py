@@ -54,7 +54,7 @@ def test_failed_messages_are_retried_then_dead_lettered(
         assert attempts == [1, 2, 3], (body, result["log"])  # retried after each failure
     # The third failure's retry delay ends in a revive into the dead-letter topic.
     wait_until(
-        lambda: any(t.name == "%DLQ%flaky" for t in server.sync(server.broker.list_topics)),
+        lambda: any(t.name == "%DLQ%flaky" for t in server.call(server.broker.list_topics)),
         "the dead-letter topic",
     )
     dead = drain(server.endpoint, "dlq-reader", "%DLQ%flaky", 2)

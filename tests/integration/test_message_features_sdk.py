@@ -233,10 +233,10 @@ def test_large_body_is_stored_compressed_and_received_as_sent(
         big = producer.send("orders", COMPRESSIBLE)
         random_receipt = producer.send("orders", incompressible)
 
-    stored = server.sync(lambda: server.broker.query_message("orders", big.message_id))
+    stored = server.call(lambda: server.broker.query_message("orders", big.message_id))
     assert stored.record.body_encoding == "zlib"
     assert len(stored.record.body) < len(COMPRESSIBLE) // 10
-    stored_random = server.sync(
+    stored_random = server.call(
         lambda: server.broker.query_message("orders", random_receipt.message_id)
     )
     assert stored_random.record.body_encoding == ""

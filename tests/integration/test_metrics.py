@@ -149,3 +149,42 @@ def test_metrics_are_off_by_default(tmp_path: Path) -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_collect_off_the_loop_reads_the_broker_there_and_one_on_the_loop_exports_the_last(
+    tmp_path: Path,
+) -> None:
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        shutdown_grace_s=1.0,
+        broker=BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")),
+        metrics=MetricsConfig(listen="127.0.0.1:0"),
+    )
+    sent = ("popmq_messages_sent_total", {"topic": "orders"})
+
+    async def scenario() -> None:
+        server = PopMQServer(config)
+        endpoint = f"127.0.0.1:{await server.start()}"
+        try:
+            assert server.metrics is not None
+            registry = server.metrics.registry
+            # On the loop, before any scrape: collect() cannot wait for a reading, so the
+            # broker's families are left out (the rest is exported).
+            assert registry.get_sample_value("popmq_topics") is None
+            assert registry.get_sample_value("popmq_start_time_seconds") is not None
+            async with AsyncAdmin(endpoint) as admin, AsyncProducer(endpoint) as producer:
+                await admin.create_topic("orders", queues=1)
+                await producer.send_batch("orders", [Message(b"a"), Message(b"b")])
+                # On another thread: a fresh reading, made on the server's loop.
+                assert await asyncio.to_thread(registry.get_sample_value, *sent) == 2
+                await producer.send("orders", b"c")
+                # On the loop: the last reading (the thread's), not a new one.
+                assert registry.get_sample_value(*sent) == 2
+                # The endpoint reads anew before it renders.
+                samples = await _scrape(server.metrics_port)
+                assert samples[("popmq_messages_sent_total", (("topic", "orders"),))] == 3
+                assert registry.get_sample_value(*sent) == 3
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -281,7 +281,7 @@ def _pop_reader(endpoint: str, **options: str) -> PopMQPopStreamReader:
 
 
 def _unfinished(server: ServerThread) -> tuple[int, int]:
-    rows = server.sync(lambda: server.broker.group_lag("g", "t"))
+    rows = server.call(lambda: server.broker.group_lag("g", "t"))
     return sum(r.lag for r in rows), sum(r.inflight for r in rows)
 
 

@@ -56,16 +56,15 @@ def test_the_example_pipeline_runs_and_its_totals_add_up(
     assert sorted(e["order_id"] for e in events) == list(range(1200))
     assert {e["size"] for e in events} <= {"small", "medium", "large"}
     assert all(r.tag == json.loads(r.body)["size"] for r in enriched)
+
+    async def unfinished() -> int:
+        return sum(
+            r.lag + r.inflight for r in await server.broker.group_lag(example.GROUP, "orders")
+        )
+
     # The pipeline's group consumed everything and acked it.
     wait_for(
-        lambda: (
-            server.sync(
-                lambda: sum(
-                    r.lag + r.inflight for r in server.broker.group_lag(example.GROUP, "orders")
-                )
-            )
-            == 0
-        ),
+        lambda: server.call(unfinished) == 0,
         "the group to be fully acked",
         timeout_s=30,
     )

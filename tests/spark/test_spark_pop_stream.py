@@ -40,7 +40,7 @@ def _pop_stream(spark: SparkSession, endpoint: str, topic: str, **options: str) 
 
 def _in_flight(server: ServerThread, group: str, topic: str) -> tuple[int, int]:
     """(lag, in flight) of the group over the topic's queues and its retry queue."""
-    rows = server.sync(lambda: server.broker.group_lag(group, topic))
+    rows = server.call(lambda: server.broker.group_lag(group, topic))
     return sum(r.lag for r in rows), sum(r.inflight for r in rows)
 
 

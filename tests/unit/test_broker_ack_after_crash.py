@@ -19,7 +19,7 @@ from tests.unit.conftest import OpenBroker, wait_until
 
 def _stored_offset(broker: Broker) -> int | None:
     group_id = broker.get_group("g").group_id
-    topic_id = broker.get_topic("orders")[0].topic_id
+    topic_id = broker.topic_info("orders").topic_id
     value = broker.store.get("offsets", keys.offset_key(group_id, topic_id, 0))
     return None if value is None else keys.decode_u64(value)
 

@@ -1,5 +1,6 @@
-"""The BrokerAPI Protocol: the facade implements every member with the same signature, and
-the two new members (server info, metrics snapshot) and pull with wait answer plain values."""
+"""The BrokerAPI Protocol: the facade implements every member with the same signature, only
+the members a cluster-mode proxy answers by itself are synchronous, and the two new members
+(server info, metrics snapshot) and pull with wait answer plain values."""
 
 from __future__ import annotations
 
@@ -35,6 +36,25 @@ def test_the_facade_implements_every_member_of_the_protocol_with_its_signature()
         )
 
 
+def test_only_what_a_cluster_mode_proxy_answers_without_a_broker_is_synchronous() -> None:
+    # Metadata from the proxy's catalog cache, limits read once, local checks, a signal:
+    # every other member reads or changes the broker's state and must be awaitable.
+    synchronous = {
+        name
+        for name, member in _members(BrokerAPI).items()
+        if not inspect.iscoroutinefunction(member)
+    }
+    assert synchronous == {
+        "check_pop_arguments",
+        "get_group",
+        "group_settings",
+        "release_waiters",
+        "server_info",
+        "subscription_filter",
+        "topic_info",
+    }
+
+
 def test_value_types_of_the_api_are_frozen() -> None:
     for cls in (ServerInfo, MetricsSnapshot, HistogramSnapshot):
         assert dataclasses.is_dataclass(cls)
@@ -62,10 +82,10 @@ def test_metrics_snapshot_counts_and_does_not_change_after_it_was_taken(
             api: BrokerAPI = broker
             await api.create_topic("orders", 1)
             await api.create_group("g")
-            before = api.metrics_snapshot()
+            before = await api.metrics_snapshot()
             await api.send([NewMessage("orders", b"x"), NewMessage("orders", b"y")])
             popped = await api.pop("g", "orders", max_messages=1, wait_s=0)
-            after = api.metrics_snapshot()
+            after = await api.metrics_snapshot()
             assert before.sent.get("orders", 0) == 0  # a copy, not the live counter
             assert after.sent["orders"] == 2
             assert after.popped[("g", "orders")] == 1
@@ -78,7 +98,7 @@ def test_metrics_snapshot_counts_and_does_not_change_after_it_was_taken(
             assert after.store_bytes > 0
             assert (after.topics, after.groups) == (1, 1)
             await api.ack("g", [popped[0].receipt_handle])
-            assert api.metrics_snapshot().acked[("g", "orders")] == 1
+            assert (await api.metrics_snapshot()).acked[("g", "orders")] == 1
 
     asyncio.run(scenario())
 

@@ -32,7 +32,7 @@ def _revive_keys(broker: Broker) -> list[tuple[int, int]]:
 
 def _stored_offset(broker: Broker, group: str, topic: str, queue_id: int) -> int | None:
     group_id = broker.get_group(group).group_id
-    topic_id = broker.get_topic(topic)[0].topic_id
+    topic_id = broker.topic_info(topic).topic_id
     value = broker.store.get("offsets", keys.offset_key(group_id, topic_id, queue_id))
     return None if value is None else keys.decode_u64(value)
 
@@ -194,7 +194,7 @@ def test_restart_keeps_messages_committed_offsets_and_inflight_deadlines(
             (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=1.5, wait_s=0)
 
         async with open_broker() as broker:
-            _, (stats,) = broker.get_topic("orders")
+            _, (stats,) = await broker.get_topic("orders")
             assert (stats.min_offset, stats.max_offset) == (0, 3)
             assert _committed(broker, "g", "orders") == 2
             # m0 was acked, m1 is invisible until its deadline: only m2 is delivered now.
@@ -271,7 +271,7 @@ def test_start_and_close_are_idempotent(open_broker: OpenBroker) -> None:
             await broker.close()
             await broker.close()
         async with open_broker() as broker:
-            assert [t.name for t in broker.list_topics()] == ["orders"]
+            assert [t.name for t in await broker.list_topics()] == ["orders"]
 
     asyncio.run(scenario())
 
@@ -285,10 +285,12 @@ def test_restart_keeps_topics_and_group_settings(open_broker: OpenBroker) -> Non
             )
 
         async with open_broker() as broker:
-            assert [(t.name, t.queues) for t in broker.list_topics()] == [("orders", 3)]
+            assert [(t.name, t.queues) for t in await broker.list_topics()] == [("orders", 3)]
             assert broker.get_group("g") == created
             await broker.create_topic("later", 1)
-            assert broker.get_topic("later")[0].topic_id > broker.get_topic("orders")[0].topic_id
+            assert (await broker.get_topic("later"))[0].topic_id > (
+                await broker.get_topic("orders")
+            )[0].topic_id
 
     asyncio.run(scenario())
 

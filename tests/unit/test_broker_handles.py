@@ -164,7 +164,7 @@ def test_a_renamed_broker_still_reads_its_delayed_messages_but_refuses_old_name_
                 [NewMessage("later", b"x", deliver_at_ms=now_ms() + 60_000)]
             )
         async with _broker(data_dir, "broker-b", allow_rename=True) as broker:
-            peeked = broker.query_message("later", sent.message_id)
+            peeked = await broker.query_message("later", sent.message_id)
             assert peeked.record.body == b"x"
             with pytest.raises(
                 InvalidArgumentError,
@@ -259,7 +259,7 @@ def test_a_data_dir_without_a_stored_name_adopts_the_configured_one(tmp_path: Pa
 
     async def adopt() -> None:
         async with _broker(data_dir, "shard-9") as broker:
-            assert [t.name for t in broker.list_topics()] == ["t"]
+            assert [t.name for t in await broker.list_topics()] == ["t"]
 
     asyncio.run(adopt())
     assert "belongs to broker 'shard-9', not 'broker-a'" in _refused_start(data_dir, "")

@@ -165,7 +165,7 @@ def test_pop_that_finds_only_filtered_out_messages_returns_empty_and_commits_the
             assert cq is not None
             assert cq.committed == 100
             assert broker.live_checkpoints == 0
-            (row,) = [r for r in broker.group_lag("g", "orders") if not r.retry]
+            (row,) = [r for r in await broker.group_lag("g", "orders") if not r.retry]
             assert row.lag == 0
 
     asyncio.run(scenario())

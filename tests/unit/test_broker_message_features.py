@@ -49,7 +49,7 @@ def test_topic_accepts_only_its_message_type(open_broker: OpenBroker) -> None:
             )
             with pytest.raises(InvalidArgumentError, match="message_type 'queue'"):
                 await broker.create_topic("bad", 1, message_type="queue")
-            info, _ = broker.get_topic("ordered")
+            info, _ = await broker.get_topic("ordered")
             assert info.message_type_name == "fifo"
 
     asyncio.run(scenario())
@@ -194,19 +194,21 @@ def test_query_by_id_and_key_and_offsets_at(open_broker: OpenBroker) -> None:
             middle = now_ms()
             await asyncio.sleep(0.02)
             late = await broker.send([NewMessage("orders", b"y", keys=("k1", "k2"))])
-            found = broker.query_message("orders", late[0].message_id)
+            found = await broker.query_message("orders", late[0].message_id)
             assert found.record.body == b"y" and found.offset == late[0].offset
             with pytest.raises(NotFoundError):
-                broker.query_message("orders", "no-such-id")
-            by_key = broker.query_messages_by_key("orders", "k1")
+                await broker.query_message("orders", "no-such-id")
+            by_key = await broker.query_messages_by_key("orders", "k1")
             assert len(by_key) == 5
-            assert [m.record.body for m in broker.query_messages_by_key("orders", "k2")] == [b"y"]
-            at = dict(broker.offsets_at("orders", middle))
+            assert [m.record.body for m in await broker.query_messages_by_key("orders", "k2")] == [
+                b"y"
+            ]
+            at = dict(await broker.offsets_at("orders", middle))
             late_queue = late[0].queue_id
             assert at[late_queue] == late[0].offset
-            assert dict(broker.offsets_at("orders", 0)) == {0: 0, 1: 0}
-            end = dict(broker.offsets_at("orders", now_ms() + 10_000))
-            assert end == {q.queue_id: q.max_offset for q in broker.get_topic("orders")[1]}
+            assert dict(await broker.offsets_at("orders", 0)) == {0: 0, 1: 0}
+            end = dict(await broker.offsets_at("orders", now_ms() + 10_000))
+            assert end == {q.queue_id: q.max_offset for q in (await broker.get_topic("orders"))[1]}
             assert len(early) == 4
 
     asyncio.run(scenario())
@@ -221,8 +223,8 @@ def test_index_sweep_drops_expired_entries(open_broker: OpenBroker) -> None:
             removed = await broker.sweep_index(far)
             assert removed >= 3
             with pytest.raises(NotFoundError):
-                broker.query_message("orders", sent.message_id)
-            assert broker.query_messages_by_key("orders", "k") == []
+                await broker.query_message("orders", sent.message_id)
+            assert await broker.query_messages_by_key("orders", "k") == []
 
     asyncio.run(scenario())
 
@@ -255,8 +257,8 @@ def test_one_expiry_marker_covers_a_send_and_old_single_markers_still_sweep(
             assert markers(broker) == []
             for result in (*sent, old):
                 with pytest.raises(NotFoundError):
-                    broker.query_message("orders", result.message_id)
-            assert broker.query_messages_by_key("orders", "k") == []
+                    await broker.query_message("orders", result.message_id)
+            assert await broker.query_messages_by_key("orders", "k") == []
 
     asyncio.run(scenario())
 
@@ -327,7 +329,11 @@ def test_fifo_message_exhausting_attempts_goes_to_dlq_and_unblocks_its_group(
             await broker.nack("c", p2.receipt_handle, delay_s=0)
             (nxt,) = await broker.pop("c", "ordered", wait_s=5)
             assert nxt.record.body == b"next"
-            await wait_until(lambda: "%DLQ%c" in {t.name for t in broker.list_topics()})
+
+            async def dead_lettered() -> bool:
+                return "%DLQ%c" in {t.name for t in await broker.list_topics()}
+
+            await wait_until(dead_lettered)
             (dead,) = await broker.pop("ops", "%DLQ%c", wait_s=5)
             assert dead.record.body == b"poison"
 

@@ -14,13 +14,17 @@ def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
     return NewMessage(topic, body)
 
 
-def _retry_max_offset(broker: Broker, group: str, topic: str) -> int:
-    rows = [row for row in broker.group_lag(group, topic) if row.retry]
+async def _retry_max_offset(broker: Broker, group: str, topic: str) -> int:
+    rows = [row for row in await broker.group_lag(group, topic) if row.retry]
     return rows[0].max_offset if rows else 0
 
 
-def _topic_exists(broker: Broker, name: str) -> bool:
-    return any(t.name == name for t in broker.list_topics())
+async def _retry_max_offset_is(broker: Broker, group: str, topic: str, expected: int) -> bool:
+    return await _retry_max_offset(broker, group, topic) == expected
+
+
+async def _topic_exists(broker: Broker, name: str) -> bool:
+    return any(t.name == name for t in await broker.list_topics())
 
 
 def test_unacked_message_is_redelivered_with_attempt_2_after_invisible_time(
@@ -44,7 +48,7 @@ def test_unacked_message_is_redelivered_with_attempt_2_after_invisible_time(
             assert again.receipt_handle != first.receipt_handle
             # It came through the group's retry queue, which remembers the original position.
             assert (again.record.origin_topic, again.record.origin_offset) == ("orders", 0)
-            assert _retry_max_offset(broker, "g", "orders") == 1
+            assert await _retry_max_offset(broker, "g", "orders") == 1
             assert await broker.ack("g", [again.receipt_handle]) == [None]
             assert broker.live_checkpoints == 0
 
@@ -80,7 +84,7 @@ def test_revive_does_not_redeliver_an_acked_message(open_broker: OpenBroker) -> 
 
             again = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
             assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"dropped", 2)]
-            assert _retry_max_offset(broker, "g", "orders") == 1  # one retry copy, not two
+            assert await _retry_max_offset(broker, "g", "orders") == 1  # one retry copy, not two
             assert await broker.pop("g", "orders", wait_s=0) == []
 
     asyncio.run(scenario())
@@ -101,11 +105,15 @@ def test_message_is_dead_lettered_after_max_delivery_attempts_and_readable_by_an
             await broker.nack("g", second.receipt_handle, delay_s=0)
 
             await wait_until(lambda: _topic_exists(broker, "%DLQ%g"))
-            info, _ = broker.get_topic("%DLQ%g")
+            info, _ = await broker.get_topic("%DLQ%g")
             assert info.kind_name == "dlq"
-            await wait_until(lambda: broker.get_topic("%DLQ%g")[1][0].max_offset == 1)
+
+            async def dead_lettered() -> bool:
+                return (await broker.get_topic("%DLQ%g"))[1][0].max_offset == 1
+
+            await wait_until(dead_lettered)
             assert await broker.pop("g", "orders", wait_s=0) == []  # not retried a third time
-            assert _retry_max_offset(broker, "g", "orders") == 1
+            assert await _retry_max_offset(broker, "g", "orders") == 1
 
             (dead,) = await broker.pop("inspector", "%DLQ%g", invisible_s=30, wait_s=5)
             assert dead.topic == "%DLQ%g"
@@ -131,7 +139,7 @@ def test_with_a_single_attempt_the_first_failure_dead_letters(open_broker: OpenB
             (dead,) = await broker.pop("inspector", "%DLQ%g", wait_s=5)
             assert dead.record.body == b"once"
             assert await broker.pop("g", "orders", wait_s=0) == []
-            assert _retry_max_offset(broker, "g", "orders") == 0
+            assert await _retry_max_offset(broker, "g", "orders") == 0
 
     asyncio.run(scenario())
 
@@ -147,9 +155,9 @@ def test_a_group_popping_two_topics_never_gets_one_topics_retries_on_the_other(
             (from_a,) = await broker.pop("g", "a", invisible_s=30, wait_s=0)
             (from_b,) = await broker.pop("g", "b", invisible_s=30, wait_s=0)
             await broker.nack("g", from_a.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset(broker, "g", "a") == 1)
+            await wait_until(lambda: _retry_max_offset_is(broker, "g", "a", 1))
 
-            assert _retry_max_offset(broker, "g", "b") == 0
+            assert await _retry_max_offset(broker, "g", "b") == 0
             for _ in range(5):  # every pop position, retry-first ones included
                 assert await broker.pop("g", "b", wait_s=0) == []
             (again,) = await broker.pop("g", "a", wait_s=0)
@@ -193,7 +201,7 @@ def test_retries_are_not_starved_by_a_backlog_of_new_messages(open_broker: OpenB
             await broker.send([_msg(b"retry-me")])
             (msg,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset(broker, "g", "orders") == 1)
+            await wait_until(lambda: _retry_max_offset_is(broker, "g", "orders", 1))
             await broker.send([_msg(b"new-%d" % i) for i in range(50)])
 
             popped: list[PoppedMessage] = []
@@ -217,7 +225,7 @@ def test_pop_tops_up_from_the_retry_queue_when_normal_queues_run_short(
             await broker.send([_msg(b"old")])
             (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset(broker, "g", "orders") == 1)
+            await wait_until(lambda: _retry_max_offset_is(broker, "g", "orders", 1))
             await broker.send([_msg(b"new-0"), _msg(b"new-1")])
             popped = await broker.pop("g", "orders", max_messages=32, wait_s=0)
             assert sorted((m.record.body, m.delivery_attempt) for m in popped) == [

@@ -31,7 +31,7 @@ def test_full_buffer_persists_the_oldest_checkpoints_at_once(open_broker: OpenBr
             await wait_until(lambda: broker.buffered_checkpoints <= 2)
             await wait_until(lambda: len(_persisted_ids(broker.store)) == 2)
             # The offset moved past the persisted (oldest) ones: redelivery-safe, never loss.
-            (row, _retry) = broker.group_lag("g", "t")
+            (row, _retry) = await broker.group_lag("g", "t")
             assert row.consumer_offset == 2
 
     asyncio.run(scenario())

@@ -71,7 +71,7 @@ def test_sent_message_is_popped_with_its_fields_and_acked(open_broker: OpenBroke
 
             assert await broker.ack("g", [msg.receipt_handle]) == [None]
             assert await broker.pop("g", "orders", wait_s=0) == []
-            rows = [row for row in broker.group_lag("g", "orders") if not row.retry]
+            rows = [row for row in await broker.group_lag("g", "orders") if not row.retry]
             assert [(r.consumer_offset, r.max_offset, r.lag, r.inflight) for r in rows] == [
                 (1, 1, 0, 0)
             ]
@@ -109,7 +109,7 @@ def test_send_spreads_messages_round_robin_with_dense_offsets_per_queue(
             placed = [(r.queue_id, r.offset) for r in [*batch, *(c[0] for c in concurrent)]]
             assert sorted(placed) == [(q, o) for q in (0, 1) for o in range(4)]
             assert [(r.queue_id, r.offset) for r in batch] == [(0, 0), (1, 0), (0, 1), (1, 1)]
-            _, stats = broker.get_topic("orders")
+            _, stats = await broker.get_topic("orders")
             assert [(s.queue_id, s.min_offset, s.max_offset) for s in stats] == [
                 (0, 0, 4),
                 (1, 0, 4),
@@ -123,7 +123,7 @@ def test_send_to_a_missing_topic_is_not_found(open_broker: OpenBroker) -> None:
         async with open_broker() as broker:
             with pytest.raises(NotFoundError, match="topic 'nope' does not exist"):
                 await broker.send([_msg(topic="nope")])
-            assert broker.list_topics() == []
+            assert await broker.list_topics() == []
 
     asyncio.run(scenario())
 
@@ -132,7 +132,7 @@ def test_send_creates_a_missing_topic_when_auto_create_is_on(open_broker: OpenBr
     async def scenario() -> None:
         async with open_broker(auto_create_topics=True) as broker:
             (sent,) = await broker.send([_msg(topic="fresh")])
-            info, stats = broker.get_topic("fresh")
+            info, stats = await broker.get_topic("fresh")
             assert info.queues == 8
             assert info.kind_name == "normal"
             assert sum(s.max_offset for s in stats) == 1
@@ -158,7 +158,7 @@ def test_send_with_one_invalid_message_stores_none_of_them(open_broker: OpenBrok
                 await broker.send([_msg(b"fine"), _msg(b"")])
             with pytest.raises(InvalidArgumentError, match="at least one message"):
                 await broker.send([])
-            _, (stats,) = broker.get_topic("orders")
+            _, (stats,) = await broker.get_topic("orders")
             assert stats.max_offset == 0
 
     asyncio.run(scenario())

@@ -39,7 +39,7 @@ def test_create_topic_validates_its_name_and_queue_count(open_broker: OpenBroker
             assert str(info.value) == "queues 0 is below the minimum 1"
             with pytest.raises(InvalidArgumentError, match="queues 1025 is above the maximum 1024"):
                 await broker.create_topic("orders", 1025)
-            assert broker.list_topics() == []
+            assert await broker.list_topics() == []
 
     asyncio.run(scenario())
 
@@ -51,7 +51,7 @@ def test_create_topic_twice_is_already_exists(open_broker: OpenBroker) -> None:
             assert created.queues == 8
             with pytest.raises(AlreadyExistsError, match="topic 'orders' already exists"):
                 await broker.create_topic("orders", 2)
-            assert broker.get_topic("orders")[0] == created
+            assert (await broker.get_topic("orders"))[0] == created
 
     asyncio.run(scenario())
 
@@ -69,7 +69,7 @@ def test_create_group_validates_its_settings(open_broker: OpenBroker) -> None:
                 await broker.create_group("g", retry_backoff_s=[1] * 65)
             with pytest.raises(InvalidArgumentError, match="reserved prefix"):
                 await broker.create_group("%DLQ%g")
-            assert broker.list_groups() == []
+            assert await broker.list_groups() == []
 
     asyncio.run(scenario())
 
@@ -115,13 +115,17 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
             await broker.send([_msg(b"%d" % i) for i in range(4)] + [_msg(topic="kept")])
             popped = await broker.pop("g", "orders", max_messages=2, invisible_s=30, wait_s=0)
             await broker.nack("g", popped[0].receipt_handle, delay_s=0)  # a retry copy
-            await wait_until(
-                lambda: any(r.retry and r.max_offset == 1 for r in broker.group_lag("g", "orders"))
-            )
+
+            async def retried() -> bool:
+                return any(
+                    r.retry and r.max_offset == 1 for r in await broker.group_lag("g", "orders")
+                )
+
+            await wait_until(retried)
             await broker.pop("g", "orders", invisible_s=30, wait_s=0)  # in flight, persisted
             await wait_until(lambda: broker.buffered_checkpoints == 0)
             (kept,) = await broker.pop("g", "kept", invisible_s=30, wait_s=0)
-            orders = broker.get_topic("orders")[0]
+            orders = (await broker.get_topic("orders"))[0]
             group_id = broker.get_group("g").group_id
             retry = broker.catalog.retry_topics[(group_id, orders.topic_id)]
             assert any(broker.store.scan("checkpoints", b"", ALL))
@@ -129,10 +133,10 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
             await broker.delete_topic("orders")
 
             with pytest.raises(NotFoundError):
-                broker.get_topic("orders")
+                await broker.get_topic("orders")
             with pytest.raises(NotFoundError):
                 await broker.pop("g", "orders", wait_s=0)
-            assert [t.name for t in broker.list_topics()] == ["kept"]
+            assert [t.name for t in await broker.list_topics()] == ["kept"]
             for topic_id in (orders.topic_id, retry.topic_id):  # the retry copy went too
                 start, end = keys.topic_range(topic_id)
                 assert list(broker.store.scan("messages", start, end)) == []
@@ -161,7 +165,7 @@ def test_recreated_topic_starts_empty_and_old_handles_never_touch_it(
             (old,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             await broker.delete_topic("orders")
             await broker.create_topic("orders", 1)
-            _, (stats,) = broker.get_topic("orders")
+            _, (stats,) = await broker.get_topic("orders")
             assert (stats.min_offset, stats.max_offset) == (0, 0)
             assert await broker.pop("g", "orders", wait_s=0) == []
 
@@ -215,7 +219,7 @@ def test_group_lag_counts_backlog_and_inflight_per_queue(open_broker: OpenBroker
             assert (a.queue_id, b.queue_id) == (0, 0)
             await broker.ack("g", [a.receipt_handle])
 
-            def rows() -> list[tuple[str, int, bool, int, int, int, int]]:
+            async def rows() -> list[tuple[str, int, bool, int, int, int, int]]:
                 return [
                     (
                         r.topic,
@@ -226,22 +230,26 @@ def test_group_lag_counts_backlog_and_inflight_per_queue(open_broker: OpenBroker
                         r.inflight,
                         r.lag,
                     )
-                    for r in broker.group_lag("g", "orders")
+                    for r in await broker.group_lag("g", "orders")
                 ]
 
             # The checkpoint of a and b is half acked: the offset waits for b.
-            assert rows() == [
+            assert await rows() == [
                 ("orders", 0, False, 0, 3, 1, 3),
                 ("orders", 1, False, 0, 2, 0, 2),
                 ("orders", 0, True, 0, 0, 0, 0),
             ]
             await broker.ack("g", [b.receipt_handle])
-            assert rows()[0] == ("orders", 0, False, 2, 3, 0, 1)
+            assert (await rows())[0] == ("orders", 0, False, 2, 3, 0, 1)
             (c,) = await broker.pop("g", "orders", max_messages=1, wait_s=0)
             await broker.nack("g", c.receipt_handle, delay_s=0)
-            await wait_until(lambda: rows()[2][4] == 1)
-            assert rows()[2] == ("orders", 0, True, 0, 1, 0, 1)
-            assert broker.group_lag("g") == broker.group_lag("g", "orders")
+
+            async def revived() -> bool:
+                return (await rows())[2][4] == 1
+
+            await wait_until(revived)
+            assert (await rows())[2] == ("orders", 0, True, 0, 1, 0, 1)
+            assert await broker.group_lag("g") == await broker.group_lag("g", "orders")
 
     asyncio.run(scenario())
 
@@ -254,10 +262,10 @@ def test_group_lag_of_a_topic_the_group_never_read_is_its_whole_backlog(
             await broker.create_topic("orders", 1)
             await broker.create_group("g")
             await broker.send([_msg(), _msg()])
-            assert broker.group_lag("g") == []  # the group reads no topic yet
-            (row,) = broker.group_lag("g", "orders")
+            assert await broker.group_lag("g") == []  # the group reads no topic yet
+            (row,) = await broker.group_lag("g", "orders")
             assert (row.consumer_offset, row.max_offset, row.lag, row.inflight) == (0, 2, 2, 0)
             with pytest.raises(NotFoundError):
-                broker.group_lag("nobody")
+                await broker.group_lag("nobody")
 
     asyncio.run(scenario())

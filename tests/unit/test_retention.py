@@ -39,7 +39,7 @@ def test_messages_older_than_retention_are_deleted_by_range_and_min_offset_moves
         await broker.send([NewMessage("t", b"new-%d" % i) for i in range(5)])
         # Retention is 60 s: at boundary + 60 s, exactly the first five are too old.
         assert await broker.apply_retention(now=boundary + 60_000) == 5
-        _, stats = broker.get_topic("t")
+        _, stats = await broker.get_topic("t")
         assert (stats[0].min_offset, stats[0].max_offset) == (5, 10)
         prefix = keys.queue_prefix(topic.topic_id, 0)
         end = keys.queue_prefix(topic.topic_id, 1)
@@ -59,15 +59,15 @@ def test_pop_below_min_offset_starts_at_min_and_lag_counts_the_skipped(tmp_path:
         await broker.ack("g", [m.receipt_handle for m in first])  # g is at offset 2
         deleted = await broker.apply_retention(now=_now() + 61_000)
         assert deleted == 10
-        (row, _retry) = broker.group_lag("g", "t")
+        (row, _retry) = await broker.group_lag("g", "t")
         assert (row.consumer_offset, row.retention_skipped) == (2, 8)
         await broker.send([NewMessage("t", b"fresh")])
         popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
         assert [(m.record.body, m.offset) for m in popped] == [(b"fresh", 10)]
-        (row, _retry) = broker.group_lag("g", "t")
+        (row, _retry) = await broker.group_lag("g", "t")
         assert row.retention_skipped == 8
         await broker.ack("g", [m.receipt_handle for m in popped])
-        (row, _retry) = broker.group_lag("g", "t")
+        (row, _retry) = await broker.group_lag("g", "t")
         assert (row.consumer_offset, row.lag, row.retention_skipped) == (11, 0, 8)
 
     _run(tmp_path, scenario)

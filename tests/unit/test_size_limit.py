@@ -29,9 +29,9 @@ def test_over_the_limit_the_oldest_messages_go_first_across_queues(tmp_path: Pat
             deleted = await broker.apply_size_limit()
             assert broker.stored_bytes_estimate() <= 30_000
             # The 40 older messages of "old" went before any of "new".
-            old_queue = broker.get_topic("old")[1][0]
+            old_queue = (await broker.get_topic("old"))[1][0]
             assert old_queue.min_offset == 40
-            new_min = sum(q.min_offset for q in broker.get_topic("new")[1])
+            new_min = sum(q.min_offset for q in (await broker.get_topic("new"))[1])
             assert deleted == 40 + new_min
             assert 0 < new_min < 40
             assert await broker.apply_size_limit() == 0  # under the limit: idempotent

@@ -1,0 +1,55 @@
+"""Cluster mode's coordination: etcd (our own v3 client) and the Coordinator interface.
+
+docs/cluster.md describes what lives in etcd and why popmq has its own etcd client.
+"""
+
+from popmq.cluster.coordination import (
+    DEFAULT_SESSION_TTL_S,
+    Coordinator,
+    Entry,
+    EtcdCoordinator,
+    LocalCoordinator,
+    Member,
+    MemberKind,
+    Session,
+    Snapshot,
+)
+from popmq.cluster.errors import (
+    CompactedError,
+    ConflictError,
+    CoordinationArgumentError,
+    CoordinationError,
+    CoordinationUnavailableError,
+    CorruptValueError,
+    EtcdError,
+    LeaseNotFoundError,
+    MemberExistsError,
+    SessionClosedError,
+)
+from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+
+__all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
+    "CompactedError",
+    "ConflictError",
+    "CoordinationArgumentError",
+    "CoordinationError",
+    "CoordinationUnavailableError",
+    "Coordinator",
+    "CorruptValueError",
+    "DEFAULT_SESSION_TTL_S",
+    "Entry",
+    "EtcdClient",
+    "EtcdCoordinator",
+    "EtcdError",
+    "EtcdStatus",
+    "Lease",
+    "LeaseKeeper",
+    "LeaseNotFoundError",
+    "LocalCoordinator",
+    "Member",
+    "MemberExistsError",
+    "MemberKind",
+    "Session",
+    "SessionClosedError",
+    "Snapshot",
+]

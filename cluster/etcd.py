@@ -1,0 +1,934 @@
+"""A small asyncio etcd v3 client over grpc.aio, on popmq's own stubs (protos/etcd).
+
+Why our own: popmq pins protobuf 7 and grpcio 1.85; aetcd requires protobuf<7,
+python-etcd3's generated code fails to import on protobuf>=4, and etcd3gw is synchronous
+HTTP. The client speaks only what cluster mode needs: get / put / delete, transactions that
+compare a key's create revision, mod revision, version or value, leases with a keepalive loop,
+prefix watches from a revision, and status.
+
+Every call has a timeout (the client's `timeout_s` unless given). A call that finds its
+endpoint unavailable moves on to the next one (`host:port` endpoints, tried in turn) until the
+timeout; only then does it raise `CoordinationUnavailableError`. A watch outlives outages: it
+resumes on any endpoint from the revision after the last one it delivered, and raises
+`CompactedError` when that revision is gone (the caller re-lists). Everything runs on the
+event loop; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import grpc
+import grpc.aio
+
+from popmq._gen.etcd.etcdserverpb import rpc_pb2 as pb
+from popmq._gen.etcd.etcdserverpb import rpc_pb2_grpc as rpc
+from popmq._gen.etcd.mvccpb import kv_pb2
+from popmq.cluster.errors import (
+    CompactedError,
+    CoordinationArgumentError,
+    CoordinationError,
+    CoordinationUnavailableError,
+    EtcdError,
+    LeaseNotFoundError,
+    SessionClosedError,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 5.0
+"""How long one call may take, failover included, unless the call says otherwise."""
+MIN_LEASE_TTL_S = 2
+"""etcd raises a shorter TTL to its own minimum (about 2 s with default raft timings)
+silently; popmq refuses it instead."""
+MAX_LEASE_TTL_S = 86_400
+"""A day: a session that lives longer without a keepalive is not a session."""
+_ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
+_ENDPOINTS_ALLOWED = "host:port[,host:port...], e.g. 127.0.0.1:2379"
+_CHANNEL_OPTIONS = (
+    # Reconnect fast after an etcd restart (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # A silently dead peer ends a watch within ~20 s; etcd refuses pings under 5 s apart.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+_RETRY_PAUSE_S = 0.1
+"""Pause after every endpoint failed once, before the next round (within the timeout)."""
+_FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# How a stream (watch, keepalive) fails when its endpoint goes: an error status, no answer in
+# time, the end of the stream, or a write to a call that has just ended.
+_STREAM_FAILURES = (
+    grpc.aio.AioRpcError,
+    TimeoutError,
+    CoordinationUnavailableError,
+    asyncio.InvalidStateError,
+)
+
+Key = str | bytes
+T = TypeVar("T")
+CompareTarget = Literal["version", "create_revision", "mod_revision", "value"]
+CompareOp = Literal["==", "!=", "<", ">"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One key as etcd stores it.
+
+    `create_revision` is the revision of the put that created the key (a fencing epoch: it
+    changes when the key is deleted and created again); `mod_revision` that of its last put
+    (the token of a compare-and-swap); `version` counts puts since creation.
+    """
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    """The keys a get found, read at `revision`."""
+
+    revision: int
+    kvs: tuple[KeyValue, ...]
+    more: bool
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """A put's revision."""
+
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """How many keys a delete removed, and its revision."""
+
+    revision: int
+    deleted: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Whether a transaction's comparisons held, and the results of the branch that ran."""
+
+    succeeded: bool
+    revision: int
+    results: tuple[RangeResult | PutResult | DeleteResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change seen by a watch. For a delete, `kv` carries the key and the revision only."""
+
+    type: Literal["put", "delete"]
+    kv: KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBatch:
+    """The events of one watch response, in revision order; `revision` is the last one's."""
+
+    revision: int
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A granted lease: keys put with it go when it expires or is revoked.
+
+    `granted_at` is the event loop's time when the grant was sent: etcd's TTL runs from a
+    moment after it, so `granted_at + ttl_s` is never later than etcd's expiry.
+    """
+
+    id: int
+    ttl_s: int
+    granted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdStatus:
+    """What one etcd member says about itself (Maintenance.Status)."""
+
+    endpoint: str
+    version: str
+    db_size: int
+    leader: int
+    member_id: int
+    revision: int
+    raft_term: int
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """One condition of a transaction: `<key's target> <op> <operand>`.
+
+    A key that does not exist has create_revision, mod_revision and version 0, so
+    `Compare(key, "create_revision", "==", 0)` means "absent".
+    """
+
+    key: Key
+    target: CompareTarget
+    op: CompareOp
+    operand: int | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """A read inside a transaction (`prefix`: every key starting with `key`)."""
+
+    key: Key
+    prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """A write inside a transaction (`lease` 0: none)."""
+
+    key: Key
+    value: bytes
+    lease: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """A delete inside a transaction (`prefix`: every key starting with `key`)."""
+
+    key: Key
+    prefix: bool = False
+
+
+Op = Get | Put | Delete
+
+_COMPARE_RESULTS = {
+    "==": pb.Compare.COMPARE_RESULT_EQUAL,
+    "!=": pb.Compare.COMPARE_RESULT_NOT_EQUAL,
+    "<": pb.Compare.COMPARE_RESULT_LESS,
+    ">": pb.Compare.COMPARE_RESULT_GREATER,
+}
+_COMPARE_TARGETS = {
+    "version": pb.Compare.COMPARE_TARGET_VERSION,
+    "create_revision": pb.Compare.COMPARE_TARGET_CREATE,
+    "mod_revision": pb.Compare.COMPARE_TARGET_MOD,
+    "value": pb.Compare.COMPARE_TARGET_VALUE,
+}
+
+
+def parse_endpoints(endpoints: str | Sequence[str]) -> tuple[str, ...]:
+    """`"h1:p1,h2:p2"` or a sequence of `host:port` as a checked tuple."""
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    parsed = tuple(item.strip() for item in items)
+    if not parsed or not all(parsed):
+        raise CoordinationArgumentError(
+            f"etcd endpoints {endpoints!r} are empty or have an empty item: use "
+            f"{_ENDPOINTS_ALLOWED}",
+            field="etcd",
+            value=endpoints,
+            allowed=_ENDPOINTS_ALLOWED,
+        )
+    for item in parsed:
+        if not _ENDPOINT.match(item) or not 0 < int(item.rsplit(":", 1)[1]) < 65536:
+            raise CoordinationArgumentError(
+                f"etcd endpoint {item!r} is not host:port (a scheme like http:// is not "
+                f"accepted): use {_ENDPOINTS_ALLOWED}",
+                field="etcd",
+                value=item,
+                allowed=_ENDPOINTS_ALLOWED,
+            )
+    return parsed
+
+
+def check_ttl(ttl_s: object) -> int:
+    """A lease TTL in whole seconds within MIN_LEASE_TTL_S..MAX_LEASE_TTL_S."""
+    allowed = f"whole seconds {MIN_LEASE_TTL_S}..{MAX_LEASE_TTL_S}"
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or ttl_s != int(ttl_s):
+        raise CoordinationArgumentError(
+            f"lease ttl {ttl_s!r} is not a whole number of seconds: use {allowed}",
+            field="ttl_s",
+            value=ttl_s,
+            allowed=allowed,
+        )
+    if not MIN_LEASE_TTL_S <= ttl_s <= MAX_LEASE_TTL_S:
+        raise CoordinationArgumentError(
+            f"lease ttl {ttl_s}s is out of range: use {allowed}",
+            field="ttl_s",
+            value=ttl_s,
+            allowed=allowed,
+        )
+    return int(ttl_s)
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The exclusive end of the range of keys that start with `prefix`."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return b"\0"  # etcd: every key >= the start
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _key(key: Key) -> bytes:
+    raw = key.encode() if isinstance(key, str) else key
+    if not isinstance(raw, bytes) or not raw:
+        raise CoordinationArgumentError(
+            f"etcd key {key!r} is empty or not str/bytes: use a non-empty key",
+            field="key",
+            value=key,
+            allowed="non-empty str or bytes",
+        )
+    return raw
+
+
+def _check_timeout(timeout_s: float) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+        raise CoordinationArgumentError(
+            f"timeout {timeout_s!r} is not a positive number of seconds",
+            field="timeout_s",
+            value=timeout_s,
+            allowed="> 0 s",
+        )
+    return float(timeout_s)
+
+
+def _kv(kv: kv_pb2.KeyValue) -> KeyValue:
+    return KeyValue(
+        key=kv.key,
+        value=kv.value,
+        create_revision=kv.create_revision,
+        mod_revision=kv.mod_revision,
+        version=kv.version,
+        lease=kv.lease,
+    )
+
+
+def _range_result(response: pb.RangeResponse) -> RangeResult:
+    return RangeResult(
+        revision=response.header.revision,
+        kvs=tuple(_kv(kv) for kv in response.kvs),
+        more=response.more,
+        count=response.count,
+    )
+
+
+def _compare(compare: Compare) -> pb.Compare:
+    target = _COMPARE_TARGETS.get(compare.target)
+    result = _COMPARE_RESULTS.get(compare.op)
+    if target is None or result is None:
+        raise CoordinationArgumentError(
+            f"compare {compare.target!r} {compare.op!r} is not supported: targets "
+            f"{sorted(_COMPARE_TARGETS)}, ops {sorted(_COMPARE_RESULTS)}",
+            field="compare",
+            value=f"{compare.target} {compare.op}",
+        )
+    message = pb.Compare(key=_key(compare.key), target=target, result=result)
+    wants_bytes = compare.target == "value"
+    if wants_bytes != isinstance(compare.operand, bytes) or isinstance(compare.operand, bool):
+        raise CoordinationArgumentError(
+            f"compare on {compare.target} takes {'bytes' if wants_bytes else 'an int'}, "
+            f"not {type(compare.operand).__name__}",
+            field="compare.operand",
+            value=compare.operand,
+        )
+    setattr(message, compare.target, compare.operand)
+    return message
+
+
+def _op(op: Op) -> pb.RequestOp:
+    if isinstance(op, Get):
+        key = _key(op.key)
+        end = prefix_end(key) if op.prefix else b""
+        return pb.RequestOp(request_range=pb.RangeRequest(key=key, range_end=end))
+    if isinstance(op, Put):
+        return pb.RequestOp(
+            request_put=pb.PutRequest(key=_key(op.key), value=op.value, lease=op.lease)
+        )
+    key = _key(op.key)
+    end = prefix_end(key) if op.prefix else b""
+    return pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key, range_end=end))
+
+
+def _op_result(response: pb.ResponseOp) -> RangeResult | PutResult | DeleteResult:
+    kind = response.WhichOneof("response")
+    if kind == "response_range":
+        return _range_result(response.response_range)
+    if kind == "response_put":
+        return PutResult(revision=response.response_put.header.revision)
+    return DeleteResult(
+        revision=response.response_delete_range.header.revision,
+        deleted=response.response_delete_range.deleted,
+    )
+
+
+def _compacted(detail: str) -> CoordinationError:
+    return CompactedError(
+        f"etcd compacted the revision asked for ({detail}): re-list, then watch",
+        compact_revision=0,
+    )
+
+
+def _future_revision(detail: str) -> CoordinationError:
+    return CoordinationArgumentError(f"etcd has no such revision yet ({detail})")
+
+
+def _lease_not_found(detail: str) -> CoordinationError:
+    return LeaseNotFoundError(f"the lease expired or was revoked ({detail})")
+
+
+# etcd says what went wrong in the status message; the first matching fragment decides.
+_ERRORS_BY_MESSAGE: tuple[tuple[str, Callable[[str], CoordinationError]], ...] = (
+    ("required revision has been compacted", _compacted),
+    ("required revision is a future revision", _future_revision),
+    ("requested lease not found", _lease_not_found),
+)
+_ERRORS_BY_CODE: dict[grpc.StatusCode, type[CoordinationError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: CoordinationArgumentError,
+    grpc.StatusCode.NOT_FOUND: LeaseNotFoundError,
+    grpc.StatusCode.UNAVAILABLE: CoordinationUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: CoordinationUnavailableError,
+}
+
+
+def error_from_rpc(error: grpc.aio.AioRpcError, what: str) -> CoordinationError:
+    """The coordination error for an etcd status (a table, not a ladder)."""
+    detail = error.details() or error.code().name
+    for fragment, make in _ERRORS_BY_MESSAGE:
+        if fragment in detail:
+            return make(f"{what}: {detail}")
+    cls = _ERRORS_BY_CODE.get(error.code(), EtcdError)
+    return cls(f"etcd refused {what}: {error.code().name}: {detail}")
+
+
+class _Stubs:
+    """The four service stubs over one endpoint's channel."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        # protoc's grpc plugin writes no type information for the stubs.
+        self.kv = rpc.KVStub(channel)  # type: ignore[no-untyped-call]
+        self.watch = rpc.WatchStub(channel)  # type: ignore[no-untyped-call]
+        self.lease = rpc.LeaseStub(channel)  # type: ignore[no-untyped-call]
+        self.maintenance = rpc.MaintenanceStub(channel)  # type: ignore[no-untyped-call]
+
+
+class EtcdClient:
+    """An etcd v3 client for one event loop, over one or more endpoints (failover in turn).
+
+    Use as `async with EtcdClient("127.0.0.1:2379") as etcd:` or call `close()`. Keys are
+    `str` (UTF-8) or `bytes`; values are `bytes`.
+
+    Args:
+        endpoints: `"host:port[,host:port...]"` or a sequence of `host:port`.
+        timeout_s: Default time limit of one call, failover included.
+    """
+
+    def __init__(
+        self, endpoints: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        # Channels by endpoint, opened on first use; _current is the endpoint tried first.
+        self._channels: dict[str, tuple[grpc.aio.Channel, _Stubs]] = {}
+        self._current = 0
+        self._closed = False
+        self.endpoints = parse_endpoints(endpoints)
+        self.timeout_s = _check_timeout(timeout_s)
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every channel (idempotent); open watches and keepers fail."""
+        self._closed = True
+        channels, self._channels = list(self._channels.values()), {}
+        for channel, _ in channels:
+            await channel.close()
+
+    def __del__(self) -> None:
+        if not self._closed and self._channels:
+            warnings.warn(
+                f"EtcdClient({','.join(self.endpoints)}) was never closed",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _stubs(self, endpoint: str) -> _Stubs:
+        if self._closed:
+            raise SessionClosedError("the etcd client is closed")
+        entry = self._channels.get(endpoint)
+        if entry is None:
+            channel = grpc.aio.insecure_channel(endpoint, options=list(_CHANNEL_OPTIONS))
+            entry = self._channels[endpoint] = (channel, _Stubs(channel))
+        return entry[1]
+
+    def _endpoint(self) -> str:
+        return self.endpoints[self._current % len(self.endpoints)]
+
+    def _fail_over(self, endpoint: str) -> None:
+        """Move on from `endpoint` (unless another caller did already)."""
+        if self._endpoint() == endpoint:
+            self._current = (self._current + 1) % len(self.endpoints)
+
+    async def _call(
+        self, what: str, call: Callable[[_Stubs, float], Any], timeout_s: float | None
+    ) -> Any:
+        """Run `call(stubs, remaining_s)` on the endpoints in turn until one answers."""
+        timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last: grpc.aio.AioRpcError | None = None
+        while True:
+            for _ in range(len(self.endpoints)):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                endpoint = self._endpoint()
+                try:
+                    return await call(self._stubs(endpoint), remaining)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() not in _FAILOVER_CODES:
+                        raise error_from_rpc(error, what) from error
+                    last = error
+                    self._fail_over(endpoint)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                reason = f"{last.code().name}: {last.details()}" if last else "no time left"
+                raise CoordinationUnavailableError(
+                    f"etcd did not answer {what} within {timeout:g}s at "
+                    f"{','.join(self.endpoints)} ({reason}); is etcd running?"
+                )
+            await asyncio.sleep(min(_RETRY_PAUSE_S, remaining))
+
+    # -- KV ------------------------------------------------------------------------------
+
+    async def get(
+        self,
+        key: Key,
+        *,
+        prefix: bool = False,
+        revision: int = 0,
+        limit: int = 0,
+        timeout_s: float | None = None,
+    ) -> RangeResult:
+        """Read `key` (or every key starting with it), at `revision` (0: the newest)."""
+        raw = _key(key)
+        request = pb.RangeRequest(
+            key=raw, range_end=prefix_end(raw) if prefix else b"", revision=revision, limit=limit
+        )
+        response = await self._call(
+            f"get {raw!r}", lambda s, t: s.kv.Range(request, timeout=t), timeout_s
+        )
+        return _range_result(response)
+
+    async def put(
+        self, key: Key, value: bytes, *, lease: int = 0, timeout_s: float | None = None
+    ) -> int:
+        """Write `key`; attach it to `lease` when given. Returns the put's revision."""
+        request = pb.PutRequest(key=_key(key), value=value, lease=lease)
+        response = await self._call(
+            f"put {request.key!r}", lambda s, t: s.kv.Put(request, timeout=t), timeout_s
+        )
+        return int(response.header.revision)
+
+    async def delete(
+        self, key: Key, *, prefix: bool = False, timeout_s: float | None = None
+    ) -> DeleteResult:
+        """Delete `key` (or every key starting with it)."""
+        raw = _key(key)
+        request = pb.DeleteRangeRequest(key=raw, range_end=prefix_end(raw) if prefix else b"")
+        response = await self._call(
+            f"delete {raw!r}", lambda s, t: s.kv.DeleteRange(request, timeout=t), timeout_s
+        )
+        return DeleteResult(revision=response.header.revision, deleted=response.deleted)
+
+    async def txn(
+        self,
+        compare: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op] = (),
+        *,
+        timeout_s: float | None = None,
+    ) -> TxnResult:
+        """Run `success` if every comparison holds, else `failure`, atomically."""
+        request = pb.TxnRequest(
+            compare=[_compare(c) for c in compare],
+            success=[_op(o) for o in success],
+            failure=[_op(o) for o in failure],
+        )
+        response = await self._call("txn", lambda s, t: s.kv.Txn(request, timeout=t), timeout_s)
+        return TxnResult(
+            succeeded=response.succeeded,
+            revision=response.header.revision,
+            results=tuple(_op_result(r) for r in response.responses),
+        )
+
+    async def put_if_absent(
+        self, key: Key, value: bytes, *, lease: int = 0, timeout_s: float | None = None
+    ) -> tuple[bool, KeyValue | None]:
+        """Create `key` unless it exists (create_revision == 0).
+
+        Returns (created, the key now): on failure the existing key, read in the same
+        transaction.
+        """
+        return await self._swap(key, value, "create_revision", 0, lease, timeout_s)
+
+    async def compare_and_swap(
+        self,
+        key: Key,
+        value: bytes,
+        *,
+        mod_revision: int,
+        lease: int = 0,
+        timeout_s: float | None = None,
+    ) -> tuple[bool, KeyValue | None]:
+        """Write `key` only if its mod revision is still `mod_revision` (0: absent).
+
+        Returns (written, the key now): on failure the current key or None when absent.
+        """
+        target: CompareTarget = "create_revision" if mod_revision == 0 else "mod_revision"
+        return await self._swap(key, value, target, mod_revision, lease, timeout_s)
+
+    async def delete_if(
+        self, key: Key, *, mod_revision: int, timeout_s: float | None = None
+    ) -> tuple[bool, KeyValue | None]:
+        """Delete `key` only if its mod revision is still `mod_revision`.
+
+        Returns (deleted, the key now when not deleted).
+        """
+        result = await self.txn(
+            [Compare(key, "mod_revision", "==", mod_revision)],
+            [Delete(key)],
+            [Get(key)],
+            timeout_s=timeout_s,
+        )
+        return result.succeeded, None if result.succeeded else _first(result)
+
+    async def _swap(
+        self,
+        key: Key,
+        value: bytes,
+        target: CompareTarget,
+        operand: int,
+        lease: int,
+        timeout_s: float | None,
+    ) -> tuple[bool, KeyValue | None]:
+        result = await self.txn(
+            [Compare(key, target, "==", operand)],
+            [Put(key, value, lease), Get(key)],
+            [Get(key)],
+            timeout_s=timeout_s,
+        )
+        return result.succeeded, _first(result)
+
+    async def compact(self, revision: int, *, timeout_s: float | None = None) -> None:
+        """Discard the history before `revision` (physically, before answering)."""
+        request = pb.CompactRequest(revision=revision, physical=True)
+        await self._call(
+            f"compact {revision}", lambda s, t: s.kv.Compact(request, timeout=t), timeout_s
+        )
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def lease_grant(self, ttl_s: int, *, timeout_s: float | None = None) -> Lease:
+        """A new lease of `ttl_s` seconds (MIN_LEASE_TTL_S..MAX_LEASE_TTL_S)."""
+        request = pb.LeaseGrantRequest(ttl=check_ttl(ttl_s))
+        sent_at = asyncio.get_running_loop().time()
+        response = await self._call(
+            "lease grant", lambda s, t: s.lease.LeaseGrant(request, timeout=t), timeout_s
+        )
+        if response.error:
+            raise EtcdError(f"etcd granted no lease: {response.error}")
+        return Lease(id=response.id, ttl_s=int(response.ttl), granted_at=sent_at)
+
+    async def lease_revoke(self, lease_id: int, *, timeout_s: float | None = None) -> None:
+        """End the lease now; its keys are deleted. LeaseNotFoundError if it is gone."""
+        request = pb.LeaseRevokeRequest(id=lease_id)
+        await self._call(
+            f"lease revoke {lease_id:x}",
+            lambda s, t: s.lease.LeaseRevoke(request, timeout=t),
+            timeout_s,
+        )
+
+    async def lease_time_to_live(self, lease_id: int, *, timeout_s: float | None = None) -> int:
+        """Seconds the lease has left; -1 when it does not exist."""
+        request = pb.LeaseTimeToLiveRequest(id=lease_id)
+        response = await self._call(
+            f"lease ttl {lease_id:x}",
+            lambda s, t: s.lease.LeaseTimeToLive(request, timeout=t),
+            timeout_s,
+        )
+        return int(response.ttl)
+
+    def keep_alive(self, lease: Lease) -> LeaseKeeper:
+        """Start renewing `lease` every TTL/3; see LeaseKeeper."""
+        return LeaseKeeper(self, lease)
+
+    # -- watch ---------------------------------------------------------------------------
+
+    async def watch(
+        self, key: Key, *, prefix: bool = False, start_revision: int = 0
+    ) -> AsyncIterator[WatchBatch]:
+        """Yield the changes of `key` (or of every key starting with it) as they happen.
+
+        From `start_revision` (inclusive) when given, else from now. Survives etcd outages
+        and endpoint changes by resuming after the last delivered revision; raises
+        CompactedError (with its `compact_revision`) when that revision was compacted.
+        """
+        raw = _key(key)
+        end = prefix_end(raw) if prefix else b""
+        next_revision = start_revision
+        outage_pause = _RETRY_PAUSE_S
+        while True:
+            endpoint = self._endpoint()
+            call = self._stubs(endpoint).watch.Watch()
+            try:
+                create = pb.WatchCreateRequest(
+                    key=raw, range_end=end, start_revision=next_revision, progress_notify=True
+                )
+                await _bounded(
+                    call, call.write(pb.WatchRequest(create_request=create)), self.timeout_s
+                )
+                while True:
+                    response = await _read(call, f"etcd at {endpoint} ended the watch")
+                    if response.compact_revision:
+                        raise CompactedError(
+                            f"etcd compacted the history of {raw!r} up to revision "
+                            f"{response.compact_revision} (asked from {next_revision}): "
+                            "re-list, then watch",
+                            compact_revision=response.compact_revision,
+                        )
+                    if response.canceled:
+                        raise EtcdError(
+                            f"etcd cancelled the watch of {raw!r}: {response.cancel_reason}"
+                        )
+                    if response.created:
+                        if next_revision == 0:
+                            next_revision = response.header.revision + 1
+                        if outage_pause > _RETRY_PAUSE_S:
+                            logger.info("watch of %r resumed on %s", raw, endpoint)
+                        outage_pause = _RETRY_PAUSE_S
+                    if response.events:
+                        batch = _batch(response)
+                        next_revision = batch.revision + 1
+                        yield batch
+                    elif not response.created:  # a progress notification
+                        next_revision = max(next_revision, response.header.revision + 1)
+            except _STREAM_FAILURES as error:
+                if isinstance(error, grpc.aio.AioRpcError) and error.code() not in (
+                    *_FAILOVER_CODES,
+                    grpc.StatusCode.CANCELLED,
+                ):
+                    raise error_from_rpc(error, f"watch {raw!r}") from error
+                if self._closed:
+                    raise SessionClosedError("the etcd client is closed") from error
+                # Once per outage at warning level; its retries (every second at most) at debug.
+                logger.log(
+                    logging.WARNING if outage_pause == _RETRY_PAUSE_S else logging.DEBUG,
+                    "watch of %r lost etcd at %s (%s); resuming from revision %d",
+                    raw,
+                    endpoint,
+                    error,
+                    next_revision,
+                )
+                self._fail_over(endpoint)
+                await asyncio.sleep(outage_pause)
+                outage_pause = min(outage_pause * 2, 1.0)
+            finally:
+                call.cancel()
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def status(
+        self, endpoint: str | None = None, *, timeout_s: float | None = None
+    ) -> EtcdStatus:
+        """The status of `endpoint`, or of the first endpoint that answers."""
+        if endpoint is not None:
+            (endpoint,) = parse_endpoints([endpoint])
+            timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
+            try:
+                response = await self._stubs(endpoint).maintenance.Status(
+                    pb.StatusRequest(), timeout=timeout
+                )
+            except grpc.aio.AioRpcError as error:
+                raise error_from_rpc(error, f"status of {endpoint}") from error
+            return _status(endpoint, response)
+        answered: list[str] = []
+
+        async def call(stubs: _Stubs, remaining: float) -> Any:
+            answered.append(self._endpoint())
+            return await stubs.maintenance.Status(pb.StatusRequest(), timeout=remaining)
+
+        response = await self._call("status", call, timeout_s)
+        return _status(answered[-1], response)
+
+
+def _status(endpoint: str, response: pb.StatusResponse) -> EtcdStatus:
+    return EtcdStatus(
+        endpoint=endpoint,
+        version=response.version,
+        db_size=response.db_size,
+        leader=response.leader,
+        member_id=response.header.member_id,
+        revision=response.header.revision,
+        raft_term=response.header.raft_term,
+        errors=tuple(response.errors),
+    )
+
+
+def _batch(response: pb.WatchResponse) -> WatchBatch:
+    events = tuple(
+        Event(
+            type="delete" if event.type == kv_pb2.Event.EVENT_TYPE_DELETE else "put",
+            kv=_kv(event.kv),
+        )
+        for event in response.events
+    )
+    return WatchBatch(revision=events[-1].kv.mod_revision, events=events)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a background task and wait for its end; a cancellation of the caller itself
+    still propagates (a bare suppress(CancelledError) would swallow it)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+
+
+async def _bounded(call: Any, step: Awaitable[T], timeout_s: float) -> T:
+    """Await one step of a stream call, cancelling the call itself after `timeout_s`.
+
+    Not asyncio.wait_for: cancelling only the awaiting task leaves a gRPC write to a stream
+    that is not connected pending until the call ends, so the wait would not end either.
+    """
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        call.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
+    try:
+        return await step
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if fired and task is not None and not task.cancelling():
+            raise TimeoutError(f"no answer within {timeout_s:g}s") from None
+        raise
+    finally:
+        handle.cancel()
+
+
+async def _read(call: Any, ended: str) -> Any:
+    """The next message of a stream; CoordinationUnavailableError(ended) at its end."""
+    response = await call.read()
+    if response is grpc.aio.EOF:
+        raise CoordinationUnavailableError(ended)
+    return response
+
+
+def _first(result: TxnResult) -> KeyValue | None:
+    """The key read by the last Get of a transaction's branch."""
+    reads = [r for r in result.results if isinstance(r, RangeResult)]
+    return reads[-1].kvs[0] if reads and reads[-1].kvs else None
+
+
+class LeaseKeeper:
+    """Keeps one lease alive: a keepalive every TTL/3 on its own stream, failing over.
+
+    The lease counts as lost when etcd says it is gone (expired, revoked) or when no
+    keepalive has been answered for a whole TTL (etcd may still hold it, but nobody can tell:
+    a member that owns something under the lease must assume it lost it). `wait_lost()`
+    returns the reason then; the keeper stops. `close()` stops it without revoking.
+    """
+
+    def __init__(self, client: EtcdClient, lease: Lease) -> None:
+        self.client = client
+        self.lease = lease
+        loop = asyncio.get_running_loop()
+        self.expires_at = lease.granted_at + lease.ttl_s
+        """Loop time when the lease lapses unless renewed (as far as this side knows)."""
+        # Resolved with the reason once the lease is lost; failed if the loop dies.
+        self._lost: asyncio.Future[str] = loop.create_future()
+        self._call: Any = None  # the keepalive stream, reopened after a failure
+        self._task = loop.create_task(self._run(), name=f"etcd-keepalive-{lease.id:x}")
+        self._task.add_done_callback(self._done)
+
+    async def wait_lost(self) -> str:
+        """Wait until the lease is lost; returns why."""
+        return await asyncio.shield(self._lost)
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease is lost (or the keeper died)."""
+        return self._lost.done()
+
+    async def close(self) -> None:
+        """Stop renewing (idempotent); the lease then lapses after its TTL unless revoked."""
+        self._close_stream()  # first: a pending write ends only with its call
+        await cancel_and_wait(self._task)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._close_stream()
+        if self._lost.done():
+            return
+        if task.cancelled():
+            self._lost.set_result("keepalive stopped")
+        elif (error := task.exception()) is not None:
+            self._lost.set_exception(error)
+
+    def _close_stream(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.lease.ttl_s / 3
+        while True:
+            remaining = self.expires_at - loop.time()
+            if remaining <= 0:
+                self._lost.set_result(
+                    f"no keepalive answered for the lease's {self.lease.ttl_s}s TTL"
+                )
+                return
+            sent_at = loop.time()
+            try:
+                ttl = await self._renew(min(self.client.timeout_s, remaining))
+            except _STREAM_FAILURES as error:
+                logger.debug("keepalive of lease %x failed: %s", self.lease.id, error)
+                self._close_stream()
+                self.client._fail_over(self.client._endpoint())
+                await asyncio.sleep(min(_RETRY_PAUSE_S * 2, max(remaining, 0.0)))
+                continue
+            if ttl <= 0:
+                self._lost.set_result("etcd says the lease expired or was revoked")
+                return
+            self.expires_at = sent_at + ttl
+            await asyncio.sleep(max(0.0, sent_at + interval - loop.time()))
+
+    async def _renew(self, timeout_s: float) -> int:
+        if self._call is None:
+            self._call = self.client._stubs(self.client._endpoint()).lease.LeaseKeepAlive()
+        call = self._call
+        await _bounded(call, call.write(pb.LeaseKeepAliveRequest(id=self.lease.id)), timeout_s)
+        response = await _bounded(call, _read(call, "etcd ended the keepalive stream"), timeout_s)
+        return int(response.ttl)

@@ -1,0 +1,652 @@
+"""Latency fault tolerance for sends in cluster mode: which broker and queue a send goes to.
+
+A proxy in front of several brokers records how long each send took on each broker, and
+whether it failed, and keeps sends away from a broker that was slow or failing for a while
+(RocketMQ's MQFaultStrategy and LatencyFaultTolerance; reference/mechanisms.md). A send that
+fails on one broker with a broker failure is tried again at once on another, inside the
+proxy, so a client sees no error while other brokers are up.
+
+The pieces:
+
+- `FaultToleranceConfig`: the latency -> isolation table, the failure charge, the attempts.
+- `FaultTable`: per-broker state (recorded latency, isolated until when), the pick of a
+  (broker, queue) for a send with a rotating index per topic, the all-isolated fallback and
+  the FIFO rule (a message group keeps its queue; if that queue's broker is out, the send
+  fails retriably rather than moving the group).
+- `SendRouter`: the attempts loop around an async send-to-broker function given by the
+  caller: pick, send, record, retry on another broker for broker failures only.
+
+Pure logic: no I/O, no tasks, no locks. Time comes from an injectable monotonic clock
+(seconds, `time.monotonic` by default) so tests are exact. Everything runs on the proxy's
+event loop thread: the table's state changes only in synchronous code between awaits, so it
+needs no lock. Memory is bounded: one entry per broker seen (dropped by `forget`) and one
+rotation counter per topic, at most `max_tracked_topics` of them (least recently used go).
+
+Where popmq differs from RocketMQ, and why, is said at each place and in
+docs/fault-tolerance.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Container, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from popmq.broker_core import InvalidArgumentError, PopMQError, UnavailableError
+
+__all__ = [
+    "RETRY_ON_ANOTHER_BROKER",
+    "BrokerFaultState",
+    "FaultSnapshot",
+    "FaultTable",
+    "FaultToleranceConfig",
+    "QueueRef",
+    "Routed",
+    "SendRouter",
+    "fifo_queue_index",
+    "is_broker_failure",
+]
+
+T = TypeVar("T")
+
+Clock = Callable[[], float]
+"""A monotonic clock in seconds (time.monotonic, or a fake one in tests)."""
+
+RETRY_ON_ANOTHER_BROKER: frozenset[str] = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
+)
+"""Error codes that say "this broker, now" rather than "this request": the send is retried on
+another broker and the broker is charged a failure. UNAVAILABLE: the broker is down,
+unreachable or shutting down. DEADLINE_EXCEEDED: it did not answer in time. RESOURCE_EXHAUSTED:
+its disk is full or it sheds load; another broker may well have room. Anything else
+(INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, INTERNAL, ...) is about the request or a
+bug, would fail the same way on every broker, and is never retried."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultToleranceConfig:
+    """How sends avoid slow or failing brokers, and how often a send is tried.
+
+    Defaults are RocketMQ 5's MQFaultStrategy tables (the proxy's and the 5.x client's), not
+    the 4.x client's `{50, 100, 550, 1000, 2000, 3000, 15000} ms -> {0, 0, 30, 60, 120, 180,
+    600} s`: a proxy retries for its clients on another broker at once, so a broker that
+    failed once needs to be avoided for seconds, not for 30 s to 10 min; and a broker that
+    recovered gets its share of the load back quickly.
+    """
+
+    enabled: bool = True
+    """Record latencies and avoid isolated brokers. When off, sends rotate over every queue
+    and a failed send is still retried on another broker (RocketMQ with
+    sendLatencyFaultEnable off avoids the last failed broker the same way)."""
+    latency_thresholds_s: tuple[float, ...] = (0.05, 0.1, 0.55, 1.8, 3.0, 5.0, 15.0)
+    """Latency steps, ascending (RocketMQ 5's latencyMax, 50 ms .. 15 s). A send that took at
+    least step i (and less than step i + 1) isolates its broker for isolation_s[i]."""
+    isolation_s: tuple[float, ...] = (0.0, 0.0, 2.0, 5.0, 6.0, 10.0, 30.0)
+    """How long a broker is avoided after a send of each latency step (RocketMQ 5's
+    notAvailableDuration, 0 .. 30 s). Below the first step: 0 (not isolated)."""
+    failure_latency_s: float = 10.0
+    """A failed send counts as a send that took this long (RocketMQ 5: 10,000 ms). With the
+    default table that isolates the broker for 10 s (10 s is past the 5 s step, not yet the
+    15 s one). A failure that really took longer (a timeout after 20 s) is charged its real
+    time: it never isolates for less than a success as slow would."""
+    max_attempts: int = 3
+    """Tries of one send, each on a different broker (RocketMQ: retryTimesWhenSendFailed 2,
+    + 1). 1 = no retry inside the proxy. A FIFO send is tried once (its queue is fixed)."""
+    max_tracked_topics: int = 20_000
+    """Topics whose rotation position is remembered; the least recently sent-to beyond this
+    are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
+
+    def __post_init__(self) -> None:
+        steps, isolation = self.latency_thresholds_s, self.isolation_s
+        if not steps:
+            raise ValueError("latency_thresholds_s must have at least one step")
+        for name, values in (("latency_thresholds_s", steps), ("isolation_s", isolation)):
+            bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
+            if bad:
+                raise ValueError(
+                    f"{name} {values} has {bad[0]}: every entry must be a finite number >= 0"
+                )
+        if len(isolation) != len(steps):
+            raise ValueError(
+                f"isolation_s has {len(isolation)} entries for {len(steps)} latency_thresholds_s:"
+                " give one isolation per latency step"
+            )
+        if any(a >= b for a, b in itertools.pairwise(steps)):
+            raise ValueError(f"latency_thresholds_s {steps} must be strictly ascending")
+        if any(a > b for a, b in itertools.pairwise(isolation)):
+            raise ValueError(
+                f"isolation_s {isolation} must not decrease: a slower send must not isolate"
+                " its broker for less than a faster one"
+            )
+        if not (math.isfinite(self.failure_latency_s) and self.failure_latency_s > 0):
+            raise ValueError(
+                f"failure_latency_s {self.failure_latency_s} must be a finite number > 0"
+                " (to stop isolating brokers, set enabled = false)"
+            )
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
+        if self.max_tracked_topics < 1:
+            raise ValueError(f"max_tracked_topics {self.max_tracked_topics} must be at least 1")
+
+    def isolation_for(self, latency_s: float) -> float:
+        """Seconds a broker is avoided after a send that took `latency_s`: the entry of the
+        largest step not above it (0 below the first step), as RocketMQ computes it."""
+        for step, isolation in zip(
+            reversed(self.latency_thresholds_s), reversed(self.isolation_s), strict=True
+        ):
+            if latency_s >= step:
+                return isolation
+        return 0.0
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class QueueRef:
+    """A queue of a topic as cluster mode addresses it: its broker and the broker's local
+    queue id (RocketMQ's MessageQueue without the topic)."""
+
+    broker: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFaultState:
+    """One broker as the fault table sees it (for metrics and `popmq cluster status`)."""
+
+    broker: str
+    latency_s: float
+    """The latency of the last send recorded (the failure charge for a failure)."""
+    isolated_for_s: float
+    """Seconds until it is picked again; 0 when it is available."""
+    isolations: int
+    """Times it went from available to isolated since it was first seen."""
+    failures: int
+    """Failed sends recorded on it since it was first seen."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSnapshot:
+    """Counters an exporter reads. Totals only grow (they survive `forget`); the per-broker
+    ones start again at 0 when a broker is forgotten and comes back."""
+
+    brokers: tuple[BrokerFaultState, ...]
+    """Every broker the table has an entry for, by name."""
+    isolations: int
+    """Times any broker went from available to isolated."""
+    failures: int
+    """Failed sends recorded."""
+    retries: int
+    """Sends tried again on another broker (one per extra attempt)."""
+    exhausted: int
+    """Sends that failed on every broker they were tried on (the client saw the error)."""
+    fallback_picks: int
+    """Picks made while every candidate broker was isolated (the soonest back was used)."""
+    fifo_refusals: int
+    """FIFO sends refused because their group's queue is on an unavailable broker."""
+
+
+@dataclass(slots=True)
+class _Topic:
+    """A topic's rotation; guarded by running on the event loop thread only."""
+
+    position: int
+    """The next rotation position (taken modulo the number of usable queues)."""
+    layout: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """The queues `order` was built from (broker -> queue ids, as given)."""
+    order: tuple[QueueRef, ...] = ()
+    """`layout` interleaved across brokers: kept, so a send does not rebuild it."""
+
+
+@dataclass(slots=True)
+class _Broker:
+    """Mutable per-broker state; guarded by running on the event loop thread only."""
+
+    latency_s: float = 0.0
+    isolated_since: float = -math.inf
+    """When the current isolation was recorded (a success that started earlier cannot end
+    it: it says nothing about the broker after the failure)."""
+    available_at: float = -math.inf
+    isolations: int = 0
+    failures: int = 0
+
+
+def fifo_queue_index(message_group: str, queue_count: int) -> int:
+    """The index of a message group's queue among `queue_count` queues.
+
+    CRC-32 (zlib, IEEE polynomial) of the group's UTF-8 bytes, modulo the count: the rule
+    popmq's local mode uses (broker_core's QueueChooser), so a one-broker cluster places a
+    group on the same queue as `popmq serve`. It is the same on every proxy, process and
+    restart (Python's own `hash` of a str is salted per process, so never that). RocketMQ 5's
+    proxy uses Guava's consistentHash of Java's String.hashCode; popmq keeps its own rule.
+    """
+    if not message_group:
+        raise InvalidArgumentError(
+            "message_group is empty: only a FIFO message (one with a group) is placed by hash",
+            field="message_group",
+            value=message_group,
+            allowed="a non-empty group name",
+        )
+    if queue_count < 1:
+        raise InvalidArgumentError(
+            f"queue_count {queue_count} must be at least 1",
+            field="queue_count",
+            value=queue_count,
+            allowed=">= 1",
+        )
+    return zlib.crc32(message_group.encode()) % queue_count
+
+
+def is_broker_failure(error: BaseException) -> bool:
+    """Whether a send's error is the broker's (retry elsewhere, charge the broker) rather
+    than the request's: a PopMQError whose code is in RETRY_ON_ANOTHER_BROKER, or a
+    TimeoutError (the caller's own deadline around the call)."""
+    if isinstance(error, PopMQError):
+        return error.code in RETRY_ON_ANOTHER_BROKER
+    return isinstance(error, TimeoutError)
+
+
+class FaultTable:
+    """Per-broker latency and isolation, and the choice of a queue for each send.
+
+    Args:
+        config: The tables and bounds.
+        clock: Monotonic seconds; injected by tests.
+    """
+
+    def __init__(
+        self, config: FaultToleranceConfig | None = None, *, clock: Clock = time.monotonic
+    ) -> None:
+        self.config = config or FaultToleranceConfig()
+        self._clock = clock
+        # broker name -> its state; guarded by running on the event loop thread only.
+        self._brokers: dict[str, _Broker] = {}
+        # topic -> its rotation state, least recently used first; same guard.
+        self._topics: OrderedDict[str, _Topic] = OrderedDict()
+        self._isolations = 0
+        self._failures = 0
+        self._retries = 0
+        self._exhausted = 0
+        self._fallback_picks = 0
+        self._fifo_refusals = 0
+
+    @property
+    def clock(self) -> Clock:
+        """The table's clock (the SendRouter times sends with it)."""
+        return self._clock
+
+    # -- recording ---------------------------------------------------------------------
+
+    def update(self, broker: str, latency_s: float, *, failed: bool) -> None:
+        """Record one send on `broker` that took `latency_s` and failed or not.
+
+        A failure isolates the broker for the isolation of max(latency, failure_latency_s),
+        extending (never shortening) an isolation in force. A success sets the isolation of
+        its own latency (0 for a fast one: the broker is back at once), unless the send began
+        before the isolation in force was recorded: such a send says nothing about the
+        broker since, so it can extend the isolation but not end it.
+        """
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise InvalidArgumentError(
+                f"latency_s {latency_s} of a send on broker {broker!r} must be finite and >= 0",
+                field="latency_s",
+                value=latency_s,
+                allowed=">= 0",
+            )
+        if not self.config.enabled:
+            return
+        now = self._clock()
+        state = self._brokers.get(broker)
+        if state is None:
+            state = self._brokers[broker] = _Broker()
+        was_available = state.available_at <= now
+        if failed:
+            charged = max(latency_s, self.config.failure_latency_s)
+            state.latency_s = charged
+            state.failures += 1
+            self._failures += 1
+            state.available_at = max(state.available_at, now + self.config.isolation_for(charged))
+            state.isolated_since = now
+        else:
+            state.latency_s = latency_s
+            until = now + self.config.isolation_for(latency_s)
+            started = now - latency_s
+            if started >= state.isolated_since:
+                state.available_at = until
+            else:
+                state.available_at = max(state.available_at, until)
+            if until > now:
+                state.isolated_since = now
+        if was_available and state.available_at > now:
+            state.isolations += 1
+            self._isolations += 1
+
+    def record_retry(self) -> None:
+        """Count one extra attempt of a send on another broker (SendRouter calls it)."""
+        self._retries += 1
+
+    def record_exhausted(self) -> None:
+        """Count one send that failed on every broker it was tried on."""
+        self._exhausted += 1
+
+    def forget(self, broker: str) -> None:
+        """Drop a broker that left the cluster (its lease lapsed, it was removed), so the
+        table holds only brokers that exist. Unknown names are ignored."""
+        self._brokers.pop(broker, None)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's rotation position. Unknown names are ignored."""
+        self._topics.pop(topic, None)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def is_available(self, broker: str) -> bool:
+        """Whether sends may go to `broker` now (a broker never recorded is available)."""
+        state = self._brokers.get(broker)
+        return state is None or state.available_at <= self._clock()
+
+    def isolated_for_s(self, broker: str) -> float:
+        """Seconds until `broker` is available again; 0 when it is."""
+        state = self._brokers.get(broker)
+        return 0.0 if state is None else max(0.0, state.available_at - self._clock())
+
+    def snapshot(self) -> FaultSnapshot:
+        """The counters and every broker's state, for an exporter."""
+        now = self._clock()
+        return FaultSnapshot(
+            brokers=tuple(
+                BrokerFaultState(
+                    broker=name,
+                    latency_s=state.latency_s,
+                    isolated_for_s=max(0.0, state.available_at - now),
+                    isolations=state.isolations,
+                    failures=state.failures,
+                )
+                for name, state in sorted(self._brokers.items())
+            ),
+            isolations=self._isolations,
+            failures=self._failures,
+            retries=self._retries,
+            exhausted=self._exhausted,
+            fallback_picks=self._fallback_picks,
+            fifo_refusals=self._fifo_refusals,
+        )
+
+    # -- picking -----------------------------------------------------------------------
+
+    def pick(
+        self,
+        topic: str,
+        queues: Mapping[str, Sequence[int]],
+        *,
+        avoid: Collection[str] = (),
+    ) -> QueueRef | None:
+        """Choose the queue for a (non-FIFO) send of `topic`.
+
+        Args:
+            topic: The topic; each has its own rotation position.
+            queues: The topic's writable queues on live brokers: broker name -> local queue
+                ids. Brokers with no queue are ignored.
+            avoid: Brokers not to use (those this send already failed on).
+
+        Returns:
+            The next queue, in rotation, among the queues of available brokers; if every
+            candidate broker is isolated, a queue of the one that becomes available soonest
+            (RocketMQ's pickOneAtLeast idea: a send is tried rather than refused, since the
+            isolation is a guess and the send's own retry bounds the cost); None when no
+            broker outside `avoid` holds a queue.
+
+        The rotation runs over the candidate queues interleaved across brokers (a0 b0 c0 a1
+        b1 c1 ...), filtered to the available ones before the position is applied, so
+        consecutive sends go to different brokers and an isolated broker's share is spread
+        evenly over the others rather than landing on the queue after it (the skew of
+        RocketMQ's skip-to-next-available). Each queue gets an equal share, so a broker's
+        share follows its queue count, as in RocketMQ.
+        """
+        topic_state = self._topic(topic)
+        layout = tuple((broker, tuple(ids)) for broker, ids in queues.items() if ids)
+        if layout != topic_state.layout:  # the route changed (or first send): build once
+            topic_state.layout = layout
+            topic_state.order = _interleave(layout)
+        order = topic_state.order
+        now = self._clock()
+        enabled = self.config.enabled
+        usable = {
+            broker
+            for broker, _ in layout
+            if broker not in avoid
+            and (
+                not enabled
+                or (state := self._brokers.get(broker)) is None
+                or state.available_at <= now
+            )
+        }
+        if len(usable) < len(layout):
+            order = tuple(queue for queue in order if queue.broker in usable)
+        if order:
+            position = topic_state.position
+            topic_state.position = position + 1
+            return order[position % len(order)]
+        candidates = [broker for broker, _ in layout if broker not in avoid]
+        if not candidates:
+            return None
+        # Every candidate is isolated (only possible when enabled).
+        self._fallback_picks += 1
+        broker = min(candidates, key=self._soonest_back_key)
+        ids = sorted(dict(layout)[broker])
+        position = topic_state.position
+        topic_state.position = position + 1
+        return QueueRef(broker, ids[position % len(ids)])
+
+    def next_after_failure(
+        self, topic: str, failed_broker: str, queues: Mapping[str, Sequence[int]]
+    ) -> QueueRef | None:
+        """The queue for a retry after a send failed on `failed_broker`: any other broker,
+        chosen as `pick` does; None when no other broker holds a queue of the topic."""
+        return self.pick(topic, queues, avoid=(failed_broker,))
+
+    def pick_fifo(
+        self,
+        topic: str,
+        message_group: str,
+        queues: Sequence[QueueRef],
+        *,
+        live: Container[str] | None = None,
+    ) -> QueueRef:
+        """The queue of a FIFO message group: fixed by hash, never moved.
+
+        Args:
+            topic: The topic (named in the error).
+            message_group: The group; its queue is queues[fifo_queue_index(group, len)].
+            queues: All the topic's queues in the route's global order, including those of
+                brokers that are down: the hash runs over the whole list so that a broker's
+                loss does not move the groups of the other brokers.
+            live: Brokers that are members of the cluster now (None: all are).
+
+        Raises:
+            UnavailableError: (retriable) the group's queue is on a broker that is not live or
+                is isolated. Moving the group to another queue would let its next messages
+                be delivered before the ones already stored on that broker, so the send waits
+                for the broker instead (the client retries with backoff).
+            UnavailableError: the topic has no queue at all.
+        """
+        if not queues:
+            raise UnavailableError(f"topic {topic!r} has no queue: no broker holds it")
+        queue = queues[fifo_queue_index(message_group, len(queues))]
+        if live is not None and queue.broker not in live:
+            why = "is not a live member of the cluster"
+        elif not self.is_available(queue.broker):
+            why = (
+                f"is isolated for another {self.isolated_for_s(queue.broker):.1f} s after"
+                " failed or slow sends"
+            )
+        else:
+            return queue
+        self._fifo_refusals += 1
+        raise UnavailableError(
+            f"FIFO message group {message_group!r} of topic {topic!r} is kept on queue"
+            f" {queue.queue_id} of broker {queue.broker!r}, which {why}; FIFO order forbids"
+            " moving the group to another broker, so retry the send later"
+        )
+
+    def _topic(self, topic: str) -> _Topic:
+        """The topic's rotation state, created on first use; the least recently used topic
+        is dropped beyond max_tracked_topics."""
+        state = self._topics.get(topic)
+        if state is None:
+            if len(self._topics) >= self.config.max_tracked_topics:
+                self._topics.popitem(last=False)
+            # A spread start rather than 0 for every topic, deterministic for tests.
+            state = self._topics[topic] = _Topic(position=zlib.crc32(topic.encode()))
+        else:
+            self._topics.move_to_end(topic)
+        return state
+
+    def _soonest_back_key(self, broker: str) -> tuple[float, float, str]:
+        # Only called for brokers with an entry (all candidates are isolated).
+        state = self._brokers[broker]
+        return (state.available_at, state.latency_s, broker)
+
+
+def _interleave(layout: Sequence[tuple[str, Sequence[int]]]) -> tuple[QueueRef, ...]:
+    """Queues taken one per broker in turn, brokers by name, queue ids ascending."""
+    columns = [
+        [QueueRef(broker, queue_id) for queue_id in sorted(ids)] for broker, ids in sorted(layout)
+    ]
+    depth = max((len(column) for column in columns), default=0)
+    return tuple(column[i] for i in range(depth) for column in columns if i < len(column))
+
+
+@dataclass(frozen=True, slots=True)
+class Routed(Generic[T]):
+    """A send's outcome: the send function's result and where it was stored."""
+
+    result: T
+    queue: QueueRef
+    """The queue (and broker) that stored it."""
+    attempts: int
+    """Tries it took (1 when the first broker took it)."""
+
+
+SendTo = Callable[[QueueRef], Awaitable[T]]
+"""The caller's send of one request to one queue of one broker."""
+
+
+class SendRouter:
+    """The attempts loop of a send: pick a queue, send, record, retry elsewhere on a broker
+    failure. It has no I/O of its own; the cluster proxy gives it the send function.
+
+    A send is tried on at most `max_attempts` distinct brokers. RocketMQ's client, with two
+    brokers and three attempts, comes back to the first on the third try; popmq does not:
+    that broker failed moments ago and is isolated, and the client's own retry, after its
+    backoff, is the better second chance.
+
+    Duplicates: a send that failed with DEADLINE_EXCEEDED (or UNAVAILABLE after the request
+    left) may have been stored after all; its retry on another broker then stores it twice.
+    Delivery is at-least-once, as in RocketMQ; note that a dedup id is checked per broker.
+    """
+
+    def __init__(self, table: FaultTable) -> None:
+        self.table = table
+
+    async def send(
+        self,
+        topic: str,
+        queues: Mapping[str, Sequence[int]],
+        send: SendTo[T],
+        *,
+        deadline: float | None = None,
+    ) -> Routed[T]:
+        """Send a non-FIFO request of `topic`, retrying broker failures on other brokers.
+
+        Args:
+            topic: The topic sent to.
+            queues: Its writable queues on live brokers (broker -> local queue ids).
+            send: Sends the request to the given queue; raises a PopMQError on failure.
+            deadline: On the table's clock: no new attempt starts after it.
+
+        Raises:
+            UnavailableError: no broker holds a writable queue of the topic.
+            PopMQError: the last broker failure when every attempt failed, or at once any
+                error that is not a broker failure (see is_broker_failure).
+        """
+        queue = self.table.pick(topic, queues)
+        if queue is None:
+            raise UnavailableError(
+                f"topic {topic!r} has no writable queue on a live broker; retry when a broker"
+                " holding it is back"
+            )
+        tried: list[str] = []
+        for attempt in range(1, self.table.config.max_attempts + 1):
+            try:
+                result = await self._attempt(queue, send)
+            except (PopMQError, TimeoutError) as error:
+                if not is_broker_failure(error):
+                    raise
+                tried.append(queue.broker)
+                next_queue = self._next(topic, queues, tried, attempt, deadline)
+                if next_queue is None:
+                    self.table.record_exhausted()
+                    raise
+                queue = next_queue
+                self.table.record_retry()
+                continue
+            return Routed(result=result, queue=queue, attempts=attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def send_fifo(
+        self,
+        topic: str,
+        message_group: str,
+        queues: Sequence[QueueRef],
+        send: SendTo[T],
+        *,
+        live: Container[str] | None = None,
+    ) -> Routed[T]:
+        """Send a FIFO request (one message group) to its group's queue, once.
+
+        No retry on another broker: the group's queue is fixed (see FaultTable.pick_fifo).
+        The broker is still charged the send's latency or failure, and the error reaches the
+        client, whose retry (with backoff) finds the broker back or refused at once.
+        """
+        queue = self.table.pick_fifo(topic, message_group, queues, live=live)
+        try:
+            result = await self._attempt(queue, send)
+        except (PopMQError, TimeoutError) as error:
+            if is_broker_failure(error):
+                self.table.record_exhausted()
+            raise
+        return Routed(result=result, queue=queue, attempts=1)
+
+    async def _attempt(self, queue: QueueRef, send: SendTo[T]) -> T:
+        """One try, timed on the table's clock and recorded. A cancelled send (the client
+        went away) records nothing: it says nothing about the broker."""
+        clock = self.table.clock
+        started = clock()
+        try:
+            result = await send(queue)
+        except (PopMQError, TimeoutError) as error:
+            # A request error (bad argument, ...) is still an answer: the broker is up.
+            self.table.update(queue.broker, clock() - started, failed=is_broker_failure(error))
+            raise
+        self.table.update(queue.broker, clock() - started, failed=False)
+        return result
+
+    def _next(
+        self,
+        topic: str,
+        queues: Mapping[str, Sequence[int]],
+        tried: list[str],
+        attempt: int,
+        deadline: float | None,
+    ) -> QueueRef | None:
+        """The queue of the attempt after a broker failure, or None to give up: attempts
+        used up, the deadline passed, or no untried broker holds a queue of the topic."""
+        if attempt >= self.table.config.max_attempts:
+            return None
+        if deadline is not None and self.table.clock() >= deadline:
+            return None
+        return self.table.pick(topic, queues, avoid=tried)

@@ -1,0 +1,85 @@
+"""A TCP link between a client and etcd that a test can cut: a network partition.
+
+`Link(target)` listens on 127.0.0.1:0 and forwards each connection to `target`. `cut()`
+closes every open connection and refuses new ones (accepted, then closed at once) until
+`restore()`. It runs in the test's event loop, like the client under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class Link:
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._server: asyncio.Server | None = None
+        # Both writers of every forwarded connection, closed by cut().
+        self._writers: set[asyncio.StreamWriter] = set()
+        # The connection handlers still running; exit waits for them (a cancelled handler
+        # makes asyncio's stream protocol log an error).
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.is_cut = False
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    async def __aenter__(self) -> Link:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self._close_all()
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=5)
+        await self._server.wait_closed()
+
+    def cut(self) -> None:
+        self.is_cut = True
+        self._close_all()
+
+    def restore(self) -> None:
+        self.is_cut = False
+
+    def _close_all(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.is_cut:
+            writer.close()
+            return
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            # The other side going (or cut() closing it) ends the copy; ours closes below.
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
