@@ -123,8 +123,17 @@ class Broker:
             return
         began = time.perf_counter()
         store = Store(self.config.store.data_dir)
+        try:
+            identity = BootIdentity(
+                store,
+                self.config.store.data_dir,
+                broker_name=self.config.broker_name,
+                allow_rename=self.config.allow_rename,
+            )
+        except BaseException:
+            store.close()  # release RocksDB's LOCK: the caller may fix the config and retry
+            raise
         self._store = store
-        identity = BootIdentity(store, self.config.store.data_dir)
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)

@@ -149,9 +149,16 @@ class BrokerConfig:
     """This broker's name (RocketMQ brokerName), written into every receipt handle and
     recall handle it issues so a proxy can route them; it names the data dir's owner, so
     keep it when the broker moves to another host. Letters, digits, '_' and '-', 1 to 64
-    characters. Renaming a broker invalidates the handles it issued under the old name.
+    characters. It is also the Broker name of RocketMQ 5 routes and assignments, and the
+    brokerName of the queues consumer assignment hashes: one name for all. The data dir
+    remembers it at first start and refuses a start under another name (allow_rename).
     RocketMQ defaults to the host name; popmq uses the name of RocketMQ's sample
     conf/broker.conf instead, which does not change with the host."""
+    allow_rename: bool = False
+    """Start on a data dir that belongs to a broker of another name, and make it this
+    name's. Handles issued under the old name are then refused ("issued by broker ..."), so
+    their messages come back after their invisible time. Off: such a start fails, saying
+    both names."""
     store: StoreConfig = field(default_factory=StoreConfig)
     pop: PopConfig = field(default_factory=PopConfig)
     long_polling: LongPollingConfig = field(default_factory=LongPollingConfig)

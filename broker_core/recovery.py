@@ -1,5 +1,5 @@
-"""Boot: the broker's identity (receipt key, boot epoch) and the recovery of in-flight state
-from the store.
+"""Boot: the broker's identity (name, receipt key, boot epoch) and the recovery of in-flight
+state from the store.
 
 Recovery rebuilds consumer offsets and persisted checkpoints; its cost grows with in-flight
 state only, never with the number of stored messages.
@@ -14,7 +14,8 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import data_dir, keys
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.errors import StoreFullError
+from popmq.broker_core.errors import DataDirError, StoreFullError
+from popmq.broker_core.handle_text import broker_name_problem
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.ledger import Ledger
@@ -25,22 +26,84 @@ log = logging.getLogger(__name__)
 
 _SECRET_KEY = b"secret:receipt"
 _BOOT_KEY = b"boot:epoch"
+_NAME_KEY = b"broker:name"
+"""meta family: the name of the broker that owns the store (UTF-8), written at its first
+start; the name its handles carry, so a start under another name is refused."""
 
 
 class BootIdentity:
-    """The receipt key and this boot's epoch (the high bits of checkpoint and timer ids)."""
+    """The broker's name, the receipt key and this boot's epoch (the high bits of checkpoint
+    and timer ids).
 
-    def __init__(self, store: Store, directory: Path) -> None:
+    Args:
+        store: The opened store.
+        directory: The data dir (it holds the receipt key).
+        broker_name: The configured name (BrokerConfig.broker_name).
+        allow_rename: Start even when the store belongs to a broker of another name, and
+            make the store the configured name's (BrokerConfig.allow_rename).
+
+    Raises:
+        DataDirError: The store belongs to a broker of another name and `allow_rename` is
+            off, or its stored name is unreadable; or the receipt key is unusable.
+    """
+
+    def __init__(
+        self, store: Store, directory: Path, *, broker_name: str, allow_rename: bool = False
+    ) -> None:
         self._directory = directory
+        self.broker_name = broker_name
         self.secret = b""
         self.epoch = 0
         self._boot_unsaved = True
+        self._name_unsaved = True
+        self._check_name(store, allow_rename)
         self._load(store)
 
     @property
     def unsaved(self) -> bool:
         """The epoch is not stored yet (read-only open): the next write must carry it."""
         return self._boot_unsaved
+
+    def _check_name(self, store: Store, allow_rename: bool) -> None:
+        """Compare the configured name with the store's; a store without one adopts it.
+
+        Handles carry the name and the MAC covers it: a broker started under another name
+        refuses every handle issued before, so a rename must be asked for.
+        """
+        stored = self._stored_name(store)
+        self._name_unsaved = stored != self.broker_name
+        if stored is None or stored == self.broker_name:
+            return
+        if not allow_rename:
+            raise DataDirError(
+                f"data dir {self._directory} belongs to broker {stored!r}, not "
+                f"{self.broker_name!r}: its receipt and recall handles name {stored} and "
+                f'would be refused. Start it with broker.broker_name = "{stored}", or rename '
+                "it with broker.allow_rename = true (handles issued under the old name then "
+                "fail as issued by another broker)"
+            )
+        log.warning(
+            "data dir %s renamed from broker %r to %r (broker.allow_rename): handles issued "
+            "under %r are refused from now on",
+            self._directory,
+            stored,
+            self.broker_name,
+            stored,
+        )
+
+    def _stored_name(self, store: Store) -> str | None:
+        """The name the store belongs to; None for a store from before names were kept."""
+        raw = store.get("meta", _NAME_KEY)
+        if raw is None:
+            return None
+        name = raw.decode("utf-8", errors="replace")
+        problem = broker_name_problem(name)
+        if problem is not None:
+            raise DataDirError(
+                f"the broker name stored in {self._directory} is unreadable ({problem}); "
+                "restore the data dir from a backup"
+            )
+        return name
 
     def _load(self, store: Store) -> None:
         """Load the receipt key (data_dir.py) and count this boot in the epoch.
@@ -63,19 +126,23 @@ class BootIdentity:
             store.write(batch, sync=True)
         except StoreFullError:
             return  # the disk filled since the open: the first write that succeeds saves it
-        self._boot_unsaved = False
+        self._boot_unsaved = self._name_unsaved = False
         if legacy is not None:
             store.purge("meta")
             log.info("receipt key moved from the database to %s", data_dir.KEY_FILE)
 
     def save_boot(self, batch: Batch) -> None:
-        """Flush hook: put the boot epoch (and drop a legacy key) until a write carried it."""
+        """Flush hook: put the boot epoch and a new or changed broker name (and drop a
+        legacy key) until a write carried them."""
         if self._boot_unsaved:
             batch.put("meta", _BOOT_KEY, keys.encode_u32(self.epoch))
             batch.delete("meta", _SECRET_KEY)
+            if self._name_unsaved:
+                batch.put("meta", _NAME_KEY, self.broker_name.encode("utf-8"))
 
     def boot_saved(self, grown: list[tuple[int, int]]) -> None:
         self._boot_unsaved = False
+        self._name_unsaved = False
 
 
 def recover(

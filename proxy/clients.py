@@ -72,7 +72,11 @@ _ROOM = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 @dataclass(frozen=True, kw_only=True)
 class ClientRegistryConfig:
-    """Heartbeat timing, limits, and how this server's queues are named for assignment."""
+    """Heartbeat timing, limits, and the machine room of this server's queues.
+
+    The broker name in the queues' ``MessageQueue`` strings is not set here: it is the
+    broker's own (``[broker] broker_name``), given to ClientRegistry by the server.
+    """
 
     default_heartbeat_interval_s: float = 10.0
     """Interval of a client that asks for none (RocketMQ 5 clients: 10 s)."""
@@ -86,8 +90,6 @@ class ClientRegistryConfig:
     """After a restart, queues of existing groups that no member reports holding are not
     granted for this long. None: missed_heartbeats * max_heartbeat_interval_s, the
     longest lease a member may still hold from before the restart."""
-    broker_name: str = "broker-a"
-    """The broker name in RocketMQ's ``MessageQueue`` string, which CONSISTENT_HASH hashes."""
     machine_room: str = ""
     """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
     so no member is near and every member shares them (AVERAGE)."""
@@ -105,8 +107,6 @@ class ClientRegistryConfig:
             raise ValueError("restart_grace_s must be >= 0")
         if self.machine_room and not _ROOM.match(self.machine_room):
             raise ValueError(f"machine_room {self.machine_room!r} must match {_ROOM.pattern}")
-        if not self.broker_name or _CONTROL.search(self.broker_name):
-            raise ValueError("broker_name must be non-empty without control characters")
         if self.max_clients < 1:
             raise ValueError("max_clients must be at least 1")
 
@@ -213,13 +213,15 @@ def compute_assignment(
     queue_count: int,
     members: Sequence[Registration],
     *,
-    broker_name: str = "broker-a",
+    broker_name: str,
     machine_room: str = "",
 ) -> dict[str, tuple[int, ...]]:
     """Every member's queues of ``topic``: RocketMQ's strategy over the sorted inputs.
 
-    ``members`` must be sorted by client id. Each queue goes to at most one member: for
-    BY_CONFIG, a queue configured by several members goes to the first of them.
+    ``broker_name`` names the queues in their ``MessageQueue`` strings, which
+    CONSISTENT_HASH hashes. ``members`` must be sorted by client id. Each queue goes to at
+    most one member: for BY_CONFIG, a queue configured by several members goes to the
+    first of them.
     """
     queues = [MessageQueue(topic, broker_name, q) for q in range(queue_count)]
     ids = [m.client_id for m in members]
@@ -263,6 +265,9 @@ class ClientRegistry:
 
     Args:
         config: Timing and limits.
+        broker_name: The broker's name (BrokerAPI.server_info().broker_name): its queues'
+            name in the ``MessageQueue`` strings that CONSISTENT_HASH hashes, the same
+            name routes and receipt handles carry.
         existing_groups: Groups that existed when the server started; their queues are
             granted only after the restart grace unless a member reports holding them.
         clock: Monotonic seconds; a seam for tests.
@@ -272,10 +277,12 @@ class ClientRegistry:
         self,
         config: ClientRegistryConfig | None = None,
         *,
+        broker_name: str,
         existing_groups: Collection[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or ClientRegistryConfig()
+        self.broker_name = broker_name
         self._clock = clock
         self._grace_until = clock() + self.config.grace_s
         self._restarted_groups = frozenset(existing_groups)
@@ -563,7 +570,7 @@ class ClientRegistry:
                 topic,
                 queue_count,
                 members,
-                broker_name=self.config.broker_name,
+                broker_name=self.broker_name,
                 machine_room=self.config.machine_room,
             )
             if target != state.target or state.epoch == 0:

@@ -246,7 +246,9 @@ class PopMQServer:
         # Servicers registered on `server` from here join the running gRPC server.
         server = self._late
         self.clients = ClientRegistry(
-            self.config.clients, existing_groups=[g.name for g in await self.broker.list_groups()]
+            self.config.clients,
+            broker_name=self.broker.server_info().broker_name,
+            existing_groups=[g.name for g in await self.broker.list_groups()],
         )
         self.messaging = MessagingServicer(
             self.broker,

@@ -7,14 +7,16 @@ dataclass (one per concern); its TOML section is the dataclass's field name:
     [connections]   ConnectionConfig: keepalive and idle limits of client connections
     [metrics]       MetricsConfig: listen
     [log]           LogConfig: level, format
-    [broker]        BrokerConfig's own settings (auto_create_topics, default_topic_queues)
+    [broker]        BrokerConfig's own settings (broker_name, allow_rename,
+                    auto_create_topics, default_topic_queues)
     [store] [pop] [long_polling] [groups] [retention] [messages] ...  BrokerConfig's parts
     [clients]       ClientRegistryConfig
 
 The sections and keys are read from the dataclasses themselves, so a field added to one is
 configurable at once. The environment variable of `pop.max_batch` is POPMQ_POP_MAX_BATCH;
 the generic flag is `--set pop.max_batch=64`. An unknown section, key or POPMQ_* variable is
-an error naming the nearest valid one.
+an error naming the nearest valid one; a removed setting (RETIRED) is an error naming what
+replaced it, so an old config file fails at startup saying what to write instead.
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ ENV_PREFIX = "POPMQ_"
 NOT_SETTINGS = frozenset({"POPMQ_CONFIG", "POPMQ_ENDPOINT"})
 """POPMQ_* variables that are not settings: the config file path and the CLI's endpoint."""
 ROOT_SECTION = "server"
+
+_ONE_BROKER_NAME = (
+    "the broker has one name, broker.broker_name ([broker] broker_name, "
+    "POPMQ_BROKER_BROKER_NAME), which routes, queue assignment and receipt handles all use"
+)
+RETIRED: Mapping[str, str] = {
+    "clients.broker_name": _ONE_BROKER_NAME,
+    "rocketmq.broker_name": _ONE_BROKER_NAME,
+}
+"""Removed settings ("section.key") -> what to use instead. rocketmq.broker_name was a
+RocketMQConfig field set in code; it is listed so that a file naming it is told the same."""
 
 
 class SettingsError(InvalidArgumentError):
@@ -84,6 +97,13 @@ def settings_table() -> dict[str, _Setting]:
     table: dict[str, _Setting] = {}
     _walk(ServerConfig, (), ROOT_SECTION, table)
     return table
+
+
+def _check_retired(name: str, where: str) -> None:
+    """Refuse a removed setting, naming its replacement."""
+    instead = RETIRED.get(name)
+    if instead is not None:
+        raise SettingsError(f"{name} ({where}) is no longer a setting: {instead}")
 
 
 def _suggest(word: str, candidates: list[str]) -> str:
@@ -189,6 +209,9 @@ def read_file(path: Path) -> dict[str, Any]:
     sections = sorted({s.section for s in table.values()})
     found: dict[str, Any] = {}
     for section, body in data.items():
+        if isinstance(body, dict):
+            for key in body:
+                _check_retired(f"{section}.{key}", str(path))
         if section not in sections:
             raise SettingsError(
                 f"unknown section [{section}] in {path}{_suggest(section, sections)} "
@@ -208,10 +231,13 @@ def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """{"section.key": value} from POPMQ_<SECTION>_<KEY> variables; unknown ones are errors."""
     table = settings_table()
     by_env = {s.env: s for s in table.values()}
+    retired = {f"{ENV_PREFIX}{name.replace('.', '_')}".upper(): name for name in RETIRED}
     found: dict[str, Any] = {}
     for variable, value in environ.items():
         if not variable.startswith(ENV_PREFIX) or variable in NOT_SETTINGS:
             continue
+        if variable in retired:
+            _check_retired(retired[variable], f"environment {variable}")
         setting = by_env.get(variable)
         if setting is None:
             raise SettingsError(
@@ -230,6 +256,7 @@ def parse_assignments(assignments: list[str]) -> dict[str, Any]:
         name = name.strip()
         if not sep:
             raise SettingsError(f"--set {text!r} is not SECTION.KEY=VALUE")
+        _check_retired(name, "--set")
         if name not in table:
             raise SettingsError(f"unknown setting {name} in --set{_suggest(name, list(table))}")
         found[name] = _coerce(table[name], value, "--set")
@@ -246,6 +273,7 @@ def build(values: Mapping[str, Any]) -> ServerConfig:
     for name, value in values.items():
         setting = table.get(name)
         if setting is None:
+            _check_retired(name, "settings")
             raise SettingsError(f"unknown setting {name}{_suggest(name, list(table))}")
         node = tree
         for part in setting.path[:-1]:
@@ -288,6 +316,7 @@ def load(
     values.update(read_env(environ or {}))
     table = settings_table()
     for name, value in (flags or {}).items():
+        _check_retired(name, "command line")
         if name not in table:
             raise SettingsError(f"unknown setting {name}{_suggest(name, list(table))}")
         values[name] = _coerce(table[name], value, "command line")

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class RocketMQConfig:
-    """Timings and limits of the v2 service."""
+    """Timings and limits of the v2 service.
 
-    broker_name: str = "popmq"
-    """Broker name in routes; every queue is served by this proxy (broker id 0, the master)."""
+    The Broker name of routes and assignments is not set here: it is the broker's own
+    (``[broker] broker_name``, read from BrokerAPI.server_info()), the name its receipt
+    handles carry, so clients and handles never disagree.
+    """
+
     min_long_polling_s: float = 5.0
     """Shortest receive wait (grpcClientConsumerMinLongPollingTimeoutMillis)."""
     max_long_polling_s: float = 20.0

@@ -24,7 +24,6 @@ from popmq.broker_core import (
 )
 from popmq.proxy.rocketmq import convert, settings
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
-from popmq.proxy.rocketmq.config import RocketMQConfig
 
 _FILTER_TYPES = {pb.FILTER_TYPE_UNSPECIFIED: "tag", pb.TAG: "tag", pb.SQL: "sql"}
 
@@ -52,17 +51,15 @@ class Resources:
     """The broker's topics and groups, and this proxy's place in routes, for v2 handlers.
 
     Args:
-        broker: The broker whose catalog is read.
+        broker: The broker whose catalog is read; its name (server_info) is the Broker
+            name of routes and assignments, the name its receipt handles carry.
         address: This server's HOST:PORT, for routes of clients that name none.
-        config: The v2 front end's settings (the broker name of routes).
     """
 
-    def __init__(
-        self, broker: BrokerAPI, address: Callable[[], str], config: RocketMQConfig
-    ) -> None:
+    def __init__(self, broker: BrokerAPI, address: Callable[[], str]) -> None:
         self._broker = broker
         self._address = address
-        self._config = config
+        self._broker_name = broker.server_info().broker_name
 
     def broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
         """The broker of routes: where clients reach this proxy (the address they used, checked
@@ -70,7 +67,7 @@ class Resources:
         where = convert.client_endpoints(requested)
         if where is None:
             where = convert.endpoints(self._address())
-        return convert.broker(where, self._config.broker_name)
+        return convert.broker(where, self._broker_name)
 
     def topic_info(self, name: str) -> TopicInfo:
         """The topic's settings (its queue count, message type); TOPIC_NOT_FOUND when it

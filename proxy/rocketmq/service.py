@@ -105,7 +105,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         without one the service keeps its own.
         """
         self.config = config or RocketMQConfig()
-        resources = Resources(broker, address, self.config)
+        resources = Resources(broker, address)
         self.assignments = ConsumerAssignments(clients)
         membership = Membership(broker, resources, self.assignments)
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
@@ -157,7 +157,10 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         groups as existing before it (a started broker's groups did: see ClientRegistry).
         """
         if clients is None:
-            clients = ClientRegistry(existing_groups=[g.name for g in await broker.list_groups()])
+            clients = ClientRegistry(
+                broker_name=broker.server_info().broker_name,
+                existing_groups=[g.name for g in await broker.list_groups()],
+            )
         service = cls(broker, address=address, clients=clients, popped_bytes=popped_bytes)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()

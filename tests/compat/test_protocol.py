@@ -162,6 +162,7 @@ def test_query_route_lists_the_topics_queues_at_the_address_the_client_used(
         assert [q.id for q in route.message_queues] == [0, 1, 2, 3]
         for queue in route.message_queues:
             assert queue.permission == pb.READ_WRITE
+            assert queue.broker.name == "broker-a"  # the broker's name, as in its handles
             assert queue.broker.id == 0  # clients send only to the master
             assert queue.broker.endpoints == asked
             assert list(queue.accept_message_types) == [pb.FIFO]
@@ -602,6 +603,58 @@ def test_handles_name_the_broker_another_brokers_are_refused_old_ones_still_work
         assert fresh.entries[0].status.code == Code.OK
 
     run(server, scenario)
+
+
+@pytest.mark.parametrize("broker_config", [BrokerConfig(broker_name="shard-7")])
+def test_routes_assignments_and_handles_carry_the_one_broker_name_clients_echo_back(
+    server: ServerThread, topics: None
+) -> None:
+    """Official clients copy a route's MessageQueue (broker name included) into their
+    ReceiveMessage; what the proxy handed out works, and handles name the same broker."""
+
+    async def scenario(s: MessagingServiceStub) -> None:
+        route = await s.QueryRoute(sv.QueryRouteRequest(topic=resource("orders")), metadata=meta())
+        assert {q.broker.name for q in route.message_queues} == {"shard-7"}
+        assignment = await s.QueryAssignment(
+            sv.QueryAssignmentRequest(topic=resource("orders"), group=resource("billing")),
+            metadata=meta(),
+        )
+        (queue,) = [a.message_queue for a in assignment.assignments]
+        assert queue.broker.name == "shard-7"
+        await send(s, message("orders", b"a", message_id="n1"))
+        request = receive_request("billing", "orders")
+        request.message_queue.CopyFrom(queue)  # what the client echoes
+        (received,) = messages_of(await receive(s, request))
+        handle = received.system_properties.receipt_handle
+        assert handle.startswith("shard-7.")
+        changed = await s.ChangeInvisibleDuration(
+            sv.ChangeInvisibleDurationRequest(
+                group=resource("billing"),
+                topic=resource("orders"),
+                receipt_handle=handle,
+                invisible_duration={"seconds": 60},
+                message_id="n1",
+            ),
+            metadata=meta(),
+        )
+        assert changed.status.code == Code.OK
+        assert changed.receipt_handle.startswith("shard-7.")
+        acked = await s.AckMessage(
+            sv.AckMessageRequest(
+                group=resource("billing"),
+                topic=resource("orders"),
+                entries=[
+                    sv.AckMessageEntry(message_id="n1", receipt_handle=changed.receipt_handle)
+                ],
+            ),
+            metadata=meta(),
+        )
+        assert acked.entries[0].status.code == Code.OK
+
+    run(server, scenario)
+    # The client registry (FIFO assignments, popmq.v1 push consumers) hashes the same name.
+    assert server.server is not None and server.server.clients is not None
+    assert server.server.clients.broker_name == "shard-7"
 
 
 def test_notify_client_termination_releases_the_clients_messages_at_once(

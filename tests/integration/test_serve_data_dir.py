@@ -19,10 +19,10 @@ from popmq import Admin, Producer
 from popmq.broker_core.data_dir import KEY_FILE
 
 
-def _serve(data_dir: Path, *prefix: str) -> subprocess.Popen[str]:
+def _serve(data_dir: Path, *prefix: str, options: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0"]
     return subprocess.Popen(
-        [*prefix, *command, "--data-dir", str(data_dir)],
+        [*prefix, *command, "--data-dir", str(data_dir), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -30,9 +30,9 @@ def _serve(data_dir: Path, *prefix: str) -> subprocess.Popen[str]:
     )
 
 
-def _refused(data_dir: Path, *prefix: str) -> str:
+def _refused(data_dir: Path, *prefix: str, options: tuple[str, ...] = ()) -> str:
     """Run a server that must refuse to start; its one error line."""
-    process = _serve(data_dir, *prefix)
+    process = _serve(data_dir, *prefix, options=options)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 2, (out, err)
     assert "Traceback" not in err
@@ -128,3 +128,31 @@ def test_every_file_the_server_writes_is_private_to_its_user(tmp_path: Path) -> 
     assert any(name.endswith(".sst") for name in files)
     assert files[KEY_FILE] == 0o600
     assert {name: mode & 0o077 for name, mode in files.items()} == dict.fromkeys(files, 0)
+
+
+def _serve_and_stop(data_dir: Path, options: tuple[str, ...] = ()) -> str:
+    """Start a server, stop it cleanly; the broker name it reported."""
+    process = _serve(data_dir, options=options)
+    try:
+        with Admin(_endpoint(process)) as admin:
+            name = admin.server_info().config["broker.broker_name"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+    return name
+
+
+def test_a_restart_under_another_broker_name_is_one_line_and_exit_2_unless_renaming(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    assert _serve_and_stop(data_dir) == '"broker-a"'
+    line = _refused(data_dir, options=("--set", "broker.broker_name=shard-7"))
+    assert line.startswith(
+        f"error: data dir {data_dir} belongs to broker 'broker-a', not 'shard-7': "
+    )
+    assert 'broker.broker_name = "broker-a", or rename it with broker.allow_rename = true' in line
+    renaming = ("--set", "broker.broker_name=shard-7", "--set", "broker.allow_rename=true")
+    assert _serve_and_stop(data_dir, renaming) == '"shard-7"'
+    assert _serve_and_stop(data_dir, ("--set", "broker.broker_name=shard-7")) == '"shard-7"'

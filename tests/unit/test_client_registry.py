@@ -39,7 +39,10 @@ def make(
     config: ClientRegistryConfig | None = None, existing_groups: tuple[str, ...] = ()
 ) -> tuple[ClientRegistry, Clock]:
     clock = Clock()
-    return ClientRegistry(config, existing_groups=existing_groups, clock=clock), clock
+    registry = ClientRegistry(
+        config, broker_name="broker-a", existing_groups=existing_groups, clock=clock
+    )
+    return registry, clock
 
 
 def join(
@@ -355,7 +358,9 @@ def test_compute_assignment_covers_every_queue_once_for_each_strategy() -> None:
         Strategy.BY_MACHINE_ROOM,
     ]:
         for queues in [0, 1, 3, 5, 16]:
-            target = compute_assignment(strategy, "t", queues, members, machine_room="r")
+            target = compute_assignment(
+                strategy, "t", queues, members, broker_name="broker-a", machine_room="r"
+            )
             owned = sorted(q for qs in target.values() for q in qs)
             assert owned == list(range(queues)), (strategy, queues)
 
@@ -413,3 +418,31 @@ def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
             for q in qs | draining[c]:
                 assert q not in owners, f"queue {q} consumed by {owners[q]} and {c}"
                 owners[q] = c
+
+
+def test_consistent_hash_places_queues_by_the_broker_name_the_registry_was_given() -> None:
+    """The registry hashes `MessageQueue [topic=t, brokerName=<the broker's name>, ...]`, the
+    name routes and handles carry, so a RocketMQ broker of the same name places alike."""
+    members = [
+        Registration(
+            client_id=f"c{n}",
+            group="g",
+            topics=("t",),
+            mode=ConsumeMode.QUEUE_EXCLUSIVE,
+            strategy=Strategy.CONSISTENT_HASH,
+            heartbeat_interval_s=INTERVAL,
+        )
+        for n in range(3)
+    ]
+    placements = {
+        name: compute_assignment(Strategy.CONSISTENT_HASH, "t", 16, members, broker_name=name)
+        for name in ("broker-a", "shard-7")
+    }
+    assert placements["broker-a"] != placements["shard-7"]  # the name is hashed
+    for name, expected in placements.items():
+        registry = ClientRegistry(broker_name=name, clock=Clock())
+        for member in members:
+            join(registry, member.client_id, strategy=Strategy.CONSISTENT_HASH, queues=16)
+        assert registry.broker_name == name
+        got = {m.client_id: registry.query_assignment(m.client_id, "g", "t", 16) for m in members}
+        assert {c: a.queue_ids + a.pending_queue_ids for c, a in got.items()} == expected

@@ -30,7 +30,9 @@ class Clock:
 
 def make(existing_groups: tuple[str, ...] = ()) -> tuple[ConsumerAssignments, Clock]:
     clock = Clock()
-    registry = ClientRegistry(ClientRegistryConfig(), existing_groups=existing_groups, clock=clock)
+    registry = ClientRegistry(
+        ClientRegistryConfig(), broker_name="broker-a", existing_groups=existing_groups, clock=clock
+    )
     return ConsumerAssignments(registry, clock=clock), clock
 
 

@@ -290,6 +290,30 @@ def test_serve_with_an_unknown_setting_is_a_usage_error(
     assert "did you mean pop.max_batch?" in capsys.readouterr().err
 
 
+def test_serve_with_a_removed_broker_name_setting_names_the_one_to_use(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    seen = _fake_run_server(monkeypatch)
+    for name in [n for n in os.environ if n.startswith("POPMQ_")]:
+        monkeypatch.delenv(name)
+    config = tmp_path / "popmq.toml"
+    config.write_text('[clients]\nbroker_name = "shard-7"\n')
+
+    assert cli_main.main(["serve", "--set", "clients.broker_name=shard-7"]) == 2
+    assert cli_main.main(["serve", "--config", str(config)]) == 2
+    monkeypatch.setenv("POPMQ_CLIENTS_BROKER_NAME", "shard-7")
+    assert cli_main.main(["serve"]) == 2
+
+    assert seen == []
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        f"error: clients.broker_name ({where}) is no longer a setting: the broker has one "
+        "name, broker.broker_name ([broker] broker_name, POPMQ_BROKER_BROKER_NAME), which "
+        "routes, queue assignment and receipt handles all use"
+        for where in ("--set", str(config), "environment POPMQ_CLIENTS_BROKER_NAME")
+    ]
+
+
 def test_send_to_unreachable_server_exits_1_with_error_on_stderr(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

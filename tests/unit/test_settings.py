@@ -184,3 +184,24 @@ def test_the_broker_name_is_a_setting_and_a_bad_one_says_what_is_allowed() -> No
         match=r"^\[broker\] is not valid: broker name 'shard 7' is invalid: use only letters",
     ):
         settings.load(flags={"broker.broker_name": "shard 7"})
+
+
+@pytest.mark.parametrize("retired", ["clients.broker_name", "rocketmq.broker_name"])
+def test_a_removed_broker_name_setting_is_refused_naming_broker_broker_name(
+    tmp_path: Path, retired: str
+) -> None:
+    """The broker has one name: a file, variable or flag still naming an old one fails at
+    startup (it would otherwise be ignored, or rejected without saying what replaced it)."""
+    section, key = retired.split(".")
+    instead = r"no longer a setting: the broker has one name, broker\.broker_name"
+    path = _write(tmp_path, f'[{section}]\n{key} = "shard-7"\n')
+    with pytest.raises(settings.SettingsError, match=rf"^{retired} \({path}\) is {instead}"):
+        settings.load(config_file=path)
+    variable = f"POPMQ_{section.upper()}_BROKER_NAME"
+    with pytest.raises(settings.SettingsError, match=rf"\(environment {variable}\) is {instead}"):
+        settings.load(environ={variable: "shard-7"})
+    with pytest.raises(settings.SettingsError, match=rf"\(--set\) is {instead}"):
+        settings.parse_assignments([f"{retired}=shard-7"])
+    with pytest.raises(settings.SettingsError, match=rf"\(command line\) is {instead}"):
+        settings.load(flags={retired: "shard-7"})
+    assert retired not in settings.settings_table()
