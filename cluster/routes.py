@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -397,6 +398,27 @@ class RouteAdmin:
         snapshot = await self.coordinator.list(TOPICS_FOLDER)
         return decode_routes(snapshot)
 
+    async def _write(self, topic: str, value: Mapping[str, Any], revision: int) -> Entry | None:
+        """Compare-and-set one route value, tagged with a fresh write id; None if another
+        write came first.
+
+        The etcd client retries a write on the next endpoint when its endpoint fails
+        mid-call, so a CAS can report a conflict with its own, already applied, write
+        (docs/cluster.md). The write id tells that case apart: without it, a retried
+        add_queues would add its queues twice, or a create would fail as already existing.
+        """
+        write_id = secrets.token_hex(8)
+        path = topic_path(topic)
+        try:
+            return await self.coordinator.compare_and_set(
+                path, {**value, "write_id": write_id}, revision=revision
+            )
+        except ConflictError:
+            current = await self.coordinator.get(path)
+            if current is not None and current.value.get("write_id") == write_id:
+                return current  # ours landed; the conflict was with itself
+            return None
+
     async def _read(self, topic: str) -> tuple[int, TopicRoute | None]:
         """The entry's revision (0: absent) and its route (None: absent or deleted)."""
         entry = await self.coordinator.get(topic_path(topic))
@@ -482,11 +504,8 @@ class RouteAdmin:
                     field="topic",
                     value=topic,
                 )
-            try:
-                entry = await self.coordinator.compare_and_set(
-                    topic_path(topic), route.to_value(), revision=revision
-                )
-            except ConflictError:
+            entry = await self._write(topic, route.to_value(), revision)
+            if entry is None:
                 continue
             logger.info("topic %s created: %s", topic, route.queue_counts)
             return _with_revision(route, entry)
@@ -503,11 +522,8 @@ class RouteAdmin:
             if changed is None:
                 return route
             check_route(changed)
-            try:
-                entry = await self.coordinator.compare_and_set(
-                    topic_path(topic), changed.to_value(), revision=revision
-                )
-            except ConflictError:
+            entry = await self._write(topic, changed.to_value(), revision)
+            if entry is None:
                 continue
             return _with_revision(changed, entry)
         raise self._contended(topic)
@@ -550,11 +566,8 @@ class RouteAdmin:
             revision, route = await self._read(topic)
             if route is None:
                 raise _not_found(topic)
-            try:
-                marker = await self.coordinator.compare_and_set(
-                    topic_path(topic), _tombstone(topic), revision=revision
-                )
-            except ConflictError:
+            marker = await self._write(topic, _tombstone(topic), revision)
+            if marker is None:
                 continue
             with contextlib.suppress(ConflictError):  # recreated meanwhile: theirs now
                 await self.coordinator.delete(topic_path(topic), revision=marker.revision)
@@ -599,13 +612,17 @@ def decode_routes(snapshot: Snapshot) -> dict[str, TopicRoute]:
 @dataclass(frozen=True, slots=True)
 class _State:
     """What a RouteCache serves: replaced whole on every change, so a reader on the loop
-    sees one consistent state."""
+    sees one consistent state.
+
+    `writable` and `readable` are filled on first lookup of a topic and belong to this
+    state only, so a change costs O(changed routes), not O(topics x queues).
+    """
 
     revision: int
     routes: Mapping[str, TopicRoute]
     brokers: Mapping[str, Entry]
-    writable: Mapping[str, Mapping[str, tuple[int, ...]]]
-    readable: Mapping[str, Mapping[str, tuple[int, ...]]]
+    writable: dict[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+    readable: dict[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def _by_broker(route: TopicRoute, live: Mapping[str, Entry]) -> Mapping[str, tuple[int, ...]]:
@@ -614,6 +631,25 @@ def _by_broker(route: TopicRoute, live: Mapping[str, Entry]) -> Mapping[str, tup
         if queue.broker in live:
             ids.setdefault(queue.broker, []).append(queue.queue_id)
     return types.MappingProxyType({broker: tuple(v) for broker, v in sorted(ids.items())})
+
+
+def _decode_into(routes: dict[str, TopicRoute], snapshot: Snapshot, paths: Iterable[str]) -> None:
+    """Bring `routes` up to `snapshot` for `paths` (a bad value is logged and left out)."""
+    for path in paths:
+        if not path.startswith(TOPICS_FOLDER):
+            continue
+        topic = path[len(TOPICS_FOLDER) :]
+        entry = snapshot.entries.get(path)
+        route = None
+        if entry is not None:
+            try:
+                route = TopicRoute.from_entry(entry)
+            except CorruptValueError as error:
+                logger.warning("ignoring route %s: %s", path, error)
+        if route is None:
+            routes.pop(topic, None)
+        else:
+            routes[topic] = route
 
 
 _EMPTY: Mapping[str, tuple[int, ...]] = types.MappingProxyType({})
@@ -635,7 +671,7 @@ class RouteCache:
         self._topics: Snapshot | None = None
         self._brokers: Snapshot | None = None
         self._decoded_from: Snapshot | None = None  # the topics snapshot routes came from
-        self._state = _State(0, types.MappingProxyType({}), {}, {}, {})
+        self._state = _State(0, types.MappingProxyType({}), types.MappingProxyType({}))
         # Set and replaced on every new state: waiters of wait_for / wait_changed.
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -670,6 +706,9 @@ class RouteCache:
                 f"the route cache got no listing of routes and brokers within "
                 f"{self.config.ready_timeout_s:g}s: is the coordinator reachable?"
             ) from None
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Stop the watches (idempotent); lookups keep answering from the last state."""
@@ -705,32 +744,24 @@ class RouteCache:
                 await close()
 
     def _rebuild(self) -> None:
-        if self._topics is None or self._brokers is None:
+        topics, brokers = self._topics, self._brokers
+        if topics is None or brokers is None:
             self._wake()
             return
-        routes = (
-            decode_routes(self._topics)
-            if self._topics is not self._decoded_from
-            else dict(self._state.routes)
-        )
-        self._decoded_from = self._topics
-        live = {
-            entry.path[len(BROKERS_FOLDER) :]: entry for entry in self._brokers.entries.values()
-        }
-        writable = {
-            topic: _by_broker(route, live) if route.writable else _EMPTY
-            for topic, route in routes.items()
-        }
-        readable = {
-            topic: _by_broker(route, live) if route.readable else _EMPTY
-            for topic, route in routes.items()
-        }
+        state = self._state
+        routes = dict(state.routes)
+        if topics is not self._decoded_from:
+            incremental = self._decoded_from is not None and not topics.relisted
+            _decode_into(routes, topics, topics.changed if incremental else topics.entries)
+            if not incremental:  # a re-list: drop what is gone
+                for topic in [t for t in routes if topic_path(t) not in topics.entries]:
+                    del routes[topic]
+            self._decoded_from = topics
+        live = {entry.path[len(BROKERS_FOLDER) :]: entry for entry in brokers.entries.values()}
         self._state = _State(
-            revision=self._topics.revision,
+            revision=topics.revision,
             routes=types.MappingProxyType(routes),
             brokers=types.MappingProxyType(live),
-            writable=writable,
-            readable=readable,
         )
         self._wake()
 
@@ -758,7 +789,11 @@ class RouteCache:
 
     def route(self, topic: str) -> TopicRoute:
         """The topic's route; NotFoundError if the cache knows no such topic."""
-        route = self._state.routes.get(topic)
+        return self._route(self._state, topic)
+
+    @staticmethod
+    def _route(state: _State, topic: str) -> TopicRoute:
+        route = state.routes.get(topic)
         if route is None:
             raise _not_found(topic)
         return route
@@ -766,13 +801,23 @@ class RouteCache:
     def writable_queues(self, topic: str) -> Mapping[str, tuple[int, ...]]:
         """Broker -> local queue ids a send may use: none unless the route has WRITE, and
         only brokers that are live members (FaultTable.pick's `queues`)."""
-        self.route(topic)
-        return self._state.writable[topic]
+        state = self._state
+        found = state.writable.get(topic)
+        if found is None:
+            route = self._route(state, topic)
+            found = _by_broker(route, state.brokers) if route.writable else _EMPTY
+            state.writable[topic] = found
+        return found
 
     def readable_queues(self, topic: str) -> Mapping[str, tuple[int, ...]]:
         """Broker -> local queue ids a pop may read: the route has READ, brokers live."""
-        self.route(topic)
-        return self._state.readable[topic]
+        state = self._state
+        found = state.readable.get(topic)
+        if found is None:
+            route = self._route(state, topic)
+            found = _by_broker(route, state.brokers) if route.readable else _EMPTY
+            state.readable[topic] = found
+        return found
 
     def queue(self, topic: str, global_id: int) -> QueueRef:
         """Which broker (and local id) holds a popmq.v1 client's global queue id."""

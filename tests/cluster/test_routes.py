@@ -4,7 +4,8 @@ compare-and-set, and RouteCache, against LocalCoordinator and a real etcd."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,11 @@ from popmq.broker_core import (
     UnavailableError,
 )
 from popmq.cluster import (
+    ConflictError,
     Coordinator,
     CorruptValueError,
     EtcdCoordinator,
+    LocalCoordinator,
     QueueRef,
     RouteAdmin,
     RouteCache,
@@ -400,5 +403,33 @@ def test_a_cache_that_cannot_list_fails_to_start_with_a_clear_error() -> None:
                 cache = RouteCache(c, RoutesConfig(ready_timeout_s=0.5))
                 with pytest.raises(UnavailableError, match="no listing of routes and brokers"):
                     await cache.start()
+
+    asyncio.run(scenario())
+
+
+class _RetriedWrites(LocalCoordinator):
+    """A coordinator whose compare-and-set applies the write, then reports a conflict with
+    it: what the etcd client's retry on the next endpoint does after a mid-call failure."""
+
+    async def compare_and_set(self, path: str, value: Mapping[str, Any], *, revision: int) -> Entry:
+        entry = await super().compare_and_set(path, value, revision=revision)
+        raise ConflictError(f"{path} changed", key=path, current_revision=entry.revision)
+
+
+def test_a_write_that_conflicts_with_itself_counts_once() -> None:
+    async def scenario() -> None:
+        async with _RetriedWrites(unique_cluster()) as coordinator:
+            sessions = await _register(coordinator, "broker-a")
+            admin = RouteAdmin(coordinator)
+            created = await admin.create_topic("orders", queues={"broker-a": 2})
+            assert created.queue_counts == {"broker-a": 2}  # not "already exists"
+            grown = await admin.add_queues("orders", "broker-a", 1)
+            assert grown.queue_counts == {"broker-a": 3}  # not added twice
+            assert (await admin.get("orders")).queue_counts == {"broker-a": 3}
+            assert grown.revision == (await coordinator.get("topics/orders")).revision  # type: ignore[union-attr]
+            await admin.delete_topic("orders")
+            assert await admin.list() == {}
+            for session in sessions:
+                await session.close()
 
     asyncio.run(scenario())
