@@ -118,6 +118,7 @@ class TopicRoute:
     )
 
     def __post_init__(self) -> None:
+        _check_segments(self.topic, self.segments)  # before expanding them into queues
         queues: list[QueueRef] = []
         next_local: dict[str, int] = {}
         for segment in self.segments:
@@ -326,22 +327,25 @@ def check_route(route: TopicRoute) -> None:
             allowed=", ".join(MESSAGE_TYPES),
         )
     check_perm(route.perm)
-    if not route.segments:
+    for broker, count in route.queue_counts.items():
+        check_queue_count(f"queues of topic {route.topic!r} on broker {broker!r}", count)
+
+
+def _check_segments(topic: str, segments: tuple[Segment, ...]) -> None:
+    if not segments:
         raise InvalidArgumentError(
-            f"topic {route.topic!r} needs queues on at least one broker", field="queues"
+            f"topic {topic!r} needs queues on at least one broker", field="queues"
         )
-    if len(route.segments) > MAX_SEGMENTS:
+    if len(segments) > MAX_SEGMENTS:
         raise InvalidArgumentError(
-            f"topic {route.topic!r} would have {len(route.segments)} queue segments: at most "
+            f"topic {topic!r} would have {len(segments)} queue segments: at most "
             f"{MAX_SEGMENTS} are allowed",
             field="queues",
             allowed=f"1..{MAX_SEGMENTS}",
         )
-    for segment in route.segments:
+    for segment in segments:
         check_name("broker", segment.broker)
         check_queue_count(f"queues on broker {segment.broker!r}", segment.count)
-    for broker, count in route.queue_counts.items():
-        check_queue_count(f"queues of topic {route.topic!r} on broker {broker!r}", count)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

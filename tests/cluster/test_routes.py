@@ -85,6 +85,11 @@ def test_values_this_version_cannot_read_are_refused_by_name() -> None:
     other_topic = Entry("topics/payments", good, 3, 3, 1)
     with pytest.raises(CorruptValueError, match="is not the key's 'payments'"):
         TopicRoute.from_entry(other_topic)
+    huge = Entry("topics/orders", {**good, "queues": [{"broker": "b", "count": 10**9}]}, 3, 3, 1)
+    with pytest.raises(CorruptValueError, match="above the maximum 1024"):
+        TopicRoute.from_entry(huge)  # refused before a billion queues are numbered
+    with pytest.raises(InvalidArgumentError, match="needs queues on at least one broker"):
+        TopicRoute("orders", ())
     unknown_field = Entry("topics/orders", {**good, "future": [1]}, 3, 3, 1)
     assert TopicRoute.from_entry(unknown_field) is not None  # readers ignore new fields
 
