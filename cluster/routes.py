@@ -315,6 +315,14 @@ def check_topic_identity(topic: str, kind: str, owner_group: str) -> None:
     check_name("topic", topic[len(prefix) :], allow_dlq=True)
 
 
+def check_topic_name(topic: str) -> None:
+    """A name any kind of topic may have: plain, `%DLQ%<group>` or `%RETRY%<group>_<topic>`."""
+    if isinstance(topic, str) and topic.startswith(RETRY_PREFIX):
+        check_name("topic", topic[len(RETRY_PREFIX) :])
+    else:
+        check_name("topic", topic, allow_dlq=True)
+
+
 def check_route(route: TopicRoute) -> None:
     """Every rule a stored route obeys (InvalidArgumentError naming what is allowed)."""
     check_topic_identity(route.topic, route.kind, route.owner_group)
@@ -425,6 +433,7 @@ class RouteAdmin:
 
     async def _read(self, topic: str) -> tuple[int, TopicRoute | None]:
         """The entry's revision (0: absent) and its route (None: absent or deleted)."""
+        check_topic_name(topic)
         entry = await self.coordinator.get(topic_path(topic))
         if entry is None:
             return 0, None

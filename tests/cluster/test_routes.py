@@ -235,6 +235,8 @@ def test_bad_input_is_refused_with_what_is_allowed(make_coordinator: MakeCoordin
                 ("topic 'missing' does not exist", lambda: admin.add_queues(
                     "missing", "broker-a", 1)),
                 ("topic 'missing' does not exist", lambda: admin.delete_topic("missing")),
+                ("topic name 'a/b' is invalid", lambda: admin.get("a/b")),
+                ("topic name 'x y' is invalid", lambda: admin.update_perm("%RETRY%x y", 4)),
                 ("count 0 is below the minimum 1", lambda: admin.add_queues(
                     "missing", "broker-a", 0)),
             ]  # fmt: skip
