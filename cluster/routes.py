@@ -43,8 +43,10 @@ from popmq.broker_core.validation import RETRY_PREFIX
 from popmq.cluster.coordination import Coordinator, Entry, Member, Snapshot
 from popmq.cluster.errors import (
     ConflictError,
+    CoordinationError,
     CoordinationUnavailableError,
     CorruptValueError,
+    SessionClosedError,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ TopicKind = Literal["normal", "dlq", "retry"]
 KINDS: tuple[TopicKind, ...] = ("normal", "dlq", "retry")
 DEFAULT_QUEUES_PER_BROKER = 8
 """RocketMQ's default read/write queue count per broker (mqadmin updateTopic)."""
+_RESTART_PAUSE_S = (0.1, 2.0)
+"""First and longest pause before a failed watch of the route cache is started again."""
 MAX_SEGMENTS = 1024
 """Segments in one route: bounds the value (each append adds one, unless it merges)."""
 
@@ -743,18 +747,35 @@ class RouteCache:
         self._wake()
 
     async def _follow(self, prefix: str) -> None:
-        snapshots: AsyncIterator[Snapshot] = aiter(self.coordinator.watch(prefix))
-        try:
-            async for snapshot in snapshots:
-                if prefix == TOPICS_FOLDER:
-                    self._topics = snapshot
-                else:
-                    self._brokers = snapshot
-                self._rebuild()
-        finally:
-            close = getattr(snapshots, "aclose", None)
-            if close is not None:
-                await close()
+        """Keep the snapshots of one prefix coming. A watch that fails with anything but a
+        closed coordinator is started again (it lists first, so nothing is missed): a proxy
+        whose cache stopped following would route on stale data with no error anywhere."""
+        pause = _RESTART_PAUSE_S[0]
+        while True:
+            snapshots: AsyncIterator[Snapshot] = aiter(self.coordinator.watch(prefix))
+            try:
+                async for snapshot in snapshots:
+                    if prefix == TOPICS_FOLDER:
+                        self._topics = snapshot
+                    else:
+                        self._brokers = snapshot
+                    self._rebuild()
+                    pause = _RESTART_PAUSE_S[0]
+            except SessionClosedError:
+                raise
+            except CoordinationError as error:
+                logger.warning(
+                    "route cache watch of %r failed (%s); starting it again in %.1fs",
+                    prefix,
+                    error,
+                    pause,
+                )
+            finally:
+                close = getattr(snapshots, "aclose", None)
+                if close is not None:
+                    await close()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RESTART_PAUSE_S[1])
 
     def _rebuild(self) -> None:
         topics, brokers = self._topics, self._brokers

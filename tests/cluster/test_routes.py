@@ -440,3 +440,36 @@ def test_a_write_that_conflicts_with_itself_counts_once() -> None:
                 await session.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_a_cache_behind_a_compaction_relists_and_drops_deleted_routes(
+    own_etcd: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        async with (
+            Link(own_etcd.endpoint) as link,
+            EtcdCoordinator(link.endpoint, cluster=cluster) as proxy,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster) as admin_side,
+        ):
+            session = await admin_side.register("broker", "broker-a", {"addr": "h:1"}, ttl_s=30)
+            admin = RouteAdmin(admin_side)
+            await admin.create_topic("gone", queues_per_broker=1)
+            kept = await admin.create_topic("kept", queues_per_broker=1)
+            async with RouteCache(proxy) as cache:
+                await cache.wait_for(kept.revision, timeout_s=5)
+                assert set(cache.routes) == {"gone", "kept"}
+                link.cut()  # the cache misses what follows
+                await admin.delete_topic("gone")
+                await admin.add_queues("kept", "broker-a", 2)
+                last = await admin.create_topic("new", queues_per_broker=1)
+                await admin_side.client.compact(last.revision)
+                assert set(cache.routes) == {"gone", "kept"}  # still serving its last state
+                link.restore()
+                await cache.wait_for(last.revision, timeout_s=15)
+                assert set(cache.routes) == {"kept", "new"}
+                assert cache.route("kept").queue_counts == {"broker-a": 3}
+            await session.close()
+
+    asyncio.run(scenario())
