@@ -27,6 +27,14 @@ from popmq.cluster.errors import (
     SessionClosedError,
 )
 from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+from popmq.cluster.routes import (
+    QueueRef,
+    RouteAdmin,
+    RouteCache,
+    RoutesConfig,
+    Segment,
+    TopicRoute,
+)
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
     "CompactedError",
@@ -49,7 +57,13 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "Member",
     "MemberExistsError",
     "MemberKind",
+    "QueueRef",
+    "RouteAdmin",
+    "RouteCache",
+    "RoutesConfig",
+    "Segment",
     "Session",
     "SessionClosedError",
     "Snapshot",
+    "TopicRoute",
 ]
