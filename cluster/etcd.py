@@ -64,6 +64,20 @@ _CHANNEL_OPTIONS = (
 _RETRY_PAUSE_S = 0.1
 """Pause after every endpoint failed once, before the next round (within the timeout)."""
 _FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _stream_outage(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a stream's error means its endpoint went away (resume elsewhere), not a refusal.
+
+    Besides UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED, grpc's core reports a connection cut
+    while a stream is writing as INTERNAL "Internal error from Core": etcd never said it.
+    """
+    code = error.code()
+    if code in _FAILOVER_CODES or code == grpc.StatusCode.CANCELLED:
+        return True
+    return code == grpc.StatusCode.INTERNAL and "from Core" in (error.details() or "")
+
+
 # How a stream (watch, keepalive) fails when its endpoint goes: an error status, no answer in
 # time, the end of the stream, or a write to a call that has just ended.
 _STREAM_FAILURES = (
@@ -728,10 +742,7 @@ class EtcdClient:
                     elif not response.created:  # a progress notification
                         next_revision = max(next_revision, response.header.revision + 1)
             except _STREAM_FAILURES as error:
-                if isinstance(error, grpc.aio.AioRpcError) and error.code() not in (
-                    *_FAILOVER_CODES,
-                    grpc.StatusCode.CANCELLED,
-                ):
+                if isinstance(error, grpc.aio.AioRpcError) and not _stream_outage(error):
                     raise error_from_rpc(error, f"watch {raw!r}") from error
                 if self._closed:
                     raise SessionClosedError("the etcd client is closed") from error
