@@ -1,8 +1,11 @@
-"""Cluster mode's coordination: etcd (our own v3 client) and the Coordinator interface.
+"""Cluster mode: the coordination (etcd, our own v3 client, and the Coordinator
+interface) and the broker API over the wire (BrokerService, RemoteBroker).
 
-docs/cluster.md describes what lives in etcd and why popmq has its own etcd client.
+docs/cluster.md describes what lives in etcd, why popmq has its own etcd client, and the
+BrokerService.
 """
 
+from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.coordination import (
     DEFAULT_SESSION_TTL_S,
     Coordinator,
@@ -27,8 +30,10 @@ from popmq.cluster.errors import (
     SessionClosedError,
 )
 from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+from popmq.cluster.remote_broker import RemoteBroker
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
+    "BrokerServicer",
     "CompactedError",
     "ConflictError",
     "CoordinationArgumentError",
@@ -49,7 +54,9 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "Member",
     "MemberExistsError",
     "MemberKind",
+    "RemoteBroker",
     "Session",
     "SessionClosedError",
     "Snapshot",
+    "add_broker_service",
 ]
