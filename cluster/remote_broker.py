@@ -19,8 +19,9 @@ answered from a cache, for ONE broker:
   read at start;
 - `check_pop_arguments`: computed here from server_info's limits.
 The cache is refreshed: for a name, after this RemoteBroker's own admin writes to it
-(create, update, delete) and after a send or pop naming a topic or group it did not know
-(the broker auto-creates them); for a name the cache misses, in the background (the miss
+(create, update, delete), after a send or pop naming a topic or group it did not know
+(the broker auto-creates them) and after a dead letter to a dead-letter topic it did not
+know; for a name the cache misses, in the background (the miss
 itself answers NOT_FOUND, as it would have a moment earlier); and wholly every
 `catalog_refresh_s`. So it is stale only for changes made by others (another proxy, another
 RemoteBroker, the broker's own revive creating a retry topic) and at most
@@ -426,7 +427,10 @@ class RemoteBroker:
 
     async def dead_letter(self, group: str, handle: str) -> str:
         request = pb.DeadLetterRequest(group=group, handle=handle)
-        return str((await self._call(self._stub_().DeadLetter, request)).topic)
+        topic = str((await self._call(self._stub_().DeadLetter, request)).topic)
+        if topic not in self._topics:
+            await self._refresh_topic(topic)  # the first dead letter created it
+        return topic
 
     # -- reads by offset ------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
+from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
@@ -142,6 +143,8 @@ class ServerConfig:
     """The Prometheus endpoint (off by default)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Log level and format (text or JSON)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """etcd and the session TTL of cluster mode (`popmq broker`; `popmq serve` ignores it)."""
 
 
 _MAX_PENDING_RPCS = 100_000

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,9 @@ import grpc
 
 from popmq.broker_core import Broker, BrokerConfig, StoreConfig
 from popmq.cluster import BrokerServicer, RemoteBroker, add_broker_service
+from popmq.cluster.broker_server import BrokerServer
+from popmq.proxy.server import PopMQServer, ServerConfig
+from tests.integration.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,3 +119,42 @@ class BrokerProcess:
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.kill()
+
+
+class RemoteServerThread(ServerThread):
+    """ServerThread whose proxy serves a RemoteBroker over a BrokerServer (`popmq broker`'s
+    server, on 127.0.0.1:0) in the same loop thread: the integration tests run unchanged
+    against the broker API over the wire."""
+
+    def start(self) -> str:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
+        self._thread.start()
+        self.broker_server = BrokerServer(
+            ServerConfig(listen="127.0.0.1:0", shutdown_grace_s=1.0, broker=self._config.broker)
+        )
+        broker_port = self.call(self.broker_server.start)
+        self.server = PopMQServer(
+            self._config, broker=RemoteBroker(f"127.0.0.1:{broker_port}", catalog_refresh_s=1.0)
+        )
+        port = self.call(self.server.start)
+        self.endpoint = f"127.0.0.1:{port}"
+        return self.endpoint
+
+    def stop(self) -> None:
+        if self._loop is None or self.server is None:
+            return
+        self.call(self.server.stop)
+        self.call(self.broker_server.stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+        self._loop.close()
+        self._loop = None
+        self.server = None
+
+    @property
+    def core(self) -> Broker:
+        """The broker core behind the wire (its internals, for assertions)."""
+        return self.broker_server.broker
