@@ -126,17 +126,24 @@ class RemoteServerThread(ServerThread):
     server, on 127.0.0.1:0) in the same loop thread: the integration tests run unchanged
     against the broker API over the wire."""
 
+    broker_address = ""
+    """When set (before start), the proxy uses the broker there instead of its own."""
+
     def start(self) -> str:
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
         self._thread.start()
-        self.broker_server = BrokerServer(
-            ServerConfig(listen="127.0.0.1:0", shutdown_grace_s=1.0, broker=self._config.broker)
-        )
-        broker_port = self.call(self.broker_server.start)
+        self.broker_server: BrokerServer | None = None
+        address = self.broker_address
+        if not address:
+            self.broker_server = BrokerServer(
+                ServerConfig(listen="127.0.0.1:0", shutdown_grace_s=1.0, broker=self._config.broker)
+            )
+            address = f"127.0.0.1:{self.call(self.broker_server.start)}"
         self.server = PopMQServer(
-            self._config, broker=RemoteBroker(f"127.0.0.1:{broker_port}", catalog_refresh_s=1.0)
+            self._config,
+            broker=RemoteBroker(address, call_timeout_s=5.0, catalog_refresh_s=1.0),
         )
         port = self.call(self.server.start)
         self.endpoint = f"127.0.0.1:{port}"
@@ -146,7 +153,8 @@ class RemoteServerThread(ServerThread):
         if self._loop is None or self.server is None:
             return
         self.call(self.server.stop)
-        self.call(self.broker_server.stop)
+        if self.broker_server is not None:
+            self.call(self.broker_server.stop)
         self._loop.call_soon_threadsafe(self._loop.stop)
         assert self._thread is not None
         self._thread.join(timeout=30)
@@ -157,4 +165,5 @@ class RemoteServerThread(ServerThread):
     @property
     def core(self) -> Broker:
         """The broker core behind the wire (its internals, for assertions)."""
+        assert self.broker_server is not None
         return self.broker_server.broker
