@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -223,7 +223,7 @@ class RemoteBroker:
             return info
         validation.check_name("topic", name, allow_dlq=True)
         self._spawn(self._refresh_topic(name), "popmq-remote-topic-miss")
-        raise NotFoundError(f"topic {name!r} does not exist")
+        raise NotFoundError(f"topic {name!r} does not exist; create it first")
 
     async def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
         response = await self._call(self._stub_().GetTopic, pb.GetTopicRequest(name=name))
@@ -661,7 +661,7 @@ class RemoteBroker:
             except UnavailableError as exc:
                 log.debug("catalog refresh from %s failed: %s", self.address, exc)
 
-    def _spawn(self, work: Awaitable[None], name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run background cache work; its broker errors are logged, never raised."""
 
         async def run() -> None:
@@ -670,7 +670,12 @@ class RemoteBroker:
             except PopMQError as exc:
                 log.debug("%s from %s failed: %s", name, self.address, exc)
 
-        task = asyncio.get_running_loop().create_task(run(), name=name)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # asked outside the loop: no refresh, the periodic one comes
+            work.close()
+            return
+        task = loop.create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
