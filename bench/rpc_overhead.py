@@ -238,7 +238,7 @@ async def _harness(data_dir: str) -> None:
             if command == "endpoint":
                 answer = {"endpoint": f"127.0.0.1:{port}"}
             elif command == "held":
-                answer = {"held": server.broker.polling.held}
+                answer = {"held": server.embedded_broker.polling.held}
             elif command == "measure":
                 gc.collect()
                 answer = {

@@ -138,6 +138,14 @@ class Sender:
                         else ""
                     )
                 )
+            if msg.queue_id is not None and not 0 <= msg.queue_id < topic.queues:
+                raise InvalidArgumentError(
+                    f"messages[{i}].queue_id {msg.queue_id} is not a queue of topic "
+                    f"{topic.name!r}, which has queues 0..{topic.queues - 1}",
+                    field="message.queue_id",
+                    value=msg.queue_id,
+                    allowed=f"0..{topic.queues - 1}",
+                )
         window_ms = round(cfg.dedup_window_s * 1000)
         results: list[SendResult | None] = [None] * len(messages)
         # One future for the whole send: a concurrent send repeating one of its dedup ids
@@ -178,7 +186,8 @@ class Sender:
             mine.append(dkey)
             timer_seq = self._timers.next_seq() if msg.deliver_at_ms > stamp else 0
             plan.append(
-                _Planned(i, topic, self._choose_queue(topic, msg.message_group),
+                _Planned(i, topic, self._choose_queue(topic, msg.message_group)
+                         if msg.queue_id is None else msg.queue_id,
                          _stored_record(msg, message_id, stamp), dedup_id, timer_seq)
             )  # fmt: skip
         retention_ms = round(self._config.retention.retention_s * 1000)

@@ -34,6 +34,10 @@ class NewMessage:
     body_encoding: str = ""
     """How the producer encoded `body`: "" (identity), "zlib" or "zstd"."""
     born_host: str = ""
+    queue_id: int | None = None
+    """The queue to store it in (0..queues-1), chosen by the sender, e.g. a cluster proxy
+    that spreads sends over brokers; None lets the broker choose (a message group's hash,
+    else round-robin)."""
 
 
 @dataclass(slots=True)

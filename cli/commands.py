@@ -38,20 +38,51 @@ _REDRIVE_CHUNK = 1000
 
 def serve(args: argparse.Namespace) -> int:
     # Imported here so client commands work without the server's dependencies (RocksDB).
-    from popmq.proxy import settings  # type: ignore[import-not-found, unused-ignore]
     from popmq.proxy.server import run_server  # type: ignore[import-not-found, unused-ignore]
 
-    flags: dict[str, Any] = {}
-    for name, value in (
-        ("server.listen", args.listen),
-        ("store.data_dir", args.data_dir),
-        ("store.flush", args.flush),
-        ("metrics.listen", args.metrics_listen),
-        ("log.format", args.log_format),
-        ("log.level", args.log_level),
-    ):
-        if value is not None:
-            flags[name] = value
+    return _run_with_settings(
+        args,
+        run_server,
+        (
+            ("server.listen", args.listen),
+            ("store.data_dir", args.data_dir),
+            ("store.flush", args.flush),
+            ("metrics.listen", args.metrics_listen),
+            ("log.format", args.log_format),
+            ("log.level", args.log_level),
+        ),
+    )
+
+
+def broker(args: argparse.Namespace) -> int:
+    from popmq.cluster.broker_server import (  # type: ignore[import-not-found, unused-ignore]
+        run_broker,
+    )
+
+    return _run_with_settings(
+        args,
+        run_broker,
+        (
+            ("broker.broker_name", args.name),
+            ("server.listen", args.listen),
+            ("store.data_dir", args.data_dir),
+            ("cluster.etcd", args.etcd),
+            ("store.flush", args.flush),
+            ("log.format", args.log_format),
+            ("log.level", args.log_level),
+        ),
+    )
+
+
+def _run_with_settings(
+    args: argparse.Namespace,
+    run: Callable[[Any], int],
+    dedicated: Sequence[tuple[str, object]],
+) -> int:
+    """Load the settings (flags > --set > POPMQ_* > --config file > defaults), then run."""
+    from popmq.proxy import settings  # type: ignore[import-not-found, unused-ignore]
+
+    flags = {name: value for name, value in dedicated if value is not None}
     config_file = args.config or os.environ.get("POPMQ_CONFIG")
     try:
         overrides = settings.parse_assignments(args.set)
@@ -67,7 +98,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.print_config:
         print(settings.to_toml(config), end="")
         return EXIT_OK
-    code: int = run_server(config)
+    code: int = run(config)
     return code
 
 

@@ -276,6 +276,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=commands.serve)
 
+    broker = commands_.add_parser(
+        "broker",
+        help="run one broker core for cluster mode (BrokerService only) until SIGTERM",
+        description="One broker core (its own store) serving the internal BrokerService "
+        "and grpc health, nothing public; with --etcd it registers in the cluster and "
+        "refuses writes while its registration is lost. Settings as for `popmq serve` "
+        "(flags, POPMQ_<SECTION>_<KEY>, --config, defaults), plus a [cluster] section. "
+        "See docs/cluster.md.",
+    )
+    broker.add_argument("--name", required=True, help="the broker's name ([broker] broker_name)")
+    broker.add_argument("--listen", required=True, help="HOST:PORT of BrokerService")
+    broker.add_argument("--data-dir", required=True, help="directory of the broker's store")
+    broker.add_argument(
+        "--etcd", metavar="HOST:PORT[,HOST:PORT...]", help="etcd endpoints ([cluster] etcd)"
+    )
+    broker.add_argument("--config", metavar="FILE", help="TOML config file ($POPMQ_CONFIG)")
+    broker.add_argument(
+        "--print-config", action="store_true", help="print the effective config and exit"
+    )
+    broker.add_argument("--flush", choices=("sync", "async"), help="fsync before acking a send")
+    broker.add_argument("--log-format", choices=("text", "json"), help="log line format")
+    broker.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    broker.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="set any setting, e.g. cluster.session_ttl_s=10; repeatable",
+    )
+    broker.set_defaults(handler=commands.broker)
+
     topic = commands_.add_parser("topic", help="manage topics")
     topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = _client(topics.add_parser("create", help="create a topic"), commands.topic_create)

@@ -1,8 +1,11 @@
-"""Cluster mode's coordination: etcd (our own v3 client) and the Coordinator interface.
+"""Cluster mode: the coordination (etcd, our own v3 client, and the Coordinator
+interface) and the broker API over the wire (BrokerService, RemoteBroker).
 
-docs/cluster.md describes what lives in etcd and why popmq has its own etcd client.
+docs/cluster.md describes what lives in etcd, why popmq has its own etcd client, and the
+BrokerService.
 """
 
+from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.coordination import (
     DEFAULT_SESSION_TTL_S,
     Coordinator,
@@ -27,6 +30,7 @@ from popmq.cluster.errors import (
     SessionClosedError,
 )
 from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import (
     QueueRef,
     RouteAdmin,
@@ -37,6 +41,7 @@ from popmq.cluster.routes import (
 )
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
+    "BrokerServicer",
     "CompactedError",
     "ConflictError",
     "CoordinationArgumentError",
@@ -58,6 +63,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "MemberExistsError",
     "MemberKind",
     "QueueRef",
+    "RemoteBroker",
     "RouteAdmin",
     "RouteCache",
     "RoutesConfig",
@@ -66,4 +72,5 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "SessionClosedError",
     "Snapshot",
     "TopicRoute",
+    "add_broker_service",
 ]

@@ -28,10 +28,12 @@ from popmq.broker_core import (
     MAX_REQUEST_BYTES,
     PRIVATE_UMASK,
     Broker,
+    BrokerAPI,
     BrokerConfig,
     DataDirError,
     InvalidArgumentError,
 )
+from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
@@ -141,6 +143,8 @@ class ServerConfig:
     """The Prometheus endpoint (off by default)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Log level and format (text or JSON)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """etcd and the session TTL of cluster mode (`popmq broker`; `popmq serve` ignores it)."""
 
 
 _MAX_PENDING_RPCS = 100_000
@@ -156,11 +160,15 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 class PopMQServer:
-    """One proxy over one embedded broker."""
+    """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
+    e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process; then
+    `config.broker` is not used). The server starts and closes the broker it serves."""
 
-    def __init__(self, config: ServerConfig | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig | None = None, *, broker: BrokerAPI | None = None
+    ) -> None:
         self.config = config or ServerConfig()
-        self.broker = Broker(self.config.broker)
+        self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
@@ -176,6 +184,13 @@ class PopMQServer:
         self._opened = False
         # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
         self._failure_watch: asyncio.Task[None] | None = None
+
+    @property
+    def embedded_broker(self) -> Broker:
+        """The in-process broker, for benchmarks that read its internals (held polls)."""
+        if not isinstance(self.broker, Broker):
+            raise TypeError(f"this server serves a {type(self.broker).__name__}, not a Broker")
+        return self.broker
 
     @property
     def services(self) -> list[str]:

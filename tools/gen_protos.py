@@ -38,7 +38,8 @@ PROTOS = ROOT / "protos"
 PACKAGE = "popmq._gen"
 """The import name of the output directory."""
 SERVED = ("apache/rocketmq/v2", "popmq/v1")
-"""Proto directories served over gRPC; popmq/store/v1 is the on-disk format, never served."""
+"""Proto directories served publicly (in the reflection set); popmq/store/v1 is the on-disk
+format, never served, and popmq/broker/v1 the internal BrokerService (`popmq broker`)."""
 PRIVATE_POOL = ("apache/rocketmq/v2", "etcd/etcdserverpb", "etcd/mvccpb")
 """Proto directories loaded into popmq._gen._pool.POOL instead of the default pool."""
 DESCRIPTOR_SET = Path("popmq") / "descriptors.binpb"
@@ -84,7 +85,7 @@ def _ensure(name: str) -> None:
 '''
 
 _GENERATED_IMPORT = re.compile(
-    r"(?<![\w.])(popmq\.v1|popmq\.store\.v1|apache\.rocketmq\.v2|etcd\.(?:etcdserverpb|mvccpb))"
+    r"(?<![\w.])(popmq\.v1|popmq\.store\.v1|popmq\.broker\.v1|popmq\.broker\.v1|apache\.rocketmq\.v2|etcd\.(?:etcdserverpb|mvccpb))"
     r"(?=\.\w+_pb2(?:_grpc)?\b| import )"
 )
 

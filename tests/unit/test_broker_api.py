@@ -1,6 +1,7 @@
-"""The BrokerAPI Protocol: the facade implements every member with the same signature, only
-the members a cluster-mode proxy answers by itself are synchronous, and the two new members
-(server info, metrics snapshot) and pull with wait answer plain values."""
+"""The BrokerAPI Protocol: the facade (and RemoteBroker, its remote twin) implements every
+member with the same signature, only the members a cluster-mode proxy answers by itself are
+synchronous, and the two new members (server info, metrics snapshot) and pull with wait
+answer plain values."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import dataclasses
 import inspect
 import time
 
+import pytest
+
 from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.types import NewMessage
+from popmq.cluster import RemoteBroker
 from tests.unit.conftest import OpenBroker
 
 
@@ -24,12 +28,15 @@ def _members(cls: type) -> dict[str, object]:
     }
 
 
-def test_the_facade_implements_every_member_of_the_protocol_with_its_signature() -> None:
+@pytest.mark.parametrize("implementation", [Broker, RemoteBroker])
+def test_the_facade_implements_every_member_of_the_protocol_with_its_signature(
+    implementation: type,
+) -> None:
     members = _members(BrokerAPI)
     assert len(members) > 40
     for name, declared in sorted(members.items()):
-        implemented = getattr(Broker, name, None)
-        assert implemented is not None, f"Broker lacks {name}"
+        implemented = getattr(implementation, name, None)
+        assert implemented is not None, f"{implementation.__name__} lacks {name}"
         assert inspect.signature(implemented) == inspect.signature(declared), name  # type: ignore[arg-type]
         assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
             f"{name}: async in one, sync in the other"

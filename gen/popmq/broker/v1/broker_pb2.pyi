@@ -1,0 +1,973 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorDetail(_message.Message):
+    __slots__ = ("error_class", "code", "message", "field", "value", "allowed", "needed_bytes", "retriable")
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    NEEDED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    error_class: str
+    code: str
+    message: str
+    field: str
+    value: str
+    allowed: str
+    needed_bytes: int
+    retriable: bool
+    def __init__(self, error_class: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., value: _Optional[str] = ..., allowed: _Optional[str] = ..., needed_bytes: _Optional[int] = ..., retriable: _Optional[bool] = ...) -> None: ...
+
+class Topic(_message.Message):
+    __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    queues: int
+    message_type: int
+    kind: int
+    create_time_ms: int
+    owner_group: str
+    owner_topic: str
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[int] = ..., message_type: _Optional[int] = ..., kind: _Optional[int] = ..., create_time_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_topic: _Optional[str] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("name", "group_id", "max_delivery_attempts", "retry_backoff_ms", "create_time_ms", "auto_created", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATED_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    group_id: int
+    max_delivery_attempts: int
+    retry_backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    create_time_ms: int
+    auto_created: bool
+    settings: GroupSettings
+    def __init__(self, name: _Optional[str] = ..., group_id: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., create_time_ms: _Optional[int] = ..., auto_created: _Optional[bool] = ..., settings: _Optional[_Union[GroupSettings, _Mapping]] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("topic", "filter_type", "expression")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter_type: str
+    expression: str
+    def __init__(self, topic: _Optional[str] = ..., filter_type: _Optional[str] = ..., expression: _Optional[str] = ...) -> None: ...
+
+class ExponentialBackoff(_message.Message):
+    __slots__ = ("initial_s", "max_s", "multiplier")
+    INITIAL_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_S_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    initial_s: float
+    max_s: float
+    multiplier: float
+    def __init__(self, initial_s: _Optional[float] = ..., max_s: _Optional[float] = ..., multiplier: _Optional[float] = ...) -> None: ...
+
+class GroupSettings(_message.Message):
+    __slots__ = ("fifo", "subscriptions", "consume_from", "consume_from_ms", "exponential_backoff")
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    fifo: bool
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    consume_from: str
+    consume_from_ms: int
+    exponential_backoff: ExponentialBackoff
+    def __init__(self, fifo: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., consume_from: _Optional[str] = ..., consume_from_ms: _Optional[int] = ..., exponential_backoff: _Optional[_Union[ExponentialBackoff, _Mapping]] = ...) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class QueueDetails(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_ms")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_ms: _Optional[int] = ...) -> None: ...
+
+class NewMessage(_message.Message):
+    __slots__ = ("topic", "body", "tag", "keys", "properties", "message_id", "born_time_ms", "message_group", "deliver_at_ms", "dedup_id", "body_encoding", "born_host", "queue_id")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    body: bytes
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    message_id: str
+    born_time_ms: int
+    message_group: str
+    deliver_at_ms: int
+    dedup_id: str
+    body_encoding: str
+    born_host: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ..., born_time_ms: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., dedup_id: _Optional[str] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    recall_handle: str
+    duplicate: bool
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class PoppedMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "record", "receipt_handle", "invisible_until_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    record: bytes
+    receipt_handle: str
+    invisible_until_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., record: _Optional[bytes] = ..., receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class PeekedMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "record")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    record: bytes
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., record: _Optional[bytes] = ...) -> None: ...
+
+class QueueOffset(_message.Message):
+    __slots__ = ("queue_id", "offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class PulledRecord(_message.Message):
+    __slots__ = ("offset", "record")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    record: bytes
+    def __init__(self, offset: _Optional[int] = ..., record: _Optional[bytes] = ...) -> None: ...
+
+class ConsumerOffset(_message.Message):
+    __slots__ = ("queue_id", "offset", "committed")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    committed: bool
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class QueueLag(_message.Message):
+    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "inflight", "retention_skipped")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    retry: bool
+    consumer_offset: int
+    max_offset: int
+    inflight: int
+    retention_skipped: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ...) -> None: ...
+
+class QueueBacklog(_message.Message):
+    __slots__ = ("lag", "oldest_unacked_ms")
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_MS_FIELD_NUMBER: _ClassVar[int]
+    lag: QueueLag
+    oldest_unacked_ms: int
+    def __init__(self, lag: _Optional[_Union[QueueLag, _Mapping]] = ..., oldest_unacked_ms: _Optional[int] = ...) -> None: ...
+
+class TopicBacklog(_message.Message):
+    __slots__ = ("topic", "lag", "inflight", "retry_backlog", "oldest_unacked_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    lag: int
+    inflight: int
+    retry_backlog: int
+    oldest_unacked_ms: int
+    def __init__(self, topic: _Optional[str] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retry_backlog: _Optional[int] = ..., oldest_unacked_ms: _Optional[int] = ...) -> None: ...
+
+class OffsetChange(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class Histogram(_message.Message):
+    __slots__ = ("bounds", "counts", "total")
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    bounds: _containers.RepeatedScalarFieldContainer[float]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    total: float
+    def __init__(self, bounds: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ..., total: _Optional[float] = ...) -> None: ...
+
+class TopicCount(_message.Message):
+    __slots__ = ("topic", "count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    count: int
+    def __init__(self, topic: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class GroupTopicCount(_message.Message):
+    __slots__ = ("group", "topic", "count")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    count: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PopConfig(_message.Message):
+    __slots__ = ("max_batch", "default_invisible_s", "min_invisible_s", "max_invisible_s", "retry_first_every", "max_scan_per_pop", "ck_buffer_time_s", "ck_persist_ahead_s", "ck_buffer_max")
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_INVISIBLE_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_INVISIBLE_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_INVISIBLE_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIRST_EVERY_FIELD_NUMBER: _ClassVar[int]
+    MAX_SCAN_PER_POP_FIELD_NUMBER: _ClassVar[int]
+    CK_BUFFER_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    CK_PERSIST_AHEAD_S_FIELD_NUMBER: _ClassVar[int]
+    CK_BUFFER_MAX_FIELD_NUMBER: _ClassVar[int]
+    max_batch: int
+    default_invisible_s: float
+    min_invisible_s: float
+    max_invisible_s: float
+    retry_first_every: int
+    max_scan_per_pop: int
+    ck_buffer_time_s: float
+    ck_persist_ahead_s: float
+    ck_buffer_max: int
+    def __init__(self, max_batch: _Optional[int] = ..., default_invisible_s: _Optional[float] = ..., min_invisible_s: _Optional[float] = ..., max_invisible_s: _Optional[float] = ..., retry_first_every: _Optional[int] = ..., max_scan_per_pop: _Optional[int] = ..., ck_buffer_time_s: _Optional[float] = ..., ck_persist_ahead_s: _Optional[float] = ..., ck_buffer_max: _Optional[int] = ...) -> None: ...
+
+class LongPollingConfig(_message.Message):
+    __slots__ = ("default_timeout_s", "max_timeout_s", "max_per_key", "max_total", "max_watched_queues")
+    DEFAULT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_WATCHED_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    default_timeout_s: float
+    max_timeout_s: float
+    max_per_key: int
+    max_total: int
+    max_watched_queues: int
+    def __init__(self, default_timeout_s: _Optional[float] = ..., max_timeout_s: _Optional[float] = ..., max_per_key: _Optional[int] = ..., max_total: _Optional[int] = ..., max_watched_queues: _Optional[int] = ...) -> None: ...
+
+class GroupDefaults(_message.Message):
+    __slots__ = ("max_delivery_attempts", "retry_backoff_s")
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_S_FIELD_NUMBER: _ClassVar[int]
+    max_delivery_attempts: int
+    retry_backoff_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, max_delivery_attempts: _Optional[int] = ..., retry_backoff_s: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class WaitFailureRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WaitFailureResponse(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("broker_name", "data_dir", "pop", "long_polling", "groups", "max_delay_s", "auto_create_topics")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLING_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    data_dir: str
+    pop: PopConfig
+    long_polling: LongPollingConfig
+    groups: GroupDefaults
+    max_delay_s: float
+    auto_create_topics: bool
+    def __init__(self, broker_name: _Optional[str] = ..., data_dir: _Optional[str] = ..., pop: _Optional[_Union[PopConfig, _Mapping]] = ..., long_polling: _Optional[_Union[LongPollingConfig, _Mapping]] = ..., groups: _Optional[_Union[GroupDefaults, _Mapping]] = ..., max_delay_s: _Optional[float] = ..., auto_create_topics: _Optional[bool] = ...) -> None: ...
+
+class GetMetricsSnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetMetricsSnapshotResponse(_message.Message):
+    __slots__ = ("sent", "popped", "acked", "nacked", "revived", "dead_lettered", "long_polls_held", "buffered_checkpoints", "live_checkpoints", "write_batches", "write_batches_failed", "write_jobs", "batch_jobs", "write_seconds_synced", "write_seconds_unsynced", "store_bytes", "topics", "groups")
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    POPPED_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    NACKED_FIELD_NUMBER: _ClassVar[int]
+    REVIVED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLS_HELD_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    WRITE_BATCHES_FAILED_FIELD_NUMBER: _ClassVar[int]
+    WRITE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_SECONDS_SYNCED_FIELD_NUMBER: _ClassVar[int]
+    WRITE_SECONDS_UNSYNCED_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    sent: _containers.RepeatedCompositeFieldContainer[TopicCount]
+    popped: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
+    acked: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
+    nacked: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
+    revived: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
+    dead_lettered: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
+    long_polls_held: int
+    buffered_checkpoints: int
+    live_checkpoints: int
+    write_batches: int
+    write_batches_failed: int
+    write_jobs: int
+    batch_jobs: Histogram
+    write_seconds_synced: Histogram
+    write_seconds_unsynced: Histogram
+    store_bytes: int
+    topics: int
+    groups: int
+    def __init__(self, sent: _Optional[_Iterable[_Union[TopicCount, _Mapping]]] = ..., popped: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., nacked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., revived: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., dead_lettered: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., long_polls_held: _Optional[int] = ..., buffered_checkpoints: _Optional[int] = ..., live_checkpoints: _Optional[int] = ..., write_batches: _Optional[int] = ..., write_batches_failed: _Optional[int] = ..., write_jobs: _Optional[int] = ..., batch_jobs: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_synced: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_unsynced: _Optional[_Union[Histogram, _Mapping]] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "queues", "message_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: int
+    message_type: str
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
+
+class CreateTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetTopicResponse(_message.Message):
+    __slots__ = ("topic", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[Topic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[Topic, _Mapping]]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name", "guarded", "force")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GUARDED_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    guarded: bool
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., guarded: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("name", "queues")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queues: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
+class DescribeTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DescribeTopicResponse(_message.Message):
+    __slots__ = ("topic", "queues", "groups")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    queues: _containers.RepeatedCompositeFieldContainer[QueueDetails]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueDetails, _Mapping]]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateGroupRequest(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff_s", "has_retry_backoff", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    retry_backoff_s: _containers.RepeatedScalarFieldContainer[float]
+    has_retry_backoff: bool
+    settings: GroupSettings
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_s: _Optional[_Iterable[float]] = ..., has_retry_backoff: _Optional[bool] = ..., settings: _Optional[_Union[GroupSettings, _Mapping]] = ...) -> None: ...
+
+class CreateGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ...) -> None: ...
+
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff_s", "has_retry_backoff", "exponential_backoff", "fifo", "set_subscriptions", "remove_subscriptions", "consume_from", "consume_from_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    SET_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    retry_backoff_s: _containers.RepeatedScalarFieldContainer[float]
+    has_retry_backoff: bool
+    exponential_backoff: ExponentialBackoff
+    fifo: bool
+    set_subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    remove_subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    consume_from: str
+    consume_from_ms: int
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_s: _Optional[_Iterable[float]] = ..., has_retry_backoff: _Optional[bool] = ..., exponential_backoff: _Optional[_Union[ExponentialBackoff, _Mapping]] = ..., fifo: _Optional[bool] = ..., set_subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., remove_subscriptions: _Optional[_Iterable[str]] = ..., consume_from: _Optional[str] = ..., consume_from_ms: _Optional[int] = ...) -> None: ...
+
+class UpdateGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("name", "force")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[NewMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[NewMessage, _Mapping]]] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class QueryMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: PeekedMessage
+    def __init__(self, message: _Optional[_Union[PeekedMessage, _Mapping]] = ...) -> None: ...
+
+class QueryMessagesByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "limit")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    limit: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class QueryMessagesByKeyResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
+
+class PopRequest(_message.Message):
+    __slots__ = ("group", "topic", "max_messages", "invisible_s", "wait_s", "filter_expression", "filter_type", "queue_id", "max_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_S_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    FILTER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    max_messages: int
+    invisible_s: float
+    wait_s: float
+    filter_expression: str
+    filter_type: str
+    queue_id: int
+    max_bytes: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class PopResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("group", "handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckResult(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: ErrorDetail
+    def __init__(self, error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AckResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
+
+class ChangeInvisibleTimeRequest(_message.Message):
+    __slots__ = ("group", "handle", "invisible_s")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_S_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handle: str
+    invisible_s: float
+    def __init__(self, group: _Optional[str] = ..., handle: _Optional[str] = ..., invisible_s: _Optional[float] = ...) -> None: ...
+
+class ChangeInvisibleTimeResponse(_message.Message):
+    __slots__ = ("handle", "invisible_until_ms")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    invisible_until_ms: int
+    def __init__(self, handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("group", "handle", "delay_s")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handle: str
+    delay_s: float
+    def __init__(self, group: _Optional[str] = ..., handle: _Optional[str] = ..., delay_s: _Optional[float] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ("redeliver_at_ms",)
+    REDELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    redeliver_at_ms: int
+    def __init__(self, redeliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class DeadLetterRequest(_message.Message):
+    __slots__ = ("group", "handle")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handle: str
+    def __init__(self, group: _Optional[str] = ..., handle: _Optional[str] = ...) -> None: ...
+
+class DeadLetterResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "wait", "wait_s", "filter_expression", "filter_type")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    FILTER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    wait: bool
+    wait_s: float
+    filter_expression: str
+    filter_type: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait: _Optional[bool] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("topic", "queue_id", "messages", "min_offset", "max_offset", "next_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[PulledRecord]
+    min_offset: int
+    max_offset: int
+    next_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[PulledRecord, _Mapping]]] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class AwaitMessagesRequest(_message.Message):
+    __slots__ = ("topic", "positions", "wait_s")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    positions: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    wait_s: float
+    def __init__(self, topic: _Optional[str] = ..., positions: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ..., wait_s: _Optional[float] = ...) -> None: ...
+
+class AwaitMessagesResponse(_message.Message):
+    __slots__ = ("ready",)
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ready: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, ready: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class OffsetsAtRequest(_message.Message):
+    __slots__ = ("topic", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class OffsetsAtResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class InflightCountRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class InflightCountResponse(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class PurgeRequest(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class PurgeResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "target", "timestamp_ms", "offsets", "has_offsets", "force")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    HAS_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    target: str
+    timestamp_ms: int
+    offsets: _containers.ScalarMap[int, int]
+    has_offsets: bool
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., target: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., offsets: _Optional[_Mapping[int, int]] = ..., has_offsets: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class ResetOffsetsResponse(_message.Message):
+    __slots__ = ("queues", "dropped_inflight")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[OffsetChange]
+    dropped_inflight: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[OffsetChange, _Mapping]]] = ..., dropped_inflight: _Optional[int] = ...) -> None: ...
+
+class PeekRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "group", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    group: str
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class PeekResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
+
+class RedriveRequest(_message.Message):
+    __slots__ = ("group", "max_messages")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    max_messages: int
+    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class RedriveResponse(_message.Message):
+    __slots__ = ("moved", "dropped", "remaining")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    dropped: int
+    remaining: int
+    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+
+class GetGroupLagRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetGroupLagResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueLag]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ...) -> None: ...
+
+class GetLagReportRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetLagReportResponse(_message.Message):
+    __slots__ = ("group", "queues", "topics", "dlq_depth")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueBacklog]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicBacklog]
+    dlq_depth: int
+    def __init__(self, group: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueBacklog, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicBacklog, _Mapping]]] = ..., dlq_depth: _Optional[int] = ...) -> None: ...

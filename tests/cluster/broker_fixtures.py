@@ -1,0 +1,169 @@
+"""A BrokerService over a real Broker on 127.0.0.1:0, in the test's own event loop, and a
+`popmq broker` subprocess: what the RemoteBroker tests talk to."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from popmq.broker_core import Broker, BrokerConfig, StoreConfig
+from popmq.cluster import BrokerServicer, RemoteBroker, add_broker_service
+from popmq.cluster.broker_server import BrokerServer
+from popmq.proxy.server import PopMQServer, ServerConfig
+from tests.integration.server import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Served:
+    broker: Broker
+    servicer: BrokerServicer
+    server: grpc.aio.Server
+    address: str
+
+
+@contextlib.asynccontextmanager
+async def served_broker(data_dir: Path, **config: object) -> AsyncIterator[Served]:
+    """A started Broker behind BrokerService on a free loopback port (this event loop)."""
+    broker = Broker(
+        BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir), **config)  # type: ignore[arg-type]
+    )
+    await broker.start()
+    server = grpc.aio.server()
+    servicer = BrokerServicer(broker)
+    add_broker_service(server, servicer)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield Served(broker, servicer, server, f"127.0.0.1:{port}")
+    finally:
+        broker.release_waiters()
+        await server.stop(1.0)
+        await broker.close()
+
+
+@contextlib.asynccontextmanager
+async def remote(address: str, **options: float) -> AsyncIterator[RemoteBroker]:
+    broker = RemoteBroker(address, **options)
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """`popmq broker` as a subprocess on a fixed port (so a restart keeps its address)."""
+
+    def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.extra = extra
+        self.process: subprocess.Popen[str] | None = None
+        self.address = f"127.0.0.1:{port}"
+
+    def start(self) -> str:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "popmq.cli", "broker", "--name", "b1",
+             "--listen", self.address, "--data-dir", str(self.data_dir), *self.extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        lines = []
+        for line in self.process.stdout:
+            lines.append(line)
+            if line.startswith("listening on "):
+                assert line.strip() == f"listening on {self.address}"
+                return self.address
+        raise AssertionError(f"popmq broker did not start: {''.join(lines)}")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(30)
+        self._close()
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(30)
+        self._close()
+        return code
+
+    def _close(self) -> None:
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+
+
+class RemoteServerThread(ServerThread):
+    """ServerThread whose proxy serves a RemoteBroker over a BrokerServer (`popmq broker`'s
+    server, on 127.0.0.1:0) in the same loop thread: the integration tests run unchanged
+    against the broker API over the wire."""
+
+    broker_address = ""
+    """When set (before start), the proxy uses the broker there instead of its own."""
+
+    def start(self) -> str:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
+        self._thread.start()
+        self.broker_server: BrokerServer | None = None
+        address = self.broker_address
+        if not address:
+            self.broker_server = BrokerServer(
+                ServerConfig(listen="127.0.0.1:0", shutdown_grace_s=1.0, broker=self._config.broker)
+            )
+            address = f"127.0.0.1:{self.call(self.broker_server.start)}"
+        self.server = PopMQServer(
+            self._config,
+            broker=RemoteBroker(address, call_timeout_s=5.0, catalog_refresh_s=1.0),
+        )
+        port = self.call(self.server.start)
+        self.endpoint = f"127.0.0.1:{port}"
+        return self.endpoint
+
+    def stop(self) -> None:
+        if self._loop is None or self.server is None:
+            return
+        self.call(self.server.stop)
+        if self.broker_server is not None:
+            self.call(self.broker_server.stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+        self._loop.close()
+        self._loop = None
+        self.server = None
+
+    @property
+    def core(self) -> Broker:
+        """The broker core behind the wire (its internals, for assertions)."""
+        assert self.broker_server is not None
+        return self.broker_server.broker

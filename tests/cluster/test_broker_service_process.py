@@ -1,0 +1,187 @@
+"""`popmq broker` as a real subprocess (RocksDB, 127.0.0.1): the broker API round-trips
+through it, a proxy in front of it fails with a clear retriable UNAVAILABLE while it is
+killed (-9) and works again once it is back, SIGTERM stops it cleanly, and with --etcd it
+registers and refuses writes while its registration is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from popmq import Admin, Producer, SimpleConsumer
+from popmq.broker_core import NewMessage, UnavailableError
+from popmq.cluster import EtcdCoordinator, RemoteBroker
+from popmq.sdk import UnavailableError as SdkUnavailableError
+from tests.cluster.broker_fixtures import ROOT, BrokerProcess, RemoteServerThread, free_port
+from tests.support.etcd import EtcdServer
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "broker", free_port())
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_the_broker_api_round_trips_through_a_broker_process(
+    broker_process: BrokerProcess,
+) -> None:
+    async def scenario() -> None:
+        api = RemoteBroker(broker_process.address)
+        await api.start()
+        try:
+            assert api.server_info().broker_name == "b1"
+            assert api.server_info().data_dir == str((broker_process.data_dir).resolve())
+            await api.create_topic("orders", 2)
+            await api.create_group("g")
+            sent = await api.send([NewMessage("orders", b"a", queue_id=1)])
+            assert sent[0].queue_id == 1
+            popped = await api.pop("g", "orders", wait_s=1)
+            assert [m.record.body for m in popped] == [b"a"]
+            assert await api.ack("g", [popped[0].receipt_handle]) == [None]
+            lag = await api.group_lag("g", "orders")
+            assert sum(row.lag for row in lag) == 0
+        finally:
+            await api.close()
+
+    asyncio.run(scenario())
+    assert broker_process.terminate() == 0  # SIGTERM: a clean stop
+
+
+def test_a_proxy_fails_retriably_while_its_broker_is_killed_and_works_once_it_is_back(
+    tmp_path: Path, broker_process: BrokerProcess
+) -> None:
+    proxy = RemoteServerThread(tmp_path / "unused")
+    proxy.broker_address = broker_process.address
+    endpoint = proxy.start()
+    try:
+        with Admin(endpoint) as admin:
+            admin.create_topic("orders", queues=2)
+            admin.create_group("g")
+        with Producer(endpoint) as producer:
+            producer.send("orders", b"before")
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            (unacked,) = consumer.receive(invisible_duration_s=2, wait_s=2)
+        broker_process.kill()
+        with Producer(endpoint) as producer, pytest.raises(SdkUnavailableError) as error:
+            producer.send("orders", b"lost?")
+        assert broker_process.address in str(error.value)
+        assert error.value.retriable
+        with Admin(endpoint) as admin, pytest.raises(SdkUnavailableError):
+            admin.list_topics()
+
+        broker_process.start()  # the same address and store
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with Producer(endpoint) as producer:
+                    producer.send("orders", b"after")
+                break
+            except SdkUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+            got: list[bytes] = []
+            until = time.monotonic() + 15
+            while len(got) < 2 and time.monotonic() < until:
+                batch = consumer.receive(wait_s=2)
+                got += [m.body for m in batch]
+                consumer.ack(batch)
+        assert sorted(got) == [b"after", b"before"]  # the unacked one came back
+        assert unacked.body == b"before"
+    finally:
+        proxy.stop()
+
+
+def test_a_broker_with_etcd_registers_and_refuses_writes_while_its_session_is_lost(
+    tmp_path: Path,
+) -> None:
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    process = BrokerProcess(
+        tmp_path / "broker",
+        free_port(),
+        "--etcd",
+        etcd.endpoint,
+        "--set",
+        "cluster.name=bs",
+        "--set",
+        "cluster.session_ttl_s=2",
+    )
+    try:
+        process.start()
+
+        async def scenario() -> None:
+            coordinator = EtcdCoordinator(etcd.endpoint, cluster="bs")
+            api = RemoteBroker(process.address, call_timeout_s=3)
+            await api.start()
+            try:
+                members = await coordinator.members("broker")
+                assert members["b1"].info["addr"] == process.address
+                await api.create_topic("orders", 1)
+                etcd.stop()  # the broker cannot renew its lease: after the TTL it is lost
+                refused = None
+                for _ in range(200):
+                    try:
+                        await api.send([NewMessage("orders", b"x")])
+                    except UnavailableError as exc:
+                        refused = exc
+                        break
+                    await asyncio.sleep(0.05)
+                assert refused is not None, "writes were not fenced"
+                assert "etcd registration was lost" in str(refused) and refused.retriable
+                assert (await api.get_topic("orders"))[0].queues == 1  # reads still work
+                etcd.start()
+                for _ in range(200):  # it registers again by itself, then takes writes
+                    await asyncio.sleep(0.1)
+                    try:
+                        await api.send([NewMessage("orders", b"y")])
+                        break
+                    except UnavailableError:
+                        pass
+                else:
+                    raise AssertionError("writes did not resume after re-registration")
+                assert "b1" in await coordinator.members("broker")
+            finally:
+                await api.close()
+                await coordinator.close()
+
+        asyncio.run(scenario())
+        assert process.terminate() == 0
+
+        async def gone() -> None:
+            async with EtcdCoordinator(etcd.endpoint, cluster="bs") as coordinator:
+                assert "b1" not in await coordinator.members("broker")  # deregistered
+
+        asyncio.run(gone())
+    finally:
+        process.stop()
+        etcd.stop()
+
+
+def test_popmq_broker_prints_its_config_with_the_cluster_section(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "popmq.cli", "broker", "--name", "b7", "--listen",
+         "127.0.0.1:0", "--data-dir", str(tmp_path), "--etcd", "127.0.0.1:1,127.0.0.1:2",
+         "--print-config"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert 'broker_name = "b7"' in out.stdout
+    assert 'etcd = "127.0.0.1:1,127.0.0.1:2"' in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "popmq.cli", "broker", "--name", "b7", "--listen",
+         "127.0.0.1:0", "--data-dir", str(tmp_path), "--set", "cluster.session_ttl_s=1"],
+        capture_output=True, text=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "session_ttl_s" in bad.stderr and json.dumps(2) in bad.stderr
