@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from popmq.broker_core import InvalidArgumentError, PopMQError, UnavailableError
+from popmq.cluster.routes import QueueRef
 
 __all__ = [
     "RETRY_ON_ANOTHER_BROKER",
@@ -142,15 +143,6 @@ class FaultToleranceConfig:
             if latency_s >= step:
                 return isolation
         return 0.0
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class QueueRef:
-    """A queue of a topic as cluster mode addresses it: its broker and the broker's local
-    queue id (RocketMQ's MessageQueue without the topic)."""
-
-    broker: str
-    queue_id: int
 
 
 @dataclass(frozen=True, slots=True)
