@@ -33,7 +33,7 @@ from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
-    _run,
+    run_event_loop,
     split_listen,
 )
 
@@ -163,7 +163,7 @@ def run_broker(config: ServerConfig) -> int:
     configure_logging(config.log)
     os.umask(PRIVATE_UMASK)
     try:
-        _run(serve_broker(config), config.event_loop)
+        run_event_loop(serve_broker(config), config.event_loop)
     except (InvalidArgumentError, DataDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -348,7 +348,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+def run_event_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+    """Run `main` on the configured event loop ("uvloop" when installed, else asyncio's);
+    `popmq serve` and `popmq broker` share it."""
     if event_loop == "uvloop":
         try:
             import uvloop
@@ -371,7 +373,7 @@ def run_server(config: ServerConfig) -> int:
     # its user's alone: the store holds messages, and used to hold the receipt key.
     os.umask(PRIVATE_UMASK)
     try:
-        _run(serve(config), config.event_loop)
+        run_event_loop(serve(config), config.event_loop)
     except (InvalidArgumentError, DataDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
