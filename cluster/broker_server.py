@@ -16,25 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import sys
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from popmq.broker_core import PRIVATE_UMASK, Broker, DataDirError, InvalidArgumentError
+from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.coordination import EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError
-from popmq.proxy.logs import configure_logging
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
-    run_event_loop,
+    run_process,
     split_listen,
+    wait_for_stop_signal,
 )
 
 log = logging.getLogger(__name__)
@@ -147,11 +144,7 @@ async def serve_broker(config: ServerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
     print(f"listening on {server.address}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     log.info("shutting down")
     await server.stop()
     log.info("stopped")
@@ -160,11 +153,4 @@ async def serve_broker(config: ServerConfig) -> None:
 def run_broker(config: ServerConfig) -> int:
     """Blocking entry point of `popmq broker`; returns the process exit code (2 for a bad
     listen address, an unusable data dir or an etcd that refuses the registration)."""
-    configure_logging(config.log)
-    os.umask(PRIVATE_UMASK)
-    try:
-        run_event_loop(serve_broker(config), config.event_loop)
-    except (InvalidArgumentError, DataDirError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_process(serve_broker, config)

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Literal
@@ -331,14 +331,19 @@ async def serve(config: ServerConfig) -> None:
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
+    await wait_for_stop_signal()
+    log.info("shutting down")
+    await server.stop()
+    log.info("stopped")
+
+
+async def wait_for_stop_signal() -> None:
+    """Return at the first SIGTERM or SIGINT (`popmq serve` and `popmq broker`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("shutting down")
-    await server.stop()
-    log.info("stopped")
 
 
 def _version() -> str:
@@ -368,12 +373,22 @@ def run_server(config: ServerConfig) -> int:
     A bad listen address, a busy port or an unusable data dir (a file, read-only, not
     permitted, in use by another popmq) print one line and exit 2.
     """
+    return run_process(serve, config)
+
+
+def run_process(
+    main: Callable[[ServerConfig], Coroutine[Any, Any, None]], config: ServerConfig
+) -> int:
+    """Run a server process's `main(config)` to its end; 2 after printing a start error.
+
+    Shared by `popmq serve` and `popmq broker`.
+    """
     configure_logging(config.log)
     # Every file the server creates (RocksDB's tables and WAL files, made as it runs) is
     # its user's alone: the store holds messages, and used to hold the receipt key.
     os.umask(PRIVATE_UMASK)
     try:
-        run_event_loop(serve(config), config.event_loop)
+        run_event_loop(main(config), config.event_loop)
     except (InvalidArgumentError, DataDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
