@@ -55,7 +55,6 @@ class BootIdentity:
         self.secret = b""
         self.epoch = 0
         self._boot_unsaved = True
-        self._name_unsaved = True
         self._check_name(store, allow_rename)
         self._load(store)
 
@@ -71,7 +70,6 @@ class BootIdentity:
         refuses every handle issued before, so a rename must be asked for.
         """
         stored = self._stored_name(store)
-        self._name_unsaved = stored != self.broker_name
         if stored is None or stored == self.broker_name:
             return
         if not allow_rename:
@@ -126,23 +124,22 @@ class BootIdentity:
             store.write(batch, sync=True)
         except StoreFullError:
             return  # the disk filled since the open: the first write that succeeds saves it
-        self._boot_unsaved = self._name_unsaved = False
+        self._boot_unsaved = False
         if legacy is not None:
             store.purge("meta")
             log.info("receipt key moved from the database to %s", data_dir.KEY_FILE)
 
     def save_boot(self, batch: Batch) -> None:
-        """Flush hook: put the boot epoch and a new or changed broker name (and drop a
-        legacy key) until a write carried them."""
+        """Flush hook: put the boot epoch and the broker name (and drop a legacy key) until a
+        write carried them. The name rides with every boot's epoch: one key, and a store
+        without one, or renamed, gets it the same way."""
         if self._boot_unsaved:
             batch.put("meta", _BOOT_KEY, keys.encode_u32(self.epoch))
+            batch.put("meta", _NAME_KEY, self.broker_name.encode("utf-8"))
             batch.delete("meta", _SECRET_KEY)
-            if self._name_unsaved:
-                batch.put("meta", _NAME_KEY, self.broker_name.encode("utf-8"))
 
     def boot_saved(self, grown: list[tuple[int, int]]) -> None:
         self._boot_unsaved = False
-        self._name_unsaved = False
 
 
 def recover(
