@@ -55,6 +55,11 @@ from popmq.broker_core.filters import (
     RecordFilter,
     parse_filter,
 )
+from popmq.broker_core.group_rules import (
+    GroupState,
+    new_group_state,
+    updated_group_state,
+)
 from popmq.broker_core.handles import (
     issuer_of,
 )
@@ -128,6 +133,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "GroupDefaults",
     "GroupInfo",
     "GroupSettings",
+    "GroupState",
     "HistogramSnapshot",
     "InternalError",
     "InvalidArgumentError",
@@ -192,6 +198,8 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "check_range",
     "check_tag",
     "issuer_of",
+    "new_group_state",
     "now_ms",
     "parse_filter",
+    "updated_group_state",
 ]

@@ -7,11 +7,10 @@ made by autocreate.py with default settings and may be given settings by a later
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
-from popmq.broker_core import keys, validation
+from popmq.broker_core import group_rules, keys, validation
 from popmq.broker_core.catalog import Catalog, GroupInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
@@ -19,10 +18,8 @@ from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
-    InvalidArgumentError,
 )
-from popmq.broker_core.filters import parse_filter
-from popmq.broker_core.group_settings import CONSUME_FROM_CODES, GroupSettingsStore, settings_key
+from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.ledger import Ledger
@@ -75,71 +72,6 @@ class Groups:
         """A group's FIFO flag, subscriptions, consume_from and backoff policy."""
         validation.check_name("group", name)
         return self._settings.load(self._catalog.group(name).group_id)
-
-    def _backoff_delays(
-        self, retry_backoff_s: Sequence[float] | None, exponential: ExponentialBackoff | None
-    ) -> tuple[float, ...] | None:
-        """The nack delay list from a list or an exponential policy; None when neither."""
-        if retry_backoff_s and exponential is not None:
-            raise InvalidArgumentError(
-                "give either retry_backoff (a list) or exponential_backoff, not both"
-            )
-        if exponential is None:
-            return tuple(retry_backoff_s) if retry_backoff_s else None
-        top = self._config.pop.max_invisible_s
-        validation.check_range("exponential_backoff.initial", exponential.initial_s, 1, top, "s")
-        validation.check_range(
-            "exponential_backoff.max", exponential.max_s, exponential.initial_s, top, "s"
-        )
-        validation.check_range("exponential_backoff.multiplier", exponential.multiplier, 1, 10)
-        delays: list[float] = []
-        delay = exponential.initial_s
-        # The last entry repeats, so the list stops at the cap (RocketMQ: 32 exponents).
-        while len(delays) < validation.MAX_BACKOFF_ENTRIES:
-            delays.append(min(delay, exponential.max_s))
-            if delay >= exponential.max_s or exponential.multiplier == 1:
-                break
-            delay *= exponential.multiplier
-        return tuple(delays)
-
-    def _check_backoff(self, backoff: Sequence[float]) -> None:
-        if len(backoff) > validation.MAX_BACKOFF_ENTRIES:
-            raise InvalidArgumentError(
-                f"retry_backoff has {len(backoff)} entries: at most "
-                f"{validation.MAX_BACKOFF_ENTRIES} are allowed"
-            )
-        for i, delay in enumerate(backoff):
-            validation.check_range(
-                f"retry_backoff[{i}]",
-                delay,
-                1,
-                self._config.pop.max_invisible_s,
-                "s",
-                field="retry_backoff",
-            )
-
-    def _check_settings(self, settings: GroupSettings) -> GroupSettings:
-        """Validate subscriptions and consume_from; returns them with subscriptions sorted."""
-        seen: set[str] = set()
-        for i, sub in enumerate(settings.subscriptions):
-            validation.check_name(f"subscriptions[{i}].topic", sub.topic, allow_dlq=True)
-            if sub.topic in seen:
-                raise InvalidArgumentError(
-                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
-                )
-            seen.add(sub.topic)
-            self._catalog.topic(sub.topic)
-            parse_filter(sub.expression, sub.filter_type)
-        if settings.consume_from not in CONSUME_FROM_CODES:
-            raise InvalidArgumentError(
-                f"consume_from {settings.consume_from!r} is not one of "
-                f"{', '.join(CONSUME_FROM_CODES)}"
-            )
-        if settings.consume_from == "timestamp" and settings.consume_from_ms <= 0:
-            raise InvalidArgumentError("consume_from timestamp needs consume_from_time")
-        return dataclasses.replace(
-            settings, subscriptions=tuple(sorted(settings.subscriptions, key=lambda s: s.topic))
-        )
 
     def _consume_from_starts(
         self, group_id: int, settings: GroupSettings
@@ -194,28 +126,22 @@ class Groups:
         """Create a group with every admin setting, atomically; a group that exists only
         because it was used (auto-created) takes the settings."""
         validation.check_name("group", name)
-        settings = self._check_settings(settings or GroupSettings())
-        defaults = self._config.groups
-        attempts = (
-            defaults.max_delivery_attempts
-            if max_delivery_attempts is None
-            else max_delivery_attempts
+        state = group_rules.new_group_state(
+            max_delivery_attempts=max_delivery_attempts,
+            retry_backoff_s=retry_backoff_s,
+            settings=settings,
+            defaults=self._config.groups,
+            max_invisible_s=self._config.pop.max_invisible_s,
+            topic_exists=self._catalog.topic,
         )
-        validation.check_range(
-            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
-        )
-        backoff = (
-            self._backoff_delays(retry_backoff_s, settings.exponential_backoff)
-            or defaults.retry_backoff_s
-        )
-        self._check_backoff(backoff)
+        settings = state.settings
         existing = self._catalog.groups.get(name)
         if existing is not None and not existing.auto_created:
             raise AlreadyExistsError(f"group {name!r} already exists")
         info = self._catalog.new_group(
             name,
-            max_delivery_attempts=attempts,
-            retry_backoff_ms=tuple(round(d * 1000) for d in backoff),
+            max_delivery_attempts=state.max_delivery_attempts,
+            retry_backoff_ms=state.retry_backoff_ms,
             now_ms=existing.create_time_ms if existing else now_ms(),
             auto_created=False,
             group_id=existing.group_id if existing else None,
@@ -256,49 +182,29 @@ class Groups:
         """
         validation.check_name("group", name)
         current = self._catalog.group(name)
-        old = self._settings.load(current.group_id)
-        attempts = (
-            current.max_delivery_attempts
-            if max_delivery_attempts is None
-            else max_delivery_attempts
+        state = group_rules.updated_group_state(
+            name,
+            group_rules.GroupState(
+                current.max_delivery_attempts,
+                current.retry_backoff_ms,
+                self._settings.load(current.group_id),
+            ),
+            max_delivery_attempts=max_delivery_attempts,
+            retry_backoff_s=retry_backoff_s,
+            exponential_backoff=exponential_backoff,
+            fifo=fifo,
+            set_subscriptions=set_subscriptions,
+            remove_subscriptions=remove_subscriptions,
+            consume_from=consume_from,
+            consume_from_ms=consume_from_ms,
+            max_invisible_s=self._config.pop.max_invisible_s,
+            topic_exists=self._catalog.topic,
         )
-        validation.check_range(
-            "max_delivery_attempts", attempts, 1, validation.MAX_DELIVERY_ATTEMPTS
-        )
-        backoff_ms = current.retry_backoff_ms
-        exponential = old.exponential_backoff
-        delays = self._backoff_delays(retry_backoff_s, exponential_backoff)
-        if delays is not None:
-            self._check_backoff(delays)
-            backoff_ms = tuple(round(d * 1000) for d in delays)
-            exponential = exponential_backoff
-        subs = {s.topic: s for s in old.subscriptions}
-        for topic in remove_subscriptions:
-            if topic not in subs:
-                raise InvalidArgumentError(
-                    f"group {name!r} does not subscribe to topic {topic!r}; it subscribes to "
-                    f"{', '.join(sorted(subs)) or 'nothing'}"
-                )
-            del subs[topic]
-        for i, sub in enumerate(set_subscriptions):
-            if any(s.topic == sub.topic for s in set_subscriptions[:i]):
-                raise InvalidArgumentError(
-                    f"topic {sub.topic!r} is subscribed twice: give each topic once"
-                )
-            subs[sub.topic] = sub
-        settings = self._check_settings(
-            GroupSettings(
-                fifo=old.fifo if fifo is None else fifo,
-                subscriptions=tuple(subs.values()),
-                consume_from=old.consume_from if consume_from is None else consume_from,
-                consume_from_ms=old.consume_from_ms if consume_from is None else consume_from_ms,
-                exponential_backoff=exponential,
-            )
-        )
+        settings = state.settings
         info = self._catalog.new_group(
             name,
-            max_delivery_attempts=attempts,
-            retry_backoff_ms=backoff_ms,
+            max_delivery_attempts=state.max_delivery_attempts,
+            retry_backoff_ms=state.retry_backoff_ms,
             now_ms=current.create_time_ms,
             auto_created=False,
             group_id=current.group_id,

@@ -10,7 +10,7 @@ EXPECTED = {
     "popmq.broker_core": [
         "AlreadyExistsError", "AnswerBoundError", "Broker", "BrokerAPI", "BrokerConfig",
         "ConsumerOffset", "DELAY_LEVELS_S", "DLQ_PREFIX", "DataDirError", "ExponentialBackoff",
-        "FailedPreconditionError", "GroupDefaults", "GroupInfo", "GroupSettings",
+        "FailedPreconditionError", "GroupDefaults", "GroupInfo", "GroupSettings", "GroupState",
         "HistogramSnapshot", "InternalError", "InvalidArgumentError",
         "InvalidReceiptHandleError", "KIND_DLQ", "LagReport", "LongPollingConfig",
         "MAX_BACKOFF_ENTRIES", "MAX_BODY_BYTES", "MAX_EXPRESSION_LENGTH", "MAX_HANDLES",
@@ -26,7 +26,8 @@ EXPECTED = {
         "RetentionConfig", "SendResult", "ServerInfo", "StoreConfig", "StoreFullError",
         "Subscription", "TopicInfo", "UnavailableError", "check_batch_size", "check_count",
         "check_delivery_time", "check_invisible", "check_message", "check_name", "check_offset",
-        "check_queue_id", "check_range", "check_tag", "issuer_of", "now_ms", "parse_filter",
+        "check_queue_id", "check_range", "check_tag", "issuer_of", "new_group_state", "now_ms",
+        "parse_filter", "updated_group_state",
     ],
     "popmq.cluster": [
         "BrokerServicer", "CompactedError", "ConflictError", "CoordinationArgumentError",
