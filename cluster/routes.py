@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import secrets
 import types
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,17 +41,19 @@ from popmq.broker_core.catalog import MESSAGE_TYPES, dlq_topic_name
 from popmq.broker_core.validation import RETRY_PREFIX
 from popmq.cluster.coordination import Coordinator, Entry, Member, Snapshot
 from popmq.cluster.errors import (
-    ConflictError,
-    CoordinationError,
     CoordinationUnavailableError,
     CorruptValueError,
-    SessionClosedError,
+)
+from popmq.cluster.metadata import (
+    SCHEMA_VERSION,
+    delete_with_marker,
+    follow,
+    marker,
+    write_once,
 )
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-"""The route schema this code writes and reads; a reader refuses a newer one."""
 TOPICS_FOLDER = "topics/"
 BROKERS_FOLDER = "brokers/"
 PERM_READ = 4
@@ -66,8 +67,6 @@ TopicKind = Literal["normal", "dlq", "retry"]
 KINDS: tuple[TopicKind, ...] = ("normal", "dlq", "retry")
 DEFAULT_QUEUES_PER_BROKER = 8
 """RocketMQ's default read/write queue count per broker (mqadmin updateTopic)."""
-_RESTART_PAUSE_S = (0.1, 2.0)
-"""First and longest pause before a failed watch of the route cache is started again."""
 MAX_SEGMENTS = 1024
 """Segments in one route: bounds the value (each append adds one, unless it merges)."""
 
@@ -253,10 +252,6 @@ def _int(value: object) -> int:
     return value
 
 
-def _tombstone(topic: str) -> dict[str, Any]:
-    return {"schema": SCHEMA_VERSION, "topic": topic, "deleted": True}
-
-
 def check_perm(perm: int) -> int:
     if isinstance(perm, bool) or not isinstance(perm, int) or perm not in PERMS:
         raise InvalidArgumentError(
@@ -415,25 +410,9 @@ class RouteAdmin:
         return decode_routes(snapshot)
 
     async def _write(self, topic: str, value: Mapping[str, Any], revision: int) -> Entry | None:
-        """Compare-and-set one route value, tagged with a fresh write id; None if another
-        write came first.
-
-        The etcd client retries a write on the next endpoint when its endpoint fails
-        mid-call, so a CAS can report a conflict with its own, already applied, write
-        (docs/cluster.md). The write id tells that case apart: without it, a retried
-        add_queues would add its queues twice, or a create would fail as already existing.
-        """
-        write_id = secrets.token_hex(8)
-        path = topic_path(topic)
-        try:
-            return await self.coordinator.compare_and_set(
-                path, {**value, "write_id": write_id}, revision=revision
-            )
-        except ConflictError:
-            current = await self.coordinator.get(path)
-            if current is not None and current.value.get("write_id") == write_id:
-                return current  # ours landed; the conflict was with itself
-            return None
+        """Compare-and-set one route value (metadata.write_once); None if another write
+        came first."""
+        return await write_once(self.coordinator, topic_path(topic), value, revision)
 
     async def _read(self, topic: str) -> tuple[int, TopicRoute | None]:
         """The entry's revision (0: absent) and its route (None: absent or deleted)."""
@@ -583,13 +562,13 @@ class RouteAdmin:
             revision, route = await self._read(topic)
             if route is None:
                 raise _not_found(topic)
-            marker = await self._write(topic, _tombstone(topic), revision)
-            if marker is None:
+            deleted = await delete_with_marker(
+                self.coordinator, topic_path(topic), marker("topic", topic), revision
+            )
+            if deleted is None:
                 continue
-            with contextlib.suppress(ConflictError):  # recreated meanwhile: theirs now
-                await self.coordinator.delete(topic_path(topic), revision=marker.revision)
             logger.info("topic %s deleted", topic)
-            return marker.revision
+            return deleted
         raise self._contended(topic)
 
     def _contended(self, topic: str) -> UnavailableError:
@@ -747,35 +726,16 @@ class RouteCache:
         self._wake()
 
     async def _follow(self, prefix: str) -> None:
-        """Keep the snapshots of one prefix coming. A watch that fails with anything but a
-        closed coordinator is started again (it lists first, so nothing is missed): a proxy
-        whose cache stopped following would route on stale data with no error anywhere."""
-        pause = _RESTART_PAUSE_S[0]
-        while True:
-            snapshots: AsyncIterator[Snapshot] = aiter(self.coordinator.watch(prefix))
-            try:
-                async for snapshot in snapshots:
-                    if prefix == TOPICS_FOLDER:
-                        self._topics = snapshot
-                    else:
-                        self._brokers = snapshot
-                    self._rebuild()
-                    pause = _RESTART_PAUSE_S[0]
-            except SessionClosedError:
-                raise
-            except CoordinationError as error:
-                logger.warning(
-                    "route cache watch of %r failed (%s); starting it again in %.1fs",
-                    prefix,
-                    error,
-                    pause,
-                )
-            finally:
-                close = getattr(snapshots, "aclose", None)
-                if close is not None:
-                    await close()
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RESTART_PAUSE_S[1])
+        """Keep the snapshots of one prefix coming (metadata.follow)."""
+
+        def apply(snapshot: Snapshot) -> None:
+            if prefix == TOPICS_FOLDER:
+                self._topics = snapshot
+            else:
+                self._brokers = snapshot
+            self._rebuild()
+
+        await follow(self.coordinator, prefix, apply)
 
     def _rebuild(self) -> None:
         topics, brokers = self._topics, self._brokers
