@@ -76,6 +76,8 @@ class QueueStats:
     queue_id: int
     min_offset: int
     max_offset: int
+    broker: str = ""
+    """The broker holding the queue, in cluster mode ("" from a broker itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ class QueueLag:
     max_offset: int
     inflight: int
     retention_skipped: int = 0
+    broker: str = ""
+    """The broker holding the queue, in cluster mode ("" from a broker itself)."""
 
     @property
     def lag(self) -> int:
@@ -174,6 +178,8 @@ class QueueDetails:
     max_offset: int
     last_store_ms: int
     """Store time of the newest message; 0 for an empty queue."""
+    broker: str = ""
+    """The broker holding the queue, in cluster mode ("" from a broker itself)."""
 
     @property
     def message_count(self) -> int:

@@ -74,6 +74,26 @@ def broker(args: argparse.Namespace) -> int:
     )
 
 
+def proxy(args: argparse.Namespace) -> int:
+    from popmq.cluster.proxy_server import (  # type: ignore[import-not-found, unused-ignore]
+        run_proxy,
+    )
+
+    return _run_with_settings(
+        args,
+        run_proxy,
+        (
+            ("server.listen", args.listen),
+            ("cluster.etcd", args.etcd),
+            ("cluster.proxy_name", args.name),
+            ("cluster.advertise", args.advertise),
+            ("metrics.listen", args.metrics_listen),
+            ("log.format", args.log_format),
+            ("log.level", args.log_level),
+        ),
+    )
+
+
 def _run_with_settings(
     args: argparse.Namespace,
     run: Callable[[Any], int],

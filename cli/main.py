@@ -307,6 +307,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.set_defaults(handler=commands.broker)
 
+    proxy = commands_.add_parser(
+        "proxy",
+        help="run a stateless cluster proxy until SIGTERM or SIGINT",
+        description="A stateless proxy of a cluster: serves popmq.v1, apache.rocketmq.v2, "
+        "health and reflection as `popmq serve` does, routing to the brokers etcd lists. "
+        "Settings as for `popmq serve` (flags, POPMQ_<SECTION>_<KEY>, --config, defaults); "
+        "[cluster] and [fault_tolerance] sections. See docs/cluster.md.",
+    )
+    proxy.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:8081)")
+    proxy.add_argument(
+        "--etcd", metavar="HOST:PORT[,HOST:PORT...]", help="etcd endpoints ([cluster] etcd)"
+    )
+    proxy.add_argument("--name", help="member name in etcd (default: the advertised address)")
+    proxy.add_argument(
+        "--advertise", metavar="HOST:PORT", help="address clients reach it at (default: listen)"
+    )
+    proxy.add_argument("--config", metavar="FILE", help="TOML config file ($POPMQ_CONFIG)")
+    proxy.add_argument(
+        "--print-config", action="store_true", help="print the effective config and exit"
+    )
+    proxy.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics (default off)"
+    )
+    proxy.add_argument("--log-format", choices=("text", "json"), help="log line format")
+    proxy.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    proxy.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="set any setting, e.g. fault_tolerance.max_attempts=2; repeatable",
+    )
+    proxy.set_defaults(handler=commands.proxy)
+
     topic = commands_.add_parser("topic", help="manage topics")
     topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = _client(topics.add_parser("create", help="create a topic"), commands.topic_create)

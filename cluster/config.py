@@ -1,4 +1,5 @@
-"""`[cluster]`: where a broker or proxy finds etcd, and its session's TTL."""
+"""`[cluster]`: where a broker or proxy finds etcd, its session's TTL, and how a proxy
+names and advertises itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from popmq.cluster.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
-    """Cluster mode's coordination settings (`popmq broker`; `popmq serve` ignores them)."""
+    """Cluster mode's settings (`popmq broker`, `popmq proxy`; `popmq serve` ignores them)."""
 
     etcd: str = ""
     """etcd client endpoints, "HOST:PORT[,HOST:PORT...]"; empty: no etcd (a standalone
@@ -21,6 +22,13 @@ class ClusterConfig:
     """TTL of the broker's registration lease, whole seconds: a broker whose process dies
     is gone from etcd this long after, and one that cannot renew its lease for this long
     stops taking writes (fencing)."""
+
+    proxy_name: str = ""
+    """`popmq proxy`: its member name in etcd (proxies/<name>); empty: its advertised
+    address. Two live proxies cannot share a name."""
+    advertise: str = ""
+    """`popmq proxy`: the HOST:PORT clients reach this proxy at, registered in etcd and
+    given to RocketMQ clients in routes; empty: the listen address (with the real port)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:

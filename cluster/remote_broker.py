@@ -95,6 +95,11 @@ class RemoteBroker:
             beyond its wait.
         keepalive_s: The channel pings the broker after this long without traffic.
         catalog_refresh_s: The whole topic and group cache is read again this often.
+        catalog: Keep the catalog cache and read the server info at start (the
+            synchronous members need them). A cluster-mode proxy, which answers those from
+            etcd, passes False: then `start` only opens the channel (it connects on the
+            first call, so the broker need not be up) and the synchronous members other
+            than `check_pop_arguments`'s callers are not used.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class RemoteBroker:
         call_timeout_s: float = 10.0,
         keepalive_s: float = 20.0,
         catalog_refresh_s: float = 10.0,
+        catalog: bool = True,
     ) -> None:
         for name, value in (
             ("call_timeout_s", call_timeout_s),
@@ -116,6 +122,7 @@ class RemoteBroker:
         self._timeout = call_timeout_s
         self._keepalive_s = keepalive_s
         self._refresh_s = catalog_refresh_s
+        self._catalog = catalog
         self._channel: grpc.aio.Channel | None = None
         self._stub: broker_pb2_grpc.BrokerServiceStub | None = None
         self._info: ServerInfo | None = None
@@ -153,6 +160,8 @@ class RemoteBroker:
         )
         self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._draining = False
+        if not self._catalog:
+            return
         try:
             self._info = w.server_info_from_pb(
                 await self._call(self._stub.GetServerInfo, pb.GetServerInfoRequest())
@@ -237,7 +246,7 @@ class RemoteBroker:
 
     async def delete_topic(self, name: str) -> None:
         await self._call(self._stub_().DeleteTopic, pb.DeleteTopicRequest(name=name))
-        await self._refresh_all()  # its retry topics went with it
+        await self._refresh_catalog()  # its retry topics went with it
 
     async def update_topic(self, name: str, queues: int) -> TopicInfo:
         request = pb.UpdateTopicRequest(name=name, queues=queues)
@@ -248,7 +257,7 @@ class RemoteBroker:
     async def delete_topic_guarded(self, name: str, *, force: bool = False) -> None:
         request = pb.DeleteTopicRequest(name=name, guarded=True, force=force)
         await self._call(self._stub_().DeleteTopic, request)
-        await self._refresh_all()
+        await self._refresh_catalog()
 
     async def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
         response = await self._call(self._stub_().DescribeTopic, pb.DescribeTopicRequest(name=name))
@@ -331,7 +340,7 @@ class RemoteBroker:
 
     async def delete_group(self, name: str, *, force: bool = False) -> None:
         await self._call(self._stub_().DeleteGroup, pb.DeleteGroupRequest(name=name, force=force))
-        await self._refresh_all()  # its retry topics went with it
+        await self._refresh_catalog()  # its retry topics went with it
 
     # -- send, delayed messages, queries --------------------------------------------------
 
@@ -339,8 +348,9 @@ class RemoteBroker:
         request = pb.SendRequest(messages=[w.new_message_to_pb(m) for m in messages])
         response = await self._call(self._stub_().Send, request)
         results = [w.send_result_from_pb(r) for r in response.results]
-        for topic in {r.topic for r in results} - self._topics.keys():
-            await self._refresh_topic(topic)  # auto-created by this send
+        if self._catalog:
+            for topic in {r.topic for r in results} - self._topics.keys():
+                await self._refresh_topic(topic)  # auto-created by this send
         return results
 
     async def recall(self, topic: str, recall_handle: str) -> str:
@@ -402,7 +412,7 @@ class RemoteBroker:
             request.max_bytes = max_bytes
         wait = self.server_info().long_polling.default_timeout_s if wait_s is None else wait_s
         response = await self._long_poll(self._stub_().Pop, request, wait, pb.PopResponse())
-        if group not in self._groups:
+        if self._catalog and group not in self._groups:
             await self._refresh_group(group)  # auto-created by this pop
         return [w.popped_from_pb(m) for m in response.messages]
 
@@ -428,7 +438,7 @@ class RemoteBroker:
     async def dead_letter(self, group: str, handle: str) -> str:
         request = pb.DeadLetterRequest(group=group, handle=handle)
         topic = str((await self._call(self._stub_().DeadLetter, request)).topic)
-        if topic not in self._topics:
+        if self._catalog and topic not in self._topics:
             await self._refresh_topic(topic)  # the first dead letter created it
         return topic
 
@@ -629,6 +639,10 @@ class RemoteBroker:
         info, settings = w.group_from_pb(message)
         self._groups[info.name] = (info, settings)
         return info
+
+    async def _refresh_catalog(self) -> None:
+        if self._catalog:
+            await self._refresh_all()
 
     async def _refresh_all(self) -> None:
         stub = self._stub_()

@@ -36,6 +36,7 @@ from popmq.broker_core import (
 from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
+from popmq.proxy.faults import FaultToleranceConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
 from popmq.proxy.logs import LogConfig, configure_logging
 from popmq.proxy.memory import return_large_blocks
@@ -144,7 +145,10 @@ class ServerConfig:
     log: LogConfig = field(default_factory=LogConfig)
     """Log level and format (text or JSON)."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    """etcd and the session TTL of cluster mode (`popmq broker`; `popmq serve` ignores it)."""
+    """etcd, the session TTL and the proxy's name of cluster mode (`popmq broker`, `popmq
+    proxy`; `popmq serve` ignores it)."""
+    fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
+    """How a cluster proxy avoids slow or failing brokers for sends (`popmq proxy`)."""
 
 
 _MAX_PENDING_RPCS = 100_000

@@ -1,0 +1,550 @@
+"""Reads and admin operations that span a cluster's brokers, gathered and merged.
+
+Each operation asks the brokers concerned (those the topic's route names, or every broker
+the cluster knows for a group-wide one) at once and merges their answers, with every queue
+id translated to the route's global id and every queue row naming its broker.
+
+An answer is never silently partial: when a broker concerned is not live or does not
+answer, the operation fails with a retriable UnavailableError naming it (and saying what the
+others already did, for a write). Metrics are the one exception: an exporter wants what
+can be read now, so a broker that does not answer is left out of the sums and logged.
+
+Everything runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from popmq.broker_core import (
+    ConsumerOffset,
+    HistogramSnapshot,
+    InvalidArgumentError,
+    LagReport,
+    MetricsSnapshot,
+    NotFoundError,
+    PopMQError,
+    QueueDetails,
+    QueueLag,
+    QueueStats,
+    ResetResult,
+    TopicInfo,
+    UnavailableError,
+    check_name,
+)
+from popmq.broker_core.catalog import KIND_DLQ
+from popmq.broker_core.types import (
+    OffsetChange,
+    PeekedMessage,
+    QueueBacklog,
+    RedriveResult,
+    TopicBacklog,
+)
+from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.remote_broker import RemoteBroker
+from popmq.cluster.topology import Topology, topic_info
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+
+
+class ClusterAdmin:
+    """Gathers reads and admin operations over brokers (module docstring)."""
+
+    def __init__(self, topology: Topology, pool: BrokerPool) -> None:
+        self._topology = topology
+        self._pool = pool
+
+    # -- gathering --------------------------------------------------------------------------
+
+    async def _gather(
+        self,
+        brokers: Sequence[str],
+        call: Callable[[str, RemoteBroker], Awaitable[_T]],
+        *,
+        what: str,
+    ) -> dict[str, _T]:
+        """`call` on each broker at once; every one must answer (UnavailableError naming
+        those that did not). A request error is raised as it is."""
+        remotes: dict[str, RemoteBroker] = {}
+        missing: list[str] = []
+        for broker in brokers:
+            try:
+                remotes[broker] = self._pool.get(broker)
+            except UnavailableError:
+                missing.append(broker)
+        if missing:
+            raise UnavailableError(
+                f"cannot {what}: broker(s) {', '.join(sorted(missing))} are not live members "
+                "now; retry when they are back"
+            )
+        names = list(remotes)
+        answers = await asyncio.gather(
+            *(call(n, remotes[n]) for n in names), return_exceptions=True
+        )
+        results: dict[str, _T] = {}
+        failed: list[str] = []
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, UnavailableError):
+                failed.append(f"{name} ({answer})")
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                results[name] = answer
+        if failed:
+            done = sorted(results)
+            raise UnavailableError(
+                f"cannot {what}: no answer from broker(s) {'; '.join(failed)}"
+                + (f" (done on {', '.join(done)})" if done else "")
+                + "; retry"
+            )
+        return results
+
+    def _known_brokers(self) -> list[str]:
+        """Every broker the cluster knows: named by a route or live now."""
+        return list(self._topology.dlq_brokers())
+
+    def _global(self, topic: str, broker: str, local_id: int) -> int:
+        return self._topology.global_id(topic, broker, local_id)
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def get_topic(self, name: str) -> tuple[TopicInfo, list[QueueStats]]:
+        info = self._topology.info(name)
+        holders = self._topology.holders(name)
+        answers = await self._gather(
+            holders, lambda _, r: _or_none(r.get_topic(name)), what=f"read topic {name!r}"
+        )
+        stats: list[QueueStats] = []
+        for broker, answer in answers.items():
+            for queue in answer[1] if answer is not None else ():
+                stats.append(
+                    dataclasses.replace(
+                        queue,
+                        queue_id=self._global(name, broker, queue.queue_id),
+                        broker=broker,
+                    )
+                )
+        return info, sorted(stats, key=lambda q: q.queue_id)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        """Every routed topic, and the dead-letter topics the brokers hold for live groups."""
+        topics = {name: topic_info(route) for name, route in self._topology.routes.routes.items()}
+        live = self._pool.names()
+        answers = await self._gather(live, lambda _, r: r.list_topics(), what="list topics")
+        groups = self._topology.groups.groups
+        for listed in answers.values():
+            for info in listed:
+                if info.kind == KIND_DLQ and info.owner_group in groups and info.name not in topics:
+                    with contextlib.suppress(PopMQError):
+                        topics[info.name] = self._topology.info(info.name)
+        return [topics[name] for name in sorted(topics)]
+
+    async def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
+        info = self._topology.info(name)
+        answers = await self._gather(
+            self._topology.holders(name),
+            lambda _, r: _or_none(r.describe_topic(name)),
+            what=f"describe topic {name!r}",
+        )
+        queues: list[QueueDetails] = []
+        groups: set[str] = set()
+        for broker, answer in answers.items():
+            if answer is None:
+                continue
+            _, details, readers = answer
+            groups.update(readers)
+            queues.extend(
+                dataclasses.replace(
+                    q, queue_id=self._global(name, broker, q.queue_id), broker=broker
+                )
+                for q in details
+            )
+        return info, sorted(queues, key=lambda q: q.queue_id), sorted(groups)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def query_message(self, topic: str, message_id: str) -> PeekedMessage:
+        self._topology.route(topic)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_none(r.query_message(topic, message_id)),
+            what=f"query message {message_id!r}",
+        )
+        for broker, found in sorted(answers.items()):
+            if found is not None:
+                return self._peeked(topic, broker, found)
+        raise NotFoundError(
+            f"message {message_id!r} is not stored in topic {topic!r}",
+            field="message_id",
+            value=message_id,
+        )
+
+    async def query_messages_by_key(
+        self, topic: str, key: str, limit: int = 64
+    ) -> list[PeekedMessage]:
+        self._topology.route(topic)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.query_messages_by_key(topic, key, limit)),
+            what=f"query key {key!r}",
+        )
+        found = [
+            self._peeked(topic, broker, message)
+            for broker, messages in answers.items()
+            for message in messages
+        ]
+        found.sort(key=lambda m: (m.record.store_time_ms, m.queue_id, m.offset))
+        return found[:limit]
+
+    def _peeked(self, topic: str, broker: str, message: PeekedMessage) -> PeekedMessage:
+        return dataclasses.replace(
+            message, queue_id=self._global(message.topic or topic, broker, message.queue_id)
+        )
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    async def await_messages(
+        self, topic: str, positions: Mapping[int, int], wait_s: float
+    ) -> list[tuple[int, int]]:
+        """Wait on every broker holding one of the queues at once; the first to report
+        arrivals answers (the others are cancelled)."""
+        route = self._topology.route(topic)
+        by_broker: dict[str, dict[int, int]] = {}
+        for global_id, offset in positions.items():
+            queue = route.queue(global_id)
+            by_broker.setdefault(queue.broker, {})[queue.queue_id] = offset
+        waits: dict[asyncio.Task[list[tuple[int, int]]], str] = {}
+        for broker, local in by_broker.items():
+            remote = self._pool.get(broker)
+            waits[asyncio.ensure_future(remote.await_messages(topic, local, wait_s))] = broker
+        pending = set(waits)
+        failure: PopMQError | None = None
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    error = task.exception()
+                    if isinstance(error, UnavailableError):
+                        failure = error
+                        continue
+                    if error is not None:
+                        raise error
+                    ready = task.result()
+                    if ready:
+                        broker = waits[task]
+                        return [(self._global(topic, broker, q), o) for q, o in ready]
+            if failure is not None:
+                raise failure
+            return []
+        finally:
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError, PopMQError):
+                    await task
+
+    async def commit_offsets(
+        self, group: str, topic: str, offsets: Sequence[tuple[int, int]]
+    ) -> None:
+        route = self._topology.route(topic)
+        by_broker: dict[str, list[tuple[int, int]]] = {}
+        for global_id, offset in offsets:
+            queue = route.queue(global_id)
+            by_broker.setdefault(queue.broker, []).append((queue.queue_id, offset))
+        await self._gather(
+            list(by_broker),
+            lambda b, r: r.commit_offsets(group, topic, by_broker[b]),
+            what=f"commit offsets of group {group!r}",
+        )
+
+    async def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:
+        self._topology.route(topic)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.get_offsets(group, topic)),
+            what=f"read offsets of group {group!r}",
+        )
+        offsets = [
+            dataclasses.replace(o, queue_id=self._global(topic, broker, o.queue_id))
+            for broker, found in answers.items()
+            for o in found
+        ]
+        return sorted(offsets, key=lambda o: o.queue_id)
+
+    async def offsets_at(self, topic: str, timestamp_ms: int) -> list[tuple[int, int]]:
+        self._topology.route(topic)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.offsets_at(topic, timestamp_ms)),
+            what=f"find offsets of topic {topic!r}",
+        )
+        return sorted(
+            (self._global(topic, broker, q), o)
+            for broker, found in answers.items()
+            for q, o in found
+        )
+
+    # -- admin ------------------------------------------------------------------------------
+
+    async def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
+        brokers = self._known_brokers()
+        if topic is not None:
+            brokers = self._topology.holders(topic)
+        if group is not None:
+            check_name("group", group)
+        answers = await self._gather(
+            brokers,
+            lambda _, r: _or_zero(r.inflight_count(group=group, topic=topic)),
+            what="count messages in flight",
+        )
+        return sum(answers.values())
+
+    async def purge(self, topic: str, queue_id: int | None = None) -> int:
+        if queue_id is not None:
+            queue = self._topology.locate(topic, queue_id)
+            return await self._pool.get(queue.broker).purge(topic, queue.queue_id)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_zero(r.purge(topic)),
+            what=f"purge topic {topic!r}",
+        )
+        return sum(answers.values())
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        target: str,
+        timestamp_ms: int = 0,
+        offsets: dict[int, int] | None = None,
+        force: bool = False,
+    ) -> ResetResult:
+        check_name("group", group)
+        self._topology.groups.get(group)
+        route = self._topology.route(topic)
+        local: dict[str, dict[int, int] | None]
+        if offsets is not None:
+            local = {}
+            for global_id, offset in offsets.items():
+                queue = route.queue(global_id)
+                mine = local.get(queue.broker) or {}
+                mine[queue.queue_id] = offset
+                local[queue.broker] = mine
+        else:
+            local = dict.fromkeys(route.queue_counts)
+        answers = await self._gather(
+            list(local),
+            lambda b, r: r.reset_offsets(
+                group,
+                topic,
+                target=target,
+                timestamp_ms=timestamp_ms,
+                offsets=local[b],
+                force=force,
+            ),
+            what=f"reset offsets of group {group!r}",
+        )
+        changes = [
+            OffsetChange(self._global(topic, broker, c.queue_id), c.old_offset, c.new_offset)
+            for broker, result in answers.items()
+            for c in result.queues
+        ]
+        return ResetResult(
+            sorted(changes, key=lambda c: c.queue_id),
+            sum(result.dropped_inflight for result in answers.values()),
+        )
+
+    async def peek(
+        self,
+        topic: str,
+        *,
+        queue_id: int | None = None,
+        offset: int | None = None,
+        group: str = "",
+        max_messages: int = 16,
+    ) -> list[PeekedMessage]:
+        if offset is not None and queue_id is None:
+            raise InvalidArgumentError("an offset needs a queue_id: offsets are per queue")
+        if queue_id is not None:
+            queue = self._topology.locate(topic, queue_id)
+            found = await self._pool.get(queue.broker).peek(
+                topic,
+                queue_id=queue.queue_id,
+                offset=offset,
+                group=group,
+                max_messages=max_messages,
+            )
+            return [self._peeked(topic, queue.broker, m) for m in found]
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.peek(topic, group=group, max_messages=max_messages)),
+            what=f"peek topic {topic!r}",
+        )
+        found = [
+            self._peeked(topic, broker, m) for broker, messages in answers.items() for m in messages
+        ]
+        found.sort(key=lambda m: (m.queue_id, m.offset))
+        return found[:max_messages]
+
+    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+        """Each broker moves its own dead letters of the group back (up to max_messages in
+        all, broker by broker)."""
+        moved = dropped = remaining = 0
+        brokers = self._known_brokers()
+        await self._gather(brokers, _alive, what=f"redrive group {group!r}")
+        for broker in brokers:
+            left = None if max_messages is None else max_messages - moved - dropped
+            if left is not None and left <= 0:
+                result = await _or_none(self._pool.get(broker).redrive(group, max_messages=0))
+            else:
+                result = await _or_none(self._pool.get(broker).redrive(group, max_messages=left))
+            if result is None:
+                continue
+            moved += result.moved
+            dropped += result.dropped
+            remaining += result.remaining
+        return RedriveResult(moved, dropped, remaining)
+
+    async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
+        brokers = self._topology.holders(topic) if topic else self._known_brokers()
+        answers = await self._gather(
+            brokers, lambda _, r: _or_empty(r.group_lag(group, topic)), what="read lag"
+        )
+        rows = [self._lag_row(broker, row) for broker, found in answers.items() for row in found]
+        return sorted(rows, key=lambda q: (q.topic, q.retry, q.queue_id, q.broker))
+
+    def _lag_row(self, broker: str, row: QueueLag) -> QueueLag:
+        queue_id = row.queue_id if row.retry else self._global(row.topic, broker, row.queue_id)
+        return dataclasses.replace(row, queue_id=queue_id, broker=broker)
+
+    async def lag_report(self, group: str, topic: str = "") -> LagReport:
+        brokers = self._topology.holders(topic) if topic else self._known_brokers()
+        answers = await self._gather(
+            brokers, lambda _, r: _or_none(r.lag_report(group, topic)), what="read lag"
+        )
+        reports = {b: r for b, r in answers.items() if r is not None}
+        if not reports:
+            raise NotFoundError(f"group {group!r} does not exist", field="group", value=group)
+        queues = [
+            QueueBacklog(self._lag_row(broker, q.lag), q.oldest_unacked_ms)
+            for broker, report in reports.items()
+            for q in report.queues
+        ]
+        queues.sort(key=lambda q: (q.lag.topic, q.lag.retry, q.lag.queue_id, q.lag.broker))
+        topics: dict[str, TopicBacklog] = {}
+        for report in reports.values():
+            for t in report.topics:
+                seen = topics.get(t.topic)
+                topics[t.topic] = (
+                    t
+                    if seen is None
+                    else TopicBacklog(
+                        t.topic,
+                        seen.lag + t.lag,
+                        seen.inflight + t.inflight,
+                        seen.retry_backlog + t.retry_backlog,
+                        min(filter(None, (seen.oldest_unacked_ms, t.oldest_unacked_ms)), default=0),
+                    )
+                )
+        return LagReport(
+            group,
+            queues,
+            [topics[name] for name in sorted(topics)],
+            sum(report.dlq_depth for report in reports.values()),
+        )
+
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """The sum over the live brokers that answer (those that do not are logged)."""
+        names = self._pool.names()
+        answers = await asyncio.gather(
+            *(self._pool.get(n).metrics_snapshot() for n in names), return_exceptions=True
+        )
+        snapshots: list[MetricsSnapshot] = []
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, PopMQError):
+                log.debug("metrics of broker %s left out: %s", name, answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                snapshots.append(answer)
+        return merge_metrics(snapshots)
+
+
+def merge_metrics(snapshots: Sequence[MetricsSnapshot]) -> MetricsSnapshot:
+    """Counters and gauges summed; histograms with equal bounds summed bucket by bucket."""
+
+    def counters(pick: Callable[[MetricsSnapshot], Mapping[_K, int]]) -> dict[_K, int]:
+        total: dict[_K, int] = {}
+        for snapshot in snapshots:
+            for key, value in pick(snapshot).items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def histogram(pick: Callable[[MetricsSnapshot], HistogramSnapshot]) -> HistogramSnapshot:
+        parts = [pick(s) for s in snapshots]
+        if not parts:
+            return HistogramSnapshot((), (0,), 0.0)
+        bounds = parts[0].bounds
+        counts = [0] * (len(bounds) + 1)
+        total = 0.0
+        for part in parts:
+            if part.bounds != bounds:
+                continue  # another popmq version's buckets: not summable
+            counts = [a + b for a, b in zip(counts, part.counts, strict=True)]
+            total += part.total
+        return HistogramSnapshot(bounds, tuple(counts), total)
+
+    def total(pick: Callable[[MetricsSnapshot], int]) -> int:
+        return sum(pick(s) for s in snapshots)
+
+    return MetricsSnapshot(
+        sent=counters(lambda s: s.sent),
+        popped=counters(lambda s: s.popped),
+        acked=counters(lambda s: s.acked),
+        nacked=counters(lambda s: s.nacked),
+        revived=counters(lambda s: s.revived),
+        dead_lettered=counters(lambda s: s.dead_lettered),
+        long_polls_held=total(lambda s: s.long_polls_held),
+        buffered_checkpoints=total(lambda s: s.buffered_checkpoints),
+        live_checkpoints=total(lambda s: s.live_checkpoints),
+        write_batches=total(lambda s: s.write_batches),
+        write_batches_failed=total(lambda s: s.write_batches_failed),
+        write_jobs=total(lambda s: s.write_jobs),
+        batch_jobs=histogram(lambda s: s.batch_jobs),
+        write_seconds_synced=histogram(lambda s: s.write_seconds_synced),
+        write_seconds_unsynced=histogram(lambda s: s.write_seconds_unsynced),
+        store_bytes=total(lambda s: s.store_bytes),
+        topics=max((s.topics for s in snapshots), default=0),
+        groups=max((s.groups for s in snapshots), default=0),
+    )
+
+
+async def _or_none(work: Awaitable[_T]) -> _T | None:
+    """The answer, or None from a broker that does not have the topic or group (yet)."""
+    try:
+        return await work
+    except NotFoundError:
+        return None
+
+
+async def _or_empty(work: Awaitable[list[_T]]) -> list[_T]:
+    found = await _or_none(work)
+    return [] if found is None else found
+
+
+async def _or_zero(work: Awaitable[int]) -> int:
+    found = await _or_none(work)
+    return 0 if found is None else found
+
+
+async def _alive(_: str, __: RemoteBroker) -> None:
+    """Nothing: used to require every broker to be live before a multi-broker write."""

@@ -1,0 +1,134 @@
+"""`popmq proxy`: a stateless proxy of a cluster, serving what `popmq serve` serves.
+
+It is a PopMQServer (popmq.v1 Messaging and Admin, apache.rocketmq.v2, health, reflection,
+metrics) whose broker is a ClusterBroker routing to the brokers that etcd lists. Startup:
+listen (health NOT_SERVING), start the route and group caches from etcd, turn SERVING,
+register as a proxy member (`proxies/<name>`, under a lease) and print `listening on
+HOST:PORT`. SIGTERM or SIGINT: NOT_SERVING, held long polls answered, in-flight calls given
+`server.shutdown_grace_s`, the registration revoked.
+
+A proxy holds only soft state (caches, fault table, connections, client sessions), so any
+number run side by side and a client may use any of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from popmq.broker_core import InvalidArgumentError, ServerInfo
+from popmq.cluster.cluster_broker import ClusterBroker
+from popmq.cluster.coordination import EtcdCoordinator, Session
+from popmq.cluster.errors import CoordinationError
+from popmq.proxy.server import (
+    PopMQServer,
+    ServerConfig,
+    run_process,
+    split_listen,
+    wait_for_stop_signal,
+)
+
+log = logging.getLogger(__name__)
+
+
+def proxy_info(config: ServerConfig) -> ServerInfo:
+    """The limits a proxy checks and reports: its own `[pop]`, `[long_polling]`, `[groups]`
+    and `[messages]` (give brokers the same), under the cluster's name."""
+    broker = config.broker
+    return ServerInfo(
+        broker_name=config.cluster.name,
+        data_dir="",
+        pop=broker.pop,
+        long_polling=broker.long_polling,
+        groups=broker.groups,
+        max_delay_s=broker.messages.max_delay_s,
+        auto_create_topics=broker.auto_create_topics,
+    )
+
+
+class ProxyServer:
+    """A PopMQServer over a ClusterBroker, registered in etcd as a proxy."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        cluster = config.cluster
+        if not cluster.etcd_endpoints:
+            raise InvalidArgumentError(
+                "popmq proxy needs etcd: give --etcd HOST:PORT[,HOST:PORT...] ([cluster] etcd)"
+            )
+        self.config = config
+        self.coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
+        self.broker = ClusterBroker(
+            self.coordinator,
+            proxy_info(config),
+            faults=config.fault_tolerance,
+            default_queues_per_broker=config.broker.default_topic_queues,
+        )
+        self.server = PopMQServer(config, broker=self.broker)
+        self.session: Session | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def advertised(self) -> str:
+        return self.config.cluster.advertise or self.address
+
+    async def start(self) -> int:
+        """Listen, follow etcd, turn SERVING, register; returns the bound port."""
+        try:
+            self.port = await self.server.start()
+        except CoordinationError as exc:
+            await self.stop()
+            raise InvalidArgumentError(
+                f"the proxy cannot read the cluster from etcd {self.config.cluster.etcd}: {exc}"
+            ) from exc
+        except BaseException:
+            await self.stop()
+            raise
+        name = self.config.cluster.proxy_name or self.advertised
+        try:
+            self.session = await self.coordinator.register(
+                "proxy",
+                name,
+                {"addr": self.advertised},
+                ttl_s=self.config.cluster.session_ttl_s,
+            )
+        except CoordinationError as exc:
+            await self.stop()
+            raise InvalidArgumentError(
+                f"proxy {name!r} cannot register with etcd {self.config.cluster.etcd}: {exc}"
+            ) from exc
+        log.info("registered as proxy %r of cluster %r", name, self.config.cluster.name)
+        return self.port
+
+    async def stop(self) -> None:
+        """NOT_SERVING, drain, deregister, close the caches and etcd."""
+        await self.server.stop()
+        if self.session is not None:
+            session, self.session = self.session, None
+            with contextlib.suppress(CoordinationError):
+                await session.close()
+        await self.coordinator.close()
+
+
+async def serve_proxy(config: ServerConfig) -> None:
+    """Run until SIGTERM or SIGINT."""
+    proxy = ProxyServer(config)
+    await proxy.start()
+    host, _ = split_listen(config.listen)
+    print(f"listening on {host}:{proxy.port}", flush=True)
+    if proxy.server.metrics_port:
+        metrics_host, _ = split_listen(config.metrics.listen)
+        print(f"popmq metrics on http://{metrics_host}:{proxy.server.metrics_port}/metrics")
+    await wait_for_stop_signal()
+    log.info("shutting down")
+    await proxy.stop()
+    log.info("stopped")
+
+
+def run_proxy(config: ServerConfig) -> int:
+    """Blocking entry point of `popmq proxy`; returns the process exit code (2 for a bad
+    listen address, no etcd, or an etcd that does not answer)."""
+    return run_process(serve_proxy, config)

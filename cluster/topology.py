@@ -1,0 +1,178 @@
+"""Where a cluster proxy finds things: a topic's route (dead-letter topics included), the
+broker and local queue behind a popmq.v1 global queue id and back, and the broker that
+issued a handle.
+
+Everything is a synchronous lookup over the route and group caches (no I/O), done on the
+event loop on every request.
+
+Dead-letter topics have no stored route. A group's messages are dead-lettered on the broker
+that revived them, into that broker's own `%DLQ%<group>` (one queue), so the DLQ of a group
+spans every broker: its route is derived, one queue per broker, the brokers in name order
+(every broker named by a stored route or live now). It exists while its group exists. Its
+global queue ids follow broker names, so a broker that joins with a name sorting before
+others moves the later ids; clients read DLQs by popping, which does not care.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from popmq.broker_core import (
+    DLQ_PREFIX,
+    InvalidReceiptHandleError,
+    NotFoundError,
+    TopicInfo,
+    check_name,
+    issuer_of,
+)
+from popmq.broker_core.catalog import KIND_DLQ, KIND_NORMAL, KIND_RETRY, MESSAGE_TYPES
+from popmq.cluster.groups import GroupCache
+from popmq.cluster.routes import QueueRef, RouteCache, Segment, TopicRoute
+
+_KIND_CODES = {"normal": KIND_NORMAL, "dlq": KIND_DLQ, "retry": KIND_RETRY}
+
+
+def topic_info(route: TopicRoute) -> TopicInfo:
+    """A route as BrokerAPI reports a topic: its queues are the route's global queues.
+
+    Topic ids are numbers each broker gives its own topics; the cluster has none, so 0.
+    """
+    return TopicInfo(
+        name=route.topic,
+        topic_id=0,
+        queues=len(route.queues),
+        message_type=MESSAGE_TYPES[route.message_type],
+        kind=_KIND_CODES[route.kind],
+        create_time_ms=route.create_time_ms,
+        owner_group=route.owner_group,
+    )
+
+
+class Topology:
+    """Routes, global queue ids and handle issuers over a RouteCache and a GroupCache."""
+
+    def __init__(self, routes: RouteCache, groups: GroupCache) -> None:
+        self.routes = routes
+        self.groups = groups
+        # The brokers of derived DLQ routes, recomputed when the route state changes:
+        # (routes mapping, brokers mapping) it was computed from -> broker names.
+        self._dlq_key: tuple[object, object] | None = None
+        self._dlq_brokers: tuple[str, ...] = ()
+        # Derived DLQ routes by topic, for the current _dlq_brokers.
+        self._dlq_routes: dict[str, TopicRoute] = {}
+
+    def route(self, topic: str) -> TopicRoute:
+        """The topic's route (a stored one, or a DLQ's derived one); NotFoundError if none."""
+        route = self.routes.routes.get(topic)
+        if route is not None:
+            return route
+        if topic.startswith(DLQ_PREFIX):
+            return self._dlq_route(topic)
+        check_name("topic", topic, allow_dlq=True)
+        return self.routes.route(topic)  # raises NotFoundError naming the topic
+
+    def info(self, topic: str) -> TopicInfo:
+        return topic_info(self.route(topic))
+
+    def _dlq_route(self, topic: str) -> TopicRoute:
+        group = topic[len(DLQ_PREFIX) :]
+        check_name("topic", topic, allow_dlq=True)
+        if group not in self.groups.groups:
+            raise NotFoundError(
+                f"topic {topic!r} does not exist: group {group!r} does not exist",
+                field="topic",
+                value=topic,
+            )
+        brokers = self.dlq_brokers()
+        route = self._dlq_routes.get(topic)
+        if route is None:
+            if not brokers:
+                raise NotFoundError(f"topic {topic!r} has no broker yet", field="topic")
+            route = TopicRoute(
+                topic=topic,
+                segments=tuple(Segment(b, 1) for b in brokers),
+                kind="dlq",
+                owner_group=group,
+            )
+            self._dlq_routes[topic] = route
+        return route
+
+    def dlq_brokers(self) -> tuple[str, ...]:
+        """Every broker a stored route names or that is live now, by name."""
+        key = (self.routes.routes, self.routes.live_brokers)
+        if key != self._dlq_key:
+            names = set(self.routes.live_brokers)
+            for route in self.routes.routes.values():
+                names.update(route.queue_counts)
+            brokers = tuple(sorted(names))
+            if brokers != self._dlq_brokers:
+                self._dlq_brokers = brokers
+                self._dlq_routes = {}
+            self._dlq_key = key
+        return self._dlq_brokers
+
+    def readable(self, topic: str) -> Mapping[str, tuple[int, ...]]:
+        """Broker -> local queue ids a pop may read: the route has READ, brokers live."""
+        if topic in self.routes.routes:
+            return self.routes.readable_queues(topic)
+        return _live(self.route(topic), self.routes.live_brokers)
+
+    def writable(self, topic: str) -> Mapping[str, tuple[int, ...]]:
+        """Broker -> local queue ids a send may use: the route has WRITE, brokers live."""
+        return self.routes.writable_queues(topic)
+
+    def holders(self, topic: str) -> list[str]:
+        """Every broker the topic's route names, live or not, by name."""
+        return list(self.route(topic).queue_counts)
+
+    def locate(self, topic: str, global_id: int) -> QueueRef:
+        """The broker and local queue id of a global queue id (InvalidArgumentError naming
+        the allowed range)."""
+        return self.route(topic).queue(global_id)
+
+    def global_id(self, topic: str, broker: str, local_id: int) -> int:
+        """The global id of a broker's local queue of `topic`. A queue the route does not
+        have (a retry queue's 0 reported for a retry copy; a route changed meanwhile) keeps
+        its local id, as the broker reported it."""
+        route = self.routes.routes.get(topic)
+        try:
+            if route is None:
+                route = self.route(topic)
+            return route.global_id(QueueRef(broker, local_id))
+        except NotFoundError:
+            return local_id
+
+    def by_broker(self, topic: str, global_ids: Iterable[int]) -> dict[str, list[int]]:
+        """Global ids grouped by broker, as local ids (InvalidArgumentError for one outside
+        the topic)."""
+        route = self.route(topic)
+        grouped: dict[str, list[int]] = {}
+        for global_id in global_ids:
+            queue = route.queue(global_id)
+            grouped.setdefault(queue.broker, []).append(queue.queue_id)
+        return grouped
+
+
+def _live(route: TopicRoute, live: Mapping[str, object]) -> Mapping[str, tuple[int, ...]]:
+    if not route.readable:
+        return {}
+    ids: dict[str, list[int]] = {}
+    for queue in route.queues:
+        if queue.broker in live:
+            ids.setdefault(queue.broker, []).append(queue.queue_id)
+    return {broker: tuple(v) for broker, v in sorted(ids.items())}
+
+
+def issuer(handle: str, what: str = "receipt handle") -> str:
+    """The broker that issued a receipt or recall handle (InvalidReceiptHandleError when it
+    is malformed or predates handles naming their broker: no proxy can route it)."""
+    try:
+        name = issuer_of(handle)
+    except ValueError as error:  # InvalidArgumentError is a ValueError
+        raise InvalidReceiptHandleError(str(error)) from error
+    if name is None:
+        raise InvalidReceiptHandleError(
+            f"{what} was issued before handles named their broker; only the embedded "
+            "server (`popmq serve`) that issued it can take it, not a cluster proxy"
+        )
+    return name
