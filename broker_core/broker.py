@@ -43,7 +43,7 @@ from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.data_dir import disk_usage
-from popmq.broker_core.errors import PopMQError, UnavailableError
+from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
 from popmq.broker_core.lag import Lag
@@ -587,8 +587,16 @@ class Broker:
         """Messages popped and neither acked nor redelivered yet, for a group and/or topic."""
         return self._admin.inflight_count(group=group, topic=topic)
 
-    async def update_topic(self, name: str, queues: int) -> TopicInfo:
-        """Grow a topic to `queues` queues (queues are never removed)."""
+    async def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> TopicInfo:
+        """Grow a topic to `queues` queues (queues are never removed). `broker`, if given,
+        must be this broker's name (cluster mode's proxy gives queues to one broker)."""
+        if broker is not None and broker != self.config.broker_name:
+            raise InvalidArgumentError(
+                f"this server has one broker, {self.config.broker_name!r}, not {broker!r}",
+                field="broker",
+                value=broker,
+                allowed=self.config.broker_name,
+            )
         return await self._admin.update_topic(name, queues)
 
     async def delete_topic_guarded(self, name: str, *, force: bool = False) -> None:

@@ -134,7 +134,7 @@ def topic_create(args: argparse.Namespace) -> int:
 
 def topic_update(args: argparse.Namespace) -> int:
     with Admin(args.endpoint) as admin:
-        topic = admin.update_topic(args.name, args.queues)
+        topic = admin.update_topic(args.name, args.queues, broker=args.broker)
     render.print_json(topic) if args.json else print(render.format_topic(topic))
     return EXIT_OK
 

@@ -350,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     update = _client(topics.add_parser("update", help="add queues"), commands.topic_update)
     update.add_argument("name")
     update.add_argument("--queues", type=_positive, required=True, help="new queue count")
+    update.add_argument(
+        "--broker", help="cluster mode: give this broker --queues queues of the topic"
+    )
     delete = _client(topics.add_parser("delete", help="delete a topic"), commands.topic_delete)
     delete.add_argument("name")
     delete.add_argument("--force", action="store_true", help="even with messages in flight")

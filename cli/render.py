@@ -197,13 +197,18 @@ def topic_table(description: TopicDescription) -> None:
     t = description.topic
     out = console()
     out.print(format_topic(t))
-    table = Table(
-        "queue", "min offset", "max offset", "messages", "last stored", title=f"queues of {t.name}"
-    )
+    brokers = any(q.broker for q in description.queues)  # cluster mode names them
+    columns = ["queue", *(["broker"] if brokers else []), "min offset", "max offset"]
+    table = Table(*columns, "messages", "last stored", title=f"queues of {t.name}")
     for q in description.queues:
         last = q.last_store_time.isoformat(" ", "milliseconds") if q.last_store_time else "-"
         table.add_row(
-            str(q.queue_id), str(q.min_offset), str(q.max_offset), str(q.message_count), last
+            str(q.queue_id),
+            *([q.broker] if brokers else []),
+            str(q.min_offset),
+            str(q.max_offset),
+            str(q.message_count),
+            last,
         )
     out.print(table)
     groups = ", ".join(description.consumer_groups) or "none"
@@ -259,14 +264,16 @@ def group_table(group: Group) -> None:
 
 def lag_tables(group: str, report: LagReport) -> None:
     out = console()
+    brokers = any(q.broker for q in report.queues)  # cluster mode names them
     table = Table(
-        "topic", "queue", "consumer offset", "max offset", "lag", "in flight", "oldest unacked",
-        title=f"lag of group {group}",
+        "topic", "queue", *(["broker"] if brokers else []), "consumer offset", "max offset",
+        "lag", "in flight", "oldest unacked", title=f"lag of group {group}",
     )  # fmt: skip
     for q in report.queues:
         table.add_row(
             q.topic,
             "retry" if q.retry else str(q.queue_id),
+            *([q.broker] if brokers else []),
             str(q.consumer_offset),
             str(q.max_offset),
             str(q.lag),

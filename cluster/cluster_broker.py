@@ -257,10 +257,13 @@ class ClusterBroker:
     async def delete_topic(self, name: str) -> None:
         await self._delete_topic(name)
 
-    async def update_topic(self, name: str, queues: int) -> TopicInfo:
-        """Give every broker holding the topic `queues` queues of it (RocketMQ's per-broker
-        count); see add_queues for one broker."""
+    async def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> TopicInfo:
+        """Give every broker holding the topic (or only `broker`) `queues` queues of it
+        (RocketMQ's per-broker count); see add_queues."""
         rules.check_range("queues", queues, 1, rules.MAX_QUEUES, field="queues")
+        if broker is not None:
+            check_name("broker", broker)
+            return await self.add_queues(name, broker, queues)
         route = self.topology.route(name)
         for broker in route.brokers:
             info = await self.add_queues(name, broker, queues)
@@ -416,8 +419,9 @@ class ClusterBroker:
     # -- send, delayed messages, queries ----------------------------------------------------
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
-        """Store messages; each topic's batch goes to one broker (retried on another after a
-        broker failure), each FIFO message group's to its group's queue."""
+        """Store messages; each topic's batch goes to one broker, which spreads it over its
+        queues (retried on another broker after a broker failure); each FIFO message group's
+        to its group's queue."""
         if not messages:
             return []
         batches: dict[tuple[str, str], list[int]] = {}
@@ -457,12 +461,17 @@ class ClusterBroker:
             placed = [_with_queue(m, queue.queue_id) for m in batch]
             return await self.pool.get(queue.broker).send(placed)
 
+        async def to_broker(queue: QueueRef) -> list[SendResult]:
+            # The broker spreads the batch over its queues of the topic, as one process
+            # spreads a batch over all of them.
+            return await self.pool.get(queue.broker).send(batch)
+
         if group:
             routed = await self._sender.send_fifo(
                 topic, group, route.queues, to_queue, live=self.routes.live_brokers
             )
         else:
-            routed = await self._sender.send(topic, self.topology.writable(topic), to_queue)
+            routed = await self._sender.send(topic, self.topology.writable(topic), to_broker)
         broker = routed.queue.broker
         for result in routed.result:
             result.queue_id = self.topology.global_id(topic, broker, result.queue_id)

@@ -45,6 +45,7 @@ from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.errors import (
     InternalError,
+    InvalidArgumentError,
     NotFoundError,
     PopMQError,
     UnavailableError,
@@ -248,7 +249,13 @@ class RemoteBroker:
         await self._call(self._stub_().DeleteTopic, pb.DeleteTopicRequest(name=name))
         await self._refresh_catalog()  # its retry topics went with it
 
-    async def update_topic(self, name: str, queues: int) -> TopicInfo:
+    async def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> TopicInfo:
+        if broker is not None and broker != self.server_info().broker_name:
+            raise InvalidArgumentError(
+                f"broker {self.address} is {self.server_info().broker_name!r}, not {broker!r}",
+                field="broker",
+                value=broker,
+            )
         request = pb.UpdateTopicRequest(name=name, queues=queues)
         info = w.topic_from_pb((await self._call(self._stub_().UpdateTopic, request)).topic)
         self._topics[info.name] = info

@@ -68,7 +68,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def UpdateTopic(
         self, request: admin_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UpdateTopicResponse:
-        info = await self._broker.update_topic(request.name, request.queues)
+        broker = request.broker if request.HasField("broker") else None
+        info = await self._broker.update_topic(request.name, request.queues, broker=broker)
         return admin_pb2.UpdateTopicResponse(topic=convert.topic(info))
 
     @rpc

@@ -192,7 +192,10 @@ def topic(info: TopicInfo) -> admin_pb2.Topic:
 
 def queue_stats(stats: QueueStats) -> admin_pb2.QueueStats:
     return admin_pb2.QueueStats(
-        queue_id=stats.queue_id, min_offset=stats.min_offset, max_offset=stats.max_offset
+        queue_id=stats.queue_id,
+        min_offset=stats.min_offset,
+        max_offset=stats.max_offset,
+        broker=stats.broker,
     )
 
 
@@ -216,6 +219,7 @@ def queue_lag(row: QueueLag) -> admin_pb2.QueueLag:
         lag=row.lag,
         inflight=row.inflight,
         retention_skipped=row.retention_skipped,
+        broker=row.broker,
     )
 
 
@@ -308,6 +312,7 @@ def queue_details(details: QueueDetails) -> admin_pb2.QueueStats:
         min_offset=details.min_offset,
         max_offset=details.max_offset,
         message_count=details.message_count,
+        broker=details.broker,
     )
     if details.last_store_ms:
         stats.last_store_time.CopyFrom(timestamp(details.last_store_ms))

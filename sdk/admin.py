@@ -227,16 +227,21 @@ class AsyncAdmin(AsyncClient):
         response: admin_pb2.CreateTopicResponse = await self._call("CreateTopic", request)
         return Topic.from_proto(response.topic)
 
-    async def update_topic(self, name: str, queues: int) -> Topic:
+    async def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> Topic:
         """Grow a topic to ``queues`` queues (queues are never removed).
+
+        In cluster mode the count is per broker: every broker holding the topic, or only
+        ``broker`` (which starts holding the topic if it held none), gets ``queues`` queues.
 
         Raises:
             NotFoundError: The topic does not exist.
-            InvalidArgumentError: ``queues`` is below the current count or above 1024.
+            InvalidArgumentError: ``queues`` is below the current count or above 1024, or
+                ``broker`` is not a broker of this server.
         """
-        response: admin_pb2.UpdateTopicResponse = await self._call(
-            "UpdateTopic", admin_pb2.UpdateTopicRequest(name=name, queues=queues)
-        )
+        request = admin_pb2.UpdateTopicRequest(name=name, queues=queues)
+        if broker is not None:
+            request.broker = broker
+        response: admin_pb2.UpdateTopicResponse = await self._call("UpdateTopic", request)
         return Topic.from_proto(response.topic)
 
     async def get_topic(self, name: str) -> TopicDescription:
@@ -514,9 +519,9 @@ class Admin(SyncClient[AsyncAdmin]):
         """Create a topic (see ``AsyncAdmin.create_topic``)."""
         return self._run(self._core.create_topic(name, queues, message_type))
 
-    def update_topic(self, name: str, queues: int) -> Topic:
+    def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> Topic:
         """Grow a topic (see ``AsyncAdmin.update_topic``)."""
-        return self._run(self._core.update_topic(name, queues))
+        return self._run(self._core.update_topic(name, queues, broker=broker))
 
     def get_topic(self, name: str) -> TopicDescription:
         """Describe a topic (see ``AsyncAdmin.get_topic``)."""

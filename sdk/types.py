@@ -478,6 +478,7 @@ class QueueStats:
         max_offset: Offset the next message will get (number of messages ever stored).
         message_count: Messages stored now (``max_offset - min_offset``).
         last_store_time: When the newest message was stored (UTC); None for an empty queue.
+        broker: The broker holding the queue (cluster mode; "" in local mode).
     """
 
     queue_id: int
@@ -485,6 +486,7 @@ class QueueStats:
     max_offset: int
     message_count: int = 0
     last_store_time: datetime | None = None
+    broker: str = ""
 
     @classmethod
     def from_proto(cls, stats: admin_pb2.QueueStats) -> QueueStats:
@@ -499,6 +501,7 @@ class QueueStats:
                 if stats.HasField("last_store_time")
                 else None
             ),
+            broker=stats.broker,
         )
 
 
@@ -600,6 +603,8 @@ class QueueLag:
         inflight: Messages popped and neither acked nor redelivered yet.
         retention_skipped: Messages retention deleted before the group consumed them.
         oldest_unacked_age_s: Age of the oldest message not yet acked; 0 when none.
+        broker: The broker holding the queue (cluster mode; "" in local mode). In cluster
+            mode each broker has its own retry queue of the group.
     """
 
     topic: str
@@ -611,6 +616,7 @@ class QueueLag:
     inflight: int
     retention_skipped: int = 0
     oldest_unacked_age_s: float = 0.0
+    broker: str = ""
 
     @classmethod
     def from_proto(cls, lag: admin_pb2.QueueLag) -> QueueLag:
@@ -625,6 +631,7 @@ class QueueLag:
             inflight=lag.inflight,
             retention_skipped=lag.retention_skipped,
             oldest_unacked_age_s=seconds_from_duration(lag.oldest_unacked_age),
+            broker=lag.broker,
         )
 
 

@@ -56,6 +56,16 @@ def test_update_adds_queues_that_receive_messages_and_never_removes_any(endpoint
             admin.update_topic("missing", 4)
 
 
+def test_update_naming_the_broker_works_only_for_this_servers_broker(endpoint: str) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("orders", queues=1)
+        name = admin.server_info().config["broker.broker_name"].strip('"')
+        assert admin.update_topic("orders", 2, broker=name).queues == 2
+        with pytest.raises(InvalidArgumentError, match=f"one broker, {name!r}, not 'other'"):
+            admin.update_topic("orders", 3, broker="other")
+        assert all(q.broker == "" for q in admin.get_topic("orders").queues)
+
+
 def test_grown_topic_keeps_its_queue_count_across_a_restart(server: ServerThread) -> None:
     with Admin(server.endpoint) as admin:
         admin.create_topic("orders", queues=1)

@@ -75,18 +75,20 @@ class Topic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("queue_id", "min_offset", "max_offset", "message_count", "last_store_time")
+    __slots__ = ("queue_id", "min_offset", "max_offset", "message_count", "last_store_time", "broker")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_STORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     min_offset: int
     max_offset: int
     message_count: int
     last_store_time: _timestamp_pb2.Timestamp
-    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., message_count: _Optional[int] = ..., last_store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    broker: str
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., message_count: _Optional[int] = ..., last_store_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "message_type")
@@ -105,12 +107,14 @@ class CreateTopicResponse(_message.Message):
     def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
-    __slots__ = ("name", "queues")
+    __slots__ = ("name", "queues", "broker")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: int
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class UpdateTopicResponse(_message.Message):
     __slots__ = ("topic",)
@@ -309,7 +313,7 @@ class GetGroupLagRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class QueueLag(_message.Message):
-    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped", "oldest_unacked_age")
+    __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped", "oldest_unacked_age", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +323,7 @@ class QueueLag(_message.Message):
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     OLDEST_UNACKED_AGE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     retry: bool
@@ -328,7 +333,8 @@ class QueueLag(_message.Message):
     inflight: int
     retention_skipped: int
     oldest_unacked_age: _duration_pb2.Duration
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., consumer_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., inflight: _Optional[int] = ..., retention_skipped: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class TopicLag(_message.Message):
     __slots__ = ("topic", "lag", "inflight", "retry_backlog", "oldest_unacked_age")
