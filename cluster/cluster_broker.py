@@ -66,8 +66,10 @@ from popmq.broker_core.types import PeekedMessage, RedriveResult
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
-from popmq.cluster.coordination import Coordinator
+from popmq.cluster.coordination import Coordinator, Snapshot
+from popmq.cluster.errors import CoordinationError
 from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
+from popmq.cluster.metadata import follow
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.cluster.topology import Topology, issuer, topic_info
@@ -77,6 +79,7 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+PROXIES_FOLDER = "proxies/"
 WRITE_TIMEOUT_S = 10.0
 """How long an admin write waits for this proxy's caches to show it (read your writes)."""
 
@@ -123,6 +126,9 @@ class ClusterBroker:
         self.admin = ClusterAdmin(self.topology, self.pool)
         # Follows live-broker changes into the pool and the fault table (held so it runs).
         self._membership: asyncio.Task[None] | None = None
+        # Follows proxies/ (held so it runs); the proxies' advertised addresses by name.
+        self._proxy_watch: asyncio.Task[None] | None = None
+        self._proxies: dict[str, str] = {}
         self._failed = asyncio.Event()
         self._failure = ""
         self._started = False
@@ -146,7 +152,23 @@ class ClusterBroker:
             self._follow_members(), name="popmq-cluster-members"
         )
         self._membership.add_done_callback(self._membership_done)
+        self._proxy_watch = asyncio.get_running_loop().create_task(
+            follow(self.coordinator, PROXIES_FOLDER, self._proxies_changed),
+            name="popmq-cluster-proxies",
+        )
         self._started = True
+
+    def _proxies_changed(self, snapshot: Snapshot) -> None:
+        proxies: dict[str, str] = {}
+        for entry in snapshot.entries.values():
+            addr = entry.value.get("addr")
+            if isinstance(addr, str) and addr:
+                proxies[entry.path[len(PROXIES_FOLDER) :]] = addr
+        self._proxies = proxies
+
+    def proxy_addresses(self) -> list[str]:
+        """The advertised HOST:PORT of every live proxy, by name (RocketMQ routes list them)."""
+        return [self._proxies[name] for name in sorted(self._proxies)]
 
     async def _follow_members(self) -> None:
         known = set(self.routes.live_brokers)
@@ -167,11 +189,12 @@ class ClusterBroker:
         self._failed.set()
 
     async def close(self) -> None:
-        task, self._membership = self._membership, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._membership, self._proxy_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, CoordinationError):
+                    await task
+        self._membership = self._proxy_watch = None
         await self.pool.close()
         await self.routes.close()
         await self.groups.close()

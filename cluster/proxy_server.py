@@ -55,6 +55,12 @@ class ProxyServer:
             raise InvalidArgumentError(
                 "popmq proxy needs etcd: give --etcd HOST:PORT[,HOST:PORT...] ([cluster] etcd)"
             )
+        host, _ = split_listen(config.listen)
+        if host.strip("[]") in ("0.0.0.0", "::") and not cluster.advertise:
+            raise InvalidArgumentError(
+                f"popmq proxy listens on {config.listen}, which clients cannot dial: give "
+                "--advertise HOST:PORT ([cluster] advertise), the address clients use"
+            )
         self.config = config
         self.coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
         self.broker = ClusterBroker(
@@ -63,7 +69,7 @@ class ProxyServer:
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
         )
-        self.server = PopMQServer(config, broker=self.broker)
+        self.server = PopMQServer(config, broker=self.broker, peers=self.broker.proxy_addresses)
         self.session: Session | None = None
         self.port = 0
 

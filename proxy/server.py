@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Literal
@@ -165,13 +165,21 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 class PopMQServer:
     """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
-    e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process; then
-    `config.broker` is not used). The server starts and closes the broker it serves."""
+    e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process, or a
+    ClusterBroker; then `config.broker` is not used). The server starts and closes the
+    broker it serves. `peers`, in cluster mode, gives every proxy's HOST:PORT for RocketMQ
+    routes."""
 
     def __init__(
-        self, config: ServerConfig | None = None, *, broker: BrokerAPI | None = None
+        self,
+        config: ServerConfig | None = None,
+        *,
+        broker: BrokerAPI | None = None,
+        peers: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.config = config or ServerConfig()
+        # Cluster mode: every proxy's HOST:PORT, which RocketMQ routes list.
+        self._peers = peers
         self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -289,6 +297,7 @@ class PopMQServer:
             address=lambda: self.address,
             clients=self.clients,
             popped_bytes=self.messaging.popped_bytes,  # one budget for v1 and v2 consumers
+            peers=self._peers,
         )
         await self.health.serving(self._late.service_names)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -179,6 +180,26 @@ def endpoints(address: str) -> pb.Endpoints:
     else:
         scheme = pb.DOMAIN_NAME
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def with_peers(where: pb.Endpoints, peers: Sequence[str]) -> pb.Endpoints:
+    """The endpoints a client used plus every proxy's, when all are IP literals of the
+    client's own scheme: the official clients make one gRPC target of a list
+    (`ipv4:a,b`), which fails over between them. A DOMAIN_NAME endpoint, or a proxy
+    advertised under a name or in another IP family, keeps the client's address alone: the
+    clients refuse several addresses under a domain name."""
+    if where.scheme == pb.DOMAIN_NAME:
+        return where
+    addresses = {(a.host, a.port) for a in where.addresses}
+    for peer in peers:
+        one = endpoints(peer)
+        if one.scheme != where.scheme:
+            return where
+        addresses.update((a.host, a.port) for a in one.addresses)
+    listed = sorted(addresses)[:MAX_ENDPOINT_ADDRESSES]
+    return pb.Endpoints(
+        scheme=where.scheme, addresses=[pb.Address(host=h, port=p) for h, p in listed]
+    )
 
 
 def broker(where: pb.Endpoints, broker_name: str) -> pb.Broker:

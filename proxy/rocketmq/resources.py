@@ -9,7 +9,7 @@ queue offsets are an async read of the broker.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from popmq import broker_core  # its exported checks and limits
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -54,19 +54,29 @@ class Resources:
         broker: The broker whose catalog is read; its name (server_info) is the Broker
             name of routes and assignments, the name its receipt handles carry.
         address: This server's HOST:PORT, for routes of clients that name none.
+        peers: The HOST:PORT of every proxy of the cluster (cluster mode; None for one
+            server), listed in routes so clients can move to another proxy.
     """
 
-    def __init__(self, broker: BrokerAPI, address: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        broker: BrokerAPI,
+        address: Callable[[], str],
+        peers: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self._broker = broker
         self._address = address
+        self._peers = peers
         self._broker_name = broker.server_info().broker_name
 
     def broker_entry(self, requested: pb.Endpoints) -> pb.Broker:
         """The broker of routes: where clients reach this proxy (the address they used, checked
-        and bounded, else the listen address)."""
+        and bounded, else the listen address); in cluster mode, every proxy of the cluster."""
         where = convert.client_endpoints(requested)
         if where is None:
             where = convert.endpoints(self._address())
+        if self._peers is not None:
+            where = convert.with_peers(where, self._peers())
         return convert.broker(where, self._broker_name)
 
     def topic_info(self, name: str) -> TopicInfo:

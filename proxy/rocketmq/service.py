@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -96,8 +96,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         config: RocketMQConfig | None = None,
         clients: ClientRegistry,
         popped_bytes: PoppedBytes | None = None,
+        peers: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         """`address` gives this server's HOST:PORT, for routes of clients that name none.
+        `peers` gives the HOST:PORT of every proxy of a cluster (this one included), which
+        routes list as the broker's endpoints (Resources.broker_entry).
 
         `clients` is the server's consumer registry, shared with popmq.v1 (`serve_on` builds
         one when the server has none). `popped_bytes` is the server-wide budget of popped,
@@ -105,7 +108,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         without one the service keeps its own.
         """
         self.config = config or RocketMQConfig()
-        resources = Resources(broker, address)
+        resources = Resources(broker, address, peers)
         self.assignments = ConsumerAssignments(clients)
         membership = Membership(broker, resources, self.assignments)
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
@@ -150,6 +153,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         address: Callable[[], str],
         clients: ClientRegistry | None = None,
         popped_bytes: PoppedBytes | None = None,
+        peers: Callable[[], Sequence[str]] | None = None,
     ) -> RocketMQService:
         """Register a started service on a gRPC server (before the server starts).
 
@@ -161,7 +165,9 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 broker_name=broker.server_info().broker_name,
                 existing_groups=[g.name for g in await broker.list_groups()],
             )
-        service = cls(broker, address=address, clients=clients, popped_bytes=popped_bytes)
+        service = cls(
+            broker, address=address, clients=clients, popped_bytes=popped_bytes, peers=peers
+        )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()
         return service
