@@ -1,15 +1,17 @@
-"""Client-side helpers of the cluster process tests: unique ids as bodies, receiving until a
-set of ids came, and the checks every test makes (ids sent = ids received, duplicates
-counted and named)."""
+"""Client-side helpers of the cluster process tests: unique ids as bodies, a steady send
+loop, receiving until a set of ids came, and the checks every test makes (ids sent = ids
+received, duplicates counted and named)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, field
 
-from popmq import AsyncSimpleConsumer, ReceivedMessage
+from popmq import AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage, SendReceipt
 
 
 def ids_of(messages: Iterable[ReceivedMessage]) -> Counter[str]:
@@ -86,3 +88,49 @@ async def wait_until(
     while not await check():
         assert time.monotonic() < give_up, f"timed out after {timeout_s:g}s waiting for {what}"
         await asyncio.sleep(0.1)
+
+
+@dataclass
+class SendLog:
+    """What a send loop saw: every id tried, the receipts, and the failures."""
+
+    attempted: list[str] = field(default_factory=list)
+    receipts: dict[str, SendReceipt] = field(default_factory=dict)
+    done_at: dict[str, float] = field(default_factory=dict)
+    """Id -> time.monotonic() when its send returned a receipt."""
+    errors: list[tuple[float, str, str]] = field(default_factory=list)
+    """(time.monotonic(), id, error code) of each send that raised."""
+
+    def error_codes(self) -> Counter[str]:
+        return Counter(code for _, _, code in self.errors)
+
+    def longest_gap(self, since: float, until: float) -> float:
+        """The longest time without a successful send between `since` and `until`."""
+        times = sorted(t for t in self.done_at.values() if since <= t <= until)
+        edges = [since, *times, until]
+        return max(b - a for a, b in itertools.pairwise(edges))
+
+
+async def send_loop(
+    producer: AsyncProducer,
+    topic: str,
+    prefix: str,
+    stop: asyncio.Event,
+    log: SendLog,
+    *,
+    pause_s: float = 0.005,
+) -> None:
+    """Send `prefix000000`, `prefix000001`, ... one by one until `stop` is set."""
+    for n in itertools.count():
+        if stop.is_set():
+            return
+        message_id = f"{prefix}{n:06d}"
+        log.attempted.append(message_id)
+        try:
+            receipt = await producer.send(topic, message_id.encode())
+        except PopMQError as exc:
+            log.errors.append((time.monotonic(), message_id, exc.code))
+        else:
+            log.receipts[message_id] = receipt
+            log.done_at[message_id] = time.monotonic()
+        await asyncio.sleep(pause_s)
