@@ -1,0 +1,211 @@
+"""Cluster mode's data path and admin through proxies (ClusterBroker), in one process: a real
+etcd, three brokers and two proxies (tests/cluster/inprocess.py), driven by the SDK."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from popmq import (
+    Admin,
+    InvalidArgumentError,
+    Message,
+    NotFoundError,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+    SimpleConsumer,
+    UnavailableError,
+)
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from tests.cluster.inprocess import InProcessCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessCluster]:
+    running = InProcessCluster(tmp_path_factory.mktemp("cluster")).start(brokers=3, proxies=2)
+    yield running
+    running.stop()
+
+
+def _drain(consumer: SimpleConsumer, want: int, wait_s: float = 2) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    deadline = time.monotonic() + 30
+    while len(got) < want and time.monotonic() < deadline:
+        got += consumer.receive(max_messages=32, wait_s=wait_s)
+    return got
+
+
+def test_a_topic_spreads_over_every_broker_and_any_proxy_serves_any_step(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin_a, Admin(b) as admin_b, Producer(a) as producer:
+        topic = admin_a.create_topic("spread", queues=2)
+        assert topic.queues == 6  # 2 per broker, RocketMQ's per-broker count
+        described = admin_b.get_topic("spread")
+        assert [q.queue_id for q in described.queues] == list(range(6))
+        assert Counter(q.broker for q in described.queues) == {"b1": 2, "b2": 2, "b3": 2}
+
+        sent = {producer.send("spread", f"m{i}".encode()).message_id for i in range(60)}
+        stored = Counter(
+            q.broker for q in admin_b.get_topic("spread").queues for _ in range(q.message_count)
+        )
+        assert set(stored) == {"b1", "b2", "b3"}  # every broker took a share
+        assert sum(stored.values()) == 60
+
+    with (
+        SimpleConsumer(b, group="spreaders", topic="spread") as through_b,
+        SimpleConsumer(a, group="spreaders", topic="spread") as through_a,
+    ):
+        got = _drain(through_b, 60)
+        assert {m.message_id for m in got} == sent
+        assert {m.queue_id for m in got} == set(range(6))
+        through_a.ack(got)  # B's handles, acked through A
+        assert through_b.receive(wait_s=0) == []
+    with Admin(b) as admin:
+        report = admin.lag_report("spreaders", "spread")
+        normal = [q for q in report.queues if not q.retry]
+        assert sorted(q.queue_id for q in normal) == list(range(6))
+        assert {q.broker for q in normal} == {"b1", "b2", "b3"}
+        assert all(q.lag == 0 and q.inflight == 0 for q in report.queues)
+        assert sum(t.lag for t in report.topics) == 0
+
+
+def test_a_held_receive_wakes_when_a_message_arrives_on_any_broker(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin:
+        admin.create_topic("wake", queues=1)
+    with SimpleConsumer(b, group="wakers", topic="wake") as consumer, Producer(a) as producer:
+        assert consumer.receive(wait_s=0) == []
+        for round_ in range(3):
+            sender = producer.send_async("wake", f"w{round_}".encode())
+            started = time.monotonic()
+            got = consumer.receive(max_messages=4, wait_s=20)
+            waited = time.monotonic() - started
+            assert [m.body for m in got] == [f"w{round_}".encode()]
+            assert waited < 10, f"a held receive took {waited:.1f}s to see the message"
+            sender.result()
+            consumer.ack(got)
+
+
+def test_fifo_groups_keep_their_order_across_brokers(cluster: InProcessCluster) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("ordered", queues=2, message_type="fifo")
+        for i in range(20):
+            for group in ("g1", "g2", "g3", "g4"):
+                producer.send("ordered", f"{group}-{i}".encode(), message_group=group)
+    seen: dict[str, list[int]] = {}
+    with SimpleConsumer(b, group="fifo-readers", topic="ordered") as consumer:
+        deadline = time.monotonic() + 30
+        while sum(map(len, seen.values())) < 80 and time.monotonic() < deadline:
+            for message in consumer.receive(max_messages=32, wait_s=2):
+                group, number = message.body.decode().split("-")
+                seen.setdefault(group, []).append(int(number))
+                consumer.ack(message)
+    assert seen == {g: list(range(20)) for g in ("g1", "g2", "g3", "g4")}
+
+
+def test_handles_recall_and_errors_work_through_any_proxy(cluster: InProcessCluster) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer, Producer(b) as producer_b:
+        admin.create_topic("later", queues=1, message_type="delay")
+        receipt = producer.send("later", b"never", delay_s=60)
+        assert producer_b.recall("later", receipt.recall_handle) == receipt.message_id
+        with pytest.raises(NotFoundError, match="'missing' does not exist"):
+            producer.send("missing", b"x")
+        admin.create_topic("handles", queues=1)
+        producer.send("handles", b"again")
+    with (
+        SimpleConsumer(a, group="h", topic="handles") as ca,
+        SimpleConsumer(b, group="h", topic="handles") as cb,
+    ):
+        [first] = _drain(ca, 1)
+        cb.change_invisible_duration(first, 30)  # through B: first gets a new handle
+        cb.nack(first, delay_s=1)
+        [again] = _drain(ca, 1, wait_s=5)
+        assert again.message_id == first.message_id and again.delivery_attempt == 2
+        ca.ack(again)
+    with PullConsumer(a, group="pullers", topic="handles") as puller:
+        with pytest.raises(InvalidArgumentError, match=r"queue 9 does not exist.*0\.\.2"):
+            puller.pull(9, 0)
+        pulled = [m.body for q in range(3) for m in puller.pull(q, 0).messages]
+        assert pulled == [b"again"]  # the one message, on whichever broker took it
+
+
+def test_a_malformed_handle_is_refused_by_name(cluster: InProcessCluster) -> None:
+    with grpc.insecure_channel(cluster.proxies[0]) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        answer = stub.Ack(messaging_pb2.AckRequest(group="h", receipt_handles=["junk"]))
+    [result] = answer.results
+    assert result.code == "INVALID_ARGUMENT"
+    assert "malformed" in result.message
+
+
+def test_a_broker_added_later_takes_queues_of_a_topic(tmp_path: Path) -> None:
+    cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
+    try:
+        [proxy] = cluster.proxies
+        with Admin(proxy) as admin, Producer(proxy) as producer:
+            admin.create_topic("grow", queues=2)
+            cluster.add_broker("b3")
+            grown = admin.update_topic("grow", 3, broker="b3")
+            assert grown.queues == 7  # 2 + 2, then b3's 3 take ids 4..6
+            described = admin.get_topic("grow")
+            assert [(q.queue_id, q.broker) for q in described.queues][4:] == [
+                (4, "b3"), (5, "b3"), (6, "b3"),
+            ]  # fmt: skip
+            with pytest.raises(InvalidArgumentError, match="queues are never removed"):
+                admin.update_topic("grow", 1, broker="b3")
+            receipts = [producer.send("grow", b"x") for _ in range(30)]
+            assert {r.queue_id for r in receipts} >= {4, 5, 6}
+    finally:
+        cluster.stop()
+
+
+def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_path: Path) -> None:
+    cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
+    try:
+        [proxy] = cluster.proxies
+        with Admin(proxy) as admin, Producer(proxy) as producer:
+            admin.create_topic("gone", queues=1)
+            for i in range(10):
+                producer.send("gone", f"m{i}".encode())
+        with SimpleConsumer(proxy, group="g", topic="gone") as consumer:
+            got = _drain(consumer, 10)
+            cluster.stop_broker("b2")
+            on_b2 = [m for m in got if m.queue_id == 1]
+            assert on_b2, "both brokers took messages"
+            with pytest.raises(UnavailableError, match="'b2' is not a live member"):
+                consumer.ack(on_b2)
+            consumer.ack([m for m in got if m.queue_id == 0])
+        with Producer(proxy) as producer:
+            assert {producer.send("gone", b"y").queue_id for _ in range(5)} == {0}
+        with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
+            admin.get_topic("gone")
+    finally:
+        cluster.stop()
+
+
+def test_batches_are_stored_whole_on_one_broker(cluster: InProcessCluster) -> None:
+    a, _ = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("batches", queues=2)
+        for _ in range(6):
+            receipts = producer.send_batch("batches", [Message(b"x") for _ in range(8)])
+            brokers = {
+                q.broker
+                for q in admin.get_topic("batches").queues
+                if q.queue_id in {r.queue_id for r in receipts}
+            }
+            assert len(brokers) == 1
