@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -72,6 +72,7 @@ class ClusterProcess:
         extra: More command-line arguments of this process.
         starts: Seconds from spawn to the listening line, one per start.
         spawns: Starts so far (those that failed included).
+        log_offsets: Where each start's output begins in the log.
         exit_codes: How each ended start exited (-9 after kill -9).
     """
 
@@ -83,6 +84,7 @@ class ClusterProcess:
     extra: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     spawns: int = 0
+    log_offsets: list[int] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     exit_codes: list[int] = field(default_factory=list)
 
@@ -93,6 +95,16 @@ class ClusterProcess:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def died(self) -> bool:
+        """Whether the process exited on its own (not killed or stopped by the cluster)."""
+        return self.process is not None and self.process.poll() is not None
+
+    def log_since(self, offset: int) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -268,6 +280,7 @@ class Cluster:
             log.write(f"=== cluster: start {process.spawns} of {process.name} ===\n".encode())
             log.flush()
             offset = log.tell()
+            process.log_offsets.append(offset)
             process.process = subprocess.Popen(
                 self._command(process),
                 cwd=REPO_ROOT,
@@ -283,9 +296,7 @@ class Cluster:
         assert process.process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            with process.log_path.open("rb") as log:
-                log.seek(offset)
-                text = log.read().decode(errors="replace")
+            text = process.log_since(offset)
             match = _LISTENING.search(text)
             if match is not None:
                 assert match.group(1) == process.address, (
@@ -411,6 +422,10 @@ class Cluster:
                 await remote.close()
         return counts
 
+    def died(self) -> list[str]:
+        """Processes that exited on their own since they were started."""
+        return [p.name for p in self.processes.values() if p.died]
+
     def logs(self, lines: int = 40) -> str:
         """The tail of every process's log, for a failure message."""
         parts = [f"--- {p.name} ({p.kind}, {p.address}) ---\n{p.log_tail(lines)}"
@@ -420,18 +435,3 @@ class Cluster:
             tail = etcd_log.read_text(errors="replace").splitlines()[-10:]
             parts.append("--- etcd ---\n" + "\n".join(tail))
         return "\n".join(parts)
-
-
-@contextlib.contextmanager
-def running_cluster(root: Path, **options: object) -> Iterator[Cluster]:
-    """A started Cluster, stopped on exit; its logs are printed when the body raised (pytest
-    shows them with the failure)."""
-    cluster = Cluster(root, **options)  # type: ignore[arg-type]
-    cluster.start()
-    try:
-        yield cluster
-    except BaseException:
-        print(cluster.logs(80))
-        raise
-    finally:
-        cluster.stop()
