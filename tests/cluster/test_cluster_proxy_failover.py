@@ -13,6 +13,7 @@ refuse the endpoint string and the test fails.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 
@@ -26,6 +27,16 @@ pytestmark = pytest.mark.timeout(240)
 
 RESUME_WITHIN_S = 5.0
 """A generous bound of the pause of sends while the client moves to the other proxy."""
+_OK_CALLS = re.compile(
+    r'^popmq_rpc_duration_seconds_count\{code="OK",method="popmq\.v1\.MessagingService/'
+    r'(\w+(?:/\w+)?)"\} ([0-9.e+]+)$',
+    re.MULTILINE,
+)
+
+
+def _ok_calls(cluster: Cluster, proxy: str) -> dict[str, float]:
+    """Messaging calls a proxy answered OK, by method (from its Prometheus metrics)."""
+    return {m: float(n) for m, n in _OK_CALLS.findall(cluster.metrics(proxy))}
 
 
 async def _proxy_killed(cluster: Cluster) -> None:
@@ -63,6 +74,9 @@ async def _proxy_killed(cluster: Cluster) -> None:
             return len(log.receipts) >= 50 and len(received) >= 20
 
         await wait_until("sends and receives through p1", flowing)
+        # The clients work through the first endpoint, the one about to die.
+        served = await asyncio.to_thread(_ok_calls, cluster, "p1")
+        assert served.get("SendStream", 0) >= 10 and served.get("PopStream/Ack", 0) >= 1, served
         killed_at = time.monotonic()
         await asyncio.to_thread(cluster.kill, "p1")
         await asyncio.sleep(4.0)
@@ -88,5 +102,6 @@ async def _proxy_killed(cluster: Cluster) -> None:
     assert set(got) == sent, compare(sent, got)
 
 
+@pytest.mark.cluster_options(proxy_args=("--metrics-listen", "127.0.0.1:0"))
 def test_clients_with_both_proxies_go_on_when_one_is_killed(own_cluster: Cluster) -> None:
     asyncio.run(_proxy_killed(own_cluster))

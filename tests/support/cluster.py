@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ START_TIMEOUT_S = 60.0
 """Bound of one process start (interpreter, imports, store recovery, etcd registration);
 generous because a 2-core machine runs seven processes here."""
 _LISTENING = re.compile(r"^listening on (\S+:\d+)$", re.MULTILINE)
+_METRICS = re.compile(r"^popmq metrics on (http://\S+/metrics)$", re.MULTILINE)
 
 Kind = Literal["broker", "proxy"]
 
@@ -421,6 +423,15 @@ class Cluster:
             finally:
                 await remote.close()
         return counts
+
+    def metrics(self, proxy: str) -> str:
+        """The Prometheus text of a proxy started with `--metrics-listen` (in proxy_args)."""
+        process = self._process(proxy, "proxy")
+        match = _METRICS.search(process.log_since(process.log_offsets[-1]))
+        assert match is not None, f"{proxy} serves no metrics: give --metrics-listen"
+        with urllib.request.urlopen(match.group(1), timeout=10) as response:
+            text: str = response.read().decode()
+        return text
 
     def died(self) -> list[str]:
         """Processes that exited on their own since they were started."""
