@@ -8,7 +8,7 @@ There is no pytest-asyncio: a test writes its scenario as an `async def` and run
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,7 +71,7 @@ def make_coordinator(request: pytest.FixtureRequest) -> MakeCoordinator:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[pytest.TestReport]:
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Keep each phase's report on the item, so a cluster fixture knows at teardown whether
     the test failed (and prints the processes' logs then)."""
     report: pytest.TestReport = yield
