@@ -340,7 +340,7 @@ def run(config: ClusterSettings) -> ScenarioResult:
         rss_after = _rss_note(deployments, "after the last window")
     result.notes += [
         "Each deployment is its own processes, all started before the first window and left "
-        "running (an idle deployment used under 1% of a core); the deployments alternate "
+        "running (idle, a deployment used about 1% of a core, mostly etcd's); they alternate "
         "within each run. CPU is utime + stime of each process (every thread) over the "
         "measured window, divided by the messages counted in it.",
         f"Pop + ack: the group is created by its first pop (defaults, from the start) in all "
