@@ -13,6 +13,7 @@ from collections.abc import Callable
 from bench import delay_precision, fifo, flush_modes, send_async, spark_drain
 from bench.scenarios import (
     backlog,
+    cluster,
     consumers,
     latency,
     long_poll,
@@ -32,6 +33,8 @@ SCENARIOS: dict[str, Callable[..., str]] = {
     "backlog": backlog.main,
     "consumers-beyond-queues": consumers.main,
     "revive-storm": revive.main,
+    # Issue 22: cluster mode (proxy + brokers) beside `popmq serve`.
+    "cluster": cluster.main,
     "delay-precision": delay_precision.main,
     "fifo": fifo.main,
     "flush-modes": flush_modes.main,

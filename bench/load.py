@@ -8,17 +8,21 @@ server is a child process we know the pid of (no psutil needed).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import platform
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
+    "CPU_CLIENT",
+    "CpuWindow",
     "Meter",
     "ProcSample",
+    "WindowObserver",
     "Worker",
     "machine_info",
     "measure_rate",
@@ -46,12 +50,22 @@ class Meter:
 Worker = Callable[[Meter], Coroutine[Any, Any, None]]
 
 
+class WindowObserver(Protocol):
+    """Told when ``measure_rate``'s measured window starts and ends (e.g. to read CPU)."""
+
+    def window_started(self) -> None: ...
+
+    def window_ended(self, count: int) -> None:
+        """``count``: the items counted in the window."""
+
+
 async def measure_rate(
     workers: Sequence[Worker],
     *,
     warmup_s: float,
     duration_s: float,
     limit: int | None = None,
+    observer: WindowObserver | None = None,
 ) -> float:
     """Run the workers; return what they counted per second during the window.
 
@@ -59,7 +73,8 @@ async def measure_rate(
     after ``duration_s``, once ``limit`` items were counted in it, or when every worker
     returned. So a measurement takes at most twice ``limit`` items (plus what the workers
     hold when told to stop), however fast the machine: a caller sizes its backlog by that.
-    A worker's exception is raised here.
+    A worker's exception is raised here. ``observer`` is told right as the window starts
+    and ends (not after an error).
     """
     meter = Meter()
     tasks = [asyncio.create_task(worker(meter)) for worker in workers]
@@ -73,10 +88,14 @@ async def measure_rate(
     try:
         await _wait(tasks, warmup_s, warm)
         meter.counting = True
+        if observer is not None:
+            observer.window_started()
         started = time.perf_counter()
         await _wait(tasks, duration_s, reached)
         elapsed = time.perf_counter() - started
         meter.counting = False
+        if observer is not None:
+            observer.window_ended(meter.count)
         meter.running = False
         await asyncio.gather(*tasks)
     finally:
@@ -126,6 +145,56 @@ def proc_sample(pid: int) -> ProcSample:
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
     return ProcSample(time.perf_counter(), rss, cpu)
+
+
+CPU_CLIENT = "client"
+"""``CpuWindow``'s name for this process (the load generator)."""
+
+
+class CpuWindow:
+    """CPU seconds that given processes, and this one, used over a window, per item.
+
+    A ``WindowObserver`` for ``measure_rate``, or called by hand around any window. A
+    process's CPU is its utime + stime from /proc/PID/stat (every thread); this process's
+    is ``time.process_time()``.
+    """
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        """``pids``: name -> pid of each process to read (not ``CPU_CLIENT``)."""
+        if CPU_CLIENT in pids:
+            raise ValueError(f"{CPU_CLIENT!r} names this process; give the others other names")
+        self.pids = dict(pids)
+        self.cpu_s: dict[str, float] = {}
+        """Name -> CPU seconds used in the window (``CPU_CLIENT`` included), once ended."""
+        self.count = 0
+        self.wall_s = 0.0
+        self._start: dict[str, float] = {}
+        self._started_at = 0.0
+
+    def _now(self) -> dict[str, float]:
+        now = {name: proc_sample(pid).cpu_s for name, pid in self.pids.items()}
+        now[CPU_CLIENT] = time.process_time()
+        return now
+
+    def window_started(self) -> None:
+        self._start = self._now()
+        self._started_at = time.perf_counter()
+
+    def window_ended(self, count: int) -> None:
+        if not self._start:
+            raise RuntimeError("window_ended before window_started")
+        self.wall_s = time.perf_counter() - self._started_at
+        end = self._now()
+        self.cpu_s = {name: end[name] - self._start[name] for name in end}
+        self.count = count
+
+    def us_per_item(self, name: str) -> float:
+        """Microseconds of ``name``'s CPU per item counted; NaN when nothing was counted."""
+        return self.cpu_s[name] / self.count * 1e6 if self.count else math.nan
+
+    def cores_busy(self) -> float:
+        """All the processes' CPU over the window's wall time (this process's included)."""
+        return sum(self.cpu_s.values()) / self.wall_s if self.wall_s > 0 else math.nan
 
 
 def machine_info() -> dict[str, str]:

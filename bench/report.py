@@ -1,4 +1,5 @@
-"""Run the issue-8 scenarios side by side with the peers and write docs/benchmarks.md + PNG.
+"""Run the issue-8 scenarios side by side with the peers, and cluster mode beside `popmq serve`
+(issue 22), and write docs/benchmarks.md + PNG.
 
 Usage (what ``make bench`` runs, after installing the peers):
 
@@ -39,6 +40,7 @@ from bench.results import (
 )
 from bench.scenarios import (
     backlog,
+    cluster,
     consumers,
     latency,
     long_poll,
@@ -65,6 +67,8 @@ ISSUE8 = (
     "consumers-beyond-queues",
     "revive-storm",
 )
+REPORTED = (*ISSUE8, "cluster")
+"""Every scenario of the doc's own sections: issue 8's, then cluster mode's (issue 22)."""
 _RENDER: dict[str, Callable[[ScenarioResult], str]] = {
     "produce": produce.render,
     "pop-ack": pop_ack.render,
@@ -74,6 +78,7 @@ _RENDER: dict[str, Callable[[ScenarioResult], str]] = {
     "backlog": backlog.render,
     "consumers-beyond-queues": consumers.render,
     "revive-storm": revive.render,
+    "cluster": cluster.render,
 }
 _PROFILED = {"produce": "batch 32 · 8 producers", "pop-ack": "batch 32 · 4 consumers"}
 
@@ -83,7 +88,7 @@ def _log(text: str) -> None:
 
 
 def run_scenarios(quick: bool, *, profile: bool) -> tuple[list[ScenarioResult], dict[str, Any]]:
-    """Every issue-8 scenario, in order; profiles of produce and pop+ack when asked."""
+    """Every scenario of REPORTED, in order; profiles of produce and pop+ack when asked."""
     require = not quick
     profiles: dict[str, dict[str, Any]] = {}
     results: list[ScenarioResult] = []
@@ -116,6 +121,7 @@ def run_scenarios(quick: bool, *, profile: bool) -> tuple[list[ScenarioResult], 
         ("backlog", lambda: backlog.run(backlog.settings(quick))),
         ("consumers-beyond-queues", lambda: consumers.run(consumers.settings(quick))),
         ("revive-storm", lambda: revive.run(revive.settings(quick))),
+        ("cluster", lambda: cluster.run(cluster.settings(quick))),
     ]
     for name, step in steps:
         _log(f"{name} ...")
@@ -131,7 +137,7 @@ def run_scenarios(quick: bool, *, profile: bool) -> tuple[list[ScenarioResult], 
 def _other_names() -> list[str]:
     from bench.__main__ import SCENARIOS  # the registry (it imports bench.scenarios)
 
-    return sorted(set(SCENARIOS) - set(ISSUE8))
+    return sorted(set(SCENARIOS) - set(REPORTED))
 
 
 def run_others(quick: bool) -> dict[str, dict[str, Any]]:
@@ -539,6 +545,11 @@ def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_nam
         "- **rocksdb raw**: rocksdict synced `WriteBatch` of the same `StoredMessage` records, "
         "one writer, no indexes: the storage limit. **grpc echo**: a bare `grpc.aio` server "
         "process returning the `SendMessagesRequest` bytes it gets: the transport limit.",
+        "- **Cluster mode** (section 8): an etcd, `popmq broker --flush sync` processes and "
+        "one `popmq proxy`, each its own process, beside `popmq serve --flush sync`, all "
+        "started once and measured in turn within each run, through the same SDK load as "
+        "sections 1, 2 and 3b. CPU per message is each process's utime + stime (from "
+        "/proc/PID/stat) over the measured window divided by the messages counted in it.",
         "- Backlogs: popmq's are written by its embedded broker before the server starts "
         "(minutes faster than gRPC; not timed), the peers' through their own clients.",
         "- **Quick mode and CI.** `make setup` installs the peers when it can "

@@ -31,6 +31,7 @@ __all__ = [
     "ServerProcess",
     "find_binary",
     "free_port",
+    "popmq_command",
     "read_port_line",
 ]
 
@@ -111,6 +112,8 @@ class ServerProcess:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._ready = False
+        self._deadline = 0.0
         self.port = 0
 
     @property
@@ -126,6 +129,12 @@ class ServerProcess:
     def data_dir(self) -> Path:
         assert self._tmp is not None, "not started"
         return Path(self._tmp.name) / "data"
+
+    @property
+    def log_path(self) -> Path:
+        """The child's stderr (and stdout unless piped); removed with the temp dir."""
+        assert self._tmp is not None, "not started"
+        return Path(self._tmp.name) / "server.log"
 
     def _command(self, data_dir: Path) -> list[str]:
         raise NotImplementedError
@@ -153,16 +162,24 @@ class ServerProcess:
 
     def start(self) -> str:
         """Start the server and return its endpoint once it accepts connections."""
+        self.spawn()
+        return self.wait_until_ready()
+
+    def spawn(self) -> None:
+        """Start the child without waiting for it to be ready (``wait_until_ready`` does),
+        so that several servers start at once. Idempotent."""
         if self._proc is not None:
-            return self.endpoint
+            return
         self._tmp = tempfile.TemporaryDirectory(prefix=f"popmq-bench-{self.name}-")
         root = Path(self._tmp.name)
         # Private, as `popmq serve` wants its data dir (it warns about a readable one).
         self.data_dir.mkdir(mode=0o700)
         self._prepare(self.data_dir)
-        self._log = (root / "server.log").open("wb")
+        self._log = self.log_path.open("wb")
         self.port = 0 if self.picks_own_port else free_port()
         command = self._command(self.data_dir)
+        self._ready = False
+        self._deadline = time.monotonic() + _START_TIMEOUT_S
         self._proc = subprocess.Popen(
             command,
             stdout=self._stdout(),
@@ -171,11 +188,18 @@ class ServerProcess:
             cwd=root,
             env=self._env(),
         )
-        try:
-            self._wait_ready(self._proc, time.monotonic() + _START_TIMEOUT_S)
-        except BaseException:
-            self.stop()
-            raise
+
+    def wait_until_ready(self) -> str:
+        """The endpoint, once the spawned server is ready; it is stopped if it fails to be."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} was not spawned")
+        if not self._ready:
+            try:
+                self._wait_ready(self._proc, self._deadline)
+            except BaseException:
+                self.stop()
+                raise
+            self._ready = True
         return self.endpoint
 
     def stop(self) -> None:
@@ -202,7 +226,7 @@ class ServerProcess:
     def _log_tail(self) -> str:
         if self._tmp is None:
             return ""
-        path = Path(self._tmp.name) / "server.log"
+        path = self.log_path
         if self._log is not None:
             self._log.flush()
         with contextlib.suppress(OSError):
@@ -222,7 +246,8 @@ class ServerProcess:
         self.stop()
 
 
-def _popmq_command() -> list[str]:
+def popmq_command() -> list[str]:
+    """How to run the ``popmq`` CLI: the venv's script beside this Python, else ``-c``."""
     script = Path(sys.executable).with_name("popmq")
     if script.is_file():
         return [str(script)]
@@ -252,7 +277,7 @@ class PopmqServer(ServerProcess):
 
     def _command(self, data_dir: Path) -> list[str]:
         return [
-            *_popmq_command(),
+            *popmq_command(),
             "serve",
             "--listen",
             "127.0.0.1:0",

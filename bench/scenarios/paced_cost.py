@@ -36,7 +36,7 @@ from bench.reference import EchoServer, stream_echo_sender
 from bench.results import ScenarioResult, format_number, markdown_table, percentile
 from bench.scenarios._common import body_of, format_ratio, with_notes
 
-__all__ = ["PacedSettings", "main", "render", "run", "settings"]
+__all__ = ["PacedSettings", "main", "paced_sends", "render", "run", "settings"]
 
 NAME = "paced-cost"
 TOPIC = "paced"
@@ -68,10 +68,12 @@ def _machine_ticks() -> tuple[int, int]:
     return sum(values), values[7]
 
 
-async def _paced_sends(
+async def paced_sends(
     senders: list[Sender], *, rate: int, seconds: float, body: bytes
 ) -> list[float]:
-    """Round trips (s) of ``rate * seconds`` sends scheduled ``1 / rate`` apart."""
+    """Round trips (s) of ``rate * seconds`` sends scheduled ``1 / rate`` apart, each on its
+    own task, round-robin over ``senders``, at most 256 unfinished; a trip is timed from its
+    scheduled time, so a slipping schedule counts."""
     window = asyncio.Semaphore(_MAX_IN_FLIGHT)
     trips: list[float] = []
     tasks: list[asyncio.Task[None]] = []
@@ -104,12 +106,12 @@ async def measure(
     body = body_of(config.body_bytes)
     async with contextlib.AsyncExitStack() as stack:
         senders = [await stack.enter_async_context(open_sender()) for _ in range(config.senders)]
-        await _paced_sends(senders, rate=config.rate, seconds=config.warmup_s, body=body)
+        await paced_sends(senders, rate=config.rate, seconds=config.warmup_s, body=body)
         server_cpu = proc_sample(server_pid).cpu_s
         client_cpu = time.process_time()
         ticks, steal = _machine_ticks()
         began = time.perf_counter()
-        trips = await _paced_sends(senders, rate=config.rate, seconds=config.seconds, body=body)
+        trips = await paced_sends(senders, rate=config.rate, seconds=config.seconds, body=body)
         wall = time.perf_counter() - began
         server_cpu = proc_sample(server_pid).cpu_s - server_cpu
         client_cpu = time.process_time() - client_cpu

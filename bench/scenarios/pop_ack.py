@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.load import Meter, Worker, measure_rate
+from bench.load import Meter, WindowObserver, Worker, measure_rate
 from bench.peers.popmq_store import Backlog, prefill_store
 from bench.peers.systems import ALL_SYSTEMS, Launched, choose_systems, launch
 from bench.peers.targets import Received, Target, prefill
@@ -84,12 +84,13 @@ async def consume_rate(
     limit: int | None = None,
     work_s: float = 0.0,
     ack_on_receive: bool = False,
+    observer: WindowObserver | None = None,
 ) -> Consumed:
     """Acked messages per second from ``consumers`` concurrent consumers of one group.
 
     ``work_s`` is slept per message between receive and ack (simulated processing). With
     ``ack_on_receive`` each batch is acked with the next receive (``ack_and_receive``) and
-    counted once that returned.
+    counted once that returned. ``observer``: see ``measure_rate``.
     """
     taken = 0
 
@@ -120,6 +121,7 @@ async def consume_rate(
         warmup_s=warmup_s,
         duration_s=duration_s,
         limit=limit,
+        observer=observer,
     )
     return Consumed(rate, taken)
 

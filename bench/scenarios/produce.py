@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.load import Meter, Worker, measure_rate
+from bench.load import Meter, WindowObserver, Worker, measure_rate
 from bench.peers.systems import ALL_SYSTEMS, choose_systems, launch
 from bench.peers.targets import Target
 from bench.profile import PySpy
@@ -50,9 +50,17 @@ def case_name(batch: int, producers: int) -> str:
 
 
 async def produce_rate(
-    target: Target, *, batch: int, producers: int, body: bytes, warmup_s: float, duration_s: float
+    target: Target,
+    *,
+    batch: int,
+    producers: int,
+    body: bytes,
+    warmup_s: float,
+    duration_s: float,
+    observer: WindowObserver | None = None,
 ) -> float:
-    """Acknowledged messages per second from ``producers`` concurrent producers."""
+    """Acknowledged messages per second from ``producers`` concurrent producers
+    (``observer``: see ``measure_rate``)."""
     bodies = [body] * batch
 
     def worker() -> Worker:
@@ -65,7 +73,10 @@ async def produce_rate(
         return run
 
     return await measure_rate(
-        [worker() for _ in range(producers)], warmup_s=warmup_s, duration_s=duration_s
+        [worker() for _ in range(producers)],
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        observer=observer,
     )
 
 
