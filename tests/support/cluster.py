@@ -8,7 +8,7 @@ log on stderr) goes to `root/<name>.log`, appended across restarts with a marker
 start; `logs()` gathers the tails for a failure message, and `stop()` ends everything (call
 it from a fixture's teardown, also after a failure).
 
-A process is ready when it printed `listening on HOST:PORT`. A broker is also ready only
+A process is ready (`wait_ready`) when it printed `listening on HOST:PORT`. A broker is ready
 once every running proxy serves it: the cluster keeps a probe topic (`PROBE_TOPIC`, one
 queue per broker) and peeks the broker's queue of it through each proxy until the peek
 answers. That is what a client needs (the proxy has the broker as a live member and reaches
@@ -206,9 +206,10 @@ class Cluster:
         return self
 
     def _start_all(self, names: Sequence[str]) -> None:
-        offsets = {name: self._spawn(self._process(name)) for name in names}
-        for name, offset in offsets.items():
-            self._wait_listening(self._process(name), offset)
+        for name in names:
+            self._spawn(self._process(name))
+        for name in names:
+            self.wait_ready(name)
 
     def stop(self) -> None:
         """Kill every process and stop etcd; idempotent, never raises for a dead one."""
@@ -244,8 +245,17 @@ class Cluster:
         if process.running:
             self.terminate(name)
         self.wait_deregistered(name)
-        self._wait_listening(process, self._spawn(process))
-        if process.kind == "broker":
+        self._spawn(process)
+        self.wait_ready(name)
+
+    def wait_ready(self, name: str) -> None:
+        """Wait until the process's current start printed `listening on` its address (it
+        fails with the log if the process exits or stays silent for START_TIMEOUT_S), and
+        for a broker until every running proxy serves it (once the probe topic exists)."""
+        process = self._process(name)
+        assert process.process is not None, f"{name} was not started"
+        self._wait_listening(process, process.log_offsets[-1])
+        if process.kind == "broker" and self._probe_queue:
             self.wait_served(name)
 
     def start_etcd(self) -> None:
@@ -273,8 +283,8 @@ class Cluster:
             "--listen", process.address, *common, *process.extra,
         ]  # fmt: skip
 
-    def _spawn(self, process: ClusterProcess) -> int:
-        """Start the process with output to its log; returns the log offset of this start."""
+    def _spawn(self, process: ClusterProcess) -> None:
+        """Start the process with its output appended to its log (see `wait_ready`)."""
         assert not process.running, f"{process.name} is running already"
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "PYTHONUNBUFFERED": "1"}
         with process.log_path.open("ab") as log:
@@ -292,7 +302,6 @@ class Cluster:
                 stderr=subprocess.STDOUT,
             )
         process.starts.append(-time.monotonic())  # turned into a duration once listening
-        return offset
 
     def _wait_listening(self, process: ClusterProcess, offset: int) -> None:
         assert process.process is not None
@@ -304,7 +313,8 @@ class Cluster:
                 assert match.group(1) == process.address, (
                     f"{process.name} listens on {match.group(1)}, not {process.address}"
                 )
-                process.starts[-1] += time.monotonic()
+                if process.starts[-1] < 0:
+                    process.starts[-1] += time.monotonic()
                 return
             if process.process.poll() is not None or time.monotonic() > deadline:
                 code = process.process.poll()
