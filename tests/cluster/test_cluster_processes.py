@@ -190,6 +190,32 @@ def test_describe_topic_and_lag_through_one_proxy_cover_the_queues_of_every_brok
     asyncio.run(_describe_and_lag(cluster))
 
 
+async def _lag_of_a_group_made_by_its_first_pop(cluster: Cluster) -> None:
+    topic, group = "first-use", "first-users"
+    await _make_topic(cluster, topic)
+    ids = [f"u{n:02d}" for n in range(30)]
+    receipts = await _send(cluster.endpoint("p1"), topic, ids)
+    route = await cluster.route_queues(topic)
+    assert _brokers_of(route, receipts) == {"b1", "b2", "b3"}
+    async with AsyncSimpleConsumer(cluster.endpoint("p1"), group=group, topic=topic) as c:
+        (first,) = await c.receive(max_messages=1, wait_s=5)  # the group's first use
+        await c.ack(first)
+    # The group exists in the cluster now, so its lag covers every queue of the topic, as
+    # a broker reports a group that has not read some queue yet (all of it is lag).
+    async with AsyncAdmin(cluster.endpoint("p2")) as admin:
+        rows = [q for q in await admin.get_group_lag(group, topic) if not q.retry]
+    assert [(q.queue_id, q.broker) for q in rows] == [
+        (global_id, broker) for global_id, (broker, _) in enumerate(route)
+    ], rows
+    assert sum(q.lag for q in rows) == len(ids) - 1, rows
+
+
+def test_lag_of_a_group_made_by_its_first_pop_covers_the_queues_of_every_broker(
+    cluster: Cluster,
+) -> None:
+    asyncio.run(_lag_of_a_group_made_by_its_first_pop(cluster))
+
+
 async def _reset_offsets(cluster: Cluster) -> None:
     topic, group = "replayed", "replayer"
     await _make_topic(cluster, topic, group)
