@@ -33,6 +33,7 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
+from popmq.cluster import Coordinator, LocalCoordinator
 from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
@@ -162,13 +163,24 @@ def split_listen(listen: str) -> tuple[str, int]:
 class PopMQServer:
     """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
     e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process; then
-    `config.broker` is not used). The server starts and closes the broker it serves."""
+    `config.broker` is not used). The server starts and closes the broker it serves.
+
+    `coordinator` is where the proxy keeps what other proxies must see (Spark lease tokens,
+    proxy/leases.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
+    (opens and closes). Without one the server makes and closes its own LocalCoordinator,
+    in memory (`popmq serve`)."""
 
     def __init__(
-        self, config: ServerConfig | None = None, *, broker: BrokerAPI | None = None
+        self,
+        config: ServerConfig | None = None,
+        *,
+        broker: BrokerAPI | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
         self.config = config or ServerConfig()
         self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
+        self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
+        self._owns_coordinator = coordinator is None
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
@@ -268,6 +280,7 @@ class PopMQServer:
         self.messaging = MessagingServicer(
             self.broker,
             self.clients,
+            self.coordinator,
             observe_pop=StreamObserver(self.metrics, "popmq.v1.MessagingService/PopStream"),
             observe_send=StreamObserver(self.metrics, "popmq.v1.MessagingService/SendStream"),
             observe_stream_ack=StreamObserver(
@@ -320,6 +333,8 @@ class PopMQServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
         await self.broker.close()
+        if self._owns_coordinator:
+            await self.coordinator.close()
 
 
 async def serve(config: ServerConfig) -> None:
