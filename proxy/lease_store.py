@@ -46,8 +46,10 @@ at most 512 characters)."""
 SCHEMA = 1
 _SAFE = frozenset(string.ascii_letters + string.digits + "_.:-")
 _HASHED = "%%"
-_PAGE_READS = 16
-"""Pages read at once when a whole lease is read (ack, renew)."""
+_PAGE_READS = (2, 64)
+"""Pages read at once when a whole lease is read (ack, renew): the first batch, doubling
+up to the second (a lease of n pages costs about log2(n) round trips, n + 2 reads at most
+n + a batch)."""
 
 
 def encode_segment(text: str) -> str:
@@ -63,6 +65,11 @@ def encode_segment(text: str) -> str:
 
 def lease_path(group: str, token: str) -> str:
     return f"{FOLDER}{encode_segment(group)}/{encode_segment(token)}"
+
+
+def new_incarnation() -> str:
+    """A new lease incarnation's id: 16 random hex digits."""
+    return secrets.token_hex(8)
 
 
 def page_path(group: str, token: str, incarnation: str, number: int) -> str:
@@ -131,15 +138,22 @@ class LeaseStore:
         return None if entry is None else _meta(entry, group, token)
 
     async def create(
-        self, group: str, token: str, topic: str, deadline_ms: int, *, previous: LeaseMeta | None
+        self,
+        group: str,
+        token: str,
+        topic: str,
+        deadline_ms: int,
+        *,
+        previous: LeaseMeta | None,
+        incarnation: str,
     ) -> LeaseMeta:
-        """Start a lease (a new incarnation), unless someone else wrote its entry since
-        `previous` (None: it did not exist) was read: ConflictError then."""
+        """Start a lease as `incarnation` (new_incarnation()), unless someone else wrote its
+        entry since `previous` (None: it did not exist) was read: ConflictError then."""
         return await self._write_meta(
             group,
             token,
             topic=topic,
-            incarnation=secrets.token_hex(8),
+            incarnation=incarnation,
             deadline_ms=deadline_ms,
             acked=False,
             acked_messages=0,
@@ -211,8 +225,10 @@ class LeaseStore:
     async def pages(self, meta: LeaseMeta, *, limit: int) -> list[PageRecord]:
         """Pages 0, 1, ... up to the first one that does not exist (at most `limit`)."""
         found: list[PageRecord] = []
+        size, most = _PAGE_READS
         while len(found) < limit:
-            numbers = range(len(found), min(limit, len(found) + _PAGE_READS))
+            numbers = range(len(found), min(limit, len(found) + size))
+            size = min(most, size * 2)
             batch = await asyncio.gather(*(self.page(meta, n) for n in numbers))
             for record in batch:
                 if record is None:
@@ -229,7 +245,29 @@ class LeaseStore:
         deadline_ms: int,
     ) -> PageRecord:
         """Create page `number`; ConflictError when it exists (another proxy's won)."""
-        return await self._write_page(meta, number, handles, until_ms, deadline_ms, revision=0)
+        return await self.create_page_of(
+            meta.group, meta.token, meta.incarnation, number, handles, until_ms, deadline_ms
+        )
+
+    async def create_page_of(
+        self,
+        group: str,
+        token: str,
+        incarnation: str,
+        number: int,
+        handles: Sequence[str],
+        until_ms: Sequence[int],
+        deadline_ms: int,
+    ) -> PageRecord:
+        """`create_page` for an incarnation whose lease entry is being written meanwhile."""
+        return await self._write_page(
+            page_path(group, token, incarnation, number),
+            number,
+            handles,
+            until_ms,
+            deadline_ms,
+            revision=0,
+        )
 
     async def update_page(
         self,
@@ -241,12 +279,17 @@ class LeaseStore:
     ) -> PageRecord:
         """Rewrite a page (renewed handles); ConflictError if it changed since read."""
         return await self._write_page(
-            meta, page.number, handles, until_ms, deadline_ms, revision=page.revision
+            self._page_path(meta, page.number),
+            page.number,
+            handles,
+            until_ms,
+            deadline_ms,
+            revision=page.revision,
         )
 
     async def _write_page(
         self,
-        meta: LeaseMeta,
+        path: str,
         number: int,
         handles: Sequence[str],
         until_ms: Sequence[int],
@@ -261,7 +304,7 @@ class LeaseStore:
             "deadline_ms": deadline_ms,
         }
         entry = await self.coordinator.compare_and_set(
-            self._page_path(meta, number), value, revision=revision, ttl_s=self._ttl(deadline_ms)
+            path, value, revision=revision, ttl_s=self._ttl(deadline_ms)
         )
         return _page(entry, number)
 

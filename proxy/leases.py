@@ -63,7 +63,7 @@ from popmq.broker_core import (
     ResourceExhaustedError,
 )
 from popmq.cluster import ConflictError, CoordinationUnavailableError, Coordinator
-from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord
+from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
 
 log = logging.getLogger(__name__)
 
@@ -353,12 +353,23 @@ class LeaseTable:
         invisible_s: float,
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
     ) -> LeasePage:
-        """Start the lease with page 0 (it is unknown, or it expired)."""
+        """Start the lease with page 0 (it is unknown, or it expired).
+
+        The lease entry (a new incarnation) and page 0 are written at once: one round trip
+        instead of two. If another proxy started the lease first, the page written under
+        the incarnation that lost is nobody's (it expires) and this one joins the winner's.
+        """
         self._check_room(group, token, 0)
         messages, deadline = await self._pop_page(pop, invisible_s)
-        try:
-            meta = await self._store.create(group, token, topic, deadline, previous=previous)
-        except ConflictError:
+        incarnation = new_incarnation()
+        created, written = await asyncio.gather(
+            self._store.create(
+                group, token, topic, deadline, previous=previous, incarnation=incarnation
+            ),
+            self._store.create_page_of(group, token, incarnation, 0, *_handles(messages), deadline),
+            return_exceptions=True,
+        )
+        if isinstance(created, ConflictError):
             # Another proxy started it first (a retried task racing its zombie): join it,
             # unless it is not one this pop can join (then start over, which says why).
             joined = await self._store.meta(group, token)
@@ -370,10 +381,12 @@ class LeaseTable:
             ):
                 await self._give_back(group, messages)
                 raise _Raced from None
-            meta = joined
-        except CoordinationUnavailableError as exc:
-            raise _unrecorded(token, 0, exc) from exc
-        return await self._add_page(meta, 0, messages, deadline)
+            return await self._add_page(joined, 0, messages, deadline)
+        if isinstance(created, CoordinationUnavailableError):
+            raise _unrecorded(token, 0, created) from created
+        if isinstance(created, BaseException):
+            raise created
+        return await self._added(created, 0, messages, deadline, written)
 
     async def _pop_page(
         self, pop: Callable[[], Awaitable[list[PoppedMessage]]], invisible_s: float
@@ -410,21 +423,33 @@ class LeaseTable:
         """Record a page this proxy popped; if another proxy recorded it first, give these
         messages back and answer with that one's."""
         try:
-            record = await self._store.create_page(
-                meta,
-                number,
-                [m.receipt_handle for m in messages],
-                [m.invisible_until_ms for m in messages],
-                deadline,
+            written: PageRecord | BaseException = await self._store.create_page(
+                meta, number, *_handles(messages), deadline
             )
-        except ConflictError:
+        except (ConflictError, CoordinationUnavailableError) as exc:
+            written = exc
+        return await self._added(meta, number, messages, deadline, written)
+
+    async def _added(
+        self,
+        meta: LeaseMeta,
+        number: int,
+        messages: list[PoppedMessage],
+        deadline: int,
+        written: PageRecord | BaseException,
+    ) -> LeasePage:
+        """Answer with a page whose entry this proxy tried to create (`written`: the entry or
+        why not)."""
+        if isinstance(written, ConflictError):
             await self._give_back(meta.group, messages)
             winner = await self._store.page(meta, number)
             if winner is None:
                 raise _Raced from None  # it expired meanwhile: start over
             return await self._replay(meta, winner)
-        except CoordinationUnavailableError as exc:
-            raise _unrecorded(meta.token, number, exc) from exc
+        if isinstance(written, CoordinationUnavailableError):
+            raise _unrecorded(meta.token, number, written) from written
+        if isinstance(written, BaseException):
+            raise written
         key = (meta.group, meta.token)
         cached = self._cache(meta)
         if cached is None:
@@ -433,7 +458,7 @@ class LeaseTable:
             )
             heapq.heappush(self._expiry, (meta.deadline_ms, meta.group, meta.token))
         held = _held_bytes(messages)
-        cached.pages[number] = _Page(list(messages), record.revision, held)
+        cached.pages[number] = _Page(list(messages), written.revision, held)
         self.held_bytes += held
         if deadline < meta.deadline_ms:
             meta = await self._move_deadline(meta, deadline, lower_only=True)
@@ -612,15 +637,17 @@ class LeaseTable:
         new_deadline = now + round(invisible_s * 1000)
         lease_deadline = new_deadline
         for record in pages:
+            # A page's messages at once: a remote broker answers them in one round trip.
+            results = await asyncio.gather(
+                *(self._change(group, handle, invisible_s) for handle in record.handles)
+            )
             moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
-            for index, handle in enumerate(record.handles):
-                try:
-                    moved[index] = await self._broker.change_invisible_time(
-                        group, handle, invisible_s
-                    )
-                except PopMQError as exc:
+            for index, result in enumerate(results):
+                if isinstance(result, PopMQError):
                     # This message keeps its old deadline, so the lease ends with it.
-                    failures.append(exc)
+                    failures.append(result)
+                else:
+                    moved[index] = result
             record = await self._store_renewed(meta, record, moved, new_deadline)
             lease_deadline = min(lease_deadline, record.deadline_ms)
             page = cached.pages.get(record.number) if cached is not None else None
@@ -640,6 +667,14 @@ class LeaseTable:
                 f"renewed: {failures[0]}"
             )
         return LeaseOutcome(token, error, count, meta.deadline_ms)
+
+    async def _change(
+        self, group: str, handle: str, invisible_s: float
+    ) -> tuple[str, int] | PopMQError:
+        try:
+            return await self._broker.change_invisible_time(group, handle, invisible_s)
+        except PopMQError as exc:
+            return exc
 
     async def _store_renewed(
         self,
@@ -683,6 +718,11 @@ class _LeaseLock:
 class _Raced(Exception):
     """The lease changed under this call (another proxy restarted or expired it): the call
     starts over from reading it."""
+
+
+def _handles(messages: Sequence[PoppedMessage]) -> tuple[list[str], list[int]]:
+    """A page entry's content: the messages' receipt handles and invisible deadlines."""
+    return [m.receipt_handle for m in messages], [m.invisible_until_ms for m in messages]
 
 
 def _check_usable(meta: LeaseMeta, topic: str) -> None:
