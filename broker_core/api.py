@@ -253,6 +253,10 @@ class BrokerAPI(Protocol):
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]: ...
 
+    async def get_deliveries(
+        self, group: str, handles: Sequence[str]
+    ) -> list[PoppedMessage | PopMQError]: ...
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]: ...

@@ -53,6 +53,7 @@ from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES as PULL_DEFAULT_MESS
 from popmq.broker_core.offsets import PULL_MAX_MESSAGES as PULL_MAX_MESSAGES
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.ack import Acks
+from popmq.broker_core.pop.deliveries import Deliveries
 from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.pop.reader import Reader
@@ -238,6 +239,7 @@ class Broker:
             polling=polling,
             stats=stats,
         )
+        self._deliveries = Deliveries(store=store, catalog=catalog, acks=self._acks)
         self._reviver = Reviver(
             store=store,
             catalog=catalog,
@@ -516,6 +518,13 @@ class Broker:
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Acknowledge deliveries; one result per handle (None = acked, or acked before)."""
         return await self._acks.ack(group, handles)
+
+    async def get_deliveries(
+        self, group: str, handles: Sequence[str]
+    ) -> list[PoppedMessage | PopMQError]:
+        """The in-flight deliveries the handles name, as their pops returned them (or the
+        error an ack of each would get); changes nothing (pop/deliveries.py)."""
+        return await self._deliveries.get(group, handles)
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float

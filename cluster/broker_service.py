@@ -288,6 +288,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             ]
         )
 
+    @_rpc(writes=False)
+    async def GetDeliveries(
+        self, request: pb.GetDeliveriesRequest, context: Any
+    ) -> pb.GetDeliveriesResponse:
+        found = await self._broker.get_deliveries(request.group, list(request.handles))
+        return pb.GetDeliveriesResponse(results=[w.delivery_result_to_pb(f) for f in found])
+
     @_rpc(writes=True)
     async def ChangeInvisibleTime(
         self, request: pb.ChangeInvisibleTimeRequest, context: Any

@@ -266,6 +266,19 @@ def popped_from_pb(m: pb.PoppedMessage) -> PoppedMessage:
     )  # fmt: skip
 
 
+def delivery_result_to_pb(found: PoppedMessage | PopMQError) -> pb.DeliveryResult:
+    """One result of BrokerAPI.get_deliveries: the delivery or the error."""
+    if isinstance(found, PopMQError):
+        return pb.DeliveryResult(error=error_detail(found))
+    return pb.DeliveryResult(message=popped_to_pb(found))
+
+
+def delivery_result_from_pb(r: pb.DeliveryResult) -> PoppedMessage | PopMQError:
+    if r.HasField("message"):
+        return popped_from_pb(r.message)
+    return error_from_detail(r.error)
+
+
 def peeked_to_pb(p: PeekedMessage) -> pb.PeekedMessage:
     return pb.PeekedMessage(
         topic=p.topic, queue_id=p.queue_id, offset=p.offset, record=p.record.to_bytes()

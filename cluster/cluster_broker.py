@@ -598,6 +598,44 @@ class ClusterBroker:
         await asyncio.gather(*(ack_on(b, idx) for b, idx in by_broker.items()))
         return results
 
+    async def get_deliveries(
+        self, group: str, handles: Sequence[str]
+    ) -> list[PoppedMessage | PopMQError]:
+        """Each handle's delivery, read from the broker that issued it (one result per
+        handle, in order); queue ids as the route numbers them."""
+        check_name("group", group)
+        if not handles or len(handles) > rules.MAX_HANDLES:
+            raise InvalidArgumentError(
+                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
+                field="receipt_handles",
+                allowed=f"1..{rules.MAX_HANDLES}",
+            )
+        results: list[PoppedMessage | PopMQError] = []
+        by_broker: dict[str, list[int]] = {}
+        for index, handle in enumerate(handles):
+            try:
+                by_broker.setdefault(issuer(handle), []).append(index)
+                results.append(_PENDING)
+            except PopMQError as error:
+                results.append(error)
+
+        async def read_on(broker: str, indexes: list[int]) -> None:
+            try:
+                answers = await self.pool.get(broker).get_deliveries(
+                    group, [handles[i] for i in indexes]
+                )
+            except PopMQError as error:
+                for index in indexes:
+                    results[index] = error
+                return
+            for index, answer in zip(indexes, answers, strict=True):
+                if isinstance(answer, PoppedMessage):
+                    answer.queue_id = self.topology.global_id(answer.topic, broker, answer.queue_id)
+                results[index] = answer
+
+        await asyncio.gather(*(read_on(b, idx) for b, idx in by_broker.items()))
+        return results
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:
@@ -728,6 +766,10 @@ class ClusterBroker:
                 log.warning("%s on broker %s deferred to its catalog sync: %s", what, broker, error)
 
         await _all([one(broker) for broker in brokers])
+
+
+_PENDING = UnavailableError("no answer yet")
+"""Placeholder of a result not answered yet (every one is replaced before returning)."""
 
 
 def _with_queue(message: NewMessage, queue_id: int) -> NewMessage:

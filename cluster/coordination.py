@@ -10,6 +10,8 @@ What brokers and proxies need from a coordination service (issue 22):
   the entry's revision;
 - list a prefix, then watch it from the listed revision, re-listing when the history was
   compacted: `watch()` yields whole snapshots, so a route cache is one assignment.
+- write entries that expire (`put` / `compare_and_set` with `ttl_s`): state that must
+  outlive the process that wrote it, but not by much (Spark lease tokens, proxy/leases.py).
 
 `LocalCoordinator` keeps all of it in memory for one process (what `popmq serve` uses);
 `EtcdCoordinator` keeps it in etcd under `/popmq/<cluster>/` (docs/cluster.md has the key
@@ -19,13 +21,16 @@ layout and the value schema). Values are JSON objects. Both run on the event loo
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import heapq
 import itertools
 import json
 import logging
+import math
 import re
 import types
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -41,6 +46,7 @@ from popmq.cluster.errors import (
 )
 from popmq.cluster.etcd import (
     DEFAULT_TIMEOUT_S,
+    MAX_LEASE_TTL_S,
     EtcdClient,
     Get,
     KeyValue,
@@ -68,6 +74,10 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9%_.:-]+$")
 _SEGMENT_ALLOWED = "letters, digits, '%', '_', '.', ':', '-'"
 _REREGISTER_PAUSE_S = (0.1, 2.0)
 """First and longest pause between attempts to register again after a lost session."""
+_MIN_SLACK_S = 2.0
+_MAX_SLACK_S = 60.0
+_MAX_SHARED_LEASES = 1024
+"""etcd leases an EtcdCoordinator keeps for reuse by expiring writes (expiry_slack_s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,12 +324,25 @@ class Coordinator(Protocol):
     async def list(self, prefix: str = "") -> Snapshot:
         """Every entry under `prefix` ('' or ending in '/'), and the revision read."""
 
-    async def put(self, path: str, value: Mapping[str, Any]) -> Entry:
-        """Write an entry unconditionally."""
+    async def put(self, path: str, value: Mapping[str, Any], *, ttl_s: int | None = None) -> Entry:
+        """Write an entry unconditionally.
 
-    async def compare_and_set(self, path: str, value: Mapping[str, Any], *, revision: int) -> Entry:
+        With `ttl_s` (whole seconds, MIN_LEASE_TTL_S..MAX_LEASE_TTL_S) the entry expires:
+        it lives at least `ttl_s` seconds after the write and is deleted (watchers see the
+        delete) within `ttl_s + expiry_slack_s(ttl_s)` plus a second or so. Without it the
+        entry stays until deleted, even if an earlier write gave it a TTL.
+        """
+
+    async def compare_and_set(
+        self,
+        path: str,
+        value: Mapping[str, Any],
+        *,
+        revision: int,
+        ttl_s: int | None = None,
+    ) -> Entry:
         """Write an entry only if its revision is still `revision` (0: it must not exist);
-        ConflictError (with the current revision) otherwise."""
+        ConflictError (with the current revision) otherwise. `ttl_s` as in `put`."""
 
     async def delete(self, path: str, *, revision: int | None = None) -> bool:
         """Delete an entry (only at `revision` when given: ConflictError otherwise);
@@ -426,6 +449,16 @@ def _pause_after(attempt: int) -> float:
     return float(min(longest, first * 2 ** min(attempt, 10)))
 
 
+def expiry_slack_s(ttl_s: int) -> float:
+    """How much longer than its TTL an expiring entry may live: a tenth of the TTL, 2 s to
+    60 s. EtcdCoordinator shares one etcd lease among the writes of that window."""
+    return min(_MAX_SLACK_S, max(_MIN_SLACK_S, ttl_s / 10))
+
+
+def _check_entry_ttl(ttl_s: int | None) -> int | None:
+    return None if ttl_s is None else check_ttl(ttl_s)
+
+
 # -- in memory -------------------------------------------------------------------------------
 
 
@@ -436,6 +469,8 @@ class _Stored:
     mod_revision: int
     version: int
     session: _LocalSession | None = None
+    expires_at: float | None = None
+    """Loop time when an entry written with a TTL is deleted; None: it stays."""
 
 
 class _LocalSession(_MemberSession):
@@ -477,6 +512,10 @@ class LocalCoordinator:
         self._watchers: set[asyncio.Queue[tuple[int, str, _Stored | None]]] = set()
         self._sessions: set[_LocalSession] = set()
         self._closed = False
+        # (expires_at, path, mod_revision) of entries written with a TTL; an entry rewritten
+        # or deleted since leaves a stale item, skipped. _expire_timer fires at the first.
+        self._expiry: list[tuple[float, str, int]] = []
+        self._expire_timer: asyncio.TimerHandle | None = None
 
     async def __aenter__(self) -> LocalCoordinator:
         return self
@@ -486,12 +525,47 @@ class LocalCoordinator:
 
     async def close(self) -> None:
         self._closed = True
+        if self._expire_timer is not None:
+            self._expire_timer.cancel()
+            self._expire_timer = None
         for session in list(self._sessions):
             await session.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError("the coordinator is closed")
+        self._expire()  # a late timer never lets a read see an expired entry
+
+    def _expire(self) -> None:
+        """Delete the entries whose TTL ran out (as etcd does: watchers see a delete)."""
+        now = asyncio.get_running_loop().time()
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            _, path, revision = heapq.heappop(expiry)
+            stored = self._data.get(path)
+            if stored is not None and stored.mod_revision == revision:
+                self._write(path, None)
+
+    def _schedule_expiry(self, path: str, ttl_s: int) -> None:
+        loop = asyncio.get_running_loop()
+        stored = self._data[path]
+        stored.expires_at = loop.time() + ttl_s
+        heapq.heappush(self._expiry, (stored.expires_at, path, stored.mod_revision))
+        first = self._expiry[0][0]
+        timer = self._expire_timer
+        if timer is None or timer.when() > first:
+            if timer is not None:
+                timer.cancel()
+            self._expire_timer = loop.call_at(first, self._on_expire_timer)
+
+    def _on_expire_timer(self) -> None:
+        self._expire_timer = None
+        if self._closed:
+            return
+        self._expire()
+        if self._expiry:
+            loop = asyncio.get_running_loop()
+            self._expire_timer = loop.call_at(self._expiry[0][0], self._on_expire_timer)
 
     def _entry(self, path: str, stored: _Stored) -> Entry:
         return Entry(
@@ -604,20 +678,33 @@ class LocalCoordinator:
             relisted=True,
         )
 
-    async def put(self, path: str, value: Mapping[str, Any]) -> Entry:
+    async def put(self, path: str, value: Mapping[str, Any], *, ttl_s: int | None = None) -> Entry:
         self._check_open()
         raw = encode_value(value)
+        ttl = _check_entry_ttl(ttl_s)
         self._write(check_path(path), raw)
+        if ttl is not None:
+            self._schedule_expiry(path, ttl)
         return self._entry(path, self._data[path])
 
-    async def compare_and_set(self, path: str, value: Mapping[str, Any], *, revision: int) -> Entry:
+    async def compare_and_set(
+        self,
+        path: str,
+        value: Mapping[str, Any],
+        *,
+        revision: int,
+        ttl_s: int | None = None,
+    ) -> Entry:
         self._check_open()
         raw = encode_value(value)
+        ttl = _check_entry_ttl(ttl_s)
         stored = self._data.get(check_path(path))
         current = stored.mod_revision if stored else 0
         if current != _check_revision(revision):
             raise _conflict(path, revision, current)
         self._write(path, raw)
+        if ttl is not None:
+            self._schedule_expiry(path, ttl)
         return self._entry(path, self._data[path])
 
     async def delete(self, path: str, *, revision: int | None = None) -> bool:
@@ -715,6 +802,53 @@ class _EtcdSession(_MemberSession):
                 await self._coordinator.client.lease_revoke(self.lease.id)
 
 
+class _SharedLeases:
+    """The etcd leases entries written with a TTL are attached to, shared by nearby writes.
+
+    A lease per write would cost a LeaseGrant round trip per write and one etcd lease per
+    entry. Instead a write asking for `ttl` takes a lease that expires between `ttl` and
+    `ttl + expiry_slack_s(ttl)` from now if there is one, else grants one for
+    `ttl + slack`, which the writes of the next `slack` seconds share (the Kubernetes API
+    server reuses its etcd leases the same way). The leases are never kept alive or revoked:
+    the entries must outlive this process.
+
+    Expiry times are the loop's clock from when the grant was sent, so never later than
+    etcd's own expiry. On the event loop only.
+    """
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = client
+        # (expires_at loop time, lease id) of granted leases, sorted; pruned as they age.
+        self._leases: list[tuple[float, int]] = []
+
+    async def run(self, ttl_s: int | None, write: Callable[[int], Awaitable[Entry]]) -> Entry:
+        """`write(lease id)` with a lease for `ttl_s` (0, no lease, when None)."""
+        if ttl_s is None:
+            return await write(0)
+        lease = await self._lease(ttl_s)
+        try:
+            return await write(lease)
+        except LeaseNotFoundError:
+            # Revoked by hand, or etcd lost it: forget it and write once more with a new one.
+            self._leases = [item for item in self._leases if item[1] != lease]
+            return await write(await self._lease(ttl_s))
+
+    async def _lease(self, ttl_s: int) -> int:
+        slack = expiry_slack_s(ttl_s)
+        now = asyncio.get_running_loop().time()
+        need = now + ttl_s
+        leases = self._leases
+        del leases[: bisect.bisect_left(leases, (now + _MIN_SLACK_S,))]  # about to expire
+        at = bisect.bisect_left(leases, (need,))
+        if at < len(leases) and leases[at][0] <= need + slack:
+            return leases[at][1]
+        granted = await self._client.lease_grant(min(MAX_LEASE_TTL_S, math.ceil(ttl_s + slack)))
+        bisect.insort(self._leases, (granted.granted_at + granted.ttl_s, granted.id))
+        if len(self._leases) > _MAX_SHARED_LEASES:
+            self._leases.pop(0)
+        return granted.id
+
+
 class EtcdCoordinator:
     """Coordination in etcd, under `/popmq/<cluster>/` (docs/cluster.md).
 
@@ -735,6 +869,7 @@ class EtcdCoordinator:
         self.root = f"/popmq/{cluster}/"
         self.client = EtcdClient(endpoints, timeout_s=timeout_s)
         self._sessions: set[_EtcdSession] = set()
+        self._expiring = _SharedLeases(self.client)
 
     async def __aenter__(self) -> EtcdCoordinator:
         return self
@@ -876,23 +1011,41 @@ class EtcdCoordinator:
             logger.warning("ignoring %r: %s", kv.key, error)
             return None
 
-    async def put(self, path: str, value: Mapping[str, Any]) -> Entry:
+    async def put(self, path: str, value: Mapping[str, Any], *, ttl_s: int | None = None) -> Entry:
         raw = encode_value(value)
         key = self._key(check_path(path))
-        result = await self.client.txn([], [Put(key, raw), Get(key)])
-        (read,) = (r for r in result.results if isinstance(r, RangeResult))
-        return self._entry(read.kvs[0])
+        ttl = _check_entry_ttl(ttl_s)
 
-    async def compare_and_set(self, path: str, value: Mapping[str, Any], *, revision: int) -> Entry:
+        async def write(lease: int) -> Entry:
+            result = await self.client.txn([], [Put(key, raw, lease), Get(key)])
+            (read,) = (r for r in result.results if isinstance(r, RangeResult))
+            return self._entry(read.kvs[0])
+
+        return await self._expiring.run(ttl, write)
+
+    async def compare_and_set(
+        self,
+        path: str,
+        value: Mapping[str, Any],
+        *,
+        revision: int,
+        ttl_s: int | None = None,
+    ) -> Entry:
         raw = encode_value(value)
         key = self._key(check_path(path))
-        written, current = await self.client.compare_and_swap(
-            key, raw, mod_revision=_check_revision(revision)
-        )
-        if not written:
-            raise _conflict(path, revision, current.mod_revision if current else 0)
-        assert current is not None
-        return self._entry(current)
+        expected = _check_revision(revision)
+        ttl = _check_entry_ttl(ttl_s)
+
+        async def write(lease: int) -> Entry:
+            written, current = await self.client.compare_and_swap(
+                key, raw, mod_revision=expected, lease=lease
+            )
+            if not written:
+                raise _conflict(path, revision, current.mod_revision if current else 0)
+            assert current is not None
+            return self._entry(current)
+
+        return await self._expiring.run(ttl, write)
 
     async def delete(self, path: str, *, revision: int | None = None) -> bool:
         key = self._key(check_path(path))

@@ -429,6 +429,13 @@ class RemoteBroker:
             w.error_from_detail(r.error) if r.HasField("error") else None for r in response.results
         ]
 
+    async def get_deliveries(
+        self, group: str, handles: Sequence[str]
+    ) -> list[PoppedMessage | PopMQError]:
+        request = pb.GetDeliveriesRequest(group=group, handles=handles)
+        response = await self._call(self._stub_().GetDeliveries, request)
+        return [w.delivery_result_from_pb(r) for r in response.results]
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:

@@ -8,26 +8,51 @@ message of a lease.
 
 A lease lives until the earliest invisible deadline of its pages. After that the broker
 delivers its unacknowledged messages again (to anyone), so an expired lease cannot be
-replayed: it starts afresh at page 0. Leases live in this process only; a proxy restart
-forgets them, and their messages come back after their invisible time like any other
-unacknowledged pop.
+replayed: it starts afresh at page 0.
 
-Everything runs on the proxy's event loop. Each lease has an asyncio.Lock that serialises
-the pops, renewals and acks of that lease (a retried task racing its zombie attempt, a
-driver acking while a task still reads).
+Where leases live: in the coordinator (proxy/lease_store.py), not in the proxy. A lease
+entry and one entry per page holding the page's receipt handles and deadlines, never the
+bodies. So any proxy sharing the coordinator answers for any lease: when the proxy that
+popped a page dies, a retried task asking another proxy for that page gets the same
+messages, which that proxy reads back from their brokers by handle
+(BrokerAPI.get_deliveries). Of two proxies popping the same page at once (a retried task
+racing its zombie), the first to create the page entry wins; the other gives back what it
+popped (a nack without delay) and answers with the winner's page. Entries expire a margin
+after the lease's deadline. In a cluster the coordinator is etcd: a lease survives any
+proxy's death, and costs etcd two round trips per new page (docs/cluster.md has the
+measurements). `popmq serve` uses a LocalCoordinator, in its own memory: there a restart of
+the server still forgets every lease, and their messages come back after their invisible
+time like any other unacknowledged pop.
+
+What a proxy keeps: the pages it popped itself, bodies included, so its own replays cost no
+broker call (each replay still reads the page entry, to see renewals made elsewhere). That
+cache is what LeaseConfig bounds: the leases this proxy popped pages of (`max_leases`), the
+pages of one lease (`max_pages`) and the bytes of their messages (`max_bytes`), which also
+bound what this proxy writes to the coordinator.
+
+A coordinator that does not answer makes the call fail with a retriable UNAVAILABLE naming
+etcd. A page popped but not recorded then stays with the broker: its messages are invisible
+until their deadline and come back after it (not given back, since the write may have
+landed).
+
+Everything runs on the proxy's event loop. One asyncio.Lock per (group, token) serialises
+this proxy's pops, renewals and acks of that lease; between proxies, the compare-and-set of
+the coordinator does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from popmq.broker_core import (
+    MAX_HANDLES,
     MESSAGE_OVERHEAD_BYTES,
     BrokerAPI,
     FailedPreconditionError,
@@ -37,10 +62,15 @@ from popmq.broker_core import (
     PoppedMessage,
     ResourceExhaustedError,
 )
+from popmq.cluster import ConflictError, CoordinationUnavailableError, Coordinator
+from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
 
 log = logging.getLogger(__name__)
 
 MAX_TOKEN_LENGTH = 256
+_MAX_RACES = 8
+"""Compare-and-set conflicts one call retries before it gives up (a conflict means another
+proxy changed the lease meanwhile; a handful is already unusual)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,13 +78,25 @@ class LeaseConfig:
     """Bounds of the lease table."""
 
     max_leases: int = 100_000
-    """Live leases (acknowledged ones count until their deadline); beyond: RESOURCE_EXHAUSTED."""
+    """Leases this proxy popped pages of and still caches (acknowledged ones count until
+    their deadline); beyond: RESOURCE_EXHAUSTED."""
     max_pages: int = 4096
     """Pops one lease may make."""
     max_bytes: int = 512 * 1024 * 1024
-    """Message bytes all leases may hold for replay (bodies plus a per-message allowance);
-    a new page past it is RESOURCE_EXHAUSTED until leases are acked or expire, so the
-    proxy's memory stays bounded however many leases clients open."""
+    """Message bytes the leases this proxy popped may hold for replay (bodies plus a
+    per-message allowance); a new page past it is RESOURCE_EXHAUSTED until leases are acked
+    or expire, so the proxy's memory, and what it writes to the coordinator, stay bounded
+    however many leases clients open."""
+    expiry_margin_s: float = 30.0
+    """How long the coordinator keeps a lease's entries past its deadline (then they
+    expire by themselves): meanwhile a read of it says it expired rather than unknown."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_leases", "max_pages", "max_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"leases.{name} {getattr(self, name)} must be positive")
+        if self.expiry_margin_s < 0:
+            raise ValueError(f"leases.expiry_margin_s {self.expiry_margin_s} must be 0 or more")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,38 +120,30 @@ class LeaseOutcome:
 
 @dataclass(slots=True)
 class _Page:
+    """A page this proxy popped, with its messages (the cache a replay answers from)."""
+
     messages: list[PoppedMessage]
-    deadline_ms: int
-    held_bytes: int = 0
-    """What the page's messages count against LeaseConfig.max_bytes."""
+    revision: int
+    """The page entry's revision these messages (their handles) match."""
+    held_bytes: int
 
 
 def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
     return sum(len(m.record.body) + MESSAGE_OVERHEAD_BYTES for m in messages)
 
 
-class _Lease:
-    __slots__ = ("acked", "acked_count", "group", "lock", "pages", "token", "topic")
+class _Cached:
+    """What this proxy keeps of a lease it popped pages of."""
 
-    def __init__(self, group: str, topic: str, token: str) -> None:
+    __slots__ = ("deadline_ms", "group", "incarnation", "pages", "token")
+
+    def __init__(self, group: str, token: str, incarnation: str, deadline_ms: int) -> None:
         self.group = group
-        self.topic = topic
         self.token = token
-        self.pages: list[_Page] = []
-        self.acked = False
-        self.acked_count = 0
-        self.lock = asyncio.Lock()  # guards pages, acked and acked_count across awaits
-
-    @property
-    def deadline_ms(self) -> int:
-        """When the lease ends: its earliest page deadline (far future while it has none)."""
-        return min((page.deadline_ms for page in self.pages), default=2**63 - 1)
-
-    @property
-    def message_count(self) -> int:
-        if self.acked:
-            return self.acked_count
-        return sum(len(page.messages) for page in self.pages)
+        self.incarnation = incarnation
+        self.deadline_ms = deadline_ms
+        """The lease's deadline as this proxy last saw it: the cache goes after it."""
+        self.pages: dict[int, _Page] = {}
 
 
 def _now_ms() -> int:
@@ -128,43 +162,96 @@ def check_token(token: str) -> None:
 
 
 class LeaseTable:
-    """Leases by (group, token), with their pages and deadlines."""
+    """Leases by (group, token): their pages and deadlines in the coordinator, the pages
+    this proxy popped in its memory (module docstring).
 
-    def __init__(self, broker: BrokerAPI, config: LeaseConfig | None = None) -> None:
+    Args:
+        broker: Pops, acks, renewals, give-backs and replays by handle go to it (in a
+            cluster, a BrokerAPI that routes each handle to the broker that issued it).
+        coordinator: Where leases live; shared by every proxy that may see the same lease.
+        config: Bounds.
+    """
+
+    def __init__(
+        self, broker: BrokerAPI, coordinator: Coordinator, config: LeaseConfig | None = None
+    ) -> None:
         self._broker = broker
         self.config = config or LeaseConfig()
-        # (group, token) -> lease; leases leave at their deadline (see _purge).
-        self._leases: dict[tuple[str, str], _Lease] = {}
-        # (deadline_ms, group, token) of leases, for _purge; stale entries are skipped.
+        self._store = LeaseStore(coordinator, margin_s=self.config.expiry_margin_s)
+        # (group, token) -> what this proxy caches of the lease; it leaves at the lease's
+        # deadline (see _purge) or when the lease starts again.
+        self._cached: dict[tuple[str, str], _Cached] = {}
+        # (deadline_ms, group, token) of cached leases, for _purge; stale entries are skipped.
         self._expiry: list[tuple[int, str, str]] = []
-        # Sum of the held_bytes of every page of every lease in _leases.
+        # Sum of the held_bytes of every cached page.
         self.held_bytes = 0
+        # (group, token) -> the lock serialising this proxy's calls on that lease; it goes
+        # when its last user leaves.
+        self._locks: dict[tuple[str, str], _LeaseLock] = {}
 
     def __len__(self) -> int:
-        return len(self._leases)
+        return len(self._cached)
+
+    # -- the cache -----------------------------------------------------------------------
 
     def _purge(self, now: int) -> None:
-        """Forget leases whose deadline passed (their messages are the broker's again)."""
+        """Forget cached leases whose deadline passed (their messages are the broker's)."""
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             deadline, group, token = heapq.heappop(expiry)
-            lease = self._leases.get((group, token))
-            if lease is None or lease.deadline_ms != deadline:
-                continue  # renewed or reset since: a newer entry is on the heap
-            if lease.lock.locked():
+            cached = self._cached.get((group, token))
+            if cached is None or cached.deadline_ms != deadline:
+                continue  # renewed or restarted since: a newer entry is on the heap
+            if (group, token) in self._locks:
                 heapq.heappush(expiry, (now + 1000, group, token))
                 continue
-            self._set_pages(lease, [])
-            del self._leases[(group, token)]
+            self._drop(cached)
 
-    def _set_pages(self, lease: _Lease, pages: list[_Page]) -> None:
-        """Replace a lease's pages, keeping held_bytes in step."""
-        self.held_bytes += sum(p.held_bytes for p in pages) - sum(p.held_bytes for p in lease.pages)
-        lease.pages = pages
+    def _drop(self, cached: _Cached) -> None:
+        self._set_pages(cached, {})
+        if self._cached.get((cached.group, cached.token)) is cached:
+            del self._cached[(cached.group, cached.token)]
 
-    def _schedule(self, lease: _Lease) -> None:
-        if lease.pages:
-            heapq.heappush(self._expiry, (lease.deadline_ms, lease.group, lease.token))
+    def _set_pages(self, cached: _Cached, pages: dict[int, _Page]) -> None:
+        """Replace a lease's cached pages, keeping held_bytes in step."""
+        old = sum(p.held_bytes for p in cached.pages.values())
+        self.held_bytes += sum(p.held_bytes for p in pages.values()) - old
+        cached.pages = pages
+
+    def _cache(self, meta: LeaseMeta) -> _Cached | None:
+        """This proxy's cache of the lease `meta` reads, if it has one of that incarnation."""
+        cached = self._cached.get((meta.group, meta.token))
+        if cached is None:
+            return None
+        if cached.incarnation != meta.incarnation:
+            self._drop(cached)  # the lease started again: the old pages are not its
+            return None
+        if meta.acked and cached.pages:
+            self._set_pages(cached, {})  # acked (through any proxy): no more replays
+        self._set_deadline(cached, meta.deadline_ms)
+        return cached
+
+    def _set_deadline(self, cached: _Cached, deadline_ms: int) -> None:
+        if cached.deadline_ms != deadline_ms:
+            cached.deadline_ms = deadline_ms
+            heapq.heappush(self._expiry, (deadline_ms, cached.group, cached.token))
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, group: str, token: str) -> AsyncIterator[None]:
+        key = (group, token)
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = _LeaseLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[key]
+
+    # -- LeasePop --------------------------------------------------------------------------
 
     async def pop(
         self,
@@ -182,75 +269,128 @@ class LeaseTable:
         check_token(token)
         if page < 0:
             raise InvalidArgumentError(f"page {page} is negative: pages count from 0")
-        now = _now_ms()
-        self._purge(now)
-        key = (group, token)
-        lease = self._leases.get(key)
-        if lease is None:
-            if page != 0:
-                raise FailedPreconditionError(
-                    f"lease {token!r} is unknown or expired (a proxy restart forgets leases); "
-                    f"read it again from page 0, not page {page}"
-                )
-            if len(self._leases) >= self.config.max_leases:
-                raise ResourceExhaustedError(
-                    f"{len(self._leases)} leases are live, the most this proxy holds; ack "
-                    "leases or let them expire"
-                )
-            lease = self._leases[key] = _Lease(group, topic, token)
-        if lease.topic != topic:
-            raise InvalidArgumentError(
-                f"lease {token!r} holds messages of topic {lease.topic!r}, not {topic!r}"
+        self._purge(_now_ms())
+        async with self._locked(group, token):
+            for _ in range(_MAX_RACES):
+                try:
+                    return await self._pop(group, topic, token, page, invisible_s, pop)
+                except _Raced:
+                    continue
+            raise FailedPreconditionError(
+                f"lease {token!r} kept changing under concurrent calls; ask again"
             )
-        async with lease.lock:
-            if self._leases.setdefault(key, lease) is not lease:
-                # Our lease was dropped (its first pop failed) and another call started anew.
-                raise FailedPreconditionError(
-                    f"lease {token!r} was restarted by a concurrent call; ask again"
-                )
-            try:
-                return await self._page(lease, page, invisible_s, pop)
-            finally:
-                if not lease.pages and not lease.acked and self._leases.get(key) is lease:
-                    del self._leases[key]  # the first pop failed: nothing to remember
 
-    async def _page(
+    async def _pop(
         self,
-        lease: _Lease,
+        group: str,
+        topic: str,
+        token: str,
         page: int,
         invisible_s: float,
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
     ) -> LeasePage:
-        if lease.acked:
-            raise FailedPreconditionError(
-                f"lease {lease.token!r} was acknowledged; its messages are done"
+        cached = self._cached.get((group, token))
+        record: PageRecord | None = None
+        known = False  # whether `record` is what the lease read holds as page `page`
+        if cached is not None:
+            # This proxy popped pages of the lease: read the lease and the page at once.
+            meta, record = await asyncio.gather(
+                self._store.meta(group, token),
+                self._store.page_of(group, token, cached.incarnation, page),
             )
+            known = meta is not None and meta.incarnation == cached.incarnation
+        else:
+            meta = await self._store.meta(group, token)
         now = _now_ms()
-        if lease.pages and lease.deadline_ms <= now:
+        if meta is None or meta.deadline_ms <= now:
             if page != 0:
+                if meta is None:
+                    raise FailedPreconditionError(
+                        f"lease {token!r} is unknown or expired (a restart of `popmq serve` "
+                        f"forgets leases); read it again from page 0, not page {page}"
+                    )
                 raise FailedPreconditionError(
-                    f"lease {lease.token!r} expired {(now - lease.deadline_ms) / 1000:.3f}s ago "
-                    f"and its messages are delivered again; read it again from page 0, not "
-                    f"page {page}"
+                    f"lease {token!r} expired {(now - meta.deadline_ms) / 1000:.3f}s ago and "
+                    f"its messages are delivered again; read it again from page 0, not page "
+                    f"{page}"
                 )
-            log.info("lease %s of group %s expired; starting it afresh", lease.token, lease.group)
-            self._set_pages(lease, [])
-        if page < len(lease.pages):
-            return LeasePage(list(lease.pages[page].messages), True, lease.deadline_ms)
-        if page > len(lease.pages):
-            raise InvalidArgumentError(
-                f"page {page} of lease {lease.token!r} cannot be popped yet: the lease has "
-                f"{len(lease.pages)} pages, so the next one is page {len(lease.pages)}"
-            )
-        if len(lease.pages) >= self.config.max_pages:
-            raise ResourceExhaustedError(
-                f"lease {lease.token!r} has {len(lease.pages)} pages, the most one lease holds"
-            )
-        if self.held_bytes >= self.config.max_bytes:
-            raise ResourceExhaustedError(
-                f"leases hold {self.held_bytes} bytes of messages, the most this proxy holds "
-                f"({self.config.max_bytes}); ack leases or let them expire, then retry"
-            )
+            if meta is not None:
+                log.info("lease %s of group %s expired; starting it afresh", token, group)
+            return await self._start(group, topic, token, meta, invisible_s, pop)
+        cached = self._cache(meta)
+        _check_usable(meta, topic)
+        if not known:
+            record = None
+        if record is None:
+            previous: PageRecord | None = None
+            if page > 0 and (cached is None or page - 1 not in cached.pages):
+                if known:
+                    previous = await self._store.page(meta, page - 1)
+                else:
+                    record, previous = await asyncio.gather(
+                        self._store.page(meta, page), self._store.page(meta, page - 1)
+                    )
+                if record is None and previous is None:
+                    count = len(await self._store.pages(meta, limit=self.config.max_pages))
+                    raise InvalidArgumentError(
+                        f"page {page} of lease {token!r} cannot be popped yet: the lease has "
+                        f"{count} pages, so the next one is page {count}"
+                    )
+            elif not known:
+                record = await self._store.page(meta, page)
+        if record is not None:
+            return await self._replay(meta, record)
+        self._check_room(group, token, page)
+        messages, deadline = await self._pop_page(pop, invisible_s)
+        return await self._add_page(meta, page, messages, deadline)
+
+    async def _start(
+        self,
+        group: str,
+        topic: str,
+        token: str,
+        previous: LeaseMeta | None,
+        invisible_s: float,
+        pop: Callable[[], Awaitable[list[PoppedMessage]]],
+    ) -> LeasePage:
+        """Start the lease with page 0 (it is unknown, or it expired).
+
+        The lease entry (a new incarnation) and page 0 are written at once: one round trip
+        instead of two. If another proxy started the lease first, the page written under
+        the incarnation that lost is nobody's (it expires) and this one joins the winner's.
+        """
+        self._check_room(group, token, 0)
+        messages, deadline = await self._pop_page(pop, invisible_s)
+        incarnation = new_incarnation()
+        created, written = await asyncio.gather(
+            self._store.create(
+                group, token, topic, deadline, previous=previous, incarnation=incarnation
+            ),
+            self._store.create_page_of(group, token, incarnation, 0, *_handles(messages), deadline),
+            return_exceptions=True,
+        )
+        if isinstance(created, ConflictError):
+            # Another proxy started it first (a retried task racing its zombie): join it,
+            # unless it is not one this pop can join (then start over, which says why).
+            joined = await self._store.meta(group, token)
+            if (
+                joined is None
+                or joined.deadline_ms <= _now_ms()
+                or joined.acked
+                or joined.topic != topic
+            ):
+                await self._give_back(group, messages)
+                raise _Raced from None
+            return await self._add_page(joined, 0, messages, deadline)
+        if isinstance(created, CoordinationUnavailableError):
+            raise _unrecorded(token, 0, created) from created
+        if isinstance(created, BaseException):
+            raise created
+        return await self._added(created, 0, messages, deadline, written)
+
+    async def _pop_page(
+        self, pop: Callable[[], Awaitable[list[PoppedMessage]]], invisible_s: float
+    ) -> tuple[list[PoppedMessage], int]:
         started = _now_ms()
         messages = await pop()
         # Every message of one pop shares its deadline; an empty page lives as long as if it
@@ -258,11 +398,154 @@ class LeaseTable:
         deadline = min((m.invisible_until_ms for m in messages), default=None)
         if deadline is None:
             deadline = started + round(invisible_s * 1000)
+        return messages, deadline
+
+    def _check_room(self, group: str, token: str, page: int) -> None:
+        """The bounds a new page must fit in (LeaseConfig)."""
+        if (group, token) not in self._cached and len(self._cached) >= self.config.max_leases:
+            raise ResourceExhaustedError(
+                f"{len(self._cached)} leases are live, the most this proxy holds; ack "
+                "leases or let them expire"
+            )
+        if page >= self.config.max_pages:
+            raise ResourceExhaustedError(
+                f"lease {token!r} has {page} pages, the most one lease holds"
+            )
+        if self.held_bytes >= self.config.max_bytes:
+            raise ResourceExhaustedError(
+                f"leases hold {self.held_bytes} bytes of messages, the most this proxy holds "
+                f"({self.config.max_bytes}); ack leases or let them expire, then retry"
+            )
+
+    async def _add_page(
+        self, meta: LeaseMeta, number: int, messages: list[PoppedMessage], deadline: int
+    ) -> LeasePage:
+        """Record a page this proxy popped; if another proxy recorded it first, give these
+        messages back and answer with that one's."""
+        try:
+            written: PageRecord | BaseException = await self._store.create_page(
+                meta, number, *_handles(messages), deadline
+            )
+        except (ConflictError, CoordinationUnavailableError) as exc:
+            written = exc
+        return await self._added(meta, number, messages, deadline, written)
+
+    async def _added(
+        self,
+        meta: LeaseMeta,
+        number: int,
+        messages: list[PoppedMessage],
+        deadline: int,
+        written: PageRecord | BaseException,
+    ) -> LeasePage:
+        """Answer with a page whose entry this proxy tried to create (`written`: the entry or
+        why not)."""
+        if isinstance(written, ConflictError):
+            await self._give_back(meta.group, messages)
+            winner = await self._store.page(meta, number)
+            if winner is None:
+                raise _Raced from None  # it expired meanwhile: start over
+            return await self._replay(meta, winner)
+        if isinstance(written, CoordinationUnavailableError):
+            raise _unrecorded(meta.token, number, written) from written
+        if isinstance(written, BaseException):
+            raise written
+        key = (meta.group, meta.token)
+        cached = self._cache(meta)
+        if cached is None:
+            cached = self._cached[key] = _Cached(
+                meta.group, meta.token, meta.incarnation, meta.deadline_ms
+            )
+            heapq.heappush(self._expiry, (meta.deadline_ms, meta.group, meta.token))
         held = _held_bytes(messages)
-        lease.pages.append(_Page(messages, deadline, held))
+        cached.pages[number] = _Page(list(messages), written.revision, held)
         self.held_bytes += held
-        self._schedule(lease)
-        return LeasePage(list(messages), False, lease.deadline_ms)
+        if deadline < meta.deadline_ms:
+            meta = await self._move_deadline(meta, deadline, lower_only=True)
+            self._set_deadline(cached, meta.deadline_ms)
+        return LeasePage(list(messages), False, min(meta.deadline_ms, deadline))
+
+    async def _replay(self, meta: LeaseMeta, record: PageRecord) -> LeasePage:
+        """A page popped before: from this proxy's cache, else read back from the broker."""
+        if record.deadline_ms < meta.deadline_ms:
+            # The proxy that recorded the page could not lower the lease's deadline to it.
+            meta = await self._move_deadline(meta, record.deadline_ms, lower_only=True)
+        cached = self._cache(meta)
+        page = cached.pages.get(record.number) if cached is not None else None
+        if page is not None and page.revision != record.revision:
+            if len(page.messages) == len(record.handles):  # renewed elsewhere: new handles
+                page.messages = [
+                    dataclasses.replace(m, receipt_handle=h, invisible_until_ms=u)
+                    for m, h, u in zip(page.messages, record.handles, record.until_ms, strict=True)
+                ]
+                page.revision = record.revision
+            else:
+                page = None
+        if page is not None:
+            messages = list(page.messages)
+        else:
+            messages = await self._read_back(meta, record)
+        return LeasePage(messages, True, meta.deadline_ms)
+
+    async def _read_back(self, meta: LeaseMeta, record: PageRecord) -> list[PoppedMessage]:
+        """The messages of a page another proxy popped, from their brokers by handle."""
+        for attempt in range(2):
+            found = await self._deliveries(meta.group, record.handles)
+            failed = [f for f in found if isinstance(f, PopMQError)]
+            if not failed:
+                return [f for f in found if isinstance(f, PoppedMessage)]
+            if attempt == 0:
+                # A renewal elsewhere may have replaced the handles since the page was read.
+                again = await self._store.page(meta, record.number)
+                if again is not None and again.revision != record.revision:
+                    record = again
+                    continue
+            break
+        raise FailedPreconditionError(
+            f"page {record.number} of lease {meta.token!r} cannot be replayed: {len(failed)} "
+            f"of {len(record.handles)} messages are no longer in flight ({failed[0]})"
+        )
+
+    async def _deliveries(
+        self, group: str, handles: Sequence[str]
+    ) -> list[PoppedMessage | PopMQError]:
+        found: list[PoppedMessage | PopMQError] = []
+        for start in range(0, len(handles), MAX_HANDLES):
+            found += await self._broker.get_deliveries(group, handles[start : start + MAX_HANDLES])
+        return found
+
+    async def _give_back(self, group: str, messages: Sequence[PoppedMessage]) -> None:
+        """Return messages another proxy's page made redundant: a nack without delay, as a
+        PopStream gives back what it could not write (proxy/pop_stream.py)."""
+
+        async def one(handle: str) -> None:
+            try:
+                await self._broker.nack(group, handle, delay_s=0)
+            except PopMQError as exc:
+                log.debug("giving back a message of group %s skipped: %s", group, exc)
+
+        await asyncio.gather(*(one(m.receipt_handle) for m in messages))
+
+    async def _move_deadline(
+        self, meta: LeaseMeta, deadline_ms: int, *, lower_only: bool = False
+    ) -> LeaseMeta:
+        """Set the lease's deadline (only lower it, with `lower_only`), re-reading after a
+        conflicting write of another proxy."""
+        for _ in range(_MAX_RACES):
+            if lower_only and meta.deadline_ms <= deadline_ms:
+                return meta
+            try:
+                return await self._store.update(meta, deadline_ms=deadline_ms)
+            except ConflictError:
+                current = await self._store.meta(meta.group, meta.token)
+                if current is None or current.incarnation != meta.incarnation:
+                    return meta  # expired or started again: nothing of ours to move
+                meta = current
+        raise FailedPreconditionError(
+            f"lease {meta.token!r} kept changing under concurrent calls; ask again"
+        )
+
+    # -- AckLease ----------------------------------------------------------------------------
 
     async def ack(self, group: str, tokens: Sequence[str]) -> list[LeaseOutcome]:
         """Acknowledge every message of each lease; one outcome per token."""
@@ -273,34 +556,46 @@ class LeaseTable:
         self._purge(_now_ms())
         outcomes = []
         for token in tokens:
-            lease = self._leases.get((group, token))
-            if lease is None:
-                outcomes.append(LeaseOutcome(token, _unknown(token), 0, 0))
-                continue
-            async with lease.lock:
-                outcomes.append(await self._ack(lease))
+            async with self._locked(group, token):
+                outcomes.append(await self._ack(group, token))
         return outcomes
 
-    async def _ack(self, lease: _Lease) -> LeaseOutcome:
-        count = lease.message_count
-        if lease.acked:
-            return LeaseOutcome(lease.token, None, count, lease.deadline_ms)
-        handles = [m.receipt_handle for page in lease.pages for m in page.messages]
+    async def _ack(self, group: str, token: str) -> LeaseOutcome:
+        meta = await self._store.meta(group, token)
+        if meta is None or meta.deadline_ms <= _now_ms():
+            return LeaseOutcome(token, _unknown(token), 0, 0)
+        cached = self._cache(meta)
+        if meta.acked:
+            return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
+        pages = await self._store.pages(meta, limit=self.config.max_pages)
+        handles = [h for page in pages for h in page.handles]
         failures: list[PopMQError] = []
-        if handles:
-            results = await self._broker.ack(lease.group, handles)
-            failures = [error for error in results if error is not None]
+        for start in range(0, len(handles), MAX_HANDLES):
+            results = await self._broker.ack(group, handles[start : start + MAX_HANDLES])
+            failures += [error for error in results if error is not None]
         # Done either way: what could not be acked is the broker's to deliver again. The
-        # acknowledged lease stays until its deadline, to refuse replays, without its bodies.
-        lease.acked, lease.acked_count = True, count
-        self._set_pages(lease, [_Page([], page.deadline_ms) for page in lease.pages])
+        # acknowledged lease stays until its deadline, to refuse replays, without bodies.
+        count = len(handles)
+        for _ in range(_MAX_RACES):
+            try:
+                meta = await self._store.update(meta, acked_messages=count)
+                break
+            except ConflictError:
+                current = await self._store.meta(group, token)
+                if current is None or current.incarnation != meta.incarnation:
+                    break  # it expired meanwhile
+                meta = current
+        if cached is not None:
+            self._set_pages(cached, {})
         error: PopMQError | None = None
         if failures:
             error = FailedPreconditionError(
-                f"{len(failures)} of {count} messages of lease {lease.token!r} could not be "
+                f"{len(failures)} of {count} messages of lease {token!r} could not be "
                 f"acknowledged and are delivered again: {failures[0]}"
             )
-        return LeaseOutcome(lease.token, error, count, lease.deadline_ms)
+        return LeaseOutcome(token, error, count, meta.deadline_ms)
+
+    # -- RenewLease --------------------------------------------------------------------------
 
     async def renew(
         self, group: str, tokens: Sequence[str], invisible_s: float
@@ -319,68 +614,138 @@ class LeaseTable:
         self._purge(_now_ms())
         outcomes = []
         for token in tokens:
-            lease = self._leases.get((group, token))
-            if lease is None:
-                outcomes.append(LeaseOutcome(token, _unknown(token), 0, 0))
-                continue
-            async with lease.lock:
-                outcomes.append(await self._renew(lease, invisible_s))
+            async with self._locked(group, token):
+                outcomes.append(await self._renew(group, token, invisible_s))
         return outcomes
 
-    async def _renew(self, lease: _Lease, invisible_s: float) -> LeaseOutcome:
-        count = lease.message_count
-        if lease.acked:
-            return LeaseOutcome(
-                lease.token,
-                FailedPreconditionError(f"lease {lease.token!r} was acknowledged"),
-                count,
-                lease.deadline_ms,
-            )
+    async def _renew(self, group: str, token: str, invisible_s: float) -> LeaseOutcome:
+        meta = await self._store.meta(group, token)
         now = _now_ms()
-        if lease.deadline_ms <= now:
+        if meta is None or meta.deadline_ms <= now:
+            return LeaseOutcome(token, _unknown(token), 0, 0)
+        cached = self._cache(meta)
+        if meta.acked:
             return LeaseOutcome(
-                lease.token,
-                FailedPreconditionError(
-                    f"lease {lease.token!r} expired {(now - lease.deadline_ms) / 1000:.3f}s ago; "
-                    "its messages are delivered again"
-                ),
-                count,
-                lease.deadline_ms,
+                token,
+                FailedPreconditionError(f"lease {token!r} was acknowledged"),
+                meta.acked_messages,
+                meta.deadline_ms,
             )
+        pages = await self._store.pages(meta, limit=self.config.max_pages)
+        count = sum(len(page.handles) for page in pages)
         failures: list[PopMQError] = []
         new_deadline = now + round(invisible_s * 1000)
-        for page in lease.pages:
-            renewed: list[PoppedMessage] = []
-            deadline = new_deadline
-            for message in page.messages:
-                try:
-                    handle, until = await self._broker.change_invisible_time(
-                        lease.group, message.receipt_handle, invisible_s
-                    )
-                except PopMQError as exc:
+        lease_deadline = new_deadline
+        for record in pages:
+            # A page's messages at once: a remote broker answers them in one round trip.
+            results = await asyncio.gather(
+                *(self._change(group, handle, invisible_s) for handle in record.handles)
+            )
+            moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
+            for index, result in enumerate(results):
+                if isinstance(result, PopMQError):
                     # This message keeps its old deadline, so the lease ends with it.
-                    failures.append(exc)
-                    renewed.append(message)
-                    deadline = min(deadline, message.invisible_until_ms)
-                    continue
-                renewed.append(
-                    dataclasses.replace(message, receipt_handle=handle, invisible_until_ms=until)
-                )
-                deadline = min(deadline, until)
-            page.messages = renewed
-            page.deadline_ms = deadline
-        self._schedule(lease)
+                    failures.append(result)
+                else:
+                    moved[index] = result
+            record = await self._store_renewed(meta, record, moved, new_deadline)
+            lease_deadline = min(lease_deadline, record.deadline_ms)
+            page = cached.pages.get(record.number) if cached is not None else None
+            if page is not None and len(page.messages) == len(record.handles):
+                page.messages = [
+                    dataclasses.replace(m, receipt_handle=h, invisible_until_ms=u)
+                    for m, h, u in zip(page.messages, record.handles, record.until_ms, strict=True)
+                ]
+                page.revision = record.revision
+        meta = await self._move_deadline(meta, lease_deadline)
+        if cached is not None:
+            self._set_deadline(cached, meta.deadline_ms)
         error: PopMQError | None = None
         if failures:
             error = FailedPreconditionError(
-                f"{len(failures)} of {count} messages of lease {lease.token!r} could not be "
+                f"{len(failures)} of {count} messages of lease {token!r} could not be "
                 f"renewed: {failures[0]}"
             )
-        return LeaseOutcome(lease.token, error, count, lease.deadline_ms)
+        return LeaseOutcome(token, error, count, meta.deadline_ms)
+
+    async def _change(
+        self, group: str, handle: str, invisible_s: float
+    ) -> tuple[str, int] | PopMQError:
+        try:
+            return await self._broker.change_invisible_time(group, handle, invisible_s)
+        except PopMQError as exc:
+            return exc
+
+    async def _store_renewed(
+        self,
+        meta: LeaseMeta,
+        record: PageRecord,
+        moved: dict[int, tuple[str, int]],
+        empty_deadline: int,
+    ) -> PageRecord:
+        """Write a page's renewed handles. If another proxy renewed it meanwhile, each
+        message's live handle is the one whose ChangeInvisibleTime came last (the other's
+        failed as superseded): take ours where ours worked, theirs elsewhere."""
+        for _ in range(_MAX_RACES):
+            handles = [moved[i][0] if i in moved else h for i, h in enumerate(record.handles)]
+            until = [moved[i][1] if i in moved else u for i, u in enumerate(record.until_ms)]
+            deadline = min(until, default=empty_deadline)
+            try:
+                return await self._store.update_page(meta, record, handles, until, deadline)
+            except ConflictError:
+                current = await self._store.page(meta, record.number)
+                if current is None or len(current.handles) != len(record.handles):
+                    raise FailedPreconditionError(
+                        f"page {record.number} of lease {meta.token!r} changed while it was "
+                        "renewed; renew again"
+                    ) from None
+                record = current
+        raise FailedPreconditionError(
+            f"lease {meta.token!r} kept changing under concurrent calls; renew again"
+        )
+
+
+class _LeaseLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()  # guards one lease's calls on this proxy (their reads,
+        # pops and writes of its entries, and its cache entry)
+        self.users = 0
+        """Calls holding or waiting for the lock."""
+
+
+class _Raced(Exception):
+    """The lease changed under this call (another proxy restarted or expired it): the call
+    starts over from reading it."""
+
+
+def _handles(messages: Sequence[PoppedMessage]) -> tuple[list[str], list[int]]:
+    """A page entry's content: the messages' receipt handles and invisible deadlines."""
+    return [m.receipt_handle for m in messages], [m.invisible_until_ms for m in messages]
+
+
+def _check_usable(meta: LeaseMeta, topic: str) -> None:
+    if meta.topic != topic:
+        raise InvalidArgumentError(
+            f"lease {meta.token!r} holds messages of topic {meta.topic!r}, not {topic!r}"
+        )
+    if meta.acked:
+        raise FailedPreconditionError(
+            f"lease {meta.token!r} was acknowledged; its messages are done"
+        )
+
+
+def _unrecorded(token: str, page: int, error: CoordinationUnavailableError) -> PopMQError:
+    return CoordinationUnavailableError(
+        f"page {page} of lease {token!r} was popped but may not be recorded: {error}; its "
+        "messages stay invisible until their deadline (or replay once the coordinator is "
+        "back); retry"
+    )
 
 
 def _unknown(token: str) -> NotFoundError:
     return NotFoundError(
-        f"lease {token!r} is unknown: it expired, was never popped, or the proxy restarted "
-        "(leases live in the proxy's memory)"
+        f"lease {token!r} is unknown: it expired or was never popped (a restart of `popmq "
+        "serve` forgets leases)"
     )

@@ -21,6 +21,7 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
+from popmq.cluster import Coordinator
 from popmq.proxy import convert
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
@@ -44,12 +45,13 @@ _DEADLINE_MARGIN_S = 0.05
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
-    """Validates requests, converts them and calls the broker."""
+    """Validates requests, converts them and calls the broker (lease tokens: proxy/leases.py)."""
 
     def __init__(
         self,
         broker: BrokerAPI,
         clients: ClientRegistry,
+        coordinator: Coordinator,
         observe_pop: Observe | None = None,
         observe_send: Observe | None = None,
         observe_stream_ack: Observe | None = None,
@@ -64,7 +66,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self.clients = clients
         """The server's consumer registry (built by the caller: it needs the groups that
         existed before it, an async read of the broker)."""
-        self._leases = LeaseTable(broker)
+        self._leases = LeaseTable(broker, coordinator)
+        """Spark lease tokens, kept in `coordinator` (the server's: LocalCoordinator in
+        `popmq serve`, etcd in a cluster's proxies) so that another proxy can replay them."""
         # Set by release_waiters (shutdown): no new long waits.
         self._releasing = False
         # Open PopStream and SendStream calls, released (answered, then ended) by

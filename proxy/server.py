@@ -33,6 +33,7 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
+from popmq.cluster import Coordinator, LocalCoordinator
 from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
@@ -167,20 +168,28 @@ class PopMQServer:
     """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
     e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process, or a
     ClusterBroker; then `config.broker` is not used). The server starts and closes the
-    broker it serves. `peers`, in cluster mode, gives every proxy's HOST:PORT for RocketMQ
-    routes."""
+    broker it serves.
+
+    `coordinator` is where the proxy keeps what other proxies must see (Spark lease tokens,
+    proxy/leases.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
+    (opens and closes). Without one the server makes and closes its own LocalCoordinator,
+    in memory (`popmq serve`). `peers`, in cluster mode, gives every proxy's HOST:PORT for
+    RocketMQ routes."""
 
     def __init__(
         self,
         config: ServerConfig | None = None,
         *,
         broker: BrokerAPI | None = None,
+        coordinator: Coordinator | None = None,
         peers: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.config = config or ServerConfig()
         # Cluster mode: every proxy's HOST:PORT, which RocketMQ routes list.
         self._peers = peers
         self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
+        self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
+        self._owns_coordinator = coordinator is None
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
@@ -280,6 +289,7 @@ class PopMQServer:
         self.messaging = MessagingServicer(
             self.broker,
             self.clients,
+            self.coordinator,
             observe_pop=StreamObserver(self.metrics, "popmq.v1.MessagingService/PopStream"),
             observe_send=StreamObserver(self.metrics, "popmq.v1.MessagingService/SendStream"),
             observe_stream_ack=StreamObserver(
@@ -333,6 +343,8 @@ class PopMQServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
         await self.broker.close()
+        if self._owns_coordinator:
+            await self.coordinator.close()
 
 
 async def serve(config: ServerConfig) -> None:

@@ -1,6 +1,6 @@
 """Ack, nack, change-invisible-time and dead-letter: what a consumer does with a delivery.
 
-Each resolves a receipt handle to the live checkpoint entry it names (`_resolve_handle`,
+Each resolves a receipt handle to the live checkpoint entry it names (`resolve_handle`,
 which also tells a stale, superseded, expired or lost handle apart). A move (nack, change
 invisible time) makes a fresh persisted single-message checkpoint and records the old handle
 as superseded in the same batch; memory changes only after that batch committed.
@@ -71,10 +71,14 @@ class Acks:
         self._polling = polling
         self._stats = stats
 
-    def _resolve_handle(
+    def resolve_handle(
         self, group: GroupInfo, text: str, now: int
     ) -> tuple[Checkpoint, int] | None:
-        """The live checkpoint and index a handle refers to; None when already acked."""
+        """The live checkpoint and index a handle refers to; None when already acked.
+
+        Reads only (deliveries.py looks deliveries up with it, changing nothing); raises
+        the error an ack of the handle answers when it is stale, superseded, expired or lost.
+        """
         handle = self._codec.decode(text)
         if handle.group_id != group.group_id:
             other = self._catalog.groups_by_id.get(handle.group_id)
@@ -131,7 +135,7 @@ class Acks:
         acked: dict[int, int] = {}  # topic id -> acks
         for text in handles:
             try:
-                found = self._resolve_handle(group_info, text, now)
+                found = self.resolve_handle(group_info, text, now)
             except PopMQError as exc:
                 results.append(exc)
                 continue
@@ -175,7 +179,7 @@ class Acks:
             validation.check_range("delay", delay_s, 0, self._config.pop.max_invisible_s, "s")
             delay_ms = round(delay_s * 1000)
         else:
-            found = self._resolve_handle(group_info, handle, now_ms())
+            found = self.resolve_handle(group_info, handle, now_ms())
             if found is None:
                 raise FailedPreconditionError("the message was already acknowledged")
             ck, index = found
@@ -200,7 +204,7 @@ class Acks:
         """
         validation.check_name("group", group)
         group_info = self._catalog.group(group)
-        found = self._resolve_handle(group_info, handle, now_ms())
+        found = self.resolve_handle(group_info, handle, now_ms())
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")
         ck, index = found
@@ -242,7 +246,7 @@ class Acks:
         already refused, but the offset cannot pass it yet.
         """
         now = now_ms()
-        found = self._resolve_handle(group, text, now)
+        found = self.resolve_handle(group, text, now)
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")
         old, index = found

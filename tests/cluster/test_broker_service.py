@@ -22,6 +22,7 @@ from popmq.broker_core import (
     NewMessage,
     NotFoundError,
     PopConfig,
+    PoppedMessage,
     ReceiptHandleSupersededError,
     Subscription,
     UnavailableError,
@@ -103,6 +104,13 @@ def test_every_operation_round_trips(tmp_path: Path) -> None:
                 first, second = popped
                 new_handle, until = await api.change_invisible_time("g", first.receipt_handle, 60)
                 assert new_handle != first.receipt_handle and until > time.time() * 1000
+                live, stale = await api.get_deliveries("g", [new_handle, first.receipt_handle])
+                assert [live] == (await local.get_deliveries("g", [new_handle]))
+                assert isinstance(live, PoppedMessage)
+                assert (live.receipt_handle, live.invisible_until_ms) == (new_handle, until)
+                assert live.record == first.record and live.offset == first.offset
+                assert isinstance(stale, ReceiptHandleSupersededError)
+                assert stale.code == "FAILED_PRECONDITION"
                 redeliver_at = await api.nack("g", second.receipt_handle, 1.0)
                 assert redeliver_at > 0
                 acks = await api.ack("g", [new_handle, first.receipt_handle])
@@ -214,6 +222,8 @@ def test_errors_keep_their_class_and_fields_across_the_wire(tmp_path: Path) -> N
                     await api.send([NewMessage("orders", b"z")])
                 assert fenced.value.retriable
                 assert (await api.get_topic("orders"))[0].name == "orders"  # reads still work
+                (lookup,) = await api.get_deliveries("g", ["not-a-handle"])  # a read, too
+                assert isinstance(lookup, InvalidReceiptHandleError)
                 served.servicer.unfence()
                 await api.send([NewMessage("orders", b"z")])
 

@@ -209,3 +209,28 @@ def test_batches_are_stored_whole_on_one_broker(cluster: InProcessCluster) -> No
                 if q.queue_id in {r.queue_id for r in receipts}
             }
             assert len(brokers) == 1
+
+
+def test_a_lease_popped_through_one_proxy_replays_through_the_other(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("leased", queues=1)
+        sent = {producer.send("leased", f"l{i}".encode()).message_id for i in range(9)}
+    with (
+        SimpleConsumer(a, group="spark", topic="leased") as ca,
+        SimpleConsumer(b, group="spark", topic="leased") as cb,
+    ):
+        first = ca.receive_lease("spark/run/0/0", page=0, max_messages=16, wait_s=2)
+        assert not first.replayed and len(first.messages) >= 1
+        again = cb.receive_lease("spark/run/0/0", page=0, max_messages=16, wait_s=2)
+        assert again.replayed
+        assert [m.message_id for m in again.messages] == [m.message_id for m in first.messages]
+        assert [m.queue_id for m in again.messages] == [m.queue_id for m in first.messages]
+        assert [m.body for m in again.messages] == [m.body for m in first.messages]
+        [result] = cb.ack_leases(["spark/run/0/0"])
+        assert result.code == "OK"
+        rest = _drain(cb, len(sent) - len(first.messages))
+        assert {m.message_id for m in rest} | {m.message_id for m in first.messages} == sent
+        cb.ack(rest)

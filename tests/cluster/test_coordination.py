@@ -11,10 +11,13 @@ from popmq.cluster import (
     ConflictError,
     CoordinationArgumentError,
     Coordinator,
+    EtcdCoordinator,
     MemberExistsError,
     Snapshot,
 )
-from tests.cluster.conftest import MakeCoordinator
+from popmq.cluster.coordination import expiry_slack_s
+from tests.cluster.conftest import MakeCoordinator, unique_cluster
+from tests.support.etcd import EtcdServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -164,6 +167,10 @@ def test_watch_lists_then_follows_puts_and_deletes_in_order(
         (lambda c: c.register("broker", "a", {}, ttl_s=1), r"ttl 1s is out of range"),
         (lambda c: c.register("broker", "a", {}, ttl_s=100_000), r"out of range: use whole"),
         (lambda c: c.register("broker", "a", {}, ttl_s=2.5), "not a whole number"),
+        (lambda c: c.put("topics/a", {}, ttl_s=1), r"ttl 1s is out of range"),
+        (lambda c: c.put("topics/a", {}, ttl_s=0), r"ttl 0s is out of range"),
+        (lambda c: c.compare_and_set("topics/a", {}, revision=0, ttl_s=0.5), "not a whole"),
+        (lambda c: c.compare_and_set("topics/a", {}, revision=0, ttl_s=True), "not a whole"),
     ],
 )
 def test_bad_input_is_refused_with_what_is_allowed(
@@ -175,6 +182,7 @@ def test_bad_input_is_refused_with_what_is_allowed(
                 await call(c)  # type: ignore[operator]
             assert error.value.code == "INVALID_ARGUMENT"
             assert await c.members("broker") == {}  # nothing was registered
+            assert await c.get("topics/a") is None  # nor written
 
     asyncio.run(scenario())
 
@@ -183,5 +191,71 @@ def test_both_implementations_satisfy_the_protocol(make_coordinator: MakeCoordin
     async def scenario() -> None:
         async with make_coordinator() as c:
             assert isinstance(c, Coordinator)
+
+    asyncio.run(scenario())
+
+
+def test_an_entry_written_with_a_ttl_lives_that_long_then_goes_and_watchers_see_it(
+    make_coordinator: MakeCoordinator,
+) -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        async with make_coordinator() as writer, make_coordinator() as reader:
+            snapshots = reader.watch("leases/")
+            assert dict((await _next(snapshots)).entries) == {}
+            written = loop.time()
+            await writer.put("leases/kept", {"n": 1})
+            await writer.put("leases/short", {"n": 2}, ttl_s=2)
+            await writer.compare_and_set("leases/cas", {"n": 3}, revision=0, ttl_s=2)
+            # A put without a TTL makes an expiring entry permanent; a new TTL replaces one.
+            await writer.put("leases/made-permanent", {"n": 4}, ttl_s=2)
+            await writer.put("leases/made-permanent", {"n": 5})
+            renewed = await writer.put("leases/renewed", {"n": 6}, ttl_s=2)
+            renewed = await writer.compare_and_set(
+                "leases/renewed", {"n": 7}, revision=renewed.revision, ttl_s=30
+            )
+            await asyncio.sleep(max(0.0, written + 1.0 - loop.time()))
+            short = await reader.get("leases/short")
+            assert short is not None and short.value == {"n": 2}  # lives at least its TTL
+
+            seen = await _next(snapshots)
+            give_up = written + 2 + expiry_slack_s(2) + 5  # + etcd's expiry check, generously
+            while seen.revision < renewed.revision or {"leases/short", "leases/cas"} & set(
+                seen.entries
+            ):
+                seen = await _next(snapshots, max(0.1, give_up - loop.time()))
+            assert loop.time() - written >= 2
+            assert set(seen.entries) == {"leases/kept", "leases/made-permanent", "leases/renewed"}
+            assert await reader.get("leases/short") is None
+            assert await reader.get("leases/cas") is None
+            assert (await reader.get("leases/renewed")).value == {"n": 7}  # type: ignore[union-attr]
+            # Gone means absent: it can be created again.
+            again = await writer.compare_and_set("leases/cas", {"n": 8}, revision=0, ttl_s=5)
+            assert again.version == 1
+            await snapshots.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_etcd_entries_with_nearby_expiries_share_a_lease_and_a_lost_lease_is_replaced(
+    etcd: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as c:
+            await c.put("leases/a", {"n": 1}, ttl_s=30)
+            await c.compare_and_set("leases/b", {"n": 2}, revision=0, ttl_s=31)
+            await c.put("leases/c", {"n": 3}, ttl_s=600)  # far off: a lease of its own
+            a, b, far = [
+                (await c.client.get(c.root + f"leases/{name}")).kvs[0].lease for name in "abc"
+            ]
+            assert a and a == b and far not in (0, a)
+            left = await c.client.lease_time_to_live(a)
+            assert 29 <= left <= 30 + expiry_slack_s(30) + 1
+            await c.client.lease_revoke(a)  # its entries go with it
+            assert await c.get("leases/a") is None and await c.get("leases/b") is None
+            replaced = await c.put("leases/a", {"n": 4}, ttl_s=30)  # a new lease, not an error
+            assert replaced.value == {"n": 4}
+            lease = (await c.client.get(c.root + "leases/a")).kvs[0].lease
+            assert lease not in (0, a)
 
     asyncio.run(scenario())

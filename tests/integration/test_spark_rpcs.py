@@ -29,6 +29,7 @@ from popmq import (
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
 from popmq.broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
+from popmq.cluster import LocalCoordinator
 from popmq.proxy.leases import LeaseConfig, LeaseTable
 from popmq.proxy.leases import LeasePage as LeasePageResult
 from popmq.sdk.errors import error_from_rpc_error
@@ -373,7 +374,7 @@ def test_the_lease_table_bounds_are_explicit_errors(server: ServerThread) -> Non
     _topic(server.endpoint)
     _send(server.endpoint, [b"a", b"b", b"c"])
     broker = server.broker
-    table = LeaseTable(broker, LeaseConfig(max_leases=2, max_pages=1))
+    table = LeaseTable(broker, LocalCoordinator(), LeaseConfig(max_leases=2, max_pages=1))
 
     def pop(token: str, page: int, topic: str = "events") -> LeasePageResult:
         async def one() -> LeasePageResult:
@@ -401,7 +402,7 @@ def test_leases_hold_a_bounded_number_of_message_bytes(server: ServerThread) -> 
     _topic(server.endpoint)
     _send(server.endpoint, [b"x" * 1000 for _ in range(4)])
     broker = server.broker
-    table = LeaseTable(broker, LeaseConfig(max_bytes=2500))
+    table = LeaseTable(broker, LocalCoordinator(), LeaseConfig(max_bytes=2500))
 
     def pop(token: str) -> LeasePageResult:
         async def one() -> LeasePageResult:

@@ -697,6 +697,28 @@ class AckResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[AckResult]
     def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
 
+class GetDeliveriesRequest(_message.Message):
+    __slots__ = ("group", "handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeliveryResult(_message.Message):
+    __slots__ = ("message", "error")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    message: PoppedMessage
+    error: ErrorDetail
+    def __init__(self, message: _Optional[_Union[PoppedMessage, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class GetDeliveriesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DeliveryResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[DeliveryResult, _Mapping]]] = ...) -> None: ...
+
 class ChangeInvisibleTimeRequest(_message.Message):
     __slots__ = ("group", "handle", "invisible_s")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -143,6 +143,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.GetDeliveries = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/GetDeliveries',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.FromString,
+                _registered_method=True)
         self.ChangeInvisibleTime = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/ChangeInvisibleTime',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
@@ -372,6 +377,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDeliveries(self, request, context):
+        """GetDeliveries returns the in-flight deliveries that receipt handles name, as their pops
+        returned them, changing nothing; one result per handle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ChangeInvisibleTime(self, request, context):
         """ChangeInvisibleTime gives a delivery a new invisible time and handle.
         """
@@ -579,6 +592,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.SerializeToString,
+            ),
+            'GetDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeliveries,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.SerializeToString,
             ),
             'ChangeInvisibleTime': grpc.unary_unary_rpc_method_handler(
                     servicer.ChangeInvisibleTime,
@@ -1205,6 +1223,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/Ack',
             popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/GetDeliveries',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
