@@ -28,11 +28,14 @@ from tests.support.cluster import Cluster
 QUEUES_PER_BROKER = 2
 
 
-async def _make_topic(cluster: Cluster, topic: str, group: str = "", **group_options: int) -> None:
+async def _make_topic(
+    cluster: Cluster, topic: str, group: str = "", *, max_delivery_attempts: int | None = None
+) -> None:
+    """Create the topic (and the group) through p1."""
     async with AsyncAdmin(cluster.endpoint("p1")) as admin:
         await admin.create_topic(topic, queues=QUEUES_PER_BROKER)
         if group:
-            await admin.create_group(group, **group_options)  # type: ignore[arg-type]
+            await admin.create_group(group, max_delivery_attempts=max_delivery_attempts)
 
 
 async def _send(
