@@ -266,7 +266,7 @@ class ClusterBroker:
                 await remote.update_topic(route.topic, counts[broker])
 
         await self._each_live(route.brokers, push, what=f"create topic {route.topic!r}")
-        await self.routes.wait_for(route.revision, timeout_s=WRITE_TIMEOUT_S)
+        await _visible(self.routes.wait_for(route.revision, timeout_s=WRITE_TIMEOUT_S))
 
     def topic_info(self, name: str) -> TopicInfo:
         return self.topology.info(name)
@@ -319,7 +319,7 @@ class ClusterBroker:
                 await remote.delete_topic(name)
 
         await self._each_live(route.brokers, drop, what=f"delete topic {name!r}")
-        await self.routes.wait_for(revision, timeout_s=WRITE_TIMEOUT_S)
+        await _visible(self.routes.wait_for(revision, timeout_s=WRITE_TIMEOUT_S))
 
     async def describe_topic(self, name: str) -> tuple[TopicInfo, list[QueueDetails], list[str]]:
         return await self.admin.describe_topic(name)
@@ -367,7 +367,7 @@ class ClusterBroker:
             )
 
         await self._each_live(self.pool.names(), push, what=f"apply group {record.name!r}")
-        await self.groups.wait_for(record.revision, timeout_s=WRITE_TIMEOUT_S)
+        await _visible(self.groups.wait_for(record.revision, timeout_s=WRITE_TIMEOUT_S))
 
     def get_group(self, name: str) -> GroupInfo:
         return self.groups.get(name).info()
@@ -429,7 +429,7 @@ class ClusterBroker:
                 await remote.delete_group(name, force=True)
 
         await self._each_live(self.pool.names(), drop, what=f"delete group {name!r}")
-        await self.groups.wait_for(revision, timeout_s=WRITE_TIMEOUT_S)
+        await _visible(self.groups.wait_for(revision, timeout_s=WRITE_TIMEOUT_S))
 
     async def _ensure_group(self, group: str) -> None:
         """A group used before it was created gets a record with the defaults (as a broker
@@ -437,7 +437,7 @@ class ClusterBroker:
         if group not in self.groups.groups:
             check_name("group", group)
             record = await self.group_admin.ensure(group)
-            await self.groups.wait_for(record.revision, timeout_s=WRITE_TIMEOUT_S)
+            await _visible(self.groups.wait_for(record.revision, timeout_s=WRITE_TIMEOUT_S))
 
     # -- send, delayed messages, queries ----------------------------------------------------
 
@@ -766,6 +766,18 @@ class ClusterBroker:
                 log.warning("%s on broker %s deferred to its catalog sync: %s", what, broker, error)
 
         await _all([one(broker) for broker in brokers])
+
+
+async def _visible(wait: Awaitable[None]) -> None:
+    """Wait until this proxy's cache shows a write it made; a retriable error if it does not
+    within WRITE_TIMEOUT_S (the write is in etcd: a retry finds it done or conflicting)."""
+    try:
+        await wait
+    except TimeoutError:
+        raise UnavailableError(
+            f"the change is stored in etcd but this proxy's cache did not show it within "
+            f"{WRITE_TIMEOUT_S:g}s (is its etcd watch behind?); read it again before retrying"
+        ) from None
 
 
 _PENDING = UnavailableError("no answer yet")
