@@ -20,10 +20,22 @@ clients re-read the endpoint). At the end everything is drained and the history 
 A delivery counts as *processed* when the consumer got it and went on to ack it, whatever
 the ack's outcome (an ack cut off by a kill may or may not have been applied).
 
+Cluster mode (``--cluster``, targets.py): the same workload against etcd + 3 ``popmq
+broker`` + 2 ``popmq proxy`` subprocesses (tests/support/cluster.py). Producers and
+consumers are spread over the proxies (a consumer uses another proxy than the producer of
+the same number). The nemesis kill -9s a random broker (``--kills``) or proxy
+(``--proxy-kills``), waits for its etcd lease to lapse (``--session-ttl``), restarts it on its
+address and data dir and waits until every proxy serves it. Sends go on through the other
+brokers meanwhile, so ``--send-rate`` paces the producers to keep sending while the kills
+happen. ``--queues`` is per broker there (RocketMQ's count). The clean stop is a SIGTERM of
+every proxy and broker.
+
 Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
+    python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
+        --send-rate 200 --crashing-consumers
 
 The exit code is 1 when the run breaks what its flush mode promises (see
 ``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
@@ -63,8 +75,8 @@ from tests.chaos.server_process import (
     EndpointHolder,
     Incarnation,
     ServerDiedError,
-    ServerProcess,
 )
+from tests.chaos.targets import ClusterTarget, LocalTarget, Target
 
 __all__ = [
     "GROUP",
@@ -121,6 +133,15 @@ class CheckConfig:
         keep_data: Keep the temp data dir.
         verify_clean_restart: After the drain, stop with SIGTERM, start again and count
             what a pop still returns (nothing, if the clean stop kept all acks), then stop.
+        cluster: Run against a cluster (targets.ClusterTarget) instead of one server;
+            ``kills`` are then broker kills and ``queues`` are per broker.
+        brokers: Cluster mode: brokers (at least 2, so that one is up during a kill).
+        proxies: Cluster mode: proxies.
+        session_ttl_s: Cluster mode: ``cluster.session_ttl_s`` of every process (how long a
+            killed one stays registered, and so how long each kill lasts at least).
+        proxy_kills: Cluster mode: times the nemesis kill -9s a proxy.
+        send_rate: Sends per second of all producers together (each send is one batch);
+            0: as fast as they go.
     """
 
     messages: int = 3000
@@ -142,12 +163,26 @@ class CheckConfig:
     data_dir: Path | None = None
     keep_data: bool = False
     verify_clean_restart: bool = True
+    cluster: bool = False
+    brokers: int = 3
+    proxies: int = 2
+    session_ttl_s: int = 3
+    proxy_kills: int = 0
+    send_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.messages < 1 or self.producers < 1 or self.consumers < 1:
             raise ValueError("messages, producers and consumers must be at least 1")
-        if not 0 <= self.kills <= self.messages * 9 // 10 - 1:
-            raise ValueError(f"kills must be within 0..{self.messages * 9 // 10 - 1}")
+        if not 0 <= self.kills + self.proxy_kills <= self.messages * 9 // 10 - 1:
+            raise ValueError(
+                f"kills (with proxy kills) must be within 0..{self.messages * 9 // 10 - 1}"
+            )
+        if not self.cluster and self.proxy_kills:
+            raise ValueError("proxy_kills needs cluster mode")
+        if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
+            raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
+        if not (0 <= self.send_rate < math.inf):
+            raise ValueError("send_rate must be 0 (unpaced) or a positive number of sends/s")
         if not 1 <= self.batch_size <= 1024:
             raise ValueError("batch_size must be within 1..1024")
         if not 0 <= self.abandon_probability < 1 or not 0 <= self.nack_probability < 1:
@@ -228,7 +263,10 @@ class CheckResult:
     ack_errors: dict[str, int] = field(default_factory=dict)
     nack_errors: dict[str, int] = field(default_factory=dict)
     kills: int = 0
+    kills_by_kind: dict[str, int] = field(default_factory=dict)
     incarnations: list[Incarnation] = field(default_factory=list)
+    lease_lapse_s: list[float] = field(default_factory=list)
+    """Cluster mode: per kill, seconds until etcd dropped the killed process."""
     produce_s: float = 0.0
     drain_s: float = 0.0
     total_s: float = 0.0
@@ -282,8 +320,15 @@ class CheckResult:
             f"popmq total-queue check: flush={cfg.flush} messages={cfg.messages} "
             f"producers={cfg.producers} (batch {cfg.batch_size}) consumers={cfg.consumers} "
             f"(crashing {self.crashing_consumers}, nack p={cfg.nack_probability:g}) "
-            f"queues={cfg.queues} invisible={_span(cfg.invisible_s)}s kills={cfg.kills} "
-            f"seed={self.seed}",
+            f"queues={cfg.queues}{' per broker' if cfg.cluster else ''} "
+            f"invisible={_span(cfg.invisible_s)}s kills={cfg.kills} seed={self.seed}"
+            + (
+                f"\n  cluster: {cfg.brokers} brokers, {cfg.proxies} proxies, session TTL "
+                f"{cfg.session_ttl_s}s, proxy kills {cfg.proxy_kills}, send rate "
+                f"{cfg.send_rate or 'unpaced'}"
+                if cfg.cluster
+                else ""
+            ),
             f"  sends: attempted {self.attempted}, acknowledged {self.acknowledged}, "
             f"indeterminate {self.indeterminate} (appeared {self.indeterminate_appeared})"
             + _counts("; errors", self.send_errors),
@@ -305,7 +350,10 @@ class CheckResult:
             + _sample(self.unexpected),
             "  offset conflicts (two acknowledged ids at one queue offset): "
             f"{len(self.offset_conflicts)}" + _sample(self.offset_conflicts),
-            f"  kills (kill -9): {self.kills}; restart spawn->listening s: "
+            f"  kills (kill -9): {self.kills}"
+            + (_counts(" by kind", self.kills_by_kind) if cfg.cluster else "")
+            + (f"; lease lapse s: {_stats(self.lease_lapse_s)}" if cfg.cluster else "")
+            + "; restart spawn->listening s: "
             + _stats([i.spawn_to_listening_s for i in restarts])
             + "; broker recovery s: "
             + _stats([i.recovery_s for i in restarts if i.recovery_s is not None])
@@ -461,21 +509,34 @@ class _Progress:
 
 
 class TotalQueueChecker:
-    """One run: server, producers, consumers, nemesis, drain, then ``evaluate``."""
+    """One run: server (or cluster), producers, consumers, nemesis, drain, ``evaluate``."""
 
     def __init__(self, config: CheckConfig, data_dir: Path, seed: int) -> None:
         self.config = config
         self.seed = seed
         self.rng = random.Random(seed)
         self.data_dir = data_dir
-        self.server = ServerProcess(
-            data_dir / "store",
-            flush=config.flush,
-            log_path=data_dir / "server.log",
-            start_timeout_s=config.start_timeout_s,
-            on_death=self._server_died,
-        )
-        self.holder = self.server.holder
+        self.target: Target
+        if config.cluster:
+            self.target = ClusterTarget(
+                data_dir,
+                brokers=config.brokers,
+                proxies=config.proxies,
+                session_ttl_s=config.session_ttl_s,
+                flush=config.flush,
+                on_death=self._server_died,
+            )
+        else:
+            self.target = LocalTarget(
+                data_dir,
+                flush=config.flush,
+                start_timeout_s=config.start_timeout_s,
+                on_death=self._server_died,
+            )
+        self.holders = self.target.holders
+        self.holder = self.holders[0]
+        """Where setup, the drain's lag reads and the clean-restart check connect."""
+        self.kills_by_kind: Counter[str] = Counter()
         self.history = History()
         self.progress = _Progress()
         self.kills = 0
@@ -489,14 +550,24 @@ class TotalQueueChecker:
 
     # -- workers --------------------------------------------------------------------------
 
-    async def _produce(self, ids: list[str]) -> None:
+    def _holder_for(self, worker: int, *, consumer: bool) -> EndpointHolder:
+        """Producer n uses endpoint n; consumer n the next one, so with several proxies a
+        message is mostly sent through one proxy and popped through another."""
+        return self.holders[(worker + consumer) % len(self.holders)]
+
+    async def _produce(self, ids: list[str], holder: EndpointHolder) -> None:
         cfg = self.config
         history = self.history
-        client = Reconnecting(
-            self.holder, lambda ep: AsyncProducer(ep, timeout_s=cfg.rpc_timeout_s)
-        )
+        client = Reconnecting(holder, lambda ep: AsyncProducer(ep, timeout_s=cfg.rpc_timeout_s))
+        # Paced: this producer's share of send_rate, one send per interval.
+        interval = cfg.producers / cfg.send_rate if cfg.send_rate else 0.0
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         try:
             for start in range(0, len(ids), cfg.batch_size):
+                if interval:
+                    next_at += interval
+                    await asyncio.sleep(max(0.0, next_at - loop.time()))
                 chunk = ids[start : start + cfg.batch_size]
                 producer = await client.get()
                 history.sending(chunk)
@@ -514,11 +585,11 @@ class TotalQueueChecker:
         finally:
             await client.close()
 
-    async def _consume(self, crashing: bool, rng: random.Random) -> None:
+    async def _consume(self, crashing: bool, rng: random.Random, holder: EndpointHolder) -> None:
         cfg = self.config
         history = self.history
         client = Reconnecting(
-            self.holder,
+            holder,
             lambda ep: AsyncSimpleConsumer(
                 ep, group=GROUP, topic=TOPIC, timeout_s=cfg.rpc_timeout_s
             ),
@@ -571,14 +642,16 @@ class TotalQueueChecker:
     async def _nemesis(self) -> None:
         cfg = self.config
         low, high = max(1, cfg.messages // 20), max(2, cfg.messages * 19 // 20)
-        thresholds = sorted(self.rng.sample(range(low, high), cfg.kills))
-        for threshold in thresholds:
+        kinds = ["broker" if cfg.cluster else "server"] * cfg.kills + ["proxy"] * cfg.proxy_kills
+        self.rng.shuffle(kinds)
+        thresholds = sorted(self.rng.sample(range(low, high), len(kinds)))
+        for threshold, kind in zip(thresholds, kinds, strict=True):
             await self.progress.reached(threshold)
             # A little jitter so that the kill does not line up with the end of a send.
             await asyncio.sleep(self.rng.uniform(0, 0.02))
-            await self.server.kill()
+            await self.target.kill_and_restart(kind, self.rng)
             self.kills += 1
-            await self.server.start()
+            self.kills_by_kind[kind] += 1
 
     def _server_died(self, exc: ServerDiedError) -> None:
         if not self._crashed.done():
@@ -615,6 +688,7 @@ class TotalQueueChecker:
     # -- phases ---------------------------------------------------------------------------
 
     async def _setup(self) -> None:
+        # In cluster mode `queues` is per broker, as RocketMQ counts them.
         async with AsyncAdmin(self.holder.address, timeout_s=self.config.rpc_timeout_s) as admin:
             await admin.create_topic(TOPIC, queues=self.config.queues)
             await admin.create_group(GROUP, max_delivery_attempts=_MAX_DELIVERY_ATTEMPTS)
@@ -658,7 +732,7 @@ class TotalQueueChecker:
     async def _verify_clean_restart(self, result: CheckResult) -> None:
         """Start over the cleanly stopped store: nothing should be delivered again."""
         cfg = self.config
-        await self.server.start()
+        await self.target.start_again()
         redelivered: list[str] = []
         async with AsyncSimpleConsumer(
             self.holder.address, group=GROUP, topic=TOPIC, timeout_s=cfg.rpc_timeout_s
@@ -672,7 +746,7 @@ class TotalQueueChecker:
                 )
                 await consumer.ack(messages)
         result.redelivered_after_clean_restart = redelivered
-        code = await self.server.stop()
+        code = await self.target.stop()
         if code != 0:
             result.clean_stop_exit_code = code
 
@@ -683,21 +757,25 @@ class TotalQueueChecker:
         consumers: list[asyncio.Task[None]] = []
         others: list[asyncio.Task[None]] = []
         try:
-            await self.server.start()
+            await self.target.start()
             await self._setup()
             result.crashing_consumers = (
                 math.ceil(cfg.consumers / 2) if cfg.crashing_consumers else 0
             )
             for i in range(cfg.consumers):
                 rng = random.Random(self.rng.random())
+                holder = self._holder_for(i, consumer=True)
                 consumers.append(
-                    asyncio.create_task(self._consume(i < result.crashing_consumers, rng))
+                    asyncio.create_task(self._consume(i < result.crashing_consumers, rng, holder))
                 )
             nemesis = asyncio.create_task(self._nemesis())
             per, extra = divmod(cfg.messages, cfg.producers)
             producers = [
                 asyncio.create_task(
-                    self._produce([f"p{p}-{n:07d}" for n in range(per + (p < extra))])
+                    self._produce(
+                        [f"p{p}-{n:07d}" for n in range(per + (p < extra))],
+                        self._holder_for(p, consumer=False),
+                    )
                 )
                 for p in range(cfg.producers)
             ]
@@ -712,18 +790,20 @@ class TotalQueueChecker:
             await self._drain(result)
             result.drain_s = time.perf_counter() - drain_began
             await _cancel(consumers)
-            result.clean_stop_exit_code = await self.server.stop()
+            result.clean_stop_exit_code = await self.target.stop()
             if cfg.verify_clean_restart and result.drained:
                 await self._verify_clean_restart(result)
             if self._crashed.done():
                 self._crashed.result()  # the server died on its own meanwhile
         finally:
             await _cancel([*consumers, *others])
-            if self.server.running:
-                await self.server.kill()
+            await self.target.close()
         result.total_s = time.perf_counter() - began
         result.kills = self.kills
-        result.incarnations = list(self.server.incarnations)
+        result.kills_by_kind = dict(self.kills_by_kind)
+        result.incarnations = list(self.target.incarnations)
+        if isinstance(self.target, ClusterTarget):
+            result.lease_lapse_s = list(self.target.lease_lapse_s)
         evaluate(self.history, result)
         return result
 
@@ -763,7 +843,8 @@ def _parser() -> argparse.ArgumentParser:
     d = CheckConfig()
     parser = argparse.ArgumentParser(
         prog="python -m tests.chaos.checker",
-        description="Total-queue durability check of popmq under kill -9 of the server.",
+        description="Total-queue durability check of popmq under kill -9 of the server "
+        "(or of brokers and proxies of a cluster).",
     )
     parser.add_argument("--messages", type=int, default=d.messages, help="ids to send")
     parser.add_argument("--kills", type=int, default=d.kills, help="kill -9 count")
@@ -798,6 +879,25 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=None, help="store and server log (default: temp dir)"
     )
     parser.add_argument("--keep-data", action="store_true", help="keep the temp data dir")
+    cluster = parser.add_argument_group("cluster mode")
+    cluster.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run against etcd + brokers + proxies; --kills are broker kills",
+    )
+    cluster.add_argument("--brokers", type=int, default=d.brokers)
+    cluster.add_argument("--proxies", type=int, default=d.proxies)
+    cluster.add_argument(
+        "--session-ttl", type=int, default=d.session_ttl_s, metavar="S", help="session TTL (s)"
+    )
+    cluster.add_argument("--proxy-kills", type=int, default=d.proxy_kills, help="kill -9 count")
+    parser.add_argument(
+        "--send-rate",
+        type=float,
+        default=d.send_rate,
+        metavar="N",
+        help="sends per second of all producers (default: unpaced)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     return parser
 
@@ -822,6 +922,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             data_dir=args.data_dir,
             keep_data=args.keep_data,
+            cluster=args.cluster,
+            brokers=args.brokers,
+            proxies=args.proxies,
+            session_ttl_s=args.session_ttl,
+            proxy_kills=args.proxy_kills,
+            send_rate=args.send_rate,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

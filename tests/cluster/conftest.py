@@ -8,12 +8,13 @@ There is no pytest-asyncio: a test writes its scenario as an `async def` and run
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from popmq.cluster import Coordinator, EtcdCoordinator, LocalCoordinator
+from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 
 _clusters = itertools.count()
@@ -62,3 +63,68 @@ def make_coordinator(request: pytest.FixtureRequest) -> MakeCoordinator:
         return make_local
     server: EtcdServer = request.getfixturevalue("etcd")
     return lambda: EtcdCoordinator(server.endpoint, cluster=cluster)
+
+
+# -- real clusters of processes (tests/support/cluster.py) ---------------------------------
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the item, so a cluster fixture knows at teardown whether
+    the test failed (and prints the processes' logs then)."""
+    report: pytest.TestReport = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return any(
+        getattr(getattr(request.node, f"report_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """etcd + 3 brokers + 2 proxies shared by the tests of one module that kill nothing
+    (each uses its own topics and groups)."""
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The module's shared cluster, every process running; its logs are printed after a
+    failed test."""
+    down = [p.name for p in module_cluster.processes.values() if not p.running]
+    assert not down, f"processes of the shared cluster are down: {down}\n{module_cluster.logs()}"
+    yield module_cluster
+    if _failed(request):
+        print(module_cluster.logs(80))
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster of this test alone (it may kill, stop or restart anything), etcd + 3
+    brokers + 2 proxies with a 3 s session TTL; a test marks `cluster_options(...)` for
+    others. Logs are printed after a failed test."""
+    marker = request.node.get_closest_marker("cluster_options")
+    options = dict(marker.kwargs) if marker is not None else {}
+    cluster = Cluster(tmp_path / "cluster", **options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        if _failed(request):
+            print(cluster.logs(80))
+        cluster.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster_options(**kwargs): Cluster arguments of the own_cluster fixture"
+    )

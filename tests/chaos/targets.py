@@ -1,0 +1,221 @@
+"""What the total-queue checker runs against: one `popmq serve`, or a cluster.
+
+A target starts the system, says where clients connect (one EndpointHolder per endpoint;
+clients re-read it after a failure), lets the nemesis kill -9 one process and bring it back,
+stops everything cleanly (the exit code says whether the stop was clean) and starts it again
+over the same data.
+
+- `LocalTarget`: `popmq serve` as a subprocess (server_process.py); the nemesis kills the
+  server and starts it again on a new port.
+- `ClusterTarget`: etcd + brokers + proxies (tests/support/cluster.py). The nemesis kills a
+  random broker (or proxy), waits for its etcd lease to lapse (a killed process cannot
+  register its name before that), starts it again on its address and waits until every
+  proxy serves it. Broker kills do not stop the clients: sends go to the other brokers and
+  pops read them. A proxy kill clears its holder (the clients of that proxy wait, as local
+  mode's clients wait for the server) until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, Protocol
+
+from tests.chaos.server_process import (
+    KILLED,
+    EndpointHolder,
+    Incarnation,
+    ServerDiedError,
+    ServerProcess,
+)
+from tests.support.cluster import Cluster
+
+__all__ = ["ClusterTarget", "LocalTarget", "Target"]
+
+_OPENED = re.compile(
+    r"opened in ([0-9.]+)s: \d+ topics, \d+ groups, (\d+) in-flight checkpoints recovered"
+)
+_DEATH_POLL_S = 0.5
+
+
+class Target(Protocol):
+    """The system under test, as the checker drives it."""
+
+    holders: list[EndpointHolder]
+    """Where clients connect: one per endpoint (the server, or each proxy)."""
+    incarnations: list[Incarnation]
+    """Each start of a process (the restarts after kills among them)."""
+
+    async def start(self) -> None: ...
+
+    async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        """kill -9 one process of `kind` and bring it back."""
+        ...
+
+    async def stop(self) -> int | None:
+        """Clean stop of everything: 0 if every process exited 0, else the first other
+        code (None: one hung and was killed)."""
+        ...
+
+    async def start_again(self) -> None:
+        """Start everything again after `stop`, over the same data."""
+        ...
+
+    async def close(self) -> None:
+        """Kill whatever still runs (the end of a run, also after a failure)."""
+        ...
+
+
+class LocalTarget:
+    """`popmq serve` over one data dir."""
+
+    kinds = ("server",)
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        flush: Literal["sync", "async"],
+        start_timeout_s: float,
+        on_death: Callable[[ServerDiedError], None],
+    ) -> None:
+        self.server = ServerProcess(
+            data_dir / "store",
+            flush=flush,
+            log_path=data_dir / "server.log",
+            start_timeout_s=start_timeout_s,
+            on_death=on_death,
+        )
+        self.holders = [self.server.holder]
+        self.incarnations = self.server.incarnations
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        await self.server.kill()
+        await self.server.start()
+
+    async def stop(self) -> int | None:
+        return await self.server.stop()
+
+    async def start_again(self) -> None:
+        await self.server.start()
+
+    async def close(self) -> None:
+        if self.server.running:
+            await self.server.kill()
+
+
+class ClusterTarget:
+    """etcd + `brokers` brokers + `proxies` proxies, each a subprocess.
+
+    Attributes:
+        lease_lapse_s: Per kill, seconds from the kill until etcd dropped the process's
+            registration (its session TTL, give or take etcd's expiry tick).
+    """
+
+    kinds = ("broker", "proxy")
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        brokers: int,
+        proxies: int,
+        session_ttl_s: int,
+        flush: Literal["sync", "async"],
+        on_death: Callable[[ServerDiedError], None],
+    ) -> None:
+        self.cluster = Cluster(
+            data_dir / "cluster",
+            brokers=brokers,
+            proxies=proxies,
+            session_ttl_s=session_ttl_s,
+            flush=flush,
+        )
+        self.holders = [EndpointHolder() for _ in self.cluster.proxies]
+        self.incarnations: list[Incarnation] = []
+        self.lease_lapse_s: list[float] = []
+        self._on_death = on_death
+        # Polls for processes that exit on their own (held so it runs).
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.cluster.start)
+        self._publish()
+        self._watcher = asyncio.create_task(self._watch())
+
+    def _publish(self) -> None:
+        for holder, proxy in zip(self.holders, self.cluster.proxies, strict=True):
+            holder.publish(self.cluster.endpoint(proxy))
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(_DEATH_POLL_S)
+            died = self.cluster.died()
+            if died:
+                self._on_death(
+                    ServerDiedError(
+                        f"{', '.join(died)} exited on their own; logs:\n{self.cluster.logs()}"
+                    )
+                )
+                return
+
+    async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        names = self.cluster.brokers if kind == "broker" else self.cluster.proxies
+        name = rng.choice(names)
+        holder = self.holders[names.index(name)] if kind == "proxy" else None
+        if holder is not None:
+            holder.up.clear()
+        await asyncio.to_thread(self.cluster.kill, name)
+        self.lease_lapse_s.append(await asyncio.to_thread(self.cluster.wait_deregistered, name))
+        await asyncio.to_thread(self.cluster.restart, name)
+        process = self.cluster.processes[name]
+        recovery_s: float | None = None
+        recovered: int | None = None
+        match = _OPENED.search(process.log_since(process.log_offsets[-1]))
+        if match is not None:
+            recovery_s, recovered = float(match.group(1)), int(match.group(2))
+        self.incarnations.append(
+            Incarnation(
+                number=len(self.incarnations) + 1,
+                endpoint=f"{name}@{process.address}",
+                spawn_to_listening_s=process.starts[-1],
+                recovery_s=recovery_s,
+                recovered_checkpoints=recovered,
+                after=KILLED,
+            )
+        )
+        if holder is not None:
+            holder.publish(process.address)
+
+    async def stop(self) -> int | None:
+        await self._stop_watching()
+        for holder in self.holders:
+            holder.up.clear()
+        codes: list[int | None] = []
+        for name in [*self.cluster.proxies, *self.cluster.brokers]:
+            codes.append(await asyncio.to_thread(self.cluster.terminate, name))
+        return next((code for code in codes if code != 0), 0)
+
+    async def start_again(self) -> None:
+        for name in [*self.cluster.brokers, *self.cluster.proxies]:
+            await asyncio.to_thread(self.cluster.restart, name)
+        self._publish()
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def _stop_watching(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def close(self) -> None:
+        await self._stop_watching()
+        await asyncio.to_thread(self.cluster.stop)

@@ -1,0 +1,136 @@
+"""Client-side helpers of the cluster process tests: unique ids as bodies, a steady send
+loop, receiving until a set of ids came, and the checks every test makes (ids sent = ids
+received, duplicates counted and named)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+from popmq import AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage, SendReceipt
+
+
+def ids_of(messages: Iterable[ReceivedMessage]) -> Counter[str]:
+    """Body (a unique id) -> deliveries."""
+    return Counter(m.body.decode() for m in messages)
+
+
+def duplicates(received: Counter[str]) -> dict[str, int]:
+    """Ids delivered more than once, with their count."""
+    return {i: n for i, n in sorted(received.items()) if n > 1}
+
+
+def compare(sent: Collection[str], received: Counter[str]) -> str:
+    """What differs between the ids sent and those received, for assertion messages."""
+    missing = sorted(set(sent) - set(received))
+    unexpected = sorted(set(received) - set(sent))
+    return (
+        f"sent {len(sent)}, received {len(received)} distinct in {sum(received.values())} "
+        f"deliveries; missing {len(missing)} {missing[:10]}; unexpected {len(unexpected)} "
+        f"{unexpected[:10]}; duplicates {duplicates(received)}"
+    )
+
+
+async def receive_ids(
+    consumer: AsyncSimpleConsumer,
+    want: Collection[str],
+    *,
+    deadline_s: float = 30.0,
+    invisible_s: float = 30.0,
+    wait_s: float = 2.0,
+    quiet_polls: int = 1,
+) -> list[ReceivedMessage]:
+    """Receive (without acking) until every id of `want` came, then `quiet_polls` more empty
+    long polls (to catch extra deliveries), or until `deadline_s`; returns every delivery."""
+    got: list[ReceivedMessage] = []
+    missing = set(want)
+    quiet = 0
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        batch = await consumer.receive(
+            max_messages=32, invisible_duration_s=invisible_s, wait_s=wait_s
+        )
+        got += batch
+        missing.difference_update(m.body.decode() for m in batch)
+        if missing:
+            continue
+        if not batch:
+            quiet += 1
+            if quiet >= quiet_polls:
+                break
+    return got
+
+
+async def drain(
+    consumer: AsyncSimpleConsumer, *, wait_s: float = 1.0, deadline_s: float = 60.0
+) -> list[ReceivedMessage]:
+    """Receive and ack until a long poll comes back empty (or `deadline_s`)."""
+    got: list[ReceivedMessage] = []
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        batch = await consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=wait_s)
+        if not batch:
+            break
+        await consumer.ack(batch)
+        got += batch
+    return got
+
+
+async def wait_until(
+    what: str, check: Callable[[], Awaitable[bool]], timeout_s: float = 30.0
+) -> None:
+    """Poll an async predicate until it is true; fails naming `what` after `timeout_s`."""
+    give_up = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < give_up, f"timed out after {timeout_s:g}s waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@dataclass
+class SendLog:
+    """What a send loop saw: every id tried, the receipts, and the failures."""
+
+    attempted: list[str] = field(default_factory=list)
+    receipts: dict[str, SendReceipt] = field(default_factory=dict)
+    done_at: dict[str, float] = field(default_factory=dict)
+    """Id -> time.monotonic() when its send returned a receipt."""
+    errors: list[tuple[float, str, str]] = field(default_factory=list)
+    """(time.monotonic(), id, error code) of each send that raised."""
+
+    def error_codes(self) -> Counter[str]:
+        return Counter(code for _, _, code in self.errors)
+
+    def longest_gap(self, since: float, until: float) -> float:
+        """The longest time without a successful send between `since` and `until`."""
+        times = sorted(t for t in self.done_at.values() if since <= t <= until)
+        edges = [since, *times, until]
+        return max(b - a for a, b in itertools.pairwise(edges))
+
+
+async def send_loop(
+    producer: AsyncProducer,
+    topic: str,
+    prefix: str,
+    stop: asyncio.Event,
+    log: SendLog,
+    *,
+    pause_s: float = 0.005,
+) -> None:
+    """Send `prefix000000`, `prefix000001`, ... one by one until `stop` is set."""
+    for n in itertools.count():
+        if stop.is_set():
+            return
+        message_id = f"{prefix}{n:06d}"
+        log.attempted.append(message_id)
+        try:
+            receipt = await producer.send(topic, message_id.encode())
+        except PopMQError as exc:
+            log.errors.append((time.monotonic(), message_id, exc.code))
+        else:
+            log.receipts[message_id] = receipt
+            log.done_at[message_id] = time.monotonic()
+        await asyncio.sleep(pause_s)
