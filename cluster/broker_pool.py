@@ -63,7 +63,9 @@ class BrokerPool:
             current = self._remotes.get(name)
             if current is not None and current[0] == addr:
                 continue
-            remote = RemoteBroker(addr, call_timeout_s=self._call_timeout_s, catalog=False)
+            remote = RemoteBroker(
+                addr, call_timeout_s=self._call_timeout_s, catalog=False, name=name
+            )
             await remote.start()  # opens the channel; no call is made
             if self._draining:
                 remote.release_waiters()

@@ -24,7 +24,7 @@ from grpc_health.v1.health import aio as health_aio
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.coordination import EtcdCoordinator, Session
-from popmq.cluster.errors import CoordinationError
+from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
@@ -94,14 +94,32 @@ class BrokerServer:
         cluster = self.config.cluster
         self._coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
         name = self.config.broker.broker_name
-        try:
-            self.session = await self._coordinator.register(
-                "broker", name, {"addr": self.address}, ttl_s=cluster.session_ttl_s
-            )
-        except CoordinationError as exc:
-            raise InvalidArgumentError(
-                f"broker {name!r} cannot register with etcd {cluster.etcd}: {exc}"
-            ) from exc
+        loop = asyncio.get_running_loop()
+        # A broker restarted at once after a crash finds its old lease still alive: wait
+        # for it to lapse (one TTL) rather than fail, so a supervisor's restart succeeds.
+        give_up = loop.time() + cluster.session_ttl_s + 2
+        while True:
+            try:
+                self.session = await self._coordinator.register(
+                    "broker", name, {"addr": self.address}, ttl_s=cluster.session_ttl_s
+                )
+                break
+            except MemberExistsError as exc:
+                if loop.time() >= give_up:
+                    raise InvalidArgumentError(
+                        f"broker {name!r} cannot register with etcd {cluster.etcd}: {exc} "
+                        "(another live broker has this name)"
+                    ) from exc
+                log.warning(
+                    "broker %r is still registered (an earlier run's lease has not lapsed); "
+                    "waiting for it",
+                    name,
+                )
+                await asyncio.sleep(0.5)
+            except CoordinationError as exc:
+                raise InvalidArgumentError(
+                    f"broker {name!r} cannot register with etcd {cluster.etcd}: {exc}"
+                ) from exc
         log.info("registered as broker %r of cluster %r in etcd", name, cluster.name)
         self._fencing = asyncio.get_running_loop().create_task(
             self._fence_loop(self.session), name="popmq-broker-fencing"

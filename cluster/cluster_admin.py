@@ -332,7 +332,9 @@ class ClusterAdmin:
         self._topology.groups.get(group)
         route = self._topology.route(topic)
         local: dict[str, dict[int, int] | None]
-        if offsets is not None:
+        if target == "offsets":
+            if not offsets:
+                raise InvalidArgumentError("a reset to explicit offsets needs at least one")
             local = {}
             for global_id, offset in offsets.items():
                 queue = route.queue(global_id)
@@ -397,16 +399,18 @@ class ClusterAdmin:
 
     async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
         """Each broker moves its own dead letters of the group back (up to max_messages in
-        all, broker by broker)."""
+        all, broker by broker); `remaining` counts what every broker still holds."""
         moved = dropped = remaining = 0
         brokers = self._known_brokers()
         await self._gather(brokers, _alive, what=f"redrive group {group!r}")
         for broker in brokers:
+            remote = self._pool.get(broker)
             left = None if max_messages is None else max_messages - moved - dropped
             if left is not None and left <= 0:
-                result = await _or_none(self._pool.get(broker).redrive(group, max_messages=0))
-            else:
-                result = await _or_none(self._pool.get(broker).redrive(group, max_messages=left))
+                report = await _or_none(remote.lag_report(group))
+                remaining += report.dlq_depth if report is not None else 0
+                continue
+            result = await _or_none(remote.redrive(group, max_messages=left))
             if result is None:
                 continue
             moved += result.moved

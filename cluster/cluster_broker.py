@@ -437,7 +437,7 @@ class ClusterBroker:
         if group not in self.groups.groups:
             check_name("group", group)
             record = await self.group_admin.ensure(group)
-            await _visible(self.groups.wait_for(record.revision, timeout_s=WRITE_TIMEOUT_S))
+            await self._after_group_change(record)  # every broker knows it, not only the first
 
     # -- send, delayed messages, queries ----------------------------------------------------
 

@@ -101,6 +101,8 @@ class RemoteBroker:
             etcd, passes False: then `start` only opens the channel (it connects on the
             first call, so the broker need not be up) and the synchronous members other
             than `check_pop_arguments`'s callers are not used.
+        name: The broker's name, when the caller knows it: errors name it beside the
+            address.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class RemoteBroker:
         keepalive_s: float = 20.0,
         catalog_refresh_s: float = 10.0,
         catalog: bool = True,
+        name: str = "",
     ) -> None:
         for name, value in (
             ("call_timeout_s", call_timeout_s),
@@ -120,6 +123,7 @@ class RemoteBroker:
             if value <= 0:
                 raise ValueError(f"RemoteBroker {name} {value} must be positive")
         self.address = address
+        self._shown = f"{name!r} at {address}" if name else f"at {address}"
         self._timeout = call_timeout_s
         self._keepalive_s = keepalive_s
         self._refresh_s = catalog_refresh_s
@@ -157,6 +161,9 @@ class RemoteBroker:
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1000),
+                # Its own subchannels: a channel opened after the broker restarted on the
+                # same address must not inherit the dead connection's backoff.
+                ("grpc.use_local_subchannel_pool", 1),
             ],
         )
         self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)  # type: ignore[no-untyped-call]
@@ -206,7 +213,7 @@ class RemoteBroker:
 
     def server_info(self) -> ServerInfo:
         if self._info is None:
-            raise UnavailableError(f"the remote broker at {self.address} is not started")
+            raise UnavailableError(f"the remote broker {self._shown} is not started")
         return self._info
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
@@ -252,7 +259,7 @@ class RemoteBroker:
     async def update_topic(self, name: str, queues: int, *, broker: str | None = None) -> TopicInfo:
         if broker is not None and broker != self.server_info().broker_name:
             raise InvalidArgumentError(
-                f"broker {self.address} is {self.server_info().broker_name!r}, not {broker!r}",
+                f"this server has one broker, {self.server_info().broker_name!r}, not {broker!r}",
                 field="broker",
                 value=broker,
             )
@@ -590,7 +597,7 @@ class RemoteBroker:
 
     def _stub_(self) -> broker_pb2_grpc.BrokerServiceStub:
         if self._stub is None:
-            raise UnavailableError(f"the remote broker at {self.address} is not started")
+            raise UnavailableError(f"the remote broker {self._shown} is not started")
         return self._stub
 
     async def _call(
@@ -632,11 +639,10 @@ class RemoteBroker:
         code = exc.code()
         if code in _UNREACHABLE:
             return UnavailableError(
-                f"broker at {self.address} is unavailable ({code.name}: {exc.details()}); "
-                "retry later"
+                f"broker {self._shown} is unavailable ({code.name}: {exc.details()}); retry later"
             )
         return InternalError(
-            f"broker at {self.address} answered {code.name} without a broker error: {exc.details()}"
+            f"broker {self._shown} answered {code.name} without a broker error: {exc.details()}"
         )
 
     # -- the catalog cache ----------------------------------------------------------------

@@ -185,3 +185,26 @@ def test_popmq_broker_prints_its_config_with_the_cluster_section(tmp_path: Path)
     )  # fmt: skip
     assert bad.returncode == 2
     assert "session_ttl_s" in bad.stderr and json.dumps(2) in bad.stderr
+
+
+def test_a_broker_restarted_at_once_after_kill_9_waits_for_its_old_lease(tmp_path: Path) -> None:
+    """A supervisor restarts a crashed broker at once; its old registration is still alive
+    then, and the new process waits for it to lapse instead of exiting."""
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    args = ("--etcd", etcd.endpoint, "--set", "cluster.name=rs", "--set", "cluster.session_ttl_s=3")
+    process = BrokerProcess(tmp_path / "broker", free_port(), *args)
+    try:
+        process.start()
+        process.kill()
+        started = time.monotonic()
+        process.start()  # the lease of the killed run lives up to 3 s more
+        assert time.monotonic() - started < 20
+
+        async def registered() -> None:
+            async with EtcdCoordinator(etcd.endpoint, cluster="rs") as coordinator:
+                assert (await coordinator.members("broker"))["b1"].info["addr"] == process.address
+
+        asyncio.run(registered())
+    finally:
+        process.stop()
+        etcd.stop()
