@@ -213,6 +213,11 @@ def build_reset_offsets_request(
 class AsyncAdmin(AsyncClient):
     """Manages topics, consumer groups, offsets and stored messages (asyncio).
 
+    With several endpoints, a read that fails UNAVAILABLE is repeated on the next proxy. A
+    write is not (create, update, delete, purge, reset, redrive): the failed attempt may
+    have been applied, so its ``UnavailableError`` reaches the caller, and the client has
+    moved on for the next call.
+
     Args:
         endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
             list) to fail over between (docs/operations.md, "Endpoints and failover").

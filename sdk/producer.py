@@ -14,7 +14,10 @@ one request per round trip instead of one per message. Requests go over one ``Se
 call per producer (``popmq.sdk._send_stream``), which costs the server and the client less CPU
 than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` call. Sends
 that fail with a retriable error (a broken stream's among them) are retried
-(``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. The sync ``Producer``
+(``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. A producer given several
+endpoints sends to one proxy at a time; after a proxy fails, the retry goes to the next one
+(``popmq.sdk._channel``). A send the lost proxy stored after all is stored again only if the
+next proxy routes it to another broker: the dedup window is per broker. The sync ``Producer``
 builds requests on the caller's thread (zlib releases the GIL), and bounds its unfinished
 ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the caller when the
 window is full, as RocketMQ's async back-pressure does. Closing a producer waits
