@@ -301,10 +301,11 @@ class Endpoint:
             self._admin = _AdminStub(channel)
         return self._admin
 
-    def connected(self) -> bool:
+    def ready(self) -> bool:
         """Whether the channel is open on this loop and connected (not for borrowed ones)."""
         return (
-            self.loop is asyncio.get_running_loop()
+            self.channel is not None
+            and self.loop is asyncio.get_running_loop()
             and self.channel.get_state() is grpc.ChannelConnectivity.READY
         )
 
@@ -383,7 +384,7 @@ class Connection:
             NoEndpointError: No endpoint connected; says why for each.
         """
         current = self._endpoints[self._current]
-        if not current.owned or (current.channel is not None and current.connected()):
+        if not current.owned or current.ready():
             current.open()  # a borrowed channel, or the common case: connected already
             return current
         loop = asyncio.get_running_loop()
@@ -443,7 +444,7 @@ class Connection:
         if status not in _OUTAGE_CODES or not endpoint.owned:
             return
         why = f"{status.name}: {details}" if details else status.name
-        if status is grpc.StatusCode.UNAVAILABLE and endpoint.connected():
+        if status is grpc.StatusCode.UNAVAILABLE and endpoint.ready():
             endpoint.last_error = why
             self._move_on(endpoint)
             logger.debug("popmq proxy %s refused a call (%s); moving on", endpoint.address, why)
@@ -452,8 +453,10 @@ class Connection:
 
     @staticmethod
     def answered(endpoint: Endpoint) -> None:
-        """``endpoint`` answered a call: its failures are forgiven."""
-        endpoint.failures = 0
+        """``endpoint`` answered a call: its failures are forgiven, it rests no more."""
+        if endpoint.failures:
+            endpoint.failures = 0
+            endpoint.resting_until = 0.0
 
     async def unary(
         self,
