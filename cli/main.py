@@ -6,8 +6,9 @@ already exists), 130 interrupted, 141 stdout went away (a closed pipe, as in ``|
 quietly, as a command killed by SIGPIPE; ``receive --ack`` acks only what got out and
 gives the rest back, see popmq.cli.commands).
 
-Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081) and
-``--json`` (one JSON document on stdout instead of tables and lines).
+Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081; several
+comma-separated HOST:PORT fail over between proxies, as the SDK does) and ``--json`` (one JSON
+document on stdout instead of tables and lines).
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def _sql_subscription(text: str) -> tuple[str, str]:
 
 
 def _endpoint(text: str) -> str:
-    """HOST:PORT with a port in 1..65535 (or a gRPC target), checked before any connection."""
+    """HOST:PORT with a port in 1..65535, several comma-separated, or a gRPC target; checked
+    before any connection."""
     try:
         return check_endpoint(text)
     except InvalidArgumentError as exc:
@@ -184,7 +186,11 @@ def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.Argum
         "--endpoint",
         type=_endpoint,  # also applied to the default, so a bad $POPMQ_ENDPOINT is caught
         default=os.environ.get("POPMQ_ENDPOINT", DEFAULT_ENDPOINT),
-        help=f"popmq server HOST:PORT (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=(
+            "popmq server (proxy) address; several comma-separated are tried in turn when one "
+            f"is unreachable (default $POPMQ_ENDPOINT or {DEFAULT_ENDPOINT})"
+        ),
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(handler=handler)
@@ -246,7 +252,16 @@ def _group_settings(parser: argparse.ArgumentParser, *, update: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser; each leaf command sets ``handler``."""
-    parser = argparse.ArgumentParser(prog="popmq", description="popmq messaging system")
+    parser = argparse.ArgumentParser(
+        prog="popmq",
+        description="popmq messaging system",
+        epilog=(
+            "Client commands (all but serve and broker) take --endpoint "
+            "HOST:PORT[,HOST:PORT...], default $POPMQ_ENDPOINT or "
+            f"{DEFAULT_ENDPOINT}. With several proxies listed, a command moves on to the next "
+            "when one cannot be reached."
+        ),
+    )
     commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands_.add_parser(

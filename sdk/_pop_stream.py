@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf import duration_pb2
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, Connection, unary
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, Connection
 from popmq.sdk._stream_call import MAX_IN_FLIGHT, MultiplexedStream
 from popmq.sdk.errors import PopMQError
 
@@ -103,14 +103,14 @@ class PopStream(
             task.add_done_callback(self._releasing.discard)
 
     async def _release(self, group: str, handles: list[str]) -> None:
-        nack = self._conn.messaging().Nack
         now = duration_pb2.Duration()  # a delay of 0 s: visible again at once
         results = await asyncio.gather(
             *(
-                unary(
-                    nack,
+                self._conn.call(
+                    "Nack",
                     messaging_pb2.NackRequest(group=group, receipt_handle=h, delay=now),
                     DEFAULT_TIMEOUT_S,
+                    retry=True,
                 )
                 for h in handles
             ),

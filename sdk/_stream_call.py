@@ -8,6 +8,10 @@ call's reader task hands over by id. A request behaves as its unary RPC would:
   (UNAVAILABLE when the server went away or shut down: ``UnavailableError``), and the next
   request opens a new call; a call cancelled locally (the client closed) cancels them, as a
   closed channel cancels unary calls;
+- a call is opened on a connected endpoint of the client's connection, and a call that
+  breaks with an outage status (UNAVAILABLE, DEADLINE_EXCEEDED) tells the connection, which
+  moves to its next endpoint (sdk/_channel.py): the next request's call opens there. Whether
+  a failed request is repeated is its caller's choice, as for a unary call;
 - a request not answered within its timeout raises ``DeadlineExceededError``;
 - an answer whose caller stopped waiting (timed out or cancelled) goes to the subclass's
   ``_unclaimed``, which may undo what the request did (PopStream gives popped messages back).
@@ -27,7 +31,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import grpc
 import grpc.aio
 
-from popmq.sdk._channel import Connection
+from popmq.sdk._channel import Connection, Endpoint
 from popmq.sdk.errors import DeadlineExceededError, error_from_code_name, error_from_status
 
 logger = logging.getLogger(__name__)
@@ -35,6 +39,8 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 1024
 """Requests the server accepts in flight on one stream (proxy/stream_session.py)."""
 
+_CORE_INTERNAL = "Internal error from Core"
+"""What grpc's status says when a write failed because the call had ended under it."""
 _DEADLINE = "Deadline Exceeded"
 """What grpc says when a unary call's deadline passes; a request on a stream says the same."""
 
@@ -45,10 +51,12 @@ AnswerT = TypeVar("AnswerT")
 class _Call(Generic[AnswerT]):
     """One open stream call: its writer and reader tasks and the requests in flight."""
 
-    def __init__(self, stream: MultiplexedStream[Any, AnswerT], stub: Any, channel: Any) -> None:
+    def __init__(self, stream: MultiplexedStream[Any, AnswerT], endpoint: Endpoint) -> None:
         self.stream = stream
-        self.channel = channel
-        self.call: Any = getattr(stub, stream.method)()
+        self.endpoint = endpoint
+        self.call: Any = getattr(endpoint.stub("messaging"), stream.method)()
+        self.answered = False
+        """The server answered a request on this call (its endpoint works)."""
         # request id -> the future its caller awaits (done once the caller gave up) and the
         # request. An entry stays until the server answers (a given-up request's too: the
         # server counts it until then) or the call breaks. Touched on the loop only.
@@ -94,6 +102,9 @@ class _Call(Generic[AnswerT]):
                 if answer is grpc.aio.EOF:
                     self._break(grpc.StatusCode.UNAVAILABLE, self.stream.ended)
                     return
+                if not self.answered:
+                    self.answered = True
+                    self.stream._conn.answered(self.endpoint)
                 entry = self.pending.pop(answer.request_id, None)
                 if entry is None:
                     continue
@@ -109,8 +120,15 @@ class _Call(Generic[AnswerT]):
                 else:
                     future.set_result(getattr(answer, kind or self.stream.answer_field))
         except grpc.aio.AioRpcError as exc:
-            details = exc.details()
-            self._break(exc.code(), details if isinstance(details, str) else "")
+            status, details = exc.code(), exc.details()
+            details = details if isinstance(details, str) else ""
+            if status is grpc.StatusCode.INTERNAL and details == _CORE_INTERNAL:
+                # grpc ends a call so when a write failed under it (the server ended the
+                # call, or the connection went): the server's own status is lost, and it did
+                # not say INTERNAL. As retriable as any call the server ended.
+                status = grpc.StatusCode.UNAVAILABLE
+                details = f"the {method} call ended as a request was written to it ({details})"
+            self._break(status, details)
         except Exception as exc:
             # Not a status of the call: a bug here or in grpc. Fail the requests, not hang them.
             logger.exception("%s reader failed", method)
@@ -125,6 +143,7 @@ class _Call(Generic[AnswerT]):
     def _break(self, status: grpc.StatusCode, details: str) -> None:
         logger.debug("%s broke: %s %s", self.stream.method, status.name, details)
         self.broken = True
+        self.stream._conn.failed(self.endpoint, status, details)
         self._fail((status, details))
 
     def _fail(self, status: tuple[grpc.StatusCode, str] | None) -> None:
@@ -185,12 +204,16 @@ class MultiplexedStream(Generic[RequestT, AnswerT]):
         Raises:
             PopMQError: The server's error for this request, the broken stream's error, or
                 ``DeadlineExceededError`` after ``timeout_s``.
+            NoEndpointError: No endpoint of the connection could be connected to open a call.
         """
-        call = self._open()
+        loop = asyncio.get_running_loop()
+        call = self._call
+        if call is None or call.broken or call.reader.get_loop() is not loop:
+            call = await self._open(timeout_s)
         if len(call.pending) >= MAX_IN_FLIGHT:
             return None
         request_id = next(self._ids)
-        future: asyncio.Future[AnswerT] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[AnswerT] = loop.create_future()
         call.pending[request_id] = (future, request)
         call.outbox.put_nowait(self._wrap(request_id, request))
         try:
@@ -215,13 +238,15 @@ class MultiplexedStream(Generic[RequestT, AnswerT]):
             if give_up is not None:
                 call.outbox.put_nowait(give_up)
 
-    def _open(self) -> _Call[AnswerT]:
-        channel = self._conn.channel()
+    async def _open(self, timeout_s: float) -> _Call[AnswerT]:
+        """A new call on a connected endpoint, unless another request opened one meanwhile."""
+        endpoint = await self._conn.connected(timeout_s)
+        loop = asyncio.get_running_loop()
         call = self._call
-        if call is None or call.broken or call.channel is not channel:
-            # A call of an older channel belongs to a loop that no longer runs (see
+        if call is None or call.broken or call.reader.get_loop() is not loop:
+            # A call of another loop belongs to a loop that no longer runs (see
             # sdk/_channel.py): it is dropped, not closed.
-            call = self._call = _Call(self, self._conn.messaging(), channel)
+            call = self._call = _Call(self, endpoint)
         return call
 
     async def close(self) -> None:

@@ -41,7 +41,7 @@ class SyncClient(Generic[CoreT]):
 
     @property
     def endpoint(self) -> str:
-        """The endpoint this client talks to."""
+        """The endpoint this client talks to, as given (a sequence joined by commas)."""
         return self._core.endpoint
 
     @property

@@ -10,7 +10,7 @@ from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.types import (
@@ -43,6 +43,23 @@ MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
 
 Time = datetime | float
 """A point in time: a timezone-aware datetime or seconds since the epoch."""
+
+_READS = frozenset(
+    {
+        "GetTopic",
+        "ListTopics",
+        "GetGroup",
+        "ListGroups",
+        "GetGroupLag",
+        "PeekMessages",
+        "QueryMessage",
+        "QueryMessagesByKey",
+        "GetServerInfo",
+    }
+)
+"""Admin RPCs that change nothing: repeated on the next endpoint after an UNAVAILABLE. The
+others (creates, updates, deletes, purges, resets, redrives) are not: the first attempt may
+have been applied, and only the caller knows whether doing it again is right."""
 
 
 def _timestamp(value: Time, *, name: str) -> timestamp_pb2.Timestamp:
@@ -196,15 +213,23 @@ def build_reset_offsets_request(
 class AsyncAdmin(AsyncClient):
     """Manages topics, consumer groups, offsets and stored messages (asyncio).
 
+    With several endpoints, a read that fails UNAVAILABLE is repeated on the next proxy. A
+    write is not (create, update, delete, purge, reset, redrive): the failed attempt may
+    have been applied, so its ``UnavailableError`` reaches the caller, and the client has
+    moved on for the next call.
+
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
     """
 
     async def _call(self, method: str, request: Message) -> Any:
         self._check_open()
-        return await unary(getattr(self._conn.admin(), method), request, self._timeout_s)
+        return await self._conn.call(
+            method, request, self._timeout_s, service="admin", retry=method in _READS
+        )
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -464,12 +489,13 @@ class AsyncAdmin(AsyncClient):
     async def offsets_at(self, topic: str, timestamp: Time) -> dict[int, int]:
         """Per queue, the first offset stored at or after ``timestamp`` (max offset if none)."""
         self._check_open()
-        response = await unary(
-            self._conn.messaging().GetOffsetsAtTime,
+        response = await self._conn.call(
+            "GetOffsetsAtTime",
             messaging_pb2.GetOffsetsAtTimeRequest(
                 topic=topic, time=_timestamp(timestamp, name="timestamp")
             ),
             self._timeout_s,
+            retry=True,
         )
         return {o.queue_id: o.offset for o in response.offsets}
 
@@ -506,11 +532,12 @@ class Admin(SyncClient[AsyncAdmin]):
     Every method is the blocking form of the ``AsyncAdmin`` method of the same name.
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
     """
 
-    def __init__(self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s))
 
     def create_topic(

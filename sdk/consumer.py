@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._pop_stream import PopStream
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import PopMQError, error_from_code_name
@@ -96,7 +96,8 @@ class AsyncSimpleConsumer(AsyncClient):
     """Pops messages of one topic for one consumer group (asyncio).
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         group: Consumer group; the server creates it with default settings on first use.
         topic: Topic to receive from.
         filter: Tag expression (``"*"``, ``"TagA"`` or ``"TagA || TagB"``), or a SQL92
@@ -116,7 +117,7 @@ class AsyncSimpleConsumer(AsyncClient):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         *,
         group: str,
         topic: str,
@@ -168,9 +169,14 @@ class AsyncSimpleConsumer(AsyncClient):
         receive raises, its acks may or may not have been applied. Acking an acked message
         again succeeds, so pass them to the retried receive (or to ``ack``).
 
+        With several endpoints, a receive that failed UNAVAILABLE (its proxy went away) is
+        repeated on the next one, acks included; messages the failed attempt may have
+        popped are delivered again after their invisible duration.
+
         Raises:
             NotFoundError: The topic does not exist.
             InvalidArgumentError: An argument is out of the server's range.
+            UnavailableError: No proxy could serve it (each endpoint tried).
         """
         self._check_open()
         acked = [ack] if isinstance(ack, ReceivedMessage) else list(ack)
@@ -185,11 +191,18 @@ class AsyncSimpleConsumer(AsyncClient):
         )
         # The server may hold the pop for the whole long poll before answering.
         timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
-        response: messaging_pb2.PopResponse | None = None
-        if self._stream is not None:
-            response = await self._stream.pop(request, timeout_s)
-        if response is None:  # unary by choice, or the stream has its most pops in flight
-            response = await unary(self._conn.messaging().Pop, request, timeout_s)
+
+        async def attempt() -> messaging_pb2.PopResponse:
+            response: messaging_pb2.PopResponse | None = None
+            if self._stream is not None:
+                response = await self._stream.pop(request, timeout_s)
+            if response is None:  # unary by choice, or the stream has its most pops in flight
+                response = await self._conn.unary("Pop", request, timeout_s)
+            return response
+
+        # Safe to repeat: a pop the lost attempt made is redelivered after its invisible
+        # time, and acking the riders again succeeds.
+        response = await self._conn.retrying(attempt)
         received = [ReceivedMessage.from_proto(m) for m in response.messages]
         if acked:
             results = response.ack_results
@@ -205,7 +218,8 @@ class AsyncSimpleConsumer(AsyncClient):
     async def ack(self, messages: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
         """Acknowledge one message or many (in one RPC) so they are not delivered again.
 
-        Every message is attempted; then the first failed entry, if any, is raised.
+        Every message is attempted; then the first failed entry, if any, is raised. After an
+        UNAVAILABLE the ack is repeated on the next endpoint: acking again succeeds.
 
         Raises:
             FailedPreconditionError: A receipt handle is no longer valid (e.g. expired).
@@ -227,14 +241,22 @@ class AsyncSimpleConsumer(AsyncClient):
             raise first_error
 
     async def _ack_handles(self, handles: list[str]) -> messaging_pb2.AckResponse:
-        """Ack receipt handles (at least one) over the PopStream, or the unary Ack RPC."""
+        """Ack receipt handles (at least one) over the PopStream, or the unary Ack RPC.
+
+        Repeated on the next endpoint after an UNAVAILABLE: acking an acked message again
+        succeeds.
+        """
         request = messaging_pb2.AckRequest(group=self.group, receipt_handles=handles)
-        response: messaging_pb2.AckResponse | None = None
-        if self._stream is not None:
-            response = await self._stream.ack(request, self._timeout_s)
-        if response is None:  # unary by choice, or the stream has its most requests in flight
-            response = await unary(self._conn.messaging().Ack, request, self._timeout_s)
-        return response
+
+        async def attempt() -> messaging_pb2.AckResponse:
+            response: messaging_pb2.AckResponse | None = None
+            if self._stream is not None:
+                response = await self._stream.ack(request, self._timeout_s)
+            if response is None:  # unary by choice, or the stream has its most in flight
+                response = await self._conn.unary("Ack", request, self._timeout_s)
+            return response
+
+        return await self._conn.retrying(attempt)
 
     async def change_invisible_duration(
         self, message: ReceivedMessage, invisible_duration_s: float
@@ -243,6 +265,11 @@ class AsyncSimpleConsumer(AsyncClient):
 
         The server replaces the receipt handle; ``message.receipt_handle`` and
         ``message.invisible_until`` are updated in place, the old handle is invalid.
+
+        After an UNAVAILABLE the change is repeated on the next endpoint. If the failed
+        attempt was applied after all, the repeat is refused (``FailedPreconditionError``:
+        the handle was replaced) and the new handle is lost: the message is delivered
+        again once the new invisible time passes.
         """
         self._check_open()
         request = messaging_pb2.ChangeInvisibleTimeRequest(
@@ -252,8 +279,8 @@ class AsyncSimpleConsumer(AsyncClient):
                 invisible_duration_s, name="invisible_duration_s"
             ),
         )
-        response: messaging_pb2.ChangeInvisibleTimeResponse = await unary(
-            self._conn.messaging().ChangeInvisibleTime, request, self._timeout_s
+        response: messaging_pb2.ChangeInvisibleTimeResponse = await self._conn.call(
+            "ChangeInvisibleTime", request, self._timeout_s, retry=True
         )
         message.receipt_handle = response.receipt_handle
         message.invisible_until = datetime_from_timestamp(response.invisible_until)
@@ -265,11 +292,15 @@ class AsyncSimpleConsumer(AsyncClient):
             message: The message to give back.
             delay_s: Redeliver after this many seconds; ``None`` uses the group's retry
                 backoff for the message's delivery attempt.
+
+        After an UNAVAILABLE the nack is repeated on the next endpoint. If the failed attempt
+        was applied after all, the repeat is refused (``FailedPreconditionError``: the handle
+        is spent); the message was given back all the same.
         """
         self._check_open()
         request = build_nack_request(self.group, message.receipt_handle, delay_s)
-        response: messaging_pb2.NackResponse = await unary(
-            self._conn.messaging().Nack, request, self._timeout_s
+        response: messaging_pb2.NackResponse = await self._conn.call(
+            "Nack", request, self._timeout_s, retry=True
         )
         return datetime_from_timestamp(response.redeliver_time)
 
@@ -311,8 +342,9 @@ class AsyncSimpleConsumer(AsyncClient):
         if pop.HasField("long_polling_timeout"):
             request.long_polling_timeout.CopyFrom(pop.long_polling_timeout)
         timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
-        response: messaging_pb2.LeasePopResponse = await unary(
-            self._conn.messaging().LeasePop, request, timeout_s
+        # Safe to repeat: the same (token, page) returns the same messages.
+        response: messaging_pb2.LeasePopResponse = await self._conn.call(
+            "LeasePop", request, timeout_s, retry=True
         )
         return LeasePage.from_proto(response)
 
@@ -323,8 +355,8 @@ class AsyncSimpleConsumer(AsyncClient):
         """
         self._check_open()
         request = messaging_pb2.AckLeaseRequest(group=self.group, lease_tokens=list(lease_tokens))
-        response: messaging_pb2.AckLeaseResponse = await unary(
-            self._conn.messaging().AckLease, request, self._timeout_s
+        response: messaging_pb2.AckLeaseResponse = await self._conn.call(
+            "AckLease", request, self._timeout_s, retry=True
         )
         return [LeaseResult.from_proto(r) for r in response.results]
 
@@ -343,8 +375,8 @@ class AsyncSimpleConsumer(AsyncClient):
                 invisible_duration_s, name="invisible_duration_s"
             ),
         )
-        response: messaging_pb2.RenewLeaseResponse = await unary(
-            self._conn.messaging().RenewLease, request, self._timeout_s
+        response: messaging_pb2.RenewLeaseResponse = await self._conn.call(
+            "RenewLease", request, self._timeout_s, retry=True
         )
         return [LeaseResult.from_proto(r) for r in response.results]
 
@@ -361,7 +393,8 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
     """Pops messages of one topic for one consumer group (blocking).
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         group: Consumer group; the server creates it with default settings on first use.
         topic: Topic to receive from.
         filter: Tag expression (``"*"``, ``"TagA"`` or ``"TagA || TagB"``), or a SQL92
@@ -376,7 +409,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         *,
         group: str,
         topic: str,

@@ -14,7 +14,10 @@ one request per round trip instead of one per message. Requests go over one ``Se
 call per producer (``popmq.sdk._send_stream``), which costs the server and the client less CPU
 than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` call. Sends
 that fail with a retriable error (a broken stream's among them) are retried
-(``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. The sync ``Producer``
+(``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. A producer given several
+endpoints sends to one proxy at a time; after a proxy fails, the retry goes to the next one
+(``popmq.sdk._channel``). A send the lost proxy stored after all is stored again only if the
+next proxy routes it to another broker: the dedup window is per broker. The sync ``Producer``
 builds requests on the caller's thread (zlib releases the GIL), and bounds its unfinished
 ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the caller when the
 window is full, as RocketMQ's async back-pressure does. Closing a producer waits
@@ -35,7 +38,7 @@ from typing import Any, TypeVar
 
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk import _loop
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._coalesce import SendCoalescer
 from popmq.sdk._compression import encode_body
 from popmq.sdk._message_id import new_message_ids
@@ -160,7 +163,8 @@ class AsyncProducer(AsyncClient):
     """Sends messages to topics (asyncio).
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each attempt, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
         retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
@@ -176,7 +180,7 @@ class AsyncProducer(AsyncClient):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
@@ -333,7 +337,8 @@ class AsyncProducer(AsyncClient):
     async def recall(self, topic: str, recall_handle: str) -> str:
         """Cancel a delayed message before it is due; returns its message id.
 
-        Not retried: a repeat after a lost response would be answered NOT_FOUND.
+        Not retried, on this endpoint or another: a repeat after a lost response would be
+        answered NOT_FOUND. An ``UnavailableError`` leaves it unknown whether it was recalled.
 
         Raises:
             NotFoundError: The message was delivered or recalled already, or the handle
@@ -345,10 +350,11 @@ class AsyncProducer(AsyncClient):
             raise InvalidArgumentError(
                 "recall_handle is empty: pass SendReceipt.recall_handle of a delayed message"
             )
-        response: messaging_pb2.RecallMessageResponse = await unary(
-            self._conn.messaging().RecallMessage,
+        response: messaging_pb2.RecallMessageResponse = await self._conn.call(
+            "RecallMessage",
             messaging_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle),
             self._timeout_s,
+            retry=False,
         )
         return response.message_id
 
@@ -375,8 +381,9 @@ class AsyncProducer(AsyncClient):
                 streamed = await self._stream.send(request, self._timeout_s)
                 if streamed is not None:
                     return streamed
-            response: messaging_pb2.SendMessagesResponse = await unary(
-                self._conn.messaging().SendMessages, request, self._timeout_s
+            # One attempt: the retry policy repeats it (on the endpoint the client moved to).
+            response: messaging_pb2.SendMessagesResponse = await self._conn.unary(
+                "SendMessages", request, self._timeout_s
             )
             return response
 
@@ -428,7 +435,8 @@ class AsyncProducer(AsyncClient):
             await idle
         if self._stream is not None:
             await self._stream.close()
-        await self._conn.close()
+        if self._owns_conn:
+            await self._conn.close()
 
 
 class _InFlightWindow:
@@ -468,7 +476,8 @@ class Producer(SyncClient[AsyncProducer]):
     """Sends messages to topics (blocking), with futures for async sends.
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each attempt, in seconds.
         retry: How failed sends are retried; default: 3 attempts, 10 ms -> 1 s x2.
         max_in_flight: Unfinished ``send_async`` and ``send_oneway`` calls; one more
@@ -482,7 +491,7 @@ class Producer(SyncClient[AsyncProducer]):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,

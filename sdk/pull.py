@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, unary
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._compression import decode_body
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import InvalidArgumentError
@@ -139,7 +139,8 @@ class AsyncPullConsumer(AsyncClient):
     """Reads the queues of one topic by offset (asyncio).
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         topic: Topic to read.
         group: Consumer group to commit offsets to; needed only by ``commit_offsets`` and
             ``get_offsets``.
@@ -149,7 +150,7 @@ class AsyncPullConsumer(AsyncClient):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         *,
         topic: str,
         group: str = "",
@@ -167,8 +168,12 @@ class AsyncPullConsumer(AsyncClient):
             NotFoundError: The topic does not exist.
         """
         self._check_open()
-        response: admin_pb2.GetTopicResponse = await unary(
-            self._conn.admin().GetTopic, admin_pb2.GetTopicRequest(name=self.topic), self._timeout_s
+        response: admin_pb2.GetTopicResponse = await self._conn.call(
+            "GetTopic",
+            admin_pb2.GetTopicRequest(name=self.topic),
+            self._timeout_s,
+            service="admin",
+            retry=True,
         )
         return [QueueStats.from_proto(q) for q in response.queues]
 
@@ -188,8 +193,8 @@ class AsyncPullConsumer(AsyncClient):
         request = messaging_pb2.PullMessagesRequest(
             topic=self.topic, queue_id=queue_id, offset=offset, max_messages=max_messages
         )
-        response: messaging_pb2.PullMessagesResponse = await unary(
-            self._conn.messaging().PullMessages, request, self._timeout_s
+        response: messaging_pb2.PullMessagesResponse = await self._conn.call(
+            "PullMessages", request, self._timeout_s, retry=True
         )
         return PullResult.from_proto(response)
 
@@ -197,8 +202,8 @@ class AsyncPullConsumer(AsyncClient):
         """Per queue id, the first offset stored at or after ``at`` (the max offset if none)."""
         self._check_open()
         request = messaging_pb2.GetOffsetsAtTimeRequest(topic=self.topic, time=_timestamp(at))
-        response: messaging_pb2.GetOffsetsAtTimeResponse = await unary(
-            self._conn.messaging().GetOffsetsAtTime, request, self._timeout_s
+        response: messaging_pb2.GetOffsetsAtTimeResponse = await self._conn.call(
+            "GetOffsetsAtTime", request, self._timeout_s, retry=True
         )
         return {o.queue_id: o.offset for o in response.offsets}
 
@@ -223,7 +228,7 @@ class AsyncPullConsumer(AsyncClient):
                 messaging_pb2.QueueOffset(queue_id=q, offset=o) for q, o in sorted(offsets.items())
             ],
         )
-        await unary(self._conn.messaging().CommitOffset, request, self._timeout_s)
+        await self._conn.call("CommitOffset", request, self._timeout_s, retry=True)
 
     async def get_offsets(self) -> list[ConsumerOffset]:
         """The group's offset in every queue of the topic, by queue id.
@@ -233,8 +238,8 @@ class AsyncPullConsumer(AsyncClient):
         """
         self._check_open()
         request = messaging_pb2.GetOffsetRequest(group=self._group(), topic=self.topic)
-        response: messaging_pb2.GetOffsetResponse = await unary(
-            self._conn.messaging().GetOffset, request, self._timeout_s
+        response: messaging_pb2.GetOffsetResponse = await self._conn.call(
+            "GetOffset", request, self._timeout_s, retry=True
         )
         return [ConsumerOffset(o.queue_id, o.offset, o.committed) for o in response.offsets]
 
@@ -243,7 +248,12 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
     """Reads the queues of one topic by offset (blocking); see ``AsyncPullConsumer``."""
 
     def __init__(
-        self, endpoint: str, *, topic: str, group: str = "", timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        endpoint: Endpoints,
+        *,
+        topic: str,
+        group: str = "",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(AsyncPullConsumer(endpoint, topic=topic, group=group, timeout_s=timeout_s))
 

@@ -62,7 +62,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._push.acker import Acker
 from popmq.sdk._push.assignment import Assignment
 from popmq.sdk._push.dispatcher import Dispatcher
@@ -190,7 +190,8 @@ class AsyncPushConsumer(AsyncClient):
     See the module docstring for the two modes and the guarantees.
 
     Args:
-        endpoint: ``host:port`` of the popmq proxy.
+        endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
+            list) to fail over between (docs/operations.md, "Endpoints and failover").
         group: Consumer group.
         subscriptions: ``topic -> filter``: a tag expression (``"*"``, ``"TagA || TagB"``)
             or, in POP mode, ``Sql("...")``.
@@ -225,7 +226,7 @@ class AsyncPushConsumer(AsyncClient):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         group: str,
         *,
         subscriptions: Mapping[str, str | Sql],
@@ -296,7 +297,7 @@ class AsyncPushConsumer(AsyncClient):
             client_id=self.client_id,
         )
         self._registration = Registration(
-            messaging=self._conn.messaging,
+            conn=self._conn,
             client_id=self.client_id,
             group=group,
             topics=list(self.subscriptions),
@@ -307,7 +308,7 @@ class AsyncPushConsumer(AsyncClient):
             topics=list(self.subscriptions),
             matchers=matchers,
             context=WorkerContext(
-                messaging=self._conn.messaging,
+                conn=self._conn,
                 group=group,
                 client_id=self.client_id,
                 options=options,
@@ -360,7 +361,6 @@ class AsyncPushConsumer(AsyncClient):
         if self._started:
             return
         options = self.options
-        channel = self._conn.channel()
         for topic, expression in self.subscriptions.items():
             consumer = AsyncSimpleConsumer(
                 self.endpoint,
@@ -368,7 +368,7 @@ class AsyncPushConsumer(AsyncClient):
                 topic=topic,
                 filter=expression,
                 timeout_s=options.timeout_s,
-                channel=channel,
+                channel=self._conn,  # one connection: the topics fail over together
                 on_ack_failure=self._ride_failed,
             )
             self._consumers[topic] = consumer
@@ -511,7 +511,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: Endpoints,
         group: str,
         *,
         subscriptions: Mapping[str, str | Sql],

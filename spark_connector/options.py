@@ -90,6 +90,7 @@ class _Options:
         return value
 
 
+_ENDPOINT_WHY = "host:port of the popmq proxy, or several comma-separated to fail over between"
 _MAX_INT = 2**31 - 1
 _MAX_LONG = 2**63 - 1
 
@@ -99,7 +100,8 @@ class ReadOptions:
     """Options of a read (batch or streaming)."""
 
     endpoint: str
-    """host:port of the popmq proxy."""
+    """host:port of the popmq proxy, or several comma-separated ("h1:8081,h2:8081"), passed
+    to the SDK unchanged: its clients fail over between them (docs/operations.md)."""
     topic: str
     """Topic to read."""
     mode: Literal["offset", "pop"] = "offset"
@@ -151,7 +153,7 @@ class ReadOptions:
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         """Check and parse a read's options."""
         o = _Options(options)
-        endpoint = o.required("endpoint", "host:port of the popmq proxy")
+        endpoint = o.required("endpoint", _ENDPOINT_WHY)
         topic = o.required("topic", "the topic to read")
         mode = o.text("mode", "offset").strip().lower()
         if mode not in ("offset", "pop"):
@@ -218,7 +220,8 @@ class WriteOptions:
     """Options of a write (batch or streaming)."""
 
     endpoint: str
-    """host:port of the popmq proxy."""
+    """host:port of the popmq proxy, or several comma-separated ("h1:8081,h2:8081"), passed
+    to the SDK unchanged: its clients fail over between them (docs/operations.md)."""
     topic: str = ""
     """Topic for every row; wins over a topic column. Required without a topic column."""
     batch_size: int = 256
@@ -237,7 +240,7 @@ class WriteOptions:
         """Check and parse a write's options."""
         o = _Options(options)
         return cls(
-            endpoint=o.required("endpoint", "host:port of the popmq proxy"),
+            endpoint=o.required("endpoint", _ENDPOINT_WHY),
             topic=o.text("topic").strip(),
             batch_size=o.count("batchSize", 256, 1, 1024),
             batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 4 * 1024 * 1024),

@@ -15,7 +15,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import unary
 from popmq.sdk._push.queue_worker import QueueWorker, WorkerContext
 from popmq.sdk._push.registration import Registration
 from popmq.sdk._push.shared import LOGGER_NAME
@@ -106,8 +105,8 @@ class Assignment:
             topic=topic,
             held_queue_ids=sorted(workers),
         )
-        response: messaging_pb2.QueryAssignmentResponse = await unary(
-            ctx.messaging().QueryAssignment, request, ctx.options.timeout_s
+        response: messaging_pb2.QueryAssignmentResponse = await ctx.conn.call(
+            "QueryAssignment", request, ctx.options.timeout_s, retry=True
         )
         lease_s = seconds_from_duration(response.lease_duration)
         fence = sent + lease_s * (1 - LEASE_MARGIN)

@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from google.protobuf import timestamp_pb2
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import unary
+from popmq.sdk._channel import Connection
 from popmq.sdk._push.flow_control import FlowControl
 from popmq.sdk._push.listener import ListenerRunner
 from popmq.sdk._push.options import PushConsumerOptions
@@ -48,8 +47,9 @@ class _StartNotCommittedError(PopMQError):
 class WorkerContext:
     """What every queue worker of one consumer shares."""
 
-    messaging: Callable[[], Any]
-    """The messaging stub of the consumer's channel."""
+    conn: Connection
+    """The consumer's connection (reads and commits are repeated on its next endpoint after
+    an UNAVAILABLE: they change nothing, or set the same offset again)."""
     group: str
     client_id: str
     options: PushConsumerOptions
@@ -242,7 +242,7 @@ class QueueWorker:
             long_polling_timeout=duration_from_seconds(wait, name="wait_s"),
         )
         call = asyncio.ensure_future(
-            unary(ctx.messaging().AwaitMessages, request, wait + ctx.options.timeout_s)
+            ctx.conn.call("AwaitMessages", request, wait + ctx.options.timeout_s, retry=True)
         )
         stopped = asyncio.ensure_future(self._stop.wait())
         try:
@@ -267,8 +267,8 @@ class QueueWorker:
         request = messaging_pb2.PullMessagesRequest(
             topic=self.topic, queue_id=self.queue_id, offset=offset, max_messages=max_messages
         )
-        response: messaging_pb2.PullMessagesResponse = await unary(
-            self._ctx.messaging().PullMessages, request, self._ctx.options.timeout_s
+        response: messaging_pb2.PullMessagesResponse = await self._ctx.conn.call(
+            "PullMessages", request, self._ctx.options.timeout_s, retry=True
         )
         return response
 
@@ -290,12 +290,12 @@ class QueueWorker:
     async def _resolve_start(self) -> int:
         ctx = self._ctx
         timeout_s = ctx.options.timeout_s
-        messaging = ctx.messaging()
         try:
-            response: messaging_pb2.GetOffsetResponse = await unary(
-                messaging.GetOffset,
+            response: messaging_pb2.GetOffsetResponse = await ctx.conn.call(
+                "GetOffset",
                 messaging_pb2.GetOffsetRequest(group=ctx.group, topic=self.topic),
                 timeout_s,
+                retry=True,
             )
             current = next((o for o in response.offsets if o.queue_id == self.queue_id), None)
         except NotFoundError:
@@ -306,10 +306,11 @@ class QueueWorker:
         if isinstance(start_from, datetime):
             stamp = timestamp_pb2.Timestamp()
             stamp.FromDatetime(start_from)
-            at: messaging_pb2.GetOffsetsAtTimeResponse = await unary(
-                messaging.GetOffsetsAtTime,
+            at: messaging_pb2.GetOffsetsAtTimeResponse = await ctx.conn.call(
+                "GetOffsetsAtTime",
                 messaging_pb2.GetOffsetsAtTimeRequest(topic=self.topic, time=stamp),
                 timeout_s,
+                retry=True,
             )
             start = next(o.offset for o in at.offsets if o.queue_id == self.queue_id)
         else:
@@ -335,7 +336,7 @@ class QueueWorker:
         backoff = RETRY_MIN_S
         for attempt in itertools.count(1):
             try:
-                await unary(ctx.messaging().CommitOffset, request, ctx.options.timeout_s)
+                await ctx.conn.call("CommitOffset", request, ctx.options.timeout_s, retry=True)
             except PopMQError as exc:
                 if not exc.retriable or attempt >= _COMMIT_ATTEMPTS:
                     logger.warning(

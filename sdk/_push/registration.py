@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import unary
+from popmq.sdk._channel import Connection
 from popmq.sdk._push.options import STRATEGIES, PushConsumerOptions
 from popmq.sdk._push.shared import LOGGER_NAME
 from popmq.sdk.errors import PopMQError
@@ -24,13 +23,13 @@ class Registration:
     def __init__(
         self,
         *,
-        messaging: Callable[[], Any],
+        conn: Connection,
         client_id: str,
         group: str,
         topics: Sequence[str],
         options: PushConsumerOptions,
     ) -> None:
-        self._messaging = messaging
+        self._conn = conn
         self._client_id = client_id
         self._group = group
         self._topics = list(topics)
@@ -70,8 +69,10 @@ class Registration:
         )
         for topic, queue_ids in self._configured.items():
             request.configured_queues[topic].queue_ids.extend(queue_ids)
-        response: messaging_pb2.HeartbeatResponse = await unary(
-            self._messaging().Heartbeat, request, self._timeout_s
+        # Idempotent: repeated on the next endpoint after an UNAVAILABLE (a proxy that has
+        # not seen this consumer yet registers it).
+        response: messaging_pb2.HeartbeatResponse = await self._conn.call(
+            "Heartbeat", request, self._timeout_s, retry=True
         )
         return seconds_from_duration(response.heartbeat_interval)
 
@@ -87,10 +88,11 @@ class Registration:
     async def unregister(self) -> None:
         """NotifyClientTermination, best effort: the server forgets silent clients anyway."""
         with contextlib.suppress(PopMQError):
-            await unary(
-                self._messaging().NotifyClientTermination,
+            await self._conn.call(
+                "NotifyClientTermination",
                 messaging_pb2.NotifyClientTerminationRequest(
                     client_id=self._client_id, group=self._group
                 ),
                 self._timeout_s,
+                retry=True,
             )

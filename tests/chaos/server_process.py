@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -101,6 +101,7 @@ class ServerProcess:
         log_path: The server's stderr (its log) from every incarnation, appended.
         start_timeout_s: How long a start may take before it is an error.
         on_death: Called with a ``ServerDiedError`` when an incarnation exits on its own.
+        extra_args: More ``popmq serve`` arguments (e.g. ``--set broker.broker_name=b``).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class ServerProcess:
         log_path: Path,
         start_timeout_s: float = 60.0,
         on_death: Callable[[ServerDiedError], None] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
         self.flush = flush
@@ -119,6 +121,7 @@ class ServerProcess:
         self.holder = EndpointHolder()
         self.incarnations: list[Incarnation] = []
         self.on_death = on_death
+        self.extra_args = tuple(extra_args)
         self._process: asyncio.subprocess.Process | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -146,6 +149,7 @@ class ServerProcess:
                 str(self.data_dir),
                 "--flush",
                 self.flush,
+                *self.extra_args,
                 cwd=REPO_ROOT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 stdin=asyncio.subprocess.DEVNULL,

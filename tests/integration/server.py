@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.proxy.metrics import MetricsConfig
 from popmq.proxy.server import PopMQServer, ServerConfig
 
 T = TypeVar("T")
@@ -19,7 +20,14 @@ T = TypeVar("T")
 class ServerThread:
     """Runs PopMQServer on its own event loop thread; restartable over the same data dir."""
 
-    def __init__(self, data_dir: Path, broker: BrokerConfig | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        broker: BrokerConfig | None = None,
+        *,
+        metrics: bool = False,
+    ) -> None:
+        """``metrics``: count RPCs (read them with ``rpc_count``)."""
         self.data_dir = data_dir
         base = broker or BrokerConfig()
         self._config = ServerConfig(
@@ -28,23 +36,41 @@ class ServerThread:
             broker=dataclasses.replace(
                 base, store=StoreConfig(data_dir=data_dir, flush=base.store.flush)
             ),
+            metrics=MetricsConfig(listen="127.0.0.1:0" if metrics else ""),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.server: PopMQServer | None = None
         self.endpoint = ""
 
-    def start(self) -> str:
+    def start(self, *, listen_only: bool = False) -> str:
+        """Start serving; ``listen_only``: bind and serve health only, so every other call
+        is refused UNAVAILABLE (a server that is starting)."""
         loop = asyncio.new_event_loop()
         ready: Future[None] = Future()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
         self._thread.start()
         self.server = PopMQServer(self._config)
-        port = self.call(self.server.start)
+        port = self.call(self.server.listen if listen_only else self.server.start)
         del ready
         self.endpoint = f"127.0.0.1:{port}"
         return self.endpoint
+
+    def rpc_count(self, method: str | None = None, code: str | None = None) -> int:
+        """Calls (stream requests included) of ``method`` ("AdminService/GetTopic", None: any)
+        answered with ``code`` (None: any); needs ``metrics=True``."""
+        assert self.server is not None and self.server.metrics is not None, "metrics=True"
+        total = 0.0
+        for family in self.server.metrics.registry.collect():
+            for sample in family.samples:
+                if sample.name != "popmq_rpc_duration_seconds_count":
+                    continue
+                if method is not None and sample.labels["method"] != f"popmq.v1.{method}":
+                    continue
+                if code is None or sample.labels["code"] == code:
+                    total += sample.value
+        return int(total)
 
     def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run a coroutine function on the server's loop and return its result."""

@@ -203,6 +203,17 @@ def _rows(reader: Any, parts: list[Any]) -> list[tuple[int, int, bytes]]:
     return rows
 
 
+def test_an_endpoint_list_passes_through_to_the_sdk_which_fails_over(endpoint: str) -> None:
+    _fill(endpoint, "t", 4)
+    listed = f"127.0.0.1:1,{endpoint}"  # nothing listens on port 1: the SDK moves on
+    assert WriteOptions.parse({"endpoint": listed}).endpoint == listed
+    reader = _offset_reader(listed, startingOffsets="earliest")
+    assert reader.options.endpoint == listed
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert len(_rows(reader, reader.partitions(start, end))) == 4
+
+
 def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> None:
     _fill(endpoint, "t", 100)  # 50 per queue
     reader = _offset_reader(endpoint, startingOffsets="earliest", maxRecordsPerPartition="20")

@@ -341,6 +341,12 @@ def test_send_to_unreachable_server_exits_1_with_error_on_stderr(
         ("ipv4:127.0.0.1:8081,127.0.0.1:99999", "port '99999'"),
         ("unix:", "names no path"),
         ("", "is empty"),
+        ("127.0.0.1:8081,127.0.0.1:99999", "port '99999'"),
+        ("127.0.0.1:8081,,127.0.0.1:8082", "empty or space-padded item at position 2"),
+        ("127.0.0.1:8081,", "empty or space-padded item at position 2"),
+        ("127.0.0.1:8081, 127.0.0.1:8082", "empty or space-padded item at position 2"),
+        ("127.0.0.1:8081,127.0.0.1:8081", "names '127.0.0.1:8081' twice (positions 1 and 2)"),
+        ("127.0.0.1:8081,unix:/run/popmq.sock", "lists the gRPC target 'unix:/run/popmq.sock'"),
     ],
 )
 def test_bad_endpoint_is_a_usage_error_naming_what_is_allowed(
@@ -354,6 +360,13 @@ def test_bad_endpoint_is_a_usage_error_naming_what_is_allowed(
     assert f"endpoint {endpoint!r}" in err
     assert says in err
     assert "use HOST:PORT (IPv6 as [::1]:8081)" in err
+
+
+def test_help_says_the_endpoint_takes_a_list_of_proxies() -> None:
+    parser = cli_main.build_parser()
+    assert "--endpoint HOST:PORT[,HOST:PORT...]" in " ".join(parser.format_help().split())
+    topic_list = parser.parse_args(["topic", "list", "--endpoint", "h:1,h:2"])
+    assert topic_list.endpoint == "h:1,h:2"
 
 
 def test_bad_endpoint_from_the_environment_is_a_usage_error(
@@ -376,6 +389,8 @@ def test_bad_endpoint_from_the_environment_is_a_usage_error(
         "[::1]:8081",
         "ipv4:10.0.0.1:8081,10.0.0.2:8082",
         "ipv6:[::1]:8081",
+        "10.0.0.1:8081,10.0.0.2:8081",
+        "[::1]:8081,localhost:8082,broker.example.com:8083",
         "dns:///broker.example.com:8081",
         "dns:///broker.example.com",
         UNREACHABLE,

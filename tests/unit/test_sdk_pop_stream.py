@@ -195,6 +195,29 @@ def test_a_stream_ended_ok_with_pops_in_flight_fails_them_as_unavailable() -> No
     asyncio.run(scenario())
 
 
+def test_a_stream_grpc_ended_under_a_write_fails_its_pops_as_unavailable() -> None:
+    # grpc ends a call with INTERNAL "Internal error from Core" when a write failed because
+    # the server had ended the call; the server's status is lost, and it never said INTERNAL.
+    channel = FakeChannel()
+
+    async def scenario() -> None:
+        async with _consumer(channel) as consumer:
+            receive = asyncio.ensure_future(consumer.receive(wait_s=5))
+            await _settle()
+            channel.streams[0].end(
+                grpc.aio.AioRpcError(
+                    grpc.StatusCode.INTERNAL,
+                    grpc.aio.Metadata(),
+                    grpc.aio.Metadata(),
+                    "Internal error from Core",
+                )
+            )
+            with pytest.raises(sdk.UnavailableError, match="ended as a request was written"):
+                await receive
+
+    asyncio.run(scenario())
+
+
 def test_an_unanswered_receive_times_out_and_cancels_its_pop() -> None:
     channel = FakeChannel()
 
