@@ -69,7 +69,12 @@ class ProxyServer:
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
         )
-        self.server = PopMQServer(config, broker=self.broker, peers=self.broker.proxy_addresses)
+        self.server = PopMQServer(
+            config,
+            broker=self.broker,
+            coordinator=self.coordinator,
+            peers=self.broker.proxy_addresses,
+        )
         self.session: Session | None = None
         self.port = 0
 

@@ -33,6 +33,7 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
+from popmq.cluster import Coordinator, LocalCoordinator
 from popmq.cluster.config import ClusterConfig
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
@@ -168,19 +169,27 @@ class PopMQServer:
     e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process, or a
     ClusterBroker; then `config.broker` is not used). The server starts and closes the
     broker it serves. `peers`, in cluster mode, gives every proxy's HOST:PORT for RocketMQ
-    routes."""
+    routes.
+
+    `coordinator` is where the proxy keeps what other proxies must see (the queue-exclusive
+    consumers and their queue leases, proxy/clients.py): a cluster's proxies share an
+    EtcdCoordinator, which the caller owns (opens and closes). Without one the server makes
+    and closes its own LocalCoordinator, in memory (`popmq serve`)."""
 
     def __init__(
         self,
         config: ServerConfig | None = None,
         *,
         broker: BrokerAPI | None = None,
+        coordinator: Coordinator | None = None,
         peers: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.config = config or ServerConfig()
         # Cluster mode: every proxy's HOST:PORT, which RocketMQ routes list.
         self._peers = peers
         self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
+        self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
+        self._owns_coordinator = coordinator is None
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
@@ -275,8 +284,10 @@ class PopMQServer:
         self.clients = ClientRegistry(
             self.config.clients,
             broker_name=self.broker.server_info().broker_name,
+            coordinator=self.coordinator,
             existing_groups=[g.name for g in await self.broker.list_groups()],
         )
+        await self.clients.start()
         self.messaging = MessagingServicer(
             self.broker,
             self.clients,
@@ -332,7 +343,11 @@ class PopMQServer:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+        if self.clients is not None:
+            await self.clients.close()
         await self.broker.close()
+        if self._owns_coordinator:
+            await self.coordinator.close()
 
 
 async def serve(config: ServerConfig) -> None:
