@@ -13,8 +13,9 @@ concurrent write just renewed.
 - **The cache**: the last state this process read or wrote of each group, with its
   revision. A change starts from it and writes with compare-and-set on that revision: one
   round trip when no other proxy wrote the group since (with a LocalCoordinator no wait at
-  all); otherwise the conflict costs a read and a second write. Reads that decide nothing
-  alone (`owners`) use the cache as it is.
+  all); otherwise the conflict costs a read and a second write, and the next change of
+  that group reads first (two round trips) until a read finds the cache was current.
+  Reads that decide nothing alone (`owners`) use the cache as it is.
 - **Why no watch of `consumers/`**: every heartbeat of every queue-exclusive client is a
   write, and a watch would bring all of them to every proxy (the coordinator's watch also
   copies its whole snapshot at each change), while a proxy needs a group only when one of
@@ -294,6 +295,8 @@ class ConsumerGroups:
         self._cache: dict[str, _Cached] = {}
         # group -> its lock while in use; guards the group's cache entry during a change.
         self._locks: dict[str, _GroupLock] = {}
+        # Cached groups another proxy wrote behind our cache at our last change of them.
+        self._contended: set[str] = set()
 
     def cached(self, group: str) -> StoredGroup | None:
         """The group as last read or written here (maybe stale); None if not cached."""
@@ -307,6 +310,7 @@ class ConsumerGroups:
         """Drop a group from the cache (nothing of it is live any more)."""
         if group not in self._locks:
             self._cache.pop(group, None)
+            self._contended.discard(group)
 
     def _locked(self, group: str) -> _GroupLock:
         held = self._locks.get(group)
@@ -317,14 +321,8 @@ class ConsumerGroups:
     async def read(self, group: str) -> StoredGroup | None:
         """The group as stored now (None: no entry); refreshes the cache."""
         async with self._locked(group):
-            entry = await self.coordinator.get(GROUPS_FOLDER + group)
-            if entry is None:
-                self._cache.pop(group, None)
-                return None
-            cached = self._cache.get(group)
-            if cached is None or cached.revision != entry.revision:
-                cached = self._cache[group] = _Cached(entry.revision, StoredGroup.from_entry(entry))
-            return cached.state
+            cached = await self._load(group)
+            return cached.state if cached.revision else None
 
     async def change(self, group: str, apply: Callable[[StoredGroup], tuple[T, bool]]) -> T:
         """Apply `apply` to a copy of the group's state and store the result; returns its
@@ -342,17 +340,19 @@ class ConsumerGroups:
         """
         path = GROUPS_FOLDER + group
         async with self._locked(group):
-            cached = self._cache.get(group)
+            # A group another proxy wrote at our last change is likely written again: read
+            # it first (2 round trips a change, not 3: a lost write, a read, a write).
+            cached = None if group in self._contended else self._cache.get(group)
             for _ in range(MAX_WRITE_ATTEMPTS):
                 if cached is None:
-                    cached = await self._load(path)
-                    self._remember(group, cached)
+                    cached = await self._load(group)
                 working = cached.state.copy()
                 result, changed = apply(working)
                 if not changed:
                     return result
                 stored = await self._store(path, cached.revision, working)
                 if stored is None:
+                    self._contended.add(group)
                     cached = None  # another proxy wrote it: read again, apply again
                     continue
                 self._remember(group, stored)
@@ -367,12 +367,21 @@ class ConsumerGroups:
             self._cache[group] = cached
         else:
             self._cache.pop(group, None)
+            self._contended.discard(group)
 
-    async def _load(self, path: str) -> _Cached:
-        entry = await self.coordinator.get(path)
+    async def _load(self, group: str) -> _Cached:
+        """The group as stored now, into the cache (decoded only if it changed)."""
+        entry = await self.coordinator.get(GROUPS_FOLDER + group)
+        cached = self._cache.get(group)
         if entry is None:
-            return _Cached(0, StoredGroup())
-        return _Cached(entry.revision, StoredGroup.from_entry(entry))
+            loaded = _Cached(0, StoredGroup())
+        elif cached is not None and cached.revision == entry.revision:
+            loaded = cached
+            self._contended.discard(group)  # nobody else wrote it since our last change
+        else:
+            loaded = _Cached(entry.revision, StoredGroup.from_entry(entry))
+        self._remember(group, loaded)
+        return loaded
 
     async def _store(self, path: str, revision: int, state: StoredGroup) -> _Cached | None:
         """Write `state` (or delete the entry, when it is empty) if the entry is still at
