@@ -173,11 +173,11 @@ class ConsumerAssignments:
             for ended in waiters:
                 if not ended.done():
                     ended.set_result(None)
-        ended_here = 0
+        registrations = 0
         for group in client.modes:
             if await self.registry.unregister(client_id, group, if_last_here=if_last_here):
-                ended_here += 1
-        return ended_here
+                registrations += 1
+        return registrations
 
     def _revoke(self, client: _Client, group: str, topic: str, queue_ids: set[int]) -> None:
         for queue_id in queue_ids:

@@ -168,7 +168,12 @@ class Telemetry:
     async def terminate(self, client_id: str) -> sv.NotifyClientTerminationResponse:
         """The client says goodbye: its session, registrations and leases end, and the
         messages it held become visible again soon."""
-        await self._membership.end(client_id)  # also when the session was gone already
+        try:
+            await self._membership.end(client_id)  # also when the session was gone already
+        except PopMQError as error:  # the registry's coordinator is away: its leases run out
+            log.warning(
+                "client %s said goodbye, its leases stay until they run out: %s", client_id, error
+            )
         self._sessions.remove(client_id)
         released = await self._inflight.release_client(client_id)
         return sv.NotifyClientTerminationResponse(

@@ -18,6 +18,7 @@ import pytest
 from popmq.broker_core.errors import FailedPreconditionError
 from popmq.cluster import Coordinator, LocalCoordinator
 from popmq.proxy.clients import (
+    CLUSTER_CLOCK_SKEW_S,
     ClientRegistry,
     ClientRegistryConfig,
     ConsumeMode,
@@ -186,6 +187,26 @@ async def test_a_silent_member_loses_its_leases_after_the_lease_time_on_both_pro
         await join(a, "c1")  # c1 comes back through A still claiming 0 and 1: c2 keeps them
         assert await query(a, "c1", held=(0, 1)) == ((), (0, 1))
         assert a.owners("g", "t") == {0: "c2", 1: "c2", 2: "c2", 3: "c2"}
+
+
+@run_async
+async def test_the_default_clock_skew_is_none_in_process_and_a_second_over_etcd(
+    make_coordinator: MakeCoordinator,
+) -> None:
+    async with proxies(make_coordinator) as cluster:
+        config = ClientRegistryConfig(sweep_interval_s=0)
+        a, b = cluster.registry(config), cluster.registry(config)
+        one_clock = isinstance(a.coordinator, LocalCoordinator)
+        await join(a, "c1")
+        assert await query(a, "c1") == ((0, 1, 2, 3), ())
+        await join(b, "c2")
+        cluster.clock.now += LEASE + CLUSTER_CLOCK_SKEW_S / 2  # c1 went silent
+        await join(b, "c2")
+        expected = ((0, 1, 2, 3), ()) if one_clock else ((), (0, 1, 2, 3))
+        assert await query(b, "c2") == expected
+        cluster.clock.now += CLUSTER_CLOCK_SKEW_S / 2 + 0.01
+        await join(b, "c2")
+        assert await query(b, "c2") == ((0, 1, 2, 3), ())
 
 
 @run_async

@@ -214,6 +214,19 @@ async def test_after_a_restart_held_queues_are_kept_and_unreported_ones_wait_for
     assert (await fresh.query_assignment("c1", "new", "t", 2)).queue_ids == (0, 1)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_group_members", 0, "max_group_members must be at least 1"),
+        ("clock_skew_s", -1.0, "clock_skew_s must be within 0..60"),
+        ("sweep_interval_s", -1.0, "sweep_interval_s must be >= 0"),
+    ],
+)
+def test_the_config_refuses_bad_cluster_settings(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClientRegistryConfig(**{field: value})  # type: ignore[arg-type]
+
+
 def test_the_default_grace_covers_the_longest_lease_a_member_may_hold() -> None:
     assert ClientRegistryConfig().grace_s == 3 * 30.0
     assert ClientRegistryConfig(restart_grace_s=0).grace_s == 0
