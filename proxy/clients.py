@@ -21,19 +21,49 @@ a computed assignment is only a target. The right to consume a queue is a **leas
   back; a queue nobody reports stays unassigned for ``restart_grace_s`` in groups that
   existed before the restart, so a member that has not called yet has stopped by then.
 
-Everything is in memory and synchronous (dict lookups and sorting a few members): it runs
-inline on the proxy's event loop. Dead members are found lazily, on the next call that
-looks at their group; there is no background task.
+**One registry for all proxies.** Members of queue-exclusive groups and their leases live
+in the coordinator (popmq.cluster.Coordinator), one entry per group (consumer_groups.py):
+every proxy of a cluster computes the same assignment over the same members, and a lease
+granted through one proxy holds at all of them, so a member may call any proxy and move
+between them. `popmq serve` keeps the same entries in its in-memory LocalCoordinator. A
+call that changes a group reads it (from a cache while that is current), applies the rules
+above and writes it back with compare-and-set, applying them again after a lost race: a
+lease is granted only over the group as last written, never beside another member's.
+
+- Last calls and lease deadlines are wall-clock seconds (``time.time``): proxies on
+  different hosts compare them. Their clocks are assumed to agree within ``clock_skew_s``
+  (NTP keeps them within milliseconds); another member's lease blocks a grant until
+  ``clock_skew_s`` past its deadline, so a proxy whose clock runs ahead gives no queue away
+  early.
+- "A restart" is a restart of the coordinator's consumer state: every start of `popmq
+  serve` (its state is in memory), or an etcd that never held it. `consumer-state` records
+  when that grace ends; a proxy restarting in a cluster finds the leases in etcd.
+- POP-mode members take no part in assignment and stay in the memory of the proxy they
+  call (a coordinator write for every simple consumer's heartbeat would buy nothing). A POP
+  member's heartbeat reads its group's entry to refuse a second mode; a queue-exclusive
+  member that joins through another proxy than the group's POP members is accepted, and
+  they are refused at their next heartbeat.
+- ``max_clients`` bounds the (group, client) pairs one registry has heard from;
+  ``max_group_members`` the live queue-exclusive members of a group, all proxies together.
+
+Dead members are found lazily, on the next call that changes their group; a sweep every
+``sweep_interval_s`` deletes the entries of groups nobody calls about any more. Everything
+runs on the event loop. With a LocalCoordinator nothing waits: a call is the rules' dict
+work plus the JSON of one group's entry (bench/client_registry_cost.py measures it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
+import logging
 import math
 import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from popmq.broker_core import (
     MAX_QUEUES,
@@ -43,6 +73,8 @@ from popmq.broker_core import (
     check_name,
     check_range,
 )
+from popmq.cluster.coordination import Coordinator, LocalCoordinator
+from popmq.cluster.errors import CoordinationError
 from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
     MessageQueue,
@@ -52,8 +84,19 @@ from popmq.proxy.allocation import (
     allocate_consistent_hash,
     allocate_machine_room_nearby,
 )
+from popmq.proxy.consumer_groups import (
+    ConsumerGroups,
+    Lease,
+    StoredGroup,
+    StoredMember,
+    TopicLeases,
+    digest,
+    new_writer_id,
+)
 
 __all__ = [
+    "CLUSTER_CLOCK_SKEW_S",
+    "AssignedMember",
     "Assignment",
     "ClientInfo",
     "ClientRegistry",
@@ -63,11 +106,15 @@ __all__ = [
     "compute_assignment",
 ]
 
+logger = logging.getLogger(__name__)
+
 MAX_CLIENT_ID_LENGTH = 255
 MAX_TOPICS_PER_CLIENT = 64
 MAX_MACHINE_ROOM_LENGTH = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ROOM = re.compile(r"^[A-Za-z0-9_.-]+$")
+CLUSTER_CLOCK_SKEW_S = 1.0
+"""The clock skew assumed between proxies sharing an etcd, unless configured."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +141,19 @@ class ClientRegistryConfig:
     """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
     so no member is near and every member shares them (AVERAGE)."""
     max_clients: int = 100_000
-    """Registered (group, client) pairs at most; past it Heartbeat is RESOURCE_EXHAUSTED."""
+    """Registered (group, client) pairs at most (of the clients this server heard from);
+    past it Heartbeat is RESOURCE_EXHAUSTED."""
+    max_group_members: int = 1024
+    """Live queue-exclusive members of one group at most, through all proxies (they share
+    one coordinator entry); past it Heartbeat is RESOURCE_EXHAUSTED. A topic has at most
+    1,024 queues, so more members would only wait."""
+    clock_skew_s: float | None = None
+    """How far the wall clocks of the proxies sharing a coordinator may disagree: another
+    member's lease blocks a grant this long past its deadline. None: 0 with the in-process
+    coordinator (one clock), 1 s with etcd."""
+    sweep_interval_s: float = 60.0
+    """How often the coordinator entries of groups whose members and leases all ran out
+    are deleted; 0: never (they go when their group is next used)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_heartbeat_interval_s <= self.default_heartbeat_interval_s:
@@ -109,6 +168,12 @@ class ClientRegistryConfig:
             raise ValueError(f"machine_room {self.machine_room!r} must match {_ROOM.pattern}")
         if self.max_clients < 1:
             raise ValueError("max_clients must be at least 1")
+        if self.max_group_members < 1:
+            raise ValueError("max_group_members must be at least 1")
+        if self.clock_skew_s is not None and not 0 <= self.clock_skew_s <= 60:
+            raise ValueError("clock_skew_s must be within 0..60 (seconds)")
+        if self.sweep_interval_s < 0:
+            raise ValueError("sweep_interval_s must be >= 0")
 
     @property
     def grace_s(self) -> float:
@@ -151,7 +216,7 @@ class ClientInfo:
     registration: Registration
     heartbeat_interval_s: float
     last_seen: float
-    """Clock time of the client's last call."""
+    """Wall-clock time of the client's last call (the registry's clock)."""
 
     @property
     def client_id(self) -> str:
@@ -176,42 +241,37 @@ class Assignment:
     lease_s: float
 
 
+class AssignedMember(Protocol):
+    """What an assignment strategy reads of a member (a Registration, a stored member)."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def machine_room(self) -> str: ...
+
+    @property
+    def configured_queues(self) -> Mapping[str, tuple[int, ...]]: ...
+
+
 @dataclass(slots=True)
 class _Client:
+    """A client this registry heard from: a POP member (kept only here), or a
+    queue-exclusive one (kept in the coordinator; here to count it against max_clients)."""
+
     registration: Registration
     interval_s: float
     last_seen: float
 
-    def lease_s(self, missed: int) -> float:
-        return self.interval_s * missed
-
     def alive(self, now: float, missed: int) -> bool:
         return now - self.last_seen <= self.interval_s * missed
-
-
-@dataclass(slots=True)
-class _Lease:
-    owner: str
-    expires: float
-
-
-@dataclass(slots=True)
-class _TopicState:
-    """Assignment state of one (group, topic)."""
-
-    epoch: int = 0
-    # The inputs the current target was computed from; a change recomputes it.
-    signature: tuple[object, ...] = ()
-    target: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    # queue id -> the lease of the member consuming it.
-    leases: dict[int, _Lease] = field(default_factory=dict)
 
 
 def compute_assignment(
     strategy: Strategy,
     topic: str,
     queue_count: int,
-    members: Sequence[Registration],
+    members: Sequence[AssignedMember],
     *,
     broker_name: str,
     machine_room: str = "",
@@ -268,9 +328,12 @@ class ClientRegistry:
         broker_name: The broker's name (BrokerAPI.server_info().broker_name): its queues'
             name in the ``MessageQueue`` strings that CONSISTENT_HASH hashes, the same
             name routes and receipt handles carry.
-        existing_groups: Groups that existed when the server started; their queues are
-            granted only after the restart grace unless a member reports holding them.
-        clock: Monotonic seconds; a seam for tests.
+        coordinator: Where queue-exclusive groups live, shared by the proxies of a cluster
+            (the caller opens and closes it). None: a LocalCoordinator of this registry's.
+        existing_groups: Groups that existed when the server started; if the coordinator's
+            consumer state is new, their queues are granted only after the restart grace
+            unless a member reports holding them.
+        clock: Wall-clock seconds (deadlines are compared across proxies); a seam for tests.
     """
 
     def __init__(
@@ -278,23 +341,57 @@ class ClientRegistry:
         config: ClientRegistryConfig | None = None,
         *,
         broker_name: str,
+        coordinator: Coordinator | None = None,
         existing_groups: Collection[str] = (),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config or ClientRegistryConfig()
         self.broker_name = broker_name
+        self.instance = new_writer_id()
+        """This registry's id: members' entries name the registry of their last call."""
+        self._owns_coordinator = coordinator is None
+        self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
+        self._groups = ConsumerGroups(self.coordinator, writer=self.instance)
         self._clock = clock
-        self._grace_until = clock() + self.config.grace_s
+        skew = self.config.clock_skew_s
+        if skew is None:
+            one_clock = isinstance(self.coordinator, LocalCoordinator)
+            skew = 0.0 if one_clock else CLUSTER_CLOCK_SKEW_S
+        self._skew = skew
+        # The restart grace ends at clock() + grace_s if the coordinator's consumer state
+        # is new, else when the state's first registry said (read once, at first need).
+        self._proposed_grace_until = clock() + self.config.grace_s
+        self._grace_until: float | None = None
         self._restarted_groups = frozenset(existing_groups)
-        # group -> client id -> client. Guarded by running on one event loop only.
-        self._groups: dict[str, dict[str, _Client]] = {}
+        # group -> client id -> a client heard from here. Guarded by running on one loop.
+        self._local: dict[str, dict[str, _Client]] = {}
         self._count = 0
-        # group -> topic -> assignment state (kept while the group has members or leases).
-        self._topics: dict[str, dict[str, _TopicState]] = {}
+        # (group, topic) -> the last assignment inputs seen and their digest (hashing them
+        # at every query would cost more than comparing).
+        self._signatures: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Learn the restart grace and start the sweep; idempotent."""
+        await self._grace()
+        if self._sweeper is None and self.config.sweep_interval_s:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep_forever(), name="popmq-client-registry-sweep"
+            )
+
+    async def close(self) -> None:
+        """Stop the sweep (and close the coordinator if it is this registry's own)."""
+        if self._sweeper is not None:
+            sweeper, self._sweeper = self._sweeper, None
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        if self._owns_coordinator:
+            await self.coordinator.close()
 
     # -- heartbeat ------------------------------------------------------------------------
 
-    def heartbeat(self, registration: Registration, queue_counts: Mapping[str, int]) -> float:
+    async def heartbeat(self, registration: Registration, queue_counts: Mapping[str, int]) -> float:
         """Register or refresh a client; returns its heartbeat interval in seconds.
 
         Args:
@@ -306,48 +403,90 @@ class ClientRegistry:
             InvalidArgumentError: A field is malformed or out of range.
             FailedPreconditionError: Live members of the group use another mode or strategy
                 for one of the topics.
-            ResourceExhaustedError: Too many clients are registered.
+            ResourceExhaustedError: Too many clients are registered (here, or in the group).
+            CoordinationError: The coordinator failed (UNAVAILABLE when unreachable).
         """
         interval = self._check_registration(registration, queue_counts)
         now = self._clock()
         group = registration.group
-        self._expire(group, now)
+        client_id = registration.client_id
+        self._expire_local(group, now)
         for topic in registration.topics:
-            for other in self._members(group, topic):
-                if other.registration.client_id == registration.client_id:
-                    continue
-                if other.registration.mode is not registration.mode:
-                    raise FailedPreconditionError(
-                        f"group {group!r} consumes topic {topic!r} in "
-                        f"{other.registration.mode.value} mode (client "
-                        f"{other.registration.client_id!r}); every member must use one mode"
-                    )
-                if (
-                    registration.mode is ConsumeMode.QUEUE_EXCLUSIVE
-                    and other.registration.strategy is not registration.strategy
-                ):
+            for other in self._local_members(group, topic, ConsumeMode.POP):
+                if other.registration.client_id != client_id:
+                    _check_mode(group, topic, other.registration, registration.mode)
+        if registration.mode is ConsumeMode.QUEUE_EXCLUSIVE:
+
+            def register(state: StoredGroup) -> tuple[None, bool]:
+                now = self._clock()
+                self._expire(state, now)
+                self._join(state, registration, interval, now)
+                return None, True
+
+            await self._groups.change(group, register)
+        else:
+            await self._leave_exclusive_mode(registration)
+            self._check_capacity(group, client_id, self._clock())
+        self._remember(registration, interval, self._clock())
+        return interval
+
+    def _join(
+        self, state: StoredGroup, registration: Registration, interval: float, now: float
+    ) -> None:
+        """Add or renew a queue-exclusive member in its group's (expired) state."""
+        group = registration.group
+        client_id = registration.client_id
+        for topic in registration.topics:
+            for other in _subscribers(state, topic):
+                if other.client_id != client_id and other.strategy is not registration.strategy:
                     raise FailedPreconditionError(
                         f"group {group!r} assigns queues of topic {topic!r} with "
-                        f"{other.registration.strategy.value} (client "
-                        f"{other.registration.client_id!r}), not "
+                        f"{other.strategy.value} (client {other.client_id!r}), not "
                         f"{registration.strategy.value}; every member must use one strategy"
                     )
-        client = self._groups.get(group, {}).get(registration.client_id)
-        if client is None:
-            if self._count >= self.config.max_clients:
+        if client_id not in state.members:
+            members = len(state.members)
+            if members >= self.config.max_group_members:
                 raise ResourceExhaustedError(
-                    f"{self._count} clients are registered, the maximum is "
-                    f"{self.config.max_clients}; try again later"
+                    f"group {group!r} has {members} queue-exclusive members, the maximum "
+                    f"is {self.config.max_group_members}; try again later"
                 )
-            self._groups.setdefault(group, {})[registration.client_id] = _Client(
-                registration, interval, now
-            )
-            self._count += 1
-        else:
-            client.registration = registration
-            client.interval_s = interval
-            client.last_seen = now
-        return interval
+        self._check_capacity(group, client_id, now)
+        state.members[client_id] = StoredMember(
+            client_id=client_id,
+            topics=registration.topics,
+            strategy=registration.strategy,
+            machine_room=registration.machine_room,
+            configured_queues=dict(registration.configured_queues),
+            interval_s=interval,
+            seen=now,
+            via=self.instance,
+        )
+
+    async def _leave_exclusive_mode(self, registration: Registration) -> None:
+        """A POP heartbeat: refuse it beside queue-exclusive members of its topics, and
+        take the client out of the coordinator if it was one of them itself."""
+        group = registration.group
+        client_id = registration.client_id
+        state = await self._groups.read(group)
+        if state is None:
+            return
+        now = self._clock()
+        was_member = False
+        for member in self._live_members(state, now):
+            if member.client_id == client_id:
+                was_member = True
+                continue
+            for topic in registration.topics:
+                if topic in member.topics:
+                    _check_mode(group, topic, _registration(group, member), registration.mode)
+        if was_member:
+
+            def leave(state: StoredGroup) -> tuple[None, bool]:
+                # Its leases stay until they run out, as a member's who stopped calling.
+                return None, state.members.pop(client_id, None) is not None
+
+            await self._groups.change(group, leave)
 
     def _check_registration(
         self, registration: Registration, queue_counts: Mapping[str, int]
@@ -402,7 +541,7 @@ class ClientRegistry:
 
     # -- assignment -----------------------------------------------------------------------
 
-    def query_assignment(
+    async def query_assignment(
         self,
         client_id: str,
         group: str,
@@ -424,147 +563,245 @@ class ClientRegistry:
             InvalidArgumentError: ``held`` has a negative or repeated queue id.
             FailedPreconditionError: The client is not registered (or was gone), did not
                 subscribe to the topic, or is not in queue-exclusive mode.
+            CoordinationError: The coordinator failed (UNAVAILABLE when unreachable).
         """
         check_client_id(client_id)
         check_name("group", group)
         check_name("topic", topic)
         check_queue_ids("held_queue_ids", held, None)
+        grace_until = await self._grace()
         now = self._clock()
-        self._expire(group, now)
-        client = self._groups.get(group, {}).get(client_id)
-        if client is None:
-            raise FailedPreconditionError(
-                f"client {client_id!r} is not registered in group {group!r}: send Heartbeat "
-                f"first (a client silent for {self.config.missed_heartbeats} heartbeat "
-                "intervals must register again)"
-            )
-        if topic not in client.registration.topics:
-            raise FailedPreconditionError(
-                f"client {client_id!r} did not subscribe to topic {topic!r} in its Heartbeat"
-            )
-        if client.registration.mode is not ConsumeMode.QUEUE_EXCLUSIVE:
-            raise FailedPreconditionError(
-                f"client {client_id!r} registered in {client.registration.mode.value} mode; "
-                "assignments are only for QUEUE_EXCLUSIVE consumers"
-            )
-        client.last_seen = now
-        lease_s = client.lease_s(self.config.missed_heartbeats)
-        state = self._state(group, topic, queue_count)
+        self._expire_local(group, now)
+        local = self._local.get(group, {}).get(client_id)
+        if local is not None and local.registration.mode is ConsumeMode.POP:
+            _check_assignable(client_id, topic, local.registration)
+        in_grace = group in self._restarted_groups and now < grace_until
+
+        def query(state: StoredGroup) -> tuple[Assignment, bool]:
+            now = self._clock()
+            self._expire(state, now)
+            member = state.members.get(client_id)
+            if member is None:
+                raise FailedPreconditionError(
+                    f"client {client_id!r} is not registered in group {group!r}: send "
+                    f"Heartbeat first (a client silent for {self.config.missed_heartbeats} "
+                    "heartbeat intervals must register again)"
+                )
+            _check_assignable(client_id, topic, _registration(group, member))
+            member.seen = now
+            member.via = self.instance
+            assignment = self._lease(state, group, member, topic, queue_count, held, now, in_grace)
+            return assignment, True
+
+        assignment = await self._groups.change(group, query)
+        if local is not None:
+            local.last_seen = self._clock()
+        return assignment
+
+    def _lease(
+        self,
+        state: StoredGroup,
+        group: str,
+        member: StoredMember,
+        topic: str,
+        queue_count: int,
+        held: Sequence[int],
+        now: float,
+        in_grace: bool,
+    ) -> Assignment:
+        """The lease rules (module docstring) for one query, over the expired state."""
+        client_id = member.client_id
+        lease_s = member.interval_s * self.config.missed_heartbeats
+        topic_state = self._target(state, group, topic, queue_count)
+        leases = topic_state.leases
+        skew = self._skew
         held_set = set(held)
-        for queue_id, mine in list(state.leases.items()):
+        for queue_id, mine in list(leases.items()):
             if mine.owner != client_id:
                 continue
             if queue_id in held_set:
                 mine.expires = now + lease_s
             else:
-                del state.leases[queue_id]  # the client stopped consuming it
+                del leases[queue_id]  # the client stopped consuming it
         for queue_id in held_set:
-            lease = state.leases.get(queue_id)
-            if queue_id < queue_count and (lease is None or lease.expires <= now):
+            lease = leases.get(queue_id)
+            if queue_id < queue_count and (lease is None or lease.expires + skew <= now):
                 # Consuming without a lease on record (the registry restarted): keep it
                 # exclusive until the client lets go.
-                state.leases[queue_id] = _Lease(client_id, now + lease_s)
+                leases[queue_id] = Lease(client_id, now + lease_s)
         granted: list[int] = []
         pending: list[int] = []
-        in_grace = group in self._restarted_groups and now < self._grace_until
-        for queue_id in state.target.get(client_id, ()):
-            lease = state.leases.get(queue_id)
+        for queue_id in topic_state.target.get(client_id, ()):
+            lease = leases.get(queue_id)
             if lease is not None and lease.owner == client_id:
                 granted.append(queue_id)
-            elif (lease is None or lease.expires <= now) and not in_grace:
-                state.leases[queue_id] = _Lease(client_id, now + lease_s)
+            elif (lease is None or lease.expires + skew <= now) and not in_grace:
+                leases[queue_id] = Lease(client_id, now + lease_s)
                 granted.append(queue_id)
             else:
                 pending.append(queue_id)
-        return Assignment(tuple(granted), tuple(pending), state.epoch, lease_s)
+        return Assignment(tuple(granted), tuple(pending), topic_state.epoch, lease_s)
 
-    def unregister(self, client_id: str, group: str) -> bool:
+    async def unregister(self, client_id: str, group: str, *, if_last_here: bool = False) -> bool:
         """Forget a client that stopped consuming and release its leases at once.
+
+        Args:
+            client_id: The client.
+            group: Its group.
+            if_last_here: Only if its last call came through this registry (a client whose
+                session here ended may be calling another proxy of the cluster now).
 
         Returns whether the client was registered.
         """
         check_client_id(client_id)
         check_name("group", group)
-        members = self._groups.get(group)
-        client = members.pop(client_id, None) if members else None
-        if client is None:
-            return False
-        self._count -= 1
-        if not members:
-            del self._groups[group]
-        for state in self._topics.get(group, {}).values():
-            for queue_id, lease in list(state.leases.items()):
-                if lease.owner == client_id:
-                    del state.leases[queue_id]
-        return True
+        members = self._local.get(group)
+        local = members.pop(client_id, None) if members else None
+        if local is not None:
+            self._count -= 1
+            if not members:
+                del self._local[group]
+            if local.registration.mode is ConsumeMode.POP:
+                return True
+
+        def leave(state: StoredGroup) -> tuple[bool, bool]:
+            member = state.members.get(client_id)
+            if member is None or (if_last_here and member.via != self.instance):
+                return False, False
+            del state.members[client_id]
+            for topic_state in state.topics.values():
+                for queue_id, lease in list(topic_state.leases.items()):
+                    if lease.owner == client_id:
+                        del topic_state.leases[queue_id]
+            self._expire(state, self._clock())
+            return True, True
+
+        return await self._groups.change(group, leave)
 
     # -- introspection --------------------------------------------------------------------
 
-    def clients(self, group: str) -> list[ClientInfo]:
-        """The live clients of a group, sorted by client id."""
-        self._expire(group, self._clock())
-        return [
-            ClientInfo(c.registration, c.interval_s, c.last_seen)
-            for _, c in sorted(self._groups.get(group, {}).items())
-        ]
+    async def clients(self, group: str) -> list[ClientInfo]:
+        """The live clients of a group, sorted by client id: its queue-exclusive members
+        (through any proxy) and the POP members calling this one."""
+        state = await self._groups.read(group)
+        now = self._clock()
+        self._expire_local(group, now)
+        found = {
+            c.registration.client_id: ClientInfo(c.registration, c.interval_s, c.last_seen)
+            for c in self._local.get(group, {}).values()
+            if c.registration.mode is ConsumeMode.POP
+        }
+        for member in self._live_members(state, now) if state is not None else []:
+            found[member.client_id] = ClientInfo(
+                _registration(group, member), member.interval_s, member.seen
+            )
+        return [found[c] for c in sorted(found)]
 
     def owners(self, group: str, topic: str) -> dict[int, str]:
-        """Queue id -> the client holding its lease now (for tests and admin tools)."""
-        now = self._clock()
-        state = self._topics.get(group, {}).get(topic)
-        if state is None:
+        """Queue id -> the client holding its lease now, as this registry last read or wrote
+        the group: exact for the members that call this registry (only their own calls
+        change their leases), no round trip (FIFO receives check it)."""
+        state = self._groups.cached(group)
+        topic_state = state.topics.get(topic) if state is not None else None
+        if topic_state is None:
             return {}
-        return {q: lease.owner for q, lease in state.leases.items() if lease.expires > now}
+        now = self._clock()
+        return {q: lease.owner for q, lease in topic_state.leases.items() if lease.expires > now}
+
+    async def sweep(self) -> int:
+        """Delete the coordinator entries of groups with nothing live, and forget the dead
+        clients heard from here; returns how many entries went."""
+        now = self._clock()
+        for group in list(self._local):
+            self._expire_local(group, now)
+        for group in self._groups.cached_groups():
+            cached = self._groups.cached(group)
+            if cached is not None and self._dead(cached, now):
+                self._groups.forget(group)
+        live = set(self._groups.cached_groups())
+        for key in [k for k in self._signatures if k[0] not in live]:
+            del self._signatures[key]
+        return await self._groups.sweep(lambda state: self._dead(state, self._clock()))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            try:
+                removed = await self.sweep()
+            except CoordinationError as error:
+                logger.warning(
+                    "consumer group sweep failed (next in %ss): %s",
+                    self.config.sweep_interval_s,
+                    error,
+                )
+            else:
+                if removed:
+                    logger.info("consumer group sweep removed %d idle groups", removed)
 
     # -- internals ------------------------------------------------------------------------
 
-    def _members(self, group: str, topic: str) -> list[_Client]:
-        """Live clients of the group subscribed to the topic, sorted by client id."""
-        members = sorted(self._groups.get(group, {}).items())
-        return [c for _, c in members if topic in c.registration.topics]
+    async def _grace(self) -> float:
+        """When the restart grace ends (read from, or recorded in, the coordinator once)."""
+        if self._grace_until is None:
+            self._grace_until = await self._groups.grace_until(self._proposed_grace_until)
+        return self._grace_until
 
-    def _expire(self, group: str, now: float) -> None:
-        """Drop the group's clients that missed their heartbeats and leases that ran out.
+    def _live_members(self, state: StoredGroup, now: float) -> list[StoredMember]:
+        missed = self.config.missed_heartbeats
+        return [m for m in state.members.values() if now - m.seen <= m.interval_s * missed]
+
+    def _expire(self, state: StoredGroup, now: float) -> None:
+        """Drop the group's members that missed their heartbeats, leases that ran out (and
+        the clock skew past them), and topics with neither a lease nor a subscriber.
 
         A client's leases end no later than the client counts as gone: both are measured
         from its last call, and a lease is renewed only by a call.
         """
-        members = self._groups.get(group)
-        if members:
-            missed = self.config.missed_heartbeats
-            for client_id, client in list(members.items()):
-                if not client.alive(now, missed):
-                    del members[client_id]
-                    self._count -= 1
-            if not members:
-                del self._groups[group]
-        states = self._topics.get(group)
-        if not states:
-            return
-        for state in states.values():
-            for queue_id, lease in list(state.leases.items()):
-                if lease.expires <= now:
-                    del state.leases[queue_id]
-        if group not in self._groups and not any(s.leases for s in states.values()):
-            del self._topics[group]  # nothing left to remember; a new epoch starts at 1
+        missed = self.config.missed_heartbeats
+        members = state.members
+        for client_id, member in list(members.items()):
+            if now - member.seen > member.interval_s * missed:
+                del members[client_id]
+        skew = self._skew
+        for topic, topic_state in list(state.topics.items()):
+            leases = topic_state.leases
+            for queue_id, lease in list(leases.items()):
+                if lease.expires + skew <= now:
+                    del leases[queue_id]
+            if not leases and not any(topic in m.topics for m in members.values()):
+                del state.topics[topic]  # nothing to remember; a new epoch starts at 1
 
-    def _state(self, group: str, topic: str, queue_count: int) -> _TopicState:
+    def _dead(self, state: StoredGroup, now: float) -> bool:
+        """Nothing live: no member counts as alive and no lease blocks a grant."""
+        skew = self._skew
+        return not self._live_members(state, now) and not any(
+            lease.expires + skew > now for t in state.topics.values() for lease in t.leases.values()
+        )
+
+    def _target(self, state: StoredGroup, group: str, topic: str, queue_count: int) -> TopicLeases:
         """The topic's assignment state, its target recomputed when its inputs changed."""
-        state = self._topics.setdefault(group, {}).setdefault(topic, _TopicState())
-        members = [
-            c.registration
-            for c in self._members(group, topic)
-            if c.registration.mode is ConsumeMode.QUEUE_EXCLUSIVE
-        ]
+        topic_state = state.topics.get(topic)
+        if topic_state is None:
+            topic_state = state.topics[topic] = TopicLeases()
+        members = sorted(_subscribers(state, topic), key=_client_id)
         strategy = members[0].strategy if members else Strategy.AVERAGE
-        signature: tuple[object, ...] = (
+        inputs: tuple[object, ...] = (
             queue_count,
-            strategy,
+            strategy.name,
+            self.broker_name,
+            self.config.machine_room,
             tuple(
                 (m.client_id, m.machine_room, m.configured_queues.get(topic, ())) for m in members
             ),
         )
-        if signature != state.signature:
+        key = (group, topic)
+        known = self._signatures.get(key)
+        if known is not None and known[0] == inputs:
+            signature = known[1]
+        else:
+            signature = digest(inputs)
+            self._signatures[key] = (inputs, signature)
+        if signature != topic_state.signature:
             target = compute_assignment(
                 strategy,
                 topic,
@@ -573,13 +810,98 @@ class ClientRegistry:
                 broker_name=self.broker_name,
                 machine_room=self.config.machine_room,
             )
-            if target != state.target or state.epoch == 0:
-                state.epoch += 1
-            state.signature = signature
-            state.target = target
-            for queue_id in [q for q in state.leases if q >= queue_count]:
-                del state.leases[queue_id]  # the topic was recreated with fewer queues
-        return state
+            if target != topic_state.target or topic_state.epoch == 0:
+                topic_state.epoch += 1
+            topic_state.signature = signature
+            topic_state.target = target
+            for queue_id in [q for q in topic_state.leases if q >= queue_count]:
+                del topic_state.leases[queue_id]  # the topic was recreated with fewer queues
+        return topic_state
+
+    def _local_members(self, group: str, topic: str, mode: ConsumeMode) -> list[_Client]:
+        """Clients of the group heard from here in `mode`, subscribed to the topic."""
+        return [
+            c
+            for c in self._local.get(group, {}).values()
+            if c.registration.mode is mode and topic in c.registration.topics
+        ]
+
+    def _expire_local(self, group: str, now: float) -> None:
+        """Forget the group's clients heard from here that went silent."""
+        members = self._local.get(group)
+        if not members:
+            return
+        missed = self.config.missed_heartbeats
+        for client_id, client in list(members.items()):
+            if not client.alive(now, missed):
+                del members[client_id]
+                self._count -= 1
+        if not members:
+            del self._local[group]
+
+    def _check_capacity(self, group: str, client_id: str, now: float) -> None:
+        """Refuse a new (group, client) pair past max_clients (after forgetting the dead)."""
+        if client_id in self._local.get(group, {}) or self._count < self.config.max_clients:
+            return
+        for other in list(self._local):
+            self._expire_local(other, now)
+        if self._count >= self.config.max_clients:
+            raise ResourceExhaustedError(
+                f"{self._count} clients are registered, the maximum is "
+                f"{self.config.max_clients}; try again later"
+            )
+
+    def _remember(self, registration: Registration, interval: float, now: float) -> None:
+        members = self._local.setdefault(registration.group, {})
+        client = members.get(registration.client_id)
+        if client is None:
+            members[registration.client_id] = _Client(registration, interval, now)
+            self._count += 1
+        else:
+            client.registration = registration
+            client.interval_s = interval
+            client.last_seen = now
+
+
+def _subscribers(state: StoredGroup, topic: str) -> list[StoredMember]:
+    return [m for m in state.members.values() if topic in m.topics]
+
+
+def _client_id(member: StoredMember) -> str:
+    return member.client_id
+
+
+def _registration(group: str, member: StoredMember) -> Registration:
+    return Registration(
+        client_id=member.client_id,
+        group=group,
+        topics=member.topics,
+        mode=ConsumeMode.QUEUE_EXCLUSIVE,
+        strategy=member.strategy,
+        heartbeat_interval_s=member.interval_s,
+        machine_room=member.machine_room,
+        configured_queues=member.configured_queues,
+    )
+
+
+def _check_mode(group: str, topic: str, other: Registration, mode: ConsumeMode) -> None:
+    if other.mode is not mode:
+        raise FailedPreconditionError(
+            f"group {group!r} consumes topic {topic!r} in {other.mode.value} mode (client "
+            f"{other.client_id!r}); every member must use one mode"
+        )
+
+
+def _check_assignable(client_id: str, topic: str, registration: Registration) -> None:
+    if topic not in registration.topics:
+        raise FailedPreconditionError(
+            f"client {client_id!r} did not subscribe to topic {topic!r} in its Heartbeat"
+        )
+    if registration.mode is not ConsumeMode.QUEUE_EXCLUSIVE:
+        raise FailedPreconditionError(
+            f"client {client_id!r} registered in {registration.mode.value} mode; "
+            "assignments are only for QUEUE_EXCLUSIVE consumers"
+        )
 
 
 def check_client_id(client_id: str) -> None:

@@ -260,7 +260,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         for topic in registration.configured_queues:
             if topic not in queue_counts:
                 queue_counts[topic] = self._queue_count(topic)
-        interval_s = self.clients.heartbeat(registration, queue_counts)
+        interval_s = await self.clients.heartbeat(registration, queue_counts)
         lease_s = interval_s * self.clients.config.missed_heartbeats
         return messaging_pb2.HeartbeatResponse(
             heartbeat_interval=convert.duration(interval_s),
@@ -272,7 +272,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.QueryAssignmentResponse:
         check_count("held_queue_ids", len(request.held_queue_ids), MAX_QUEUES, "queue ids")
-        assignment = self.clients.query_assignment(
+        assignment = await self.clients.query_assignment(
             request.client_id,
             request.group,
             request.topic,
@@ -292,7 +292,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         request: messaging_pb2.NotifyClientTerminationRequest,
         context: grpc.aio.ServicerContext,
     ) -> messaging_pb2.NotifyClientTerminationResponse:
-        known = self.clients.unregister(request.client_id, request.group)
+        known = await self.clients.unregister(request.client_id, request.group)
         return messaging_pb2.NotifyClientTerminationResponse(was_registered=known)
 
     @rpc

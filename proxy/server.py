@@ -168,13 +168,14 @@ class PopMQServer:
     """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
     e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process, or a
     ClusterBroker; then `config.broker` is not used). The server starts and closes the
-    broker it serves.
+    broker it serves. `peers`, in cluster mode, gives every proxy's HOST:PORT for RocketMQ
+    routes.
 
     `coordinator` is where the proxy keeps what other proxies must see (Spark lease tokens,
-    proxy/leases.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
+    proxy/leases.py; the queue-exclusive consumers and their queue leases,
+    proxy/clients.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
     (opens and closes). Without one the server makes and closes its own LocalCoordinator,
-    in memory (`popmq serve`). `peers`, in cluster mode, gives every proxy's HOST:PORT for
-    RocketMQ routes."""
+    in memory (`popmq serve`)."""
 
     def __init__(
         self,
@@ -284,8 +285,10 @@ class PopMQServer:
         self.clients = ClientRegistry(
             self.config.clients,
             broker_name=self.broker.server_info().broker_name,
+            coordinator=self.coordinator,
             existing_groups=[g.name for g in await self.broker.list_groups()],
         )
+        await self.clients.start()
         self.messaging = MessagingServicer(
             self.broker,
             self.clients,
@@ -342,6 +345,8 @@ class PopMQServer:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+        if self.clients is not None:
+            await self.clients.close()
         await self.broker.close()
         if self._owns_coordinator:
             await self.coordinator.close()

@@ -22,7 +22,15 @@ A client that stops calling loses its leases after ``missed_heartbeats`` of its 
 intervals (the registry's default interval, 10 s like RocketMQ's clients), as any member
 does; NotifyClientTermination and the end of its session release them at once.
 
-Everything here is synchronous dict work on the server's event loop.
+In a cluster the registry is shared by the proxies (clients.py), while what this module
+keeps (queues tried, lease ends, waiting receives) is about the calls this proxy serves: an
+official client sends all of them to one proxy until it fails over. A receive is checked
+against the registry's view of the group as this proxy last read or wrote it, which the
+client's own queries keep exact for its own leases, so a receive never waits on the
+coordinator. A session that ends here by silence releases the client's leases only if its
+last registry call came through this proxy (it may be calling another one now).
+
+Runs on the server's event loop; only the registry's calls wait (on the coordinator).
 """
 
 from __future__ import annotations
@@ -60,18 +68,16 @@ class ConsumerAssignments:
 
     Args:
         registry: The server's client registry, shared with popmq.v1.
-        clock: Monotonic seconds, the same clock as the registry's (a seam for tests).
+        clock: Wall-clock seconds, the same clock as the registry's (a seam for tests).
     """
 
-    def __init__(
-        self, registry: ClientRegistry, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, registry: ClientRegistry, *, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
         self._clock = clock
         # client id -> its state. Guarded by running on one event loop.
         self._clients: dict[str, _Client] = {}
 
-    def register(
+    async def register(
         self, client_id: str, group: str, queue_counts: Mapping[str, int], *, exclusive: bool
     ) -> None:
         """Register or renew a consumer of the topics in `queue_counts` (they exist).
@@ -83,10 +89,12 @@ class ConsumerAssignments:
         registration = Registration(
             client_id=client_id, group=group, topics=tuple(queue_counts), mode=mode
         )
-        self.registry.heartbeat(registration, queue_counts)
+        await self.registry.heartbeat(registration, queue_counts)
         self._clients.setdefault(client_id, _Client()).modes[group] = mode
 
-    def query(self, client_id: str, group: str, topic: str, queue_count: int) -> tuple[int, ...]:
+    async def query(
+        self, client_id: str, group: str, topic: str, queue_count: int
+    ) -> tuple[int, ...]:
         """The queues the client may receive from now; renews them and releases the rest.
 
         Raises:
@@ -101,11 +109,11 @@ class ConsumerAssignments:
         tried = client.tried.pop(key, set())
         held = sorted(q for q in before | tried if q < queue_count)
         now = self._clock()  # before the registry's: our lease end is never later than its
-        first = self.registry.query_assignment(client_id, group, topic, queue_count, held)
+        first = await self.registry.query_assignment(client_id, group, topic, queue_count, held)
         granted = first.queue_ids
         if set(held) - set(granted):
             # Leases outside the target (kept by the first call) end now, not in a lease time.
-            self.registry.query_assignment(client_id, group, topic, queue_count, granted)
+            await self.registry.query_assignment(client_id, group, topic, queue_count, granted)
         client.lease_until[key] = now + first.lease_s
         self._revoke(client, group, topic, before.difference(granted))
         return granted
@@ -149,8 +157,12 @@ class ConsumerAssignments:
                     del client.waiting[key]
             ended.cancel()
 
-    def end_client(self, client_id: str) -> int:
-        """Forget a client that said goodbye or whose session ended; its leases end now.
+    def knows(self, client_id: str) -> bool:
+        return client_id in self._clients
+
+    async def end_client(self, client_id: str, *, if_last_here: bool = False) -> int:
+        """Forget a client that said goodbye or whose session ended; its leases end now
+        (with `if_last_here`, only if its last registry call came through this proxy).
 
         Returns how many registrations it had.
         """
@@ -161,7 +173,11 @@ class ConsumerAssignments:
             for ended in waiters:
                 if not ended.done():
                     ended.set_result(None)
-        return sum(self.registry.unregister(client_id, group) for group in client.modes)
+        registrations = 0
+        for group in client.modes:
+            if await self.registry.unregister(client_id, group, if_last_here=if_last_here):
+                registrations += 1
+        return registrations
 
     def _revoke(self, client: _Client, group: str, topic: str, queue_ids: set[int]) -> None:
         for queue_id in queue_ids:

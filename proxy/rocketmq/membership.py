@@ -3,17 +3,23 @@
 v2 heartbeats name a group but no topics: a consumer's topics come from its Telemetry
 settings (and the topics it asked assignments for), so a heartbeat, an assignment query and
 a settings frame all end here. Push consumers of FIFO groups are queue-exclusive members
-(assignments.py), all others POP members. Runs on the server's event loop.
+(assignments.py), all others POP members. Runs on the server's event loop; a session that
+ends by silence is unregistered by a task of its own (Sessions tells it synchronously).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
-from popmq.broker_core import BrokerAPI, NotFoundError
+from popmq.broker_core import BrokerAPI, NotFoundError, PopMQError
 from popmq.proxy.rocketmq import settings
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.resources import Resources
 from popmq.proxy.rocketmq.sessions import ClientSession
+
+log = logging.getLogger(__name__)
 
 
 class Membership:
@@ -31,8 +37,11 @@ class Membership:
         self._broker = broker
         self._resources = resources
         self._assignments = assignments
+        # Unregistrations of sessions that ended by silence, still running (held so they
+        # run; close() waits for them).
+        self._endings: set[asyncio.Task[None]] = set()
 
-    def register(self, session: ClientSession, group: str) -> None:
+    async def register(self, session: ClientSession, group: str) -> None:
         """Register a consumer for the topics it consumes that exist (none: nothing to do)."""
         if session.client_type not in settings.CONSUMER_TYPES:
             return
@@ -46,12 +55,31 @@ class Membership:
         if not queue_counts:
             return
         exclusive = session.client_type == pb.PUSH_CONSUMER and self._resources.policy(group).fifo
-        self._assignments.register(session.client_id, group, queue_counts, exclusive=exclusive)
+        await self._assignments.register(
+            session.client_id, group, queue_counts, exclusive=exclusive
+        )
 
-    def end(self, client_id: str) -> None:
-        """The client is gone: its registrations and leases end."""
-        self._assignments.end_client(client_id)
+    async def end(self, client_id: str) -> None:
+        """The client said goodbye: its registrations and leases end."""
+        await self._assignments.end_client(client_id)
 
     def session_ended(self, session: ClientSession) -> None:
-        """Sessions' `on_end`: a session ended by termination, silence or shutdown."""
-        self.end(session.client_id)
+        """Sessions' `on_end`: a session ended by silence (termination ends the client
+        first). The client may be calling another proxy of the cluster now: its leases
+        end only if its last registry call came through this one."""
+        if not self._assignments.knows(session.client_id):
+            return
+        task = asyncio.get_running_loop().create_task(self._end_silent(session.client_id))
+        self._endings.add(task)
+        task.add_done_callback(self._endings.discard)
+
+    async def _end_silent(self, client_id: str) -> None:
+        try:
+            await self._assignments.end_client(client_id, if_last_here=True)
+        except PopMQError as error:  # the coordinator is away: its leases run out instead
+            log.warning("could not unregister silent client %s: %s", client_id, error)
+
+    async def close(self) -> None:
+        """Wait for the unregistrations under way."""
+        if self._endings:
+            await asyncio.wait(set(self._endings))

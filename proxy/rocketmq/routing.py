@@ -50,7 +50,7 @@ class Routing:
             message_queues=[convert.message_queue(info, q, entry) for q in range(info.queues)],
         )
 
-    def assignment(
+    async def assignment(
         self, request: sv.QueryAssignmentRequest, client_id: str
     ) -> sv.QueryAssignmentResponse:
         """Normal groups: one assignment with queue id -1. FIFO groups: one per queue the
@@ -72,8 +72,8 @@ class Routing:
         if info.name not in session.topics():
             session.queried_topics.add(info.name)
         # The query is also a heartbeat, so a client is a member before its first one.
-        self._membership.register(session, group)
-        granted = self._assignments.query(client_id, group, info.name, info.queues)
+        await self._membership.register(session, group)
+        granted = await self._assignments.query(client_id, group, info.name, info.queues)
         return sv.QueryAssignmentResponse(
             status=codes.ok(),
             assignments=[

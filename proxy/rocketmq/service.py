@@ -110,7 +110,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.config = config or RocketMQConfig()
         resources = Resources(broker, address, peers)
         self.assignments = ConsumerAssignments(clients)
-        membership = Membership(broker, resources, self.assignments)
+        self._membership = membership = Membership(broker, resources, self.assignments)
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
         self._releases = Releases(self.inflight)
@@ -180,6 +180,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.sessions.close_all()
         await self.inflight.close()
         await self._releases.close()
+        await self._membership.close()
 
     def touch(self, context: grpc.aio.ServicerContext) -> str:
         """Mark the calling client as alive; returns its id ("" when it sent none)."""
@@ -200,13 +201,13 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryAssignment(
         self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryAssignmentResponse:
-        return self._routing.assignment(request, metadata.client_id(context))
+        return await self._routing.assignment(request, metadata.client_id(context))
 
     @answers(sv.HeartbeatResponse, codes.GROUP)
     async def Heartbeat(
         self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> sv.HeartbeatResponse:
-        return self._telemetry.heartbeat(metadata.require_client_id(context), request)
+        return await self._telemetry.heartbeat(metadata.require_client_id(context), request)
 
     @answers(sv.NotifyClientTerminationResponse, codes.GROUP)
     async def NotifyClientTermination(

@@ -83,12 +83,13 @@ class Sessions:
             session.streams > 0 or time.monotonic() - session.last_seen < self._idle_s
         )
 
-    def remove(self, client_id: str) -> ClientSession | None:
-        """End a session: its Telemetry streams are told to finish."""
+    def remove(self, client_id: str, *, notify: bool = True) -> ClientSession | None:
+        """End a session: its Telemetry streams are told to finish (and `on_end`, unless
+        not `notify`)."""
         session = self._sessions.pop(client_id, None)
         if session is not None:
             session.closed.set()
-            if self._on_end is not None:
+            if notify and self._on_end is not None:
                 self._on_end(session)
         return session
 
@@ -107,5 +108,7 @@ class Sessions:
         return max(0.0, min(candidates) + self._idle_s - time.monotonic())
 
     def close_all(self) -> None:
+        """Server shutdown: every session ends, but the clients did not leave (in a cluster
+        they go on through another proxy), so `on_end` is not told."""
         for client_id in list(self._sessions):
-            self.remove(client_id)
+            self.remove(client_id, notify=False)

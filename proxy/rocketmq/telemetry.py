@@ -151,7 +151,7 @@ class Telemetry:
         session.queried_topics.clear()
         return sv.TelemetryCommand(status=codes.ok(), settings=reply)
 
-    def heartbeat(self, client_id: str, request: sv.HeartbeatRequest) -> sv.HeartbeatResponse:
+    async def heartbeat(self, client_id: str, request: sv.HeartbeatRequest) -> sv.HeartbeatResponse:
         """Keeps the session alive and registers a consumer in the client registry."""
         if request.client_type not in pb.ClientType.values():
             raise ProtocolError(
@@ -162,14 +162,19 @@ class Telemetry:
         group = convert.group_name(request.group) if request.HasField("group") else None
         session = self._sessions.touch(client_id, client_type=request.client_type, group=group)
         if group is not None:
-            self._membership.register(session, group)
+            await self._membership.register(session, group)
         return sv.HeartbeatResponse(status=codes.ok())
 
     async def terminate(self, client_id: str) -> sv.NotifyClientTerminationResponse:
         """The client says goodbye: its session, registrations and leases end, and the
         messages it held become visible again soon."""
-        self._sessions.remove(client_id)  # its registrations and leases end with the session
-        self._membership.end(client_id)  # also when the session was gone already
+        try:
+            await self._membership.end(client_id)  # also when the session was gone already
+        except PopMQError as error:  # the registry's coordinator is away: its leases run out
+            log.warning(
+                "client %s said goodbye, its leases stay until they run out: %s", client_id, error
+            )
+        self._sessions.remove(client_id)
         released = await self._inflight.release_client(client_id)
         return sv.NotifyClientTerminationResponse(
             status=codes.ok(f"released {released} in-flight messages")

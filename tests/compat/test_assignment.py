@@ -117,7 +117,7 @@ def test_a_normal_group_keeps_the_queue_minus_one_assignment_and_registers_pop_m
     async def scenario(s: MessagingServiceStub) -> None:
         call = await settings_stream(s, "pusher", pb.PUSH_CONSUMER, "billing", ["orders", "nope"])
         assert (await heartbeat(s, "pusher", "billing")).code == Code.OK
-        (member,) = server.sync(lambda: registry(server).clients("billing"))
+        (member,) = server.call(lambda: registry(server).clients("billing"))
         assert member.client_id == "pusher"
         assert member.registration.mode is ConsumeMode.POP
         assert member.registration.topics == ("orders",)  # "nope" does not exist
@@ -127,7 +127,7 @@ def test_a_normal_group_keeps_the_queue_minus_one_assignment_and_registers_pop_m
             sv.NotifyClientTerminationRequest(group=resource("billing")), metadata=meta("pusher")
         )
         assert bye.status.code == Code.OK
-        assert server.sync(lambda: registry(server).clients("billing")) == []
+        assert server.call(lambda: registry(server).clients("billing")) == []
         call.cancel()
 
     run(server, scenario)
@@ -298,7 +298,7 @@ def test_a_terminated_client_hands_its_queues_over_at_once(
         assert await assigned(s, "c2") == []
         assert await assigned(s, "c1") == [0, 1]
         assert await assigned(s, "c2") == [2, 3]
-        members = server.sync(lambda: registry(server).clients("fifo-pushers"))
+        members = server.call(lambda: registry(server).clients("fifo-pushers"))
         assert [(m.client_id, m.registration.mode) for m in members] == [
             ("c1", ConsumeMode.QUEUE_EXCLUSIVE),
             ("c2", ConsumeMode.QUEUE_EXCLUSIVE),
@@ -310,7 +310,7 @@ def test_a_terminated_client_hands_its_queues_over_at_once(
         assert bye.status.code == Code.OK
         assert await asyncio.wait_for(call.read(), 10) is grpc.aio.EOF  # its session ended
         assert await assigned(s, "c2") == [0, 1, 2, 3]
-        members = server.sync(lambda: registry(server).clients("fifo-pushers"))
+        members = server.call(lambda: registry(server).clients("fifo-pushers"))
         assert [m.client_id for m in members] == ["c2"]
 
     run(server, scenario)
@@ -389,5 +389,5 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
         order.setdefault(group, []).append(int(index))
     assert order == {g: list(range(6)) for g in groups}
     # Both said goodbye: the group has no members and no leases left.
-    assert server.sync(lambda: registry(server).clients("splitters")) == []
+    assert server.call(lambda: registry(server).clients("splitters")) == []
     assert server.sync(lambda: registry(server).owners("splitters", "fifo-split")) == {}

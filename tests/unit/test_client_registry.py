@@ -22,6 +22,7 @@ from popmq.proxy.clients import (
     Registration,
     compute_assignment,
 )
+from tests.support.run_async import run_async
 
 INTERVAL = 1.0
 LEASE = 3 * INTERVAL
@@ -45,7 +46,7 @@ def make(
     return registry, clock
 
 
-def join(
+async def join(
     registry: ClientRegistry,
     client_id: str,
     *,
@@ -57,7 +58,7 @@ def join(
     configured: dict[str, tuple[int, ...]] | None = None,
     queues: int = 8,
 ) -> float:
-    return registry.heartbeat(
+    return await registry.heartbeat(
         Registration(
             client_id=client_id,
             group=group,
@@ -72,11 +73,12 @@ def join(
     )
 
 
-def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
+@run_async
+async def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
     registry, _ = make()
     for client in ["c1", "c2", "c3"]:
-        assert join(registry, client) == INTERVAL
-    got = {c: registry.query_assignment(c, "g", "t", 8) for c in ["c1", "c2", "c3"]}
+        assert await join(registry, client) == INTERVAL
+    got = {c: await registry.query_assignment(c, "g", "t", 8) for c in ["c1", "c2", "c3"]}
     assert {c: a.queue_ids for c, a in got.items()} == {
         "c1": (0, 1, 2),
         "c2": (3, 4, 5),
@@ -89,112 +91,140 @@ def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
     }  # fmt: skip
 
 
-def test_a_joiner_waits_until_the_old_owner_releases_the_queue() -> None:
+@run_async
+async def test_a_joiner_waits_until_the_old_owner_releases_the_queue() -> None:
     registry, clock = make()
-    join(registry, "c1")
-    first = registry.query_assignment("c1", "g", "t", 4)
+    await join(registry, "c1")
+    first = await registry.query_assignment("c1", "g", "t", 4)
     assert first.queue_ids == (0, 1, 2, 3)
-    join(registry, "c2")
+    await join(registry, "c2")
     # c2's target is 2 and 3, but c1 still holds them.
-    waiting = registry.query_assignment("c2", "g", "t", 4)
+    waiting = await registry.query_assignment("c2", "g", "t", 4)
     assert waiting.queue_ids == ()
     assert waiting.pending_queue_ids == (2, 3)
     assert waiting.epoch == first.epoch + 1
     # c1 learns its new assignment while it still consumes 2 and 3: their leases stay.
     clock.now += 0.5
-    shrunk = registry.query_assignment("c1", "g", "t", 4, held=[0, 1, 2, 3])
+    shrunk = await registry.query_assignment("c1", "g", "t", 4, held=[0, 1, 2, 3])
     assert shrunk.queue_ids == (0, 1)
     assert registry.owners("g", "t") == {0: "c1", 1: "c1", 2: "c1", 3: "c1"}
-    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    assert (await registry.query_assignment("c2", "g", "t", 4)).pending_queue_ids == (2, 3)
     # c1 finished them and says so: c2 gets them.
-    registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
     assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
-    granted = registry.query_assignment("c2", "g", "t", 4)
+    granted = await registry.query_assignment("c2", "g", "t", 4)
     assert granted.queue_ids == (2, 3)
     assert granted.pending_queue_ids == ()
     assert registry.owners("g", "t") == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}
 
 
-def test_a_silent_client_is_gone_after_three_intervals_and_its_queues_move() -> None:
+@run_async
+async def test_a_silent_client_is_gone_after_three_intervals_and_its_queues_move() -> None:
     registry, clock = make()
-    join(registry, "c1")
-    join(registry, "c2")
-    registry.query_assignment("c1", "g", "t", 4)
-    registry.query_assignment("c2", "g", "t", 4)
-    epoch = registry.query_assignment("c1", "g", "t", 4, held=[0, 1]).epoch
+    await join(registry, "c1")
+    await join(registry, "c2")
+    await registry.query_assignment("c1", "g", "t", 4)
+    await registry.query_assignment("c2", "g", "t", 4)
+    epoch = (await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])).epoch
     # c2 goes silent. Within three intervals it is still a member holding its leases.
     clock.now += LEASE - 0.1
-    join(registry, "c1")
-    still = registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    await join(registry, "c1")
+    still = await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
     assert still.queue_ids == (0, 1)
-    assert [c.client_id for c in registry.clients("g")] == ["c1", "c2"]
+    assert [c.client_id for c in await registry.clients("g")] == ["c1", "c2"]
     clock.now += 0.2
-    moved = registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
+    moved = await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
     assert moved.queue_ids == (0, 1, 2, 3)
     assert moved.epoch == epoch + 1
-    assert [c.client_id for c in registry.clients("g")] == ["c1"]
+    assert [c.client_id for c in await registry.clients("g")] == ["c1"]
     with pytest.raises(FailedPreconditionError, match="not registered"):
-        registry.query_assignment("c2", "g", "t", 4)
+        await registry.query_assignment("c2", "g", "t", 4)
 
 
-def test_a_query_keeps_the_client_alive_and_renews_only_held_leases() -> None:
+@run_async
+async def test_a_query_keeps_the_client_alive_and_renews_only_held_leases() -> None:
     registry, clock = make()
-    join(registry, "c1")
-    assert registry.query_assignment("c1", "g", "t", 2).queue_ids == (0, 1)
+    await join(registry, "c1")
+    assert (await registry.query_assignment("c1", "g", "t", 2)).queue_ids == (0, 1)
     for _ in range(10):
         clock.now += LEASE * 0.9
-        assert registry.query_assignment("c1", "g", "t", 2, held=[0, 1]).queue_ids == (0, 1)
+        assert (await registry.query_assignment("c1", "g", "t", 2, held=[0, 1])).queue_ids == (0, 1)
     assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
 
 
-def test_a_terminated_client_releases_its_queues_at_once() -> None:
+@run_async
+async def test_a_terminated_client_releases_its_queues_at_once() -> None:
     registry, _ = make()
-    join(registry, "c1")
-    join(registry, "c2")
-    registry.query_assignment("c1", "g", "t", 4)
-    registry.query_assignment("c2", "g", "t", 4)
-    assert registry.unregister("c2", "g") is True
-    assert registry.unregister("c2", "g") is False
-    assert registry.query_assignment("c1", "g", "t", 4, held=[0, 1]).queue_ids == (0, 1, 2, 3)
+    await join(registry, "c1")
+    await join(registry, "c2")
+    await registry.query_assignment("c1", "g", "t", 4)
+    await registry.query_assignment("c2", "g", "t", 4)
+    assert await registry.unregister("c2", "g") is True
+    assert await registry.unregister("c2", "g") is False
+    assert (await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])).queue_ids == (
+        0,
+        1,
+        2,
+        3,
+    )
 
 
-def test_a_client_that_lost_its_lease_is_not_granted_a_queue_now_owned_by_another() -> None:
+@run_async
+async def test_a_client_that_lost_its_lease_is_not_granted_a_queue_now_owned_by_another() -> None:
     registry, clock = make()
-    join(registry, "c1")
-    registry.query_assignment("c1", "g", "t", 2)
+    await join(registry, "c1")
+    await registry.query_assignment("c1", "g", "t", 2)
     clock.now += LEASE + 0.1  # c1 went silent and is gone
-    join(registry, "c2")
-    assert registry.query_assignment("c2", "g", "t", 2).queue_ids == (0, 1)
+    await join(registry, "c2")
+    assert (await registry.query_assignment("c2", "g", "t", 2)).queue_ids == (0, 1)
     # c1 comes back still claiming queue 0: it must stop, c2 keeps it.
-    join(registry, "c1")
-    back = registry.query_assignment("c1", "g", "t", 2, held=[0])
+    await join(registry, "c1")
+    back = await registry.query_assignment("c1", "g", "t", 2, held=[0])
     assert back.queue_ids == ()
     assert back.pending_queue_ids == (0,)
     assert registry.owners("g", "t") == {0: "c2", 1: "c2"}
 
 
-def test_after_a_restart_held_queues_are_kept_and_unreported_ones_wait_for_the_grace() -> None:
+@run_async
+async def test_after_a_restart_held_queues_are_kept_and_unreported_ones_wait_for_the_grace() -> (
+    None
+):
     config = ClientRegistryConfig(restart_grace_s=5.0)
     registry, clock = make(config, existing_groups=("g",))
-    join(registry, "c1")
-    join(registry, "c2")
+    await join(registry, "c1")
+    await join(registry, "c2")
     # c1 held 0 and 3 before the restart; its target is now 0 and 1.
-    first = registry.query_assignment("c1", "g", "t", 4, held=[0, 3])
+    first = await registry.query_assignment("c1", "g", "t", 4, held=[0, 3])
     assert first.queue_ids == (0,)
     assert first.pending_queue_ids == (1,)
     # c2's target 2, 3: 3 is still c1's, 2 waits for the grace.
-    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    assert (await registry.query_assignment("c2", "g", "t", 4)).pending_queue_ids == (2, 3)
     clock.now += 2.5
-    assert registry.query_assignment("c1", "g", "t", 4, held=[0, 3]).pending_queue_ids == (1,)
-    assert registry.query_assignment("c2", "g", "t", 4).pending_queue_ids == (2, 3)
+    assert (await registry.query_assignment("c1", "g", "t", 4, held=[0, 3])).pending_queue_ids == (
+        1,
+    )
+    assert (await registry.query_assignment("c2", "g", "t", 4)).pending_queue_ids == (2, 3)
     clock.now += 2.5  # the grace is over
-    registry.query_assignment("c1", "g", "t", 4, held=[0])
-    assert registry.query_assignment("c2", "g", "t", 4).queue_ids == (2, 3)
-    assert registry.query_assignment("c1", "g", "t", 4, held=[0]).queue_ids == (0, 1)
+    await registry.query_assignment("c1", "g", "t", 4, held=[0])
+    assert (await registry.query_assignment("c2", "g", "t", 4)).queue_ids == (2, 3)
+    assert (await registry.query_assignment("c1", "g", "t", 4, held=[0])).queue_ids == (0, 1)
     # A group created after the start has nothing to wait for.
     fresh, _ = make(config, existing_groups=("g",))
-    join(fresh, "c1", group="new")
-    assert fresh.query_assignment("c1", "new", "t", 2).queue_ids == (0, 1)
+    await join(fresh, "c1", group="new")
+    assert (await fresh.query_assignment("c1", "new", "t", 2)).queue_ids == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_group_members", 0, "max_group_members must be at least 1"),
+        ("clock_skew_s", -1.0, "clock_skew_s must be within 0..60"),
+        ("sweep_interval_s", -1.0, "sweep_interval_s must be >= 0"),
+    ],
+)
+def test_the_config_refuses_bad_cluster_settings(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClientRegistryConfig(**{field: value})  # type: ignore[arg-type]
 
 
 def test_the_default_grace_covers_the_longest_lease_a_member_may_hold() -> None:
@@ -202,41 +232,44 @@ def test_the_default_grace_covers_the_longest_lease_a_member_may_hold() -> None:
     assert ClientRegistryConfig(restart_grace_s=0).grace_s == 0
 
 
-def test_members_must_agree_on_mode_and_strategy() -> None:
+@run_async
+async def test_members_must_agree_on_mode_and_strategy() -> None:
     registry, clock = make()
-    join(registry, "c1", strategy=Strategy.AVERAGE)
+    await join(registry, "c1", strategy=Strategy.AVERAGE)
     with pytest.raises(FailedPreconditionError, match=r"with AVERAGE .*not CONSISTENT_HASH"):
-        join(registry, "c2", strategy=Strategy.CONSISTENT_HASH)
+        await join(registry, "c2", strategy=Strategy.CONSISTENT_HASH)
     with pytest.raises(FailedPreconditionError, match="QUEUE_EXCLUSIVE mode"):
-        join(registry, "c2", mode=ConsumeMode.POP)
+        await join(registry, "c2", mode=ConsumeMode.POP)
     # The member itself may change strategy; another topic or group is independent.
-    join(registry, "c1", strategy=Strategy.AVERAGE_BY_CIRCLE)
-    join(registry, "c2", topics=("other",), strategy=Strategy.CONSISTENT_HASH)
-    join(registry, "c2", group="g2", mode=ConsumeMode.POP)
+    await join(registry, "c1", strategy=Strategy.AVERAGE_BY_CIRCLE)
+    await join(registry, "c2", topics=("other",), strategy=Strategy.CONSISTENT_HASH)
+    await join(registry, "c2", group="g2", mode=ConsumeMode.POP)
     # Once the old members are gone, a new strategy is fine.
     clock.now += LEASE + 0.1
-    join(registry, "c3", strategy=Strategy.CONSISTENT_HASH)
+    await join(registry, "c3", strategy=Strategy.CONSISTENT_HASH)
 
 
-def test_pop_mode_clients_register_but_get_no_assignment() -> None:
+@run_async
+async def test_pop_mode_clients_register_but_get_no_assignment() -> None:
     registry, _ = make()
-    join(registry, "p1", mode=ConsumeMode.POP)
-    assert [c.client_id for c in registry.clients("g")] == ["p1"]
+    await join(registry, "p1", mode=ConsumeMode.POP)
+    assert [c.client_id for c in await registry.clients("g")] == ["p1"]
     with pytest.raises(FailedPreconditionError, match="only for QUEUE_EXCLUSIVE"):
-        registry.query_assignment("p1", "g", "t", 8)
+        await registry.query_assignment("p1", "g", "t", 8)
 
 
-def test_query_checks_registration_and_subscription() -> None:
+@run_async
+async def test_query_checks_registration_and_subscription() -> None:
     registry, _ = make()
     with pytest.raises(FailedPreconditionError, match="send Heartbeat first"):
-        registry.query_assignment("c1", "g", "t", 8)
-    join(registry, "c1")
+        await registry.query_assignment("c1", "g", "t", 8)
+    await join(registry, "c1")
     with pytest.raises(FailedPreconditionError, match="did not subscribe to topic 'u'"):
-        registry.query_assignment("c1", "g", "u", 8)
+        await registry.query_assignment("c1", "g", "u", 8)
     with pytest.raises(InvalidArgumentError, match="queue id -1"):
-        registry.query_assignment("c1", "g", "t", 8, held=[-1])
+        await registry.query_assignment("c1", "g", "t", 8, held=[-1])
     with pytest.raises(InvalidArgumentError, match="repeats queue id 2"):
-        registry.query_assignment("c1", "g", "t", 8, held=[2, 2])
+        await registry.query_assignment("c1", "g", "t", 8, held=[2, 2])
 
 
 @pytest.mark.parametrize(
@@ -292,56 +325,65 @@ def test_query_checks_registration_and_subscription() -> None:
         ),
     ],
 )
-def test_heartbeat_rejects_bad_registrations(registration: Registration, message: str) -> None:
+@run_async
+async def test_heartbeat_rejects_bad_registrations(
+    registration: Registration, message: str
+) -> None:
     registry, _ = make()
     with pytest.raises(InvalidArgumentError, match=message):
-        registry.heartbeat(registration, dict.fromkeys(registration.topics, 8))
+        await registry.heartbeat(registration, dict.fromkeys(registration.topics, 8))
 
 
-def test_registrations_beyond_the_limit_are_refused() -> None:
+@run_async
+async def test_registrations_beyond_the_limit_are_refused() -> None:
     registry, clock = make(ClientRegistryConfig(max_clients=2))
-    join(registry, "c1")
-    join(registry, "c2", group="g2")
-    join(registry, "c1")  # a refresh is not a new registration
+    await join(registry, "c1")
+    await join(registry, "c2", group="g2")
+    await join(registry, "c1")  # a refresh is not a new registration
     with pytest.raises(ResourceExhaustedError, match="maximum is 2"):
-        join(registry, "c3")
+        await join(registry, "c3")
     clock.now += LEASE + 0.1
-    join(registry, "c3")  # the silent ones were dropped
+    await join(registry, "c3")  # the silent ones were dropped
 
 
-def test_by_config_gives_an_overlapping_queue_to_the_first_member() -> None:
+@run_async
+async def test_by_config_gives_an_overlapping_queue_to_the_first_member() -> None:
     registry, _ = make()
-    join(registry, "c2", strategy=Strategy.BY_CONFIG, configured={"t": (1, 2)})
-    join(registry, "c1", strategy=Strategy.BY_CONFIG, configured={"t": (5, 1)})
-    join(registry, "c3", strategy=Strategy.BY_CONFIG)
-    got = {c: registry.query_assignment(c, "g", "t", 8).queue_ids for c in ["c1", "c2", "c3"]}
+    await join(registry, "c2", strategy=Strategy.BY_CONFIG, configured={"t": (1, 2)})
+    await join(registry, "c1", strategy=Strategy.BY_CONFIG, configured={"t": (5, 1)})
+    await join(registry, "c3", strategy=Strategy.BY_CONFIG)
+    got = {
+        c: (await registry.query_assignment(c, "g", "t", 8)).queue_ids for c in ["c1", "c2", "c3"]
+    }
     assert got == {"c1": (5, 1), "c2": (2,), "c3": ()}
 
 
-def test_by_machine_room_prefers_members_in_the_servers_room() -> None:
+@run_async
+async def test_by_machine_room_prefers_members_in_the_servers_room() -> None:
     registry, _ = make(ClientRegistryConfig(machine_room="hz"))
-    join(registry, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
-    join(registry, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
-    join(registry, "c", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
-    got = {c: registry.query_assignment(c, "g", "t", 4).queue_ids for c in "abc"}
+    await join(registry, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
+    await join(registry, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    await join(registry, "c", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    got = {c: (await registry.query_assignment(c, "g", "t", 4)).queue_ids for c in "abc"}
     assert got == {"a": (), "b": (0, 1), "c": (2, 3)}
     # Nobody left in hz: the far member takes over.
-    registry.unregister("b", "g")
-    registry.unregister("c", "g")
-    assert registry.query_assignment("a", "g", "t", 4).queue_ids == (0, 1, 2, 3)
+    await registry.unregister("b", "g")
+    await registry.unregister("c", "g")
+    assert (await registry.query_assignment("a", "g", "t", 4)).queue_ids == (0, 1, 2, 3)
     # A server without a room is near nobody: members share its queues.
     roomless, _ = make()
-    join(roomless, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
-    join(roomless, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
-    assert roomless.query_assignment("a", "g", "t", 4).queue_ids == (0, 1)
-    assert roomless.query_assignment("b", "g", "t", 4).queue_ids == (2, 3)
+    await join(roomless, "a", strategy=Strategy.BY_MACHINE_ROOM, room="sh")
+    await join(roomless, "b", strategy=Strategy.BY_MACHINE_ROOM, room="hz")
+    assert (await roomless.query_assignment("a", "g", "t", 4)).queue_ids == (0, 1)
+    assert (await roomless.query_assignment("b", "g", "t", 4)).queue_ids == (2, 3)
 
 
-def test_a_topic_recreated_with_fewer_queues_drops_leases_beyond_it() -> None:
+@run_async
+async def test_a_topic_recreated_with_fewer_queues_drops_leases_beyond_it() -> None:
     registry, _ = make()
-    join(registry, "c1")
-    registry.query_assignment("c1", "g", "t", 8)
-    smaller = registry.query_assignment("c1", "g", "t", 2, held=list(range(8)))
+    await join(registry, "c1")
+    await registry.query_assignment("c1", "g", "t", 8)
+    smaller = await registry.query_assignment("c1", "g", "t", 2, held=list(range(8)))
     assert smaller.queue_ids == (0, 1)
     assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
 
@@ -365,7 +407,8 @@ def test_compute_assignment_covers_every_queue_once_for_each_strategy() -> None:
             assert owned == list(range(queues)), (strategy, queues)
 
 
-def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
+@run_async
+async def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
     """Simulated members follow the protocol; the consumers of a queue never overlap.
 
     A member consumes what it was granted, gives up what it was not (reporting it as held
@@ -389,22 +432,22 @@ def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
         action = rng.random()
         if client not in consuming:
             if action < 0.3:
-                join(registry, client, queues=queues)
+                await join(registry, client, queues=queues)
                 consuming[client] = set()
                 draining[client] = set()
                 lease_end[client] = clock.now
             continue
         if action < 0.02:
-            registry.unregister(client, "g")
+            await registry.unregister(client, "g")
             del consuming[client], draining[client], lease_end[client]
             continue
         if action < 0.05:
             continue  # this member stalls for a while (maybe long enough to be dropped)
         sent = clock.now
         try:
-            join(registry, client, queues=queues)
+            await join(registry, client, queues=queues)
             held = sorted(consuming[client] | draining[client])
-            answer = registry.query_assignment(client, "g", "t", queues, held=held)
+            answer = await registry.query_assignment(client, "g", "t", queues, held=held)
         except FailedPreconditionError:
             consuming[client].clear()
             draining[client].clear()
@@ -420,7 +463,8 @@ def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
                 owners[q] = c
 
 
-def test_consistent_hash_places_queues_by_the_broker_name_the_registry_was_given() -> None:
+@run_async
+async def test_consistent_hash_places_queues_by_the_broker_name_the_registry_was_given() -> None:
     """The registry hashes `MessageQueue [topic=t, brokerName=<the broker's name>, ...]`, the
     name routes and handles carry, so a RocketMQ broker of the same name places alike."""
     members = [
@@ -442,7 +486,9 @@ def test_consistent_hash_places_queues_by_the_broker_name_the_registry_was_given
     for name, expected in placements.items():
         registry = ClientRegistry(broker_name=name, clock=Clock())
         for member in members:
-            join(registry, member.client_id, strategy=Strategy.CONSISTENT_HASH, queues=16)
+            await join(registry, member.client_id, strategy=Strategy.CONSISTENT_HASH, queues=16)
         assert registry.broker_name == name
-        got = {m.client_id: registry.query_assignment(m.client_id, "g", "t", 16) for m in members}
+        got = {
+            m.client_id: await registry.query_assignment(m.client_id, "g", "t", 16) for m in members
+        }
         assert {c: a.queue_ids + a.pending_queue_ids for c, a in got.items()} == expected
