@@ -56,6 +56,7 @@ _READS = frozenset(
         "QueryMessage",
         "QueryMessagesByKey",
         "GetServerInfo",
+        "GetClusterStatus",
     }
 )
 """Admin RPCs that change nothing: repeated on the next endpoint after an UNAVAILABLE. The
