@@ -99,6 +99,9 @@ class MetricsSnapshot:
     """Bytes of the store's files, measured by the broker on its own disk."""
     topics: int
     groups: int
+    disk_free_bytes: int | None = None
+    """Bytes still free for the store on its data dir's filesystem (statvfs f_bavail), as
+    the broker measured them; None when not measured (a sum over brokers has none)."""
 
 
 @dataclass(frozen=True, slots=True)

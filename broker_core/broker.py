@@ -42,7 +42,7 @@ from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy a
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.data_dir import disk_usage
+from popmq.broker_core.data_dir import disk_free, disk_usage
 from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
@@ -722,6 +722,7 @@ class Broker:
             store_bytes=disk_usage(self.config.store.data_dir),
             topics=len(self._topics.list_topics()),
             groups=len(self._groups.list_groups()),
+            disk_free_bytes=disk_free(self.config.store.data_dir),
         )
 
     # -- introspection for tests and metrics ---------------------------------------------

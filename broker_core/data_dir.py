@@ -16,6 +16,7 @@ import errno
 import logging
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 from popmq.broker_core.errors import DataDirError
@@ -179,3 +180,12 @@ def disk_usage(path: Path) -> int:
                 else:
                     total += entry.stat(follow_symlinks=False).st_size
     return total
+
+
+def disk_free(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on `path`'s filesystem (statvfs f_bavail,
+    ~2 us), measured where the data dir is; None when it cannot be measured."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None

@@ -68,6 +68,7 @@ def broker(args: argparse.Namespace) -> int:
             ("store.data_dir", args.data_dir),
             ("cluster.etcd", args.etcd),
             ("store.flush", args.flush),
+            ("metrics.listen", args.metrics_listen),
             ("log.format", args.log_format),
             ("log.level", args.log_level),
         ),
@@ -333,6 +334,13 @@ def server_info(args: argparse.Namespace) -> int:
     with Admin(args.endpoint) as admin:
         info = admin.server_info()
     render.print_json(info) if args.json else render.server_table(info)
+    return EXIT_OK
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        status = admin.cluster_status()
+    render.print_json(status) if args.json else render.cluster_tables(status)
     return EXIT_OK
 
 

@@ -311,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-config", action="store_true", help="print the effective config and exit"
     )
     broker.add_argument("--flush", choices=("sync", "async"), help="fsync before acking a send")
+    broker.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics (default off)"
+    )
     broker.add_argument("--log-format", choices=("text", "json"), help="log line format")
     broker.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     broker.add_argument(
@@ -458,6 +461,19 @@ def build_parser() -> argparse.ArgumentParser:
     _client(
         server_commands.add_parser("info", help="version, uptime, store, config"),
         commands.server_info,
+    )
+
+    cluster = commands_.add_parser("cluster", help="the cluster")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    _client(
+        cluster_commands.add_parser(
+            "status",
+            help="brokers (lease, address, disk, queues), proxies and etcd health",
+            description="The brokers, proxies and etcd of the cluster as the proxy at "
+            "--endpoint sees them now (`popmq serve`: its one broker). It answers while etcd "
+            "or brokers are down, from the proxy's cached view, marking what did not answer.",
+        ),
+        commands.cluster_status,
     )
 
     send = _client(commands_.add_parser("send", help="send text messages"), commands.send)

@@ -27,6 +27,8 @@ from rich.progress import (
 from rich.table import Table
 
 from popmq import (
+    BrokerStatus,
+    ClusterStatus,
     Group,
     LagReport,
     ReceivedMessage,
@@ -355,6 +357,92 @@ def server_table(info: ServerInfo) -> None:
     for key, value in info.config.items():
         config.add_row(key, value)
     out.print(config)
+
+
+def cluster_tables(status: ClusterStatus) -> None:
+    """Brokers, proxies and etcd, one table each, then what did not answer and why."""
+    out = console()
+    local = status.mode == "local"
+    if local:
+        out.print(f"local server at {status.proxy or '-'} (popmq serve: one broker, no etcd)")
+    else:
+        out.print(f"cluster {status.cluster}, as proxy {status.proxy} sees it")
+    cluster_only = ("epoch", "lease left", "sends")
+    columns = [
+        "name", "address", "state", "epoch", "lease left", "store", "disk free", "topics",
+        "queues", "held polls", "sends",
+    ]  # fmt: skip
+    brokers = Table(*(c for c in columns if not (local and c in cluster_only)), title="brokers")
+    for b in status.brokers:
+        cells = {
+            "name": b.name,
+            "address": b.address or "-",
+            "state": broker_state(b),
+            "epoch": str(b.epoch) if b.epoch else "-",
+            "lease left": age(b.lease_ttl_s) if b.lease_ttl_s is not None else "-",
+            "store": _bytes(b.store_bytes) if b.store_bytes is not None else "-",
+            "disk free": _bytes(b.disk_free_bytes) if b.disk_free_bytes is not None else "-",
+            "topics": str(b.topics),
+            "queues": str(b.queues),
+            "held polls": str(b.long_polls_held) if b.long_polls_held is not None else "-",
+            "sends": _sends(b),
+        }
+        brokers.add_row(*(cells[c] for c in columns if not (local and c in cluster_only)))
+    out.print(brokers)
+    if local:
+        for b in status.brokers:
+            out.print(f"data dir of {b.name}: {b.data_dir}")
+        return
+    for b in status.brokers:
+        if b.error:
+            out.print(f"broker {b.name}: {b.error}")
+    proxies = Table("name", "address", "epoch", "", title="proxies")
+    for p in status.proxies:
+        proxies.add_row(p.name, p.address, str(p.epoch), "this proxy" if p.this_proxy else "")
+    out.print(proxies)
+    if status.proxies_stale:
+        when = status.proxies_read_time
+        out.print(
+            "etcd did not answer: proxies as last read"
+            + (f" at {when.isoformat(' ', 'seconds')}" if when else " (never read)")
+        )
+    etcd = Table(
+        "endpoint", "state", "version", "db size", "leader", "revision", "alarms", title="etcd"
+    )
+    for e in status.etcd or []:
+        etcd.add_row(
+            e.endpoint,
+            "up" if e.reachable else "DOWN",
+            e.version or "-",
+            _bytes(e.db_size_bytes) if e.reachable else "-",
+            ("this member" if e.is_leader else f"{e.leader:x}" if e.leader else "none")
+            if e.reachable
+            else "-",
+            str(e.revision) if e.reachable else "-",
+            ", ".join(e.errors) or "-",
+        )
+    out.print(etcd)
+    for e in status.etcd or []:
+        if e.error:
+            out.print(f"etcd {e.endpoint}: {e.error}")
+    if status.etcd_reachable is False:
+        out.print("etcd is unreachable: brokers are shown as this proxy last saw them in etcd")
+
+
+def broker_state(broker: BrokerStatus) -> str:
+    """up (registered and answering), UNREACHABLE (registered, not answering) or DOWN (not
+    registered)."""
+    if not broker.live:
+        return "DOWN"
+    return "up" if broker.reachable else "UNREACHABLE"
+
+
+def _sends(broker: BrokerStatus) -> str:
+    """The proxy's fault table view: isolated for how long, and failures recorded."""
+    shown = f"isolated {age(broker.isolated_for_s)}" if broker.isolated_for_s > 0 else "ok"
+    if broker.send_failures:
+        shown += f", {broker.send_failures} failed"
+    return shown
 
 
 def _bytes(count: int) -> str:

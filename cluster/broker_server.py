@@ -5,6 +5,10 @@ turn health SERVING, print `listening on HOST:PORT`. SIGTERM or SIGINT: health N
 held long polls answered, in-flight calls given `server.shutdown_grace_s`, the etcd
 registration revoked, the store closed.
 
+With `[metrics] listen` (`--metrics-listen HOST:PORT`) it also serves GET /metrics: its
+broker's families in `popmq serve`'s format (proxy/metrics.py), for scraping each broker
+directly rather than through a proxy.
+
 Fencing (docs/cluster.md): with etcd, the broker takes writes only while its registration
 is alive. When the session is lost (its lease expired or was revoked, or etcd was
 unreachable for a whole TTL) every RPC that changes the store fails with a retriable
@@ -25,10 +29,12 @@ from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.coordination import EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
+from popmq.proxy.metrics import Metrics, MetricsEndpoint
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
+    _version,
     run_process,
     split_listen,
     wait_for_stop_signal,
@@ -53,6 +59,9 @@ class BrokerServer:
         self.session: Session | None = None
         # Follows the etcd session: fences writes while it is lost (held so it runs).
         self._fencing: asyncio.Task[None] | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        self.metrics_port = 0
+        """Bound port of the Prometheus endpoint (0 when it is off)."""
 
     @property
     def address(self) -> str:
@@ -81,6 +90,8 @@ class BrokerServer:
                 raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
             await server.start()
             self._server = server
+            if self.config.metrics.listen:
+                await self._serve_metrics()
             if self.config.cluster.etcd_endpoints:
                 await self._register()
             await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
@@ -89,6 +100,19 @@ class BrokerServer:
             await self.stop()
             raise
         return self.port
+
+    async def _serve_metrics(self) -> None:
+        metrics = Metrics()
+        metrics.watch(self.broker, _version())
+        host, port = split_listen(self.config.metrics.listen)
+        endpoint = MetricsEndpoint(metrics, host, port)
+        try:
+            self.metrics_port = await endpoint.start()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"cannot serve metrics on {self.config.metrics.listen}: {exc}"
+            ) from exc
+        self._metrics_endpoint = endpoint
 
     async def _register(self) -> None:
         cluster = self.config.cluster
@@ -154,6 +178,9 @@ class BrokerServer:
         if self._coordinator is not None:
             coordinator, self._coordinator = self._coordinator, None
             await coordinator.close()
+        if self._metrics_endpoint is not None:
+            endpoint, self._metrics_endpoint = self._metrics_endpoint, None
+            await endpoint.stop()
         await self.broker.close()
 
 
@@ -162,6 +189,9 @@ async def serve_broker(config: ServerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
     print(f"listening on {server.address}", flush=True)
+    if server.metrics_port:
+        metrics_host, _ = split_listen(config.metrics.listen)
+        print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
     await wait_for_stop_signal()
     log.info("shutting down")
     await server.stop()

@@ -530,6 +530,7 @@ def metrics_to_pb(s: MetricsSnapshot) -> pb.GetMetricsSnapshotResponse:
         store_bytes=s.store_bytes,
         topics=s.topics,
         groups=s.groups,
+        disk_free_bytes=s.disk_free_bytes,
     )
 
 
@@ -553,4 +554,5 @@ def metrics_from_pb(m: pb.GetMetricsSnapshotResponse) -> MetricsSnapshot:
         store_bytes=m.store_bytes,
         topics=m.topics,
         groups=m.groups,
+        disk_free_bytes=m.disk_free_bytes if m.HasField("disk_free_bytes") else None,
     )

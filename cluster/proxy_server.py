@@ -20,6 +20,7 @@ from popmq.broker_core import InvalidArgumentError, ServerInfo
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.coordination import EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError
+from popmq.cluster.status import ClusterStatus
 from popmq.proxy.server import (
     PopMQServer,
     ServerConfig,
@@ -69,11 +70,13 @@ class ProxyServer:
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
         )
+        self.status = ClusterStatus(self.broker, proxy_name=lambda: self.name)
         self.server = PopMQServer(
             config,
             broker=self.broker,
             coordinator=self.coordinator,
             peers=self.broker.proxy_addresses,
+            status=self.status,
         )
         self.session: Session | None = None
         self.port = 0
@@ -85,6 +88,11 @@ class ProxyServer:
     @property
     def advertised(self) -> str:
         return self.config.cluster.advertise or self.address
+
+    @property
+    def name(self) -> str:
+        """Its member name in etcd: `[cluster] proxy_name`, or the advertised address."""
+        return self.config.cluster.proxy_name or self.advertised
 
     async def start(self) -> int:
         """Listen, follow etcd, turn SERVING, register; returns the bound port."""
@@ -98,7 +106,7 @@ class ProxyServer:
         except BaseException:
             await self.stop()
             raise
-        name = self.config.cluster.proxy_name or self.advertised
+        name = self.name
         try:
             self.session = await self.coordinator.register(
                 "proxy",

@@ -26,6 +26,7 @@ from popmq.broker_core import (
 )
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
+from popmq.proxy.status import LocalStatus, StatusProvider
 
 _SERVER_VERSION: str
 try:
@@ -39,18 +40,27 @@ def _now_ms() -> int:
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """Topics, groups, lag, offsets, stored messages, redrive and server info.
+    """Topics, groups, lag, offsets, stored messages, redrive, server info and status.
 
     Args:
         broker: The embedded broker.
         config_items: The effective configuration as "section.key" -> TOML value, reported
             by GetServerInfo.
+        status: What GetClusterStatus reports; default: `broker` as the one local broker
+            (with no address: the server passes one that knows its address).
     """
 
-    def __init__(self, broker: BrokerAPI, *, config_items: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        broker: BrokerAPI,
+        *,
+        config_items: Mapping[str, str] | None = None,
+        status: StatusProvider | None = None,
+    ) -> None:
         self._broker = broker
         self._config_items = dict(config_items or {})
         self._start_ms = _now_ms()
+        self._status = status or LocalStatus(broker, address=lambda: "")
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -318,6 +328,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             groups=snapshot.groups,
             config=self._config_items,
         )
+
+    @rpc
+    async def GetClusterStatus(
+        self, request: admin_pb2.GetClusterStatusRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetClusterStatusResponse:
+        return convert.status_report(await self._status.report())
 
 
 def _check_group_lists(

@@ -29,6 +29,7 @@ from popmq.broker_core import (
     Subscription,
     TopicInfo,
 )
+from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, StatusReport, message_totals
 
 
 def timestamp(ms: int) -> timestamp_pb2.Timestamp:
@@ -450,4 +451,78 @@ def reset_result(result: ResetResult) -> admin_pb2.ResetOffsetsResponse:
             for c in result.queues
         ],
         dropped_inflight=result.dropped_inflight,
+    )
+
+
+_MODES = {"local": admin_pb2.CLUSTER_MODE_LOCAL, "cluster": admin_pb2.CLUSTER_MODE_CLUSTER}
+
+
+def status_report(report: StatusReport) -> admin_pb2.GetClusterStatusResponse:
+    response = admin_pb2.GetClusterStatusResponse(
+        mode=_MODES[report.mode],
+        cluster=report.cluster,
+        proxy=report.proxy,
+        brokers=[broker_status(b) for b in report.brokers],
+        proxies=[
+            admin_pb2.ProxyStatus(
+                name=p.name, address=p.address, epoch=p.epoch, this_proxy=p.this_proxy
+            )
+            for p in report.proxies
+        ],
+        proxies_stale=report.proxies_stale,
+    )
+    if report.proxies_read_ms:
+        response.proxies_read_time.CopyFrom(timestamp(report.proxies_read_ms))
+    if report.etcd is not None:
+        endpoints = [_etcd_endpoint(e) for e in report.etcd]
+        response.etcd.CopyFrom(
+            admin_pb2.EtcdClusterStatus(
+                endpoints=endpoints, reachable=any(e.reachable for e in report.etcd)
+            )
+        )
+    return response
+
+
+def broker_status(broker: BrokerStatus) -> admin_pb2.BrokerStatus:
+    out = admin_pb2.BrokerStatus(
+        name=broker.name,
+        address=broker.address,
+        live=broker.live,
+        reachable=broker.reachable,
+        error=broker.error,
+        epoch=broker.epoch,
+        data_dir=broker.data_dir,
+        topics=broker.topics,
+        queues=broker.queues,
+    )
+    if broker.lease_ttl_s is not None:
+        out.lease_ttl.CopyFrom(duration(broker.lease_ttl_s))
+    snapshot = broker.metrics
+    if snapshot is not None:
+        out.store_bytes = snapshot.store_bytes
+        if snapshot.disk_free_bytes is not None:
+            out.disk_free_bytes = snapshot.disk_free_bytes
+        out.messages_sent, out.messages_popped, out.messages_acked = message_totals(snapshot)
+        out.long_polls_held = snapshot.long_polls_held
+    faults = broker.faults
+    if faults is not None:
+        out.isolated_for.CopyFrom(duration(faults.isolated_for_s))
+        out.send_failures = faults.failures
+        out.isolations = faults.isolations
+        out.send_latency.CopyFrom(duration(faults.latency_s))
+    return out
+
+
+def _etcd_endpoint(health: EtcdEndpointHealth) -> admin_pb2.EtcdEndpointStatus:
+    return admin_pb2.EtcdEndpointStatus(
+        endpoint=health.endpoint,
+        reachable=health.reachable,
+        error=health.error,
+        version=health.version,
+        db_size_bytes=health.db_size_bytes,
+        leader=health.leader,
+        member_id=health.member_id,
+        revision=health.revision,
+        raft_term=health.raft_term,
+        errors=health.errors,
     )

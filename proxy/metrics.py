@@ -6,8 +6,11 @@ the broker's state (so it never sees a table half-updated and needs no exporter 
 then renders. The broker's counters, gauges and write-batch histograms are pulled at scrape
 time from its metrics snapshot (BrokerAPI.metrics_snapshot: nothing is copied on the hot
 path, and nothing calls back into the proxy), its lag from BrokerAPI.lag_report; RPC latency
-is a histogram observed here as calls end. `BrokerCollector` says what a `collect()` called
-elsewhere (another thread) does.
+is a histogram observed here as calls end. `_LoopReadings` says what a `collect()` called
+elsewhere (another thread) does. A cluster proxy's broker is the sum over its brokers; it
+also exports series per broker (`ClusterBrokersCollector`, labelled `broker`), read from
+its status provider (proxy/status.py). `popmq broker --metrics-listen` serves its own
+broker's families in the same format as `popmq serve`.
 
 `RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
@@ -31,9 +34,9 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, TypeVar
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -61,6 +64,7 @@ from popmq.proxy.errors import (
     request_limit,
 )
 from popmq.proxy.health import Health, refusal
+from popmq.proxy.status import StatusProvider, message_totals
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("popmq.rpc")
@@ -98,6 +102,7 @@ def _add_histogram(
 
 _READ_TIMEOUT_S = 10.0
 """How long `collect()` on another thread waits for the event loop to read the broker."""
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,20 +127,62 @@ async def _read(broker: BrokerAPI) -> _Reading:
     return _Reading(snapshot, tuple(reports), time.time_ns() // 1_000_000)
 
 
-class BrokerCollector(Collector):
-    """Exports the broker's counters, gauges and lag when Prometheus scrapes.
+class _LoopReadings(Generic[_R]):
+    """The latest reading of something that lives on an event loop, for `collect()`.
 
-    prometheus_client calls `collect()` synchronously, but the broker's reads are async (a
-    remote broker answers them over the wire), so the reading is awaited apart from it:
+    prometheus_client calls `collect()` synchronously, but the readings are async (a remote
+    broker answers over the wire), so they are awaited apart from it:
     - the endpoint, on the event loop, awaits `refresh()` and then renders: the scrape
       exports what it has just read, and the loop never waits on itself;
-    - `collect()` on another thread (an application rendering the registry itself) asks the
-      broker's loop for a fresh reading (`run_coroutine_threadsafe`) and waits at most
-      `_READ_TIMEOUT_S` for it, so it neither reads broker state off the loop nor hangs;
-    - `collect()` on the loop outside the endpoint can neither await nor block the loop it
-      would wait on: it exports the last reading (the broker's families are left out before
-      the first one). A reading that timed out or a stopped loop also falls back to it.
+    - `current()` on another thread (an application rendering the registry itself) asks the
+      loop for a fresh reading (`run_coroutine_threadsafe`) and waits at most
+      `_READ_TIMEOUT_S` for it, so it neither reads the state off the loop nor hangs;
+    - `current()` on the loop outside the endpoint can neither await nor block the loop it
+      would wait on: it returns the last reading (None before the first one). A reading
+      that timed out or a stopped loop also falls back to it.
     """
+
+    def __init__(
+        self,
+        read: Callable[[], Coroutine[Any, Any, _R]],
+        loop: asyncio.AbstractEventLoop,
+        what: str,
+    ) -> None:
+        self._read = read
+        self._loop = loop
+        """The loop the state lives on: readings are made there."""
+        self._what = what
+        self.last: _R | None = None
+        """The latest reading; replaced whole (never changed), so any thread may read it."""
+
+    async def refresh(self) -> None:
+        """Read now (on the loop), for the next `current()`."""
+        self.last = await self._read()
+
+    def current(self) -> _R | None:
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or self._loop.is_closed() or not self._loop.is_running():
+            return self.last
+        future = asyncio.run_coroutine_threadsafe(self._read(), self._loop)
+        try:
+            self.last = future.result(_READ_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            log.warning(
+                "metrics: reading %s took over %.0fs; exporting the previous reading",
+                self._what,
+                _READ_TIMEOUT_S,
+            )
+        return self.last
+
+
+class BrokerCollector(Collector):
+    """Exports the broker's counters, gauges and lag when Prometheus scrapes (read as
+    `_LoopReadings` says: fresh on the endpoint and on other threads, the last reading from
+    a `collect()` on the loop; the broker's families are left out before the first one)."""
 
     def __init__(
         self,
@@ -144,35 +191,13 @@ class BrokerCollector(Collector):
         version: str,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self._broker = broker
         self._start_time = start_time
         self._version = version
-        self._loop = loop
-        """The loop the broker runs on: readings are made there."""
-        self._last: _Reading | None = None
-        """The latest reading; replaced whole (never changed), so any thread may read it."""
+        self._readings = _LoopReadings(lambda: _read(broker), loop, "the broker")
 
     async def refresh(self) -> None:
         """Read the broker now (on its loop), for the next `collect()`."""
-        self._last = await _read(self._broker)
-
-    def _reading(self) -> _Reading | None:
-        try:
-            on_loop = asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop or self._loop.is_closed() or not self._loop.is_running():
-            return self._last
-        future = asyncio.run_coroutine_threadsafe(_read(self._broker), self._loop)
-        try:
-            self._last = future.result(_READ_TIMEOUT_S)
-        except TimeoutError:
-            future.cancel()
-            log.warning(
-                "metrics: reading the broker took over %.0fs; exporting the previous reading",
-                _READ_TIMEOUT_S,
-            )
-        return self._last
+        await self._readings.refresh()
 
     def collect(self) -> Iterable[Metric]:
         info = GaugeMetricFamily("popmq_build_info", "popmq version", labels=["version"])
@@ -181,7 +206,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "popmq_start_time_seconds", "When the server started (unix time)", self._start_time
         )
-        reading = self._reading()
+        reading = self._readings.current()
         if reading is None:
             return
         snapshot = reading.snapshot
@@ -243,8 +268,91 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "popmq_store_bytes", "Bytes of the store's files on disk", snapshot.store_bytes
         )
+        if snapshot.disk_free_bytes is not None:
+            yield GaugeMetricFamily(
+                "popmq_disk_free_bytes",
+                "Bytes still free for the store on its data dir's filesystem",
+                snapshot.disk_free_bytes,
+            )
         yield GaugeMetricFamily("popmq_topics", "User and dead-letter topics", snapshot.topics)
         yield GaugeMetricFamily("popmq_groups", "Consumer groups", snapshot.groups)
+
+
+class ClusterBrokersCollector(Collector):
+    """A cluster proxy's series per broker, labelled `broker="<name>"`: one series per broker
+    in each family (topics and groups are summed), so the label's values are bounded by the
+    cluster's brokers. Read from `StatusProvider.brokers()` (each broker asked with a short
+    deadline), as `_LoopReadings` says."""
+
+    def __init__(self, provider: StatusProvider, loop: asyncio.AbstractEventLoop) -> None:
+        self._readings = _LoopReadings(provider.brokers, loop, "the cluster's brokers")
+
+    async def refresh(self) -> None:
+        await self._readings.refresh()
+
+    def collect(self) -> Iterable[Metric]:
+        brokers = self._readings.current()
+        if brokers is None:
+            return
+        labels = ["broker"]
+        up = GaugeMetricFamily(
+            "popmq_broker_up", "1 when the broker answered this proxy just now", labels=labels
+        )
+        live = GaugeMetricFamily(
+            "popmq_broker_live", "1 when the broker is registered in etcd", labels=labels
+        )
+        store = GaugeMetricFamily(
+            "popmq_broker_store_bytes", "Bytes of the broker's store files", labels=labels
+        )
+        free = GaugeMetricFamily(
+            "popmq_broker_disk_free_bytes",
+            "Bytes still free for the broker's store on its filesystem",
+            labels=labels,
+        )
+        sent = CounterMetricFamily(
+            "popmq_broker_messages_sent", "Messages stored by sends on the broker", labels=labels
+        )
+        popped = CounterMetricFamily(
+            "popmq_broker_messages_popped", "Deliveries by pops on the broker", labels=labels
+        )
+        acked = CounterMetricFamily(
+            "popmq_broker_messages_acked", "Deliveries acked on the broker", labels=labels
+        )
+        held = GaugeMetricFamily(
+            "popmq_broker_long_polls_held", "Pops held waiting on the broker", labels=labels
+        )
+        isolated = GaugeMetricFamily(
+            "popmq_broker_isolated_seconds",
+            "Seconds until this proxy's sends use the broker again (0: they do)",
+            labels=labels,
+        )
+        failures = CounterMetricFamily(
+            "popmq_broker_send_failures",
+            "Failed sends this proxy recorded on the broker",
+            labels=labels,
+        )
+        isolations = CounterMetricFamily(
+            "popmq_broker_isolations", "Times this proxy isolated the broker", labels=labels
+        )
+        for broker in brokers:
+            name = [broker.name]
+            up.add_metric(name, 1 if broker.reachable else 0)
+            live.add_metric(name, 1 if broker.live else 0)
+            snapshot = broker.metrics
+            if snapshot is not None:  # an unreachable broker's values are absent, not 0
+                store.add_metric(name, snapshot.store_bytes)
+                if snapshot.disk_free_bytes is not None:
+                    free.add_metric(name, snapshot.disk_free_bytes)
+                totals = message_totals(snapshot)
+                for family, total in zip((sent, popped, acked), totals, strict=True):
+                    family.add_metric(name, total)
+                held.add_metric(name, snapshot.long_polls_held)
+            faults = broker.faults
+            isolated.add_metric(name, faults.isolated_for_s if faults is not None else 0.0)
+            failures.add_metric(name, faults.failures if faults is not None else 0)
+            isolations.add_metric(name, faults.isolations if faults is not None else 0)
+        yield from (up, live, store, free, sent, popped, acked, held)
+        yield from (isolated, failures, isolations)
 
 
 def _lag(reading: _Reading) -> Iterable[Metric]:
@@ -298,7 +406,7 @@ class Metrics:
             buckets=_RPC_BUCKETS,
             registry=self.registry,
         )
-        self._brokers: list[BrokerCollector] = []
+        self._collectors: list[BrokerCollector | ClusterBrokersCollector] = []
 
     def watch(self, broker: BrokerAPI, version: str) -> None:
         """Export a started broker's state (read from its metrics snapshot at each scrape).
@@ -307,12 +415,19 @@ class Metrics:
         """
         collector = BrokerCollector(broker, time.time(), version, asyncio.get_running_loop())
         self.registry.register(collector)
-        self._brokers.append(collector)
+        self._collectors.append(collector)
+
+    def watch_brokers(self, provider: StatusProvider) -> None:
+        """Export a cluster's series per broker (`ClusterBrokersCollector`), read from
+        `provider` at each scrape. Called on the event loop the provider runs on."""
+        collector = ClusterBrokersCollector(provider, asyncio.get_running_loop())
+        self.registry.register(collector)
+        self._collectors.append(collector)
 
     async def refresh(self) -> None:
-        """Read every watched broker now, so that `render()` on the loop exports fresh values."""
-        for collector in self._brokers:
-            await collector.refresh()
+        """Read everything watched now, so that `render()` on the loop exports fresh values
+        (the readings run side by side: a scrape waits for the slowest only)."""
+        await asyncio.gather(*(collector.refresh() for collector in self._collectors))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -367,7 +482,7 @@ class MetricsEndpoint:
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", text, b"only GET and HEAD are served\n"
         if path == "/metrics":
-            await self._metrics.refresh()  # the broker's reads are async: see BrokerCollector
+            await self._metrics.refresh()  # the broker's reads are async: see _LoopReadings
             return "200 OK", CONTENT_TYPE_LATEST, self._metrics.render()
         if path == "/":
             return "200 OK", text, b"popmq metrics: GET /metrics\n"

@@ -50,6 +50,7 @@ from popmq.proxy.metrics import (
     StreamObserver,
 )
 from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,11 @@ class PopMQServer:
     proxy/leases.py; the queue-exclusive consumers and their queue leases,
     proxy/clients.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
     (opens and closes). Without one the server makes and closes its own LocalCoordinator,
-    in memory (`popmq serve`)."""
+    in memory (`popmq serve`).
+
+    `status` answers GetClusterStatus and feeds the per-broker metrics (a cluster proxy
+    passes popmq.cluster.status.ClusterStatus); without it the broker is reported as the one
+    local broker and there are no per-broker series."""
 
     def __init__(
         self,
@@ -184,6 +189,7 @@ class PopMQServer:
         broker: BrokerAPI | None = None,
         coordinator: Coordinator | None = None,
         peers: Callable[[], Sequence[str]] | None = None,
+        status: StatusProvider | None = None,
     ) -> None:
         self.config = config or ServerConfig()
         # Cluster mode: every proxy's HOST:PORT, which RocketMQ routes list.
@@ -191,6 +197,7 @@ class PopMQServer:
         self.broker: BrokerAPI = Broker(self.config.broker) if broker is None else broker
         self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
         self._owns_coordinator = coordinator is None
+        self.status = status
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.rocketmq: RocketMQService | None = None
@@ -280,6 +287,8 @@ class PopMQServer:
         )
         if self.metrics is not None:
             self.metrics.watch(self.broker, _version())
+            if self.status is not None:
+                self.metrics.watch_brokers(self.status)
         # Servicers registered on `server` from here join the running gRPC server.
         server = self._late
         self.clients = ClientRegistry(
@@ -301,7 +310,12 @@ class PopMQServer:
         )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.broker, config_items=items(self.config)), server
+            AdminServicer(
+                self.broker,
+                config_items=items(self.config),
+                status=self.status or LocalStatus(self.broker, lambda: self.address),
+            ),
+            server,
         )
         # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
         self.rocketmq = await RocketMQService.serve_on(

@@ -14,6 +14,7 @@ from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.types import (
+    ClusterStatus,
     ExponentialBackoff,
     Group,
     LagReport,
@@ -55,6 +56,7 @@ _READS = frozenset(
         "QueryMessage",
         "QueryMessagesByKey",
         "GetServerInfo",
+        "GetClusterStatus",
     }
 )
 """Admin RPCs that change nothing: repeated on the next endpoint after an UNAVAILABLE. The
@@ -525,6 +527,15 @@ class AsyncAdmin(AsyncClient):
         )
         return ServerInfo.from_proto(response)
 
+    async def cluster_status(self) -> ClusterStatus:
+        """The brokers, proxies and etcd of the cluster as the answering proxy sees them now
+        (``popmq serve``: its one broker, mode ``"local"``). It answers while etcd or brokers
+        are down, marking what did not answer."""
+        response: admin_pb2.GetClusterStatusResponse = await self._call(
+            "GetClusterStatus", admin_pb2.GetClusterStatusRequest()
+        )
+        return ClusterStatus.from_proto(response)
+
 
 class Admin(SyncClient[AsyncAdmin]):
     """Manages topics, consumer groups, offsets and stored messages (blocking).
@@ -677,3 +688,7 @@ class Admin(SyncClient[AsyncAdmin]):
     def server_info(self) -> ServerInfo:
         """The server's version, uptime, store size and configuration."""
         return self._run(self._core.server_info())
+
+    def cluster_status(self) -> ClusterStatus:
+        """Brokers, proxies and etcd now (see ``AsyncAdmin.cluster_status``)."""
+        return self._run(self._core.cluster_status())

@@ -21,9 +21,12 @@ if TYPE_CHECKING:
     from popmq.sdk import AsyncPullConsumer as AsyncPullConsumer
     from popmq.sdk import AsyncPushConsumer as AsyncPushConsumer
     from popmq.sdk import AsyncSimpleConsumer as AsyncSimpleConsumer
+    from popmq.sdk import BrokerStatus as BrokerStatus
+    from popmq.sdk import ClusterStatus as ClusterStatus
     from popmq.sdk import ConsumeResult as ConsumeResult
     from popmq.sdk import ConsumerOffset as ConsumerOffset
     from popmq.sdk import DeadlineExceededError as DeadlineExceededError
+    from popmq.sdk import EtcdEndpointStatus as EtcdEndpointStatus
     from popmq.sdk import ExponentialBackoff as ExponentialBackoff
     from popmq.sdk import FailedPreconditionError as FailedPreconditionError
     from popmq.sdk import Group as Group
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from popmq.sdk import OffsetReset as OffsetReset
     from popmq.sdk import PopMQError as PopMQError
     from popmq.sdk import Producer as Producer
+    from popmq.sdk import ProxyStatus as ProxyStatus
     from popmq.sdk import PullConsumer as PullConsumer
     from popmq.sdk import PulledMessage as PulledMessage
     from popmq.sdk import PullResult as PullResult
@@ -69,9 +73,12 @@ __all__ = [
     "AsyncPullConsumer",
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
+    "BrokerStatus",
+    "ClusterStatus",
     "ConsumeResult",
     "ConsumerOffset",
     "DeadlineExceededError",
+    "EtcdEndpointStatus",
     "ExponentialBackoff",
     "FailedPreconditionError",
     "Group",
@@ -85,6 +92,7 @@ __all__ = [
     "OffsetReset",
     "PopMQError",
     "Producer",
+    "ProxyStatus",
     "PullConsumer",
     "PullResult",
     "PulledMessage",

@@ -379,6 +379,10 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     call(admin + "PurgeTopic", {"name": "later"})
     info = call(admin + "GetServerInfo")
     assert info["version"] and info["config"]["server.listen"] == '"127.0.0.1:0"'
+    status = call(admin + "GetClusterStatus")
+    assert status["mode"] == "CLUSTER_MODE_LOCAL"
+    (broker,) = status["brokers"]
+    assert broker["name"] == "broker-a" and int(broker["store_bytes"]) > 0
     assert call(admin + "GetTopic", {"name": "orders"})["topic"]["name"] == "orders"
     assert "orders" in [t["name"] for t in call(admin + "ListTopics")["topics"]]
     call(admin + "DeleteGroup", {"name": "reader"})

@@ -41,6 +41,12 @@ class ResetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESET_TARGET_LATEST: _ClassVar[ResetTarget]
     RESET_TARGET_TIMESTAMP: _ClassVar[ResetTarget]
     RESET_TARGET_OFFSETS: _ClassVar[ResetTarget]
+
+class ClusterMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLUSTER_MODE_UNSPECIFIED: _ClassVar[ClusterMode]
+    CLUSTER_MODE_LOCAL: _ClassVar[ClusterMode]
+    CLUSTER_MODE_CLUSTER: _ClassVar[ClusterMode]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 MESSAGE_TYPE_NORMAL: MessageType
 MESSAGE_TYPE_FIFO: MessageType
@@ -59,6 +65,9 @@ RESET_TARGET_EARLIEST: ResetTarget
 RESET_TARGET_LATEST: ResetTarget
 RESET_TARGET_TIMESTAMP: ResetTarget
 RESET_TARGET_OFFSETS: ResetTarget
+CLUSTER_MODE_UNSPECIFIED: ClusterMode
+CLUSTER_MODE_LOCAL: ClusterMode
+CLUSTER_MODE_CLUSTER: ClusterMode
 
 class Topic(_message.Message):
     __slots__ = ("name", "queues", "message_type", "kind", "create_time")
@@ -542,3 +551,115 @@ class GetServerInfoResponse(_message.Message):
     groups: int
     config: _containers.ScalarMap[str, str]
     def __init__(self, version: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerStatus(_message.Message):
+    __slots__ = ("name", "address", "live", "reachable", "error", "epoch", "lease_ttl", "data_dir", "store_bytes", "disk_free_bytes", "topics", "queues", "messages_sent", "messages_popped", "messages_acked", "long_polls_held", "isolated_for", "send_failures", "isolations", "send_latency")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_POPPED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_ACKED_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLLS_HELD_FIELD_NUMBER: _ClassVar[int]
+    ISOLATED_FOR_FIELD_NUMBER: _ClassVar[int]
+    SEND_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ISOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    SEND_LATENCY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    live: bool
+    reachable: bool
+    error: str
+    epoch: int
+    lease_ttl: _duration_pb2.Duration
+    data_dir: str
+    store_bytes: int
+    disk_free_bytes: int
+    topics: int
+    queues: int
+    messages_sent: int
+    messages_popped: int
+    messages_acked: int
+    long_polls_held: int
+    isolated_for: _duration_pb2.Duration
+    send_failures: int
+    isolations: int
+    send_latency: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., live: _Optional[bool] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., queues: _Optional[int] = ..., messages_sent: _Optional[int] = ..., messages_popped: _Optional[int] = ..., messages_acked: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., isolated_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_failures: _Optional[int] = ..., isolations: _Optional[int] = ..., send_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ProxyStatus(_message.Message):
+    __slots__ = ("name", "address", "epoch", "this_proxy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    THIS_PROXY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    epoch: int
+    this_proxy: bool
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., this_proxy: _Optional[bool] = ...) -> None: ...
+
+class EtcdEndpointStatus(_message.Message):
+    __slots__ = ("endpoint", "reachable", "error", "version", "db_size_bytes", "leader", "member_id", "revision", "raft_term", "errors")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DB_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    endpoint: str
+    reachable: bool
+    error: str
+    version: str
+    db_size_bytes: int
+    leader: int
+    member_id: int
+    revision: int
+    raft_term: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., version: _Optional[str] = ..., db_size_bytes: _Optional[int] = ..., leader: _Optional[int] = ..., member_id: _Optional[int] = ..., revision: _Optional[int] = ..., raft_term: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EtcdClusterStatus(_message.Message):
+    __slots__ = ("endpoints", "reachable")
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    endpoints: _containers.RepeatedCompositeFieldContainer[EtcdEndpointStatus]
+    reachable: bool
+    def __init__(self, endpoints: _Optional[_Iterable[_Union[EtcdEndpointStatus, _Mapping]]] = ..., reachable: _Optional[bool] = ...) -> None: ...
+
+class GetClusterStatusResponse(_message.Message):
+    __slots__ = ("mode", "cluster", "proxy", "brokers", "proxies", "proxies_stale", "proxies_read_time", "etcd")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PROXY_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    PROXIES_FIELD_NUMBER: _ClassVar[int]
+    PROXIES_STALE_FIELD_NUMBER: _ClassVar[int]
+    PROXIES_READ_TIME_FIELD_NUMBER: _ClassVar[int]
+    ETCD_FIELD_NUMBER: _ClassVar[int]
+    mode: ClusterMode
+    cluster: str
+    proxy: str
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerStatus]
+    proxies: _containers.RepeatedCompositeFieldContainer[ProxyStatus]
+    proxies_stale: bool
+    proxies_read_time: _timestamp_pb2.Timestamp
+    etcd: EtcdClusterStatus
+    def __init__(self, mode: _Optional[_Union[ClusterMode, str]] = ..., cluster: _Optional[str] = ..., proxy: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerStatus, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[ProxyStatus, _Mapping]]] = ..., proxies_stale: _Optional[bool] = ..., proxies_read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etcd: _Optional[_Union[EtcdClusterStatus, _Mapping]] = ...) -> None: ...

@@ -129,6 +129,11 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.GetClusterStatus = channel.unary_unary(
+                '/popmq.v1.AdminService/GetClusterStatus',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -273,6 +278,16 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterStatus(self, request, context):
+        """GetClusterStatus reports the brokers, proxies and etcd of the cluster as the answering
+        proxy sees them now (`popmq cluster status`). `popmq serve` reports its one embedded
+        broker. It answers while etcd or brokers are down: from the proxy's cached view, with
+        what did not answer marked so; every call it makes has a short deadline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -365,6 +380,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'GetClusterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterStatus,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -858,6 +878,33 @@ class AdminService:
             '/popmq.v1.AdminService/GetServerInfo',
             popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetClusterStatus',
+            popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -386,7 +386,7 @@ class GetMetricsSnapshotRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetMetricsSnapshotResponse(_message.Message):
-    __slots__ = ("sent", "popped", "acked", "nacked", "revived", "dead_lettered", "long_polls_held", "buffered_checkpoints", "live_checkpoints", "write_batches", "write_batches_failed", "write_jobs", "batch_jobs", "write_seconds_synced", "write_seconds_unsynced", "store_bytes", "topics", "groups")
+    __slots__ = ("sent", "popped", "acked", "nacked", "revived", "dead_lettered", "long_polls_held", "buffered_checkpoints", "live_checkpoints", "write_batches", "write_batches_failed", "write_jobs", "batch_jobs", "write_seconds_synced", "write_seconds_unsynced", "store_bytes", "topics", "groups", "disk_free_bytes")
     SENT_FIELD_NUMBER: _ClassVar[int]
     POPPED_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
@@ -405,6 +405,7 @@ class GetMetricsSnapshotResponse(_message.Message):
     STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     sent: _containers.RepeatedCompositeFieldContainer[TopicCount]
     popped: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
     acked: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
@@ -423,7 +424,8 @@ class GetMetricsSnapshotResponse(_message.Message):
     store_bytes: int
     topics: int
     groups: int
-    def __init__(self, sent: _Optional[_Iterable[_Union[TopicCount, _Mapping]]] = ..., popped: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., nacked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., revived: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., dead_lettered: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., long_polls_held: _Optional[int] = ..., buffered_checkpoints: _Optional[int] = ..., live_checkpoints: _Optional[int] = ..., write_batches: _Optional[int] = ..., write_batches_failed: _Optional[int] = ..., write_jobs: _Optional[int] = ..., batch_jobs: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_synced: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_unsynced: _Optional[_Union[Histogram, _Mapping]] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
+    disk_free_bytes: int
+    def __init__(self, sent: _Optional[_Iterable[_Union[TopicCount, _Mapping]]] = ..., popped: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., nacked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., revived: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., dead_lettered: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., long_polls_held: _Optional[int] = ..., buffered_checkpoints: _Optional[int] = ..., live_checkpoints: _Optional[int] = ..., write_batches: _Optional[int] = ..., write_batches_failed: _Optional[int] = ..., write_jobs: _Optional[int] = ..., batch_jobs: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_synced: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_unsynced: _Optional[_Union[Histogram, _Mapping]] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "message_type")
