@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 
+METRICS_DEADLINE_S = 2.0
+"""How long a metrics read waits for each broker (a scrape must not wait for a stuck one)."""
+
 
 class ClusterAdmin:
     """Gathers reads and admin operations over brokers (module docstring)."""
@@ -467,14 +470,19 @@ class ClusterAdmin:
         )
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
-        """The sum over the live brokers that answer (those that do not are logged)."""
+        """The sum over the live brokers that answer within METRICS_DEADLINE_S (those that
+        do not are logged and left out: a stuck broker must not stall a scrape)."""
         names = self._pool.names()
         answers = await asyncio.gather(
-            *(self._pool.get(n).metrics_snapshot() for n in names), return_exceptions=True
+            *(
+                asyncio.wait_for(self._pool.get(n).metrics_snapshot(), METRICS_DEADLINE_S)
+                for n in names
+            ),
+            return_exceptions=True,
         )
         snapshots: list[MetricsSnapshot] = []
         for name, answer in zip(names, answers, strict=True):
-            if isinstance(answer, PopMQError):
+            if isinstance(answer, PopMQError | TimeoutError):
                 log.debug("metrics of broker %s left out: %s", name, answer)
             elif isinstance(answer, BaseException):
                 raise answer

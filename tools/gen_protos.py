@@ -115,6 +115,8 @@ def generate(out_dir: Path) -> list[Path]:
     (out_dir / "__init__.py").write_text('"""Generated protobuf code (tools/gen_protos.py)."""\n')
     (out_dir / "_pool.py").write_text(_POOL_MODULE)
     for path in sorted(out_dir.rglob("*_pb2*.py*")):
+        if path.suffix not in (".py", ".pyi"):
+            continue  # compiled caches (__pycache__/*.pyc) of an earlier import
         private = path.parent.relative_to(out_dir).as_posix().startswith(PRIVATE_POOL)
         path.write_text(_privatize(path.read_text(), private_pool=private))
     return sorted(p for p in out_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
