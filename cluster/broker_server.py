@@ -1,9 +1,20 @@
 """`popmq broker`: one broker core serving BrokerService (and grpc health), nothing public.
 
-Startup: open the store (recovery), listen, register with etcd when `[cluster] etcd` is set,
-turn health SERVING, print `listening on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING,
-held long polls answered, in-flight calls given `server.shutdown_grace_s`, the etcd
-registration revoked, the store closed.
+Startup: open the store (recovery), listen, and when `[cluster] etcd` is set register with
+etcd and start the catalog sync (catalog_sync.py), waiting up to
+`cluster.catalog_ready_timeout_s` for it to apply the first listing of topics and groups;
+turn health SERVING once that listing is applied (later, by itself, if etcd was slower than
+the wait), print `listening on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING, held long
+polls answered, in-flight calls given `server.shutdown_grace_s`, the catalog sync stopped,
+the etcd registration revoked, the store closed.
+
+Health turns NOT_SERVING for good when the broker fails (a background task of the core
+died), and in cluster mode when the catalog sync or the fencing loop dies: the broker's
+`report_failure` records why, so WaitFailure tells proxies too. A dead fencing loop also
+fences writes for good (nothing follows the registration any more).
+
+A cluster broker refuses `broker.auto_create_topics`: its topics come from the routes in
+etcd, and a topic created by a send would exist on one broker with no route.
 
 Fencing (docs/cluster.md): with etcd, the broker takes writes only while its registration
 is alive. When the session is lost (its lease expired or was revoked, or etcd was
@@ -16,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -23,6 +36,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
+from popmq.cluster.catalog_sync import CatalogSync
 from popmq.cluster.coordination import EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.proxy.server import (
@@ -53,6 +67,16 @@ class BrokerServer:
         self.session: Session | None = None
         # Follows the etcd session: fences writes while it is lost (held so it runs).
         self._fencing: asyncio.Task[None] | None = None
+        self.catalog_sync: CatalogSync | None = None
+        """Keeps the broker's topics and groups in step with etcd (cluster mode)."""
+        # Background watchers held so they run: the broker's failure -> health; the
+        # catalog sync's failure -> the broker's; SERVING once the sync is ready.
+        self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def coordinator(self) -> EtcdCoordinator | None:
+        """The broker's etcd client (cluster mode, once started)."""
+        return self._coordinator
 
     @property
     def address(self) -> str:
@@ -60,8 +84,15 @@ class BrokerServer:
         return f"{host}:{self.port}"
 
     async def start(self) -> int:
-        """Open the store, listen, register, turn SERVING; returns the bound port."""
+        """Open the store, listen, register and sync the catalog (cluster mode), turn
+        SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
+        if self.config.cluster.etcd_endpoints and self.config.broker.auto_create_topics:
+            raise InvalidArgumentError(
+                "broker.auto_create_topics is true, but a cluster broker ([cluster] etcd set) "
+                "creates topics only from their routes in etcd: set broker.auto_create_topics "
+                "= false and create topics through a proxy (docs/cluster.md, Catalog sync)"
+            )
         await self.broker.start()
         try:
             server = grpc.aio.server(
@@ -73,6 +104,8 @@ class BrokerServer:
                 ]
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            # grpc's servicer starts with "" SERVING: not before the broker is ready.
+            await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             self.servicer = BrokerServicer(self.broker)
             add_broker_service(server, self.servicer)
             try:
@@ -81,14 +114,68 @@ class BrokerServer:
                 raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
             await server.start()
             self._server = server
+            self._watch(self._health_follows_failure(), "popmq-broker-health")
             if self.config.cluster.etcd_endpoints:
                 await self._register()
-            await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
-            await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+                await self._start_catalog_sync()
+            else:
+                await self._serving()
         except BaseException:
             await self.stop()
             raise
         return self.port
+
+    def _watch(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        self._watchers.append(asyncio.get_running_loop().create_task(work, name=name))
+
+    async def _serving(self) -> None:
+        """Turn SERVING, unless the broker failed meanwhile (then it stays NOT_SERVING)."""
+        if self.broker.failure is not None or self._server is None:
+            return
+        await self._health_to(health_pb2.HealthCheckResponse.SERVING)
+
+    async def _health_to(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        for service in (SERVICE, ""):
+            await self.health.set(service, status)
+
+    async def _health_follows_failure(self) -> None:
+        """When the broker fails, health turns NOT_SERVING for good, and the log says why."""
+        reason = await self.broker.wait_failure()
+        log.error("health turns NOT_SERVING: %s", reason)
+        await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def _start_catalog_sync(self) -> None:
+        """Start the catalog sync and wait (bounded) for its first listing: a proxy should
+        not find this broker SERVING while it lacks a topic routed to it. If etcd is slower
+        than `catalog_ready_timeout_s`, start() goes on and health turns SERVING when the
+        listing is applied."""
+        assert self._coordinator is not None
+        sync = self.catalog_sync = CatalogSync(
+            self._coordinator, self.broker, self.config.broker.broker_name
+        )
+        await sync.start()
+        self._watch(self._fail_with_catalog_sync(sync), "popmq-broker-catalog-watch")
+        timeout_s = self.config.cluster.catalog_ready_timeout_s
+        try:
+            await sync.wait_ready(timeout_s=timeout_s)
+        except TimeoutError:
+            log.warning(
+                "the catalog sync has not applied the first listing of topics and groups "
+                "within %gs (is etcd slow?): health stays NOT_SERVING until it has",
+                timeout_s,
+            )
+            self._watch(self._serve_when_ready(sync), "popmq-broker-catalog-ready")
+            return
+        await self._serving()
+
+    async def _serve_when_ready(self, sync: CatalogSync) -> None:
+        await sync.wait_ready()
+        log.info("the catalog sync applied its first listing: serving")
+        await self._serving()
+
+    async def _fail_with_catalog_sync(self, sync: CatalogSync) -> None:
+        reason = await sync.wait_failure()
+        self.broker.report_failure(f"its catalog sync stopped ({reason})")
 
     async def _register(self) -> None:
         cluster = self.config.cluster
@@ -124,6 +211,19 @@ class BrokerServer:
         self._fencing = asyncio.get_running_loop().create_task(
             self._fence_loop(self.session), name="popmq-broker-fencing"
         )
+        self._fencing.add_done_callback(self._fencing_done)
+
+    def _fencing_done(self, task: asyncio.Task[None]) -> None:
+        """The fencing loop ended without stop(): nothing follows the registration any
+        more, so writes are refused for good and the broker reports the failure."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        why = f"{error!r}" if error is not None else "it returned"
+        log.error("the fencing loop died: %s", why, exc_info=error)
+        if self.servicer is not None:
+            self.servicer.fence(f"its fencing loop died ({why})")
+        self.broker.report_failure(f"its fencing loop died ({why})")
 
     async def _fence_loop(self, session: Session) -> None:
         """Refuse writes while the registration is lost; take them again once it is back."""
@@ -142,11 +242,17 @@ class BrokerServer:
             server, self._server = self._server, None
             self.broker.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self.catalog_sync is not None:
+            sync, self.catalog_sync = self.catalog_sync, None
+            await sync.close()
+        tasks, self._watchers = self._watchers, []
         if self._fencing is not None:
-            fencing, self._fencing = self._fencing, None
-            fencing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await fencing
+            tasks.append(self._fencing)
+            self._fencing = None
+        for task in tasks:
+            task.cancel()
+        # A task that died has been reported already (_fencing_done, the health watcher).
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             session, self.session = self.session, None
             with contextlib.suppress(CoordinationError):
