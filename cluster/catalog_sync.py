@@ -124,6 +124,9 @@ class CatalogSync:
         # What the coordinator holds, as last received (routes of kind normal; records).
         self._routes: dict[str, TopicRoute] = {}
         self._groups: dict[str, GroupRecord] = {}
+        # Topic -> the groups whose records subscribe to it; None: rebuild from _groups
+        # (after every groups snapshot), so a topic's arrival is not O(groups).
+        self._subscribers: dict[str, list[str]] | None = None
         # The last snapshot received per prefix, and the last one whose changes were all
         # taken in by the worker (what wait_applied and the status report).
         self._received: dict[str, Snapshot] = {}
@@ -277,6 +280,7 @@ class CatalogSync:
 
     def _receive_groups(self, snapshot: Snapshot) -> None:
         self._receive(snapshot, GROUPS_FOLDER, self._groups, _decode_group, lambda _: True)
+        self._subscribers = None
 
     def _receive(
         self,
@@ -456,9 +460,13 @@ class CatalogSync:
 
     def _subscribers_changed(self, topic: str) -> None:
         """A topic arrived on or left this broker: its subscribers' local copies change."""
-        for record in self._groups.values():
-            if record.state.settings.subscription(topic) is not None:
-                self._dirty.add(f"{GROUPS_FOLDER}{record.name}")
+        if self._subscribers is None:
+            self._subscribers = {}
+            for record in self._groups.values():
+                for sub in record.state.settings.subscriptions:
+                    self._subscribers.setdefault(sub.topic, []).append(record.name)
+        for group in self._subscribers.get(topic, ()):
+            self._dirty.add(f"{GROUPS_FOLDER}{group}")
 
     # -- groups ----------------------------------------------------------------------------
 
