@@ -324,11 +324,7 @@ class CatalogSync:
     async def _work(self) -> None:
         while True:
             self._take_due_retries()
-            if (
-                not self._dirty
-                and self._received.keys() == self._processed.keys()
-                and all(self._received[p] is self._processed[p] for p in self._received)
-            ):
+            if self._idle():
                 await self._wait_for_work()
                 continue
             received = dict(self._received)
@@ -337,6 +333,16 @@ class CatalogSync:
                 self._processed[prefix] = snapshot
                 self._covered[prefix] = max(self._covered[prefix], snapshot.revision)
             self._wake()
+
+    def _idle(self) -> bool:
+        """Nothing to apply: no first pass before both first listings arrived (so a
+        starting broker creates its topics before it applies the groups subscribing to
+        them), then nothing dirty and every snapshot received taken in."""
+        if self._received.keys() < set(_PREFIXES):
+            return True
+        return not self._dirty and all(
+            self._processed.get(prefix) is snapshot for prefix, snapshot in self._received.items()
+        )
 
     async def _wait_for_work(self) -> None:
         changed = self._changed.wait()
