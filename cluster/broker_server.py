@@ -37,7 +37,7 @@ from grpc_health.v1.health import aio as health_aio
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.catalog_sync import CatalogSync
-from popmq.cluster.coordination import EtcdCoordinator, Session
+from popmq.cluster.coordination import Coordinator, EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
@@ -54,16 +54,24 @@ SERVICE = "popmq.broker.v1.BrokerService"
 
 
 class BrokerServer:
-    """A Broker behind BrokerService on `config.listen`, registered with etcd if configured."""
+    """A Broker behind BrokerService on `config.listen`, registered with etcd if configured.
 
-    def __init__(self, config: ServerConfig) -> None:
+    Args:
+        config: The server's settings; `[cluster] etcd` makes it a cluster broker.
+        coordinator: A coordinator to register with and follow instead of an etcd client
+            made from `[cluster] etcd` (it makes the server a cluster broker too). The
+            caller keeps it: stop() does not close it.
+    """
+
+    def __init__(self, config: ServerConfig, *, coordinator: Coordinator | None = None) -> None:
         self.config = config
         self.broker = Broker(config.broker)
         self.health = health_aio.HealthServicer()
         self.servicer: BrokerServicer | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._coordinator: EtcdCoordinator | None = None
+        self._given_coordinator = coordinator
+        self._coordinator: Coordinator | None = None
         self.session: Session | None = None
         # Follows the etcd session: fences writes while it is lost (held so it runs).
         self._fencing: asyncio.Task[None] | None = None
@@ -74,9 +82,13 @@ class BrokerServer:
         self._watchers: list[asyncio.Task[None]] = []
 
     @property
-    def coordinator(self) -> EtcdCoordinator | None:
-        """The broker's etcd client (cluster mode, once started)."""
+    def coordinator(self) -> Coordinator | None:
+        """What the broker registers with and follows (cluster mode, once started)."""
         return self._coordinator
+
+    @property
+    def in_cluster(self) -> bool:
+        return bool(self.config.cluster.etcd_endpoints) or self._given_coordinator is not None
 
     @property
     def address(self) -> str:
@@ -87,7 +99,7 @@ class BrokerServer:
         """Open the store, listen, register and sync the catalog (cluster mode), turn
         SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
-        if self.config.cluster.etcd_endpoints and self.config.broker.auto_create_topics:
+        if self.in_cluster and self.config.broker.auto_create_topics:
             raise InvalidArgumentError(
                 "broker.auto_create_topics is true, but a cluster broker ([cluster] etcd set) "
                 "creates topics only from their routes in etcd: set broker.auto_create_topics "
@@ -115,7 +127,7 @@ class BrokerServer:
             await server.start()
             self._server = server
             self._watch(self._health_follows_failure(), "popmq-broker-health")
-            if self.config.cluster.etcd_endpoints:
+            if self.in_cluster:
                 await self._register()
                 await self._start_catalog_sync()
             else:
@@ -179,7 +191,9 @@ class BrokerServer:
 
     async def _register(self) -> None:
         cluster = self.config.cluster
-        self._coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
+        self._coordinator = self._given_coordinator or EtcdCoordinator(
+            cluster.etcd_endpoints, cluster=cluster.name
+        )
         name = self.config.broker.broker_name
         loop = asyncio.get_running_loop()
         # A broker restarted at once after a crash finds its old lease still alive: wait
@@ -259,7 +273,8 @@ class BrokerServer:
                 await session.close()
         if self._coordinator is not None:
             coordinator, self._coordinator = self._coordinator, None
-            await coordinator.close()
+            if coordinator is not self._given_coordinator:
+                await coordinator.close()
         await self.broker.close()
 
 

@@ -179,16 +179,20 @@ class CatalogSync:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task that died has said why already (_task_done).
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._wake()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._closed:
+        """A task ended without close(): the sync has stopped. A cancellation counts too:
+        closing the etcd client under a watch ends it with CancelledError."""
+        if self._closed:
             return
-        error = task.exception()
-        why = f"{error!r}" if error is not None else "it returned"
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled():
+            why = "it was cancelled (not by close(): was its coordinator closed?)"
+        else:
+            why = f"{error!r}" if error is not None else "it returned"
         logger.error("catalog sync task %s died: %s", task.get_name(), why, exc_info=error)
         if self._failure is None:
             self._failure = f"catalog sync task {task.get_name()} died: {why}"

@@ -23,13 +23,21 @@ from popmq._gen.popmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from popmq.broker_core import (
     Broker,
     BrokerConfig,
+    FailedPreconditionError,
     GroupSettings,
     InvalidArgumentError,
     NewMessage,
     StoreConfig,
     Subscription,
 )
-from popmq.cluster import EtcdCoordinator, RouteAdmin, Session, TopicRoute
+from popmq.cluster import (
+    EtcdCoordinator,
+    LocalCoordinator,
+    RouteAdmin,
+    Session,
+    Snapshot,
+    TopicRoute,
+)
 from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.catalog_sync import CatalogSync, CatalogSyncConfig
 from popmq.cluster.config import ClusterConfig
@@ -375,7 +383,67 @@ def _server(tmp_path: Path, endpoint: str, cluster: str, **broker: object) -> Br
     )
 
 
-def test_a_cluster_broker_serves_once_synced_and_fails_health_when_the_sync_dies(
+class _BreakingWatch(LocalCoordinator):
+    """A real in-memory coordinator whose watch of groups/ fails with a bug once `broken`
+    is set: what kills a catalog sync's task (follow restarts only coordination errors)."""
+
+    def __init__(self, cluster: str) -> None:
+        super().__init__(cluster)
+        self.broken = asyncio.Event()
+
+    async def watch(self, prefix: str = "") -> AsyncIterator[Snapshot]:
+        snapshots = aiter(super().watch(prefix))
+        yield await anext(snapshots)
+        if prefix == "groups/":
+            await self.broken.wait()
+            raise RuntimeError("a bug in the watch")
+        async for snapshot in snapshots:
+            yield snapshot
+
+
+def test_a_sync_whose_task_dies_says_why_and_stops_its_waiters(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            _BreakingWatch(unique_cluster()) as coordinator,
+            open_broker(tmp_path) as broker,
+            CatalogSync(coordinator, broker, "b1") as sync,
+        ):
+            await sync.wait_ready(timeout_s=WAIT_S)
+            coordinator.broken.set()
+            reason = await asyncio.wait_for(sync.wait_failure(), WAIT_S)
+            assert "catalog-sync-groups died: RuntimeError('a bug in the watch')" in reason
+            assert sync.failure == reason
+            with pytest.raises(FailedPreconditionError, match="the catalog sync stopped"):
+                await sync.wait_applied(10**9, timeout_s=WAIT_S)
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_server_turns_not_serving_when_its_catalog_sync_dies(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with _BreakingWatch(unique_cluster()) as coordinator:
+            server = BrokerServer(
+                ServerConfig(
+                    listen="127.0.0.1:0",
+                    shutdown_grace_s=1.0,
+                    broker=BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=tmp_path)),
+                ),
+                coordinator=coordinator,
+            )
+            await server.start()
+            try:
+                assert await asyncio.to_thread(_health, server.address) == 1  # SERVING
+                coordinator.broken.set()
+                await _until_health(server.address, 2)  # NOT_SERVING
+                assert "its catalog sync stopped" in (server.broker.failure or "")
+                assert "a bug in the watch" in (server.broker.failure or "")
+            finally:
+                await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_cluster_broker_turns_serving_with_its_routed_topics_in_place(
     etcd: EtcdServer, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
@@ -388,13 +456,7 @@ def test_a_cluster_broker_serves_once_synced_and_fails_health_when_the_sync_dies
             try:
                 assert await asyncio.to_thread(_health, server.address) == 1  # SERVING
                 assert server.broker.topic_info("orders").queues == 2
-                assert server.coordinator is not None
-                await server.coordinator.close()  # what the sync follows is gone
-                await _until(lambda: server.broker.failure is not None)
-                assert "catalog sync" in (server.broker.failure or "") or "fencing" in (
-                    server.broker.failure or ""
-                )
-                await _until_health(server.address, 2)  # NOT_SERVING
+                assert server.catalog_sync is not None and server.catalog_sync.ready
             finally:
                 await server.stop()
 
