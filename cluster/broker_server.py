@@ -13,8 +13,10 @@ died), and in cluster mode when the catalog sync or the fencing loop dies: the b
 `report_failure` records why, so WaitFailure tells proxies too. A dead fencing loop also
 fences writes for good (nothing follows the registration any more).
 
-A cluster broker refuses `broker.auto_create_topics`: its topics come from the routes in
-etcd, and a topic created by a send would exist on one broker with no route.
+A cluster broker ignores `broker.auto_create_topics` (and says so at start): its topics
+come from the routes in etcd, and a topic created by a send would exist on one broker with
+no route. The proxies read the same setting to create a route on first send, so one config
+file may serve both.
 
 Fencing (docs/cluster.md): with etcd, the broker takes writes only while its registration
 is alive. When the session is lost (its lease expired or was revoked, or etcd was
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -65,12 +68,15 @@ class BrokerServer:
 
     def __init__(self, config: ServerConfig, *, coordinator: Coordinator | None = None) -> None:
         self.config = config
-        self.broker = Broker(config.broker)
+        self._given_coordinator = coordinator
+        broker = config.broker
+        if self.in_cluster and broker.auto_create_topics:
+            broker = dataclasses.replace(broker, auto_create_topics=False)
+        self.broker = Broker(broker)
         self.health = health_aio.HealthServicer()
         self.servicer: BrokerServicer | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._given_coordinator = coordinator
         self._coordinator: Coordinator | None = None
         self.session: Session | None = None
         # Follows the etcd session: fences writes while it is lost (held so it runs).
@@ -100,10 +106,10 @@ class BrokerServer:
         SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
         if self.in_cluster and self.config.broker.auto_create_topics:
-            raise InvalidArgumentError(
-                "broker.auto_create_topics is true, but a cluster broker ([cluster] etcd set) "
-                "creates topics only from their routes in etcd: set broker.auto_create_topics "
-                "= false and create topics through a proxy (docs/cluster.md, Catalog sync)"
+            log.warning(
+                "broker.auto_create_topics is true, but a cluster broker creates topics only "
+                "from their routes in etcd: a send to a topic without a route is refused "
+                "here (the proxies' own broker.auto_create_topics creates routes on first send)"
             )
         await self.broker.start()
         try:

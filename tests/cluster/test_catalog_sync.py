@@ -25,8 +25,8 @@ from popmq.broker_core import (
     BrokerConfig,
     FailedPreconditionError,
     GroupSettings,
-    InvalidArgumentError,
     NewMessage,
+    NotFoundError,
     StoreConfig,
     Subscription,
 )
@@ -482,11 +482,33 @@ def test_a_dead_fencing_loop_fences_writes_for_good_and_fails_health(
     asyncio.run(scenario())
 
 
-def test_a_cluster_broker_refuses_to_auto_create_topics(tmp_path: Path) -> None:
+def test_a_cluster_broker_ignores_auto_create_topics_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario() -> None:
-        server = _server(tmp_path, "127.0.0.1:1", "c", auto_create_topics=True)
-        with pytest.raises(InvalidArgumentError, match="creates topics only from their routes"):
-            await server.start()
+        async with LocalCoordinator(unique_cluster()) as coordinator:
+            server = BrokerServer(
+                ServerConfig(
+                    listen="127.0.0.1:0",
+                    shutdown_grace_s=1.0,
+                    broker=BrokerConfig(
+                        broker_name="b1",
+                        store=StoreConfig(data_dir=tmp_path),
+                        auto_create_topics=True,  # a config file shared with the proxies
+                    ),
+                ),
+                coordinator=coordinator,
+            )
+            with caplog.at_level(logging.WARNING, logger="popmq.cluster.broker_server"):
+                await server.start()
+            try:
+                assert not server.broker.server_info().auto_create_topics
+                with pytest.raises(NotFoundError, match="'nowhere' does not exist"):
+                    await server.broker.send([NewMessage("nowhere", b"x")])
+                assert "nowhere" not in _topics(server.broker)
+            finally:
+                await server.stop()
+        assert any("creates topics only from their routes" in r.message for r in caplog.records)
 
     asyncio.run(scenario())
 
