@@ -44,6 +44,7 @@ from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.data_dir import disk_free, disk_usage
 from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
+from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
 from popmq.broker_core.lag import Lag
@@ -284,6 +285,7 @@ class Broker:
             settings=settings,
             locks=locks,
             polling=polling,
+            create=create,
             forget_pop_counts=self._reader.forget_group,
         )
         self._admin = Admin(
@@ -323,6 +325,13 @@ class Broker:
             return  # the first failure is the one to report
         self.failure = reason
         self._failed.set()
+
+    def report_failure(self, reason: str) -> None:
+        """Record that the broker can no longer do its job because work outside the core
+        died (cluster mode's catalog sync or fencing loop): wait_failure() answers `reason`
+        (the first reported failure wins), so health and proxies learn of it. The caller
+        has logged what happened."""
+        self._fail(reason)
 
     async def wait_failure(self) -> str:
         """Return why the broker failed, once it has (at once if it already has).
@@ -458,6 +467,21 @@ class Broker:
     async def delete_group(self, name: str, *, force: bool = False) -> None:
         """Delete a group, its offsets, settings, retry queues and in-flight state."""
         await self._groups.delete(name, force=force)
+
+    async def apply_group(
+        self, name: str, state: GroupState, *, create_time_ms: int, revision: int
+    ) -> GroupInfo:
+        """Set a group to exactly `state`, cluster mode's group record at `revision`
+        (cluster-internal, not part of BrokerAPI): created if absent, an existing one taken
+        over with its group_id, a record older than the last applied one ignored.
+
+        Subscriptions naming topics this broker does not hold are left out of the local
+        copy (the cluster's record keeps them); the catalog sync applies the record again
+        when such a topic arrives. Details in groups.py `Groups.apply`.
+        """
+        return await self._groups.apply(
+            name, state, create_time_ms=create_time_ms, revision=revision
+        )
 
     # -- send, delayed messages, queries (send.py, timer.py, query.py) -------------------
 

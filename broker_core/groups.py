@@ -3,14 +3,21 @@
 One path creates a group explicitly (`create`): the group record, its settings record and
 the start offsets of its subscribed topics go in one batch. A group created by first use is
 made by autocreate.py with default settings and may be given settings by a later `create`.
+
+In cluster mode the group's settings live in etcd; `apply` sets the broker's copy to
+exactly the cluster's record (pushed by a proxy, or found by the catalog sync,
+cluster/catalog_sync.py), ignoring a record older than the one it applied last.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
 from popmq.broker_core import group_rules, keys, validation
+from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
@@ -18,6 +25,7 @@ from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
+    InvalidArgumentError,
 )
 from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
 from popmq.broker_core.long_polling import LongPolling
@@ -47,6 +55,7 @@ class Groups:
         settings: GroupSettingsStore,
         locks: QueueLocks,
         polling: LongPolling,
+        create: AutoCreate,
         forget_pop_counts: Callable[[int], None],
     ) -> None:
         self._config = config
@@ -59,7 +68,15 @@ class Groups:
         self._settings = settings
         self._locks = locks
         self._polling = polling
+        self._create = create
         self._forget_pop_counts = forget_pop_counts
+        # The highest cluster revision `apply` applied per group name, so a push that
+        # arrives after a newer one cannot roll the group back. Memory only: after a restart
+        # the catalog sync applies every group's current record again. Guarded by
+        # _apply_lock; delete() drops a group's entry.
+        self._applied_revisions: dict[str, int] = {}
+        # Serializes apply(): its revision check and the write it admits are one step.
+        self._apply_lock = asyncio.Lock()
 
     def get_group(self, name: str) -> GroupInfo:
         validation.check_name("group", name)
@@ -218,6 +235,141 @@ class Groups:
         log.info("group %s updated", name)
         return info
 
+    async def apply(
+        self,
+        name: str,
+        state: group_rules.GroupState,
+        *,
+        create_time_ms: int,
+        revision: int,
+    ) -> GroupInfo:
+        """Set group `name` to exactly `state`: cluster mode's group record at `revision`.
+
+        The group is created if absent; a group that exists here (auto-created by first use,
+        or applied before) is taken over and keeps its local group_id, offsets and in-flight
+        state. Subscriptions naming topics this broker does not hold are left out of the
+        local copy (the cluster's record keeps them): the catalog sync applies the record
+        again when such a topic arrives here. A newly subscribed topic starts where
+        consume_from says. The group record, its settings and those start offsets are one
+        synced batch, as in create() and update().
+
+        A record older than the last one applied to this group (`revision` below it) is
+        ignored and the current group returned: a stale push that arrives after a newer
+        sync must not roll the group back. The same revision again is applied (so the sync
+        can re-apply it when a topic arrives). The revisions are kept in memory; delete()
+        forgets a group's.
+        """
+        validation.check_name("group", name)
+        validation.check_range("revision", revision, 1, 2**63 - 1)
+        validation.check_range("create_time_ms", create_time_ms, 0, 2**63 - 1)
+        async with self._apply_lock:
+            existing = self._catalog.groups.get(name)
+            applied = self._applied_revisions.get(name, 0)
+            if existing is not None and revision < applied:
+                log.info(
+                    "group %s: ignoring its record of revision %d, older than the applied %d",
+                    name,
+                    revision,
+                    applied,
+                )
+                return existing
+            self._check_state(name, state)
+            settings = self._held_settings(state.settings)
+            if existing is None:
+                # Shared with a first use creating the group meanwhile (autocreate.py).
+                info = await self._create.once(
+                    ("group", name),
+                    lambda: self._apply_new(name, state, settings, create_time_ms),
+                )
+                if info.auto_created:  # that first use came first: take its group over
+                    info = await self._apply_existing(info, state, settings, create_time_ms)
+            else:
+                info = await self._apply_existing(existing, state, settings, create_time_ms)
+            self._applied_revisions[name] = max(applied, revision)
+            return info
+
+    def _check_state(self, name: str, state: group_rules.GroupState) -> None:
+        """The limits group_rules enforces on a create, for a state made elsewhere."""
+        validation.check_range(
+            "max_delivery_attempts",
+            state.max_delivery_attempts,
+            1,
+            validation.MAX_DELIVERY_ATTEMPTS,
+        )
+        if not state.retry_backoff_ms:
+            raise InvalidArgumentError(
+                f"group {name!r} has an empty retry_backoff: give at least one delay",
+                field="retry_backoff",
+            )
+        group_rules.check_backoff(
+            [ms / 1000 for ms in state.retry_backoff_ms],
+            max_invisible_s=self._config.pop.max_invisible_s,
+        )
+
+    def _held_settings(self, settings: GroupSettings) -> GroupSettings:
+        """The settings with only the subscriptions of topics this broker holds, checked
+        by the broker's rules (sorted by topic)."""
+        held = tuple(s for s in settings.subscriptions if s.topic in self._catalog.topics)
+        return group_rules.check_group_settings(
+            dataclasses.replace(settings, subscriptions=held), self._catalog.topic
+        )
+
+    async def _apply_new(
+        self,
+        name: str,
+        state: group_rules.GroupState,
+        settings: GroupSettings,
+        create_time_ms: int,
+    ) -> GroupInfo:
+        info = self._catalog.new_group(
+            name,
+            max_delivery_attempts=state.max_delivery_attempts,
+            retry_backoff_ms=state.retry_backoff_ms,
+            now_ms=create_time_ms,
+            auto_created=False,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        await self._write_group(info, settings, starts)
+        if name in self._catalog.groups:
+            raise FailedPreconditionError(f"group {name!r} changed while it was applied; retry")
+        self._catalog.register_group(info)
+        self._queues.place(info.group_id, starts)
+        log.info(
+            "group %s applied (created): subscriptions=%s",
+            name,
+            [s.topic for s in settings.subscriptions],
+        )
+        return info
+
+    async def _apply_existing(
+        self,
+        current: GroupInfo,
+        state: group_rules.GroupState,
+        settings: GroupSettings,
+        create_time_ms: int,
+    ) -> GroupInfo:
+        name = current.name
+        info = self._catalog.new_group(
+            name,
+            max_delivery_attempts=state.max_delivery_attempts,
+            retry_backoff_ms=state.retry_backoff_ms,
+            now_ms=create_time_ms,
+            auto_created=False,
+            group_id=current.group_id,
+        )
+        starts = self._consume_from_starts(info.group_id, settings)
+        if info == current and not starts and self._settings.load(info.group_id) == settings:
+            return current  # already so: no write (the sync re-applies every group at start)
+        await self._write_group(info, settings, starts)
+        if self._catalog.groups.get(name) is not current:
+            raise FailedPreconditionError(f"group {name!r} changed while it was applied; retry")
+        self._catalog.register_group(info)
+        self._queues.place(info.group_id, starts)
+        log.info(
+            "group %s applied: subscriptions=%s", name, [s.topic for s in settings.subscriptions]
+        )
+        return info
+
     async def delete(self, name: str, *, force: bool = False) -> None:
         """Delete a group, its offsets, settings, retry queues and in-flight state.
 
@@ -261,6 +413,7 @@ class Groups:
         if self._catalog.groups.get(name) is info:
             del self._catalog.groups[name]
             self._settings.forget(gid)
+            self._applied_revisions.pop(name, None)
         self._catalog.groups_by_id.pop(gid, None)
         for retry_key, retry in retries.items():
             self._catalog.retry_topics.pop(retry_key, None)

@@ -1,9 +1,23 @@
 """`popmq broker`: one broker core serving BrokerService (and grpc health), nothing public.
 
-Startup: open the store (recovery), listen, register with etcd when `[cluster] etcd` is set,
-turn health SERVING, print `listening on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING,
-held long polls answered, in-flight calls given `server.shutdown_grace_s`, the etcd
-registration revoked, the store closed.
+Startup: open the store (recovery), listen, and when `[cluster] etcd` is set start the
+catalog sync (catalog_sync.py), waiting up to `cluster.catalog_ready_timeout_s` for it to
+apply the first listing of topics and groups, and only then register with etcd (proxies
+route to a broker from its registration on, so it must hold its routed topics by then);
+turn health SERVING once that listing is applied (later, by itself, if etcd was slower than
+the wait), print `listening on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING, held long
+polls answered, in-flight calls given `server.shutdown_grace_s`, the catalog sync stopped,
+the etcd registration revoked, the store closed.
+
+Health turns NOT_SERVING for good when the broker fails (a background task of the core
+died), and in cluster mode when the catalog sync or the fencing loop dies: the broker's
+`report_failure` records why, so WaitFailure tells proxies too. A dead fencing loop also
+fences writes for good (nothing follows the registration any more).
+
+A cluster broker ignores `broker.auto_create_topics` (and says so at start): its topics
+come from the routes in etcd, and a topic created by a send would exist on one broker with
+no route. The proxies read the same setting to create a route on first send, so one config
+file may serve both.
 
 With `[metrics] listen` (`--metrics-listen HOST:PORT`) it also serves GET /metrics: its
 broker's families in `popmq serve`'s format (proxy/metrics.py), for scraping each broker
@@ -19,7 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -27,7 +44,8 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
-from popmq.cluster.coordination import EtcdCoordinator, Session
+from popmq.cluster.catalog_sync import CatalogSync
+from popmq.cluster.coordination import Coordinator, EtcdCoordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
 from popmq.proxy.server import (
@@ -46,22 +64,47 @@ SERVICE = "popmq.broker.v1.BrokerService"
 
 
 class BrokerServer:
-    """A Broker behind BrokerService on `config.listen`, registered with etcd if configured."""
+    """A Broker behind BrokerService on `config.listen`, registered with etcd if configured.
 
-    def __init__(self, config: ServerConfig) -> None:
+    Args:
+        config: The server's settings; `[cluster] etcd` makes it a cluster broker.
+        coordinator: A coordinator to register with and follow instead of an etcd client
+            made from `[cluster] etcd` (it makes the server a cluster broker too). The
+            caller keeps it: stop() does not close it.
+    """
+
+    def __init__(self, config: ServerConfig, *, coordinator: Coordinator | None = None) -> None:
         self.config = config
-        self.broker = Broker(config.broker)
+        self._given_coordinator = coordinator
+        broker = config.broker
+        if self.in_cluster and broker.auto_create_topics:
+            broker = dataclasses.replace(broker, auto_create_topics=False)
+        self.broker = Broker(broker)
         self.health = health_aio.HealthServicer()
         self.servicer: BrokerServicer | None = None
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._coordinator: EtcdCoordinator | None = None
+        self._coordinator: Coordinator | None = None
         self.session: Session | None = None
         # Follows the etcd session: fences writes while it is lost (held so it runs).
         self._fencing: asyncio.Task[None] | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
+        self.catalog_sync: CatalogSync | None = None
+        """Keeps the broker's topics and groups in step with etcd (cluster mode)."""
+        # Background watchers held so they run: the broker's failure -> health; the
+        # catalog sync's failure -> the broker's; SERVING once the sync is ready.
+        self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """What the broker registers with and follows (cluster mode, once started)."""
+        return self._coordinator
+
+    @property
+    def in_cluster(self) -> bool:
+        return bool(self.config.cluster.etcd_endpoints) or self._given_coordinator is not None
 
     @property
     def address(self) -> str:
@@ -69,8 +112,15 @@ class BrokerServer:
         return f"{host}:{self.port}"
 
     async def start(self) -> int:
-        """Open the store, listen, register, turn SERVING; returns the bound port."""
+        """Open the store, listen, register and sync the catalog (cluster mode), turn
+        SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
+        if self.in_cluster and self.config.broker.auto_create_topics:
+            log.warning(
+                "broker.auto_create_topics is true, but a cluster broker creates topics only "
+                "from their routes in etcd: a send to a topic without a route is refused "
+                "here (the proxies' own broker.auto_create_topics creates routes on first send)"
+            )
         await self.broker.start()
         try:
             server = grpc.aio.server(
@@ -82,6 +132,8 @@ class BrokerServer:
                 ]
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            # grpc's servicer starts with "" SERVING: not before the broker is ready.
+            await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             self.servicer = BrokerServicer(self.broker)
             add_broker_service(server, self.servicer)
             try:
@@ -92,10 +144,21 @@ class BrokerServer:
             self._server = server
             if self.config.metrics.listen:
                 await self._serve_metrics()
-            if self.config.cluster.etcd_endpoints:
+            self._watch(self._health_follows_failure(), "popmq-broker-health")
+            if self.in_cluster:
+                cluster = self.config.cluster
+                self._coordinator = self._given_coordinator or EtcdCoordinator(
+                    cluster.etcd_endpoints, cluster=cluster.name
+                )
+                # The catalog first: once registered, proxies route sends and pops here,
+                # which must find every topic its routes give it (not NOT_FOUND after a
+                # restart that missed a topic's creation).
+                ready = await self._start_catalog_sync()
                 await self._register()
-            await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
-            await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+                if ready:
+                    await self._serving()
+            else:
+                await self._serving()
         except BaseException:
             await self.stop()
             raise
@@ -114,9 +177,61 @@ class BrokerServer:
             ) from exc
         self._metrics_endpoint = endpoint
 
+    def _watch(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        self._watchers.append(asyncio.get_running_loop().create_task(work, name=name))
+
+    async def _serving(self) -> None:
+        """Turn SERVING, unless the broker failed meanwhile (then it stays NOT_SERVING)."""
+        if self.broker.failure is not None or self._server is None:
+            return
+        await self._health_to(health_pb2.HealthCheckResponse.SERVING)
+
+    async def _health_to(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        for service in (SERVICE, ""):
+            await self.health.set(service, status)
+
+    async def _health_follows_failure(self) -> None:
+        """When the broker fails, health turns NOT_SERVING for good, and the log says why."""
+        reason = await self.broker.wait_failure()
+        log.error("health turns NOT_SERVING: %s", reason)
+        await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def _start_catalog_sync(self) -> bool:
+        """Start the catalog sync and wait (bounded) for its first listing: a proxy should
+        not find this broker SERVING while it lacks a topic routed to it. If etcd is slower
+        than `catalog_ready_timeout_s`, start() goes on and health turns SERVING when the
+        listing is applied."""
+        assert self._coordinator is not None
+        sync = self.catalog_sync = CatalogSync(
+            self._coordinator, self.broker, self.config.broker.broker_name
+        )
+        await sync.start()
+        self._watch(self._fail_with_catalog_sync(sync), "popmq-broker-catalog-watch")
+        timeout_s = self.config.cluster.catalog_ready_timeout_s
+        try:
+            await sync.wait_ready(timeout_s=timeout_s)
+        except TimeoutError:
+            log.warning(
+                "the catalog sync has not applied the first listing of topics and groups "
+                "within %gs (is etcd slow?): health stays NOT_SERVING until it has",
+                timeout_s,
+            )
+            self._watch(self._serve_when_ready(sync), "popmq-broker-catalog-ready")
+            return False
+        return True
+
+    async def _serve_when_ready(self, sync: CatalogSync) -> None:
+        await sync.wait_ready()
+        log.info("the catalog sync applied its first listing: serving")
+        await self._serving()
+
+    async def _fail_with_catalog_sync(self, sync: CatalogSync) -> None:
+        reason = await sync.wait_failure()
+        self.broker.report_failure(f"its catalog sync stopped ({reason})")
+
     async def _register(self) -> None:
         cluster = self.config.cluster
-        self._coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
+        assert self._coordinator is not None
         name = self.config.broker.broker_name
         loop = asyncio.get_running_loop()
         # A broker restarted at once after a crash finds its old lease still alive: wait
@@ -148,6 +263,19 @@ class BrokerServer:
         self._fencing = asyncio.get_running_loop().create_task(
             self._fence_loop(self.session), name="popmq-broker-fencing"
         )
+        self._fencing.add_done_callback(self._fencing_done)
+
+    def _fencing_done(self, task: asyncio.Task[None]) -> None:
+        """The fencing loop ended without stop(): nothing follows the registration any
+        more, so writes are refused for good and the broker reports the failure."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        why = f"{error!r}" if error is not None else "it returned"
+        log.error("the fencing loop died: %s", why, exc_info=error)
+        if self.servicer is not None:
+            self.servicer.fence(f"its fencing loop died ({why})")
+        self.broker.report_failure(f"its fencing loop died ({why})")
 
     async def _fence_loop(self, session: Session) -> None:
         """Refuse writes while the registration is lost; take them again once it is back."""
@@ -166,18 +294,25 @@ class BrokerServer:
             server, self._server = self._server, None
             self.broker.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self.catalog_sync is not None:
+            sync, self.catalog_sync = self.catalog_sync, None
+            await sync.close()
+        tasks, self._watchers = self._watchers, []
         if self._fencing is not None:
-            fencing, self._fencing = self._fencing, None
-            fencing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await fencing
+            tasks.append(self._fencing)
+            self._fencing = None
+        for task in tasks:
+            task.cancel()
+        # A task that died has been reported already (_fencing_done, the health watcher).
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             session, self.session = self.session, None
             with contextlib.suppress(CoordinationError):
                 await session.close()
         if self._coordinator is not None:
             coordinator, self._coordinator = self._coordinator, None
-            await coordinator.close()
+            if coordinator is not self._given_coordinator:
+                await coordinator.close()
         if self._metrics_endpoint is not None:
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None
             await endpoint.stop()

@@ -5,6 +5,9 @@ Each RPC calls the BrokerAPI operation of the same name and converts its answer
 `popmq-error-bin` trailer; anything else is a bug, answered INTERNAL (an InternalError
 detail naming this broker) and logged here, once.
 
+ApplyGroup (cluster-internal, not in BrokerAPI) needs a broker with `apply_group`
+(`GroupApplier`); it is a write, so fenced like the others.
+
 Fencing: `fence(reason)` makes every RPC that changes the store (sends, pops, acks, admin
 writes...) fail with a retriable UNAVAILABLE until `unfence()`; reads keep working. `popmq
 broker --etcd` fences while its etcd session is lost (docs/cluster.md).
@@ -15,14 +18,21 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker_core.api import BrokerAPI
-from popmq.broker_core.errors import InternalError, PopMQError, UnavailableError
+from popmq.broker_core.catalog import GroupInfo
+from popmq.broker_core.errors import (
+    FailedPreconditionError,
+    InternalError,
+    PopMQError,
+    UnavailableError,
+)
+from popmq.broker_core.group_rules import GroupState
 from popmq.cluster import broker_wire as w
 
 log = logging.getLogger(__name__)
@@ -67,6 +77,16 @@ async def _abort(context: grpc.aio.ServicerContext, error: PopMQError) -> None:
     await context.abort(
         grpc.StatusCode[error.code], str(error), trailing_metadata=((w.ERROR_TRAILER, detail),)
     )
+
+
+@runtime_checkable
+class GroupApplier(Protocol):
+    """A broker that takes cluster mode's group records (`Broker`, `RemoteBroker`): not part
+    of BrokerAPI, which is what a proxy needs of any broker."""
+
+    async def apply_group(
+        self, name: str, state: GroupState, *, create_time_ms: int, revision: int
+    ) -> GroupInfo: ...
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
@@ -233,6 +253,23 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> pb.DeleteGroupResponse:
         await self._broker.delete_group(request.name, force=request.force)
         return pb.DeleteGroupResponse()
+
+    @_rpc(writes=True)
+    async def ApplyGroup(
+        self, request: pb.ApplyGroupRequest, context: Any
+    ) -> pb.ApplyGroupResponse:
+        if not isinstance(self._broker, GroupApplier):
+            raise FailedPreconditionError(
+                f"broker {self.name!r} serves a {type(self._broker).__name__}, which cannot "
+                "apply cluster group records"
+            )
+        info = await self._broker.apply_group(
+            request.name,
+            w.group_state_from_pb(request),
+            create_time_ms=request.create_time_ms,
+            revision=request.revision,
+        )
+        return pb.ApplyGroupResponse(group=self._group(info.name))
 
     # -- send, queries -------------------------------------------------------------------
 

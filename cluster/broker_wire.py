@@ -20,6 +20,7 @@ from popmq.broker_core.api import HistogramSnapshot, MetricsSnapshot, ServerInfo
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import AnswerBoundError, PopMQError
+from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.types import (
     ConsumerOffset,
@@ -190,6 +191,25 @@ def group_from_pb(m: pb.Group) -> tuple[GroupInfo, GroupSettings]:
         m.create_time_ms, m.auto_created,
     )  # fmt: skip
     return info, settings_from_pb(m.settings)
+
+
+def apply_group_to_pb(
+    name: str, state: GroupState, create_time_ms: int, revision: int
+) -> pb.ApplyGroupRequest:
+    return pb.ApplyGroupRequest(
+        name=name,
+        max_delivery_attempts=state.max_delivery_attempts,
+        retry_backoff_ms=state.retry_backoff_ms,
+        settings=settings_to_pb(state.settings),
+        create_time_ms=create_time_ms,
+        revision=revision,
+    )
+
+
+def group_state_from_pb(m: pb.ApplyGroupRequest) -> GroupState:
+    return GroupState(
+        m.max_delivery_attempts, tuple(m.retry_backoff_ms), settings_from_pb(m.settings)
+    )
 
 
 # -- messages --------------------------------------------------------------------------------

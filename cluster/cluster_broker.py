@@ -482,12 +482,12 @@ class ClusterBroker:
 
         async def to_queue(queue: QueueRef) -> list[SendResult]:
             placed = [_with_queue(m, queue.queue_id) for m in batch]
-            return await self.pool.get(queue.broker).send(placed)
+            return await _sent(queue.broker, self.pool.get(queue.broker).send(placed))
 
         async def to_broker(queue: QueueRef) -> list[SendResult]:
             # The broker spreads the batch over its queues of the topic, as one process
             # spreads a batch over all of them.
-            return await self.pool.get(queue.broker).send(batch)
+            return await _sent(queue.broker, self.pool.get(queue.broker).send(batch))
 
         if group:
             routed = await self._sender.send_fifo(
@@ -766,6 +766,18 @@ class ClusterBroker:
                 log.warning("%s on broker %s deferred to its catalog sync: %s", what, broker, error)
 
         await _all([one(broker) for broker in brokers])
+
+
+async def _sent(broker: str, send: Awaitable[list[SendResult]]) -> list[SendResult]:
+    """A send to a broker that does not know a topic its route gives it (its catalog sync is
+    behind, or it missed the topic's creation) is that broker's failure, retried elsewhere,
+    not the client's NOT_FOUND: the route says the topic exists."""
+    try:
+        return await send
+    except NotFoundError as error:
+        raise UnavailableError(
+            f"broker {broker!r} does not hold the topic yet ({error}); retry"
+        ) from error
 
 
 async def _visible(wait: Awaitable[None]) -> None:

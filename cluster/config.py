@@ -22,6 +22,10 @@ class ClusterConfig:
     """TTL of the broker's registration lease, whole seconds: a broker whose process dies
     is gone from etcd this long after, and one that cannot renew its lease for this long
     stops taking writes (fencing)."""
+    catalog_ready_timeout_s: float = 10.0
+    """How long a starting broker waits for its catalog sync to take in the first listing
+    of topics and groups before it prints that it listens. Health stays NOT_SERVING until
+    that listing is applied, however long it takes (docs/cluster.md, Catalog sync)."""
 
     proxy_name: str = ""
     """`popmq proxy`: its member name in etcd (proxies/<name>); empty: its advertised
@@ -35,6 +39,11 @@ class ClusterConfig:
             raise ValueError(
                 f"cluster.session_ttl_s {self.session_ttl_s} must be within "
                 f"{MIN_LEASE_TTL_S}..{MAX_LEASE_TTL_S} s"
+            )
+        if not 0 < self.catalog_ready_timeout_s <= 3600:
+            raise ValueError(
+                f"cluster.catalog_ready_timeout_s {self.catalog_ready_timeout_s} must be "
+                "above 0 and at most 3600 s"
             )
         for endpoint in filter(None, (e.strip() for e in self.etcd.split(","))):
             host, sep, port = endpoint.rpartition(":")

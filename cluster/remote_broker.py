@@ -50,6 +50,7 @@ from popmq.broker_core.errors import (
     PopMQError,
     UnavailableError,
 )
+from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import (
     ConsumerOffset,
@@ -355,6 +356,14 @@ class RemoteBroker:
     async def delete_group(self, name: str, *, force: bool = False) -> None:
         await self._call(self._stub_().DeleteGroup, pb.DeleteGroupRequest(name=name, force=force))
         await self._refresh_catalog()  # its retry topics went with it
+
+    async def apply_group(
+        self, name: str, state: GroupState, *, create_time_ms: int, revision: int
+    ) -> GroupInfo:
+        """Set a group to exactly cluster mode's record at `revision` (`Broker.apply_group`;
+        cluster-internal, not part of BrokerAPI): the group as the broker now has it."""
+        request = w.apply_group_to_pb(name, state, create_time_ms, revision)
+        return self._keep_group((await self._call(self._stub_().ApplyGroup, request)).group)
 
     # -- send, delayed messages, queries --------------------------------------------------
 

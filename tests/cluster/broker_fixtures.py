@@ -79,6 +79,8 @@ class BrokerProcess:
         self.extra = extra
         self.process: subprocess.Popen[str] | None = None
         self.address = f"127.0.0.1:{port}"
+        self.output: list[str] = []
+        """What the last start printed up to `listening on` (its log lines included)."""
 
     def start(self) -> str:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
@@ -91,7 +93,7 @@ class BrokerProcess:
             env=env,
         )  # fmt: skip
         assert self.process.stdout is not None
-        lines = []
+        lines = self.output = []
         for line in self.process.stdout:
             lines.append(line)
             if line.startswith("listening on "):

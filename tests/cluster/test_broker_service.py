@@ -17,6 +17,7 @@ from popmq.broker_core import (
     AnswerBoundError,
     BrokerAPI,
     GroupSettings,
+    GroupState,
     InvalidArgumentError,
     InvalidReceiptHandleError,
     NewMessage,
@@ -324,5 +325,51 @@ def test_an_unreachable_broker_is_a_retriable_unavailable_naming_it(tmp_path: Pa
             await api.close()
         with pytest.raises(UnavailableError, match=address):
             await RemoteBroker(address, call_timeout_s=1.0).start()
+
+    asyncio.run(scenario())
+
+
+def test_apply_group_sets_the_record_ignores_an_older_one_and_is_fenced(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served:
+            async with remote(served.address) as api:
+                await api.create_topic("orders", 1)
+                subscriptions = (
+                    Subscription("elsewhere", "tag", "*"),  # a topic this broker lacks
+                    Subscription("orders", "tag", "A"),
+                )
+                state = GroupState(
+                    4, (1000, 2000), GroupSettings(fifo=True, subscriptions=subscriptions)
+                )
+                info = await api.apply_group("g", state, create_time_ms=77, revision=10)
+                assert info == served.broker.get_group("g") == api.get_group("g")
+                assert (info.max_delivery_attempts, info.retry_backoff_ms) == (4, (1000, 2000))
+                assert (info.create_time_ms, info.auto_created) == (77, False)
+                assert api.group_settings("g") == served.broker.group_settings("g")
+                assert api.group_settings("g").subscriptions == subscriptions[1:]
+
+                older = GroupState(9, (1000,), GroupSettings())
+                stale = await api.apply_group("g", older, create_time_ms=77, revision=9)
+                assert (
+                    stale.max_delivery_attempts
+                    == 4
+                    == served.broker.get_group("g").max_delivery_attempts
+                )
+
+                with pytest.raises(InvalidArgumentError, match="max_delivery_attempts 0") as bad:
+                    await api.apply_group(
+                        "g", GroupState(0, (1000,), GroupSettings()), create_time_ms=1, revision=11
+                    )
+                assert bad.value.field == "max_delivery_attempts"
+
+                served.servicer.fence("etcd session lost")
+                with pytest.raises(UnavailableError, match="etcd session lost"):
+                    await api.apply_group("g", older, create_time_ms=77, revision=12)
+                assert served.broker.get_group("g").max_delivery_attempts == 4
+                served.servicer.unfence()
+                applied = await api.apply_group("g", older, create_time_ms=77, revision=12)
+                assert (
+                    applied.max_delivery_attempts == 9 == api.get_group("g").max_delivery_attempts
+                )
 
     asyncio.run(scenario())

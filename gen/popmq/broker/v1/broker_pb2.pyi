@@ -595,6 +595,28 @@ class DeleteGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ApplyGroupRequest(_message.Message):
+    __slots__ = ("name", "max_delivery_attempts", "retry_backoff_ms", "settings", "create_time_ms", "revision")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_delivery_attempts: int
+    retry_backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    settings: GroupSettings
+    create_time_ms: int
+    revision: int
+    def __init__(self, name: _Optional[str] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., settings: _Optional[_Union[GroupSettings, _Mapping]] = ..., create_time_ms: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class ApplyGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
 class SendRequest(_message.Message):
     __slots__ = ("messages",)
     MESSAGES_FIELD_NUMBER: _ClassVar[int]

@@ -113,6 +113,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.ApplyGroup = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/ApplyGroup',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupResponse.FromString,
+                _registered_method=True)
         self.Send = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/Send',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
@@ -330,6 +335,14 @@ class BrokerServiceServicer:
 
     def DeleteGroup(self, request, context):
         """DeleteGroup deletes a group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyGroup(self, request, context):
+        """ApplyGroup sets a group to exactly cluster mode's group record (cluster-internal: a
+        proxy pushes a change it made in etcd, and the broker's catalog sync follows etcd).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -562,6 +575,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'ApplyGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyGroup,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupResponse.SerializeToString,
             ),
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
@@ -1061,6 +1079,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/DeleteGroup',
             popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/ApplyGroup',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ApplyGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
