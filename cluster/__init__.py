@@ -1,11 +1,15 @@
 """Cluster mode: the coordination (etcd, our own v3 client, and the Coordinator
-interface) and the broker API over the wire (BrokerService, RemoteBroker).
+interface), the cluster's metadata (routes, groups), the broker API over the wire
+(BrokerService, RemoteBroker), the brokers' catalog sync and the proxies' routing BrokerAPI
+(ClusterBroker).
 
 docs/cluster.md describes what lives in etcd, why popmq has its own etcd client, and the
 BrokerService.
 """
 
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
+from popmq.cluster.catalog_sync import CatalogSync
+from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.coordination import (
     DEFAULT_SESSION_TTL_S,
     Coordinator,
@@ -30,6 +34,7 @@ from popmq.cluster.errors import (
     SessionClosedError,
 )
 from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import (
     QueueRef,
@@ -42,6 +47,8 @@ from popmq.cluster.routes import (
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
     "BrokerServicer",
+    "CatalogSync",
+    "ClusterBroker",
     "CompactedError",
     "ConflictError",
     "CoordinationArgumentError",
@@ -55,6 +62,10 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "EtcdCoordinator",
     "EtcdError",
     "EtcdStatus",
+    "GroupAdmin",
+    "GroupCache",
+    "GroupRecord",
+    "GroupRules",
     "Lease",
     "LeaseKeeper",
     "LeaseNotFoundError",

@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from popmq.cluster import Coordinator, CorruptValueError, Entry
+from popmq.cluster.coordination import Coordinator, Entry
+from popmq.cluster.errors import CorruptValueError
 from popmq.cluster.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
 
 FOLDER = "leases/"

@@ -33,8 +33,8 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
-from popmq.cluster import Coordinator, LocalCoordinator
 from popmq.cluster.config import ClusterConfig
+from popmq.cluster.coordination import Coordinator, LocalCoordinator
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.faults import FaultToleranceConfig
