@@ -3,8 +3,9 @@
 ``SimpleConsumer.receive_lease(token, page)`` pops under a lease token. Asking again for the
 same (token, page) while the lease lives returns the same messages, with their current
 receipt handles. ``ack_leases`` and ``renew_leases`` act on every message of each lease.
-Leases live in the proxy's memory: a proxy restart forgets them, and their messages are
-delivered again after their invisible time.
+Leases live in the server's coordinator: in cluster mode in etcd, so any proxy replays a
+lease another proxy popped (one that died included); `popmq serve` keeps them in memory, so
+its restart forgets them and their messages are delivered again after their invisible time.
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.debug("lease %s unknown at ack: %s", result.lease_token, result.message)
             elif result.code == "NOT_FOUND":
                 log.warning(
-                    "lease %s was gone at ack (it expired, or the proxy restarted); its "
+                    "lease %s was gone at ack (it expired, or popmq serve restarted); its "
                     "messages, if any, are delivered again",
                     result.lease_token,
                 )
