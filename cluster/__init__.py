@@ -14,8 +14,6 @@ from popmq.cluster.coordination import (
     DEFAULT_SESSION_TTL_S,
     Coordinator,
     Entry,
-    EtcdCoordinator,
-    LocalCoordinator,
     Member,
     MemberKind,
     Session,
@@ -34,7 +32,9 @@ from popmq.cluster.errors import (
     SessionClosedError,
 )
 from popmq.cluster.etcd import EtcdClient, EtcdStatus, Lease, LeaseKeeper
+from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
+from popmq.cluster.local_coordinator import LocalCoordinator
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import (
     QueueRef,

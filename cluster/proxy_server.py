@@ -18,8 +18,9 @@ import logging
 
 from popmq.broker_core import InvalidArgumentError, ServerInfo
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.cluster.coordination import EtcdCoordinator, Session
+from popmq.cluster.coordination import Session
 from popmq.cluster.errors import CoordinationError
+from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.status import ClusterStatus
 from popmq.proxy.server import (
     PopMQServer,

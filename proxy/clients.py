@@ -73,8 +73,9 @@ from popmq.broker_core import (
     check_name,
     check_range,
 )
-from popmq.cluster.coordination import Coordinator, LocalCoordinator
+from popmq.cluster.coordination import Coordinator
 from popmq.cluster.errors import CoordinationError
+from popmq.cluster.local_coordinator import LocalCoordinator
 from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
     MessageQueue,

@@ -34,7 +34,8 @@ from popmq.broker_core import (
     InvalidArgumentError,
 )
 from popmq.cluster.config import ClusterConfig
-from popmq.cluster.coordination import Coordinator, LocalCoordinator
+from popmq.cluster.coordination import Coordinator
+from popmq.cluster.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.faults import FaultToleranceConfig
