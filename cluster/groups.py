@@ -16,8 +16,6 @@ subscription_filter) from a watch of `groups/`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import types
@@ -28,7 +26,6 @@ from typing import Any
 from popmq.broker_core import (
     AlreadyExistsError,
     ExponentialBackoff,
-    FailedPreconditionError,
     GroupDefaults,
     GroupInfo,
     GroupSettings,
@@ -43,11 +40,11 @@ from popmq.broker_core import (
     updated_group_state,
 )
 from popmq.cluster.coordination import Coordinator, Entry, Snapshot
-from popmq.cluster.errors import CoordinationUnavailableError, CorruptValueError
+from popmq.cluster.errors import CorruptValueError
 from popmq.cluster.metadata import (
     SCHEMA_VERSION,
+    FollowingCache,
     delete_with_marker,
-    follow,
     marker,
     write_once,
 )
@@ -389,7 +386,7 @@ def _not_found(name: str) -> NotFoundError:
     return NotFoundError(f"group {name!r} does not exist", field="group", value=name)
 
 
-class GroupCache:
+class GroupCache(FollowingCache):
     """A proxy's view of the group records, kept current by a watch of `groups/`.
 
     Lookups are synchronous and read one immutable mapping, replaced at every change.
@@ -397,55 +394,21 @@ class GroupCache:
     """
 
     def __init__(self, coordinator: Coordinator, *, ready_timeout_s: float = 10.0) -> None:
-        self.coordinator = coordinator
+        super().__init__(coordinator, "group cache")
         self._ready_timeout_s = ready_timeout_s
         self._snapshot: Snapshot | None = None
         self._groups: Mapping[str, GroupRecord] = types.MappingProxyType({})
         self._revision = 0
-        # Set and replaced on every new state: waiters of wait_for.
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
-        self._closed = False
 
     async def start(self) -> None:
         """Start the watch and wait for its first listing (CoordinationUnavailableError
         after `ready_timeout_s`). Idempotent."""
-        if self._task is not None:
-            return
-        self._task = asyncio.create_task(
-            follow(self.coordinator, GROUPS_FOLDER, self._apply), name="groups-cache"
+        await self._follow_all(
+            {GROUPS_FOLDER: self._apply},
+            lambda: self._snapshot is not None,
+            self._ready_timeout_s,
+            "groups",
         )
-        self._task.add_done_callback(self._task_done)
-        try:
-            async with asyncio.timeout(self._ready_timeout_s):
-                while self._snapshot is None:
-                    await self._wait_change()
-        except TimeoutError:
-            await self.close()
-            raise CoordinationUnavailableError(
-                f"the group cache got no listing of groups within {self._ready_timeout_s:g}s:"
-                " is the coordinator reachable?"
-            ) from None
-        except BaseException:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._wake()
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._closed:
-            return
-        self._failure = task.exception() or RuntimeError("the groups watch ended")
-        logger.error("group cache watch failed: %r", self._failure)
-        self._wake()
 
     def _apply(self, snapshot: Snapshot) -> None:
         groups = dict(self._groups)
@@ -470,17 +433,6 @@ class GroupCache:
         self._revision = snapshot.revision
         self._wake()
 
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait_change(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        await self._changed.wait()
-        if self._failure is not None:
-            raise self._failure
-
     @property
     def revision(self) -> int:
         return self._revision
@@ -499,8 +451,4 @@ class GroupCache:
 
     async def wait_for(self, revision: int, *, timeout_s: float | None = None) -> None:
         """Return once the cache serves every change up to `revision` (read your writes)."""
-        async with asyncio.timeout(timeout_s):
-            while self._revision < revision:
-                if self._closed:
-                    raise FailedPreconditionError("the group cache is closed")
-                await self._wait_change()
+        await self._wait_revision(lambda: self._revision, revision, timeout_s)

@@ -4,7 +4,8 @@
   one's own retried write from a lost race;
 - `delete_with_marker`: a delete that yields a revision a cache can wait for;
 - `follow`: keeps a prefix's snapshots coming to a cache for as long as it runs, starting the
-  watch again after a failure.
+  watch again after a failure;
+- `FollowingCache`: the lifecycle a watched cache shares (RouteCache, GroupCache).
 
 Everything runs on the event loop; nothing here blocks it.
 """
@@ -18,8 +19,14 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from popmq.broker_core import FailedPreconditionError
 from popmq.cluster.coordination import Coordinator, Entry, Snapshot
-from popmq.cluster.errors import ConflictError, CoordinationError, SessionClosedError
+from popmq.cluster.errors import (
+    ConflictError,
+    CoordinationError,
+    CoordinationUnavailableError,
+    SessionClosedError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +110,94 @@ async def follow(coordinator: Coordinator, prefix: str, apply: Callable[[Snapsho
                 await close()
         await asyncio.sleep(pause)
         pause = min(pause * 2, RESTART_PAUSE_S[1])
+
+
+class FollowingCache:
+    """What a cache fed by coordinator watches shares: the watch tasks, one change event
+    its readers wait on, the first-listing wait at start, and a failure that ends waits.
+
+    A subclass calls `_follow_all` from its `start`, with an `apply` per prefix that
+    updates its state and calls `_wake`. Everything runs on the event loop.
+    """
+
+    def __init__(self, coordinator: Coordinator, what: str) -> None:
+        self.coordinator = coordinator
+        self._what = what
+        # Set and replaced on every change: what wait_for / wait_changed wait on.
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    async def _follow_all(
+        self,
+        applies: Mapping[str, Callable[[Snapshot], None]],
+        ready: Callable[[], bool],
+        timeout_s: float,
+        listed: str,
+    ) -> None:
+        """Start a watch per prefix and wait until `ready()` (its first listings);
+        CoordinationUnavailableError after `timeout_s`, naming what was not `listed`.
+        Idempotent."""
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(
+                follow(self.coordinator, prefix, apply), name=f"{self._what}-{prefix}"
+            )
+            for prefix, apply in applies.items()
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._task_done)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not ready():
+                    await self._wait_change()
+        except TimeoutError:
+            await self.close()
+            raise CoordinationUnavailableError(
+                f"the {self._what} got no listing of {listed} within "
+                f"{timeout_s:g}s: is the coordinator reachable?"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop the watches (idempotent); lookups keep answering from the last state."""
+        self._closed = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._wake()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._closed:
+            return
+        self._failure = task.exception() or RuntimeError(f"watch {task.get_name()} ended")
+        logger.error("%s watch %s failed: %r", self._what, task.get_name(), self._failure)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_change(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        await self._changed.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    async def _wait_revision(
+        self, current: Callable[[], int], revision: int, timeout_s: float | None
+    ) -> None:
+        """Return once `current()` reaches `revision` (read your writes)."""
+        async with asyncio.timeout(timeout_s):
+            while current() < revision:
+                if self._closed:
+                    raise FailedPreconditionError(f"the {self._what} is closed")
+                await self._wait_change()

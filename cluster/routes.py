@@ -17,8 +17,6 @@ blocks it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import types
@@ -41,13 +39,12 @@ from popmq.broker_core.catalog import MESSAGE_TYPES, dlq_topic_name
 from popmq.broker_core.validation import RETRY_PREFIX
 from popmq.cluster.coordination import Coordinator, Entry, Member, Snapshot
 from popmq.cluster.errors import (
-    CoordinationUnavailableError,
     CorruptValueError,
 )
 from popmq.cluster.metadata import (
     SCHEMA_VERSION,
+    FollowingCache,
     delete_with_marker,
-    follow,
     marker,
     write_once,
 )
@@ -651,7 +648,7 @@ def _decode_into(routes: dict[str, TopicRoute], snapshot: Snapshot, paths: Itera
 _EMPTY: Mapping[str, tuple[int, ...]] = types.MappingProxyType({})
 
 
-class RouteCache:
+class RouteCache(FollowingCache):
     """A proxy's view of the routes and the live brokers, kept current by two watches.
 
     Lookups are synchronous and read one immutable `_State`. While the coordinator is
@@ -662,17 +659,12 @@ class RouteCache:
     """
 
     def __init__(self, coordinator: Coordinator, config: RoutesConfig | None = None) -> None:
-        self.coordinator = coordinator
+        super().__init__(coordinator, "route cache")
         self.config = config or RoutesConfig()
         self._topics: Snapshot | None = None
         self._brokers: Snapshot | None = None
         self._decoded_from: Snapshot | None = None  # the topics snapshot routes came from
         self._state = _State(0, types.MappingProxyType({}), types.MappingProxyType({}))
-        # Set and replaced on every new state: waiters of wait_for / wait_changed.
-        self._changed = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._failure: BaseException | None = None
-        self._closed = False
 
     async def __aenter__(self) -> RouteCache:
         await self.start()
@@ -684,58 +676,20 @@ class RouteCache:
     async def start(self) -> None:
         """Start both watches and wait for their first listing (CoordinationUnavailableError
         after `ready_timeout_s`). Idempotent."""
-        if self._tasks:
-            return
-        self._tasks = [
-            asyncio.create_task(self._follow(TOPICS_FOLDER), name="routes-topics"),
-            asyncio.create_task(self._follow(BROKERS_FOLDER), name="routes-brokers"),
-        ]
-        for task in self._tasks:
-            task.add_done_callback(self._task_done)
-        try:
-            async with asyncio.timeout(self.config.ready_timeout_s):
-                while self._topics is None or self._brokers is None:
-                    await self._wait_change()
-        except TimeoutError:
-            await self.close()
-            raise CoordinationUnavailableError(
-                f"the route cache got no listing of routes and brokers within "
-                f"{self.config.ready_timeout_s:g}s: is the coordinator reachable?"
-            ) from None
-        except BaseException:
-            await self.close()
-            raise
+        await self._follow_all(
+            {TOPICS_FOLDER: self._topics_changed, BROKERS_FOLDER: self._brokers_changed},
+            lambda: self._topics is not None and self._brokers is not None,
+            self.config.ready_timeout_s,
+            "routes and brokers",
+        )
 
-    async def close(self) -> None:
-        """Stop the watches (idempotent); lookups keep answering from the last state."""
-        self._closed = True
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._wake()
+    def _topics_changed(self, snapshot: Snapshot) -> None:
+        self._topics = snapshot
+        self._rebuild()
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._closed:
-            return
-        error = task.exception()
-        self._failure = error or RuntimeError(f"watch {task.get_name()} ended")
-        logger.error("route cache watch %s failed: %r", task.get_name(), self._failure)
-        self._wake()
-
-    async def _follow(self, prefix: str) -> None:
-        """Keep the snapshots of one prefix coming (metadata.follow)."""
-
-        def apply(snapshot: Snapshot) -> None:
-            if prefix == TOPICS_FOLDER:
-                self._topics = snapshot
-            else:
-                self._brokers = snapshot
-            self._rebuild()
-
-        await follow(self.coordinator, prefix, apply)
+    def _brokers_changed(self, snapshot: Snapshot) -> None:
+        self._brokers = snapshot
+        self._rebuild()
 
     def _rebuild(self) -> None:
         topics, brokers = self._topics, self._brokers
@@ -758,17 +712,6 @@ class RouteCache:
             brokers=types.MappingProxyType(live),
         )
         self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait_change(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        await self._changed.wait()
-        if self._failure is not None:
-            raise self._failure
 
     # -- the hot path: synchronous lookups ---------------------------------------------
 
@@ -845,11 +788,7 @@ class RouteCache:
         `revision` of a route RouteAdmin returned, or what delete_topic returned), so a
         write through this proxy is visible to its next request. TimeoutError after
         `timeout_s`; the watch's failure if it ended."""
-        async with asyncio.timeout(timeout_s):
-            while self._state.revision < revision:
-                if self._closed:
-                    raise FailedPreconditionError("the route cache is closed")
-                await self._wait_change()
+        await self._wait_revision(lambda: self._state.revision, revision, timeout_s)
 
     async def wait_changed(self) -> None:
         """Return at the next change of routes or live brokers (for a proxy that rebuilds
