@@ -112,6 +112,20 @@ class InternalError(PopMQError):
     code = "INTERNAL"
 
 
+class UnauthenticatedError(PopMQError):
+    """The request carries no valid credentials (authentication is on): no signature, an
+    unknown or disabled access key, or a signature that does not match."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(PopMQError):
+    """The authenticated user may not do this: no policy allows the action on the resource,
+    or one denies it."""
+
+    code = "PERMISSION_DENIED"
+
+
 class InvalidReceiptHandleError(InvalidArgumentError):
     """The receipt handle is malformed, forged, or belongs to another group."""
 

@@ -51,6 +51,7 @@ from popmq.proxy.metrics import (
     StreamObserver,
 )
 from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,8 @@ class ServerConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """etcd, the session TTL and the proxy's name of cluster mode (`popmq broker`, `popmq
     proxy`; `popmq serve` ignores it)."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """TLS, authentication, access control, protected mode, audit (docs/security.md)."""
     fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
     """How a cluster proxy avoids slow or failing brokers for sends (`popmq proxy`)."""
 

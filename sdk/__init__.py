@@ -14,9 +14,11 @@ from popmq.sdk.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     PopMQError,
     ResourceExhaustedError,
     ServerError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from popmq.sdk.leases import LeasePage, LeaseResult
@@ -85,6 +87,7 @@ __all__ = [
     "NotFoundError",
     "OffsetChange",
     "OffsetReset",
+    "PermissionDeniedError",
     "PopMQError",
     "Producer",
     "ProxyStatus",
@@ -110,5 +113,6 @@ __all__ = [
     "Topic",
     "TopicDescription",
     "TopicLag",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

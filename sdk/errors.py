@@ -17,9 +17,11 @@ __all__ = [
     "FailedPreconditionError",
     "InvalidArgumentError",
     "NotFoundError",
+    "PermissionDeniedError",
     "PopMQError",
     "ResourceExhaustedError",
     "ServerError",
+    "UnauthenticatedError",
     "UnavailableError",
     "error_from_code_name",
     "error_from_rpc_error",
@@ -92,6 +94,20 @@ class DeadlineExceededError(PopMQError, TimeoutError):
     retriable = True
 
 
+class UnauthenticatedError(PopMQError):
+    """The server requires credentials and these are missing or wrong (an unknown or
+    disabled access key, a bad signature): give ``credentials=Credentials(ak, sk)``."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(PopMQError):
+    """The server's access control does not let this user do this (it names the resource
+    and the action)."""
+
+    code = "PERMISSION_DENIED"
+
+
 class ServerError(PopMQError):
     """The server failed internally, or answered with a status the SDK has no class for."""
 
@@ -109,6 +125,8 @@ _BY_CODE_NAME: dict[str, type[PopMQError]] = {
         ResourceExhaustedError,
         UnavailableError,
         DeadlineExceededError,
+        UnauthenticatedError,
+        PermissionDeniedError,
         ServerError,
     )
 }

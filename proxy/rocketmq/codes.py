@@ -17,12 +17,14 @@ from popmq.broker_core import (
     InvalidArgumentError,
     InvalidReceiptHandleError,
     NotFoundError,
+    PermissionDeniedError,
     PopMQError,
     ReceiptHandleExpiredError,
     ReceiptHandleLostError,
     ReceiptHandleSupersededError,
     ResourceExhaustedError,
     StoreFullError,
+    UnauthenticatedError,
     UnavailableError,
 )
 
@@ -51,6 +53,8 @@ _CODES: dict[type[PopMQError], pb.Code] = {
     ReceiptHandleLostError: Code.INVALID_RECEIPT_HANDLE,
     ReceiptHandleSupersededError: Code.INVALID_RECEIPT_HANDLE,
     UnsupportedError: Code.UNSUPPORTED,
+    UnauthenticatedError: Code.UNAUTHORIZED,
+    PermissionDeniedError: Code.FORBIDDEN,
     InvalidArgumentError: Code.BAD_REQUEST,
     NotFoundError: Code.NOT_FOUND,
     AlreadyExistsError: Code.BAD_REQUEST,

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from popmq.sdk import NotFoundError as NotFoundError
     from popmq.sdk import OffsetChange as OffsetChange
     from popmq.sdk import OffsetReset as OffsetReset
+    from popmq.sdk import PermissionDeniedError as PermissionDeniedError
     from popmq.sdk import PopMQError as PopMQError
     from popmq.sdk import Producer as Producer
     from popmq.sdk import ProxyStatus as ProxyStatus
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from popmq.sdk import Topic as Topic
     from popmq.sdk import TopicDescription as TopicDescription
     from popmq.sdk import TopicLag as TopicLag
+    from popmq.sdk import UnauthenticatedError as UnauthenticatedError
     from popmq.sdk import UnavailableError as UnavailableError
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "NotFoundError",
     "OffsetChange",
     "OffsetReset",
+    "PermissionDeniedError",
     "PopMQError",
     "Producer",
     "ProxyStatus",
@@ -115,6 +118,7 @@ __all__ = [
     "Topic",
     "TopicDescription",
     "TopicLag",
+    "UnauthenticatedError",
     "UnavailableError",
 ]
 
