@@ -91,10 +91,18 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What a request needs: `action` on `resource`."""
+    """What a request needs: `action` on `resource` (or one of `alternatives` instead)."""
 
     resource: Resource
     action: Action
+    alternatives: tuple[Action, ...] = ()
+    """Other actions any one of which also satisfies the check: RocketMQ's QueryRoute
+    needs PUB or SUB on its topic, a query of messages SUB or GET. () for most checks."""
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """`action` and its alternatives: the check passes when any of them is allowed."""
+        return (self.action, *self.alternatives)
 
 
 @dataclass(frozen=True, slots=True)
