@@ -51,7 +51,10 @@ from popmq.proxy.metrics import (
     StreamObserver,
 )
 from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
+from popmq.proxy.security.http_auth import HttpAuth
+from popmq.proxy.security.protected import check_protected_mode, is_loopback
 from popmq.proxy.security.store import (
     ClusterSecurityStore,
     LocalSecurityStore,
@@ -222,6 +225,8 @@ class PopMQServer:
         self._metrics_endpoint: MetricsEndpoint | None = None
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
+        self._audit_file: AuditFile | None = None
+        """`[security] audit_log_file`, open from start to stop."""
         self._opened = False
         # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
         self._failure_watch: asyncio.Task[None] | None = None
@@ -248,6 +253,8 @@ class PopMQServer:
         if self._server is not None:
             return self.port
         host, port = split_listen(self.config.listen)
+        security = self.config.security
+        check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         return_large_blocks()  # freed message memory goes back to the system (issue 20)
         server = grpc.aio.server(
             options=[
@@ -269,8 +276,7 @@ class PopMQServer:
         except RuntimeError as exc:
             raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if self.metrics is not None:
-            metrics_host, metrics_port = split_listen(self.config.metrics.listen)
-            endpoint = MetricsEndpoint(self.metrics, metrics_host, metrics_port)
+            endpoint = metrics_endpoint(self.metrics, self.config)
             try:
                 self.metrics_port = await endpoint.start()
             except OSError as exc:
@@ -289,6 +295,8 @@ class PopMQServer:
 
         await self.listen()
         try:
+            if self.config.security.audit_log_file:
+                self._audit_file = AuditFile(self.config.security.audit_log_file)
             await self.broker.start()
         except BaseException:
             await self.stop()
@@ -387,6 +395,24 @@ class PopMQServer:
         await self.broker.close()
         if self._owns_coordinator:
             await self.coordinator.close()
+        if self._audit_file is not None:
+            self._audit_file.close()
+
+
+def metrics_endpoint(metrics: Metrics, config: ServerConfig) -> MetricsEndpoint:
+    """The Prometheus endpoint of `config.metrics.listen`, with `[security]`'s metrics
+    credentials (`popmq serve`, `popmq proxy` and `popmq broker`); warns when it is open to
+    other machines (it names topics and groups, not what they hold)."""
+    host, port = split_listen(config.metrics.listen)
+    auth = HttpAuth.from_security(config.security)
+    if not auth.required and not is_loopback(host):
+        log.warning(
+            "the metrics endpoint on %s answers anyone who reaches it (topic and group names "
+            "and counts): set [security] metrics_username and metrics_password, or "
+            "metrics_bearer_token",
+            config.metrics.listen,
+        )
+    return MetricsEndpoint(metrics, host, port, auth=auth)
 
 
 async def serve(config: ServerConfig) -> None:

@@ -6,15 +6,11 @@ may call them, whatever a NORMAL user is granted (a NORMAL user allowed to creat
 could create a SUPER one): the gate's table asks CLUSTER UPDATE / GET of them, and these
 handlers refuse any principal that is not SUPER. Secrets go in, never out: a user is
 shown with the fingerprint of its secret. Every mutation writes an audit line (event
-"user.create", "acl.grant", ...), successful or not, without the secret.
+"user.create", "user.update", "user.delete", "acl.grant", "acl.revoke"; audit.py's
+`audited`), successful or not; the audit line drops the `secret_key` field by its name.
 """
 
 from __future__ import annotations
-
-import contextlib
-import importlib
-from collections.abc import AsyncIterator, Mapping
-from types import ModuleType
 
 import grpc
 
@@ -24,10 +20,10 @@ from popmq.broker_core import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
-    PopMQError,
 )
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
+from popmq.proxy.security.audit import audited
 from popmq.proxy.security.model import (
     Action,
     Decision,
@@ -39,35 +35,6 @@ from popmq.proxy.security.model import (
 )
 from popmq.proxy.security.records import UserRecord
 from popmq.proxy.security.store import SecurityStore
-
-_AUDIT_MODULE = "popmq.proxy.security.audit"
-
-
-def _audit_module() -> ModuleType | None:
-    """The audit log (issue 23's `protect` part: popmq.proxy.security.audit).
-
-    MERGE(issue 23): that module is written on another branch; until it is on this one,
-    mutations are not audited. Once it is, `audit(event, request=, result=, error=)`
-    below runs for every user and policy mutation with no change here.
-    """
-    try:
-        return importlib.import_module(_AUDIT_MODULE)
-    except ModuleNotFoundError:
-        return None
-
-
-@contextlib.asynccontextmanager
-async def _audited(event: str, request: Mapping[str, object]) -> AsyncIterator[None]:
-    """Write the audit line of one mutation: "ok", or the code of the error it raised."""
-    module = _audit_module()
-    try:
-        yield
-    except PopMQError as error:
-        if module is not None:
-            module.audit(event, request=request, result=error.code, error=str(error))
-        raise
-    if module is not None:
-        module.audit(event, request=request, result="ok")
 
 
 def _require_super() -> None:
@@ -90,14 +57,6 @@ def _suffix(enum: object, value: int, prefix: str, field: str) -> str:
             f"{field} {value} is not a known value", field=field, value=value
         ) from None
     return name.removeprefix(prefix)
-
-
-def _enum_name(enum: object, value: int) -> str:
-    """An enum value's name for an audit line, or its number when it has none."""
-    try:
-        return str(getattr(enum, "Name")(value))  # noqa: B009
-    except ValueError:
-        return str(value)
 
 
 def user_type_from_proto(value: int) -> UserType | None:
@@ -172,18 +131,6 @@ def user_to_proto(record: UserRecord) -> admin_pb2.User:
     )
 
 
-def _policy_fields(access_key: str, policy: Policy) -> dict[str, object]:
-    return {
-        "access_key": access_key,
-        "resource_type": policy.resource_type.value,
-        "pattern": policy.pattern.value,
-        "name": policy.name,
-        "actions": sorted(a.value for a in policy.actions),
-        "decision": policy.decision.value,
-        "source_cidrs": list(policy.source_cidrs),
-    }
-
-
 class UserAdmin:
     """The user and policy RPCs (a mixin of AdminServicer, which sets `_security_store`)."""
 
@@ -196,53 +143,39 @@ class UserAdmin:
         return self._security_store
 
     @rpc
+    @audited("user.create")
     async def CreateUser(
         self, request: admin_pb2.CreateUserRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateUserResponse:
-        enabled = request.enabled if request.HasField("enabled") else True
-        fields = {
-            "access_key": request.access_key,
-            "user_type": _enum_name(admin_pb2.UserType, request.user_type),
-            "enabled": enabled,
-        }
-        async with _audited("user.create", fields):
-            store = self._users()
-            record = await store.create_user(
-                request.access_key,
-                request.secret_key,
-                user_type=user_type_from_proto(request.user_type) or UserType.NORMAL,
-                enabled=enabled,
-            )
+        store = self._users()
+        record = await store.create_user(
+            request.access_key,
+            request.secret_key,
+            user_type=user_type_from_proto(request.user_type) or UserType.NORMAL,
+            enabled=request.enabled if request.HasField("enabled") else True,
+        )
         return admin_pb2.CreateUserResponse(user=user_to_proto(record))
 
     @rpc
+    @audited("user.update")
     async def UpdateUser(
         self, request: admin_pb2.UpdateUserRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UpdateUserResponse:
-        enabled = request.enabled if request.HasField("enabled") else None
-        fields: dict[str, object] = {"access_key": request.access_key}
-        if request.user_type:
-            fields["user_type"] = _enum_name(admin_pb2.UserType, request.user_type)
-        if enabled is not None:
-            fields["enabled"] = enabled
-        if request.HasField("secret_key"):
-            fields["rotates_key"] = True  # never the secret itself
-        async with _audited("user.update", fields):
-            store = self._users()
-            record = await store.update_user(
-                request.access_key,
-                secret_key=request.secret_key if request.HasField("secret_key") else None,
-                user_type=user_type_from_proto(request.user_type),
-                enabled=enabled,
-            )
+        store = self._users()
+        record = await store.update_user(
+            request.access_key,
+            secret_key=request.secret_key if request.HasField("secret_key") else None,
+            user_type=user_type_from_proto(request.user_type),
+            enabled=request.enabled if request.HasField("enabled") else None,
+        )
         return admin_pb2.UpdateUserResponse(user=user_to_proto(record))
 
     @rpc
+    @audited("user.delete")
     async def DeleteUser(
         self, request: admin_pb2.DeleteUserRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteUserResponse:
-        async with _audited("user.delete", {"access_key": request.access_key}):
-            await self._users().delete_user(request.access_key)
+        await self._users().delete_user(request.access_key)
         return admin_pb2.DeleteUserResponse()
 
     @rpc
@@ -264,27 +197,22 @@ class UserAdmin:
         )
 
     @rpc
+    @audited("acl.grant")
     async def GrantPolicy(
         self, request: admin_pb2.GrantPolicyRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.GrantPolicyResponse:
-        fields: dict[str, object] = {"access_key": request.access_key}
-        async with _audited("acl.grant", fields):
-            store = self._users()
-            policy = policy_from_proto(request.policy)
-            fields.update(_policy_fields(request.access_key, policy))
-            record = await store.grant(request.access_key, policy)
+        store = self._users()
+        record = await store.grant(request.access_key, policy_from_proto(request.policy))
         return admin_pb2.GrantPolicyResponse(policies=[policy_to_proto(p) for p in record.policies])
 
     @rpc
+    @audited("acl.revoke")
     async def RevokePolicy(
         self, request: admin_pb2.RevokePolicyRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.RevokePolicyResponse:
-        fields: dict[str, object] = {"access_key": request.access_key}
-        async with _audited("acl.revoke", fields):
-            store = self._users()
-            policy = policy_from_proto(request.policy, for_revoke=True)
-            fields.update(_policy_fields(request.access_key, policy))
-            record = await store.revoke(request.access_key, policy)
+        store = self._users()
+        policy = policy_from_proto(request.policy, for_revoke=True)
+        record = await store.revoke(request.access_key, policy)
         return admin_pb2.RevokePolicyResponse(
             policies=[policy_to_proto(p) for p in record.policies]
         )
