@@ -108,12 +108,16 @@ def policy_from_proto(policy: admin_pb2.Policy, *, for_revoke: bool = False) -> 
     )
 
 
+_ACTION_ORDER = list(Action)
+"""Actions in their declared order (PUB, SUB, CREATE, ...): how a policy shows them."""
+
+
 def policy_to_proto(policy: Policy) -> admin_pb2.Policy:
     return admin_pb2.Policy(
         resource_type=f"RESOURCE_TYPE_{policy.resource_type.value}",
         pattern=f"RESOURCE_PATTERN_{policy.pattern.value}",
         name=policy.name,
-        actions=[f"ACTION_{a.value}" for a in sorted(policy.actions)],
+        actions=[f"ACTION_{a.value}" for a in sorted(policy.actions, key=_ACTION_ORDER.index)],
         decision=f"DECISION_{policy.decision.value}",
         source_cidrs=policy.source_cidrs,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class UserType(enum.StrEnum):
@@ -62,7 +62,8 @@ class Decision(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class User:
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
+    """Never in a repr (a user logged, or shown in a traceback, keeps its secret)."""
     user_type: UserType = UserType.NORMAL
     enabled: bool = True
 

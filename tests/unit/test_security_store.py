@@ -84,6 +84,7 @@ def test_secret_never_shows_in_a_record_repr() -> None:
         await store.start()
         record = await store.create_user("app", SECRET)
         assert SECRET not in repr(record)
+        assert SECRET not in repr(record.user) and SECRET not in repr(store.user("app"))
         assert fingerprint(SECRET) in repr(record)
         assert len(record.fingerprint) == 16
         await store.close()
