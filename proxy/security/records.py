@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from popmq.broker_core import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
     AlreadyExistsError,
     InvalidArgumentError,
     NotFoundError,
     check_count,
 )
-from popmq.broker_core.validation import MAX_NAME_LENGTH, NAME_PATTERN
 from popmq.proxy.security.acl import describe_policy
 from popmq.proxy.security.model import (
     Action,
