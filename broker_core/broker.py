@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from popmq.broker_core import jobs
+from popmq.broker_core import jobs, keys
 from popmq.broker_core.admin import Admin
 from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
 from popmq.broker_core.autocreate import AutoCreate
@@ -67,7 +67,7 @@ from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
 from popmq.broker_core.stats import BrokerStats, Histogram
-from popmq.broker_core.store import Store
+from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.types import (
@@ -704,6 +704,34 @@ class Broker:
         """Lag per queue with the age of the oldest unacked message, per-topic sums (with
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
+
+    # -- security records (proxy/security/store.py) --------------------------------------
+
+    def security_records(self) -> dict[str, bytes]:
+        """Every stored security record (a user with its policies) by name.
+
+        The proxy's users live in the embedded broker's store in local mode; their
+        encoding is the proxy's (the broker stores bytes). Only the embedded broker has
+        this, not BrokerAPI: in cluster mode they live in etcd.
+        """
+        prefix = keys.SECURITY_PREFIX
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        return {
+            key[len(prefix) :].decode(): value
+            for key, value in self.store.scan("meta", prefix, end)
+        }
+
+    async def put_security_record(self, name: str, value: bytes | None) -> None:
+        """Store one security record, or delete it (None): one write batch, fsynced."""
+        key = keys.security_meta_key(name)
+
+        def apply(batch: Batch, offsets: QueueOffsets) -> None:
+            if value is None:
+                batch.delete("meta", key)
+            else:
+                batch.put("meta", key, value)
+
+        await self.writer.submit(apply, sync=True)
 
     # -- server info and metrics (api.py) -------------------------------------------------
 

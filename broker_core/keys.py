@@ -98,6 +98,14 @@ def parse_retry_meta_key(key: bytes) -> tuple[int, int]:
     return group_id, topic_id
 
 
+SECURITY_PREFIX = b"security:"
+"""meta family: the proxy's users and policies (proxy/security/store.py), opaque here."""
+
+
+def security_meta_key(name: str) -> bytes:
+    return SECURITY_PREFIX + name.encode()
+
+
 _SUPERSEDED = struct.Struct(">QH")
 SUPERSEDED_PREFIX = b"superseded:"
 

@@ -7,7 +7,9 @@ Client commands talk to a server through the SDK; `serve` runs one. SDK errors p
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
+import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +19,7 @@ from typing import Any
 from popmq import (
     Admin,
     Message,
+    Policy,
     Producer,
     ReceivedMessage,
     SimpleConsumer,
@@ -341,6 +344,125 @@ def cluster_status(args: argparse.Namespace) -> int:
     with Admin(args.endpoint) as admin:
         status = admin.cluster_status()
     render.print_json(status) if args.json else render.cluster_tables(status)
+    return EXIT_OK
+
+
+# -- users and policies -------------------------------------------------------------------------
+
+
+def _new_secret(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """The secret key the command sets (None: keep it) and whether it was generated."""
+    if args.generate_secret:
+        return secrets.token_urlsafe(24), True
+    if args.user_secret_file:
+        text = Path(args.user_secret_file).read_text(encoding="utf-8")
+        return text.rstrip("\r\n"), False
+    if args.user_secret_stdin:
+        if sys.stdin.isatty():
+            return getpass.getpass("secret key: "), False
+        return sys.stdin.readline().rstrip("\r\n"), False
+    return None, False
+
+
+def _print_user(user: Any, secret: str | None, *, as_json: bool, verb: str) -> None:
+    if as_json:
+        data = render.json_data(user)
+        if secret is not None:
+            data["secret_key"] = secret
+        render.print_json(data)
+        return
+    print(f"{verb} {render.format_user(user)}")
+    if secret is not None:
+        print(f"secret key (shown only now): {secret}")
+
+
+def user_create(args: argparse.Namespace) -> int:
+    secret, generated = _new_secret(args)
+    assert secret is not None  # the parser requires a source
+    with Admin(args.endpoint) as admin:
+        user = admin.create_user(
+            args.access_key,
+            secret,
+            user_type="super" if args.super else "normal",
+            enabled=not args.disabled,
+        )
+    _print_user(user, secret if generated else None, as_json=args.json, verb="created user")
+    return EXIT_OK
+
+
+def user_update(args: argparse.Namespace) -> int:
+    secret, generated = _new_secret(args)
+    with Admin(args.endpoint) as admin:
+        user = admin.update_user(
+            args.access_key, secret_key=secret, user_type=args.user_type, enabled=args.enabled
+        )
+    _print_user(user, secret if generated else None, as_json=args.json, verb="updated user")
+    return EXIT_OK
+
+
+def user_delete(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        admin.delete_user(args.access_key)
+    if args.json:
+        render.print_json({"deleted": args.access_key})
+    else:
+        print(f"deleted user {args.access_key} and its policies")
+    return EXIT_OK
+
+
+def user_describe(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        user = admin.get_user(args.access_key)
+        policies = admin.list_policies(args.access_key)[args.access_key]
+    if args.json:
+        data = render.json_data(user)
+        data["policies"] = render.json_data(policies)
+        render.print_json(data)
+    else:
+        print(render.format_user(user))
+        render.policies_table({args.access_key: policies})
+    return EXIT_OK
+
+
+def user_list(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        users = admin.list_users()
+    render.print_json(users) if args.json else render.users_table(users)
+    return EXIT_OK
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    return Policy.of(args.resource, args.actions, deny=args.deny, source_cidrs=args.source_cidrs)
+
+
+def acl_grant(args: argparse.Namespace) -> int:
+    policy = _policy(args)
+    with Admin(args.endpoint) as admin:
+        policies = admin.grant_policy(args.access_key, policy)
+    if args.json:
+        render.print_json({"access_key": args.access_key, "policies": policies})
+    else:
+        print(f"granted {render.format_policy(policy)} to {args.access_key}")
+        render.policies_table({args.access_key: policies})
+    return EXIT_OK
+
+
+def acl_revoke(args: argparse.Namespace) -> int:
+    policy = _policy(args)
+    with Admin(args.endpoint) as admin:
+        policies = admin.revoke_policy(args.access_key, policy)
+    if args.json:
+        render.print_json({"access_key": args.access_key, "policies": policies})
+    else:
+        print(f"revoked {render.format_policy(policy)} of {args.access_key}")
+        render.policies_table({args.access_key: policies})
+    return EXIT_OK
+
+
+def acl_list(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint) as admin:
+        by_user = admin.list_policies(args.access_key)
+    render.print_json(by_user) if args.json else render.policies_table(by_user)
     return EXIT_OK
 
 

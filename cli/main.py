@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from popmq import (
     AlreadyExistsError,
@@ -62,6 +63,7 @@ _EXIT_CODES: dict[type[PopMQError], int] = {
 }
 
 MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
+ACTIONS = ("pub", "sub", "create", "update", "delete", "get", "list", "all")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -248,6 +250,107 @@ def _group_settings(parser: argparse.ArgumentParser, *, update: bool) -> None:
         metavar="first|last|TIME",
         help="where the group starts in subscribed queues it never read (default first)",
     )
+
+
+def _actions(text: str) -> list[str]:
+    """A comma-separated list of actions: "pub,sub" (any case)."""
+    actions = [part.strip().lower() for part in text.split(",") if part.strip()]
+    unknown = [a for a in actions if a not in ACTIONS]
+    if not actions or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of actions: use some of {', '.join(ACTIONS)} (e.g. pub,sub)"
+        )
+    return actions
+
+
+def _user_secret(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """Where a user's new secret comes from: never the command line (shell history, ps)."""
+    secret = parser.add_mutually_exclusive_group(required=required)
+    secret.add_argument(
+        "--user-secret-file", metavar="FILE", help="read the secret key from FILE (one line)"
+    )
+    secret.add_argument(
+        "--user-secret-stdin", action="store_true", help="read the secret key from stdin"
+    )
+    secret.add_argument(
+        "--generate-secret",
+        action="store_true",
+        help="generate a random secret key and print it (once)",
+    )
+
+
+def _policy_arguments(parser: argparse.ArgumentParser, *, revoke: bool) -> None:
+    parser.add_argument("access_key", help="the user")
+    parser.add_argument(
+        "resource",
+        help="topic:NAME, topic:PREFIX*, topic:* (the same with group: or any:), cluster, or *",
+    )
+    parser.add_argument(
+        "--actions",
+        type=_actions,
+        required=not revoke,
+        default=[],
+        metavar="ACTIONS",
+        help=f"comma-separated, of {','.join(ACTIONS)}"
+        + (" (default: the whole policy)" if revoke else ""),
+    )
+    parser.add_argument(
+        "--deny",
+        action="store_true",
+        help="a DENY policy" + ("" if revoke else " (default ALLOW)"),
+    )
+    parser.add_argument(
+        "--source",
+        dest="source_cidrs",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="only requests from this network (IPv4 or IPv6 CIDR or address); repeatable",
+    )
+
+
+def _security_commands(commands_: Any) -> None:
+    """`popmq user ...` and `popmq acl ...` (SUPER users only; docs/security.md)."""
+    user = commands_.add_parser("user", help="manage users (SUPER users only)")
+    users = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
+    create = _client(users.add_parser("create", help="create a user"), commands.user_create)
+    create.add_argument("access_key")
+    create.add_argument("--super", action="store_true", help="a SUPER user (default NORMAL)")
+    create.add_argument("--disabled", action="store_true", help="create it disabled")
+    _user_secret(create, required=True)
+    update = _client(
+        users.add_parser("update", help="change a user's secret, type or state"),
+        commands.user_update,
+    )
+    update.add_argument("access_key")
+    kind = update.add_mutually_exclusive_group()
+    kind.add_argument("--super", dest="user_type", action="store_const", const="super")
+    kind.add_argument("--normal", dest="user_type", action="store_const", const="normal")
+    state = update.add_mutually_exclusive_group()
+    state.add_argument("--enable", dest="enabled", action="store_const", const=True)
+    state.add_argument("--disable", dest="enabled", action="store_const", const=False)
+    _user_secret(update, required=False)
+    delete = _client(
+        users.add_parser("delete", help="delete a user and its policies"), commands.user_delete
+    )
+    delete.add_argument("access_key")
+    describe = _client(
+        users.add_parser("describe", help="a user and its policies"), commands.user_describe
+    )
+    describe.add_argument("access_key")
+    _client(users.add_parser("list", help="list users"), commands.user_list)
+
+    acl = commands_.add_parser("acl", help="manage users' access policies (SUPER users only)")
+    acls = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
+    grant = _client(acls.add_parser("grant", help="add a policy to a user"), commands.acl_grant)
+    _policy_arguments(grant, revoke=False)
+    revoke = _client(
+        acls.add_parser("revoke", help="remove actions or a whole policy of a user"),
+        commands.acl_revoke,
+    )
+    _policy_arguments(revoke, revoke=True)
+    listing = _client(acls.add_parser("list", help="list policies"), commands.acl_list)
+    listing.add_argument("access_key", nargs="?", default="", help="only this user's")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -475,6 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         commands.cluster_status,
     )
+
+    _security_commands(commands_)
 
     send = _client(commands_.add_parser("send", help="send text messages"), commands.send)
     send.add_argument("topic")

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,12 +31,14 @@ from popmq import (
     ClusterStatus,
     Group,
     LagReport,
+    Policy,
     ReceivedMessage,
     SendReceipt,
     ServerInfo,
     StoredMessage,
     Topic,
     TopicDescription,
+    User,
 )
 
 _PIPE_WIDTH = 200
@@ -95,6 +97,11 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "expression"):  # sdk.Sql
         return {"sql": value.expression}
     return value
+
+
+def json_data(value: Any) -> Any:
+    """What `print_json` prints, as data (a dict for a dataclass), to add fields to."""
+    return _jsonable(value)
 
 
 def print_json(value: Any) -> None:
@@ -455,3 +462,53 @@ def _bytes(count: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{count} B"
+
+
+# -- users and policies ---------------------------------------------------------------------
+
+
+def format_user(user: User) -> str:
+    state = "enabled" if user.enabled else "DISABLED"
+    return (
+        f"{user.access_key} ({user.user_type.upper()}, {state}, {user.policy_count} policies, "
+        f"secret fingerprint {user.secret_fingerprint})"
+    )
+
+
+def format_policy(policy: Policy) -> str:
+    """ "ALLOW pub,sub on topic:orders from 10.0.0.0/8"."""
+    actions = ",".join(policy.actions) or "every action"
+    where = f" from {', '.join(policy.source_cidrs)}" if policy.source_cidrs else ""
+    return f"{policy.decision.upper()} {actions} on {policy.resource}{where}"
+
+
+def users_table(users: Sequence[User]) -> None:
+    table = Table(
+        "access key", "type", "enabled", "policies", "secret fingerprint", "updated", title="users"
+    )
+    for u in users:
+        table.add_row(
+            u.access_key,
+            u.user_type.upper(),
+            "yes" if u.enabled else "NO",
+            str(u.policy_count),
+            u.secret_fingerprint,
+            u.update_time.isoformat(" ", "seconds"),
+        )
+    console().print(table)
+
+
+def policies_table(by_user: Mapping[str, Sequence[Policy]]) -> None:
+    table = Table("user", "decision", "actions", "resource", "source", title="policies")
+    for access_key, policies in by_user.items():
+        if not policies:
+            table.add_row(access_key, "-", "-", "(none)", "-")
+        for p in policies:
+            table.add_row(
+                access_key,
+                p.decision.upper(),
+                ",".join(p.actions),
+                p.resource,
+                ", ".join(p.source_cidrs) or "any",
+            )
+    console().print(table)

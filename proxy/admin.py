@@ -30,8 +30,10 @@ from popmq.broker_core import (
 )
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
+from popmq.proxy.security.admin import UserAdmin
 from popmq.proxy.security.audit import audited
 from popmq.proxy.security.model import current_principal
+from popmq.proxy.security.store import SecurityStore
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 _SERVER_VERSION: str
@@ -45,8 +47,9 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """Topics, groups, lag, offsets, stored messages, redrive, server info and status.
+class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
+    """Topics, groups, lag, offsets, stored messages, redrive, server info and status;
+    users and policies (proxy/security/admin.py).
 
     Args:
         broker: The embedded broker.
@@ -54,6 +57,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             by GetServerInfo to SUPER users (secrets redacted: popmq.proxy.settings.items).
         status: What GetClusterStatus reports; default: `broker` as the one local broker
             (with no address: the server passes one that knows its address).
+        security_store: Where users and policies live; None: the user RPCs answer
+            FAILED_PRECONDITION.
     """
 
     def __init__(
@@ -62,8 +67,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         *,
         config_items: Mapping[str, str] | None = None,
         status: StatusProvider | None = None,
+        security_store: SecurityStore | None = None,
     ) -> None:
         self._broker = broker
+        self._security_store = security_store
         self._config_items = dict(config_items or {})
         self._start_ms = _now_ms()
         self._status = status or LocalStatus(broker, address=lambda: "")

@@ -55,6 +55,11 @@ from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.http_auth import HttpAuth
 from popmq.proxy.security.protected import check_protected_mode, is_loopback
+from popmq.proxy.security.store import (
+    ClusterSecurityStore,
+    LocalSecurityStore,
+    SecurityStore,
+)
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
@@ -211,6 +216,9 @@ class PopMQServer:
         self.clients: ClientRegistry | None = None
         """Registered consumer clients; created at start (it needs the groups on disk)."""
         self.messaging: MessagingServicer | None = None
+        self.security_store: SecurityStore | None = None
+        """Users and policies (created at start): over the embedded broker's store, or in
+        the coordinator when one was given (cluster mode: every proxy shares them)."""
         self.health = Health()
         self._late = LateServices()
         self.metrics = Metrics() if self.config.metrics.listen else None
@@ -321,11 +329,14 @@ class PopMQServer:
             ),
         )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
+        self.security_store = self._security_store()
+        await self.security_store.start()
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 self.broker,
                 config_items=items(self.config),
                 status=self.status or LocalStatus(self.broker, lambda: self.address),
+                security_store=self.security_store,
             ),
             server,
         )
@@ -342,6 +353,12 @@ class PopMQServer:
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         log.info("serving %s (event loop: %s)", ", ".join(self._late.service_names), loop)
         return self.port
+
+    def _security_store(self) -> SecurityStore:
+        reserved = (self.config.security.root_access_key,)
+        if self._owns_coordinator and isinstance(self.broker, Broker):
+            return LocalSecurityStore(self.broker, reserved=reserved)
+        return ClusterSecurityStore(self.coordinator, reserved=reserved)
 
     async def _watch_failure(self) -> None:
         """When a background task of the broker dies, health turns NOT_SERVING, saying why."""
@@ -373,6 +390,8 @@ class PopMQServer:
                 await watch
         if self.clients is not None:
             await self.clients.close()
+        if self.security_store is not None:
+            await self.security_store.close()
         await self.broker.close()
         if self._owns_coordinator:
             await self.coordinator.close()

@@ -47,6 +47,7 @@ from popmq.sdk.types import (
     Message,
     OffsetChange,
     OffsetReset,
+    Policy,
     ProxyStatus,
     QueueLag,
     QueueStats,
@@ -60,6 +61,7 @@ from popmq.sdk.types import (
     Topic,
     TopicDescription,
     TopicLag,
+    User,
 )
 
 __all__ = [
@@ -88,6 +90,7 @@ __all__ = [
     "OffsetChange",
     "OffsetReset",
     "PermissionDeniedError",
+    "Policy",
     "PopMQError",
     "Producer",
     "ProxyStatus",
@@ -115,4 +118,5 @@ __all__ = [
     "TopicLag",
     "UnauthenticatedError",
     "UnavailableError",
+    "User",
 ]

@@ -1,4 +1,5 @@
-"""Admin clients: topics, consumer groups, lag, offsets, stored messages, redrive, server info."""
+"""Admin clients: topics, consumer groups, lag, offsets, stored messages, redrive, server info,
+users and access control policies."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from popmq.sdk.types import (
     Group,
     LagReport,
     OffsetReset,
+    Policy,
     QueueLag,
     RedriveResult,
     ServerInfo,
@@ -26,6 +28,7 @@ from popmq.sdk.types import (
     Subscription,
     Topic,
     TopicDescription,
+    User,
     duration_from_seconds,
 )
 
@@ -57,6 +60,9 @@ _READS = frozenset(
         "QueryMessagesByKey",
         "GetServerInfo",
         "GetClusterStatus",
+        "GetUser",
+        "ListUsers",
+        "ListPolicies",
     }
 )
 """Admin RPCs that change nothing: repeated on the next endpoint after an UNAVAILABLE. The
@@ -179,6 +185,15 @@ def build_update_group_request(
     if consume_from is not None:
         _set_consume_from(request, consume_from)
     return request
+
+
+def _user_type(value: str | None) -> str:
+    """The UserType enum name of "normal" or "super" (None: unspecified)."""
+    if value is None:
+        return "USER_TYPE_UNSPECIFIED"
+    if not isinstance(value, str) or value.lower() not in ("normal", "super"):
+        raise InvalidArgumentError(f"user_type {value!r} is not 'normal' or 'super'")
+    return f"USER_TYPE_{value.upper()}"
 
 
 def build_reset_offsets_request(
@@ -536,6 +551,126 @@ class AsyncAdmin(AsyncClient):
         )
         return ClusterStatus.from_proto(response)
 
+    # -- users and policies (SUPER users only) ------------------------------------------------
+
+    async def create_user(
+        self,
+        access_key: str,
+        secret_key: str,
+        *,
+        user_type: str = "normal",
+        enabled: bool = True,
+    ) -> User:
+        """Create a user with no policies (only a SUPER user may manage users).
+
+        Args:
+            access_key: 1..64 of letters, digits, ``_``, ``.``, ``-``.
+            secret_key: 8..256 printable characters; it signs the user's requests.
+            user_type: ``"normal"`` (checked against its policies) or ``"super"``.
+            enabled: A disabled user's requests are refused.
+
+        Raises:
+            AlreadyExistsError: The user exists.
+            PermissionDeniedError: The caller is not a SUPER user.
+        """
+        request = admin_pb2.CreateUserRequest(
+            access_key=access_key,
+            secret_key=secret_key,
+            user_type=_user_type(user_type),
+            enabled=enabled,
+        )
+        response: admin_pb2.CreateUserResponse = await self._call("CreateUser", request)
+        return User.from_proto(response.user)
+
+    async def update_user(
+        self,
+        access_key: str,
+        *,
+        secret_key: str | None = None,
+        user_type: str | None = None,
+        enabled: bool | None = None,
+    ) -> User:
+        """Change a user's secret, type or enabled state; arguments left out keep theirs.
+
+        Raises:
+            NotFoundError: The user does not exist.
+        """
+        request = admin_pb2.UpdateUserRequest(
+            access_key=access_key, user_type=_user_type(user_type)
+        )
+        if secret_key is not None:
+            request.secret_key = secret_key
+        if enabled is not None:
+            request.enabled = enabled
+        response: admin_pb2.UpdateUserResponse = await self._call("UpdateUser", request)
+        return User.from_proto(response.user)
+
+    async def delete_user(self, access_key: str) -> None:
+        """Delete a user and its policies.
+
+        Raises:
+            NotFoundError: The user does not exist.
+        """
+        await self._call("DeleteUser", admin_pb2.DeleteUserRequest(access_key=access_key))
+
+    async def get_user(self, access_key: str) -> User:
+        """Describe a user (its policies: ``list_policies``).
+
+        Raises:
+            NotFoundError: The user does not exist.
+        """
+        response: admin_pb2.GetUserResponse = await self._call(
+            "GetUser", admin_pb2.GetUserRequest(access_key=access_key)
+        )
+        return User.from_proto(response.user)
+
+    async def list_users(self) -> list[User]:
+        """The stored users, sorted by access key (the root user is not stored)."""
+        response: admin_pb2.ListUsersResponse = await self._call(
+            "ListUsers", admin_pb2.ListUsersRequest()
+        )
+        return [User.from_proto(u) for u in response.users]
+
+    async def grant_policy(self, access_key: str, policy: Policy) -> list[Policy]:
+        """Add a policy to a user; returns the user's policies after it.
+
+        A policy with the same resource, pattern, name, decision and source CIDRs gets the
+        new actions added instead of a second entry.
+
+        Raises:
+            NotFoundError: The user does not exist.
+            InvalidArgumentError: The policy is not valid (the message says why).
+        """
+        response: admin_pb2.GrantPolicyResponse = await self._call(
+            "GrantPolicy",
+            admin_pb2.GrantPolicyRequest(access_key=access_key, policy=policy.to_proto()),
+        )
+        return [Policy.from_proto(p) for p in response.policies]
+
+    async def revoke_policy(self, access_key: str, policy: Policy) -> list[Policy]:
+        """Remove ``policy.actions`` (none: all) from the user's policy with the same
+        resource, pattern, name, decision and source CIDRs; returns its policies after it.
+
+        Raises:
+            NotFoundError: The user, or such a policy of it, does not exist.
+        """
+        response: admin_pb2.RevokePolicyResponse = await self._call(
+            "RevokePolicy",
+            admin_pb2.RevokePolicyRequest(access_key=access_key, policy=policy.to_proto()),
+        )
+        return [Policy.from_proto(p) for p in response.policies]
+
+    async def list_policies(self, access_key: str = "") -> dict[str, list[Policy]]:
+        """Policies by access key: one user's, or (``""``) every user's.
+
+        Raises:
+            NotFoundError: The named user does not exist.
+        """
+        response: admin_pb2.ListPoliciesResponse = await self._call(
+            "ListPolicies", admin_pb2.ListPoliciesRequest(access_key=access_key)
+        )
+        return {u.access_key: [Policy.from_proto(p) for p in u.policies] for u in response.users}
+
 
 class Admin(SyncClient[AsyncAdmin]):
     """Manages topics, consumer groups, offsets and stored messages (blocking).
@@ -692,3 +827,55 @@ class Admin(SyncClient[AsyncAdmin]):
     def cluster_status(self) -> ClusterStatus:
         """Brokers, proxies and etcd now (see ``AsyncAdmin.cluster_status``)."""
         return self._run(self._core.cluster_status())
+
+    def create_user(
+        self,
+        access_key: str,
+        secret_key: str,
+        *,
+        user_type: str = "normal",
+        enabled: bool = True,
+    ) -> User:
+        """Create a user (see ``AsyncAdmin.create_user``)."""
+        return self._run(
+            self._core.create_user(access_key, secret_key, user_type=user_type, enabled=enabled)
+        )
+
+    def update_user(
+        self,
+        access_key: str,
+        *,
+        secret_key: str | None = None,
+        user_type: str | None = None,
+        enabled: bool | None = None,
+    ) -> User:
+        """Change a user (see ``AsyncAdmin.update_user``)."""
+        return self._run(
+            self._core.update_user(
+                access_key, secret_key=secret_key, user_type=user_type, enabled=enabled
+            )
+        )
+
+    def delete_user(self, access_key: str) -> None:
+        """Delete a user and its policies."""
+        self._run(self._core.delete_user(access_key))
+
+    def get_user(self, access_key: str) -> User:
+        """Describe a user (see ``AsyncAdmin.get_user``)."""
+        return self._run(self._core.get_user(access_key))
+
+    def list_users(self) -> list[User]:
+        """The stored users, sorted by access key."""
+        return self._run(self._core.list_users())
+
+    def grant_policy(self, access_key: str, policy: Policy) -> list[Policy]:
+        """Add a policy to a user (see ``AsyncAdmin.grant_policy``)."""
+        return self._run(self._core.grant_policy(access_key, policy))
+
+    def revoke_policy(self, access_key: str, policy: Policy) -> list[Policy]:
+        """Remove actions of a user's policy (see ``AsyncAdmin.revoke_policy``)."""
+        return self._run(self._core.revoke_policy(access_key, policy))
+
+    def list_policies(self, access_key: str = "") -> dict[str, list[Policy]]:
+        """Policies by access key (see ``AsyncAdmin.list_policies``)."""
+        return self._run(self._core.list_policies(access_key))

@@ -82,10 +82,14 @@ AUDITED_METHODS: Mapping[str, str] = {
     "/popmq.v1.AdminService/DeleteGroup": "group.delete",
     "/popmq.v1.AdminService/ResetOffsets": "offsets.reset",
     "/popmq.v1.AdminService/RedriveDeadLetters": "dlq.redrive",
+    "/popmq.v1.AdminService/CreateUser": "user.create",
+    "/popmq.v1.AdminService/UpdateUser": "user.update",
+    "/popmq.v1.AdminService/DeleteUser": "user.delete",
+    "/popmq.v1.AdminService/GrantPolicy": "acl.grant",
+    "/popmq.v1.AdminService/RevokePolicy": "acl.revoke",
 }
 """Admin mutations (full gRPC method name -> audit event). Their servicer methods are
-`audited(event)`; `denied` writes the audit line of one refused before it ran. User and ACL
-mutations join this table with their RPCs."""
+`audited(event)`; `denied` writes the audit line of one refused before it ran."""
 
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "authorization")
 """A request key containing one of these (any case) is never written."""

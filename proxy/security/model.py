@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class UserType(enum.StrEnum):
@@ -62,7 +62,8 @@ class Decision(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class User:
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
+    """Never in a repr (a user logged, or shown in a traceback, keeps its secret)."""
     user_type: UserType = UserType.NORMAL
     enabled: bool = True
 
@@ -91,10 +92,18 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What a request needs: `action` on `resource`."""
+    """What a request needs: `action` on `resource` (or one of `alternatives` instead)."""
 
     resource: Resource
     action: Action
+    alternatives: tuple[Action, ...] = ()
+    """Other actions any one of which also satisfies the check: RocketMQ's QueryRoute
+    needs PUB or SUB on its topic, a query of messages SUB or GET. () for most checks."""
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """`action` and its alternatives: the check passes when any of them is allowed."""
+        return (self.action, *self.alternatives)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from popmq.sdk import OffsetChange as OffsetChange
     from popmq.sdk import OffsetReset as OffsetReset
     from popmq.sdk import PermissionDeniedError as PermissionDeniedError
+    from popmq.sdk import Policy as Policy
     from popmq.sdk import PopMQError as PopMQError
     from popmq.sdk import Producer as Producer
     from popmq.sdk import ProxyStatus as ProxyStatus
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from popmq.sdk import TopicLag as TopicLag
     from popmq.sdk import UnauthenticatedError as UnauthenticatedError
     from popmq.sdk import UnavailableError as UnavailableError
+    from popmq.sdk import User as User
 
 __all__ = [
     "Admin",
@@ -93,6 +95,7 @@ __all__ = [
     "OffsetChange",
     "OffsetReset",
     "PermissionDeniedError",
+    "Policy",
     "PopMQError",
     "Producer",
     "ProxyStatus",
@@ -120,6 +123,7 @@ __all__ = [
     "TopicLag",
     "UnauthenticatedError",
     "UnavailableError",
+    "User",
 ]
 
 

@@ -387,6 +387,18 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert "orders" in [t["name"] for t in call(admin + "ListTopics")["topics"]]
     call(admin + "DeleteGroup", {"name": "reader"})
     call(admin + "DeleteTopic", {"name": "later"})
+    # Users and policies (docs/security.md): the secret goes in, never out.
+    created = call(admin + "CreateUser", {"access_key": "app", "secret_key": "app-secret-1"})
+    assert created["user"]["user_type"] == "USER_TYPE_NORMAL" and "secret_key" not in created
+    call(admin + "UpdateUser", {"access_key": "app", "enabled": False})
+    grant = {"resource_type": "RESOURCE_TYPE_TOPIC", "name": "orders", "actions": ["ACTION_PUB"]}
+    granted = call(admin + "GrantPolicy", {"access_key": "app", "policy": grant})
+    assert granted["policies"][0]["pattern"] == "RESOURCE_PATTERN_LITERAL"
+    assert call(admin + "GetUser", {"access_key": "app"})["user"]["policy_count"] == 1
+    assert [u["access_key"] for u in call(admin + "ListUsers")["users"]] == ["app"]
+    assert call(admin + "ListPolicies")["users"][0]["policies"] == granted["policies"]
+    assert call(admin + "RevokePolicy", {"access_key": "app", "policy": grant}) == {}
+    call(admin + "DeleteUser", {"access_key": "app"})
 
     expected = {
         f"popmq.v1.{service}/{method.name}"

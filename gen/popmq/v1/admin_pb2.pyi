@@ -47,6 +47,45 @@ class ClusterMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLUSTER_MODE_UNSPECIFIED: _ClassVar[ClusterMode]
     CLUSTER_MODE_LOCAL: _ClassVar[ClusterMode]
     CLUSTER_MODE_CLUSTER: _ClassVar[ClusterMode]
+
+class UserType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USER_TYPE_UNSPECIFIED: _ClassVar[UserType]
+    USER_TYPE_NORMAL: _ClassVar[UserType]
+    USER_TYPE_SUPER: _ClassVar[UserType]
+
+class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOURCE_TYPE_UNSPECIFIED: _ClassVar[ResourceType]
+    RESOURCE_TYPE_ANY: _ClassVar[ResourceType]
+    RESOURCE_TYPE_CLUSTER: _ClassVar[ResourceType]
+    RESOURCE_TYPE_TOPIC: _ClassVar[ResourceType]
+    RESOURCE_TYPE_GROUP: _ClassVar[ResourceType]
+
+class ResourcePattern(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOURCE_PATTERN_UNSPECIFIED: _ClassVar[ResourcePattern]
+    RESOURCE_PATTERN_LITERAL: _ClassVar[ResourcePattern]
+    RESOURCE_PATTERN_PREFIXED: _ClassVar[ResourcePattern]
+    RESOURCE_PATTERN_ANY: _ClassVar[ResourcePattern]
+
+class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTION_UNSPECIFIED: _ClassVar[Action]
+    ACTION_PUB: _ClassVar[Action]
+    ACTION_SUB: _ClassVar[Action]
+    ACTION_CREATE: _ClassVar[Action]
+    ACTION_UPDATE: _ClassVar[Action]
+    ACTION_DELETE: _ClassVar[Action]
+    ACTION_GET: _ClassVar[Action]
+    ACTION_LIST: _ClassVar[Action]
+    ACTION_ALL: _ClassVar[Action]
+
+class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_UNSPECIFIED: _ClassVar[Decision]
+    DECISION_ALLOW: _ClassVar[Decision]
+    DECISION_DENY: _ClassVar[Decision]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 MESSAGE_TYPE_NORMAL: MessageType
 MESSAGE_TYPE_FIFO: MessageType
@@ -68,6 +107,30 @@ RESET_TARGET_OFFSETS: ResetTarget
 CLUSTER_MODE_UNSPECIFIED: ClusterMode
 CLUSTER_MODE_LOCAL: ClusterMode
 CLUSTER_MODE_CLUSTER: ClusterMode
+USER_TYPE_UNSPECIFIED: UserType
+USER_TYPE_NORMAL: UserType
+USER_TYPE_SUPER: UserType
+RESOURCE_TYPE_UNSPECIFIED: ResourceType
+RESOURCE_TYPE_ANY: ResourceType
+RESOURCE_TYPE_CLUSTER: ResourceType
+RESOURCE_TYPE_TOPIC: ResourceType
+RESOURCE_TYPE_GROUP: ResourceType
+RESOURCE_PATTERN_UNSPECIFIED: ResourcePattern
+RESOURCE_PATTERN_LITERAL: ResourcePattern
+RESOURCE_PATTERN_PREFIXED: ResourcePattern
+RESOURCE_PATTERN_ANY: ResourcePattern
+ACTION_UNSPECIFIED: Action
+ACTION_PUB: Action
+ACTION_SUB: Action
+ACTION_CREATE: Action
+ACTION_UPDATE: Action
+ACTION_DELETE: Action
+ACTION_GET: Action
+ACTION_LIST: Action
+ACTION_ALL: Action
+DECISION_UNSPECIFIED: Decision
+DECISION_ALLOW: Decision
+DECISION_DENY: Decision
 
 class Topic(_message.Message):
     __slots__ = ("name", "queues", "message_type", "kind", "create_time")
@@ -663,3 +726,155 @@ class GetClusterStatusResponse(_message.Message):
     proxies_read_time: _timestamp_pb2.Timestamp
     etcd: EtcdClusterStatus
     def __init__(self, mode: _Optional[_Union[ClusterMode, str]] = ..., cluster: _Optional[str] = ..., proxy: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerStatus, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[ProxyStatus, _Mapping]]] = ..., proxies_stale: _Optional[bool] = ..., proxies_read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etcd: _Optional[_Union[EtcdClusterStatus, _Mapping]] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("access_key", "user_type", "enabled", "secret_fingerprint", "policy_count", "create_time", "update_time")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    user_type: UserType
+    enabled: bool
+    secret_fingerprint: str
+    policy_count: int
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, access_key: _Optional[str] = ..., user_type: _Optional[_Union[UserType, str]] = ..., enabled: _Optional[bool] = ..., secret_fingerprint: _Optional[str] = ..., policy_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "user_type", "enabled")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    user_type: UserType
+    enabled: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., user_type: _Optional[_Union[UserType, str]] = ..., enabled: _Optional[bool] = ...) -> None: ...
+
+class CreateUserResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class UpdateUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "user_type", "enabled")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    user_type: UserType
+    enabled: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., user_type: _Optional[_Union[UserType, str]] = ..., enabled: _Optional[bool] = ...) -> None: ...
+
+class UpdateUserResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteUserResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class GetUserResponse(_message.Message):
+    __slots__ = ("user", "policies")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    policies: _containers.RepeatedCompositeFieldContainer[Policy]
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., policies: _Optional[_Iterable[_Union[Policy, _Mapping]]] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class Policy(_message.Message):
+    __slots__ = ("resource_type", "pattern", "name", "actions", "decision", "source_cidrs")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_CIDRS_FIELD_NUMBER: _ClassVar[int]
+    resource_type: ResourceType
+    pattern: ResourcePattern
+    name: str
+    actions: _containers.RepeatedScalarFieldContainer[Action]
+    decision: Decision
+    source_cidrs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource_type: _Optional[_Union[ResourceType, str]] = ..., pattern: _Optional[_Union[ResourcePattern, str]] = ..., name: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[Action, str]]] = ..., decision: _Optional[_Union[Decision, str]] = ..., source_cidrs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GrantPolicyRequest(_message.Message):
+    __slots__ = ("access_key", "policy")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    policy: Policy
+    def __init__(self, access_key: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class GrantPolicyResponse(_message.Message):
+    __slots__ = ("policies",)
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    policies: _containers.RepeatedCompositeFieldContainer[Policy]
+    def __init__(self, policies: _Optional[_Iterable[_Union[Policy, _Mapping]]] = ...) -> None: ...
+
+class RevokePolicyRequest(_message.Message):
+    __slots__ = ("access_key", "policy")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    policy: Policy
+    def __init__(self, access_key: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class RevokePolicyResponse(_message.Message):
+    __slots__ = ("policies",)
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    policies: _containers.RepeatedCompositeFieldContainer[Policy]
+    def __init__(self, policies: _Optional[_Iterable[_Union[Policy, _Mapping]]] = ...) -> None: ...
+
+class ListPoliciesRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class UserPolicies(_message.Message):
+    __slots__ = ("access_key", "policies")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    policies: _containers.RepeatedCompositeFieldContainer[Policy]
+    def __init__(self, access_key: _Optional[str] = ..., policies: _Optional[_Iterable[_Union[Policy, _Mapping]]] = ...) -> None: ...
+
+class ListPoliciesResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserPolicies]
+    def __init__(self, users: _Optional[_Iterable[_Union[UserPolicies, _Mapping]]] = ...) -> None: ...

@@ -134,6 +134,46 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/popmq.v1.AdminService/CreateUser',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.CreateUserResponse.FromString,
+                _registered_method=True)
+        self.UpdateUser = channel.unary_unary(
+                '/popmq.v1.AdminService/UpdateUser',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.UpdateUserRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/popmq.v1.AdminService/DeleteUser',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.GetUser = channel.unary_unary(
+                '/popmq.v1.AdminService/GetUser',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetUserRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/popmq.v1.AdminService/ListUsers',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.GrantPolicy = channel.unary_unary(
+                '/popmq.v1.AdminService/GrantPolicy',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GrantPolicyRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GrantPolicyResponse.FromString,
+                _registered_method=True)
+        self.RevokePolicy = channel.unary_unary(
+                '/popmq.v1.AdminService/RevokePolicy',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.RevokePolicyRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.RevokePolicyResponse.FromString,
+                _registered_method=True)
+        self.ListPolicies = channel.unary_unary(
+                '/popmq.v1.AdminService/ListPolicies',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ListPoliciesRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ListPoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -289,6 +329,68 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """CreateUser creates a user (an access key and its secret) with no policies. Users and
+        policies are stored durably: in local mode in the server's store, in cluster mode in
+        etcd, where every proxy follows them. Only SUPER users may call this and the other user
+        and policy RPCs. ALREADY_EXISTS if the user exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateUser(self, request, context):
+        """UpdateUser changes a user's secret, type or enabled state; unset fields keep theirs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """DeleteUser deletes a user and its policies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUser(self, request, context):
+        """GetUser describes one user (its secret is never returned: a fingerprint of it is).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """ListUsers lists the stored users (the root user of [security] is not stored).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantPolicy(self, request, context):
+        """GrantPolicy adds a policy to a user's access control list. A policy with the same
+        resource, pattern, name, decision and source CIDRs gets the new actions added instead.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokePolicy(self, request, context):
+        """RevokePolicy removes actions (none given: every action) from the user's policy with the
+        given resource, pattern, name, decision and source CIDRs; a policy left with no action
+        goes. NOT_FOUND when the user has no such policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPolicies(self, request, context):
+        """ListPolicies lists the policies of one user, or of every user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -386,6 +488,46 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetClusterStatus,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.CreateUserRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.CreateUserResponse.SerializeToString,
+            ),
+            'UpdateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateUser,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.UpdateUserRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.UpdateUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.DeleteUserRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'GetUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUser,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetUserRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'GrantPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantPolicy,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GrantPolicyRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GrantPolicyResponse.SerializeToString,
+            ),
+            'RevokePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokePolicy,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.RevokePolicyRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.RevokePolicyResponse.SerializeToString,
+            ),
+            'ListPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPolicies,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ListPoliciesRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ListPoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -906,6 +1048,222 @@ class AdminService:
             '/popmq.v1.AdminService/GetClusterStatus',
             popmq_dot_v1_dot_admin__pb2.GetClusterStatusRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.GetClusterStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/CreateUser',
+            popmq_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.CreateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/UpdateUser',
+            popmq_dot_v1_dot_admin__pb2.UpdateUserRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.UpdateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/DeleteUser',
+            popmq_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetUser',
+            popmq_dot_v1_dot_admin__pb2.GetUserRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ListUsers',
+            popmq_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GrantPolicy',
+            popmq_dot_v1_dot_admin__pb2.GrantPolicyRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GrantPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/RevokePolicy',
+            popmq_dot_v1_dot_admin__pb2.RevokePolicyRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.RevokePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ListPolicies',
+            popmq_dot_v1_dot_admin__pb2.ListPoliciesRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ListPoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,
