@@ -51,8 +51,8 @@ EXPECTED = {
         "PullConsumer", "PullResult", "PulledMessage", "PushConsumer", "PushConsumerOptions",
         "PushConsumerStats", "QueueLag", "QueueStats", "ReceivedMessage", "RedriveResult",
         "ResourceExhaustedError", "RetryPolicy", "SendReceipt", "ServerError", "ServerInfo",
-        "SimpleConsumer", "Sql", "StoredMessage", "Subscription", "Topic", "TopicDescription",
-        "TopicLag", "UnauthenticatedError", "UnavailableError",
+        "SimpleConsumer", "Sql", "StoredMessage", "Subscription", "TLSConfig", "Topic",
+        "TopicDescription", "TopicLag", "UnauthenticatedError", "UnavailableError",
     ],
     "popmq.spark": [
         "DataLossError", "OffsetFormatError", "OptionError", "PopMQConnectorError",
