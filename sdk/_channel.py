@@ -121,9 +121,9 @@ _ALLOWED = (
     "ipv4:10.0.0.1:8081,10.0.0.2:8081"
 )
 _OUTAGE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Statuses that move a client to the next endpoint; every other one is the request's."""
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 """A call every popmq server answers; made only to learn why a channel did not connect."""
-"""Statuses that move a client to the next endpoint; every other one is the request's."""
 
 
 def _bad_endpoint(endpoint: object, why: str) -> InvalidArgumentError:
