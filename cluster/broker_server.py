@@ -49,12 +49,14 @@ from popmq.cluster.coordination import Coordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
+from popmq.proxy.security.protected import check_protected_mode
 from popmq.proxy.security.tls import ServerTLS, bind
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
     _version,
+    metrics_endpoint,
     print_plaintext_listener,
     run_process,
     split_listen,
@@ -123,6 +125,11 @@ class BrokerServer:
         SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
         security = self.config.security
+        # BrokerService reads and writes every topic for whoever calls: protected mode
+        # applies as to a proxy (docs/security.md#protected-mode), to both listeners.
+        check_protected_mode(
+            security, (self.config.listen, security.plaintext_listen), server="popmq broker"
+        )
         if security.tls:  # before the store opens: bad files fail fast
             self.tls = ServerTLS(security, what="broker")
         if self.in_cluster and self.config.broker.auto_create_topics:
@@ -181,8 +188,7 @@ class BrokerServer:
     async def _serve_metrics(self) -> None:
         metrics = Metrics()
         metrics.watch(self.broker, _version())
-        host, port = split_listen(self.config.metrics.listen)
-        endpoint = MetricsEndpoint(metrics, host, port)
+        endpoint = metrics_endpoint(metrics, self.config)
         try:
             self.metrics_port = await endpoint.start()
         except OSError as exc:
