@@ -3,7 +3,7 @@
 The client verifies the server with grpc's default roots (`grpc.ssl_channel_credentials()`
 without arguments); GRPC_DEFAULT_SSL_ROOTS_FILE_PATH in its process points them at the
 test's CA, as an operator's CA bundle would be installed. Its default, plaintext, works
-against the plaintext listener beside the TLS one (docs/compatibility.md, TLS).
+against the plaintext listener beside the TLS one (docs/security.md, TLS).
 """
 
 from __future__ import annotations

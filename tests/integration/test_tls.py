@@ -492,3 +492,21 @@ def test_grpcurl_with_cacert(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert '"name": "invoices"' in result.stdout
+
+
+def test_grpcurl_without_cacert_is_refused_and_servername_picks_the_certificates_name(
+    start: Callable[[SecurityConfig], ServerThread], ca: CertificateAuthority
+) -> None:
+    server = start(tls_settings(ca.server("named", hosts=("mq.example.com",))))
+    unknown = _grpcurl("-connect-timeout", "5", server.endpoint, "list")
+    assert unknown.returncode != 0
+    assert "certificate signed by unknown authority" in unknown.stderr, unknown.stderr
+    named = _grpcurl(
+        "-cacert", str(ca.cert), "-servername", "mq.example.com", server.endpoint, "list"
+    )
+    assert named.returncode == 0, named.stderr
+    wrong = _grpcurl(
+        "-connect-timeout", "5", "-cacert", str(ca.cert), "-servername", "elsewhere",
+        server.endpoint, "list",
+    )  # fmt: skip
+    assert wrong.returncode != 0
