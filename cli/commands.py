@@ -130,21 +130,21 @@ def _run_with_settings(
 
 
 def topic_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         topic = admin.create_topic(args.name, queues=args.queues, message_type=args.type)
     render.print_json(topic) if args.json else print(render.format_topic(topic))
     return EXIT_OK
 
 
 def topic_update(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         topic = admin.update_topic(args.name, args.queues, broker=args.broker)
     render.print_json(topic) if args.json else print(render.format_topic(topic))
     return EXIT_OK
 
 
 def topic_delete(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         admin.delete_topic(args.name, force=args.force)
     if args.json:
         render.print_json({"deleted": args.name})
@@ -154,21 +154,21 @@ def topic_delete(args: argparse.Namespace) -> int:
 
 
 def topic_describe(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         description = admin.get_topic(args.name)
     render.print_json(description) if args.json else render.topic_table(description)
     return EXIT_OK
 
 
 def topic_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         topics = admin.list_topics()
     render.print_json(topics) if args.json else render.topics_table(topics)
     return EXIT_OK
 
 
 def topic_purge(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         purged = admin.purge_topic(args.name, args.queue)
     if args.json:
         render.print_json({"topic": args.name, "queue_id": args.queue, "purged": purged})
@@ -188,7 +188,7 @@ def _subscriptions(args: argparse.Namespace) -> list[Subscription]:
 
 
 def group_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         group = admin.create_group(
             args.name,
             max_delivery_attempts=args.max_delivery_attempts,
@@ -203,7 +203,7 @@ def group_create(args: argparse.Namespace) -> int:
 
 
 def group_update(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         group = admin.update_group(
             args.name,
             max_delivery_attempts=args.max_delivery_attempts,
@@ -219,7 +219,7 @@ def group_update(args: argparse.Namespace) -> int:
 
 
 def group_delete(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         admin.delete_group(args.name, force=args.force)
     if args.json:
         render.print_json({"deleted": args.name})
@@ -229,21 +229,21 @@ def group_delete(args: argparse.Namespace) -> int:
 
 
 def group_describe(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         group = admin.get_group(args.name)
     render.print_json(group) if args.json else render.group_table(group)
     return EXIT_OK
 
 
 def group_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         groups = admin.list_groups()
     render.print_json(groups) if args.json else render.groups_table(groups)
     return EXIT_OK
 
 
 def lag(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         report = admin.lag_report(args.group, args.topic)
     render.print_json(report) if args.json else render.lag_tables(args.group, report)
     return EXIT_OK
@@ -251,7 +251,7 @@ def lag(args: argparse.Namespace) -> int:
 
 def offsets_reset(args: argparse.Namespace) -> int:
     target: Any = dict(args.offset) if args.offset else args.to
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         result = admin.reset_offsets(args.group, args.topic, target, force=args.force)
     if args.json:
         render.print_json(result)
@@ -270,14 +270,14 @@ def offsets_reset(args: argparse.Namespace) -> int:
 
 
 def message_get(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         message = admin.query_message(args.topic, args.message_id)
     render.print_json(message) if args.json else render.message_detail(message)
     return EXIT_OK
 
 
 def message_find(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         messages = admin.query_messages_by_key(args.topic, args.key)
     if args.json:
         render.print_json(messages)
@@ -287,7 +287,7 @@ def message_find(args: argparse.Namespace) -> int:
 
 
 def message_peek(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         messages = admin.peek_messages(
             args.topic,
             queue_id=args.queue,
@@ -305,7 +305,7 @@ def message_peek(args: argparse.Namespace) -> int:
 def dlq_redrive(args: argparse.Namespace) -> int:
     started = time.monotonic()
     moved = dropped = remaining = 0
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         depth = sum(q.message_count for q in admin.get_topic(f"%DLQ%{args.group}").queues)
         total = depth if args.max is None else min(depth, args.max)
         with render.progress(enabled=not args.json) as bar:
@@ -334,14 +334,14 @@ def dlq_redrive(args: argparse.Namespace) -> int:
 
 
 def server_info(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         info = admin.server_info()
     render.print_json(info) if args.json else render.server_table(info)
     return EXIT_OK
 
 
 def cluster_status(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, tls=args.tls) as admin:
         status = admin.cluster_status()
     render.print_json(status) if args.json else render.cluster_tables(status)
     return EXIT_OK
@@ -476,7 +476,7 @@ def send(args: argparse.Namespace) -> int:
             text.encode("utf-8"), tag=args.tag, keys=args.keys, properties=dict(args.properties)
         )
 
-    with Producer(args.endpoint) as producer:
+    with Producer(args.endpoint, tls=args.tls) as producer:
         if args.count == 1:
             receipt = producer.send(
                 args.topic,
@@ -512,7 +512,7 @@ def receive(args: argparse.Namespace) -> int:
     acked = 0
     started = time.monotonic()
     with SimpleConsumer(
-        args.endpoint, group=args.group, topic=args.topic, filter=args.filter
+        args.endpoint, group=args.group, topic=args.topic, filter=args.filter, tls=args.tls
     ) as consumer:
         if args.count is None:
             messages = consumer.receive(

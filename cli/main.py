@@ -7,8 +7,12 @@ quietly, as a command killed by SIGPIPE; ``receive --ack`` acks only what got ou
 gives the rest back, see popmq.cli.commands).
 
 Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081; several
-comma-separated HOST:PORT fail over between proxies, as the SDK does) and ``--json`` (one JSON
-document on stdout instead of tables and lines).
+comma-separated HOST:PORT fail over between proxies, as the SDK does), ``--json`` (one JSON
+document on stdout instead of tables and lines) and the TLS options: ``--tls`` (verify the
+server with the system's roots), ``--tls-ca FILE`` (with a CA of one's own), ``--tls-cert
+FILE --tls-key FILE`` (a client certificate: mutual TLS), ``--tls-server-name NAME``; each
+defaults to ``$POPMQ_TLS``, ``$POPMQ_TLS_CA``, ``$POPMQ_TLS_CERT``, ``$POPMQ_TLS_KEY``,
+``$POPMQ_TLS_SERVER_NAME``, and any of them turns TLS on.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from popmq import (
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
+    TLSConfig,
 )
 from popmq.cli import commands
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
 from popmq.sdk._channel import check_endpoint
+from popmq.sdk.tls import TLS, channel_security
 
 __all__ = [
     "build_parser",
@@ -195,8 +201,76 @@ def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.Argum
         ),
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    tls = parser.add_argument_group("TLS (any of these turns it on)")
+    tls.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS, verifying the server with the system's roots ($POPMQ_TLS=1)",
+    )
+    tls.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        default=os.environ.get("POPMQ_TLS_CA") or None,
+        help="PEM CA certificates that verify the server ($POPMQ_TLS_CA)",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        default=os.environ.get("POPMQ_TLS_CERT") or None,
+        help="PEM client certificate, for a server that requires one ($POPMQ_TLS_CERT)",
+    )
+    tls.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        default=os.environ.get("POPMQ_TLS_KEY") or None,
+        help="PEM private key of --tls-cert ($POPMQ_TLS_KEY)",
+    )
+    tls.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        default=os.environ.get("POPMQ_TLS_SERVER_NAME") or None,
+        help="name the server's certificate must carry, if not the endpoint's host "
+        "($POPMQ_TLS_SERVER_NAME)",
+    )
     parser.set_defaults(handler=handler)
     return parser
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _env_flag(name: str) -> bool:
+    """A boolean environment variable; anything but the usual spellings is a usage error."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidArgumentError(f"${name}={value!r} is not a boolean: use 1 or 0")
+
+
+def tls_option(args: argparse.Namespace) -> TLS:
+    """The SDK's ``tls`` from the TLS flags: False (none given), True (--tls alone: the
+    system's roots) or a TLSConfig; the files are read and checked here.
+
+    Raises:
+        InvalidArgumentError: --tls-cert without --tls-key (or the reverse), a file that
+            cannot be read or used, or a $POPMQ_TLS that is not a boolean.
+    """
+    files = (args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    if all(value is None for value in files):
+        return bool(args.tls) or _env_flag("POPMQ_TLS")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgumentError("--tls-cert and --tls-key go together: give both, or neither")
+    config = TLSConfig(
+        ca_file=args.tls_ca,
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        server_name=args.tls_server_name,
+    )
+    channel_security(config)  # a bad file is a usage error now, not a failed request later
+    return config
 
 
 def _group_settings(parser: argparse.ArgumentParser, *, update: bool) -> None:
@@ -626,6 +700,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``popmq`` command and return its exit code."""
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
+    if hasattr(args, "tls_ca"):  # a client command
+        try:
+            args.tls = tls_option(args)
+        except InvalidArgumentError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not as a traceback at exit

@@ -50,12 +50,14 @@ from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
 from popmq.proxy.security.protected import check_protected_mode
+from popmq.proxy.security.tls import ServerTLS, bind
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
     _version,
     metrics_endpoint,
+    print_plaintext_listener,
     run_process,
     split_listen,
     wait_for_stop_signal,
@@ -86,6 +88,10 @@ class BrokerServer:
         self.health = health_aio.HealthServicer()
         self.servicer: BrokerServicer | None = None
         self.port = 0
+        self.tls: ServerTLS | None = None
+        """BrokerService's certificate with `[security] tls_cert_file` (once started)."""
+        self.plaintext_port = 0
+        """Bound port of `[security] plaintext_listen` (0 when there is none)."""
         self._server: grpc.aio.Server | None = None
         self._coordinator: Coordinator | None = None
         self.session: Session | None = None
@@ -118,9 +124,14 @@ class BrokerServer:
         """Open the store, listen, register and sync the catalog (cluster mode), turn
         SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
+        security = self.config.security
         # BrokerService reads and writes every topic for whoever calls: protected mode
-        # applies as to a proxy (docs/security.md#protected-mode).
-        check_protected_mode(self.config.security, (self.config.listen,), server="popmq broker")
+        # applies as to a proxy (docs/security.md#protected-mode), to both listeners.
+        check_protected_mode(
+            security, (self.config.listen, security.plaintext_listen), server="popmq broker"
+        )
+        if security.tls:  # before the store opens: bad files fail fast
+            self.tls = ServerTLS(security, what="broker")
         if self.in_cluster and self.config.broker.auto_create_topics:
             log.warning(
                 "broker.auto_create_topics is true, but a cluster broker creates topics only "
@@ -142,12 +153,16 @@ class BrokerServer:
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             self.servicer = BrokerServicer(self.broker)
             add_broker_service(server, self.servicer)
-            try:
-                self.port = server.add_insecure_port(f"{host}:{port}")
-            except RuntimeError as exc:
-                raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
+            self.port = bind(server, f"{host}:{port}", self.tls, shown=self.config.listen)
+            if security.plaintext_listen:
+                plain_host, plain_port = split_listen(security.plaintext_listen)
+                self.plaintext_port = bind(
+                    server, f"{plain_host}:{plain_port}", None, shown=security.plaintext_listen
+                )
             await server.start()
             self._server = server
+            if self.tls is not None:
+                self.tls.start()
             if self.config.metrics.listen:
                 await self._serve_metrics()
             self._watch(self._health_follows_failure(), "popmq-broker-health")
@@ -299,6 +314,8 @@ class BrokerServer:
             server, self._server = self._server, None
             self.broker.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self.tls is not None:
+            await self.tls.close()
         if self.catalog_sync is not None:
             sync, self.catalog_sync = self.catalog_sync, None
             await sync.close()
@@ -329,10 +346,11 @@ async def serve_broker(config: ServerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
     print(f"listening on {server.address}", flush=True)
+    print_plaintext_listener(config, server.plaintext_port)
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
-    await wait_for_stop_signal()
+    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
     log.info("shutting down")
     await server.stop()
     log.info("stopped")

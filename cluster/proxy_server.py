@@ -22,9 +22,11 @@ from popmq.cluster.coordination import Session
 from popmq.cluster.errors import CoordinationError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.status import ClusterStatus
+from popmq.proxy.security.tls import broker_channel_tls
 from popmq.proxy.server import (
     PopMQServer,
     ServerConfig,
+    print_plaintext_listener,
     run_process,
     split_listen,
     wait_for_stop_signal,
@@ -70,6 +72,7 @@ class ProxyServer:
             proxy_info(config),
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
+            broker_tls=broker_channel_tls(config.security),
         )
         self.status = ClusterStatus(self.broker, proxy_name=lambda: self.name)
         self.server = PopMQServer(
@@ -139,10 +142,12 @@ async def serve_proxy(config: ServerConfig) -> None:
     await proxy.start()
     host, _ = split_listen(config.listen)
     print(f"listening on {host}:{proxy.port}", flush=True)
+    print_plaintext_listener(config, proxy.server.plaintext_port)
     if proxy.server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{proxy.server.metrics_port}/metrics")
-    await wait_for_stop_signal()
+    tls = proxy.server.tls
+    await wait_for_stop_signal(hangup=tls.reload_soon if tls else None)
     log.info("shutting down")
     await proxy.stop()
     log.info("stopped")

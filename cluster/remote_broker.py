@@ -70,6 +70,7 @@ from popmq.broker_core.types import (
     Subscription,
 )
 from popmq.cluster import broker_wire as w
+from popmq.proxy.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class RemoteBroker:
             than `check_pop_arguments`'s callers are not used.
         name: The broker's name, when the caller knows it: errors name it beside the
             address.
+        tls: Connect with TLS (a broker serving `[security] tls_cert_file`); None:
+            plaintext.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class RemoteBroker:
         catalog_refresh_s: float = 10.0,
         catalog: bool = True,
         name: str = "",
+        tls: ChannelTLS | None = None,
     ) -> None:
         for name, value in (
             ("call_timeout_s", call_timeout_s),
@@ -129,6 +133,7 @@ class RemoteBroker:
         self._keepalive_s = keepalive_s
         self._refresh_s = catalog_refresh_s
         self._catalog = catalog
+        self._tls = tls
         self._channel: grpc.aio.Channel | None = None
         self._stub: broker_pb2_grpc.BrokerServiceStub | None = None
         self._info: ServerInfo | None = None
@@ -149,24 +154,28 @@ class RemoteBroker:
         if self._channel is not None:
             return
         ms = round(self._keepalive_s * 1000)
-        self._channel = grpc.aio.insecure_channel(
-            self.address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.keepalive_time_ms", ms),
-                ("grpc.keepalive_timeout_ms", min(ms, 10_000)),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.max_pings_without_data", 0),
-                # A restarted broker is found again within a second, not grpc's 2 min.
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-                # Its own subchannels: a channel opened after the broker restarted on the
-                # same address must not inherit the dead connection's backoff.
-                ("grpc.use_local_subchannel_pool", 1),
-            ],
-        )
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.keepalive_time_ms", ms),
+            ("grpc.keepalive_timeout_ms", min(ms, 10_000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # A restarted broker is found again within a second, not grpc's 2 min.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            # Its own subchannels: a channel opened after the broker restarted on the
+            # same address must not inherit the dead connection's backoff.
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        if self._tls is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=options)
+        else:
+            options.extend(self._tls.options())
+            self._channel = grpc.aio.secure_channel(
+                self.address, self._tls.credentials, options=options
+            )
         self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._draining = False
         if not self._catalog:

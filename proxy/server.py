@@ -60,6 +60,7 @@ from popmq.proxy.security.store import (
     LocalSecurityStore,
     SecurityStore,
 )
+from popmq.proxy.security.tls import ServerTLS, bind
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,10 @@ class PopMQServer:
         self._metrics_endpoint: MetricsEndpoint | None = None
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
+        self.tls: ServerTLS | None = None
+        """The listener's certificate with `[security] tls_cert_file` (from listen() on)."""
+        self.plaintext_port = 0
+        """Bound port of `[security] plaintext_listen` (0 when there is none)."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""
         self._opened = False
@@ -271,10 +276,14 @@ class PopMQServer:
             interceptors=[RpcInterceptor(self.health, self.metrics)],
         )
         add_ops_services(server, self.health, self._late)
-        try:
-            self.port = server.add_insecure_port(f"{host}:{port}")
-        except RuntimeError as exc:
-            raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
+        if security.tls:  # TLS only on `listen`; plaintext only on its own listener
+            self.tls = ServerTLS(security, what="proxy")
+        self.port = bind(server, f"{host}:{port}", self.tls, shown=self.config.listen)
+        if security.plaintext_listen:
+            plain_host, plain_port = split_listen(security.plaintext_listen)
+            self.plaintext_port = bind(
+                server, f"{plain_host}:{plain_port}", None, shown=security.plaintext_listen
+            )
         if self.metrics is not None:
             endpoint = metrics_endpoint(self.metrics, self.config)
             try:
@@ -287,6 +296,8 @@ class PopMQServer:
         await self.health.starting()
         await server.start()
         self._server = server
+        if self.tls is not None:
+            self.tls.start()
         return self.port
 
     async def start(self) -> int:
@@ -380,6 +391,8 @@ class PopMQServer:
             if self.messaging is not None:
                 self.messaging.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self.tls is not None:
+            await self.tls.close()
         if self._metrics_endpoint is not None:
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None
             await endpoint.stop()
@@ -421,22 +434,33 @@ async def serve(config: ServerConfig) -> None:
     port = await server.start()
     host, _ = split_listen(config.listen)
     print(f"popmq listening on {host}:{port}", flush=True)
+    print_plaintext_listener(config, server.plaintext_port)
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
-    await wait_for_stop_signal()
+    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
     log.info("shutting down")
     await server.stop()
     log.info("stopped")
 
 
-async def wait_for_stop_signal() -> None:
-    """Return at the first SIGTERM or SIGINT (`popmq serve` and `popmq broker`)."""
+async def wait_for_stop_signal(*, hangup: Callable[[], None] | None = None) -> None:
+    """Return at the first SIGTERM or SIGINT (`popmq serve`, `proxy` and `broker`); call
+    `hangup` (the TLS certificate's reload) at each SIGHUP, when given."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if hangup is not None:
+        loop.add_signal_handler(signal.SIGHUP, hangup)
     await stop.wait()
+
+
+def print_plaintext_listener(config: ServerConfig, port: int) -> None:
+    """Say where the plaintext listener beside the TLS one is, if there is one."""
+    if port:
+        host, _ = split_listen(config.security.plaintext_listen)
+        print(f"popmq plaintext listener on {host}:{port}", flush=True)
 
 
 def _version() -> str:

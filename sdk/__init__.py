@@ -37,6 +37,7 @@ from popmq.sdk.push_consumer import (
     PushConsumerOptions,
     PushConsumerStats,
 )
+from popmq.sdk.tls import TLSConfig
 from popmq.sdk.types import (
     BrokerStatus,
     ClusterStatus,
@@ -113,6 +114,7 @@ __all__ = [
     "Sql",
     "StoredMessage",
     "Subscription",
+    "TLSConfig",
     "Topic",
     "TopicDescription",
     "TopicLag",

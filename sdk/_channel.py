@@ -60,6 +60,7 @@ from google.protobuf.message import Message as ProtoMessage
 from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from popmq.sdk._retry import ExponentialBackoff
 from popmq.sdk.errors import InvalidArgumentError, UnavailableError, error_from_rpc_error
+from popmq.sdk.tls import TLS, ChannelSecurity, channel_security
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -121,6 +122,8 @@ _ALLOWED = (
 )
 _OUTAGE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Statuses that move a client to the next endpoint; every other one is the request's."""
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+"""A call every popmq server answers; made only to learn why a channel did not connect."""
 
 
 def _bad_endpoint(endpoint: object, why: str) -> InvalidArgumentError:
@@ -262,13 +265,16 @@ class NoEndpointError(UnavailableError):
 class Endpoint:
     """One endpoint: its channel and stubs, opened on first use, and how it fared lately.
 
-    Touched on the client's event loop only.
+    Touched on the client's event loop only. ``security``: open the channel with TLS.
     """
 
-    def __init__(self, address: str, channel: Any = None) -> None:
+    def __init__(
+        self, address: str, channel: Any = None, security: ChannelSecurity | None = None
+    ) -> None:
         self.address = address
         self.channel: Any = channel
         self.owned = channel is None
+        self.security = security
         # The loop an owned channel was opened on; None until then.
         self.loop: asyncio.AbstractEventLoop | None = None
         self._messaging: Any = None
@@ -285,7 +291,14 @@ class Endpoint:
         if self.channel is None or (self.owned and self.loop is not loop):
             if self.channel is not None:
                 logger.debug("event loop changed; reopening the channel to %s", self.address)
-            self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            if self.security is None:
+                self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            else:
+                self.channel = grpc.aio.secure_channel(
+                    self.address,
+                    self.security.credentials,
+                    options=CHANNEL_OPTIONS + self.security.options,
+                )
             self.loop = loop
             self._messaging = self._admin = None
         return self.channel
@@ -322,7 +335,7 @@ class Endpoint:
                 grpc.ChannelConnectivity.TRANSIENT_FAILURE,
                 grpc.ChannelConnectivity.SHUTDOWN,
             ):
-                return f"refused or unreachable (channel {state.name})"
+                return await self._why_not_connected(channel, state)
             remaining = deadline - loop.time()
             try:
                 async with asyncio.timeout(max(remaining, 0.0)):
@@ -331,6 +344,33 @@ class Endpoint:
                 return f"did not connect within {timeout_s:g}s"
             state = channel.get_state(try_to_connect=True)
         return None
+
+    async def _why_not_connected(self, channel: Any, state: grpc.ChannelConnectivity) -> str:
+        """Why the channel failed, as grpc last saw it (refused, TLS handshake failed...),
+        with what to check when it looks like a TLS mismatch. grpc's channel states do not
+        say; a call that fails fast (no wait for ready) carries the last error."""
+        why = f"refused or unreachable (channel {state.name})"
+        try:
+            await channel.unary_unary(_HEALTH_CHECK)(b"", timeout=1.0, wait_for_ready=False)
+        except grpc.aio.AioRpcError as exc:
+            details = exc.details() or ""
+            last = details.rpartition("last error: ")[2].removeprefix("UNAVAILABLE: ")
+            if last:
+                why = f"{why}: {last}"
+        else:
+            return why  # connected meanwhile: the caller's next check finds it READY
+        if self.security is None and "Socket closed" in why:
+            why += (
+                "; a server that takes TLS only closes plaintext connections: connect with "
+                "tls=True or tls=TLSConfig(ca_file=...) (CLI: --tls, --tls-ca FILE)"
+            )
+        elif self.security is not None and ("Socket closed" in why or "handshake" in why):
+            why += (
+                "; check the CA that verifies the server (TLSConfig ca_file), the name its "
+                "certificate carries (server_name), that the server listens with TLS, and "
+                "whether it requires a client certificate (cert_file, key_file)"
+            )
+        return why
 
     async def close(self) -> None:
         """Close an owned channel opened on the running loop; drop it either way."""
@@ -352,13 +392,19 @@ class Connection:
             is given.
         channel: An already open ``grpc.aio`` channel to use as the only endpoint instead;
             the caller keeps ownership and closes it. No failover.
+        tls: Open the channels with TLS (``True``: the system's roots; a ``TLSConfig``);
+            not with ``channel``, which has its own credentials.
     """
 
-    def __init__(self, endpoint: Endpoints, channel: Any = None) -> None:
+    def __init__(self, endpoint: Endpoints, channel: Any = None, *, tls: TLS = False) -> None:
         self.endpoint = endpoint if isinstance(endpoint, str) else ",".join(endpoint)
         """The endpoint as given (a sequence joined by commas), for messages."""
         if channel is None:
-            self._endpoints = [Endpoint(address) for address in parse_endpoints(endpoint)]
+            addresses = parse_endpoints(endpoint)
+            security = channel_security(tls)
+            self._endpoints = [Endpoint(address, security=security) for address in addresses]
+        elif tls is not False:
+            raise ValueError("tls is for channels the client opens: a given channel has its own")
         else:
             self._endpoints = [Endpoint(self.endpoint, channel)]
         # Index of the endpoint requests go to; moves on when it fails.
@@ -544,15 +590,24 @@ class AsyncClient:
         channel: Optional ``grpc.aio`` channel to use instead of opening one (the caller
             keeps ownership); a seam for tests and custom channel setups. Inside the SDK,
             also another client's `Connection`, shared (its owner closes it).
+        tls: Connect with TLS: ``True`` verifies the server with the system's roots, a
+            ``TLSConfig`` names the CA file and a client certificate (popmq.sdk.tls).
     """
 
     def __init__(
-        self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S, channel: Any = None
+        self,
+        endpoint: Endpoints,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        channel: Any = None,
+        tls: TLS = False,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self._owns_conn = not isinstance(channel, Connection)
-        self._conn = channel if isinstance(channel, Connection) else Connection(endpoint, channel)
+        self._conn = (
+            channel if isinstance(channel, Connection) else Connection(endpoint, channel, tls=tls)
+        )
         self._timeout_s = timeout_s
         self._closed = False
 

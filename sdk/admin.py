@@ -14,6 +14,7 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.tls import TLS
 from popmq.sdk.types import (
     ClusterStatus,
     ExponentialBackoff,
@@ -240,6 +241,8 @@ class AsyncAdmin(AsyncClient):
             list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
+        tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
+            a client certificate); default plaintext.
     """
 
     async def _call(self, method: str, request: Message) -> Any:
@@ -681,10 +684,14 @@ class Admin(SyncClient[AsyncAdmin]):
         endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
             list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
+        tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
+            a client certificate); default plaintext.
     """
 
-    def __init__(self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s))
+    def __init__(
+        self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: TLS = False
+    ) -> None:
+        super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s, tls=tls))
 
     def create_topic(
         self, name: str, queues: int | None = None, message_type: str | None = None

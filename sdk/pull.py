@@ -19,6 +19,7 @@ from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._compression import decode_body
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.tls import TLS
 from popmq.sdk.types import QueueStats, datetime_from_timestamp
 
 __all__ = [
@@ -146,6 +147,8 @@ class AsyncPullConsumer(AsyncClient):
             ``get_offsets``.
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
+        tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
+            a client certificate); default plaintext.
     """
 
     def __init__(
@@ -156,8 +159,9 @@ class AsyncPullConsumer(AsyncClient):
         group: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
+        tls: TLS = False,
     ) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, tls=tls)
         self.topic = topic
         self.group = group
 
@@ -254,8 +258,11 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
         topic: str,
         group: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        tls: TLS = False,
     ) -> None:
-        super().__init__(AsyncPullConsumer(endpoint, topic=topic, group=group, timeout_s=timeout_s))
+        super().__init__(
+            AsyncPullConsumer(endpoint, topic=topic, group=group, timeout_s=timeout_s, tls=tls)
+        )
 
     @property
     def topic(self) -> str:

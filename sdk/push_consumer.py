@@ -97,6 +97,7 @@ from popmq.sdk._push.shared import Counters
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.consumer import AsyncSimpleConsumer
 from popmq.sdk.errors import InvalidArgumentError, PopMQError
+from popmq.sdk.tls import TLS
 from popmq.sdk.types import ReceivedMessage, Sql
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,9 @@ class AsyncPushConsumer(AsyncClient):
         timeout_s: Timeout of each call (a receive waits ``wait_s`` longer).
         options: All of the settings above in one ``PushConsumerOptions``, instead of
             the keywords (giving both raises ``TypeError``).
+        tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
+            a client certificate); default plaintext. A connection setting, not one of the
+            ``options``.
     """
 
     def __init__(
@@ -249,6 +253,7 @@ class AsyncPushConsumer(AsyncClient):
         client_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
+        tls: TLS = False,
     ) -> None:
         if not callable(listener):
             raise TypeError(f"listener must be callable, got {type(listener).__name__}")
@@ -277,7 +282,7 @@ class AsyncPushConsumer(AsyncClient):
             },
         )
         matchers = _matchers(subscriptions, options.mode)
-        super().__init__(endpoint, timeout_s=options.timeout_s)
+        super().__init__(endpoint, timeout_s=options.timeout_s, tls=tls)
         self.group = group
         self.subscriptions: dict[str, str | Sql] = dict(subscriptions)
         self.listener = listener
@@ -534,6 +539,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
         client_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
+        tls: TLS = False,
     ) -> None:
         super().__init__(
             AsyncPushConsumer(
@@ -559,6 +565,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
                 client_id=client_id,
                 timeout_s=timeout_s,
                 options=options,
+                tls=tls,
             )
         )
 

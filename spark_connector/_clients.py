@@ -13,6 +13,7 @@ import threading
 from typing import Any, TypeVar
 
 from popmq import Admin, Producer, PullConsumer, SimpleConsumer, Sql
+from popmq.sdk.tls import TLS
 
 __all__ = ["admin", "producer", "pull_consumer", "simple_consumer"]
 
@@ -31,37 +32,43 @@ def _get(key: tuple[Any, ...], make: type[_T], *args: Any, **kwargs: Any) -> _T:
         return client
 
 
-def pull_consumer(endpoint: str, topic: str, group: str, timeout_s: float) -> PullConsumer:
+def pull_consumer(
+    endpoint: str, topic: str, group: str, timeout_s: float, *, tls: TLS
+) -> PullConsumer:
     return _get(
-        ("pull", endpoint, topic, group, timeout_s),
+        ("pull", endpoint, topic, group, timeout_s, tls),
         PullConsumer,
         endpoint,
         topic=topic,
         group=group,
         timeout_s=timeout_s,
+        tls=tls,
     )
 
 
 def simple_consumer(
-    endpoint: str, group: str, topic: str, filter: str | Sql, timeout_s: float
+    endpoint: str, group: str, topic: str, filter: str | Sql, timeout_s: float, *, tls: TLS
 ) -> SimpleConsumer:
     return _get(
-        ("simple", endpoint, group, topic, filter, timeout_s),
+        ("simple", endpoint, group, topic, filter, timeout_s, tls),
         SimpleConsumer,
         endpoint,
         group=group,
         topic=topic,
         filter=filter,
         timeout_s=timeout_s,
+        tls=tls,
     )
 
 
-def producer(endpoint: str, timeout_s: float) -> Producer:
-    return _get(("producer", endpoint, timeout_s), Producer, endpoint, timeout_s=timeout_s)
+def producer(endpoint: str, timeout_s: float, *, tls: TLS) -> Producer:
+    return _get(
+        ("producer", endpoint, timeout_s, tls), Producer, endpoint, timeout_s=timeout_s, tls=tls
+    )
 
 
-def admin(endpoint: str, timeout_s: float) -> Admin:
-    return _get(("admin", endpoint, timeout_s), Admin, endpoint, timeout_s=timeout_s)
+def admin(endpoint: str, timeout_s: float, *, tls: TLS) -> Admin:
+    return _get(("admin", endpoint, timeout_s, tls), Admin, endpoint, timeout_s=timeout_s, tls=tls)
 
 
 @atexit.register

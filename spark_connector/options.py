@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.tls import TLS, TLSConfig, channel_security
 from popmq.spark.errors import OptionError
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_duration_s"]
@@ -90,6 +92,28 @@ class _Options:
         return value
 
 
+def _tls(o: _Options) -> TLS:
+    """The SDK's ``tls`` from the options tls, tlsCaFile, tlsCertFile, tlsKeyFile and
+    tlsServerName; a file option turns TLS on. The files are read here (on the driver,
+    which connects too), so a wrong path fails the query at once; executors read the same
+    paths."""
+    names = ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsServerName")
+    ca, cert, key, server_name = (o.text(name).strip() or None for name in names)
+    given = [name for name in names if o.text(name).strip()]
+    if not given:
+        return o.flag("tls", False)
+    if not o.flag("tls", True):
+        raise OptionError(f"option tls=false contradicts {', '.join(given)}: drop one")
+    if (cert is None) != (key is None):
+        raise OptionError("options tlsCertFile and tlsKeyFile go together: give both, or neither")
+    config = TLSConfig(ca_file=ca, cert_file=cert, key_file=key, server_name=server_name)
+    try:
+        channel_security(config)
+    except InvalidArgumentError as exc:
+        raise OptionError(f"option {', '.join(given)}: {exc.message}") from exc
+    return config
+
+
 _ENDPOINT_WHY = "host:port of the popmq proxy, or several comma-separated to fail over between"
 _MAX_INT = 2**31 - 1
 _MAX_LONG = 2**63 - 1
@@ -148,6 +172,9 @@ class ReadOptions:
     """Pop mode: a SQL92 filter over properties instead ("region = 'eu' AND amount > 100")."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
+    tls: TLS = False
+    """TLS to the proxies: True (the system's roots) or a TLSConfig (options tls,
+    tlsCaFile, tlsCertFile, tlsKeyFile, tlsServerName); False: plaintext."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -212,6 +239,7 @@ class ReadOptions:
             filter=o.text("filter", "*").strip() or "*",
             sql_filter=o.text("sqlFilter").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+            tls=_tls(o),
         )
 
 
@@ -234,6 +262,8 @@ class WriteOptions:
     window stores nothing twice. Default: a fresh id per write (covers task retries)."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
+    tls: TLS = False
+    """TLS to the proxies (see ReadOptions.tls)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -246,4 +276,5 @@ class WriteOptions:
             batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 4 * 1024 * 1024),
             dedup_key=o.text("dedupKey").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+            tls=_tls(o),
         )

@@ -162,7 +162,9 @@ class _Sender:
         batch, _ = self.pending.pop(topic, ([], 0))
         if not batch:
             return
-        producer = _clients.producer(self.options.endpoint, self.options.timeout_s)
+        producer = _clients.producer(
+            self.options.endpoint, self.options.timeout_s, tls=self.options.tls
+        )
         for receipt in producer.send_batch(topic, batch):
             if receipt.duplicate:
                 self.duplicates += 1

@@ -38,6 +38,20 @@ class SecurityConfig:
     """A second, plaintext listener HOST:PORT beside the TLS one; empty (the default): none.
     Protected mode applies to it as to the main listener."""
 
+    broker_tls: bool = False
+    """`popmq proxy`: connect to the brokers with TLS (brokers that serve `tls_cert_file`),
+    verifying their certificates with `broker_tls_ca_file`, else the system's roots."""
+    broker_tls_ca_file: str = ""
+    """`popmq proxy`: PEM CA bundle that signed the brokers' certificates."""
+    broker_tls_cert_file: str = ""
+    """`popmq proxy`: PEM certificate the proxy presents to brokers that require client
+    certificates (their `tls_client_ca_file`), with `broker_tls_key_file`."""
+    broker_tls_key_file: str = ""
+    """`popmq proxy`: PEM private key of `broker_tls_cert_file`."""
+    broker_tls_server_name: str = ""
+    """`popmq proxy`: the name the brokers' certificates must carry, when it is not the host
+    of their registered address (e.g. one certificate `broker.internal` for all)."""
+
     authentication: bool = False
     """Require every request (but health and reflection) to be signed by a known, enabled
     user: RocketMQ 5's `authorization: MQv2-HMAC-SHA1 ...` header, the same for popmq.v1.
@@ -86,6 +100,15 @@ class SecurityConfig:
             raise ValueError(
                 "security.plaintext_listen is a plaintext listener beside a TLS one: it "
                 "needs tls_cert_file and tls_key_file"
+            )
+        broker_files = ("broker_tls_ca_file", "broker_tls_cert_file", "broker_tls_key_file")
+        for name in (*broker_files, "broker_tls_server_name"):
+            if getattr(self, name) and not self.broker_tls:
+                raise ValueError(f"security.{name} is for TLS to brokers: set broker_tls = true")
+        if bool(self.broker_tls_cert_file) != bool(self.broker_tls_key_file):
+            raise ValueError(
+                "security.broker_tls_cert_file and security.broker_tls_key_file go together: "
+                "give both (or neither, when brokers require no client certificate)"
             )
         for name in ("tls_reload_check_s", "max_clock_skew_s"):
             value = getattr(self, name)

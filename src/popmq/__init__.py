@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from popmq.sdk import Sql as Sql
     from popmq.sdk import StoredMessage as StoredMessage
     from popmq.sdk import Subscription as Subscription
+    from popmq.sdk import TLSConfig as TLSConfig
     from popmq.sdk import Topic as Topic
     from popmq.sdk import TopicDescription as TopicDescription
     from popmq.sdk import TopicLag as TopicLag
@@ -118,6 +119,7 @@ __all__ = [
     "Sql",
     "StoredMessage",
     "Subscription",
+    "TLSConfig",
     "Topic",
     "TopicDescription",
     "TopicLag",

@@ -20,6 +20,7 @@ from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.config import ClusterConfig
 from popmq.cluster.proxy_server import ProxyServer
+from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.server import ServerConfig
 from tests.support.etcd import EtcdServer
 
@@ -27,10 +28,23 @@ T = TypeVar("T")
 
 
 class InProcessCluster:
-    """etcd + brokers + proxies; `proxies[i]` is an endpoint for the SDK."""
+    """etcd + brokers + proxies; `proxies[i]` is an endpoint for the SDK.
 
-    def __init__(self, root: Path, *, cluster: str = "test", session_ttl_s: int = 3) -> None:
+    `broker_security` and `proxy_security` are the `[security]` sections of the brokers and
+    of the proxies (TLS between them, for one)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        cluster: str = "test",
+        session_ttl_s: int = 3,
+        broker_security: SecurityConfig | None = None,
+        proxy_security: SecurityConfig | None = None,
+    ) -> None:
         self.root = root
+        self._broker_security = broker_security or SecurityConfig()
+        self._proxy_security = proxy_security or SecurityConfig()
         self.etcd = EtcdServer(root / "etcd")
         self._cluster_name = cluster
         self._ttl = session_ttl_s
@@ -69,6 +83,7 @@ class InProcessCluster:
             shutdown_grace_s=1.0,
             cluster=self.config,
             broker=BrokerConfig(broker_name=name, store=StoreConfig(data_dir=self.root / name)),
+            security=self._broker_security,
         )
         server = BrokerServer(config)
         self.call(server.start)
@@ -82,7 +97,9 @@ class InProcessCluster:
         self.wait_live(set(self.brokers))
 
     def add_proxy(self) -> str:
-        proxy = ProxyServer(ServerConfig(listen="127.0.0.1:0", cluster=self.config))
+        proxy = ProxyServer(
+            ServerConfig(listen="127.0.0.1:0", cluster=self.config, security=self._proxy_security)
+        )
         port = self.call(proxy.start)
         self._proxies.append(proxy)
         self.proxies.append(f"127.0.0.1:{port}")

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +27,16 @@ RUNNER = Path(__file__).with_name("rmq_runner.py")
 class OfficialClient:
     """Starts rmq_runner.py scenarios against one endpoint and collects their results."""
 
-    def __init__(self, endpoint: str, home: Path) -> None:
+    def __init__(self, endpoint: str, home: Path, env: Mapping[str, str] | None = None) -> None:
         self.endpoint = endpoint
         self.home = home  # the official client logs to ~/logs/rocketmq_python
+        self.env = dict(env or {})  # more environment of the runner (TLS roots)
         home.mkdir(parents=True, exist_ok=True)
         self._running: list[subprocess.Popen[str]] = []
 
     def start(self, scenario: str, **params: Any) -> subprocess.Popen[str]:
         """Start a scenario without waiting for it (see `result`)."""
-        env = {**os.environ, "HOME": str(self.home)}
+        env = {**os.environ, **self.env, "HOME": str(self.home)}
         spec = json.dumps({"scenario": scenario, "endpoint": self.endpoint, **params})
         proc = subprocess.Popen(
             [sys.executable, str(RUNNER), spec],

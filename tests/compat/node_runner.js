@@ -5,6 +5,9 @@
 // - push_fail: a PushConsumer whose listener always fails; records each delivery attempt
 //   for `wait_ms`, then how long its shutdown takes (capped at 15 s).
 // - simple_namespaced: a SimpleConsumer with a namespace receives once.
+// - tls_roundtrip: with sslEnabled, a Producer sends `body` and a SimpleConsumer receives
+//   and acks it (grpc-js verifies the server with its default roots, which the test points
+//   at its CA with GRPC_DEFAULT_SSL_ROOTS_FILE_PATH).
 'use strict';
 const { PushConsumer, Producer, SimpleConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
 
@@ -56,7 +59,36 @@ async function simpleNamespaced(spec) {
   }
 }
 
-const scenarios = { push_fail: pushFail, simple_namespaced: simpleNamespaced };
+async function tlsRoundtrip(spec) {
+  const common = { endpoints: spec.endpoint, namespace: '', logger: silent, sslEnabled: true };
+  const producer = new Producer(common);
+  await producer.startup();
+  const receipt = await producer.send({ topic: spec.topic, body: Buffer.from(spec.body) });
+  await producer.shutdown();
+  const consumer = new SimpleConsumer({
+    ...common,
+    consumerGroup: spec.group,
+    subscriptions: new Map([[spec.topic, '*']]),
+    awaitDuration: 5000,
+  });
+  await consumer.startup();
+  const received = [];
+  const giveUp = Date.now() + 30000;
+  while (received.length === 0 && Date.now() < giveUp) {
+    for (const message of await consumer.receive(4, 20000)) {
+      await consumer.ack(message);
+      received.push(message.body.toString());
+    }
+  }
+  await consumer.shutdown();
+  return { sent: receipt.messageId, received };
+}
+
+const scenarios = {
+  push_fail: pushFail,
+  simple_namespaced: simpleNamespaced,
+  tls_roundtrip: tlsRoundtrip,
+};
 
 async function main() {
   const spec = JSON.parse(process.argv[2]);

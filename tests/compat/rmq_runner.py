@@ -12,6 +12,9 @@ Scenarios (field "scenario"):
   invisible duration, tries the old handle, and acks with the new one ("change_then_ack").
 - push: a PushConsumer whose listener fails the bodies in `fail_bodies` and consumes the
   rest, until every wanted outcome was seen.
+
+Every scenario takes "tls": true for the clients' `tls_enable` (they verify the server with
+grpc's roots: the test points GRPC_DEFAULT_SSL_ROOTS_FILE_PATH at its CA).
 """
 
 from __future__ import annotations
@@ -75,7 +78,9 @@ def _message(msg: Message) -> dict[str, Any]:
 
 
 def produce(scenario: dict[str, Any]) -> dict[str, Any]:
-    producer = Producer(_config(scenario), (scenario["topic"],))
+    producer = Producer(
+        _config(scenario), (scenario["topic"],), tls_enable=scenario.get("tls", False)
+    )
     producer.startup()
     receipts: list[dict[str, Any]] = []
     try:
@@ -138,6 +143,7 @@ def simple(scenario: dict[str, Any]) -> dict[str, Any]:
         scenario["group"],
         {scenario["topic"]: _filter(scenario.get("filter"))},
         await_duration=scenario.get("await_s", 5),
+        tls_enable=scenario.get("tls", False),
     )
     consumer.startup()
     received: list[dict[str, Any]] = []
@@ -213,6 +219,7 @@ def push(scenario: dict[str, Any]) -> dict[str, Any]:
         listener,
         {scenario["topic"]: _filter(scenario.get("filter"))},
         consumption_thread_count=scenario.get("threads", 4),
+        tls_enable=scenario.get("tls", False),
     )
     consumer.startup()
     started = time.monotonic()

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from popmq.broker_core.types import NewMessage
+from popmq.proxy.security.config import SecurityConfig
 from tests.integration.server import ServerThread
+from tests.support.certs import CertificateAuthority
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("node_runner.js")
@@ -29,14 +31,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run_node(scenario: str, endpoint: str, **params: Any) -> dict[str, Any]:
+def run_node(
+    scenario: str, endpoint: str, env: dict[str, str] | None = None, **params: Any
+) -> dict[str, Any]:
     spec = json.dumps({"scenario": scenario, "endpoint": endpoint, **params})
     done = subprocess.run(
         ["node", str(RUNNER), spec],
         capture_output=True,
         text=True,
         timeout=90,
-        env={**os.environ, "NODE_PATH": str(MODULES)},
+        env={**os.environ, "NODE_PATH": str(MODULES), **(env or {})},
         check=False,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -77,3 +81,26 @@ def test_a_namespaced_node_simple_consumer_is_refused_not_served_another_topic(
     )
     assert "received" not in result, result
     assert result["error"]
+
+
+def test_a_node_client_with_ssl_enabled_sends_and_receives_over_tls(tmp_path: Path) -> None:
+    """sslEnabled verifies the server with grpc-js's default roots: given the test's CA
+    through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, as an operator's CA bundle would be."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    pair = ca.server()
+    security = SecurityConfig(tls_cert_file=str(pair.cert), tls_key_file=str(pair.key))
+    server = ServerThread(tmp_path / "data", security=security)
+    server.start()
+    try:
+        server.call(lambda: server.broker.create_topic("orders", 1))
+        result = run_node(
+            "tls_roundtrip",
+            server.endpoint,
+            env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(ca.cert)},
+            group="node-tls",
+            topic="orders",
+            body="over TLS",
+        )
+    finally:
+        server.stop()
+    assert result["received"] == ["over TLS"], result

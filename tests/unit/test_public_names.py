@@ -52,7 +52,7 @@ EXPECTED = {
         "PushConsumerOptions", "PushConsumerStats", "QueueLag", "QueueStats",
         "ReceivedMessage", "RedriveResult", "ResourceExhaustedError", "RetryPolicy",
         "SendReceipt", "ServerError", "ServerInfo", "SimpleConsumer", "Sql", "StoredMessage",
-        "Subscription", "Topic", "TopicDescription", "TopicLag", "UnauthenticatedError",
+        "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag", "UnauthenticatedError",
         "UnavailableError", "User",
     ],
     "popmq.spark": [

@@ -17,6 +17,7 @@ import pytest
 from popmq import sdk
 from popmq.cli import commands as cli_commands
 from popmq.cli import main as cli_main
+from popmq.sdk.tls import TLS
 
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -46,8 +47,11 @@ class FakeConsumer:
     instances: ClassVar[list[FakeConsumer]] = []
     messages: ClassVar[list[sdk.ReceivedMessage]] = []
 
-    def __init__(self, endpoint: str, *, group: str, topic: str, filter: str) -> None:
+    def __init__(
+        self, endpoint: str, *, group: str, topic: str, filter: str, tls: TLS = False
+    ) -> None:
         self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
+        self.tls = tls
         self.receive_args: dict[str, Any] = {}
         self.acked: list[sdk.ReceivedMessage] = []
         self.nacked: list[tuple[sdk.ReceivedMessage, float | None]] = []
