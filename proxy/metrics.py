@@ -12,7 +12,8 @@ also exports series per broker (`ClusterBrokersCollector`, labelled `broker`), r
 its status provider (proxy/status.py). `popmq broker --metrics-listen` serves its own
 broker's families in the same format as `popmq serve`.
 
-`RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
+`RpcInterceptor` is the only gRPC interceptor of the server (but for the security gate's,
+proxy/security/gate.py, installed only when authentication is on), because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
 continuation per interceptor, and whatever the interceptor builds for a call (a closure, a
 method handler) lives as long as the call, which for a held long poll is up to 30 s, times

@@ -52,6 +52,7 @@ from popmq.proxy.metrics import (
 )
 from popmq.proxy.rocketmq import RocketMQService
 from popmq.proxy.security.config import SecurityConfig
+from popmq.proxy.security.gate import Gate
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,9 @@ class PopMQServer:
         self._metrics_endpoint: MetricsEndpoint | None = None
         self.metrics_port = 0
         """Bound port of the Prometheus endpoint (0 when it is off)."""
+        self.gate = Gate.from_config(self.config.security)
+        """Authentication and access control of every call but health and reflection
+        (proxy/security/gate.py); off unless `[security] authentication`."""
         self._opened = False
         # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
         self._failure_watch: asyncio.Task[None] | None = None
@@ -241,6 +245,10 @@ class PopMQServer:
             return self.port
         host, port = split_listen(self.config.listen)
         return_large_blocks()  # freed message memory goes back to the system (issue 20)
+        interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
+        gate = self.gate.interceptor()
+        if gate is not None:  # none when authentication is off: the gate then costs nothing
+            interceptors.append(gate)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
@@ -253,7 +261,7 @@ class PopMQServer:
                 ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
                 *self.config.connections.grpc_options(),
             ],
-            interceptors=[RpcInterceptor(self.health, self.metrics)],
+            interceptors=interceptors,
         )
         add_ops_services(server, self.health, self._late)
         try:

@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.types import (
     ClusterStatus,
@@ -225,6 +226,8 @@ class AsyncAdmin(AsyncClient):
             list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     async def _call(self, method: str, request: Message) -> Any:
@@ -546,10 +549,18 @@ class Admin(SyncClient[AsyncAdmin]):
         endpoint: ``host:port`` of the popmq proxy, or several (``"h1:8081,h2:8081"`` or a
             list) to fail over between (docs/operations.md, "Endpoints and failover").
         timeout_s: Timeout of each call, in seconds.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
-    def __init__(self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s))
+    def __init__(
+        self,
+        endpoint: Endpoints,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        credentials: Credentials | None = None,
+    ) -> None:
+        super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s, credentials=credentials))
 
     def create_topic(
         self, name: str, queues: int | None = None, message_type: str | None = None

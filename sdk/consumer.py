@@ -16,6 +16,7 @@ from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._pop_stream import PopStream
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import PopMQError, error_from_code_name
 from popmq.sdk.leases import LeasePage, LeaseResult
 from popmq.sdk.types import ReceivedMessage, Sql, datetime_from_timestamp, duration_from_seconds
@@ -113,6 +114,8 @@ class AsyncSimpleConsumer(AsyncClient):
             ``ack`` argument) and failed, and the error, before that receive returns. By
             default such a failure is logged as a warning. It is not raised: that would drop
             the messages the receive popped.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -126,8 +129,9 @@ class AsyncSimpleConsumer(AsyncClient):
         channel: Any = None,
         multiplex: bool = True,
         on_ack_failure: AckFailure | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, credentials=credentials)
         self.group = group
         self.topic = topic
         self.filter = filter
@@ -405,6 +409,8 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
             ``Ack``.
         on_ack_failure: Told of each failed ack that rode on a ``receive`` (see
             ``AsyncSimpleConsumer``); it runs on the SDK's event-loop thread.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -417,6 +423,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         multiplex: bool = True,
         on_ack_failure: AckFailure | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(
             AsyncSimpleConsumer(
@@ -427,6 +434,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
                 timeout_s=timeout_s,
                 multiplex=multiplex,
                 on_ack_failure=on_ack_failure,
+                credentials=credentials,
             )
         )
 

@@ -53,6 +53,7 @@ from popmq.sdk._validation import (
     check_request_size,
     check_schedule,
 )
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError, ServerError
 from popmq.sdk.types import Message, SendReceipt
 
@@ -176,6 +177,8 @@ class AsyncProducer(AsyncClient):
             after it broke (see ``popmq.sdk._send_stream``). False makes each request its own
             unary ``SendMessages`` call (for example behind a proxy that does not carry
             bidirectional streams).
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -188,9 +191,10 @@ class AsyncProducer(AsyncClient):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         coalesce: bool = True,
         multiplex: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight)
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, credentials=credentials)
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
         self._coalescer = SendCoalescer(self.send_request) if coalesce else None
@@ -487,6 +491,8 @@ class Producer(SyncClient[AsyncProducer]):
             ``AsyncProducer``).
         multiplex: Send over one ``SendStream`` call; False makes each request a unary
             call (see ``AsyncProducer``).
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -499,6 +505,7 @@ class Producer(SyncClient[AsyncProducer]):
         max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
         coalesce: bool = True,
         multiplex: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight, max_in_flight_bytes)
         super().__init__(
@@ -509,6 +516,7 @@ class Producer(SyncClient[AsyncProducer]):
                 max_in_flight=max_in_flight,
                 coalesce=coalesce,
                 multiplex=multiplex,
+                credentials=credentials,
             )
         )
         self._window = _InFlightWindow(max_in_flight, max_in_flight_bytes)

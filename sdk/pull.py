@@ -18,6 +18,7 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._compression import decode_body
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.types import QueueStats, datetime_from_timestamp
 
@@ -146,6 +147,8 @@ class AsyncPullConsumer(AsyncClient):
             ``get_offsets``.
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -156,8 +159,9 @@ class AsyncPullConsumer(AsyncClient):
         group: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel)
+        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, credentials=credentials)
         self.topic = topic
         self.group = group
 
@@ -254,8 +258,13 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
         topic: str,
         group: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(AsyncPullConsumer(endpoint, topic=topic, group=group, timeout_s=timeout_s))
+        super().__init__(
+            AsyncPullConsumer(
+                endpoint, topic=topic, group=group, timeout_s=timeout_s, credentials=credentials
+            )
+        )
 
     @property
     def topic(self) -> str:

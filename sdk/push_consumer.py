@@ -96,6 +96,7 @@ from popmq.sdk._push.registration import Registration
 from popmq.sdk._push.shared import Counters
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.consumer import AsyncSimpleConsumer
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError
 from popmq.sdk.types import ReceivedMessage, Sql
 
@@ -222,6 +223,8 @@ class AsyncPushConsumer(AsyncClient):
         timeout_s: Timeout of each call (a receive waits ``wait_s`` longer).
         options: All of the settings above in one ``PushConsumerOptions``, instead of
             the keywords (giving both raises ``TypeError``).
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md); not one of the ``options``.
     """
 
     def __init__(
@@ -249,6 +252,7 @@ class AsyncPushConsumer(AsyncClient):
         client_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         if not callable(listener):
             raise TypeError(f"listener must be callable, got {type(listener).__name__}")
@@ -277,7 +281,7 @@ class AsyncPushConsumer(AsyncClient):
             },
         )
         matchers = _matchers(subscriptions, options.mode)
-        super().__init__(endpoint, timeout_s=options.timeout_s)
+        super().__init__(endpoint, timeout_s=options.timeout_s, credentials=credentials)
         self.group = group
         self.subscriptions: dict[str, str | Sql] = dict(subscriptions)
         self.listener = listener
@@ -534,6 +538,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
         client_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(
             AsyncPushConsumer(
@@ -559,6 +564,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
                 client_id=client_id,
                 timeout_s=timeout_s,
                 options=options,
+                credentials=credentials,
             )
         )
 

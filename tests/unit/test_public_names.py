@@ -44,8 +44,9 @@ EXPECTED = {
     "popmq.sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
         "AsyncPushConsumer", "AsyncSimpleConsumer", "BrokerStatus", "ClusterStatus",
-        "ConsumeResult", "ConsumerOffset", "DeadlineExceededError", "EtcdEndpointStatus",
-        "ExponentialBackoff", "FailedPreconditionError", "Group", "InvalidArgumentError",
+        "ConsumeResult", "ConsumerOffset", "Credentials", "DeadlineExceededError",
+        "EtcdEndpointStatus", "ExponentialBackoff", "FailedPreconditionError", "Group",
+        "InvalidArgumentError",
         "LagReport", "LeasePage", "LeaseResult", "Message", "NotFoundError", "OffsetChange",
         "OffsetReset", "PermissionDeniedError", "PopMQError", "Producer", "ProxyStatus",
         "PullConsumer", "PullResult", "PulledMessage", "PushConsumer", "PushConsumerOptions",
