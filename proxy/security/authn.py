@@ -61,7 +61,9 @@ def _read_secret_file(path: str) -> str:
     """The secret in `path` (one trailing line break dropped), if only its owner may read it."""
     name = "security.root_secret_key_file"
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # A symlink is followed (Kubernetes mounts secrets so): the mode that counts is
+        # the file's whose bytes are read, checked on the open descriptor.
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise InvalidArgumentError(f"{name} {path} does not exist") from None
     except OSError as exc:
