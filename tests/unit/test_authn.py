@@ -67,8 +67,10 @@ def test_each_failure_names_the_credential_and_never_the_secret() -> None:
         "missing": refusal([("x-mq-client-id", "c1")]),
         "malformed": refusal([("authorization", "Basic cm9vdA=="), ("x-mq-date-time", "x")]),
         "empty": refusal(
-            [("authorization", "MQv2-HMAC-SHA1 Credential=, Signature=" + "0" * 40)]
-            + [("x-mq-date-time", "20261127T101500Z")]
+            [
+                ("authorization", "MQv2-HMAC-SHA1 Credential=, Signature=" + "0" * 40),
+                ("x-mq-date-time", "20261127T101500Z"),
+            ]
         ),
         "unknown": refusal(signed("nobody", "x")),
         "disabled": refusal(signed("gone", "gone-secret")),
