@@ -12,7 +12,7 @@ import atexit
 import threading
 from typing import Any, TypeVar
 
-from popmq import Admin, Producer, PullConsumer, SimpleConsumer, Sql
+from popmq import Admin, Credentials, Producer, PullConsumer, SimpleConsumer, Sql
 
 __all__ = ["admin", "producer", "pull_consumer", "simple_consumer"]
 
@@ -31,37 +31,66 @@ def _get(key: tuple[Any, ...], make: type[_T], *args: Any, **kwargs: Any) -> _T:
         return client
 
 
-def pull_consumer(endpoint: str, topic: str, group: str, timeout_s: float) -> PullConsumer:
+def pull_consumer(
+    endpoint: str,
+    topic: str,
+    group: str,
+    timeout_s: float,
+    *,
+    credentials: Credentials | None = None,
+) -> PullConsumer:
     return _get(
-        ("pull", endpoint, topic, group, timeout_s),
+        ("pull", endpoint, topic, group, timeout_s, credentials),
         PullConsumer,
         endpoint,
         topic=topic,
         group=group,
         timeout_s=timeout_s,
+        credentials=credentials,
     )
 
 
 def simple_consumer(
-    endpoint: str, group: str, topic: str, filter: str | Sql, timeout_s: float
+    endpoint: str,
+    group: str,
+    topic: str,
+    filter: str | Sql,
+    timeout_s: float,
+    *,
+    credentials: Credentials | None = None,
 ) -> SimpleConsumer:
     return _get(
-        ("simple", endpoint, group, topic, filter, timeout_s),
+        ("simple", endpoint, group, topic, filter, timeout_s, credentials),
         SimpleConsumer,
         endpoint,
         group=group,
         topic=topic,
         filter=filter,
         timeout_s=timeout_s,
+        credentials=credentials,
     )
 
 
-def producer(endpoint: str, timeout_s: float) -> Producer:
-    return _get(("producer", endpoint, timeout_s), Producer, endpoint, timeout_s=timeout_s)
+def producer(
+    endpoint: str, timeout_s: float, *, credentials: Credentials | None = None
+) -> Producer:
+    return _get(
+        ("producer", endpoint, timeout_s, credentials),
+        Producer,
+        endpoint,
+        timeout_s=timeout_s,
+        credentials=credentials,
+    )
 
 
-def admin(endpoint: str, timeout_s: float) -> Admin:
-    return _get(("admin", endpoint, timeout_s), Admin, endpoint, timeout_s=timeout_s)
+def admin(endpoint: str, timeout_s: float, *, credentials: Credentials | None = None) -> Admin:
+    return _get(
+        ("admin", endpoint, timeout_s, credentials),
+        Admin,
+        endpoint,
+        timeout_s=timeout_s,
+        credentials=credentials,
+    )
 
 
 @atexit.register

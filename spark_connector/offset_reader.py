@@ -64,7 +64,9 @@ def _datetime(ms: int) -> datetime:
 
 def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Executor side: pull [start, end) of one queue, one Arrow batch per pull."""
-    puller = _clients.pull_consumer(options.endpoint, part.topic, "", options.timeout_s)
+    puller = _clients.pull_consumer(
+        options.endpoint, part.topic, "", options.timeout_s, credentials=options.credentials
+    )
     position = part.start
     while position < part.end:
         want = min(options.pull_batch_size, part.end - position)
@@ -97,13 +99,17 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
 
 def _bounds(options: ReadOptions) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest, latest) offset per queue now."""
-    puller = _clients.pull_consumer(options.endpoint, options.topic, "", options.timeout_s)
+    puller = _clients.pull_consumer(
+        options.endpoint, options.topic, "", options.timeout_s, credentials=options.credentials
+    )
     stats = puller.queue_offsets()
     return {s.queue_id: s.min_offset for s in stats}, {s.queue_id: s.max_offset for s in stats}
 
 
 def _offsets_at(options: ReadOptions, ms: int) -> dict[int, int]:
-    puller = _clients.pull_consumer(options.endpoint, options.topic, "", options.timeout_s)
+    puller = _clients.pull_consumer(
+        options.endpoint, options.topic, "", options.timeout_s, credentials=options.credentials
+    )
     return puller.offsets_at(_datetime(ms))
 
 
@@ -303,7 +309,9 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         o = self.options
         if not o.group or offsets == self._group_committed:
             return
-        puller = _clients.pull_consumer(o.endpoint, o.topic, o.group, o.timeout_s)
+        puller = _clients.pull_consumer(
+            o.endpoint, o.topic, o.group, o.timeout_s, credentials=o.credentials
+        )
         try:
             puller.commit_offsets(offsets)
         except PopMQError as exc:

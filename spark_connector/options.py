@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from popmq import Credentials, InvalidArgumentError
 from popmq.spark.errors import OptionError
 
 __all__ = ["ReadOptions", "WriteOptions", "parse_duration_s"]
@@ -91,12 +92,44 @@ class _Options:
 
 
 _ENDPOINT_WHY = "host:port of the popmq proxy, or several comma-separated to fail over between"
+
+
+def _credentials(o: _Options) -> tuple[str, str]:
+    """accessKey and secretKey: both or neither, checked as the SDK's Credentials."""
+    access_key, secret_key = o.text("accessKey").strip(), o.text("secretKey")
+    if bool(access_key) != bool(secret_key):
+        raise OptionError(
+            "options accessKey and secretKey go together: give both (a server with "
+            "authentication on) or neither"
+        )
+    if access_key:
+        try:
+            Credentials(access_key, secret_key)
+        except InvalidArgumentError as exc:
+            raise OptionError(f"option accessKey: {exc.message}") from None
+    return access_key, secret_key
+
+
+class _Signed:
+    """The credentials of a read's or write's clients (options accessKey, secretKey)."""
+
+    access_key: str
+    secret_key: str
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """What the SDK clients sign calls with; None without accessKey."""
+        if not self.access_key:
+            return None
+        return Credentials(self.access_key, self.secret_key)
+
+
 _MAX_INT = 2**31 - 1
 _MAX_LONG = 2**63 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReadOptions:
+class ReadOptions(_Signed):
     """Options of a read (batch or streaming)."""
 
     endpoint: str
@@ -148,6 +181,11 @@ class ReadOptions:
     """Pop mode: a SQL92 filter over properties instead ("region = 'eu' AND amount > 100")."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
+    access_key: str = ""
+    """accessKey: the access key the clients sign calls with (servers with authentication
+    on); empty: unsigned."""
+    secret_key: str = field(default="", repr=False)
+    """secretKey: its secret key (never shown: Spark redacts options named like it)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -155,6 +193,7 @@ class ReadOptions:
         o = _Options(options)
         endpoint = o.required("endpoint", _ENDPOINT_WHY)
         topic = o.required("topic", "the topic to read")
+        access_key, secret_key = _credentials(o)
         mode = o.text("mode", "offset").strip().lower()
         if mode not in ("offset", "pop"):
             raise OptionError(f"option mode={mode!r} is not supported: use offset or pop")
@@ -212,11 +251,13 @@ class ReadOptions:
             filter=o.text("filter", "*").strip() or "*",
             sql_filter=o.text("sqlFilter").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+            access_key=access_key,
+            secret_key=secret_key,
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class WriteOptions:
+class WriteOptions(_Signed):
     """Options of a write (batch or streaming)."""
 
     endpoint: str
@@ -234,11 +275,17 @@ class WriteOptions:
     window stores nothing twice. Default: a fresh id per write (covers task retries)."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
+    access_key: str = ""
+    """accessKey: the access key the clients sign calls with (servers with authentication
+    on); empty: unsigned."""
+    secret_key: str = field(default="", repr=False)
+    """secretKey: its secret key (never shown: Spark redacts options named like it)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         """Check and parse a write's options."""
         o = _Options(options)
+        access_key, secret_key = _credentials(o)
         return cls(
             endpoint=o.required("endpoint", _ENDPOINT_WHY),
             topic=o.text("topic").strip(),
@@ -246,4 +293,6 @@ class WriteOptions:
             batch_bytes=o.count("batchBytes", 4 * 1024 * 1024, 1, 4 * 1024 * 1024),
             dedup_key=o.text("dedupKey").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
+            access_key=access_key,
+            secret_key=secret_key,
         )

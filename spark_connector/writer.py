@@ -162,7 +162,10 @@ class _Sender:
         batch, _ = self.pending.pop(topic, ([], 0))
         if not batch:
             return
-        producer = _clients.producer(self.options.endpoint, self.options.timeout_s)
+        options = self.options
+        producer = _clients.producer(
+            options.endpoint, options.timeout_s, credentials=options.credentials
+        )
         for receipt in producer.send_batch(topic, batch):
             if receipt.duplicate:
                 self.duplicates += 1

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.proxy.metrics import MetricsConfig
+from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.server import PopMQServer, ServerConfig
 
 T = TypeVar("T")
@@ -26,8 +27,10 @@ class ServerThread:
         broker: BrokerConfig | None = None,
         *,
         metrics: bool = False,
+        security: SecurityConfig | None = None,
     ) -> None:
-        """``metrics``: count RPCs (read them with ``rpc_count``)."""
+        """``metrics``: count RPCs (read them with ``rpc_count``); ``security``: the
+        server's `[security]` section (default: all off)."""
         self.data_dir = data_dir
         base = broker or BrokerConfig()
         self._config = ServerConfig(
@@ -37,6 +40,7 @@ class ServerThread:
                 base, store=StoreConfig(data_dir=data_dir, flush=base.store.flush)
             ),
             metrics=MetricsConfig(listen="127.0.0.1:0" if metrics else ""),
+            security=security or SecurityConfig(),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

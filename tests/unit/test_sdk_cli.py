@@ -46,8 +46,17 @@ class FakeConsumer:
     instances: ClassVar[list[FakeConsumer]] = []
     messages: ClassVar[list[sdk.ReceivedMessage]] = []
 
-    def __init__(self, endpoint: str, *, group: str, topic: str, filter: str) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        group: str,
+        topic: str,
+        filter: str,
+        credentials: sdk.Credentials | None = None,
+    ) -> None:
         self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
+        self.credentials = credentials
         self.receive_args: dict[str, Any] = {}
         self.acked: list[sdk.ReceivedMessage] = []
         self.nacked: list[tuple[sdk.ReceivedMessage, float | None]] = []
