@@ -353,6 +353,9 @@ def server_table(info: ServerInfo) -> None:
     table.add_row("topics", str(info.topics))
     table.add_row("groups", str(info.groups))
     out.print(table)
+    if not info.config:  # the server shows its configuration to SUPER users only
+        out.print("configuration: shown to SUPER users only")
+        return
     config = Table("setting", "value", title="configuration in effect")
     for key, value in info.config.items():
         config.add_row(key, value)

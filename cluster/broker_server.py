@@ -49,11 +49,13 @@ from popmq.cluster.coordination import Coordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
+from popmq.proxy.security.protected import check_protected_mode
 from popmq.proxy.server import (
     MAX_MESSAGE_BYTES,
     MAX_RECEIVE_BYTES,
     ServerConfig,
     _version,
+    metrics_endpoint,
     run_process,
     split_listen,
     wait_for_stop_signal,
@@ -116,6 +118,9 @@ class BrokerServer:
         """Open the store, listen, register and sync the catalog (cluster mode), turn
         SERVING; returns the bound port."""
         host, port = split_listen(self.config.listen)
+        # BrokerService reads and writes every topic for whoever calls: protected mode
+        # applies as to a proxy (docs/security.md#protected-mode).
+        check_protected_mode(self.config.security, (self.config.listen,), server="popmq broker")
         if self.in_cluster and self.config.broker.auto_create_topics:
             log.warning(
                 "broker.auto_create_topics is true, but a cluster broker creates topics only "
@@ -168,8 +173,7 @@ class BrokerServer:
     async def _serve_metrics(self) -> None:
         metrics = Metrics()
         metrics.watch(self.broker, _version())
-        host, port = split_listen(self.config.metrics.listen)
-        endpoint = MetricsEndpoint(metrics, host, port)
+        endpoint = metrics_endpoint(metrics, self.config)
         try:
             self.metrics_port = await endpoint.start()
         except OSError as exc:

@@ -3,6 +3,10 @@
 Each RPC checks the request's shape here (enums, required fields, oneof-like pairs) and
 leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
 embedded API get the same answers. Errors become gRPC statuses once, in `popmq.proxy.errors.rpc`.
+
+Every mutation (topics, groups, offsets, purge, redrive) writes its audit line, successful
+or not (`popmq.proxy.security.audit.audited`; the events are its AUDITED_METHODS).
+GetServerInfo shows the configuration to SUPER users only.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from popmq.broker_core import (
 )
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
+from popmq.proxy.security.audit import audited
+from popmq.proxy.security.model import current_principal
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 _SERVER_VERSION: str
@@ -45,7 +51,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     Args:
         broker: The embedded broker.
         config_items: The effective configuration as "section.key" -> TOML value, reported
-            by GetServerInfo.
+            by GetServerInfo to SUPER users (secrets redacted: popmq.proxy.settings.items).
         status: What GetClusterStatus reports; default: `broker` as the one local broker
             (with no address: the server passes one that knows its address).
     """
@@ -65,6 +71,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     # -- topics ---------------------------------------------------------------------------
 
     @rpc
+    @audited("topic.create")
     async def CreateTopic(
         self, request: admin_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateTopicResponse:
@@ -75,6 +82,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.CreateTopicResponse(topic=convert.topic(info))
 
     @rpc
+    @audited("topic.update")
     async def UpdateTopic(
         self, request: admin_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UpdateTopicResponse:
@@ -102,6 +110,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     @rpc
+    @audited("topic.delete")
     async def DeleteTopic(
         self, request: admin_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteTopicResponse:
@@ -109,6 +118,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.DeleteTopicResponse()
 
     @rpc
+    @audited("topic.purge")
     async def PurgeTopic(
         self, request: admin_pb2.PurgeTopicRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.PurgeTopicResponse:
@@ -119,6 +129,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     # -- groups ---------------------------------------------------------------------------
 
     @rpc
+    @audited("group.create")
     async def CreateGroup(
         self, request: admin_pb2.CreateGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateGroupResponse:
@@ -153,6 +164,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.CreateGroupResponse(group=self._group(info.name))
 
     @rpc
+    @audited("group.update")
     async def UpdateGroup(
         self, request: admin_pb2.UpdateGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UpdateGroupResponse:
@@ -217,6 +229,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     @rpc
+    @audited("group.delete")
     async def DeleteGroup(
         self, request: admin_pb2.DeleteGroupRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteGroupResponse:
@@ -231,6 +244,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return convert.lag_report(report, _now_ms())
 
     @rpc
+    @audited("offsets.reset")
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ResetOffsetsResponse:
@@ -298,6 +312,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     @rpc
+    @audited("dlq.redrive")
     async def RedriveDeadLetters(
         self, request: admin_pb2.RedriveDeadLettersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.RedriveDeadLettersResponse:
@@ -326,7 +341,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             store_bytes=snapshot.store_bytes,
             topics=snapshot.topics,
             groups=snapshot.groups,
-            config=self._config_items,
+            # The configuration names files, addresses and users: SUPER users only.
+            config=self._config_items if current_principal().is_super else {},
         )
 
     @rpc

@@ -10,7 +10,9 @@ is a histogram observed here as calls end. `_LoopReadings` says what a `collect(
 elsewhere (another thread) does. A cluster proxy's broker is the sum over its brokers; it
 also exports series per broker (`ClusterBrokersCollector`, labelled `broker`), read from
 its status provider (proxy/status.py). `popmq broker --metrics-listen` serves its own
-broker's families in the same format as `popmq serve`.
+broker's families in the same format as `popmq serve`. Every registry also exports the
+process's denied requests and audit lines (popmq.proxy.security.audit.SecurityCollector).
+The endpoint may require basic auth or a bearer token (`[security] metrics_*`).
 
 `RpcInterceptor` is the only gRPC interceptor of the server (but for the security gate's,
 proxy/security/gate.py, installed only when authentication is on), because each one costs on
@@ -65,6 +67,8 @@ from popmq.proxy.errors import (
     request_limit,
 )
 from popmq.proxy.health import Health, refusal
+from popmq.proxy.security.audit import SecurityCollector, denied
+from popmq.proxy.security.http_auth import HttpAuth
 from popmq.proxy.status import StatusProvider, message_totals
 
 log = logging.getLogger(__name__)
@@ -408,6 +412,8 @@ class Metrics:
             registry=self.registry,
         )
         self._collectors: list[BrokerCollector | ClusterBrokersCollector] = []
+        # Denied requests and audit lines: the process's (popmq.proxy.security.audit).
+        self.registry.register(SecurityCollector())
 
     def watch(self, broker: BrokerAPI, version: str) -> None:
         """Export a started broker's state (read from its metrics snapshot at each scrape).
@@ -435,12 +441,20 @@ class Metrics:
 
 
 class MetricsEndpoint:
-    """GET /metrics over HTTP/1.1 on the event loop (one response per connection)."""
+    """GET /metrics over HTTP/1.1 on the event loop (one response per connection).
 
-    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+    With `auth` requiring credentials (`[security] metrics_*`: basic auth and/or a bearer
+    token, popmq.proxy.security.http_auth), a request without matching ones is answered 401
+    with a `WWW-Authenticate` challenge and counted as denied (method "/metrics").
+    """
+
+    def __init__(
+        self, metrics: Metrics, host: str, port: int, *, auth: HttpAuth | None = None
+    ) -> None:
         self._metrics = metrics
         self._host = host.strip("[]")
         self._port = port
+        self._auth = auth or HttpAuth()
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -457,16 +471,34 @@ class MetricsEndpoint:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            authorization: str | None = None
             async with asyncio.timeout(_HTTP_TIMEOUT_S):
                 request_line = (await reader.readline()).decode("latin-1")
                 for _ in range(_MAX_HEADER_LINES):
-                    if (await reader.readline()) in (b"\r\n", b"\n", b""):
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
                         break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "authorization":
+                        authorization = value.strip()
             parts = request_line.split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, content_type, body = await self._answer(method, path.split("?", 1)[0])
+            extra = ""
+            if self._auth.allows(authorization):
+                status, content_type, body = await self._answer(method, path.split("?", 1)[0])
+            else:
+                peer = writer.get_extra_info("peername")
+                denied(
+                    "/metrics",
+                    "UNAUTHENTICATED",
+                    peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "",
+                    detail="no credentials" if authorization is None else "wrong credentials",
+                )
+                status, content_type = "401 Unauthorized", "text/plain; charset=utf-8"
+                body = b"authentication required: give the metrics credentials\n"
+                extra = "".join(f"WWW-Authenticate: {c}\r\n" for c in self._auth.challenges())
             head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             )
             writer.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))

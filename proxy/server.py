@@ -51,8 +51,11 @@ from popmq.proxy.metrics import (
     StreamObserver,
 )
 from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.gate import Gate
+from popmq.proxy.security.http_auth import HttpAuth
+from popmq.proxy.security.protected import check_protected_mode, is_loopback
 from popmq.proxy.status import LocalStatus, StatusProvider
 
 log = logging.getLogger(__name__)
@@ -218,6 +221,8 @@ class PopMQServer:
         self.gate = Gate.from_config(self.config.security)
         """Authentication and access control of every call but health and reflection
         (proxy/security/gate.py); off unless `[security] authentication`."""
+        self._audit_file: AuditFile | None = None
+        """`[security] audit_log_file`, open from start to stop."""
         self._opened = False
         # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
         self._failure_watch: asyncio.Task[None] | None = None
@@ -244,6 +249,8 @@ class PopMQServer:
         if self._server is not None:
             return self.port
         host, port = split_listen(self.config.listen)
+        security = self.config.security
+        check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         return_large_blocks()  # freed message memory goes back to the system (issue 20)
         interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
         gate = self.gate.interceptor()
@@ -269,8 +276,7 @@ class PopMQServer:
         except RuntimeError as exc:
             raise InvalidArgumentError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if self.metrics is not None:
-            metrics_host, metrics_port = split_listen(self.config.metrics.listen)
-            endpoint = MetricsEndpoint(self.metrics, metrics_host, metrics_port)
+            endpoint = metrics_endpoint(self.metrics, self.config)
             try:
                 self.metrics_port = await endpoint.start()
             except OSError as exc:
@@ -289,6 +295,8 @@ class PopMQServer:
 
         await self.listen()
         try:
+            if self.config.security.audit_log_file:
+                self._audit_file = AuditFile(self.config.security.audit_log_file)
             await self.broker.start()
         except BaseException:
             await self.stop()
@@ -376,6 +384,24 @@ class PopMQServer:
         await self.broker.close()
         if self._owns_coordinator:
             await self.coordinator.close()
+        if self._audit_file is not None:
+            self._audit_file.close()
+
+
+def metrics_endpoint(metrics: Metrics, config: ServerConfig) -> MetricsEndpoint:
+    """The Prometheus endpoint of `config.metrics.listen`, with `[security]`'s metrics
+    credentials (`popmq serve`, `popmq proxy` and `popmq broker`); warns when it is open to
+    other machines (it names topics and groups, not what they hold)."""
+    host, port = split_listen(config.metrics.listen)
+    auth = HttpAuth.from_security(config.security)
+    if not auth.required and not is_loopback(host):
+        log.warning(
+            "the metrics endpoint on %s answers anyone who reaches it (topic and group names "
+            "and counts): set [security] metrics_username and metrics_password, or "
+            "metrics_bearer_token",
+            config.metrics.listen,
+        )
+    return MetricsEndpoint(metrics, host, port, auth=auth)
 
 
 async def serve(config: ServerConfig) -> None:

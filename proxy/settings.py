@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from popmq.broker_core import InvalidArgumentError
+from popmq.proxy.security.config import SECRET_SETTINGS
 from popmq.proxy.server import ServerConfig
 
 ENV_PREFIX = "POPMQ_"
@@ -41,6 +42,8 @@ NOT_SETTINGS = frozenset({"POPMQ_CONFIG", "POPMQ_ENDPOINT", "POPMQ_ETCD", "POPMQ
 test suite's etcd binary and Node modules (a developer exports them for the whole suite, whose
 servers must still start)."""
 ROOT_SECTION = "server"
+REDACTED = "<redacted>"
+"""What is shown instead of a secret's value (--print-config, GetServerInfo, errors)."""
 
 _ONE_BROKER_NAME = (
     "the broker has one name, broker.broker_name ([broker] broker_name, "
@@ -74,6 +77,11 @@ class _Setting:
     @property
     def env(self) -> str:
         return f"{ENV_PREFIX}{self.section}_{self.key}".upper()
+
+    @property
+    def secret(self) -> bool:
+        """Whether its value is a secret, never shown (`[security]` SECRET_SETTINGS)."""
+        return self.section == "security" and self.key in SECRET_SETTINGS
 
 
 def _is_dataclass_type(value: Any) -> bool:
@@ -127,8 +135,9 @@ def _coerce(setting: _Setting, value: Any, where: str) -> Any:
     text = isinstance(value, str)
 
     def fail(expected: str) -> SettingsError:
+        shown = REDACTED if setting.secret else repr(value)
         return SettingsError(
-            f"{setting.name} = {value!r} ({where}) is not valid: expected {expected}"
+            f"{setting.name} = {shown} ({where}) is not valid: expected {expected}"
         )
 
     if kind is bool:
@@ -326,24 +335,34 @@ def load(
 
 
 def items(config: ServerConfig) -> dict[str, str]:
-    """The configuration as {"section.key": TOML value}, in declaration order."""
+    """The configuration as {"section.key": TOML value}, in declaration order; a secret
+    that is set shows as "<redacted>" (GetServerInfo, --print-config, never its value)."""
     out: dict[str, str] = {}
     for setting in settings_table().values():
         value: Any = config
         for part in setting.path:
             value = getattr(value, part)
         if value is not None:
-            out[setting.name] = _toml_value(value)
+            out[setting.name] = _toml_value(REDACTED if setting.secret and value else value)
     return out
 
 
 def to_toml(config: ServerConfig) -> str:
-    """The configuration as a TOML document that `--config` reads back unchanged."""
+    """The configuration as a TOML document that `--config` reads back unchanged, but for
+    the secrets: a secret that is set is a comment saying so (its value is never printed,
+    and a "<redacted>" read back would become the secret), to be given again from the
+    environment or the file it came from."""
     values = items(config)
+    table = settings_table()
     sections: dict[str, list[str]] = {}
-    for setting in settings_table().values():
+    for setting in table.values():
         value = values.get(setting.name)
-        line = f"{setting.key} = {value}" if value is not None else f"# {setting.key} is unset"
+        if value is None:
+            line = f"# {setting.key} is unset"
+        elif setting.secret and value != '""':
+            line = f"# {setting.key} = {REDACTED} (a secret: set, not shown; {setting.env})"
+        else:
+            line = f"{setting.key} = {value}"
         sections.setdefault(setting.section, []).append(line)
     return "\n".join(
         f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items()

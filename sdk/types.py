@@ -903,7 +903,8 @@ class ServerInfo:
         store_bytes: Bytes the store's files use on disk.
         topics: Number of user and dead-letter topics.
         groups: Number of consumer groups.
-        config: The configuration in effect, ``"section.key"`` -> TOML value.
+        config: The configuration in effect, ``"section.key"`` -> TOML value (secrets
+            redacted); empty unless the caller is a SUPER user.
     """
 
     version: str

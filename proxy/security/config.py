@@ -13,10 +13,11 @@ readable by its owner alone (`*_file` settings). They are never printed (`--prin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SECRET_SETTINGS = frozenset({"root_secret_key", "metrics_password", "metrics_bearer_token"})
-"""Settings of this section whose values are secrets: shown redacted everywhere."""
+"""Settings of this section whose values are secrets: shown redacted everywhere (and left
+out of the dataclass's repr, so a logged config never carries one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +49,7 @@ class SecurityConfig:
     root_access_key: str = ""
     """Access key of the root (SUPER) user, which exists whatever the user store holds;
     empty: no root user."""
-    root_secret_key: str = ""
+    root_secret_key: str = field(default="", repr=False)
     """Secret key of the root user (from the config file or POPMQ_SECURITY_ROOT_SECRET_KEY;
     or `root_secret_key_file`)."""
     root_secret_key_file: str = ""
@@ -61,9 +62,9 @@ class SecurityConfig:
 
     metrics_username: str = ""
     """Basic auth user of the metrics endpoint (with `metrics_password`); empty: none."""
-    metrics_password: str = ""
+    metrics_password: str = field(default="", repr=False)
     """Basic auth password of the metrics endpoint."""
-    metrics_bearer_token: str = ""
+    metrics_bearer_token: str = field(default="", repr=False)
     """A bearer token the metrics endpoint accepts (`Authorization: Bearer <token>`)."""
 
     audit_log_file: str = ""

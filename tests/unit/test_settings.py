@@ -205,3 +205,37 @@ def test_a_removed_broker_name_setting_is_refused_naming_broker_broker_name(
     with pytest.raises(settings.SettingsError, match=rf"\(command line\) is {instead}"):
         settings.load(flags={retired: "shard-7"})
     assert retired not in settings.settings_table()
+
+
+_SECRETS = {
+    "POPMQ_SECURITY_ROOT_ACCESS_KEY": "root",
+    "POPMQ_SECURITY_ROOT_SECRET_KEY": "s3cr3t-root",
+    "POPMQ_SECURITY_METRICS_USERNAME": "prom",
+    "POPMQ_SECURITY_METRICS_PASSWORD": "s3cr3t-password",
+    "POPMQ_SECURITY_METRICS_BEARER_TOKEN": "s3cr3t-token",
+}
+
+
+def test_secrets_are_redacted_in_the_config_items_and_the_printed_config(tmp_path: Path) -> None:
+    config = settings.load(environ=_SECRETS)
+    assert config.security.metrics_password == "s3cr3t-password"
+    items = settings.items(config)
+    for name in ("root_secret_key", "metrics_password", "metrics_bearer_token"):
+        assert items[f"security.{name}"] == '"<redacted>"'
+    assert items["security.metrics_username"] == '"prom"'
+    text = settings.to_toml(config)
+    assert "s3cr3t" not in text and "s3cr3t" not in repr(config)
+    assert "# metrics_password = <redacted> (a secret: set, not shown; " in text
+    # Read back, a redacted secret is unset (never the text "<redacted>"): given again from
+    # the environment, the config is the same.
+    back = settings.load(config_file=_write(tmp_path, text), environ=_SECRETS)
+    assert back == config
+    assert settings.items(ServerConfig())["security.metrics_password"] == '""'
+
+
+def test_a_bad_secret_value_is_not_shown_in_the_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[security]\nmetrics_password = 987654321\n")
+    with pytest.raises(settings.SettingsError) as refused:
+        settings.load(config_file=path)
+    assert "987654321" not in str(refused.value)
+    assert "security.metrics_password = <redacted>" in str(refused.value)

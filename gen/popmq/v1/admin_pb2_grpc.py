@@ -272,7 +272,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetServerInfo(self, request, context):
-        """GetServerInfo reports the server's version, uptime, store size and configuration.
+        """GetServerInfo reports the server's version, uptime, store size and configuration (the
+        configuration to SUPER users only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
