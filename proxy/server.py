@@ -301,6 +301,9 @@ class PopMQServer:
         except BaseException:
             await self.stop()
             raise
+        # Access control (issue 23, part acl) is wired here, once its store is open:
+        # self.gate.use(authorizer=AclAuthorizer(store), directory=store.directory).
+        # Until then the gate allows every authenticated caller and knows root only.
         self._opened = True
         self._failure_watch = asyncio.get_running_loop().create_task(
             self._watch_failure(), name="popmq-health-watch"

@@ -37,10 +37,19 @@ from popmq.proxy.security.config import SECRET_SETTINGS
 from popmq.proxy.server import ServerConfig
 
 ENV_PREFIX = "POPMQ_"
-NOT_SETTINGS = frozenset({"POPMQ_CONFIG", "POPMQ_ENDPOINT", "POPMQ_ETCD", "POPMQ_NODE_MODULES"})
-"""POPMQ_* variables that are not settings: the config file path, the CLI's endpoint, and the
-test suite's etcd binary and Node modules (a developer exports them for the whole suite, whose
-servers must still start)."""
+NOT_SETTINGS = frozenset(
+    {
+        "POPMQ_ACCESS_KEY",
+        "POPMQ_CONFIG",
+        "POPMQ_ENDPOINT",
+        "POPMQ_ETCD",
+        "POPMQ_NODE_MODULES",
+        "POPMQ_SECRET_KEY",
+    }
+)
+"""POPMQ_* variables that are not settings: the config file path, the CLI's endpoint and
+credentials, and the test suite's etcd binary and Node modules (a developer exports them for
+the whole suite, whose servers must still start)."""
 ROOT_SECTION = "server"
 REDACTED = "<redacted>"
 """What is shown instead of a secret's value (--print-config, GetServerInfo, errors)."""

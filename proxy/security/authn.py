@@ -57,6 +57,17 @@ def load_root_user(config: SecurityConfig) -> User | None:
     return User(config.root_access_key, secret, UserType.SUPER, enabled=True)
 
 
+def cluster_signer(config: SecurityConfig) -> signing.Signer | None:
+    """What a cluster proxy signs its BrokerService calls with: the root credential, when
+    `[security]` names one (brokers with authentication on accept only it); None without.
+
+    Raises:
+        InvalidArgumentError: The root user's secret cannot be loaded (`load_root_user`).
+    """
+    root = load_root_user(config)
+    return None if root is None else signing.Signer(root.access_key, root.secret_key)
+
+
 def _read_secret_file(path: str) -> str:
     """The secret in `path` (one trailing line break dropped), if only its owner may read it."""
     name = "security.root_secret_key_file"
@@ -132,7 +143,8 @@ class Authenticator:
     def authenticate(
         self, metadata: Iterable[tuple[str, str | bytes]] | None, source: str
     ) -> Principal:
-        """The caller of a call with `metadata`, from `source` (its IP address).
+        """The caller of a call with `metadata`, from `source` (its address as grpc reports
+        it, "ipv4:10.0.0.7:5555": audit lines show it, source CIDRs match its IP).
 
         Raises:
             UnauthenticatedError: Which credential failed (see the module docstring).

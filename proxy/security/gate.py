@@ -23,9 +23,13 @@ credentials. With authentication off the interceptor is not installed at all, so
 costs nothing per call, and the current principal is the default ANONYMOUS_SUPER.
 
 Per call: authenticate the `authorization` and `x-mq-date-time` headers (authn.py), set the
-Principal (`set_principal`, in the call's own task, which the tasks it starts inherit), then
-unless the principal is SUPER, `authorizer.checks(method, request)` and
-`authorizer.authorize(principal, checks)`. `method` is the full name "/pkg.Service/Method".
+Principal (`set_principal`, in the call's own task, which the tasks it starts inherit; its
+`source` is the peer as grpc reports it), then unless the principal is SUPER,
+`authorizer.checks(method, request)` and `authorizer.authorize(principal, checks)`. `method`
+is the full name "/pkg.Service/Method". Every refusal (UNAUTHENTICATED or PERMISSION_DENIED,
+of a call or of one stream message) goes to `audit.denied(method, code, ...)`: the
+denied-request metric, a rate-limited warning, and the audit line of a refused admin
+mutation. Nothing logs a header's value.
 
 Streams (SendStream, PopStream, Telemetry): the headers are checked once, when the stream
 opens; each request message is then authorized as it is read (the servicer's
@@ -39,9 +43,11 @@ A request that does not parse is answered INVALID_ARGUMENT by RpcInterceptor bef
 sees it (the gate needs a decoded request to authorize).
 
 Until the acl helper's store is wired, the Authorizer allows everything (`AllowAll`) and the
-only user is root (`StaticDirectory()` beside the Authenticator's root). The server's wiring
-may replace `Gate.authorizer` and `Gate.authenticator.directory` before it turns SERVING
-(calls read them each time). Everything runs on the event loop; nothing blocks.
+only user is root (`StaticDirectory()` beside the Authenticator's root). The server wires
+access control with `Gate.use(authorizer=..., directory=...)` in one place, PopMQServer.start
+(calls read both each time). A cluster broker's gate (cluster/broker_server.py) keeps root as
+its only user on purpose: only proxies call BrokerService. Everything runs on the event
+loop; nothing blocks.
 """
 
 from __future__ import annotations
@@ -51,7 +57,6 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, NoReturn, Protocol
-from urllib.parse import unquote
 
 import grpc
 from google.protobuf.message import Message
@@ -61,6 +66,7 @@ from popmq.broker_core import InvalidArgumentError, PopMQError
 from popmq.proxy.errors import RefusedRequestError, status_code
 from popmq.proxy.health import HEALTH_SERVICE
 from popmq.proxy.rocketmq import codes
+from popmq.proxy.security import audit
 from popmq.proxy.security.authn import Authenticator
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.model import Check, Principal, User, set_principal
@@ -121,27 +127,6 @@ class StaticDirectory:
         return self._users.get(access_key)
 
 
-def report_denied(method: str, code: str) -> None:
-    """Count one refused call or request (`code`: UNAUTHENTICATED, PERMISSION_DENIED, ...).
-
-    The single call site of the denied-request metric: connect
-    `popmq.proxy.security.audit.denied(method, code)` (the protect helper's) here.
-    """
-    # LEAD: popmq.proxy.security.audit.denied(method, code) once audit.py is merged.
-
-
-def source_address(peer: str) -> str:
-    """The IP address in a grpc peer string ("ipv4:10.0.0.1:5000", "ipv6:[::1]:5000",
-    with the brackets possibly %-encoded); "" for other transports (unix sockets)."""
-    scheme, _, rest = peer.partition(":")
-    if scheme == "ipv4":
-        return rest.rpartition(":")[0]
-    if scheme == "ipv6":
-        host = unquote(rest).rpartition(":")[0]
-        return host.removeprefix("[").removesuffix("]")
-    return ""
-
-
 Behavior = Callable[..., Any]
 
 
@@ -188,6 +173,14 @@ class Gate:
             )
         return cls(authenticator, authorizer)
 
+    def use(self, *, authorizer: Authorizer, directory: UserDirectory) -> None:
+        """Put access control in: `authorizer` decides, `directory` finds users besides root
+        (acl's `AclAuthorizer(store)` and the store's directory). Call it before the server
+        turns SERVING; with authentication off only the authorizer is kept (unused)."""
+        self.authorizer = authorizer
+        if self.authenticator is not None:
+            self.authenticator.directory = directory
+
     @property
     def enabled(self) -> bool:
         """Whether calls are authenticated (`[security] authentication`)."""
@@ -208,9 +201,7 @@ class Gate:
         authenticator = self.authenticator
         if authenticator is None:
             raise AssertionError("the gate is off: nothing authenticates")
-        principal = authenticator.authenticate(
-            context.invocation_metadata(), source_address(context.peer())
-        )
+        principal = authenticator.authenticate(context.invocation_metadata(), context.peer())
         set_principal(principal)
         return principal
 
@@ -239,7 +230,7 @@ class Gate:
         try:
             self.authorize(method, principal, request)
         except PopMQError as exc:
-            _refused(method, exc, principal.source)
+            _refused(method, exc, principal.source, request)
             raise RefusedRequestError(request, exc) from None
 
     # -- handlers ---------------------------------------------------------------------------
@@ -283,7 +274,7 @@ class Gate:
             try:
                 self.admit(method, request, context)
             except PopMQError as exc:
-                _refused(method, exc, context.peer())
+                _refused(method, exc, context.peer(), request)
                 return await answers.answer(context, exc)
             return await behavior(request, context)
 
@@ -296,7 +287,7 @@ class Gate:
                 try:
                     self.admit(method, request, context)
                 except PopMQError as exc:
-                    _refused(method, exc, context.peer())
+                    _refused(method, exc, context.peer(), request)
                     yield await answers.answer(context, exc)
                     return
                 async for response in behavior(request, context):
@@ -309,7 +300,7 @@ class Gate:
                 try:
                     self.admit(method, request, context)
                 except PopMQError as exc:
-                    _refused(method, exc, context.peer())
+                    _refused(method, exc, context.peer(), request)
                     await context.write(await answers.answer(context, exc))
                     return None
                 return await behavior(request, context)
@@ -372,9 +363,19 @@ class Gate:
         return None
 
 
-def _refused(method: str, error: PopMQError, peer: str) -> None:
-    report_denied(method, error.code)
-    log.debug("%s from %s refused: %s", method, peer, error)
+def _refused(method: str, error: PopMQError, peer: str, request: Message | None = None) -> None:
+    """Count and log a refusal (audit.denied: the denied-request metric, a rate-limited
+    warning, and the audit line of a refused admin mutation). Other errors of the
+    authorizer's (a request it cannot map) are answered the same way but not counted."""
+    if error.code in audit.DENIED_CODES:
+        fields = (
+            audit.request_fields(request)
+            if request is not None and method in audit.AUDITED_METHODS
+            else None
+        )
+        audit.denied(method, error.code, peer=peer, detail=str(error), request=fields)
+    else:
+        log.debug("%s from %s refused: %s", method, peer, error)
 
 
 class _Answers(Protocol):
@@ -491,6 +492,4 @@ __all__ = [
     "GateInterceptor",
     "StaticDirectory",
     "UserDirectory",
-    "report_denied",
-    "source_address",
 ]

@@ -20,9 +20,9 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import PermissionDeniedError
 from popmq.proxy.errors import RefusedRequestError
-from popmq.proxy.security import signing
+from popmq.proxy.security import audit, signing
 from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import Gate, StaticDirectory, source_address
+from popmq.proxy.security.gate import Gate, StaticDirectory
 from popmq.proxy.security.model import (
     ANONYMOUS_SUPER,
     Action,
@@ -166,7 +166,7 @@ def test_v1_unary_admitted_runs_as_its_principal() -> None:
     made, authorizer = gate()
     handler = made.wrap(V1_UNARY, unary(V1_UNARY, seen))
     run(handler.unary_unary(admin_pb2.ListTopicsRequest(), FakeContext(ROOT)))
-    assert seen == [Principal("root", UserType.SUPER, "10.1.2.3")]
+    assert seen == [Principal("root", UserType.SUPER, "ipv4:10.1.2.3:5555")]
     assert authorizer.asked == []  # SUPER users are not checked against policies
     assert current_principal() is ANONYMOUS_SUPER  # the call's task only
 
@@ -369,8 +369,21 @@ def test_health_and_reflection_are_never_gated(method: str) -> None:
     assert gate()[0].wrap(method, handler) is handler
 
 
-def test_source_is_the_peers_ip_address() -> None:
-    assert source_address("ipv4:10.0.0.1:5000") == "10.0.0.1"
-    assert source_address("ipv6:[::1]:5000") == "::1"
-    assert source_address("ipv6:%5B2001:db8::1%5D:5000") == "2001:db8::1"
-    assert source_address("unix:/tmp/popmq.sock") == ""
+def test_every_refusal_is_counted_by_method_and_code() -> None:
+    method = "/popmq.v1.AdminService/DeleteTopic"
+    handler = gate()[0].wrap(method, unary(method, []))
+    before = (
+        audit.denied_count(method, "UNAUTHENTICATED"),
+        audit.denied_count(method, "PERMISSION_DENIED"),
+    )
+    for metadata in ((), WRONG):
+        with pytest.raises(grpc.aio.AbortError):
+            run(handler.unary_unary(admin_pb2.DeleteTopicRequest(name="t"), FakeContext(metadata)))
+    assert audit.denied_count(method, "UNAUTHENTICATED") == before[0] + 2
+    made, _ = gate()
+    listing = made.wrap(V1_UNARY, unary(V1_UNARY, []))
+    denied_before = audit.denied_count(V1_UNARY, "PERMISSION_DENIED")
+    with pytest.raises(grpc.aio.AbortError):
+        run(listing.unary_unary(admin_pb2.ListTopicsRequest(), FakeContext(APP)))
+    assert audit.denied_count(V1_UNARY, "PERMISSION_DENIED") == denied_before + 1
+    assert audit.denied_count(method, "PERMISSION_DENIED") == before[1]
