@@ -74,6 +74,7 @@ from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.proxy.faults import FaultTable, FaultToleranceConfig, SendRouter
+from popmq.proxy.security.signing import Signer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class ClusterBroker:
         call_timeout_s: Deadline of a broker call that does not wait.
         default_queues_per_broker: Queues each live broker gets when a topic is created
             without a count (RocketMQ: 8 per broker).
+        signer: Signs every broker call (`authn.cluster_signer`: the root credential).
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class ClusterBroker:
         faults: FaultToleranceConfig | None = None,
         call_timeout_s: float = 10.0,
         default_queues_per_broker: int = 8,
+        signer: Signer | None = None,
     ) -> None:
         self.coordinator = coordinator
         self._info = info
@@ -119,7 +122,7 @@ class ClusterBroker:
             GroupRules(defaults=info.groups, max_invisible_s=info.pop.max_invisible_s),
             self.topology.route,
         )
-        self.pool = BrokerPool(call_timeout_s=call_timeout_s)
+        self.pool = BrokerPool(call_timeout_s=call_timeout_s, signer=signer)
         self.faults = FaultTable(faults)
         self._sender = SendRouter(self.faults)
         self._pop = ClusterPop(self.topology, self.pool)

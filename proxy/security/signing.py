@@ -153,3 +153,22 @@ def headers(access_key: str, secret_key: str, epoch_s: float | None = None) -> d
         ),
         DATE_TIME: date_time,
     }
+
+
+class Signer:
+    """Signs outgoing calls as one user: a cluster proxy's BrokerService calls, with the
+    root credential (authn.cluster_signer). Each call gets headers of its own moment, so a
+    broker's `max_clock_skew_s` window applies to them as to any client's."""
+
+    __slots__ = ("_secret_key", "access_key")
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self.access_key = access_key
+        self._secret_key = secret_key
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata that signs a call made now."""
+        return tuple(headers(self.access_key, self._secret_key).items())
+
+    def __repr__(self) -> str:
+        return f"Signer(access_key={self.access_key!r})"  # never the secret
