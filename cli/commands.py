@@ -10,6 +10,7 @@ import argparse
 import getpass
 import os
 import secrets
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 from popmq import (
     Admin,
+    Credentials,
     Message,
     Policy,
     Producer,
@@ -126,25 +128,67 @@ def _run_with_settings(
     return code
 
 
+# -- what every client command's SDK client gets ---------------------------------------------
+
+
+def connection(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of the SDK clients of a client command: its TLS and credentials (set
+    by popmq.cli.main from the --tls* flags, --access-key, --secret-key[-file] and POPMQ_*;
+    False and None: plaintext, unsigned)."""
+    return {"tls": args.tls, "credentials": args.credentials}
+
+
+# -- auth ---------------------------------------------------------------------------------------
+
+
+def auth_headers(args: argparse.Namespace) -> int:
+    """Print grpcurl's -H arguments that sign calls as the given access key."""
+    credentials: Credentials | None = args.credentials
+    if credentials is None:
+        print(
+            "error: popmq auth headers needs credentials: --access-key (or POPMQ_ACCESS_KEY) "
+            "and POPMQ_SECRET_KEY or --secret-key-file FILE",
+            file=sys.stderr,
+        )
+        return 2
+    # The middle of the next N minutes: a server with max_clock_skew_s >= N x 30 s accepts
+    # the headers all that time; one without it (the default) accepts them for ever.
+    signed_at = time.time() + args.minutes * 30.0
+    headers = dict(credentials.metadata(signed_at))
+    if args.json:
+        render.print_json(headers)
+    else:
+        print(" ".join(f"-H {shlex.quote(f'{key}: {value}')}" for key, value in headers.items()))
+    print(
+        f"note: signed for {headers['x-mq-date-time']} (UTC, the middle of the next "
+        f"{args.minutes} minutes). A server without security.max_clock_skew_s accepts these "
+        "headers for ever: keep them as secret as the secret key. One with "
+        "max_clock_skew_s = W accepts them from W seconds before that time to W seconds "
+        f"after (all {args.minutes} minutes when W >= {args.minutes * 30})",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 # -- topics -------------------------------------------------------------------------------------
 
 
 def topic_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         topic = admin.create_topic(args.name, queues=args.queues, message_type=args.type)
     render.print_json(topic) if args.json else print(render.format_topic(topic))
     return EXIT_OK
 
 
 def topic_update(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         topic = admin.update_topic(args.name, args.queues, broker=args.broker)
     render.print_json(topic) if args.json else print(render.format_topic(topic))
     return EXIT_OK
 
 
 def topic_delete(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         admin.delete_topic(args.name, force=args.force)
     if args.json:
         render.print_json({"deleted": args.name})
@@ -154,21 +198,21 @@ def topic_delete(args: argparse.Namespace) -> int:
 
 
 def topic_describe(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         description = admin.get_topic(args.name)
     render.print_json(description) if args.json else render.topic_table(description)
     return EXIT_OK
 
 
 def topic_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         topics = admin.list_topics()
     render.print_json(topics) if args.json else render.topics_table(topics)
     return EXIT_OK
 
 
 def topic_purge(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         purged = admin.purge_topic(args.name, args.queue)
     if args.json:
         render.print_json({"topic": args.name, "queue_id": args.queue, "purged": purged})
@@ -188,7 +232,7 @@ def _subscriptions(args: argparse.Namespace) -> list[Subscription]:
 
 
 def group_create(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         group = admin.create_group(
             args.name,
             max_delivery_attempts=args.max_delivery_attempts,
@@ -203,7 +247,7 @@ def group_create(args: argparse.Namespace) -> int:
 
 
 def group_update(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         group = admin.update_group(
             args.name,
             max_delivery_attempts=args.max_delivery_attempts,
@@ -219,7 +263,7 @@ def group_update(args: argparse.Namespace) -> int:
 
 
 def group_delete(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         admin.delete_group(args.name, force=args.force)
     if args.json:
         render.print_json({"deleted": args.name})
@@ -229,21 +273,21 @@ def group_delete(args: argparse.Namespace) -> int:
 
 
 def group_describe(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         group = admin.get_group(args.name)
     render.print_json(group) if args.json else render.group_table(group)
     return EXIT_OK
 
 
 def group_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         groups = admin.list_groups()
     render.print_json(groups) if args.json else render.groups_table(groups)
     return EXIT_OK
 
 
 def lag(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         report = admin.lag_report(args.group, args.topic)
     render.print_json(report) if args.json else render.lag_tables(args.group, report)
     return EXIT_OK
@@ -251,7 +295,7 @@ def lag(args: argparse.Namespace) -> int:
 
 def offsets_reset(args: argparse.Namespace) -> int:
     target: Any = dict(args.offset) if args.offset else args.to
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         result = admin.reset_offsets(args.group, args.topic, target, force=args.force)
     if args.json:
         render.print_json(result)
@@ -270,14 +314,14 @@ def offsets_reset(args: argparse.Namespace) -> int:
 
 
 def message_get(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         message = admin.query_message(args.topic, args.message_id)
     render.print_json(message) if args.json else render.message_detail(message)
     return EXIT_OK
 
 
 def message_find(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         messages = admin.query_messages_by_key(args.topic, args.key)
     if args.json:
         render.print_json(messages)
@@ -287,7 +331,7 @@ def message_find(args: argparse.Namespace) -> int:
 
 
 def message_peek(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         messages = admin.peek_messages(
             args.topic,
             queue_id=args.queue,
@@ -305,7 +349,7 @@ def message_peek(args: argparse.Namespace) -> int:
 def dlq_redrive(args: argparse.Namespace) -> int:
     started = time.monotonic()
     moved = dropped = remaining = 0
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         depth = sum(q.message_count for q in admin.get_topic(f"%DLQ%{args.group}").queues)
         total = depth if args.max is None else min(depth, args.max)
         with render.progress(enabled=not args.json) as bar:
@@ -334,14 +378,14 @@ def dlq_redrive(args: argparse.Namespace) -> int:
 
 
 def server_info(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         info = admin.server_info()
     render.print_json(info) if args.json else render.server_table(info)
     return EXIT_OK
 
 
 def cluster_status(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, tls=args.tls) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         status = admin.cluster_status()
     render.print_json(status) if args.json else render.cluster_tables(status)
     return EXIT_OK
@@ -379,7 +423,7 @@ def _print_user(user: Any, secret: str | None, *, as_json: bool, verb: str) -> N
 def user_create(args: argparse.Namespace) -> int:
     secret, generated = _new_secret(args)
     assert secret is not None  # the parser requires a source
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         user = admin.create_user(
             args.access_key,
             secret,
@@ -392,7 +436,7 @@ def user_create(args: argparse.Namespace) -> int:
 
 def user_update(args: argparse.Namespace) -> int:
     secret, generated = _new_secret(args)
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         user = admin.update_user(
             args.access_key, secret_key=secret, user_type=args.user_type, enabled=args.enabled
         )
@@ -401,7 +445,7 @@ def user_update(args: argparse.Namespace) -> int:
 
 
 def user_delete(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         admin.delete_user(args.access_key)
     if args.json:
         render.print_json({"deleted": args.access_key})
@@ -411,7 +455,7 @@ def user_delete(args: argparse.Namespace) -> int:
 
 
 def user_describe(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         user = admin.get_user(args.access_key)
         policies = admin.list_policies(args.access_key)[args.access_key]
     if args.json:
@@ -425,7 +469,7 @@ def user_describe(args: argparse.Namespace) -> int:
 
 
 def user_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         users = admin.list_users()
     render.print_json(users) if args.json else render.users_table(users)
     return EXIT_OK
@@ -437,7 +481,7 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 def acl_grant(args: argparse.Namespace) -> int:
     policy = _policy(args)
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         policies = admin.grant_policy(args.access_key, policy)
     if args.json:
         render.print_json({"access_key": args.access_key, "policies": policies})
@@ -449,7 +493,7 @@ def acl_grant(args: argparse.Namespace) -> int:
 
 def acl_revoke(args: argparse.Namespace) -> int:
     policy = _policy(args)
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         policies = admin.revoke_policy(args.access_key, policy)
     if args.json:
         render.print_json({"access_key": args.access_key, "policies": policies})
@@ -460,7 +504,7 @@ def acl_revoke(args: argparse.Namespace) -> int:
 
 
 def acl_list(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint) as admin:
+    with Admin(args.endpoint, **connection(args)) as admin:
         by_user = admin.list_policies(args.access_key)
     render.print_json(by_user) if args.json else render.policies_table(by_user)
     return EXIT_OK
@@ -476,7 +520,7 @@ def send(args: argparse.Namespace) -> int:
             text.encode("utf-8"), tag=args.tag, keys=args.keys, properties=dict(args.properties)
         )
 
-    with Producer(args.endpoint, tls=args.tls) as producer:
+    with Producer(args.endpoint, **connection(args)) as producer:
         if args.count == 1:
             receipt = producer.send(
                 args.topic,
@@ -512,7 +556,11 @@ def receive(args: argparse.Namespace) -> int:
     acked = 0
     started = time.monotonic()
     with SimpleConsumer(
-        args.endpoint, group=args.group, topic=args.topic, filter=args.filter, tls=args.tls
+        args.endpoint,
+        group=args.group,
+        topic=args.topic,
+        filter=args.filter,
+        **connection(args),
     ) as consumer:
         if args.count is None:
             messages = consumer.receive(

@@ -2,9 +2,9 @@
 
 Exit codes: 0 success, 1 server or connection error, 2 usage error (bad arguments or
 configuration), 3 not found, 4 a rejected request (invalid argument, failed precondition,
-already exists), 130 interrupted, 141 stdout went away (a closed pipe, as in ``| head``:
-quietly, as a command killed by SIGPIPE; ``receive --ack`` acks only what got out and
-gives the rest back, see popmq.cli.commands).
+already exists, credentials refused, access denied), 130 interrupted, 141 stdout went away
+(a closed pipe, as in ``| head``: quietly, as a command killed by SIGPIPE; ``receive
+--ack`` acks only what got out and gives the rest back, see popmq.cli.commands).
 
 Client commands take ``--endpoint`` (default ``$POPMQ_ENDPOINT`` or 127.0.0.1:8081; several
 comma-separated HOST:PORT fail over between proxies, as the SDK does), ``--json`` (one JSON
@@ -12,7 +12,10 @@ document on stdout instead of tables and lines) and the TLS options: ``--tls`` (
 server with the system's roots), ``--tls-ca FILE`` (with a CA of one's own), ``--tls-cert
 FILE --tls-key FILE`` (a client certificate: mutual TLS), ``--tls-server-name NAME``; each
 defaults to ``$POPMQ_TLS``, ``$POPMQ_TLS_CA``, ``$POPMQ_TLS_CERT``, ``$POPMQ_TLS_KEY``,
-``$POPMQ_TLS_SERVER_NAME``, and any of them turns TLS on.
+``$POPMQ_TLS_SERVER_NAME``, and any of them turns TLS on. Against a server with
+authentication on they sign each call with ``--access-key`` (or ``$POPMQ_ACCESS_KEY``) and its
+secret key from ``$POPMQ_SECRET_KEY`` or ``--secret-key-file`` (never required on the command
+line, where other users of the machine could see it; ``--secret-key`` exists for one-off use).
 """
 
 from __future__ import annotations
@@ -20,19 +23,23 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from popmq import (
     AlreadyExistsError,
+    Credentials,
     ExponentialBackoff,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     PopMQError,
     TLSConfig,
+    UnauthenticatedError,
 )
 from popmq.cli import commands
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
@@ -47,6 +54,7 @@ __all__ = [
     "format_receipt",
     "format_topic",
     "main",
+    "resolve_credentials",
 ]
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
@@ -66,6 +74,8 @@ _EXIT_CODES: dict[type[PopMQError], int] = {
     InvalidArgumentError: EXIT_REJECTED,
     FailedPreconditionError: EXIT_REJECTED,
     AlreadyExistsError: EXIT_REJECTED,
+    UnauthenticatedError: EXIT_REJECTED,
+    PermissionDeniedError: EXIT_REJECTED,
 }
 
 MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
@@ -173,6 +183,16 @@ def _endpoint(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _minutes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of minutes") from None
+    if not 0 <= value <= 7 * 24 * 60:
+        raise argparse.ArgumentTypeError(f"{value} minutes is outside 0..10080 (a week)")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -232,6 +252,7 @@ def _client(parser: argparse.ArgumentParser, handler: Handler) -> argparse.Argum
         help="name the server's certificate must carry, if not the endpoint's host "
         "($POPMQ_TLS_SERVER_NAME)",
     )
+    _credential_options(parser)
     parser.set_defaults(handler=handler)
     return parser
 
@@ -271,6 +292,85 @@ def tls_option(args: argparse.Namespace) -> TLS:
     )
     channel_security(config)  # a bad file is a usage error now, not a failed request later
     return config
+
+
+def _credential_options(parser: argparse.ArgumentParser) -> None:
+    """--access-key and the ways to give its secret (resolved by `resolve_credentials`)."""
+    parser.add_argument(
+        "--access-key",
+        metavar="KEY",
+        help="sign calls as this access key (default $POPMQ_ACCESS_KEY); its secret key "
+        "comes from $POPMQ_SECRET_KEY or --secret-key-file",
+    )
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--secret-key-file",
+        metavar="FILE",
+        help="read the secret key from FILE (only its owner may read it: chmod 600)",
+    )
+    secret.add_argument(
+        "--secret-key",
+        metavar="SECRET",
+        help="the secret key itself (visible to other users of this machine: prefer "
+        "$POPMQ_SECRET_KEY or --secret-key-file)",
+    )
+
+
+class CredentialsError(ValueError):
+    """Credentials given in a way that cannot work (a usage error, exit 2)."""
+
+
+def resolve_credentials(args: argparse.Namespace, environ: Mapping[str, str]) -> Credentials | None:
+    """The credentials of a client command: flags first, then POPMQ_ACCESS_KEY and
+    POPMQ_SECRET_KEY; None when neither an access key nor a secret is given.
+
+    Raises:
+        CredentialsError: An access key without a secret or the reverse, an unusable access
+            key, or a secret file that is missing, empty or readable by group or others.
+    """
+    access_key = args.access_key or environ.get("POPMQ_ACCESS_KEY", "")
+    if args.secret_key is not None:
+        secret, source = args.secret_key, "--secret-key"
+    elif args.secret_key_file is not None:
+        secret, source = _read_secret_file(args.secret_key_file), "--secret-key-file"
+    else:
+        secret, source = environ.get("POPMQ_SECRET_KEY", ""), "POPMQ_SECRET_KEY"
+    if not access_key and not secret:
+        return None
+    if not access_key:
+        raise CredentialsError(
+            f"a secret key is given ({source}) but no access key: add --access-key KEY or "
+            "set POPMQ_ACCESS_KEY"
+        )
+    if not secret:
+        raise CredentialsError(
+            f"access key {access_key!r} needs its secret key: set POPMQ_SECRET_KEY or give "
+            "--secret-key-file FILE"
+        )
+    try:
+        return Credentials(access_key, secret)
+    except InvalidArgumentError as exc:
+        raise CredentialsError(exc.message) from None
+
+
+def _read_secret_file(path: str) -> str:
+    """A secret key file's text without its trailing line break, if only its owner may read
+    it (as the server requires of security.root_secret_key_file)."""
+    try:
+        with open(path, "rb") as file:
+            mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
+            raw = file.read()
+    except OSError as exc:
+        raise CredentialsError(f"--secret-key-file {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise CredentialsError(
+            f"--secret-key-file {path} may be read or written by group or others (mode "
+            f"{mode:04o}); make it its owner's alone: chmod 600 {path}"
+        )
+    secret = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    if not secret:
+        raise CredentialsError(f"--secret-key-file {path} is empty")
+    return secret
 
 
 def _group_settings(parser: argparse.ArgumentParser, *, update: bool) -> None:
@@ -436,7 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Client commands (all but serve and broker) take --endpoint "
             "HOST:PORT[,HOST:PORT...], default $POPMQ_ENDPOINT or "
             f"{DEFAULT_ENDPOINT}. With several proxies listed, a command moves on to the next "
-            "when one cannot be reached."
+            "when one cannot be reached. Against a server with authentication on, they sign "
+            "calls with --access-key (or $POPMQ_ACCESS_KEY) and its secret key from "
+            "$POPMQ_SECRET_KEY or --secret-key-file."
         ),
     )
     commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -633,6 +735,30 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("group")
     redrive.add_argument("--max", type=_positive, help="at most N messages (default all)")
 
+    auth = commands_.add_parser("auth", help="credentials for other tools")
+    auth_commands = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
+    headers = auth_commands.add_parser(
+        "headers",
+        help="print grpcurl -H arguments that sign calls as --access-key",
+        description="Print the two headers that sign a call (x-mq-date-time and "
+        "authorization: MQv2-HMAC-SHA1 ...) as grpcurl -H arguments, shell-quoted: "
+        'eval "grpcurl $(popmq auth headers) -plaintext HOST:PORT popmq.v1.AdminService/'
+        'ListTopics". The signature covers only the date-time: a server without '
+        "security.max_clock_skew_s accepts the printed headers for ever, so they are as "
+        "sensitive as the secret key. They are signed for the middle of the next --minutes, "
+        "so a server whose max_clock_skew_s is at least MINUTES x 30 s accepts them for "
+        "those minutes.",
+    )
+    headers.add_argument(
+        "--minutes",
+        type=_minutes,
+        default=10,
+        help="how long the headers are meant for (default 10)",
+    )
+    headers.add_argument("--json", action="store_true", help="print the headers as JSON")
+    _credential_options(headers)
+    headers.set_defaults(handler=commands.auth_headers)
+
     server = commands_.add_parser("server", help="the server")
     server_commands = server.add_subparsers(dest="server_command", required=True)
     _client(
@@ -698,7 +824,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``popmq`` command and return its exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "access_key"):
+        try:
+            args.credentials = resolve_credentials(args, os.environ)
+        except CredentialsError as exc:
+            parser.error(str(exc))
     handler: Handler = args.handler
     if hasattr(args, "tls_ca"):  # a client command
         try:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from popmq.broker_core import UnavailableError
 from popmq.cluster.coordination import Entry
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.proxy.security.signing import Signer
 from popmq.proxy.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,19 @@ class BrokerPool:
     Args:
         call_timeout_s: Deadline of a broker call that does not wait (RemoteBroker's).
         tls: TLS of the connections to brokers; None: plaintext.
+        signer: Signs every broker call (RemoteBroker's; the proxy's root credential).
     """
 
-    def __init__(self, *, call_timeout_s: float = 10.0, tls: ChannelTLS | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        call_timeout_s: float = 10.0,
+        tls: ChannelTLS | None = None,
+        signer: Signer | None = None,
+    ) -> None:
         self._call_timeout_s = call_timeout_s
         self._tls = tls
+        self._signer = signer
         # name -> (address, remote): changed by sync on the loop thread only.
         self._remotes: dict[str, tuple[str, RemoteBroker]] = {}
         # Closes of remotes that left, held so they run to the end.
@@ -67,7 +76,12 @@ class BrokerPool:
             if current is not None and current[0] == addr:
                 continue
             remote = RemoteBroker(
-                addr, call_timeout_s=self._call_timeout_s, catalog=False, name=name, tls=self._tls
+                addr,
+                call_timeout_s=self._call_timeout_s,
+                catalog=False,
+                name=name,
+                tls=self._tls,
+                signer=self._signer,
             )
             await remote.start()  # opens the channel; no call is made
             if self._draining:

@@ -23,6 +23,12 @@ With `[metrics] listen` (`--metrics-listen HOST:PORT`) it also serves GET /metri
 broker's families in `popmq serve`'s format (proxy/metrics.py), for scraping each broker
 directly rather than through a proxy.
 
+With `[security] authentication` (docs/security.md, "Authentication"), every BrokerService
+call must carry the `authorization` header signed by the root user, as the proxies sign
+them (`[security] root_access_key` and its secret: the same on proxies and brokers); health
+stays open. Without it, BrokerService answers whoever reaches it (protected mode keeps it
+on loopback unless `allow_anonymous`).
+
 Fencing (docs/cluster.md): with etcd, the broker takes writes only while its registration
 is alive. When the session is lost (its lease expired or was revoked, or etcd was
 unreachable for a whole TTL) every RPC that changes the store fails with a retriable
@@ -49,6 +55,7 @@ from popmq.cluster.coordination import Coordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
+from popmq.proxy.security.gate import Gate
 from popmq.proxy.security.protected import check_protected_mode
 from popmq.proxy.security.tls import ServerTLS, bind
 from popmq.proxy.server import (
@@ -85,6 +92,10 @@ class BrokerServer:
         if self.in_cluster and broker.auto_create_topics:
             broker = dataclasses.replace(broker, auto_create_topics=False)
         self.broker = Broker(broker)
+        self.gate = Gate.from_config(config.security)
+        """With `[security] authentication`: every BrokerService call must be signed by the
+        root user (the proxies' cluster credential); it knows no other user, so a client
+        cannot go around the proxies' access control. Health stays open."""
         self.health = health_aio.HealthServicer()
         self.servicer: BrokerServicer | None = None
         self.port = 0
@@ -140,13 +151,15 @@ class BrokerServer:
             )
         await self.broker.start()
         try:
+            gate = self.gate.interceptor()
             server = grpc.aio.server(
                 options=[
                     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.so_reuseport", 0),
                     *self.config.connections.grpc_options(),
-                ]
+                ],
+                interceptors=() if gate is None else (gate,),
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             # grpc's servicer starts with "" SERVING: not before the broker is ready.

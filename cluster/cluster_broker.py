@@ -74,6 +74,7 @@ from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.proxy.faults import FaultTable, FaultToleranceConfig, SendRouter
+from popmq.proxy.security.signing import Signer
 from popmq.proxy.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class ClusterBroker:
             without a count (RocketMQ: 8 per broker).
         broker_tls: How to connect to brokers that serve TLS (`[security] broker_tls`);
             None: plaintext.
+        signer: Signs every broker call (`authn.cluster_signer`: the root credential).
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class ClusterBroker:
         call_timeout_s: float = 10.0,
         default_queues_per_broker: int = 8,
         broker_tls: ChannelTLS | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.coordinator = coordinator
         self._info = info
@@ -123,7 +126,7 @@ class ClusterBroker:
             GroupRules(defaults=info.groups, max_invisible_s=info.pop.max_invisible_s),
             self.topology.route,
         )
-        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls)
+        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.faults = FaultTable(faults)
         self._sender = SendRouter(self.faults)
         self._pop = ClusterPop(self.topology, self.pool)

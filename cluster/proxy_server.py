@@ -22,6 +22,7 @@ from popmq.cluster.coordination import Session
 from popmq.cluster.errors import CoordinationError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.status import ClusterStatus
+from popmq.proxy.security.authn import cluster_signer
 from popmq.proxy.security.tls import broker_channel_tls
 from popmq.proxy.server import (
     PopMQServer,
@@ -73,6 +74,8 @@ class ProxyServer:
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
             broker_tls=broker_channel_tls(config.security),
+            # Brokers with authentication on accept calls signed by the root user only.
+            signer=cluster_signer(config.security),
         )
         self.status = ClusterStatus(self.broker, proxy_name=lambda: self.name)
         self.server = PopMQServer(

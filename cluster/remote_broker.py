@@ -70,6 +70,7 @@ from popmq.broker_core.types import (
     Subscription,
 )
 from popmq.cluster import broker_wire as w
+from popmq.proxy.security.signing import Signer
 from popmq.proxy.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class RemoteBroker:
             address.
         tls: Connect with TLS (a broker serving `[security] tls_cert_file`); None:
             plaintext.
+        signer: Signs every call (a cluster proxy's root credential, for brokers with
+            `[security] authentication`); None: calls are not signed.
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class RemoteBroker:
         catalog: bool = True,
         name: str = "",
         tls: ChannelTLS | None = None,
+        signer: Signer | None = None,
     ) -> None:
         for name, value in (
             ("call_timeout_s", call_timeout_s),
@@ -134,6 +138,7 @@ class RemoteBroker:
         self._refresh_s = catalog_refresh_s
         self._catalog = catalog
         self._tls = tls
+        self._signer = signer
         self._channel: grpc.aio.Channel | None = None
         self._stub: broker_pb2_grpc.BrokerServiceStub | None = None
         self._info: ServerInfo | None = None
@@ -625,7 +630,7 @@ class RemoteBroker:
         failure raised as a broker error."""
         deadline = self._timeout if deadline_s is not None and deadline_s < 0 else deadline_s
         try:
-            return await method(request, timeout=deadline)
+            return await method(request, timeout=deadline, metadata=self._metadata())
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc) from None
 
@@ -634,7 +639,7 @@ class RemoteBroker:
     ) -> _T:
         """A call that may be held up to `wait_s` by the broker: its deadline is the wait
         plus the call timeout; release_waiters answers it `empty`."""
-        call = method(request, timeout=wait_s + self._timeout)
+        call = method(request, timeout=wait_s + self._timeout, metadata=self._metadata())
         self._held.add(call)
         try:
             return cast("_T", await _answer(call))
@@ -650,6 +655,9 @@ class RemoteBroker:
         finally:
             self._held.discard(call)
 
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return None if self._signer is None else self._signer.metadata()
+
     def _error(self, exc: grpc.aio.AioRpcError) -> PopMQError:
         for key, value in exc.trailing_metadata() or ():
             if key == w.ERROR_TRAILER and isinstance(value, bytes):
@@ -658,6 +666,13 @@ class RemoteBroker:
         if code in _UNREACHABLE:
             return UnavailableError(
                 f"broker {self._shown} is unavailable ({code.name}: {exc.details()}); retry later"
+            )
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            # Not the client's UnauthenticatedError: its own credentials were fine.
+            return InternalError(
+                f"broker {self._shown} refused this proxy's credentials ({exc.details()}): "
+                "proxies sign BrokerService calls with [security] root_access_key and its "
+                "secret; give proxies and brokers the same root credential"
             )
         return InternalError(
             f"broker {self._shown} answered {code.name} without a broker error: {exc.details()}"

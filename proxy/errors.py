@@ -54,6 +54,23 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
     return wrapper
 
 
+class RefusedRequestError(Exception):
+    """What a read of a stream call raises for a request message the security gate refused
+    (proxy/security/gate.py): `error` says why (a PermissionDeniedError, usually).
+
+    Servicers that answer a stream's requests one by one (PopStream, SendStream, v2
+    Telemetry) catch it around their read and answer that request alone with `error`, as
+    they answer any other failed request; in any other servicer it ends the call, and the
+    gate answers `error` in the protocol's shape. Not a PopMQError: it carries one.
+    """
+
+    def __init__(self, request: Any, error: PopMQError) -> None:
+        super().__init__(str(error))
+        self.request = request
+        """The refused request message, as read."""
+        self.error = error
+
+
 class UndecodableRequestError(InvalidArgumentError):
     """A request body that does not parse as the method's request message."""
 

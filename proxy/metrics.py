@@ -14,7 +14,8 @@ broker's families in the same format as `popmq serve`. Every registry also expor
 process's denied requests and audit lines (popmq.proxy.security.audit.SecurityCollector).
 The endpoint may require basic auth or a bearer token (`[security] metrics_*`).
 
-`RpcInterceptor` is the only gRPC interceptor of the server, because each one costs on
+`RpcInterceptor` is the only gRPC interceptor of the server (but for the security gate's,
+proxy/security/gate.py, installed only when authentication is on), because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
 continuation per interceptor, and whatever the interceptor builds for a call (a closure, a
 method handler) lives as long as the call, which for a held long poll is up to 30 s, times

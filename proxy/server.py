@@ -53,9 +53,11 @@ from popmq.proxy.metrics import (
 from popmq.proxy.rocketmq import RocketMQService
 from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
+from popmq.proxy.security.gate import Gate
 from popmq.proxy.security.http_auth import HttpAuth
 from popmq.proxy.security.protected import check_protected_mode, is_loopback
 from popmq.proxy.security.store import (
+    AclAuthorizer,
     ClusterSecurityStore,
     LocalSecurityStore,
     SecurityStore,
@@ -230,6 +232,9 @@ class PopMQServer:
         """The listener's certificate with `[security] tls_cert_file` (from listen() on)."""
         self.plaintext_port = 0
         """Bound port of `[security] plaintext_listen` (0 when there is none)."""
+        self.gate = Gate.from_config(self.config.security)
+        """Authentication and access control of every call but health and reflection
+        (proxy/security/gate.py); off unless `[security] authentication`."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""
         self._opened = False
@@ -261,6 +266,10 @@ class PopMQServer:
         security = self.config.security
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         return_large_blocks()  # freed message memory goes back to the system (issue 20)
+        interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
+        gate = self.gate.interceptor()
+        if gate is not None:  # none when authentication is off: the gate then costs nothing
+            interceptors.append(gate)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
@@ -273,7 +282,7 @@ class PopMQServer:
                 ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
                 *self.config.connections.grpc_options(),
             ],
-            interceptors=[RpcInterceptor(self.health, self.metrics)],
+            interceptors=interceptors,
         )
         add_ops_services(server, self.health, self._late)
         if security.tls:  # TLS only on `listen`; plaintext only on its own listener
@@ -342,6 +351,9 @@ class PopMQServer:
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         self.security_store = self._security_store()
         await self.security_store.start()
+        # Access control from here on. Before, the gate knows root only (a SUPER user, never
+        # checked), so nothing a stored user could do slips through while the store opens.
+        self.gate.use(authorizer=AclAuthorizer(self.security_store), directory=self.security_store)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 self.broker,

@@ -39,6 +39,7 @@ from popmq.proxy.server import ServerConfig
 ENV_PREFIX = "POPMQ_"
 NOT_SETTINGS = frozenset(
     {
+        "POPMQ_ACCESS_KEY",
         "POPMQ_CONFIG",
         "POPMQ_ENDPOINT",
         "POPMQ_ETCD",
@@ -47,12 +48,13 @@ NOT_SETTINGS = frozenset(
         "POPMQ_TLS_CA",
         "POPMQ_TLS_CERT",
         "POPMQ_TLS_KEY",
+        "POPMQ_SECRET_KEY",
         "POPMQ_TLS_SERVER_NAME",
     }
 )
-"""POPMQ_* variables that are not settings: the config file path, the CLI's endpoint and TLS
-options, and the test suite's etcd binary and Node modules (a developer exports them for the
-whole suite, whose servers must still start)."""
+"""POPMQ_* variables that are not settings: the config file path, the CLI's endpoint, TLS
+options and credentials, and the test suite's etcd binary and Node modules (a developer
+exports them for the whole suite, whose servers must still start)."""
 ROOT_SECTION = "server"
 REDACTED = "<redacted>"
 """What is shown instead of a secret's value (--print-config, GetServerInfo, errors)."""

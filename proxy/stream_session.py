@@ -63,7 +63,7 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 import grpc
 
 from popmq.broker_core import MAX_RESPONSE_BYTES, AnswerBoundError, PopMQError
-from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.proxy.errors import INTERNAL_MESSAGE, RefusedRequestError
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
@@ -325,7 +325,12 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 self._room = self._loop.create_future()
                 await self._room
                 continue
-            request = await self._context.read()
+            try:
+                request = await self._context.read()
+            except RefusedRequestError as refused:  # the security gate's, for this one only
+                error = refused.error
+                self._reject(refused.request.request_id, error.code, str(error))
+                continue
             if request is grpc.aio.EOF or not self._on_request(request):
                 return
 

@@ -15,6 +15,10 @@ import importlib
 import logging
 from typing import cast
 
+import grpc
+
+from popmq.broker_core import PopMQError
+
 log = logging.getLogger(__name__)
 
 WRITE_FAILED = cast(
@@ -35,3 +39,29 @@ async def after_failed_write(method: str) -> None:
         method,
         CANCEL_WAIT_S,
     )
+
+
+async def read_first_request(context: grpc.aio.ServicerContext, wait_s: float) -> bool:
+    """Before a stream call is refused at its start, wait for the client's first request
+    (at most `wait_s`, and not past the caller's deadline); False when the client went away
+    meanwhile (nobody to answer).
+
+    Why read first: a client opens a stream by writing its first request, then reads. Ended
+    at once, the call's end can reach the client while its write is under way, and grpc then
+    fails the write and reports INTERNAL ("Internal error from Core") instead of the refusal
+    (the Python clients do, popmq's SDK and RocketMQ's; a write after the end is lost in any
+    language). Once the first request was read, the client's write is done, so it reads the
+    refusal. A request that does not parse was read all the same.
+    """
+    remaining = context.time_remaining()
+    wait = wait_s if remaining is None else min(wait_s, remaining - 0.05)
+    read = asyncio.ensure_future(context.read())
+    try:
+        await asyncio.wait({read}, timeout=max(0.0, wait))
+    finally:
+        if not read.done():
+            read.cancel()
+    if not read.done() or read.cancelled():
+        return True  # it sent nothing in time: it is answered anyway
+    failure = read.exception()
+    return failure is None or isinstance(failure, PopMQError)

@@ -8,6 +8,7 @@ thread per process.
 from popmq.sdk._retry import RetryPolicy
 from popmq.sdk.admin import Admin, AsyncAdmin
 from popmq.sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -77,6 +78,7 @@ __all__ = [
     "ClusterStatus",
     "ConsumeResult",
     "ConsumerOffset",
+    "Credentials",
     "DeadlineExceededError",
     "EtcdEndpointStatus",
     "ExponentialBackoff",

@@ -59,6 +59,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from popmq.sdk._retry import ExponentialBackoff
+from popmq.sdk.credentials import Credentials, Metadata
 from popmq.sdk.errors import InvalidArgumentError, UnavailableError, error_from_rpc_error
 from popmq.sdk.tls import TLS, ChannelSecurity, channel_security
 
@@ -394,9 +395,18 @@ class Connection:
             the caller keeps ownership and closes it. No failover.
         tls: Open the channels with TLS (``True``: the system's roots; a ``TLSConfig``);
             not with ``channel``, which has its own credentials.
+        credentials: Sign every call and stream with them (``call_metadata``).
     """
 
-    def __init__(self, endpoint: Endpoints, channel: Any = None, *, tls: TLS = False) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoints,
+        channel: Any = None,
+        credentials: Credentials | None = None,
+        *,
+        tls: TLS = False,
+    ) -> None:
+        self.credentials = credentials
         self.endpoint = endpoint if isinstance(endpoint, str) else ",".join(endpoint)
         """The endpoint as given (a sequence joined by commas), for messages."""
         if channel is None:
@@ -409,6 +419,11 @@ class Connection:
             self._endpoints = [Endpoint(self.endpoint, channel)]
         # Index of the endpoint requests go to; moves on when it fails.
         self._current = 0
+
+    def call_metadata(self) -> Metadata | None:
+        """The metadata of a call or stream made now: its signature, with credentials."""
+        credentials = self.credentials
+        return None if credentials is None else credentials.metadata()
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -523,7 +538,9 @@ class Connection:
         """
         endpoint = await self.connected(timeout_s)
         try:
-            response = await getattr(endpoint.stub(service), method)(request, timeout=timeout_s)
+            response = await getattr(endpoint.stub(service), method)(
+                request, timeout=timeout_s, metadata=self.call_metadata()
+            )
         except grpc.aio.AioRpcError as exc:
             details = exc.details()
             self.failed(endpoint, exc.code(), details if isinstance(details, str) else "")
@@ -589,9 +606,12 @@ class AsyncClient:
         timeout_s: Timeout of each call, in seconds.
         channel: Optional ``grpc.aio`` channel to use instead of opening one (the caller
             keeps ownership); a seam for tests and custom channel setups. Inside the SDK,
-            also another client's `Connection`, shared (its owner closes it).
+            also another client's `Connection`, shared (its owner closes it; its credentials
+            sign the calls).
         tls: Connect with TLS: ``True`` verifies the server with the system's roots, a
             ``TLSConfig`` names the CA file and a client certificate (popmq.sdk.tls).
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on).
     """
 
     def __init__(
@@ -601,12 +621,17 @@ class AsyncClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if credentials is not None and not isinstance(credentials, Credentials):
+            raise TypeError(f"credentials must be a Credentials, got {type(credentials).__name__}")
         self._owns_conn = not isinstance(channel, Connection)
         self._conn = (
-            channel if isinstance(channel, Connection) else Connection(endpoint, channel, tls=tls)
+            channel
+            if isinstance(channel, Connection)
+            else Connection(endpoint, channel, credentials, tls=tls)
         )
         self._timeout_s = timeout_s
         self._closed = False

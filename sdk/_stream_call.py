@@ -54,7 +54,10 @@ class _Call(Generic[AnswerT]):
     def __init__(self, stream: MultiplexedStream[Any, AnswerT], endpoint: Endpoint) -> None:
         self.stream = stream
         self.endpoint = endpoint
-        self.call: Any = getattr(endpoint.stub("messaging"), stream.method)()
+        # Signed once, as it opens: the server authenticates a stream's headers then.
+        self.call: Any = getattr(endpoint.stub("messaging"), stream.method)(
+            metadata=stream._conn.call_metadata()
+        )
         self.answered = False
         """The server answered a request on this call (its endpoint works)."""
         # request id -> the future its caller awaits (done once the caller gave up) and the

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.tls import TLS
 from popmq.sdk.types import (
@@ -243,6 +244,8 @@ class AsyncAdmin(AsyncClient):
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     async def _call(self, method: str, request: Message) -> Any:
@@ -686,12 +689,21 @@ class Admin(SyncClient[AsyncAdmin]):
         timeout_s: Timeout of each call, in seconds.
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
-        self, endpoint: Endpoints, *, timeout_s: float = DEFAULT_TIMEOUT_S, tls: TLS = False
+        self,
+        endpoint: Endpoints,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(AsyncAdmin(endpoint, timeout_s=timeout_s, tls=tls))
+        super().__init__(
+            AsyncAdmin(endpoint, timeout_s=timeout_s, tls=tls, credentials=credentials)
+        )
 
     def create_topic(
         self, name: str, queues: int | None = None, message_type: str | None = None

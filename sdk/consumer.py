@@ -16,6 +16,7 @@ from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._pop_stream import PopStream
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import PopMQError, error_from_code_name
 from popmq.sdk.leases import LeasePage, LeaseResult
 from popmq.sdk.tls import TLS
@@ -116,6 +117,8 @@ class AsyncSimpleConsumer(AsyncClient):
             the messages the receive popped.
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -130,8 +133,11 @@ class AsyncSimpleConsumer(AsyncClient):
         multiplex: bool = True,
         on_ack_failure: AckFailure | None = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, tls=tls)
+        super().__init__(
+            endpoint, timeout_s=timeout_s, channel=channel, tls=tls, credentials=credentials
+        )
         self.group = group
         self.topic = topic
         self.filter = filter
@@ -411,6 +417,8 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
             ``AsyncSimpleConsumer``); it runs on the SDK's event-loop thread.
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -424,6 +432,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         multiplex: bool = True,
         on_ack_failure: AckFailure | None = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(
             AsyncSimpleConsumer(
@@ -435,6 +444,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
                 multiplex=multiplex,
                 on_ack_failure=on_ack_failure,
                 tls=tls,
+                credentials=credentials,
             )
         )
 

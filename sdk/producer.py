@@ -53,6 +53,7 @@ from popmq.sdk._validation import (
     check_request_size,
     check_schedule,
 )
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError, ServerError
 from popmq.sdk.tls import TLS
 from popmq.sdk.types import Message, SendReceipt
@@ -179,6 +180,8 @@ class AsyncProducer(AsyncClient):
             bidirectional streams).
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -192,9 +195,12 @@ class AsyncProducer(AsyncClient):
         coalesce: bool = True,
         multiplex: bool = True,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight)
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, tls=tls)
+        super().__init__(
+            endpoint, timeout_s=timeout_s, channel=channel, tls=tls, credentials=credentials
+        )
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
         self._coalescer = SendCoalescer(self.send_request) if coalesce else None
@@ -493,6 +499,8 @@ class Producer(SyncClient[AsyncProducer]):
             call (see ``AsyncProducer``).
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -506,6 +514,7 @@ class Producer(SyncClient[AsyncProducer]):
         coalesce: bool = True,
         multiplex: bool = True,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight, max_in_flight_bytes)
         super().__init__(
@@ -517,6 +526,7 @@ class Producer(SyncClient[AsyncProducer]):
                 coalesce=coalesce,
                 multiplex=multiplex,
                 tls=tls,
+                credentials=credentials,
             )
         )
         self._window = _InFlightWindow(max_in_flight, max_in_flight_bytes)

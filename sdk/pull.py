@@ -18,6 +18,7 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._compression import decode_body
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.tls import TLS
 from popmq.sdk.types import QueueStats, datetime_from_timestamp
@@ -149,6 +150,8 @@ class AsyncPullConsumer(AsyncClient):
         channel: Optional ``grpc.aio`` channel to use instead of opening one.
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md).
     """
 
     def __init__(
@@ -160,8 +163,11 @@ class AsyncPullConsumer(AsyncClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: Any = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s, channel=channel, tls=tls)
+        super().__init__(
+            endpoint, timeout_s=timeout_s, channel=channel, tls=tls, credentials=credentials
+        )
         self.topic = topic
         self.group = group
 
@@ -259,9 +265,17 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
         group: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(
-            AsyncPullConsumer(endpoint, topic=topic, group=group, timeout_s=timeout_s, tls=tls)
+            AsyncPullConsumer(
+                endpoint,
+                topic=topic,
+                group=group,
+                timeout_s=timeout_s,
+                tls=tls,
+                credentials=credentials,
+            )
         )
 
     @property

@@ -96,6 +96,7 @@ from popmq.sdk._push.registration import Registration
 from popmq.sdk._push.shared import Counters
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.consumer import AsyncSimpleConsumer
+from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError
 from popmq.sdk.tls import TLS
 from popmq.sdk.types import ReceivedMessage, Sql
@@ -226,6 +227,8 @@ class AsyncPushConsumer(AsyncClient):
         tls: Connect with TLS: ``True`` (the system's roots) or a ``TLSConfig`` (a CA file,
             a client certificate); default plaintext. A connection setting, not one of the
             ``options``.
+        credentials: Access key and secret key that sign every call (servers with
+            authentication on: docs/security.md); not one of the ``options``.
     """
 
     def __init__(
@@ -254,6 +257,7 @@ class AsyncPushConsumer(AsyncClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         if not callable(listener):
             raise TypeError(f"listener must be callable, got {type(listener).__name__}")
@@ -282,7 +286,7 @@ class AsyncPushConsumer(AsyncClient):
             },
         )
         matchers = _matchers(subscriptions, options.mode)
-        super().__init__(endpoint, timeout_s=options.timeout_s, tls=tls)
+        super().__init__(endpoint, timeout_s=options.timeout_s, tls=tls, credentials=credentials)
         self.group = group
         self.subscriptions: dict[str, str | Sql] = dict(subscriptions)
         self.listener = listener
@@ -540,6 +544,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         options: PushConsumerOptions | None = None,
         tls: TLS = False,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(
             AsyncPushConsumer(
@@ -566,6 +571,7 @@ class PushConsumer(SyncClient[AsyncPushConsumer]):
                 timeout_s=timeout_s,
                 options=options,
                 tls=tls,
+                credentials=credentials,
             )
         )
 

@@ -12,7 +12,7 @@ import atexit
 import threading
 from typing import Any, TypeVar
 
-from popmq import Admin, Producer, PullConsumer, SimpleConsumer, Sql
+from popmq import Admin, Credentials, Producer, PullConsumer, SimpleConsumer, Sql
 from popmq.sdk.tls import TLS
 
 __all__ = ["admin", "producer", "pull_consumer", "simple_consumer"]
@@ -33,24 +33,38 @@ def _get(key: tuple[Any, ...], make: type[_T], *args: Any, **kwargs: Any) -> _T:
 
 
 def pull_consumer(
-    endpoint: str, topic: str, group: str, timeout_s: float, *, tls: TLS
+    endpoint: str,
+    topic: str,
+    group: str,
+    timeout_s: float,
+    *,
+    tls: TLS = False,
+    credentials: Credentials | None = None,
 ) -> PullConsumer:
     return _get(
-        ("pull", endpoint, topic, group, timeout_s, tls),
+        ("pull", endpoint, topic, group, timeout_s, tls, credentials),
         PullConsumer,
         endpoint,
         topic=topic,
         group=group,
         timeout_s=timeout_s,
         tls=tls,
+        credentials=credentials,
     )
 
 
 def simple_consumer(
-    endpoint: str, group: str, topic: str, filter: str | Sql, timeout_s: float, *, tls: TLS
+    endpoint: str,
+    group: str,
+    topic: str,
+    filter: str | Sql,
+    timeout_s: float,
+    *,
+    tls: TLS = False,
+    credentials: Credentials | None = None,
 ) -> SimpleConsumer:
     return _get(
-        ("simple", endpoint, group, topic, filter, timeout_s, tls),
+        ("simple", endpoint, group, topic, filter, timeout_s, tls, credentials),
         SimpleConsumer,
         endpoint,
         group=group,
@@ -58,17 +72,34 @@ def simple_consumer(
         filter=filter,
         timeout_s=timeout_s,
         tls=tls,
+        credentials=credentials,
     )
 
 
-def producer(endpoint: str, timeout_s: float, *, tls: TLS) -> Producer:
+def producer(
+    endpoint: str, timeout_s: float, *, tls: TLS = False, credentials: Credentials | None = None
+) -> Producer:
     return _get(
-        ("producer", endpoint, timeout_s, tls), Producer, endpoint, timeout_s=timeout_s, tls=tls
+        ("producer", endpoint, timeout_s, tls, credentials),
+        Producer,
+        endpoint,
+        timeout_s=timeout_s,
+        tls=tls,
+        credentials=credentials,
     )
 
 
-def admin(endpoint: str, timeout_s: float, *, tls: TLS) -> Admin:
-    return _get(("admin", endpoint, timeout_s, tls), Admin, endpoint, timeout_s=timeout_s, tls=tls)
+def admin(
+    endpoint: str, timeout_s: float, *, tls: TLS = False, credentials: Credentials | None = None
+) -> Admin:
+    return _get(
+        ("admin", endpoint, timeout_s, tls, credentials),
+        Admin,
+        endpoint,
+        timeout_s=timeout_s,
+        tls=tls,
+        credentials=credentials,
+    )
 
 
 @atexit.register

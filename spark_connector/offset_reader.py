@@ -65,7 +65,12 @@ def _datetime(ms: int) -> datetime:
 def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Executor side: pull [start, end) of one queue, one Arrow batch per pull."""
     puller = _clients.pull_consumer(
-        options.endpoint, part.topic, "", options.timeout_s, tls=options.tls
+        options.endpoint,
+        part.topic,
+        "",
+        options.timeout_s,
+        tls=options.tls,
+        credentials=options.credentials,
     )
     position = part.start
     while position < part.end:
@@ -100,7 +105,12 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
 def _bounds(options: ReadOptions) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest, latest) offset per queue now."""
     puller = _clients.pull_consumer(
-        options.endpoint, options.topic, "", options.timeout_s, tls=options.tls
+        options.endpoint,
+        options.topic,
+        "",
+        options.timeout_s,
+        tls=options.tls,
+        credentials=options.credentials,
     )
     stats = puller.queue_offsets()
     return {s.queue_id: s.min_offset for s in stats}, {s.queue_id: s.max_offset for s in stats}
@@ -108,7 +118,12 @@ def _bounds(options: ReadOptions) -> tuple[dict[int, int], dict[int, int]]:
 
 def _offsets_at(options: ReadOptions, ms: int) -> dict[int, int]:
     puller = _clients.pull_consumer(
-        options.endpoint, options.topic, "", options.timeout_s, tls=options.tls
+        options.endpoint,
+        options.topic,
+        "",
+        options.timeout_s,
+        tls=options.tls,
+        credentials=options.credentials,
     )
     return puller.offsets_at(_datetime(ms))
 
@@ -309,7 +324,9 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         o = self.options
         if not o.group or offsets == self._group_committed:
             return
-        puller = _clients.pull_consumer(o.endpoint, o.topic, o.group, o.timeout_s, tls=o.tls)
+        puller = _clients.pull_consumer(
+            o.endpoint, o.topic, o.group, o.timeout_s, tls=o.tls, credentials=o.credentials
+        )
         try:
             puller.commit_offsets(offsets)
         except PopMQError as exc:

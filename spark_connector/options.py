@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from popmq.sdk.errors import InvalidArgumentError
+from popmq import Credentials, InvalidArgumentError
 from popmq.sdk.tls import TLS, TLSConfig, channel_security
 from popmq.spark.errors import OptionError
 
@@ -115,12 +115,44 @@ def _tls(o: _Options) -> TLS:
 
 
 _ENDPOINT_WHY = "host:port of the popmq proxy, or several comma-separated to fail over between"
+
+
+def _credentials(o: _Options) -> tuple[str, str]:
+    """accessKey and secretKey: both or neither, checked as the SDK's Credentials."""
+    access_key, secret_key = o.text("accessKey").strip(), o.text("secretKey")
+    if bool(access_key) != bool(secret_key):
+        raise OptionError(
+            "options accessKey and secretKey go together: give both (a server with "
+            "authentication on) or neither"
+        )
+    if access_key:
+        try:
+            Credentials(access_key, secret_key)
+        except InvalidArgumentError as exc:
+            raise OptionError(f"option accessKey: {exc.message}") from None
+    return access_key, secret_key
+
+
+class _Signed:
+    """The credentials of a read's or write's clients (options accessKey, secretKey)."""
+
+    access_key: str
+    secret_key: str
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """What the SDK clients sign calls with; None without accessKey."""
+        if not self.access_key:
+            return None
+        return Credentials(self.access_key, self.secret_key)
+
+
 _MAX_INT = 2**31 - 1
 _MAX_LONG = 2**63 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReadOptions:
+class ReadOptions(_Signed):
     """Options of a read (batch or streaming)."""
 
     endpoint: str
@@ -175,6 +207,11 @@ class ReadOptions:
     tls: TLS = False
     """TLS to the proxies: True (the system's roots) or a TLSConfig (options tls,
     tlsCaFile, tlsCertFile, tlsKeyFile, tlsServerName); False: plaintext."""
+    access_key: str = ""
+    """accessKey: the access key the clients sign calls with (servers with authentication
+    on); empty: unsigned."""
+    secret_key: str = field(default="", repr=False)
+    """secretKey: its secret key (never shown: Spark redacts options named like it)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -182,6 +219,7 @@ class ReadOptions:
         o = _Options(options)
         endpoint = o.required("endpoint", _ENDPOINT_WHY)
         topic = o.required("topic", "the topic to read")
+        access_key, secret_key = _credentials(o)
         mode = o.text("mode", "offset").strip().lower()
         if mode not in ("offset", "pop"):
             raise OptionError(f"option mode={mode!r} is not supported: use offset or pop")
@@ -240,11 +278,13 @@ class ReadOptions:
             sql_filter=o.text("sqlFilter").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
             tls=_tls(o),
+            access_key=access_key,
+            secret_key=secret_key,
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class WriteOptions:
+class WriteOptions(_Signed):
     """Options of a write (batch or streaming)."""
 
     endpoint: str
@@ -264,11 +304,17 @@ class WriteOptions:
     """Timeout of each RPC."""
     tls: TLS = False
     """TLS to the proxies (see ReadOptions.tls)."""
+    access_key: str = ""
+    """accessKey: the access key the clients sign calls with (servers with authentication
+    on); empty: unsigned."""
+    secret_key: str = field(default="", repr=False)
+    """secretKey: its secret key (never shown: Spark redacts options named like it)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         """Check and parse a write's options."""
         o = _Options(options)
+        access_key, secret_key = _credentials(o)
         return cls(
             endpoint=o.required("endpoint", _ENDPOINT_WHY),
             topic=o.text("topic").strip(),
@@ -277,4 +323,6 @@ class WriteOptions:
             dedup_key=o.text("dedupKey").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
             tls=_tls(o),
+            access_key=access_key,
+            secret_key=secret_key,
         )

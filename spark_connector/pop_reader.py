@@ -95,7 +95,13 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
 def _consumer(options: ReadOptions) -> SimpleConsumer:
     selector: str | Sql = Sql(options.sql_filter) if options.sql_filter else options.filter
     return _clients.simple_consumer(
-        options.endpoint, options.group, options.topic, selector, options.timeout_s, tls=options.tls
+        options.endpoint,
+        options.group,
+        options.topic,
+        selector,
+        options.timeout_s,
+        tls=options.tls,
+        credentials=options.credentials,
     )
 
 
@@ -209,13 +215,14 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._backlog
         o = self.options
         try:
-            rows = _clients.admin(o.endpoint, o.timeout_s, tls=o.tls).get_group_lag(
-                o.group, o.topic
-            )
+            admin = _clients.admin(o.endpoint, o.timeout_s, tls=o.tls, credentials=o.credentials)
+            rows = admin.get_group_lag(o.group, o.topic)
             backlog = sum(max(0, row.lag - row.inflight) for row in rows)
         except NotFoundError:
             # The group does not exist yet: everything retained is there for it.
-            puller = _clients.pull_consumer(o.endpoint, o.topic, "", o.timeout_s, tls=o.tls)
+            puller = _clients.pull_consumer(
+                o.endpoint, o.topic, "", o.timeout_s, tls=o.tls, credentials=o.credentials
+            )
             backlog = sum(s.max_offset - s.min_offset for s in puller.queue_offsets())
         self._backlog, self._backlog_at = backlog, now
         return backlog
@@ -226,7 +233,9 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if o.num_partitions is not None:
                 self._parts = o.num_partitions
             else:
-                puller = _clients.pull_consumer(o.endpoint, o.topic, "", o.timeout_s, tls=o.tls)
+                puller = _clients.pull_consumer(
+                    o.endpoint, o.topic, "", o.timeout_s, tls=o.tls, credentials=o.credentials
+                )
                 self._parts = len(puller.queue_offsets())
         return self._parts
 

@@ -162,8 +162,9 @@ class _Sender:
         batch, _ = self.pending.pop(topic, ([], 0))
         if not batch:
             return
+        options = self.options
         producer = _clients.producer(
-            self.options.endpoint, self.options.timeout_s, tls=self.options.tls
+            options.endpoint, options.timeout_s, tls=options.tls, credentials=options.credentials
         )
         for receipt in producer.send_batch(topic, batch):
             if receipt.duplicate:

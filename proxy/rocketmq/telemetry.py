@@ -19,6 +19,7 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, PopMQError
+from popmq.proxy.errors import RefusedRequestError
 from popmq.proxy.rocketmq import codes, convert, settings
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -26,7 +27,7 @@ from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.sessions import Sessions
-from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
+from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,11 @@ class Telemetry:
                 if not read.done():
                     read.cancel()
                     return  # the session ended (termination, idle, server shutdown)
-                command = read.result()
+                try:
+                    command = read.result()
+                except RefusedRequestError as refused:  # the security gate's, for this frame
+                    await context.write(sv.TelemetryCommand(status=codes.status_of(refused.error)))
+                    continue
                 if command is grpc.aio.EOF:
                     return
                 reply = self.on_command(client_id, command)
@@ -92,25 +97,9 @@ class Telemetry:
 
     async def refuse(self, context: grpc.aio.ServicerContext, error: ProtocolError) -> None:
         """Answer a Telemetry call refused before it began (no client id, a namespace) with
-        one status, after reading the client's first frame.
-
-        Why read first: a client opens Telemetry by writing its settings, then reads. Ended
-        at once, the call's end can reach the client while its write is under way, and
-        grpc then fails the write and reports INTERNAL ("Internal error from Core") instead
-        of the refusal (the Python client does; a write after the end is lost in any
-        language). Once the first frame was read, the client's write is done, so it reads
-        the refusal. A client that sends nothing gets it after `REFUSAL_READ_S` (or just
-        before its deadline).
-        """
-        remaining = context.time_remaining()
-        wait = REFUSAL_READ_S if remaining is None else min(REFUSAL_READ_S, remaining - 0.05)
-        read = asyncio.ensure_future(context.read())
-        try:
-            await asyncio.wait({read}, timeout=max(0.0, wait))
-        finally:
-            if not read.done():
-                read.cancel()
-        if read.done() and not read.cancelled() and read.exception() is not None:
+        one status, after reading the client's first frame (write_errors.read_first_request
+        says why; a client that sends nothing gets it after `REFUSAL_READ_S`)."""
+        if not await read_first_request(context, REFUSAL_READ_S):
             return  # the client went away: nobody to answer
         try:
             await context.write(sv.TelemetryCommand(status=codes.status_of(error)))

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from popmq.sdk import ClusterStatus as ClusterStatus
     from popmq.sdk import ConsumeResult as ConsumeResult
     from popmq.sdk import ConsumerOffset as ConsumerOffset
+    from popmq.sdk import Credentials as Credentials
     from popmq.sdk import DeadlineExceededError as DeadlineExceededError
     from popmq.sdk import EtcdEndpointStatus as EtcdEndpointStatus
     from popmq.sdk import ExponentialBackoff as ExponentialBackoff
@@ -82,6 +83,7 @@ __all__ = [
     "ClusterStatus",
     "ConsumeResult",
     "ConsumerOffset",
+    "Credentials",
     "DeadlineExceededError",
     "EtcdEndpointStatus",
     "ExponentialBackoff",

@@ -49,8 +49,11 @@ class OfficialClient:
         self._running.append(proc)
         return proc
 
-    def result(self, proc: subprocess.Popen[str], timeout: float = 100) -> dict[str, Any]:
-        """Wait for a scenario and return its JSON result; a crash fails the test."""
+    def result(
+        self, proc: subprocess.Popen[str], timeout: float = 100, *, may_fail: bool = False
+    ) -> dict[str, Any]:
+        """Wait for a scenario and return its JSON result; a crash fails the test, and so
+        does a scenario that failed unless `may_fail` (its result then holds "failed")."""
         try:
             out, err = proc.communicate(timeout=timeout)
         finally:
@@ -60,7 +63,7 @@ class OfficialClient:
             f"runner exited {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}\n{self.log_tail()}"
         )
         result: dict[str, Any] = json.loads(lines[-1])
-        assert "failed" not in result, f"{result}\n{self.log_tail()}"
+        assert may_fail or "failed" not in result, f"{result}\n{self.log_tail()}"
         return result
 
     def run(self, scenario: str, timeout: float = 100, **params: Any) -> dict[str, Any]:

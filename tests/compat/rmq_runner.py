@@ -42,8 +42,9 @@ from rocketmq.v5.exception import ClientException
 
 
 def _config(scenario: dict[str, Any]) -> ClientConfiguration:
+    credentials = Credentials(scenario.get("access_key", ""), scenario.get("secret_key", ""))
     return ClientConfiguration(
-        scenario["endpoint"], Credentials(), request_timeout=scenario.get("request_timeout", 3)
+        scenario["endpoint"], credentials, request_timeout=scenario.get("request_timeout", 3)
     )
 
 

@@ -30,7 +30,7 @@ class ServerThread:
         security: SecurityConfig | None = None,
     ) -> None:
         """``metrics``: count RPCs (read them with ``rpc_count``); ``security``: the
-        `[security]` section (TLS, ...)."""
+        server's `[security]` section (TLS, authentication...; default: all off)."""
         self.data_dir = data_dir
         base = broker or BrokerConfig()
         self._config = ServerConfig(

@@ -34,16 +34,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import grpc
 
-from popmq import AsyncAdmin, NotFoundError, PopMQError
+from popmq import AsyncAdmin, Credentials, NotFoundError, PopMQError
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from popmq.cluster import EtcdCoordinator, RemoteBroker, RouteAdmin
+from popmq.proxy.security.signing import Signer
 from tests.support.etcd import EtcdServer, free_port
 
 __all__ = ["PROBE_TOPIC", "REPO_ROOT", "Cluster", "ClusterProcess", "Kind"]
@@ -128,6 +129,9 @@ class Cluster:
         flush: The brokers' `--flush`.
         broker_args: More arguments of every broker (e.g. `--set`, `pop.x=...`).
         proxy_args: More arguments of every proxy.
+        env: More environment of every process (e.g. POPMQ_SECURITY_* settings).
+        credentials: What the cluster's own calls to the proxies (the probe topic) sign
+            with, for a cluster with authentication on.
     """
 
     def __init__(
@@ -140,8 +144,12 @@ class Cluster:
         flush: Literal["sync", "async"] = "sync",
         broker_args: Sequence[str] = (),
         proxy_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.root = root
+        self.env = dict(env or {})
+        self.credentials = credentials
         root.mkdir(parents=True, exist_ok=True)
         self.session_ttl_s = session_ttl_s
         self.flush = flush
@@ -286,7 +294,12 @@ class Cluster:
     def _spawn(self, process: ClusterProcess) -> None:
         """Start the process with its output appended to its log (see `wait_ready`)."""
         assert not process.running, f"{process.name} is running already"
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            **self.env,
+            "PYTHONPATH": str(REPO_ROOT / "src"),
+            "PYTHONUNBUFFERED": "1",
+        }
         with process.log_path.open("ab") as log:
             process.spawns += 1
             log.write(f"=== cluster: start {process.spawns} of {process.name} ===\n".encode())
@@ -376,7 +389,9 @@ class Cluster:
         for proxy in self.proxies:
             if not self._process(proxy).running:
                 continue
-            async with AsyncAdmin(self.endpoint(proxy), timeout_s=5) as admin:
+            async with AsyncAdmin(
+                self.endpoint(proxy), timeout_s=5, credentials=self.credentials
+            ) as admin:
                 try:
                     async with asyncio.timeout(timeout_s):
                         while True:
@@ -393,7 +408,9 @@ class Cluster:
                     ) from None
 
     async def _make_probe(self) -> None:
-        async with AsyncAdmin(self.endpoints[0], timeout_s=20) as admin:
+        async with AsyncAdmin(
+            self.endpoints[0], timeout_s=20, credentials=self.credentials
+        ) as admin:
             await admin.create_topic(PROBE_TOPIC, queues=1)
         self._probe_queue = {}
         async with EtcdCoordinator(self.etcd.endpoint) as coordinator:
@@ -421,10 +438,16 @@ class Cluster:
         """Messages of `topic` in each running broker's own store (its BrokerService),
         counted as max_offset - min_offset over its local queues."""
         counts: dict[str, int] = {}
+        credentials = self.credentials
+        signer = (
+            None if credentials is None else Signer(credentials.access_key, credentials.secret_key)
+        )
         for broker in self.brokers:
             if not self._process(broker).running:
                 continue
-            remote = RemoteBroker(self.broker_address(broker), call_timeout_s=10.0, catalog=False)
+            remote = RemoteBroker(
+                self.broker_address(broker), call_timeout_s=10.0, catalog=False, signer=signer
+            )
             await remote.start()
             try:
                 with contextlib.suppress(NotFoundError):

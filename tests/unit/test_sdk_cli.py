@@ -48,10 +48,18 @@ class FakeConsumer:
     messages: ClassVar[list[sdk.ReceivedMessage]] = []
 
     def __init__(
-        self, endpoint: str, *, group: str, topic: str, filter: str, tls: TLS = False
+        self,
+        endpoint: str,
+        *,
+        group: str,
+        topic: str,
+        filter: str,
+        tls: TLS = False,
+        credentials: sdk.Credentials | None = None,
     ) -> None:
         self.endpoint, self.group, self.topic, self.filter = endpoint, group, topic, filter
         self.tls = tls
+        self.credentials = credentials
         self.receive_args: dict[str, Any] = {}
         self.acked: list[sdk.ReceivedMessage] = []
         self.nacked: list[tuple[sdk.ReceivedMessage, float | None]] = []

@@ -85,8 +85,9 @@ class FakeChannel:
             "/popmq.v1.MessagingService/SendStream",
         }
 
-        def open_call() -> FakeCall:
+        def open_call(*, metadata: Any = None) -> FakeCall:
             assert method == "/popmq.v1.MessagingService/PopStream"
+            assert metadata is None  # no credentials: nothing signs the stream
             call = FakeCall()
             self.streams.append(call)
             return call
@@ -94,8 +95,13 @@ class FakeChannel:
         return open_call
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Awaitable[Any]]:
-        async def call(request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        async def call(
+            request: Any,
+            timeout: float | None = None,  # noqa: ASYNC109
+            metadata: Any = None,
+        ) -> Any:
             assert method == "/popmq.v1.MessagingService/Pop"
+            assert metadata is None  # no credentials: nothing signs the call
             self.unary_pops += 1
             return messaging_pb2.PopResponse()
 
