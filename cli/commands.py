@@ -425,7 +425,7 @@ def user_create(args: argparse.Namespace) -> int:
     assert secret is not None  # the parser requires a source
     with Admin(args.endpoint, **connection(args)) as admin:
         user = admin.create_user(
-            args.access_key,
+            args.user,
             secret,
             user_type="super" if args.super else "normal",
             enabled=not args.disabled,
@@ -438,7 +438,7 @@ def user_update(args: argparse.Namespace) -> int:
     secret, generated = _new_secret(args)
     with Admin(args.endpoint, **connection(args)) as admin:
         user = admin.update_user(
-            args.access_key, secret_key=secret, user_type=args.user_type, enabled=args.enabled
+            args.user, secret_key=secret, user_type=args.user_type, enabled=args.enabled
         )
     _print_user(user, secret if generated else None, as_json=args.json, verb="updated user")
     return EXIT_OK
@@ -446,25 +446,25 @@ def user_update(args: argparse.Namespace) -> int:
 
 def user_delete(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
-        admin.delete_user(args.access_key)
+        admin.delete_user(args.user)
     if args.json:
-        render.print_json({"deleted": args.access_key})
+        render.print_json({"deleted": args.user})
     else:
-        print(f"deleted user {args.access_key} and its policies")
+        print(f"deleted user {args.user} and its policies")
     return EXIT_OK
 
 
 def user_describe(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
-        user = admin.get_user(args.access_key)
-        policies = admin.list_policies(args.access_key)[args.access_key]
+        user = admin.get_user(args.user)
+        policies = admin.list_policies(args.user)[args.user]
     if args.json:
         data = render.json_data(user)
         data["policies"] = render.json_data(policies)
         render.print_json(data)
     else:
         print(render.format_user(user))
-        render.policies_table({args.access_key: policies})
+        render.policies_table({args.user: policies})
     return EXIT_OK
 
 
@@ -482,30 +482,30 @@ def _policy(args: argparse.Namespace) -> Policy:
 def acl_grant(args: argparse.Namespace) -> int:
     policy = _policy(args)
     with Admin(args.endpoint, **connection(args)) as admin:
-        policies = admin.grant_policy(args.access_key, policy)
+        policies = admin.grant_policy(args.user, policy)
     if args.json:
-        render.print_json({"access_key": args.access_key, "policies": policies})
+        render.print_json({"access_key": args.user, "policies": policies})
     else:
-        print(f"granted {render.format_policy(policy)} to {args.access_key}")
-        render.policies_table({args.access_key: policies})
+        print(f"granted {render.format_policy(policy)} to {args.user}")
+        render.policies_table({args.user: policies})
     return EXIT_OK
 
 
 def acl_revoke(args: argparse.Namespace) -> int:
     policy = _policy(args)
     with Admin(args.endpoint, **connection(args)) as admin:
-        policies = admin.revoke_policy(args.access_key, policy)
+        policies = admin.revoke_policy(args.user, policy)
     if args.json:
-        render.print_json({"access_key": args.access_key, "policies": policies})
+        render.print_json({"access_key": args.user, "policies": policies})
     else:
-        print(f"revoked {render.format_policy(policy)} of {args.access_key}")
-        render.policies_table({args.access_key: policies})
+        print(f"revoked {render.format_policy(policy)} of {args.user}")
+        render.policies_table({args.user: policies})
     return EXIT_OK
 
 
 def acl_list(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
-        by_user = admin.list_policies(args.access_key)
+        by_user = admin.list_policies(args.user)
     render.print_json(by_user) if args.json else render.policies_table(by_user)
     return EXIT_OK
 

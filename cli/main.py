@@ -454,7 +454,7 @@ def _user_secret(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 
 def _policy_arguments(parser: argparse.ArgumentParser, *, revoke: bool) -> None:
-    parser.add_argument("access_key", help="the user")
+    parser.add_argument("user", metavar="ACCESS_KEY", help="the user's access key")
     parser.add_argument(
         "resource",
         help="topic:NAME, topic:PREFIX*, topic:* (the same with group: or any:), cluster, or *",
@@ -488,7 +488,7 @@ def _security_commands(commands_: Any) -> None:
     user = commands_.add_parser("user", help="manage users (SUPER users only)")
     users = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
     create = _client(users.add_parser("create", help="create a user"), commands.user_create)
-    create.add_argument("access_key")
+    create.add_argument("user", metavar="ACCESS_KEY")
     create.add_argument("--super", action="store_true", help="a SUPER user (default NORMAL)")
     create.add_argument("--disabled", action="store_true", help="create it disabled")
     _user_secret(create, required=True)
@@ -496,7 +496,7 @@ def _security_commands(commands_: Any) -> None:
         users.add_parser("update", help="change a user's secret, type or state"),
         commands.user_update,
     )
-    update.add_argument("access_key")
+    update.add_argument("user", metavar="ACCESS_KEY")
     kind = update.add_mutually_exclusive_group()
     kind.add_argument("--super", dest="user_type", action="store_const", const="super")
     kind.add_argument("--normal", dest="user_type", action="store_const", const="normal")
@@ -507,11 +507,11 @@ def _security_commands(commands_: Any) -> None:
     delete = _client(
         users.add_parser("delete", help="delete a user and its policies"), commands.user_delete
     )
-    delete.add_argument("access_key")
+    delete.add_argument("user", metavar="ACCESS_KEY")
     describe = _client(
         users.add_parser("describe", help="a user and its policies"), commands.user_describe
     )
-    describe.add_argument("access_key")
+    describe.add_argument("user", metavar="ACCESS_KEY")
     _client(users.add_parser("list", help="list users"), commands.user_list)
 
     acl = commands_.add_parser("acl", help="manage users' access policies (SUPER users only)")
@@ -524,7 +524,9 @@ def _security_commands(commands_: Any) -> None:
     )
     _policy_arguments(revoke, revoke=True)
     listing = _client(acls.add_parser("list", help="list policies"), commands.acl_list)
-    listing.add_argument("access_key", nargs="?", default="", help="only this user's")
+    listing.add_argument(
+        "user", metavar="ACCESS_KEY", nargs="?", default="", help="only this user's"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
