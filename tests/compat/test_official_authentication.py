@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq import Admin, Credentials, Producer
+from popmq import Admin, Credentials, Policy, Producer
 from popmq.proxy.security.config import SecurityConfig
 from tests.compat.conftest import OfficialClient
 from tests.integration.server import ServerThread
@@ -61,3 +61,23 @@ def test_the_official_client_with_a_wrong_secret_gets_40100(
     log = official.log_tail(200)
     assert "40100, the signature of access key 'root' does not match" in log, log
     assert "not-the-secret" not in log
+
+
+def test_the_official_client_of_a_user_with_pub_on_one_topic_gets_40300_elsewhere(
+    server: ServerThread, official: OfficialClient
+) -> None:
+    producer = Credentials("producer", "producer-s3cret")
+    with Admin(server.endpoint, credentials=ROOT) as admin:
+        admin.create_topic("audit", queues=1)
+        admin.create_user(producer.access_key, producer.secret_key)
+        admin.grant_policy(producer.access_key, Policy.of("topic:orders", ["pub"]))
+    signed = {"access_key": producer.access_key, "secret_key": producer.secret_key}
+    sent = official.run("produce", topic="orders", messages=[{"body": "allowed"}], **signed)
+    [receipt] = sent["receipts"]
+    assert "error" not in receipt, receipt
+    proc = official.start("produce", topic="audit", messages=[{"body": "refused"}], **signed)
+    result = official.result(proc, may_fail=True)
+    [receipt] = result["receipts"]
+    assert "error" in receipt, result  # the client wraps it: "failed to fetch topic route"
+    log = official.log_tail(200)
+    assert "40300" in log and "'producer' may not" in log and "topic 'audit'" in log, log
