@@ -62,12 +62,14 @@ import grpc
 from google.protobuf.message import Message
 
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
-from popmq.broker_core import InvalidArgumentError, PopMQError
+from popmq.broker_core import InvalidArgumentError, PermissionDeniedError, PopMQError
 from popmq.proxy.errors import RefusedRequestError, status_code
 from popmq.proxy.health import HEALTH_SERVICE
 from popmq.proxy.rocketmq import codes
+from popmq.proxy.rocketmq.metadata import CLIENT_ID
 from popmq.proxy.security import audit
 from popmq.proxy.security.authn import Authenticator
+from popmq.proxy.security.client_owners import ClientOwners
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.model import Check, Principal, User, set_principal
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_first_request
@@ -145,6 +147,8 @@ class Gate:
         self.authenticator = authenticator
         self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
         """Replaceable before the server turns SERVING (acl's AclAuthorizer)."""
+        self.client_owners = ClientOwners()
+        """Which user each client id belongs to (client_owners.py says why)."""
 
     @classmethod
     def from_config(
@@ -219,16 +223,64 @@ class Gate:
 
     def admit(self, method: str, request: Message, context: grpc.aio.ServicerContext) -> None:
         """Authenticate and authorize a call with one request (unary request)."""
-        self.authorize(method, self.authenticate(context), request)
+        principal = self.authenticate(context)
+        self.claim_client(principal, context, request)
+        self.authorize(method, principal, request)
+
+    def claim_client(
+        self,
+        principal: Principal,
+        context: grpc.aio.ServicerContext,
+        request: Message | None = None,
+    ) -> None:
+        """Refuse a call naming another user's client id (`x-mq-client-id`, or a v1
+        request's `client_id`); the first use binds it (client_owners.py).
+
+        Raises:
+            PermissionDeniedError: The client id is another user's.
+        """
+        if principal.is_super:
+            return
+        client_id = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == CLIENT_ID and isinstance(value, str):
+                client_id = value
+                break
+        if client_id:
+            self.client_owners.claim(client_id, principal.access_key)
+        named = getattr(request, "client_id", "") if request is not None else ""
+        if isinstance(named, str) and named and named != client_id:
+            self.client_owners.claim(named, principal.access_key)
+
+    def refreshed(self, principal: Principal) -> Principal:
+        """`principal` as its user is now: a stream's user may have been disabled, deleted
+        or changed type since the stream opened.
+
+        Raises:
+            PermissionDeniedError: The user is gone or disabled.
+        """
+        authenticator = self.authenticator
+        if authenticator is None or not principal.access_key:
+            return principal
+        user = authenticator.user(principal.access_key)
+        if user is None or not user.enabled:
+            state = "deleted" if user is None else "disabled"
+            raise PermissionDeniedError(
+                f"user {principal.access_key!r} is {state}: this stream's further requests "
+                "are refused"
+            )
+        if user.user_type is principal.user_type:
+            return principal
+        return Principal(principal.access_key, user.user_type, principal.source)
 
     def check_request(self, method: str, principal: Principal, request: Message) -> None:
-        """Authorize one request message of a stream.
+        """Authorize one request message of a stream, as its user is now.
 
         Raises:
             RefusedRequestError: Carrying why (the servicer answers this request with it).
         """
         try:
-            self.authorize(method, principal, request)
+            self.authorize(method, self.refreshed(principal), request)
         except PopMQError as exc:
             _refused(method, exc, principal.source, request)
             raise RefusedRequestError(request, exc) from None
@@ -318,6 +370,7 @@ class Gate:
         ) -> tuple[Any, Any] | PopMQError:
             try:
                 principal = self.authenticate(context)
+                self.claim_client(principal, context)
             except PopMQError as exc:
                 _refused(method, exc, context.peer())
                 return exc

@@ -176,7 +176,7 @@ def check_cidrs(cidrs: Iterable[str]) -> tuple[str, ...]:
     networks: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = set()
     for cidr in given:
         try:
-            networks.add(ipaddress.ip_network(cidr, strict=True))
+            networks.add(_unmapped(ipaddress.ip_network(cidr, strict=True)))
         except (TypeError, ValueError) as error:
             raise InvalidArgumentError(
                 f"source CIDR {cidr!r} is not a network ({error}): use e.g. 10.0.0.0/8, "
@@ -187,6 +187,25 @@ def check_cidrs(cidrs: Iterable[str]) -> tuple[str, ...]:
             ) from None
     ordered = sorted(networks, key=lambda n: (n.version, n.network_address, n.prefixlen))
     return tuple(str(n) for n in ordered)
+
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def _unmapped(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An IPv4-mapped IPv6 network (::ffff:10.0.0.0/104) as the IPv4 network it means: peers
+    are matched in their IPv4 form (acl.source_ip), so the mapped form would never match."""
+    if (
+        isinstance(network, ipaddress.IPv6Network)
+        and network.prefixlen >= _MAPPED.prefixlen
+        and network.subnet_of(_MAPPED)
+    ):
+        mapped = network.network_address.ipv4_mapped
+        assert mapped is not None
+        return ipaddress.IPv4Network((mapped, network.prefixlen - _MAPPED.prefixlen))
+    return network
 
 
 def policy_key(policy: Policy) -> tuple[ResourceType, Pattern, str, Decision, tuple[str, ...]]:

@@ -171,6 +171,7 @@ def _sub(topic: str, group: str, *, when: str = "") -> tuple[Need, Need]:
     return need(TOPIC, SUB, path=topic, when=when), need(GROUP, SUB, path=group, when=when)
 
 
+_BODIES = "returns message bodies: SUB, as receiving does (GET is for metadata)"
 _CLUSTER_ADMIN = "SUPER users only (the servicer refuses NORMAL ones whatever they are granted)"
 
 _V1_MESSAGING: dict[str, Rule] = {
@@ -211,22 +212,34 @@ _V1_ADMIN: dict[str, Rule] = {
     "ListTopics": rule(need(TOPIC, LIST)),
     "DeleteTopic": rule(need(TOPIC, DELETE, path="name")),
     "PurgeTopic": rule(need(TOPIC, DELETE, path="name")),
-    "CreateGroup": rule(need(GROUP, CREATE, path="name")),
-    "UpdateGroup": rule(need(GROUP, UPDATE, path="name")),
+    "CreateGroup": rule(
+        need(GROUP, CREATE, path="name"),
+        need(TOPIC, SUB, path="subscriptions[].topic"),
+        note="a subscription is to a topic the user may SUB",
+    ),
+    "UpdateGroup": rule(
+        need(GROUP, UPDATE, path="name"),
+        need(TOPIC, SUB, path="set_subscriptions[].topic"),
+        note="a subscription is to a topic the user may SUB",
+    ),
     "GetGroup": rule(need(GROUP, GET, path="name")),
     "ListGroups": rule(need(GROUP, LIST)),
     "DeleteGroup": rule(need(GROUP, DELETE, path="name")),
-    "GetGroupLag": rule(need(GROUP, GET, path="group")),
+    "GetGroupLag": rule(
+        need(GROUP, GET, path="group"), need(TOPIC, GET, path="topic", optional=True)
+    ),
     "ResetOffsets": rule(
         need(GROUP, UPDATE, path="group"),
         need(TOPIC, SUB, path="topic"),
         note="moving a group back re-reads the topic",
     ),
     "PeekMessages": rule(
-        need(TOPIC, SUB, GET, path="topic"), need(GROUP, GET, path="group", optional=True)
+        need(TOPIC, SUB, path="topic"),
+        need(GROUP, GET, path="group", optional=True),
+        note=_BODIES,
     ),
-    "QueryMessage": rule(need(TOPIC, SUB, GET, path="topic")),
-    "QueryMessagesByKey": rule(need(TOPIC, SUB, GET, path="topic")),
+    "QueryMessage": rule(need(TOPIC, SUB, path="topic"), note=_BODIES),
+    "QueryMessagesByKey": rule(need(TOPIC, SUB, path="topic"), note=_BODIES),
     "RedriveDeadLetters": rule(need(GROUP, UPDATE, path="group")),
     "GetServerInfo": rule(need(CLUSTER, GET)),
     "GetClusterStatus": rule(need(CLUSTER, GET)),

@@ -201,3 +201,73 @@ def test_admin_is_checked_and_only_super_users_see_the_config(server: ServerThre
     assert not info.config  # NORMAL, even allowed GET on the cluster
     with Admin(server.endpoint, credentials=ROOT) as admin:
         assert "sneaky" not in [u.access_key for u in admin.list_users()]
+
+
+def test_a_stream_follows_its_user_being_disabled_or_demoted(server: ServerThread) -> None:
+    ops = Credentials("ops", "ops-s3cret-key")
+    with Admin(server.endpoint, credentials=ROOT) as admin:
+        admin.create_user(ops.access_key, ops.secret_key, user_type="super")
+    with Producer(server.endpoint, credentials=ops) as producer:  # one SendStream
+        producer.send("b", b"as super")
+        with Admin(server.endpoint, credentials=ROOT) as admin:
+            admin.update_user(ops.access_key, user_type="normal")
+        with pytest.raises(PermissionDeniedError) as refused:
+            producer.send("b", b"demoted, no policies")
+        assert "'ops' may not PUB topic 'b'" in refused.value.message
+        with Admin(server.endpoint, credentials=ROOT) as admin:
+            admin.update_user(ops.access_key, user_type="super")
+        producer.send("b", b"super again")
+        with Admin(server.endpoint, credentials=ROOT) as admin:
+            admin.delete_user(ops.access_key)
+        with pytest.raises(PermissionDeniedError) as refused:
+            producer.send("b", b"deleted")
+        assert "'ops' is deleted" in refused.value.message
+
+
+def _v2_stub(channel: grpc.Channel) -> v2_grpc.MessagingServiceStub:
+    return v2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
+def test_a_client_id_belongs_to_the_user_that_used_it_first(server: ServerThread) -> None:
+    """Another user cannot end (or rewrite) a v2 client's session by naming its client id."""
+    client = [("x-mq-client-id", "victim-host@4242@0@abc")]
+    with grpc.insecure_channel(server.endpoint) as channel:
+        stub = _v2_stub(channel)
+        heartbeat = v2.HeartbeatRequest(
+            group=v2pb.Resource(name="billing-1"), client_type=v2pb.ClientType.SIMPLE_CONSUMER
+        )
+        ok = stub.Heartbeat(heartbeat, metadata=_signed(BILLING) + client, timeout=5)
+        assert ok.status.code == v2pb.Code.OK, ok.status
+        for request in (v2.NotifyClientTerminationRequest(), v2.HeartbeatRequest()):
+            method = getattr(stub, type(request).__name__.removesuffix("Request"))
+            refused = method(request, metadata=_signed(PRODUCER) + client, timeout=5)
+            assert refused.status.code == v2pb.Code.FORBIDDEN, refused.status
+            assert "client id 'victim-host@4242@0@abc'" in refused.status.message
+        # Its own user still may, and root may end any session.
+        again = stub.Heartbeat(heartbeat, metadata=_signed(BILLING) + client, timeout=5)
+        assert again.status.code == v2pb.Code.OK, again.status
+        ended = stub.NotifyClientTermination(
+            v2.NotifyClientTerminationRequest(), metadata=_signed(ROOT) + client, timeout=5
+        )
+        assert ended.status.code == v2pb.Code.OK, ended.status
+
+
+def test_message_bodies_need_sub_and_lag_of_a_topic_needs_get_on_it(
+    server: ServerThread,
+) -> None:
+    dashboard = Credentials("dashboard", "dashboard-s3cret")
+    with Admin(server.endpoint, credentials=ROOT) as admin:
+        admin.create_user(dashboard.access_key, dashboard.secret_key)
+        admin.grant_policy(dashboard.access_key, Policy.of("topic:a", ["get"]))
+        admin.grant_policy(dashboard.access_key, Policy.of("group:*", ["get"]))
+        admin.create_group("billing-1")
+    with Producer(server.endpoint, credentials=ROOT) as producer:
+        producer.send("b", b"salary=1000000")
+    with Admin(server.endpoint, credentials=dashboard) as admin:
+        admin.get_group_lag("billing-1", "a")  # GET on both
+        with pytest.raises(PermissionDeniedError) as refused:
+            admin.get_group_lag("billing-1", "b")
+        assert "GET topic 'b'" in refused.value.message
+        with pytest.raises(PermissionDeniedError) as refused:
+            admin.peek_messages("a")
+        assert "SUB topic 'a'" in refused.value.message
