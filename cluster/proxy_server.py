@@ -67,6 +67,19 @@ class ProxyServer:
                 "--advertise HOST:PORT ([cluster] advertise), the address clients use"
             )
         self.config = config
+        # Brokers with authentication on accept calls signed by the root user only.
+        signer = cluster_signer(config.security)
+        if signer is not None and not config.security.broker_tls:
+            # The signed header is the root user's, and only the date-time is signed.
+            log.warning(
+                "popmq proxy signs its broker calls with the root credential over plaintext: "
+                "anyone on the network between proxies and brokers can capture a header that "
+                "signs in as root%s; set [security] broker_tls = true (brokers with "
+                "tls_cert_file) unless proxies and brokers share one host",
+                ""
+                if config.security.max_clock_skew_s
+                else " for ever (no [security] max_clock_skew_s)",
+            )
         self.coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
         self.broker = ClusterBroker(
             self.coordinator,
@@ -74,8 +87,7 @@ class ProxyServer:
             faults=config.fault_tolerance,
             default_queues_per_broker=config.broker.default_topic_queues,
             broker_tls=broker_channel_tls(config.security),
-            # Brokers with authentication on accept calls signed by the root user only.
-            signer=cluster_signer(config.security),
+            signer=signer,
         )
         self.status = ClusterStatus(self.broker, proxy_name=lambda: self.name)
         self.server = PopMQServer(
