@@ -51,6 +51,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _PATTERN_RANK = {Pattern.LITERAL: 0, Pattern.PREFIXED: 1, Pattern.ANY: 2}
 
 
+@functools.lru_cache(maxsize=4096)
 def source_ip(source: str) -> IPAddress | None:
     """The IP of a caller's address as grpc reports it, or None when it has none.
 
@@ -59,6 +60,8 @@ def source_ip(source: str) -> IPAddress | None:
     An IPv4 address mapped into IPv6 (a dual-stack listener's "::ffff:10.0.0.7") is
     returned as the IPv4 address, so IPv4 CIDRs match it. "unix:..." and anything else
     without an IP give None: only policies without source CIDRs match such a caller.
+    Cached: a connection's calls share one peer string, and parsing costs 10-20 us a call
+    (bench/security_cost.py).
     """
     text = source
     if text.startswith(("ipv4:", "ipv6:")):

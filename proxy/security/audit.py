@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -98,6 +100,9 @@ _MAX_TEXT = 256
 _MAX_ITEMS = 32
 """Entries of a list or map value kept in a line."""
 _MAX_DEPTH = 6
+_MAX_EXACT_BYTES = 64 * 1024
+"""Requests up to this size go into a line through json_format whole; larger ones are
+pruned as they are read (request_fields)."""
 
 _MAX_DENIED_SERIES = 512
 """Distinct (method, code) series of the denied counter; more are counted as method
@@ -152,9 +157,57 @@ def _salient(value: object, depth: int = 0) -> object:
 
 
 def request_fields(request: Message) -> dict[str, object]:
-    """The fields a protobuf request sets (proto field names; enums by name), for `audit`."""
-    fields: dict[str, object] = json_format.MessageToDict(request, preserving_proto_field_name=True)
+    """The fields a protobuf request sets (proto field names; enums by name), for `audit`.
+
+    A request of up to `_MAX_EXACT_BYTES` is converted whole (json_format's form: int64 as
+    strings). A larger one, such as a rejected CreateGroup with 10,000 subscriptions, is read
+    only as far as the line keeps (`_pruned`): converting all of it would hold the event loop
+    for seconds, for a line `_salient` cuts to 32 items anyway.
+    """
+    if request.ByteSize() <= _MAX_EXACT_BYTES:
+        fields: dict[str, object] = json_format.MessageToDict(
+            request, preserving_proto_field_name=True
+        )
+        return fields
+    return _pruned(request, 0)
+
+
+def _pruned(message: Message, depth: int) -> dict[str, object]:
+    """`message`'s set fields, reading at most `_MAX_ITEMS` of each repeated field or map."""
+    fields: dict[str, object] = {}
+    for field, value in message.ListFields():
+        if _is_secret(field.name):
+            continue
+        if depth >= _MAX_DEPTH:
+            fields[field.name] = "..."
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entries = list(itertools.islice(value.items(), _MAX_ITEMS))
+            kept = {str(k): _field_value(field.message_type.fields_by_name["value"], v, depth)
+                    for k, v in entries}  # fmt: skip
+            if len(value) > _MAX_ITEMS:
+                kept["..."] = f"{len(value)} entries in all"
+            fields[field.name] = kept
+        elif field.is_repeated:
+            items = [_field_value(field, item, depth) for item in value[:_MAX_ITEMS]]
+            if len(value) > _MAX_ITEMS:
+                items.append(f"... {len(value)} items in all")
+            fields[field.name] = items
+        else:
+            fields[field.name] = _field_value(field, value, depth)
     return fields
+
+
+def _field_value(field: FieldDescriptor, value: Any, depth: int) -> object:
+    if field.message_type is not None:
+        return _pruned(value, depth + 1)
+    if field.enum_type is not None:
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known is not None else value
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, str) and len(value) > _MAX_TEXT:
+        return f"{value[:_MAX_TEXT]}... ({len(value)} characters)"
+    return value
 
 
 def _now() -> str:

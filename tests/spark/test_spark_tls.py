@@ -1,7 +1,8 @@
-"""The Spark connector over mutual TLS: its tls* options reach every SDK client it makes
-(driver and executors: the writer's producer, the offset reader's pull consumer, the pop
-reader's simple consumer and admin). The server takes mutual TLS only, so a client made
-without the options could not connect at all."""
+"""The Spark connector over mutual TLS, signed in as a NORMAL user: its tls* options and
+credentials reach every SDK client it makes (driver and executors: the writer's producer,
+the offset reader's pull consumer, the pop reader's simple consumer and admin). The server
+takes mutual TLS only and authenticates every call, so a client made without the options
+could not connect at all, and the user's policies are the ones docs/spark.md lists."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from popmq import TLSConfig
+from popmq import Admin, Credentials, Policy, TLSConfig
 from popmq.proxy.security.config import SecurityConfig
 from popmq.spark import OptionError
 from popmq.spark.options import ReadOptions, WriteOptions
@@ -25,20 +26,38 @@ def ca(tmp_path: Path) -> CertificateAuthority:
     return CertificateAuthority(tmp_path / "ca")
 
 
+ROOT = Credentials("root", "r00t-s3cret")
+SPARK = Credentials("spark-job", "spark-s3cret")
+
+
 @pytest.fixture
 def mtls_server(tmp_path: Path, ca: CertificateAuthority) -> Iterator[ServerThread]:
     pair = ca.server()
     security = SecurityConfig(
-        tls_cert_file=str(pair.cert), tls_key_file=str(pair.key), tls_client_ca_file=str(ca.cert)
+        tls_cert_file=str(pair.cert),
+        tls_key_file=str(pair.key),
+        tls_client_ca_file=str(ca.cert),
+        authentication=True,
+        root_access_key=ROOT.access_key,
+        root_secret_key=ROOT.secret_key,
     )
     thread = ServerThread(tmp_path / "data", security=security)
     thread.start()
-    thread.call(lambda: thread.broker.create_topic("out", 2))
+    admin_cert = ca.client("admin")
+    tls = TLSConfig(
+        ca_file=str(ca.cert), cert_file=str(admin_cert.cert), key_file=str(admin_cert.key)
+    )
+    with Admin(thread.endpoint, tls=tls, credentials=ROOT) as admin:
+        admin.create_topic("out", queues=2)
+        admin.create_user(SPARK.access_key, SPARK.secret_key)
+        # What a job that writes, reads and pops needs (docs/spark.md).
+        admin.grant_policy(SPARK.access_key, Policy.of("topic:out", ["pub", "sub", "get"]))
+        admin.grant_policy(SPARK.access_key, Policy.of("group:workers", ["sub", "get"]))
     yield thread
     thread.stop()
 
 
-def test_write_read_and_pop_over_mutual_tls(
+def test_write_read_and_pop_over_mutual_tls_as_a_normal_user(
     spark: SparkSession, mtls_server: ServerThread, ca: CertificateAuthority, tmp_path: Path
 ) -> None:
     client = ca.client("spark")
@@ -46,6 +65,8 @@ def test_write_read_and_pop_over_mutual_tls(
         "tlsCaFile": str(ca.cert),
         "tlsCertFile": str(client.cert),
         "tlsKeyFile": str(client.key),
+        "accessKey": SPARK.access_key,
+        "secretKey": SPARK.secret_key,
     }
     df = spark.range(20).select(F.format_string("row-%d", "id").alias("body"))
     df.write.format("popmq").option("endpoint", mtls_server.endpoint).option(

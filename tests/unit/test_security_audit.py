@@ -254,3 +254,15 @@ def test_a_mutation_refused_permission_denied_is_audited_unauthenticated_is_not(
     assert (entry["result"], entry["error"]) == ("PERMISSION_DENIED", "DELETE on TOPIC orders")
     assert entry["source"] == "ipv4:10.9.9.9:1"
     assert audit_count("topic.delete", "PERMISSION_DENIED") == before + 1
+
+
+def test_a_huge_request_is_read_only_as_far_as_its_audit_line_keeps() -> None:
+    subscriptions = [admin_pb2.Subscription(topic=f"t{i:06d}" + "x" * 400) for i in range(20_000)]
+    request = admin_pb2.CreateGroupRequest(name="g", subscriptions=subscriptions)
+    assert request.ByteSize() > 64 * 1024
+    fields = audit_module.request_fields(request)
+    kept = fields["subscriptions"]
+    assert isinstance(kept, list) and len(kept) == 33
+    assert kept[-1] == "... 20000 items in all"
+    assert kept[0] == {"topic": "t000000" + "x" * 249 + "... (407 characters)"}
+    assert fields["name"] == "g"
