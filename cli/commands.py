@@ -31,6 +31,8 @@ from popmq import (
 from popmq.cli import render
 
 EXIT_OK = 0
+_EXIT_INTERRUPTED = 130
+"""As popmq.cli.main.EXIT_INTERRUPTED (main imports this module)."""
 
 _SEND_BATCH_BYTES = 1024 * 1024
 """Bodies per send_batch call in `send --count`, well below the 4 MiB request limit."""
@@ -513,40 +515,81 @@ def acl_list(args: argparse.Namespace) -> int:
 # -- send and receive ---------------------------------------------------------------------------
 
 
+def _body(text: str) -> bytes:
+    """The body of `popmq send`: the text itself, stdin's bytes (-) or a file's (@FILE)."""
+    if text == "-":
+        return sys.stdin.buffer.read()
+    if text.startswith("@"):
+        return Path(text[1:]).read_bytes()
+    return text.encode("utf-8")
+
+
 def send(args: argparse.Namespace) -> int:
+    try:
+        body = _body(args.text)
+    except OSError as exc:
+        print(f"error: {args.text}: {exc.strerror}", file=sys.stderr)
+        return 2
+
     def message(index: int) -> Message:
-        text = args.text.replace("{n}", str(index)) if args.count > 1 else args.text
+        def fill(text: str) -> str:
+            return text.replace("{n}", str(index)) if args.count > 1 else text
+
         return Message(
-            text.encode("utf-8"), tag=args.tag, keys=args.keys, properties=dict(args.properties)
+            body.replace(b"{n}", str(index).encode()) if args.count > 1 else body,
+            tag=args.tag,
+            keys=[fill(key) for key in args.keys],
+            properties={key: fill(value) for key, value in args.properties},
+            message_group=fill(args.message_group),
+            deliver_at=args.deliver_at,
+            delay_s=args.delay,
+            dedup_id=fill(args.dedup_id),
         )
 
     with Producer(args.endpoint, **connection(args)) as producer:
         if args.count == 1:
+            one = message(0)
             receipt = producer.send(
                 args.topic,
-                args.text.encode("utf-8"),
-                tag=args.tag,
-                keys=args.keys,
-                properties=dict(args.properties),
+                one.body,
+                tag=one.tag,
+                keys=one.keys,
+                properties=one.properties,
+                message_group=one.message_group,
+                deliver_at=one.deliver_at,
+                delay_s=one.delay_s,
+                dedup_id=one.dedup_id,
             )
             render.print_json(receipt) if args.json else print(render.format_receipt(receipt))
             return EXIT_OK
         started = time.monotonic()
-        per_batch = max(1, min(args.batch, _SEND_BATCH_BYTES // max(1, len(args.text) + 64)))
+        per_batch = max(1, min(args.batch, _SEND_BATCH_BYTES // max(1, len(body) + 64)))
         sent = 0
-        with render.progress(enabled=not args.json) as bar:
-            task = bar.add_task(f"send to {args.topic}", total=args.count)
-            while sent < args.count:
-                size = min(per_batch, args.count - sent)
-                producer.send_batch(args.topic, [message(sent + i) for i in range(size)])
-                sent += size
-                bar.update(task, completed=sent)
+        try:
+            with render.progress(enabled=not args.json) as bar:
+                task = bar.add_task(f"send to {args.topic}", total=args.count)
+                while sent < args.count:
+                    size = min(per_batch, args.count - sent)
+                    producer.send_batch(args.topic, [message(sent + i) for i in range(size)])
+                    sent += size
+                    bar.update(task, completed=sent)
+        except KeyboardInterrupt:
+            # Only batches the server answered are counted; one in flight may be stored too.
+            print(
+                f"interrupted: {sent} of {args.count} {render.plural(args.count, 'message')} "
+                f"stored in {args.topic} (a batch in flight may be stored as well)",
+                file=sys.stderr,
+            )
+            return _EXIT_INTERRUPTED
     took = time.monotonic() - started
     rate = sent / took if took > 0 else float(sent)
     if args.json:
         render.print_json({"topic": args.topic, "sent": sent, "seconds": took})
     else:
-        print(f"sent {sent} messages to {args.topic} in {took:.2f}s ({rate:.0f} msg/s)")
+        print(
+            f"sent {sent} {render.plural(sent, 'message')} to {args.topic} in {took:.2f}s "
+            f"({rate:.0f} msg/s)"
+        )
     return EXIT_OK
 
 

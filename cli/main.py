@@ -783,9 +783,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     _security_commands(commands_)
 
-    send = _client(commands_.add_parser("send", help="send text messages"), commands.send)
+    send = _client(
+        commands_.add_parser(
+            "send",
+            help="send messages",
+            description="Send one message, or --count N of them. BODY is the text itself, - "
+            "to read the body from stdin (bytes, as they are) or @FILE to read it from a file "
+            "(a body that starts with @ can only come from stdin or a file). With --count, "
+            "{n} in the body, --key, --property values, --message-group and --dedup-id becomes "
+            "the message's index 0, 1, 2, ... (e.g. --dedup-id 'order-{n}'). Ctrl-C during "
+            "--count says how many messages were stored and exits 130.",
+        ),
+        commands.send,
+    )
     send.add_argument("topic")
-    send.add_argument("text", help='message body; with --count, "{n}" becomes 0, 1, 2, ...')
+    send.add_argument("text", metavar="BODY", help="message body, - (stdin) or @FILE")
     send.add_argument("--tag", default="")
     send.add_argument("--key", dest="keys", action="append", default=[], help="repeatable")
     send.add_argument(
@@ -795,7 +807,32 @@ def build_parser() -> argparse.ArgumentParser:
         type=_property,
         default=[],
         metavar="KEY=VALUE",
-        help="repeatable",
+        help="user property; repeatable",
+    )
+    send.add_argument(
+        "--message-group",
+        default="",
+        metavar="GROUP",
+        help="FIFO message group (fifo and mixed topics need one)",
+    )
+    when = send.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        type=_duration,
+        metavar="DURATION",
+        help="deliver this long after the server stores it, e.g. 30s, 5m (delay topics)",
+    )
+    when.add_argument(
+        "--deliver-at",
+        type=_time,
+        metavar="TIME",
+        help="deliver at this ISO-8601 time or epoch seconds (delay topics)",
+    )
+    send.add_argument(
+        "--dedup-id",
+        default="",
+        metavar="ID",
+        help="a repeat of this id within the server's dedup window is not stored again",
     )
     send.add_argument("--count", type=_positive, default=1, help="send N messages")
     send.add_argument("--batch", type=_positive, default=64, help="messages per request")

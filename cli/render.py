@@ -137,6 +137,11 @@ class JsonListWriter:
 # -- lines ----------------------------------------------------------------------------------
 
 
+def plural(count: int, noun: str) -> str:
+    """The noun for `count` of it: "1 message" but "0 messages", "2 messages"."""
+    return noun if count == 1 else noun + "s"
+
+
 def _seconds(value: float) -> str:
     return f"{value:g}s"
 
