@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, SimpleConsumer
+from popmq.cli.main import main
 from tests.integration.test_admin_cli import Cli
 
 
@@ -111,3 +113,12 @@ def test_interrupted_bulk_send_says_how_many_were_stored(endpoint: str) -> None:
     with Admin(endpoint) as admin:
         stored = admin.get_topic("bulk").queues[0].message_count
     assert reported >= 100 and reported <= stored <= reported + 16
+
+
+def test_client_options_may_come_before_the_command(
+    endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("orders", queues=1)
+    assert main(["--endpoint", endpoint, "--json", "topic", "list"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["orders"]

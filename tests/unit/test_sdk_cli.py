@@ -522,3 +522,33 @@ def test_json_output_keeps_binary_bodies_as_base64(capsys: pytest.CaptureFixture
     first, second = json.loads(capsys.readouterr().out)
     assert first["body"] == "text" and first["born_timestamp"] == "1970-01-01T00:00:00+00:00"
     assert "body" not in second and second["body_base64"] == "/wA="
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["--version"])
+
+    assert raised.value.code == 0
+    assert capsys.readouterr().out.startswith("popmq ")
+
+
+def test_client_options_before_the_command_are_read_and_after_it_win() -> None:
+    parse = cli_main.build_parser().parse_args
+    hoist = cli_main.hoist_client_options
+
+    args = parse(hoist(["--endpoint", "h:1", "--json", "--tls", "topic", "list"]))
+    assert (args.endpoint, args.json, args.tls) == ("h:1", True, True)
+    args = parse(
+        hoist(["--endpoint=h:1", "--access-key", "ak", "topic", "list", "--endpoint", "h:2"])
+    )
+    assert (args.endpoint, args.access_key) == ("h:2", "ak")
+    args = parse(hoist(["--endpoint", "h:1", "send", "t", "--", "--endpoint"]))
+    assert (args.endpoint, args.text) == ("h:1", "--endpoint")
+
+
+def test_a_client_option_before_serve_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["--endpoint", "h:1", "serve"])
+
+    assert raised.value.code == 2
+    assert "unrecognized arguments: --endpoint h:1" in capsys.readouterr().err
