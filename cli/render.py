@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import textwrap
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -73,18 +74,35 @@ def progress(*, enabled: bool) -> Progress:
 # -- JSON -----------------------------------------------------------------------------------
 
 
+_JSON_NAMES = {"deliver_time": "deliver_at"}
+"""One JSON name per concept: Message and ReceivedMessage say deliver_at."""
+
+
+def _toml_value(text: str) -> Any:
+    """A TOML value (as ServerInfo.config holds them) as the JSON value it is."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
+            name = _JSON_NAMES.get(field.name, field.name)
             if isinstance(item, bytes):
                 try:
-                    out[field.name] = item.decode("utf-8")
+                    out[name] = item.decode("utf-8")
                 except UnicodeDecodeError:
-                    out[f"{field.name}_base64"] = base64.b64encode(item).decode("ascii")
+                    out[f"{name}_base64"] = base64.b64encode(item).decode("ascii")
                 continue
-            out[field.name] = _jsonable(item)
+            if field.name == "oldest_unacked_age_s" and not item:
+                item = None  # the SDK's 0 means nothing is unacked, not "unacked for 0s"
+            elif isinstance(value, ServerInfo) and field.name == "config":
+                item = {key: _toml_value(text) for key, text in item.items()}
+            out[name] = _jsonable(item)
         return out
     if isinstance(value, datetime):
         return value.isoformat()

@@ -38,10 +38,12 @@ def test_send_with_delay_or_deliver_at_waits_and_the_two_exclude_each_other(
     endpoint: str, popmq: Cli
 ) -> None:
     popmq("topic", "create", "later", "--queues", "1", "--type", "delay")
-    at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    at = (datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)).isoformat()
     delayed = popmq.json("send", "later", "in a minute", "--delay", "1m")
     assert delayed["recall_handle"]
-    popmq("send", "later", "in an hour", "--deliver-at", at)
+    receipt = popmq.json("send", "later", "in an hour", "--deliver-at", at)
+    stored = popmq.json("message", "get", "later", receipt["message_id"])
+    assert stored["deliver_at"] == at and "deliver_time" not in stored
     assert "not allowed with" in popmq(
         "send", "later", "x", "--delay", "1s", "--deliver-at", at, code=2
     )
