@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 import sys
 import textwrap
 import tomllib
@@ -204,9 +205,25 @@ def format_receipt(receipt: SendReceipt) -> str:
     )
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters but tab, line feed and carriage return: not text a terminal shows."""
+
+
+def body_text(body: bytes) -> str:
+    """A body as people read it: its UTF-8 text, or ``<binary 1,234 bytes>`` when it is not
+    text (invalid UTF-8 or control characters), as the nats CLI does, never mojibake."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<binary {len(body):,} bytes>"
+    if _CONTROL.search(text):
+        return f"<binary {len(body):,} bytes>"
+    return text
+
+
 def format_message(message: ReceivedMessage) -> str:
-    """One line describing a received message, its body decoded as UTF-8."""
-    body = message.body.decode("utf-8", errors="replace")
+    """One line describing a received message, its body as `body_text` shows it."""
+    body = body_text(message.body)
     return (
         f"{message.message_id} attempt={message.delivery_attempt} queue={message.queue_id} "
         f"offset={message.offset} tag={message.tag} body={body}"
@@ -333,7 +350,7 @@ def messages_table(messages: Iterable[StoredMessage], *, title: str) -> None:
         "queue", "offset", "message id", "tag", "keys", "attempt", "stored", "body", title=title
     )
     for m in messages:
-        body = m.body.decode("utf-8", errors="replace")
+        body = body_text(m.body)
         table.add_row(
             str(m.queue_id),
             str(m.offset),
@@ -368,7 +385,7 @@ def message_detail(message: StoredMessage) -> None:
             f"{message.origin_topic} queue {message.origin_queue_id} "
             f"offset {message.origin_offset}",
         )
-    table.add_row("body", message.body.decode("utf-8", errors="replace"))
+    table.add_row("body", body_text(message.body))
     console().print(table)
 
 

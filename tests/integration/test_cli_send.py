@@ -86,6 +86,9 @@ def test_send_reads_binary_bodies_from_stdin_and_files(
     with SimpleConsumer(endpoint, group="g", topic="blobs") as consumer:
         got = consumer.receive(max_messages=8, wait_s=5)
     assert [m.body for m in got] == [binary, big.read_bytes()]
+    table = popmq("message", "peek", "blobs", "--queue", "0", "--offset", "0")
+    assert "<binary 512 bytes>" in table and "<binary 3,145,728 bytes>" in table
+    assert "\ufffd" not in table
 
 
 def test_interrupted_bulk_send_says_how_many_were_stored(endpoint: str) -> None:

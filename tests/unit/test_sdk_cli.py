@@ -17,6 +17,7 @@ import pytest
 from popmq import sdk
 from popmq.cli import commands as cli_commands
 from popmq.cli import main as cli_main
+from popmq.cli import render as cli_render
 from popmq.sdk.tls import TLS
 
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
@@ -103,7 +104,7 @@ def test_receive_prints_one_line_per_message_and_acks(
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [
         "id-rh-1 attempt=2 queue=1 offset=4 tag=TagA body=hello",
-        "id-rh-2 attempt=2 queue=1 offset=4 tag=TagA body=\ufffdbad",
+        "id-rh-2 attempt=2 queue=1 offset=4 tag=TagA body=<binary 4 bytes>",
         "acked 2",
     ]
     (consumer,) = fake_consumer.instances
@@ -552,3 +553,18 @@ def test_a_client_option_before_serve_is_a_usage_error(capsys: pytest.CaptureFix
 
     assert raised.value.code == 2
     assert "unrecognized arguments: --endpoint h:1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        (b"hello", "hello"),
+        ("h\u00e9llo\tw\u00f6rld\n".encode(), "h\u00e9llo\tw\u00f6rld\n"),
+        (b"", ""),
+        (b"\xff\xfe" * 617, "<binary 1,234 bytes>"),
+        (b"ok\x00nul", "<binary 6 bytes>"),
+        (b"\x1b[31mred", "<binary 8 bytes>"),
+    ],
+)
+def test_bodies_that_are_not_text_show_as_a_binary_marker(body: bytes, shown: str) -> None:
+    assert cli_render.body_text(body) == shown
