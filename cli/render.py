@@ -156,9 +156,9 @@ class JsonListWriter:
 # -- lines ----------------------------------------------------------------------------------
 
 
-def plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str, nouns: str = "") -> str:
     """The noun for `count` of it: "1 message" but "0 messages", "2 messages"."""
-    return noun if count == 1 else noun + "s"
+    return noun if count == 1 else nouns or noun + "s"
 
 
 def _seconds(value: float) -> str:
@@ -226,7 +226,7 @@ def format_message(message: ReceivedMessage) -> str:
     body = body_text(message.body)
     return (
         f"{message.message_id} attempt={message.delivery_attempt} queue={message.queue_id} "
-        f"offset={message.offset} tag={message.tag} body={body}"
+        f"offset={message.offset} tag={message.tag or '-'} body={body}"
     )
 
 
@@ -510,7 +510,8 @@ def _bytes(count: int) -> str:
 def format_user(user: User) -> str:
     state = "enabled" if user.enabled else "DISABLED"
     return (
-        f"{user.access_key} ({user.user_type.upper()}, {state}, {user.policy_count} policies, "
+        f"{user.access_key} ({user.user_type.upper()}, {state}, {user.policy_count} "
+        f"{plural(user.policy_count, 'policy', 'policies')}, "
         f"secret fingerprint {user.secret_fingerprint})"
     )
 

@@ -127,3 +127,19 @@ def test_client_options_may_come_before_the_command(
         admin.create_topic("orders", queues=1)
     assert main(["--endpoint", endpoint, "--json", "topic", "list"]) == 0
     assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["orders"]
+
+
+def test_small_answers_are_singular_empty_and_usage_errors_where_they_should_be(
+    endpoint: str, popmq: Cli
+) -> None:
+    popmq("topic", "create", "orders", "--queues", "1")
+    popmq("send", "orders", "untagged")
+    assert popmq("message", "find", "orders", "nokey") == "no messages of orders with key nokey\n"
+    assert "1 message of orders" in popmq("message", "peek", "orders", "--queue", "0")
+    assert "--offset needs --queue" in popmq("message", "peek", "orders", "--offset", "0", code=2)
+    line = popmq("receive", "g", "orders", "--wait", "5").splitlines()[0]
+    assert " tag=- body=untagged" in line
+    assert popmq("topic", "purge", "orders") == "purged 1 message from orders\n"
+    for command in (("topic", "delete", "nosuch"), ("topic", "purge", "nosuch")):
+        assert popmq(*command, code=3) == "error: topic 'nosuch' does not exist\n"
+    assert "create it first" not in popmq("dlq", "redrive", "nosuch", code=3)

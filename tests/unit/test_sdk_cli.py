@@ -568,3 +568,12 @@ def test_a_client_option_before_serve_is_a_usage_error(capsys: pytest.CaptureFix
 )
 def test_bodies_that_are_not_text_show_as_a_binary_marker(body: bytes, shown: str) -> None:
     assert cli_render.body_text(body) == shown
+
+
+def test_print_config_keeps_whole_seconds_in_lists_integers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli_main.main(["serve", "--print-config", "--set", "groups.retry_backoff_s=1,5,2.5,60"])
+
+    assert code == 0
+    assert "retry_backoff_s = [1, 5, 2.5, 60]\n" in capsys.readouterr().out
