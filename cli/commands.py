@@ -21,6 +21,7 @@ from popmq import (
     Admin,
     Credentials,
     Message,
+    NotFoundError,
     Policy,
     Producer,
     ReceivedMessage,
@@ -31,6 +32,8 @@ from popmq import (
 from popmq.cli import render
 
 EXIT_OK = 0
+_EXIT_INTERRUPTED = 130
+"""As popmq.cli.main.EXIT_INTERRUPTED (main imports this module)."""
 
 _SEND_BATCH_BYTES = 1024 * 1024
 """Bodies per send_batch call in `send --count`, well below the 4 MiB request limit."""
@@ -187,9 +190,22 @@ def topic_update(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _missing_topic(name: str, error: NotFoundError) -> NotFoundError:
+    """The server's "does not exist; create it first" without the advice, which does not fit
+    a command that removes the topic (or a %DLQ% / %RETRY% topic nobody creates)."""
+    return (
+        NotFoundError(f"topic {name!r} does not exist")
+        if "create it first" in error.message
+        else error
+    )
+
+
 def topic_delete(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
-        admin.delete_topic(args.name, force=args.force)
+        try:
+            admin.delete_topic(args.name, force=args.force)
+        except NotFoundError as exc:
+            raise _missing_topic(args.name, exc) from None
     if args.json:
         render.print_json({"deleted": args.name})
     else:
@@ -213,12 +229,15 @@ def topic_list(args: argparse.Namespace) -> int:
 
 def topic_purge(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
-        purged = admin.purge_topic(args.name, args.queue)
+        try:
+            purged = admin.purge_topic(args.name, args.queue)
+        except NotFoundError as exc:
+            raise _missing_topic(args.name, exc) from None
     if args.json:
         render.print_json({"topic": args.name, "queue_id": args.queue, "purged": purged})
     else:
         where = f"queue {args.queue} of {args.name}" if args.queue is not None else args.name
-        print(f"purged {purged} messages from {where}")
+        print(f"purged {purged} {render.plural(purged, 'message')} from {where}")
     return EXIT_OK
 
 
@@ -306,7 +325,8 @@ def offsets_reset(args: argparse.Namespace) -> int:
             f"({change.new_offset - change.old_offset:+d})"
         )
     if result.dropped_inflight:
-        print(f"dropped {result.dropped_inflight} in-flight deliveries")
+        dropped = result.dropped_inflight
+        print(f"dropped {dropped} in-flight {render.plural(dropped, 'delivery', 'deliveries')}")
     return EXIT_OK
 
 
@@ -325,12 +345,20 @@ def message_find(args: argparse.Namespace) -> int:
         messages = admin.query_messages_by_key(args.topic, args.key)
     if args.json:
         render.print_json(messages)
+    elif not messages:
+        print(f"no messages of {args.topic} with key {args.key}")
     else:
         render.messages_table(messages, title=f"messages of {args.topic} with key {args.key}")
     return EXIT_OK
 
 
 def message_peek(args: argparse.Namespace) -> int:
+    if args.offset is not None and args.queue is None:
+        print(
+            "error: --offset needs --queue: offsets are per queue (e.g. --queue 0 --offset 0)",
+            file=sys.stderr,
+        )
+        return 2
     with Admin(args.endpoint, **connection(args)) as admin:
         messages = admin.peek_messages(
             args.topic,
@@ -342,7 +370,8 @@ def message_peek(args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(messages)
     else:
-        render.messages_table(messages, title=f"{len(messages)} messages of {args.topic}")
+        count = f"{len(messages)} {render.plural(len(messages), 'message')}"
+        render.messages_table(messages, title=f"{count} of {args.topic}")
     return EXIT_OK
 
 
@@ -350,7 +379,14 @@ def dlq_redrive(args: argparse.Namespace) -> int:
     started = time.monotonic()
     moved = dropped = remaining = 0
     with Admin(args.endpoint, **connection(args)) as admin:
-        depth = sum(q.message_count for q in admin.get_topic(f"%DLQ%{args.group}").queues)
+        try:
+            dlq = admin.get_topic(f"%DLQ%{args.group}")
+        except NotFoundError:
+            raise NotFoundError(
+                f"group {args.group!r} has no dead letters: %DLQ%{args.group} is created with "
+                "its first dead letter"
+            ) from None
+        depth = sum(q.message_count for q in dlq.queues)
         total = depth if args.max is None else min(depth, args.max)
         with render.progress(enabled=not args.json) as bar:
             task = bar.add_task(f"redrive %DLQ%{args.group}", total=total)
@@ -371,7 +407,8 @@ def dlq_redrive(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"redrove {moved} messages from %DLQ%{args.group} in {took:.2f}s "
+            f"redrove {moved} {render.plural(moved, 'message')} from %DLQ%{args.group} in "
+            f"{took:.2f}s "
             f"(dropped {dropped} whose topic is gone, {remaining} remaining)"
         )
     return EXIT_OK
@@ -513,40 +550,81 @@ def acl_list(args: argparse.Namespace) -> int:
 # -- send and receive ---------------------------------------------------------------------------
 
 
+def _body(text: str) -> bytes:
+    """The body of `popmq send`: the text itself, stdin's bytes (-) or a file's (@FILE)."""
+    if text == "-":
+        return sys.stdin.buffer.read()
+    if text.startswith("@"):
+        return Path(text[1:]).read_bytes()
+    return text.encode("utf-8")
+
+
 def send(args: argparse.Namespace) -> int:
+    try:
+        body = _body(args.text)
+    except OSError as exc:
+        print(f"error: {args.text}: {exc.strerror}", file=sys.stderr)
+        return 2
+
     def message(index: int) -> Message:
-        text = args.text.replace("{n}", str(index)) if args.count > 1 else args.text
+        def fill(text: str) -> str:
+            return text.replace("{n}", str(index)) if args.count > 1 else text
+
         return Message(
-            text.encode("utf-8"), tag=args.tag, keys=args.keys, properties=dict(args.properties)
+            body.replace(b"{n}", str(index).encode()) if args.count > 1 else body,
+            tag=args.tag,
+            keys=[fill(key) for key in args.keys],
+            properties={key: fill(value) for key, value in args.properties},
+            message_group=fill(args.message_group),
+            deliver_at=args.deliver_at,
+            delay_s=args.delay,
+            dedup_id=fill(args.dedup_id),
         )
 
     with Producer(args.endpoint, **connection(args)) as producer:
         if args.count == 1:
+            one = message(0)
             receipt = producer.send(
                 args.topic,
-                args.text.encode("utf-8"),
-                tag=args.tag,
-                keys=args.keys,
-                properties=dict(args.properties),
+                one.body,
+                tag=one.tag,
+                keys=one.keys,
+                properties=one.properties,
+                message_group=one.message_group,
+                deliver_at=one.deliver_at,
+                delay_s=one.delay_s,
+                dedup_id=one.dedup_id,
             )
             render.print_json(receipt) if args.json else print(render.format_receipt(receipt))
             return EXIT_OK
         started = time.monotonic()
-        per_batch = max(1, min(args.batch, _SEND_BATCH_BYTES // max(1, len(args.text) + 64)))
+        per_batch = max(1, min(args.batch, _SEND_BATCH_BYTES // max(1, len(body) + 64)))
         sent = 0
-        with render.progress(enabled=not args.json) as bar:
-            task = bar.add_task(f"send to {args.topic}", total=args.count)
-            while sent < args.count:
-                size = min(per_batch, args.count - sent)
-                producer.send_batch(args.topic, [message(sent + i) for i in range(size)])
-                sent += size
-                bar.update(task, completed=sent)
+        try:
+            with render.progress(enabled=not args.json) as bar:
+                task = bar.add_task(f"send to {args.topic}", total=args.count)
+                while sent < args.count:
+                    size = min(per_batch, args.count - sent)
+                    producer.send_batch(args.topic, [message(sent + i) for i in range(size)])
+                    sent += size
+                    bar.update(task, completed=sent)
+        except KeyboardInterrupt:
+            # Only batches the server answered are counted; one in flight may be stored too.
+            print(
+                f"interrupted: {sent} of {args.count} {render.plural(args.count, 'message')} "
+                f"stored in {args.topic} (a batch in flight may be stored as well)",
+                file=sys.stderr,
+            )
+            return _EXIT_INTERRUPTED
     took = time.monotonic() - started
     rate = sent / took if took > 0 else float(sent)
     if args.json:
         render.print_json({"topic": args.topic, "sent": sent, "seconds": took})
     else:
-        print(f"sent {sent} messages to {args.topic} in {took:.2f}s ({rate:.0f} msg/s)")
+        print(
+            f"sent {sent} {render.plural(sent, 'message')} to {args.topic} in {took:.2f}s "
+            f"({rate:.0f} msg/s)"
+        )
     return EXIT_OK
 
 
@@ -588,7 +666,8 @@ def receive(args: argparse.Namespace) -> int:
     if document is not None:
         document.close({"acked": acked, "seconds": took})
         return EXIT_OK
-    line = f"received {len(received)} of {args.count} messages in {took:.2f}s"
+    noun = render.plural(args.count, "message")
+    line = f"received {len(received)} of {args.count} {noun} in {took:.2f}s"
     print(line + (f", acked {acked}" if args.ack else ""))
     return EXIT_OK
 

@@ -27,6 +27,7 @@ import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 from popmq import (
@@ -540,9 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"{DEFAULT_ENDPOINT}. With several proxies listed, a command moves on to the next "
             "when one cannot be reached. Against a server with authentication on, they sign "
             "calls with --access-key (or $POPMQ_ACCESS_KEY) and its secret key from "
-            "$POPMQ_SECRET_KEY or --secret-key-file."
+            "$POPMQ_SECRET_KEY or --secret-key-file. These options, --json and the TLS "
+            "options may come before the command as well: popmq --endpoint HOST:PORT topic "
+            "list."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"popmq {_version()}")
     commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands_.add_parser(
@@ -783,9 +787,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     _security_commands(commands_)
 
-    send = _client(commands_.add_parser("send", help="send text messages"), commands.send)
+    send = _client(
+        commands_.add_parser(
+            "send",
+            help="send messages",
+            description="Send one message, or --count N of them. BODY is the text itself, - "
+            "to read the body from stdin (bytes, as they are) or @FILE to read it from a file "
+            "(a body that starts with @ can only come from stdin or a file). With --count, "
+            "{n} in the body, --key, --property values, --message-group and --dedup-id becomes "
+            "the message's index 0, 1, 2, ... (e.g. --dedup-id 'order-{n}'). Ctrl-C during "
+            "--count says how many messages were stored and exits 130.",
+        ),
+        commands.send,
+    )
     send.add_argument("topic")
-    send.add_argument("text", help='message body; with --count, "{n}" becomes 0, 1, 2, ...')
+    send.add_argument("text", metavar="BODY", help="message body, - (stdin) or @FILE")
     send.add_argument("--tag", default="")
     send.add_argument("--key", dest="keys", action="append", default=[], help="repeatable")
     send.add_argument(
@@ -795,7 +811,32 @@ def build_parser() -> argparse.ArgumentParser:
         type=_property,
         default=[],
         metavar="KEY=VALUE",
-        help="repeatable",
+        help="user property; repeatable",
+    )
+    send.add_argument(
+        "--message-group",
+        default="",
+        metavar="GROUP",
+        help="FIFO message group (fifo and mixed topics need one)",
+    )
+    when = send.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        type=_duration,
+        metavar="DURATION",
+        help="deliver this long after the server stores it, e.g. 30s, 5m (delay topics)",
+    )
+    when.add_argument(
+        "--deliver-at",
+        type=_time,
+        metavar="TIME",
+        help="deliver at this ISO-8601 time or epoch seconds (delay topics)",
+    )
+    send.add_argument(
+        "--dedup-id",
+        default="",
+        metavar="ID",
+        help="a repeat of this id within the server's dedup window is not stored again",
     )
     send.add_argument("--count", type=_positive, default=1, help="send N messages")
     send.add_argument("--batch", type=_positive, default=64, help="messages per request")
@@ -824,10 +865,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("popmq")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+def _client_options() -> dict[str, bool]:
+    """Each option every client command has -> whether it takes a value."""
+    probe = _client(argparse.ArgumentParser(add_help=False), commands.topic_list)
+    return {
+        option: action.nargs != 0 for action in probe._actions for option in action.option_strings
+    }
+
+
+def hoist_client_options(argv: Sequence[str]) -> list[str]:
+    """Move the client options given before the command (``popmq --endpoint X topic list``)
+    to the end, where the command's parser reads them; one given after the command as well
+    wins. Stops at the first word that is not such an option."""
+    takes_value = _client_options()
+    leading: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(argv):
+        name = argv[i].partition("=")[0]
+        if name not in takes_value:
+            break
+        step = 2 if takes_value[name] and "=" not in argv[i] else 1
+        leading.append((name, list(argv[i : i + step])))
+        i += step
+    rest = list(argv[i:])
+    end = rest.index("--") if "--" in rest else len(rest)  # after "--" all is positional
+    given_after = {word.partition("=")[0] for word in rest[:end]}
+    moved = [word for name, words in leading if name not in given_after for word in words]
+    return rest[:end] + moved + rest[end:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``popmq`` command and return its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(hoist_client_options(sys.argv[1:] if argv is None else argv))
     if hasattr(args, "access_key"):
         try:
             args.credentials = resolve_credentials(args, os.environ)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 import sys
 import textwrap
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -73,18 +75,35 @@ def progress(*, enabled: bool) -> Progress:
 # -- JSON -----------------------------------------------------------------------------------
 
 
+_JSON_NAMES = {"deliver_time": "deliver_at"}
+"""One JSON name per concept: Message and ReceivedMessage say deliver_at."""
+
+
+def _toml_value(text: str) -> Any:
+    """A TOML value (as ServerInfo.config holds them) as the JSON value it is."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
+            name = _JSON_NAMES.get(field.name, field.name)
             if isinstance(item, bytes):
                 try:
-                    out[field.name] = item.decode("utf-8")
+                    out[name] = item.decode("utf-8")
                 except UnicodeDecodeError:
-                    out[f"{field.name}_base64"] = base64.b64encode(item).decode("ascii")
+                    out[f"{name}_base64"] = base64.b64encode(item).decode("ascii")
                 continue
-            out[field.name] = _jsonable(item)
+            if field.name == "oldest_unacked_age_s" and not item:
+                item = None  # the SDK's 0 means nothing is unacked, not "unacked for 0s"
+            elif isinstance(value, ServerInfo) and field.name == "config":
+                item = {key: _toml_value(text) for key, text in item.items()}
+            out[name] = _jsonable(item)
         return out
     if isinstance(value, datetime):
         return value.isoformat()
@@ -137,6 +156,11 @@ class JsonListWriter:
 # -- lines ----------------------------------------------------------------------------------
 
 
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """The noun for `count` of it: "1 message" but "0 messages", "2 messages"."""
+    return noun if count == 1 else nouns or noun + "s"
+
+
 def _seconds(value: float) -> str:
     return f"{value:g}s"
 
@@ -181,12 +205,28 @@ def format_receipt(receipt: SendReceipt) -> str:
     )
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters but tab, line feed and carriage return: not text a terminal shows."""
+
+
+def body_text(body: bytes) -> str:
+    """A body as people read it: its UTF-8 text, or ``<binary 1,234 bytes>`` when it is not
+    text (invalid UTF-8 or control characters), as the nats CLI does, never mojibake."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<binary {len(body):,} bytes>"
+    if _CONTROL.search(text):
+        return f"<binary {len(body):,} bytes>"
+    return text
+
+
 def format_message(message: ReceivedMessage) -> str:
-    """One line describing a received message, its body decoded as UTF-8."""
-    body = message.body.decode("utf-8", errors="replace")
+    """One line describing a received message, its body as `body_text` shows it."""
+    body = body_text(message.body)
     return (
         f"{message.message_id} attempt={message.delivery_attempt} queue={message.queue_id} "
-        f"offset={message.offset} tag={message.tag} body={body}"
+        f"offset={message.offset} tag={message.tag or '-'} body={body}"
     )
 
 
@@ -310,7 +350,7 @@ def messages_table(messages: Iterable[StoredMessage], *, title: str) -> None:
         "queue", "offset", "message id", "tag", "keys", "attempt", "stored", "body", title=title
     )
     for m in messages:
-        body = m.body.decode("utf-8", errors="replace")
+        body = body_text(m.body)
         table.add_row(
             str(m.queue_id),
             str(m.offset),
@@ -345,7 +385,7 @@ def message_detail(message: StoredMessage) -> None:
             f"{message.origin_topic} queue {message.origin_queue_id} "
             f"offset {message.origin_offset}",
         )
-    table.add_row("body", message.body.decode("utf-8", errors="replace"))
+    table.add_row("body", body_text(message.body))
     console().print(table)
 
 
@@ -470,7 +510,8 @@ def _bytes(count: int) -> str:
 def format_user(user: User) -> str:
     state = "enabled" if user.enabled else "DISABLED"
     return (
-        f"{user.access_key} ({user.user_type.upper()}, {state}, {user.policy_count} policies, "
+        f"{user.access_key} ({user.user_type.upper()}, {state}, {user.policy_count} "
+        f"{plural(user.policy_count, 'policy', 'policies')}, "
         f"secret fingerprint {user.secret_fingerprint})"
     )
 

@@ -206,6 +206,10 @@ def _coerce(setting: _Setting, value: Any, where: str) -> Any:
     raise fail(f"a value of type {kind} (set it in code; it has no text form)")
 
 
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _toml_value(value: Any) -> str:
     """A value in TOML syntax (for --print-config and GetServerInfo)."""
     if isinstance(value, bool):
@@ -215,7 +219,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str | Path):
         return json.dumps(str(value))
     if isinstance(value, tuple | list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        # Whole seconds as integers, as the defaults and most files write them: [1, 5, 2.5],
+        # not the [1.0, 5.0, 2.5] a float setting's coercion would show.
+        return "[" + ", ".join(_toml_value(_whole(v)) for v in value) + "]"
     return json.dumps(str(value))
 
 

@@ -93,6 +93,8 @@ def test_group_lag_offsets_and_messages(endpoint: str, popmq: Cli) -> None:
     assert "lag of group billing" in lag and "dead letters in %DLQ%billing: 0" in lag
     report = popmq.json("lag", "billing", "--topic", "orders")
     assert report["topics"][0]["lag"] == 0
+    assert report["topics"][0]["oldest_unacked_age_s"] is None  # nothing unacked: not 0.0
+    assert {q["oldest_unacked_age_s"] for q in report["queues"]} == {None}
 
     reset = popmq("offsets", "reset", "billing", "orders", "--to", "earliest")
     assert reset == "queue 0: 2 -> 0 (-2)\n"
@@ -109,7 +111,10 @@ def test_group_lag_offsets_and_messages(endpoint: str, popmq: Cli) -> None:
     by_key = popmq.json("message", "find", "orders", "order-7")
     assert [m["message_id"] for m in by_key] == [receipt["message_id"]]
     info = popmq.json("server", "info")
-    assert info["topics"] == 1 and info["config"]["pop.max_batch"] == "32"
+    assert info["topics"] == 1 and info["config"]["pop.max_batch"] == 32
+    assert info["config"]["broker.broker_name"] == "broker-a"
+    assert info["config"]["broker.auto_create_topics"] is False
+    assert info["config"]["groups.retry_backoff_s"][:3] == [1, 5, 10]
     assert "configuration in effect" in popmq("server", "info")
     assert popmq("group", "delete", "billing") == "deleted group billing\n"
 

@@ -17,6 +17,7 @@ import pytest
 from popmq import sdk
 from popmq.cli import commands as cli_commands
 from popmq.cli import main as cli_main
+from popmq.cli import render as cli_render
 from popmq.sdk.tls import TLS
 
 UNREACHABLE = "unix:/nonexistent-popmq-test/popmq.sock"
@@ -103,7 +104,7 @@ def test_receive_prints_one_line_per_message_and_acks(
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [
         "id-rh-1 attempt=2 queue=1 offset=4 tag=TagA body=hello",
-        "id-rh-2 attempt=2 queue=1 offset=4 tag=TagA body=\ufffdbad",
+        "id-rh-2 attempt=2 queue=1 offset=4 tag=TagA body=<binary 4 bytes>",
         "acked 2",
     ]
     (consumer,) = fake_consumer.instances
@@ -522,3 +523,57 @@ def test_json_output_keeps_binary_bodies_as_base64(capsys: pytest.CaptureFixture
     first, second = json.loads(capsys.readouterr().out)
     assert first["body"] == "text" and first["born_timestamp"] == "1970-01-01T00:00:00+00:00"
     assert "body" not in second and second["body_base64"] == "/wA="
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["--version"])
+
+    assert raised.value.code == 0
+    assert capsys.readouterr().out.startswith("popmq ")
+
+
+def test_client_options_before_the_command_are_read_and_after_it_win() -> None:
+    parse = cli_main.build_parser().parse_args
+    hoist = cli_main.hoist_client_options
+
+    args = parse(hoist(["--endpoint", "h:1", "--json", "--tls", "topic", "list"]))
+    assert (args.endpoint, args.json, args.tls) == ("h:1", True, True)
+    args = parse(
+        hoist(["--endpoint=h:1", "--access-key", "ak", "topic", "list", "--endpoint", "h:2"])
+    )
+    assert (args.endpoint, args.access_key) == ("h:2", "ak")
+    args = parse(hoist(["--endpoint", "h:1", "send", "t", "--", "--endpoint"]))
+    assert (args.endpoint, args.text) == ("h:1", "--endpoint")
+
+
+def test_a_client_option_before_serve_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli_main.main(["--endpoint", "h:1", "serve"])
+
+    assert raised.value.code == 2
+    assert "unrecognized arguments: --endpoint h:1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        (b"hello", "hello"),
+        ("h\u00e9llo\tw\u00f6rld\n".encode(), "h\u00e9llo\tw\u00f6rld\n"),
+        (b"", ""),
+        (b"\xff\xfe" * 617, "<binary 1,234 bytes>"),
+        (b"ok\x00nul", "<binary 6 bytes>"),
+        (b"\x1b[31mred", "<binary 8 bytes>"),
+    ],
+)
+def test_bodies_that_are_not_text_show_as_a_binary_marker(body: bytes, shown: str) -> None:
+    assert cli_render.body_text(body) == shown
+
+
+def test_print_config_keeps_whole_seconds_in_lists_integers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli_main.main(["serve", "--print-config", "--set", "groups.retry_backoff_s=1,5,2.5,60"])
+
+    assert code == 0
+    assert "retry_backoff_s = [1, 5, 2.5, 60]\n" in capsys.readouterr().out
