@@ -266,7 +266,7 @@ def targets_table(results: list[ScenarioResult]) -> str:
         few, many = cq.cases()
         ratio = cq.cross_ratio("msg/s", many, few)
         add(f"{many} on 4 queues ≥ 3x the throughput of {few}", _x(ratio), _status(ratio, 3.0))
-    return markdown_table(["target (issue 8)", "measured (median)", "status"], rows)
+    return markdown_table(["target", "measured (median)", "status"], rows)
 
 
 def chart(results: list[ScenarioResult], path: Path) -> None:
@@ -496,7 +496,7 @@ def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_nam
             "",
         ]
     lines += [
-        "## Targets of issue 8 and where we stand",
+        "## Performance targets and where we stand",
         "",
         targets_table(results),
         "",

@@ -11,7 +11,9 @@ elsewhere (another thread) does. A cluster proxy's broker is the sum over its br
 also exports series per broker (`ClusterBrokersCollector`, labelled `broker`), read from
 its status provider (proxy/status.py). `popmq broker --metrics-listen` serves its own
 broker's families in the same format as `popmq serve`. Every registry also exports the
-process's denied requests and audit lines (popmq.proxy.security.audit.SecurityCollector).
+process's denied requests and audit lines (popmq.proxy.security.audit.SecurityCollector)
+and the standard `process_*` and `python_*` families (prometheus_client's ProcessCollector,
+PlatformCollector, GCCollector).
 The endpoint may require basic auth or a bearer token (`[security] metrics_*`).
 
 `RpcInterceptor` is the only gRPC interceptor of the server (but for the security gate's,
@@ -42,7 +44,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
 import grpc
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -414,6 +424,12 @@ class Metrics:
         self._collectors: list[BrokerCollector | ClusterBrokersCollector] = []
         # Denied requests and audit lines: the process's (popmq.proxy.security.audit).
         self.registry.register(SecurityCollector())
+        # The standard process_* (CPU, memory, open fds; Linux only) and python_* (version,
+        # GC) families every Prometheus client exports, which dashboards and alerts expect.
+        # They describe the process, so two servers in one process export the same values.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     def watch(self, broker: BrokerAPI, version: str) -> None:
         """Export a started broker's state (read from its metrics snapshot at each scrape).

@@ -90,7 +90,7 @@ def test_report_renders_doc_and_chart_from_saved_results(tmp_path: Path) -> None
     )
     assert code == 0
     text = doc.read_text()
-    assert "## Targets of issue 8 and where we stand" in text
+    assert "## Performance targets and where we stand" in text
     assert "16 consumers on 4 queues ≥ 3x the throughput of 4 consumers" in text
     assert "## 4. Long-poll scale" in text
     assert chart.read_bytes().startswith(b"\x89PNG")

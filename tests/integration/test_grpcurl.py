@@ -416,3 +416,21 @@ def test_method_listing_matches_the_generated_service(server: ServerThread, serv
     module = admin_pb2 if service.endswith("AdminService") else messaging_pb2
     descriptor = module.DESCRIPTOR.services_by_name[service.split(".")[-1]]
     assert set(result.stdout.split()) == {f"{service}.{m.name}" for m in descriptor.methods}
+
+
+def test_emit_defaults_shows_the_zero_fields_grpcurl_otherwise_drops(server: ServerThread) -> None:
+    """docs/operations.md tells grpcurl users to pass -emit-defaults: without it a message
+    stored at queue 0, offset 0 comes back with neither field."""
+    results = []
+    for topic, flags in (("plain", ()), ("shown", ("-emit-defaults",))):
+        body = json.dumps({"name": topic, "queues": 1})
+        create = _run("-d", body, server.endpoint, "popmq.v1.AdminService/CreateTopic")
+        assert create.returncode == 0, create.stderr
+        body = json.dumps({"messages": [{"topic": topic, "body": _b64("a")}]})
+        method = "popmq.v1.MessagingService/SendMessages"
+        send = _run(*flags, "-d", body, server.endpoint, method)
+        assert send.returncode == 0, send.stderr
+        results.extend(json.loads(send.stdout)["results"])
+    plain, shown = results
+    assert "queue_id" not in plain and "offset" not in plain
+    assert (shown["queue_id"], shown["offset"], shown["duplicate"]) == (0, "0", False)

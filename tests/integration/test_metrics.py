@@ -188,3 +188,30 @@ def test_a_collect_off_the_loop_reads_the_broker_there_and_one_on_the_loop_expor
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_metrics_endpoint_exports_the_standard_process_and_python_families(
+    tmp_path: Path,
+) -> None:
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        broker=BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")),
+        metrics=MetricsConfig(listen="127.0.0.1:0"),
+    )
+
+    async def scenario() -> Samples:
+        server = PopMQServer(config)
+        await server.start()
+        try:
+            return await _scrape(server.metrics_port)
+        finally:
+            await server.stop()
+
+    samples = asyncio.run(scenario())
+    names = {name for name, _ in samples}
+    assert "process_cpu_seconds_total" in names
+    assert "process_resident_memory_bytes" in names
+    assert "python_gc_collections_total" in names
+    info = [labels for name, labels in samples if name == "python_info"]
+    assert len(info) == 1 and dict(info[0])["implementation"] == "CPython"
+    assert samples[("python_info", info[0])] == 1
