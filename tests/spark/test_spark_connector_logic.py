@@ -233,12 +233,19 @@ def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> No
     ]  # fmt: skip
     assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new
     assert reader.reportLatestOffset() == QueueOffsets("t", {0: 50, 1: 50}).to_json()
-    # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed.
+    # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed
+    # since the last batch it let through; the first trigger is never held (as Kafka's).
     with Producer(endpoint) as producer:
         producer.send_batch("t", [Message(b"late")] * 3)
-    waiting = _offset_reader(endpoint, maxTriggerDelay="1h")
+    waiting = _offset_reader(
+        endpoint, minMessagesPerTrigger="5", maxMessagesPerTrigger="10", maxTriggerDelay="1h"
+    )
+    assert waiting.latestOffset(end2, ReadMinRows(5)) != end2, "the first trigger goes"
     assert waiting.latestOffset(end2, ReadMinRows(5)) == end2
+    assert waiting.latestOffset(end2, ReadMaxRows(10)) == end2, "min and max both set"
     assert waiting.latestOffset(end2, ReadMinRows(3)) != end2
+    waiting.prepareForTriggerAvailableNow()  # AvailableNow never holds back: it would end
+    assert waiting.latestOffset(end2, ReadMinRows(5)) != end2
     impatient = _offset_reader(endpoint, maxTriggerDelay="0s")
     assert impatient.latestOffset(end2, ReadMinRows(5)) != end2
 

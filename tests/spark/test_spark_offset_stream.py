@@ -123,3 +123,28 @@ def test_batch_read_by_time_range(spark: SparkSession, endpoint: str) -> None:
     assert read(startingOffsets='{"0": 20, "1": -1}', endingOffsets='{"0": 25, "1": -1}') == [
         row for row in everything if row[0] == 0 and 20 <= row[1] < 25
     ]
+
+
+def test_available_now_with_min_messages_per_trigger_reads_everything(
+    spark: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    # minMessagesPerTrigger above the whole backlog: held back, the first trigger would plan
+    # nothing and AvailableNow would end there, having read nothing.
+    with Admin(endpoint) as admin:
+        admin.create_topic("events", queues=3)
+    _send(endpoint, "events", [f"e-{i}" for i in range(300)])
+    options = {
+        "startingOffsets": "earliest",
+        "minMessagesPerTrigger": "1000",
+        "maxMessagesPerTrigger": "1000",
+    }
+    query = (
+        _stream(spark, endpoint, **options)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 300
