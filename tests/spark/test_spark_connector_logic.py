@@ -70,12 +70,33 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         ({**base, "mode": "pop", "group": "g", "waitSeconds": "ten"}, "is not a duration"),
         ({**base, "minMessagesPerTrigger": "10", "maxMessagesPerTrigger": "5"},
          "minMessagesPerTrigger=10 is above maxMessagesPerTrigger=5"),
+        # Unknown names fail with the nearest known one; Kafka names with what to use.
+        ({**base, "maxmessagepertrigger": "5"},
+         "unknown option maxmessagepertrigger for a popmq read: did you mean "
+         "maxMessagesPerTrigger"),
+        ({**base, "startingOffsetsByTimestamp": "{}"}, "use startingTimestamp"),
+        ({**base, "subscribe": "a,b"}, "subscribe is not supported.*use option topic"),
+        ({**base, "includeHeaders": "true"}, "always in the properties column"),
+        ({**base, "kafka.bootstrap.servers": "k:9092"}, "a Kafka client setting"),
+        ({**base, "path": "/x"}, "names a topic, not a path"),
+        ({**base, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger=0 is outside"),
+        ({**base, "maxoffsetspertrigger": "5", "maxMessagesPerTrigger": "5"},
+         "options maxOffsetsPerTrigger and maxMessagesPerTrigger are the same option"),
     ]  # fmt: skip
     for options, message in cases:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(options)
     assert parse_duration_s("x", "15m") == 900.0
     assert WriteOptions.parse({"endpoint": "h:1", "batchSize": "10"}).batch_size == 10
+    # The Kafka source's names where they mean the same; Spark's own options pass.
+    kafka_named = ReadOptions.parse(
+        {**base, "maxoffsetspertrigger": "9", "minOffsetsPerTrigger": "3",
+         "checkpointlocation": "/cp"}
+    )  # fmt: skip
+    assert (kafka_named.max_messages_per_trigger, kafka_named.min_messages_per_trigger) == (9, 3)
+    assert WriteOptions.parse({"endpoint": "h:1", "checkpointLocation": "/cp"}).topic == ""
+    with pytest.raises(OptionError, match=r"unknown option batchsizes .*did you mean batchSize"):
+        WriteOptions.parse({"endpoint": "h:1", "batchsizes": "10"})
 
 
 def test_write_columns_are_checked_against_the_schema() -> None:

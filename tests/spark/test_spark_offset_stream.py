@@ -133,10 +133,10 @@ def test_available_now_with_min_messages_per_trigger_reads_everything(
     with Admin(endpoint) as admin:
         admin.create_topic("events", queues=3)
     _send(endpoint, "events", [f"e-{i}" for i in range(300)])
-    options = {
+    options = {  # the Kafka source's names are accepted for these two
         "startingOffsets": "earliest",
-        "minMessagesPerTrigger": "1000",
-        "maxMessagesPerTrigger": "1000",
+        "minOffsetsPerTrigger": "1000",
+        "maxOffsetsPerTrigger": "1000",
     }
     query = (
         _stream(spark, endpoint, **options)
