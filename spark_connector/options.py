@@ -51,6 +51,20 @@ _OFFSET_ONLY = ("startingOffsets", "endingOffsets", "startingTimestamp", "ending
                 "failOnDataLoss", "pullBatchSize")  # fmt: skip
 _POP_ONLY = ("numPartitions", "maxMessagesPerPartition", "invisibleDuration", "waitSeconds",
              "popBatchSize", "filter", "sqlFilter")  # fmt: skip
+_FROM_THE_GROUP = "pop mode reads what the group has not consumed yet"
+_NOT_IN_POP_MODE = {
+    "startingOffsets": _FROM_THE_GROUP,
+    "endingOffsets": _FROM_THE_GROUP,
+    "startingTimestamp": _FROM_THE_GROUP,
+    "endingTimestamp": _FROM_THE_GROUP,
+    "maxRecordsPerPartition": "pop mode sizes partitions with maxMessagesPerPartition",
+    "minMessagesPerTrigger": "pop mode plans a batch whenever the group has a backlog",
+    "maxTriggerDelay": "pop mode plans a batch whenever the group has a backlog",
+    "failOnDataLoss": "pop mode has no offset ranges to check; messages retention deletes "
+    "before they are popped are not reported",
+    "pullBatchSize": "pop mode sets messages per LeasePop with popBatchSize",
+}
+"""Why each offset-mode option means nothing in pop mode (the error says so)."""
 READ_OPTIONS = (*_COMMON, "mode", "group", "maxMessagesPerTrigger", *_OFFSET_ONLY, *_POP_ONLY)
 """Every option a read takes (docs/spark.md, Options)."""
 WRITE_OPTIONS = (*_COMMON, "batchSize", "batchBytes", "dedupKey")
@@ -324,16 +338,14 @@ class ReadOptions(_Signed):
         max_per_trigger = o.integer("maxMessagesPerTrigger", None, 1, _MAX_LONG)
         min_per_trigger = o.integer("minMessagesPerTrigger", None, 1, _MAX_LONG)
         if mode == "pop":
-            for name in ("startingOffsets", "endingOffsets", "startingTimestamp",
-                         "endingTimestamp", "minMessagesPerTrigger"):  # fmt: skip
+            for name in _OFFSET_ONLY:
                 if o.has(name):
                     raise OptionError(
-                        f"option {name} applies to mode=offset only; pop mode reads what the "
-                        "group has not consumed yet"
+                        f"option {o.label(name)} applies to mode=offset only: "
+                        f"{_NOT_IN_POP_MODE[name]}"
                     )
         if mode == "offset":
-            for name in ("numPartitions", "maxMessagesPerPartition", "invisibleDuration",
-                         "waitSeconds", "popBatchSize", "filter", "sqlFilter"):  # fmt: skip
+            for name in _POP_ONLY:
                 if o.has(name):
                     raise OptionError(
                         f"option {name} applies to mode=pop only; offset reads return every "
