@@ -31,7 +31,12 @@ from pyspark.sql.streaming.datasource import (
 from popmq import PopMQError
 from popmq.spark import _clients
 from popmq.spark.errors import DataLossError, OptionError
-from popmq.spark.offsets import QueueOffsets, parse_offsets_option, split_by_backlog
+from popmq.spark.offsets import (
+    QueueOffsets,
+    behind_latest,
+    parse_offsets_option,
+    split_by_backlog,
+)
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
 
@@ -206,6 +211,8 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """When minMessagesPerTrigger last let a batch through: never, so the first trigger
         is not held back (Kafka starts its lastTriggerMillis at 0)."""
         self._group_committed: dict[int, int] | None = None
+        self._planned: dict[int, int] | None = None
+        """The end of the last batch latestOffset planned (its start when it planned none)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -283,6 +290,7 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 raise DataLossError(f"{text}. Set failOnDataLoss=false to skip what is gone")
             log.warning("%s; it is dropped from the query", text)
         backlog = sum(max(0, latest[q] - effective[q]) for q in latest)
+        self._planned = begin
         if self._held_back(limit, backlog):
             return start
         if backlog == 0 and begin == effective:
@@ -291,6 +299,7 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             end = split_by_backlog(effective, latest, limit.max_rows)
         else:
             end = {q: max(effective[q], latest[q]) for q in latest}
+        self._planned = end
         return QueueOffsets(o.topic, end).to_json()
 
     def _held_back(self, limit: ReadLimit, backlog: int) -> bool:
@@ -316,9 +325,20 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return True
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        if not self._latest:
+        """The queues' ends (unclamped) and, once a batch was planned, the lag behind them.
+
+        Fetched here if need be: a restart replays its uncommitted batch without calling
+        latestOffset first.
+        """
+        _, latest = self._bounds()
+        if not latest:
             return None
-        return QueueOffsets(self.options.topic, self._latest).to_json()
+        report = QueueOffsets(self.options.topic, latest).to_json()
+        if self._planned is not None:
+            planned = self._planned
+            behind = {str(q): max(0, latest[q] - planned.get(q, 0)) for q in sorted(latest)}
+            report["behind"] = behind_latest(behind)
+        return report
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         o = self.options

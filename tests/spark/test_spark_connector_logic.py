@@ -263,7 +263,16 @@ def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> No
         (15, 35), (35, 50), (15, 35), (35, 50),
     ]  # fmt: skip
     assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new
-    assert reader.reportLatestOffset() == QueueOffsets("t", {0: 50, 1: 50}).to_json()
+    # The queues' ends and the lag behind them go to the progress (sources[].latestOffset);
+    # a restarted query reports the ends before it planned anything (a replay comes first).
+    ends = QueueOffsets("t", {0: 50, 1: 50}).to_json()
+    caught_up = {"total": 0, "max": 0, "queues": {"0": 0, "1": 0}}
+    assert reader.reportLatestOffset() == {**ends, "behind": caught_up}
+    assert _offset_reader(endpoint).reportLatestOffset() == ends
+    assert reader.latestOffset(start, ReadMaxRows(30)) == end
+    assert reader.reportLatestOffset()["behind"] == {
+        "total": 70, "max": 35, "queues": {"0": 35, "1": 35},
+    }  # fmt: skip
     # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed
     # since the last batch it let through; the first trigger is never held (as Kafka's).
     with Producer(endpoint) as producer:
@@ -361,6 +370,7 @@ def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
         assert len(_rows(reader, parts1)) == 3
         reader.commit(end1)
         assert _unfinished(server) == (3, 0)
+        assert reader.reportLatestOffset()["behind"]["total"] == 3  # the progress shows lag
     finally:
         reader.stop()
 
@@ -375,6 +385,7 @@ def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
         assert len(seen) == 27  # no message twice
         assert restarted.latestOffset(end2, ReadAllAvailable()) == end2  # acked; nothing left
         assert _unfinished(server) == (0, 0)
+        assert restarted.reportLatestOffset()["behind"]["total"] == 0
     finally:
         restarted.stop()
 

@@ -3,6 +3,7 @@ and batch reads by time."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -148,3 +149,7 @@ def test_available_now_with_min_messages_per_trigger_reads_everything(
     assert query.awaitTermination(120)
     assert query.exception() is None
     assert sum(p["numInputRows"] for p in query.recentProgress) == 300
+    # The progress shows the queues' ends and the lag behind them: none left.
+    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    assert sum(latest["queues"].values()) == 300
+    assert latest["behind"]["total"] == 0
