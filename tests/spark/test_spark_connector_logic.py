@@ -37,6 +37,7 @@ from popmq.spark.offsets import (
 from popmq.spark.options import ReadOptions, WriteOptions, parse_duration_s
 from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader
 from popmq.spark.schema import READ_SCHEMA, arrow_schema
+from popmq.spark.source import PopMQDataSource
 from popmq.spark.writer import WriteColumns
 from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
@@ -107,6 +108,10 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
     assert WriteOptions.parse({"endpoint": "h:1", "checkpointLocation": "/cp"}).topic == ""
     with pytest.raises(OptionError, match=r"unknown option batchsizes .*did you mean batchSize"):
         WriteOptions.parse({"endpoint": "h:1", "batchsizes": "10"})
+    for name in ("maxOffsetsPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay"):
+        batch = PopMQDataSource({**base, name: "5"})
+        with pytest.raises(OptionError, match="apply to streams only"):
+            batch.reader(READ_SCHEMA)
 
 
 def test_write_columns_are_checked_against_the_schema() -> None:
