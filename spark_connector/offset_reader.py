@@ -31,7 +31,12 @@ from pyspark.sql.streaming.datasource import (
 from popmq import PopMQError
 from popmq.spark import _clients
 from popmq.spark.errors import DataLossError, OptionError
-from popmq.spark.offsets import QueueOffsets, parse_offsets_option, split_by_backlog
+from popmq.spark.offsets import (
+    QueueOffsets,
+    behind_latest,
+    parse_offsets_option,
+    split_by_backlog,
+)
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
 
@@ -202,8 +207,12 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._latest: dict[int, int] = {}
         self._fetched_at = float("-inf")
         self._target: dict[int, int] | None = None
-        self._last_batch_at = time.monotonic()
+        self._last_trigger_at = float("-inf")
+        """When minMessagesPerTrigger last let a batch through: never, so the first trigger
+        is not held back (Kafka starts its lastTriggerMillis at 0)."""
         self._group_committed: dict[int, int] | None = None
+        self._planned: dict[int, int] | None = None
+        """The end of the last batch latestOffset planned (its start when it planned none)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -281,27 +290,55 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 raise DataLossError(f"{text}. Set failOnDataLoss=false to skip what is gone")
             log.warning("%s; it is dropped from the query", text)
         backlog = sum(max(0, latest[q] - effective[q]) for q in latest)
-        min_rows = None
-        if isinstance(limit, ReadMinRows):
-            min_rows = limit.min_rows
-        elif isinstance(limit, ReadMaxRows) and o.min_messages_per_trigger is not None:
-            min_rows = o.min_messages_per_trigger
-        if min_rows is not None and backlog < min_rows:
-            if time.monotonic() - self._last_batch_at < o.max_trigger_delay_s:
-                return start
+        self._planned = begin
+        if self._held_back(limit, backlog):
+            return start
         if backlog == 0 and begin == effective:
             return start
         if isinstance(limit, ReadMaxRows):
             end = split_by_backlog(effective, latest, limit.max_rows)
         else:
             end = {q: max(effective[q], latest[q]) for q in latest}
-        self._last_batch_at = time.monotonic()
+        self._planned = end
         return QueueOffsets(o.topic, end).to_json()
 
+    def _held_back(self, limit: ReadLimit, backlog: int) -> bool:
+        """minMessagesPerTrigger: hold the batch back while fewer messages wait and less
+        than maxTriggerDelay passed since the last batch it let through (Kafka's delayBatch).
+
+        Never under AvailableNow: a trigger that plans nothing ends the query there, and
+        AvailableNow promises everything up to the ends recorded at its start.
+        """
+        o = self.options
+        if isinstance(limit, ReadMinRows):
+            min_rows = limit.min_rows
+        elif isinstance(limit, ReadMaxRows) and o.min_messages_per_trigger is not None:
+            min_rows = o.min_messages_per_trigger  # no composite limit in Python: both set
+        else:
+            return False
+        if self._target is not None:
+            return False
+        now = time.monotonic()
+        if now - self._last_trigger_at >= o.max_trigger_delay_s or backlog >= min_rows:
+            self._last_trigger_at = now
+            return False
+        return True
+
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        if not self._latest:
+        """The queues' ends (unclamped) and, once a batch was planned, the lag behind them.
+
+        Fetched here if need be: a restart replays its uncommitted batch without calling
+        latestOffset first.
+        """
+        _, latest = self._bounds()
+        if not latest:
             return None
-        return QueueOffsets(self.options.topic, self._latest).to_json()
+        report = QueueOffsets(self.options.topic, latest).to_json()
+        if self._planned is not None:
+            planned = self._planned
+            behind = {str(q): max(0, latest[q] - planned.get(q, 0)) for q in sorted(latest)}
+            report["behind"] = behind_latest(behind)
+        return report
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         o = self.options

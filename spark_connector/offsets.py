@@ -24,6 +24,7 @@ __all__ = [
     "VERSION",
     "PopOffset",
     "QueueOffsets",
+    "behind_latest",
     "lease_token",
     "parse_offsets_option",
     "split_by_backlog",
@@ -206,3 +207,18 @@ def split_by_backlog(
     for q in order[:left]:
         shares[q] += 1
     return {q: start[q] + shares[q] for q in latest}
+
+
+def behind_latest(per_queue: Mapping[str, int]) -> dict[str, Any]:
+    """Lag for the query progress: messages behind the queues' ends, per queue and in total.
+
+    Python sources have no metrics hook (Kafka reports min/avg/max offsets behind latest
+    there), so the readers put this into what reportLatestOffset returns, which Spark shows
+    as ``sources[].latestOffset``.
+    """
+    values = list(per_queue.values())
+    return {
+        "total": sum(values),
+        "max": max(values, default=0),
+        "queues": dict(per_queue),
+    }

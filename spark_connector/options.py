@@ -7,6 +7,7 @@ clamped. The parsed dataclasses are what readers and writers carry to the execut
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,15 @@ from popmq import Credentials, InvalidArgumentError
 from popmq.sdk.tls import TLS, TLSConfig, channel_security
 from popmq.spark.errors import OptionError
 
-__all__ = ["ReadOptions", "WriteOptions", "parse_duration_s"]
+__all__ = [
+    "KAFKA_ALIASES",
+    "READ_OPTIONS",
+    "SPARK_OPTIONS",
+    "WRITE_OPTIONS",
+    "ReadOptions",
+    "WriteOptions",
+    "parse_duration_s",
+]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -35,11 +44,106 @@ def parse_duration_s(name: str, text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-class _Options:
-    """Typed access to a case-insensitive option mapping."""
+_COMMON = ("endpoint", "topic", "timeout", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile",
+           "tlsServerName", "accessKey", "secretKey")  # fmt: skip
+_OFFSET_ONLY = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+                "maxRecordsPerPartition", "minMessagesPerTrigger", "maxTriggerDelay",
+                "failOnDataLoss", "pullBatchSize")  # fmt: skip
+_POP_ONLY = ("numPartitions", "maxMessagesPerPartition", "invisibleDuration", "waitSeconds",
+             "popBatchSize", "filter", "sqlFilter")  # fmt: skip
+_FROM_THE_GROUP = "pop mode reads what the group has not consumed yet"
+_NOT_IN_POP_MODE = {
+    "startingOffsets": _FROM_THE_GROUP,
+    "endingOffsets": _FROM_THE_GROUP,
+    "startingTimestamp": _FROM_THE_GROUP,
+    "endingTimestamp": _FROM_THE_GROUP,
+    "maxRecordsPerPartition": "pop mode sizes partitions with maxMessagesPerPartition",
+    "minMessagesPerTrigger": "pop mode plans a batch whenever the group has a backlog",
+    "maxTriggerDelay": "pop mode plans a batch whenever the group has a backlog",
+    "failOnDataLoss": "pop mode has no offset ranges to check; messages retention deletes "
+    "before they are popped are not reported",
+    "pullBatchSize": "pop mode sets messages per LeasePop with popBatchSize",
+}
+"""Why each offset-mode option means nothing in pop mode (the error says so)."""
+READ_OPTIONS = (*_COMMON, "mode", "group", "maxMessagesPerTrigger", *_OFFSET_ONLY, *_POP_ONLY)
+"""Every option a read takes (docs/spark.md, Options)."""
+WRITE_OPTIONS = (*_COMMON, "batchSize", "batchBytes", "dedupKey")
+"""Every option a write takes."""
+KAFKA_ALIASES = {
+    "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
+    "minOffsetsPerTrigger": "minMessagesPerTrigger",
+}
+"""The Kafka source's names accepted for options that mean exactly the same here: a queue
+offset counts one message, as a Kafka offset counts one record."""
+SPARK_OPTIONS = ("checkpointLocation",)
+"""Options Spark itself reads that reach a data source too (writeStream's
+``option("checkpointLocation", ...)``); accepted and left to Spark."""
+_KAFKA_REFUSED = {
+    "subscribe": "a popmq read takes one topic: use option topic",
+    "subscribePattern": "a popmq read takes one topic: use option topic",
+    "assign": 'use option topic, and startingOffsets {"<queue>": offset} for positions',
+    "startingOffsetsByTimestamp": "use startingTimestamp (one time for every queue)",
+    "endingOffsetsByTimestamp": "use endingTimestamp (one time for every queue)",
+    "startingOffsetsByTimestampStrategy": "use startingTimestamp (one time for every queue)",
+    "minPartitions": "offset mode splits ranges with maxRecordsPerPartition; pop mode sets "
+    "its parallelism with numPartitions",
+    "includeHeaders": "message properties are always in the properties column",
+    "groupIdPrefix": "use option group (pop mode; offset mode: where to commit progress)",
+    "path": "a popmq read or write names a topic, not a path: use option topic",
+}
+"""Kafka source options (and Spark's path) that have no exact popmq meaning: refused with
+what to use instead, rather than ignored."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self._values = {str(k).lower(): str(v) for k, v in options.items()}
+
+class _Options:
+    """Typed access to a case-insensitive option mapping.
+
+    Every name must be one of `known` (or an alias of one, or Spark's own): an unknown one
+    raises OptionError naming the nearest known name, so a typo is never silently ignored.
+    """
+
+    def __init__(self, options: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
+        canonical = {name.lower(): name for name in known}
+        aliases = {
+            alias.lower(): (alias, target.lower()) for alias, target in KAFKA_ALIASES.items()
+        }
+        refused = {name.lower(): (name, why) for name, why in _KAFKA_REFUSED.items()}
+        spark = {name.lower() for name in SPARK_OPTIONS}
+        self._values: dict[str, str] = {}
+        self._given: dict[str, str] = {}
+        """canonical lower-case name -> the name as the user gave it, for messages."""
+        for key, value in options.items():
+            given, name = str(key), str(key).lower()
+            if name in spark:
+                continue
+            if name in aliases and aliases[name][1] in canonical:
+                given, name = aliases[name]
+            elif name in refused:
+                kafka_name, why = refused[name]
+                raise OptionError(f"option {kafka_name} is not supported by popmq: {why}")
+            elif name.startswith("kafka.") or name.startswith("kafkaconsumer."):
+                raise OptionError(
+                    f"option {given} is a Kafka client setting; popmq takes endpoint "
+                    "(host:port of the proxy) and its own options (docs/spark.md, Options)"
+                )
+            elif name not in canonical:
+                near = difflib.get_close_matches(name, list(canonical), n=1, cutoff=0.6)
+                hint = f"did you mean {canonical[near[0]]}? " if near else ""
+                raise OptionError(
+                    f"unknown option {given} for a popmq {what}: {hint}"
+                    f"the options are {', '.join(sorted(known, key=str.lower))}"
+                )
+            label = given if given.lower() != name else canonical[name]
+            if name in self._values:
+                raise OptionError(
+                    f"options {self._given[name]} and {label} are the same option: give one"
+                )
+            self._values[name] = str(value)
+            self._given[name] = label
+
+    def label(self, name: str) -> str:
+        """The option as the user named it (an alias shows as given)."""
+        return self._given.get(name.lower(), name)
 
     def has(self, name: str) -> bool:
         return name.lower() in self._values
@@ -60,9 +164,11 @@ class _Options:
         try:
             value = int(text.strip())
         except ValueError:
-            raise OptionError(f"option {name}={text!r} is not an integer") from None
+            raise OptionError(f"option {self.label(name)}={text!r} is not an integer") from None
         if not low <= value <= high:
-            raise OptionError(f"option {name}={value} is outside the allowed {low}..{high}")
+            raise OptionError(
+                f"option {self.label(name)}={value} is outside the allowed {low}..{high}"
+            )
         return value
 
     def count(self, name: str, default: int, low: int, high: int) -> int:
@@ -78,16 +184,17 @@ class _Options:
             return True
         if lowered in _FALSE:
             return False
-        raise OptionError(f"option {name}={text!r} is not a boolean: use true or false")
+        raise OptionError(f"option {self.label(name)}={text!r} is not a boolean: use true or false")
 
     def duration(self, name: str, default: float, low: float, high: float) -> float:
         text = self._values.get(name.lower())
         if text is None:
             return default
-        value = parse_duration_s(name, text)
+        value = parse_duration_s(self.label(name), text)
         if not low <= value <= high:
             raise OptionError(
-                f"option {name}={text!r} is {value:g}s, outside the allowed {low:g}s..{high:g}s"
+                f"option {self.label(name)}={text!r} is {value:g}s, outside the allowed "
+                f"{low:g}s..{high:g}s"
             )
         return value
 
@@ -216,7 +323,7 @@ class ReadOptions(_Signed):
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         """Check and parse a read's options."""
-        o = _Options(options)
+        o = _Options(options, READ_OPTIONS, "read")
         endpoint = o.required("endpoint", _ENDPOINT_WHY)
         topic = o.required("topic", "the topic to read")
         access_key, secret_key = _credentials(o)
@@ -231,16 +338,14 @@ class ReadOptions(_Signed):
         max_per_trigger = o.integer("maxMessagesPerTrigger", None, 1, _MAX_LONG)
         min_per_trigger = o.integer("minMessagesPerTrigger", None, 1, _MAX_LONG)
         if mode == "pop":
-            for name in ("startingOffsets", "endingOffsets", "startingTimestamp",
-                         "endingTimestamp", "minMessagesPerTrigger"):  # fmt: skip
+            for name in _OFFSET_ONLY:
                 if o.has(name):
                     raise OptionError(
-                        f"option {name} applies to mode=offset only; pop mode reads what the "
-                        "group has not consumed yet"
+                        f"option {o.label(name)} applies to mode=offset only: "
+                        f"{_NOT_IN_POP_MODE[name]}"
                     )
         if mode == "offset":
-            for name in ("numPartitions", "maxMessagesPerPartition", "invisibleDuration",
-                         "waitSeconds", "popBatchSize", "filter", "sqlFilter"):  # fmt: skip
+            for name in _POP_ONLY:
                 if o.has(name):
                     raise OptionError(
                         f"option {name} applies to mode=pop only; offset reads return every "
@@ -251,8 +356,8 @@ class ReadOptions(_Signed):
         if max_per_trigger is not None and min_per_trigger is not None:
             if min_per_trigger > max_per_trigger:
                 raise OptionError(
-                    f"minMessagesPerTrigger={min_per_trigger} is above "
-                    f"maxMessagesPerTrigger={max_per_trigger}"
+                    f"{o.label('minMessagesPerTrigger')}={min_per_trigger} is above "
+                    f"{o.label('maxMessagesPerTrigger')}={max_per_trigger}"
                 )
         return cls(
             endpoint=endpoint,
@@ -313,7 +418,7 @@ class WriteOptions(_Signed):
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         """Check and parse a write's options."""
-        o = _Options(options)
+        o = _Options(options, WRITE_OPTIONS, "write")
         access_key, secret_key = _credentials(o)
         return cls(
             endpoint=o.required("endpoint", _ENDPOINT_WHY),

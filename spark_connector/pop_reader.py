@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 
 from popmq import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
 from popmq.spark import _clients
-from popmq.spark.offsets import PopOffset, lease_token
+from popmq.spark.offsets import PopOffset, behind_latest, lease_token
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
 
@@ -182,6 +182,8 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._first_ack = True
         self._retry_acks: list[str] = []
         self._backlog = 0
+        self._behind: dict[str, int] = {}
+        """What _backlog sums: per queue ("<id>", or "retry" for the group's retry queue)."""
         self._backlog_at = float("-inf")
         self._parts: int | None = None
         self._target_left: int | None = None
@@ -217,15 +219,32 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             admin = _clients.admin(o.endpoint, o.timeout_s, tls=o.tls, credentials=o.credentials)
             rows = admin.get_group_lag(o.group, o.topic)
-            backlog = sum(max(0, row.lag - row.inflight) for row in rows)
+            behind: dict[str, int] = {}
+            for row in rows:
+                key = "retry" if row.retry else str(row.queue_id)
+                behind[key] = behind.get(key, 0) + max(0, row.lag - row.inflight)
         except NotFoundError:
             # The group does not exist yet: everything retained is there for it.
             puller = _clients.pull_consumer(
                 o.endpoint, o.topic, "", o.timeout_s, tls=o.tls, credentials=o.credentials
             )
-            backlog = sum(s.max_offset - s.min_offset for s in puller.queue_offsets())
-        self._backlog, self._backlog_at = backlog, now
+            behind = {str(s.queue_id): s.max_offset - s.min_offset for s in puller.queue_offsets()}
+        backlog = sum(behind.values())
+        self._backlog, self._behind, self._backlog_at = backlog, behind, now
         return backlog
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """The group's backlog (lag minus in-flight), per queue and in total: pop offsets
+        are synthetic, so this is where the query progress shows lag."""
+        self._available()
+        o = self.options
+        return {
+            "v": 1,
+            "mode": "pop",
+            "topic": o.topic,
+            "group": o.group,
+            "behind": behind_latest(self._behind),
+        }
 
     def _partition_count(self) -> int:
         if self._parts is None:

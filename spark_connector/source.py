@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from popmq.spark.errors import OptionError
 from popmq.spark.offset_reader import PopMQBatchReader, PopMQOffsetStreamReader
-from popmq.spark.options import ReadOptions, WriteOptions
+from popmq.spark.options import KAFKA_ALIASES, ReadOptions, WriteOptions
 from popmq.spark.pop_reader import PopMQPopStreamReader
 from popmq.spark.schema import READ_SCHEMA
 from popmq.spark.writer import PopMQBatchWriter, PopMQStreamWriter, WriteColumns
@@ -46,6 +46,15 @@ class PopMQDataSource(DataSource):
             raise OptionError(
                 "mode=pop reads a stream (spark.readStream); a batch read (spark.read) reads "
                 "offset ranges: use mode=offset"
+            )
+        given = {str(name).lower() for name in self.options}
+        per_trigger = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
+        if options.max_messages_per_trigger is not None or given & {
+            name.lower() for name in (*per_trigger, *KAFKA_ALIASES)
+        }:
+            raise OptionError(
+                f"{', '.join(per_trigger)} apply to streams only; a batch read (spark.read) "
+                "reads its whole range at once (bound it with endingOffsets or endingTimestamp)"
             )
         return PopMQBatchReader(options)
 

@@ -37,6 +37,7 @@ from popmq.spark.offsets import (
 from popmq.spark.options import ReadOptions, WriteOptions, parse_duration_s
 from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader
 from popmq.spark.schema import READ_SCHEMA, arrow_schema
+from popmq.spark.source import PopMQDataSource
 from popmq.spark.writer import WriteColumns
 from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
@@ -61,6 +62,16 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         ({**base, "mode": "pop", "group": "g", "startingOffsets": "earliest"},
          "startingOffsets applies to mode=offset only"),
         ({**base, "maxRecordsPerPartition": "0"}, r"maxRecordsPerPartition=0 is outside"),
+        ({**base, "mode": "pop", "group": "g", "failOnDataLoss": "false"},
+         "failOnDataLoss applies to mode=offset only: pop mode has no offset ranges"),
+        ({**base, "mode": "pop", "group": "g", "maxRecordsPerPartition": "9"},
+         "maxRecordsPerPartition applies to mode=offset only: .*maxMessagesPerPartition"),
+        ({**base, "mode": "pop", "group": "g", "pullBatchSize": "9"},
+         "pullBatchSize applies to mode=offset only: .*popBatchSize"),
+        ({**base, "mode": "pop", "group": "g", "maxTriggerDelay": "1m"},
+         "maxTriggerDelay applies to mode=offset only"),
+        ({**base, "mode": "pop", "group": "g", "minOffsetsPerTrigger": "9"},
+         "minOffsetsPerTrigger applies to mode=offset only"),
         ({**base, "numPartitions": "4"}, "numPartitions applies to mode=pop only"),
         ({**base, "mode": "pop", "group": "g", "filter": "A", "sqlFilter": "a = 1"},
          "not both"),
@@ -70,12 +81,37 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         ({**base, "mode": "pop", "group": "g", "waitSeconds": "ten"}, "is not a duration"),
         ({**base, "minMessagesPerTrigger": "10", "maxMessagesPerTrigger": "5"},
          "minMessagesPerTrigger=10 is above maxMessagesPerTrigger=5"),
+        # Unknown names fail with the nearest known one; Kafka names with what to use.
+        ({**base, "maxmessagepertrigger": "5"},
+         "unknown option maxmessagepertrigger for a popmq read: did you mean "
+         "maxMessagesPerTrigger"),
+        ({**base, "startingOffsetsByTimestamp": "{}"}, "use startingTimestamp"),
+        ({**base, "subscribe": "a,b"}, "subscribe is not supported.*use option topic"),
+        ({**base, "includeHeaders": "true"}, "always in the properties column"),
+        ({**base, "kafka.bootstrap.servers": "k:9092"}, "a Kafka client setting"),
+        ({**base, "path": "/x"}, "names a topic, not a path"),
+        ({**base, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger=0 is outside"),
+        ({**base, "maxoffsetspertrigger": "5", "maxMessagesPerTrigger": "5"},
+         "options maxOffsetsPerTrigger and maxMessagesPerTrigger are the same option"),
     ]  # fmt: skip
     for options, message in cases:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(options)
     assert parse_duration_s("x", "15m") == 900.0
     assert WriteOptions.parse({"endpoint": "h:1", "batchSize": "10"}).batch_size == 10
+    # The Kafka source's names where they mean the same; Spark's own options pass.
+    kafka_named = ReadOptions.parse(
+        {**base, "maxoffsetspertrigger": "9", "minOffsetsPerTrigger": "3",
+         "checkpointlocation": "/cp"}
+    )  # fmt: skip
+    assert (kafka_named.max_messages_per_trigger, kafka_named.min_messages_per_trigger) == (9, 3)
+    assert WriteOptions.parse({"endpoint": "h:1", "checkpointLocation": "/cp"}).topic == ""
+    with pytest.raises(OptionError, match=r"unknown option batchsizes .*did you mean batchSize"):
+        WriteOptions.parse({"endpoint": "h:1", "batchsizes": "10"})
+    for name in ("maxOffsetsPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay"):
+        batch = PopMQDataSource({**base, name: "5"})
+        with pytest.raises(OptionError, match="apply to streams only"):
+            batch.reader(READ_SCHEMA)
 
 
 def test_write_columns_are_checked_against_the_schema() -> None:
@@ -232,13 +268,29 @@ def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> No
         (15, 35), (35, 50), (15, 35), (35, 50),
     ]  # fmt: skip
     assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new
-    assert reader.reportLatestOffset() == QueueOffsets("t", {0: 50, 1: 50}).to_json()
-    # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed.
+    # The queues' ends and the lag behind them go to the progress (sources[].latestOffset);
+    # a restarted query reports the ends before it planned anything (a replay comes first).
+    ends = QueueOffsets("t", {0: 50, 1: 50}).to_json()
+    caught_up = {"total": 0, "max": 0, "queues": {"0": 0, "1": 0}}
+    assert reader.reportLatestOffset() == {**ends, "behind": caught_up}
+    assert _offset_reader(endpoint).reportLatestOffset() == ends
+    assert reader.latestOffset(start, ReadMaxRows(30)) == end
+    assert reader.reportLatestOffset()["behind"] == {
+        "total": 70, "max": 35, "queues": {"0": 35, "1": 35},
+    }  # fmt: skip
+    # minMessagesPerTrigger holds a batch back until enough arrived or maxTriggerDelay passed
+    # since the last batch it let through; the first trigger is never held (as Kafka's).
     with Producer(endpoint) as producer:
         producer.send_batch("t", [Message(b"late")] * 3)
-    waiting = _offset_reader(endpoint, maxTriggerDelay="1h")
+    waiting = _offset_reader(
+        endpoint, minMessagesPerTrigger="5", maxMessagesPerTrigger="10", maxTriggerDelay="1h"
+    )
+    assert waiting.latestOffset(end2, ReadMinRows(5)) != end2, "the first trigger goes"
     assert waiting.latestOffset(end2, ReadMinRows(5)) == end2
+    assert waiting.latestOffset(end2, ReadMaxRows(10)) == end2, "min and max both set"
     assert waiting.latestOffset(end2, ReadMinRows(3)) != end2
+    waiting.prepareForTriggerAvailableNow()  # AvailableNow never holds back: it would end
+    assert waiting.latestOffset(end2, ReadMinRows(5)) != end2
     impatient = _offset_reader(endpoint, maxTriggerDelay="0s")
     assert impatient.latestOffset(end2, ReadMinRows(5)) != end2
 
@@ -323,6 +375,7 @@ def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
         assert len(_rows(reader, parts1)) == 3
         reader.commit(end1)
         assert _unfinished(server) == (3, 0)
+        assert reader.reportLatestOffset()["behind"]["total"] == 3  # the progress shows lag
     finally:
         reader.stop()
 
@@ -337,6 +390,7 @@ def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
         assert len(seen) == 27  # no message twice
         assert restarted.latestOffset(end2, ReadAllAvailable()) == end2  # acked; nothing left
         assert _unfinished(server) == (0, 0)
+        assert restarted.reportLatestOffset()["behind"]["total"] == 0
     finally:
         restarted.stop()
 

@@ -3,6 +3,7 @@ and batch reads by time."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -123,3 +124,32 @@ def test_batch_read_by_time_range(spark: SparkSession, endpoint: str) -> None:
     assert read(startingOffsets='{"0": 20, "1": -1}', endingOffsets='{"0": 25, "1": -1}') == [
         row for row in everything if row[0] == 0 and 20 <= row[1] < 25
     ]
+
+
+def test_available_now_with_min_messages_per_trigger_reads_everything(
+    spark: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    # minMessagesPerTrigger above the whole backlog: held back, the first trigger would plan
+    # nothing and AvailableNow would end there, having read nothing.
+    with Admin(endpoint) as admin:
+        admin.create_topic("events", queues=3)
+    _send(endpoint, "events", [f"e-{i}" for i in range(300)])
+    options = {  # the Kafka source's names are accepted for these two
+        "startingOffsets": "earliest",
+        "minOffsetsPerTrigger": "1000",
+        "maxOffsetsPerTrigger": "1000",
+    }
+    query = (
+        _stream(spark, endpoint, **options)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 300
+    # The progress shows the queues' ends and the lag behind them: none left.
+    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    assert sum(latest["queues"].values()) == 300
+    assert latest["behind"]["total"] == 0

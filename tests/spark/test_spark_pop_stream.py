@@ -3,6 +3,7 @@ Spark's commit, queries of one group share the work, partitions may outnumber qu
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -228,5 +229,10 @@ def test_more_partitions_than_queues_are_all_used_and_available_now_acks_the_end
     assert sorted(seen) == sorted(sent)
     assert partitions[0] == (4, 4, 100), "4 partitions over 2 queues, each took its 25"
     assert all(planned == 4 for planned, _, _ in partitions)
+    # Pop offsets are synthetic: the lag (the group's backlog when a batch was planned)
+    # is what reportLatestOffset puts into the progress.
+    reported = [json.loads(p["sources"][0]["latestOffset"]) for p in query.recentProgress]
+    behind = [r["behind"]["total"] for r in reported]
+    assert behind[:2] == [200, 100]
     # AvailableNow ends without commit(); the last batch was acked by latestOffset(start).
     wait_for(lambda: _in_flight(server, "workers", "jobs") == (0, 0), "all acks", timeout_s=30)
