@@ -195,7 +195,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     async def QueryRoute(
         self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> sv.QueryRouteResponse:
-        return self._routing.route(request)
+        route = self._routing.route(request)
+        client_id = metadata.client_id(context)
+        if client_id:
+            self._telemetry.nudge(client_id)  # a Node.js client's start-up (telemetry.py)
+        return route
 
     @answers(sv.QueryAssignmentResponse, codes.TOPIC)
     async def QueryAssignment(

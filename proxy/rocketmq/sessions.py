@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 
@@ -34,6 +35,15 @@ class ClientSession:
     """Open Telemetry streams; a client with one open is alive even when silent."""
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the session ends: its Telemetry streams finish."""
+    settings_reply: Any = None
+    """A Node.js client's last settings reply (a TelemetryCommand), kept to send again
+    (telemetry.py `Telemetry.nudge` says why); None for other clients."""
+    settings_replied_at: float = 0.0
+    """time.monotonic() of that reply."""
+    resend: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to have the client's Telemetry stream send `settings_reply` again."""
+    resend_timer: asyncio.TimerHandle | None = None
+    """The pending `resend` of a nudge, restarted by each nudge."""
 
     def topics(self) -> list[str]:
         """Topics the client consumes, once each: its settings' subscriptions, then queried
@@ -89,6 +99,8 @@ class Sessions:
         session = self._sessions.pop(client_id, None)
         if session is not None:
             session.closed.set()
+            if session.resend_timer is not None:
+                session.resend_timer.cancel()
             if notify and self._on_end is not None:
                 self._on_end(session)
         return session

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import grpc
@@ -31,6 +32,12 @@ from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_firs
 
 log = logging.getLogger(__name__)
 
+NODE_RESEND_DELAY_S = 0.2
+"""How long after a Node.js client's last route query or heartbeat its settings reply is
+sent again (`Telemetry.nudge`); each new call restarts the wait."""
+NODE_RESEND_WINDOW_S = 20.0
+"""Nudges count for this long after a settings reply: the client's start-up, not its route
+refreshes every 30 s."""
 REFUSAL_READ_S = 5.0
 """How long a refused Telemetry call waits for the client's first frame before it answers
 anyway (a client that opens the stream and sends nothing)."""
@@ -72,15 +79,26 @@ class Telemetry:
         session.streams += 1
         closed = asyncio.ensure_future(session.closed.wait())
         read: asyncio.Future[Any] | None = None
+        resend: asyncio.Future[Any] | None = None
         try:
             while True:
-                read = asyncio.ensure_future(context.read())
-                await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if read is None:
+                    read = asyncio.ensure_future(context.read())
+                if resend is None:
+                    resend = asyncio.ensure_future(session.resend.wait())
+                await asyncio.wait({read, closed, resend}, return_when=asyncio.FIRST_COMPLETED)
+                if resend.done():  # written here, so a stream has one writer
+                    resend = None
+                    session.resend.clear()
+                    if session.settings_reply is not None and not closed.done():
+                        await context.write(session.settings_reply)
                 if not read.done():
-                    read.cancel()
-                    return  # the session ended (termination, idle, server shutdown)
+                    if closed.done():
+                        return  # the session ended (termination, idle, server shutdown)
+                    continue
+                finished, read = read, None
                 try:
-                    command = read.result()
+                    command = finished.result()
                 except RefusedRequestError as refused:  # the security gate's, for this frame
                     await context.write(sv.TelemetryCommand(status=codes.status_of(refused.error)))
                     continue
@@ -90,10 +108,34 @@ class Telemetry:
                 if reply is not None:
                     await context.write(reply)
         finally:
-            closed.cancel()
-            if read is not None and not read.done():
-                read.cancel()
+            for pending in (closed, read, resend):
+                if pending is not None and not pending.done():
+                    pending.cancel()
             session.streams -= 1
+
+    def nudge(self, client_id: str) -> None:
+        """A Node.js client made a start-up call (a route query, a heartbeat): send its
+        settings reply again `NODE_RESEND_DELAY_S` after its last such call.
+
+        The official Node.js client (rocketmq-client-nodejs 1.0.8) sends its settings when
+        its first topic's route comes back, but starts waiting for the reply only after the
+        routes of all its topics have (BaseClient.startup): with two or more topics the
+        reply usually arrives first, is dropped, and the client waits for its own settings
+        refresh, 5 minutes later. Sending the same reply again once the route queries have
+        settled reaches the waiting client; a repeated settings reply is a no-op for every
+        official client. Only Node.js clients, only within `NODE_RESEND_WINDOW_S` of a
+        settings reply.
+        """
+        session = self._sessions.get(client_id)
+        if session is None or session.settings_reply is None:
+            return
+        if time.monotonic() - session.settings_replied_at > NODE_RESEND_WINDOW_S:
+            return
+        if session.resend_timer is not None:
+            session.resend_timer.cancel()
+        session.resend_timer = asyncio.get_running_loop().call_later(
+            NODE_RESEND_DELAY_S, session.resend.set
+        )
 
     async def refuse(self, context: grpc.aio.ServicerContext, error: ProtocolError) -> None:
         """Answer a Telemetry call refused before it began (no client id, a namespace) with
@@ -138,7 +180,11 @@ class Telemetry:
         session.client_type = client.client_type
         session.settings = client
         session.queried_topics.clear()
-        return sv.TelemetryCommand(status=codes.ok(), settings=reply)
+        answer = sv.TelemetryCommand(status=codes.ok(), settings=reply)
+        if client.user_agent.language == pb.NODE_JS:
+            session.settings_reply = answer
+            session.settings_replied_at = time.monotonic()
+        return answer
 
     async def heartbeat(self, client_id: str, request: sv.HeartbeatRequest) -> sv.HeartbeatResponse:
         """Keeps the session alive and registers a consumer in the client registry."""
@@ -152,6 +198,7 @@ class Telemetry:
         session = self._sessions.touch(client_id, client_type=request.client_type, group=group)
         if group is not None:
             await self._membership.register(session, group)
+        self.nudge(client_id)
         return sv.HeartbeatResponse(status=codes.ok())
 
     async def terminate(self, client_id: str) -> sv.NotifyClientTerminationResponse:

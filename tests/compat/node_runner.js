@@ -5,6 +5,8 @@
 // - push_fail: a PushConsumer whose listener always fails; records each delivery attempt
 //   for `wait_ms`, then how long its shutdown takes (capped at 15 s).
 // - simple_namespaced: a SimpleConsumer with a namespace receives once.
+// - producer_topics: a Producer constructed with `topics` (several) starts, and sends one
+//   message to each; reports how long startup() took (capped at `cap_ms`).
 // - tls_roundtrip: with sslEnabled, a Producer sends `body` and a SimpleConsumer receives
 //   and acks it (grpc-js verifies the server with its default roots, which the test points
 //   at its CA with GRPC_DEFAULT_SSL_ROOTS_FILE_PATH).
@@ -84,7 +86,32 @@ async function tlsRoundtrip(spec) {
   return { sent: receipt.messageId, received };
 }
 
+async function producerTopics(spec) {
+  const producer = new Producer({
+    endpoints: spec.endpoint,
+    namespace: '',
+    logger: silent,
+    topics: spec.topics,
+  });
+  const began = Date.now();
+  const started = await Promise.race([
+    producer.startup().then(() => true),
+    sleep(spec.cap_ms).then(() => false),
+  ]);
+  const startupMs = Date.now() - began;
+  if (!started) {
+    return { started, startup_ms: startupMs };
+  }
+  const sent = [];
+  for (const topic of spec.topics) {
+    sent.push((await producer.send({ topic, body: Buffer.from(topic) })).messageId);
+  }
+  await producer.shutdown();
+  return { started, startup_ms: startupMs, sent: sent.length };
+}
+
 const scenarios = {
+  producer_topics: producerTopics,
   push_fail: pushFail,
   simple_namespaced: simpleNamespaced,
   tls_roundtrip: tlsRoundtrip,

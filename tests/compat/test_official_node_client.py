@@ -83,6 +83,23 @@ def test_a_namespaced_node_simple_consumer_is_refused_not_served_another_topic(
     assert result["error"]
 
 
+def test_a_node_producer_with_several_topics_starts_at_once(server: ServerThread) -> None:
+    """rocketmq-client-nodejs waits for its settings reply only after every topic's route
+    query; popmq's first reply comes before that, so the server sends it again once the
+    queries settle (telemetry.Telemetry.nudge). Without it startup waits 5 minutes."""
+    topics = ["t1", "t2", "t3", "t4"]
+
+    async def setup() -> None:
+        for topic in topics:
+            await server.broker.create_topic(topic, 1)
+
+    server.call(setup)
+    for _ in range(2):  # without the resend it hung in almost every try
+        result = run_node("producer_topics", server.endpoint, topics=topics, cap_ms=30000)
+        assert result["started"], result
+        assert result["sent"] == len(topics)
+
+
 def test_a_node_client_with_ssl_enabled_sends_and_receives_over_tls(tmp_path: Path) -> None:
     """sslEnabled verifies the server with grpc-js's default roots: given the test's CA
     through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, as an operator's CA bundle would be."""
