@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from popmq import Admin, Credentials, Producer, PullConsumer, SimpleConsumer, Sql
 from popmq.sdk.tls import TLS
@@ -24,82 +25,52 @@ _lock = threading.Lock()
 _cache: dict[tuple[Any, ...], Any] = {}
 
 
-def _get(key: tuple[Any, ...], make: type[_T], *args: Any, **kwargs: Any) -> _T:
+class Connected(Protocol):
+    """What configures a client's connection: ReadOptions and WriteOptions have it."""
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def tls(self) -> TLS: ...
+    @property
+    def credentials(self) -> Credentials | None: ...
+
+
+def _get(kind: str, options: Connected, make: Callable[..., _T], **kwargs: Any) -> _T:
+    """The cached client `make` of `options`' connection with `kwargs`, made on first use."""
+    key = (kind, options.endpoint, options.timeout_s, options.tls, options.credentials,
+           *kwargs.values())  # fmt: skip
     with _lock:
         client = _cache.get(key)
         if client is None:
-            client = _cache[key] = make(*args, **kwargs)
+            client = _cache[key] = make(
+                options.endpoint,
+                timeout_s=options.timeout_s,
+                tls=options.tls,
+                credentials=options.credentials,
+                **kwargs,
+            )
         return client
 
 
-def pull_consumer(
-    endpoint: str,
-    topic: str,
-    group: str,
-    timeout_s: float,
-    *,
-    tls: TLS = False,
-    credentials: Credentials | None = None,
-) -> PullConsumer:
-    return _get(
-        ("pull", endpoint, topic, group, timeout_s, tls, credentials),
-        PullConsumer,
-        endpoint,
-        topic=topic,
-        group=group,
-        timeout_s=timeout_s,
-        tls=tls,
-        credentials=credentials,
-    )
+def pull_consumer(options: Connected, topic: str, group: str) -> PullConsumer:
+    return _get("pull", options, PullConsumer, topic=topic, group=group)
 
 
 def simple_consumer(
-    endpoint: str,
-    group: str,
-    topic: str,
-    filter: str | Sql,
-    timeout_s: float,
-    *,
-    tls: TLS = False,
-    credentials: Credentials | None = None,
+    options: Connected, group: str, topic: str, filter: str | Sql
 ) -> SimpleConsumer:
-    return _get(
-        ("simple", endpoint, group, topic, filter, timeout_s, tls, credentials),
-        SimpleConsumer,
-        endpoint,
-        group=group,
-        topic=topic,
-        filter=filter,
-        timeout_s=timeout_s,
-        tls=tls,
-        credentials=credentials,
-    )
+    return _get("simple", options, SimpleConsumer, group=group, topic=topic, filter=filter)
 
 
-def producer(
-    endpoint: str, timeout_s: float, *, tls: TLS = False, credentials: Credentials | None = None
-) -> Producer:
-    return _get(
-        ("producer", endpoint, timeout_s, tls, credentials),
-        Producer,
-        endpoint,
-        timeout_s=timeout_s,
-        tls=tls,
-        credentials=credentials,
-    )
+def producer(options: Connected) -> Producer:
+    return _get("producer", options, Producer)
 
 
-def admin(
-    endpoint: str, timeout_s: float, *, tls: TLS = False, credentials: Credentials | None = None
-) -> Admin:
-    return _get(
-        ("admin", endpoint, timeout_s, tls, credentials),
-        Admin,
-        endpoint,
-        timeout_s=timeout_s,
-        tls=tls,
-        credentials=credentials,
-    )
+def admin(options: Connected) -> Admin:
+    return _get("admin", options, Admin)
 
 
 @atexit.register

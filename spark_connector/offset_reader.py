@@ -69,14 +69,7 @@ def _datetime(ms: int) -> datetime:
 
 def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Executor side: pull [start, end) of one queue, one Arrow batch per pull."""
-    puller = _clients.pull_consumer(
-        options.endpoint,
-        part.topic,
-        "",
-        options.timeout_s,
-        tls=options.tls,
-        credentials=options.credentials,
-    )
+    puller = _clients.pull_consumer(options, part.topic, "")
     position = part.start
     while position < part.end:
         want = min(options.pull_batch_size, part.end - position)
@@ -109,27 +102,13 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
 
 def _bounds(options: ReadOptions) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest, latest) offset per queue now."""
-    puller = _clients.pull_consumer(
-        options.endpoint,
-        options.topic,
-        "",
-        options.timeout_s,
-        tls=options.tls,
-        credentials=options.credentials,
-    )
+    puller = _clients.pull_consumer(options, options.topic, "")
     stats = puller.queue_offsets()
     return {s.queue_id: s.min_offset for s in stats}, {s.queue_id: s.max_offset for s in stats}
 
 
 def _offsets_at(options: ReadOptions, ms: int) -> dict[int, int]:
-    puller = _clients.pull_consumer(
-        options.endpoint,
-        options.topic,
-        "",
-        options.timeout_s,
-        tls=options.tls,
-        credentials=options.credentials,
-    )
+    puller = _clients.pull_consumer(options, options.topic, "")
     return puller.offsets_at(_datetime(ms))
 
 
@@ -361,9 +340,7 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         o = self.options
         if not o.group or offsets == self._group_committed:
             return
-        puller = _clients.pull_consumer(
-            o.endpoint, o.topic, o.group, o.timeout_s, tls=o.tls, credentials=o.credentials
-        )
+        puller = _clients.pull_consumer(o, o.topic, o.group)
         try:
             puller.commit_offsets(offsets)
         except PopMQError as exc:

@@ -94,15 +94,7 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
 
 def _consumer(options: ReadOptions) -> SimpleConsumer:
     selector: str | Sql = Sql(options.sql_filter) if options.sql_filter else options.filter
-    return _clients.simple_consumer(
-        options.endpoint,
-        options.group,
-        options.topic,
-        selector,
-        options.timeout_s,
-        tls=options.tls,
-        credentials=options.credentials,
-    )
+    return _clients.simple_consumer(options, options.group, options.topic, selector)
 
 
 class _LeaseKeeper:
@@ -217,7 +209,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._backlog
         o = self.options
         try:
-            admin = _clients.admin(o.endpoint, o.timeout_s, tls=o.tls, credentials=o.credentials)
+            admin = _clients.admin(o)
             rows = admin.get_group_lag(o.group, o.topic)
             behind: dict[str, int] = {}
             for row in rows:
@@ -225,9 +217,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 behind[key] = behind.get(key, 0) + max(0, row.lag - row.inflight)
         except NotFoundError:
             # The group does not exist yet: everything retained is there for it.
-            puller = _clients.pull_consumer(
-                o.endpoint, o.topic, "", o.timeout_s, tls=o.tls, credentials=o.credentials
-            )
+            puller = _clients.pull_consumer(o, o.topic, "")
             behind = {str(s.queue_id): s.max_offset - s.min_offset for s in puller.queue_offsets()}
         backlog = sum(behind.values())
         self._backlog, self._behind, self._backlog_at = backlog, behind, now
@@ -252,9 +242,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if o.num_partitions is not None:
                 self._parts = o.num_partitions
             else:
-                puller = _clients.pull_consumer(
-                    o.endpoint, o.topic, "", o.timeout_s, tls=o.tls, credentials=o.credentials
-                )
+                puller = _clients.pull_consumer(o, o.topic, "")
                 self._parts = len(puller.queue_offsets())
         return self._parts
 

@@ -162,10 +162,7 @@ class _Sender:
         batch, _ = self.pending.pop(topic, ([], 0))
         if not batch:
             return
-        options = self.options
-        producer = _clients.producer(
-            options.endpoint, options.timeout_s, tls=options.tls, credentials=options.credentials
-        )
+        producer = _clients.producer(self.options)
         for receipt in producer.send_batch(topic, batch):
             if receipt.duplicate:
                 self.duplicates += 1
