@@ -224,16 +224,17 @@ class Gate:
     def admit(self, method: str, request: Message, context: grpc.aio.ServicerContext) -> None:
         """Authenticate and authorize a call with one request (unary request)."""
         principal = self.authenticate(context)
-        self.claim_client(principal, context, request)
+        self.claim_client(method, principal, context, request)
         self.authorize(method, principal, request)
 
     def claim_client(
         self,
+        method: str,
         principal: Principal,
         context: grpc.aio.ServicerContext,
         request: Message | None = None,
     ) -> None:
-        """Refuse a call naming another user's client id (`x-mq-client-id`, or a v1
+        """Refuse a call naming another user's client id (v2: `x-mq-client-id`; v1: a
         request's `client_id`); the first use binds it (client_owners.py).
 
         Raises:
@@ -241,16 +242,16 @@ class Gate:
         """
         if principal.is_super:
             return
-        client_id = ""
-        for key, value in context.invocation_metadata() or ():
-            if key == CLIENT_ID and isinstance(value, str):
-                client_id = value
-                break
-        if client_id:
+        client_id: object = ""
+        if method.startswith(V2_PREFIX):
+            for key, value in context.invocation_metadata() or ():
+                if key == CLIENT_ID:
+                    client_id = value
+                    break
+        elif request is not None:
+            client_id = getattr(request, "client_id", "")
+        if isinstance(client_id, str) and client_id:
             self.client_owners.claim(client_id, principal.access_key)
-        named = getattr(request, "client_id", "") if request is not None else ""
-        if isinstance(named, str) and named and named != client_id:
-            self.client_owners.claim(named, principal.access_key)
 
     def refreshed(self, principal: Principal) -> Principal:
         """`principal` as its user is now: a stream's user may have been disabled, deleted
@@ -370,7 +371,7 @@ class Gate:
         ) -> tuple[Any, Any] | PopMQError:
             try:
                 principal = self.authenticate(context)
-                self.claim_client(principal, context)
+                self.claim_client(method, principal, context)
             except PopMQError as exc:
                 _refused(method, exc, context.peer())
                 return exc
