@@ -7,6 +7,7 @@ Every creation writes its catalog record in a synced batch, then registers it in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -66,15 +67,30 @@ class AutoCreate:
         self, name: str, queues: int, kind: int, message_type: int = MESSAGE_TYPE_NORMAL
     ) -> TopicInfo:
         """Write and register a topic of any kind; ALREADY_EXISTS when one of the same name
-        was registered while the record was written."""
-        info = self._catalog.new_topic(
-            name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
-        )
-        await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
-        if name in self._catalog.topics:  # created concurrently while we wrote
-            raise AlreadyExistsError(f"topic {name!r} already exists")
-        self._catalog.register_topic(info)
-        return info
+        exists or was created meanwhile.
+
+        One creation per name at a time: two concurrent ones (a cluster proxy's CreateTopic
+        and the catalog sync following its route) would each write a record under the same
+        key with ids of their own, and the one registered in memory need not be the one the
+        store keeps, so after a restart (or a failover) the topic's messages and handles
+        would name an id the store no longer knows.
+        """
+        key = ("topic", name)
+        while (pending := self._creating.get(key)) is not None:
+            with contextlib.suppress(PopMQError):
+                await asyncio.shield(pending)
+
+        async def create() -> TopicInfo:
+            if name in self._catalog.topics:
+                raise AlreadyExistsError(f"topic {name!r} already exists")
+            info = self._catalog.new_topic(
+                name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
+            )
+            await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
+            self._catalog.register_topic(info)
+            return info
+
+        return await self.once(key, create)
 
     async def group(self, name: str) -> GroupInfo:
         """The group, created with default settings on first use (RocketMQ auto-create)."""
