@@ -56,6 +56,31 @@ def test_create_topic_twice_is_already_exists(open_broker: OpenBroker) -> None:
     asyncio.run(scenario())
 
 
+def test_concurrent_creations_of_a_topic_keep_one_id_across_a_restart(
+    open_broker: OpenBroker,
+) -> None:
+    # A cluster proxy's CreateTopic and the catalog sync following its route create the same
+    # topic at once: the id in memory must be the id in the store, or after a restart the
+    # messages sent meanwhile belong to an id the store no longer knows.
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            results = await asyncio.gather(
+                broker.create_topic("orders", 2),
+                broker.create_topic("orders", 2),
+                return_exceptions=True,
+            )
+            created = [r for r in results if not isinstance(r, BaseException)]
+            assert len(created) == 1, results
+            assert isinstance(next(r for r in results if r not in created), AlreadyExistsError)
+            await broker.send([_msg(b"kept")])
+        async with open_broker() as broker:
+            info, queues = await broker.get_topic("orders")
+            assert info.topic_id == created[0].topic_id
+            assert sum(q.max_offset for q in queues) == 1
+
+    asyncio.run(scenario())
+
+
 def test_create_group_validates_its_settings(open_broker: OpenBroker) -> None:
     async def scenario() -> None:
         async with open_broker() as broker:
