@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from popmq.broker_core import jobs, keys
 from popmq.broker_core.admin import Admin
@@ -67,7 +67,7 @@ from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
 from popmq.broker_core.stats import BrokerStats, Histogram
-from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.store import Batch, Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.types import (
@@ -95,8 +95,21 @@ log = logging.getLogger(__name__)
 class Broker:
     """Topics, groups, send, pop, ack, change-invisible, nack, revive: the whole core."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        *,
+        tap: Callable[[Store], WriteTap] | None = None,
+    ) -> None:
+        """
+        Args:
+            config: The broker's settings.
+            tap: Makes what sees every write of the store, before the first one (a
+                replicating leader's log, cluster/replication); its `barrier`, if it has
+                one, holds batches back until followers hold them.
+        """
         self.config = config or BrokerConfig()
+        self._tap = tap
         self._store: Store | None = None
         self._started = False
         self._life = Lifecycle()
@@ -125,6 +138,8 @@ class Broker:
             return
         began = time.perf_counter()
         store = Store(self.config.store.data_dir)
+        if self._tap is not None:
+            store.tap = self._tap(store)
         try:
             identity = BootIdentity(
                 store,
@@ -139,6 +154,7 @@ class Broker:
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
+        self.writer.barrier = getattr(store.tap, "barrier", None)
         self._wire(store, identity)
         if identity.unsaved:
             self.writer.add_flush_hook(identity.save_boot)

@@ -193,6 +193,7 @@ class Sender:
         retention_ms = round(self._config.retention.retention_s * 1000)
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
+            batch.quorum = True
             out = []
             expiries = message_index.Expiries()
             for p in plan:

@@ -24,7 +24,7 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import rocksdict
 
@@ -71,32 +71,70 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+PUT, DELETE, DELETE_RANGE = 0, 1, 2
+"""Kinds of a recorded change (Batch.ops): what replication ships to followers."""
+Op = tuple[int, str, bytes, bytes]
+"""A recorded change: (kind, family, key, value); for DELETE_RANGE the value is the end."""
+
+
 class Batch:
-    """An atomic set of changes, written by Store.write in one WriteBatch."""
+    """An atomic set of changes, written by Store.write in one WriteBatch.
 
-    __slots__ = ("_batch", "_handles", "generation", "puts")
+    With `record`, the changes are also kept in `ops` (references, not copies), so a
+    replicating store can ship the batch to its followers as it was written.
+    """
 
-    def __init__(self, handles: dict[str, Any], generation: int) -> None:
+    __slots__ = ("_batch", "_handles", "generation", "lsn", "ops", "puts", "quorum")
+
+    def __init__(self, handles: dict[str, Any], generation: int, *, record: bool = False) -> None:
         self._batch = rocksdict.WriteBatch(raw_mode=True)
         self._handles = handles
         self.generation = generation
         """The store's open count when made: its family handles die with a reopen."""
         self.puts = 0
+        self.ops: list[Op] | None = [] if record else None
+        self.lsn = 0
+        """Its place in the replication log once written (0: not replicated)."""
+        self.quorum = False
+        """It stores sends: acknowledged only once the in-sync replicas hold it."""
 
     def put(self, family: str, key: bytes, value: bytes) -> None:
         self._batch.put(key, value, self._handles[family])
         self.puts += 1
+        if self.ops is not None:
+            self.ops.append((PUT, family, key, value))
 
     def delete(self, family: str, key: bytes) -> None:
         self._batch.delete(key, self._handles[family])
         self.puts += 1
+        if self.ops is not None:
+            self.ops.append((DELETE, family, key, b""))
 
     def delete_range(self, family: str, start: bytes, end: bytes) -> None:
         self._batch.delete_range(start, end, self._handles[family])
         self.puts += 1
+        if self.ops is not None:
+            self.ops.append((DELETE_RANGE, family, start, end))
 
     def __len__(self) -> int:
         return self.puts
+
+
+class WriteTap(Protocol):
+    """What sees every write of a replicating store (the leader's replication log)."""
+
+    def stamp(self, batch: Batch) -> None:
+        """Before the write: give the batch its log position (adds the position key), or
+        raise a PopMQError to refuse it (a fenced leader)."""
+
+    def written(self, batch: Batch) -> None:
+        """After a successful write: ship the batch."""
+
+    def unwritten(self, batch: Batch) -> None:
+        """After a failed write: take the position back."""
+
+    def admit_send(self) -> None:
+        """Raise a PopMQError when sends cannot be acknowledged now (too few replicas)."""
 
 
 class Store:
@@ -125,6 +163,8 @@ class Store:
         self._next_reopen = 0.0
         self._claimed = 0
         """Bytes of sends admitted by `check_room` and not yet written (see there)."""
+        self.tap: WriteTap | None = None
+        """Sees every write (a replicating leader's log); batches then record their ops."""
         try:
             self._open()
         except Exception as exc:
@@ -298,6 +338,8 @@ class Store:
         """
         if self._failure is not None:
             self._recover()
+        if self.tap is not None:
+            self.tap.admit_send()
         free = _free_bytes(self.path)
         if free - self._claimed - nbytes < SEND_FLOOR_BYTES:
             raise StoreFullError(
@@ -372,7 +414,7 @@ class Store:
         except PopMQError:
             if not self._is_open:
                 raise
-        return Batch(self._handles, self._generation)
+        return Batch(self._handles, self._generation, record=self.tap is not None)
 
     def write(self, batch: Batch, *, sync: bool) -> None:
         """Write the batch atomically; with sync, return after the WAL is fsynced."""
@@ -385,10 +427,37 @@ class Store:
             raise UnavailableError(
                 "the store was reopened while this write was prepared; nothing was written, retry"
             )
+        tap = self.tap
+        if tap is not None:
+            tap.stamp(batch)
         try:
             self._db.write(batch._batch, self._sync if sync else self._nosync)
         except Exception as exc:
+            if tap is not None:
+                tap.unwritten(batch)
             raise self._failed("write", exc) from exc
+        if tap is not None:
+            tap.written(batch)
+
+    def write_ops(self, ops: Sequence[Op], *, sync: bool) -> None:
+        """Write changes recorded elsewhere (a follower applying its leader's batch)."""
+        batch = self.batch()
+        for kind, family, key, value in ops:
+            if kind == PUT:
+                batch.put(family, key, value)
+            elif kind == DELETE:
+                batch.delete(family, key)
+            else:
+                batch.delete_range(family, key, value)
+        self.write(batch, sync=sync)
+
+    def checkpoint(self, path: Path) -> None:
+        """A consistent copy of every family in `path` (hard links where possible)."""
+        rocksdict.Checkpoint(self._readable_db()).create_checkpoint(str(path))
+
+    def _readable_db(self) -> Any:
+        self._readable()
+        return self._db
 
     def sync_wal(self) -> None:
         """fsync what was written without sync (every WAL file not yet synced).

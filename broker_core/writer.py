@@ -19,6 +19,10 @@ Nothing of a synced batch is visible before its fsync returned: its offsets are 
 and its futures resolved only then, so a reader or a long poll never sees a message a
 power loss could take back.
 
+With replication (docs/replication.md), a `barrier` may hold a written batch back until the
+shard's in-sync followers hold it too: its completion then waits for the local fsync (if
+any) and the barrier's future together, off the loop, as a contended fsync does.
+
 Queue offsets are assigned inside the flush, so they are dense and in commit order; a failed
 write rolls them back and fails every job of the batch (nothing is half-written).
 """
@@ -89,6 +93,9 @@ class GroupCommitWriter:
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
         self.stats = WriterStats()
         self._failure_warning = RepeatedWarning(log)
+        self.barrier: Callable[[Batch, bool], asyncio.Future[None] | None] | None = None
+        """`barrier(batch, synced)`: a future that must resolve before the batch's jobs
+        complete (replication to in-sync followers), or None when it need not wait."""
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
@@ -146,6 +153,10 @@ class GroupCommitWriter:
         except PopMQError as exc:
             self._fail(jobs, exc)
             return
+        barrier = self.barrier(batch, synced) if self.barrier is not None else None
+        if barrier is not None:
+            self._wait_barrier(barrier, jobs, results, began, synced=synced)
+            return
         if not synced:
             self._complete(jobs, results, began, synced=False)
             return
@@ -165,15 +176,39 @@ class GroupCommitWriter:
         done = loop.run_in_executor(self._sync_thread, self._store.sync_wal)
         done.add_done_callback(lambda f: self._synced(f, jobs, results, began))
 
+    def _wait_barrier(
+        self,
+        barrier: asyncio.Future[None],
+        jobs: list[_Job],
+        results: list[Any],
+        began: float,
+        *,
+        synced: bool,
+    ) -> None:
+        """Complete the batch once its fsync (if synced) and the barrier are both done."""
+        self._syncing = True
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Any]] = [barrier]
+        if synced:
+            waits.append(loop.run_in_executor(self._sync_thread, self._store.sync_wal))
+        done = asyncio.gather(*waits)
+        done.add_done_callback(lambda f: self._synced(f, jobs, results, began, synced=synced))
+
     def _synced(
-        self, done: asyncio.Future[None], jobs: list[_Job], results: list[Any], began: float
+        self,
+        done: asyncio.Future[Any],
+        jobs: list[_Job],
+        results: list[Any],
+        began: float,
+        *,
+        synced: bool = True,
     ) -> None:
         self._syncing = False
         # Writes arrived during this fsync: keep the next one off the loop too.
         self._contended = bool(self._pending)
         exc = done.exception()
         if exc is None:
-            self._complete(jobs, results, began, synced=True)
+            self._complete(jobs, results, began, synced=synced)
         else:
             # Store.sync_wal maps store errors already; anything else is a bug, but the jobs
             # still get an answer and later writes still flush.

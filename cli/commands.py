@@ -67,11 +67,13 @@ def broker(args: argparse.Namespace) -> int:
         run_broker,
     )
 
+    shard = getattr(args, "shard", None)
     return _run_with_settings(
         args,
         run_broker,
         (
-            ("broker.broker_name", args.name),
+            ("broker.broker_name", shard or args.name),
+            ("replication.replica", args.name if shard else None),
             ("server.listen", args.listen),
             ("store.data_dir", args.data_dir),
             ("cluster.etcd", args.etcd),

@@ -585,7 +585,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(flags, POPMQ_<SECTION>_<KEY>, --config, defaults), plus a [cluster] section. "
         "See docs/cluster.md.",
     )
-    broker.add_argument("--name", required=True, help="the broker's name ([broker] broker_name)")
+    broker.add_argument(
+        "--name",
+        required=True,
+        help="the broker's name ([broker] broker_name); with --shard, this replica's name "
+        "([replication] replica)",
+    )
+    broker.add_argument(
+        "--shard",
+        help="run as one replica of this shard ([broker] broker_name): replicas with the "
+        "same --shard hold the same queues, one leads (docs/replication.md)",
+    )
     broker.add_argument("--listen", required=True, help="HOST:PORT of BrokerService")
     broker.add_argument("--data-dir", required=True, help="directory of the broker's store")
     broker.add_argument(

@@ -371,5 +371,10 @@ async def serve_broker(config: ServerConfig) -> None:
 
 def run_broker(config: ServerConfig) -> int:
     """Blocking entry point of `popmq broker`; returns the process exit code (2 for a bad
-    listen address, an unusable data dir or an etcd that refuses the registration)."""
+    listen address, an unusable data dir or an etcd that refuses the registration). With
+    `replication.replica` (`--shard`), one replica of a shard (cluster/replication)."""
+    if config.replication.replica:
+        from popmq.cluster.replication.replica import serve_replica
+
+        return run_process(serve_replica, config)
     return run_process(serve_broker, config)

@@ -52,7 +52,7 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
             self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
         ) -> _Resp:
             try:
-                if writes:
+                if writes or self.following is not None:
                     self.check_writable()
                 return await handler(self, request, context)
             except PopMQError as exc:
@@ -97,6 +97,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.name = broker.server_info().broker_name
         self.fenced: str | None = None
         """Why writes are refused right now, or None (see fence())."""
+        self.following: str | None = None
+        """Set on a replica that follows its shard's leader: every call is refused (its
+        store is a copy being written by replication; reads go to the leader)."""
+
+    def serve(self, broker: BrokerAPI) -> None:
+        """Serve another broker core (a replica that became its shard's leader)."""
+        self._broker = broker
 
     def fence(self, reason: str) -> None:
         """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence()."""
@@ -106,7 +113,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.fenced = None
 
     def check_writable(self) -> None:
-        """Raise a retriable UnavailableError while fenced."""
+        """Raise a retriable UnavailableError while fenced (or following)."""
+        if self.following is not None:
+            raise UnavailableError(
+                f"this replica of shard {self.name!r} does not lead it now "
+                f"({self.following}); ask the shard's leader"
+            )
         if self.fenced is not None:
             raise UnavailableError(
                 f"broker {self.name!r} refuses writes: {self.fenced}; retry later"

@@ -33,7 +33,7 @@ from popmq.broker_core import (
     DataDirError,
     InvalidArgumentError,
 )
-from popmq.cluster.config import ClusterConfig
+from popmq.cluster.config import ClusterConfig, ReplicationConfig
 from popmq.cluster.coordination import Coordinator
 from popmq.cluster.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
@@ -166,6 +166,8 @@ class ServerConfig:
     """TLS, authentication, access control, protected mode, audit (docs/security.md)."""
     fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
     """How a cluster proxy avoids slow or failing brokers for sends (`popmq proxy`)."""
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    """A broker that is one replica of a shard (`popmq broker --shard`)."""
 
 
 _MAX_PENDING_RPCS = 100_000

@@ -1,0 +1,171 @@
+"""A shard's leadership in etcd: who leads, since which epoch, and who is in sync.
+
+Two keys under the cluster root (docs/replication.md):
+
+- `brokers/<shard>` = {"addr", "replica"}: the leader's registration, under its lease. It is
+  what proxies route to, exactly as a standalone broker's registration (they need not know
+  about replicas), and its create revision is the leader's **epoch** (fencing token): a new
+  leader's key is a new key, so its epoch is larger than every earlier one.
+- `shards/<shard>` = {"leader", "isr"}: persistent; the replica that was last elected and
+  the followers that hold every acknowledged send. Only a replica named there may be
+  elected (no unclean election): the last leader itself, or an in-sync follower.
+
+An election is one etcd transaction: the registration must be absent and `shards/<shard>`
+unchanged since the candidate read it; then both are written (the ISR starts empty: the
+followers join again as they catch up with the new leader). The leader changes the ISR
+with a transaction that also checks its registration is still the one of its epoch, so a
+deposed leader cannot change it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from popmq.broker_core.errors import UnavailableError
+from popmq.cluster.coordination import encode_value
+from popmq.cluster.errors import CoordinationError, LeaseNotFoundError
+from popmq.cluster.etcd import Compare, Get, LeaseKeeper, Put, RangeResult
+from popmq.cluster.etcd_coordinator import EtcdCoordinator
+
+SHARDS_FOLDER = "shards/"
+
+
+class LeadershipLostError(CoordinationError, UnavailableError):
+    """etcd no longer names this replica the shard's leader of this epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardState:
+    """What etcd says of a shard now.
+
+    Attributes:
+        leader: The registered leader's replica name ("" when none is registered).
+        address: Its BrokerService address.
+        epoch: Its epoch (the registration's create revision; 0 without a leader).
+        elected: The replica `shards/<shard>` names as last elected ("" for a new shard).
+        isr: The in-sync followers it names.
+        revision: The mod revision of `shards/<shard>` (0: absent).
+    """
+
+    leader: str
+    address: str
+    epoch: int
+    elected: str
+    isr: tuple[str, ...]
+    revision: int
+
+    def electable(self, replica: str) -> bool:
+        """Whether `replica` may become leader: a new shard, the last leader, or in sync."""
+        return self.revision == 0 or replica == self.elected or replica in self.isr
+
+
+@dataclass(slots=True)
+class Term:
+    """One leadership: its epoch, lease and the revision of the ISR record it wrote last."""
+
+    epoch: int
+    lease: int
+    keeper: LeaseKeeper
+    shards_revision: int
+
+
+class ShardElection:
+    """Reads and changes a shard's keys for one replica.
+
+    Args:
+        coordinator: The cluster's etcd coordinator.
+        shard: The shard (its broker name).
+        replica: This replica's name.
+        address: This replica's BrokerService address.
+        ttl_s: The leader lease's TTL.
+    """
+
+    def __init__(
+        self, coordinator: EtcdCoordinator, *, shard: str, replica: str, address: str, ttl_s: int
+    ) -> None:
+        self._client = coordinator.client
+        self.shard = shard
+        self.replica = replica
+        self.address = address
+        self.ttl_s = ttl_s
+        self._leader_key = coordinator.root + "brokers/" + shard
+        self._shard_key = coordinator.root + SHARDS_FOLDER + shard
+
+    async def read(self) -> ShardState:
+        result = await self._client.txn([], [Get(self._leader_key), Get(self._shard_key)])
+        reads = [r for r in result.results if isinstance(r, RangeResult)]
+        leader_kv = reads[0].kvs[0] if reads[0].kvs else None
+        shard_kv = reads[1].kvs[0] if reads[1].kvs else None
+        leader: dict[str, object] = json.loads(leader_kv.value) if leader_kv else {}
+        record: dict[str, object] = json.loads(shard_kv.value) if shard_kv else {}
+        isr = record.get("isr", [])
+        return ShardState(
+            leader=str(leader.get("replica", "")) if leader_kv else "",
+            address=str(leader.get("addr", "")),
+            epoch=leader_kv.create_revision if leader_kv else 0,
+            elected=str(record.get("leader", "")),
+            isr=tuple(str(name) for name in isr) if isinstance(isr, list) else (),
+            revision=shard_kv.mod_revision if shard_kv else 0,
+        )
+
+    async def campaign(self, state: ShardState) -> Term | None:
+        """Try to become leader after `state` (read just before); None when another won."""
+        lease = await self._client.lease_grant(self.ttl_s)
+        shard_compare = (
+            Compare(self._shard_key, "create_revision", "==", 0)
+            if state.revision == 0
+            else Compare(self._shard_key, "mod_revision", "==", state.revision)
+        )
+        result = await self._client.txn(
+            [Compare(self._leader_key, "create_revision", "==", 0), shard_compare],
+            [
+                Put(
+                    self._leader_key,
+                    encode_value({"addr": self.address, "replica": self.replica}),
+                    lease.id,
+                ),
+                Put(self._shard_key, self._record(())),
+            ],
+        )
+        if not result.succeeded:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(lease.id)
+            return None
+        return Term(
+            epoch=result.revision,
+            lease=lease.id,
+            keeper=self._client.keep_alive(lease),
+            shards_revision=result.revision,
+        )
+
+    def _record(self, isr: Iterable[str]) -> bytes:
+        return encode_value({"leader": self.replica, "isr": sorted(isr)})
+
+    async def write_isr(self, term: Term, isr: Iterable[str]) -> None:
+        """Record the ISR, only while this term's registration stands.
+
+        Raises:
+            LeadershipLostError: the registration is not this term's any more.
+        """
+        result = await self._client.txn(
+            [
+                Compare(self._leader_key, "create_revision", "==", term.epoch),
+                Compare(self._shard_key, "mod_revision", "==", term.shards_revision),
+            ],
+            [Put(self._shard_key, self._record(isr))],
+        )
+        if not result.succeeded:
+            raise LeadershipLostError(
+                f"shard {self.shard!r}: etcd no longer names this replica leader of epoch "
+                f"{term.epoch}"
+            )
+        term.shards_revision = result.revision
+
+    async def resign(self, term: Term) -> None:
+        """End the term: stop renewing and revoke the lease (its registration goes)."""
+        await term.keeper.close()
+        with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+            await self._client.lease_revoke(term.lease)
