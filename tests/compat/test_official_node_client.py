@@ -32,11 +32,18 @@ pytestmark = pytest.mark.skipif(
 
 
 def run_node(
-    scenario: str, endpoint: str, env: dict[str, str] | None = None, **params: Any
+    scenario: str,
+    endpoint: str,
+    env: dict[str, str] | None = None,
+    *,
+    runner: Path = RUNNER,
+    **params: Any,
 ) -> dict[str, Any]:
+    """Run one scenario of a node script (node_runner.js unless `runner`) and return the JSON
+    line it printed last; a crash or a non-zero exit fails the test."""
     spec = json.dumps({"scenario": scenario, "endpoint": endpoint, **params})
     done = subprocess.run(
-        ["node", str(RUNNER), spec],
+        ["node", str(runner), spec],
         capture_output=True,
         text=True,
         timeout=90,
@@ -65,7 +72,9 @@ def test_a_node_push_consumer_retries_a_failed_message_then_dead_letters_it(
     assert [seen["attempt"] for seen in result["seen"]] == [1, 2, 3]
     _, queues = server.call(lambda: server.broker.get_topic("%DLQ%node-g"))
     assert sum(q.max_offset for q in queues) == 1
-    assert result["shutdown_ms"] < 15000  # it hung on the refused call before
+    # It hung on the refused call before. A shutdown waits for the in-flight long poll
+    # (20 s, from popmq's settings, + the 3 s request timeout), so ~14 s here is normal.
+    assert result["shutdown_ms"] < 30000
 
 
 def test_a_namespaced_node_simple_consumer_is_refused_not_served_another_topic(
