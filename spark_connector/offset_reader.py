@@ -1,6 +1,7 @@
 """Reads by offset ranges: batch reads and the streaming `offset` mode.
 
-The driver plans [start, end) ranges per queue from the queues' min/max offsets; executors
+The driver plans [start, end) ranges per queue of the read's topics (topics.py) from the
+queues' min/max offsets; executors
 read each range with PullMessages. Nothing on the server changes, so a range read twice
 gives the same rows: the source is exactly-once, and a query restarted from its checkpoint
 replays exactly what its uncommitted batch held.
@@ -15,7 +16,6 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -32,15 +32,26 @@ from popmq import PopMQError
 from popmq.spark import _clients
 from popmq.spark.errors import DataLossError, OptionError
 from popmq.spark.offsets import (
+    QueueKey,
     QueueOffsets,
     behind_latest,
     parse_offsets_option,
+    plan_ranges,
+    queue_label,
     split_by_backlog,
+    times_per_queue,
 )
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
+from popmq.spark.topics import describe, offsets_at, queue_bounds, topics_now
 
-__all__ = ["OffsetRange", "PopMQBatchReader", "PopMQOffsetStreamReader", "read_range"]
+__all__ = [
+    "OffsetRange",
+    "PopMQBatchReader",
+    "PopMQOffsetStreamReader",
+    "read_range",
+    "resolve_positions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +72,6 @@ class OffsetRange(InputPartition):
     new_queue: bool = False
     """The queue appeared after the query started: it is read from its earliest offset,
     and what retention deleted before is not data loss."""
-
-
-def _datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -100,72 +107,118 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
         position = result.next_offset
 
 
-def _bounds(options: ReadOptions) -> tuple[dict[int, int], dict[int, int]]:
-    """(earliest, latest) offset per queue now."""
-    puller = _clients.pull_consumer(options, options.topic, "")
-    stats = puller.queue_offsets()
-    return {s.queue_id: s.min_offset for s in stats}, {s.queue_id: s.max_offset for s in stats}
+def _time_bounds(
+    o: ReadOptions, queues: Mapping[QueueKey, int]
+) -> tuple[tuple[str, dict[QueueKey, int]] | None, tuple[str, dict[QueueKey, int]] | None]:
+    """(option name, time per queue) of the start and the end, when a time option gives
+    them: startingTimestamp wins over startingOffsetsByTimestamp (and both over
+    startingOffsets), as in Kafka; the same for the end."""
+    start: tuple[str, dict[QueueKey, int]] | None = None
+    end: tuple[str, dict[QueueKey, int]] | None = None
+    if o.starting_timestamp_ms is not None:
+        start = ("startingTimestamp", dict.fromkeys(queues, o.starting_timestamp_ms))
+    elif o.starting_offsets_by_timestamp is not None:
+        name = "startingOffsetsByTimestamp"
+        start = (name, times_per_queue(name, o.starting_offsets_by_timestamp, queues))
+    if o.ending_timestamp_ms is not None:
+        end = ("endingTimestamp", dict.fromkeys(queues, o.ending_timestamp_ms))
+    elif o.ending_offsets_by_timestamp is not None:
+        name = "endingOffsetsByTimestamp"
+        end = (name, times_per_queue(name, o.ending_offsets_by_timestamp, queues))
+    return start, end
 
 
-def _offsets_at(options: ReadOptions, ms: int) -> dict[int, int]:
-    puller = _clients.pull_consumer(options, options.topic, "")
-    return puller.offsets_at(_datetime(ms))
+@dataclass(frozen=True)
+class _Resolved:
+    """Where a read starts (and, for a batch read, ends), with the bounds it saw."""
+
+    start: dict[QueueKey, int]
+    end: dict[QueueKey, int]
+    earliest: dict[QueueKey, int]
+    latest: dict[QueueKey, int]
+
+
+def resolve_positions(o: ReadOptions, topics: list[str], default_start: str) -> _Resolved:
+    """The start and end offset of every queue of `topics` from the options.
+
+    A start time after a queue's newest message (or in an empty queue) has no offset:
+    startingOffsetsByTimestampStrategy says what then, error (Kafka's default: the read
+    fails naming the queues) or latest (the queue starts at its end). An end time after the
+    newest message ends at the queue's end, as Kafka's endingOffsetsByTimestamp.
+    """
+    earliest, latest = queue_bounds(o, topics)
+    start_times, end_times = _time_bounds(o, latest)
+    start_at = offsets_at(o, *start_times) if start_times else None
+    end_at = offsets_at(o, *end_times) if end_times else None
+    if start_at is not None or end_at is not None:
+        # After the lookups: a time with no message answers the max offset it saw, which is
+        # at or past what an earlier look would say.
+        earliest, latest = queue_bounds(o, topics)
+    if start_times is not None and start_at is not None:
+        after = sorted(k for k in start_at if k in latest and start_at[k] >= latest[k])
+        if after and o.starting_timestamp_strategy == "error":
+            named = ", ".join(queue_label(k, True) for k in after)
+            raise OptionError(
+                f"option {start_times[0]}: no message is stored at or after the given time in "
+                f"queues [{named}] (each is empty, or its newest message is older); set "
+                "startingOffsetsByTimestampStrategy=latest to start such queues at their end"
+            )
+        start = {k: min(start_at.get(k, earliest[k]), latest[k]) for k in latest}
+    else:
+        start = parse_offsets_option(
+            "startingOffsets", o.starting_offsets or default_start, earliest, latest, o.topic
+        )
+    if end_at is not None:
+        end = {k: min(end_at.get(k, latest[k]), latest[k]) for k in latest}
+    else:
+        end = parse_offsets_option(
+            "endingOffsets", o.ending_offsets or "latest", earliest, latest, o.topic
+        )
+    return _Resolved(start, end, earliest, latest)
 
 
 def _split(
-    topic: str,
-    start: Mapping[int, int],
-    end: Mapping[int, int],
+    start: Mapping[QueueKey, int],
+    end: Mapping[QueueKey, int],
     options: ReadOptions,
-    new_queues: frozenset[int] = frozenset(),
+    new_queues: frozenset[QueueKey] = frozenset(),
 ) -> list[OffsetRange]:
-    """One partition per non-empty queue range, split every maxRecordsPerPartition."""
-    parts = []
-    size = options.max_records_per_partition
-    for queue_id in sorted(end):
-        low, high = start[queue_id], end[queue_id]
-        for chunk in range(low, high, size):
-            parts.append(
-                OffsetRange(
-                    topic,
-                    queue_id,
-                    chunk,
-                    min(high, chunk + size),
-                    options.fail_on_data_loss,
-                    queue_id in new_queues,
-                )
-            )
-    return parts
+    """The batch's ranges (plan_ranges: maxRecordsPerPartition, minPartitions) as
+    partitions."""
+    return [
+        OffsetRange(
+            topic, queue_id, low, high, options.fail_on_data_loss, (topic, queue_id) in new_queues
+        )
+        for (topic, queue_id), low, high in plan_ranges(
+            start, end, options.max_records_per_partition, options.min_partitions
+        )
+    ]
 
 
 class PopMQBatchReader(DataSourceReader):
-    """A batch read of offset ranges: startingOffsets/Timestamp to endingOffsets/Timestamp."""
+    """A batch read of offset ranges, from startingOffsets / startingOffsetsByTimestamp /
+    startingTimestamp to endingOffsets / endingOffsetsByTimestamp / endingTimestamp."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
     def partitions(self) -> list[OffsetRange]:
         o = self.options
-        earliest, latest = _bounds(o)
-        if o.starting_timestamp_ms is not None:
-            start = _offsets_at(o, o.starting_timestamp_ms)
-        else:
-            start = parse_offsets_option(
-                "startingOffsets", o.starting_offsets or "earliest", earliest, latest
+        topics = topics_now(o)
+        if not topics:
+            raise OptionError(
+                f"subscribePattern {o.subscribe_pattern!r} matches no topic (dead-letter "
+                "topics are never matched): a batch read would read nothing"
             )
-        if o.ending_timestamp_ms is not None:
-            end = _offsets_at(o, o.ending_timestamp_ms)
-        else:
-            end = parse_offsets_option(
-                "endingOffsets", o.ending_offsets or "latest", earliest, latest
-            )
-        for queue_id in sorted(end):
-            if end[queue_id] < start[queue_id]:
+        positions = resolve_positions(o, topics, "earliest")
+        start, end = positions.start, positions.end
+        for key in sorted(end):
+            if end[key] < start[key]:
                 raise OptionError(
-                    f"queue {queue_id}: the ending offset {end[queue_id]} is before the starting "
-                    f"offset {start[queue_id]}"
+                    f"queue {queue_label(key, o.by_topic)}: the ending offset {end[key]} is "
+                    f"before the starting offset {start[key]}"
                 )
-        return _split(o.topic, start, end, o)
+        return _split(start, end, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
@@ -182,15 +235,15 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def _init_runtime(self) -> None:
         # Driver-side state; never pickled (read() needs only the options).
         self._initial: dict[str, Any] | None = None
-        self._earliest: dict[int, int] = {}
-        self._latest: dict[int, int] = {}
+        self._earliest: dict[QueueKey, int] = {}
+        self._latest: dict[QueueKey, int] = {}
         self._fetched_at = float("-inf")
-        self._target: dict[int, int] | None = None
+        self._target: dict[QueueKey, int] | None = None
         self._last_trigger_at = float("-inf")
         """When minMessagesPerTrigger last let a batch through: never, so the first trigger
         is not held back (Kafka starts its lastTriggerMillis at 0)."""
-        self._group_committed: dict[int, int] | None = None
-        self._planned: dict[int, int] | None = None
+        self._group_committed: dict[QueueKey, int] | None = None
+        self._planned: dict[QueueKey, int] | None = None
         """The end of the last batch latestOffset planned (its start when it planned none)."""
 
     def __getstate__(self) -> dict[str, Any]:
@@ -200,12 +253,21 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.options = state["options"]
         self._init_runtime()
 
+    def _offsets(self, queues: dict[QueueKey, int]) -> dict[str, Any]:
+        return QueueOffsets(queues, self.options.topic).to_json()
+
+    def _queues(self, offset: dict[str, Any]) -> dict[QueueKey, int]:
+        return QueueOffsets.from_json(offset, self.options.topic).queues
+
     def _bounds(
         self, max_age_s: float = _BOUNDS_MAX_AGE_S
-    ) -> tuple[dict[int, int], dict[int, int]]:
+    ) -> tuple[dict[QueueKey, int], dict[QueueKey, int]]:
+        """The queues' offsets, with a subscribePattern matched again: Kafka's discovery of
+        new topics, at most every 250 ms as the offsets."""
         now = time.monotonic()
         if now - self._fetched_at >= max_age_s:
-            self._earliest, self._latest = _bounds(self.options)
+            topics = topics_now(self.options)
+            self._earliest, self._latest = queue_bounds(self.options, topics, missing_ok=True)
             self._fetched_at = now
         return self._earliest, self._latest
 
@@ -213,14 +275,10 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         # Spark calls this twice for a new checkpoint: answer the same both times.
         if self._initial is None:
             o = self.options
-            earliest, latest = self._bounds(0)
-            if o.starting_timestamp_ms is not None:
-                start = _offsets_at(o, o.starting_timestamp_ms)
-            else:
-                start = parse_offsets_option(
-                    "startingOffsets", o.starting_offsets or "latest", earliest, latest
-                )
-            self._initial = QueueOffsets(o.topic, start).to_json()
+            positions = resolve_positions(o, topics_now(o), "latest")
+            self._earliest, self._latest = positions.earliest, positions.latest
+            self._fetched_at = time.monotonic()
+            self._initial = self._offsets(positions.start)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -237,34 +295,46 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         o = self.options
-        begin = QueueOffsets.from_json(start, o.topic).queues
+        begin = self._queues(start)
         # Spark asks for the next batch only once `start` is committed; at the end of
         # AvailableNow and when idle this is the only call that sees the last commit.
         self._commit_group(begin)
         earliest, latest = self._bounds()
         if self._target is not None:  # AvailableNow: nothing past the target
             latest = {q: min(latest[q], self._target.get(q, earliest[q])) for q in latest}
-        effective: dict[int, int] = {}
-        for queue_id in sorted(latest):
-            if queue_id not in begin:
-                effective[queue_id] = earliest[queue_id]  # a new queue: from its earliest
+        effective: dict[QueueKey, int] = {}
+        for key in sorted(latest):
+            if key not in begin:
+                effective[key] = earliest[key]  # a new queue or topic: from its earliest
                 continue
-            at = begin[queue_id]
-            if at < earliest[queue_id] or at > latest[queue_id]:
+            at = begin[key]
+            if at < earliest[key] or at > latest[key]:
                 reason = (
-                    f"offsets [{at}, {earliest[queue_id]}) were deleted by retention"
-                    if at < earliest[queue_id]
-                    else f"the queue's max offset is {latest[queue_id]}, below the query's "
+                    f"offsets [{at}, {earliest[key]}) were deleted by retention"
+                    if at < earliest[key]
+                    else f"the queue's max offset is {latest[key]}, below the query's "
                     f"offset {at} (was the topic deleted and created again?)"
                 )
-                text = f"topic {o.topic!r} queue {queue_id}: {reason}"
+                text = f"topic {key[0]!r} queue {key[1]}: {reason}"
                 if o.fail_on_data_loss:
                     raise DataLossError(f"{text}. Set failOnDataLoss=false to skip what is gone")
-                at = earliest[queue_id] if at < earliest[queue_id] else latest[queue_id]
+                at = earliest[key] if at < earliest[key] else latest[key]
                 log.warning("%s; continuing at offset %d (failOnDataLoss=false)", text, at)
-            effective[queue_id] = at
-        for queue_id in sorted(set(begin) - set(latest)):
-            text = f"topic {o.topic!r} has no queue {queue_id} any more"
+            effective[key] = at
+        gone = sorted(set(begin) - set(latest))
+        gone_topics = sorted({t for t, _ in gone} - {t for t, _ in latest})
+        for topic in gone_topics:
+            text = (
+                f"topic {topic!r} of the checkpoint is not read any more: it was deleted, or "
+                f"is no longer among {describe(o)}"
+            )
+            if o.fail_on_data_loss:
+                raise DataLossError(f"{text}. Set failOnDataLoss=false to skip what is gone")
+            log.warning("%s; it is dropped from the query", text)
+        for topic, queue_id in gone:
+            if topic in gone_topics:
+                continue
+            text = f"topic {topic!r} has no queue {queue_id} any more"
             if o.fail_on_data_loss:
                 raise DataLossError(f"{text}. Set failOnDataLoss=false to skip what is gone")
             log.warning("%s; it is dropped from the query", text)
@@ -279,7 +349,7 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         else:
             end = {q: max(effective[q], latest[q]) for q in latest}
         self._planned = end
-        return QueueOffsets(o.topic, end).to_json()
+        return self._offsets(end)
 
     def _held_back(self, limit: ReadLimit, backlog: int) -> bool:
         """minMessagesPerTrigger: hold the batch back while fewer messages wait and less
@@ -310,41 +380,48 @@ class PopMQOffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         latestOffset first.
         """
         _, latest = self._bounds()
-        if not latest:
+        if not latest and self.options.topic:
             return None
-        report = QueueOffsets(self.options.topic, latest).to_json()
+        report = self._offsets(latest)
         if self._planned is not None:
-            planned = self._planned
-            behind = {str(q): max(0, latest[q] - planned.get(q, 0)) for q in sorted(latest)}
+            planned, by_topic = self._planned, self.options.by_topic
+            behind = {
+                queue_label(k, by_topic): max(0, latest[k] - planned.get(k, 0))
+                for k in sorted(latest)
+            }
             report["behind"] = behind_latest(behind)
         return report
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
-        o = self.options
-        begin = QueueOffsets.from_json(start, o.topic).queues
-        finish = QueueOffsets.from_json(end, o.topic).queues
+        begin = self._queues(start)
+        finish = self._queues(end)
         new = frozenset(q for q in finish if q not in begin)
         # Pure in (start, end): a replay after a restart plans the same ranges.
         first = {q: begin.get(q, 0) for q in finish}
-        return _split(o.topic, first, finish, o, new)
+        return _split(first, finish, self.options, new)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         return read_range(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._commit_group(QueueOffsets.from_json(end, self.options.topic).queues)
+        self._commit_group(self._queues(end))
 
-    def _commit_group(self, offsets: dict[int, int]) -> None:
-        """With a group option: commit the query's progress there, for lag tools."""
+    def _commit_group(self, offsets: dict[QueueKey, int]) -> None:
+        """With a group option: commit the query's progress there, per topic, for lag
+        tools."""
         o = self.options
         if not o.group or offsets == self._group_committed:
             return
-        puller = _clients.pull_consumer(o, o.topic, o.group)
-        try:
-            puller.commit_offsets(offsets)
-        except PopMQError as exc:
-            # Progress lives in Spark's checkpoint; the group offset is only for lag tools.
-            log.warning("could not commit offsets of %s to group %s: %s", o.topic, o.group, exc)
-            return
+        per_topic: dict[str, dict[int, int]] = {}
+        for (topic, queue_id), offset in sorted(offsets.items()):
+            per_topic.setdefault(topic, {})[queue_id] = offset
+        for topic, queues in per_topic.items():
+            puller = _clients.pull_consumer(o, topic, o.group)
+            try:
+                puller.commit_offsets(queues)
+            except PopMQError as exc:
+                # Progress lives in Spark's checkpoint; the group offset is only for lag tools.
+                log.warning("could not commit offsets of %s to group %s: %s", topic, o.group, exc)
+                return
         self._group_committed = dict(offsets)

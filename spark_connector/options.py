@@ -8,6 +8,7 @@ clamped. The parsed dataclasses are what readers and writers carry to the execut
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from popmq.spark.errors import OptionError
 
 __all__ = [
     "KAFKA_ALIASES",
+    "MAX_TIMESTAMP_MS",
     "READ_OPTIONS",
     "SPARK_OPTIONS",
     "WRITE_OPTIONS",
@@ -46,9 +48,12 @@ def parse_duration_s(name: str, text: str) -> float:
 
 _COMMON = ("endpoint", "topic", "timeout", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile",
            "tlsServerName", "accessKey", "secretKey")  # fmt: skip
+_TOPICS = ("subscribe", "subscribePattern")
 _OFFSET_ONLY = ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-                "maxRecordsPerPartition", "minMessagesPerTrigger", "maxTriggerDelay",
-                "failOnDataLoss", "pullBatchSize")  # fmt: skip
+                "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+                "startingOffsetsByTimestampStrategy", "maxRecordsPerPartition", "minPartitions",
+                "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss",
+                "pullBatchSize")  # fmt: skip
 _POP_ONLY = ("numPartitions", "maxMessagesPerPartition", "invisibleDuration", "waitSeconds",
              "popBatchSize", "filter", "sqlFilter")  # fmt: skip
 _FROM_THE_GROUP = "pop mode reads what the group has not consumed yet"
@@ -57,6 +62,11 @@ _NOT_IN_POP_MODE = {
     "endingOffsets": _FROM_THE_GROUP,
     "startingTimestamp": _FROM_THE_GROUP,
     "endingTimestamp": _FROM_THE_GROUP,
+    "startingOffsetsByTimestamp": _FROM_THE_GROUP,
+    "endingOffsetsByTimestamp": _FROM_THE_GROUP,
+    "startingOffsetsByTimestampStrategy": _FROM_THE_GROUP,
+    "minPartitions": "pop mode runs exactly numPartitions concurrent pops per topic (default: "
+    "its queue count), which share queues: there are no offset ranges to split",
     "maxRecordsPerPartition": "pop mode sizes partitions with maxMessagesPerPartition",
     "minMessagesPerTrigger": "pop mode plans a batch whenever the group has a backlog",
     "maxTriggerDelay": "pop mode plans a batch whenever the group has a backlog",
@@ -65,7 +75,15 @@ _NOT_IN_POP_MODE = {
     "pullBatchSize": "pop mode sets messages per LeasePop with popBatchSize",
 }
 """Why each offset-mode option means nothing in pop mode (the error says so)."""
-READ_OPTIONS = (*_COMMON, "mode", "group", "maxMessagesPerTrigger", *_OFFSET_ONLY, *_POP_ONLY)
+READ_OPTIONS = (
+    *_COMMON,
+    *_TOPICS,
+    "mode",
+    "group",
+    "maxMessagesPerTrigger",
+    *_OFFSET_ONLY,
+    *_POP_ONLY,
+)
 """Every option a read takes (docs/spark.md, Options)."""
 WRITE_OPTIONS = (*_COMMON, "batchSize", "batchBytes", "dedupKey")
 """Every option a write takes."""
@@ -79,14 +97,8 @@ SPARK_OPTIONS = ("checkpointLocation",)
 """Options Spark itself reads that reach a data source too (writeStream's
 ``option("checkpointLocation", ...)``); accepted and left to Spark."""
 _KAFKA_REFUSED = {
-    "subscribe": "a popmq read takes one topic: use option topic",
-    "subscribePattern": "a popmq read takes one topic: use option topic",
-    "assign": 'use option topic, and startingOffsets {"<queue>": offset} for positions',
-    "startingOffsetsByTimestamp": "use startingTimestamp (one time for every queue)",
-    "endingOffsetsByTimestamp": "use endingTimestamp (one time for every queue)",
-    "startingOffsetsByTimestampStrategy": "use startingTimestamp (one time for every queue)",
-    "minPartitions": "offset mode splits ranges with maxRecordsPerPartition; pop mode sets "
-    "its parallelism with numPartitions",
+    "assign": "use option topic or subscribe, and startingOffsets "
+    '{"<topic>": {"<queue>": offset}} for positions',
     "includeHeaders": "message properties are always in the properties column",
     "groupIdPrefix": "use option group (pop mode; offset mode: where to commit progress)",
     "path": "a popmq read or write names a topic, not a path: use option topic",
@@ -256,6 +268,89 @@ class _Signed:
 
 _MAX_INT = 2**31 - 1
 _MAX_LONG = 2**63 - 1
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z, the last time a timestamp option may name."""
+_ONE_OF_TOPICS = (
+    "give exactly one of topic (one topic), subscribe (comma-separated topics) or "
+    "subscribePattern (a regular expression over topic names)"
+)
+
+
+def _topics(o: _Options) -> tuple[str, tuple[str, ...], str]:
+    """(topic, subscribe, subscribePattern): exactly one of them, as Kafka's subscribe,
+    subscribePattern and assign."""
+    given = [name for name in ("topic", *_TOPICS) if o.has(name)]
+    if len(given) != 1:
+        if given:
+            raise OptionError(f"options {' and '.join(given)} exclude each other: {_ONE_OF_TOPICS}")
+        raise OptionError(f"a popmq read needs the topics to read: {_ONE_OF_TOPICS}")
+    if o.has("topic"):
+        return o.required("topic", "the topic to read"), (), ""
+    if o.has("subscribe"):
+        names = [name.strip() for name in o.text("subscribe").split(",")]
+        topics = tuple(name for name in names if name)
+        if not topics:
+            raise OptionError("option subscribe is empty: give topic names separated by commas")
+        twice = sorted({name for name in topics if topics.count(name) > 1})
+        if twice:
+            raise OptionError(f"option subscribe names {', '.join(twice)} more than once")
+        return "", topics, ""
+    pattern = o.required("subscribePattern", "a regular expression over topic names")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise OptionError(
+            f"option subscribePattern={pattern!r} is not a regular expression (Python re "
+            f"syntax): {exc}"
+        ) from None
+    return "", (), pattern
+
+
+_BY_TIMESTAMP_SHAPE = '{"<topic>": {"<queue id>": <epoch ms>, ...}, ...}'
+
+
+def _timestamps(o: _Options, name: str) -> dict[str, dict[int, int]] | None:
+    """A startingOffsetsByTimestamp / endingOffsetsByTimestamp JSON, checked for shape and
+    values; whether its topics and queues exist is checked when the read is planned."""
+    if not o.has(name):
+        return None
+    text = o.text(name).strip()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(f"option {name}={text!r} is not a JSON object {_BY_TIMESTAMP_SHAPE}")
+    result: dict[str, dict[int, int]] = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise OptionError(
+                f"option {name}: topic {topic!r} must map to an object "
+                f'{{"<queue id>": <epoch ms>, ...}}, not {json.dumps(queues)}'
+            )
+        times: dict[int, int] = {}
+        for key, value in queues.items():
+            try:
+                queue_id = int(key)
+            except ValueError:
+                raise OptionError(
+                    f"option {name}: {key!r} of topic {topic!r} is not a queue id"
+                ) from None
+            if queue_id in times:
+                raise OptionError(f"option {name}: topic {topic!r} names queue {queue_id} twice")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise OptionError(
+                    f"option {name}: the time of topic {topic!r} queue {queue_id} is "
+                    f"{json.dumps(value)}, not an integer (epoch milliseconds)"
+                )
+            if not 0 <= value <= MAX_TIMESTAMP_MS:
+                raise OptionError(
+                    f"option {name}: the time {value} of topic {topic!r} queue {queue_id} is "
+                    f"outside the allowed 0..{MAX_TIMESTAMP_MS} (epoch milliseconds)"
+                )
+            times[queue_id] = value
+        result[topic] = times
+    return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,8 +360,13 @@ class ReadOptions(_Signed):
     endpoint: str
     """host:port of the popmq proxy, or several comma-separated ("h1:8081,h2:8081"), passed
     to the SDK unchanged: its clients fail over between them (docs/operations.md)."""
-    topic: str
-    """Topic to read."""
+    topic: str = ""
+    """Topic to read (option topic); empty with subscribe or subscribePattern."""
+    subscribe: tuple[str, ...] = ()
+    """Topics to read (option subscribe: comma-separated names)."""
+    subscribe_pattern: str = ""
+    """A regular expression (Python re) that topic names must match as a whole; matched
+    against the topic list when the query starts and again at every trigger."""
     mode: Literal["offset", "pop"] = "offset"
     """offset: ranges of queue offsets (exactly-once source); pop: executors pop in
     parallel under lease tokens, acked after Spark commits (at-least-once)."""
@@ -274,15 +374,30 @@ class ReadOptions(_Signed):
     """pop mode: the consumer group (required). offset mode: when set, the query commits
     its progress to this group so lag tools show it (optional)."""
     starting_offsets: str = ""
-    """earliest, latest, or JSON {"<queue>": offset} (-2 earliest, -1 latest)."""
+    """earliest, latest, or JSON {"<queue>": offset} (with subscribe or subscribePattern:
+    {"<topic>": {"<queue>": offset}}); -2 earliest, -1 latest."""
     ending_offsets: str = ""
     """Batch reads: latest (default), or JSON like starting_offsets."""
     starting_timestamp_ms: int | None = None
-    """Start at the first message stored at or after this time (wins over startingOffsets)."""
+    """Start at the first message stored at or after this time, in every queue (wins over
+    startingOffsetsByTimestamp and startingOffsets, as Kafka's startingTimestamp)."""
     ending_timestamp_ms: int | None = None
     """Batch reads: stop before the first message stored at or after this time."""
+    starting_offsets_by_timestamp: dict[str, dict[int, int]] | None = None
+    """Per topic and queue, start at the first message stored at or after that time (epoch
+    ms); wins over startingOffsets. Must name every queue of every topic read."""
+    ending_offsets_by_timestamp: dict[str, dict[int, int]] | None = None
+    """Batch reads: per topic and queue, stop before the first message stored at or after
+    that time (a queue with none stored since: at its end)."""
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    """startingOffsetsByTimestampStrategy: what a queue with no message stored at or after
+    its starting time does: error (fail the query, Kafka's default) or latest (start at
+    its end)."""
     max_records_per_partition: int = 100_000
     """Offset ranges longer than this are split into several Spark partitions."""
+    min_partitions: int | None = None
+    """Offset mode: at least about this many Spark partitions per batch; large ranges are
+    split in proportion to their size, as Kafka's minPartitions (a hint, not exact)."""
     max_messages_per_trigger: int | None = None
     """Offset mode: rate limit per micro-batch, split across queues by backlog."""
     min_messages_per_trigger: int | None = None
@@ -320,12 +435,18 @@ class ReadOptions(_Signed):
     secret_key: str = field(default="", repr=False)
     """secretKey: its secret key (never shown: Spark redacts options named like it)."""
 
+    @property
+    def by_topic(self) -> bool:
+        """subscribe or subscribePattern: offsets (checkpointed and in options) are keyed
+        by topic, as Kafka's; with option topic they are keyed by queue alone."""
+        return not self.topic
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         """Check and parse a read's options."""
         o = _Options(options, READ_OPTIONS, "read")
         endpoint = o.required("endpoint", _ENDPOINT_WHY)
-        topic = o.required("topic", "the topic to read")
+        topic, subscribe, pattern = _topics(o)
         access_key, secret_key = _credentials(o)
         mode = o.text("mode", "offset").strip().lower()
         if mode not in ("offset", "pop"):
@@ -333,8 +454,6 @@ class ReadOptions(_Signed):
         group = o.text("group").strip()
         if mode == "pop" and not group:
             raise OptionError("option group is required in pop mode: the consumer group")
-        starting_ts = o.integer("startingTimestamp", None, 0, _MAX_LONG)
-        ending_ts = o.integer("endingTimestamp", None, 0, _MAX_LONG)
         max_per_trigger = o.integer("maxMessagesPerTrigger", None, 1, _MAX_LONG)
         min_per_trigger = o.integer("minMessagesPerTrigger", None, 1, _MAX_LONG)
         if mode == "pop":
@@ -351,6 +470,22 @@ class ReadOptions(_Signed):
                         f"option {name} applies to mode=pop only; offset reads return every "
                         "message of their ranges (filter with .where())"
                     )
+        starting_ts = o.integer("startingTimestamp", None, 0, MAX_TIMESTAMP_MS)
+        ending_ts = o.integer("endingTimestamp", None, 0, MAX_TIMESTAMP_MS)
+        starting_by_ts = _timestamps(o, "startingOffsetsByTimestamp")
+        ending_by_ts = _timestamps(o, "endingOffsetsByTimestamp")
+        strategy = o.text("startingOffsetsByTimestampStrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise OptionError(
+                f"option startingOffsetsByTimestampStrategy={strategy!r} is not supported: "
+                "use error or latest"
+            )
+        if o.has("startingOffsetsByTimestampStrategy") and starting_ts is None:
+            if starting_by_ts is None:
+                raise OptionError(
+                    "option startingOffsetsByTimestampStrategy applies only with "
+                    "startingOffsetsByTimestamp or startingTimestamp"
+                )
         if o.has("filter") and o.has("sqlFilter"):
             raise OptionError("set filter (tags) or sqlFilter (properties), not both")
         if max_per_trigger is not None and min_per_trigger is not None:
@@ -362,13 +497,19 @@ class ReadOptions(_Signed):
         return cls(
             endpoint=endpoint,
             topic=topic,
+            subscribe=subscribe,
+            subscribe_pattern=pattern,
             mode="pop" if mode == "pop" else "offset",
             group=group,
             starting_offsets=o.text("startingOffsets").strip(),
             ending_offsets=o.text("endingOffsets").strip(),
             starting_timestamp_ms=starting_ts,
             ending_timestamp_ms=ending_ts,
+            starting_offsets_by_timestamp=starting_by_ts,
+            ending_offsets_by_timestamp=ending_by_ts,
+            starting_timestamp_strategy="latest" if strategy == "latest" else "error",
             max_records_per_partition=o.count("maxRecordsPerPartition", 100_000, 1, _MAX_INT),
+            min_partitions=o.integer("minPartitions", None, 1, 100_000),
             max_messages_per_trigger=max_per_trigger,
             min_messages_per_trigger=min_per_trigger,
             max_trigger_delay_s=o.duration("maxTriggerDelay", 900.0, 0.0, 7 * 86400.0),

@@ -12,6 +12,10 @@ in commit(). A daemon thread in the driver renews the leases of planned, unacked
 a long batch keeps its messages; invisibleDuration must still cover the time from planning a
 batch to the next latestOffset when the driver cannot renew (it died).
 
+Several topics (subscribe, subscribePattern) are popped by one group: each topic with a
+backlog gets its own partitions in a batch (numPartitions each, default its queue count),
+and the batch's offset lists them so its tokens map to the same topics on a replay.
+
 Guarantee: at-least-once; exactly-once with an idempotent sink (keyed by message_id) as
 long as replays happen while the leases live.
 """
@@ -37,9 +41,10 @@ from pyspark.sql.streaming.datasource import (
 
 from popmq import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
 from popmq.spark import _clients
-from popmq.spark.offsets import PopOffset, behind_latest, lease_token
+from popmq.spark.offsets import PopOffset, behind_latest, lease_token, split_by_backlog
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
+from popmq.spark.topics import topics_now
 
 __all__ = ["LeasePartition", "PopMQPopStreamReader", "read_lease"]
 
@@ -54,10 +59,11 @@ most this often."""
 
 @dataclass(frozen=True)
 class LeasePartition(InputPartition):
-    """One Spark partition: what one lease token pops, up to max_messages."""
+    """One Spark partition: what one lease token pops from one topic, up to max_messages."""
 
     token: str
     max_messages: int
+    topic: str
 
 
 def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.RecordBatch]:
@@ -67,7 +73,7 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
     Only page 0 long-polls; later pages take what is there and the lease stops at the
     first short page, so a replay stops at the same page.
     """
-    consumer = _consumer(options)
+    consumer = _consumer(options, part.topic)
     remaining = part.max_messages
     page = 0
     rows: list[ReceivedMessage] = []  # pages are small: hand Spark fewer, larger batches
@@ -92,9 +98,14 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
         yield to_record_batch(rows)
 
 
-def _consumer(options: ReadOptions) -> SimpleConsumer:
+def _consumer(options: ReadOptions, topic: str) -> SimpleConsumer:
     selector: str | Sql = Sql(options.sql_filter) if options.sql_filter else options.filter
-    return _clients.simple_consumer(options, options.group, options.topic, selector)
+    return _clients.simple_consumer(options, options.group, topic, selector)
+
+
+def _lease_client(options: ReadOptions) -> SimpleConsumer:
+    """The client that acks and renews leases: those calls name the group, not a topic."""
+    return _consumer(options, options.topic)
 
 
 class _LeaseKeeper:
@@ -147,7 +158,7 @@ class _LeaseKeeper:
     def _renew(self, batch: int, tokens: list[str]) -> None:
         o = self._options
         try:
-            results = _consumer(o).renew_leases(tokens, o.invisible_duration_s)
+            results = _lease_client(o).renew_leases(tokens, o.invisible_duration_s)
         except PopMQError as exc:
             log.warning("renewing the leases of batch %d failed (retried): %s", batch, exc)
             return
@@ -173,12 +184,17 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._keeper = _LeaseKeeper(self.options)
         self._first_ack = True
         self._retry_acks: list[str] = []
-        self._backlog = 0
+        self._backlog: dict[str, int] = {}
+        """Messages the group could pop now, per topic read (a pattern matched again)."""
         self._behind: dict[str, int] = {}
-        """What _backlog sums: per queue ("<id>", or "retry" for the group's retry queue)."""
+        """What _backlog sums: per queue ("<id>", or "retry" for the group's retry queue;
+        prefixed "<topic>/" under subscribe or subscribePattern)."""
         self._backlog_at = float("-inf")
-        self._parts: int | None = None
+        self._parts: dict[str, int] = {}
+        """Partitions per batch of each topic: numPartitions, or the topic's queue count."""
         self._target_left: int | None = None
+        self._target_topics: frozenset[str] | None = None
+        """AvailableNow: the topics read at its start (later ones wait for the next run)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -200,51 +216,67 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target_left = self._available(max_age_s=0.0)
+        backlog = self._available(max_age_s=0.0)
+        self._target_left = sum(backlog.values())
+        self._target_topics = frozenset(backlog)
 
-    def _available(self, max_age_s: float = _BACKLOG_MAX_AGE_S) -> int:
-        """Messages the group could pop now (an estimate: lag minus in-flight)."""
+    def _available(self, max_age_s: float = _BACKLOG_MAX_AGE_S) -> dict[str, int]:
+        """Messages the group could pop now per topic (an estimate: lag minus in-flight)."""
         now = time.monotonic()
         if now - self._backlog_at < max_age_s:
             return self._backlog
         o = self.options
-        try:
-            admin = _clients.admin(o)
-            rows = admin.get_group_lag(o.group, o.topic)
-            behind: dict[str, int] = {}
-            for row in rows:
-                key = "retry" if row.retry else str(row.queue_id)
-                behind[key] = behind.get(key, 0) + max(0, row.lag - row.inflight)
-        except NotFoundError:
-            # The group does not exist yet: everything retained is there for it.
-            puller = _clients.pull_consumer(o, o.topic, "")
-            behind = {str(s.queue_id): s.max_offset - s.min_offset for s in puller.queue_offsets()}
-        backlog = sum(behind.values())
+        backlog: dict[str, int] = {}
+        behind: dict[str, int] = {}
+        prefix = o.by_topic
+        for topic in topics_now(o):
+            try:
+                per_queue = self._topic_backlog(topic)
+            except NotFoundError:
+                if not o.subscribe_pattern:
+                    raise
+                continue  # matched, then deleted
+            backlog[topic] = sum(per_queue.values())
+            behind.update({(f"{topic}/{k}" if prefix else k): n for k, n in per_queue.items()})
         self._backlog, self._behind, self._backlog_at = backlog, behind, now
         return backlog
+
+    def _topic_backlog(self, topic: str) -> dict[str, int]:
+        """Per queue of `topic` (and "retry"), what the group could pop now."""
+        o = self.options
+        try:
+            rows = _clients.admin(o).get_group_lag(o.group, topic)
+        except NotFoundError:
+            # The group does not exist yet: everything retained is there for it.
+            puller = _clients.pull_consumer(o, topic, "")
+            return {str(s.queue_id): s.max_offset - s.min_offset for s in puller.queue_offsets()}
+        behind: dict[str, int] = {}
+        for row in rows:
+            key = "retry" if row.retry else str(row.queue_id)
+            behind[key] = behind.get(key, 0) + max(0, row.lag - row.inflight)
+        return behind
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """The group's backlog (lag minus in-flight), per queue and in total: pop offsets
         are synthetic, so this is where the query progress shows lag."""
-        self._available()
+        backlog = self._available()
         o = self.options
-        return {
-            "v": 1,
-            "mode": "pop",
-            "topic": o.topic,
-            "group": o.group,
-            "behind": behind_latest(self._behind),
-        }
+        report: dict[str, Any] = {"v": 1, "mode": "pop"}
+        if o.topic:
+            report["topic"] = o.topic
+        else:
+            report["topics"] = sorted(backlog)
+        return {**report, "group": o.group, "behind": behind_latest(self._behind)}
 
-    def _partition_count(self) -> int:
-        if self._parts is None:
+    def _partition_count(self, topic: str) -> int:
+        if topic not in self._parts:
             o = self.options
             if o.num_partitions is not None:
-                self._parts = o.num_partitions
+                self._parts[topic] = o.num_partitions
             else:
-                puller = _clients.pull_consumer(o, o.topic, "")
-                self._parts = len(puller.queue_offsets())
-        return self._parts
+                puller = _clients.pull_consumer(o, topic, "")
+                self._parts[topic] = len(puller.queue_offsets())
+        return self._parts[topic]
 
     def _ack_through(self, offset: PopOffset) -> None:
         """Ack every lease of the batches up to `offset.batch` (Spark committed them)."""
@@ -258,7 +290,7 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not tokens:
             return
         try:
-            results = _consumer(self.options).ack_leases(tokens)
+            results = _lease_client(self.options).ack_leases(tokens)
         except PopMQError as exc:
             log.warning("acking %d leases failed, retried next trigger: %s", len(tokens), exc)
             self._retry_acks = tokens
@@ -291,25 +323,38 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ack_through(begin)
         if self._target_left is not None and self._target_left <= 0:
             return start  # AvailableNow: what was there at the start has been planned
-        if self._available() <= 0:
+        waiting = self._available()
+        topics = sorted(t for t, n in waiting.items() if n > 0)
+        if self._target_topics is not None:
+            topics = [t for t in topics if t in self._target_topics]
+        if not topics:
             return start
-        parts = self._partition_count()
+        parts = {t: self._partition_count(t) for t in topics}
         per = self.options.max_messages_per_partition
         if isinstance(limit, ReadMaxRows):
-            parts = min(parts, limit.max_rows)
-            per = min(per, limit.max_rows // parts)
+            total = sum(parts.values())
+            if total > limit.max_rows:  # fewer partitions, shared as the topics' counts
+                shares = split_by_backlog(dict.fromkeys(parts, 0), parts, limit.max_rows)
+                parts = {t: n for t, n in shares.items() if n > 0}
+            per = min(per, limit.max_rows // sum(parts.values()))
+        count = sum(parts.values())
         if self._target_left is not None:
-            self._target_left -= parts * per
-        return PopOffset(begin.run, begin.batch + 1, parts, per).to_json()
+            self._target_left -= count * per
+        listed = tuple(sorted(parts.items())) if self.options.by_topic else ()
+        return PopOffset(begin.run, begin.batch + 1, count, per, listed).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LeasePartition]:
         begin = PopOffset.from_json(start)
         finish = PopOffset.from_json(end)
+        topics = finish.partition_topics(self.options.topic)
         result = []
         for batch in range(begin.batch + 1, finish.batch + 1):
             tokens = [lease_token(finish.run, batch, i) for i in range(finish.parts)]
             self._keeper.track(batch, tokens)
-            result += [LeasePartition(token, finish.max) for token in tokens]
+            result += [
+                LeasePartition(token, finish.max, topic)
+                for token, topic in zip(tokens, topics, strict=True)
+            ]
         return result
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -54,17 +54,23 @@ class PopMQDataSource(DataSource):
         }:
             raise OptionError(
                 f"{', '.join(per_trigger)} apply to streams only; a batch read (spark.read) "
-                "reads its whole range at once (bound it with endingOffsets or endingTimestamp)"
+                "reads its whole range at once (bound it with endingOffsets, "
+                "endingOffsetsByTimestamp or endingTimestamp)"
             )
         return PopMQBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _check_read_schema(schema)
         options = ReadOptions.parse(self.options)
-        if options.ending_offsets or options.ending_timestamp_ms is not None:
+        if (
+            options.ending_offsets
+            or options.ending_timestamp_ms is not None
+            or options.ending_offsets_by_timestamp is not None
+        ):
             raise OptionError(
-                "endingOffsets and endingTimestamp apply to batch reads only; a stream has "
-                "no end (use trigger(availableNow=True) to stop at what is there now)"
+                "endingOffsets, endingOffsetsByTimestamp and endingTimestamp apply to batch "
+                "reads only; a stream has no end (use trigger(availableNow=True) to stop at "
+                "what is there now)"
             )
         if options.mode == "pop":
             return PopMQPopStreamReader(options)

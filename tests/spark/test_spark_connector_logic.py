@@ -8,6 +8,9 @@ makes the edge cases (data loss, restarts, lease renewal) quick and deterministi
 from __future__ import annotations
 
 import json
+import re
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,15 +29,23 @@ from pyspark.sql.types import (
 
 from popmq import Admin, Message, NotFoundError, Producer, PullConsumer, SimpleConsumer
 from popmq.spark import DataLossError, OffsetFormatError, OptionError
-from popmq.spark.offset_reader import OffsetRange, PopMQOffsetStreamReader
+from popmq.spark.offset_reader import OffsetRange, PopMQBatchReader, PopMQOffsetStreamReader
 from popmq.spark.offsets import (
     PopOffset,
     QueueOffsets,
     lease_token,
     parse_offsets_option,
+    plan_ranges,
     split_by_backlog,
 )
-from popmq.spark.options import ReadOptions, WriteOptions, parse_duration_s
+from popmq.spark.options import (
+    KAFKA_ALIASES,
+    READ_OPTIONS,
+    WRITE_OPTIONS,
+    ReadOptions,
+    WriteOptions,
+    parse_duration_s,
+)
 from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader
 from popmq.spark.schema import READ_SCHEMA, arrow_schema
 from popmq.spark.source import PopMQDataSource
@@ -85,8 +96,7 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         ({**base, "maxmessagepertrigger": "5"},
          "unknown option maxmessagepertrigger for a popmq read: did you mean "
          "maxMessagesPerTrigger"),
-        ({**base, "startingOffsetsByTimestamp": "{}"}, "use startingTimestamp"),
-        ({**base, "subscribe": "a,b"}, "subscribe is not supported.*use option topic"),
+        ({**base, "assign": "{}"}, "assign is not supported.*use option topic or subscribe"),
         ({**base, "includeHeaders": "true"}, "always in the properties column"),
         ({**base, "kafka.bootstrap.servers": "k:9092"}, "a Kafka client setting"),
         ({**base, "path": "/x"}, "names a topic, not a path"),
@@ -98,6 +108,8 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(options)
     assert parse_duration_s("x", "15m") == 900.0
+    with pytest.raises(OptionError, match="a popmq read needs the topics to read: give exactly"):
+        ReadOptions.parse({"endpoint": "h:1"})
     assert WriteOptions.parse({"endpoint": "h:1", "batchSize": "10"}).batch_size == 10
     # The Kafka source's names where they mean the same; Spark's own options pass.
     kafka_named = ReadOptions.parse(
@@ -112,6 +124,74 @@ def test_read_options_parse_and_reject_bad_values_naming_the_option() -> None:
         batch = PopMQDataSource({**base, name: "5"})
         with pytest.raises(OptionError, match="apply to streams only"):
             batch.reader(READ_SCHEMA)
+
+
+def test_kafka_topic_and_time_options_parse_and_reject_bad_values() -> None:
+    base = {"endpoint": "h:1"}
+    listed = ReadOptions.parse({**base, "subscribe": " b, a ,,"})
+    assert (listed.topic, listed.subscribe, listed.by_topic) == ("", ("b", "a"), True)
+    pattern = ReadOptions.parse({**base, "subscribePattern": "orders-.*", "minPartitions": "8"})
+    assert (pattern.subscribe_pattern, pattern.min_partitions) == ("orders-.*", 8)
+    timed = ReadOptions.parse(
+        {**base, "topic": "t", "startingOffsetsByTimestamp": '{"t": {"0": 5, "1": 0}}',
+         "endingOffsetsByTimestamp": '{"t": {"0": 9, "1": 9}}',
+         "startingOffsetsByTimestampStrategy": "LATEST"}
+    )  # fmt: skip
+    assert timed.starting_offsets_by_timestamp == {"t": {0: 5, 1: 0}}
+    assert timed.ending_offsets_by_timestamp == {"t": {0: 9, 1: 9}}
+    assert (timed.starting_timestamp_strategy, ReadOptions.parse({**base, "topic": "t"})
+            .starting_timestamp_strategy) == ("latest", "error")  # fmt: skip
+    one = "give exactly one of topic"
+    cases = [
+        ({**base, "topic": "t", "subscribe": "a"},
+         f"topic and subscribe exclude each other: {one}"),
+        ({**base, "subscribe": "a", "subscribePattern": "a"}, "exclude each other"),
+        ({**base, "subscribe": " , "}, "option subscribe is empty"),
+        ({**base, "subscribe": "a,b,a"}, "subscribe names a more than once"),
+        ({**base, "subscribePattern": "(a"}, r"subscribePattern='\(a' is not a regular expr"),
+        ({**base, "topic": "t", "minPartitions": "0"}, r"minPartitions=0 is outside the allowed"),
+        ({**base, "topic": "t", "mode": "pop", "group": "g", "minPartitions": "4"},
+         "minPartitions applies to mode=offset only: pop mode runs exactly numPartitions"),
+        ({**base, "topic": "t", "mode": "pop", "group": "g", "startingOffsetsByTimestamp": "{}"},
+         "startingOffsetsByTimestamp applies to mode=offset only"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": "{}"},
+         r"is not a JSON object \{"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": "[1]"}, "is not a JSON object"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": '{"0": 5}'},
+         "topic '0' must map to an object"),
+        ({**base, "topic": "t", "endingOffsetsByTimestamp": '{"t": {"x": 5}}'},
+         "'x' of topic 't' is not a queue id"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": '{"t": {"0": "5"}}'},
+         r"the time of topic 't' queue 0 is \"5\", not an integer \(epoch milliseconds\)"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": '{"t": {"0": 1.5}}'},
+         "not an integer"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": '{"t": {"0": -1}}'},
+         r"the time -1 of topic 't' queue 0 is outside the allowed 0\.\.253402300799999"),
+        ({**base, "topic": "t", "startingOffsetsByTimestamp": '{"t": {"0": 1, "00": 2}}'},
+         "names queue 0 twice"),
+        ({**base, "topic": "t", "startingTimestamp": "-5"}, "outside the allowed 0..2534"),
+        ({**base, "topic": "t", "startingOffsetsByTimestampStrategy": "latest"},
+         "applies only with startingOffsetsByTimestamp or startingTimestamp"),
+        ({**base, "topic": "t", "startingTimestamp": "1",
+          "startingOffsetsByTimestampStrategy": "earliest"}, "use error or latest"),
+    ]  # fmt: skip
+    for options, message in cases:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(options)
+    stream = PopMQDataSource({**base, "topic": "t", "endingOffsetsByTimestamp": '{"t": {"0": 1}}'})
+    with pytest.raises(OptionError, match="apply to batch reads only"):
+        stream.streamReader(READ_SCHEMA)
+
+
+def test_every_option_is_in_the_docs_options_table() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    table = docs[docs.index("## Options") :]
+    table = table[: table.index("\n\n", table.index("| option |"))]
+    named = set(re.findall(r"`?([A-Za-z.]+)`?", " ".join(
+        row.split("|")[1] for row in table.splitlines() if row.startswith("| ")
+    )))  # fmt: skip
+    missing = sorted({*READ_OPTIONS, *WRITE_OPTIONS, *KAFKA_ALIASES} - named)
+    assert missing == [], f"options missing from the docs/spark.md options table: {missing}"
 
 
 def test_write_columns_are_checked_against_the_schema() -> None:
@@ -175,30 +255,59 @@ def test_split_by_backlog_shares_the_limit_in_proportion_and_exactly() -> None:
 
 
 def test_offsets_options_resolve_earliest_latest_and_json() -> None:
-    earliest, latest = {0: 3, 1: 0}, {0: 10, 1: 7}
-    assert parse_offsets_option("s", "earliest", earliest, latest) == earliest
-    assert parse_offsets_option("s", "LATEST", earliest, latest) == latest
-    assert parse_offsets_option("s", '{"0": -2, "1": 4}', earliest, latest) == {0: 3, 1: 4}
-    assert parse_offsets_option("s", '{"0": 5, "1": -1}', earliest, latest) == {0: 5, 1: 7}
-    for text, message in [
-        ("nope", "is not earliest, latest, or a JSON object"),
-        ('{"0": 1}', r"missing queues \[1\]"),
-        ('{"0": 1, "1": 1, "2": 1}', r"names queue 2, but the topic has queues 0\.\.1"),
-        ('{"0": 11, "1": 0}', r"offset 11 of queue 0 is outside 0\.\.10"),
-        ('{"0": "x", "1": 0}', "is not an integer"),
+    earliest, latest = {("t", 0): 3, ("t", 1): 0}, {("t", 0): 10, ("t", 1): 7}
+
+    def parse(text: str, topic: str = "t") -> dict[tuple[str, int], int]:
+        return parse_offsets_option("startingOffsets", text, earliest, latest, topic)
+
+    assert parse("earliest") == earliest
+    assert parse("LATEST") == latest
+    assert parse('{"0": -2, "1": 4}') == {("t", 0): 3, ("t", 1): 4}
+    assert parse('{"0": 5, "1": -1}') == {("t", 0): 5, ("t", 1): 7}
+    # Kafka's form, keyed by topic: optional with option topic, required with subscribe.
+    assert parse('{"t": {"0": 5, "1": -1}}') == parse('{"t": {"0": 5, "1": -1}}', "")
+    for text, topic, message in [
+        ("nope", "t", "is not earliest, latest, or a JSON object"),
+        ('{"0": 1}', "t", r"missing queues \[1\]"),
+        ('{"0": 1, "1": 1, "2": 1}', "t", r"names queue 2, but the topic has queues 0\.\.1"),
+        ('{"0": 11, "1": 0}', "t", r"offset 11 of queue 0 is outside 0\.\.10"),
+        ('{"0": "x", "1": 0}', "t", "is not an integer"),
+        ('{"0": 1, "1": 1}', "", "with subscribe or subscribePattern give an object per topic"),
+        ('{"u": {"0": 1}}', "", "names topic 'u'; the query reads t"),
+        ('{"t": {"0": 1}}', "", r"missing queues \[t/1\]"),
+        ('{"t": {"0": 1, "1": 1, "5": 1}}', "", "names topic 't' queue 5, but the topic 't' has"),
     ]:
         with pytest.raises(OptionError, match=message):
-            parse_offsets_option("startingOffsets", text, earliest, latest)
+            parse(text, topic)
+
+
+def test_min_partitions_splits_large_ranges_in_proportion_as_kafka() -> None:
+    a, b, c = ("t", 0), ("t", 1), ("u", 0)
+    start, end = {a: 0, b: 0, c: 10}, {a: 100, b: 10, c: 10}
+    assert plan_ranges(start, end, 1000) == [(a, 0, 100), (b, 0, 10)]  # c is empty
+    assert plan_ranges(start, end, 1000, 2) == [(a, 0, 100), (b, 0, 10)]  # enough already
+    # 10 wanted: b (10 of 110) would get one part and keeps it; a shares the other 9.
+    split = plan_ranges(start, end, 1000, 10)
+    assert [r for r in split if r[0] == b] == [(b, 0, 10)]
+    assert [(low, high) for key, low, high in split if key == a] == [
+        (0, 11), (11, 22), (22, 33), (33, 44), (44, 55), (55, 66), (66, 77), (77, 88), (88, 100)
+    ]  # fmt: skip
+    # maxRecordsPerPartition cuts first; minPartitions then splits what that left.
+    assert plan_ranges({a: 0}, {a: 10}, 4, 5) == [(a, 0, 2), (a, 2, 4), (a, 4, 6), (a, 6, 8),
+                                                   (a, 8, 10)]  # fmt: skip
+    # Never a range of less than one offset, whatever minPartitions asks.
+    assert plan_ranges({a: 0}, {a: 3}, 1000, 50) == [(a, 0, 1), (a, 1, 2), (a, 2, 3)]
+    assert plan_ranges({a: 5}, {a: 5}, 1000, 50) == []
 
 
 def test_checkpointed_offsets_are_versioned_and_checked() -> None:
-    offsets = QueueOffsets("t", {1: 5, 0: 7})
+    offsets = QueueOffsets({("t", 1): 5, ("t", 0): 7}, "t")
     data = offsets.to_json()
     assert (
         json.dumps(data) == '{"v": 1, "mode": "offset", "topic": "t", "queues": {"0": 7, "1": 5}}'
     )
     assert QueueOffsets.from_json(json.loads(json.dumps(data)), "t") == QueueOffsets(
-        "t", {0: 7, 1: 5}
+        {("t", 0): 7, ("t", 1): 5}, "t"
     )
     with pytest.raises(OffsetFormatError, match="format version 2"):
         QueueOffsets.from_json({**data, "v": 2}, "t")
@@ -206,8 +315,27 @@ def test_checkpointed_offsets_are_versioned_and_checked() -> None:
         QueueOffsets.from_json(data, "u")
     with pytest.raises(OffsetFormatError, match=r"written in mode 'offset'.*mode 'pop'"):
         PopOffset.from_json(data)
+    # subscribe / subscribePattern: keyed by topic; either form reads back in either query.
+    both = QueueOffsets({("b", 0): 1, ("a", 1): 2, ("a", 0): 3})
+    assert json.dumps(both.to_json()) == (
+        '{"v": 1, "mode": "offset", "topics": {"a": {"0": 3, "1": 2}, "b": {"0": 1}}}'
+    )
+    assert QueueOffsets.from_json(both.to_json()) == both
+    assert QueueOffsets.from_json(data).queues == offsets.queues  # topic -> subscribe
+    assert QueueOffsets.from_json(QueueOffsets(offsets.queues).to_json(), "t") == offsets
+    with pytest.raises(OffsetFormatError, match="of topic 'b', but the query reads topic 'a'"):
+        QueueOffsets.from_json(both.to_json(), "a")
+    with pytest.raises(OffsetFormatError, match="malformed"):
+        QueueOffsets.from_json({"v": 1, "mode": "offset", "topics": {"a": 5}})
     pop = PopOffset("run1", 4, 3, 100)
     assert PopOffset.from_json(pop.to_json()) == pop
+    assert pop.partition_topics("t") == ["t", "t", "t"]
+    several = PopOffset("run1", 4, 3, 100, (("a", 1), ("b", 2)))
+    assert several.to_json()["topics"] == {"a": 1, "b": 2}
+    assert PopOffset.from_json(several.to_json()) == several
+    assert several.partition_topics("") == ["a", "b", "b"]
+    with pytest.raises(OffsetFormatError, match="do not add up to parts"):
+        PopOffset.from_json({**several.to_json(), "parts": 4})
     assert pop.tokens() == [lease_token("run1", 4, i) for i in range(3)] == [
         "spark/run1/4/0", "spark/run1/4/1", "spark/run1/4/2",
     ]  # fmt: skip
@@ -218,6 +346,7 @@ def test_checkpointed_offsets_are_versioned_and_checked() -> None:
 
 
 def _fill(endpoint: str, topic: str, count: int, queues: int = 2) -> None:
+    """Create `topic` and send `count` messages, spread evenly over its queues."""
     with Admin(endpoint) as admin:
         admin.create_topic(topic, queues=queues)
     with Producer(endpoint) as producer:
@@ -257,7 +386,7 @@ def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> No
     assert reader.initialOffset() == start  # Spark calls it twice
     assert reader.getDefaultReadLimit() == ReadAllAvailable()
     end = reader.latestOffset(start, ReadMaxRows(30))
-    assert QueueOffsets.from_json(end, "t").queues == {0: 15, 1: 15}
+    assert QueueOffsets.from_json(end, "t").queues == {("t", 0): 15, ("t", 1): 15}
     parts = reader.partitions(start, end)
     assert [(p.queue_id, p.start, p.end) for p in parts] == [(0, 0, 15), (1, 0, 15)]
     assert reader.partitions(start, end) == parts  # pure in (start, end)
@@ -270,7 +399,7 @@ def test_offset_reader_plans_limits_and_replays_pure_ranges(endpoint: str) -> No
     assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new
     # The queues' ends and the lag behind them go to the progress (sources[].latestOffset);
     # a restarted query reports the ends before it planned anything (a replay comes first).
-    ends = QueueOffsets("t", {0: 50, 1: 50}).to_json()
+    ends = QueueOffsets({("t", 0): 50, ("t", 1): 50}, "t").to_json()
     caught_up = {"total": 0, "max": 0, "queues": {"0": 0, "1": 0}}
     assert reader.reportLatestOffset() == {**ends, "behind": caught_up}
     assert _offset_reader(endpoint).reportLatestOffset() == ends
@@ -316,7 +445,7 @@ def test_offsets_deleted_by_retention_fail_the_query_or_are_skipped(server: Serv
     lenient = _offset_reader(endpoint, failOnDataLoss="false")
     assert list(lenient.read(lenient.partitions(start, end)[0])) == []  # skipped, logged
     end2 = lenient.latestOffset(start, ReadAllAvailable())
-    assert QueueOffsets.from_json(end2, "t").queues == {0: 22, 1: 22}
+    assert QueueOffsets.from_json(end2, "t").queues == {("t", 0): 22, ("t", 1): 22}
     rows = _rows(lenient, lenient.partitions(start, end2))
     assert sorted(b for _, _, b in rows) == [b"after"] * 4
     # A queue new to the query (not in the start offsets) starts at its earliest, silently.
@@ -335,6 +464,108 @@ def test_offset_reader_commits_progress_to_a_group_for_lag_tools(endpoint: str) 
     assert {r.queue_id: r.consumer_offset for r in rows if not r.retry} == {0: 5, 1: 5}
 
 
+def _topic_rows(reader: Any, parts: list[Any]) -> list[tuple[str, int, int, bytes]]:
+    return sorted(
+        (r["topic"], r["queue_id"], r["queue_offset"], r["body"])
+        for part in parts
+        for batch in reader.read(part)
+        for r in batch.to_pylist()
+    )
+
+
+def test_a_pattern_reads_topics_created_later_and_a_deleted_topic_is_data_loss(
+    server: ServerThread,
+) -> None:
+    endpoint = server.endpoint
+    _fill(endpoint, "orders-a", 4)
+    _fill(endpoint, "other", 2)
+    # A dead-letter topic whose name matches is still left out (as Kafka's internal topics).
+    with SimpleConsumer(endpoint, group="orders-x", topic="other") as consumer:
+        handle = consumer.receive(max_messages=1, wait_s=1)[0].receipt_handle
+    server.call(lambda: server.broker.dead_letter("orders-x", handle))
+    with Admin(endpoint) as admin:
+        assert "%DLQ%orders-x" in {t.name for t in admin.list_topics()}
+
+    def reader(**options: str) -> PopMQOffsetStreamReader:
+        base = {"endpoint": endpoint, "subscribePattern": ".*orders-.*"}
+        return PopMQOffsetStreamReader(ReadOptions.parse({**base, **options}))
+
+    stream = reader(startingOffsets="earliest")
+    start = stream.initialOffset()
+    assert start["topics"] == {"orders-a": {"0": 0, "1": 0}}
+    end = stream.latestOffset(start, ReadAllAvailable())
+    assert {t for t, *_ in _topic_rows(stream, stream.partitions(start, end))} == {"orders-a"}
+    _fill(endpoint, "orders-b", 6, queues=3)  # created while the query runs
+    wait_for(lambda: stream.latestOffset(end, ReadAllAvailable()) != end, "orders-b found")
+    end2 = stream.latestOffset(end, ReadAllAvailable())
+    assert end2["topics"]["orders-b"] == {"0": 2, "1": 2, "2": 2}
+    parts = stream.partitions(end, end2)
+    assert {(p.topic, p.new_queue) for p in parts} == {("orders-b", True)}  # from earliest
+    assert len(_topic_rows(stream, parts)) == 6
+    behind = stream.reportLatestOffset()["behind"]["queues"]
+    assert sorted(behind) == ["orders-a/0", "orders-a/1", "orders-b/0", "orders-b/1", "orders-b/2"]
+
+    with Admin(endpoint) as admin:
+        admin.delete_topic("orders-a", force=True)
+    with pytest.raises(DataLossError, match="topic 'orders-a' of the checkpoint is not read any"):
+        reader().latestOffset(end2, ReadAllAvailable())
+    lenient = reader(failOnDataLoss="false").latestOffset(end2, ReadAllAvailable())
+    assert list(lenient["topics"]) == ["orders-b"]
+    nothing = ReadOptions.parse({"endpoint": endpoint, "subscribePattern": "nothing.*"})
+    with pytest.raises(OptionError, match=r"subscribePattern 'nothing\.\*' matches no topic"):
+        PopMQBatchReader(nothing).partitions()
+
+
+def test_offsets_by_timestamp_resolve_per_queue_and_a_time_after_the_last_message(
+    endpoint: str,
+) -> None:
+    _fill(endpoint, "t", 8)  # 4 per queue
+    with PullConsumer(endpoint, topic="t") as puller:
+        newest = max(m.store_timestamp for q in (0, 1) for m in puller.pull(q, 0).messages)
+    boundary = int(newest.timestamp() * 1000) + 1
+    while time.time() * 1000 <= boundary:  # store times are ms: let the clock pass it
+        time.sleep(0.001)
+    with Producer(endpoint) as producer:
+        producer.send_batch("t", [Message(b"new")] * 4)  # 2 per queue, offsets 4 and 5
+    future = boundary + 3_600_000
+
+    def ranges(**options: str) -> list[tuple[int, int, int]]:
+        read = PopMQBatchReader(ReadOptions.parse({"endpoint": endpoint, "topic": "t", **options}))
+        return [(p.queue_id, p.start, p.end) for p in read.partitions()]
+
+    def by_time(q0: int, q1: int) -> str:
+        return json.dumps({"t": {"0": q0, "1": q1}})
+
+    assert ranges(startingOffsetsByTimestamp=by_time(boundary, 0)) == [(0, 4, 6), (1, 0, 6)]
+    assert ranges(endingOffsetsByTimestamp=by_time(boundary, future)) == [(0, 0, 4), (1, 0, 6)]
+    # Precedence as Kafka's: startingTimestamp > startingOffsetsByTimestamp > startingOffsets.
+    assert ranges(startingOffsetsByTimestamp=by_time(boundary, boundary),
+                  startingOffsets="latest") == [(0, 4, 6), (1, 4, 6)]  # fmt: skip
+    assert ranges(startingTimestamp="0", startingOffsetsByTimestamp=by_time(boundary, boundary)
+                  ) == [(0, 0, 6), (1, 0, 6)]  # fmt: skip
+    # A start after the newest message: error (Kafka's default strategy), or the queue's end.
+    after = by_time(boundary, future)
+    with pytest.raises(OptionError, match=r"no message is stored at or after the given time in "
+                       r"queues \[t/1\].*startingOffsetsByTimestampStrategy=latest"):  # fmt: skip
+        ranges(startingOffsetsByTimestamp=after)
+    with pytest.raises(OptionError, match=r"option startingTimestamp: .*queues \[t/0, t/1\]"):
+        ranges(startingTimestamp=str(future))
+    latest = {"startingOffsetsByTimestampStrategy": "latest"}
+    assert ranges(startingOffsetsByTimestamp=after, **latest) == [(0, 4, 6)]
+    assert ranges(startingTimestamp=str(future), **latest) == []
+    for text, message in [
+        ('{"u": {"0": 1, "1": 1}}', "names topic 'u'; the query reads t"),
+        ('{"t": {"0": 1}}', r"must name every queue; missing queues \[t/1\]"),
+        ('{"t": {"0": 1, "1": 1, "2": 1}}', "names topic 't' queue 2, but the topic 't' has "
+         r"queues 0\.\.1"),
+    ]:  # fmt: skip
+        with pytest.raises(OptionError, match=message):
+            ranges(startingOffsetsByTimestamp=text)
+    # A stream starts at the same place (and only a new checkpoint looks at the option).
+    stream = _offset_reader(endpoint, startingOffsetsByTimestamp=by_time(boundary, 0))
+    assert stream.initialOffset()["queues"] == {"0": 4, "1": 0}
+
+
 # -- pop reader against a server -------------------------------------------------------
 
 
@@ -343,8 +574,8 @@ def _pop_reader(endpoint: str, **options: str) -> PopMQPopStreamReader:
     return PopMQPopStreamReader(ReadOptions.parse({**base, **options}))
 
 
-def _unfinished(server: ServerThread) -> tuple[int, int]:
-    rows = server.call(lambda: server.broker.group_lag("g", "t"))
+def _unfinished(server: ServerThread, topic: str = "t") -> tuple[int, int]:
+    rows = server.call(lambda: server.broker.group_lag("g", topic))
     return sum(r.lag for r in rows), sum(r.inflight for r in rows)
 
 
@@ -362,7 +593,7 @@ def test_pop_reader_leases_replay_and_are_acked_only_when_committed(
             "v": 1, "mode": "pop", "batch": 0, "parts": 3, "max": 8,
         }  # fmt: skip
         parts = reader.partitions(start, end)
-        assert parts == [LeasePartition(lease_token(end["run"], 0, i), 8) for i in range(3)]
+        assert parts == [LeasePartition(lease_token(end["run"], 0, i), 8, "t") for i in range(3)]
         first = _rows(reader, parts)
         assert len(first) == 24
         assert _rows(reader, parts) == first, "a retried task reads the same messages"
@@ -453,3 +684,40 @@ def test_a_batch_that_never_commits_shows_attempts_then_its_poison_goes_to_the_d
 
 def _arrow_rows(reader: Any, part: Any) -> list[dict[str, Any]]:
     return [row for batch in reader.read(part) for row in batch.to_pylist()]
+
+
+def test_one_group_pops_several_topics_each_with_its_own_partitions(server: ServerThread) -> None:
+    endpoint = server.endpoint
+    _fill(endpoint, "a", 6)
+    _fill(endpoint, "b", 3, queues=1)
+    _fill(endpoint, "c", 0, queues=1)  # no backlog: no partitions
+    options = {"subscribe": "a,b,c", "mode": "pop", "group": "g", "waitSeconds": "0"}
+    reader = PopMQPopStreamReader(ReadOptions.parse({"endpoint": endpoint, **options}))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert (end["parts"], end["topics"]) == (3, {"a": 2, "b": 1})
+        parts = reader.partitions(start, end)
+        assert [p.topic for p in parts] == ["a", "a", "b"]
+        assert reader.partitions(start, end) == parts  # pure in (start, end)
+        rows = _topic_rows(reader, parts)
+        assert sorted((t, b) for t, _, _, b in rows) == [
+            *(("a", f"m-{i}".encode()) for i in range(6)),
+            *(("b", f"m-{i}".encode()) for i in range(3)),
+        ]
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # acked; nothing left
+        for topic in ("a", "b"):
+            assert _unfinished(server, topic) == (0, 0)
+        report = reader.reportLatestOffset()
+        assert (report["topics"], sorted(report["behind"]["queues"])) == (
+            ["a", "b", "c"], ["a/0", "a/1", "a/retry", "b/0", "b/retry", "c/0"],
+        )  # fmt: skip
+        # maxMessagesPerTrigger below the partition count: fewer partitions, one message each.
+        with Producer(endpoint) as producer:
+            for topic in ("a", "b"):
+                producer.send_batch(topic, [Message(b"more")] * 4)
+        wait_for(lambda: reader.reportLatestOffset()["behind"]["total"] == 8, "the new backlog")
+        end2 = reader.latestOffset(end, ReadMaxRows(2))
+        assert (end2["parts"], end2["max"], end2["topics"]) == (2, 1, {"a": 1, "b": 1})
+    finally:
+        reader.stop()

@@ -153,3 +153,77 @@ def test_available_now_with_min_messages_per_trigger_reads_everything(
     latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
     assert sum(latest["queues"].values()) == 300
     assert latest["behind"]["total"] == 0
+
+
+def test_batch_read_of_two_topics_by_timestamp_with_min_partitions(
+    spark: SparkSession, endpoint: str
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("orders", queues=2)
+        admin.create_topic("refunds", queues=1)
+    _send(endpoint, "orders", [f"old-{i}" for i in range(40)])
+    with PullConsumer(endpoint, topic="orders") as puller:
+        newest = max(m.store_timestamp for q in range(2) for m in puller.pull(q, 0, 1024).messages)
+    boundary_ms = int(newest.timestamp() * 1000) + 1
+    while time.time() * 1000 <= boundary_ms:  # store times are ms: let the clock pass it
+        time.sleep(0.001)
+    _send(endpoint, "orders", [f"new-{i}" for i in range(20)])
+    _send(endpoint, "refunds", [f"refund-{i}" for i in range(30)])
+
+    start = {"orders": {"0": boundary_ms, "1": boundary_ms}, "refunds": {"0": 0}}
+    df = (
+        spark.read.format("popmq")
+        .option("endpoint", endpoint)
+        .option("subscribe", "orders,refunds")
+        .option("startingOffsetsByTimestamp", json.dumps(start))
+        .option("startingOffsets", "latest")  # loses to startingOffsetsByTimestamp, as in Kafka
+        .option("minPartitions", "10")
+        .load()
+    )
+    # Ranges of 10, 10 and 30 messages, split in proportion to reach about 10 partitions.
+    assert df.rdd.getNumPartitions() == 10
+    rows = df.select("topic", "body").collect()
+    assert sorted((r.topic, r.body.decode()) for r in rows) == sorted(
+        [("orders", f"new-{i}") for i in range(20)]
+        + [("refunds", f"refund-{i}") for i in range(30)]
+    )
+
+
+def test_a_stream_over_a_pattern_reads_a_topic_created_while_it_runs(
+    spark: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("events-a", queues=2)
+        admin.create_topic("audit", queues=1)
+    _send(endpoint, "events-a", [f"a-{i}" for i in range(20)])
+    _send(endpoint, "audit", ["not matched"])
+    seen: list[tuple[str, str]] = []
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        seen.extend((r.topic, r.body.decode()) for r in batch.select("topic", "body").collect())
+
+    query = (
+        spark.readStream.format("popmq")
+        .option("endpoint", endpoint)
+        .option("subscribePattern", "events-.*")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_for(lambda: len(seen) >= 20, "events-a")
+        with Admin(endpoint) as admin:
+            admin.create_topic("events-b", queues=3)
+        _send(endpoint, "events-b", [f"b-{i}" for i in range(30)])
+        wait_for(lambda: len(seen) >= 50, "events-b, found by the pattern")
+    finally:
+        query.stop()
+    assert sorted(seen) == sorted(
+        [("events-a", f"a-{i}") for i in range(20)] + [("events-b", f"b-{i}") for i in range(30)]
+    )
+    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    assert latest["topics"] == {"events-a": {"0": 10, "1": 10},
+                                "events-b": {"0": 10, "1": 10, "2": 10}}  # fmt: skip

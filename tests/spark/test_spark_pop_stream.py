@@ -236,3 +236,39 @@ def test_more_partitions_than_queues_are_all_used_and_available_now_acks_the_end
     assert behind[:2] == [200, 100]
     # AvailableNow ends without commit(); the last batch was acked by latestOffset(start).
     wait_for(lambda: _in_flight(server, "workers", "jobs") == (0, 0), "all acks", timeout_s=30)
+
+
+def test_one_group_pops_several_subscribed_topics_and_acks_them_all(
+    spark: SparkSession, server: ServerThread, tmp_path: Path
+) -> None:
+    endpoint = server.endpoint
+    with Admin(endpoint) as admin:
+        admin.create_topic("jobs", queues=2)
+        admin.create_topic("urgent", queues=1)
+    sent = {("jobs", b) for b in _send(endpoint, "jobs", 100)}
+    sent |= {("urgent", b) for b in _send(endpoint, "urgent", 40, prefix="u")}
+    seen: list[tuple[str, str]] = []
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        seen.extend((r.topic, r.body.decode()) for r in batch.select("topic", "body").collect())
+
+    query = (
+        spark.readStream.format("popmq")
+        .option("endpoint", endpoint)
+        .option("subscribe", "jobs,urgent")
+        .option("mode", "pop")
+        .option("group", "workers")
+        .option("maxMessagesPerPartition", "30")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(seen) == sorted(sent), "every message of both topics, once"
+    first = json.loads(query.recentProgress[0]["sources"][0]["latestOffset"])
+    assert first["topics"] == ["jobs", "urgent"]
+    for topic in ("jobs", "urgent"):
+        wait_for(lambda t=topic: _in_flight(server, "workers", t) == (0, 0), f"acks of {topic}")
