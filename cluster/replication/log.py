@@ -40,6 +40,8 @@ class LogEntry:
     lsn: int
     epoch: int
     ops: bytes
+    written_at: float
+    """Monotonic time of its write: how long a follower that lacks it has been behind."""
 
 
 @dataclass(slots=True)
@@ -49,9 +51,6 @@ class FollowerState:
     name: str
     acked: int
     connected_at: float
-    behind_since: float | None = None
-    """Monotonic time from which it has not held the whole log (None: it does)."""
-    acked_bytes_behind: int = 0
 
 
 @dataclass(slots=True)
@@ -118,6 +117,9 @@ class ReplicationLog:
         self.isr: set[str] = set(isr)
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
+        self.acknowledged_lsn = 0
+        """The last batch whose wait completed: a follower that joins the ISR must hold it
+        (every batch up to it may have acknowledged sends without that follower)."""
         # ISR changes run one at a time, in order (etcd first for a removal).
         self._isr_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -142,7 +144,7 @@ class ReplicationLog:
         self.lsn = batch.lsn
         self._history_saved = True
         data = oplog.encode(batch.ops)
-        self._entries.append(LogEntry(batch.lsn, self.epoch, data))
+        self._entries.append(LogEntry(batch.lsn, self.epoch, data, time.monotonic()))
         self._bytes += len(data)
         self.written_bytes += len(data)
         while self._bytes > self._buffer_bytes and len(self._entries) > 1:
@@ -220,6 +222,7 @@ class ReplicationLog:
                 wait.future.set_exception(self._too_few(wait.lsn))
             elif not wait.required:
                 wait.future.set_result(None)
+                self.acknowledged_lsn = max(self.acknowledged_lsn, wait.lsn)
             else:
                 keep.append(wait)
         self._waits = keep
@@ -256,21 +259,42 @@ class ReplicationLog:
     def connected(self, name: str, acked: int) -> FollowerState:
         state = FollowerState(name, acked, time.monotonic())
         self.followers[name] = state
-        self._track(state)
         return state
 
     def acked(self, state: FollowerState, lsn: int) -> None:
         state.acked = max(state.acked, lsn)
-        self._track(state)
         self._settle()
-        if state.name not in self.isr and state.acked >= self.lsn:
+        if state.name not in self.isr and self._caught_up(state):
             self._spawn(self._join(state.name))
 
-    def _track(self, state: FollowerState) -> None:
+    def _caught_up(self, state: FollowerState) -> bool:
+        """Whether it holds every batch a wait completed without it (so it may join)."""
+        return state.acked >= self.acknowledged_lsn and self.lag_s(state) == 0.0
+
+    def lag_s(self, state: FollowerState) -> float:
+        """How long it has lacked a batch written more than a moment ago: the age of the
+        oldest batch it has not acknowledged (0 when it holds the whole log). Batches in
+        flight to a healthy follower are milliseconds old, so this stays near 0 under load,
+        unlike "has it ever held the whole log", which a busy log never lets it."""
         if state.acked >= self.lsn:
-            state.behind_since = None
-        elif state.behind_since is None:
-            state.behind_since = time.monotonic()
+            return 0.0
+        entries = self._entries
+        if not entries:
+            return 0.0
+        first = entries[0].lsn
+        index = max(0, state.acked + 1 - first)
+        if index >= len(entries):
+            return 0.0
+        age = time.monotonic() - entries[index].written_at
+        # A batch younger than a tenth of the timeout is in flight, not a lag.
+        return age if age > self.lag_timeout_s / 10 else 0.0
+
+    def lag_batches(self, state: FollowerState) -> int:
+        return max(0, self.lsn - state.acked)
+
+    def lag_bytes(self, state: FollowerState) -> int:
+        """Bytes of the batches it lacks (as far as the in-memory log reaches)."""
+        return sum(len(entry.ops) for entry in self._entries if entry.lsn > state.acked)
 
     def disconnected(self, state: FollowerState, why: str) -> None:
         """A follower's stream ended: it leaves the ISR now (in a task of its own, so the
@@ -293,34 +317,34 @@ class ReplicationLog:
     async def check_lag(self) -> None:
         """Followers behind for lag_timeout_s, and in-sync followers with no stream, leave
         the ISR (called periodically)."""
-        now = time.monotonic()
         for name in sorted(self.isr - self.followers.keys()):
             await self._leave(name, "it has no stream to this leader")
         for state in list(self.followers.values()):
-            if state.acked < self.lsn and state.behind_since is None:
-                state.behind_since = now
-            if (
-                state.name in self.isr
-                and state.behind_since is not None
-                and now - state.behind_since > self.lag_timeout_s
-            ):
+            lag = self.lag_s(state)
+            if state.name in self.isr and lag > self.lag_timeout_s:
                 await self._leave(
                     state.name,
-                    f"it has not held the whole log for {now - state.behind_since:.1f}s "
+                    f"it has lacked a batch for {lag:.1f}s "
                     f"(replication.lag_timeout_s = {self.lag_timeout_s:g})",
                 )
+            elif state.name not in self.isr and self._caught_up(state):
+                await self._join(state.name)
 
     async def _join(self, name: str) -> None:
         async with self._isr_lock:
             state = self.followers.get(name)
-            if name in self.isr or state is None or state.acked < self.lsn:
+            if name in self.isr or state is None or not self._caught_up(state):
                 return
-            # Counted first: from now on no batch completes without it; etcd learns it
-            # next, and only then may it be elected.
+            # Counted first: from now on no batch completes without it (the batches still
+            # waiting that it lacks wait for it too); etcd learns it next, and only then
+            # may it be elected.
             self.isr.add(name)
+            for wait in self._waits:
+                if wait.lsn > state.acked:
+                    wait.required.add(name)
             try:
                 await self._persist(frozenset(self.isr))
-            except Exception as exc:  # noqa: BLE001 - it rejoins on its next ack
+            except Exception as exc:  # noqa: BLE001 - it rejoins on a later ack
                 log.warning(
                     "shard %s: could not add %s to the in-sync set: %s", self.shard, name, exc
                 )
