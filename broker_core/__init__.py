@@ -6,8 +6,10 @@ BrokerAPI Protocol it types against, its value types, errors, and the limits it 
 
 from popmq.broker_core.api import (
     BrokerAPI,
+    FollowerReplication,
     HistogramSnapshot,
     MetricsSnapshot,
+    ReplicationSnapshot,
     ServerInfo,
 )
 from popmq.broker_core.broker import (
@@ -134,6 +136,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "DataDirError",
     "ExponentialBackoff",
     "FailedPreconditionError",
+    "FollowerReplication",
     "GroupDefaults",
     "GroupInfo",
     "GroupSettings",
@@ -184,6 +187,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "ReceiptHandleLostError",
     "ReceiptHandleSupersededError",
     "RecordFilter",
+    "ReplicationSnapshot",
     "ResetResult",
     "ResourceExhaustedError",
     "RetentionConfig",

@@ -102,6 +102,44 @@ class MetricsSnapshot:
     disk_free_bytes: int | None = None
     """Bytes still free for the store on its data dir's filesystem (statvfs f_bavail), as
     the broker measured them; None when not measured (a sum over brokers has none)."""
+    replication: ReplicationSnapshot | None = None
+    """A replicated shard's leader's replication state; None when not replicated."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerReplication:
+    """One follower as its shard's leader sees it (docs/replication.md)."""
+
+    replica: str
+    in_sync: bool
+    """In the in-sync set: sends wait for it, and it may be elected."""
+    acked_lsn: int
+    """The last batch it wrote and fsynced."""
+    lag_batches: int
+    lag_bytes: int
+    """Bytes of the batches it lacks (as far as the leader's in-memory log reaches)."""
+    lag_s: float
+    """Age of the oldest batch it lacks (0 when it holds the log but for batches in flight)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSnapshot:
+    """A replicated shard's leader: its term, log position and followers."""
+
+    replica: str
+    """The leader replica's name."""
+    epoch: int
+    lsn: int
+    """The last batch of its log."""
+    mode: str
+    """sync or async."""
+    min_insync: int
+    followers: tuple[FollowerReplication, ...]
+    """Connected followers and in-sync ones that are not connected."""
+    written_bytes: int
+    """Bytes of batches written in this term."""
+    terms: int
+    """Times this replica process became its shard's leader."""
 
 
 @dataclass(frozen=True, slots=True)

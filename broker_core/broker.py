@@ -35,7 +35,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from popmq.broker_core import jobs, keys
 from popmq.broker_core.admin import Admin
-from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
+from popmq.broker_core.api import (
+    BrokerAPI,
+    HistogramSnapshot,
+    MetricsSnapshot,
+    ReplicationSnapshot,
+    ServerInfo,
+)
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy and tests use it
@@ -791,7 +797,13 @@ class Broker:
             topics=len(self._topics.list_topics()),
             groups=len(self._groups.list_groups()),
             disk_free_bytes=disk_free(self.config.store.data_dir),
+            replication=self._replication_snapshot(),
         )
+
+    def _replication_snapshot(self) -> ReplicationSnapshot | None:
+        snapshot = getattr(self.store.tap, "replication_snapshot", None)
+        result: ReplicationSnapshot | None = snapshot() if snapshot is not None else None
+        return result
 
     # -- introspection for tests and metrics ---------------------------------------------
 

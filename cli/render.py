@@ -446,6 +446,25 @@ def cluster_tables(status: ClusterStatus) -> None:
     for b in status.brokers:
         if b.error:
             out.print(f"broker {b.name}: {b.error}")
+    replicated = [b for b in status.brokers if b.replication is not None]
+    if replicated:
+        shards = Table(
+            "shard", "replica", "role", "epoch", "in sync", "lag (batches)", "lag (bytes)", "lag",
+            title="replicas (docs/replication.md)",
+        )  # fmt: skip
+        for b in replicated:
+            r = b.replication
+            assert r is not None
+            shards.add_row(
+                b.name, r.leader, f"leader ({r.mode}, min_insync {r.min_insync})",
+                str(r.epoch), "-", "-", "-", "-",
+            )  # fmt: skip
+            for f in r.followers:
+                shards.add_row(
+                    b.name, f.name, "follower", str(r.epoch), "yes" if f.in_sync else "NO",
+                    str(f.lag_batches), _bytes(f.lag_bytes), age(f.lag_s),
+                )  # fmt: skip
+        out.print(shards)
     proxies = Table("name", "address", "epoch", "", title="proxies")
     for p in status.proxies:
         proxies.add_row(p.name, p.address, str(p.epoch), "this proxy" if p.this_proxy else "")

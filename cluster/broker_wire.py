@@ -16,7 +16,13 @@ from collections.abc import Iterable, Mapping
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker_core import errors
-from popmq.broker_core.api import HistogramSnapshot, MetricsSnapshot, ServerInfo
+from popmq.broker_core.api import (
+    FollowerReplication,
+    HistogramSnapshot,
+    MetricsSnapshot,
+    ReplicationSnapshot,
+    ServerInfo,
+)
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import AnswerBoundError, PopMQError
@@ -551,6 +557,53 @@ def metrics_to_pb(s: MetricsSnapshot) -> pb.GetMetricsSnapshotResponse:
         topics=s.topics,
         groups=s.groups,
         disk_free_bytes=s.disk_free_bytes,
+        replication=_replication_to_pb(s.replication) if s.replication is not None else None,
+    )
+
+
+def _replication_to_pb(r: ReplicationSnapshot) -> pb.Replication:
+    return pb.Replication(
+        replica=r.replica,
+        epoch=r.epoch,
+        lsn=r.lsn,
+        mode=r.mode,
+        min_insync=r.min_insync,
+        followers=[
+            pb.FollowerReplication(
+                replica=f.replica,
+                in_sync=f.in_sync,
+                acked_lsn=f.acked_lsn,
+                lag_batches=f.lag_batches,
+                lag_bytes=f.lag_bytes,
+                lag_s=f.lag_s,
+            )
+            for f in r.followers
+        ],
+        written_bytes=r.written_bytes,
+        terms=r.terms,
+    )
+
+
+def _replication_from_pb(r: pb.Replication) -> ReplicationSnapshot:
+    return ReplicationSnapshot(
+        replica=r.replica,
+        epoch=r.epoch,
+        lsn=r.lsn,
+        mode=r.mode,
+        min_insync=r.min_insync,
+        followers=tuple(
+            FollowerReplication(
+                replica=f.replica,
+                in_sync=f.in_sync,
+                acked_lsn=f.acked_lsn,
+                lag_batches=f.lag_batches,
+                lag_bytes=f.lag_bytes,
+                lag_s=f.lag_s,
+            )
+            for f in r.followers
+        ),
+        written_bytes=r.written_bytes,
+        terms=r.terms,
     )
 
 
@@ -575,4 +628,5 @@ def metrics_from_pb(m: pb.GetMetricsSnapshotResponse) -> MetricsSnapshot:
         topics=m.topics,
         groups=m.groups,
         disk_free_bytes=m.disk_free_bytes if m.HasField("disk_free_bytes") else None,
+        replication=_replication_from_pb(m.replication) if m.HasField("replication") else None,
     )

@@ -24,6 +24,7 @@ from popmq.broker_core import (
     QueueDetails,
     QueueLag,
     QueueStats,
+    ReplicationSnapshot,
     ResetResult,
     SendResult,
     Subscription,
@@ -504,6 +505,8 @@ def broker_status(broker: BrokerStatus) -> admin_pb2.BrokerStatus:
             out.disk_free_bytes = snapshot.disk_free_bytes
         out.messages_sent, out.messages_popped, out.messages_acked = message_totals(snapshot)
         out.long_polls_held = snapshot.long_polls_held
+        if snapshot.replication is not None:
+            out.replication.CopyFrom(_replication(snapshot.replication))
     faults = broker.faults
     if faults is not None:
         out.isolated_for.CopyFrom(duration(faults.isolated_for_s))
@@ -511,6 +514,27 @@ def broker_status(broker: BrokerStatus) -> admin_pb2.BrokerStatus:
         out.isolations = faults.isolations
         out.send_latency.CopyFrom(duration(faults.latency_s))
     return out
+
+
+def _replication(r: ReplicationSnapshot) -> admin_pb2.ShardReplication:
+    return admin_pb2.ShardReplication(
+        leader=r.replica,
+        epoch=r.epoch,
+        lsn=r.lsn,
+        mode=r.mode,
+        min_insync=r.min_insync,
+        followers=[
+            admin_pb2.ReplicaStatus(
+                name=f.replica,
+                in_sync=f.in_sync,
+                lag_batches=f.lag_batches,
+                lag_bytes=f.lag_bytes,
+                lag=duration(f.lag_s),
+            )
+            for f in r.followers
+        ],
+        terms=r.terms,
+    )
 
 
 def _etcd_endpoint(health: EtcdEndpointHealth) -> admin_pb2.EtcdEndpointStatus:

@@ -349,8 +349,42 @@ class ClusterBrokersCollector(Collector):
         isolations = CounterMetricFamily(
             "popmq_broker_isolations", "Times this proxy isolated the broker", labels=labels
         )
+        epoch = GaugeMetricFamily(
+            "popmq_broker_epoch",
+            "The broker's registration epoch: it changes when the broker registers again "
+            "(a restart, or a replicated shard's failover: count them with changes())",
+            labels=labels,
+        )
+        replica_labels = ["broker", "replica"]
+        in_sync = GaugeMetricFamily(
+            "popmq_replication_in_sync",
+            "1 when the replicated shard's follower is in its in-sync set",
+            labels=replica_labels,
+        )
+        lag_batches = GaugeMetricFamily(
+            "popmq_replication_lag_batches",
+            "Batches of the shard leader's log the follower lacks",
+            labels=replica_labels,
+        )
+        lag_bytes = GaugeMetricFamily(
+            "popmq_replication_lag_bytes",
+            "Bytes of the batches of the shard leader's log the follower lacks",
+            labels=replica_labels,
+        )
+        lag_seconds = GaugeMetricFamily(
+            "popmq_replication_lag_seconds",
+            "Age of the oldest batch the follower lacks (0 when only batches in flight)",
+            labels=replica_labels,
+        )
+        terms = CounterMetricFamily(
+            "popmq_replication_leader_terms",
+            "Times the shard leader's process became its leader",
+            labels=labels,
+        )
         for broker in brokers:
             name = [broker.name]
+            if broker.live:
+                epoch.add_metric(name, broker.epoch)
             up.add_metric(name, 1 if broker.reachable else 0)
             live.add_metric(name, 1 if broker.live else 0)
             snapshot = broker.metrics
@@ -362,12 +396,22 @@ class ClusterBrokersCollector(Collector):
                 for family, total in zip((sent, popped, acked), totals, strict=True):
                     family.add_metric(name, total)
                 held.add_metric(name, snapshot.long_polls_held)
+                replication = snapshot.replication
+                if replication is not None:
+                    terms.add_metric(name, replication.terms)
+                    for f in replication.followers:
+                        key = [broker.name, f.replica]
+                        in_sync.add_metric(key, 1 if f.in_sync else 0)
+                        lag_batches.add_metric(key, f.lag_batches)
+                        lag_bytes.add_metric(key, f.lag_bytes)
+                        lag_seconds.add_metric(key, f.lag_s)
             faults = broker.faults
             isolated.add_metric(name, faults.isolated_for_s if faults is not None else 0.0)
             failures.add_metric(name, faults.failures if faults is not None else 0)
             isolations.add_metric(name, faults.isolations if faults is not None else 0)
-        yield from (up, live, store, free, sent, popped, acked, held)
+        yield from (up, live, epoch, store, free, sent, popped, acked, held)
         yield from (isolated, failures, isolations)
+        yield from (in_sync, lag_batches, lag_bytes, lag_seconds, terms)
 
 
 def _lag(reading: _Reading) -> Iterable[Metric]:

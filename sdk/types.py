@@ -938,6 +938,69 @@ def _optional(message: admin_pb2.BrokerStatus, name: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """One follower of a replicated shard, as its leader sees it.
+
+    Attributes:
+        name: Its replica name.
+        in_sync: In the in-sync set: sends wait for it, and it may be elected.
+        lag_batches: Batches of the leader's log it lacks.
+        lag_bytes: Bytes of those batches.
+        lag_s: Age of the oldest batch it lacks (0 when only batches in flight).
+    """
+
+    name: str
+    in_sync: bool
+    lag_batches: int
+    lag_bytes: int
+    lag_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShardReplication:
+    """A replicated shard's leader (``popmq broker --shard``; docs/replication.md).
+
+    Attributes:
+        leader: The leader replica's name.
+        epoch: Its epoch (fencing token).
+        lsn: The last batch of its log.
+        mode: ``"sync"`` or ``"async"``.
+        min_insync: In-sync followers a send needs.
+        followers: Its followers.
+        terms: Times the leader's process became the shard's leader.
+    """
+
+    leader: str
+    epoch: int
+    lsn: int
+    mode: str
+    min_insync: int
+    followers: tuple[ReplicaStatus, ...]
+    terms: int
+
+    @classmethod
+    def from_proto(cls, message: admin_pb2.ShardReplication) -> ShardReplication:
+        return cls(
+            leader=message.leader,
+            epoch=message.epoch,
+            lsn=message.lsn,
+            mode=message.mode,
+            min_insync=message.min_insync,
+            followers=tuple(
+                ReplicaStatus(
+                    name=f.name,
+                    in_sync=f.in_sync,
+                    lag_batches=f.lag_batches,
+                    lag_bytes=f.lag_bytes,
+                    lag_s=seconds_from_duration(f.lag),
+                )
+                for f in message.followers
+            ),
+            terms=message.terms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerStatus:
     """One broker as the answering proxy sees it (``Admin.cluster_status``).
 
@@ -966,6 +1029,8 @@ class BrokerStatus:
         send_failures: Failed sends the proxy recorded on it.
         isolations: Times the proxy isolated it.
         send_latency_s: Latency of the proxy's last send to it.
+        replication: For a replicated shard, its leader's replication state; None for a
+            standalone broker or when it did not answer.
     """
 
     name: str
@@ -988,6 +1053,7 @@ class BrokerStatus:
     send_failures: int
     isolations: int
     send_latency_s: float
+    replication: ShardReplication | None = None
 
     @classmethod
     def from_proto(cls, message: admin_pb2.BrokerStatus) -> BrokerStatus:
@@ -1015,6 +1081,11 @@ class BrokerStatus:
             send_failures=message.send_failures,
             isolations=message.isolations,
             send_latency_s=seconds_from_duration(message.send_latency),
+            replication=(
+                ShardReplication.from_proto(message.replication)
+                if message.HasField("replication")
+                else None
+            ),
         )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
 from popmq.broker_core.errors import PopMQError, UnavailableError
 from popmq.broker_core.store import Batch, Store
 from popmq.cluster.replication import oplog
@@ -71,6 +72,8 @@ class ReplicationLog:
     Args:
         store: The leader's store (its position and epoch history are read from it).
         shard: The shard's name (for messages).
+        replica: This (leader) replica's name.
+        terms: Times this replica process became leader, this term included.
         epoch: This leadership's fencing epoch.
         isr: The in-sync followers etcd names at election.
         min_insync: Followers a send needs.
@@ -86,6 +89,8 @@ class ReplicationLog:
         store: Store,
         *,
         shard: str,
+        replica: str = "",
+        terms: int = 1,
         epoch: int,
         isr: Iterable[str],
         min_insync: int,
@@ -96,6 +101,8 @@ class ReplicationLog:
         persist: Callable[[frozenset[str]], Awaitable[None]],
     ) -> None:
         self.shard = shard
+        self.replica = replica
+        self.terms = terms
         self.epoch = epoch
         self.min_insync = min_insync
         self.wait_for_followers = wait_for_followers
@@ -238,6 +245,36 @@ class ReplicationLog:
         self._grown.set()
         for task in self._tasks:
             task.cancel()
+
+    # -- status ---------------------------------------------------------------------------
+
+    def replication_snapshot(self) -> ReplicationSnapshot:
+        """What `popmq cluster status` and the metrics show of this shard (Broker reads it)."""
+        followers = [
+            FollowerReplication(
+                replica=state.name,
+                in_sync=state.name in self.isr,
+                acked_lsn=state.acked,
+                lag_batches=self.lag_batches(state),
+                lag_bytes=self.lag_bytes(state),
+                lag_s=round(self.lag_s(state), 3),
+            )
+            for state in self.followers.values()
+        ]
+        followers += [
+            FollowerReplication(name, True, 0, self.lsn, 0, 0.0)
+            for name in self.isr - self.followers.keys()
+        ]
+        return ReplicationSnapshot(
+            replica=self.replica,
+            epoch=self.epoch,
+            lsn=self.lsn,
+            mode="sync" if self.wait_for_followers else "async",
+            min_insync=self.min_insync,
+            followers=tuple(sorted(followers, key=lambda f: f.replica)),
+            written_bytes=self.written_bytes,
+            terms=self.terms,
+        )
 
     # -- followers ------------------------------------------------------------------------
 

@@ -128,6 +128,12 @@ class ReplicaServer:
         )
         if security.tls:
             self.tls = ServerTLS(security, what="broker")
+        if self.config.metrics.listen:
+            log.warning(
+                "metrics.listen is not served by a replica (its broker core changes with its "
+                "role): scrape the proxies, which export each shard's popmq_broker_* and "
+                "popmq_replication_* series"
+            )
         gate = self.gate.interceptor()
         server = grpc.aio.server(
             options=[
@@ -272,6 +278,8 @@ class ReplicaServer:
             self.log = ReplicationLog(
                 store,
                 shard=self.shard,
+                replica=self.replica,
+                terms=self.failovers + 1,
                 epoch=term.epoch,
                 isr=(),
                 min_insync=self.config.replication.min_insync,

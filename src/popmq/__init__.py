@@ -54,11 +54,13 @@ if TYPE_CHECKING:
     from popmq.sdk import QueueStats as QueueStats
     from popmq.sdk import ReceivedMessage as ReceivedMessage
     from popmq.sdk import RedriveResult as RedriveResult
+    from popmq.sdk import ReplicaStatus as ReplicaStatus
     from popmq.sdk import ResourceExhaustedError as ResourceExhaustedError
     from popmq.sdk import RetryPolicy as RetryPolicy
     from popmq.sdk import SendReceipt as SendReceipt
     from popmq.sdk import ServerError as ServerError
     from popmq.sdk import ServerInfo as ServerInfo
+    from popmq.sdk import ShardReplication as ShardReplication
     from popmq.sdk import SimpleConsumer as SimpleConsumer
     from popmq.sdk import Sql as Sql
     from popmq.sdk import StoredMessage as StoredMessage
@@ -112,11 +114,13 @@ __all__ = [
     "QueueStats",
     "ReceivedMessage",
     "RedriveResult",
+    "ReplicaStatus",
     "ResourceExhaustedError",
     "RetryPolicy",
     "SendReceipt",
     "ServerError",
     "ServerInfo",
+    "ShardReplication",
     "SimpleConsumer",
     "Sql",
     "StoredMessage",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from popmq import (
+    Admin,
     AsyncAdmin,
     AsyncProducer,
     AsyncSimpleConsumer,
@@ -36,7 +39,12 @@ TTL_S = 3
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
     cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=TTL_S
+        tmp_path / "cluster",
+        shards=1,
+        replicas=2,
+        proxies=1,
+        session_ttl_s=TTL_S,
+        proxy_args=("--metrics-listen", "127.0.0.1:0"),
     )
     cluster.start()
     try:
@@ -160,6 +168,41 @@ async def _direct_sends(address: str, topic: str, count: int) -> tuple[int, list
     return stored, errors
 
 
+def _check_status(shard: ReplicaCluster, leader: str, follower: str) -> None:
+    """The shard's replication as `popmq cluster status` (SDK, CLI) and metrics show it."""
+    with Admin(shard.endpoint("p1")) as admin:
+        status = admin.cluster_status()
+    (broker,) = [b for b in status.brokers if b.name == "s1"]
+    replication = broker.replication
+    assert replication is not None
+    assert replication.leader == shard.shard_of[leader][1]
+    assert replication.epoch == shard.epoch("s1") == broker.epoch
+    assert replication.mode == "sync" and replication.min_insync == 1
+    assert [(f.name, f.in_sync) for f in replication.followers] == [
+        (shard.shard_of[follower][1], True)
+    ]
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "popmq.cli",
+            "--endpoint",
+            shard.endpoint("p1"),
+            "cluster",
+            "status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "replicas" in shown and "follower" in shown and "leader (sync, min_insync 1)" in shown
+    metrics = shard.metrics("p1")
+    replica = shard.shard_of[follower][1]
+    assert f'popmq_replication_in_sync{{broker="s1",replica="{replica}"}} 1.0' in metrics
+    assert f'popmq_broker_epoch{{broker="s1"}} {float(shard.epoch("s1"))}' in metrics
+
+
 def test_a_paused_leader_acknowledges_nothing_after_it_wakes(shard: ReplicaCluster) -> None:
     topic, group = "payments", "ledger"
     endpoint = shard.endpoint("p1")
@@ -168,6 +211,8 @@ def test_a_paused_leader_acknowledges_nothing_after_it_wakes(shard: ReplicaClust
     asyncio.run(_send(endpoint, topic, ids))
     leader = shard.leader("s1")
     assert leader is not None
+    (follower,) = [name for name in shard.replicas("s1") if name != leader]
+    _check_status(shard, leader, follower)
     old_address = shard.broker_address(leader)
     process = shard.processes[leader].process
     assert process is not None

@@ -620,7 +620,7 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("name", "address", "live", "reachable", "error", "epoch", "lease_ttl", "data_dir", "store_bytes", "disk_free_bytes", "topics", "queues", "messages_sent", "messages_popped", "messages_acked", "long_polls_held", "isolated_for", "send_failures", "isolations", "send_latency")
+    __slots__ = ("name", "address", "live", "reachable", "error", "epoch", "lease_ttl", "data_dir", "store_bytes", "disk_free_bytes", "topics", "queues", "messages_sent", "messages_popped", "messages_acked", "long_polls_held", "isolated_for", "send_failures", "isolations", "send_latency", "replication")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
@@ -641,6 +641,7 @@ class BrokerStatus(_message.Message):
     SEND_FAILURES_FIELD_NUMBER: _ClassVar[int]
     ISOLATIONS_FIELD_NUMBER: _ClassVar[int]
     SEND_LATENCY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     live: bool
@@ -661,7 +662,40 @@ class BrokerStatus(_message.Message):
     send_failures: int
     isolations: int
     send_latency: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., live: _Optional[bool] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., queues: _Optional[int] = ..., messages_sent: _Optional[int] = ..., messages_popped: _Optional[int] = ..., messages_acked: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., isolated_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_failures: _Optional[int] = ..., isolations: _Optional[int] = ..., send_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    replication: ShardReplication
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., live: _Optional[bool] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., queues: _Optional[int] = ..., messages_sent: _Optional[int] = ..., messages_popped: _Optional[int] = ..., messages_acked: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., isolated_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_failures: _Optional[int] = ..., isolations: _Optional[int] = ..., send_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replication: _Optional[_Union[ShardReplication, _Mapping]] = ...) -> None: ...
+
+class ShardReplication(_message.Message):
+    __slots__ = ("leader", "epoch", "lsn", "mode", "min_insync", "followers", "terms")
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    epoch: int
+    lsn: int
+    mode: str
+    min_insync: int
+    followers: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    terms: int
+    def __init__(self, leader: _Optional[str] = ..., epoch: _Optional[int] = ..., lsn: _Optional[int] = ..., mode: _Optional[str] = ..., min_insync: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., terms: _Optional[int] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("name", "in_sync", "lag_batches", "lag_bytes", "lag")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    LAG_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    in_sync: bool
+    lag_batches: int
+    lag_bytes: int
+    lag: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., in_sync: _Optional[bool] = ..., lag_batches: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ProxyStatus(_message.Message):
     __slots__ = ("name", "address", "epoch", "this_proxy")

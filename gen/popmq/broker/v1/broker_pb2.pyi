@@ -386,7 +386,7 @@ class GetMetricsSnapshotRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetMetricsSnapshotResponse(_message.Message):
-    __slots__ = ("sent", "popped", "acked", "nacked", "revived", "dead_lettered", "long_polls_held", "buffered_checkpoints", "live_checkpoints", "write_batches", "write_batches_failed", "write_jobs", "batch_jobs", "write_seconds_synced", "write_seconds_unsynced", "store_bytes", "topics", "groups", "disk_free_bytes")
+    __slots__ = ("sent", "popped", "acked", "nacked", "revived", "dead_lettered", "long_polls_held", "buffered_checkpoints", "live_checkpoints", "write_batches", "write_batches_failed", "write_jobs", "batch_jobs", "write_seconds_synced", "write_seconds_unsynced", "store_bytes", "topics", "groups", "disk_free_bytes", "replication")
     SENT_FIELD_NUMBER: _ClassVar[int]
     POPPED_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
@@ -406,6 +406,7 @@ class GetMetricsSnapshotResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
     sent: _containers.RepeatedCompositeFieldContainer[TopicCount]
     popped: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
     acked: _containers.RepeatedCompositeFieldContainer[GroupTopicCount]
@@ -425,7 +426,44 @@ class GetMetricsSnapshotResponse(_message.Message):
     topics: int
     groups: int
     disk_free_bytes: int
-    def __init__(self, sent: _Optional[_Iterable[_Union[TopicCount, _Mapping]]] = ..., popped: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., nacked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., revived: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., dead_lettered: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., long_polls_held: _Optional[int] = ..., buffered_checkpoints: _Optional[int] = ..., live_checkpoints: _Optional[int] = ..., write_batches: _Optional[int] = ..., write_batches_failed: _Optional[int] = ..., write_jobs: _Optional[int] = ..., batch_jobs: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_synced: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_unsynced: _Optional[_Union[Histogram, _Mapping]] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+    replication: Replication
+    def __init__(self, sent: _Optional[_Iterable[_Union[TopicCount, _Mapping]]] = ..., popped: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., nacked: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., revived: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., dead_lettered: _Optional[_Iterable[_Union[GroupTopicCount, _Mapping]]] = ..., long_polls_held: _Optional[int] = ..., buffered_checkpoints: _Optional[int] = ..., live_checkpoints: _Optional[int] = ..., write_batches: _Optional[int] = ..., write_batches_failed: _Optional[int] = ..., write_jobs: _Optional[int] = ..., batch_jobs: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_synced: _Optional[_Union[Histogram, _Mapping]] = ..., write_seconds_unsynced: _Optional[_Union[Histogram, _Mapping]] = ..., store_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ...) -> None: ...
+
+class Replication(_message.Message):
+    __slots__ = ("replica", "epoch", "lsn", "mode", "min_insync", "followers", "written_bytes", "terms")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    epoch: int
+    lsn: int
+    mode: str
+    min_insync: int
+    followers: _containers.RepeatedCompositeFieldContainer[FollowerReplication]
+    written_bytes: int
+    terms: int
+    def __init__(self, replica: _Optional[str] = ..., epoch: _Optional[int] = ..., lsn: _Optional[int] = ..., mode: _Optional[str] = ..., min_insync: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[FollowerReplication, _Mapping]]] = ..., written_bytes: _Optional[int] = ..., terms: _Optional[int] = ...) -> None: ...
+
+class FollowerReplication(_message.Message):
+    __slots__ = ("replica", "in_sync", "acked_lsn", "lag_batches", "lag_bytes", "lag_s")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    ACKED_LSN_FIELD_NUMBER: _ClassVar[int]
+    LAG_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    in_sync: bool
+    acked_lsn: int
+    lag_batches: int
+    lag_bytes: int
+    lag_s: float
+    def __init__(self, replica: _Optional[str] = ..., in_sync: _Optional[bool] = ..., acked_lsn: _Optional[int] = ..., lag_batches: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_s: _Optional[float] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "queues", "message_type")
