@@ -106,6 +106,7 @@ class Broker:
         config: BrokerConfig | None = None,
         *,
         tap: Callable[[Store], WriteTap] | None = None,
+        view_of: Store | None = None,
     ) -> None:
         """
         Args:
@@ -113,9 +114,13 @@ class Broker:
             tap: Makes what sees every write of the store, before the first one (a
                 replicating leader's log, cluster/replication); its `barrier`, if it has
                 one, holds batches back until followers hold them.
+            view_of: A store someone else writes (a replicated shard's follower): the broker
+                is a read-only view of it as of `start()`. It writes nothing (every write
+                is refused), runs no background task, and leaves the store open at close.
         """
         self.config = config or BrokerConfig()
         self._tap = tap
+        self._view_of = view_of
         self._store: Store | None = None
         self._started = False
         self._life = Lifecycle()
@@ -143,7 +148,8 @@ class Broker:
         if self._started:
             return
         began = time.perf_counter()
-        store = Store(self.config.store.data_dir)
+        view = self._view_of is not None
+        store = self._view_of or Store(self.config.store.data_dir)
         if self._tap is not None:
             store.tap = self._tap(store)
         try:
@@ -152,17 +158,21 @@ class Broker:
                 self.config.store.data_dir,
                 broker_name=self.config.broker_name,
                 allow_rename=self.config.allow_rename,
+                save=not view,
             )
         except BaseException:
-            store.close()  # release RocksDB's LOCK: the caller may fix the config and retry
+            if not view:
+                store.close()  # release RocksDB's LOCK: the caller may fix the config and retry
             raise
         self._store = store
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
         self.writer.barrier = getattr(store.tap, "barrier", None)
+        if view:
+            self.writer.refusal = "this is a read-only view of a replica's store"
         self._wire(store, identity)
-        if identity.unsaved:
+        if identity.unsaved and not view:
             self.writer.add_flush_hook(identity.save_boot)
             self.writer.add_commit_listener(identity.boot_saved)
         recovered = recover(
@@ -171,9 +181,11 @@ class Broker:
             ledger=self._ledger,
             superseded=self._superseded,
             offsets=self.offsets,
+            write=not view,
         )
         self.recovery_seconds = time.perf_counter() - began
-        log.info(
+        log.log(
+            logging.DEBUG if view else logging.INFO,
             "store %s opened in %.3fs: %d topics, %d groups, %d in-flight checkpoints recovered",
             self.config.store.data_dir,
             self.recovery_seconds,
@@ -182,6 +194,8 @@ class Broker:
             recovered,
         )
         self._started = True
+        if view:
+            return
         self._tasks = [
             asyncio.create_task(self._reviver.loop(), name="popmq-revive"),
             asyncio.create_task(self._ledger.buffer_loop(), name="popmq-ck-buffer"),
@@ -380,6 +394,10 @@ class Broker:
             return
         self._life.closing = True
         self.release_waiters()
+        if self._view_of is not None:
+            self.writer.close()
+            self._started = False
+            return  # nothing of its own to persist; the store is its owner's
         for task in self._tasks:
             task.cancel()
         # A task that died has reported why (_task_done): close the store all the same.

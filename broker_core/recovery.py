@@ -41,6 +41,7 @@ class BootIdentity:
         broker_name: The configured name (BrokerConfig.broker_name).
         allow_rename: Start even when the store belongs to a broker of another name, and
             make the store the configured name's (BrokerConfig.allow_rename).
+        save: Count this boot in the store (False: a read-only view writes nothing).
 
     Raises:
         DataDirError: The store belongs to a broker of another name and `allow_rename` is
@@ -48,13 +49,20 @@ class BootIdentity:
     """
 
     def __init__(
-        self, store: Store, directory: Path, *, broker_name: str, allow_rename: bool = False
+        self,
+        store: Store,
+        directory: Path,
+        *,
+        broker_name: str,
+        allow_rename: bool = False,
+        save: bool = True,
     ) -> None:
         self._directory = directory
         self.broker_name = broker_name
         self.secret = b""
         self.epoch = 0
         self._boot_unsaved = True
+        self._save = save
         self._check_name(store, allow_rename)
         self._load(store)
 
@@ -116,7 +124,7 @@ class BootIdentity:
         epoch_bytes = store.get("meta", _BOOT_KEY)
         self.epoch = (keys.decode_u32(epoch_bytes) if epoch_bytes else 0) + 1
         self._boot_unsaved = True
-        if store.read_only:
+        if store.read_only or not self._save:
             return
         batch = store.batch()
         self.save_boot(batch)
@@ -149,8 +157,11 @@ def recover(
     ledger: Ledger,
     superseded: SupersededHandles,
     offsets: QueueOffsets,
+    write: bool = True,
 ) -> int:
-    """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only."""
+    """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only.
+
+    With `write` (not for a read-only view), stale checkpoint entries are deleted."""
     for key, value in store.scan("offsets", b"", b"\xff" * 13):
         group_id, topic_id, queue_id = keys.parse_offset_key(key)
         queues.new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
@@ -189,6 +200,6 @@ def recover(
         cq.recovered.sort()
         cq.pop_offset = cq.committed
         cq.advance()
-    if len(stale) and not store.read_only:  # else the next start drops them
+    if write and len(stale) and not store.read_only:  # else the next start drops them
         store.write(stale, sync=False)
     return count

@@ -93,6 +93,9 @@ class GroupCommitWriter:
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
         self.stats = WriterStats()
         self._failure_warning = RepeatedWarning(log)
+        self.refusal: str | None = None
+        """Set: every job is refused with an UnavailableError saying this (a read-only
+        view of a store another writer owns)."""
         self.barrier: Callable[[Batch, bool], asyncio.Future[None] | None] | None = None
         """`barrier(batch, synced)`: a future that must resolve before the batch's jobs
         complete (replication to in-sync followers), or None when it need not wait."""
@@ -115,6 +118,8 @@ class GroupCommitWriter:
 
         `apply` must not fail: callers check preconditions before submitting.
         """
+        if self.refusal is not None:
+            raise UnavailableError(f"writes are refused: {self.refusal}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Job(apply, sync, future))

@@ -52,8 +52,13 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
             self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
         ) -> _Resp:
             try:
-                if writes or self.following is not None:
+                if writes:
                     self.check_writable()
+                elif self.following is not None:
+                    if self.reads_from is None:
+                        self.check_writable()
+                    else:
+                        self._broker = await self.reads_from()
                 return await handler(self, request, context)
             except PopMQError as exc:
                 await _abort(context, exc)
@@ -98,8 +103,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.fenced: str | None = None
         """Why writes are refused right now, or None (see fence())."""
         self.following: str | None = None
-        """Set on a replica that follows its shard's leader: every call is refused (its
-        store is a copy being written by replication; reads go to the leader)."""
+        """Set on a replica that follows its shard's leader: every call that writes is
+        refused (its store is a copy being written by replication)."""
+        self.reads_from: Callable[[], Awaitable[BrokerAPI]] | None = None
+        """While following: what serves the calls that only read (a read-only view of the
+        follower's copy, replica.py); None refuses them too."""
 
     def serve(self, broker: BrokerAPI) -> None:
         """Serve another broker core (a replica that became its shard's leader)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
@@ -47,6 +48,7 @@ from popmq.broker_core.types import (
 )
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.cluster.replication.reads import FollowerReads
 from popmq.cluster.topology import Topology, topic_info
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,13 @@ METRICS_DEADLINE_S = 2.0
 class ClusterAdmin:
     """Gathers reads and admin operations over brokers (module docstring)."""
 
-    def __init__(self, topology: Topology, pool: BrokerPool) -> None:
+    def __init__(
+        self, topology: Topology, pool: BrokerPool, followers: FollowerReads | None = None
+    ) -> None:
         self._topology = topology
         self._pool = pool
+        self._followers = followers
+        """Where reads of a shard without a reachable leader go (replication/reads.py)."""
 
     # -- gathering --------------------------------------------------------------------------
 
@@ -73,9 +79,12 @@ class ClusterAdmin:
         call: Callable[[str, RemoteBroker], Awaitable[_T]],
         *,
         what: str,
+        reads: bool = False,
     ) -> dict[str, _T]:
         """`call` on each broker at once; every one must answer (UnavailableError naming
-        those that did not). A request error is raised as it is."""
+        those that did not). A request error is raised as it is. With `reads` (the call
+        only reads), a replicated shard whose leader is not live or does not answer is
+        read from one of its followers."""
         remotes: dict[str, RemoteBroker] = {}
         missing: list[str] = []
         for broker in brokers:
@@ -83,7 +92,8 @@ class ClusterAdmin:
                 remotes[broker] = self._pool.get(broker)
             except UnavailableError:
                 missing.append(broker)
-        if missing:
+        followers = self._followers if reads else None
+        if missing and followers is None:
             raise UnavailableError(
                 f"cannot {what}: broker(s) {', '.join(sorted(missing))} are not live members "
                 "now; retry when they are back"
@@ -93,14 +103,23 @@ class ClusterAdmin:
             *(call(n, remotes[n]) for n in names), return_exceptions=True
         )
         results: dict[str, _T] = {}
-        failed: list[str] = []
+        unanswered: dict[str, str] = {name: "not a live member now" for name in missing}
         for name, answer in zip(names, answers, strict=True):
             if isinstance(answer, UnavailableError):
-                failed.append(f"{name} ({answer})")
+                unanswered[name] = str(answer)
             elif isinstance(answer, BaseException):
                 raise answer
             else:
                 results[name] = answer
+        if followers is not None:
+            for name in sorted(unanswered):
+                try:
+                    results[name] = await followers.read(name, functools.partial(call, name))
+                except UnavailableError as error:
+                    unanswered[name] += f"; {error}"
+                else:
+                    del unanswered[name]
+        failed = [f"{name} ({why})" for name, why in sorted(unanswered.items())]
         if failed:
             done = sorted(results)
             raise UnavailableError(
@@ -123,7 +142,10 @@ class ClusterAdmin:
         info = self._topology.info(name)
         holders = self._topology.holders(name)
         answers = await self._gather(
-            holders, lambda _, r: _or_none(r.get_topic(name)), what=f"read topic {name!r}"
+            holders,
+            lambda _, r: _or_none(r.get_topic(name)),
+            what=f"read topic {name!r}",
+            reads=True,
         )
         stats: list[QueueStats] = []
         for broker, answer in answers.items():
@@ -156,6 +178,7 @@ class ClusterAdmin:
             self._topology.holders(name),
             lambda _, r: _or_none(r.describe_topic(name)),
             what=f"describe topic {name!r}",
+            reads=True,
         )
         queues: list[QueueDetails] = []
         groups: set[str] = set()
@@ -180,6 +203,7 @@ class ClusterAdmin:
             self._topology.holders(topic),
             lambda _, r: _or_none(r.query_message(topic, message_id)),
             what=f"query message {message_id!r}",
+            reads=True,
         )
         for broker, found in sorted(answers.items()):
             if found is not None:
@@ -198,6 +222,7 @@ class ClusterAdmin:
             self._topology.holders(topic),
             lambda _, r: _or_empty(r.query_messages_by_key(topic, key, limit)),
             what=f"query key {key!r}",
+            reads=True,
         )
         found = [
             self._peeked(topic, broker, message)
@@ -274,6 +299,7 @@ class ClusterAdmin:
             self._topology.holders(topic),
             lambda _, r: _or_empty(r.get_offsets(group, topic)),
             what=f"read offsets of group {group!r}",
+            reads=True,
         )
         offsets = [
             dataclasses.replace(o, queue_id=self._global(topic, broker, o.queue_id))
@@ -288,6 +314,7 @@ class ClusterAdmin:
             self._topology.holders(topic),
             lambda _, r: _or_empty(r.offsets_at(topic, timestamp_ms)),
             what=f"find offsets of topic {topic!r}",
+            reads=True,
         )
         return sorted(
             (self._global(topic, broker, q), o)
@@ -393,6 +420,7 @@ class ClusterAdmin:
             self._topology.holders(topic),
             lambda _, r: _or_empty(r.peek(topic, group=group, max_messages=max_messages)),
             what=f"peek topic {topic!r}",
+            reads=True,
         )
         found = [
             self._peeked(topic, broker, m) for broker, messages in answers.items() for m in messages
@@ -424,7 +452,10 @@ class ClusterAdmin:
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         brokers = self._topology.holders(topic) if topic else self._known_brokers()
         answers = await self._gather(
-            brokers, lambda _, r: _or_empty(r.group_lag(group, topic)), what="read lag"
+            brokers,
+            lambda _, r: _or_empty(r.group_lag(group, topic)),
+            what="read lag",
+            reads=True,
         )
         rows = [self._lag_row(broker, row) for broker, found in answers.items() for row in found]
         return sorted(rows, key=lambda q: (q.topic, q.retry, q.queue_id, q.broker))
@@ -436,7 +467,10 @@ class ClusterAdmin:
     async def lag_report(self, group: str, topic: str = "") -> LagReport:
         brokers = self._topology.holders(topic) if topic else self._known_brokers()
         answers = await self._gather(
-            brokers, lambda _, r: _or_none(r.lag_report(group, topic)), what="read lag"
+            brokers,
+            lambda _, r: _or_none(r.lag_report(group, topic)),
+            what="read lag",
+            reads=True,
         )
         reports = {b: r for b, r in answers.items() if r is not None}
         if not reports:

@@ -71,6 +71,7 @@ from popmq.cluster.errors import CoordinationError
 from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.cluster.metadata import follow
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.cluster.replication.reads import FollowerReads
 from popmq.cluster.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.proxy.faults import FaultTable, FaultToleranceConfig, SendRouter
@@ -130,7 +131,10 @@ class ClusterBroker:
         self.faults = FaultTable(faults)
         self._sender = SendRouter(self.faults)
         self._pop = ClusterPop(self.topology, self.pool)
-        self.admin = ClusterAdmin(self.topology, self.pool)
+        self.followers = FollowerReads(
+            coordinator, call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer
+        )
+        self.admin = ClusterAdmin(self.topology, self.pool, self.followers)
         # Follows live-broker changes into the pool and the fault table (held so it runs).
         self._membership: asyncio.Task[None] | None = None
         # Follows proxies/ (held so it runs); the proxies' advertised addresses by name.
@@ -203,6 +207,7 @@ class ClusterBroker:
                     await task
         self._membership = self._proxy_watch = None
         await self.pool.close()
+        await self.followers.close()
         await self.routes.close()
         await self.groups.close()
 

@@ -43,9 +43,9 @@ from popmq.cluster.etcd import (
 
 logger = logging.getLogger(__name__)
 
-MemberKind = Literal["broker", "proxy"]
+MemberKind = Literal["broker", "proxy", "replica"]
 MEMBER_FOLDERS: Mapping[str, str] = types.MappingProxyType(
-    {"broker": "brokers", "proxy": "proxies"}
+    {"broker": "brokers", "proxy": "proxies", "replica": "replicas"}
 )
 """Where each kind of member registers, under the cluster's root."""
 DEFAULT_SESSION_TTL_S = 10

@@ -31,11 +31,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from popmq.broker_core import Broker, InvalidArgumentError
+from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, UnavailableError, data_dir
 from popmq.broker_core.store import Store
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.catalog_sync import CatalogSync
-from popmq.cluster.errors import CoordinationError
+from popmq.cluster.coordination import Session
+from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.replication.election import ShardElection, ShardState, Term
 from popmq.cluster.replication.follower import Follower, FollowError
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 SERVICE = "popmq.broker.v1.BrokerService"
 POLL_S = 0.25
 """How often a follower reads the shard's keys in etcd (leader gone? electable?)."""
+VIEW_REFRESH_S = 1.0
+"""A follower's read view is rebuilt at most this often: its reads may lag the leader by
+this much plus the replication lag."""
 LAG_CHECK_S = 0.5
 
 
@@ -114,6 +118,13 @@ class ReplicaServer:
         self._election: ShardElection | None = None
         self._roles: asyncio.Task[None] | None = None
         self._stopping = False
+        self._member: Session | None = None
+        self._listing: asyncio.Task[None] | None = None
+        # The read-only view of the follower's copy that serves reads (_follower_view),
+        # the lsn it was built at, and when (loop time).
+        self._view: Broker | None = None
+        self._view_lsn = 0
+        self._view_at = 0.0
 
     @property
     def address(self) -> str:
@@ -168,8 +179,12 @@ class ReplicaServer:
             ttl_s=cluster.session_ttl_s,
         )
         self.follower.open()
+        self.servicer.reads_from = self._follower_view
         self._roles = asyncio.get_running_loop().create_task(
             self._run_roles(), name="popmq-replica-roles"
+        )
+        self._listing = asyncio.get_running_loop().create_task(
+            self._list_replica(), name="popmq-replica-listing"
         )
         self._roles.add_done_callback(self._roles_done)
         return self.port
@@ -183,6 +198,62 @@ class ReplicaServer:
     async def _health_to(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
         for service in (SERVICE, ""):
             await self.health.set(service, status)
+
+    async def _list_replica(self) -> None:
+        """Be listed under replicas/<shard>.<replica> while running, so proxies can read
+        from this replica when the shard has no reachable leader. A restart right after a
+        kill -9 finds the old listing alive until its lease lapses: it retries meanwhile."""
+        assert self._coordinator is not None
+        name = f"{self.shard}.{self.replica}"
+        while True:
+            try:
+                self._member = await self._coordinator.register(
+                    "replica",
+                    name,
+                    {"addr": self.address, "shard": self.shard, "replica": self.replica},
+                    ttl_s=self.config.cluster.session_ttl_s,
+                )
+            except MemberExistsError:
+                await asyncio.sleep(0.5)
+            except CoordinationError as exc:
+                log.warning("shard %s: cannot list replica %s yet: %s", self.shard, name, exc)
+                await asyncio.sleep(1.0)
+            else:
+                return
+
+    # -- reads on a follower ---------------------------------------------------------------
+
+    async def _follower_view(self) -> BrokerAPI:
+        """A read-only broker over the follower's copy, rebuilt when the copy has moved on
+        (at most every VIEW_REFRESH_S): what a follower answers reads with."""
+        store = self.follower.store
+        if store is None or self.role not in ("follower", "waiting"):
+            raise UnavailableError(
+                f"this replica of shard {self.shard!r} is {self.role}; ask the shard's leader"
+            )
+        _, lsn = self.follower.position
+        if lsn == 0 or not (self.directory / data_dir.KEY_FILE).exists():
+            raise UnavailableError(
+                f"this replica of shard {self.shard!r} holds no copy of it yet; ask its leader"
+            )
+        now = asyncio.get_running_loop().time()
+        view = self._view
+        if view is not None and (
+            view.store is not store
+            or (lsn != self._view_lsn and now - self._view_at >= VIEW_REFRESH_S)
+        ):
+            await self._drop_view()
+            view = None
+        if view is None:
+            view = Broker(self.broker_config, view_of=store)
+            await view.start()
+            self._view, self._view_lsn, self._view_at = view, lsn, now
+        return view
+
+    async def _drop_view(self) -> None:
+        if self._view is not None:
+            view, self._view = self._view, None
+            await view.close()
 
     # -- roles ----------------------------------------------------------------------------
 
@@ -264,6 +335,7 @@ class ReplicaServer:
         assert self._election is not None and self._coordinator is not None
         election = self._election
         self._set_role("taking over", term.epoch)
+        await self._drop_view()
         self.follower.close()
         loop = asyncio.get_running_loop()
 
@@ -373,7 +445,16 @@ class ReplicaServer:
                 await self._roles
         if self.tls is not None:
             await self.tls.close()
+        await self._drop_view()
         self.follower.close()
+        if self._listing is not None:
+            self._listing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listing
+        if self._member is not None:
+            member, self._member = self._member, None
+            with contextlib.suppress(CoordinationError):
+                await member.close()
         if self._coordinator is not None:
             coordinator, self._coordinator = self._coordinator, None
             await coordinator.close()
