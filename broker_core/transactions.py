@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -100,6 +101,9 @@ MAX_LIST = 1000
 NEVER = 2**63 - 1
 _CHUNK = 128
 """Discards or expiries per write batch, so the loop stays free for sends and pops."""
+_SCAN = 4096
+"""Due check entries one claim or discard pass reads at most (overdue checks nobody claims,
+with no front end running, are skipped by every discard pass: this bounds that work)."""
 _RETRY_S = 1.0
 """Delay before the loop retries after a failed write (a full disk)."""
 _MIN_POLL_S = 0.01
@@ -386,7 +390,8 @@ class Transactions:
         now = now_ms()
         start, _ = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
         claimed: list[tuple[int, Record]] = []
-        for key, _ in self._store.scan("meta", start, keys.transaction_check_key(now + 1, 0)):
+        scan = self._store.scan("meta", start, keys.transaction_check_key(now + 1, 0))
+        for key, _ in itertools.islice(scan, _SCAN):
             due_ms, seq = keys.parse_transaction_timed_key(key)
             if seq in self._busy:
                 continue
@@ -491,19 +496,28 @@ class Transactions:
             await self._wakeup.wait(self._seconds_to_next())
 
     def _seconds_to_next(self) -> float:
-        soonest = NEVER
-        for prefix in (keys.TRANSACTION_CHECK_PREFIX, keys.TRANSACTION_EXPIRY_PREFIX):
-            first = self._store.first_key("meta", *_prefix_range(prefix))
-            if first is not None:
-                soonest = min(soonest, keys.parse_transaction_timed_key(first)[0])
-        return min(1.0, max(0.0, (soonest - now_ms()) / 1000))
+        """Until the next check entry comes due (it may be a discard) or the first expiry,
+        at most 1 s. Overdue entries were just scanned: they wait for a claim, not for
+        this loop, which would otherwise spin on them."""
+        now = now_ms()
+        soonest = now + 1000
+        _, check_end = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
+        first = self._store.first_key("meta", keys.transaction_check_key(now + 1, 0), check_end)
+        if first is not None:
+            soonest = min(soonest, keys.parse_transaction_timed_key(first)[0])
+        first = self._store.first_key("meta", *_prefix_range(keys.TRANSACTION_EXPIRY_PREFIX))
+        if first is not None:
+            # An overdue one is held by a change in progress: look again shortly.
+            soonest = min(soonest, max(keys.parse_transaction_timed_key(first)[0], now + 10))
+        return max(0.0, (soonest - now) / 1000)
 
     async def _discard_due(self, now: int) -> bool:
         """Discard one chunk of exhausted transactions that are due; True when more may be."""
         start, _ = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
         due: list[tuple[int, Record]] = []
         stale: list[bytes] = []
-        for key, _ in self._store.scan("meta", start, keys.transaction_check_key(now + 1, 0)):
+        scan = self._store.scan("meta", start, keys.transaction_check_key(now + 1, 0))
+        for key, _ in itertools.islice(scan, _SCAN):
             due_ms, seq = keys.parse_transaction_timed_key(key)
             if seq in self._busy:
                 continue

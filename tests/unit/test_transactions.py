@@ -289,6 +289,25 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
     asyncio.run(scenario())
 
 
+def test_an_overdue_check_nobody_claims_does_not_keep_the_broker_busy(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker(transactions=FAST) as broker:
+            await broker.create_topic("tx", 1, message_type="transaction")
+            [half] = await broker.send_half([NewMessage("tx", b"x")])
+            await asyncio.sleep(FAST.check_first_s + 0.1)  # due, and nobody claims it
+            cpu, wall = time.process_time(), time.monotonic()
+            await asyncio.sleep(1.0)
+            # A loop spinning on the overdue entry burns a fifth of it and more (measured);
+            # a sleeping one, under a thousandth.
+            assert time.process_time() - cpu < 0.1 * (time.monotonic() - wall)
+            [check] = await broker.due_checks()
+            assert (check.transaction_id, check.attempt) == (half.transaction_id, 1)
+
+    asyncio.run(scenario())
+
+
 def test_resolved_transactions_are_forgotten_after_resolved_ttl(open_broker: OpenBroker) -> None:
     async def scenario() -> None:
         config = TransactionsConfig(resolved_ttl_s=0.2)
