@@ -11,6 +11,7 @@ from popmq.broker_core.api import (
     MetricsSnapshot,
     ReplicationSnapshot,
     ServerInfo,
+    TransactionAPI,
 )
 from popmq.broker_core.broker import (
     Broker,
@@ -32,6 +33,7 @@ from popmq.broker_core.config import (
     PopConfig,
     RetentionConfig,
     StoreConfig,
+    TransactionsConfig,
 )
 from popmq.broker_core.data_dir import (
     PRIVATE_UMASK,
@@ -78,6 +80,7 @@ from popmq.broker_core.sql_filter import (
     MAX_EXPRESSION_LENGTH,
 )
 from popmq.broker_core.types import (
+    TRANSACTION_SOURCES,
     ConsumerOffset,
     ExponentialBackoff,
     GroupSettings,
@@ -91,6 +94,8 @@ from popmq.broker_core.types import (
     ResetResult,
     SendResult,
     Subscription,
+    TransactionCheck,
+    TransactionInfo,
 )
 from popmq.broker_core.validation import (
     DLQ_PREFIX,
@@ -112,6 +117,7 @@ from popmq.broker_core.validation import (
     MAX_TAG_LENGTH,
     MESSAGE_OVERHEAD_BYTES,
     NAME_PATTERN,
+    TRANSACTION_DISCARD_TOPIC,
     check_batch_size,
     check_count,
     check_delivery_time,
@@ -196,7 +202,13 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "StoreConfig",
     "StoreFullError",
     "Subscription",
+    "TRANSACTION_DISCARD_TOPIC",
+    "TRANSACTION_SOURCES",
     "TopicInfo",
+    "TransactionAPI",
+    "TransactionCheck",
+    "TransactionInfo",
+    "TransactionsConfig",
     "UnauthenticatedError",
     "UnavailableError",
     "check_batch_size",

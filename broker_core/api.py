@@ -23,7 +23,7 @@ with the facade's and pins which members are synchronous.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
@@ -46,6 +46,8 @@ from popmq.broker_core.types import (
     ResetResult,
     SendResult,
     Subscription,
+    TransactionCheck,
+    TransactionInfo,
 )
 
 
@@ -104,6 +106,17 @@ class MetricsSnapshot:
     the broker measured them; None when not measured (a sum over brokers has none)."""
     replication: ReplicationSnapshot | None = None
     """A replicated shard's leader's replication state; None when not replicated."""
+    transactions_open: int = 0
+    """Half messages waiting for a commit, a rollback or a check (a gauge)."""
+    half_sent: Mapping[str, int] = field(default_factory=dict)
+    """Half messages stored, per topic."""
+    transaction_checks: Mapping[str, int] = field(default_factory=dict)
+    """Checks handed out, per topic."""
+    transaction_resolutions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Resolutions per (resolution "commit" / "rollback", source "client" / "server_check"
+    / "admin")."""
+    transactions_discarded: Mapping[str, int] = field(default_factory=dict)
+    """Transactions discarded after transactions.check_max checks, per topic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,3 +383,43 @@ class BrokerAPI(Protocol):
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
 
     async def lag_report(self, group: str, topic: str = "") -> LagReport: ...
+
+
+class TransactionAPI(Protocol):
+    """Transactional messages (broker_core/transactions.py): what a front end needs to take
+    half messages, end transactions, hand out checks to producers, and show them to an
+    operator. All async: a remote broker answers each with a call.
+
+    Kept apart from BrokerAPI until the cluster's RemoteBroker forwards them; `Broker`
+    implements both (tests/unit/test_broker_api.py checks the signatures).
+    """
+
+    async def send_half(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]: ...
+
+    async def end_transaction(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: str = "client",
+        topic: str = "",
+        message_id: str = "",
+    ) -> TransactionInfo: ...
+
+    async def due_checks(
+        self, max_checks: int = 32, *, wait_s: float = 0.0
+    ) -> list[TransactionCheck]: ...
+
+    async def get_transaction(self, transaction_id: str) -> TransactionInfo: ...
+
+    async def list_transactions(
+        self, state: str, *, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]: ...
+
+    async def resume_discarded(self, transaction_id: str) -> TransactionInfo: ...

@@ -41,6 +41,7 @@ from popmq.broker_core.api import (
     MetricsSnapshot,
     ReplicationSnapshot,
     ServerInfo,
+    TransactionAPI,
 )
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
@@ -76,6 +77,8 @@ from popmq.broker_core.stats import BrokerStats, Histogram
 from popmq.broker_core.store import Batch, Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
+from popmq.broker_core.transaction_id import TransactionIdCodec
+from popmq.broker_core.transactions import Transactions
 from popmq.broker_core.types import (
     ConsumerOffset,
     ExponentialBackoff,
@@ -92,6 +95,8 @@ from popmq.broker_core.types import (
     ResetResult,
     SendResult,
     Subscription,
+    TransactionCheck,
+    TransactionInfo,
 )
 from popmq.broker_core.writer import GroupCommitWriter
 
@@ -201,6 +206,7 @@ class Broker:
             asyncio.create_task(self._ledger.buffer_loop(), name="popmq-ck-buffer"),
             asyncio.create_task(self._retention.loop(), name="popmq-retention"),
             asyncio.create_task(self._timers.loop(), name="popmq-timers"),
+            asyncio.create_task(self._transactions.loop(), name="popmq-transactions"),
         ]
         for task in self._tasks:
             task.add_done_callback(self._task_done)
@@ -244,6 +250,20 @@ class Broker:
             recall_codec=recall_codec,
             polling=polling,
             stats=stats,
+        )
+        self._transactions = Transactions(
+            config,
+            store=store,
+            catalog=catalog,
+            writer=writer,
+            sender=self._sender,
+            timers=self._timers,
+            create=create,
+            codec=TransactionIdCodec(identity.secret, broker_name=config.broker_name),
+            polling=polling,
+            stats=stats,
+            life=life,
+            epoch=identity.epoch,
         )
         self._queries = MessageQueries(store=store, catalog=catalog, recall_codec=recall_codec)
         self._reader = Reader(
@@ -385,6 +405,7 @@ class Broker:
         store is still open and no long poll keeps the grace period waiting.
         """
         self._life.draining = True
+        self._transactions.release()
         for topic in list(self.catalog.topics):
             self.polling.notify_all(topic)
 
@@ -528,6 +549,56 @@ class Broker:
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """Store the messages atomically; with sync flush, return after the fsync."""
         return await self._sender.send(messages)
+
+    # -- transactions (transactions.py) ---------------------------------------------------
+
+    async def send_half(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]:
+        """Store half messages, one transaction each, invisible to every reader until
+        committed; each result carries its transaction id (offset -1)."""
+        return await self._transactions.send_half(
+            messages, producer_group=producer_group, check_first_s=check_first_s
+        )
+
+    async def end_transaction(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: str = "client",
+        topic: str = "",
+        message_id: str = "",
+    ) -> TransactionInfo:
+        """Commit or roll back an open transaction; the same resolution again is a no-op,
+        the other one (or any after a discard) FAILED_PRECONDITION."""
+        return await self._transactions.end_transaction(
+            transaction_id, commit=commit, source=source, topic=topic, message_id=message_id
+        )
+
+    async def due_checks(
+        self, max_checks: int = 32, *, wait_s: float = 0.0
+    ) -> list[TransactionCheck]:
+        """Claim due checks of open transactions (each counted as sent), waiting up to
+        wait_s for one to come due."""
+        return await self._transactions.due_checks(max_checks, wait_s=wait_s)
+
+    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        return await self._transactions.get_transaction(transaction_id)
+
+    async def list_transactions(
+        self, state: str, *, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]:
+        """Open or discarded transactions, of one topic or all."""
+        return await self._transactions.list_transactions(state, topic=topic, limit=limit)
+
+    async def resume_discarded(self, transaction_id: str) -> TransactionInfo:
+        """Reopen a discarded transaction with a fresh check count."""
+        return await self._transactions.resume_discarded(transaction_id)
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """Cancel a delayed message before it is due; returns its message id."""
@@ -816,6 +887,11 @@ class Broker:
             groups=len(self._groups.list_groups()),
             disk_free_bytes=disk_free(self.config.store.data_dir),
             replication=self._replication_snapshot(),
+            transactions_open=self._transactions.open_count,
+            half_sent=dict(stats.half_sent),
+            transaction_checks=dict(stats.transaction_checks),
+            transaction_resolutions=dict(stats.transaction_resolutions),
+            transactions_discarded=dict(stats.transactions_discarded),
         )
 
     def _replication_snapshot(self) -> ReplicationSnapshot | None:
@@ -847,4 +923,9 @@ def _histogram(histogram: Histogram) -> HistogramSnapshot:
 
 def _implements_api(broker: Broker) -> BrokerAPI:
     """Never called: mypy checks here that Broker conforms to the BrokerAPI Protocol."""
+    return broker
+
+
+def _implements_transactions(broker: Broker) -> TransactionAPI:
+    """Never called: mypy checks here that Broker conforms to the TransactionAPI Protocol."""
     return broker

@@ -141,6 +141,48 @@ class MessagesConfig:
             raise ValueError("messages.fifo_max_held must be at least 1")
 
 
+MAX_TRANSACTION_CHECKS = 1000
+"""Hard ceiling of TransactionsConfig.check_max."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransactionsConfig:
+    """Check-back of transactions left open (RocketMQ BrokerConfig's transaction settings)."""
+
+    check_first_s: float = 6.0
+    """An open transaction is first checked this long after its half message was stored,
+    unless the message asked for its own delay (RocketMQ transactionTimeOut: 6 s)."""
+    check_interval_s: float = 30.0
+    """Then it is checked again this often (RocketMQ transactionCheckInterval: 30 s)."""
+    check_max: int = 15
+    """Checks before an unanswered transaction is discarded to the discarded-transactions
+    topic, where it can be inspected and resumed (RocketMQ transactionCheckMax: 15)."""
+    max_check_first_s: float = 3600.0
+    """Longest first-check delay a half message may ask for (RocketMQ
+    maxTransactionRecoverySecond: 3600 s); a longer one is refused."""
+    resolved_ttl_s: float = 3600.0
+    """A committed or rolled-back transaction is remembered this long, so that a repeated
+    resolution (a client retry, a late check answer) is answered as the first was; after
+    it, resolving it answers NOT_FOUND."""
+
+    def __post_init__(self) -> None:
+        for name in ("check_first_s", "check_interval_s", "resolved_ttl_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"transactions.{name} {getattr(self, name)} must be positive (seconds)"
+                )
+        if not 1 <= self.check_max <= MAX_TRANSACTION_CHECKS:
+            raise ValueError(
+                f"transactions.check_max {self.check_max} must be within "
+                f"1..{MAX_TRANSACTION_CHECKS}"
+            )
+        if not self.max_check_first_s >= self.check_first_s:
+            raise ValueError(
+                f"transactions.max_check_first_s {self.max_check_first_s} must be at least "
+                f"check_first_s {self.check_first_s}"
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
     """Everything broker_core needs."""
@@ -165,6 +207,7 @@ class BrokerConfig:
     groups: GroupDefaults = field(default_factory=GroupDefaults)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     messages: MessagesConfig = field(default_factory=MessagesConfig)
+    transactions: TransactionsConfig = field(default_factory=TransactionsConfig)
     auto_create_topics: bool = False
     """Create a missing topic (8 queues) on first send instead of answering NOT_FOUND."""
     default_topic_queues: int = 8

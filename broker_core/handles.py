@@ -1,16 +1,17 @@
 """Which broker issued a handle, read without any broker's secret: what a proxy in front of
 several brokers routes an ack, a ChangeInvisibleTime, a Nack or a recall by.
 
-A receipt or recall handle reads `<broker name>.<payload>` (handle_text.py). This reads the
-name and checks that the rest has the exact shape of a handle the broker issues (length,
-one base64url spelling, version byte); only the issuing broker can check the MAC. It is
+A receipt or recall handle, or a transaction id, reads `<broker name>.<payload>`
+(handle_text.py). This reads the name and checks that the rest has the exact shape of a
+handle the broker issues (length, one base64url spelling, version byte); only the issuing
+broker can check the MAC. It is
 what RocketMQ's proxy does with the brokerName field of its receipt handles, without the
 route lookup.
 """
 
 from __future__ import annotations
 
-from popmq.broker_core import timer
+from popmq.broker_core import timer, transaction_id
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.handle_text import SEPARATOR, HandleText, broker_name_problem
 from popmq.broker_core.pop import receipt
@@ -20,6 +21,8 @@ from popmq.broker_core.pop import receipt
 _KINDS: dict[int, tuple[HandleText, int, int]] = {
     receipt.TEXT.chars: (receipt.TEXT, receipt.VERSION, receipt.VERSION_UNNAMED),
     timer.TEXT.chars: (timer.TEXT, timer.VERSION, timer.VERSION_UNNAMED),
+    # Transaction ids were named from the start: no unnamed version (-1 matches no byte).
+    transaction_id.TEXT.chars: (transaction_id.TEXT, transaction_id.VERSION, -1),
 }
 _MALFORMED = (
     "handle is malformed: not a receipt or recall handle a popmq broker issued; pass it "
@@ -28,7 +31,8 @@ _MALFORMED = (
 
 
 def issuer_of(text: str) -> str | None:
-    """The name of the broker that issued the receipt or recall handle `text`.
+    """The name of the broker that issued the receipt or recall handle (or transaction id)
+    `text`.
 
     None for a handle issued before handles named their broker: only the broker whose secret
     signed it accepts it (in the embedded mode, the only broker). Raises InvalidArgumentError

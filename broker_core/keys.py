@@ -170,3 +170,44 @@ def parse_expiry_key(key: bytes) -> tuple[int, bytes]:
 
 
 _QUEUE_OFFSET = struct.Struct(">IQ")
+
+TRANSACTION_PREFIX = b"txn:"
+"""meta family: transaction sequence -> TransactionRecord (transactions.py)."""
+TRANSACTION_CHECK_PREFIX = b"txc:"
+"""meta family: (due time, sequence) of every open transaction's next check, or discard."""
+TRANSACTION_EXPIRY_PREFIX = b"txx:"
+"""meta family: (expiry time, sequence) of resolved and discarded transactions."""
+TRANSACTION_DISCARDED_PREFIX = b"txd:"
+"""meta family: sequence of every discarded transaction (their listing)."""
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key starting with `prefix` (which ends below 0xff)."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def transaction_key(seq: int) -> bytes:
+    return TRANSACTION_PREFIX + _U64.pack(seq)
+
+
+def transaction_discarded_key(seq: int) -> bytes:
+    return TRANSACTION_DISCARDED_PREFIX + _U64.pack(seq)
+
+
+def transaction_check_key(due_ms: int, seq: int) -> bytes:
+    return TRANSACTION_CHECK_PREFIX + _REVIVE.pack(due_ms, seq)
+
+
+def transaction_expiry_key(expire_ms: int, seq: int) -> bytes:
+    return TRANSACTION_EXPIRY_PREFIX + _REVIVE.pack(expire_ms, seq)
+
+
+def parse_transaction_timed_key(key: bytes) -> tuple[int, int]:
+    """(time, sequence) of a transaction check or expiry key."""
+    when, seq = _REVIVE.unpack(key[4:])
+    return when, seq
+
+
+def parse_transaction_seq(key: bytes) -> int:
+    """The sequence of a transaction or discarded-transaction key."""
+    return decode_u64(key[4:])

@@ -93,59 +93,8 @@ class Sender:
         stored again: its result is the first send's, with `duplicate` set. A message due in
         the future waits in the timers family and gets a recall handle instead of an offset.
         """
-        if not messages:
-            raise InvalidArgumentError("a send needs at least one message")
-        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
-        # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
-        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
-        stamp = now_ms()
+        stamp, topics = await self.admit(messages, half=False)
         cfg = self._config.messages
-        names = {msg.topic for msg in messages}
-        for name in names:
-            validation.check_name("topic", name)
-        for i, msg in enumerate(messages):
-            validation.check_message(
-                i,
-                body=msg.body,
-                tag=msg.tag,
-                keys=msg.keys,
-                properties=msg.properties,
-                message_id=msg.message_id,
-            )
-            validation.check_message_extras(
-                i,
-                message_group=msg.message_group,
-                dedup_id=msg.dedup_id,
-                body_encoding=msg.body_encoding,
-                born_host=msg.born_host,
-            )
-            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
-        # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
-        self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
-        topics = {name: await self._topic_for_send(name) for name in names}
-        for i, msg in enumerate(messages):
-            kind = _message_type(msg)
-            topic = topics[msg.topic]
-            if not topic.accepts(kind):
-                raise FailedPreconditionError(
-                    f"messages[{i}] is a {kind} message but topic {topic.name!r} is a "
-                    f"{topic.message_type_name} topic"
-                    + (
-                        "; transactional sends are not supported yet"
-                        if topic.message_type_name == "transaction"
-                        else f" and accepts only {topic.message_type_name} messages"
-                        if topic.message_type_name != "mixed"
-                        else ""
-                    )
-                )
-            if msg.queue_id is not None and not 0 <= msg.queue_id < topic.queues:
-                raise InvalidArgumentError(
-                    f"messages[{i}].queue_id {msg.queue_id} is not a queue of topic "
-                    f"{topic.name!r}, which has queues 0..{topic.queues - 1}",
-                    field="message.queue_id",
-                    value=msg.queue_id,
-                    allowed=f"0..{topic.queues - 1}",
-                )
         window_ms = round(cfg.dedup_window_s * 1000)
         results: list[SendResult | None] = [None] * len(messages)
         # One future for the whole send: a concurrent send repeating one of its dedup ids
@@ -188,7 +137,7 @@ class Sender:
             plan.append(
                 _Planned(i, topic, self._choose_queue(topic, msg.message_group)
                          if msg.queue_id is None else msg.queue_id,
-                         _stored_record(msg, message_id, stamp), dedup_id, timer_seq)
+                         stored_record(msg, message_id, stamp), dedup_id, timer_seq)
             )  # fmt: skip
         retention_ms = round(self._config.retention.retention_s * 1000)
 
@@ -197,42 +146,13 @@ class Sender:
             out = []
             expiries = message_index.Expiries()
             for p in plan:
-                r = p.record
-                recall = ""
-                if p.timer_seq:
-                    recall = self._recall_codec.encode(
-                        RecallHandle(p.topic.topic_id, r.deliver_at_ms, p.timer_seq)
+                out.append(
+                    self.store_one(
+                        batch, offsets, expiries, topic=p.topic, queue_id=p.queue_id,
+                        record=p.record, dedup_id=p.dedup_id, timer_seq=p.timer_seq,
+                        stamp_ms=stamp, retention_ms=retention_ms, dedup_window_ms=window_ms,
                     )
-                    timer = records_pb2.TimerRecord(
-                        topic_id=p.topic.topic_id,
-                        queue_id=p.queue_id,
-                        message=r.SerializeToString(),
-                    )
-                    key = keys.timer_key(r.deliver_at_ms, p.timer_seq)
-                    batch.put("timers", key, timer.SerializeToString())
-                    offset = -1
-                else:
-                    offset = offsets.allocate(p.topic.topic_id, p.queue_id)
-                    batch.put(
-                        "messages",
-                        keys.message_key(p.topic.topic_id, p.queue_id, offset),
-                        r.SerializeToString(),
-                    )
-                message_index.write_entries(
-                    batch,
-                    expiries,
-                    topic_id=p.topic.topic_id,
-                    queue_id=p.queue_id,
-                    offset=offset,
-                    message_id=r.message_id,
-                    dedup_id=p.dedup_id,
-                    message_keys=r.keys,
-                    stamp_ms=stamp,
-                    retention_ms=retention_ms,
-                    dedup_window_ms=window_ms,
-                    recall_handle=recall,
-                )
-                out.append(SendResult(r.message_id, p.topic.name, p.queue_id, offset, recall))
+                )  # fmt: skip
             expiries.put(batch)
             return out
 
@@ -253,12 +173,75 @@ class Sender:
             results[p.index] = result
         for i, earlier, j in later:
             results[i] = duplicate_of((await earlier)[j])
+        self.announce(
+            [(result, p.record.deliver_at_ms if p.timer_seq else 0)
+             for result, p in zip(stored, plan, strict=True)]
+        )  # fmt: skip
+        return [r for r in results if r is not None]
+
+    def store_one(
+        self,
+        batch: Batch,
+        offsets: QueueOffsets,
+        expiries: message_index.Expiries,
+        *,
+        topic: TopicInfo,
+        queue_id: int,
+        record: records_pb2.StoredMessage,
+        dedup_id: str,
+        timer_seq: int,
+        stamp_ms: int,
+        retention_ms: int,
+        dedup_window_ms: int,
+    ) -> SendResult:
+        """Add one new message to a write job: at the end of its queue, or (`timer_seq`
+        non-zero) as a timer due at its delivery time, with its index entries. Shared by
+        sends and transaction commits, so a committed message is stored as a sent one is."""
+        recall = ""
+        if timer_seq:
+            recall = self._recall_codec.encode(
+                RecallHandle(topic.topic_id, record.deliver_at_ms, timer_seq)
+            )
+            timer = records_pb2.TimerRecord(
+                topic_id=topic.topic_id, queue_id=queue_id, message=record.SerializeToString()
+            )
+            batch.put(
+                "timers", keys.timer_key(record.deliver_at_ms, timer_seq), timer.SerializeToString()
+            )
+            offset = -1
+        else:
+            offset = offsets.allocate(topic.topic_id, queue_id)
+            batch.put(
+                "messages",
+                keys.message_key(topic.topic_id, queue_id, offset),
+                record.SerializeToString(),
+            )
+        message_index.write_entries(
+            batch,
+            expiries,
+            topic_id=topic.topic_id,
+            queue_id=queue_id,
+            offset=offset,
+            message_id=record.message_id,
+            dedup_id=dedup_id,
+            message_keys=record.keys,
+            stamp_ms=stamp_ms,
+            retention_ms=retention_ms,
+            dedup_window_ms=dedup_window_ms,
+            recall_handle=recall,
+        )
+        return SendResult(record.message_id, topic.name, queue_id, offset, recall)
+
+    def announce(self, stored: Sequence[tuple[SendResult, int]]) -> None:
+        """After the write of new messages committed: count them, wake the pops held on
+        their queues, and the timer loop for delayed ones. `stored` pairs each result with
+        its timer's due time (0 for a message stored in its queue)."""
         counts: dict[str, int] = {}
         arrivals: dict[tuple[str, int], int] = {}
         due_soon = self._timers.next_due_ms
-        for result, p in zip(stored, plan, strict=True):
-            if p.timer_seq:
-                due_soon = min(due_soon, p.record.deliver_at_ms)
+        for result, due_ms in stored:
+            if due_ms:
+                due_soon = min(due_soon, due_ms)
                 continue
             counts[result.topic] = counts.get(result.topic, 0) + 1
             grew = (result.topic, result.queue_id)
@@ -269,7 +252,64 @@ class Sender:
         # spends a wake-up meant for a pop held on another.
         for (topic_name, queue_id), count in arrivals.items():
             self._polling.notify(topic_name, count, queue_id=queue_id)
-        return [r for r in results if r is not None]
+
+    def next_message_id(self) -> str:
+        return self._ids.next()
+
+    def choose_queue(self, topic: TopicInfo, message_group: str) -> int:
+        return self._choose_queue(topic, message_group)
+
+    async def admit(
+        self, messages: Sequence[NewMessage], *, half: bool
+    ) -> tuple[int, dict[str, TopicInfo]]:
+        """Check a send (or, `half`, a transactional half send) before anything is stored:
+        sizes, fields, room on disk, the topics (created if allowed) and their message
+        types. Returns the send's stamp (ms) and its topics by name."""
+        if not messages:
+            raise InvalidArgumentError("a send needs at least one message")
+        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
+        # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
+        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
+        stamp = now_ms()
+        cfg = self._config.messages
+        names = {msg.topic for msg in messages}
+        for name in names:
+            validation.check_name("topic", name)
+        for i, msg in enumerate(messages):
+            validation.check_message(
+                i,
+                body=msg.body,
+                tag=msg.tag,
+                keys=msg.keys,
+                properties=msg.properties,
+                message_id=msg.message_id,
+            )
+            validation.check_message_extras(
+                i,
+                message_group=msg.message_group,
+                dedup_id=msg.dedup_id,
+                body_encoding=msg.body_encoding,
+                born_host=msg.born_host,
+            )
+            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
+        # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
+        self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
+        topics = {name: await self._topic_for_send(name) for name in names}
+        for i, msg in enumerate(messages):
+            kind = message_type(msg)
+            topic = topics[msg.topic]
+            problem = _half_problem(topic, kind) if half else _send_problem(topic, kind)
+            if problem:
+                raise FailedPreconditionError(f"messages[{i}] {problem}")
+            if msg.queue_id is not None and not 0 <= msg.queue_id < topic.queues:
+                raise InvalidArgumentError(
+                    f"messages[{i}].queue_id {msg.queue_id} is not a queue of topic "
+                    f"{topic.name!r}, which has queues 0..{topic.queues - 1}",
+                    field="message.queue_id",
+                    value=msg.queue_id,
+                    allowed=f"0..{topic.queues - 1}",
+                )
+        return stamp, topics
 
     async def _topic_for_send(self, name: str) -> TopicInfo:
         info = self._catalog.topics.get(name)
@@ -302,7 +342,7 @@ class _Planned:
     """Non-zero for a delayed message: its timers-family sequence."""
 
 
-def _stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> records_pb2.StoredMessage:
+def stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> records_pb2.StoredMessage:
     """The record a sent message is stored as.
 
     Empty fields are left out of the constructor: upb converts every keyword it is given, and
@@ -334,7 +374,44 @@ def _stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> records_p
     return record
 
 
-def _message_type(msg: NewMessage) -> str:
+def _send_problem(topic: TopicInfo, kind: str) -> str:
+    """Why a plain send of a `kind` message may not go to `topic` ("" when it may)."""
+    if topic.accepts(kind):
+        return ""
+    name = topic.message_type_name
+    if name == "transaction":
+        return (
+            f"is a {kind} message but topic {topic.name!r} is a transaction topic and "
+            "accepts only transactional (half) messages"
+        )
+    return f"is a {kind} message but topic {topic.name!r} is a {name} topic" + (
+        f" and accepts only {name} messages" if name != "mixed" else ""
+    )
+
+
+def _half_problem(topic: TopicInfo, kind: str) -> str:
+    """Why a half message of base type `kind` may not go to `topic` ("" when it may).
+
+    Transaction and mixed topics take half messages of every base type; a fifo or delay
+    topic takes them when they are of its type (a message group, a delivery time), so a
+    committed message keeps its topic's semantics. A normal topic takes none (RocketMQ's
+    topic message-type check refuses TRANSACTION there too).
+    """
+    name = topic.message_type_name
+    if name in ("transaction", "mixed") or (name != "normal" and topic.accepts(kind)):
+        return ""
+    if name == "normal":
+        return (
+            f"is a transactional message but topic {topic.name!r} is a normal topic; "
+            "send it to a transaction or mixed topic"
+        )
+    return (
+        f"is a transactional {kind} message but topic {topic.name!r} is a {name} topic "
+        f"and accepts only {name} messages"
+    )
+
+
+def message_type(msg: NewMessage) -> str:
     """RocketMQ's rule: a message group makes it FIFO, a delivery time makes it DELAY."""
     if msg.message_group:
         return "fifo"

@@ -24,6 +24,14 @@ class BrokerStats:
     nacked: Counter[tuple[str, str]] = field(default_factory=Counter)
     revived: Counter[tuple[str, str]] = field(default_factory=Counter)
     dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)
+    half_sent: Counter[str] = field(default_factory=Counter)
+    """Half messages stored, per topic."""
+    transaction_checks: Counter[str] = field(default_factory=Counter)
+    """Checks handed out, per topic."""
+    transaction_resolutions: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Transactions resolved, per (resolution "commit" / "rollback", source)."""
+    transactions_discarded: Counter[str] = field(default_factory=Counter)
+    """Transactions discarded after check_max checks, per topic."""
 
 
 @dataclass

@@ -52,6 +52,9 @@ class SendResult:
     """For a delayed message: pass to Broker.recall to cancel it before it is due."""
     duplicate: bool = False
     """True when this send repeated a dedup id inside the window and was not stored."""
+    transaction_id: str = ""
+    """For a half message (`send_half`): the transaction to end; its offset is -1 until it
+    is committed."""
 
 
 @dataclass(slots=True)
@@ -249,3 +252,56 @@ class RedriveResult:
     dropped: int
     """Removed without a move: the topic they came from no longer exists."""
     remaining: int
+
+
+# -- transactions (transactions.py) -----------------------------------------------------------
+
+TRANSACTION_STATES = ("open", "committed", "rolled_back", "discarded")
+"""States of a transaction: open (waiting for a resolution or a check), resolved, or
+discarded after check_max unanswered checks."""
+TRANSACTION_SOURCES = ("client", "server_check", "admin")
+"""Who resolves a transaction: its producer, its producer answering a check, an operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    """A transaction as the broker holds it (end_transaction's answer, listings)."""
+
+    transaction_id: str
+    topic: str
+    message_id: str
+    producer_group: str
+    state: str
+    """One of TRANSACTION_STATES."""
+    created_ms: int
+    checks: int
+    """Checks handed out so far."""
+    next_check_ms: int
+    """Open: when the next check (or, after check_max checks, the discard) is due; else 0."""
+    resolved_ms: int = 0
+    resolved_by: str = ""
+    """Resolved or discarded: one of TRANSACTION_SOURCES, or "check_max" for a discard."""
+    queue_id: int = -1
+    """The queue the message is (or will be) stored in."""
+    offset: int = -1
+    """Committed: its offset (-1 while a delayed message waits for its time)."""
+    recall_handle: str = ""
+    """Committed with a future delivery time: the recall handle of its timer."""
+    discard_offset: int = -1
+    """Discarded: the offset of its copy in the discarded-transactions topic (queue 0)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """An open transaction due for a check: ask its producer whether to commit it."""
+
+    topic: str
+    transaction_id: str
+    message_id: str
+    producer_group: str
+    """The group given at the half send ("" when none was: RocketMQ's proxy uses the topic)."""
+    message: MessageRecord
+    """The half message, for the producer's transaction checker."""
+    attempt: int
+    """1 for the first check, up to transactions.check_max."""
+    queue_id: int

@@ -17,6 +17,10 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIX = "rmq_sys_"
 RESERVED_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)
+TRANSACTION_DISCARD_TOPIC = SYSTEM_PREFIX + "TRANS_DISCARDED"
+"""Where a broker copies the half messages of transactions it discarded after check_max
+unanswered checks (RocketMQ TRANS_CHECK_MAX_TIME_TOPIC): one queue, read-only, readable
+wherever a dead-letter topic is."""
 
 MAX_BODY_BYTES = 4 * 1024 * 1024 - 64 * 1024
 """A message body: 4 MiB (RocketMQ's maxMessageSize) less 64 KiB, so a message with its
@@ -69,7 +73,8 @@ def _limit(value: int) -> str:
 
 
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
-    """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`.
+    """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`
+    (which admits dead-letter topics and the discarded-transactions topic, read-only ones).
 
     The error's field is `kind` ("topic", "group")."""
     allowed = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
@@ -94,6 +99,8 @@ def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
             value=name,
             allowed=allowed,
         )
+    if allow_dlq and name == TRANSACTION_DISCARD_TOPIC:
+        return
     for prefix in RESERVED_PREFIXES:
         if name.startswith(prefix) and not (allow_dlq and prefix == DLQ_PREFIX):
             raise InvalidArgumentError(

@@ -22,6 +22,7 @@ from popmq.broker_core.config import (
     LongPollingConfig,
     PopConfig,
     StoreConfig,
+    TransactionsConfig,
 )
 
 OpenBroker = Callable[..., AbstractAsyncContextManager[Broker]]
@@ -49,6 +50,7 @@ def open_broker(data_dir: Path) -> OpenBroker:
         groups: GroupDefaults | None = None,
         auto_create_topics: bool = False,
         path: Path | None = None,
+        transactions: TransactionsConfig | None = None,
     ) -> AsyncIterator[Broker]:
         config = BrokerConfig(
             store=StoreConfig(data_dir=path or data_dir),
@@ -56,6 +58,7 @@ def open_broker(data_dir: Path) -> OpenBroker:
             long_polling=long_polling or LongPollingConfig(),
             groups=groups or GroupDefaults(),
             auto_create_topics=auto_create_topics,
+            transactions=transactions or TransactionsConfig(),
         )
         broker = Broker(config)
         await broker.start()

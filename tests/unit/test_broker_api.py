@@ -12,7 +12,13 @@ import time
 
 import pytest
 
-from popmq.broker_core.api import BrokerAPI, HistogramSnapshot, MetricsSnapshot, ServerInfo
+from popmq.broker_core.api import (
+    BrokerAPI,
+    HistogramSnapshot,
+    MetricsSnapshot,
+    ServerInfo,
+    TransactionAPI,
+)
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.types import NewMessage
@@ -41,6 +47,17 @@ def test_the_facade_implements_every_member_of_the_protocol_with_its_signature(
         assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
             f"{name}: async in one, sync in the other"
         )
+
+
+def test_the_facade_implements_the_transaction_api_with_its_signatures() -> None:
+    members = _members(TransactionAPI)
+    assert {"send_half", "end_transaction", "due_checks", "resume_discarded"} <= set(members)
+    for name, declared in sorted(members.items()):
+        implemented = getattr(Broker, name, None)
+        assert implemented is not None, f"Broker lacks {name}"
+        assert inspect.signature(implemented) == inspect.signature(declared), name  # type: ignore[arg-type]
+        assert inspect.iscoroutinefunction(implemented), f"{name} must be async"
+        assert inspect.iscoroutinefunction(declared), f"{name} must be async"
 
 
 def test_only_what_a_cluster_mode_proxy_answers_without_a_broker_is_synchronous() -> None:

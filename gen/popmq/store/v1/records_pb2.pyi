@@ -1,8 +1,9 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -144,3 +145,51 @@ class IndexRecord(_message.Message):
     message_id: str
     recall_handle: str
     def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., message_id: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class TransactionRecord(_message.Message):
+    __slots__ = ("state", "topic_id", "topic", "queue_id", "message", "message_id", "producer_group", "created_ms", "checks", "next_check_ms", "resolved_ms", "resolved_by", "offset", "recall_handle", "discard_offset", "expire_ms")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[TransactionRecord.State]
+        STATE_OPEN: _ClassVar[TransactionRecord.State]
+        STATE_COMMITTED: _ClassVar[TransactionRecord.State]
+        STATE_ROLLED_BACK: _ClassVar[TransactionRecord.State]
+        STATE_DISCARDED: _ClassVar[TransactionRecord.State]
+    STATE_UNSPECIFIED: TransactionRecord.State
+    STATE_OPEN: TransactionRecord.State
+    STATE_COMMITTED: TransactionRecord.State
+    STATE_ROLLED_BACK: TransactionRecord.State
+    STATE_DISCARDED: TransactionRecord.State
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_MS_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_MS_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    state: TransactionRecord.State
+    topic_id: int
+    topic: str
+    queue_id: int
+    message: bytes
+    message_id: str
+    producer_group: str
+    created_ms: int
+    checks: int
+    next_check_ms: int
+    resolved_ms: int
+    resolved_by: str
+    offset: int
+    recall_handle: str
+    discard_offset: int
+    expire_ms: int
+    def __init__(self, state: _Optional[_Union[TransactionRecord.State, str]] = ..., topic_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message: _Optional[bytes] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., created_ms: _Optional[int] = ..., checks: _Optional[int] = ..., next_check_ms: _Optional[int] = ..., resolved_ms: _Optional[int] = ..., resolved_by: _Optional[str] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., discard_offset: _Optional[int] = ..., expire_ms: _Optional[int] = ...) -> None: ...
