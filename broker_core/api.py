@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
@@ -385,6 +385,7 @@ class BrokerAPI(Protocol):
     async def lag_report(self, group: str, topic: str = "") -> LagReport: ...
 
 
+@runtime_checkable
 class TransactionAPI(Protocol):
     """Transactional messages (broker_core/transactions.py): what a front end needs to take
     half messages, end transactions, hand out checks to producers, and show them to an

@@ -32,6 +32,7 @@ from popmq.broker_core import (
     BrokerConfig,
     DataDirError,
     InvalidArgumentError,
+    TransactionAPI,
 )
 from popmq.cluster.config import ClusterConfig, ReplicationConfig
 from popmq.cluster.coordination import Coordinator
@@ -64,6 +65,7 @@ from popmq.proxy.security.store import (
 )
 from popmq.proxy.security.tls import ServerTLS, bind
 from popmq.proxy.status import LocalStatus, StatusProvider
+from popmq.proxy.transaction_checks import TransactionCheckLoop
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +223,8 @@ class PopMQServer:
         self.clients: ClientRegistry | None = None
         """Registered consumer clients; created at start (it needs the groups on disk)."""
         self.messaging: MessagingServicer | None = None
+        self.transaction_checks: TransactionCheckLoop | None = None
+        """Hands due transaction checks to online producers (transaction_checks.py)."""
         self.security_store: SecurityStore | None = None
         """Users and policies (created at start): over the embedded broker's store, or in
         the coordinator when one was given (cluster mode: every proxy shares them)."""
@@ -340,6 +344,10 @@ class PopMQServer:
             existing_groups=[g.name for g in await self.broker.list_groups()],
         )
         await self.clients.start()
+        # Transaction check-back: due checks go to the producers the front ends register.
+        if isinstance(self.broker, TransactionAPI):
+            self.transaction_checks = TransactionCheckLoop(self.broker)
+            self.transaction_checks.start()
         self.messaging = MessagingServicer(
             self.broker,
             self.clients,
@@ -405,6 +413,8 @@ class PopMQServer:
             if self.messaging is not None:
                 self.messaging.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
+        if self.transaction_checks is not None:
+            await self.transaction_checks.close()
         if self.tls is not None:
             await self.tls.close()
         if self._metrics_endpoint is not None:

@@ -1,0 +1,53 @@
+"""The proxy's check-back loop over a real broker: due checks reach an online producer of
+their topic, in turn among several, the next one when a delivery fails, and are counted as
+dropped when the topic has none."""
+
+from __future__ import annotations
+
+import asyncio
+
+from popmq.broker_core.config import TransactionsConfig
+from popmq.broker_core.types import NewMessage, TransactionCheck
+from popmq.proxy.transaction_checks import TransactionCheckLoop
+from tests.unit.conftest import OpenBroker, wait_until
+
+FAST = TransactionsConfig(check_first_s=0.2, check_interval_s=0.2, check_max=3)
+
+
+def test_due_checks_go_to_producers_of_their_topic_in_turn(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker(transactions=FAST) as broker:
+            await broker.create_topic("orders", 1, message_type="transaction")
+            await broker.create_topic("refunds", 1, message_type="transaction")
+            loop = TransactionCheckLoop(broker, poll_wait_s=0.2)
+            got: dict[str, list[TransactionCheck]] = {"a": [], "b": []}
+
+            async def to(name: str, check: TransactionCheck) -> None:
+                got[name].append(check)
+
+            async def broken(check: TransactionCheck) -> None:
+                raise ConnectionError("its stream ended")
+
+            loop.add_producer(["orders"], lambda c: to("a", c), name="a")
+            remove_b = loop.add_producer(["orders"], lambda c: to("b", c), name="b")
+            loop.add_producer(["orders"], broken, name="broken")
+            loop.start()
+            try:
+                [first, second] = await broker.send_half(
+                    [NewMessage("orders", b"1"), NewMessage("orders", b"2")]
+                )
+                await broker.send_half([NewMessage("refunds", b"no producer")])
+                await wait_until(lambda: len(got["a"]) + len(got["b"]) >= 2, timeout_s=10)
+                # Both producers took a check (in turn), each check went to one producer.
+                assert got["a"] and got["b"]
+                ids = [c.transaction_id for c in got["a"] + got["b"]]
+                assert sorted(set(ids)) == sorted({first.transaction_id, second.transaction_id})
+                assert all(c.topic == "orders" and c.attempt >= 1 for c in got["a"] + got["b"])
+                await wait_until(lambda: loop.stats.no_producer >= 1, timeout_s=10)
+                remove_b()
+                assert loop.producers("orders") == 2
+                assert loop.producers("refunds") == 0
+            finally:
+                await loop.close()
+
+    asyncio.run(scenario())
