@@ -22,7 +22,7 @@ with the facade's and pins which members are synchronous.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -171,7 +171,52 @@ class ServerInfo:
     auto_create_topics: bool
 
 
-class BrokerAPI(Protocol):
+@runtime_checkable
+class TransactionAPI(Protocol):
+    """Transactional messages (broker_core/transactions.py): what a front end needs to take
+    half messages, end transactions, hand out checks to producers, and show them to an
+    operator. All async: a remote broker answers each with a call.
+
+    Part of BrokerAPI; kept as a Protocol of its own so the proxy's check loop can be typed
+    against what it uses (tests/unit/test_broker_api.py checks the signatures).
+    """
+
+    async def send_half(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]: ...
+
+    async def end_transaction(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: str = "client",
+        topic: str = "",
+        message_id: str = "",
+    ) -> TransactionInfo: ...
+
+    async def due_checks(
+        self,
+        max_checks: int = 32,
+        *,
+        wait_s: float = 0.0,
+        topics: Collection[str] | None = None,
+    ) -> list[TransactionCheck]: ...
+
+    async def get_transaction(self, transaction_id: str) -> TransactionInfo: ...
+
+    async def list_transactions(
+        self, state: str, *, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]: ...
+
+    async def resume_discarded(self, transaction_id: str) -> TransactionInfo: ...
+
+
+class BrokerAPI(TransactionAPI, Protocol):
     """The operations the proxy needs from a broker. See the module docstring for the rules.
 
     Every member is async except these, which a cluster-mode proxy answers without a call:
@@ -383,44 +428,3 @@ class BrokerAPI(Protocol):
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
 
     async def lag_report(self, group: str, topic: str = "") -> LagReport: ...
-
-
-@runtime_checkable
-class TransactionAPI(Protocol):
-    """Transactional messages (broker_core/transactions.py): what a front end needs to take
-    half messages, end transactions, hand out checks to producers, and show them to an
-    operator. All async: a remote broker answers each with a call.
-
-    Kept apart from BrokerAPI until the cluster's RemoteBroker forwards them; `Broker`
-    implements both (tests/unit/test_broker_api.py checks the signatures).
-    """
-
-    async def send_half(
-        self,
-        messages: Sequence[NewMessage],
-        *,
-        producer_group: str = "",
-        check_first_s: float | None = None,
-    ) -> list[SendResult]: ...
-
-    async def end_transaction(
-        self,
-        transaction_id: str,
-        *,
-        commit: bool,
-        source: str = "client",
-        topic: str = "",
-        message_id: str = "",
-    ) -> TransactionInfo: ...
-
-    async def due_checks(
-        self, max_checks: int = 32, *, wait_s: float = 0.0
-    ) -> list[TransactionCheck]: ...
-
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo: ...
-
-    async def list_transactions(
-        self, state: str, *, topic: str | None = None, limit: int = 100
-    ) -> list[TransactionInfo]: ...
-
-    async def resume_discarded(self, transaction_id: str) -> TransactionInfo: ...

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from popmq.broker_core import jobs, keys
 from popmq.broker_core.admin import Admin
@@ -581,11 +581,16 @@ class Broker:
         )
 
     async def due_checks(
-        self, max_checks: int = 32, *, wait_s: float = 0.0
+        self,
+        max_checks: int = 32,
+        *,
+        wait_s: float = 0.0,
+        topics: Collection[str] | None = None,
     ) -> list[TransactionCheck]:
         """Claim due checks of open transactions (each counted as sent), waiting up to
-        wait_s for one to come due."""
-        return await self._transactions.due_checks(max_checks, wait_s=wait_s)
+        wait_s for one to come due; with `topics`, only checks of those topics (a proxy
+        claims the checks it has a producer for)."""
+        return await self._transactions.due_checks(max_checks, wait_s=wait_s, topics=topics)
 
     async def get_transaction(self, transaction_id: str) -> TransactionInfo:
         return await self._transactions.get_transaction(transaction_id)

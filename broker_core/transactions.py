@@ -42,7 +42,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, message_index, validation
@@ -106,6 +106,9 @@ _SCAN = 4096
 with no front end running, are skipped by every discard pass: this bounds that work)."""
 _RETRY_S = 1.0
 """Delay before the loop retries after a failed write (a full disk)."""
+_OVERDUE_POLL_S = 1.0
+"""How often a caller waiting for checks looks again while only checks it did not ask for
+are overdue (new checks of its topics wake it sooner through the waiters)."""
 _MIN_POLL_S = 0.01
 """Shortest sleep of a waiting due_checks: a due entry waiting for its discard is skipped."""
 
@@ -351,13 +354,22 @@ class Transactions:
     # -- checks -----------------------------------------------------------------------------
 
     async def due_checks(
-        self, max_checks: int = 32, *, wait_s: float = 0.0
+        self,
+        max_checks: int = 32,
+        *,
+        wait_s: float = 0.0,
+        topics: Collection[str] | None = None,
     ) -> list[TransactionCheck]:
         """Claim up to `max_checks` due checks, waiting up to `wait_s` for one to come due.
 
         Each returned check is counted (its attempt) and its next one scheduled an interval
         later before this returns, so no other caller gets it meanwhile; a caller that
         finds no producer to ask has spent that attempt (as RocketMQ's broker does).
+
+        With `topics`, only checks of those topics are claimed: each proxy claims the checks
+        it has an online producer for. A check nobody claimed for a whole check interval
+        after it came due counts as an attempt no producer answered (and is rescheduled), so
+        a transaction whose producer never returns is still discarded after check_max.
         """
         validation.check_range("max_checks", max_checks, 1, MAX_CHECKS_PER_CALL)
         longest = self._config.long_polling.max_timeout_s
@@ -370,7 +382,7 @@ class Transactions:
             )
         give_up = time.monotonic() + wait_s
         while True:
-            checks = await self._claim(max_checks)
+            checks = await self._claim(max_checks, topics)
             left = give_up - time.monotonic()
             if checks or left <= 0 or self._life.draining:
                 return checks
@@ -378,7 +390,10 @@ class Transactions:
             until_due = left
             if first is not None:
                 due_ms, _ = keys.parse_transaction_timed_key(first)
-                until_due = max(_MIN_POLL_S, (due_ms - now_ms()) / 1000)
+                # Overdue and not claimed: of a topic this caller has no producer for; it
+                # will not change soon, so look again in a second, not at once.
+                ahead_s = (due_ms - now_ms()) / 1000
+                until_due = max(_MIN_POLL_S, ahead_s) if ahead_s > 0 else _OVERDUE_POLL_S
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.add(waiter)
             try:
@@ -386,10 +401,15 @@ class Transactions:
             finally:
                 self._waiters.discard(waiter)
 
-    async def _claim(self, max_checks: int) -> list[TransactionCheck]:
+    async def _claim(
+        self, max_checks: int, topics: Collection[str] | None
+    ) -> list[TransactionCheck]:
         now = now_ms()
+        interval_ms = round(self._cfg.check_interval_s * 1000)
         start, _ = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
         claimed: list[tuple[int, Record]] = []
+        # Due for a whole interval and of no topic a caller asked for: counted as unanswered.
+        unclaimed: list[tuple[int, Record]] = []
         scan = self._store.scan("meta", start, keys.transaction_check_key(now + 1, 0))
         for key, _ in itertools.islice(scan, _SCAN):
             due_ms, seq = keys.parse_transaction_timed_key(key)
@@ -403,14 +423,18 @@ class Transactions:
                 continue
             if record.checks >= self._cfg.check_max:
                 continue  # checked enough: the loop discards it
+            if topics is not None and record.topic not in topics:
+                if due_ms + interval_ms <= now:
+                    unclaimed.append((seq, record))
+                continue
             claimed.append((seq, record))
             if len(claimed) >= max_checks:
                 break
-        if not claimed:
+        if not claimed and not unclaimed:
             return []
-        next_due = now + round(self._cfg.check_interval_s * 1000)
+        next_due = now + interval_ms
         updated = []
-        for _, record in claimed:
+        for _, record in claimed + unclaimed:
             copy = Record()
             copy.CopyFrom(record)
             copy.checks += 1
@@ -418,16 +442,16 @@ class Transactions:
             updated.append(copy)
 
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            for (seq, old), new in zip(claimed, updated, strict=True):
+            for (seq, old), new in zip(claimed + unclaimed, updated, strict=True):
                 batch.put("meta", keys.transaction_key(seq), new.SerializeToString())
                 batch.delete("meta", keys.transaction_check_key(old.next_check_ms, seq))
                 batch.put("meta", keys.transaction_check_key(next_due, seq), b"")
 
-        async with self._holding([seq for seq, _ in claimed]):
+        async with self._holding([seq for seq, _ in claimed + unclaimed]):
             await self._writer.submit(apply, sync=False)
         self._wakeup.set()  # the last checks of some may now be due for their discard
         checks = []
-        for (seq, _), record in zip(claimed, updated, strict=True):
+        for (seq, _), record in zip(claimed, updated[: len(claimed)], strict=True):
             self._stats.transaction_checks[record.topic] += 1
             checks.append(
                 TransactionCheck(

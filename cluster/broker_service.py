@@ -299,6 +299,62 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return pb.SendResponse(results=[w.send_result_to_pb(r) for r in results])
 
     @_rpc(writes=True)
+    async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:
+        results = await self._broker.send_half(
+            [w.new_message_from_pb(m) for m in request.messages],
+            producer_group=request.producer_group,
+            check_first_s=request.check_first_s if request.HasField("check_first_s") else None,
+        )
+        return pb.SendHalfResponse(results=[w.send_result_to_pb(r) for r in results])
+
+    @_rpc(writes=True)
+    async def EndTransaction(
+        self, request: pb.EndTransactionRequest, context: Any
+    ) -> pb.EndTransactionResponse:
+        info = await self._broker.end_transaction(
+            request.transaction_id,
+            commit=request.commit,
+            source=request.source,
+            topic=request.topic,
+            message_id=request.message_id,
+        )
+        return pb.EndTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=True)  # claiming a check advances its schedule in the store
+    async def DueChecks(self, request: pb.DueChecksRequest, context: Any) -> pb.DueChecksResponse:
+        checks = await self._broker.due_checks(
+            request.max_checks,
+            wait_s=request.wait_s,
+            topics=list(request.topics) if request.only_topics else None,
+        )
+        return pb.DueChecksResponse(checks=[w.check_to_pb(c) for c in checks])
+
+    @_rpc(writes=False)
+    async def GetTransaction(
+        self, request: pb.GetTransactionRequest, context: Any
+    ) -> pb.GetTransactionResponse:
+        info = await self._broker.get_transaction(request.transaction_id)
+        return pb.GetTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=False)
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: Any
+    ) -> pb.ListTransactionsResponse:
+        found = await self._broker.list_transactions(
+            request.state,
+            topic=request.topic if request.HasField("topic") else None,
+            limit=request.limit,
+        )
+        return pb.ListTransactionsResponse(transactions=[w.transaction_to_pb(t) for t in found])
+
+    @_rpc(writes=True)
+    async def ResumeTransaction(
+        self, request: pb.ResumeTransactionRequest, context: Any
+    ) -> pb.ResumeTransactionResponse:
+        info = await self._broker.resume_discarded(request.transaction_id)
+        return pb.ResumeTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=True)
     async def Recall(self, request: pb.RecallRequest, context: Any) -> pb.RecallResponse:
         message_id = await self._broker.recall(request.topic, request.recall_handle)
         return pb.RecallResponse(message_id=message_id)

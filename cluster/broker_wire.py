@@ -47,6 +47,8 @@ from popmq.broker_core.types import (
     SendResult,
     Subscription,
     TopicBacklog,
+    TransactionCheck,
+    TransactionInfo,
 )
 
 ERROR_TRAILER = "popmq-error-bin"
@@ -267,11 +269,77 @@ def send_result_to_pb(r: SendResult) -> pb.SendResult:
         offset=r.offset,
         recall_handle=r.recall_handle,
         duplicate=r.duplicate,
+        transaction_id=r.transaction_id,
     )
 
 
 def send_result_from_pb(m: pb.SendResult) -> SendResult:
-    return SendResult(m.message_id, m.topic, m.queue_id, m.offset, m.recall_handle, m.duplicate)
+    return SendResult(
+        m.message_id, m.topic, m.queue_id, m.offset, m.recall_handle, m.duplicate,
+        m.transaction_id,
+    )  # fmt: skip
+
+
+def transaction_to_pb(t: TransactionInfo) -> pb.Transaction:
+    return pb.Transaction(
+        transaction_id=t.transaction_id,
+        topic=t.topic,
+        message_id=t.message_id,
+        producer_group=t.producer_group,
+        state=t.state,
+        created_ms=t.created_ms,
+        checks=t.checks,
+        next_check_ms=t.next_check_ms,
+        resolved_ms=t.resolved_ms,
+        resolved_by=t.resolved_by,
+        queue_id=t.queue_id,
+        offset=t.offset,
+        recall_handle=t.recall_handle,
+        discard_offset=t.discard_offset,
+    )
+
+
+def transaction_from_pb(m: pb.Transaction) -> TransactionInfo:
+    return TransactionInfo(
+        transaction_id=m.transaction_id,
+        topic=m.topic,
+        message_id=m.message_id,
+        producer_group=m.producer_group,
+        state=m.state,
+        created_ms=m.created_ms,
+        checks=m.checks,
+        next_check_ms=m.next_check_ms,
+        resolved_ms=m.resolved_ms,
+        resolved_by=m.resolved_by,
+        queue_id=m.queue_id,
+        offset=m.offset,
+        recall_handle=m.recall_handle,
+        discard_offset=m.discard_offset,
+    )
+
+
+def check_to_pb(c: TransactionCheck) -> pb.TransactionCheck:
+    return pb.TransactionCheck(
+        topic=c.topic,
+        transaction_id=c.transaction_id,
+        message_id=c.message_id,
+        producer_group=c.producer_group,
+        message=c.message.to_bytes(),
+        attempt=c.attempt,
+        queue_id=c.queue_id,
+    )
+
+
+def check_from_pb(m: pb.TransactionCheck) -> TransactionCheck:
+    return TransactionCheck(
+        topic=m.topic,
+        transaction_id=m.transaction_id,
+        message_id=m.message_id,
+        producer_group=m.producer_group,
+        message=MessageRecord.from_bytes(m.message),
+        attempt=m.attempt,
+        queue_id=m.queue_id,
+    )
 
 
 def popped_to_pb(p: PoppedMessage) -> pb.PoppedMessage:

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from popmq.broker_core import (
@@ -56,6 +56,8 @@ from popmq.broker_core import (
     ServerInfo,
     Subscription,
     TopicInfo,
+    TransactionCheck,
+    TransactionInfo,
     UnavailableError,
     check_name,
 )
@@ -457,6 +459,15 @@ class ClusterBroker:
         """Store messages; each topic's batch goes to one broker, which spreads it over its
         queues (retried on another broker after a broker failure); each FIFO message group's
         to its group's queue."""
+        return await self._route_sends(messages, lambda remote, batch: remote.send(batch))
+
+    async def _route_sends(
+        self,
+        messages: Sequence[NewMessage],
+        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
+    ) -> list[SendResult]:
+        """`send`'s routing, storing each broker's batch with `store` (a send or a half
+        send)."""
         if not messages:
             return []
         batches: dict[tuple[str, str], list[int]] = {}
@@ -468,7 +479,7 @@ class ClusterBroker:
 
         async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
             batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(topic, group, batch)
+            stored = await self._send_batch(topic, group, batch, store)
             for index, result in zip(indexes, stored, strict=True):
                 results[index] = result
 
@@ -488,18 +499,22 @@ class ClusterBroker:
         return route
 
     async def _send_batch(
-        self, topic: str, group: str, batch: list[NewMessage]
+        self,
+        topic: str,
+        group: str,
+        batch: list[NewMessage],
+        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
     ) -> list[SendResult]:
         route = self.topology.route(topic)
 
         async def to_queue(queue: QueueRef) -> list[SendResult]:
             placed = [_with_queue(m, queue.queue_id) for m in batch]
-            return await _sent(queue.broker, self.pool.get(queue.broker).send(placed))
+            return await _sent(queue.broker, store(self.pool.get(queue.broker), placed))
 
         async def to_broker(queue: QueueRef) -> list[SendResult]:
             # The broker spreads the batch over its queues of the topic, as one process
             # spreads a batch over all of them.
-            return await _sent(queue.broker, self.pool.get(queue.broker).send(batch))
+            return await _sent(queue.broker, store(self.pool.get(queue.broker), batch))
 
         if group:
             routed = await self._sender.send_fifo(
@@ -511,6 +526,103 @@ class ClusterBroker:
         for result in routed.result:
             result.queue_id = self.topology.global_id(topic, broker, result.queue_id)
         return routed.result
+
+    # -- transactions: a half message lives on one broker, named by its transaction id -----
+
+    async def send_half(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]:
+        """Store half messages as `send` stores messages; each transaction id names the
+        broker (shard) that holds it, so any proxy can end it (unlike RocketMQ, #9431)."""
+        return await self._route_sends(
+            messages,
+            lambda remote, batch: remote.send_half(
+                batch, producer_group=producer_group, check_first_s=check_first_s
+            ),
+        )
+
+    async def end_transaction(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: str = "client",
+        topic: str = "",
+        message_id: str = "",
+    ) -> TransactionInfo:
+        broker = issuer(transaction_id, "transaction id")
+        info = await self.pool.get(broker).end_transaction(
+            transaction_id, commit=commit, source=source, topic=topic, message_id=message_id
+        )
+        return self._global_transaction(info, broker)
+
+    async def due_checks(
+        self,
+        max_checks: int = 32,
+        *,
+        wait_s: float = 0.0,
+        topics: Collection[str] | None = None,
+    ) -> list[TransactionCheck]:
+        """Every live broker's due checks (of `topics`, when given: those this proxy has a
+        producer for), each broker claiming its own, waiting up to `wait_s`.
+
+        A broker that fails is logged and skipped: its checks come due again later."""
+        names = self.pool.names()
+        if not names:
+            await asyncio.sleep(wait_s)
+            return []
+
+        async def one(name: str) -> list[TransactionCheck]:
+            try:
+                checks = await self.pool.get(name).due_checks(
+                    max_checks, wait_s=wait_s, topics=topics
+                )
+            except UnavailableError as error:
+                log.info("cannot take due transaction checks from %s: %s", name, error)
+                return []
+            return [
+                dataclasses.replace(c, queue_id=self.topology.global_id(c.topic, name, c.queue_id))
+                for c in checks
+            ]
+
+        found = await _all([one(name) for name in names])
+        return [check for checks in found for check in checks]
+
+    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        broker = issuer(transaction_id, "transaction id")
+        info = await self.pool.get(broker).get_transaction(transaction_id)
+        return self._global_transaction(info, broker)
+
+    async def list_transactions(
+        self, state: str, *, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]:
+        names = self.pool.names()
+        found = await _all(
+            [self.pool.get(n).list_transactions(state, topic=topic, limit=limit) for n in names]
+        )
+        listed = [
+            self._global_transaction(info, name)
+            for name, infos in zip(names, found, strict=True)
+            for info in infos
+        ]
+        return sorted(listed, key=lambda t: (t.created_ms, t.transaction_id))[:limit]
+
+    async def resume_discarded(self, transaction_id: str) -> TransactionInfo:
+        broker = issuer(transaction_id, "transaction id")
+        info = await self.pool.get(broker).resume_discarded(transaction_id)
+        return self._global_transaction(info, broker)
+
+    def _global_transaction(self, info: TransactionInfo, broker: str) -> TransactionInfo:
+        """The broker's answer with its queue id as the cluster numbers it."""
+        if info.queue_id < 0:
+            return info
+        return dataclasses.replace(
+            info, queue_id=self.topology.global_id(info.topic, broker, info.queue_id)
+        )
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         self.topology.route(topic)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -68,6 +68,8 @@ from popmq.broker_core.types import (
     ResetResult,
     SendResult,
     Subscription,
+    TransactionCheck,
+    TransactionInfo,
 )
 from popmq.cluster import broker_wire as w
 from popmq.proxy.security.signing import Signer
@@ -389,6 +391,75 @@ class RemoteBroker:
             for topic in {r.topic for r in results} - self._topics.keys():
                 await self._refresh_topic(topic)  # auto-created by this send
         return results
+
+    async def send_half(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]:
+        request = pb.SendHalfRequest(
+            messages=[w.new_message_to_pb(m) for m in messages],
+            producer_group=producer_group,
+            check_first_s=check_first_s,
+        )
+        response = await self._call(self._stub_().SendHalf, request)
+        return [w.send_result_from_pb(r) for r in response.results]
+
+    async def end_transaction(
+        self,
+        transaction_id: str,
+        *,
+        commit: bool,
+        source: str = "client",
+        topic: str = "",
+        message_id: str = "",
+    ) -> TransactionInfo:
+        request = pb.EndTransactionRequest(
+            transaction_id=transaction_id,
+            commit=commit,
+            source=source,
+            topic=topic,
+            message_id=message_id,
+        )
+        response = await self._call(self._stub_().EndTransaction, request)
+        return w.transaction_from_pb(response.transaction)
+
+    async def due_checks(
+        self,
+        max_checks: int = 32,
+        *,
+        wait_s: float = 0.0,
+        topics: Collection[str] | None = None,
+    ) -> list[TransactionCheck]:
+        request = pb.DueChecksRequest(
+            max_checks=max_checks,
+            wait_s=wait_s,
+            topics=sorted(topics or ()),
+            only_topics=topics is not None,
+        )
+        response = await self._call(
+            self._stub_().DueChecks, request, deadline_s=wait_s + self._timeout
+        )
+        return [w.check_from_pb(c) for c in response.checks]
+
+    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        request = pb.GetTransactionRequest(transaction_id=transaction_id)
+        response = await self._call(self._stub_().GetTransaction, request)
+        return w.transaction_from_pb(response.transaction)
+
+    async def list_transactions(
+        self, state: str, *, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]:
+        request = pb.ListTransactionsRequest(state=state, topic=topic, limit=limit)
+        response = await self._call(self._stub_().ListTransactions, request)
+        return [w.transaction_from_pb(t) for t in response.transactions]
+
+    async def resume_discarded(self, transaction_id: str) -> TransactionInfo:
+        request = pb.ResumeTransactionRequest(transaction_id=transaction_id)
+        response = await self._call(self._stub_().ResumeTransaction, request)
+        return w.transaction_from_pb(response.transaction)
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)

@@ -9,10 +9,13 @@ EndTransaction (source SERVER_CHECK). Producers are registered by the front ends
 an official client's Telemetry session (RecoverOrphanedTransactionCommand) and a popmq SDK
 producer's check stream each call `add_producer(topics, deliver)` while they are online.
 
-A check whose topic has no online producer here is dropped: the attempt counts (as in
-RocketMQ, where a check without a channel only logs), and the next one comes an interval
-later. Producers of a topic take its checks in turn; one whose delivery fails is skipped for
-that check and the next is tried.
+The loop claims only the checks of topics it has an online producer for, so in cluster mode
+each proxy takes the checks its own producers can answer. A check no proxy claims for a whole
+check interval counts as an attempt nobody answered (the broker reschedules it), as in
+RocketMQ, where a check without a channel only logs; after check_max it is discarded. A
+producer that leaves between the claim and the delivery loses that attempt. Producers of a
+topic take its checks in turn; one whose delivery fails is skipped for that check and the
+next is tried.
 """
 
 from __future__ import annotations
@@ -109,8 +112,15 @@ class TransactionCheckLoop:
 
     async def _run(self) -> None:
         while True:
+            topics = list(self._by_topic)
+            if not topics:
+                # No producer here: claim nothing (another proxy's producers may answer).
+                await asyncio.sleep(self._poll_wait_s)
+                continue
             try:
-                checks = await self._broker.due_checks(MAX_CHECKS, wait_s=self._poll_wait_s)
+                checks = await self._broker.due_checks(
+                    MAX_CHECKS, wait_s=self._poll_wait_s, topics=topics
+                )
             except PopMQError as exc:
                 log.warning("cannot take due transaction checks: %s", exc)
                 await asyncio.sleep(_ERROR_PAUSE_S)

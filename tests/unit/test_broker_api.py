@@ -22,7 +22,7 @@ from popmq.broker_core.api import (
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.types import NewMessage
-from popmq.cluster import RemoteBroker
+from popmq.cluster import ClusterBroker, RemoteBroker
 from tests.unit.conftest import OpenBroker
 
 
@@ -49,12 +49,16 @@ def test_the_facade_implements_every_member_of_the_protocol_with_its_signature(
         )
 
 
-def test_the_facade_implements_the_transaction_api_with_its_signatures() -> None:
+@pytest.mark.parametrize("implementation", [Broker, RemoteBroker, ClusterBroker])
+def test_every_broker_implements_the_transaction_api_with_its_signatures(
+    implementation: type,
+) -> None:
+    assert TransactionAPI in BrokerAPI.__mro__
     members = _members(TransactionAPI)
     assert {"send_half", "end_transaction", "due_checks", "resume_discarded"} <= set(members)
     for name, declared in sorted(members.items()):
-        implemented = getattr(Broker, name, None)
-        assert implemented is not None, f"Broker lacks {name}"
+        implemented = getattr(implementation, name, None)
+        assert implemented is not None, f"{implementation.__name__} lacks {name}"
         assert inspect.signature(implemented) == inspect.signature(declared), name  # type: ignore[arg-type]
         assert inspect.iscoroutinefunction(implemented), f"{name} must be async"
         assert inspect.iscoroutinefunction(declared), f"{name} must be async"

@@ -158,20 +158,22 @@ class NewMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ..., born_time_ms: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., dedup_id: _Optional[str] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate")
+    __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate", "transaction_id")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     topic: str
     queue_id: int
     offset: int
     recall_handle: str
     duplicate: bool
-    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    transaction_id: str
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., duplicate: _Optional[bool] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class PoppedMessage(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "record", "receipt_handle", "invisible_until_ms")
@@ -666,6 +668,150 @@ class SendResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class SendHalfRequest(_message.Message):
+    __slots__ = ("messages", "producer_group", "check_first_s")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIRST_S_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[NewMessage]
+    producer_group: str
+    check_first_s: float
+    def __init__(self, messages: _Optional[_Iterable[_Union[NewMessage, _Mapping]]] = ..., producer_group: _Optional[str] = ..., check_first_s: _Optional[float] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "commit", "source", "topic", "message_id")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    commit: bool
+    source: str
+    topic: str
+    message_id: str
+    def __init__(self, transaction_id: _Optional[str] = ..., commit: _Optional[bool] = ..., source: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class Transaction(_message.Message):
+    __slots__ = ("transaction_id", "topic", "message_id", "producer_group", "state", "created_ms", "checks", "next_check_ms", "resolved_ms", "resolved_by", "queue_id", "offset", "recall_handle", "discard_offset")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_MS_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_MS_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    message_id: str
+    producer_group: str
+    state: str
+    created_ms: int
+    checks: int
+    next_check_ms: int
+    resolved_ms: int
+    resolved_by: str
+    queue_id: int
+    offset: int
+    recall_handle: str
+    discard_offset: int
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., state: _Optional[str] = ..., created_ms: _Optional[int] = ..., checks: _Optional[int] = ..., next_check_ms: _Optional[int] = ..., resolved_ms: _Optional[int] = ..., resolved_by: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., discard_offset: _Optional[int] = ...) -> None: ...
+
+class SendHalfResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: Transaction
+    def __init__(self, transaction: _Optional[_Union[Transaction, _Mapping]] = ...) -> None: ...
+
+class GetTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: Transaction
+    def __init__(self, transaction: _Optional[_Union[Transaction, _Mapping]] = ...) -> None: ...
+
+class ResumeTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id",)
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    def __init__(self, transaction_id: _Optional[str] = ...) -> None: ...
+
+class ResumeTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: Transaction
+    def __init__(self, transaction: _Optional[_Union[Transaction, _Mapping]] = ...) -> None: ...
+
+class DueChecksRequest(_message.Message):
+    __slots__ = ("max_checks", "wait_s", "topics", "only_topics")
+    MAX_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ONLY_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    max_checks: int
+    wait_s: float
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    only_topics: bool
+    def __init__(self, max_checks: _Optional[int] = ..., wait_s: _Optional[float] = ..., topics: _Optional[_Iterable[str]] = ..., only_topics: _Optional[bool] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("topic", "transaction_id", "message_id", "producer_group", "message", "attempt", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    transaction_id: str
+    message_id: str
+    producer_group: str
+    message: bytes
+    attempt: int
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., transaction_id: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., message: _Optional[bytes] = ..., attempt: _Optional[int] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class DueChecksResponse(_message.Message):
+    __slots__ = ("checks",)
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    checks: _containers.RepeatedCompositeFieldContainer[TransactionCheck]
+    def __init__(self, checks: _Optional[_Iterable[_Union[TransactionCheck, _Mapping]]] = ...) -> None: ...
+
+class GetTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id",)
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    def __init__(self, transaction_id: _Optional[str] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("state", "topic", "limit")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    topic: str
+    limit: int
+    def __init__(self, state: _Optional[str] = ..., topic: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("transactions",)
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    transactions: _containers.RepeatedCompositeFieldContainer[Transaction]
+    def __init__(self, transactions: _Optional[_Iterable[_Union[Transaction, _Mapping]]] = ...) -> None: ...
 
 class RecallRequest(_message.Message):
     __slots__ = ("topic", "recall_handle")

@@ -128,6 +128,36 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.SendHalf = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/SendHalf',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfResponse.FromString,
+                _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/EndTransaction',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.DueChecks = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/DueChecks',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksResponse.FromString,
+                _registered_method=True)
+        self.GetTransaction = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/GetTransaction',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/ListTransactions',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ResumeTransaction = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/ResumeTransaction',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionResponse.FromString,
+                _registered_method=True)
         self.QueryMessage = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/QueryMessage',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageRequest.SerializeToString,
@@ -362,6 +392,48 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendHalf(self, request, context):
+        """SendHalf stores transactional half messages: invisible until EndTransaction commits them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTransaction(self, request, context):
+        """EndTransaction commits or rolls back a half message (idempotent, final).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DueChecks(self, request, context):
+        """DueChecks claims the transactions due for a check-back, waiting up to wait_s for one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTransaction(self, request, context):
+        """GetTransaction returns one transaction's state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """ListTransactions lists open or discarded transactions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeTransaction(self, request, context):
+        """ResumeTransaction reopens a discarded transaction with a fresh check count.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def QueryMessage(self, request, context):
         """QueryMessage finds a message by id.
         """
@@ -590,6 +662,36 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.RecallRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.RecallResponse.SerializeToString,
+            ),
+            'SendHalf': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendHalf,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'DueChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.DueChecks,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksResponse.SerializeToString,
+            ),
+            'GetTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTransaction,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'ResumeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTransaction,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionResponse.SerializeToString,
             ),
             'QueryMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessage,
@@ -1160,6 +1262,168 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/Recall',
             popmq_dot_broker_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendHalf(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/SendHalf',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.SendHalfResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/EndTransaction',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DueChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/DueChecks',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.DueChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/GetTransaction',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/ListTransactions',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/ResumeTransaction',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.ResumeTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
