@@ -124,9 +124,10 @@ class ReplicationLog:
         self.isr: set[str] = set(isr)
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
-        self.acknowledged_lsn = 0
+        self.acknowledged_lsn = self.lsn
         """The last batch whose wait completed: a follower that joins the ISR must hold it
-        (every batch up to it may have acknowledged sends without that follower)."""
+        (every batch up to it may have acknowledged sends without that follower). It starts
+        at the store's end: an earlier term may have acknowledged all of it."""
         # ISR changes run one at a time, in order (etcd first for a removal).
         self._isr_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()

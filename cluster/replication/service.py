@@ -89,12 +89,15 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
                 f"this one (epoch {lead.log.epoch})",
             )
         start = self._continue_from(lead.log, hello)
+        held = 0 if start is None else start - 1
         if start is None:
             after: list[int] = []
             async for response in self._snapshot(lead, hello.replica, after):
                 yield response
             start = after[0]
-        state = lead.log.connected(hello.replica, start - 1)
+            # Sent is not held: until it acknowledges the snapshot (written, fsynced and
+            # swapped in) it holds nothing of this log, so it must not join the ISR yet.
+        state = lead.log.connected(hello.replica, held)
         reader = asyncio.get_running_loop().create_task(
             self._read_acks(lead.log, state, request_iterator)
         )

@@ -73,6 +73,8 @@ class ClusterProcess:
         data_dir: The broker's store (a proxy has none; its dir stays empty).
         log_path: stdout and stderr of every start, appended.
         extra: More command-line arguments of this process.
+        host: The address it listens on (loopback unless a test puts it elsewhere, e.g.
+            in a network namespace: tests/support/netns.py).
         starts: Seconds from spawn to the listening line, one per start.
         spawns: Starts so far (those that failed included).
         log_offsets: Where each start's output begins in the log.
@@ -85,6 +87,7 @@ class ClusterProcess:
     data_dir: Path
     log_path: Path
     extra: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
     spawns: int = 0
     log_offsets: list[int] = field(default_factory=list)
@@ -93,7 +96,7 @@ class ClusterProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:

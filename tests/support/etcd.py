@@ -54,11 +54,18 @@ def free_port() -> int:
 
 
 class EtcdServer:
-    """One single-member etcd; `endpoint` is its client `host:port`."""
+    """One single-member etcd; `endpoint` is its client `host:port`.
 
-    def __init__(self, data_dir: Path, *, name: str = "popmq-test") -> None:
+    `host` is the address its client URL listens on: loopback unless other network
+    namespaces must reach it (tests/support/netns.py); the peer URL stays on loopback.
+    """
+
+    def __init__(
+        self, data_dir: Path, *, name: str = "popmq-test", host: str = "127.0.0.1"
+    ) -> None:
         self.data_dir = data_dir
         self.name = name
+        self.host = host
         self.client_port = free_port()
         self.peer_port = free_port()
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -66,12 +73,12 @@ class EtcdServer:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def start(self) -> EtcdServer:
         """Start (or restart) etcd and wait until it answers."""
         assert self.process is None, "etcd is running already"
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"http://{self.endpoint}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         args = [
             etcd_binary(),
