@@ -41,8 +41,9 @@ and takes sends again, directly and through every proxy; the next begins
 findings it reports per failover the seconds from the kill until the new leader is registered,
 until the shard stores a send again (with min_insync 1 only once the restarted replica is back
 in sync) and until a send through each proxy reaches it, and the cluster-wide send
-availability meanwhile (the other shards take the sends). Violations add: a woken leader that
-stored a send, a shard that never took sends again.
+availability meanwhile (the other shards take the sends), and lists the ERROR lines of every
+process's log (a replica can stay up after an error that leaves it useless). Violations add: a
+woken leader that stored a send, a shard that never took sends again.
 
 Usage::
 
@@ -50,8 +51,12 @@ Usage::
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
     python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
         --send-rate 200 --crashing-consumers
-    python -m tests.chaos.checker --replicated --messages 4000 --kills 5 --pauses 1 \\
-        --session-ttl 3 --send-rate 40 --queues 2          # the CI-sized run, ~2.5 min
+    python -m tests.chaos.checker --replicated --messages 3600 --kills 5 --pauses 1 \\
+        --session-ttl 3 --send-rate 30 --queues 2 --seed 20261127   # CI-sized, ~2.5 min
+    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
+        --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 --queues 4 \\
+        --seed 20261127              # full-sized, 10 s lease, ~8 min; output kept in
+                                     # bench/results/replication_checker.txt
 
 The exit code is 1 when the run breaks what its flush mode promises (see
 ``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
@@ -340,6 +345,8 @@ class CheckResult:
     """Longest time without any acknowledged send, from the first send to the last."""
     send_latency_s: dict[str, float] = field(default_factory=dict)
     """p50, p99 and max of the send calls that were acknowledged."""
+    logged_errors: dict[str, list[str]] = field(default_factory=dict)
+    """Replicated mode: process -> the ERROR lines of its log."""
     produce_s: float = 0.0
     drain_s: float = 0.0
     total_s: float = 0.0
@@ -418,6 +425,14 @@ class CheckResult:
             f"time without an acknowledged send {self.longest_ack_gap_s:.2f}s; acknowledged "
             f"send latency p50 {latency.get('p50', 0) * 1000:.0f}ms p99 "
             f"{latency.get('p99', 0) * 1000:.0f}ms max {latency.get('max', 0):.2f}s",
+            "  ERROR lines in the processes' logs: "
+            + (
+                "; ".join(
+                    f"{name} {len(lines)} (first: {lines[0][:160]})"
+                    for name, lines in sorted(self.logged_errors.items())
+                )
+                or "none"
+            ),
         ]
 
     def summary(self) -> str:
@@ -999,6 +1014,7 @@ class TotalQueueChecker:
         if isinstance(self.target, ReplicatedTarget):
             result.failovers = list(self.target.failovers)
             result.shard_of_queue = dict(self.target.shard_of_queue)
+            result.logged_errors = self.target.logged_errors()
         elif isinstance(self.target, ClusterTarget):
             result.lease_lapse_s = list(self.target.lease_lapse_s)
         evaluate(self.history, result)

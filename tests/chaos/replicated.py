@@ -366,6 +366,20 @@ class ReplicatedTarget(ClusterTarget):
                     failover.proxy_send_s[name] = self._since(failover)
                     return
 
+    def logged_errors(self) -> dict[str, list[str]]:
+        """Process -> the ERROR lines of its log (messages only, timestamps cut): a process
+        can stay up after an error that leaves it useless, so the summary shows them."""
+        found: dict[str, list[str]] = {}
+        for process in self.cluster.processes.values():
+            try:
+                text = process.log_path.read_text(errors="replace")
+            except OSError:
+                continue
+            lines = [line.split(" ERROR ", 1)[1] for line in text.splitlines() if " ERROR " in line]
+            if lines:
+                found[process.name] = lines
+        return found
+
     # -- clean stop and start -------------------------------------------------------------
 
     async def stop(self) -> int | None:
