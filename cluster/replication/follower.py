@@ -55,6 +55,21 @@ def prepare(directory: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+async def _write(call: Any, request: pb.FollowRequest) -> None:
+    """Write to the leader's stream.
+
+    Raises:
+        FollowError: the stream is already over: the leader died or stepped down while this
+            follower applied its last batch (grpc.aio says so with InvalidStateError, not
+            with the call's status).
+    """
+    try:
+        await call.write(request)
+    except asyncio.InvalidStateError:
+        code = await call.code()
+        raise FollowError(f"the leader's stream is over ({code.name})") from None
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -114,7 +129,8 @@ class Follower:
         """Copy from the leader at `address` (of `epoch`) until the stream ends.
 
         Raises:
-            FollowError: the leader is stale, or sent something out of order.
+            FollowError: the leader is stale, sent something out of order, or ended the
+                stream before an ack was written.
             grpc.aio.AioRpcError: the stream failed (the leader died or refused).
         """
         if epoch < self.known_epoch:
@@ -148,7 +164,8 @@ class Follower:
     async def _run(self, call: Any) -> None:
         assert self.store is not None
         last_epoch, last_lsn = self.position
-        await call.write(
+        await _write(
+            call,
             pb.FollowRequest(
                 hello=pb.FollowHello(
                     shard=self.shard,
@@ -157,7 +174,7 @@ class Follower:
                     last_lsn=last_lsn,
                     known_epoch=self.known_epoch,
                 )
-            )
+            ),
         )
         incoming: dict[str, Any] = {}
         try:
@@ -173,14 +190,15 @@ class Follower:
                 kind = response.WhichOneof("kind")
                 if kind == "batches":
                     lsn = await self._apply(response.batches.batches)
-                    await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=lsn)))
+                    await _write(call, pb.FollowRequest(ack=pb.FollowAck(lsn=lsn)))
                 elif kind == "snapshot_file":
                     self._receive(incoming, response.snapshot_file)
                 elif kind == "snapshot_end":
                     await self._swap_in(incoming, response.snapshot_end)
                     incoming = {}
-                    await call.write(
-                        pb.FollowRequest(ack=pb.FollowAck(lsn=response.snapshot_end.last_lsn))
+                    await _write(
+                        call,
+                        pb.FollowRequest(ack=pb.FollowAck(lsn=response.snapshot_end.last_lsn)),
                     )
         finally:
             for file in incoming.values():

@@ -30,12 +30,33 @@ brokers meanwhile, so ``--send-rate`` paces the producers to keep sending while 
 happen. ``--queues`` is per broker there (RocketMQ's count). The clean stop is a SIGTERM of
 every proxy and broker.
 
+Replicated mode (``--replicated``, replicated.py): etcd + ``--shards`` x ``--replicas``
+``popmq broker --shard`` replicas (replication defaults: sync, min_insync 1) + proxies. Once 5 %
+of the ids were sent, the nemesis fails over one random shard's leader after another: kill -9
+(``--kills``; the killed replica is started again once another one leads, and comes back as a
+follower) or SIGSTOP past its lease and SIGCONT (``--pauses``; right after waking, direct sends
+to it must all be refused). A failover ends when the shard has all its followers in sync again
+and takes sends again, directly and through every proxy; the next begins
+``--failover-gap`` later. ``--session-ttl`` is the leader lease. Besides the total-queue
+findings it reports per failover the seconds from the kill until the new leader is registered,
+until the shard stores a send again (with min_insync 1 only once the restarted replica is back
+in sync) and until a send through each proxy reaches it, and the cluster-wide send
+availability meanwhile (the other shards take the sends), and lists the ERROR lines of every
+process's log (a replica can stay up after an error that leaves it useless). Violations add: a
+woken leader that stored a send, a shard that never took sends again.
+
 Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
     python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
         --send-rate 200 --crashing-consumers
+    python -m tests.chaos.checker --replicated --messages 3600 --kills 5 --pauses 1 \\
+        --session-ttl 3 --send-rate 30 --queues 2 --seed 20261127   # CI-sized, ~2.5 min
+    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
+        --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 --queues 4 \\
+        --seed 20261127              # full-sized, 10 s lease, ~8 min; output kept in
+                                     # bench/results/replication_checker.txt
 
 The exit code is 1 when the run breaks what its flush mode promises (see
 ``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
@@ -46,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -70,6 +92,7 @@ from popmq import (
     SendReceipt,
 )
 from popmq.sdk._channel import AsyncClient
+from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, Failover, ReplicatedTarget
 from tests.chaos.server_process import (
     KILLED,
     EndpointHolder,
@@ -77,6 +100,7 @@ from tests.chaos.server_process import (
     ServerDiedError,
 )
 from tests.chaos.targets import ClusterTarget, LocalTarget, Target
+from tests.support.cluster import Cluster
 
 __all__ = [
     "GROUP",
@@ -84,6 +108,7 @@ __all__ = [
     "CheckConfig",
     "CheckResult",
     "History",
+    "SendRecord",
     "check",
     "evaluate",
     "main",
@@ -142,6 +167,15 @@ class CheckConfig:
         proxy_kills: Cluster mode: times the nemesis kill -9s a proxy.
         send_rate: Sends per second of all producers together (each send is one batch);
             0: as fast as they go.
+        replicated: Run against replicated shards (replicated.ReplicatedTarget); ``kills``
+            are then kill -9s of a random shard's leader and ``queues`` are per shard.
+        shards: Replicated mode: shards (at least 2: sends go to another during a failover).
+        replicas: Replicated mode: replicas per shard (at least 2).
+        pauses: Replicated mode: times the nemesis SIGSTOPs a random shard's leader past its
+            lease (``session_ttl_s``) and SIGCONTs it.
+        failover_gap_s: Replicated mode: (min, max) seconds between the end of one failover
+            and the next, drawn uniformly.
+        failover_timeout_s: Replicated mode: bound of each step of a failover.
     """
 
     messages: int = 3000
@@ -169,6 +203,12 @@ class CheckConfig:
     session_ttl_s: int = 3
     proxy_kills: int = 0
     send_rate: float = 0.0
+    replicated: bool = False
+    shards: int = 2
+    replicas: int = 2
+    pauses: int = 0
+    failover_gap_s: tuple[float, float] = (0.5, 2.0)
+    failover_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.messages < 1 or self.producers < 1 or self.consumers < 1:
@@ -179,6 +219,20 @@ class CheckConfig:
             )
         if not self.cluster and self.proxy_kills:
             raise ValueError("proxy_kills needs cluster mode")
+        if self.replicated:
+            if self.cluster:
+                raise ValueError("choose cluster or replicated mode, not both")
+            if self.shards < 2 or self.replicas < 2 or self.proxies < 1:
+                raise ValueError("replicated mode needs 2+ shards, 2+ replicas and 1+ proxies")
+            if self.session_ttl_s < 2 or self.failover_timeout_s < 10:
+                raise ValueError(
+                    "replicated mode needs session_ttl_s 2+ and failover_timeout_s 10+"
+                )
+            gap_low, gap_high = self.failover_gap_s
+            if not 0 <= gap_low <= gap_high <= 600:
+                raise ValueError("failover_gap_s must be (min, max) within 0..600 s")
+        elif self.pauses:
+            raise ValueError("pauses need replicated mode")
         if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
             raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
         if not (0 <= self.send_rate < math.inf):
@@ -190,6 +244,16 @@ class CheckConfig:
         low, high = self.invisible_s
         if not 1 <= low <= high <= 60 or not 0 <= self.poll_wait_s <= 30:
             raise ValueError("invisible_s must be within 1..60 s and poll_wait_s within 0..30 s")
+
+
+@dataclass(frozen=True, slots=True)
+class SendRecord:
+    """One send call as the producer saw it (monotonic times)."""
+
+    began: float
+    ended: float
+    queue_id: int | None
+    """The receipt's (global) queue id; None when the send failed."""
 
 
 class History:
@@ -213,6 +277,8 @@ class History:
         self.pop_errors: Counter[str] = Counter()
         self.ack_errors: Counter[str] = Counter()
         self.nack_errors: Counter[str] = Counter()
+        self.send_log: list[SendRecord] = []
+        """Every send call, in the order they ended."""
 
     def sending(self, ids: Iterable[str]) -> None:
         self.attempted.update(ids)
@@ -267,6 +333,20 @@ class CheckResult:
     incarnations: list[Incarnation] = field(default_factory=list)
     lease_lapse_s: list[float] = field(default_factory=list)
     """Cluster mode: per kill, seconds until etcd dropped the killed process."""
+    redelivered_deliveries: int = 0
+    """Processed deliveries with a delivery attempt above 1."""
+    failovers: list[Failover] = field(default_factory=list)
+    """Replicated mode: each failover, timed (replicated.Failover)."""
+    shard_of_queue: dict[int, str] = field(default_factory=dict)
+    """Replicated mode: global queue id of the topic -> its shard."""
+    send_calls: int = 0
+    send_calls_acknowledged: int = 0
+    longest_ack_gap_s: float = 0.0
+    """Longest time without any acknowledged send, from the first send to the last."""
+    send_latency_s: dict[str, float] = field(default_factory=dict)
+    """p50, p99 and max of the send calls that were acknowledged."""
+    logged_errors: dict[str, list[str]] = field(default_factory=dict)
+    """Replicated mode: process -> the ERROR lines of its log."""
     produce_s: float = 0.0
     drain_s: float = 0.0
     total_s: float = 0.0
@@ -298,6 +378,8 @@ class CheckResult:
             found.append(f"the drain did not finish within {self.config.drain_timeout_s:g}s")
         if self.clean_stop_exit_code != 0:
             found.append(f"the clean stop exited with {self.clean_stop_exit_code}")
+        for failover in self.failovers:
+            found += failover.problems
         return found
 
     @property
@@ -312,6 +394,47 @@ class CheckResult:
         data["violations"] = self.violations
         return data
 
+    def _failover_lines(self) -> list[str]:
+        ttl = self.config.session_ttl_s
+        failovers = self.failovers
+
+        def over(values: Iterable[float | None]) -> str:
+            seen = list(values)
+            known = [v for v in seen if v is not None]
+            missing = len(seen) - len(known)
+            return _stats(known) + (f" ({missing} never)" if missing else "")
+
+        during = sum(f.sends for f in failovers)
+        during_ok = sum(f.acknowledged for f in failovers)
+        latency = self.send_latency_s
+        return [
+            "  failovers, seconds from the kill -9 or SIGSTOP of the leader:",
+            *(f"    {f.line()}" for f in failovers),
+            f"  new leader registered s: {over(f.leader_s for f in failovers)}",
+            f"  shard takes sends again (its new leader stores one) s: "
+            f"{over(f.takes_sends_s for f in failovers)}",
+            f"  shard takes sends again through every proxy s: "
+            f"{over(f.resumed_s for f in failovers)}; under 15 s: "
+            f"{sum(1 for f in failovers if f.resumed_s is not None and f.resumed_s < 15)}"
+            f"/{len(failovers)} (lease {ttl}s)",
+            f"  first producer send stored on the shard s: "
+            f"{over(f.traffic_send_s for f in failovers)}",
+            f"  cluster-wide send availability: {self.send_calls_acknowledged}/{self.send_calls} "
+            f"send calls acknowledged ({_percent(self.send_calls_acknowledged, self.send_calls)})"
+            f", during failovers {during_ok}/{during} ({_percent(during_ok, during)}); longest "
+            f"time without an acknowledged send {self.longest_ack_gap_s:.2f}s; acknowledged "
+            f"send latency p50 {latency.get('p50', 0) * 1000:.0f}ms p99 "
+            f"{latency.get('p99', 0) * 1000:.0f}ms max {latency.get('max', 0):.2f}s",
+            "  ERROR lines in the processes' logs: "
+            + (
+                "; ".join(
+                    f"{name} {len(lines)} (first: {lines[0][:160]})"
+                    for name, lines in sorted(self.logged_errors.items())
+                )
+                or "none"
+            ),
+        ]
+
     def summary(self) -> str:
         cfg = self.config
         restarts = self.restarts_after_kill
@@ -320,7 +443,8 @@ class CheckResult:
             f"popmq total-queue check: flush={cfg.flush} messages={cfg.messages} "
             f"producers={cfg.producers} (batch {cfg.batch_size}) consumers={cfg.consumers} "
             f"(crashing {self.crashing_consumers}, nack p={cfg.nack_probability:g}) "
-            f"queues={cfg.queues}{' per broker' if cfg.cluster else ''} "
+            f"queues={cfg.queues}"
+            f"{' per broker' if cfg.cluster else ' per shard' if cfg.replicated else ''} "
             f"invisible={_span(cfg.invisible_s)}s kills={cfg.kills} seed={self.seed}"
             + (
                 f"\n  cluster: {cfg.brokers} brokers, {cfg.proxies} proxies, session TTL "
@@ -328,13 +452,22 @@ class CheckResult:
                 f"{cfg.send_rate or 'unpaced'}"
                 if cfg.cluster
                 else ""
+            )
+            + (
+                f"\n  replicated: {cfg.shards} shards x {cfg.replicas} replicas "
+                f"(replication defaults: sync, min_insync 1), {cfg.proxies} proxies, leader "
+                f"lease (session TTL) {cfg.session_ttl_s}s, leader kills {cfg.kills}, leader "
+                f"pauses {cfg.pauses}, send rate {cfg.send_rate or 'unpaced'}"
+                if cfg.replicated
+                else ""
             ),
             f"  sends: attempted {self.attempted}, acknowledged {self.acknowledged}, "
             f"indeterminate {self.indeterminate} (appeared {self.indeterminate_appeared})"
             + _counts("; errors", self.send_errors),
             f"  received: {self.distinct_received} distinct ids in {self.deliveries} processed "
             f"deliveries; duplicates {self.duplicate_ids} ids ({self.duplicate_deliveries} "
-            f"extra deliveries); max delivery attempt {self.max_delivery_attempt}; by attempt "
+            f"extra deliveries); redelivered {self.redelivered_deliveries} deliveries "
+            f"(attempt > 1); max delivery attempt {self.max_delivery_attempt}; by attempt "
             + (" ".join(f"{a}:{n}" for a, n in sorted(self.delivery_attempts.items())) or "-"),
         ]
         if self.crashing_consumers or cfg.nack_probability:
@@ -350,15 +483,20 @@ class CheckResult:
             + _sample(self.unexpected),
             "  offset conflicts (two acknowledged ids at one queue offset): "
             f"{len(self.offset_conflicts)}" + _sample(self.offset_conflicts),
-            f"  kills (kill -9): {self.kills}"
-            + (_counts(" by kind", self.kills_by_kind) if cfg.cluster else "")
+            f"  {'failovers' if cfg.replicated else 'kills (kill -9)'}: {self.kills}"
+            + (_counts(" by kind", self.kills_by_kind) if cfg.cluster or cfg.replicated else "")
             + (f"; lease lapse s: {_stats(self.lease_lapse_s)}" if cfg.cluster else "")
             + "; restart spawn->listening s: "
             + _stats([i.spawn_to_listening_s for i in restarts])
-            + "; broker recovery s: "
-            + _stats([i.recovery_s for i in restarts if i.recovery_s is not None])
-            + "; in-flight checkpoints recovered: "
-            + (" ".join(str(i.recovered_checkpoints) for i in restarts) or "-"),
+            + (
+                ""
+                if cfg.replicated  # a restarted replica follows: no broker core recovers
+                else "; broker recovery s: "
+                + _stats([i.recovery_s for i in restarts if i.recovery_s is not None])
+                + "; in-flight checkpoints recovered: "
+                + (" ".join(str(i.recovered_checkpoints) for i in restarts) or "-")
+            ),
+            *(self._failover_lines() if cfg.replicated else []),
             "  client errors:"
             + (
                 _counts(" pop", self.pop_errors)
@@ -416,6 +554,10 @@ def _stats(values: Sequence[float]) -> str:
     )
 
 
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.2f}%" if whole else "-"
+
+
 def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:.0f}" if seconds > 0 else "-"
 
@@ -454,6 +596,40 @@ def evaluate(history: History, result: CheckResult) -> None:
     result.pop_errors = dict(history.pop_errors)
     result.ack_errors = dict(history.ack_errors)
     result.nack_errors = dict(history.nack_errors)
+    result.redelivered_deliveries = sum(n for a, n in history.attempts.items() if a > 1)
+    _evaluate_sends(history.send_log, result)
+
+
+def _evaluate_sends(log: Sequence[SendRecord], result: CheckResult) -> None:
+    """Send availability: acknowledged calls, the longest stretch without one, latencies,
+    and per failover the sends begun in its window and the first one its shard stored."""
+    ok = sorted((r for r in log if r.queue_id is not None), key=lambda r: r.ended)
+    result.send_calls = len(log)
+    result.send_calls_acknowledged = len(ok)
+    if log:
+        marks = [min(r.began for r in log), *(r.ended for r in ok), max(r.ended for r in log)]
+        result.longest_ack_gap_s = max(b - a for a, b in itertools.pairwise(marks))
+    if ok:
+        latencies = sorted(r.ended - r.began for r in ok)
+        result.send_latency_s = {
+            "p50": latencies[len(latencies) // 2],
+            "p99": latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)],
+            "max": latencies[-1],
+        }
+    for failover in result.failovers:
+        window_end = failover.began + failover.ended_s
+        inside = [r for r in log if failover.began <= r.began <= window_end]
+        failover.sends = len(inside)
+        failover.acknowledged = sum(1 for r in inside if r.queue_id is not None)
+        failover.max_send_latency_s = max((r.ended - r.began for r in inside), default=0.0)
+        on_shard = [
+            r.ended
+            for r in log
+            if r.began >= failover.began
+            and r.queue_id is not None
+            and result.shard_of_queue.get(r.queue_id) == failover.shard
+        ]
+        failover.traffic_send_s = min(on_shard) - failover.began if on_shard else None
 
 
 class Reconnecting(Generic[C]):
@@ -517,15 +693,26 @@ class TotalQueueChecker:
         self.rng = random.Random(seed)
         self.data_dir = data_dir
         self.target: Target
-        if config.cluster:
-            self.target = ClusterTarget(
+        if config.replicated:
+            self.target = ReplicatedTarget(
                 data_dir,
+                shards=config.shards,
+                replicas=config.replicas,
+                proxies=config.proxies,
+                session_ttl_s=config.session_ttl_s,
+                flush=config.flush,
+                failover_timeout_s=config.failover_timeout_s,
+                on_death=self._server_died,
+            )
+        elif config.cluster:
+            cluster = Cluster(
+                data_dir / "cluster",
                 brokers=config.brokers,
                 proxies=config.proxies,
                 session_ttl_s=config.session_ttl_s,
                 flush=config.flush,
-                on_death=self._server_died,
             )
+            self.target = ClusterTarget(cluster, on_death=self._server_died)
         else:
             self.target = LocalTarget(
                 data_dir,
@@ -571,15 +758,18 @@ class TotalQueueChecker:
                 chunk = ids[start : start + cfg.batch_size]
                 producer = await client.get()
                 history.sending(chunk)
+                began = time.monotonic()
                 try:
                     receipts = await producer.send_batch(
                         TOPIC, [Message(i.encode()) for i in chunk]
                     )
                 except PopMQError as exc:
+                    history.send_log.append(SendRecord(began, time.monotonic(), None))
                     history.send_failed(chunk, exc.code)  # maybe stored, maybe not
                     await self.progress.add(len(chunk))
                     await client.after_failure()
                     continue
+                history.send_log.append(SendRecord(began, time.monotonic(), receipts[0].queue_id))
                 history.sent(chunk, receipts)
                 await self.progress.add(len(chunk))
         finally:
@@ -641,6 +831,9 @@ class TotalQueueChecker:
 
     async def _nemesis(self) -> None:
         cfg = self.config
+        if cfg.replicated:
+            await self._failovers()
+            return
         low, high = max(1, cfg.messages // 20), max(2, cfg.messages * 19 // 20)
         kinds = ["broker" if cfg.cluster else "server"] * cfg.kills + ["proxy"] * cfg.proxy_kills
         self.rng.shuffle(kinds)
@@ -649,6 +842,20 @@ class TotalQueueChecker:
             await self.progress.reached(threshold)
             # A little jitter so that the kill does not line up with the end of a send.
             await asyncio.sleep(self.rng.uniform(0, 0.02))
+            await self.target.kill_and_restart(kind, self.rng)
+            self.kills += 1
+            self.kills_by_kind[kind] += 1
+
+    async def _failovers(self) -> None:
+        """Replicated mode: once 5 % of the ids were sent, fail over one random shard's
+        leader after another (each failover ends with its shard back to full strength),
+        with a random gap between them."""
+        cfg = self.config
+        kinds = [LEADER_KILL] * cfg.kills + [LEADER_PAUSE] * cfg.pauses
+        self.rng.shuffle(kinds)
+        await self.progress.reached(max(1, cfg.messages // 20))
+        for kind in kinds:
+            await asyncio.sleep(self.rng.uniform(*cfg.failover_gap_s))
             await self.target.kill_and_restart(kind, self.rng)
             self.kills += 1
             self.kills_by_kind[kind] += 1
@@ -759,6 +966,8 @@ class TotalQueueChecker:
         try:
             await self.target.start()
             await self._setup()
+            if isinstance(self.target, ReplicatedTarget):
+                await self.target.prepare(TOPIC)
             result.crashing_consumers = (
                 math.ceil(cfg.consumers / 2) if cfg.crashing_consumers else 0
             )
@@ -802,7 +1011,11 @@ class TotalQueueChecker:
         result.kills = self.kills
         result.kills_by_kind = dict(self.kills_by_kind)
         result.incarnations = list(self.target.incarnations)
-        if isinstance(self.target, ClusterTarget):
+        if isinstance(self.target, ReplicatedTarget):
+            result.failovers = list(self.target.failovers)
+            result.shard_of_queue = dict(self.target.shard_of_queue)
+            result.logged_errors = self.target.logged_errors()
+        elif isinstance(self.target, ClusterTarget):
             result.lease_lapse_s = list(self.target.lease_lapse_s)
         evaluate(self.history, result)
         return result
@@ -844,7 +1057,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.chaos.checker",
         description="Total-queue durability check of popmq under kill -9 of the server "
-        "(or of brokers and proxies of a cluster).",
+        "(or of brokers and proxies of a cluster, or of leaders of replicated shards).",
     )
     parser.add_argument("--messages", type=int, default=d.messages, help="ids to send")
     parser.add_argument("--kills", type=int, default=d.kills, help="kill -9 count")
@@ -891,6 +1104,35 @@ def _parser() -> argparse.ArgumentParser:
         "--session-ttl", type=int, default=d.session_ttl_s, metavar="S", help="session TTL (s)"
     )
     cluster.add_argument("--proxy-kills", type=int, default=d.proxy_kills, help="kill -9 count")
+    replicated = parser.add_argument_group("replicated mode")
+    replicated.add_argument(
+        "--replicated",
+        action="store_true",
+        help="run against etcd + replicated shards + proxies; --kills are leader kills; "
+        "--session-ttl is the leader lease",
+    )
+    replicated.add_argument("--shards", type=int, default=d.shards)
+    replicated.add_argument("--replicas", type=int, default=d.replicas, help="per shard")
+    replicated.add_argument(
+        "--pauses",
+        type=int,
+        default=d.pauses,
+        help="times a leader is SIGSTOPped past its lease, then SIGCONTed",
+    )
+    replicated.add_argument(
+        "--failover-gap",
+        type=_seconds_span,
+        default=d.failover_gap_s,
+        metavar="MIN[-MAX]",
+        help=f"seconds between failovers (default {_span(d.failover_gap_s)})",
+    )
+    replicated.add_argument(
+        "--failover-timeout",
+        type=float,
+        default=d.failover_timeout_s,
+        metavar="S",
+        help="bound of each step of a failover",
+    )
     parser.add_argument(
         "--send-rate",
         type=float,
@@ -928,6 +1170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             session_ttl_s=args.session_ttl,
             proxy_kills=args.proxy_kills,
             send_rate=args.send_rate,
+            replicated=args.replicated,
+            shards=args.shards,
+            replicas=args.replicas,
+            pauses=args.pauses,
+            failover_gap_s=args.failover_gap,
+            failover_timeout_s=args.failover_timeout,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

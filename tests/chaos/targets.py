@@ -112,7 +112,7 @@ class LocalTarget:
 
 
 class ClusterTarget:
-    """etcd + `brokers` brokers + `proxies` proxies, each a subprocess.
+    """etcd + brokers + proxies, each a subprocess (a `Cluster`, not started yet).
 
     Attributes:
         lease_lapse_s: Per kill, seconds from the kill until etcd dropped the process's
@@ -121,23 +121,8 @@ class ClusterTarget:
 
     kinds = ("broker", "proxy")
 
-    def __init__(
-        self,
-        data_dir: Path,
-        *,
-        brokers: int,
-        proxies: int,
-        session_ttl_s: int,
-        flush: Literal["sync", "async"],
-        on_death: Callable[[ServerDiedError], None],
-    ) -> None:
-        self.cluster = Cluster(
-            data_dir / "cluster",
-            brokers=brokers,
-            proxies=proxies,
-            session_ttl_s=session_ttl_s,
-            flush=flush,
-        )
+    def __init__(self, cluster: Cluster, *, on_death: Callable[[ServerDiedError], None]) -> None:
+        self.cluster = cluster
         self.holders = [EndpointHolder() for _ in self.cluster.proxies]
         self.incarnations: list[Incarnation] = []
         self.lease_lapse_s: list[float] = []

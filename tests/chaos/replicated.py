@@ -1,0 +1,427 @@
+"""The checker's replicated target: shards of replicas, and a nemesis that fails leaders over.
+
+etcd + `shards` x `replicas` `popmq broker --shard` processes + proxies
+(tests/support/replicas.py). Each `kill_and_restart` is one failover of a random shard's
+leader, timed from the moment the leader is killed (or stopped):
+
+- `LEADER_KILL`: kill -9 the leader; once another replica registered as leader, start the
+  killed one again on its data dir (it comes back as a follower and catches up).
+- `LEADER_PAUSE`: SIGSTOP the leader, so that its lease lapses while it is frozen; once
+  another replica registered as leader, SIGCONT it and at once send straight to its
+  BrokerService: a leader that wakes after its lease must store (acknowledge) nothing. It
+  then steps down and follows.
+
+Either way the failover ends once the shard has `replicas - 1` in-sync followers again (with
+`replication.min_insync` 1 the new leader refuses sends until a follower is back in sync) and
+probes saw the shard take sends again:
+
+- directly: a send to the new leader's own BrokerService (the shard itself takes sends);
+- through each proxy: a FIFO message whose group hashes to the shard's queue of a probe topic.
+  A proxy never moves a FIFO group to another shard, so the probe succeeds only once that
+  shard takes sends *and* the proxy routes to it again (its fault isolation of a broker whose
+  sends failed included): what a client whose messages must go to that shard sees.
+
+The next failover starts only then, so a shard is back to full strength before its leader is
+failed again, and the other shards took the sends meanwhile (the checker measures that from
+its producers' history: `Failover.sends`, `acknowledged`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from popmq import AsyncAdmin, AsyncProducer, PopMQError, RetryPolicy
+from popmq.broker_core.errors import PopMQError as BrokerError
+from popmq.broker_core.types import NewMessage
+from popmq.cluster import RemoteBroker
+from popmq.proxy.faults import fifo_queue_index
+from tests.chaos.server_process import KILLED, Incarnation, ServerDiedError
+from tests.chaos.targets import ClusterTarget
+from tests.support.replicas import ReplicaCluster
+
+__all__ = ["LEADER_KILL", "LEADER_PAUSE", "PROBE_TOPIC", "Failover", "ReplicatedTarget"]
+
+LEADER_KILL = "leader kill -9"
+LEADER_PAUSE = "leader SIGSTOP"
+PROBE_TOPIC = "chaos-replication-probe"
+"""One queue per shard, mixed (FIFO probes through proxies, plain ones straight to a leader);
+nobody consumes it."""
+_PROBE_INTERVAL_S = 0.1
+_PROBE_CALL_TIMEOUT_S = 2.0
+_WOKEN_SENDS = 5
+"""Sends straight to a woken (SIGCONT) old leader; it must store none of them."""
+
+
+@dataclass(slots=True)
+class Failover:
+    """One failover of a shard's leader; every `*_s` is seconds from the kill or SIGSTOP.
+
+    Attributes:
+        number: 1 for the first failover of the run.
+        kind: `LEADER_KILL` or `LEADER_PAUSE`.
+        shard: The shard failed over.
+        old_leader: The replica (process name) killed or paused.
+        old_epoch: Its epoch.
+        began: Monotonic time of the kill or SIGSTOP.
+        new_leader: The replica that took over.
+        new_epoch: Its epoch (larger than `old_epoch`).
+        leader_s: Until the new leader's registration was in etcd (what proxies route to).
+        back_s: Until the old leader was back: listening again after its restart (kill), or
+            sent SIGCONT (pause; right after `leader_s`).
+        in_sync_s: Until the shard had `replicas - 1` in-sync followers again.
+        takes_sends_s: Until the new leader's own BrokerService stored a probe send.
+        proxy_send_s: Per proxy: until a probe through it was stored on the shard (None:
+            not within the failover timeout).
+        ended_s: Until this failover's measurement ended (the window the checker counts
+            cluster-wide sends in).
+        woken_stored: Pause only: sends the woken old leader stored (must be 0).
+        woken_errors: Pause only: how it refused them.
+        traffic_send_s: Filled by the checker: until the first producer send stored on the
+            shard (one begun after the kill).
+        sends: Filled by the checker: producer sends begun within the window.
+        acknowledged: Filled by the checker: those acknowledged (by any shard).
+        max_send_latency_s: Filled by the checker: the slowest of those sends.
+    """
+
+    number: int
+    kind: str
+    shard: str
+    old_leader: str
+    old_epoch: int
+    began: float
+    new_leader: str = ""
+    new_epoch: int = 0
+    leader_s: float | None = None
+    back_s: float | None = None
+    in_sync_s: float | None = None
+    takes_sends_s: float | None = None
+    proxy_send_s: dict[str, float | None] = field(default_factory=dict)
+    ended_s: float = 0.0
+    woken_stored: int | None = None
+    woken_errors: list[str] = field(default_factory=list)
+    traffic_send_s: float | None = None
+    sends: int = 0
+    acknowledged: int = 0
+    max_send_latency_s: float = 0.0
+
+    @property
+    def resumed_s(self) -> float | None:
+        """Until every proxy took a send to the shard again (None: one never did)."""
+        values = list(self.proxy_send_s.values())
+        if not values or any(v is None for v in values):
+            return None
+        return max(v for v in values if v is not None)
+
+    @property
+    def problems(self) -> list[str]:
+        """What this failover broke: a woken leader storing sends, or a shard that never
+        took sends again."""
+        found: list[str] = []
+        if self.woken_stored:
+            found.append(
+                f"failover #{self.number}: the woken old leader {self.old_leader} stored "
+                f"{self.woken_stored} sends"
+            )
+        if self.takes_sends_s is None:
+            found.append(f"failover #{self.number}: shard {self.shard} took no send again")
+        for proxy, took in sorted(self.proxy_send_s.items()):
+            if took is None:
+                found.append(
+                    f"failover #{self.number}: no send reached shard {self.shard} "
+                    f"through {proxy} again"
+                )
+        if self.new_epoch <= self.old_epoch:
+            found.append(f"failover #{self.number}: epoch {self.new_epoch} after {self.old_epoch}")
+        return found
+
+    def line(self) -> str:
+        """One summary line."""
+        proxies = " ".join(f"{p} {_secs(s)}" for p, s in sorted(self.proxy_send_s.items()))
+        woken = (
+            ""
+            if self.woken_stored is None
+            else f"; woken old leader stored {self.woken_stored} of {_WOKEN_SENDS} sends"
+        )
+        back = "restarted" if self.kind == LEADER_KILL else "SIGCONT"
+        return (
+            f"#{self.number} {self.kind} {self.shard}: {self.old_leader} -> {self.new_leader} "
+            f"(epoch {self.old_epoch} -> {self.new_epoch}): new leader registered "
+            f"{_secs(self.leader_s)}, old one {back} {_secs(self.back_s)}, in sync "
+            f"{_secs(self.in_sync_s)}, shard takes sends {_secs(self.takes_sends_s)}, "
+            f"through proxies {proxies or '-'}, first producer send {_secs(self.traffic_send_s)}"
+            f"; cluster-wide sends in {self.ended_s:.1f}s: {self.acknowledged}/{self.sends} "
+            f"acknowledged, slowest {self.max_send_latency_s:.2f}s{woken}"
+        )
+
+
+def _secs(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}s"
+
+
+class ReplicatedTarget(ClusterTarget):
+    """etcd + replicated shards + proxies; a kill is a failover (module docstring).
+
+    Args:
+        data_dir: Where the cluster's data dirs and logs go.
+        shards: Shards (at least 2, so that sends go elsewhere during a failover).
+        replicas: Replicas per shard (at least 2).
+        proxies: Proxies.
+        session_ttl_s: The leader lease's TTL (every process's session TTL).
+        flush: The replicas' `--flush`.
+        failover_timeout_s: Bound of each step of a failover (a new leader, the restart, the
+            in-sync set, the probes).
+        on_death: Called when a process exits on its own.
+    """
+
+    kinds = (LEADER_KILL, LEADER_PAUSE)
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        shards: int,
+        replicas: int,
+        proxies: int,
+        session_ttl_s: int,
+        flush: Literal["sync", "async"],
+        failover_timeout_s: float,
+        on_death: Callable[[ServerDiedError], None],
+    ) -> None:
+        self.replica_cluster = ReplicaCluster(
+            data_dir / "cluster",
+            shards=shards,
+            replicas=replicas,
+            proxies=proxies,
+            session_ttl_s=session_ttl_s,
+            flush=flush,
+        )
+        super().__init__(self.replica_cluster, on_death=on_death)
+        self.replicas = replicas
+        self.failover_timeout_s = failover_timeout_s
+        self.failovers: list[Failover] = []
+        self.shard_of_queue: dict[int, str] = {}
+        """Global queue id of the checker's topic -> the shard holding it (see `prepare`)."""
+        self._probe_group: dict[str, str] = {}
+        """Shard -> a FIFO group of PROBE_TOPIC whose queue is on it."""
+
+    async def start(self) -> None:
+        await super().start()
+        for shard in self.replica_cluster.shards:
+            await asyncio.to_thread(self._wait_full_strength, shard)
+
+    def _wait_full_strength(self, shard: str) -> None:
+        cluster = self.replica_cluster
+        cluster.wait_leader(shard, timeout_s=self.failover_timeout_s)
+        cluster.wait_in_sync(shard, self.replicas - 1, timeout_s=self.failover_timeout_s)
+
+    async def prepare(self, topic: str) -> None:
+        """After the checker made `topic`: learn which shard holds each of its queues, make
+        the probe topic and pick a FIFO group per shard."""
+        route = await self.cluster.route_queues(topic)
+        self.shard_of_queue = {n: shard for n, (shard, _) in enumerate(route)}
+        async with AsyncAdmin(self.holders[0].address, timeout_s=20) as admin:
+            await admin.create_topic(PROBE_TOPIC, queues=1, message_type="mixed")
+        probe = await self.cluster.route_queues(PROBE_TOPIC)
+        for shard in self.replica_cluster.shards:
+            self._probe_group[shard] = next(
+                group
+                for n in range(10_000)
+                if probe[fifo_queue_index(group := f"probe-{n}", len(probe))][0] == shard
+            )
+
+    # -- one failover ---------------------------------------------------------------------
+
+    async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        if kind not in self.kinds:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(self.kinds)}")
+        cluster = self.replica_cluster
+        shard = rng.choice(cluster.shards)
+        await asyncio.to_thread(self._wait_full_strength, shard)
+        old = await asyncio.to_thread(cluster.leader, shard)
+        assert old is not None
+        old_epoch = await asyncio.to_thread(cluster.epoch, shard)
+        process = cluster.processes[old]
+        popen = process.process
+        assert popen is not None
+        failover = Failover(
+            number=len(self.failovers) + 1,
+            kind=kind,
+            shard=shard,
+            old_leader=old,
+            old_epoch=old_epoch,
+            began=time.monotonic(),
+        )
+        self.failovers.append(failover)
+        if kind == LEADER_KILL:
+            await asyncio.to_thread(cluster.kill, old)
+        else:
+            popen.send_signal(signal.SIGSTOP)
+        # Started after the signal, so that no probe is answered by the old leader before.
+        probes = [asyncio.create_task(self._probe_leader(failover))] + [
+            asyncio.create_task(self._probe_proxy(failover, n)) for n in range(len(self.holders))
+        ]
+        try:
+            try:
+                new = await asyncio.to_thread(
+                    cluster.wait_leader,
+                    shard,
+                    other_than=old,
+                    timeout_s=cluster.session_ttl_s + self.failover_timeout_s,
+                )
+            finally:
+                if kind == LEADER_PAUSE:
+                    popen.send_signal(signal.SIGCONT)
+            failover.leader_s = self._since(failover)
+            failover.new_leader = new
+            failover.new_epoch = await asyncio.to_thread(cluster.epoch, shard)
+            if kind == LEADER_KILL:
+                await asyncio.to_thread(cluster.restart, old)
+                failover.back_s = self._since(failover)
+                self.incarnations.append(
+                    Incarnation(
+                        number=len(self.incarnations) + 1,
+                        endpoint=f"{old}@{process.address}",
+                        spawn_to_listening_s=process.starts[-1],
+                        recovery_s=None,
+                        recovered_checkpoints=None,
+                        after=KILLED,
+                    )
+                )
+            else:
+                failover.back_s = self._since(failover)
+                failover.woken_stored, failover.woken_errors = await _direct_sends(
+                    process.address, _WOKEN_SENDS
+                )
+            await asyncio.to_thread(
+                cluster.wait_in_sync, shard, self.replicas - 1, self.failover_timeout_s
+            )
+            failover.in_sync_s = self._since(failover)
+            await asyncio.wait(probes, timeout=self.failover_timeout_s)
+        finally:
+            for probe in probes:
+                probe.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+            failover.ended_s = self._since(failover)
+
+    @staticmethod
+    def _since(failover: Failover) -> float:
+        return time.monotonic() - failover.began
+
+    async def _probe_leader(self, failover: Failover) -> None:
+        """Send straight to the shard's registered leader of a newer epoch until it stores
+        one (it refuses while it has too few in-sync followers)."""
+        remotes: dict[str, RemoteBroker] = {}
+        try:
+            while True:
+                registration, epoch, _ = await asyncio.to_thread(
+                    self.replica_cluster.shard_keys, failover.shard
+                )
+                if registration is not None and epoch > failover.old_epoch:
+                    address = str(registration["addr"])
+                    remote = remotes.get(address)
+                    if remote is None:
+                        remote = remotes[address] = RemoteBroker(
+                            address, call_timeout_s=_PROBE_CALL_TIMEOUT_S, catalog=False
+                        )
+                        await remote.start()
+                    try:
+                        await remote.send([NewMessage(PROBE_TOPIC, b"leader-probe")])
+                    except BrokerError:
+                        pass
+                    else:
+                        failover.takes_sends_s = self._since(failover)
+                        return
+                await asyncio.sleep(_PROBE_INTERVAL_S)
+        finally:
+            for remote in remotes.values():
+                await remote.close()
+
+    async def _probe_proxy(self, failover: Failover, index: int) -> None:
+        """Send a FIFO message of the shard's probe group through proxy `index` until one is
+        stored (each try is one call: the SDK's retries would blur the time)."""
+        name = self.cluster.proxies[index]
+        failover.proxy_send_s[name] = None
+        async with AsyncProducer(
+            self.holders[index].address,
+            timeout_s=_PROBE_CALL_TIMEOUT_S,
+            retry=RetryPolicy(max_attempts=1),
+        ) as producer:
+            while True:
+                try:
+                    await producer.send(
+                        PROBE_TOPIC,
+                        b"proxy-probe",
+                        message_group=self._probe_group[failover.shard],
+                    )
+                except PopMQError:
+                    await asyncio.sleep(_PROBE_INTERVAL_S)
+                else:
+                    failover.proxy_send_s[name] = self._since(failover)
+                    return
+
+    def logged_errors(self) -> dict[str, list[str]]:
+        """Process -> the ERROR lines of its log (messages only, timestamps cut): a process
+        can stay up after an error that leaves it useless, so the summary shows them."""
+        found: dict[str, list[str]] = {}
+        for process in self.cluster.processes.values():
+            try:
+                text = process.log_path.read_text(errors="replace")
+            except OSError:
+                continue
+            lines = [line.split(" ERROR ", 1)[1] for line in text.splitlines() if " ERROR " in line]
+            if lines:
+                found[process.name] = lines
+        return found
+
+    # -- clean stop and start -------------------------------------------------------------
+
+    async def stop(self) -> int | None:
+        """SIGTERM the proxies, then the followers, then the leaders (a leader stopped
+        first would hand its shard to a follower that is about to stop too)."""
+        await self._stop_watching()
+        for holder in self.holders:
+            holder.up.clear()
+        cluster = self.replica_cluster
+        leaders = {await asyncio.to_thread(cluster.leader, shard) for shard in cluster.shards}
+        followers = [name for name in cluster.brokers if name not in leaders]
+        codes: list[int | None] = []
+        for name in [*cluster.proxies, *followers, *sorted(n for n in leaders if n)]:
+            codes.append(await asyncio.to_thread(cluster.terminate, name))
+        return next((code for code in codes if code != 0), 0)
+
+    async def start_again(self) -> None:
+        cluster = self.replica_cluster
+        for name in cluster.brokers:
+            await asyncio.to_thread(cluster.restart, name)
+        for shard in cluster.shards:
+            await asyncio.to_thread(self._wait_full_strength, shard)
+        for name in cluster.proxies:
+            await asyncio.to_thread(cluster.restart, name)
+        for shard in cluster.shards:
+            await asyncio.to_thread(cluster.wait_served, shard)
+        self._publish()
+        self._watcher = asyncio.create_task(self._watch())
+
+
+async def _direct_sends(address: str, count: int) -> tuple[int, list[str]]:
+    """Send `count` messages straight to a replica's BrokerService: (stored, errors)."""
+    remote = RemoteBroker(address, call_timeout_s=10.0, catalog=False)
+    await remote.start()
+    stored, errors = 0, []
+    try:
+        for n in range(count):
+            try:
+                await remote.send([NewMessage(PROBE_TOPIC, f"woken-{n}".encode())])
+                stored += 1
+            except BrokerError as exc:
+                errors.append(f"{exc.code}: {exc}")
+    finally:
+        await remote.close()
+    return stored, errors
