@@ -221,9 +221,11 @@ class ClusterPop:
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
+                # Every finished probe's outcome is read before one is acted on, so none is
+                # left unretrieved ("Task exception was never retrieved") when one returns.
+                outcomes = [(task, task.exception()) for task in done]
+                for task, error in outcomes:
                     broker = probes[task]
-                    error = task.exception()
                     if isinstance(error, AnswerBoundError):
                         return broker  # it has a message to give
                     if isinstance(error, UnavailableError):

@@ -126,13 +126,13 @@ class RemoteBroker:
         tls: ChannelTLS | None = None,
         signer: Signer | None = None,
     ) -> None:
-        for name, value in (
+        for setting, value in (
             ("call_timeout_s", call_timeout_s),
             ("keepalive_s", keepalive_s),
             ("catalog_refresh_s", catalog_refresh_s),
         ):
             if value <= 0:
-                raise ValueError(f"RemoteBroker {name} {value} must be positive")
+                raise ValueError(f"RemoteBroker {setting} {value} must be positive")
         self.address = address
         self._shown = f"{name!r} at {address}" if name else f"at {address}"
         self._timeout = call_timeout_s
@@ -704,6 +704,16 @@ class RemoteBroker:
             return await method(request, timeout=deadline, metadata=self._metadata())
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._channel is None and task is not None and not task.cancelling():
+                # close() ended the call (the broker left the cluster, or a shard's leader
+                # moved): the client's request is retriable elsewhere, not cancelled.
+                raise UnavailableError(
+                    f"broker {self._shown} left the cluster while the call was in flight "
+                    "(its connection was closed); retry"
+                ) from None
+            raise
 
     async def _long_poll(
         self, method: Callable[..., Any], request: Any, wait_s: float, empty: _T

@@ -118,6 +118,9 @@ class ReplicaServer:
         self._election: ShardElection | None = None
         self._roles: asyncio.Task[None] | None = None
         self._stopping = False
+        self.died: asyncio.Future[str] | None = None
+        """Resolved with why, when the replica cannot go on (serve_replica then exits);
+        made by start()."""
         self._member: Session | None = None
         self._listing: asyncio.Task[None] | None = None
         # The read-only view of the follower's copy that serves reads (_follower_view),
@@ -132,6 +135,7 @@ class ReplicaServer:
         return f"{host}:{self.port}"
 
     async def start(self) -> int:
+        self.died = asyncio.get_running_loop().create_future()
         host, port = split_listen(self.config.listen)
         security = self.config.security
         check_protected_mode(
@@ -190,10 +194,16 @@ class ReplicaServer:
         return self.port
 
     def _roles_done(self, task: asyncio.Task[None]) -> None:
+        """The role loop ended without stop(): the replica can neither lead nor follow any
+        more, so it fences and the process exits (a supervisor restarts it as a follower)
+        rather than staying up as a zombie."""
         if task.cancelled() or self._stopping:
             return
-        log.error("the replica's role loop died: %r", task.exception(), exc_info=task.exception())
+        error = task.exception()
+        log.error("the replica's role loop died: %r; exiting", error, exc_info=error)
         self.servicer.fence("its role loop died")
+        if self.died is not None and not self.died.done():
+            self.died.set_result(f"its role loop died ({error!r})")
 
     async def _health_to(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
         for service in (SERVICE, ""):
@@ -472,10 +482,18 @@ async def serve_replica(config: ServerConfig) -> None:
     await server.start()
     print(f"listening on {server.address}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
-    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+    stop = asyncio.ensure_future(
+        wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+    )
+    died = server.died
+    assert died is not None
+    await asyncio.wait((stop, died), return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
     log.info("shutting down")
     await server.stop()
     log.info("stopped")
+    if died.done():
+        raise SystemExit(f"popmq broker --shard: {died.result()}")
 
 
 def run_replica(config: ServerConfig) -> int:

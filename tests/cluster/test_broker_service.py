@@ -329,6 +329,25 @@ def test_an_unreachable_broker_is_a_retriable_unavailable_naming_it(tmp_path: Pa
     asyncio.run(scenario())
 
 
+def test_a_call_cut_off_by_closing_the_connection_is_a_retriable_unavailable(
+    tmp_path: Path,
+) -> None:
+    # The proxy's pool closes a broker's connection when it leaves the cluster (or a shard's
+    # leader moves): a call in flight must fail retriably, not as the client's CANCELLED.
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served:
+            api = RemoteBroker(served.address, call_timeout_s=5.0, catalog=False)
+            await api.start()
+            waiting = asyncio.ensure_future(api.due_checks(8, wait_s=5.0))
+            await asyncio.sleep(0.3)
+            await api.close()
+            with pytest.raises(UnavailableError, match="left the cluster") as error:
+                await waiting
+            assert error.value.retriable
+
+    asyncio.run(scenario())
+
+
 def test_apply_group_sets_the_record_ignores_an_older_one_and_is_fenced(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with served_broker(tmp_path / "b") as served:
