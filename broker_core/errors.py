@@ -106,6 +106,12 @@ class UnavailableError(PopMQError):
     retriable = True
 
 
+class NotEnoughReplicasError(UnavailableError):
+    """A replicated shard refuses sends: fewer followers are in sync than
+    replication.min_insync (cluster/replication/log.py). Retriable on another shard at once;
+    the shard takes sends again as soon as a follower has caught up."""
+
+
 class InternalError(PopMQError):
     """A bug: an invariant of the broker does not hold."""
 

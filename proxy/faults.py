@@ -37,7 +37,12 @@ from collections.abc import Awaitable, Callable, Collection, Container, Mapping,
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from popmq.broker_core import InvalidArgumentError, PopMQError, UnavailableError
+from popmq.broker_core import (
+    InvalidArgumentError,
+    NotEnoughReplicasError,
+    PopMQError,
+    UnavailableError,
+)
 from popmq.cluster.routes import QueueRef
 
 __all__ = [
@@ -621,8 +626,12 @@ class SendRouter:
         try:
             result = await send(queue)
         except (PopMQError, TimeoutError) as error:
-            # A request error (bad argument, ...) is still an answer: the broker is up.
-            self.table.update(queue.broker, clock() - started, failed=is_broker_failure(error))
+            # A request error (bad argument, ...) is still an answer: the broker is up. So is
+            # a replicated shard refusing sends for want of in-sync followers: the send is
+            # tried elsewhere, but the shard is not isolated, since it takes sends again as
+            # soon as a follower catches up (a 10 s isolation would outlast that).
+            failed = is_broker_failure(error) and not isinstance(error, NotEnoughReplicasError)
+            self.table.update(queue.broker, clock() - started, failed=failed)
             raise
         self.table.update(queue.broker, clock() - started, failed=False)
         return result

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
-from popmq.broker_core.errors import PopMQError, UnavailableError
+from popmq.broker_core.errors import NotEnoughReplicasError, PopMQError, UnavailableError
 from popmq.broker_core.store import Batch, Store
 from popmq.cluster.replication import oplog
 
@@ -60,10 +60,6 @@ class _Wait:
     quorum: bool
     future: asyncio.Future[None]
     required: set[str] = field(default_factory=set)
-
-
-class NotEnoughReplicasError(UnavailableError):
-    """Sends are refused: the in-sync set has fewer followers than min_insync."""
 
 
 class ReplicationLog:

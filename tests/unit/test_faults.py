@@ -12,6 +12,7 @@ import pytest
 
 from popmq.broker_core import (
     InvalidArgumentError,
+    NotEnoughReplicasError,
     NotFoundError,
     PopMQError,
     StoreFullError,
@@ -453,6 +454,24 @@ def test_broker_failures_are_retried(clock: FakeClock, error: BaseException) -> 
     brokers.errors = {"a": error, "b": error}
     routed = run_send(SendRouter(table_on(clock)), brokers)
     assert routed.queue.broker == "c"
+
+
+def test_a_shard_without_in_sync_followers_is_tried_elsewhere_but_not_isolated(
+    clock: FakeClock,
+) -> None:
+    # A replicated shard refuses sends until a follower catches up (seconds): the send goes
+    # to another broker at once, and the shard is not kept out for a 10 s isolation.
+    table = table_on(clock)
+    router = SendRouter(table)
+    brokers = FakeBrokers(clock)
+    first = table.pick("t", THREE)
+    assert first is not None
+    table.forget_topic("t")
+    brokers.errors[first.broker] = NotEnoughReplicasError("0 in-sync followers")
+    routed = run_send(router, brokers)
+    assert routed.attempts == 2 and routed.queue.broker != first.broker
+    assert table.is_available(first.broker)
+    assert table.snapshot().failures == 0
 
 
 @pytest.mark.parametrize(
