@@ -123,17 +123,15 @@ class Telemetry:
                 if command is grpc.aio.EOF:
                     return
                 reply = self.on_command(client_id, command)
-                if reply is not None:
-                    await context.write(reply)
-                if (
-                    command.WhichOneof("command") == "settings"
-                    and reply is not None
-                    and reply.status.code == Code.OK
-                ):
-                    # New settings replace the producer's topics.
+                if reply is None:
+                    continue
+                if command.WhichOneof("command") == "settings" and reply.status.code == Code.OK:
+                    # New settings replace the producer's topics; registered before the
+                    # reply, so a client that has its settings answered gets checks.
                     if unregister is not None:
                         unregister()
                     unregister = self._transactions.register(session.settings, outbox, client_id)
+                await context.write(reply)
         finally:
             if unregister is not None:
                 unregister()
