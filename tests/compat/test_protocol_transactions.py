@@ -9,6 +9,7 @@ client.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -18,7 +19,8 @@ import pytest
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
-from popmq.broker_core import BrokerConfig, TransactionsConfig
+from popmq.broker_core import BrokerConfig, TransactionsConfig, UnavailableError
+from popmq.proxy.rocketmq.transactions import CommandOutbox
 from tests.compat.test_protocol import message, meta, resource, run, send
 from tests.integration.server import ServerThread
 
@@ -218,3 +220,31 @@ def test_a_check_is_written_on_the_producers_telemetry_stream_while_it_is_open(
         assert checks.producers("payments") == 0  # unregistered when the stream ended
 
     run(server, scenario)
+
+
+def test_a_check_not_written_on_a_stream_fails_its_delivery() -> None:
+    """The check loop tries the next producer when `deliver` raises: a stream that ended, or
+    one whose handler does not write the check in time."""
+
+    async def scenario() -> None:
+        command = sv.TelemetryCommand()
+        stuck = CommandOutbox()
+        with pytest.raises(UnavailableError, match="did not take the command"):
+            await stuck.send(command, wait_s=0.01)
+        ended = CommandOutbox()
+        pending = asyncio.ensure_future(ended.send(command))
+        await asyncio.sleep(0)
+        ended.close("the stream has ended")
+        with pytest.raises(UnavailableError, match="has ended"):
+            await pending
+        with pytest.raises(UnavailableError, match="has ended"):
+            await ended.send(command)
+        written = CommandOutbox()
+        delivery = asyncio.ensure_future(written.send(command))
+        await written.ready.wait()
+        ((taken, done),) = written.take()
+        assert taken is command and not written.ready.is_set()
+        done.set_result(None)  # what the stream's handler does after the write
+        await delivery
+
+    asyncio.run(scenario())
