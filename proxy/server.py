@@ -381,6 +381,7 @@ class PopMQServer:
             clients=self.clients,
             popped_bytes=self.messaging.popped_bytes,  # one budget for v1 and v2 consumers
             peers=self._peers,
+            transaction_checks=self.transaction_checks,
         )
         await self.health.serving(self._late.service_names)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
@@ -406,6 +407,10 @@ class PopMQServer:
             await self.health.shutting_down()
             if self.rocketmq is not None:
                 await self.rocketmq.close()  # ends Telemetry streams: stop() need not wait
+            # Before the broker drains: a draining broker answers due_checks at once, and the
+            # check loop would then spin without yielding to the loop.
+            if self.transaction_checks is not None:
+                await self.transaction_checks.close()
             # Held long polls answer at once (empty), so the grace period is spent only on
             # RPCs doing work, which finish while the store is still open.
             if self._opened:
@@ -414,7 +419,7 @@ class PopMQServer:
                 self.messaging.release_waiters()
             await server.stop(self.config.shutdown_grace_s)
         if self.transaction_checks is not None:
-            await self.transaction_checks.close()
+            await self.transaction_checks.close()  # a server that never listened
         if self.tls is not None:
             await self.tls.close()
         if self._metrics_endpoint is not None:

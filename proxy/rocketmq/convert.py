@@ -36,7 +36,7 @@ _ACCEPTS: dict[str, tuple[pb.MessageType, ...]] = {
     "fifo": (pb.FIFO,),
     "delay": (pb.DELAY,),
     "transaction": (pb.TRANSACTION,),
-    "mixed": (pb.NORMAL, pb.FIFO, pb.DELAY),
+    "mixed": (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION),
 }
 _TYPE_NAMES = {pb.NORMAL: "normal", pb.FIFO: "fifo", pb.DELAY: "delay"}
 
@@ -223,8 +223,10 @@ def message_queue(info: TopicInfo, queue_id: int, entry: pb.Broker) -> pb.Messag
 def message_type_of(msg: pb.Message, where: str = "message") -> pb.MessageType:
     """The type a message's properties make it; a declared type must agree with them.
 
-    The declared type is an enum from the wire: a value this schema does not know is
-    refused before any name lookup (which would raise for it).
+    TRANSACTION is declared, never derived: a half message keeps the FIFO or DELAY
+    semantics its message group or delivery time give it, where its topic takes those
+    (check_type_accepted). The declared type is an enum from the wire: a value this schema
+    does not know is refused before any name lookup (which would raise for it).
     """
     props = msg.system_properties
     has_group = props.HasField("message_group")
@@ -232,13 +234,13 @@ def message_type_of(msg: pb.Message, where: str = "message") -> pb.MessageType:
     if props.message_type not in pb.MessageType.values():
         raise ProtocolError(
             Code.BAD_REQUEST,
-            f"{where}.message_type {props.message_type} is unknown: use NORMAL, FIFO or DELAY, "
-            "or leave it unset",
+            f"{where}.message_type {props.message_type} is unknown: use NORMAL, FIFO, DELAY or "
+            "TRANSACTION, or leave it unset",
         )
-    if props.message_type in (pb.TRANSACTION, pb.LITE, pb.PRIORITY):
+    if props.message_type in (pb.LITE, pb.PRIORITY):
         raise UnsupportedError(
             f"{pb.MessageType.Name(props.message_type)} messages are not supported by popmq; "
-            "send NORMAL, FIFO or DELAY messages"
+            "send NORMAL, FIFO, DELAY or TRANSACTION messages"
         )
     if props.HasField("lite_topic") or props.HasField("priority"):
         raise UnsupportedError("lite topics and message priorities are not supported by popmq")
@@ -247,8 +249,16 @@ def message_type_of(msg: pb.Message, where: str = "message") -> pb.MessageType:
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             "a message cannot have both a message_group (FIFO) and a delivery_timestamp (DELAY)",
         )
-    derived = pb.FIFO if has_group else pb.DELAY if has_delay else pb.NORMAL
     declared = props.message_type
+    if props.HasField("orphaned_transaction_recovery_duration") and declared != pb.TRANSACTION:
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"{where}.orphaned_transaction_recovery_duration is set, but only TRANSACTION "
+            "messages are checked back: declare message_type TRANSACTION or leave it unset",
+        )
+    if declared == pb.TRANSACTION:
+        return pb.TRANSACTION
+    derived = pb.FIFO if has_group else pb.DELAY if has_delay else pb.NORMAL
     if declared not in (pb.MESSAGE_TYPE_UNSPECIFIED, derived):
         raise ProtocolError(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
@@ -259,7 +269,33 @@ def message_type_of(msg: pb.Message, where: str = "message") -> pb.MessageType:
     return derived
 
 
-def check_type_accepted(info: TopicInfo, kind: pb.MessageType) -> None:
+def _base_type(msg: pb.Message) -> str:
+    """The popmq message type a message's properties give it (a half message's too)."""
+    props = msg.system_properties
+    if props.HasField("message_group"):
+        return "fifo"
+    return "delay" if props.HasField("delivery_timestamp") else "normal"
+
+
+def check_type_accepted(info: TopicInfo, kind: pb.MessageType, msg: pb.Message) -> None:
+    """Refuse a message its topic's type does not take, as RocketMQ does
+    (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). Transactional messages go to transaction and
+    mixed topics, or to a fifo or delay topic when their properties are of its type (the
+    broker's rule for half messages: the commit keeps the topic's semantics)."""
+    name = info.message_type_name
+    if kind == pb.TRANSACTION:
+        if name in ("transaction", "mixed") or (name != "normal" and info.accepts(_base_type(msg))):
+            return
+        raise ProtocolError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {info.name!r} is a {name} topic and does not accept TRANSACTION messages"
+            + (
+                f" without a {'message_group' if name == 'fifo' else 'delivery_timestamp'}"
+                if name in ("fifo", "delay")
+                else ""
+            )
+            + ": send them to a topic of message type transaction or mixed",
+        )
     if not info.accepts(_TYPE_NAMES[kind]):
         names = ", ".join(pb.MessageType.Name(t) for t in accepted_types(info))
         raise ProtocolError(
@@ -344,7 +380,7 @@ def new_message(
     _check_message(index, props, user, msg.body)
     body, encoding = _body(msg, where, config, budget)
     group = props.message_group if props.HasField("message_group") else ""
-    if kind == pb.FIFO and (
+    if props.HasField("message_group") and (
         not group.strip()
         or _CONTROL.search(group)
         or len(group.encode()) > config.max_message_group_bytes
@@ -355,7 +391,7 @@ def new_message(
             f"{config.max_message_group_bytes} bytes, not blank, no control characters",
         )
     deliver_at = 0
-    if kind == pb.DELAY:
+    if props.HasField("delivery_timestamp"):
         deliver_at = timestamp_ms(props.delivery_timestamp)
         broker_core.check_delivery_time(index, deliver_at, now_ms, max_delay_s)
     born = timestamp_ms(props.born_timestamp) if props.HasField("born_timestamp") else 0

@@ -8,7 +8,8 @@ INTERNAL_SERVER_ERROR.
 
 The concerns: telemetry.py (Telemetry, Heartbeat, NotifyClientTermination), membership.py
 (consumers in the server's client registry), routing.py (QueryRoute, QueryAssignment),
-sending.py (SendMessage, RecallMessage), receiving.py and receive.py (ReceiveMessage),
+sending.py (SendMessage, RecallMessage), transactions.py (EndTransaction, check-backs
+over Telemetry), receiving.py and receive.py (ReceiveMessage),
 acking.py (AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue),
 pulling.py (PullMessage and the offsets), resources.py (the lookups they share).
 Everything runs on the server's event loop.
@@ -26,7 +27,7 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
-from popmq.broker_core import BrokerAPI, PopMQError
+from popmq.broker_core import BrokerAPI, PopMQError, TransactionAPI
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.memory import PoppedBytes
@@ -45,6 +46,8 @@ from popmq.proxy.rocketmq.routing import Routing
 from popmq.proxy.rocketmq.sending import Sending
 from popmq.proxy.rocketmq.sessions import Sessions
 from popmq.proxy.rocketmq.telemetry import Telemetry
+from popmq.proxy.rocketmq.transactions import END, Transactions
+from popmq.proxy.transaction_checks import TransactionCheckLoop
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         clients: ClientRegistry,
         popped_bytes: PoppedBytes | None = None,
         peers: Callable[[], Sequence[str]] | None = None,
+        transaction_checks: TransactionCheckLoop | None = None,
     ) -> None:
         """`address` gives this server's HOST:PORT, for routes of clients that name none.
         `peers` gives the HOST:PORT of every proxy of a cluster (this one included), which
@@ -106,6 +110,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         one when the server has none). `popped_bytes` is the server-wide budget of popped,
         unwritten bytes (proxy/memory.py) that receives count in with popmq.v1's PopStreams;
         without one the service keeps its own.
+
+        `transaction_checks` hands due transaction checks to producers: the service
+        registers its producers' Telemetry streams there. Without it no check reaches a v2
+        producer (half messages and EndTransaction work when the broker is a
+        TransactionAPI).
         """
         self.config = config or RocketMQConfig()
         resources = Resources(broker, address, peers)
@@ -114,6 +123,8 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.sessions = Sessions(self.config.client_idle_s, on_end=membership.session_ended)
         self.inflight = Inflight(broker, self.config, self.sessions)
         self._releases = Releases(self.inflight)
+        transactions = broker if isinstance(broker, TransactionAPI) else None
+        self._transactions = Transactions(transactions, transaction_checks, address)
         self._telemetry = Telemetry(
             broker,
             self.config,
@@ -121,11 +132,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
             membership=membership,
             inflight=self.inflight,
             resources=resources,
+            transactions=self._transactions,
         )
         self._routing = Routing(
             resources, sessions=self.sessions, membership=membership, assignments=self.assignments
         )
-        self._sending = Sending(broker, self.config, resources)
+        self._sending = Sending(broker, self.config, resources, transactions)
         receiving = Receiving(
             broker,
             self.config,
@@ -154,6 +166,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         clients: ClientRegistry | None = None,
         popped_bytes: PoppedBytes | None = None,
         peers: Callable[[], Sequence[str]] | None = None,
+        transaction_checks: TransactionCheckLoop | None = None,
     ) -> RocketMQService:
         """Register a started service on a gRPC server (before the server starts).
 
@@ -166,7 +179,12 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
                 existing_groups=[g.name for g in await broker.list_groups()],
             )
         service = cls(
-            broker, address=address, clients=clients, popped_bytes=popped_bytes, peers=peers
+            broker,
+            address=address,
+            clients=clients,
+            popped_bytes=popped_bytes,
+            peers=peers,
+            transaction_checks=transaction_checks,
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await service.start()
@@ -254,14 +272,11 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
     ) -> sv.RecallMessageResponse:
         return await self._sending.recall(request)
 
-    @answers(sv.EndTransactionResponse)
+    @answers(sv.EndTransactionResponse, END)
     async def EndTransaction(
         self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
     ) -> sv.EndTransactionResponse:
-        raise UnsupportedError(
-            "transactional messages are not supported by popmq: there is no half message "
-            f"{request.message_id!r} to commit or roll back"
-        )
+        return await self._transactions.end(request)
 
     @answers(sv.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(

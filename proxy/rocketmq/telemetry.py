@@ -4,8 +4,10 @@ A client opens one Telemetry stream for its lifetime and sends its settings ther
 server answers each settings frame with the merged settings (settings.py) and keeps the
 stream open as the channel for server-to-client commands, until the client or the server
 ends it. Heartbeats keep the session alive and register consumers (membership.py);
-NotifyClientTermination ends the session and releases what the client held. Runs on the
-server's event loop.
+NotifyClientTermination ends the session and releases what the client held. A producer's
+stream is registered for transaction check-backs of its topics while it is open
+(transactions.py); the checks are written by the stream's handler, its one writer. Runs on
+the server's event loop.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -28,6 +31,7 @@ from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.sessions import Sessions
+from popmq.proxy.rocketmq.transactions import CommandOutbox, Transactions
 from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ class Telemetry:
         membership: Registers consumers in the client registry.
         inflight: Releases what a terminating client held.
         resources: Group policies and filter checks for consumer settings.
+        transactions: Registers producers' streams for transaction check-backs.
     """
 
     def __init__(
@@ -64,8 +69,10 @@ class Telemetry:
         membership: Membership,
         inflight: Inflight,
         resources: Resources,
+        transactions: Transactions,
     ) -> None:
         self._broker = broker
+        self._transactions = transactions
         self._config = config
         self._sessions = sessions
         self._membership = membership
@@ -80,18 +87,29 @@ class Telemetry:
         closed = asyncio.ensure_future(session.closed.wait())
         read: asyncio.Future[Any] | None = None
         resend: asyncio.Future[Any] | None = None
+        outbox = CommandOutbox()
+        queued: asyncio.Future[Any] | None = None
+        unregister: Callable[[], None] | None = None
         try:
             while True:
                 if read is None:
                     read = asyncio.ensure_future(context.read())
                 if resend is None:
                     resend = asyncio.ensure_future(session.resend.wait())
-                await asyncio.wait({read, closed, resend}, return_when=asyncio.FIRST_COMPLETED)
+                if queued is None:
+                    queued = asyncio.ensure_future(outbox.ready.wait())
+                await asyncio.wait(
+                    {read, closed, resend, queued}, return_when=asyncio.FIRST_COMPLETED
+                )
                 if resend.done():  # written here, so a stream has one writer
                     resend = None
                     session.resend.clear()
                     if session.settings_reply is not None and not closed.done():
                         await context.write(session.settings_reply)
+                if queued.done():
+                    queued = None
+                    if not closed.done():
+                        await self._write_commands(context, outbox)
                 if not read.done():
                     if closed.done():
                         return  # the session ended (termination, idle, server shutdown)
@@ -105,13 +123,38 @@ class Telemetry:
                 if command is grpc.aio.EOF:
                     return
                 reply = self.on_command(client_id, command)
-                if reply is not None:
-                    await context.write(reply)
+                if reply is None:
+                    continue
+                if command.WhichOneof("command") == "settings" and reply.status.code == Code.OK:
+                    # New settings replace the producer's topics; registered before the
+                    # reply, so a client that has its settings answered gets checks.
+                    if unregister is not None:
+                        unregister()
+                    unregister = self._transactions.register(session.settings, outbox, client_id)
+                await context.write(reply)
         finally:
-            for pending in (closed, read, resend):
+            if unregister is not None:
+                unregister()
+            outbox.close(f"the Telemetry stream of client {client_id} has ended")
+            for pending in (closed, read, resend, queued):
                 if pending is not None and not pending.done():
                     pending.cancel()
             session.streams -= 1
+
+    @staticmethod
+    async def _write_commands(context: grpc.aio.ServicerContext, outbox: CommandOutbox) -> None:
+        """Write the queued server commands; a failed write fails them and the stream."""
+        taken = outbox.take()
+        for index, (command, written) in enumerate(taken):
+            try:
+                await context.write(command)
+            except BaseException:
+                for _, unwritten in taken[index:]:
+                    if not unwritten.done():
+                        unwritten.set_result("the Telemetry stream failed while writing")
+                raise
+            if not written.done():
+                written.set_result(None)
 
     def nudge(self, client_id: str) -> None:
         """A Node.js client made a start-up call (a route query, a heartbeat): send its

@@ -6,7 +6,8 @@
 // Scenarios:
 // - produce: a Producer sends normal messages (tag, keys, properties), FIFO messages
 //   (message groups), a FIFO message to a normal topic, delayed messages (one recalled,
-//   twice) and transactional messages (to a normal topic and to a transaction topic);
+//   twice) and transactional messages (to a normal topic, and to a transaction topic,
+//   committed);
 //   reports receipts and each error the client raised.
 // - simple: SimpleConsumers receive, change the invisible duration (then ack with the old
 //   handle and the new one), leave a message unacked to see it again, and filter by TAG and
@@ -77,7 +78,7 @@ function view(message) {
 }
 
 async function produce(spec) {
-  // A checker is what lets the client begin a transaction; popmq never asks it anything.
+  // A checker is what lets the client begin a transaction; never asked here (all are ended).
   const producer = new Producer(client(spec, { checker: { async check() { return null; } } }));
   await producer.startup();
   const result = { normal: [], fifo: [] };
@@ -109,9 +110,13 @@ async function produce(spec) {
   // The route of a normal topic does not accept TRANSACTION: the client refuses it itself.
   result.transaction_to_normal = await caught(() => producer.send(
     { topic: spec.normal, body: Buffer.from('tx') }, producer.beginTransaction()));
-  // Last: a failed send isolates the endpoint in this client.
-  result.transaction = await caught(() => producer.send(
-    { topic: spec.transaction, body: Buffer.from('tx') }, producer.beginTransaction()));
+  // To a transaction topic: a half message, committed (no check comes: it is ended at once).
+  const tx = producer.beginTransaction();
+  result.transaction = await caught(async () => {
+    const sent = await producer.send({ topic: spec.transaction, body: Buffer.from('tx') }, tx);
+    result.transaction_receipt = { ...receipt(sent), transaction_id: sent.transactionId };
+    await tx.commit();
+  });
   await producer.shutdown();
   return result;
 }

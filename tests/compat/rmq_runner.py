@@ -12,6 +12,11 @@ Scenarios (field "scenario"):
   invisible duration, tries the old handle, and acks with the new one ("change_then_ack").
 - push: a PushConsumer whose listener fails the bodies in `fail_bodies` and consumes the
   rest, until every wanted outcome was seen.
+- transaction: a transactional Producer whose TransactionChecker answers by body (`answers`:
+  body -> "commit", "rollback" or "unknown"); sends one half message per body and ends it
+  as `ends` says (a list of "commit" / "rollback", tried in order, each outcome recorded;
+  "wait_checks" waits until the body was checked `checks` times, "sleep" sleeps `sleep_s`),
+  then waits until each body in `want_checks` was checked that many times.
 
 Every scenario takes "tls": true for the clients' `tls_enable` (they verify the server with
 grpc's roots: the test points GRPC_DEFAULT_SSL_ROOTS_FILE_PATH at its CA).
@@ -36,6 +41,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import FilterType
 from rocketmq.v5.exception import ClientException
@@ -237,7 +244,90 @@ def push(scenario: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-SCENARIOS = {"produce": produce, "simple": simple, "push": push}
+_ANSWERS = {
+    "commit": TransactionResolution.COMMIT,
+    "rollback": TransactionResolution.ROLLBACK,
+    "unknown": TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED,  # the client's UNKNOWN
+}
+
+
+class _Checker(TransactionChecker):
+    """Answers checks by the message's body; records each check."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+        self.checks: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def check(self, message: Message) -> TransactionResolution:
+        entry = _message(message)
+        with self.lock:
+            self.checks.append(entry)
+        return _ANSWERS[self.answers.get(entry["body"], "unknown")]
+
+    def count(self, body: str) -> int:
+        with self.lock:
+            return sum(1 for c in self.checks if c["body"] == body)
+
+
+def transaction(scenario: dict[str, Any]) -> dict[str, Any]:
+    checker = _Checker(scenario.get("answers", {}))
+    producer = Producer(_config(scenario), (scenario["topic"],), checker)
+    producer.startup()
+    sent: dict[str, dict[str, Any]] = {}
+    try:
+        transactions = {}
+        for spec in scenario["messages"]:
+            msg = Message()
+            msg.topic = scenario["topic"]
+            msg.body = spec["body"].encode()
+            if spec.get("tag"):
+                msg.tag = spec["tag"]
+            for key in spec.get("keys", ()):
+                msg.keys = key
+            for name, value in spec.get("properties", {}).items():
+                msg.add_property(name, value)
+            tx = producer.begin_transaction()
+            try:
+                receipt = producer.send(msg, tx)
+            except Exception as exc:  # noqa: BLE001 - reported to the test as data
+                sent[spec["body"]] = {"send": _error(exc)}
+                continue
+            transactions[spec["body"]] = tx
+            sent[spec["body"]] = {**_receipt(receipt), "transaction_id": receipt.transaction_id}
+        for spec in scenario["messages"]:
+            tx = transactions.get(spec["body"])
+            outcomes = sent[spec["body"]].setdefault("ends", [])
+            for end in spec.get("ends", ()):
+                if end == "wait_checks":  # until this body was checked as often as wanted
+                    _wait_checks(checker, {spec["body"]: spec["checks"]}, scenario)
+                    time.sleep(scenario.get("settle_s", 0.5))
+                    outcomes.append({"waited": checker.count(spec["body"])})
+                    continue
+                if end == "sleep":
+                    time.sleep(scenario["sleep_s"])
+                    continue
+                try:
+                    response = tx.commit() if end == "commit" else tx.rollback()
+                    outcomes.append({end: "ok", "message": response.status.message})
+                except Exception as exc:  # noqa: BLE001
+                    outcomes.append({end: _error(exc)})
+        _wait_checks(checker, scenario.get("want_checks", {}), scenario)
+        time.sleep(scenario.get("settle_s", 0.5))  # the check answers' EndTransactions
+        with checker.lock:
+            checks = list(checker.checks)
+        return {"sent": sent, "checks": checks}
+    finally:
+        producer.shutdown()
+
+
+def _wait_checks(checker: _Checker, want: dict[str, int], scenario: dict[str, Any]) -> None:
+    give_up = time.monotonic() + scenario.get("deadline_s", 30)
+    while time.monotonic() < give_up and any(checker.count(b) < n for b, n in want.items()):
+        time.sleep(0.05)
+
+
+SCENARIOS = {"produce": produce, "simple": simple, "push": push, "transaction": transaction}
 
 
 def main() -> int:

@@ -36,7 +36,7 @@ def node(scenario: str, server: ServerThread, **params: Any) -> dict[str, Any]:
     return run_node(scenario, server.endpoint, runner=RUNNER, **params)
 
 
-def test_a_node_producer_sends_normal_fifo_and_delayed_messages_and_no_transactions(
+def test_a_node_producer_sends_normal_fifo_delayed_and_transactional_messages(
     server: ServerThread,
 ) -> None:
     async def setup() -> None:
@@ -82,14 +82,14 @@ def test_a_node_producer_sends_normal_fifo_and_delayed_messages_and_no_transacti
     assert recall["second"]["text"].endswith(f"(code: {NOT_FOUND})"), recall
 
     # Transactions: refused by the client from the route of any other topic; to a topic of
-    # type transaction it sends them, and popmq refuses them (nothing is stored).
+    # type transaction a half message, stored once when the client commits it.
     assert result["transaction_to_normal"]["name"] == "TypeError"
     assert "accept message types" in result["transaction_to_normal"]["text"]
-    refused = result["transaction"]
-    assert (refused["name"], refused["code"]) == ("UnsupportedException", UNSUPPORTED), refused
-    assert "TRANSACTION messages are not supported by popmq" in refused["text"], refused
-    _, queues = server.call(lambda: server.broker.get_topic("payments"))
-    assert sum(q.max_offset for q in queues) == 0
+    assert result["transaction"] is None, result["transaction"]
+    assert result["transaction_receipt"]["transaction_id"], result["transaction_receipt"]
+    (committed,) = server.call(lambda: server.broker.peek("payments"))
+    assert committed.record.body == b"tx"
+    assert committed.record.message_id == result["transaction_receipt"]["message_id"]
 
 
 def test_node_simple_consumers_ack_change_invisible_duration_redeliver_and_filter(
