@@ -106,6 +106,8 @@ _SCAN = 4096
 with no front end running, are skipped by every discard pass: this bounds that work)."""
 _RETRY_S = 1.0
 """Delay before the loop retries after a failed write (a full disk)."""
+_UNCLAIMED_GRACE_S = 10.0
+"""Least time a due check stays unclaimed before it counts as an unanswered attempt."""
 _OVERDUE_POLL_S = 1.0
 """How often a caller waiting for checks looks again while only checks it did not ask for
 are overdue (new checks of its topics wake it sooner through the waiters)."""
@@ -368,8 +370,9 @@ class Transactions:
 
         With `topics`, only checks of those topics are claimed: each proxy claims the checks
         it has an online producer for. A check nobody claimed for a whole check interval
-        after it came due counts as an attempt no producer answered (and is rescheduled), so
-        a transaction whose producer never returns is still discarded after check_max.
+        (at least 10 s) after it came due counts as an attempt no producer answered (and is
+        rescheduled), so a transaction whose producer never returns is still discarded after
+        check_max.
         """
         validation.check_range("max_checks", max_checks, 1, MAX_CHECKS_PER_CALL)
         longest = self._config.long_polling.max_timeout_s
@@ -406,6 +409,10 @@ class Transactions:
     ) -> list[TransactionCheck]:
         now = now_ms()
         interval_ms = round(self._cfg.check_interval_s * 1000)
+        # How long a due check may wait unclaimed before it counts as unanswered: an
+        # interval, and at least long enough for a proxy's check loop to ask again with
+        # its producers' topics (its long poll is 5 s).
+        unclaimed_after_ms = max(interval_ms, round(_UNCLAIMED_GRACE_S * 1000))
         start, _ = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
         claimed: list[tuple[int, Record]] = []
         # Due for a whole interval and of no topic a caller asked for: counted as unanswered.
@@ -424,7 +431,7 @@ class Transactions:
             if record.checks >= self._cfg.check_max:
                 continue  # checked enough: the loop discards it
             if topics is not None and record.topic not in topics:
-                if due_ms + interval_ms <= now:
+                if due_ms + unclaimed_after_ms <= now:
                     unclaimed.append((seq, record))
                 continue
             claimed.append((seq, record))

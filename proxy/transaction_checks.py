@@ -39,6 +39,7 @@ POLL_WAIT_S = 5.0
 MAX_CHECKS = 32
 """Checks taken per call."""
 _ERROR_PAUSE_S = 1.0
+_EMPTY_PAUSE_S = 0.2
 
 
 @dataclass(eq=False)
@@ -73,6 +74,8 @@ class TransactionCheckLoop:
         self._by_topic: dict[str, list[_Producer]] = {}
         self._turns: dict[str, itertools.count[int]] = {}
         self._task: asyncio.Task[None] | None = None
+        # Set when a producer registers: the loop waiting without producers claims at once.
+        self._producers_changed = asyncio.Event()
         self.stats = CheckStats()
 
     def add_producer(
@@ -81,6 +84,8 @@ class TransactionCheckLoop:
         """Register an online producer of `topics`; returns what unregisters it."""
         producer = _Producer(frozenset(topics), deliver, name)
         for topic in producer.topics:
+            if topic not in self._by_topic:
+                self._producers_changed.set()  # a topic to claim checks of
             self._by_topic.setdefault(topic, []).append(producer)
 
         def remove() -> None:
@@ -90,6 +95,7 @@ class TransactionCheckLoop:
                     producers.remove(producer)
                     if not producers:
                         del self._by_topic[topic]
+                        self._producers_changed.set()
 
         return remove
 
@@ -111,20 +117,42 @@ class TransactionCheckLoop:
                 await task
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             topics = list(self._by_topic)
             if not topics:
-                # No producer here: claim nothing (another proxy's producers may answer).
-                await asyncio.sleep(self._poll_wait_s)
+                # No producer here: claim nothing (another proxy's producers may answer);
+                # add_producer wakes the loop.
+                self._producers_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._poll_wait_s):
+                        await self._producers_changed.wait()
+                continue
+            began = loop.time()
+            self._producers_changed.clear()
+            claim = asyncio.ensure_future(
+                self._broker.due_checks(MAX_CHECKS, wait_s=self._poll_wait_s, topics=topics)
+            )
+            changed = asyncio.ensure_future(self._producers_changed.wait())
+            await asyncio.wait((claim, changed), return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
+            if not claim.done():
+                # Producers came or went: ask again with their topics rather than holding a
+                # wait for the old ones (a new producer's checks would wait it out).
+                claim.cancel()
+                with contextlib.suppress(asyncio.CancelledError, PopMQError):
+                    await claim
                 continue
             try:
-                checks = await self._broker.due_checks(
-                    MAX_CHECKS, wait_s=self._poll_wait_s, topics=topics
-                )
+                checks = claim.result()
             except PopMQError as exc:
                 log.warning("cannot take due transaction checks: %s", exc)
                 await asyncio.sleep(_ERROR_PAUSE_S)
                 continue
+            if not checks and loop.time() - began < _EMPTY_PAUSE_S:
+                # Answered empty at once: a broker draining for shutdown (it holds no wait),
+                # or a cluster with no live broker. Do not spin.
+                await asyncio.sleep(_EMPTY_PAUSE_S)
             for check in checks:
                 await self.dispatch(check)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from popmq.broker_core import transactions
 from popmq.broker_core.config import TransactionsConfig
 from popmq.broker_core.types import NewMessage, TransactionCheck
 from popmq.proxy.transaction_checks import TransactionCheckLoop
@@ -14,7 +17,12 @@ from tests.unit.conftest import OpenBroker, wait_until
 FAST = TransactionsConfig(check_first_s=0.2, check_interval_s=0.2, check_max=3)
 
 
-def test_due_checks_go_to_producers_of_their_topic_in_turn(open_broker: OpenBroker) -> None:
+def test_due_checks_go_to_producers_of_their_topic_in_turn(
+    open_broker: OpenBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An unclaimed check counts as unanswered after max(interval, 10 s); 0.2 s here.
+    monkeypatch.setattr(transactions, "_UNCLAIMED_GRACE_S", 0.2)
+
     async def scenario() -> None:
         async with open_broker(transactions=FAST) as broker:
             await broker.create_topic("orders", 1, message_type="transaction")
@@ -43,6 +51,7 @@ def test_due_checks_go_to_producers_of_their_topic_in_turn(open_broker: OpenBrok
                 ids = [c.transaction_id for c in got["a"] + got["b"]]
                 assert sorted(set(ids)) == sorted({first.transaction_id, second.transaction_id})
                 assert all(c.topic == "orders" and c.attempt >= 1 for c in got["a"] + got["b"])
+
                 # No producer of refunds here: its checks are not claimed, and one unclaimed
                 # for a whole interval counts as an unanswered attempt (then a discard).
                 async def refund_counted() -> bool:
