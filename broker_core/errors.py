@@ -112,6 +112,11 @@ class NotEnoughReplicasError(UnavailableError):
     the shard takes sends again as soon as a follower has caught up."""
 
 
+class NotLeaderError(UnavailableError):
+    """A replica of a shard that does not lead it now (it follows, or is taking over after an
+    election and still opening its store): ask the shard's leader, or again in a moment."""
+
+
 class InternalError(PopMQError):
     """A bug: an invariant of the broker does not hold."""
 

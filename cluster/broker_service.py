@@ -29,6 +29,7 @@ from popmq.broker_core.catalog import GroupInfo
 from popmq.broker_core.errors import (
     FailedPreconditionError,
     InternalError,
+    NotLeaderError,
     PopMQError,
     UnavailableError,
 )
@@ -123,7 +124,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def check_writable(self) -> None:
         """Raise a retriable UnavailableError while fenced (or following)."""
         if self.following is not None:
-            raise UnavailableError(
+            raise NotLeaderError(
                 f"this replica of shard {self.name!r} does not lead it now "
                 f"({self.following}); ask the shard's leader"
             )

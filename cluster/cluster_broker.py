@@ -184,14 +184,19 @@ class ClusterBroker:
         return [self._proxies[name] for name in sorted(self._proxies)]
 
     async def _follow_members(self) -> None:
-        known = set(self.routes.live_brokers)
+        # Broker name -> the epoch of its registration, as last seen.
+        known = {name: entry.created_revision for name, entry in self.routes.live_brokers.items()}
         while True:
             await self.routes.wait_changed()
             live = self.routes.live_brokers
             await self.pool.sync(live)
-            for gone in known - set(live):
-                self.faults.forget(gone)
-            known = set(live)
+            epochs = {name: entry.created_revision for name, entry in live.items()}
+            for name, epoch in known.items():
+                # Gone, or registered again (a restart, a replicated shard's new leader):
+                # what the old process did says nothing of the new one.
+                if epochs.get(name) != epoch:
+                    self.faults.forget(name)
+            known = epochs
 
     def _membership_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

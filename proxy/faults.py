@@ -40,6 +40,7 @@ from typing import Generic, TypeVar
 from popmq.broker_core import (
     InvalidArgumentError,
     NotEnoughReplicasError,
+    NotLeaderError,
     PopMQError,
     UnavailableError,
 )
@@ -627,10 +628,13 @@ class SendRouter:
             result = await send(queue)
         except (PopMQError, TimeoutError) as error:
             # A request error (bad argument, ...) is still an answer: the broker is up. So is
-            # a replicated shard refusing sends for want of in-sync followers: the send is
-            # tried elsewhere, but the shard is not isolated, since it takes sends again as
-            # soon as a follower catches up (a 10 s isolation would outlast that).
-            failed = is_broker_failure(error) and not isinstance(error, NotEnoughReplicasError)
+            # a replicated shard refusing sends for want of in-sync followers, or because the
+            # replica just elected is still opening its store: the send is tried elsewhere,
+            # but the shard is not isolated, since it takes sends again within moments (a
+            # 10 s isolation would outlast that).
+            failed = is_broker_failure(error) and not isinstance(
+                error, (NotEnoughReplicasError, NotLeaderError)
+            )
             self.table.update(queue.broker, clock() - started, failed=failed)
             raise
         self.table.update(queue.broker, clock() - started, failed=False)

@@ -14,6 +14,7 @@ from popmq.broker_core import (
     InvalidArgumentError,
     NotEnoughReplicasError,
     NotFoundError,
+    NotLeaderError,
     PopMQError,
     StoreFullError,
     UnavailableError,
@@ -456,8 +457,13 @@ def test_broker_failures_are_retried(clock: FakeClock, error: BaseException) -> 
     assert routed.queue.broker == "c"
 
 
-def test_a_shard_without_in_sync_followers_is_tried_elsewhere_but_not_isolated(
-    clock: FakeClock,
+@pytest.mark.parametrize(
+    "refusal",
+    [NotEnoughReplicasError("0 in-sync followers"), NotLeaderError("taking over at epoch 9")],
+    ids=["too-few-in-sync", "taking-over"],
+)
+def test_a_shard_refusing_for_moments_is_tried_elsewhere_but_not_isolated(
+    clock: FakeClock, refusal: PopMQError
 ) -> None:
     # A replicated shard refuses sends until a follower catches up (seconds): the send goes
     # to another broker at once, and the shard is not kept out for a 10 s isolation.
@@ -467,7 +473,7 @@ def test_a_shard_without_in_sync_followers_is_tried_elsewhere_but_not_isolated(
     first = table.pick("t", THREE)
     assert first is not None
     table.forget_topic("t")
-    brokers.errors[first.broker] = NotEnoughReplicasError("0 in-sync followers")
+    brokers.errors[first.broker] = refusal
     routed = run_send(router, brokers)
     assert routed.attempts == 2 and routed.queue.broker != first.broker
     assert table.is_available(first.broker)

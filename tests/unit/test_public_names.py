@@ -19,7 +19,7 @@ EXPECTED = {
         "MAX_PROPERTIES_BYTES", "MAX_QUEUES", "MAX_REQUEST_BYTES", "MAX_RESPONSE_BYTES",
         "MAX_SEND_MESSAGES", "MAX_SMALL_REQUEST_BYTES", "MAX_SUBSCRIPTIONS", "MAX_TAG_LENGTH",
         "MESSAGE_OVERHEAD_BYTES", "MessageRecord", "MessagesConfig", "MetricsSnapshot",
-        "NAME_PATTERN", "NewMessage", "NotEnoughReplicasError", "NotFoundError",
+        "NAME_PATTERN", "NewMessage", "NotEnoughReplicasError", "NotFoundError", "NotLeaderError",
         "PRIVATE_UMASK", "PULL_DEFAULT_MESSAGES",
         "PULL_MAX_MESSAGES", "PermissionDeniedError", "PopConfig", "PopMQError",
         "PoppedMessage", "PulledMessages", "QueueDetails", "QueueLag", "QueueStats",
