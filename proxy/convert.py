@@ -566,14 +566,14 @@ _CLIENT_SOURCES: dict[int, str] = {
     messaging_pb2.TRANSACTION_SOURCE_CLIENT: "client",
     messaging_pb2.TRANSACTION_SOURCE_SERVER_CHECK: "server_check",
 }
-_RESOLVED_BY: dict[str, int] = {
+_RESOLVED_BY = {
     "": messaging_pb2.TRANSACTION_SOURCE_UNSPECIFIED,
     "client": messaging_pb2.TRANSACTION_SOURCE_CLIENT,
     "server_check": messaging_pb2.TRANSACTION_SOURCE_SERVER_CHECK,
     "admin": messaging_pb2.TRANSACTION_SOURCE_ADMIN,
     "check_max": messaging_pb2.TRANSACTION_SOURCE_CHECK_MAX,
 }
-_STATES: dict[str, int] = {
+_STATES = {
     "open": messaging_pb2.TRANSACTION_STATE_OPEN,
     "committed": messaging_pb2.TRANSACTION_STATE_COMMITTED,
     "rolled_back": messaging_pb2.TRANSACTION_STATE_ROLLED_BACK,
@@ -634,9 +634,9 @@ def transaction(info: TransactionInfo) -> messaging_pb2.Transaction:
         topic=info.topic,
         message_id=info.message_id,
         producer_group=info.producer_group,
-        state=_STATES.get(info.state, messaging_pb2.TRANSACTION_STATE_UNSPECIFIED),  # type: ignore[arg-type],
+        state=_STATES.get(info.state, messaging_pb2.TRANSACTION_STATE_UNSPECIFIED),
         checks=info.checks,
-        resolved_by=_RESOLVED_BY.get(  # type: ignore[arg-type]
+        resolved_by=_RESOLVED_BY.get(
             info.resolved_by, messaging_pb2.TRANSACTION_SOURCE_UNSPECIFIED
         ),
         queue_id=info.queue_id,
