@@ -43,6 +43,7 @@ def test_due_checks_go_to_producers_of_their_topic_in_turn(open_broker: OpenBrok
                 ids = [c.transaction_id for c in got["a"] + got["b"]]
                 assert sorted(set(ids)) == sorted({first.transaction_id, second.transaction_id})
                 assert all(c.topic == "orders" and c.attempt >= 1 for c in got["a"] + got["b"])
+
                 # No producer of refunds here: its checks are not claimed, and one unclaimed
                 # for a whole interval counts as an unanswered attempt (then a discard).
                 async def refund_counted() -> bool:
