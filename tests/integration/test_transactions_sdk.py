@@ -8,7 +8,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,9 @@ FAST = TransactionsConfig(check_first_s=1.0, check_interval_s=0.5, check_max=3)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    thread = ServerThread(tmp_path_factory.mktemp("tx") / "data", BrokerConfig(transactions=FAST))
+    thread = ServerThread(
+        tmp_path_factory.mktemp("tx") / "data", BrokerConfig(transactions=FAST), metrics=True
+    )
     thread.start()
     yield thread
     thread.stop()
@@ -56,6 +57,16 @@ def _receive_all(endpoint: str, topic: str, *, wait_s: float) -> list[bytes]:
             got.extend(m.body for m in messages)
             consumer.ack(*messages)
     return got
+
+
+def _metric(server: ServerThread, name: str, **labels: str) -> float:
+    """A sample of the server's registry (read fresh from this thread), 0 when absent."""
+    assert server.server is not None and server.server.metrics is not None
+    for family in server.server.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
 
 
 def _eventually(condition: Callable[[], bool], *, within_s: float, what: str) -> None:
@@ -136,7 +147,7 @@ def test_async_transactions_commit_and_roll_back(endpoint: str) -> None:
 
 
 def test_the_checker_decides_transactions_left_open_and_unknown_ones_are_discarded(
-    endpoint: str, capsys: pytest.CaptureFixture[str]
+    server: ServerThread, endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = _topic(endpoint, "tx-checked")
     answers = {
@@ -187,6 +198,18 @@ def test_the_checker_decides_transactions_left_open_and_unknown_ones_are_discard
             assert [n for body, n in asked if body == b"commit-me"] == [1]
             assert [n for body, n in asked if body == b"rollback-me"] == [1]
 
+        # Metrics: checks sent, resolutions by source, the discard.
+        assert _metric(server, "popmq_transaction_checks_total", topic=topic) >= 5
+        assert _metric(server, "popmq_transactions_discarded_total", topic=topic) == 1
+        for resolution in ("commit", "rollback"):
+            by_checker = _metric(
+                server,
+                "popmq_transaction_resolutions_total",
+                resolution=resolution,
+                source="server_check",
+            )
+            assert by_checker >= 1, resolution
+
         listed = json.loads(cli("transaction", "list", "--discarded", "--json"))
         assert [(t["transaction_id"], t["topic"]) for t in listed] == [(ids[b"unknown"], topic)]
         assert ids[b"unknown"] in cli("transaction", "list", "--discarded")
@@ -202,7 +225,7 @@ def test_the_checker_decides_transactions_left_open_and_unknown_ones_are_discard
 
 
 def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
-    endpoint: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    server: ServerThread, endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = _topic(endpoint, "tx-operator")
 
@@ -215,6 +238,8 @@ def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
     with Producer(endpoint) as producer:
         to_commit = producer.begin_transaction().send(topic, b"by-operator").transaction_id
         to_roll_back = producer.begin_transaction().send(topic, b"not-delivered").transaction_id
+    assert _metric(server, "popmq_transactions_open") >= 2
+    assert _metric(server, "popmq_half_messages_sent_total", topic=topic) == 2
     table = cli("transaction", "list", "--topic", topic)
     assert to_commit in table and to_roll_back in table and "2 open transactions" in table
     assert "state=committed by=admin" in cli("transaction", "commit", to_commit)
