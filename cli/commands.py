@@ -757,3 +757,42 @@ def _emit(
     except BrokenPipeError:
         _give_back(args, consumer, [], messages)
         raise
+
+
+# -- transactions -------------------------------------------------------------------------------
+
+
+def transaction_list(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        found = admin.list_transactions(
+            discarded=args.discarded, topic=args.topic, limit=args.limit
+        )
+    if args.json:
+        render.print_json(found)
+    else:
+        kind = "discarded" if args.discarded else "open"
+        where = f" of {args.topic}" if args.topic else ""
+        count = f"{len(found)} {kind} {render.plural(len(found), 'transaction')}{where}"
+        render.transactions_table(found, title=count)
+    return EXIT_OK
+
+
+def transaction_commit(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        info = admin.commit_transaction(args.transaction_id, topic=args.topic)
+    render.print_json(info) if args.json else print(render.format_transaction(info))
+    return EXIT_OK
+
+
+def transaction_rollback(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        info = admin.rollback_transaction(args.transaction_id, topic=args.topic)
+    render.print_json(info) if args.json else print(render.format_transaction(info))
+    return EXIT_OK
+
+
+def transaction_resume(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        info = admin.resume_transaction(args.transaction_id, topic=args.topic)
+    render.print_json(info) if args.json else print(render.format_transaction(info))
+    return EXIT_OK

@@ -751,6 +751,30 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("group")
     redrive.add_argument("--max", type=_positive, help="at most N messages (default all)")
 
+    transaction = commands_.add_parser("transaction", help="transactional messages")
+    transactions = transaction.add_subparsers(dest="transaction_command", required=True)
+    listing = _client(
+        transactions.add_parser("list", help="open (or discarded) transactions"),
+        commands.transaction_list,
+    )
+    listing.add_argument(
+        "--discarded", action="store_true", help="those discarded after the last check"
+    )
+    listing.add_argument("--topic", help="only this topic's")
+    listing.add_argument(
+        "--limit", type=_positive, default=100, help="at most N, oldest first (default 100)"
+    )
+    for name, handler, text in (
+        ("commit", commands.transaction_commit, "commit an open transaction: deliver it"),
+        ("rollback", commands.transaction_rollback, "roll back an open transaction"),
+        ("resume", commands.transaction_resume, "reopen a discarded transaction"),
+    ):
+        resolve = _client(transactions.add_parser(name, help=text), handler)
+        resolve.add_argument("transaction_id", metavar="TXID")
+        resolve.add_argument(
+            "--topic", help="its topic (default: looked up in the listing, which needs LIST)"
+        )
+
     auth = commands_.add_parser("auth", help="credentials for other tools")
     auth_commands = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
     headers = auth_commands.add_parser(

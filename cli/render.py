@@ -40,6 +40,7 @@ from popmq import (
     StoredMessage,
     Topic,
     TopicDescription,
+    TransactionInfo,
     User,
 )
 
@@ -571,4 +572,32 @@ def policies_table(by_user: Mapping[str, Sequence[Policy]]) -> None:
                 p.resource,
                 ", ".join(p.source_cidrs) or "any",
             )
+    console().print(table)
+
+
+def format_transaction(info: TransactionInfo) -> str:
+    """One line for a transaction an operator changed."""
+    by = f" by={info.resolved_by}" if info.resolved_by else ""
+    return (
+        f"transaction {info.transaction_id} topic={info.topic} message_id={info.message_id} "
+        f"state={info.state}{by} checks={info.checks}"
+    )
+
+
+def transactions_table(transactions: Sequence[TransactionInfo], *, title: str) -> None:
+    table = Table(
+        "transaction id", "topic", "message id", "producer group", "created", "checks",
+        "next check", "state", title=title,
+    )  # fmt: skip
+    for t in transactions:
+        table.add_row(
+            t.transaction_id,
+            t.topic,
+            t.message_id,
+            t.producer_group or "-",
+            t.create_time.isoformat(" ", "seconds"),
+            str(t.checks),
+            t.next_check_time.isoformat(" ", "seconds") if t.next_check_time else "-",
+            t.state,
+        )
     console().print(table)

@@ -4,8 +4,11 @@ Each RPC checks the request's shape here (enums, required fields, oneof-like pai
 leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
 embedded API get the same answers. Errors become gRPC statuses once, in `popmq.proxy.errors.rpc`.
 
-Every mutation (topics, groups, offsets, purge, redrive) writes its audit line, successful
-or not (`popmq.proxy.security.audit.audited`; the events are its AUDITED_METHODS).
+Transactions (ListTransactions, ResolveTransaction, ResumeTransaction) need a broker that
+implements TransactionAPI; another answers FAILED_PRECONDITION.
+
+Every mutation (topics, groups, offsets, purge, redrive, transactions) writes its audit
+line, successful or not (`popmq.proxy.security.audit.audited`; the events are its AUDITED_METHODS).
 GetServerInfo shows the configuration to SUPER users only.
 """
 
@@ -30,6 +33,7 @@ from popmq.broker_core import (
 )
 from popmq.proxy import convert
 from popmq.proxy.errors import rpc
+from popmq.proxy.messaging import transactions_of
 from popmq.proxy.security.admin import UserAdmin
 from popmq.proxy.security.audit import audited
 from popmq.proxy.security.model import current_principal
@@ -333,6 +337,50 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
 
     # -- server ---------------------------------------------------------------------------
 
+    # -- transactions -----------------------------------------------------------------------
+
+    @rpc
+    async def ListTransactions(
+        self, request: admin_pb2.ListTransactionsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListTransactionsResponse:
+        state = convert.list_state(request.state)
+        limit = request.limit if request.HasField("limit") else 100
+        found = await transactions_of(self._broker).list_transactions(
+            state, topic=request.topic or None, limit=limit
+        )
+        return admin_pb2.ListTransactionsResponse(
+            transactions=[convert.transaction(t) for t in found]
+        )
+
+    @rpc
+    @audited("transaction.resolve")
+    async def ResolveTransaction(
+        self, request: admin_pb2.ResolveTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ResolveTransactionResponse:
+        _check_transaction_ref(request.transaction_id, request.topic)
+        commit = convert.commit_flag(request.resolution)
+        info = await transactions_of(self._broker).end_transaction(
+            request.transaction_id, commit=commit, source="admin", topic=request.topic
+        )
+        return admin_pb2.ResolveTransactionResponse(transaction=convert.transaction(info))
+
+    @rpc
+    @audited("transaction.resume")
+    async def ResumeTransaction(
+        self, request: admin_pb2.ResumeTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ResumeTransactionResponse:
+        _check_transaction_ref(request.transaction_id, request.topic)
+        transactions = transactions_of(self._broker)
+        # A transaction's topic never changes, so this check holds for the resume below.
+        current = await transactions.get_transaction(request.transaction_id)
+        if current.topic != request.topic:
+            raise InvalidArgumentError(
+                f"transaction {request.transaction_id} belongs to topic {current.topic!r}, "
+                f"not {request.topic!r}"
+            )
+        info = await transactions.resume_discarded(request.transaction_id)
+        return admin_pb2.ResumeTransactionResponse(transaction=convert.transaction(info))
+
     @rpc
     async def GetServerInfo(
         self, request: admin_pb2.GetServerInfoRequest, context: grpc.aio.ServicerContext
@@ -369,3 +417,13 @@ def _check_group_lists(
     else:
         check_count("set_subscriptions", len(request.set_subscriptions), MAX_SUBSCRIPTIONS)
         check_count("remove_subscriptions", len(request.remove_subscriptions), MAX_SUBSCRIPTIONS)
+
+
+def _check_transaction_ref(transaction_id: str, topic: str) -> None:
+    if not transaction_id:
+        raise InvalidArgumentError("transaction_id is empty: pass one ListTransactions shows")
+    if not topic:
+        raise InvalidArgumentError(
+            "topic is empty: name the transaction's topic (access control checks it; "
+            "ListTransactions shows it)"
+        )

@@ -29,6 +29,8 @@ from popmq.broker_core import (
     SendResult,
     Subscription,
     TopicInfo,
+    TransactionCheck,
+    TransactionInfo,
 )
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, StatusReport, message_totals
 
@@ -104,6 +106,7 @@ def send_result(result: SendResult) -> messaging_pb2.SendResult:
         offset=result.offset,
         recall_handle=result.recall_handle,
         duplicate=result.duplicate,
+        transaction_id=result.transaction_id,
     )
 
 
@@ -550,3 +553,123 @@ def _etcd_endpoint(health: EtcdEndpointHealth) -> admin_pb2.EtcdEndpointStatus:
         raft_term=health.raft_term,
         errors=health.errors,
     )
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+_RESOLUTIONS: dict[int, bool] = {
+    messaging_pb2.TRANSACTION_RESOLUTION_COMMIT: True,
+    messaging_pb2.TRANSACTION_RESOLUTION_ROLLBACK: False,
+}
+_CLIENT_SOURCES: dict[int, str] = {
+    messaging_pb2.TRANSACTION_SOURCE_UNSPECIFIED: "client",
+    messaging_pb2.TRANSACTION_SOURCE_CLIENT: "client",
+    messaging_pb2.TRANSACTION_SOURCE_SERVER_CHECK: "server_check",
+}
+_RESOLVED_BY = {
+    "": messaging_pb2.TRANSACTION_SOURCE_UNSPECIFIED,
+    "client": messaging_pb2.TRANSACTION_SOURCE_CLIENT,
+    "server_check": messaging_pb2.TRANSACTION_SOURCE_SERVER_CHECK,
+    "admin": messaging_pb2.TRANSACTION_SOURCE_ADMIN,
+    "check_max": messaging_pb2.TRANSACTION_SOURCE_CHECK_MAX,
+}
+_STATES = {
+    "open": messaging_pb2.TRANSACTION_STATE_OPEN,
+    "committed": messaging_pb2.TRANSACTION_STATE_COMMITTED,
+    "rolled_back": messaging_pb2.TRANSACTION_STATE_ROLLED_BACK,
+    "discarded": messaging_pb2.TRANSACTION_STATE_DISCARDED,
+}
+_LIST_STATES: dict[int, str] = {
+    admin_pb2.TRANSACTION_LIST_STATE_UNSPECIFIED: "open",
+    admin_pb2.TRANSACTION_LIST_STATE_OPEN: "open",
+    admin_pb2.TRANSACTION_LIST_STATE_DISCARDED: "discarded",
+}
+
+
+def commit_flag(value: int) -> bool:
+    """A TransactionResolution as end_transaction's `commit`."""
+    commit = _RESOLUTIONS.get(value)
+    if commit is None:
+        raise InvalidArgumentError(
+            f"resolution {value} is not TRANSACTION_RESOLUTION_COMMIT or "
+            "TRANSACTION_RESOLUTION_ROLLBACK: say which",
+            field="resolution",
+            value=value,
+            allowed="COMMIT, ROLLBACK",
+        )
+    return commit
+
+
+def client_source(value: int) -> str:
+    """An EndTransaction's source as end_transaction's; ADMIN is AdminService's alone."""
+    source = _CLIENT_SOURCES.get(value)
+    if source is None:
+        raise InvalidArgumentError(
+            f"source {value} is not TRANSACTION_SOURCE_CLIENT or "
+            "TRANSACTION_SOURCE_SERVER_CHECK (an operator resolves through "
+            "AdminService.ResolveTransaction)",
+            field="source",
+            value=value,
+            allowed="CLIENT, SERVER_CHECK",
+        )
+    return source
+
+
+def list_state(value: int) -> str:
+    """A TransactionListState as list_transactions' state."""
+    state = _LIST_STATES.get(value)
+    if state is None:
+        raise InvalidArgumentError(
+            f"state {value} is unknown: use TRANSACTION_LIST_STATE_OPEN or _DISCARDED",
+            field="state",
+            value=value,
+            allowed="OPEN, DISCARDED",
+        )
+    return state
+
+
+def transaction(info: TransactionInfo) -> messaging_pb2.Transaction:
+    out = messaging_pb2.Transaction(
+        transaction_id=info.transaction_id,
+        topic=info.topic,
+        message_id=info.message_id,
+        producer_group=info.producer_group,
+        state=_STATES.get(info.state, messaging_pb2.TRANSACTION_STATE_UNSPECIFIED),
+        checks=info.checks,
+        resolved_by=_RESOLVED_BY.get(
+            info.resolved_by, messaging_pb2.TRANSACTION_SOURCE_UNSPECIFIED
+        ),
+        queue_id=info.queue_id,
+        offset=info.offset,
+        recall_handle=info.recall_handle,
+        discard_offset=info.discard_offset,
+    )
+    set_time(out.create_time, info.created_ms)
+    if info.next_check_ms:
+        set_time(out.next_check_time, info.next_check_ms)
+    if info.resolved_ms:
+        set_time(out.resolve_time, info.resolved_ms)
+    return out
+
+
+def transaction_check(check: TransactionCheck) -> messaging_pb2.TransactionChecksResponse:
+    response = messaging_pb2.TransactionChecksResponse()
+    out = response.check
+    out.transaction_id = check.transaction_id
+    out.topic = check.topic
+    out.message_id = check.message_id
+    out.producer_group = check.producer_group
+    out.attempt = check.attempt
+    message = out.message
+    record = check.message
+    message.message_id = record.message_id
+    message.topic = check.topic
+    message.queue_id = check.queue_id
+    message.offset = -1
+    message.body = record.body
+    _copy_record(record, message)
+    if record.deliver_at_ms:
+        set_time(message.deliver_time, record.deliver_at_ms)
+    if record.born_host:
+        message.born_host = record.born_host
+    return response

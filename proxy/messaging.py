@@ -1,7 +1,14 @@
-"""popmq.v1.MessagingService on top of the broker."""
+"""popmq.v1.MessagingService on top of the broker.
+
+Transactions: a transactional send stores half messages (`TransactionAPI.send_half`),
+EndTransaction resolves one, and a producer's TransactionChecks stream registers it with
+the server's check loop (proxy/transaction_checks.py) while it is open. A broker that does
+not implement TransactionAPI answers these FAILED_PRECONDITION.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, Awaitable, Coroutine
 from typing import Any, TypedDict
 
@@ -14,10 +21,15 @@ from popmq.broker_core import (
     MAX_SEND_MESSAGES,
     PULL_DEFAULT_MESSAGES,
     BrokerAPI,
+    FailedPreconditionError,
     InvalidArgumentError,
     PoppedMessage,
     SendResult,
+    TransactionAPI,
+    TransactionCheck,
+    UnavailableError,
     check_count,
+    check_name,
     check_range,
     now_ms,
 )
@@ -39,9 +51,24 @@ from popmq.proxy.pop_stream import (
 )
 from popmq.proxy.send_stream import SendStreamSession, send_response
 from popmq.proxy.stream_session import Observe
+from popmq.proxy.transaction_checks import TransactionCheckLoop
 
 _DEADLINE_MARGIN_S = 0.05
 """A long poll returns this long before the caller's deadline instead of overrunning it."""
+CHECK_WRITE_TIMEOUT_S = 5.0
+"""A check not written to a producer's stream within this is given to the next producer."""
+MAX_CHECK_TOPICS = MAX_TOPICS_PER_CLIENT
+"""Topics one TransactionChecks stream may name."""
+
+
+def transactions_of(broker: object) -> TransactionAPI:
+    """`broker` as a TransactionAPI, or FAILED_PRECONDITION saying it takes no transactions."""
+    if isinstance(broker, TransactionAPI):
+        return broker
+    raise FailedPreconditionError(
+        f"this server's broker ({type(broker).__name__}) does not take transactional "
+        "messages; send them through a server whose broker does"
+    )
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
@@ -55,8 +82,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         observe_pop: Observe | None = None,
         observe_send: Observe | None = None,
         observe_stream_ack: Observe | None = None,
+        transaction_checks: TransactionCheckLoop | None = None,
     ) -> None:
         self._broker = broker
+        self._transaction_checks = transaction_checks
+        """Where TransactionChecks streams register their producers (None: the RPC answers
+        FAILED_PRECONDITION)."""
+        # Open TransactionChecks calls: each waits on its event, set by release_waiters.
+        self._check_streams: set[asyncio.Event] = set()
         self._observe_pop = observe_pop
         """Told of each pop a PopStream answers (the interceptor times only whole calls)."""
         self._observe_stream_ack = observe_stream_ack
@@ -98,7 +131,22 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         # The count before converting anything; BrokerAPI.send checks the body bytes (once).
         check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
         now = now_ms()
-        return self._broker.send([convert.new_message(m, i, now) for i, m in enumerate(messages)])
+        converted = [convert.new_message(m, i, now) for i, m in enumerate(messages)]
+        if request.transactional:
+            check_first_s = (
+                convert.seconds("transaction_check_delay", request.transaction_check_delay)
+                if request.HasField("transaction_check_delay")
+                else None
+            )
+            return transactions_of(self._broker).send_half(
+                converted, producer_group=request.producer_group, check_first_s=check_first_s
+            )
+        if request.producer_group or request.HasField("transaction_check_delay"):
+            raise InvalidArgumentError(
+                "producer_group and transaction_check_delay are for transactional sends: "
+                "set transactional, or leave them unset"
+            )
+        return self._broker.send(converted)
 
     async def SendStream(
         self,
@@ -326,6 +374,81 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             ready=[messaging_pb2.QueueOffset(queue_id=q, offset=o) for q, o in ready]
         )
 
+    # -- transactions -------------------------------------------------------------------
+
+    @rpc
+    async def EndTransaction(
+        self, request: messaging_pb2.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.EndTransactionResponse:
+        if not request.transaction_id:
+            raise InvalidArgumentError(
+                "transaction_id is empty: pass the transaction_id of the half send's result"
+            )
+        if not request.topic:
+            raise InvalidArgumentError(
+                "topic is empty: name the half message's topic (access control checks it)"
+            )
+        commit = convert.commit_flag(request.resolution)
+        source = convert.client_source(request.source)
+        info = await transactions_of(self._broker).end_transaction(
+            request.transaction_id,
+            commit=commit,
+            source=source,
+            topic=request.topic,
+            message_id=request.message_id,
+        )
+        return messaging_pb2.EndTransactionResponse(transaction=convert.transaction(info))
+
+    @rpc
+    async def TransactionChecks(
+        self, request: messaging_pb2.TransactionChecksRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        """Register the caller as an online producer of `topics` until the call ends; each
+        check for it is written to the stream (module docstring)."""
+        transactions_of(self._broker)
+        loop = self._transaction_checks
+        if loop is None:
+            raise FailedPreconditionError(
+                "this server runs no transaction check loop: checks cannot be delivered here"
+            )
+        topics = list(dict.fromkeys(request.topics))
+        if not topics:
+            raise InvalidArgumentError(
+                "topics is empty: name the topics whose transactions this producer checks"
+            )
+        check_count("topics", len(topics), MAX_CHECK_TOPICS, "topics")
+        for topic in topics:
+            check_name("topic", topic)
+        ended = asyncio.Event()
+
+        async def deliver(check: TransactionCheck) -> None:
+            if ended.is_set():
+                raise UnavailableError("the producer's check stream is ending")
+            await asyncio.wait_for(
+                context.write(convert.transaction_check(check)), CHECK_WRITE_TIMEOUT_S
+            )
+
+        remove = loop.add_producer(topics, deliver, name=request.client_id or context.peer())
+        self._check_streams.add(ended)
+        try:
+            # The headers tell the client it is registered: checks can reach it from now on.
+            await context.send_initial_metadata(())
+            if self._releasing:
+                ended.set()
+            await ended.wait()
+        finally:
+            remove()
+            self._check_streams.discard(ended)
+        raise UnavailableError(
+            "the server is shutting down: open the TransactionChecks stream again "
+            "(on another proxy)"
+        )
+
+    @property
+    def check_streams(self) -> int:
+        """TransactionChecks calls open now."""
+        return len(self._check_streams)
+
     @property
     def pop_streams(self) -> int:
         """PopStream calls open now."""
@@ -345,6 +468,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._releasing = True
         for session in self._streams:
             session.release()
+        for ended in self._check_streams:
+            ended.set()
 
     def _queue_count(self, topic: str) -> int:
         return self._broker.topic_info(topic).queues

@@ -39,7 +39,7 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -291,6 +291,36 @@ class BrokerCollector(Collector):
             )
         yield GaugeMetricFamily("popmq_topics", "User and dead-letter topics", snapshot.topics)
         yield GaugeMetricFamily("popmq_groups", "Consumer groups", snapshot.groups)
+        yield from _transactions(snapshot)
+
+
+def _transactions(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    """Transactional messages' families (broker_core/transactions.py)."""
+    yield GaugeMetricFamily(
+        "popmq_transactions_open",
+        "Half messages waiting for a commit, a rollback or a check",
+        snapshot.transactions_open,
+    )
+    for name, counter, text in (
+        ("popmq_half_messages_sent", snapshot.half_sent, "Half messages stored"),
+        ("popmq_transaction_checks", snapshot.transaction_checks, "Transaction checks sent"),
+        (
+            "popmq_transactions_discarded", snapshot.transactions_discarded,
+            "Transactions discarded after check_max unanswered checks",
+        ),
+    ):  # fmt: skip
+        family = CounterMetricFamily(name, text, labels=["topic"])
+        for topic, count in sorted(counter.items()):
+            family.add_metric([topic], count)
+        yield family
+    resolutions = CounterMetricFamily(
+        "popmq_transaction_resolutions",
+        "Transactions committed or rolled back, by who resolved them",
+        labels=["resolution", "source"],
+    )
+    for (resolution, source), count in sorted(snapshot.transaction_resolutions.items()):
+        resolutions.add_metric([resolution, source], count)
+    yield resolutions
 
 
 class ClusterBrokersCollector(Collector):

@@ -357,6 +357,7 @@ class PopMQServer:
             observe_stream_ack=StreamObserver(
                 self.metrics, "popmq.v1.MessagingService/PopStream/Ack"
             ),
+            transaction_checks=self.transaction_checks,
         )
         messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         self.security_store = self._security_store()

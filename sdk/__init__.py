@@ -39,6 +39,13 @@ from popmq.sdk.push_consumer import (
     PushConsumerStats,
 )
 from popmq.sdk.tls import TLSConfig
+from popmq.sdk.transactions import (
+    AsyncTransaction,
+    HalfMessage,
+    Transaction,
+    TransactionInfo,
+    TransactionResolution,
+)
 from popmq.sdk.types import (
     BrokerStatus,
     ClusterStatus,
@@ -76,6 +83,7 @@ __all__ = [
     "AsyncPullConsumer",
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
+    "AsyncTransaction",
     "BrokerStatus",
     "ClusterStatus",
     "ConsumeResult",
@@ -86,6 +94,7 @@ __all__ = [
     "ExponentialBackoff",
     "FailedPreconditionError",
     "Group",
+    "HalfMessage",
     "InvalidArgumentError",
     "LagReport",
     "LeasePage",
@@ -124,6 +133,9 @@ __all__ = [
     "Topic",
     "TopicDescription",
     "TopicLag",
+    "Transaction",
+    "TransactionInfo",
+    "TransactionResolution",
     "UnauthenticatedError",
     "UnavailableError",
     "User",

@@ -14,8 +14,9 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.credentials import Credentials
-from popmq.sdk.errors import InvalidArgumentError
+from popmq.sdk.errors import InvalidArgumentError, NotFoundError
 from popmq.sdk.tls import TLS
+from popmq.sdk.transactions import TransactionInfo, resolution_proto
 from popmq.sdk.types import (
     ClusterStatus,
     ExponentialBackoff,
@@ -50,8 +51,12 @@ MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
 Time = datetime | float
 """A point in time: a timezone-aware datetime or seconds since the epoch."""
 
+_LIST_MAX = 1000
+"""The most transactions one ListTransactions returns (the server's ceiling)."""
+
 _READS = frozenset(
     {
+        "ListTransactions",
         "GetTopic",
         "ListTopics",
         "GetGroup",
@@ -539,6 +544,88 @@ class AsyncAdmin(AsyncClient):
         )
         return RedriveResult(response.moved, response.dropped, response.remaining)
 
+    # -- transactions -------------------------------------------------------------------
+
+    async def list_transactions(
+        self, *, discarded: bool = False, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]:
+        """Open transactions (waiting for a commit, a rollback or a check) or, with
+        ``discarded``, those discarded after the server's last check; of one topic or all,
+        oldest first, at most ``limit`` (1..1000)."""
+        request = admin_pb2.ListTransactionsRequest(
+            state=(
+                admin_pb2.TRANSACTION_LIST_STATE_DISCARDED
+                if discarded
+                else admin_pb2.TRANSACTION_LIST_STATE_OPEN
+            ),
+            topic=topic or "",
+            limit=limit,
+        )
+        response: admin_pb2.ListTransactionsResponse = await self._call("ListTransactions", request)
+        return [TransactionInfo.from_proto(t) for t in response.transactions]
+
+    async def commit_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Commit an open transaction as an operator: its message is delivered.
+
+        ``topic`` is the transaction's (access control checks UPDATE on it); None looks it
+        up among the open transactions (which needs LIST on every topic).
+
+        Raises:
+            FailedPreconditionError: It was rolled back, or discarded (resume it first).
+            NotFoundError: No open transaction has this id (``topic`` None), or it was
+                resolved long ago and forgotten.
+        """
+        return await self._resolve(transaction_id, topic, commit=True)
+
+    async def rollback_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Roll back an open transaction as an operator: its message is never delivered
+        (see ``commit_transaction``)."""
+        return await self._resolve(transaction_id, topic, commit=False)
+
+    async def resume_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Reopen a discarded transaction: its producer is checked again, from a fresh
+        count, and it can be committed or rolled back. ``topic`` as for
+        ``commit_transaction`` (None: looked up among the discarded ones).
+
+        Raises:
+            FailedPreconditionError: It is not discarded.
+        """
+        topic = topic or await self._topic_of(transaction_id, discarded=True)
+        request = admin_pb2.ResumeTransactionRequest(transaction_id=transaction_id, topic=topic)
+        response: admin_pb2.ResumeTransactionResponse = await self._call(
+            "ResumeTransaction", request
+        )
+        return TransactionInfo.from_proto(response.transaction)
+
+    async def _resolve(
+        self, transaction_id: str, topic: str | None, *, commit: bool
+    ) -> TransactionInfo:
+        topic = topic or await self._topic_of(transaction_id, discarded=False)
+        request = admin_pb2.ResolveTransactionRequest(
+            transaction_id=transaction_id, topic=topic, resolution=resolution_proto(commit)
+        )
+        response: admin_pb2.ResolveTransactionResponse = await self._call(
+            "ResolveTransaction", request
+        )
+        return TransactionInfo.from_proto(response.transaction)
+
+    async def _topic_of(self, transaction_id: str, *, discarded: bool) -> str:
+        if not transaction_id:
+            raise InvalidArgumentError("transaction_id is empty")
+        for listed in await self.list_transactions(discarded=discarded, limit=_LIST_MAX):
+            if listed.transaction_id == transaction_id:
+                return listed.topic
+        kind = "discarded" if discarded else "open"
+        raise NotFoundError(
+            f"no {kind} transaction {transaction_id} among the oldest {_LIST_MAX}; name its topic"
+        )
+
     # -- server ---------------------------------------------------------------------------
 
     async def server_info(self) -> ServerInfo:
@@ -838,6 +925,32 @@ class Admin(SyncClient[AsyncAdmin]):
     def redrive_dead_letters(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
         """Move dead letters back (see ``AsyncAdmin.redrive_dead_letters``)."""
         return self._run(self._core.redrive_dead_letters(group, max_messages=max_messages))
+
+    def list_transactions(
+        self, *, discarded: bool = False, topic: str | None = None, limit: int = 100
+    ) -> list[TransactionInfo]:
+        """Open or discarded transactions (see ``AsyncAdmin.list_transactions``)."""
+        return self._run(
+            self._core.list_transactions(discarded=discarded, topic=topic, limit=limit)
+        )
+
+    def commit_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Commit an open transaction (see ``AsyncAdmin.commit_transaction``)."""
+        return self._run(self._core.commit_transaction(transaction_id, topic=topic))
+
+    def rollback_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Roll back an open transaction (see ``AsyncAdmin.rollback_transaction``)."""
+        return self._run(self._core.rollback_transaction(transaction_id, topic=topic))
+
+    def resume_transaction(
+        self, transaction_id: str, *, topic: str | None = None
+    ) -> TransactionInfo:
+        """Reopen a discarded transaction (see ``AsyncAdmin.resume_transaction``)."""
+        return self._run(self._core.resume_transaction(transaction_id, topic=topic))
 
     def server_info(self) -> ServerInfo:
         """The server's version, uptime, store size and configuration."""

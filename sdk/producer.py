@@ -22,6 +22,11 @@ builds requests on the caller's thread (zlib releases the GIL), and bounds its u
 ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the caller when the
 window is full, as RocketMQ's async back-pressure does. Closing a producer waits
 for the sends it has accepted.
+
+Transactions (``popmq.sdk.transactions``): ``transaction()`` / ``begin_transaction()`` send
+half messages, committed or rolled back together; a producer given a ``transaction_checker``
+keeps a check stream open for its ``transaction_topics`` and every topic it sent a half
+message to, and answers the server's checks of transactions left open.
 """
 
 from __future__ import annotations
@@ -56,7 +61,15 @@ from popmq.sdk._validation import (
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError, ServerError
 from popmq.sdk.tls import TLS
-from popmq.sdk.types import Message, SendReceipt
+from popmq.sdk.transactions import (
+    AsyncTransaction,
+    CheckStream,
+    Transaction,
+    TransactionChecker,
+    TransactionInfo,
+    end_transaction,
+)
+from popmq.sdk.types import Message, SendReceipt, duration_from_seconds
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -152,6 +165,26 @@ def _request_bytes(request: messaging_pb2.SendMessagesRequest) -> int:
     return sum(len(m.body) for m in request.messages)
 
 
+def _check_transaction_options(
+    checker: object,
+    topics: Sequence[str],
+    producer_group: str,
+    check_delay_s: float | None,
+) -> None:
+    if checker is not None and not callable(checker):
+        raise TypeError(f"transaction_checker must be callable, got {checker!r}")
+    if isinstance(topics, str):
+        raise TypeError("transaction_topics must be a sequence of topic names, not a str")
+    for topic in topics:
+        check_name("transaction_topics entry", topic)
+    if topics and checker is None:
+        raise ValueError("transaction_topics needs a transaction_checker to answer the checks")
+    if producer_group:
+        check_name("producer_group", producer_group)
+    if check_delay_s is not None and not check_delay_s > 0:
+        raise ValueError(f"transaction_check_delay_s must be positive seconds, got {check_delay_s}")
+
+
 def _check_max_in_flight(max_in_flight: int, max_in_flight_bytes: int | None = None) -> None:
     if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
         raise TypeError(f"max_in_flight must be an int, got {max_in_flight!r}")
@@ -182,6 +215,17 @@ class AsyncProducer(AsyncClient):
             a client certificate); default plaintext.
         credentials: Access key and secret key that sign every call (servers with
             authentication on: docs/security.md).
+        transaction_checker: Decides transactions left open when the server checks them
+            back: called with the ``HalfMessage``, returns a ``TransactionResolution``
+            (a coroutine function is awaited; a plain one runs in a worker thread). With
+            it, the producer keeps a check stream open for ``transaction_topics`` and every
+            topic it sent a half message to. Without it, open transactions of this producer
+            are discarded after the server's last check.
+        transaction_topics: Topics whose checks this producer answers from its start (a
+            restarted producer is asked about the transactions its predecessor left open).
+        producer_group: Producer group recorded with each half message (listings, checks).
+        transaction_check_delay_s: When the server first checks this producer's open
+            transactions; None: the server's ``[transactions] check_first_s`` (6 s).
     """
 
     def __init__(
@@ -196,10 +240,31 @@ class AsyncProducer(AsyncClient):
         multiplex: bool = True,
         tls: TLS = False,
         credentials: Credentials | None = None,
+        transaction_checker: TransactionChecker | None = None,
+        transaction_topics: Sequence[str] = (),
+        producer_group: str = "",
+        transaction_check_delay_s: float | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight)
+        _check_transaction_options(
+            transaction_checker, transaction_topics, producer_group, transaction_check_delay_s
+        )
         super().__init__(
             endpoint, timeout_s=timeout_s, channel=channel, tls=tls, credentials=credentials
+        )
+        self._producer_group = producer_group
+        self._check_delay_s = transaction_check_delay_s
+        self._transaction_topics = tuple(transaction_topics)
+        self._checks = (
+            None
+            if transaction_checker is None
+            else CheckStream(
+                self._conn,
+                transaction_checker,
+                self._answer_check,
+                timeout_s=timeout_s,
+                client_id=f"{_BORN_HOST}@{os.getpid()}",
+            )
         )
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
@@ -368,6 +433,78 @@ class AsyncProducer(AsyncClient):
         )
         return response.message_id
 
+    # -- transactions (popmq.sdk.transactions) ------------------------------------------
+
+    def transaction(self) -> AsyncTransaction:
+        """A new transaction: ``async with producer.transaction() as tx: await tx.send(...)``
+        commits when the block ends and rolls back when it raises."""
+        self._check_open()
+        return AsyncTransaction(self)
+
+    def begin_transaction(self) -> AsyncTransaction:
+        """A new transaction to send in, then ``commit()`` or ``rollback()`` explicitly."""
+        return self.transaction()
+
+    async def start_transaction_checks(self) -> None:
+        """Open the check stream for ``transaction_topics`` now, and wait until the server
+        registered it (the first transactional send does this when not called). Needs a
+        ``transaction_checker``."""
+        self._check_open()
+        if self._checks is None:
+            raise ValueError("start_transaction_checks needs a transaction_checker")
+        await self._checks.cover(self._transaction_topics)
+
+    async def send_half(self, topic: str, messages: Sequence[Message]) -> list[SendReceipt]:
+        """Send half messages (one transaction each; ``AsyncTransaction.send`` is the way to
+        use this): stored, invisible until committed. With a checker, the check stream
+        covers ``topic`` before this returns."""
+        self._check_open()
+        request = await _build_off_loop(topic, messages)
+        request.transactional = True
+        request.producer_group = self._producer_group
+        if self._check_delay_s is not None:
+            request.transaction_check_delay.CopyFrom(
+                duration_from_seconds(self._check_delay_s, name="transaction_check_delay_s")
+            )
+        self._begin()
+        try:
+            if self._checks is not None and topic not in self._checks.topics:
+                await self._checks.cover([*self._transaction_topics, topic])
+            # Retried like any send: a retry after a lost answer stores a second half
+            # message, an orphan that the checker (or the last check) settles.
+            return await self._send(request, retry=True)
+        finally:
+            self._end()
+
+    async def end_transaction(self, receipt: SendReceipt, *, commit: bool) -> TransactionInfo:
+        """Commit or roll back the half message of ``receipt`` (idempotent: repeated after
+        an outage). Raises FailedPreconditionError when it was resolved the other way."""
+        if not receipt.transaction_id:
+            raise InvalidArgumentError(
+                f"message {receipt.message_id} was not sent in a transaction: its receipt "
+                "has no transaction_id"
+            )
+        return await end_transaction(
+            self._conn,
+            receipt.topic,
+            receipt.transaction_id,
+            receipt.message_id,
+            commit=commit,
+            server_check=False,
+            timeout_s=self._timeout_s,
+        )
+
+    async def _answer_check(self, check: messaging_pb2.TransactionCheck, commit: bool) -> object:
+        return await end_transaction(
+            self._conn,
+            check.topic,
+            check.transaction_id,
+            check.message_id,
+            commit=commit,
+            server_check=True,
+            timeout_s=self._timeout_s,
+        )
+
     async def send_request(
         self, request: messaging_pb2.SendMessagesRequest, *, retry: bool = True
     ) -> list[SendReceipt]:
@@ -445,6 +582,8 @@ class AsyncProducer(AsyncClient):
             await idle
         if self._stream is not None:
             await self._stream.close()
+        if self._checks is not None:
+            await self._checks.close()
         if self._owns_conn:
             await self._conn.close()
 
@@ -501,6 +640,12 @@ class Producer(SyncClient[AsyncProducer]):
             a client certificate); default plaintext.
         credentials: Access key and secret key that sign every call (servers with
             authentication on: docs/security.md).
+        transaction_checker: Decides transactions left open when the server checks them
+            back (see ``AsyncProducer``); it runs in a worker thread.
+        transaction_topics: Topics whose checks this producer answers from its start.
+        producer_group: Producer group recorded with each half message.
+        transaction_check_delay_s: When the server first checks this producer's open
+            transactions; None: the server's ``[transactions] check_first_s``.
     """
 
     def __init__(
@@ -515,6 +660,10 @@ class Producer(SyncClient[AsyncProducer]):
         multiplex: bool = True,
         tls: TLS = False,
         credentials: Credentials | None = None,
+        transaction_checker: TransactionChecker | None = None,
+        transaction_topics: Sequence[str] = (),
+        producer_group: str = "",
+        transaction_check_delay_s: float | None = None,
     ) -> None:
         _check_max_in_flight(max_in_flight, max_in_flight_bytes)
         super().__init__(
@@ -527,8 +676,14 @@ class Producer(SyncClient[AsyncProducer]):
                 multiplex=multiplex,
                 tls=tls,
                 credentials=credentials,
+                transaction_checker=transaction_checker,
+                transaction_topics=transaction_topics,
+                producer_group=producer_group,
+                transaction_check_delay_s=transaction_check_delay_s,
             )
         )
+        if transaction_topics:
+            self._run(self._core.start_transaction_checks())
         self._window = _InFlightWindow(max_in_flight, max_in_flight_bytes)
 
     def send(
@@ -643,6 +798,16 @@ class Producer(SyncClient[AsyncProducer]):
     def recall(self, topic: str, recall_handle: str) -> str:
         """Cancel a delayed message before it is due (see ``AsyncProducer.recall``)."""
         return self._run(self._core.recall(topic, recall_handle))
+
+    def transaction(self) -> Transaction:
+        """A new transaction: ``with producer.transaction() as tx: tx.send(...)`` commits
+        when the block ends and rolls back when it raises (``popmq.sdk.transactions``)."""
+        self._check_open()
+        return Transaction(self._core.transaction(), self._run)
+
+    def begin_transaction(self) -> Transaction:
+        """A new transaction to send in, then ``commit()`` or ``rollback()`` explicitly."""
+        return self.transaction()
 
     def _check_open(self) -> None:
         if self.closed:

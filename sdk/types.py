@@ -279,6 +279,8 @@ class SendReceipt:
             is due; empty otherwise.
         duplicate: True when the send repeated a dedup id within the server's dedup window:
             the message was not stored again and this receipt is the first send's.
+        transaction_id: For a half message (a transaction's send): the transaction the
+            commit or rollback names; its offset is -1. Empty otherwise.
     """
 
     message_id: str
@@ -287,6 +289,7 @@ class SendReceipt:
     offset: int
     recall_handle: str = ""
     duplicate: bool = False
+    transaction_id: str = ""
 
     @classmethod
     def from_proto(cls, result: messaging_pb2.SendResult) -> SendReceipt:
@@ -299,6 +302,7 @@ class SendReceipt:
             result.offset,
             result.recall_handle,
             result.duplicate,
+            result.transaction_id,
         )
 
 

@@ -84,6 +84,8 @@ AUDITED_METHODS: Mapping[str, str] = {
     "/popmq.v1.AdminService/DeleteGroup": "group.delete",
     "/popmq.v1.AdminService/ResetOffsets": "offsets.reset",
     "/popmq.v1.AdminService/RedriveDeadLetters": "dlq.redrive",
+    "/popmq.v1.AdminService/ResolveTransaction": "transaction.resolve",
+    "/popmq.v1.AdminService/ResumeTransaction": "transaction.resume",
     "/popmq.v1.AdminService/CreateUser": "user.create",
     "/popmq.v1.AdminService/UpdateUser": "user.update",
     "/popmq.v1.AdminService/DeleteUser": "user.delete",

@@ -15,7 +15,8 @@ and the request field naming the resource, so the table in the docs is the code.
 The mapping follows RocketMQ 5's (DefaultAuthorizationContextBuilder) for
 apache.rocketmq.v2, and the same reasoning for popmq.v1:
 
-- Sending, recalling and ending a transaction: PUB on the topic (RocketMQ checks only the
+- Sending (half messages too), recalling, ending a transaction and taking its checks: PUB
+  on the topic (RocketMQ checks only the
   first message's topic of a SendMessage; popmq checks every topic the request names).
 - Receiving, acking, forwarding to the DLQ, offsets, assignment: SUB on the topic and the
   group. Change-invisible, nack, lease ack and renewal, heartbeat and termination: SUB on
@@ -23,7 +24,8 @@ apache.rocketmq.v2, and the same reasoning for popmq.v1:
 - QueryRoute: PUB or SUB on the topic (RocketMQ's own choice: producers and consumers
   both ask for routes, and a route reveals nothing but queues and addresses).
 - Admin reads: GET (LIST for the lists, which need a policy on every topic or group);
-  admin writes: CREATE, UPDATE, DELETE on the topic or group; server info, cluster status,
+  admin writes: CREATE, UPDATE, DELETE on the topic or group (an operator's commit,
+  rollback or resume of a transaction: UPDATE on its topic); server info, cluster status,
   users and ACLs: the CLUSTER resource (users and ACLs are SUPER-only besides).
 
 A receipt handle names its group: the broker signs the group id into each handle
@@ -203,6 +205,11 @@ _V1_MESSAGING: dict[str, Rule] = {
     "QueryAssignment": rule(*_sub("topic", "group")),
     "NotifyClientTermination": rule(need(GROUP, SUB, path="group")),
     "AwaitMessages": rule(need(TOPIC, SUB, path="topic")),
+    "EndTransaction": rule(need(TOPIC, PUB, path="topic")),
+    "TransactionChecks": rule(
+        need(TOPIC, PUB, path="topics[]"),
+        note="checks carry the half messages of the topics: their producers see them",
+    ),
 }
 
 _V1_ADMIN: dict[str, Rule] = {
@@ -241,6 +248,11 @@ _V1_ADMIN: dict[str, Rule] = {
     "QueryMessage": rule(need(TOPIC, SUB, path="topic"), note=_BODIES),
     "QueryMessagesByKey": rule(need(TOPIC, SUB, path="topic"), note=_BODIES),
     "RedriveDeadLetters": rule(need(GROUP, UPDATE, path="group")),
+    "ListTransactions": rule(
+        need(TOPIC, LIST), note="a list, of one topic or all: LIST on every topic"
+    ),
+    "ResolveTransaction": rule(need(TOPIC, UPDATE, path="topic")),
+    "ResumeTransaction": rule(need(TOPIC, UPDATE, path="topic")),
     "GetServerInfo": rule(need(CLUSTER, GET)),
     "GetClusterStatus": rule(need(CLUSTER, GET)),
     "CreateUser": rule(need(CLUSTER, UPDATE), note=_CLUSTER_ADMIN),

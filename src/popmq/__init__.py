@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from popmq.sdk import AsyncPullConsumer as AsyncPullConsumer
     from popmq.sdk import AsyncPushConsumer as AsyncPushConsumer
     from popmq.sdk import AsyncSimpleConsumer as AsyncSimpleConsumer
+    from popmq.sdk import AsyncTransaction as AsyncTransaction
     from popmq.sdk import BrokerStatus as BrokerStatus
     from popmq.sdk import ClusterStatus as ClusterStatus
     from popmq.sdk import ConsumeResult as ConsumeResult
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from popmq.sdk import ExponentialBackoff as ExponentialBackoff
     from popmq.sdk import FailedPreconditionError as FailedPreconditionError
     from popmq.sdk import Group as Group
+    from popmq.sdk import HalfMessage as HalfMessage
     from popmq.sdk import InvalidArgumentError as InvalidArgumentError
     from popmq.sdk import LagReport as LagReport
     from popmq.sdk import LeasePage as LeasePage
@@ -69,6 +71,9 @@ if TYPE_CHECKING:
     from popmq.sdk import Topic as Topic
     from popmq.sdk import TopicDescription as TopicDescription
     from popmq.sdk import TopicLag as TopicLag
+    from popmq.sdk import Transaction as Transaction
+    from popmq.sdk import TransactionInfo as TransactionInfo
+    from popmq.sdk import TransactionResolution as TransactionResolution
     from popmq.sdk import UnauthenticatedError as UnauthenticatedError
     from popmq.sdk import UnavailableError as UnavailableError
     from popmq.sdk import User as User
@@ -81,6 +86,7 @@ __all__ = [
     "AsyncPullConsumer",
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
+    "AsyncTransaction",
     "BrokerStatus",
     "ClusterStatus",
     "ConsumeResult",
@@ -91,6 +97,7 @@ __all__ = [
     "ExponentialBackoff",
     "FailedPreconditionError",
     "Group",
+    "HalfMessage",
     "InvalidArgumentError",
     "LagReport",
     "LeasePage",
@@ -129,6 +136,9 @@ __all__ = [
     "Topic",
     "TopicDescription",
     "TopicLag",
+    "Transaction",
+    "TransactionInfo",
+    "TransactionResolution",
     "UnauthenticatedError",
     "UnavailableError",
     "User",

@@ -387,6 +387,51 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert "orders" in [t["name"] for t in call(admin + "ListTopics")["topics"]]
     call(admin + "DeleteGroup", {"name": "reader"})
     call(admin + "DeleteTopic", {"name": "later"})
+    # Transactions (issue 25): half sends, resolutions by the producer and an operator.
+    call(admin + "CreateTopic", {"name": "payments", "message_type": "MESSAGE_TYPE_TRANSACTION"})
+    half = {"messages": [{"topic": "payments", "body": _b64("pay")}], "transactional": True}
+    (first,) = call(messaging + "SendMessages", half)["results"]
+    assert first["transaction_id"] and first["offset"] == "-1"
+    (second,) = call(messaging + "SendMessages", half)["results"]
+    listed = call(admin + "ListTransactions", {"topic": "payments"})["transactions"]
+    assert [t["state"] for t in listed] == ["TRANSACTION_STATE_OPEN"] * 2
+    ended = call(
+        messaging + "EndTransaction",
+        {
+            "transaction_id": first["transaction_id"],
+            "topic": "payments",
+            "resolution": "TRANSACTION_RESOLUTION_COMMIT",
+        },
+    )["transaction"]
+    assert (ended["state"], ended["resolved_by"]) == (
+        "TRANSACTION_STATE_COMMITTED",
+        "TRANSACTION_SOURCE_CLIENT",
+    )
+    rolled = call(
+        admin + "ResolveTransaction",
+        {
+            "transaction_id": second["transaction_id"],
+            "topic": "payments",
+            "resolution": "TRANSACTION_RESOLUTION_ROLLBACK",
+        },
+    )["transaction"]
+    assert rolled["resolved_by"] == "TRANSACTION_SOURCE_ADMIN"
+    # Only a discarded transaction resumes; the refusal says so.
+    resumed = _run(
+        "-d",
+        json.dumps({"transaction_id": first["transaction_id"], "topic": "payments"}),
+        call.endpoint,
+        admin + "ResumeTransaction",
+    )
+    assert "FailedPrecondition" in resumed.stderr, resumed.stderr
+    call.called.add(admin + "ResumeTransaction")
+    # The check stream stays open until the client goes: grpcurl's deadline ends it.
+    checks = _run(
+        "-max-time", "1", "-d", '{"topics": ["payments"]}', call.endpoint,
+        messaging + "TransactionChecks",
+    )  # fmt: skip
+    assert "DeadlineExceeded" in checks.stderr, checks.stderr
+    call.called.add(messaging + "TransactionChecks")
     # Users and policies (docs/security.md): the secret goes in, never out.
     created = call(admin + "CreateUser", {"access_key": "app", "secret_key": "app-secret-1"})
     assert created["user"]["user_type"] == "USER_TYPE_NORMAL" and "secret_key" not in created

@@ -48,10 +48,11 @@ EXPECTED = {
     "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
     "popmq.sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
-        "AsyncPushConsumer", "AsyncSimpleConsumer", "BrokerStatus", "ClusterStatus",
+        "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransaction", "BrokerStatus",
+        "ClusterStatus",
         "ConsumeResult", "ConsumerOffset", "Credentials", "DeadlineExceededError",
         "EtcdEndpointStatus", "ExponentialBackoff", "FailedPreconditionError", "Group",
-        "InvalidArgumentError",
+        "HalfMessage", "InvalidArgumentError",
         "LagReport", "LeasePage", "LeaseResult", "Message", "NotFoundError", "OffsetChange",
         "OffsetReset", "PermissionDeniedError", "Policy", "PopMQError", "Producer",
         "ProxyStatus", "PullConsumer", "PullResult", "PulledMessage", "PushConsumer",
@@ -59,7 +60,8 @@ EXPECTED = {
         "ReceivedMessage", "RedriveResult", "ReplicaStatus", "ResourceExhaustedError",
         "RetryPolicy", "SendReceipt", "ServerError", "ServerInfo", "ShardReplication",
         "SimpleConsumer", "Sql", "StoredMessage",
-        "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag",
+        "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag", "Transaction",
+        "TransactionInfo", "TransactionResolution",
         "UnauthenticatedError", "UnavailableError", "User",
     ],
     "popmq.spark": [

@@ -94,6 +94,12 @@ class FakeChannel:
 
         return open_call
 
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        def call(*_: Any, **__: Any) -> Any:
+            raise AssertionError(f"{method}: a consumer opens no server stream")
+
+        return call
+
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Awaitable[Any]]:
         async def call(
             request: Any,

@@ -77,6 +77,8 @@ class ScriptedChannel:
 
         return call
 
+    unary_stream = stream_stream  # TransactionChecks: unused here too
+
     def sent(self) -> list[messaging_pb2.SendMessagesRequest]:
         return [request for name, request in self.requests if name == "SendMessages"]
 

@@ -180,7 +180,7 @@ def test_every_admin_mutation_is_in_the_audited_table_and_reads_are_not() -> Non
     reads = {
         "GetTopic", "ListTopics", "GetGroup", "ListGroups", "GetGroupLag", "PeekMessages",
         "QueryMessage", "QueryMessagesByKey", "GetServerInfo", "GetClusterStatus",
-        "GetUser", "ListUsers", "ListPolicies",
+        "GetUser", "ListUsers", "ListPolicies", "ListTransactions",
     }  # fmt: skip
     for method in service.methods:
         full = f"/popmq.v1.AdminService/{method.name}"

@@ -86,6 +86,12 @@ class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_UNSPECIFIED: _ClassVar[Decision]
     DECISION_ALLOW: _ClassVar[Decision]
     DECISION_DENY: _ClassVar[Decision]
+
+class TransactionListState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_LIST_STATE_UNSPECIFIED: _ClassVar[TransactionListState]
+    TRANSACTION_LIST_STATE_OPEN: _ClassVar[TransactionListState]
+    TRANSACTION_LIST_STATE_DISCARDED: _ClassVar[TransactionListState]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 MESSAGE_TYPE_NORMAL: MessageType
 MESSAGE_TYPE_FIFO: MessageType
@@ -131,6 +137,9 @@ ACTION_ALL: Action
 DECISION_UNSPECIFIED: Decision
 DECISION_ALLOW: Decision
 DECISION_DENY: Decision
+TRANSACTION_LIST_STATE_UNSPECIFIED: TransactionListState
+TRANSACTION_LIST_STATE_OPEN: TransactionListState
+TRANSACTION_LIST_STATE_DISCARDED: TransactionListState
 
 class Topic(_message.Message):
     __slots__ = ("name", "queues", "message_type", "kind", "create_time")
@@ -912,3 +921,49 @@ class ListPoliciesResponse(_message.Message):
     USERS_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[UserPolicies]
     def __init__(self, users: _Optional[_Iterable[_Union[UserPolicies, _Mapping]]] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("state", "topic", "limit")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    state: TransactionListState
+    topic: str
+    limit: int
+    def __init__(self, state: _Optional[_Union[TransactionListState, str]] = ..., topic: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("transactions",)
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    transactions: _containers.RepeatedCompositeFieldContainer[_messaging_pb2.Transaction]
+    def __init__(self, transactions: _Optional[_Iterable[_Union[_messaging_pb2.Transaction, _Mapping]]] = ...) -> None: ...
+
+class ResolveTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "topic", "resolution")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    resolution: _messaging_pb2.TransactionResolution
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., resolution: _Optional[_Union[_messaging_pb2.TransactionResolution, str]] = ...) -> None: ...
+
+class ResolveTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: _messaging_pb2.Transaction
+    def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ...) -> None: ...
+
+class ResumeTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "topic")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ResumeTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: _messaging_pb2.Transaction
+    def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ...) -> None: ...

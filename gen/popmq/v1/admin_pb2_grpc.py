@@ -124,6 +124,21 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/popmq.v1.AdminService/ListTransactions',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ResolveTransaction = channel.unary_unary(
+                '/popmq.v1.AdminService/ResolveTransaction',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ResolveTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ResolveTransactionResponse.FromString,
+                _registered_method=True)
+        self.ResumeTransaction = channel.unary_unary(
+                '/popmq.v1.AdminService/ResumeTransaction',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.FromString,
+                _registered_method=True)
         self.GetServerInfo = channel.unary_unary(
                 '/popmq.v1.AdminService/GetServerInfo',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
@@ -311,6 +326,34 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """ListTransactions lists open transactions (waiting for a commit, a rollback or a check)
+        or discarded ones (checked [transactions] check_max times without an answer), of one
+        topic or of all, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveTransaction(self, request, context):
+        """ResolveTransaction commits or rolls back an open transaction as an operator (source
+        TRANSACTION_SOURCE_ADMIN), as MessagingService.EndTransaction does for its producer: a
+        repeat of the same resolution answers as the first did; a contrary one, or one of a
+        discarded transaction (resume it first), answers FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeTransaction(self, request, context):
+        """ResumeTransaction reopens a discarded transaction with a fresh check count: its producer
+        is checked again after [transactions] check_first_s, and it can be resolved.
+        FAILED_PRECONDITION when it is not discarded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetServerInfo(self, request, context):
         """GetServerInfo reports the server's version, uptime, store size and configuration (the
         configuration to SUPER users only).
@@ -478,6 +521,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RedriveDeadLetters,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'ResolveTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveTransaction,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ResolveTransactionRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ResolveTransactionResponse.SerializeToString,
+            ),
+            'ResumeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTransaction,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.SerializeToString,
             ),
             'GetServerInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetServerInfo,
@@ -994,6 +1052,87 @@ class AdminService:
             '/popmq.v1.AdminService/RedriveDeadLetters',
             popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.RedriveDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ListTransactions',
+            popmq_dot_v1_dot_admin__pb2.ListTransactionsRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ResolveTransaction',
+            popmq_dot_v1_dot_admin__pb2.ResolveTransactionRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ResolveTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/ResumeTransaction',
+            popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

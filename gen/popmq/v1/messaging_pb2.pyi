@@ -31,6 +31,28 @@ class AssignmentStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ASSIGNMENT_STRATEGY_CONSISTENT_HASH: _ClassVar[AssignmentStrategy]
     ASSIGNMENT_STRATEGY_BY_CONFIG: _ClassVar[AssignmentStrategy]
     ASSIGNMENT_STRATEGY_BY_MACHINE_ROOM: _ClassVar[AssignmentStrategy]
+
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_RESOLUTION_UNSPECIFIED: _ClassVar[TransactionResolution]
+    TRANSACTION_RESOLUTION_COMMIT: _ClassVar[TransactionResolution]
+    TRANSACTION_RESOLUTION_ROLLBACK: _ClassVar[TransactionResolution]
+
+class TransactionSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_SOURCE_UNSPECIFIED: _ClassVar[TransactionSource]
+    TRANSACTION_SOURCE_CLIENT: _ClassVar[TransactionSource]
+    TRANSACTION_SOURCE_SERVER_CHECK: _ClassVar[TransactionSource]
+    TRANSACTION_SOURCE_ADMIN: _ClassVar[TransactionSource]
+    TRANSACTION_SOURCE_CHECK_MAX: _ClassVar[TransactionSource]
+
+class TransactionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_STATE_UNSPECIFIED: _ClassVar[TransactionState]
+    TRANSACTION_STATE_OPEN: _ClassVar[TransactionState]
+    TRANSACTION_STATE_COMMITTED: _ClassVar[TransactionState]
+    TRANSACTION_STATE_ROLLED_BACK: _ClassVar[TransactionState]
+    TRANSACTION_STATE_DISCARDED: _ClassVar[TransactionState]
 FILTER_TYPE_UNSPECIFIED: FilterType
 FILTER_TYPE_TAG: FilterType
 FILTER_TYPE_SQL: FilterType
@@ -43,6 +65,19 @@ ASSIGNMENT_STRATEGY_AVERAGE_BY_CIRCLE: AssignmentStrategy
 ASSIGNMENT_STRATEGY_CONSISTENT_HASH: AssignmentStrategy
 ASSIGNMENT_STRATEGY_BY_CONFIG: AssignmentStrategy
 ASSIGNMENT_STRATEGY_BY_MACHINE_ROOM: AssignmentStrategy
+TRANSACTION_RESOLUTION_UNSPECIFIED: TransactionResolution
+TRANSACTION_RESOLUTION_COMMIT: TransactionResolution
+TRANSACTION_RESOLUTION_ROLLBACK: TransactionResolution
+TRANSACTION_SOURCE_UNSPECIFIED: TransactionSource
+TRANSACTION_SOURCE_CLIENT: TransactionSource
+TRANSACTION_SOURCE_SERVER_CHECK: TransactionSource
+TRANSACTION_SOURCE_ADMIN: TransactionSource
+TRANSACTION_SOURCE_CHECK_MAX: TransactionSource
+TRANSACTION_STATE_UNSPECIFIED: TransactionState
+TRANSACTION_STATE_OPEN: TransactionState
+TRANSACTION_STATE_COMMITTED: TransactionState
+TRANSACTION_STATE_ROLLED_BACK: TransactionState
+TRANSACTION_STATE_DISCARDED: TransactionState
 
 class OutgoingMessage(_message.Message):
     __slots__ = ("topic", "body", "tag", "keys", "properties", "message_id", "message_group", "delivery_time", "delay", "delay_level", "dedup_id", "body_encoding", "born_host")
@@ -82,26 +117,34 @@ class OutgoingMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ..., message_group: _Optional[str] = ..., delivery_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., delay_level: _Optional[int] = ..., dedup_id: _Optional[str] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class SendMessagesRequest(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "transactional", "producer_group", "transaction_check_delay")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_CHECK_DELAY_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ...) -> None: ...
+    transactional: bool
+    producer_group: str
+    transaction_check_delay: _duration_pb2.Duration
+    def __init__(self, messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., transactional: _Optional[bool] = ..., producer_group: _Optional[str] = ..., transaction_check_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate")
+    __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate", "transaction_id")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     topic: str
     queue_id: int
     offset: int
     recall_handle: str
     duplicate: bool
-    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    transaction_id: str
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., duplicate: _Optional[bool] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendMessagesResponse(_message.Message):
     __slots__ = ("results",)
@@ -605,3 +648,85 @@ class AwaitMessagesResponse(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     ready: _containers.RepeatedCompositeFieldContainer[QueueOffset]
     def __init__(self, ready: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class Transaction(_message.Message):
+    __slots__ = ("transaction_id", "topic", "message_id", "producer_group", "state", "create_time", "checks", "next_check_time", "resolve_time", "resolved_by", "queue_id", "offset", "recall_handle", "discard_offset")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    message_id: str
+    producer_group: str
+    state: TransactionState
+    create_time: _timestamp_pb2.Timestamp
+    checks: int
+    next_check_time: _timestamp_pb2.Timestamp
+    resolve_time: _timestamp_pb2.Timestamp
+    resolved_by: TransactionSource
+    queue_id: int
+    offset: int
+    recall_handle: str
+    discard_offset: int
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., state: _Optional[_Union[TransactionState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checks: _Optional[int] = ..., next_check_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[_Union[TransactionSource, str]] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., discard_offset: _Optional[int] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "resolution", "topic", "message_id", "source")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    resolution: TransactionResolution
+    topic: str
+    message_id: str
+    source: TransactionSource
+    def __init__(self, transaction_id: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., source: _Optional[_Union[TransactionSource, str]] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("transaction",)
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    transaction: Transaction
+    def __init__(self, transaction: _Optional[_Union[Transaction, _Mapping]] = ...) -> None: ...
+
+class TransactionChecksRequest(_message.Message):
+    __slots__ = ("topics", "client_id")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    client_id: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class TransactionChecksResponse(_message.Message):
+    __slots__ = ("check",)
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    check: TransactionCheck
+    def __init__(self, check: _Optional[_Union[TransactionCheck, _Mapping]] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "topic", "message_id", "producer_group", "attempt", "message")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    message_id: str
+    producer_group: str
+    attempt: int
+    message: ReceivedMessage
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[_Union[ReceivedMessage, _Mapping]] = ...) -> None: ...

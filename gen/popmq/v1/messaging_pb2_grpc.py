@@ -133,6 +133,16 @@ class MessagingServiceStub:
                 request_serializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/popmq.v1.MessagingService/EndTransaction',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/popmq.v1.MessagingService/TransactionChecks',
+                request_serializer=popmq_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_messaging__pb2.TransactionChecksResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -354,6 +364,40 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """EndTransaction commits or rolls back a transaction: the half message a transactional
+        send (SendMessagesRequest.transactional) stored. A commit makes it visible to consumers
+        at once, in its queue, exactly once; a rollback discards it. A resolution is final and
+        idempotent: the same one again (a retry, a late check answer) answers as the first did;
+        the contrary one, or any once the transaction was discarded after its last check,
+        answers FAILED_PRECONDITION naming its state. NOT_FOUND once a resolved transaction was
+        forgotten ([transactions] resolved_ttl_s after its resolution). The transaction id names
+        the broker that holds the half message, so any proxy takes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """TransactionChecks is the stream a transactional producer keeps open to be asked about
+        its transactions left open (RocketMQ's transaction check-back). While the stream is open
+        the proxy counts the caller as an online producer of the given topics: when an open
+        transaction of one of them is due for a check ([transactions] check_first_s after its
+        half send, then every check_interval_s), the proxy sends it to one online producer of
+        its topic (in turn, when there are several), which runs its transaction checker and
+        answers with EndTransaction, source TRANSACTION_SOURCE_SERVER_CHECK. A check nobody
+        answers is sent again an interval later; after check_max checks the transaction is
+        discarded (AdminService.ListTransactions shows it; ResumeTransaction reopens it).
+
+        The server sends its response headers once the producer is registered, so a client
+        that waits for them knows checks can reach it. The stream ends with UNAVAILABLE when
+        the server shuts down; open it again (on another proxy). A check sent while the stream
+        broke is not lost: it comes again an interval later.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -451,6 +495,16 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.AwaitMessages,
                     request_deserializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.EndTransactionRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=popmq_dot_v1_dot_messaging__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_messaging__pb2.TransactionChecksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -970,6 +1024,60 @@ class MessagingService:
             '/popmq.v1.MessagingService/AwaitMessages',
             popmq_dot_v1_dot_messaging__pb2.AwaitMessagesRequest.SerializeToString,
             popmq_dot_v1_dot_messaging__pb2.AwaitMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.MessagingService/EndTransaction',
+            popmq_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/popmq.v1.MessagingService/TransactionChecks',
+            popmq_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
+            popmq_dot_v1_dot_messaging__pb2.TransactionChecksResponse.FromString,
             options,
             channel_credentials,
             insecure,
