@@ -75,6 +75,10 @@ its disk is full or it sheds load; another broker may well have room. Anything e
 bug, would fail the same way on every broker, and is never retried."""
 
 
+_MAX_FORGOTTEN = 4096
+"""Brokers whose last forget time is kept (the oldest beyond are dropped)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FaultToleranceConfig:
     """How sends avoid slow or failing brokers, and how often a send is tried.
@@ -262,6 +266,9 @@ class FaultTable:
         self._clock = clock
         # broker name -> its state; guarded by running on the event loop thread only.
         self._brokers: dict[str, _Broker] = {}
+        # When each broker was last forgotten (table clock): failures of sends begun before
+        # belong to a process that is gone.
+        self._forgotten: dict[str, float] = {}
         # topic -> its rotation state, least recently used first; same guard.
         self._topics: OrderedDict[str, _Topic] = OrderedDict()
         self._isolations = 0
@@ -297,6 +304,10 @@ class FaultTable:
         if not self.config.enabled:
             return
         now = self._clock()
+        if failed and now - latency_s < self._forgotten.get(broker, -math.inf):
+            # Sent before the broker was forgotten (it registered again: a restart, a shard's
+            # new leader): the failure was the old process's, not the one there now.
+            return
         state = self._brokers.get(broker)
         if state is None:
             state = self._brokers[broker] = _Broker()
@@ -331,9 +342,14 @@ class FaultTable:
         self._exhausted += 1
 
     def forget(self, broker: str) -> None:
-        """Drop a broker that left the cluster (its lease lapsed, it was removed), so the
-        table holds only brokers that exist. Unknown names are ignored."""
+        """Drop a broker that left the cluster (its lease lapsed, it was removed) or
+        registered again, so the table holds only brokers that exist, as they are now.
+        Failures of sends begun before are not recorded. Unknown names are ignored."""
         self._brokers.pop(broker, None)
+        self._forgotten[broker] = self._clock()
+        if len(self._forgotten) > _MAX_FORGOTTEN:
+            oldest = min(self._forgotten, key=self._forgotten.__getitem__)
+            del self._forgotten[oldest]
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's rotation position. Unknown names are ignored."""

@@ -658,3 +658,18 @@ def test_a_custom_table_is_used(clock: FakeClock) -> None:
     table.update("a", 0.3, failed=False)
     table.update("b", 0.0, failed=True)
     assert (table.isolated_for_s("a"), table.isolated_for_s("b")) == (1.0, 4.0)
+
+
+def test_a_failure_of_a_send_begun_before_the_broker_registered_again_is_not_recorded(
+    clock: FakeClock,
+) -> None:
+    # A paused shard leader's calls time out after its successor registered: that failure
+    # is the old process's, and must not isolate the new leader.
+    table = table_on(clock)
+    clock.advance(5.0)
+    table.forget("a")  # "a" registered again (a new leader)
+    clock.advance(5.0)
+    table.update("a", 10.0, failed=True)  # begun 10 s ago, before the forget
+    assert table.is_available("a")
+    table.update("a", 1.0, failed=True)  # begun after it
+    assert not table.is_available("a")
