@@ -1,0 +1,85 @@
+"""The replication scenario's report: the ratios to the standalone broker, the spreads and
+the persist_checkpoints line are computed from the samples as the doc says (no process
+started here; tests/integration/test_bench_quick.py runs the scenario itself)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import replication
+from bench.peers.cluster import launch_shard
+from bench.replication import ASYNC, STANDALONE, SYNC, SYNC_BUFFERED, cpu_metric
+from bench.results import ScenarioResult
+
+_SEND = replication.send_case(16)
+_POP = replication.pop_case(32, 4)
+
+
+def _result() -> ScenarioResult:
+    """Three runs; the per-run ratios' median differs from the ratio of the medians."""
+    result = ScenarioResult(replication.NAME, "replication", settings={"runs": 3})
+    runs = [
+        # (a), (b), (c) send msg/s; (a), (b) p99 ms; (a), (b), (d) pop msg/s
+        (1000.0, 500.0, 900.0, 10.0, 30.0, 4000.0, 2000.0, 3000.0),
+        (2000.0, 1500.0, 1800.0, 20.0, 20.0, 4000.0, 3000.0, 3000.0),
+        (1000.0, 700.0, 800.0, 10.0, 40.0, 4000.0, 2500.0, 2500.0),
+    ]
+    for a, b, c, p99a, p99b, pop_a, pop_b, pop_d in runs:
+        result.add(_SEND, STANDALONE, "msg/s", a)
+        result.add(_SEND, SYNC, "msg/s", b)
+        result.add(_SEND, ASYNC, "msg/s", c)
+        for system, p99 in ((STANDALONE, p99a), (SYNC, p99b), (ASYNC, p99a)):
+            result.add(_SEND, system, "p50 ms", p99 / 2)
+            result.add(_SEND, system, "p99 ms", p99)
+        for system, rate in ((STANDALONE, pop_a), (SYNC, pop_b), (SYNC_BUFFERED, pop_d)):
+            result.add(_POP, system, "msg/s", rate)
+        for case in (_SEND, _POP):
+            for system in (STANDALONE, SYNC):
+                result.add(case, system, replication.SERVER, 300.0)
+                result.add(case, system, cpu_metric("proxy"), 100.0)
+                result.add(case, system, cpu_metric("leader"), 150.0)
+                result.add(case, system, replication.CORES, 1.5)
+            result.add(case, SYNC, cpu_metric("follower"), 50.0)
+    return result
+
+
+def test_throughput_shows_median_range_and_paired_ratios_to_standalone() -> None:
+    text = replication.render(_result())
+    # (b) ÷ (a) per run: 0.5, 0.75, 0.7 -> 0.70x (the medians' ratio would be 0.70 too, but
+    # (c): 0.9, 0.9, 0.8 -> 0.90x where the medians give 900 / 1000)
+    assert (
+        f"| {_SEND} | 1,000 (1,000-2,000) | 700 (500-1,500) | 900 (800-1,800) | - "
+        "| 0.70x | 0.90x | n/a |" in text
+    )
+    # pop: (b) 0.5, 0.75, 0.625 -> 0.62x; (d) 0.75, 0.75, 0.625 -> 0.75x; no (c) samples
+    assert f"| {_POP} | 4,000 (4,000-4,000) | 2,500 (2,000-3,000) | - |" in text
+    assert "| n/a | 0.75x |" in text
+
+
+def test_latency_rows_are_per_deployment_with_ratios_to_standalone() -> None:
+    text = replication.render(_result())
+    # p99 (b) ÷ (a) per run: 3, 1, 4 -> 3.00x
+    assert f"| {_SEND} | {SYNC} | 15.0 (10.0-20.0) | 30.0 (20.0-40.0) | 3.00x | 3.00x |" in text
+    assert f"| {_SEND} | {STANDALONE} | 5.00 (5.00-10.0) | 10.0 (10.0-20.0) | 1.00x | 1.00x |" in (
+        text
+    )
+
+
+def test_cpu_table_splits_the_server_into_proxy_leader_and_follower() -> None:
+    text = replication.render(_result())
+    assert f"| {_SEND} | {SYNC} | 300 | 100 | 150 | 50.0 | - | - | 1.50 |" in text
+    assert f"| {_SEND} | {STANDALONE} | 300 | 100 | 150 | - | - | - | 1.50 |" in text
+
+
+def test_summary_names_the_persist_checkpoints_cost() -> None:
+    text = replication.render(_result())
+    # (b) ÷ (d) per run: 0.667, 1.0, 1.0 -> 1.00x
+    assert "persist_checkpoints under sync replication: (b) ÷ (d) = 1.00x" in text
+    assert f"{_SEND}: throughput vs (a): (b) sync 0.70x, (c) async 0.90x; p99 10.0 ms" in text
+
+
+def test_unknown_deployment_and_empty_shard_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown deployment 'x'; known: \(a\) standalone"):
+        replication.deploy("x").__enter__()
+    with pytest.raises(ValueError, match="at least 1 replica, not 0"):
+        launch_shard(replicas=0).__enter__()
