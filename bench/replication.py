@@ -2,7 +2,7 @@
 
 Four deployments of one shard, each its own processes (an etcd, its brokers, one
 ``popmq proxy`` that the clients reach), all started before the first window and measured
-side by side, alternating within each run:
+side by side: within a run, each case on every deployment in turn:
 
 - (a) standalone: one ``popmq broker --flush sync``, not replicated (the baseline);
 - (b) sync: ``popmq broker --shard s1 --name r1`` and ``r2``, the defaults
@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -257,33 +258,39 @@ def record(result: ScenarioResult, case: str, deployment: Deployment, window: Cp
     result.add(case, deployment.name, CORES, window.cores_busy())
 
 
-def _measure_run(
+def _measure_send(
+    result: ScenarioResult,
+    deployment: Deployment,
+    config: ReplicationSettings,
+    body: bytes,
+    producers: int,
+) -> None:
+    window = CpuWindow(deployment.pids)
+    rate, trips = asyncio.run(
+        send_window(
+            deployment.target,
+            producers=producers,
+            body=body,
+            warmup_s=config.warmup_s,
+            duration_s=config.duration_s,
+            observer=window,
+        )
+    )
+    case = send_case(producers)
+    result.add(case, deployment.name, MSG_S, rate)
+    result.add(case, deployment.name, P50, percentile(trips, 0.5) * 1000)
+    result.add(case, deployment.name, P99, percentile(trips, 0.99) * 1000)
+    record(result, case, deployment, window)
+
+
+def _measure_pop(
     result: ScenarioResult, deployment: Deployment, config: ReplicationSettings, body: bytes
 ) -> None:
-    """One run of every case against one deployment."""
-    target = deployment.target
-    if deployment.name in SEND_DEPLOYMENTS:
-        for producers in config.producers:
-            window = CpuWindow(deployment.pids)
-            rate, trips = asyncio.run(
-                send_window(
-                    target,
-                    producers=producers,
-                    body=body,
-                    warmup_s=config.warmup_s,
-                    duration_s=config.duration_s,
-                    observer=window,
-                )
-            )
-            case = send_case(producers)
-            result.add(case, deployment.name, MSG_S, rate)
-            result.add(case, deployment.name, P50, percentile(trips, 0.5) * 1000)
-            result.add(case, deployment.name, P99, percentile(trips, 0.99) * 1000)
-            record(result, case, deployment, window)
+    """One pop + ack window, then the backlog topped up again (not timed)."""
     window = CpuWindow(deployment.pids)
     consumed = asyncio.run(
         consume_rate(
-            target,
+            deployment.target,
             topic=POP_TOPIC,
             group=GROUP,
             consumers=config.consumers,
@@ -297,7 +304,23 @@ def _measure_run(
     case = pop_case(config.pop_batch, config.consumers)
     result.add(case, deployment.name, MSG_S, consumed.rate)
     record(result, case, deployment, window)
-    asyncio.run(prefill(target, POP_TOPIC, consumed.taken, body))
+    asyncio.run(prefill(deployment.target, POP_TOPIC, consumed.taken, body))
+
+
+def _measure_run(
+    result: ScenarioResult,
+    deployments: list[Deployment],
+    config: ReplicationSettings,
+    body: bytes,
+) -> None:
+    """One run: each case on every deployment in turn, so the windows compared in a ratio
+    are seconds apart (the load of other work on the machine drifts)."""
+    for producers in config.producers:
+        for deployment in deployments:
+            if deployment.name in SEND_DEPLOYMENTS:
+                _measure_send(result, deployment, config, body, producers)
+    for deployment in deployments:
+        _measure_pop(result, deployment, config, body)
 
 
 def in_sync(deployments: dict[str, Deployment]) -> None:
@@ -329,13 +352,19 @@ def run(config: ReplicationSettings) -> ScenarioResult:
         for deployment in deployments.values():
             asyncio.run(_setup(deployment, config, body))
         in_sync(deployments)
-        for _ in range(config.runs):
-            for deployment in deployments.values():
-                _measure_run(result, deployment, config, body)
+        started = list(deployments.values())
+        loads: list[str] = []
+        for index in range(config.runs):
+            loads.append(f"{os.getloadavg()[0]:.1f}")
+            # Each run starts with the next deployment: none is always first after a top-up.
+            shift = index % len(started)
+            _measure_run(result, started[shift:] + started[:shift], config, body)
         in_sync(deployments)  # no window ran with the follower out of the set
     result.notes += [
         "Each deployment is an etcd, its broker(s) and one proxy, all on this machine, started "
-        "before the first window and left running; they alternate within each run. The "
+        "before the first window and left running. Within a run each case is measured on "
+        "every deployment in turn (the next run starts with the next deployment), so the "
+        "windows of a ratio are seconds apart. The "
         "replicated ones were checked to have their follower in the in-sync set before the "
         "first window (the proxy starts once etcd names the leader) and after the last.",
         f"Pop + ack: each window and its warm-up stop after {config.duration_s:g} s "
@@ -343,7 +372,9 @@ def run(config: ReplicationSettings) -> ScenarioResult:
         f"took is sent again through the proxy (not timed), so every window starts on a "
         f"{config.backlog:,}-message backlog.",
         f"Load average (1 / 5 / 15 min) at the start {load_start}, at the end "
-        f"{machine_info()['load']}: above 2, other work shared the two cores.",
+        f"{machine_info()['load']}; the 1-minute load as each run began: {', '.join(loads)}. "
+        "Above 2, other work shared the two cores: the ranges show how much it moved the "
+        "figures.",
     ]
     result.seconds = time.perf_counter() - began
     return result

@@ -127,6 +127,9 @@ class _PopmqMember(ServerProcess):
     """A cluster member that binds port 0 and prints ``listening on HOST:PORT`` when ready."""
 
     picks_own_port = True
+    # A deployment starts several Python processes at once; beside other work on two
+    # cores, 30 s has not always been enough for the last of them.
+    start_timeout_s = 90.0
 
     def __init__(self, etcd: str) -> None:
         super().__init__()
