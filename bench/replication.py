@@ -46,6 +46,8 @@ from bench.peers.cluster import (
     etcd_binary,
     launch_cluster,
     launch_shard,
+    replication_events,
+    shard_state,
     wait_in_sync,
 )
 from bench.peers.targets import PopmqTarget, prefill
@@ -92,6 +94,8 @@ P50, P99 = "p50 ms", "p99 ms"
 SERVER = "server us/msg"
 """The proxy's, the leader's (or standalone broker's) and the follower's CPU per message."""
 CORES = "cores busy"
+IN_SYNC = "follower in sync"
+"""1 when the follower was in the in-sync set as the window ended, else 0."""
 PROCESSES = ("proxy", "leader", "follower", "etcd", CPU_CLIENT)
 
 
@@ -258,6 +262,23 @@ def record(result: ScenarioResult, case: str, deployment: Deployment, window: Cp
     result.add(case, deployment.name, CORES, window.cores_busy())
 
 
+def _before_window(deployment: Deployment) -> None:
+    """A replicated deployment's window starts with its follower in the in-sync set.
+
+    Raises:
+        TimeoutError: it was not back in 60 s (the message has the replicas' events).
+    """
+    if deployment.shard is not None:
+        wait_in_sync(deployment.shard, 1)
+
+
+def _after_window(result: ScenarioResult, case: str, deployment: Deployment) -> None:
+    """Whether the follower was still in the in-sync set as the window ended (1 or 0)."""
+    if deployment.shard is not None:
+        state = asyncio.run(shard_state(deployment.shard.etcd_endpoint, deployment.shard.shard))
+        result.add(case, deployment.name, IN_SYNC, 1.0 if state.isr else 0.0)
+
+
 def _measure_send(
     result: ScenarioResult,
     deployment: Deployment,
@@ -265,6 +286,7 @@ def _measure_send(
     body: bytes,
     producers: int,
 ) -> None:
+    _before_window(deployment)
     window = CpuWindow(deployment.pids)
     rate, trips = asyncio.run(
         send_window(
@@ -281,12 +303,14 @@ def _measure_send(
     result.add(case, deployment.name, P50, percentile(trips, 0.5) * 1000)
     result.add(case, deployment.name, P99, percentile(trips, 0.99) * 1000)
     record(result, case, deployment, window)
+    _after_window(result, case, deployment)
 
 
 def _measure_pop(
     result: ScenarioResult, deployment: Deployment, config: ReplicationSettings, body: bytes
 ) -> None:
     """One pop + ack window, then the backlog topped up again (not timed)."""
+    _before_window(deployment)
     window = CpuWindow(deployment.pids)
     consumed = asyncio.run(
         consume_rate(
@@ -304,6 +328,7 @@ def _measure_pop(
     case = pop_case(config.pop_batch, config.consumers)
     result.add(case, deployment.name, MSG_S, consumed.rate)
     record(result, case, deployment, window)
+    _after_window(result, case, deployment)
     asyncio.run(prefill(deployment.target, POP_TOPIC, consumed.taken, body))
 
 
@@ -321,6 +346,32 @@ def _measure_run(
                 _measure_send(result, deployment, config, body, producers)
     for deployment in deployments:
         _measure_pop(result, deployment, config, body)
+
+
+def isr_notes(result: ScenarioResult, deployments: dict[str, Deployment]) -> list[str]:
+    """Per replicated deployment: windows that ended with the follower out of the in-sync
+    set, and what the replicas logged about it (a window with it out is not (b)'s case)."""
+    notes = []
+    for deployment in deployments.values():
+        if deployment.shard is None:
+            continue
+        ended = [
+            v for case in result.cases() for v in result.samples(case, deployment.name, IN_SYNC)
+        ]
+        events = [
+            line
+            for line in replication_events(deployment.shard)
+            if "left the in-sync set" in line or "stops leading" in line
+        ]
+        note = (
+            f"{deployment.name}: the follower was in the in-sync set at the start of every "
+            f"window and at the end of {sum(ended):.0f} of {len(ended)}"
+        )
+        if events:
+            shown = "; ".join(line.partition(": ")[2] for line in events[:3])
+            note += f"; the replicas logged {len(events)} departure(s) or resignation(s): {shown}"
+        notes.append(note + ".")
+    return notes
 
 
 def in_sync(deployments: dict[str, Deployment]) -> None:
@@ -359,14 +410,14 @@ def run(config: ReplicationSettings) -> ScenarioResult:
             # Each run starts with the next deployment: none is always first after a top-up.
             shift = index % len(started)
             _measure_run(result, started[shift:] + started[:shift], config, body)
-        in_sync(deployments)  # no window ran with the follower out of the set
+        result.notes += isr_notes(result, deployments)
     result.notes += [
         "Each deployment is an etcd, its broker(s) and one proxy, all on this machine, started "
         "before the first window and left running. Within a run each case is measured on "
         "every deployment in turn (the next run starts with the next deployment), so the "
-        "windows of a ratio are seconds apart. The "
-        "replicated ones were checked to have their follower in the in-sync set before the "
-        "first window (the proxy starts once etcd names the leader) and after the last.",
+        "windows of a ratio are seconds apart. A replicated deployment's window starts only "
+        "once its follower is in the in-sync set (the proxy starts once etcd names the "
+        "leader).",
         f"Pop + ack: each window and its warm-up stop after {config.duration_s:g} s "
         f"({config.warmup_s:g} s) or {max(1, config.backlog // 4):,} messages, then what it "
         f"took is sent again through the proxy (not timed), so every window starts on a "

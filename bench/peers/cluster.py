@@ -54,6 +54,7 @@ __all__ = [
     "etcd_binary",
     "launch_cluster",
     "launch_shard",
+    "replication_events",
     "shard_state",
     "wait_in_sync",
 ]
@@ -286,22 +287,47 @@ def _wait_shard(etcd: str, shard: str, what: str, ok: Callable[[ShardState], boo
         time.sleep(0.05)
 
 
-def wait_in_sync(shard: ShardLaunch, count: int) -> tuple[str, ...]:
+_REPLICATION_EVENTS = ("in-sync set", "stops leading", " leads (epoch", "following ")
+
+
+def replication_events(shard: ShardLaunch) -> list[str]:
+    """The replicas' log lines about leadership, following and the in-sync set, in order."""
+    lines: list[str] = []
+    for name, path in shard.logs.items():
+        if not name.startswith("replica-"):
+            continue
+        with contextlib.suppress(OSError), path.open(errors="replace") as log:
+            lines += [
+                f"{name}: {line.rstrip()}"
+                for line in log
+                if any(event in line for event in _REPLICATION_EVENTS)
+            ]
+    return sorted(lines, key=lambda line: line.partition(": ")[2])
+
+
+def wait_in_sync(
+    shard: ShardLaunch, count: int, timeout_s: float = _SHARD_TIMEOUT_S
+) -> tuple[str, ...]:
     """Wait until ``count`` followers are in the shard's in-sync set; returns the set.
 
     A follower joins once it acknowledged the leader's last batch, so some write must have
     happened since it connected (creating the topics does).
 
     Raises:
-        TimeoutError: fewer were in sync after 60 s.
+        TimeoutError: fewer were in sync after ``timeout_s`` (with the replicas' events).
     """
-    state = _wait_shard(
-        shard.etcd_endpoint,
-        shard.shard,
-        f"{count} in-sync followers",
-        lambda s: len(s.isr) >= count,
-    )
-    return state.isr
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = asyncio.run(shard_state(shard.etcd_endpoint, shard.shard))
+        if len(state.isr) >= count:
+            return state.isr
+        if time.monotonic() > deadline:
+            events = "\n".join(replication_events(shard)[-20:])
+            raise TimeoutError(
+                f"shard {shard.shard}: {len(state.isr)} in-sync followers, not {count}, after "
+                f"{timeout_s:.0f}s: {state}; the replicas' last events:\n{events}"
+            )
+        time.sleep(0.05)
 
 
 def _stop_leader_last(

@@ -4,10 +4,13 @@ started here; tests/integration/test_bench_quick.py runs the scenario itself).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import replication
-from bench.peers.cluster import launch_shard
+from bench.peers.cluster import ShardLaunch, launch_shard, replication_events
+from bench.peers.targets import PopmqTarget
 from bench.replication import ASYNC, STANDALONE, SYNC, SYNC_BUFFERED, cpu_metric
 from bench.results import ScenarioResult
 
@@ -83,3 +86,39 @@ def test_unknown_deployment_and_empty_shard_are_refused() -> None:
         replication.deploy("x").__enter__()
     with pytest.raises(ValueError, match="at least 1 replica, not 0"):
         launch_shard(replicas=0).__enter__()
+
+
+def test_isr_notes_count_windows_out_of_sync_and_cite_the_departures(tmp_path: Path) -> None:
+    leader_log = tmp_path / "r1.log"
+    leader_log.write_text(
+        "2026-01-01T00:00:01Z INFO x: shard s1: follower r2 joined the in-sync set at lsn 1\n"
+        "2026-01-01T00:00:09Z WARNING x: shard s1: follower r2 left the in-sync set: "
+        "its stream ended (the follower closed it)\n"
+    )
+    follower_log = tmp_path / "r2.log"
+    follower_log.write_text(
+        "2026-01-01T00:00:08Z INFO x: shard s1: following r1 ended: UNAVAILABLE: gone\n"
+    )
+    shard = ShardLaunch(
+        target=PopmqTarget("127.0.0.1:1"),
+        shard="s1",
+        proxy_pid=1,
+        leader="r1",
+        replica_pids={"r1": 2, "r2": 3},
+        etcd_pid=4,
+        etcd_endpoint="127.0.0.1:2",
+        logs={"replica-s1-r1": leader_log, "replica-s1-r2": follower_log},
+    )
+    assert [line.split(": ")[0] for line in replication_events(shard)] == [
+        "replica-s1-r1",
+        "replica-s1-r2",
+        "replica-s1-r1",
+    ], "in time order across the replicas' logs"
+    deployment = replication.Deployment(SYNC, shard.target, {"leader": 2}, shard)
+    result = ScenarioResult(replication.NAME, "replication")
+    for in_sync in (1.0, 0.0, 1.0):
+        result.add(_SEND, SYNC, replication.IN_SYNC, in_sync)
+    (note,) = replication.isr_notes(result, {SYNC: deployment})
+    assert note.startswith(f"{SYNC}: the follower was in the in-sync set at the start of every")
+    assert "at the end of 2 of 3; the replicas logged 1 departure(s)" in note
+    assert "follower r2 left the in-sync set: its stream ended (the follower closed it)." in note
