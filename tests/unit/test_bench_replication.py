@@ -116,9 +116,13 @@ def test_isr_notes_count_windows_out_of_sync_and_cite_the_departures(tmp_path: P
     ], "in time order across the replicas' logs"
     deployment = replication.Deployment(SYNC, shard.target, {"leader": 2}, shard)
     result = ScenarioResult(replication.NAME, "replication")
-    for in_sync in (1.0, 0.0, 1.0):
+    for in_sync, nudged in ((1.0, 0.0), (0.0, 0.0), (1.0, 1.0)):
         result.add(_SEND, SYNC, replication.IN_SYNC, in_sync)
+        result.add(_SEND, SYNC, replication.NUDGED, nudged)
     (note,) = replication.isr_notes(result, {SYNC: deployment})
-    assert note.startswith(f"{SYNC}: the follower was in the in-sync set at the start of every")
-    assert "at the end of 2 of 3; the replicas logged 1 departure(s)" in note
+    assert note.startswith(
+        f"{SYNC}: the follower was in the in-sync set at the start of every window (1 of 3 "
+        "after a nudge) and at the end of 2 of 3 (a follower whose stream ended while its "
+    )
+    assert "created an empty group to give it one); the replicas logged 1 departure(s)" in note
     assert "follower r2 left the in-sync set: its stream ended (the follower closed it)." in note
