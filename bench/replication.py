@@ -520,6 +520,7 @@ def cpu_table(result: ScenarioResult) -> str:
                     case,
                     system,
                     cell(SERVER),
+                    format_ratio(result.ratio(case, SERVER, system, STANDALONE)),
                     *(cell(cpu_metric(p)) for p in PROCESSES),
                     f"{result.median(case, system, CORES):.2f}",
                 ]
@@ -529,6 +530,7 @@ def cpu_table(result: ScenarioResult) -> str:
             "case",
             "deployment",
             "server µs/msg",
+            "server ÷ (a)",
             *(f"{p} µs/msg" for p in PROCESSES),
             "cores busy",
         ],
@@ -555,14 +557,23 @@ def summary_lines(result: ScenarioResult) -> list[str]:
             )
             if result.samples(case, ASYNC, P99):
                 extra += f", {result.median(case, ASYNC, P99):.1f} ms async"
+        cpu = [
+            f"{system} {format_ratio(result.ratio(case, SERVER, system, STANDALONE))}"
+            for system in DEPLOYMENTS[1:]
+            if result.samples(case, system, SERVER)
+        ]
+        if cpu:
+            extra += f"; server CPU per message vs (a): {', '.join(cpu)}"
         lines.append(f"{case}: throughput vs (a): {', '.join(parts)}{extra}.")
     pop = next((c for c in result.cases() if c.startswith("pop")), None)
     if pop is not None:
         ratio = result.ratio(pop, MSG_S, SYNC, SYNC_BUFFERED)
+        cpu_ratio = result.ratio(pop, SERVER, SYNC, SYNC_BUFFERED)
         if not math.isnan(ratio):
             lines.append(
                 f"persist_checkpoints under sync replication: (b) ÷ (d) = {format_ratio(ratio)} "
-                f"on {pop} (the same deployment with and without a checkpoint write per pop)."
+                f"in msg/s and {format_ratio(cpu_ratio)} in server CPU per message on {pop} "
+                "(the same deployment with and without a checkpoint write per pop)."
             )
     return lines
 
@@ -576,8 +587,10 @@ def render(result: ScenarioResult) -> str:
         "window; medians over runs, the range in parentheses):",
         latency_table(result),
         "CPU per message of each process over the measured window (µs, medians); server = "
-        "proxy + leader (the standalone broker in (a)) + follower; cores busy = every measured "
-        "process's CPU (load generator and etcd included) over wall time:",
+        "proxy + leader (the standalone broker in (a)) + follower, and its ratio to (a) is the "
+        "figure least moved by other work on the machine (it counts CPU used, not CPU "
+        "obtained); cores busy = every measured process's CPU (load generator and etcd "
+        "included) over wall time:",
         cpu_table(result),
     ]
     lines = summary_lines(result)

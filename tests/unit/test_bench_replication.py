@@ -38,7 +38,7 @@ def _result() -> ScenarioResult:
             result.add(_POP, system, "msg/s", rate)
         for case in (_SEND, _POP):
             for system in (STANDALONE, SYNC):
-                result.add(case, system, replication.SERVER, 300.0)
+                result.add(case, system, replication.SERVER, 450.0 if system == SYNC else 300.0)
                 result.add(case, system, cpu_metric("proxy"), 100.0)
                 result.add(case, system, cpu_metric("leader"), 150.0)
                 result.add(case, system, replication.CORES, 1.5)
@@ -70,15 +70,18 @@ def test_latency_rows_are_per_deployment_with_ratios_to_standalone() -> None:
 
 def test_cpu_table_splits_the_server_into_proxy_leader_and_follower() -> None:
     text = replication.render(_result())
-    assert f"| {_SEND} | {SYNC} | 300 | 100 | 150 | 50.0 | - | - | 1.50 |" in text
-    assert f"| {_SEND} | {STANDALONE} | 300 | 100 | 150 | - | - | - | 1.50 |" in text
+    assert f"| {_SEND} | {SYNC} | 450 | 1.50x | 100 | 150 | 50.0 | - | - | 1.50 |" in text
+    assert f"| {_SEND} | {STANDALONE} | 300 | 1.00x | 100 | 150 | - | - | - | 1.50 |" in text
 
 
 def test_summary_names_the_persist_checkpoints_cost() -> None:
     text = replication.render(_result())
     # (b) ÷ (d) per run: 0.667, 1.0, 1.0 -> 1.00x
-    assert "persist_checkpoints under sync replication: (b) ÷ (d) = 1.00x" in text
+    assert "persist_checkpoints under sync replication: (b) ÷ (d) = 1.00x in msg/s and n/a" in (
+        text
+    )
     assert f"{_SEND}: throughput vs (a): (b) sync 0.70x, (c) async 0.90x; p99 10.0 ms" in text
+    assert "ms async; server CPU per message vs (a): (b) sync 1.50x." in text
 
 
 def test_unknown_deployment_and_empty_shard_are_refused() -> None:
