@@ -268,10 +268,12 @@ def record(result: ScenarioResult, case: str, deployment: Deployment, window: Cp
 def _before_window(result: ScenarioResult, case: str, deployment: Deployment) -> None:
     """A replicated deployment's window starts with its follower in the in-sync set.
 
-    A follower whose stream ended while the leader was idle reconnects caught up, and
-    rejoins only when it acknowledges a new batch; a sync leader refuses every send
-    meanwhile, so nothing would come. Then a write that is not a send (an empty group,
-    through the proxy) gives it one: ``NUDGED`` counts those windows.
+    The follower's stream ends now and then while the leader is idle (the leader's server
+    answers its keepalive pings with GOAWAY too_many_pings); it reconnects caught up, and
+    the leader's lag check puts it back within a second. On the code this bench was first
+    run on, it came back only on acknowledging a new batch, which a sync leader refusing
+    sends never wrote: if it is still out after 3 s, a write that is not a send (an empty
+    group, through the proxy) gives it one, and ``NUDGED`` counts those windows.
 
     Raises:
         TimeoutError: it was not back 60 s after that (with the replicas' events).
@@ -395,9 +397,8 @@ def isr_notes(result: ScenarioResult, deployments: dict[str, Deployment]) -> lis
         )
         if sum(nudged):
             note += (
-                " (a follower whose stream ended while its leader was idle rejoins only at the "
-                "leader's next write, and a sync leader refuses sends until it has: the bench "
-                "created an empty group to give it one)"
+                " (it was still out 3 s after its stream ended: the bench created an empty "
+                "group, a write that is not a send, for it to acknowledge and rejoin)"
             )
         if events:
             shown = "; ".join(line.partition(": ")[2] for line in events[:3])
