@@ -10,7 +10,7 @@ import platform
 import sys
 from collections.abc import Callable
 
-from bench import delay_precision, fifo, flush_modes, send_async, spark_drain
+from bench import delay_precision, fifo, flush_modes, replication, send_async, spark_drain
 from bench.scenarios import (
     backlog,
     cluster,
@@ -35,6 +35,8 @@ SCENARIOS: dict[str, Callable[..., str]] = {
     "revive-storm": revive.main,
     # Issue 22: cluster mode (proxy + brokers) beside `popmq serve`.
     "cluster": cluster.main,
+    # Issue 24: a replicated shard (sync, async) beside a standalone broker.
+    "replication": replication.main,
     "delay-precision": delay_precision.main,
     "fifo": fifo.main,
     "flush-modes": flush_modes.main,

@@ -107,6 +107,8 @@ class ServerProcess:
     name = "server"
     picks_own_port = False
     """True when the server binds port 0 itself and reports the port (no race)."""
+    start_timeout_s = _START_TIMEOUT_S
+    """How long ``wait_until_ready`` waits after the spawn."""
 
     def __init__(self) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -147,7 +149,7 @@ class ServerProcess:
             if _accepts(self.port):
                 return
             time.sleep(0.02)
-        raise TimeoutError(f"{self.name} did not start in {_START_TIMEOUT_S:.0f}s")
+        raise TimeoutError(f"{self.name} did not start in {self.start_timeout_s:.0f}s")
 
     def _stdout(self) -> int | IO[bytes]:
         assert self._log is not None
@@ -179,7 +181,7 @@ class ServerProcess:
         self.port = 0 if self.picks_own_port else free_port()
         command = self._command(self.data_dir)
         self._ready = False
-        self._deadline = time.monotonic() + _START_TIMEOUT_S
+        self._deadline = time.monotonic() + self.start_timeout_s
         self._proc = subprocess.Popen(
             command,
             stdout=self._stdout(),

@@ -1,4 +1,5 @@
-"""The leader's replication log on a real store: positions, the in-sync wait, fencing.
+"""The leader's replication log on a real store: positions, what a follower is sent, the
+in-sync wait, fencing.
 
 The in-sync set's etcd writes are a recording function here (tests/cluster/test_replication.py
 runs the real thing); everything else is the real Store and ReplicationLog.
@@ -18,8 +19,17 @@ from popmq.cluster.replication.log import NotEnoughReplicasError, ReplicationLog
 
 
 class _Harness:
-    def __init__(self, path: Path, *, min_insync: int = 1, isr: tuple[str, ...] = ()) -> None:
-        self.store = Store(path)
+    def __init__(
+        self,
+        path: Path,
+        *,
+        min_insync: int = 1,
+        isr: tuple[str, ...] = (),
+        buffer_bytes: int = 1 << 20,
+        epoch: int = 7,
+        store: Store | None = None,
+    ) -> None:
+        self.store = store or Store(path)
         self.persisted: list[frozenset[str]] = []
         self.fence: str | None = None
         self.persist_gate = asyncio.Event()
@@ -32,10 +42,10 @@ class _Harness:
         self.log = ReplicationLog(
             self.store,
             shard="s1",
-            epoch=7,
+            epoch=epoch,
             isr=isr,
             min_insync=min_insync,
-            buffer_bytes=1 << 20,
+            buffer_bytes=buffer_bytes,
             lag_timeout_s=10.0,
             fenced=lambda: self.fence,
             persist=persist,
@@ -192,6 +202,51 @@ def test_a_fenced_leader_writes_nothing_and_fails_what_waits(tmp_path: Path) -> 
             h.write(b"late")
         assert oplog.read_position(h.store) == (7, batch.lsn)
         assert h.store.get("messages", b"klate") is None
+        h.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_gets_the_tail_from_its_lsn_in_order_after_the_buffer_trimmed(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        # ~1 KiB a batch, 20 KiB kept: the oldest batches are dropped from memory.
+        h = _Harness(tmp_path / "db", min_insync=0, buffer_bytes=20 * 1024)
+        for n in range(100):
+            h.write(b"%03d" % n + b"v" * 500)  # key and value: ~1 KiB
+        assert h.log.lsn == 100
+        first = next(start for start in range(1, 101) if h.log.entries_from(start) is not None)
+        assert 1 < first < 90, "the buffer should have dropped the oldest batches"
+        for start in (first, first + 1, 95, 100):
+            entries = h.log.entries_from(start)
+            assert entries is not None
+            assert [e.lsn for e in entries] == list(range(start, 101))
+            assert all(e.epoch == 7 for e in entries)
+            keys = [oplog.decode(e.ops)[0][2][:4] for e in entries]
+            assert keys == [b"k%03d" % (lsn - 1) for lsn in range(start, 101)]
+        assert h.log.entries_from(101) == []
+        assert h.log.entries_from(first - 1) is None, "older than the buffer: a snapshot"
+        h.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_term_sends_a_snapshot_to_a_follower_behind_its_own_start(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=0)
+        for n in range(5):
+            h.write(b"%d" % n)
+        # A new leadership on the same store: its memory starts empty at lsn 5.
+        again = _Harness(tmp_path / "db", min_insync=0, epoch=8, store=h.store)
+        assert again.log.lsn == 5
+        assert again.log.entries_from(3) is None
+        assert again.log.entries_from(6) == []
+        assert again.write(b"5") == 6
+        entries = again.log.entries_from(6)
+        assert entries is not None
+        assert [(e.lsn, e.epoch) for e in entries] == [(6, 8)]
+        assert again.log.entries_from(5) is None
         h.store.close()
 
     asyncio.run(scenario())
