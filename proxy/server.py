@@ -105,7 +105,7 @@ class ConnectionConfig:
     """Clients may ping this often, with or without calls; more often is answered GOAWAY
     too_many_pings. grpc's default, 5 min, refuses clients that keep their connection alive
     with pings every 30 s or so, as official RocketMQ clients do
-    (grpc.http2.min_recv_ping_interval_without_data_ms, grpc.keepalive_permit_without_calls)."""
+    (grpc.http2.min_ping_interval_without_data_ms, grpc.keepalive_permit_without_calls)."""
 
     def __post_init__(self) -> None:
         for name in ("max_idle_s", "max_age_s", "max_age_grace_s", "min_client_ping_interval_s"):
@@ -126,7 +126,7 @@ class ConnectionConfig:
             ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
             ("grpc.keepalive_permit_without_calls", 1),
             (
-                "grpc.http2.min_recv_ping_interval_without_data_ms",
+                "grpc.http2.min_ping_interval_without_data_ms",
                 ms(self.min_client_ping_interval_s),
             ),
             ("grpc.http2.max_pings_without_data", 0),

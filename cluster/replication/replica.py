@@ -331,14 +331,18 @@ class ReplicaServer:
         finally:
             if not stream.done():
                 stream.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                try:
-                    await stream
-                except (FollowError, grpc.aio.AioRpcError, OSError) as exc:
-                    log.info(
-                        "shard %s: following %s ended: %s", self.shard, state.leader, _short(exc)
-                    )
-                    await asyncio.sleep(POLL_S)
+            ended: BaseException | None = None
+            try:
+                await stream
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # stop() cancels the role loop: never swallow that
+            except (FollowError, grpc.aio.AioRpcError, OSError) as exc:
+                ended = exc
+        if ended is not None:
+            log.info("shard %s: following %s ended: %s", self.shard, state.leader, _short(ended))
+            await asyncio.sleep(POLL_S)
 
     async def _lead(self, term: Term) -> None:
         """Serve as the shard's leader for this term; return once it ended."""

@@ -312,3 +312,18 @@ def test_a_wiped_replica_catches_up_and_can_lead_with_everything(shard: ReplicaC
     shard.restart(leader)
     shard.wait_in_sync("s1", 1)
     assert shard.in_sync("s1") == [leader]
+
+
+def test_a_follower_whose_leader_died_stops_on_sigterm(shard: ReplicaCluster) -> None:
+    # Its role loop retries the dead leader's address between polls of etcd: a SIGTERM then
+    # must stop it, not be swallowed by that retry (it would go on and take the shard over).
+    leader = shard.leader("s1")
+    assert leader is not None
+    (follower,) = [name for name in shard.replicas("s1") if name != leader]
+    shard.kill(leader)
+    time.sleep(0.5)
+    began = time.monotonic()
+    code = shard.terminate(follower, timeout_s=20.0)
+    assert code == 0, shard.logs()
+    assert time.monotonic() - began < 15.0
+    assert shard.leader("s1") in (None, leader)  # it never took over

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import slow_consumer_memory
 from popmq import Admin, AsyncSimpleConsumer, Message, Producer, SimpleConsumer
@@ -339,12 +340,59 @@ def test_an_idle_connection_is_closed_after_the_configured_idle_time(
     assert still is not closed
 
 
+def test_a_client_pinging_as_often_as_allowed_on_an_idle_stream_keeps_its_connection(
+    tmp_path: Path,
+) -> None:
+    # connections.min_client_ping_interval_s must reach grpc under the option name it reads
+    # ("grpc.http2.min_ping_interval_without_data_ms"): under any other, grpc's 5 min applies
+    # and a client that pings every second on an idle stream is sent GOAWAY too_many_pings
+    # after a few pings (its stream fails UNAVAILABLE), as official clients and followers
+    # pinging every 10-30 s were after a minute or so.
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        shutdown_grace_s=1.0,
+        connections=ConnectionConfig(min_client_ping_interval_s=0.5),
+        broker=BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")),
+    )
+
+    async def scenario() -> str:
+        server = PopMQServer(config)
+        port = await server.start()
+        options = [
+            ("grpc.keepalive_time_ms", 1000),
+            ("grpc.keepalive_timeout_ms", 5000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+                watch = health_pb2_grpc.HealthStub(channel).Watch(
+                    health_pb2.HealthCheckRequest(service="")
+                )
+                await watch.read()  # SERVING; then the stream stays idle
+                try:
+                    async with asyncio.timeout(6.0):
+                        await watch.read()
+                except TimeoutError:
+                    return "open"
+                except grpc.aio.AioRpcError as exc:
+                    return f"{exc.code().name}: {exc.details()}"
+                finally:
+                    watch.cancel()
+                return "answered"
+        finally:
+            await server.stop()
+
+    assert asyncio.run(scenario()) == "open"
+
+
 def test_connection_limits_reach_grpc_as_options() -> None:
     options = dict(ConnectionConfig(max_idle_s=2.5, max_age_s=60).grpc_options())
     assert options["grpc.max_connection_idle_ms"] == 2500
     assert options["grpc.max_connection_age_ms"] == 60_000
     assert options["grpc.max_connection_age_grace_ms"] == 35_000
     assert options["grpc.keepalive_permit_without_calls"] == 1
+    assert options["grpc.http2.min_ping_interval_without_data_ms"] == 10_000
     assert "grpc.max_connection_idle_ms" not in dict(ConnectionConfig(max_idle_s=0).grpc_options())
     with pytest.raises(ValueError, match=r"connections.max_idle_s -1 must be 0 or more"):
         ConnectionConfig(max_idle_s=-1)
