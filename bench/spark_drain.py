@@ -253,6 +253,15 @@ def _spread(values: Sequence[float], fmt: str) -> str:
     return f"{low:{fmt}} to {high:{fmt}} ({mid:{fmt}})"
 
 
+def _row(number: int, r: RunResult) -> str:
+    steady = f"{r.spark.steady_rate:,.0f}" if r.spark.steady_rate is not None else "-"
+    return (
+        f"| {number} | {r.load_min:.1f} to {r.load_max:.1f} | {r.spark.seconds:.1f} "
+        f"| {r.spark.rate:,.0f} | {steady} | {r.sdk.seconds:.1f} | {r.sdk.rate:,.0f} "
+        f"| {r.spark.rate / r.sdk.rate:.2f} |"
+    )
+
+
 def render(runs: Sequence[RunResult]) -> str:
     """One markdown row per run, then min to max (median) over the runs."""
     lines = [
@@ -260,13 +269,7 @@ def render(runs: Sequence[RunResult]) -> str:
         "| SDK s | SDK msg/s | Spark / SDK |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for number, r in enumerate(runs, start=1):
-        steady = f"{r.spark.steady_rate:,.0f}" if r.spark.steady_rate is not None else "-"
-        lines.append(
-            f"| {number} | {r.load_min:.1f} to {r.load_max:.1f} | {r.spark.seconds:.1f} "
-            f"| {r.spark.rate:,.0f} | {steady} | {r.sdk.seconds:.1f} | {r.sdk.rate:,.0f} "
-            f"| {r.spark.rate / r.sdk.rate:.2f} |"
-        )
+    lines += [_row(number, r) for number, r in enumerate(runs, start=1)]
     if len(runs) > 1:
         steadies = [r.spark.steady_rate for r in runs if r.spark.steady_rate is not None]
         cells = [
@@ -324,7 +327,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
                 pop_batch=args.pop_batch,
             )
         runs.append(RunResult(spark, sdk, min(load.samples), max(load.samples)))
-        print(f"run {number} done: {time.strftime('%H:%M:%S')}", flush=True)
+        # Each run as it ends: a run cut short by the machine still leaves its numbers.
+        print(f"{time.strftime('%H:%M:%S')} {_row(number, runs[-1])}", flush=True)
     print()
     print(render(runs))
     return 0
