@@ -75,10 +75,6 @@ class AutoCreate:
         store keeps, so after a restart (or a failover) the topic's messages and handles
         would name an id the store no longer knows.
         """
-        key = ("topic", name)
-        while (pending := self._creating.get(key)) is not None:
-            with contextlib.suppress(PopMQError):
-                await asyncio.shield(pending)
 
         async def create() -> TopicInfo:
             if name in self._catalog.topics:
@@ -90,6 +86,15 @@ class AutoCreate:
             self._catalog.register_topic(info)
             return info
 
+        return await self.exclusively(("topic", name), create)
+
+    async def exclusively(self, key: object, create: Callable[[], Awaitable[_T]]) -> _T:
+        """Run `create` as the one creation of `key`: after any in progress has ended, and
+        with first uses that arrive meanwhile sharing its result (`once`). For creations
+        that must not share another's result (an explicit create with its own settings)."""
+        while (pending := self._creating.get(key)) is not None:
+            with contextlib.suppress(PopMQError):
+                await asyncio.shield(pending)
         return await self.once(key, create)
 
     async def group(self, name: str) -> GroupInfo:

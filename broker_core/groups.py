@@ -152,6 +152,16 @@ class Groups:
             topic_exists=self._catalog.topic,
         )
         settings = state.settings
+        # One creation of a group at a time, first uses included: an explicit create racing
+        # a consumer's first pop must not write a second id under the same name (the pop's
+        # handles would then name a group id the catalog no longer has).
+        return await self._create.exclusively(
+            ("group", name), lambda: self._create_now(name, state, settings)
+        )
+
+    async def _create_now(
+        self, name: str, state: group_rules.GroupState, settings: GroupSettings
+    ) -> GroupInfo:
         existing = self._catalog.groups.get(name)
         if existing is not None and not existing.auto_created:
             raise AlreadyExistsError(f"group {name!r} already exists")

@@ -81,6 +81,29 @@ def test_concurrent_creations_of_a_topic_keep_one_id_across_a_restart(
     asyncio.run(scenario())
 
 
+def test_a_group_created_while_a_first_pop_creates_it_keeps_one_id(
+    open_broker: OpenBroker,
+) -> None:
+    # A consumer's first pop auto-creates its group while an admin creates it: both must
+    # end with one id, or the pop's handles name a group id the catalog no longer has.
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"one")])
+            popped, created = await asyncio.gather(
+                broker.pop("probe", "orders", max_messages=1, wait_s=0),
+                broker.create_group("probe"),
+            )
+            assert broker.get_group("probe").group_id == created.group_id
+            assert await broker.ack("probe", [m.receipt_handle for m in popped]) == [None] * len(
+                popped
+            )
+        async with open_broker() as broker:
+            assert broker.get_group("probe").group_id == created.group_id
+
+    asyncio.run(scenario())
+
+
 def test_create_group_validates_its_settings(open_broker: OpenBroker) -> None:
     async def scenario() -> None:
         async with open_broker() as broker:
