@@ -28,8 +28,12 @@ $(BUF_STAMP): tools/package.json
 run: $(SETUP_STAMP)
 	$(VENV)/bin/popmq serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
+# Three workers on two cores: most tests wait on servers, subprocesses and timers, not the CPU.
+# The Spark tests that share a SparkSession run in turn on one worker (tests/spark/conftest.py).
+TEST_WORKERS ?= 3
+
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff format --check .

@@ -16,7 +16,7 @@ import pytest
 
 from tests.chaos.checker import CheckConfig, check
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_a_cluster_loses_no_acknowledged_send_across_broker_and_proxy_kills(

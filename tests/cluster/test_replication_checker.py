@@ -81,6 +81,7 @@ def test_the_checker_flags_a_woken_leader_that_stored_and_a_shard_that_never_cam
     assert "through every proxy s: mean 1.500 max 1.500 [1.50] (1 never)" in summary
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_replicated_shards_lose_no_acknowledged_send_across_leader_failovers(
     tmp_path: Path,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+import pytest
 
 from popmq import Producer
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -338,6 +339,7 @@ def test_a_simple_consumer_joining_a_group_of_fifo_push_consumers_is_told_why_no
 # -- the official PushConsumer ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_message_once(
     server: ServerThread, official: OfficialClient, admin: Admin
 ) -> None:

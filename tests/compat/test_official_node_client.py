@@ -56,6 +56,7 @@ def run_node(
     return result
 
 
+@pytest.mark.slow
 def test_a_node_push_consumer_retries_a_failed_message_then_dead_letters_it(
     server: ServerThread,
 ) -> None:

@@ -16,6 +16,7 @@ from bench.results import ScenarioResult, load_results, save_results
 from bench.scenarios import consumers, long_poll
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_bench_scenario_runs_in_quick_mode(
     scenario: str, capsys: pytest.CaptureFixture[str]

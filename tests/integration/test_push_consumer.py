@@ -92,6 +92,7 @@ def settled(endpoint: str, group: str, topic: str) -> bool:
     return all(r.lag == 0 and r.inflight == 0 for r in rows if not r.retry)
 
 
+@pytest.mark.slow
 def test_every_message_reaches_the_listener_once_and_success_acks_it(endpoint: str) -> None:
     with Admin(endpoint) as admin:
         admin.create_topic("orders", queues=4)

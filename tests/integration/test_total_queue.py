@@ -30,6 +30,7 @@ def _run(config: CheckConfig) -> CheckResult:
     return result
 
 
+@pytest.mark.slow
 def test_sync_flush_loses_no_acknowledged_send_across_kill_minus_9(tmp_path: Path) -> None:
     result = _run(
         CheckConfig(

@@ -25,10 +25,17 @@ SPARK_TEST_TIMEOUT_S = 300
 so these tests get more than the suite's 120 s."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _HERE in item.path.resolve().parents and item.get_closest_marker("timeout") is None:
+        if _HERE not in item.path.resolve().parents:
+            continue
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
+        if "spark" in getattr(item, "fixturenames", ()):
+            # One xdist worker runs every test of the shared session, so the suite starts one
+            # JVM for them, not one per worker (each takes both cores while it starts).
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")
