@@ -57,7 +57,7 @@ gen: setup
 bench-peers:
 	@tools/install_peers.sh
 
-# The side-by-side run of issue 8 (~15 min): writes docs/benchmarks.md and docs/benchmarks.png.
+# The side-by-side run against Redis and NATS (~15 min): writes docs/benchmarks.md and docs/benchmarks.png.
 bench: setup
 	tools/install_peers.sh --require
 	$(PY) -m bench.report

@@ -24,7 +24,7 @@ from bench.scenarios import (
 )
 
 SCENARIOS: dict[str, Callable[..., str]] = {
-    # Issue 8, side by side with Redis Streams and NATS JetStream (bench/scenarios/).
+    # Side by side with Redis Streams and NATS JetStream (bench/scenarios/).
     "produce": produce.main,
     "pop-ack": pop_ack.main,
     "e2e-latency": latency.main,
@@ -33,15 +33,15 @@ SCENARIOS: dict[str, Callable[..., str]] = {
     "backlog": backlog.main,
     "consumers-beyond-queues": consumers.main,
     "revive-storm": revive.main,
-    # Issue 22: cluster mode (proxy + brokers) beside `popmq serve`.
+    # Cluster mode (proxy + brokers) beside `popmq serve`: the price of the extra hop.
     "cluster": cluster.main,
-    # Issue 24: a replicated shard (sync, async) beside a standalone broker.
+    # A replicated shard (sync, async) beside a standalone broker.
     "replication": replication.main,
     "delay-precision": delay_precision.main,
     "fifo": fifo.main,
     "flush-modes": flush_modes.main,
     "send-async": send_async.main,
-    # Issue 6: Spark pop mode on local[2] vs one SDK SimpleConsumer.
+    # Spark pop mode on local[2] vs one SDK SimpleConsumer.
     "spark-drain": spark_drain.main,
 }
 

@@ -1,6 +1,6 @@
 """How late a delayed message arrives: receive time minus its delivery time.
 
-The issue's target is within 100 ms (RocketMQ's timer wheel works at 1 s). Messages are sent
+The target is within 100 ms (RocketMQ's timer wheel works at 1 s). Messages are sent
 with delivery times spread over a window, one long-polling SimpleConsumer receives them, and
 lateness = the moment receive returned it - its deliver_at. The server runs in a loop thread of
 this process; the consumer in the main thread (both are mostly waiting).

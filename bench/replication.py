@@ -1,4 +1,4 @@
-"""Replicated shards (issue 24): what sync and async replication cost sends and pops.
+"""Replicated shards: what sync and async replication cost sends and pops.
 
 Four deployments of one shard, each its own processes (an etcd, its brokers, one
 ``popmq proxy`` that the clients reach), all started before the first window and measured

@@ -1,5 +1,5 @@
-"""Run the issue-8 scenarios side by side with the peers, and cluster mode beside `popmq serve`
-(issue 22), and write docs/benchmarks.md + PNG.
+"""Run the side-by-side scenarios against the peers (Redis Streams, NATS JetStream), and cluster
+mode beside `popmq serve`, and write docs/benchmarks.md + PNG.
 
 Usage (what ``make bench`` runs, after installing the peers):
 
@@ -57,7 +57,7 @@ RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
 CHART = REPO / "docs" / "benchmarks.png"
 FULL_COMMAND = "make bench"
-ISSUE8 = (
+SIDE_BY_SIDE = (
     "produce",
     "pop-ack",
     "e2e-latency",
@@ -67,8 +67,8 @@ ISSUE8 = (
     "consumers-beyond-queues",
     "revive-storm",
 )
-REPORTED = (*ISSUE8, "cluster")
-"""Every scenario of the doc's own sections: issue 8's, then cluster mode's (issue 22)."""
+REPORTED = (*SIDE_BY_SIDE, "cluster")
+"""Every scenario of the doc's own sections: the side-by-side ones, then cluster mode's."""
 _RENDER: dict[str, Callable[[ScenarioResult], str]] = {
     "produce": produce.render,
     "pop-ack": pop_ack.render,
@@ -188,7 +188,7 @@ def _x(value: float) -> str:
 
 
 def targets_table(results: list[ScenarioResult]) -> str:
-    """Each target of issue 8, what this run measured, and met/short."""
+    """Each performance target, what this run measured, and met/short."""
     by = _by_name(results)
     rows: list[list[str]] = []
 

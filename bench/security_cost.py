@@ -1,4 +1,4 @@
-"""What the security features (issue 23) cost per call: server CPU with TLS, with signed calls,
+"""What the security features cost per call: server CPU with TLS, with signed calls,
 with access control, beside a plaintext server with none.
 
 ``python -m bench.security_cost [--root DIR] [--runs 5] [--calls 8000] [--quick]``

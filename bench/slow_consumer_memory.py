@@ -1,7 +1,7 @@
 """Slow consumers against a real `popmq serve`: the server's RSS before, at peak and after.
 
 Why: a consumer that asks for messages and never reads its answers must cost the server a
-bounded amount of memory, and all of it must come back once the client goes away (issue 20).
+bounded amount of memory, and all of it must come back once the client goes away.
 This reproduces the attacks against a `popmq serve` subprocess and reads the server's RSS from
 /proc/PID/status:
 

@@ -1,7 +1,8 @@
 """The broker API: what a front end (the proxy) may ask of a broker, as a typing Protocol.
 
-`Broker` (broker.py) implements it in-process; the coming cluster mode puts the same
-operations behind a gRPC BrokerService, so the API is shaped for a remote implementation:
+`Broker` (broker.py) implements it in-process; in cluster mode `RemoteBroker` puts the same
+operations behind one broker's gRPC BrokerService and `ClusterBroker` spreads them over a
+cluster's brokers, so the API is shaped for a remote implementation:
 - value types are frozen dataclasses or core value types (no live broker objects cross it);
 - nothing calls back into the caller: metrics are pulled (`metrics_snapshot`, histogram
   buckets included), failure is awaited (`wait_failure`), limits are read once

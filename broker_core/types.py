@@ -131,8 +131,9 @@ class ConsumerOffset:
 
 @dataclass(frozen=True, slots=True)
 class ExponentialBackoff:
-    """Nack delay initial_s * multiplier^(attempt-1), capped at max_s (RocketMQ's
-    ExponentialRetryPolicy: initial 5 s, max 2 h, multiplier 2)."""
+    """A group's redelivery backoff as a policy: the nack delay initial_s *
+    multiplier^(attempt-1), capped at max_s (RocketMQ's ExponentialRetryPolicy: initial 5 s,
+    max 2 h, multiplier 2), from which the group's retry_backoff_s list is computed."""
 
     initial_s: float = 5.0
     max_s: float = 7200.0

@@ -85,19 +85,10 @@ class ClusterAdmin:
         those that did not). A request error is raised as it is. With `reads` (the call
         only reads), a replicated shard whose leader is not live or does not answer is
         read from one of its followers."""
-        remotes: dict[str, RemoteBroker] = {}
-        missing: list[str] = []
-        for broker in brokers:
-            try:
-                remotes[broker] = self._pool.get(broker)
-            except UnavailableError:
-                missing.append(broker)
+        remotes, missing = self._connections(brokers)
         followers = self._followers if reads else None
         if missing and followers is None:
-            raise UnavailableError(
-                f"cannot {what}: broker(s) {', '.join(sorted(missing))} are not live members "
-                "now; retry when they are back"
-            )
+            raise _not_live(what, missing)
         names = list(remotes)
         answers = await asyncio.gather(
             *(call(n, remotes[n]) for n in names), return_exceptions=True
@@ -128,6 +119,26 @@ class ClusterAdmin:
                 + "; retry"
             )
         return results
+
+    def _connections(self, brokers: Sequence[str]) -> tuple[dict[str, RemoteBroker], list[str]]:
+        """The connections to those of `brokers` that are live members now, and the names
+        of the others."""
+        remotes: dict[str, RemoteBroker] = {}
+        missing: list[str] = []
+        for broker in brokers:
+            try:
+                remotes[broker] = self._pool.get(broker)
+            except UnavailableError:
+                missing.append(broker)
+        return remotes, missing
+
+    def _require_live(self, brokers: Sequence[str], *, what: str) -> None:
+        """UnavailableError naming those of `brokers` that are not live members now, before
+        a write that goes to each in turn: it then starts only when all of them can take
+        their part, rather than stopping midway."""
+        _, missing = self._connections(brokers)
+        if missing:
+            raise _not_live(what, missing)
 
     def _known_brokers(self) -> list[str]:
         """Every broker the cluster knows: named by a route or live now."""
@@ -433,7 +444,7 @@ class ClusterAdmin:
         all, broker by broker); `remaining` counts what every broker still holds."""
         moved = dropped = remaining = 0
         brokers = self._known_brokers()
-        await self._gather(brokers, _alive, what=f"redrive group {group!r}")
+        self._require_live(brokers, what=f"redrive group {group!r}")
         for broker in brokers:
             remote = self._pool.get(broker)
             left = None if max_messages is None else max_messages - moved - dropped
@@ -592,5 +603,8 @@ async def _or_zero(work: Awaitable[int]) -> int:
     return 0 if found is None else found
 
 
-async def _alive(_: str, __: RemoteBroker) -> None:
-    """Nothing: used to require every broker to be live before a multi-broker write."""
+def _not_live(what: str, missing: Sequence[str]) -> UnavailableError:
+    return UnavailableError(
+        f"cannot {what}: broker(s) {', '.join(sorted(missing))} are not live members "
+        "now; retry when they are back"
+    )

@@ -1,6 +1,6 @@
 """The coordination interface cluster mode needs, and its two implementations.
 
-What brokers and proxies need from a coordination service (issue 22):
+What brokers and proxies need from a coordination service:
 
 - register a member (a broker or a proxy) under a session lease with an info value, keep it
   alive, and learn when the session is lost (then it re-registers by itself, with a new

@@ -5,7 +5,7 @@ The allocator (glibc only). Why: glibc raises its mmap threshold each time a blo
 is freed (up to 32 MiB on 64-bit), so after a burst of 1 MiB message bodies every later body
 of that size comes from the heap instead of its own mapping, and a heap freed in the middle
 is not returned: a server that held 1 GB for a slow consumer stayed at 1 GB after the client
-left, and a second burst took more (issue 20). A fixed threshold (glibc's own starting
+left, and a second burst took more. A fixed threshold (glibc's own starting
 value, 128 KiB) keeps bodies and grpc's message buffers in mappings that go back to the
 system when freed. Costs one mmap/munmap pair per large allocation, small beside copying the
 body it holds. Elsewhere (musl, macOS, Windows) this does nothing.

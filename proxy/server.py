@@ -80,10 +80,11 @@ refuses anything larger with RESOURCE_EXHAUSTED before the servicer sees it."""
 class ConnectionConfig:
     """How long the server keeps a client connection: keepalive pings and idle limits.
 
-    Without them a connection the client never closes stays open forever (2,000 idle ones
-    were never closed: issue 20). The defaults close a connection with no call for 5 min,
-    which never touches a working client: a long poll lasts at most 30 s, RocketMQ clients
-    heartbeat every 10 s, and an idle SDK channel reconnects by itself on its next call.
+    Without them a connection the client never closes stays open forever, with its buffers
+    (2,000 idle ones were never closed). The defaults close a connection with no call for
+    5 min, which never touches a working client: a long poll lasts at most 30 s, RocketMQ
+    clients heartbeat every 10 s, and an idle SDK channel reconnects by itself on its next
+    call.
     """
 
     max_idle_s: float = 300.0
@@ -271,7 +272,8 @@ class PopMQServer:
         host, port = split_listen(self.config.listen)
         security = self.config.security
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
-        return_large_blocks()  # freed message memory goes back to the system (issue 20)
+        # else the memory of a burst of large bodies stays with the process once freed
+        return_large_blocks()
         interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
         gate = self.gate.interceptor()
         if gate is not None:  # none when authentication is off: the gate then costs nothing

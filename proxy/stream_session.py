@@ -13,7 +13,7 @@ answered RESOURCE_EXHAUSTED. Rejections are not counted, so a client that sends 
 reads could queue them without end: the reader stops reading while `MAX_IN_FLIGHT` answers
 wait to be written and goes on once the client reads.
 
-Flow control (issue 20): `context.write` returns once grpc took the answer, and blocks only
+Flow control: `context.write` returns once grpc took the answer, and blocks only
 when the client's HTTP/2 window is full, so a client that does not read leaves answers
 queued here. Once `MAX_UNWRITTEN_BYTES` of answers wait (queued or being written), the
 stream pauses: its restartable requests (pops) are cancelled where they wait and kept as
@@ -21,7 +21,7 @@ requests, and new ones are kept without starting; they start again, in order, on
 writes have brought the waiting bytes down to half. A pop that was ready in the same turn
 anyway gives back what it took (as below) and waits with the others.
 
-Admission (issue 20): a pause comes after the fact, and a wave of pops run in one
+Admission: a pause comes after the fact, and a wave of pops run in one
 event-loop turn (a stream's 1,024 pops released once their auto-created group exists, or
 many parked pops woken by a wave of messages) would all take before it. So a pop reserves
 bytes before it takes: the stream's budget is `max_unwritten_bytes` for the bytes reserved

@@ -5,7 +5,8 @@ cancelled, its connection dropped, or grpc refused an answer larger than the cli
 (the call then ends RESOURCE_EXHAUSTED). grpc.aio learns that the call is over a moment later
 and cancels the handler; a handler that returned or raised first has grpc send a status on a
 dead call and log `ExecuteBatchError raised in core by servicer method` as an ERROR with a
-traceback (issue 20). So a handler whose write failed waits for that cancellation instead.
+traceback, one per client that goes away mid-answer: noise that hides real errors. So a
+handler whose write failed waits for that cancellation instead.
 """
 
 from __future__ import annotations

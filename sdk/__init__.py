@@ -5,7 +5,7 @@ The ``Async*`` clients do the work on asyncio; ``Admin``, ``Producer`` and
 thread per process.
 """
 
-from popmq.sdk._retry import RetryPolicy
+from popmq.sdk._retry import RetryBackoff, RetryPolicy
 from popmq.sdk.admin import Admin, AsyncAdmin
 from popmq.sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
 from popmq.sdk.credentials import Credentials
@@ -120,6 +120,7 @@ __all__ = [
     "RedriveResult",
     "ReplicaStatus",
     "ResourceExhaustedError",
+    "RetryBackoff",
     "RetryPolicy",
     "SendReceipt",
     "ServerError",

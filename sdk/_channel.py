@@ -58,7 +58,7 @@ import grpc.aio
 from google.protobuf.message import Message as ProtoMessage
 
 from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
-from popmq.sdk._retry import ExponentialBackoff
+from popmq.sdk._retry import RetryBackoff
 from popmq.sdk.credentials import Credentials, Metadata
 from popmq.sdk.errors import InvalidArgumentError, UnavailableError, error_from_rpc_error
 from popmq.sdk.tls import TLS, ChannelSecurity, channel_security
@@ -107,9 +107,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 DEFAULT_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 3.0
 """How long a request waits for one endpoint's connection before trying the next."""
-ENDPOINT_BACKOFF = ExponentialBackoff(initial_s=0.1, max_s=2.0)
+ENDPOINT_BACKOFF = RetryBackoff(initial_s=0.1, max_s=2.0)
 """How long an endpoint that failed is tried after the others, by consecutive failures."""
-RETRY_BACKOFF = ExponentialBackoff(initial_s=0.05, max_s=1.0)
+RETRY_BACKOFF = RetryBackoff(initial_s=0.05, max_s=1.0)
 """Pause before a request is repeated on the next endpoint, by failures so far."""
 
 _PATH_SCHEMES = ("unix:", "unix-abstract:", "vsock:")

@@ -6,8 +6,10 @@ send repeats the same request, message ids included, so a send whose first attem
 after all (its response lost, or its deadline passed) is recognised by the server's dedup
 window and not stored twice.
 
-Backoff is a strategy object and the sleep is injectable, so the policy is tested with a fake
-clock rather than real waits.
+Backoff is a strategy object (`RetryBackoff`, or anything with `delay_s`) and the sleep is
+injectable, so the policy is tested with a fake clock rather than real waits. `RetryBackoff`
+also paces the SDK's other retries (the next endpoint, a reconnect); it is not a consumer
+group's redelivery backoff (`popmq.ExponentialBackoff`, a setting the server applies).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from popmq.sdk.errors import PopMQError
 
-__all__ = ["Backoff", "ExponentialBackoff", "RetryPolicy"]
+__all__ = ["Backoff", "RetryBackoff", "RetryPolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +40,9 @@ class Backoff(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExponentialBackoff:
-    """``initial_s * multiplier ** (failures - 1)``, at most ``max_s`` (no jitter).
+class RetryBackoff:
+    """The client's wait between attempts: ``initial_s * multiplier ** (failures - 1)``, at
+    most ``max_s`` (no jitter).
 
     Defaults are RocketMQ's producer policy (``ExponentialBackoffRetryPolicy``).
     """
@@ -77,13 +81,15 @@ class ExponentialBackoff:
 class RetryPolicy:
     """How a producer retries a failed send (never a oneway send).
 
+    ``RetryPolicy(max_attempts=5, backoff=RetryBackoff(initial_s=0.1, max_s=2.0))``.
+
     Defaults are the RocketMQ proxy's producer policy: at most 3 attempts, waiting 10 ms
     and then 20 ms (doubling, at most 1 s) between them.
     """
 
     max_attempts: int = 3
     """Attempts in all, the first included; 1 means never retry."""
-    backoff: Backoff = field(default_factory=ExponentialBackoff)
+    backoff: Backoff = field(default_factory=RetryBackoff)
     """Wait between attempts."""
 
     def __post_init__(self) -> None:
@@ -123,3 +129,15 @@ class RetryPolicy:
                     delay,
                 )
             await sleep(delay)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ExponentialBackoff":  # its former name, for code that imported it from here
+        warnings.warn(
+            "popmq.sdk._retry.ExponentialBackoff is now popmq.RetryBackoff "
+            "(popmq.ExponentialBackoff is a consumer group's redelivery backoff)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return RetryBackoff
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

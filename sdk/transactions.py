@@ -34,7 +34,7 @@ import grpc
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk._channel import Connection
 from popmq.sdk._compression import decode_body
-from popmq.sdk._retry import ExponentialBackoff
+from popmq.sdk._retry import RetryBackoff
 from popmq.sdk.errors import FailedPreconditionError, PopMQError, error_from_rpc_error
 from popmq.sdk.types import Message, SendReceipt, datetime_from_timestamp
 
@@ -429,7 +429,7 @@ class Transaction:
         self._run(self._core.__aexit__(exc_type, exc, tb))
 
 
-_RECONNECT = ExponentialBackoff(initial_s=0.2, max_s=5.0)
+_RECONNECT = RetryBackoff(initial_s=0.2, max_s=5.0)
 """Delay before the check stream is opened again after it failed."""
 
 

@@ -650,9 +650,12 @@ class QueueLag:
 
 @dataclass(frozen=True, slots=True)
 class ExponentialBackoff:
-    """Nack delay ``initial_s * multiplier ** (attempt - 1)``, capped at ``max_s``.
+    """A consumer group's redelivery backoff, as a policy: the nack delay ``initial_s *
+    multiplier ** (attempt - 1)``, capped at ``max_s``, which the server turns into the
+    group's ``retry_backoff_s`` (the ``exponential_backoff`` setting of a group).
 
-    RocketMQ's exponential retry policy defaults: 5 s, 2 h, 2.
+    RocketMQ's exponential retry policy defaults: 5 s, 2 h, 2. Not the producer's wait between
+    send attempts: that is ``RetryBackoff`` (``RetryPolicy.backoff``).
 
     Attributes:
         initial_s: Delay after the first delivery, 1 s to 12 h.

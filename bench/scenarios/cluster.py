@@ -1,4 +1,4 @@
-"""Scenario 8, cluster mode (issue 22): the price of the proxy → broker hop, and two brokers.
+"""Scenario 8, cluster mode: the price of the proxy → broker hop, and two brokers.
 
 Three deployments, each its own processes, started once and measured side by side, run by
 run (the deployments alternate within each run):

@@ -5,9 +5,9 @@ A receive is one server-streaming call: a status, the messages, then the deliver
 `context.write` returns once grpc took a message and blocks only when the client's HTTP/2
 window is full, so a client that opens receives and never reads them leaves each holding
 its popped messages (up to a batch of the largest bodies), and without a bound a client that
-kept opening them took the server past 1 GB (issue 20).
+kept opening them took the server past 1 GB.
 
-Admission (issue 20): a bound checked after the pop comes too late, since a wave of receives
+Admission: a bound checked after the pop comes too late, since a wave of receives
 woken in one event-loop turn all take before any of them is written. So a receive reserves
 bytes before it pops: each client id's budget is `MAX_UNREAD_BYTES_PER_CLIENT` for the bytes
 reserved by its running pops and those of its popped messages not yet written together, and

@@ -193,6 +193,12 @@ def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_pat
             assert {producer.send("gone", b"y").queue_id for _ in range(5)} == {0}
         with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
             admin.get_topic("gone")
+        # a write over every broker starts only when all are live: nothing moved on b1
+        with (
+            Admin(proxy) as admin,
+            pytest.raises(UnavailableError, match=r"broker\(s\) b2 are not"),
+        ):
+            admin.redrive_dead_letters("g")
     finally:
         cluster.stop()
 

@@ -1,4 +1,4 @@
-"""Cluster mode under faults, on real processes (issue 22): a broker killed with kill -9
+"""Cluster mode under faults, on real processes: a broker killed with kill -9
 during steady sends, acks of a dead broker's handles, etcd stopped and started again. Each
 test has a cluster of its own (etcd + 3 brokers + 2 proxies, tests/support/cluster.py) with
 a short session TTL, so a dead broker's lease lapses within seconds.
@@ -39,7 +39,7 @@ from tests.support.cluster import Cluster
 pytestmark = pytest.mark.timeout(240)
 
 RESUME_WITHIN_S = 2.0
-"""Issue 22: after a broker dies, sends go on through the other brokers within this."""
+"""After a broker dies, sends go on through the other brokers within this."""
 
 
 async def _writable_brokers(cluster: Cluster, topic: str) -> set[str]:

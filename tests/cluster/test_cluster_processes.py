@@ -1,4 +1,4 @@
-"""Cluster mode on real processes (issue 22): etcd + 3 `popmq broker` + 2 `popmq proxy` on
+"""Cluster mode on real processes: etcd + 3 `popmq broker` + 2 `popmq proxy` on
 loopback (tests/support/cluster.py), shared by the tests of this module, none of which kills
 anything. Each test uses its own topics and groups, writes through proxy p1 and checks
 through proxy p2 (and the other way round), and compares exact id sets.

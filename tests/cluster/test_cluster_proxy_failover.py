@@ -1,4 +1,4 @@
-"""kill -9 of a proxy under SDK clients configured with both proxies (issue 22).
+"""kill -9 of a proxy under SDK clients configured with both proxies.
 
 The producer and consumer take the endpoint list `"HOST1:PORT1,HOST2:PORT2"` (the SDK's
 multi-endpoint failover) and work through the first proxy; the test kills it with kill -9 in

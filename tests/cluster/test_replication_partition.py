@@ -3,8 +3,8 @@
 One shard of two replicas: s1-r1 runs in its own network namespace behind a veth link
 (tests/support/netns.py) and leads; s1-r2 and the proxy are on the host. Cutting the link
 leaves the leader running but alone: it cannot renew its lease, so it must fence itself by
-its own clock, while the follower takes over once etcd drops the registration. The checks
-are the issue's: the follower leads within the TTL plus a few seconds, sends through the
+its own clock, while the follower takes over once etcd drops the registration. The checks:
+the follower leads within the TTL plus a few seconds, sends through the
 proxy resume, the old leader acknowledges nothing (during the partition, asked from inside
 its namespace; after it, from the host), it steps down and rejoins as an in-sync follower
 once the link is back, and every acknowledged send is consumed.

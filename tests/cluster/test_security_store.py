@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(180)
 
 SECRET = "cluster-secret-1"
 PROPAGATION_BOUND_S = 1.0
-"""The issue's promise: a change takes effect on every proxy within a second."""
+"""docs/security.md's promise: a change takes effect on every proxy within a second."""
 
 
 @pytest.fixture(scope="module")

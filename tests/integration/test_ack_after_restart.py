@@ -1,4 +1,4 @@
-"""Acks of handles issued before a kill -9, sent to the restarted server (issue 20).
+"""Acks of handles issued before a kill -9, sent to the restarted server.
 
 A pop's checkpoint stays in the in-memory buffer for up to 10 s; a kill -9 loses it, the
 consumer offset never passed the message, and the restarted server pops it again as attempt

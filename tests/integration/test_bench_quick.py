@@ -1,6 +1,6 @@
 """Benchmarks stay runnable: each scenario in --quick mode (asserts nothing about speed).
 
-The issue-8 scenarios include the Redis and NATS rows when `make setup` could install
+The side-by-side scenarios include the Redis and NATS rows when `make setup` could install
 redis-server and nats-server, and skip them with a note otherwise.
 """
 

@@ -387,7 +387,7 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert "orders" in [t["name"] for t in call(admin + "ListTopics")["topics"]]
     call(admin + "DeleteGroup", {"name": "reader"})
     call(admin + "DeleteTopic", {"name": "later"})
-    # Transactions (issue 25): half sends, resolutions by the producer and an operator.
+    # Transactions: half sends, resolutions by the producer and an operator.
     call(admin + "CreateTopic", {"name": "payments", "message_type": "MESSAGE_TYPE_TRANSACTION"})
     half = {"messages": [{"topic": "payments", "body": _b64("pay")}], "transactional": True}
     (first,) = call(messaging + "SendMessages", half)["results"]

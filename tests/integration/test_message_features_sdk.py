@@ -1,4 +1,4 @@
-"""Issue 4's message features through the SDK against the real server.
+"""The message features through the SDK against the real server.
 
 Async and oneway sends, batch limits, retries that keep the message id, compression, delayed
 messages and recall, FIFO message groups, SQL and tag filters, and the dedup window.

@@ -114,7 +114,7 @@ def test_query_assignment_gives_rocketmqs_tables(
         assert answer.heartbeat_interval.ToTimedelta().total_seconds() == 10.0
         assert answer.lease_duration.ToTimedelta().total_seconds() == 30.0
     got = {c: query(stub, c, "t", []) for c in ["c1", "c2", "c3"]}
-    # q1..q8 of the issue are queue ids 0..7.
+    # q1..q8 of docs/push-consumer.md's table are queue ids 0..7.
     assert {c: [q + 1 for q in a.queue_ids] for c, a in got.items()} == expected
     assert len({a.epoch for a in got.values()}) == 1
     assert stub.NotifyClientTermination(

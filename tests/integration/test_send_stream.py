@@ -25,11 +25,11 @@ from popmq import (
     AsyncProducer,
     Message,
     NotFoundError,
+    RetryBackoff,
     RetryPolicy,
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from popmq.sdk._retry import ExponentialBackoff
 from tests.integration.server import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -290,7 +290,7 @@ def test_a_crash_mid_stream_loses_no_acknowledged_send_and_stores_none_twice(
     endpoint = f"127.0.0.1:{port}"
     process = _serve(tmp_path / "data", port)
     # Patient enough to outlast the restart: sends broken with the stream are retried.
-    retry = RetryPolicy(max_attempts=200, backoff=ExponentialBackoff(initial_s=0.02, max_s=0.1))
+    retry = RetryPolicy(max_attempts=200, backoff=RetryBackoff(initial_s=0.02, max_s=0.1))
     senders, each = 4, 60
     try:
         _setup(endpoint, queues=2)

@@ -1,4 +1,4 @@
-"""Slow consumers must not exhaust the server's memory (issue 20), end to end.
+"""Slow consumers must not exhaust the server's memory, end to end.
 
 The real server on 127.0.0.1:0; raw generated stubs, since the SDK always reads its
 answers. A client that "never reads" is a grpc channel whose calls are never iterated; its

@@ -1,5 +1,5 @@
 """Transactional messages through the SDK and the CLI against the real server: commit,
-rollback, the producer's checker answering checks, discard and resume (issue 25)."""
+rollback, the producer's checker answering checks, discard and resume."""
 
 from __future__ import annotations
 

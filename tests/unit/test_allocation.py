@@ -18,7 +18,7 @@ from popmq.proxy.allocation import (
     md5_hash,
 )
 
-Q = [f"q{i}" for i in range(1, 9)]  # q1..q8, as in the examples
+Q = [f"q{i}" for i in range(1, 9)]  # q1..q8, as in docs/push-consumer.md's table
 C = ["c1", "c2", "c3"]
 
 

@@ -1,7 +1,6 @@
 """The BrokerAPI Protocol: the facade (and RemoteBroker, its remote twin) implements every
 member with the same signature, only the members a cluster-mode proxy answers by itself are
-synchronous, and the two new members (server info, metrics snapshot) and pull with wait
-answer plain values."""
+synchronous, and server_info, metrics_snapshot and pull with wait answer plain values."""
 
 from __future__ import annotations
 

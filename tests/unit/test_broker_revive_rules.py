@@ -1,4 +1,4 @@
-"""The durability issue's buffer and revive rules, one test each."""
+"""The checkpoint buffer's and revive's durability rules (docs/durability.md), one test each."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_invalid_handle_is_an_invalid_argument() -> None:
     assert info.value.code == "INVALID_ARGUMENT"
 
 
-# -- one spelling per handle (issue 20) ---------------------------------------------------------
+# -- one spelling per handle ------------------------------------------------------------------
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _JUNK = [" ", "\n", "\t", "=", ".", "!", "+", "/", "\x00", "\u00e9", "A", "-"]

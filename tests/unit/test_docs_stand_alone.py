@@ -1,8 +1,10 @@
 """README.md and docs/*.md stand alone: a reader of the repository has nothing else, so they
-name no file outside it and no issue number (they say the thing itself instead)."""
+name no file outside it and no issue number (they say the thing itself instead). Code
+comments and docstrings name no issue number either: they say why."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,21 +17,46 @@ _OUTSIDE = re.compile(
 )
 
 
+_ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
+"""In code only "issue 20" and the like: a bare "#23" there is mostly a colour or a count."""
+_NOT_HAND_WRITTEN = {"node_modules", "gen", "src", "__pycache__", "build", "dist", "data"}
+"""Folders not searched (with every dot-folder: .git, .venv, caches): generated code, installed
+packages, build output, a local data dir, and src/popmq's symlinks."""
+_CODE_SUFFIXES = {".py", ".proto", ".sh", ".toml", ".yaml", ".cfg"}
+
+
+def _code() -> list[Path]:
+    found = [ROOT / "Makefile", ROOT / ".ci" / "run"]
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(
+            s for s in subfolders if s not in _NOT_HAND_WRITTEN and not s.startswith(".")
+        )
+        found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in _CODE_SUFFIXES]
+    return [path for path in found if path != Path(__file__).resolve()]
+
+
 def _docs() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _references(path: Path) -> list[str]:
+def _references(path: Path, pattern: re.Pattern[str] = _OUTSIDE) -> list[str]:
     return [
         f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r} in {line.strip()!r}"
         for number, line in enumerate(path.read_text().splitlines(), start=1)
-        for match in _OUTSIDE.finditer(line)
+        for match in pattern.finditer(line)
     ]
 
 
 def test_docs_name_no_issue_numbers_or_files_outside_the_repository() -> None:
     found = [ref for path in _docs() for ref in _references(path)]
     assert not found, "say the thing itself instead:\n" + "\n".join(found)
+
+
+def test_code_names_no_issue_numbers() -> None:
+    code = _code()
+    assert ROOT / "broker_core" / "api.py" in code  # the walk reaches the packages
+    found = [ref for path in code for ref in _references(path, _ISSUE_NUMBER)]
+    assert not found, "say why instead:\n" + "\n".join(found)
 
 
 def test_the_stand_alone_check_recognises_what_it_forbids(tmp_path: Path) -> None:
@@ -51,3 +78,6 @@ def test_the_stand_alone_check_recognises_what_it_forbids(tmp_path: Path) -> Non
         for match in _OUTSIDE.finditer(line)
     ]
     assert len(found) == len(lines), found
+    code_lines = ["# the server past 1 GB (issue 20)", '"""Issues 8 and 22: side by side."""']
+    assert all(_ISSUE_NUMBER.search(line) for line in code_lines)
+    assert not _ISSUE_NUMBER.search('color="#999999"  # failover #1, issue_handle()')

@@ -32,8 +32,14 @@ def test_unknown_names_are_attribute_errors() -> None:
 
 
 def test_the_server_side_loads_neither_the_sdk_nor_grpc() -> None:
-    """`popmq/__init__` imports the SDK lazily: broker_core stays free of gRPC."""
-    probe = "import sys, popmq.broker_core; print(sorted({'grpc', 'popmq.sdk'} & set(sys.modules)))"
+    """`popmq/__init__` imports the SDK lazily: broker_core stays free of gRPC, imported either
+    way (`from popmq import broker_core` asks the package's `__getattr__` first)."""
+    probe = (
+        "import sys\n"
+        "from popmq import broker_core\n"
+        "import popmq.broker_core\n"
+        "print(sorted({'grpc', 'popmq.sdk'} & set(sys.modules)))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 import pytest
+
+import popmq
+import popmq.sdk
 
 EXPECTED = {
     "popmq.broker_core": [
@@ -58,7 +63,8 @@ EXPECTED = {
         "ProxyStatus", "PullConsumer", "PullResult", "PulledMessage", "PushConsumer",
         "PushConsumerOptions", "PushConsumerStats", "QueueLag", "QueueStats",
         "ReceivedMessage", "RedriveResult", "ReplicaStatus", "ResourceExhaustedError",
-        "RetryPolicy", "SendReceipt", "ServerError", "ServerInfo", "ShardReplication",
+        "RetryBackoff", "RetryPolicy", "SendReceipt", "ServerError", "ServerInfo",
+        "ShardReplication",
         "SimpleConsumer", "Sql", "StoredMessage",
         "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag", "Transaction",
         "TransactionInfo", "TransactionResolution",
@@ -78,3 +84,25 @@ def test_public_names_are_pinned_sorted_and_importable(package: str) -> None:
     assert module.__all__ == sorted(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), name
+
+
+def test_popmq_lists_no_name_of_its_own_it_takes_the_sdks_list() -> None:
+    """popmq.sdk's `__all__` is the one list of the SDK's public names; `popmq` derives from it
+    (a type checker's star import, lazy lookups), so a name is added in one place."""
+    assert popmq.__all__ is popmq.sdk.__all__
+    tree = ast.parse(Path(popmq.__file__).read_text())
+    assigned = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    assert "__all__" not in assigned
+    from_sdk = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "popmq.sdk"
+        for alias in node.names
+    }
+    assert from_sdk == {"*"}

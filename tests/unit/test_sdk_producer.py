@@ -24,13 +24,13 @@ from google.protobuf.message import Message as ProtoMessage
 from popmq import sdk
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk._compression import ZLIB
-from popmq.sdk._retry import ExponentialBackoff, RetryPolicy
+from popmq.sdk._retry import RetryBackoff, RetryPolicy
 from popmq.sdk.consumer import build_pop_request
 from popmq.sdk.producer import _InFlightWindow, build_send_request
 from popmq.sdk.types import ReceivedMessage, Sql
 
 ID_PATTERN = re.compile(r"^01[0-9A-F]{32}$")
-NO_WAIT = RetryPolicy(backoff=ExponentialBackoff(initial_s=0, max_s=0))
+NO_WAIT = RetryPolicy(backoff=RetryBackoff(initial_s=0, max_s=0))
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

@@ -19,7 +19,8 @@ from popmq import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from popmq.sdk._retry import ExponentialBackoff, RetryPolicy
+from popmq.sdk import _retry
+from popmq.sdk._retry import RetryBackoff, RetryPolicy
 
 
 class FakeSleep:
@@ -51,7 +52,7 @@ def _run(policy: RetryPolicy, attempt: Script, sleep: FakeSleep) -> str:
 
 
 def test_default_backoff_is_rocketmqs_10ms_doubling_to_1s() -> None:
-    backoff = ExponentialBackoff()
+    backoff = RetryBackoff()
 
     assert [backoff.delay_s(n) for n in range(1, 10)] == pytest.approx(
         [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0]
@@ -108,7 +109,7 @@ def test_a_non_retriable_failure_after_a_retriable_one_stops_the_retries() -> No
 
 def test_custom_attempts_and_backoff_are_followed() -> None:
     policy = RetryPolicy(
-        max_attempts=5, backoff=ExponentialBackoff(initial_s=0.1, max_s=0.25, multiplier=3)
+        max_attempts=5, backoff=RetryBackoff(initial_s=0.1, max_s=0.25, multiplier=3)
     )
     attempt, sleep = Script([UnavailableError("down")] * 4), FakeSleep()
 
@@ -138,7 +139,7 @@ def test_one_attempt_means_no_retry() -> None:
 )
 def test_bad_backoff_settings_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        ExponentialBackoff(**kwargs)
+        RetryBackoff(**kwargs)
 
 
 def test_bad_attempt_counts_are_refused() -> None:
@@ -146,3 +147,15 @@ def test_bad_attempt_counts_are_refused() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(TypeError, match="max_attempts must be an int"):
         RetryPolicy(max_attempts=2.5)  # type: ignore[arg-type]
+
+
+def test_the_retry_backoff_is_public_and_its_former_name_still_imports_with_a_warning() -> None:
+    import popmq
+
+    assert popmq.RetryBackoff is RetryBackoff
+    assert popmq.ExponentialBackoff is not RetryBackoff  # a group's redelivery policy
+    with pytest.warns(DeprecationWarning, match="now popmq.RetryBackoff"):
+        from popmq.sdk._retry import ExponentialBackoff  # type: ignore[attr-defined]
+    assert ExponentialBackoff is RetryBackoff
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _retry.Nope  # type: ignore[attr-defined]  # noqa: B018

@@ -60,7 +60,7 @@ def error_message(expression: str) -> str:
     return str(info.value)
 
 
-# -- the issue's example --------------------------------------------------------------------
+# -- a filter with AND, OR, IS NOT NULL and a comparison -----------------------------------
 
 EXAMPLE = "region = 'eu' AND (amount > 100 OR vip IS NOT NULL)"
 
@@ -81,7 +81,7 @@ EXAMPLE = "region = 'eu' AND (amount > 100 OR vip IS NOT NULL)"
         ({}, False),
     ],
 )
-def test_issue_example_matches_eu_messages_with_big_amount_or_vip(
+def test_example_filter_matches_eu_messages_with_big_amount_or_vip(
     properties: dict[str, str], expected: bool
 ) -> None:
     assert parse_sql_filter(EXAMPLE).matches(properties) is expected
