@@ -7,6 +7,30 @@ thread per process.
 
 from popmq.sdk._retry import RetryBackoff, RetryPolicy
 from popmq.sdk.admin import Admin, AsyncAdmin
+from popmq.sdk.admin_types import (
+    ExponentialBackoff,
+    Group,
+    LagReport,
+    OffsetChange,
+    OffsetReset,
+    QueueLag,
+    QueueStats,
+    RedriveResult,
+    ServerInfo,
+    StoredMessage,
+    Subscription,
+    Topic,
+    TopicDescription,
+    TopicLag,
+)
+from popmq.sdk.cluster_status import (
+    BrokerStatus,
+    ClusterStatus,
+    EtcdEndpointStatus,
+    ProxyStatus,
+    ReplicaStatus,
+    ShardReplication,
+)
 from popmq.sdk.consumer import AsyncSimpleConsumer, SimpleConsumer
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import (
@@ -46,34 +70,8 @@ from popmq.sdk.transactions import (
     TransactionInfo,
     TransactionResolution,
 )
-from popmq.sdk.types import (
-    BrokerStatus,
-    ClusterStatus,
-    EtcdEndpointStatus,
-    ExponentialBackoff,
-    Group,
-    LagReport,
-    Message,
-    OffsetChange,
-    OffsetReset,
-    Policy,
-    ProxyStatus,
-    QueueLag,
-    QueueStats,
-    ReceivedMessage,
-    RedriveResult,
-    ReplicaStatus,
-    SendReceipt,
-    ServerInfo,
-    ShardReplication,
-    Sql,
-    StoredMessage,
-    Subscription,
-    Topic,
-    TopicDescription,
-    TopicLag,
-    User,
-)
+from popmq.sdk.types import Message, ReceivedMessage, SendReceipt, Sql
+from popmq.sdk.users import Policy, User
 
 __all__ = [
     "Admin",

@@ -4,26 +4,27 @@ users and access control policies."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._sync import SyncClient
-from popmq.sdk.credentials import Credentials
-from popmq.sdk.errors import InvalidArgumentError, NotFoundError
-from popmq.sdk.tls import TLS
-from popmq.sdk.transactions import TransactionInfo, resolution_proto
-from popmq.sdk.types import (
-    ClusterStatus,
+from popmq.sdk.admin_requests import (
+    Time,
+    build_create_group_request,
+    build_create_topic_request,
+    build_reset_offsets_request,
+    build_update_group_request,
+    timestamp_of,
+    user_type_of,
+)
+from popmq.sdk.admin_types import (
     ExponentialBackoff,
     Group,
     LagReport,
     OffsetReset,
-    Policy,
     QueueLag,
     RedriveResult,
     ServerInfo,
@@ -31,25 +32,18 @@ from popmq.sdk.types import (
     Subscription,
     Topic,
     TopicDescription,
-    User,
-    duration_from_seconds,
 )
+from popmq.sdk.cluster_status import ClusterStatus
+from popmq.sdk.credentials import Credentials
+from popmq.sdk.errors import InvalidArgumentError, NotFoundError
+from popmq.sdk.tls import TLS
+from popmq.sdk.transactions import TransactionInfo, resolution_proto
+from popmq.sdk.users import Policy, User
 
 __all__ = [
-    "MESSAGE_TYPES",
     "Admin",
     "AsyncAdmin",
-    "build_create_group_request",
-    "build_create_topic_request",
-    "build_reset_offsets_request",
-    "build_update_group_request",
 ]
-
-MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
-"""Message types a topic can accept (RocketMQ 5's TopicMessageType)."""
-
-Time = datetime | float
-"""A point in time: a timezone-aware datetime or seconds since the epoch."""
 
 _LIST_MAX = 1000
 """The most transactions one ListTransactions returns (the server's ceiling)."""
@@ -75,163 +69,6 @@ _READS = frozenset(
 """Admin RPCs that change nothing: repeated on the next endpoint after an UNAVAILABLE. The
 others (creates, updates, deletes, purges, resets, redrives) are not: the first attempt may
 have been applied, and only the caller knows whether doing it again is right."""
-
-
-def _timestamp(value: Time, *, name: str) -> timestamp_pb2.Timestamp:
-    """A proto Timestamp; a naive datetime is refused (its time zone would be a guess)."""
-    stamp = timestamp_pb2.Timestamp()
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidArgumentError(
-                f"{name} is a naive datetime: give one with a time zone (e.g. tzinfo=UTC)"
-            )
-        stamp.FromDatetime(value)
-        return stamp
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidArgumentError(
-            f"{name} must be a timezone-aware datetime or epoch seconds >= 0, got {value!r}"
-        )
-    stamp.FromNanoseconds(round(value * 1_000_000_000))
-    return stamp
-
-
-def _message_type(value: str | None) -> str:
-    """The MessageType enum name of "normal", "fifo", ... (None: unspecified)."""
-    if value is None:
-        return "MESSAGE_TYPE_UNSPECIFIED"
-    if value not in MESSAGE_TYPES:
-        raise InvalidArgumentError(
-            f"message_type {value!r} is not one of {', '.join(MESSAGE_TYPES)}"
-        )
-    return f"MESSAGE_TYPE_{value.upper()}"
-
-
-def _set_consume_from(
-    request: admin_pb2.CreateGroupRequest | admin_pb2.UpdateGroupRequest,
-    consume_from: str | Time,
-) -> None:
-    if consume_from == "first":
-        request.consume_from = admin_pb2.CONSUME_FROM_FIRST_OFFSET
-    elif consume_from == "last":
-        request.consume_from = admin_pb2.CONSUME_FROM_LAST_OFFSET
-    elif isinstance(consume_from, str):
-        raise InvalidArgumentError(
-            f"consume_from {consume_from!r} is not 'first', 'last' or a time"
-        )
-    else:
-        request.consume_from = admin_pb2.CONSUME_FROM_TIMESTAMP
-        request.consume_from_time.CopyFrom(_timestamp(consume_from, name="consume_from"))
-
-
-def build_create_topic_request(
-    name: str, queues: int | None, message_type: str | None = None
-) -> admin_pb2.CreateTopicRequest:
-    """Build a CreateTopic request; ``None`` leaves the server defaults (8 queues, normal)."""
-    request = admin_pb2.CreateTopicRequest(name=name, message_type=_message_type(message_type))
-    if queues is not None:
-        request.queues = queues
-    return request
-
-
-def build_create_group_request(
-    name: str,
-    max_delivery_attempts: int | None,
-    retry_backoff_s: Sequence[float] | None,
-    *,
-    exponential_backoff: ExponentialBackoff | None = None,
-    fifo: bool = False,
-    subscriptions: Sequence[Subscription] = (),
-    consume_from: str | Time | None = None,
-) -> admin_pb2.CreateGroupRequest:
-    """Build a CreateGroup request; ``None`` arguments leave the server defaults."""
-    request = admin_pb2.CreateGroupRequest(
-        name=name, fifo=fifo, subscriptions=[s.to_proto() for s in subscriptions]
-    )
-    if max_delivery_attempts is not None:
-        request.max_delivery_attempts = max_delivery_attempts
-    if retry_backoff_s is not None:
-        request.retry_backoff.extend(
-            duration_from_seconds(s, name="retry_backoff_s") for s in retry_backoff_s
-        )
-    if exponential_backoff is not None:
-        request.exponential_backoff.CopyFrom(exponential_backoff.to_proto())
-    if consume_from is not None:
-        _set_consume_from(request, consume_from)
-    return request
-
-
-def build_update_group_request(
-    name: str,
-    *,
-    max_delivery_attempts: int | None = None,
-    retry_backoff_s: Sequence[float] | None = None,
-    exponential_backoff: ExponentialBackoff | None = None,
-    fifo: bool | None = None,
-    set_subscriptions: Sequence[Subscription] = (),
-    remove_subscriptions: Sequence[str] = (),
-    consume_from: str | Time | None = None,
-) -> admin_pb2.UpdateGroupRequest:
-    """Build an UpdateGroup request; ``None`` and empty arguments keep the current value."""
-    request = admin_pb2.UpdateGroupRequest(
-        name=name,
-        set_subscriptions=[s.to_proto() for s in set_subscriptions],
-        remove_subscriptions=list(remove_subscriptions),
-    )
-    if max_delivery_attempts is not None:
-        request.max_delivery_attempts = max_delivery_attempts
-    if retry_backoff_s is not None:
-        if not retry_backoff_s:
-            raise InvalidArgumentError("retry_backoff_s is empty: give at least one delay")
-        request.retry_backoff.extend(
-            duration_from_seconds(s, name="retry_backoff_s") for s in retry_backoff_s
-        )
-    if exponential_backoff is not None:
-        request.exponential_backoff.CopyFrom(exponential_backoff.to_proto())
-    if fifo is not None:
-        request.fifo = fifo
-    if consume_from is not None:
-        _set_consume_from(request, consume_from)
-    return request
-
-
-def _user_type(value: str | None) -> str:
-    """The UserType enum name of "normal" or "super" (None: unspecified)."""
-    if value is None:
-        return "USER_TYPE_UNSPECIFIED"
-    if not isinstance(value, str) or value.lower() not in ("normal", "super"):
-        raise InvalidArgumentError(f"user_type {value!r} is not 'normal' or 'super'")
-    return f"USER_TYPE_{value.upper()}"
-
-
-def build_reset_offsets_request(
-    group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
-) -> admin_pb2.ResetOffsetsRequest:
-    """Build a ResetOffsets request.
-
-    Args:
-        group: Consumer group.
-        topic: Topic whose queues to reset.
-        to: ``"earliest"``, ``"latest"``, a time (datetime or epoch seconds), or explicit
-            offsets ``{queue_id: offset}``.
-        force: Reset even while the group has messages of the topic in flight.
-    """
-    request = admin_pb2.ResetOffsetsRequest(group=group, topic=topic, force=force)
-    if to == "earliest":
-        request.target = admin_pb2.RESET_TARGET_EARLIEST
-    elif to == "latest":
-        request.target = admin_pb2.RESET_TARGET_LATEST
-    elif isinstance(to, str):
-        raise InvalidArgumentError(
-            f"to {to!r} is not 'earliest', 'latest', a time or {{queue_id: offset}}"
-        )
-    elif isinstance(to, Mapping):
-        request.target = admin_pb2.RESET_TARGET_OFFSETS
-        for queue_id, offset in to.items():
-            request.offsets[queue_id] = offset
-    else:
-        request.target = admin_pb2.RESET_TARGET_TIMESTAMP
-        request.timestamp.CopyFrom(_timestamp(to, name="to"))
-    return request
 
 
 class AsyncAdmin(AsyncClient):
@@ -520,7 +357,7 @@ class AsyncAdmin(AsyncClient):
         response = await self._conn.call(
             "GetOffsetsAtTime",
             messaging_pb2.GetOffsetsAtTimeRequest(
-                topic=topic, time=_timestamp(timestamp, name="timestamp")
+                topic=topic, time=timestamp_of(timestamp, name="timestamp")
             ),
             self._timeout_s,
             retry=True,
@@ -669,7 +506,7 @@ class AsyncAdmin(AsyncClient):
         request = admin_pb2.CreateUserRequest(
             access_key=access_key,
             secret_key=secret_key,
-            user_type=_user_type(user_type),
+            user_type=user_type_of(user_type),
             enabled=enabled,
         )
         response: admin_pb2.CreateUserResponse = await self._call("CreateUser", request)
@@ -689,7 +526,7 @@ class AsyncAdmin(AsyncClient):
             NotFoundError: The user does not exist.
         """
         request = admin_pb2.UpdateUserRequest(
-            access_key=access_key, user_type=_user_type(user_type)
+            access_key=access_key, user_type=user_type_of(user_type)
         )
         if secret_key is not None:
             request.secret_key = secret_key

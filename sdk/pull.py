@@ -18,10 +18,11 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._compression import decode_body
 from popmq.sdk._sync import SyncClient
+from popmq.sdk.admin_types import QueueStats
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError
 from popmq.sdk.tls import TLS
-from popmq.sdk.types import QueueStats, datetime_from_timestamp
+from popmq.sdk.types import datetime_from_timestamp
 
 __all__ = [
     "AsyncPullConsumer",

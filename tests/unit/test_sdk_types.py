@@ -10,17 +10,14 @@ from google.protobuf import duration_pb2
 
 from popmq import sdk
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from popmq.sdk.admin import build_create_group_request, build_create_topic_request
+from popmq.sdk.admin_requests import build_create_group_request, build_create_topic_request
+from popmq.sdk.admin_types import Group, QueueLag, Topic, TopicDescription
 from popmq.sdk.consumer import build_nack_request, build_pop_request
 from popmq.sdk.producer import build_send_request
 from popmq.sdk.types import (
-    Group,
     Message,
-    QueueLag,
     ReceivedMessage,
     SendReceipt,
-    Topic,
-    TopicDescription,
     duration_from_seconds,
     seconds_from_duration,
 )
