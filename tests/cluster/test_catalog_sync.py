@@ -44,10 +44,11 @@ from popmq.cluster.config import ClusterConfig
 from popmq.cluster.groups import GroupAdmin, GroupRules
 from popmq.cluster.routes import Segment, topic_path
 from popmq.proxy.server import ServerConfig
-from tests.cluster.broker_fixtures import BrokerProcess, free_port
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
+from tests.support.brokers import BrokerProcess
 from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 

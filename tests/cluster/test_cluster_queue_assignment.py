@@ -1,4 +1,4 @@
-"""Queue-exclusive consumers across the proxies of a cluster (tests/cluster/inprocess.py: a
+"""Queue-exclusive consumers across the proxies of a cluster (tests/support/inprocess_cluster.py: a
 real etcd, one broker, two proxies): a group's members calling different proxies split its
 queues and never consume one at the same time, and a member may move between proxies."""
 
@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2
 
 from popmq import Admin, ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from tests.cluster.inprocess import InProcessCluster
+from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(180)
 

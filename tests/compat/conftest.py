@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from popmq.broker_core.config import BrokerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 RUNNER = Path(__file__).with_name("rmq_runner.py")
 

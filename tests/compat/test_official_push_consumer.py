@@ -10,7 +10,7 @@ from popmq import Producer, SimpleConsumer
 from popmq.broker_core.types import GroupSettings
 from tests.compat.conftest import OfficialClient, wait_until
 from tests.compat.test_official_clients import drain
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 Admin = Callable[..., Any]
 

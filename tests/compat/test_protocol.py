@@ -25,8 +25,8 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig
 from popmq.broker_core.types import GroupSettings
-from tests.integration.server import ServerThread
 from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
+from tests.support.server_thread import ServerThread
 
 T = TypeVar("T")
 Code = pb.Code

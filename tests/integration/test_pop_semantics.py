@@ -7,7 +7,7 @@ import time
 import pytest
 
 from popmq import Admin, FailedPreconditionError, Message, Producer, SimpleConsumer
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _setup(endpoint: str, topic: str = "orders", queues: int = 4) -> None:

@@ -39,7 +39,7 @@ from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig, StoreConfig
 from popmq.proxy.pop_stream import MAX_IN_FLIGHT
 from popmq.proxy.server import PopMQServer, ServerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 T = TypeVar("T")
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub

@@ -28,7 +28,7 @@ from popmq import (
     ReceivedMessage,
     SimpleConsumer,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 WAIT = 30.0
 """Generous bound for anything the tests wait for; never expected to be reached."""

@@ -30,7 +30,7 @@ from popmq import (
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.proxy.allocation import MessageQueue, allocate_consistent_hash
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 WAIT = 30.0
 INTERVAL = 0.5
