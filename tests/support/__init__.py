@@ -1,4 +1,5 @@
-"""The test harness every test folder shares: the real servers and clusters tests start.
+"""The test harness every test folder shares: the real servers and clusters tests start, and
+waiting for what they do.
 
 - `server_thread`: `popmq serve`'s server in a background thread of the test process.
 - `server_process`: `popmq serve` as a subprocess (kill -9, restart on its data dir).
@@ -8,5 +9,6 @@
 - `cluster`: etcd, `popmq broker` and `popmq proxy` subprocesses; `replicas`: the same with
   replicated shards; `netns`: one replica behind a link a test can cut.
 - `etcd`: a real etcd; `ports`: loopback ports chosen up front; `certs`: test certificates.
+- `waiting`: `wait_until` and `until`, for state no call can wait on.
 - `run_async`: an `async def` test body in its own event loop.
 """
