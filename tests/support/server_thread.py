@@ -95,7 +95,8 @@ class ServerThread:
 
     def held_pops(self) -> int:
         """Pops parked in the broker's long polling now (a change no waiter announces)."""
-        return self.sync(lambda: self.broker.polling.held)
+        held: int = self.sync(lambda: self.broker.polling.held)
+        return held
 
     def stop(self) -> None:
         if self._loop is None or self.server is None:
