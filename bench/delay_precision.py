@@ -17,7 +17,7 @@ from pathlib import Path
 
 from popmq import Admin, Message, Producer, SimpleConsumer
 from popmq.broker_core.config import BrokerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from popmq import AsyncProducer, AsyncSimpleConsumer, Message
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 GROUPS = 1_000
 CONSUMERS = 8

@@ -19,7 +19,7 @@ from typing import Literal
 
 from popmq import Admin, AsyncProducer
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 @dataclass(frozen=True)

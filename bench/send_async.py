@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from popmq import Admin, Producer
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 MODES = ("send", "send_async", "send_oneway")
 

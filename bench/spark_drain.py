@@ -40,7 +40,7 @@ from pathlib import Path
 
 from popmq import Admin, Message, Producer, SimpleConsumer
 from popmq.broker_core.config import BrokerConfig, PopConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 TOPIC = "drain"
 SPARK = "spark"

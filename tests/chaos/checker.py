@@ -98,12 +98,12 @@ from tests.chaos.history import (
     span_text,
 )
 from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, ReplicatedTarget
-from tests.chaos.server_process import (
+from tests.chaos.targets import ClusterTarget, LocalTarget, Target
+from tests.support.cluster import Cluster
+from tests.support.server_process import (
     EndpointHolder,
     ServerDiedError,
 )
-from tests.chaos.targets import ClusterTarget, LocalTarget, Target
-from tests.support.cluster import Cluster
 
 __all__ = [
     "GROUP",

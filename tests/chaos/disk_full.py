@@ -1,8 +1,8 @@
 """Disk full: what works while the store's disk is full, and how it comes back by itself.
 
-The real server (``python -m popmq.cli serve``, see server_process.py) runs on a small tmpfs
-(64 MiB by default; mounting needs root). Filler files (1 MiB each, like another program's
-data) take part of the disk, then:
+The real server (``python -m popmq.cli serve``, see tests/support/server_process.py) runs on
+a small tmpfs (64 MiB by default; mounting needs root). Filler files (1 MiB each, like
+another program's data) take part of the disk, then:
 
 1. **Sends fill the disk**: 256 KiB messages until a send answers RESOURCE_EXHAUSTED.
 2. **While full**: an existing group pops, acks and nacks; a topic is created; a new
@@ -46,7 +46,7 @@ from popmq import (
     ResourceExhaustedError,
     RetryPolicy,
 )
-from tests.chaos.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 __all__ = ["DiskFullResult", "MountError", "main", "mounted_tmpfs", "run"]
 

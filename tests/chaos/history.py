@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from popmq import ReceivedMessage, SendReceipt
 from tests.chaos.replicated import Failover
-from tests.chaos.server_process import KILLED, Incarnation
+from tests.support.server_process import KILLED, Incarnation
 
 if TYPE_CHECKING:
     from tests.chaos.checker import CheckConfig

@@ -42,9 +42,9 @@ from popmq.broker_core.errors import PopMQError as BrokerError
 from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
 from popmq.proxy.faults import fifo_queue_index
-from tests.chaos.server_process import KILLED, Incarnation, ServerDiedError
 from tests.chaos.targets import ClusterTarget
 from tests.support.replicas import ReplicaCluster
+from tests.support.server_process import KILLED, Incarnation, ServerDiedError
 
 __all__ = ["LEADER_KILL", "LEADER_PAUSE", "PROBE_TOPIC", "Failover", "ReplicatedTarget"]
 

@@ -5,8 +5,8 @@ clients re-read it after a failure), lets the nemesis kill -9 one process and br
 stops everything cleanly (the exit code says whether the stop was clean) and starts it again
 over the same data.
 
-- `LocalTarget`: `popmq serve` as a subprocess (server_process.py); the nemesis kills the
-  server and starts it again on a new port.
+- `LocalTarget`: `popmq serve` as a subprocess (tests/support/server_process.py); the
+  nemesis kills the server and starts it again on a new port.
 - `ClusterTarget`: etcd + brokers + proxies (tests/support/cluster.py). The nemesis kills a
   random broker (or proxy), waits for its etcd lease to lapse (a killed process cannot
   register its name before that), starts it again on its address and waits until every
@@ -25,14 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
-from tests.chaos.server_process import (
+from tests.support.cluster import Cluster
+from tests.support.server_process import (
     KILLED,
     EndpointHolder,
     Incarnation,
     ServerDiedError,
     ServerProcess,
 )
-from tests.support.cluster import Cluster
 
 __all__ = ["ClusterTarget", "LocalTarget", "Target"]
 

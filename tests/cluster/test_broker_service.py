@@ -30,7 +30,7 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.broker import Broker
 from popmq.cluster import RemoteBroker
-from tests.cluster.broker_fixtures import remote, served_broker
+from tests.support.brokers import remote, served_broker
 
 
 def test_remote_broker_implements_every_member_of_the_protocol_with_its_signature() -> None:

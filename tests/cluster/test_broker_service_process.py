@@ -19,8 +19,9 @@ from popmq import Admin, Producer, SimpleConsumer
 from popmq.broker_core import NewMessage, UnavailableError
 from popmq.cluster import EtcdCoordinator, RemoteBroker
 from popmq.sdk import UnavailableError as SdkUnavailableError
-from tests.cluster.broker_fixtures import ROOT, BrokerProcess, RemoteServerThread, free_port
+from tests.support.brokers import ROOT, BrokerProcess, RemoteServerThread
 from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The proxy (popmq.v1 and apache.rocketmq.v2) over a RemoteBroker: a chosen subset of the
 integration and compatibility tests, run unchanged with `server` / `endpoint` fixtures
-whose proxy reaches its broker core through BrokerService (tests/cluster/broker_fixtures.py).
+whose proxy reaches its broker core through BrokerService (tests/support/brokers.py).
 
 Chosen: the SDK's send / receive / ack / nack / change-invisible / DLQ / long-poll / restart
 semantics (test_pop_semantics), delay, recall, FIFO, filters and dedup
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.broker_fixtures import RemoteServerThread
 from tests.compat.test_protocol import (
     test_a_delayed_message_can_be_recalled_once,
     test_a_held_pull_wakes_on_an_arrival_in_its_queue_and_filters_it,
@@ -33,6 +32,7 @@ from tests.integration.test_admin_offsets import *  # noqa: F403
 from tests.integration.test_admin_topics import *  # noqa: F403
 from tests.integration.test_message_features_sdk import *  # noqa: F403
 from tests.integration.test_pop_semantics import *  # noqa: F403
+from tests.support.brokers import RemoteServerThread
 
 # Reads the embedded broker's held-poll count; a long poll's wake-up over the wire is
 # tested in test_broker_service.py.

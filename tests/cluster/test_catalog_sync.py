@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,10 +44,12 @@ from popmq.cluster.config import ClusterConfig
 from popmq.cluster.groups import GroupAdmin, GroupRules
 from popmq.cluster.routes import Segment, topic_path
 from popmq.proxy.server import ServerConfig
-from tests.cluster.broker_fixtures import BrokerProcess, free_port
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
+from tests.support.brokers import BrokerProcess
 from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -303,7 +305,9 @@ def test_a_failing_item_is_reported_and_retried_without_holding_up_the_others(
 
                     # The operator deletes the local topic: the next retry creates it.
                     await broker.delete_topic_guarded("orders", force=True)
-                    await _until(lambda: not sync.status().failed)
+                    await until(
+                        lambda: not sync.status().failed, "the catalog sync to recover", WAIT_S
+                    )
                     assert broker.topic_info("orders").message_type_name == "normal"
                     assert _topics(broker)["orders"] == 2
         logged = [r for r in caplog.records if "cannot apply topics/orders" in r.message]
@@ -356,20 +360,13 @@ def _health(address: str) -> int:
         return int(stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status)
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout_s}s")
-        await asyncio.sleep(0.02)
-
-
 async def _until_health(address: str, status: int) -> None:
     """Poll health from a thread: the server answers in this test's event loop."""
-    deadline = time.monotonic() + WAIT_S
-    while await asyncio.to_thread(_health, address) != status:
-        assert time.monotonic() < deadline, f"health never turned {status}"
-        await asyncio.sleep(0.02)
+
+    async def turned() -> bool:
+        return await asyncio.to_thread(_health, address) == status
+
+    await until(turned, f"health to turn {status}", WAIT_S)
 
 
 def _server(tmp_path: Path, endpoint: str, cluster: str, **broker: object) -> BrokerServer:
@@ -472,7 +469,11 @@ def test_a_dead_fencing_loop_fences_writes_for_good_and_fails_health(
         try:
             assert server.session is not None and server.servicer is not None
             await server.session.close()  # as when its keep-alive loop fails
-            await _until(lambda: server.broker.failure is not None)
+            await until(
+                lambda: server.broker.failure is not None,
+                "the broker to record its failure",
+                WAIT_S,
+            )
             assert "fencing loop died" in (server.broker.failure or "")
             assert "fencing loop died" in (server.servicer.fenced or "")
             await _until_health(server.address, 2)

@@ -1,5 +1,5 @@
 """Cluster mode's data path and admin through proxies (ClusterBroker), in one process: a real
-etcd, three brokers and two proxies (tests/cluster/inprocess.py), driven by the SDK."""
+etcd, three brokers and two proxies (tests/support/inprocess_cluster.py), driven by the SDK."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from popmq import (
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from tests.cluster.inprocess import InProcessCluster
+from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
 

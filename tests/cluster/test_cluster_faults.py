@@ -32,9 +32,9 @@ from tests.cluster.traffic import (
     ids_of,
     receive_ids,
     send_loop,
-    wait_until,
 )
 from tests.support.cluster import Cluster
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -69,13 +69,11 @@ async def _broker_killed_during_sends(cluster: Cluster) -> None:
         AsyncSimpleConsumer(p2, group=group, topic=topic) as consumer,
     ):
         sender = asyncio.create_task(send_loop(producer, topic, "s", stop, log))
-        await wait_until(
+        await until(
+            lambda: {route[r.queue_id][0] for r in log.receipts.values()} == set(cluster.brokers),
             "sends on every broker",
-            _true_when(
-                lambda: (
-                    {route[r.queue_id][0] for r in log.receipts.values()} == set(cluster.brokers)
-                )
-            ),
+            30.0,
+            interval_s=0.1,
         )
         # Messages popped and left unacked, some of them on b2: they must come back.
         held: list[ReceivedMessage] = []
@@ -98,7 +96,7 @@ async def _broker_killed_during_sends(cluster: Cluster) -> None:
                 return "b2" in str(exc) and "live" in str(exc)
             return False
 
-        await wait_until("p1 to drop b2 from its live brokers", proxy_dropped_b2, timeout_s=10)
+        await until(proxy_dropped_b2, "p1 to drop b2 from its live brokers", 10, interval_s=0.1)
         await asyncio.sleep(1.0)  # sends go on with b2 out of the routes
         lapsed_at = time.monotonic()
         stop.set()
@@ -139,13 +137,6 @@ def test_a_broker_killed_during_steady_sends_costs_no_send_and_no_message(
     own_cluster: Cluster,
 ) -> None:
     asyncio.run(_broker_killed_during_sends(own_cluster))
-
-
-def _true_when(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return bool(predicate())
-
-    return check
 
 
 # -- 6. acks of a dead broker's handles; its in-flight messages come back -------------------
@@ -282,7 +273,9 @@ async def _etcd_restarted(cluster: Cluster) -> None:
                     return False
                 return described.topic.queues == len(cluster.brokers)
 
-            await wait_until("p2 to serve the topic made after the outage", p2_serves_it)
+            await until(
+                p2_serves_it, "p2 to serve the topic made after the outage", 30.0, interval_s=0.1
+            )
         async with (
             AsyncProducer(p2) as producer,
             AsyncSimpleConsumer(p1, group=group, topic="after-outage") as fresh,

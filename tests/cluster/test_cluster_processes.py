@@ -21,9 +21,10 @@ from popmq import (
     ReceivedMessage,
     SendReceipt,
 )
-from tests.cluster.traffic import compare, drain, duplicates, ids_of, receive_ids, wait_until
+from tests.cluster.traffic import compare, drain, duplicates, ids_of, receive_ids
 from tests.compat.conftest import OfficialClient
 from tests.support.cluster import Cluster
+from tests.support.waiting import until
 
 QUEUES_PER_BROKER = 2
 
@@ -136,7 +137,7 @@ def test_official_rocketmq_client_produces_through_one_proxy_and_consumes_throug
         return all(q.lag == 0 and q.inflight == 0 for q in rows)
 
     # The official consumer's acks went to every broker: nothing is left for the group.
-    asyncio.run(wait_until("the official consumer's acks", acked, timeout_s=10))
+    asyncio.run(until(acked, "the official consumer's acks", 10, interval_s=0.1))
 
 
 # -- 7. admin through any proxy gathers over every broker ----------------------------------
@@ -316,7 +317,7 @@ async def _redrive(cluster: Cluster) -> None:
         async def all_dead() -> bool:
             return (await admin.lag_report(group)).dlq_depth == len(ids)
 
-        await wait_until("the nacked messages to be dead-lettered", all_dead)
+        await until(all_dead, "the nacked messages to be dead-lettered", 30.0, interval_s=0.1)
         dead = await admin.peek_messages(dlq, max_messages=256)
         assert sorted(m.body.decode() for m in dead) == ids
         assert {m.origin_topic for m in dead} == {topic}

@@ -20,8 +20,9 @@ from collections import Counter
 import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
-from tests.cluster.traffic import SendLog, compare, ids_of, send_loop, wait_until
+from tests.cluster.traffic import SendLog, compare, ids_of, send_loop
 from tests.support.cluster import Cluster
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,7 +74,7 @@ async def _proxy_killed(cluster: Cluster) -> None:
         async def flowing() -> bool:
             return len(log.receipts) >= 50 and len(received) >= 20
 
-        await wait_until("sends and receives through p1", flowing)
+        await until(flowing, "sends and receives through p1", 30.0, interval_s=0.1)
         # The clients work through the first endpoint, the one about to die.
         served = await asyncio.to_thread(_ok_calls, cluster, "p1")
         assert served.get("SendStream", 0) >= 10 and served.get("PopStream/Ack", 0) >= 1, served

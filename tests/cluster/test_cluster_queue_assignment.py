@@ -1,4 +1,4 @@
-"""Queue-exclusive consumers across the proxies of a cluster (tests/cluster/inprocess.py: a
+"""Queue-exclusive consumers across the proxies of a cluster (tests/support/inprocess_cluster.py: a
 real etcd, one broker, two proxies): a group's members calling different proxies split its
 queues and never consume one at the same time, and a member may move between proxies."""
 
@@ -16,7 +16,8 @@ from google.protobuf import duration_pb2
 
 from popmq import Admin, ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from tests.cluster.inprocess import InProcessCluster
+from tests.support.inprocess_cluster import InProcessCluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,14 +29,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessClust
     running = InProcessCluster(tmp_path_factory.mktemp("cluster")).start(brokers=1, proxies=2)
     yield running
     running.stop()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30) -> None:
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        time.sleep(0.02)
 
 
 @dataclass(frozen=True)
@@ -92,18 +85,30 @@ def test_push_consumers_on_two_proxies_split_the_queues_and_never_share_one(
         )
 
     with member("via-a", a) as first:
-        wait_until(lambda: first.stats.assigned_queues == {"split": (0, 1, 2, 3)})
+        wait_until(
+            lambda: first.stats.assigned_queues == {"split": (0, 1, 2, 3)},
+            "first to be assigned queues 0, 1, 2, 3 of split",
+            30,
+        )
         with member("via-b", b) as second, Producer(b) as producer:
             # The joiner through B waits for what A granted, then the two split the queues.
-            wait_until(lambda: second.stats.assigned_queues == {"split": (2, 3)})
-            wait_until(lambda: first.stats.assigned_queues == {"split": (0, 1)})
+            wait_until(
+                lambda: second.stats.assigned_queues == {"split": (2, 3)},
+                "second to be assigned queues 2, 3 of split",
+                30,
+            )
+            wait_until(
+                lambda: first.stats.assigned_queues == {"split": (0, 1)},
+                "first to be assigned queues 0, 1 of split",
+                30,
+            )
             sent = {
                 (r.queue_id, r.offset)
                 for r in producer.send_batch(
                     "split", [Message(f"{i}".encode()) for i in range(400)]
                 )
             }
-            wait_until(lambda: sent <= journal.done())
+            wait_until(lambda: sent <= journal.done(), "every sent message consumed", 30)
             assert first.stats.assigned_queues == {"split": (0, 1)}
             assert second.stats.assigned_queues == {"split": (2, 3)}
     runs = sorted(journal.runs, key=lambda r: (r.queue_id, r.start))

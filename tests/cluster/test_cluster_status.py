@@ -28,8 +28,8 @@ from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus
 from popmq.proxy.metrics import MetricsConfig
 from popmq.proxy.server import ServerConfig
-from tests.cluster.broker_fixtures import served_broker
 from tests.cluster.conftest import unique_cluster
+from tests.support.brokers import served_broker
 from tests.support.etcd import EtcdServer
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,9 +22,10 @@ from popmq.cluster.broker_server import BrokerServer
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.tls import ChannelTLS, TLSFilesError, broker_channel_tls
 from popmq.proxy.server import ServerConfig
-from tests.cluster.broker_fixtures import BrokerProcess, free_port
-from tests.cluster.inprocess import InProcessCluster
+from tests.support.brokers import BrokerProcess
 from tests.support.certs import CertificateAuthority
+from tests.support.inprocess_cluster import InProcessCluster
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from popmq.broker_core import FailedPreconditionError, NewMessage
 from popmq.broker_core.handles import issuer_of
-from tests.cluster.inprocess import InProcessCluster
+from tests.support.inprocess_cluster import InProcessCluster
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from popmq.cluster import (
 from popmq.cluster.etcd import Compare, Delete, Get, Put
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
-from tests.support.etcd import EtcdServer, free_port
+from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

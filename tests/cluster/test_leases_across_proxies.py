@@ -31,10 +31,11 @@ from popmq import (
 )
 from popmq.cluster import EtcdCoordinator, RemoteBroker
 from popmq.proxy.server import PopMQServer
-from tests.cluster.broker_fixtures import ROOT, BrokerProcess, free_port
 from tests.cluster.conftest import unique_cluster
-from tests.integration.server import ServerThread
+from tests.support.brokers import ROOT, BrokerProcess
 from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
+from tests.support.server_thread import ServerThread
 
 pytestmark = pytest.mark.timeout(120)
 

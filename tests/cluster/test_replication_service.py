@@ -4,9 +4,6 @@ by a follower is what the follower acknowledged, never what was only sent to it.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -23,13 +20,7 @@ from popmq.cluster.replication.service import (
     add_replication_service,
 )
 from tests.support.run_async import run_async
-
-
-async def _until(what: str, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < give_up, f"timed out waiting until {what}"
-        await asyncio.sleep(0.01)
+from tests.support.waiting import until
 
 
 def _log(store: Store, epoch: int, persisted: list[frozenset[str]]) -> ReplicationLog:
@@ -93,7 +84,9 @@ async def test_a_follower_sent_a_snapshot_joins_the_in_sync_set_only_once_it_ack
             while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
                 assert response.WhichOneof("kind") == "snapshot_file", response
             assert response.snapshot_end.last_lsn == 3
-            await _until("the leader streams to r2", lambda: "r2" in log.followers)
+            await until(
+                lambda: "r2" in log.followers, "the leader streams to r2", 10.0, interval_s=0.01
+            )
 
             # Received, but not yet written, fsynced and swapped in: a follower that
             # crashed now would hold none of it, so it must not be electable yet.
@@ -101,7 +94,9 @@ async def test_a_follower_sent_a_snapshot_joins_the_in_sync_set_only_once_it_ack
             assert "r2" not in log.isr and persisted == []
 
             await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=3)))
-            await _until("r2 joins the in-sync set", lambda: persisted == [{"r2"}])
+            await until(
+                lambda: persisted == [{"r2"}], "r2 joins the in-sync set", 10.0, interval_s=0.01
+            )
             assert log.isr == {"r2"}
             call.cancel()
     finally:

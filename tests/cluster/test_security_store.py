@@ -19,8 +19,8 @@ from popmq.proxy.security.model import Action, Pattern, ResourceType
 from popmq.proxy.security.model import Policy as AclPolicy
 from popmq.proxy.security.store import ClusterSecurityStore, SecurityStore
 from tests.cluster.conftest import unique_cluster
-from tests.cluster.inprocess import InProcessCluster
 from tests.support.etcd import EtcdServer
+from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(180)
 

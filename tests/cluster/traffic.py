@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from popmq import AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage, SendReceipt
@@ -78,16 +78,6 @@ async def drain(
         await consumer.ack(batch)
         got += batch
     return got
-
-
-async def wait_until(
-    what: str, check: Callable[[], Awaitable[bool]], timeout_s: float = 30.0
-) -> None:
-    """Poll an async predicate until it is true; fails naming `what` after `timeout_s`."""
-    give_up = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < give_up, f"timed out after {timeout_s:g}s waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 @dataclass

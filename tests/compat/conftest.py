@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from popmq.broker_core.config import BrokerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 RUNNER = Path(__file__).with_name("rmq_runner.py")
 
@@ -80,15 +79,6 @@ class OfficialClient:
             proc.kill()
             proc.communicate()
         self._running.clear()
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    """Poll until `predicate()` holds, for broker state no call of ours can wait on (a
-    revive into the dead-letter topic); fails after `timeout_s`."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < give_up, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq.broker_core.types import GroupSettings
 from popmq.proxy.clients import ClientRegistry, ConsumeMode
-from tests.compat.conftest import OfficialClient, wait_until
+from tests.compat.conftest import OfficialClient
 from tests.compat.test_protocol import (
     message,
     messages_of,
@@ -34,7 +34,8 @@ from tests.compat.test_protocol import (
     run,
     send,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import until, wait_until
 
 Code = pb.Code
 Admin = Callable[..., Any]
@@ -225,7 +226,7 @@ def test_a_queue_given_up_ends_the_old_owners_waiting_receive(
         await heartbeat(s, "c1", "fifo-pushers")
         assert await assigned(s, "c1") == [0, 1, 2, 3]
         waiting = asyncio.ensure_future(receive(s, queue_receive(3, wait_s=20), client_id="c1"))
-        await wait_for_held(server, 1)
+        await until(lambda: server.held_pops() >= 1, "the receive held", 10, interval_s=0.01)
         await heartbeat(s, "c2", "fifo-pushers")
         assert await assigned(s, "c2") == []
         started = time.monotonic()
@@ -276,13 +277,6 @@ class LeaseHistory:
             for stamp, owners in self._samples
             if at_ms - window_ms <= stamp <= at_ms and (owner := owners.get(queue_id)) is not None
         }
-
-
-async def wait_for_held(server: ServerThread, count: int) -> None:
-    give_up = time.monotonic() + 10
-    while server.sync(lambda: server.broker.polling.held) < count:
-        assert time.monotonic() < give_up, "the receive was never held"
-        await asyncio.sleep(0.01)
 
 
 def test_a_terminated_client_hands_its_queues_over_at_once(
@@ -355,7 +349,7 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
         return sorted(owners) == [0, 1, 2, 3] and len(set(owners.values())) == 2
 
     # Clients query every 5 s: the second one's share moves at the first one's next query.
-    wait_until(split, "two official consumers holding two queues each", timeout_s=25)
+    wait_until(split, "two official consumers holding two queues each", 25)
     owners = server.sync(lambda: registry(server).owners("splitters", "fifo-split"))
     assert sorted(list(owners.values()).count(c) for c in set(owners.values())) == [2, 2]
     # The official client's id is host@pid@index@time: which process is which member.

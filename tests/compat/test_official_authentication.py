@@ -13,7 +13,7 @@ import pytest
 from popmq import Admin, Credentials, Policy, Producer
 from popmq.proxy.security.config import SecurityConfig
 from tests.compat.conftest import OfficialClient
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 ROOT = Credentials("root", "r00t-s3cret")
 

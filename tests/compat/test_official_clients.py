@@ -13,7 +13,7 @@ from typing import Any
 
 from popmq import Producer, ReceivedMessage, SimpleConsumer
 from tests.compat.conftest import OfficialClient
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 MESSAGE_ID = re.compile(r"^01[0-9A-F]{32}$")
 """The official client's message id: "01" + MAC + pid + seconds + sequence, in hex."""

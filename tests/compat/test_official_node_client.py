@@ -18,8 +18,8 @@ import pytest
 
 from popmq.broker_core.types import NewMessage
 from popmq.proxy.security.config import SecurityConfig
-from tests.integration.server import ServerThread
 from tests.support.certs import CertificateAuthority
+from tests.support.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("node_runner.js")

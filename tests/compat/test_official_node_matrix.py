@@ -22,7 +22,7 @@ from popmq.proxy.security.config import SecurityConfig
 from tests.compat.test_official_clients import drain
 from tests.compat.test_official_node_client import pytestmark as needs_node
 from tests.compat.test_official_node_client import run_node
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 pytestmark = needs_node
 RUNNER = Path(__file__).with_name("node_matrix.js")

@@ -8,9 +8,10 @@ from typing import Any
 
 from popmq import Producer, SimpleConsumer
 from popmq.broker_core.types import GroupSettings
-from tests.compat.conftest import OfficialClient, wait_until
+from tests.compat.conftest import OfficialClient
 from tests.compat.test_official_clients import drain
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 Admin = Callable[..., Any]
 
@@ -56,6 +57,7 @@ def test_failed_messages_are_retried_then_dead_lettered(
     wait_until(
         lambda: any(t.name == "%DLQ%flaky" for t in server.call(server.broker.list_topics)),
         "the dead-letter topic",
+        30,
     )
     dead = drain(server.endpoint, "dlq-reader", "%DLQ%flaky", 2)
     assert sorted(m.body.decode() for m in dead) == bad

@@ -16,8 +16,8 @@ import pytest
 from popmq import Producer, TLSConfig
 from popmq.proxy.security.config import SecurityConfig
 from tests.compat.conftest import OfficialClient
-from tests.integration.server import ServerThread
 from tests.support.certs import CertificateAuthority
+from tests.support.server_thread import ServerThread
 
 
 @pytest.fixture

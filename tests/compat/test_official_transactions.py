@@ -16,7 +16,7 @@ import pytest
 from popmq.broker_core import TRANSACTION_DISCARD_TOPIC, BrokerConfig, TransactionsConfig
 from popmq.broker_core.transactions import TRANSACTION_ID_PROPERTY
 from tests.compat.conftest import OfficialClient
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 Admin = Callable[..., Any]
 PRECONDITION_FAILED = 42800

@@ -25,8 +25,9 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig
 from popmq.broker_core.types import GroupSettings
-from tests.integration.server import ServerThread
 from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import until
 
 T = TypeVar("T")
 Code = pb.Code
@@ -694,7 +695,7 @@ def test_too_many_held_receives_answer_too_many_requests(
 ) -> None:
     async def scenario(s: MessagingServiceStub) -> None:
         holder = asyncio.ensure_future(receive(s, receive_request("billing", "orders", wait_s=10)))
-        await wait_for_held(server, 1)
+        await until(lambda: server.held_pops() >= 1, "the receive held", 10, interval_s=0.01)
         frames = await receive(s, receive_request("billing", "orders", wait_s=10))
         assert frames[0].status.code == Code.TOO_MANY_REQUESTS
         await send(s, message("orders", b"wake", message_id="w1"))
@@ -702,14 +703,6 @@ def test_too_many_held_receives_answer_too_many_requests(
         assert [m.body for m in messages_of(held)] == [b"wake"]
 
     run(server, scenario)
-
-
-async def wait_for_held(server: ServerThread, count: int) -> None:
-    """Until `count` pops are parked in the broker (a state change no waiter announces)."""
-    give_up = time.monotonic() + 10
-    while server.sync(lambda: server.broker.polling.held) < count:
-        assert time.monotonic() < give_up, "the receive was never held"
-        await asyncio.sleep(0.01)
 
 
 # -- delayed messages, pull and offsets ---------------------------------------------------

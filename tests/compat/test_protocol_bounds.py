@@ -32,7 +32,7 @@ from tests.compat.test_protocol import (
     run,
     send,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 Code = pb.Code
 

@@ -22,7 +22,7 @@ from popmq._gen.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from popmq.broker_core import BrokerConfig, TransactionsConfig, UnavailableError
 from popmq.proxy.rocketmq.transactions import CommandOutbox
 from tests.compat.test_protocol import message, meta, resource, run, send
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 Code = pb.Code
 

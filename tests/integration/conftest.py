@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, FailedPreconditionError
-from tests.chaos.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 _BUFFER_S = 10.0
 """The server's default ck_buffer_time_s: a checkpoint older than this may be persisted."""

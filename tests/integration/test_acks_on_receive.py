@@ -27,7 +27,7 @@ from popmq import (
     SimpleConsumer,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
 

@@ -20,7 +20,7 @@ from popmq import (
     Sql,
     Subscription,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def test_group_settings_round_trip_and_survive_a_restart(server: ServerThread) -> None:

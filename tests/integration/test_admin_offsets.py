@@ -13,7 +13,7 @@ from popmq import (
     Producer,
     SimpleConsumer,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _drain(endpoint: str, group: str, topic: str) -> list[bytes]:

@@ -16,7 +16,7 @@ from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import DataDirError
 from popmq.broker_core.types import NewMessage
 from popmq.proxy.server import PopMQServer, ServerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

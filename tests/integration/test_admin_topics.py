@@ -16,7 +16,7 @@ from popmq import (
     Subscription,
 )
 from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def test_topics_declare_their_message_type(endpoint: str) -> None:

@@ -28,7 +28,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from popmq.proxy.security import audit, signing
 from popmq.proxy.security.config import SecurityConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 ROOT = Credentials("root", "r00t-s3cret")
 SECURITY = SecurityConfig(

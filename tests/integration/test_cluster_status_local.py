@@ -8,7 +8,7 @@ import pytest
 
 from popmq import Admin, Producer
 from popmq.cli.main import main
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def test_local_server_reports_itself_as_the_one_broker(server: ServerThread) -> None:

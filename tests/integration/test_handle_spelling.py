@@ -9,8 +9,8 @@ import pytest
 
 from popmq import Admin, InvalidArgumentError, Producer, SimpleConsumer
 from popmq.broker_core import issuer_of
-from tests.integration.server import ServerThread
 from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
+from tests.support.server_thread import ServerThread
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 

@@ -37,7 +37,7 @@ from popmq import (
 )
 from popmq.broker_core.config import BrokerConfig, MessagesConfig
 from popmq.sdk._channel import CHANNEL_OPTIONS
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 COMPRESSIBLE = b"order 42 charged to the card ending 4242\n" * 2_500  # ~100 KB
 

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from popmq import Admin, FailedPreconditionError, Message, Producer, SimpleConsumer
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 
 def _setup(endpoint: str, topic: str = "orders", queues: int = 4) -> None:
@@ -164,7 +165,7 @@ def test_held_long_poll_wakes_within_50ms_of_a_send(endpoint: str) -> None:
 
             worker = threading.Thread(target=poll)
             worker.start()
-            _wait_until(lambda: server_held(endpoint) == 1)
+            wait_until(lambda: server_held(endpoint) == 1, "1 pop held", 5.0)
             sent_at = time.monotonic()
             producer.send("orders", b"wake")
             worker.join(timeout=10)
@@ -280,15 +281,6 @@ _SERVERS: dict[str, ServerThread] = {}
 @pytest.fixture(autouse=True)
 def _register(server: ServerThread) -> None:
     _SERVERS[server.endpoint] = server
-
-
-def _wait_until(condition: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.005)
-    raise AssertionError("condition not reached in time")
 
 
 def _receive_all(consumer: SimpleConsumer, count: int, wait_s: float) -> list:  # type: ignore[type-arg]

@@ -39,7 +39,8 @@ from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig, StoreConfig
 from popmq.proxy.pop_stream import MAX_IN_FLIGHT
 from popmq.proxy.server import PopMQServer, ServerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import until, wait_until
 
 T = TypeVar("T")
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -60,22 +61,6 @@ def _acked(server: ServerThread) -> int:
 
 def _held(server: ServerThread) -> int:
     return server.sync(lambda: server.broker.polling.held)
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout_s}s")
-        await asyncio.sleep(0.02)
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout_s}s")
-        time.sleep(0.02)
 
 
 def _pop(topic: str = "orders", group: str = "g", wait_s: int = 30, **fields: Any) -> Any:
@@ -108,7 +93,7 @@ def test_concurrent_receives_share_one_stream_and_get_distinct_messages(
                 asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=10))
                 for _ in range(40)
             ]
-            await _until(lambda: _held(server) == 40)
+            await until(lambda: _held(server) == 40, "40 pops held", 10.0)
             assert _streams(server) == 1
             async with AsyncProducer(server.endpoint) as producer:
                 for i in range(40):
@@ -121,7 +106,7 @@ def test_concurrent_receives_share_one_stream_and_get_distinct_messages(
     assert sorted(b for bodies in got for b in bodies) == sorted(
         f"m{i}".encode() for i in range(40)
     )
-    _wait_for(lambda: _streams(server) == 0)  # closing the consumer ended its stream
+    wait_until(lambda: _streams(server) == 0, "closing the consumer to end its stream", 10.0)
 
 
 def test_a_held_receive_is_woken_by_a_send(server: ServerThread) -> None:
@@ -130,7 +115,7 @@ def test_a_held_receive_is_woken_by_a_send(server: ServerThread) -> None:
     async def scenario() -> tuple[list[bytes], float]:
         async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
             receive = asyncio.ensure_future(consumer.receive(wait_s=20))
-            await _until(lambda: _held(server) == 1)
+            await until(lambda: _held(server) == 1, "1 pop held", 10.0)
             sent = time.monotonic()
             async with AsyncProducer(server.endpoint) as producer:
                 await producer.send("orders", b"wake")
@@ -166,7 +151,7 @@ def test_bad_arguments_fail_their_receive_only_with_the_unary_pop_error(
         ):
             # A receive held on the same stream all along: the errors end only their own.
             held = asyncio.ensure_future(held_by.receive(wait_s=20))
-            await _until(lambda: _held(server) == 1)
+            await until(lambda: _held(server) == 1, "1 pop held", 10.0)
             for topic, arguments in bad:
                 held_by.topic = topic
                 try:
@@ -201,11 +186,11 @@ def test_a_cancelled_receive_cancels_its_pop_and_loses_no_message(server: Server
     async def scenario() -> list[bytes]:
         async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
             receive = asyncio.ensure_future(consumer.receive(wait_s=20))
-            await _until(lambda: _held(server) == 1)
+            await until(lambda: _held(server) == 1, "1 pop held", 10.0)
             receive.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await receive
-            await _until(lambda: _held(server) == 0)  # the server cancelled the pop
+            await until(lambda: _held(server) == 0, "the server to cancel the pop", 10.0)
             async with AsyncProducer(server.endpoint) as producer:
                 await producer.send("orders", b"for the next receive")
             return [m.body for m in await consumer.receive(wait_s=5)]
@@ -278,7 +263,7 @@ def test_receives_beyond_the_stream_limit_use_unary_pops(tmp_path: Path) -> None
                     asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=20))
                     for _ in range(count)
                 ]
-                await _until(lambda: _held(server) == count, timeout_s=30)
+                await until(lambda: _held(server) == count, f"{count} pops held", 30)
                 assert _streams(server) == 1
                 async with AsyncProducer(server.endpoint) as producer:
                     for i in range(count):
@@ -300,7 +285,7 @@ def test_multiplex_false_receives_with_unary_pops(server: ServerThread) -> None:
         ) as consumer:
             assert not consumer.multiplex
             receives = [asyncio.ensure_future(consumer.receive(wait_s=10)) for _ in range(3)]
-            await _until(lambda: _held(server) == 3)
+            await until(lambda: _held(server) == 3, "3 pops held", 10.0)
             assert _streams(server) == 0
             async with AsyncProducer(server.endpoint) as producer:
                 await producer.send("orders", b"unary")
@@ -387,7 +372,7 @@ def test_shutdown_answers_held_receives_at_once(tmp_path: Path) -> None:
         async def scenario() -> tuple[list[list[Any]], float]:
             async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
                 receives = [asyncio.ensure_future(consumer.receive(wait_s=30)) for _ in range(5)]
-                await _until(lambda: server.held() == 5)
+                await until(lambda: server.held() == 5, "5 pops held", 10.0)
                 began = time.monotonic()
                 await asyncio.to_thread(server.stop)
                 stopped = time.monotonic() - began
@@ -472,13 +457,17 @@ def test_a_pop_beyond_the_limit_is_rejected_until_an_answer_frees_room(tmp_path:
             async with channel:
                 for i in range(MAX_IN_FLIGHT):
                     await call.write(_pop_request(i))
-                await _until(lambda: _held(server) == MAX_IN_FLIGHT, timeout_s=30)
+                await until(
+                    lambda: _held(server) == MAX_IN_FLIGHT, f"{MAX_IN_FLIGHT} pops held", 30
+                )
                 await call.write(_pop_request(5000))
                 rejected = await call.read()
                 await call.write(_cancel_request(7))
                 cancelled = await call.read()
                 await call.write(_pop_request(5001))
-                await _until(lambda: _held(server) == MAX_IN_FLIGHT, timeout_s=30)
+                await until(
+                    lambda: _held(server) == MAX_IN_FLIGHT, f"{MAX_IN_FLIGHT} pops held", 30
+                )
                 held = _held(server)
                 call.cancel()
             return rejected, cancelled, held
@@ -501,9 +490,13 @@ def test_ending_the_call_cancels_its_pops(server: ServerThread) -> None:
         async with channel:
             for i in range(10):
                 await call.write(_pop_request(i))
-            await _until(lambda: _held(server) == 10)
+            await until(lambda: _held(server) == 10, "10 pops held", 10.0)
             call.cancel()
-            await _until(lambda: _held(server) == 0 and _streams(server) == 0)
+            await until(
+                lambda: _held(server) == 0 and _streams(server) == 0,
+                "no pop held and no stream open",
+                10.0,
+            )
 
     asyncio.run(scenario())
 
@@ -518,11 +511,11 @@ def test_a_message_popped_on_a_stream_that_died_comes_back_after_its_invisible_t
         channel, call = await _open(server.endpoint)
         async with channel:
             await call.write(_pop_request(1, invisible_duration=invisible))
-            await _until(lambda: _held(server) == 1)
+            await until(lambda: _held(server) == 1, "1 pop held", 10.0)
             popped_at = time.monotonic()  # the pop is woken by the send, so not before this
             with Producer(server.endpoint) as producer:
                 producer.send("orders", b"popped, never read")
-            await _until(lambda: _held(server) == 0)
+            await until(lambda: _held(server) == 0, "no pop held", 10.0)
             call.cancel()  # its answer is never read
         async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
             early = await consumer.receive(wait_s=1)
@@ -589,7 +582,7 @@ def test_a_repeated_request_id_in_flight_ends_the_stream(server: ServerThread) -
             await call.write(_pop_request(1))
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await call.read()
-            await _until(lambda: _held(server) == 0)
+            await until(lambda: _held(server) == 0, "no pop held", 10.0)
             return raised.value
 
     error = asyncio.run(scenario())

@@ -28,7 +28,8 @@ from popmq import (
     ReceivedMessage,
     SimpleConsumer,
 )
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 WAIT = 30.0
 """Generous bound for anything the tests wait for; never expected to be reached."""
@@ -54,14 +55,6 @@ class Recorder:
                 raise AssertionError(f"{len(self.calls)} of {count} deliveries within {timeout}s")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        time.sleep(0.02)
-
-
 def send(endpoint: str, topic: str, bodies: list[bytes], **fields: str) -> None:
     with Producer(endpoint) as producer:
         for start in range(0, len(bodies), 100):
@@ -81,7 +74,7 @@ def receive_eventually(endpoint: str, group: str, topic: str) -> list[ReceivedMe
             return False
         return bool(got)
 
-    wait_until(attempt)
+    wait_until(attempt, "a first receive of the group", WAIT)
     return got
 
 
@@ -103,7 +96,7 @@ def test_every_message_reaches_the_listener_once_and_success_acks_it(endpoint: s
         endpoint, "billing", subscriptions={"orders": "*"}, listener=listener, consume_threads=8
     ) as consumer:
         listener.wait_for(300)
-        wait_until(lambda: consumer.stats.acked == 300)
+        wait_until(lambda: consumer.stats.acked == 300, "300 acks", WAIT)
     assert sorted(m.body for m in listener.calls) == sorted(bodies)
     assert {m.delivery_attempt for m in listener.calls} == {1}
     assert settled(endpoint, "billing", "orders")
@@ -124,7 +117,7 @@ def test_a_tag_expression_subscription_delivers_only_matching_tags(endpoint: str
         endpoint, "g", subscriptions={"tags": "TagA || TagB"}, listener=listener
     ) as consumer:
         listener.wait_for(4)
-        wait_until(lambda: consumer.stats.acked == 4)
+        wait_until(lambda: consumer.stats.acked == 4, "4 acks", WAIT)
     assert sorted(m.tag for m in listener.calls) == ["TagA", "TagA", "TagB", "TagB"]
 
 
@@ -151,7 +144,7 @@ def test_a_slow_listener_keeps_its_message_by_renewing_the_lease(endpoint: str) 
     ):
         slow_listener.wait_for(1)
         assert finished.wait(WAIT)
-        wait_until(lambda: consumer.stats.acked == 1)
+        wait_until(lambda: consumer.stats.acked == 1, "1 ack", WAIT)
     assert len(slow_listener.calls) == 1
     assert rival.calls == []  # never redelivered to the other member
     assert consumer.stats.renewed >= 2
@@ -182,7 +175,11 @@ def test_a_message_held_past_max_processing_time_is_released(endpoint: str) -> N
         listener.wait_for(1)
         with SimpleConsumer(endpoint, group="g", topic="stuck") as other:
             again: list[ReceivedMessage] = []
-            wait_until(lambda: bool(again.extend(other.receive(wait_s=1.0)) or again))
+            wait_until(
+                lambda: bool(again.extend(other.receive(wait_s=1.0)) or again),
+                "the released message redelivered",
+                WAIT,
+            )
             assert [m.body for m in again] == [b"never finishes in time"]
             assert again[0].delivery_attempt == 2
             other.ack(again)
@@ -214,7 +211,7 @@ def test_a_failing_listener_is_retried_with_the_group_backoff_then_dead_lettered
         endpoint, "fragile", subscriptions={"payments": "*"}, listener=listener, wait_s=1.0
     ) as consumer:
         listener.wait_for(3)
-        wait_until(lambda: consumer.stats.nacked == 3)
+        wait_until(lambda: consumer.stats.nacked == 3, "3 nacks", WAIT)
         # The third nack's backoff ends, and the server moves the message to the DLQ (whose
         # topic it creates then).
         dead = receive_eventually(endpoint, "inspect", "%DLQ%fragile")
@@ -242,7 +239,7 @@ def test_a_listener_that_recovers_acks_on_a_later_attempt(endpoint: str) -> None
         endpoint, "g", subscriptions={"flaky": "*"}, listener=listener, wait_s=1.0
     ) as consumer:
         listener.wait_for(2)
-        wait_until(lambda: consumer.stats.acked == 1)
+        wait_until(lambda: consumer.stats.acked == 1, "1 ack", WAIT)
     assert [m.delivery_attempt for m in listener.calls] == [1, 2]
     assert settled(endpoint, "g", "flaky")
 
@@ -270,13 +267,17 @@ def test_close_releases_cached_messages_at_once_and_finishes_the_running_listene
     )
     consumer.start()
     listener.wait_for(1)
-    wait_until(lambda: consumer.stats.received == 20)
+    wait_until(lambda: consumer.stats.received == 20, "20 messages received", WAIT)
     closer = threading.Thread(target=consumer.close)
     closer.start()
     # The 19 cached messages come back now, not after their 30 s invisible time.
     released: list[ReceivedMessage] = []
     with SimpleConsumer(endpoint, group="g", topic="cache") as other:
-        wait_until(lambda: bool(released.extend(other.receive(wait_s=1.0))) or len(released) >= 19)
+        wait_until(
+            lambda: bool(released.extend(other.receive(wait_s=1.0))) or len(released) >= 19,
+            "19 cached messages released",
+            WAIT,
+        )
         assert closer.is_alive()  # close() still waits for the running listener
         unblock.set()
         closer.join(WAIT)
@@ -313,7 +314,7 @@ def test_receiving_pauses_while_the_cache_is_full(endpoint: str) -> None:
         wait_s=1.0,
     ) as consumer:
         listener.wait_for(2)
-        wait_until(lambda: consumer.stats.received == 5)
+        wait_until(lambda: consumer.stats.received == 5, "5 messages received", WAIT)
         time.sleep(1.5)  # an absence can only be observed over time: more long polls pass
         with Admin(endpoint) as admin:
             inflight = sum(r.inflight for r in admin.get_group_lag("g", "flow"))
@@ -321,7 +322,7 @@ def test_receiving_pauses_while_the_cache_is_full(endpoint: str) -> None:
         assert inflight == 5
         unblock.set()
         listener.wait_for(50)
-        wait_until(lambda: consumer.stats.acked == 50)
+        wait_until(lambda: consumer.stats.acked == 50, "50 acks", WAIT)
 
 
 def test_with_a_full_cache_the_acks_ride_on_the_next_receive(endpoint: str) -> None:
@@ -345,7 +346,7 @@ def test_with_a_full_cache_the_acks_ride_on_the_next_receive(endpoint: str) -> N
     ) as consumer:
         listener.wait_for(40)
         # The last acks ride on a receive held until wait_s ends: counted when it returns.
-        wait_until(lambda: consumer.stats.acked == 40)
+        wait_until(lambda: consumer.stats.acked == 40, "40 acks", WAIT)
         stats = consumer.stats
     # Each batch of 4 was acked by the receive that fetched the next 4 (one round trip for
     # both) rather than by an Ack call; a few may still have missed their receive.
@@ -373,7 +374,7 @@ def test_acks_riding_on_a_held_receive_are_applied_at_once_and_counted_by_close(
         listener.wait_for(10)
         # The full cache made the 10 acks wait for the next receive, which the server holds
         # for up to 20 s with nothing to deliver: it applied the acks before holding it.
-        wait_until(lambda: settled(endpoint, "g", "held"))
+        wait_until(lambda: settled(endpoint, "g", "held"), "every message of held acked", WAIT)
         assert consumer.stats.acked == 0  # that receive has not returned
     # close() cancelled the held receive and acked its riders again in an Ack call (acking
     # twice is harmless), so they are counted.
@@ -410,7 +411,7 @@ def test_a_refused_ack_that_rode_on_a_receive_is_logged_and_redelivered(
         ) as consumer,
     ):
         listener.wait_for(2)
-        wait_until(lambda: consumer.stats.acked == 1)
+        wait_until(lambda: consumer.stats.acked == 1, "1 ack", WAIT)
     assert [m.delivery_attempt for m in listener.calls] == [1, 2]
     warnings = [r.getMessage() for r in caplog.records if r.name == "popmq.sdk.push_consumer"]
     assert any(f"ack of message {listener.calls[0].message_id} failed" in w for w in warnings), (
@@ -430,7 +431,7 @@ def test_an_options_object_configures_the_consumer_as_the_keywords_do(endpoint: 
         endpoint, "g", subscriptions={"opts": "*"}, listener=listener, options=options
     ) as consumer:
         listener.wait_for(5)
-        wait_until(lambda: consumer.stats.acked == 5)
+        wait_until(lambda: consumer.stats.acked == 5, "5 acks", WAIT)
         assert (consumer.client_id, consumer.options) == ("opts-1", options)
     assert sorted(m.body for m in listener.calls) == bodies
     # One message of room: each receive asked for one message at most.
@@ -460,7 +461,7 @@ def test_a_byte_limit_also_pauses_receiving(endpoint: str) -> None:
         wait_s=1.0,
     ) as consumer:
         listener.wait_for(1)
-        wait_until(lambda: consumer.stats.received == 3)
+        wait_until(lambda: consumer.stats.received == 3, "3 messages received", WAIT)
         time.sleep(1.0)  # observing an absence takes time
         assert consumer.stats.received == 3
         assert consumer.stats.cached_bytes == 3000
@@ -524,8 +525,8 @@ def test_fifo_groups_are_handed_over_one_at_a_time_in_order(server: ServerThread
     with PushConsumer(
         endpoint, "g", subscriptions={"fifo": "*"}, listener=listener, consume_threads=8
     ) as consumer:
-        wait_until(lambda: len(spans) == 60)
-        wait_until(lambda: consumer.stats.acked == 60)
+        wait_until(lambda: len(spans) == 60, "60 listener calls", WAIT)
+        wait_until(lambda: consumer.stats.acked == 60, "60 acks", WAIT)
     for group in groups:
         mine = sorted((s for s in spans if s.group == group), key=lambda s: s.start)
         assert [s.seq for s in mine] == list(range(15))
@@ -574,7 +575,7 @@ def test_close_from_inside_a_listener_is_refused(endpoint: str) -> None:
     holder.append(consumer)
     with consumer:
         listener.wait_for(1)
-        wait_until(lambda: consumer.stats.acked == 1)
+        wait_until(lambda: consumer.stats.acked == 1, "1 ack", WAIT)
     assert len(errors) == 1
     assert "called from a listener" in str(errors[0])
 

@@ -30,7 +30,8 @@ from popmq import (
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.proxy.allocation import MessageQueue, allocate_consistent_hash
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 WAIT = 30.0
 INTERVAL = 0.5
@@ -78,14 +79,6 @@ def query(
             client_id=client_id, group="g", topic=topic, held_queue_ids=held
         )
     )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -210,8 +203,16 @@ def test_by_config_members_consume_their_configured_queues(endpoint: str) -> Non
             **options,
         ) as second,
     ):
-        wait_until(lambda: first.stats.assigned_queues == {"cfg": (1, 3)})
-        wait_until(lambda: second.stats.assigned_queues == {"cfg": (0,)})
+        wait_until(
+            lambda: first.stats.assigned_queues == {"cfg": (1, 3)},
+            "first to be assigned queues 1, 3 of cfg",
+            WAIT,
+        )
+        wait_until(
+            lambda: second.stats.assigned_queues == {"cfg": (0,)},
+            "second to be assigned queues 0 of cfg",
+            WAIT,
+        )
 
 
 def test_a_pop_member_and_a_queue_exclusive_member_cannot_share_a_topic(endpoint: str) -> None:
@@ -320,7 +321,7 @@ def test_churn_loses_nothing_and_never_shares_a_queue(endpoint: str) -> None:
                 leaves += 1
         producer.join(180)
         try:
-            wait_until(lambda: journal.count() == total, timeout=180)
+            wait_until(lambda: journal.count() == total, "every message consumed", 180)
         except AssertionError:
             done = {(r.queue_id, r.offset) for r in journal.runs}
             missing = sorted({(r.queue_id, r.offset) for r in receipts} - done)
@@ -371,7 +372,11 @@ def test_a_joiner_gets_queues_within_about_a_heartbeat_interval(endpoint: str) -
         client_id="a",
         **options,
     ) as first:
-        wait_until(lambda: first.stats.assigned_queues == {"join": (0, 1, 2, 3)})
+        wait_until(
+            lambda: first.stats.assigned_queues == {"join": (0, 1, 2, 3)},
+            "first to be assigned queues 0, 1, 2, 3 of join",
+            WAIT,
+        )
         began = time.monotonic()
         with PushConsumer(
             endpoint,
@@ -381,11 +386,19 @@ def test_a_joiner_gets_queues_within_about_a_heartbeat_interval(endpoint: str) -
             client_id="b",
             **options,
         ) as second:
-            wait_until(lambda: second.stats.assigned_queues == {"join": (2, 3)})
+            wait_until(
+                lambda: second.stats.assigned_queues == {"join": (2, 3)},
+                "second to be assigned queues 2, 3 of join",
+                WAIT,
+            )
             joined = time.monotonic() - began
             assert first.stats.assigned_queues == {"join": (0, 1)}
         began = time.monotonic()
-        wait_until(lambda: first.stats.assigned_queues == {"join": (0, 1, 2, 3)})
+        wait_until(
+            lambda: first.stats.assigned_queues == {"join": (0, 1, 2, 3)},
+            "first to be assigned queues 0, 1, 2, 3 of join",
+            WAIT,
+        )
         left = time.monotonic() - began
     # Generous bounds; typically a fraction of one interval (see docs/push-consumer.md).
     assert joined < 4 * INTERVAL, joined
@@ -417,7 +430,7 @@ def test_a_silent_member_keeps_its_queues_until_its_lease_ends(
             samples.append((time.monotonic() - sent, queues))
             return queues == (0, 1, 2, 3)
 
-        wait_until(took_over)
+        wait_until(took_over, "the survivor to take over every queue", WAIT)
     lease = 3 * INTERVAL
     assert all(queues == () for at, queues in samples if at < lease)
     assert samples[-1][0] >= lease
@@ -451,7 +464,11 @@ def test_a_new_group_starts_where_consume_from_says(endpoint: str) -> None:
             heartbeat_interval_s=INTERVAL,
             consume_from=consume_from,  # type: ignore[arg-type]
         ) as consumer:
-            wait_until(lambda: consumer.stats.assigned_queues == {"start": (0, 1)})
+            wait_until(
+                lambda: consumer.stats.assigned_queues == {"start": (0, 1)},
+                "consumer to be assigned queues 0, 1 of start",
+                WAIT,
+            )
             with PullConsumer(endpoint, topic="start", group=group) as reader:
 
                 def started() -> bool:
@@ -460,11 +477,11 @@ def test_a_new_group_starts_where_consume_from_says(endpoint: str) -> None:
                     except NotFoundError:
                         return False
 
-                wait_until(started)
+                wait_until(started, "the group's start offsets committed", WAIT)
             if group == "from-last":
                 with Producer(endpoint) as producer:
                     producer.send_batch("start", [Message(b"new0"), Message(b"new1")])
-            wait_until(lambda: len(journal) >= expect)
+            wait_until(lambda: len(journal) >= expect, f"{expect} messages consumed", WAIT)
         return sorted(journal)
 
     assert run("from-first", "first", 10) == sorted(
@@ -499,7 +516,7 @@ def test_a_failed_message_is_retried_in_place_and_blocks_its_queue(endpoint: str
         consume_from="first",
         orderly_retry_delay_s=0.1,
     ):
-        wait_until(lambda: len(calls) == 8)
+        wait_until(lambda: len(calls) == 8, "8 listener calls", WAIT)
     assert calls == [(0, 1), (1, 1), (2, 1), (2, 2), (2, 3), (3, 1), (4, 1), (5, 1)]
 
 
@@ -579,7 +596,7 @@ def test_a_held_wait_is_answered_when_the_server_stops(server: ServerThread) -> 
 
         waiter = threading.Thread(target=hold)
         waiter.start()
-        wait_until(lambda: server.sync(lambda: server.broker.polling.held) == 1)
+        wait_until(lambda: server.held_pops() == 1, "1 pop held", WAIT)
         server.stop()
         waiter.join(WAIT)
     # Answered (empty) by the shutdown, not cancelled when the grace period ran out.
@@ -598,7 +615,11 @@ def test_an_idle_queue_exclusive_consumer_waits_without_polling(endpoint: str) -
         mode="queue_exclusive",
         heartbeat_interval_s=INTERVAL,
     ) as consumer:
-        wait_until(lambda: consumer.stats.assigned_queues == {"quiet": (0, 1, 2, 3)})
+        wait_until(
+            lambda: consumer.stats.assigned_queues == {"quiet": (0, 1, 2, 3)},
+            "consumer to be assigned queues 0, 1, 2, 3 of quiet",
+            WAIT,
+        )
         time.sleep(2.0)  # idle time is what is being measured
         assert consumer.stats.receive_calls <= 8  # a first pull or two per queue, then waits
         began = time.monotonic()

@@ -17,8 +17,8 @@ import pytest
 from popmq import Admin, Credentials, PermissionDeniedError, Producer, SimpleConsumer, TLSConfig
 from popmq.proxy.security import audit
 from popmq.proxy.security.config import SecurityConfig
-from tests.integration.server import ServerThread
 from tests.support.certs import CertificateAuthority
+from tests.support.server_thread import ServerThread
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 ROOT = Credentials("root", "r00t-s3cret-from-a-file")

@@ -27,7 +27,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.proxy.security import audit, signing
 from popmq.proxy.security.config import SecurityConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 ROOT = Credentials("root", "r00t-s3cret")
 PRODUCER = Credentials("producer", "producer-s3cret")

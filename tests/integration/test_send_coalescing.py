@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from popmq import Admin, AsyncProducer, NotFoundError, SimpleConsumer
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _send_jobs(server: ServerThread) -> int:

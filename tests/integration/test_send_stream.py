@@ -13,8 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,8 @@ from popmq import (
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
 
@@ -42,14 +41,6 @@ def _setup(endpoint: str, topic: str = "orders", queues: int = 4, kind: str = "n
 
 def _send_streams(server: ServerThread) -> int:
     return server.sync(lambda: server.server.messaging.send_streams)  # type: ignore[union-attr]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout_s}s")
-        time.sleep(0.02)
 
 
 def _stored(endpoint: str, topic: str, queues: int) -> list[messaging_pb2.PulledMessage]:
@@ -104,7 +95,7 @@ def test_sends_go_over_one_stream_and_get_their_receipts(server: ServerThread) -
     stored = _stored(server.endpoint, "orders", 1)
     assert [m.body for m in stored] == [b"m0", b"m1", b"m2", b"b0", b"b1"]
     assert [m.message_id for m in stored] == [r.message_id for r in one + batch]
-    _wait_for(lambda: _send_streams(server) == 0)  # closing the producer ended its stream
+    wait_until(lambda: _send_streams(server) == 0, "closing the producer to end its stream", 10.0)
 
 
 def test_concurrent_sends_keep_the_order_of_each_message_group(server: ServerThread) -> None:

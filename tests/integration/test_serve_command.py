@@ -113,7 +113,7 @@ def test_serve_refuses_a_bad_listen_address(tmp_path: Path) -> None:
 def test_stopping_answers_held_long_polls_at_once(tmp_path: Path) -> None:
     import threading
 
-    from tests.integration.server import ServerThread
+    from tests.support.server_thread import ServerThread
 
     server = ServerThread(tmp_path / "data")
     endpoint = server.start()

@@ -31,7 +31,7 @@ from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.server import ConnectionConfig, PopMQServer, ServerConfig
 from popmq.proxy.stream_session import ANSWER_BYTES, MAX_UNWRITTEN_BYTES
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
 _RmqStub: Any = rmq_grpc.MessagingServiceStub

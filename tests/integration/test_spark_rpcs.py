@@ -33,7 +33,7 @@ from popmq.cluster import LocalCoordinator
 from popmq.proxy.leases import LeaseConfig, LeaseTable
 from popmq.proxy.leases import LeasePage as LeasePageResult
 from popmq.sdk.errors import error_from_rpc_error
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _topic(endpoint: str, name: str = "events", queues: int = 1) -> None:

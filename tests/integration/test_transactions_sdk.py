@@ -22,7 +22,7 @@ from popmq import (
 )
 from popmq.broker_core.config import BrokerConfig, TransactionsConfig
 from popmq.cli.main import main
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 FAST = TransactionsConfig(check_first_s=1.0, check_interval_s=0.5, check_max=3)
 """First check 1 s after the half send, then every 0.5 s, discarded after the third."""

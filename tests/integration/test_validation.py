@@ -194,7 +194,7 @@ def test_create_group_bad_settings_are_invalid(stubs) -> None:  # type: ignore[n
 
 def test_long_poll_limit_per_group_topic_is_resource_exhausted(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from popmq.broker_core.config import BrokerConfig, LongPollingConfig
-    from tests.integration.server import ServerThread
+    from tests.support.server_thread import ServerThread
 
     server = ServerThread(
         tmp_path / "d", BrokerConfig(long_polling=LongPollingConfig(max_per_key=2))

@@ -13,7 +13,7 @@ import pytest
 from popmq import Admin, Producer, ResourceExhaustedError, SimpleConsumer
 from popmq import UnavailableError as ClientUnavailableError
 from popmq.broker_core.errors import UnavailableError
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 @pytest.fixture

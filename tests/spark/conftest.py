@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import popmq.spark
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 _HERE = Path(__file__).resolve().parent
 SPARK_TEST_TIMEOUT_S = 300

@@ -15,7 +15,7 @@ from popmq import Admin, Credentials
 from popmq.proxy.security.config import SecurityConfig
 from popmq.spark import OptionError
 from popmq.spark.options import ReadOptions
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 ROOT = Credentials("root", "r00t-s3cret")
 

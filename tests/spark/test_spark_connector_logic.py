@@ -50,8 +50,8 @@ from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader
 from popmq.spark.schema import READ_SCHEMA, arrow_schema
 from popmq.spark.source import PopMQDataSource
 from popmq.spark.writer import WriteColumns
-from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
+from tests.support.server_thread import ServerThread
 
 # -- options ---------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from types import ModuleType
 
 from pyspark.sql import SparkSession
 
-from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
+from tests.support.server_thread import ServerThread
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_orders_pipeline.py"
 

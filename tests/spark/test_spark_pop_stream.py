@@ -14,8 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from popmq import Admin, Message, Producer, SimpleConsumer
-from tests.integration.server import ServerThread
 from tests.spark.helpers import wait_for
+from tests.support.server_thread import ServerThread
 
 
 def _send(endpoint: str, topic: str, count: int, prefix: str = "m") -> set[str]:

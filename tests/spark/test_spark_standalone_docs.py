@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin
-from tests.integration.server import ServerThread
-from tests.support.etcd import free_port
+from tests.support.ports import free_port
+from tests.support.server_thread import ServerThread
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 SECTION = "## A standalone cluster: a master and two workers"

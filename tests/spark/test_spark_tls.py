@@ -17,8 +17,8 @@ from popmq import Admin, Credentials, Policy, TLSConfig
 from popmq.proxy.security.config import SecurityConfig
 from popmq.spark import OptionError
 from popmq.spark.options import ReadOptions, WriteOptions
-from tests.integration.server import ServerThread
 from tests.support.certs import CertificateAuthority
+from tests.support.server_thread import ServerThread
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from popmq import Admin, Message, Producer, PullConsumer
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 
 def _stored(endpoint: str, topic: str) -> int:

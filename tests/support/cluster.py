@@ -45,7 +45,8 @@ from popmq import AsyncAdmin, Credentials, NotFoundError, PopMQError
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from popmq.cluster import EtcdCoordinator, RemoteBroker, RouteAdmin
 from popmq.proxy.security.signing import Signer
-from tests.support.etcd import EtcdServer, free_port
+from tests.support.etcd import EtcdServer
+from tests.support.ports import free_port
 
 __all__ = ["PROBE_TOPIC", "REPO_ROOT", "Cluster", "ClusterProcess", "Kind"]
 

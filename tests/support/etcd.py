@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import grpc
 import pytest
 
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from tests.support.ports import free_port
 
 INSTALL_HINT = (
     "etcd is not installed: run `make setup` (tools/install_etcd.sh installs Debian's "
@@ -43,14 +43,6 @@ def etcd_binary() -> str:
     if not found or not os.access(found, os.X_OK):
         pytest.fail(INSTALL_HINT, pytrace=False)
     return found
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class EtcdServer:

@@ -6,10 +6,8 @@ There is no pytest-asyncio: a test writes its scenario as an `async def` and run
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -72,24 +70,3 @@ def open_broker(data_dir: Path) -> OpenBroker:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-async def wait_until(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float = 5.0
-) -> None:
-    """Yield to the loop until `predicate()` holds; fail after `timeout_s`.
-
-    For background effects that wake no waiter a test could await (a revive into a queue
-    nobody polls, a checkpoint persisted by the buffer task). `predicate` may be a coroutine
-    function, for conditions on the broker's (async) reads.
-    """
-    give_up = time.monotonic() + timeout_s
-    while not await _holds(predicate):
-        if time.monotonic() > give_up:
-            raise AssertionError(f"condition not reached within {timeout_s}s")
-        await asyncio.sleep(0.01)
-
-
-async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
-    held = predicate()
-    return await held if inspect.isawaitable(held) else held

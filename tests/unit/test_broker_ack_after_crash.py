@@ -14,7 +14,8 @@ from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import FailedPreconditionError, ReceiptHandleLostError
 from popmq.broker_core.types import NewMessage, PoppedMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 
 def _stored_offset(broker: Broker) -> int | None:
@@ -31,7 +32,7 @@ async def _crash_after_pops(open_broker: OpenBroker) -> tuple[PoppedMessage, Pop
         await broker.send([NewMessage("orders", b"m0"), NewMessage("orders", b"m1")])
         (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=300, wait_s=0)
         assert await broker.ack("g", [m0.receipt_handle]) == [None]
-        await wait_until(lambda: _stored_offset(broker) == 1)
+        await until(lambda: _stored_offset(broker) == 1, "offset 1 persisted", 5.0)
         (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=300, wait_s=0)
         broker.store.close()  # crash: m1's buffered checkpoint is lost
     return m0, m1

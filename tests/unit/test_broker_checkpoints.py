@@ -10,7 +10,8 @@ from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.errors import ReceiptHandleLostError, ReceiptHandleSupersededError
 from popmq.broker_core.types import NewMessage, PoppedMessage
-from tests.unit.conftest import OpenBroker, now_ms, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, now_ms
 
 ALL = b"\xff" * 32
 
@@ -60,13 +61,17 @@ def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
             assert broker.buffered_checkpoints == 1
 
             # Wait until the buffer time passed and the unacked control checkpoint persisted.
-            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
             (record,) = _checkpoints(broker)
             assert record.group_id == broker.get_group("slow").group_id
             assert [deadline for deadline, _ in _revive_keys(broker)] == [kept.invisible_until_ms]
             # The acked one only moved the committed offset.
             assert _committed(broker, "fast", "orders") == 1
-            await wait_until(lambda: _stored_offset(broker, "fast", "orders", 0) == 1)
+            await until(
+                lambda: _stored_offset(broker, "fast", "orders", 0) == 1,
+                "group fast's offset 1 persisted",
+                5.0,
+            )
             assert broker.buffered_checkpoints == 0
 
     asyncio.run(scenario())
@@ -84,7 +89,7 @@ def test_checkpoint_staying_longer_than_the_buffer_time_is_persisted_with_its_re
             assert _revive_keys(broker) == []
             assert _committed(broker, "g", "orders") == 0  # not done, not persisted yet
 
-            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
             (record,) = _checkpoints(broker)
             assert list(record.offsets) == [0, 1]
             assert (record.range_start, record.range_end) == (0, 2)
@@ -111,7 +116,7 @@ def test_checkpoint_close_to_its_deadline_is_persisted_before_the_buffer_time(
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=3.3, wait_s=0)
-            await wait_until(lambda: len(_checkpoints(broker)) == 1, timeout_s=2)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 2)
             assert now_ms() < msg.invisible_until_ms  # persisted ahead of the deadline
             assert _committed(broker, "g", "orders") == 1
 
@@ -130,7 +135,7 @@ def test_checkpoint_is_persisted_on_time_even_when_an_earlier_one_holds_the_offs
             (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
             # m1's checkpoint is due for persistence 0.2 s after the pop (3.8 s before its
             # deadline); m0's, still buffered, keeps the committed offset at 0.
-            await wait_until(lambda: len(_checkpoints(broker)) == 1, timeout_s=1)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 1)
             assert list(_checkpoints(broker)[0].offsets) == [1]
             assert now_ms() < m1.invisible_until_ms
 
@@ -145,7 +150,7 @@ def test_acking_a_persisted_checkpoint_deletes_its_record_and_revive_entry(
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"a"), _msg(b"b")])
             a, b = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
-            await wait_until(lambda: len(_checkpoints(broker)) == 1)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
 
             assert await broker.ack("g", [a.receipt_handle]) == [None]
             (record,) = _checkpoints(broker)  # rewritten with the ack, not deleted
@@ -304,7 +309,11 @@ def test_buffered_checkpoint_lost_in_a_crash_means_redelivery_not_loss(
             await broker.send([_msg(b"a"), _msg(b"b")])
             (a,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             await broker.ack("g", [a.receipt_handle])
-            await wait_until(lambda: _stored_offset(broker, "g", "orders", 0) == 1)
+            await until(
+                lambda: _stored_offset(broker, "g", "orders", 0) == 1,
+                "group g's offset 1 persisted",
+                5.0,
+            )
             await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)  # b
             assert _checkpoints(broker) == []  # b's checkpoint is only in memory
             broker.store.close()  # crash: nothing more reaches the disk
@@ -336,11 +345,15 @@ async def _crash_with_a_persisted_checkpoint_above_an_open_one(
             await broker.send([_msg(b"pre")])
             (pre,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             await broker.ack("g", [pre.receipt_handle])
-            await wait_until(lambda: _stored_offset(broker, "g", "orders", 0) == 1)
+            await until(
+                lambda: _stored_offset(broker, "g", "orders", 0) == 1,
+                "group g's offset 1 persisted",
+                5.0,
+            )
         await broker.send([_msg(b"m0"), _msg(b"m1"), _msg(b"m2")])
         (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
         (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
-        await wait_until(lambda: len(_checkpoints(broker)) == 1)  # m1's, persisted early
+        await until(lambda: len(_checkpoints(broker)) == 1, "m1's checkpoint, persisted early", 5.0)
         assert [list(r.offsets) for r in _checkpoints(broker)] == [[m1.offset]]
         assert _committed(broker, "g", "orders") == m0.offset  # m0's open checkpoint holds it
         broker.store.close()  # crash: m0's buffered checkpoint is lost

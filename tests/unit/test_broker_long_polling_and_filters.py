@@ -9,7 +9,8 @@ import pytest
 from popmq.broker_core.config import LongPollingConfig
 from popmq.broker_core.errors import ResourceExhaustedError
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 
 def _msg(body: bytes = b"x", tag: str = "", topic: str = "orders") -> NewMessage:
@@ -26,7 +27,7 @@ def test_long_poll_is_woken_by_a_send(open_broker: OpenBroker) -> None:
             loop = asyncio.get_running_loop()
             started = loop.time()
             waiter = asyncio.create_task(broker.pop("g", "orders", wait_s=20))
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             await broker.send([_msg(b"arrived")])
             (msg,) = await asyncio.wait_for(waiter, 5)
             assert msg.record.body == b"arrived"
@@ -57,7 +58,7 @@ def test_a_send_wakes_a_long_poll_of_every_group(open_broker: OpenBroker) -> Non
                 asyncio.create_task(broker.pop(group, "orders", wait_s=20))
                 for group in ("billing", "shipping")
             ]
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             await broker.send([_msg(b"both")])
             results = await asyncio.wait_for(asyncio.gather(*waiters), 5)
             assert [[m.record.body for m in r] for r in results] == [[b"both"], [b"both"]]
@@ -72,7 +73,7 @@ def test_one_message_is_delivered_to_one_of_the_groups_waiting_consumers(
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             waiters = [asyncio.create_task(broker.pop("g", "orders", wait_s=0.5)) for _ in range(3)]
-            await wait_until(lambda: broker.polling.held == 3)
+            await until(lambda: broker.polling.held == 3, "3 pops held", 5.0)
             await broker.send([_msg(b"only")])
             results = await asyncio.wait_for(asyncio.gather(*waiters), 5)
             assert sorted(len(r) for r in results) == [0, 0, 1]
@@ -87,12 +88,12 @@ def test_held_pops_beyond_the_per_group_bound_are_resource_exhausted(
         async with open_broker(long_polling=LongPollingConfig(max_per_key=1)) as broker:
             await broker.create_topic("orders", 1)
             held = asyncio.create_task(broker.pop("g", "orders", wait_s=10))
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             with pytest.raises(ResourceExhaustedError, match="at most 1 may wait"):
                 await broker.pop("g", "orders", wait_s=10)
             assert await broker.pop("g", "orders", wait_s=0) == []  # a pop that does not wait
             other = asyncio.create_task(broker.pop("other", "orders", wait_s=10))
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             await broker.send([_msg()])
             assert len(await asyncio.wait_for(held, 5)) == 1
             assert len(await asyncio.wait_for(other, 5)) == 1
@@ -106,7 +107,7 @@ def test_close_ends_held_pops_with_an_empty_result(open_broker: OpenBroker) -> N
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             waiter = asyncio.create_task(broker.pop("g", "orders", wait_s=20))
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
         assert await asyncio.wait_for(waiter, 5) == []
 
     asyncio.run(scenario())
@@ -180,11 +181,12 @@ def test_filtered_long_poll_skips_non_matching_arrivals_and_wakes_for_a_match(
             waiter = asyncio.create_task(
                 broker.pop("g", "orders", wait_s=10, filter_expression="A")
             )
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             cq = broker.consume_queue("g", "orders", 0)
             assert cq is not None
             await broker.send([_msg(b"no", "B")])
-            await wait_until(lambda: cq.committed == 1)  # the held pop looked and skipped it
+            # the held pop looked and skipped it
+            await until(lambda: cq.committed == 1, "the held pop to skip the message", 5.0)
             assert broker.polling.held == 1  # and parked again
             assert not waiter.done()
             await broker.send([_msg(b"yes", "A")])

@@ -12,7 +12,8 @@ from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import GroupDefaults
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from popmq.broker_core.types import NewMessage, PoppedMessage
-from tests.unit.conftest import OpenBroker, now_ms, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, now_ms
 
 
 def _bodies(found: list[PoppedMessage]) -> list[bytes]:
@@ -333,7 +334,7 @@ def test_fifo_message_exhausting_attempts_goes_to_dlq_and_unblocks_its_group(
             async def dead_lettered() -> bool:
                 return "%DLQ%c" in {t.name for t in await broker.list_topics()}
 
-            await wait_until(dead_lettered)
+            await until(dead_lettered, "the dead-letter topic %DLQ%c", 5.0)
             (dead,) = await broker.pop("ops", "%DLQ%c", wait_s=5)
             assert dead.record.body == b"poison"
 

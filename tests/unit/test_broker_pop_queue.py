@@ -14,7 +14,8 @@ import pytest
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import NewMessage, PoppedMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 PROMPT_S = 5.0
 """A woken pop returns well within this; every held pop here waits 20 s or more."""
@@ -89,9 +90,9 @@ def test_a_send_wakes_the_pop_held_on_its_queue_not_one_held_on_another(
         async with open_broker() as broker:
             await broker.create_topic("orders", 2)
             on_one = _hold(broker, 1)  # the older waiter: oldest-first must not pick it
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             on_zero = _hold(broker, 0)
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             (to_zero,) = await broker.send([NewMessage("orders", b"for zero")])
             assert to_zero.queue_id == 0  # round-robin starts at queue 0
             assert _bodies(await _returns_promptly(on_zero)) == [b"for zero"]
@@ -113,7 +114,7 @@ def test_a_pop_of_every_queue_is_woken_by_a_send_to_any_queue(open_broker: OpenB
             await broker.create_topic("orders", 2)
             on_one = _hold(broker, 1)
             everywhere = asyncio.create_task(broker.pop("g", "orders", wait_s=20))
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             (sent,) = await broker.send([NewMessage("orders", b"any")])
             assert sent.queue_id == 0
             assert _bodies(await _returns_promptly(everywhere)) == [b"any"]
@@ -133,7 +134,7 @@ def test_a_retry_copy_wakes_a_pop_held_on_another_queue(open_broker: OpenBroker)
             (first,) = await broker.pop("g", "orders", queue_id=sent.queue_id, wait_s=0)
             other = 1 - sent.queue_id
             held = _hold(broker, other)
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             await broker.nack("g", first.receipt_handle, delay_s=0)  # revived at once
             (retried,) = await _returns_promptly(held)
             assert retried.record.body == b"again" and retried.delivery_attempt == 2
@@ -152,9 +153,9 @@ def test_a_released_fifo_group_wakes_the_pop_held_on_its_queue(open_broker: Open
             assert sent[1].queue_id == queue
             (a0,) = await broker.pop("g", "orders", queue_id=queue, wait_s=0)
             other = _hold(broker, 1 - queue)  # older, and on the other queue
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             mine = _hold(broker, queue)  # a1 waits behind a0
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             await broker.ack("g", [a0.receipt_handle])
             (a1,) = await _returns_promptly(mine)
             assert a1.record.body == b"a1"
@@ -198,7 +199,7 @@ def test_a_cancelled_held_pop_is_unparked_and_takes_nothing(open_broker: OpenBro
         async with open_broker() as broker:
             await broker.create_topic("orders", 2)
             held = _hold(broker, 1)
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             held.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await held
@@ -215,9 +216,9 @@ def test_a_pop_cancelled_after_its_wake_up_hands_the_wake_up_on(open_broker: Ope
         async with open_broker() as broker:
             await broker.create_topic("orders", 2)
             first = _hold(broker, 1)
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             second = _hold(broker, 1)
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             sent = await broker.send([NewMessage("orders", b"zero"), NewMessage("orders", b"one")])
             assert [r.queue_id for r in sent] == [0, 1]
             # The send woke `first`, which has not run yet: cancel it before it pops.

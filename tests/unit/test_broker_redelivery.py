@@ -7,7 +7,8 @@ import asyncio
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.catalog import retry_topic_name
 from popmq.broker_core.types import NewMessage, PoppedMessage
-from tests.unit.conftest import OpenBroker, now_ms, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, now_ms
 
 
 def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
@@ -104,14 +105,14 @@ def test_message_is_dead_lettered_after_max_delivery_attempts_and_readable_by_an
             assert second.delivery_attempt == 2
             await broker.nack("g", second.receipt_handle, delay_s=0)
 
-            await wait_until(lambda: _topic_exists(broker, "%DLQ%g"))
+            await until(lambda: _topic_exists(broker, "%DLQ%g"), "the dead-letter topic", 5.0)
             info, _ = await broker.get_topic("%DLQ%g")
             assert info.kind_name == "dlq"
 
             async def dead_lettered() -> bool:
                 return (await broker.get_topic("%DLQ%g"))[1][0].max_offset == 1
 
-            await wait_until(dead_lettered)
+            await until(dead_lettered, "the message to be dead-lettered", 5.0)
             assert await broker.pop("g", "orders", wait_s=0) == []  # not retried a third time
             assert await _retry_max_offset(broker, "g", "orders") == 1
 
@@ -135,7 +136,7 @@ def test_with_a_single_attempt_the_first_failure_dead_letters(open_broker: OpenB
             await broker.send([_msg(b"once")])
             (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
-            await wait_until(lambda: _topic_exists(broker, "%DLQ%g"))
+            await until(lambda: _topic_exists(broker, "%DLQ%g"), "the dead-letter topic", 5.0)
             (dead,) = await broker.pop("inspector", "%DLQ%g", wait_s=5)
             assert dead.record.body == b"once"
             assert await broker.pop("g", "orders", wait_s=0) == []
@@ -155,7 +156,11 @@ def test_a_group_popping_two_topics_never_gets_one_topics_retries_on_the_other(
             (from_a,) = await broker.pop("g", "a", invisible_s=30, wait_s=0)
             (from_b,) = await broker.pop("g", "b", invisible_s=30, wait_s=0)
             await broker.nack("g", from_a.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset_is(broker, "g", "a", 1))
+            await until(
+                lambda: _retry_max_offset_is(broker, "g", "a", 1),
+                "one message revived into g's retry topic of a",
+                5.0,
+            )
 
             assert await _retry_max_offset(broker, "g", "b") == 0
             for _ in range(5):  # every pop position, retry-first ones included
@@ -201,7 +206,11 @@ def test_retries_are_not_starved_by_a_backlog_of_new_messages(open_broker: OpenB
             await broker.send([_msg(b"retry-me")])
             (msg,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset_is(broker, "g", "orders", 1))
+            await until(
+                lambda: _retry_max_offset_is(broker, "g", "orders", 1),
+                "one message revived into g's retry topic of orders",
+                5.0,
+            )
             await broker.send([_msg(b"new-%d" % i) for i in range(50)])
 
             popped: list[PoppedMessage] = []
@@ -225,7 +234,11 @@ def test_pop_tops_up_from_the_retry_queue_when_normal_queues_run_short(
             await broker.send([_msg(b"old")])
             (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
-            await wait_until(lambda: _retry_max_offset_is(broker, "g", "orders", 1))
+            await until(
+                lambda: _retry_max_offset_is(broker, "g", "orders", 1),
+                "one message revived into g's retry topic of orders",
+                5.0,
+            )
             await broker.send([_msg(b"new-0"), _msg(b"new-1")])
             popped = await broker.pop("g", "orders", max_messages=32, wait_s=0)
             assert sorted((m.record.body, m.delivery_attempt) for m in popped) == [
@@ -246,7 +259,7 @@ def test_redelivery_reaches_only_the_owning_group(open_broker: OpenBroker) -> No
             await broker.pop("other", "orders", invisible_s=30, wait_s=0)  # consumed there too
             other = asyncio.create_task(broker.pop("other", "orders", wait_s=0.3))
             mine = asyncio.create_task(broker.pop("g", "orders", wait_s=5))
-            await wait_until(lambda: broker.polling.held == 2)
+            await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
             await broker.nack("g", msg.receipt_handle, delay_s=0)
             (again,) = await mine
             assert again.delivery_attempt == 2

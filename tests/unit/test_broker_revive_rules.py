@@ -10,7 +10,8 @@ from popmq.broker_core.config import PopConfig
 from popmq.broker_core.errors import UnavailableError
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 _LONG_BUFFER = PopConfig(ck_buffer_time_s=600, ck_persist_ahead_s=1)
 
@@ -28,8 +29,12 @@ def test_full_buffer_persists_the_oldest_checkpoints_at_once(open_broker: OpenBr
                 assert (
                     len(await broker.pop("g", "t", max_messages=1, invisible_s=600, wait_s=0)) == 1
                 )
-            await wait_until(lambda: broker.buffered_checkpoints <= 2)
-            await wait_until(lambda: len(_persisted_ids(broker.store)) == 2)
+            await until(
+                lambda: broker.buffered_checkpoints <= 2, "at most 2 checkpoints buffered", 5.0
+            )
+            await until(
+                lambda: len(_persisted_ids(broker.store)) == 2, "2 checkpoints persisted", 5.0
+            )
             # The offset moved past the persisted (oldest) ones: redelivery-safe, never loss.
             (row, _retry) = await broker.group_lag("g", "t")
             assert row.consumer_offset == 2
@@ -73,7 +78,7 @@ def test_a_failed_revive_write_leaves_the_checkpoint_and_no_copy_then_revives_on
 
             await asyncio.sleep(max(0.0, first.invisible_until_ms / 1000 - time.time() - 0.05))
             broker.store.write = failing_once  # type: ignore[method-assign]
-            await wait_until(lambda: bool(failed))
+            await until(lambda: bool(failed), "the injected write failure", 5.0)
             retry = broker.catalog.retry_topics[(1, 1)]
             assert broker.offsets.max_offset(retry.topic_id, 0) == 0  # no copy written
             assert broker.live_checkpoints == 1  # still owed by its checkpoint
@@ -142,7 +147,9 @@ def test_a_revive_storm_is_moved_in_small_chunks_each_message_once(
                 await real_revive(due)
 
             broker._reviver.revive = counting_revive  # type: ignore[method-assign]
-            await wait_until(lambda: broker.stats.revived[("g", "t")] == 1000, timeout_s=10)
+            await until(
+                lambda: broker.stats.revived[("g", "t")] == 1000, "1000 messages revived", 10
+            )
             assert sum(chunks) == 1000
             # A chunk of ~2,000 held the loop ~90 ms; 128 (+ one checkpoint) holds it a few ms.
             assert len(chunks) > 1 and max(chunks) < 128 + 32

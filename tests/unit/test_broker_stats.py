@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 
 def test_send_pop_ack_nack_revive_and_dead_letter_are_counted(open_broker: OpenBroker) -> None:
@@ -21,7 +22,11 @@ def test_send_pop_ack_nack_revive_and_dead_letter_are_counted(open_broker: OpenB
             assert again.delivery_attempt == 2
             await broker.nack("g", again.receipt_handle, delay_s=0)
             # The second failure exhausts the attempts: dead-lettered, not revived again.
-            await wait_until(lambda: broker.stats.dead_lettered[("g", "orders")] == 1)
+            await until(
+                lambda: broker.stats.dead_lettered[("g", "orders")] == 1,
+                "1 message dead-lettered",
+                5.0,
+            )
             dlq = await broker.pop("other", "%DLQ%g", wait_s=5)
             assert [m.record.body for m in dlq] == [b"b"]
 

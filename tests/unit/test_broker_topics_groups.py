@@ -15,7 +15,8 @@ from popmq.broker_core.errors import (
     NotFoundError,
 )
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 ALL = b"\xff" * 32
 
@@ -169,9 +170,9 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
                     r.retry and r.max_offset == 1 for r in await broker.group_lag("g", "orders")
                 )
 
-            await wait_until(retried)
+            await until(retried, "the message revived into the retry topic", 5.0)
             await broker.pop("g", "orders", invisible_s=30, wait_s=0)  # in flight, persisted
-            await wait_until(lambda: broker.buffered_checkpoints == 0)
+            await until(lambda: broker.buffered_checkpoints == 0, "every checkpoint persisted", 5.0)
             (kept,) = await broker.pop("g", "kept", invisible_s=30, wait_s=0)
             orders = (await broker.get_topic("orders"))[0]
             group_id = broker.get_group("g").group_id
@@ -195,7 +196,7 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
             # Only the other topic's in-flight message is left, in memory and on disk.
             assert broker.live_checkpoints == 1
             # Leaving the buffer schedules the write; the flush that does it may come later.
-            await wait_until(lambda: any(broker.store.scan("revive", b"", ALL)))
+            await until(lambda: any(broker.store.scan("revive", b"", ALL)), "a revive record", 5.0)
             records = list(broker.store.scan("checkpoints", b"", ALL))
             assert len(records) == len(list(broker.store.scan("revive", b"", ALL))) == 1
             assert await broker.ack("g", [kept.receipt_handle]) == [None]
@@ -237,7 +238,7 @@ def test_long_poll_on_a_deleted_topic_ends_with_not_found(open_broker: OpenBroke
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             waiter = asyncio.create_task(broker.pop("g", "orders", wait_s=10))
-            await wait_until(lambda: broker.polling.held == 1)
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             await broker.delete_topic("orders")
             with pytest.raises(NotFoundError):
                 await asyncio.wait_for(waiter, 2)
@@ -295,7 +296,7 @@ def test_group_lag_counts_backlog_and_inflight_per_queue(open_broker: OpenBroker
             async def revived() -> bool:
                 return (await rows())[2][4] == 1
 
-            await wait_until(revived)
+            await until(revived, "the message revived", 5.0)
             assert (await rows())[2] == ("orders", 0, True, 0, 1, 0, 1)
             assert await broker.group_lag("g") == await broker.group_lag("g", "orders")
 

@@ -12,7 +12,8 @@ from popmq.broker_core import transactions
 from popmq.broker_core.config import TransactionsConfig
 from popmq.broker_core.types import NewMessage, TransactionCheck
 from popmq.proxy.transaction_checks import TransactionCheckLoop
-from tests.unit.conftest import OpenBroker, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker
 
 FAST = TransactionsConfig(check_first_s=0.2, check_interval_s=0.2, check_max=3)
 
@@ -45,7 +46,7 @@ def test_due_checks_go_to_producers_of_their_topic_in_turn(
                     [NewMessage("orders", b"1"), NewMessage("orders", b"2")]
                 )
                 [refund] = await broker.send_half([NewMessage("refunds", b"no producer")])
-                await wait_until(lambda: len(got["a"]) + len(got["b"]) >= 2, timeout_s=10)
+                await until(lambda: len(got["a"]) + len(got["b"]) >= 2, "2 transaction checks", 10)
                 # Both producers took a check (in turn), each check went to one producer.
                 assert got["a"] and got["b"]
                 ids = [c.transaction_id for c in got["a"] + got["b"]]
@@ -58,7 +59,7 @@ def test_due_checks_go_to_producers_of_their_topic_in_turn(
                     info = await broker.get_transaction(refund.transaction_id)
                     return info.checks >= 1 or info.state == "discarded"
 
-                await wait_until(refund_counted, timeout_s=10)
+                await until(refund_counted, "the refund's first check", 10)
                 assert all(c.topic == "orders" for c in got["a"] + got["b"])
                 assert loop.stats.no_producer == 0
                 remove_b()

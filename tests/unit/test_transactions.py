@@ -26,7 +26,8 @@ from popmq.broker_core.send import QueueChooser
 from popmq.broker_core.transactions import TRANSACTION_ID_PROPERTY
 from popmq.broker_core.types import NewMessage
 from popmq.broker_core.validation import TRANSACTION_DISCARD_TOPIC
-from tests.unit.conftest import OpenBroker, now_ms, wait_until
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, now_ms
 
 FAST = TransactionsConfig(check_first_s=0.3, check_interval_s=0.3, check_max=3)
 
@@ -252,7 +253,7 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
             async def discarded() -> bool:
                 return bool(await broker.list_transactions("discarded"))
 
-            await wait_until(discarded)
+            await until(discarded, "the transaction discarded", 5.0)
             [gone] = await broker.list_transactions("discarded")
             assert (gone.transaction_id, gone.checks, gone.resolved_by) == (
                 half.transaction_id,
@@ -323,7 +324,7 @@ def test_resolved_transactions_are_forgotten_after_resolved_ttl(open_broker: Ope
                     return True
                 return False
 
-            await wait_until(forgotten)
+            await until(forgotten, "the resolved transaction forgotten", 5.0)
             with pytest.raises(NotFoundError, match="resolved more than"):
                 await broker.end_transaction(half.transaction_id, commit=True)
 

@@ -93,6 +93,11 @@ class ServerThread:
 
         return self.call(run)
 
+    def held_pops(self) -> int:
+        """Pops parked in the broker's long polling now (a change no waiter announces)."""
+        held: int = self.sync(lambda: self.broker.polling.held)
+        return held
+
     def stop(self) -> None:
         if self._loop is None or self.server is None:
             return

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from popmq.broker_core import Broker, BrokerConfig, StoreConfig
 from popmq.cluster import BrokerServicer, RemoteBroker, add_broker_service
 from popmq.cluster.broker_server import BrokerServer
 from popmq.proxy.server import PopMQServer, ServerConfig
-from tests.integration.server import ServerThread
+from tests.support.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,12 +61,6 @@ async def remote(address: str, **options: float) -> AsyncIterator[RemoteBroker]:
         yield broker
     finally:
         await broker.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerProcess:
