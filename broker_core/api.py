@@ -17,7 +17,7 @@ a watch), from what it read once at start, or by computing locally. BrokerAPI's 
 says why for each.
 
 Conformance is checked statically (broker.py assigns a Broker to a BrokerAPI, which mypy
-verifies) and by tests/unit/test_broker_api.py, which compares every member's signature
+verifies) and by tests/unit/broker_core/test_broker_api.py, which compares every member's signature
 with the facade's and pins which members are synchronous.
 """
 
@@ -179,7 +179,7 @@ class TransactionAPI(Protocol):
     operator. All async: a remote broker answers each with a call.
 
     Part of BrokerAPI; kept as a Protocol of its own so the proxy's check loop can be typed
-    against what it uses (tests/unit/test_broker_api.py checks the signatures).
+    against what it uses (tests/unit/broker_core/test_broker_api.py checks the signatures).
     """
 
     async def send_half(

@@ -210,7 +210,7 @@ class Store:
         # `python -m bench.wal_sync` (medians of 3 runs): the fsync of a 32-message batch
         # 430 -> 225 us, of a lone message 259 -> 169 us, and a third less CPU. RocksDB's
         # recyclable record format tells a reused file's old records from new ones, so
-        # recovery stops at the true end (tests/unit/test_store_wal_recycling.py kills a
+        # recovery stops at the true end (tests/unit/broker_core/test_store_wal_recycling.py kills a
         # writer to check).
         options.set_recycle_log_file_num(_RECYCLED_WAL_FILES)
         # Small memtables and WAL: a reopen replays the WAL and flushes it, and on a full

@@ -5,7 +5,7 @@ apache.rocketmq.v2 MessagingService, by its full gRPC method name
 ("/popmq.v1.MessagingService/Pop"), to a `Rule`: called with a request message it returns
 the checks (rule(request) -> list[Check]) the caller's policies must pass. For a streaming
 RPC the rule applies to each request message of the stream (a PopStream ack needs only
-the group, a pop the topic too). tests/unit/test_rpc_table.py fails when an RPC of those
+the group, a pop the topic too). tests/unit/proxy/test_rpc_table.py fails when an RPC of those
 services has no entry, and docs/security.md's table is this one, rendered by
 `markdown_table()` (`python -m popmq.proxy.security.rpc_table` prints it; a test compares).
 

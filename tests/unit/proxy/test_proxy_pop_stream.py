@@ -15,7 +15,7 @@ import grpc.aio
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core.errors import FailedPreconditionError, PopMQError
 from popmq.proxy.pop_stream import PopStreamSession
-from tests.unit.test_proxy_send_stream import FakeContext as SendContext
+from tests.unit.proxy.test_proxy_send_stream import FakeContext as SendContext
 
 
 class FakeContext(SendContext):

@@ -22,8 +22,7 @@ from popmq.broker_core.errors import (
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage
 from tests.old_handles import old_recall_handle, old_receipt_handle, renamed
-
-from .conftest import now_ms
+from tests.unit.conftest import now_ms
 
 
 @asynccontextmanager

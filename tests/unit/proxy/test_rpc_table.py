@@ -16,7 +16,7 @@ from popmq.proxy.errors import Undecodable, UndecodableRequestError
 from popmq.proxy.security import rpc_table
 from popmq.proxy.security.model import Action, Check, Resource, ResourceType
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 SERVICES = [
     messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"],
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
