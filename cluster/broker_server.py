@@ -55,20 +55,20 @@ from popmq.cluster.coordination import Coordinator, Session
 from popmq.cluster.errors import CoordinationError, MemberExistsError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.tls import ServerTLS, bind
-from popmq.proxy.server import (
-    MAX_MESSAGE_BYTES,
-    MAX_RECEIVE_BYTES,
-    ServerConfig,
-    _version,
-    metrics_endpoint,
+from popmq.proxy.process_runtime import (
+    bind_listeners,
+    grpc_server,
     print_plaintext_listener,
     run_process,
     split_listen,
+    start_metrics,
+    version,
     wait_for_stop_signal,
 )
+from popmq.proxy.security.gate import Gate
+from popmq.proxy.security.protected import check_protected_mode
+from popmq.proxy.security.tls import ServerTLS
+from popmq.proxy.server import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class BrokerServer:
     async def start(self) -> int:
         """Open the store, listen, register and sync the catalog (cluster mode), turn
         SERVING; returns the bound port."""
-        host, port = split_listen(self.config.listen)
+        split_listen(self.config.listen)  # a bad address fails before the store opens
         security = self.config.security
         # BrokerService reads and writes every topic for whoever calls: protected mode
         # applies as to a proxy (docs/security.md#protected-mode), to both listeners.
@@ -152,26 +152,14 @@ class BrokerServer:
         await self.broker.start()
         try:
             gate = self.gate.interceptor()
-            server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.so_reuseport", 0),
-                    *self.config.connections.grpc_options(),
-                ],
-                interceptors=() if gate is None else (gate,),
-            )
+            server = grpc_server(self.config, () if gate is None else (gate,))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             # grpc's servicer starts with "" SERVING: not before the broker is ready.
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             self.servicer = BrokerServicer(self.broker)
             add_broker_service(server, self.servicer)
-            self.port = bind(server, f"{host}:{port}", self.tls, shown=self.config.listen)
-            if security.plaintext_listen:
-                plain_host, plain_port = split_listen(security.plaintext_listen)
-                self.plaintext_port = bind(
-                    server, f"{plain_host}:{plain_port}", None, shown=security.plaintext_listen
-                )
+            listeners = bind_listeners(server, self.config, self.tls)
+            self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
             await server.start()
             self._server = server
             if self.tls is not None:
@@ -200,15 +188,9 @@ class BrokerServer:
 
     async def _serve_metrics(self) -> None:
         metrics = Metrics()
-        metrics.watch(self.broker, _version())
-        endpoint = metrics_endpoint(metrics, self.config)
-        try:
-            self.metrics_port = await endpoint.start()
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"cannot serve metrics on {self.config.metrics.listen}: {exc}"
-            ) from exc
-        self._metrics_endpoint = endpoint
+        metrics.watch(self.broker, version())
+        self._metrics_endpoint = await start_metrics(metrics, self.config)
+        self.metrics_port = self._metrics_endpoint.port
 
     def _watch(self, work: Coroutine[Any, Any, None], name: str) -> None:
         self._watchers.append(asyncio.get_running_loop().create_task(work, name=name))

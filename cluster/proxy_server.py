@@ -22,16 +22,15 @@ from popmq.cluster.coordination import Session
 from popmq.cluster.errors import CoordinationError
 from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.status import ClusterStatus
-from popmq.proxy.security.authn import cluster_signer
-from popmq.proxy.security.tls import broker_channel_tls
-from popmq.proxy.server import (
-    PopMQServer,
-    ServerConfig,
+from popmq.proxy.process_runtime import (
     print_plaintext_listener,
     run_process,
     split_listen,
     wait_for_stop_signal,
 )
+from popmq.proxy.security.authn import cluster_signer
+from popmq.proxy.security.tls import broker_channel_tls
+from popmq.proxy.server import PopMQServer, ServerConfig
 
 log = logging.getLogger(__name__)
 

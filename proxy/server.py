@@ -13,25 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
-from typing import Any, Literal
+from typing import Literal
 
 import grpc
 
 from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
 from popmq.broker_core import (
-    MAX_REQUEST_BYTES,
-    PRIVATE_UMASK,
     Broker,
     BrokerAPI,
     BrokerConfig,
-    DataDirError,
-    InvalidArgumentError,
     TransactionAPI,
 )
 from popmq.cluster.config import ClusterConfig, ReplicationConfig
@@ -41,7 +33,7 @@ from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.faults import FaultToleranceConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
-from popmq.proxy.logs import LogConfig, configure_logging
+from popmq.proxy.logs import LogConfig
 from popmq.proxy.memory import return_large_blocks
 from popmq.proxy.messaging import MessagingServicer
 from popmq.proxy.metrics import (
@@ -51,29 +43,32 @@ from popmq.proxy.metrics import (
     RpcInterceptor,
     StreamObserver,
 )
+from popmq.proxy.process_runtime import (
+    bind_listeners,
+    grpc_server,
+    print_plaintext_listener,
+    run_process,
+    split_listen,
+    start_metrics,
+    version,
+    wait_for_stop_signal,
+)
 from popmq.proxy.rocketmq import RocketMQService
 from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.http_auth import HttpAuth
-from popmq.proxy.security.protected import check_protected_mode, is_loopback
+from popmq.proxy.security.protected import check_protected_mode
 from popmq.proxy.security.store import (
     AclAuthorizer,
     ClusterSecurityStore,
     LocalSecurityStore,
     SecurityStore,
 )
-from popmq.proxy.security.tls import ServerTLS, bind
+from popmq.proxy.security.tls import ServerTLS
 from popmq.proxy.status import LocalStatus, StatusProvider
 from popmq.proxy.transaction_checks import TransactionCheckLoop
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_BYTES = 130 * 1024 * 1024
-"""Largest gRPC message the server sends (answers are bounded well below it: budget.py)."""
-MAX_RECEIVE_BYTES = MAX_REQUEST_BYTES
-"""Largest request: one send request at its limits (MAX_SEND_*) fits; grpc
-refuses anything larger with RESOURCE_EXHAUSTED before the servicer sees it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,18 +168,6 @@ class ServerConfig:
     """A broker that is one replica of a shard (`popmq broker --shard`)."""
 
 
-_MAX_PENDING_RPCS = 100_000
-"""Calls grpc.aio may queue before the loop picks them up (LongPollingConfig.max_total)."""
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """Parse HOST:PORT (IPv6 as [::1]:PORT)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidArgumentError(f"listen address {listen!r} is not HOST:PORT (port 0..65535)")
-    return host, int(port)
-
-
 class PopMQServer:
     """One proxy over one broker: the embedded one, or the `broker` given (a BrokerAPI,
     e.g. a popmq.cluster.RemoteBroker over a `popmq broker` in another process, or a
@@ -269,7 +252,6 @@ class PopMQServer:
         """Bind and serve health (NOT_SERVING) and reflection only; returns the bound port."""
         if self._server is not None:
             return self.port
-        host, port = split_listen(self.config.listen)
         security = self.config.security
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         # else the memory of a burst of large bodies stays with the process once freed
@@ -278,38 +260,15 @@ class PopMQServer:
         gate = self.gate.interceptor()
         if gate is not None:  # none when authentication is off: the gate then costs nothing
             interceptors.append(gate)
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-                # grpc.aio otherwise cancels calls once 1,000 wait to be picked up (3,000
-                # hard): a burst of long polls or pipelined sends would get CANCELLED. The
-                # broker's own bounds (held polls, in-flight writes) apply instead.
-                ("grpc.server.max_pending_requests", _MAX_PENDING_RPCS),
-                ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_RPCS),
-                *self.config.connections.grpc_options(),
-            ],
-            interceptors=interceptors,
-        )
+        server = grpc_server(self.config, interceptors)
         add_ops_services(server, self.health, self._late)
         if security.tls:  # TLS only on `listen`; plaintext only on its own listener
             self.tls = ServerTLS(security, what="proxy")
-        self.port = bind(server, f"{host}:{port}", self.tls, shown=self.config.listen)
-        if security.plaintext_listen:
-            plain_host, plain_port = split_listen(security.plaintext_listen)
-            self.plaintext_port = bind(
-                server, f"{plain_host}:{plain_port}", None, shown=security.plaintext_listen
-            )
+        listeners = bind_listeners(server, self.config, self.tls)
+        self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
         if self.metrics is not None:
-            endpoint = metrics_endpoint(self.metrics, self.config)
-            try:
-                self.metrics_port = await endpoint.start()
-            except OSError as exc:
-                raise InvalidArgumentError(
-                    f"cannot serve metrics on {self.config.metrics.listen}: {exc}"
-                ) from exc
-            self._metrics_endpoint = endpoint
+            self._metrics_endpoint = await start_metrics(self.metrics, self.config)
+            self.metrics_port = self._metrics_endpoint.port
         await self.health.starting()
         await server.start()
         self._server = server
@@ -334,7 +293,7 @@ class PopMQServer:
             self._watch_failure(), name="popmq-health-watch"
         )
         if self.metrics is not None:
-            self.metrics.watch(self.broker, _version())
+            self.metrics.watch(self.broker, version())
             if self.status is not None:
                 self.metrics.watch_brokers(self.status)
         # Servicers registered on `server` from here join the running gRPC server.
@@ -444,22 +403,6 @@ class PopMQServer:
             self._audit_file.close()
 
 
-def metrics_endpoint(metrics: Metrics, config: ServerConfig) -> MetricsEndpoint:
-    """The Prometheus endpoint of `config.metrics.listen`, with `[security]`'s metrics
-    credentials (`popmq serve`, `popmq proxy` and `popmq broker`); warns when it is open to
-    other machines (it names topics and groups, not what they hold)."""
-    host, port = split_listen(config.metrics.listen)
-    auth = HttpAuth.from_security(config.security)
-    if not auth.required and not is_loopback(host):
-        log.warning(
-            "the metrics endpoint on %s answers anyone who reaches it (topic and group names "
-            "and counts): set [security] metrics_username and metrics_password, or "
-            "metrics_bearer_token",
-            config.metrics.listen,
-        )
-    return MetricsEndpoint(metrics, host, port, auth=auth)
-
-
 async def serve(config: ServerConfig) -> None:
     """Run until SIGTERM or SIGINT."""
     server = PopMQServer(config)
@@ -476,46 +419,6 @@ async def serve(config: ServerConfig) -> None:
     log.info("stopped")
 
 
-async def wait_for_stop_signal(*, hangup: Callable[[], None] | None = None) -> None:
-    """Return at the first SIGTERM or SIGINT (`popmq serve`, `proxy` and `broker`); call
-    `hangup` (the TLS certificate's reload) at each SIGHUP, when given."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if hangup is not None:
-        loop.add_signal_handler(signal.SIGHUP, hangup)
-    await stop.wait()
-
-
-def print_plaintext_listener(config: ServerConfig, port: int) -> None:
-    """Say where the plaintext listener beside the TLS one is, if there is one."""
-    if port:
-        host, _ = split_listen(config.security.plaintext_listen)
-        print(f"popmq plaintext listener on {host}:{port}", flush=True)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("popmq")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
-
-
-def run_event_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
-    """Run `main` on the configured event loop ("uvloop" when installed, else asyncio's);
-    `popmq serve` and `popmq broker` share it."""
-    if event_loop == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            log.warning("uvloop is not installed: running on asyncio's own event loop")
-        else:
-            uvloop.run(main)
-            return
-    asyncio.run(main)
-
-
 def run_server(config: ServerConfig) -> int:
     """Blocking entry point of `popmq serve`; returns the process exit code.
 
@@ -523,22 +426,3 @@ def run_server(config: ServerConfig) -> int:
     permitted, in use by another popmq) print one line and exit 2.
     """
     return run_process(serve, config)
-
-
-def run_process(
-    main: Callable[[ServerConfig], Coroutine[Any, Any, None]], config: ServerConfig
-) -> int:
-    """Run a server process's `main(config)` to its end; 2 after printing a start error.
-
-    Shared by `popmq serve` and `popmq broker`.
-    """
-    configure_logging(config.log)
-    # Every file the server creates (RocksDB's tables and WAL files, made as it runs) is
-    # its user's alone: the store holds messages, and used to hold the receipt key.
-    os.umask(PRIVATE_UMASK)
-    try:
-        run_event_loop(main(config), config.event_loop)
-    except (InvalidArgumentError, DataDirError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0

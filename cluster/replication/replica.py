@@ -46,19 +46,20 @@ from popmq.cluster.replication.service import (
     ReplicationServicer,
     add_replication_service,
 )
-from popmq.proxy.security.authn import cluster_signer
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.tls import ServerTLS, bind, broker_channel_tls
-from popmq.proxy.server import (
+from popmq.proxy.process_runtime import (
     MAX_MESSAGE_BYTES,
-    MAX_RECEIVE_BYTES,
-    ServerConfig,
+    bind_listeners,
+    grpc_server,
     print_plaintext_listener,
     run_process,
     split_listen,
     wait_for_stop_signal,
 )
+from popmq.proxy.security.authn import cluster_signer
+from popmq.proxy.security.gate import Gate
+from popmq.proxy.security.protected import check_protected_mode
+from popmq.proxy.security.tls import ServerTLS, broker_channel_tls
+from popmq.proxy.server import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class ReplicaServer:
 
     async def start(self) -> int:
         self.died = asyncio.get_running_loop().create_future()
-        host, port = split_listen(self.config.listen)
+        split_listen(self.config.listen)  # a bad address fails before anything starts
         security = self.config.security
         check_protected_mode(
             security, (self.config.listen, security.plaintext_listen), server="popmq broker"
@@ -150,25 +151,18 @@ class ReplicaServer:
                 "popmq_replication_* series"
             )
         gate = self.gate.interceptor()
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                ("grpc.max_send_message_length", max(MAX_MESSAGE_BYTES, 64 * 1024 * 1024)),
-                ("grpc.so_reuseport", 0),
-                *self.config.connections.grpc_options(),
-            ],
-            interceptors=() if gate is None else (gate,),
+        server = grpc_server(
+            self.config,
+            () if gate is None else (gate,),
+            # a snapshot's chunks and a follower's batches are larger than any answer
+            max_send_bytes=max(MAX_MESSAGE_BYTES, 64 * 1024 * 1024),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
         add_broker_service(server, self.servicer)
         add_replication_service(server, self.replication)
-        self.port = bind(server, f"{host}:{port}", self.tls, shown=self.config.listen)
-        if security.plaintext_listen:
-            plain_host, plain_port = split_listen(security.plaintext_listen)
-            self.plaintext_port = bind(
-                server, f"{plain_host}:{plain_port}", None, shown=security.plaintext_listen
-            )
+        listeners = bind_listeners(server, self.config, self.tls)
+        self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
         await server.start()
         self._server = server
         if self.tls is not None:
