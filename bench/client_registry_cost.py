@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from popmq.cluster import Coordinator, EtcdCoordinator
+from popmq.coordination import Coordinator, EtcdCoordinator
 from popmq.proxy.clients import ClientRegistry, ConsumeMode, Registration
 
 SIZES = ((1, 4), (4, 8), (16, 32), (64, 128))

@@ -27,7 +27,7 @@ from typing import Any
 
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, PopMQError, PoppedMessage
 from popmq.broker_core.config import StoreConfig
-from popmq.cluster import Coordinator, EtcdCoordinator, LocalCoordinator
+from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
 from popmq.proxy.leases import LeaseTable
 
 _COORDINATOR_CALLS = ("get", "compare_and_set", "put", "list", "delete")

@@ -22,13 +22,8 @@ import statistics
 import time
 import timeit
 
-from popmq.cluster import (
-    Coordinator,
-    EtcdCoordinator,
-    LocalCoordinator,
-    RouteAdmin,
-    RouteCache,
-)
+from popmq.cluster import RouteAdmin, RouteCache
+from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 

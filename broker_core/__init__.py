@@ -1,6 +1,6 @@
 """Storage and POP semantics on RocksDB; knows nothing of gRPC.
 
-The proxy imports only the names exported here (tests/unit/test_proxy_imports.py): the
+The proxy imports only the names exported here (tests/unit/test_package_imports.py): the
 BrokerAPI Protocol it types against, its value types, errors, and the limits it checks.
 """
 

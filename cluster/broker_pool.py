@@ -17,8 +17,8 @@ import logging
 from collections.abc import Mapping
 
 from popmq.broker_core import UnavailableError
-from popmq.cluster.coordination import Entry
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.coordinator import Entry
 from popmq.proxy.security.signing import Signer
 from popmq.proxy.security.tls import ChannelTLS
 

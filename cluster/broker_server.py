@@ -51,9 +51,9 @@ from grpc_health.v1.health import aio as health_aio
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.catalog_sync import CatalogSync
-from popmq.cluster.coordination import Coordinator, Session
-from popmq.cluster.errors import CoordinationError, MemberExistsError
-from popmq.cluster.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.coordinator import Coordinator, Session
+from popmq.coordination.errors import CoordinationError, MemberExistsError
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
 from popmq.proxy.process_runtime import (
     bind_listeners,

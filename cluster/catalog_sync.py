@@ -41,11 +41,11 @@ from typing import TypeVar
 from popmq.broker_core import AlreadyExistsError, Broker, NotFoundError, PopMQError
 from popmq.broker_core.catalog import KIND_NORMAL, TopicInfo
 from popmq.broker_core.errors import FailedPreconditionError
-from popmq.cluster.coordination import Coordinator, Entry, Snapshot
-from popmq.cluster.errors import CorruptValueError
 from popmq.cluster.groups import GROUPS_FOLDER, GroupRecord
-from popmq.cluster.metadata import follow
 from popmq.cluster.routes import TOPICS_FOLDER, TopicRoute
+from popmq.coordination.coordinator import Coordinator, Entry, Snapshot
+from popmq.coordination.errors import CorruptValueError
+from popmq.coordination.metadata import follow
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from popmq.broker_core import (
     now_ms,
     updated_group_state,
 )
-from popmq.cluster.coordination import Coordinator, Entry, Snapshot
-from popmq.cluster.errors import CorruptValueError
-from popmq.cluster.metadata import (
+from popmq.coordination.coordinator import Coordinator, Entry, Snapshot
+from popmq.coordination.errors import CorruptValueError
+from popmq.coordination.metadata import (
     SCHEMA_VERSION,
     FollowingCache,
     delete_with_marker,

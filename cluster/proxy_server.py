@@ -18,10 +18,10 @@ import logging
 
 from popmq.broker_core import InvalidArgumentError, ServerInfo
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.cluster.coordination import Session
-from popmq.cluster.errors import CoordinationError
-from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.status import ClusterStatus
+from popmq.coordination.coordinator import Session
+from popmq.coordination.errors import CoordinationError
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.process_runtime import (
     print_plaintext_listener,
     run_process,

@@ -37,11 +37,11 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.catalog import MESSAGE_TYPES, dlq_topic_name
 from popmq.broker_core.validation import RETRY_PREFIX
-from popmq.cluster.coordination import Coordinator, Entry, Member, Snapshot
-from popmq.cluster.errors import (
+from popmq.coordination.coordinator import Coordinator, Entry, Member, Snapshot
+from popmq.coordination.errors import (
     CorruptValueError,
 )
-from popmq.cluster.metadata import (
+from popmq.coordination.metadata import (
     SCHEMA_VERSION,
     FollowingCache,
     delete_with_marker,

@@ -30,9 +30,9 @@ from typing import TypeVar
 
 from popmq.broker_core import PopMQError, now_ms
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.cluster.coordination import member_folder
-from popmq.cluster.errors import CoordinationError
-from popmq.cluster.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.coordinator import member_folder
+from popmq.coordination.errors import CoordinationError
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, ProxyStatus, StatusReport
 
 log = logging.getLogger(__name__)

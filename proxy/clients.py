@@ -73,9 +73,9 @@ from popmq.broker_core import (
     check_name,
     check_range,
 )
-from popmq.cluster.coordination import Coordinator
-from popmq.cluster.errors import CoordinationError
-from popmq.cluster.local_coordinator import LocalCoordinator
+from popmq.coordination.coordinator import Coordinator
+from popmq.coordination.errors import CoordinationError
+from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
     MessageQueue,

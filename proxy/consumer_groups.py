@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from popmq.broker_core import ResourceExhaustedError, UnavailableError
-from popmq.cluster.coordination import MAX_VALUE_BYTES, Coordinator, Entry
-from popmq.cluster.errors import ConflictError, CoordinationArgumentError, CorruptValueError
+from popmq.coordination.coordinator import MAX_VALUE_BYTES, Coordinator, Entry
+from popmq.coordination.errors import ConflictError, CoordinationArgumentError, CorruptValueError
 from popmq.proxy.allocation import Strategy
 
 __all__ = [

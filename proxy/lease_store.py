@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from popmq.cluster.coordination import Coordinator, Entry
-from popmq.cluster.errors import CorruptValueError
-from popmq.cluster.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
+from popmq.coordination.coordinator import Coordinator, Entry
+from popmq.coordination.errors import CorruptValueError
+from popmq.coordination.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
 
 FOLDER = "leases/"
 MAX_SEGMENT_CHARS = 160

@@ -62,8 +62,8 @@ from popmq.broker_core import (
     PoppedMessage,
     ResourceExhaustedError,
 )
-from popmq.cluster.coordination import Coordinator
-from popmq.cluster.errors import ConflictError, CoordinationUnavailableError
+from popmq.coordination.coordinator import Coordinator
+from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
 
 log = logging.getLogger(__name__)

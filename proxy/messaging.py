@@ -33,7 +33,7 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
-from popmq.cluster.coordination import Coordinator
+from popmq.coordination.coordinator import Coordinator
 from popmq.proxy import convert
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration

@@ -26,12 +26,11 @@ from popmq.broker_core import (
     BrokerConfig,
     TransactionAPI,
 )
-from popmq.cluster.config import ClusterConfig, ReplicationConfig
-from popmq.cluster.coordination import Coordinator
-from popmq.cluster.local_coordinator import LocalCoordinator
+from popmq.coordination.config import ClusterConfig, FaultToleranceConfig, ReplicationConfig
+from popmq.coordination.coordinator import Coordinator
+from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
-from popmq.proxy.faults import FaultToleranceConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
 from popmq.proxy.logs import LogConfig
 from popmq.proxy.memory import return_large_blocks

@@ -16,9 +16,23 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from popmq.broker_core import BrokerAPI, MetricsSnapshot
-from popmq.proxy.faults import BrokerFaultState
 
 Mode = Literal["local", "cluster"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFaultState:
+    """One broker as the fault table sees it (for metrics and `popmq cluster status`)."""
+
+    broker: str
+    latency_s: float
+    """The latency of the last send recorded (the failure charge for a failure)."""
+    isolated_for_s: float
+    """Seconds until it is picked again; 0 when it is available."""
+    isolations: int
+    """Times it went from available to isolated since it was first seen."""
+    failures: int
+    """Failed sends recorded on it since it was first seen."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

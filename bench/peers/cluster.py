@@ -41,8 +41,8 @@ from bench.peers.servers import (
 )
 from bench.peers.targets import PopmqTarget
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from popmq.cluster import EtcdCoordinator
 from popmq.cluster.replication.election import ShardElection, ShardState
+from popmq.coordination import EtcdCoordinator
 
 __all__ = [
     "ClusterLaunch",

@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from popmq.broker_core.errors import UnavailableError
-from popmq.cluster.coordination import encode_value
-from popmq.cluster.errors import CoordinationError, LeaseNotFoundError
-from popmq.cluster.etcd import Compare, Get, LeaseKeeper, Put, RangeResult
-from popmq.cluster.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.coordinator import encode_value
+from popmq.coordination.errors import CoordinationError, LeaseNotFoundError
+from popmq.coordination.etcd import Compare, Get, LeaseKeeper, Put, RangeResult
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
 
 SHARDS_FOLDER = "shards/"
 

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from popmq.broker_core import UnavailableError
-from popmq.cluster.coordination import Coordinator
-from popmq.cluster.errors import CoordinationError
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.coordinator import Coordinator
+from popmq.coordination.errors import CoordinationError
 from popmq.proxy.security.signing import Signer
 from popmq.proxy.security.tls import ChannelTLS
 

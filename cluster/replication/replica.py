@@ -35,9 +35,6 @@ from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, Unavailab
 from popmq.broker_core.store import Store
 from popmq.cluster.broker_service import BrokerServicer, add_broker_service
 from popmq.cluster.catalog_sync import CatalogSync
-from popmq.cluster.coordination import Session
-from popmq.cluster.errors import CoordinationError, MemberExistsError
-from popmq.cluster.etcd_coordinator import EtcdCoordinator
 from popmq.cluster.replication.election import ShardElection, ShardState, Term
 from popmq.cluster.replication.follower import Follower, FollowError
 from popmq.cluster.replication.log import ReplicationLog
@@ -46,6 +43,9 @@ from popmq.cluster.replication.service import (
     ReplicationServicer,
     add_replication_service,
 )
+from popmq.coordination.coordinator import Session
+from popmq.coordination.errors import CoordinationError, MemberExistsError
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.process_runtime import (
     MAX_MESSAGE_BYTES,
     bind_listeners,

@@ -39,9 +39,9 @@ from popmq.broker_core import (
     UnavailableError,
     now_ms,
 )
-from popmq.cluster.coordination import Coordinator, Snapshot
-from popmq.cluster.errors import CoordinationError
-from popmq.cluster.metadata import (
+from popmq.coordination.coordinator import Coordinator, Snapshot
+from popmq.coordination.errors import CoordinationError
+from popmq.coordination.metadata import (
     FollowingCache,
     delete_with_marker,
     marker,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq.cluster import Coordinator, EtcdCoordinator, LocalCoordinator
+from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 

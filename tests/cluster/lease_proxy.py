@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from popmq.cluster import EtcdCoordinator, RemoteBroker
+from popmq.cluster import RemoteBroker
+from popmq.coordination import EtcdCoordinator
 from popmq.proxy.server import PopMQServer, ServerConfig
 
 

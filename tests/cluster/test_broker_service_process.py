@@ -17,7 +17,8 @@ import pytest
 
 from popmq import Admin, Producer, SimpleConsumer
 from popmq.broker_core import NewMessage, UnavailableError
-from popmq.cluster import EtcdCoordinator, RemoteBroker
+from popmq.cluster import RemoteBroker
+from popmq.coordination import EtcdCoordinator
 from popmq.sdk import UnavailableError as SdkUnavailableError
 from tests.support.brokers import ROOT, BrokerProcess, RemoteServerThread
 from tests.support.etcd import EtcdServer

@@ -23,7 +23,8 @@ from popmq import (
     ReceivedMessage,
     UnavailableError,
 )
-from popmq.cluster import EtcdCoordinator, RouteCache
+from popmq.cluster import RouteCache
+from popmq.coordination import EtcdCoordinator
 from tests.cluster.traffic import (
     SendLog,
     compare,

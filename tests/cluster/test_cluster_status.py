@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from popmq import AsyncAdmin, AsyncProducer
 from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.cli.main import main
-from popmq.cluster import LocalCoordinator
 from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.cluster.config import ClusterConfig
 from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus
+from popmq.coordination import LocalCoordinator
+from popmq.coordination.config import ClusterConfig
 from popmq.proxy.metrics import MetricsConfig
 from popmq.proxy.server import ServerConfig
 from tests.cluster.conftest import unique_cluster

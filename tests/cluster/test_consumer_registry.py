@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from popmq.broker_core.errors import FailedPreconditionError
-from popmq.cluster import Coordinator, LocalCoordinator
+from popmq.coordination import Coordinator, LocalCoordinator
 from popmq.proxy.clients import (
     CLUSTER_CLOCK_SKEW_S,
     ClientRegistry,

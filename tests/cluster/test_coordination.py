@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from popmq.cluster import (
+from popmq.coordination import (
     ConflictError,
     CoordinationArgumentError,
     Coordinator,
@@ -15,7 +15,7 @@ from popmq.cluster import (
     MemberExistsError,
     Snapshot,
 )
-from popmq.cluster.coordination import expiry_slack_s
+from popmq.coordination.coordinator import expiry_slack_s
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.support.etcd import EtcdServer
 

@@ -9,16 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from popmq.cluster import (
+from popmq.coordination import (
     CompactedError,
     CoordinationArgumentError,
     CoordinationUnavailableError,
-    EtcdClient,
     EtcdCoordinator,
     LeaseNotFoundError,
     Snapshot,
 )
-from popmq.cluster.etcd import Compare, Delete, Get, Put
+from popmq.coordination.etcd import Compare, Delete, EtcdClient, Get, Put
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.etcd import EtcdServer

@@ -18,9 +18,9 @@ from popmq.broker_core import (
     NotFoundError,
     Subscription,
 )
-from popmq.cluster import CorruptValueError
-from popmq.cluster.coordination import Entry
 from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
+from popmq.coordination import CorruptValueError
+from popmq.coordination.coordinator import Entry
 from tests.cluster.conftest import MakeCoordinator
 
 pytestmark = pytest.mark.timeout(60)

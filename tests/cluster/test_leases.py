@@ -21,7 +21,7 @@ from popmq.broker_core import (
     StoreConfig,
     UnavailableError,
 )
-from popmq.cluster import EtcdCoordinator
+from popmq.coordination import EtcdCoordinator
 from popmq.proxy.lease_store import FOLDER
 from popmq.proxy.leases import LeaseConfig, LeasePage, LeaseTable
 from tests.cluster.conftest import MakeCoordinator, unique_cluster

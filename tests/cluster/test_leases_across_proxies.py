@@ -29,7 +29,8 @@ from popmq import (
     ReceivedMessage,
     SimpleConsumer,
 )
-from popmq.cluster import EtcdCoordinator, RemoteBroker
+from popmq.cluster import RemoteBroker
+from popmq.coordination import EtcdCoordinator
 from popmq.proxy.server import PopMQServer
 from tests.cluster.conftest import unique_cluster
 from tests.support.brokers import ROOT, BrokerProcess

@@ -15,21 +15,16 @@ from popmq.broker_core import (
     NotFoundError,
     UnavailableError,
 )
-from popmq.cluster import (
+from popmq.cluster import QueueRef, RouteAdmin, RouteCache, RoutesConfig, Segment, TopicRoute
+from popmq.coordination import (
     ConflictError,
     Coordinator,
     CorruptValueError,
     EtcdCoordinator,
     LocalCoordinator,
-    QueueRef,
-    RouteAdmin,
-    RouteCache,
-    RoutesConfig,
-    Segment,
     Session,
-    TopicRoute,
 )
-from popmq.cluster.coordination import Entry
+from popmq.coordination.coordinator import Entry
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.cluster.link import Link
 from tests.support.etcd import EtcdServer

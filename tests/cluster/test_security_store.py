@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from popmq import Admin, NotFoundError, Policy
-from popmq.cluster import EtcdCoordinator
+from popmq.coordination import EtcdCoordinator
 from popmq.proxy.security.model import Action, Pattern, ResourceType
 from popmq.proxy.security.model import Policy as AclPolicy
 from popmq.proxy.security.store import ClusterSecurityStore, SecurityStore

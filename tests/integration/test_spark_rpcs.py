@@ -29,7 +29,7 @@ from popmq import (
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
 from popmq.broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
-from popmq.cluster import LocalCoordinator
+from popmq.coordination import LocalCoordinator
 from popmq.proxy.leases import LeaseConfig, LeaseTable
 from popmq.proxy.leases import LeasePage as LeasePageResult
 from popmq.sdk.errors import error_from_rpc_error

@@ -18,8 +18,8 @@ from typing import TypeVar
 from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.cluster.config import ClusterConfig
 from popmq.cluster.proxy_server import ProxyServer
+from popmq.coordination.config import ClusterConfig
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.server import ServerConfig
 from tests.support.etcd import EtcdServer

@@ -6,7 +6,7 @@ import grpc
 import pytest
 from grpc.aio import AioRpcError, Metadata
 
-from popmq.cluster.etcd import _stream_outage
+from popmq.coordination.etcd import _stream_outage
 
 
 def _error(code: grpc.StatusCode, details: str) -> AioRpcError:

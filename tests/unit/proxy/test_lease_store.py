@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from popmq.cluster.coordination import check_path
+from popmq.coordination.coordinator import check_path
 from popmq.proxy.lease_store import MAX_SEGMENT_CHARS, encode_segment, lease_path, page_path
 from popmq.proxy.leases import MAX_TOKEN_LENGTH
 

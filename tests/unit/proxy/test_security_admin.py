@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from popmq._gen.popmq.v1 import admin_pb2
-from popmq.cluster.local_coordinator import LocalCoordinator
+from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
 from popmq.proxy.security.model import (
     ANONYMOUS_SUPER,

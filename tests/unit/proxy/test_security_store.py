@@ -15,7 +15,7 @@ from popmq.broker_core import (
     NotFoundError,
     PermissionDeniedError,
 )
-from popmq.cluster.local_coordinator import LocalCoordinator
+from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.security.model import (
     Action,
     Decision,

@@ -31,13 +31,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from popmq.cluster.errors import (
+from popmq.coordination.errors import (
     ConflictError,
     CoordinationArgumentError,
     CorruptValueError,
     SessionClosedError,
 )
-from popmq.cluster.etcd import (
+from popmq.coordination.etcd import (
     check_ttl,
 )
 

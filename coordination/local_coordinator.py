@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from popmq.cluster.coordination import (
+from popmq.coordination.coordinator import (
     DEFAULT_SESSION_TTL_S,
     Entry,
     Member,
@@ -34,7 +34,7 @@ from popmq.cluster.coordination import (
     member_folder,
     member_path,
 )
-from popmq.cluster.errors import (
+from popmq.coordination.errors import (
     MemberExistsError,
     SessionClosedError,
 )

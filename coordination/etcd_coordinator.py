@@ -19,7 +19,7 @@ import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from popmq.cluster.coordination import (
+from popmq.coordination.coordinator import (
     DEFAULT_SESSION_TTL_S,
     MIN_SLACK_S,
     Entry,
@@ -41,14 +41,14 @@ from popmq.cluster.coordination import (
     member_path,
     pause_after,
 )
-from popmq.cluster.errors import (
+from popmq.coordination.errors import (
     CompactedError,
     CoordinationUnavailableError,
     CorruptValueError,
     LeaseNotFoundError,
     MemberExistsError,
 )
-from popmq.cluster.etcd import (
+from popmq.coordination.etcd import (
     DEFAULT_TIMEOUT_S,
     MAX_LEASE_TTL_S,
     EtcdClient,

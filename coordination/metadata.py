@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from popmq.broker_core import FailedPreconditionError
-from popmq.cluster.coordination import Coordinator, Entry, Snapshot
-from popmq.cluster.errors import (
+from popmq.coordination.coordinator import Coordinator, Entry, Snapshot
+from popmq.coordination.errors import (
     ConflictError,
     CoordinationError,
     CoordinationUnavailableError,

@@ -28,7 +28,6 @@ docs/fault-tolerance.md.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import zlib
@@ -45,14 +44,13 @@ from popmq.broker_core import (
     UnavailableError,
 )
 from popmq.cluster.routes import QueueRef
+from popmq.coordination.config import FaultToleranceConfig
+from popmq.proxy.status import BrokerFaultState
 
 __all__ = [
     "RETRY_ON_ANOTHER_BROKER",
-    "BrokerFaultState",
     "FaultSnapshot",
     "FaultTable",
-    "FaultToleranceConfig",
-    "QueueRef",
     "Routed",
     "SendRouter",
     "fifo_queue_index",
@@ -77,97 +75,6 @@ bug, would fail the same way on every broker, and is never retried."""
 
 _MAX_FORGOTTEN = 4096
 """Brokers whose last forget time is kept (the oldest beyond are dropped)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FaultToleranceConfig:
-    """How sends avoid slow or failing brokers, and how often a send is tried.
-
-    Defaults are RocketMQ 5's MQFaultStrategy tables (the proxy's and the 5.x client's), not
-    the 4.x client's `{50, 100, 550, 1000, 2000, 3000, 15000} ms -> {0, 0, 30, 60, 120, 180,
-    600} s`: a proxy retries for its clients on another broker at once, so a broker that
-    failed once needs to be avoided for seconds, not for 30 s to 10 min; and a broker that
-    recovered gets its share of the load back quickly.
-    """
-
-    enabled: bool = True
-    """Record latencies and avoid isolated brokers. When off, sends rotate over every queue
-    and a failed send is still retried on another broker (RocketMQ with
-    sendLatencyFaultEnable off avoids the last failed broker the same way)."""
-    latency_thresholds_s: tuple[float, ...] = (0.05, 0.1, 0.55, 1.8, 3.0, 5.0, 15.0)
-    """Latency steps, ascending (RocketMQ 5's latencyMax, 50 ms .. 15 s). A send that took at
-    least step i (and less than step i + 1) isolates its broker for isolation_s[i]."""
-    isolation_s: tuple[float, ...] = (0.0, 0.0, 2.0, 5.0, 6.0, 10.0, 30.0)
-    """How long a broker is avoided after a send of each latency step (RocketMQ 5's
-    notAvailableDuration, 0 .. 30 s). Below the first step: 0 (not isolated)."""
-    failure_latency_s: float = 10.0
-    """A failed send counts as a send that took this long (RocketMQ 5: 10,000 ms). With the
-    default table that isolates the broker for 10 s (10 s is past the 5 s step, not yet the
-    15 s one). A failure that really took longer (a timeout after 20 s) is charged its real
-    time: it never isolates for less than a success as slow would."""
-    max_attempts: int = 3
-    """Tries of one send, each on a different broker (RocketMQ: retryTimesWhenSendFailed 2,
-    + 1). 1 = no retry inside the proxy. A FIFO send is tried once (its queue is fixed)."""
-    max_tracked_topics: int = 20_000
-    """Topics whose rotation position is remembered; the least recently sent-to beyond this
-    are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
-
-    def __post_init__(self) -> None:
-        steps, isolation = self.latency_thresholds_s, self.isolation_s
-        if not steps:
-            raise ValueError("latency_thresholds_s must have at least one step")
-        for name, values in (("latency_thresholds_s", steps), ("isolation_s", isolation)):
-            bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
-            if bad:
-                raise ValueError(
-                    f"{name} {values} has {bad[0]}: every entry must be a finite number >= 0"
-                )
-        if len(isolation) != len(steps):
-            raise ValueError(
-                f"isolation_s has {len(isolation)} entries for {len(steps)} latency_thresholds_s:"
-                " give one isolation per latency step"
-            )
-        if any(a >= b for a, b in itertools.pairwise(steps)):
-            raise ValueError(f"latency_thresholds_s {steps} must be strictly ascending")
-        if any(a > b for a, b in itertools.pairwise(isolation)):
-            raise ValueError(
-                f"isolation_s {isolation} must not decrease: a slower send must not isolate"
-                " its broker for less than a faster one"
-            )
-        if not (math.isfinite(self.failure_latency_s) and self.failure_latency_s > 0):
-            raise ValueError(
-                f"failure_latency_s {self.failure_latency_s} must be a finite number > 0"
-                " (to stop isolating brokers, set enabled = false)"
-            )
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
-        if self.max_tracked_topics < 1:
-            raise ValueError(f"max_tracked_topics {self.max_tracked_topics} must be at least 1")
-
-    def isolation_for(self, latency_s: float) -> float:
-        """Seconds a broker is avoided after a send that took `latency_s`: the entry of the
-        largest step not above it (0 below the first step), as RocketMQ computes it."""
-        for step, isolation in zip(
-            reversed(self.latency_thresholds_s), reversed(self.isolation_s), strict=True
-        ):
-            if latency_s >= step:
-                return isolation
-        return 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerFaultState:
-    """One broker as the fault table sees it (for metrics and `popmq cluster status`)."""
-
-    broker: str
-    latency_s: float
-    """The latency of the last send recorded (the failure charge for a failure)."""
-    isolated_for_s: float
-    """Seconds until it is picked again; 0 when it is available."""
-    isolations: int
-    """Times it went from available to isolated since it was first seen."""
-    failures: int
-    """Failed sends recorded on it since it was first seen."""
 
 
 @dataclass(frozen=True, slots=True)

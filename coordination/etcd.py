@@ -30,7 +30,7 @@ import grpc.aio
 from popmq._gen.etcd.etcdserverpb import rpc_pb2 as pb
 from popmq._gen.etcd.etcdserverpb import rpc_pb2_grpc as rpc
 from popmq._gen.etcd.mvccpb import kv_pb2
-from popmq.cluster.errors import (
+from popmq.coordination.errors import (
     CompactedError,
     CoordinationArgumentError,
     CoordinationError,

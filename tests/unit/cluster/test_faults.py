@@ -1,4 +1,4 @@
-"""Latency fault tolerance for cluster sends (proxy/faults.py), on a fake monotonic clock."""
+"""Latency fault tolerance for cluster sends (cluster/faults.py), on a fake monotonic clock."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.catalog import KIND_NORMAL, TopicInfo
 from popmq.broker_core.send import QueueChooser
-from popmq.proxy.faults import (
+from popmq.cluster.faults import (
     FaultTable,
-    FaultToleranceConfig,
-    QueueRef,
     Routed,
     SendRouter,
     fifo_queue_index,
     is_broker_failure,
 )
+from popmq.cluster.routes import QueueRef
+from popmq.coordination.config import FaultToleranceConfig
 
 STEPS = (0.05, 0.1, 0.55, 1.8, 3.0, 5.0, 15.0)
 ISOLATION = (0.0, 0.0, 2.0, 5.0, 6.0, 10.0, 30.0)
