@@ -22,7 +22,7 @@ a computed assignment is only a target. The right to consume a queue is a **leas
   existed before the restart, so a member that has not called yet has stopped by then.
 
 **One registry for all proxies.** Members of queue-exclusive groups and their leases live
-in the coordinator (popmq.cluster.Coordinator), one entry per group (consumer_groups.py):
+in the coordinator (popmq.coordination.Coordinator), one entry per group (consumer_groups.py):
 every proxy of a cluster computes the same assignment over the same members, and a lease
 granted through one proxy holds at all of them, so a member may call any proxy and move
 between them. `popmq serve` keeps the same entries in its in-memory LocalCoordinator. A
