@@ -30,10 +30,13 @@ run: $(SETUP_STAMP)
 
 # Three workers on two cores: most tests wait on servers, subprocesses and timers, not the CPU.
 # The Spark tests that share a SparkSession run in turn on one worker (tests/spark/conftest.py).
+# Tests marked `alone` measure a server's memory, which the other workers' load would inflate:
+# they run afterwards, by themselves.
 TEST_WORKERS ?= 3
 
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 lint: setup
 	$(VENV)/bin/ruff format --check .

@@ -251,6 +251,7 @@ class PopMQServer:
         """Bind and serve health (NOT_SERVING) and reflection only; returns the bound port."""
         if self._server is not None:
             return self.port
+        split_listen(self.config.listen)  # a bad address is named as such, before the rest
         security = self.config.security
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         # else the memory of a burst of large bodies stays with the process once freed

@@ -400,6 +400,7 @@ def test_connection_limits_reach_grpc_as_options() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_the_memory_attacks_stay_bounded_and_give_their_memory_back() -> None:
     """A small run of bench/slow_consumer_memory.py against a `popmq serve` subprocess."""
     runs = asyncio.run(
@@ -419,6 +420,7 @@ def test_the_memory_attacks_stay_bounded_and_give_their_memory_back() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None:
     """The 8-group attack, CI-sized: each group's 256 pops are released together once the
     group exists and would take all 64 MiB at once (+323 to +543 MB over the start before
