@@ -142,10 +142,13 @@ class _Reflection(reflection.aio.ReflectionServicer):
     """Server reflection: services read at call time, proto files with their comments.
 
     The service list is read per call because services are registered late. Files are still
-    looked up in the descriptor pools (the default one, then popmq's private one
-    with apache.rocketmq.v2), so reflection answers exactly what the server has
-    loaded; the project's own files (and what they import) are sent with their comments
-    added. Everything else (health, reflection, well-known types) is the base class's answer.
+    looked up in the descriptor pools (popmq's private one with apache.rocketmq.v2, then the
+    default one), so reflection answers exactly what the server has loaded; the project's
+    own files (and what they import) are sent with their comments added. Everything else
+    (health, reflection, well-known types) is the base class's answer. The private pool
+    goes first because a process that also imported the official RocketMQ client has that
+    client's own apache.rocketmq.v2 files (other names, no comments) in the default pool,
+    and they are not what this server serves.
     """
 
     def __init__(self, names: Callable[[], Sequence[str]]) -> None:
@@ -158,7 +161,7 @@ class _Reflection(reflection.aio.ReflectionServicer):
     def _file_by_filename(
         self, request: reflection_pb2.ServerReflectionRequest, filename: str
     ) -> reflection_pb2.ServerReflectionResponse:
-        file = _find(filename, self._pool.FindFileByName, _pool.POOL.FindFileByName)
+        file = _find(filename, _pool.POOL.FindFileByName, self._pool.FindFileByName)
         if file is not None and file.name in self._comments:
             return self._documented_response(request, file)
         return super()._file_by_filename(request, filename)
@@ -168,8 +171,8 @@ class _Reflection(reflection.aio.ReflectionServicer):
     ) -> reflection_pb2.ServerReflectionResponse:
         file = _find(
             fully_qualified_name,
-            self._pool.FindFileContainingSymbol,
             _pool.POOL.FindFileContainingSymbol,
+            self._pool.FindFileContainingSymbol,
         )
         if file is not None and file.name in self._comments:
             return self._documented_response(request, file)

@@ -8,6 +8,10 @@ call's reader task hands over by id. A request behaves as its unary RPC would:
   (UNAVAILABLE when the server went away or shut down: ``UnavailableError``), and the next
   request opens a new call; a call cancelled locally (the client closed) cancels them, as a
   closed channel cancels unary calls;
+- closing with nothing in flight half-closes the call and waits (briefly) for the server to
+  end it: an answer the client has read may still be on the server's side of a write, and a
+  cancelled call tells the server it was never written (PopStream gives its messages back,
+  and their receipt handles are superseded);
 - a call is opened on a connected endpoint of the client's connection, and a call that
   breaks with an outage status (UNAVAILABLE, DEADLINE_EXCEEDED) tells the connection, which
   moves to its next endpoint (sdk/_channel.py): the next request's call opens there. Whether
@@ -43,6 +47,11 @@ _CORE_INTERNAL = "Internal error from Core"
 """What grpc's status says when a write failed because the call had ended under it."""
 _DEADLINE = "Deadline Exceeded"
 """What grpc says when a unary call's deadline passes; a request on a stream says the same."""
+_END_WAIT_S = 5.0
+"""How long ``close`` waits for the server to end a half-closed call before cancelling it
+(the server ends it as soon as it has written its last answer)."""
+_END = object()
+"""The writer's cue to half-close the call."""
 
 AnswerT = TypeVar("AnswerT")
 """What one request is answered with (a PopResponse or AckResponse, a SendMessagesResponse)."""
@@ -69,11 +78,23 @@ class _Call(Generic[AnswerT]):
         self.broken = False
         self.writing = False
         """A write is on the wire: the writer finishes it rather than being cancelled."""
+        self.ending = False
+        """``close`` half-closed the call: its end is not a failure."""
         self.writer = asyncio.ensure_future(self._write())
         self.reader = asyncio.ensure_future(self._read())
 
     async def close(self) -> None:
-        """Cancel the call; requests still waiting are cancelled."""
+        """End the call; requests still waiting are cancelled.
+
+        With nothing in flight the call is half-closed first, and the server ends it once
+        its writes are done: cancelled amid the write of an answer the client already read,
+        the server could not tell it was written and would undo it (PopStream gives popped
+        messages back). The call is cancelled when it does not end within `_END_WAIT_S`.
+        """
+        if not self.broken and not self.pending:
+            self.ending = True
+            self.outbox.put_nowait(_END)
+            await asyncio.wait([self.reader], timeout=_END_WAIT_S)
         self.broken = True
         self.call.cancel()
         # The read (and a write on the wire) of a cancelled call end by themselves, once
@@ -89,6 +110,9 @@ class _Call(Generic[AnswerT]):
             request = await self.outbox.get()
             self.writing = True
             try:
+                if request is _END:
+                    await self.call.done_writing()
+                    return
                 await self.call.write(request)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
                 # The call ended; the reader reports how, to every request in flight.
@@ -103,7 +127,8 @@ class _Call(Generic[AnswerT]):
             while True:
                 answer = await self.call.read()
                 if answer is grpc.aio.EOF:
-                    self._break(grpc.StatusCode.UNAVAILABLE, self.stream.ended)
+                    if not (self.ending and not self.pending):
+                        self._break(grpc.StatusCode.UNAVAILABLE, self.stream.ended)
                     return
                 if not self.answered:
                     self.answered = True

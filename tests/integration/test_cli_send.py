@@ -91,6 +91,7 @@ def test_send_reads_binary_bodies_from_stdin_and_files(
     assert "\ufffd" not in table
 
 
+@pytest.mark.timeout(360)  # the subprocess's start and exit, under load (see below)
 def test_interrupted_bulk_send_says_how_many_were_stored(endpoint: str) -> None:
     with Admin(endpoint) as admin:
         admin.create_topic("bulk", queues=1)
@@ -101,14 +102,17 @@ def test_interrupted_bulk_send_says_how_many_were_stored(endpoint: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
+    # Generous bounds, nothing is timed: on a busy machine the CLI's start (interpreter,
+    # grpc) and its exit after the interrupt (closing the producer, the interpreter's
+    # teardown) each took tens of seconds.
     try:
         with Admin(endpoint) as admin:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 150
             while admin.get_topic("bulk").queues[0].message_count < 100:
                 assert time.monotonic() < deadline and process.poll() is None
                 time.sleep(0.05)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=150)
     finally:
         process.kill()
     assert process.returncode == 130, err
@@ -117,7 +121,10 @@ def test_interrupted_bulk_send_says_how_many_were_stored(endpoint: str) -> None:
     reported = int(err.split()[1])
     with Admin(endpoint) as admin:
         stored = admin.get_topic("bulk").queues[0].message_count
-    assert reported >= 100 and reported <= stored <= reported + 16
+    # At least 100 were stored before the interrupt, but the batch that passed 100 may be
+    # the one in flight, stored and not yet answered: it is not in the count.
+    assert stored >= 100
+    assert reported <= stored <= reported + 16
 
 
 def test_client_options_may_come_before_the_command(

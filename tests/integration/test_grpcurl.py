@@ -7,8 +7,11 @@ included, comes from server reflection.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -179,6 +182,48 @@ def test_reflection_serves_every_served_service_with_source_info(server: ServerT
     assert not any(f.HasField("source_code_info") for f in health.values())
     for missing in responses[len(services) + 2 :]:
         assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+_WITH_THE_OFFICIAL_CLIENT = """
+import tempfile
+from pathlib import Path
+
+from grpc_reflection.v1alpha import reflection_pb2
+from rocketmq.grpc_protocol import service_pb2  # its apache.rocketmq.v2, in the default pool
+
+from tests.support.server_thread import ServerThread
+from tests.integration.test_grpcurl import _files, _reflect
+
+with tempfile.TemporaryDirectory() as tmp:
+    server = ServerThread(Path(tmp))
+    server.start()
+    try:
+        symbol = "apache.rocketmq.v2.MessagingService"
+        request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+        files = _files(_reflect(server.endpoint, [request])[0])
+        print(sorted(name for name, f in files.items() if f.source_code_info.location))
+    finally:
+        server.stop()
+"""
+
+
+def test_reflection_serves_popmqs_rocketmq_protos_beside_the_official_client() -> None:
+    """A process that also imported the official client (its own apache.rocketmq.v2 files
+    in the default pool) still reflects the protos the server serves, with their comments.
+    A subprocess: the import would otherwise change the default pool of this one."""
+    if importlib.util.find_spec("rocketmq") is None:
+        pytest.skip("the official client (rocketmq-python-client) is not installed")
+    result = subprocess.run(
+        [sys.executable, "-c", _WITH_THE_OFFICIAL_CLIENT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == str(
+        ["apache/rocketmq/v2/definition.proto", "apache/rocketmq/v2/service.proto"]
+    )
 
 
 def test_health_check_answers_serving(server: ServerThread) -> None:

@@ -198,9 +198,12 @@ def test_a_stream_over_a_pattern_reads_a_topic_created_while_it_runs(
     _send(endpoint, "events-a", [f"a-{i}" for i in range(20)])
     _send(endpoint, "audit", ["not matched"])
     seen: list[tuple[str, str]] = []
+    last_batch: list[int] = []  # the id of the batch that brought the 50th message
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         seen.extend((r.topic, r.body.decode()) for r in batch.select("topic", "body").collect())
+        if len(seen) >= 50 and not last_batch:
+            last_batch.append(batch_id)
 
     query = (
         spark.readStream.format("popmq")
@@ -219,11 +222,18 @@ def test_a_stream_over_a_pattern_reads_a_topic_created_while_it_runs(
             admin.create_topic("events-b", queues=3)
         _send(endpoint, "events-b", [f"b-{i}" for i in range(30)])
         wait_for(lambda: len(seen) >= 50, "events-b, found by the pattern")
+        # A batch's progress is recorded after its sink returned: a stop before that would
+        # leave the batch before it (which knew no events-b) as the last progress.
+        wait_for(
+            lambda: any(p["batchId"] == last_batch[0] for p in query.recentProgress),
+            "the progress of the batch that read the last message",
+        )
     finally:
         query.stop()
     assert sorted(seen) == sorted(
         [("events-a", f"a-{i}") for i in range(20)] + [("events-b", f"b-{i}") for i in range(30)]
     )
-    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+    (progress,) = (p for p in query.recentProgress if p["batchId"] == last_batch[0])
+    latest = json.loads(progress["sources"][0]["latestOffset"])
     assert latest["topics"] == {"events-a": {"0": 10, "1": 10},
                                 "events-b": {"0": 10, "1": 10, "2": 10}}  # fmt: skip

@@ -26,9 +26,15 @@ class FakeCall:
         self.written: list[messaging_pb2.PopStreamRequest] = []
         self._reads: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = False
+        self.half_closed = False
 
     async def write(self, request: messaging_pb2.PopStreamRequest) -> None:
         self.written.append(request)
+
+    async def done_writing(self) -> None:
+        # The server ends the call OK once it has written its answers: its reads end.
+        self.half_closed = True
+        self._reads.put_nowait(grpc.aio.EOF)
 
     async def read(self) -> Any:
         item = await self._reads.get()
@@ -297,6 +303,25 @@ def test_close_cancels_the_stream_and_the_receives_waiting_on_it() -> None:
         assert channel.streams[0].cancelled
 
     asyncio.run(scenario())
+
+
+def test_close_with_nothing_in_flight_half_closes_and_lets_the_server_end_the_stream() -> None:
+    # Cancelled, the server could be amid the write of the answer just read, take it as
+    # never written and give its messages back (superseding the handles the client holds).
+    channel = FakeChannel()
+
+    async def scenario() -> FakeCall:
+        consumer = _consumer(channel)
+        receive = asyncio.ensure_future(consumer.receive(wait_s=5))
+        await _settle()
+        (call,) = channel.streams
+        call.answer(call.pops()[0], b"m")
+        assert [m.body for m in await receive] == [b"m"]
+        await consumer.close()
+        return call
+
+    call = asyncio.run(scenario())
+    assert call.half_closed
 
 
 def test_multiplex_false_receives_with_unary_pops() -> None:
