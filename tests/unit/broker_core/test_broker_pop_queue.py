@@ -8,6 +8,7 @@ released), and a send to another queue never spends the wake-up it needs.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -219,10 +220,20 @@ def test_a_pop_cancelled_after_its_wake_up_hands_the_wake_up_on(open_broker: Ope
             await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             second = _hold(broker, 1)
             await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
+            polling = broker.polling
+            notify = polling.notify
+
+            def notify_then_cancel(topic: str, count: int = 1, **kwargs: Any) -> int:
+                woken = notify(topic, count, **kwargs)
+                if kwargs.get("queue_id") == 1:
+                    # The send woke `first`, which has not run yet: cancel it before it pops.
+                    first.cancel()
+                return woken
+
+            polling.notify = notify_then_cancel  # type: ignore[method-assign]
             sent = await broker.send([NewMessage("orders", b"zero"), NewMessage("orders", b"one")])
+            polling.notify = notify  # type: ignore[method-assign]
             assert [r.queue_id for r in sent] == [0, 1]
-            # The send woke `first`, which has not run yet: cancel it before it pops.
-            first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
             assert _bodies(await _returns_promptly(second)) == [b"one"]
