@@ -139,6 +139,19 @@ def _install_server_hooks() -> None:
 
         return start
 
+    batch_seqs: list[int] = []
+
+    def job_seqs(job: Any) -> list[int]:
+        """The messages a send's write job stores (read from its apply's closure)."""
+        for cell in getattr(job.apply, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(value, list) and value and hasattr(value[0], "record"):
+                return [_seq_of(p.record.body) for p in value]
+        return []
+
     def submit(original: Any) -> Any:
         def wrapped(self: Any, apply: Any, *, sync: bool, **kwargs: Any) -> Any:
             _stamp("srv.submit", value=int(sync))
@@ -148,7 +161,11 @@ def _install_server_hooks() -> None:
 
     def flush(original: Any) -> Any:
         def wrapped(self: Any) -> Any:
-            _stamp("srv.flush", value=len(self._pending))
+            batch_seqs[:] = [q for job in self._pending for q in job_seqs(job)]
+            for seq in batch_seqs:
+                _stamp("srv.flush", seq, len(self._pending))
+            if not batch_seqs:
+                _stamp("srv.flush", value=len(self._pending))
             return original(self)
 
         return wrapped
@@ -156,7 +173,8 @@ def _install_server_hooks() -> None:
     def write(original: Any) -> Any:
         def wrapped(self: Any, batch: Any, *, sync: bool) -> Any:
             result = original(self, batch, sync=sync)
-            _stamp("srv.written", value=int(sync))
+            for seq in batch_seqs or [-1]:
+                _stamp("srv.written", seq, int(sync))
             return result
 
         return wrapped
@@ -164,17 +182,22 @@ def _install_server_hooks() -> None:
     def sync_wal(original: Any) -> Any:
         def wrapped(self: Any) -> Any:
             inline = threading.current_thread() is threading.main_thread()
-            _stamp("srv.fsync.begin", value=int(inline))
+            seqs = list(batch_seqs) or [-1]
+            for seq in seqs:
+                _stamp("srv.fsync.begin", seq, int(inline))
             try:
                 return original(self)
             finally:
-                _stamp("srv.fsync.end", value=int(inline))
+                for seq in seqs:
+                    _stamp("srv.fsync.end", seq, int(inline))
 
         return wrapped
 
     def complete(original: Any) -> Any:
         def wrapped(self: Any, jobs: Any, *args: Any, **kwargs: Any) -> Any:
-            _stamp("srv.complete", value=len(jobs))
+            seqs = [q for job in jobs for q in job_seqs(job)] or [-1]
+            for seq in seqs:
+                _stamp("srv.complete", seq, len(jobs))
             return original(self, jobs, *args, **kwargs)
 
         return wrapped
@@ -347,11 +370,18 @@ async def _drive(endpoint: str, args: argparse.Namespace) -> None:
             if messages and not args.ack_on_receive:
                 await consumer.ack(messages)
 
-    async with (
-        AsyncProducer(endpoint) as producer,
-        AsyncSimpleConsumer(endpoint, group=_GROUP, topic=_TOPIC) as consumer,
-    ):
-        task = asyncio.create_task(consume(consumer))
+    async with contextlib.AsyncExitStack() as stack:
+        producers = [
+            await stack.enter_async_context(AsyncProducer(endpoint)) for _ in range(args.producers)
+        ]
+        consumers = [
+            await stack.enter_async_context(
+                AsyncSimpleConsumer(endpoint, group=_GROUP, topic=_TOPIC)
+            )
+            for _ in range(args.consumers)
+        ]
+        producer = producers[0]
+        tasks = [asyncio.create_task(consume(consumer)) for consumer in consumers]
         # Warm up both streams (their first calls open them) before anything is recorded.
         for _ in range(_WARM_UP):
             await producer.send(_TOPIC, b"warm-up")
@@ -364,7 +394,7 @@ async def _drive(endpoint: str, args: argparse.Namespace) -> None:
         async def send(seq: int) -> None:
             body = _MAGIC + _SEQ.pack(seq) + (pad * (body_size // len(pad) + 1))[:body_size]
             _stamp("cli.send", seq)
-            await producer.send(_TOPIC, body)
+            await producers[seq % len(producers)].send(_TOPIC, body)
             _stamp("cli.send.returned", seq)
 
         for seq in range(args.messages):
@@ -376,7 +406,7 @@ async def _drive(endpoint: str, args: argparse.Namespace) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_in.wait(), 10)
         stop.set()
-        await task
+        await asyncio.gather(*tasks)
 
 
 STEPS = (
@@ -432,11 +462,11 @@ def _timelines(events: list[Event], steps: tuple[tuple[str, str], ...]) -> list[
     windows.sort()
     result = []
     for i, (begin, end, seq) in enumerate(windows):
-        overlaps = (i > 0 and windows[i - 1][1] > begin) or (
+        # Another message's window overlaps: only the steps that name this one are its own.
+        overlaps = any(w[1] > begin for w in windows[max(0, i - 50) : i]) or (
             i + 1 < len(windows) and windows[i + 1][0] < end
         )
-        if overlaps:
-            continue
+        mine = (seq,) if overlaps else (-1, seq)
         found: dict[str, int] = {}
         at = begin
         lo = _first_index(events, begin)
@@ -444,7 +474,7 @@ def _timelines(events: list[Event], steps: tuple[tuple[str, str], ...]) -> list[
             for ns, step, eseq, _value in events[lo:]:
                 if ns > end:
                     break
-                if ns >= at and step == name and eseq in (-1, seq):
+                if ns >= at and step == name and eseq in mine:
                     found[name] = ns
                     at = ns
                     break
@@ -498,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=600)
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--ack-on-receive", action="store_true")
+    parser.add_argument("--producers", type=int, default=1, help="sending in turn")
+    parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--raw", type=Path, help="write the merged events here (JSON)")
     args = parser.parse_args(argv)
     _install_client_hooks()
