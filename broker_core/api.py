@@ -23,7 +23,7 @@ with the facade's and pins which members are synchronous.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -349,6 +349,7 @@ class BrokerAPI(TransactionAPI, Protocol):
         filter_type: str = "tag",
         queue_id: int | None = None,
         max_bytes: int | None = None,
+        reserve: Callable[[int], int] | None = None,
     ) -> list[PoppedMessage]: ...
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]: ...

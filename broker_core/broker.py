@@ -638,10 +638,13 @@ class Broker:
         filter_type: str = "tag",
         queue_id: int | None = None,
         max_bytes: int | None = None,
+        reserve: Callable[[int], int] | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
         max_bytes bounds what the answer takes (pop/reader.py); None is the usual ~4 MiB.
+        reserve, with max_bytes, is asked for more bytes when the first message found does
+        not fit them (broker_core/budget.py).
         """
         return await self._reader.pop(
             group,
@@ -653,6 +656,7 @@ class Broker:
             filter_type=filter_type,
             queue_id=queue_id,
             max_bytes=max_bytes,
+            reserve=reserve,
         )
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:

@@ -156,9 +156,17 @@ class Sender:
             expiries.put(batch)
             return out
 
+        def committed(stored: list[SendResult]) -> None:
+            self.announce(
+                [(result, p.record.deliver_at_ms if p.timer_seq else 0)
+                 for result, p in zip(stored, plan, strict=True)]
+            )  # fmt: skip
+
         try:
+            # Announced in the commit itself: a held pop wakes before this send resumes, and
+            # its answer need not wait behind this one's.
             stored: list[SendResult] = await self._writer.submit(
-                apply, sync=self._config.store.flush == "sync"
+                apply, sync=self._config.store.flush == "sync", committed=committed
             )
         except BaseException as exc:
             done.set_exception(
@@ -173,10 +181,6 @@ class Sender:
             results[p.index] = result
         for i, earlier, j in later:
             results[i] = duplicate_of((await earlier)[j])
-        self.announce(
-            [(result, p.record.deliver_at_ms if p.timer_seq else 0)
-             for result, p in zip(stored, plan, strict=True)]
-        )  # fmt: skip
         return [r for r in results if r is not None]
 
     def store_one(

@@ -331,10 +331,13 @@ class Transactions:
             batch.put("meta", keys.transaction_expiry_key(resolved.expire_ms, seq), b"")
             return result
 
-        result: SendResult = await self._writer.submit(
-            apply, sync=self._config.store.flush == "sync"
+        def committed(result: SendResult) -> None:
+            self._sender.announce([(result, message.deliver_at_ms if timer_seq else 0)])
+
+        # Announced in the commit itself, as a send's (broker_core/send.py).
+        await self._writer.submit(
+            apply, sync=self._config.store.flush == "sync", committed=committed
         )
-        self._sender.announce([(result, message.deliver_at_ms if timer_seq else 0)])
         record.CopyFrom(resolved)
         self._wakeup.set()
 

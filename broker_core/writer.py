@@ -51,6 +51,7 @@ class _Job:
     apply: Callable[[Batch, QueueOffsets], Any]
     sync: bool
     future: asyncio.Future[Any]
+    committed: Callable[[Any], None] | None = None
 
 
 @dataclass(slots=True)
@@ -112,17 +113,27 @@ class GroupCommitWriter:
         self._on_failure.append(listener)
 
     def submit(
-        self, apply: Callable[[Batch, QueueOffsets], Any], *, sync: bool
+        self,
+        apply: Callable[[Batch, QueueOffsets], Any],
+        *,
+        sync: bool,
+        committed: Callable[[Any], None] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue a job; `apply(batch, offsets)` adds its changes and returns its result.
 
-        `apply` must not fail: callers check preconditions before submitting.
+        `committed(result)`, when given, runs once the job's batch is durable and its
+        offsets are published, before any future of the batch resolves: what must follow
+        the commit at once (waking long polls) then runs in the flush's own callback, not a
+        loop iteration later when the submitter resumes, and runs even if the submitter was
+        cancelled meanwhile.
+
+        `apply` and `committed` must not fail: callers check preconditions before submitting.
         """
         if self.refusal is not None:
             raise UnavailableError(f"writes are refused: {self.refusal}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Job(apply, sync, future))
+        self._pending.append(_Job(apply, sync, future, committed))
         self._schedule(loop)
         return future
 
@@ -260,6 +271,10 @@ class GroupCommitWriter:
 
     @staticmethod
     def _resolve(jobs: list[_Job], results: list[Any]) -> None:
+        # Every job's `committed` first: a long poll it wakes runs before the submitters.
+        for job, result in zip(jobs, results, strict=True):
+            if job.committed is not None:
+                job.committed(result)
         for job, result in zip(jobs, results, strict=True):
             if not job.future.done():
                 job.future.set_result(result)

@@ -669,8 +669,13 @@ class ClusterBroker:
         filter_type: str = "tag",
         queue_id: int | None = None,
         max_bytes: int | None = None,
+        reserve: Callable[[int], int] | None = None,
     ) -> list[PoppedMessage]:
-        """Pop up to max_messages from the topic's brokers (cluster_pop.py)."""
+        """Pop up to max_messages from the topic's brokers (cluster_pop.py).
+
+        `reserve` is not used: a broker across the network cannot ask the proxy for more
+        bytes in the middle of its pop, so a pop bounded by max_bytes answers
+        AnswerBoundError as it would without it."""
         check_name("group", group)
         check_name("topic", topic, allow_dlq=True)
         if max_bytes is not None:

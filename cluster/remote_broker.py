@@ -502,7 +502,9 @@ class RemoteBroker:
         filter_type: str = "tag",
         queue_id: int | None = None,
         max_bytes: int | None = None,
+        reserve: Callable[[int], int] | None = None,
     ) -> list[PoppedMessage]:
+        # `reserve` cannot cross to the broker: a bounded pop answers AnswerBoundError.
         request = pb.PopRequest(
             group=group, topic=topic, filter_expression=filter_expression, filter_type=filter_type
         )

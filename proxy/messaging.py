@@ -9,7 +9,7 @@ not implement TransactionAPI answers these FAILED_PRECONDITION.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Awaitable, Coroutine
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine
 from typing import Any, TypedDict
 
 import grpc
@@ -178,6 +178,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         request: messaging_pb2.PopRequest,
         remaining_s: float | None,
         max_bytes: int | None = None,
+        reserve: Callable[[int], int] | None = None,
     ) -> Coroutine[Any, Any, PopResult]:
         """Validate a Pop and return the broker's pop coroutine for it (not yet started).
 
@@ -186,13 +187,16 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         argument; the returned coroutine raises the others (unknown topic, too many held
         pops). `remaining_s` is the time left before the caller's deadline, if it has one.
         A pop that carries acks applies them first, and only once its own arguments passed.
-        `max_bytes` is what a PopStream reserved for the answer (BrokerAPI.pop's bound).
+        `max_bytes` is what a PopStream reserved for the answer (BrokerAPI.pop's bound), and
+        `reserve` how it reserves more once a message is found (BrokerAPI.pop's `reserve`).
         """
         check_count("ack_receipt_handles", len(request.ack_receipt_handles), MAX_HANDLES)
         pop = _pop_arguments(self._broker, request, remaining_s)
         if request.ack_receipt_handles:
             return self._ack_then_pop(request, pop, max_bytes)
-        return self._broker.pop(request.group, request.topic, max_bytes=max_bytes, **pop)
+        return self._broker.pop(
+            request.group, request.topic, max_bytes=max_bytes, reserve=reserve, **pop
+        )
 
     async def _ack_then_pop(
         self, request: messaging_pb2.PopRequest, pop: _PopArguments, max_bytes: int | None

@@ -20,7 +20,8 @@ its results), and repeating the id of a request in flight ends the stream INVALI
 
 What a pop may take: the bytes the stream admitted it with (proxy/stream_session.py,
 "Admission"), passed to the broker's pop as `max_bytes`; a pop that finds nothing at once
-waits as a probe that takes nothing.
+waits as a probe that takes nothing, and reserves its bytes when an arrival wakes it
+(`reserve`).
 
 A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
 answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
@@ -85,10 +86,12 @@ class AckedPop(NamedTuple):
 
 PopResult = list[PoppedMessage] | AckedPop
 StartPop = Callable[
-    [messaging_pb2.PopRequest, float | None, int | None], Coroutine[Any, Any, PopResult]
+    [messaging_pb2.PopRequest, float | None, int | None, Callable[[int], int] | None],
+    Coroutine[Any, Any, PopResult],
 ]
 """Validates a PopRequest (raising the broker's error) and returns its pop coroutine; the
-last argument bounds the bytes the pop may take (None: a whole answer)."""
+third argument bounds the bytes the pop may take (None: a whole answer), the last reserves
+more when the first message found does not fit them (BrokerAPI.pop's `reserve`)."""
 StartAck = Callable[[messaging_pb2.AckRequest], Coroutine[Any, Any, AckOutcomes]]
 """Returns the broker's ack coroutine for an AckRequest."""
 
@@ -244,7 +247,10 @@ class PopStreamSession(
                 resumed.CopyFrom(pop)
                 resumed.long_polling_timeout.FromMilliseconds(int(left * 1000))
                 pop = resumed
-        return self._start_pop(pop, self._context.time_remaining(), max_bytes)
+        # A probe (granted nothing) woken by an arrival reserves its bytes then and takes
+        # the message at once, rather than refusing it and being started again.
+        reserve = self._reserve_now if max_bytes == 0 else None
+        return self._start_pop(pop, self._context.time_remaining(), max_bytes, reserve)
 
     def _wait_left(self, pop: messaging_pb2.PopRequest, began: float) -> float | None:
         """Seconds of its own long-polling time the pop has left (None: it has the

@@ -30,9 +30,12 @@ proxy/memory.py, for all streams), and a pop is granted up to one whole answer
 (`ANSWER_BYTES`) of what is free, which the broker's pop may not pass (`max_bytes`). A
 granted pop takes what is there at once; finding nothing it waits for messages as a probe,
 granted nothing (`max_bytes` 0), so a parked pop holds no bytes and any number may park.
-A probe, or a pop whose next message is larger than its grant, gets the broker's
-AnswerBoundError (it took nothing, and says how many bytes it needs) and waits here, first
-come first served, until that much is free; new pops meanwhile start as probes. Taken
+A probe woken by an arrival reserves its grant at that moment (`_reserve_now`, the broker's
+`reserve`) and takes the message in the same step, when the budget has the bytes and no
+other pop waits for bytes. Otherwise a probe, or a pop whose next message is larger than its
+grant, gets the broker's AnswerBoundError (it took nothing, and says how many bytes it
+needs) and waits here, first come first served, until that much is free; new pops meanwhile
+start as probes. Taken
 bytes count as the answer's size once the pop ends. So what a stream holds never passes
 its budget plus rejections' answers, however many pops are woken at once. A pop that
 carries acks is never run twice (its acks would be): it waits for a whole answer's worth
@@ -386,6 +389,31 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         """Bytes the stream may still reserve: its own budget's, and the server's."""
         free = self.max_unwritten_bytes - self._reserved - self._unwritten
         return free if self._pool is None else min(free, self._pool.free())
+
+    def _reserve_now(self, needed: int) -> int:
+        """A running probe (the current task) found a message of `needed` bytes: reserve
+        what `_launch` would start it again with, so it takes the message now; 0 (it refuses
+        the message, and waits for the bytes as before) when the budget lacks them, when
+        others wait for bytes first, or when the stream is paused or ending."""
+        task = asyncio.current_task()
+        entry = None if task is None else self._running.get(task)
+        if (
+            entry is None
+            or entry.grant
+            or self._waiting
+            or self._paused
+            or self._closed
+            or self._releasing
+        ):
+            return 0
+        grant = min(ANSWER_BYTES, max(0, self._free()))
+        if grant < needed:
+            return 0
+        self._running[task] = entry._replace(grant=grant)  # type: ignore[index]
+        self._reserved += grant
+        if self._pool is not None:
+            self._pool.hold(grant)
+        return grant
 
     def _wait_for_bytes(self, entry: _Request[RequestT, ResultT]) -> None:
         self._waiting.append(entry)

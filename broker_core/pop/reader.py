@@ -17,7 +17,7 @@ import contextvars
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys, validation
 from popmq.broker_core.autocreate import AutoCreate
-from popmq.broker_core.budget import ResponseBudget
+from popmq.broker_core.budget import Reserve, ResponseBudget
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
@@ -107,6 +107,7 @@ class Reader:
         filter_type: str = "tag",
         queue_id: int | None = None,
         max_bytes: int | None = None,
+        reserve: Reserve | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
@@ -120,6 +121,11 @@ class Reader:
         usual ~4 MiB answer. A pop that finds messages none of which fit raises
         AnswerBoundError with the bytes needed, having taken nothing; so 0 makes a probe
         that takes nothing and answers once there is something to take.
+
+        reserve (with max_bytes) is asked for more bytes when the first message found does
+        not fit them (budget.py): a probe woken by an arrival then takes it at once. A pop
+        that was granted bytes and still found nothing returns (empty) rather than wait
+        holding them.
         """
         validation.check_name("group", group)
         validation.check_name("topic", topic, allow_dlq=True)
@@ -151,7 +157,9 @@ class Reader:
             if queue_id is not None:
                 check_queue_id(topic_info, queue_id)  # recreated with fewer queues
             response = (
-                ResponseBudget() if max_bytes is None else ResponseBudget(max_bytes, strict=True)
+                ResponseBudget()
+                if max_bytes is None
+                else ResponseBudget(max_bytes, strict=True, reserve=reserve)
             )
             found, contended = self._pop_once(
                 group_info,
@@ -172,7 +180,7 @@ class Reader:
             remaining = give_up - loop.time()
             if found:
                 self._stats.popped[(group, topic)] += len(found)
-            if found or remaining <= 0 or self._life.draining:
+            if found or remaining <= 0 or self._life.draining or response.reserved:
                 return found
             # A queue skipped because its lock was held may have messages, and a FIFO head
             # held back by a nack's backoff becomes due without any arrival.

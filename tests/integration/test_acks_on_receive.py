@@ -194,10 +194,13 @@ def test_against_a_server_that_ignores_the_field_the_sdk_acks_with_an_ack_call(
     start_pop = messaging.start_pop
 
     def older(
-        request: messaging_pb2.PopRequest, remaining_s: float | None, max_bytes: int | None = None
+        request: messaging_pb2.PopRequest,
+        remaining_s: float | None,
+        max_bytes: int | None = None,
+        reserve: Any = None,
     ) -> Any:
         request.ClearField("ack_receipt_handles")  # as a server without the field drops it
-        return start_pop(request, remaining_s, max_bytes)
+        return start_pop(request, remaining_s, max_bytes, reserve)
 
     server.sync(lambda: setattr(messaging, "start_pop", older))
     with SimpleConsumer(

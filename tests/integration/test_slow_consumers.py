@@ -474,3 +474,40 @@ def test_parked_pops_hold_no_bytes_and_a_large_message_still_wakes_one(
     assert parked_held == 0  # parked pops reserve nothing
     assert sizes == [5, 3 * 1024 * 1024]
     assert took < 5  # woken by the arrival, not by the end of a long poll
+
+
+def test_a_parked_pop_woken_by_an_arrival_takes_it_without_being_started_again(
+    server: ServerThread,
+) -> None:
+    # A receive runs at once (nothing there), then parks as a probe holding no bytes. The
+    # arrival that wakes it finds the stream's budget free: the probe reserves its answer's
+    # bytes then and takes the message in that same pop, and the bytes come back once the
+    # answer is written.
+    with Admin(server.endpoint) as admin:
+        admin.create_topic("orders", queues=2)
+    messaging: Any = server.server.messaging
+    broker: Any = server.broker
+    pops: list[int | None] = []
+    pop = broker.pop
+
+    def counting_pop(*args: Any, **kwargs: Any) -> Any:
+        pops.append(kwargs.get("max_bytes"))
+        return pop(*args, **kwargs)
+
+    server.sync(lambda: setattr(broker, "pop", counting_pop))
+
+    async def scenario() -> tuple[list[bytes], int]:
+        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
+            receive = asyncio.ensure_future(consumer.receive(max_messages=4, wait_s=20))
+            await _until(lambda: server.sync(lambda: server.broker.polling.held) == 1)
+            parked_held = server.sync(lambda: messaging.popped_bytes.held)
+            with Producer(server.endpoint) as producer:
+                producer.send("orders", b"woken")
+            got = await asyncio.wait_for(receive, 10)
+            return [m.body for m in got], parked_held
+
+    bodies, parked_held = asyncio.run(scenario())
+    assert bodies == [b"woken"]
+    assert parked_held == 0
+    assert pops == [None, 0]  # at once with a whole answer, then parked as a probe: no third
+    assert server.sync(lambda: messaging.popped_bytes.held) == 0

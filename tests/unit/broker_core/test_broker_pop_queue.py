@@ -8,12 +8,14 @@ released), and a send to another queue never spends the wake-up it needs.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from popmq.broker_core.broker import Broker
-from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.errors import AnswerBoundError, InvalidArgumentError
 from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core.validation import MAX_RESPONSE_BYTES
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker
 
@@ -219,13 +221,66 @@ def test_a_pop_cancelled_after_its_wake_up_hands_the_wake_up_on(open_broker: Ope
             await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
             second = _hold(broker, 1)
             await until(lambda: broker.polling.held == 2, "2 pops held", 5.0)
+            polling = broker.polling
+            notify = polling.notify
+
+            def notify_then_cancel(topic: str, count: int = 1, **kwargs: Any) -> int:
+                woken = notify(topic, count, **kwargs)
+                if kwargs.get("queue_id") == 1:
+                    # The send woke `first`, which has not run yet: cancel it before it pops.
+                    first.cancel()
+                return woken
+
+            polling.notify = notify_then_cancel  # type: ignore[method-assign]
             sent = await broker.send([NewMessage("orders", b"zero"), NewMessage("orders", b"one")])
+            polling.notify = notify  # type: ignore[method-assign]
             assert [r.queue_id for r in sent] == [0, 1]
-            # The send woke `first`, which has not run yet: cancel it before it pops.
-            first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
             assert _bodies(await _returns_promptly(second)) == [b"one"]
             assert broker.polling.held == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_held_probe_that_can_reserve_takes_the_arrival_that_wakes_it(
+    open_broker: OpenBroker,
+) -> None:
+    asked: list[int] = []
+
+    def reserve(needed: int) -> int:
+        asked.append(needed)
+        return MAX_RESPONSE_BYTES
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            probe = asyncio.create_task(
+                broker.pop("g", "orders", max_bytes=0, reserve=reserve, max_messages=8, wait_s=20)
+            )
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
+            await broker.send([NewMessage("orders", b"zero"), NewMessage("orders", b"one")])
+            assert _bodies(await _returns_promptly(probe)) == [b"zero", b"one"]
+
+    asyncio.run(scenario())
+    assert len(asked) == 1  # for the first message; the second fits what it reserved
+
+
+def test_a_held_probe_whose_reserve_refuses_takes_nothing_and_says_what_it_needs(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            probe = asyncio.create_task(
+                broker.pop("g", "orders", max_bytes=0, reserve=lambda needed: 0, wait_s=20)
+            )
+            await until(lambda: broker.polling.held == 1, "1 pop held", 5.0)
+            await broker.send([NewMessage("orders", b"zero")])
+            with pytest.raises(AnswerBoundError) as refused:
+                await _returns_promptly(probe)
+            assert refused.value.needed_bytes > len(b"zero")
+            got = await broker.pop("g", "orders", wait_s=0)
+            assert _bodies(got) == [b"zero"]  # still there for the next pop
 
     asyncio.run(scenario())

@@ -38,3 +38,24 @@ def test_a_strict_bound_refuses_even_the_first_message_and_says_what_it_needed()
     probe = ResponseBudget(limit=0, strict=True)
     assert probe.reads(256) == 1  # one message is enough to learn what is needed
     assert not probe.take(1) and probe.refused == 1 + MESSAGE_OVERHEAD_BYTES
+
+
+def test_a_strict_bound_that_can_reserve_asks_once_for_what_the_first_message_needs() -> None:
+    asked: list[int] = []
+
+    def reserve(needed: int) -> int:
+        asked.append(needed)
+        return 2 * MiB
+
+    probe = ResponseBudget(limit=0, strict=True, reserve=reserve)
+    assert probe.take(1000) and probe.take(1000)  # the second one fits what was reserved
+    assert asked == [1000 + MESSAGE_OVERHEAD_BYTES]
+    assert probe.reserved == 2 * MiB and probe.refused == 0
+    assert not probe.take(2 * MiB)  # past the reserved bytes: not asked again
+    assert asked == [1000 + MESSAGE_OVERHEAD_BYTES]
+
+    refusing = ResponseBudget(limit=0, strict=True, reserve=lambda needed: 0)
+    assert not refusing.take(1000) and refusing.refused == 1000 + MESSAGE_OVERHEAD_BYTES
+    assert refusing.reserved == 0
+    short = ResponseBudget(limit=0, strict=True, reserve=lambda needed: needed - 1)
+    assert not short.take(1000) and short.reserved == 0  # less than needed counts as none

@@ -262,3 +262,56 @@ def test_a_failed_fsync_fails_its_jobs_and_later_writes_never_reuse_its_offsets(
 
     asyncio.run(scenario())
     assert _stored(store) == [(0, b"unknown"), (1, b"unknown"), (2, b"kept")]
+
+
+def test_committed_runs_after_the_fsync_with_offsets_published_before_any_future_resolves(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_sync = store.sync_wal
+    seen: list[str] = []
+
+    def recording_sync() -> None:
+        real_sync()
+        seen.append("fsync")
+
+    monkeypatch.setattr(store, "sync_wal", recording_sync)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+
+        def committed(offset: int) -> None:
+            published = writer.offsets.max_offset(TOPIC, QUEUE)
+            resolved = sum(f.done() for f in futures)
+            seen.append(f"committed {offset}: max offset {published}, {resolved} resolved")
+
+        futures = [
+            writer.submit(_append(b"m%d" % i), sync=True, committed=committed) for i in range(2)
+        ]
+        assert await asyncio.gather(*futures) == [0, 1]
+        writer.close()
+
+    asyncio.run(scenario())
+    assert seen == [
+        "fsync",
+        "committed 0: max offset 2, 0 resolved",
+        "committed 1: max offset 2, 0 resolved",
+    ]
+
+
+def test_committed_does_not_run_for_a_batch_whose_fsync_failed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_sync() -> None:
+        raise UnavailableError("the store could not sync (injected)")
+
+    monkeypatch.setattr(store, "sync_wal", failing_sync)
+    committed: list[int] = []
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        with pytest.raises(UnavailableError):
+            await writer.submit(_append(b"unknown"), sync=True, committed=committed.append)
+        writer.close()
+
+    asyncio.run(scenario())
+    assert committed == []

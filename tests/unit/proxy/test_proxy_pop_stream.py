@@ -33,7 +33,11 @@ class FakeBroker:
         self.acked: list[str] = []
 
     def start_pop(
-        self, request: messaging_pb2.PopRequest, remaining: float | None, max_bytes: int | None
+        self,
+        request: messaging_pb2.PopRequest,
+        remaining: float | None,
+        max_bytes: int | None,
+        reserve: Any = None,
     ) -> Any:
         return asyncio.sleep(3600, result=[])
 
