@@ -106,10 +106,10 @@ def _response_seq(response: Any, seqs: dict[int, int]) -> tuple[str, int]:
 
 
 def _install_server_hooks() -> None:
+    from popmq.broker_core.group_commit import GroupCommitWriter
     from popmq.broker_core.long_polling import LongPolling
     from popmq.broker_core.pop.reader import Reader
     from popmq.broker_core.store import Store
-    from popmq.broker_core.writer import GroupCommitWriter
     from popmq.proxy import messaging, send_stream, stream_session
 
     def session_init(original: Any) -> Any:

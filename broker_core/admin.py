@@ -19,6 +19,7 @@ from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.ledger import Ledger
@@ -35,7 +36,6 @@ from popmq.broker_core.types import (
     RedriveResult,
     ResetResult,
 )
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from popmq.broker_core.catalog import (
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import AlreadyExistsError, PopMQError
-from popmq.broker_core.writer import GroupCommitWriter
+from popmq.broker_core.group_commit import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -6,7 +6,7 @@ the tests call. Components are plain classes given the shared state they use (st
 catalog, writer, ledger ...) in their constructor; none imports this module.
 
 Threading: everything runs on one asyncio loop. Point reads, small scans and the group
-commit flush are short blocking calls on the loop (see writer.py for why there is no writer
+commit flush are short blocking calls on the loop (see group_commit.py for why there is no writer
 thread). The reads of the broker API are async (api.py: a remote broker answers them over
 the wire) but do their work inline: a storage read is not moved to a thread, since rocksdict
 holds the GIL through it (tools/gil_probe_batch.py), so a thread would add a hop and let
@@ -17,7 +17,7 @@ when due).
 
 Crash safety rests on three rules:
 1. A message is stored only by a committed write; offsets are assigned inside that write
-   (writer.py; the send path, send.py, and every copy: revive, timers, redrive).
+   (group_commit.py; the send path, send.py, and every copy: revive, timers, redrive).
 2. A consumer offset is written only in a batch that also holds (or follows) the record of
    every persisted checkpoint it passes, so an offset never outruns in-flight state
    (enforced by the ledger's flush hook, pop/ledger.py).
@@ -51,6 +51,7 @@ from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.data_dir import disk_free, disk_usage
 from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
@@ -98,7 +99,6 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

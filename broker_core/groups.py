@@ -27,6 +27,7 @@ from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
 )
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
@@ -34,7 +35,6 @@ from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.store import Batch
 from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Write jobs and record helpers that several broker components submit or build.
 
-A job is `apply(batch, offsets)`, run by the GroupCommitWriter inside its flush (writer.py).
+A job is `apply(batch, offsets)`, run by the GroupCommitWriter inside its flush (group_commit.py).
 """
 
 from __future__ import annotations

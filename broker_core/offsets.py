@@ -31,10 +31,10 @@ if TYPE_CHECKING:  # the writer imports this module: these are for annotations o
     from popmq.broker_core.config import BrokerConfig
     from popmq.broker_core.consume_queue import ConsumeQueue
     from popmq.broker_core.consume_queues import ConsumeQueues
+    from popmq.broker_core.group_commit import GroupCommitWriter
     from popmq.broker_core.lifecycle import Lifecycle
     from popmq.broker_core.long_polling import LongPolling
     from popmq.broker_core.pop.ledger import Ledger
-    from popmq.broker_core.writer import GroupCommitWriter
 
 PULL_MAX_MESSAGES = 1024
 """Most messages one pull returns."""

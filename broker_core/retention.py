@@ -17,9 +17,9 @@ from popmq.broker_core.catalog import Catalog, TopicInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.store import Store
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from popmq.broker_core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.message_id import MessageIdGenerator
 from popmq.broker_core.offsets import QueueOffsets
@@ -33,7 +34,6 @@ from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.timer import DelayedMessages, RecallCodec, RecallHandle
 from popmq.broker_core.types import NewMessage, SendResult
-from popmq.broker_core.writer import GroupCommitWriter
 
 RECORD_OVERHEAD = 1024
 """Bytes a send stores beyond its bodies, per message (record fields, index entries), as

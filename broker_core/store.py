@@ -463,7 +463,7 @@ class Store:
         """fsync what was written without sync (every WAL file not yet synced).
 
         Safe on another thread while the loop reads and writes, and it releases the GIL
-        through the fsync, which a synced write does not: see writer.py.
+        through the fsync, which a synced write does not: see group_commit.py.
         """
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")

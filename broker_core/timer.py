@@ -21,6 +21,7 @@ from popmq.broker_core.catalog import Catalog
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.handle_text import (
     SEPARATOR,
     HandleText,
@@ -33,7 +34,6 @@ from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.ledger import CK_SEQ_BITS
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.wakeup import Wakeup
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPES, Catalog, Topic
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import AlreadyExistsError, InvalidArgumentError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.store import Batch
 from popmq.broker_core.types import QueueStats
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,7 @@ from popmq.broker_core.errors import (
     NotFoundError,
     PopMQError,
 )
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
@@ -76,7 +77,6 @@ from popmq.broker_core.types import (
     TransactionInfo,
 )
 from popmq.broker_core.wakeup import Wakeup
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

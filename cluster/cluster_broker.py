@@ -12,7 +12,8 @@ routes every operation to the brokers (docs/cluster.md):
 - admin writes change etcd first, with compare-and-set, and then push the change to the
   live brokers (each broker also follows etcd, catalog_sync.py, to catch up after a loss);
 - sends pick a broker and queue with latency fault tolerance and retry a broker failure on
-  another broker inside the proxy (cluster/faults.py); a FIFO message group keeps its queue;
+  another broker inside the proxy (cluster/fault_tolerance.py); a FIFO message group keeps its
+  queue;
 - pops spread over the brokers holding the topic, with one long poll (cluster_pop.py);
 - acks, changes of invisible time, nacks, dead letters and recalls go to the broker named
   in the handle (handles name their broker), so any proxy takes any handle;
@@ -68,7 +69,7 @@ from popmq.broker_core.types import PeekedMessage, RedriveResult
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
-from popmq.cluster.faults import FaultTable, SendRouter
+from popmq.cluster.fault_tolerance import FaultTable, SendRouter
 from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.replication.reads import FollowerReads

@@ -1,7 +1,7 @@
 """Cluster mode's settings sections: `[cluster]` (where a broker or proxy finds etcd, its
 session's TTL, how a proxy names and advertises itself), `[replication]` (a broker that is one
 replica of a shard) and `[fault_tolerance]` (how a proxy's sends avoid slow or failing
-brokers; the mechanism is cluster/faults.py). `popmq serve` reads and ignores them."""
+brokers; the mechanism is cluster/fault_tolerance.py). `popmq serve` reads and ignores them."""
 
 from __future__ import annotations
 

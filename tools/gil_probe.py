@@ -2,7 +2,7 @@
 
 Runs a pure-Python counting loop on the main thread alone, then again while a second
 thread does 1 KiB writes made durable (a) by a synced write, (b) by an unsynced write plus
-`flush_wal(True)`, the way broker_core/writer.py syncs, and prints the rates. Where the
+`flush_wal(True)`, the way broker_core/group_commit.py syncs, and prints the rates. Where the
 fsync releases the GIL the loop's rate stays close to its solo rate.
 
 Usage: python tools/gil_probe.py [DIR]

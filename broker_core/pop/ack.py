@@ -27,6 +27,7 @@ from popmq.broker_core.errors import (
     ReceiptHandleLostError,
     ReceiptHandleSupersededError,
 )
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
@@ -36,7 +37,6 @@ from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
-from popmq.broker_core.writer import GroupCommitWriter
 
 
 class Acks:

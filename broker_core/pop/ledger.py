@@ -23,11 +23,11 @@ from popmq.broker_core.catalog import Catalog
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.store import Batch
 from popmq.broker_core.wakeup import Wakeup
-from popmq.broker_core.writer import GroupCommitWriter
 
 CK_SEQ_BITS = 40
 """Checkpoint ids (and timer sequences) are `epoch << CK_SEQ_BITS | sequence`."""

@@ -20,6 +20,7 @@ from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_RETRY, Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
@@ -29,7 +30,6 @@ from popmq.broker_core.pop.ledger import Ledger
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
-from popmq.broker_core.writer import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from popmq import AsyncAdmin, AsyncProducer, PopMQError, RetryPolicy
 from popmq.broker_core.errors import PopMQError as BrokerError
 from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
-from popmq.cluster.faults import fifo_queue_index
+from popmq.cluster.fault_tolerance import fifo_queue_index
 from tests.chaos.targets import ClusterTarget
 from tests.support.replicas import ReplicaCluster
 from tests.support.server_process import KILLED, Incarnation, ServerDiedError

@@ -17,9 +17,9 @@ import pytest
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import DataDirError, StoreFullError
+from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Store
 from popmq.broker_core.types import NewMessage
-from popmq.broker_core.writer import GroupCommitWriter, QueueOffsets
 from tests.chaos.disk_full import MountError, mounted_tmpfs
 from tests.support.waiting import until
 
@@ -192,7 +192,7 @@ def test_writes_failing_on_a_full_disk_again_and_again_warn_once(
         writer.close()
 
     try:
-        with caplog.at_level(logging.DEBUG, logger="popmq.broker_core.writer"):
+        with caplog.at_level(logging.DEBUG, logger="popmq.broker_core.group_commit"):
             asyncio.run(scenario())
     finally:
         store.close()

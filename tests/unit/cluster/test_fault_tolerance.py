@@ -1,4 +1,4 @@
-"""Latency fault tolerance for cluster sends (cluster/faults.py), on a fake monotonic clock."""
+"""Latency fault tolerance for cluster sends (cluster/fault_tolerance.py), on a fake clock."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.catalog import KIND_NORMAL, TopicInfo
 from popmq.broker_core.send import QueueChooser
-from popmq.cluster.faults import (
+from popmq.cluster.fault_tolerance import (
     FaultTable,
     Routed,
     SendRouter,

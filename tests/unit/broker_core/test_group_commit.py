@@ -11,8 +11,8 @@ import pytest
 
 from popmq.broker_core import keys
 from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import Batch, Store
-from popmq.broker_core.writer import GroupCommitWriter, QueueOffsets
 
 TOPIC, QUEUE = 1, 0
 
