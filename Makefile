@@ -10,12 +10,12 @@ BUF_STAMP := tools/node_modules/.install-stamp
 LISTEN ?= 127.0.0.1:8081
 DATA_DIR ?= ./data
 
-.PHONY: setup run test check lint fmt typecheck gen gen-check bench bench-peers example clean
+.PHONY: setup compile run test check lint fmt typecheck gen gen-check bench bench-peers example clean
 
 setup: $(SETUP_STAMP) $(BUF_STAMP) bench-peers
 	@tools/install_etcd.sh
 
-$(SETUP_STAMP): pyproject.toml
+$(SETUP_STAMP): pyproject.toml setup.py src/popmq/_compiled.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark,test,dev,bench]'
@@ -24,6 +24,12 @@ $(SETUP_STAMP): pyproject.toml
 $(BUF_STAMP): tools/package.json
 	cd tools && npm install --silent --no-audit --no-fund
 	@touch $@
+
+# Rebuild the mypyc-compiled modules in place (setup.py, src/popmq/_compiled.py) after editing
+# one: until then popmq imports all of them as Python. POPMQ_PURE_PYTHON=1 at build time (make
+# setup) compiles nothing; at run time it imports the Python sources of a compiled build.
+compile: $(SETUP_STAMP)
+	$(PY) setup.py --quiet build_ext --inplace
 
 run: $(SETUP_STAMP)
 	$(VENV)/bin/popmq serve --listen $(LISTEN) --data-dir $(DATA_DIR)
@@ -75,4 +81,5 @@ gen-check: setup
 check: lint typecheck gen-check test
 
 clean:
-	rm -rf $(VENV) tools/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) tools/node_modules .pytest_cache .mypy_cache .ruff_cache build
+	find broker_core proxy src -name '*.so' -delete
