@@ -4,11 +4,12 @@
 `python -m build` puts them in the wheel with the sources. The list and the switch live in
 src/popmq/_compiled.py: POPMQ_PURE_PYTHON=1 at build time compiles nothing.
 
-mypyc type-checks what it compiles with the project's mypy settings (pyproject.toml). It runs
-in the isolated build environment, where popmq's runtime dependencies are not installed: the
-modules it only follows are checked silently, so a missing third-party package there is no
-error (the compiled modules themselves use only protobuf, typed by types-protobuf, and grpc,
-untyped anyway).
+mypyc type-checks what it compiles with the project's mypy settings (pyproject.toml), in the
+isolated build environment, where popmq's runtime dependencies other than protobuf are not
+installed: the modules it only follows are checked silently, so a package missing there is
+no error (the compiled modules themselves use only protobuf, typed by types-protobuf over
+the protobuf package, and grpc, untyped anyway). It runs when build_ext does, not when the
+sdist or the metadata are made.
 """
 
 from __future__ import annotations
@@ -17,20 +18,39 @@ import os
 import runpy
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-PACKAGE = HERE / "src" / "popmq"
-compiled = runpy.run_path(str(PACKAGE / "_compiled.py"))
+COMPILED = runpy.run_path(str(HERE / "src" / "popmq" / "_compiled.py"))
+COMPILE = os.environ.get(COMPILED["PURE_ENV"]) != "1"
 
-ext_modules = []
-if os.environ.get(compiled["PURE_ENV"]) != "1":
-    from mypyc.build import mypycify
 
-    os.chdir(HERE)  # mypy reads its settings from ./pyproject.toml
-    paths = [compiled["source_path"](m, Path("src/popmq")).as_posix() for m in compiled["MODULES"]]
-    ext_modules = mypycify(
-        ["--follow-imports=silent", *paths], opt_level="3", group_name=compiled["GROUP"]
-    )
+class CompiledDistribution(Distribution):
+    """Has extensions (a platform wheel) although mypyc lists them only when build_ext runs;
+    an sdist has none (it ships the sources, and setup.py compiles them where it is built)."""
 
-setup(ext_modules=ext_modules)
+    def has_ext_modules(self) -> bool:
+        return COMPILE and "sdist" not in self.commands
+
+
+class BuildCompiled(build_ext):
+    """build_ext over the extensions mypyc generates for the modules in _compiled.MODULES."""
+
+    def finalize_options(self) -> None:
+        if COMPILE and not self.distribution.ext_modules:
+            from mypyc.build import mypycify
+
+            paths = [
+                COMPILED["source_path"](m, Path("src/popmq")).as_posix()
+                for m in COMPILED["MODULES"]
+            ]
+            # Run from the project root, as pip and build do: mypy reads ./pyproject.toml and
+            # mypyc writes its C sources under ./build.
+            self.distribution.ext_modules = mypycify(
+                ["--follow-imports=silent", *paths], opt_level="3", group_name=COMPILED["GROUP"]
+            )
+        super().finalize_options()
+
+
+setup(distclass=CompiledDistribution, cmdclass={"build_ext": BuildCompiled}, ext_modules=[])
