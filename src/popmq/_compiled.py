@@ -81,9 +81,10 @@ GROUP = "popmq._native"
 _PACKAGE = Path(__file__).resolve().parent
 
 
-def source_path(module: str, root: Path = _PACKAGE) -> Path:
-    """The .py file of `module` (a name in MODULES) under the package directory `root`."""
-    return root.joinpath(*module.split(".")[1:]).with_suffix(".py")
+def source_path(module: str, root: Path | None = None) -> Path:
+    """The .py file of `module` (a name in MODULES) under the package directory `root`
+    (default: this package's)."""
+    return (root or _PACKAGE).joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
 def _extension(module: str) -> Path | None:
