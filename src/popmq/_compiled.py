@@ -1,15 +1,18 @@
 """The modules the build compiles with mypyc, and the switch that keeps them Python.
 
 setup.py compiles `MODULES` into C extensions next to their sources (an editable install
-builds them in place; a wheel carries both). Compiled, a message costs about a tenth fewer
-instructions to send and a fifth fewer to pop and ack (docs/benchmarks.md). The Python
-sources stay the definition: every compiled module is also importable as Python, and the
-test suite passes on both.
+builds them in place; a wheel carries both). Compiled, a message costs 12 % fewer
+instructions to send and 23 % fewer to pop and ack (docs/architecture.md, "Compiled hot
+path"; `python -m bench.compiled_cost --compare`). The Python sources stay the definition:
+every compiled module is also importable as Python, and the tests pass on both
+(`make test`, `make test-python`).
 
 Python sources are loaded instead of the extensions when:
 
-- ``POPMQ_PURE_PYTHON=1`` is set at build time (nothing is compiled) or at import time (the
-  extensions are ignored): the way to run, debug or profile the Python code as written;
+- ``POPMQ_PURE_PYTHON=1`` is set at build time (nothing is compiled; extensions an earlier
+  build left in a checkout stay, so set it at import time too, or ``make clean``) or at
+  import time (the extensions are ignored): the way to run, debug or profile the code as
+  written;
 - in a checkout, one of the sources is newer than its extension (edited since the last
   build): compiled modules call each other's C code directly, so one stale extension would
   silently run old code. The whole set falls back to Python until ``make compile``.
