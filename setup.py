@@ -52,5 +52,14 @@ class BuildCompiled(build_ext):
             )
         super().finalize_options()
 
+    def run(self) -> None:
+        super().run()
+        if self.inplace:
+            # mypyc rewrites only the C that changed, and setuptools copies an extension with
+            # its build time: after an edit that changes no C (a comment), an extension would
+            # keep a time older than its source, which popmq/_compiled.py reads as stale.
+            for extension in self.extensions:
+                os.utime(self.get_ext_fullpath(extension.name))
+
 
 setup(distclass=CompiledDistribution, cmdclass={"build_ext": BuildCompiled}, ext_modules=[])

@@ -139,3 +139,8 @@ def choose() -> None:
         return
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())
+
+
+if __name__ == "__main__":
+    # The Makefile's list of what `make compile` rebuilds after (run from the project root).
+    print(*(source_path(m, Path("src/popmq")).as_posix() for m in MODULES))
