@@ -41,10 +41,7 @@ class BuildCompiled(build_ext):
         if COMPILE and not self.distribution.ext_modules:
             from mypyc.build import mypycify
 
-            paths = [
-                COMPILED["source_path"](m, Path("src/popmq")).as_posix()
-                for m in COMPILED["MODULES"]
-            ]
+            paths = [COMPILED["source_path"](m, "src/popmq") for m in COMPILED["MODULES"]]
             # Run from the project root, as pip and build do: mypy reads ./pyproject.toml and
             # mypyc writes its C sources under ./build.
             self.distribution.ext_modules = mypycify(

@@ -22,14 +22,17 @@ This module is read by setup.py before popmq exists, so it imports only the stan
 
 from __future__ import annotations
 
+# Plain os.path, no pathlib: every `import popmq` runs this, the CLI's and the SDK's too.
 import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 PURE_ENV = "POPMQ_PURE_PYTHON"
 """Set to 1 to build without compiling, or to import the Python sources of a compiled build."""
@@ -81,21 +84,20 @@ GROUP = "popmq._native"
 """mypyc's group: one shared library, popmq/_native__mypyc.*.so, holds the compiled code
 (inside the package, so a wheel installs nothing beside popmq)."""
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
-def source_path(module: str, root: Path | None = None) -> Path:
+def source_path(module: str, root: str | None = None) -> str:
     """The .py file of `module` (a name in MODULES) under the package directory `root`
     (default: this package's)."""
-    return (root or _PACKAGE).joinpath(*module.split(".")[1:]).with_suffix(".py")
+    return os.path.join(root or _PACKAGE, *module.split(".")[1:]) + ".py"
 
 
-def _extension(module: str) -> Path | None:
-    source = source_path(module)
+def _extension(module: str) -> str | None:
+    stem = source_path(module)[: -len(".py")]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = source.with_suffix(suffix)
-        if candidate.exists():
-            return candidate
+        if os.path.exists(stem + suffix):
+            return stem + suffix
     return None
 
 
@@ -112,10 +114,9 @@ def state() -> tuple[bool, str]:
         return False, f"{missing} was not compiled"
     # Only a checkout links the package's folders to the top level; an installed wheel's
     # files have no meaningful times (and nobody edits them).
-    if (_PACKAGE / "broker_core").is_symlink():
+    if os.path.islink(os.path.join(_PACKAGE, "broker_core")):
         for module, extension in built:
-            source = source_path(module)
-            if source.stat().st_mtime > extension.stat().st_mtime:
+            if os.path.getmtime(source_path(module)) > os.path.getmtime(extension):
                 return False, f"{module} changed since the build"
     return True, "compiled"
 
@@ -143,4 +144,4 @@ def choose() -> None:
 
 if __name__ == "__main__":
     # The Makefile's list of what `make compile` rebuilds after (run from the project root).
-    print(*(source_path(m, Path("src/popmq")).as_posix() for m in MODULES))
+    print(*(source_path(m, "src/popmq") for m in MODULES))

@@ -28,7 +28,7 @@ def _checkout(tmp_path: Path, *, compiled: bool = True) -> Path:
         (tmp_path / folder).mkdir()
         (package / folder).symlink_to(Path("..", "..", folder))
     for module in _compiled.MODULES:
-        source = _compiled.source_path(module, package)
+        source = Path(_compiled.source_path(module, str(package)))
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("")
         os.utime(source, (1_000, 1_000))
@@ -42,7 +42,7 @@ def _checkout(tmp_path: Path, *, compiled: bool = True) -> Path:
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
     package = _checkout(tmp_path)
-    monkeypatch.setattr(_compiled, "_PACKAGE", package)
+    monkeypatch.setattr(_compiled, "_PACKAGE", str(package))
     return package
 
 
@@ -63,13 +63,13 @@ def test_a_source_edited_after_the_build_loads_every_module_as_python(checkout: 
     """Compiled modules call each other's C code directly: one stale extension would run
     old code, so all of them give way to the sources."""
     module = _compiled.MODULES[-1]
-    os.utime(_compiled.source_path(module, checkout), (3_000, 3_000))
+    os.utime(_compiled.source_path(module, str(checkout)), (3_000, 3_000))
     assert _compiled.state() == (False, f"{module} changed since the build")
 
 
 def test_a_module_the_build_did_not_compile_loads_every_module_as_python(checkout: Path) -> None:
     module = _compiled.MODULES[0]
-    _compiled.source_path(module, checkout).with_suffix(SUFFIX).unlink()
+    Path(_compiled.source_path(module, str(checkout))).with_suffix(SUFFIX).unlink()
     assert _compiled.state() == (False, f"{module} was not compiled")
 
 
@@ -77,7 +77,7 @@ def test_a_checkout_never_compiled_loads_python_without_a_finder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
-    monkeypatch.setattr(_compiled, "_PACKAGE", _checkout(tmp_path, compiled=False))
+    monkeypatch.setattr(_compiled, "_PACKAGE", str(_checkout(tmp_path, compiled=False)))
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     before = list(sys.meta_path)
     assert _compiled.state() == (False, "not compiled")
@@ -95,8 +95,8 @@ def test_an_installed_package_is_not_judged_by_file_times(
         (package / folder).unlink()
         (tmp_path / folder).rename(package / folder)
     for module in _compiled.MODULES:
-        os.utime(_compiled.source_path(module, package), (3_000, 3_000))
-    monkeypatch.setattr(_compiled, "_PACKAGE", package)
+        os.utime(_compiled.source_path(module, str(package)), (3_000, 3_000))
+    monkeypatch.setattr(_compiled, "_PACKAGE", str(package))
     assert _compiled.state() == (True, "compiled")
 
 
@@ -116,7 +116,7 @@ def test_the_python_sources_load_when_asked_even_where_extensions_exist() -> Non
 def test_every_compiled_module_exists_and_is_named_once() -> None:
     assert len(set(_compiled.MODULES)) == len(_compiled.MODULES)
     for module in _compiled.MODULES:
-        assert _compiled.source_path(module).is_file(), module
+        assert Path(_compiled.source_path(module)).is_file(), module
         assert importlib.util.find_spec(module) is not None, module
 
 
