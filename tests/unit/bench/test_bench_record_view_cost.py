@@ -16,7 +16,7 @@ from pathlib import Path
 
 from popmq import _compiled
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_script_prints_its_table_after_checking_both_paths_agree() -> None:
