@@ -55,7 +55,7 @@ from popmq import _compiled
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.cluster.local_coordinator import LocalCoordinator
+from popmq.coordination import LocalCoordinator
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.messaging import MessagingServicer
 from popmq.proxy.pop_stream import fill_ack, fill_pop
