@@ -129,3 +129,11 @@ def test_the_build_uses_the_pinned_mypy_and_protobuf() -> None:
     for name, pins in (("mypy", dev), ("types-protobuf", dev), ("protobuf", runtime)):
         (pinned,) = (r for r in pins if r.startswith(f"{name}=="))
         assert pinned in requires
+
+
+def test_the_switch_is_not_taken_for_a_server_setting() -> None:
+    """POPMQ_* variables are read as settings; the switch must not make a server refuse to
+    start (a compiled build's Python sources are run exactly as the server would be)."""
+    from popmq.proxy import settings
+
+    assert settings.read_env({_compiled.PURE_ENV: "1"}) == {}
