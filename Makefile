@@ -57,7 +57,7 @@ PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,pop_semantics.py 
 	send_stream.py acks_on_receive.py message_features_sdk.py validation.py request_limits.py)
 
 test-python: setup
-	POPMQ_PURE_PYTHON=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTHON_TESTS)
+	POPMQ_PURE_PYTHON=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTHON_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff format --check .
