@@ -70,15 +70,15 @@ MODULES = (
     "popmq.broker_core.consume_queue",
     "popmq.broker_core.consume_queues",
     "popmq.broker_core.filters",
-    "popmq.broker_core.long_polling",
     "popmq.broker_core.queue_lock",
     "popmq.broker_core.group_settings",
 )
 """Compiled by setup.py, named as imported. Left out on purpose: broker.py (a facade called
 once per batch, whose methods' signatures are checked against the BrokerAPI Protocol with
 `inspect.signature`, which compiled methods do not carry), store.py (tests replace a Store's
-methods on the instance, which a compiled class forbids; its time is in RocksDB), errors.py,
-and everything off the hot path."""
+methods on the instance, which a compiled class forbids; its time is in RocksDB),
+long_polling.py (a test replaces LongPolling.notify on the instance to cancel a pop right
+after its wake-up; it runs once per batch), errors.py, and everything off the hot path."""
 
 GROUP = "popmq._native"
 """mypyc's group: one shared library, popmq/_native__mypyc.*.so, holds the compiled code
