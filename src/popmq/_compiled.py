@@ -1,7 +1,7 @@
 """The modules the build compiles with mypyc, and the switch that keeps them Python.
 
 setup.py compiles `MODULES` into C extensions next to their sources (an editable install
-builds them in place; a wheel carries both). Compiled, a message costs 12 % fewer
+builds them in place; a wheel carries both). Compiled, a message costs 11 % fewer
 instructions to send and 23 % fewer to pop and ack (docs/architecture.md, "Compiled hot
 path"; `python -m bench.compiled_cost --compare`). The Python sources stay the definition:
 every compiled module is also importable as Python, and the tests pass on both
