@@ -19,7 +19,7 @@ it (it wraps records it has just parsed, or a copy it made for the delivery).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from google.protobuf.message import DecodeError
@@ -154,6 +154,11 @@ class MessageRecord:
     def born_host(self) -> str:
         """Host that built the message, as the producer reports it."""
         return self._record.born_host
+
+    def __reduce__(self) -> tuple[Callable[[bytes], MessageRecord], tuple[bytes]]:
+        """Pickles as the stored bytes (`from_bytes` reads them back): by value, and the same
+        whether this class is compiled (popmq/_compiled.py) or not."""
+        return MessageRecord.from_bytes, (self.to_bytes(),)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageRecord):

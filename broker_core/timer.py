@@ -45,7 +45,7 @@ VERSION = 2
 _BODY = struct.Struct(">BIQQ")
 _MAC_BYTES = 12
 _DOMAIN = b"popmq-recall"
-TEXT = HandleText(_BODY.size + _MAC_BYTES)
+TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
 _TEXT_CHARS = TEXT.chars
 _NOT_BASE64URL = (

@@ -21,7 +21,7 @@ VERSION = 1
 _BODY = struct.Struct(">BQ")
 _MAC_BYTES = 12
 _DOMAIN = b"popmq-transaction"
-TEXT = HandleText(_BODY.size + _MAC_BYTES)
+TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (28 characters: no receipt or recall handle has this length)."""
 _MALFORMED = (
     "transaction_id is malformed (not the text the half send returned); pass it exactly as received"

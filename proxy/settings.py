@@ -44,6 +44,7 @@ NOT_SETTINGS = frozenset(
         "POPMQ_ENDPOINT",
         "POPMQ_ETCD",
         "POPMQ_NODE_MODULES",
+        "POPMQ_PURE_PYTHON",
         "POPMQ_TLS",
         "POPMQ_TLS_CA",
         "POPMQ_TLS_CERT",
@@ -53,8 +54,9 @@ NOT_SETTINGS = frozenset(
     }
 )
 """POPMQ_* variables that are not settings: the config file path, the CLI's endpoint, TLS
-options and credentials, and the test suite's etcd binary and Node modules (a developer
-exports them for the whole suite, whose servers must still start)."""
+options and credentials, the test suite's etcd binary and Node modules (a developer
+exports them for the whole suite, whose servers must still start), and the switch that runs
+the Python sources of the compiled modules (popmq/_compiled.py)."""
 ROOT_SECTION = "server"
 REDACTED = "<redacted>"
 """What is shown instead of a secret's value (--print-config, GetServerInfo, errors)."""

@@ -30,7 +30,7 @@ VERSION = 3
 """Version byte of the handles issued now (after the broker name)."""
 _BODY = struct.Struct(">BIIIQQHQ")
 _MAC_BYTES = 16
-TEXT = HandleText(_BODY.size + _MAC_BYTES)
+TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
 _TEXT_CHARS = TEXT.chars
 _NOT_BASE64URL = (

@@ -15,6 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from popmq import _compiled
+
+# Before anything imports a compiled module: their Python sources instead when asked to
+# (POPMQ_PURE_PYTHON=1) or when an extension is older than its source (popmq/_compiled.py).
+_compiled.choose()
+
 if TYPE_CHECKING:
     from types import ModuleType
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from popmq._compiled import MODULES
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,8 @@ with SimpleConsumer(endpoint, group="billing", topic="orders") as consumer:
         consumer.ack(received)
         bodies += [m.body for m in received]
 print(sorted(bodies), rocketmq.Producer.__module__, service_pb2.__name__)
+from popmq import _compiled
+print(_compiled.state()[1])
 """
 
 
@@ -88,6 +92,14 @@ def test_wheel_installs_only_popmq_next_to_the_official_client_and_serves(
         tops = {name.split("/")[0] for name in archive.namelist()}
         assert "popmq/_gen/popmq/descriptors.binpb" in archive.namelist()
         assert "popmq/broker_core/pop/__init__.py" in archive.namelist()
+        # The compiled build (setup.py): each compiled module beside its source, and mypyc's
+        # shared library inside the package.
+        names = archive.namelist()
+        for module in MODULES:
+            stem = module.replace(".", "/")
+            assert f"{stem}.py" in names
+            assert any(n.startswith(f"{stem}.") and n.endswith(".so") for n in names), module
+        assert any(n.startswith("popmq/_native__mypyc.") and n.endswith(".so") for n in names)
     assert {t for t in tops if not t.endswith(".dist-info")} == {"popmq"}
 
     venv = tmp_path / "venv"
@@ -122,7 +134,7 @@ def test_wheel_installs_only_popmq_next_to_the_official_client_and_serves(
         out = _run(python, "-c", ROUND_TRIP.format(endpoint=endpoint), cwd=tmp_path, env=env)
         assert out.split() == [
             "[b'again',", "b'hello']", "rocketmq.v5.producer.producer",
-            "popmq._gen.apache.rocketmq.v2.service_pb2",
+            "popmq._gen.apache.rocketmq.v2.service_pb2", "compiled",
         ]  # fmt: skip
     finally:
         process.send_signal(signal.SIGTERM)

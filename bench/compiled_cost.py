@@ -1,0 +1,237 @@
+"""Instructions per message of the hot path in one process: pure Python vs a compiled build.
+
+``python -m bench.compiled_cost --compare [--runs 3] [--batches 32]``
+``python -m bench.compiled_cost [--phase send|pop-ack] [--batches 32] [--callgrind] [--which]``
+
+A fixed workload through the same code `popmq serve` runs for a SendMessages, a Pop and an
+Ack, without the transport: an embedded broker (flush sync, 8 queues, a fresh data dir) and
+the proxy's MessagingServicer paths (request parsed from its wire bytes, validated,
+converted, answered, the answer serialized).
+
+- ``send``: ``--batches`` SendMessagesRequests of 32 messages of 1 KiB each.
+- ``pop-ack``: after a backlog of ``--batches`` such sends (not measured), ``--batches``
+  Pops of 32 (no long poll), each followed by an Ack of its 32 handles.
+
+Wall-clock time is noise on a shared machine, so the measured window is meant to be counted
+by callgrind, started with instrumentation off::
+
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \\
+        python -m bench.compiled_cost --phase send --callgrind
+
+``--callgrind`` switches instrumentation on (``callgrind_control -i on``) after start-up and
+a warm-up of ``--warmup`` batches, and off after the measured batches, so callgrind's total
+is the window (every thread: RocksDB's included; the fsync itself is a system call and counts
+nothing). Divide by the messages (``--batches`` x 32). The two ``callgrind_control`` calls
+cost the same in every build (``--batches 0`` measures them: about 0.5 M instructions).
+
+``--compare`` does that for both phases and both builds of this checkout, interleaved, for
+``--runs`` rounds, and prints instructions per message: the compiled build as built
+(popmq/_compiled.py) and its Python sources (``POPMQ_PURE_PYTHON=1``). ``--which`` says
+which build a process runs.
+
+To pick what is worth compiling, sample a longer run with py-spy
+(``py-spy record --format raw -- python -m bench.compiled_cost --batches 600``) and count
+samples by file: cProfile's per-call overhead distorts a workload of small calls (it charged
+a third of pop + ack to receipt encoding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from popmq import _compiled
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.coordination import LocalCoordinator
+from popmq.proxy.clients import ClientRegistry
+from popmq.proxy.messaging import MessagingServicer
+from popmq.proxy.pop_stream import fill_ack, fill_pop
+from popmq.proxy.send_stream import send_response
+
+BATCH = 32
+BODY = b"x" * 1024
+TOPIC = "cost"
+GROUP = "g"
+QUEUES = 8
+WATCHED = (
+    "popmq.broker_core.send",
+    "popmq.broker_core.writer",
+    "popmq.broker_core.store",
+    "popmq.broker_core.pop.reader",
+    "popmq.broker_core.pop.ack",
+    "popmq.proxy.convert",
+)
+"""Modules whose build (compiled or pure) ``--which`` reports."""
+
+
+def _send_request() -> bytes:
+    request = messaging_pb2.SendMessagesRequest()
+    for _ in range(BATCH):
+        request.messages.add(topic=TOPIC, body=BODY, tag="bench")
+    return request.SerializeToString()
+
+
+class _Workload:
+    """The servicer's send, pop and ack paths over an embedded broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        clients = ClientRegistry(broker_name="bench", coordinator=LocalCoordinator())
+        self.servicer = MessagingServicer(broker, clients, LocalCoordinator())
+        self.send_bytes = _send_request()
+        self.pop_bytes = messaging_pb2.PopRequest(
+            group=GROUP, topic=TOPIC, max_messages=BATCH, long_polling_timeout={"seconds": 0}
+        ).SerializeToString()
+
+    async def send(self) -> int:
+        request = messaging_pb2.SendMessagesRequest.FromString(self.send_bytes)
+        results = await self.servicer.start_send(request)
+        send_response(results).SerializeToString()
+        return len(results)
+
+    async def pop_ack(self) -> int:
+        request = messaging_pb2.PopRequest.FromString(self.pop_bytes)
+        result = await self.servicer.start_pop(request, None)
+        response = messaging_pb2.PopResponse()
+        fill_pop(response, request, result)
+        wire = messaging_pb2.PopResponse.FromString(response.SerializeToString())
+        ack = messaging_pb2.AckRequest(
+            group=GROUP, receipt_handles=[m.receipt_handle for m in wire.messages]
+        )
+        ack = messaging_pb2.AckRequest.FromString(ack.SerializeToString())
+        outcomes = await self.servicer.start_ack(ack)
+        answer = messaging_pb2.AckResponse()
+        fill_ack(answer.results, ack.receipt_handles, outcomes)
+        answer.SerializeToString()
+        if any(r.code != "OK" for r in answer.results):
+            raise RuntimeError(f"an ack failed: {answer.results[0]}")
+        return len(wire.messages)
+
+
+def _callgrind(switch: str) -> None:
+    """Switch callgrind's instrumentation of this process on or off (returns once done)."""
+    subprocess.run(
+        ["callgrind_control", "--instr=" + switch, str(os.getpid())],
+        check=True,
+        capture_output=True,
+    )
+
+
+async def _run(phase: str, batches: int, warmup: int, callgrind: bool) -> tuple[int, float]:
+    """Messages handled in the measured window and its wall time."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        store = dataclasses.replace(StoreConfig(), data_dir=Path(data_dir), flush="sync")
+        broker = Broker(BrokerConfig(store=store))
+        await broker.start()
+        try:
+            await broker.create_topic(TOPIC, QUEUES)
+            await broker.create_group(GROUP)
+            work = _Workload(broker)
+            step: Callable[[], Awaitable[int]] = work.send
+            if phase == "pop-ack":
+                for _ in range(warmup + batches):
+                    await work.send()
+                step = work.pop_ack
+            for _ in range(warmup):
+                await step()
+            if callgrind:
+                _callgrind("on")
+            began = time.perf_counter()
+            handled = 0
+            for _ in range(batches):
+                handled += await step()
+            took = time.perf_counter() - began
+            if callgrind:
+                _callgrind("off")
+            expected = batches * BATCH
+            if handled != expected:
+                raise RuntimeError(f"handled {handled} messages, expected {expected}")
+            return handled, took
+        finally:
+            await broker.close()
+
+
+def _which() -> str:
+    compiled, why = _compiled.state()
+    lines = [f"build: {'compiled' if compiled else 'python (' + why + ')'}"]
+    for name in WATCHED:
+        module = importlib.import_module(name)
+        built = "compiled" if str(module.__file__).endswith(".so") else "pure"
+        lines.append(f"{name}: {built}")
+    return "\n".join(lines)
+
+
+def _count(phase: str, batches: int, *, python: bool) -> int:
+    """Instructions callgrind counts in one run's window (a child process)."""
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
+    if python:
+        env[_compiled.PURE_ENV] = "1"
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+        sys.executable, "-m", "bench.compiled_cost", "--phase", phase,
+        "--batches", str(batches), "--callgrind",
+    ]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if found is None:
+        raise RuntimeError(f"no callgrind total in:\n{result.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _compare(runs: int, batches: int) -> None:
+    compiled, why = _compiled.state()
+    if not compiled:
+        raise SystemExit(f"this checkout does not run compiled ({why}): make compile first")
+    counts: dict[tuple[str, bool], list[int]] = {}
+    for run in range(runs):
+        for phase in ("send", "pop-ack"):
+            for python in (True, False):
+                count = _count(phase, batches, python=python)
+                counts.setdefault((phase, python), []).append(count)
+                build = "python" if python else "compiled"
+                print(f"run {run + 1} {phase:8} {build:8} {count:>13,}", flush=True)
+    messages = batches * BATCH
+    print(f"\ninstructions per message, median of {runs} run(s) of {messages} messages:\n")
+    print("| phase | python | compiled | compiled / python |")
+    print("|---|---|---|---|")
+    for phase in ("send", "pop-ack"):
+        source = statistics.median(counts[phase, True]) / messages
+        native = statistics.median(counts[phase, False]) / messages
+        print(f"| {phase} | {source:,.0f} | {native:,.0f} | {native / source:.3f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.compiled_cost", description=__doc__)
+    parser.add_argument("--phase", choices=["send", "pop-ack"], default="send")
+    parser.add_argument("--batches", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
+    parser.add_argument("--which", action="store_true", help="say which modules are compiled")
+    parser.add_argument("--compare", action="store_true", help="count both builds (see above)")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of --compare")
+    args = parser.parse_args(argv)
+    if args.compare:
+        _compare(args.runs, args.batches)
+        return
+    if args.which:
+        print(_which())
+    handled, took = asyncio.run(_run(args.phase, args.batches, args.warmup, args.callgrind))
+    per = took / handled * 1e6 if handled else 0.0
+    print(f"{args.phase}: {handled} messages, {took:.3f} s wall ({per:.1f} us/message)")
+
+
+if __name__ == "__main__":
+    main()
