@@ -68,7 +68,7 @@ GROUP = "g"
 QUEUES = 8
 WATCHED = (
     "popmq.broker_core.send",
-    "popmq.broker_core.writer",
+    "popmq.broker_core.group_commit",
     "popmq.broker_core.store",
     "popmq.broker_core.pop.reader",
     "popmq.broker_core.pop.ack",

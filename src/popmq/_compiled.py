@@ -45,7 +45,7 @@ MODULES = (
     "popmq.proxy.send_stream",
     "popmq.proxy.pop_stream",
     "popmq.broker_core.send",
-    "popmq.broker_core.writer",
+    "popmq.broker_core.group_commit",
     "popmq.broker_core.offsets",
     "popmq.broker_core.keys",
     "popmq.broker_core.validation",
