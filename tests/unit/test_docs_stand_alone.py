@@ -4,9 +4,10 @@ comments and docstrings name no issue number either: they say why."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
+
+from tests.support.source_tree import hand_written
 
 ROOT = Path(__file__).resolve().parents[2]
 _OUTSIDE = re.compile(
@@ -19,19 +20,11 @@ _OUTSIDE = re.compile(
 
 _ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
 """In code only "issue 20" and the like: a bare "#23" there is mostly a colour or a count."""
-_NOT_HAND_WRITTEN = {"node_modules", "gen", "src", "__pycache__", "build", "dist", "data"}
-"""Folders not searched (with every dot-folder: .git, .venv, caches): generated code, installed
-packages, build output, a local data dir, and src/popmq's symlinks."""
 _CODE_SUFFIXES = {".py", ".proto", ".sh", ".toml", ".yaml", ".cfg"}
 
 
 def _code() -> list[Path]:
-    found = [ROOT / "Makefile", ROOT / ".ci" / "run"]
-    for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = sorted(
-            s for s in subfolders if s not in _NOT_HAND_WRITTEN and not s.startswith(".")
-        )
-        found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in _CODE_SUFFIXES]
+    found = [ROOT / "Makefile", ROOT / ".ci" / "run", *hand_written(_CODE_SUFFIXES)]
     return [path for path in found if path != Path(__file__).resolve()]
 
 
