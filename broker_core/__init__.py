@@ -78,6 +78,11 @@ from popmq.broker_core.offsets import (
 from popmq.broker_core.record import (
     MessageRecord,
 )
+from popmq.broker_core.record_wire import (
+    length_delimited,
+    received_message_wire,
+    varint,
+)
 from popmq.broker_core.sql_filter import (
     MAX_EXPRESSION_LENGTH,
 )
@@ -226,8 +231,11 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "check_range",
     "check_tag",
     "issuer_of",
+    "length_delimited",
     "new_group_state",
     "now_ms",
     "parse_filter",
+    "received_message_wire",
     "updated_group_state",
+    "varint",
 ]

@@ -12,6 +12,10 @@ read from the record when it is asked for. `to_bytes` / `from_bytes` carry it ac
 process boundary as the stored bytes, so a remote implementation ships what it read and the
 other side wraps it the same way.
 
+A record read from the store also keeps the bytes it was read from: `to_bytes` returns them
+as they are, and `delivered_fields` re-tags them for the wire (record_wire.py) without going
+through the parsed fields.
+
 Immutable from the outside: fields are properties without setters, `keys` is a tuple and
 `properties` a read-only mapping proxy. The core must not change a record after wrapping
 it (it wraps records it has just parsed, or a copy it made for the delivery).
@@ -25,6 +29,7 @@ from types import MappingProxyType
 from google.protobuf.message import DecodeError
 
 from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core.record_wire import delivered_fields
 
 _REPR_FIELDS = (
     "tag",
@@ -46,19 +51,21 @@ class MessageRecord:
     """One stored message as delivered: id, body, tag, keys, properties, times, attempt and,
     for a retry or dead-letter copy, where it was first stored."""
 
-    __slots__ = ("_record",)
+    __slots__ = ("_raw", "_record")
 
-    def __init__(self, record: records_pb2.StoredMessage) -> None:
+    def __init__(self, record: records_pb2.StoredMessage, raw: bytes | None = None) -> None:
         """Wrap a parsed record without copying it (core-internal: the core owns `record`
-        and does not change it afterwards). Other code builds one with `from_bytes`."""
+        and does not change it afterwards). `raw` is the bytes `record` was parsed from,
+        when it was read as it is stored. Other code builds one with `from_bytes`."""
         self._record = record
+        self._raw = raw
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MessageRecord:
         """The record `to_bytes` wrote (a stored message's bytes), e.g. sent by a remote
         broker. Raises ValueError when `data` is not one."""
         try:
-            return cls(records_pb2.StoredMessage.FromString(data))
+            return cls(records_pb2.StoredMessage.FromString(data), data)
         except DecodeError as e:
             raise ValueError(
                 f"{len(data)} bytes are not a stored message record (popmq.store.v1."
@@ -67,7 +74,13 @@ class MessageRecord:
 
     def to_bytes(self) -> bytes:
         """The record as a stored message's bytes (what `from_bytes` reads)."""
-        return self._record.SerializeToString()
+        raw = self._raw
+        return raw if raw is not None else self._record.SerializeToString()
+
+    def delivered_fields(self) -> bytes:
+        """The fields a delivery of this record carries, encoded as popmq.v1.ReceivedMessage
+        numbers them (record_wire.py): a front end appends the pop's own fields."""
+        return delivered_fields(self.to_bytes())
 
     @property
     def stored_size(self) -> int:

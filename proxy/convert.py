@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping
+from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+from google.protobuf.message import Message
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import (
@@ -26,11 +28,11 @@ from popmq.broker_core import (
     QueueStats,
     ReplicationSnapshot,
     ResetResult,
-    SendResult,
     Subscription,
     TopicInfo,
     TransactionCheck,
     TransactionInfo,
+    received_message_wire,
 )
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, StatusReport, message_totals
 
@@ -98,16 +100,40 @@ def new_message(msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int 
     )
 
 
-def send_result(result: SendResult) -> messaging_pb2.SendResult:
-    return messaging_pb2.SendResult(
-        message_id=result.message_id,
-        topic=result.topic,
-        queue_id=result.queue_id,
-        offset=result.offset,
-        recall_handle=result.recall_handle,
-        duplicate=result.duplicate,
-        transaction_id=result.transaction_id,
-    )
+_MESSAGES_TAG = b"\x0a"
+"""Field 1, length-delimited: `messages` of a PopResponse and of a LeasePopResponse."""
+
+
+def received_messages_wire(popped: Iterable[PoppedMessage]) -> bytes:
+    """Popped messages as the bytes of a response's `repeated ReceivedMessage messages = 1`
+    (PopResponse, LeasePopResponse): each the record's delivered fields as stored plus what
+    the pop adds (broker_core/record_wire.py), with no message object on the way. Appended
+    to the bytes of the response's other fields, they parse as that response."""
+    parts: list[bytes] = []
+    topic = ""
+    topic_bytes = b""
+    for message in popped:
+        if message.topic != topic:
+            topic = message.topic
+            topic_bytes = topic.encode()
+        parts.append(
+            received_message_wire(
+                message.record.to_bytes(),
+                field_tag=_MESSAGES_TAG,
+                topic=topic_bytes,
+                queue_id=message.queue_id,
+                offset=message.offset,
+                receipt_handle=message.receipt_handle,
+                invisible_until_ms=message.invisible_until_ms,
+            )
+        )
+    return b"".join(parts)
+
+
+def serialized(answer: bytes | Message) -> bytes:
+    """The response serializer of the RPCs whose handlers may answer with bytes already
+    encoded (messaging.ENCODED_ANSWERS): those go out as they are."""
+    return answer if type(answer) is bytes else cast(Message, answer).SerializeToString()
 
 
 def received_messages(

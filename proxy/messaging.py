@@ -9,7 +9,7 @@ not implement TransactionAPI answers these FAILED_PRECONDITION.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypedDict
 
 import grpc
@@ -38,6 +38,7 @@ from popmq.proxy import convert
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.errors import rpc
+from popmq.proxy.health import LateServices
 from popmq.proxy.leases import LeaseOutcome, LeaseTable
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
@@ -47,9 +48,9 @@ from popmq.proxy.pop_stream import (
     PopResult,
     PopStreamSession,
     fill_ack,
-    fill_pop,
+    pop_answer,
 )
-from popmq.proxy.send_stream import SendStreamSession, send_response
+from popmq.proxy.send_stream import SendStreamSession, send_answer
 from popmq.proxy.stream_session import Observe
 from popmq.proxy.transaction_checks import TransactionCheckLoop
 
@@ -115,8 +116,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def SendMessages(
         self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
-    ) -> messaging_pb2.SendMessagesResponse:
-        return send_response(await self.start_send(request))
+    ) -> bytes:
+        """Answers a SendMessagesResponse's bytes (send_stream.send_answer)."""
+        return send_answer(await self.start_send(request))
 
     def start_send(
         self, request: messaging_pb2.SendMessagesRequest
@@ -167,11 +169,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def Pop(
         self, request: messaging_pb2.PopRequest, context: grpc.aio.ServicerContext
-    ) -> messaging_pb2.PopResponse:
+    ) -> bytes:
+        """Answers a PopResponse's bytes (pop_stream.pop_answer; the method's serializer,
+        convert.serialized, passes them through)."""
         result = await self.start_pop(request, context.time_remaining())
-        response = messaging_pb2.PopResponse()
-        fill_pop(response, request, result)
-        return response
+        return pop_answer(request, result)
 
     def start_pop(
         self,
@@ -528,7 +530,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def LeasePop(
         self, request: messaging_pb2.LeasePopRequest, context: grpc.aio.ServicerContext
-    ) -> messaging_pb2.LeasePopResponse:
+    ) -> bytes:
+        """Answers a LeasePopResponse's bytes, its messages encoded as Pop's are."""
         pop = _pop_arguments(self._broker, request, context.time_remaining())
 
         def pop_once() -> Awaitable[list[PoppedMessage]]:
@@ -545,8 +548,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         response = messaging_pb2.LeasePopResponse(
             replayed=page.replayed, lease_until=convert.timestamp(page.lease_until_ms)
         )
-        convert.received_messages(response.messages, page.messages)
-        return response
+        return response.SerializeToString() + convert.received_messages_wire(page.messages)
 
     @rpc
     async def AckLease(
@@ -654,3 +656,55 @@ def _strategy(value: int) -> Strategy:
         allowed = ", ".join(s.value for s in Strategy)
         raise InvalidArgumentError(f"strategy {value} is unknown: use one of {allowed}")
     return strategy
+
+
+ENCODED_ANSWERS = frozenset({"SendMessages", "SendStream", "Pop", "PopStream", "LeasePop"})
+"""MessagingService methods whose handlers may answer with bytes already encoded."""
+
+
+def add_messaging_service(servicer: MessagingServicer, server: LateServices) -> None:
+    """Register `servicer` on `server` as the generated code does, except that the methods
+    of ENCODED_ANSWERS get a serializer that passes encoded bytes through
+    (convert.serialized)."""
+    messaging_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, _Reserialized(server))
+
+
+class _Reserialized:
+    """Stands in for the server while generated code registers the messaging service: it
+    swaps the serializer of ENCODED_ANSWERS' handlers, then registers the handlers on the
+    server both ways, as generated code does (the generic handler it built is of the
+    originals, so one is built again from the swapped ones)."""
+
+    def __init__(self, server: LateServices) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Ignored: built again from the registered handlers, with the swapped serializer."""
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        handlers = {
+            method: _reserialized(handler) if method in ENCODED_ANSWERS else handler
+            for method, handler in method_handlers.items()
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service_name, handlers),)
+        )
+        self._server.add_registered_method_handlers(service_name, handlers)
+
+
+def _reserialized(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            handler.unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=convert.serialized,
+        )
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=convert.serialized,
+        )
+    raise TypeError(f"no encoded answers for a handler of this shape: {handler!r}")

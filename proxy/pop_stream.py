@@ -45,7 +45,7 @@ import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage
+from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage, length_delimited, varint
 from popmq.proxy import convert
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (
@@ -69,8 +69,11 @@ __all__ = [
     "StartAck",
     "StartPop",
     "fill_ack",
-    "fill_pop",
+    "pop_answer",
 ]
+
+_REQUEST_ID_TAG = b"\x08"
+_POP_TAG = b"\x12"
 
 AckOutcomes = list[PopMQError | None]
 """The broker's ack result: per receipt handle, None (acked) or why not."""
@@ -144,14 +147,14 @@ def fill_ack(
             add(receipt_handle=handle, code=error.code, message=str(error))
 
 
-def fill_pop(
-    response: messaging_pb2.PopResponse, request: messaging_pb2.PopRequest, result: PopResult
-) -> None:
-    """Put a pop's messages, and the results of the acks it carried, into a PopResponse."""
+def pop_answer(request: messaging_pb2.PopRequest, result: PopResult) -> bytes:
+    """A pop's PopResponse, encoded: its messages as their stored bytes re-tagged
+    (convert.received_messages_wire), after the results of the acks it carried."""
     if type(result) is AckedPop:
-        fill_ack(response.ack_results, request.ack_receipt_handles, result.acks)
-        result = result.popped
-    convert.received_messages(response.messages, cast(list[PoppedMessage], result))
+        acks = messaging_pb2.PopResponse()
+        fill_ack(acks.ack_results, request.ack_receipt_handles, result.acks)
+        return acks.SerializeToString() + convert.received_messages_wire(result.popped)
+    return convert.received_messages_wire(cast(list[PoppedMessage], result))
 
 
 class PopStreamSession(
@@ -286,16 +289,21 @@ class PopStreamSession(
         # A pop takes nothing until it returns; an ack is answered with its results, always.
         return type(request) is messaging_pb2.PopRequest
 
-    def _abandon(
+    def _carried(
         self,
-        response: messaging_pb2.PopStreamResponse,
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
-    ) -> None:
+        result: PopResult | AckOutcomes,
+    ) -> object:
         if self._giver is None or type(request) is not messaging_pb2.PopRequest:
-            return
-        handles = [m.receipt_handle for m in response.pop.messages]
-        if handles:
-            self._giver(request.group, handles)
+            return None
+        popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
+        return [m.receipt_handle for m in popped] or None  # the handles, not the records
+
+    def _abandon(
+        self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest, carried: object
+    ) -> None:
+        if self._giver is not None:
+            self._giver(cast(messaging_pb2.PopRequest, request).group, cast(list[str], carried))
 
     def _give_back(
         self,
@@ -326,9 +334,20 @@ class PopStreamSession(
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
         result: PopResult | AckOutcomes,
     ) -> None:
+        # An ack's: a pop's answer is always encoded (`_encoded`).
+        handles = cast(messaging_pb2.AckRequest, request).receipt_handles
+        response.ack.SetInParent()
+        fill_ack(response.ack.results, handles, cast(AckOutcomes, result))
+
+    def _encoded(
+        self,
+        request_id: int,
+        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        result: PopResult | AckOutcomes,
+    ) -> bytes | None:
         if type(request) is messaging_pb2.AckRequest:
-            response.ack.SetInParent()
-            fill_ack(response.ack.results, request.receipt_handles, cast(AckOutcomes, result))
-            return
-        response.pop.SetInParent()  # set even when no message was popped
-        fill_pop(response.pop, cast(messaging_pb2.PopRequest, request), cast(PopResult, result))
+            return None
+        # PopStreamResponse: request_id = 1, then pop = 2 (present even when empty).
+        pop = pop_answer(cast(messaging_pb2.PopRequest, request), cast(PopResult, result))
+        head = _REQUEST_ID_TAG + varint(request_id) if request_id else b""
+        return head + length_delimited(_POP_TAG, pop)

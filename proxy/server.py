@@ -19,7 +19,7 @@ from typing import Literal
 
 import grpc
 
-from popmq._gen.popmq.v1 import admin_pb2_grpc, messaging_pb2_grpc
+from popmq._gen.popmq.v1 import admin_pb2_grpc
 from popmq.broker_core import (
     Broker,
     BrokerAPI,
@@ -34,7 +34,7 @@ from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
 from popmq.proxy.logs import LogConfig
 from popmq.proxy.memory import return_large_blocks
-from popmq.proxy.messaging import MessagingServicer
+from popmq.proxy.messaging import MessagingServicer, add_messaging_service
 from popmq.proxy.metrics import (
     Metrics,
     MetricsConfig,
@@ -320,7 +320,7 @@ class PopMQServer:
             ),
             transaction_checks=self.transaction_checks,
         )
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
+        add_messaging_service(self.messaging, server)
         self.security_store = self._security_store()
         await self.security_store.start()
         # Access control from here on. Before, the gate knows root only (a SUPER user, never

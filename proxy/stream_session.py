@@ -120,12 +120,16 @@ class _Request(NamedTuple, Generic[RequestT, ResultT]):
 class _Answer(NamedTuple, Generic[RequestT, ResponseT]):
     """An answer waiting for the writer."""
 
-    response: ResponseT
+    response: ResponseT | bytes
+    """The answer, or its bytes already encoded (`StreamSession._encoded`)."""
     counted: bool
     """It answers a counted request (not a rejection)."""
     request: RequestT | None
     size: int
     """Its serialized size, counted in the stream's unwritten bytes."""
+    carried: object = None
+    """What the answer carries that `_abandon` gives back if it is never written (`_carried`
+    of the result: not the result itself, which would double the answer's memory)."""
 
 
 class StreamSession(Generic[RequestT, ResponseT, ResultT]):
@@ -214,6 +218,12 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         """Put a finished request's result into its answer."""
         raise NotImplementedError
 
+    def _encoded(self, request_id: int, request: RequestT, result: ResultT) -> bytes | None:
+        """A finished request's whole answer already encoded, for results cheaper to write
+        as bytes than as a message (the call's serializer passes bytes through); None (the
+        default) answers with `_response` filled by `_fill`."""
+        return None
+
     def _observer(self, request: RequestT) -> Observe | None:
         """Who is told of the answer to `request` (the session's `observe` by default)."""
         return self._observe
@@ -239,9 +249,14 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         takes nothing until it returns (a pop). None by default."""
         return False
 
-    def _abandon(self, response: ResponseT, request: RequestT) -> None:
+    def _carried(self, request: RequestT, result: ResultT) -> object:
+        """What an answer to `request` carries that must be given back if it is never
+        written (given to `_abandon`); None (the default) when nothing."""
+        return None
+
+    def _abandon(self, request: RequestT, carried: object) -> None:
         """An answer to `request` will never be written (the call ended): give back what it
-        carried. Nothing by default."""
+        carried (`_carried`). Nothing by default."""
 
     def _give_back(self, request: RequestT, result: ResultT) -> bool:
         """A restartable request's result will not be answered (the stream is paused): give
@@ -591,11 +606,16 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 self._by_id[request_id] = entry
             return
         response = self._response(request_id)
+        encoded: bytes | None = None
+        result: ResultT | None = None
         if task.cancelled():
             response.error.code = "CANCELLED"
             response.error.message = self.cancelled_text
         elif (exc := task.exception()) is None:
-            self._fill(response, request, task.result())
+            result = task.result()
+            encoded = self._encoded(request_id, request, result)
+            if encoded is None:
+                self._fill(response, request, result)
         elif isinstance(exc, PopMQError):
             log.debug(
                 "%s %s from %s failed: %s %s",
@@ -607,10 +627,16 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             log.error("%s %s failed unexpectedly", self.method, self.noun, exc_info=exc)
             response.error.code = "INTERNAL"
             response.error.message = INTERNAL_MESSAGE
+        carried = None if result is None else self._carried(request, result)
+        result = None  # not held with the answer
         if self._closed:
-            self._abandon(response, request)  # ready after the call ended
+            if carried is not None:
+                self._abandon(request, carried)  # ready after the call ended
             return
-        self._queue(_Answer(response, True, request, response.ByteSize()))
+        if encoded is not None:
+            self._queue(_Answer(encoded, True, request, len(encoded), carried))
+        else:
+            self._queue(_Answer(response, True, request, response.ByteSize(), carried))
         observe = self._observer(request)
         if observe is not None:
             error = response.error
@@ -672,5 +698,5 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 unwritten.append(answer)
         self._unwritten = 0
         for answer in unwritten:
-            if answer.request is not None:
-                self._abandon(answer.response, answer.request)
+            if answer.request is not None and answer.carried is not None:
+                self._abandon(answer.request, answer.carried)

@@ -85,14 +85,16 @@ class Deliveries:
                 )
                 continue
             record = records_pb2.StoredMessage.FromString(value)
+            raw: bytes | None = value
             if ck.fifo_group and record.delivery_attempt != ck.attempt:
                 record.delivery_attempt = ck.attempt  # as Fifo._delivery reported it
+                raw = None
             cq = ck.queue
             results[at] = PoppedMessage(
                 self._catalog.user_topic_name(cq.topic_id),
                 cq.queue_id,
                 ck.offsets[index],
-                MessageRecord(record),
+                MessageRecord(record, raw),
                 text,
                 ck.deadline_ms,
             )

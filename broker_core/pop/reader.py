@@ -290,6 +290,7 @@ class Reader:
         budget = self._config.pop.max_scan_per_pop
         offsets: list[int] = []
         records: list[records_pb2.StoredMessage] = []
+        raws: list[bytes] = []  # the bytes each of `records` was parsed from
         delivered = 0
         stopped = False  # a FIFO group is full, or the answer is: stop before this message
         max_held = self._config.messages.fifo_max_held
@@ -330,8 +331,10 @@ class Reader:
                         read.found.append(message)
                         delivered += 1
                 else:
+                    assert value is not None  # the record was parsed from it
                     offsets.append(offset)
                     records.append(record)
+                    raws.append(value)
                     delivered += 1
                 if delivered >= want:
                     break
@@ -352,7 +355,7 @@ class Reader:
         self._ledger.track(ck)
         self._ledger.buffer(ck)
         topic_name = read.user_topic.name
-        for index, (offset, record) in enumerate(zip(offsets, records, strict=True)):
+        for index, (offset, record, raw) in enumerate(zip(offsets, records, raws, strict=True)):
             handle = self._codec.encode(
                 ReceiptHandle(
                     cq.group_id, source.topic_id, cq.queue_id, offset, ck.ck_id, index, deadline
@@ -360,7 +363,7 @@ class Reader:
             )
             read.found.append(
                 PoppedMessage(
-                    topic_name, cq.queue_id, offset, MessageRecord(record), handle, deadline
+                    topic_name, cq.queue_id, offset, MessageRecord(record, raw), handle, deadline
                 )
             )
 

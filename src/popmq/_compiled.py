@@ -57,6 +57,7 @@ MODULES = (
     "popmq.broker_core.stats",
     "popmq.broker_core.types",
     "popmq.broker_core.record",
+    "popmq.broker_core.record_wire",
     # The pop and ack path: reading queues, receipt handles, the in-flight ledger.
     "popmq.broker_core.pop.reader",
     "popmq.broker_core.pop.ack",

@@ -37,7 +37,8 @@ EXPECTED = {
         "UnauthenticatedError", "UnavailableError", "check_batch_size",
         "check_count", "check_delivery_time", "check_invisible", "check_message", "check_name",
         "check_offset", "check_queue_id", "check_range", "check_tag", "issuer_of",
-        "new_group_state", "now_ms", "parse_filter", "updated_group_state",
+        "length_delimited", "new_group_state", "now_ms", "parse_filter",
+        "received_message_wire", "updated_group_state", "varint",
     ],
     "popmq.cluster": [
         "BrokerServicer", "CatalogSync", "ClusterBroker", "GroupAdmin", "GroupCache",

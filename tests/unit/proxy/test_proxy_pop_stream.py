@@ -21,6 +21,8 @@ from tests.unit.proxy.test_proxy_send_stream import FakeContext as SendContext
 class FakeContext(SendContext):
     """A PopStream call: as the SendStream one, and without a deadline."""
 
+    answer_type = messaging_pb2.PopStreamResponse
+
     def time_remaining(self) -> float | None:
         return None
 

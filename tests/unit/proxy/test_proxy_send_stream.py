@@ -15,11 +15,15 @@ import grpc.aio
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import SendResult
+from popmq.proxy import convert
 from popmq.proxy.send_stream import MAX_IN_FLIGHT, SendStreamSession
 
 
 class FakeContext:
-    """A SendStream call: reads what the test feeds, records what the session writes."""
+    """A SendStream call: reads what the test feeds, records what the session writes (as
+    the client reads it: answers the session encodes itself are parsed)."""
+
+    answer_type: type[Any] = messaging_pb2.SendStreamResponse
 
     def __init__(self) -> None:
         self.reads: asyncio.Queue[Any] = asyncio.Queue()
@@ -34,8 +38,8 @@ class FakeContext:
     async def read(self) -> Any:
         return await self.reads.get()
 
-    async def write(self, response: messaging_pb2.SendStreamResponse) -> None:
-        self.written.append(response)
+    async def write(self, response: Any) -> None:
+        self.written.append(self.answer_type.FromString(convert.serialized(response)))
         self.wrote.set()
 
     def set_code(self, code: grpc.StatusCode) -> None:

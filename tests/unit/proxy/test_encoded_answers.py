@@ -1,0 +1,63 @@
+"""Answers written as bytes (messaging.ENCODED_ANSWERS) parse as the messages the proxy
+would build field by field."""
+
+from __future__ import annotations
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core import MessageRecord, NotFoundError, PoppedMessage, SendResult
+from popmq.proxy import convert
+from popmq.proxy.pop_stream import AckedPop, pop_answer
+from popmq.proxy.send_stream import send_answer
+
+
+def _result_message(result: SendResult) -> messaging_pb2.SendResult:
+    return messaging_pb2.SendResult(
+        message_id=result.message_id,
+        topic=result.topic,
+        queue_id=result.queue_id,
+        offset=result.offset,
+        recall_handle=result.recall_handle,
+        duplicate=result.duplicate,
+        transaction_id=result.transaction_id,
+    )
+
+
+def test_send_results_cross_as_the_objects_carry_them() -> None:
+    results = [
+        SendResult("01AB", "orders", 3, 1234),
+        SendResult("01AC", "orders", 0, 0, duplicate=True),
+        SendResult("01AD", "délais", 5, -1, "broker-a.recall"),  # a delayed message
+        SendResult("01AE", "orders", 1, 7, transaction_id="tx-1"),
+        SendResult("01AF", "orders", 2**31 - 1, 2**62),
+    ]
+    expected = messaging_pb2.SendMessagesResponse(results=[_result_message(r) for r in results])
+    wire = send_answer(results)
+    assert messaging_pb2.SendMessagesResponse.FromString(wire) == expected
+    assert len(wire) == expected.ByteSize()
+    assert send_answer([]) == b""
+
+
+def _popped(offset: int) -> PoppedMessage:
+    record = records_pb2.StoredMessage(
+        message_id=f"id-{offset}", body=b"body", born_time_ms=1000, store_time_ms=2000,
+        delivery_attempt=1,
+    )  # fmt: skip
+    data = record.SerializeToString()
+    return PoppedMessage(
+        "orders", 1, offset, MessageRecord(record, data), f"handle-{offset}", 30_000
+    )
+
+
+def test_a_pop_that_carried_acks_answers_both() -> None:
+    request = messaging_pb2.PopRequest(group="g", topic="orders", ack_receipt_handles=["a", "b"])
+    popped = [_popped(5), _popped(6)]
+    result = AckedPop([None, NotFoundError("no longer in flight")], popped)
+    expected = messaging_pb2.PopResponse()
+    convert.received_messages(expected.messages, popped)
+    expected.ack_results.add(receipt_handle="a", code="OK")
+    expected.ack_results.add(receipt_handle="b", code="NOT_FOUND", message="no longer in flight")
+    assert messaging_pb2.PopResponse.FromString(pop_answer(request, result)) == expected
+    plain = messaging_pb2.PopResponse.FromString(pop_answer(request, popped))
+    assert list(plain.messages) == list(expected.messages)
+    assert not plain.ack_results
