@@ -132,7 +132,11 @@ def parse_timer_key(key: bytes) -> tuple[int, int]:
 
 def _text(kind: bytes, topic_id: int, text: str) -> bytes:
     raw = text.encode()
-    return kind + _U32.pack(topic_id) + struct.pack(">H", len(raw)) + raw
+    return b"".join((kind, _TEXT_HEAD.pack(topic_id, len(raw)), raw))
+
+
+_TEXT_HEAD = struct.Struct(">IH")
+"""A text key's topic id and the text's length."""
 
 
 def id_index_key(topic_id: int, message_id: str) -> bytes:

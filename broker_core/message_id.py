@@ -18,10 +18,21 @@ class MessageIdGenerator:
     """Generates ids for one process; the node id is random per generator."""
 
     def __init__(self, node: bytes | None = None) -> None:
-        self._prefix = "01" + (node or secrets.token_bytes(6)).hex() + f"{os.getpid() & 0xFFFF:04X}"
+        node_hex = (node or secrets.token_bytes(6)).hex().upper()
+        self._prefix = f"01{node_hex}{os.getpid() & 0xFFFF:04X}"
         self._sequence = itertools.count()
+        # (seconds since 2021, the id's text up to its sequence) of the last id: the head
+        # changes once a second, so most ids format the sequence alone. One reference,
+        # replaced whole, so a reader never pairs a second with another second's head.
+        self._head: tuple[int, str] = (-1, "")
 
-    def next(self) -> str:
-        seconds = int(time.time()) - _EPOCH_2021
+    def next(self, now_ms: int = 0) -> str:
+        """A new id. `now_ms` is the caller's reading of the clock, when it has one (a
+        send's stamp): reading it again costs as much as formatting the whole id."""
+        seconds = (now_ms // 1000 if now_ms else int(time.time())) - _EPOCH_2021
         seq = next(self._sequence) & 0xFFFFFFFF
-        return f"{self._prefix}{seconds & 0xFFFFFFFF:08X}{seq:08X}".upper()
+        head = self._head
+        if head[0] != seconds:
+            head = (seconds, f"{self._prefix}{seconds & 0xFFFFFFFF:08X}")
+            self._head = head
+        return "%s%08X" % (head[1], seq)  # noqa: UP031 (a third cheaper than an f-string)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
+from popmq.broker_core.record_wire import length_delimited, varint
 from popmq.broker_core.store import Batch, Store
 
 _SWEEP_CHUNK = 4096
@@ -84,12 +85,7 @@ def write_entries(
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
 
     Its expiry markers join `expiries`, which the caller puts once for the whole write."""
-    record = records_pb2.IndexRecord(
-        queue_id=queue_id, offset=offset, store_time_ms=stamp_ms, message_id=message_id
-    )
-    if recall_handle:  # an empty keyword still costs a conversion in upb
-        record.recall_handle = recall_handle
-    value = record.SerializeToString()
+    value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle)
     id_key = keys.id_index_key(topic_id, message_id)
     batch.put("index", id_key, value)
     expiries.add(stamp_ms + retention_ms, id_key)
@@ -107,6 +103,25 @@ def write_entries(
             message_keys=message_keys,
             expire_ms=stamp_ms + retention_ms,
         )
+
+
+def index_record(
+    queue_id: int, offset: int, store_time_ms: int, message_id: str, recall_handle: str = ""
+) -> bytes:
+    """An IndexRecord's bytes, written field by field (a third of building the message to
+    serialize it, and one is written per message sent)."""
+    parts = []
+    if queue_id:
+        parts.append(b"\x08" + varint(queue_id))
+    if offset:  # -1 for a delayed message: ten bytes, as an int64 is encoded
+        parts.append(b"\x10" + varint(offset))
+    if store_time_ms:
+        parts.append(b"\x18" + varint(store_time_ms))
+    if message_id:
+        parts.append(length_delimited(b"\x22", message_id.encode()))
+    if recall_handle:
+        parts.append(length_delimited(b"\x2a", recall_handle.encode()))
+    return b"".join(parts)
 
 
 def write_key_entries(

@@ -104,7 +104,7 @@ class Sender:
         later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
         mine: list[tuple[int, str]] = []
         plan: list[_Planned] = []
-        ids = [msg.message_id or self._ids.next() for msg in messages]
+        ids = [msg.message_id or self._ids.next(stamp) for msg in messages]
         hits = message_index.find_duplicates(
             self._store,
             [

@@ -72,12 +72,15 @@ def _limit(value: int) -> str:
     return f"{value:,}"
 
 
+_NAME_ALLOWED = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
+
+
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
     """Check a topic or group name; reserved prefixes are refused unless `allow_dlq`
     (which admits dead-letter topics and the discarded-transactions topic, read-only ones).
 
     The error's field is `kind` ("topic", "group")."""
-    allowed = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
+    allowed = _NAME_ALLOWED
     if not name:
         raise InvalidArgumentError(
             f"{kind} name is empty: use 1 to {MAX_NAME_LENGTH} characters",
@@ -205,42 +208,40 @@ def check_offset(topic: str, queue_id: int, offset: int, max_offset: int) -> Non
 
 def check_delivery_time(index: int, deliver_at_ms: int, now_ms: int, max_delay_s: float) -> None:
     """Check a delayed message's due time: not before the epoch, at most max_delay_s ahead."""
-    where = f"messages[{index}]"
-    allowed = f"0..now+{max_delay_s:.0f}s"
+    # The texts of the errors are formatted only for an error: this runs for every message.
     if deliver_at_ms < 0:
         raise InvalidArgumentError(
-            f"{where}.deliver_at is before the epoch",
+            f"messages[{index}].deliver_at is before the epoch",
             field="message.delivery_timestamp",
             value=deliver_at_ms,
-            allowed=allowed,
+            allowed=f"0..now+{max_delay_s:.0f}s",
         )
     if deliver_at_ms - now_ms > round(max_delay_s * 1000):
         raise InvalidArgumentError(
-            f"{where} is due in {(deliver_at_ms - now_ms) / 1000:.0f}s: at "
+            f"messages[{index}] is due in {(deliver_at_ms - now_ms) / 1000:.0f}s: at "
             f"most {max_delay_s:.0f}s (max_delay_s) ahead is allowed",
             field="message.delivery_timestamp",
             value=deliver_at_ms,
-            allowed=allowed,
+            allowed=f"0..now+{max_delay_s:.0f}s",
         )
 
 
 def check_tag(index: int, tag: str) -> None:
     """Check a message's tag: 1..MAX_TAG_LENGTH characters, not blank, no '|', no controls."""
-    allowed = f"1..{MAX_TAG_LENGTH} characters, not blank, no '|', no controls"
     # In the order (and words) of the SDK's copy, sdk/_validation.py.
     if "|" in tag or not tag.strip() or _CONTROL.search(tag):
         raise InvalidArgumentError(
             f"messages[{index}].tag {tag!r} is invalid: no '|', no control characters, not blank",
             field="message.tag",
             value=tag,
-            allowed=allowed,
+            allowed=f"1..{MAX_TAG_LENGTH} characters, not blank, no '|', no controls",
         )
     if len(tag) > MAX_TAG_LENGTH:
         raise InvalidArgumentError(
             f"messages[{index}].tag is longer than {MAX_TAG_LENGTH} characters",
             field="message.tag",
             value=tag,
-            allowed=allowed,
+            allowed=f"1..{MAX_TAG_LENGTH} characters, not blank, no '|', no controls",
         )
 
 
@@ -258,28 +259,27 @@ def check_message(
 
     An empty message_id lets the broker assign one; `require_message_id` refuses it, for
     protocols whose clients always send one (apache.rocketmq.v2)."""
-    where = f"messages[{index}]"
-    body_allowed = f"1 B..{_limit(MAX_BODY_BYTES)} B"
+    # The texts of the errors are formatted only for an error: this runs for every message.
     if not body:
         raise InvalidArgumentError(
-            f"{where}.body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes",
+            f"messages[{index}].body is empty: a message needs 1 to {MAX_BODY_BYTES} bytes",
             field="message.body",
             value=body,
-            allowed=body_allowed,
+            allowed=f"1 B..{_limit(MAX_BODY_BYTES)} B",
         )
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgumentError(
-            f"{where}.body is {len(body)} bytes: at most {MAX_BODY_BYTES} (4 MiB - 64 KiB) are "
-            "allowed",
+            f"messages[{index}].body is {len(body)} bytes: at most {MAX_BODY_BYTES} "
+            "(4 MiB - 64 KiB) are allowed",
             field="message.body",
             value=body,
-            allowed=body_allowed,
+            allowed=f"1 B..{_limit(MAX_BODY_BYTES)} B",
         )
     if tag:
         check_tag(index, tag)
     if len(keys) > MAX_KEYS:
         raise InvalidArgumentError(
-            f"{where} has {len(keys)} keys: at most {MAX_KEYS} allowed",
+            f"messages[{index}] has {len(keys)} keys: at most {MAX_KEYS} allowed",
             field="message.keys",
             value=len(keys),
             allowed=f"at most {MAX_KEYS} keys",
@@ -287,7 +287,7 @@ def check_message(
     for key in keys:
         if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
             raise InvalidArgumentError(
-                f"{where} key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
+                f"messages[{index}] key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
                 "not blank, no control characters",
                 field="message.keys",
                 value=key,
@@ -295,7 +295,8 @@ def check_message(
             )
     if len(properties) > MAX_PROPERTIES:
         raise InvalidArgumentError(
-            f"{where} has {len(properties)} properties: at most {MAX_PROPERTIES} are allowed",
+            f"messages[{index}] has {len(properties)} properties: at most {MAX_PROPERTIES} "
+            "are allowed",
             field="message.properties",
             value=len(properties),
             allowed=f"at most {MAX_PROPERTIES} properties",
@@ -304,7 +305,7 @@ def check_message(
     for name, value in properties.items():
         if not name or _CONTROL.search(name):
             raise InvalidArgumentError(
-                f"{where} property name {name!r} is empty or has controls",
+                f"messages[{index}] property name {name!r} is empty or has controls",
                 field="message.properties.name",
                 value=name,
                 allowed="not blank, no control characters",
@@ -312,7 +313,7 @@ def check_message(
         if not name.strip():
             # Refused as the v2 front end always did: no SQL filter can name such a property.
             raise InvalidArgumentError(
-                f"{where} property name {name!r} is blank",
+                f"messages[{index}] property name {name!r} is blank",
                 field="message.properties.name",
                 value=name,
                 allowed="not blank, no control characters",
@@ -320,7 +321,8 @@ def check_message(
         total += len(name.encode()) + len(value.encode())
     if total > MAX_PROPERTIES_BYTES:
         raise InvalidArgumentError(
-            f"{where} properties take {total} bytes: at most {MAX_PROPERTIES_BYTES} (16 KiB)",
+            f"messages[{index}] properties take {total} bytes: at most "
+            f"{MAX_PROPERTIES_BYTES} (16 KiB)",
             field="message.properties",
             value=total,
             allowed=f"at most {_limit(MAX_PROPERTIES_BYTES)} B",
@@ -336,7 +338,7 @@ def check_message(
             else (0, f"at most {MAX_MESSAGE_ID_LENGTH}")
         )
         raise InvalidArgumentError(
-            f"{where}.message_id is invalid: {rule} printable characters",
+            f"messages[{index}].message_id is invalid: {rule} printable characters",
             field="message.message_id",
             value=message_id,
             allowed=f"{low}..{MAX_MESSAGE_ID_LENGTH} printable characters",
@@ -347,10 +349,10 @@ def check_message_extras(
     index: int, *, message_group: str, dedup_id: str, body_encoding: str, born_host: str
 ) -> None:
     """Check the FIFO group, dedup id, body encoding and born host of one message."""
-    where = f"messages[{index}]"
     if body_encoding not in BODY_ENCODINGS:
         raise InvalidArgumentError(
-            f"{where}.body_encoding {body_encoding!r} is not supported: use '', 'zlib' or 'zstd'",
+            f"messages[{index}].body_encoding {body_encoding!r} is not supported: use '', "
+            "'zlib' or 'zstd'",
             field="message.body_encoding",
             value=body_encoding,
             allowed="'', 'zlib', 'zstd'",
@@ -364,7 +366,7 @@ def check_message_extras(
     ):
         if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
             raise InvalidArgumentError(
-                f"{where}.{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
+                f"messages[{index}].{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
                 "not blank, no control characters",
                 field=f"message.{field}",
                 value=value,
