@@ -24,6 +24,10 @@ is the window (every thread: RocksDB's included; the fsync itself is a system ca
 nothing). Divide by the messages (``--batches`` x 32). The two ``callgrind_control`` calls
 cost the same in every build (``--batches 0`` measures them: about 0.5 M instructions).
 
+``--against CHECKOUT`` does that for both phases, compiled, for this checkout and for another
+checkout (of an earlier commit, built with ``python setup.py build_ext --inplace``: each side
+runs its own harness and build), interleaved, for ``--runs`` rounds.
+
 ``--compare`` does that for both phases and both builds of this checkout, interleaved, for
 ``--runs`` rounds, and prints instructions per message: the compiled build as built
 (popmq/_compiled.py) and its Python sources (``POPMQ_PURE_PYTHON=1``). ``--which`` says
@@ -58,8 +62,8 @@ from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.coordination import LocalCoordinator
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.messaging import MessagingServicer
-from popmq.proxy.pop_stream import fill_ack, fill_pop
-from popmq.proxy.send_stream import send_response
+from popmq.proxy.pop_stream import fill_ack, pop_answer
+from popmq.proxy.send_stream import send_answer
 
 BATCH = 32
 BODY = b"x" * 1024
@@ -99,15 +103,13 @@ class _Workload:
     async def send(self) -> int:
         request = messaging_pb2.SendMessagesRequest.FromString(self.send_bytes)
         results = await self.servicer.start_send(request)
-        send_response(results).SerializeToString()
+        send_answer(results)
         return len(results)
 
     async def pop_ack(self) -> int:
         request = messaging_pb2.PopRequest.FromString(self.pop_bytes)
         result = await self.servicer.start_pop(request, None)
-        response = messaging_pb2.PopResponse()
-        fill_pop(response, request, result)
-        wire = messaging_pb2.PopResponse.FromString(response.SerializeToString())
+        wire = messaging_pb2.PopResponse.FromString(pop_answer(request, result))
         ack = messaging_pb2.AckRequest(
             group=GROUP, receipt_handles=[m.receipt_handle for m in wire.messages]
         )
@@ -174,17 +176,22 @@ def _which() -> str:
     return "\n".join(lines)
 
 
-def _count(phase: str, batches: int, *, python: bool) -> int:
-    """Instructions callgrind counts in one run's window (a child process)."""
+def _count(phase: str, batches: int, *, python: bool, checkout: Path | None = None) -> int:
+    """Instructions callgrind counts in one run's window (a child process): of this
+    checkout's popmq, or of another `checkout`'s (its own harness, its own build)."""
     env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
     if python:
         env[_compiled.PURE_ENV] = "1"
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout / "src")
     command = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
         sys.executable, "-m", "bench.compiled_cost", "--phase", phase,
         "--batches", str(batches), "--callgrind",
     ]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        command, env=env, capture_output=True, text=True, check=True, cwd=checkout
+    )
     found = re.search(r"Collected : (\d+)", result.stderr)
     if found is None:
         raise RuntimeError(f"no callgrind total in:\n{result.stderr[-2000:]}")
@@ -213,6 +220,30 @@ def _compare(runs: int, batches: int) -> None:
         print(f"| {phase} | {source:,.0f} | {native:,.0f} | {native / source:.3f} |")
 
 
+def _against(other: Path, runs: int, batches: int) -> None:
+    """Both phases of this checkout's build and of `other`'s (a checkout of another commit,
+    built with `python setup.py build_ext --inplace`), interleaved run by run."""
+    compiled, why = _compiled.state()
+    if not compiled:
+        raise SystemExit(f"this checkout does not run compiled ({why}): make compile first")
+    counts: dict[tuple[str, str], list[int]] = {}
+    sides = {"other": other, "this": None}
+    for run in range(runs):
+        for phase in ("send", "pop-ack"):
+            for side, checkout in sides.items():
+                count = _count(phase, batches, python=False, checkout=checkout)
+                counts.setdefault((phase, side), []).append(count)
+                print(f"run {run + 1} {phase:8} {side:6} {count:>13,}", flush=True)
+    messages = batches * BATCH
+    print(f"\ninstructions per message, median of {runs} run(s) of {messages} messages:\n")
+    print(f"| phase | {other} | this checkout | this / that |")
+    print("|---|---|---|---|")
+    for phase in ("send", "pop-ack"):
+        that = statistics.median(counts[phase, "other"]) / messages
+        this = statistics.median(counts[phase, "this"]) / messages
+        print(f"| {phase} | {that:,.0f} | {this:,.0f} | {this / that:.3f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compiled_cost", description=__doc__)
     parser.add_argument("--phase", choices=["send", "pop-ack"], default="send")
@@ -221,8 +252,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
     parser.add_argument("--which", action="store_true", help="say which modules are compiled")
     parser.add_argument("--compare", action="store_true", help="count both builds (see above)")
-    parser.add_argument("--runs", type=int, default=3, help="rounds of --compare")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of --compare / --against")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="count this checkout's compiled build and CHECKOUT's, interleaved",
+    )
     args = parser.parse_args(argv)
+    if args.against is not None:
+        _against(args.against.resolve(), args.runs, args.batches)
+        return
     if args.compare:
         _compare(args.runs, args.batches)
         return
