@@ -22,7 +22,7 @@ from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentErr
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
@@ -60,7 +60,7 @@ class Admin:
         offsets: QueueOffsets,
         offset_reads: OffsetReads,
         queues: ConsumeQueues,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         superseded: SupersededHandles,
         topics: Topics,
         chooser: QueueChooser,
@@ -74,7 +74,7 @@ class Admin:
         self._offsets = offsets
         self._offset_reads = offset_reads
         self._queues = queues
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._superseded = superseded
         self._topics = topics
         self._chooser = chooser
@@ -260,7 +260,7 @@ class Admin:
                 "then stop working)"
             )
         owned = {id(cq) for cq in queues.values()}
-        cks = self._ledger.select(lambda ck: id(ck.queue) in owned)
+        cks = self._checkpoints.select(lambda ck: id(ck.queue) in owned)
         dropped = [(ck, index) for ck in cks for index in ck.unresolved()]
         old = {q: cq.committed for q, cq in queues.items()}
         gid = group_info.group_id
@@ -279,12 +279,12 @@ class Admin:
                     SupersededHandles.write(batch, ck.ck_id, index, ck.deadline_ms)
 
             await self._writer.submit(apply, sync=True)
-            self._ledger.drop_checkpoints(cks)
+            self._checkpoints.drop(cks)
             for ck, index in dropped:
                 self._superseded.remember(ck.ck_id, index, ck.deadline_ms)
             for q, cq in queues.items():
                 cq.reset(new[q])
-                self._ledger.write_offset(cq)
+                self._checkpoints.write_offset(cq)
             self._writer.request_flush()
         finally:
             for lock_key in locked:

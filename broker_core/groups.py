@@ -31,7 +31,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.store import Batch
 from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
@@ -51,7 +51,7 @@ class Groups:
         offsets: QueueOffsets,
         offset_reads: OffsetReads,
         queues: ConsumeQueues,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         settings: GroupSettingsStore,
         locks: QueueLocks,
         polling: LongPolling,
@@ -64,7 +64,7 @@ class Groups:
         self._offsets = offsets
         self._offset_reads = offset_reads
         self._queues = queues
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._settings = settings
         self._locks = locks
         self._polling = polling
@@ -397,7 +397,7 @@ class Groups:
                 "acked or redelivered, or delete with force"
             )
         retries = {k: t for k, t in self._catalog.retry_topics.items() if k[0] == gid}
-        cks = self._ledger.select(lambda ck: ck.queue.group_id == gid)
+        cks = self._checkpoints.select(lambda ck: ck.queue.group_id == gid)
         locked = self._locks.acquire_all(cq.lock_key for cq in queues)
         try:
 
@@ -432,7 +432,7 @@ class Groups:
         topics = {cq.topic for cq in queues}
         for queue_key in [k for k in self._queues if k[0] == gid]:
             self._queues.remove(queue_key)
-        self._ledger.drop_checkpoints(self._ledger.select(lambda ck: ck.queue.group_id == gid))
+        self._checkpoints.drop(self._checkpoints.select(lambda ck: ck.queue.group_id == gid))
         self._forget_pop_counts(gid)
         for topic in topics:
             # Held pops of the group look again and find it gone.

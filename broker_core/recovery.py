@@ -18,7 +18,7 @@ from popmq.broker_core.errors import DataDirError, StoreFullError
 from popmq.broker_core.handle_text import broker_name_problem
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.store import Batch, Store
 
@@ -154,7 +154,7 @@ def recover(
     store: Store,
     *,
     queues: ConsumeQueues,
-    ledger: Ledger,
+    checkpoints: LiveCheckpoints,
     superseded: SupersededHandles,
     offsets: QueueOffsets,
     write: bool = True,
@@ -194,7 +194,7 @@ def recover(
         cq.add(ck)
         if ck.fifo_group:
             cq.fifo_enqueue(ck)
-        ledger.recovered(ck)
+        checkpoints.recovered(ck)
         count += 1
     for cq in queues.values():
         cq.recovered.sort()

@@ -31,7 +31,7 @@ from popmq.broker_core.handle_text import (
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import CK_SEQ_BITS
+from popmq.broker_core.pop.live_checkpoints import CK_SEQ_BITS
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.wakeup import Wakeup
 

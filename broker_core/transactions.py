@@ -62,7 +62,7 @@ from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import CK_SEQ_BITS
+from popmq.broker_core.pop.live_checkpoints import CK_SEQ_BITS
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.send import Sender, stored_record
 from popmq.broker_core.stats import BrokerStats

@@ -32,7 +32,7 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
@@ -49,7 +49,7 @@ class Acks:
         store: Store,
         catalog: Catalog,
         writer: GroupCommitWriter,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         queues: ConsumeQueues,
         superseded: SupersededHandles,
         fifo: Fifo,
@@ -62,7 +62,7 @@ class Acks:
         self._store = store
         self._catalog = catalog
         self._writer = writer
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._queues = queues
         self._superseded = superseded
         self._fifo = fifo
@@ -94,7 +94,7 @@ class Acks:
             )
         cq = self._queues.get(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
-        ck = self._ledger.get(handle.ck_id)
+        ck = self._checkpoints.get(handle.ck_id)
         if (
             ck is None
             or handle.ck_index >= len(ck.offsets)
@@ -104,7 +104,7 @@ class Acks:
             # superseded above). A handle of an earlier boot may instead name a checkpoint
             # the crash lost before it was persisted: then the consumer offset never passed
             # the message and it will be popped again, so "acked" would be a lie.
-            earlier_boot = self._ledger.of_earlier_boot(handle.ck_id)
+            earlier_boot = self._checkpoints.of_earlier_boot(handle.ck_id)
             if owner is not None:
                 raise _lost() if earlier_boot else _superseded()
             if handle.deadline_ms <= now:
@@ -153,7 +153,7 @@ class Acks:
             self._stats.acked[(group, self._catalog.user_topic_name(topic_id))] += count
         must_write = any(ck.persisted for ck in touched.values())
         for ck in touched.values():
-            self._ledger.finish(ck)
+            self._checkpoints.finish(ck)
         if must_write:
             await self._writer.submit(jobs.noop, sync=False)
         return results
@@ -234,7 +234,7 @@ class Acks:
                 ck.resolved |= bit
                 ck.revived |= bit
                 cq.release(ck, index)
-                self._ledger.finish(ck)
+                self._checkpoints.finish(ck)
         self._polling.notify(target.name, 1)
         return target.name
 
@@ -254,7 +254,7 @@ class Acks:
         offset = old.offsets[index]
         cq = old.queue
         new = Checkpoint(
-            ck_id=self._ledger.next_ck_id(),
+            ck_id=self._checkpoints.next_ck_id(),
             queue=cq,
             range_start=offset,
             range_end=offset + 1,
@@ -283,10 +283,10 @@ class Acks:
             raise
         old.resolved |= bit
         self._superseded.remember(old.ck_id, index, old.deadline_ms)
-        self._ledger.track(new)
+        self._checkpoints.track(new)
         if old.fifo_group:
             cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
-        self._ledger.finish(old)
+        self._checkpoints.finish(old)
         handle = self._codec.encode(
             ReceiptHandle(
                 cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms

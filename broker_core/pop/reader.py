@@ -3,7 +3,8 @@
 A pop visits the queues in turn (the retry queue first every `retry_first_every` pops),
 try-locking each: a queue another pop or an admin operation holds is skipped, not waited
 for. Under the lock it delivers ready FIFO heads (fifo.py), then reads on from the queue's
-pop offset and records one chained checkpoint for the range it passed (ledger.py). With
+pop offset and records one chained checkpoint for the range it passed (live_checkpoints.py,
+checkpoint_buffer.py). With
 nothing to deliver it parks on the long-polling table until an arrival or its wait ends.
 
 Threading: on the event loop; a queue read is a few multi-gets (max_scan_per_pop bounds it).
@@ -29,9 +30,10 @@ from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets, check_queue_id
 from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
 from popmq.broker_core.pop.context import QueueRead
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
@@ -50,7 +52,8 @@ class Reader:
         store: Store,
         catalog: Catalog,
         offsets: QueueOffsets,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
+        buffer: CheckpointBuffer,
         queues: ConsumeQueues,
         fifo: Fifo,
         create: AutoCreate,
@@ -65,7 +68,8 @@ class Reader:
         self._store = store
         self._catalog = catalog
         self._offsets = offsets
-        self._ledger = ledger
+        self._checkpoints = checkpoints
+        self._buffer = buffer
         self._queues = queues
         self._fifo = fifo
         self._create = create
@@ -270,7 +274,7 @@ class Reader:
         if start < oldest:
             # Retention deleted [start, oldest) before this group read it: skip, and count it.
             gone = Checkpoint(
-                ck_id=self._ledger.next_ck_id(),
+                ck_id=self._checkpoints.next_ck_id(),
                 queue=cq,
                 range_start=start,
                 range_end=oldest,
@@ -281,7 +285,7 @@ class Reader:
             )
             cq.add(gone)
             cq.retention_skipped += oldest - start
-            self._ledger.advance(cq)
+            self._checkpoints.advance(cq)
             start = oldest
             if start >= limit:
                 return
@@ -336,7 +340,7 @@ class Reader:
                 if delivered >= want:
                     break
         ck = Checkpoint(
-            ck_id=self._ledger.next_ck_id(),
+            ck_id=self._checkpoints.next_ck_id(),
             queue=cq,
             range_start=start,
             range_end=position,
@@ -347,10 +351,10 @@ class Reader:
         )
         cq.add(ck)
         if not offsets:
-            self._ledger.advance(cq)  # the range held only filtered-out or FIFO messages
+            self._checkpoints.advance(cq)  # the range held only filtered-out or FIFO messages
             return
-        self._ledger.track(ck)
-        self._ledger.buffer(ck)
+        self._checkpoints.track(ck)
+        self._buffer.add(ck)
         topic_name = read.user_topic.name
         for index, (offset, record) in enumerate(zip(offsets, records, strict=True)):
             handle = self._codec.encode(

@@ -1,9 +1,9 @@
 """Revive: redeliver what was popped and not acked in time.
 
-The revive loop takes due checkpoints off the ledger's timer in chunks and copies every
-unresolved message to the group's retry queue (or, past max_delivery_attempts, to its
-dead-letter topic); a FIFO message is redelivered in place instead (fifo.py). The loop also
-expires superseded handles whose old deadline passed.
+The revive loop takes due checkpoints off the revive timer (live_checkpoints.py) in chunks
+and copies every unresolved message to the group's retry queue (or, past
+max_delivery_attempts, to its dead-letter topic); a FIFO message is redelivered in place
+instead (fifo.py). The loop also expires superseded handles whose old deadline passed.
 
 It enforces crash-safety rule 3 (see broker.py): a revive writes the retry (or dead-letter)
 copies and deletes the checkpoint in one batch, and touches memory only after that batch
@@ -26,7 +26,7 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -49,7 +49,7 @@ class Reviver:
         store: Store,
         catalog: Catalog,
         writer: GroupCommitWriter,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         superseded: SupersededHandles,
         fifo: Fifo,
         create: AutoCreate,
@@ -59,7 +59,7 @@ class Reviver:
         self._store = store
         self._catalog = catalog
         self._writer = writer
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._superseded = superseded
         self._fifo = fifo
         self._create = create
@@ -78,16 +78,16 @@ class Reviver:
                 self._writer.submit(jobs.delete_meta(expired), sync=False).add_done_callback(
                     jobs.ignore_result
                 )
-            due = self._ledger.due(now, REVIVE_CHUNK)
+            due = self._checkpoints.due(now, REVIVE_CHUNK)
             if due:
                 try:
                     await self.revive(due)
                 except PopMQError as exc:
                     self._warning.warn("revive of checkpoints failed, retrying: %s", exc)
                     for ck in due:
-                        self._ledger.retry_later(ck, RETRY_DELAY_MS)
+                        self._checkpoints.retry_later(ck, RETRY_DELAY_MS)
                 continue
-            await self._ledger.wait_due(now)
+            await self._checkpoints.wait_due(now)
 
     async def revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
@@ -100,7 +100,7 @@ class Reviver:
             group = self._catalog.groups_by_id.get(cq.group_id)
             source = self._catalog.topics_by_id.get(cq.topic_id)
             if group is None or source is None:
-                self._ledger.untrack(ck)
+                self._checkpoints.untrack(ck)
                 continue
             user_topic = (
                 self._catalog.topics.get(source.owner_topic)
@@ -117,7 +117,7 @@ class Reviver:
                 offset = ck.offsets[index]
                 owner = cq.inflight.get(offset)
                 if owner is not ck:
-                    if owner is not None and not self._ledger.is_live(owner.ck_id):
+                    if owner is not None and not self._checkpoints.is_live(owner.ck_id):
                         continue  # being moved by ChangeInvisibleTime right now
                     # Another live checkpoint owns the message (or nobody does): this entry
                     # is stale and must neither redeliver it nor linger in the store.
@@ -152,7 +152,7 @@ class Reviver:
                 if ck.persisted and len(moves) == len(ck.unresolved()):
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
-                    self._ledger.written(ck)
+                    self._checkpoints.written(ck)
 
         await self._writer.submit(apply, sync=False)
         for ck, moves in plan:
@@ -161,14 +161,14 @@ class Reviver:
                 ck.revived |= 1 << index
                 ck.queue.release(ck, index)
             if ck.done:
-                self._ledger.forget(ck)
+                self._checkpoints.forget(ck)
                 if ck.chained:
-                    self._ledger.advance(ck.queue)
+                    self._checkpoints.advance(ck.queue)
                 elif ck.fifo_group and ck.queue.fifo_remove(ck):
                     user_topic_name = self._catalog.user_topic_name(ck.queue.topic_id)
                     notify.append((user_topic_name, ck.queue.group))
             else:
-                self._ledger.finish(ck)
+                self._checkpoints.finish(ck)
         for (topic_name, group_name), count in Counter(notify).items():
             self._polling.notify(topic_name, count, group=group_name)
 
@@ -211,7 +211,7 @@ class Reviver:
             return []
         owner = cq.inflight.get(offset)
         if owner is not ck:
-            if owner is not None and not self._ledger.is_live(owner.ck_id):
+            if owner is not None and not self._checkpoints.is_live(owner.ck_id):
                 return []  # being moved by ChangeInvisibleTime right now
             self._fifo.finish(ck, acked=False)  # stale: another checkpoint owns it
             return []
@@ -239,7 +239,7 @@ class Reviver:
         cq.fifo_replace(ck, new)
         ck.resolved = ck.full
         ck.revived = ck.full
-        self._ledger.finish(ck)
+        self._checkpoints.finish(ck)
         if user_topic is not None and cq.fifo.get(ck.fifo_group, [None])[0] is new:
             notify.append((user_topic.name, group.name))
         return []

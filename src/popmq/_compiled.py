@@ -57,11 +57,12 @@ MODULES = (
     "popmq.broker_core.stats",
     "popmq.broker_core.types",
     "popmq.broker_core.record",
-    # The pop and ack path: reading queues, receipt handles, the in-flight ledger.
+    # The pop and ack path: reading queues, receipt handles, live checkpoints and the buffer.
     "popmq.broker_core.pop.reader",
     "popmq.broker_core.pop.ack",
     "popmq.broker_core.pop.receipt",
-    "popmq.broker_core.pop.ledger",
+    "popmq.broker_core.pop.live_checkpoints",
+    "popmq.broker_core.pop.checkpoint_buffer",
     "popmq.broker_core.pop.checkpoint",
     "popmq.broker_core.pop.superseded",
     "popmq.broker_core.pop.context",

@@ -1,6 +1,6 @@
 """Handles of deliveries a crash lost: an explicit error, never a silent success.
 
-A crash is simulated as in test_broker_checkpoints: the store is closed under the broker, so
+A crash is simulated as in test_live_checkpoints: the store is closed under the broker, so
 nothing buffered is persisted, and the next broker over the same dir is the restart.
 """
 

@@ -1,4 +1,4 @@
-"""The checkpoint buffer's and revive's durability rules (docs/durability.md), one test each."""
+"""Revive's durability rules (docs/durability.md), one test each."""
 
 from __future__ import annotations
 
@@ -18,28 +18,6 @@ _LONG_BUFFER = PopConfig(ck_buffer_time_s=600, ck_persist_ahead_s=1)
 
 def _persisted_ids(store: Store) -> set[int]:
     return {keys.decode_u64(k) for k, _ in store.scan("checkpoints", b"", b"\xff" * 9)}
-
-
-def test_full_buffer_persists_the_oldest_checkpoints_at_once(open_broker: OpenBroker) -> None:
-    async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=600, ck_buffer_max=2)) as broker:
-            await broker.create_topic("t", 1)
-            await broker.send([NewMessage("t", b"%d" % i) for i in range(4)])
-            for _ in range(4):
-                assert (
-                    len(await broker.pop("g", "t", max_messages=1, invisible_s=600, wait_s=0)) == 1
-                )
-            await until(
-                lambda: broker.buffered_checkpoints <= 2, "at most 2 checkpoints buffered", 5.0
-            )
-            await until(
-                lambda: len(_persisted_ids(broker.store)) == 2, "2 checkpoints persisted", 5.0
-            )
-            # The offset moved past the persisted (oldest) ones: redelivery-safe, never loss.
-            (row, _retry) = await broker.group_lag("g", "t")
-            assert row.consumer_offset == 2
-
-    asyncio.run(scenario())
 
 
 def test_unacked_message_is_visible_again_within_200ms_of_its_deadline(
