@@ -23,6 +23,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
+from popmq.broker_core.pop.retry import redriven
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
@@ -361,7 +362,7 @@ class Admin:
 
     async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
-        redrive), oldest first, as new messages with delivery_attempt 1.
+        redrive), oldest first, as new messages with delivery_attempt 1 (pop/retry.py).
 
         Each chunk is one atomic batch: the copies and the removal from the dead-letter
         topic, so a crash neither loses nor duplicates a message. A message whose topic was
@@ -403,12 +404,7 @@ class Admin:
                     queue_id = record.origin_queue_id
                     if not 0 <= queue_id < target.queues:
                         queue_id = self._chooser.choose(target, "")
-                    record.delivery_attempt = 1
-                    record.store_time_ms = stamp
-                    record.deliver_at_ms = 0
-                    record.ClearField("origin_topic")
-                    record.ClearField("origin_queue_id")
-                    record.ClearField("origin_offset")
+                    redriven(record, stamp)
                     copies.append((target, queue_id, record))
                 start_key = keys.message_key(tid, 0, position)
                 end_key = keys.message_key(tid, 0, end)

@@ -1,5 +1,6 @@
-"""Creation on first use (RocketMQ auto-create): groups, retry topics, dead-letter topics and
-sent-to topics, each created once even when many first users arrive together.
+"""Creation on first use (RocketMQ auto-create): groups and sent-to topics, each created once
+even when many first users arrive together; retry and dead-letter topics are created through
+it too (pop/retry.py).
 
 Every creation writes its catalog record in a synced batch, then registers it in memory.
 """
@@ -12,16 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from popmq.broker_core.catalog import (
-    KIND_DLQ,
-    KIND_RETRY,
-    MESSAGE_TYPE_NORMAL,
-    Catalog,
-    GroupInfo,
-    TopicInfo,
-    dlq_topic_name,
-    retry_topic_name,
-)
+from popmq.broker_core.catalog import MESSAGE_TYPE_NORMAL, Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import AlreadyExistsError, PopMQError
@@ -118,35 +110,3 @@ class AutoCreate:
             return new
 
         return await self.once(("group", name), create)
-
-    async def retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
-        """The group's retry queue for `topic` (one queue), created on first use."""
-        key = (group.group_id, topic.topic_id)
-        info = self._catalog.retry_topics.get(key)
-        if info is not None:
-            return info
-
-        async def create() -> TopicInfo:
-            new = self._catalog.new_topic(
-                retry_topic_name(group.name, topic.name),
-                1,
-                kind=KIND_RETRY,
-                now_ms=now_ms(),
-                owner_group=group.name,
-                owner_topic=topic.name,
-            )
-            await self._writer.submit(
-                lambda b, _: self._catalog.write_topic(b, new, group_id=group.group_id), sync=True
-            )
-            self._catalog.register_topic(new, group_id=group.group_id)
-            return new
-
-        return await self.once(("retry", key), create)
-
-    async def dlq(self, group: GroupInfo) -> TopicInfo:
-        """`%DLQ%<group>` (one queue), created when the group first dead-letters."""
-        name = dlq_topic_name(group.name)
-        info = self._catalog.topics.get(name)
-        if info is not None:
-            return info
-        return await self.once(("dlq", name), lambda: self.topic(name, 1, KIND_DLQ))

@@ -68,6 +68,7 @@ from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.reader import Reader
 from popmq.broker_core.pop.receipt import ReceiptCodec
+from popmq.broker_core.pop.retry import Retries
 from popmq.broker_core.pop.revive import Reviver
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.query import MessageQueries
@@ -232,6 +233,7 @@ class Broker:
         codec = ReceiptCodec(identity.secret, broker_name=config.broker_name)
         recall_codec = RecallCodec(identity.secret, broker_name=config.broker_name)
         create = AutoCreate(config, catalog=catalog, writer=writer)
+        retries = Retries(catalog=catalog, writer=writer, create=create, stats=stats)
         chooser = QueueChooser()
         fifo = Fifo(config.pop, store=store, checkpoints=checkpoints, queues=queues, codec=codec)
         self._timers = DelayedMessages(
@@ -280,6 +282,7 @@ class Broker:
             queues=queues,
             fifo=fifo,
             create=create,
+            retries=retries,
             settings=settings,
             codec=codec,
             locks=locks,
@@ -296,7 +299,7 @@ class Broker:
             queues=queues,
             superseded=superseded,
             fifo=fifo,
-            create=create,
+            retries=retries,
             codec=codec,
             polling=polling,
             stats=stats,
@@ -309,7 +312,7 @@ class Broker:
             checkpoints=checkpoints,
             superseded=superseded,
             fifo=fifo,
-            create=create,
+            retries=retries,
             polling=polling,
             stats=stats,
         )

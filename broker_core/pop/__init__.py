@@ -6,5 +6,6 @@
   checkpoint.py: one checkpoint and its record;
 - ack.py: ack, nack, change-invisible-time, dead-letter, receipt-handle resolution;
   receipt.py: the receipt-handle codec; superseded.py: handles refused after a move;
-- fifo.py: FIFO message groups; revive.py: the revive loop (retry and dead-letter copies).
+- fifo.py: FIFO message groups; revive.py: the revive loop; retry.py: retry and dead-letter
+  topics, and where a copy of an unacked message goes.
 """

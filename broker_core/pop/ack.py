@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
-from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.config import BrokerConfig
@@ -34,6 +33,7 @@ from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -53,7 +53,7 @@ class Acks:
         queues: ConsumeQueues,
         superseded: SupersededHandles,
         fifo: Fifo,
-        create: AutoCreate,
+        retries: Retries,
         codec: ReceiptCodec,
         polling: LongPolling,
         stats: BrokerStats,
@@ -66,7 +66,7 @@ class Acks:
         self._queues = queues
         self._superseded = superseded
         self._fifo = fifo
-        self._create = create
+        self._retries = retries
         self._codec = codec
         self._polling = polling
         self._stats = stats
@@ -197,7 +197,8 @@ class Acks:
         return until
 
     async def dead_letter(self, group: str, handle: str) -> str:
-        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue).
+        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue,
+        pop/retry.py).
 
         The copy is written first and the delivery resolved after the write commits, so a
         failure leaves the message with its consumer; returns the DLQ topic's name.
@@ -214,14 +215,12 @@ class Acks:
         source = self._catalog.topics_by_id.get(cq.topic_id)
         if data is None or source is None:
             raise NotFoundError("the message was deleted (retention or topic deletion)")
-        copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
-        copy.delivery_attempt = 1
-        target = await self._create.dlq(group_info)
+        copy = redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
+        target = await self._retries.dead_letter(group_info, copy)
         payload = copy.SerializeToString()
 
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            at = offsets.allocate(target.topic_id, 0)
-            batch.put("messages", keys.message_key(target.topic_id, 0, at), payload)
+            store_copy(batch, offsets, target, payload)
 
         await self._writer.submit(apply, sync=self._config.store.flush == "sync")
         bit = 1 << index

@@ -35,6 +35,7 @@ from popmq.broker_core.pop.context import QueueRead
 from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.retry import Retries
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.stats import BrokerStats
@@ -57,6 +58,7 @@ class Reader:
         queues: ConsumeQueues,
         fifo: Fifo,
         create: AutoCreate,
+        retries: Retries,
         settings: GroupSettingsStore,
         codec: ReceiptCodec,
         locks: QueueLocks,
@@ -73,6 +75,7 @@ class Reader:
         self._queues = queues
         self._fifo = fifo
         self._create = create
+        self._retries = retries
         self._settings = settings
         self._codec = codec
         self._locks = locks
@@ -150,7 +153,7 @@ class Reader:
         if queue_id is not None:
             check_queue_id(topic_info, queue_id)
         group_info = await self._create.group(group)
-        retry_info = await self._create.retry_topic(group_info, topic_info)
+        retry_info = await self._retries.retry_topic(group_info, topic_info)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
         invisible_ms = round(invisible * 1000)

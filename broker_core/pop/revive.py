@@ -2,8 +2,9 @@
 
 The revive loop takes due checkpoints off the revive timer (live_checkpoints.py) in chunks
 and copies every unresolved message to the group's retry queue (or, past
-max_delivery_attempts, to its dead-letter topic); a FIFO message is redelivered in place
-instead (fifo.py). The loop also expires superseded handles whose old deadline passed.
+max_delivery_attempts, to its dead-letter topic: where a copy goes is retry.py's); a FIFO
+message is redelivered in place instead (fifo.py). The loop also expires superseded handles
+whose old deadline passed.
 
 It enforces crash-safety rule 3 (see broker.py): a revive writes the retry (or dead-letter)
 copies and deletes the checkpoint in one batch, and touches memory only after that batch
@@ -16,8 +17,7 @@ import logging
 from collections import Counter
 
 from popmq.broker_core import jobs, keys
-from popmq.broker_core.autocreate import AutoCreate
-from popmq.broker_core.catalog import KIND_RETRY, Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import now_ms
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -27,6 +27,7 @@ from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
+from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -52,7 +53,7 @@ class Reviver:
         checkpoints: LiveCheckpoints,
         superseded: SupersededHandles,
         fifo: Fifo,
-        create: AutoCreate,
+        retries: Retries,
         polling: LongPolling,
         stats: BrokerStats,
     ) -> None:
@@ -62,7 +63,7 @@ class Reviver:
         self._checkpoints = checkpoints
         self._superseded = superseded
         self._fifo = fifo
-        self._create = create
+        self._retries = retries
         self._polling = polling
         self._stats = stats
         # Background retries while writes fail (a full disk): a warning per change or 30 s.
@@ -102,11 +103,7 @@ class Reviver:
             if group is None or source is None:
                 self._checkpoints.untrack(ck)
                 continue
-            user_topic = (
-                self._catalog.topics.get(source.owner_topic)
-                if source.kind == KIND_RETRY
-                else source
-            )
+            user_topic = self._retries.user_topic(source)
             if ck.fifo_group:
                 fifo_moves = await self._revive_fifo(ck, group, source, user_topic, stamp, notify)
                 if fifo_moves:
@@ -127,19 +124,9 @@ class Reviver:
                 if data is None or user_topic is None:
                     moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver
                     continue
-                copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
-                record_attempt = copy.delivery_attempt
-                counted = (group.name, user_topic.name)
-                if record_attempt >= group.max_delivery_attempts:
-                    target = await self._create.dlq(group)
-                    copy.delivery_attempt = 1
-                    notify.append((target.name, None))
-                    self._stats.dead_lettered[counted] += 1
-                else:
-                    self._stats.revived[counted] += 1
-                    target = await self._create.retry_topic(group, user_topic)
-                    copy.delivery_attempt = record_attempt + 1
-                    notify.append((user_topic.name, group.name))
+                copy = redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
+                target, wake = await self._retries.send_on(group, user_topic, copy)
+                notify.append(wake)
                 moves.append((index, target, copy.SerializeToString()))
             plan.append((ck, moves))
 
@@ -147,8 +134,7 @@ class Reviver:
             for ck, moves in plan:
                 for _, target, data in moves:
                     if data:
-                        offset = offsets.allocate(target.topic_id, 0)
-                        batch.put("messages", keys.message_key(target.topic_id, 0, offset), data)
+                        store_copy(batch, offsets, target, data)
                 if ck.persisted and len(moves) == len(ck.unresolved()):
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
@@ -220,9 +206,8 @@ class Reviver:
             if data is None:
                 self._fifo.finish(ck, acked=False)
                 return []
-            copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
-            copy.delivery_attempt = 1
-            target = await self._create.dlq(group)
+            copy = redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
+            target = await self._retries.dead_letter(group, copy)
             notify.append((target.name, None))
             self._stats.dead_lettered[(group.name, user_topic.name if user_topic else "")] += 1
             return [(0, target, copy.SerializeToString())]

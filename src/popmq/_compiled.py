@@ -63,6 +63,7 @@ MODULES = (
     "popmq.broker_core.pop.receipt",
     "popmq.broker_core.pop.live_checkpoints",
     "popmq.broker_core.pop.checkpoint_buffer",
+    "popmq.broker_core.pop.retry",
     "popmq.broker_core.pop.checkpoint",
     "popmq.broker_core.pop.superseded",
     "popmq.broker_core.pop.context",

@@ -399,33 +399,6 @@ def test_fifo_order_holds_under_eight_concurrent_consumers(open_broker: OpenBrok
     asyncio.run(scenario())
 
 
-def test_dead_letter_moves_one_delivery_to_the_dlq_at_once(open_broker: OpenBroker) -> None:
-    async def scenario() -> None:
-        async with open_broker() as broker:
-            await broker.create_topic("orders", 1)
-            await broker.create_topic("ordered", 1, message_type="fifo")
-            await broker.send([NewMessage("orders", b"bad"), NewMessage("orders", b"good")])
-            await broker.send([NewMessage("ordered", b"f0", message_group="g"),
-                               NewMessage("ordered", b"f1", message_group="g")])  # fmt: skip
-            bad, good = await broker.pop("c", "orders", max_messages=2, wait_s=0)
-            assert await broker.dead_letter("c", bad.receipt_handle) == "%DLQ%c"
-            with pytest.raises(FailedPreconditionError):  # the handle is spent
-                await broker.dead_letter("c", bad.receipt_handle)
-            await broker.ack("c", [good.receipt_handle])
-            (f0,) = await broker.pop("c", "ordered", wait_s=0)
-            await broker.dead_letter("c", f0.receipt_handle)
-            (f1,) = await broker.pop("c", "ordered", wait_s=1)  # the group moved on
-            assert f1.record.body == b"f1"
-            dead = await broker.pop("ops", "%DLQ%c", max_messages=8, wait_s=1)
-            assert sorted(_bodies(dead)) == [b"bad", b"f0"]
-            assert all(m.record.origin_topic for m in dead)
-            assert broker.stats.dead_lettered[("c", "orders")] == 1
-            # Nothing comes back to the original group.
-            assert await broker.pop("c", "orders", wait_s=0) == []
-
-    asyncio.run(scenario())
-
-
 def test_a_pop_without_a_filter_uses_the_groups_declared_subscription(
     open_broker: OpenBroker,
 ) -> None:

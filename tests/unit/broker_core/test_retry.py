@@ -1,18 +1,26 @@
-"""Redelivery: revive into the retry queue, dead-lettering, retry isolation and fairness."""
+"""Retry and dead letters (pop/retry.py): revive into the retry queue, dead-lettering, retry
+isolation and fairness, a consumer's dead_letter and the redrive of dead letters."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.catalog import retry_topic_name
-from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core.errors import FailedPreconditionError
+from popmq.broker_core.types import NewMessage, PoppedMessage, RedriveResult
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker, now_ms
 
 
 def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
     return NewMessage(topic, body)
+
+
+def _bodies(found: list[PoppedMessage]) -> list[bytes]:
+    return [m.record.body for m in found]
 
 
 async def _retry_max_offset(broker: Broker, group: str, topic: str) -> int:
@@ -264,5 +272,55 @@ def test_redelivery_reaches_only_the_owning_group(open_broker: OpenBroker) -> No
             (again,) = await mine
             assert again.delivery_attempt == 2
             assert await other == []
+
+    asyncio.run(scenario())
+
+
+def test_dead_letter_moves_one_delivery_to_the_dlq_at_once(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("ordered", 1, message_type="fifo")
+            await broker.send([NewMessage("orders", b"bad"), NewMessage("orders", b"good")])
+            await broker.send([NewMessage("ordered", b"f0", message_group="g"),
+                               NewMessage("ordered", b"f1", message_group="g")])  # fmt: skip
+            bad, good = await broker.pop("c", "orders", max_messages=2, wait_s=0)
+            assert await broker.dead_letter("c", bad.receipt_handle) == "%DLQ%c"
+            with pytest.raises(FailedPreconditionError):  # the handle is spent
+                await broker.dead_letter("c", bad.receipt_handle)
+            await broker.ack("c", [good.receipt_handle])
+            (f0,) = await broker.pop("c", "ordered", wait_s=0)
+            await broker.dead_letter("c", f0.receipt_handle)
+            (f1,) = await broker.pop("c", "ordered", wait_s=1)  # the group moved on
+            assert f1.record.body == b"f1"
+            dead = await broker.pop("ops", "%DLQ%c", max_messages=8, wait_s=1)
+            assert sorted(_bodies(dead)) == [b"bad", b"f0"]
+            assert all(m.record.origin_topic for m in dead)
+            assert broker.stats.dead_lettered[("c", "orders")] == 1
+            # Nothing comes back to the original group.
+            assert await broker.pop("c", "orders", wait_s=0) == []
+
+    asyncio.run(scenario())
+
+
+def test_redrive_makes_each_dead_letter_a_new_message_of_its_origin_queue(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 2)
+            await broker.send([NewMessage("orders", b"a"), NewMessage("orders", b"b")])
+            popped = await broker.pop("c", "orders", max_messages=2, wait_s=0)
+            origin = {m.record.body: m.queue_id for m in popped}
+            for message in popped:
+                await broker.dead_letter("c", message.receipt_handle)
+            assert await broker.redrive("c") == RedriveResult(2, 0, 0)
+            back = await broker.pop("c", "orders", max_messages=8, wait_s=0)
+            assert sorted(_bodies(back)) == [b"a", b"b"]
+            for message in back:
+                assert message.queue_id == origin[message.record.body]
+                assert message.delivery_attempt == 1
+                assert message.record.origin_topic == ""
+            assert await broker.pop("ops", "%DLQ%c", wait_s=0) == []
 
     asyncio.run(scenario())
