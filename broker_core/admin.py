@@ -15,7 +15,7 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import KIND_NORMAL, Catalog, TopicInfo, dlq_topic_name
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError
@@ -67,6 +67,7 @@ class Admin:
         chooser: QueueChooser,
         locks: QueueLocks,
         polling: LongPolling,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -81,6 +82,7 @@ class Admin:
         self._chooser = chooser
         self._locks = locks
         self._polling = polling
+        self._clock = clock
 
     def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
         """Messages popped and neither acked nor redelivered yet, for one group and/or one
@@ -391,7 +393,7 @@ class Admin:
                 values = self._store.multi_get(
                     "messages", [keys.message_key(tid, 0, o) for o in range(position, end)]
                 )
-                stamp = now_ms()
+                stamp = self._clock.now_ms()
                 copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
                 for value in values:
                     if value is None:

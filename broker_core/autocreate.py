@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from popmq.broker_core.catalog import MESSAGE_TYPE_NORMAL, Catalog, GroupInfo, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import AlreadyExistsError, PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -27,11 +27,12 @@ class AutoCreate:
     """Creates catalog entries, sharing one creation among concurrent first users."""
 
     def __init__(
-        self, config: BrokerConfig, *, catalog: Catalog, writer: GroupCommitWriter
+        self, config: BrokerConfig, *, catalog: Catalog, writer: GroupCommitWriter, clock: Clock
     ) -> None:
         self._config = config
         self._catalog = catalog
         self._writer = writer
+        self._clock = clock
         # Creations in progress (group name / retry key), so concurrent first uses share one.
         self._creating: dict[object, asyncio.Future[Any]] = {}
 
@@ -72,7 +73,7 @@ class AutoCreate:
             if name in self._catalog.topics:
                 raise AlreadyExistsError(f"topic {name!r} already exists")
             info = self._catalog.new_topic(
-                name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
+                name, queues, kind=kind, message_type=message_type, now_ms=self._clock.now_ms()
             )
             await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
             self._catalog.register_topic(info)
@@ -101,7 +102,7 @@ class AutoCreate:
                 name,
                 max_delivery_attempts=defaults.max_delivery_attempts,
                 retry_backoff_ms=tuple(round(d * 1000) for d in defaults.retry_backoff_s),
-                now_ms=now_ms(),
+                now_ms=self._clock.now_ms(),
                 auto_created=True,
             )
             await self._writer.submit(lambda b, _: self._catalog.write_group(b, new), sync=True)

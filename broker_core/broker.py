@@ -45,6 +45,7 @@ from popmq.broker_core.api import (
 )
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.clock import Clock, SystemClock
 from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy and tests use it
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
@@ -114,6 +115,7 @@ class Broker:
         *,
         tap: Callable[[Store], WriteTap] | None = None,
         view_of: Store | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """
         Args:
@@ -124,8 +126,11 @@ class Broker:
             view_of: A store someone else writes (a replicated shard's follower): the broker
                 is a read-only view of it as of `start()`. It writes nothing (every write
                 is refused), runs no background task, and leaves the store open at close.
+            clock: What every deadline, store time and timer of the core is read from
+                (clock.py): the system clock by default, a ManualClock in tests.
         """
         self.config = config or BrokerConfig()
+        self.clock: Clock = SystemClock() if clock is None else clock
         self._tap = tap
         self._view_of = view_of
         self._store: Store | None = None
@@ -188,6 +193,7 @@ class Broker:
             checkpoints=self._checkpoints,
             superseded=self._superseded,
             offsets=self.offsets,
+            now=self.clock.now_ms(),
             write=not view,
         )
         self.recovery_seconds = time.perf_counter() - began
@@ -219,9 +225,15 @@ class Broker:
         """Build the components, each given the shared state it uses."""
         config, catalog, offsets, writer = self.config, self.catalog, self.offsets, self.writer
         polling, stats, locks, life = self.polling, self.stats, self.locks, self._life
-        buffer = self._buffer = CheckpointBuffer(config.pop)
+        clock = self.clock
+        buffer = self._buffer = CheckpointBuffer(config.pop, clock=clock)
         checkpoints = self._checkpoints = LiveCheckpoints(
-            writer=writer, catalog=catalog, polling=polling, buffer=buffer, epoch=identity.epoch
+            writer=writer,
+            catalog=catalog,
+            polling=polling,
+            buffer=buffer,
+            clock=clock,
+            epoch=identity.epoch,
         )
         writer.add_flush_hook(checkpoints.flush_state)
         writer.add_failure_listener(checkpoints.flush_failed)
@@ -232,8 +244,8 @@ class Broker:
         superseded = self._superseded = SupersededHandles()
         codec = ReceiptCodec(identity.secret, broker_name=config.broker_name)
         recall_codec = RecallCodec(identity.secret, broker_name=config.broker_name)
-        create = AutoCreate(config, catalog=catalog, writer=writer)
-        retries = Retries(catalog=catalog, writer=writer, create=create, stats=stats)
+        create = AutoCreate(config, catalog=catalog, writer=writer, clock=clock)
+        retries = Retries(catalog=catalog, writer=writer, create=create, stats=stats, clock=clock)
         chooser = QueueChooser()
         fifo = Fifo(config.pop, store=store, checkpoints=checkpoints, queues=queues, codec=codec)
         self._timers = DelayedMessages(
@@ -244,6 +256,7 @@ class Broker:
             polling=polling,
             codec=recall_codec,
             epoch=identity.epoch,
+            clock=clock,
         )
         self._sender = Sender(
             config,
@@ -256,6 +269,7 @@ class Broker:
             recall_codec=recall_codec,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
         self._transactions = Transactions(
             config,
@@ -270,6 +284,7 @@ class Broker:
             stats=stats,
             life=life,
             epoch=identity.epoch,
+            clock=clock,
         )
         self._queries = MessageQueries(store=store, catalog=catalog, recall_codec=recall_codec)
         self._reader = Reader(
@@ -289,6 +304,7 @@ class Broker:
             polling=polling,
             stats=stats,
             life=life,
+            clock=clock,
         )
         self._acks = Acks(
             config,
@@ -303,8 +319,9 @@ class Broker:
             codec=codec,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
-        self._deliveries = Deliveries(store=store, catalog=catalog, acks=self._acks)
+        self._deliveries = Deliveries(store=store, catalog=catalog, acks=self._acks, clock=clock)
         self._reviver = Reviver(
             store=store,
             catalog=catalog,
@@ -315,6 +332,7 @@ class Broker:
             retries=retries,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
         self._offset_reads = OffsetReads(
             config,
@@ -351,6 +369,7 @@ class Broker:
             polling=polling,
             create=create,
             forget_pop_counts=self._reader.forget_group,
+            clock=clock,
         )
         self._admin = Admin(
             config,
@@ -366,9 +385,10 @@ class Broker:
             chooser=chooser,
             locks=locks,
             polling=polling,
+            clock=clock,
         )
         self._retention = Retention(
-            config, store=store, catalog=catalog, offsets=offsets, writer=writer
+            config, store=store, catalog=catalog, offsets=offsets, writer=writer, clock=clock
         )
         self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from popmq.broker_core import group_rules, keys, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
@@ -57,6 +57,7 @@ class Groups:
         polling: LongPolling,
         create: AutoCreate,
         forget_pop_counts: Callable[[int], None],
+        clock: Clock,
     ) -> None:
         self._config = config
         self._catalog = catalog
@@ -70,6 +71,7 @@ class Groups:
         self._polling = polling
         self._create = create
         self._forget_pop_counts = forget_pop_counts
+        self._clock = clock
         # The highest cluster revision `apply` applied per group name, so a push that
         # arrives after a newer one cannot roll the group back. Memory only: after a restart
         # the catalog sync applies every group's current record again. Guarded by
@@ -169,7 +171,7 @@ class Groups:
             name,
             max_delivery_attempts=state.max_delivery_attempts,
             retry_backoff_ms=state.retry_backoff_ms,
-            now_ms=existing.create_time_ms if existing else now_ms(),
+            now_ms=existing.create_time_ms if existing else self._clock.now_ms(),
             auto_created=False,
             group_id=existing.group_id if existing else None,
         )

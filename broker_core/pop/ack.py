@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.catalog import Catalog, GroupInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
@@ -57,6 +57,7 @@ class Acks:
         codec: ReceiptCodec,
         polling: LongPolling,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -70,6 +71,7 @@ class Acks:
         self._codec = codec
         self._polling = polling
         self._stats = stats
+        self._clock = clock
 
     def resolve_handle(
         self, group: GroupInfo, text: str, now: int
@@ -129,7 +131,7 @@ class Acks:
         if not handles:
             raise InvalidArgumentError("ack needs at least one receipt handle")
         group_info = self._catalog.group(group)
-        now = now_ms()
+        now = self._clock.now_ms()
         results: list[PopMQError | None] = []
         touched: dict[int, Checkpoint] = {}
         acked: dict[int, int] = {}  # topic id -> acks
@@ -179,7 +181,7 @@ class Acks:
             validation.check_range("delay", delay_s, 0, self._config.pop.max_invisible_s, "s")
             delay_ms = round(delay_s * 1000)
         else:
-            found = self.resolve_handle(group_info, handle, now_ms())
+            found = self.resolve_handle(group_info, handle, self._clock.now_ms())
             if found is None:
                 raise FailedPreconditionError("the message was already acknowledged")
             ck, index = found
@@ -205,7 +207,7 @@ class Acks:
         """
         validation.check_name("group", group)
         group_info = self._catalog.group(group)
-        found = self.resolve_handle(group_info, handle, now_ms())
+        found = self.resolve_handle(group_info, handle, self._clock.now_ms())
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")
         ck, index = found
@@ -215,7 +217,7 @@ class Acks:
         source = self._catalog.topics_by_id.get(cq.topic_id)
         if data is None or source is None:
             raise NotFoundError("the message was deleted (retention or topic deletion)")
-        copy = redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
+        copy = redelivery_copy(data, source.name, cq.queue_id, offset, self._clock.now_ms())
         target = await self._retries.dead_letter(group_info, copy)
         payload = copy.SerializeToString()
 
@@ -244,7 +246,7 @@ class Acks:
         old entry resolved. Until the write commits the old entry is "moving": its handle is
         already refused, but the offset cannot pass it yet.
         """
-        now = now_ms()
+        now = self._clock.now_ms()
         found = self.resolve_handle(group, text, now)
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")

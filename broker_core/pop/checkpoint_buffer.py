@@ -3,10 +3,10 @@
 Most deliveries are acked within moments, so a chained checkpoint is not written when its
 pop returns: it waits here and is persisted (record and revive entry, live_checkpoints.py)
 only once it is ck_buffer_time_s old or ck_persist_ahead_s from its deadline, whichever
-comes first, or at once, oldest first, while more than ck_buffer_max wait. One acked (or
-otherwise finished) meanwhile is never written at all (RocketMQ's PopBufferMergeService).
-A crash loses what is buffered: those messages are popped again, never lost, since the
-consumer offset passes a checkpoint only once it is done or persisted.
+comes first (by the broker's clock), or at once, oldest first, while more than ck_buffer_max
+wait. One acked (or otherwise finished) meanwhile is never written at all (RocketMQ's
+PopBufferMergeService). A crash loses what is buffered: those messages are popped again,
+never lost, since the consumer offset passes a checkpoint only once it is done or persisted.
 
 Threading: on the event loop. The loop is one of the broker's background tasks.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.wakeup import Wakeup
@@ -25,13 +25,15 @@ from popmq.broker_core.wakeup import Wakeup
 class CheckpointBuffer:
     """Chained checkpoints not persisted yet, and the loop persisting those that linger."""
 
-    def __init__(self, config: PopConfig) -> None:
+    def __init__(self, config: PopConfig, *, clock: Clock) -> None:
         self._config = config
+        self._clock = clock
         # (persist_at_ms, ck_id) of buffered checkpoints; entries of ones gone are skipped.
         self._heap: list[tuple[int, int]] = []
         # The buffered checkpoints by id: those the loop may still persist.
         self._buffered: dict[int, Checkpoint] = {}
         self._wakeup = Wakeup()
+        clock.on_advance(self._wakeup.set)
 
     @property
     def count(self) -> int:
@@ -62,7 +64,7 @@ class CheckpointBuffer:
     async def loop(self, persist: Callable[[Checkpoint], None]) -> None:
         """Persist buffered checkpoints that lingered, or the oldest when too many are."""
         while True:
-            now = now_ms()
+            now = self._clock.now_ms()
             while self._heap and (
                 self._heap[0][0] <= now or len(self._buffered) > self._config.ck_buffer_max
             ):

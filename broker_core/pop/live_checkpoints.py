@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from popmq.broker_core import keys
 from popmq.broker_core.catalog import Catalog
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
@@ -42,6 +43,7 @@ class LiveCheckpoints:
         catalog: Catalog,
         polling: LongPolling,
         buffer: CheckpointBuffer,
+        clock: Clock,
         epoch: int,
     ) -> None:
         self._writer = writer
@@ -55,6 +57,7 @@ class LiveCheckpoints:
         # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
         self._revive_heap: list[tuple[int, int]] = []
         self._revive_wakeup = Wakeup()
+        clock.on_advance(self._revive_wakeup.set)
         # Chained checkpoints not persisted yet: forgotten there when they finish first.
         self._buffer = buffer
         # State written by the next flush: persisted checkpoints to rewrite or delete, and

@@ -20,7 +20,7 @@ from popmq.broker_core import keys, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.budget import Reserve, ResponseBudget
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import AnswerBoundError
@@ -65,6 +65,7 @@ class Reader:
         polling: LongPolling,
         stats: BrokerStats,
         life: Lifecycle,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -82,6 +83,7 @@ class Reader:
         self._polling = polling
         self._stats = stats
         self._life = life
+        self._clock = clock
         # (group_id, topic_id) -> pops so far: rotates the first queue a pop visits.
         self._pop_count: dict[tuple[int, int], int] = {}
 
@@ -194,7 +196,7 @@ class Reader:
             retry_in = min(remaining, 0.005) if contended else remaining
             fifo_due = self._fifo.next_due(group_info, topic_info, queue_id)
             if fifo_due is not None:
-                retry_in = min(retry_in, max(0.001, (fifo_due - now_ms()) / 1000))
+                retry_in = min(retry_in, max(0.001, (fifo_due - self._clock.now_ms()) / 1000))
             # A timer handle resolving the parked future, not asyncio.wait: a held pop then
             # costs its future and one handle, not a coroutine, set, closure and future more.
             waiter = self._polling.park(group, topic, queue_id)
@@ -236,7 +238,7 @@ class Reader:
             order.append((retry, 0))
         found: list[PoppedMessage] = []
         contended = False
-        now = now_ms()
+        now = self._clock.now_ms()
         deadline = now + invisible_ms
         if response is None:
             response = ResponseBudget()

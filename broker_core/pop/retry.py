@@ -32,7 +32,7 @@ from popmq.broker_core.catalog import (
     dlq_topic_name,
     retry_topic_name,
 )
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.stats import BrokerStats
@@ -49,11 +49,13 @@ class Retries:
         writer: GroupCommitWriter,
         create: AutoCreate,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._catalog = catalog
         self._writer = writer
         self._create = create
         self._stats = stats
+        self._clock = clock
 
     async def retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
         """The group's retry topic for `topic` (one queue), created on first use."""
@@ -67,7 +69,7 @@ class Retries:
                 retry_topic_name(group.name, topic.name),
                 1,
                 kind=KIND_RETRY,
-                now_ms=now_ms(),
+                now_ms=self._clock.now_ms(),
                 owner_group=group.name,
                 owner_topic=topic.name,
             )

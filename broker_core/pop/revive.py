@@ -18,7 +18,7 @@ from collections import Counter
 
 from popmq.broker_core import jobs, keys
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.log_limit import RepeatedWarning
@@ -56,6 +56,7 @@ class Reviver:
         retries: Retries,
         polling: LongPolling,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -66,6 +67,7 @@ class Reviver:
         self._retries = retries
         self._polling = polling
         self._stats = stats
+        self._clock = clock
         # Background retries while writes fail (a full disk): a warning per change or 30 s.
         self._warning = RepeatedWarning(log)
 
@@ -73,7 +75,7 @@ class Reviver:
         """Expire superseded handles, revive due checkpoints a chunk at a time, sleep until
         the next deadline."""
         while True:
-            now = now_ms()
+            now = self._clock.now_ms()
             expired = self._superseded.expire(now)
             if expired:
                 self._writer.submit(jobs.delete_meta(expired), sync=False).add_done_callback(
@@ -94,7 +96,7 @@ class Reviver:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
         plan: list[tuple[Checkpoint, list[tuple[int, TopicInfo, bytes]]]] = []
         notify: list[tuple[str, str | None]] = []
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         stored = self._revived_records(due)
         for ck in due:
             cq = ck.queue
