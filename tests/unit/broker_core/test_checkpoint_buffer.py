@@ -8,10 +8,11 @@ import asyncio
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, settle
 
 ALL = b"\xff" * 32
 
@@ -45,10 +46,10 @@ def _committed(broker: Broker, group: str, topic: str, queue_id: int = 0) -> int
 
 
 def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.3)) as broker:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.3), clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (acked,) = await broker.pop("fast", "orders", invisible_s=30, wait_s=0)
@@ -57,7 +58,11 @@ def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
             assert await broker.ack("fast", [acked.receipt_handle]) == [None]
             assert broker.buffered_checkpoints == 1
 
-            # Wait until the buffer time passed and the unacked control checkpoint persisted.
+            clock.advance(299)
+            await settle()
+            assert _checkpoints(broker) == []
+            # The buffer time passed: the unacked control checkpoint is persisted.
+            clock.advance(1)
             await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
             (record,) = _checkpoints(broker)
             assert record.group_id == broker.get_group("slow").group_id
@@ -75,17 +80,21 @@ def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
 
 
 def test_checkpoint_staying_longer_than_the_buffer_time_is_persisted_with_its_revive_entry(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.2)) as broker:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.2), clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"a"), _msg(b"b"), _msg(b"c")])
             a, b = await broker.pop("g", "orders", max_messages=2, invisible_s=30, wait_s=0)
             assert _checkpoints(broker) == []
             assert _revive_keys(broker) == []
             assert _committed(broker, "g", "orders") == 0  # not done, not persisted yet
+            clock.advance(199)
+            await settle()
+            assert _checkpoints(broker) == []
 
+            clock.advance(1)
             await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
             (record,) = _checkpoints(broker)
             assert list(record.offsets) == [0, 1]
@@ -105,36 +114,43 @@ def test_checkpoint_staying_longer_than_the_buffer_time_is_persisted_with_its_re
 
 
 def test_checkpoint_close_to_its_deadline_is_persisted_before_the_buffer_time(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
         config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3)
-        async with open_broker(pop=config) as broker:
+        async with open_broker(pop=config, clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=3.3, wait_s=0)
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 2)
-            assert now_ms() < msg.invisible_until_ms  # persisted ahead of the deadline
+            clock.advance(299)
+            await settle()
+            assert _checkpoints(broker) == []
+            # 3 s before the deadline, long before the 10 s buffer time.
+            clock.advance(1)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
+            assert clock.now_ms() == msg.invisible_until_ms - 3000
             assert _committed(broker, "g", "orders") == 1
 
     asyncio.run(scenario())
 
 
 def test_checkpoint_is_persisted_on_time_even_when_an_earlier_one_holds_the_offset(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
         config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3.8)
-        async with open_broker(pop=config) as broker:
+        async with open_broker(pop=config, clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"m0"), _msg(b"m1")])
             await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
             # m1's checkpoint is due for persistence 0.2 s after the pop (3.8 s before its
             # deadline); m0's, still buffered, keeps the committed offset at 0.
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 1)
-            assert list(_checkpoints(broker)[0].offsets) == [1]
-            assert now_ms() < m1.invisible_until_ms
+            clock.advance(200)
+            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
+            assert list(_checkpoints(broker)[0].offsets) == [m1.offset]
+            assert _committed(broker, "g", "orders") == 0
+            assert broker.buffered_checkpoints == 1
 
     asyncio.run(scenario())
 

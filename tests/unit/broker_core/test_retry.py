@@ -9,10 +9,11 @@ import pytest
 
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.catalog import retry_topic_name
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.errors import FailedPreconditionError
 from popmq.broker_core.types import NewMessage, PoppedMessage, RedriveResult
 from tests.support.waiting import until
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, settle
 
 
 def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
@@ -37,19 +38,23 @@ async def _topic_exists(broker: Broker, name: str) -> bool:
 
 
 def test_unacked_message_is_redelivered_with_attempt_2_after_invisible_time(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             (sent,) = await broker.send([_msg(b"once")])
             (first,) = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
             assert first.delivery_attempt == 1
+            clock.advance(999)
+            await settle()
             assert await broker.pop("g", "orders", wait_s=0) == []  # invisible until deadline
 
             # Long poll woken by the revive, not by a sweep.
-            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
-            assert now_ms() >= first.invisible_until_ms
+            held = asyncio.create_task(broker.pop("g", "orders", invisible_s=30, wait_s=5))
+            await until(lambda: broker.polling.held == 1, "the pop held", 5.0)
+            clock.advance(1)
+            (again,) = await held
             assert again.delivery_attempt == 2
             assert again.topic == "orders"
             assert again.record.message_id == sent.message_id
@@ -83,13 +88,16 @@ def test_redelivered_message_keeps_coming_back_with_increasing_attempts(
     asyncio.run(scenario())
 
 
-def test_revive_does_not_redeliver_an_acked_message(open_broker: OpenBroker) -> None:
+def test_revive_does_not_redeliver_an_acked_message(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"acked"), _msg(b"dropped")])
             acked, _ = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
             assert await broker.ack("g", [acked.receipt_handle]) == [None]
+            clock.advance(1000)
 
             again = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
             assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"dropped", 2)]
