@@ -3,9 +3,9 @@
 A pop visits the queues in turn (the retry queue first every `retry_first_every` pops),
 try-locking each: a queue another pop or an admin operation holds is skipped, not waited
 for. Under the lock it delivers ready FIFO heads (fifo.py), then reads on from the queue's
-pop offset and records one chained checkpoint for the range it passed (live_checkpoints.py,
-checkpoint_buffer.py). With
-nothing to deliver it parks on the long-polling table until an arrival or its wait ends.
+pop offset and records one chained checkpoint for the range it passed (live_checkpoints.py;
+it waits in checkpoint_buffer.py). With nothing to deliver it parks on the long-polling
+table until an arrival or its wait ends.
 
 Threading: on the event loop; a queue read is a few multi-gets (max_scan_per_pop bounds it).
 """
