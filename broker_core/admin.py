@@ -15,14 +15,15 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import KIND_NORMAL, Catalog, TopicInfo, dlq_topic_name
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
+from popmq.broker_core.pop.retry import redriven
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
@@ -60,12 +61,13 @@ class Admin:
         offsets: QueueOffsets,
         offset_reads: OffsetReads,
         queues: ConsumeQueues,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         superseded: SupersededHandles,
         topics: Topics,
         chooser: QueueChooser,
         locks: QueueLocks,
         polling: LongPolling,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -74,12 +76,13 @@ class Admin:
         self._offsets = offsets
         self._offset_reads = offset_reads
         self._queues = queues
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._superseded = superseded
         self._topics = topics
         self._chooser = chooser
         self._locks = locks
         self._polling = polling
+        self._clock = clock
 
     def inflight_count(self, *, group: str | None = None, topic: str | None = None) -> int:
         """Messages popped and neither acked nor redelivered yet, for one group and/or one
@@ -260,7 +263,7 @@ class Admin:
                 "then stop working)"
             )
         owned = {id(cq) for cq in queues.values()}
-        cks = self._ledger.select(lambda ck: id(ck.queue) in owned)
+        cks = self._checkpoints.select(lambda ck: id(ck.queue) in owned)
         dropped = [(ck, index) for ck in cks for index in ck.unresolved()]
         old = {q: cq.committed for q, cq in queues.items()}
         gid = group_info.group_id
@@ -279,12 +282,12 @@ class Admin:
                     SupersededHandles.write(batch, ck.ck_id, index, ck.deadline_ms)
 
             await self._writer.submit(apply, sync=True)
-            self._ledger.drop_checkpoints(cks)
+            self._checkpoints.drop(cks)
             for ck, index in dropped:
                 self._superseded.remember(ck.ck_id, index, ck.deadline_ms)
             for q, cq in queues.items():
                 cq.reset(new[q])
-                self._ledger.write_offset(cq)
+                self._checkpoints.write_offset(cq)
             self._writer.request_flush()
         finally:
             for lock_key in locked:
@@ -361,7 +364,7 @@ class Admin:
 
     async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
-        redrive), oldest first, as new messages with delivery_attempt 1.
+        redrive), oldest first, as new messages with delivery_attempt 1 (pop/retry.py).
 
         Each chunk is one atomic batch: the copies and the removal from the dead-letter
         topic, so a crash neither loses nor duplicates a message. A message whose topic was
@@ -390,7 +393,7 @@ class Admin:
                 values = self._store.multi_get(
                     "messages", [keys.message_key(tid, 0, o) for o in range(position, end)]
                 )
-                stamp = now_ms()
+                stamp = self._clock.now_ms()
                 copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
                 for value in values:
                     if value is None:
@@ -403,12 +406,7 @@ class Admin:
                     queue_id = record.origin_queue_id
                     if not 0 <= queue_id < target.queues:
                         queue_id = self._chooser.choose(target, "")
-                    record.delivery_attempt = 1
-                    record.store_time_ms = stamp
-                    record.deliver_at_ms = 0
-                    record.ClearField("origin_topic")
-                    record.ClearField("origin_queue_id")
-                    record.ClearField("origin_offset")
+                    redriven(record, stamp)
                     copies.append((target, queue_id, record))
                 start_key = keys.message_key(tid, 0, position)
                 end_key = keys.message_key(tid, 0, end)

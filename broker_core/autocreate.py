@@ -1,5 +1,6 @@
-"""Creation on first use (RocketMQ auto-create): groups, retry topics, dead-letter topics and
-sent-to topics, each created once even when many first users arrive together.
+"""Creation on first use (RocketMQ auto-create): groups and sent-to topics, each created once
+even when many first users arrive together; retry and dead-letter topics are created through
+it too (pop/retry.py).
 
 Every creation writes its catalog record in a synced batch, then registers it in memory.
 """
@@ -12,17 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from popmq.broker_core.catalog import (
-    KIND_DLQ,
-    KIND_RETRY,
-    MESSAGE_TYPE_NORMAL,
-    Catalog,
-    GroupInfo,
-    TopicInfo,
-    dlq_topic_name,
-    retry_topic_name,
-)
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.catalog import MESSAGE_TYPE_NORMAL, Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import AlreadyExistsError, PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -35,11 +27,12 @@ class AutoCreate:
     """Creates catalog entries, sharing one creation among concurrent first users."""
 
     def __init__(
-        self, config: BrokerConfig, *, catalog: Catalog, writer: GroupCommitWriter
+        self, config: BrokerConfig, *, catalog: Catalog, writer: GroupCommitWriter, clock: Clock
     ) -> None:
         self._config = config
         self._catalog = catalog
         self._writer = writer
+        self._clock = clock
         # Creations in progress (group name / retry key), so concurrent first uses share one.
         self._creating: dict[object, asyncio.Future[Any]] = {}
 
@@ -80,7 +73,7 @@ class AutoCreate:
             if name in self._catalog.topics:
                 raise AlreadyExistsError(f"topic {name!r} already exists")
             info = self._catalog.new_topic(
-                name, queues, kind=kind, message_type=message_type, now_ms=now_ms()
+                name, queues, kind=kind, message_type=message_type, now_ms=self._clock.now_ms()
             )
             await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
             self._catalog.register_topic(info)
@@ -109,7 +102,7 @@ class AutoCreate:
                 name,
                 max_delivery_attempts=defaults.max_delivery_attempts,
                 retry_backoff_ms=tuple(round(d * 1000) for d in defaults.retry_backoff_s),
-                now_ms=now_ms(),
+                now_ms=self._clock.now_ms(),
                 auto_created=True,
             )
             await self._writer.submit(lambda b, _: self._catalog.write_group(b, new), sync=True)
@@ -118,35 +111,3 @@ class AutoCreate:
             return new
 
         return await self.once(("group", name), create)
-
-    async def retry_topic(self, group: GroupInfo, topic: TopicInfo) -> TopicInfo:
-        """The group's retry queue for `topic` (one queue), created on first use."""
-        key = (group.group_id, topic.topic_id)
-        info = self._catalog.retry_topics.get(key)
-        if info is not None:
-            return info
-
-        async def create() -> TopicInfo:
-            new = self._catalog.new_topic(
-                retry_topic_name(group.name, topic.name),
-                1,
-                kind=KIND_RETRY,
-                now_ms=now_ms(),
-                owner_group=group.name,
-                owner_topic=topic.name,
-            )
-            await self._writer.submit(
-                lambda b, _: self._catalog.write_topic(b, new, group_id=group.group_id), sync=True
-            )
-            self._catalog.register_topic(new, group_id=group.group_id)
-            return new
-
-        return await self.once(("retry", key), create)
-
-    async def dlq(self, group: GroupInfo) -> TopicInfo:
-        """`%DLQ%<group>` (one queue), created when the group first dead-letters."""
-        name = dlq_topic_name(group.name)
-        info = self._catalog.topics.get(name)
-        if info is not None:
-            return info
-        return await self.once(("dlq", name), lambda: self.topic(name, 1, KIND_DLQ))

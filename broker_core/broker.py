@@ -3,7 +3,7 @@
 `Broker` is a facade: it opens the store, wires the components (one per mechanism, see
 docs/architecture.md "Mechanism -> module") and holds the public API the proxy, the CLI and
 the tests call. Components are plain classes given the shared state they use (store,
-catalog, writer, ledger ...) in their constructor; none imports this module.
+catalog, writer, live checkpoints ...) in their constructor; none imports this module.
 
 Threading: everything runs on one asyncio loop. Point reads, small scans and the group
 commit flush are short blocking calls on the loop (see group_commit.py for why there is no writer
@@ -11,16 +11,16 @@ thread). The reads of the broker API are async (api.py: a remote broker answers 
 the wire) but do their work inline: a storage read is not moved to a thread, since rocksdict
 holds the GIL through it (tools/gil_probe_batch.py), so a thread would add a hop and let
 nothing else run meanwhile. Background tasks: the revive loop (pop/revive.py: redelivers
-what is due), the checkpoint buffer loop (pop/ledger.py: persists checkpoints that linger),
-the retention loop (retention.py) and the timer loop (timer.py: delivers delayed messages
-when due).
+what is due), the checkpoint buffer loop (pop/checkpoint_buffer.py: persists checkpoints
+that linger), the retention loop (retention.py) and the timer loop (timer.py: delivers
+delayed messages when due).
 
 Crash safety rests on three rules:
 1. A message is stored only by a committed write; offsets are assigned inside that write
    (group_commit.py; the send path, send.py, and every copy: revive, timers, redrive).
 2. A consumer offset is written only in a batch that also holds (or follows) the record of
    every persisted checkpoint it passes, so an offset never outruns in-flight state
-   (enforced by the ledger's flush hook, pop/ledger.py).
+   (enforced by the live checkpoints' flush hook, pop/live_checkpoints.py).
 3. A revive writes the retry (or dead-letter) copies and deletes the checkpoint in one
    batch, and touches memory only after that batch committed (pop/revive.py).
 """
@@ -45,6 +45,7 @@ from popmq.broker_core.api import (
 )
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.clock import Clock, SystemClock
 from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy and tests use it
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
@@ -62,11 +63,13 @@ from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES as PULL_DEFAULT_MESS
 from popmq.broker_core.offsets import PULL_MAX_MESSAGES as PULL_MAX_MESSAGES
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.ack import Acks
+from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
 from popmq.broker_core.pop.deliveries import Deliveries
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.reader import Reader
 from popmq.broker_core.pop.receipt import ReceiptCodec
+from popmq.broker_core.pop.retry import Retries
 from popmq.broker_core.pop.revive import Reviver
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.query import MessageQueries
@@ -112,6 +115,7 @@ class Broker:
         *,
         tap: Callable[[Store], WriteTap] | None = None,
         view_of: Store | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """
         Args:
@@ -122,8 +126,11 @@ class Broker:
             view_of: A store someone else writes (a replicated shard's follower): the broker
                 is a read-only view of it as of `start()`. It writes nothing (every write
                 is refused), runs no background task, and leaves the store open at close.
+            clock: What every deadline, store time and timer of the core is read from
+                (clock.py): the system clock by default, a ManualClock in tests.
         """
         self.config = config or BrokerConfig()
+        self.clock: Clock = SystemClock() if clock is None else clock
         self._tap = tap
         self._view_of = view_of
         self._store: Store | None = None
@@ -183,9 +190,10 @@ class Broker:
         recovered = recover(
             store,
             queues=self._queues,
-            ledger=self._ledger,
+            checkpoints=self._checkpoints,
             superseded=self._superseded,
             offsets=self.offsets,
+            now=self.clock.now_ms(),
             write=not view,
         )
         self.recovery_seconds = time.perf_counter() - began
@@ -203,7 +211,9 @@ class Broker:
             return
         self._tasks = [
             asyncio.create_task(self._reviver.loop(), name="popmq-revive"),
-            asyncio.create_task(self._ledger.buffer_loop(), name="popmq-ck-buffer"),
+            asyncio.create_task(
+                self._buffer.loop(self._checkpoints.persist), name="popmq-ck-buffer"
+            ),
             asyncio.create_task(self._retention.loop(), name="popmq-retention"),
             asyncio.create_task(self._timers.loop(), name="popmq-timers"),
             asyncio.create_task(self._transactions.loop(), name="popmq-transactions"),
@@ -215,21 +225,29 @@ class Broker:
         """Build the components, each given the shared state it uses."""
         config, catalog, offsets, writer = self.config, self.catalog, self.offsets, self.writer
         polling, stats, locks, life = self.polling, self.stats, self.locks, self._life
-        ledger = self._ledger = Ledger(
-            config.pop, writer=writer, catalog=catalog, polling=polling, epoch=identity.epoch
+        clock = self.clock
+        buffer = self._buffer = CheckpointBuffer(config.pop, clock=clock)
+        checkpoints = self._checkpoints = LiveCheckpoints(
+            writer=writer,
+            catalog=catalog,
+            polling=polling,
+            buffer=buffer,
+            clock=clock,
+            epoch=identity.epoch,
         )
-        writer.add_flush_hook(ledger.flush_state)
-        writer.add_failure_listener(ledger.flush_failed)
+        writer.add_flush_hook(checkpoints.flush_state)
+        writer.add_failure_listener(checkpoints.flush_failed)
         settings = self._settings = GroupSettingsStore(store=store, catalog=catalog)
         queues = self._queues = ConsumeQueues(
-            catalog=catalog, offsets=offsets, ledger=ledger, settings_of=settings.load
+            catalog=catalog, offsets=offsets, checkpoints=checkpoints, settings_of=settings.load
         )
         superseded = self._superseded = SupersededHandles()
         codec = ReceiptCodec(identity.secret, broker_name=config.broker_name)
         recall_codec = RecallCodec(identity.secret, broker_name=config.broker_name)
-        create = AutoCreate(config, catalog=catalog, writer=writer)
+        create = AutoCreate(config, catalog=catalog, writer=writer, clock=clock)
+        retries = Retries(catalog=catalog, writer=writer, create=create, stats=stats, clock=clock)
         chooser = QueueChooser()
-        fifo = Fifo(config.pop, store=store, ledger=ledger, queues=queues, codec=codec)
+        fifo = Fifo(config.pop, store=store, checkpoints=checkpoints, queues=queues, codec=codec)
         self._timers = DelayedMessages(
             config,
             store=store,
@@ -238,6 +256,7 @@ class Broker:
             polling=polling,
             codec=recall_codec,
             epoch=identity.epoch,
+            clock=clock,
         )
         self._sender = Sender(
             config,
@@ -250,6 +269,7 @@ class Broker:
             recall_codec=recall_codec,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
         self._transactions = Transactions(
             config,
@@ -264,6 +284,7 @@ class Broker:
             stats=stats,
             life=life,
             epoch=identity.epoch,
+            clock=clock,
         )
         self._queries = MessageQueries(store=store, catalog=catalog, recall_codec=recall_codec)
         self._reader = Reader(
@@ -271,42 +292,47 @@ class Broker:
             store=store,
             catalog=catalog,
             offsets=offsets,
-            ledger=ledger,
+            checkpoints=checkpoints,
+            buffer=buffer,
             queues=queues,
             fifo=fifo,
             create=create,
+            retries=retries,
             settings=settings,
             codec=codec,
             locks=locks,
             polling=polling,
             stats=stats,
             life=life,
+            clock=clock,
         )
         self._acks = Acks(
             config,
             store=store,
             catalog=catalog,
             writer=writer,
-            ledger=ledger,
+            checkpoints=checkpoints,
             queues=queues,
             superseded=superseded,
             fifo=fifo,
-            create=create,
+            retries=retries,
             codec=codec,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
-        self._deliveries = Deliveries(store=store, catalog=catalog, acks=self._acks)
+        self._deliveries = Deliveries(store=store, catalog=catalog, acks=self._acks, clock=clock)
         self._reviver = Reviver(
             store=store,
             catalog=catalog,
             writer=writer,
-            ledger=ledger,
+            checkpoints=checkpoints,
             superseded=superseded,
             fifo=fifo,
-            create=create,
+            retries=retries,
             polling=polling,
             stats=stats,
+            clock=clock,
         )
         self._offset_reads = OffsetReads(
             config,
@@ -314,7 +340,7 @@ class Broker:
             catalog=catalog,
             offsets=offsets,
             writer=writer,
-            ledger=ledger,
+            checkpoints=checkpoints,
             queues=queues,
             create=create,
             polling=polling,
@@ -326,7 +352,7 @@ class Broker:
             writer=writer,
             offsets=offsets,
             queues=queues,
-            ledger=ledger,
+            checkpoints=checkpoints,
             create=create,
             polling=polling,
         )
@@ -337,12 +363,13 @@ class Broker:
             offsets=offsets,
             offset_reads=self._offset_reads,
             queues=queues,
-            ledger=ledger,
+            checkpoints=checkpoints,
             settings=settings,
             locks=locks,
             polling=polling,
             create=create,
             forget_pop_counts=self._reader.forget_group,
+            clock=clock,
         )
         self._admin = Admin(
             config,
@@ -352,15 +379,16 @@ class Broker:
             offsets=offsets,
             offset_reads=self._offset_reads,
             queues=queues,
-            ledger=ledger,
+            checkpoints=checkpoints,
             superseded=superseded,
             topics=self._topics,
             chooser=chooser,
             locks=locks,
             polling=polling,
+            clock=clock,
         )
         self._retention = Retention(
-            config, store=store, catalog=catalog, offsets=offsets, writer=writer
+            config, store=store, catalog=catalog, offsets=offsets, writer=writer, clock=clock
         )
         self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
 
@@ -424,7 +452,7 @@ class Broker:
         # A task that died has reported why (_task_done): close the store all the same.
         await asyncio.gather(*self._tasks, return_exceptions=True)
         # A clean shutdown keeps every in-flight deadline: persist what is still buffered.
-        self._ledger.persist_buffered()
+        self._checkpoints.persist_buffered()
         with contextlib.suppress(PopMQError):
             await self.writer.submit(jobs.noop, sync=True)
         self.writer.close()
@@ -912,11 +940,11 @@ class Broker:
 
     @property
     def buffered_checkpoints(self) -> int:
-        return self._ledger.buffered_count
+        return self._buffer.count
 
     @property
     def live_checkpoints(self) -> int:
-        return self._ledger.live_count
+        return self._checkpoints.live_count
 
     def consume_queue(self, group: str, topic: str, queue_id: int) -> ConsumeQueue | None:
         g = self.catalog.groups.get(group)

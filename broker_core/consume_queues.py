@@ -15,7 +15,7 @@ from popmq.broker_core.catalog import KIND_NORMAL, Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.errors import NotFoundError
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.types import GroupSettings
 
 QueueKey = tuple[int, int, int]
@@ -30,12 +30,12 @@ class ConsumeQueues:
         *,
         catalog: Catalog,
         offsets: QueueOffsets,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         settings_of: Callable[[int], GroupSettings],
     ) -> None:
         self._catalog = catalog
         self._offsets = offsets
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._settings_of = settings_of
         # (group_id, topic_id, queue_id) -> ConsumeQueue; created on first pop or recovery.
         self._queues: dict[QueueKey, ConsumeQueue] = {}
@@ -95,7 +95,7 @@ class ConsumeQueues:
                 start = self._offsets.offset_at(tid, queue_id, settings.consume_from_ms)
             cq = self.new_queue(gid, tid, queue_id, start)
             if cq is not None:
-                self._ledger.write_offset(cq)
+                self._checkpoints.write_offset(cq)
 
     def new_queue(
         self, group_id: int, topic_id: int, queue_id: int, committed: int
@@ -125,4 +125,4 @@ class ConsumeQueues:
     def remove(self, key: QueueKey) -> None:
         """Forget a queue of a deleted topic or group (its offset is no longer written)."""
         del self._queues[key]
-        self._ledger.forget_queue(key)
+        self._checkpoints.forget_queue(key)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from popmq.broker_core import group_rules, keys, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
@@ -31,7 +31,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.store import Batch
 from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
@@ -51,12 +51,13 @@ class Groups:
         offsets: QueueOffsets,
         offset_reads: OffsetReads,
         queues: ConsumeQueues,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         settings: GroupSettingsStore,
         locks: QueueLocks,
         polling: LongPolling,
         create: AutoCreate,
         forget_pop_counts: Callable[[int], None],
+        clock: Clock,
     ) -> None:
         self._config = config
         self._catalog = catalog
@@ -64,12 +65,13 @@ class Groups:
         self._offsets = offsets
         self._offset_reads = offset_reads
         self._queues = queues
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._settings = settings
         self._locks = locks
         self._polling = polling
         self._create = create
         self._forget_pop_counts = forget_pop_counts
+        self._clock = clock
         # The highest cluster revision `apply` applied per group name, so a push that
         # arrives after a newer one cannot roll the group back. Memory only: after a restart
         # the catalog sync applies every group's current record again. Guarded by
@@ -169,7 +171,7 @@ class Groups:
             name,
             max_delivery_attempts=state.max_delivery_attempts,
             retry_backoff_ms=state.retry_backoff_ms,
-            now_ms=existing.create_time_ms if existing else now_ms(),
+            now_ms=existing.create_time_ms if existing else self._clock.now_ms(),
             auto_created=False,
             group_id=existing.group_id if existing else None,
         )
@@ -397,7 +399,7 @@ class Groups:
                 "acked or redelivered, or delete with force"
             )
         retries = {k: t for k, t in self._catalog.retry_topics.items() if k[0] == gid}
-        cks = self._ledger.select(lambda ck: ck.queue.group_id == gid)
+        cks = self._checkpoints.select(lambda ck: ck.queue.group_id == gid)
         locked = self._locks.acquire_all(cq.lock_key for cq in queues)
         try:
 
@@ -432,7 +434,7 @@ class Groups:
         topics = {cq.topic for cq in queues}
         for queue_key in [k for k in self._queues if k[0] == gid]:
             self._queues.remove(queue_key)
-        self._ledger.drop_checkpoints(self._ledger.select(lambda ck: ck.queue.group_id == gid))
+        self._checkpoints.drop(self._checkpoints.select(lambda ck: ck.queue.group_id == gid))
         self._forget_pop_counts(gid)
         for topic in topics:
             # Held pops of the group look again and find it gone.

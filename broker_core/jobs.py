@@ -88,17 +88,3 @@ def sweep(
 ) -> None:
     """A job (with its first arguments bound) deleting expired index entries."""
     message_index.sweep_batch(store, batch, markers, now, ttl)
-
-
-def redelivery_copy(
-    data: bytes, source: str, queue_id: int, offset: int, stamp_ms: int
-) -> records_pb2.StoredMessage:
-    """A stored message copied for a retry or dead-letter topic: stored now, and pointing
-    at where it first lived (a copy of a copy keeps the first origin)."""
-    copy = records_pb2.StoredMessage.FromString(data)
-    copy.store_time_ms = stamp_ms
-    if not copy.origin_topic:
-        copy.origin_topic = source
-        copy.origin_queue_id = queue_id
-        copy.origin_offset = offset
-    return copy

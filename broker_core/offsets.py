@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the writer imports this module: these are for annotations o
     from popmq.broker_core.group_commit import GroupCommitWriter
     from popmq.broker_core.lifecycle import Lifecycle
     from popmq.broker_core.long_polling import LongPolling
-    from popmq.broker_core.pop.ledger import Ledger
+    from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 
 PULL_MAX_MESSAGES = 1024
 """Most messages one pull returns."""
@@ -155,7 +155,7 @@ class OffsetReads:
         catalog: Catalog,
         offsets: QueueOffsets,
         writer: GroupCommitWriter,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         queues: ConsumeQueues,
         create: AutoCreate,
         polling: LongPolling,
@@ -166,7 +166,7 @@ class OffsetReads:
         self._catalog = catalog
         self._offsets = offsets
         self._writer = writer
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._queues = queues
         self._create = create
         self._polling = polling
@@ -347,7 +347,7 @@ class OffsetReads:
         for cq, offset in moves:
             cq.committed = cq.pop_offset = offset
             cq.recovered.clear()
-            self._ledger.write_offset(cq)
+            self._checkpoints.write_offset(cq)
         await self._writer.submit(jobs.noop, sync=True)
 
     def get_offsets(self, group: str, topic: str) -> list[ConsumerOffset]:

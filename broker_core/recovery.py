@@ -12,13 +12,12 @@ from pathlib import Path
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import data_dir, keys
-from popmq.broker_core.clock import now_ms
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import DataDirError, StoreFullError
 from popmq.broker_core.handle_text import broker_name_problem
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.store import Batch, Store
 
@@ -154,20 +153,22 @@ def recover(
     store: Store,
     *,
     queues: ConsumeQueues,
-    ledger: Ledger,
+    checkpoints: LiveCheckpoints,
     superseded: SupersededHandles,
     offsets: QueueOffsets,
+    now: int,
     write: bool = True,
 ) -> int:
     """Rebuild offsets and persisted checkpoints; cost grows with in-flight state only.
 
-    With `write` (not for a read-only view), stale checkpoint entries are deleted."""
+    `now` (the broker's clock) expires superseded handles whose old deadline passed. With
+    `write` (not for a read-only view), stale checkpoint entries are deleted."""
     for key, value in store.scan("offsets", b"", b"\xff" * 13):
         group_id, topic_id, queue_id = keys.parse_offset_key(key)
         queues.new_queue(group_id, topic_id, queue_id, keys.decode_u64(value))
     count = 0
     stale = store.batch()
-    superseded.recover(store, now_ms(), stale)
+    superseded.recover(store, now, stale)
     for key, _ in store.scan("revive", b"", b"\xff" * 17):
         _, ck_id = keys.parse_revive_key(key)
         data = store.get("checkpoints", keys.checkpoint_key(ck_id))
@@ -194,7 +195,7 @@ def recover(
         cq.add(ck)
         if ck.fifo_group:
             cq.fifo_enqueue(ck)
-        ledger.recovered(ck)
+        checkpoints.recovered(ck)
         count += 1
     for cq in queues.values():
         cq.recovered.sort()

@@ -14,7 +14,7 @@ import logging
 
 from popmq.broker_core import jobs, keys, message_index
 from popmq.broker_core.catalog import Catalog, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -38,12 +38,14 @@ class Retention:
         catalog: Catalog,
         offsets: QueueOffsets,
         writer: GroupCommitWriter,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
         self._catalog = catalog
         self._offsets = offsets
         self._writer = writer
+        self._clock = clock
 
     async def loop(self) -> None:
         interval = self._config.retention.check_interval_s
@@ -63,7 +65,7 @@ class Retention:
         reads and one delete_range, whatever the number of messages removed, so a pass never
         holds the loop for long and sends wait at most one small write.
         """
-        cutoff = (now if now is not None else now_ms()) - round(
+        cutoff = (now if now is not None else self._clock.now_ms()) - round(
             self._config.retention.retention_s * 1000
         )
         deleted = 0
@@ -169,7 +171,7 @@ class Retention:
 
     async def sweep_index(self, now: int | None = None) -> int:
         """Delete index entries past their lifetime (retention or dedup window); returns count."""
-        now = now_ms() if now is None else now
+        now = self._clock.now_ms() if now is None else now
         ttl = {
             b"i": round(self._config.retention.retention_s * 1000),
             b"k": round(self._config.retention.retention_s * 1000),

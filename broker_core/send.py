@@ -16,7 +16,7 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, message_index, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPE_MIXED, Catalog, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.dedup import PendingDedup, duplicate_of
 from popmq.broker_core.errors import (
@@ -72,6 +72,7 @@ class Sender:
         recall_codec: RecallCodec,
         polling: LongPolling,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -83,6 +84,7 @@ class Sender:
         self._recall_codec = recall_codec
         self._polling = polling
         self._stats = stats
+        self._clock = clock
         self._ids = MessageIdGenerator()
         self._dedup = PendingDedup()
 
@@ -274,7 +276,7 @@ class Sender:
         validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
         # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
         validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         cfg = self._config.messages
         names = {msg.topic for msg in messages}
         for name in names:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.catalog import Catalog
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import InvalidArgumentError, NotFoundError, PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -31,7 +31,7 @@ from popmq.broker_core.handle_text import (
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import CK_SEQ_BITS
+from popmq.broker_core.pop.live_checkpoints import CK_SEQ_BITS
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.wakeup import Wakeup
 
@@ -165,6 +165,7 @@ class DelayedMessages:
         polling: LongPolling,
         codec: RecallCodec,
         epoch: int,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
@@ -173,12 +174,14 @@ class DelayedMessages:
         self._polling = polling
         self._codec = codec
         self._epoch = epoch
+        self._clock = clock
         self._seq = 0
         # Earliest due time in the timers family (a lower bound), the loop's wakeup, and
         # timer keys a move or recall is writing right now.
         first = store.first_key("timers", b"", keys.timer_key(NEVER, 0))
         self._next_due_ms = keys.parse_timer_key(first)[0] if first else NEVER
         self._wakeup = Wakeup()
+        clock.on_advance(self._wakeup.set)
         self._moving: set[bytes] = set()
         # Background retries while writes fail (a full disk): a warning per change or 30 s.
         self._warning = RepeatedWarning(log)
@@ -221,7 +224,7 @@ class DelayedMessages:
     async def loop(self) -> None:
         """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
         while True:
-            now = now_ms()
+            now = self._clock.now_ms()
             if self._next_due_ms <= now:
                 try:
                     more = await self._fire(now)
@@ -233,7 +236,7 @@ class DelayedMessages:
                     continue
             timeout = 1.0
             if self._next_due_ms < NEVER:
-                timeout = min(timeout, max(0.0, (self._next_due_ms - now_ms()) / 1000))
+                timeout = min(timeout, max(0.0, (self._next_due_ms - self._clock.now_ms()) / 1000))
             await self._wakeup.wait(timeout)
 
     async def _fire(self, now: int) -> bool:
@@ -255,7 +258,7 @@ class DelayedMessages:
         moving = {key for key, _ in due}
         self._moving |= moving
         retention_ms = round(self._config.retention.retention_s * 1000)
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[tuple[str, int]]:
             notify = []
@@ -282,7 +285,7 @@ class DelayedMessages:
             counts[where] = counts.get(where, 0) + 1
         for (name, queue_id), count in counts.items():
             self._polling.notify(name, count, queue_id=queue_id)
-        return next_due <= now_ms()
+        return next_due <= self._clock.now_ms()
 
     def next_seq(self) -> int:
         self._seq += 1

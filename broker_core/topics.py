@@ -14,7 +14,7 @@ from popmq.broker_core.errors import AlreadyExistsError, InvalidArgumentError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.store import Batch
 from popmq.broker_core.types import QueueStats
 
@@ -32,7 +32,7 @@ class Topics:
         writer: GroupCommitWriter,
         offsets: QueueOffsets,
         queues: ConsumeQueues,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         create: AutoCreate,
         polling: LongPolling,
     ) -> None:
@@ -41,7 +41,7 @@ class Topics:
         self._writer = writer
         self._offsets = offsets
         self._queues = queues
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._create = create
         self._polling = polling
 
@@ -96,7 +96,7 @@ class Topics:
             for key, cq in list(self._queues.items()):
                 if cq.topic_id in removed_ids:
                     batch.delete("offsets", keys.offset_key(*key))
-            for ck in self._ledger.select(lambda ck: ck.queue.topic_id in removed_ids):
+            for ck in self._checkpoints.select(lambda ck: ck.queue.topic_id in removed_ids):
                 if ck.persisted:
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
@@ -104,8 +104,8 @@ class Topics:
         await self._writer.submit(apply, sync=True)
         for key in [k for k, cq in self._queues.items() if cq.topic_id in removed_ids]:
             self._queues.remove(key)
-        self._ledger.drop_checkpoints(
-            self._ledger.select(lambda ck: ck.queue.topic_id in removed_ids)
+        self._checkpoints.drop(
+            self._checkpoints.select(lambda ck: ck.queue.topic_id in removed_ids)
         )
         for topic_id in removed_ids:
             self._offsets.forget_topic(topic_id)

@@ -48,7 +48,7 @@ from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, message_index, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_DLQ, Catalog, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.errors import (
     AlreadyExistsError,
@@ -62,7 +62,7 @@ from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
-from popmq.broker_core.pop.ledger import CK_SEQ_BITS
+from popmq.broker_core.pop.live_checkpoints import CK_SEQ_BITS
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.send import Sender, stored_record
 from popmq.broker_core.stats import BrokerStats
@@ -133,6 +133,7 @@ class Transactions:
         stats: BrokerStats,
         life: Lifecycle,
         epoch: int,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._cfg = config.transactions
@@ -147,6 +148,7 @@ class Transactions:
         self._stats = stats
         self._life = life
         self._epoch = epoch
+        self._clock = clock
         self._seq = 0
         # Transactions being changed right now (sequence -> future resolved when done):
         # guards each transaction's record, so one change at a time sees the last one's state.
@@ -154,6 +156,8 @@ class Transactions:
         # The loop's wake-up, and the due_checks calls waiting for a check to come due.
         self._wakeup = Wakeup()
         self._waiters: set[asyncio.Future[None]] = set()
+        clock.on_advance(self._wakeup.set)
+        clock.on_advance(self._wake_waiters)
         self._warning = RepeatedWarning(log)
         self.open_count = sum(
             1 for _ in store.scan("meta", *_prefix_range(keys.TRANSACTION_CHECK_PREFIX))
@@ -299,7 +303,7 @@ class Transactions:
                 f"topic {record.topic!r} of the transaction was deleted; roll it back"
             )
         message = records_pb2.StoredMessage.FromString(record.message)
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         # Stored now: a queue's store times follow its offsets (offsets_at searches them).
         message.store_time_ms = stamp
         timer_seq = self._timers.next_seq() if message.deliver_at_ms > stamp else 0
@@ -342,7 +346,7 @@ class Transactions:
         self._wakeup.set()
 
     async def _rollback(self, seq: int, record: Record, source: str) -> None:
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         old_check = keys.transaction_check_key(record.next_check_ms, seq)
         resolved = _resolved(record, _ROLLED_BACK, source, stamp, self._cfg.resolved_ttl_s)
 
@@ -398,7 +402,7 @@ class Transactions:
                 due_ms, _ = keys.parse_transaction_timed_key(first)
                 # Overdue and not claimed: of a topic this caller has no producer for; it
                 # will not change soon, so look again in a second, not at once.
-                ahead_s = (due_ms - now_ms()) / 1000
+                ahead_s = (due_ms - self._clock.now_ms()) / 1000
                 until_due = max(_MIN_POLL_S, ahead_s) if ahead_s > 0 else _OVERDUE_POLL_S
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.add(waiter)
@@ -410,7 +414,7 @@ class Transactions:
     async def _claim(
         self, max_checks: int, topics: Collection[str] | None
     ) -> list[TransactionCheck]:
-        now = now_ms()
+        now = self._clock.now_ms()
         interval_ms = round(self._cfg.check_interval_s * 1000)
         # How long a due check may wait unclaimed before it counts as unanswered: an
         # interval, and at least long enough for a proxy's check loop to ask again with
@@ -488,7 +492,7 @@ class Transactions:
                 raise FailedPreconditionError(
                     f"transaction {transaction_id} is not discarded: {_describe(record)}"
                 )
-            stamp = now_ms()
+            stamp = self._clock.now_ms()
             reopened = Record()
             reopened.CopyFrom(record)
             reopened.state = _OPEN
@@ -519,8 +523,8 @@ class Transactions:
         delete expired records; sleeps until the next of either (at most 1 s)."""
         while True:
             try:
-                more = await self._discard_due(now_ms())
-                more = await self._expire_due(now_ms()) or more
+                more = await self._discard_due(self._clock.now_ms())
+                more = await self._expire_due(self._clock.now_ms()) or more
             except PopMQError as exc:
                 self._warning.warn("transaction discard or expiry failed, retrying: %s", exc)
                 await asyncio.sleep(_RETRY_S)
@@ -533,7 +537,7 @@ class Transactions:
         """Until the next check entry comes due (it may be a discard) or the first expiry,
         at most 1 s. Overdue entries were just scanned: they wait for a claim, not for
         this loop, which would otherwise spin on them."""
-        now = now_ms()
+        now = self._clock.now_ms()
         soonest = now + 1000
         _, check_end = _prefix_range(keys.TRANSACTION_CHECK_PREFIX)
         first = self._store.first_key("meta", keys.transaction_check_key(now + 1, 0), check_end)
@@ -572,7 +576,7 @@ class Transactions:
 
     async def _discard(self, due: list[tuple[int, Record]], stale: list[bytes]) -> None:
         discard = await self._discard_topic() if due else None
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         retention_ms = round(self._config.retention.retention_s * 1000)
         updated: list[Record] = []
         for _, record in due:

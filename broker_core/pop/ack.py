@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
-from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import Catalog, GroupInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import (
@@ -32,8 +31,9 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -49,27 +49,29 @@ class Acks:
         store: Store,
         catalog: Catalog,
         writer: GroupCommitWriter,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         queues: ConsumeQueues,
         superseded: SupersededHandles,
         fifo: Fifo,
-        create: AutoCreate,
+        retries: Retries,
         codec: ReceiptCodec,
         polling: LongPolling,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
         self._catalog = catalog
         self._writer = writer
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._queues = queues
         self._superseded = superseded
         self._fifo = fifo
-        self._create = create
+        self._retries = retries
         self._codec = codec
         self._polling = polling
         self._stats = stats
+        self._clock = clock
 
     def resolve_handle(
         self, group: GroupInfo, text: str, now: int
@@ -94,7 +96,7 @@ class Acks:
             )
         cq = self._queues.get(handle.group_id, handle.topic_id, handle.queue_id)
         owner = cq.inflight.get(handle.offset) if cq is not None else None
-        ck = self._ledger.get(handle.ck_id)
+        ck = self._checkpoints.get(handle.ck_id)
         if (
             ck is None
             or handle.ck_index >= len(ck.offsets)
@@ -104,7 +106,7 @@ class Acks:
             # superseded above). A handle of an earlier boot may instead name a checkpoint
             # the crash lost before it was persisted: then the consumer offset never passed
             # the message and it will be popped again, so "acked" would be a lie.
-            earlier_boot = self._ledger.of_earlier_boot(handle.ck_id)
+            earlier_boot = self._checkpoints.of_earlier_boot(handle.ck_id)
             if owner is not None:
                 raise _lost() if earlier_boot else _superseded()
             if handle.deadline_ms <= now:
@@ -129,7 +131,7 @@ class Acks:
         if not handles:
             raise InvalidArgumentError("ack needs at least one receipt handle")
         group_info = self._catalog.group(group)
-        now = now_ms()
+        now = self._clock.now_ms()
         results: list[PopMQError | None] = []
         touched: dict[int, Checkpoint] = {}
         acked: dict[int, int] = {}  # topic id -> acks
@@ -153,7 +155,7 @@ class Acks:
             self._stats.acked[(group, self._catalog.user_topic_name(topic_id))] += count
         must_write = any(ck.persisted for ck in touched.values())
         for ck in touched.values():
-            self._ledger.finish(ck)
+            self._checkpoints.finish(ck)
         if must_write:
             await self._writer.submit(jobs.noop, sync=False)
         return results
@@ -179,7 +181,7 @@ class Acks:
             validation.check_range("delay", delay_s, 0, self._config.pop.max_invisible_s, "s")
             delay_ms = round(delay_s * 1000)
         else:
-            found = self.resolve_handle(group_info, handle, now_ms())
+            found = self.resolve_handle(group_info, handle, self._clock.now_ms())
             if found is None:
                 raise FailedPreconditionError("the message was already acknowledged")
             ck, index = found
@@ -197,14 +199,15 @@ class Acks:
         return until
 
     async def dead_letter(self, group: str, handle: str) -> str:
-        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue).
+        """Move one delivery to `%DLQ%<group>` now (RocketMQ ForwardMessageToDeadLetterQueue,
+        pop/retry.py).
 
         The copy is written first and the delivery resolved after the write commits, so a
         failure leaves the message with its consumer; returns the DLQ topic's name.
         """
         validation.check_name("group", group)
         group_info = self._catalog.group(group)
-        found = self.resolve_handle(group_info, handle, now_ms())
+        found = self.resolve_handle(group_info, handle, self._clock.now_ms())
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")
         ck, index = found
@@ -214,14 +217,12 @@ class Acks:
         source = self._catalog.topics_by_id.get(cq.topic_id)
         if data is None or source is None:
             raise NotFoundError("the message was deleted (retention or topic deletion)")
-        copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, now_ms())
-        copy.delivery_attempt = 1
-        target = await self._create.dlq(group_info)
+        copy = redelivery_copy(data, source.name, cq.queue_id, offset, self._clock.now_ms())
+        target = await self._retries.dead_letter(group_info, copy)
         payload = copy.SerializeToString()
 
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            at = offsets.allocate(target.topic_id, 0)
-            batch.put("messages", keys.message_key(target.topic_id, 0, at), payload)
+            store_copy(batch, offsets, target, payload)
 
         await self._writer.submit(apply, sync=self._config.store.flush == "sync")
         bit = 1 << index
@@ -234,7 +235,7 @@ class Acks:
                 ck.resolved |= bit
                 ck.revived |= bit
                 cq.release(ck, index)
-                self._ledger.finish(ck)
+                self._checkpoints.finish(ck)
         self._polling.notify(target.name, 1)
         return target.name
 
@@ -245,7 +246,7 @@ class Acks:
         old entry resolved. Until the write commits the old entry is "moving": its handle is
         already refused, but the offset cannot pass it yet.
         """
-        now = now_ms()
+        now = self._clock.now_ms()
         found = self.resolve_handle(group, text, now)
         if found is None:
             raise FailedPreconditionError("the message was already acknowledged")
@@ -254,7 +255,7 @@ class Acks:
         offset = old.offsets[index]
         cq = old.queue
         new = Checkpoint(
-            ck_id=self._ledger.next_ck_id(),
+            ck_id=self._checkpoints.next_ck_id(),
             queue=cq,
             range_start=offset,
             range_end=offset + 1,
@@ -283,10 +284,10 @@ class Acks:
             raise
         old.resolved |= bit
         self._superseded.remember(old.ck_id, index, old.deadline_ms)
-        self._ledger.track(new)
+        self._checkpoints.track(new)
         if old.fifo_group:
             cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
-        self._ledger.finish(old)
+        self._checkpoints.finish(old)
         handle = self._codec.encode(
             ReceiptHandle(
                 cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms

@@ -80,7 +80,7 @@ class Checkpoint:
         self.revived = 0
         """Bit i: offsets[i] was redelivered through the retry queue or dead-lettered."""
         self.persisted = False
-        """True once the record is in RocksDB or in the next flush (see pop/ledger.py)."""
+        """True once the record is in RocksDB or in the next flush (see pop/live_checkpoints.py)."""
         self.fifo_group = ""
         """Message group of a FIFO checkpoint; empty for every other checkpoint."""
         self.attempt = 0

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys, validation
 from popmq.broker_core.catalog import Catalog
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -37,10 +37,11 @@ from popmq.broker_core.types import PoppedMessage
 class Deliveries:
     """Looks in-flight deliveries up by receipt handle (read only)."""
 
-    def __init__(self, *, store: Store, catalog: Catalog, acks: Acks) -> None:
+    def __init__(self, *, store: Store, catalog: Catalog, acks: Acks, clock: Clock) -> None:
         self._store = store
         self._catalog = catalog
         self._acks = acks
+        self._clock = clock
 
     async def get(self, group: str, handles: Sequence[str]) -> list[PoppedMessage | PopMQError]:
         """One result per handle, in order: the delivery, or why it is not in flight."""
@@ -49,7 +50,7 @@ class Deliveries:
             raise InvalidArgumentError("get_deliveries needs at least one receipt handle")
         validation.check_count("handles", len(handles), validation.MAX_HANDLES, "receipt handles")
         group_info = self._catalog.group(group)
-        now = now_ms()
+        now = self._clock.now_ms()
         results: list[PoppedMessage | PopMQError | None] = []  # None: live, record not read yet
         live: list[tuple[int, Checkpoint, int]] = []  # (result index, checkpoint, its index)
         for text in handles:

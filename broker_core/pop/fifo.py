@@ -19,7 +19,7 @@ from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.context import QueueRead
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.store import Store
@@ -34,13 +34,13 @@ class Fifo:
         config: PopConfig,
         *,
         store: Store,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         queues: ConsumeQueues,
         codec: ReceiptCodec,
     ) -> None:
         self._config = config
         self._store = store
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._queues = queues
         self._codec = codec
 
@@ -81,7 +81,7 @@ class Fifo:
         A held one's deadline only re-arms it (see _revive_fifo).
         """
         ck = Checkpoint(
-            ck_id=self._ledger.next_ck_id(),
+            ck_id=self._checkpoints.next_ck_id(),
             queue=cq,
             range_start=offset,
             range_end=offset + 1,
@@ -94,8 +94,8 @@ class Fifo:
         ck.attempt = attempt
         ck.held = held
         ck.not_before_ms = not_before
-        self._ledger.persist_new(ck)
-        self._ledger.track(ck)
+        self._checkpoints.persist_new(ck)
+        self._checkpoints.track(ck)
         return ck
 
     def _hold_ms(self) -> int:
@@ -163,7 +163,7 @@ class Fifo:
             cq.inflight[head.offsets[0]] = new
             cq.fifo_replace(head, new)
             head.resolved = head.full
-            self._ledger.finish(head)
+            self._checkpoints.finish(head)
             read.found.append(self._delivery(read, new, record))
 
     def finish(self, ck: Checkpoint, *, acked: bool) -> None:
@@ -172,4 +172,4 @@ class Fifo:
         if acked:
             ck.acked = ck.full
         ck.queue.release(ck, 0)
-        self._ledger.finish(ck)
+        self._checkpoints.finish(ck)

@@ -3,8 +3,9 @@
 A pop visits the queues in turn (the retry queue first every `retry_first_every` pops),
 try-locking each: a queue another pop or an admin operation holds is skipped, not waited
 for. Under the lock it delivers ready FIFO heads (fifo.py), then reads on from the queue's
-pop offset and records one chained checkpoint for the range it passed (ledger.py). With
-nothing to deliver it parks on the long-polling table until an arrival or its wait ends.
+pop offset and records one chained checkpoint for the range it passed (live_checkpoints.py;
+it waits in checkpoint_buffer.py). With nothing to deliver it parks on the long-polling
+table until an arrival or its wait ends.
 
 Threading: on the event loop; a queue read is a few multi-gets (max_scan_per_pop bounds it).
 """
@@ -19,7 +20,7 @@ from popmq.broker_core import keys, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.budget import Reserve, ResponseBudget
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.errors import AnswerBoundError
@@ -29,10 +30,12 @@ from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets, check_queue_id
 from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
 from popmq.broker_core.pop.context import QueueRead
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.retry import Retries
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.stats import BrokerStats
@@ -50,31 +53,37 @@ class Reader:
         store: Store,
         catalog: Catalog,
         offsets: QueueOffsets,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
+        buffer: CheckpointBuffer,
         queues: ConsumeQueues,
         fifo: Fifo,
         create: AutoCreate,
+        retries: Retries,
         settings: GroupSettingsStore,
         codec: ReceiptCodec,
         locks: QueueLocks,
         polling: LongPolling,
         stats: BrokerStats,
         life: Lifecycle,
+        clock: Clock,
     ) -> None:
         self._config = config
         self._store = store
         self._catalog = catalog
         self._offsets = offsets
-        self._ledger = ledger
+        self._checkpoints = checkpoints
+        self._buffer = buffer
         self._queues = queues
         self._fifo = fifo
         self._create = create
+        self._retries = retries
         self._settings = settings
         self._codec = codec
         self._locks = locks
         self._polling = polling
         self._stats = stats
         self._life = life
+        self._clock = clock
         # (group_id, topic_id) -> pops so far: rotates the first queue a pop visits.
         self._pop_count: dict[tuple[int, int], int] = {}
 
@@ -146,7 +155,7 @@ class Reader:
         if queue_id is not None:
             check_queue_id(topic_info, queue_id)
         group_info = await self._create.group(group)
-        retry_info = await self._create.retry_topic(group_info, topic_info)
+        retry_info = await self._retries.retry_topic(group_info, topic_info)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
         invisible_ms = round(invisible * 1000)
@@ -187,7 +196,7 @@ class Reader:
             retry_in = min(remaining, 0.005) if contended else remaining
             fifo_due = self._fifo.next_due(group_info, topic_info, queue_id)
             if fifo_due is not None:
-                retry_in = min(retry_in, max(0.001, (fifo_due - now_ms()) / 1000))
+                retry_in = min(retry_in, max(0.001, (fifo_due - self._clock.now_ms()) / 1000))
             # A timer handle resolving the parked future, not asyncio.wait: a held pop then
             # costs its future and one handle, not a coroutine, set, closure and future more.
             waiter = self._polling.park(group, topic, queue_id)
@@ -229,7 +238,7 @@ class Reader:
             order.append((retry, 0))
         found: list[PoppedMessage] = []
         contended = False
-        now = now_ms()
+        now = self._clock.now_ms()
         deadline = now + invisible_ms
         if response is None:
             response = ResponseBudget()
@@ -270,7 +279,7 @@ class Reader:
         if start < oldest:
             # Retention deleted [start, oldest) before this group read it: skip, and count it.
             gone = Checkpoint(
-                ck_id=self._ledger.next_ck_id(),
+                ck_id=self._checkpoints.next_ck_id(),
                 queue=cq,
                 range_start=start,
                 range_end=oldest,
@@ -281,7 +290,7 @@ class Reader:
             )
             cq.add(gone)
             cq.retention_skipped += oldest - start
-            self._ledger.advance(cq)
+            self._checkpoints.advance(cq)
             start = oldest
             if start >= limit:
                 return
@@ -339,7 +348,7 @@ class Reader:
                 if delivered >= want:
                     break
         ck = Checkpoint(
-            ck_id=self._ledger.next_ck_id(),
+            ck_id=self._checkpoints.next_ck_id(),
             queue=cq,
             range_start=start,
             range_end=position,
@@ -350,10 +359,10 @@ class Reader:
         )
         cq.add(ck)
         if not offsets:
-            self._ledger.advance(cq)  # the range held only filtered-out or FIFO messages
+            self._checkpoints.advance(cq)  # the range held only filtered-out or FIFO messages
             return
-        self._ledger.track(ck)
-        self._ledger.buffer(ck)
+        self._checkpoints.track(ck)
+        self._buffer.add(ck)
         topic_name = read.user_topic.name
         for index, (offset, record, raw) in enumerate(zip(offsets, records, raws, strict=True)):
             handle = self._codec.encode(

@@ -1,9 +1,10 @@
 """Revive: redeliver what was popped and not acked in time.
 
-The revive loop takes due checkpoints off the ledger's timer in chunks and copies every
-unresolved message to the group's retry queue (or, past max_delivery_attempts, to its
-dead-letter topic); a FIFO message is redelivered in place instead (fifo.py). The loop also
-expires superseded handles whose old deadline passed.
+The revive loop takes due checkpoints off the revive timer (live_checkpoints.py) in chunks
+and copies every unresolved message to the group's retry queue (or, past
+max_delivery_attempts, to its dead-letter topic: where a copy goes is retry.py's); a FIFO
+message is redelivered in place instead (fifo.py). The loop also expires superseded handles
+whose old deadline passed.
 
 It enforces crash-safety rule 3 (see broker.py): a revive writes the retry (or dead-letter)
 copies and deletes the checkpoint in one batch, and touches memory only after that batch
@@ -16,9 +17,8 @@ import logging
 from collections import Counter
 
 from popmq.broker_core import jobs, keys
-from popmq.broker_core.autocreate import AutoCreate
-from popmq.broker_core.catalog import KIND_RETRY, Catalog, GroupInfo, TopicInfo
-from popmq.broker_core.clock import now_ms
+from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.log_limit import RepeatedWarning
@@ -26,7 +26,8 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
-from popmq.broker_core.pop.ledger import Ledger
+from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
+from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
 from popmq.broker_core.pop.superseded import SupersededHandles
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
@@ -49,22 +50,24 @@ class Reviver:
         store: Store,
         catalog: Catalog,
         writer: GroupCommitWriter,
-        ledger: Ledger,
+        checkpoints: LiveCheckpoints,
         superseded: SupersededHandles,
         fifo: Fifo,
-        create: AutoCreate,
+        retries: Retries,
         polling: LongPolling,
         stats: BrokerStats,
+        clock: Clock,
     ) -> None:
         self._store = store
         self._catalog = catalog
         self._writer = writer
-        self._ledger = ledger
+        self._checkpoints = checkpoints
         self._superseded = superseded
         self._fifo = fifo
-        self._create = create
+        self._retries = retries
         self._polling = polling
         self._stats = stats
+        self._clock = clock
         # Background retries while writes fail (a full disk): a warning per change or 30 s.
         self._warning = RepeatedWarning(log)
 
@@ -72,41 +75,37 @@ class Reviver:
         """Expire superseded handles, revive due checkpoints a chunk at a time, sleep until
         the next deadline."""
         while True:
-            now = now_ms()
+            now = self._clock.now_ms()
             expired = self._superseded.expire(now)
             if expired:
                 self._writer.submit(jobs.delete_meta(expired), sync=False).add_done_callback(
                     jobs.ignore_result
                 )
-            due = self._ledger.due(now, REVIVE_CHUNK)
+            due = self._checkpoints.due(now, REVIVE_CHUNK)
             if due:
                 try:
                     await self.revive(due)
                 except PopMQError as exc:
                     self._warning.warn("revive of checkpoints failed, retrying: %s", exc)
                     for ck in due:
-                        self._ledger.retry_later(ck, RETRY_DELAY_MS)
+                        self._checkpoints.retry_later(ck, RETRY_DELAY_MS)
                 continue
-            await self._ledger.wait_due(now)
+            await self._checkpoints.wait_due(now)
 
     async def revive(self, due: list[Checkpoint]) -> None:
         """Copy every unresolved message of the due checkpoints to its retry queue (or DLQ)."""
         plan: list[tuple[Checkpoint, list[tuple[int, TopicInfo, bytes]]]] = []
         notify: list[tuple[str, str | None]] = []
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         stored = self._revived_records(due)
         for ck in due:
             cq = ck.queue
             group = self._catalog.groups_by_id.get(cq.group_id)
             source = self._catalog.topics_by_id.get(cq.topic_id)
             if group is None or source is None:
-                self._ledger.untrack(ck)
+                self._checkpoints.untrack(ck)
                 continue
-            user_topic = (
-                self._catalog.topics.get(source.owner_topic)
-                if source.kind == KIND_RETRY
-                else source
-            )
+            user_topic = self._retries.user_topic(source)
             if ck.fifo_group:
                 fifo_moves = await self._revive_fifo(ck, group, source, user_topic, stamp, notify)
                 if fifo_moves:
@@ -117,7 +116,7 @@ class Reviver:
                 offset = ck.offsets[index]
                 owner = cq.inflight.get(offset)
                 if owner is not ck:
-                    if owner is not None and not self._ledger.is_live(owner.ck_id):
+                    if owner is not None and not self._checkpoints.is_live(owner.ck_id):
                         continue  # being moved by ChangeInvisibleTime right now
                     # Another live checkpoint owns the message (or nobody does): this entry
                     # is stale and must neither redeliver it nor linger in the store.
@@ -127,19 +126,9 @@ class Reviver:
                 if data is None or user_topic is None:
                     moves.append((index, source, b""))  # deleted meanwhile: nothing to redeliver
                     continue
-                copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
-                record_attempt = copy.delivery_attempt
-                counted = (group.name, user_topic.name)
-                if record_attempt >= group.max_delivery_attempts:
-                    target = await self._create.dlq(group)
-                    copy.delivery_attempt = 1
-                    notify.append((target.name, None))
-                    self._stats.dead_lettered[counted] += 1
-                else:
-                    self._stats.revived[counted] += 1
-                    target = await self._create.retry_topic(group, user_topic)
-                    copy.delivery_attempt = record_attempt + 1
-                    notify.append((user_topic.name, group.name))
+                copy = redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
+                target, wake = await self._retries.send_on(group, user_topic, copy)
+                notify.append(wake)
                 moves.append((index, target, copy.SerializeToString()))
             plan.append((ck, moves))
 
@@ -147,12 +136,11 @@ class Reviver:
             for ck, moves in plan:
                 for _, target, data in moves:
                     if data:
-                        offset = offsets.allocate(target.topic_id, 0)
-                        batch.put("messages", keys.message_key(target.topic_id, 0, offset), data)
+                        store_copy(batch, offsets, target, data)
                 if ck.persisted and len(moves) == len(ck.unresolved()):
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
-                    self._ledger.written(ck)
+                    self._checkpoints.written(ck)
 
         await self._writer.submit(apply, sync=False)
         for ck, moves in plan:
@@ -161,14 +149,14 @@ class Reviver:
                 ck.revived |= 1 << index
                 ck.queue.release(ck, index)
             if ck.done:
-                self._ledger.forget(ck)
+                self._checkpoints.forget(ck)
                 if ck.chained:
-                    self._ledger.advance(ck.queue)
+                    self._checkpoints.advance(ck.queue)
                 elif ck.fifo_group and ck.queue.fifo_remove(ck):
                     user_topic_name = self._catalog.user_topic_name(ck.queue.topic_id)
                     notify.append((user_topic_name, ck.queue.group))
             else:
-                self._ledger.finish(ck)
+                self._checkpoints.finish(ck)
         for (topic_name, group_name), count in Counter(notify).items():
             self._polling.notify(topic_name, count, group=group_name)
 
@@ -211,7 +199,7 @@ class Reviver:
             return []
         owner = cq.inflight.get(offset)
         if owner is not ck:
-            if owner is not None and not self._ledger.is_live(owner.ck_id):
+            if owner is not None and not self._checkpoints.is_live(owner.ck_id):
                 return []  # being moved by ChangeInvisibleTime right now
             self._fifo.finish(ck, acked=False)  # stale: another checkpoint owns it
             return []
@@ -220,9 +208,8 @@ class Reviver:
             if data is None:
                 self._fifo.finish(ck, acked=False)
                 return []
-            copy = jobs.redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
-            copy.delivery_attempt = 1
-            target = await self._create.dlq(group)
+            copy = redelivery_copy(data, source.name, cq.queue_id, offset, stamp)
+            target = await self._retries.dead_letter(group, copy)
             notify.append((target.name, None))
             self._stats.dead_lettered[(group.name, user_topic.name if user_topic else "")] += 1
             return [(0, target, copy.SerializeToString())]
@@ -239,7 +226,7 @@ class Reviver:
         cq.fifo_replace(ck, new)
         ck.resolved = ck.full
         ck.revived = ck.full
-        self._ledger.finish(ck)
+        self._checkpoints.finish(ck)
         if user_topic is not None and cq.fifo.get(ck.fifo_group, [None])[0] is new:
             notify.append((user_topic.name, group.name))
         return []

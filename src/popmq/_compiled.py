@@ -58,11 +58,13 @@ MODULES = (
     "popmq.broker_core.types",
     "popmq.broker_core.record",
     "popmq.broker_core.record_wire",
-    # The pop and ack path: reading queues, receipt handles, the in-flight ledger.
+    # The pop and ack path: reading queues, receipt handles, live checkpoints and the buffer.
     "popmq.broker_core.pop.reader",
     "popmq.broker_core.pop.ack",
     "popmq.broker_core.pop.receipt",
-    "popmq.broker_core.pop.ledger",
+    "popmq.broker_core.pop.live_checkpoints",
+    "popmq.broker_core.pop.checkpoint_buffer",
+    "popmq.broker_core.pop.retry",
     "popmq.broker_core.pop.checkpoint",
     "popmq.broker_core.pop.superseded",
     "popmq.broker_core.pop.context",

@@ -1,11 +1,14 @@
 """Shared fixtures of the broker_core unit tests: a real Broker over a tmp RocksDB dir.
 
 There is no pytest-asyncio: a test writes its scenario as an `async def` and runs it with
-`asyncio.run`, opening brokers inside that loop with the `open_broker` fixture.
+`asyncio.run`, opening brokers inside that loop with the `open_broker` fixture. A test of
+deadlines (invisible times, revive, the checkpoint buffer, timers, windows) gives its
+brokers the `clock` fixture and advances it instead of sleeping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import Clock, ManualClock
 from popmq.broker_core.config import (
     BrokerConfig,
     GroupDefaults,
@@ -37,7 +41,7 @@ def open_broker(data_dir: Path) -> OpenBroker:
     """`async with open_broker(pop=PopConfig(...)) as broker:` a started broker, closed after.
 
     Every broker of a test opens the same data dir unless `data_dir` is given, so opening a
-    second one after the first closed is a restart.
+    second one after the first closed is a restart (give it the same `clock`, if any).
     """
 
     @asynccontextmanager
@@ -49,6 +53,7 @@ def open_broker(data_dir: Path) -> OpenBroker:
         auto_create_topics: bool = False,
         path: Path | None = None,
         transactions: TransactionsConfig | None = None,
+        clock: Clock | None = None,
     ) -> AsyncIterator[Broker]:
         config = BrokerConfig(
             store=StoreConfig(data_dir=path or data_dir),
@@ -58,7 +63,7 @@ def open_broker(data_dir: Path) -> OpenBroker:
             auto_create_topics=auto_create_topics,
             transactions=transactions or TransactionsConfig(),
         )
-        broker = Broker(config)
+        broker = Broker(config, clock=clock)
         await broker.start()
         try:
             yield broker
@@ -66,6 +71,22 @@ def open_broker(data_dir: Path) -> OpenBroker:
             await broker.close()
 
     return factory
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that stands still until the test advances it: `open_broker(clock=clock)`, then
+    `clock.advance(ms)` where the test would otherwise sleep until a deadline."""
+    return ManualClock()
+
+
+async def settle(turns: int = 20) -> None:
+    """Let what an advance of the clock woke run: a few turns of the event loop, no sleep.
+
+    For checking that something did *not* happen by a time; what should happen is awaited
+    with `until` (tests/support/waiting.py)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
 
 
 def now_ms() -> int:

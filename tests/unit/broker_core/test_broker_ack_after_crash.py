@@ -1,6 +1,6 @@
 """Handles of deliveries a crash lost: an explicit error, never a silent success.
 
-A crash is simulated as in test_broker_checkpoints: the store is closed under the broker, so
+A crash is simulated as in test_live_checkpoints: the store is closed under the broker, so
 nothing buffered is persisted, and the next broker over the same dir is the restart.
 """
 
@@ -12,6 +12,7 @@ import pytest
 
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.errors import FailedPreconditionError, ReceiptHandleLostError
 from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.support.waiting import until
@@ -25,9 +26,12 @@ def _stored_offset(broker: Broker) -> int | None:
     return None if value is None else keys.decode_u64(value)
 
 
-async def _crash_after_pops(open_broker: OpenBroker) -> tuple[PoppedMessage, PoppedMessage]:
-    """m0 popped, acked and its offset stored; m1 popped (buffered); then a crash."""
-    async with open_broker() as broker:
+async def _crash_after_pops(
+    open_broker: OpenBroker, clock: ManualClock
+) -> tuple[PoppedMessage, PoppedMessage]:
+    """m0 popped, acked and its offset stored; m1 popped (buffered: the clock stands still,
+    so its buffer time never passes); then a crash."""
+    async with open_broker(clock=clock) as broker:
         await broker.create_topic("orders", 1)
         await broker.send([NewMessage("orders", b"m0"), NewMessage("orders", b"m1")])
         (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=300, wait_s=0)
@@ -39,11 +43,11 @@ async def _crash_after_pops(open_broker: OpenBroker) -> tuple[PoppedMessage, Pop
 
 
 def test_ack_of_a_delivery_lost_in_a_crash_is_an_error_until_the_message_is_acked_again(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        m0, m1 = await _crash_after_pops(open_broker)
-        async with open_broker() as broker:
+        m0, m1 = await _crash_after_pops(open_broker, clock)
+        async with open_broker(clock=clock) as broker:
             (lost,) = await broker.ack("g", [m1.receipt_handle])
             assert isinstance(lost, ReceiptHandleLostError)
             assert isinstance(lost, FailedPreconditionError)
@@ -64,11 +68,11 @@ def test_ack_of_a_delivery_lost_in_a_crash_is_an_error_until_the_message_is_acke
 
 
 def test_nack_and_change_invisible_time_of_a_lost_delivery_are_refused_the_same_way(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        _, m1 = await _crash_after_pops(open_broker)
-        async with open_broker() as broker:
+        _, m1 = await _crash_after_pops(open_broker, clock)
+        async with open_broker(clock=clock) as broker:
             with pytest.raises(ReceiptHandleLostError, match="no longer tracked"):
                 await broker.nack("g", m1.receipt_handle, delay_s=0)
             with pytest.raises(ReceiptHandleLostError, match="no longer tracked"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import (
     FailedPreconditionError,
@@ -20,7 +21,7 @@ from popmq.broker_core.errors import (
 )
 from popmq.broker_core.types import NewMessage, PoppedMessage
 from popmq.broker_core.validation import MAX_HANDLES
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker
 
 
 def _same(found: object, popped: PoppedMessage) -> None:
@@ -137,13 +138,15 @@ def test_a_handle_that_names_no_live_delivery_gets_the_error_an_ack_gets(
     asyncio.run(scenario())
 
 
-def test_an_expired_handle_is_refused_as_expired(open_broker: OpenBroker) -> None:
+def test_an_expired_handle_is_refused_as_expired(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([NewMessage("orders", b"x")])
             (popped,) = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
-            await asyncio.sleep((popped.invisible_until_ms - now_ms()) / 1000 + 0.05)
+            clock.advance(1_050)
             (found,) = await broker.get_deliveries("g", [popped.receipt_handle])
             assert isinstance(found, ReceiptHandleExpiredError)
             assert found.code == (await broker.ack("g", [popped.receipt_handle]))[0].code  # type: ignore[union-attr]

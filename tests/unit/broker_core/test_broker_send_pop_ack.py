@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import BrokerConfig, PopConfig, StoreConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.errors import (
@@ -22,7 +23,7 @@ from popmq.broker_core.errors import (
     UnavailableError,
 )
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, now_ms, settle
 
 
 def _msg(body: bytes = b"x", topic: str = "orders", *, message_id: str = "") -> NewMessage:
@@ -38,9 +39,11 @@ def _queue(broker: Broker, group: str = "g", topic: str = "orders") -> ConsumeQu
 # -- send -----------------------------------------------------------------------------------
 
 
-def test_sent_message_is_popped_with_its_fields_and_acked(open_broker: OpenBroker) -> None:
+def test_sent_message_is_popped_with_its_fields_and_acked(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             (sent,) = await broker.send(
                 [
@@ -57,7 +60,8 @@ def test_sent_message_is_popped_with_its_fields_and_acked(open_broker: OpenBroke
             assert (sent.topic, sent.queue_id, sent.offset) == ("orders", 0, 0)
             assert re.fullmatch(r"01[0-9A-F]{32}", sent.message_id)
 
-            before = now_ms()
+            stored_at = clock.now_ms()
+            clock.advance(250)
             (msg,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             assert (msg.topic, msg.queue_id, msg.offset) == ("orders", 0, 0)
             record = msg.record
@@ -65,9 +69,9 @@ def test_sent_message_is_popped_with_its_fields_and_acked(open_broker: OpenBroke
             assert (record.body, record.tag, list(record.keys)) == (b"hello", "TagA", ["k1", "k2"])
             assert dict(record.properties) == {"region": "eu"}
             assert record.born_time_ms == 1_600_000_000_000
-            assert record.store_time_ms >= before - 5_000
+            assert record.store_time_ms == stored_at
             assert msg.delivery_attempt == 1
-            assert before + 30_000 <= msg.invisible_until_ms <= now_ms() + 30_000
+            assert msg.invisible_until_ms == clock.now_ms() + 30_000
 
             assert await broker.ack("g", [msg.receipt_handle]) == [None]
             assert await broker.pop("g", "orders", wait_s=0) == []
@@ -351,17 +355,19 @@ def test_handle_of_another_group_is_invalid_and_leaves_the_message_in_flight(
     asyncio.run(scenario())
 
 
-def test_ack_after_the_invisible_time_passed_is_expired(open_broker: OpenBroker) -> None:
+def test_ack_after_the_invisible_time_passed_is_expired(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
-            await asyncio.sleep((msg.invisible_until_ms - now_ms()) / 1000 + 0.05)
+            clock.advance(1050)
             (result,) = await broker.ack("g", [msg.receipt_handle])
             assert isinstance(result, ReceiptHandleExpiredError)
             assert result.code == "FAILED_PRECONDITION"
-            assert "expired" in str(result)
+            assert "expired 0.050s ago" in str(result)
             # The message is delivered again (the expired ack did not swallow it).
             (again,) = await broker.pop("g", "orders", wait_s=5)
             assert again.record.message_id == msg.record.message_id
@@ -374,17 +380,17 @@ def test_ack_after_the_invisible_time_passed_is_expired(open_broker: OpenBroker)
 
 
 def test_ack_with_the_handle_replaced_by_change_invisible_time_is_superseded(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"a"), _msg(b"b")])
             a, b = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
-            before = now_ms()
+            clock.advance(5_000)
             new_handle, until = await broker.change_invisible_time("g", a.receipt_handle, 60)
             assert new_handle != a.receipt_handle
-            assert before + 60_000 <= until <= now_ms() + 60_000
+            assert until == clock.now_ms() + 60_000
 
             results = await broker.ack("g", [a.receipt_handle, b.receipt_handle])
             assert isinstance(results[0], ReceiptHandleSupersededError)
@@ -400,33 +406,38 @@ def test_ack_with_the_handle_replaced_by_change_invisible_time_is_superseded(
     asyncio.run(scenario())
 
 
-def test_change_invisible_time_extends_the_deadline(open_broker: OpenBroker) -> None:
+def test_change_invisible_time_extends_the_deadline(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
             new_handle, until = await broker.change_invisible_time("g", msg.receipt_handle, 4)
-            assert until >= msg.invisible_until_ms + 2_900
-            # Wait past the old deadline: the message stays invisible.
-            wait_s = (msg.invisible_until_ms - now_ms()) / 1000 + 0.3
-            assert await broker.pop("g", "orders", wait_s=wait_s) == []
+            assert until == msg.invisible_until_ms + 3_000
+            # Past the old deadline: the message stays invisible.
+            clock.advance(1_300)
+            await settle()
+            assert await broker.pop("g", "orders", wait_s=0) == []
             assert await broker.ack("g", [new_handle]) == [None]
             assert broker.live_checkpoints == 0
 
     asyncio.run(scenario())
 
 
-def test_change_invisible_time_shortens_the_deadline(open_broker: OpenBroker) -> None:
+def test_change_invisible_time_shortens_the_deadline(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=60, wait_s=0)
             _, until = await broker.change_invisible_time("g", msg.receipt_handle, 1)
-            assert until < msg.invisible_until_ms
+            assert until == msg.invisible_until_ms - 59_000
+            clock.advance(1_000)
             (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
-            assert now_ms() >= until
             assert again.record.message_id == msg.record.message_id
             assert again.delivery_attempt == 2
 
@@ -504,24 +515,24 @@ def test_nack_with_zero_delay_redelivers_at_once(open_broker: OpenBroker) -> Non
 
 
 def test_nack_without_delay_waits_the_group_backoff_of_the_attempt(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.create_group("g", retry_backoff_s=(1, 9))
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=60, wait_s=0)
-            before = now_ms()
             until = await broker.nack("g", msg.receipt_handle)
-            assert before + 1_000 <= until <= now_ms() + 1_000  # attempt 1: backoff[0]
+            assert until == clock.now_ms() + 1_000  # attempt 1: backoff[0]
+            clock.advance(999)
+            await settle()
             assert await broker.pop("g", "orders", wait_s=0) == []
+            clock.advance(1)
             (again,) = await broker.pop("g", "orders", invisible_s=60, wait_s=5)
-            assert now_ms() >= until
             assert again.delivery_attempt == 2
-            before = now_ms()
             until = await broker.nack("g", again.receipt_handle)
-            assert before + 9_000 <= until <= now_ms() + 9_000  # attempt 2: backoff[1]
+            assert until == clock.now_ms() + 9_000  # attempt 2: backoff[1]
 
     asyncio.run(scenario())
 

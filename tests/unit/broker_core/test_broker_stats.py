@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker
 
 
-def test_send_pop_ack_nack_revive_and_dead_letter_are_counted(open_broker: OpenBroker) -> None:
+def test_send_pop_ack_nack_revive_and_dead_letter_are_counted(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 2)
             await broker.create_group("g", max_delivery_attempts=2)
             await broker.send([NewMessage("orders", b"a"), NewMessage("orders", b"b")])

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from popmq.broker_core import keys
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.errors import (
     AlreadyExistsError,
@@ -155,10 +156,10 @@ def test_create_group_configures_a_group_created_implicitly_and_keeps_its_id(
 
 
 def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.1)) as broker:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.1), clock=clock) as broker:
             await broker.create_topic("orders", 2)
             await broker.create_topic("kept", 1)
             await broker.send([_msg(b"%d" % i) for i in range(4)] + [_msg(topic="kept")])
@@ -172,6 +173,7 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
 
             await until(retried, "the message revived into the retry topic", 5.0)
             await broker.pop("g", "orders", invisible_s=30, wait_s=0)  # in flight, persisted
+            clock.advance(100)  # the buffer time
             await until(lambda: broker.buffered_checkpoints == 0, "every checkpoint persisted", 5.0)
             (kept,) = await broker.pop("g", "kept", invisible_s=30, wait_s=0)
             orders = (await broker.get_topic("orders"))[0]
@@ -196,6 +198,7 @@ def test_deleting_a_topic_removes_its_messages_offsets_and_inflight_state(
             # Only the other topic's in-flight message is left, in memory and on disk.
             assert broker.live_checkpoints == 1
             # Leaving the buffer schedules the write; the flush that does it may come later.
+            clock.advance(100)  # the kept message's buffer time
             await until(lambda: any(broker.store.scan("revive", b"", ALL)), "a revive record", 5.0)
             records = list(broker.store.scan("checkpoints", b"", ALL))
             assert len(records) == len(list(broker.store.scan("revive", b"", ALL))) == 1

@@ -7,16 +7,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig, keys
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import RetentionConfig
 
 
-def _run(tmp_path: Path, scenario: Callable[[Broker], Awaitable[None]]) -> None:
+def _run(tmp_path: Path, clock: ManualClock, scenario: Callable[[Broker], Awaitable[None]]) -> None:
     async def main() -> None:
         broker = Broker(
             BrokerConfig(
                 store=StoreConfig(data_dir=tmp_path / "data"),
                 retention=RetentionConfig(retention_s=60),
-            )
+            ),
+            clock=clock,
         )
         await broker.start()
         try:
@@ -28,14 +30,14 @@ def _run(tmp_path: Path, scenario: Callable[[Broker], Awaitable[None]]) -> None:
 
 
 def test_messages_older_than_retention_are_deleted_by_range_and_min_offset_moves(
-    tmp_path: Path,
+    tmp_path: Path, clock: ManualClock
 ) -> None:
     async def scenario(broker: Broker) -> None:
         topic = await broker.create_topic("t", 1)
         await broker.send([NewMessage("t", b"old-%d" % i) for i in range(5)])
-        await asyncio.sleep(0.02)
-        boundary = _now()
-        await asyncio.sleep(0.02)
+        clock.advance(20)
+        boundary = clock.now_ms()
+        clock.advance(20)
         await broker.send([NewMessage("t", b"new-%d" % i) for i in range(5)])
         # Retention is 60 s: at boundary + 60 s, exactly the first five are too old.
         assert await broker.apply_retention(now=boundary + 60_000) == 5
@@ -48,16 +50,18 @@ def test_messages_older_than_retention_are_deleted_by_range_and_min_offset_moves
         popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
         assert [m.record.body for m in popped] == [b"new-%d" % i for i in range(5)]
 
-    _run(tmp_path, scenario)
+    _run(tmp_path, clock, scenario)
 
 
-def test_pop_below_min_offset_starts_at_min_and_lag_counts_the_skipped(tmp_path: Path) -> None:
+def test_pop_below_min_offset_starts_at_min_and_lag_counts_the_skipped(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     async def scenario(broker: Broker) -> None:
         await broker.create_topic("t", 1)
         await broker.send([NewMessage("t", b"%d" % i) for i in range(10)])
         first = await broker.pop("g", "t", max_messages=2, wait_s=0)
         await broker.ack("g", [m.receipt_handle for m in first])  # g is at offset 2
-        deleted = await broker.apply_retention(now=_now() + 61_000)
+        deleted = await broker.apply_retention(now=clock.now_ms() + 61_000)
         assert deleted == 10
         (row, _retry) = await broker.group_lag("g", "t")
         assert (row.consumer_offset, row.retention_skipped) == (2, 8)
@@ -70,21 +74,20 @@ def test_pop_below_min_offset_starts_at_min_and_lag_counts_the_skipped(tmp_path:
         (row, _retry) = await broker.group_lag("g", "t")
         assert (row.consumer_offset, row.lag, row.retention_skipped) == (11, 0, 8)
 
-    _run(tmp_path, scenario)
+    _run(tmp_path, clock, scenario)
 
 
-def test_retention_keeps_messages_younger_than_retention(tmp_path: Path) -> None:
+def test_retention_keeps_messages_younger_than_retention(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     async def scenario(broker: Broker) -> None:
         await broker.create_topic("t", 2)
         await broker.send([NewMessage("t", b"%d" % i) for i in range(6)])
+        clock.advance(59_000)
         assert await broker.apply_retention() == 0
         popped = await broker.pop("g", "t", max_messages=32, wait_s=0)
         assert len(popped) == 6
+        clock.advance(2_000)  # now older than the 60 s retention, by the broker's clock
+        assert await broker.apply_retention() == 6
 
-    _run(tmp_path, scenario)
-
-
-def _now() -> int:
-    from popmq.broker_core.broker import now_ms
-
-    return now_ms()
+    _run(tmp_path, clock, scenario)

@@ -6,24 +6,28 @@ import asyncio
 from pathlib import Path
 
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import RetentionConfig
 
 
 def test_over_the_limit_the_oldest_messages_go_first_across_queues(tmp_path: Path) -> None:
+    clock = ManualClock()
+
     async def main() -> None:
         body = b"x" * 1000
         broker = Broker(
             BrokerConfig(
                 store=StoreConfig(data_dir=tmp_path / "data"),
                 retention=RetentionConfig(max_disk_bytes=30_000),
-            )
+            ),
+            clock=clock,
         )
         await broker.start()
         try:
             await broker.create_topic("old", 1)
             await broker.create_topic("new", 2)
             await broker.send([NewMessage("old", body) for _ in range(40)])
-            await asyncio.sleep(0.01)
+            clock.advance(10)
             await broker.send([NewMessage("new", body) for _ in range(40)])
             assert broker.stored_bytes_estimate() > 80_000
             deleted = await broker.apply_size_limit()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import BrokerConfig, StoreConfig, TransactionsConfig
 from popmq.broker_core.errors import (
     FailedPreconditionError,
@@ -27,9 +28,11 @@ from popmq.broker_core.transactions import TRANSACTION_ID_PROPERTY
 from popmq.broker_core.types import NewMessage
 from popmq.broker_core.validation import TRANSACTION_DISCARD_TOPIC
 from tests.support.waiting import until
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, settle
 
 FAST = TransactionsConfig(check_first_s=0.3, check_interval_s=0.3, check_max=3)
+_FIRST_MS = round(FAST.check_first_s * 1000)
+_INTERVAL_MS = round(FAST.check_interval_s * 1000)
 
 
 async def _bodies(broker: Broker, topic: str, group: str = "g") -> list[bytes]:
@@ -198,23 +201,27 @@ def test_fifo_half_messages_go_to_their_group_queue_in_commit_order(
 
 
 def test_a_committed_delayed_half_message_waits_for_its_delivery_time(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("later", 1, message_type="delay")
             await broker.create_group("g")
-            due = now_ms() + 800
+            due = clock.now_ms() + 800
             [half] = await broker.send_half([NewMessage("later", b"x", deliver_at_ms=due)])
             info = await broker.end_transaction(half.transaction_id, commit=True)
             assert info.offset == -1 and info.recall_handle
             assert await _bodies(broker, "later") == []
+            clock.advance(799)
+            await settle()
+            assert await _bodies(broker, "later") == []
+            clock.advance(1)
             popped = await broker.pop("g", "later", wait_s=5)
             assert [m.record.body for m in popped] == [b"x"]
-            assert now_ms() >= due
             # A delivery time already past by the commit: stored at once.
-            [late] = await broker.send_half([NewMessage("later", b"y", deliver_at_ms=now_ms() + 1)])
-            await asyncio.sleep(0.01)
+            deliver_at = clock.now_ms() + 1
+            [late] = await broker.send_half([NewMessage("later", b"y", deliver_at_ms=deliver_at)])
+            clock.advance(10)
             info = await broker.end_transaction(late.transaction_id, commit=True)
             assert info.offset == 1 and not info.recall_handle
 
@@ -222,37 +229,39 @@ def test_a_committed_delayed_half_message_waits_for_its_delivery_time(
 
 
 def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resumable(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(transactions=FAST) as broker:
+        async with open_broker(transactions=FAST, clock=clock) as broker:
             await broker.create_topic("tx", 1, message_type="transaction")
             await broker.create_group("g")
-            sent = time.monotonic()
+            sent = clock.now_ms()
             [half] = await broker.send_half([NewMessage("tx", b"pay")], producer_group="pg")
             [patient] = await broker.send_half([NewMessage("tx", b"later")], check_first_s=60)
-            assert await broker.due_checks() == []
             attempts = []
-            for _ in range(FAST.check_max):
+            for wait_ms in [_FIRST_MS] + [_INTERVAL_MS] * (FAST.check_max - 1):
+                clock.advance(wait_ms - 1)
+                assert await broker.due_checks() == []  # never sooner than scheduled
+                clock.advance(1)
                 checks = await broker.due_checks(wait_s=5)
                 assert [c.transaction_id for c in checks] == [half.transaction_id]
                 assert await broker.due_checks() == []  # claimed: nobody else gets it
-                attempts.append((checks[0].attempt, time.monotonic() - sent))
+                attempts.append((checks[0].attempt, clock.now_ms() - sent))
                 check = checks[0]
                 assert (check.topic, check.producer_group, check.message.body) == (
                     "tx",
                     "pg",
                     b"pay",
                 )
-            assert [a for a, _ in attempts] == [1, 2, 3]
-            # Never sooner than scheduled (generous upper bounds: a shared machine).
-            for i, (_, at) in enumerate(attempts):
-                assert at >= FAST.check_first_s + i * FAST.check_interval_s - 0.05
-            assert attempts[-1][1] < 10
+            assert attempts == [
+                (i + 1, _FIRST_MS + i * _INTERVAL_MS) for i in range(FAST.check_max)
+            ]
 
             async def discarded() -> bool:
                 return bool(await broker.list_transactions("discarded"))
 
+            assert not await discarded()
+            clock.advance(_INTERVAL_MS)  # the check after the last is due: a discard instead
             await until(discarded, "the transaction discarded", 5.0)
             [gone] = await broker.list_transactions("discarded")
             assert (gone.transaction_id, gone.checks, gone.resolved_by) == (
@@ -276,12 +285,14 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
             assert await broker.peek(TRANSACTION_DISCARD_TOPIC) == []
             with pytest.raises(FailedPreconditionError, match="not discarded"):
                 await broker.resume_discarded(half.transaction_id)
+            clock.advance(_FIRST_MS)
             [check] = await broker.due_checks(wait_s=5)
             assert (check.transaction_id, check.attempt) == (half.transaction_id, 1)
             await broker.end_transaction(half.transaction_id, commit=True, source="server_check")
             assert await _bodies(broker, "tx") == [b"pay"]
             # Resolved: never checked again.
-            await asyncio.sleep(FAST.check_interval_s * 2)
+            clock.advance(_INTERVAL_MS * 2)
+            await settle()
             assert await broker.due_checks() == []
             assert [t.transaction_id for t in await broker.list_transactions("open")] == [
                 patient.transaction_id
@@ -291,13 +302,13 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
 
 
 def test_an_overdue_check_nobody_claims_does_not_keep_the_broker_busy(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(transactions=FAST) as broker:
+        async with open_broker(transactions=FAST, clock=clock) as broker:
             await broker.create_topic("tx", 1, message_type="transaction")
             [half] = await broker.send_half([NewMessage("tx", b"x")])
-            await asyncio.sleep(FAST.check_first_s + 0.1)  # due, and nobody claims it
+            clock.advance(_FIRST_MS + 100)  # due, and nobody claims it
             cpu, wall = time.process_time(), time.monotonic()
             await asyncio.sleep(1.0)
             # A loop spinning on the overdue entry burns a fifth of it and more (measured);
@@ -309,13 +320,17 @@ def test_an_overdue_check_nobody_claims_does_not_keep_the_broker_busy(
     asyncio.run(scenario())
 
 
-def test_resolved_transactions_are_forgotten_after_resolved_ttl(open_broker: OpenBroker) -> None:
+def test_resolved_transactions_are_forgotten_after_resolved_ttl(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
         config = TransactionsConfig(resolved_ttl_s=0.2)
-        async with open_broker(transactions=config) as broker:
+        async with open_broker(transactions=config, clock=clock) as broker:
             await broker.create_topic("tx", 1, message_type="transaction")
             [half] = await broker.send_half([NewMessage("tx", b"x")])
             await broker.end_transaction(half.transaction_id, commit=False)
+            await broker.get_transaction(half.transaction_id)  # kept for resolved_ttl_s
+            clock.advance(200)
 
             async def forgotten() -> bool:
                 try:
@@ -390,7 +405,8 @@ def test_a_kill_between_half_send_and_commit_loses_nothing_and_exposes_nothing(
             store=StoreConfig(data_dir=data_dir),
             transactions=TransactionsConfig(check_first_s=0.5),
         )
-        broker = Broker(config)
+        clock = ManualClock()  # the killed broker's system time, and on
+        broker = Broker(config, clock=clock)
         await broker.start()
         try:
             await broker.create_group("g")
@@ -398,6 +414,7 @@ def test_a_kill_between_half_send_and_commit_loses_nothing_and_exposes_nothing(
             [listed] = await broker.list_transactions("open")
             assert listed.transaction_id == pending
             assert (await broker.metrics_snapshot()).transactions_open == 1
+            clock.advance(500)  # check_first_s after the half send, at the latest
             [check] = await broker.due_checks(wait_s=5)
             assert (check.transaction_id, check.message.body) == (pending, b"pending")
             assert (await broker.get_transaction(rolled_back)).state == "rolled_back"

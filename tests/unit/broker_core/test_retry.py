@@ -1,18 +1,27 @@
-"""Redelivery: revive into the retry queue, dead-lettering, retry isolation and fairness."""
+"""Retry and dead letters (pop/retry.py): revive into the retry queue, dead-lettering, retry
+isolation and fairness, a consumer's dead_letter and the redrive of dead letters."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.catalog import retry_topic_name
-from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.broker_core.clock import ManualClock
+from popmq.broker_core.errors import FailedPreconditionError
+from popmq.broker_core.types import NewMessage, PoppedMessage, RedriveResult
 from tests.support.waiting import until
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, settle
 
 
 def _msg(body: bytes = b"x", topic: str = "orders") -> NewMessage:
     return NewMessage(topic, body)
+
+
+def _bodies(found: list[PoppedMessage]) -> list[bytes]:
+    return [m.record.body for m in found]
 
 
 async def _retry_max_offset(broker: Broker, group: str, topic: str) -> int:
@@ -29,19 +38,23 @@ async def _topic_exists(broker: Broker, name: str) -> bool:
 
 
 def test_unacked_message_is_redelivered_with_attempt_2_after_invisible_time(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             (sent,) = await broker.send([_msg(b"once")])
             (first,) = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
             assert first.delivery_attempt == 1
+            clock.advance(999)
+            await settle()
             assert await broker.pop("g", "orders", wait_s=0) == []  # invisible until deadline
 
             # Long poll woken by the revive, not by a sweep.
-            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
-            assert now_ms() >= first.invisible_until_ms
+            held = asyncio.create_task(broker.pop("g", "orders", invisible_s=30, wait_s=5))
+            await until(lambda: broker.polling.held == 1, "the pop held", 5.0)
+            clock.advance(1)
+            (again,) = await held
             assert again.delivery_attempt == 2
             assert again.topic == "orders"
             assert again.record.message_id == sent.message_id
@@ -75,13 +88,16 @@ def test_redelivered_message_keeps_coming_back_with_increasing_attempts(
     asyncio.run(scenario())
 
 
-def test_revive_does_not_redeliver_an_acked_message(open_broker: OpenBroker) -> None:
+def test_revive_does_not_redeliver_an_acked_message(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"acked"), _msg(b"dropped")])
             acked, _ = await broker.pop("g", "orders", invisible_s=1, wait_s=0)
             assert await broker.ack("g", [acked.receipt_handle]) == [None]
+            clock.advance(1000)
 
             again = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
             assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"dropped", 2)]
@@ -264,5 +280,55 @@ def test_redelivery_reaches_only_the_owning_group(open_broker: OpenBroker) -> No
             (again,) = await mine
             assert again.delivery_attempt == 2
             assert await other == []
+
+    asyncio.run(scenario())
+
+
+def test_dead_letter_moves_one_delivery_to_the_dlq_at_once(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("ordered", 1, message_type="fifo")
+            await broker.send([NewMessage("orders", b"bad"), NewMessage("orders", b"good")])
+            await broker.send([NewMessage("ordered", b"f0", message_group="g"),
+                               NewMessage("ordered", b"f1", message_group="g")])  # fmt: skip
+            bad, good = await broker.pop("c", "orders", max_messages=2, wait_s=0)
+            assert await broker.dead_letter("c", bad.receipt_handle) == "%DLQ%c"
+            with pytest.raises(FailedPreconditionError):  # the handle is spent
+                await broker.dead_letter("c", bad.receipt_handle)
+            await broker.ack("c", [good.receipt_handle])
+            (f0,) = await broker.pop("c", "ordered", wait_s=0)
+            await broker.dead_letter("c", f0.receipt_handle)
+            (f1,) = await broker.pop("c", "ordered", wait_s=1)  # the group moved on
+            assert f1.record.body == b"f1"
+            dead = await broker.pop("ops", "%DLQ%c", max_messages=8, wait_s=1)
+            assert sorted(_bodies(dead)) == [b"bad", b"f0"]
+            assert all(m.record.origin_topic for m in dead)
+            assert broker.stats.dead_lettered[("c", "orders")] == 1
+            # Nothing comes back to the original group.
+            assert await broker.pop("c", "orders", wait_s=0) == []
+
+    asyncio.run(scenario())
+
+
+def test_redrive_makes_each_dead_letter_a_new_message_of_its_origin_queue(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 2)
+            await broker.send([NewMessage("orders", b"a"), NewMessage("orders", b"b")])
+            popped = await broker.pop("c", "orders", max_messages=2, wait_s=0)
+            origin = {m.record.body: m.queue_id for m in popped}
+            for message in popped:
+                await broker.dead_letter("c", message.receipt_handle)
+            assert await broker.redrive("c") == RedriveResult(2, 0, 0)
+            back = await broker.pop("c", "orders", max_messages=8, wait_s=0)
+            assert sorted(_bodies(back)) == [b"a", b"b"]
+            for message in back:
+                assert message.queue_id == origin[message.record.body]
+                assert message.delivery_attempt == 1
+                assert message.record.origin_topic == ""
+            assert await broker.pop("ops", "%DLQ%c", wait_s=0) == []
 
     asyncio.run(scenario())

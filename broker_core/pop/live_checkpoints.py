@@ -1,16 +1,16 @@
-"""The checkpoint ledger: the only owner of in-flight POP state.
+"""Live checkpoints: the only owner of in-flight POP state.
 
-It tracks every live checkpoint (by id, and on the revive timer), buffers chained
-checkpoints that may still be acked before they are ever written, and writes persisted
+It tracks every live checkpoint (by id, and on the revive timer), and writes persisted
 checkpoints and moved consumer offsets through the writer's flush hook, so they ride along
-with whatever batch goes next.
+with whatever batch goes next. A pop's chained checkpoint waits in the checkpoint buffer
+(checkpoint_buffer.py) before it is persisted here, if it is not acked first.
 
 It enforces crash-safety rule 2 (see broker.py): a consumer offset is written only in a
 batch that also holds (or follows) the record of every persisted checkpoint it passes.
-`mark_persisted` queues a checkpoint's record for the next flush before its queue may
-advance, and `flush_state` writes records and offsets in the same batch.
+`persist` queues a checkpoint's record for the next flush before its queue may advance, and
+`flush_state` writes records and offsets in the same batch.
 
-Threading: all on the event loop. The buffer loop is one of the broker's background tasks.
+Threading: all on the event loop.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 
 from popmq.broker_core import keys
 from popmq.broker_core.catalog import Catalog
-from popmq.broker_core.clock import now_ms
-from popmq.broker_core.config import PopConfig
+from popmq.broker_core.clock import Clock
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
 from popmq.broker_core.store import Batch
 from popmq.broker_core.wakeup import Wakeup
 
@@ -33,19 +33,19 @@ CK_SEQ_BITS = 40
 """Checkpoint ids (and timer sequences) are `epoch << CK_SEQ_BITS | sequence`."""
 
 
-class Ledger:
-    """Live checkpoints, the revive timer, the checkpoint buffer and the state to flush."""
+class LiveCheckpoints:
+    """Live checkpoints by id and on the revive timer, and the state the next flush writes."""
 
     def __init__(
         self,
-        config: PopConfig,
         *,
         writer: GroupCommitWriter,
         catalog: Catalog,
         polling: LongPolling,
+        buffer: CheckpointBuffer,
+        clock: Clock,
         epoch: int,
     ) -> None:
-        self._config = config
         self._writer = writer
         self._catalog = catalog
         self._polling = polling
@@ -57,10 +57,9 @@ class Ledger:
         # Revive timer: (deadline_ms, ck_id) of live checkpoints; stale entries are skipped.
         self._revive_heap: list[tuple[int, int]] = []
         self._revive_wakeup = Wakeup()
-        # Buffered (unpersisted) chained checkpoints: (persist_at_ms, ck_id) and the live set.
-        self._buffer_heap: list[tuple[int, int]] = []
-        self._buffered: dict[int, Checkpoint] = {}
-        self._buffer_wakeup = Wakeup()
+        clock.on_advance(self._revive_wakeup.set)
+        # Chained checkpoints not persisted yet: forgotten there when they finish first.
+        self._buffer = buffer
         # State written by the next flush: persisted checkpoints to rewrite or delete, and
         # consume queues whose committed offset moved. See flush_state.
         self._dirty_cks: dict[int, Checkpoint] = {}
@@ -93,10 +92,6 @@ class Ledger:
     @property
     def live_count(self) -> int:
         return len(self._cks)
-
-    @property
-    def buffered_count(self) -> int:
-        return len(self._buffered)
 
     # -- tracking -------------------------------------------------------------------------
 
@@ -137,25 +132,13 @@ class Ledger:
             timeout = min(timeout, max(0.0, (self._revive_heap[0][0] - now) / 1000))
         await self._revive_wakeup.wait(timeout)
 
-    def buffer(self, ck: Checkpoint) -> None:
-        """Keep a chained checkpoint in memory until it lingers (see buffer_loop)."""
-        pop = self._config
-        persist_at = min(
-            ck.pop_time_ms + round(pop.ck_buffer_time_s * 1000),
-            ck.deadline_ms - round(pop.ck_persist_ahead_s * 1000),
-        )
-        self._buffered[ck.ck_id] = ck
-        if not self._buffer_heap or persist_at < self._buffer_heap[0][0]:
-            self._buffer_wakeup.set()
-        heapq.heappush(self._buffer_heap, (persist_at, ck.ck_id))
-
-    def mark_persisted(self, ck: Checkpoint) -> None:
+    def persist(self, ck: Checkpoint) -> None:
         """Persist a buffered checkpoint in the next flush (record + revive entry).
 
         Its record is in the next batch, so the offset may pass it at once: an offset write
         is always in the same batch as, or a later one than, the checkpoints it passes.
         """
-        self._buffered.pop(ck.ck_id, None)
+        self._buffer.discard(ck.ck_id)
         if ck.done or ck.persisted:
             return
         ck.persisted = True
@@ -171,8 +154,8 @@ class Ledger:
 
     def persist_buffered(self) -> None:
         """A clean shutdown keeps every in-flight deadline: persist what is still buffered."""
-        for ck in list(self._buffered.values()):
-            self.mark_persisted(ck)
+        for ck in self._buffer.drain():
+            self.persist(ck)
 
     def advance(self, cq: ConsumeQueue) -> None:
         """Move the queue's consumer offset past finished checkpoints; flush it if it moved."""
@@ -192,7 +175,7 @@ class Ledger:
         """A checkpoint's state changed: forget it when done, schedule its writes."""
         if ck.done:
             self._cks.pop(ck.ck_id, None)
-            self._buffered.pop(ck.ck_id, None)
+            self._buffer.discard(ck.ck_id)
         if ck.persisted:
             self._dirty_cks[ck.ck_id] = ck
             self._writer.request_flush()
@@ -210,17 +193,17 @@ class Ledger:
     def forget(self, ck: Checkpoint) -> None:
         """Stop tracking a checkpoint (its records, if any, are someone else's to delete)."""
         self._cks.pop(ck.ck_id, None)
-        self._buffered.pop(ck.ck_id, None)
+        self._buffer.discard(ck.ck_id)
 
     def written(self, ck: Checkpoint) -> None:
         """The batch being built deletes the checkpoint's records: the flush need not."""
         self._dirty_cks.pop(ck.ck_id, None)
 
-    def drop_checkpoints(self, cks: Sequence[Checkpoint]) -> None:
+    def drop(self, cks: Sequence[Checkpoint]) -> None:
         """Forget checkpoints whose records a committed batch deleted."""
         for ck in cks:
             self._cks.pop(ck.ck_id, None)
-            self._buffered.pop(ck.ck_id, None)
+            self._buffer.discard(ck.ck_id)
             self._dirty_cks.pop(ck.ck_id, None)
 
     def forget_queue(self, key: tuple[int, int, int]) -> None:
@@ -256,21 +239,3 @@ class Ledger:
         for cq in queues:
             self._dirty_queues.setdefault((cq.group_id, cq.topic_id, cq.queue_id), cq)
         self._in_flush = ([], [])
-
-    # -- checkpoint buffer ----------------------------------------------------------------
-
-    async def buffer_loop(self) -> None:
-        """Persist buffered checkpoints that lingered, or the oldest when too many are."""
-        while True:
-            now = now_ms()
-            while self._buffer_heap and (
-                self._buffer_heap[0][0] <= now or len(self._buffered) > self._config.ck_buffer_max
-            ):
-                _, ck_id = heapq.heappop(self._buffer_heap)
-                ck = self._buffered.get(ck_id)
-                if ck is not None:
-                    self.mark_persisted(ck)
-            timeout = 1.0
-            if self._buffer_heap:
-                timeout = min(timeout, max(0.0, (self._buffer_heap[0][0] - now) / 1000))
-            await self._buffer_wakeup.wait(timeout)

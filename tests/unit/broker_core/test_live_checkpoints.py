@@ -1,4 +1,7 @@
-"""The checkpoint buffer, persisted checkpoints, restart and crash recovery."""
+"""Live checkpoints: persisted records and revive entries, restart and crash recovery.
+
+The buffer that holds chained checkpoints before they are persisted: test_checkpoint_buffer.py.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,12 @@ import asyncio
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import PopConfig
 from popmq.broker_core.errors import ReceiptHandleLostError, ReceiptHandleSupersededError
 from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.support.waiting import until
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, settle
 
 ALL = b"\xff" * 32
 
@@ -44,112 +48,18 @@ def _committed(broker: Broker, group: str, topic: str, queue_id: int = 0) -> int
     return cq.committed
 
 
-# -- the buffer -----------------------------------------------------------------------------
-
-
-def test_checkpoint_fully_acked_inside_the_buffer_is_never_written(
-    open_broker: OpenBroker,
-) -> None:
-    async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.3)) as broker:
-            await broker.create_topic("orders", 1)
-            await broker.send([_msg()])
-            (acked,) = await broker.pop("fast", "orders", invisible_s=30, wait_s=0)
-            (kept,) = await broker.pop("slow", "orders", invisible_s=30, wait_s=0)
-            assert broker.buffered_checkpoints == 2
-            assert await broker.ack("fast", [acked.receipt_handle]) == [None]
-            assert broker.buffered_checkpoints == 1
-
-            # Wait until the buffer time passed and the unacked control checkpoint persisted.
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
-            (record,) = _checkpoints(broker)
-            assert record.group_id == broker.get_group("slow").group_id
-            assert [deadline for deadline, _ in _revive_keys(broker)] == [kept.invisible_until_ms]
-            # The acked one only moved the committed offset.
-            assert _committed(broker, "fast", "orders") == 1
-            await until(
-                lambda: _stored_offset(broker, "fast", "orders", 0) == 1,
-                "group fast's offset 1 persisted",
-                5.0,
-            )
-            assert broker.buffered_checkpoints == 0
-
-    asyncio.run(scenario())
-
-
-def test_checkpoint_staying_longer_than_the_buffer_time_is_persisted_with_its_revive_entry(
-    open_broker: OpenBroker,
-) -> None:
-    async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.2)) as broker:
-            await broker.create_topic("orders", 1)
-            await broker.send([_msg(b"a"), _msg(b"b"), _msg(b"c")])
-            a, b = await broker.pop("g", "orders", max_messages=2, invisible_s=30, wait_s=0)
-            assert _checkpoints(broker) == []
-            assert _revive_keys(broker) == []
-            assert _committed(broker, "g", "orders") == 0  # not done, not persisted yet
-
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
-            (record,) = _checkpoints(broker)
-            assert list(record.offsets) == [0, 1]
-            assert (record.range_start, record.range_end) == (0, 2)
-            assert record.deadline_ms == a.invisible_until_ms
-            assert _revive_keys(broker) == [(a.invisible_until_ms, record.ck_id)]
-            # Persisted, so the offset passes it (a crash can now only redeliver).
-            assert _committed(broker, "g", "orders") == 2
-            assert _stored_offset(broker, "g", "orders", 0) == 2
-            assert broker.buffered_checkpoints == 0
-            # The persisted messages are still in flight: the next pop gets only the third.
-            (c,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
-            assert c.record.body == b"c"
-            assert await broker.ack("g", [a.receipt_handle, b.receipt_handle]) == [None, None]
-
-    asyncio.run(scenario())
-
-
-def test_checkpoint_close_to_its_deadline_is_persisted_before_the_buffer_time(
-    open_broker: OpenBroker,
-) -> None:
-    async def scenario() -> None:
-        config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3)
-        async with open_broker(pop=config) as broker:
-            await broker.create_topic("orders", 1)
-            await broker.send([_msg()])
-            (msg,) = await broker.pop("g", "orders", invisible_s=3.3, wait_s=0)
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 2)
-            assert now_ms() < msg.invisible_until_ms  # persisted ahead of the deadline
-            assert _committed(broker, "g", "orders") == 1
-
-    asyncio.run(scenario())
-
-
-def test_checkpoint_is_persisted_on_time_even_when_an_earlier_one_holds_the_offset(
-    open_broker: OpenBroker,
-) -> None:
-    async def scenario() -> None:
-        config = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3.8)
-        async with open_broker(pop=config) as broker:
-            await broker.create_topic("orders", 1)
-            await broker.send([_msg(b"m0"), _msg(b"m1")])
-            await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
-            (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
-            # m1's checkpoint is due for persistence 0.2 s after the pop (3.8 s before its
-            # deadline); m0's, still buffered, keeps the committed offset at 0.
-            await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 1)
-            assert list(_checkpoints(broker)[0].offsets) == [1]
-            assert now_ms() < m1.invisible_until_ms
-
-    asyncio.run(scenario())
+# -- persisted checkpoints ------------------------------------------------------------------
 
 
 def test_acking_a_persisted_checkpoint_deletes_its_record_and_revive_entry(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.1)) as broker:
+        async with open_broker(pop=PopConfig(ck_buffer_time_s=0.1), clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"a"), _msg(b"b")])
             a, b = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            clock.advance(100)  # the buffer time
             await until(lambda: len(_checkpoints(broker)) == 1, "1 checkpoint persisted", 5.0)
 
             assert await broker.ack("g", [a.receipt_handle]) == [None]
@@ -188,26 +98,28 @@ def test_change_invisible_time_persists_the_new_checkpoint_at_once(
 
 
 def test_restart_keeps_messages_committed_offsets_and_inflight_deadlines(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"m0"), _msg(b"m1"), _msg(b"m2")])
             (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             await broker.ack("g", [m0.receipt_handle])
             (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=1.5, wait_s=0)
 
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             _, (stats,) = await broker.get_topic("orders")
             assert (stats.min_offset, stats.max_offset) == (0, 3)
             assert _committed(broker, "g", "orders") == 2
             # m0 was acked, m1 is invisible until its deadline: only m2 is delivered now.
             (m2,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             assert m2.record.body == b"m2"
-            assert now_ms() < m1.invisible_until_ms
+            clock.advance(m1.invisible_until_ms - clock.now_ms() - 1)
+            await settle()
+            assert await broker.pop("g", "orders", wait_s=0) == []
+            clock.advance(1)  # m1's deadline, kept across the restart
             (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
-            assert now_ms() >= m1.invisible_until_ms
             assert (again.record.body, again.delivery_attempt) == (b"m1", 2)
 
     asyncio.run(scenario())
@@ -249,19 +161,20 @@ def test_superseded_handle_stays_refused_after_a_restart(open_broker: OpenBroker
 
 
 def test_superseded_handle_stays_refused_after_a_restart_once_the_message_was_redelivered(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg()])
             (msg,) = await broker.pop("g", "orders", invisible_s=60, wait_s=0)
             await broker.change_invisible_time("g", msg.receipt_handle, 1)
 
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
+            clock.advance(1000)  # the new deadline; the old one is 59 s away
             (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
             assert again.delivery_attempt == 2
-            assert now_ms() < msg.invisible_until_ms  # the old handle has not expired
+            assert clock.now_ms() < msg.invisible_until_ms  # the old handle has not expired
             (old,) = await broker.ack("g", [msg.receipt_handle])
             assert isinstance(old, ReceiptHandleSupersededError)
 
@@ -301,10 +214,10 @@ def test_restart_keeps_topics_and_group_settings(open_broker: OpenBroker) -> Non
 
 
 def test_buffered_checkpoint_lost_in_a_crash_means_redelivery_not_loss(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             await broker.create_topic("orders", 1)
             await broker.send([_msg(b"a"), _msg(b"b")])
             (a,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
@@ -318,7 +231,7 @@ def test_buffered_checkpoint_lost_in_a_crash_means_redelivery_not_loss(
             assert _checkpoints(broker) == []  # b's checkpoint is only in memory
             broker.store.close()  # crash: nothing more reaches the disk
 
-        async with open_broker() as broker:
+        async with open_broker(clock=clock) as broker:
             assert _committed(broker, "g", "orders") == 1
             (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
             # Popped again from the queue itself, as its first delivery was never recorded.
@@ -332,14 +245,14 @@ CRASH_CONFIG = PopConfig(ck_buffer_time_s=10, ck_persist_ahead_s=3.8)
 
 
 async def _crash_with_a_persisted_checkpoint_above_an_open_one(
-    open_broker: OpenBroker, *, ack_first: bool
+    open_broker: OpenBroker, clock: ManualClock, *, ack_first: bool
 ) -> tuple[PoppedMessage, PoppedMessage]:
     """Pop m0 (stays buffered) then m1 (persisted early), then crash.
 
     With `ack_first`, a message popped and acked before them gives the group a stored
     offset in the queue. Returns (m0, m1) as delivered before the crash.
     """
-    async with open_broker(pop=CRASH_CONFIG) as broker:
+    async with open_broker(pop=CRASH_CONFIG, clock=clock) as broker:
         await broker.create_topic("orders", 1)
         if ack_first:
             await broker.send([_msg(b"pre")])
@@ -353,6 +266,7 @@ async def _crash_with_a_persisted_checkpoint_above_an_open_one(
         await broker.send([_msg(b"m0"), _msg(b"m1"), _msg(b"m2")])
         (m0,) = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
         (m1,) = await broker.pop("g", "orders", max_messages=1, invisible_s=4, wait_s=0)
+        clock.advance(200)  # 3.8 s before m1's deadline, long before the 10 s buffer time
         await until(lambda: len(_checkpoints(broker)) == 1, "m1's checkpoint, persisted early", 5.0)
         assert [list(r.offsets) for r in _checkpoints(broker)] == [[m1.offset]]
         assert _committed(broker, "g", "orders") == m0.offset  # m0's open checkpoint holds it
@@ -361,16 +275,16 @@ async def _crash_with_a_persisted_checkpoint_above_an_open_one(
 
 
 def test_recovered_checkpoint_above_the_committed_offset_is_skipped_and_not_jumped(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     """m0's checkpoint is lost in a crash, m1's was persisted: m0 is popped again, m1 is not."""
 
     async def scenario() -> None:
         m0, m1 = await _crash_with_a_persisted_checkpoint_above_an_open_one(
-            open_broker, ack_first=True
+            open_broker, clock, ack_first=True
         )
-        async with open_broker(pop=CRASH_CONFIG) as broker:
-            assert now_ms() < m1.invisible_until_ms
+        async with open_broker(pop=CRASH_CONFIG, clock=clock) as broker:
+            assert clock.now_ms() < m1.invisible_until_ms
             assert _committed(broker, "g", "orders") == 1
             popped = await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
             popped += await broker.pop("g", "orders", max_messages=1, invisible_s=30, wait_s=0)
@@ -391,17 +305,58 @@ def test_recovered_checkpoint_above_the_committed_offset_is_skipped_and_not_jump
 
 
 def test_recovered_checkpoint_is_kept_when_the_group_has_no_stored_offset_yet(
-    open_broker: OpenBroker,
+    open_broker: OpenBroker, clock: ManualClock
 ) -> None:
     async def scenario() -> None:
         _, m1 = await _crash_with_a_persisted_checkpoint_above_an_open_one(
-            open_broker, ack_first=False
+            open_broker, clock, ack_first=False
         )
-        async with open_broker(pop=CRASH_CONFIG) as broker:
+        async with open_broker(pop=CRASH_CONFIG, clock=clock) as broker:
             bodies = [m.record.body for m in await broker.pop("g", "orders", wait_s=0)]
             bodies += [m.record.body for m in await broker.pop("g", "orders", wait_s=0)]
-            assert now_ms() < m1.invisible_until_ms
+            assert clock.now_ms() < m1.invisible_until_ms
             assert bodies == [b"m0", b"m2"]  # not m1: invisible until its deadline
             assert broker.live_checkpoints == 3  # m0 and m2 popped again, m1 recovered
+
+    asyncio.run(scenario())
+
+
+def test_a_nack_survives_a_crash_that_loses_its_pop_and_acks_survive_clean_restarts(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """The in-process twin of the orphaned-nack reproduction (integration test_total_queue):
+    m1 and m2 popped together (buffered), m1 nacked (its own persisted checkpoint), a crash.
+    m2 is popped again; m1 only after its nack delay; once both are acked, nothing returns."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([_msg(b"m0")])
+            (m0,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            await broker.ack("g", [m0.receipt_handle])
+            await until(lambda: _stored_offset(broker, "g", "orders", 0) == 1, "offset 1", 5.0)
+            await broker.send([_msg(b"m1"), _msg(b"m2")])
+            m1, m2 = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            assert (m1.record.body, m2.record.body) == (b"m1", b"m2")
+            redeliver_at = await broker.nack("g", m1.receipt_handle, delay_s=8)
+            broker.store.close()  # crash: m1+m2's buffered checkpoint is lost, the nack's kept
+
+        async with open_broker(clock=clock) as broker:
+            again = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            assert [(m.record.body, m.delivery_attempt) for m in again] == [(b"m2", 1)]
+            await broker.ack("g", [m.receipt_handle for m in again])
+
+        async with open_broker(clock=clock) as broker:  # a clean restart
+            assert await broker.pop("g", "orders", wait_s=0) == []
+            clock.advance(redeliver_at - clock.now_ms())
+            back = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
+            assert [(m.record.body, m.delivery_attempt) for m in back] == [(b"m1", 2)]
+            await broker.ack("g", [m.receipt_handle for m in back])
+            rows = await broker.group_lag("g", "orders")
+            assert [(r.lag, r.inflight) for r in rows] == [(0, 0), (0, 0)]
+
+        async with open_broker(clock=clock) as broker:
+            assert await broker.pop("g", "orders", wait_s=0) == []
+            assert broker.live_checkpoints == 0
 
     asyncio.run(scenario())
