@@ -53,6 +53,7 @@ from popmq.proxy.process_runtime import (
     wait_for_stop_signal,
 )
 from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.rocketmq.refusals import ROCKETMQ
 from popmq.proxy.security.audit import AuditFile
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.gate import Gate
@@ -221,9 +222,10 @@ class PopMQServer:
         """The listener's certificate with `[security] tls_cert_file` (from listen() on)."""
         self.plaintext_port = 0
         """Bound port of `[security] plaintext_listen` (0 when there is none)."""
-        self.gate = Gate.from_config(self.config.security)
+        self.gate = Gate.from_config(self.config.security, dialects=(ROCKETMQ,))
         """Authentication and access control of every call but health and reflection
-        (proxy/security/gate.py); off unless `[security] authentication`."""
+        (proxy/security/gate.py; RocketMQ clients' refusals in their protocol's shape,
+        proxy/rocketmq/refusals.py); off unless `[security] authentication`."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""
         self._opened = False

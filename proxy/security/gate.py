@@ -8,11 +8,12 @@ stream's request message) and only the last step, how a refusal is told, differs
 
 - popmq.v1 (and any other service): the call ends with the gRPC status of the error's code,
   UNAUTHENTICATED or PERMISSION_DENIED, and its message (as proxy/errors.py `rpc` does).
-- apache.rocketmq.v2: official clients read outcomes only from the `Status` inside each
-  response (gRPC status OK), so the refusal is the method's response with `status` set:
-  Code UNAUTHORIZED (40100) or FORBIDDEN (40300) (proxy/rocketmq/codes.py). A unary call
-  returns it; ReceiveMessage and PullMessage write it as their one frame; a Telemetry
-  stream writes it as its one command.
+- a protocol that tells outcomes its own way, a `Dialect` the server gives the gate:
+  apache.rocketmq.v2's (proxy/rocketmq/refusals.py) answers with the method's response,
+  its `status` set (official clients read outcomes only from it, gRPC status OK). A unary
+  call returns it; ReceiveMessage and PullMessage write it as their one frame; a Telemetry
+  stream writes it as its one command. The dialect also says where a call names its
+  client (v2: the `x-mq-client-id` header).
 
 A stream refused when it opens (SendStream, PopStream, Telemetry) first reads the client's
 first request, then answers (write_errors.read_first_request: else the client's grpc may
@@ -61,12 +62,9 @@ from typing import Any, NoReturn, Protocol
 import grpc
 from google.protobuf.message import Message
 
-from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq.broker_core import InvalidArgumentError, PermissionDeniedError, PopMQError
 from popmq.proxy.errors import RefusedRequestError, status_code
 from popmq.proxy.health import HEALTH_SERVICE
-from popmq.proxy.rocketmq import codes
-from popmq.proxy.rocketmq.metadata import CLIENT_ID
 from popmq.proxy.security import audit
 from popmq.proxy.security.authn import Authenticator
 from popmq.proxy.security.client_owners import ClientOwners
@@ -78,13 +76,36 @@ log = logging.getLogger(__name__)
 
 OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", "/grpc.reflection.")
 """Methods never gated: grpc.health.v1 and server reflection (v1alpha and v1)."""
-V2_PREFIX = "/apache.rocketmq.v2."
-"""Methods whose refusals are answered inside the response (RocketMQ 5 clients)."""
 STREAM_REFUSAL_READ_S = 5.0
 """How long a stream refused when it opens waits for the client's first request before it
 answers anyway (write_errors.read_first_request says why it waits)."""
 _MAX_CACHED_METHODS = 256
 """Gated handlers kept; the services have about 60 methods (unknown names resolve to None)."""
+
+
+class Answers(Protocol):
+    """How a protocol tells a client that its call was refused."""
+
+    async def answer(self, context: grpc.aio.ServicerContext, error: PopMQError) -> Any:
+        """The response that carries `error`, or end the call with it (never returns)."""
+        ...
+
+
+class Dialect(Protocol):
+    """A protocol whose refusals are told in its own shape, and whose calls name their client
+    in their own place (the RocketMQ front end's: proxy/rocketmq/refusals.py). The calls of
+    no dialect (popmq.v1, BrokerService, ...) end with the gRPC status of the error."""
+
+    prefix: str
+    """Its methods' full names start with it ("/apache.rocketmq.v2.")."""
+
+    def answers(self, method: str) -> Answers:
+        """How a refused call of `method` ("/pkg.Service/Method") is answered."""
+        ...
+
+    def client_id(self, context: grpc.aio.ServicerContext, request: Message | None) -> object:
+        """The client id the call names ("" for none); `request` is None for a stream."""
+        ...
 
 
 class Authorizer(Protocol):
@@ -139,12 +160,18 @@ class Gate:
         authenticator: Checks the signature; None turns authentication off (the gate then
             admits everything and `interceptor()` is None).
         authorizer: Access control for authenticated callers; default `AllowAll`.
+        dialects: The protocols whose refusals are told in their own shape (`Dialect`).
     """
 
     def __init__(
-        self, authenticator: Authenticator | None = None, authorizer: Authorizer | None = None
+        self,
+        authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
+        *,
+        dialects: Sequence[Dialect] = (),
     ) -> None:
         self.authenticator = authenticator
+        self.dialects = tuple(dialects)
         self.authorizer: Authorizer = authorizer if authorizer is not None else AllowAll()
         """Replaceable before the server turns SERVING (acl's AclAuthorizer)."""
         self.client_owners = ClientOwners()
@@ -157,6 +184,7 @@ class Gate:
         *,
         directory: UserDirectory | None = None,
         authorizer: Authorizer | None = None,
+        dialects: Sequence[Dialect] = (),
     ) -> Gate:
         """The gate `[security]` asks for: off unless `authentication` is on.
 
@@ -165,7 +193,7 @@ class Gate:
                 user), or the root user's secret cannot be loaded (authn.load_root_user).
         """
         if not config.authentication:
-            return cls(None, authorizer)
+            return cls(None, authorizer, dialects=dialects)
         authenticator = Authenticator(
             directory if directory is not None else StaticDirectory(), config
         )
@@ -175,7 +203,7 @@ class Gate:
                 "security.root_access_key and security.root_secret_key (or "
                 "POPMQ_SECURITY_ROOT_SECRET_KEY, or security.root_secret_key_file)"
             )
-        return cls(authenticator, authorizer)
+        return cls(authenticator, authorizer, dialects=dialects)
 
     def use(self, *, authorizer: Authorizer, directory: UserDirectory) -> None:
         """Put access control in: `authorizer` decides, `directory` finds users besides root
@@ -184,6 +212,13 @@ class Gate:
         self.authorizer = authorizer
         if self.authenticator is not None:
             self.authenticator.directory = directory
+
+    def dialect(self, method: str) -> Dialect | None:
+        """The dialect of `method`, None for a call answered with its gRPC status."""
+        for dialect in self.dialects:
+            if method.startswith(dialect.prefix):
+                return dialect
+        return None
 
     @property
     def enabled(self) -> bool:
@@ -234,8 +269,9 @@ class Gate:
         context: grpc.aio.ServicerContext,
         request: Message | None = None,
     ) -> None:
-        """Refuse a call naming another user's client id (v2: `x-mq-client-id`; v1: a
-        request's `client_id`); the first use binds it (client_owners.py).
+        """Refuse a call naming another user's client id (where its dialect says, v2:
+        `x-mq-client-id`; else a request's `client_id`); the first use binds it
+        (client_owners.py).
 
         Raises:
             PermissionDeniedError: The client id is another user's.
@@ -243,11 +279,9 @@ class Gate:
         if principal.is_super:
             return
         client_id: object = ""
-        if method.startswith(V2_PREFIX):
-            for key, value in context.invocation_metadata() or ():
-                if key == CLIENT_ID:
-                    client_id = value
-                    break
+        dialect = self.dialect(method)
+        if dialect is not None:
+            client_id = dialect.client_id(context, request)
         elif request is not None:
             client_id = getattr(request, "client_id", "")
         if isinstance(client_id, str) and client_id:
@@ -292,7 +326,8 @@ class Gate:
         """`handler` with the gate in front (the same handler for open methods)."""
         if method.startswith(OPEN_PREFIXES):
             return handler
-        answers: _Answers = _V2Answers(method) if method.startswith(V2_PREFIX) else _V1_ANSWERS
+        dialect = self.dialect(method)
+        answers = STATUS_ANSWERS if dialect is None else dialect.answers(method)
         options = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -322,7 +357,7 @@ class Gate:
         log.error("%s has a handler the security gate cannot wrap: its calls are refused", method)
         return _UNGATEABLE
 
-    def _unary_unary(self, method: str, behavior: Behavior, answers: _Answers) -> Behavior:
+    def _unary_unary(self, method: str, behavior: Behavior, answers: Answers) -> Behavior:
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 self.admit(method, request, context)
@@ -333,7 +368,7 @@ class Gate:
 
         return gated
 
-    def _unary_stream(self, method: str, behavior: Behavior, answers: _Answers) -> Any:
+    def _unary_stream(self, method: str, behavior: Behavior, answers: Answers) -> Any:
         if inspect.isasyncgenfunction(behavior):
 
             async def generator(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -362,7 +397,7 @@ class Gate:
         return None
 
     def _stream_request(
-        self, method: str, behavior: Behavior, answers: _Answers, *, unary_response: bool
+        self, method: str, behavior: Behavior, answers: Answers, *, unary_response: bool
     ) -> Any:
         """A stream-request behavior: headers checked at open, each message when read."""
 
@@ -432,39 +467,16 @@ def _refused(method: str, error: PopMQError, peer: str, request: Message | None 
         log.debug("%s from %s refused: %s", method, peer, error)
 
 
-class _Answers(Protocol):
-    """How a protocol tells a client that its call was refused."""
-
-    async def answer(self, context: grpc.aio.ServicerContext, error: PopMQError) -> Any:
-        """The response that carries `error`, or end the call with it (v1: never returns)."""
-        ...
-
-
-class _V1Answers:
-    """popmq.v1: the gRPC status of the error's code, with its message."""
+class StatusAnswers:
+    """popmq.v1 and every call of no dialect: the gRPC status of the error's code, with its
+    message."""
 
     async def answer(self, context: grpc.aio.ServicerContext, error: PopMQError) -> NoReturn:
         await context.abort(status_code(error), str(error))
         raise error  # abort raises; never reached
 
 
-_V1_ANSWERS = _V1Answers()
-
-
-class _V2Answers:
-    """apache.rocketmq.v2: the method's response with `status` (gRPC status OK)."""
-
-    def __init__(self, method: str) -> None:
-        name = method.rpartition("/")[2]
-        found = v2.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name.get(name)
-        self._response: Callable[..., Message] | None = (
-            None if found is None else getattr(v2, found.output_type.name)
-        )
-
-    async def answer(self, context: grpc.aio.ServicerContext, error: PopMQError) -> Any:
-        if self._response is None:  # a method of another v2 service: a status will do
-            return await _V1_ANSWERS.answer(context, error)
-        return self._response(status=codes.status_of(error))
+STATUS_ANSWERS = StatusAnswers()
 
 
 async def _checked_iterator(
@@ -540,10 +552,14 @@ class GateInterceptor(grpc.aio.ServerInterceptor):
 
 __all__ = [
     "OPEN_PREFIXES",
+    "STATUS_ANSWERS",
     "AllowAll",
+    "Answers",
     "Authorizer",
+    "Dialect",
     "Gate",
     "GateInterceptor",
     "StaticDirectory",
+    "StatusAnswers",
     "UserDirectory",
 ]

@@ -20,6 +20,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import PermissionDeniedError
 from popmq.proxy.errors import RefusedRequestError
+from popmq.proxy.rocketmq.refusals import ROCKETMQ
 from popmq.proxy.security import audit, signing
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.gate import Gate, StaticDirectory
@@ -108,6 +109,7 @@ def gate() -> tuple[Gate, TopicAuthorizer]:
         CONFIG,
         directory=StaticDirectory([User("app", "as", UserType.NORMAL)]),
         authorizer=authorizer,
+        dialects=(ROCKETMQ,),  # as PopMQServer's gate
     )
     return made, authorizer
 
@@ -254,6 +256,18 @@ def test_v2_unary_without_credentials_answers_unauthorized_40100_inside_the_resp
     assert response.status.code == v2pb.UNAUTHORIZED == 40100
     assert "no authorization header" in response.status.message
     assert context.aborted is None and called == []
+
+
+def test_a_gate_without_the_v2_dialect_ends_a_v2_call_with_its_grpc_status() -> None:
+    """A broker's gate knows no dialect: every refusal is a gRPC status."""
+    handler, called = v2_unary()
+    made = Gate.from_config(CONFIG, directory=StaticDirectory(), authorizer=TopicAuthorizer())
+    context = FakeContext([("x-mq-client-id", "c1")])
+    with pytest.raises(grpc.aio.AbortError):
+        run(made.wrap(V2_UNARY, handler).unary_unary(route_request("t"), context))
+    assert context.aborted is not None
+    assert context.aborted[0] is grpc.StatusCode.UNAUTHENTICATED
+    assert called == []
 
 
 def test_v2_unary_with_python_clients_empty_credential_answers_40100() -> None:
