@@ -2,7 +2,8 @@
 
 Each RPC checks the request's shape here (enums, required fields, oneof-like pairs) and
 leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
-embedded API get the same answers. Errors become gRPC statuses once, in `popmq.proxy.errors.rpc`.
+embedded API get the same answers. Errors become gRPC statuses once, in
+`popmq.grpc_calls.errors.rpc`.
 
 Transactions (ListTransactions, ResolveTransaction, ResumeTransaction) need a broker that
 implements TransactionAPI; another answers FAILED_PRECONDITION.
@@ -31,8 +32,8 @@ from popmq.broker_core import (
     InvalidArgumentError,
     check_count,
 )
+from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
-from popmq.proxy.errors import rpc
 from popmq.proxy.messaging import transactions_of
 from popmq.proxy.security.admin import UserAdmin
 from popmq.proxy.security.audit import audited

@@ -70,7 +70,7 @@ from popmq.broker_core import (
     MetricsSnapshot,
     PopMQError,
 )
-from popmq.proxy.errors import (
+from popmq.grpc_calls.errors import (
     Undecodable,
     UndecodableRequestError,
     checked_deserializer,

@@ -21,8 +21,8 @@ from popmq.broker_core import (
     NotFoundError,
     PermissionDeniedError,
 )
+from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
-from popmq.proxy.errors import rpc
 from popmq.proxy.security.audit import audited
 from popmq.proxy.security.model import (
     Action,

@@ -7,7 +7,7 @@ both protocols pass the same code path (`Gate.admit` for a call, `Gate.check_req
 stream's request message) and only the last step, how a refusal is told, differs:
 
 - popmq.v1 (and any other service): the call ends with the gRPC status of the error's code,
-  UNAUTHENTICATED or PERMISSION_DENIED, and its message (as proxy/errors.py `rpc` does).
+  UNAUTHENTICATED or PERMISSION_DENIED, and its message (as grpc_calls/errors.py `rpc` does).
 - a protocol that tells outcomes its own way, a `Dialect` the server gives the gate:
   apache.rocketmq.v2's (proxy/rocketmq/refusals.py) answers with the method's response,
   its `status` set (official clients read outcomes only from it, gRPC status OK). A unary
@@ -63,14 +63,14 @@ import grpc
 from google.protobuf.message import Message
 
 from popmq.broker_core import InvalidArgumentError, PermissionDeniedError, PopMQError
-from popmq.proxy.errors import RefusedRequestError, status_code
+from popmq.grpc_calls.errors import RefusedRequestError, status_code
+from popmq.grpc_calls.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 from popmq.proxy.health import HEALTH_SERVICE
 from popmq.proxy.security import audit
 from popmq.proxy.security.authn import Authenticator
 from popmq.proxy.security.client_owners import ClientOwners
 from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.security.model import Check, Principal, User, set_principal
-from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 
 log = logging.getLogger(__name__)
 

@@ -100,6 +100,7 @@ FOLDERS = {
     "_gen": "gen",
     "broker_core": "broker_core",
     "coordination": "coordination",
+    "grpc_calls": "grpc_calls",
     "sdk": "sdk",
     "proxy": "proxy",
     "cluster": "cluster",
@@ -112,10 +113,11 @@ ALLOWED: dict[str, set[str]] = {
     "_gen": set(),
     "broker_core": {"_gen"},
     "coordination": {"_gen", "broker_core"},
+    "grpc_calls": {"broker_core"},
     "sdk": {"_gen"},
-    "proxy": {"_gen", "broker_core", "coordination"},
+    "proxy": {"_gen", "broker_core", "coordination", "grpc_calls"},
     "cluster": {"_gen", "broker_core", "coordination", "proxy"},
-    "cli": {"_gen", "broker_core", "coordination", "sdk", "proxy", "cluster"},
+    "cli": {"_gen", "broker_core", "coordination", "grpc_calls", "sdk", "proxy", "cluster"},
     "spark": {"sdk"},
 }
 """What each package may import: storage and POP semantics at the bottom, coordination on

@@ -19,7 +19,7 @@ from popmq._gen.apache.rocketmq.v2 import definition_pb2 as v2pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.errors import RefusedRequestError
+from popmq.grpc_calls.errors import RefusedRequestError
 from popmq.proxy.rocketmq.refusals import ROCKETMQ
 from popmq.proxy.security import audit, signing
 from popmq.proxy.security.config import SecurityConfig

@@ -12,7 +12,7 @@ from popmq._gen.apache.rocketmq.v2 import definition_pb2 as v2def
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import InvalidArgumentError
-from popmq.proxy.errors import Undecodable, UndecodableRequestError
+from popmq.grpc_calls.errors import Undecodable, UndecodableRequestError
 from popmq.proxy.security import rpc_table
 from popmq.proxy.security.model import Action, Check, Resource, ResourceType
 
