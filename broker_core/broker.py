@@ -825,7 +825,7 @@ class Broker:
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
 
-    # -- security records (proxy/security/store.py) --------------------------------------
+    # -- security records (security/store.py) --------------------------------------
 
     def security_records(self) -> dict[str, bytes]:
         """Every stored security record (a user with its policies) by name.

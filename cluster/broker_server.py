@@ -65,10 +65,10 @@ from popmq.proxy.process_runtime import (
     version,
     wait_for_stop_signal,
 )
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.tls import ServerTLS
 from popmq.proxy.server import ServerConfig
+from popmq.security.gate import Gate
+from popmq.security.protected import check_protected_mode
+from popmq.security.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 

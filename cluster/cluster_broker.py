@@ -79,8 +79,8 @@ from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.metadata import follow
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from popmq.proxy.process_runtime import (
     split_listen,
     wait_for_stop_signal,
 )
-from popmq.proxy.security.authn import cluster_signer
-from popmq.proxy.security.tls import broker_channel_tls
 from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.security.authn import cluster_signer
+from popmq.security.tls import broker_channel_tls
 
 log = logging.getLogger(__name__)
 

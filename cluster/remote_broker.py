@@ -72,8 +72,8 @@ from popmq.broker_core.types import (
     TransactionInfo,
 )
 from popmq.cluster import broker_wire as w
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

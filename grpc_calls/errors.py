@@ -56,7 +56,7 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
 
 class RefusedRequestError(Exception):
     """What a read of a stream call raises for a request message the security gate refused
-    (proxy/security/gate.py): `error` says why (a PermissionDeniedError, usually).
+    (security/gate.py): `error` says why (a PermissionDeniedError, usually).
 
     Servicers that answer a stream's requests one by one (PopStream, SendStream, v2
     Telemetry) catch it around their read and answer that request alone with `error`, as

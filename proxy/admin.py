@@ -9,7 +9,7 @@ Transactions (ListTransactions, ResolveTransaction, ResumeTransaction) need a br
 implements TransactionAPI; another answers FAILED_PRECONDITION.
 
 Every mutation (topics, groups, offsets, purge, redrive, transactions) writes its audit
-line, successful or not (`popmq.proxy.security.audit.audited`; the events are its AUDITED_METHODS).
+line, successful or not (`popmq.security.audit.audited`; the events are its AUDITED_METHODS).
 GetServerInfo shows the configuration to SUPER users only.
 """
 
@@ -35,11 +35,11 @@ from popmq.broker_core import (
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.messaging import transactions_of
-from popmq.proxy.security.admin import UserAdmin
-from popmq.proxy.security.audit import audited
-from popmq.proxy.security.model import current_principal
-from popmq.proxy.security.store import SecurityStore
+from popmq.proxy.security_admin import UserAdmin
 from popmq.proxy.status import LocalStatus, StatusProvider
+from popmq.security.audit import audited
+from popmq.security.model import current_principal
+from popmq.security.store import SecurityStore
 
 _SERVER_VERSION: str
 try:
@@ -54,7 +54,7 @@ def _now_ms() -> int:
 
 class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
     """Topics, groups, lag, offsets, stored messages, redrive, server info and status;
-    users and policies (proxy/security/admin.py).
+    users and policies (proxy/security_admin.py).
 
     Args:
         broker: The embedded broker.

@@ -11,13 +11,13 @@ elsewhere (another thread) does. A cluster proxy's broker is the sum over its br
 also exports series per broker (`ClusterBrokersCollector`, labelled `broker`), read from
 its status provider (proxy/status.py). `popmq broker --metrics-listen` serves its own
 broker's families in the same format as `popmq serve`. Every registry also exports the
-process's denied requests and audit lines (popmq.proxy.security.audit.SecurityCollector)
+process's denied requests and audit lines (popmq.security.audit.SecurityCollector)
 and the standard `process_*` and `python_*` families (prometheus_client's ProcessCollector,
 PlatformCollector, GCCollector).
 The endpoint may require basic auth or a bearer token (`[security] metrics_*`).
 
 `RpcInterceptor` is the only gRPC interceptor of the server (but for the security gate's,
-proxy/security/gate.py, installed only when authentication is on), because each one costs on
+security/gate.py, installed only when authentication is on), because each one costs on
 every call: grpc.aio runs the chain as one coroutine and one `functools.partial`
 continuation per interceptor, and whatever the interceptor builds for a call (a closure, a
 method handler) lives as long as the call, which for a held long poll is up to 30 s, times
@@ -77,9 +77,9 @@ from popmq.grpc_calls.errors import (
     request_limit,
 )
 from popmq.proxy.health import Health, refusal
-from popmq.proxy.security.audit import SecurityCollector, denied
-from popmq.proxy.security.http_auth import HttpAuth
 from popmq.proxy.status import StatusProvider, message_totals
+from popmq.security.audit import SecurityCollector, denied
+from popmq.security.http_auth import HttpAuth
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("popmq.rpc")
@@ -496,7 +496,7 @@ class Metrics:
             registry=self.registry,
         )
         self._collectors: list[BrokerCollector | ClusterBrokersCollector] = []
-        # Denied requests and audit lines: the process's (popmq.proxy.security.audit).
+        # Denied requests and audit lines: the process's (popmq.security.audit).
         self.registry.register(SecurityCollector())
         # The standard process_* (CPU, memory, open fds; Linux only) and python_* (version,
         # GC) families every Prometheus client exports, which dashboards and alerts expect.
@@ -534,7 +534,7 @@ class MetricsEndpoint:
     """GET /metrics over HTTP/1.1 on the event loop (one response per connection).
 
     With `auth` requiring credentials (`[security] metrics_*`: basic auth and/or a bearer
-    token, popmq.proxy.security.http_auth), a request without matching ones is answered 401
+    token, popmq.security.http_auth), a request without matching ones is answered 401
     with a `WWW-Authenticate` challenge and counted as denied (method "/metrics").
     """
 

@@ -30,9 +30,9 @@ import grpc
 from popmq.broker_core import MAX_REQUEST_BYTES, PRIVATE_UMASK, DataDirError, InvalidArgumentError
 from popmq.proxy.logs import configure_logging
 from popmq.proxy.metrics import Metrics, MetricsEndpoint
-from popmq.proxy.security.http_auth import HttpAuth
-from popmq.proxy.security.protected import is_loopback
-from popmq.proxy.security.tls import ServerTLS, bind
+from popmq.security.http_auth import HttpAuth
+from popmq.security.protected import is_loopback
+from popmq.security.tls import ServerTLS, bind
 
 if TYPE_CHECKING:
     from popmq.proxy.server import ServerConfig

@@ -54,19 +54,19 @@ from popmq.proxy.process_runtime import (
 )
 from popmq.proxy.rocketmq import RocketMQService
 from popmq.proxy.rocketmq.refusals import ROCKETMQ
-from popmq.proxy.security.audit import AuditFile
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.store import (
+from popmq.proxy.status import LocalStatus, StatusProvider
+from popmq.proxy.transaction_checks import TransactionCheckLoop
+from popmq.security.audit import AuditFile
+from popmq.security.config import SecurityConfig
+from popmq.security.gate import Gate
+from popmq.security.protected import check_protected_mode
+from popmq.security.store import (
     AclAuthorizer,
     ClusterSecurityStore,
     LocalSecurityStore,
     SecurityStore,
 )
-from popmq.proxy.security.tls import ServerTLS
-from popmq.proxy.status import LocalStatus, StatusProvider
-from popmq.proxy.transaction_checks import TransactionCheckLoop
+from popmq.security.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class PopMQServer:
         """Bound port of `[security] plaintext_listen` (0 when there is none)."""
         self.gate = Gate.from_config(self.config.security, dialects=(ROCKETMQ,))
         """Authentication and access control of every call but health and reflection
-        (proxy/security/gate.py; RocketMQ clients' refusals in their protocol's shape,
+        (security/gate.py; RocketMQ clients' refusals in their protocol's shape,
         proxy/rocketmq/refusals.py); off unless `[security] authentication`."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from popmq.broker_core import InvalidArgumentError
-from popmq.proxy.security.config import SECRET_SETTINGS
 from popmq.proxy.server import ServerConfig
+from popmq.security.config import SECRET_SETTINGS
 
 ENV_PREFIX = "POPMQ_"
 NOT_SETTINGS = frozenset(

@@ -29,8 +29,8 @@ from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
 from popmq.broker_core.store import Store
 from popmq.cluster.replication import oplog
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

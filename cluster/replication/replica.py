@@ -55,11 +55,11 @@ from popmq.proxy.process_runtime import (
     split_listen,
     wait_for_stop_signal,
 )
-from popmq.proxy.security.authn import cluster_signer
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.tls import ServerTLS, broker_channel_tls
 from popmq.proxy.server import ServerConfig
+from popmq.security.authn import cluster_signer
+from popmq.security.gate import Gate
+from popmq.security.protected import check_protected_mode
+from popmq.security.tls import ServerTLS, broker_channel_tls
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq.broker_core import PopMQError
 from popmq.proxy.rocketmq import codes, metadata
-from popmq.proxy.security.gate import STATUS_ANSWERS
+from popmq.security.gate import STATUS_ANSWERS
 
 PREFIX = "/apache.rocketmq.v2."
 """Methods whose refusals are answered inside the response (RocketMQ 5 clients)."""

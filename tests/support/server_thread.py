@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.security.config import SecurityConfig
 from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.security.config import SecurityConfig
 
 T = TypeVar("T")
 

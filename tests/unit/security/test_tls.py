@@ -15,15 +15,15 @@ import pytest
 from popmq import InvalidArgumentError as SdkInvalidArgumentError
 from popmq import TLSConfig
 from popmq.proxy import settings
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.tls import (
+from popmq.sdk.tls import channel_security
+from popmq.security.config import SecurityConfig
+from popmq.security.tls import (
     CertificateFiles,
     ServerTLS,
     TLSFilesError,
     broker_channel_tls,
     load_files,
 )
-from popmq.sdk.tls import channel_security
 from tests.support.certs import CertificateAuthority, KeyPair, require_openssl
 
 

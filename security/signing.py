@@ -19,7 +19,7 @@ SignedHeaders that names anything but x-mq-date-time, and a Signature that is no
 digits are malformed. Verification compares digests with `hmac.compare_digest`.
 
 The SDK signs with its own copy of `sign` (popmq.sdk.credentials: the SDK imports nothing of
-the server); tests/unit/proxy/test_signing.py pins that both give the same headers.
+the server); tests/unit/security/test_signing.py pins that both give the same headers.
 """
 
 from __future__ import annotations

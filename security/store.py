@@ -2,7 +2,7 @@
 
 - `SecurityStore`: the users (with their policies) of the server, answered synchronously
   from memory (`user(access_key)` is the authentication gate's UserDirectory) and changed
-  durably by the admin RPCs (proxy/security/admin.py).
+  durably by the admin RPCs (proxy/security_admin.py).
   - `LocalSecurityStore` (`popmq serve`): the embedded broker's store, meta family, one
     fsynced write batch per change; the one process is the only reader.
   - `ClusterSecurityStore` (`popmq proxy`): etcd through the Coordinator, one entry per
@@ -47,9 +47,9 @@ from popmq.coordination.metadata import (
     marker,
     write_once,
 )
-from popmq.proxy.security import acl, records, rpc_table
-from popmq.proxy.security.model import Check, Policy, Principal, User, UserType
-from popmq.proxy.security.records import UserRecord
+from popmq.security import acl, records, rpc_table
+from popmq.security.model import Check, Policy, Principal, User, UserType
+from popmq.security.records import UserRecord
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from popmq._gen.popmq.v1 import admin_pb2
 from popmq.broker_core import NotFoundError
-from popmq.proxy.security import audit as audit_module
-from popmq.proxy.security.audit import (
+from popmq.security import audit as audit_module
+from popmq.security.audit import (
     AUDITED_METHODS,
     AuditFile,
     SecurityCollector,
@@ -29,7 +29,7 @@ from popmq.proxy.security.audit import (
     denied,
     denied_count,
 )
-from popmq.proxy.security.model import Principal, UserType, set_principal
+from popmq.security.model import Principal, UserType, set_principal
 
 
 class _Lines(logging.Handler):

@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.security.model import (
+from popmq.security.model import (
     Action,
     Check,
     Decision,

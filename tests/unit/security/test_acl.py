@@ -1,12 +1,12 @@
-"""Policy evaluation (proxy/security/acl.py): specificity, DENY ties, CIDRs, ALL, ANY."""
+"""Policy evaluation (security/acl.py): specificity, DENY ties, CIDRs, ALL, ANY."""
 
 from __future__ import annotations
 
 import pytest
 
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.security.acl import allowed, authorize, decide, source_ip
-from popmq.proxy.security.model import (
+from popmq.security.acl import allowed, authorize, decide, source_ip
+from popmq.security.model import (
     ANONYMOUS_SUPER,
     Action,
     Check,

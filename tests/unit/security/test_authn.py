@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core import InvalidArgumentError, UnauthenticatedError
-from popmq.proxy.security import signing
-from popmq.proxy.security.authn import Authenticator, load_root_user
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import Gate, StaticDirectory
-from popmq.proxy.security.model import User, UserType
+from popmq.security import signing
+from popmq.security.authn import Authenticator, load_root_user
+from popmq.security.config import SecurityConfig
+from popmq.security.gate import Gate, StaticDirectory
+from popmq.security.model import User, UserType
 
 ROOT_SECRET = "root-secret-do-not-print"
 NOW = 1_795_774_500.0  # 2026-11-27T10:15:00Z

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from popmq.broker_core import InvalidArgumentError, UnauthenticatedError
-from popmq.proxy.security import signing
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.model import Principal, User, UserType
+from popmq.security import signing
+from popmq.security.config import SecurityConfig
+from popmq.security.model import Principal, User, UserType
 
 if TYPE_CHECKING:
-    from popmq.proxy.security.gate import UserDirectory
+    from popmq.security.gate import UserDirectory
 
 _SHOWN_KEY_CHARS = 64
 """An access key longer than this is cut in messages (it comes from the caller)."""

@@ -23,8 +23,8 @@ from popmq.broker_core import (
 )
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
-from popmq.proxy.security.audit import audited
-from popmq.proxy.security.model import (
+from popmq.security.audit import audited
+from popmq.security.model import (
     Action,
     Decision,
     Pattern,
@@ -33,8 +33,8 @@ from popmq.proxy.security.model import (
     UserType,
     current_principal,
 )
-from popmq.proxy.security.records import UserRecord
-from popmq.proxy.security.store import SecurityStore
+from popmq.security.records import UserRecord
+from popmq.security.store import SecurityStore
 
 
 def _require_super() -> None:

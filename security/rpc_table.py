@@ -5,9 +5,9 @@ apache.rocketmq.v2 MessagingService, by its full gRPC method name
 ("/popmq.v1.MessagingService/Pop"), to a `Rule`: called with a request message it returns
 the checks (rule(request) -> list[Check]) the caller's policies must pass. For a streaming
 RPC the rule applies to each request message of the stream (a PopStream ack needs only
-the group, a pop the topic too). tests/unit/proxy/test_rpc_table.py fails when an RPC of those
+the group, a pop the topic too). tests/unit/security/test_rpc_table.py fails when an RPC of those
 services has no entry, and docs/security.md's table is this one, rendered by
-`markdown_table()` (`python -m popmq.proxy.security.rpc_table` prints it; a test compares).
+`markdown_table()` (`python -m popmq.security.rpc_table` prints it; a test compares).
 
 Rules are declared, not coded: each is a list of `Need`s, a resource type, the action(s)
 and the request field naming the resource, so the table in the docs is the code.
@@ -47,7 +47,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from popmq.proxy.security.model import Action, Check, Resource, ResourceType
+from popmq.security.model import Action, Check, Resource, ResourceType
 
 log = logging.getLogger(__name__)
 

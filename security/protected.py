@@ -21,7 +21,7 @@ import ipaddress
 from collections.abc import Iterable
 
 from popmq.broker_core import InvalidArgumentError
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 
 
 class ProtectedModeError(InvalidArgumentError):

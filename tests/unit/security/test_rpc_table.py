@@ -1,4 +1,4 @@
-"""The RPC -> (resource, action) table (proxy/security/rpc_table.py): complete, well-formed,
+"""The RPC -> (resource, action) table (security/rpc_table.py): complete, well-formed,
 and what key requests need; docs/security.md shows exactly this table."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import InvalidArgumentError
 from popmq.grpc_calls.errors import Undecodable, UndecodableRequestError
-from popmq.proxy.security import rpc_table
-from popmq.proxy.security.model import Action, Check, Resource, ResourceType
+from popmq.security import rpc_table
+from popmq.security.model import Action, Check, Resource, ResourceType
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 SERVICES = [
@@ -37,7 +37,7 @@ def served_methods() -> dict[str, descriptor.MethodDescriptor]:
 def test_every_rpc_of_the_served_services_has_a_rule() -> None:
     methods = served_methods()
     missing = sorted(set(methods) - set(rpc_table.TABLE))
-    assert not missing, f"RPCs without an access rule in proxy/security/rpc_table.py: {missing}"
+    assert not missing, f"RPCs without an access rule in security/rpc_table.py: {missing}"
     unknown = sorted(set(rpc_table.TABLE) - set(methods))
     assert not unknown, f"rules for RPCs no service has: {unknown}"
     assert {s.full_name for s in SERVICES} == set(rpc_table.SERVICES)
@@ -254,6 +254,6 @@ def test_docs_show_the_table_of_the_code() -> None:
     assert start in text and end in text, f"{DOCS} lacks the rpc-table markers"
     shown = text[text.index(start) + len(start) : text.index(end)]
     assert shown == rpc_table.markdown_table(), (
-        "docs/security.md's RPC table differs from proxy/security/rpc_table.py: paste the "
-        "output of `python -m popmq.proxy.security.rpc_table` between its markers"
+        "docs/security.md's RPC table differs from security/rpc_table.py: paste the "
+        "output of `python -m popmq.security.rpc_table` between its markers"
     )

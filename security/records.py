@@ -33,8 +33,8 @@ from popmq.broker_core import (
     NotFoundError,
     check_count,
 )
-from popmq.proxy.security.acl import describe_policy
-from popmq.proxy.security.model import (
+from popmq.security.acl import describe_policy
+from popmq.security.model import (
     Action,
     Decision,
     Pattern,

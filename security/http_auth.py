@@ -17,7 +17,7 @@ import binascii
 import hmac
 from dataclasses import dataclass, field
 
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 
 REALM = "popmq metrics"
 

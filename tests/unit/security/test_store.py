@@ -1,4 +1,4 @@
-"""Users and policies (proxy/security/store.py, records.py): validation, grant and revoke,
+"""Users and policies (security/store.py, records.py): validation, grant and revoke,
 durability in the broker's store, the cluster store's cache, and the AclAuthorizer."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from popmq.broker_core import (
     PermissionDeniedError,
 )
 from popmq.coordination.local_coordinator import LocalCoordinator
-from popmq.proxy.security.model import (
+from popmq.security.model import (
     Action,
     Decision,
     Pattern,
@@ -25,8 +25,8 @@ from popmq.proxy.security.model import (
     ResourceType,
     UserType,
 )
-from popmq.proxy.security.records import fingerprint
-from popmq.proxy.security.store import (
+from popmq.security.records import fingerprint
+from popmq.security.store import (
     AclAuthorizer,
     ClusterSecurityStore,
     LocalSecurityStore,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.security.client_owners import ClientOwners
-from popmq.proxy.security.records import check_cidrs
+from popmq.security.client_owners import ClientOwners
+from popmq.security.records import check_cidrs
 
 
 def test_the_first_user_owns_a_client_id_and_others_are_refused() -> None:

@@ -9,14 +9,14 @@ import pytest
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.protected import (
+from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.security.config import SecurityConfig
+from popmq.security.protected import (
     ProtectedModeError,
     check_protected_mode,
     is_loopback,
     listen_host,
 )
-from popmq.proxy.server import PopMQServer, ServerConfig
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,10 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import PermissionDeniedError
 from popmq.grpc_calls.errors import RefusedRequestError
 from popmq.proxy.rocketmq.refusals import ROCKETMQ
-from popmq.proxy.security import audit, signing
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import Gate, StaticDirectory
-from popmq.proxy.security.model import (
+from popmq.security import audit, signing
+from popmq.security.config import SecurityConfig
+from popmq.security.gate import Gate, StaticDirectory
+from popmq.security.model import (
     ANONYMOUS_SUPER,
     Action,
     Check,

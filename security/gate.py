@@ -61,19 +61,20 @@ from typing import Any, NoReturn, Protocol
 
 import grpc
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2
 
 from popmq.broker_core import InvalidArgumentError, PermissionDeniedError, PopMQError
 from popmq.grpc_calls.errors import RefusedRequestError, status_code
 from popmq.grpc_calls.write_errors import WRITE_FAILED, after_failed_write, read_first_request
-from popmq.proxy.health import HEALTH_SERVICE
-from popmq.proxy.security import audit
-from popmq.proxy.security.authn import Authenticator
-from popmq.proxy.security.client_owners import ClientOwners
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.model import Check, Principal, User, set_principal
+from popmq.security import audit
+from popmq.security.authn import Authenticator
+from popmq.security.client_owners import ClientOwners
+from popmq.security.config import SecurityConfig
+from popmq.security.model import Check, Principal, User, set_principal
 
 log = logging.getLogger(__name__)
 
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 OPEN_PREFIXES = (f"/{HEALTH_SERVICE}/", "/grpc.reflection.")
 """Methods never gated: grpc.health.v1 and server reflection (v1alpha and v1)."""
 STREAM_REFUSAL_READ_S = 5.0

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import grpc
 
 from popmq.broker_core import InvalidArgumentError
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 

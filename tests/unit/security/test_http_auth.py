@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.http_auth import HttpAuth
+from popmq.security.config import SecurityConfig
+from popmq.security.http_auth import HttpAuth
 
 
 def _basic(user: str, password: str) -> str:

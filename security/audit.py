@@ -63,7 +63,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from popmq.broker_core import InvalidArgumentError, PopMQError
-from popmq.proxy.security.model import current_principal
+from popmq.security.model import current_principal
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("popmq.audit")

@@ -17,7 +17,7 @@ import pytest
 
 from popmq import Credentials, InvalidArgumentError
 from popmq.broker_core import UnauthenticatedError
-from popmq.proxy.security import signing
+from popmq.security import signing
 
 # (secret key, x-mq-date-time, Python client's Signature, Node client's Signature)
 VECTORS = [
