@@ -30,18 +30,13 @@ from popmq.coordination.config import ClusterConfig, FaultToleranceConfig, Repli
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
+from popmq.proxy.broker_metrics import ClusterBrokersCollector
 from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
 from popmq.proxy.health import Health, LateServices, add_ops_services
 from popmq.proxy.logs import LogConfig
 from popmq.proxy.memory import return_large_blocks
 from popmq.proxy.messaging import MessagingServicer
-from popmq.proxy.metrics import (
-    Metrics,
-    MetricsConfig,
-    MetricsEndpoint,
-    RpcInterceptor,
-    StreamObserver,
-)
+from popmq.proxy.metrics import Metrics, MetricsConfig, MetricsEndpoint
 from popmq.proxy.process_runtime import (
     bind_listeners,
     grpc_server,
@@ -54,6 +49,7 @@ from popmq.proxy.process_runtime import (
 )
 from popmq.proxy.rocketmq import RocketMQService
 from popmq.proxy.rocketmq.refusals import ROCKETMQ
+from popmq.proxy.rpc_observer import RpcInterceptor, StreamObserver
 from popmq.proxy.status import LocalStatus, StatusProvider
 from popmq.proxy.transaction_checks import TransactionCheckLoop
 from popmq.security.audit import AuditFile
@@ -297,7 +293,8 @@ class PopMQServer:
         if self.metrics is not None:
             self.metrics.watch(self.broker, version())
             if self.status is not None:
-                self.metrics.watch_brokers(self.status)
+                collector = ClusterBrokersCollector(self.status, asyncio.get_running_loop())
+                self.metrics.add(collector)
         # Servicers registered on `server` from here join the running gRPC server.
         server = self._late
         self.clients = ClientRegistry(

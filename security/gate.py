@@ -1,7 +1,7 @@
 """The enforcement point: every call is authenticated and authorized here, or refused.
 
 Where it sits: `GateInterceptor`, a grpc.aio server interceptor after the server's
-`RpcInterceptor` (proxy/metrics.py), installed only when `[security] authentication` is on.
+`RpcInterceptor` (proxy/rpc_observer.py), installed only when `[security] authentication` is on.
 It wraps each method's handler once (cached like RpcInterceptor's observed handlers), so
 both protocols pass the same code path (`Gate.admit` for a call, `Gate.check_request` for a
 stream's request message) and only the last step, how a refusal is told, differs:
