@@ -20,7 +20,7 @@ no route. The proxies read the same setting to create a route on first send, so 
 file may serve both.
 
 With `[metrics] listen` (`--metrics-listen HOST:PORT`) it also serves GET /metrics: its
-broker's families in `popmq serve`'s format (proxy/metrics.py), for scraping each broker
+broker's families in `popmq serve`'s format (runtime/metrics.py), for scraping each broker
 directly rather than through a proxy.
 
 With `[security] authentication` (docs/security.md, "Authentication"), every BrokerService
@@ -54,8 +54,9 @@ from popmq.cluster.catalog_sync import CatalogSync
 from popmq.coordination.coordinator import Coordinator, Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
-from popmq.proxy.metrics import Metrics, MetricsEndpoint
-from popmq.proxy.process_runtime import (
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import Metrics, MetricsEndpoint
+from popmq.runtime.process import (
     bind_listeners,
     grpc_server,
     print_plaintext_listener,
@@ -65,7 +66,6 @@ from popmq.proxy.process_runtime import (
     version,
     wait_for_stop_signal,
 )
-from popmq.proxy.server import ServerConfig
 from popmq.security.gate import Gate
 from popmq.security.protected import check_protected_mode
 from popmq.security.tls import ServerTLS

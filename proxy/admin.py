@@ -59,7 +59,7 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
     Args:
         broker: The embedded broker.
         config_items: The effective configuration as "section.key" -> TOML value, reported
-            by GetServerInfo to SUPER users (secrets redacted: popmq.proxy.settings.items).
+            by GetServerInfo to SUPER users (secrets redacted: popmq.runtime.settings.items).
         status: What GetClusterStatus reports; default: `broker` as the one local broker
             (with no address: the server passes one that knows its address).
         security_store: Where users and policies live; None: the user RPCs answer

@@ -5,7 +5,7 @@ brokers), one series per broker in each family here: whether it answered and is 
 its epoch, its store and disk, its message totals and held polls, this proxy's send fault
 table's view of it (proxy/status.py `BrokerFaultState`), and each replicated shard's
 followers (in sync, lag). They are read from the server's `StatusProvider.brokers()` (each
-broker asked with a short deadline) as `LoopReadings` (proxy/metrics.py) says; PopMQServer
+broker asked with a short deadline) as `LoopReadings` (runtime/metrics.py) says; PopMQServer
 adds the collector to its metrics when it has a status provider (cluster mode).
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from popmq.proxy.metrics import LoopCollector, LoopReadings
 from popmq.proxy.status import StatusProvider, message_totals
+from popmq.runtime.metrics import LoopCollector, LoopReadings
 
 
 class ClusterBrokersCollector(LoopCollector):

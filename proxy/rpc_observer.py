@@ -11,7 +11,7 @@ how is `popmq.proxy.health.refusal`) is a flag check in the same interceptor, an
 method's observed handler is built once, on its first call, and reused. It lives here,
 beside the `popmq.rpc` log line it writes and the stream observer that writes the same line
 per stream request; the histogram it feeds is the process's metrics' (`Metrics.rpc_duration`,
-proxy/metrics.py), and the readiness part is one flag check and one call into
+runtime/metrics.py), and the readiness part is one flag check and one call into
 proxy/health.py.
 
 Everything here runs on the event loop; nothing blocks it.
@@ -39,7 +39,7 @@ from popmq.grpc_calls.errors import (
     request_limit,
 )
 from popmq.proxy.health import Health, refusal
-from popmq.proxy.metrics import Metrics
+from popmq.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("popmq.rpc")

@@ -46,7 +46,8 @@ from popmq.cluster.replication.service import (
 from popmq.coordination.coordinator import Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
-from popmq.proxy.process_runtime import (
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.process import (
     MAX_MESSAGE_BYTES,
     bind_listeners,
     grpc_server,
@@ -55,7 +56,6 @@ from popmq.proxy.process_runtime import (
     split_listen,
     wait_for_stop_signal,
 )
-from popmq.proxy.server import ServerConfig
 from popmq.security.authn import cluster_signer
 from popmq.security.gate import Gate
 from popmq.security.protected import check_protected_mode

@@ -37,7 +37,7 @@ from popmq.cluster.groups import GroupAdmin, GroupRules
 from popmq.cluster.routes import Segment, topic_path
 from popmq.coordination import EtcdCoordinator, LocalCoordinator, Session, Snapshot
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.brokers import BrokerProcess

@@ -26,8 +26,8 @@ from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus
 from popmq.coordination import LocalCoordinator
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
 from tests.cluster.conftest import unique_cluster
 from tests.support.brokers import served_broker
 from tests.support.etcd import EtcdServer

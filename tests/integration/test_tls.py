@@ -33,7 +33,8 @@ from popmq import (
     UnavailableError,
 )
 from popmq.cli.main import main as cli
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
 from popmq.security.tls import TLSFilesError
 from tests.support.certs import CertificateAuthority, KeyPair

@@ -19,7 +19,8 @@ import grpc
 from popmq.broker_core import Broker, BrokerConfig, StoreConfig
 from popmq.cluster import BrokerServicer, RemoteBroker, add_broker_service
 from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]

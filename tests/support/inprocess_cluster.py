@@ -20,7 +20,7 @@ from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
 from tests.support.etcd import EtcdServer
 

@@ -102,6 +102,7 @@ FOLDERS = {
     "coordination": "coordination",
     "grpc_calls": "grpc_calls",
     "security": "security",
+    "runtime": "runtime",
     "sdk": "sdk",
     "proxy": "proxy",
     "cluster": "cluster",
@@ -116,21 +117,16 @@ ALLOWED: dict[str, set[str]] = {
     "coordination": {"_gen", "broker_core"},
     "grpc_calls": {"broker_core"},
     "security": {"broker_core", "coordination", "grpc_calls"},
+    "runtime": {"broker_core", "coordination", "security"},
     "sdk": {"_gen"},
-    "proxy": {"_gen", "broker_core", "coordination", "grpc_calls", "security"},
-    "cluster": {"_gen", "broker_core", "coordination", "security", "proxy"},
+    "proxy": {"_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime"},
+    "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy"},
     "cli": {
-        "_gen",
-        "broker_core",
-        "coordination",
-        "grpc_calls",
-        "security",
-        "sdk",
-        "proxy",
-        "cluster",
+        "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "sdk",
+        "proxy", "cluster",
     },
     "spark": {"sdk"},
-}
+}  # fmt: skip
 """What each package may import: storage and POP semantics at the bottom, coordination on
 it, the proxy on both, cluster mode (brokers over the wire, routing, replication, the
 processes) on the proxy; the SDK on the generated stubs alone, Spark on the SDK, the CLI

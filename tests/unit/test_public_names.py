@@ -53,6 +53,7 @@ EXPECTED = {
     ],
     "popmq.proxy": ["PopMQServer", "ServerConfig", "run_server"],
     "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
+    "popmq.runtime": ["ServerConfig"],
     "popmq.sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
         "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransaction", "BrokerStatus",
@@ -71,6 +72,11 @@ EXPECTED = {
         "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag", "Transaction",
         "TransactionInfo", "TransactionResolution",
         "UnauthenticatedError", "UnavailableError", "User",
+    ],
+    "popmq.security": [
+        "ANONYMOUS_SUPER", "Action", "Check", "Decision", "Pattern", "Policy", "Principal",
+        "Resource", "ResourceType", "SecurityConfig", "User", "UserType", "current_principal",
+        "set_principal",
     ],
     "popmq.spark": [
         "DataLossError", "OffsetFormatError", "OptionError", "PopMQConnectorError",

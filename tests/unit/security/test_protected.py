@@ -9,7 +9,8 @@ import pytest
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
 from popmq.security.protected import (
     ProtectedModeError,

@@ -14,7 +14,7 @@ import pytest
 
 from popmq import InvalidArgumentError as SdkInvalidArgumentError
 from popmq import TLSConfig
-from popmq.proxy import settings
+from popmq.runtime import settings
 from popmq.sdk.tls import channel_security
 from popmq.security.config import SecurityConfig
 from popmq.security.tls import (

@@ -23,19 +23,17 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from popmq.broker_core import MAX_REQUEST_BYTES, PRIVATE_UMASK, DataDirError, InvalidArgumentError
-from popmq.proxy.logs import configure_logging
-from popmq.proxy.metrics import Metrics, MetricsEndpoint
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.logs import configure_logging
+from popmq.runtime.metrics import Metrics, MetricsEndpoint
 from popmq.security.http_auth import HttpAuth
 from popmq.security.protected import is_loopback
 from popmq.security.tls import ServerTLS, bind
-
-if TYPE_CHECKING:
-    from popmq.proxy.server import ServerConfig
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

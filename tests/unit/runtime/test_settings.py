@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core.config import DEFAULT_RETRY_BACKOFF_S
-from popmq.proxy import settings
-from popmq.proxy.server import ServerConfig
+from popmq.runtime import settings
+from popmq.runtime.config import ServerConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:

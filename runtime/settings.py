@@ -1,4 +1,5 @@
-"""`popmq serve` configuration from a TOML file, POPMQ_* environment variables and flags.
+"""A server process's configuration from a TOML file, POPMQ_* environment variables and
+flags: `popmq serve`, `popmq proxy` and `popmq broker` read the same settings (config.py).
 
 Precedence: flags > environment > file > defaults. Every setting belongs to one frozen
 dataclass (one per concern); its TOML section is the dataclass's field name:
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from popmq.broker_core import InvalidArgumentError
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
 from popmq.security.config import SECRET_SETTINGS
 
 ENV_PREFIX = "POPMQ_"
