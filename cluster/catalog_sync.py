@@ -1,9 +1,10 @@
 """Each `popmq broker` keeps its own catalog in step with the cluster's topics and groups.
 
-Cluster-wide metadata lives in the coordinator: `topics/<topic>` (routes, routes.py) and
-`groups/<group>` (group records, groups.py). A proxy changes it there and then pushes the
-change to every live broker; a broker that was down, partitioned or restarting misses the
-push, so `CatalogSync` follows both prefixes (metadata.follow) and applies them itself:
+Cluster-wide metadata lives in the coordinator: `topics/<topic>` (routes,
+coordination/routes.py) and `groups/<group>` (group records, coordination/groups.py). A
+proxy changes it there and then pushes the change to every live broker; a broker that was
+down, partitioned or restarting misses the push, so `CatalogSync` follows both prefixes
+(metadata.follow) and applies them itself:
 
 - a route of kind "normal" naming this broker: the local topic exists with the route's
   message type and at least the route's local queue count (created, or grown; never
@@ -41,11 +42,11 @@ from typing import TypeVar
 from popmq.broker_core import AlreadyExistsError, Broker, NotFoundError, PopMQError
 from popmq.broker_core.catalog import KIND_NORMAL, TopicInfo
 from popmq.broker_core.errors import FailedPreconditionError
-from popmq.cluster.groups import GROUPS_FOLDER, GroupRecord
-from popmq.cluster.routes import TOPICS_FOLDER, TopicRoute
 from popmq.coordination.coordinator import Coordinator, Entry, Snapshot
 from popmq.coordination.errors import CorruptValueError
+from popmq.coordination.groups import GROUPS_FOLDER, GroupRecord
 from popmq.coordination.metadata import follow
+from popmq.coordination.routes import TOPICS_FOLDER, TopicRoute
 
 logger = logging.getLogger(__name__)
 

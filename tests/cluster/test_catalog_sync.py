@@ -30,13 +30,19 @@ from popmq.broker_core import (
     StoreConfig,
     Subscription,
 )
-from popmq.cluster import RouteAdmin, TopicRoute
 from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.catalog_sync import CatalogSync, CatalogSyncConfig
-from popmq.cluster.groups import GroupAdmin, GroupRules
-from popmq.cluster.routes import Segment, topic_path
-from popmq.coordination import EtcdCoordinator, LocalCoordinator, Session, Snapshot
+from popmq.coordination import (
+    EtcdCoordinator,
+    LocalCoordinator,
+    RouteAdmin,
+    Session,
+    Snapshot,
+    TopicRoute,
+)
 from popmq.coordination.config import ClusterConfig
+from popmq.coordination.groups import GroupAdmin, GroupRules
+from popmq.coordination.routes import Segment, topic_path
 from popmq.runtime.config import ServerConfig
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link

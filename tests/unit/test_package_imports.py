@@ -187,7 +187,7 @@ def test_the_table_has_no_cycle() -> None:
 def test_the_scan_reads_each_form_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(
-        "import popmq.cluster.routes\n"
+        "import popmq.cluster.topology\n"
         "from popmq.proxy.server import ServerConfig\n"
         "from popmq import Producer, broker_core\n"
         "from . import sibling\n"
