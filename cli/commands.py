@@ -63,7 +63,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def broker(args: argparse.Namespace) -> int:
-    from popmq.cluster.broker_server import (  # type: ignore[import-not-found, unused-ignore]
+    from popmq.broker.server import (  # type: ignore[import-not-found, unused-ignore]
         run_broker,
     )
 

@@ -11,7 +11,7 @@ routes every operation to the brokers (docs/cluster.md):
   queue id is translated between the route's global ids and each broker's local ones
   (topology.py);
 - admin writes change etcd first, with compare-and-set, and then push the change to the
-  live brokers (each broker also follows etcd, catalog_sync.py, to catch up after a loss);
+  live brokers (each broker also follows etcd, broker/catalog_sync.py, to catch up after a loss);
 - sends pick a broker and queue with latency fault tolerance and retry a broker failure on
   another broker inside the proxy (cluster/fault_tolerance.py); a FIFO message group keeps its
   queue;
@@ -71,8 +71,8 @@ from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
 from popmq.cluster.fault_tolerance import FaultTable, SendRouter
+from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.replication.reads import FollowerReads
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot

@@ -7,7 +7,7 @@ cluster-wide metadata: `groups/<group>` holds them as a JSON object (docs/cluste
 checked and merged by broker_core's own rules (group_rules.py), so a group set through a
 proxy obeys exactly what a broker would have enforced. Every broker keeps its own copy of
 the group for its pops and revives (its offsets stay local): the proxy pushes a change to
-the live brokers and each broker follows `groups/` (catalog_sync.py) to catch up after it
+the live brokers and each broker follows `groups/` (broker/catalog_sync.py) to catch up after it
 was away.
 
 `GroupCache` answers the proxy's synchronous lookups (get_group, group_settings,

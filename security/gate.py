@@ -46,7 +46,7 @@ sees it (the gate needs a decoded request to authorize).
 Until the acl helper's store is wired, the Authorizer allows everything (`AllowAll`) and the
 only user is root (`StaticDirectory()` beside the Authenticator's root). The server wires
 access control with `Gate.use(authorizer=..., directory=...)` in one place, PopMQServer.start
-(calls read both each time). A cluster broker's gate (cluster/broker_server.py) keeps root as
+(calls read both each time). A cluster broker's gate (broker/server.py) keeps root as
 its only user on purpose: only proxies call BrokerService. Everything runs on the event
 loop; nothing blocks.
 """

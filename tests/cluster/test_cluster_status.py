@@ -18,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from popmq import AsyncAdmin, AsyncProducer
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.cli.main import main
-from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Producer, SimpleConsumer, TLSConfig
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig, UnavailableError
 from popmq.cluster import RemoteBroker
-from popmq.cluster.broker_server import BrokerServer
 from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
 from popmq.security.tls import ChannelTLS, TLSFilesError, broker_channel_tls

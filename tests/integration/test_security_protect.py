@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import pytest
 
 from popmq import Admin, AsyncAdmin, PopMQError
+from popmq.broker.server import BrokerServer
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.cluster.broker_server import BrokerServer
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import MetricsConfig

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
-from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer
 from popmq.coordination.config import ClusterConfig

@@ -105,6 +105,7 @@ FOLDERS = {
     "runtime": "runtime",
     "sdk": "sdk",
     "proxy": "proxy",
+    "broker": "broker",
     "cluster": "cluster",
     "cli": "cli",
     "spark": "spark_connector",
@@ -120,10 +121,11 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"broker_core", "coordination", "security"},
     "sdk": {"_gen"},
     "proxy": {"_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime"},
-    "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy"},
+    "broker": {"_gen", "broker_core", "coordination", "security", "runtime"},
+    "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy", "broker"},
     "cli": {
         "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "sdk",
-        "proxy", "cluster",
+        "proxy", "broker", "cluster",
     },
     "spark": {"sdk"},
 }  # fmt: skip

@@ -39,9 +39,10 @@ EXPECTED = {
         "check_offset", "check_queue_id", "check_range", "check_tag", "issuer_of",
         "new_group_state", "now_ms", "parse_filter", "updated_group_state",
     ],
-    "popmq.cluster": [
-        "BrokerServicer", "CatalogSync", "ClusterBroker", "RemoteBroker", "add_broker_service",
+    "popmq.broker": [
+        "BrokerServer", "BrokerServicer", "CatalogSync", "add_broker_service", "run_broker",
     ],
+    "popmq.cluster": ["ClusterBroker", "RemoteBroker"],
     "popmq.coordination": [
         "CompactedError", "ConflictError", "CoordinationArgumentError", "CoordinationError",
         "CoordinationUnavailableError", "Coordinator", "CorruptValueError",

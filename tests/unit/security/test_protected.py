@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from popmq.broker.server import BrokerServer
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.cluster.broker_server import BrokerServer
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig

@@ -31,18 +31,18 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, UnavailableError, data_dir
-from popmq.broker_core.store import Store
-from popmq.cluster.broker_service import BrokerServicer, add_broker_service
-from popmq.cluster.catalog_sync import CatalogSync
-from popmq.cluster.replication.election import ShardElection, ShardState, Term
-from popmq.cluster.replication.follower import Follower, FollowError
-from popmq.cluster.replication.log import ReplicationLog
-from popmq.cluster.replication.service import (
+from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.replication.election import ShardElection, ShardState, Term
+from popmq.broker.replication.follower import Follower, FollowError
+from popmq.broker.replication.log import ReplicationLog
+from popmq.broker.replication.service import (
     Leadership,
     ReplicationServicer,
     add_replication_service,
 )
+from popmq.broker.service import BrokerServicer, add_broker_service
+from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, UnavailableError, data_dir
+from popmq.broker_core.store import Store
 from popmq.coordination.coordinator import Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator

@@ -28,10 +28,10 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
+from popmq.broker.replication import oplog
+from popmq.broker.replication.log import FollowerState, ReplicationLog
 from popmq.broker_core import data_dir
 from popmq.broker_core.store import Store
-from popmq.cluster.replication import oplog
-from popmq.cluster.replication.log import FollowerState, ReplicationLog
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The BrokerService servicer: one broker core (`Broker`) served over gRPC to proxies.
 
 Each RPC calls the BrokerAPI operation of the same name and converts its answer
-(broker_wire.py). A PopMQError ends the call with its status code and an ErrorDetail in the
+(wire.py). A PopMQError ends the call with its status code and an ErrorDetail in the
 `popmq-error-bin` trailer; anything else is a bug, answered INTERNAL (an InternalError
 detail naming this broker) and logged here, once.
 
@@ -24,6 +24,7 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import wire as w
 from popmq.broker_core.api import BrokerAPI
 from popmq.broker_core.catalog import GroupInfo
 from popmq.broker_core.errors import (
@@ -34,7 +35,6 @@ from popmq.broker_core.errors import (
     UnavailableError,
 )
 from popmq.broker_core.group_rules import GroupState
-from popmq.cluster import broker_wire as w
 
 log = logging.getLogger(__name__)
 

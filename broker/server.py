@@ -48,9 +48,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
-from popmq.cluster.broker_service import BrokerServicer, add_broker_service
-from popmq.cluster.catalog_sync import CatalogSync
 from popmq.coordination.coordinator import Coordinator, Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
@@ -354,9 +354,9 @@ async def serve_broker(config: ServerConfig) -> None:
 def run_broker(config: ServerConfig) -> int:
     """Blocking entry point of `popmq broker`; returns the process exit code (2 for a bad
     listen address, an unusable data dir or an etcd that refuses the registration). With
-    `replication.replica` (`--shard`), one replica of a shard (cluster/replication)."""
+    `replication.replica` (`--shard`), one replica of a shard (broker/replication)."""
     if config.replication.replica:
-        from popmq.cluster.replication.replica import serve_replica
+        from popmq.broker.replication.replica import serve_replica
 
         return run_process(serve_replica, config)
     return run_process(serve_broker, config)

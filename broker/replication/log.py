@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from popmq.broker.replication import oplog
 from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
 from popmq.broker_core.errors import NotEnoughReplicasError, PopMQError, UnavailableError
 from popmq.broker_core.store import Batch, Store
-from popmq.cluster.replication import oplog
 
 log = logging.getLogger(__name__)
 

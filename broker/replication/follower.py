@@ -27,8 +27,8 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
+from popmq.broker.replication import oplog
 from popmq.broker_core.store import Store
-from popmq.cluster.replication import oplog
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 

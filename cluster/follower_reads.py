@@ -1,12 +1,12 @@
 """Reads from a shard's followers, for a proxy whose shard has no reachable leader.
 
-Every replica is registered under `replicas/<shard>.<replica>` while it runs (replica.py).
-When a read (a peek, a topic's offsets, a group's offsets or lag, a message by id or key)
-cannot reach a shard's leader (none is registered: a failover is under way, or no in-sync
-replica is left), ClusterAdmin asks one of the shard's other replicas instead: a follower
-answers reads from a read-only view of its copy, which may lag the leader by a second or
-so plus the replication lag (RocketMQ's reading from a slave while the master is away).
-Writes never go to a follower.
+Every replica is registered under `replicas/<shard>.<replica>` while it runs
+(broker/replication/replica.py). When a read (a peek, a topic's offsets, a group's offsets
+or lag, a message by id or key) cannot reach a shard's leader (none is registered: a
+failover is under way, or no in-sync replica is left), ClusterAdmin asks one of the
+shard's other replicas instead: a follower answers reads from a read-only view of its
+copy, which may lag the leader by a second or so plus the replication lag (RocketMQ's
+reading from a slave while the master is away). Writes never go to a follower.
 
 The replicas are listed from etcd when a fallback is needed (not watched: the path is rare),
 and a connection per replica address is kept for later fallbacks.

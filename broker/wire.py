@@ -1,8 +1,8 @@
 """Broker API values to and from popmq.broker.v1 messages, and broker errors on the wire.
 
-Shared by the BrokerService servicer (broker_service.py) and RemoteBroker
-(remote_broker.py), so each value has one conversion each way. Stored messages travel as
-their record bytes (MessageRecord.to_bytes / from_bytes), not field by field.
+Shared by the BrokerService servicer (service.py) and the proxies' RemoteBroker
+(cluster/remote_broker.py), so each value has one conversion each way. Stored messages
+travel as their record bytes (MessageRecord.to_bytes / from_bytes), not field by field.
 
 Errors: the servicer ends a failed call with the status of the error's `code` and an
 ErrorDetail in the binary trailer ERROR_TRAILER; `error_from_detail` rebuilds the same

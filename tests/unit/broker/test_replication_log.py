@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from popmq.broker.replication import oplog
+from popmq.broker.replication.log import NotEnoughReplicasError, ReplicationLog
 from popmq.broker_core.errors import UnavailableError
 from popmq.broker_core.store import Store
-from popmq.cluster.replication import oplog
-from popmq.cluster.replication.log import NotEnoughReplicasError, ReplicationLog
 
 
 class _Harness:
