@@ -5,6 +5,8 @@
   shard instead (replication/replica.py);
 - service.py: the BrokerService servicer over a `Broker`; wire.py: the conversions of API
   values and errors it shares with the proxies' `RemoteBroker` (popmq.cluster);
+- fencing.py: how a broker that may have been replaced stops writing (the write fence
+  BrokerService asks, the task that follows its etcd registration, a shard leader's lease);
 - catalog_sync.py: the broker's topics and groups kept in step with the cluster's routes
   and group records;
 - replication/: replica sets of a shard (docs/replication.md).

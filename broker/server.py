@@ -29,9 +29,9 @@ them (`[security] root_access_key` and its secret: the same on proxies and broke
 stays open. Without it, BrokerService answers whoever reaches it (protected mode keeps it
 on loopback unless `allow_anonymous`).
 
-Fencing (docs/cluster.md): with etcd, the broker takes writes only while its registration
-is alive. When the session is lost (its lease expired or was revoked, or etcd was
-unreachable for a whole TTL) every RPC that changes the store fails with a retriable
+Fencing (fencing.py, docs/cluster.md): with etcd, the broker takes writes only while its
+registration is alive. When the session is lost (its lease expired or was revoked, or etcd
+was unreachable for a whole TTL) every RPC that changes the store fails with a retriable
 UNAVAILABLE until the session has registered again (it does so by itself, with a new epoch).
 """
 
@@ -49,6 +49,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.fencing import start_fencing
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.coordination.coordinator import Coordinator, Session
@@ -106,7 +107,8 @@ class BrokerServer:
         self._server: grpc.aio.Server | None = None
         self._coordinator: Coordinator | None = None
         self.session: Session | None = None
-        # Follows the etcd session: fences writes while it is lost (held so it runs).
+        # Follows the etcd session: fences writes while it is lost (fencing.py; held so it
+        # runs).
         self._fencing: asyncio.Task[None] | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self.metrics_port = 0
@@ -275,32 +277,10 @@ class BrokerServer:
                     f"broker {name!r} cannot register with etcd {cluster.etcd}: {exc}"
                 ) from exc
         log.info("registered as broker %r of cluster %r in etcd", name, cluster.name)
-        self._fencing = asyncio.get_running_loop().create_task(
-            self._fence_loop(self.session), name="popmq-broker-fencing"
-        )
-        self._fencing.add_done_callback(self._fencing_done)
-
-    def _fencing_done(self, task: asyncio.Task[None]) -> None:
-        """The fencing loop ended without stop(): nothing follows the registration any
-        more, so writes are refused for good and the broker reports the failure."""
-        if task.cancelled():
-            return
-        error = task.exception()
-        why = f"{error!r}" if error is not None else "it returned"
-        log.error("the fencing loop died: %s", why, exc_info=error)
-        if self.servicer is not None:
-            self.servicer.fence(f"its fencing loop died ({why})")
-        self.broker.report_failure(f"its fencing loop died ({why})")
-
-    async def _fence_loop(self, session: Session) -> None:
-        """Refuse writes while the registration is lost; take them again once it is back."""
         assert self.servicer is not None
-        while True:
-            epoch = await session.wait_registered()
-            self.servicer.unfence()
-            reason = await session.wait_lost(epoch)
-            log.warning("etcd session lost (%s): refusing writes until registered again", reason)
-            self.servicer.fence(f"its etcd registration was lost ({reason})")
+        self._fencing = start_fencing(
+            self.session, self.servicer.writes, failed=self.broker.report_failure
+        )
 
     async def stop(self) -> None:
         """NOT_SERVING, answer held polls, drain calls, deregister, close the store."""
@@ -320,7 +300,8 @@ class BrokerServer:
             self._fencing = None
         for task in tasks:
             task.cancel()
-        # A task that died has been reported already (_fencing_done, the health watcher).
+        # A task that died has been reported already (the fencing task's own callback, the
+        # health watcher).
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             session, self.session = self.session, None

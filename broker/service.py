@@ -8,9 +8,10 @@ detail naming this broker) and logged here, once.
 ApplyGroup (cluster-internal, not in BrokerAPI) needs a broker with `apply_group`
 (`GroupApplier`); it is a write, so fenced like the others.
 
-Fencing: `fence(reason)` makes every RPC that changes the store (sends, pops, acks, admin
-writes...) fail with a retriable UNAVAILABLE until `unfence()`; reads keep working. `popmq
-broker --etcd` fences while its etcd session is lost (docs/cluster.md).
+Fencing (fencing.py): every RPC that changes the store (sends, pops, acks, admin writes...)
+asks the servicer's `writes` fence first, which refuses it while the broker's etcd
+registration is lost (a retriable UNAVAILABLE) or while a replica follows its leader
+(NOT_LEADER); reads keep working (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ import grpc
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker import wire as w
+from popmq.broker.fencing import WriteFence
 from popmq.broker_core.api import BrokerAPI
 from popmq.broker_core.catalog import GroupInfo
 from popmq.broker_core.errors import (
     FailedPreconditionError,
     InternalError,
-    NotLeaderError,
     PopMQError,
-    UnavailableError,
 )
 from popmq.broker_core.group_rules import GroupState
 
@@ -54,10 +54,10 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
         ) -> _Resp:
             try:
                 if writes:
-                    self.check_writable()
-                elif self.following is not None:
+                    self.writes.check()
+                elif self.writes.following is not None:
                     if self.reads_from is None:
-                        self.check_writable()
+                        self.writes.check()
                     else:
                         self._broker = await self.reads_from()
                 return await handler(self, request, context)
@@ -101,37 +101,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, broker: BrokerAPI) -> None:
         self._broker = broker
         self.name = broker.server_info().broker_name
-        self.fenced: str | None = None
-        """Why writes are refused right now, or None (see fence())."""
-        self.following: str | None = None
-        """Set on a replica that follows its shard's leader: every call that writes is
-        refused (its store is a copy being written by replication)."""
+        self.writes = WriteFence(self.name)
+        """Whether calls that change the store may go ahead (fencing.py)."""
         self.reads_from: Callable[[], Awaitable[BrokerAPI]] | None = None
         """While following: what serves the calls that only read (a read-only view of the
-        follower's copy, replica.py); None refuses them too."""
+        follower's copy, replication/replica.py); None refuses them too."""
 
     def serve(self, broker: BrokerAPI) -> None:
         """Serve another broker core (a replica that became its shard's leader)."""
         self._broker = broker
-
-    def fence(self, reason: str) -> None:
-        """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence()."""
-        self.fenced = reason
-
-    def unfence(self) -> None:
-        self.fenced = None
-
-    def check_writable(self) -> None:
-        """Raise a retriable UnavailableError while fenced (or following)."""
-        if self.following is not None:
-            raise NotLeaderError(
-                f"this replica of shard {self.name!r} does not lead it now "
-                f"({self.following}); ask the shard's leader"
-            )
-        if self.fenced is not None:
-            raise UnavailableError(
-                f"broker {self.name!r} refuses writes: {self.fenced}; retry later"
-            )
 
     # -- lifecycle, info -----------------------------------------------------------------
 

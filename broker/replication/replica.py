@@ -12,7 +12,8 @@ and then takes whichever role etcd gives it (election.py), for as long as it run
   restart would: recovery rebuilds in-flight state), with the replication log as the
   store's tap, starts the catalog sync, and serves. It leads until its lease is lost (as
   its own clock tells: a paused process that wakes after its TTL writes nothing), or the
-  broker fails; then it fences, closes the core, resigns and follows again.
+  broker fails; then it fences (broker/fencing.py), closes the core, resigns and follows
+  again.
 
 Nothing else changes for proxies: handles name the shard (the broker name every replica
 stores under) and carry the shard's receipt key, which followers receive with their first
@@ -32,6 +33,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.fencing import leader_lease
 from popmq.broker.replication.election import ShardElection, ShardState, Term
 from popmq.broker.replication.follower import Follower, FollowError
 from popmq.broker.replication.log import ReplicationLog
@@ -95,7 +97,7 @@ class ReplicaServer:
         self.gate = Gate.from_config(config.security)
         self.health = health_aio.HealthServicer()
         self.servicer = BrokerServicer(Broker(self.broker_config))
-        self.servicer.following = "starting"
+        self.servicer.writes.following = "starting"
         self.replication = ReplicationServicer(self.shard)
         self.follower = Follower(
             self.directory,
@@ -195,7 +197,7 @@ class ReplicaServer:
             return
         error = task.exception()
         log.error("the replica's role loop died: %r; exiting", error, exc_info=error)
-        self.servicer.fence("its role loop died")
+        self.servicer.writes.fence("its role loop died")
         if self.died is not None and not self.died.done():
             self.died.set_result(f"its role loop died ({error!r})")
 
@@ -292,7 +294,7 @@ class ReplicaServer:
         self.role = role
         self.epoch = epoch
         if role != "leader":
-            self.servicer.following = f"{role} at epoch {epoch}"
+            self.servicer.writes.following = f"{role} at epoch {epoch}"
 
     async def _campaign(self, state: ShardState) -> Term | None:
         assert self._election is not None
@@ -346,13 +348,7 @@ class ReplicaServer:
         await self._drop_view()
         self.follower.close()
         loop = asyncio.get_running_loop()
-
-        def fenced() -> str | None:
-            if term.keeper.lost:
-                return "its leader lease was lost"
-            if loop.time() >= term.keeper.expires_at:
-                return "its leader lease lapsed by its own clock"
-            return None
+        fenced = leader_lease(term.keeper)
 
         def make_log(store: Store) -> ReplicationLog:
             self.log = ReplicationLog(
@@ -383,8 +379,8 @@ class ReplicaServer:
             await sync.start()
             await sync.wait_ready(timeout_s=self.config.cluster.catalog_ready_timeout_s)
             self.servicer.serve(broker)
-            self.servicer.following = None
-            self.servicer.unfence()
+            self.servicer.writes.following = None
+            self.servicer.writes.unfence()
             self.role = "leader"
             self.epoch = term.epoch
             self.failovers += 1
@@ -410,7 +406,7 @@ class ReplicaServer:
             reason = f"it could not start leading: {exc}"
         finally:
             log.warning("shard %s: replica %s stops leading: %s", self.shard, self.replica, reason)
-            self.servicer.fence(f"it no longer leads ({reason})")
+            self.servicer.writes.fence(f"it no longer leads ({reason})")
             self._set_role("resigning", term.epoch)
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             if lag_task is not None:

@@ -475,7 +475,7 @@ def test_a_dead_fencing_loop_fences_writes_for_good_and_fails_health(
                 WAIT_S,
             )
             assert "fencing loop died" in (server.broker.failure or "")
-            assert "fencing loop died" in (server.servicer.fenced or "")
+            assert "fencing loop died" in (server.servicer.writes.reason or "")
             await _until_health(server.address, 2)
         finally:
             await server.stop()
