@@ -88,7 +88,7 @@ class Answers(Protocol):
     """How a protocol tells a client that its call was refused."""
 
     async def answer(self, context: grpc.aio.ServicerContext, error: PopMQError) -> Any:
-        """The response that carries `error`, or end the call with it (never returns)."""
+        """The response that carries `error`, or end the call with it (then never return)."""
         ...
 
 
