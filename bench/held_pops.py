@@ -144,7 +144,8 @@ async def _harness(data_dir: str, trace: bool) -> None:
     if trace:
         tracemalloc.start()
     from popmq.broker_core.config import BrokerConfig, StoreConfig
-    from popmq.proxy.server import PopMQServer, ServerConfig
+    from popmq.proxy.server import PopMQServer
+    from popmq.runtime.config import ServerConfig
 
     store = StoreConfig(data_dir=Path(data_dir), flush="async")
     server = PopMQServer(ServerConfig(listen="127.0.0.1:0", broker=BrokerConfig(store=store)))

@@ -22,8 +22,13 @@ import statistics
 import time
 import timeit
 
-from popmq.cluster import RouteAdmin, RouteCache
-from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
+from popmq.coordination import (
+    Coordinator,
+    EtcdCoordinator,
+    LocalCoordinator,
+    RouteAdmin,
+    RouteCache,
+)
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 

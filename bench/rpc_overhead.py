@@ -226,7 +226,8 @@ async def _harness(data_dir: str) -> None:
     """The server under measurement, answering commands on stdin with JSON lines."""
     tracemalloc.start()
     from popmq.broker_core.config import BrokerConfig, StoreConfig
-    from popmq.proxy.server import PopMQServer, ServerConfig
+    from popmq.proxy.server import PopMQServer
+    from popmq.runtime.config import ServerConfig
 
     store = StoreConfig(data_dir=Path(data_dir), flush="async")
     server = PopMQServer(ServerConfig(listen="127.0.0.1:0", broker=BrokerConfig(store=store)))

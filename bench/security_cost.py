@@ -20,7 +20,7 @@ channel; the server's CPU is utime + stime of its process (all threads) from
 ``/proc/PID/stat`` across ``--calls`` calls, after a warm-up, for AdminService/ListTopics,
 MessagingService/SendMessages (one 16-byte message a call) and MessagingService/Pop with a
 zero wait on an empty topic. A signed call gets headers of its own
-(``popmq.proxy.security.signing.headers``, as the SDK signs each call as it starts): that
+(``popmq.security.signing.headers``, as the SDK signs each call as it starts): that
 cost is this process's, in the client CPU column, not in the server's.
 
 Each run starts a fresh server per configuration on a temp data dir, in an order rotated
@@ -261,7 +261,7 @@ async def _load(
     from google.protobuf.duration_pb2 import Duration
 
     from popmq._gen.popmq.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
-    from popmq.proxy.security import signing
+    from popmq.security import signing
 
     if config.tls:
         credentials = grpc.ssl_channel_credentials(root_certificates=ca_pem)
@@ -412,12 +412,12 @@ def gate_costs_us() -> list[tuple[str, float]]:
     from google.protobuf.message import Message
 
     from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-    from popmq.proxy.security import acl, rpc_table, signing
-    from popmq.proxy.security.admin import policy_from_proto
-    from popmq.proxy.security.authn import Authenticator
-    from popmq.proxy.security.config import SecurityConfig
-    from popmq.proxy.security.gate import StaticDirectory
-    from popmq.proxy.security.model import Check, Principal, User, UserType
+    from popmq.proxy.security_admin import policy_from_proto
+    from popmq.security import acl, rpc_table, signing
+    from popmq.security.authn import Authenticator
+    from popmq.security.config import SecurityConfig
+    from popmq.security.gate import StaticDirectory
+    from popmq.security.model import Check, Principal, User, UserType
 
     user = User(_APP_ACCESS_KEY, _APP_SECRET_KEY, UserType.NORMAL)
     policies = [policy_from_proto(p.to_proto()) for p in normal_user_policies()]

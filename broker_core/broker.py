@@ -121,7 +121,7 @@ class Broker:
         Args:
             config: The broker's settings.
             tap: Makes what sees every write of the store, before the first one (a
-                replicating leader's log, cluster/replication); its `barrier`, if it has
+                replicating leader's log, broker/replication); its `barrier`, if it has
                 one, holds batches back until followers hold them.
             view_of: A store someone else writes (a replicated shard's follower): the broker
                 is a read-only view of it as of `start()`. It writes nothing (every write
@@ -853,7 +853,7 @@ class Broker:
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
 
-    # -- security records (proxy/security/store.py) --------------------------------------
+    # -- security records (security/store.py) --------------------------------------
 
     def security_records(self) -> dict[str, bytes]:
         """Every stored security record (a user with its policies) by name.

@@ -108,7 +108,7 @@ class UnavailableError(PopMQError):
 
 class NotEnoughReplicasError(UnavailableError):
     """A replicated shard refuses sends: fewer followers are in sync than
-    replication.min_insync (cluster/replication/log.py). Retriable on another shard at once;
+    replication.min_insync (broker/replication/log.py). Retriable on another shard at once;
     the shard takes sends again as soon as a follower has caught up."""
 
 

@@ -1,7 +1,7 @@
 """What a group create or update produces, as pure functions over the group's current state.
 
 A broker (groups.py) applies them to its catalog; a cluster-mode proxy applies the same
-functions to the group record it keeps in etcd (cluster/groups.py), so a group's settings
+functions to the group record it keeps in etcd (coordination/groups.py), so a group's settings
 are checked and merged by one set of rules whichever process changes them.
 
 No I/O: whether a subscribed topic exists is asked of the caller (`topic_exists`, which

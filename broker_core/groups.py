@@ -6,7 +6,7 @@ made by autocreate.py with default settings and may be given settings by a later
 
 In cluster mode the group's settings live in etcd; `apply` sets the broker's copy to
 exactly the cluster's record (pushed by a proxy, or found by the catalog sync,
-cluster/catalog_sync.py), ignoring a record older than the one it applied last.
+broker/catalog_sync.py), ignoring a record older than the one it applied last.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def parse_retry_meta_key(key: bytes) -> tuple[int, int]:
 
 
 SECURITY_PREFIX = b"security:"
-"""meta family: the proxy's users and policies (proxy/security/store.py), opaque here."""
+"""meta family: the proxy's users and policies (security/store.py), opaque here."""
 
 
 def security_meta_key(name: str) -> bytes:

@@ -63,7 +63,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def broker(args: argparse.Namespace) -> int:
-    from popmq.cluster.broker_server import (  # type: ignore[import-not-found, unused-ignore]
+    from popmq.broker.server import (  # type: ignore[import-not-found, unused-ignore]
         run_broker,
     )
 
@@ -111,7 +111,7 @@ def _run_with_settings(
     dedicated: Sequence[tuple[str, object]],
 ) -> int:
     """Load the settings (flags > --set > POPMQ_* > --config file > defaults), then run."""
-    from popmq.proxy import settings  # type: ignore[import-not-found, unused-ignore]
+    from popmq.runtime import settings  # type: ignore[import-not-found, unused-ignore]
 
     flags = {name: value for name, value in dedicated if value is not None}
     config_file = args.config or os.environ.get("POPMQ_CONFIG")

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from popmq.broker_core import UnavailableError
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.coordination.coordinator import Entry
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from popmq.broker_core.types import (
     TopicBacklog,
 )
 from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.replication.reads import FollowerReads
 from popmq.cluster.topology import Topology, topic_info
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ClusterAdmin:
         self._topology = topology
         self._pool = pool
         self._followers = followers
-        """Where reads of a shard without a reachable leader go (replication/reads.py)."""
+        """Where reads of a shard without a reachable leader go (follower_reads.py)."""
 
     # -- gathering --------------------------------------------------------------------------
 

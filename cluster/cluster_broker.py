@@ -5,12 +5,13 @@ apache.rocketmq.v2, health and reflection exactly as `popmq serve` does, and thi
 routes every operation to the brokers (docs/cluster.md):
 
 - metadata comes from etcd through watched caches, so the synchronous members of BrokerAPI
-  are answered without a call: topics from the route cache (routes.py), groups from the
-  group cache (groups.py); a topic's queues are the route's global queues, numbered as
-  popmq.v1 clients address them, and every value that carries a queue id is translated
-  between the route's global ids and each broker's local ones (topology.py);
+  are answered without a call: topics from the route cache (coordination/routes.py),
+  groups from the group cache (coordination/groups.py); a topic's queues are the route's
+  global queues, numbered as popmq.v1 clients address them, and every value that carries a
+  queue id is translated between the route's global ids and each broker's local ones
+  (topology.py);
 - admin writes change etcd first, with compare-and-set, and then push the change to the
-  live brokers (each broker also follows etcd, catalog_sync.py, to catch up after a loss);
+  live brokers (each broker also follows etcd, broker/catalog_sync.py, to catch up after a loss);
 - sends pick a broker and queue with latency fault tolerance and retry a broker failure on
   another broker inside the proxy (cluster/fault_tolerance.py); a FIFO message group keeps its
   queue;
@@ -70,17 +71,17 @@ from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
 from popmq.cluster.fault_tolerance import FaultTable, SendRouter
-from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
+from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.replication.reads import FollowerReads
-from popmq.cluster.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
+from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.coordination.metadata import follow
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.coordination.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

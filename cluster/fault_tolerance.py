@@ -43,8 +43,8 @@ from popmq.broker_core import (
     PopMQError,
     UnavailableError,
 )
-from popmq.cluster.routes import QueueRef
 from popmq.coordination.config import FaultToleranceConfig
+from popmq.coordination.routes import QueueRef
 from popmq.proxy.status import BrokerFaultState
 
 __all__ = [

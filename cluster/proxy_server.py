@@ -22,15 +22,16 @@ from popmq.cluster.status import ClusterStatus
 from popmq.coordination.coordinator import Session
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
-from popmq.proxy.process_runtime import (
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.process import (
     print_plaintext_listener,
     run_process,
     split_listen,
     wait_for_stop_signal,
 )
-from popmq.proxy.security.authn import cluster_signer
-from popmq.proxy.security.tls import broker_channel_tls
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.security.authn import cluster_signer
+from popmq.security.tls import broker_channel_tls
 
 log = logging.getLogger(__name__)
 

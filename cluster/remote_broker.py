@@ -2,7 +2,7 @@
 
 A proxy uses it exactly as it uses the in-process `Broker`: the same operations, values and
 errors (a broker error comes back as the same PopMQError subclass with the same fields,
-broker_wire.py). A broker that cannot be reached, or a call that times out, raises a
+broker/wire.py). A broker that cannot be reached, or a call that times out, raises a
 retriable `UnavailableError` naming the broker's address.
 
 Deadlines: a plain call gets `call_timeout_s`; a long poll (a pop, pull_wait or
@@ -40,6 +40,7 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import wire as w
 from popmq.broker_core import validation
 from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
@@ -71,9 +72,8 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.cluster import broker_wire as w
-from popmq.proxy.security.signing import Signer
-from popmq.proxy.security.tls import ChannelTLS
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
 
 log = logging.getLogger(__name__)
 

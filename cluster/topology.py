@@ -26,8 +26,8 @@ from popmq.broker_core import (
     issuer_of,
 )
 from popmq.broker_core.catalog import KIND_DLQ, KIND_NORMAL, KIND_RETRY, MESSAGE_TYPES
-from popmq.cluster.groups import GroupCache
-from popmq.cluster.routes import QueueRef, RouteCache, Segment, TopicRoute
+from popmq.coordination.groups import GroupCache
+from popmq.coordination.routes import QueueRef, RouteCache, Segment, TopicRoute
 
 _KIND_CODES = {"normal": KIND_NORMAL, "dlq": KIND_DLQ, "retry": KIND_RETRY}
 

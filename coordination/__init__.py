@@ -10,8 +10,14 @@ uses in memory.
   families; the write-with-id and delete-with-marker helpers of cluster metadata
   (metadata.py); cluster mode's settings sections (config.py).
 
-It imports only broker_core (errors) and the generated etcd stubs, so the proxy, the
-cluster's processes and the CLI all build on it without importing each other.
+What the processes of a cluster agree on lives here too, beside how they agree on it: the
+topic routes (routes.py: `TopicRoute`, `RouteAdmin`, the proxies' `RouteCache`) and the
+group records (groups.py: `GroupRecord`, `GroupAdmin`, `GroupCache`) under `topics/` and
+`groups/`, which proxies write and route by and every broker follows (its catalog sync).
+
+It imports only broker_core (errors, names and value types) and the generated etcd stubs,
+so the proxy, the broker process, the proxies' cluster routing and the CLI all build on it
+without importing each other.
 """
 
 from popmq.coordination.coordinator import (
@@ -36,7 +42,16 @@ from popmq.coordination.errors import (
     SessionClosedError,
 )
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.coordination.local_coordinator import LocalCoordinator
+from popmq.coordination.routes import (
+    QueueRef,
+    RouteAdmin,
+    RouteCache,
+    RoutesConfig,
+    Segment,
+    TopicRoute,
+)
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
     "CompactedError",
@@ -50,12 +65,22 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "Entry",
     "EtcdCoordinator",
     "EtcdError",
+    "GroupAdmin",
+    "GroupCache",
+    "GroupRecord",
+    "GroupRules",
     "LeaseNotFoundError",
     "LocalCoordinator",
     "Member",
     "MemberExistsError",
     "MemberKind",
+    "QueueRef",
+    "RouteAdmin",
+    "RouteCache",
+    "RoutesConfig",
+    "Segment",
     "Session",
     "SessionClosedError",
     "Snapshot",
+    "TopicRoute",
 ]

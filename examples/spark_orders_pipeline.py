@@ -144,7 +144,7 @@ def report(spark: SparkSession, output: Path) -> list[tuple[datetime, int, float
 def embedded_server(data_dir: Path) -> Iterator[str]:
     """A popmq server on 127.0.0.1 (a free port) in a background thread."""
     from popmq.broker_core.config import BrokerConfig, StoreConfig
-    from popmq.proxy.server import PopMQServer, ServerConfig
+    from popmq.proxy import PopMQServer, ServerConfig
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="popmq-example-server", daemon=True)

@@ -2,13 +2,14 @@
 
 Each RPC checks the request's shape here (enums, required fields, oneof-like pairs) and
 leaves every rule about names, ranges and state to the broker, so the SDK, grpcurl and the
-embedded API get the same answers. Errors become gRPC statuses once, in `popmq.proxy.errors.rpc`.
+embedded API get the same answers. Errors become gRPC statuses once, in
+`popmq.grpc_calls.errors.rpc`.
 
 Transactions (ListTransactions, ResolveTransaction, ResumeTransaction) need a broker that
 implements TransactionAPI; another answers FAILED_PRECONDITION.
 
 Every mutation (topics, groups, offsets, purge, redrive, transactions) writes its audit
-line, successful or not (`popmq.proxy.security.audit.audited`; the events are its AUDITED_METHODS).
+line, successful or not (`popmq.security.audit.audited`; the events are its AUDITED_METHODS).
 GetServerInfo shows the configuration to SUPER users only.
 """
 
@@ -31,14 +32,14 @@ from popmq.broker_core import (
     InvalidArgumentError,
     check_count,
 )
+from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
-from popmq.proxy.errors import rpc
 from popmq.proxy.messaging import transactions_of
-from popmq.proxy.security.admin import UserAdmin
-from popmq.proxy.security.audit import audited
-from popmq.proxy.security.model import current_principal
-from popmq.proxy.security.store import SecurityStore
+from popmq.proxy.security_admin import UserAdmin
 from popmq.proxy.status import LocalStatus, StatusProvider
+from popmq.security.audit import audited
+from popmq.security.model import current_principal
+from popmq.security.store import SecurityStore
 
 _SERVER_VERSION: str
 try:
@@ -53,12 +54,12 @@ def _now_ms() -> int:
 
 class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
     """Topics, groups, lag, offsets, stored messages, redrive, server info and status;
-    users and policies (proxy/security/admin.py).
+    users and policies (proxy/security_admin.py).
 
     Args:
         broker: The embedded broker.
         config_items: The effective configuration as "section.key" -> TOML value, reported
-            by GetServerInfo to SUPER users (secrets redacted: popmq.proxy.settings.items).
+            by GetServerInfo to SUPER users (secrets redacted: popmq.runtime.settings.items).
         status: What GetClusterStatus reports; default: `broker` as the one local broker
             (with no address: the server passes one that knows its address).
         security_store: Where users and policies live; None: the user RPCs answer

@@ -94,6 +94,7 @@ from popmq.proxy.consumer_groups import (
     digest,
     new_writer_id,
 )
+from popmq.runtime.config import MACHINE_ROOM, ClientRegistryConfig
 
 __all__ = [
     "CLUSTER_CLOCK_SKEW_S",
@@ -101,7 +102,6 @@ __all__ = [
     "Assignment",
     "ClientInfo",
     "ClientRegistry",
-    "ClientRegistryConfig",
     "ConsumeMode",
     "Registration",
     "compute_assignment",
@@ -113,75 +113,8 @@ MAX_CLIENT_ID_LENGTH = 255
 MAX_TOPICS_PER_CLIENT = 64
 MAX_MACHINE_ROOM_LENGTH = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ROOM = re.compile(r"^[A-Za-z0-9_.-]+$")
 CLUSTER_CLOCK_SKEW_S = 1.0
 """The clock skew assumed between proxies sharing an etcd, unless configured."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClientRegistryConfig:
-    """Heartbeat timing, limits, and the machine room of this server's queues.
-
-    The broker name in the queues' ``MessageQueue`` strings is not set here: it is the
-    broker's own (``[broker] broker_name``), given to ClientRegistry by the server.
-    """
-
-    default_heartbeat_interval_s: float = 10.0
-    """Interval of a client that asks for none (RocketMQ 5 clients: 10 s)."""
-    min_heartbeat_interval_s: float = 0.05
-    """Shortest interval a client may ask for (short intervals are for tests)."""
-    max_heartbeat_interval_s: float = 30.0
-    """Longest interval a client may ask for (RocketMQ 4 clients: 30 s)."""
-    missed_heartbeats: int = 3
-    """A client silent for this many of its intervals is gone; also its lease time."""
-    restart_grace_s: float | None = None
-    """After a restart, queues of existing groups that no member reports holding are not
-    granted for this long. None: missed_heartbeats * max_heartbeat_interval_s, the
-    longest lease a member may still hold from before the restart."""
-    machine_room: str = ""
-    """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
-    so no member is near and every member shares them (AVERAGE)."""
-    max_clients: int = 100_000
-    """Registered (group, client) pairs at most (of the clients this server heard from);
-    past it Heartbeat is RESOURCE_EXHAUSTED."""
-    max_group_members: int = 1024
-    """Live queue-exclusive members of one group at most, through all proxies (they share
-    one coordinator entry); past it Heartbeat is RESOURCE_EXHAUSTED. A topic has at most
-    1,024 queues, so more members would only wait."""
-    clock_skew_s: float | None = None
-    """How far the wall clocks of the proxies sharing a coordinator may disagree: another
-    member's lease blocks a grant this long past its deadline. None: 0 with the in-process
-    coordinator (one clock), 1 s with etcd."""
-    sweep_interval_s: float = 60.0
-    """How often the coordinator entries of groups whose members and leases all ran out
-    are deleted; 0: never (they go when their group is next used)."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_heartbeat_interval_s <= self.default_heartbeat_interval_s:
-            raise ValueError("heartbeat intervals must satisfy 0 < min <= default")
-        if self.default_heartbeat_interval_s > self.max_heartbeat_interval_s:
-            raise ValueError("heartbeat intervals must satisfy default <= max")
-        if self.missed_heartbeats < 1:
-            raise ValueError("missed_heartbeats must be at least 1")
-        if self.restart_grace_s is not None and self.restart_grace_s < 0:
-            raise ValueError("restart_grace_s must be >= 0")
-        if self.machine_room and not _ROOM.match(self.machine_room):
-            raise ValueError(f"machine_room {self.machine_room!r} must match {_ROOM.pattern}")
-        if self.max_clients < 1:
-            raise ValueError("max_clients must be at least 1")
-        if self.max_group_members < 1:
-            raise ValueError("max_group_members must be at least 1")
-        if self.clock_skew_s is not None and not 0 <= self.clock_skew_s <= 60:
-            raise ValueError("clock_skew_s must be within 0..60 (seconds)")
-        if self.sweep_interval_s < 0:
-            raise ValueError("sweep_interval_s must be >= 0")
-
-    @property
-    def grace_s(self) -> float:
-        """The restart grace in effect."""
-        if self.restart_grace_s is not None:
-            return self.restart_grace_s
-        return self.missed_heartbeats * self.max_heartbeat_interval_s
 
 
 class ConsumeMode(enum.Enum):
@@ -519,7 +452,7 @@ class ClientRegistry:
         for topic in topics:
             check_name("topic", topic)
         room = registration.machine_room
-        if room and (len(room) > MAX_MACHINE_ROOM_LENGTH or not _ROOM.match(room)):
+        if room and (len(room) > MAX_MACHINE_ROOM_LENGTH or not MACHINE_ROOM.match(room)):
             raise InvalidArgumentError(
                 f"machine_room {room!r} is invalid: use 1 to {MAX_MACHINE_ROOM_LENGTH} "
                 "letters, digits, '.', '_' or '-'"

@@ -3,7 +3,7 @@
 The server listens before the store is open, so health checks and grpcurl work while it
 recovers: health answers NOT_SERVING, every other RPC UNAVAILABLE ("starting"). `refusal`
 says which calls are refused and with what; the server's one interceptor
-(proxy/metrics.py `RpcInterceptor`) applies it while `Health.ready` is false. Servicers
+(proxy/rpc_observer.py `RpcInterceptor`) applies it while `Health.ready` is false. Servicers
 that need the open store are registered after it opened, into `LateServices`, a generic
 handler the gRPC server holds from the start (grpc only accepts handlers before it starts).
 On shutdown health turns NOT_SERVING before in-flight RPCs are drained.

@@ -34,10 +34,10 @@ from popmq.broker_core import (
     now_ms,
 )
 from popmq.coordination.coordinator import Coordinator
+from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
-from popmq.proxy.errors import rpc
 from popmq.proxy.health import LateServices
 from popmq.proxy.leases import LeaseOutcome, LeaseTable
 from popmq.proxy.memory import PoppedBytes

@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 import grpc
 
@@ -23,26 +21,24 @@ from popmq._gen.popmq.v1 import admin_pb2_grpc
 from popmq.broker_core import (
     Broker,
     BrokerAPI,
-    BrokerConfig,
     TransactionAPI,
 )
-from popmq.coordination.config import ClusterConfig, FaultToleranceConfig, ReplicationConfig
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
-from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
+from popmq.proxy.broker_metrics import ClusterBrokersCollector
+from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.health import Health, LateServices, add_ops_services
-from popmq.proxy.logs import LogConfig
 from popmq.proxy.memory import return_large_blocks
 from popmq.proxy.messaging import MessagingServicer, add_messaging_service
-from popmq.proxy.metrics import (
-    Metrics,
-    MetricsConfig,
-    MetricsEndpoint,
-    RpcInterceptor,
-    StreamObserver,
-)
-from popmq.proxy.process_runtime import (
+from popmq.proxy.rocketmq import RocketMQService
+from popmq.proxy.rocketmq.refusals import ROCKETMQ
+from popmq.proxy.rpc_observer import RpcInterceptor, StreamObserver
+from popmq.proxy.status import LocalStatus, StatusProvider
+from popmq.proxy.transaction_checks import TransactionCheckLoop
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import Metrics, MetricsEndpoint
+from popmq.runtime.process import (
     bind_listeners,
     grpc_server,
     print_plaintext_listener,
@@ -52,119 +48,19 @@ from popmq.proxy.process_runtime import (
     version,
     wait_for_stop_signal,
 )
-from popmq.proxy.rocketmq import RocketMQService
-from popmq.proxy.security.audit import AuditFile
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import Gate
-from popmq.proxy.security.protected import check_protected_mode
-from popmq.proxy.security.store import (
+from popmq.runtime.settings import items
+from popmq.security.audit import AuditFile
+from popmq.security.gate import Gate
+from popmq.security.protected import check_protected_mode
+from popmq.security.store import (
     AclAuthorizer,
     ClusterSecurityStore,
     LocalSecurityStore,
     SecurityStore,
 )
-from popmq.proxy.security.tls import ServerTLS
-from popmq.proxy.status import LocalStatus, StatusProvider
-from popmq.proxy.transaction_checks import TransactionCheckLoop
+from popmq.security.tls import ServerTLS
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConnectionConfig:
-    """How long the server keeps a client connection: keepalive pings and idle limits.
-
-    Without them a connection the client never closes stays open forever, with its buffers
-    (2,000 idle ones were never closed). The defaults close a connection with no call for
-    5 min, which never touches a working client: a long poll lasts at most 30 s, RocketMQ
-    clients heartbeat every 10 s, and an idle SDK channel reconnects by itself on its next
-    call.
-    """
-
-    max_idle_s: float = 300.0
-    """A connection with no call in progress for this long is closed (GOAWAY); 0 keeps it
-    forever (grpc.max_connection_idle_ms)."""
-    max_age_s: float = 0.0
-    """A connection is closed after this long whatever it does, so clients spread over new
-    servers; 0 (the default) never (grpc.max_connection_age_ms). Streams open then get
-    `max_age_grace_s` to finish."""
-    max_age_grace_s: float = 35.0
-    """Calls still running when a connection reaches `max_age_s` get this long before they
-    are cancelled: longer than the longest long poll, 30 s (grpc.max_connection_age_grace_ms)."""
-    keepalive_time_s: float = 60.0
-    """The server pings a connection that has been quiet this long, to find clients that
-    vanished without closing it (grpc.keepalive_time_ms; grpc's own default is 2 h)."""
-    keepalive_timeout_s: float = 20.0
-    """A ping not answered within this long closes the connection (grpc.keepalive_timeout_ms)."""
-    min_client_ping_interval_s: float = 10.0
-    """Clients may ping this often, with or without calls; more often is answered GOAWAY
-    too_many_pings. grpc's default, 5 min, refuses clients that keep their connection alive
-    with pings every 30 s or so, as official RocketMQ clients do
-    (grpc.http2.min_ping_interval_without_data_ms, grpc.keepalive_permit_without_calls)."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_idle_s", "max_age_s", "max_age_grace_s", "min_client_ping_interval_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"connections.{name} {getattr(self, name)} must be 0 or more")
-        for name in ("keepalive_time_s", "keepalive_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"connections.{name} {getattr(self, name)} must be positive")
-
-    def grpc_options(self) -> list[tuple[str, int]]:
-        """These limits as grpc server options."""
-
-        def ms(seconds: float) -> int:
-            return round(seconds * 1000)
-
-        options = [
-            ("grpc.keepalive_time_ms", ms(self.keepalive_time_s)),
-            ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
-            ("grpc.keepalive_permit_without_calls", 1),
-            (
-                "grpc.http2.min_ping_interval_without_data_ms",
-                ms(self.min_client_ping_interval_s),
-            ),
-            ("grpc.http2.max_pings_without_data", 0),
-        ]
-        if self.max_idle_s:
-            options.append(("grpc.max_connection_idle_ms", ms(self.max_idle_s)))
-        if self.max_age_s:
-            options.append(("grpc.max_connection_age_ms", ms(self.max_age_s)))
-            options.append(("grpc.max_connection_age_grace_ms", ms(self.max_age_grace_s)))
-        return options
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerConfig:
-    """How the proxy listens and shuts down."""
-
-    listen: str = "127.0.0.1:8081"
-    """HOST:PORT to listen on; port 0 picks a free port (RocketMQ proxy gRPC port: 8081)."""
-    shutdown_grace_s: float = 5.0
-    """On SIGTERM/SIGINT, in-flight RPCs get this long to finish."""
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-    """`popmq serve`'s event loop. uvloop (where installed: not on Windows) costs ~10% less
-    server CPU per RPC than asyncio's own loop (docs/benchmarks.md); "asyncio" is the
-    fallback, and what a server embedded in another program's loop runs on anyway."""
-    connections: ConnectionConfig = field(default_factory=ConnectionConfig)
-    """Keepalive pings and idle limits of client connections."""
-    broker: BrokerConfig = field(default_factory=BrokerConfig)
-    """The embedded broker core."""
-    clients: ClientRegistryConfig = field(default_factory=ClientRegistryConfig)
-    """Consumer heartbeats and queue assignment (queue-exclusive consumers)."""
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    """The Prometheus endpoint (off by default)."""
-    log: LogConfig = field(default_factory=LogConfig)
-    """Log level and format (text or JSON)."""
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    """etcd, the session TTL and the proxy's name of cluster mode (`popmq broker`, `popmq
-    proxy`; `popmq serve` ignores it)."""
-    security: SecurityConfig = field(default_factory=SecurityConfig)
-    """TLS, authentication, access control, protected mode, audit (docs/security.md)."""
-    fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
-    """How a cluster proxy avoids slow or failing brokers for sends (`popmq proxy`)."""
-    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
-    """A broker that is one replica of a shard (`popmq broker --shard`)."""
 
 
 class PopMQServer:
@@ -221,9 +117,10 @@ class PopMQServer:
         """The listener's certificate with `[security] tls_cert_file` (from listen() on)."""
         self.plaintext_port = 0
         """Bound port of `[security] plaintext_listen` (0 when there is none)."""
-        self.gate = Gate.from_config(self.config.security)
+        self.gate = Gate.from_config(self.config.security, dialects=(ROCKETMQ,))
         """Authentication and access control of every call but health and reflection
-        (proxy/security/gate.py); off unless `[security] authentication`."""
+        (security/gate.py; RocketMQ clients' refusals in their protocol's shape,
+        proxy/rocketmq/refusals.py); off unless `[security] authentication`."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""
         self._opened = False
@@ -278,8 +175,6 @@ class PopMQServer:
 
     async def start(self) -> int:
         """Listen, open the store, register the services and turn SERVING; returns the port."""
-        from popmq.proxy.settings import items  # popmq.proxy.settings imports this module
-
         await self.listen()
         try:
             if self.config.security.audit_log_file:
@@ -295,7 +190,8 @@ class PopMQServer:
         if self.metrics is not None:
             self.metrics.watch(self.broker, version())
             if self.status is not None:
-                self.metrics.watch_brokers(self.status)
+                collector = ClusterBrokersCollector(self.status, asyncio.get_running_loop())
+                self.metrics.add(collector)
         # Servicers registered on `server` from here join the running gRPC server.
         server = self._late
         self.clients = ClientRegistry(

@@ -6,7 +6,7 @@ The AdminServicer asks a `StatusProvider` and converts its `StatusReport` to the
 - `popmq.cluster.status.ClusterStatus`, for `popmq proxy`: the brokers, proxies and etcd of
   a cluster as the proxy sees them.
 The proxy's metrics also read `StatusProvider.brokers()` in cluster mode, for the series
-labelled by broker (proxy/metrics.py). Everything runs on the server's event loop.
+labelled by broker (proxy/broker_metrics.py). Everything runs on the server's event loop.
 """
 
 from __future__ import annotations

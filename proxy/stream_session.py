@@ -66,9 +66,9 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 import grpc
 
 from popmq.broker_core import MAX_RESPONSE_BYTES, AnswerBoundError, PopMQError
-from popmq.proxy.errors import INTERNAL_MESSAGE, RefusedRequestError
+from popmq.grpc_calls.errors import INTERNAL_MESSAGE, RefusedRequestError
+from popmq.grpc_calls.write_errors import WRITE_FAILED, after_failed_write
 from popmq.proxy.memory import PoppedBytes
-from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
 
@@ -460,7 +460,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             self._reject(request_id, exc.code, str(exc), request, began, counted=True)
             return
         except Exception:
-            # What the unary RPC answers for a bug (proxy/errors.py `rpc`), for this one only.
+            # What the unary RPC answers for a bug (grpc_calls/errors.py `rpc`), for this one only.
             log.exception("%s %s failed unexpectedly", self.method, self.noun)
             self._reject(request_id, "INTERNAL", INTERNAL_MESSAGE, request, began, counted=True)
             return

@@ -7,8 +7,8 @@ Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex of
 HMAC-SHA1(secret key, that date-time)>``, made afresh for each call (a few microseconds). A
 stream is signed when it opens.
 
-This module repeats the few lines of the server's popmq.proxy.security.signing rather than
-import the server; tests/unit/proxy/test_signing.py pins that both sign alike.
+This module repeats the few lines of the server's popmq.security.signing rather than
+import the server; tests/unit/security/test_signing.py pins that both sign alike.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from bench.peers.servers import (
 )
 from bench.peers.targets import PopmqTarget
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from popmq.cluster.replication.election import ShardElection, ShardState
+from popmq.broker.replication.election import ShardElection, ShardState
 from popmq.coordination import EtcdCoordinator
 
 __all__ = [

@@ -26,7 +26,7 @@ server's, however many receives it opens or are woken at once.
 
 Ends: a write that fails (the client went away) or a call cancelled midway makes the
 receive's messages visible again soon (`release_later`, RocketMQ nacks them with 1 s too),
-releases their bytes at once and ends without an ERROR log (proxy/write_errors.py).
+releases their bytes at once and ends without an ERROR log (grpc_calls/write_errors.py).
 Everything runs on the server's event loop.
 """
 
@@ -44,13 +44,13 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import MAX_RESPONSE_BYTES, AnswerBoundError, PopMQError, PoppedMessage
-from popmq.proxy.errors import INTERNAL_MESSAGE
+from popmq.grpc_calls.errors import INTERNAL_MESSAGE
+from popmq.grpc_calls.write_errors import WRITE_FAILED, after_failed_write
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.rocketmq import codes, convert
 from popmq.proxy.rocketmq.codes import Code
 from popmq.proxy.rocketmq.inflight import Inflight
 from popmq.proxy.rocketmq.receiving import Plan
-from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
 from popmq.broker_core import BrokerAPI, PopMQError, TransactionAPI
+from popmq.grpc_calls.errors import INTERNAL_MESSAGE
 from popmq.proxy.clients import ClientRegistry
-from popmq.proxy.errors import INTERNAL_MESSAGE
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.rocketmq import codes, metadata
 from popmq.proxy.rocketmq.acking import Acks

@@ -23,7 +23,8 @@ import grpc
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq.broker_core import BrokerAPI, PopMQError
-from popmq.proxy.errors import RefusedRequestError
+from popmq.grpc_calls.errors import RefusedRequestError
+from popmq.grpc_calls.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 from popmq.proxy.rocketmq import codes, convert, settings
 from popmq.proxy.rocketmq.codes import Code, ProtocolError
 from popmq.proxy.rocketmq.config import RocketMQConfig
@@ -32,7 +33,6 @@ from popmq.proxy.rocketmq.membership import Membership
 from popmq.proxy.rocketmq.resources import Resources, check_filter
 from popmq.proxy.rocketmq.sessions import Sessions
 from popmq.proxy.rocketmq.transactions import CommandOutbox, Transactions
-from popmq.proxy.write_errors import WRITE_FAILED, after_failed_write, read_first_request
 
 log = logging.getLogger(__name__)
 

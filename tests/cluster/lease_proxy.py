@@ -15,7 +15,8 @@ import asyncio
 
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 
 
 async def _serve(broker: str, etcd: str, cluster: str) -> None:

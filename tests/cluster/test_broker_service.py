@@ -218,14 +218,14 @@ def test_errors_keep_their_class_and_fields_across_the_wire(tmp_path: Path) -> N
                 with pytest.raises(InvalidArgumentError):
                     api.check_pop_arguments(max_messages=999, invisible_s=30, wait_s=0)
 
-                served.servicer.fence("etcd session lost")
+                served.servicer.writes.fence("etcd session lost")
                 with pytest.raises(UnavailableError, match="etcd session lost") as fenced:
                     await api.send([NewMessage("orders", b"z")])
                 assert fenced.value.retriable
                 assert (await api.get_topic("orders"))[0].name == "orders"  # reads still work
                 (lookup,) = await api.get_deliveries("g", ["not-a-handle"])  # a read, too
                 assert isinstance(lookup, InvalidReceiptHandleError)
-                served.servicer.unfence()
+                served.servicer.writes.unfence()
                 await api.send([NewMessage("orders", b"z")])
 
     asyncio.run(scenario())
@@ -381,11 +381,11 @@ def test_apply_group_sets_the_record_ignores_an_older_one_and_is_fenced(tmp_path
                     )
                 assert bad.value.field == "max_delivery_attempts"
 
-                served.servicer.fence("etcd session lost")
+                served.servicer.writes.fence("etcd session lost")
                 with pytest.raises(UnavailableError, match="etcd session lost"):
                     await api.apply_group("g", older, create_time_ms=77, revision=12)
                 assert served.broker.get_group("g").max_delivery_attempts == 4
-                served.servicer.unfence()
+                served.servicer.writes.unfence()
                 applied = await api.apply_group("g", older, create_time_ms=77, revision=12)
                 assert (
                     applied.max_delivery_attempts == 9 == api.get_group("g").max_delivery_attempts

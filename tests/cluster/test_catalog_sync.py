@@ -20,6 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from popmq.broker.catalog_sync import CatalogSync, CatalogSyncConfig
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import (
     Broker,
     BrokerConfig,
@@ -30,14 +32,18 @@ from popmq.broker_core import (
     StoreConfig,
     Subscription,
 )
-from popmq.cluster import RouteAdmin, TopicRoute
-from popmq.cluster.broker_server import BrokerServer
-from popmq.cluster.catalog_sync import CatalogSync, CatalogSyncConfig
-from popmq.cluster.groups import GroupAdmin, GroupRules
-from popmq.cluster.routes import Segment, topic_path
-from popmq.coordination import EtcdCoordinator, LocalCoordinator, Session, Snapshot
+from popmq.coordination import (
+    EtcdCoordinator,
+    LocalCoordinator,
+    RouteAdmin,
+    Session,
+    Snapshot,
+    TopicRoute,
+)
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.server import ServerConfig
+from popmq.coordination.groups import GroupAdmin, GroupRules
+from popmq.coordination.routes import Segment, topic_path
+from popmq.runtime.config import ServerConfig
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.brokers import BrokerProcess
@@ -259,7 +265,7 @@ def test_a_broker_that_was_away_catches_up_and_keeps_what_vanished_meanwhile(
             await admin.routes.add_queues("b", "b1", 1)
             last = await admin.groups.update("g", max_delivery_attempts=8)
 
-            with caplog.at_level(logging.WARNING, logger="popmq.cluster.catalog_sync"):
+            with caplog.at_level(logging.WARNING, logger="popmq.broker.catalog_sync"):
                 async with (
                     open_broker(tmp_path) as broker,
                     syncing(etcd.endpoint, cluster, broker) as sync,
@@ -288,7 +294,7 @@ def test_a_failing_item_is_reported_and_retried_without_holding_up_the_others(
             await broker.create_topic("orders", 1, message_type="fifo")  # a local leftover
             await admin.routes.create_topic("orders", queues={"b1": 2})
             last = await admin.routes.create_topic("other", queues={"b1": 1})
-            with caplog.at_level(logging.ERROR, logger="popmq.cluster.catalog_sync"):
+            with caplog.at_level(logging.ERROR, logger="popmq.broker.catalog_sync"):
                 async with syncing(etcd.endpoint, cluster, broker, fast) as sync:
                     await sync.wait_applied(last.revision, timeout_s=WAIT_S)
                     assert _topics(broker) == {"orders": 1, "other": 1}
@@ -469,7 +475,7 @@ def test_a_dead_fencing_loop_fences_writes_for_good_and_fails_health(
                 WAIT_S,
             )
             assert "fencing loop died" in (server.broker.failure or "")
-            assert "fencing loop died" in (server.servicer.fenced or "")
+            assert "fencing loop died" in (server.servicer.writes.reason or "")
             await _until_health(server.address, 2)
         finally:
             await server.stop()
@@ -494,7 +500,7 @@ def test_a_cluster_broker_ignores_auto_create_topics_and_says_so(
                 ),
                 coordinator=coordinator,
             )
-            with caplog.at_level(logging.WARNING, logger="popmq.cluster.broker_server"):
+            with caplog.at_level(logging.WARNING, logger="popmq.broker.server"):
                 await server.start()
             try:
                 assert not server.broker.server_info().auto_create_topics

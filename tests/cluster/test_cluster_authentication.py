@@ -11,7 +11,7 @@ import pytest
 from popmq import Admin, Credentials, Producer, SimpleConsumer, UnauthenticatedError
 from popmq.broker_core import InternalError
 from popmq.cluster import RemoteBroker
-from popmq.proxy.security.signing import Signer
+from popmq.security.signing import Signer
 from tests.support.cluster import Cluster
 
 ROOT = Credentials("root", "clust3r-r00t")

@@ -23,8 +23,7 @@ from popmq import (
     ReceivedMessage,
     UnavailableError,
 )
-from popmq.cluster import RouteCache
-from popmq.coordination import EtcdCoordinator
+from popmq.coordination import EtcdCoordinator, RouteCache
 from tests.cluster.traffic import (
     SendLog,
     compare,

@@ -18,16 +18,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from popmq import AsyncAdmin, AsyncProducer
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.cli.main import main
-from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus
 from popmq.coordination import LocalCoordinator
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
 from tests.cluster.conftest import unique_cluster
 from tests.support.brokers import served_broker
 from tests.support.etcd import EtcdServer

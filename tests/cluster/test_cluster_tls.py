@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Producer, SimpleConsumer, TLSConfig
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig, UnavailableError
 from popmq.cluster import RemoteBroker
-from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.tls import ChannelTLS, TLSFilesError, broker_channel_tls
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
+from popmq.security.config import SecurityConfig
+from popmq.security.tls import ChannelTLS, TLSFilesError, broker_channel_tls
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import CertificateAuthority
 from tests.support.inprocess_cluster import InProcessCluster

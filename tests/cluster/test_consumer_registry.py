@@ -20,10 +20,10 @@ from popmq.coordination import Coordinator, LocalCoordinator
 from popmq.proxy.clients import (
     CLUSTER_CLOCK_SKEW_S,
     ClientRegistry,
-    ClientRegistryConfig,
     ConsumeMode,
     Registration,
 )
+from popmq.runtime.config import ClientRegistryConfig
 from tests.cluster.conftest import MakeCoordinator
 from tests.support.run_async import run_async
 

@@ -1,4 +1,4 @@
-"""Group records in the coordinator (popmq.cluster.groups): the value, admin operations with
+"""Group records in the coordinator (popmq.coordination.groups): the value, admin operations with
 compare-and-set under broker_core's rules, and GroupCache, against LocalCoordinator and a
 real etcd."""
 
@@ -18,9 +18,9 @@ from popmq.broker_core import (
     NotFoundError,
     Subscription,
 )
-from popmq.cluster.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.coordination import CorruptValueError
 from popmq.coordination.coordinator import Entry
+from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from tests.cluster.conftest import MakeCoordinator
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The follower's stream when its leader goes away mid-batch (cluster/replication/follower.py).
+"""The follower's stream when its leader goes away mid-batch (broker/replication/follower.py).
 
 A real Follower on a real store follows an in-process ReplicationService (grpc.aio on
 127.0.0.1:0) that plays a leader: it sends one batch and ends the stream at once, as a
@@ -20,9 +20,9 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
+from popmq.broker.replication import oplog
+from popmq.broker.replication.follower import Follower, FollowError
 from popmq.broker_core.store import PUT
-from popmq.cluster.replication import oplog
-from popmq.cluster.replication.follower import Follower, FollowError
 
 EPOCH = 7
 

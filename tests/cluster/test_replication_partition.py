@@ -44,7 +44,7 @@ TOPIC, GROUP = "orders", "billing"
 REFUSALS = re.compile(
     r"no longer its leader|lost its leadership|does not lead it now|refuses writes"
 )
-"""What a replica that must not write answers (log.py, broker_service.py): a refusal by the
+"""What a replica that must not write answers (log.py, broker/service.py): a refusal by the
 replica itself, not a transport failure (a timeout is UNAVAILABLE too)."""
 
 

@@ -11,14 +11,14 @@ import pytest
 
 from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
-from popmq.broker_core import data_dir
-from popmq.broker_core.store import Store
-from popmq.cluster.replication.log import ReplicationLog
-from popmq.cluster.replication.service import (
+from popmq.broker.replication.log import ReplicationLog
+from popmq.broker.replication.service import (
     Leadership,
     ReplicationServicer,
     add_replication_service,
 )
+from popmq.broker_core import data_dir
+from popmq.broker_core.store import Store
 from tests.support.run_async import run_async
 from tests.support.waiting import until
 

@@ -1,4 +1,4 @@
-"""Topic routes (popmq.cluster.routes): the value and its numbering, admin operations with
+"""Topic routes (popmq.coordination.routes): the value and its numbering, admin operations with
 compare-and-set, and RouteCache, against LocalCoordinator and a real etcd."""
 
 from __future__ import annotations
@@ -15,14 +15,19 @@ from popmq.broker_core import (
     NotFoundError,
     UnavailableError,
 )
-from popmq.cluster import QueueRef, RouteAdmin, RouteCache, RoutesConfig, Segment, TopicRoute
 from popmq.coordination import (
     ConflictError,
     Coordinator,
     CorruptValueError,
     EtcdCoordinator,
     LocalCoordinator,
+    QueueRef,
+    RouteAdmin,
+    RouteCache,
+    RoutesConfig,
+    Segment,
     Session,
+    TopicRoute,
 )
 from popmq.coordination.coordinator import Entry
 from tests.cluster.conftest import MakeCoordinator, unique_cluster

@@ -15,9 +15,9 @@ import pytest
 
 from popmq import Admin, NotFoundError, Policy
 from popmq.coordination import EtcdCoordinator
-from popmq.proxy.security.model import Action, Pattern, ResourceType
-from popmq.proxy.security.model import Policy as AclPolicy
-from popmq.proxy.security.store import ClusterSecurityStore, SecurityStore
+from popmq.security.model import Action, Pattern, ResourceType
+from popmq.security.model import Policy as AclPolicy
+from popmq.security.store import ClusterSecurityStore, SecurityStore
 from tests.cluster.conftest import unique_cluster
 from tests.support.etcd import EtcdServer
 from tests.support.inprocess_cluster import InProcessCluster

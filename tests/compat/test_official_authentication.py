@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Credentials, Policy, Producer
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from tests.compat.conftest import OfficialClient
 from tests.support.server_thread import ServerThread
 

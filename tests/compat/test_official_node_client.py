@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from popmq.broker_core.types import NewMessage
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from tests.support.certs import CertificateAuthority
 from tests.support.server_thread import ServerThread
 

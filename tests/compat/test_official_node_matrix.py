@@ -18,7 +18,7 @@ import pytest
 
 from popmq import Admin, Credentials, Policy, Producer, SimpleConsumer
 from popmq.broker_core.types import GroupSettings
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from tests.compat.test_official_clients import drain
 from tests.compat.test_official_node_client import pytestmark as needs_node
 from tests.compat.test_official_node_client import run_node

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from popmq import Producer, TLSConfig
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from tests.compat.conftest import OfficialClient
 from tests.support.certs import CertificateAuthority
 from tests.support.server_thread import ServerThread

@@ -15,7 +15,8 @@ from popmq.broker_core import keys
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import DataDirError
 from popmq.broker_core.types import NewMessage
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

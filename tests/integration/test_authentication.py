@@ -26,8 +26,8 @@ from popmq import (
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as v2pb
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
-from popmq.proxy.security import audit, signing
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security import audit, signing
+from popmq.security.config import SecurityConfig
 from tests.support.server_thread import ServerThread
 
 ROOT = Credentials("root", "r00t-s3cret")

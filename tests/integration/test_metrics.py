@@ -9,8 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, Message, NotFoundError
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -38,7 +38,8 @@ from popmq import (
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig, LongPollingConfig, StoreConfig
 from popmq.proxy.pop_stream import MAX_IN_FLIGHT
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
 from tests.support.waiting import until, wait_until
 

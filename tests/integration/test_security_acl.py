@@ -20,8 +20,8 @@ import pytest
 from popmq import Admin, Policy, Producer
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.security.model import Principal, UserType
-from popmq.proxy.security.store import AclAuthorizer, LocalSecurityStore
+from popmq.security.model import Principal, UserType
+from popmq.security.store import AclAuthorizer, LocalSecurityStore
 from tests.integration.test_admin_cli import Cli
 from tests.support.server_thread import ServerThread
 

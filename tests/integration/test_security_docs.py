@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Credentials, PermissionDeniedError, Producer, SimpleConsumer, TLSConfig
-from popmq.proxy.security import audit
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security import audit
+from popmq.security.config import SecurityConfig
 from tests.support.certs import CertificateAuthority
 from tests.support.server_thread import ServerThread
 

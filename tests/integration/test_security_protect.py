@@ -21,12 +21,13 @@ from typing import Any, TypeVar
 import pytest
 
 from popmq import Admin, AsyncAdmin, PopMQError
+from popmq.broker.server import BrokerServer
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.security.audit import denied_count
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
+from popmq.security.audit import denied_count
+from popmq.security.config import SecurityConfig
 
 _T = TypeVar("_T")
 _REFUSAL = re.compile(

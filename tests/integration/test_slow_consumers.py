@@ -29,8 +29,9 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as rmq_grpc
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.proxy.memory import PoppedBytes
-from popmq.proxy.server import ConnectionConfig, PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
 from popmq.proxy.stream_session import ANSWER_BYTES, MAX_UNWRITTEN_BYTES
+from popmq.runtime.config import ConnectionConfig, ServerConfig
 from tests.support.server_thread import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub

@@ -33,9 +33,10 @@ from popmq import (
     UnavailableError,
 )
 from popmq.cli.main import main as cli
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.tls import TLSFilesError
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.security.config import SecurityConfig
+from popmq.security.tls import TLSFilesError
 from tests.support.certs import CertificateAuthority, KeyPair
 from tests.support.server_thread import ServerThread
 
@@ -279,7 +280,7 @@ def test_a_reload_of_bad_files_keeps_the_certificate_and_says_why(
     before = tls.fingerprint
     other = ca.server("other")
     shutil.copy(other.cert, served.cert)  # the certificate changed, the key did not
-    with caplog.at_level(logging.ERROR, logger="popmq.proxy.security.tls"):
+    with caplog.at_level(logging.ERROR, logger="popmq.security.tls"):
         assert tls.reload() is False
     assert "is not the private key of the certificate" in caplog.text
     assert "reload failed, still serving" in caplog.text

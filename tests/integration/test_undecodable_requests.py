@@ -18,8 +18,9 @@ from google.protobuf.message import DecodeError
 from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
 
 GARBAGE = b"\x0a\x05ab\xff\x0f"
 """A length-delimited field that claims 5 bytes but has 2, then an invalid wire type."""

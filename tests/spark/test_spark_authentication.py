@@ -12,7 +12,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from popmq import Admin, Credentials
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from popmq.spark import OptionError
 from popmq.spark.options import ReadOptions
 from tests.support.server_thread import ServerThread

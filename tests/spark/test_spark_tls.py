@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from popmq import Admin, Credentials, Policy, TLSConfig
-from popmq.proxy.security.config import SecurityConfig
+from popmq.security.config import SecurityConfig
 from popmq.spark import OptionError
 from popmq.spark.options import ReadOptions, WriteOptions
 from tests.support.certs import CertificateAuthority

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import grpc
 
+from popmq.broker import BrokerServicer, add_broker_service
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import Broker, BrokerConfig, StoreConfig
-from popmq.cluster import BrokerServicer, RemoteBroker, add_broker_service
-from popmq.cluster.broker_server import BrokerServer
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.cluster import RemoteBroker
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]

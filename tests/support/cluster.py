@@ -43,9 +43,9 @@ import grpc
 
 from popmq import AsyncAdmin, Credentials, NotFoundError, PopMQError
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from popmq.cluster import RemoteBroker, RouteAdmin
-from popmq.coordination import EtcdCoordinator
-from popmq.proxy.security.signing import Signer
+from popmq.cluster import RemoteBroker
+from popmq.coordination import EtcdCoordinator, RouteAdmin
+from popmq.security.signing import Signer
 from tests.support.etcd import EtcdServer
 from tests.support.ports import free_port
 

@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
-from popmq.cluster.broker_server import BrokerServer
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer
 from popmq.coordination.config import ClusterConfig
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.server import ServerConfig
+from popmq.runtime.config import ServerConfig
+from popmq.security.config import SecurityConfig
 from tests.support.etcd import EtcdServer
 
 T = TypeVar("T")

@@ -22,8 +22,7 @@ import grpc
 
 from popmq import Credentials
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from popmq.cluster import RouteAdmin
-from popmq.coordination import EtcdCoordinator
+from popmq.coordination import EtcdCoordinator, RouteAdmin
 from tests.support.cluster import PROBE_TOPIC, Cluster, ClusterProcess
 
 __all__ = ["ReplicaCluster"]

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from popmq.broker_core.config import BrokerConfig, StoreConfig
-from popmq.proxy.metrics import MetricsConfig
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.server import PopMQServer, ServerConfig
+from popmq.proxy.server import PopMQServer
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.metrics import MetricsConfig
+from popmq.security.config import SecurityConfig
 
 T = TypeVar("T")
 

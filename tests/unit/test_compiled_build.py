@@ -134,6 +134,6 @@ def test_the_build_uses_the_pinned_mypy_and_protobuf() -> None:
 def test_the_switch_is_not_taken_for_a_server_setting() -> None:
     """POPMQ_* variables are read as settings; the switch must not make a server refuse to
     start (a compiled build's Python sources are run exactly as the server would be)."""
-    from popmq.proxy import settings
+    from popmq.runtime import settings
 
     assert settings.read_env({_compiled.PURE_ENV: "1"}) == {}

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from popmq.proxy.settings import settings_table
+from popmq.runtime.settings import settings_table
 
 ROOT = Path(__file__).resolve().parents[2]
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z_]+)` \| ([^|]+) \|")

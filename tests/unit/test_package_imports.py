@@ -1,11 +1,12 @@
 """Imports between popmq's packages run one way, as the table `ALLOWED` says, with no cycle;
-and the proxy imports only broker_core's public names (its __all__), never a submodule, and
-no storage proto (popmq._gen.popmq.store).
+and the proxy, with what it shares with the broker process (security, runtime, grpc_calls),
+imports only broker_core's public names (its __all__), never a submodule, and no storage
+proto (popmq._gen.popmq.store).
 
 So each package can be read, tested and changed knowing only what it builds on; the proxy
 depends on the BrokerAPI Protocol and its value types, not on how the core is split into
 modules or how it stores messages, and cluster mode puts a remote broker behind the same
-names.
+names. The broker process (popmq.broker) serves one core and may use its modules.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from pathlib import Path
 import popmq.broker_core
 
 ROOT = Path(__file__).resolve().parents[2]
-PROXY = ROOT / "proxy"
+PUBLIC_NAMES_ONLY = ("proxy", "security", "runtime", "grpc_calls")
+"""Folders that use broker_core through its public names only."""
+SCANNED = ROOT
+"""What the scan's file names are relative to (the scan's own tests point it elsewhere)."""
 PUBLIC = set(popmq.broker_core.__all__)
 STORE = "popmq._gen.popmq.store"
 
@@ -28,7 +32,7 @@ def _is_store(module: str) -> bool:
 def _violations(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        where = f"{path.relative_to(PROXY.parent)}:{node.lineno}" if hasattr(node, "lineno") else ""
+        where = f"{path.relative_to(SCANNED)}:{node.lineno}" if hasattr(node, "lineno") else ""
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("popmq.broker_core.") or _is_store(alias.name):
@@ -53,16 +57,16 @@ def _violations(path: Path) -> list[str]:
     return found
 
 
-def test_the_proxy_imports_no_broker_core_submodule_and_no_storage_proto() -> None:
-    files = sorted(PROXY.rglob("*.py"))
-    assert len(files) > 20
+def test_the_proxy_and_what_it_shares_import_no_broker_core_submodule_or_storage_proto() -> None:
+    files = sorted(path for folder in PUBLIC_NAMES_ONLY for path in (ROOT / folder).rglob("*.py"))
+    assert len(files) > 60
     violations = [v for path in files for v in _violations(path)]
     assert violations == []
 
 
 def test_the_scan_catches_a_submodule_import(tmp_path: Path) -> None:
-    global PROXY
-    saved, PROXY = PROXY, tmp_path
+    global SCANNED
+    saved, SCANNED = SCANNED, tmp_path
     try:
         bad = tmp_path / "bad.py"
         bad.write_text(
@@ -72,12 +76,12 @@ def test_the_scan_catches_a_submodule_import(tmp_path: Path) -> None:
         )
         assert len(_violations(bad)) == 3
     finally:
-        PROXY = saved
+        SCANNED = saved
 
 
 def test_the_scan_catches_a_storage_proto_import(tmp_path: Path) -> None:
-    global PROXY
-    saved, PROXY = PROXY, tmp_path
+    global SCANNED
+    saved, SCANNED = SCANNED, tmp_path
     try:
         bad = tmp_path / "bad.py"
         bad.write_text(
@@ -93,15 +97,19 @@ def test_the_scan_catches_a_storage_proto_import(tmp_path: Path) -> None:
         assert lines == ["1", "2", "3", "4"]
         assert all("popmq._gen.popmq.store" in v or "store from" in v for v in found), found
     finally:
-        PROXY = saved
+        SCANNED = saved
 
 
 FOLDERS = {
     "_gen": "gen",
     "broker_core": "broker_core",
     "coordination": "coordination",
+    "grpc_calls": "grpc_calls",
+    "security": "security",
+    "runtime": "runtime",
     "sdk": "sdk",
     "proxy": "proxy",
+    "broker": "broker",
     "cluster": "cluster",
     "cli": "cli",
     "spark": "spark_connector",
@@ -112,16 +120,39 @@ ALLOWED: dict[str, set[str]] = {
     "_gen": set(),
     "broker_core": {"_gen"},
     "coordination": {"_gen", "broker_core"},
+    "grpc_calls": {"broker_core"},
+    "security": {"broker_core", "coordination", "grpc_calls"},
+    "runtime": {"broker_core", "coordination", "security"},
     "sdk": {"_gen"},
-    "proxy": {"_gen", "broker_core", "coordination"},
-    "cluster": {"_gen", "broker_core", "coordination", "proxy"},
-    "cli": {"_gen", "broker_core", "coordination", "sdk", "proxy", "cluster"},
+    "proxy": {"_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime"},
+    "broker": {"_gen", "broker_core", "coordination", "security", "runtime"},
+    "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy", "broker"},
+    "cli": {
+        "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "sdk",
+        "proxy", "broker", "cluster",
+    },
     "spark": {"sdk"},
-}
-"""What each package may import: storage and POP semantics at the bottom, coordination on
-it, the proxy on both, cluster mode (brokers over the wire, routing, replication, the
-processes) on the proxy; the SDK on the generated stubs alone, Spark on the SDK, the CLI
-on everything it starts or calls."""
+}  # fmt: skip
+"""What each package may import. Storage and POP semantics at the bottom; coordination on
+it (the Coordinator interface, etcd, and what the processes agree on: routes, group
+records); how a gRPC server handles a call (grpc_calls) on broker_core alone; security on
+those; what every server process runs on (runtime: settings, process, metrics, logs) on
+security. Then the two processes side by side, neither importing the other: the proxy
+(popmq serve's front ends) and the broker (popmq broker, its replication and fencing). The
+proxies' cluster routing on both (it is a proxy, and talks BrokerService's wire format).
+The SDK on the generated stubs alone, Spark on the SDK, the CLI on everything it starts or
+calls."""
+
+
+def test_every_package_has_a_row_in_the_table() -> None:
+    """A package linked into popmq (src/popmq) is scanned and has its allowed arrows."""
+    linked = {
+        path.name: path.resolve().name
+        for path in (ROOT / "src" / "popmq").iterdir()
+        if path.is_symlink()
+    }
+    assert linked == {name: (ROOT / folder).resolve().name for name, folder in FOLDERS.items()}
+    assert set(ALLOWED) == set(FOLDERS)
 
 
 def _imported_packages(path: Path) -> set[str]:
@@ -178,7 +209,7 @@ def test_the_table_has_no_cycle() -> None:
 def test_the_scan_reads_each_form_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(
-        "import popmq.cluster.routes\n"
+        "import popmq.cluster.topology\n"
         "from popmq.proxy.server import ServerConfig\n"
         "from popmq import Producer, broker_core\n"
         "from . import sibling\n"

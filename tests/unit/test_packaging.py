@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_PACKAGES = "sdk proxy broker_core cli spark_connector apache".split()
 """Top-level names popmq used to install; hand-written code imports none of them."""
 HAND_WRITTEN = (
-    "bench broker_core cli cluster coordination examples proxy sdk spark_connector".split()
-)
+    "bench broker broker_core cli cluster coordination examples grpc_calls proxy runtime sdk "
+    "security spark_connector"
+).split()
 
 
 def test_popmq_exports_the_sdk_surface() -> None:
@@ -56,7 +57,10 @@ def test_no_folder_at_the_root_shadows_the_package() -> None:
     folders = {"_gen": "gen", "spark": "spark_connector"}
     assert links == {
         name: ROOT / folders.get(name, name)
-        for name in "_gen broker_core cli cluster coordination proxy sdk spark".split()
+        for name in (
+            "_gen broker broker_core cli cluster coordination grpc_calls proxy runtime sdk "
+            "security spark"
+        ).split()
     }
 
 

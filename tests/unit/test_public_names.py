@@ -40,20 +40,21 @@ EXPECTED = {
         "length_delimited", "new_group_state", "now_ms", "parse_filter",
         "received_message_wire", "updated_group_state", "varint",
     ],
-    "popmq.cluster": [
-        "BrokerServicer", "CatalogSync", "ClusterBroker", "GroupAdmin", "GroupCache",
-        "GroupRecord", "GroupRules", "QueueRef", "RemoteBroker", "RouteAdmin", "RouteCache",
-        "RoutesConfig", "Segment", "TopicRoute", "add_broker_service",
+    "popmq.broker": [
+        "BrokerServer", "BrokerServicer", "CatalogSync", "add_broker_service", "run_broker",
     ],
+    "popmq.cluster": ["ClusterBroker", "RemoteBroker"],
     "popmq.coordination": [
         "CompactedError", "ConflictError", "CoordinationArgumentError", "CoordinationError",
         "CoordinationUnavailableError", "Coordinator", "CorruptValueError",
-        "DEFAULT_SESSION_TTL_S", "Entry", "EtcdCoordinator", "EtcdError", "LeaseNotFoundError",
-        "LocalCoordinator", "Member", "MemberExistsError", "MemberKind", "Session",
-        "SessionClosedError", "Snapshot",
+        "DEFAULT_SESSION_TTL_S", "Entry", "EtcdCoordinator", "EtcdError", "GroupAdmin",
+        "GroupCache", "GroupRecord", "GroupRules", "LeaseNotFoundError", "LocalCoordinator",
+        "Member", "MemberExistsError", "MemberKind", "QueueRef", "RouteAdmin", "RouteCache",
+        "RoutesConfig", "Segment", "Session", "SessionClosedError", "Snapshot", "TopicRoute",
     ],
     "popmq.proxy": ["PopMQServer", "ServerConfig", "run_server"],
     "popmq.proxy.rocketmq": ["RocketMQConfig", "RocketMQService"],
+    "popmq.runtime": ["ServerConfig"],
     "popmq.sdk": [
         "Admin", "AlreadyExistsError", "AsyncAdmin", "AsyncProducer", "AsyncPullConsumer",
         "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransaction", "BrokerStatus",
@@ -72,6 +73,11 @@ EXPECTED = {
         "Subscription", "TLSConfig", "Topic", "TopicDescription", "TopicLag", "Transaction",
         "TransactionInfo", "TransactionResolution",
         "UnauthenticatedError", "UnavailableError", "User",
+    ],
+    "popmq.security": [
+        "ANONYMOUS_SUPER", "Action", "Check", "Decision", "Pattern", "Policy", "Principal",
+        "Resource", "ResourceType", "SecurityConfig", "User", "UserType", "current_principal",
+        "set_principal",
     ],
     "popmq.spark": [
         "DataLossError", "OffsetFormatError", "OptionError", "PopMQConnectorError",

@@ -14,9 +14,9 @@ from google.protobuf.duration_pb2 import Duration
 from bench import security_cost
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import PermissionDeniedError
-from popmq.proxy.security import acl, rpc_table
-from popmq.proxy.security.admin import policy_from_proto
-from popmq.proxy.security.model import Policy, Principal, User, UserType
+from popmq.proxy.security_admin import policy_from_proto
+from popmq.security import acl, rpc_table
+from popmq.security.model import Policy, Principal, User, UserType
 
 _REQUESTS = {
     "/popmq.v1.AdminService/ListTopics": admin_pb2.ListTopicsRequest(),

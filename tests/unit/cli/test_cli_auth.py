@@ -13,10 +13,10 @@ import pytest
 from popmq import Credentials
 from popmq.broker_core import UnauthenticatedError
 from popmq.cli import main as cli_main
-from popmq.proxy.security import signing
-from popmq.proxy.security.authn import Authenticator
-from popmq.proxy.security.config import SecurityConfig
-from popmq.proxy.security.gate import StaticDirectory
+from popmq.security import signing
+from popmq.security.authn import Authenticator
+from popmq.security.config import SecurityConfig
+from popmq.security.gate import StaticDirectory
 
 
 def _resolve(argv: list[str], env: dict[str, str]) -> Credentials | None:

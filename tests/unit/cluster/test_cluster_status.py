@@ -14,7 +14,7 @@ from popmq import ClusterStatus
 from popmq.broker_core import HistogramSnapshot, MetricsSnapshot
 from popmq.cli import render
 from popmq.proxy import convert
-from popmq.proxy.metrics import ClusterBrokersCollector
+from popmq.proxy.broker_metrics import ClusterBrokersCollector
 from popmq.proxy.status import (
     BrokerFaultState,
     BrokerStatus,

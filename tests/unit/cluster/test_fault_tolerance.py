@@ -28,8 +28,8 @@ from popmq.cluster.fault_tolerance import (
     fifo_queue_index,
     is_broker_failure,
 )
-from popmq.cluster.routes import QueueRef
 from popmq.coordination.config import FaultToleranceConfig
+from popmq.coordination.routes import QueueRef
 
 STEPS = (0.05, 0.1, 0.55, 1.8, 3.0, 5.0, 15.0)
 ISOLATION = (0.0, 0.0, 2.0, 5.0, 6.0, 10.0, 30.0)

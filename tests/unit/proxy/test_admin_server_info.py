@@ -7,8 +7,8 @@ from typing import Any
 
 from popmq._gen.popmq.v1 import admin_pb2
 from popmq.proxy.admin import AdminServicer
-from popmq.proxy.security.model import ANONYMOUS_SUPER, Principal, UserType, set_principal
-from popmq.proxy.settings import items, load
+from popmq.runtime.settings import items, load
+from popmq.security.model import ANONYMOUS_SUPER, Principal, UserType, set_principal
 from tests.unit.conftest import OpenBroker
 
 

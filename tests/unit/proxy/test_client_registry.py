@@ -17,11 +17,11 @@ from popmq.broker_core.errors import (
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import (
     ClientRegistry,
-    ClientRegistryConfig,
     ConsumeMode,
     Registration,
     compute_assignment,
 )
+from popmq.runtime.config import ClientRegistryConfig
 from tests.support.run_async import run_async
 
 INTERVAL = 1.0

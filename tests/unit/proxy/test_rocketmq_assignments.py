@@ -10,9 +10,10 @@ import pytest
 
 from popmq._gen.apache.rocketmq.v2 import definition_pb2 as pb
 from popmq.broker_core.errors import FailedPreconditionError
-from popmq.proxy.clients import ClientRegistry, ClientRegistryConfig
+from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
 from popmq.proxy.rocketmq.codes import ProtocolError
+from popmq.runtime.config import ClientRegistryConfig
 from tests.support.run_async import run_async
 
 INTERVAL = 10.0  # the registry's default: RocketMQ 5 clients heartbeat every 10 s

@@ -18,7 +18,8 @@ import pytest
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.proxy.health import Health
-from popmq.proxy.metrics import Metrics, RpcInterceptor
+from popmq.proxy.rpc_observer import RpcInterceptor
+from popmq.runtime.metrics import Metrics
 
 GET_TOPIC = "/popmq.v1.AdminService/GetTopic"
 POP = "/popmq.v1.MessagingService/Pop"

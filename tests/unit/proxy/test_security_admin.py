@@ -1,4 +1,4 @@
-"""The user and policy RPCs (proxy/security/admin.py) called on the servicer: only SUPER
+"""The user and policy RPCs (proxy/security_admin.py) called on the servicer: only SUPER
 principals may call them, secrets never come back, and requests are checked."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from popmq._gen.popmq.v1 import admin_pb2
 from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
-from popmq.proxy.security.model import (
+from popmq.security.model import (
     ANONYMOUS_SUPER,
     Action,
     Pattern,
@@ -23,7 +23,7 @@ from popmq.proxy.security.model import (
     UserType,
     set_principal,
 )
-from popmq.proxy.security.store import ClusterSecurityStore
+from popmq.security.store import ClusterSecurityStore
 from tests.unit.conftest import OpenBroker
 
 SECRET = "the-secret-of-app"

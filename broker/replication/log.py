@@ -1,0 +1,409 @@
+"""The leader's side of replication: log positions, the in-memory log, the in-sync wait.
+
+`ReplicationLog` is the leader store's WriteTap: every write gets the next log position
+(lsn) and the leader's epoch, stored in the same write (oplog.POSITION_KEY), and its
+encoded changes go to an in-memory log that the followers' streams read. The log keeps the
+last `buffer_bytes`; a follower further behind is sent a snapshot instead.
+
+The in-sync set (ISR) is the followers that hold every acknowledged send. A batch that
+stores sends (or any synced batch) completes only once every ISR member acknowledged it;
+sends are refused while the ISR has fewer than `min_insync` followers. The ISR changes as
+Kafka's does: a follower joins once it has caught up with the log (it is counted before
+etcd is told, so no batch is acknowledged without it from then on) and leaves when its
+stream ends or it lags more than `lag_timeout_s` (etcd is told first, so a follower that
+may lack an acknowledged send is never electable). `persist` writes the set to etcd.
+
+Fencing: `fenced()` says why this leader must not write (its lease lapsed, as far as its
+own clock can tell, or it lost the election); then every write is refused before it is
+made, and a batch waiting for followers fails rather than completing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from popmq.broker.replication import oplog
+from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
+from popmq.broker_core.errors import NotEnoughReplicasError, PopMQError, UnavailableError
+from popmq.broker_core.store import Batch, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LogEntry:
+    lsn: int
+    epoch: int
+    ops: bytes
+    written_at: float
+    """Monotonic time of its write: how long a follower that lacks it has been behind."""
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one connected follower."""
+
+    name: str
+    acked: int
+    connected_at: float
+
+
+@dataclass(slots=True)
+class _Wait:
+    lsn: int
+    quorum: bool
+    future: asyncio.Future[None]
+    required: set[str] = field(default_factory=set)
+
+
+class ReplicationLog:
+    """The leader store's tap (module docstring).
+
+    Args:
+        store: The leader's store (its position and epoch history are read from it).
+        shard: The shard's name (for messages).
+        replica: This (leader) replica's name.
+        terms: Times this replica process became leader, this term included.
+        epoch: This leadership's fencing epoch.
+        isr: The in-sync followers etcd names at election.
+        min_insync: Followers a send needs.
+        wait_for_followers: Sync replication (False: async, nothing waits for followers).
+        buffer_bytes: How much of the log is kept for followers.
+        lag_timeout_s: A follower behind for this long leaves the ISR.
+        fenced: Why writes must stop now, or None.
+        persist: Writes the ISR to etcd (raises when it cannot).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        shard: str,
+        replica: str = "",
+        terms: int = 1,
+        epoch: int,
+        isr: Iterable[str],
+        min_insync: int,
+        wait_for_followers: bool = True,
+        buffer_bytes: int,
+        lag_timeout_s: float,
+        fenced: Callable[[], str | None],
+        persist: Callable[[frozenset[str]], Awaitable[None]],
+    ) -> None:
+        self.shard = shard
+        self.replica = replica
+        self.terms = terms
+        self.epoch = epoch
+        self.min_insync = min_insync
+        self.wait_for_followers = wait_for_followers
+        self._buffer_bytes = buffer_bytes
+        self.lag_timeout_s = lag_timeout_s
+        self._fenced = fenced
+        self._persist = persist
+        _, self.lsn = oplog.read_position(store)
+        self.epochs = oplog.read_epochs(store)
+        if not self.epochs or self.epochs[-1][0] != epoch:
+            self.epochs.append((epoch, self.lsn + 1))
+        self._history_saved = False
+        self._entries: deque[LogEntry] = deque()
+        self._bytes = 0
+        self.written_bytes = 0
+        """Bytes of encoded batches since this leadership began (metrics)."""
+        # Followers waiting for the log to grow.
+        self._grown = asyncio.Event()
+        self.isr: set[str] = set(isr)
+        self.followers: dict[str, FollowerState] = {}
+        self._waits: list[_Wait] = []
+        self.acknowledged_lsn = self.lsn
+        """The last batch whose wait completed: a follower that joins the ISR must hold it
+        (every batch up to it may have acknowledged sends without that follower). It starts
+        at the store's end: an earlier term may have acknowledged all of it."""
+        # ISR changes run one at a time, in order (etcd first for a removal).
+        self._isr_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.failure: str | None = None
+
+    # -- WriteTap -------------------------------------------------------------------------
+
+    def stamp(self, batch: Batch) -> None:
+        reason = self._fenced()
+        if reason is not None:
+            raise UnavailableError(
+                f"shard {self.shard!r}: this replica is no longer its leader ({reason}); "
+                "nothing was written, retry (the new leader takes it)"
+            )
+        batch.lsn = self.lsn + 1
+        batch.put("meta", oplog.POSITION_KEY, oplog.encode_position(self.epoch, batch.lsn))
+        if not self._history_saved:
+            batch.put("meta", oplog.EPOCHS_KEY, oplog.encode_epochs(self.epochs))
+
+    def written(self, batch: Batch) -> None:
+        assert batch.ops is not None
+        self.lsn = batch.lsn
+        self._history_saved = True
+        data = oplog.encode(batch.ops)
+        self._entries.append(LogEntry(batch.lsn, self.epoch, data, time.monotonic()))
+        self._bytes += len(data)
+        self.written_bytes += len(data)
+        while self._bytes > self._buffer_bytes and len(self._entries) > 1:
+            self._bytes -= len(self._entries.popleft().ops)
+        self._grown.set()
+        self._grown = asyncio.Event()
+
+    def unwritten(self, batch: Batch) -> None:
+        batch.lsn = 0
+
+    def admit_send(self) -> None:
+        reason = self._fenced()
+        if reason is not None:
+            raise UnavailableError(
+                f"shard {self.shard!r}: this replica is no longer its leader ({reason}); "
+                "nothing was written, retry"
+            )
+        if self.wait_for_followers and len(self.isr) < self.min_insync:
+            raise NotEnoughReplicasError(
+                f"shard {self.shard!r} has {len(self.isr)} in-sync follower(s) "
+                f"({', '.join(sorted(self.isr)) or 'none'}) and sends need "
+                f"replication.min_insync = {self.min_insync}; nothing was written, retry "
+                "(another shard, or once a follower has caught up)"
+            )
+
+    # -- the writer's barrier -------------------------------------------------------------
+
+    def barrier(self, batch: Batch, synced: bool) -> asyncio.Future[None] | None:
+        """What a written batch's jobs wait for: every ISR member's acknowledgement."""
+        if batch.lsn == 0 or not self.wait_for_followers or not (synced or batch.quorum):
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        wait = _Wait(batch.lsn, batch.quorum, future, set(self.isr))
+        if batch.quorum and len(wait.required) < self.min_insync:
+            future.set_exception(self._too_few(batch.lsn))
+            return future
+        self._waits.append(wait)
+        self._settle()
+        return future
+
+    def _too_few(self, lsn: int) -> PopMQError:
+        return NotEnoughReplicasError(
+            f"shard {self.shard!r} lost in-sync followers while batch {lsn} was replicated "
+            f"({len(self.isr)} left, replication.min_insync = {self.min_insync}): it may or "
+            "may not be stored; retry (a retried send is deduplicated)"
+        )
+
+    def _settle(self) -> None:
+        """Complete the waits whose required followers all acknowledged them."""
+        if not self._waits:
+            return
+        reason = self._fenced()
+        keep: list[_Wait] = []
+        for wait in self._waits:
+            if wait.future.done():
+                continue
+            if reason is not None:
+                wait.future.set_exception(
+                    UnavailableError(
+                        f"shard {self.shard!r}: this replica lost its leadership ({reason}) "
+                        f"before batch {wait.lsn} was replicated; it may or may not be "
+                        "stored, retry (a retried send is deduplicated)"
+                    )
+                )
+                continue
+            # Still owed by ISR members that have not acknowledged it (a disconnected one
+            # stays owed until it has left the ISR).
+            wait.required = {
+                name
+                for name in wait.required
+                if name in self.isr
+                and ((state := self.followers.get(name)) is None or state.acked < wait.lsn)
+            }
+            if wait.quorum and len(self.isr) < self.min_insync:
+                wait.future.set_exception(self._too_few(wait.lsn))
+            elif not wait.required:
+                wait.future.set_result(None)
+                self.acknowledged_lsn = max(self.acknowledged_lsn, wait.lsn)
+            else:
+                keep.append(wait)
+        self._waits = keep
+
+    def fail_all(self, reason: str) -> None:
+        """Leadership ended: every waiting batch fails, no follower stream goes on."""
+        self.failure = reason
+        self._settle()
+        for wait in self._waits:
+            if not wait.future.done():
+                wait.future.set_exception(UnavailableError(reason))
+        self._waits = []
+        self._grown.set()
+        for task in self._tasks:
+            task.cancel()
+
+    # -- status ---------------------------------------------------------------------------
+
+    def replication_snapshot(self) -> ReplicationSnapshot:
+        """What `popmq cluster status` and the metrics show of this shard (Broker reads it)."""
+        followers = [
+            FollowerReplication(
+                replica=state.name,
+                in_sync=state.name in self.isr,
+                acked_lsn=state.acked,
+                lag_batches=self.lag_batches(state),
+                lag_bytes=self.lag_bytes(state),
+                lag_s=round(self.lag_s(state), 3),
+            )
+            for state in self.followers.values()
+        ]
+        followers += [
+            FollowerReplication(name, True, 0, self.lsn, 0, 0.0)
+            for name in self.isr - self.followers.keys()
+        ]
+        return ReplicationSnapshot(
+            replica=self.replica,
+            epoch=self.epoch,
+            lsn=self.lsn,
+            mode="sync" if self.wait_for_followers else "async",
+            min_insync=self.min_insync,
+            followers=tuple(sorted(followers, key=lambda f: f.replica)),
+            written_bytes=self.written_bytes,
+            terms=self.terms,
+        )
+
+    # -- followers ------------------------------------------------------------------------
+
+    def entries_from(self, lsn: int) -> list[LogEntry] | None:
+        """The log from `lsn` on (empty when the follower has it all); None when the
+        in-memory log no longer reaches back to it (the follower needs a snapshot)."""
+        if lsn > self.lsn:
+            return []
+        if not self._entries or self._entries[0].lsn > lsn:
+            return None
+        # The lsns are dense, so these are the last `count` entries. Taken from the right:
+        # a follower that keeps up costs O(its lag) per batch, not O(the whole buffer)
+        # (64 MiB of small batches is 100k+ entries, milliseconds to copy on every batch).
+        count = self._entries[-1].lsn - lsn + 1
+        tail = list(itertools.islice(reversed(self._entries), count))
+        tail.reverse()
+        return tail
+
+    async def wait_grown(self, beyond: int) -> None:
+        """Return once the log goes beyond `beyond` (or leadership ended)."""
+        while self.lsn <= beyond and self.failure is None:
+            await self._grown.wait()
+
+    def connected(self, name: str, acked: int) -> FollowerState:
+        state = FollowerState(name, acked, time.monotonic())
+        self.followers[name] = state
+        return state
+
+    def acked(self, state: FollowerState, lsn: int) -> None:
+        state.acked = max(state.acked, lsn)
+        self._settle()
+        if state.name not in self.isr and self._caught_up(state):
+            self._spawn(self._join(state.name))
+
+    def _caught_up(self, state: FollowerState) -> bool:
+        """Whether it holds every batch a wait completed without it (so it may join)."""
+        return state.acked >= self.acknowledged_lsn and self.lag_s(state) == 0.0
+
+    def lag_s(self, state: FollowerState) -> float:
+        """How long it has lacked a batch written more than a moment ago: the age of the
+        oldest batch it has not acknowledged (0 when it holds the whole log). Batches in
+        flight to a healthy follower are milliseconds old, so this stays near 0 under load,
+        unlike "has it ever held the whole log", which a busy log never lets it."""
+        if state.acked >= self.lsn:
+            return 0.0
+        entries = self._entries
+        if not entries:
+            return 0.0
+        first = entries[0].lsn
+        index = max(0, state.acked + 1 - first)
+        if index >= len(entries):
+            return 0.0
+        age = time.monotonic() - entries[index].written_at
+        # A batch younger than a tenth of the timeout is in flight, not a lag.
+        return age if age > self.lag_timeout_s / 10 else 0.0
+
+    def lag_batches(self, state: FollowerState) -> int:
+        return max(0, self.lsn - state.acked)
+
+    def lag_bytes(self, state: FollowerState) -> int:
+        """Bytes of the batches it lacks (as far as the in-memory log reaches)."""
+        return sum(len(entry.ops) for entry in self._entries if entry.lsn > state.acked)
+
+    def disconnected(self, state: FollowerState, why: str) -> None:
+        """A follower's stream ended: it leaves the ISR now (in a task of its own, so the
+        cancelled stream handler cannot interrupt the etcd write; check_lag retries)."""
+        if self.followers.get(state.name) is state:
+            del self.followers[state.name]
+        if state.name in self.isr:
+            self._spawn(self._leave(state.name, f"its stream ended ({why})"))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("shard %s: in-sync set change failed: %s", self.shard, task.exception())
+
+    async def check_lag(self) -> None:
+        """Followers behind for lag_timeout_s, and in-sync followers with no stream, leave
+        the ISR (called periodically)."""
+        for name in sorted(self.isr - self.followers.keys()):
+            await self._leave(name, "it has no stream to this leader")
+        for state in list(self.followers.values()):
+            lag = self.lag_s(state)
+            if state.name in self.isr and lag > self.lag_timeout_s:
+                await self._leave(
+                    state.name,
+                    f"it has lacked a batch for {lag:.1f}s "
+                    f"(replication.lag_timeout_s = {self.lag_timeout_s:g})",
+                )
+            elif state.name not in self.isr and self._caught_up(state):
+                await self._join(state.name)
+
+    async def _join(self, name: str) -> None:
+        async with self._isr_lock:
+            state = self.followers.get(name)
+            if name in self.isr or state is None or not self._caught_up(state):
+                return
+            # Counted first: from now on no batch completes without it (the batches still
+            # waiting that it lacks wait for it too); etcd learns it next, and only then
+            # may it be elected.
+            self.isr.add(name)
+            for wait in self._waits:
+                if wait.lsn > state.acked:
+                    wait.required.add(name)
+            try:
+                await self._persist(frozenset(self.isr))
+            except Exception as exc:  # noqa: BLE001 - it rejoins on a later ack
+                log.warning(
+                    "shard %s: could not add %s to the in-sync set: %s", self.shard, name, exc
+                )
+                self.isr.discard(name)
+                self._settle()
+                return
+            log.info(
+                "shard %s: follower %s joined the in-sync set at lsn %d", self.shard, name, self.lsn
+            )
+
+    async def _leave(self, name: str, why: str) -> None:
+        async with self._isr_lock:
+            if name not in self.isr:
+                return
+            remaining = frozenset(self.isr - {name})
+            # etcd first: until it has the smaller set, the follower stays electable, so
+            # batches keep waiting for it (a failure here leaves them waiting, and the
+            # leader's lease, which etcd is also failing to renew, fences it).
+            await self._persist(remaining)
+            self.isr.discard(name)
+            log.warning("shard %s: follower %s left the in-sync set: %s", self.shard, name, why)
+            self._settle()

@@ -1,0 +1,495 @@
+"""`popmq broker --shard SHARD --name REPLICA`: one replica of a shard, leader or follower.
+
+The process serves BrokerService, ReplicationService and health on one port from the start
+and then takes whichever role etcd gives it (election.py), for as long as it runs:
+
+- **follower**: its store is a plain copy (follower.py); BrokerService refuses every call
+  (proxies route to the leader only). It follows the registered leader, and watches etcd
+  meanwhile: when the leader's registration goes and this replica is electable (the last
+  leader, or in the in-sync set), it campaigns.
+- **leader**: it won the election (one etcd transaction), so its registration
+  `brokers/<shard>` is what proxies route to. It opens the broker core on the copy (as a
+  restart would: recovery rebuilds in-flight state), with the replication log as the
+  store's tap, starts the catalog sync, and serves. It leads until its lease is lost (as
+  its own clock tells: a paused process that wakes after its TTL writes nothing), or the
+  broker fails; then it fences (broker/fencing.py), closes the core, resigns and follows
+  again.
+
+Nothing else changes for proxies: handles name the shard (the broker name every replica
+stores under) and carry the shard's receipt key, which followers receive with their first
+snapshot, so a consumer's in-flight acks keep working on a new leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.fencing import leader_lease
+from popmq.broker.replication.election import ShardElection, ShardState, Term
+from popmq.broker.replication.follower import Follower, FollowError
+from popmq.broker.replication.log import ReplicationLog
+from popmq.broker.replication.service import (
+    Leadership,
+    ReplicationServicer,
+    add_replication_service,
+)
+from popmq.broker.service import BrokerServicer, add_broker_service
+from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, UnavailableError, data_dir
+from popmq.broker_core.store import Store
+from popmq.coordination.coordinator import Session
+from popmq.coordination.errors import CoordinationError, MemberExistsError
+from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.runtime.config import ServerConfig
+from popmq.runtime.process import (
+    MAX_MESSAGE_BYTES,
+    bind_listeners,
+    grpc_server,
+    print_plaintext_listener,
+    run_process,
+    split_listen,
+    wait_for_stop_signal,
+)
+from popmq.security.authn import cluster_signer
+from popmq.security.gate import Gate
+from popmq.security.protected import check_protected_mode
+from popmq.security.tls import ServerTLS, broker_channel_tls
+
+log = logging.getLogger(__name__)
+
+SERVICE = "popmq.broker.v1.BrokerService"
+POLL_S = 0.25
+"""How often a follower reads the shard's keys in etcd (leader gone? electable?)."""
+VIEW_REFRESH_S = 1.0
+"""A follower's read view is rebuilt at most this often: its reads may lag the leader by
+this much plus the replication lag."""
+LAG_CHECK_S = 0.5
+
+
+class ReplicaServer:
+    """One replica of `config.broker.broker_name` named `config.replication.replica`."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        if not config.replication.replica:
+            raise InvalidArgumentError("a replica needs replication.replica (--name with --shard)")
+        if not config.cluster.etcd_endpoints:
+            raise InvalidArgumentError(
+                "a replica needs etcd (--etcd): leadership and the in-sync set live there"
+            )
+        self.config = config
+        self.shard = config.broker.broker_name
+        self.replica = config.replication.replica
+        broker = dataclasses.replace(config.broker, auto_create_topics=False)
+        if config.replication.persist_checkpoints:
+            broker = dataclasses.replace(
+                broker, pop=dataclasses.replace(broker.pop, ck_buffer_time_s=0.0)
+            )
+        self.broker_config = broker
+        self.directory: Path = config.broker.store.data_dir
+        self.gate = Gate.from_config(config.security)
+        self.health = health_aio.HealthServicer()
+        self.servicer = BrokerServicer(Broker(self.broker_config))
+        self.servicer.writes.following = "starting"
+        self.replication = ReplicationServicer(self.shard)
+        self.follower = Follower(
+            self.directory,
+            shard=self.shard,
+            replica=self.replica,
+            tls=broker_channel_tls(config.security),
+            signer=cluster_signer(config.security),
+        )
+        self.role = "starting"
+        self.epoch = 0
+        """The epoch of the leader this replica leads or follows."""
+        self.failovers = 0
+        """Times this replica became leader."""
+        self.port = 0
+        self.plaintext_port = 0
+        self.tls: ServerTLS | None = None
+        self.broker: Broker | None = None
+        self.log: ReplicationLog | None = None
+        self._server: grpc.aio.Server | None = None
+        self._coordinator: EtcdCoordinator | None = None
+        self._election: ShardElection | None = None
+        self._roles: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.died: asyncio.Future[str] | None = None
+        """Resolved with why, when the replica cannot go on (serve_replica then exits);
+        made by start()."""
+        self._member: Session | None = None
+        self._listing: asyncio.Task[None] | None = None
+        # The read-only view of the follower's copy that serves reads (_follower_view),
+        # the lsn it was built at, and when (loop time).
+        self._view: Broker | None = None
+        self._view_lsn = 0
+        self._view_at = 0.0
+
+    @property
+    def address(self) -> str:
+        host, _ = split_listen(self.config.listen)
+        return f"{host}:{self.port}"
+
+    async def start(self) -> int:
+        self.died = asyncio.get_running_loop().create_future()
+        split_listen(self.config.listen)  # a bad address fails before anything starts
+        security = self.config.security
+        check_protected_mode(
+            security, (self.config.listen, security.plaintext_listen), server="popmq broker"
+        )
+        if security.tls:
+            self.tls = ServerTLS(security, what="broker")
+        if self.config.metrics.listen:
+            log.warning(
+                "metrics.listen is not served by a replica (its broker core changes with its "
+                "role): scrape the proxies, which export each shard's popmq_broker_* and "
+                "popmq_replication_* series"
+            )
+        gate = self.gate.interceptor()
+        server = grpc_server(
+            self.config,
+            () if gate is None else (gate,),
+            # a snapshot's chunks and a follower's batches are larger than any answer
+            max_send_bytes=max(MAX_MESSAGE_BYTES, 64 * 1024 * 1024),
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
+        add_broker_service(server, self.servicer)
+        add_replication_service(server, self.replication)
+        listeners = bind_listeners(server, self.config, self.tls)
+        self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
+        await server.start()
+        self._server = server
+        if self.tls is not None:
+            self.tls.start()
+        cluster = self.config.cluster
+        self._coordinator = EtcdCoordinator(cluster.etcd_endpoints, cluster=cluster.name)
+        self._election = ShardElection(
+            self._coordinator,
+            shard=self.shard,
+            replica=self.replica,
+            address=self.address,
+            ttl_s=cluster.session_ttl_s,
+        )
+        self.follower.open()
+        self.servicer.reads_from = self._follower_view
+        self._roles = asyncio.get_running_loop().create_task(
+            self._run_roles(), name="popmq-replica-roles"
+        )
+        self._listing = asyncio.get_running_loop().create_task(
+            self._list_replica(), name="popmq-replica-listing"
+        )
+        self._roles.add_done_callback(self._roles_done)
+        return self.port
+
+    def _roles_done(self, task: asyncio.Task[None]) -> None:
+        """The role loop ended without stop(): the replica can neither lead nor follow any
+        more, so it fences and the process exits (a supervisor restarts it as a follower)
+        rather than staying up as a zombie."""
+        if task.cancelled() or self._stopping:
+            return
+        error = task.exception()
+        log.error("the replica's role loop died: %r; exiting", error, exc_info=error)
+        self.servicer.writes.fence("its role loop died")
+        if self.died is not None and not self.died.done():
+            self.died.set_result(f"its role loop died ({error!r})")
+
+    async def _health_to(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        for service in (SERVICE, ""):
+            await self.health.set(service, status)
+
+    async def _list_replica(self) -> None:
+        """Be listed under replicas/<shard>.<replica> while running, so proxies can read
+        from this replica when the shard has no reachable leader. A restart right after a
+        kill -9 finds the old listing alive until its lease lapses: it retries meanwhile."""
+        assert self._coordinator is not None
+        name = f"{self.shard}.{self.replica}"
+        while True:
+            try:
+                self._member = await self._coordinator.register(
+                    "replica",
+                    name,
+                    {"addr": self.address, "shard": self.shard, "replica": self.replica},
+                    ttl_s=self.config.cluster.session_ttl_s,
+                )
+            except MemberExistsError:
+                await asyncio.sleep(0.5)
+            except CoordinationError as exc:
+                log.warning("shard %s: cannot list replica %s yet: %s", self.shard, name, exc)
+                await asyncio.sleep(1.0)
+            else:
+                return
+
+    # -- reads on a follower ---------------------------------------------------------------
+
+    async def _follower_view(self) -> BrokerAPI:
+        """A read-only broker over the follower's copy, rebuilt when the copy has moved on
+        (at most every VIEW_REFRESH_S): what a follower answers reads with."""
+        store = self.follower.store
+        if store is None or self.role not in ("follower", "waiting"):
+            raise UnavailableError(
+                f"this replica of shard {self.shard!r} is {self.role}; ask the shard's leader"
+            )
+        _, lsn = self.follower.position
+        if lsn == 0 or not (self.directory / data_dir.KEY_FILE).exists():
+            raise UnavailableError(
+                f"this replica of shard {self.shard!r} holds no copy of it yet; ask its leader"
+            )
+        now = asyncio.get_running_loop().time()
+        view = self._view
+        if view is not None and (
+            view.store is not store
+            or (lsn != self._view_lsn and now - self._view_at >= VIEW_REFRESH_S)
+        ):
+            await self._drop_view()
+            view = None
+        if view is None:
+            view = Broker(self.broker_config, view_of=store)
+            await view.start()
+            self._view, self._view_lsn, self._view_at = view, lsn, now
+        return view
+
+    async def _drop_view(self) -> None:
+        if self._view is not None:
+            view, self._view = self._view, None
+            await view.close()
+
+    # -- roles ----------------------------------------------------------------------------
+
+    async def _run_roles(self) -> None:
+        assert self._election is not None
+        election = self._election
+        while True:
+            try:
+                state = await election.read()
+            except CoordinationError as exc:
+                log.warning("shard %s: cannot read etcd: %s", self.shard, exc)
+                await asyncio.sleep(1.0)
+                continue
+            if state.leader and state.leader != self.replica:
+                await self._follow(state)
+            elif state.leader == self.replica:
+                # An earlier run's registration whose lease has not lapsed: wait for it.
+                await asyncio.sleep(POLL_S)
+            elif state.electable(self.replica):
+                term = await self._campaign(state)
+                if term is not None:
+                    await self._lead(term)
+                else:
+                    await asyncio.sleep(POLL_S)
+            else:
+                self._set_role("waiting", state.epoch)
+                await asyncio.sleep(POLL_S)
+
+    def _set_role(self, role: str, epoch: int) -> None:
+        if (role, epoch) != (self.role, self.epoch):
+            log.info("shard %s: replica %s is %s (epoch %d)", self.shard, self.replica, role, epoch)
+        self.role = role
+        self.epoch = epoch
+        if role != "leader":
+            self.servicer.writes.following = f"{role} at epoch {epoch}"
+
+    async def _campaign(self, state: ShardState) -> Term | None:
+        assert self._election is not None
+        try:
+            return await self._election.campaign(state)
+        except CoordinationError as exc:
+            log.warning("shard %s: campaign failed: %s", self.shard, exc)
+            return None
+
+    async def _follow(self, state: ShardState) -> None:
+        """Follow the leader of `state` until its registration changes or the stream ends."""
+        assert self._election is not None
+        self._set_role("follower", state.epoch)
+        stream = asyncio.ensure_future(self.follower.follow(state.address, state.epoch))
+        try:
+            while not stream.done():
+                done, _ = await asyncio.wait((stream,), timeout=POLL_S)
+                if done:
+                    break
+                with contextlib.suppress(CoordinationError):
+                    now = await self._election.read()
+                    if now.epoch != state.epoch:
+                        log.info(
+                            "shard %s: leader %s (epoch %d) is gone",
+                            self.shard,
+                            state.leader,
+                            state.epoch,
+                        )
+                        break
+        finally:
+            if not stream.done():
+                stream.cancel()
+            ended: BaseException | None = None
+            try:
+                await stream
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # stop() cancels the role loop: never swallow that
+            except (FollowError, grpc.aio.AioRpcError, OSError) as exc:
+                ended = exc
+        if ended is not None:
+            log.info("shard %s: following %s ended: %s", self.shard, state.leader, _short(ended))
+            await asyncio.sleep(POLL_S)
+
+    async def _lead(self, term: Term) -> None:
+        """Serve as the shard's leader for this term; return once it ended."""
+        assert self._election is not None and self._coordinator is not None
+        election = self._election
+        self._set_role("taking over", term.epoch)
+        await self._drop_view()
+        self.follower.close()
+        loop = asyncio.get_running_loop()
+        fenced = leader_lease(term.keeper)
+
+        def make_log(store: Store) -> ReplicationLog:
+            self.log = ReplicationLog(
+                store,
+                shard=self.shard,
+                replica=self.replica,
+                terms=self.failovers + 1,
+                epoch=term.epoch,
+                isr=(),
+                min_insync=self.config.replication.min_insync,
+                wait_for_followers=self.config.replication.mode == "sync",
+                buffer_bytes=self.config.replication.log_buffer_bytes,
+                lag_timeout_s=self.config.replication.lag_timeout_s,
+                fenced=fenced,
+                persist=lambda isr: election.write_isr(term, isr),
+            )
+            return self.log
+
+        broker = self.broker = Broker(self.broker_config, tap=make_log)
+        sync: CatalogSync | None = None
+        lag_task: asyncio.Task[None] | None = None
+        reason = "it stopped"
+        try:
+            await broker.start()
+            assert self.log is not None
+            self.replication.leading = Leadership(self.log, broker.store, self.directory)
+            sync = CatalogSync(self._coordinator, broker, self.shard)
+            await sync.start()
+            await sync.wait_ready(timeout_s=self.config.cluster.catalog_ready_timeout_s)
+            self.servicer.serve(broker)
+            self.servicer.writes.following = None
+            self.servicer.writes.unfence()
+            self.role = "leader"
+            self.epoch = term.epoch
+            self.failovers += 1
+            log.info(
+                "shard %s: replica %s leads (epoch %d, from lsn %d)",
+                self.shard,
+                self.replica,
+                term.epoch,
+                self.log.lsn,
+            )
+            await self._health_to(health_pb2.HealthCheckResponse.SERVING)
+            lag_task = loop.create_task(self._check_lag(self.log))
+            lost = loop.create_task(term.keeper.wait_lost())
+            failed = loop.create_task(broker.wait_failure())
+            sync_failed = loop.create_task(sync.wait_failure())
+            done, pending = await asyncio.wait(
+                (lost, failed, sync_failed), return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            reason = str(next(iter(done)).result())
+        except (CoordinationError, TimeoutError) as exc:
+            reason = f"it could not start leading: {exc}"
+        finally:
+            log.warning("shard %s: replica %s stops leading: %s", self.shard, self.replica, reason)
+            self.servicer.writes.fence(f"it no longer leads ({reason})")
+            self._set_role("resigning", term.epoch)
+            await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
+            if lag_task is not None:
+                lag_task.cancel()
+            if self.log is not None:
+                self.log.fail_all(f"shard {self.shard!r}: leadership ended ({reason})")
+            self.replication.leading = None
+            if sync is not None:
+                await sync.close()
+            broker.release_waiters()
+            await broker.close()
+            self.broker = None
+            self.log = None
+            await election.resign(term)
+            self.servicer.serve(Broker(self.broker_config))
+            if not self._stopping:
+                self.follower.open()
+
+    async def _check_lag(self, log_: ReplicationLog) -> None:
+        while True:
+            await asyncio.sleep(LAG_CHECK_S)
+            try:
+                await log_.check_lag()
+            except CoordinationError as exc:
+                log.warning("shard %s: cannot change the in-sync set: %s", self.shard, exc)
+
+    # -- stop -----------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self.health.enter_graceful_shutdown()
+        if self.broker is not None:
+            self.broker.release_waiters()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(self.config.shutdown_grace_s)
+        if self._roles is not None:
+            self._roles.cancel()
+            with contextlib.suppress(BaseException):
+                await self._roles
+        if self.tls is not None:
+            await self.tls.close()
+        await self._drop_view()
+        self.follower.close()
+        if self._listing is not None:
+            self._listing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listing
+        if self._member is not None:
+            member, self._member = self._member, None
+            with contextlib.suppress(CoordinationError):
+                await member.close()
+        if self._coordinator is not None:
+            coordinator, self._coordinator = self._coordinator, None
+            await coordinator.close()
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc) or repr(exc)
+
+
+async def serve_replica(config: ServerConfig) -> None:
+    """Run until SIGTERM or SIGINT."""
+    server = ReplicaServer(config)
+    await server.start()
+    print(f"listening on {server.address}", flush=True)
+    print_plaintext_listener(config, server.plaintext_port)
+    stop = asyncio.ensure_future(
+        wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+    )
+    died = server.died
+    assert died is not None
+    await asyncio.wait((stop, died), return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
+    log.info("shutting down")
+    await server.stop()
+    log.info("stopped")
+    if died.done():
+        raise SystemExit(f"popmq broker --shard: {died.result()}")
+
+
+def run_replica(config: ServerConfig) -> int:
+    """Blocking entry point of `popmq broker --shard`; returns the process exit code."""
+    return run_process(serve_replica, config)

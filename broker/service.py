@@ -1,0 +1,524 @@
+"""The BrokerService servicer: one broker core (`Broker`) served over gRPC to proxies.
+
+Each RPC calls the BrokerAPI operation of the same name and converts its answer
+(wire.py). A PopMQError ends the call with its status code and an ErrorDetail in the
+`popmq-error-bin` trailer; anything else is a bug, answered INTERNAL (an InternalError
+detail naming this broker) and logged here, once.
+
+ApplyGroup (cluster-internal, not in BrokerAPI) needs a broker with `apply_group`
+(`GroupApplier`); it is a write, so fenced like the others.
+
+Fencing (fencing.py): every RPC that changes the store (sends, pops, acks, admin writes...)
+asks the servicer's `writes` fence first, which refuses it while the broker's etcd
+registration is lost (a retriable UNAVAILABLE) or while a replica follows its leader
+(NOT_LEADER); reads keep working (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import grpc
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import wire as w
+from popmq.broker.fencing import WriteFence
+from popmq.broker_core.api import BrokerAPI
+from popmq.broker_core.catalog import GroupInfo
+from popmq.broker_core.errors import (
+    FailedPreconditionError,
+    InternalError,
+    PopMQError,
+)
+from popmq.broker_core.group_rules import GroupState
+
+log = logging.getLogger(__name__)
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
+
+
+def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _Resp]]:
+    """Run a handler: refuse it while fenced when it `writes`, and put broker errors on
+    the wire with their class and fields."""
+
+    def decorate(handler: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
+        @functools.wraps(handler)
+        async def wrapper(
+            self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
+        ) -> _Resp:
+            try:
+                if writes:
+                    self.writes.check()
+                elif self.writes.following is not None:
+                    if self.reads_from is None:
+                        self.writes.check()
+                    else:
+                        self._broker = await self.reads_from()
+                return await handler(self, request, context)
+            except PopMQError as exc:
+                await _abort(context, exc)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                log.exception("BrokerService.%s failed unexpectedly", handler.__name__)
+                await _abort(
+                    context,
+                    InternalError(f"broker {self.name!r} failed in {handler.__name__}: {exc!r}"),
+                )
+            raise AssertionError("abort returned")  # pragma: no cover
+
+        return wrapper
+
+    return decorate
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: PopMQError) -> None:
+    detail = w.error_detail(error).SerializeToString()
+    await context.abort(
+        grpc.StatusCode[error.code], str(error), trailing_metadata=((w.ERROR_TRAILER, detail),)
+    )
+
+
+@runtime_checkable
+class GroupApplier(Protocol):
+    """A broker that takes cluster mode's group records (`Broker`, `RemoteBroker`): not part
+    of BrokerAPI, which is what a proxy needs of any broker."""
+
+    async def apply_group(
+        self, name: str, state: GroupState, *, create_time_ms: int, revision: int
+    ) -> GroupInfo: ...
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
+    """popmq.broker.v1.BrokerService over a started broker (in-process `Broker`)."""
+
+    def __init__(self, broker: BrokerAPI) -> None:
+        self._broker = broker
+        self.name = broker.server_info().broker_name
+        self.writes = WriteFence(self.name)
+        """Whether calls that change the store may go ahead (fencing.py)."""
+        self.reads_from: Callable[[], Awaitable[BrokerAPI]] | None = None
+        """While following: what serves the calls that only read (a read-only view of the
+        follower's copy, replication/replica.py); None refuses them too."""
+
+    def serve(self, broker: BrokerAPI) -> None:
+        """Serve another broker core (a replica that became its shard's leader)."""
+        self._broker = broker
+
+    # -- lifecycle, info -----------------------------------------------------------------
+
+    @_rpc(writes=False)
+    async def WaitFailure(
+        self, request: pb.WaitFailureRequest, context: Any
+    ) -> pb.WaitFailureResponse:
+        return pb.WaitFailureResponse(reason=await self._broker.wait_failure())
+
+    @_rpc(writes=False)
+    async def GetServerInfo(
+        self, request: pb.GetServerInfoRequest, context: Any
+    ) -> pb.GetServerInfoResponse:
+        return w.server_info_to_pb(self._broker.server_info())
+
+    @_rpc(writes=False)
+    async def GetMetricsSnapshot(
+        self, request: pb.GetMetricsSnapshotRequest, context: Any
+    ) -> pb.GetMetricsSnapshotResponse:
+        return w.metrics_to_pb(await self._broker.metrics_snapshot())
+
+    # -- topics --------------------------------------------------------------------------
+
+    @_rpc(writes=True)
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: Any
+    ) -> pb.CreateTopicResponse:
+        queues = request.queues if request.HasField("queues") else None
+        info = await self._broker.create_topic(
+            request.name, queues, message_type=request.message_type or "normal"
+        )
+        return pb.CreateTopicResponse(topic=w.topic_to_pb(info))
+
+    @_rpc(writes=False)
+    async def GetTopic(self, request: pb.GetTopicRequest, context: Any) -> pb.GetTopicResponse:
+        info, stats = await self._broker.get_topic(request.name)
+        return pb.GetTopicResponse(
+            topic=w.topic_to_pb(info), queues=[w.queue_stats_to_pb(s) for s in stats]
+        )
+
+    @_rpc(writes=False)
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: Any
+    ) -> pb.ListTopicsResponse:
+        topics = await self._broker.list_topics()
+        return pb.ListTopicsResponse(topics=[w.topic_to_pb(t) for t in topics])
+
+    @_rpc(writes=True)
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: Any
+    ) -> pb.DeleteTopicResponse:
+        if request.guarded:
+            await self._broker.delete_topic_guarded(request.name, force=request.force)
+        else:
+            await self._broker.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @_rpc(writes=True)
+    async def UpdateTopic(
+        self, request: pb.UpdateTopicRequest, context: Any
+    ) -> pb.UpdateTopicResponse:
+        info = await self._broker.update_topic(request.name, request.queues)
+        return pb.UpdateTopicResponse(topic=w.topic_to_pb(info))
+
+    @_rpc(writes=False)
+    async def DescribeTopic(
+        self, request: pb.DescribeTopicRequest, context: Any
+    ) -> pb.DescribeTopicResponse:
+        info, queues, groups = await self._broker.describe_topic(request.name)
+        return pb.DescribeTopicResponse(
+            topic=w.topic_to_pb(info),
+            queues=[w.queue_details_to_pb(q) for q in queues],
+            groups=groups,
+        )
+
+    # -- groups --------------------------------------------------------------------------
+
+    def _group(self, name: str) -> pb.Group:
+        return w.group_to_pb(self._broker.get_group(name), self._broker.group_settings(name))
+
+    @_rpc(writes=True)
+    async def CreateGroup(
+        self, request: pb.CreateGroupRequest, context: Any
+    ) -> pb.CreateGroupResponse:
+        attempts = (
+            request.max_delivery_attempts if request.HasField("max_delivery_attempts") else None
+        )
+        backoff = tuple(request.retry_backoff_s) if request.has_retry_backoff else None
+        if request.HasField("settings"):
+            info = await self._broker.create_group_with_settings(
+                request.name,
+                max_delivery_attempts=attempts,
+                retry_backoff_s=backoff,
+                settings=w.settings_from_pb(request.settings),
+            )
+        else:
+            info = await self._broker.create_group(
+                request.name, max_delivery_attempts=attempts, retry_backoff_s=backoff
+            )
+        return pb.CreateGroupResponse(group=self._group(info.name))
+
+    @_rpc(writes=False)
+    async def GetGroup(self, request: pb.GetGroupRequest, context: Any) -> pb.GetGroupResponse:
+        return pb.GetGroupResponse(group=self._group(request.name))
+
+    @_rpc(writes=False)
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: Any
+    ) -> pb.ListGroupsResponse:
+        groups = await self._broker.list_groups()
+        return pb.ListGroupsResponse(
+            groups=[w.group_to_pb(g, self._broker.group_settings(g.name)) for g in groups]
+        )
+
+    @_rpc(writes=True)
+    async def UpdateGroup(
+        self, request: pb.UpdateGroupRequest, context: Any
+    ) -> pb.UpdateGroupResponse:
+        r = request
+        info = await self._broker.update_group(
+            r.name,
+            max_delivery_attempts=r.max_delivery_attempts
+            if r.HasField("max_delivery_attempts")
+            else None,
+            retry_backoff_s=tuple(r.retry_backoff_s) if r.has_retry_backoff else None,
+            exponential_backoff=w.backoff_from_pb(r.exponential_backoff)
+            if r.HasField("exponential_backoff")
+            else None,
+            fifo=r.fifo if r.HasField("fifo") else None,
+            set_subscriptions=[w.subscription_from_pb(s) for s in r.set_subscriptions],
+            remove_subscriptions=list(r.remove_subscriptions),
+            consume_from=r.consume_from if r.HasField("consume_from") else None,
+            consume_from_ms=r.consume_from_ms,
+        )
+        return pb.UpdateGroupResponse(group=self._group(info.name))
+
+    @_rpc(writes=True)
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: Any
+    ) -> pb.DeleteGroupResponse:
+        await self._broker.delete_group(request.name, force=request.force)
+        return pb.DeleteGroupResponse()
+
+    @_rpc(writes=True)
+    async def ApplyGroup(
+        self, request: pb.ApplyGroupRequest, context: Any
+    ) -> pb.ApplyGroupResponse:
+        if not isinstance(self._broker, GroupApplier):
+            raise FailedPreconditionError(
+                f"broker {self.name!r} serves a {type(self._broker).__name__}, which cannot "
+                "apply cluster group records"
+            )
+        info = await self._broker.apply_group(
+            request.name,
+            w.group_state_from_pb(request),
+            create_time_ms=request.create_time_ms,
+            revision=request.revision,
+        )
+        return pb.ApplyGroupResponse(group=self._group(info.name))
+
+    # -- send, queries -------------------------------------------------------------------
+
+    @_rpc(writes=True)
+    async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
+        results = await self._broker.send([w.new_message_from_pb(m) for m in request.messages])
+        return pb.SendResponse(results=[w.send_result_to_pb(r) for r in results])
+
+    @_rpc(writes=True)
+    async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:
+        results = await self._broker.send_half(
+            [w.new_message_from_pb(m) for m in request.messages],
+            producer_group=request.producer_group,
+            check_first_s=request.check_first_s if request.HasField("check_first_s") else None,
+        )
+        return pb.SendHalfResponse(results=[w.send_result_to_pb(r) for r in results])
+
+    @_rpc(writes=True)
+    async def EndTransaction(
+        self, request: pb.EndTransactionRequest, context: Any
+    ) -> pb.EndTransactionResponse:
+        info = await self._broker.end_transaction(
+            request.transaction_id,
+            commit=request.commit,
+            source=request.source,
+            topic=request.topic,
+            message_id=request.message_id,
+        )
+        return pb.EndTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=True)  # claiming a check advances its schedule in the store
+    async def DueChecks(self, request: pb.DueChecksRequest, context: Any) -> pb.DueChecksResponse:
+        checks = await self._broker.due_checks(
+            request.max_checks,
+            wait_s=request.wait_s,
+            topics=list(request.topics) if request.only_topics else None,
+        )
+        return pb.DueChecksResponse(checks=[w.check_to_pb(c) for c in checks])
+
+    @_rpc(writes=False)
+    async def GetTransaction(
+        self, request: pb.GetTransactionRequest, context: Any
+    ) -> pb.GetTransactionResponse:
+        info = await self._broker.get_transaction(request.transaction_id)
+        return pb.GetTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=False)
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: Any
+    ) -> pb.ListTransactionsResponse:
+        found = await self._broker.list_transactions(
+            request.state,
+            topic=request.topic if request.HasField("topic") else None,
+            limit=request.limit,
+        )
+        return pb.ListTransactionsResponse(transactions=[w.transaction_to_pb(t) for t in found])
+
+    @_rpc(writes=True)
+    async def ResumeTransaction(
+        self, request: pb.ResumeTransactionRequest, context: Any
+    ) -> pb.ResumeTransactionResponse:
+        info = await self._broker.resume_discarded(request.transaction_id)
+        return pb.ResumeTransactionResponse(transaction=w.transaction_to_pb(info))
+
+    @_rpc(writes=True)
+    async def Recall(self, request: pb.RecallRequest, context: Any) -> pb.RecallResponse:
+        message_id = await self._broker.recall(request.topic, request.recall_handle)
+        return pb.RecallResponse(message_id=message_id)
+
+    @_rpc(writes=False)
+    async def QueryMessage(
+        self, request: pb.QueryMessageRequest, context: Any
+    ) -> pb.QueryMessageResponse:
+        found = await self._broker.query_message(request.topic, request.message_id)
+        return pb.QueryMessageResponse(message=w.peeked_to_pb(found))
+
+    @_rpc(writes=False)
+    async def QueryMessagesByKey(
+        self, request: pb.QueryMessagesByKeyRequest, context: Any
+    ) -> pb.QueryMessagesByKeyResponse:
+        found = await self._broker.query_messages_by_key(request.topic, request.key, request.limit)
+        return pb.QueryMessagesByKeyResponse(messages=[w.peeked_to_pb(p) for p in found])
+
+    # -- pop and its handles -------------------------------------------------------------
+
+    @_rpc(writes=True)
+    async def Pop(self, request: pb.PopRequest, context: Any) -> pb.PopResponse:
+        r = request
+        popped = await self._broker.pop(
+            r.group,
+            r.topic,
+            max_messages=r.max_messages if r.HasField("max_messages") else None,
+            invisible_s=r.invisible_s if r.HasField("invisible_s") else None,
+            wait_s=r.wait_s if r.HasField("wait_s") else None,
+            filter_expression=r.filter_expression,
+            filter_type=r.filter_type or "tag",
+            queue_id=r.queue_id if r.HasField("queue_id") else None,
+            max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
+        )
+        return pb.PopResponse(messages=[w.popped_to_pb(p) for p in popped])
+
+    @_rpc(writes=True)
+    async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+        outcomes = await self._broker.ack(request.group, list(request.handles))
+        return pb.AckResponse(
+            results=[
+                pb.AckResult(error=w.error_detail(e)) if e is not None else pb.AckResult()
+                for e in outcomes
+            ]
+        )
+
+    @_rpc(writes=False)
+    async def GetDeliveries(
+        self, request: pb.GetDeliveriesRequest, context: Any
+    ) -> pb.GetDeliveriesResponse:
+        found = await self._broker.get_deliveries(request.group, list(request.handles))
+        return pb.GetDeliveriesResponse(results=[w.delivery_result_to_pb(f) for f in found])
+
+    @_rpc(writes=True)
+    async def ChangeInvisibleTime(
+        self, request: pb.ChangeInvisibleTimeRequest, context: Any
+    ) -> pb.ChangeInvisibleTimeResponse:
+        handle, until = await self._broker.change_invisible_time(
+            request.group, request.handle, request.invisible_s
+        )
+        return pb.ChangeInvisibleTimeResponse(handle=handle, invisible_until_ms=until)
+
+    @_rpc(writes=True)
+    async def Nack(self, request: pb.NackRequest, context: Any) -> pb.NackResponse:
+        delay = request.delay_s if request.HasField("delay_s") else None
+        at = await self._broker.nack(request.group, request.handle, delay)
+        return pb.NackResponse(redeliver_at_ms=at)
+
+    @_rpc(writes=True)
+    async def DeadLetter(
+        self, request: pb.DeadLetterRequest, context: Any
+    ) -> pb.DeadLetterResponse:
+        topic = await self._broker.dead_letter(request.group, request.handle)
+        return pb.DeadLetterResponse(topic=topic)
+
+    # -- reads by offset -----------------------------------------------------------------
+
+    @_rpc(writes=False)
+    async def Pull(self, request: pb.PullRequest, context: Any) -> pb.PullResponse:
+        r = request
+        if r.wait:
+            pulled = await self._broker.pull_wait(
+                r.topic,
+                r.queue_id,
+                r.offset,
+                r.max_messages,
+                wait_s=r.wait_s,
+                filter_expression=r.filter_expression,
+                filter_type=r.filter_type or "tag",
+            )
+        else:
+            pulled = await self._broker.pull(r.topic, r.queue_id, r.offset, r.max_messages)
+        return w.pulled_to_pb(pulled)
+
+    @_rpc(writes=False)
+    async def AwaitMessages(
+        self, request: pb.AwaitMessagesRequest, context: Any
+    ) -> pb.AwaitMessagesResponse:
+        ready = await self._broker.await_messages(
+            request.topic, dict(w.pairs_from_pb(request.positions)), request.wait_s
+        )
+        return pb.AwaitMessagesResponse(ready=w.pairs_to_pb(ready))
+
+    @_rpc(writes=True)
+    async def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: Any
+    ) -> pb.CommitOffsetsResponse:
+        await self._broker.commit_offsets(
+            request.group, request.topic, w.pairs_from_pb(request.offsets)
+        )
+        return pb.CommitOffsetsResponse()
+
+    @_rpc(writes=False)
+    async def GetOffsets(
+        self, request: pb.GetOffsetsRequest, context: Any
+    ) -> pb.GetOffsetsResponse:
+        offsets = await self._broker.get_offsets(request.group, request.topic)
+        return pb.GetOffsetsResponse(offsets=[w.consumer_offset_to_pb(o) for o in offsets])
+
+    @_rpc(writes=False)
+    async def OffsetsAt(self, request: pb.OffsetsAtRequest, context: Any) -> pb.OffsetsAtResponse:
+        pairs = await self._broker.offsets_at(request.topic, request.timestamp_ms)
+        return pb.OffsetsAtResponse(offsets=w.pairs_to_pb(pairs))
+
+    # -- admin ---------------------------------------------------------------------------
+
+    @_rpc(writes=False)
+    async def InflightCount(
+        self, request: pb.InflightCountRequest, context: Any
+    ) -> pb.InflightCountResponse:
+        count = await self._broker.inflight_count(
+            group=request.group if request.HasField("group") else None,
+            topic=request.topic if request.HasField("topic") else None,
+        )
+        return pb.InflightCountResponse(count=count)
+
+    @_rpc(writes=True)
+    async def Purge(self, request: pb.PurgeRequest, context: Any) -> pb.PurgeResponse:
+        queue = request.queue_id if request.HasField("queue_id") else None
+        return pb.PurgeResponse(purged=await self._broker.purge(request.topic, queue))
+
+    @_rpc(writes=True)
+    async def ResetOffsets(
+        self, request: pb.ResetOffsetsRequest, context: Any
+    ) -> pb.ResetOffsetsResponse:
+        result = await self._broker.reset_offsets(
+            request.group,
+            request.topic,
+            target=request.target,
+            timestamp_ms=request.timestamp_ms,
+            offsets=dict(request.offsets) if request.has_offsets else None,
+            force=request.force,
+        )
+        return w.reset_to_pb(result)
+
+    @_rpc(writes=False)
+    async def Peek(self, request: pb.PeekRequest, context: Any) -> pb.PeekResponse:
+        found = await self._broker.peek(
+            request.topic,
+            queue_id=request.queue_id if request.HasField("queue_id") else None,
+            offset=request.offset if request.HasField("offset") else None,
+            group=request.group,
+            max_messages=request.max_messages,
+        )
+        return pb.PeekResponse(messages=[w.peeked_to_pb(p) for p in found])
+
+    @_rpc(writes=True)
+    async def Redrive(self, request: pb.RedriveRequest, context: Any) -> pb.RedriveResponse:
+        limit = request.max_messages if request.HasField("max_messages") else None
+        return w.redrive_to_pb(await self._broker.redrive(request.group, max_messages=limit))
+
+    @_rpc(writes=False)
+    async def GetGroupLag(
+        self, request: pb.GetGroupLagRequest, context: Any
+    ) -> pb.GetGroupLagResponse:
+        rows = await self._broker.group_lag(request.group, request.topic)
+        return pb.GetGroupLagResponse(queues=[w.lag_to_pb(r) for r in rows])
+
+    @_rpc(writes=False)
+    async def GetLagReport(
+        self, request: pb.GetLagReportRequest, context: Any
+    ) -> pb.GetLagReportResponse:
+        return w.lag_report_to_pb(await self._broker.lag_report(request.group, request.topic))
+
+
+def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
+    """Register BrokerService on `server`."""
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

@@ -1,0 +1,147 @@
+"""The one place broker errors become gRPC statuses."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from popmq.broker_core import (
+    MAX_REQUEST_BYTES,
+    MAX_SMALL_REQUEST_BYTES,
+    InvalidArgumentError,
+    PopMQError,
+)
+
+log = logging.getLogger(__name__)
+
+INTERNAL_MESSAGE = "internal error; see the server log"
+"""What a client is told of a bug; the details go to the server log."""
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+Handler = Callable[[Any, _Request, grpc.aio.ServicerContext], Awaitable[_Response]]
+
+
+def status_code(error: PopMQError) -> grpc.StatusCode:
+    """The gRPC status for a broker error (its `code` is a StatusCode name)."""
+    return grpc.StatusCode[error.code]
+
+
+def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
+    """Run a servicer method, answering broker errors with their status and message."""
+
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: _Request, context: grpc.aio.ServicerContext) -> _Response:
+        try:
+            return await handler(self, request, context)
+        except PopMQError as exc:
+            peer = context.peer()
+            log.debug("%s from %s failed: %s %s", handler.__name__, peer, exc.code, exc)
+            await context.abort(status_code(exc), str(exc))
+            raise  # abort raises; this line is never reached
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("%s failed unexpectedly", handler.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+            raise
+
+    return wrapper
+
+
+class RefusedRequestError(Exception):
+    """What a read of a stream call raises for a request message the security gate refused
+    (security/gate.py): `error` says why (a PermissionDeniedError, usually).
+
+    Servicers that answer a stream's requests one by one (PopStream, SendStream, v2
+    Telemetry) catch it around their read and answer that request alone with `error`, as
+    they answer any other failed request; in any other servicer it ends the call, and the
+    gate answers `error` in the protocol's shape. Not a PopMQError: it carries one.
+    """
+
+    def __init__(self, request: Any, error: PopMQError) -> None:
+        super().__init__(str(error))
+        self.request = request
+        """The refused request message, as read."""
+        self.error = error
+
+
+class UndecodableRequestError(InvalidArgumentError):
+    """A request body that does not parse as the method's request message."""
+
+
+class Undecodable:
+    """What a checked deserializer of a unary-request method gives for a body that does not
+    parse: grpc.aio decodes such a request before any handler runs, and an exception there
+    is answered UNKNOWN with a logged traceback, so the error is carried to the handler."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: UndecodableRequestError) -> None:
+        self.error = error
+
+
+def request_type_name(deserializer: Callable[[bytes], Any]) -> str:
+    """The full name of the message a generated deserializer (`XRequest.FromString`) parses."""
+    owner = getattr(deserializer, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    return str(getattr(descriptor, "full_name", "request"))
+
+
+LARGE_REQUEST_METHODS = frozenset(
+    {
+        "popmq.v1.MessagingService/SendMessages",
+        "popmq.v1.MessagingService/SendStream",
+        "popmq.v1.AdminService/CreateGroup",
+        "popmq.v1.AdminService/UpdateGroup",
+        "apache.rocketmq.v2.MessagingService/SendMessage",
+        "apache.rocketmq.v2.MessagingService/Telemetry",
+    }
+)
+"""Methods whose valid requests reach the server's receive limit (validation.
+MAX_REQUEST_BYTES): sends with 4 MiB of bodies, group settings with 1,024 SQL filters.
+Every other request is at most MAX_SMALL_REQUEST_BYTES."""
+
+
+def request_limit(method: str) -> int:
+    """The largest request body `method` ("package.Service/Method") accepts."""
+    if method in LARGE_REQUEST_METHODS:
+        return MAX_REQUEST_BYTES
+    return MAX_SMALL_REQUEST_BYTES
+
+
+def checked_deserializer(
+    deserializer: Callable[[bytes], Any], *, unary: bool, max_bytes: int | None = None
+) -> Callable[[bytes], Any]:
+    """`deserializer` turning a parse failure, or a body over `max_bytes` (refused before
+    it is parsed: parsing holds the event loop), into UndecodableRequestError, which a
+    unary-request method gets as an `Undecodable` request and a stream-request method
+    as the exception of its read (both reach the handler, which answers INVALID_ARGUMENT)."""
+    name = request_type_name(deserializer)
+
+    def decode(raw: bytes) -> Any:
+        if max_bytes is not None and len(raw) > max_bytes:
+            error = UndecodableRequestError(
+                f"request is {len(raw)} bytes: at most {max_bytes} are allowed in one "
+                f"{name} message"
+            )
+            if unary:
+                return Undecodable(error)
+            raise error
+        try:
+            return deserializer(raw)
+        except (DecodeError, ValueError):  # ValueError: invalid UTF-8 in a string
+            error = UndecodableRequestError(
+                f"request is not a valid {name} message ({len(raw)} bytes that do not parse); "
+                f"send a serialized {name}"
+            )
+            if unary:
+                return Undecodable(error)
+            raise error from None
+
+    return decode

@@ -1,0 +1,131 @@
+"""Fencing (broker/fencing.py): the write fence's refusals, the fencing task that follows an
+etcd session, and a shard leader's lease as its own clock sees it. No server, no etcd: a
+stand-in session and lease keeper."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from popmq.broker.fencing import WriteFence, leader_lease, start_fencing
+from popmq.broker_core import NotLeaderError, UnavailableError
+from popmq.coordination.coordinator import Session
+from popmq.coordination.etcd import LeaseKeeper
+
+
+def test_writes_go_ahead_until_fenced_and_again_once_unfenced() -> None:
+    writes = WriteFence("b1")
+    writes.check()
+    writes.fence("its etcd registration was lost (lease expired)")
+    with pytest.raises(UnavailableError, match="lease expired") as refused:
+        writes.check()
+    assert refused.value.retriable
+    assert "broker 'b1' refuses writes" in str(refused.value)
+    writes.unfence()
+    writes.check()
+
+
+def test_a_following_replica_refuses_writes_as_not_leader_before_any_fence() -> None:
+    writes = WriteFence("shard-a")
+    writes.fence("it no longer leads")
+    writes.following = "follower at epoch 7"
+    with pytest.raises(NotLeaderError, match="follower at epoch 7"):
+        writes.check()
+    writes.following = None
+    with pytest.raises(UnavailableError, match="it no longer leads"):
+        writes.check()
+
+
+class StandInSession:
+    """Registered with epoch 1, lost when `lose()` is called, registered again as epoch 2."""
+
+    def __init__(self) -> None:
+        self.epoch = 1
+        self._changed = asyncio.Event()
+
+    def lose(self) -> None:
+        self.epoch = 0
+        self._changed.set()
+
+    def register(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._changed.set()
+
+    async def wait_registered(self) -> int:
+        while self.epoch == 0:
+            self._changed.clear()
+            await self._changed.wait()
+        return self.epoch
+
+    async def wait_lost(self, epoch: int | None = None) -> str:
+        while self.epoch == epoch:
+            self._changed.clear()
+            await self._changed.wait()
+        return "lease expired"
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_the_fencing_task_fences_while_the_session_is_lost() -> None:
+    async def scenario() -> None:
+        session = StandInSession()
+        writes = WriteFence("b1")
+        writes.fence("starting")
+        failures: list[str] = []
+        task = start_fencing(cast(Session, session), writes, failed=failures.append)
+        await _settle()
+        assert writes.reason is None  # registered: writes go ahead
+        session.lose()
+        await _settle()
+        assert writes.reason == "its etcd registration was lost (lease expired)"
+        session.register(2)
+        await _settle()
+        assert writes.reason is None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert failures == []  # cancelled by its owner: nothing to report
+
+    asyncio.run(scenario())
+
+
+def test_a_fencing_task_that_dies_fences_for_good_and_reports_why() -> None:
+    class ClosedSession:
+        async def wait_registered(self) -> int:
+            raise RuntimeError("keepalive stopped")
+
+    async def scenario() -> None:
+        writes = WriteFence("b1")
+        failures: list[str] = []
+        task = start_fencing(cast(Session, ClosedSession()), writes, failed=failures.append)
+        await asyncio.gather(task, return_exceptions=True)
+        await _settle()
+        assert failures == ["its fencing loop died (RuntimeError('keepalive stopped'))"]
+        with pytest.raises(UnavailableError, match="fencing loop died"):
+            writes.check()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_lease_fences_once_lost_or_past_its_expiry_by_the_local_clock() -> None:
+    class StandInKeeper:
+        lost = False
+        expires_at = 0.0
+
+    async def scenario() -> None:
+        keeper: Any = StandInKeeper()
+        now = asyncio.get_running_loop().time()
+        keeper.expires_at = now + 60
+        fenced = leader_lease(cast(LeaseKeeper, keeper))
+        assert fenced() is None
+        keeper.expires_at = now - 1  # a paused process waking after its TTL
+        assert fenced() == "its leader lease lapsed by its own clock"
+        keeper.expires_at = now + 60
+        keeper.lost = True
+        assert fenced() == "its leader lease was lost"
+
+    asyncio.run(scenario())
