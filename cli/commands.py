@@ -32,6 +32,8 @@ from popmq import (
 from popmq.cli import render
 
 EXIT_OK = 0
+EXIT_UNHEALTHY = 5
+"""`cluster status`: the status was read, and a broker or an etcd endpoint is not healthy."""
 _EXIT_INTERRUPTED = 130
 """As popmq.cli.main.EXIT_INTERRUPTED (main imports this module)."""
 
@@ -424,10 +426,15 @@ def server_info(args: argparse.Namespace) -> int:
 
 
 def cluster_status(args: argparse.Namespace) -> int:
+    """Prints the status; exits EXIT_UNHEALTHY (after printing it) when a broker is down or
+    unreachable or an etcd endpoint did not answer, for scripts and probes."""
     with Admin(args.endpoint, **connection(args)) as admin:
         status = admin.cluster_status()
     render.print_json(status) if args.json else render.cluster_tables(status)
-    return EXIT_OK
+    problems = status.problems
+    for problem in problems:
+        print(f"popmq: {problem}", file=sys.stderr)
+    return EXIT_UNHEALTHY if problems else EXIT_OK
 
 
 # -- users and policies -------------------------------------------------------------------------

@@ -259,6 +259,24 @@ class ClusterStatus:
         """True when an etcd endpoint answered; None in local mode."""
         return None if self.etcd is None else any(e.reachable for e in self.etcd)
 
+    @property
+    def problems(self) -> list[str]:
+        """What is not healthy, one line each; empty when every broker is registered and
+        answering and every etcd endpoint answered (``popmq cluster status`` exits non-zero
+        when there is any, as ``etcdctl endpoint health`` does)."""
+        found = []
+        for broker in self.brokers:
+            if not broker.live:
+                found.append(f"broker {broker.name} is down (not registered): {broker.error}")
+            elif not broker.reachable:
+                found.append(f"broker {broker.name} is unreachable: {broker.error}")
+        for endpoint in self.etcd or []:
+            if not endpoint.reachable:
+                found.append(f"etcd endpoint {endpoint.endpoint} is unreachable: {endpoint.error}")
+        if self.proxies_stale:
+            found.append("the proxy list is stale: etcd did not answer")
+        return found
+
     @classmethod
     def from_proto(cls, response: admin_pb2.GetClusterStatusResponse) -> ClusterStatus:
         """Build the status from a GetClusterStatus response."""

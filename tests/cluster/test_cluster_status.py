@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from popmq import AsyncAdmin, AsyncProducer
 from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
+from popmq.cli.commands import EXIT_UNHEALTHY
 from popmq.cli.main import main
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer, proxy_info
@@ -276,10 +277,10 @@ async def _cluster(
             await server.stop()
 
 
-async def _cli(*args: str) -> None:
+async def _cli(*args: str, exit_code: int = 0) -> None:
     """`popmq ARGS` in a thread (its Admin is blocking; this loop serves the cluster)."""
     code = await asyncio.to_thread(main, list(args))
-    assert code == 0, args
+    assert code == exit_code, args
 
 
 def test_status_lists_every_broker_proxy_and_etcd_and_shows_a_stopped_broker_down(
@@ -323,6 +324,7 @@ def test_status_lists_every_broker_proxy_and_etcd_and_shows_a_stopped_broker_dow
                     etcd.endpoint, True, True,
                 )  # fmt: skip
                 assert member.version and member.db_size_bytes > 0
+                assert status.problems == []
 
                 proxy_metrics = await _scrape(c.proxies["pa"].server.metrics_port)
                 assert _per_broker(proxy_metrics, "popmq_broker_up") == {
@@ -360,9 +362,11 @@ def test_status_lists_every_broker_proxy_and_etcd_and_shows_a_stopped_broker_dow
                 assert _per_broker(proxy_metrics, "popmq_broker_live")["b3"] == 0
                 assert "b3" not in _per_broker(proxy_metrics, "popmq_broker_store_bytes")
 
+                assert status.problems == [f"broker b3 is down (not registered): {b3.error}"]
                 capsys.readouterr()
-                await _cli("cluster", "status", "--endpoint", endpoint)
-                out = capsys.readouterr().out
+                await _cli("cluster", "status", "--endpoint", endpoint, exit_code=EXIT_UNHEALTHY)
+                out, err = capsys.readouterr()
+                assert err == f"popmq: broker b3 is down (not registered): {b3.error}\n"
                 assert out.startswith(f"cluster {status.cluster}, as proxy pa sees it")
                 assert "DOWN" in next(line for line in out.splitlines() if " b3 " in line)
                 assert " up " in next(line for line in out.splitlines() if " b1 " in line)
@@ -403,9 +407,18 @@ def test_status_answers_from_the_cached_view_with_etcd_down(
                     assert [b.epoch for b in status.brokers] == [b.epoch for b in before.brokers]
                     assert all(b.lease_ttl_s is None for b in status.brokers)
                     assert all(b.store_bytes for b in status.brokers)
+                    assert status.problems == [
+                        f"etcd endpoint {own_etcd.endpoint} is unreachable: {status.etcd[0].error}",
+                        "the proxy list is stale: etcd did not answer",
+                    ]
                     capsys.readouterr()
-                    await _cli("cluster", "status", "--endpoint", endpoint, "--json")
-                    document = json.loads(capsys.readouterr().out)
+                    await _cli(
+                        "cluster", "status", "--endpoint", endpoint, "--json",
+                        exit_code=EXIT_UNHEALTHY,
+                    )  # fmt: skip
+                    out, err = capsys.readouterr()
+                    document = json.loads(out)
+                    assert "is unreachable" in err
                     assert document["etcd"][0]["reachable"] is False
                     assert document["proxies_stale"] is True
                     assert [b["name"] for b in document["brokers"]] == ["b1", "b2"]
