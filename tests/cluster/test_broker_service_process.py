@@ -1,7 +1,8 @@
 """`popmq broker` as a real subprocess (RocksDB, 127.0.0.1): the broker API round-trips
 through it, a proxy in front of it fails with a clear retriable UNAVAILABLE while it is
 killed (-9) and works again once it is back, SIGTERM stops it cleanly, and with --etcd it
-registers and refuses writes while its registration is lost."""
+registers, keeps taking writes while etcd is down, and waits for an etcd that is down when
+it starts."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Producer, SimpleConsumer
-from popmq.broker_core import NewMessage, UnavailableError
+from popmq.broker_core import NewMessage
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator
 from popmq.sdk import UnavailableError as SdkUnavailableError
@@ -104,9 +105,12 @@ def test_a_proxy_fails_retriably_while_its_broker_is_killed_and_works_once_it_is
         proxy.stop()
 
 
-def test_a_broker_with_etcd_registers_and_refuses_writes_while_its_session_is_lost(
+def test_a_broker_with_etcd_registers_and_keeps_taking_writes_while_etcd_is_down(
     tmp_path: Path,
 ) -> None:
+    """etcd down for several TTLs: a standalone broker keeps taking writes (no other
+    process can serve its queues meanwhile); once etcd is back it holds its registration
+    again, under the same epoch (etcd restored its key, and the broker took it over)."""
     etcd = EtcdServer(tmp_path / "etcd").start()
     process = BrokerProcess(
         tmp_path / "broker",
@@ -128,36 +132,37 @@ def test_a_broker_with_etcd_registers_and_refuses_writes_while_its_session_is_lo
             try:
                 members = await coordinator.members("broker")
                 assert members["b1"].info["addr"] == process.address
+                epoch = members["b1"].epoch
                 await api.create_topic("orders", 1)
+                await api.create_group("g")
                 etcd.stop()  # the broker cannot renew its lease: after the TTL it is lost
-                refused = None
-                for _ in range(200):
-                    try:
-                        await api.send([NewMessage("orders", b"x")])
-                    except UnavailableError as exc:
-                        refused = exc
-                        break
+                give_up = time.monotonic() + 6  # three TTLs
+                sent = 0
+                while time.monotonic() < give_up:
+                    await api.send([NewMessage("orders", f"m{sent}".encode())])
+                    sent += 1
                     await asyncio.sleep(0.05)
-                assert refused is not None, "writes were not fenced"
-                assert "etcd registration was lost" in str(refused) and refused.retriable
-                assert (await api.get_topic("orders"))[0].queues == 1  # reads still work
-                etcd.start()
-                for _ in range(200):  # it registers again by itself, then takes writes
-                    await asyncio.sleep(0.1)
-                    try:
-                        await api.send([NewMessage("orders", b"y")])
+                popped = await api.pop("g", "orders", max_messages=32, wait_s=1)
+                assert len(popped) > 0
+                assert await api.ack("g", [m.receipt_handle for m in popped]) == [None] * len(
+                    popped
+                )
+                await asyncio.to_thread(etcd.start)
+                for _ in range(100):  # it holds its registration again by itself
+                    members = await coordinator.members("broker")
+                    if "b1" in members:
                         break
-                    except UnavailableError:
-                        pass
-                else:
-                    raise AssertionError("writes did not resume after re-registration")
-                assert "b1" in await coordinator.members("broker")
+                    await asyncio.sleep(0.1)
+                assert members["b1"].epoch == epoch
+                assert members["b1"].info["addr"] == process.address
+                await api.send([NewMessage("orders", b"after")])
             finally:
                 await api.close()
                 await coordinator.close()
 
         asyncio.run(scenario())
         assert process.terminate() == 0
+        assert "lost its etcd session: it keeps taking writes" in "".join(process.output)
 
         async def gone() -> None:
             async with EtcdCoordinator(etcd.endpoint, cluster="bs") as coordinator:
@@ -167,6 +172,44 @@ def test_a_broker_with_etcd_registers_and_refuses_writes_while_its_session_is_lo
     finally:
         process.stop()
         etcd.stop()
+
+
+def test_a_broker_started_while_etcd_is_down_waits_for_it_then_starts(tmp_path: Path) -> None:
+    etcd = EtcdServer(tmp_path / "etcd")  # its ports are chosen; it is not running yet
+    process = BrokerProcess(
+        tmp_path / "broker", free_port(), "--etcd", etcd.endpoint, "--set", "cluster.name=w"
+    )
+    try:
+        process.spawn()
+        waiting = process.wait_for("waiting for etcd")
+        assert f"waiting for etcd at {etcd.endpoint}" in waiting
+        assert "retrying every 1s" in waiting
+        assert process.process is not None and process.process.poll() is None
+        etcd.start()
+        started = time.monotonic()
+        process.wait_for("listening on ")
+        assert time.monotonic() - started < 15
+
+        async def registered() -> None:
+            async with EtcdCoordinator(etcd.endpoint, cluster="w") as coordinator:
+                assert (await coordinator.members("broker"))["b1"].info["addr"] == process.address
+
+        asyncio.run(registered())
+        assert process.terminate() == 0
+    finally:
+        process.stop()
+        etcd.stop()
+
+
+def test_a_broker_waiting_for_etcd_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "broker", free_port(), "--etcd", f"127.0.0.1:{free_port()}")
+    try:
+        process.spawn()
+        process.wait_for("waiting for etcd")
+        assert process.terminate() == 0
+        assert "stopped before it started" in "".join(process.output)
+    finally:
+        process.stop()
 
 
 def test_popmq_broker_prints_its_config_with_the_cluster_section(tmp_path: Path) -> None:
