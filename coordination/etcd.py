@@ -8,14 +8,10 @@ prefix watches from a revision, and status.
 
 Every call has a timeout (the client's `timeout_s` unless given). A call that finds its
 endpoint unavailable moves on to the next one (`host:port` endpoints, tried in turn) until the
-timeout; only then does it raise `CoordinationUnavailableError`. Once every endpoint has failed
-and none has answered anything for `UNREACHABLE_AFTER_S` (calls, watches and keepalives all
-count), etcd is **unreachable**: a call then tries each endpoint once, briefly, and fails at
-once rather than retrying until its timeout, so an admin write during an outage is refused
-in about a second, not after seconds of waiting; the first answer ends that. A watch
-outlives outages: it resumes on any endpoint from the revision after the last one it
-delivered, and raises `CompactedError` when that revision is gone (the caller re-lists).
-Everything runs on the event loop; nothing here blocks.
+timeout; only then does it raise `CoordinationUnavailableError` (at once while etcd is
+unreachable: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
+the revision after the last one it delivered, and raises `CompactedError` when that revision
+is gone (the caller re-lists). Everything runs on the event loop; nothing here blocks.
 """
 
 from __future__ import annotations
@@ -43,6 +39,7 @@ from popmq.coordination.errors import (
     LeaseNotFoundError,
     SessionClosedError,
 )
+from popmq.coordination.etcd_reachability import PROBE_TIMEOUT_S, Reachability
 
 logger = logging.getLogger(__name__)
 
@@ -67,14 +64,6 @@ _CHANNEL_OPTIONS = (
 )
 _RETRY_PAUSE_S = 0.1
 """Pause after every endpoint failed once, before the next round (within the timeout)."""
-UNREACHABLE_AFTER_S = 2.0
-"""etcd counts as unreachable once every endpoint has failed and none has answered for this
-long: longer than an election of a new etcd leader (about a second with etcd's default
-timings), so calls ride through one, and short enough that a call made during an outage
-fails quickly instead of waiting out its timeout."""
-PROBE_TIMEOUT_S = 1.0
-"""While etcd is unreachable, how long a call waits for each endpoint (once) before it
-fails."""
 _FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
@@ -465,13 +454,10 @@ class EtcdClient:
         # Channels by endpoint, opened on first use; _current is the endpoint tried first.
         self._channels: dict[str, tuple[grpc.aio.Channel, _Stubs]] = {}
         self._current = 0
-        # Endpoints that failed since etcd last answered anything, and the loop time of the
-        # first of those failures (None while the last thing etcd did was answer): whether
-        # etcd is unreachable (`unreachable_for`).
-        self._failing: set[str] = set()
-        self._silent_since: float | None = None
         self._closed = False
         self.endpoints = parse_endpoints(endpoints)
+        self.reachability = Reachability(self.endpoints)
+        """Whether etcd answers (every call, watch and keepalive of this client tells)."""
         self.timeout_s = _check_timeout(timeout_s)
 
     async def __aenter__(self) -> EtcdClient:
@@ -512,51 +498,23 @@ class EtcdClient:
     def _fail_over(self, endpoint: str) -> None:
         """Record that `endpoint` failed (a call or a stream found it gone) and move on from
         it (unless another caller did already)."""
-        if self._silent_since is None:
-            self._silent_since = asyncio.get_running_loop().time()
-        self._failing.add(endpoint)
+        self.reachability.failed(endpoint)
         if self._endpoint() == endpoint:
             self._current = (self._current + 1) % len(self.endpoints)
-
-    def _answered(self) -> None:
-        """etcd answered something: it is reachable."""
-        if self._silent_since is not None:
-            self._silent_since = None
-            self._failing.clear()
-
-    @property
-    def unreachable_for(self) -> float | None:
-        """Seconds since etcd stopped answering, when it counts as unreachable (every
-        endpoint failed and nothing answered for UNREACHABLE_AFTER_S or more); else None.
-        Calls fail at once meanwhile (after one short try of each endpoint)."""
-        since = self._silent_since
-        if since is None or len(self._failing) < len(self.endpoints):
-            return None
-        silent = asyncio.get_running_loop().time() - since
-        return silent if silent >= UNREACHABLE_AFTER_S else None
-
-    def _unreachable_error(
-        self, what: str, silent: float, reason: str
-    ) -> CoordinationUnavailableError:
-        return CoordinationUnavailableError(
-            f"etcd is unreachable at {','.join(self.endpoints)}: no endpoint has answered for "
-            f"{silent:.1f}s ({reason}), so {what} was refused at once; is etcd running? "
-            "Retry once it is back"
-        )
 
     async def _call(
         self, what: str, call: Callable[[_Stubs, float], Any], timeout_s: float | None
     ) -> Any:
         """Run `call(stubs, remaining_s)` on the endpoints in turn until one answers.
 
-        While etcd is unreachable (`unreachable_for`), or once it turns so during the call,
+        While etcd is unreachable (`reachability`), or once it turns so during the call,
         each endpoint is tried once more for at most PROBE_TIMEOUT_S, and then the call
         fails at once."""
         timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         last: grpc.aio.AioRpcError | None = None
-        probing = self.unreachable_for is not None
+        probing = self.reachability.unreachable_for is not None
         while True:
             for _ in range(len(self.endpoints)):
                 remaining = deadline - loop.time()
@@ -571,17 +529,17 @@ class EtcdClient:
                 except grpc.aio.AioRpcError as error:
                     if error.code() not in _FAILOVER_CODES:
                         if not _stream_outage(error):
-                            self._answered()  # etcd refused it: an answer all the same
+                            self.reachability.answered()  # a refusal is an answer
                         raise error_from_rpc(error, what) from error
                     last = error
                     self._fail_over(endpoint)
                 else:
-                    self._answered()
+                    self.reachability.answered()
                     return answer
             reason = f"{last.code().name}: {last.details()}" if last else "no time left"
-            silent = self.unreachable_for
+            silent = self.reachability.unreachable_for
             if probing and silent is not None:
-                raise self._unreachable_error(what, silent, reason)
+                raise self.reachability.refusal(what, silent, reason)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise CoordinationUnavailableError(
@@ -794,7 +752,7 @@ class EtcdClient:
                         raise EtcdError(
                             f"etcd cancelled the watch of {raw!r}: {response.cancel_reason}"
                         )
-                    self._answered()
+                    self.reachability.answered()
                     if response.created:
                         if next_revision == 0:
                             next_revision = response.header.revision + 1
@@ -842,7 +800,7 @@ class EtcdClient:
                 )
             except grpc.aio.AioRpcError as error:
                 raise error_from_rpc(error, f"status of {endpoint}") from error
-            self._answered()
+            self.reachability.answered()
             return _status(endpoint, response)
         answered: list[str] = []
 
@@ -997,7 +955,7 @@ class LeaseKeeper:
                 self.client._fail_over(self.client._endpoint())
                 await asyncio.sleep(min(_RETRY_PAUSE_S * 2, max(remaining, 0.0)))
                 continue
-            self.client._answered()
+            self.client.reachability.answered()
             if ttl <= 0:
                 self._lost.set_result("etcd says the lease expired or was revoked")
                 return

@@ -17,7 +17,8 @@ from popmq.coordination import (
     LeaseNotFoundError,
     Snapshot,
 )
-from popmq.coordination.etcd import UNREACHABLE_AFTER_S, Compare, Delete, EtcdClient, Get, Put
+from popmq.coordination.etcd import Compare, Delete, EtcdClient, Get, Put
+from popmq.coordination.etcd_reachability import UNREACHABLE_AFTER_S
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.etcd import EtcdServer
@@ -393,7 +394,7 @@ def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
                 await client.get("/k")  # the first call finds the outage: about 2 s
             first = time.monotonic() - began
             assert UNREACHABLE_AFTER_S <= first < 4.5, first
-            assert client.unreachable_for is not None
+            assert client.reachability.unreachable_for is not None
             for _ in range(3):
                 began = time.monotonic()
                 with pytest.raises(CoordinationUnavailableError) as error:
@@ -410,7 +411,7 @@ def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
                 except CoordinationUnavailableError:
                     assert time.monotonic() < deadline, "etcd did not answer after its return"
                     await asyncio.sleep(0.2)
-            assert client.unreachable_for is None
+            assert client.reachability.unreachable_for is None
 
     asyncio.run(scenario())
 
