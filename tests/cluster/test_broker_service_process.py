@@ -17,13 +17,15 @@ from pathlib import Path
 import pytest
 
 from popmq import Admin, Producer, SimpleConsumer
-from popmq.broker_core import NewMessage
+from popmq.broker_core import NewMessage, UnavailableError
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator
 from popmq.sdk import UnavailableError as SdkUnavailableError
+from tests.cluster.link import Link
 from tests.support.brokers import ROOT, BrokerProcess, RemoteServerThread
 from tests.support.etcd import EtcdServer
 from tests.support.ports import free_port
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -172,6 +174,75 @@ def test_a_broker_with_etcd_registers_and_keeps_taking_writes_while_etcd_is_down
     finally:
         process.stop()
         etcd.stop()
+
+
+def test_a_broker_cut_off_from_etcd_refuses_writes_once_it_finds_its_name_taken(
+    tmp_path: Path, own_etcd: EtcdServer
+) -> None:
+    """The one case where another process may serve a standalone broker's queues: while it
+    was cut off (etcd up, its link to etcd cut past the TTL), another member registered its
+    name. It cannot know before the link is back; then its re-registration meets the rival,
+    and it refuses writes (retriable, naming the rival) until the name is free again."""
+
+    async def scenario() -> None:
+        async with (
+            Link(own_etcd.endpoint) as link,
+            EtcdCoordinator(own_etcd.endpoint, cluster="rv") as observer,
+        ):
+            process = BrokerProcess(
+                tmp_path / "broker",
+                free_port(),
+                "--etcd",
+                link.endpoint,
+                "--set",
+                "cluster.name=rv",
+                "--set",
+                "cluster.session_ttl_s=2",
+            )
+            api = RemoteBroker(process.address, call_timeout_s=3)
+            try:
+                await asyncio.to_thread(process.start)
+                await api.start()
+                await api.create_topic("orders", 1)
+                link.cut()
+
+                async def gone() -> bool:
+                    return "b1" not in await observer.members("broker")
+
+                await until(gone, "b1's key to expire", 10, interval_s=0.1)
+                rival = await observer.register("broker", "b1", {"addr": "10.0.0.9:1"}, ttl_s=2)
+                await api.send([NewMessage("orders", b"cut off")])  # it cannot know yet
+                link.restore()
+                refused: UnavailableError | None = None
+                give_up = time.monotonic() + 10
+                while refused is None and time.monotonic() < give_up:
+                    try:
+                        await api.send([NewMessage("orders", b"x")])
+                    except UnavailableError as exc:
+                        refused = exc
+                    await asyncio.sleep(0.1)
+                assert refused is not None, "writes went on with the name taken"
+                assert "another process holds its etcd registration" in str(refused)
+                assert f"epoch {rival.epoch}, at 10.0.0.9:1" in str(refused)
+                assert refused.retriable
+                assert (await api.get_topic("orders"))[0].queues == 1  # reads still work
+                await rival.close()
+
+                async def takes_writes() -> bool:
+                    try:
+                        await api.send([NewMessage("orders", b"y")])
+                    except UnavailableError:
+                        return False
+                    return True
+
+                await until(takes_writes, "writes once the name is free", 10, interval_s=0.1)
+                member = (await observer.members("broker"))["b1"]
+                assert member.info["addr"] == process.address and member.epoch > rival.epoch
+            finally:
+                await api.close()
+                await asyncio.to_thread(process.stop)
+
+    asyncio.run(scenario())
 
 
 def test_a_broker_started_while_etcd_is_down_waits_for_it_then_starts(tmp_path: Path) -> None:
