@@ -1,26 +1,43 @@
 """Fencing: a broker that may have been replaced writes nothing.
 
 Proxies route to a broker through its registration in etcd (`brokers/<name>`), whose create
-revision is its **epoch** (the fencing token): registering again, after a lost session, a
-restart or a shard's failover, makes a new key with a larger epoch. A broker whose
-registration is gone may have been replaced already, so it stops changing its store until
-it holds one again. Nobody tells it to: it notices itself, here.
+revision is its **epoch** (the fencing token): registering again, after a restart or a
+shard's failover, makes a new key with a larger epoch. A broker that may have been replaced
+stops changing its store until it is sure again. Nobody tells it to: it notices itself, here.
 
 - `WriteFence` is what BrokerService (service.py) asks before every call that changes the
   store. While fenced, such a call fails with a retriable UNAVAILABLE naming why; on a
   replica that follows its shard's leader, with NOT_LEADER (its store is a copy that
   replication writes). Reads are never fenced (a follower's go to its read view).
-- `start_fencing` runs the fencing task of a cluster broker (`popmq broker --etcd`,
-  server.py): it follows the etcd session, fences when the session is lost (its lease
-  expired or was revoked, or etcd was unreachable for a whole TTL) and unfences once the
-  session has registered again by itself, with a new epoch. If the task dies, nothing
-  follows the registration any more: writes stay fenced for good and the broker reports
-  the failure (its health turns NOT_SERVING).
+- `start_fencing` runs the fencing task of a standalone broker (`popmq broker --etcd`,
+  server.py). A standalone broker keeps taking writes while its etcd session is lost (etcd
+  down or unreachable for longer than the TTL): no other process can serve its queues
+  meanwhile (below), so refusing would buy no safety and cost the cluster its writes.
+  It refuses writes only when re-registering finds its name held by another live member
+  (the session's `rival`): that process may be serving its queues now, so it refuses until
+  it holds the name again. If the task dies, writes stay fenced for good and the broker
+  reports the failure (its health turns NOT_SERVING).
 - `leader_lease` says why a shard's leader must stop writing (replication/replica.py): its
   term's lease was lost (etcd says so), or lapsed as far as its own clock can tell (a
   paused process that wakes after its TTL writes nothing before etcd is asked). The
   replication log (replication/log.py) asks it before each write and before a batch
-  completes; the replica fences its BrokerService when the term ends.
+  completes; the replica fences its BrokerService when the term ends. A shard's leader
+  does fence itself when it is cut off from etcd: an in-sync follower takes its queues over
+  one TTL later.
+
+**Why a standalone broker may write while cut off from etcd.** Its queues are named by
+its broker name in the routes (`topics/<topic>` segments name brokers, never addresses),
+and handles name it too; a proxy reaches those queues through `brokers/<name>` only
+(RouteCache.writable_queues, readable_queues and broker_addr keep live members only).
+Nothing moves a route's queues to another broker: a broker whose registration lapses
+keeps its segments and global ids, and its queues are simply not served until it is back
+(routes.py; FIFO groups hashed to them fail retriably). So the only way another process
+serves these queues is to register `brokers/<name>` itself, which needs the key to be
+absent in etcd, and a process that reaches etcd: never while etcd is down; while this
+broker alone is cut off, only if an operator starts another broker under the same name
+(or a replicated shard of that name). That process has its own store, so nothing this
+broker acknowledged is lost either way; this broker learns of it as soon as it reaches
+etcd again (its re-registration meets the rival) and refuses writes from then on.
 
 The epoch fences replication itself too, where its stream is: a follower refuses a leader
 older than the newest epoch it has seen (replication/follower.py), a leader refuses a
@@ -87,24 +104,47 @@ class WriteFence:
 def start_fencing(
     session: Session, writes: WriteFence, *, failed: Callable[[str], None]
 ) -> asyncio.Task[None]:
-    """Start the fencing task of a registered broker: `writes` fenced while `session` is
-    lost. The caller holds the task and cancels it when it stops; should the task end any
-    other way, writes are fenced for good and `failed(why)` reports it."""
+    """Start the fencing task of a registered standalone broker: `writes` fenced while
+    another live member holds its name (module docstring). The caller holds the task and
+    cancels it when it stops; should the task end any other way, writes are fenced for good
+    and `failed(why)` reports it."""
     task = asyncio.get_running_loop().create_task(
-        _fence_while_lost(session, writes), name="popmq-broker-fencing"
+        _fence_while_rivalled(session, writes), name="popmq-broker-fencing"
     )
     task.add_done_callback(functools.partial(_fencing_ended, writes, failed))
     return task
 
 
-async def _fence_while_lost(session: Session, writes: WriteFence) -> None:
-    """Refuse writes while the registration is lost; take them again once it is back."""
+async def _fence_while_rivalled(session: Session, writes: WriteFence) -> None:
+    """Follow the session: writes go on while it is lost, and stop while a rival holds the
+    name; take them again once registered."""
+    lost = False
     while True:
-        epoch = await session.wait_registered()
-        writes.unfence()
-        reason = await session.wait_lost(epoch)
-        log.warning("etcd session lost (%s): refusing writes until registered again", reason)
-        writes.fence(f"its etcd registration was lost ({reason})")
+        rival = session.rival
+        if rival is not None:
+            if writes.reason is None:
+                log.error(
+                    "broker %r: another live member holds its etcd registration (%s): "
+                    "refusing writes until it holds the name again",
+                    writes.name,
+                    rival,
+                )
+            writes.fence(
+                f"another process holds its etcd registration ({rival}) and may serve its queues"
+            )
+        else:
+            if writes.reason is not None:
+                log.info("broker %r takes writes again", writes.name)
+            writes.unfence()
+            if not session.alive and not lost:
+                log.warning(
+                    "broker %r lost its etcd session: it keeps taking writes (a standalone "
+                    "broker's queues are served by no other process meanwhile) and registers "
+                    "again once etcd answers",
+                    writes.name,
+                )
+            lost = not session.alive
+        await session.wait_changed()
 
 
 def _fencing_ended(

@@ -1,13 +1,16 @@
 """`popmq broker`: one broker core serving BrokerService (and grpc health), nothing public.
 
-Startup: open the store (recovery), listen, and when `[cluster] etcd` is set start the
-catalog sync (catalog_sync.py), waiting up to `cluster.catalog_ready_timeout_s` for it to
-apply the first listing of topics and groups, and only then register with etcd (proxies
-route to a broker from its registration on, so it must hold its routed topics by then);
-turn health SERVING once that listing is applied (later, by itself, if etcd was slower than
-the wait), print `listening on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING, held long
-polls answered, in-flight calls given `server.shutdown_grace_s`, the catalog sync stopped,
-the etcd registration revoked, the store closed.
+Startup: open the store (recovery), listen, and when `[cluster] etcd` is set wait until
+etcd answers (logging that it waits for etcd at its endpoints, and retrying every
+`ETCD_RETRY_S`: a broker started before etcd, or during an outage, starts once etcd is
+back; SIGTERM meanwhile stops it cleanly), then start the catalog sync (catalog_sync.py),
+waiting up to `cluster.catalog_ready_timeout_s` for it to apply the first listing of topics
+and groups, and only then register with etcd (proxies route to a broker from its
+registration on, so it must hold its routed topics by then); turn health SERVING once that
+listing is applied (later, by itself, if etcd was slower than the wait), print `listening
+on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING, held long polls answered, in-flight
+calls given `server.shutdown_grace_s`, the catalog sync stopped, the etcd registration
+revoked, the store closed.
 
 Health turns NOT_SERVING for good when the broker fails (a background task of the core
 died), and in cluster mode when the catalog sync or the fencing loop dies: the broker's
@@ -29,10 +32,10 @@ them (`[security] root_access_key` and its secret: the same on proxies and broke
 stays open. Without it, BrokerService answers whoever reaches it (protected mode keeps it
 on loopback unless `allow_anonymous`).
 
-Fencing (fencing.py, docs/cluster.md): with etcd, the broker takes writes only while its
-registration is alive. When the session is lost (its lease expired or was revoked, or etcd
-was unreachable for a whole TTL) every RPC that changes the store fails with a retriable
-UNAVAILABLE until the session has registered again (it does so by itself, with a new epoch).
+Fencing (fencing.py, docs/cluster.md): a standalone broker keeps taking writes through an
+etcd outage of any length (no other process can serve its queues meanwhile) and registers
+again by itself once etcd answers. Every RPC that changes the store fails with a retriable
+UNAVAILABLE only while another live member holds its name (found when it registers again).
 """
 
 from __future__ import annotations
@@ -52,8 +55,12 @@ from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import start_fencing
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
-from popmq.coordination.coordinator import Coordinator, Session
-from popmq.coordination.errors import CoordinationError, MemberExistsError
+from popmq.coordination.coordinator import Coordinator, Session, member_path
+from popmq.coordination.errors import (
+    CoordinationError,
+    CoordinationUnavailableError,
+    MemberExistsError,
+)
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import Metrics, MetricsEndpoint
@@ -64,6 +71,8 @@ from popmq.runtime.process import (
     run_process,
     split_listen,
     start_metrics,
+    stop_signal,
+    unless_stopped,
     version,
     wait_for_stop_signal,
 )
@@ -74,6 +83,8 @@ from popmq.security.tls import ServerTLS
 log = logging.getLogger(__name__)
 
 SERVICE = "popmq.broker.v1.BrokerService"
+ETCD_RETRY_S = 1.0
+"""How often a starting broker asks etcd again while it does not answer."""
 
 
 class BrokerServer:
@@ -174,6 +185,7 @@ class BrokerServer:
                 self._coordinator = self._given_coordinator or EtcdCoordinator(
                     cluster.etcd_endpoints, cluster=cluster.name
                 )
+                await self._wait_for_etcd()
                 # The catalog first: once registered, proxies route sends and pops here,
                 # which must find every topic its routes give it (not NOT_FOUND after a
                 # restart that missed a topic's creation).
@@ -246,6 +258,31 @@ class BrokerServer:
         reason = await sync.wait_failure()
         self.broker.report_failure(f"its catalog sync stopped ({reason})")
 
+    async def _wait_for_etcd(self) -> None:
+        """Return once the coordinator answers a read, asking every ETCD_RETRY_S meanwhile:
+        a broker started while etcd is down waits for it instead of exiting."""
+        assert self._coordinator is not None
+        name = self.config.broker.broker_name
+        waited = False
+        while True:
+            try:
+                await self._coordinator.get(member_path("broker", name))
+            except CoordinationUnavailableError as exc:
+                if not waited:
+                    log.warning(
+                        "waiting for etcd at %s: it does not answer (%s); retrying every %gs "
+                        "(SIGTERM stops the broker)",
+                        self.config.cluster.etcd or "the given coordinator",
+                        exc,
+                        ETCD_RETRY_S,
+                    )
+                    waited = True
+                await asyncio.sleep(ETCD_RETRY_S)
+            else:
+                if waited:
+                    log.info("etcd at %s answers: starting", self.config.cluster.etcd)
+                return
+
     async def _register(self) -> None:
         cluster = self.config.cluster
         assert self._coordinator is not None
@@ -272,6 +309,9 @@ class BrokerServer:
                     name,
                 )
                 await asyncio.sleep(0.5)
+            except CoordinationUnavailableError as exc:  # gone again since it answered
+                log.warning("cannot register with etcd yet (%s); retrying", exc)
+                await asyncio.sleep(ETCD_RETRY_S)
             except CoordinationError as exc:
                 raise InvalidArgumentError(
                     f"broker {name!r} cannot register with etcd {cluster.etcd}: {exc}"
@@ -318,15 +358,19 @@ class BrokerServer:
 
 
 async def serve_broker(config: ServerConfig) -> None:
-    """Run until SIGTERM or SIGINT."""
+    """Run until SIGTERM or SIGINT (one during the start, while it waits for etcd, stops
+    it cleanly too)."""
     server = BrokerServer(config)
-    await server.start()
+    stop = stop_signal()
+    if not await unless_stopped(server.start(), stop):
+        log.info("stopped before it started")
+        return
     print(f"listening on {server.address}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
-    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None, stop=stop)
     log.info("shutting down")
     await server.stop()
     log.info("stopped")
@@ -334,7 +378,8 @@ async def serve_broker(config: ServerConfig) -> None:
 
 def run_broker(config: ServerConfig) -> int:
     """Blocking entry point of `popmq broker`; returns the process exit code (2 for a bad
-    listen address, an unusable data dir or an etcd that refuses the registration). With
+    listen address, an unusable data dir or a name another live broker holds; an etcd
+    that does not answer is waited for). With
     `replication.replica` (`--shard`), one replica of a shard (broker/replication)."""
     if config.replication.replica:
         from popmq.broker.replication.replica import serve_replica

@@ -241,8 +241,12 @@ class Session(Protocol):
     """A member's registration, kept alive until `close()`.
 
     When it is lost (lease expired or revoked, or etcd unreachable for a whole TTL), whoever
-    waits in `wait_lost()` wakes: a broker stops taking writes. The session then registers
-    again by itself, with a new lease and a new `epoch`; `wait_registered()` waits for that.
+    waits in `wait_lost()` wakes. The session then registers again by itself, with a new
+    lease; `wait_registered()` waits for that. Its `epoch` is new unless its key outlived
+    the loss (etcd restarted and restored it): then nobody can have registered the name in
+    between, and the registration goes on under the same epoch. If the name turns out to be
+    registered by another live member instead, `rival` says by whom until the session has
+    registered again.
     """
 
     kind: MemberKind
@@ -268,6 +272,15 @@ class Session(Protocol):
 
     async def wait_registered(self) -> int:
         """Wait until registered (now, if it is); returns the epoch."""
+
+    @property
+    def rival(self) -> str | None:
+        """While lost: who holds the name, when registering again found it registered by
+        another live member (its epoch and info); None otherwise."""
+
+    async def wait_changed(self) -> None:
+        """Return at the session's next change: registered, lost, a rival seen or closed
+        (SessionClosedError once closed). Read the state, then wait: nothing is missed."""
 
     async def close(self) -> None:
         """Deregister (revoke the lease) and stop; idempotent."""
@@ -349,9 +362,13 @@ class MemberSession:
         self.info: Mapping[str, Any] = types.MappingProxyType(dict(info))
         self.ttl_s = ttl_s
         self._epoch = 0
+        self.last_epoch = 0
+        """The epoch of the latest registration, kept while lost (a re-registration may
+        take the key over if it outlived the loss)."""
         self._losses = 0
         self._closed = False
         self._lost_reason = ""
+        self._rival: str | None = None
         # Replaced and set at every change of _epoch or _closed: what the waiters wait on.
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None  # the coordinator's keep-alive loop
@@ -368,6 +385,15 @@ class MemberSession:
     @property
     def losses(self) -> int:
         return self._losses
+
+    @property
+    def rival(self) -> str | None:
+        return self._rival
+
+    async def wait_changed(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"{self.kind} {self.name!r}: the session is closed")
+        await self._changed.wait()
 
     async def wait_lost(self, epoch: int | None = None) -> str:
         target = self._epoch if epoch is None else epoch
@@ -389,8 +415,15 @@ class MemberSession:
         changed.set()
 
     def _mark_registered(self, epoch: int) -> None:
-        self._epoch = epoch
+        self._epoch = self.last_epoch = epoch
+        self._rival = None
         self._notify()
+
+    def _mark_rival(self, rival: str) -> None:
+        """Registering again found the name held by another live member."""
+        if rival != self._rival:
+            self._rival = rival
+            self._notify()
 
     def _mark_lost(self, reason: str) -> None:
         if self._epoch:

@@ -8,10 +8,10 @@ prefix watches from a revision, and status.
 
 Every call has a timeout (the client's `timeout_s` unless given). A call that finds its
 endpoint unavailable moves on to the next one (`host:port` endpoints, tried in turn) until the
-timeout; only then does it raise `CoordinationUnavailableError`. A watch outlives outages: it
-resumes on any endpoint from the revision after the last one it delivered, and raises
-`CompactedError` when that revision is gone (the caller re-lists). Everything runs on the
-event loop; nothing here blocks.
+timeout; only then does it raise `CoordinationUnavailableError` (at once while etcd is
+unreachable: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
+the revision after the last one it delivered, and raises `CompactedError` when that revision
+is gone (the caller re-lists). Everything runs on the event loop; nothing here blocks.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from popmq.coordination.errors import (
     LeaseNotFoundError,
     SessionClosedError,
 )
+from popmq.coordination.etcd_reachability import PROBE_TIMEOUT_S, Reachability
 
 logger = logging.getLogger(__name__)
 
@@ -455,6 +456,8 @@ class EtcdClient:
         self._current = 0
         self._closed = False
         self.endpoints = parse_endpoints(endpoints)
+        self.reachability = Reachability(self.endpoints)
+        """Whether etcd answers (every call, watch and keepalive of this client tells)."""
         self.timeout_s = _check_timeout(timeout_s)
 
     async def __aenter__(self) -> EtcdClient:
@@ -493,18 +496,25 @@ class EtcdClient:
         return self.endpoints[self._current % len(self.endpoints)]
 
     def _fail_over(self, endpoint: str) -> None:
-        """Move on from `endpoint` (unless another caller did already)."""
+        """Record that `endpoint` failed (a call or a stream found it gone) and move on from
+        it (unless another caller did already)."""
+        self.reachability.failed(endpoint)
         if self._endpoint() == endpoint:
             self._current = (self._current + 1) % len(self.endpoints)
 
     async def _call(
         self, what: str, call: Callable[[_Stubs, float], Any], timeout_s: float | None
     ) -> Any:
-        """Run `call(stubs, remaining_s)` on the endpoints in turn until one answers."""
+        """Run `call(stubs, remaining_s)` on the endpoints in turn until one answers.
+
+        While etcd is unreachable (`reachability`), or once it turns so during the call,
+        each endpoint is tried once more for at most PROBE_TIMEOUT_S, and then the call
+        fails at once."""
         timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         last: grpc.aio.AioRpcError | None = None
+        probing = self.reachability.unreachable_for is not None
         while True:
             for _ in range(len(self.endpoints)):
                 remaining = deadline - loop.time()
@@ -512,19 +522,32 @@ class EtcdClient:
                     break
                 endpoint = self._endpoint()
                 try:
-                    return await call(self._stubs(endpoint), remaining)
+                    answer = await call(
+                        self._stubs(endpoint),
+                        min(remaining, PROBE_TIMEOUT_S) if probing else remaining,
+                    )
                 except grpc.aio.AioRpcError as error:
                     if error.code() not in _FAILOVER_CODES:
+                        if not _stream_outage(error):
+                            self.reachability.answered()  # a refusal is an answer
                         raise error_from_rpc(error, what) from error
                     last = error
                     self._fail_over(endpoint)
+                else:
+                    self.reachability.answered()
+                    return answer
+            reason = f"{last.code().name}: {last.details()}" if last else "no time left"
+            silent = self.reachability.unreachable_for
+            if probing and silent is not None:
+                raise self.reachability.refusal(what, silent, reason)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                reason = f"{last.code().name}: {last.details()}" if last else "no time left"
                 raise CoordinationUnavailableError(
                     f"etcd did not answer {what} within {timeout:g}s at "
                     f"{','.join(self.endpoints)} ({reason}); is etcd running?"
                 )
+            # Turned unreachable while this call retried: one short try of each, then fail.
+            probing = silent is not None
             await asyncio.sleep(min(_RETRY_PAUSE_S, remaining))
 
     # -- KV ------------------------------------------------------------------------------
@@ -729,6 +752,7 @@ class EtcdClient:
                         raise EtcdError(
                             f"etcd cancelled the watch of {raw!r}: {response.cancel_reason}"
                         )
+                    self.reachability.answered()
                     if response.created:
                         if next_revision == 0:
                             next_revision = response.header.revision + 1
@@ -776,6 +800,7 @@ class EtcdClient:
                 )
             except grpc.aio.AioRpcError as error:
                 raise error_from_rpc(error, f"status of {endpoint}") from error
+            self.reachability.answered()
             return _status(endpoint, response)
         answered: list[str] = []
 
@@ -930,6 +955,7 @@ class LeaseKeeper:
                 self.client._fail_over(self.client._endpoint())
                 await asyncio.sleep(min(_RETRY_PAUSE_S * 2, max(remaining, 0.0)))
                 continue
+            self.client.reachability.answered()
             if ttl <= 0:
                 self._lost.set_result("etcd says the lease expired or was revoked")
                 return

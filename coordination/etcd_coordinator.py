@@ -51,6 +51,7 @@ from popmq.coordination.errors import (
 from popmq.coordination.etcd import (
     DEFAULT_TIMEOUT_S,
     MAX_LEASE_TTL_S,
+    Compare,
     EtcdClient,
     Get,
     KeyValue,
@@ -214,32 +215,88 @@ class EtcdCoordinator:
         return session
 
     async def _register(self, session: _EtcdSession, path: str) -> None:
-        """Grant a lease and create the member's key under it (put-if-absent)."""
-        if session.lease is not None:  # the old lease may still hold the key: end it
-            with contextlib.suppress(LeaseNotFoundError):
-                await self.client.lease_revoke(session.lease.id)
-            session.lease = None
+        """Grant a lease and put the member's key under it: create it (put-if-absent), or,
+        after a loss, take it over if it is still the key of the last registration."""
         lease = await self.client.lease_grant(session.ttl_s)
-        created, current = await self.client.put_if_absent(
-            self._key(path), encode_value(session.info), lease=lease.id
-        )
-        if not created:
-            with contextlib.suppress(LeaseNotFoundError):
+        try:
+            current = await self._claim(session, self._key(path), lease.id)
+        except BaseException:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
                 await self.client.lease_revoke(lease.id)
-            epoch = current.create_revision if current else 0
-            raise MemberExistsError(
-                f"{session.kind} {session.name!r} is registered already (epoch {epoch}): "
-                "names must be unique while alive",
-                field="name",
-                value=session.name,
-            )
-        assert current is not None  # the transaction read the key it created
-        session.lease = lease
+            raise
+        old, session.lease = session.lease, lease
         session._keeper = self.client.keep_alive(lease)
         session._mark_registered(current.create_revision)
+        if old is not None:  # it holds nothing now; if etcd does not answer, it lapses
+            with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
+                await self.client.lease_revoke(old.id)
+
+    async def _claim(self, session: _EtcdSession, key: str, lease: int) -> KeyValue:
+        """Put the member's key under `lease`: taken over, or created; returns it.
+
+        Raises:
+            MemberExistsError: Another member holds the name.
+        """
+        current = await self._take_over(session, key, lease)
+        if current is not None:
+            return current
+        created, current = await self.client.put_if_absent(
+            key, encode_value(session.info), lease=lease
+        )
+        if not created:
+            raise self._member_exists(session, current)
+        assert current is not None  # the transaction read the key it wrote
+        return current
+
+    async def _take_over(self, session: _EtcdSession, key: str, lease: int) -> KeyValue | None:
+        """After a loss: move the member's key to `lease` if it is still the key of the last
+        registration (created at `last_epoch`), returning it; None when it is gone.
+
+        etcd restores leases when it restarts, with their whole TTL, so after an outage the
+        key is usually still there. Nobody else can have registered the name meanwhile
+        (the key never went), so the registration goes on under the same epoch, and the
+        proxies watching `brokers/` never see the member leave. Revoking the old lease
+        first would delete the key, and every proxy would drop the member until the new
+        key arrives: sends, acks and held pops on it would fail meanwhile.
+
+        Raises:
+            MemberExistsError: Another member holds the name now.
+        """
+        if session.last_epoch == 0 or session.lease is None:
+            return None  # the first registration
+        result = await self.client.txn(
+            [Compare(key, "create_revision", "==", session.last_epoch)],
+            [Put(key, encode_value(session.info), lease), Get(key)],
+            [Get(key)],
+        )
+        reads = [r for r in result.results if isinstance(r, RangeResult)]
+        current = reads[-1].kvs[0] if reads and reads[-1].kvs else None
+        if result.succeeded:
+            return current
+        if current is not None:
+            raise self._member_exists(session, current)
+        return None  # gone (its lease lapsed or was revoked): a new key and epoch
+
+    def _member_exists(self, session: _EtcdSession, current: KeyValue | None) -> MemberExistsError:
+        epoch = current.create_revision if current else 0
+        held = f"epoch {epoch}"
+        if current is not None:
+            with contextlib.suppress(CorruptValueError):
+                addr = decode_value(member_path(session.kind, session.name), current.value).get(
+                    "addr"
+                )
+                if addr:
+                    held += f", at {addr}"
+        return MemberExistsError(
+            f"{session.kind} {session.name!r} is registered already ({held}): "
+            "names must be unique while alive",
+            field="name",
+            value=session.name,
+        )
 
     async def _keep(self, session: _EtcdSession, path: str) -> None:
         """Wait for the session's loss, then register again until it works (or close)."""
+        longest = max(0.1, session.ttl_s / 3)
         while True:
             assert session._keeper is not None
             reason = await session._keeper.wait_lost()
@@ -254,11 +311,19 @@ class EtcdCoordinator:
                         session.epoch,
                     )
                     break
-                except (CoordinationUnavailableError, MemberExistsError) as error:
-                    logger.warning(
+                except MemberExistsError as error:
+                    if session.rival is None:
+                        logger.warning(
+                            "%s %r cannot register again: %s", session.kind, session.name, error
+                        )
+                    session._mark_rival(str(error))
+                except CoordinationUnavailableError as error:
+                    (logger.warning if attempt == 0 else logger.debug)(
                         "%s %r cannot register again yet: %s", session.kind, session.name, error
                     )
-                    await asyncio.sleep(pause_after(attempt))
+                # At most a keepalive interval apart: etcd keeps a restored key for one TTL
+                # after it restarts, and taking it over spares the watchers a gap.
+                await asyncio.sleep(min(longest, pause_after(attempt)))
 
     async def members(self, kind: MemberKind) -> dict[str, Member]:
         folder = member_folder(kind)

@@ -7,7 +7,8 @@
   (`bind_listeners`);
 - the Prometheus endpoint with `[security]`'s metrics credentials (`start_metrics`);
 - the stop and reload signals, the event loop, the umask and the exit code of a start
-  error (`run_process`, `wait_for_stop_signal`).
+  error (`run_process`, `wait_for_stop_signal`; `stop_signal` and `unless_stopped` for a
+  start that may wait, as a broker's for etcd).
 
 What differs between the processes (their services, health, registration) stays in their
 own modules.
@@ -47,6 +48,8 @@ __all__ = [
     "run_process",
     "split_listen",
     "start_metrics",
+    "stop_signal",
+    "unless_stopped",
     "version",
     "wait_for_stop_signal",
 ]
@@ -146,15 +149,48 @@ async def start_metrics(metrics: Metrics, config: ServerConfig) -> MetricsEndpoi
     return endpoint
 
 
-async def wait_for_stop_signal(*, hangup: Callable[[], None] | None = None) -> None:
-    """Return at the first SIGTERM or SIGINT; call `hangup` (the TLS certificate's reload)
-    at each SIGHUP, when given."""
+def stop_signal() -> asyncio.Event:
+    """An event set at the first SIGTERM or SIGINT from now on (its handlers are installed
+    at once): for a process that may wait long before it serves (`popmq broker` waiting
+    for etcd) and must stop cleanly meanwhile."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def unless_stopped(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
+    """Run `work` to its end, unless `stop` is set first: then cancel it (its own cleanup
+    runs) and return False."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()  # its error, if it failed
+        return True
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this caller is being cancelled too
+    return False
+
+
+async def wait_for_stop_signal(
+    *, hangup: Callable[[], None] | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Return at the first SIGTERM or SIGINT (or once `stop`, a `stop_signal()`, is set);
+    call `hangup` (the TLS certificate's reload) at each SIGHUP, when given."""
+    if stop is None:
+        stop = stop_signal()
     if hangup is not None:
-        loop.add_signal_handler(signal.SIGHUP, hangup)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
     await stop.wait()
 
 

@@ -18,6 +18,7 @@ from popmq.coordination import (
     Snapshot,
 )
 from popmq.coordination.etcd import Compare, Delete, EtcdClient, Get, Put
+from popmq.coordination.etcd_reachability import UNREACHABLE_AFTER_S
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.etcd import EtcdServer
@@ -299,7 +300,8 @@ def test_compaction_is_reported_to_a_watch_from_a_compacted_revision(etcd: EtcdS
 @pytest.mark.slow
 def test_watch_and_sessions_recover_after_etcd_restarts(own_etcd: EtcdServer) -> None:
     """etcd down for longer than the TTL: the member is told, the watch waits on its last
-    snapshot; etcd back: the member registers again and the watch sees it."""
+    snapshot; etcd back: it restored the member's key with its lease, and the session takes
+    that key over (same epoch), so the watch never sees the member leave."""
 
     async def scenario() -> None:
         cluster = unique_cluster()
@@ -319,20 +321,97 @@ def test_watch_and_sessions_recover_after_etcd_restarts(own_etcd: EtcdServer) ->
             await asyncio.sleep(1.0)  # etcd stays down past the TTL
             await asyncio.to_thread(own_etcd.start)
 
-            new_epoch = await asyncio.wait_for(session.wait_registered(), 15)
-            assert new_epoch > epoch
-            seen = await _until(
-                brokers,
-                lambda s: (
-                    "brokers/broker-a" in s.entries
-                    and s.entries["brokers/broker-a"].created_revision == new_epoch
-                ),
-            )
-            assert seen[-1].entries["brokers/broker-a"].value == {"addr": "h:1"}
+            assert await asyncio.wait_for(session.wait_registered(), 15) == epoch
+            assert session.losses == 1 and session.rival is None
             await proxy.put("topics/after", {"queues": 1})  # the cluster serves writes again
+            await asyncio.sleep(2.5)  # past the old lease's TTL: it was revoked, not the key
+            await proxy.put("brokers/zz-marker", {"addr": "h:9"})  # the watch's last change
+            seen = await _until(brokers, lambda s: "brokers/zz-marker" in s.entries)
+            assert all("brokers/broker-a" in s.entries for s in seen), "the member left"
+            assert seen[-1].entries["brokers/broker-a"].created_revision == epoch
+            await proxy.delete("brokers/zz-marker")
             await brokers.aclose()
             await session.close()
             assert await proxy.members("broker") == {}
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_a_member_whose_name_was_taken_while_it_was_cut_off_sees_the_rival(
+    etcd: EtcdServer,
+) -> None:
+    """Cut off past its TTL, its key expires and another process registers the name; once
+    the link is back the session names the rival (epoch and address) instead of
+    registering, and registers with a new epoch once the rival is gone."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        async with (
+            Link(etcd.endpoint) as link,
+            EtcdCoordinator(link.endpoint, cluster=cluster, timeout_s=1) as member,
+            EtcdCoordinator(etcd.endpoint, cluster=cluster) as other,
+        ):
+            session = await member.register("broker", "broker-a", {"addr": "h:1"}, ttl_s=2)
+            epoch = session.epoch
+            link.cut()
+            await asyncio.wait_for(session.wait_lost(epoch), 8)
+
+            async def gone() -> bool:
+                return "broker-a" not in await other.members("broker")
+
+            await _eventually(gone, 8, "the cut-off member's key expires")
+            rival = await other.register("broker", "broker-a", {"addr": "h:2"}, ttl_s=2)
+            link.restore()
+
+            async def rivalled() -> bool:
+                return session.rival is not None
+
+            await _eventually(rivalled, 10, "the session sees the rival")
+            assert f"epoch {rival.epoch}, at h:2" in (session.rival or "")
+            assert not session.alive
+            await rival.close()
+            new_epoch = await asyncio.wait_for(session.wait_registered(), 10)
+            assert new_epoch > rival.epoch and session.rival is None
+            assert (await other.members("broker"))["broker-a"].info == {"addr": "h:1"}
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
+    own_etcd: EtcdServer,
+) -> None:
+    """Once nothing has answered for UNREACHABLE_AFTER_S, a call fails after one short try
+    instead of waiting out its 5 s timeout; the first answer after etcd returns ends that."""
+
+    async def scenario() -> None:
+        async with EtcdClient(own_etcd.endpoint, timeout_s=5) as client:
+            await client.put("/k", b"v")
+            await asyncio.to_thread(own_etcd.stop)
+            began = time.monotonic()
+            with pytest.raises(CoordinationUnavailableError, match="is etcd running"):
+                await client.get("/k")  # the first call finds the outage: about 2 s
+            first = time.monotonic() - began
+            assert UNREACHABLE_AFTER_S <= first < 4.5, first
+            assert client.reachability.unreachable_for is not None
+            for _ in range(3):
+                began = time.monotonic()
+                with pytest.raises(CoordinationUnavailableError) as error:
+                    await client.put("/k", b"w")
+                assert time.monotonic() - began < 1.5
+                assert f"etcd is unreachable at {own_etcd.endpoint}" in str(error.value)
+                assert error.value.retriable and error.value.code == "UNAVAILABLE"
+            await asyncio.to_thread(own_etcd.start)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    assert (await client.get("/k")).kvs[0].value == b"v"
+                    break
+                except CoordinationUnavailableError:
+                    assert time.monotonic() < deadline, "etcd did not answer after its return"
+                    await asyncio.sleep(0.2)
+            assert client.reachability.unreachable_for is None
 
     asyncio.run(scenario())
 

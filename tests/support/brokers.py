@@ -75,9 +75,17 @@ class BrokerProcess:
         self.process: subprocess.Popen[str] | None = None
         self.address = f"127.0.0.1:{port}"
         self.output: list[str] = []
-        """What the last start printed up to `listening on` (its log lines included)."""
+        """What the last start printed (its log lines included): up to the line waited for
+        while it runs, everything once it was stopped."""
 
     def start(self) -> str:
+        self.spawn()
+        self.wait_for("listening on ")
+        assert self.output[-1].strip() == f"listening on {self.address}"
+        return self.address
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it (`wait_for` reads what it prints)."""
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "popmq.cli", "broker", "--name", "b1",
@@ -87,14 +95,17 @@ class BrokerProcess:
             text=True,
             env=env,
         )  # fmt: skip
-        assert self.process.stdout is not None
-        lines = self.output = []
+        self.output = []
+
+    def wait_for(self, text: str) -> str:
+        """Read what the process prints until a line containing `text`; returns that line
+        (AssertionError with the output if the process ends first)."""
+        assert self.process is not None and self.process.stdout is not None
         for line in self.process.stdout:
-            lines.append(line)
-            if line.startswith("listening on "):
-                assert line.strip() == f"listening on {self.address}"
-                return self.address
-        raise AssertionError(f"popmq broker did not start: {''.join(lines)}")
+            self.output.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"popmq broker never printed {text!r}: {''.join(self.output)}")
 
     def kill(self) -> None:
         assert self.process is not None
@@ -110,7 +121,10 @@ class BrokerProcess:
         return code
 
     def _close(self) -> None:
+        """Keep the rest of what the ended process printed (in `output`), then close."""
         if self.process is not None and self.process.stdout is not None:
+            if not self.process.stdout.closed:
+                self.output.append(self.process.stdout.read())
             self.process.stdout.close()
 
     def stop(self) -> None:

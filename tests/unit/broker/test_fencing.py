@@ -1,6 +1,7 @@
-"""Fencing (broker/fencing.py): the write fence's refusals, the fencing task that follows an
-etcd session, and a shard leader's lease as its own clock sees it. No server, no etcd: a
-stand-in session and lease keeper."""
+"""Fencing (broker/fencing.py): the write fence's refusals, the fencing task of a standalone
+broker (writes go on while its etcd session is lost, stop while another member holds its
+name), and a shard leader's lease as its own clock sees it. No server, no etcd: a stand-in
+session and lease keeper."""
 
 from __future__ import annotations
 
@@ -39,31 +40,37 @@ def test_a_following_replica_refuses_writes_as_not_leader_before_any_fence() -> 
 
 
 class StandInSession:
-    """Registered with epoch 1, lost when `lose()` is called, registered again as epoch 2."""
+    """Registered with epoch 1; `lose()`, `rivalled_by()` and `register()` change it and wake
+    `wait_changed()`, as a coordinator's session does."""
 
     def __init__(self) -> None:
         self.epoch = 1
+        self.rival: str | None = None
         self._changed = asyncio.Event()
+
+    @property
+    def alive(self) -> bool:
+        return self.epoch != 0
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     def lose(self) -> None:
         self.epoch = 0
-        self._changed.set()
+        self._notify()
+
+    def rivalled_by(self, rival: str) -> None:
+        self.rival = rival
+        self._notify()
 
     def register(self, epoch: int) -> None:
         self.epoch = epoch
-        self._changed.set()
+        self.rival = None
+        self._notify()
 
-    async def wait_registered(self) -> int:
-        while self.epoch == 0:
-            self._changed.clear()
-            await self._changed.wait()
-        return self.epoch
-
-    async def wait_lost(self, epoch: int | None = None) -> str:
-        while self.epoch == epoch:
-            self._changed.clear()
-            await self._changed.wait()
-        return "lease expired"
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
 
 
 async def _settle() -> None:
@@ -71,21 +78,23 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_the_fencing_task_fences_while_the_session_is_lost() -> None:
+def test_a_standalone_broker_takes_writes_while_its_session_is_lost() -> None:
+    """etcd down or unreachable past the TTL: nobody else can serve the broker's queues, so
+    it keeps writing while its session registers again."""
+
     async def scenario() -> None:
         session = StandInSession()
         writes = WriteFence("b1")
-        writes.fence("starting")
         failures: list[str] = []
         task = start_fencing(cast(Session, session), writes, failed=failures.append)
         await _settle()
-        assert writes.reason is None  # registered: writes go ahead
+        assert writes.reason is None
         session.lose()
         await _settle()
-        assert writes.reason == "its etcd registration was lost (lease expired)"
-        session.register(2)
+        writes.check()  # lost, and still writing
+        session.register(1)  # its key outlived the outage: taken over, same epoch
         await _settle()
-        assert writes.reason is None
+        writes.check()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert failures == []  # cancelled by its owner: nothing to report
@@ -93,9 +102,37 @@ def test_the_fencing_task_fences_while_the_session_is_lost() -> None:
     asyncio.run(scenario())
 
 
+def test_a_standalone_broker_refuses_writes_while_another_member_holds_its_name() -> None:
+    async def scenario() -> None:
+        session = StandInSession()
+        writes = WriteFence("b1")
+        failures: list[str] = []
+        task = start_fencing(cast(Session, session), writes, failed=failures.append)
+        session.lose()
+        await _settle()
+        writes.check()
+        session.rivalled_by("epoch 42, at 10.0.0.9:10911")
+        await _settle()
+        with pytest.raises(UnavailableError, match=r"another process holds its etcd") as refused:
+            writes.check()
+        assert "epoch 42, at 10.0.0.9:10911" in str(refused.value)
+        assert refused.value.retriable
+        session.register(57)  # the other one went away: the name is this broker's again
+        await _settle()
+        writes.check()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert failures == []
+
+    asyncio.run(scenario())
+
+
 def test_a_fencing_task_that_dies_fences_for_good_and_reports_why() -> None:
     class ClosedSession:
-        async def wait_registered(self) -> int:
+        rival = None
+        alive = True
+
+        async def wait_changed(self) -> None:
             raise RuntimeError("keepalive stopped")
 
     async def scenario() -> None:
