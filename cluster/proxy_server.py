@@ -13,6 +13,7 @@ number run side by side and a client may use any of them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -34,6 +35,9 @@ from popmq.security.authn import cluster_signer
 from popmq.security.tls import broker_channel_tls
 
 log = logging.getLogger(__name__)
+
+NO_BROKER = "no broker is registered in etcd: sends and receives through this proxy fail"
+"""Why a proxy's health is NOT_SERVING while no broker is registered."""
 
 
 def proxy_info(config: ServerConfig) -> ServerInfo:
@@ -99,6 +103,8 @@ class ProxyServer:
         )
         self.session: Session | None = None
         self.port = 0
+        # Turns health NOT_SERVING while no broker is registered (held so it runs).
+        self._brokers_watch: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -139,10 +145,34 @@ class ProxyServer:
                 f"proxy {name!r} cannot register with etcd {self.config.cluster.etcd}: {exc}"
             ) from exc
         log.info("registered as proxy %r of cluster %r", name, self.config.cluster.name)
+        self._brokers_watch = asyncio.get_running_loop().create_task(
+            self._follow_brokers(), name="popmq-proxy-brokers-health"
+        )
         return self.port
+
+    async def _follow_brokers(self) -> None:
+        """Health NOT_SERVING while no broker is registered (every request would fail:
+        a load balancer should send clients to a proxy that can serve them), SERVING again
+        when one is. Through an etcd outage the cached members stand, so it stays SERVING."""
+        routes = self.broker.routes
+        health = self.server.health
+        while True:
+            if routes.live_brokers:
+                if health.degradation is not None:
+                    log.info("health SERVING again: a broker is registered")
+                await health.restored()
+            elif health.degradation is None:
+                log.warning("health turns NOT_SERVING: %s", NO_BROKER)
+                await health.degraded(NO_BROKER)
+            await routes.wait_changed()
 
     async def stop(self) -> None:
         """NOT_SERVING, drain, deregister, close the caches and etcd."""
+        if self._brokers_watch is not None:
+            self._brokers_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._brokers_watch
+            self._brokers_watch = None
         await self.server.stop()
         if self.session is not None:
             session, self.session = self.session, None

@@ -81,7 +81,9 @@ class Health:
 
     The overall status ("") and one per registered service follow the server: NOT_SERVING
     until `serving()`, NOT_SERVING again (for good) from `failed()` (the broker can no longer
-    do its job: an orchestrator should restart the server) or `shutting_down()`.
+    do its job: an orchestrator should restart the server) or `shutting_down()`, and
+    NOT_SERVING while `degraded()` (it cannot do its job now, and may again: a proxy with no
+    broker to route to) until `restored()`.
     """
 
     def __init__(self) -> None:
@@ -89,6 +91,8 @@ class Health:
         self.ready = False
         self.failure: str | None = None
         """Why health turned NOT_SERVING while the server runs (see `failed`), or None."""
+        self.degradation: str | None = None
+        """Why health is NOT_SERVING for now (see `degraded`), or None."""
         self._services: tuple[str, ...] = ()
 
     async def starting(self) -> None:
@@ -96,11 +100,7 @@ class Health:
 
     async def serving(self, services: Sequence[str]) -> None:
         self._services = tuple(services)
-        status = health_pb2.HealthCheckResponse.SERVING
-        if self.failure is not None:
-            status = health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("", *services):
-            await self.servicer.set(name, status)
+        await self._publish()
         self.ready = True
 
     async def failed(self, reason: str) -> None:
@@ -108,8 +108,34 @@ class Health:
         if self.failure is not None:
             return
         self.failure = reason
+        await self._publish()
+
+    async def degraded(self, reason: str) -> None:
+        """Answer NOT_SERVING until `restored`; RPCs are still served (and answer why they
+        cannot be done)."""
+        if self.degradation == reason:
+            return
+        self.degradation = reason
+        if self.ready:  # else serving() publishes it
+            await self._publish()
+
+    async def restored(self) -> None:
+        """The degradation is over: SERVING again, unless failed."""
+        if self.degradation is None:
+            return
+        self.degradation = None
+        if self.ready:
+            await self._publish()
+
+    async def _publish(self) -> None:
+        serving = self.failure is None and self.degradation is None
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ("", *self._services):
-            await self.servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self.servicer.set(name, status)
 
     async def shutting_down(self) -> None:
         self.ready = False

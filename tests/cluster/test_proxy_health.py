@@ -1,0 +1,85 @@
+"""A proxy's grpc.health.v1 status follows whether it has a broker to route to: NOT_SERVING
+while no broker is registered, SERVING again once one is."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from popmq.broker.server import BrokerServer
+from popmq.broker_core import BrokerConfig, StoreConfig
+from popmq.cluster.proxy_server import NO_BROKER, ProxyServer
+from popmq.coordination.config import ClusterConfig
+from popmq.runtime.config import ServerConfig
+from tests.cluster.conftest import unique_cluster
+from tests.support.etcd import EtcdServer
+from tests.support.waiting import until
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return int(stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status)
+
+
+async def _until_health(address: str, status: int) -> None:
+    """Poll health from a thread: the servers answer in this test's event loop."""
+
+    async def turned() -> bool:
+        return await asyncio.to_thread(_health, address) == status
+
+    await until(turned, f"health to turn {status}", 20.0)
+
+
+def _broker(tmp_path: Path, config: ClusterConfig) -> BrokerServer:
+    return BrokerServer(
+        ServerConfig(
+            listen="127.0.0.1:0",
+            shutdown_grace_s=1.0,
+            cluster=config,
+            broker=BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=tmp_path / "b1")),
+        )
+    )
+
+
+def test_health_is_not_serving_while_no_broker_is_registered(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    config = ClusterConfig(etcd=etcd.endpoint, name=unique_cluster())
+
+    async def scenario() -> None:
+        proxy = ProxyServer(
+            ServerConfig(
+                listen="127.0.0.1:0",
+                shutdown_grace_s=1.0,
+                cluster=ClusterConfig(etcd=config.etcd, name=config.name, proxy_name="pa"),
+            )
+        )
+        await proxy.start()
+        broker: BrokerServer | None = None
+        try:
+            address = f"127.0.0.1:{proxy.port}"
+            await _until_health(address, NOT_SERVING)  # no broker yet
+            assert proxy.server.health.degradation == NO_BROKER
+            broker = _broker(tmp_path, config)
+            await broker.start()
+            await _until_health(address, SERVING)
+            assert proxy.server.health.degradation is None
+            await broker.stop()
+            broker = None
+            await _until_health(address, NOT_SERVING)  # its registration ended
+            broker = _broker(tmp_path, config)
+            await broker.start()
+            await _until_health(address, SERVING)
+        finally:
+            if broker is not None:
+                await broker.stop()
+            await proxy.stop()
+
+    asyncio.run(scenario())
