@@ -154,6 +154,8 @@ class Receiving:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
+        # Checked here in v2's words (batch_size; auto_renew's invisible time), before the
+        # receive is planned; BrokerAPI.pop checks them again by the core's rule.
         pop = self._broker.server_info().pop
         # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
         batch = min(request.batch_size, pop.max_batch)
