@@ -316,10 +316,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             if topic not in queue_counts:
                 queue_counts[topic] = self._queue_count(topic)
         interval_s = await self.clients.heartbeat(registration, queue_counts)
-        lease_s = interval_s * self.clients.config.missed_heartbeats
+        claim_s = interval_s * self.clients.config.missed_heartbeats
         return messaging_pb2.HeartbeatResponse(
             heartbeat_interval=convert.duration(interval_s),
-            lease_duration=convert.duration(lease_s),
+            # The claim time of the queues QueryAssignment grants (the field's name predates
+            # the word claim).
+            lease_duration=convert.duration(claim_s),
         )
 
     @rpc
@@ -338,7 +340,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             queue_ids=assignment.queue_ids,
             pending_queue_ids=assignment.pending_queue_ids,
             epoch=assignment.epoch,
-            lease_duration=convert.duration(assignment.lease_s),
+            lease_duration=convert.duration(assignment.claim_s),
         )
 
     @rpc
