@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from popmq.broker_core import validation
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import PopMQError
@@ -50,6 +51,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.broker_core.validation import PopArguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +173,48 @@ class ServerInfo:
     """Longest delivery delay a sent message may ask for."""
     auto_create_topics: bool
 
+    def pop_arguments(
+        self,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+    ) -> PopArguments:
+        """A pop's batch size, invisible duration and long-polling wait as this broker
+        takes them: defaulted and checked against these limits (validation.pop_arguments,
+        the rule every BrokerAPI's pop applies), for a front end that needs them before it
+        pops."""
+        return validation.pop_arguments(
+            self.pop,
+            self.long_polling,
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+        )
+
+    def check_pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        max_bytes: int | None = None,
+    ) -> PopArguments:
+        """What a BrokerAPI's pop checks before it reads, against these limits
+        (validation.check_pop: names, max_bytes, then `pop_arguments`)."""
+        return validation.check_pop(
+            self.pop,
+            self.long_polling,
+            group,
+            topic,
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            max_bytes=max_bytes,
+        )
+
 
 @runtime_checkable
 class TransactionAPI(Protocol):
@@ -225,8 +269,9 @@ class BrokerAPI(TransactionAPI, Protocol):
     - `get_group`: likewise, a group's settings as the catalog has them;
     - `group_settings`: likewise (FIFO flag, subscriptions, backoff are group metadata);
     - `subscription_filter`: likewise, part of the group's settings;
-    - `check_pop_arguments`: pure range checks against `server_info`'s limits, computed locally;
-    - `server_info`: identity and frozen limits, read once at start and kept;
+    - `server_info`: identity and frozen limits, read once at start and kept (a front end
+      has a pop's arguments defaulted and checked against them, locally, by
+      `ServerInfo.pop_arguments`);
     - `release_waiters`: a shutdown signal that returns nothing and waits for nothing.
     The rest reads state that only the broker owning the store has current (queue offsets,
     stored messages, lag, counters) or is an admin read the broker answers (listings,
@@ -332,10 +377,6 @@ class BrokerAPI(TransactionAPI, Protocol):
     ) -> list[PeekedMessage]: ...
 
     # -- pop, ack, nack, change invisible time, dead letter ---------------------------------
-
-    def check_pop_arguments(
-        self, *, max_messages: int, invisible_s: float, wait_s: float
-    ) -> None: ...
 
     async def pop(
         self,

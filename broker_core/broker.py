@@ -649,11 +649,6 @@ class Broker:
 
     # -- pop, ack, nack, change invisible time, dead letter (pop/) ------------------------
 
-    def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
-        self._reader.check_pop_arguments(
-            max_messages=max_messages, invisible_s=invisible_s, wait_s=wait_s
-        )
-
     async def pop(
         self,
         group: str,

@@ -271,33 +271,9 @@ class Sender:
         """Check a send (or, `half`, a transactional half send) before anything is stored:
         sizes, fields, room on disk, the topics (created if allowed) and their message
         types. Returns the send's stamp (ms) and its topics by name."""
-        if not messages:
-            raise InvalidArgumentError("a send needs at least one message")
-        validation.check_count("messages", len(messages), validation.MAX_SEND_MESSAGES, "messages")
-        # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
-        validation.check_send_size(len(messages), sum(len(m.body) for m in messages))
         stamp = self._clock.now_ms()
-        cfg = self._config.messages
+        validation.check_send(messages, stamp, self._config.messages.max_delay_s)
         names = {msg.topic for msg in messages}
-        for name in names:
-            validation.check_name("topic", name)
-        for i, msg in enumerate(messages):
-            validation.check_message(
-                i,
-                body=msg.body,
-                tag=msg.tag,
-                keys=msg.keys,
-                properties=msg.properties,
-                message_id=msg.message_id,
-            )
-            validation.check_message_extras(
-                i,
-                message_group=msg.message_group,
-                dedup_id=msg.dedup_id,
-                body_encoding=msg.body_encoding,
-                born_host=msg.born_host,
-            )
-            validation.check_delivery_time(i, msg.deliver_at_ms, stamp, cfg.max_delay_s)
         # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
         self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
         topics = {name: await self._topic_for_send(name) for name in names}

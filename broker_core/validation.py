@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
+from popmq.broker_core.config import LongPollingConfig, PopConfig
 from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.types import NewMessage
 
 NAME_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]+$")
 MAX_NAME_LENGTH = 127
@@ -63,6 +67,9 @@ MAX_HANDLES = 1024
 """Receipt handles or lease tokens in one ack-like request (the largest pop batch)."""
 MAX_SUBSCRIPTIONS = 1024
 """Topics one consumer group's settings may subscribe to."""
+DEFAULT_POP_MESSAGES = 32
+"""Messages a pop that does not say how many asks for (RocketMQ's default batch), or
+`pop.max_batch` when that is smaller."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -374,17 +381,120 @@ def check_message_extras(
             )
 
 
-def check_pop_arguments(
+def check_send(messages: Sequence[NewMessage], now_ms: int, max_delay_s: float) -> None:
+    """What a send's messages must be whatever the broker holds, in this order: 1 to
+    MAX_SEND_MESSAGES of them with MAX_SEND_BODY_BYTES of bodies in all, valid topic names,
+    then each message's fields and delivery time (at most `max_delay_s` after `now_ms`),
+    named by its index in the send.
+
+    The one place these are checked: every BrokerAPI's send runs it before anything is
+    stored (broker_core/send.py's admit; a cluster proxy before it splits the send over
+    brokers, cluster/cluster_broker.py). What depends on the broker's state (room on disk,
+    the topics and their message types) is checked by the broker that stores them."""
+    if not messages:
+        raise InvalidArgumentError("a send needs at least one message")
+    check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
+    # Counted first: the sum below is then over at most MAX_SEND_MESSAGES bodies.
+    check_send_size(len(messages), sum(len(m.body) for m in messages))
+    for name in {msg.topic for msg in messages}:
+        check_name("topic", name)
+    for i, msg in enumerate(messages):
+        check_message(
+            i,
+            body=msg.body,
+            tag=msg.tag,
+            keys=msg.keys,
+            properties=msg.properties,
+            message_id=msg.message_id,
+        )
+        check_message_extras(
+            i,
+            message_group=msg.message_group,
+            dedup_id=msg.dedup_id,
+            body_encoding=msg.body_encoding,
+            born_host=msg.born_host,
+        )
+        check_delivery_time(i, msg.deliver_at_ms, now_ms, max_delay_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PopArguments:
+    """A pop's batch size, invisible duration and long-polling wait, defaulted and checked
+    (`pop_arguments`)."""
+
+    max_messages: int
+    invisible_s: float
+    wait_s: float
+
+
+def pop_arguments(
+    pop: PopConfig,
+    long_polling: LongPollingConfig,
     *,
-    max_messages: int,
-    invisible_s: float,
-    wait_s: float,
-    max_batch: int,
-    min_invisible_s: float,
-    max_invisible_s: float,
-    max_wait_s: float,
-) -> None:
-    """Check a pop's batch size, invisible duration and long-polling wait."""
-    check_batch_size(max_messages, max_batch)
-    check_invisible(invisible_s, min_invisible_s, max_invisible_s)
-    check_range("long_polling_timeout", wait_s, 0, max_wait_s, "s")
+    max_messages: int | None = None,
+    invisible_s: float | None = None,
+    wait_s: float | None = None,
+) -> PopArguments:
+    """A pop's batch size, invisible duration and long-polling wait: each one not given
+    takes its default (DEFAULT_POP_MESSAGES or `pop.max_batch` when smaller,
+    `pop.default_invisible_s`, `long_polling.default_timeout_s`), and each is checked
+    against its limits, in that order.
+
+    The one place these are defaulted and checked, for every BrokerAPI (`check_pop`) and
+    for a front end that needs the values before it pops (api.ServerInfo.pop_arguments)."""
+    if max_messages is None:
+        max_messages = min(DEFAULT_POP_MESSAGES, pop.max_batch)
+    if invisible_s is None:
+        invisible_s = pop.default_invisible_s
+    if wait_s is None:
+        wait_s = long_polling.default_timeout_s
+    check_batch_size(max_messages, pop.max_batch)
+    check_invisible(invisible_s, pop.min_invisible_s, pop.max_invisible_s)
+    check_range("long_polling_timeout", wait_s, 0, long_polling.max_timeout_s, "s")
+    return PopArguments(max_messages, invisible_s, wait_s)
+
+
+def check_pop(
+    pop: PopConfig,
+    long_polling: LongPollingConfig,
+    group: str,
+    topic: str,
+    *,
+    max_messages: int | None = None,
+    invisible_s: float | None = None,
+    wait_s: float | None = None,
+    max_bytes: int | None = None,
+) -> PopArguments:
+    """What a BrokerAPI's pop checks before it reads anything, in this order: the group and
+    topic names (a dead-letter topic may be read), the answer bound `max_bytes`, then the
+    arguments `pop_arguments` defaults and checks."""
+    check_name("group", group)
+    check_name("topic", topic, allow_dlq=True)
+    if max_bytes is not None:
+        check_range("max_bytes", max_bytes, 0, MAX_RESPONSE_BYTES)
+    return pop_arguments(
+        pop, long_polling, max_messages=max_messages, invisible_s=invisible_s, wait_s=wait_s
+    )
+
+
+class Subscriptions(Protocol):
+    """Where a pop finds its group's declared subscription of a topic."""
+
+    def subscription_filter(self, group: str, topic: str) -> tuple[str, str] | None: ...
+
+
+def pop_filter(
+    subscriptions: Subscriptions,
+    group: str,
+    topic: str,
+    filter_expression: str,
+    filter_type: str,
+) -> tuple[str, str]:
+    """The filter a pop reads with, as (filter_type, filter_expression): its own, or, when
+    it brings none (an empty tag expression), the group's declared subscription of the
+    topic, if it declares one. The filter itself is parsed, and refused, by the broker
+    that reads (filters.parse_filter)."""
+    if filter_expression.strip() or filter_type != "tag":
+        return filter_type, filter_expression
+    declared = subscriptions.subscription_filter(group, topic)
+    return (filter_type, filter_expression) if declared is None else declared

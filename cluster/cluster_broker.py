@@ -62,6 +62,7 @@ from popmq.broker_core import (
     TransactionInfo,
     UnavailableError,
     check_name,
+    now_ms,
 )
 from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
@@ -476,8 +477,10 @@ class ClusterBroker:
     ) -> list[SendResult]:
         """`send`'s routing, storing each broker's batch with `store` (a send or a half
         send)."""
-        if not messages:
-            return []
+        # The core's checks of a send (validation.check_send, which the brokers apply
+        # again to their parts), here first because the send is split: refused whole, with
+        # the indexes of this send, before any part of it is stored.
+        rules.check_send(messages, now_ms(), self._info.max_delay_s)
         batches: dict[tuple[str, str], list[int]] = {}
         for index, message in enumerate(messages):
             batches.setdefault((message.topic, message.message_group), []).append(index)
@@ -495,13 +498,13 @@ class ClusterBroker:
         return [r for r in results if r is not None]
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
-        """The topic's route; created on first use when auto_create_topics is on."""
+        """The topic's route; created on first use when auto_create_topics is on (the name
+        was checked with the send's messages, validation.check_send)."""
         try:
             return self.topology.route(topic)
         except NotFoundError:
             if not self._info.auto_create_topics:
                 raise
-        check_name("topic", topic)
         route = await self.route_admin.create_topic(topic, if_absent=True)
         await self._after_route_change(route)
         return route
@@ -647,18 +650,6 @@ class ClusterBroker:
 
     # -- pop, ack, nack, change invisible time, dead letter ---------------------------------
 
-    def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
-        info = self._info
-        rules.check_pop_arguments(
-            max_messages=max_messages,
-            invisible_s=invisible_s,
-            wait_s=wait_s,
-            max_batch=info.pop.max_batch,
-            min_invisible_s=info.pop.min_invisible_s,
-            max_invisible_s=info.pop.max_invisible_s,
-            max_wait_s=info.long_polling.max_timeout_s,
-        )
-
     async def pop(
         self,
         group: str,
@@ -678,30 +669,39 @@ class ClusterBroker:
         `reserve` is not used: a broker across the network cannot ask the proxy for more
         bytes in the middle of its pop, so a pop bounded by max_bytes answers
         AnswerBoundError as it would without it."""
-        check_name("group", group)
-        check_name("topic", topic, allow_dlq=True)
-        if max_bytes is not None:
-            rules.check_range("max_bytes", max_bytes, 0, rules.MAX_RESPONSE_BYTES)
-        info = self._info
-        if max_messages is None:
-            max_messages = min(32, info.pop.max_batch)
-        invisible = info.pop.default_invisible_s if invisible_s is None else invisible_s
-        wait = info.long_polling.default_timeout_s if wait_s is None else wait_s
-        self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
-        if not filter_expression.strip() and filter_type == "tag":
-            declared = self.subscription_filter(group, topic)
-            if declared is not None:
-                filter_type, filter_expression = declared
+        # The core's checks (ServerInfo.check_pop, the rule every broker's pop applies
+        # again), here as well because this pop is more than one broker call: it must be
+        # refused before its group is written to etcd and before it fans out, and it needs
+        # the wait (its own long poll) and one batch size to split over the brokers.
+        checked = self._info.check_pop(
+            group,
+            topic,
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            max_bytes=max_bytes,
+        )
+        # One filter for the whole pop: the group's declared subscription as this proxy's
+        # group cache has it, so no broker whose catalog sync lags filters otherwise.
+        filter_type, filter_expression = rules.pop_filter(
+            self, group, topic, filter_expression, filter_type
+        )
         route = self.topology.route(topic)
         if queue_id is not None:
             route.queue(queue_id)  # InvalidArgumentError naming the range, before any call
         await self._ensure_group(group)
         request = PopRequest(
-            group, topic, max_messages, invisible, filter_expression, filter_type, max_bytes
+            group,
+            topic,
+            checked.max_messages,
+            checked.invisible_s,
+            filter_expression,
+            filter_type,
+            max_bytes,
         )
         if queue_id is not None:
-            return await self._pop.pop_queue(request, queue_id, wait)
-        return await self._pop.pop(request, wait)
+            return await self._pop.pop_queue(request, queue_id, checked.wait_s)
+        return await self._pop.pop(request, checked.wait_s)
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Ack each handle on the broker that issued it; one result per handle. A handle of

@@ -16,8 +16,9 @@ answered from a cache, for ONE broker:
   with another config; a RemoteBroker started before that keeps the old limits);
 - `topic_info`: every topic (retry and dead-letter topics included), read at start;
 - `get_group`, `group_settings`, `subscription_filter`: every group with its settings,
-  read at start;
-- `check_pop_arguments`: computed here from server_info's limits.
+  read at start.
+A RemoteBroker checks no pop or send arguments itself: the broker it calls does (a
+pop's with `validation.check_pop`, a send's with `validation.check_send`).
 The cache is refreshed: for a name, after this RemoteBroker's own admin writes to it
 (create, update, delete), after a send or pop naming a topic or group it did not know
 (the broker auto-creates them) and after a dead letter to a dead-letter topic it did not
@@ -104,8 +105,8 @@ class RemoteBroker:
         catalog: Keep the catalog cache and read the server info at start (the
             synchronous members need them). A cluster-mode proxy, which answers those from
             etcd, passes False: then `start` only opens the channel (it connects on the
-            first call, so the broker need not be up) and the synchronous members other
-            than `check_pop_arguments`'s callers are not used.
+            first call, so the broker need not be up) and the synchronous members are
+            not used.
         name: The broker's name, when the caller knows it: errors name it beside the
             address.
         tls: Connect with TLS (a broker serving `[security] tls_cert_file`); None:
@@ -478,18 +479,6 @@ class RemoteBroker:
 
     # -- pop, ack, nack, change invisible time, dead letter -------------------------------
 
-    def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
-        info = self.server_info()
-        validation.check_pop_arguments(
-            max_messages=max_messages,
-            invisible_s=invisible_s,
-            wait_s=wait_s,
-            max_batch=info.pop.max_batch,
-            min_invisible_s=info.pop.min_invisible_s,
-            max_invisible_s=info.pop.max_invisible_s,
-            max_wait_s=info.long_polling.max_timeout_s,
-        )
-
     async def pop(
         self,
         group: str,
@@ -520,6 +509,8 @@ class RemoteBroker:
             request.queue_id = queue_id
         if max_bytes is not None:
             request.max_bytes = max_bytes
+        # The broker defaults and checks the arguments; its default wait (as its server
+        # info says) only sizes this call's deadline.
         wait = self.server_info().long_polling.default_timeout_s if wait_s is None else wait_s
         response = await self._long_poll(self._stub_().Pop, request, wait, pb.PopResponse())
         if self._catalog and group not in self._groups:

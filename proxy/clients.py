@@ -1,4 +1,4 @@
-"""The client registry: live consumers per group, queue assignments and queue leases.
+"""The client registry: live consumers per group, queue assignments and queue claims.
 
 Queue-exclusive consumers (RocketMQ's classic push) register with Heartbeat and ask which
 queues of a topic they own with QueryAssignment. The registry computes every member's
@@ -6,38 +6,41 @@ queues with the group's strategy (proxy/allocation.py) over the sorted live memb
 way each RocketMQ client does for itself, but once and centrally.
 
 A queue is never consumed by two members at once, including during a rebalance, because
-a computed assignment is only a target. The right to consume a queue is a **lease**:
+a computed assignment is only a target. The right to consume a queue is a **claim**: a
+member claims a queue until a deadline, and renews the claim by calling again. (Names
+older than the word keep "lease": the wire field ``lease_duration`` and the stored field
+``leases``. A Spark lease token, proxy/leases.py, is another thing.)
 
-- QueryAssignment grants a target queue only when no other member holds its lease. The
-  grant lasts ``missed_heartbeats`` heartbeat intervals of the client (its lease time).
+- QueryAssignment grants a target queue only when no other member holds its claim. The
+  grant lasts ``missed_heartbeats`` heartbeat intervals of the client (its claim time).
 - Every QueryAssignment carries the queues the client still consumes (``held``): those
-  leases are renewed, and a lease on a queue the client no longer holds is released. A
+  claims are renewed, and a claim on a queue the client no longer holds is released. A
   client told to give a queue up finishes what it is processing, commits its offset, and
   then reports the queue as no longer held; only then can the new owner get it.
-- A client that stops calling loses its leases when they time out, the same moment it
+- A client that stops calling loses its claims when they time out, the same moment it
   counts as gone (``missed_heartbeats`` intervals without a call). The client stops by
-  itself at that time too: it measures the lease from before it sent the request.
-- After a restart the registry knows no leases. Members report what they hold and get it
+  itself at that time too: it measures the claim from before it sent the request.
+- After a restart the registry knows no claims. Members report what they hold and get it
   back; a queue nobody reports stays unassigned for ``restart_grace_s`` in groups that
   existed before the restart, so a member that has not called yet has stopped by then.
 
-**One registry for all proxies.** Members of queue-exclusive groups and their leases live
+**One registry for all proxies.** Members of queue-exclusive groups and their claims live
 in the coordinator (popmq.coordination.Coordinator), one entry per group (consumer_groups.py):
-every proxy of a cluster computes the same assignment over the same members, and a lease
+every proxy of a cluster computes the same assignment over the same members, and a claim
 granted through one proxy holds at all of them, so a member may call any proxy and move
 between them. `popmq serve` keeps the same entries in its in-memory LocalCoordinator. A
 call that changes a group reads it (from a cache while that is current), applies the rules
 above and writes it back with compare-and-set, applying them again after a lost race: a
-lease is granted only over the group as last written, never beside another member's.
+claim is granted only over the group as last written, never beside another member's.
 
-- Last calls and lease deadlines are wall-clock seconds (``time.time``): proxies on
+- Last calls and claim deadlines are wall-clock seconds (``time.time``): proxies on
   different hosts compare them. Their clocks are assumed to agree within ``clock_skew_s``
-  (NTP keeps them within milliseconds); another member's lease blocks a grant until
+  (NTP keeps them within milliseconds); another member's claim blocks a grant until
   ``clock_skew_s`` past its deadline, so a proxy whose clock runs ahead gives no queue away
   early.
 - "A restart" is a restart of the coordinator's consumer state: every start of `popmq
   serve` (its state is in memory), or an etcd that never held it. `consumer-state` records
-  when that grace ends; a proxy restarting in a cluster finds the leases in etcd.
+  when that grace ends; a proxy restarting in a cluster finds the claims in etcd.
 - POP-mode members take no part in assignment and stay in the memory of the proxy they
   call (a coordinator write for every simple consumer's heartbeat would buy nothing). A POP
   member's heartbeat reads its group's entry to refuse a second mode; a queue-exclusive
@@ -86,11 +89,11 @@ from popmq.proxy.allocation import (
     allocate_machine_room_nearby,
 )
 from popmq.proxy.consumer_groups import (
+    Claim,
     ConsumerGroups,
-    Lease,
     StoredGroup,
     StoredMember,
-    TopicLeases,
+    TopicClaims,
     digest,
     new_writer_id,
 )
@@ -162,17 +165,17 @@ class Assignment:
     """The answer to QueryAssignment.
 
     Attributes:
-        queue_ids: Queues the client may consume now (it holds their leases).
+        queue_ids: Queues the client may consume now (it holds their claims).
         pending_queue_ids: Queues assigned to the client whose previous owner has not
             released them yet; ask again soon.
         epoch: Changes whenever the group's computed assignment of the topic changes.
-        lease_s: How long the grants last from the client's request without renewal.
+        claim_s: How long the grants last from the client's request without renewal.
     """
 
     queue_ids: tuple[int, ...]
     pending_queue_ids: tuple[int, ...]
     epoch: int
-    lease_s: float
+    claim_s: float
 
 
 class AssignedMember(Protocol):
@@ -255,7 +258,7 @@ def compute_assignment(
 
 
 class ClientRegistry:
-    """Registered consumer clients, their assignments and queue leases.
+    """Registered consumer clients, their assignments and queue claims.
 
     Args:
         config: Timing and limits.
@@ -417,7 +420,7 @@ class ClientRegistry:
         if was_member:
 
             def leave(state: StoredGroup) -> tuple[None, bool]:
-                # Its leases stay until they run out, as a member's who stopped calling.
+                # Its claims stay until they run out, as a member's who stopped calling.
                 return None, state.members.pop(client_id, None) is not None
 
             await self._groups.change(group, leave)
@@ -483,7 +486,7 @@ class ClientRegistry:
         queue_count: int,
         held: Sequence[int] = (),
     ) -> Assignment:
-        """Renew the client's leases, release what it no longer holds, grant what is free.
+        """Renew the client's claims, release what it no longer holds, grant what is free.
 
         Args:
             client_id: The asking client.
@@ -524,7 +527,7 @@ class ClientRegistry:
             _check_assignable(client_id, topic, _registration(group, member))
             member.seen = now
             member.via = self.instance
-            assignment = self._lease(state, group, member, topic, queue_count, held, now, in_grace)
+            assignment = self._claim(state, group, member, topic, queue_count, held, now, in_grace)
             return assignment, True
 
         assignment = await self._groups.change(group, query)
@@ -532,7 +535,7 @@ class ClientRegistry:
             local.last_seen = self._clock()
         return assignment
 
-    def _lease(
+    def _claim(
         self,
         state: StoredGroup,
         group: str,
@@ -543,41 +546,41 @@ class ClientRegistry:
         now: float,
         in_grace: bool,
     ) -> Assignment:
-        """The lease rules (module docstring) for one query, over the expired state."""
+        """The claim rules (module docstring) for one query, over the expired state."""
         client_id = member.client_id
-        lease_s = member.interval_s * self.config.missed_heartbeats
+        claim_s = member.interval_s * self.config.missed_heartbeats
         topic_state = self._target(state, group, topic, queue_count)
-        leases = topic_state.leases
+        claims = topic_state.claims
         skew = self._skew
         held_set = set(held)
-        for queue_id, mine in list(leases.items()):
+        for queue_id, mine in list(claims.items()):
             if mine.owner != client_id:
                 continue
             if queue_id in held_set:
-                mine.expires = now + lease_s
+                mine.expires = now + claim_s
             else:
-                del leases[queue_id]  # the client stopped consuming it
+                del claims[queue_id]  # the client stopped consuming it
         for queue_id in held_set:
-            lease = leases.get(queue_id)
-            if queue_id < queue_count and (lease is None or lease.expires + skew <= now):
-                # Consuming without a lease on record (the registry restarted): keep it
+            claim = claims.get(queue_id)
+            if queue_id < queue_count and (claim is None or claim.expires + skew <= now):
+                # Consuming without a claim on record (the registry restarted): keep it
                 # exclusive until the client lets go.
-                leases[queue_id] = Lease(client_id, now + lease_s)
+                claims[queue_id] = Claim(client_id, now + claim_s)
         granted: list[int] = []
         pending: list[int] = []
         for queue_id in topic_state.target.get(client_id, ()):
-            lease = leases.get(queue_id)
-            if lease is not None and lease.owner == client_id:
+            claim = claims.get(queue_id)
+            if claim is not None and claim.owner == client_id:
                 granted.append(queue_id)
-            elif (lease is None or lease.expires + skew <= now) and not in_grace:
-                leases[queue_id] = Lease(client_id, now + lease_s)
+            elif (claim is None or claim.expires + skew <= now) and not in_grace:
+                claims[queue_id] = Claim(client_id, now + claim_s)
                 granted.append(queue_id)
             else:
                 pending.append(queue_id)
-        return Assignment(tuple(granted), tuple(pending), topic_state.epoch, lease_s)
+        return Assignment(tuple(granted), tuple(pending), topic_state.epoch, claim_s)
 
     async def unregister(self, client_id: str, group: str, *, if_last_here: bool = False) -> bool:
-        """Forget a client that stopped consuming and release its leases at once.
+        """Forget a client that stopped consuming and release its claims at once.
 
         Args:
             client_id: The client.
@@ -604,9 +607,9 @@ class ClientRegistry:
                 return False, False
             del state.members[client_id]
             for topic_state in state.topics.values():
-                for queue_id, lease in list(topic_state.leases.items()):
-                    if lease.owner == client_id:
-                        del topic_state.leases[queue_id]
+                for queue_id, claim in list(topic_state.claims.items()):
+                    if claim.owner == client_id:
+                        del topic_state.claims[queue_id]
             self._expire(state, self._clock())
             return True, True
 
@@ -632,15 +635,15 @@ class ClientRegistry:
         return [found[c] for c in sorted(found)]
 
     def owners(self, group: str, topic: str) -> dict[int, str]:
-        """Queue id -> the client holding its lease now, as this registry last read or wrote
+        """Queue id -> the client holding its claim now, as this registry last read or wrote
         the group: exact for the members that call this registry (only their own calls
-        change their leases), no round trip (FIFO receives check it)."""
+        change their claims), no round trip (FIFO receives check it)."""
         state = self._groups.cached(group)
         topic_state = state.topics.get(topic) if state is not None else None
         if topic_state is None:
             return {}
         now = self._clock()
-        return {q: lease.owner for q, lease in topic_state.leases.items() if lease.expires > now}
+        return {q: claim.owner for q, claim in topic_state.claims.items() if claim.expires > now}
 
     async def sweep(self) -> int:
         """Delete the coordinator entries of groups with nothing live, and forget the dead
@@ -685,11 +688,11 @@ class ClientRegistry:
         return [m for m in state.members.values() if now - m.seen <= m.interval_s * missed]
 
     def _expire(self, state: StoredGroup, now: float) -> None:
-        """Drop the group's members that missed their heartbeats, leases that ran out (and
-        the clock skew past them), and topics with neither a lease nor a subscriber.
+        """Drop the group's members that missed their heartbeats, claims that ran out (and
+        the clock skew past them), and topics with neither a claim nor a subscriber.
 
-        A client's leases end no later than the client counts as gone: both are measured
-        from its last call, and a lease is renewed only by a call.
+        A client's claims end no later than the client counts as gone: both are measured
+        from its last call, and a claim is renewed only by a call.
         """
         missed = self.config.missed_heartbeats
         members = state.members
@@ -698,25 +701,25 @@ class ClientRegistry:
                 del members[client_id]
         skew = self._skew
         for topic, topic_state in list(state.topics.items()):
-            leases = topic_state.leases
-            for queue_id, lease in list(leases.items()):
-                if lease.expires + skew <= now:
-                    del leases[queue_id]
-            if not leases and not any(topic in m.topics for m in members.values()):
+            claims = topic_state.claims
+            for queue_id, claim in list(claims.items()):
+                if claim.expires + skew <= now:
+                    del claims[queue_id]
+            if not claims and not any(topic in m.topics for m in members.values()):
                 del state.topics[topic]  # nothing to remember; a new epoch starts at 1
 
     def _dead(self, state: StoredGroup, now: float) -> bool:
-        """Nothing live: no member counts as alive and no lease blocks a grant."""
+        """Nothing live: no member counts as alive and no claim blocks a grant."""
         skew = self._skew
         return not self._live_members(state, now) and not any(
-            lease.expires + skew > now for t in state.topics.values() for lease in t.leases.values()
+            claim.expires + skew > now for t in state.topics.values() for claim in t.claims.values()
         )
 
-    def _target(self, state: StoredGroup, group: str, topic: str, queue_count: int) -> TopicLeases:
+    def _target(self, state: StoredGroup, group: str, topic: str, queue_count: int) -> TopicClaims:
         """The topic's assignment state, its target recomputed when its inputs changed."""
         topic_state = state.topics.get(topic)
         if topic_state is None:
-            topic_state = state.topics[topic] = TopicLeases()
+            topic_state = state.topics[topic] = TopicClaims()
         members = sorted(_subscribers(state, topic), key=_client_id)
         strategy = members[0].strategy if members else Strategy.AVERAGE
         inputs: tuple[object, ...] = (
@@ -748,8 +751,8 @@ class ClientRegistry:
                 topic_state.epoch += 1
             topic_state.signature = signature
             topic_state.target = target
-            for queue_id in [q for q in topic_state.leases if q >= queue_count]:
-                del topic_state.leases[queue_id]  # the topic was recreated with fewer queues
+            for queue_id in [q for q in topic_state.claims if q >= queue_count]:
+                del topic_state.claims[queue_id]  # the topic was recreated with fewer queues
         return topic_state
 
     def _local_members(self, group: str, topic: str, mode: ConsumeMode) -> list[_Client]:

@@ -2,12 +2,12 @@
 cache and written with compare-and-set.
 
 `consumers/<group>` holds the group's queue-exclusive members (with the wall-clock time of
-each one's last call), and per topic its queue leases (owner and wall-clock deadline), the
+each one's last call), and per topic its queue claims (owner and wall-clock deadline), the
 computed target and its epoch (docs/cluster.md, "Queue-exclusive consumers across
 proxies"). ClientRegistry (clients.py) applies its rules to a `StoredGroup`; this module
 reads the group, writes the result only if nobody wrote the group in between, and otherwise
 reads it again and lets the rules run again. So every change is made over the entry as last
-written, by whichever proxy: a lease is never granted over another member's lease that a
+written, by whichever proxy: a claim is never granted over another member's claim that a
 concurrent write just renewed.
 
 - **The cache**: the last state this process read or wrote of each group, with its
@@ -24,7 +24,7 @@ concurrent write just renewed.
   cached state in place, and a failed write drops it from the cache.
 - **`consumer-state`** records when the coordinator's consumer state began and until when
   its restart grace lasts, the same for every proxy.
-- **The sweep** deletes the entries of groups whose members and leases all ran out, which
+- **The sweep** deletes the entries of groups whose members and claims all ran out, which
   nobody would otherwise touch again.
 
 Everything runs on the event loop; only the coordinator calls wait.
@@ -50,11 +50,11 @@ from popmq.proxy.allocation import Strategy
 __all__ = [
     "GROUPS_FOLDER",
     "STATE_PATH",
+    "Claim",
     "ConsumerGroups",
-    "Lease",
     "StoredGroup",
     "StoredMember",
-    "TopicLeases",
+    "TopicClaims",
     "digest",
 ]
 
@@ -89,37 +89,37 @@ class StoredMember:
 
 
 @dataclass(slots=True)
-class Lease:
+class Claim:
     owner: str
     expires: float
     """Wall-clock deadline."""
 
 
 @dataclass(slots=True)
-class TopicLeases:
+class TopicClaims:
     """Assignment state of one (group, topic)."""
 
     epoch: int = 0
     signature: str = ""
     """Digest of the inputs `target` was computed from (clients.py); a change recomputes it."""
     target: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    leases: dict[int, Lease] = field(default_factory=dict)
-    """Queue id -> the lease of the member consuming it."""
+    claims: dict[int, Claim] = field(default_factory=dict)
+    """Queue id -> the claim of the member consuming it."""
 
 
 @dataclass(slots=True)
 class StoredGroup:
-    """A group's entry: its queue-exclusive members and its topics' leases."""
+    """A group's entry: its queue-exclusive members and its topics' claims."""
 
     members: dict[str, StoredMember] = field(default_factory=dict)
-    topics: dict[str, TopicLeases] = field(default_factory=dict)
+    topics: dict[str, TopicClaims] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not self.members and not any(t.leases for t in self.topics.values())
+        return not self.members and not any(t.claims for t in self.topics.values())
 
     def copy(self) -> StoredGroup:
         """A copy a change can edit while the cache keeps this one (values are replaced,
-        never edited, except the members' and leases' own fields, which are copied)."""
+        never edited, except the members' and claims' own fields, which are copied)."""
         return StoredGroup(
             {
                 c: StoredMember(
@@ -135,18 +135,18 @@ class StoredGroup:
                 for c, m in self.members.items()
             },
             {
-                name: TopicLeases(
+                name: TopicClaims(
                     t.epoch,
                     t.signature,
                     t.target,
-                    {q: Lease(lease.owner, lease.expires) for q, lease in t.leases.items()},
+                    {q: Claim(claim.owner, claim.expires) for q, claim in t.claims.items()},
                 )
                 for name, t in self.topics.items()
             },
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON object stored (docs/cluster.md has the schema). Members and leases are
+        """The JSON object stored (docs/cluster.md has the schema). Members and claims are
         arrays, not objects: a group is written at every call of every member, and the
         arrays make it about a third cheaper to encode and to read."""
         members: dict[str, Any] = {}
@@ -163,7 +163,8 @@ class StoredGroup:
                 "epoch": t.epoch,
                 "signature": t.signature,
                 "target": {c: list(q) for c, q in t.target.items()},
-                "leases": [[q, lease.owner, lease.expires] for q, lease in t.leases.items()],
+                # Stored as "leases": the name predates the word claim.
+                "leases": [[q, claim.owner, claim.expires] for q, claim in t.claims.items()],
             }
             for name, t in self.topics.items()
         }
@@ -189,15 +190,15 @@ def _decode(value: Mapping[str, Any]) -> StoredGroup:
         _typed(client_id, str): _member(client_id, m) for client_id, m in value["members"].items()
     }
     topics = {
-        _typed(name, str): TopicLeases(
+        _typed(name, str): TopicClaims(
             epoch=_typed(t["epoch"], int),
             signature=_typed(t["signature"], str),
             target={
                 _typed(c, str): tuple(_typed(q, int) for q in ids) for c, ids in t["target"].items()
             },
-            leases={
-                _typed(q, int): Lease(_typed(owner, str), _number(expires))
-                for q, owner, expires in t["leases"]
+            claims={
+                _typed(q, int): Claim(_typed(owner, str), _number(expires))
+                for q, owner, expires in t["leases"]  # "leases": the stored name
             },
         )
         for name, t in value["topics"].items()

@@ -130,7 +130,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         converted; the returned coroutine raises the others.
         """
         messages = request.messages
-        # The count before converting anything; BrokerAPI.send checks the body bytes (once).
+        # The count before converting anything (work proportional to the request); the
+        # broker checks it again with the rest of the send (validation.check_send).
         check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
         now = now_ms()
         converted = [convert.new_message(m, i, now) for i, m in enumerate(messages)]
@@ -315,10 +316,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             if topic not in queue_counts:
                 queue_counts[topic] = self._queue_count(topic)
         interval_s = await self.clients.heartbeat(registration, queue_counts)
-        lease_s = interval_s * self.clients.config.missed_heartbeats
+        claim_s = interval_s * self.clients.config.missed_heartbeats
         return messaging_pb2.HeartbeatResponse(
             heartbeat_interval=convert.duration(interval_s),
-            lease_duration=convert.duration(lease_s),
+            # The claim time of the queues QueryAssignment grants (the field's name predates
+            # the word claim).
+            lease_duration=convert.duration(claim_s),
         )
 
     @rpc
@@ -337,7 +340,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             queue_ids=assignment.queue_ids,
             pending_queue_ids=assignment.pending_queue_ids,
             epoch=assignment.epoch,
-            lease_duration=convert.duration(assignment.lease_s),
+            lease_duration=convert.duration(assignment.claim_s),
         )
 
     @rpc
@@ -585,31 +588,34 @@ def _pop_arguments(
     request: messaging_pb2.PopRequest | messaging_pb2.LeasePopRequest,
     remaining_s: float | None,
 ) -> _PopArguments:
-    """A pop request's arguments with the server's defaults, range-checked.
+    """A pop request's arguments with the broker's defaults, checked by the broker's rule
+    (ServerInfo.pop_arguments, which BrokerAPI.pop applies again).
 
-    `remaining_s` (the time before the caller's deadline) shortens the long poll so it
-    answers, empty, just before the deadline rather than let the call expire.
+    Resolved here, before the pop, because the servicer needs them first: a pop's acks are
+    applied only once its arguments passed, LeasePop's lease lives for the invisible time,
+    and `remaining_s` (the time before the caller's deadline) shortens the long poll so it
+    answers, empty, just before the deadline rather than let the call expire (a wait above
+    the maximum is refused, not shortened).
     """
-    config = broker.server_info()
-    max_messages = (
-        request.max_messages if request.HasField("max_messages") else min(32, config.pop.max_batch)
+    checked = broker.server_info().pop_arguments(
+        max_messages=request.max_messages if request.HasField("max_messages") else None,
+        invisible_s=(
+            convert.seconds("invisible_duration", request.invisible_duration)
+            if request.HasField("invisible_duration")
+            else None
+        ),
+        wait_s=(
+            convert.seconds("long_polling_timeout", request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else None
+        ),
     )
-    invisible = (
-        convert.seconds("invisible_duration", request.invisible_duration)
-        if request.HasField("invisible_duration")
-        else config.pop.default_invisible_s
-    )
-    wait = (
-        convert.seconds("long_polling_timeout", request.long_polling_timeout)
-        if request.HasField("long_polling_timeout")
-        else config.long_polling.default_timeout_s
-    )
-    broker.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
+    wait = checked.wait_s
     if remaining_s is not None:
         wait = max(0.0, min(wait, remaining_s - _DEADLINE_MARGIN_S))
     return _PopArguments(
-        max_messages=max_messages,
-        invisible_s=invisible,
+        max_messages=checked.max_messages,
+        invisible_s=checked.invisible_s,
         wait_s=wait,
         filter_expression=request.filter.expression,
         filter_type=convert.filter_type(request.filter),

@@ -71,7 +71,7 @@ class PopMQServer:
     routes.
 
     `coordinator` is where the proxy keeps what other proxies must see (Spark lease tokens,
-    proxy/leases.py; the queue-exclusive consumers and their queue leases,
+    proxy/leases.py; the queue-exclusive consumers and their queue claims,
     proxy/clients.py): a cluster's proxies share an EtcdCoordinator, which the caller owns
     (opens and closes). Without one the server makes and closes its own LocalCoordinator,
     in memory (`popmq serve`).

@@ -48,11 +48,11 @@ class ClientRegistryConfig:
     max_heartbeat_interval_s: float = 30.0
     """Longest interval a client may ask for (RocketMQ 4 clients: 30 s)."""
     missed_heartbeats: int = 3
-    """A client silent for this many of its intervals is gone; also its lease time."""
+    """A client silent for this many of its intervals is gone; also its claim time."""
     restart_grace_s: float | None = None
     """After a restart, queues of existing groups that no member reports holding are not
     granted for this long. None: missed_heartbeats * max_heartbeat_interval_s, the
-    longest lease a member may still hold from before the restart."""
+    longest claim a member may still hold from before the restart."""
     machine_room: str = ""
     """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
     so no member is near and every member shares them (AVERAGE)."""
@@ -65,10 +65,10 @@ class ClientRegistryConfig:
     1,024 queues, so more members would only wait."""
     clock_skew_s: float | None = None
     """How far the wall clocks of the proxies sharing a coordinator may disagree: another
-    member's lease blocks a grant this long past its deadline. None: 0 with the in-process
+    member's claim blocks a grant this long past its deadline. None: 0 with the in-process
     coordinator (one clock), 1 s with etcd."""
     sweep_interval_s: float = 60.0
-    """How often the coordinator entries of groups whose members and leases all ran out
+    """How often the coordinator entries of groups whose members and claims all ran out
     are deleted; 0: never (they go when their group is next used)."""
 
     def __post_init__(self) -> None:

@@ -92,18 +92,6 @@ class Reader:
         for count_key in [k for k in self._pop_count if k[0] == group_id]:
             del self._pop_count[count_key]
 
-    def check_pop_arguments(self, *, max_messages: int, invisible_s: float, wait_s: float) -> None:
-        pop = self._config.pop
-        validation.check_pop_arguments(
-            max_messages=max_messages,
-            invisible_s=invisible_s,
-            wait_s=wait_s,
-            max_batch=pop.max_batch,
-            min_invisible_s=pop.min_invisible_s,
-            max_invisible_s=pop.max_invisible_s,
-            max_wait_s=self._config.long_polling.max_timeout_s,
-        )
-
     async def pop(
         self,
         group: str,
@@ -136,20 +124,20 @@ class Reader:
         that was granted bytes and still found nothing returns (empty) rather than wait
         holding them.
         """
-        validation.check_name("group", group)
-        validation.check_name("topic", topic, allow_dlq=True)
-        if max_bytes is not None:
-            validation.check_range("max_bytes", max_bytes, 0, validation.MAX_RESPONSE_BYTES)
-        if max_messages is None:
-            max_messages = min(32, self._config.pop.max_batch)
-        invisible = self._config.pop.default_invisible_s if invisible_s is None else invisible_s
-        wait = self._config.long_polling.default_timeout_s if wait_s is None else wait_s
-        self.check_pop_arguments(max_messages=max_messages, invisible_s=invisible, wait_s=wait)
-        if not filter_expression.strip() and filter_type == "tag":
-            # A pop without a filter of its own uses the group's declared subscription.
-            declared = self._settings.subscription_filter(group, topic)
-            if declared is not None:
-                filter_type, filter_expression = declared
+        checked = validation.check_pop(
+            self._config.pop,
+            self._config.long_polling,
+            group,
+            topic,
+            max_messages=max_messages,
+            invisible_s=invisible_s,
+            wait_s=wait_s,
+            max_bytes=max_bytes,
+        )
+        invisible, wait = checked.invisible_s, checked.wait_s
+        filter_type, filter_expression = validation.pop_filter(
+            self._settings, group, topic, filter_expression, filter_type
+        )
         record_filter = parse_filter(filter_expression, filter_type)
         topic_info = self._catalog.topic(topic)
         if queue_id is not None:
@@ -174,7 +162,7 @@ class Reader:
                 group_info,
                 topic_info,
                 retry_info,
-                max_messages,
+                checked.max_messages,
                 invisible_ms,
                 record_filter,
                 queue_id,

@@ -1,33 +1,33 @@
-"""RocketMQ 5 consumers in popmq's client registry (proxy/clients.py), and FIFO queue leases.
+"""RocketMQ 5 consumers in popmq's client registry (proxy/clients.py), and FIFO queue claims.
 
 Every v2 consumer that heartbeats with a group is registered in the registry popmq.v1
 consumers use, so one view lists a group's live members. Push consumers of a FIFO group
 (RocketMQ consumeMessageOrderly) register queue-exclusive: the registry splits the topic's
-queues among them with AVERAGE (RocketMQ's default; v2 clients name no strategy), one lease
+queues among them with AVERAGE (RocketMQ's default; v2 clients name no strategy), one claim
 per queue, and each receives only from queues it holds. Every other consumer registers in
 POP mode, for visibility: normal groups keep RocketMQ's single queue -1 assignment.
 
 Official clients do not report which queues they hold (popmq.v1 clients send
-``held_queue_ids``), so the proxy derives it: the leases the client holds now, plus queues
+``held_queue_ids``), so the proxy derives it: the claims the client holds now, plus queues
 it asked to receive from since its previous query. The second part matters after a server
-restart, when the registry knows no leases and grants no unreported queue of an existing
+restart, when the registry knows no claims and grants no unreported queue of an existing
 group during its restart grace: a client still receiving from a queue reports it that way
-and keeps it. Each query then releases at once the leases outside the client's target, so a
+and keeps it. Each query then releases at once the claims outside the client's target, so a
 queue moves at its old owner's next query (official clients query every 5 s) and goes to
 the new owner at the new owner's next one. The release also ends the old owner's receives
 waiting on the queue. Order within a message group does not rest on this handover: the
 broker holds a group's next message until the previous one is acked.
 
-A client that stops calling loses its leases after ``missed_heartbeats`` of its heartbeat
+A client that stops calling loses its claims after ``missed_heartbeats`` of its heartbeat
 intervals (the registry's default interval, 10 s like RocketMQ's clients), as any member
 does; NotifyClientTermination and the end of its session release them at once.
 
 In a cluster the registry is shared by the proxies (clients.py), while what this module
-keeps (queues tried, lease ends, waiting receives) is about the calls this proxy serves: an
+keeps (queues tried, claim ends, waiting receives) is about the calls this proxy serves: an
 official client sends all of them to one proxy until it fails over. A receive is checked
 against the registry's view of the group as this proxy last read or wrote it, which the
-client's own queries keep exact for its own leases, so a receive never waits on the
-coordinator. A session that ends here by silence releases the client's leases only if its
+client's own queries keep exact for its own claims, so a receive never waits on the
+coordinator. A session that ends here by silence releases the client's claims only if its
 last registry call came through this proxy (it may be calling another one now).
 
 Runs on the server's event loop; only the registry's calls wait (on the coordinator).
@@ -57,14 +57,14 @@ class _Client:
     """Group -> the mode it was registered with."""
     tried: dict[_GroupTopic, set[int]] = field(default_factory=dict)
     """Queues it asked to receive from since its last query (reported as held)."""
-    lease_until: dict[_GroupTopic, float] = field(default_factory=dict)
-    """Clock time its leases end unless a query renews them."""
+    claim_until: dict[_GroupTopic, float] = field(default_factory=dict)
+    """Clock time its claims end unless a query renews them."""
     waiting: dict[tuple[str, str, int], set[asyncio.Future[None]]] = field(default_factory=dict)
-    """(group, topic, queue) -> its receives waiting there; resolved when the lease ends."""
+    """(group, topic, queue) -> its receives waiting there; resolved when the claim ends."""
 
 
 class ConsumerAssignments:
-    """v2 clients as registry members; per-queue leases of FIFO push consumers.
+    """v2 clients as registry members; per-queue claims of FIFO push consumers.
 
     Args:
         registry: The server's client registry, shared with popmq.v1.
@@ -108,21 +108,21 @@ class ConsumerAssignments:
         }
         tried = client.tried.pop(key, set())
         held = sorted(q for q in before | tried if q < queue_count)
-        now = self._clock()  # before the registry's: our lease end is never later than its
+        now = self._clock()  # before the registry's: our claim end is never later than its
         first = await self.registry.query_assignment(client_id, group, topic, queue_count, held)
         granted = first.queue_ids
         if set(held) - set(granted):
-            # Leases outside the target (kept by the first call) end now, not in a lease time.
+            # Claims outside the target (kept by the first call) end now, not in a claim time.
             await self.registry.query_assignment(client_id, group, topic, queue_count, granted)
-        client.lease_until[key] = now + first.lease_s
+        client.claim_until[key] = now + first.claim_s
         self._revoke(client, group, topic, before.difference(granted))
         return granted
 
     def check_receive(self, client_id: str, group: str, topic: str, queue_id: int) -> float:
-        """Seconds the client's lease on the queue still lasts.
+        """Seconds the client's claim on the queue still lasts.
 
         Raises:
-            ProtocolError: FORBIDDEN, the client does not hold the queue's lease.
+            ProtocolError: FORBIDDEN, the client does not hold the queue's claim.
         """
         client = self._clients.setdefault(client_id, _Client())
         key = (group, topic)
@@ -136,13 +136,13 @@ class ConsumerAssignments:
                 f"FIFO group {group!r} ({holder} does): receive only from the queues "
                 "QueryAssignment returns",
             )
-        return max(0.0, client.lease_until.get(key, 0.0) - self._clock())
+        return max(0.0, client.claim_until.get(key, 0.0) - self._clock())
 
     @contextlib.contextmanager
     def receiving(
         self, client_id: str, group: str, topic: str, queue_id: int
     ) -> Iterator[asyncio.Future[None]]:
-        """A future resolved when the client's lease on the queue ends, for one receive."""
+        """A future resolved when the client's claim on the queue ends, for one receive."""
         client = self._clients.setdefault(client_id, _Client())
         key = (group, topic, queue_id)
         ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -161,7 +161,7 @@ class ConsumerAssignments:
         return client_id in self._clients
 
     async def end_client(self, client_id: str, *, if_last_here: bool = False) -> int:
-        """Forget a client that said goodbye or whose session ended; its leases end now
+        """Forget a client that said goodbye or whose session ended; its claims end now
         (with `if_last_here`, only if its last registry call came through this proxy).
 
         Returns how many registrations it had.

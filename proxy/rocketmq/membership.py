@@ -28,7 +28,7 @@ class Membership:
     Args:
         broker: Where the consumed topics are looked up (their queue counts).
         resources: The groups' fifo flags.
-        assignments: The registry and the FIFO queue leases.
+        assignments: The registry and the FIFO queue claims.
     """
 
     def __init__(
@@ -60,12 +60,12 @@ class Membership:
         )
 
     async def end(self, client_id: str) -> None:
-        """The client said goodbye: its registrations and leases end."""
+        """The client said goodbye: its registrations and claims end."""
         await self._assignments.end_client(client_id)
 
     def session_ended(self, session: ClientSession) -> None:
         """Sessions' `on_end`: a session ended by silence (termination ends the client
-        first). The client may be calling another proxy of the cluster now: its leases
+        first). The client may be calling another proxy of the cluster now: its claims
         end only if its last registry call came through this one."""
         if not self._assignments.knows(session.client_id):
             return
@@ -76,7 +76,7 @@ class Membership:
     async def _end_silent(self, client_id: str) -> None:
         try:
             await self._assignments.end_client(client_id, if_last_here=True)
-        except PopMQError as error:  # the coordinator is away: its leases run out instead
+        except PopMQError as error:  # the coordinator is away: its claims run out instead
             log.warning("could not unregister silent client %s: %s", client_id, error)
 
     async def close(self) -> None:

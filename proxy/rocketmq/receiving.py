@@ -84,7 +84,7 @@ class Receiving:
         config: The v2 front end's settings (long polling bounds, auto-renew duration).
         sessions: The connected clients (their type and reported request timeout).
         resources: Topics, queues, group policies and filter checks.
-        assignments: The FIFO queue leases.
+        assignments: The FIFO queue claims.
         release_later: Makes messages popped for a call that ended visible again soon.
     """
 
@@ -154,6 +154,8 @@ class Receiving:
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
         filter_type, expression = check_filter(request.filter_expression)
+        # Checked here in v2's words (batch_size; auto_renew's invisible time), before the
+        # receive is planned; BrokerAPI.pop checks them again by the core's rule.
         pop = self._broker.server_info().pop
         # RocketMQ's proxy caps a larger batch at its maximum rather than refusing it.
         batch = min(request.batch_size, pop.max_batch)
@@ -195,19 +197,19 @@ class Receiving:
         ):
             started = False
 
-            def leased(wait_s: float, max_bytes: int | None) -> Awaitable[list[PoppedMessage]]:
+            def claimed(wait_s: float, max_bytes: int | None) -> Awaitable[list[PoppedMessage]]:
                 nonlocal started
                 again, started = started, True
-                return self._pop_leased(
+                return self._pop_claimed(
                     client_id, group, info, request, wait_s, max_bytes, pop_from, again=again
                 )
 
-            return Plan(group, request.auto_renew, wait, leased)
+            return Plan(group, request.auto_renew, wait, claimed)
         # Simple consumers pop all queues, whatever they name; so do push consumers of
         # normal groups.
         return Plan(group, request.auto_renew, wait, pop_from)
 
-    async def _pop_leased(
+    async def _pop_claimed(
         self,
         client_id: str,
         group: str,
@@ -220,7 +222,7 @@ class Receiving:
         again: bool = False,
     ) -> list[PoppedMessage]:
         """A FIFO push consumer's receive: only on a queue it holds, and only while it does
-        (the wait ends with the lease: moved at a query, or run out).
+        (the wait ends with the claim: moved at a query, or run out).
 
         The pop takes that queue's messages and the group's retry copies (which belong to
         no queue), as RocketMQ's pop with a queue id does, so each client gets the messages
@@ -234,20 +236,20 @@ class Receiving:
             )
         queue_id = self._resources.queue_id(info, request.message_queue)
         try:
-            lease_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
+            claim_s = self._assignments.check_receive(client_id, group, info.name, queue_id)
         except ProtocolError:
             if again:
-                # A later pop of the same receive (receive.py): the lease ended while it
+                # A later pop of the same receive (receive.py): the claim ended while it
                 # waited for bytes, as if it had ended during its wait.
                 return []
             raise
         with self._assignments.receiving(client_id, group, info.name, queue_id) as ended:
-            task = asyncio.ensure_future(pop(min(wait, lease_s), max_bytes, queue_id))
+            task = asyncio.ensure_future(pop(min(wait, claim_s), max_bytes, queue_id))
             first: set[asyncio.Future[Any]] = {task, ended}
             try:
                 await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
                 if not task.done():
-                    task.cancel()  # the lease ended: the pop is still parked, nothing taken
+                    task.cancel()  # the claim ended: the pop is still parked, nothing taken
                     await asyncio.wait({task})
                 return [] if task.cancelled() else task.result()
             except BaseException:

@@ -3,7 +3,7 @@
 Every queue is on this proxy (one broker entry, at the address the client used). Normal
 groups get one assignment with queue id -1, as RocketMQ's proxy answers them: every receive
 pops all queues and the broker balances consumers. Push consumers of FIFO groups get the
-queues the client registry leases them, one assignment each. Runs on the server's event
+queues they claim in the client registry, one assignment each. Runs on the server's event
 loop.
 """
 
@@ -25,7 +25,7 @@ class Routing:
         resources: Topics, group policies and the broker entry of routes.
         sessions: The connected clients (an assignment query is also a heartbeat).
         membership: Registers the querying consumer before it is given queues.
-        assignments: The FIFO queue leases.
+        assignments: The FIFO queue claims.
     """
 
     def __init__(
@@ -54,7 +54,7 @@ class Routing:
         self, request: sv.QueryAssignmentRequest, client_id: str
     ) -> sv.QueryAssignmentResponse:
         """Normal groups: one assignment with queue id -1. FIFO groups: one per queue the
-        registry gives this client (a lease each), renewed by the query; only these need
+        registry gives this client (a claim each), renewed by the query; only these need
         the caller's `client_id` (CLIENT_ID_REQUIRED when it is "")."""
         entry = self._resources.broker_entry(request.endpoints)
         info = self._resources.topic_info(convert.topic_name(request.topic))

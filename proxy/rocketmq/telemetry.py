@@ -245,13 +245,13 @@ class Telemetry:
         return sv.HeartbeatResponse(status=codes.ok())
 
     async def terminate(self, client_id: str) -> sv.NotifyClientTerminationResponse:
-        """The client says goodbye: its session, registrations and leases end, and the
+        """The client says goodbye: its session, registrations and claims end, and the
         messages it held become visible again soon."""
         try:
             await self._membership.end(client_id)  # also when the session was gone already
-        except PopMQError as error:  # the registry's coordinator is away: its leases run out
+        except PopMQError as error:  # the registry's coordinator is away: its claims run out
             log.warning(
-                "client %s said goodbye, its leases stay until they run out: %s", client_id, error
+                "client %s said goodbye, its claims stay until they run out: %s", client_id, error
             )
         self._sessions.remove(client_id)
         released = await self._inflight.release_client(client_id)

@@ -25,8 +25,9 @@ logger = logging.getLogger(LOGGER_NAME)
 
 PENDING_RECHECK = 0.1
 """While assigned queues wait for their previous owner, ask again this often (x interval)."""
-LEASE_MARGIN = 0.1
-"""A queue-exclusive consumer stops this fraction of its lease before the lease ends."""
+CLAIM_MARGIN = 0.1
+"""A queue-exclusive consumer stops this fraction of its claim on a queue before the claim
+ends."""
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 """Starts a named background task the consumer keeps (and stops at close)."""
@@ -108,8 +109,9 @@ class Assignment:
         response: messaging_pb2.QueryAssignmentResponse = await ctx.conn.call(
             "QueryAssignment", request, ctx.options.timeout_s, retry=True
         )
-        lease_s = seconds_from_duration(response.lease_duration)
-        fence = sent + lease_s * (1 - LEASE_MARGIN)
+        # How long the claims last (the field's name predates the word claim).
+        claim_s = seconds_from_duration(response.lease_duration)
+        fence = sent + claim_s * (1 - CLAIM_MARGIN)
         granted = list(response.queue_ids)
         for queue_id, worker in list(workers.items()):
             if queue_id not in granted:

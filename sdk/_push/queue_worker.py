@@ -76,7 +76,7 @@ class QueueWorker:
         self.topic = topic
         self.queue_id = queue_id
         self.fence = fence
-        """Monotonic time the lease ends (with a margin): stop before starting past it."""
+        """Monotonic time the claim on the queue ends (with a margin): start nothing past it."""
         self.stopping = False
         self.task: asyncio.Task[None] | None = None
         # Set by stop(), so an idle or retrying worker wakes at once.
@@ -90,12 +90,12 @@ class QueueWorker:
         self._stop.set()
 
     def may_continue(self) -> bool:
-        """False once told to stop or once the lease ran out (which stops the worker)."""
+        """False once told to stop or once the claim ran out (which stops the worker)."""
         if self.stopping:
             return False
         if time.monotonic() >= self.fence:
             logger.warning(
-                "push consumer %s: lease on %s queue %d ran out without renewal; stopping",
+                "push consumer %s: claim on %s queue %d ran out without renewal; stopping",
                 self._ctx.client_id, self.topic, self.queue_id,
             )  # fmt: skip
             self.stop()
@@ -107,7 +107,7 @@ class QueueWorker:
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def run(self) -> None:
-        """Consume until stopped or the lease ends; always reports back through on_done."""
+        """Consume until stopped or the claim ends; always reports back through on_done."""
         try:
             await self._run()
         finally:

@@ -96,7 +96,7 @@ def test_every_operation_round_trips(tmp_path: Path) -> None:
                 by_key = await api.query_messages_by_key("orders", "k1")
                 assert [m.record.body for m in by_key] == [b"a"]
 
-                api.check_pop_arguments(max_messages=16, invisible_s=30, wait_s=1)
+                api.server_info().pop_arguments(max_messages=16, invisible_s=30, wait_s=1)
                 popped = await api.pop("g", "orders", max_messages=8, invisible_s=30, wait_s=0)
                 assert sorted(m.record.body for m in popped) == [b"a", b"b"]
                 assert all(m.delivery_attempt == 1 for m in popped)
@@ -216,7 +216,7 @@ def test_errors_keep_their_class_and_fields_across_the_wire(tmp_path: Path) -> N
                     "message.queue_id", "1", "0..0",
                 )  # fmt: skip
                 with pytest.raises(InvalidArgumentError):
-                    api.check_pop_arguments(max_messages=999, invisible_s=30, wait_s=0)
+                    api.server_info().pop_arguments(max_messages=999, invisible_s=30, wait_s=0)
 
                 served.servicer.writes.fence("etcd session lost")
                 with pytest.raises(UnavailableError, match="etcd session lost") as fenced:

@@ -217,6 +217,33 @@ def test_batches_are_stored_whole_on_one_broker(cluster: InProcessCluster) -> No
             assert len(brokers) == 1
 
 
+def test_a_send_split_over_brokers_is_refused_whole_as_one_process_refuses_it(
+    cluster: InProcessCluster,
+) -> None:
+    a, _ = cluster.proxies
+    with Admin(a) as admin:
+        admin.create_topic("whole-a", queues=3)
+        admin.create_topic("whole-b", queues=3)
+        with grpc.insecure_channel(a) as channel:
+            stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+            split = messaging_pb2.SendMessagesRequest(
+                messages=[
+                    messaging_pb2.OutgoingMessage(topic="whole-a", body=b"ok"),
+                    messaging_pb2.OutgoingMessage(topic="whole-b", body=b""),
+                ]
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.SendMessages(split, timeout=10)
+            with pytest.raises(grpc.RpcError) as empty:
+                stub.SendMessages(messaging_pb2.SendMessagesRequest(), timeout=10)
+        # Named by its index in the send, not in the part a broker would have stored.
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("messages[1].body is empty")
+        assert all(q.max_offset == 0 for q in admin.get_topic("whole-a").queues)  # nothing
+        assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert empty.value.details() == "a send needs at least one message"
+
+
 def test_a_lease_popped_through_one_proxy_replays_through_the_other(
     cluster: InProcessCluster,
 ) -> None:

@@ -173,7 +173,7 @@ def test_a_member_keeps_its_queues_when_it_moves_to_another_proxy(
         assert first.query() == ((0, 1, 2, 3), ())
         second.heartbeat()  # through B, which never saw m1
         assert second.query() == ((), (2, 3))
-        # m1 fails over to B with what it holds: its leases hold there, it gives 2 and 3 up
+        # m1 fails over to B with what it holds: its claims hold there, it gives 2 and 3 up
         # when done, and m2 gets them through B.
         first.move_to(b)
         first.heartbeat()

@@ -28,7 +28,7 @@ from tests.cluster.conftest import MakeCoordinator
 from tests.support.run_async import run_async
 
 INTERVAL = 1.0
-LEASE = 3 * INTERVAL
+CLAIM = 3 * INTERVAL
 SKEW = 0.5
 CONFIG = ClientRegistryConfig(clock_skew_s=SKEW, restart_grace_s=5.0, sweep_interval_s=0)
 
@@ -113,7 +113,7 @@ async def test_members_on_two_proxies_split_the_queues_with_no_overlap(
         await join(a, "c1")
         assert await query(a, "c1") == ((0, 1, 2, 3), ())
         await join(b, "c2")  # through the other proxy
-        # c2's target is 2 and 3; the lease c1 got through A holds at B too.
+        # c2's target is 2 and 3; the claim c1 got through A holds at B too.
         assert await query(b, "c2") == ((), (2, 3))
         cluster.clock.now += 0.5
         assert await query(a, "c1", held=(0, 1, 2, 3)) == ((0, 1), ())
@@ -147,9 +147,9 @@ async def test_a_member_that_moves_to_another_proxy_keeps_its_queues(
         assert await query(b, "c1", held=(0, 1)) == ((0, 1), ())
         await join(a, "c2")
         assert await query(a, "c2", held=(2, 3)) == ((2, 3), ())
-        # The leases c1 got through A have run out (skew included), the ones it renewed
+        # The claims c1 got through A have run out (skew included), the ones it renewed
         # through B have not: a joiner through A waits for them.
-        cluster.clock.now += LEASE - 1.0 + SKEW + 0.1
+        cluster.clock.now += CLAIM - 1.0 + SKEW + 0.1
         await join(a, "c0")
         assert await query(a, "c0") == ((), (0, 1))
         assert a.owners("g", "t") == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}
@@ -159,7 +159,7 @@ async def test_a_member_that_moves_to_another_proxy_keeps_its_queues(
 
 
 @run_async
-async def test_a_silent_member_loses_its_leases_after_the_lease_time_on_both_proxies(
+async def test_a_silent_member_loses_its_claims_after_the_claim_time_on_both_proxies(
     make_coordinator: MakeCoordinator,
 ) -> None:
     async with proxies(make_coordinator) as cluster:
@@ -169,16 +169,16 @@ async def test_a_silent_member_loses_its_leases_after_the_lease_time_on_both_pro
         await join(b, "c2")
         silent_since = cluster.clock.now
         # c1 stops calling. Through B, c2 waits for c1's queues...
-        cluster.clock.now = silent_since + LEASE - 0.1
+        cluster.clock.now = silent_since + CLAIM - 0.1
         await join(b, "c2")
         assert await query(b, "c2") == ((), (2, 3))
-        # ...past the lease's deadline, by the clock skew other proxies may have (c1 is
+        # ...past the claim's deadline, by the clock skew other proxies may have (c1 is
         # gone, so all four are c2's target now)...
-        cluster.clock.now = silent_since + LEASE + SKEW / 2
+        cluster.clock.now = silent_since + CLAIM + SKEW / 2
         await join(b, "c2")
         assert await query(b, "c2") == ((), (0, 1, 2, 3))
         # ...then c1 is gone and c2 takes every queue; A sees the same.
-        cluster.clock.now = silent_since + LEASE + SKEW + 0.1
+        cluster.clock.now = silent_since + CLAIM + SKEW + 0.1
         await join(b, "c2")
         assert await query(b, "c2") == ((0, 1, 2, 3), ())
         assert [c.client_id for c in await a.clients("g")] == ["c2"]
@@ -200,7 +200,7 @@ async def test_the_default_clock_skew_is_none_in_process_and_a_second_over_etcd(
         await join(a, "c1")
         assert await query(a, "c1") == ((0, 1, 2, 3), ())
         await join(b, "c2")
-        cluster.clock.now += LEASE + CLUSTER_CLOCK_SKEW_S / 2  # c1 went silent
+        cluster.clock.now += CLAIM + CLUSTER_CLOCK_SKEW_S / 2  # c1 went silent
         await join(b, "c2")
         expected = ((0, 1, 2, 3), ()) if one_clock else ((), (0, 1, 2, 3))
         assert await query(b, "c2") == expected
@@ -228,7 +228,7 @@ async def test_the_restart_grace_belongs_to_the_coordinators_state(
         await join(b, "c2")
         assert await query(a, "c1", held=(0,)) == ((0, 1), ())
         assert await query(b, "c2") == ((2, 3), ())
-        # A proxy restarted over a coordinator that kept the state finds the leases there,
+        # A proxy restarted over a coordinator that kept the state finds the claims there,
         # and waits for no grace.
         cluster.clock.now += 1.0
         restarted = cluster.registry(existing_groups=("g",))
@@ -286,7 +286,7 @@ async def test_the_sweep_deletes_only_groups_with_nothing_live(
         await join(a, "c1", group="gone")
         await a.query_assignment("c1", "gone", "t", 4)
         await join(a, "c2", group="kept")
-        cluster.clock.now += LEASE + SKEW + 0.1
+        cluster.clock.now += CLAIM + SKEW + 0.1
         await join(a, "c2", group="kept")
         assert await b.sweep() == 1
         coordinator = b.coordinator
@@ -309,7 +309,7 @@ async def test_no_queue_is_consumed_by_two_members_of_proxies_under_random_churn
         queues = 6
         consuming: dict[str, set[int]] = {}
         draining: dict[str, set[int]] = {}
-        lease_end: dict[str, float] = {}
+        claim_end: dict[str, float] = {}
         pool = [f"c{i}" for i in range(6)]
 
         def check() -> None:
@@ -330,7 +330,7 @@ async def test_no_queue_is_consumed_by_two_members_of_proxies_under_random_churn
                 consuming[client].clear()
                 draining[client].clear()
                 return
-            lease_end[client] = sent + answer.lease_s
+            claim_end[client] = sent + answer.claim_s
             granted = set(answer.queue_ids)
             draining[client] = consuming[client] - granted
             consuming[client] = granted
@@ -339,8 +339,8 @@ async def test_no_queue_is_consumed_by_two_members_of_proxies_under_random_churn
         for _ in range(rounds):
             cluster.clock.now += rng.uniform(0.0, 0.4)
             for c in list(consuming):
-                if cluster.clock.now >= lease_end[c]:
-                    consuming[c].clear()  # its own lease ran out: it stops
+                if cluster.clock.now >= claim_end[c]:
+                    consuming[c].clear()  # its own claim ran out: it stops
                     draining[c].clear()
             calling: list[str] = []
             for client in rng.sample(pool, 2):  # two members call at once
@@ -348,11 +348,11 @@ async def test_no_queue_is_consumed_by_two_members_of_proxies_under_random_churn
                 if client not in consuming:
                     if action < 0.3:
                         consuming[client], draining[client] = set(), set()
-                        lease_end[client] = cluster.clock.now
+                        claim_end[client] = cluster.clock.now
                         calling.append(client)
                 elif action < 0.03:
                     await rng.choice(registries).unregister(client, "g")
-                    del consuming[client], draining[client], lease_end[client]
+                    del consuming[client], draining[client], claim_end[client]
                 elif action > 0.06:  # else it stalls
                     calling.append(client)
             await asyncio.gather(*(call(client) for client in calling))

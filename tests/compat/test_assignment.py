@@ -1,7 +1,7 @@
-"""RocketMQ 5 consumers in popmq's client registry: QueryAssignment, FIFO queue leases.
+"""RocketMQ 5 consumers in popmq's client registry: QueryAssignment, FIFO queue claims.
 
 Normal groups keep RocketMQ's single queue -1 assignment. Push consumers of a FIFO group are
-queue-exclusive registry members: the queues are split among them, one lease per queue, and
+queue-exclusive registry members: the queues are split among them, one claim per queue, and
 a receive names a queue the client holds and gets that queue's messages. The raw-stub tests
 check the protocol; the last test runs two official push consumers in one FIFO group.
 """
@@ -241,7 +241,7 @@ def test_a_queue_given_up_ends_the_old_owners_waiting_receive(
     run(server, scenario)
 
 
-class LeaseHistory:
+class ClaimHistory:
     """The owners of a group's queues, sampled on a thread every 20 ms with the wall clock
     (the official clients stamp what they consume with it)."""
 
@@ -250,9 +250,9 @@ class LeaseHistory:
         self._server = server
         self._samples: list[tuple[int, dict[int, str]]] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-history", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="claim-history", daemon=True)
 
-    def __enter__(self) -> LeaseHistory:
+    def __enter__(self) -> ClaimHistory:
         self._sample()
         self._thread.start()
         return self
@@ -271,7 +271,7 @@ class LeaseHistory:
 
     def holders(self, queue_id: int, at_ms: int, window_ms: int = 10_000) -> set[str]:
         """Who held the queue in the samples of the `window_ms` before `at_ms`: a message
-        is received a moment before the listener stamps it, and a lease moves at queries."""
+        is received a moment before the listener stamps it, and a claim moves at queries."""
         return {
             owner
             for stamp, owners in self._samples
@@ -356,7 +356,7 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
     client_of = {c.split("@")[1]: c for c in owners.values()}
     assert sorted(client_of) == sorted(str(p.pid) for p in procs)
     queue_of: dict[str, int] = {}
-    with LeaseHistory(server, "splitters", "fifo-split") as leases:
+    with ClaimHistory(server, "splitters", "fifo-split") as claims:
         with Producer(server.endpoint) as producer:
             for body in bodies:
                 receipt = producer.send(
@@ -373,7 +373,7 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
         client = client_of[str(proc.pid)]
         for entry in log:
             queue = queue_of[entry["body"]]
-            holders = leases.holders(queue, entry["received_ms"])
+            holders = claims.holders(queue, entry["received_ms"])
             assert client in holders, (entry["body"], queue, client, holders)
     assert {e["delivery_attempt"] for log in logs for e in log} == {1}
     # Per message group, listener calls (across both processes) follow the send order.
@@ -384,6 +384,6 @@ def test_two_official_fifo_push_consumers_split_the_queues_and_consume_each_mess
         assert entry["message_group"] == group
         order.setdefault(group, []).append(int(index))
     assert order == {g: list(range(6)) for g in groups}
-    # Both said goodbye: the group has no members and no leases left.
+    # Both said goodbye: the group has no members and no claims left.
     assert server.call(lambda: registry(server).clients("splitters")) == []
     assert server.sync(lambda: registry(server).owners("splitters", "fifo-split")) == {}

@@ -405,7 +405,7 @@ def test_a_joiner_gets_queues_within_about_a_heartbeat_interval(endpoint: str) -
     assert left < 4 * INTERVAL, left
 
 
-def test_a_silent_member_keeps_its_queues_until_its_lease_ends(
+def test_a_silent_member_keeps_its_queues_until_its_claim_ends(
     endpoint: str, stub: messaging_pb2_grpc.MessagingServiceStub
 ) -> None:
     with Admin(endpoint) as admin:
@@ -431,9 +431,9 @@ def test_a_silent_member_keeps_its_queues_until_its_lease_ends(
             return queues == (0, 1, 2, 3)
 
         wait_until(took_over, "the survivor to take over every queue", WAIT)
-    lease = 3 * INTERVAL
-    assert all(queues == () for at, queues in samples if at < lease)
-    assert samples[-1][0] >= lease
+    claim = 3 * INTERVAL
+    assert all(queues == () for at, queues in samples if at < claim)
+    assert samples[-1][0] >= claim
 
 
 def test_a_new_group_starts_where_consume_from_says(endpoint: str) -> None:

@@ -26,7 +26,7 @@ EXPECTED = {
         "MESSAGE_OVERHEAD_BYTES", "MessageRecord", "MessagesConfig", "MetricsSnapshot",
         "NAME_PATTERN", "NewMessage", "NotEnoughReplicasError", "NotFoundError", "NotLeaderError",
         "PRIVATE_UMASK", "PULL_DEFAULT_MESSAGES",
-        "PULL_MAX_MESSAGES", "PermissionDeniedError", "PopConfig", "PopMQError",
+        "PULL_MAX_MESSAGES", "PermissionDeniedError", "PopArguments", "PopConfig", "PopMQError",
         "PoppedMessage", "PulledMessages", "QueueDetails", "QueueLag", "QueueStats",
         "ReceiptHandleExpiredError", "ReceiptHandleLostError", "ReceiptHandleSupersededError",
         "RecordFilter", "ReplicationSnapshot", "ResetResult", "ResourceExhaustedError",

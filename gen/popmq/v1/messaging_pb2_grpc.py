@@ -340,8 +340,8 @@ class MessagingServiceServicer:
     def QueryAssignment(self, request, context):
         """QueryAssignment tells a queue-exclusive client which queues of a topic it may consume
         now. A queue is granted only when no other member holds it: the previous owner must
-        first report it as no longer held (or let its lease run out), so a queue is never
-        consumed by two members at once. Every call renews the leases of the held queues.
+        first report it as no longer held (or let its claim run out), so a queue is never
+        consumed by two members at once. Every call renews the claims of the held queues.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

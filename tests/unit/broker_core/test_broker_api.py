@@ -20,6 +20,7 @@ from popmq.broker_core.api import (
 )
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import PopConfig
+from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import NewMessage
 from popmq.cluster import ClusterBroker, RemoteBroker
 from tests.unit.conftest import OpenBroker
@@ -72,7 +73,6 @@ def test_only_what_a_cluster_mode_proxy_answers_without_a_broker_is_synchronous(
         if not inspect.iscoroutinefunction(member)
     }
     assert synchronous == {
-        "check_pop_arguments",
         "get_group",
         "group_settings",
         "release_waiters",
@@ -97,6 +97,10 @@ def test_server_info_carries_the_limits(open_broker: OpenBroker) -> None:
             assert info.long_polling.max_timeout_s == broker.config.long_polling.max_timeout_s
             assert info.max_delay_s == broker.config.messages.max_delay_s
             assert info.data_dir == str(broker.config.store.data_dir.resolve())
+            # A front end's pop arguments take the broker's defaults and its limits.
+            assert info.pop_arguments().max_messages == 7
+            with pytest.raises(InvalidArgumentError, match="max_messages 8 is above the maximum 7"):
+                info.pop_arguments(max_messages=8)
 
     asyncio.run(scenario())
 

@@ -6,8 +6,19 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from popmq.broker_core.config import LongPollingConfig, PopConfig
 from popmq.broker_core.errors import InvalidArgumentError
-from popmq.broker_core.validation import check_message, check_name, check_range
+from popmq.broker_core.types import NewMessage
+from popmq.broker_core.validation import (
+    PopArguments,
+    check_message,
+    check_name,
+    check_pop,
+    check_range,
+    check_send,
+    pop_arguments,
+    pop_filter,
+)
 
 MiB = 1024 * 1024
 
@@ -210,3 +221,84 @@ def test_message_id_is_limited_to_128_printable_characters() -> None:
         assert str(info.value) == (
             "messages[0].message_id is invalid: at most 128 printable characters"
         )
+
+
+# -- a pop's arguments ----------------------------------------------------------------------
+
+_POP = PopConfig(max_batch=16, default_invisible_s=20, min_invisible_s=2, max_invisible_s=60)
+_POLL = LongPollingConfig(default_timeout_s=5, max_timeout_s=10)
+
+
+def test_a_pop_argument_not_given_takes_its_default_and_a_given_one_is_kept() -> None:
+    assert pop_arguments(_POP, _POLL) == PopArguments(16, 20, 5)  # 32 capped at max_batch
+    assert pop_arguments(PopConfig(), LongPollingConfig()).max_messages == 32
+    given = pop_arguments(_POP, _POLL, max_messages=3, invisible_s=2, wait_s=0)
+    assert given == PopArguments(3, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"max_messages": 17}, "max_messages 17 is above the maximum 16"),
+        ({"invisible_s": 1.5}, "invisible_duration 1.5s is below the minimum 2s"),
+        ({"wait_s": 11}, "long_polling_timeout 11s is above the maximum 10s"),
+        # In that order: the batch size is named first.
+        ({"max_messages": 0, "invisible_s": 0, "wait_s": -1}, "max_messages 0 is below"),
+    ],
+)
+def test_a_pop_argument_out_of_its_limits_is_refused_by_name(
+    given: dict[str, float], expected: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"^{expected}"):
+        pop_arguments(_POP, _POLL, **given)  # type: ignore[arg-type]
+
+
+def test_a_pops_names_and_answer_bound_are_checked_before_its_arguments() -> None:
+    with pytest.raises(InvalidArgumentError, match="group name is empty"):
+        check_pop(_POP, _POLL, "", "t", max_messages=0)
+    with pytest.raises(InvalidArgumentError, match="reserved prefix '%RETRY%'"):
+        check_pop(_POP, _POLL, "g", "%RETRY%x", max_messages=0)
+    with pytest.raises(InvalidArgumentError, match="max_bytes -1 is below the minimum 0"):
+        check_pop(_POP, _POLL, "g", "t", max_messages=0, max_bytes=-1)
+    assert check_pop(_POP, _POLL, "g", "%DLQ%g", max_bytes=0) == PopArguments(16, 20, 5)
+
+
+class _Declared:
+    def subscription_filter(self, group: str, topic: str) -> tuple[str, str] | None:
+        return ("sql", "a > 1") if (group, topic) == ("g", "t") else None
+
+
+@pytest.mark.parametrize(
+    ("group", "expression", "kind", "expected"),
+    [
+        ("g", "", "tag", ("sql", "a > 1")),  # none of its own: the declared one
+        ("g", "  ", "tag", ("sql", "a > 1")),
+        ("g", "x", "tag", ("tag", "x")),  # its own wins
+        ("g", "", "sql", ("sql", "")),  # an (empty) SQL filter is its own
+        ("other", "", "tag", ("tag", "")),  # nothing declared: every message
+    ],
+)
+def test_a_pop_without_a_filter_of_its_own_takes_the_groups_declared_one(
+    group: str, expression: str, kind: str, expected: tuple[str, str]
+) -> None:
+    assert pop_filter(_Declared(), group, "t", expression, kind) == expected
+
+
+# -- a send's messages ----------------------------------------------------------------------
+
+
+def test_a_send_is_checked_whole_naming_each_message_by_its_index_in_the_send() -> None:
+    good = NewMessage("a", b"x")
+    check_send([good, NewMessage("b", b"y", deliver_at_ms=1_000 + 5_000)], 1_000, 5)
+    with pytest.raises(InvalidArgumentError, match="a send needs at least one message"):
+        check_send([], 0, 5)
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[1\]\.body is empty"):
+        check_send([good, NewMessage("b", b"")], 0, 5)
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[2\] is due in 6s"):
+        check_send([good, good, NewMessage("b", b"y", deliver_at_ms=6_000)], 0, 5)
+    with pytest.raises(InvalidArgumentError, match="topic name 'b c' is invalid"):
+        check_send([good, NewMessage("b c", b"y")], 0, 5)
+    with pytest.raises(InvalidArgumentError, match="messages has 1025 messages"):
+        check_send([good] * 1025, 0, 5)
+    with pytest.raises(InvalidArgumentError, match="4194305 body bytes"):
+        check_send([NewMessage("a", b"x" * (2 * MiB)), NewMessage("b", b"y" * (2 * MiB + 1))], 0, 5)

@@ -1,4 +1,4 @@
-"""The client registry: liveness, assignments and the one-owner-per-queue lease rule.
+"""The client registry: liveness, assignments and the one-owner-per-queue claim rule.
 
 The registry takes a clock, so these tests move time explicitly instead of sleeping.
 """
@@ -25,7 +25,7 @@ from popmq.runtime.config import ClientRegistryConfig
 from tests.support.run_async import run_async
 
 INTERVAL = 1.0
-LEASE = 3 * INTERVAL
+CLAIM = 3 * INTERVAL
 
 
 class Clock:
@@ -74,7 +74,7 @@ async def join(
 
 
 @run_async
-async def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
+async def test_members_get_their_strategys_queues_and_the_claim_time() -> None:
     registry, _ = make()
     for client in ["c1", "c2", "c3"]:
         assert await join(registry, client) == INTERVAL
@@ -84,7 +84,7 @@ async def test_members_get_their_strategys_queues_and_the_lease_time() -> None:
         "c2": (3, 4, 5),
         "c3": (6, 7),
     }
-    assert all(a.pending_queue_ids == () and a.lease_s == LEASE for a in got.values())
+    assert all(a.pending_queue_ids == () and a.claim_s == CLAIM for a in got.values())
     assert len({a.epoch for a in got.values()}) == 1
     assert registry.owners("g", "t") == {
         0: "c1", 1: "c1", 2: "c1", 3: "c2", 4: "c2", 5: "c2", 6: "c3", 7: "c3",
@@ -103,7 +103,7 @@ async def test_a_joiner_waits_until_the_old_owner_releases_the_queue() -> None:
     assert waiting.queue_ids == ()
     assert waiting.pending_queue_ids == (2, 3)
     assert waiting.epoch == first.epoch + 1
-    # c1 learns its new assignment while it still consumes 2 and 3: their leases stay.
+    # c1 learns its new assignment while it still consumes 2 and 3: their claims stay.
     clock.now += 0.5
     shrunk = await registry.query_assignment("c1", "g", "t", 4, held=[0, 1, 2, 3])
     assert shrunk.queue_ids == (0, 1)
@@ -126,8 +126,8 @@ async def test_a_silent_client_is_gone_after_three_intervals_and_its_queues_move
     await registry.query_assignment("c1", "g", "t", 4)
     await registry.query_assignment("c2", "g", "t", 4)
     epoch = (await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])).epoch
-    # c2 goes silent. Within three intervals it is still a member holding its leases.
-    clock.now += LEASE - 0.1
+    # c2 goes silent. Within three intervals it is still a member holding its claims.
+    clock.now += CLAIM - 0.1
     await join(registry, "c1")
     still = await registry.query_assignment("c1", "g", "t", 4, held=[0, 1])
     assert still.queue_ids == (0, 1)
@@ -142,12 +142,12 @@ async def test_a_silent_client_is_gone_after_three_intervals_and_its_queues_move
 
 
 @run_async
-async def test_a_query_keeps_the_client_alive_and_renews_only_held_leases() -> None:
+async def test_a_query_keeps_the_client_alive_and_renews_only_held_claims() -> None:
     registry, clock = make()
     await join(registry, "c1")
     assert (await registry.query_assignment("c1", "g", "t", 2)).queue_ids == (0, 1)
     for _ in range(10):
-        clock.now += LEASE * 0.9
+        clock.now += CLAIM * 0.9
         assert (await registry.query_assignment("c1", "g", "t", 2, held=[0, 1])).queue_ids == (0, 1)
     assert registry.owners("g", "t") == {0: "c1", 1: "c1"}
 
@@ -170,11 +170,11 @@ async def test_a_terminated_client_releases_its_queues_at_once() -> None:
 
 
 @run_async
-async def test_a_client_that_lost_its_lease_is_not_granted_a_queue_now_owned_by_another() -> None:
+async def test_a_client_that_lost_its_claim_is_not_granted_a_queue_now_owned_by_another() -> None:
     registry, clock = make()
     await join(registry, "c1")
     await registry.query_assignment("c1", "g", "t", 2)
-    clock.now += LEASE + 0.1  # c1 went silent and is gone
+    clock.now += CLAIM + 0.1  # c1 went silent and is gone
     await join(registry, "c2")
     assert (await registry.query_assignment("c2", "g", "t", 2)).queue_ids == (0, 1)
     # c1 comes back still claiming queue 0: it must stop, c2 keeps it.
@@ -227,7 +227,7 @@ def test_the_config_refuses_bad_cluster_settings(field: str, value: float, messa
         ClientRegistryConfig(**{field: value})  # type: ignore[arg-type]
 
 
-def test_the_default_grace_covers_the_longest_lease_a_member_may_hold() -> None:
+def test_the_default_grace_covers_the_longest_claim_a_member_may_hold() -> None:
     assert ClientRegistryConfig().grace_s == 3 * 30.0
     assert ClientRegistryConfig(restart_grace_s=0).grace_s == 0
 
@@ -245,7 +245,7 @@ async def test_members_must_agree_on_mode_and_strategy() -> None:
     await join(registry, "c2", topics=("other",), strategy=Strategy.CONSISTENT_HASH)
     await join(registry, "c2", group="g2", mode=ConsumeMode.POP)
     # Once the old members are gone, a new strategy is fine.
-    clock.now += LEASE + 0.1
+    clock.now += CLAIM + 0.1
     await join(registry, "c3", strategy=Strategy.CONSISTENT_HASH)
 
 
@@ -342,7 +342,7 @@ async def test_registrations_beyond_the_limit_are_refused() -> None:
     await join(registry, "c1")  # a refresh is not a new registration
     with pytest.raises(ResourceExhaustedError, match="maximum is 2"):
         await join(registry, "c3")
-    clock.now += LEASE + 0.1
+    clock.now += CLAIM + 0.1
     await join(registry, "c3")  # the silent ones were dropped
 
 
@@ -379,7 +379,7 @@ async def test_by_machine_room_prefers_members_in_the_servers_room() -> None:
 
 
 @run_async
-async def test_a_topic_recreated_with_fewer_queues_drops_leases_beyond_it() -> None:
+async def test_a_topic_recreated_with_fewer_queues_drops_claims_beyond_it() -> None:
     registry, _ = make()
     await join(registry, "c1")
     await registry.query_assignment("c1", "g", "t", 8)
@@ -413,21 +413,21 @@ async def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
 
     A member consumes what it was granted, gives up what it was not (reporting it as held
     until the next call, as a real member finishing its work would), and stops everything
-    when a lease it measured from before its request ran out without a successful call.
+    when a claim it measured from before its request ran out without a successful call.
     """
     rng = random.Random(3)
     registry, clock = make()
     queues = 6
     consuming: dict[str, set[int]] = {}
-    lease_end: dict[str, float] = {}
+    claim_end: dict[str, float] = {}
     draining: dict[str, set[int]] = {}
     pool = [f"c{i}" for i in range(8)]
     for _ in range(4000):
         clock.now += rng.uniform(0.0, 0.4)
         client = rng.choice(pool)
         for c in list(consuming):
-            if clock.now >= lease_end[c]:
-                consuming[c].clear()  # the member's own lease ran out: it stops
+            if clock.now >= claim_end[c]:
+                consuming[c].clear()  # the member's own claim ran out: it stops
                 draining[c].clear()
         action = rng.random()
         if client not in consuming:
@@ -435,11 +435,11 @@ async def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
                 await join(registry, client, queues=queues)
                 consuming[client] = set()
                 draining[client] = set()
-                lease_end[client] = clock.now
+                claim_end[client] = clock.now
             continue
         if action < 0.02:
             await registry.unregister(client, "g")
-            del consuming[client], draining[client], lease_end[client]
+            del consuming[client], draining[client], claim_end[client]
             continue
         if action < 0.05:
             continue  # this member stalls for a while (maybe long enough to be dropped)
@@ -452,7 +452,7 @@ async def test_no_queue_is_consumed_by_two_members_under_random_churn() -> None:
             consuming[client].clear()
             draining[client].clear()
             continue
-        lease_end[client] = sent + answer.lease_s
+        claim_end[client] = sent + answer.claim_s
         granted = set(answer.queue_ids)
         draining[client] = consuming[client] - granted
         consuming[client] = granted

@@ -1,4 +1,4 @@
-"""RocketMQ 5 consumers in the client registry: FIFO queue leases without reported holdings.
+"""RocketMQ 5 consumers in the client registry: FIFO queue claims without reported holdings.
 
 Official clients only call QueryAssignment (every 5 s) and ReceiveMessage; these tests drive
 ConsumerAssignments the way they do, over a registry with a test clock instead of sleeping.
@@ -17,7 +17,7 @@ from popmq.runtime.config import ClientRegistryConfig
 from tests.support.run_async import run_async
 
 INTERVAL = 10.0  # the registry's default: RocketMQ 5 clients heartbeat every 10 s
-LEASE = 3 * INTERVAL
+CLAIM = 3 * INTERVAL
 
 
 class Clock:
@@ -69,9 +69,9 @@ async def test_a_receive_is_allowed_only_on_a_held_queue() -> None:
         assignments.check_receive("a", "fifo", "t", 0)  # before its first query
     await query(assignments, "a")
     await query(assignments, "b")
-    assert assignments.check_receive("a", "fifo", "t", 0) == LEASE
+    assert assignments.check_receive("a", "fifo", "t", 0) == CLAIM
     clock.now += 4
-    assert assignments.check_receive("a", "fifo", "t", 1) == LEASE - 4
+    assert assignments.check_receive("a", "fifo", "t", 1) == CLAIM - 4
     with pytest.raises(ProtocolError) as refused:
         assignments.check_receive("a", "fifo", "t", 2)
     assert refused.value.rocketmq_code == pb.FORBIDDEN
@@ -88,7 +88,7 @@ async def test_a_client_that_stops_calling_loses_its_queues_after_three_interval
     for _ in range(5):  # b keeps querying every 5 s (official clients do), a is silent
         clock.now += 5
         assert await query(assignments, "b") == (2, 3)
-    assert assignments.check_receive("a", "fifo", "t", 0) == LEASE - 25  # a's wait ends then
+    assert assignments.check_receive("a", "fifo", "t", 0) == CLAIM - 25  # a's wait ends then
     clock.now += 5.1
     assert await query(assignments, "b") == (0, 1, 2, 3)
     with pytest.raises(ProtocolError):
@@ -128,7 +128,7 @@ async def test_a_terminated_client_releases_its_queues_at_once() -> None:
 
 @run_async
 async def test_after_a_restart_a_client_still_receiving_from_a_queue_gets_it_back() -> None:
-    # A restarted registry knows no leases and, for groups that existed, grants no queue
+    # A restarted registry knows no claims and, for groups that existed, grants no queue
     # nobody reports during its grace. An official client reports by receiving.
     assignments, _ = make(existing_groups=("fifo",))
     await join(assignments, "a")
