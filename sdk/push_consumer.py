@@ -18,7 +18,7 @@ Two modes:
     (``receive(ack=...)``: one round trip for both). A batch no receive took within 5 ms
     goes in an Ack call of its own. A message's cache room is freed once its ack is on
     its way.
-  - Lease renewal: every held message is made invisible again ahead of its expiry (at two
+  - Invisible-time renewal: every held message is made invisible again ahead of its expiry (at two
     thirds of ``invisible_duration_s``) with the new receipt handle each time, for up to
     ``max_processing_s`` (RocketMQ's consumeTimeout, 15 min) after it was received; then
     it is released (nack with no delay) so another consumer gets it.
@@ -42,10 +42,10 @@ then unregisters. It is also what leaving a ``with`` block does.
 
 Threading: all network work runs on the SDK's event loop thread; sync listeners run on a
 ``ThreadPoolExecutor`` of ``consume_threads`` workers, so a slow listener never blocks
-receiving, acking or lease renewal.
+receiving, acking or invisible-time renewal.
 
 This module is the public face; the parts (flow control, listener runner, dispatcher,
-acker, lease renewal, POP receiver, registration, assignment, queue worker) are in
+acker, invisible-time renewal, POP receiver, registration, assignment, queue worker) are in
 ``popmq.sdk._push``, and the settings in ``PushConsumerOptions``.
 """
 
@@ -67,7 +67,7 @@ from popmq.sdk._push.acker import Acker
 from popmq.sdk._push.assignment import Assignment
 from popmq.sdk._push.dispatcher import Dispatcher
 from popmq.sdk._push.flow_control import FlowControl, HeldMessages
-from popmq.sdk._push.lease_renewal import LeaseRenewal
+from popmq.sdk._push.invisible_renewal import InvisibleRenewal
 from popmq.sdk._push.listener import (
     ConsumeResult,
     Listener,
@@ -332,7 +332,7 @@ class AsyncPushConsumer(AsyncClient):
         self._ackers: dict[str, Acker] = {}
         self._started = False
         self._closing: asyncio.Future[None] | None = None
-        # Background tasks (receivers, lease renewal, heartbeats, queue workers), so close
+        # Background tasks (receivers, invisible-time renewal, heartbeats, queue workers), so close
         # can stop them and a crash of one is logged rather than lost.
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -410,7 +410,7 @@ class AsyncPushConsumer(AsyncClient):
             client_id=self.client_id,
         )
         self._dispatcher = dispatcher
-        renewal = LeaseRenewal(
+        renewal = InvisibleRenewal(
             invisible_s=options.invisible_duration_s,
             max_processing_s=options.max_processing_s,
             release=dispatcher.release,

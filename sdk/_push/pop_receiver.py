@@ -1,7 +1,7 @@
 """POP mode: one long-polling receive loop per subscribed topic.
 
 A receive asks only for the room flow control leaves, carries the topic's pending acks,
-and hands what it got to lease renewal and the dispatcher. Runs on the event loop thread.
+and hands what it got to invisible-time renewal and the dispatcher. Runs on the event loop thread.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from popmq.sdk._push.acker import Acker
 from popmq.sdk._push.dispatcher import Dispatcher
 from popmq.sdk._push.flow_control import FlowControl, Held, HeldMessages
-from popmq.sdk._push.lease_renewal import LeaseRenewal
+from popmq.sdk._push.invisible_renewal import InvisibleRenewal
 from popmq.sdk._push.shared import LOGGER_NAME, RETRY_MAX_S, RETRY_MIN_S, Counters
 from popmq.sdk.consumer import AsyncSimpleConsumer
 from popmq.sdk.errors import PopMQError
@@ -32,7 +32,7 @@ class PopReceiver:
         acker: Acker,
         flow: FlowControl,
         held: HeldMessages,
-        renewal: LeaseRenewal,
+        renewal: InvisibleRenewal,
         dispatcher: Dispatcher,
         counters: Counters,
         batch_size: int,

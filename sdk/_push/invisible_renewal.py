@@ -29,7 +29,7 @@ Release = Callable[[Held, str], Awaitable[None]]
 """Gives a message back unprocessed, saying why (the dispatcher's ``release``)."""
 
 
-class LeaseRenewal:
+class InvisibleRenewal:
     """Renews each held message ahead of its expiry; releases it after max_processing_s."""
 
     def __init__(
