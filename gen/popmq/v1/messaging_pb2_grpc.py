@@ -306,8 +306,9 @@ class MessagingServiceServicer:
         """LeasePop is an idempotent Pop: pops made under one lease token are remembered by the
         proxy, and asking again for the same (lease_token, page) returns the same messages while
         the lease lives. A lease lives until the earliest invisible deadline of its messages.
-        The proxy keeps leases in memory: a proxy restart forgets them, and their messages are
-        delivered again after their invisible time, as for any unacknowledged pop.
+        Leases live in the coordinator: in etcd for a cluster's proxies, so any proxy answers for
+        a lease another one started; in memory for popmq serve, whose restart forgets them (their
+        messages are delivered again after their invisible time, as for any unacknowledged pop).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
