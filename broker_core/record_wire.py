@@ -7,10 +7,12 @@ bytes can be walked once and each delivered field copied with its new tag: a bod
 property goes across as the slice it already is (its length prefix and bytes unchanged), and
 only the three times (stored as milliseconds, delivered as google.protobuf.Timestamp) are
 re-encoded. No message object is built on either side; building the ReceivedMessage field by
-field from a parsed record cost about five times as much (`python -m bench.compiled_cost`).
+field from a parsed record and serializing it cost 3.5 times as much (3.2 against 0.92 us a
+1 KiB message, compiled).
 
-`delivered_fields(stored)` is what `MessageRecord.delivered_fields` returns; a front end
-appends what the pop adds and frames the result as one element of a repeated field.
+`received_message_wire` writes a whole delivery in one pass over the record's bytes, framed as
+one element of a response's repeated field; `delivered_fields` (what
+`MessageRecord.delivered_fields` returns) is the record's part alone.
 Internal fields (dedup id, the origin of a retry or dead-letter copy) are left out, as the
 message-by-message conversion leaves them out.
 
