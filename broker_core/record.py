@@ -13,7 +13,7 @@ process boundary as the stored bytes, so a remote implementation ships what it r
 other side wraps it the same way.
 
 A record read from the store also keeps the bytes it was read from: `to_bytes` returns them
-as they are, and `delivered_fields` re-tags them for the wire (record_wire.py) without going
+as they are, and a pop's answer re-tags them for the wire (record_wire.py) without going
 through the parsed fields.
 
 Immutable from the outside: fields are properties without setters, `keys` is a tuple and
@@ -29,7 +29,6 @@ from types import MappingProxyType
 from google.protobuf.message import DecodeError
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core.record_wire import delivered_fields
 
 _REPR_FIELDS = (
     "tag",
@@ -76,11 +75,6 @@ class MessageRecord:
         """The record as a stored message's bytes (what `from_bytes` reads)."""
         raw = self._raw
         return raw if raw is not None else self._record.SerializeToString()
-
-    def delivered_fields(self) -> bytes:
-        """The fields a delivery of this record carries, encoded as popmq.v1.ReceivedMessage
-        numbers them (record_wire.py): a front end appends the pop's own fields."""
-        return delivered_fields(self.to_bytes())
 
     @property
     def stored_size(self) -> int:

@@ -11,8 +11,7 @@ field from a parsed record and serializing it cost 3.5 times as much (3.2 agains
 1 KiB message, compiled).
 
 `received_message_wire` writes a whole delivery in one pass over the record's bytes, framed as
-one element of a response's repeated field; `delivered_fields` (what
-`MessageRecord.delivered_fields` returns) is the record's part alone.
+one element of a response's repeated field; `delivered_fields` is the record's part alone.
 Internal fields (dedup id, the origin of a retry or dead-letter copy) are left out, as the
 message-by-message conversion leaves them out.
 

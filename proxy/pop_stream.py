@@ -310,12 +310,10 @@ class PopStreamSession(
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
         result: PopResult | AckOutcomes,
     ) -> bool:
-        if self._giver is None or type(request) is not messaging_pb2.PopRequest:
+        carried = self._carried(request, result)
+        if carried is None:
             return False
-        popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
-        if not popped:
-            return False
-        self._giver(request.group, [m.receipt_handle for m in popped])
+        self._abandon(request, carried)
         return True
 
     def _observer(
