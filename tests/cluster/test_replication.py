@@ -8,6 +8,7 @@ in-flight handles do across a failover, are checked with exact id sets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -90,14 +91,17 @@ async def _consume(endpoint: str, group: str, topic: str, want: list[str]) -> li
             assert time.monotonic() < deadline, f"never received {sorted(missing)[:10]}"
             try:
                 batch = await consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=2)
-                if batch:
-                    await consumer.ack(batch)
             except UnavailableError:
                 await asyncio.sleep(0.2)
                 continue
+            # Counted before the ack: an ack that reaches the shard and loses its answer
+            # in a failover leaves the message acked, and it never comes again.
             for message in batch:
                 received.append(message.body.decode())
                 missing.discard(message.body.decode())
+            if batch:
+                with contextlib.suppress(UnavailableError):
+                    await consumer.ack(batch)  # not acked: it comes back when invisible
     return received
 
 

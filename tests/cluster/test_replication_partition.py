@@ -25,6 +25,7 @@ from it: every acknowledged send must be there, and the unacknowledged direct se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections import Counter
@@ -127,12 +128,15 @@ async def _consume(endpoint: str, want: set[str], timeout_s: float = 40.0) -> Co
             assert time.monotonic() < deadline, compare(want, received)
             try:
                 batch = await consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=1)
-                if batch:
-                    await consumer.ack(batch)
             except UnavailableError:
                 await asyncio.sleep(0.2)
                 continue
+            # Counted before the ack: an ack that reaches the shard and loses its answer
+            # in a failover leaves the message acked, and it never comes again.
             received.update(m.body.decode() for m in batch)
+            if batch:
+                with contextlib.suppress(UnavailableError):
+                    await consumer.ack(batch)  # not acked: it comes back when invisible
             if not batch and want <= received.keys():
                 return received
 

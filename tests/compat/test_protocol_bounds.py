@@ -32,6 +32,7 @@ from tests.compat.test_protocol import (
     run,
     send,
 )
+from tests.support.logs import logged_errors
 from tests.support.server_thread import ServerThread
 
 Code = pb.Code
@@ -51,8 +52,7 @@ def no_error_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Fails the test if anything (the server runs in this process) logs at ERROR."""
     with caplog.at_level(logging.WARNING):
         yield
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert not errors, [r.getMessage() for r in errors]
+    assert logged_errors(caplog.records) == []
 
 
 def _endpoints(count: int, host: str = "10.0.0.1") -> pb.Endpoints:

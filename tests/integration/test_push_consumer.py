@@ -167,8 +167,11 @@ def test_a_message_held_past_max_processing_time_is_released(endpoint: str) -> N
         "g",
         subscriptions={"stuck": "*"},
         listener=listener,
-        invisible_duration_s=1.0,
-        max_processing_s=2.0,
+        # The release is decided when the first renewal falls due (4 s, two thirds of the
+        # invisible time), 2 s before the message would come back on its own: a late
+        # renewal on a busy machine still releases it rather than letting it expire.
+        invisible_duration_s=6.0,
+        max_processing_s=1.0,
         max_cached_messages=1,  # the running listener keeps its slot: no second receive
         wait_s=1.0,
     ) as consumer:

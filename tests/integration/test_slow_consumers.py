@@ -32,6 +32,7 @@ from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.server import PopMQServer
 from popmq.proxy.stream_session import ANSWER_BYTES, MAX_UNWRITTEN_BYTES
 from popmq.runtime.config import ConnectionConfig, ServerConfig
+from tests.support.logs import logged_errors
 from tests.support.server_thread import ServerThread
 
 _Stub: Any = messaging_pb2_grpc.MessagingServiceStub
@@ -233,7 +234,7 @@ def test_receives_a_client_never_reads_stop_popping_and_let_go_when_it_leaves(
     assert later == steady
     assert steady * _BODY < 2 * receiver.max_unread_bytes + 64 * _BODY
     # Cancelled while the server wrote: a client's normal behaviour, no ERROR.
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert logged_errors(caplog.records) == []
 
 
 def test_a_wave_of_woken_receives_takes_no_more_than_the_client_budget(
@@ -306,7 +307,7 @@ def test_a_client_cancelling_while_the_server_writes_logs_no_error(
 
     with caplog.at_level(logging.WARNING):
         asyncio.run(scenario())
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert logged_errors(caplog.records) == []
 
 
 def _connected(channel: grpc.aio.Channel) -> bool:

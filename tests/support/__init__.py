@@ -10,5 +10,6 @@ waiting for what they do.
   replicated shards; `netns`: one replica behind a link a test can cut.
 - `etcd`: a real etcd; `ports`: loopback ports chosen up front; `certs`: test certificates.
 - `waiting`: `wait_until` and `until`, for state no call can wait on.
+- `logs`: the errors the in-process server logged, without grpc's multi-loop noise.
 - `run_async`: an `async def` test body in its own event loop.
 """
