@@ -13,6 +13,12 @@ condition or the GIL) and ranks, as shares of the busy samples:
 - by the native library of the innermost frame (libc syscalls, cygrpc, protobuf, rocksdict,
   or Python code itself);
 - popmq's own functions by *total* share (anywhere on the stack).
+
+The mypyc-compiled modules run as C: py-spy shows their functions as native frames named
+``CPyDef_<module>___<Class>___<method>`` in the build's ``__native`` source. They are popmq
+code, so each is named back (``Reader._pop_once (popmq compiled: reader)``) and counted
+like a Python frame: charged the native time below it, ranked among popmq's own functions,
+and its own time is the library "popmq compiled", not the CPython interpreter.
 """
 
 from __future__ import annotations
@@ -50,7 +56,11 @@ _WAITS = (
 """A thread with one of these on its stack is blocked (an idle executor worker on its queue's
 lock, a thread waiting for the GIL or for another thread's fsync), whatever anonymous libc
 frames sit below it: it uses no CPU."""
-_OWN_PREFIXES = ("broker_core/", "proxy/", "sdk/")
+_OWN_PREFIXES = ("popmq/", "broker_core/", "proxy/", "sdk/")
+"""popmq's files as py-spy shows them: under the package, or the top-level folders."""
+_COMPILED = re.compile(r"^CPyDef_([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*?)___(\w+?) \(")
+_GENERATOR = re.compile(r"^(?P<method>\w+?)_(?P<cls>[A-Z]\w*)_gen_+mypyc_generator_helper__$")
+COMPILED_LIBRARY = "popmq compiled"
 _WRAPPER_SHARE = 0.8
 """Own functions on more than this share of the stacks are entry points, not hot spots."""
 
@@ -134,17 +144,49 @@ def _function(frame: str) -> str:
     return name
 
 
+def _compiled(frame: str) -> str | None:
+    """A mypyc function's frame as popmq's name for it, or None for any other frame.
+
+    ``CPyDef_reader___Reader____pop_once (__native.c:1)`` -> ``Reader._pop_once (popmq
+    compiled: reader)``; a generator's helper is named after its method; a lambda after its
+    module. ``CPyPy_`` frames are the Python-callable wrappers around the same functions.
+    """
+    match = _COMPILED.match(frame)
+    if match is None:
+        return None
+    module, rest = match.groups()
+    generator = _GENERATOR.match(rest)
+    if generator is not None:
+        name = f"{generator['cls']}.{generator['method']}"
+    elif "__mypyc_lambda__" in rest:
+        name = "<lambda>"
+    else:
+        owner, found, method = rest.partition("___")
+        name = f"{owner}.{method}" if found else owner
+    return f"{name} (popmq compiled: {module})"
+
+
 def _is_waiting(frames: list[str]) -> bool:
     return any(frame.startswith(_WAITS) for frame in frames)
 
 
 def _is_python(frame: str) -> bool:
+    """A Python function's frame, or a compiled popmq function's (named by `_compiled`)."""
     match = _LOCATION.search(frame)
     return match is not None and match.group(1).endswith(".py")
 
 
+def _is_own(frame: str) -> bool:
+    location = frame.partition(" (")[2]
+    return location.startswith("popmq compiled") or (
+        _is_python(frame) and location.startswith(_OWN_PREFIXES)
+    )
+
+
 def _library(frame: str) -> str:
     """The native library (``libc.so.6``) of a frame, or "Python code"."""
+    if frame.endswith(")") and "(popmq compiled: " in frame:
+        return COMPILED_LIBRARY
     if _is_python(frame):
         return "Python code"
     match = _LOCATION.search(frame)
@@ -165,12 +207,14 @@ def summarize(raw: Path, *, top: int = 15) -> Profile:
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
-        frames = [_function(f) for f in stack.split(";") if f.strip()]
+        frames = [_compiled(f) or _function(f) for f in stack.split(";") if f.strip()]
+        # A compiled function's wrapper frame says nothing its CPyDef_ frame does not.
+        frames = [f for f in frames if not f.startswith("CPyPy_")]
         if not frames or frames[-1].startswith(_IDLE_LEAVES) or _is_waiting(frames):
             continue
         count = int(count_text)
         samples += count
-        python = [f for f in frames if _is_python(f)]
+        python = [f for f in frames if _is_python(f) or "(popmq compiled: " in f]
         by_python[python[-1] if python else frames[-1]] += count
         by_library[_library(frames[-1])] += count
         for name in set(frames):
@@ -185,13 +229,7 @@ def summarize(raw: Path, *, top: int = 15) -> Profile:
         ]
 
     own = Counter(
-        {
-            name: n
-            for name, n in total.items()
-            if _is_python(name)
-            and name.partition(" (")[2].startswith(_OWN_PREFIXES)
-            and n / samples <= _WRAPPER_SHARE
-        }
+        {name: n for name, n in total.items() if _is_own(name) and n / samples <= _WRAPPER_SHARE}
     )
     return Profile(
         samples,

@@ -353,9 +353,11 @@ def _profile_section(profiles: dict[str, dict[str, Any]]) -> str:
         "window of each case below (native sampling pauses the server briefly, so that "
         "window is not in the tables). Shares are of the busy samples (threads waiting in "
         "epoll/poll dropped). *Charged* = native time is charged to the innermost Python "
-        "frame that called it, so `Handle._run (asyncio/events.py)` is the time spent in C "
+        "frame that called it, so `Runner.run (asyncio/runners.py)` is the time spent in C "
         "called straight from the event loop: grpc's Cython server and its socket "
-        "writes/reads, below any popmq code. *On stack* = the function is anywhere on the "
+        "writes/reads, below any popmq code. popmq's mypyc-compiled functions count as "
+        "Python frames, named `Class.method (popmq compiled: module)`; their own time is "
+        "the library *popmq compiled*. *On stack* = the function is anywhere on the "
         "stack. Raw stacks: `bench/results/profile-*.raw` after `make bench`."
     ]
     for name, data in profiles.items():
@@ -508,7 +510,7 @@ def render_doc(results: list[ScenarioResult], meta: dict[str, Any], *, chart_nam
         lines += ["### What the transport and the storage alone take", "", floors, ""]
     for result in results:
         lines += [f"## {result.title}", "", _RENDER[result.name](result), ""]
-        settings = ", ".join(f"{k}={v}" for k, v in result.settings.items())
+        settings = ", ".join(f"{k}={_setting(v)}" for k, v in result.settings.items())
         lines += [
             f"Settings: {settings}. Took {result.seconds:.0f} s. Alone: "
             f"`.venv/bin/python -m bench --scenario {result.name}`.",
@@ -605,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.render_only:
         results, meta = load_results(args.results)
+        meta["profiles"] = _summaries_again(meta)
     else:
         meta = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -627,6 +630,27 @@ def main(argv: list[str] | None = None) -> int:
     args.doc.write_text(render_doc(results, meta, chart_name=_relative(args.chart, args.doc)))
     _log(f"wrote {args.doc} and {args.chart}")
     return 0
+
+
+def _setting(value: Any) -> str:
+    """A setting as the scenario wrote it: results saved as JSON come back with lists for
+    tuples, and a re-render must print the same text as the run."""
+    if isinstance(value, list):
+        inner = ", ".join(_setting(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return str(value)
+
+
+def _summaries_again(meta: dict[str, Any]) -> dict[str, Any]:
+    """The run's profiles summarized again from its raw stacks (so a change to the summary
+    applies to the results already taken); a raw file older than the run is another run's."""
+    profiles: dict[str, Any] = dict(meta.get("profiles") or {})
+    started = datetime.strptime(meta["date"], "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
+    for name in profiles:
+        raw = RESULTS / f"profile-{name}.raw"
+        if raw.exists() and raw.stat().st_mtime >= started.timestamp():
+            profiles[name] = asdict(summarize(raw))
+    return profiles
 
 
 def _relative(chart: Path, doc: Path) -> str:
