@@ -68,6 +68,7 @@ from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import PeekedMessage, RedriveResult
+from popmq.cluster.broker_numbering import number_joining_brokers
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
@@ -145,6 +146,8 @@ class ClusterBroker:
         self._membership: asyncio.Task[None] | None = None
         # Follows proxies/ (held so it runs); the proxies' advertised addresses by name.
         self._proxy_watch: asyncio.Task[None] | None = None
+        # Numbers the brokers that join, for the derived DLQ routes (broker_numbering.py).
+        self._numbering: asyncio.Task[None] | None = None
         self._proxies: dict[str, str] = {}
         self._failed = asyncio.Event()
         self._failure = ""
@@ -172,6 +175,9 @@ class ClusterBroker:
         self._proxy_watch = asyncio.get_running_loop().create_task(
             follow(self.coordinator, PROXIES_FOLDER, self._proxies_changed),
             name="popmq-cluster-proxies",
+        )
+        self._numbering = asyncio.get_running_loop().create_task(
+            number_joining_brokers(self.routes, self.coordinator), name="popmq-broker-numbers"
         )
         self._started = True
 
@@ -211,12 +217,12 @@ class ClusterBroker:
         self._failed.set()
 
     async def close(self) -> None:
-        for task in (self._membership, self._proxy_watch):
+        for task in (self._membership, self._proxy_watch, self._numbering):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, CoordinationError):
                     await task
-        self._membership = self._proxy_watch = None
+        self._membership = self._proxy_watch = self._numbering = None
         await self.pool.close()
         await self.followers.close()
         await self.routes.close()

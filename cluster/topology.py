@@ -7,10 +7,10 @@ event loop on every request.
 
 Dead-letter topics have no stored route. A group's messages are dead-lettered on the broker
 that revived them, into that broker's own `%DLQ%<group>` (one queue), so the DLQ of a group
-spans every broker: its route is derived, one queue per broker, the brokers in name order
-(every broker named by a stored route or live now). It exists while its group exists. Its
-global queue ids follow broker names, so a broker that joins with a name sorting before
-others moves the later ids; clients read DLQs by popping, which does not care.
+spans every broker: its route is derived, one queue per broker. It exists while its group
+exists. Brokers are placed by their numbers (coordination/broker_numbers.py: given once,
+never taken back), so a broker that joins takes the next global id and no existing id
+moves; a broker not numbered yet (its first seconds) goes last, by name, until it is.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from popmq.broker_core import (
     issuer_of,
 )
 from popmq.broker_core.catalog import KIND_DLQ, KIND_NORMAL, KIND_RETRY, MESSAGE_TYPES
+from popmq.coordination.broker_numbers import by_number
 from popmq.coordination.groups import GroupCache
 from popmq.coordination.routes import QueueRef, RouteCache, Segment, TopicRoute
 
@@ -55,8 +56,8 @@ class Topology:
         self.routes = routes
         self.groups = groups
         # The brokers of derived DLQ routes, recomputed when the route state changes:
-        # (routes mapping, brokers mapping) it was computed from -> broker names.
-        self._dlq_key: tuple[object, object] | None = None
+        # (routes, live brokers, broker numbers) it was computed from -> broker names.
+        self._dlq_key: tuple[object, object, object] | None = None
         self._dlq_brokers: tuple[str, ...] = ()
         # Derived DLQ routes by topic, for the current _dlq_brokers.
         self._dlq_routes: dict[str, TopicRoute] = {}
@@ -98,13 +99,15 @@ class Topology:
         return route
 
     def dlq_brokers(self) -> tuple[str, ...]:
-        """Every broker a stored route names or that is live now, by name."""
-        key = (self.routes.routes, self.routes.live_brokers)
+        """Every numbered broker by number, then the brokers a stored route names or that
+        are live now and have no number yet, by name."""
+        numbers = self.routes.broker_numbers
+        key = (self.routes.routes, self.routes.live_brokers, numbers)
         if key != self._dlq_key:
             names = set(self.routes.live_brokers)
             for route in self.routes.routes.values():
                 names.update(route.queue_counts)
-            brokers = tuple(sorted(names))
+            brokers = by_number(names, numbers)
             if brokers != self._dlq_brokers:
                 self._dlq_brokers = brokers
                 self._dlq_routes = {}

@@ -10,7 +10,8 @@ topic. popmq.v1 clients address a queue by one int, so a route also numbers its 
 globally: the route is a list of segments (broker, count) and global ids run through the
 segments in order. Growing a topic appends a segment, so existing global ids never move.
 
-`RouteCache` follows the `topics/` and `brokers/` prefixes and answers the proxy's hot path
+`RouteCache` follows the `topics/`, `brokers/` and `numbers/` (broker_numbers.py) prefixes
+and answers the proxy's hot path
 synchronously (dict lookups, no I/O); everything here runs on the event loop and nothing
 blocks it.
 """
@@ -37,6 +38,7 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.catalog import MESSAGE_TYPES, dlq_topic_name
 from popmq.broker_core.validation import RETRY_PREFIX
+from popmq.coordination.broker_numbers import NUMBERS_FOLDER, NUMBERS_PATH, decode_numbers
 from popmq.coordination.coordinator import Coordinator, Entry, Member, Snapshot
 from popmq.coordination.errors import (
     CorruptValueError,
@@ -362,7 +364,7 @@ class RoutesConfig:
     """Compare-and-set tries of one operation before it fails with a retriable error
     (each conflict means another admin wrote the same topic in between)."""
     ready_timeout_s: float = 10.0
-    """How long `RouteCache.start` waits for its first listing of routes and brokers."""
+    """How long `RouteCache.start` waits for its first listing of routes, brokers and broker numbers."""
 
     def __post_init__(self) -> None:
         check_queue_count("default_queues_per_broker", self.default_queues_per_broker)
@@ -614,6 +616,7 @@ class _State:
     revision: int
     routes: Mapping[str, TopicRoute]
     brokers: Mapping[str, Entry]
+    numbers: Mapping[str, int] = field(default_factory=lambda: types.MappingProxyType({}))
     writable: dict[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     readable: dict[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
 
@@ -663,6 +666,8 @@ class RouteCache(FollowingCache):
         self.config = config or RoutesConfig()
         self._topics: Snapshot | None = None
         self._brokers: Snapshot | None = None
+        self._numbers: Snapshot | None = None
+        self._broker_numbers: Mapping[str, int] = types.MappingProxyType({})
         self._decoded_from: Snapshot | None = None  # the topics snapshot routes came from
         self._state = _State(0, types.MappingProxyType({}), types.MappingProxyType({}))
 
@@ -674,13 +679,17 @@ class RouteCache(FollowingCache):
         await self.close()
 
     async def start(self) -> None:
-        """Start both watches and wait for their first listing (CoordinationUnavailableError
+        """Start the watches and wait for their first listing (CoordinationUnavailableError
         after `ready_timeout_s`). Idempotent."""
         await self._follow_all(
-            {TOPICS_FOLDER: self._topics_changed, BROKERS_FOLDER: self._brokers_changed},
-            lambda: self._topics is not None and self._brokers is not None,
+            {
+                TOPICS_FOLDER: self._topics_changed,
+                BROKERS_FOLDER: self._brokers_changed,
+                NUMBERS_FOLDER: self._numbers_changed,
+            },
+            lambda: None not in (self._topics, self._brokers, self._numbers),
             self.config.ready_timeout_s,
-            "routes and brokers",
+            "routes, brokers and broker numbers",
         )
 
     def _topics_changed(self, snapshot: Snapshot) -> None:
@@ -691,9 +700,19 @@ class RouteCache(FollowingCache):
         self._brokers = snapshot
         self._rebuild()
 
+    def _numbers_changed(self, snapshot: Snapshot) -> None:
+        self._numbers = snapshot
+        try:
+            numbers = decode_numbers(snapshot.entries.get(NUMBERS_PATH))
+        except CorruptValueError as error:
+            logger.warning("ignoring the broker numbers: %s", error)  # keeps the last good ones
+        else:
+            self._broker_numbers = types.MappingProxyType(numbers)
+        self._rebuild()
+
     def _rebuild(self) -> None:
         topics, brokers = self._topics, self._brokers
-        if topics is None or brokers is None:
+        if topics is None or brokers is None or self._numbers is None:
             self._wake()
             return
         state = self._state
@@ -710,6 +729,7 @@ class RouteCache(FollowingCache):
             revision=topics.revision,
             routes=types.MappingProxyType(routes),
             brokers=types.MappingProxyType(live),
+            numbers=self._broker_numbers,
         )
         self._wake()
 
@@ -765,6 +785,11 @@ class RouteCache(FollowingCache):
         """Live broker members by name: their entries (info value; epoch = created_revision)."""
         return self._state.brokers
 
+    @property
+    def broker_numbers(self) -> Mapping[str, int]:
+        """Each numbered broker's number (coordination/broker_numbers.py)."""
+        return self._state.numbers
+
     def broker_addr(self, broker: str) -> str:
         """The BrokerService address of a live broker (handles name their broker);
         UnavailableError (retriable) when it is not a live member now."""
@@ -791,6 +816,6 @@ class RouteCache(FollowingCache):
         await self._wait_revision(lambda: self._state.revision, revision, timeout_s)
 
     async def wait_changed(self) -> None:
-        """Return at the next change of routes or live brokers (for a proxy that rebuilds
-        derived state, e.g. the fault table's forget)."""
+        """Return at the next change of routes, live brokers or broker numbers (for a
+        proxy that rebuilds derived state, e.g. the fault table's forget)."""
         await self._wait_change()
