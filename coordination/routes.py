@@ -364,7 +364,7 @@ class RoutesConfig:
     """Compare-and-set tries of one operation before it fails with a retriable error
     (each conflict means another admin wrote the same topic in between)."""
     ready_timeout_s: float = 10.0
-    """How long `RouteCache.start` waits for its first listing of routes, brokers and broker numbers."""
+    """How long `RouteCache.start` waits for its first listings (routes, brokers, numbers)."""
 
     def __post_init__(self) -> None:
         check_queue_count("default_queues_per_broker", self.default_queues_per_broker)

@@ -408,7 +408,9 @@ def test_a_cache_that_cannot_list_fails_to_start_with_a_clear_error() -> None:
             link.cut()
             async with EtcdCoordinator(link.endpoint, cluster=unique_cluster(), timeout_s=0.2) as c:
                 cache = RouteCache(c, RoutesConfig(ready_timeout_s=0.5))
-                with pytest.raises(UnavailableError, match="no listing of routes, brokers and broker numbers"):
+                with pytest.raises(
+                    UnavailableError, match="no listing of routes, brokers and broker numbers"
+                ):
                     await cache.start()
 
     asyncio.run(scenario())
