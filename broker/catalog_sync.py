@@ -137,8 +137,9 @@ class CatalogSync:
         self._covered: dict[str, int] = dict.fromkeys(_PREFIXES, 0)
         # Items ("topics/x", "groups/g") to apply in the next pass.
         self._dirty: set[str] = set()
-        # Items whose route or record was deleted while the sync watched: delete locally.
-        self._doomed: set[str] = set()
+        # Items whose route or record was deleted while the sync watched -> the revision
+        # of the snapshot that showed it gone: delete locally.
+        self._doomed: dict[str, int] = {}
         # Failed items -> (monotonic time of the next try, pause after it fails again).
         self._retry: dict[str, tuple[float, float]] = {}
         # Failed items -> the last error's text (logged once per distinct text).
@@ -216,7 +217,7 @@ class CatalogSync:
             ready=self.ready,
             topics_revision=self._covered[TOPICS_FOLDER],
             groups_revision=self._covered[GROUPS_FOLDER],
-            pending=tuple(sorted(self._dirty | self._doomed | set(self._retry))),
+            pending=tuple(sorted(self._dirty | self._doomed.keys() | self._retry.keys())),
             failed=types.MappingProxyType(dict(self._failed)),
             orphans=tuple(sorted(self._orphans)),
         )
@@ -319,7 +320,7 @@ class CatalogSync:
                 continue
             gone = known.pop(name, None)
             if gone is not None and held_here(gone) and not snapshot.relisted:
-                self._doomed.add(path)
+                self._doomed[path] = snapshot.revision
                 self._dirty.add(path)
         self._received[prefix] = snapshot
         self._wake()
@@ -416,7 +417,7 @@ class CatalogSync:
         if path in self._doomed:
             if await self._still_gone(path, _decode_route):
                 await self._delete_topic(name)
-            self._doomed.discard(path)
+            self._doomed.pop(path, None)
         route = self._routes.get(name)
         count = route.queue_counts.get(self.broker_name, 0) if route is not None else 0
         local = self._local_topic(name)
@@ -483,21 +484,27 @@ class CatalogSync:
 
     async def _apply_group(self, path: str) -> None:
         name = path[len(GROUPS_FOLDER) :]
-        if path in self._doomed:
+        deleted_at = self._doomed.get(path)
+        if deleted_at is not None:
             if await self._still_gone(path, _decode_group):
-                await self._delete_group(name)
-            self._doomed.discard(path)
+                await self._delete_group(name, deleted_at)
+            self._doomed.pop(path, None)
         record = self._groups.get(name)
         if record is None:
             return
         self._orphans.discard(path)
-        await self.broker.apply_group(
-            name, record.state, create_time_ms=record.create_time_ms, revision=record.revision
-        )
-
-    async def _delete_group(self, name: str) -> None:
         try:
-            await self.broker.delete_group(name, force=True)
+            await self.broker.apply_group(
+                name, record.state, create_time_ms=record.create_time_ms, revision=record.revision
+            )
+        except NotFoundError as error:
+            # A proxy's push deleted the group at a later revision than this record's: the
+            # sync has not received the deletion yet, and will.
+            logger.info("catalog sync: group %s not applied: %s", name, error)
+
+    async def _delete_group(self, name: str, revision: int) -> None:
+        try:
+            await self.broker.delete_group(name, force=True, revision=revision)
         except NotFoundError:
             return
         logger.info("group %s deleted: its record was deleted", name)

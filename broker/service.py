@@ -94,6 +94,9 @@ class GroupApplier(Protocol):
         self, name: str, state: GroupState, *, create_time_ms: int, revision: int
     ) -> GroupInfo: ...
 
+    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
+        """Delete a group; records at or below `revision` are ignored from then on."""
+
 
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     """popmq.broker.v1.BrokerService over a started broker (in-process `Broker`)."""
@@ -250,7 +253,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: Any
     ) -> pb.DeleteGroupResponse:
-        await self._broker.delete_group(request.name, force=request.force)
+        if request.revision:
+            if not isinstance(self._broker, GroupApplier):
+                raise FailedPreconditionError(
+                    f"broker {self.name!r} serves a {type(self._broker).__name__}, which "
+                    "cannot take a group deletion's cluster revision"
+                )
+            await self._broker.delete_group(
+                request.name, force=request.force, revision=request.revision
+            )
+        else:
+            await self._broker.delete_group(request.name, force=request.force)
         return pb.DeleteGroupResponse()
 
     @_rpc(writes=True)

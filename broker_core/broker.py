@@ -553,9 +553,13 @@ class Broker:
             consume_from_ms=consume_from_ms,
         )
 
-    async def delete_group(self, name: str, *, force: bool = False) -> None:
-        """Delete a group, its offsets, settings, retry queues and in-flight state."""
-        await self._groups.delete(name, force=force)
+    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
+        """Delete a group, its offsets, settings, retry queues and in-flight state.
+
+        `revision` (cluster-internal): the deletion's cluster revision; records of the
+        group at or below it are ignored by `apply_group` from now on (groups.py).
+        """
+        await self._groups.delete(name, force=force, revision=revision)
 
     async def apply_group(
         self, name: str, state: GroupState, *, create_time_ms: int, revision: int

@@ -26,6 +26,7 @@ from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
 )
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_settings import GroupSettingsStore, settings_key
@@ -37,6 +38,9 @@ from popmq.broker_core.store import Batch
 from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
 
 log = logging.getLogger(__name__)
+
+TOMBSTONES_KEPT = 10_000
+"""Deleted groups whose deletion revision `apply` remembers (the most recent ones)."""
 
 
 class Groups:
@@ -75,9 +79,15 @@ class Groups:
         # The highest cluster revision `apply` applied per group name, so a push that
         # arrives after a newer one cannot roll the group back. Memory only: after a restart
         # the catalog sync applies every group's current record again. Guarded by
-        # _apply_lock; delete() drops a group's entry.
+        # _apply_lock; delete() moves a group's entry to _deleted_revisions.
         self._applied_revisions: dict[str, int] = {}
-        # Serializes apply(): its revision check and the write it admits are one step.
+        # Deleted groups -> the cluster revision of the deletion (or the last one applied),
+        # so a push of an older record that arrives late does not create the group again;
+        # the oldest beyond TOMBSTONES_KEPT are forgotten (a push is seconds late, not
+        # thousands of deletes).
+        self._deleted_revisions: dict[str, int] = {}
+        # Serializes apply() and delete(): a revision check and the write it admits are one
+        # step.
         self._apply_lock = asyncio.Lock()
 
     def get_group(self, name: str) -> GroupInfo:
@@ -277,6 +287,22 @@ class Groups:
         async with self._apply_lock:
             existing = self._catalog.groups.get(name)
             applied = self._applied_revisions.get(name, 0)
+            deleted = self._deleted_revisions.get(name, 0)
+            if revision <= deleted:
+                log.info(
+                    "group %s: ignoring its record of revision %d: the group was deleted at %d",
+                    name,
+                    revision,
+                    deleted,
+                )
+                if existing is not None:  # created again since by a first use: keep that
+                    return existing
+                raise NotFoundError(
+                    f"group {name!r} was deleted at cluster revision {deleted}; its record of "
+                    f"revision {revision} is older",
+                    field="group",
+                    value=name,
+                )
             if existing is not None and revision < applied:
                 log.info(
                     "group %s: ignoring its record of revision %d, older than the applied %d",
@@ -298,6 +324,7 @@ class Groups:
             else:
                 info = await self._apply_existing(existing, state, settings, create_time_ms)
             self._applied_revisions[name] = max(applied, revision)
+            self._deleted_revisions.pop(name, None)
             return info
 
     def _check_state(self, name: str, state: group_rules.GroupState) -> None:
@@ -382,13 +409,29 @@ class Groups:
         )
         return info
 
-    async def delete(self, name: str, *, force: bool = False) -> None:
+    async def delete(self, name: str, *, force: bool = False, revision: int = 0) -> None:
         """Delete a group, its offsets, settings, retry queues and in-flight state.
 
         Refused while the group has messages in flight unless forced. Its dead-letter topic
-        stays: it is an ordinary topic, deleted on its own.
+        stays: it is an ordinary topic, deleted on its own. `revision` (cluster mode) is the
+        deletion's cluster revision: `apply` ignores records at or below it from now on,
+        even if the group is not here (a push of it may still be on its way); without it,
+        the last revision applied to the group counts.
         """
         validation.check_name("group", name)
+        validation.check_range("revision", revision, 0, 2**63 - 1)
+        async with self._apply_lock:
+            if revision:
+                self._bury(name, revision)
+            await self._delete(name, force=force)
+
+    def _bury(self, name: str, revision: int) -> None:
+        buried = self._deleted_revisions
+        buried[name] = max(revision, buried.pop(name, 0))  # re-inserted last: the newest
+        while len(buried) > TOMBSTONES_KEPT:
+            del buried[next(iter(buried))]
+
+    async def _delete(self, name: str, *, force: bool) -> None:
         info = self._catalog.group(name)
         gid = info.group_id
         queues = [cq for (g, _, _), cq in self._queues.items() if g == gid]
@@ -425,7 +468,9 @@ class Groups:
         if self._catalog.groups.get(name) is info:
             del self._catalog.groups[name]
             self._settings.forget(gid)
-            self._applied_revisions.pop(name, None)
+            applied = self._applied_revisions.pop(name, 0)
+            if applied:
+                self._bury(name, applied)
         self._catalog.groups_by_id.pop(gid, None)
         for retry_key, retry in retries.items():
             self._catalog.retry_topics.pop(retry_key, None)

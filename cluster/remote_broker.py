@@ -370,8 +370,10 @@ class RemoteBroker:
             request.consume_from = consume_from
         return self._keep_group((await self._call(self._stub_().UpdateGroup, request)).group)
 
-    async def delete_group(self, name: str, *, force: bool = False) -> None:
-        await self._call(self._stub_().DeleteGroup, pb.DeleteGroupRequest(name=name, force=force))
+    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
+        """Delete a group; `revision` (cluster-internal) as in `Broker.delete_group`."""
+        request = pb.DeleteGroupRequest(name=name, force=force, revision=revision)
+        await self._call(self._stub_().DeleteGroup, request)
         await self._refresh_catalog()  # its retry topics went with it
 
     async def apply_group(

@@ -23,6 +23,7 @@ from popmq import (
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import NotFoundError as CoreNotFoundError
 from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -267,3 +268,35 @@ def test_a_lease_popped_through_one_proxy_replays_through_the_other(
         rest = _drain(cb, len(sent) - len(first.messages))
         assert {m.message_id for m in rest} | {m.message_id for m in first.messages} == sent
         cb.ack(rest)
+
+
+def test_a_group_push_that_arrives_after_the_delete_does_not_bring_the_group_back(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies[:2]
+    with Admin(a) as admin:
+        admin.create_group("late", max_delivery_attempts=7)
+    proxy = cluster.cluster_broker(1)
+
+    async def scenario() -> list[str]:
+        record = proxy.groups.get("late")
+        await cluster.cluster_broker(0).delete_group("late")
+        errors: list[str] = []
+        for name in proxy.pool.names():
+            # The update another proxy pushed before the delete, arriving only now.
+            try:
+                await proxy.pool.get(name).apply_group(
+                    "late", record.state, create_time_ms=record.create_time_ms,
+                    revision=record.revision,
+                )  # fmt: skip
+            except CoreNotFoundError as error:
+                errors.append(str(error))
+        return errors
+
+    errors = cluster.call(scenario)
+    assert len(errors) == 3 and all("deleted at cluster revision" in e for e in errors), errors
+    with Admin(b) as admin:
+        assert "late" not in [g.name for g in admin.list_groups()]
+    for server in cluster.brokers.values():
+        local = cluster.call(server.broker.list_groups)
+        assert "late" not in [g.name for g in local]

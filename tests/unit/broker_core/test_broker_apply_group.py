@@ -13,8 +13,10 @@ from popmq.broker_core import (
     GroupState,
     InvalidArgumentError,
     NewMessage,
+    NotFoundError,
     Subscription,
 )
+from popmq.broker_core.groups import TOMBSTONES_KEPT
 from tests.unit.conftest import OpenBroker
 
 
@@ -80,7 +82,7 @@ def test_subscriptions_of_topics_the_broker_lacks_are_left_out_until_the_topic_a
     asyncio.run(scenario())
 
 
-def test_an_older_revision_is_ignored_and_a_delete_forgets_the_revision(
+def test_an_older_revision_is_ignored_and_a_delete_keeps_the_last_one_applied(
     open_broker: OpenBroker,
 ) -> None:
     async def scenario() -> None:
@@ -92,9 +94,62 @@ def test_an_older_revision_is_ignored_and_a_delete_forgets_the_revision(
             newer = await broker.apply_group("g", _state(attempts=4), create_time_ms=1, revision=21)
             assert newer.max_delivery_attempts == 4
 
+            # Deleted (no revision given): a record up to the last applied one is stale.
             await broker.delete_group("g")
-            again = await broker.apply_group("g", _state(attempts=2), create_time_ms=1, revision=3)
+            with pytest.raises(NotFoundError, match="deleted at cluster revision 21"):
+                await broker.apply_group("g", _state(attempts=2), create_time_ms=1, revision=21)
+            with pytest.raises(NotFoundError):
+                broker.get_group("g")
+            again = await broker.apply_group("g", _state(attempts=2), create_time_ms=1, revision=22)
             assert again.max_delivery_attempts == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_push_that_arrives_after_the_delete_does_not_create_the_group_again(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.apply_group("g", _state(attempts=9), create_time_ms=1, revision=5)
+            # The record was updated at 10 (its push is slow), then deleted at 11.
+            await broker.delete_group("g", revision=11)
+            with pytest.raises(NotFoundError, match=r"deleted at cluster revision 11.*10"):
+                await broker.apply_group("g", _state(attempts=3), create_time_ms=1, revision=10)
+            assert [g.name for g in await broker.list_groups()] == []
+
+            # A deletion that reaches a broker which never had the group still counts.
+            with pytest.raises(NotFoundError, match="group 'h' does not exist"):
+                await broker.delete_group("h", revision=30)
+            with pytest.raises(NotFoundError, match="deleted at cluster revision 30"):
+                await broker.apply_group("h", _state(), create_time_ms=1, revision=29)
+
+            # Created again in the cluster: a later revision applies.
+            created = await broker.apply_group(
+                "g", _state(attempts=4), create_time_ms=2, revision=12
+            )
+            assert created.max_delivery_attempts == 4
+            # A first use created the group meanwhile: a stale record leaves it as it is.
+            await broker.delete_group("g", revision=40)
+            await broker.create_group("g")
+            kept = await broker.apply_group("g", _state(attempts=8), create_time_ms=1, revision=39)
+            assert kept.max_delivery_attempts == broker.get_group("g").max_delivery_attempts != 8
+
+    asyncio.run(scenario())
+
+
+def test_the_tombstones_kept_are_bounded(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            groups = broker._groups
+            for i in range(TOMBSTONES_KEPT + 5):
+                with pytest.raises(NotFoundError):
+                    await groups.delete(f"g{i}", revision=100 + i)
+            assert len(groups._deleted_revisions) == TOMBSTONES_KEPT
+            # The oldest went first: a very late push of g0 is no longer refused.
+            assert (await broker.apply_group("g0", _state(), create_time_ms=1, revision=1)).name
+            with pytest.raises(NotFoundError):
+                await broker.apply_group("g9999", _state(), create_time_ms=1, revision=1)
 
     asyncio.run(scenario())
 

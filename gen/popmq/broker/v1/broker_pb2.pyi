@@ -624,12 +624,14 @@ class UpdateGroupResponse(_message.Message):
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
 class DeleteGroupRequest(_message.Message):
-    __slots__ = ("name", "force")
+    __slots__ = ("name", "force", "revision")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     name: str
     force: bool
-    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+    revision: int
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class DeleteGroupResponse(_message.Message):
     __slots__ = ()
