@@ -504,7 +504,7 @@ class CatalogSync:
 
     async def _delete_group(self, name: str, revision: int) -> None:
         try:
-            await self.broker.delete_group(name, force=True, revision=revision)
+            await self.broker.delete_group_record(name, revision=revision)
         except NotFoundError:
             return
         logger.info("group %s deleted: its record was deleted", name)

@@ -94,8 +94,8 @@ class GroupApplier(Protocol):
         self, name: str, state: GroupState, *, create_time_ms: int, revision: int
     ) -> GroupInfo: ...
 
-    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
-        """Delete a group; records at or below `revision` are ignored from then on."""
+    async def delete_group_record(self, name: str, *, revision: int) -> None:
+        """Delete a group (forced); records at or below `revision` are ignored from then on."""
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
@@ -259,9 +259,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     f"broker {self.name!r} serves a {type(self._broker).__name__}, which "
                     "cannot take a group deletion's cluster revision"
                 )
-            await self._broker.delete_group(
-                request.name, force=request.force, revision=request.revision
-            )
+            await self._broker.delete_group_record(request.name, revision=request.revision)
         else:
             await self._broker.delete_group(request.name, force=request.force)
         return pb.DeleteGroupResponse()

@@ -553,13 +553,16 @@ class Broker:
             consume_from_ms=consume_from_ms,
         )
 
-    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
-        """Delete a group, its offsets, settings, retry queues and in-flight state.
+    async def delete_group(self, name: str, *, force: bool = False) -> None:
+        """Delete a group, its offsets, settings, retry queues and in-flight state."""
+        await self._groups.delete(name, force=force)
 
-        `revision` (cluster-internal): the deletion's cluster revision; records of the
-        group at or below it are ignored by `apply_group` from now on (groups.py).
-        """
-        await self._groups.delete(name, force=force, revision=revision)
+    async def delete_group_record(self, name: str, *, revision: int) -> None:
+        """Delete a group as cluster mode's record was deleted, at cluster `revision`
+        (cluster-internal, not part of BrokerAPI): forced, and `apply_group` ignores the
+        group's records at or below `revision` from now on, even when the group is not
+        here (groups.py). NotFoundError when it is not here."""
+        await self._groups.delete(name, force=True, revision=revision)
 
     async def apply_group(
         self, name: str, state: GroupState, *, create_time_ms: int, revision: int

@@ -455,7 +455,7 @@ class ClusterBroker:
 
         async def drop(_: str, remote: RemoteBroker) -> None:
             with contextlib.suppress(NotFoundError):
-                await remote.delete_group(name, force=True, revision=revision)
+                await remote.delete_group_record(name, revision=revision)
 
         await self._each_live(self.pool.names(), drop, what=f"delete group {name!r}")
         await _visible(self.groups.wait_for(revision, timeout_s=WRITE_TIMEOUT_S))

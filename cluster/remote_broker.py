@@ -370,9 +370,13 @@ class RemoteBroker:
             request.consume_from = consume_from
         return self._keep_group((await self._call(self._stub_().UpdateGroup, request)).group)
 
-    async def delete_group(self, name: str, *, force: bool = False, revision: int = 0) -> None:
-        """Delete a group; `revision` (cluster-internal) as in `Broker.delete_group`."""
-        request = pb.DeleteGroupRequest(name=name, force=force, revision=revision)
+    async def delete_group(self, name: str, *, force: bool = False) -> None:
+        await self._call(self._stub_().DeleteGroup, pb.DeleteGroupRequest(name=name, force=force))
+        await self._refresh_catalog()  # its retry topics went with it
+
+    async def delete_group_record(self, name: str, *, revision: int) -> None:
+        """`Broker.delete_group_record` (cluster-internal, not part of BrokerAPI)."""
+        request = pb.DeleteGroupRequest(name=name, force=True, revision=revision)
         await self._call(self._stub_().DeleteGroup, request)
         await self._refresh_catalog()  # its retry topics went with it
 

@@ -393,7 +393,7 @@ def test_apply_group_sets_the_record_ignores_an_older_one_and_is_fenced(tmp_path
 
                 # Deleted at revision 20: a push of an older record, arriving late, is
                 # refused rather than creating the group again.
-                await api.delete_group("g", force=True, revision=20)
+                await api.delete_group_record("g", revision=20)
                 with pytest.raises(NotFoundError, match="deleted at cluster revision 20"):
                     await api.apply_group("g", state, create_time_ms=77, revision=15)
                 assert "g" not in [g.name for g in await served.broker.list_groups()]

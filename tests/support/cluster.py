@@ -46,7 +46,7 @@ from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator, RouteAdmin
 from popmq.security.signing import Signer
-from tests.support.etcd import EtcdServer
+from tests.support.etcd import EtcdCluster, EtcdServer
 from tests.support.ports import free_port
 
 __all__ = ["PROBE_TOPIC", "REPO_ROOT", "Cluster", "ClusterProcess", "Kind"]
@@ -151,6 +151,7 @@ class Cluster:
         proxy_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         credentials: Credentials | None = None,
+        etcd_members: int = 1,
     ) -> None:
         self.root = root
         self.env = dict(env or {})
@@ -158,7 +159,11 @@ class Cluster:
         root.mkdir(parents=True, exist_ok=True)
         self.session_ttl_s = session_ttl_s
         self.flush = flush
-        self.etcd = EtcdServer(root / "etcd")
+        self.etcd: EtcdServer | EtcdCluster = (
+            EtcdServer(root / "etcd")
+            if etcd_members == 1
+            else EtcdCluster(root / "etcd", members=etcd_members)
+        )
         self.processes: dict[str, ClusterProcess] = {}
         for n in range(1, brokers + 1):
             self._add(f"b{n}", "broker", broker_args)
@@ -369,9 +374,19 @@ class Cluster:
         process = self._process(name)
         folder = "brokers" if process.kind == "broker" else "proxies"
         key = f"/popmq/default/{folder}/{name}".encode()
-        with grpc.insecure_channel(self.etcd.endpoint) as channel:
-            answer = rpc_pb2_grpc.KVStub(channel).Range(rpc_pb2.RangeRequest(key=key), timeout=5)
-        return bool(answer.kvs)
+        endpoints = self.etcd.endpoint.split(",")
+        for endpoint in endpoints:  # the first member that answers
+            with grpc.insecure_channel(endpoint) as channel:
+                try:
+                    answer = rpc_pb2_grpc.KVStub(channel).Range(
+                        rpc_pb2.RangeRequest(key=key), timeout=5
+                    )
+                except grpc.RpcError:
+                    if endpoint == endpoints[-1]:
+                        raise
+                    continue
+            return bool(answer.kvs)
+        return False
 
     def wait_deregistered(self, name: str, timeout_s: float | None = None) -> float:
         """Wait until etcd dropped the member (its lease lapsed or was revoked); returns

@@ -62,6 +62,12 @@ class EtcdServer:
         self.peer_port = free_port()
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        # name=peer URL of every member (EtcdCluster sets it); None: this one alone.
+        self.initial_cluster: str | None = None
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
@@ -69,9 +75,15 @@ class EtcdServer:
 
     def start(self) -> EtcdServer:
         """Start (or restart) etcd and wait until it answers."""
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self) -> None:
+        """Start the process without waiting (a member waits for its peers' quorum)."""
         assert self.process is None, "etcd is running already"
         client = f"http://{self.endpoint}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = self.peer_url
         args = [
             etcd_binary(),
             f"--name={self.name}",
@@ -80,17 +92,16 @@ class EtcdServer:
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster={self.name}={peer}",
+            f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
             "--initial-cluster-state=new",
             "--logger=zap",
             "--log-outputs=stderr",
         ]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        self._wait_ready()
-        return self
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Until it answers Maintenance.Status with a leader (killed and failed if not)."""
         assert self.process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         with grpc.insecure_channel(self.endpoint) as channel:
@@ -133,3 +144,62 @@ class EtcdServer:
         """Stop, then start on the same ports and data dir."""
         self.stop()
         self.start()
+
+    def leader(self) -> bool:
+        """Whether this member is the cluster's leader now (False if it does not answer)."""
+        with grpc.insecure_channel(self.endpoint) as channel:
+            try:
+                status = rpc_pb2_grpc.MaintenanceStub(channel).Status(
+                    rpc_pb2.StatusRequest(), timeout=2.0
+                )
+            except grpc.RpcError:
+                return False
+        return bool(status.leader) and status.leader == status.header.member_id
+
+
+class EtcdCluster:
+    """Several etcd members as one cluster (three, as docs/cluster.md advises), each on its
+    own loopback ports and data dir; `endpoint` lists every member's, comma-separated, as
+    `--etcd` and EtcdCoordinator take them. A member killed and started again rejoins with
+    its data."""
+
+    def __init__(self, root: Path, *, members: int = 3) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.members = [
+            EtcdServer(root / f"etcd-{i}", name=f"popmq-test-{i}") for i in range(1, members + 1)
+        ]
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for member in self.members:
+            member.initial_cluster = initial
+        self.log_path = self.members[0].log_path
+
+    @property
+    def endpoint(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    def start(self) -> EtcdCluster:
+        """Start every member not running, then wait until each answers with a leader."""
+        for member in self.members:
+            if member.process is None:
+                member.spawn()
+        for member in self.members:
+            member.wait_ready()
+        return self
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def kill(self) -> None:
+        for member in self.members:
+            member.kill()
+
+    def leader(self) -> EtcdServer:
+        """The member that leads now (fails if none does within START_TIMEOUT_S)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for member in self.members:
+                if member.process is not None and member.leader():
+                    return member
+            time.sleep(0.1)
+        raise AssertionError("no etcd member leads")

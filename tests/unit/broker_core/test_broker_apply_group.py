@@ -113,14 +113,14 @@ def test_a_push_that_arrives_after_the_delete_does_not_create_the_group_again(
         async with open_broker() as broker:
             await broker.apply_group("g", _state(attempts=9), create_time_ms=1, revision=5)
             # The record was updated at 10 (its push is slow), then deleted at 11.
-            await broker.delete_group("g", revision=11)
+            await broker.delete_group_record("g", revision=11)
             with pytest.raises(NotFoundError, match=r"deleted at cluster revision 11.*10"):
                 await broker.apply_group("g", _state(attempts=3), create_time_ms=1, revision=10)
             assert [g.name for g in await broker.list_groups()] == []
 
             # A deletion that reaches a broker which never had the group still counts.
             with pytest.raises(NotFoundError, match="group 'h' does not exist"):
-                await broker.delete_group("h", revision=30)
+                await broker.delete_group_record("h", revision=30)
             with pytest.raises(NotFoundError, match="deleted at cluster revision 30"):
                 await broker.apply_group("h", _state(), create_time_ms=1, revision=29)
 
@@ -130,7 +130,7 @@ def test_a_push_that_arrives_after_the_delete_does_not_create_the_group_again(
             )
             assert created.max_delivery_attempts == 4
             # A first use created the group meanwhile: a stale record leaves it as it is.
-            await broker.delete_group("g", revision=40)
+            await broker.delete_group_record("g", revision=40)
             await broker.create_group("g")
             kept = await broker.apply_group("g", _state(attempts=8), create_time_ms=1, revision=39)
             assert kept.max_delivery_attempts == broker.get_group("g").max_delivery_attempts != 8
