@@ -27,8 +27,11 @@ the same number). The nemesis kill -9s a random broker (``--kills``) or proxy
 (``--proxy-kills``), waits for its etcd lease to lapse (``--session-ttl``), restarts it on its
 address and data dir and waits until every proxy serves it. Sends go on through the other
 brokers meanwhile, so ``--send-rate`` paces the producers to keep sending while the kills
-happen. ``--queues`` is per broker there (RocketMQ's count). The clean stop is a SIGTERM of
-every proxy and broker.
+happen. The nemesis also kill -9s etcd (``--etcd-kills``) or SIGSTOPs it (``--etcd-pauses``)
+for the session TTL + 1 s, and SIGSTOPs a random broker for 11 s, past the proxy's 10 s call
+timeout (``--broker-pauses``): standalone brokers keep taking writes through an etcd outage,
+and a hung broker's sends move on. ``--queues`` is per broker there (RocketMQ's count). The
+clean stop is a SIGTERM of every proxy and broker.
 
 Replicated mode (``--replicated``, replicated.py): etcd + ``--shards`` x ``--replicas``
 ``popmq broker --shard`` replicas (replication defaults: sync, min_insync 1) + proxies. Once 5 %
@@ -50,7 +53,9 @@ Usage::
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
     python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
-        --send-rate 200 --crashing-consumers
+        --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --send-rate 200 \\
+        --crashing-consumers --seed 20261129   # full-sized, ~4 min; output kept in
+                                               # bench/results/cluster_checker_faults.txt
     python -m tests.chaos.checker --replicated --messages 3600 --kills 5 --pauses 1 \\
         --session-ttl 3 --send-rate 30 --queues 2 --seed 20261127   # CI-sized, ~2.5 min
     python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
@@ -98,7 +103,14 @@ from tests.chaos.history import (
     span_text,
 )
 from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, ReplicatedTarget
-from tests.chaos.targets import ClusterTarget, LocalTarget, Target
+from tests.chaos.targets import (
+    BROKER_PAUSE,
+    ETCD_KILL,
+    ETCD_PAUSE,
+    ClusterTarget,
+    LocalTarget,
+    Target,
+)
 from tests.support.cluster import Cluster
 from tests.support.server_process import (
     EndpointHolder,
@@ -168,6 +180,12 @@ class CheckConfig:
         session_ttl_s: Cluster mode: ``cluster.session_ttl_s`` of every process (how long a
             killed one stays registered, and so how long each kill lasts at least).
         proxy_kills: Cluster mode: times the nemesis kill -9s a proxy.
+        etcd_kills: Cluster mode: times the nemesis kill -9s etcd, keeps it down past the
+            session TTL (``session_ttl_s`` + 1 s) and starts it again on its data.
+        etcd_pauses: Cluster mode: times the nemesis SIGSTOPs etcd for as long, then
+            SIGCONTs it.
+        broker_pauses: Cluster mode: times the nemesis SIGSTOPs a random broker past the
+            proxy's 10 s broker call timeout (11 s), then SIGCONTs it.
         send_rate: Sends per second of all producers together (each send is one batch);
             0: as fast as they go.
         replicated: Run against replicated shards (replicated.ReplicatedTarget); ``kills``
@@ -205,6 +223,9 @@ class CheckConfig:
     proxies: int = 2
     session_ttl_s: int = 3
     proxy_kills: int = 0
+    etcd_kills: int = 0
+    etcd_pauses: int = 0
+    broker_pauses: int = 0
     send_rate: float = 0.0
     replicated: bool = False
     shards: int = 2
@@ -213,15 +234,24 @@ class CheckConfig:
     failover_gap_s: tuple[float, float] = (0.5, 2.0)
     failover_timeout_s: float = 120.0
 
+    @property
+    def cluster_faults(self) -> int:
+        """etcd kills, etcd pauses and broker pauses."""
+        return self.etcd_kills + self.etcd_pauses + self.broker_pauses
+
     def __post_init__(self) -> None:
         if self.messages < 1 or self.producers < 1 or self.consumers < 1:
             raise ValueError("messages, producers and consumers must be at least 1")
-        if not 0 <= self.kills + self.proxy_kills <= self.messages * 9 // 10 - 1:
+        faults = self.kills + self.proxy_kills + self.cluster_faults
+        if min(self.proxy_kills, self.etcd_kills, self.etcd_pauses, self.broker_pauses) < 0:
+            raise ValueError("fault counts must be at least 0")
+        if not 0 <= faults <= self.messages * 9 // 10 - 1:
             raise ValueError(
-                f"kills (with proxy kills) must be within 0..{self.messages * 9 // 10 - 1}"
+                f"kills (with proxy kills and the other cluster faults) must be within "
+                f"0..{self.messages * 9 // 10 - 1}"
             )
-        if not self.cluster and self.proxy_kills:
-            raise ValueError("proxy_kills needs cluster mode")
+        if not self.cluster and (self.proxy_kills or self.cluster_faults):
+            raise ValueError("proxy kills, etcd kills and pauses, broker pauses need cluster mode")
         if self.replicated:
             if self.cluster:
                 raise ValueError("choose cluster or replicated mode, not both")
@@ -329,7 +359,9 @@ class TotalQueueChecker:
                 session_ttl_s=config.session_ttl_s,
                 flush=config.flush,
             )
-            self.target = ClusterTarget(cluster, on_death=self._server_died)
+            self.target = ClusterTarget(
+                cluster, on_death=self._server_died, etcd_down_s=config.session_ttl_s + 1.0
+            )
         else:
             self.target = LocalTarget(
                 data_dir,
@@ -452,7 +484,13 @@ class TotalQueueChecker:
             await self._failovers()
             return
         low, high = max(1, cfg.messages // 20), max(2, cfg.messages * 19 // 20)
-        kinds = ["broker" if cfg.cluster else "server"] * cfg.kills + ["proxy"] * cfg.proxy_kills
+        kinds = (
+            ["broker" if cfg.cluster else "server"] * cfg.kills
+            + ["proxy"] * cfg.proxy_kills
+            + [ETCD_KILL] * cfg.etcd_kills
+            + [ETCD_PAUSE] * cfg.etcd_pauses
+            + [BROKER_PAUSE] * cfg.broker_pauses
+        )
         self.rng.shuffle(kinds)
         thresholds = sorted(self.rng.sample(range(low, high), len(kinds)))
         for threshold, kind in zip(thresholds, kinds, strict=True):
@@ -721,6 +759,18 @@ def _parser() -> argparse.ArgumentParser:
         "--session-ttl", type=int, default=d.session_ttl_s, metavar="S", help="session TTL (s)"
     )
     cluster.add_argument("--proxy-kills", type=int, default=d.proxy_kills, help="kill -9 count")
+    cluster.add_argument(
+        "--etcd-kills", type=int, default=d.etcd_kills, help="kill -9 of etcd, past the TTL"
+    )
+    cluster.add_argument(
+        "--etcd-pauses", type=int, default=d.etcd_pauses, help="SIGSTOP of etcd, past the TTL"
+    )
+    cluster.add_argument(
+        "--broker-pauses",
+        type=int,
+        default=d.broker_pauses,
+        help="SIGSTOP of a broker past the proxy's call timeout",
+    )
     replicated = parser.add_argument_group("replicated mode")
     replicated.add_argument(
         "--replicated",
@@ -786,6 +836,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             proxies=args.proxies,
             session_ttl_s=args.session_ttl,
             proxy_kills=args.proxy_kills,
+            etcd_kills=args.etcd_kills,
+            etcd_pauses=args.etcd_pauses,
+            broker_pauses=args.broker_pauses,
             send_rate=args.send_rate,
             replicated=args.replicated,
             shards=args.shards,

@@ -266,7 +266,8 @@ class CheckResult:
             + _sample(self.unexpected),
             "  offset conflicts (two acknowledged ids at one queue offset): "
             f"{len(self.offset_conflicts)}" + _sample(self.offset_conflicts),
-            f"  {'failovers' if cfg.replicated else 'kills (kill -9)'}: {self.kills}"
+            f"  {'failovers' if cfg.replicated else 'faults' if cfg.cluster else 'kills (kill -9)'}"
+            f": {self.kills}"
             + (_counts(" by kind", self.kills_by_kind) if cfg.cluster or cfg.replicated else "")
             + (f"; lease lapse s: {_stats(self.lease_lapse_s)}" if cfg.cluster else "")
             + "; restart spawn->listening s: "

@@ -12,7 +12,10 @@ over the same data.
   register its name before that), starts it again on its address and waits until every
   proxy serves it. Broker kills do not stop the clients: sends go to the other brokers and
   pops read them. A proxy kill clears its holder (the clients of that proxy wait, as local
-  mode's clients wait for the server) until it is back.
+  mode's clients wait for the server) until it is back. It also kills etcd (kill -9, down
+  for `etcd_down_s`, started again on its data), pauses etcd (SIGSTOP for `etcd_down_s`,
+  then SIGCONT), and pauses a random broker (SIGSTOP for `broker_pause_s`, past the proxy's
+  10 s broker call timeout, then SIGCONT); the clients go on meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from tests.support.cluster import Cluster
+from tests.support.etcd import EtcdServer
 from tests.support.server_process import (
     KILLED,
     EndpointHolder,
@@ -34,7 +38,11 @@ from tests.support.server_process import (
     ServerProcess,
 )
 
-__all__ = ["ClusterTarget", "LocalTarget", "Target"]
+__all__ = ["BROKER_PAUSE", "ETCD_KILL", "ETCD_PAUSE", "ClusterTarget", "LocalTarget", "Target"]
+
+ETCD_KILL = "etcd-kill"
+ETCD_PAUSE = "etcd-pause"
+BROKER_PAUSE = "broker-pause"
 
 _OPENED = re.compile(
     r"opened in ([0-9.]+)s: \d+ topics, \d+ groups, (\d+) in-flight checkpoints recovered"
@@ -119,10 +127,19 @@ class ClusterTarget:
             registration (its session TTL, give or take etcd's expiry tick).
     """
 
-    kinds = ("broker", "proxy")
+    kinds = ("broker", "proxy", ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE)
 
-    def __init__(self, cluster: Cluster, *, on_death: Callable[[ServerDiedError], None]) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        on_death: Callable[[ServerDiedError], None],
+        etcd_down_s: float = 4.0,
+        broker_pause_s: float = 11.0,
+    ) -> None:
         self.cluster = cluster
+        self.etcd_down_s = etcd_down_s
+        self.broker_pause_s = broker_pause_s
         self.holders = [EndpointHolder() for _ in self.cluster.proxies]
         self.incarnations: list[Incarnation] = []
         self.lease_lapse_s: list[float] = []
@@ -152,6 +169,9 @@ class ClusterTarget:
                 return
 
     async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE):
+            await self._fault(kind, rng)
+            return
         names = self.cluster.brokers if kind == "broker" else self.cluster.proxies
         name = rng.choice(names)
         holder = self.holders[names.index(name)] if kind == "proxy" else None
@@ -178,6 +198,28 @@ class ClusterTarget:
         )
         if holder is not None:
             holder.publish(process.address)
+
+    async def _fault(self, kind: str, rng: random.Random) -> None:
+        """A fault that kills nothing of popmq's: etcd down or hung, a broker hung."""
+        etcd = self.cluster.etcd
+        assert isinstance(etcd, EtcdServer), "etcd faults need a single-member etcd"
+        if kind == ETCD_KILL:
+            await asyncio.to_thread(etcd.kill)
+            await asyncio.sleep(self.etcd_down_s)
+            await asyncio.to_thread(etcd.start)
+        elif kind == ETCD_PAUSE:
+            etcd.pause()
+            try:
+                await asyncio.sleep(self.etcd_down_s)
+            finally:
+                etcd.resume()
+        else:
+            name = rng.choice(self.cluster.brokers)
+            self.cluster.pause(name)
+            try:
+                await asyncio.sleep(self.broker_pause_s)
+            finally:
+                self.cluster.resume(name)
 
     async def stop(self) -> int | None:
         await self._stop_watching()

@@ -145,6 +145,16 @@ class EtcdServer:
         self.stop()
         self.start()
 
+    def pause(self) -> None:
+        """SIGSTOP: etcd hangs (connections stay open, nothing answers)."""
+        assert self.process is not None, "etcd is not running"
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        assert self.process is not None, "etcd is not running"
+        self.process.send_signal(signal.SIGCONT)
+
     def leader(self) -> bool:
         """Whether this member is the cluster's leader now (False if it does not answer)."""
         with grpc.insecure_channel(self.endpoint) as channel:
