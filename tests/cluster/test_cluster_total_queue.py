@@ -5,7 +5,8 @@ the proxies; the nemesis kill -9s two brokers and one proxy (one at a time: kill
 the lease to lapse, restart on the same address and data dir), kill -9s etcd and keeps it
 down past the session TTL, SIGSTOPs etcd as long, and SIGSTOPs a broker past the proxy's
 call timeout; half of the consumers crash mid-batch now and then. Then everything is
-drained, stopped with SIGTERM, started again and checked for redeliveries. The full-size run is by hand:
+drained, stopped with SIGTERM, started again and checked for redeliveries. The full-size
+run is by hand:
 ``python -m tests.chaos.checker --cluster --help``. Run with ``-s`` to see the summary.
 """
 

@@ -14,10 +14,22 @@ from bench import paced_inprocess, report, revive_lag, wal_sync
 from bench.__main__ import SCENARIOS, main
 from bench.results import ScenarioResult, load_results, save_results
 from bench.scenarios import consumers, long_poll
+from tests.spark.conftest import SPARK_TEST_TIMEOUT_S
+
+
+def _quick_case(scenario: str) -> object:
+    if scenario != "spark-drain":
+        return scenario
+    # Its own SparkSession (a JVM) in a spawned process: it gets the Spark tests' time bound
+    # and their worker, so two JVMs never start at once on the two cores.
+    return pytest.param(
+        scenario,
+        marks=[pytest.mark.timeout(SPARK_TEST_TIMEOUT_S), pytest.mark.xdist_group("spark")],
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("scenario", [_quick_case(s) for s in sorted(SCENARIOS)])
 def test_bench_scenario_runs_in_quick_mode(
     scenario: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
