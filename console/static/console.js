@@ -53,6 +53,7 @@
     ]);
     const now = document.getElementById("now");
     let count = 0;
+    let maxSend = 0;
 
     function add(points) {
       points.forEach((point) => {
@@ -66,7 +67,10 @@
         const last = points[points.length - 1];
         now.textContent = describe(last);
         ratesElement.dataset.points = String(count);
-        ratesElement.dataset.lastSend = String(last.send);
+        points.forEach((point) => {
+          maxSend = Math.max(maxSend, point.send);
+        });
+        ratesElement.dataset.maxSend = String(maxSend);
       }
     }
 
