@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 
 from popmq.broker_core import BrokerAPI, HistogramSnapshot, MetricsSnapshot
-from popmq.console.history import History, Sampler
-from popmq.sdk import AsyncProducer, AsyncSimpleConsumer, Credentials
+from popmq.console.history import History, Sampler, total_lag
+from popmq.sdk import AsyncProducer, AsyncSimpleConsumer, Credentials, ReceivedMessage
 from popmq.security.model import Action, Pattern, Policy, ResourceType
 from tests.console.support import (
     AUTHENTICATED,
@@ -173,3 +173,20 @@ async def test_the_server_stops_promptly_while_a_page_holds_the_live_stream(
             with contextlib.suppress(httpx.HTTPError):
                 async for _ in events:
                     pass
+
+
+@run_async
+async def test_total_lag_counts_ready_and_in_flight_messages_until_acked(tmp_path: Path) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 2)
+        async with AsyncProducer(server.address) as producer:
+            for i in range(5):
+                await producer.send("orders", b"m%d" % i)
+        assert await total_lag(server.broker) == 0  # no group reads it yet
+        async with AsyncSimpleConsumer(server.address, group="billing", topic="orders") as c:
+            got: list[ReceivedMessage] = []
+            while len(got) < 2:
+                got += await c.receive(max_messages=2 - len(got), wait_s=1)
+            assert await total_lag(server.broker) == 5  # 3 ready, 2 in flight
+            await c.ack(got)
+            assert await total_lag(server.broker) == 3
