@@ -19,6 +19,7 @@ from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.console import ConsoleConfig
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
+from popmq.sdk import AsyncProducer, AsyncSimpleConsumer
 from popmq.security.model import Action, Pattern, Policy, ResourceType
 from tests.console.support import (
     AUTHENTICATED,
@@ -110,6 +111,25 @@ async def test_topics_are_created_and_deleted_as_the_user_with_audit_lines(
     ]
     assert all(e["source"].startswith("ipv4:127.0.0.1:") for e in audit_lines.lines)
     assert audit_lines.lines[0]["request"]["name"] == "orders"
+
+
+@run_async
+async def test_a_topic_with_messages_in_flight_is_deleted_only_with_force(tmp_path: Path) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("busy", 1)
+        async with AsyncProducer(server.address) as producer:
+            await producer.send("busy", b"held")
+        async with AsyncSimpleConsumer(server.address, group="g", topic="busy") as consumer:
+            assert len(await consumer.receive(max_messages=1, wait_s=5)) == 1  # not acked
+            async with browser(server) as client:
+                token = csrf_of((await client.get("/topics")).text)
+                form = {"csrf": token, "name": "busy", "confirm": "busy"}
+                refused = await client.post("/topics/delete", data=form)
+                assert refused.status_code == 409
+                assert "messages in flight for groups g (1)" in refused.text
+                forced = await client.post("/topics/delete", data={**form, "force": "on"})
+                assert forced.status_code == 303
+        assert await server.broker.list_topics() == []
 
 
 @run_async
