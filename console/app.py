@@ -32,6 +32,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -189,6 +190,7 @@ class Console:
             Route("/events", self.events),
             Route("/topics", self.topics, methods=["GET"]),
             Route("/topics", self.create_topic, methods=["POST"]),
+            Route("/topics/view", self.topic_page, methods=["GET"]),
             Route("/topics/delete", self.delete_topic_page, methods=["GET"]),
             Route("/topics/delete", self.delete_topic, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
@@ -200,7 +202,8 @@ class Console:
     # -- what every request meets ---------------------------------------------------------
 
     def _guard(self, app: ASGIApp) -> ASGIApp:
-        """The Host, Origin and CSRF rules of the module docstring, before any route."""
+        """The Host and Origin rules of the module docstring, before any route (the CSRF
+        token is checked by each POST handler, which reads the form)."""
 
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
@@ -558,6 +561,48 @@ class Console:
         )
         return _after(request, f"created topic {name}", name)
 
+    async def topic_page(self, request: Request) -> Response:
+        """One topic: its queues (per broker in cluster mode) with their offsets and newest
+        store time, and the groups that consume it (GetTopic, as `popmq topic describe`)."""
+        visitor = self.visitor(request)
+        if visitor is None:
+            return self._to_login(request)
+        name = request.query_params.get("name", "")[:_MAX_QUERY]
+        described = await self.actions.call(
+            visitor.principal,
+            "GetTopic",
+            admin_pb2.GetTopicRequest(name=name),
+            response=admin_pb2.GetTopicResponse,
+        )
+        queues = [
+            QueueRow(
+                q.queue_id,
+                q.broker,
+                q.min_offset,
+                q.max_offset,
+                q.message_count,
+                q.last_store_time.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%d %H:%M:%S")
+                if q.HasField("last_store_time")
+                else "",
+            )
+            for q in described.queues
+        ]
+        return self._page(
+            request,
+            visitor,
+            "topic.html",
+            topic=described.topic,
+            message_type=admin_pb2.MessageType.Name(described.topic.message_type)
+            .removeprefix("MESSAGE_TYPE_")
+            .lower(),
+            queues=queues,
+            groups=list(described.consumer_groups),
+            total=sum(q.messages for q in queues),
+            can_delete=self.actions.allowed(
+                visitor.principal, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name)
+            ),
+        )
+
     async def delete_topic_page(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
@@ -600,6 +645,20 @@ class TopicRow:
     @classmethod
     def of(cls, topic: TopicInfo) -> TopicRow:
         return cls(topic.name, topic.queues, topic.message_type_name, topic.kind == KIND_DLQ)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue on a topic's page."""
+
+    queue_id: int
+    broker: str
+    """"" from `popmq serve`; the holding broker in cluster mode."""
+    min_offset: int
+    max_offset: int
+    messages: int
+    last_stored: str
+    """When the newest message was stored (UTC), "" for an empty queue."""
 
 
 MESSAGE_TYPES = (

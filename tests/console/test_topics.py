@@ -114,6 +114,35 @@ async def test_topics_are_created_and_deleted_as_the_user_with_audit_lines(
 
 
 @run_async
+async def test_a_topics_page_shows_its_queues_offsets_and_groups(tmp_path: Path) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 2)
+        async with AsyncProducer(server.address) as producer:
+            for i in range(6):
+                await producer.send("orders", b"m%d" % i)
+        async with AsyncSimpleConsumer(server.address, group="billing", topic="orders") as c:
+            await c.receive(max_messages=1, wait_s=5)
+        async with browser(server) as client:
+            listing = (await client.get("/topics")).text
+            assert '<a href="/topics/view?name=orders">orders</a>' in listing
+            page = await client.get("/topics/view", params={"name": "orders"})
+            assert page.status_code == 200
+            assert "2 queues · normal messages · 6 stored" in page.text
+            rows = re.findall(
+                r'<tr data-queue="(\d+)">\s*<td>\d+</td>\s*<td>(\d+)</td><td>(\d+)</td>'
+                r"<td>(\d+)</td><td>(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)?</td>",
+                page.text,
+            )
+            assert [q for q, *_ in rows] == ["0", "1"]
+            assert sum(int(n) for *_, n, _ in rows) == 6  # spread over the queues by the sender
+            assert all(int(hi) - int(lo) == int(n) for _, lo, hi, n, _ in rows)
+            assert all(when for _, _, _, n, when in rows if n != "0")
+            assert '<ul id="groups"><li>billing</li></ul>' in page.text
+            missing = await client.get("/topics/view", params={"name": "nope"})
+            assert missing.status_code == 404 and "NOT_FOUND" in missing.text
+
+
+@run_async
 async def test_a_topic_with_messages_in_flight_is_deleted_only_with_force(tmp_path: Path) -> None:
     async with serving(tmp_path / "data") as server:
         await server.broker.create_topic("busy", 1)
@@ -177,6 +206,8 @@ async def test_a_normal_user_is_refused_by_its_policies_and_not_offered_forbidde
             listing = await blind.get("/topics")
             assert listing.status_code == 403
             assert "may not LIST every topic" in listing.text
+            view = await blind.get("/topics/view", params={"name": "mine"})
+            assert view.status_code == 403 and "may not GET topic &#39;mine&#39;" in view.text
             overview = await blind.get("/")
             assert overview.status_code == 200 and "may not GET the cluster" in overview.text
 
