@@ -12,9 +12,9 @@ BUF_STAMP := tools/node_modules/.install-stamp
 LISTEN ?= 127.0.0.1:8081
 DATA_DIR ?= ./data
 
-.PHONY: setup compile run test test-python check lint fmt typecheck gen gen-check bench bench-peers example clean
+.PHONY: setup compile run test test-python check lint fmt typecheck gen gen-check bench bench-peers browser example clean
 
-setup: $(SETUP_STAMP) $(BUF_STAMP) bench-peers
+setup: $(SETUP_STAMP) $(BUF_STAMP) bench-peers browser
 	@tools/install_etcd.sh
 
 $(SETUP_STAMP): pyproject.toml setup.py src/popmq/_compiled.py
@@ -80,6 +80,11 @@ gen: setup
 # bench's --quick mode skips their rows without them), required by `make bench`.
 bench-peers:
 	@tools/install_peers.sh
+
+# The headless Chromium of the console's browser tests (tests/console), from Debian's
+# package; best effort here (those tests skip, naming the missing binary, without it).
+browser:
+	@tools/install_browser.sh
 
 # The side-by-side run against Redis and NATS (~15 min): writes docs/benchmarks.md and docs/benchmarks.png.
 bench: setup

@@ -188,6 +188,8 @@ async def serve_proxy(config: ServerConfig) -> None:
     host, _ = split_listen(config.listen)
     print(f"listening on {host}:{proxy.port}", flush=True)
     print_plaintext_listener(config, proxy.server.plaintext_port)
+    if proxy.server.console is not None:  # PopMQServer serves it (`[console] listen`)
+        print(f"console listening on {proxy.server.console.url}", flush=True)
     if proxy.server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{proxy.server.metrics_port}/metrics")

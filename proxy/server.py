@@ -23,6 +23,7 @@ from popmq.broker_core import (
     BrokerAPI,
     TransactionAPI,
 )
+from popmq.console import ConsoleServer
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.admin import AdminServicer
@@ -123,6 +124,13 @@ class PopMQServer:
         proxy/rocketmq/refusals.py); off unless `[security] authentication`."""
         self._audit_file: AuditFile | None = None
         """`[security] audit_log_file`, open from start to stop."""
+        self.console = (
+            ConsoleServer(self.config.console, self.config.security)
+            if self.config.console.enabled
+            else None
+        )
+        """The web console (`[console] listen`; None when off): bound with the gRPC
+        listener, serving from the end of start(), stopped first (docs/console.md)."""
         self._opened = False
         # Waits for a broker failure and turns health NOT_SERVING (held so it runs).
         self._failure_watch: asyncio.Task[None] | None = None
@@ -151,6 +159,8 @@ class PopMQServer:
         split_listen(self.config.listen)  # a bad address is named as such, before the rest
         security = self.config.security
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
+        if self.console is not None:
+            self.console.bind()  # its protected mode and address fail the start here too
         # else the memory of a burst of large bodies stays with the process once freed
         return_large_blocks()
         interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
@@ -222,15 +232,13 @@ class PopMQServer:
         # Access control from here on. Before, the gate knows root only (a SUPER user, never
         # checked), so nothing a stored user could do slips through while the store opens.
         self.gate.use(authorizer=AclAuthorizer(self.security_store), directory=self.security_store)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(
-                self.broker,
-                config_items=items(self.config),
-                status=self.status or LocalStatus(self.broker, lambda: self.address),
-                security_store=self.security_store,
-            ),
-            server,
+        admin = AdminServicer(
+            self.broker,
+            config_items=items(self.config),
+            status=self.status or LocalStatus(self.broker, lambda: self.address),
+            security_store=self.security_store,
         )
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
         # RocketMQ 5 clients (apache.rocketmq.v2) on the same port, over the same broker.
         self.rocketmq = await RocketMQService.serve_on(
             server,
@@ -242,6 +250,15 @@ class PopMQServer:
             transaction_checks=self.transaction_checks,
         )
         await self.health.serving(self._late.service_names)
+        if self.console is not None:
+            # Its actions go through the same admin servicer and gate as gRPC calls.
+            await self.console.start(
+                broker=self.broker,
+                admin=admin,
+                gate=self.gate,
+                security_store=self.security_store,
+                serving=lambda: self.health.failure or self.health.degradation,
+            )
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         log.info("serving %s (event loop: %s)", ", ".join(self._late.service_names), loop)
         return self.port
@@ -260,6 +277,8 @@ class PopMQServer:
 
     async def stop(self) -> None:
         """Stop accepting RPCs, let in-flight ones finish, then close the store cleanly."""
+        if self.console is not None:
+            await self.console.stop()
         if self._server is not None:
             server, self._server = self._server, None
             await self.health.shutting_down()
@@ -306,6 +325,8 @@ async def serve(config: ServerConfig) -> None:
     host, _ = split_listen(config.listen)
     print(f"popmq listening on {host}:{port}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
+    if server.console is not None:
+        print(f"console listening on {server.console.url}", flush=True)
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)

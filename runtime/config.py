@@ -5,9 +5,9 @@ One config serves `popmq serve`, `popmq proxy`, `popmq broker` and a shard's rep
 file may serve them all; each process reads the sections it uses). Each section is the
 dataclass of the package that owns the mechanism: `BrokerConfig` (broker_core), the cluster
 mode sections (`ClusterConfig`, `ReplicationConfig`, `FaultToleranceConfig`: coordination),
-`SecurityConfig` (security), `MetricsConfig` and `LogConfig` (metrics.py, logs.py here); and
-these two, kept here so that the config of every process can hold them without importing the
-proxy:
+`SecurityConfig` (security), `ConsoleConfig` (console), `MetricsConfig` and `LogConfig`
+(metrics.py, logs.py here); and these two, kept here so that the config of every process
+can hold them without importing the proxy:
 
 - `ConnectionConfig` (`[connections]`): keepalive pings and idle limits of client
   connections, which every process's gRPC server applies (process.py);
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from popmq.broker_core import BrokerConfig
+from popmq.console.config import ConsoleConfig
 from popmq.coordination.config import ClusterConfig, FaultToleranceConfig, ReplicationConfig
 from popmq.runtime.logs import LogConfig
 from popmq.runtime.metrics import MetricsConfig
@@ -185,6 +186,8 @@ class ServerConfig:
     """Consumer heartbeats and queue assignment (queue-exclusive consumers)."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """The Prometheus endpoint (off by default)."""
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    """The web console (off by default; docs/console.md)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Log level and format (text or JSON)."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

@@ -19,6 +19,7 @@ from popmq.broker.server import BrokerServer
 from popmq.broker_core import BrokerConfig, StoreConfig
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer
+from popmq.console import ConsoleConfig
 from popmq.coordination.config import ClusterConfig
 from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
@@ -31,7 +32,8 @@ class InProcessCluster:
     """etcd + brokers + proxies; `proxies[i]` is an endpoint for the SDK.
 
     `broker_security` and `proxy_security` are the `[security]` sections of the brokers and
-    of the proxies (TLS between them, for one)."""
+    of the proxies (TLS between them, for one); `proxy_console` the proxies' `[console]`
+    (off by default; `console_urls` lists where each proxy's answers)."""
 
     def __init__(
         self,
@@ -41,10 +43,12 @@ class InProcessCluster:
         session_ttl_s: int = 3,
         broker_security: SecurityConfig | None = None,
         proxy_security: SecurityConfig | None = None,
+        proxy_console: ConsoleConfig | None = None,
     ) -> None:
         self.root = root
         self._broker_security = broker_security or SecurityConfig()
         self._proxy_security = proxy_security or SecurityConfig()
+        self._proxy_console = proxy_console or ConsoleConfig()
         self.etcd = EtcdServer(root / "etcd")
         self._cluster_name = cluster
         self._ttl = session_ttl_s
@@ -98,12 +102,22 @@ class InProcessCluster:
 
     def add_proxy(self) -> str:
         proxy = ProxyServer(
-            ServerConfig(listen="127.0.0.1:0", cluster=self.config, security=self._proxy_security)
+            ServerConfig(
+                listen="127.0.0.1:0",
+                cluster=self.config,
+                security=self._proxy_security,
+                console=self._proxy_console,
+            )
         )
         port = self.call(proxy.start)
         self._proxies.append(proxy)
         self.proxies.append(f"127.0.0.1:{port}")
         return self.proxies[-1]
+
+    @property
+    def console_urls(self) -> list[str]:
+        """Each proxy's console URL (with `proxy_console` on)."""
+        return [p.server.console.url for p in self._proxies if p.server.console is not None]
 
     def cluster_broker(self, index: int = 0) -> ClusterBroker:
         return self._proxies[index].broker

@@ -106,6 +106,7 @@ FOLDERS = {
     "coordination": "coordination",
     "grpc_calls": "grpc_calls",
     "security": "security",
+    "console": "console",
     "runtime": "runtime",
     "sdk": "sdk",
     "proxy": "proxy",
@@ -122,21 +123,27 @@ ALLOWED: dict[str, set[str]] = {
     "coordination": {"_gen", "broker_core"},
     "grpc_calls": {"broker_core"},
     "security": {"broker_core", "coordination", "grpc_calls"},
-    "runtime": {"broker_core", "coordination", "security"},
+    "console": {"_gen", "broker_core", "security"},
+    "runtime": {"broker_core", "coordination", "security", "console"},
     "sdk": {"_gen"},
-    "proxy": {"_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime"},
+    "proxy": {
+        "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "console",
+    },
     "broker": {"_gen", "broker_core", "coordination", "security", "runtime"},
     "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy", "broker"},
     "cli": {
-        "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "sdk",
-        "proxy", "broker", "cluster",
+        "_gen", "broker_core", "coordination", "grpc_calls", "security", "console", "runtime",
+        "sdk", "proxy", "broker", "cluster",
     },
     "spark": {"sdk"},
 }  # fmt: skip
 """What each package may import. Storage and POP semantics at the bottom; coordination on
 it (the Coordinator interface, etcd, and what the processes agree on: routes, group
 records); how a gRPC server handles a call (grpc_calls) on broker_core alone; security on
-those; what every server process runs on (runtime: settings, process, metrics, logs) on
+those; the web console (console) on security and the admin protos: runtime hangs its
+`[console]` section on ServerConfig, and only the proxy, whose server starts it, imports the
+rest (the admin servicer is handed to it, so it imports no proxy module); what every server
+process runs on (runtime: settings, process, metrics, logs) on
 security. Then the two processes side by side, neither importing the other: the proxy
 (popmq serve's front ends) and the broker (popmq broker, its replication and fencing). The
 proxies' cluster routing on both (it is a proxy, and talks BrokerService's wire format).

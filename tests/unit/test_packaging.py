@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_PACKAGES = "sdk proxy broker_core cli spark_connector apache".split()
 """Top-level names popmq used to install; hand-written code imports none of them."""
 HAND_WRITTEN = (
-    "bench broker broker_core cli cluster coordination examples grpc_calls proxy runtime sdk "
-    "security spark_connector"
+    "bench broker broker_core cli cluster console coordination examples grpc_calls proxy runtime "
+    "sdk security spark_connector"
 ).split()
 
 
@@ -58,8 +58,8 @@ def test_no_folder_at_the_root_shadows_the_package() -> None:
     assert links == {
         name: ROOT / folders.get(name, name)
         for name in (
-            "_gen broker broker_core cli cluster coordination grpc_calls proxy runtime sdk "
-            "security spark"
+            "_gen broker broker_core cli cluster console coordination grpc_calls proxy runtime "
+            "sdk security spark"
         ).split()
     }
 

@@ -44,6 +44,7 @@ EXPECTED = {
         "BrokerServer", "BrokerServicer", "CatalogSync", "add_broker_service", "run_broker",
     ],
     "popmq.cluster": ["ClusterBroker", "RemoteBroker"],
+    "popmq.console": ["ConsoleConfig", "ConsoleServer"],
     "popmq.coordination": [
         "CompactedError", "ConflictError", "CoordinationArgumentError", "CoordinationError",
         "CoordinationUnavailableError", "Coordinator", "CorruptValueError",
