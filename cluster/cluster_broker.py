@@ -12,9 +12,11 @@ routes every operation to the brokers (docs/cluster.md):
   (topology.py);
 - admin writes change etcd first, with compare-and-set, and then push the change to the
   live brokers (each broker also follows etcd, broker/catalog_sync.py, to catch up after a loss);
-- sends pick a broker and queue with latency fault tolerance and retry a broker failure on
-  another broker inside the proxy (cluster/fault_tolerance.py); a FIFO message group keeps its
-  queue;
+- sends pick a broker and queue with latency fault tolerance and retry a broker failure
+  inside the proxy (cluster/fault_tolerance.py): on another broker when the failed try
+  provably was not stored, else on the same broker, whose dedup window makes the retry
+  harmless; a client's repeat of a send goes where the first went (cluster/in_doubt.py); a
+  FIFO message group keeps its queue;
 - pops spread over the brokers holding the topic, with one long poll (cluster_pop.py);
 - acks, changes of invisible time, nacks, dead letters and recalls go to the broker named
   in the handle (handles name their broker), so any proxy takes any handle;
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from functools import partial
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
@@ -66,6 +69,7 @@ from popmq.broker_core import (
 )
 from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
+from popmq.broker_core.message_id import MessageIdGenerator
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import PeekedMessage, RedriveResult
 from popmq.cluster.broker_pool import BrokerPool
@@ -73,7 +77,9 @@ from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
 from popmq.cluster.fault_tolerance import FaultTable, SendRouter
 from popmq.cluster.follower_reads import FollowerReads
+from popmq.cluster.in_doubt import InDoubtSends, send_keys
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.cluster.send_outcome import may_be_stored
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
@@ -136,6 +142,12 @@ class ClusterBroker:
         self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.faults = FaultTable(faults)
         self._sender = SendRouter(self.faults)
+        self.in_doubt = InDoubtSends(
+            self.faults.clock,
+            keep_s=self.faults.config.in_doubt_keep_s,
+            max_entries=self.faults.config.in_doubt_max_sends,
+        )
+        self._ids = MessageIdGenerator()
         self._pop = ClusterPop(self.topology, self.pool)
         self.followers = FollowerReads(
             coordinator, call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer
@@ -466,21 +478,35 @@ class ClusterBroker:
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """Store messages; each topic's batch goes to one broker, which spreads it over its
-        queues (retried on another broker after a broker failure); each FIFO message group's
-        to its group's queue."""
-        return await self._route_sends(messages, lambda remote, batch: remote.send(batch))
+        queues (retried after a broker failure: on another broker when it provably was not
+        stored, else on the same one, fault_tolerance.SendRouter); each FIFO message group's
+        to its group's queue. A repeat of a send this proxy remembers (InDoubtSends) goes
+        to the broker the first went to."""
+        return await self._route_sends(
+            messages, lambda remote, batch: remote.send(batch), idempotent=True
+        )
 
     async def _route_sends(
         self,
         messages: Sequence[NewMessage],
         store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
+        *,
+        idempotent: bool,
     ) -> list[SendResult]:
         """`send`'s routing, storing each broker's batch with `store` (a send or a half
-        send)."""
+        send, which is not `idempotent`: dedup ids are not looked up for it)."""
         # The core's checks of a send (validation.check_send, which the brokers apply
         # again to their parts), here first because the send is split: refused whole, with
         # the indexes of this send, before any part of it is stored.
         rules.check_send(messages, now_ms(), self._info.max_delay_s)
+        if idempotent and not all(m.message_id for m in messages):
+            # Numbered here, not by the broker, so that a retry of this send on its broker
+            # carries the same ids and its dedup window recognises a copy stored after all.
+            stamp = now_ms()
+            messages = [
+                m if m.message_id else dataclasses.replace(m, message_id=self._ids.next(stamp))
+                for m in messages
+            ]
         batches: dict[tuple[str, str], list[int]] = {}
         for index, message in enumerate(messages):
             batches.setdefault((message.topic, message.message_group), []).append(index)
@@ -490,7 +516,7 @@ class ClusterBroker:
 
         async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
             batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(topic, group, batch, store)
+            stored = await self._send_batch(topic, group, batch, store, idempotent=idempotent)
             for index, result in zip(indexes, stored, strict=True):
                 results[index] = result
 
@@ -515,6 +541,8 @@ class ClusterBroker:
         group: str,
         batch: list[NewMessage],
         store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
+        *,
+        idempotent: bool,
     ) -> list[SendResult]:
         route = self.topology.route(topic)
 
@@ -531,12 +559,46 @@ class ClusterBroker:
             routed = await self._sender.send_fifo(
                 topic, group, route.queues, to_queue, live=self.routes.live_brokers
             )
+        elif idempotent:
+            keys = send_keys(batch)
+            routed = await self._sender.send(
+                topic,
+                self.topology.writable(topic),
+                partial(self._remembered, keys, to_broker),
+                pinned=self.in_doubt.broker_of(keys),
+            )
         else:
-            routed = await self._sender.send(topic, self.topology.writable(topic), to_broker)
+            routed = await self._sender.send(
+                topic, self.topology.writable(topic), to_broker, idempotent=False
+            )
         broker = routed.queue.broker
         for result in routed.result:
             result.queue_id = self.topology.global_id(topic, broker, result.queue_id)
         return routed.result
+
+    async def _remembered(
+        self,
+        keys: list[tuple[str, str]],
+        send: Callable[[QueueRef], Awaitable[list[SendResult]]],
+        queue: QueueRef,
+    ) -> list[SendResult]:
+        """One try of a send, with its messages' broker noted in InDoubtSends while a
+        repeat of them may come (a client that gave up on it, or was told its outcome is
+        unknown)."""
+        memory = self.in_doubt
+        memory.sending(keys, queue.broker)
+        clock = self.faults.clock
+        started = clock()
+        try:
+            results = await send(queue)
+        except BaseException as error:
+            if isinstance(error, asyncio.CancelledError) or may_be_stored(error):
+                memory.done(keys, queue.broker, took_s=clock() - started, stored=False)
+            else:
+                memory.refused(keys, queue.broker)
+            raise
+        memory.done(keys, queue.broker, took_s=clock() - started, stored=True)
+        return results
 
     # -- transactions: a half message lives on one broker, named by its transaction id -----
 
@@ -554,6 +616,7 @@ class ClusterBroker:
             lambda remote, batch: remote.send_half(
                 batch, producer_group=producer_group, check_first_s=check_first_s
             ),
+            idempotent=False,
         )
 
     async def end_transaction(

@@ -139,6 +139,19 @@ class FaultToleranceConfig:
     max_attempts: int = 3
     """Tries of one send, each on a different broker (RocketMQ: retryTimesWhenSendFailed 2,
     + 1). 1 = no retry inside the proxy. A FIFO send is tried once (its queue is fixed)."""
+    in_doubt_retry_s: float = 5.0
+    """How long a send whose outcome is unknown (its broker timed out, or dropped the
+    connection after the request went out) is tried again on that same broker, whose dedup
+    window answers a copy stored after all, before the client is told the outcome is
+    unknown (a retriable UNAVAILABLE). It never goes to another broker, where it could be
+    stored a second time, unless its broker is known down (its address refuses connections).
+    0: told at once."""
+    in_doubt_keep_s: float = 300.0
+    """How long a proxy remembers the broker of a send that was slow (over 1 s) or whose
+    outcome is unknown, so that the client's repeat of it goes to the same broker: the
+    brokers' dedup window (messages.dedup_window_s, 300 s)."""
+    in_doubt_max_sends: int = 100_000
+    """Messages whose broker a proxy remembers at most (the oldest are forgotten first)."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
@@ -170,6 +183,14 @@ class FaultToleranceConfig:
                 f"failure_latency_s {self.failure_latency_s} must be a finite number > 0"
                 " (to stop isolating brokers, set enabled = false)"
             )
+        if not (math.isfinite(self.in_doubt_retry_s) and self.in_doubt_retry_s >= 0):
+            raise ValueError(
+                f"in_doubt_retry_s {self.in_doubt_retry_s} must be a finite number >= 0"
+            )
+        if not (math.isfinite(self.in_doubt_keep_s) and self.in_doubt_keep_s > 0):
+            raise ValueError(f"in_doubt_keep_s {self.in_doubt_keep_s} must be a finite number > 0")
+        if self.in_doubt_max_sends < 1:
+            raise ValueError(f"in_doubt_max_sends {self.in_doubt_max_sends} must be at least 1")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
         if self.max_tracked_topics < 1:

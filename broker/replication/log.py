@@ -31,7 +31,12 @@ from typing import Any
 
 from popmq.broker.replication import oplog
 from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
-from popmq.broker_core.errors import NotEnoughReplicasError, PopMQError, UnavailableError
+from popmq.broker_core.errors import (
+    NotEnoughReplicasError,
+    OutcomeUnknownError,
+    PopMQError,
+    UnavailableError,
+)
 from popmq.broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -191,7 +196,7 @@ class ReplicationLog:
         return future
 
     def _too_few(self, lsn: int) -> PopMQError:
-        return NotEnoughReplicasError(
+        return OutcomeUnknownError(
             f"shard {self.shard!r} lost in-sync followers while batch {lsn} was replicated "
             f"({len(self.isr)} left, replication.min_insync = {self.min_insync}): it may or "
             "may not be stored; retry (a retried send is deduplicated)"
@@ -208,7 +213,7 @@ class ReplicationLog:
                 continue
             if reason is not None:
                 wait.future.set_exception(
-                    UnavailableError(
+                    OutcomeUnknownError(
                         f"shard {self.shard!r}: this replica lost its leadership ({reason}) "
                         f"before batch {wait.lsn} was replicated; it may or may not be "
                         "stored, retry (a retried send is deduplicated)"
@@ -238,7 +243,12 @@ class ReplicationLog:
         self._settle()
         for wait in self._waits:
             if not wait.future.done():
-                wait.future.set_exception(UnavailableError(reason))
+                wait.future.set_exception(
+                    OutcomeUnknownError(
+                        f"{reason}; a write still waiting for its followers may or may not "
+                        "be stored, retry (a retried send is deduplicated)"
+                    )
+                )
         self._waits = []
         self._grown.set()
         for task in self._tasks:
