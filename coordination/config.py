@@ -37,7 +37,9 @@ class ClusterConfig:
     address. Two live proxies cannot share a name."""
     advertise: str = ""
     """`popmq proxy`: the HOST:PORT clients reach this proxy at, registered in etcd and
-    given to RocketMQ clients in routes; empty: the listen address (with the real port)."""
+    given to RocketMQ clients in routes. `popmq broker` (standalone): the HOST:PORT proxies
+    reach it at, registered in etcd (a broker behind NAT, or listening on 0.0.0.0). Empty:
+    the listen address (with the real port)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:
