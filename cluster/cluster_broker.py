@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
@@ -65,28 +64,25 @@ from popmq.broker_core import (
     TransactionInfo,
     UnavailableError,
     check_name,
-    now_ms,
 )
 from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
-from popmq.broker_core.message_id import MessageIdGenerator
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import PeekedMessage, RedriveResult
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
-from popmq.cluster.fault_tolerance import FaultTable, SendRouter
+from popmq.cluster.cluster_send import ClusterSend
+from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
-from popmq.cluster.in_doubt import InDoubtSends, send_keys
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.send_outcome import may_be_stored
 from popmq.cluster.topology import Topology, issuer, topic_info
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.coordination.metadata import follow
-from popmq.coordination.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
+from popmq.coordination.routes import RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 
@@ -141,13 +137,14 @@ class ClusterBroker:
         )
         self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.faults = FaultTable(faults)
-        self._sender = SendRouter(self.faults)
-        self.in_doubt = InDoubtSends(
-            self.faults.clock,
-            keep_s=self.faults.config.in_doubt_keep_s,
-            max_entries=self.faults.config.in_doubt_max_sends,
+        self.sends = ClusterSend(
+            self.topology,
+            self.routes,
+            self.pool,
+            self.faults,
+            max_delay_s=info.max_delay_s,
+            topic_for_send=self._topic_for_send,
         )
-        self._ids = MessageIdGenerator()
         self._pop = ClusterPop(self.topology, self.pool)
         self.followers = FollowerReads(
             coordinator, call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer
@@ -479,49 +476,12 @@ class ClusterBroker:
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """Store messages; each topic's batch goes to one broker, which spreads it over its
         queues (retried after a broker failure: on another broker when it provably was not
-        stored, else on the same one, fault_tolerance.SendRouter); each FIFO message group's
-        to its group's queue. A repeat of a send this proxy remembers (InDoubtSends) goes
-        to the broker the first went to."""
-        return await self._route_sends(
+        stored, else on the same one); each FIFO message group's to its group's queue. A
+        repeat of a send this proxy remembers goes to the broker the first went to
+        (cluster_send.py)."""
+        return await self.sends.route(
             messages, lambda remote, batch: remote.send(batch), idempotent=True
         )
-
-    async def _route_sends(
-        self,
-        messages: Sequence[NewMessage],
-        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
-        *,
-        idempotent: bool,
-    ) -> list[SendResult]:
-        """`send`'s routing, storing each broker's batch with `store` (a send or a half
-        send, which is not `idempotent`: dedup ids are not looked up for it)."""
-        # The core's checks of a send (validation.check_send, which the brokers apply
-        # again to their parts), here first because the send is split: refused whole, with
-        # the indexes of this send, before any part of it is stored.
-        rules.check_send(messages, now_ms(), self._info.max_delay_s)
-        if idempotent and not all(m.message_id for m in messages):
-            # Numbered here, not by the broker, so that a retry of this send on its broker
-            # carries the same ids and its dedup window recognises a copy stored after all.
-            stamp = now_ms()
-            messages = [
-                m if m.message_id else dataclasses.replace(m, message_id=self._ids.next(stamp))
-                for m in messages
-            ]
-        batches: dict[tuple[str, str], list[int]] = {}
-        for index, message in enumerate(messages):
-            batches.setdefault((message.topic, message.message_group), []).append(index)
-        for topic, _ in batches:
-            await self._topic_for_send(topic)
-        results: list[SendResult | None] = [None] * len(messages)
-
-        async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
-            batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(topic, group, batch, store, idempotent=idempotent)
-            for index, result in zip(indexes, stored, strict=True):
-                results[index] = result
-
-        await _all([send_batch(topic, group, idx) for (topic, group), idx in batches.items()])
-        return [r for r in results if r is not None]
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
@@ -535,71 +495,6 @@ class ClusterBroker:
         await self._after_route_change(route)
         return route
 
-    async def _send_batch(
-        self,
-        topic: str,
-        group: str,
-        batch: list[NewMessage],
-        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
-        *,
-        idempotent: bool,
-    ) -> list[SendResult]:
-        route = self.topology.route(topic)
-
-        async def to_queue(queue: QueueRef) -> list[SendResult]:
-            placed = [_with_queue(m, queue.queue_id) for m in batch]
-            return await _sent(queue.broker, store(self.pool.get(queue.broker), placed))
-
-        async def to_broker(queue: QueueRef) -> list[SendResult]:
-            # The broker spreads the batch over its queues of the topic, as one process
-            # spreads a batch over all of them.
-            return await _sent(queue.broker, store(self.pool.get(queue.broker), batch))
-
-        if group:
-            routed = await self._sender.send_fifo(
-                topic, group, route.queues, to_queue, live=self.routes.live_brokers
-            )
-        elif idempotent:
-            keys = send_keys(batch)
-            routed = await self._sender.send(
-                topic,
-                self.topology.writable(topic),
-                partial(self._remembered, keys, to_broker),
-                pinned=self.in_doubt.broker_of(keys),
-            )
-        else:
-            routed = await self._sender.send(
-                topic, self.topology.writable(topic), to_broker, idempotent=False
-            )
-        broker = routed.queue.broker
-        for result in routed.result:
-            result.queue_id = self.topology.global_id(topic, broker, result.queue_id)
-        return routed.result
-
-    async def _remembered(
-        self,
-        keys: list[tuple[str, str]],
-        send: Callable[[QueueRef], Awaitable[list[SendResult]]],
-        queue: QueueRef,
-    ) -> list[SendResult]:
-        """One try of a send, with its messages' broker noted in InDoubtSends while a
-        repeat of them may come (a client that gave up on it, or was told its outcome is
-        unknown)."""
-        memory = self.in_doubt
-        memory.sending(keys, queue.broker)
-        clock = self.faults.clock
-        started = clock()
-        try:
-            results = await send(queue)
-        except BaseException as error:
-            if isinstance(error, asyncio.CancelledError) or may_be_stored(error):
-                memory.done(keys, queue.broker, took_s=clock() - started, stored=False)
-            else:
-                memory.refused(keys, queue.broker)
-            raise
-        memory.done(keys, queue.broker, took_s=clock() - started, stored=True)
-        return results
-
     # -- transactions: a half message lives on one broker, named by its transaction id -----
 
     async def send_half(
@@ -611,7 +506,7 @@ class ClusterBroker:
     ) -> list[SendResult]:
         """Store half messages as `send` stores messages; each transaction id names the
         broker (shard) that holds it, so any proxy can end it (unlike RocketMQ, #9431)."""
-        return await self._route_sends(
+        return await self.sends.route(
             messages,
             lambda remote, batch: remote.send_half(
                 batch, producer_group=producer_group, check_first_s=check_first_s
@@ -968,18 +863,6 @@ class ClusterBroker:
         await _all([one(broker) for broker in brokers])
 
 
-async def _sent(broker: str, send: Awaitable[list[SendResult]]) -> list[SendResult]:
-    """A send to a broker that does not know a topic its route gives it (its catalog sync is
-    behind, or it missed the topic's creation) is that broker's failure, retried elsewhere,
-    not the client's NOT_FOUND: the route says the topic exists."""
-    try:
-        return await send
-    except NotFoundError as error:
-        raise UnavailableError(
-            f"broker {broker!r} does not hold the topic yet ({error}); retry"
-        ) from error
-
-
 async def _visible(wait: Awaitable[None]) -> None:
     """Wait until this proxy's cache shows a write it made; a retriable error if it does not
     within WRITE_TIMEOUT_S (the write is in etcd: a retry finds it done or conflicting)."""
@@ -994,12 +877,6 @@ async def _visible(wait: Awaitable[None]) -> None:
 
 _PENDING = UnavailableError("no answer yet")
 """Placeholder of a result not answered yet (every one is replaced before returning)."""
-
-
-def _with_queue(message: NewMessage, queue_id: int) -> NewMessage:
-    if message.queue_id == queue_id:
-        return message
-    return dataclasses.replace(message, queue_id=queue_id)
 
 
 def _pulled_as(pulled: PulledMessages, queue_id: int) -> PulledMessages:

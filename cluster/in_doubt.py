@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from popmq.broker_core import NewMessage
 
-__all__ = ["InDoubtSends", "send_keys"]
+__all__ = ["InDoubtSends", "Key", "send_keys"]
 
 Key = tuple[str, str]
 """(topic, dedup id): what a broker's dedup window recognises a repeat by."""
