@@ -38,6 +38,16 @@ log = logging.getLogger(__name__)
 
 NO_BROKER = "no broker is registered in etcd: sends and receives through this proxy fail"
 """Why a proxy's health is NOT_SERVING while no broker is registered."""
+NO_BROKER_REACHABLE = (
+    "no registered broker can be reached (their connections have been down for {after_s:g}s"
+    " or more: {brokers}): sends and receives through this proxy fail"
+)
+"""Why a proxy's health is NOT_SERVING while brokers are registered but none is reachable."""
+UNREACHABLE_AFTER_S = 3.0
+"""A registered broker whose connection has not been up for this long counts as unreachable:
+longer than a restarted broker takes to be connected again (gRPC retries within 1 s)."""
+_HEALTH_POLL_S = 1.0
+"""How often the brokers' connections are looked at, besides every change of the members."""
 
 
 def proxy_info(config: ServerConfig) -> ServerInfo:
@@ -103,7 +113,8 @@ class ProxyServer:
         )
         self.session: Session | None = None
         self.port = 0
-        # Turns health NOT_SERVING while no broker is registered (held so it runs).
+        # Turns health NOT_SERVING while no broker is registered or reachable (held so it
+        # runs).
         self._brokers_watch: asyncio.Task[None] | None = None
 
     @property
@@ -151,20 +162,34 @@ class ProxyServer:
         return self.port
 
     async def _follow_brokers(self) -> None:
-        """Health NOT_SERVING while no broker is registered (every request would fail:
-        a load balancer should send clients to a proxy that can serve them), SERVING again
-        when one is. Through an etcd outage the cached members stand, so it stays SERVING."""
+        """Health NOT_SERVING while no broker is registered, or while none of those
+        registered can be reached (every request would fail: a load balancer should send
+        clients to a proxy that can serve them), SERVING again when one is back. Through an
+        etcd outage the cached members stand, so a proxy that still reaches its brokers
+        stays SERVING."""
         routes = self.broker.routes
+        pool = self.broker.pool
         health = self.server.health
         while True:
-            if routes.live_brokers:
+            reason: str | None = None
+            if not routes.live_brokers:
+                reason = NO_BROKER
+            else:
+                down = pool.unreachable(UNREACHABLE_AFTER_S)
+                if down and set(down) >= set(routes.live_brokers):
+                    reason = NO_BROKER_REACHABLE.format(
+                        after_s=UNREACHABLE_AFTER_S, brokers=", ".join(down)
+                    )
+            if reason is None:
                 if health.degradation is not None:
-                    log.info("health SERVING again: a broker is registered")
+                    log.info("health SERVING again: a broker is registered and reachable")
                 await health.restored()
-            elif health.degradation is None:
-                log.warning("health turns NOT_SERVING: %s", NO_BROKER)
-                await health.degraded(NO_BROKER)
-            await routes.wait_changed()
+            elif health.degradation != reason:
+                log.warning("health turns NOT_SERVING: %s", reason)
+                await health.degraded(reason)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_HEALTH_POLL_S):
+                    await routes.wait_changed()
 
     async def stop(self) -> None:
         """NOT_SERVING, drain, deregister, close the caches and etcd."""

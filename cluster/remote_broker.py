@@ -210,6 +210,14 @@ class RemoteBroker:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
 
+    def connection_up(self) -> bool:
+        """Whether the channel's connection to the broker is up (READY) now; an idle channel
+        is asked to connect, so that a later look finds out."""
+        channel = self._channel
+        return channel is not None and (
+            channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY
+        )
+
     def release_waiters(self) -> None:
         """Answer every held long poll now (empty) and hold no new ones: shutdown is coming.
         The broker gives back whatever a cancelled pop had taken when its invisible time
