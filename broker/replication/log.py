@@ -121,8 +121,10 @@ class ReplicationLog:
         self._bytes = 0
         self.written_bytes = 0
         """Bytes of encoded batches since this leadership began (metrics)."""
-        # Followers waiting for the log to grow.
+        # Followers waiting for the log to grow (or, once closing, for the last wait to end).
         self._grown = asyncio.Event()
+        self.closing = False
+        """Set by `close_streams`: the followers' streams end once nothing is owed to them."""
         self.isr: set[str] = set(isr)
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
@@ -236,6 +238,24 @@ class ReplicationLog:
             else:
                 keep.append(wait)
         self._waits = keep
+        if self.closing and not keep:
+            self._wake()  # the last write owed to the followers is done: streams may end
+
+    def close_streams(self) -> None:
+        """The replica is stopping and its server takes no new call: each follower's
+        stream ends once it has sent every batch and no write waits for the followers
+        (`streams_may_end`), so that the writes in flight still complete, and the server's
+        stop does not wait its whole grace for streams that would never end."""
+        self.closing = True
+        self._wake()
+
+    def streams_may_end(self, next_lsn: int) -> bool:
+        """Whether a stream whose next batch is `next_lsn` may end now (`close_streams`)."""
+        return self.closing and next_lsn > self.lsn and not self._waits
+
+    def _wake(self) -> None:
+        self._grown.set()
+        self._grown = asyncio.Event()
 
     def fail_all(self, reason: str) -> None:
         """Leadership ended: every waiting batch fails, no follower stream goes on."""
@@ -302,8 +322,9 @@ class ReplicationLog:
         return tail
 
     async def wait_grown(self, beyond: int) -> None:
-        """Return once the log goes beyond `beyond` (or leadership ended)."""
-        while self.lsn <= beyond and self.failure is None:
+        """Return once the log goes beyond `beyond` (or leadership ended, or the streams
+        may end)."""
+        while self.lsn <= beyond and self.failure is None and not self.streams_may_end(beyond + 1):
             await self._grown.wait()
 
     def connected(self, name: str, acked: int) -> FollowerState:
