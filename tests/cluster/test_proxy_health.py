@@ -93,7 +93,8 @@ def test_health_is_not_serving_while_no_registered_broker_can_be_reached(
     config = ClusterConfig(etcd=etcd.endpoint, name=unique_cluster())
 
     async def scenario() -> None:
-        relay = FaultRelay()  # no target yet: it closes every connection (unreachable)
+        relay = FaultRelay()
+        relay.cut = True  # it closes every connection: b1 is unreachable
         proxy = ProxyServer(
             ServerConfig(
                 listen="127.0.0.1:0",
@@ -116,7 +117,8 @@ def test_health_is_not_serving_while_no_registered_broker_can_be_reached(
             )
             assert "b1" in (health.degradation or "")
             assert await asyncio.to_thread(_health, address) == NOT_SERVING
-            relay.target = ("127.0.0.1", broker.port)  # the path to b1 works again
+            relay.target = ("127.0.0.1", broker.port)
+            relay.cut = False  # the path to b1 works again
             await _until_health(address, SERVING)
             assert proxy.server.health.degradation is None
         finally:

@@ -242,6 +242,19 @@ class Cluster:
         assert process.running, f"{name} is not running"
         self._end(process, signal.SIGKILL)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP a broker or proxy: it holds its connections and answers nothing (nor
+        renews its lease) until `resume`."""
+        process = self._process(name)
+        assert process.running and process.process is not None, f"{name} is not running"
+        process.process.send_signal(signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a paused process."""
+        process = self._process(name)
+        assert process.process is not None, f"{name} was never started"
+        process.process.send_signal(signal.SIGCONT)
+
     def terminate(self, name: str, timeout_s: float = 30.0) -> int:
         """SIGTERM (a clean stop: deregisters, closes the store); returns the exit code."""
         process = self._process(name)

@@ -1,8 +1,12 @@
 """A TCP relay in front of a broker that injects the faults a send's retry must survive.
 
 `FaultRelay()` listens on 127.0.0.1:0 and forwards each connection to `target` (set once the
-broker behind it has a port; a broker registers the relay's address with `[cluster]
-advertise`, so proxies dial the relay). Faults, armed from any thread:
+broker behind it has a port: a connection that comes before waits for it; a broker registers
+the relay's address with `[cluster] advertise`, so proxies dial the relay). Faults, armed from
+any thread:
+
+- `cut = True`: every connection is closed as soon as it is accepted (the broker is
+  unreachable), until `cut` is False again;
 
 - `drop_next_answer(min_bytes)`: the next chunk of at least `min_bytes` from the client (a
   send request, not a ping) is forwarded, then nothing more reaches the client on that
@@ -32,6 +36,7 @@ class FaultRelay:
         self._drop_min_bytes: int | None = None
         self._hold_s = 0.5
         self._paused_until = 0.0
+        self.cut = False
         self.dropped = 0
         """Answers dropped so far."""
 
@@ -67,7 +72,11 @@ class FaultRelay:
         assert handler is not None
         self._handlers.add(handler)
         handler.add_done_callback(self._handlers.discard)
-        if self.target is None:
+        for _ in range(200):  # a connection before the broker has a port waits (10 s)
+            if self.target is not None or self.cut:
+                break
+            await asyncio.sleep(0.05)
+        if self.cut or self.target is None:
             writer.close()
             return
         try:
