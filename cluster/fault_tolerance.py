@@ -95,9 +95,11 @@ class FaultSnapshot:
     failures: int
     """Failed sends recorded."""
     retries: int
-    """Sends tried again on another broker (one per extra attempt)."""
+    """Extra attempts of sends: on another broker, or on the same one after a try whose
+    outcome is unknown (one per extra attempt)."""
     exhausted: int
-    """Sends that failed on every broker they were tried on (the client saw the error)."""
+    """Sends that failed on every broker they were tried on, or whose outcome stayed unknown
+    (the client saw the error)."""
     fallback_picks: int
     """Picks made while every candidate broker was isolated (the soonest back was used)."""
     fifo_refusals: int
@@ -247,7 +249,7 @@ class FaultTable:
             self._isolations += 1
 
     def record_retry(self) -> None:
-        """Count one extra attempt of a send on another broker (SendRouter calls it)."""
+        """Count one extra attempt of a send (SendRouter calls it)."""
         self._retries += 1
 
     def record_exhausted(self) -> None:
