@@ -658,9 +658,9 @@ def _outcome_unknown(
     topic: str, broker: str, attempts: int, last: BaseException
 ) -> OutcomeUnknownError:
     return OutcomeUnknownError(
-        f"a send to topic {topic!r} may or may not be stored on broker {broker!r}: it did not "
-        f"answer {attempts} tries ({last or type(last).__name__}); the send was not tried on "
-        f"another broker, which would store a second copy if {broker!r} has one; retry with "
-        "the same message ids (this proxy sends the repeat to the same broker, whose dedup "
-        "window answers it)"
+        f"a send to topic {topic!r} may or may not be stored on broker {broker!r}: no try "
+        f"there was answered ({attempts} tries in all; the last: "
+        f"{str(last) or type(last).__name__}); the send was not tried on another broker, "
+        f"which would store a second copy if {broker!r} has one; retry with the same message "
+        "ids (this proxy sends the repeat to the same broker, whose dedup window answers it)"
     )

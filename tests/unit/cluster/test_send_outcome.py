@@ -167,6 +167,7 @@ def test_an_unknown_outcome_never_moves_and_fails_retriably_after_the_retry_time
     assert 3.0 <= clock.now - began < 5.0
     assert caught.value.retriable and caught.value.code == "UNAVAILABLE"
     assert f"may or may not be stored on broker {home!r}" in str(caught.value)
+    assert "the last: broker paused" in str(caught.value)
     assert router.in_doubt_counts[1] == 1
     # A broker's own refusal after the unknown try does not move it either.
     brokers.always[home] = UnavailableError("refuses writes: its registration was lost")
