@@ -129,6 +129,7 @@ class _Broker:
     available_at: float = -math.inf
     isolations: int = 0
     failures: int = 0
+    unknown_outcomes: int = 0
 
 
 def fifo_queue_index(message_group: str, queue_count: int) -> int:
@@ -252,6 +253,13 @@ class FaultTable:
         """Count one extra attempt of a send (SendRouter calls it)."""
         self._retries += 1
 
+    def record_unknown_outcome(self, broker: str) -> None:
+        """Count one try of a send on `broker` whose outcome is unknown (SendRouter)."""
+        state = self._brokers.get(broker)
+        if state is None:
+            state = self._brokers[broker] = _Broker()
+        state.unknown_outcomes += 1
+
     def record_exhausted(self) -> None:
         """Count one send that failed on every broker it was tried on."""
         self._exhausted += 1
@@ -293,6 +301,7 @@ class FaultTable:
                     isolated_for_s=max(0.0, state.available_at - now),
                     isolations=state.isolations,
                     failures=state.failures,
+                    unknown_outcomes=state.unknown_outcomes,
                 )
                 for name, state in sorted(self._brokers.items())
             ),
@@ -567,6 +576,7 @@ class SendRouter:
                         in_doubt = True
                         doubt_until = clock() + config.in_doubt_retry_s
                     self._in_doubt += 1
+                    self.table.record_unknown_outcome(queue.broker)
                     if not known_down(error):
                         if clock() >= doubt_until:
                             self._in_doubt_failed += 1

@@ -48,8 +48,11 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
         except PopMQError as exc:
             peer = context.peer()
             log.debug("%s from %s failed: %s %s", handler.__name__, peer, exc.code, exc)
-            trailer = (OUTCOME_UNKNOWN_TRAILER,) if isinstance(exc, OutcomeUnknownError) else ()
-            await context.abort(status_code(exc), str(exc), trailing_metadata=trailer)
+            if isinstance(exc, OutcomeUnknownError):
+                await context.abort(
+                    status_code(exc), str(exc), trailing_metadata=(OUTCOME_UNKNOWN_TRAILER,)
+                )
+            await context.abort(status_code(exc), str(exc))
             raise  # abort raises; this line is never reached
         except grpc.aio.AbortError:
             raise

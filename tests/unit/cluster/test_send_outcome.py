@@ -150,6 +150,8 @@ def test_a_send_stored_but_unanswered_is_retried_on_its_broker_and_stored_once()
     assert brokers.calls == [home, home, home]
     assert brokers.stored == {home: 1}
     assert router.in_doubt_counts == (2, 0, 0)
+    (state,) = [b for b in router.table.snapshot().brokers if b.broker == home]
+    assert state.unknown_outcomes == 2  # exported per broker (popmq_broker_send_unknown_...)
 
 
 def test_an_unknown_outcome_never_moves_and_fails_retriably_after_the_retry_time() -> None:
