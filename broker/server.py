@@ -144,6 +144,12 @@ class BrokerServer:
         host, _ = split_listen(self.config.listen)
         return f"{host}:{self.port}"
 
+    @property
+    def advertised(self) -> str:
+        """The address it registers, which proxies dial: `[cluster] advertise`, else the
+        listen address with the bound port."""
+        return self.config.cluster.advertise or self.address
+
     async def start(self) -> int:
         """Open the store, listen, register and sync the catalog (cluster mode), turn
         SERVING; returns the bound port."""
@@ -294,7 +300,7 @@ class BrokerServer:
         while True:
             try:
                 self.session = await self._coordinator.register(
-                    "broker", name, {"addr": self.address}, ttl_s=cluster.session_ttl_s
+                    "broker", name, {"addr": self.advertised}, ttl_s=cluster.session_ttl_s
                 )
                 break
             except MemberExistsError as exc:

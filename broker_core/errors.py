@@ -106,6 +106,13 @@ class UnavailableError(PopMQError):
     retriable = True
 
 
+class OutcomeUnknownError(UnavailableError):
+    """A write failed after it may have been applied (a WAL sync failed, a shard's leader lost
+    its followers or its leadership while the write was replicated): it may or may not be
+    stored. A send that gets it is retried on the same broker, whose dedup window answers a
+    copy that was stored after all; sent elsewhere it could be stored twice."""
+
+
 class NotEnoughReplicasError(UnavailableError):
     """A replicated shard refuses sends: fewer followers are in sync than
     replication.min_insync (broker/replication/log.py). Retriable on another shard at once;

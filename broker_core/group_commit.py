@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from popmq.broker_core.errors import PopMQError, UnavailableError
+from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.stats import BATCH_JOBS_BUCKETS, WRITE_SECONDS_BUCKETS, Histogram
@@ -230,7 +230,7 @@ class GroupCommitWriter:
             # still get an answer and later writes still flush.
             if not isinstance(exc, PopMQError):
                 log.error("WAL sync failed unexpectedly", exc_info=exc)
-                exc = UnavailableError(f"the store could not sync ({exc!r}); retry later")
+                exc = OutcomeUnknownError(f"the store could not sync ({exc!r}); retry later")
             self._sync_failed(jobs, exc)
         if self._pending:
             self._schedule(asyncio.get_running_loop())

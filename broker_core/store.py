@@ -29,7 +29,12 @@ from typing import Any, Protocol
 import rocksdict
 
 from popmq.broker_core import data_dir
-from popmq.broker_core.errors import PopMQError, StoreFullError, UnavailableError
+from popmq.broker_core.errors import (
+    OutcomeUnknownError,
+    PopMQError,
+    StoreFullError,
+    UnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -486,8 +491,12 @@ class Store:
                 f"the disk holding the store is full ({text}); {outcome}, "
                 "writes resume when space is freed"
             )
-        else:
+        elif what == "write":
             error = UnavailableError(f"the store could not {what} ({text}); {outcome}, retry later")
+        else:
+            error = OutcomeUnknownError(
+                f"the store could not {what} ({text}); {outcome}, retry later"
+            )
         self._failure = error
         self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
         return error

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 
 from popmq.broker_core import UnavailableError
@@ -49,6 +50,8 @@ class BrokerPool:
         # Closes of remotes that left, held so they run to the end.
         self._closing: set[asyncio.Task[None]] = set()
         self._draining = False
+        # name -> when its connection was last seen up (or first looked at), by `unreachable`.
+        self._up_at: dict[str, float] = {}
 
     def names(self) -> list[str]:
         return sorted(self._remotes)
@@ -63,6 +66,21 @@ class BrokerPool:
                 "retry once it is back"
             )
         return found[1]
+
+    def unreachable(self, after_s: float) -> list[str]:
+        """The live brokers whose connection has not been up for `after_s`, as seen by the
+        calls of this method (each asks idle channels to connect): a caller polls it."""
+        now = time.monotonic()
+        up_at = self._up_at
+        down: list[str] = []
+        for name, (_, remote) in self._remotes.items():
+            if remote.connection_up():
+                up_at[name] = now
+            elif now - up_at.setdefault(name, now) >= after_s:
+                down.append(name)
+        for name in [n for n in up_at if n not in self._remotes]:
+            del up_at[name]
+        return sorted(down)
 
     async def sync(self, live: Mapping[str, Entry]) -> None:
         """Open connections to brokers that joined (or moved), close those of brokers that
@@ -87,6 +105,7 @@ class BrokerPool:
             if self._draining:
                 remote.release_waiters()
             self._remotes[name] = (addr, remote)
+            self._up_at.pop(name, None)  # a new connection: looked at afresh
             log.info("broker %s is live at %s", name, addr)
             if current is not None:
                 self._close_later(current[1])

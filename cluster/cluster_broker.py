@@ -12,9 +12,11 @@ routes every operation to the brokers (docs/cluster.md):
   (topology.py);
 - admin writes change etcd first, with compare-and-set, and then push the change to the
   live brokers (each broker also follows etcd, broker/catalog_sync.py, to catch up after a loss);
-- sends pick a broker and queue with latency fault tolerance and retry a broker failure on
-  another broker inside the proxy (cluster/fault_tolerance.py); a FIFO message group keeps its
-  queue;
+- sends pick a broker and queue with latency fault tolerance and retry a broker failure
+  inside the proxy (cluster/fault_tolerance.py): on another broker when the failed try
+  provably was not stored, else on the same broker, whose dedup window makes the retry
+  harmless; a client's repeat of a send goes where the first went (cluster/in_doubt.py); a
+  FIFO message group keeps its queue;
 - pops spread over the brokers holding the topic, with one long poll (cluster_pop.py);
 - acks, changes of invisible time, nacks, dead letters and recalls go to the broker named
   in the handle (handles name their broker), so any proxy takes any handle;
@@ -62,7 +64,6 @@ from popmq.broker_core import (
     TransactionInfo,
     UnavailableError,
     check_name,
-    now_ms,
 )
 from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
@@ -72,7 +73,8 @@ from popmq.cluster.broker_numbering import number_joining_brokers
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
 from popmq.cluster.cluster_pop import ClusterPop, PopRequest
-from popmq.cluster.fault_tolerance import FaultTable, SendRouter
+from popmq.cluster.cluster_send import ClusterSend
+from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.topology import Topology, issuer, topic_info
@@ -81,7 +83,7 @@ from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
 from popmq.coordination.metadata import follow
-from popmq.coordination.routes import QueueRef, RouteAdmin, RouteCache, RoutesConfig, TopicRoute
+from popmq.coordination.routes import RouteAdmin, RouteCache, RoutesConfig, TopicRoute
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 
@@ -136,7 +138,14 @@ class ClusterBroker:
         )
         self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.faults = FaultTable(faults)
-        self._sender = SendRouter(self.faults)
+        self.sends = ClusterSend(
+            self.topology,
+            self.routes,
+            self.pool,
+            self.faults,
+            max_delay_s=info.max_delay_s,
+            topic_for_send=self._topic_for_send,
+        )
         self._pop = ClusterPop(self.topology, self.pool)
         self.followers = FollowerReads(
             coordinator, call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer
@@ -472,36 +481,13 @@ class ClusterBroker:
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """Store messages; each topic's batch goes to one broker, which spreads it over its
-        queues (retried on another broker after a broker failure); each FIFO message group's
-        to its group's queue."""
-        return await self._route_sends(messages, lambda remote, batch: remote.send(batch))
-
-    async def _route_sends(
-        self,
-        messages: Sequence[NewMessage],
-        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
-    ) -> list[SendResult]:
-        """`send`'s routing, storing each broker's batch with `store` (a send or a half
-        send)."""
-        # The core's checks of a send (validation.check_send, which the brokers apply
-        # again to their parts), here first because the send is split: refused whole, with
-        # the indexes of this send, before any part of it is stored.
-        rules.check_send(messages, now_ms(), self._info.max_delay_s)
-        batches: dict[tuple[str, str], list[int]] = {}
-        for index, message in enumerate(messages):
-            batches.setdefault((message.topic, message.message_group), []).append(index)
-        for topic, _ in batches:
-            await self._topic_for_send(topic)
-        results: list[SendResult | None] = [None] * len(messages)
-
-        async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
-            batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(topic, group, batch, store)
-            for index, result in zip(indexes, stored, strict=True):
-                results[index] = result
-
-        await _all([send_batch(topic, group, idx) for (topic, group), idx in batches.items()])
-        return [r for r in results if r is not None]
+        queues (retried after a broker failure: on another broker when it provably was not
+        stored, else on the same one); each FIFO message group's to its group's queue. A
+        repeat of a send this proxy remembers goes to the broker the first went to
+        (cluster_send.py)."""
+        return await self.sends.route(
+            messages, lambda remote, batch: remote.send(batch), idempotent=True
+        )
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
@@ -515,35 +501,6 @@ class ClusterBroker:
         await self._after_route_change(route)
         return route
 
-    async def _send_batch(
-        self,
-        topic: str,
-        group: str,
-        batch: list[NewMessage],
-        store: Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]],
-    ) -> list[SendResult]:
-        route = self.topology.route(topic)
-
-        async def to_queue(queue: QueueRef) -> list[SendResult]:
-            placed = [_with_queue(m, queue.queue_id) for m in batch]
-            return await _sent(queue.broker, store(self.pool.get(queue.broker), placed))
-
-        async def to_broker(queue: QueueRef) -> list[SendResult]:
-            # The broker spreads the batch over its queues of the topic, as one process
-            # spreads a batch over all of them.
-            return await _sent(queue.broker, store(self.pool.get(queue.broker), batch))
-
-        if group:
-            routed = await self._sender.send_fifo(
-                topic, group, route.queues, to_queue, live=self.routes.live_brokers
-            )
-        else:
-            routed = await self._sender.send(topic, self.topology.writable(topic), to_broker)
-        broker = routed.queue.broker
-        for result in routed.result:
-            result.queue_id = self.topology.global_id(topic, broker, result.queue_id)
-        return routed.result
-
     # -- transactions: a half message lives on one broker, named by its transaction id -----
 
     async def send_half(
@@ -555,11 +512,12 @@ class ClusterBroker:
     ) -> list[SendResult]:
         """Store half messages as `send` stores messages; each transaction id names the
         broker (shard) that holds it, so any proxy can end it (unlike RocketMQ, #9431)."""
-        return await self._route_sends(
+        return await self.sends.route(
             messages,
             lambda remote, batch: remote.send_half(
                 batch, producer_group=producer_group, check_first_s=check_first_s
             ),
+            idempotent=False,
         )
 
     async def end_transaction(
@@ -911,18 +869,6 @@ class ClusterBroker:
         await _all([one(broker) for broker in brokers])
 
 
-async def _sent(broker: str, send: Awaitable[list[SendResult]]) -> list[SendResult]:
-    """A send to a broker that does not know a topic its route gives it (its catalog sync is
-    behind, or it missed the topic's creation) is that broker's failure, retried elsewhere,
-    not the client's NOT_FOUND: the route says the topic exists."""
-    try:
-        return await send
-    except NotFoundError as error:
-        raise UnavailableError(
-            f"broker {broker!r} does not hold the topic yet ({error}); retry"
-        ) from error
-
-
 async def _visible(wait: Awaitable[None]) -> None:
     """Wait until this proxy's cache shows a write it made; a retriable error if it does not
     within WRITE_TIMEOUT_S (the write is in etcd: a retry finds it done or conflicting)."""
@@ -937,12 +883,6 @@ async def _visible(wait: Awaitable[None]) -> None:
 
 _PENDING = UnavailableError("no answer yet")
 """Placeholder of a result not answered yet (every one is replaced before returning)."""
-
-
-def _with_queue(message: NewMessage, queue_id: int) -> NewMessage:
-    if message.queue_id == queue_id:
-        return message
-    return dataclasses.replace(message, queue_id=queue_id)
 
 
 def _pulled_as(pulled: PulledMessages, queue_id: int) -> PulledMessages:

@@ -14,7 +14,9 @@ The pieces:
   the FIFO rule (a message group keeps its queue; if that queue's broker is out, the send
   fails retriably rather than moving the group).
 - `SendRouter`: the attempts loop around an async send-to-broker function given by the
-  caller: pick, send, record, retry on another broker for broker failures only.
+  caller: pick, send, record, retry broker failures only: on another broker when the failed
+  try provably was not stored, else on the same broker (send_outcome.py), so that a retry
+  never stores a second copy.
 
 Pure logic: no I/O, no tasks, no locks. Time comes from an injectable monotonic clock
 (seconds, `time.monotonic` by default) so tests are exact. Everything runs on the proxy's
@@ -28,6 +30,7 @@ docs/fault-tolerance.md.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import zlib
@@ -40,9 +43,11 @@ from popmq.broker_core import (
     InvalidArgumentError,
     NotEnoughReplicasError,
     NotLeaderError,
+    OutcomeUnknownError,
     PopMQError,
     UnavailableError,
 )
+from popmq.cluster.send_outcome import known_down, may_be_stored
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.routes import QueueRef
 from popmq.proxy.status import BrokerFaultState
@@ -65,8 +70,9 @@ Clock = Callable[[], float]
 RETRY_ON_ANOTHER_BROKER: frozenset[str] = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
 )
-"""Error codes that say "this broker, now" rather than "this request": the send is retried on
-another broker and the broker is charged a failure. UNAVAILABLE: the broker is down,
+"""Error codes that say "this broker, now" rather than "this request": the send is retried
+(on another broker, or on the same one when it may have been stored there) and the broker is
+charged a failure. UNAVAILABLE: the broker is down,
 unreachable or shutting down. DEADLINE_EXCEEDED: it did not answer in time. RESOURCE_EXHAUSTED:
 its disk is full or it sheds load; another broker may well have room. Anything else
 (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, INTERNAL, ...) is about the request or a
@@ -89,9 +95,11 @@ class FaultSnapshot:
     failures: int
     """Failed sends recorded."""
     retries: int
-    """Sends tried again on another broker (one per extra attempt)."""
+    """Extra attempts of sends: on another broker, or on the same one after a try whose
+    outcome is unknown (one per extra attempt)."""
     exhausted: int
-    """Sends that failed on every broker they were tried on (the client saw the error)."""
+    """Sends that failed on every broker they were tried on, or whose outcome stayed unknown
+    (the client saw the error)."""
     fallback_picks: int
     """Picks made while every candidate broker was isolated (the soonest back was used)."""
     fifo_refusals: int
@@ -121,6 +129,7 @@ class _Broker:
     available_at: float = -math.inf
     isolations: int = 0
     failures: int = 0
+    unknown_outcomes: int = 0
 
 
 def fifo_queue_index(message_group: str, queue_count: int) -> int:
@@ -241,8 +250,15 @@ class FaultTable:
             self._isolations += 1
 
     def record_retry(self) -> None:
-        """Count one extra attempt of a send on another broker (SendRouter calls it)."""
+        """Count one extra attempt of a send (SendRouter calls it)."""
         self._retries += 1
+
+    def record_unknown_outcome(self, broker: str) -> None:
+        """Count one try of a send on `broker` whose outcome is unknown (SendRouter)."""
+        state = self._brokers.get(broker)
+        if state is None:
+            state = self._brokers[broker] = _Broker()
+        state.unknown_outcomes += 1
 
     def record_exhausted(self) -> None:
         """Count one send that failed on every broker it was tried on."""
@@ -285,6 +301,7 @@ class FaultTable:
                     isolated_for_s=max(0.0, state.available_at - now),
                     isolations=state.isolations,
                     failures=state.failures,
+                    unknown_outcomes=state.unknown_outcomes,
                 )
                 for name, state in sorted(self._brokers.items())
             ),
@@ -455,23 +472,49 @@ class Routed(Generic[T]):
 SendTo = Callable[[QueueRef], Awaitable[T]]
 """The caller's send of one request to one queue of one broker."""
 
+Sleep = Callable[[float], Awaitable[object]]
+"""asyncio.sleep, or a fake one that moves a fake clock in tests."""
+
+_IN_DOUBT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+"""Pause before each repeat of a send with an unknown outcome on its broker (the last one
+again after that): quick first, for a connection that dropped and reconnects at once."""
+
 
 class SendRouter:
-    """The attempts loop of a send: pick a queue, send, record, retry elsewhere on a broker
-    failure. It has no I/O of its own; the cluster proxy gives it the send function.
+    """The attempts loop of a send: pick a queue, send, record, retry a broker failure. It
+    has no I/O of its own; the cluster proxy gives it the send function.
 
-    A send is tried on at most `max_attempts` distinct brokers. RocketMQ's client, with two
-    brokers and three attempts, comes back to the first on the third try; popmq does not:
-    that broker failed moments ago and is isolated, and the client's own retry, after its
-    backoff, is the better second chance.
+    Where a retry goes depends on whether the failed try may have been stored
+    (send_outcome.py). One the broker provably did not store (it refused before writing, or
+    the request never left) goes to another broker at once: a send is tried on at most
+    `max_attempts` distinct brokers. RocketMQ's client, with two brokers and three attempts,
+    comes back to the first on the third try; popmq does not: that broker failed moments ago
+    and is isolated, and the client's own retry, after its backoff, is the better chance.
 
-    Duplicates: a send that failed with DEADLINE_EXCEEDED (or UNAVAILABLE after the request
-    left) may have been stored after all; its retry on another broker then stores it twice.
-    Delivery is at-least-once, as in RocketMQ; note that a dedup id is checked per broker.
+    One that may have been stored (a timeout, a connection dropped mid-call) stays on its
+    broker, for an idempotent send (one whose repeat the broker's dedup window answers): it
+    is tried there again, with a short backoff, for up to `in_doubt_retry_s`, and then fails
+    with a retriable OutcomeUnknownError naming the broker; the stored copy, if any, is the
+    only one. Sent to another broker it would be stored twice, since dedup is per broker.
+    The one exception: a broker whose address refuses connections is known down (no process
+    listens there), and the send moves on, so that a killed broker costs the clients no
+    error; the copy it may have written before dying is then a second one if it restarts
+    (docs/cluster.md states the guarantee and this exception). Half messages are not
+    idempotent (dedup ids are not looked up for them): they move on after any broker failure.
     """
 
-    def __init__(self, table: FaultTable) -> None:
+    def __init__(self, table: FaultTable, *, sleep: Sleep = asyncio.sleep) -> None:
         self.table = table
+        self._sleep = sleep
+        self._in_doubt = 0
+        self._in_doubt_failed = 0
+        self._moved_off_dead = 0
+
+    @property
+    def in_doubt_counts(self) -> tuple[int, int, int]:
+        """(tries whose outcome was unknown, sends failed with an unknown outcome, sends with
+        an unknown outcome moved off a broker known down), since start."""
+        return (self._in_doubt, self._in_doubt_failed, self._moved_off_dead)
 
     async def send(
         self,
@@ -480,35 +523,77 @@ class SendRouter:
         send: SendTo[T],
         *,
         deadline: float | None = None,
+        pinned: str | None = None,
+        idempotent: bool = True,
     ) -> Routed[T]:
-        """Send a non-FIFO request of `topic`, retrying broker failures on other brokers.
+        """Send a non-FIFO request of `topic`, retrying broker failures (class docstring).
 
         Args:
             topic: The topic sent to.
             queues: Its writable queues on live brokers (broker -> local queue ids).
             send: Sends the request to the given queue; raises a PopMQError on failure.
-            deadline: On the table's clock: no new attempt starts after it.
+            deadline: On the table's clock: no new broker is tried after it.
+            pinned: A broker an earlier send of these messages went to and may have stored
+                them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
+                whether or not the broker has writable queues now.
+            idempotent: A repeat on one broker is deduplicated there (False for half
+                messages: every broker failure then moves the send on).
 
         Raises:
             UnavailableError: no broker holds a writable queue of the topic.
+            OutcomeUnknownError: the send may have been stored on a broker that did not
+                answer within in_doubt_retry_s (retriable: the repeat belongs there).
             PopMQError: the last broker failure when every attempt failed, or at once any
                 error that is not a broker failure (see is_broker_failure).
         """
-        queue = self.table.pick(topic, queues)
+        queue: QueueRef | None
+        if pinned is not None:
+            ids = queues.get(pinned)
+            queue = QueueRef(pinned, min(ids) if ids else 0)
+        else:
+            queue = self.table.pick(topic, queues)
         if queue is None:
             raise UnavailableError(
                 f"topic {topic!r} has no writable queue on a live broker; retry when a broker"
                 " holding it is back"
             )
+        clock = self.table.clock
+        config = self.table.config
+        in_doubt = idempotent and pinned is not None
+        doubt_until = clock() + config.in_doubt_retry_s
+        repeats = 0
         tried: list[str] = []
-        for attempt in range(1, self.table.config.max_attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 result = await self._attempt(queue, send)
             except (PopMQError, TimeoutError) as error:
                 if not is_broker_failure(error):
                     raise
+                if idempotent and (in_doubt or may_be_stored(error)):
+                    if not in_doubt:
+                        in_doubt = True
+                        doubt_until = clock() + config.in_doubt_retry_s
+                    self._in_doubt += 1
+                    self.table.record_unknown_outcome(queue.broker)
+                    if not known_down(error):
+                        if clock() >= doubt_until:
+                            self._in_doubt_failed += 1
+                            self.table.record_exhausted()
+                            raise _outcome_unknown(topic, queue.broker, attempt, error) from error
+                        await self._sleep(
+                            _IN_DOUBT_BACKOFF_S[min(repeats, len(_IN_DOUBT_BACKOFF_S) - 1)]
+                        )
+                        repeats += 1
+                        self.table.record_retry()
+                        continue
+                    # Nothing listens at the broker's address: it stores nothing more, so
+                    # the send moves on (the class docstring says what that costs).
+                    self._moved_off_dead += 1
+                    in_doubt = False
                 tried.append(queue.broker)
-                next_queue = self._next(topic, queues, tried, attempt, deadline)
+                next_queue = self._next(topic, queues, tried, len(tried), deadline)
                 if next_queue is None:
                     self.table.record_exhausted()
                     raise
@@ -516,7 +601,6 @@ class SendRouter:
                 self.table.record_retry()
                 continue
             return Routed(result=result, queue=queue, attempts=attempt)
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def send_fifo(
         self,
@@ -578,3 +662,15 @@ class SendRouter:
         if deadline is not None and self.table.clock() >= deadline:
             return None
         return self.table.pick(topic, queues, avoid=tried)
+
+
+def _outcome_unknown(
+    topic: str, broker: str, attempts: int, last: BaseException
+) -> OutcomeUnknownError:
+    return OutcomeUnknownError(
+        f"a send to topic {topic!r} may or may not be stored on broker {broker!r}: no try "
+        f"there was answered ({attempts} tries in all; the last: "
+        f"{str(last) or type(last).__name__}); the send was not tried on another broker, "
+        f"which would store a second copy if {broker!r} has one; retry with the same message "
+        "ids (this proxy sends the repeat to the same broker, whose dedup window answers it)"
+    )

@@ -2,7 +2,8 @@
 
 It is a PopMQServer (popmq.v1 Messaging and Admin, apache.rocketmq.v2, health, reflection,
 metrics) whose broker is a ClusterBroker routing to the brokers that etcd lists. Startup:
-listen (health NOT_SERVING), start the route and group caches from etcd, turn SERVING,
+listen (health NOT_SERVING), wait for etcd to answer (logging `waiting for etcd at ...`
+once, retrying every ETCD_RETRY_S), start the route and group caches from etcd, turn SERVING,
 register as a proxy member (`proxies/<name>`, under a lease) and print `listening on
 HOST:PORT`. SIGTERM or SIGINT: NOT_SERVING, held long polls answered, in-flight calls given
 `server.shutdown_grace_s`, the registration revoked.
@@ -20,8 +21,8 @@ import logging
 from popmq.broker_core import InvalidArgumentError, ServerInfo
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.status import ClusterStatus
-from popmq.coordination.coordinator import Session
-from popmq.coordination.errors import CoordinationError
+from popmq.coordination.coordinator import Session, member_path
+from popmq.coordination.errors import CoordinationError, CoordinationUnavailableError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
@@ -29,6 +30,8 @@ from popmq.runtime.process import (
     print_plaintext_listener,
     run_process,
     split_listen,
+    stop_signal,
+    unless_stopped,
     wait_for_stop_signal,
 )
 from popmq.security.authn import cluster_signer
@@ -38,6 +41,18 @@ log = logging.getLogger(__name__)
 
 NO_BROKER = "no broker is registered in etcd: sends and receives through this proxy fail"
 """Why a proxy's health is NOT_SERVING while no broker is registered."""
+NO_BROKER_REACHABLE = (
+    "no registered broker can be reached (their connections have been down for {after_s:g}s"
+    " or more: {brokers}): sends and receives through this proxy fail"
+)
+"""Why a proxy's health is NOT_SERVING while brokers are registered but none is reachable."""
+UNREACHABLE_AFTER_S = 3.0
+"""A registered broker whose connection has not been up for this long counts as unreachable:
+longer than a restarted broker takes to be connected again (gRPC retries within 1 s)."""
+ETCD_RETRY_S = 1.0
+"""How often a proxy started while etcd does not answer asks it again."""
+_HEALTH_POLL_S = 1.0
+"""How often the brokers' connections are looked at, besides every change of the members."""
 
 
 def proxy_info(config: ServerConfig) -> ServerInfo:
@@ -103,7 +118,8 @@ class ProxyServer:
         )
         self.session: Session | None = None
         self.port = 0
-        # Turns health NOT_SERVING while no broker is registered (held so it runs).
+        # Turns health NOT_SERVING while no broker is registered or reachable (held so it
+        # runs).
         self._brokers_watch: asyncio.Task[None] | None = None
 
     @property
@@ -120,8 +136,11 @@ class ProxyServer:
         return self.config.cluster.proxy_name or self.advertised
 
     async def start(self) -> int:
-        """Listen, follow etcd, turn SERVING, register; returns the bound port."""
+        """Listen (health NOT_SERVING), wait for etcd to answer, follow it, turn SERVING,
+        register; returns the bound port."""
         try:
+            await self.server.listen()
+            await self._wait_for_etcd()
             self.port = await self.server.start()
         except CoordinationError as exc:
             await self.stop()
@@ -150,21 +169,60 @@ class ProxyServer:
         )
         return self.port
 
+    async def _wait_for_etcd(self) -> None:
+        """Return once etcd answers a read, asking every ETCD_RETRY_S meanwhile: a proxy
+        started while etcd is down waits for it (listening, health NOT_SERVING) instead of
+        exiting, as `popmq broker` does. It has no view of the cluster to serve from until
+        then: every route, group and member comes from etcd."""
+        waited = False
+        while True:
+            try:
+                await self.coordinator.get(member_path("proxy", self.name))
+            except CoordinationUnavailableError as exc:
+                if not waited:
+                    log.warning(
+                        "waiting for etcd at %s: it does not answer (%s); retrying every %gs "
+                        "(SIGTERM stops the proxy)",
+                        self.config.cluster.etcd,
+                        exc,
+                        ETCD_RETRY_S,
+                    )
+                    waited = True
+                await asyncio.sleep(ETCD_RETRY_S)
+            else:
+                if waited:
+                    log.info("etcd at %s answers: starting", self.config.cluster.etcd)
+                return
+
     async def _follow_brokers(self) -> None:
-        """Health NOT_SERVING while no broker is registered (every request would fail:
-        a load balancer should send clients to a proxy that can serve them), SERVING again
-        when one is. Through an etcd outage the cached members stand, so it stays SERVING."""
+        """Health NOT_SERVING while no broker is registered, or while none of those
+        registered can be reached (every request would fail: a load balancer should send
+        clients to a proxy that can serve them), SERVING again when one is back. Through an
+        etcd outage the cached members stand, so a proxy that still reaches its brokers
+        stays SERVING."""
         routes = self.broker.routes
+        pool = self.broker.pool
         health = self.server.health
         while True:
-            if routes.live_brokers:
+            reason: str | None = None
+            if not routes.live_brokers:
+                reason = NO_BROKER
+            else:
+                down = pool.unreachable(UNREACHABLE_AFTER_S)
+                if down and set(down) >= set(routes.live_brokers):
+                    reason = NO_BROKER_REACHABLE.format(
+                        after_s=UNREACHABLE_AFTER_S, brokers=", ".join(down)
+                    )
+            if reason is None:
                 if health.degradation is not None:
-                    log.info("health SERVING again: a broker is registered")
+                    log.info("health SERVING again: a broker is registered and reachable")
                 await health.restored()
-            elif health.degradation is None:
-                log.warning("health turns NOT_SERVING: %s", NO_BROKER)
-                await health.degraded(NO_BROKER)
-            await routes.wait_changed()
+            elif health.degradation != reason:
+                log.warning("health turns NOT_SERVING: %s", reason)
+                await health.degraded(reason)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_HEALTH_POLL_S):
+                    await routes.wait_changed()
 
     async def stop(self) -> None:
         """NOT_SERVING, drain, deregister, close the caches and etcd."""
@@ -182,9 +240,13 @@ class ProxyServer:
 
 
 async def serve_proxy(config: ServerConfig) -> None:
-    """Run until SIGTERM or SIGINT."""
+    """Run until SIGTERM or SIGINT (one during the start, while it waits for etcd, stops
+    it cleanly too)."""
     proxy = ProxyServer(config)
-    await proxy.start()
+    stop = stop_signal()
+    if not await unless_stopped(proxy.start(), stop):
+        log.info("stopped before it started")
+        return
     host, _ = split_listen(config.listen)
     print(f"listening on {host}:{proxy.port}", flush=True)
     print_plaintext_listener(config, proxy.server.plaintext_port)
@@ -194,7 +256,7 @@ async def serve_proxy(config: ServerConfig) -> None:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{proxy.server.metrics_port}/metrics")
     tls = proxy.server.tls
-    await wait_for_stop_signal(hangup=tls.reload_soon if tls else None)
+    await wait_for_stop_signal(hangup=tls.reload_soon if tls else None, stop=stop)
     log.info("shutting down")
     await proxy.stop()
     log.info("stopped")
@@ -202,5 +264,6 @@ async def serve_proxy(config: ServerConfig) -> None:
 
 def run_proxy(config: ServerConfig) -> int:
     """Blocking entry point of `popmq proxy`; returns the process exit code (2 for a bad
-    listen address, no etcd, or an etcd that does not answer)."""
+    listen address, no etcd given, or a name another live proxy holds; an etcd that does
+    not answer is waited for)."""
     return run_process(serve_proxy, config)

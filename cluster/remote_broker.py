@@ -73,6 +73,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 
@@ -208,6 +209,14 @@ class RemoteBroker:
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
+
+    def connection_up(self) -> bool:
+        """Whether the channel's connection to the broker is up (READY) now; an idle channel
+        is asked to connect, so that a later look finds out."""
+        channel = self._channel
+        return channel is not None and (
+            channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY
+        )
 
     def release_waiters(self) -> None:
         """Answer every held long poll now (empty) and hold no new ones: shutdown is coming.
@@ -708,9 +717,10 @@ class RemoteBroker:
             if self._channel is None and task is not None and not task.cancelling():
                 # close() ended the call (the broker left the cluster, or a shard's leader
                 # moved): the client's request is retriable elsewhere, not cancelled.
-                raise UnavailableError(
+                raise BrokerUnansweredError(
                     f"broker {self._shown} left the cluster while the call was in flight "
-                    "(its connection was closed); retry"
+                    "(its connection was closed); retry",
+                    request_sent=True,
                 ) from None
             raise
 
@@ -744,8 +754,12 @@ class RemoteBroker:
                 return w.error_from_detail(pb.ErrorDetail.FromString(value))
         code = exc.code()
         if code in _UNREACHABLE:
-            return UnavailableError(
-                f"broker {self._shown} is unavailable ({code.name}: {exc.details()}); retry later"
+            details = exc.details()
+            details = details if isinstance(details, str) else ""
+            return BrokerUnansweredError.from_status(
+                f"broker {self._shown} is unavailable ({code.name}: {details}); retry later",
+                code=code.name,
+                details=details,
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             # Not the client's UnauthenticatedError: its own credentials were fine.

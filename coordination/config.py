@@ -37,7 +37,9 @@ class ClusterConfig:
     address. Two live proxies cannot share a name."""
     advertise: str = ""
     """`popmq proxy`: the HOST:PORT clients reach this proxy at, registered in etcd and
-    given to RocketMQ clients in routes; empty: the listen address (with the real port)."""
+    given to RocketMQ clients in routes. `popmq broker` (standalone): the HOST:PORT proxies
+    reach it at, registered in etcd (a broker behind NAT, or listening on 0.0.0.0). Empty:
+    the listen address (with the real port)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:
@@ -139,6 +141,19 @@ class FaultToleranceConfig:
     max_attempts: int = 3
     """Tries of one send, each on a different broker (RocketMQ: retryTimesWhenSendFailed 2,
     + 1). 1 = no retry inside the proxy. A FIFO send is tried once (its queue is fixed)."""
+    in_doubt_retry_s: float = 5.0
+    """How long a send whose outcome is unknown (its broker timed out, or dropped the
+    connection after the request went out) is tried again on that same broker, whose dedup
+    window answers a copy stored after all, before the client is told the outcome is
+    unknown (a retriable UNAVAILABLE). It never goes to another broker, where it could be
+    stored a second time, unless its broker is known down (its address refuses connections).
+    0: told at once."""
+    in_doubt_keep_s: float = 300.0
+    """How long a proxy remembers the broker of a send that was slow (over 1 s) or whose
+    outcome is unknown, so that the client's repeat of it goes to the same broker: the
+    brokers' dedup window (messages.dedup_window_s, 300 s)."""
+    in_doubt_max_sends: int = 100_000
+    """Messages whose broker a proxy remembers at most (the oldest are forgotten first)."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
@@ -170,6 +185,14 @@ class FaultToleranceConfig:
                 f"failure_latency_s {self.failure_latency_s} must be a finite number > 0"
                 " (to stop isolating brokers, set enabled = false)"
             )
+        if not (math.isfinite(self.in_doubt_retry_s) and self.in_doubt_retry_s >= 0):
+            raise ValueError(
+                f"in_doubt_retry_s {self.in_doubt_retry_s} must be a finite number >= 0"
+            )
+        if not (math.isfinite(self.in_doubt_keep_s) and self.in_doubt_keep_s > 0):
+            raise ValueError(f"in_doubt_keep_s {self.in_doubt_keep_s} must be a finite number > 0")
+        if self.in_doubt_max_sends < 1:
+            raise ValueError(f"in_doubt_max_sends {self.in_doubt_max_sends} must be at least 1")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
         if self.max_tracked_topics < 1:

@@ -14,6 +14,7 @@ from popmq.broker_core import (
     MAX_REQUEST_BYTES,
     MAX_SMALL_REQUEST_BYTES,
     InvalidArgumentError,
+    OutcomeUnknownError,
     PopMQError,
 )
 
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 
 INTERNAL_MESSAGE = "internal error; see the server log"
 """What a client is told of a bug; the details go to the server log."""
+OUTCOME_UNKNOWN_TRAILER = ("popmq-outcome", "unknown")
+"""Trailing metadata of a call that failed with an OutcomeUnknownError: the request may have
+been applied, and its repeat belongs on this server, which knows where it went (a cluster
+proxy sends a repeated send to the broker the first went to). The SDK keeps such a call's
+repeat on this endpoint rather than moving to the next one (sdk/_channel.py)."""
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -42,6 +48,10 @@ def rpc(handler: Handler[_Request, _Response]) -> Handler[_Request, _Response]:
         except PopMQError as exc:
             peer = context.peer()
             log.debug("%s from %s failed: %s %s", handler.__name__, peer, exc.code, exc)
+            if isinstance(exc, OutcomeUnknownError):
+                await context.abort(
+                    status_code(exc), str(exc), trailing_metadata=(OUTCOME_UNKNOWN_TRAILER,)
+                )
             await context.abort(status_code(exc), str(exc))
             raise  # abort raises; this line is never reached
         except grpc.aio.AbortError:

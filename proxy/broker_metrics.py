@@ -76,6 +76,12 @@ class ClusterBrokersCollector(LoopCollector):
         isolations = CounterMetricFamily(
             "popmq_broker_isolations", "Times this proxy isolated the broker", labels=labels
         )
+        unknown = CounterMetricFamily(
+            "popmq_broker_send_unknown_outcomes",
+            "Tries of sends on the broker whose outcome this proxy did not learn (each tried"
+            " again on the same broker)",
+            labels=labels,
+        )
         epoch = GaugeMetricFamily(
             "popmq_broker_epoch",
             "The broker's registration epoch: it changes when the broker registers again "
@@ -136,6 +142,7 @@ class ClusterBrokersCollector(LoopCollector):
             isolated.add_metric(name, faults.isolated_for_s if faults is not None else 0.0)
             failures.add_metric(name, faults.failures if faults is not None else 0)
             isolations.add_metric(name, faults.isolations if faults is not None else 0)
+            unknown.add_metric(name, faults.unknown_outcomes if faults is not None else 0)
         yield from (up, live, epoch, store, free, sent, popped, acked, held)
-        yield from (isolated, failures, isolations)
+        yield from (isolated, failures, isolations, unknown)
         yield from (in_sync, lag_batches, lag_bytes, lag_seconds, terms)

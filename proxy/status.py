@@ -33,6 +33,9 @@ class BrokerFaultState:
     """Times it went from available to isolated since it was first seen."""
     failures: int
     """Failed sends recorded on it since it was first seen."""
+    unknown_outcomes: int = 0
+    """Tries of sends on it whose outcome this proxy did not learn (a timeout, a connection
+    dropped mid-call), each tried again on it rather than elsewhere, since it was first seen."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

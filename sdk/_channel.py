@@ -18,7 +18,9 @@ client talks to one proxy at a time, the current endpoint, and moves on when it 
   (each is tried at most once per request; gRPC paces reconnects to a dead one, 0.1 s
   growing to 2 s).
 - A call that fails ``UNAVAILABLE`` (the proxy went away mid-call, or a live proxy refused
-  it for now) or ``DEADLINE_EXCEEDED`` moves the client to the next endpoint; the endpoint
+  it for now) or ``DEADLINE_EXCEEDED`` moves the client to the next endpoint, unless the
+  proxy marked its answer ``popmq-outcome: unknown`` (a send that may have been stored: its
+  repeat must reach the proxy that knows which broker has it, so the client stays); the endpoint
   rests unless it answered the refusal itself on a working connection. Whether the request
   is repeated is the caller's choice (``Connection.call(retry=...)``), because it may have
   been applied: reads, receives, acks, nacks, invisible-time changes, offset commits,
@@ -123,6 +125,10 @@ _ALLOWED = (
 )
 _OUTAGE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Statuses that move a client to the next endpoint; every other one is the request's."""
+_OUTCOME_UNKNOWN = ("popmq-outcome", "unknown")
+"""Trailing metadata of a proxy's answer that a request may have been applied and that its
+repeat belongs there (a send whose broker did not answer: the proxy sends its repeat to that
+broker, whose dedup window answers it). The server's side is grpc_calls/errors.py."""
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 """A call every popmq server answers; made only to learn why a channel did not connect."""
 
@@ -543,7 +549,11 @@ class Connection:
             )
         except grpc.aio.AioRpcError as exc:
             details = exc.details()
-            self.failed(endpoint, exc.code(), details if isinstance(details, str) else "")
+            if _OUTCOME_UNKNOWN in [tuple(pair) for pair in exc.trailing_metadata() or ()]:
+                # The proxy answered, and the repeat must come back to it: stay.
+                endpoint.last_error = details if isinstance(details, str) else ""
+            else:
+                self.failed(endpoint, exc.code(), details if isinstance(details, str) else "")
             raise error_from_rpc_error(exc) from exc
         self.answered(endpoint)
         return response

@@ -16,12 +16,15 @@ than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` 
 that fail with a retriable error (a broken stream's among them) are retried
 (``RetryPolicy``: 3 attempts, 10 ms -> 1 s x2), oneway sends never. A producer given several
 endpoints sends to one proxy at a time; after a proxy fails, the retry goes to the next one
-(``popmq.sdk._channel``). A send the lost proxy stored after all is stored again only if the
-next proxy routes it to another broker: the dedup window is per broker. The sync ``Producer``
-builds requests on the caller's thread (zlib releases the GIL), and bounds its unfinished
-``send_async`` and ``send_oneway`` calls by count and bytes, blocking the caller when the
-window is full, as RocketMQ's async back-pressure does. Closing a producer waits
-for the sends it has accepted.
+(``popmq.sdk._channel``). A repeat reaches the broker the first attempt may have been stored
+on, whose dedup window answers it: a cluster proxy retries such a send on that broker only and
+routes a repeat it remembers there; on a stream, a timed-out or refused send's repeat goes to
+the same proxy, and so does a unary send's that the proxy answered as of unknown outcome
+(docs/cluster.md, "A retried send is stored once", has the exceptions). The
+sync ``Producer`` builds requests on the caller's thread (zlib releases the GIL), and bounds
+its unfinished ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the
+caller when the window is full, as RocketMQ's async back-pressure does. Closing a producer
+waits for the sends it has accepted.
 
 Transactions (``popmq.sdk.transactions``): ``transaction()`` / ``begin_transaction()`` send
 half messages, committed or rolled back together; a producer given a ``transaction_checker``

@@ -31,7 +31,12 @@ from typing import Any
 
 from popmq.broker.replication import oplog
 from popmq.broker_core.api import FollowerReplication, ReplicationSnapshot
-from popmq.broker_core.errors import NotEnoughReplicasError, PopMQError, UnavailableError
+from popmq.broker_core.errors import (
+    NotEnoughReplicasError,
+    OutcomeUnknownError,
+    PopMQError,
+    UnavailableError,
+)
 from popmq.broker_core.store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -116,8 +121,10 @@ class ReplicationLog:
         self._bytes = 0
         self.written_bytes = 0
         """Bytes of encoded batches since this leadership began (metrics)."""
-        # Followers waiting for the log to grow.
+        # Followers waiting for the log to grow (or, once closing, for the last wait to end).
         self._grown = asyncio.Event()
+        self.closing = False
+        """Set by `close_streams`: the followers' streams end once nothing is owed to them."""
         self.isr: set[str] = set(isr)
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
@@ -191,7 +198,7 @@ class ReplicationLog:
         return future
 
     def _too_few(self, lsn: int) -> PopMQError:
-        return NotEnoughReplicasError(
+        return OutcomeUnknownError(
             f"shard {self.shard!r} lost in-sync followers while batch {lsn} was replicated "
             f"({len(self.isr)} left, replication.min_insync = {self.min_insync}): it may or "
             "may not be stored; retry (a retried send is deduplicated)"
@@ -208,7 +215,7 @@ class ReplicationLog:
                 continue
             if reason is not None:
                 wait.future.set_exception(
-                    UnavailableError(
+                    OutcomeUnknownError(
                         f"shard {self.shard!r}: this replica lost its leadership ({reason}) "
                         f"before batch {wait.lsn} was replicated; it may or may not be "
                         "stored, retry (a retried send is deduplicated)"
@@ -231,6 +238,24 @@ class ReplicationLog:
             else:
                 keep.append(wait)
         self._waits = keep
+        if self.closing and not keep:
+            self._wake()  # the last write owed to the followers is done: streams may end
+
+    def close_streams(self) -> None:
+        """The replica is stopping and its server takes no new call: each follower's
+        stream ends once it has sent every batch and no write waits for the followers
+        (`streams_may_end`), so that the writes in flight still complete, and the server's
+        stop does not wait its whole grace for streams that would never end."""
+        self.closing = True
+        self._wake()
+
+    def streams_may_end(self, next_lsn: int) -> bool:
+        """Whether a stream whose next batch is `next_lsn` may end now (`close_streams`)."""
+        return self.closing and next_lsn > self.lsn and not self._waits
+
+    def _wake(self) -> None:
+        self._grown.set()
+        self._grown = asyncio.Event()
 
     def fail_all(self, reason: str) -> None:
         """Leadership ended: every waiting batch fails, no follower stream goes on."""
@@ -238,7 +263,12 @@ class ReplicationLog:
         self._settle()
         for wait in self._waits:
             if not wait.future.done():
-                wait.future.set_exception(UnavailableError(reason))
+                wait.future.set_exception(
+                    OutcomeUnknownError(
+                        f"{reason}; a write still waiting for its followers may or may not "
+                        "be stored, retry (a retried send is deduplicated)"
+                    )
+                )
         self._waits = []
         self._grown.set()
         for task in self._tasks:
@@ -292,8 +322,9 @@ class ReplicationLog:
         return tail
 
     async def wait_grown(self, beyond: int) -> None:
-        """Return once the log goes beyond `beyond` (or leadership ended)."""
-        while self.lsn <= beyond and self.failure is None:
+        """Return once the log goes beyond `beyond` (or leadership ended, or the streams
+        may end)."""
+        while self.lsn <= beyond and self.failure is None and not self.streams_may_end(beyond + 1):
             await self._grown.wait()
 
     def connected(self, name: str, acked: int) -> FollowerState:

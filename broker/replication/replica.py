@@ -442,7 +442,13 @@ class ReplicaServer:
             self.broker.release_waiters()
         if self._server is not None:
             server, self._server = self._server, None
-            await server.stop(self.config.shutdown_grace_s)
+            stopping = asyncio.ensure_future(server.stop(self.config.shutdown_grace_s))
+            await asyncio.sleep(0)  # the server takes no new call from here
+            if self.log is not None:
+                # The followers' streams never end by themselves: without this, a leader's
+                # stop would always wait the whole grace for them.
+                self.log.close_streams()
+            await stopping
         if self._roles is not None:
             self._roles.cancel()
             with contextlib.suppress(BaseException):

@@ -178,7 +178,7 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
     ) -> AsyncIterator[pb.FollowResponse]:
         next_lsn = start
         while not reader.done():
-            if log_.failure is not None:
+            if log_.failure is not None or log_.streams_may_end(next_lsn):
                 return
             entries = log_.entries_from(next_lsn)
             if entries is None:

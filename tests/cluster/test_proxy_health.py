@@ -1,5 +1,6 @@
 """A proxy's grpc.health.v1 status follows whether it has a broker to route to: NOT_SERVING
-while no broker is registered, SERVING again once one is."""
+while no broker is registered, or while none of those registered can be reached, SERVING
+again once one is."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from popmq.coordination.config import ClusterConfig
 from popmq.runtime.config import ServerConfig
 from tests.cluster.conftest import unique_cluster
 from tests.support.etcd import EtcdServer
+from tests.support.fault_relay import FaultRelay
 from tests.support.waiting import until
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -37,12 +39,12 @@ async def _until_health(address: str, status: int) -> None:
     await until(turned, f"health to turn {status}", 20.0)
 
 
-def _broker(tmp_path: Path, config: ClusterConfig) -> BrokerServer:
+def _broker(tmp_path: Path, config: ClusterConfig, *, advertise: str = "") -> BrokerServer:
     return BrokerServer(
         ServerConfig(
             listen="127.0.0.1:0",
             shutdown_grace_s=1.0,
-            cluster=config,
+            cluster=ClusterConfig(etcd=config.etcd, name=config.name, advertise=advertise),
             broker=BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=tmp_path / "b1")),
         )
     )
@@ -81,5 +83,47 @@ def test_health_is_not_serving_while_no_broker_is_registered(
             if broker is not None:
                 await broker.stop()
             await proxy.stop()
+
+    asyncio.run(scenario())
+
+
+def test_health_is_not_serving_while_no_registered_broker_can_be_reached(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    config = ClusterConfig(etcd=etcd.endpoint, name=unique_cluster())
+
+    async def scenario() -> None:
+        relay = FaultRelay()
+        relay.cut = True  # it closes every connection: b1 is unreachable
+        proxy = ProxyServer(
+            ServerConfig(
+                listen="127.0.0.1:0",
+                shutdown_grace_s=1.0,
+                cluster=ClusterConfig(etcd=config.etcd, name=config.name, proxy_name="pa"),
+            )
+        )
+        broker = _broker(tmp_path, config, advertise=await relay.start())
+        await proxy.start()
+        try:
+            address = f"127.0.0.1:{proxy.port}"
+            await broker.start()  # registered, at the relay's address
+            health = proxy.server.health
+            await until(
+                lambda: (health.degradation or "").startswith(
+                    "no registered broker can be reached"
+                ),
+                "the proxy to find b1 unreachable",
+                20.0,
+            )
+            assert "b1" in (health.degradation or "")
+            assert await asyncio.to_thread(_health, address) == NOT_SERVING
+            relay.target = ("127.0.0.1", broker.port)
+            relay.cut = False  # the path to b1 works again
+            await _until_health(address, SERVING)
+            assert proxy.server.health.degradation is None
+        finally:
+            await broker.stop()
+            await proxy.stop()
+            await relay.close()
 
     asyncio.run(scenario())

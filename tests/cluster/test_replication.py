@@ -331,3 +331,33 @@ def test_a_follower_whose_leader_died_stops_on_sigterm(shard: ReplicaCluster) ->
     assert code == 0, shard.logs()
     assert time.monotonic() - began < 15.0
     assert shard.leader("s1") in (None, leader)  # it never took over
+
+
+def test_a_stopping_leader_does_not_wait_its_grace_for_the_followers_streams(
+    tmp_path: Path,
+) -> None:
+    # The followers' streams never end by themselves: a leader's SIGTERM used to wait the
+    # whole server.shutdown_grace_s for them (30 s here). Now they end once nothing is owed.
+    cluster = ReplicaCluster(
+        tmp_path / "cluster",
+        shards=1,
+        replicas=2,
+        proxies=1,
+        session_ttl_s=TTL_S,
+        broker_args=("--set", "server.shutdown_grace_s=30"),
+    )
+    cluster.start()
+    try:
+        cluster.wait_in_sync("s1", 1)
+        asyncio.run(_topic(cluster, "graceful", "g"))
+        ids = [f"g{i:03d}" for i in range(20)]
+        asyncio.run(_send(cluster.endpoint("p1"), "graceful", ids))
+        leader = cluster.leader("s1")
+        assert leader is not None
+        began = time.monotonic()
+        assert cluster.terminate(leader, timeout_s=60.0) == 0, cluster.logs()
+        took = time.monotonic() - began
+        assert took < 20.0, f"the leader took {took:.1f}s to stop (grace 30 s)"
+        print(f"the leader stopped in {took:.1f}s")
+    finally:
+        cluster.stop()

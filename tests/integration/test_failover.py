@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
+import grpc.aio
 import pytest
 
 from popmq import (
@@ -33,6 +35,7 @@ from popmq import (
     SimpleConsumer,
     UnavailableError,
 )
+from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.config import BrokerConfig
 from popmq.cli import main as cli_main
 from tests.support.server_process import ServerProcess
@@ -331,3 +334,63 @@ def test_cli_takes_a_list_in_endpoint_and_in_popmq_endpoint(
     monkeypatch.setenv("POPMQ_ENDPOINT", f"{dead},{_closed_port()}")
     assert cli_main.main(["topic", "list"]) == 1
     assert "no popmq proxy could be reached" in capsys.readouterr().err
+
+
+class _UnavailableOnce(messaging_pb2_grpc.MessagingServiceServicer):
+    """A proxy stand-in whose first send fails UNAVAILABLE (marked as of unknown outcome, or
+    not), and whose next ones are stored; it records the message ids it was sent."""
+
+    def __init__(self, *, outcome_unknown: bool) -> None:
+        self.outcome_unknown = outcome_unknown
+        self.calls: list[str] = []
+
+    async def SendMessages(
+        self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.SendMessagesResponse:
+        message = request.messages[0]
+        self.calls.append(message.message_id)
+        if len(self.calls) == 1:
+            trailer = (("popmq-outcome", "unknown"),) if self.outcome_unknown else ()
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "may or may not be stored", trailing_metadata=trailer
+            )
+        return messaging_pb2.SendMessagesResponse(
+            results=[
+                messaging_pb2.SendResult(
+                    message_id=message.message_id, topic=message.topic, queue_id=0, offset=0
+                )
+            ]
+        )
+
+
+@pytest.mark.parametrize("outcome_unknown", [True, False], ids=["outcome-unknown", "refused"])
+def test_a_send_whose_outcome_the_proxy_does_not_know_is_repeated_on_that_proxy(
+    outcome_unknown: bool,
+) -> None:
+    """The proxy knows which broker may hold the first copy, so the repeat (same message id)
+    goes back to it; a plain UNAVAILABLE moves the producer on, as before."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        servicers = [_UnavailableOnce(outcome_unknown=outcome_unknown) for _ in range(2)]
+        servers = []
+        endpoints = []
+        for servicer in servicers:
+            server = grpc.aio.server()
+            messaging_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+            endpoints.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+            await server.start()
+            servers.append(server)
+        try:
+            async with AsyncProducer(endpoints, multiplex=False) as producer:
+                receipt = await producer.send("orders", b"once")
+            assert receipt.message_id == servicers[0].calls[0]
+        finally:
+            for server in servers:
+                await server.stop(None)
+        return servicers[0].calls, servicers[1].calls
+
+    first, second = asyncio.run(scenario())
+    if outcome_unknown:
+        assert len(first) == 2 and first[0] == first[1] and second == []
+    else:  # moved on to the second (which fails its first too, so back to the first)
+        assert second == [first[0]]

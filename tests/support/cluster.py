@@ -248,15 +248,16 @@ class Cluster:
         self._end(process, signal.SIGKILL)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP a broker or proxy: it hangs with its connections open."""
+        """SIGSTOP a broker or proxy: it holds its connections and answers nothing (nor
+        renews its lease) until `resume`."""
         process = self._process(name)
         assert process.running and process.process is not None, f"{name} is not running"
         process.process.send_signal(signal.SIGSTOP)
 
     def resume(self, name: str) -> None:
-        """SIGCONT after `pause`."""
+        """SIGCONT a paused process."""
         process = self._process(name)
-        assert process.process is not None, f"{name} is not running"
+        assert process.process is not None, f"{name} was never started"
         process.process.send_signal(signal.SIGCONT)
 
     def terminate(self, name: str, timeout_s: float = 30.0) -> int:

@@ -10,6 +10,7 @@ SDK, which runs its own loop thread, while the servers run here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -81,11 +82,13 @@ class InProcessCluster:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=timeout_s)
 
-    def add_broker(self, name: str) -> BrokerServer:
+    def add_broker(self, name: str, *, advertise: str = "") -> BrokerServer:
+        """Start broker `name`; it registers `advertise` (a relay in front of it, say) as
+        its address when given."""
         config = ServerConfig(
             listen="127.0.0.1:0",
             shutdown_grace_s=1.0,
-            cluster=self.config,
+            cluster=dataclasses.replace(self.config, advertise=advertise),
             broker=BrokerConfig(broker_name=name, store=StoreConfig(data_dir=self.root / name)),
             security=self._broker_security,
         )

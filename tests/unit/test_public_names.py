@@ -25,7 +25,7 @@ EXPECTED = {
         "MAX_SEND_MESSAGES", "MAX_SMALL_REQUEST_BYTES", "MAX_SUBSCRIPTIONS", "MAX_TAG_LENGTH",
         "MESSAGE_OVERHEAD_BYTES", "MessageRecord", "MessagesConfig", "MetricsSnapshot",
         "NAME_PATTERN", "NewMessage", "NotEnoughReplicasError", "NotFoundError", "NotLeaderError",
-        "PRIVATE_UMASK", "PULL_DEFAULT_MESSAGES",
+        "OutcomeUnknownError", "PRIVATE_UMASK", "PULL_DEFAULT_MESSAGES",
         "PULL_MAX_MESSAGES", "PermissionDeniedError", "PopArguments", "PopConfig", "PopMQError",
         "PoppedMessage", "PulledMessages", "QueueDetails", "QueueLag", "QueueStats",
         "ReceiptHandleExpiredError", "ReceiptHandleLostError", "ReceiptHandleSupersededError",

@@ -14,7 +14,7 @@ import pytest
 
 from popmq.broker.replication import oplog
 from popmq.broker.replication.log import NotEnoughReplicasError, ReplicationLog
-from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
 from popmq.broker_core.store import Store
 
 
@@ -154,7 +154,7 @@ def test_a_send_fails_when_the_isr_shrinks_below_min_insync_while_it_waits(
         assert waiting is not None
         h.log.disconnected(r2, "killed")
         await asyncio.sleep(0.01)
-        assert isinstance(waiting.exception(), NotEnoughReplicasError)
+        assert isinstance(waiting.exception(), OutcomeUnknownError)
         assert "may or may not be stored" in str(waiting.exception())
         h.store.close()
 
@@ -262,3 +262,33 @@ def test_the_epoch_history_tells_where_a_returning_replica_diverged() -> None:
     assert oplog.decode(oplog.encode(ops)) == ops
     with pytest.raises(ValueError, match="corrupt"):
         oplog.decode(b"\x09" + oplog.encode(ops)[1:])
+
+
+def test_a_closing_leaders_streams_end_once_no_write_waits_for_the_followers(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", isr=("r2",))
+        r2 = h.log.connected("r2", 0)
+        batch = h.store.batch()
+        batch.put("messages", b"k", b"v")
+        batch.quorum = True
+        h.store.write(batch, sync=True)
+        waiting = h.log.barrier(batch, True)
+        assert waiting is not None
+        # A stream that sent everything waits for the log to grow, however long.
+        grown = asyncio.ensure_future(h.log.wait_grown(batch.lsn))
+        await asyncio.sleep(0.01)
+        assert not grown.done() and not h.log.streams_may_end(batch.lsn + 1)
+        h.log.close_streams()
+        await asyncio.sleep(0.01)
+        # Closing: the write in flight still needs r2's ack, so the stream goes on...
+        assert not grown.done() and not h.log.streams_may_end(batch.lsn + 1)
+        assert not h.log.streams_may_end(batch.lsn)  # ...and one behind sends the rest first
+        h.log.acked(r2, batch.lsn)
+        await asyncio.wait_for(grown, 5)  # ...until it is acknowledged: then it may end
+        assert waiting.done() and waiting.exception() is None
+        assert h.log.streams_may_end(batch.lsn + 1)
+        h.store.close()
+
+    asyncio.run(scenario())

@@ -73,7 +73,12 @@ UNREACHABLE = BrokerStatus(
     topics=2,
     queues=16,
     faults=BrokerFaultState(
-        broker="b2", latency_s=30.0, isolated_for_s=12.5, isolations=1, failures=4
+        broker="b2",
+        latency_s=30.0,
+        isolated_for_s=12.5,
+        isolations=1,
+        failures=4,
+        unknown_outcomes=2,
     ),
 )
 DOWN = BrokerStatus(
@@ -293,6 +298,8 @@ def test_per_broker_series_are_one_per_broker_and_absent_when_not_measured() -> 
     assert value("popmq_broker_isolated_seconds", "b2") == 12.5
     assert value("popmq_broker_send_failures_total", "b2") == 4
     assert value("popmq_broker_isolations_total", "b2") == 1
+    assert value("popmq_broker_send_unknown_outcomes_total", "b2") == 2
+    assert value("popmq_broker_send_unknown_outcomes_total", "b1") == 0
     assert value("popmq_broker_isolated_seconds", "b1") == 0
     families = {
         metric.name: {tuple(s.labels.items()) for s in metric.samples}

@@ -440,21 +440,42 @@ def test_a_broker_failure_is_retried_on_another_broker(clock: FakeClock) -> None
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("error", "moved"),
     [
-        UnavailableError("down"),
-        StoreFullError("disk full"),
-        TimeoutError(),
-        type("DeadlineError", (PopMQError,), {"code": "DEADLINE_EXCEEDED"})("slow"),
+        (UnavailableError("down"), True),
+        (StoreFullError("disk full"), True),
+        (TimeoutError(), False),
+        (type("DeadlineError", (PopMQError,), {"code": "DEADLINE_EXCEEDED"})("slow"), False),
     ],
     ids=["unavailable", "resource-exhausted", "timeout", "deadline-exceeded"],
 )
-def test_broker_failures_are_retried(clock: FakeClock, error: BaseException) -> None:
+def test_broker_failures_are_retried(clock: FakeClock, error: BaseException, moved: bool) -> None:
+    """A refusal on another broker; a timeout, which may have been stored, on the same one
+    (tests/unit/cluster/test_send_outcome.py has the rest)."""
     assert is_broker_failure(error)
-    brokers = FakeBrokers(clock)
-    brokers.errors = {"a": error, "b": error}
-    routed = run_send(SendRouter(table_on(clock)), brokers)
-    assert routed.queue.broker == "c"
+    table = table_on(clock)
+    first = table.pick("t", THREE)
+    assert first is not None
+    table.forget_topic("t")
+    failing = FakeBrokers(clock)
+    failing.errors = {first.broker: error}
+
+    async def scenario() -> Routed[str]:
+        router = SendRouter(table, sleep=lambda _: asyncio.sleep(0))
+        attempt = 0
+
+        async def send(queue: QueueRef) -> str:
+            nonlocal attempt
+            attempt += 1
+            if attempt > 1:
+                failing.errors.clear()  # the first try alone fails
+            return await failing.send(queue)
+
+        return await router.send("t", THREE, send)
+
+    routed = asyncio.run(scenario())
+    assert routed.attempts == 2
+    assert (routed.queue.broker != first.broker) is moved
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,199 @@
+"""`ClusterSend`: a cluster proxy's send path, from a client's batch to the brokers that store it.
+
+- the send is checked whole first (validation.check_send), since it is split: refused with
+  the indexes of this send before any part of it is stored;
+- messages without an id get one here, so that every retry of the send, on the broker or
+  from the client, carries the same ids and meets the broker's dedup window;
+- the batch is split by (topic, message group): a FIFO group's part goes to its group's
+  queue, any other part to one broker picked by the fault table, which spreads it over its
+  queues of the topic (fault_tolerance.SendRouter);
+- a broker failure is retried on another broker when the try provably was not stored, else
+  on the same broker (send_outcome.py); the broker of each try is noted (in_doubt.py) so
+  that a client's repeat of a send goes where the first went;
+- each broker's local queue ids are turned into the route's global ones.
+
+Runs on the proxy's event loop; the state (rotation, memory) changes between awaits only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+
+from popmq.broker_core import NewMessage, NotFoundError, SendResult, UnavailableError, now_ms
+from popmq.broker_core import validation as rules
+from popmq.broker_core.message_id import MessageIdGenerator
+from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.fault_tolerance import FaultTable, SendRouter
+from popmq.cluster.in_doubt import InDoubtSends, Key, send_keys
+from popmq.cluster.remote_broker import RemoteBroker
+from popmq.cluster.send_outcome import may_be_stored
+from popmq.cluster.topology import Topology
+from popmq.coordination.routes import QueueRef, RouteCache, TopicRoute
+
+__all__ = ["ClusterSend", "Store"]
+
+Store = Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]]
+"""How a batch is stored on one broker: a send, or a half send."""
+
+
+class ClusterSend:
+    """The send path of a cluster proxy (module docstring).
+
+    Args:
+        topology: Routes and global queue ids.
+        routes: The route cache (its live brokers, for FIFO groups).
+        pool: Connections to the brokers.
+        faults: The proxy's fault table (its clock and config too).
+        max_delay_s: The longest delivery delay a send may ask for (the proxy's limit).
+        topic_for_send: The topic's route, created first when auto-creation is on.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        routes: RouteCache,
+        pool: BrokerPool,
+        faults: FaultTable,
+        *,
+        max_delay_s: float,
+        topic_for_send: Callable[[str], Awaitable[TopicRoute]],
+    ) -> None:
+        self._topology = topology
+        self._routes = routes
+        self._pool = pool
+        self._max_delay_s = max_delay_s
+        self._topic_for_send = topic_for_send
+        self.router = SendRouter(faults)
+        self.in_doubt = InDoubtSends(
+            faults.clock,
+            keep_s=faults.config.in_doubt_keep_s,
+            max_entries=faults.config.in_doubt_max_sends,
+        )
+        self._clock = faults.clock
+        self._ids = MessageIdGenerator()
+
+    async def route(
+        self, messages: Sequence[NewMessage], store: Store, *, idempotent: bool
+    ) -> list[SendResult]:
+        """Store `messages` with `store` on the brokers, results in the messages' order.
+
+        `idempotent`: a repeat is answered by the broker's dedup window (a send; a half send
+        is not, and moves on after any broker failure, as before).
+        """
+        rules.check_send(messages, now_ms(), self._max_delay_s)
+        if idempotent and not all(m.message_id for m in messages):
+            # Numbered here, not by the broker, so that a retry of this send on its broker
+            # carries the same ids and its dedup window recognises a copy stored after all.
+            stamp = now_ms()
+            messages = [
+                m if m.message_id else dataclasses.replace(m, message_id=self._ids.next(stamp))
+                for m in messages
+            ]
+        batches: dict[tuple[str, str], list[int]] = {}
+        for index, message in enumerate(messages):
+            batches.setdefault((message.topic, message.message_group), []).append(index)
+        for topic, _ in batches:
+            await self._topic_for_send(topic)
+        results: list[SendResult | None] = [None] * len(messages)
+
+        async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
+            batch = [messages[i] for i in indexes]
+            stored = await self._send_batch(topic, group, batch, store, idempotent=idempotent)
+            for index, result in zip(indexes, stored, strict=True):
+                results[index] = result
+
+        outcomes = await asyncio.gather(
+            *(send_batch(topic, group, idx) for (topic, group), idx in batches.items()),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:  # every part finishes; the first error is raised
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [r for r in results if r is not None]
+
+    async def _send_batch(
+        self,
+        topic: str,
+        group: str,
+        batch: list[NewMessage],
+        store: Store,
+        *,
+        idempotent: bool,
+    ) -> list[SendResult]:
+        topology = self._topology
+        pool = self._pool
+
+        async def to_queue(queue: QueueRef) -> list[SendResult]:
+            placed = [_with_queue(m, queue.queue_id) for m in batch]
+            return await _sent(queue.broker, store(pool.get(queue.broker), placed))
+
+        async def to_broker(queue: QueueRef) -> list[SendResult]:
+            # The broker spreads the batch over its queues of the topic, as one process
+            # spreads a batch over all of them.
+            return await _sent(queue.broker, store(pool.get(queue.broker), batch))
+
+        if group:
+            route = topology.route(topic)
+            routed = await self.router.send_fifo(
+                topic, group, route.queues, to_queue, live=self._routes.live_brokers
+            )
+        elif idempotent:
+            keys = send_keys(batch)
+            routed = await self.router.send(
+                topic,
+                topology.writable(topic),
+                partial(self._remembered, keys, to_broker),
+                pinned=self.in_doubt.broker_of(keys),
+            )
+        else:
+            routed = await self.router.send(
+                topic, topology.writable(topic), to_broker, idempotent=False
+            )
+        broker = routed.queue.broker
+        for result in routed.result:
+            result.queue_id = topology.global_id(topic, broker, result.queue_id)
+        return routed.result
+
+    async def _remembered(
+        self,
+        keys: list[Key],
+        send: Callable[[QueueRef], Awaitable[list[SendResult]]],
+        queue: QueueRef,
+    ) -> list[SendResult]:
+        """One try of a send, its messages' broker noted in InDoubtSends while a repeat of
+        them may come (a client that gave up on it, or was told its outcome is unknown)."""
+        memory = self.in_doubt
+        memory.sending(keys, queue.broker)
+        started = self._clock()
+        try:
+            results = await send(queue)
+        except BaseException as error:
+            # A cancelled try (the client went away) may have reached the broker too.
+            if isinstance(error, asyncio.CancelledError) or may_be_stored(error):
+                memory.done(keys, queue.broker, took_s=self._clock() - started, stored=False)
+            else:
+                memory.refused(keys, queue.broker)
+            raise
+        memory.done(keys, queue.broker, took_s=self._clock() - started, stored=True)
+        return results
+
+
+async def _sent(broker: str, send: Awaitable[list[SendResult]]) -> list[SendResult]:
+    """A send to a broker that does not know a topic its route gives it (its catalog sync is
+    behind, or it missed the topic's creation) is that broker's failure, retried elsewhere,
+    not the client's NOT_FOUND: the route says the topic exists."""
+    try:
+        return await send
+    except NotFoundError as error:
+        raise UnavailableError(
+            f"broker {broker!r} does not hold the topic yet ({error}); retry"
+        ) from error
+
+
+def _with_queue(message: NewMessage, queue_id: int) -> NewMessage:
+    if message.queue_id == queue_id:
+        return message
+    return dataclasses.replace(message, queue_id=queue_id)

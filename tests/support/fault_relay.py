@@ -1,0 +1,126 @@
+"""A TCP relay in front of a broker that injects the faults a send's retry must survive.
+
+`FaultRelay()` listens on 127.0.0.1:0 and forwards each connection to `target` (set once the
+broker behind it has a port: a connection that comes before waits for it; a broker registers
+the relay's address with `[cluster] advertise`, so proxies dial the relay). Faults, armed from
+any thread:
+
+- `cut = True`: every connection is closed as soon as it is accepted (the broker is
+  unreachable), until `cut` is False again;
+
+- `drop_next_answer(min_bytes)`: the next chunk of at least `min_bytes` from the client (a
+  send request, not a ping) is forwarded, then nothing more reaches the client on that
+  connection, and after `hold_s` (time for the broker to store the send) the connection is
+  closed both ways: the broker stored the send, the proxy never hears of it.
+- `pause(seconds)`: everything the clients send is held for that long and then forwarded,
+  as to a broker stopped (SIGSTOP) and resumed: the calls made meanwhile time out on the
+  client's side, and the broker takes them all when it resumes.
+
+It runs in the event loop it is started on (an InProcessCluster's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+
+class FaultRelay:
+    def __init__(self) -> None:
+        self.target: tuple[str, int] | None = None
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        # Set from the test's thread, read on the loop: single attribute writes.
+        self._drop_min_bytes: int | None = None
+        self._hold_s = 0.5
+        self._paused_until = 0.0
+        self.cut = False
+        self.dropped = 0
+        """Answers dropped so far."""
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self.endpoint
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=5)
+        await self._server.wait_closed()
+
+    def drop_next_answer(self, min_bytes: int, hold_s: float = 0.5) -> None:
+        self._hold_s = hold_s
+        self._drop_min_bytes = min_bytes
+
+    def pause(self, seconds: float) -> None:
+        self._paused_until = time.monotonic() + seconds
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
+        for _ in range(200):  # a connection before the broker has a port waits (10 s)
+            if self.target is not None or self.cut:
+                break
+            await asyncio.sleep(0.05)
+        if self.cut or self.target is None:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+        cut = asyncio.Event()
+        await asyncio.gather(
+            self._upstream(reader, up_writer, cut),
+            self._downstream(up_reader, writer, cut),
+            return_exceptions=True,
+        )
+        for w in (writer, up_writer):
+            self._writers.discard(w)
+            w.close()
+
+    async def _upstream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: asyncio.Event
+    ) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                wait = self._paused_until - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                writer.write(data)
+                await writer.drain()
+                wanted = self._drop_min_bytes
+                if wanted is not None and len(data) >= wanted and not cut.is_set():
+                    self._drop_min_bytes = None
+                    cut.set()  # the answer to this request never reaches the client
+                    await asyncio.sleep(self._hold_s)
+                    self.dropped += 1
+                    break
+        writer.close()
+
+    async def _downstream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: asyncio.Event
+    ) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                if cut.is_set():
+                    continue
+                writer.write(data)
+                await writer.drain()
+        writer.close()
