@@ -645,7 +645,11 @@ def _summaries_again(meta: dict[str, Any]) -> dict[str, Any]:
     """The run's profiles summarized again from its raw stacks (so a change to the summary
     applies to the results already taken); a raw file older than the run is another run's."""
     profiles: dict[str, Any] = dict(meta.get("profiles") or {})
-    started = datetime.strptime(meta["date"], "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
+    try:
+        started = datetime.strptime(str(meta.get("date")), "%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return profiles  # not a run's own date: nothing tells which raw stacks are its
+    started = started.replace(tzinfo=UTC)
     for name in profiles:
         raw = RESULTS / f"profile-{name}.raw"
         if raw.exists() and raw.stat().st_mtime >= started.timestamp():
