@@ -529,6 +529,18 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> pb.GetLagReportResponse:
         return w.lag_report_to_pb(await self._broker.lag_report(request.group, request.topic))
 
+    @_rpc(writes=False)
+    async def InspectGroup(
+        self, request: pb.InspectGroupRequest, context: Any
+    ) -> pb.InspectGroupResponse:
+        found = await self._broker.inspect_group(
+            request.group,
+            request.topic,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return w.inspection_to_pb(found)
+
 
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
     """Register BrokerService on `server`."""

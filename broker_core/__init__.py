@@ -71,6 +71,15 @@ from popmq.broker_core.group_rules import (
 from popmq.broker_core.handles import (
     issuer_of,
 )
+from popmq.broker_core.inspection import (
+    MAX_BLOCKED_HEADS,
+    MAX_INFLIGHT_PAGE,
+    BlockedHead,
+    GroupInspection,
+    HeldPolls,
+    InflightMessage,
+    ReviveLag,
+)
 from popmq.broker_core.offsets import (
     PULL_DEFAULT_MESSAGES,
     PULL_MAX_MESSAGES,
@@ -141,6 +150,7 @@ from popmq.broker_core.validation import (
 __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py pins)
     "AlreadyExistsError",
     "AnswerBoundError",
+    "BlockedHead",
     "Broker",
     "BrokerAPI",
     "BrokerConfig",
@@ -153,9 +163,12 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "FollowerReplication",
     "GroupDefaults",
     "GroupInfo",
+    "GroupInspection",
     "GroupSettings",
     "GroupState",
+    "HeldPolls",
     "HistogramSnapshot",
+    "InflightMessage",
     "InternalError",
     "InvalidArgumentError",
     "InvalidReceiptHandleError",
@@ -163,9 +176,11 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "LagReport",
     "LongPollingConfig",
     "MAX_BACKOFF_ENTRIES",
+    "MAX_BLOCKED_HEADS",
     "MAX_BODY_BYTES",
     "MAX_EXPRESSION_LENGTH",
     "MAX_HANDLES",
+    "MAX_INFLIGHT_PAGE",
     "MAX_KEYS",
     "MAX_KEY_LENGTH",
     "MAX_MESSAGE_ID_LENGTH",
@@ -208,6 +223,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "ResetResult",
     "ResourceExhaustedError",
     "RetentionConfig",
+    "ReviveLag",
     "SendResult",
     "ServerInfo",
     "StoreConfig",

@@ -41,6 +41,7 @@ from popmq.broker_core import (
     ExponentialBackoff,
     FailedPreconditionError,
     GroupInfo,
+    GroupInspection,
     GroupSettings,
     InvalidArgumentError,
     LagReport,
@@ -884,6 +885,13 @@ class ClusterBroker:
 
     async def lag_report(self, group: str, topic: str = "") -> LagReport:
         return await self.admin.lag_report(group, topic)
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        return await self.admin.inspect_group(
+            group, topic, page_size=page_size, page_token=page_token
+        )
 
     # -- helpers ----------------------------------------------------------------------------
 

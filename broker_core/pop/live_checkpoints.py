@@ -125,6 +125,20 @@ class LiveCheckpoints:
             pending += len(ck.offsets)
         return due
 
+    def earliest_deadline(self) -> int | None:
+        """The earliest deadline of a live checkpoint on the revive timer, if any.
+
+        Stale entries on top (finished or re-armed checkpoints) are dropped on the way, as
+        `due` would drop them: amortized, each entry is dropped once."""
+        heap = self._revive_heap
+        while heap:
+            deadline, ck_id = heap[0]
+            ck = self._cks.get(ck_id)
+            if ck is not None and ck.deadline_ms == deadline and not ck.done:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
     async def wait_due(self, now: int) -> None:
         """Sleep until the earliest revive deadline (at most 1 s), or a sooner one is set."""
         timeout = 1.0

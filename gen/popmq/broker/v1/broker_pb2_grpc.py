@@ -258,6 +258,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.FromString,
                 _registered_method=True)
+        self.InspectGroup = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/InspectGroup',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -575,6 +580,13 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InspectGroup(self, request, context):
+        """InspectGroup reads a group's runtime view (popmq.broker_core.GroupInspection).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -792,6 +804,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetLagReport,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.SerializeToString,
+            ),
+            'InspectGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.InspectGroup,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1964,6 +1981,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/GetLagReport',
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InspectGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/InspectGroup',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
