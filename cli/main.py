@@ -694,6 +694,14 @@ def build_parser() -> argparse.ArgumentParser:
     describe = _client(groups.add_parser("describe", help="settings"), commands.group_describe)
     describe.add_argument("name")
     _client(groups.add_parser("list", help="list groups"), commands.group_list)
+    inspect = _client(
+        groups.add_parser("inspect", help="held polls, in flight, revive lag, FIFO heads"),
+        commands.group_inspect,
+    )
+    inspect.add_argument("name")
+    inspect.add_argument("--topic", default="", help="only this topic")
+    inspect.add_argument("--page-size", type=int, default=0, help="in-flight rows (1..1000)")
+    inspect.add_argument("--page-token", default="", help="the next page's token")
 
     lag = _client(commands_.add_parser("lag", help="how far a group is behind"), commands.lag)
     lag.add_argument("group")

@@ -46,6 +46,13 @@ from popmq.sdk.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from popmq.sdk.inspection import (
+    BlockedHead,
+    GroupInspection,
+    HeldPolls,
+    InflightMessage,
+    ReviveLag,
+)
 from popmq.sdk.leases import LeasePage, LeaseResult
 from popmq.sdk.producer import AsyncProducer, Producer
 from popmq.sdk.pull import (
@@ -82,6 +89,7 @@ __all__ = [
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
     "AsyncTransaction",
+    "BlockedHead",
     "BrokerStatus",
     "ClusterStatus",
     "ConsumeResult",
@@ -92,7 +100,10 @@ __all__ = [
     "ExponentialBackoff",
     "FailedPreconditionError",
     "Group",
+    "GroupInspection",
     "HalfMessage",
+    "HeldPolls",
+    "InflightMessage",
     "InvalidArgumentError",
     "LagReport",
     "LeasePage",
@@ -120,6 +131,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetryBackoff",
     "RetryPolicy",
+    "ReviveLag",
     "SendReceipt",
     "ServerError",
     "ServerInfo",

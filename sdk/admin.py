@@ -36,6 +36,7 @@ from popmq.sdk.admin_types import (
 from popmq.sdk.cluster_status import ClusterStatus
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, NotFoundError
+from popmq.sdk.inspection import GroupInspection
 from popmq.sdk.tls import TLS
 from popmq.sdk.transactions import TransactionInfo, resolution_proto
 from popmq.sdk.users import Policy, User
@@ -56,6 +57,7 @@ _READS = frozenset(
         "GetGroup",
         "ListGroups",
         "GetGroupLag",
+        "InspectGroup",
         "PeekMessages",
         "QueryMessage",
         "QueryMessagesByKey",
@@ -288,6 +290,28 @@ class AsyncAdmin(AsyncClient):
             "GetGroupLag", admin_pb2.GetGroupLagRequest(group=group, topic=topic)
         )
         return LagReport.from_proto(response)
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """What the broker knows of a group now: held long polls, a page of messages in
+        flight (queue and offset order), revive lag, blocked FIFO heads.
+
+        Args:
+            group: Group name.
+            topic: Only this topic; "" for every topic the group consumed.
+            page_size: In-flight rows, 1..1000 (0: 100).
+            page_token: ``next_page_token`` of the previous answer ("" for the first page).
+
+        Raises:
+            NotFoundError: The group (or topic) does not exist.
+            InvalidArgumentError: A name, the page size or the page token is not allowed.
+        """
+        request = admin_pb2.InspectGroupRequest(
+            group=group, topic=topic, page_size=page_size, page_token=page_token
+        )
+        response: admin_pb2.InspectGroupResponse = await self._call("InspectGroup", request)
+        return GroupInspection.from_proto(response)
 
     async def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
@@ -724,6 +748,14 @@ class Admin(SyncClient[AsyncAdmin]):
     def lag_report(self, group: str, topic: str = "") -> LagReport:
         """Lag per queue and topic with backlogs (see ``AsyncAdmin.lag_report``)."""
         return self._run(self._core.lag_report(group, topic))
+
+    def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """A group's runtime view (see ``AsyncAdmin.inspect_group``)."""
+        return self._run(
+            self._core.inspect_group(group, topic, page_size=page_size, page_token=page_token)
+        )
 
     def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
