@@ -224,7 +224,7 @@ def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_pat
             assert {producer.send("gone", b"y").queue_id for _ in range(5)} == {0}
         with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
             admin.get_topic("gone")
-        with Admin(proxy) as admin, pytest.raises(UnavailableError, match="inspect group 'g'.*b2"):
+        with Admin(proxy) as admin, pytest.raises(UnavailableError, match=r"inspect group 'g'.*b2"):
             admin.inspect_group("g")
         # a write over every broker starts only when all are live: nothing moved on b1
         with (
