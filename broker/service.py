@@ -541,6 +541,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         )
         return w.inspection_to_pb(found)
 
+    @_rpc(writes=False)
+    async def GetMessageHistory(
+        self, request: pb.GetMessageHistoryRequest, context: Any
+    ) -> pb.GetMessageHistoryResponse:
+        events = await self._broker.message_history(
+            request.topic, request.message_id, group=request.group
+        )
+        return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
+
 
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
     """Register BrokerService on `server`."""

@@ -29,6 +29,7 @@ from popmq.broker_core.errors import AnswerBoundError, PopMQError
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.inspection import (
     BlockedHead,
+    DeliveryEvent,
     GroupInspection,
     HeldPolls,
     InflightMessage,
@@ -589,6 +590,29 @@ def inspection_from_pb(m: pb.InspectGroupResponse) -> GroupInspection:
         ],
         blocked_groups=m.blocked_groups,
     )
+
+
+def event_to_pb(e: DeliveryEvent) -> pb.DeliveryEvent:
+    return pb.DeliveryEvent(
+        time_ms=e.time_ms,
+        event=e.event,
+        group=e.group,
+        topic=e.topic,
+        queue_id=e.queue_id,
+        retry=e.retry,
+        offset=e.offset,
+        attempt=e.attempt,
+        invisible_until_ms=e.invisible_until_ms,
+        to_topic=e.to_topic,
+        to_offset=e.to_offset,
+    )
+
+
+def event_from_pb(m: pb.DeliveryEvent) -> DeliveryEvent:
+    return DeliveryEvent(
+        m.time_ms, m.event, m.group, m.topic, m.queue_id, m.retry, m.offset, m.attempt,
+        m.invisible_until_ms, m.to_topic, m.to_offset,
+    )  # fmt: skip
 
 
 def reset_to_pb(r: ResetResult) -> pb.ResetOffsetsResponse:

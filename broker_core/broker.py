@@ -56,7 +56,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
-from popmq.broker_core.inspection import GroupInspection, Inspection
+from popmq.broker_core.inspection import DeliveryEvent, GroupInspection, Inspection
 from popmq.broker_core.lag import Lag
 from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
@@ -398,6 +398,7 @@ class Broker:
             queues=queues,
             checkpoints=checkpoints,
             polling=polling,
+            history=checkpoints.history,
             clock=clock,
         )
 
@@ -874,6 +875,13 @@ class Broker:
         return self._inspection.inspect_group(
             group, topic, page_size=page_size, page_token=page_token
         )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """A stored message's recent pops, nacks, invisible-time changes, retry copies and
+        dead-lettering on this broker (pop/history.py: an in-memory ring)."""
+        return await self._inspection.message_history(topic, message_id, group=group)
 
     # -- security records (security/store.py) --------------------------------------
 

@@ -35,14 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import keys, validation
+from popmq.broker_core import keys, message_index, validation
 from popmq.broker_core.catalog import KIND_RETRY, Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import Clock
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.errors import InvalidArgumentError, NotFoundError
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.pop.checkpoint import Checkpoint
+from popmq.broker_core.pop.history import DeliveryHistory
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.store import Store
 
@@ -130,6 +131,33 @@ class BlockedHead:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryEvent:
+    """One step of a message's delivery history (pop/history.py)."""
+
+    time_ms: int
+    event: str
+    """stored, pop, nack, change_invisible_time, retry, dead_letter or redeliver (FIFO)."""
+    group: str
+    """The group it concerns ("" for stored)."""
+    topic: str
+    """The user topic."""
+    queue_id: int
+    retry: bool
+    """The step concerns a copy in the group's retry queue of `topic` (queue 0)."""
+    offset: int
+    attempt: int
+    """Delivery attempt concerned (a pop's, or the one that expired for retry and
+    dead_letter)."""
+    invisible_until_ms: int = 0
+    """pop, nack, change_invisible_time: when it becomes visible again unless acked."""
+    to_topic: str = ""
+    """retry, dead_letter: the topic of the copy (its retry or dead-letter topic)."""
+    to_offset: int = -1
+    """retry, dead_letter: the copy's offset there (queue 0)."""
+    broker: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class GroupInspection:
     """What `inspect_group` found (module docstring)."""
 
@@ -185,8 +213,10 @@ class Inspection:
         queues: ConsumeQueues,
         checkpoints: LiveCheckpoints,
         polling: LongPolling,
+        history: DeliveryHistory,
         clock: Clock,
     ) -> None:
+        self._history = history
         self._store = store
         self._catalog = catalog
         self._queues = queues
@@ -228,6 +258,61 @@ class Inspection:
             blocked_heads=heads,
             blocked_groups=blocked,
         )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """What happened to one stored message on this broker, oldest first: stored, then
+        each pop, nack, invisible-time change, retry copy (and that copy's pops) and
+        dead-lettering the history ring still holds; only `group`'s when given."""
+        validation.check_name("topic", topic, allow_dlq=True)
+        if not 0 < len(message_id) <= validation.MAX_MESSAGE_ID_LENGTH:
+            raise InvalidArgumentError(
+                f"message_id of {len(message_id)} characters: 1 to "
+                f"{validation.MAX_MESSAGE_ID_LENGTH} allowed",
+                field="message_id",
+                value=message_id,
+                allowed=f"1..{validation.MAX_MESSAGE_ID_LENGTH} characters",
+            )
+        group_id = None
+        if group:
+            validation.check_name("group", group)
+            group_id = self._catalog.group(group).group_id
+        info = self._catalog.topic(topic)
+        entry = message_index.lookup_id(self._store, info.topic_id, message_id)
+        if entry is None or entry.offset < 0:
+            raise NotFoundError(
+                f"no message {message_id!r} stored in topic {topic!r} (never sent, not due "
+                "yet, or deleted by retention)",
+                field="message_id",
+                value=message_id,
+            )
+        rows = [
+            DeliveryEvent(entry.store_time_ms, "stored", "", info.name, entry.queue_id, False,
+                          entry.offset, 1)
+        ]  # fmt: skip
+        found = await self._history.find(info.topic_id, entry.queue_id, entry.offset, group_id)
+        for event, offset, attempt in found:
+            time_ms, kind, gid, tid, qid, _, _, until, to_tid, to_offset = event
+            at = self._catalog.topics_by_id.get(tid)
+            to = self._catalog.topics_by_id.get(to_tid) if to_tid else None
+            owner = self._catalog.groups_by_id.get(gid)
+            rows.append(
+                DeliveryEvent(
+                    time_ms=time_ms,
+                    event=kind,
+                    group=owner.name if owner else "",
+                    topic=self._catalog.user_topic_name(tid) or info.name,
+                    queue_id=qid,
+                    retry=at is not None and at.kind == KIND_RETRY,
+                    offset=offset,
+                    attempt=attempt,
+                    invisible_until_ms=until,
+                    to_topic=to.name if to else "",
+                    to_offset=to_offset if to_tid else -1,
+                )
+            )
+        return rows
 
     # -- parts ------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from popmq.broker_core import (
     ConsumerOffset,
+    DeliveryEvent,
     GroupInspection,
     HistogramSnapshot,
     InflightMessage,
@@ -586,6 +587,38 @@ class ClusterAdmin:
             ],
             blocked_groups=sum(v.blocked_groups for v in views.values()),
         )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """The history each holder of the topic keeps of the message: the broker that
+        stored it has every step (its retry copies stay on it), the others none."""
+        check_name("topic", topic, allow_dlq=True)
+        if group:
+            check_name("group", group)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.message_history(topic, message_id, group=group)),
+            what=f"read the history of message {message_id!r}",
+            reads=True,
+        )
+        events = [
+            dataclasses.replace(
+                e,
+                queue_id=e.queue_id if e.retry else self._global(e.topic, b, e.queue_id),
+                broker=b,
+            )
+            for b, found in sorted(answers.items())
+            for e in found
+        ]
+        if not events:
+            raise NotFoundError(
+                f"no message {message_id!r} stored in topic {topic!r} (never sent, not due "
+                "yet, or deleted by retention)",
+                field="message_id",
+                value=message_id,
+            )
+        return sorted(events, key=lambda e: e.time_ms)
 
     @staticmethod
     def _page_start(brokers: Sequence[str], token: str) -> tuple[str, str]:

@@ -38,6 +38,7 @@ from popmq.broker_core import (
     AlreadyExistsError,
     BrokerAPI,
     ConsumerOffset,
+    DeliveryEvent,
     ExponentialBackoff,
     FailedPreconditionError,
     GroupInfo,
@@ -892,6 +893,11 @@ class ClusterBroker:
         return await self.admin.inspect_group(
             group, topic, page_size=page_size, page_token=page_token
         )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        return await self.admin.message_history(topic, message_id, group=group)
 
     # -- helpers ----------------------------------------------------------------------------
 

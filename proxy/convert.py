@@ -14,6 +14,7 @@ from popmq.broker_core import (
     DELAY_LEVELS_S,
     KIND_DLQ,
     ConsumerOffset,
+    DeliveryEvent,
     ExponentialBackoff,
     GroupInfo,
     GroupInspection,
@@ -484,6 +485,23 @@ def inspection(view: GroupInspection) -> admin_pb2.InspectGroupResponse:
         ],
         blocked_groups=view.blocked_groups,
         now=timestamp(view.now_ms),
+    )
+
+
+def delivery_event(e: DeliveryEvent) -> admin_pb2.DeliveryEvent:
+    return admin_pb2.DeliveryEvent(
+        time=timestamp(e.time_ms),
+        event=e.event,
+        group=e.group,
+        topic=e.topic,
+        queue_id=e.queue_id,
+        retry=e.retry,
+        offset=e.offset,
+        delivery_attempt=e.attempt,
+        invisible_until=_time_or_unset(e.invisible_until_ms),
+        to_topic=e.to_topic,
+        to_offset=e.to_offset,
+        broker=e.broker,
     )
 
 

@@ -241,6 +241,11 @@ _V1_ADMIN: dict[str, Rule] = {
         note="a group's runtime view (held polls, in flight, revive lag, FIFO heads) reads "
         "like its lag: message ids and offsets, no bodies",
     ),
+    "GetMessageHistory": rule(
+        need(TOPIC, GET, path="topic"),
+        need(GROUP, GET, path="group", optional=True),
+        note="steps, times and offsets of one message, no body",
+    ),
     "ResetOffsets": rule(
         need(GROUP, UPDATE, path="group"),
         need(TOPIC, SUB, path="topic"),

@@ -26,6 +26,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
+from popmq.broker_core.pop.history import DeliveryHistory
 from popmq.broker_core.store import Batch
 from popmq.broker_core.wakeup import Wakeup
 
@@ -65,6 +66,8 @@ class LiveCheckpoints:
         self._dirty_cks: dict[int, Checkpoint] = {}
         self._dirty_queues: dict[tuple[int, int, int], ConsumeQueue] = {}
         self._in_flush: tuple[list[Checkpoint], list[ConsumeQueue]] = ([], [])
+        self.history = DeliveryHistory()
+        """Recent pops, moves and revives of these checkpoints' messages (pop/history.py)."""
 
     # -- ids ------------------------------------------------------------------------------
 

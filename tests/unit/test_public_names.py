@@ -15,7 +15,8 @@ EXPECTED = {
     "popmq.broker_core": [
         "AlreadyExistsError", "AnswerBoundError", "BlockedHead", "Broker", "BrokerAPI",
         "BrokerConfig",
-        "ConsumerOffset", "DELAY_LEVELS_S", "DLQ_PREFIX", "DataDirError", "ExponentialBackoff",
+        "ConsumerOffset", "DELAY_LEVELS_S", "DLQ_PREFIX", "DataDirError", "DeliveryEvent",
+        "ExponentialBackoff",
         "FailedPreconditionError", "FollowerReplication", "GroupDefaults", "GroupInfo",
         "GroupInspection",
         "GroupSettings", "GroupState",

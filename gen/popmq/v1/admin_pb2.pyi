@@ -497,6 +497,50 @@ class InspectGroupResponse(_message.Message):
     now: _timestamp_pb2.Timestamp
     def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class GetMessageHistoryRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class DeliveryEvent(_message.Message):
+    __slots__ = ("time", "event", "group", "topic", "queue_id", "retry", "offset", "delivery_attempt", "invisible_until", "to_topic", "to_offset", "broker")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    event: str
+    group: str
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    delivery_attempt: int
+    invisible_until: _timestamp_pb2.Timestamp
+    to_topic: str
+    to_offset: int
+    broker: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class GetMessageHistoryResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[DeliveryEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[DeliveryEvent, _Mapping]]] = ...) -> None: ...
+
 class QueueLag(_message.Message):
     __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped", "oldest_unacked_age", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

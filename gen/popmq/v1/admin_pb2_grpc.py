@@ -104,6 +104,11 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.FromString,
                 _registered_method=True)
+        self.GetMessageHistory = channel.unary_unary(
+                '/popmq.v1.AdminService/GetMessageHistory',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.FromString,
+                _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/popmq.v1.AdminService/ResetOffsets',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
@@ -297,6 +302,17 @@ class AdminServiceServicer:
         invisible-until deadlines, how late redelivery runs, and its FIFO message groups
         blocked behind a head. It reads memory (and the shown rows' records) only; the
         in-flight list is paged, at most 1000 rows a call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessageHistory(self, request, context):
+        """GetMessageHistory shows what happened to one stored message: each pop, nack, change of
+        invisible time, retry copy (and that copy's pops) and dead-lettering, with times and
+        attempts. Brokers keep these steps in a bounded in-memory ring (the last 32,768 steps
+        of every message per broker, since it started), so older steps are gone; the client
+        that popped is not recorded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -517,6 +533,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.InspectGroup,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.SerializeToString,
+            ),
+            'GetMessageHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageHistory,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsets,
@@ -965,6 +986,33 @@ class AdminService:
             '/popmq.v1.AdminService/InspectGroup',
             popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetMessageHistory',
+            popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,7 @@ import pytest
 
 from popmq.broker_core import InvalidArgumentError, NotFoundError
 from popmq.broker_core.clock import ManualClock
+from popmq.broker_core.config import GroupDefaults
 from popmq.broker_core.inspection import MAX_INFLIGHT_PAGE
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, settle
@@ -135,5 +136,53 @@ def test_blocked_fifo_head_names_the_message_holding_its_group_and_those_behind(
             (head,) = again.blocked_heads
             assert (head.offset, head.waiting) == (1, 1)
             assert a1.record.body == b"a1"
+
+    asyncio.run(scenario())
+
+
+def test_message_history_follows_pops_nacks_retry_copies_and_dead_lettering(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        groups = GroupDefaults(max_delivery_attempts=2)
+        async with open_broker(clock=clock, groups=groups) as broker:
+            await broker.create_topic("orders", 1)
+            (sent, other) = await broker.send(
+                [NewMessage("orders", b"x"), NewMessage("orders", b"y")]
+            )
+            first = await broker.pop("g", "orders", max_messages=2, invisible_s=5, wait_s=0)
+            assert [m.record.message_id for m in first] == [sent.message_id, other.message_id]
+            await broker.ack("g", [first[1].receipt_handle])
+            await broker.change_invisible_time("g", first[0].receipt_handle, 2)
+            await broker.pop("other", "orders", max_messages=2, invisible_s=60, wait_s=0)
+            clock.advance(2000)  # expired: copied to the retry queue as attempt 2
+            (second,) = await broker.pop("g", "orders", invisible_s=5, wait_s=5)
+            assert second.delivery_attempt == 2 and second.record.message_id == sent.message_id
+            await broker.nack("g", second.receipt_handle, delay_s=1)
+            clock.advance(1000)  # the last attempt expired: dead-lettered
+            await settle()
+            rows = await broker.message_history("orders", sent.message_id, group="g")
+            steps = [(r.event, r.retry, r.attempt) for r in rows]
+            assert steps == [
+                ("stored", False, 1),
+                ("pop", False, 1),
+                ("change_invisible_time", False, 1),
+                ("retry", False, 1),
+                ("pop", True, 2),
+                ("nack", True, 2),
+                ("dead_letter", True, 2),
+            ]
+            assert rows[3].to_topic.startswith("%RETRY%") and rows[3].to_offset == 0
+            assert rows[-1].to_topic == "%DLQ%g"
+            assert rows[1].invisible_until_ms == rows[1].time_ms + 5000
+            assert [r.time_ms for r in rows] == sorted(r.time_ms for r in rows)
+            every = await broker.message_history("orders", sent.message_id)
+            assert {r.group for r in every} == {"", "g", "other"}
+            acked = await broker.message_history("orders", other.message_id, group="g")
+            assert [r.event for r in acked] == ["stored", "pop"]  # acked: nothing more
+            with pytest.raises(NotFoundError):
+                await broker.message_history("orders", "no-such-id")
+            with pytest.raises(InvalidArgumentError, match="message_id"):
+                await broker.message_history("orders", "")
 
     asyncio.run(scenario())

@@ -179,7 +179,7 @@ def test_every_admin_mutation_is_in_the_audited_table_and_reads_are_not() -> Non
     service = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
     reads = {
         "GetTopic", "ListTopics", "GetGroup", "ListGroups", "GetGroupLag", "InspectGroup",
-        "PeekMessages",
+        "GetMessageHistory", "PeekMessages",
         "QueryMessage", "QueryMessagesByKey", "GetServerInfo", "GetClusterStatus",
         "GetUser", "ListUsers", "ListPolicies", "ListTransactions",
     }  # fmt: skip

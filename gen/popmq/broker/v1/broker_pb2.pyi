@@ -1301,3 +1301,45 @@ class InspectGroupResponse(_message.Message):
     blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
     blocked_groups: int
     def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ...) -> None: ...
+
+class GetMessageHistoryRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class DeliveryEvent(_message.Message):
+    __slots__ = ("time_ms", "event", "group", "topic", "queue_id", "retry", "offset", "attempt", "invisible_until_ms", "to_topic", "to_offset")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    event: str
+    group: str
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    attempt: int
+    invisible_until_ms: int
+    to_topic: str
+    to_offset: int
+    def __init__(self, time_ms: _Optional[int] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageHistoryResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[DeliveryEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[DeliveryEvent, _Mapping]]] = ...) -> None: ...
