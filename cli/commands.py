@@ -309,15 +309,6 @@ def group_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def group_inspect(args: argparse.Namespace) -> int:
-    with Admin(args.endpoint, **connection(args)) as admin:
-        view = admin.inspect_group(
-            args.name, args.topic, page_size=args.page_size, page_token=args.page_token
-        )
-    render.print_json(view) if args.json else render.inspection_tables(args.name, view)
-    return EXIT_OK
-
-
 def lag(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
         report = admin.lag_report(args.group, args.topic)

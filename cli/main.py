@@ -42,7 +42,7 @@ from popmq import (
     TLSConfig,
     UnauthenticatedError,
 )
-from popmq.cli import commands
+from popmq.cli import commands, inspection
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
 from popmq.sdk._channel import check_endpoint
 from popmq.sdk.tls import TLS, channel_security
@@ -694,14 +694,6 @@ def build_parser() -> argparse.ArgumentParser:
     describe = _client(groups.add_parser("describe", help="settings"), commands.group_describe)
     describe.add_argument("name")
     _client(groups.add_parser("list", help="list groups"), commands.group_list)
-    inspect = _client(
-        groups.add_parser("inspect", help="held polls, in flight, revive lag, FIFO heads"),
-        commands.group_inspect,
-    )
-    inspect.add_argument("name")
-    inspect.add_argument("--topic", default="", help="only this topic")
-    inspect.add_argument("--page-size", type=int, default=0, help="in-flight rows (1..1000)")
-    inspect.add_argument("--page-token", default="", help="the next page's token")
 
     lag = _client(commands_.add_parser("lag", help="how far a group is behind"), commands.lag)
     lag.add_argument("group")
@@ -749,6 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_argument("--offset", type=int, help="first offset (needs --queue)")
     peek.add_argument("--group", default="", help="start where this group is")
     peek.add_argument("--max", type=_positive, default=16, help="at most N (default 16)")
+    inspection.add_parsers(groups, message_commands, _client)
 
     dlq = commands_.add_parser("dlq", help="dead-letter topics")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)

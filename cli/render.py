@@ -31,6 +31,7 @@ from rich.table import Table
 from popmq import (
     BrokerStatus,
     ClusterStatus,
+    DeliveryEvent,
     Group,
     GroupInspection,
     LagReport,
@@ -413,6 +414,30 @@ def inspection_tables(group: str, view: GroupInspection) -> None:
             str(head.waiting),
         )
     out.print(heads)
+
+
+def history_table(message_id: str, events: Sequence[DeliveryEvent]) -> None:
+    brokers = any(e.broker for e in events)  # cluster mode names them
+    table = Table(
+        "time", "event", "group", *(["broker"] if brokers else []), "queue", "offset",
+        "attempt", "visible again / copy", title=f"history of message {message_id}",
+    )  # fmt: skip
+    for e in events:
+        if e.to_topic:
+            then = f"{e.to_topic} offset {e.to_offset}"
+        else:
+            then = _when(e.invisible_until, e.time) if e.invisible_until else "-"
+        table.add_row(
+            e.time.isoformat(" ", "milliseconds"),
+            e.event,
+            e.group or "-",
+            *([e.broker] if brokers else []),
+            "retry" if e.retry else str(e.queue_id),
+            str(e.offset),
+            str(e.delivery_attempt),
+            then,
+        )
+    console().print(table)
 
 
 def messages_table(messages: Iterable[StoredMessage], *, title: str) -> None:

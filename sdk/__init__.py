@@ -48,6 +48,7 @@ from popmq.sdk.errors import (
 )
 from popmq.sdk.inspection import (
     BlockedHead,
+    DeliveryEvent,
     GroupInspection,
     HeldPolls,
     InflightMessage,
@@ -96,6 +97,7 @@ __all__ = [
     "ConsumerOffset",
     "Credentials",
     "DeadlineExceededError",
+    "DeliveryEvent",
     "EtcdEndpointStatus",
     "ExponentialBackoff",
     "FailedPreconditionError",

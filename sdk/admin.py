@@ -36,7 +36,7 @@ from popmq.sdk.admin_types import (
 from popmq.sdk.cluster_status import ClusterStatus
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, NotFoundError
-from popmq.sdk.inspection import GroupInspection
+from popmq.sdk.inspection import DeliveryEvent, GroupInspection
 from popmq.sdk.tls import TLS
 from popmq.sdk.transactions import TransactionInfo, resolution_proto
 from popmq.sdk.users import Policy, User
@@ -58,6 +58,7 @@ _READS = frozenset(
         "ListGroups",
         "GetGroupLag",
         "InspectGroup",
+        "GetMessageHistory",
         "PeekMessages",
         "QueryMessage",
         "QueryMessagesByKey",
@@ -312,6 +313,24 @@ class AsyncAdmin(AsyncClient):
         )
         response: admin_pb2.InspectGroupResponse = await self._call("InspectGroup", request)
         return GroupInspection.from_proto(response)
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """What happened to a stored message, oldest first: each pop, nack, invisible-time
+        change, retry copy (and its pops) and dead-lettering its broker still remembers (a
+        bounded in-memory history; the popping client is not recorded).
+
+        Raises:
+            NotFoundError: The topic, group or message does not exist.
+        """
+        request = admin_pb2.GetMessageHistoryRequest(
+            topic=topic, message_id=message_id, group=group
+        )
+        response: admin_pb2.GetMessageHistoryResponse = await self._call(
+            "GetMessageHistory", request
+        )
+        return [DeliveryEvent.from_proto(e) for e in response.events]
 
     async def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
@@ -756,6 +775,12 @@ class Admin(SyncClient[AsyncAdmin]):
         return self._run(
             self._core.inspect_group(group, topic, page_size=page_size, page_token=page_token)
         )
+
+    def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """A message's delivery history (see ``AsyncAdmin.message_history``)."""
+        return self._run(self._core.message_history(topic, message_id, group=group))
 
     def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False

@@ -14,6 +14,7 @@ from popmq.sdk.types import datetime_from_timestamp, seconds_from_duration
 
 __all__ = [
     "BlockedHead",
+    "DeliveryEvent",
     "GroupInspection",
     "HeldPolls",
     "InflightMessage",
@@ -170,6 +171,61 @@ class BlockedHead:
             delivered=b.delivered,
             waiting=b.waiting,
             broker=b.broker,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryEvent:
+    """One step of a message's delivery history (``Admin.message_history``).
+
+    Attributes:
+        time: When it happened.
+        event: ``stored``, ``pop``, ``nack``, ``change_invisible_time``, ``retry`` (its
+            invisible time passed: copied to the group's retry queue), ``dead_letter`` or
+            ``redeliver`` (a FIFO message delivered again in place).
+        group: The group it concerns ("" for ``stored``).
+        topic: The user topic.
+        queue_id: Queue id (0 for the retry queue).
+        retry: The step concerns the copy in the group's retry queue of the topic.
+        offset: Offset in that queue.
+        delivery_attempt: The attempt concerned (for ``retry`` and ``dead_letter``: the
+            one that expired).
+        invisible_until: ``pop``, ``nack``, ``change_invisible_time``: when it becomes
+            visible again unless acked (else None).
+        to_topic: ``retry``, ``dead_letter``: the topic of the copy (else "").
+        to_offset: ``retry``, ``dead_letter``: the copy's offset (else -1).
+        broker: The broker that recorded it (cluster mode; "" in local mode).
+    """
+
+    time: datetime
+    event: str
+    group: str
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    delivery_attempt: int
+    invisible_until: datetime | None
+    to_topic: str
+    to_offset: int
+    broker: str = ""
+
+    @classmethod
+    def from_proto(cls, e: admin_pb2.DeliveryEvent) -> DeliveryEvent:
+        """Build a step from its wire form."""
+        return cls(
+            time=datetime_from_timestamp(e.time),
+            event=e.event,
+            group=e.group,
+            topic=e.topic,
+            queue_id=e.queue_id,
+            retry=e.retry,
+            offset=e.offset,
+            delivery_attempt=e.delivery_attempt,
+            invisible_until=_time(e, "invisible_until"),
+            to_topic=e.to_topic,
+            to_offset=e.to_offset,
+            broker=e.broker,
         )
 
 

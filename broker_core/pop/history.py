@@ -12,8 +12,10 @@ FIFO delivery is its own checkpoint, so its event is per message, as its checkpo
 
 `find` follows one message from where it was stored: each retry (or dead-letter) copy event
 says where the copy went, so the copy's later pops are found too. It walks a snapshot of the
-ring in chunks, yielding to the loop between them, so a lookup holds the loop about a
-millisecond at a time.
+ring in chunks of SCAN_CHUNK events, yielding to the loop between them: a lookup holds the
+loop about a millisecond at a time, and a full ring whose every event is on the message's
+queue (the worst case) takes ~20 ms in all on this machine; events of other queues cost a
+dict lookup each (~3 ms for a full ring).
 
 The broker does not know which client popped a message (a pop carries no client id), so the
 history has no clients.
@@ -31,7 +33,7 @@ from popmq.broker_core.pop.checkpoint import Checkpoint
 
 HISTORY_EVENTS = 32_768
 """Events kept per broker (each ~150 bytes, a few MB in all)."""
-SCAN_CHUNK = 4096
+SCAN_CHUNK = 2048
 """Events a lookup looks at before it lets the loop run."""
 
 POP = "pop"
@@ -109,9 +111,8 @@ class DeliveryHistory:
                 at = places.get((event[3], event[4]))
                 if at is None or (group_id is not None and event[2] != group_id):
                     continue
-                for off in event[5]:
-                    base = at.get(off)
-                    if base is None:
+                for off, base in list(at.items()):  # mostly one: a retry queue may get more
+                    if off not in event[5]:
                         continue
                     attempt = event[6] or base
                     found.append((event, off, attempt))

@@ -204,6 +204,26 @@ def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_br
     assert [r.broker for r in rows] == sorted(r.broker for r in rows)  # broker by broker
 
 
+def test_message_history_through_a_proxy_names_the_broker_and_the_global_queue(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("histories", queues=1)
+        sent = producer.send("histories", b"x")
+    with SimpleConsumer(b, group="historians", topic="histories") as consumer:
+        (got,) = _drain(consumer, 1)
+        consumer.nack(got, delay_s=30)
+    with Admin(b) as admin:
+        events = admin.message_history("histories", sent.message_id, group="historians")
+        with pytest.raises(NotFoundError):
+            admin.message_history("histories", "missing-id")
+    assert [e.event for e in events] == ["stored", "pop", "nack"]
+    (broker,) = {e.broker for e in events}  # one broker stored it and saw every step
+    assert broker in {"b1", "b2", "b3"}
+    assert {e.queue_id for e in events} == {sent.queue_id} == {got.queue_id}  # global ids
+
+
 def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_path: Path) -> None:
     cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
     try:
@@ -226,6 +246,8 @@ def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_pat
             admin.get_topic("gone")
         with Admin(proxy) as admin, pytest.raises(UnavailableError, match=r"inspect group 'g'.*b2"):
             admin.inspect_group("g")
+        with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
+            admin.message_history("gone", "any-id")
         # a write over every broker starts only when all are live: nothing moved on b1
         with (
             Admin(proxy) as admin,

@@ -52,6 +52,26 @@ def test_admin_sees_a_held_receive_and_pages_the_messages_in_flight(endpoint: st
             admin.inspect_group("nobody")
 
 
+def test_message_history_through_the_sdk_and_the_cli(endpoint: str, popmq: Cli) -> None:
+    with Admin(endpoint) as admin, Producer(endpoint) as producer:
+        admin.create_topic("orders", 1)
+        sent = producer.send("orders", b"x")
+        with SimpleConsumer(endpoint, group="billing", topic="orders") as consumer:
+            (got,) = consumer.receive(invisible_duration_s=30, wait_s=5)
+            consumer.nack(got, delay_s=10)
+        events = admin.message_history("orders", sent.message_id, group="billing")
+        assert [e.event for e in events] == ["stored", "pop", "nack"]
+        pop, nack = events[1:]
+        assert pop.invisible_until is not None and pop.delivery_attempt == 1
+        assert nack.invisible_until is not None and nack.time >= pop.time
+        with pytest.raises(NotFoundError):
+            admin.message_history("orders", "missing-id")
+    table = popmq("message", "history", "orders", sent.message_id)
+    assert f"history of message {sent.message_id}" in table and "nack" in table
+    rows = popmq.json("message", "history", "orders", sent.message_id, "--group", "billing")
+    assert [r["event"] for r in rows] == ["stored", "pop", "nack"]
+
+
 def test_group_inspect_prints_tables_and_json(endpoint: str, popmq: Cli) -> None:
     popmq("topic", "create", "ordered", "--queues", "1", "--type", "fifo")
     for body in ("a0", "a1"):

@@ -66,7 +66,7 @@ EXPECTED = {
         "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransaction", "BlockedHead",
         "BrokerStatus",
         "ClusterStatus",
-        "ConsumeResult", "ConsumerOffset", "Credentials", "DeadlineExceededError",
+        "ConsumeResult", "ConsumerOffset", "Credentials", "DeadlineExceededError", "DeliveryEvent",
         "EtcdEndpointStatus", "ExponentialBackoff", "FailedPreconditionError", "Group",
         "GroupInspection", "HalfMessage", "HeldPolls", "InflightMessage", "InvalidArgumentError",
         "LagReport", "LeasePage", "LeaseResult", "Message", "NotFoundError", "OffsetChange",
