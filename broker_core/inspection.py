@@ -189,6 +189,18 @@ def check_page_size(page_size: int) -> int:
     return page_size
 
 
+def check_message_id(message_id: str) -> None:
+    """A message id to look up: 1..MAX_MESSAGE_ID_LENGTH characters."""
+    if not 0 < len(message_id) <= validation.MAX_MESSAGE_ID_LENGTH:
+        raise InvalidArgumentError(
+            f"message_id of {len(message_id)} characters: 1 to "
+            f"{validation.MAX_MESSAGE_ID_LENGTH} allowed",
+            field="message_id",
+            value=message_id,
+            allowed=f"1..{validation.MAX_MESSAGE_ID_LENGTH} characters",
+        )
+
+
 def _parse_token(token: str) -> tuple[int, int, int]:
     """(source topic id, queue id, last offset shown) of a page token."""
     match = _TOKEN.match(token)
@@ -266,14 +278,7 @@ class Inspection:
         each pop, nack, invisible-time change, retry copy (and that copy's pops) and
         dead-lettering the history ring still holds; only `group`'s when given."""
         validation.check_name("topic", topic, allow_dlq=True)
-        if not 0 < len(message_id) <= validation.MAX_MESSAGE_ID_LENGTH:
-            raise InvalidArgumentError(
-                f"message_id of {len(message_id)} characters: 1 to "
-                f"{validation.MAX_MESSAGE_ID_LENGTH} allowed",
-                field="message_id",
-                value=message_id,
-                allowed=f"1..{validation.MAX_MESSAGE_ID_LENGTH} characters",
-            )
+        check_message_id(message_id)
         group_id = None
         if group:
             validation.check_name("group", group)
@@ -371,7 +376,7 @@ class Inspection:
                     start = after[2]
             if len(picked) >= size or budget <= 0:
                 return self._rows(picked), cursor
-            offsets, last, budget = _queue_page(cq, start, size - len(picked), budget)
+            offsets, last, budget = queue_page(cq, start, size - len(picked), budget)
             picked.extend((user, retry, cq, cq.inflight[o], o) for o in offsets)
             if last is not None:
                 return self._rows(picked), f"{key[0]}.{key[1]}.{last}"
@@ -448,8 +453,8 @@ class Inspection:
         return heads, blocked
 
 
-def _queue_page(
-    cq: ConsumeQueue, after: int, want: int, budget: int
+def queue_page(
+    cq: ConsumeQueue, after: int, want: int, budget: int, *, sort_limit: int = SORT_LIMIT
 ) -> tuple[list[int], int | None, int]:
     """Up to `want` in-flight offsets of `cq` above `after` in order, the last offset
     looked at when the page stopped short of the queue's end (None: the queue is done),
@@ -457,7 +462,7 @@ def _queue_page(
     inflight = cq.inflight
     if not inflight or want <= 0:
         return [], None, budget
-    if len(inflight) <= SORT_LIMIT:
+    if len(inflight) <= sort_limit:
         budget -= len(inflight)
         offsets = sorted(o for o in inflight if o > after)
         if len(offsets) <= want:

@@ -42,7 +42,7 @@ from popmq.broker_core import (
     check_name,
 )
 from popmq.broker_core.catalog import KIND_DLQ
-from popmq.broker_core.inspection import check_page_size
+from popmq.broker_core.inspection import check_message_id, check_page_size
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
@@ -594,6 +594,7 @@ class ClusterAdmin:
         """The history each holder of the topic keeps of the message: the broker that
         stored it has every step (its retry copies stay on it), the others none."""
         check_name("topic", topic, allow_dlq=True)
+        check_message_id(message_id)
         if group:
             check_name("group", group)
         answers = await self._gather(

@@ -9,7 +9,9 @@ import pytest
 from popmq.broker_core import InvalidArgumentError, NotFoundError
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import GroupDefaults
-from popmq.broker_core.inspection import MAX_INFLIGHT_PAGE
+from popmq.broker_core.consume_queue import ConsumeQueue
+from popmq.broker_core.inspection import MAX_INFLIGHT_PAGE, queue_page
+from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, settle
 
@@ -186,3 +188,34 @@ def test_message_history_follows_pops_nacks_retry_copies_and_dead_lettering(
                 await broker.message_history("orders", "")
 
     asyncio.run(scenario())
+
+
+def _queue_with_inflight(offsets: list[int]) -> ConsumeQueue:
+    cq = ConsumeQueue(group="g", group_id=1, topic="t", topic_id=1, queue_id=0, committed=0)
+    ck = Checkpoint(
+        ck_id=1, queue=cq, range_start=0, range_end=max(offsets) + 1, offsets=offsets,
+        pop_time_ms=0, deadline_ms=1, chained=True,
+    )  # fmt: skip
+    cq.add(ck)
+    cq.pop_offset = max(offsets) + 1
+    return cq
+
+
+def test_a_big_queue_is_paged_by_a_bounded_walk_and_a_small_one_by_sorting() -> None:
+    offsets = [o for o in range(0, 300) if o % 3 == 0]  # 100 in flight, gaps between
+    cq = _queue_with_inflight(offsets)
+    # Sorted (at most sort_limit in flight): the page, then where the next one starts.
+    assert queue_page(cq, -1, 4, 1000) == ([0, 3, 6, 9], 9, 900)
+    assert queue_page(cq, 290, 4, 1000) == ([291, 294, 297], None, 900)
+    # Walked: at most `budget` offsets per call, a short page with where it stopped.
+    seen: list[int] = []
+    after, calls = -1, 0
+    while True:
+        page, last, _ = queue_page(cq, after, 10, 20, sort_limit=50)
+        calls += 1
+        assert len(page) <= 10
+        seen += page
+        if last is None:
+            break
+        after = last
+    assert seen == offsets and calls >= 300 // 20
