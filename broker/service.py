@@ -529,6 +529,27 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> pb.GetLagReportResponse:
         return w.lag_report_to_pb(await self._broker.lag_report(request.group, request.topic))
 
+    @_rpc(writes=False)
+    async def InspectGroup(
+        self, request: pb.InspectGroupRequest, context: Any
+    ) -> pb.InspectGroupResponse:
+        found = await self._broker.inspect_group(
+            request.group,
+            request.topic,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return w.inspection_to_pb(found)
+
+    @_rpc(writes=False)
+    async def GetMessageHistory(
+        self, request: pb.GetMessageHistoryRequest, context: Any
+    ) -> pb.GetMessageHistoryResponse:
+        events = await self._broker.message_history(
+            request.topic, request.message_id, group=request.group
+        )
+        return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
+
 
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
     """Register BrokerService on `server`."""

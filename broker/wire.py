@@ -27,6 +27,14 @@ from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import AnswerBoundError, PopMQError
 from popmq.broker_core.group_rules import GroupState
+from popmq.broker_core.inspection import (
+    BlockedHead,
+    DeliveryEvent,
+    GroupInspection,
+    HeldPolls,
+    InflightMessage,
+    ReviveLag,
+)
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.types import (
     ConsumerOffset,
@@ -495,6 +503,116 @@ def lag_report_from_pb(m: pb.GetLagReportResponse) -> LagReport:
         ],
         m.dlq_depth,
     )
+
+
+def inspection_to_pb(r: GroupInspection) -> pb.InspectGroupResponse:
+    (revive,) = r.revive
+    return pb.InspectGroupResponse(
+        group=r.group,
+        now_ms=r.now_ms,
+        held_polls=[
+            pb.HeldPolls(topic=h.topic, queue_id=h.queue_id, count=h.count) for h in r.held_polls
+        ],
+        inflight=[
+            pb.InflightMessage(
+                topic=m.topic,
+                queue_id=m.queue_id,
+                retry=m.retry,
+                offset=m.offset,
+                message_id=m.message_id,
+                attempt=m.attempt,
+                popped_ms=m.popped_ms,
+                invisible_until_ms=m.invisible_until_ms,
+                waiting=m.waiting,
+            )
+            for m in r.inflight
+        ],
+        next_page_token=r.next_page_token,
+        revive=pb.ReviveLag(
+            lag_ms=revive.lag_ms,
+            oldest_due_ms=revive.oldest_due_ms,
+            next_deadline_ms=revive.next_deadline_ms,
+            live_checkpoints=revive.live_checkpoints,
+        ),
+        blocked_heads=[
+            pb.BlockedHead(
+                topic=b.topic,
+                queue_id=b.queue_id,
+                message_group=b.message_group,
+                offset=b.offset,
+                message_id=b.message_id,
+                attempt=b.attempt,
+                invisible_until_ms=b.invisible_until_ms,
+                delivered=b.delivered,
+                waiting=b.waiting,
+            )
+            for b in r.blocked_heads
+        ],
+        blocked_groups=r.blocked_groups,
+    )
+
+
+def inspection_from_pb(m: pb.InspectGroupResponse) -> GroupInspection:
+    v = m.revive
+    return GroupInspection(
+        group=m.group,
+        now_ms=m.now_ms,
+        held_polls=[HeldPolls(h.topic, h.queue_id, h.count) for h in m.held_polls],
+        inflight=[
+            InflightMessage(
+                i.topic,
+                i.queue_id,
+                i.retry,
+                i.offset,
+                i.message_id,
+                i.attempt,
+                i.popped_ms,
+                i.invisible_until_ms,
+                i.waiting,
+            )
+            for i in m.inflight
+        ],
+        next_page_token=m.next_page_token,
+        revive=[ReviveLag(v.lag_ms, v.oldest_due_ms, v.next_deadline_ms, v.live_checkpoints)],
+        blocked_heads=[
+            BlockedHead(
+                b.topic,
+                b.queue_id,
+                b.message_group,
+                b.offset,
+                b.message_id,
+                b.attempt,
+                b.invisible_until_ms,
+                b.delivered,
+                b.waiting,
+            )
+            for b in m.blocked_heads
+        ],
+        blocked_groups=m.blocked_groups,
+    )
+
+
+def event_to_pb(e: DeliveryEvent) -> pb.DeliveryEvent:
+    return pb.DeliveryEvent(
+        time_ms=e.time_ms,
+        event=e.event,
+        group=e.group,
+        topic=e.topic,
+        queue_id=e.queue_id,
+        retry=e.retry,
+        offset=e.offset,
+        attempt=e.attempt,
+        invisible_until_ms=e.invisible_until_ms,
+        to_topic=e.to_topic,
+        to_offset=e.to_offset,
+    )
+
+
+def event_from_pb(m: pb.DeliveryEvent) -> DeliveryEvent:
+    return DeliveryEvent(
+        m.time_ms, m.event, m.group, m.topic, m.queue_id, m.retry, m.offset, m.attempt,
+        m.invisible_until_ms, m.to_topic, m.to_offset,
+    )  # fmt: skip
 
 
 def reset_to_pb(r: ResetResult) -> pb.ResetOffsetsResponse:

@@ -31,6 +31,7 @@ from popmq.broker_core import validation
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.inspection import DeliveryEvent, GroupInspection
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import (
     ConsumerOffset,
@@ -471,3 +472,11 @@ class BrokerAPI(TransactionAPI, Protocol):
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
 
     async def lag_report(self, group: str, topic: str = "") -> LagReport: ...
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection: ...
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]: ...

@@ -56,6 +56,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.group_settings import GroupSettingsStore
 from popmq.broker_core.groups import Groups
+from popmq.broker_core.inspection import DeliveryEvent, GroupInspection, Inspection
 from popmq.broker_core.lag import Lag
 from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
@@ -391,6 +392,15 @@ class Broker:
             config, store=store, catalog=catalog, offsets=offsets, writer=writer, clock=clock
         )
         self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
+        self._inspection = Inspection(
+            store=store,
+            catalog=catalog,
+            queues=queues,
+            checkpoints=checkpoints,
+            polling=polling,
+            history=checkpoints.history,
+            clock=clock,
+        )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         """A background task ended: unless close() stopped it, the broker has failed (what
@@ -854,6 +864,24 @@ class Broker:
         """Lag per queue with the age of the oldest unacked message, per-topic sums (with
         the retry backlog) and the depth of the group's dead-letter topic."""
         return self._lag.lag_report(group, topic)
+
+    # -- a group's runtime view (inspection.py) -------------------------------------------
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """Held long polls, a page of messages in flight, revive lag and blocked FIFO heads
+        of a group now (inspection.py says what each costs)."""
+        return self._inspection.inspect_group(
+            group, topic, page_size=page_size, page_token=page_token
+        )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """A stored message's recent pops, nacks, invisible-time changes, retry copies and
+        dead-lettering on this broker (pop/history.py: an in-memory ring)."""
+        return await self._inspection.message_history(topic, message_id, group=group)
 
     # -- security records (security/store.py) --------------------------------------
 

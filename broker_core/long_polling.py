@@ -119,6 +119,23 @@ class LongPolling:
         """Number of arrival watches (held AwaitMessages) right now."""
         return self._watch_count
 
+    def held_of(
+        self, group: str, topics: Iterable[str] | None = None
+    ) -> list[tuple[str, int, int]]:
+        """(topic, queue id or ALL_QUEUES, pops held) of a group now, by topic and queue: of
+        `topics`, or of every topic with a held pop (one dict lookup per such topic)."""
+        names = sorted(self._waiters) if topics is None else topics
+        rows: list[tuple[str, int, int]] = []
+        for topic in names:
+            waiters = self._waiters.get(topic, {}).get(group)
+            if waiters is None:
+                continue
+            for queue_id in sorted(waiters.by_queue):
+                count = sum(1 for future in waiters.by_queue[queue_id] if not future.done())
+                if count:
+                    rows.append((topic, queue_id, count))
+        return rows
+
     def watch(self, topic: str, queue_ids: Iterable[int]) -> ArrivalWatch:
         """Watch queues of `topic` for arrivals until `unwatch`; bounded like held pops.
 

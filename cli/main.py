@@ -42,7 +42,7 @@ from popmq import (
     TLSConfig,
     UnauthenticatedError,
 )
-from popmq.cli import commands
+from popmq.cli import commands, inspection
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
 from popmq.sdk._channel import check_endpoint
 from popmq.sdk.tls import TLS, channel_security
@@ -741,6 +741,7 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_argument("--offset", type=int, help="first offset (needs --queue)")
     peek.add_argument("--group", default="", help="start where this group is")
     peek.add_argument("--max", type=_positive, default=16, help="at most N (default 16)")
+    inspection.add_parsers(groups, message_commands, _client)
 
     dlq = commands_.add_parser("dlq", help="dead-letter topics")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)

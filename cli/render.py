@@ -31,7 +31,9 @@ from rich.table import Table
 from popmq import (
     BrokerStatus,
     ClusterStatus,
+    DeliveryEvent,
     Group,
+    GroupInspection,
     LagReport,
     Policy,
     ReceivedMessage,
@@ -344,6 +346,98 @@ def lag_tables(group: str, report: LagReport) -> None:
         )
     out.print(summary)
     out.print(f"dead letters in %DLQ%{group}: {report.dlq_depth}")
+
+
+def _when(at: datetime | None, now: datetime) -> str:
+    """A time relative to the server's now: "in 25s", "3s ago", "-" for none."""
+    if at is None:
+        return "-"
+    delta = (at - now).total_seconds()
+    return f"in {age(delta)}" if delta >= 0 else f"{age(-delta)} ago"
+
+
+def inspection_tables(group: str, view: GroupInspection) -> None:
+    out = console()
+    brokers = any(r.broker for r in view.revive)  # cluster mode names them
+    b = ["broker"] if brokers else []
+    polls = Table("topic", "queue", *b, "held pops", title=f"long polls held by group {group}")
+    for h in view.held_polls:
+        queue = "all" if h.queue_id < 0 else str(h.queue_id)
+        polls.add_row(h.topic, queue, *([h.broker] if brokers else []), str(h.count))
+    out.print(polls)
+    inflight = Table(
+        "topic", "queue", *b, "offset", "message id", "attempt", "popped", "visible again",
+        title="in flight",
+    )  # fmt: skip
+    for m in view.inflight:
+        inflight.add_row(
+            m.topic,
+            "retry" if m.retry else str(m.queue_id),
+            *([m.broker] if brokers else []),
+            str(m.offset),
+            m.message_id,
+            str(m.delivery_attempt),
+            _when(m.pop_time, view.now),
+            "waiting (FIFO)" if m.waiting else _when(m.invisible_until, view.now),
+        )
+    out.print(inflight)
+    if view.next_page_token:
+        out.print(f"more in flight: --page-token {view.next_page_token}")
+    revive = Table(
+        *b, "revive lag", "oldest due", "next deadline", "live checkpoints",
+        title="redelivery (every group)",
+    )  # fmt: skip
+    for r in view.revive:
+        revive.add_row(
+            *([r.broker] if brokers else []),
+            age(r.lag_s),
+            _when(r.oldest_due, view.now),
+            _when(r.next_deadline, view.now),
+            str(r.live_checkpoints),
+        )
+    out.print(revive)
+    heads = Table(
+        "topic", "queue", *b, "message group", "offset", "message id", "attempt", "head",
+        "waiting behind", title=f"blocked FIFO message groups: {view.blocked_groups}",
+    )  # fmt: skip
+    for head in view.blocked_heads:
+        state = "in flight" if head.delivered else "backoff"
+        heads.add_row(
+            head.topic,
+            str(head.queue_id),
+            *([head.broker] if brokers else []),
+            head.message_group,
+            str(head.offset),
+            head.message_id,
+            str(head.delivery_attempt),
+            f"{state}, {_when(head.invisible_until, view.now)}",
+            str(head.waiting),
+        )
+    out.print(heads)
+
+
+def history_table(message_id: str, events: Sequence[DeliveryEvent]) -> None:
+    brokers = any(e.broker for e in events)  # cluster mode names them
+    table = Table(
+        "time", "event", "group", *(["broker"] if brokers else []), "queue", "offset",
+        "attempt", "visible again / copy", title=f"history of message {message_id}",
+    )  # fmt: skip
+    for e in events:
+        if e.to_topic:
+            then = f"{e.to_topic} offset {e.to_offset}"
+        else:
+            then = _when(e.invisible_until, e.time) if e.invisible_until else "-"
+        table.add_row(
+            e.time.isoformat(" ", "milliseconds"),
+            e.event,
+            e.group or "-",
+            *([e.broker] if brokers else []),
+            "retry" if e.retry else str(e.queue_id),
+            str(e.offset),
+            str(e.delivery_attempt),
+            then,
+        )
+    console().print(table)
 
 
 def messages_table(messages: Iterable[StoredMessage], *, title: str) -> None:

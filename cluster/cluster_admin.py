@@ -24,7 +24,10 @@ from typing import TypeVar
 
 from popmq.broker_core import (
     ConsumerOffset,
+    DeliveryEvent,
+    GroupInspection,
     HistogramSnapshot,
+    InflightMessage,
     InvalidArgumentError,
     LagReport,
     MetricsSnapshot,
@@ -39,6 +42,7 @@ from popmq.broker_core import (
     check_name,
 )
 from popmq.broker_core.catalog import KIND_DLQ
+from popmq.broker_core.inspection import check_message_id, check_page_size
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
@@ -513,6 +517,128 @@ class ClusterAdmin:
             [topics[name] for name in sorted(topics)],
             sum(report.dlq_depth for report in reports.values()),
         )
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """Every broker concerned's view at once; the in-flight page runs through them in
+        name order, so its token names the broker it stops in ("broker/its token").
+
+        Each broker answers a page of up to `page_size` rows; when the page fills in the
+        middle of one broker's rows, that broker is asked once more for just the rows that
+        fit (at most one extra call)."""
+        check_name("group", group)
+        size = check_page_size(page_size)
+        if topic:
+            check_name("topic", topic, allow_dlq=True)
+        brokers = sorted(self._topology.holders(topic) if topic else self._known_brokers())
+        start, inner = self._page_start(brokers, page_token)
+        tokens = {b: (inner if b == start else "") for b in brokers}
+        answers = await self._gather(
+            brokers,
+            lambda b, r: _or_none(
+                r.inspect_group(group, topic, page_size=size, page_token=tokens[b])
+            ),
+            what=f"inspect group {group!r}",
+            reads=True,
+        )
+        views = {b: v for b, v in sorted(answers.items()) if v is not None}
+        if not views:
+            raise NotFoundError(f"group {group!r} does not exist", field="group", value=group)
+        inflight: list[InflightMessage] = []
+        token = ""
+        order = [b for b in brokers if b in views and brokers.index(b) >= brokers.index(start)]
+        for i, broker in enumerate(order):
+            view = views[broker]
+            rows, later = view.inflight, view.next_page_token
+            left = size - len(inflight)
+            if len(rows) > left:
+                remote = self._pool.get(broker)
+                again = await remote.inspect_group(
+                    group, topic, page_size=left, page_token=tokens[broker]
+                )
+                rows, later = again.inflight, again.next_page_token
+            inflight += [self._inflight_row(broker, m) for m in rows]
+            if later:
+                token = f"{broker}/{later}"
+                break
+            if len(inflight) >= size:
+                token = f"{order[i + 1]}/" if i + 1 < len(order) else ""
+                break
+        return GroupInspection(
+            group=group,
+            now_ms=max(v.now_ms for v in views.values()),
+            held_polls=[
+                dataclasses.replace(
+                    h,
+                    queue_id=h.queue_id if h.queue_id < 0 else self._global(h.topic, b, h.queue_id),
+                    broker=b,
+                )
+                for b, v in views.items()
+                for h in v.held_polls
+            ],
+            inflight=inflight,
+            next_page_token=token,
+            revive=[dataclasses.replace(r, broker=b) for b, v in views.items() for r in v.revive],
+            blocked_heads=[
+                dataclasses.replace(h, queue_id=self._global(h.topic, b, h.queue_id), broker=b)
+                for b, v in views.items()
+                for h in v.blocked_heads
+            ],
+            blocked_groups=sum(v.blocked_groups for v in views.values()),
+        )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """The history each holder of the topic keeps of the message: the broker that
+        stored it has every step (its retry copies stay on it), the others none."""
+        check_name("topic", topic, allow_dlq=True)
+        check_message_id(message_id)
+        if group:
+            check_name("group", group)
+        answers = await self._gather(
+            self._topology.holders(topic),
+            lambda _, r: _or_empty(r.message_history(topic, message_id, group=group)),
+            what=f"read the history of message {message_id!r}",
+            reads=True,
+        )
+        events = [
+            dataclasses.replace(
+                e,
+                queue_id=e.queue_id if e.retry else self._global(e.topic, b, e.queue_id),
+                broker=b,
+            )
+            for b, found in sorted(answers.items())
+            for e in found
+        ]
+        if not events:
+            raise NotFoundError(
+                f"no message {message_id!r} stored in topic {topic!r} (never sent, not due "
+                "yet, or deleted by retention)",
+                field="message_id",
+                value=message_id,
+            )
+        return sorted(events, key=lambda e: e.time_ms)
+
+    @staticmethod
+    def _page_start(brokers: Sequence[str], token: str) -> tuple[str, str]:
+        """(broker, its page token) where a cluster page token says the page starts."""
+        if not token:
+            return (brokers[0] if brokers else ""), ""
+        broker, sep, inner = token.partition("/")
+        if not sep or broker not in brokers:
+            raise InvalidArgumentError(
+                f"page_token {token[:80]!r} is not one this cluster issued for this group: "
+                "pass the next_page_token of the previous answer, or none for the first page",
+                field="page_token",
+                value=token,
+            )
+        return broker, inner
+
+    def _inflight_row(self, broker: str, row: InflightMessage) -> InflightMessage:
+        queue_id = row.queue_id if row.retry else self._global(row.topic, broker, row.queue_id)
+        return dataclasses.replace(row, queue_id=queue_id, broker=broker)
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """The sum over the live brokers that answer within METRICS_DEADLINE_S (those that

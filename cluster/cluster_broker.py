@@ -40,9 +40,11 @@ from popmq.broker_core import (
     AlreadyExistsError,
     BrokerAPI,
     ConsumerOffset,
+    DeliveryEvent,
     ExponentialBackoff,
     FailedPreconditionError,
     GroupInfo,
+    GroupInspection,
     GroupSettings,
     InvalidArgumentError,
     LagReport,
@@ -842,6 +844,18 @@ class ClusterBroker:
 
     async def lag_report(self, group: str, topic: str = "") -> LagReport:
         return await self.admin.lag_report(group, topic)
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        return await self.admin.inspect_group(
+            group, topic, page_size=page_size, page_token=page_token
+        )
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        return await self.admin.message_history(topic, message_id, group=group)
 
     # -- helpers ----------------------------------------------------------------------------
 

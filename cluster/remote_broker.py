@@ -53,6 +53,7 @@ from popmq.broker_core.errors import (
     UnavailableError,
 )
 from popmq.broker_core.group_rules import GroupState
+from popmq.broker_core.inspection import DeliveryEvent, GroupInspection
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import (
     ConsumerOffset,
@@ -694,6 +695,21 @@ class RemoteBroker:
     async def lag_report(self, group: str, topic: str = "") -> LagReport:
         request = pb.GetLagReportRequest(group=group, topic=topic)
         return w.lag_report_from_pb(await self._call(self._stub_().GetLagReport, request))
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        request = pb.InspectGroupRequest(
+            group=group, topic=topic, page_size=page_size, page_token=page_token
+        )
+        return w.inspection_from_pb(await self._call(self._stub_().InspectGroup, request))
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        request = pb.GetMessageHistoryRequest(topic=topic, message_id=message_id, group=group)
+        response = await self._call(self._stub_().GetMessageHistory, request)
+        return [w.event_from_pb(e) for e in response.events]
 
     # -- calls ----------------------------------------------------------------------------
 

@@ -256,6 +256,29 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
         return convert.lag_report(report, _now_ms())
 
     @rpc
+    async def InspectGroup(
+        self, request: admin_pb2.InspectGroupRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.InspectGroupResponse:
+        view = await self._broker.inspect_group(
+            request.group,
+            request.topic,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return convert.inspection(view)
+
+    @rpc
+    async def GetMessageHistory(
+        self, request: admin_pb2.GetMessageHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetMessageHistoryResponse:
+        events = await self._broker.message_history(
+            request.topic, request.message_id, group=request.group
+        )
+        return admin_pb2.GetMessageHistoryResponse(
+            events=[convert.delivery_event(e) for e in events]
+        )
+
+    @rpc
     @audited("offsets.reset")
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: grpc.aio.ServicerContext

@@ -14,8 +14,10 @@ from popmq.broker_core import (
     DELAY_LEVELS_S,
     KIND_DLQ,
     ConsumerOffset,
+    DeliveryEvent,
     ExponentialBackoff,
     GroupInfo,
+    GroupInspection,
     GroupSettings,
     InvalidArgumentError,
     LagReport,
@@ -427,6 +429,80 @@ def group_with_settings(info: GroupInfo, settings: GroupSettings) -> admin_pb2.G
 
 def _age(now_ms: int, store_ms: int) -> duration_pb2.Duration:
     return duration(max(0, now_ms - store_ms) / 1000 if store_ms else 0.0)
+
+
+def _time_or_unset(ms: int) -> timestamp_pb2.Timestamp | None:
+    return timestamp(ms) if ms else None
+
+
+def inspection(view: GroupInspection) -> admin_pb2.InspectGroupResponse:
+    """A group's runtime view; times of 0 (none) stay unset."""
+    return admin_pb2.InspectGroupResponse(
+        held_polls=[
+            admin_pb2.HeldPolls(topic=h.topic, queue_id=h.queue_id, count=h.count, broker=h.broker)
+            for h in view.held_polls
+        ],
+        inflight=[
+            admin_pb2.InflightMessage(
+                topic=m.topic,
+                queue_id=m.queue_id,
+                retry=m.retry,
+                offset=m.offset,
+                message_id=m.message_id,
+                delivery_attempt=m.attempt,
+                pop_time=_time_or_unset(m.popped_ms),
+                invisible_until=_time_or_unset(m.invisible_until_ms),
+                waiting=m.waiting,
+                broker=m.broker,
+            )
+            for m in view.inflight
+        ],
+        next_page_token=view.next_page_token,
+        revive=[
+            admin_pb2.ReviveLag(
+                lag=duration(r.lag_ms / 1000),
+                oldest_due=_time_or_unset(r.oldest_due_ms),
+                next_deadline=_time_or_unset(r.next_deadline_ms),
+                live_checkpoints=r.live_checkpoints,
+                broker=r.broker,
+            )
+            for r in view.revive
+        ],
+        blocked_heads=[
+            admin_pb2.BlockedHead(
+                topic=b.topic,
+                queue_id=b.queue_id,
+                message_group=b.message_group,
+                offset=b.offset,
+                message_id=b.message_id,
+                delivery_attempt=b.attempt,
+                invisible_until=_time_or_unset(b.invisible_until_ms),
+                delivered=b.delivered,
+                waiting=b.waiting,
+                broker=b.broker,
+            )
+            for b in view.blocked_heads
+        ],
+        blocked_groups=view.blocked_groups,
+        now=timestamp(view.now_ms),
+    )
+
+
+def delivery_event(e: DeliveryEvent) -> admin_pb2.DeliveryEvent:
+    return admin_pb2.DeliveryEvent(
+        time=timestamp(e.time_ms),
+        event=e.event,
+        group=e.group,
+        topic=e.topic,
+        queue_id=e.queue_id,
+        retry=e.retry,
+        offset=e.offset,
+        delivery_attempt=e.attempt,
+        invisible_until=_time_or_unset(e.invisible_until_ms),
+        to_topic=e.to_topic,
+        to_offset=e.to_offset,
+        broker=e.broker,
+    )
 
 
 def lag_report(report: LagReport, now_ms: int) -> admin_pb2.GetGroupLagResponse:

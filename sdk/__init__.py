@@ -46,6 +46,14 @@ from popmq.sdk.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from popmq.sdk.inspection import (
+    BlockedHead,
+    DeliveryEvent,
+    GroupInspection,
+    HeldPolls,
+    InflightMessage,
+    ReviveLag,
+)
 from popmq.sdk.leases import LeasePage, LeaseResult
 from popmq.sdk.producer import AsyncProducer, Producer
 from popmq.sdk.pull import (
@@ -82,17 +90,22 @@ __all__ = [
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
     "AsyncTransaction",
+    "BlockedHead",
     "BrokerStatus",
     "ClusterStatus",
     "ConsumeResult",
     "ConsumerOffset",
     "Credentials",
     "DeadlineExceededError",
+    "DeliveryEvent",
     "EtcdEndpointStatus",
     "ExponentialBackoff",
     "FailedPreconditionError",
     "Group",
+    "GroupInspection",
     "HalfMessage",
+    "HeldPolls",
+    "InflightMessage",
     "InvalidArgumentError",
     "LagReport",
     "LeasePage",
@@ -120,6 +133,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetryBackoff",
     "RetryPolicy",
+    "ReviveLag",
     "SendReceipt",
     "ServerError",
     "ServerInfo",

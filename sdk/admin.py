@@ -36,6 +36,7 @@ from popmq.sdk.admin_types import (
 from popmq.sdk.cluster_status import ClusterStatus
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, NotFoundError
+from popmq.sdk.inspection import DeliveryEvent, GroupInspection
 from popmq.sdk.tls import TLS
 from popmq.sdk.transactions import TransactionInfo, resolution_proto
 from popmq.sdk.users import Policy, User
@@ -56,6 +57,8 @@ _READS = frozenset(
         "GetGroup",
         "ListGroups",
         "GetGroupLag",
+        "InspectGroup",
+        "GetMessageHistory",
         "PeekMessages",
         "QueryMessage",
         "QueryMessagesByKey",
@@ -288,6 +291,46 @@ class AsyncAdmin(AsyncClient):
             "GetGroupLag", admin_pb2.GetGroupLagRequest(group=group, topic=topic)
         )
         return LagReport.from_proto(response)
+
+    async def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """What the broker knows of a group now: held long polls, a page of messages in
+        flight (queue and offset order), revive lag, blocked FIFO heads.
+
+        Args:
+            group: Group name.
+            topic: Only this topic; "" for every topic the group consumed.
+            page_size: In-flight rows, 1..1000 (0: 100).
+            page_token: ``next_page_token`` of the previous answer ("" for the first page).
+
+        Raises:
+            NotFoundError: The group (or topic) does not exist.
+            InvalidArgumentError: A name, the page size or the page token is not allowed.
+        """
+        request = admin_pb2.InspectGroupRequest(
+            group=group, topic=topic, page_size=page_size, page_token=page_token
+        )
+        response: admin_pb2.InspectGroupResponse = await self._call("InspectGroup", request)
+        return GroupInspection.from_proto(response)
+
+    async def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """What happened to a stored message, oldest first: each pop, nack, invisible-time
+        change, retry copy (and its pops) and dead-lettering its broker still remembers (a
+        bounded in-memory history; the popping client is not recorded).
+
+        Raises:
+            NotFoundError: The topic, group or message does not exist.
+        """
+        request = admin_pb2.GetMessageHistoryRequest(
+            topic=topic, message_id=message_id, group=group
+        )
+        response: admin_pb2.GetMessageHistoryResponse = await self._call(
+            "GetMessageHistory", request
+        )
+        return [DeliveryEvent.from_proto(e) for e in response.events]
 
     async def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False
@@ -724,6 +767,20 @@ class Admin(SyncClient[AsyncAdmin]):
     def lag_report(self, group: str, topic: str = "") -> LagReport:
         """Lag per queue and topic with backlogs (see ``AsyncAdmin.lag_report``)."""
         return self._run(self._core.lag_report(group, topic))
+
+    def inspect_group(
+        self, group: str, topic: str = "", *, page_size: int = 0, page_token: str = ""
+    ) -> GroupInspection:
+        """A group's runtime view (see ``AsyncAdmin.inspect_group``)."""
+        return self._run(
+            self._core.inspect_group(group, topic, page_size=page_size, page_token=page_token)
+        )
+
+    def message_history(
+        self, topic: str, message_id: str, *, group: str = ""
+    ) -> list[DeliveryEvent]:
+        """A message's delivery history (see ``AsyncAdmin.message_history``)."""
+        return self._run(self._core.message_history(topic, message_id, group=group))
 
     def reset_offsets(
         self, group: str, topic: str, to: str | Time | Mapping[int, int], *, force: bool = False

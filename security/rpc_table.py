@@ -235,6 +235,17 @@ _V1_ADMIN: dict[str, Rule] = {
     "GetGroupLag": rule(
         need(GROUP, GET, path="group"), need(TOPIC, GET, path="topic", optional=True)
     ),
+    "InspectGroup": rule(
+        need(GROUP, GET, path="group"),
+        need(TOPIC, GET, path="topic", optional=True),
+        note="a group's runtime view (held polls, in flight, revive lag, FIFO heads) reads "
+        "like its lag: message ids and offsets, no bodies",
+    ),
+    "GetMessageHistory": rule(
+        need(TOPIC, GET, path="topic"),
+        need(GROUP, GET, path="group", optional=True),
+        note="steps, times and offsets of one message, no body",
+    ),
     "ResetOffsets": rule(
         need(GROUP, UPDATE, path="group"),
         need(TOPIC, SUB, path="topic"),

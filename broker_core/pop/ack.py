@@ -31,6 +31,7 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
+from popmq.broker_core.pop.history import CHANGE_INVISIBLE_TIME, DEAD_LETTER, NACK
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
@@ -171,7 +172,9 @@ class Acks:
         """
         validation.check_name("group", group)
         validation.check_invisible(invisible_s, 0, self._config.pop.max_invisible_s)
-        return await self._move(self._catalog.group(group), handle, round(invisible_s * 1000))
+        return await self._move(
+            self._catalog.group(group), handle, round(invisible_s * 1000), CHANGE_INVISIBLE_TIME
+        )
 
     async def nack(self, group: str, handle: str, delay_s: float | None = None) -> int:
         """Redeliver after delay_s, or after the group's backoff; returns the redeliver time."""
@@ -193,7 +196,7 @@ class Acks:
             if ck.fifo_group:
                 attempt = ck.attempt  # redelivered in place: the record keeps the first
             delay_ms = group_info.backoff_ms(attempt)
-        _, until = await self._move(group_info, handle, delay_ms)
+        _, until = await self._move(group_info, handle, delay_ms, NACK)
         topic_name = self._catalog.user_topic_name(self._codec.decode(handle).topic_id)
         self._stats.nacked[(group, topic_name)] += 1
         return until
@@ -221,10 +224,15 @@ class Acks:
         target = await self._retries.dead_letter(group_info, copy)
         payload = copy.SerializeToString()
 
+        copied: list[int] = []
+
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            store_copy(batch, offsets, target, payload)
+            copied[:] = [store_copy(batch, offsets, target, payload)]
 
         await self._writer.submit(apply, sync=self._config.store.flush == "sync")
+        self._checkpoints.history.copied(
+            self._clock.now_ms(), DEAD_LETTER, ck, offset, ck.attempt, (target.topic_id, copied[0])
+        )
         bit = 1 << index
         if not ck.resolved & bit and cq.inflight.get(offset) is ck:
             self._stats.dead_lettered[(group, self._catalog.user_topic_name(cq.topic_id))] += 1
@@ -239,7 +247,9 @@ class Acks:
         self._polling.notify(target.name, 1)
         return target.name
 
-    async def _move(self, group: GroupInfo, text: str, invisible_ms: int) -> tuple[str, int]:
+    async def _move(
+        self, group: GroupInfo, text: str, invisible_ms: int, kind: str
+    ) -> tuple[str, int]:
         """Move one delivery to a new single-message checkpoint with a new deadline.
 
         Like RocketMQ's ChangeInvisibleTime: a fresh checkpoint, persisted at once, then the
@@ -285,6 +295,7 @@ class Acks:
         old.resolved |= bit
         self._superseded.remember(old.ck_id, index, old.deadline_ms)
         self._checkpoints.track(new)
+        self._checkpoints.history.moved(kind, new)
         if old.fifo_group:
             cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
         self._checkpoints.finish(old)

@@ -123,6 +123,7 @@ class Fifo:
         """The delivery of a FIFO checkpoint's message, with its attempt and receipt handle."""
         cq, source = read.cq, read.source
         offset = ck.offsets[0]
+        self._checkpoints.history.popped(ck)
         if record.delivery_attempt != ck.attempt:
             copy = records_pb2.StoredMessage()
             copy.CopyFrom(record)

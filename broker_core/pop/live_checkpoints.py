@@ -26,6 +26,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
+from popmq.broker_core.pop.history import DeliveryHistory
 from popmq.broker_core.store import Batch
 from popmq.broker_core.wakeup import Wakeup
 
@@ -65,6 +66,8 @@ class LiveCheckpoints:
         self._dirty_cks: dict[int, Checkpoint] = {}
         self._dirty_queues: dict[tuple[int, int, int], ConsumeQueue] = {}
         self._in_flush: tuple[list[Checkpoint], list[ConsumeQueue]] = ([], [])
+        self.history = DeliveryHistory()
+        """Recent pops, moves and revives of these checkpoints' messages (pop/history.py)."""
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -124,6 +127,20 @@ class LiveCheckpoints:
             due.append(ck)
             pending += len(ck.offsets)
         return due
+
+    def earliest_deadline(self) -> int | None:
+        """The earliest deadline of a live checkpoint on the revive timer, if any.
+
+        Stale entries on top (finished or re-armed checkpoints) are dropped on the way, as
+        `due` would drop them: amortized, each entry is dropped once."""
+        heap = self._revive_heap
+        while heap:
+            deadline, ck_id = heap[0]
+            ck = self._cks.get(ck_id)
+            if ck is not None and ck.deadline_ms == deadline and not ck.done:
+                return deadline
+            heapq.heappop(heap)
+        return None
 
     async def wait_due(self, now: int) -> None:
         """Sleep until the earliest revive deadline (at most 1 s), or a sooner one is set."""

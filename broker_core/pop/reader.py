@@ -351,6 +351,7 @@ class Reader:
             return
         self._checkpoints.track(ck)
         self._buffer.add(ck)
+        self._checkpoints.history.popped(ck)
         topic_name = read.user_topic.name
         for index, (offset, record, raw) in enumerate(zip(offsets, records, raws, strict=True)):
             handle = self._codec.encode(

@@ -138,10 +138,12 @@ def redelivery_copy(
     return copy
 
 
-def store_copy(batch: Batch, offsets: QueueOffsets, target: TopicInfo, data: bytes) -> None:
-    """Append a retry or dead-letter copy to `target`'s one queue, in the caller's batch."""
+def store_copy(batch: Batch, offsets: QueueOffsets, target: TopicInfo, data: bytes) -> int:
+    """Append a retry or dead-letter copy to `target`'s one queue, in the caller's batch;
+    returns its offset."""
     offset = offsets.allocate(target.topic_id, 0)
     batch.put("messages", keys.message_key(target.topic_id, 0, offset), data)
+    return offset
 
 
 def redriven(record: records_pb2.StoredMessage, stamp_ms: int) -> None:

@@ -17,7 +17,7 @@ import logging
 from collections import Counter
 
 from popmq.broker_core import jobs, keys
-from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo
+from popmq.broker_core.catalog import KIND_DLQ, Catalog, GroupInfo, TopicInfo
 from popmq.broker_core.clock import Clock
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
@@ -26,6 +26,7 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.pop.fifo import Fifo
+from popmq.broker_core.pop.history import DEAD_LETTER, REDELIVER, RETRY
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.pop.retry import Retries, redelivery_copy, store_copy
 from popmq.broker_core.pop.superseded import SupersededHandles
@@ -132,17 +133,26 @@ class Reviver:
                 moves.append((index, target, copy.SerializeToString()))
             plan.append((ck, moves))
 
+        # (checkpoint, index, copy's topic, copy's offset) for the history, once committed
+        copied: list[tuple[Checkpoint, int, TopicInfo, int]] = []
+
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
+            copied.clear()
             for ck, moves in plan:
-                for _, target, data in moves:
+                for index, target, data in moves:
                     if data:
-                        store_copy(batch, offsets, target, data)
+                        copied.append((ck, index, target, store_copy(batch, offsets, target, data)))
                 if ck.persisted and len(moves) == len(ck.unresolved()):
                     batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
                     self._checkpoints.written(ck)
 
         await self._writer.submit(apply, sync=False)
+        history = self._checkpoints.history
+        for ck, index, target, to_offset in copied:
+            kind = DEAD_LETTER if target.kind == KIND_DLQ else RETRY
+            offset = ck.offsets[index]
+            history.copied(stamp, kind, ck, offset, ck.attempt, (target.topic_id, to_offset))
         for ck, moves in plan:
             for index, _, _ in moves:
                 ck.resolved |= 1 << index
@@ -222,6 +232,8 @@ class Reviver:
             cq, offset, group=ck.fifo_group, attempt=attempt, held=True, now=stamp,
             deadline=0, not_before=not_before,
         )  # fmt: skip
+        if not ck.held:
+            self._checkpoints.history.copied(stamp, REDELIVER, ck, offset, attempt, (0, 0))
         cq.inflight[offset] = new
         cq.fifo_replace(ck, new)
         ck.resolved = ck.full

@@ -174,6 +174,56 @@ def test_a_broker_added_later_takes_queues_of_a_topic(tmp_path: Path) -> None:
         cluster.stop()
 
 
+def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_broker(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("inspected", queues=1)
+        sent = {producer.send("inspected", f"m{i}".encode()).message_id for i in range(9)}
+    with SimpleConsumer(b, group="inspectors", topic="inspected") as consumer:
+        got = _drain(consumer, 9)
+        assert {m.message_id for m in got} == sent
+    rows = []
+    with Admin(b) as admin:
+        token = ""
+        while True:
+            view = admin.inspect_group("inspectors", "inspected", page_size=2, page_token=token)
+            assert len(view.inflight) <= 2
+            rows += view.inflight
+            token = view.next_page_token
+            if not token:
+                break
+        assert sorted(r.broker for r in view.revive) == ["b1", "b2", "b3"]
+        with pytest.raises(InvalidArgumentError, match="page_token"):
+            admin.inspect_group("inspectors", page_token="b9/1.0.0")
+    assert sorted(r.message_id for r in rows) == sorted(sent)
+    by_queue = {(r.queue_id, r.broker) for r in rows}  # global queue ids, their brokers
+    assert {q for q, _ in by_queue} == {0, 1, 2} and {b for _, b in by_queue} == {"b1", "b2", "b3"}
+    assert len(by_queue) == 3
+    assert [r.broker for r in rows] == sorted(r.broker for r in rows)  # broker by broker
+
+
+def test_message_history_through_a_proxy_names_the_broker_and_the_global_queue(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("histories", queues=1)
+        sent = producer.send("histories", b"x")
+    with SimpleConsumer(b, group="historians", topic="histories") as consumer:
+        (got,) = _drain(consumer, 1)
+        consumer.nack(got, delay_s=30)
+    with Admin(b) as admin:
+        events = admin.message_history("histories", sent.message_id, group="historians")
+        with pytest.raises(NotFoundError):
+            admin.message_history("histories", "missing-id")
+    assert [e.event for e in events] == ["stored", "pop", "nack"]
+    (broker,) = {e.broker for e in events}  # one broker stored it and saw every step
+    assert broker in {"b1", "b2", "b3"}
+    assert {e.queue_id for e in events} == {sent.queue_id} == {got.queue_id}  # global ids
+
+
 def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_path: Path) -> None:
     cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
     try:
@@ -194,6 +244,10 @@ def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_pat
             assert {producer.send("gone", b"y").queue_id for _ in range(5)} == {0}
         with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
             admin.get_topic("gone")
+        with Admin(proxy) as admin, pytest.raises(UnavailableError, match=r"inspect group 'g'.*b2"):
+            admin.inspect_group("g")
+        with Admin(proxy) as admin, pytest.raises(UnavailableError, match="b2"):
+            admin.message_history("gone", "any-id")
         # a write over every broker starts only when all are live: nothing moved on b1
         with (
             Admin(proxy) as admin,

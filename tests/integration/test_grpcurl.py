@@ -329,6 +329,16 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     assert [r["code"] for r in acked["results"]] == ["OK"]
     lag = call(admin + "GetGroupLag", {"group": "billing"})
     assert lag["topics"][0]["topic"] == "orders" and lag["topics"][0]["inflight"] == "1"
+    view = call(admin + "InspectGroup", {"group": "billing", "topic": "orders", "page_size": 10})
+    (inflight,) = view["inflight"]  # the nacked one, invisible for its 30 s delay
+    assert inflight["message_id"] == first["message_id"] and "invisible_until" in inflight
+    assert "next_page_token" not in view and len(view["revive"]) == 1
+    history = call(
+        admin + "GetMessageHistory",
+        {"topic": "orders", "message_id": first["message_id"], "group": "billing"},
+    )
+    steps = [e["event"] for e in history["events"]]
+    assert steps == ["stored", "pop", "change_invisible_time", "nack"]
 
     # Reads by offset, offsets, leases, client registry.
     pulled = call(messaging + "PullMessages", {"topic": "orders", "queue_id": 0, "offset": 0})

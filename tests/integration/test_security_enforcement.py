@@ -268,6 +268,11 @@ def test_message_bodies_need_sub_and_lag_of_a_topic_needs_get_on_it(
         with pytest.raises(PermissionDeniedError) as refused:
             admin.get_group_lag("billing-1", "b")
         assert "GET topic 'b'" in refused.value.message
+        admin.inspect_group("billing-1", "a")  # a group's runtime view reads like its lag
+        with pytest.raises(PermissionDeniedError, match="GET topic 'b'"):
+            admin.inspect_group("billing-1", "b")
+        with pytest.raises(PermissionDeniedError, match="GET topic 'b'"):
+            admin.message_history("b", "any-id")
         with pytest.raises(PermissionDeniedError) as refused:
             admin.peek_messages("a")
         assert "SUB topic 'a'" in refused.value.message

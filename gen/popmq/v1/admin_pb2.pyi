@@ -393,6 +393,154 @@ class GetGroupLagRequest(_message.Message):
     topic: str
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
+class InspectGroupRequest(_message.Message):
+    __slots__ = ("group", "topic", "page_size", "page_token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class HeldPolls(_message.Message):
+    __slots__ = ("topic", "queue_id", "count", "broker")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    count: int
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., count: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class InflightMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "delivery_attempt", "pop_time", "invisible_until", "waiting", "broker")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POP_TIME_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    message_id: str
+    delivery_attempt: int
+    pop_time: _timestamp_pb2.Timestamp
+    invisible_until: _timestamp_pb2.Timestamp
+    waiting: bool
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., pop_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class ReviveLag(_message.Message):
+    __slots__ = ("lag", "oldest_due", "next_deadline", "live_checkpoints", "broker")
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_DUE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    lag: _duration_pb2.Duration
+    oldest_due: _timestamp_pb2.Timestamp
+    next_deadline: _timestamp_pb2.Timestamp
+    live_checkpoints: int
+    broker: str
+    def __init__(self, lag: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., oldest_due: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., live_checkpoints: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class BlockedHead(_message.Message):
+    __slots__ = ("topic", "queue_id", "message_group", "offset", "message_id", "delivery_attempt", "invisible_until", "delivered", "waiting", "broker")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    message_group: str
+    offset: int
+    message_id: str
+    delivery_attempt: int
+    invisible_until: _timestamp_pb2.Timestamp
+    delivered: bool
+    waiting: int
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class InspectGroupResponse(_message.Message):
+    __slots__ = ("held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "now")
+    HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REVIVE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_HEADS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
+    inflight: _containers.RepeatedCompositeFieldContainer[InflightMessage]
+    next_page_token: str
+    revive: _containers.RepeatedCompositeFieldContainer[ReviveLag]
+    blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
+    blocked_groups: int
+    now: _timestamp_pb2.Timestamp
+    def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetMessageHistoryRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class DeliveryEvent(_message.Message):
+    __slots__ = ("time", "event", "group", "topic", "queue_id", "retry", "offset", "delivery_attempt", "invisible_until", "to_topic", "to_offset", "broker")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    event: str
+    group: str
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    delivery_attempt: int
+    invisible_until: _timestamp_pb2.Timestamp
+    to_topic: str
+    to_offset: int
+    broker: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class GetMessageHistoryResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[DeliveryEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[DeliveryEvent, _Mapping]]] = ...) -> None: ...
+
 class QueueLag(_message.Message):
     __slots__ = ("topic", "queue_id", "retry", "consumer_offset", "max_offset", "lag", "inflight", "retention_skipped", "oldest_unacked_age", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -99,6 +99,16 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.FromString,
                 _registered_method=True)
+        self.InspectGroup = channel.unary_unary(
+                '/popmq.v1.AdminService/InspectGroup',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.FromString,
+                _registered_method=True)
+        self.GetMessageHistory = channel.unary_unary(
+                '/popmq.v1.AdminService/GetMessageHistory',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.FromString,
+                _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/popmq.v1.AdminService/ResetOffsets',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
@@ -281,6 +291,28 @@ class AdminServiceServicer:
 
     def GetGroupLag(self, request, context):
         """GetGroupLag reports, per queue and per topic, how far a group is behind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InspectGroup(self, request, context):
+        """InspectGroup shows what the broker knows of a group right now and no metric shows: the
+        long polls its consumers hold, a page of its messages in flight with their
+        invisible-until deadlines, how late redelivery runs, and its FIFO message groups
+        blocked behind a head. It reads memory (and the shown rows' records) only; the
+        in-flight list is paged, at most 1000 rows a call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessageHistory(self, request, context):
+        """GetMessageHistory shows what happened to one stored message: each pop, nack, change of
+        invisible time, retry copy (and that copy's pops) and dead-lettering, with times and
+        attempts. Brokers keep these steps in a bounded in-memory ring (the last 32,768 steps
+        of every message per broker, since it started), so older steps are gone; the client
+        that popped is not recorded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -496,6 +528,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetGroupLag,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.SerializeToString,
+            ),
+            'InspectGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.InspectGroup,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.SerializeToString,
+            ),
+            'GetMessageHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageHistory,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsets,
@@ -917,6 +959,60 @@ class AdminService:
             '/popmq.v1.AdminService/GetGroupLag',
             popmq_dot_v1_dot_admin__pb2.GetGroupLagRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.GetGroupLagResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InspectGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/InspectGroup',
+            popmq_dot_v1_dot_admin__pb2.InspectGroupRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.InspectGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetMessageHistory',
+            popmq_dot_v1_dot_admin__pb2.GetMessageHistoryRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetMessageHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -178,7 +178,8 @@ def test_audited_writes_ok_or_the_error_code_and_lets_the_error_through(
 def test_every_admin_mutation_is_in_the_audited_table_and_reads_are_not() -> None:
     service = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
     reads = {
-        "GetTopic", "ListTopics", "GetGroup", "ListGroups", "GetGroupLag", "PeekMessages",
+        "GetTopic", "ListTopics", "GetGroup", "ListGroups", "GetGroupLag", "InspectGroup",
+        "GetMessageHistory", "PeekMessages",
         "QueryMessage", "QueryMessagesByKey", "GetServerInfo", "GetClusterStatus",
         "GetUser", "ListUsers", "ListPolicies", "ListTransactions",
     }  # fmt: skip

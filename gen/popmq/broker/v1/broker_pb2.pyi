@@ -1203,3 +1203,143 @@ class GetLagReportResponse(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicBacklog]
     dlq_depth: int
     def __init__(self, group: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueBacklog, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicBacklog, _Mapping]]] = ..., dlq_depth: _Optional[int] = ...) -> None: ...
+
+class InspectGroupRequest(_message.Message):
+    __slots__ = ("group", "topic", "page_size", "page_token")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    page_size: int
+    page_token: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class HeldPolls(_message.Message):
+    __slots__ = ("topic", "queue_id", "count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    count: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class InflightMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "attempt", "popped_ms", "invisible_until_ms", "waiting")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POPPED_MS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    message_id: str
+    attempt: int
+    popped_ms: int
+    invisible_until_ms: int
+    waiting: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., popped_ms: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
+
+class ReviveLag(_message.Message):
+    __slots__ = ("lag_ms", "oldest_due_ms", "next_deadline_ms", "live_checkpoints")
+    LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    lag_ms: int
+    oldest_due_ms: int
+    next_deadline_ms: int
+    live_checkpoints: int
+    def __init__(self, lag_ms: _Optional[int] = ..., oldest_due_ms: _Optional[int] = ..., next_deadline_ms: _Optional[int] = ..., live_checkpoints: _Optional[int] = ...) -> None: ...
+
+class BlockedHead(_message.Message):
+    __slots__ = ("topic", "queue_id", "message_group", "offset", "message_id", "attempt", "invisible_until_ms", "delivered", "waiting")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    message_group: str
+    offset: int
+    message_id: str
+    attempt: int
+    invisible_until_ms: int
+    delivered: bool
+    waiting: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ...) -> None: ...
+
+class InspectGroupResponse(_message.Message):
+    __slots__ = ("group", "now_ms", "held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REVIVE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_HEADS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    now_ms: int
+    held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
+    inflight: _containers.RepeatedCompositeFieldContainer[InflightMessage]
+    next_page_token: str
+    revive: ReviveLag
+    blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
+    blocked_groups: int
+    def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ...) -> None: ...
+
+class GetMessageHistoryRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class DeliveryEvent(_message.Message):
+    __slots__ = ("time_ms", "event", "group", "topic", "queue_id", "retry", "offset", "attempt", "invisible_until_ms", "to_topic", "to_offset")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    event: str
+    group: str
+    topic: str
+    queue_id: int
+    retry: bool
+    offset: int
+    attempt: int
+    invisible_until_ms: int
+    to_topic: str
+    to_offset: int
+    def __init__(self, time_ms: _Optional[int] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageHistoryResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[DeliveryEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[DeliveryEvent, _Mapping]]] = ...) -> None: ...

@@ -258,6 +258,16 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.FromString,
                 _registered_method=True)
+        self.InspectGroup = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/InspectGroup',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.FromString,
+                _registered_method=True)
+        self.GetMessageHistory = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/GetMessageHistory',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -575,6 +585,20 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InspectGroup(self, request, context):
+        """InspectGroup reads a group's runtime view (popmq.broker_core.GroupInspection).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessageHistory(self, request, context):
+        """GetMessageHistory reads a message's delivery history (popmq.broker_core.DeliveryEvent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -792,6 +816,16 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetLagReport,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.SerializeToString,
+            ),
+            'InspectGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.InspectGroup,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.SerializeToString,
+            ),
+            'GetMessageHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageHistory,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1964,6 +1998,60 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/GetLagReport',
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetLagReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InspectGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/InspectGroup',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.InspectGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/GetMessageHistory',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.GetMessageHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
