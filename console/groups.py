@@ -93,7 +93,8 @@ class LagRow:
     lag: int
     inflight: int
     ready: int
-    oldest_unacked_s: float
+    oldest_unacked: str
+    """Its age, "1h 2m 3s"."""
     retention_skipped: int
 
 
@@ -534,7 +535,7 @@ def _lag_rows(lag: admin_pb2.GetGroupLagResponse) -> list[LagRow]:
             lag=q.lag,
             inflight=q.inflight,
             ready=max(0, q.lag - q.inflight),
-            oldest_unacked_s=_seconds(q.oldest_unacked_age),
+            oldest_unacked=_span(_seconds(q.oldest_unacked_age)),
             retention_skipped=q.retention_skipped,
         )
         for q in lag.queues
