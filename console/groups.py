@@ -423,6 +423,16 @@ class GroupPages:
 
     # -- dead letters -----------------------------------------------------------------------
 
+    async def _one_queue(self, topic: str) -> bool:
+        """Whether the dead letters of `topic` are all in one queue. The admin API redrives
+        the oldest first, queue (broker) by queue; the page lists them by queue id. Only
+        when one queue holds them all are "the N oldest listed" the N a redrive moves."""
+        try:
+            _, queues = await self.console.broker.get_topic(topic)
+        except PopMQError:
+            return False
+        return sum(1 for q in queues if q.max_offset > q.min_offset) <= 1
+
     async def dlq_page(self, request: Request) -> Response:
         """The oldest dead letters of the group, peeked (PeekMessages of "%DLQ%<group>":
         nothing is consumed), with the redrive forms."""
@@ -460,6 +470,9 @@ class GroupPages:
             if exc.code != "NOT_FOUND" or exc.user_gone:
                 raise
             messages = []  # no dead letter yet: the topic is made with the first
+        can_redrive = self.actions.allowed(
+            principal, "RedriveDeadLetters", admin_pb2.RedriveDeadLettersRequest(group=name)
+        )
         return self.console.page(
             request,
             visitor,
@@ -470,9 +483,8 @@ class GroupPages:
             size=size,
             depth=lag.dlq_depth if lag is not None else None,
             rows=message_rows(messages),
-            can_redrive=self.actions.allowed(
-                principal, "RedriveDeadLetters", admin_pb2.RedriveDeadLettersRequest(group=name)
-            ),
+            can_redrive=can_redrive,
+            oldest_first=can_redrive and bool(messages) and await self._one_queue(topic),
             message=message,
         )
 
