@@ -56,6 +56,7 @@ from popmq.console.groups import GroupPages
 from popmq.console.history import History
 from popmq.console.messages import MessagePages
 from popmq.console.sessions import COOKIE, SECURE_COOKIE, LoginLimiter, Session, SessionStore
+from popmq.console.transactions import TransactionPages
 from popmq.security import audit
 from popmq.security.model import Action, Decision, Principal, ResourceType, UserType
 from popmq.security.protected import is_loopback
@@ -198,6 +199,7 @@ class Console:
             Route("/topics/delete", self.delete_topic, methods=["POST"]),
             *GroupPages(self).routes(),
             *MessagePages(self).routes(),
+            *TransactionPages(self).routes(),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(routes=routes)
