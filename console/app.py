@@ -57,6 +57,7 @@ from popmq.console.history import History
 from popmq.console.messages import MessagePages
 from popmq.console.sessions import COOKIE, SECURE_COOKIE, LoginLimiter, Session, SessionStore
 from popmq.console.transactions import TransactionPages
+from popmq.console.users import UserPages
 from popmq.security import audit
 from popmq.security.model import Action, Decision, Principal, ResourceType, UserType
 from popmq.security.protected import is_loopback
@@ -200,6 +201,7 @@ class Console:
             *GroupPages(self).routes(),
             *MessagePages(self).routes(),
             *TransactionPages(self).routes(),
+            *UserPages(self).routes(),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(routes=routes)
