@@ -46,7 +46,9 @@ log = logging.getLogger(__name__)
 MAX_PEEK = 256
 """PeekMessages's largest max_messages: a browse's largest page."""
 MAX_OFFSET = 2**63 - 1
-MAX_QUEUE = 1023
+MAX_QUEUE = 2**31 - 1
+"""A queue id's largest value (int32): in cluster mode ids run over every broker's queues,
+so the broker, which knows the topic's queues, says which exist."""
 TEXT_LIMIT = 64 * 1024
 """Characters of a text or JSON body shown; the rest is cut, saying so."""
 HEX_LIMIT = 4096
