@@ -202,11 +202,19 @@ class GroupPages:
 
     async def group_page(self, request: Request) -> Response:
         """Settings (GetGroup), lag per topic and per queue and broker (GetGroupLag), and
-        the forms the visitor may use."""
+        the forms the visitor may use. With `part=lag` from htmx, the lag section alone:
+        the page asks for it every few seconds, so the numbers move by themselves."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
-        name = forms.text(request.query_params, "name", required=True)
+        params = request.query_params
+        name = forms.text(params, "name", required=True)
+        part = forms.text(params, "part")
+        if part not in ("", "lag"):
+            raise forms.invalid(f"part {part[:20]!r} is not one of: lag")
+        if part == "lag":
+            lag_values = await self._lag_values(visitor, name)
+            return self.console.page(request, visitor, "group_lag.html", name=name, **lag_values)
         group = (
             await self.actions.call(
                 visitor.principal,
@@ -215,34 +223,20 @@ class GroupPages:
                 response=admin_pb2.GetGroupResponse,
             )
         ).group
-        lag, lag_refusal = await self._lag(visitor, name)
         principal = visitor.principal
-        topics = [t.topic for t in lag.topics] if lag is not None else []
-        resettable = [
-            t
-            for t in topics
-            if self.actions.allowed(
-                principal, "ResetOffsets", admin_pb2.ResetOffsetsRequest(group=name, topic=t)
-            )
-        ]
         return self.console.page(
             request,
             visitor,
             "group.html",
             group=group,
+            name=name,
             consume_from=admin_pb2.ConsumeFrom.Name(group.consume_from)
             .removeprefix("CONSUME_FROM_")
             .lower()
             .replace("_", " "),
             created=forms.utc(group.create_time.ToMilliseconds())[:19],
             backoff=" ".join(f"{_seconds(d):g}" for d in group.retry_backoff),
-            lag=lag,
-            lag_refusal=lag_refusal,
-            lag_rows=_lag_rows(lag) if lag is not None else [],
-            topic_rows=[
-                (t, _span(_seconds(t.oldest_unacked_age))) for t in (lag.topics if lag else [])
-            ],
-            resettable=resettable,
+            **await self._lag_values(visitor, name),
             can_update=self.actions.allowed(
                 principal, "UpdateGroup", admin_pb2.UpdateGroupRequest(name=name)
             ),
@@ -252,8 +246,28 @@ class GroupPages:
             can_dlq=self.actions.allowed(
                 principal, "PeekMessages", admin_pb2.PeekMessagesRequest(topic=DLQ_PREFIX + name)
             ),
-            notice=forms.text(request.query_params, "done"),
+            notice=forms.text(params, "done"),
         )
+
+    async def _lag_values(self, visitor: Visitor, name: str) -> dict[str, Any]:
+        """What the lag section of a group's page shows (group_lag.html)."""
+        lag, lag_refusal = await self._lag(visitor, name)
+        topics = list(lag.topics) if lag is not None else []
+        return {
+            "lag": lag,
+            "lag_refusal": lag_refusal,
+            "lag_rows": _lag_rows(lag) if lag is not None else [],
+            "topic_rows": [(t, _span(_seconds(t.oldest_unacked_age))) for t in topics],
+            "resettable": [
+                t.topic
+                for t in topics
+                if self.actions.allowed(
+                    visitor.principal,
+                    "ResetOffsets",
+                    admin_pb2.ResetOffsetsRequest(group=name, topic=t.topic),
+                )
+            ],
+        }
 
     async def _lag(
         self, visitor: Visitor, name: str

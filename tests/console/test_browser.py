@@ -2,7 +2,8 @@
 (tools/install_browser.sh; never `playwright install`, which downloads a browser this
 machine cannot reach). Log in, watch the overview's chart move after sends, create a topic
 from the topics page; send a test message, find it by key and read its body; see a group's
-dead letter, read it and redrive it; with no script error and no CSP violation on the way.
+dead letter, read it and redrive it; watch a group's lag rise and fall on its page as a
+consumer acks; with no script error and no CSP violation on the way.
 
 Skips, saying so, only when the Chromium binary is not installed. With
 POPMQ_CONSOLE_SCREENSHOTS=DIR it saves the overview, topics, message and group pages there
@@ -199,3 +200,57 @@ async def test_send_find_and_read_a_message_then_redrive_a_dead_letter(tmp_path:
                 await context.close()
         assert (await server.broker.lag_report("billing")).dlq_depth == 0
         assert problems == []  # no script error, no CSP violation
+
+
+@run_async
+async def test_a_groups_lag_rises_and_falls_on_its_page_as_a_consumer_acks(
+    tmp_path: Path,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with serving(tmp_path / "data") as server:  # authentication off: no login
+        assert server.console is not None
+        url = server.console.url
+        await server.broker.create_topic("orders", 1)
+        await server.broker.create_group("billing")
+        problems: list[str] = []
+        async with async_playwright() as playwright:
+            context = await playwright.chromium.launch_persistent_context(
+                str(tmp_path / "profile"),
+                executable_path=str(CHROMIUM),
+                args=FLAGS,
+                headless=True,
+            )
+            try:
+                context.set_default_timeout(10_000)
+                page = context.pages[0] if context.pages else await context.new_page()
+                page.on(
+                    "console",
+                    lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+                )
+                page.on("pageerror", lambda e: problems.append(str(e)))
+                async with AsyncSimpleConsumer(
+                    server.address, group="billing", topic="orders"
+                ) as consumer:
+                    await consumer.receive(max_messages=1, wait_s=0.1)  # the group reads orders
+                    await page.goto(url + "/groups/view?name=billing")
+                    unacked = page.locator('#topic-lag tr[data-topic="orders"] td').nth(1)
+                    in_flight = page.locator('#topic-lag tr[data-topic="orders"] td').nth(2)
+                    await expect(unacked).to_have_text("0")
+                    async with AsyncProducer(server.address) as producer:
+                        for i in range(5):
+                            await producer.send("orders", b"m%d" % i)
+                    await expect(unacked).to_have_text("5")  # the page polls by itself
+                    got = await consumer.receive(max_messages=5, invisible_duration_s=60, wait_s=5)
+                    await expect(in_flight).to_have_text(str(len(got)))
+                    await consumer.ack(got)
+                    rest = 5 - len(got)
+                    while rest:
+                        more = await consumer.receive(max_messages=5, wait_s=5)
+                        await consumer.ack(more)
+                        rest -= len(more)
+                    await expect(unacked).to_have_text("0")
+                    await expect(in_flight).to_have_text("0")
+            finally:
+                await context.close()
+        assert problems == []

@@ -145,6 +145,18 @@ async def test_a_groups_page_shows_pop_lag_and_its_settings_change_as_the_user(
                 # Queue 0: consumer offset 0 (nothing acked), max 5, 3 ready, 2 in flight.
                 assert _cells(page.text, "orders/0")[:6] == ["orders", "0", "0", "5", "3", "2"]
                 assert 'id="dlq-depth">0<' in page.text
+                assert 'hx-trigger="every 2s"' in page.text  # the lag section polls itself
+                fragment = await client.get(
+                    "/groups/view",
+                    params={"name": "billing", "part": "lag"},
+                    headers={"hx-request": "true"},
+                )
+                assert "<html" not in fragment.text
+                assert _cells(fragment.text, "orders")[:4] == ["orders", "5", "2", "0"]
+                bad_part = await client.get(
+                    "/groups/view", params={"name": "billing", "part": "all"}
+                )
+                assert bad_part.status_code == 400
                 assert (
                     'id="update-group"' in page.text and "/groups/delete?name=billing" in page.text
                 )
