@@ -56,6 +56,7 @@ from popmq.console.groups import GroupPages
 from popmq.console.history import History
 from popmq.console.messages import MessagePages
 from popmq.console.sessions import COOKIE, SECURE_COOKIE, LoginLimiter, Session, SessionStore
+from popmq.console.topic_changes import TopicChangePages
 from popmq.console.transactions import TransactionPages
 from popmq.console.users import UserPages
 from popmq.security import audit
@@ -201,6 +202,7 @@ class Console:
             *GroupPages(self).routes(),
             *MessagePages(self).routes(),
             *TransactionPages(self).routes(),
+            *TopicChangePages(self).routes(),
             *UserPages(self).routes(),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
@@ -607,6 +609,13 @@ class Console:
             can_delete=self.actions.allowed(
                 visitor.principal, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name)
             ),
+            can_update=self.actions.allowed(
+                visitor.principal, "UpdateTopic", admin_pb2.UpdateTopicRequest(name=name)
+            ),
+            can_purge=self.actions.allowed(
+                visitor.principal, "PurgeTopic", admin_pb2.PurgeTopicRequest(name=name)
+            ),
+            notice=forms.text(request.query_params, "done"),
             can_browse=self.actions.allowed(
                 visitor.principal, "PeekMessages", admin_pb2.PeekMessagesRequest(topic=name)
             ),

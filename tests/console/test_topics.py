@@ -243,3 +243,50 @@ async def test_search_and_pages_are_right_over_10000_topics(tmp_path: Path) -> N
         assert first_s < 10 and search_s < 10
     finally:
         await server.stop()
+
+
+@run_async
+async def test_a_topic_grows_and_is_purged_only_with_its_typed_name(
+    tmp_path: Path, audit_lines: AuditLines
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 1)
+        async with AsyncProducer(server.address) as producer:
+            for i in range(3):
+                await producer.send("orders", b"m%d" % i)
+        async with browser(server) as client:
+            page = (await client.get("/topics/view", params={"name": "orders"})).text
+            assert 'id="update-topic"' in page and "/topics/purge?name=orders" in page
+            token = csrf_of(page)
+            grown = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "3"}
+            )
+            assert grown.status_code == 303
+            assert "topic orders has 3 queues" in (await client.get(grown.headers["location"])).text
+            shrink = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "2"}
+            )
+            assert shrink.status_code == 400  # queues only grow: the broker says so
+            huge = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "5000"}
+            )
+            assert huge.status_code == 400 and "queues 5000 is out of range: 1..1024" in huge.text
+
+            form = await client.get("/topics/purge", params={"name": "orders"})
+            assert 'id="purge-topic"' in form.text
+            untyped = await client.post(
+                "/topics/purge", data={"csrf": token, "name": "orders", "confirm": "order"}
+            )
+            assert untyped.status_code == 400 and "type the topic&#39;s name" in untyped.text
+            purged = await client.post(
+                "/topics/purge", data={"csrf": token, "name": "orders", "confirm": "orders"}
+            )
+            assert purged.status_code == 303
+            after = (await client.get(purged.headers["location"])).text
+            assert "purged 3 messages of topic orders (every queue)" in after
+            assert "3 queues · normal messages · 0 stored" in after
+    assert [(e["event"], e["result"]) for e in audit_lines.lines] == [
+        ("topic.update", "ok"),
+        ("topic.update", "INVALID_ARGUMENT"),
+        ("topic.purge", "ok"),
+    ]
