@@ -36,6 +36,7 @@ from popmq.broker_core import GroupInfo, PopMQError
 from popmq.console import forms
 from popmq.console.actions import ActionRefused, broker_read
 from popmq.console.messages import message_rows
+from popmq.security.model import Action, ResourceType
 
 if TYPE_CHECKING:
     from popmq.console.app import Console, Visitor
@@ -46,6 +47,10 @@ MAX_REDRIVE = 1_000_000
 """RedriveDeadLetters's largest max_messages."""
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_S = 12 * 3600
+CONSUME_FROM = {
+    "first": admin_pb2.CONSUME_FROM_FIRST_OFFSET,
+    "last": admin_pb2.CONSUME_FROM_LAST_OFFSET,
+}
 RESET_TARGETS = {
     "earliest": admin_pb2.RESET_TARGET_EARLIEST,
     "latest": admin_pb2.RESET_TARGET_LATEST,
@@ -135,6 +140,7 @@ class GroupPages:
     def routes(self) -> list[Route]:
         return [
             Route("/groups", self.groups, methods=["GET"]),
+            Route("/groups", self.create_group, methods=["POST"]),
             Route("/groups/view", self.group_page, methods=["GET"]),
             Route("/groups/update", self.update_group, methods=["POST"]),
             Route("/groups/reset", self.reset_page, methods=["GET"]),
@@ -170,9 +176,35 @@ class GroupPages:
             "total": len(found),
             "all": len(listing),
             "notice": forms.text(params, "done"),
+            "can_create": self.console.may(visitor.principal, Action.CREATE, ResourceType.GROUP),
         }
         template = "groups_table.html" if request.headers.get("hx-request") else "groups.html"
         return self.console.page(request, visitor, template, **values)
+
+    async def create_group(self, request: Request) -> Response:
+        """CreateGroup: a name, max delivery attempts, FIFO, the topics it subscribes to
+        (every message of each), and where it starts in them."""
+        visitor = self.console.visitor(request)
+        if visitor is None:
+            return self.console.to_login(request)
+        form = await self.console.check_csrf(request, visitor)
+        name = forms.text(form, "name", required=True)
+        create = admin_pb2.CreateGroupRequest(name=name, fifo=form.get("fifo") == "on")
+        attempts = forms.integer(form, "max_delivery_attempts", low=1, high=MAX_DELIVERY_ATTEMPTS)
+        if attempts is not None:
+            create.max_delivery_attempts = attempts
+        topics = forms.text(form, "topics").replace(",", " ").split()
+        if len(set(topics)) != len(topics):
+            raise forms.invalid("a topic is named twice in the subscriptions")
+        create.subscriptions.extend(admin_pb2.Subscription(topic=t) for t in topics)
+        start = str(form.get("consume_from") or "first")
+        if start not in CONSUME_FROM:
+            raise forms.invalid(f"consume_from {start[:20]!r} is not one of first, last")
+        create.consume_from = CONSUME_FROM[start]
+        await self.actions.call(
+            visitor.principal, "CreateGroup", create, response=admin_pb2.CreateGroupResponse
+        )
+        return _to_group(name, f"created group {name}")
 
     async def _row(self, visitor: Visitor, info: GroupInfo) -> GroupRow:
         broker = self.console.broker

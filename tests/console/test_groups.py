@@ -333,6 +333,7 @@ async def test_a_normal_user_sees_only_what_its_policies_allow_on_groups(
             await log_in(client, "app", APP_SECRET)
             listing = (await client.get("/groups")).text
             assert _rows(listing) == ["mine", "theirs"]
+            assert 'id="create-group"' not in listing  # no policy allows CREATE on a group
             assert _cells(listing, "mine")[4] == "0"  # lag shown where GET is allowed
             assert "not shown" in " ".join(_cells(listing, "theirs"))
             page = (await client.get("/groups/view", params={"name": "mine"})).text
@@ -354,4 +355,35 @@ async def test_a_normal_user_sees_only_what_its_policies_allow_on_groups(
     assert [(e["event"], e["result"]) for e in audit_lines.lines] == [
         ("group.delete", "PERMISSION_DENIED"),
         ("dlq.redrive", "PERMISSION_DENIED"),
+    ]
+
+
+@run_async
+async def test_a_group_is_created_with_its_subscriptions_as_the_user(
+    tmp_path: Path, audit_lines: AuditLines
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 1)
+        async with browser(server) as client:
+            listing = (await client.get("/groups")).text
+            assert 'id="create-group"' in listing
+            token = csrf_of(listing)
+            form = {"csrf": token, "name": "billing", "topics": "orders", "fifo": "on"}
+            bad = await client.post("/groups", data={**form, "max_delivery_attempts": "0"})
+            assert bad.status_code == 400 and "out of range: 1..1000" in bad.text
+            twice = await client.post("/groups", data={**form, "topics": "orders orders"})
+            assert twice.status_code == 400 and "named twice" in twice.text
+            created = await client.post("/groups", data={**form, "max_delivery_attempts": "5"})
+            assert created.status_code == 303
+            page = (await client.get(created.headers["location"])).text
+            assert "created group billing" in page and "FIFO · at most 5 deliveries" in page
+            assert 'href="/topics/view?name=orders">orders</a>' in page
+            again = await client.post("/groups", data=form)
+            assert again.status_code == 409
+            missing = await client.post("/groups", data={**form, "name": "x", "topics": "nope"})
+            assert missing.status_code == 404
+    assert [(e["event"], e["result"]) for e in audit_lines.lines] == [
+        ("group.create", "ok"),
+        ("group.create", "ALREADY_EXISTS"),
+        ("group.create", "NOT_FOUND"),
     ]
