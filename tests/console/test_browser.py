@@ -2,7 +2,8 @@
 (tools/install_browser.sh; never `playwright install`, which downloads a browser this
 machine cannot reach). Log in, watch the overview's chart move after sends, create a topic
 from the topics page; send a test message, find it by key and read its body; see a group's
-dead letter, read it and redrive it; watch a group's lag rise and fall on its page as a
+dead letter, read it and redrive it; see a NORMAL user offered only what it may do and
+refused the rest; watch a group's lag rise and fall on its page as a
 consumer acks; with no script error and no CSP violation on the way.
 
 Skips, saying so, only when the Chromium binary is not installed. With
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from popmq.sdk import AsyncProducer, AsyncSimpleConsumer, Credentials
+from popmq.security.model import Action, Pattern, Policy, ResourceType
 from tests.console.support import AUTHENTICATED, ROOT_KEY, ROOT_SECRET, serving
 from tests.support.run_async import run_async
 
@@ -196,10 +198,42 @@ async def test_send_find_and_read_a_message_then_redrive_a_dead_letter(tmp_path:
                     "redrove 1 dead letters of group billing; 0 remain"
                 )
                 await expect(page.locator("#dlq-depth")).to_have_text("0")
+
+                # A NORMAL user that may only look at topics: no forms it may not use, and
+                # the groups list refused, saying why.
+                before = len(problems)
+                store = server.security_store
+                assert store is not None
+                await store.create_user("viewer", "viewer-secret-123")
+                for actions in ({Action.LIST}, {Action.GET}):
+                    await store.grant(
+                        "viewer",
+                        Policy(ResourceType.TOPIC, Pattern.ANY, "", frozenset(actions)),
+                    )
+                await page.click("text=Log out")
+                await expect(page.locator("#access_key")).to_be_visible()
+                await page.fill("#access_key", "viewer")
+                await page.fill("#secret_key", "viewer-secret-123")
+                await page.click("#login")
+                await page.goto(url + "/topics")
+                await expect(page.locator('tr[data-topic="orders"]')).to_have_count(1)
+                await expect(page.locator("#create-topic")).to_have_count(0)
+                await page.click("text=orders")
+                await expect(page.locator("#topic-summary")).to_be_visible()
+                for form in ("#send-form", "#browse-form", "#update-topic"):
+                    await expect(page.locator(form)).to_have_count(0)
+                await page.click("text=Groups")
+                await expect(page.locator("#message")).to_contain_text("may not LIST every group")
+                await expect(page.locator("text=Users")).to_have_count(0)
             finally:
                 await context.close()
         assert (await server.broker.lag_report("billing")).dlq_depth == 0
-        assert problems == []  # no script error, no CSP violation
+        assert problems[:before] == []  # no script error, no CSP violation
+        # After it, only the refusals' own answers: the logout's login form (401) and the
+        # refused groups page (403), which Chromium logs as failed loads.
+        assert [
+            p for p in problems[before:] if "status of 401" not in p and "status of 403" not in p
+        ] == []
 
 
 @run_async
