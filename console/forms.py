@@ -17,6 +17,8 @@ MAX_TEXT = 200
 """Characters of a search, name or key kept (longer input is refused)."""
 PAGE_SIZE = 50
 """Rows on one page of a list."""
+_LAST_MS = 253_402_300_799_999
+"""9999-12-31 23:59:59.999 UTC, the last time a page can show."""
 
 
 def invalid(message: str) -> ActionRefused:
@@ -89,8 +91,8 @@ def timestamp_ms(values: Mapping[str, object], name: str) -> int | None:
     if not raw:
         return None
     if raw.isdigit():
-        if len(raw) > 15:
-            raise invalid(f"{name} {raw[:20]!r} is not a time in epoch milliseconds")
+        if len(raw) > 15 or int(raw) > _LAST_MS:
+            raise invalid(f"{name} {raw[:20]!r} is after the year 9999")
         return int(raw)
     try:
         when = datetime.fromisoformat(raw.replace(" ", "T", 1))

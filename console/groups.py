@@ -345,7 +345,9 @@ class GroupPages:
                 raise forms.invalid(
                     f"retry backoff entry {i + 1} {entry[:20]}s is out of range: 1..{MAX_BACKOFF_S}"
                 )
-            update.retry_backoff.append(Duration(seconds=int(value), nanos=round(value % 1 * 1e9)))
+            entry_duration = Duration()
+            entry_duration.FromNanoseconds(round(value * 1e9))
+            update.retry_backoff.append(entry_duration)
         if "fifo" in form or form.get("fifo_shown") == "1":
             update.fifo = form.get("fifo") == "on"
         await self.actions.call(

@@ -90,6 +90,7 @@ async def test_browsing_by_queue_offset_and_time_consumes_nothing(tmp_path: Path
                 ({"size": "0"}, "size 0 is out of range: 1..256"),
                 ({"size": "many"}, "size &#39;many&#39; is not a whole number"),
                 ({"at": "tomorrow"}, "at &#39;tomorrow&#39; is not a time"),
+                ({"at": "999999999999999"}, "is after the year 9999"),
                 ({"queue": "0", "offset": "1", "at": "5"}, "an offset or a time, not both"),
             ]:
                 answer = await client.get("/topics/browse", params={"name": "orders", **params})
