@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from popmq._gen.popmq.v1 import admin_pb2
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import GroupInfo, PopMQError
 from popmq.console import forms
 from popmq.console.actions import ActionRefused, broker_read
@@ -47,6 +47,10 @@ MAX_REDRIVE = 1_000_000
 """RedriveDeadLetters's largest max_messages."""
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_S = 12 * 3600
+FILTER_TYPES = {
+    "tag": messaging_pb2.FILTER_TYPE_TAG,
+    "sql": messaging_pb2.FILTER_TYPE_SQL,
+}
 CONSUME_FROM = {
     "first": admin_pb2.CONSUME_FROM_FIRST_OFFSET,
     "last": admin_pb2.CONSUME_FROM_LAST_OFFSET,
@@ -318,8 +322,10 @@ class GroupPages:
         return answer, ""
 
     async def update_group(self, request: Request) -> Response:
-        """UpdateGroup with the fields the form changed: max delivery attempts, the retry
-        backoff (seconds, space-separated), FIFO."""
+        """UpdateGroup with the fields the form set: max delivery attempts, the retry
+        backoff (seconds, space-separated), FIFO, a subscription to add (or whose filter to
+        replace), subscriptions to remove, where the group starts in queues it has never
+        consumed."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
@@ -350,6 +356,34 @@ class GroupPages:
             update.retry_backoff.append(entry_duration)
         if "fifo" in form or form.get("fifo_shown") == "1":
             update.fifo = form.get("fifo") == "on"
+        subscribe = forms.text(form, "subscribe")
+        if subscribe:
+            kind = str(form.get("filter_type") or "tag")
+            if kind not in FILTER_TYPES:
+                raise forms.invalid(f"filter_type {kind[:20]!r} is not one of tag, sql")
+            update.set_subscriptions.append(
+                admin_pb2.Subscription(
+                    topic=subscribe,
+                    filter=messaging_pb2.FilterExpression(
+                        type=FILTER_TYPES[kind], expression=forms.text(form, "expression")
+                    ),
+                )
+            )
+        update.remove_subscriptions.extend(str(t)[: forms.MAX_TEXT] for t in form.getlist("remove"))
+        start = str(form.get("consume_from") or "")
+        if start:
+            if start not in (*CONSUME_FROM, "timestamp"):
+                raise forms.invalid(
+                    f"consume_from {start[:20]!r} is not one of first, last, timestamp"
+                )
+            if start == "timestamp":
+                millis = forms.timestamp_ms(form, "consume_from_time")
+                if millis is None:
+                    raise forms.invalid("starting at a time needs the time")
+                update.consume_from = admin_pb2.CONSUME_FROM_TIMESTAMP
+                update.consume_from_time.FromMilliseconds(millis)
+            else:
+                update.consume_from = CONSUME_FROM[start]
         await self.actions.call(
             visitor.principal, "UpdateGroup", update, response=admin_pb2.UpdateGroupResponse
         )

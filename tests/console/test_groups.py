@@ -181,8 +181,47 @@ async def test_a_groups_page_shows_pop_lag_and_its_settings_change_as_the_user(
                     data={"csrf": csrf_of(page.text), "name": "billing", "retry_backoff": "0.5"},
                 )
                 assert bad.status_code == 400 and "is out of range: 1..43200" in bad.text
+                settings = {"csrf": csrf_of(page.text), "name": "billing"}
+                subscribed = await client.post(
+                    "/groups/update",
+                    data={
+                        **settings,
+                        "subscribe": "orders",
+                        "filter_type": "tag",
+                        "expression": "TagA || TagB",
+                        "consume_from": "last",
+                    },
+                )
+                assert subscribed.status_code == 303
+                after = (await client.get(subscribed.headers["location"])).text
+                assert "<small>(TagA || TagB)</small>" in after
+                assert "starts at the last offset" in after
+                assert server.broker.subscription_filter("billing", "orders") == (
+                    "tag",
+                    "TagA || TagB",
+                )
+                bad_sql = await client.post(
+                    "/groups/update",
+                    data={
+                        **settings,
+                        "subscribe": "orders",
+                        "filter_type": "sql",
+                        "expression": "a =",
+                    },
+                )
+                assert bad_sql.status_code == 400
+                no_time = await client.post(
+                    "/groups/update", data={**settings, "consume_from": "timestamp"}
+                )
+                assert no_time.status_code == 400 and "needs the time" in no_time.text
+                removed = await client.post("/groups/update", data={**settings, "remove": "orders"})
+                assert removed.status_code == 303
+                assert server.broker.subscription_filter("billing", "orders") is None
     assert [(e["event"], e["user"], e["result"]) for e in audit_lines.lines] == [
-        ("group.update", "root", "ok")
+        ("group.update", "root", "ok"),
+        ("group.update", "root", "ok"),
+        ("group.update", "root", "INVALID_ARGUMENT"),
+        ("group.update", "root", "ok"),
     ]
 
 
