@@ -35,7 +35,7 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import GroupInfo, PopMQError
 from popmq.console import forms
 from popmq.console.actions import ActionRefused, broker_read
-from popmq.console.messages import message_rows
+from popmq.console.messages import message_rows, queue_brokers
 from popmq.security.model import Action, ResourceType
 
 if TYPE_CHECKING:
@@ -564,7 +564,7 @@ class GroupPages:
             topic=topic,
             size=size,
             depth=lag.dlq_depth if lag is not None else None,
-            rows=message_rows(messages),
+            rows=message_rows(messages, await queue_brokers(self.console.broker, topic)),
             can_redrive=can_redrive,
             oldest_first=can_redrive and bool(messages) and await self._one_queue(topic),
             message=message,

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -34,7 +34,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
-from popmq.broker_core import NewMessage
+from popmq.broker_core import BrokerAPI, NewMessage, PopMQError
 from popmq.console import forms
 from popmq.console.actions import MESSAGING_SERVICE, broker_read
 
@@ -72,6 +72,8 @@ class MessageRow:
     attempt: int
     size: int
     origin_topic: str
+    broker: str = ""
+    """The broker holding its queue (cluster mode; "" from `popmq serve`)."""
 
     @property
     def link(self) -> str:
@@ -80,7 +82,11 @@ class MessageRow:
         )
 
 
-def message_rows(messages: Sequence[admin_pb2.StoredMessage]) -> list[MessageRow]:
+def message_rows(
+    messages: Sequence[admin_pb2.StoredMessage], brokers: Mapping[int, str] | None = None
+) -> list[MessageRow]:
+    """Rows of a message list; `brokers` names the broker of each queue id (cluster)."""
+    brokers = brokers or {}
     return [
         MessageRow(
             topic=m.topic,
@@ -93,9 +99,20 @@ def message_rows(messages: Sequence[admin_pb2.StoredMessage]) -> list[MessageRow
             attempt=m.delivery_attempt,
             size=len(m.body),
             origin_topic=m.origin_topic,
+            broker=brokers.get(m.queue_id, ""),
         )
         for m in messages
     ]
+
+
+async def queue_brokers(broker: BrokerAPI, topic: str) -> dict[int, str]:
+    """The broker of each queue of `topic` ({} from `popmq serve`, or when the topic is
+    gone): read after the page's own access check, for its queue column."""
+    try:
+        _, queues = await broker.get_topic(topic)
+    except PopMQError:
+        return {}
+    return {q.queue_id: q.broker for q in queues if q.broker}
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +238,7 @@ class MessagePages:
             if offset is not None:
                 peek.offset = offset
             messages = await self._peek(visitor, peek)
-        rows = message_rows(messages)
+        rows = message_rows(messages, await queue_brokers(self.console.broker, topic))
         following = ""
         if queue is not None and rows and len(rows) == size:
             following = "/topics/browse?" + urlencode(
@@ -305,7 +322,7 @@ class MessagePages:
             visitor,
             "browse.html",
             topic=topic,
-            rows=message_rows(messages),
+            rows=message_rows(messages, await queue_brokers(self.console.broker, topic)),
             queue="",
             offset="",
             at="",
@@ -352,6 +369,7 @@ class MessagePages:
             if message.HasField("deliver_time")
             else "",
             properties=sorted(message.properties.items()),
+            broker=(await queue_brokers(self.console.broker, topic)).get(queue, ""),
         )
 
     async def send(self, request: Request) -> Response:

@@ -77,9 +77,15 @@ def test_a_groups_lag_names_each_queues_broker_and_browsing_reads_every_broker(
             everything = client.get("/topics/browse", params={"name": "orders", "size": "50"})
             found = set(re.findall(r'<tr data-message="([^"]+)">', everything.text))
             assert found == {r.message_id for r in sent}
+            assert "<th>Broker</th>" in everything.text
+            row_brokers = re.findall(
+                r'<tr data-message="[^"]+">\s*<td>\d+</td><td>(b\d)</td>', everything.text
+            )
+            assert len(row_brokers) == 8 and set(row_brokers) == {"b1", "b2"}
             first = sent[0]
             message = client.get(
                 "/messages/view",
                 params={"topic": "orders", "queue": first.queue_id, "offset": first.offset},
             )
             assert message.status_code == 200 and "m0" in message.text
+            assert "(broker b" in message.text
