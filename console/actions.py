@@ -39,6 +39,7 @@ from popmq.security.gate import Gate
 from popmq.security.model import Principal, set_principal
 
 ADMIN_SERVICE = "/popmq.v1.AdminService/"
+MESSAGING_SERVICE = "/popmq.v1.MessagingService/"
 
 HTTP_STATUS = {
     "INVALID_ARGUMENT": 400,
@@ -56,6 +57,7 @@ HTTP_STATUS = {
 """The HTTP status of a page whose action ended with a gRPC status code (500 otherwise)."""
 
 _Response = TypeVar("_Response", bound=Message)
+_T = TypeVar("_T")
 
 
 class ActionRefused(Exception):
@@ -129,24 +131,29 @@ class AdminActions:
         except PermissionDeniedError as exc:
             raise ActionRefused(exc.code, str(exc), user_gone=True) from None
 
-    def allowed(self, principal: Principal, method: str, request: Message) -> bool:
-        """Whether `principal` may call `method` with `request` (to offer the button); no
-        audit line, no count: nothing was asked yet."""
+    def allowed(
+        self, principal: Principal, method: str, request: Message, *, service: str = ADMIN_SERVICE
+    ) -> bool:
+        """Whether `principal` may call `method` of `service` with `request` (to offer the
+        button); no audit line, no count: nothing was asked yet."""
         try:
-            self.gate.authorize(ADMIN_SERVICE + method, principal, request)
+            self.gate.authorize(service + method, principal, request)
         except PopMQError:
             return False
         return True
 
-    def authorize(self, principal: Principal, method: str, request: Message) -> Principal:
-        """`principal` as it is now, once access control lets it call AdminService `method`
-        with `request`; a refusal is counted, logged and (a mutation's) audited, as the
-        gRPC gate does. It becomes the current principal of this request's task.
+    def authorize(
+        self, principal: Principal, method: str, request: Message, *, service: str = ADMIN_SERVICE
+    ) -> Principal:
+        """`principal` as it is now, once access control lets it call `method` of `service`
+        (AdminService unless said) with `request`; a refusal is counted, logged and (a
+        mutation's) audited, as the gRPC gate does. It becomes the current principal of
+        this request's task.
 
         Raises:
             ActionRefused: The user is gone, or access control refuses.
         """
-        full = ADMIN_SERVICE + method
+        full = service + method
         principal = self.current(principal)
         # This request's task only: the console's handlers run one request a task.
         set_principal(principal)
@@ -174,3 +181,12 @@ class AdminActions:
         if not isinstance(answer, response):
             raise TypeError(f"{method} answered {type(answer).__name__}, not {response.__name__}")
         return answer
+
+
+async def broker_read(work: Awaitable[_T]) -> _T:
+    """`work` (a BrokerAPI call whose access was checked), with a broker error turned into
+    the ActionRefused its gRPC call would have ended with."""
+    try:
+        return await work
+    except PopMQError as exc:
+        raise ActionRefused(exc.code, str(exc)) from None

@@ -48,11 +48,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
 
-from popmq._gen.popmq.v1 import admin_pb2
+from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import KIND_DLQ, BrokerAPI, TopicInfo
-from popmq.console.actions import ActionRefused, AdminActions
+from popmq.console import forms
+from popmq.console.actions import MESSAGING_SERVICE, ActionRefused, AdminActions
+from popmq.console.groups import GroupPages
 from popmq.console.history import History
+from popmq.console.messages import MessagePages
 from popmq.console.sessions import COOKIE, SECURE_COOKIE, LoginLimiter, Session, SessionStore
+from popmq.console.topic_changes import TopicChangePages
+from popmq.console.transactions import TransactionPages
+from popmq.console.users import UserPages
 from popmq.security import audit
 from popmq.security.model import Action, Decision, Principal, ResourceType, UserType
 from popmq.security.protected import is_loopback
@@ -157,7 +163,7 @@ class Console:
         max_s: float = 43200.0,
     ) -> None:
         self.actions = actions
-        self._broker = broker
+        self.broker = broker
         self.history = history
         self._store = security_store
         self._serving = serving
@@ -193,6 +199,11 @@ class Console:
             Route("/topics/view", self.topic_page, methods=["GET"]),
             Route("/topics/delete", self.delete_topic_page, methods=["GET"]),
             Route("/topics/delete", self.delete_topic, methods=["POST"]),
+            *GroupPages(self).routes(),
+            *MessagePages(self).routes(),
+            *TransactionPages(self).routes(),
+            *TopicChangePages(self).routes(),
+            *UserPages(self).routes(),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(routes=routes)
@@ -247,7 +258,7 @@ class Console:
             self._render("message.html", None, title="Refused", message=text), status_code=status
         )
 
-    async def _check_csrf(self, request: Request, visitor: Visitor) -> FormData:
+    async def check_csrf(self, request: Request, visitor: Visitor) -> FormData:
         """The request's form, once its CSRF token is this session's.
 
         Raises:
@@ -296,7 +307,7 @@ class Console:
         )
         return response
 
-    def _to_login(self, request: Request, message: str = "") -> Response:
+    def to_login(self, request: Request, message: str = "") -> Response:
         if request.headers.get("hx-request"):
             response: Response = Response(status_code=204, headers={"HX-Redirect": "/login"})
         elif request.method in _SAFE_METHODS and not message:
@@ -314,7 +325,7 @@ class Console:
             **values,
         )
 
-    def _page(
+    def page(
         self, request: Request, visitor: Visitor, template: str, status: int = 200, **values: Any
     ) -> Response:
         response = HTMLResponse(self._render(template, visitor, **values), status_code=status)
@@ -324,11 +335,11 @@ class Console:
 
     async def _refused(self, request: Request, exc: ActionRefused) -> Response:
         if exc.user_gone:
-            return self._to_login(request, "your user was deleted or disabled: log in again")
+            return self.to_login(request, "your user was deleted or disabled: log in again")
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
-        return self._page(
+            return self.to_login(request)
+        return self.page(
             request,
             visitor,
             "message.html",
@@ -385,18 +396,18 @@ class Console:
     async def logout(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is not None:
-            await self._check_csrf(request, visitor)
+            await self.check_csrf(request, visitor)
             self.sessions.end(visitor.session.id)
         if not self.authentication:
             return RedirectResponse("/", status_code=303)
-        return self._to_login(request)
+        return self.to_login(request)
 
     # -- overview ---------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
+            return self.to_login(request)
         status: admin_pb2.GetClusterStatusResponse | None = None
         refusal = ""
         try:
@@ -410,7 +421,7 @@ class Console:
             if exc.user_gone:
                 raise
             refusal = exc.message
-        return self._page(
+        return self.page(
             request,
             visitor,
             "overview.html",
@@ -487,18 +498,15 @@ class Console:
     async def topics(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
-        query = request.query_params.get("q", "")[:_MAX_QUERY].strip()
-        try:
-            page = max(1, int(request.query_params.get("page", "1")))
-        except ValueError:
-            page = 1
+            return self.to_login(request)
+        query = forms.text(request.query_params, "q")
+        page = forms.page_number(request.query_params)
         # ListTopics's access check, then the BrokerAPI read its servicer makes (actions.py).
         self.actions.authorize(visitor.principal, "ListTopics", admin_pb2.ListTopicsRequest())
-        listing = await self._broker.list_topics()
+        listing = await self.broker.list_topics()
         found = search_topics(listing, query)
         pages = max(1, math.ceil(len(found) / PAGE_SIZE))
-        page = min(page, pages)
+        forms.check_page(page, pages)
         rows = [TopicRow.of(t) for t in found[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]]
         deletable = {
             t.name
@@ -515,14 +523,14 @@ class Console:
             "total": len(found),
             "all": len(listing),
             "deletable": deletable,
-            "can_create": self._may(visitor.principal, Action.CREATE, ResourceType.TOPIC),
+            "can_create": self.may(visitor.principal, Action.CREATE, ResourceType.TOPIC),
             "message_types": MESSAGE_TYPES,
             "notice": request.query_params.get("done", "")[:_MAX_QUERY],
         }
         template = "topics_table.html" if request.headers.get("hx-request") else "topics.html"
-        return self._page(request, visitor, template, **values)
+        return self.page(request, visitor, template, **values)
 
-    def _may(self, principal: Principal, action: Action, kind: ResourceType) -> bool:
+    def may(self, principal: Principal, action: Action, kind: ResourceType) -> bool:
         """Whether some policy of `principal` allows `action` on some resource of `kind`
         (to offer a button whose resource is not named yet; the action is checked again
         when asked)."""
@@ -541,8 +549,8 @@ class Console:
     async def create_topic(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
-        form = await self._check_csrf(request, visitor)
+            return self.to_login(request)
+        form = await self.check_csrf(request, visitor)
         name = str(form.get("name") or "").strip()
         message_type = str(form.get("message_type") or "MESSAGE_TYPE_NORMAL")
         if message_type not in MESSAGE_TYPES:
@@ -566,7 +574,7 @@ class Console:
         store time, and the groups that consume it (GetTopic, as `popmq topic describe`)."""
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
+            return self.to_login(request)
         name = request.query_params.get("name", "")[:_MAX_QUERY]
         described = await self.actions.call(
             visitor.principal,
@@ -587,7 +595,7 @@ class Console:
             )
             for q in described.queues
         ]
-        return self._page(
+        return self.page(
             request,
             visitor,
             "topic.html",
@@ -601,23 +609,43 @@ class Console:
             can_delete=self.actions.allowed(
                 visitor.principal, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name)
             ),
+            can_update=self.actions.allowed(
+                visitor.principal, "UpdateTopic", admin_pb2.UpdateTopicRequest(name=name)
+            ),
+            can_purge=self.actions.allowed(
+                visitor.principal, "PurgeTopic", admin_pb2.PurgeTopicRequest(name=name)
+            ),
+            notice=forms.text(request.query_params, "done"),
+            can_browse=self.actions.allowed(
+                visitor.principal, "PeekMessages", admin_pb2.PeekMessagesRequest(topic=name)
+            ),
+            can_send=self.actions.allowed(
+                visitor.principal,
+                "SendMessages",
+                messaging_pb2.SendMessagesRequest(
+                    messages=[messaging_pb2.OutgoingMessage(topic=name)]
+                ),
+                service=MESSAGING_SERVICE,
+            ),
+            fifo=described.topic.message_type
+            in (admin_pb2.MESSAGE_TYPE_FIFO, admin_pb2.MESSAGE_TYPE_MIXED),
         )
 
     async def delete_topic_page(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
+            return self.to_login(request)
         name = request.query_params.get("name", "")[:_MAX_QUERY]
-        return self._page(request, visitor, "topic_delete.html", name=name)
+        return self.page(request, visitor, "topic_delete.html", name=name)
 
     async def delete_topic(self, request: Request) -> Response:
         visitor = self.visitor(request)
         if visitor is None:
-            return self._to_login(request)
-        form = await self._check_csrf(request, visitor)
+            return self.to_login(request)
+        form = await self.check_csrf(request, visitor)
         name = str(form.get("name") or "")
         if str(form.get("confirm") or "") != name or not name:
-            return self._page(
+            return self.page(
                 request,
                 visitor,
                 "topic_delete.html",

@@ -9,6 +9,8 @@ API with the SDK.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -76,3 +78,14 @@ def csrf_of(page: str) -> str:
 
 async def log_in(client: httpx.AsyncClient, access_key: str, secret_key: str) -> httpx.Response:
     return await client.post("/login", data={"access_key": access_key, "secret_key": secret_key})
+
+
+class AuditLines(logging.Handler):
+    """The audit lines written while it is attached (the `audit_lines` fixture)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[dict[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(record.getMessage()))

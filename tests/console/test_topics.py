@@ -5,11 +5,8 @@ search and pages over 10,000 topics."""
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from tests.console.support import (
     AUTHENTICATED,
     ROOT_KEY,
     ROOT_SECRET,
+    AuditLines,
     browser,
     csrf_of,
     log_in,
@@ -36,34 +34,13 @@ APP_SECRET = "app-secret-9876543210"
 _ROW = re.compile(r'<tr data-topic="([^"]+)">')
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[dict[str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(json.loads(record.getMessage()))
-
-
-@pytest.fixture
-def audit_lines() -> Iterator[_Lines]:
-    handler = _Lines()
-    logger = logging.getLogger("popmq.audit")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
 def _rows(page: str) -> list[str]:
     return _ROW.findall(page)
 
 
 @run_async
 async def test_topics_are_created_and_deleted_as_the_user_with_audit_lines(
-    tmp_path: Path, audit_lines: _Lines
+    tmp_path: Path, audit_lines: AuditLines
 ) -> None:
     async with serving(tmp_path / "data", security=AUTHENTICATED) as server:
         async with browser(server) as client:
@@ -137,7 +114,7 @@ async def test_a_topics_page_shows_its_queues_offsets_and_groups(tmp_path: Path)
             assert sum(int(n) for *_, n, _ in rows) == 6  # spread over the queues by the sender
             assert all(int(hi) - int(lo) == int(n) for _, lo, hi, n, _ in rows)
             assert all(when for _, _, _, n, when in rows if n != "0")
-            assert '<ul id="groups"><li>billing</li></ul>' in page.text
+            assert '<a href="/groups/view?name=billing">billing</a>' in page.text
             missing = await client.get("/topics/view", params={"name": "nope"})
             assert missing.status_code == 404 and "NOT_FOUND" in missing.text
 
@@ -163,7 +140,7 @@ async def test_a_topic_with_messages_in_flight_is_deleted_only_with_force(tmp_pa
 
 @run_async
 async def test_a_normal_user_is_refused_by_its_policies_and_not_offered_forbidden_buttons(
-    tmp_path: Path, audit_lines: _Lines
+    tmp_path: Path, audit_lines: AuditLines
 ) -> None:
     async with serving(tmp_path / "data", security=AUTHENTICATED) as server:
         store = server.security_store
@@ -244,7 +221,8 @@ async def test_search_and_pages_are_right_over_10000_topics(tmp_path: Path) -> N
             last = await client.get("/topics", params={"page": "200"})
             assert _rows(last.text) == names[-50:]
             beyond = await client.get("/topics", params={"page": "9999"})
-            assert _rows(beyond.text) == names[-50:]  # the last page
+            assert beyond.status_code == 400  # refused, not the last page in disguise
+            assert "page 9999 is beyond the last page, 200" in beyond.text
 
             began = time.perf_counter()
             found = await client.get("/topics", params={"q": "TOPIC-0042"})
@@ -265,3 +243,50 @@ async def test_search_and_pages_are_right_over_10000_topics(tmp_path: Path) -> N
         assert first_s < 10 and search_s < 10
     finally:
         await server.stop()
+
+
+@run_async
+async def test_a_topic_grows_and_is_purged_only_with_its_typed_name(
+    tmp_path: Path, audit_lines: AuditLines
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 1)
+        async with AsyncProducer(server.address) as producer:
+            for i in range(3):
+                await producer.send("orders", b"m%d" % i)
+        async with browser(server) as client:
+            page = (await client.get("/topics/view", params={"name": "orders"})).text
+            assert 'id="update-topic"' in page and "/topics/purge?name=orders" in page
+            token = csrf_of(page)
+            grown = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "3"}
+            )
+            assert grown.status_code == 303
+            assert "topic orders has 3 queues" in (await client.get(grown.headers["location"])).text
+            shrink = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "2"}
+            )
+            assert shrink.status_code == 400  # queues only grow: the broker says so
+            huge = await client.post(
+                "/topics/update", data={"csrf": token, "name": "orders", "queues": "5000"}
+            )
+            assert huge.status_code == 400 and "queues 5000 is out of range: 1..1024" in huge.text
+
+            form = await client.get("/topics/purge", params={"name": "orders"})
+            assert 'id="purge-topic"' in form.text
+            untyped = await client.post(
+                "/topics/purge", data={"csrf": token, "name": "orders", "confirm": "order"}
+            )
+            assert untyped.status_code == 400 and "type the topic&#39;s name" in untyped.text
+            purged = await client.post(
+                "/topics/purge", data={"csrf": token, "name": "orders", "confirm": "orders"}
+            )
+            assert purged.status_code == 303
+            after = (await client.get(purged.headers["location"])).text
+            assert "purged 3 messages of topic orders (every queue)" in after
+            assert "3 queues · normal messages · 0 stored" in after
+    assert [(e["event"], e["result"]) for e in audit_lines.lines] == [
+        ("topic.update", "ok"),
+        ("topic.update", "INVALID_ARGUMENT"),
+        ("topic.purge", "ok"),
+    ]
