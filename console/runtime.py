@@ -165,6 +165,7 @@ class Runtime:
             "runtime_size": size,
             "runtime_token": token,
             "runtime_refusal": "",
+            "runtime_denied": False,
             "runtime_poll": "/groups/view?"
             + urlencode(
                 {"name": name, "part": "runtime", "topic": topic, "size": size, "token": token}
@@ -181,6 +182,7 @@ class Runtime:
             )
         except ActionRefused as exc:
             values["runtime_refusal"] = _refusal(exc)
+            values["runtime_denied"] = exc.code == "PERMISSION_DENIED"
             return values
         now = _ms(view.now)
         here = {"name": name, "topic": topic, "size": size}

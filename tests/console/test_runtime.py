@@ -301,6 +301,7 @@ async def test_a_normal_user_without_the_permission_sees_a_note_not_a_500(
                 r'id="runtime-refusal">Not allowed: .*may not GET topic', narrowed.text
             ), narrowed.text
             assert 'id="topic-lag"' in narrowed.text  # the rest of the page is there
+            assert "part=runtime" not in narrowed.text  # a refused section is not polled
             section = await _runtime(client, "billing", topic="orders")
             assert section.status_code == 200 and "Not allowed" in section.text
 
