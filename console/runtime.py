@@ -36,8 +36,8 @@ MAX_INFLIGHT_PAGE = 1000
 DEFAULT_INFLIGHT_PAGE = 50
 """In-flight rows a group's page shows unless asked for another page size."""
 MAX_TOKEN = 200
-"""Characters of a page token kept (a cluster's names its broker before the broker's)."""
-RETRY_PREFIX = "%RETRY%"
+"""The longest page token accepted: the server's are far shorter (a cluster's names its
+broker before the broker's own), so a longer one is refused before it is sent."""
 
 
 def _ms(value: Timestamp) -> int:

@@ -279,7 +279,7 @@ async def test_a_groups_lag_rises_and_falls_on_its_page_as_a_consumer_acks(
                     # The runtime section shows a receive parked in a long poll while it is
                     # held, and then not, by itself.
                     await expect(page.locator("#held-none")).to_be_visible()
-                    holding = asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=3))
+                    holding = asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=6))
                     held = page.locator('#held-polls tr[data-held^="orders/"] td')
                     await expect(held.last).to_have_text("1")
                     assert await holding == []

@@ -213,6 +213,15 @@ async def test_a_messages_history_after_pop_nack_and_a_retry_copy(tmp_path: Path
             again: list[object] = []
             while not again:
                 again = await c.receive(max_messages=1, invisible_duration_s=30, wait_s=5)
+            async with browser(server) as client:  # the copy in flight, found by its id
+                page = (await client.get("/groups/view", params={"name": "billing"})).text
+                cells = _cells(page, "inflight", sent.message_id)
+                assert cells[:4] == ["orders", "retry", "0", sent.message_id]
+                assert cells[4] == "2"  # its second attempt
+                link = re.search(rf'<a href="([^"]+)">{sent.message_id}</a>', page)
+                assert link is not None and "id=" in link[1]
+                copy = await client.get(_href(link[1]))
+                assert copy.status_code == 200 and 'data-step="retry"' in copy.text
             await c.nack(again[0])  # the second and last attempt: it becomes a dead letter
         async with AsyncSimpleConsumer(server.address, group="audit", topic="orders") as c:
             (other,) = await c.receive(max_messages=1, invisible_duration_s=30, wait_s=5)
