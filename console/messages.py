@@ -387,7 +387,7 @@ class MessagePages:
             else "",
             properties=sorted(message.properties.items()),
             broker=(await queue_brokers(self.console.broker, topic)).get(queue, ""),
-            **await Runtime(self.console).history_values(visitor, topic, message.message_id, group),
+            **await Runtime(self.console).history_values(visitor, message, group),
         )
 
     async def send(self, request: Request) -> Response:

@@ -228,18 +228,33 @@ class Runtime:
         return values
 
     async def history_values(
-        self, visitor: Visitor, topic: str, message_id: str, group: str
+        self, visitor: Visitor, message: admin_pb2.StoredMessage, group: str
     ) -> dict[str, Any]:
         """What a message page's history section shows: every group's steps (whose groups
-        the select offers), or `group`'s only."""
+        the select offers), or `group`'s only.
+
+        The broker finds a history by message id, and a redriven dead letter is stored
+        again under the same id: it then answers the newest copy's steps. When its "stored"
+        step is not this message's queue and offset, the section says so and links to that
+        copy instead of showing another message's steps as this one's."""
+        topic, message_id = message.topic, message.message_id
         values: dict[str, Any] = {
             "history_group": group,
             "history_groups": [],
             "history": [],
             "history_refusal": "",
+            "history_elsewhere": "",
         }
         try:
             every = await self._history(visitor, topic, message_id, "")
+            stored = [e for e in every if e.event == "stored"]
+            here = (message.queue_id, message.offset)
+            if stored and all((e.queue_id, e.offset) != here for e in stored):
+                values["history_elsewhere"] = message_link(
+                    topic, stored[-1].queue_id, stored[-1].offset
+                )
+                values["history_elsewhere_at"] = (stored[-1].queue_id, stored[-1].offset)
+                return values
             groups = sorted({e.group for e in every if e.group} | ({group} if group else set()))
             values["history_groups"] = groups
             events = await self._history(visitor, topic, message_id, group) if group else every

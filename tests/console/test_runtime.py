@@ -271,6 +271,16 @@ async def test_a_messages_history_after_pop_nack_and_a_retry_copy(tmp_path: Path
             both = await client.get("/messages/view", params={**where, "id": sent.message_id})
             assert both.status_code == 400
 
+            # Redriven, the dead letter is stored again with its id, and the broker finds
+            # the new copy's history by it: this page says so and links there.
+            await server.broker.redrive("billing")
+            first = (await client.get("/messages/view", params=where)).text
+            assert 'id="history-elsewhere"' in first and 'id="history"' not in first
+            moved = re.search(r'id="history-elsewhere">.*?<a href="([^"]+)"', first, re.S)
+            assert moved is not None and f"offset={sent.offset}" not in moved[1]
+            copy = (await client.get(_href(moved[1]))).text
+            assert re.findall(r'data-step="([a-z_]+)"', copy) == ["stored"]
+
 
 @run_async
 async def test_a_normal_user_without_the_permission_sees_a_note_not_a_500(
