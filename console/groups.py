@@ -36,6 +36,7 @@ from popmq.broker_core import GroupInfo, PopMQError
 from popmq.console import forms
 from popmq.console.actions import ActionRefused, broker_read
 from popmq.console.messages import message_rows, queue_brokers
+from popmq.console.runtime import Runtime
 from popmq.security.model import Action, ResourceType
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class GroupPages:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.actions = console.actions
+        self.runtime = Runtime(console)
 
     def routes(self) -> list[Route]:
         return [
@@ -237,20 +239,27 @@ class GroupPages:
     # -- one group --------------------------------------------------------------------------
 
     async def group_page(self, request: Request) -> Response:
-        """Settings (GetGroup), lag per topic and per queue and broker (GetGroupLag), and
-        the forms the visitor may use. With `part=lag` from htmx, the lag section alone:
-        the page asks for it every few seconds, so the numbers move by themselves."""
+        """Settings (GetGroup), lag per topic and per queue and broker (GetGroupLag), the
+        runtime view (InspectGroup: held polls, revive lag, blocked FIFO heads, a page of
+        messages in flight, runtime.py), and the forms the visitor may use. With `part=lag`
+        or `part=runtime` from htmx, that section alone: the page asks for each every few
+        seconds, so the numbers move by themselves."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
         params = request.query_params
         name = forms.text(params, "name", required=True)
         part = forms.text(params, "part")
-        if part not in ("", "lag"):
-            raise forms.invalid(f"part {part[:20]!r} is not one of: lag")
+        if part not in ("", "lag", "runtime"):
+            raise forms.invalid(f"part {part[:20]!r} is not one of: lag, runtime")
         if part == "lag":
             lag_values = await self._lag_values(visitor, name)
             return self.console.page(request, visitor, "group_lag.html", name=name, **lag_values)
+        if part == "runtime":
+            runtime = await self.runtime.group_values(visitor, name, params)
+            return self.console.page(request, visitor, "group_runtime.html", name=name, **runtime)
+        # Checked before any read: a bad page size or token is this page's 400.
+        runtime = await self.runtime.group_values(visitor, name, params)
         group = (
             await self.actions.call(
                 visitor.principal,
@@ -273,6 +282,7 @@ class GroupPages:
             created=forms.utc(group.create_time.ToMilliseconds())[:19],
             backoff=" ".join(f"{_seconds(d):g}" for d in group.retry_backoff),
             **await self._lag_values(visitor, name),
+            **runtime,
             can_update=self.actions.allowed(
                 principal, "UpdateGroup", admin_pb2.UpdateGroupRequest(name=name)
             ),

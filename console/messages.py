@@ -37,6 +37,7 @@ from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import BrokerAPI, NewMessage, PopMQError
 from popmq.console import forms
 from popmq.console.actions import MESSAGING_SERVICE, broker_read
+from popmq.console.runtime import Runtime
 
 if TYPE_CHECKING:
     from popmq.console.app import Console, Visitor
@@ -332,20 +333,36 @@ class MessagePages:
         )
 
     async def message_page(self, request: Request) -> Response:
-        """One stored message: system fields, properties, the body shown safely."""
+        """One stored message, by queue and offset (PeekMessages) or by id (QueryMessage):
+        system fields, properties, the body shown safely, and its delivery history
+        (runtime.py; every group's steps, or `group`'s)."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
         params = request.query_params
         topic = forms.text(params, "topic", required=True)
-        queue = forms.required_integer(params, "queue", low=0, high=MAX_QUEUE)
-        offset = forms.required_integer(params, "offset", low=0, high=MAX_OFFSET)
-        messages = await self._peek(
-            visitor,
-            admin_pb2.PeekMessagesRequest(
-                topic=topic, queue_id=queue, offset=offset, max_messages=1
-            ),
-        )
+        message_id = forms.text(params, "id")
+        group = forms.text(params, "group")
+        if message_id:
+            if "queue" in params or "offset" in params:
+                raise forms.invalid("give a message id or a queue and offset, not both")
+            found = await self.actions.call(
+                visitor.principal,
+                "QueryMessage",
+                admin_pb2.QueryMessageRequest(topic=topic, message_id=message_id),
+                response=admin_pb2.QueryMessageResponse,
+            )
+            messages = [found.message]
+            queue, offset = found.message.queue_id, found.message.offset
+        else:
+            queue = forms.required_integer(params, "queue", low=0, high=MAX_QUEUE)
+            offset = forms.required_integer(params, "offset", low=0, high=MAX_OFFSET)
+            messages = await self._peek(
+                visitor,
+                admin_pb2.PeekMessagesRequest(
+                    topic=topic, queue_id=queue, offset=offset, max_messages=1
+                ),
+            )
         if not messages or messages[0].offset != offset:
             return self.console.page(
                 request,
@@ -370,6 +387,7 @@ class MessagePages:
             else "",
             properties=sorted(message.properties.items()),
             broker=(await queue_brokers(self.console.broker, topic)).get(queue, ""),
+            **await Runtime(self.console).history_values(visitor, message, group),
         )
 
     async def send(self, request: Request) -> Response:

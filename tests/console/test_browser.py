@@ -2,12 +2,15 @@
 (tools/install_browser.sh; never `playwright install`, which downloads a browser this
 machine cannot reach). Log in, watch the overview's chart move after sends, create a topic
 from the topics page; send a test message, find it by key and read its body; see a group's
-dead letter, read it and redrive it; see a NORMAL user offered only what it may do and
-refused the rest; watch a group's lag rise and fall on its page as a
-consumer acks; with no script error and no CSP violation on the way.
+dead letter, read its delivery history, read it and redrive it; see a NORMAL user offered
+only what it may do and refused the rest; watch a group's lag rise and fall on its page as
+a consumer acks, and its runtime section show a receive held in a long poll and the
+messages in flight with their deadlines, by itself; with no script error and no CSP
+violation on the way.
 
 Skips, saying so, only when the Chromium binary is not installed. With
-POPMQ_CONSOLE_SCREENSHOTS=DIR it saves the overview, topics, message and group pages there
+POPMQ_CONSOLE_SCREENSHOTS=DIR it saves the overview, topics, message and group pages (and
+a group's runtime section and a message's history) there
 (docs/console.md's pictures come from `POPMQ_CONSOLE_SCREENSHOTS=docs`).
 """
 
@@ -187,6 +190,26 @@ async def test_send_find_and_read_a_message_then_redrive_a_dead_letter(tmp_path:
                 await page.click("text=billing")
                 await expect(page.locator("#dlq-depth")).to_have_text("1")
                 await page.screenshot(path=str(shots / "console-group.png"))
+                # The message's delivery history: its pop, the nack of its only attempt, and
+                # its dead letter, whose page the step links to.
+                await page.goto(
+                    url + f"/messages/view?topic=orders&queue={dead.queue_id}&offset={dead.offset}"
+                )
+                steps = page.locator("#history tbody tr")
+                await expect(steps).to_have_count(4)
+                for i, step in enumerate(("stored", "pop", "nack", "dead_letter")):
+                    await expect(steps.nth(i)).to_have_attribute("data-step", step)
+                await page.select_option("#history-group", "billing")
+                await page.click("#history-show")
+                await expect(page.locator("#history-group")).to_have_value("billing")
+                await expect(steps).to_have_count(4)
+                await page.locator("#history-section").screenshot(
+                    path=str(shots / "console-message-history.png")
+                )
+                await steps.nth(3).locator("a.copy").click()
+                await expect(page.locator("#body")).to_contain_text('"failed": true')
+
+                await page.goto(url + "/groups/view?name=billing")
                 await page.click("#dlq-link")
                 await expect(page.locator("#messages tbody tr")).to_have_count(1)
                 await page.locator("#messages tbody tr a").first.click()
@@ -198,6 +221,14 @@ async def test_send_find_and_read_a_message_then_redrive_a_dead_letter(tmp_path:
                     "redrove 1 dead letters of group billing; 0 remain"
                 )
                 await expect(page.locator("#dlq-depth")).to_have_text("0")
+
+                # Redriven, it is stored again with its id: the page of the first copy says
+                # its history is now found for the new one, and links to it.
+                await page.goto(
+                    url + f"/messages/view?topic=orders&queue={dead.queue_id}&offset={dead.offset}"
+                )
+                await page.click("#history-elsewhere a")
+                await expect(page.locator("#history tbody tr")).to_have_count(1)
 
                 # A NORMAL user that may only look at topics: no forms it may not use, and
                 # the groups list refused, saying why.
@@ -242,6 +273,8 @@ async def test_a_groups_lag_rises_and_falls_on_its_page_as_a_consumer_acks(
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
+    shots = Path(os.environ.get("POPMQ_CONSOLE_SCREENSHOTS") or tmp_path)
+
     async with serving(tmp_path / "data") as server:  # authentication off: no login
         assert server.console is not None
         url = server.console.url
@@ -271,12 +304,28 @@ async def test_a_groups_lag_rises_and_falls_on_its_page_as_a_consumer_acks(
                     unacked = page.locator('#topic-lag tr[data-topic="orders"] td').nth(1)
                     in_flight = page.locator('#topic-lag tr[data-topic="orders"] td').nth(2)
                     await expect(unacked).to_have_text("0")
+                    # The runtime section shows a receive parked in a long poll while it is
+                    # held, and then not, by itself.
+                    await expect(page.locator("#held-none")).to_be_visible()
+                    holding = asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=6))
+                    held = page.locator('#held-polls tr[data-held^="orders/"] td')
+                    await expect(held.last).to_have_text("1")
+                    assert await holding == []
+                    await expect(page.locator("#held-none")).to_be_visible()
                     async with AsyncProducer(server.address) as producer:
                         for i in range(5):
                             await producer.send("orders", b"m%d" % i)
                     await expect(unacked).to_have_text("5")  # the page polls by itself
                     got = await consumer.receive(max_messages=5, invisible_duration_s=60, wait_s=5)
                     await expect(in_flight).to_have_text(str(len(got)))
+                    rows = page.locator("#inflight tbody tr")
+                    await expect(rows).to_have_count(len(got))
+                    await expect(rows.first.locator("td").last).to_contain_text(
+                        re.compile(r"^in \d+ s \(")
+                    )
+                    await page.locator("#runtime-section").screenshot(
+                        path=str(shots / "console-group-runtime.png")
+                    )
                     await consumer.ack(got)
                     rest = 5 - len(got)
                     while rest:
@@ -285,6 +334,7 @@ async def test_a_groups_lag_rises_and_falls_on_its_page_as_a_consumer_acks(
                         rest -= len(more)
                     await expect(unacked).to_have_text("0")
                     await expect(in_flight).to_have_text("0")
+                    await expect(page.locator("#inflight-none")).to_be_visible()
             finally:
                 await context.close()
         assert problems == []

@@ -1,10 +1,13 @@
 """Each `popmq proxy` serves the console too: its overview shows the cluster's brokers,
 proxies and etcd, a topic created there is a cluster topic (its route in etcd), a group's
-lag names the broker of each queue, and a browse reads every broker's queues."""
+lag names the broker of each queue, and a browse reads every broker's queues; a group's
+runtime section and a message's history name the broker of each row."""
 
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +92,61 @@ def test_a_groups_lag_names_each_queues_broker_and_browsing_reads_every_broker(
             )
             assert message.status_code == 200 and "m0" in message.text
             assert "(broker b" in message.text
+
+
+def test_a_groups_runtime_and_a_messages_history_name_their_brokers(
+    cluster: InProcessCluster,
+) -> None:
+    url = cluster.console_urls[1]
+    cluster.call(lambda: cluster.cluster_broker(0).create_topic("orders", 1))  # 1 per broker
+    with Producer(cluster.proxies[0]) as producer:
+        sent = [producer.send("orders", b"m%d" % i) for i in range(6)]
+    with (
+        SimpleConsumer(cluster.proxies[1], group="billing", topic="orders") as consumer,
+        httpx.Client(base_url=url, headers={"origin": url}) as client,
+    ):
+        held: list[object] = []
+        while len(held) < 6:
+            batch = consumer.receive(max_messages=8, invisible_duration_s=60, wait_s=5)
+            assert batch
+            held += batch
+        waiting = threading.Thread(target=lambda: consumer.receive(max_messages=1, wait_s=4))
+        waiting.start()
+        try:
+            section = ""
+            deadline = time.monotonic() + 4
+            while "data-held=" not in section and time.monotonic() < deadline:
+                section = client.get(
+                    "/groups/view",
+                    params={"name": "billing", "part": "runtime"},
+                    headers={"hx-request": "true"},
+                ).text
+            held_rows = re.findall(r'<tr data-held="orders/([^"]+)">', section)
+            assert held_rows and all(re.fullmatch(r"(all|\d+)@b[12]", r) for r in held_rows)
+        finally:
+            waiting.join()
+        page = client.get("/groups/view", params={"name": "billing", "size": "4"}).text
+        assert "<th>Broker</th>" in page
+        assert sorted(re.findall(r'<tr data-revive="([^"]+)">', page)) == ["b1", "b2"]
+        rows = re.findall(
+            r'<tr data-inflight="([^"]+)"><td>orders</td><td>(\d+)</td><td>(b\d)</td>', page
+        )
+        assert len(rows) == 4 and 'id="inflight-next"' in page
+        following = re.search(r'<a href="([^"]+)#runtime" id="inflight-next"', page)
+        assert following is not None
+        rest = client.get(following[1].replace("&amp;", "&")).text
+        rows += re.findall(
+            r'<tr data-inflight="([^"]+)"><td>orders</td><td>(\d+)</td><td>(b\d)</td>', rest
+        )
+        assert sorted(m for m, _, _ in rows) == sorted(s.message_id for s in sent)
+        assert {b for _, _, b in rows} == {"b1", "b2"}
+        first = sent[0]
+        message = client.get(
+            "/messages/view",
+            params={"topic": "orders", "queue": first.queue_id, "offset": first.offset},
+        ).text
+        steps = re.findall(
+            r'<tr id="step-\d+" data-step="([a-z_]+)">.*?<td>(b\d)</td>', message, re.S
+        )
+        assert [s for s, _ in steps] == ["stored", "pop"], steps
+        assert len({b for _, b in steps}) == 1  # the broker that stored it saw every step
