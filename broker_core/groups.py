@@ -275,6 +275,11 @@ class Groups:
         consume_from says. The group record, its settings and those start offsets are one
         synced batch, as in create() and update().
 
+        A group here with another birth (`create_time_ms`) than the record's, and not
+        auto-created, is another incarnation of the group (deleted and created again while
+        this broker was away): it is deleted (forced) and the group created anew, starting
+        where consume_from says.
+
         A record older than the last one applied to this group (`revision` below it) is
         ignored and the current group returned: a stale push that arrives after a newer
         sync must not roll the group back. The same revision again is applied (so the sync
@@ -313,6 +318,24 @@ class Groups:
                 return existing
             self._check_state(name, state)
             settings = self._held_settings(state.settings)
+            if (
+                existing is not None
+                and not existing.auto_created
+                and existing.create_time_ms != create_time_ms
+            ):
+                # Applied records carry their record's birth; another birth means the group
+                # was deleted and created again while this broker was away: its offsets and
+                # in-flight state belong to the deleted group, not to this one.
+                log.warning(
+                    "group %s here was created at %d ms, its record at %d ms: another "
+                    "incarnation of the group (deleted and created again meanwhile); "
+                    "replacing the old one",
+                    name,
+                    existing.create_time_ms,
+                    create_time_ms,
+                )
+                await self._delete(name, force=True)
+                existing = None
             if existing is None:
                 # Shared with a first use creating the group meanwhile (autocreate.py).
                 info = await self._create.once(

@@ -199,3 +199,28 @@ def test_a_record_outside_the_brokers_limits_is_refused_naming_them(
             assert await broker.list_groups() == []
 
     asyncio.run(scenario())
+
+
+def test_a_record_of_another_birth_replaces_the_group_here_with_a_fresh_one(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", b"first", queue_id=0)])
+            old = await broker.apply_group("g", _state("orders"), create_time_ms=1000, revision=5)
+            popped = await broker.pop("g", "orders", max_messages=8, wait_s=0)
+            await broker.ack("g", popped[0].receipt_handle)
+            assert await broker.pop("g", "orders", max_messages=8, wait_s=0) == []
+            # The same birth again (a settings change, a re-apply): the group stays.
+            same = await broker.apply_group("g", _state("orders"), create_time_ms=1000, revision=6)
+            assert same.group_id == old.group_id
+
+            # Deleted and created again while this broker was away: the new group does not
+            # inherit the old one's offsets.
+            new = await broker.apply_group("g", _state("orders"), create_time_ms=2000, revision=9)
+            assert (new.group_id, new.create_time_ms) != (old.group_id, old.create_time_ms)
+            again = await broker.pop("g", "orders", max_messages=8, wait_s=0)
+            assert [m.record.body for m in again] == [b"first"]
+
+    asyncio.run(scenario())
