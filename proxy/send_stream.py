@@ -6,11 +6,11 @@ costs about a third of that. A producer that sends one message at a time pays it
 (docs/pop-stream.md, "SendStream").
 
 How, bounds and ends: proxy/stream_session.py (shared with PopStream). Send specifics: each
-send is converted and validated as the SendMessages RPC does (`MessagingServicer.start_send`)
-and its task runs the broker's `send`. A send cancelled because the call ended may or may not
-be stored, as for a unary send whose caller went away (a retry with the same message ids is
-deduplicated); at shutdown the sends in flight are answered (the store is still open during
-the grace period).
+send is read from its bytes (send_request.py) and checked as the SendMessages RPC does
+(`MessagingServicer.start_send`), and its task runs the broker's `send`. A send cancelled
+because the call ended may or may not be stored, as for a unary send whose caller went away
+(a retry with the same message ids is deduplicated); at shutdown the sends in flight are
+answered (the store is still open during the grace period).
 
 Order: nothing is awaited between reading a request and creating its task, and tasks start
 in creation order, so the sends of a stream start in the order read. `Broker.send` reaches
@@ -30,12 +30,13 @@ import grpc
 
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core import SendResult, length_delimited, varint
+from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.proxy.stream_session import MAX_IN_FLIGHT, Observe, StreamSession
 
 __all__ = ["MAX_IN_FLIGHT", "Observe", "SendStreamSession", "StartSend", "send_answer"]
 
-StartSend = Callable[[messaging_pb2.SendMessagesRequest], Coroutine[Any, Any, list[SendResult]]]
-"""Converts a SendMessagesRequest (raising the broker's error) and returns its send
+StartSend = Callable[[SendRequest], Coroutine[Any, Any, list[SendResult]]]
+"""Schedules a send's messages (raising the broker's error) and returns its send
 coroutine."""
 
 
@@ -80,9 +81,7 @@ _SEND = b"\x12"
 
 
 class SendStreamSession(
-    StreamSession[
-        messaging_pb2.SendMessagesRequest, messaging_pb2.SendStreamResponse, list[SendResult]
-    ]
+    StreamSession[SendRequest, messaging_pb2.SendStreamResponse, list[SendResult]]
 ):
     """One SendStream call: reads sends, starts them in order, writes their answers.
 
@@ -105,9 +104,10 @@ class SendStreamSession(
         super().__init__(context, observe)
         self._start_send = start_send
 
-    def _on_request(self, request: messaging_pb2.SendStreamRequest) -> bool:
+    def _on_request(self, request: SendStreamRequest) -> bool:
+        """`request` as send_request.py read it (the method's deserializer)."""
         began = time.perf_counter()
-        if not request.HasField("send"):
+        if not request.has_send:
             self._reject(request.request_id, "INVALID_ARGUMENT", "the request has no send")
             return True
         send = request.send
@@ -117,8 +117,6 @@ class SendStreamSession(
     def _response(self, request_id: int) -> messaging_pb2.SendStreamResponse:
         return messaging_pb2.SendStreamResponse(request_id=request_id)
 
-    def _encoded(
-        self, request_id: int, request: messaging_pb2.SendMessagesRequest, result: list[SendResult]
-    ) -> bytes:
+    def _encoded(self, request_id: int, request: SendRequest, result: list[SendResult]) -> bytes:
         head = _REQUEST_ID + varint(request_id) if request_id else b""
         return head + length_delimited(_SEND, send_answer(result))

@@ -41,6 +41,7 @@ MODULES = (
     # The send path: the servicer's conversion, the sender, the group-commit writer, and the
     # index and key encodings each message goes through.
     "popmq.proxy.messaging",
+    "popmq.proxy.send_request",
     "popmq.proxy.convert",
     "popmq.proxy.send_stream",
     "popmq.proxy.pop_stream",
