@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
 from popmq.broker_core.record_wire import length_delimited, varint
 from popmq.broker_core.store import Batch, Store
 
-_SWEEP_CHUNK = 4096
+_SWEEP_CHUNK: Final = 4096
 """Entries deleted per sweep write (a marker's entries are never split)."""
-_LENGTH = struct.Struct(">H")
+_LENGTH: Final = struct.Struct(">H")
 
 
 class Expiries:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Sequence
+from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, message_index, validation
@@ -35,7 +36,7 @@ from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.timer import DelayedMessages, RecallCodec, RecallHandle
 from popmq.broker_core.types import NewMessage, SendResult
 
-RECORD_OVERHEAD = 1024
+RECORD_OVERHEAD: Final = 1024
 """Bytes a send stores beyond its bodies, per message (record fields, index entries), as
 `Store.check_room` counts them."""
 
@@ -278,10 +279,16 @@ class Sender:
         # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
         self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
         topics = {name: await self._topic_for_send(name) for name in names}
+        # A send's messages are mostly of one topic and type: each pair is judged once.
+        problems: dict[tuple[str, str], str] = {}
         for i, msg in enumerate(messages):
             kind = message_type(msg)
             topic = topics[msg.topic]
-            problem = _half_problem(topic, kind) if half else _send_problem(topic, kind)
+            pair = (msg.topic, kind)
+            problem = problems.get(pair)
+            if problem is None:
+                problem = _half_problem(topic, kind) if half else _send_problem(topic, kind)
+                problems[pair] = problem
             if problem:
                 raise FailedPreconditionError(f"messages[{i}] {problem}")
             if msg.queue_id is not None and not 0 <= msg.queue_id < topic.queues:
@@ -395,19 +402,19 @@ def stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> bytes:
 # keys 4, properties 5 (entries: key 1, value 2), born_time_ms 6, store_time_ms 7,
 # delivery_attempt 8, message_group 12, deliver_at_ms 13, body_encoding 14, dedup_id 15,
 # born_host 16.
-_MESSAGE_ID = b"\x0a"
-_BODY = b"\x12"
-_TAG = b"\x1a"
-_KEYS = b"\x22"
-_PROPERTIES = b"\x2a"
-_BORN_TIME = b"\x30"
-_STORE_TIME = b"\x38"
-_FIRST_ATTEMPT = b"\x40\x01"
-_MESSAGE_GROUP = b"\x62"
-_DELIVER_AT = b"\x68"
-_BODY_ENCODING = b"\x72"
-_DEDUP_ID = b"\x7a"
-_BORN_HOST = b"\x82\x01"
+_MESSAGE_ID: Final = b"\x0a"
+_BODY: Final = b"\x12"
+_TAG: Final = b"\x1a"
+_KEYS: Final = b"\x22"
+_PROPERTIES: Final = b"\x2a"
+_BORN_TIME: Final = b"\x30"
+_STORE_TIME: Final = b"\x38"
+_FIRST_ATTEMPT: Final = b"\x40\x01"
+_MESSAGE_GROUP: Final = b"\x62"
+_DELIVER_AT: Final = b"\x68"
+_BODY_ENCODING: Final = b"\x72"
+_DEDUP_ID: Final = b"\x7a"
+_BORN_HOST: Final = b"\x82\x01"
 
 
 def _entry(name: bytes, value: bytes) -> bytes:
@@ -439,7 +446,7 @@ class _LastTimes:
         return encoded
 
 
-_TIMES = _LastTimes()
+_TIMES: Final = _LastTimes()
 
 
 def _send_problem(topic: TopicInfo, kind: str) -> str:

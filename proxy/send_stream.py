@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
@@ -68,16 +68,16 @@ def send_answer(results: Sequence[SendResult]) -> bytes:
 
 # SendMessagesResponse.results = 1; SendResult's fields; SendStreamResponse's request_id = 1
 # and send = 2.
-_RESULTS = b"\x0a"
-_MESSAGE_ID = b"\x0a"
-_TOPIC = b"\x12"
-_QUEUE_ID = b"\x18"
-_OFFSET = b"\x20"
-_RECALL_HANDLE = b"\x2a"
-_DUPLICATE = b"\x30\x01"
-_TRANSACTION_ID = b"\x3a"
-_REQUEST_ID = b"\x08"
-_SEND = b"\x12"
+_RESULTS: Final = b"\x0a"
+_MESSAGE_ID: Final = b"\x0a"
+_TOPIC: Final = b"\x12"
+_QUEUE_ID: Final = b"\x18"
+_OFFSET: Final = b"\x20"
+_RECALL_HANDLE: Final = b"\x2a"
+_DUPLICATE: Final = b"\x30\x01"
+_TRANSACTION_ID: Final = b"\x3a"
+_REQUEST_ID: Final = b"\x08"
+_SEND: Final = b"\x12"
 
 
 class SendStreamSession(
