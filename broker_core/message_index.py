@@ -82,16 +82,20 @@ def write_entries(
     retention_ms: int,
     dedup_window_ms: int,
     recall_handle: str = "",
+    lookup_key: bytes = b"",
 ) -> None:
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
 
-    Its expiry markers join `expiries`, which the caller puts once for the whole write."""
+    Its expiry markers join `expiries`, which the caller puts once for the whole write.
+    `lookup_key` is `dedup_lookup_key`'s for this message when the caller has it already
+    (a send looked it up), so it is not encoded twice."""
     value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle)
-    id_key = keys.id_index_key(topic_id, message_id)
+    plain = not dedup_id or dedup_id == message_id
+    id_key = lookup_key if lookup_key and plain else keys.id_index_key(topic_id, message_id)
     batch.put("index", id_key, value)
     expiries.add(stamp_ms + retention_ms, id_key)
-    if dedup_id and dedup_id != message_id:
-        dedup_key = keys.dedup_key(topic_id, dedup_id)
+    if not plain:
+        dedup_key = lookup_key or keys.dedup_key(topic_id, dedup_id)
         batch.put("index", dedup_key, value)
         expiries.add(stamp_ms + dedup_window_ms, dedup_key)
     if offset >= 0 and message_keys:
@@ -141,17 +145,19 @@ def write_key_entries(
         expiries.add(expire_ms, entry)
 
 
+def dedup_lookup_key(topic_id: int, dedup_id: str, message_id: str) -> bytes:
+    """The index entry that finds an earlier send of this dedup id: the id entry when the
+    dedup id is the message id (the default), else the dedup entry."""
+    if dedup_id == message_id:
+        return keys.id_index_key(topic_id, dedup_id)
+    return keys.dedup_key(topic_id, dedup_id)
+
+
 def find_duplicates(
-    store: Store, wanted: list[tuple[int, str, str]], now_ms: int, window_ms: int
+    store: Store, index_keys: list[bytes], now_ms: int, window_ms: int
 ) -> list[records_pb2.IndexRecord | None]:
-    """The earlier send of each (topic_id, dedup_id, message_id) within the window, if any:
-    one multi-get for a whole send."""
-    index_keys = [
-        keys.id_index_key(topic_id, dedup_id)
-        if dedup_id == message_id
-        else keys.dedup_key(topic_id, dedup_id)
-        for topic_id, dedup_id, message_id in wanted
-    ]
+    """The earlier send of each message within the window, if any, by its
+    `dedup_lookup_key`: one multi-get for a whole send."""
     found: list[records_pb2.IndexRecord | None] = []
     for data in store.multi_get("index", index_keys):
         record = records_pb2.IndexRecord.FromString(data) if data is not None else None

@@ -108,15 +108,11 @@ class Sender:
         mine: list[tuple[int, str]] = []
         plan: list[_Planned] = []
         ids = [msg.message_id or self._ids.next(stamp) for msg in messages]
-        hits = message_index.find_duplicates(
-            self._store,
-            [
-                (topics[msg.topic].topic_id, msg.dedup_id or mid, mid)
-                for msg, mid in zip(messages, ids, strict=True)
-            ],
-            stamp,
-            window_ms,
-        )
+        lookup_keys = [
+            message_index.dedup_lookup_key(topics[msg.topic].topic_id, msg.dedup_id or mid, mid)
+            for msg, mid in zip(messages, ids, strict=True)
+        ]
+        hits = message_index.find_duplicates(self._store, lookup_keys, stamp, window_ms)
         pending_sends = self._dedup
         for i, msg in enumerate(messages):
             topic = topics[msg.topic]
@@ -140,7 +136,8 @@ class Sender:
             plan.append(
                 _Planned(i, topic, self._choose_queue(topic, msg.message_group)
                          if msg.queue_id is None else msg.queue_id, msg, message_id,
-                         stored_record(msg, message_id, stamp), dedup_id, timer_seq)
+                         stored_record(msg, message_id, stamp), dedup_id, lookup_keys[i],
+                         timer_seq)
             )  # fmt: skip
         retention_ms = round(self._config.retention.retention_s * 1000)
 
@@ -156,6 +153,7 @@ class Sender:
                         deliver_at_ms=p.message.deliver_at_ms, message_keys=p.message.keys,
                         dedup_id=p.dedup_id, timer_seq=p.timer_seq, stamp_ms=stamp,
                         retention_ms=retention_ms, dedup_window_ms=window_ms,
+                        lookup_key=p.lookup_key,
                     )
                 )  # fmt: skip
             expiries.put(batch)
@@ -205,12 +203,14 @@ class Sender:
         stamp_ms: int,
         retention_ms: int,
         dedup_window_ms: int,
+        lookup_key: bytes = b"",
     ) -> SendResult:
         """Add one new message to a write job: at the end of its queue, or (`timer_seq`
         non-zero) as a timer due at its delivery time, with its index entries. Shared by
         sends and transaction commits, so a committed message is stored as a sent one is.
         `record` is the StoredMessage's bytes; `message_id`, `deliver_at_ms` and
-        `message_keys` are its fields, as the caller already has them."""
+        `message_keys` are its fields, as the caller already has them; `lookup_key` its
+        message_index.dedup_lookup_key, when the caller has that too."""
         recall = ""
         if timer_seq:
             recall = self._recall_codec.encode(
@@ -237,6 +237,7 @@ class Sender:
             retention_ms=retention_ms,
             dedup_window_ms=dedup_window_ms,
             recall_handle=recall,
+            lookup_key=lookup_key,
         )
         return SendResult(message_id, topic.name, queue_id, offset, recall)
 
@@ -324,8 +325,8 @@ class _Planned:
     dataclass's generated __init__ runs as Python even compiled."""
 
     __slots__ = (
-        "dedup_id", "index", "message", "message_id", "queue_id", "record", "timer_seq",
-        "topic",
+        "dedup_id", "index", "lookup_key", "message", "message_id", "queue_id", "record",
+        "timer_seq", "topic",
     )  # fmt: skip
 
     def __init__(
@@ -337,6 +338,7 @@ class _Planned:
         message_id: str,
         record: bytes,
         dedup_id: str,
+        lookup_key: bytes,
         timer_seq: int,
     ) -> None:
         self.index = index
@@ -347,6 +349,8 @@ class _Planned:
         self.record = record
         """The StoredMessage's bytes (`stored_record`)."""
         self.dedup_id = dedup_id
+        self.lookup_key = lookup_key
+        """Its message_index.dedup_lookup_key (looked up, then written)."""
         self.timer_seq = timer_seq
         """Non-zero for a delayed message: its timers-family sequence."""
 

@@ -47,6 +47,7 @@ MODULES = (
     "popmq.proxy.pop_stream",
     "popmq.broker_core.send",
     "popmq.broker_core.group_commit",
+    "popmq.broker_core.write_batch",
     "popmq.broker_core.offsets",
     "popmq.broker_core.keys",
     "popmq.broker_core.validation",
