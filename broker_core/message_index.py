@@ -114,19 +114,47 @@ def index_record(
     queue_id: int, offset: int, store_time_ms: int, message_id: str, recall_handle: str = ""
 ) -> bytes:
     """An IndexRecord's bytes, written field by field (a third of building the message to
-    serialize it, and one is written per message sent)."""
-    parts = []
+    serialize it, and one is written per message sent): tags and values gathered in one
+    list and joined once, the store time's encoded once for the messages of a write that
+    share it (`_StoreTime`)."""
+    parts: list[bytes] = []
     if queue_id:
-        parts.append(b"\x08" + varint(queue_id))
+        parts.append(b"\x08")
+        parts.append(varint(queue_id))
     if offset:  # -1 for a delayed message: ten bytes, as an int64 is encoded
-        parts.append(b"\x10" + varint(offset))
+        parts.append(b"\x10")
+        parts.append(varint(offset))
     if store_time_ms:
-        parts.append(b"\x18" + varint(store_time_ms))
+        parts.append(_STORE_TIME.encode(store_time_ms))
     if message_id:
-        parts.append(length_delimited(b"\x22", message_id.encode()))
+        encoded = message_id.encode()
+        parts.append(b"\x22")
+        parts.append(varint(len(encoded)))
+        parts.append(encoded)
     if recall_handle:
         parts.append(length_delimited(b"\x2a", recall_handle.encode()))
     return b"".join(parts)
+
+
+class _StoreTime:
+    """IndexRecord.store_time_ms, tagged and encoded, for the last time asked for."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        # (ms, its encoding), replaced as one reference.
+        self._last: tuple[int, bytes] = (0, b"")
+
+    def encode(self, ms: int) -> bytes:
+        last = self._last
+        if last[0] == ms:
+            return last[1]
+        encoded = b"\x18" + varint(ms)
+        self._last = (ms, encoded)
+        return encoded
+
+
+_STORE_TIME: Final = _StoreTime()
 
 
 def write_key_entries(

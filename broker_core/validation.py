@@ -74,6 +74,15 @@ DEFAULT_POP_MESSAGES: Final = 32
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _has_control(text: str) -> bool:
+    """Whether `text` holds a control character (_CONTROL). Empty text and printable ASCII,
+    what names and tags nearly always are, have none: two string scans in C cost about
+    half a regex search compiled (500 against 930 instructions)."""
+    if not text or (text.isascii() and text.isprintable()):
+        return False
+    return _CONTROL.search(text) is not None
+
+
 def _limit(value: int) -> str:
     """A number as `allowed` texts show it: with thousands separators."""
     return f"{value:,}"
@@ -236,7 +245,7 @@ def check_delivery_time(index: int, deliver_at_ms: int, now_ms: int, max_delay_s
 def check_tag(index: int, tag: str) -> None:
     """Check a message's tag: 1..MAX_TAG_LENGTH characters, not blank, no '|', no controls."""
     # In the order (and words) of the SDK's copy, sdk/_validation.py.
-    if "|" in tag or not tag.strip() or _CONTROL.search(tag):
+    if "|" in tag or not tag.strip() or _has_control(tag):
         raise InvalidArgumentError(
             f"messages[{index}].tag {tag!r} is invalid: no '|', no control characters, not blank",
             field="message.tag",
@@ -292,7 +301,7 @@ def check_message(
             allowed=f"at most {MAX_KEYS} keys",
         )
     for key in keys:
-        if not key.strip() or _CONTROL.search(key) or len(key) > MAX_KEY_LENGTH:
+        if not key.strip() or _has_control(key) or len(key) > MAX_KEY_LENGTH:
             raise InvalidArgumentError(
                 f"messages[{index}] key {key!r} is invalid: 1 to {MAX_KEY_LENGTH} characters, "
                 "not blank, no control characters",
@@ -310,7 +319,7 @@ def check_message(
         )
     total = 0
     for name, value in properties.items():
-        if not name or _CONTROL.search(name):
+        if not name or _has_control(name):
             raise InvalidArgumentError(
                 f"messages[{index}] property name {name!r} is empty or has controls",
                 field="message.properties.name",
@@ -337,7 +346,7 @@ def check_message(
     if (
         (require_message_id and not message_id)
         or len(message_id) > MAX_MESSAGE_ID_LENGTH
-        or _CONTROL.search(message_id)
+        or _has_control(message_id)
     ):
         low, rule = (
             (1, f"1 to {MAX_MESSAGE_ID_LENGTH}")
@@ -371,7 +380,7 @@ def check_message_extras(
         ("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH),
         ("born_host", born_host, MAX_BORN_HOST_LENGTH),
     ):
-        if value and (not value.strip() or _CONTROL.search(value) or len(value) > limit):
+        if value and (not value.strip() or _has_control(value) or len(value) > limit):
             raise InvalidArgumentError(
                 f"messages[{index}].{field} {value[:40]!r} is invalid: 1 to {limit} characters, "
                 "not blank, no control characters",
@@ -414,7 +423,8 @@ def check_send(messages: Sequence[NewMessage], now_ms: int, max_delay_s: float) 
             body_encoding=msg.body_encoding,
             born_host=msg.born_host,
         )
-        check_delivery_time(i, msg.deliver_at_ms, now_ms, max_delay_s)
+        if msg.deliver_at_ms:  # 0 (at once) passes both of its checks
+            check_delivery_time(i, msg.deliver_at_ms, now_ms, max_delay_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ coroutine."""
 def send_answer(results: Sequence[SendResult]) -> bytes:
     """The SendMessages answer for the broker's results (unary and stream alike), encoded:
     a SendMessagesResponse's `repeated SendResult results = 1`, each result's fields written
-    as they are (a quarter of building the messages to serialize them)."""
+    as they are (a quarter of building the messages to serialize them), into one list joined
+    once (a result's length is the sum of its parts')."""
     parts: list[bytes] = []
     topic = ""
     topic_field = b""
@@ -51,18 +52,30 @@ def send_answer(results: Sequence[SendResult]) -> bytes:
         if result.topic != topic:
             topic = result.topic
             topic_field = length_delimited(_TOPIC, topic.encode())
-        fields = [length_delimited(_MESSAGE_ID, result.message_id.encode()), topic_field]
+        length_at = len(parts) + 1
+        parts.append(_RESULTS)
+        parts.append(b"")  # the result's length, once its fields are in
+        message_id = result.message_id.encode()
+        parts.append(_MESSAGE_ID)
+        parts.append(varint(len(message_id)))
+        parts.append(message_id)
+        parts.append(topic_field)
         if result.queue_id:
-            fields.append(_QUEUE_ID + varint(result.queue_id))
+            parts.append(_QUEUE_ID)
+            parts.append(varint(result.queue_id))
         if result.offset:  # -1 for a delayed message: ten bytes, as an int64 is encoded
-            fields.append(_OFFSET + varint(result.offset))
+            parts.append(_OFFSET)
+            parts.append(varint(result.offset))
         if result.recall_handle:
-            fields.append(length_delimited(_RECALL_HANDLE, result.recall_handle.encode()))
+            parts.append(length_delimited(_RECALL_HANDLE, result.recall_handle.encode()))
         if result.duplicate:
-            fields.append(_DUPLICATE)
+            parts.append(_DUPLICATE)
         if result.transaction_id:
-            fields.append(length_delimited(_TRANSACTION_ID, result.transaction_id.encode()))
-        parts.append(length_delimited(_RESULTS, b"".join(fields)))
+            parts.append(length_delimited(_TRANSACTION_ID, result.transaction_id.encode()))
+        size = 0
+        for i in range(length_at + 1, len(parts)):
+            size += len(parts[i])
+        parts[length_at] = varint(size)
     return b"".join(parts)
 
 
