@@ -245,17 +245,19 @@ class Sender:
         """After the write of new messages committed: count them, wake the pops held on
         their queues, and the timer loop for delayed ones. `stored` pairs each result with
         its timer's due time (0 for a message stored in its queue)."""
-        counts: dict[str, int] = {}
         arrivals: dict[tuple[str, int], int] = {}
         due_soon = self._timers.next_due_ms
         for result, due_ms in stored:
             if due_ms:
                 due_soon = min(due_soon, due_ms)
                 continue
-            counts[result.topic] = counts.get(result.topic, 0) + 1
             grew = (result.topic, result.queue_id)
             arrivals[grew] = arrivals.get(grew, 0) + 1
         self._timers.due_at(due_soon)
+        # Counted per topic from the few queues, not message by message.
+        counts: dict[str, int] = {}
+        for (topic_name, _), count in arrivals.items():
+            counts[topic_name] = counts.get(topic_name, 0) + count
         self._stats.sent.update(counts)
         # Per queue, so a pop held on one queue is woken by what lands there and never
         # spends a wake-up meant for a pop held on another.

@@ -295,10 +295,15 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result & 0xFFFFFFFFFFFFFFFF, pos
+            # Masked only when it may pass 64 bits: compiled, the mask is a boxed integer
+            # operation, which cost as much as the rest of reading a short varint.
+            return (result if shift < 63 else result & _UINT64), pos
         shift += 7
         if shift >= 70:
             raise ValueError("a varint is longer than 10 bytes")
+
+
+_UINT64: Final = (1 << 64) - 1
 
 
 def _length_delimited(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -306,7 +311,11 @@ def _length_delimited(data: bytes, pos: int, end: int) -> tuple[int, int]:
     length = data[pos] if pos < end else 0x80
     start = pos + 1
     if length >= 0x80:
-        length, start = _varint(data, pos, end)
+        if start < end and data[start] < 0x80:  # two bytes: up to 16 KiB, as most bodies
+            length = (length & 0x7F) | data[start] << 7
+            start += 1
+        else:
+            length, start = _varint(data, pos, end)
     stop = start + length
     if stop > end:
         raise ValueError(f"a field of {length} bytes runs past the end of its message")
