@@ -137,6 +137,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         # The count before anything per message (work proportional to the request); the
         # broker checks it again with the rest of the send (validation.check_send).
         check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
+        assert isinstance(messages, list)  # only a request of too many holds upb's field
         if request.schedules:
             now = now_ms()
             for scheduled in request.schedules:  # in message order: the first error wins

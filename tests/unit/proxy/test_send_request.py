@@ -243,3 +243,19 @@ def test_stream_requests_read_as_upb_parses_them() -> None:
     assert read.send.transactional
     with pytest.raises(ValueError):
         SendStreamRequest.FromString(b"\x12\x03\x0a\x05a")
+
+
+def test_a_request_of_too_many_messages_is_read_by_upb_whole() -> None:
+    """Past MAX_SEND_MESSAGES the servicer refuses the count before reading a message: the
+    request is parsed by upb (faster), and still accepted or refused as upb does."""
+    message = pb.OutgoingMessage(topic="wide", body=b"x")
+    request = pb.SendMessagesRequest(messages=[message] * 1500, producer_group="pg")
+    read = SendRequest.FromString(request.SerializeToString())
+    assert len(read.messages) == 1500
+    assert {m.topic for m in read.messages} == {"wide"}  # what access checks read
+    assert read.producer_group == "pg"
+    broken = request.SerializeToString() + b"\x0a\x03\x0a\x01\xff"  # invalid UTF-8, last
+    with pytest.raises(DecodeError):
+        pb.SendMessagesRequest.FromString(broken)
+    with pytest.raises(ValueError):
+        SendRequest.FromString(broken)
