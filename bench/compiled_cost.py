@@ -63,6 +63,7 @@ from popmq.coordination import LocalCoordinator
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.messaging import MessagingServicer
 from popmq.proxy.pop_stream import fill_ack, pop_answer
+from popmq.proxy.send_request import SendRequest
 from popmq.proxy.send_stream import send_answer
 
 BATCH = 32
@@ -101,7 +102,7 @@ class _Workload:
         ).SerializeToString()
 
     async def send(self) -> int:
-        request = messaging_pb2.SendMessagesRequest.FromString(self.send_bytes)
+        request = SendRequest.FromString(self.send_bytes)  # the method's deserializer
         results = await self.servicer.start_send(request)
         send_answer(results)
         return len(results)

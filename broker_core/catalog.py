@@ -8,6 +8,7 @@ their display name `%RETRY%<group>_<topic>`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
@@ -15,17 +16,17 @@ from popmq.broker_core.errors import NotFoundError
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.validation import DLQ_PREFIX, RETRY_PREFIX
 
-KIND_NORMAL = 1
-KIND_DLQ = 2
-KIND_RETRY = 3
-_KIND_NAMES = {KIND_NORMAL: "normal", KIND_DLQ: "dlq", KIND_RETRY: "retry"}
+KIND_NORMAL: Final = 1
+KIND_DLQ: Final = 2
+KIND_RETRY: Final = 3
+_KIND_NAMES: Final = {KIND_NORMAL: "normal", KIND_DLQ: "dlq", KIND_RETRY: "retry"}
 
-MESSAGE_TYPE_NORMAL = 1
-MESSAGE_TYPE_FIFO = 2
-MESSAGE_TYPE_DELAY = 3
-MESSAGE_TYPE_TRANSACTION = 4
-MESSAGE_TYPE_MIXED = 5
-MESSAGE_TYPES = {
+MESSAGE_TYPE_NORMAL: Final = 1
+MESSAGE_TYPE_FIFO: Final = 2
+MESSAGE_TYPE_DELAY: Final = 3
+MESSAGE_TYPE_TRANSACTION: Final = 4
+MESSAGE_TYPE_MIXED: Final = 5
+MESSAGE_TYPES: Final = {
     "normal": MESSAGE_TYPE_NORMAL,
     "fifo": MESSAGE_TYPE_FIFO,
     "delay": MESSAGE_TYPE_DELAY,
@@ -33,8 +34,8 @@ MESSAGE_TYPES = {
     "mixed": MESSAGE_TYPE_MIXED,
 }
 """Message types a topic may declare, by name (RocketMQ 5 TopicMessageType)."""
-MESSAGE_TYPE_NAMES = {code: name for name, code in MESSAGE_TYPES.items()}
-_ACCEPTS = {
+MESSAGE_TYPE_NAMES: Final = {code: name for name, code in MESSAGE_TYPES.items()}
+_ACCEPTS: Final = {
     MESSAGE_TYPE_NORMAL: frozenset({"normal"}),
     MESSAGE_TYPE_FIFO: frozenset({"fifo"}),
     MESSAGE_TYPE_DELAY: frozenset({"delay"}),
@@ -42,8 +43,8 @@ _ACCEPTS = {
     MESSAGE_TYPE_MIXED: frozenset({"normal", "fifo", "delay"}),
 }
 
-_SEQ_TOPIC = b"seq:topic"
-_SEQ_GROUP = b"seq:group"
+_SEQ_TOPIC: Final = b"seq:topic"
+_SEQ_GROUP: Final = b"seq:group"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import struct
+from typing import Final
 
-_QUEUE = struct.Struct(">II")
-_MESSAGE = struct.Struct(">IIQ")
-_OFFSET_KEY = struct.Struct(">III")
-_U64 = struct.Struct(">Q")
-_REVIVE = struct.Struct(">QQ")
-_U32 = struct.Struct(">I")
+_QUEUE: Final = struct.Struct(">II")
+_MESSAGE: Final = struct.Struct(">IIQ")
+_OFFSET_KEY: Final = struct.Struct(">III")
+_U64: Final = struct.Struct(">Q")
+_REVIVE: Final = struct.Struct(">QQ")
+_U32: Final = struct.Struct(">I")
 
-MAX_OFFSET = 2**64 - 1
+MAX_OFFSET: Final = 2**64 - 1
 
 
 def message_key(topic_id: int, queue_id: int, offset: int) -> bytes:
@@ -98,7 +99,7 @@ def parse_retry_meta_key(key: bytes) -> tuple[int, int]:
     return group_id, topic_id
 
 
-SECURITY_PREFIX = b"security:"
+SECURITY_PREFIX: Final = b"security:"
 """meta family: the proxy's users and policies (security/store.py), opaque here."""
 
 
@@ -106,8 +107,8 @@ def security_meta_key(name: str) -> bytes:
     return SECURITY_PREFIX + name.encode()
 
 
-_SUPERSEDED = struct.Struct(">QH")
-SUPERSEDED_PREFIX = b"superseded:"
+_SUPERSEDED: Final = struct.Struct(">QH")
+SUPERSEDED_PREFIX: Final = b"superseded:"
 
 
 def superseded_key(ck_id: int, index: int) -> bytes:
@@ -135,7 +136,7 @@ def _text(kind: bytes, topic_id: int, text: str) -> bytes:
     return b"".join((kind, _TEXT_HEAD.pack(topic_id, len(raw)), raw))
 
 
-_TEXT_HEAD = struct.Struct(">IH")
+_TEXT_HEAD: Final = struct.Struct(">IH")
 """A text key's topic id and the text's length."""
 
 
@@ -173,15 +174,15 @@ def parse_expiry_key(key: bytes) -> tuple[int, bytes]:
     return decode_u64(key[1:9]), key[9:]
 
 
-_QUEUE_OFFSET = struct.Struct(">IQ")
+_QUEUE_OFFSET: Final = struct.Struct(">IQ")
 
-TRANSACTION_PREFIX = b"txn:"
+TRANSACTION_PREFIX: Final = b"txn:"
 """meta family: transaction sequence -> TransactionRecord (transactions.py)."""
-TRANSACTION_CHECK_PREFIX = b"txc:"
+TRANSACTION_CHECK_PREFIX: Final = b"txc:"
 """meta family: (due time, sequence) of every open transaction's next check, or discard."""
-TRANSACTION_EXPIRY_PREFIX = b"txx:"
+TRANSACTION_EXPIRY_PREFIX: Final = b"txx:"
 """meta family: (expiry time, sequence) of resolved and discarded transactions."""
-TRANSACTION_DISCARDED_PREFIX = b"txd:"
+TRANSACTION_DISCARDED_PREFIX: Final = b"txd:"
 """meta family: sequence of every discarded transaction (their listing)."""
 
 

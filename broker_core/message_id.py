@@ -10,8 +10,9 @@ import itertools
 import os
 import secrets
 import time
+from typing import Final
 
-_EPOCH_2021 = 1_609_459_200
+_EPOCH_2021: Final = 1_609_459_200
 
 
 class MessageIdGenerator:
@@ -35,4 +36,18 @@ class MessageIdGenerator:
         if head[0] != seconds:
             head = (seconds, f"{self._prefix}{seconds & 0xFFFFFFFF:08X}")
             self._head = head
-        return "%s%08X" % (head[1], seq)  # noqa: UP031 (a third cheaper than an f-string)
+        # The sequence's eight hex digits from a table of each byte's two: compiled, an id
+        # costs about half as much as with "%08X" (1,600 against 3,100 instructions).
+        return "".join(
+            (
+                head[1],
+                _HEX[seq >> 24],
+                _HEX[seq >> 16 & 0xFF],
+                _HEX[seq >> 8 & 0xFF],
+                _HEX[seq & 0xFF],
+            )
+        )
+
+
+_HEX: Final = tuple(f"{byte:02X}" for byte in range(256))
+"""Each byte's two upper-case hex digits."""

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
 from popmq.broker_core.record_wire import length_delimited, varint
 from popmq.broker_core.store import Batch, Store
 
-_SWEEP_CHUNK = 4096
+_SWEEP_CHUNK: Final = 4096
 """Entries deleted per sweep write (a marker's entries are never split)."""
-_LENGTH = struct.Struct(">H")
+_LENGTH: Final = struct.Struct(">H")
 
 
 class Expiries:
@@ -81,16 +82,20 @@ def write_entries(
     retention_ms: int,
     dedup_window_ms: int,
     recall_handle: str = "",
+    lookup_key: bytes = b"",
 ) -> None:
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
 
-    Its expiry markers join `expiries`, which the caller puts once for the whole write."""
+    Its expiry markers join `expiries`, which the caller puts once for the whole write.
+    `lookup_key` is `dedup_lookup_key`'s for this message when the caller has it already
+    (a send looked it up), so it is not encoded twice."""
     value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle)
-    id_key = keys.id_index_key(topic_id, message_id)
+    plain = not dedup_id or dedup_id == message_id
+    id_key = lookup_key if lookup_key and plain else keys.id_index_key(topic_id, message_id)
     batch.put("index", id_key, value)
     expiries.add(stamp_ms + retention_ms, id_key)
-    if dedup_id and dedup_id != message_id:
-        dedup_key = keys.dedup_key(topic_id, dedup_id)
+    if not plain:
+        dedup_key = lookup_key or keys.dedup_key(topic_id, dedup_id)
         batch.put("index", dedup_key, value)
         expiries.add(stamp_ms + dedup_window_ms, dedup_key)
     if offset >= 0 and message_keys:
@@ -109,19 +114,47 @@ def index_record(
     queue_id: int, offset: int, store_time_ms: int, message_id: str, recall_handle: str = ""
 ) -> bytes:
     """An IndexRecord's bytes, written field by field (a third of building the message to
-    serialize it, and one is written per message sent)."""
-    parts = []
+    serialize it, and one is written per message sent): tags and values gathered in one
+    list and joined once, the store time's encoded once for the messages of a write that
+    share it (`_StoreTime`)."""
+    parts: list[bytes] = []
     if queue_id:
-        parts.append(b"\x08" + varint(queue_id))
+        parts.append(b"\x08")
+        parts.append(varint(queue_id))
     if offset:  # -1 for a delayed message: ten bytes, as an int64 is encoded
-        parts.append(b"\x10" + varint(offset))
+        parts.append(b"\x10")
+        parts.append(varint(offset))
     if store_time_ms:
-        parts.append(b"\x18" + varint(store_time_ms))
+        parts.append(_STORE_TIME.encode(store_time_ms))
     if message_id:
-        parts.append(length_delimited(b"\x22", message_id.encode()))
+        encoded = message_id.encode()
+        parts.append(b"\x22")
+        parts.append(varint(len(encoded)))
+        parts.append(encoded)
     if recall_handle:
         parts.append(length_delimited(b"\x2a", recall_handle.encode()))
     return b"".join(parts)
+
+
+class _StoreTime:
+    """IndexRecord.store_time_ms, tagged and encoded, for the last time asked for."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        # (ms, its encoding), replaced as one reference.
+        self._last: tuple[int, bytes] = (0, b"")
+
+    def encode(self, ms: int) -> bytes:
+        last = self._last
+        if last[0] == ms:
+            return last[1]
+        encoded = b"\x18" + varint(ms)
+        self._last = (ms, encoded)
+        return encoded
+
+
+_STORE_TIME: Final = _StoreTime()
 
 
 def write_key_entries(
@@ -140,17 +173,19 @@ def write_key_entries(
         expiries.add(expire_ms, entry)
 
 
+def dedup_lookup_key(topic_id: int, dedup_id: str, message_id: str) -> bytes:
+    """The index entry that finds an earlier send of this dedup id: the id entry when the
+    dedup id is the message id (the default), else the dedup entry."""
+    if dedup_id == message_id:
+        return keys.id_index_key(topic_id, dedup_id)
+    return keys.dedup_key(topic_id, dedup_id)
+
+
 def find_duplicates(
-    store: Store, wanted: list[tuple[int, str, str]], now_ms: int, window_ms: int
+    store: Store, index_keys: list[bytes], now_ms: int, window_ms: int
 ) -> list[records_pb2.IndexRecord | None]:
-    """The earlier send of each (topic_id, dedup_id, message_id) within the window, if any:
-    one multi-get for a whole send."""
-    index_keys = [
-        keys.id_index_key(topic_id, dedup_id)
-        if dedup_id == message_id
-        else keys.dedup_key(topic_id, dedup_id)
-        for topic_id, dedup_id, message_id in wanted
-    ]
+    """The earlier send of each message within the window, if any, by its
+    `dedup_lookup_key`: one multi-get for a whole send."""
     found: list[records_pb2.IndexRecord | None] = []
     for data in store.multi_get("index", index_keys):
         record = records_pb2.IndexRecord.FromString(data) if data is not None else None

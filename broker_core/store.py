@@ -36,6 +36,13 @@ from popmq.broker_core.errors import (
     UnavailableError,
 )
 
+# Re-exported: the store's users import the batch from here.
+from popmq.broker_core.write_batch import DELETE as DELETE
+from popmq.broker_core.write_batch import DELETE_RANGE as DELETE_RANGE
+from popmq.broker_core.write_batch import PUT as PUT
+from popmq.broker_core.write_batch import Batch as Batch
+from popmq.broker_core.write_batch import Op as Op
+
 log = logging.getLogger(__name__)
 
 FAMILIES = ("messages", "offsets", "checkpoints", "revive", "meta", "timers", "index")
@@ -74,55 +81,6 @@ def _no_space(exc: BaseException) -> bool:
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
-
-
-PUT, DELETE, DELETE_RANGE = 0, 1, 2
-"""Kinds of a recorded change (Batch.ops): what replication ships to followers."""
-Op = tuple[int, str, bytes, bytes]
-"""A recorded change: (kind, family, key, value); for DELETE_RANGE the value is the end."""
-
-
-class Batch:
-    """An atomic set of changes, written by Store.write in one WriteBatch.
-
-    With `record`, the changes are also kept in `ops` (references, not copies), so a
-    replicating store can ship the batch to its followers as it was written.
-    """
-
-    __slots__ = ("_batch", "_handles", "generation", "lsn", "ops", "puts", "quorum")
-
-    def __init__(self, handles: dict[str, Any], generation: int, *, record: bool = False) -> None:
-        self._batch = rocksdict.WriteBatch(raw_mode=True)
-        self._handles = handles
-        self.generation = generation
-        """The store's open count when made: its family handles die with a reopen."""
-        self.puts = 0
-        self.ops: list[Op] | None = [] if record else None
-        self.lsn = 0
-        """Its place in the replication log once written (0: not replicated)."""
-        self.quorum = False
-        """It stores sends: acknowledged only once the in-sync replicas hold it."""
-
-    def put(self, family: str, key: bytes, value: bytes) -> None:
-        self._batch.put(key, value, self._handles[family])
-        self.puts += 1
-        if self.ops is not None:
-            self.ops.append((PUT, family, key, value))
-
-    def delete(self, family: str, key: bytes) -> None:
-        self._batch.delete(key, self._handles[family])
-        self.puts += 1
-        if self.ops is not None:
-            self.ops.append((DELETE, family, key, b""))
-
-    def delete_range(self, family: str, start: bytes, end: bytes) -> None:
-        self._batch.delete_range(start, end, self._handles[family])
-        self.puts += 1
-        if self.ops is not None:
-            self.ops.append((DELETE_RANGE, family, start, end))
-
-    def __len__(self) -> int:
-        return self.puts
 
 
 class WriteTap(Protocol):

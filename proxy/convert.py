@@ -22,7 +22,6 @@ from popmq.broker_core import (
     InvalidArgumentError,
     LagReport,
     MessageRecord,
-    NewMessage,
     PoppedMessage,
     PulledMessages,
     QueueDetails,
@@ -36,6 +35,7 @@ from popmq.broker_core import (
     TransactionInfo,
     received_message_wire,
 )
+from popmq.proxy.send_request import DELAY, DELAY_LEVEL, DELIVERY_TIME
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, StatusReport, message_totals
 
 
@@ -61,45 +61,31 @@ def seconds(field: str, value: duration_pb2.Duration) -> float:
     return value.seconds + value.nanos / 1e9
 
 
-def deliver_at_ms(index: int, msg: messaging_pb2.OutgoingMessage, now_ms: int) -> int:
-    """The absolute delivery time a message's schedule asks for, by the server's clock."""
-    which = msg.WhichOneof("schedule")
-    if not which:
-        return 0
+def scheduled_ms(
+    index: int,
+    kind: int,
+    value: timestamp_pb2.Timestamp | duration_pb2.Duration | int,
+    now_ms: int,
+) -> int:
+    """The absolute delivery time a message's schedule asks for, by the server's clock:
+    `kind` is the schedule field it set (send_request.DELIVERY_TIME, DELAY, DELAY_LEVEL) and
+    `value` that field's value."""
     where = f"messages[{index}]"
-    if which == "delivery_time":
-        return timestamp_ms(f"{where}.delivery_time", msg.delivery_time)
-    if which == "delay":
-        delay = seconds(f"{where}.delay", msg.delay)
+    if kind == DELIVERY_TIME and isinstance(value, timestamp_pb2.Timestamp):
+        return timestamp_ms(f"{where}.delivery_time", value)
+    if kind == DELAY and isinstance(value, duration_pb2.Duration):
+        delay = seconds(f"{where}.delay", value)
         if delay < 0:
             raise InvalidArgumentError(f"{where}.delay {delay}s is negative")
         return now_ms + round(delay * 1000)
-    if which == "delay_level":
-        level = msg.delay_level
-        if not 1 <= level <= len(DELAY_LEVELS_S):
+    if kind == DELAY_LEVEL and isinstance(value, int):
+        if not 1 <= value <= len(DELAY_LEVELS_S):
             raise InvalidArgumentError(
-                f"{where}.delay_level {level} is out of range: 1..{len(DELAY_LEVELS_S)} "
+                f"{where}.delay_level {value} is out of range: 1..{len(DELAY_LEVELS_S)} "
                 "(1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h)"
             )
-        return now_ms + round(DELAY_LEVELS_S[level - 1] * 1000)
-    return 0
-
-
-def new_message(msg: messaging_pb2.OutgoingMessage, index: int = 0, now_ms: int = 0) -> NewMessage:
-    # Empty repeated and map fields are common and copying them costs ~3 us: skip those.
-    return NewMessage(
-        topic=msg.topic,
-        body=msg.body,
-        tag=msg.tag,
-        keys=tuple(msg.keys) if msg.keys else (),
-        properties=dict(msg.properties) if msg.properties else {},
-        message_id=msg.message_id,
-        message_group=msg.message_group,
-        deliver_at_ms=deliver_at_ms(index, msg, now_ms),
-        dedup_id=msg.dedup_id,
-        body_encoding=msg.body_encoding,
-        born_host=msg.born_host,
-    )
+        return now_ms + round(DELAY_LEVELS_S[value - 1] * 1000)
+    raise TypeError(f"no schedule of kind {kind} with a {type(value).__name__}")
 
 
 _MESSAGES_TAG = b"\x0a"

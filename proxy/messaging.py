@@ -50,6 +50,7 @@ from popmq.proxy.pop_stream import (
     fill_ack,
     pop_answer,
 )
+from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.proxy.send_stream import SendStreamSession, send_answer
 from popmq.proxy.stream_session import Observe
 from popmq.proxy.transaction_checks import TransactionCheckLoop
@@ -114,46 +115,55 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         """What all PopStreams together may hold popped and unwritten (proxy/memory.py)."""
 
     @rpc
-    async def SendMessages(
-        self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
-    ) -> bytes:
+    async def SendMessages(self, request: SendRequest, context: grpc.aio.ServicerContext) -> bytes:
         """Answers a SendMessagesResponse's bytes (send_stream.send_answer)."""
         return send_answer(await self.start_send(request))
 
     def start_send(
-        self, request: messaging_pb2.SendMessagesRequest
+        self, request: SendRequest | messaging_pb2.SendMessagesRequest
     ) -> Coroutine[Any, Any, list[SendResult]]:
-        """Convert a send and return the broker's send coroutine for it (not yet started).
+        """Schedule a send's messages and return the broker's send coroutine for it (not yet
+        started).
 
         The one path of the SendMessages RPC and of each send of a SendStream, so both
-        accept and reject alike. Raises the broker's error for a message that cannot be
-        converted; the returned coroutine raises the others.
+        accept and reject alike. The request is as their deserializer read it
+        (send_request.py; a generated message, from embedded callers, is read again from
+        its bytes). Raises the broker's error for a schedule that cannot be converted; the
+        returned coroutine raises the others.
         """
+        if not isinstance(request, SendRequest):
+            request = SendRequest.FromString(request.SerializeToString())
         messages = request.messages
-        # The count before converting anything (work proportional to the request); the
+        # The count before anything per message (work proportional to the request); the
         # broker checks it again with the rest of the send (validation.check_send).
         check_count("messages", len(messages), MAX_SEND_MESSAGES, "messages")
-        now = now_ms()
-        converted = [convert.new_message(m, i, now) for i, m in enumerate(messages)]
+        assert isinstance(messages, list)  # only a request of too many holds upb's field
+        if request.schedules:
+            now = now_ms()
+            for scheduled in request.schedules:  # in message order: the first error wins
+                messages[scheduled.index].deliver_at_ms = convert.scheduled_ms(
+                    scheduled.index, scheduled.kind, scheduled.value, now
+                )
+        check_delay = request.transaction_check_delay
         if request.transactional:
             check_first_s = (
-                convert.seconds("transaction_check_delay", request.transaction_check_delay)
-                if request.HasField("transaction_check_delay")
+                convert.seconds("transaction_check_delay", check_delay)
+                if check_delay is not None
                 else None
             )
             return transactions_of(self._broker).send_half(
-                converted, producer_group=request.producer_group, check_first_s=check_first_s
+                messages, producer_group=request.producer_group, check_first_s=check_first_s
             )
-        if request.producer_group or request.HasField("transaction_check_delay"):
+        if request.producer_group or check_delay is not None:
             raise InvalidArgumentError(
                 "producer_group and transaction_check_delay are for transactional sends: "
                 "set transactional, or leave them unset"
             )
-        return self._broker.send(converted)
+        return self._broker.send(messages)
 
     async def SendStream(
         self,
-        request_iterator: AsyncIterable[messaging_pb2.SendStreamRequest],
+        request_iterator: AsyncIterable[SendStreamRequest],
         context: grpc.aio.ServicerContext,
     ) -> None:
         """Many sends over one stream, each served as `SendMessages` serves it, started in
@@ -667,11 +677,18 @@ def _strategy(value: int) -> Strategy:
 ENCODED_ANSWERS = frozenset({"SendMessages", "SendStream", "Pop", "PopStream", "LeasePop"})
 """MessagingService methods whose handlers may answer with bytes already encoded."""
 
+WIRE_REQUESTS: dict[str, Callable[[bytes], object]] = {
+    "SendMessages": SendRequest.FromString,
+    "SendStream": SendStreamRequest.FromString,
+}
+"""MessagingService methods whose requests are read from their bytes by send_request.py
+instead of the generated classes, and their readers."""
+
 
 def add_messaging_service(servicer: MessagingServicer, server: LateServices) -> None:
     """Register `servicer` on `server` as the generated code does, except that the methods
     of ENCODED_ANSWERS get a serializer that passes encoded bytes through
-    (convert.serialized)."""
+    (convert.serialized), and those of WIRE_REQUESTS their own request readers."""
     messaging_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, _Reserialized(server))
 
 
@@ -691,7 +708,7 @@ class _Reserialized:
         self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
     ) -> None:
         handlers = {
-            method: _reserialized(handler) if method in ENCODED_ANSWERS else handler
+            method: _reserialized(method, handler) if method in ENCODED_ANSWERS else handler
             for method, handler in method_handlers.items()
         }
         self._server.add_generic_rpc_handlers(
@@ -700,17 +717,18 @@ class _Reserialized:
         self._server.add_registered_method_handlers(service_name, handlers)
 
 
-def _reserialized(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _reserialized(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    deserializer = WIRE_REQUESTS.get(method, handler.request_deserializer)
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             handler.unary_unary,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserializer,
             response_serializer=convert.serialized,
         )
     if handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(
             handler.stream_stream,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserializer,
             response_serializer=convert.serialized,
         )
     raise TypeError(f"no encoded answers for a handler of this shape: {handler!r}")

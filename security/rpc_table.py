@@ -45,8 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import Message
-
+from popmq.grpc_calls.errors import Undecodable
 from popmq.security.model import Action, Check, Resource, ResourceType
 
 log = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ class Need:
     when: str = ""
     optional: bool = False
 
-    def checks(self, request: Message) -> Iterator[Check]:
+    def checks(self, request: Any) -> Iterator[Check]:
         if self.when and not _is_set(request, self.when):
             return
         action, *alternatives = self.actions
@@ -122,7 +121,7 @@ class Rule:
     needs: tuple[Need, ...]
     note: str = ""
 
-    def __call__(self, request: Message) -> list[Check]:
+    def __call__(self, request: Any) -> list[Check]:
         checks: list[Check] = []
         for need in self.needs:
             for check in need.checks(request):
@@ -134,7 +133,7 @@ class Rule:
         return "; ".join(need.describe() for need in self.needs) or "nothing (any user)"
 
 
-def _is_set(message: Message, path: str) -> bool:
+def _is_set(message: Any, path: str) -> bool:
     for field in path.split("."):
         if not message.HasField(field):
             return False
@@ -339,9 +338,11 @@ _warned: set[str] = set()
 def checks(method: str, request: object) -> Sequence[Check]:
     """What a call of `method` ("/pkg.Service/Method") with `request` needs.
 
-    A request that is not a message (a body that did not parse: its handler answers
-    INVALID_ARGUMENT and touches nothing) needs nothing. A method missing from the table
-    needs UNMAPPED (ALL on the cluster).
+    A body that did not parse (`Undecodable`: its handler answers INVALID_ARGUMENT and
+    touches nothing) needs nothing. Any other request is checked, a generated message or
+    not: SendMessages and SendStream requests are read by proxy/send_request.py into objects
+    with the same field names. A method missing from the table needs UNMAPPED (ALL on the
+    cluster).
     """
     entry = TABLE.get(method)
     if entry is None:
@@ -349,7 +350,7 @@ def checks(method: str, request: object) -> Sequence[Check]:
             _warned.add(method)  # once per method: a scanner must not flood the log
             log.warning("no access rule for %s: it needs ALL on the cluster", method)
         return UNMAPPED
-    if not isinstance(request, Message):
+    if isinstance(request, Undecodable):
         return ()
     return entry(request)
 

@@ -41,11 +41,13 @@ MODULES = (
     # The send path: the servicer's conversion, the sender, the group-commit writer, and the
     # index and key encodings each message goes through.
     "popmq.proxy.messaging",
+    "popmq.proxy.send_request",
     "popmq.proxy.convert",
     "popmq.proxy.send_stream",
     "popmq.proxy.pop_stream",
     "popmq.broker_core.send",
     "popmq.broker_core.group_commit",
+    "popmq.broker_core.write_batch",
     "popmq.broker_core.offsets",
     "popmq.broker_core.keys",
     "popmq.broker_core.validation",

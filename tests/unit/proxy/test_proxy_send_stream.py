@@ -16,6 +16,7 @@ from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import SendResult
 from popmq.proxy import convert
+from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.proxy.send_stream import MAX_IN_FLIGHT, SendStreamSession
 
 
@@ -59,7 +60,7 @@ class FakeBroker:
         self.started: list[bytes] = []
         self.held: dict[bytes, asyncio.Future[None]] = {}
 
-    def start_send(self, request: messaging_pb2.SendMessagesRequest) -> Any:
+    def start_send(self, request: SendRequest) -> Any:
         bodies = [m.body for m in request.messages]
         if b"" in bodies:
             raise InvalidArgumentError("messages[0].body is empty: 1 byte to 4 MiB")
@@ -74,13 +75,15 @@ class FakeBroker:
         return [SendResult(body.decode(), "orders", 0, n, "") for n, body in enumerate(bodies)]
 
 
-def _request(request_id: int, body: bytes) -> messaging_pb2.SendStreamRequest:
-    return messaging_pb2.SendStreamRequest(
+def _request(request_id: int, body: bytes) -> SendStreamRequest:
+    """A request as the method's deserializer reads it."""
+    request = messaging_pb2.SendStreamRequest(
         request_id=request_id,
         send=messaging_pb2.SendMessagesRequest(
             messages=[messaging_pb2.OutgoingMessage(topic="orders", body=body)]
         ),
     )
+    return SendStreamRequest.FromString(request.SerializeToString())
 
 
 async def _settle() -> None:

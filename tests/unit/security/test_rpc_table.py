@@ -13,6 +13,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.broker_core import InvalidArgumentError
 from popmq.grpc_calls.errors import Undecodable, UndecodableRequestError
+from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.security import rpc_table
 from popmq.security.model import Action, Check, Resource, ResourceType
 
@@ -108,6 +109,26 @@ def test_v1_send_needs_pub_on_every_topic_once() -> None:
         topic("a", PUB),
         topic("b", PUB),
     ]
+
+
+def test_v1_sends_as_the_server_reads_them_need_the_same() -> None:
+    """SendMessages and SendStream requests reach the gate as send_request.py reads them
+    (not generated messages): they are checked all the same."""
+    send = messaging_pb2.SendMessagesRequest(
+        messages=[messaging_pb2.OutgoingMessage(topic=t) for t in ("a", "b", "a")]
+    )
+    read = SendRequest.FromString(send.SerializeToString())
+    assert checks_of("/popmq.v1.MessagingService/SendMessages", read) == [
+        topic("a", PUB),
+        topic("b", PUB),
+    ]
+    stream = messaging_pb2.SendStreamRequest(request_id=1, send=send).SerializeToString()
+    method = "/popmq.v1.MessagingService/SendStream"
+    assert checks_of(method, SendStreamRequest.FromString(stream)) == [
+        topic("a", PUB),
+        topic("b", PUB),
+    ]
+    assert checks_of(method, SendStreamRequest.FromString(b"\x08\x01")) == []  # no send
 
 
 def test_v1_pop_needs_sub_on_topic_and_group_and_acks_the_group() -> None:
