@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import hop_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
 from popmq.broker_core.api import BrokerAPI
@@ -366,7 +367,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     # -- pop and its handles -------------------------------------------------------------
 
     @_rpc(writes=True)
-    async def Pop(self, request: pb.PopRequest, context: Any) -> pb.PopResponse:
+    async def Pop(self, request: pb.PopRequest, context: Any) -> bytes:
+        """Answers a PopResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
         r = request
         popped = await self._broker.pop(
             r.group,
@@ -379,17 +381,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             queue_id=r.queue_id if r.HasField("queue_id") else None,
             max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
         )
-        return pb.PopResponse(messages=[w.popped_to_pb(p) for p in popped])
+        return hop_wire.pop_response_wire(popped)
 
     @_rpc(writes=True)
-    async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+    async def Ack(self, request: pb.AckRequest, context: Any) -> bytes:
+        """Answers an AckResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
         outcomes = await self._broker.ack(request.group, list(request.handles))
-        return pb.AckResponse(
-            results=[
-                pb.AckResult(error=w.error_detail(e)) if e is not None else pb.AckResult()
-                for e in outcomes
-            ]
-        )
+        return hop_wire.ack_response_wire(outcomes)
 
     @_rpc(writes=False)
     async def GetDeliveries(
@@ -551,6 +549,47 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
 
 
+ENCODED_ANSWERS = frozenset({"Pop", "Ack"})
+"""BrokerService methods whose handlers answer with the response's bytes (hop_wire.py)."""
+
+
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
-    """Register BrokerService on `server`."""
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    """Register BrokerService on `server` as the generated code does, except that the
+    methods of ENCODED_ANSWERS send the bytes their handlers answer as they are."""
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, _Reserialized(server))  # type: ignore[no-untyped-call]
+
+
+class _Reserialized:
+    """Stands in for the server while generated code registers the service: it swaps the
+    serializer of ENCODED_ANSWERS' handlers, then registers the handlers on the server both
+    ways, as generated code does."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Ignored: built again from the registered handlers, with the swapped serializer."""
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        handlers = {
+            method: _bytes_out(handler) if method in ENCODED_ANSWERS else handler
+            for method, handler in method_handlers.items()
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service_name, handlers),)
+        )
+        self._server.add_registered_method_handlers(service_name, handlers)
+
+
+def _bytes_out(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        handler.unary_unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=_as_is,
+    )
+
+
+def _as_is(answer: bytes) -> bytes:
+    return answer
