@@ -13,6 +13,10 @@ answer once into `PoppedMessage`s whose records stay bytes until a field is read
 An Ack's answer is one AckResult per handle, nearly always empty (acked): two bytes each, and
 only a failed one carries an ErrorDetail, parsed with the generated class.
 
+On HopStream (one stream per proxy and broker carrying pops and acks), a HopResponse is the
+request's id and one of those answers, or an ErrorDetail: `hop_answer` writes one around the
+answer's bytes, `hop_answer_from_wire` splits one.
+
 The field numbers here must follow protos/popmq/broker/v1/broker.proto: the tests check these
 bytes against the generated classes both ways. Fields a reader does not know are skipped, as
 protobuf skips them.
@@ -179,3 +183,38 @@ def ack_results_from_wire(data: bytes) -> list[PopMQError | None]:
             outcomes.append(error_from_detail(result.error) if result.HasField("error") else None)
         pos = stop
     return outcomes
+
+
+HOP_POP: Final = 2
+"""HopResponse.pop: a PopResponse."""
+HOP_ACK: Final = 3
+"""HopResponse.ack: an AckResponse."""
+HOP_ERROR: Final = 4
+"""HopResponse.error: an ErrorDetail."""
+
+
+def hop_answer(request_id: int, field: int, payload: bytes) -> bytes:
+    """A HopResponse: `request_id` and `payload` (a message's bytes) as its `field`."""
+    return b"".join(
+        (b"\x08", varint(request_id), varint(field << 3 | 2), varint(len(payload)), payload)
+    )
+
+
+def hop_answer_from_wire(data: bytes) -> tuple[int, int, bytes]:
+    """The HopResponse `data` as (request id, field, the field's bytes); the field is 0 when
+    the response carries none. Raises ValueError when `data` is not well-formed."""
+    request_id = 0
+    field = 0
+    payload = b""
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if key == 0x08:
+            request_id = read_varint(data, start)[0]
+        elif key & 7 == 2 and HOP_POP <= key >> 3 <= HOP_ERROR:
+            field = key >> 3
+            payload = data[start:stop]
+        pos = stop
+    return request_id, field, payload

@@ -16,9 +16,10 @@ registration is lost (a retriable UNAVAILABLE) or while a replica follows its le
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
@@ -33,9 +34,11 @@ from popmq.broker_core.catalog import GroupInfo
 from popmq.broker_core.errors import (
     FailedPreconditionError,
     InternalError,
+    InvalidArgumentError,
     PopMQError,
 )
 from popmq.broker_core.group_rules import GroupState
+from popmq.broker_core.types import PoppedMessage
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +57,7 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
             self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
         ) -> _Resp:
             try:
-                if writes:
-                    self.writes.check()
-                elif self.writes.following is not None:
-                    if self.reads_from is None:
-                        self.writes.check()
-                    else:
-                        self._broker = await self.reads_from()
+                await self._admit(writes=writes)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 await _abort(context, exc)
@@ -77,6 +74,10 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
         return wrapper
 
     return decorate
+
+
+def _hop_error(error: PopMQError) -> tuple[int, bytes]:
+    return hop_wire.HOP_ERROR, w.error_detail(error).SerializeToString()
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: PopMQError) -> None:
@@ -114,6 +115,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def serve(self, broker: BrokerAPI) -> None:
         """Serve another broker core (a replica that became its shard's leader)."""
         self._broker = broker
+
+    async def _admit(self, *, writes: bool) -> None:
+        """Refuse a call while fenced when it `writes`; while following, serve one that
+        only reads from the follower's copy (or refuse it when there is none)."""
+        if writes:
+            self.writes.check()
+        elif self.writes.following is not None:
+            if self.reads_from is None:
+                self.writes.check()
+            else:
+                self._broker = await self.reads_from()
 
     # -- lifecycle, info -----------------------------------------------------------------
 
@@ -369,8 +381,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     @_rpc(writes=True)
     async def Pop(self, request: pb.PopRequest, context: Any) -> bytes:
         """Answers a PopResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
-        r = request
-        popped = await self._broker.pop(
+        return hop_wire.pop_response_wire(await self._pop(request))
+
+    async def _pop(self, r: pb.PopRequest) -> list[PoppedMessage]:
+        return await self._broker.pop(
             r.group,
             r.topic,
             max_messages=r.max_messages if r.HasField("max_messages") else None,
@@ -381,13 +395,61 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             queue_id=r.queue_id if r.HasField("queue_id") else None,
             max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
         )
-        return hop_wire.pop_response_wire(popped)
 
     @_rpc(writes=True)
     async def Ack(self, request: pb.AckRequest, context: Any) -> bytes:
         """Answers an AckResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
         outcomes = await self._broker.ack(request.group, list(request.handles))
         return hop_wire.ack_response_wire(outcomes)
+
+    async def HopStream(
+        self, requests: AsyncIterator[pb.HopRequest], context: grpc.aio.ServicerContext
+    ) -> None:
+        """Pops and acks on one stream (cluster/hop_stream.py): each request runs as its own task,
+        as its unary call would, and its answer (HopResponse bytes) is written when ready."""
+        # Answers ready to write, None once the requests have ended and every task is done.
+        answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def serve(request: pb.HopRequest) -> None:
+            answers.put_nowait(hop_wire.hop_answer(request.id, *await self._hop_answer(request)))
+
+        async def read() -> None:
+            async for request in requests:
+                task = asyncio.ensure_future(serve(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.wait(set(tasks))
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (data := await answers.get()) is not None:
+                await context.write(data)
+            await reader  # raises what ended the reading, if anything did
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _hop_answer(self, request: pb.HopRequest) -> tuple[int, bytes]:
+        """The answer to one HopStream request: (HopResponse field, its bytes)."""
+        try:
+            await self._admit(writes=True)
+            kind = request.WhichOneof("request")
+            if kind == "pop":
+                return hop_wire.HOP_POP, hop_wire.pop_response_wire(await self._pop(request.pop))
+            if kind != "ack":
+                return _hop_error(InvalidArgumentError(f"HopRequest {request.id} is empty"))
+            ack = request.ack
+            outcomes = await self._broker.ack(ack.group, list(ack.handles))
+            return hop_wire.HOP_ACK, hop_wire.ack_response_wire(outcomes)
+        except PopMQError as exc:
+            return _hop_error(exc)
+        except Exception as exc:
+            log.exception("BrokerService.HopStream failed unexpectedly")
+            return _hop_error(InternalError(f"broker {self.name!r} failed in HopStream: {exc!r}"))
 
     @_rpc(writes=False)
     async def GetDeliveries(
@@ -549,7 +611,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
 
 
-ENCODED_ANSWERS = frozenset({"Pop", "Ack"})
+ENCODED_ANSWERS = frozenset({"Pop", "Ack", "HopStream"})
 """BrokerService methods whose handlers answer with the response's bytes (hop_wire.py)."""
 
 
@@ -584,6 +646,12 @@ class _Reserialized:
 
 
 def _bytes_out(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_as_is,
+        )
     return grpc.unary_unary_rpc_method_handler(
         handler.unary_unary,
         request_deserializer=handler.request_deserializer,

@@ -33,6 +33,7 @@ the proxies' route cache fed by etcd.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -75,6 +76,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.hop_stream import HopStream, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -147,6 +149,8 @@ class RemoteBroker:
         self._signer = signer
         self._channel: grpc.aio.Channel | None = None
         self._stub: _HopStub | None = None
+        # Pops without a wait and acks, on one stream (None while closed).
+        self._hop: HopStream | None = None
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -188,6 +192,13 @@ class RemoteBroker:
                 self.address, self._tls.credentials, options=options
             )
         self._stub = _HopStub(self._channel)
+        self._hop = HopStream(
+            self._channel,
+            shown=self._shown,
+            timeout_s=self._timeout,
+            metadata=self._metadata,
+            error=self._error,
+        )
         self._draining = False
         if not self._catalog:
             return
@@ -208,6 +219,9 @@ class RemoteBroker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._hop is not None:
+            hop, self._hop = self._hop, None
+            await hop.close()
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
@@ -529,14 +543,29 @@ class RemoteBroker:
         # The broker defaults and checks the arguments; its default wait (as its server
         # info says) only sizes this call's deadline.
         wait = self.server_info().long_polling.default_timeout_s if wait_s is None else wait_s
-        empty: list[PoppedMessage] = []
-        popped = await self._long_poll(self._stub_().Pop, request, wait, empty)
+        hop = self._hop
+        popped: list[PoppedMessage] | None = None
+        if wait == 0.0 and hop is not None and not hop.unsupported:
+            # No wait: nothing to hold or release, so it goes on the stream (hop_stream.py).
+            with contextlib.suppress(HopUnsupportedError):
+                popped = hop_wire.popped_from_wire(
+                    (await hop.request(pb.HopRequest(pop=request)))[1]
+                )
+        if popped is None:
+            empty: list[PoppedMessage] = []
+            popped = await self._long_poll(self._stub_().Pop, request, wait, empty)
         if self._catalog and group not in self._groups:
             await self._refresh_group(group)  # auto-created by this pop
         return popped
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         request = pb.AckRequest(group=group, handles=handles)
+        hop = self._hop
+        if hop is not None and not hop.unsupported:
+            with contextlib.suppress(HopUnsupportedError):
+                return hop_wire.ack_results_from_wire(
+                    (await hop.request(pb.HopRequest(ack=request)))[1]
+                )
         outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
         return outcomes
 

@@ -9,8 +9,13 @@ from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker import wire as w
 from popmq.broker.hop_wire import (
+    HOP_ACK,
+    HOP_ERROR,
+    HOP_POP,
     ack_response_wire,
     ack_results_from_wire,
+    hop_answer,
+    hop_answer_from_wire,
     pop_response_wire,
     popped_from_wire,
 )
@@ -114,3 +119,20 @@ def test_ack_answer_of_acked_handles_reads_as_none_each() -> None:
     assert ack_results_from_wire(ack_response_wire([None] * 32)) == [None] * 32
     assert ack_results_from_wire(_ack_oracle([None] * 3).SerializeToString()) == [None] * 3
     assert ack_results_from_wire(b"") == []
+
+
+def test_hop_answers_parse_as_the_generated_response_and_split_back() -> None:
+    popped = _popped()
+    pop = hop_answer(7, HOP_POP, pop_response_wire(popped))
+    assert pb.HopResponse.FromString(pop) == pb.HopResponse(
+        id=7, pop=pb.PopResponse(messages=[w.popped_to_pb(p) for p in popped])
+    )
+    ack = hop_answer(2**40, HOP_ACK, ack_response_wire([None, None]))
+    assert pb.HopResponse.FromString(ack) == pb.HopResponse(
+        id=2**40, ack=pb.AckResponse(results=[pb.AckResult(), pb.AckResult()])
+    )
+    detail = w.error_detail(NotFoundError("no such group"))
+    error = pb.HopResponse(id=3, error=detail).SerializeToString()
+    assert hop_answer_from_wire(error) == (3, HOP_ERROR, detail.SerializeToString())
+    assert hop_answer_from_wire(ack) == (2**40, HOP_ACK, ack_response_wire([None, None]))
+    assert hop_answer_from_wire(pb.HopResponse(id=1).SerializeToString()) == (1, 0, b"")
