@@ -16,15 +16,17 @@ registration is lost (a retriable UNAVAILABLE) or while a replica follows its le
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import hop_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
 from popmq.broker_core.api import BrokerAPI
@@ -32,9 +34,11 @@ from popmq.broker_core.catalog import GroupInfo
 from popmq.broker_core.errors import (
     FailedPreconditionError,
     InternalError,
+    InvalidArgumentError,
     PopMQError,
 )
 from popmq.broker_core.group_rules import GroupState
+from popmq.broker_core.types import PoppedMessage
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +57,7 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
             self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
         ) -> _Resp:
             try:
-                if writes:
-                    self.writes.check()
-                elif self.writes.following is not None:
-                    if self.reads_from is None:
-                        self.writes.check()
-                    else:
-                        self._broker = await self.reads_from()
+                await self._admit(writes=writes)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 await _abort(context, exc)
@@ -76,6 +74,10 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
         return wrapper
 
     return decorate
+
+
+def _hop_error(error: PopMQError) -> tuple[int, bytes]:
+    return hop_wire.HOP_ERROR, w.error_detail(error).SerializeToString()
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: PopMQError) -> None:
@@ -113,6 +115,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def serve(self, broker: BrokerAPI) -> None:
         """Serve another broker core (a replica that became its shard's leader)."""
         self._broker = broker
+
+    async def _admit(self, *, writes: bool) -> None:
+        """Refuse a call while fenced when it `writes`; while following, serve one that
+        only reads from the follower's copy (or refuse it when there is none)."""
+        if writes:
+            self.writes.check()
+        elif self.writes.following is not None:
+            if self.reads_from is None:
+                self.writes.check()
+            else:
+                self._broker = await self.reads_from()
 
     # -- lifecycle, info -----------------------------------------------------------------
 
@@ -366,9 +379,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     # -- pop and its handles -------------------------------------------------------------
 
     @_rpc(writes=True)
-    async def Pop(self, request: pb.PopRequest, context: Any) -> pb.PopResponse:
-        r = request
-        popped = await self._broker.pop(
+    async def Pop(self, request: pb.PopRequest, context: Any) -> bytes:
+        """Answers a PopResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
+        return hop_wire.pop_response_wire(await self._pop(request))
+
+    async def _pop(self, r: pb.PopRequest) -> list[PoppedMessage]:
+        return await self._broker.pop(
             r.group,
             r.topic,
             max_messages=r.max_messages if r.HasField("max_messages") else None,
@@ -379,17 +395,61 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             queue_id=r.queue_id if r.HasField("queue_id") else None,
             max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
         )
-        return pb.PopResponse(messages=[w.popped_to_pb(p) for p in popped])
 
     @_rpc(writes=True)
-    async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+    async def Ack(self, request: pb.AckRequest, context: Any) -> bytes:
+        """Answers an AckResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
         outcomes = await self._broker.ack(request.group, list(request.handles))
-        return pb.AckResponse(
-            results=[
-                pb.AckResult(error=w.error_detail(e)) if e is not None else pb.AckResult()
-                for e in outcomes
-            ]
-        )
+        return hop_wire.ack_response_wire(outcomes)
+
+    async def HopStream(
+        self, requests: AsyncIterator[pb.HopRequest], context: grpc.aio.ServicerContext
+    ) -> None:
+        """Pops and acks on one stream (cluster/hop_stream.py): each request runs as its own task,
+        as its unary call would, and its answer (HopResponse bytes) is written when ready."""
+        # Answers ready to write, None once the requests have ended and every task is done.
+        answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def serve(request: pb.HopRequest) -> None:
+            answers.put_nowait(hop_wire.hop_answer(request.id, *await self._hop_answer(request)))
+
+        async def read() -> None:
+            async for request in requests:
+                task = asyncio.ensure_future(serve(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.wait(set(tasks))
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (data := await answers.get()) is not None:
+                await context.write(data)
+            await reader  # raises what ended the reading, if anything did
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _hop_answer(self, request: pb.HopRequest) -> tuple[int, bytes]:
+        """The answer to one HopStream request: (HopResponse field, its bytes)."""
+        try:
+            await self._admit(writes=True)
+            kind = request.WhichOneof("request")
+            if kind == "pop":
+                return hop_wire.HOP_POP, hop_wire.pop_response_wire(await self._pop(request.pop))
+            if kind != "ack":
+                return _hop_error(InvalidArgumentError(f"HopRequest {request.id} is empty"))
+            ack = request.ack
+            outcomes = await self._broker.ack(ack.group, list(ack.handles))
+            return hop_wire.HOP_ACK, hop_wire.ack_response_wire(outcomes)
+        except PopMQError as exc:
+            return _hop_error(exc)
+        except Exception as exc:
+            log.exception("BrokerService.HopStream failed unexpectedly")
+            return _hop_error(InternalError(f"broker {self.name!r} failed in HopStream: {exc!r}"))
 
     @_rpc(writes=False)
     async def GetDeliveries(
@@ -551,6 +611,53 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
 
 
+ENCODED_ANSWERS = frozenset({"Pop", "Ack", "HopStream"})
+"""BrokerService methods whose handlers answer with the response's bytes (hop_wire.py)."""
+
+
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
-    """Register BrokerService on `server`."""
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    """Register BrokerService on `server` as the generated code does, except that the
+    methods of ENCODED_ANSWERS send the bytes their handlers answer as they are."""
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, _Reserialized(server))  # type: ignore[no-untyped-call]
+
+
+class _Reserialized:
+    """Stands in for the server while generated code registers the service: it swaps the
+    serializer of ENCODED_ANSWERS' handlers, then registers the handlers on the server both
+    ways, as generated code does."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Ignored: built again from the registered handlers, with the swapped serializer."""
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        handlers = {
+            method: _bytes_out(handler) if method in ENCODED_ANSWERS else handler
+            for method, handler in method_handlers.items()
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service_name, handlers),)
+        )
+        self._server.add_registered_method_handlers(service_name, handlers)
+
+
+def _bytes_out(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_as_is,
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        handler.unary_unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=_as_is,
+    )
+
+
+def _as_is(answer: bytes) -> bytes:
+    return answer

@@ -363,7 +363,7 @@ def popped_to_pb(p: PoppedMessage) -> pb.PoppedMessage:
 
 def popped_from_pb(m: pb.PoppedMessage) -> PoppedMessage:
     return PoppedMessage(
-        m.topic, m.queue_id, m.offset, MessageRecord.from_bytes(m.record),
+        m.topic, m.queue_id, m.offset, MessageRecord.from_wire(m.record),
         m.receipt_handle, m.invisible_until_ms,
     )  # fmt: skip
 

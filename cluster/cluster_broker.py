@@ -698,7 +698,11 @@ class ClusterBroker:
             for index, answer in zip(indexes, answers, strict=True):
                 results[index] = answer
 
-        await asyncio.gather(*(ack_on(b, idx) for b, idx in by_broker.items()))
+        if len(by_broker) == 1:  # the usual batch: one broker's pop, no task to gather
+            ((broker, indexes),) = by_broker.items()
+            await ack_on(broker, indexes)
+        else:
+            await asyncio.gather(*(ack_on(b, idx) for b, idx in by_broker.items()))
         return results
 
     async def get_deliveries(

@@ -252,6 +252,13 @@ class ClusterPop:
         self, topic: str, broker: str, messages: list[PoppedMessage]
     ) -> list[PoppedMessage]:
         """The messages with their queue ids as the route numbers them (global ids)."""
+        # An answer's messages come from a few queues: each is looked up once.
+        global_ids: dict[int, int] = {}
         for message in messages:
-            message.queue_id = self._topology.global_id(topic, broker, message.queue_id)
+            local_id = message.queue_id
+            global_id = global_ids.get(local_id)
+            if global_id is None:
+                global_id = self._topology.global_id(topic, broker, local_id)
+                global_ids[local_id] = global_id
+            message.queue_id = global_id
         return messages

@@ -33,6 +33,7 @@ the proxies' route cache fed by etcd.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -41,6 +42,7 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import hop_wire
 from popmq.broker import wire as w
 from popmq.broker_core import validation
 from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
@@ -74,6 +76,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.hop_stream import HopStream, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -145,7 +148,9 @@ class RemoteBroker:
         self._tls = tls
         self._signer = signer
         self._channel: grpc.aio.Channel | None = None
-        self._stub: broker_pb2_grpc.BrokerServiceStub | None = None
+        self._stub: _HopStub | None = None
+        # Pops without a wait and acks, on one stream (None while closed).
+        self._hop: HopStream | None = None
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -186,7 +191,14 @@ class RemoteBroker:
             self._channel = grpc.aio.secure_channel(
                 self.address, self._tls.credentials, options=options
             )
-        self._stub = broker_pb2_grpc.BrokerServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = _HopStub(self._channel)
+        self._hop = HopStream(
+            self._channel,
+            shown=self._shown,
+            timeout_s=self._timeout,
+            metadata=self._metadata,
+            error=self._error,
+        )
         self._draining = False
         if not self._catalog:
             return
@@ -207,6 +219,9 @@ class RemoteBroker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._hop is not None:
+            hop, self._hop = self._hop, None
+            await hop.close()
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
@@ -528,16 +543,31 @@ class RemoteBroker:
         # The broker defaults and checks the arguments; its default wait (as its server
         # info says) only sizes this call's deadline.
         wait = self.server_info().long_polling.default_timeout_s if wait_s is None else wait_s
-        response = await self._long_poll(self._stub_().Pop, request, wait, pb.PopResponse())
+        hop = self._hop
+        popped: list[PoppedMessage] | None = None
+        if wait == 0.0 and hop is not None and not hop.unsupported:
+            # No wait: nothing to hold or release, so it goes on the stream (hop_stream.py).
+            with contextlib.suppress(HopUnsupportedError):
+                popped = hop_wire.popped_from_wire(
+                    (await hop.request(pb.HopRequest(pop=request)))[1]
+                )
+        if popped is None:
+            empty: list[PoppedMessage] = []
+            popped = await self._long_poll(self._stub_().Pop, request, wait, empty)
         if self._catalog and group not in self._groups:
             await self._refresh_group(group)  # auto-created by this pop
-        return [w.popped_from_pb(m) for m in response.messages]
+        return popped
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
-        response = await self._call(self._stub_().Ack, pb.AckRequest(group=group, handles=handles))
-        return [
-            w.error_from_detail(r.error) if r.HasField("error") else None for r in response.results
-        ]
+        request = pb.AckRequest(group=group, handles=handles)
+        hop = self._hop
+        if hop is not None and not hop.unsupported:
+            with contextlib.suppress(HopUnsupportedError):
+                return hop_wire.ack_results_from_wire(
+                    (await hop.request(pb.HopRequest(ack=request)))[1]
+                )
+        outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
+        return outcomes
 
     async def get_deliveries(
         self, group: str, handles: Sequence[str]
@@ -713,7 +743,7 @@ class RemoteBroker:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _stub_(self) -> broker_pb2_grpc.BrokerServiceStub:
+    def _stub_(self) -> _HopStub:
         if self._stub is None:
             raise UnavailableError(f"the remote broker {self._shown} is not started")
         return self._stub
@@ -855,6 +885,26 @@ class RemoteBroker:
         task = loop.create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+class _HopStub(broker_pb2_grpc.BrokerServiceStub):
+    """The generated stub, but Pop and Ack answer what their bytes say (hop_wire.py): a
+    list of PoppedMessage, a list of ack outcomes, with no response object between."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)  # type: ignore[no-untyped-call]
+        self.Pop = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Pop",
+            request_serializer=pb.PopRequest.SerializeToString,
+            response_deserializer=hop_wire.popped_from_wire,
+            _registered_method=True,
+        )
+        self.Ack = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Ack",
+            request_serializer=pb.AckRequest.SerializeToString,
+            response_deserializer=hop_wire.ack_results_from_wire,
+            _registered_method=True,
+        )
 
 
 async def _answer(call: Any) -> Any:

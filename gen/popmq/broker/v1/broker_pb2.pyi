@@ -907,6 +907,28 @@ class AckResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[AckResult]
     def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
 
+class HopRequest(_message.Message):
+    __slots__ = ("id", "pop", "ack")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    pop: PopRequest
+    ack: AckRequest
+    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ...) -> None: ...
+
+class HopResponse(_message.Message):
+    __slots__ = ("id", "pop", "ack", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    pop: PopResponse
+    ack: AckResponse
+    error: ErrorDetail
+    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
 class GetDeliveriesRequest(_message.Message):
     __slots__ = ("group", "handles")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -178,6 +178,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.HopStream = channel.stream_stream(
+                '/popmq.broker.v1.BrokerService/HopStream',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.FromString,
+                _registered_method=True)
         self.GetDeliveries = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/GetDeliveries',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
@@ -472,6 +477,18 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HopStream(self, request_iterator, context):
+        """HopStream carries a proxy's pops without a wait and its acks to this broker, many at
+        once on one long-lived stream: each request is answered by its id, in the order the
+        answers are ready, as its unary RPC would answer it (an error as an ErrorDetail in the
+        answer; the stream itself ends only when the connection does). A per-message price a
+        unary call pays twice per batch (the call's setup on both sides) is paid once per
+        stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDeliveries(self, request, context):
         """GetDeliveries returns the in-flight deliveries that receipt handles name, as their pops
         returned them, changing nothing; one result per handle.
@@ -736,6 +753,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.SerializeToString,
+            ),
+            'HopStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.HopStream,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.SerializeToString,
             ),
             'GetDeliveries': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeliveries,
@@ -1566,6 +1588,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/Ack',
             popmq_dot_broker_dot_v1_dot_broker__pb2.AckRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HopStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/popmq.broker.v1.BrokerService/HopStream',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,220 @@
+"""The hot BrokerService answers as bytes: a Pop's deliveries and an Ack's results, written by
+the broker and read by the proxy without protobuf message objects.
+
+A pop crosses the hop as popmq.broker.v1.PopResponse: per delivery a PoppedMessage holding
+the stored record's bytes as they are. Built through the generated classes, the broker made a
+PoppedMessage object per delivery and serialized it, and the proxy parsed the response, read
+each field into Python and wrapped the record; here the broker writes each delivery's fields
+straight after their tags (the record as one length-delimited slice) and the proxy walks the
+answer once into `PoppedMessage`s whose records stay bytes until a field is read
+(`MessageRecord.from_wire`): a proxy passes them through to its client's answer
+(record_wire.py) without reading them.
+
+An Ack's answer is one AckResult per handle, nearly always empty (acked): two bytes each, and
+only a failed one carries an ErrorDetail, parsed with the generated class.
+
+On HopStream (one stream per proxy and broker carrying pops and acks), a HopResponse is the
+request's id and one of those answers, or an ErrorDetail: `hop_answer` writes one around the
+answer's bytes, `hop_answer_from_wire` splits one.
+
+The field numbers here must follow protos/popmq/broker/v1/broker.proto: the tests check these
+bytes against the generated classes both ways. Fields a reader does not know are skipped, as
+protobuf skips them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq.broker.wire import error_detail, error_from_detail
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.record import MessageRecord
+from popmq.broker_core.record_wire import read_varint, varint
+from popmq.broker_core.types import PoppedMessage
+
+_ELEMENT_TAG: Final = b"\x0a"
+"""Field 1, length-delimited: PopResponse.messages, AckResponse.results."""
+# PoppedMessage's fields.
+_TOPIC_TAG: Final = b"\x0a"
+_QUEUE_ID_TAG: Final = b"\x10"
+_OFFSET_TAG: Final = b"\x18"
+_RECORD_TAG: Final = b"\x22"
+_HANDLE_TAG: Final = b"\x2a"
+_INVISIBLE_UNTIL_TAG: Final = b"\x30"
+_ACKED: Final = b"\x0a\x00"
+"""An AckResult without an error, as an element of AckResponse.results."""
+_INT64_SIGN: Final = 1 << 63
+
+
+def pop_response_wire(popped: Sequence[PoppedMessage]) -> bytes:
+    """`popped` as the bytes of a PopResponse. Zero numbers are left out, as proto3 leaves
+    them out; the record goes as the bytes it was read as (`MessageRecord.to_bytes`)."""
+    parts: list[bytes] = []
+    topic = ""
+    topic_field = b""
+    for message in popped:
+        if message.topic != topic or not topic_field:
+            topic = message.topic
+            name = topic.encode()
+            topic_field = b"".join((_TOPIC_TAG, varint(len(name)), name)) if name else b""
+        record = message.record.to_bytes()
+        handle = message.receipt_handle.encode()
+        fields = [topic_field]
+        if message.queue_id:
+            fields.append(_QUEUE_ID_TAG)
+            fields.append(varint(message.queue_id))
+        if message.offset:
+            fields.append(_OFFSET_TAG)
+            fields.append(varint(message.offset))
+        if record:
+            fields.append(_RECORD_TAG)
+            fields.append(varint(len(record)))
+            fields.append(record)
+        if handle:
+            fields.append(_HANDLE_TAG)
+            fields.append(varint(len(handle)))
+            fields.append(handle)
+        if message.invisible_until_ms:
+            fields.append(_INVISIBLE_UNTIL_TAG)
+            fields.append(varint(message.invisible_until_ms))
+        size = 0
+        for field in fields:
+            size += len(field)
+        parts.append(_ELEMENT_TAG)
+        parts.append(varint(size))
+        parts.extend(fields)
+    return b"".join(parts)
+
+
+def popped_from_wire(data: bytes) -> list[PoppedMessage]:
+    """The deliveries of the PopResponse `data` (what `pop_response_wire` writes, or the
+    generated class serializes). Raises ValueError when `data` is not well-formed."""
+    found: list[PoppedMessage] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if key == 0x0A:
+            found.append(_popped(data, start, stop))
+        pos = stop
+    return found
+
+
+def _popped(data: bytes, pos: int, end: int) -> PoppedMessage:
+    topic = ""
+    queue_id = 0
+    offset = 0
+    record = b""
+    handle = ""
+    until = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if stop > end:
+            raise ValueError("a field runs past the end of its PoppedMessage")
+        if key == 0x0A:
+            topic = data[start:stop].decode()
+        elif key == 0x10:
+            value = read_varint(data, start)[0] & 0xFFFFFFFF
+            queue_id = value - (1 << 32) if value >= 1 << 31 else value
+        elif key == 0x18:
+            value = read_varint(data, start)[0]
+            offset = value - (1 << 64) if value >= _INT64_SIGN else value
+        elif key == 0x22:
+            record = data[start:stop]
+        elif key == 0x2A:
+            handle = data[start:stop].decode()
+        elif key == 0x30:
+            value = read_varint(data, start)[0]
+            until = value - (1 << 64) if value >= _INT64_SIGN else value
+        pos = stop
+    return PoppedMessage(topic, queue_id, offset, MessageRecord.from_wire(record), handle, until)
+
+
+def _field(data: bytes, pos: int, key: int) -> tuple[int, int]:
+    """Where the value of the field with `key` that starts at `pos` is: (start, stop); a
+    varint's start is its first byte, a length-delimited one's the first of its payload."""
+    wire_type = key & 7
+    if wire_type == 0:
+        return pos, read_varint(data, pos)[1]
+    if wire_type == 2:
+        length, start = read_varint(data, pos)
+        stop = start + length
+        if stop > len(data):
+            raise ValueError(f"a field of {length} bytes runs past the end of {len(data)}")
+        return start, stop
+    if wire_type == 1:
+        return pos, pos + 8
+    if wire_type == 5:
+        return pos, pos + 4
+    raise ValueError(f"wire type {wire_type} of field {key >> 3} is not one BrokerService uses")
+
+
+def ack_response_wire(outcomes: Sequence[PopMQError | None]) -> bytes:
+    """`outcomes` (BrokerAPI.ack's) as the bytes of an AckResponse."""
+    parts: list[bytes] = []
+    for outcome in outcomes:
+        if outcome is None:
+            parts.append(_ACKED)
+        else:
+            result = pb.AckResult(error=error_detail(outcome)).SerializeToString()
+            parts.append(_ELEMENT_TAG)
+            parts.append(varint(len(result)))
+            parts.append(result)
+    return b"".join(parts)
+
+
+def ack_results_from_wire(data: bytes) -> list[PopMQError | None]:
+    """The outcomes of the AckResponse `data`, one per handle, in order: None for an acked
+    handle, the error otherwise. Raises ValueError when `data` is not well-formed."""
+    if data == _ACKED * (len(data) // 2):
+        return [None] * (len(data) // 2)  # every handle acked: the usual answer
+    outcomes: list[PopMQError | None] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if key == 0x0A:
+            result = pb.AckResult.FromString(data[start:stop])
+            outcomes.append(error_from_detail(result.error) if result.HasField("error") else None)
+        pos = stop
+    return outcomes
+
+
+HOP_POP: Final = 2
+"""HopResponse.pop: a PopResponse."""
+HOP_ACK: Final = 3
+"""HopResponse.ack: an AckResponse."""
+HOP_ERROR: Final = 4
+"""HopResponse.error: an ErrorDetail."""
+
+
+def hop_answer(request_id: int, field: int, payload: bytes) -> bytes:
+    """A HopResponse: `request_id` and `payload` (a message's bytes) as its `field`."""
+    return b"".join(
+        (b"\x08", varint(request_id), varint(field << 3 | 2), varint(len(payload)), payload)
+    )
+
+
+def hop_answer_from_wire(data: bytes) -> tuple[int, int, bytes]:
+    """The HopResponse `data` as (request id, field, the field's bytes); the field is 0 when
+    the response carries none. Raises ValueError when `data` is not well-formed."""
+    request_id = 0
+    field = 0
+    payload = b""
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if key == 0x08:
+            request_id = read_varint(data, start)[0]
+        elif key & 7 == 2 and HOP_POP <= key >> 3 <= HOP_ERROR:
+            field = key >> 3
+            payload = data[start:stop]
+        pos = stop
+    return request_id, field, payload

@@ -1,0 +1,173 @@
+"""`HopStream`: a proxy's pops without a wait and its acks to one broker, on one long-lived
+BrokerService HopStream instead of a unary call each.
+
+A unary gRPC call costs both processes its setup and teardown (a new HTTP/2 stream, the
+call objects, metadata), and at batch 32 a pop and an ack are two calls per 32 messages: the
+largest share of what the hop cost a message. On a stream each request is one message each
+way. Requests carry an id the broker answers with; answers come back in the order they are
+ready, each as its unary call would have answered (hop_wire.py).
+
+What stays unary: a pop with a wait (a long poll, held by the broker and released by
+`RemoteBroker.release_waiters`), and every other BrokerService call.
+
+Failure: when the stream ends (the broker went away, the connection broke), every request
+in flight on it fails with the error its unary call would have got (a retriable
+BrokerUnansweredError: the broker may have done it; an ack not answered is redelivered, a
+pop's messages come back after their invisible time), and the next request opens a new
+stream. A broker that does not serve HopStream (UNIMPLEMENTED) is asked by unary calls from
+then on. Each request waits at most the call timeout for its answer.
+
+Runs on the proxy's event loop only; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq.broker.hop_wire import HOP_ERROR, hop_answer_from_wire
+from popmq.broker.wire import error_from_detail
+from popmq.broker_core.errors import PopMQError
+from popmq.cluster.send_outcome import BrokerUnansweredError
+
+log = logging.getLogger(__name__)
+
+METHOD = "/popmq.broker.v1.BrokerService/HopStream"
+
+
+class HopUnsupportedError(Exception):
+    """The broker does not serve HopStream: ask it with unary calls (nothing was done)."""
+
+
+class HopStream:
+    """Requests to one broker over one HopStream call, opened on first use and again after
+    it ended."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        shown: str,
+        timeout_s: float,
+        metadata: Callable[[], tuple[tuple[str, str], ...] | None],
+        error: Callable[[grpc.aio.AioRpcError], PopMQError],
+    ) -> None:
+        self._open_call = channel.stream_stream(
+            METHOD,
+            request_serializer=pb.HopRequest.SerializeToString,
+            response_deserializer=_as_is,
+            _registered_method=True,
+        )
+        self._shown = shown
+        self._timeout = timeout_s
+        self._metadata = metadata
+        self._error = error
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._ids = itertools.count(1)
+        # Request id -> the future of its answer (HopResponse field, its bytes); requests in
+        # flight on the current stream, failed all at once when it ends.
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        # Held while a request is written: a call takes one write at a time.
+        self._write_lock = asyncio.Lock()
+        self.unsupported = False
+        """Set once the broker answered UNIMPLEMENTED: use unary calls."""
+
+    async def request(self, request: pb.HopRequest) -> tuple[int, bytes]:
+        """Send `request` (its id is set here) and return its answer: the HopResponse field
+        (hop_wire.HOP_POP or HOP_ACK) and that field's bytes. A broker error in the answer is
+        raised as itself; HopUnsupportedError when the broker has no HopStream."""
+        call = self._call if self._call is not None else self._open()
+        request_id = next(self._ids)
+        request.id = request_id
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._write_lock:
+                    try:
+                        await call.write(request)
+                    except grpc.aio.AioRpcError as exc:
+                        self._ended(call, exc)
+                    except asyncio.InvalidStateError:
+                        self._ended(call, None)  # the call had ended: the future says how
+                field, payload = await future
+        except TimeoutError:
+            raise BrokerUnansweredError(
+                f"broker {self._shown} did not answer within {self._timeout:g}s; retry later",
+                request_sent=True,
+            ) from None
+        finally:
+            self._pending.pop(request_id, None)
+        if field == HOP_ERROR:
+            raise error_from_detail(pb.ErrorDetail.FromString(payload))
+        return field, payload
+
+    def _open(self) -> Any:
+        call = self._open_call(metadata=self._metadata())
+        self._call = call
+        self._reader = asyncio.ensure_future(self._read(call))
+        return call
+
+    async def _read(self, call: Any) -> None:
+        try:
+            async for data in call:
+                request_id, field, payload = hop_answer_from_wire(data)
+                future = self._pending.pop(request_id, None)
+                if future is not None and not future.done():
+                    future.set_result((field, payload))
+        except grpc.aio.AioRpcError as exc:
+            self._ended(call, exc)
+        except asyncio.CancelledError:
+            self._ended(call, None)
+            raise
+        except ValueError:
+            log.exception("broker %s answered a malformed HopResponse", self._shown)
+            call.cancel()
+            self._ended(call, None)
+        else:
+            self._ended(call, None)
+
+    def _ended(self, call: Any, exc: grpc.aio.AioRpcError | None) -> None:
+        """The stream `call` is over: fail what is in flight on it, open anew next time."""
+        if self._call is not call:
+            return
+        self._call = None
+        error: Exception
+        if exc is not None and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            self.unsupported = True
+            error = HopUnsupportedError(f"broker {self._shown} does not serve HopStream")
+        elif exc is not None:
+            error = self._error(exc)
+        else:
+            error = BrokerUnansweredError(
+                f"broker {self._shown} ended the stream of pops and acks with requests in "
+                "flight; retry",
+                request_sent=True,
+            )
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def close(self) -> None:
+        """End the stream; requests in flight fail as if the broker had gone (retriable)."""
+        call, reader = self._call, self._reader
+        if call is not None:
+            self._ended(call, None)
+            call.cancel()
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
