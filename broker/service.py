@@ -514,7 +514,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     @_rpc(writes=True)
     async def Redrive(self, request: pb.RedriveRequest, context: Any) -> pb.RedriveResponse:
         limit = request.max_messages if request.HasField("max_messages") else None
-        return w.redrive_to_pb(await self._broker.redrive(request.group, max_messages=limit))
+        selected = [(r.queue_id, r.offset) for r in request.selected]
+        return w.redrive_to_pb(
+            await self._broker.redrive(request.group, max_messages=limit, selected=selected)
+        )
 
     @_rpc(writes=False)
     async def GetGroupLag(

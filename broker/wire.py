@@ -50,6 +50,7 @@ from popmq.broker_core.types import (
     QueueDetails,
     QueueLag,
     QueueStats,
+    RedriveOutcome,
     RedriveResult,
     ResetResult,
     SendResult,
@@ -633,11 +634,24 @@ def reset_from_pb(m: pb.ResetOffsetsResponse) -> ResetResult:
 
 
 def redrive_to_pb(r: RedriveResult) -> pb.RedriveResponse:
-    return pb.RedriveResponse(moved=r.moved, dropped=r.dropped, remaining=r.remaining)
+    return pb.RedriveResponse(
+        moved=r.moved,
+        dropped=r.dropped,
+        remaining=r.remaining,
+        outcomes=[
+            pb.DeadLetterRef(queue_id=o.queue_id, offset=o.offset, outcome=o.outcome)
+            for o in r.outcomes
+        ],
+    )
 
 
 def redrive_from_pb(m: pb.RedriveResponse) -> RedriveResult:
-    return RedriveResult(m.moved, m.dropped, m.remaining)
+    return RedriveResult(
+        m.moved,
+        m.dropped,
+        m.remaining,
+        tuple(RedriveOutcome(o.queue_id, o.offset, o.outcome) for o in m.outcomes),
+    )
 
 
 # -- server info and metrics -----------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
@@ -34,6 +35,7 @@ from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
     QueueDetails,
+    RedriveOutcome,
     RedriveResult,
     ResetResult,
 )
@@ -362,25 +364,47 @@ class Admin:
                 break
         return found
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        selected: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
         redrive), oldest first, as new messages with delivery_attempt 1 (pop/retry.py).
 
         Each chunk is one atomic batch: the copies and the removal from the dead-letter
         topic, so a crash neither loses nor duplicates a message. A message whose topic was
         deleted is removed and counted as dropped (its topic's messages are gone too).
+
+        `selected` names the dead letters to move instead, as (queue_id, offset), at most
+        validation.REDRIVE_SELECTED_MAX, each once; the answer says for each what became of it.
         """
         validation.check_name("group", group)
         if max_messages is not None:
             validation.check_range("max_messages", max_messages, 1, _REDRIVE_MAX)
+        if selected:
+            validation.check_redrive_selection(max_messages, selected)
         dlq = self._catalog.topics.get(dlq_topic_name(group))
         if dlq is None:
             self._catalog.group(group)  # NOT_FOUND for an unknown group
-            return RedriveResult(0, 0, 0)
+            for queue_id, _ in selected:
+                validation.check_queue_id(dlq_topic_name(group), 1, queue_id)
+            return RedriveResult(
+                0, 0, 0, tuple(RedriveOutcome(q, o, "not_found") for q, o in selected)
+            )
+        for queue_id, _ in selected:
+            validation.check_queue_id(dlq.name, dlq.queues, queue_id)
         tid = dlq.topic_id
         lock = f"{dlq.name}@redrive"
         if not self._locks.try_acquire(lock):
             raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
+        if selected:
+            try:
+                return await self._redrive_selected(dlq, selected)
+            finally:
+                self._locks.release(lock)
         moved = dropped = 0
         retention_ms = round(self._config.retention.retention_s * 1000)
         try:
@@ -449,3 +473,79 @@ class Admin:
             remaining,
         )
         return RedriveResult(moved, dropped, remaining)
+
+    async def _redrive_selected(
+        self, dlq: TopicInfo, selected: Sequence[tuple[int, int]]
+    ) -> RedriveResult:
+        """Move the named dead letters in one batch (the caller holds the redrive lock)."""
+        tid = dlq.topic_id
+        retention_ms = round(self._config.retention.retention_s * 1000)
+        low = self._offsets.min_offset(tid, 0)
+        high = self._offsets.max_offset(tid, 0)
+        # Below the min offset a key may linger until retention's range delete lands; such a
+        # message is gone already, so only offsets in [min, max) are read.
+        wanted = [(q, o) for q, o in selected if low <= o < high]
+        values = self._store.multi_get(
+            "messages", [keys.message_key(tid, q, o) for q, o in wanted]
+        )
+        found = {ref: value for ref, value in zip(wanted, values, strict=True) if value}
+        stamp = self._clock.now_ms()
+        copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
+        outcome: dict[tuple[int, int], str] = {}
+        for ref, value in found.items():
+            record = records_pb2.StoredMessage.FromString(value)
+            target = self._catalog.topics.get(record.origin_topic)
+            if target is None or target.kind != KIND_NORMAL:
+                outcome[ref] = "dropped"
+                continue
+            queue_id = record.origin_queue_id
+            if not 0 <= queue_id < target.queues:
+                queue_id = self._chooser.choose(target, "")
+            redriven(record, stamp)
+            copies.append((target, queue_id, record))
+            outcome[ref] = "moved"
+        if found:
+
+            def apply(batch: Batch, offsets: QueueOffsets) -> None:
+                for target, queue_id, record in copies:
+                    jobs.store_indexed(
+                        batch, offsets, target.topic_id, queue_id, record, stamp, retention_ms
+                    )
+                for q, o in found:
+                    batch.delete("messages", keys.message_key(tid, q, o))
+
+            await self._writer.submit(apply, sync=self._config.store.flush == "sync")
+            if tid in self._catalog.topics_by_id:
+                # The head moves past the removed run at its front; removed offsets in the
+                # middle stay counted in max - min until the head passes them.
+                first = self._store.first_key(
+                    "messages",
+                    keys.message_key(tid, 0, self._offsets.min_offset(tid, 0)),
+                    keys.queue_prefix(tid, 1),
+                )
+                head = keys.message_offset(first) if first is not None else high
+                if head > self._offsets.min_offset(tid, 0):
+                    self._offsets.set_min_offset(tid, 0, head)
+            counts: dict[str, int] = {}
+            for target, _, _ in copies:
+                counts[target.name] = counts.get(target.name, 0) + 1
+            for name, count in counts.items():
+                self._polling.notify(name, count)
+        remaining = 0
+        if tid in self._catalog.topics_by_id:
+            remaining = self._offsets.max_offset(tid, 0) - self._offsets.min_offset(tid, 0)
+        outcomes = tuple(
+            RedriveOutcome(q, o, outcome.get((q, o), "not_found")) for q, o in selected
+        )
+        moved = sum(1 for o in outcomes if o.outcome == "moved")
+        dropped = sum(1 for o in outcomes if o.outcome == "dropped")
+        log.info(
+            "redrove %d selected of %s: %d moved, %d dropped (topic gone), %d not found",
+            len(selected),
+            dlq.name,
+            moved,
+            dropped,
+            len(selected) - moved - dropped,
+        )
+        return RedriveResult(moved, dropped, remaining, outcomes)
+

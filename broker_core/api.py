@@ -467,7 +467,13 @@ class BrokerAPI(TransactionAPI, Protocol):
         max_messages: int = 16,
     ) -> list[PeekedMessage]: ...
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult: ...
+    async def redrive(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        selected: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult: ...
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...
 

@@ -833,9 +833,15 @@ class Broker:
             topic, queue_id=queue_id, offset=offset, group=group, max_messages=max_messages
         )
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        selected: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to."""
-        return await self._admin.redrive(group, max_messages=max_messages)
+        return await self._admin.redrive(group, max_messages=max_messages, selected=selected)
 
     # -- retention (retention.py) ---------------------------------------------------------
 

@@ -835,9 +835,15 @@ class ClusterBroker:
             topic, queue_id=queue_id, offset=offset, group=group, max_messages=max_messages
         )
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        selected: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
         self.groups.get(group)
-        return await self.admin.redrive(group, max_messages=max_messages)
+        return await self.admin.redrive(group, max_messages=max_messages, selected=selected)
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         return await self.admin.group_lag(group, topic)

@@ -681,8 +681,16 @@ class RemoteBroker:
         response = await self._call(self._stub_().Peek, request)
         return [w.peeked_from_pb(m) for m in response.messages]
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
-        request = pb.RedriveRequest(group=group)
+    async def redrive(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        selected: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
+        request = pb.RedriveRequest(
+            group=group, selected=[pb.DeadLetterRef(queue_id=q, offset=o) for q, o in selected]
+        )
         if max_messages is not None:
             request.max_messages = max_messages
         return w.redrive_from_pb(await self._call(self._stub_().Redrive, request))

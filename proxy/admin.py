@@ -47,6 +47,13 @@ try:
 except metadata.PackageNotFoundError:  # running from a source tree that is not installed
     _SERVER_VERSION = "0+unknown"
 
+_REDRIVE_OUTCOMES: Mapping[str, admin_pb2.RedriveOutcome.ValueType] = {
+    "moved": admin_pb2.REDRIVE_OUTCOME_MOVED,
+    "dropped": admin_pb2.REDRIVE_OUTCOME_DROPPED,
+    "not_found": admin_pb2.REDRIVE_OUTCOME_NOT_FOUND,
+}
+"""The broker's outcome of one named dead letter, as the API's enum."""
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -354,9 +361,18 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
         result = await self._broker.redrive(
             request.group,
             max_messages=request.max_messages if request.HasField("max_messages") else None,
+            selected=[(m.queue_id, m.offset) for m in request.messages],
         )
         return admin_pb2.RedriveDeadLettersResponse(
-            moved=result.moved, dropped=result.dropped, remaining=result.remaining
+            moved=result.moved,
+            dropped=result.dropped,
+            remaining=result.remaining,
+            outcomes=[
+                admin_pb2.DeadLetterOutcome(
+                    queue_id=o.queue_id, offset=o.offset, outcome=_REDRIVE_OUTCOMES[o.outcome]
+                )
+                for o in result.outcomes
+            ],
         )
 
     # -- server ---------------------------------------------------------------------------

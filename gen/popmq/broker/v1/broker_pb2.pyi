@@ -1153,22 +1153,36 @@ class PeekResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
 
 class RedriveRequest(_message.Message):
-    __slots__ = ("group", "max_messages")
+    __slots__ = ("group", "max_messages", "selected")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_FIELD_NUMBER: _ClassVar[int]
     group: str
     max_messages: int
-    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    selected: _containers.RepeatedCompositeFieldContainer[DeadLetterRef]
+    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ..., selected: _Optional[_Iterable[_Union[DeadLetterRef, _Mapping]]] = ...) -> None: ...
+
+class DeadLetterRef(_message.Message):
+    __slots__ = ("queue_id", "offset", "outcome")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    outcome: str
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class RedriveResponse(_message.Message):
-    __slots__ = ("moved", "dropped", "remaining")
+    __slots__ = ("moved", "dropped", "remaining", "outcomes")
     MOVED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     moved: int
     dropped: int
     remaining: int
-    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+    outcomes: _containers.RepeatedCompositeFieldContainer[DeadLetterRef]
+    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[DeadLetterRef, _Mapping]]] = ...) -> None: ...
 
 class GetGroupLagRequest(_message.Message):
     __slots__ = ("group", "topic")
