@@ -516,7 +516,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         limit = request.max_messages if request.HasField("max_messages") else None
         selected = [(r.queue_id, r.offset) for r in request.selected]
         return w.redrive_to_pb(
-            await self._broker.redrive(request.group, max_messages=limit, selected=selected)
+            await self._broker.redrive(request.group, max_messages=limit, only=selected)
         )
 
     @_rpc(writes=False)

@@ -365,11 +365,7 @@ class Admin:
         return found
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
         redrive), oldest first, as new messages with delivery_attempt 1 (pop/retry.py).
@@ -378,31 +374,29 @@ class Admin:
         topic, so a crash neither loses nor duplicates a message. A message whose topic was
         deleted is removed and counted as dropped (its topic's messages are gone too).
 
-        `selected` names the dead letters to move instead, as (queue_id, offset), at most
+        `only` names the dead letters to move instead, as (queue_id, offset), at most
         validation.REDRIVE_SELECTED_MAX, each once; the answer says for each what became of it.
         """
         validation.check_name("group", group)
         if max_messages is not None:
             validation.check_range("max_messages", max_messages, 1, _REDRIVE_MAX)
-        if selected:
-            validation.check_redrive_selection(max_messages, selected)
+        if only:
+            validation.check_redrive_selection(max_messages, only)
         dlq = self._catalog.topics.get(dlq_topic_name(group))
         if dlq is None:
             self._catalog.group(group)  # NOT_FOUND for an unknown group
-            for queue_id, _ in selected:
+            for queue_id, _ in only:
                 validation.check_queue_id(dlq_topic_name(group), 1, queue_id)
-            return RedriveResult(
-                0, 0, 0, tuple(RedriveOutcome(q, o, "not_found") for q, o in selected)
-            )
-        for queue_id, _ in selected:
+            return RedriveResult(0, 0, 0, tuple(RedriveOutcome(q, o, "not_found") for q, o in only))
+        for queue_id, _ in only:
             validation.check_queue_id(dlq.name, dlq.queues, queue_id)
         tid = dlq.topic_id
         lock = f"{dlq.name}@redrive"
         if not self._locks.try_acquire(lock):
             raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
-        if selected:
+        if only:
             try:
-                return await self._redrive_selected(dlq, selected)
+                return await self._redrive_selected(dlq, only)
             finally:
                 self._locks.release(lock)
         moved = dropped = 0
@@ -485,9 +479,7 @@ class Admin:
         # Below the min offset a key may linger until retention's range delete lands; such a
         # message is gone already, so only offsets in [min, max) are read.
         wanted = [(q, o) for q, o in selected if low <= o < high]
-        values = self._store.multi_get(
-            "messages", [keys.message_key(tid, q, o) for q, o in wanted]
-        )
+        values = self._store.multi_get("messages", [keys.message_key(tid, q, o) for q, o in wanted])
         found = {ref: value for ref, value in zip(wanted, values, strict=True) if value}
         stamp = self._clock.now_ms()
         copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
@@ -548,4 +540,3 @@ class Admin:
             len(selected) - moved - dropped,
         )
         return RedriveResult(moved, dropped, remaining, outcomes)
-

@@ -468,11 +468,7 @@ class BrokerAPI(TransactionAPI, Protocol):
     ) -> list[PeekedMessage]: ...
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult: ...
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]: ...

@@ -834,14 +834,10 @@ class Broker:
         )
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to."""
-        return await self._admin.redrive(group, max_messages=max_messages, selected=selected)
+        return await self._admin.redrive(group, max_messages=max_messages, only=only)
 
     # -- retention (retention.py) ---------------------------------------------------------
 

@@ -503,6 +503,7 @@ def pop_filter(
 REDRIVE_SELECTED_MAX = 1000
 """Most dead letters one redrive may name: they are read and moved in one batch."""
 
+
 def check_redrive_selection(max_messages: int | None, selected: Sequence[tuple[int, int]]) -> None:
     """A selection is bounded, names each dead letter once and excludes max_messages."""
     if max_messages is not None:
@@ -525,8 +526,7 @@ def check_redrive_selection(max_messages: int | None, selected: Sequence[tuple[i
             )
         if (queue_id, offset) in seen:
             raise InvalidArgumentError(
-                f"dead letter at queue {queue_id} offset {offset} is named twice: name each "
-                "once",
+                f"dead letter at queue {queue_id} offset {offset} is named twice: name each once",
                 field="messages",
                 value=f"{queue_id}:{offset}",
                 allowed="each dead letter once",

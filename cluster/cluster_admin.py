@@ -43,7 +43,6 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.catalog import KIND_DLQ, dlq_topic_name
 from popmq.broker_core.inspection import check_message_id, check_page_size
-from popmq.broker_core.validation import check_redrive_selection
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
@@ -52,6 +51,7 @@ from popmq.broker_core.types import (
     RedriveResult,
     TopicBacklog,
 )
+from popmq.broker_core.validation import check_redrive_selection
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
@@ -446,18 +446,14 @@ class ClusterAdmin:
         return found[:max_messages]
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult:
         """Each broker moves its own dead letters of the group back (up to max_messages in
         all, broker by broker); `remaining` counts what every broker still holds.
 
         Named dead letters go to the broker of their global queue id, as its local queue."""
-        if selected:
-            return await self._redrive_selected(group, max_messages, selected)
+        if only:
+            return await self._redrive_selected(group, max_messages, only)
         moved = dropped = remaining = 0
         brokers = self._known_brokers()
         self._require_live(brokers, what=f"redrive group {group!r}")
@@ -496,7 +492,7 @@ class ClusterAdmin:
                 report = await _or_none(remote.lag_report(group))
                 remaining += report.dlq_depth if report is not None else 0
                 continue
-            result = await _or_none(remote.redrive(group, selected=parts[broker]))
+            result = await _or_none(remote.redrive(group, only=parts[broker]))
             if result is None:
                 continue  # a broker that does not know the group yet stores none of them
             remaining += result.remaining

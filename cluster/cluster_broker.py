@@ -836,14 +836,10 @@ class ClusterBroker:
         )
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult:
         self.groups.get(group)
-        return await self.admin.redrive(group, max_messages=max_messages, selected=selected)
+        return await self.admin.redrive(group, max_messages=max_messages, only=only)
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         return await self.admin.group_lag(group, topic)

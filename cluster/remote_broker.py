@@ -682,14 +682,10 @@ class RemoteBroker:
         return [w.peeked_from_pb(m) for m in response.messages]
 
     async def redrive(
-        self,
-        group: str,
-        *,
-        max_messages: int | None = None,
-        selected: Sequence[tuple[int, int]] = (),
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
     ) -> RedriveResult:
         request = pb.RedriveRequest(
-            group=group, selected=[pb.DeadLetterRef(queue_id=q, offset=o) for q, o in selected]
+            group=group, selected=[pb.DeadLetterRef(queue_id=q, offset=o) for q, o in only]
         )
         if max_messages is not None:
             request.max_messages = max_messages

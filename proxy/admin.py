@@ -47,7 +47,7 @@ try:
 except metadata.PackageNotFoundError:  # running from a source tree that is not installed
     _SERVER_VERSION = "0+unknown"
 
-_REDRIVE_OUTCOMES: Mapping[str, admin_pb2.RedriveOutcome.ValueType] = {
+_REDRIVE_OUTCOMES: Mapping[str, admin_pb2.RedriveOutcome] = {
     "moved": admin_pb2.REDRIVE_OUTCOME_MOVED,
     "dropped": admin_pb2.REDRIVE_OUTCOME_DROPPED,
     "not_found": admin_pb2.REDRIVE_OUTCOME_NOT_FOUND,
@@ -361,7 +361,7 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
         result = await self._broker.redrive(
             request.group,
             max_messages=request.max_messages if request.HasField("max_messages") else None,
-            selected=[(m.queue_id, m.offset) for m in request.messages],
+            only=[(m.queue_id, m.offset) for m in request.messages],
         )
         return admin_pb2.RedriveDeadLettersResponse(
             moved=result.moved,

@@ -408,21 +408,31 @@ class AsyncAdmin(AsyncClient):
         return {o.queue_id: o.offset for o in response.offsets}
 
     async def redrive_dead_letters(
-        self, group: str, *, max_messages: int | None = None
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        messages: Sequence[tuple[int, int]] = (),
     ) -> RedriveResult:
         """Move messages of ``%DLQ%<group>`` back to their topics, oldest first (SQS redrive).
 
         Args:
             group: The group whose dead letters to move.
             max_messages: At most this many; ``None``: all stored now.
+            messages: Only these dead letters, as ``(queue_id, offset)`` of ``%DLQ%<group>``
+                (1..1000, each once; not with ``max_messages``). The result's ``outcomes``
+                says for each whether it moved, was dropped or was not found.
         """
-        request = admin_pb2.RedriveDeadLettersRequest(group=group)
+        request = admin_pb2.RedriveDeadLettersRequest(
+            group=group,
+            messages=[admin_pb2.DeadLetterRef(queue_id=q, offset=o) for q, o in messages],
+        )
         if max_messages is not None:
             request.max_messages = max_messages
         response: admin_pb2.RedriveDeadLettersResponse = await self._call(
             "RedriveDeadLetters", request
         )
-        return RedriveResult(response.moved, response.dropped, response.remaining)
+        return RedriveResult.from_proto(response)
 
     # -- transactions -------------------------------------------------------------------
 
@@ -816,9 +826,17 @@ class Admin(SyncClient[AsyncAdmin]):
         """Per queue, the first offset at or after a time (see ``AsyncAdmin.offsets_at``)."""
         return self._run(self._core.offsets_at(topic, timestamp))
 
-    def redrive_dead_letters(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    def redrive_dead_letters(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        messages: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
         """Move dead letters back (see ``AsyncAdmin.redrive_dead_letters``)."""
-        return self._run(self._core.redrive_dead_letters(group, max_messages=max_messages))
+        return self._run(
+            self._core.redrive_dead_letters(group, max_messages=max_messages, messages=messages)
+        )
 
     def list_transactions(
         self, *, discarded: bool = False, topic: str | None = None, limit: int = 100

@@ -30,7 +30,7 @@ def test_redrive_of_named_dead_letters_moves_only_those_and_reports_each(
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             at = await _dead_letters(broker, [b"a", b"b", b"c"])
-            result = await broker.redrive("c", selected=[(0, at[b"b"])])
+            result = await broker.redrive("c", only=[(0, at[b"b"])])
             assert (result.moved, result.dropped, result.remaining) == (1, 0, 3)
             assert result.outcomes == (RedriveOutcome(0, at[b"b"], "moved"),)
             (back,) = await broker.pop("c", "orders", max_messages=8, wait_s=0)
@@ -40,7 +40,7 @@ def test_redrive_of_named_dead_letters_moves_only_those_and_reports_each(
             assert sorted(m.record.body for m in left) == [b"a", b"c"]
 
             # Already redriven, and never stored: reported, while the others still move.
-            again = await broker.redrive("c", selected=[(0, at[b"b"]), (0, 99), (0, at[b"a"])])
+            again = await broker.redrive("c", only=[(0, at[b"b"]), (0, 99), (0, at[b"a"])])
             assert [o.outcome for o in again.outcomes] == ["not_found", "not_found", "moved"]
             assert (again.moved, again.dropped) == (1, 0)
             # The head moved past the removed front: only "c" is counted now.
@@ -56,7 +56,7 @@ def test_a_named_dead_letter_whose_topic_is_gone_is_dropped(open_broker: OpenBro
             await broker.create_topic("orders", 1)
             at = await _dead_letters(broker, [b"a"])
             await broker.delete_topic("orders")
-            result = await broker.redrive("c", selected=[(0, at[b"a"])])
+            result = await broker.redrive("c", only=[(0, at[b"a"])])
             assert result.outcomes == (RedriveOutcome(0, at[b"a"], "dropped"),)
             assert (result.moved, result.dropped, result.remaining) == (0, 1, 0)
 
@@ -70,10 +70,10 @@ def test_a_selection_for_a_group_without_dead_letters_finds_none(
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             await broker.create_group("c")
-            result = await broker.redrive("c", selected=[(0, 0)])
+            result = await broker.redrive("c", only=[(0, 0)])
             assert result.outcomes == (RedriveOutcome(0, 0, "not_found"),)
             with pytest.raises(NotFoundError):
-                await broker.redrive("nobody", selected=[(0, 0)])
+                await broker.redrive("nobody", only=[(0, 0)])
 
     asyncio.run(scenario())
 
@@ -99,7 +99,7 @@ def test_a_bad_selection_is_refused_before_anything_moves(
             await broker.create_topic("orders", 1)
             at = await _dead_letters(broker, [b"a", b"b"])
             with pytest.raises(InvalidArgumentError, match=says):
-                await broker.redrive("c", max_messages=max_messages, selected=selected)
+                await broker.redrive("c", max_messages=max_messages, only=selected)
             assert (await broker.lag_report("c")).dlq_depth == len(at)
 
     asyncio.run(scenario())
