@@ -27,6 +27,7 @@ from urllib.parse import urlencode
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 DLQ_PREFIX = "%DLQ%"
 MAX_REDRIVE = 1_000_000
 """RedriveDeadLetters's largest max_messages."""
+MAX_REDRIVE_SELECTED = 1000
+"""The most dead letters one RedriveDeadLetters may name."""
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_S = 12 * 3600
 FILTER_TYPES = {
@@ -589,6 +592,8 @@ class GroupPages:
         form = await self.console.check_csrf(request, visitor)
         name = forms.text(form, "name", required=True)
         redrive = admin_pb2.RedriveDeadLettersRequest(group=name)
+        if form.get("selected") == "1":
+            return await self._redrive_selected(request, visitor, name, form.getlist("pick"))
         if form.get("all") == "1":
             if not forms.confirmed(form, name):
                 return await self._dlq(
@@ -624,6 +629,50 @@ class GroupPages:
         if answer.dropped:
             done += f" ({answer.dropped} dropped: their topic is gone)"
         done += f"; {answer.remaining} remain"
+        return _to_group(name, done)
+
+    async def _redrive_selected(
+        self, request: Request, visitor: Visitor, name: str, picks: list[str | UploadFile]
+    ) -> Response:
+        """RedriveDeadLetters of the rows ticked, by queue and offset; those no longer stored
+        (redriven meanwhile, purged, expired) are named on the page shown again."""
+        if not picks:
+            raise forms.invalid("select at least one dead letter to redrive")
+        if len(picks) > MAX_REDRIVE_SELECTED:
+            raise forms.invalid(
+                f"{len(picks)} dead letters selected: at most {MAX_REDRIVE_SELECTED} at once"
+            )
+        redrive = admin_pb2.RedriveDeadLettersRequest(group=name)
+        for pick in picks:
+            queue, _, offset = str(pick).partition(":")
+            try:
+                redrive.messages.add(queue_id=int(queue, 10), offset=int(offset, 10))
+            except ValueError:
+                raise forms.invalid(f"{str(pick)[:40]!r} is not QUEUE:OFFSET") from None
+        answer = await self.actions.call(
+            visitor.principal,
+            "RedriveDeadLetters",
+            redrive,
+            response=admin_pb2.RedriveDeadLettersResponse,
+        )
+        done = f"redrove {answer.moved} of {len(picks)} selected dead letters of group {name}"
+        if answer.dropped:
+            done += f" ({answer.dropped} dropped: their topic is gone)"
+        missing = [
+            f"queue {o.queue_id} offset {o.offset}"
+            for o in answer.outcomes
+            if o.outcome == admin_pb2.REDRIVE_OUTCOME_NOT_FOUND
+        ]
+        if missing:
+            return await self._dlq(
+                request,
+                visitor,
+                name,
+                50,
+                status=409,
+                message=f"{done}; {len(missing)} no longer stored (redriven meanwhile, purged "
+                f"or expired), nothing done with them: {', '.join(missing)}",
+            )
         return _to_group(name, done)
 
 
