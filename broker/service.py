@@ -323,7 +323,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetTransaction(
         self, request: pb.GetTransactionRequest, context: Any
     ) -> pb.GetTransactionResponse:
-        info = await self._broker.get_transaction(request.transaction_id)
+        info = await self._broker.get_transaction(request.transaction_id, half=request.half)
         return pb.GetTransactionResponse(transaction=w.transaction_to_pb(info))
 
     @_rpc(writes=False)

@@ -305,6 +305,7 @@ def transaction_to_pb(t: TransactionInfo) -> pb.Transaction:
         offset=t.offset,
         recall_handle=t.recall_handle,
         discard_offset=t.discard_offset,
+        half_message=t.half_message.to_bytes() if t.half_message is not None else b"",
     )
 
 
@@ -324,6 +325,7 @@ def transaction_from_pb(m: pb.Transaction) -> TransactionInfo:
         offset=m.offset,
         recall_handle=m.recall_handle,
         discard_offset=m.discard_offset,
+        half_message=MessageRecord.from_bytes(m.half_message) if m.half_message else None,
     )
 
 

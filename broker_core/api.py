@@ -253,7 +253,9 @@ class TransactionAPI(Protocol):
         topics: Collection[str] | None = None,
     ) -> list[TransactionCheck]: ...
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo: ...
+    async def get_transaction(
+        self, transaction_id: str, *, half: bool = False
+    ) -> TransactionInfo: ...
 
     async def list_transactions(
         self, state: str, *, topic: str | None = None, limit: int = 100

@@ -637,8 +637,8 @@ class Broker:
         claims the checks it has a producer for)."""
         return await self._transactions.due_checks(max_checks, wait_s=wait_s, topics=topics)
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        return await self._transactions.get_transaction(transaction_id)
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
+        return await self._transactions.get_transaction(transaction_id, half=half)
 
     async def list_transactions(
         self, state: str, *, topic: str | None = None, limit: int = 100

@@ -307,6 +307,9 @@ class TransactionInfo:
     """Committed with a future delivery time: the recall handle of its timer."""
     discard_offset: int = -1
     """Discarded: the offset of its copy in the discarded-transactions topic (queue 0)."""
+    half_message: MessageRecord | None = None
+    """Asked for (`get_transaction(..., half=True)`), open or discarded: its half message;
+    None once resolved (the body is dropped then) and when not asked for."""
 
 
 @dataclass(frozen=True, slots=True)

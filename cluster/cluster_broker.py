@@ -569,9 +569,9 @@ class ClusterBroker:
         found = await _all([one(name) for name in names])
         return [check for checks in found for check in checks]
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
         broker = issuer(transaction_id, "transaction id")
-        info = await self.pool.get(broker).get_transaction(transaction_id)
+        info = await self.pool.get(broker).get_transaction(transaction_id, half=half)
         return self._global_transaction(info, broker)
 
     async def list_transactions(

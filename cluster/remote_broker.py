@@ -461,8 +461,8 @@ class RemoteBroker:
         )
         return [w.check_from_pb(c) for c in response.checks]
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        request = pb.GetTransactionRequest(transaction_id=transaction_id)
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
+        request = pb.GetTransactionRequest(transaction_id=transaction_id, half=half)
         response = await self._call(self._stub_().GetTransaction, request)
         return w.transaction_from_pb(response.transaction)
 

@@ -493,6 +493,19 @@ class AsyncAdmin(AsyncClient):
         )
         return TransactionInfo.from_proto(response.transaction)
 
+    async def half_message(self, transaction_id: str, *, topic: str | None = None) -> StoredMessage:
+        """The half message (body and properties) of an open or discarded transaction,
+        read without changing it; ``offset`` is -1 (it is in no queue yet). ``topic`` as for
+        ``commit_transaction`` (None: looked up among the open ones).
+
+        Raises:
+            FailedPreconditionError: It is committed or rolled back (its body is dropped).
+        """
+        topic = topic or await self._topic_of(transaction_id, discarded=False)
+        request = admin_pb2.GetHalfMessageRequest(transaction_id=transaction_id, topic=topic)
+        response: admin_pb2.GetHalfMessageResponse = await self._call("GetHalfMessage", request)
+        return StoredMessage.from_proto(response.message)
+
     async def _resolve(
         self, transaction_id: str, topic: str | None, *, commit: bool
     ) -> TransactionInfo:
@@ -863,6 +876,10 @@ class Admin(SyncClient[AsyncAdmin]):
     ) -> TransactionInfo:
         """Reopen a discarded transaction (see ``AsyncAdmin.resume_transaction``)."""
         return self._run(self._core.resume_transaction(transaction_id, topic=topic))
+
+    def half_message(self, transaction_id: str, *, topic: str | None = None) -> StoredMessage:
+        """A transaction's half message (see ``AsyncAdmin.half_message``)."""
+        return self._run(self._core.half_message(transaction_id, topic=topic))
 
     def server_info(self) -> ServerInfo:
         """The server's version, uptime, store size and configuration."""

@@ -1,9 +1,9 @@
 """The groups pages: the list over many groups (server-side search and pages, bad pages
 refused), a group's settings and POP-aware lag, settings update, offset reset (warning
 with what is in flight, forced only with the typed name), the dead letters peeked without
-consuming and redriven (the oldest few, those ticked, or all with the typed name), delete with the typed
-name; every change through the admin path with its audit line; a NORMAL user refused and
-not offered what its policies forbid."""
+consuming and redriven (the oldest few, those ticked, or all with the typed name), delete
+with the typed name; every change through the admin path with its audit line; a NORMAL
+user refused and not offered what its policies forbid."""
 
 from __future__ import annotations
 

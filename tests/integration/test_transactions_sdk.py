@@ -16,6 +16,7 @@ from popmq import (
     AsyncProducer,
     FailedPreconditionError,
     HalfMessage,
+    InvalidArgumentError,
     Producer,
     SimpleConsumer,
     TransactionResolution,
@@ -127,6 +128,24 @@ def test_explicit_commit_delivers_and_explicit_rollback_does_not(endpoint: str) 
         [rolled_back] = dropped.rollback()
         assert rolled_back.state == "rolled_back"
     assert _receive_all(endpoint, topic, wait_s=0.5) == [b"kept"]
+
+
+def test_an_operator_reads_an_open_half_message_and_not_a_resolved_one(endpoint: str) -> None:
+    topic = _topic(endpoint, "tx-read")
+    with Producer(endpoint) as producer, Admin(endpoint) as admin:
+        open_ = producer.begin_transaction()
+        open_.send(topic, b'{"pay": 7}', tag="t", keys=["k-7"], properties={"who": "<b>x</b>"})
+        [listed] = admin.list_transactions(topic=topic)
+        half = admin.half_message(listed.transaction_id)
+        assert (half.body, half.tag, half.keys) == (b'{"pay": 7}', "t", ("k-7",))
+        assert half.properties["who"] == "<b>x</b>"
+        assert (half.message_id, half.topic, half.offset) == (listed.message_id, topic, -1)
+        with pytest.raises(InvalidArgumentError, match="belongs to topic"):
+            admin.half_message(listed.transaction_id, topic=_topic(endpoint, "tx-other"))
+        [committed] = open_.commit()
+        with pytest.raises(FailedPreconditionError, match="is committed.*stored in queue"):
+            admin.half_message(listed.transaction_id, topic=topic)
+        assert committed.state == "committed"
 
 
 def test_async_transactions_commit_and_roll_back(endpoint: str) -> None:

@@ -1148,3 +1148,19 @@ class ResumeTransactionResponse(_message.Message):
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     transaction: _messaging_pb2.Transaction
     def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ...) -> None: ...
+
+class GetHalfMessageRequest(_message.Message):
+    __slots__ = ("transaction_id", "topic")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetHalfMessageResponse(_message.Message):
+    __slots__ = ("transaction", "message")
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    transaction: _messaging_pb2.Transaction
+    message: StoredMessage
+    def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ..., message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...
