@@ -143,7 +143,7 @@ def test_an_operator_reads_an_open_half_message_and_not_a_resolved_one(endpoint:
         with pytest.raises(InvalidArgumentError, match="belongs to topic"):
             admin.half_message(listed.transaction_id, topic=_topic(endpoint, "tx-other"))
         [committed] = open_.commit()
-        with pytest.raises(FailedPreconditionError, match="is committed.*stored in queue"):
+        with pytest.raises(FailedPreconditionError, match=r"is committed.*stored in queue"):
             admin.half_message(listed.transaction_id, topic=topic)
         assert committed.state == "committed"
 
