@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -192,7 +192,9 @@ class GroupPages:
 
     async def create_group(self, request: Request) -> Response:
         """CreateGroup: a name, max delivery attempts, FIFO, the topics it subscribes to
-        (every message of each), and where it starts in them."""
+        (with one filter for each, tag or SQL92; none: every message), where it starts in
+        them, and its nack backoff (the server's default, a list, or exponential). The
+        filter and the backoff's ranges are checked by the API, as for any client."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
@@ -205,7 +207,40 @@ class GroupPages:
         topics = forms.text(form, "topics").replace(",", " ").split()
         if len(set(topics)) != len(topics):
             raise forms.invalid("a topic is named twice in the subscriptions")
-        create.subscriptions.extend(admin_pb2.Subscription(topic=t) for t in topics)
+        expression = forms.text(form, "expression")
+        kind = str(form.get("filter_type") or "tag")
+        if kind not in FILTER_TYPES:
+            raise forms.invalid(f"filter_type {kind[:20]!r} is not one of tag, sql")
+        if expression and not topics:
+            raise forms.invalid("a filter needs a topic to subscribe to")
+        create.subscriptions.extend(
+            admin_pb2.Subscription(
+                topic=t,
+                filter=messaging_pb2.FilterExpression(
+                    type=FILTER_TYPES[kind], expression=expression
+                )
+                if expression
+                else None,
+            )
+            for t in topics
+        )
+        backoff = str(form.get("backoff") or "default")
+        if backoff == "list":
+            create.retry_backoff.extend(_backoff_list(form))
+            if not create.retry_backoff:
+                raise forms.invalid("a backoff list needs at least one delay in seconds")
+        elif backoff == "exponential":
+            create.exponential_backoff.CopyFrom(
+                admin_pb2.ExponentialBackoff(
+                    initial=_duration(_number(form, "backoff_initial_s")),
+                    max=_duration(_number(form, "backoff_max_s")),
+                    multiplier=_number(form, "backoff_multiplier"),
+                )
+            )
+        elif backoff != "default":
+            raise forms.invalid(
+                f"backoff {backoff[:20]!r} is not one of default, list, exponential"
+            )
         start = str(form.get("consume_from") or "first")
         if start not in CONSUME_FROM:
             raise forms.invalid(f"consume_from {start[:20]!r} is not one of first, last")
@@ -350,23 +385,7 @@ class GroupPages:
         )
         if attempts is not None:
             update.max_delivery_attempts = attempts
-        backoff = str(form.get("retry_backoff") or "").split()
-        if len(backoff) > 64:
-            raise forms.invalid(f"retry backoff has {len(backoff)} entries; at most 64")
-        for i, entry in enumerate(backoff):
-            try:
-                value = float(entry.removesuffix("s"))
-            except ValueError:
-                raise forms.invalid(
-                    f"retry backoff entry {i + 1} {entry[:20]!r} is not a number of seconds"
-                ) from None
-            if not 1 <= value <= MAX_BACKOFF_S or not math.isfinite(value):
-                raise forms.invalid(
-                    f"retry backoff entry {i + 1} {entry[:20]}s is out of range: 1..{MAX_BACKOFF_S}"
-                )
-            entry_duration = Duration()
-            entry_duration.FromNanoseconds(round(value * 1e9))
-            update.retry_backoff.append(entry_duration)
+        update.retry_backoff.extend(_backoff_list(form))
         if "fifo" in form or form.get("fifo_shown") == "1":
             update.fifo = form.get("fifo") == "on"
         subscribe = forms.text(form, "subscribe")
@@ -674,6 +693,49 @@ class GroupPages:
                 f"or expired), nothing done with them: {', '.join(missing)}",
             )
         return _to_group(name, done)
+
+
+def _backoff_list(form: Mapping[str, object]) -> list[Duration]:
+    """The form's `retry_backoff`: seconds, space separated (an "s" suffix allowed)."""
+    backoff = str(form.get("retry_backoff") or "").split()
+    if len(backoff) > 64:
+        raise forms.invalid(f"retry backoff has {len(backoff)} entries; at most 64")
+    durations = []
+    for i, entry in enumerate(backoff):
+        try:
+            value = float(entry.removesuffix("s"))
+        except ValueError:
+            raise forms.invalid(
+                f"retry backoff entry {i + 1} {entry[:20]!r} is not a number of seconds"
+            ) from None
+        if not 1 <= value <= MAX_BACKOFF_S or not math.isfinite(value):
+            raise forms.invalid(
+                f"retry backoff entry {i + 1} {entry[:20]}s is out of range: 1..{MAX_BACKOFF_S}"
+            )
+        durations.append(_duration(value))
+    return durations
+
+
+def _number(form: Mapping[str, object], name: str) -> float:
+    """A required finite number; its range is the API's to check."""
+    raw = forms.text(form, name, required=True)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise forms.invalid(f"{name} {raw[:20]!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > _LARGEST:
+        raise forms.invalid(f"{name} {raw[:20]!r} is out of range")
+    return value
+
+
+_LARGEST = 1e9
+"""Beyond any range the API allows (12 h, a factor of 10): only keeps a Duration sane."""
+
+
+def _duration(seconds: float) -> Duration:
+    duration = Duration()
+    duration.FromNanoseconds(round(seconds * 1e9))
+    return duration
 
 
 def _lag_rows(lag: admin_pb2.GetGroupLagResponse) -> list[LagRow]:

@@ -380,6 +380,68 @@ async def test_ticked_dead_letters_are_redriven_and_those_gone_meanwhile_are_nam
 
 
 @run_async
+async def test_a_group_is_created_with_a_filter_and_an_exponential_or_listed_backoff(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        broker = server.broker
+        await broker.create_topic("orders", 1)
+        await broker.create_topic("refunds", 1)
+        async with browser(server) as client:
+            listing = (await client.get("/groups")).text
+            for field in ('name="filter_type"', 'name="expression"', 'value="exponential"'):
+                assert field in listing
+            form = {"csrf": csrf_of(listing), "topics": "orders refunds"}
+            sql = {"filter_type": "sql", "expression": "amount > 5 AND region = 'eu'"}
+            exponential = {
+                "backoff": "exponential",
+                "backoff_initial_s": "2",
+                "backoff_multiplier": "3",
+                "backoff_max_s": "60",
+            }
+            made = await client.post("/groups", data={**form, **sql, **exponential, "name": "a"})
+            assert made.status_code == 303
+            settings = broker.group_settings("a")
+            assert [(s.topic, s.filter_type, s.expression) for s in settings.subscriptions] == [
+                ("orders", "sql", "amount > 5 AND region = 'eu'"),
+                ("refunds", "sql", "amount > 5 AND region = 'eu'"),
+            ]
+            assert settings.exponential_backoff is not None
+            assert (
+                settings.exponential_backoff.initial_s,
+                settings.exponential_backoff.multiplier,
+                settings.exponential_backoff.max_s,
+            ) == (2.0, 3.0, 60.0)
+            page = (await client.get(made.headers["location"])).text
+            assert "amount &gt; 5 AND region = &#39;eu&#39;" in page
+
+            tags = {"filter_type": "tag", "expression": "paid || late"}
+            listed = {"backoff": "list", "retry_backoff": "2 4s 8"}
+            made = await client.post(
+                "/groups", data={**form, **tags, **listed, "name": "b", "topics": "orders"}
+            )
+            assert made.status_code == 303
+            (sub,) = broker.group_settings("b").subscriptions
+            assert (sub.filter_type, sub.expression) == ("tag", "paid || late")
+            assert broker.get_group("b").retry_backoff_ms == (2000, 4000, 8000)
+
+            # Refused as the API refuses them (its messages), and nothing is created.
+            for fields, says in [
+                ({"filter_type": "sql", "expression": "amount >"}, "expression"),
+                ({**exponential, "backoff_initial_s": "0.5"}, "initial"),
+                ({**exponential, "backoff_multiplier": "11"}, "multiplier"),
+                ({**exponential, "backoff_max_s": "x"}, "backoff_max_s &#39;x&#39; is not"),
+                ({"backoff": "list", "retry_backoff": ""}, "at least one delay"),
+                ({"backoff": "list", "retry_backoff": "0.5"}, "out of range"),
+                ({"expression": "x", "topics": ""}, "a filter needs a topic"),
+            ]:
+                refused = await client.post("/groups", data={**form, **fields, "name": "c"})
+                assert refused.status_code == 400, (fields, refused.text)
+                assert says in refused.text, (fields, says)
+            assert sorted(g.name for g in await broker.list_groups()) == ["a", "b"]
+
+
+@run_async
 async def test_a_group_is_deleted_only_with_its_typed_name(tmp_path: Path) -> None:
     async with serving(tmp_path / "data") as server:
         await server.broker.create_group("doomed")
