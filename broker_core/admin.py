@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import jobs, keys, validation
+from popmq.broker_core import dlq_holes, jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import KIND_NORMAL, Catalog, TopicInfo, dlq_topic_name
 from popmq.broker_core.clock import Clock
@@ -436,6 +436,8 @@ class Admin:
                     start_key: bytes = start_key,
                     end_key: bytes = end_key,
                     stamp: int = stamp,
+                    start: int = position,
+                    end: int = end,
                 ) -> None:
                     for target, queue_id, record in copies:
                         # Query by id and key finds the live copy, not only the dead letter.
@@ -443,6 +445,7 @@ class Admin:
                             batch, offsets, target.topic_id, queue_id, record, stamp, retention_ms
                         )
                     batch.delete_range("messages", start_key, end_key)
+                    dlq_holes.forget(batch, tid, start, end)
 
                 await self._writer.submit(apply, sync=self._config.store.flush == "sync")
                 if tid in self._catalog.topics_by_id and self._offsets.min_offset(tid, 0) < end:
@@ -458,7 +461,7 @@ class Admin:
             self._locks.release(lock)
         remaining = 0
         if tid in self._catalog.topics_by_id:
-            remaining = self._offsets.max_offset(tid, 0) - self._offsets.min_offset(tid, 0)
+            remaining = self._dlq_depth(tid)
         log.info(
             "redrove %s: %d moved, %d dropped (topic gone), %d remaining",
             dlq.name,
@@ -467,6 +470,15 @@ class Admin:
             remaining,
         )
         return RedriveResult(moved, dropped, remaining)
+
+    def _dlq_depth(self, topic_id: int) -> int:
+        """Dead letters stored in the dead-letter topic's queue 0, holes left out."""
+        return dlq_holes.depth(
+            self._store,
+            topic_id,
+            self._offsets.min_offset(topic_id, 0),
+            self._offsets.max_offset(topic_id, 0),
+        )
 
     async def _redrive_selected(
         self, dlq: TopicInfo, selected: Sequence[tuple[int, int]]
@@ -505,11 +517,12 @@ class Admin:
                     )
                 for q, o in found:
                     batch.delete("messages", keys.message_key(tid, q, o))
+                    dlq_holes.mark(batch, tid, o)
 
             await self._writer.submit(apply, sync=self._config.store.flush == "sync")
             if tid in self._catalog.topics_by_id:
-                # The head moves past the removed run at its front; removed offsets in the
-                # middle stay counted in max - min until the head passes them.
+                # The head moves past the removed run at its front; removed offsets behind
+                # it are holes (dlq_holes.py), which the depth leaves out.
                 first = self._store.first_key(
                     "messages",
                     keys.message_key(tid, 0, self._offsets.min_offset(tid, 0)),
@@ -523,9 +536,7 @@ class Admin:
                 counts[target.name] = counts.get(target.name, 0) + 1
             for name, count in counts.items():
                 self._polling.notify(name, count)
-        remaining = 0
-        if tid in self._catalog.topics_by_id:
-            remaining = self._offsets.max_offset(tid, 0) - self._offsets.min_offset(tid, 0)
+        remaining = self._dlq_depth(tid) if tid in self._catalog.topics_by_id else 0
         outcomes = tuple(
             RedriveOutcome(q, o, outcome.get((q, o), "not_found")) for q, o in selected
         )

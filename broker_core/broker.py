@@ -391,7 +391,7 @@ class Broker:
         self._retention = Retention(
             config, store=store, catalog=catalog, offsets=offsets, writer=writer, clock=clock
         )
-        self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
+        self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues, store=store)
         self._inspection = Inspection(
             store=store,
             catalog=catalog,

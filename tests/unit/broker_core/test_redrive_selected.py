@@ -9,7 +9,7 @@ import pytest
 
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.errors import InvalidArgumentError, NotFoundError
-from popmq.broker_core.types import NewMessage, RedriveOutcome
+from popmq.broker_core.types import NewMessage, RedriveOutcome, RedriveResult
 from tests.unit.conftest import OpenBroker
 
 
@@ -31,7 +31,8 @@ def test_redrive_of_named_dead_letters_moves_only_those_and_reports_each(
             await broker.create_topic("orders", 1)
             at = await _dead_letters(broker, [b"a", b"b", b"c"])
             result = await broker.redrive("c", only=[(0, at[b"b"])])
-            assert (result.moved, result.dropped, result.remaining) == (1, 0, 3)
+            assert (result.moved, result.dropped, result.remaining) == (1, 0, 2)
+            assert (await broker.lag_report("c")).dlq_depth == 2  # the hole is not counted
             assert result.outcomes == (RedriveOutcome(0, at[b"b"], "moved"),)
             (back,) = await broker.pop("c", "orders", max_messages=8, wait_s=0)
             assert back.record.body == b"b"
@@ -46,6 +47,28 @@ def test_redrive_of_named_dead_letters_moves_only_those_and_reports_each(
             # The head moved past the removed front: only "c" is counted now.
             assert again.remaining == 1
             assert (await broker.lag_report("c")).dlq_depth == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_hole_left_by_a_named_redrive_is_not_counted_after_a_restart_nor_moved_again(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            at = await _dead_letters(broker, [b"a", b"b", b"c", b"d"])
+            await broker.redrive("c", only=[(0, at[b"c"])])
+            assert (await broker.lag_report("c")).dlq_depth == 3
+        async with open_broker() as broker:  # the same data dir: a restart
+            assert (await broker.lag_report("c")).dlq_depth == 3
+            # The oldest 3 offsets hold a, b and the hole: two move, d remains.
+            oldest = await broker.redrive("c", max_messages=3)
+            assert (oldest.moved, oldest.remaining) == (2, 1)
+            assert (await broker.lag_report("c")).dlq_depth == 1
+            assert await broker.redrive("c") == RedriveResult(1, 0, 0)
+            back = await broker.pop("c", "orders", max_messages=8, wait_s=0)
+            assert sorted(m.record.body for m in back) == [b"a", b"b", b"c", b"d"]
 
     asyncio.run(scenario())
 
