@@ -743,6 +743,13 @@ def transaction_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def transaction_show(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        message = admin.half_message(args.transaction_id, topic=args.topic)
+    render.print_json(message) if args.json else render.message_detail(message)
+    return EXIT_OK
+
+
 def transaction_commit(args: argparse.Namespace) -> int:
     with Admin(args.endpoint, **connection(args)) as admin:
         info = admin.commit_transaction(args.transaction_id, topic=args.topic)

@@ -762,6 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("commit", commands.transaction_commit, "commit an open transaction: deliver it"),
         ("rollback", commands.transaction_rollback, "roll back an open transaction"),
         ("resume", commands.transaction_resume, "reopen a discarded transaction"),
+        ("show", commands.transaction_show, "an open or discarded one's half message"),
     ):
         resolve = _client(transactions.add_parser(name, help=text), handler)
         resolve.add_argument("transaction_id", metavar="TXID")

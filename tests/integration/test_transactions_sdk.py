@@ -261,6 +261,9 @@ def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
     assert _metric(server, "popmq_half_messages_sent_total", topic=topic) == 2
     table = cli("transaction", "list", "--topic", topic)
     assert to_commit in table and to_roll_back in table and "2 open transactions" in table
+    shown = json.loads(cli("transaction", "show", to_commit, "--json"))
+    assert (shown["body"], shown["offset"]) == ("by-operator", -1)
+    assert "by-operator" in cli("transaction", "show", to_commit, "--topic", topic)
     assert "state=committed by=admin" in cli("transaction", "commit", to_commit)
     rolled = json.loads(cli("transaction", "rollback", to_roll_back, "--topic", topic, "--json"))
     assert (rolled["state"], rolled["resolved_by"]) == ("rolled_back", "admin")
@@ -268,4 +271,5 @@ def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
     assert "rolled back" in cli("transaction", "commit", to_roll_back, "--topic", topic, code=4)
     # Without --topic, resume looks among the discarded ones: a committed one is not there.
     assert "no discarded transaction" in cli("transaction", "resume", to_commit, code=3)
+    assert "is committed" in cli("transaction", "show", to_commit, "--topic", topic, code=4)
     assert _receive_all(endpoint, topic, wait_s=0.5) == [b"by-operator"]
