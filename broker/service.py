@@ -336,7 +336,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetTransaction(
         self, request: pb.GetTransactionRequest, context: Any
     ) -> pb.GetTransactionResponse:
-        info = await self._broker.get_transaction(request.transaction_id)
+        info = await self._broker.get_transaction(request.transaction_id, half=request.half)
         return pb.GetTransactionResponse(transaction=w.transaction_to_pb(info))
 
     @_rpc(writes=False)
@@ -574,7 +574,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     @_rpc(writes=True)
     async def Redrive(self, request: pb.RedriveRequest, context: Any) -> pb.RedriveResponse:
         limit = request.max_messages if request.HasField("max_messages") else None
-        return w.redrive_to_pb(await self._broker.redrive(request.group, max_messages=limit))
+        selected = [(r.queue_id, r.offset) for r in request.selected]
+        return w.redrive_to_pb(
+            await self._broker.redrive(request.group, max_messages=limit, only=selected)
+        )
 
     @_rpc(writes=False)
     async def GetGroupLag(

@@ -50,6 +50,7 @@ from popmq.broker_core.types import (
     QueueDetails,
     QueueLag,
     QueueStats,
+    RedriveOutcome,
     RedriveResult,
     ResetResult,
     SendResult,
@@ -304,6 +305,7 @@ def transaction_to_pb(t: TransactionInfo) -> pb.Transaction:
         offset=t.offset,
         recall_handle=t.recall_handle,
         discard_offset=t.discard_offset,
+        half_message=t.half_message.to_bytes() if t.half_message is not None else b"",
     )
 
 
@@ -323,6 +325,7 @@ def transaction_from_pb(m: pb.Transaction) -> TransactionInfo:
         offset=m.offset,
         recall_handle=m.recall_handle,
         discard_offset=m.discard_offset,
+        half_message=MessageRecord.from_bytes(m.half_message) if m.half_message else None,
     )
 
 
@@ -633,11 +636,24 @@ def reset_from_pb(m: pb.ResetOffsetsResponse) -> ResetResult:
 
 
 def redrive_to_pb(r: RedriveResult) -> pb.RedriveResponse:
-    return pb.RedriveResponse(moved=r.moved, dropped=r.dropped, remaining=r.remaining)
+    return pb.RedriveResponse(
+        moved=r.moved,
+        dropped=r.dropped,
+        remaining=r.remaining,
+        outcomes=[
+            pb.DeadLetterRef(queue_id=o.queue_id, offset=o.offset, outcome=o.outcome)
+            for o in r.outcomes
+        ],
+    )
 
 
 def redrive_from_pb(m: pb.RedriveResponse) -> RedriveResult:
-    return RedriveResult(m.moved, m.dropped, m.remaining)
+    return RedriveResult(
+        m.moved,
+        m.dropped,
+        m.remaining,
+        tuple(RedriveOutcome(o.queue_id, o.offset, o.outcome) for o in m.outcomes),
+    )
 
 
 # -- server info and metrics -----------------------------------------------------------------

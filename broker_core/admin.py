@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import jobs, keys, validation
+from popmq.broker_core import dlq_holes, jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import KIND_NORMAL, Catalog, TopicInfo, dlq_topic_name
 from popmq.broker_core.clock import Clock
@@ -34,6 +35,7 @@ from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
     QueueDetails,
+    RedriveOutcome,
     RedriveResult,
     ResetResult,
 )
@@ -362,25 +364,41 @@ class Admin:
                 break
         return found
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
+    ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to (SQS
         redrive), oldest first, as new messages with delivery_attempt 1 (pop/retry.py).
 
         Each chunk is one atomic batch: the copies and the removal from the dead-letter
         topic, so a crash neither loses nor duplicates a message. A message whose topic was
         deleted is removed and counted as dropped (its topic's messages are gone too).
+
+        `only` names the dead letters to move instead, as (queue_id, offset), at most
+        validation.REDRIVE_SELECTED_MAX, each once; the answer says for each what became of it.
         """
         validation.check_name("group", group)
         if max_messages is not None:
             validation.check_range("max_messages", max_messages, 1, _REDRIVE_MAX)
+        if only:
+            validation.check_redrive_selection(max_messages, only)
         dlq = self._catalog.topics.get(dlq_topic_name(group))
         if dlq is None:
             self._catalog.group(group)  # NOT_FOUND for an unknown group
-            return RedriveResult(0, 0, 0)
+            for queue_id, _ in only:
+                validation.check_queue_id(dlq_topic_name(group), 1, queue_id)
+            return RedriveResult(0, 0, 0, tuple(RedriveOutcome(q, o, "not_found") for q, o in only))
+        for queue_id, _ in only:
+            validation.check_queue_id(dlq.name, dlq.queues, queue_id)
         tid = dlq.topic_id
         lock = f"{dlq.name}@redrive"
         if not self._locks.try_acquire(lock):
             raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
+        if only:
+            try:
+                return await self._redrive_selected(dlq, only)
+            finally:
+                self._locks.release(lock)
         moved = dropped = 0
         retention_ms = round(self._config.retention.retention_s * 1000)
         try:
@@ -418,6 +436,8 @@ class Admin:
                     start_key: bytes = start_key,
                     end_key: bytes = end_key,
                     stamp: int = stamp,
+                    start: int = position,
+                    end: int = end,
                 ) -> None:
                     for target, queue_id, record in copies:
                         # Query by id and key finds the live copy, not only the dead letter.
@@ -425,6 +445,7 @@ class Admin:
                             batch, offsets, target.topic_id, queue_id, record, stamp, retention_ms
                         )
                     batch.delete_range("messages", start_key, end_key)
+                    dlq_holes.forget(batch, tid, start, end)
 
                 await self._writer.submit(apply, sync=self._config.store.flush == "sync")
                 if tid in self._catalog.topics_by_id and self._offsets.min_offset(tid, 0) < end:
@@ -440,7 +461,7 @@ class Admin:
             self._locks.release(lock)
         remaining = 0
         if tid in self._catalog.topics_by_id:
-            remaining = self._offsets.max_offset(tid, 0) - self._offsets.min_offset(tid, 0)
+            remaining = self._dlq_depth(tid)
         log.info(
             "redrove %s: %d moved, %d dropped (topic gone), %d remaining",
             dlq.name,
@@ -449,3 +470,84 @@ class Admin:
             remaining,
         )
         return RedriveResult(moved, dropped, remaining)
+
+    def _dlq_depth(self, topic_id: int) -> int:
+        """Dead letters stored in the dead-letter topic's queue 0, holes left out."""
+        return dlq_holes.depth(
+            self._store,
+            topic_id,
+            self._offsets.min_offset(topic_id, 0),
+            self._offsets.max_offset(topic_id, 0),
+        )
+
+    async def _redrive_selected(
+        self, dlq: TopicInfo, selected: Sequence[tuple[int, int]]
+    ) -> RedriveResult:
+        """Move the named dead letters in one batch (the caller holds the redrive lock)."""
+        tid = dlq.topic_id
+        retention_ms = round(self._config.retention.retention_s * 1000)
+        low = self._offsets.min_offset(tid, 0)
+        high = self._offsets.max_offset(tid, 0)
+        # Below the min offset a key may linger until retention's range delete lands; such a
+        # message is gone already, so only offsets in [min, max) are read.
+        wanted = [(q, o) for q, o in selected if low <= o < high]
+        values = self._store.multi_get("messages", [keys.message_key(tid, q, o) for q, o in wanted])
+        found = {ref: value for ref, value in zip(wanted, values, strict=True) if value}
+        stamp = self._clock.now_ms()
+        copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = []
+        outcome: dict[tuple[int, int], str] = {}
+        for ref, value in found.items():
+            record = records_pb2.StoredMessage.FromString(value)
+            target = self._catalog.topics.get(record.origin_topic)
+            if target is None or target.kind != KIND_NORMAL:
+                outcome[ref] = "dropped"
+                continue
+            queue_id = record.origin_queue_id
+            if not 0 <= queue_id < target.queues:
+                queue_id = self._chooser.choose(target, "")
+            redriven(record, stamp)
+            copies.append((target, queue_id, record))
+            outcome[ref] = "moved"
+        if found:
+
+            def apply(batch: Batch, offsets: QueueOffsets) -> None:
+                for target, queue_id, record in copies:
+                    jobs.store_indexed(
+                        batch, offsets, target.topic_id, queue_id, record, stamp, retention_ms
+                    )
+                for q, o in found:
+                    batch.delete("messages", keys.message_key(tid, q, o))
+                    dlq_holes.mark(batch, tid, o)
+
+            await self._writer.submit(apply, sync=self._config.store.flush == "sync")
+            if tid in self._catalog.topics_by_id:
+                # The head moves past the removed run at its front; removed offsets behind
+                # it are holes (dlq_holes.py), which the depth leaves out.
+                first = self._store.first_key(
+                    "messages",
+                    keys.message_key(tid, 0, self._offsets.min_offset(tid, 0)),
+                    keys.queue_prefix(tid, 1),
+                )
+                head = keys.message_offset(first) if first is not None else high
+                if head > self._offsets.min_offset(tid, 0):
+                    self._offsets.set_min_offset(tid, 0, head)
+            counts: dict[str, int] = {}
+            for target, _, _ in copies:
+                counts[target.name] = counts.get(target.name, 0) + 1
+            for name, count in counts.items():
+                self._polling.notify(name, count)
+        remaining = self._dlq_depth(tid) if tid in self._catalog.topics_by_id else 0
+        outcomes = tuple(
+            RedriveOutcome(q, o, outcome.get((q, o), "not_found")) for q, o in selected
+        )
+        moved = sum(1 for o in outcomes if o.outcome == "moved")
+        dropped = sum(1 for o in outcomes if o.outcome == "dropped")
+        log.info(
+            "redrove %d selected of %s: %d moved, %d dropped (topic gone), %d not found",
+            len(selected),
+            dlq.name,
+            moved,
+            dropped,
+            len(selected) - moved - dropped,
+        )
+        return RedriveResult(moved, dropped, remaining, outcomes)

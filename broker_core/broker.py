@@ -391,7 +391,7 @@ class Broker:
         self._retention = Retention(
             config, store=store, catalog=catalog, offsets=offsets, writer=writer, clock=clock
         )
-        self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues)
+        self._lag = Lag(catalog=catalog, offsets=offsets, queues=queues, store=store)
         self._inspection = Inspection(
             store=store,
             catalog=catalog,
@@ -637,8 +637,8 @@ class Broker:
         claims the checks it has a producer for)."""
         return await self._transactions.due_checks(max_checks, wait_s=wait_s, topics=topics)
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        return await self._transactions.get_transaction(transaction_id)
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
+        return await self._transactions.get_transaction(transaction_id, half=half)
 
     async def list_transactions(
         self, state: str, *, topic: str | None = None, limit: int = 100
@@ -833,9 +833,11 @@ class Broker:
             topic, queue_id=queue_id, offset=offset, group=group, max_messages=max_messages
         )
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
+    ) -> RedriveResult:
         """Move messages of `%DLQ%<group>` back to the topics they were first sent to."""
-        return await self._admin.redrive(group, max_messages=max_messages)
+        return await self._admin.redrive(group, max_messages=max_messages, only=only)
 
     # -- retention (retention.py) ---------------------------------------------------------
 

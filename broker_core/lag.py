@@ -3,20 +3,24 @@ of the oldest unacked message and the depth of its dead-letter topic."""
 
 from __future__ import annotations
 
-from popmq.broker_core import validation
+from popmq.broker_core import dlq_holes, validation
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo, dlq_topic_name
 from popmq.broker_core.consume_queues import ConsumeQueues
 from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.store import Store
 from popmq.broker_core.types import LagReport, QueueBacklog, QueueLag, TopicBacklog
 
 
 class Lag:
     """Lag reports; they read memory and a few store times, never write."""
 
-    def __init__(self, *, catalog: Catalog, offsets: QueueOffsets, queues: ConsumeQueues) -> None:
+    def __init__(
+        self, *, catalog: Catalog, offsets: QueueOffsets, queues: ConsumeQueues, store: Store
+    ) -> None:
         self._catalog = catalog
         self._offsets = offsets
         self._queues = queues
+        self._store = store  # for the holes of a dead-letter queue (dlq_holes.py)
 
     def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         validation.check_name("group", group)
@@ -89,7 +93,10 @@ class Lag:
         dlq = self._catalog.topics.get(dlq_topic_name(group))
         depth = 0
         if dlq is not None:
-            depth = self._offsets.max_offset(dlq.topic_id, 0) - self._offsets.min_offset(
-                dlq.topic_id, 0
+            depth = dlq_holes.depth(
+                self._store,
+                dlq.topic_id,
+                self._offsets.min_offset(dlq.topic_id, 0),
+                self._offsets.max_offset(dlq.topic_id, 0),
             )
         return LagReport(group, backlog, topics, depth)

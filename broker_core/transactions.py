@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -664,10 +665,16 @@ class Transactions:
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        """The transaction's state; NotFoundError once its record expired."""
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
+        """The transaction's state; NotFoundError once its record expired. With `half`, an
+        open or discarded one also has its half message (body and properties)."""
         seq = self._codec.decode(transaction_id)
-        return self._info(seq, self._load(seq, transaction_id))
+        record = self._load(seq, transaction_id)
+        info = self._info(seq, record)
+        if half and record.state in (_OPEN, _DISCARDED) and record.message:
+            message = MessageRecord(records_pb2.StoredMessage.FromString(record.message))
+            return dataclasses.replace(info, half_message=message)
+        return info
 
     async def list_transactions(
         self, state: str, *, topic: str | None = None, limit: int = 100

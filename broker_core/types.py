@@ -321,6 +321,23 @@ class RedriveResult:
     dropped: int
     """Removed without a move: the topic they came from no longer exists."""
     remaining: int
+    outcomes: tuple[RedriveOutcome, ...] = ()
+    """A selected redrive's answer for each dead letter named, in the order asked."""
+
+
+REDRIVE_OUTCOMES = ("moved", "dropped", "not_found")
+"""What a selected redrive did with one dead letter: moved back; removed because its topic is
+gone; or not stored (never, or already redriven, purged or expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveOutcome:
+    """One named dead letter of a selected redrive: where it was and what became of it."""
+
+    queue_id: int
+    offset: int
+    outcome: str
+    """One of REDRIVE_OUTCOMES."""
 
 
 # -- transactions (transactions.py) -----------------------------------------------------------
@@ -358,6 +375,9 @@ class TransactionInfo:
     """Committed with a future delivery time: the recall handle of its timer."""
     discard_offset: int = -1
     """Discarded: the offset of its copy in the discarded-transactions topic (queue 0)."""
+    half_message: MessageRecord | None = None
+    """Asked for (`get_transaction(..., half=True)`), open or discarded: its half message;
+    None once resolved (the body is dropped then) and when not asked for."""
 
 
 @dataclass(frozen=True, slots=True)

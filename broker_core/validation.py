@@ -508,3 +508,37 @@ def pop_filter(
         return filter_type, filter_expression
     declared = subscriptions.subscription_filter(group, topic)
     return (filter_type, filter_expression) if declared is None else declared
+
+
+REDRIVE_SELECTED_MAX = 1000
+"""Most dead letters one redrive may name: they are read and moved in one batch."""
+
+
+def check_redrive_selection(max_messages: int | None, selected: Sequence[tuple[int, int]]) -> None:
+    """A selection is bounded, names each dead letter once and excludes max_messages."""
+    if max_messages is not None:
+        raise InvalidArgumentError(
+            "max_messages and selected dead letters exclude each other: name the dead letters "
+            "to redrive, or ask for the oldest max_messages",
+            field="max_messages",
+            value=max_messages,
+            allowed="unset when dead letters are named",
+        )
+    check_count("messages", len(selected), REDRIVE_SELECTED_MAX, "dead letters")
+    seen: set[tuple[int, int]] = set()
+    for queue_id, offset in selected:
+        if offset < 0:
+            raise InvalidArgumentError(
+                f"offset {offset} of queue {queue_id} is negative: offsets start at 0",
+                field="offset",
+                value=offset,
+                allowed="0 or more",
+            )
+        if (queue_id, offset) in seen:
+            raise InvalidArgumentError(
+                f"dead letter at queue {queue_id} offset {offset} is named twice: name each once",
+                field="messages",
+                value=f"{queue_id}:{offset}",
+                allowed="each dead letter once",
+            )
+        seen.add((queue_id, offset))

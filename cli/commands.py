@@ -39,8 +39,6 @@ _EXIT_INTERRUPTED = 130
 
 _SEND_BATCH_BYTES = 1024 * 1024
 """Bodies per send_batch call in `send --count`, well below the 4 MiB request limit."""
-_REDRIVE_CHUNK = 1000
-"""Dead letters moved per call of `dlq redrive`, so the bar moves and each call is short."""
 
 
 # -- serve --------------------------------------------------------------------------------------
@@ -376,45 +374,6 @@ def message_peek(args: argparse.Namespace) -> int:
     else:
         count = f"{len(messages)} {render.plural(len(messages), 'message')}"
         render.messages_table(messages, title=f"{count} of {args.topic}")
-    return EXIT_OK
-
-
-def dlq_redrive(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    moved = dropped = remaining = 0
-    with Admin(args.endpoint, **connection(args)) as admin:
-        try:
-            dlq = admin.get_topic(f"%DLQ%{args.group}")
-        except NotFoundError:
-            raise NotFoundError(
-                f"group {args.group!r} has no dead letters: %DLQ%{args.group} is created with "
-                "its first dead letter"
-            ) from None
-        depth = sum(q.message_count for q in dlq.queues)
-        total = depth if args.max is None else min(depth, args.max)
-        with render.progress(enabled=not args.json) as bar:
-            task = bar.add_task(f"redrive %DLQ%{args.group}", total=total)
-            while moved + dropped < total:
-                result = admin.redrive_dead_letters(
-                    args.group, max_messages=min(_REDRIVE_CHUNK, total - moved - dropped)
-                )
-                moved += result.moved
-                dropped += result.dropped
-                remaining = result.remaining
-                bar.update(task, completed=moved + dropped)
-                if result.moved + result.dropped == 0:
-                    break  # emptied meanwhile (purged, or another redrive)
-    took = time.monotonic() - started
-    if args.json:
-        render.print_json(
-            {"moved": moved, "dropped": dropped, "remaining": remaining, "seconds": took}
-        )
-    else:
-        print(
-            f"redrove {moved} {render.plural(moved, 'message')} from %DLQ%{args.group} in "
-            f"{took:.2f}s "
-            f"(dropped {dropped} whose topic is gone, {remaining} remaining)"
-        )
     return EXIT_OK
 
 
@@ -781,6 +740,13 @@ def transaction_list(args: argparse.Namespace) -> int:
         where = f" of {args.topic}" if args.topic else ""
         count = f"{len(found)} {kind} {render.plural(len(found), 'transaction')}{where}"
         render.transactions_table(found, title=count)
+    return EXIT_OK
+
+
+def transaction_show(args: argparse.Namespace) -> int:
+    with Admin(args.endpoint, **connection(args)) as admin:
+        message = admin.half_message(args.transaction_id, topic=args.topic)
+    render.print_json(message) if args.json else render.message_detail(message)
     return EXIT_OK
 
 

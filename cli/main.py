@@ -42,7 +42,7 @@ from popmq import (
     TLSConfig,
     UnauthenticatedError,
 )
-from popmq.cli import commands, inspection
+from popmq.cli import commands, dlq, inspection
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
 from popmq.sdk._channel import check_endpoint
 from popmq.sdk.tls import TLS, channel_security
@@ -743,14 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_argument("--max", type=_positive, default=16, help="at most N (default 16)")
     inspection.add_parsers(groups, message_commands, _client)
 
-    dlq = commands_.add_parser("dlq", help="dead-letter topics")
-    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
-    redrive = _client(
-        dlq_commands.add_parser("redrive", help="move %%DLQ%%GROUP back to its topics"),
-        commands.dlq_redrive,
-    )
-    redrive.add_argument("group")
-    redrive.add_argument("--max", type=_positive, help="at most N messages (default all)")
+    dlq.add_parsers(commands_, _client, _positive)
 
     transaction = commands_.add_parser("transaction", help="transactional messages")
     transactions = transaction.add_subparsers(dest="transaction_command", required=True)
@@ -769,6 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("commit", commands.transaction_commit, "commit an open transaction: deliver it"),
         ("rollback", commands.transaction_rollback, "roll back an open transaction"),
         ("resume", commands.transaction_resume, "reopen a discarded transaction"),
+        ("show", commands.transaction_show, "an open or discarded one's half message"),
     ):
         resolve = _client(transactions.add_parser(name, help=text), handler)
         resolve.add_argument("transaction_id", metavar="TXID")

@@ -41,15 +41,17 @@ from popmq.broker_core import (
     UnavailableError,
     check_name,
 )
-from popmq.broker_core.catalog import KIND_DLQ
+from popmq.broker_core.catalog import KIND_DLQ, dlq_topic_name
 from popmq.broker_core.inspection import check_message_id, check_page_size
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
     QueueBacklog,
+    RedriveOutcome,
     RedriveResult,
     TopicBacklog,
 )
+from popmq.broker_core.validation import check_redrive_selection
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
@@ -443,9 +445,15 @@ class ClusterAdmin:
         found.sort(key=lambda m: (m.queue_id, m.offset))
         return found[:max_messages]
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
+    ) -> RedriveResult:
         """Each broker moves its own dead letters of the group back (up to max_messages in
-        all, broker by broker); `remaining` counts what every broker still holds."""
+        all, broker by broker); `remaining` counts what every broker still holds.
+
+        Named dead letters go to the broker of their global queue id, as its local queue."""
+        if only:
+            return await self._redrive_selected(group, max_messages, only)
         moved = dropped = remaining = 0
         brokers = self._known_brokers()
         self._require_live(brokers, what=f"redrive group {group!r}")
@@ -463,6 +471,42 @@ class ClusterAdmin:
             dropped += result.dropped
             remaining += result.remaining
         return RedriveResult(moved, dropped, remaining)
+
+    async def _redrive_selected(
+        self, group: str, max_messages: int | None, selected: Sequence[tuple[int, int]]
+    ) -> RedriveResult:
+        check_name("group", group)
+        check_redrive_selection(max_messages, selected)
+        topic = dlq_topic_name(group)
+        parts: dict[str, list[tuple[int, int]]] = {}
+        for queue_id, offset in selected:
+            queue = self._topology.locate(topic, queue_id)
+            parts.setdefault(queue.broker, []).append((queue.queue_id, offset))
+        brokers = self._known_brokers()
+        self._require_live(list(parts), what=f"redrive dead letters of group {group!r}")
+        outcome: dict[tuple[int, int], str] = {}
+        remaining = 0
+        for broker in brokers:
+            remote = self._pool.get(broker)
+            if broker not in parts:
+                report = await _or_none(remote.lag_report(group))
+                remaining += report.dlq_depth if report is not None else 0
+                continue
+            result = await _or_none(remote.redrive(group, only=parts[broker]))
+            if result is None:
+                continue  # a broker that does not know the group yet stores none of them
+            remaining += result.remaining
+            for o in result.outcomes:
+                outcome[(self._global(topic, broker, o.queue_id), o.offset)] = o.outcome
+        outcomes = tuple(
+            RedriveOutcome(q, o, outcome.get((q, o), "not_found")) for q, o in selected
+        )
+        return RedriveResult(
+            sum(1 for o in outcomes if o.outcome == "moved"),
+            sum(1 for o in outcomes if o.outcome == "dropped"),
+            remaining,
+            outcomes,
+        )
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         brokers = self._topology.holders(topic) if topic else self._known_brokers()

@@ -569,9 +569,9 @@ class ClusterBroker:
         found = await _all([one(name) for name in names])
         return [check for checks in found for check in checks]
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
         broker = issuer(transaction_id, "transaction id")
-        info = await self.pool.get(broker).get_transaction(transaction_id)
+        info = await self.pool.get(broker).get_transaction(transaction_id, half=half)
         return self._global_transaction(info, broker)
 
     async def list_transactions(
@@ -839,9 +839,11 @@ class ClusterBroker:
             topic, queue_id=queue_id, offset=offset, group=group, max_messages=max_messages
         )
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    async def redrive(
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
+    ) -> RedriveResult:
         self.groups.get(group)
-        return await self.admin.redrive(group, max_messages=max_messages)
+        return await self.admin.redrive(group, max_messages=max_messages, only=only)
 
     async def group_lag(self, group: str, topic: str = "") -> list[QueueLag]:
         return await self.admin.group_lag(group, topic)

@@ -476,8 +476,8 @@ class RemoteBroker:
         )
         return [w.check_from_pb(c) for c in response.checks]
 
-    async def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        request = pb.GetTransactionRequest(transaction_id=transaction_id)
+    async def get_transaction(self, transaction_id: str, *, half: bool = False) -> TransactionInfo:
+        request = pb.GetTransactionRequest(transaction_id=transaction_id, half=half)
         response = await self._call(self._stub_().GetTransaction, request)
         return w.transaction_from_pb(response.transaction)
 
@@ -711,8 +711,12 @@ class RemoteBroker:
         response = await self._call(self._stub_().Peek, request)
         return [w.peeked_from_pb(m) for m in response.messages]
 
-    async def redrive(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
-        request = pb.RedriveRequest(group=group)
+    async def redrive(
+        self, group: str, *, max_messages: int | None = None, only: Sequence[tuple[int, int]] = ()
+    ) -> RedriveResult:
+        request = pb.RedriveRequest(
+            group=group, selected=[pb.DeadLetterRef(queue_id=q, offset=o) for q, o in only]
+        )
         if max_messages is not None:
             request.max_messages = max_messages
         return w.redrive_from_pb(await self._call(self._stub_().Redrive, request))

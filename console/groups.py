@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 DLQ_PREFIX = "%DLQ%"
 MAX_REDRIVE = 1_000_000
 """RedriveDeadLetters's largest max_messages."""
+MAX_REDRIVE_SELECTED = 1000
+"""The most dead letters one RedriveDeadLetters may name."""
 MAX_DELIVERY_ATTEMPTS = 1000
 MAX_BACKOFF_S = 12 * 3600
 FILTER_TYPES = {
@@ -189,7 +192,9 @@ class GroupPages:
 
     async def create_group(self, request: Request) -> Response:
         """CreateGroup: a name, max delivery attempts, FIFO, the topics it subscribes to
-        (every message of each), and where it starts in them."""
+        (with one filter for each, tag or SQL92; none: every message), where it starts in
+        them, and its nack backoff (the server's default, a list, or exponential). The
+        filter and the backoff's ranges are checked by the API, as for any client."""
         visitor = self.console.visitor(request)
         if visitor is None:
             return self.console.to_login(request)
@@ -202,7 +207,40 @@ class GroupPages:
         topics = forms.text(form, "topics").replace(",", " ").split()
         if len(set(topics)) != len(topics):
             raise forms.invalid("a topic is named twice in the subscriptions")
-        create.subscriptions.extend(admin_pb2.Subscription(topic=t) for t in topics)
+        expression = forms.text(form, "expression")
+        kind = str(form.get("filter_type") or "tag")
+        if kind not in FILTER_TYPES:
+            raise forms.invalid(f"filter_type {kind[:20]!r} is not one of tag, sql")
+        if expression and not topics:
+            raise forms.invalid("a filter needs a topic to subscribe to")
+        create.subscriptions.extend(
+            admin_pb2.Subscription(
+                topic=t,
+                filter=messaging_pb2.FilterExpression(
+                    type=FILTER_TYPES[kind], expression=expression
+                )
+                if expression
+                else None,
+            )
+            for t in topics
+        )
+        backoff = str(form.get("backoff") or "default")
+        if backoff == "list":
+            create.retry_backoff.extend(_backoff_list(form))
+            if not create.retry_backoff:
+                raise forms.invalid("a backoff list needs at least one delay in seconds")
+        elif backoff == "exponential":
+            create.exponential_backoff.CopyFrom(
+                admin_pb2.ExponentialBackoff(
+                    initial=_duration(_number(form, "backoff_initial_s")),
+                    max=_duration(_number(form, "backoff_max_s")),
+                    multiplier=_number(form, "backoff_multiplier"),
+                )
+            )
+        elif backoff != "default":
+            raise forms.invalid(
+                f"backoff {backoff[:20]!r} is not one of default, list, exponential"
+            )
         start = str(form.get("consume_from") or "first")
         if start not in CONSUME_FROM:
             raise forms.invalid(f"consume_from {start[:20]!r} is not one of first, last")
@@ -347,23 +385,7 @@ class GroupPages:
         )
         if attempts is not None:
             update.max_delivery_attempts = attempts
-        backoff = str(form.get("retry_backoff") or "").split()
-        if len(backoff) > 64:
-            raise forms.invalid(f"retry backoff has {len(backoff)} entries; at most 64")
-        for i, entry in enumerate(backoff):
-            try:
-                value = float(entry.removesuffix("s"))
-            except ValueError:
-                raise forms.invalid(
-                    f"retry backoff entry {i + 1} {entry[:20]!r} is not a number of seconds"
-                ) from None
-            if not 1 <= value <= MAX_BACKOFF_S or not math.isfinite(value):
-                raise forms.invalid(
-                    f"retry backoff entry {i + 1} {entry[:20]}s is out of range: 1..{MAX_BACKOFF_S}"
-                )
-            entry_duration = Duration()
-            entry_duration.FromNanoseconds(round(value * 1e9))
-            update.retry_backoff.append(entry_duration)
+        update.retry_backoff.extend(_backoff_list(form))
         if "fifo" in form or form.get("fifo_shown") == "1":
             update.fifo = form.get("fifo") == "on"
         subscribe = forms.text(form, "subscribe")
@@ -589,6 +611,8 @@ class GroupPages:
         form = await self.console.check_csrf(request, visitor)
         name = forms.text(form, "name", required=True)
         redrive = admin_pb2.RedriveDeadLettersRequest(group=name)
+        if form.get("selected") == "1":
+            return await self._redrive_selected(request, visitor, name, form.getlist("pick"))
         if form.get("all") == "1":
             if not forms.confirmed(form, name):
                 return await self._dlq(
@@ -625,6 +649,93 @@ class GroupPages:
             done += f" ({answer.dropped} dropped: their topic is gone)"
         done += f"; {answer.remaining} remain"
         return _to_group(name, done)
+
+    async def _redrive_selected(
+        self, request: Request, visitor: Visitor, name: str, picks: list[str | UploadFile]
+    ) -> Response:
+        """RedriveDeadLetters of the rows ticked, by queue and offset; those no longer stored
+        (redriven meanwhile, purged, expired) are named on the page shown again."""
+        if not picks:
+            raise forms.invalid("select at least one dead letter to redrive")
+        if len(picks) > MAX_REDRIVE_SELECTED:
+            raise forms.invalid(
+                f"{len(picks)} dead letters selected: at most {MAX_REDRIVE_SELECTED} at once"
+            )
+        redrive = admin_pb2.RedriveDeadLettersRequest(group=name)
+        for pick in picks:
+            queue, _, offset = str(pick).partition(":")
+            try:
+                redrive.messages.add(queue_id=int(queue, 10), offset=int(offset, 10))
+            except ValueError:
+                raise forms.invalid(f"{str(pick)[:40]!r} is not QUEUE:OFFSET") from None
+        answer = await self.actions.call(
+            visitor.principal,
+            "RedriveDeadLetters",
+            redrive,
+            response=admin_pb2.RedriveDeadLettersResponse,
+        )
+        done = f"redrove {answer.moved} of {len(picks)} selected dead letters of group {name}"
+        if answer.dropped:
+            done += f" ({answer.dropped} dropped: their topic is gone)"
+        missing = [
+            f"queue {o.queue_id} offset {o.offset}"
+            for o in answer.outcomes
+            if o.outcome == admin_pb2.REDRIVE_OUTCOME_NOT_FOUND
+        ]
+        if missing:
+            return await self._dlq(
+                request,
+                visitor,
+                name,
+                50,
+                status=409,
+                message=f"{done}; {len(missing)} no longer stored (redriven meanwhile, purged "
+                f"or expired), nothing done with them: {', '.join(missing)}",
+            )
+        return _to_group(name, done)
+
+
+def _backoff_list(form: Mapping[str, object]) -> list[Duration]:
+    """The form's `retry_backoff`: seconds, space separated (an "s" suffix allowed)."""
+    backoff = str(form.get("retry_backoff") or "").split()
+    if len(backoff) > 64:
+        raise forms.invalid(f"retry backoff has {len(backoff)} entries; at most 64")
+    durations = []
+    for i, entry in enumerate(backoff):
+        try:
+            value = float(entry.removesuffix("s"))
+        except ValueError:
+            raise forms.invalid(
+                f"retry backoff entry {i + 1} {entry[:20]!r} is not a number of seconds"
+            ) from None
+        if not 1 <= value <= MAX_BACKOFF_S or not math.isfinite(value):
+            raise forms.invalid(
+                f"retry backoff entry {i + 1} {entry[:20]}s is out of range: 1..{MAX_BACKOFF_S}"
+            )
+        durations.append(_duration(value))
+    return durations
+
+
+def _number(form: Mapping[str, object], name: str) -> float:
+    """A required finite number; its range is the API's to check."""
+    raw = forms.text(form, name, required=True)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise forms.invalid(f"{name} {raw[:20]!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > _LARGEST:
+        raise forms.invalid(f"{name} {raw[:20]!r} is out of range")
+    return value
+
+
+_LARGEST = 1e9
+"""Beyond any range the API allows (12 h, a factor of 10): only keeps a Duration sane."""
+
+
+def _duration(seconds: float) -> Duration:
+    duration = Duration()
+    duration.FromNanoseconds(round(seconds * 1e9))
+    return duration
 
 
 def _lag_rows(lag: admin_pb2.GetGroupLagResponse) -> list[LagRow]:

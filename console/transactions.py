@@ -1,5 +1,6 @@
 """The console's transactions page: open and discarded half messages with their checks,
-and an operator's commit, rollback and resume.
+each one's body and properties (GetHalfMessage, shown safely as the message pages show
+bodies), and an operator's commit, rollback and resume.
 
 ListTransactions, ResolveTransaction (commit or roll back, as `popmq admin` does: source
 ADMIN, audited `transaction.resolve`) and ResumeTransaction (a discarded transaction
@@ -22,6 +23,7 @@ from starlette.routing import Route
 
 from popmq._gen.popmq.v1 import admin_pb2, messaging_pb2
 from popmq.console import forms
+from popmq.console.messages import show_body
 
 if TYPE_CHECKING:
     from popmq.console.app import Console
@@ -52,6 +54,8 @@ class TransactionRow:
     resolved: str
     resolved_by: str
     may_update: bool
+    may_read: bool
+    """May read its half message (SUB on its topic)."""
 
 
 def _name(enum: type, value: int, prefix: str) -> str:
@@ -71,6 +75,7 @@ class TransactionPages:
             Route("/transactions/resolve", self.resolve_page, methods=["GET"]),
             Route("/transactions/resolve", self.resolve, methods=["POST"]),
             Route("/transactions/resume", self.resume, methods=["POST"]),
+            Route("/transactions/view", self.half_message, methods=["GET"]),
         ]
 
     async def transactions(self, request: Request) -> Response:
@@ -117,6 +122,11 @@ class TransactionPages:
                         transaction_id=t.transaction_id, topic=t.topic
                     ),
                 ),
+                may_read=self.actions.allowed(
+                    visitor.principal,
+                    "GetHalfMessage",
+                    admin_pb2.GetHalfMessageRequest(transaction_id=t.transaction_id, topic=t.topic),
+                ),
             )
             for t in listed.transactions
         ]
@@ -129,6 +139,41 @@ class TransactionPages:
             topic=topic,
             limit=limit,
             notice=forms.text(params, "done"),
+        )
+
+    async def half_message(self, request: Request) -> Response:
+        """An open or discarded transaction's half message (GetHalfMessage: read-only, SUB
+        on its topic), its body shown as the message pages show one."""
+        visitor = self.console.visitor(request)
+        if visitor is None:
+            return self.console.to_login(request)
+        params = request.query_params
+        answer = await self.actions.call(
+            visitor.principal,
+            "GetHalfMessage",
+            admin_pb2.GetHalfMessageRequest(
+                transaction_id=forms.text(params, "id", required=True),
+                topic=forms.text(params, "topic", required=True),
+            ),
+            response=admin_pb2.GetHalfMessageResponse,
+        )
+        message, transaction = answer.message, answer.transaction
+        return self.console.page(
+            request,
+            visitor,
+            "transaction_view.html",
+            transaction=transaction,
+            message=message,
+            state=_name(messaging_pb2.TransactionState, transaction.state, "TRANSACTION_STATE_"),
+            next_check=forms.utc(transaction.next_check_time.ToMilliseconds())
+            if transaction.HasField("next_check_time")
+            else "",
+            body=show_body(message.body, message.body_encoding),
+            born=forms.utc(message.born_time.ToMilliseconds()),
+            deliver=forms.utc(message.deliver_time.ToMilliseconds())
+            if message.HasField("deliver_time")
+            else "",
+            properties=sorted(message.properties.items()),
         )
 
     async def resolve_page(self, request: Request) -> Response:

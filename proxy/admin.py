@@ -28,6 +28,7 @@ from popmq.broker_core import (
     MAX_SUBSCRIPTIONS,
     BrokerAPI,
     ExponentialBackoff,
+    FailedPreconditionError,
     GroupSettings,
     InvalidArgumentError,
     check_count,
@@ -46,6 +47,13 @@ try:
     _SERVER_VERSION = metadata.version("popmq")
 except metadata.PackageNotFoundError:  # running from a source tree that is not installed
     _SERVER_VERSION = "0+unknown"
+
+_REDRIVE_OUTCOMES: Mapping[str, admin_pb2.RedriveOutcome] = {
+    "moved": admin_pb2.REDRIVE_OUTCOME_MOVED,
+    "dropped": admin_pb2.REDRIVE_OUTCOME_DROPPED,
+    "not_found": admin_pb2.REDRIVE_OUTCOME_NOT_FOUND,
+}
+"""The broker's outcome of one named dead letter, as the API's enum."""
 
 
 def _now_ms() -> int:
@@ -354,9 +362,18 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
         result = await self._broker.redrive(
             request.group,
             max_messages=request.max_messages if request.HasField("max_messages") else None,
+            only=[(m.queue_id, m.offset) for m in request.messages],
         )
         return admin_pb2.RedriveDeadLettersResponse(
-            moved=result.moved, dropped=result.dropped, remaining=result.remaining
+            moved=result.moved,
+            dropped=result.dropped,
+            remaining=result.remaining,
+            outcomes=[
+                admin_pb2.DeadLetterOutcome(
+                    queue_id=o.queue_id, offset=o.offset, outcome=_REDRIVE_OUTCOMES[o.outcome]
+                )
+                for o in result.outcomes
+            ],
         )
 
     # -- server ---------------------------------------------------------------------------
@@ -404,6 +421,34 @@ class AdminServicer(UserAdmin, admin_pb2_grpc.AdminServiceServicer):
             )
         info = await transactions.resume_discarded(request.transaction_id)
         return admin_pb2.ResumeTransactionResponse(transaction=convert.transaction(info))
+
+    @rpc
+    async def GetHalfMessage(
+        self, request: admin_pb2.GetHalfMessageRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetHalfMessageResponse:
+        _check_transaction_ref(request.transaction_id, request.topic)
+        info = await transactions_of(self._broker).get_transaction(
+            request.transaction_id, half=True
+        )
+        if info.topic != request.topic:
+            raise InvalidArgumentError(
+                f"transaction {request.transaction_id} belongs to topic {info.topic!r}, "
+                f"not {request.topic!r}"
+            )
+        if info.half_message is None:
+            raise FailedPreconditionError(
+                f"transaction {request.transaction_id} is {info.state.replace('_', ' ')}: its "
+                "half message's body is dropped once resolved"
+                + (
+                    f"; the message is stored in queue {info.queue_id} offset {info.offset}"
+                    if info.state == "committed" and info.offset >= 0
+                    else ""
+                )
+            )
+        return admin_pb2.GetHalfMessageResponse(
+            transaction=convert.transaction(info),
+            message=convert.stored_message(info.topic, info.queue_id, -1, info.half_message),
+        )
 
     @rpc
     async def GetServerInfo(

@@ -408,21 +408,31 @@ class AsyncAdmin(AsyncClient):
         return {o.queue_id: o.offset for o in response.offsets}
 
     async def redrive_dead_letters(
-        self, group: str, *, max_messages: int | None = None
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        messages: Sequence[tuple[int, int]] = (),
     ) -> RedriveResult:
         """Move messages of ``%DLQ%<group>`` back to their topics, oldest first (SQS redrive).
 
         Args:
             group: The group whose dead letters to move.
             max_messages: At most this many; ``None``: all stored now.
+            messages: Only these dead letters, as ``(queue_id, offset)`` of ``%DLQ%<group>``
+                (1..1000, each once; not with ``max_messages``). The result's ``outcomes``
+                says for each whether it moved, was dropped or was not found.
         """
-        request = admin_pb2.RedriveDeadLettersRequest(group=group)
+        request = admin_pb2.RedriveDeadLettersRequest(
+            group=group,
+            messages=[admin_pb2.DeadLetterRef(queue_id=q, offset=o) for q, o in messages],
+        )
         if max_messages is not None:
             request.max_messages = max_messages
         response: admin_pb2.RedriveDeadLettersResponse = await self._call(
             "RedriveDeadLetters", request
         )
-        return RedriveResult(response.moved, response.dropped, response.remaining)
+        return RedriveResult.from_proto(response)
 
     # -- transactions -------------------------------------------------------------------
 
@@ -482,6 +492,19 @@ class AsyncAdmin(AsyncClient):
             "ResumeTransaction", request
         )
         return TransactionInfo.from_proto(response.transaction)
+
+    async def half_message(self, transaction_id: str, *, topic: str | None = None) -> StoredMessage:
+        """The half message (body and properties) of an open or discarded transaction,
+        read without changing it; ``offset`` is -1 (it is in no queue yet). ``topic`` as for
+        ``commit_transaction`` (None: looked up among the open ones).
+
+        Raises:
+            FailedPreconditionError: It is committed or rolled back (its body is dropped).
+        """
+        topic = topic or await self._topic_of(transaction_id, discarded=False)
+        request = admin_pb2.GetHalfMessageRequest(transaction_id=transaction_id, topic=topic)
+        response: admin_pb2.GetHalfMessageResponse = await self._call("GetHalfMessage", request)
+        return StoredMessage.from_proto(response.message)
 
     async def _resolve(
         self, transaction_id: str, topic: str | None, *, commit: bool
@@ -816,9 +839,17 @@ class Admin(SyncClient[AsyncAdmin]):
         """Per queue, the first offset at or after a time (see ``AsyncAdmin.offsets_at``)."""
         return self._run(self._core.offsets_at(topic, timestamp))
 
-    def redrive_dead_letters(self, group: str, *, max_messages: int | None = None) -> RedriveResult:
+    def redrive_dead_letters(
+        self,
+        group: str,
+        *,
+        max_messages: int | None = None,
+        messages: Sequence[tuple[int, int]] = (),
+    ) -> RedriveResult:
         """Move dead letters back (see ``AsyncAdmin.redrive_dead_letters``)."""
-        return self._run(self._core.redrive_dead_letters(group, max_messages=max_messages))
+        return self._run(
+            self._core.redrive_dead_letters(group, max_messages=max_messages, messages=messages)
+        )
 
     def list_transactions(
         self, *, discarded: bool = False, topic: str | None = None, limit: int = 100
@@ -845,6 +876,10 @@ class Admin(SyncClient[AsyncAdmin]):
     ) -> TransactionInfo:
         """Reopen a discarded transaction (see ``AsyncAdmin.resume_transaction``)."""
         return self._run(self._core.resume_transaction(transaction_id, topic=topic))
+
+    def half_message(self, transaction_id: str, *, topic: str | None = None) -> StoredMessage:
+        """A transaction's half message (see ``AsyncAdmin.half_message``)."""
+        return self._run(self._core.half_message(transaction_id, topic=topic))
 
     def server_info(self) -> ServerInfo:
         """The server's version, uptime, store size and configuration."""

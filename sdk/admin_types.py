@@ -25,6 +25,7 @@ __all__ = [
     "OffsetReset",
     "QueueLag",
     "QueueStats",
+    "RedriveOutcome",
     "RedriveResult",
     "ServerInfo",
     "StoredMessage",
@@ -484,11 +485,45 @@ class RedriveResult:
         moved: Messages moved back to their topics.
         dropped: Messages removed without a move because their topic no longer exists.
         remaining: Messages still in the dead-letter topic.
+        outcomes: For a redrive of named dead letters, each of them in the order asked.
     """
 
     moved: int
     dropped: int
     remaining: int
+    outcomes: tuple[RedriveOutcome, ...] = ()
+
+    @classmethod
+    def from_proto(cls, m: admin_pb2.RedriveDeadLettersResponse) -> RedriveResult:
+        return cls(
+            m.moved,
+            m.dropped,
+            m.remaining,
+            tuple(
+                RedriveOutcome(
+                    o.queue_id,
+                    o.offset,
+                    enum_suffix(admin_pb2.RedriveOutcome.Name, o.outcome, "REDRIVE_OUTCOME_"),
+                )
+                for o in m.outcomes
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveOutcome:
+    """What a redrive of named dead letters did with one of them.
+
+    Attributes:
+        queue_id: Its queue in ``%DLQ%<group>``, as named.
+        offset: Its offset, as named.
+        outcome: ``"moved"`` (back to its topic), ``"dropped"`` (its topic is gone) or
+            ``"not_found"`` (not stored: never, or already redriven, purged or expired).
+    """
+
+    queue_id: int
+    offset: int
+    outcome: str
 
 
 @dataclass(frozen=True, slots=True)

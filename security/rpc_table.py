@@ -263,6 +263,7 @@ _V1_ADMIN: dict[str, Rule] = {
     ),
     "ResolveTransaction": rule(need(TOPIC, UPDATE, path="topic")),
     "ResumeTransaction": rule(need(TOPIC, UPDATE, path="topic")),
+    "GetHalfMessage": rule(need(TOPIC, SUB, path="topic"), note=_BODIES),
     "GetServerInfo": rule(need(CLUSTER, GET)),
     "GetClusterStatus": rule(need(CLUSTER, GET)),
     "CreateUser": rule(need(CLUSTER, UPDATE), note=_CLUSTER_ADMIN),

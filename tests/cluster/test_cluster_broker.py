@@ -354,3 +354,44 @@ def test_a_group_push_that_arrives_after_the_delete_does_not_bring_the_group_bac
     for server in cluster.brokers.values():
         local = cluster.call(server.broker.list_groups)
         assert "late" not in [g.name for g in local]
+
+
+def test_named_dead_letters_are_redriven_by_the_broker_of_their_global_queue(
+    cluster: InProcessCluster,
+) -> None:
+    a, b = cluster.proxies
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("picks", queues=1)
+        admin.create_group("pickers", max_delivery_attempts=1)
+        for i in range(12):
+            producer.send("picks", f"p{i}".encode())
+    with SimpleConsumer(b, group="pickers", topic="picks") as consumer:
+        for message in _drain(consumer, 12):
+            consumer.nack(message, delay_s=0)
+    with Admin(a) as admin:
+        deadline = time.monotonic() + 30
+        while admin.lag_report("pickers").dlq_depth < 12:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        dead = admin.peek_messages("%DLQ%pickers", max_messages=64)
+    assert {m.queue_id for m in dead} == {0, 1, 2}  # one DLQ queue per broker, global ids
+    picked = [next(m for m in dead if m.queue_id == q) for q in (2, 1)]
+    with Admin(b) as admin:
+        result = admin.redrive_dead_letters(
+            "pickers",
+            messages=[(m.queue_id, m.offset) for m in picked] + [(0, 10_000)],
+        )
+        assert [o.outcome for o in result.outcomes] == ["moved", "moved", "not_found"]
+        assert [(o.queue_id, o.offset) for o in result.outcomes[:2]] == [
+            (m.queue_id, m.offset) for m in picked
+        ]
+        assert (result.moved, result.dropped) == (2, 0)
+        left = admin.peek_messages("%DLQ%pickers", max_messages=64)
+        assert {(m.queue_id, m.offset) for m in left} == {(m.queue_id, m.offset) for m in dead} - {
+            (m.queue_id, m.offset) for m in picked
+        }
+        with pytest.raises(InvalidArgumentError, match="queue"):
+            admin.redrive_dead_letters("pickers", messages=[(3, 0)])
+    with SimpleConsumer(a, group="pickers", topic="picks") as consumer:
+        back = _drain(consumer, 2)
+        assert sorted(m.body for m in back) == sorted(m.body for m in picked)

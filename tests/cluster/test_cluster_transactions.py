@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from popmq import Admin
 from popmq.broker_core import FailedPreconditionError, NewMessage
 from popmq.broker_core.handles import issuer_of
 from tests.support.inprocess_cluster import InProcessCluster
@@ -80,3 +81,27 @@ def test_each_proxy_claims_the_checks_of_topics_it_has_producers_for(
         assert info.state == "open" and info.checks == 1
 
     cluster.call(scenario)
+
+
+def test_a_half_message_is_read_through_any_proxy_from_the_broker_holding_it(
+    cluster: InProcessCluster,
+) -> None:
+    first = cluster.cluster_broker(0)
+
+    async def send() -> list[str]:
+        await first.create_topic("invoices", 1, message_type="transaction")
+        ids = []
+        for n in range(12):  # one by one: a batch is stored whole on one broker
+            (half,) = await first.send_half([NewMessage("invoices", b"i%d" % n, keys=(f"k{n}",))])
+            ids.append(half.transaction_id)
+        return ids
+
+    ids = cluster.call(send)
+    assert {issuer_of(i) for i in ids} == {"b1", "b2"}  # both brokers hold some
+    for proxy in cluster.proxies:
+        with Admin(proxy) as admin:
+            listed = {t.transaction_id: t for t in admin.list_transactions(topic="invoices")}
+            for n, transaction_id in enumerate(ids):
+                half = admin.half_message(transaction_id, topic="invoices")
+                assert (half.body, half.keys) == (f"i{n}".encode(), (f"k{n}",))
+                assert half.queue_id == listed[transaction_id].queue_id  # a global id

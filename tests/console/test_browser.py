@@ -2,8 +2,8 @@
 (tools/install_browser.sh; never `playwright install`, which downloads a browser this
 machine cannot reach). Log in, watch the overview's chart move after sends, create a topic
 from the topics page; send a test message, find it by key and read its body; see a group's
-dead letter, read its delivery history, read it and redrive it; see a NORMAL user offered
-only what it may do and refused the rest; watch a group's lag rise and fall on its page as
+dead letter, read its delivery history, read it and redrive it (ticked); see a NORMAL user
+offered only what it may do and refused the rest; watch a group's lag rise and fall on its page as
 a consumer acks, and its runtime section show a receive held in a long poll and the
 messages in flight with their deadlines, by itself; with no script error and no CSP
 violation on the way.
@@ -215,10 +215,11 @@ async def test_send_find_and_read_a_message_then_redrive_a_dead_letter(tmp_path:
                 await page.locator("#messages tbody tr a").first.click()
                 await expect(page.locator("#body")).to_contain_text('"failed": true')
                 await page.go_back()
-                await page.fill("#confirm", "billing")
-                await page.click("#redrive-all")
+                # Ticked in the table, sent by the form below it (the box names the form).
+                await page.check('input.pick[value="0:0"]')
+                await page.click("#redrive-selected")
                 await expect(page.locator("#notice")).to_have_text(
-                    "redrove 1 dead letters of group billing; 0 remain"
+                    "redrove 1 of 1 selected dead letters of group billing"
                 )
                 await expect(page.locator("#dlq-depth")).to_have_text("0")
 

@@ -1,7 +1,8 @@
 """Each `popmq proxy` serves the console too: its overview shows the cluster's brokers,
 proxies and etcd, a topic created there is a cluster topic (its route in etcd), a group's
 lag names the broker of each queue, and a browse reads every broker's queues; a group's
-runtime section and a message's history name the broker of each row."""
+runtime section and a message's history name the broker of each row; dead letters ticked
+on the page are redriven by the broker of each one's queue."""
 
 from __future__ import annotations
 
@@ -150,3 +151,52 @@ def test_a_groups_runtime_and_a_messages_history_name_their_brokers(
         )
         assert [s for s, _ in steps] == ["stored", "pop"], steps
         assert len({b for _, b in steps}) == 1  # the broker that stored it saw every step
+
+
+def test_ticked_dead_letters_are_redriven_through_a_proxy_from_each_broker(
+    cluster: InProcessCluster,
+) -> None:
+    url = cluster.console_urls[0]
+    proxy = cluster.proxies[1]
+
+    async def prepare() -> None:
+        broker = cluster.cluster_broker(0)
+        await broker.create_topic("orders", 1)  # 1 per broker
+        await broker.create_group("billing", max_delivery_attempts=1)
+
+    cluster.call(prepare)
+    with Producer(proxy) as producer:
+        for i in range(8):
+            producer.send("orders", b"d%d" % i)
+    with SimpleConsumer(proxy, group="billing", topic="orders") as consumer:
+        seen = 0
+        while seen < 8:
+            batch = consumer.receive(max_messages=8, wait_s=5)
+            assert batch
+            for message in batch:
+                consumer.nack(message)  # its only attempt: a dead letter on its broker
+            seen += len(batch)
+    with httpx.Client(base_url=url, headers={"origin": url}) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            page = client.get("/groups/dlq", params={"name": "billing"}).text
+            picks = re.findall(r'name="pick" value="(\d+):(\d+)"', page)
+            if len(picks) == 8:
+                break
+            assert time.monotonic() < deadline, picks
+            time.sleep(0.1)
+        by_queue: dict[str, str] = {}
+        for queue, offset in picks:
+            by_queue.setdefault(queue, f"{queue}:{offset}")
+        assert set(by_queue) == {"0", "1"}  # one DLQ queue per broker, global ids
+        ticked = sorted(by_queue.values())
+        redrive = client.post(
+            "/groups/redrive",
+            data={"csrf": csrf_of(page), "name": "billing", "selected": "1", "pick": ticked},
+        )
+        assert redrive.status_code == 303
+        done = client.get(redrive.headers["location"]).text
+        assert "redrove 2 of 2 selected dead letters of group billing" in done
+        after = client.get("/groups/dlq", params={"name": "billing"}).text
+        left = {f"{q}:{o}" for q, o in re.findall(r'name="pick" value="(\d+):(\d+)"', after)}
+        assert len(left) == 6 and not left & set(ticked)

@@ -1,9 +1,9 @@
 """The groups pages: the list over many groups (server-side search and pages, bad pages
 refused), a group's settings and POP-aware lag, settings update, offset reset (warning
 with what is in flight, forced only with the typed name), the dead letters peeked without
-consuming and redriven (the oldest few, or all with the typed name), delete with the typed
-name; every change through the admin path with its audit line; a NORMAL user refused and
-not offered what its policies forbid."""
+consuming and redriven (the oldest few, those ticked, or all with the typed name), delete
+with the typed name; every change through the admin path with its audit line; a NORMAL
+user refused and not offered what its policies forbid."""
 
 from __future__ import annotations
 
@@ -327,6 +327,118 @@ async def test_dead_letters_are_peeked_without_consuming_and_redriven_oldest_fir
         ("dlq.redrive", "ok"),
     ]
     assert audit_lines.lines[0]["request"]["max_messages"] == "1"
+
+
+@run_async
+async def test_ticked_dead_letters_are_redriven_and_those_gone_meanwhile_are_named(
+    tmp_path: Path, audit_lines: AuditLines
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 1)
+        await server.broker.create_group("g", max_delivery_attempts=1)
+        async with AsyncProducer(server.address) as producer:
+            for i in range(4):
+                await producer.send("orders", b"dead %d" % i)
+        async with AsyncSimpleConsumer(server.address, group="g", topic="orders") as consumer:
+            got = await consumer.receive(max_messages=4, wait_s=5)
+            assert len(got) == 4
+            for message in got:
+                await consumer.nack(message)
+        await _dead_letters(server, "g", 4)
+        async with browser(server) as client:
+            dlq = await client.get("/groups/dlq", params={"name": "g"})
+            for offset in range(4):
+                assert f'name="pick" value="0:{offset}" form="redrive-selected-form"' in dlq.text
+            token = csrf_of(dlq.text)
+            form = {"csrf": token, "name": "g", "selected": "1"}
+            no_csrf = await client.post(
+                "/groups/redrive", data={"name": "g", "selected": "1", "pick": ["0:1"]}
+            )
+            assert no_csrf.status_code == 403
+            none = await client.post("/groups/redrive", data=form)
+            assert none.status_code == 400 and "select at least one" in none.text
+            picked = await client.post("/groups/redrive", data={**form, "pick": ["0:1", "0:3"]})
+            assert picked.status_code == 303
+            assert (
+                "redrove 2 of 2 selected dead letters of group g"
+                in (await client.get(picked.headers["location"])).text
+            )
+            left = await server.broker.peek("%DLQ%g", queue_id=0, offset=0, max_messages=8)
+            assert [m.offset for m in left] == [0, 2]
+            again = await client.post("/groups/redrive", data={**form, "pick": ["0:3", "0:2"]})
+            assert again.status_code == 409
+            assert "redrove 1 of 2 selected" in again.text
+            assert "1 no longer stored" in again.text and "queue 0 offset 3" in again.text
+            bad = await client.post("/groups/redrive", data={**form, "pick": ["0:x"]})
+            assert bad.status_code == 400 and "is not QUEUE:OFFSET" in bad.text
+        back = await server.broker.peek("orders", queue_id=0, offset=4, max_messages=8)
+        assert sorted(m.record.body for m in back) == [b"dead 1", b"dead 2", b"dead 3"]
+    assert [(e["event"], e["result"]) for e in audit_lines.lines] == [
+        ("dlq.redrive", "ok"),
+        ("dlq.redrive", "ok"),
+    ]
+
+
+@run_async
+async def test_a_group_is_created_with_a_filter_and_an_exponential_or_listed_backoff(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        broker = server.broker
+        await broker.create_topic("orders", 1)
+        await broker.create_topic("refunds", 1)
+        async with browser(server) as client:
+            listing = (await client.get("/groups")).text
+            for field in ('name="filter_type"', 'name="expression"', 'value="exponential"'):
+                assert field in listing
+            form = {"csrf": csrf_of(listing), "topics": "orders refunds"}
+            sql = {"filter_type": "sql", "expression": "amount > 5 AND region = 'eu'"}
+            exponential = {
+                "backoff": "exponential",
+                "backoff_initial_s": "2",
+                "backoff_multiplier": "3",
+                "backoff_max_s": "60",
+            }
+            made = await client.post("/groups", data={**form, **sql, **exponential, "name": "a"})
+            assert made.status_code == 303
+            settings = broker.group_settings("a")
+            assert [(s.topic, s.filter_type, s.expression) for s in settings.subscriptions] == [
+                ("orders", "sql", "amount > 5 AND region = 'eu'"),
+                ("refunds", "sql", "amount > 5 AND region = 'eu'"),
+            ]
+            assert settings.exponential_backoff is not None
+            assert (
+                settings.exponential_backoff.initial_s,
+                settings.exponential_backoff.multiplier,
+                settings.exponential_backoff.max_s,
+            ) == (2.0, 3.0, 60.0)
+            page = (await client.get(made.headers["location"])).text
+            assert "amount &gt; 5 AND region = &#39;eu&#39;" in page
+
+            tags = {"filter_type": "tag", "expression": "paid || late"}
+            listed = {"backoff": "list", "retry_backoff": "2 4s 8"}
+            made = await client.post(
+                "/groups", data={**form, **tags, **listed, "name": "b", "topics": "orders"}
+            )
+            assert made.status_code == 303
+            (sub,) = broker.group_settings("b").subscriptions
+            assert (sub.filter_type, sub.expression) == ("tag", "paid || late")
+            assert broker.get_group("b").retry_backoff_ms == (2000, 4000, 8000)
+
+            # Refused as the API refuses them (its messages), and nothing is created.
+            for fields, says in [
+                ({"filter_type": "sql", "expression": "amount >"}, "expression"),
+                ({**exponential, "backoff_initial_s": "0.5"}, "initial"),
+                ({**exponential, "backoff_multiplier": "11"}, "multiplier"),
+                ({**exponential, "backoff_max_s": "x"}, "backoff_max_s &#39;x&#39; is not"),
+                ({"backoff": "list", "retry_backoff": ""}, "at least one delay"),
+                ({"backoff": "list", "retry_backoff": "0.5"}, "out of range"),
+                ({"expression": "x", "topics": ""}, "a filter needs a topic"),
+            ]:
+                refused = await client.post("/groups", data={**form, **fields, "name": "c"})
+                assert refused.status_code == 400, (fields, refused.text)
+                assert says in refused.text, (fields, says)
+            assert sorted(g.name for g in await broker.list_groups()) == ["a", "b"]
 
 
 @run_async

@@ -113,3 +113,64 @@ async def test_a_normal_user_without_update_is_not_offered_resolve(tmp_path: Pat
                 },
             )
             assert refused.status_code == 403 and "may not UPDATE topic" in refused.text
+            # Nor is its half message's body shown: that needs SUB on the topic.
+            assert 'class="half"' not in listing
+            read = await client.get(
+                "/transactions/view", params={"id": half.transaction_id, "topic": "pay"}
+            )
+            assert read.status_code == 403 and "may not SUB topic" in read.text
+
+
+@run_async
+async def test_a_half_message_is_shown_safely_without_changing_its_transaction(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        broker = server.broker
+        await broker.create_topic("pay", 1, message_type="transaction")
+        json_half, binary_half = await broker.send_half(  # type: ignore[attr-defined]
+            [
+                NewMessage(
+                    "pay",
+                    b'{"amount": 7, "note": "<script>alert(1)</script>"}',
+                    tag="t1",
+                    keys=("order-7",),
+                    properties={"who": "<b>ops</b>"},
+                ),
+                NewMessage("pay", bytes(range(8))),
+            ],
+            producer_group="pg",
+            check_first_s=3600,
+        )
+        async with browser(server) as client:
+            listing = (await client.get("/transactions")).text
+            link = (
+                f'<a href="/transactions/view?id={json_half.transaction_id}&amp;topic=pay" '
+                'class="half">'
+            )
+            assert link in listing
+            page = await client.get(
+                "/transactions/view", params={"id": json_half.transaction_id, "topic": "pay"}
+            )
+            assert page.status_code == 200
+            assert '<td id="transaction-state">open</td>' in page.text
+            assert "&#34;amount&#34;: 7" in page.text and "JSON" in page.text
+            assert "<script>alert" not in page.text and "&lt;script&gt;" in page.text
+            assert "&lt;b&gt;ops&lt;/b&gt;" in page.text and "order-7" in page.text
+            binary = await client.get(
+                "/transactions/view", params={"id": binary_half.transaction_id, "topic": "pay"}
+            )
+            assert "binary (hex)" in binary.text and "00 01 02 03" in binary.text
+            other = await client.get(
+                "/transactions/view", params={"id": json_half.transaction_id, "topic": "other"}
+            )
+            assert other.status_code == 400 and "belongs to topic" in other.text
+            missing = await client.get("/transactions/view", params={"topic": "pay"})
+            assert missing.status_code == 400 and "id is required" in missing.text
+            await broker.end_transaction(json_half.transaction_id, commit=True)  # type: ignore[attr-defined]
+            resolved = await client.get(
+                "/transactions/view", params={"id": json_half.transaction_id, "topic": "pay"}
+            )
+            assert resolved.status_code == 409 and "is committed" in resolved.text
+        [still] = await broker.list_transactions("open")  # type: ignore[attr-defined]
+        assert (still.transaction_id, still.checks) == (binary_half.transaction_id, 0)

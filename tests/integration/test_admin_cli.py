@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from popmq import Admin, SimpleConsumer
+from popmq import Admin, InvalidArgumentError, SimpleConsumer
 from popmq.cli.main import main
 
 
@@ -142,6 +142,48 @@ def test_dlq_redrive_moves_everything_back_with_a_summary(endpoint: str, popmq: 
     line = popmq("dlq", "redrive", "g")
     assert line.startswith("redrove 15 messages from %DLQ%g in ")
     assert line.endswith("(dropped 0 whose topic is gone, 0 remaining)\n")
+
+
+def test_dlq_redrive_of_named_dead_letters_reports_each(endpoint: str, popmq: Cli) -> None:
+    with Admin(endpoint) as admin:
+        admin.create_topic("orders", queues=1)
+        admin.create_group("g", max_delivery_attempts=1)
+    popmq("send", "orders", "m{n}", "--count", "3")
+    with SimpleConsumer(endpoint, group="g", topic="orders") as consumer:
+        seen = 0
+        while seen < 3:
+            batch = consumer.receive(max_messages=8, wait_s=5)
+            assert batch
+            for message in batch:
+                consumer.nack(message, delay_s=0)
+            seen += len(batch)
+    with Admin(endpoint) as admin:
+        deadline = time.monotonic() + 30
+        while admin.lag_report("g").dlq_depth < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    dead = popmq.json("message", "peek", "%DLQ%g")
+    first, second = dead[0], dead[1]
+    named = f"{second['queue_id']}:{second['offset']}"
+    result = popmq.json("dlq", "redrive", "g", "--message", named)
+    assert result["outcomes"] == [
+        {"queue_id": second["queue_id"], "offset": second["offset"], "outcome": "moved"}
+    ]
+    assert result["remaining"] == 2
+    left = popmq.json("message", "peek", "%DLQ%g")
+    assert [m["offset"] for m in left] == [m["offset"] for m in dead if m is not second]
+    # Named again (already redriven) with one still stored: that one moves, exit code 3.
+    again = _process(
+        endpoint, "dlq", "redrive", "g", "--message", named, "--message", f"0:{first['offset']}"
+    )
+    assert again.returncode == 3, again.stderr
+    assert f"%DLQ%g queue 0 offset {second['offset']}: not_found" in again.stdout
+    assert f"%DLQ%g queue 0 offset {first['offset']}: moved" in again.stdout
+    assert again.stdout.splitlines()[-1] == "redrove 1 of 2 named messages (1 remaining)"
+    assert "1 named message not stored" in again.stderr
+    with Admin(endpoint) as admin, pytest.raises(InvalidArgumentError, match="at most 1000"):
+        admin.redrive_dead_letters("g", messages=[(0, n) for n in range(1001)])
+    assert "is not QUEUE:OFFSET" in popmq("dlq", "redrive", "g", "--message", "0:x", code=2)
 
 
 def _process(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:

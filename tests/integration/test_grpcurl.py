@@ -450,6 +450,10 @@ def test_every_admin_and_messaging_rpc_works_with_json_in_and_out(server: Server
     (second,) = call(messaging + "SendMessages", half)["results"]
     listed = call(admin + "ListTransactions", {"topic": "payments"})["transactions"]
     assert [t["state"] for t in listed] == ["TRANSACTION_STATE_OPEN"] * 2
+    read = call(
+        admin + "GetHalfMessage", {"transaction_id": second["transaction_id"], "topic": "payments"}
+    )
+    assert read["message"]["body"] == _b64("pay") and read["message"]["offset"] == "-1"
     ended = call(
         messaging + "EndTransaction",
         {

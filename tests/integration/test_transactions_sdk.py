@@ -16,6 +16,7 @@ from popmq import (
     AsyncProducer,
     FailedPreconditionError,
     HalfMessage,
+    InvalidArgumentError,
     Producer,
     SimpleConsumer,
     TransactionResolution,
@@ -127,6 +128,24 @@ def test_explicit_commit_delivers_and_explicit_rollback_does_not(endpoint: str) 
         [rolled_back] = dropped.rollback()
         assert rolled_back.state == "rolled_back"
     assert _receive_all(endpoint, topic, wait_s=0.5) == [b"kept"]
+
+
+def test_an_operator_reads_an_open_half_message_and_not_a_resolved_one(endpoint: str) -> None:
+    topic = _topic(endpoint, "tx-read")
+    with Producer(endpoint) as producer, Admin(endpoint) as admin:
+        open_ = producer.begin_transaction()
+        open_.send(topic, b'{"pay": 7}', tag="t", keys=["k-7"], properties={"who": "<b>x</b>"})
+        [listed] = admin.list_transactions(topic=topic)
+        half = admin.half_message(listed.transaction_id)
+        assert (half.body, half.tag, half.keys) == (b'{"pay": 7}', "t", ("k-7",))
+        assert half.properties["who"] == "<b>x</b>"
+        assert (half.message_id, half.topic, half.offset) == (listed.message_id, topic, -1)
+        with pytest.raises(InvalidArgumentError, match="belongs to topic"):
+            admin.half_message(listed.transaction_id, topic=_topic(endpoint, "tx-other"))
+        [committed] = open_.commit()
+        with pytest.raises(FailedPreconditionError, match=r"is committed.*stored in queue"):
+            admin.half_message(listed.transaction_id, topic=topic)
+        assert committed.state == "committed"
 
 
 def test_async_transactions_commit_and_roll_back(endpoint: str) -> None:
@@ -242,6 +261,9 @@ def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
     assert _metric(server, "popmq_half_messages_sent_total", topic=topic) == 2
     table = cli("transaction", "list", "--topic", topic)
     assert to_commit in table and to_roll_back in table and "2 open transactions" in table
+    shown = json.loads(cli("transaction", "show", to_commit, "--json"))
+    assert (shown["body"], shown["offset"]) == ("by-operator", -1)
+    assert "by-operator" in cli("transaction", "show", to_commit, "--topic", topic)
     assert "state=committed by=admin" in cli("transaction", "commit", to_commit)
     rolled = json.loads(cli("transaction", "rollback", to_roll_back, "--topic", topic, "--json"))
     assert (rolled["state"], rolled["resolved_by"]) == ("rolled_back", "admin")
@@ -249,4 +271,5 @@ def test_operator_commits_and_rolls_back_open_transactions_from_the_cli(
     assert "rolled back" in cli("transaction", "commit", to_roll_back, "--topic", topic, code=4)
     # Without --topic, resume looks among the discarded ones: a committed one is not there.
     assert "no discarded transaction" in cli("transaction", "resume", to_commit, code=3)
+    assert "is committed" in cli("transaction", "show", to_commit, "--topic", topic, code=4)
     assert _receive_all(endpoint, topic, wait_s=0.5) == [b"by-operator"]

@@ -42,6 +42,13 @@ class ResetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESET_TARGET_TIMESTAMP: _ClassVar[ResetTarget]
     RESET_TARGET_OFFSETS: _ClassVar[ResetTarget]
 
+class RedriveOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REDRIVE_OUTCOME_UNSPECIFIED: _ClassVar[RedriveOutcome]
+    REDRIVE_OUTCOME_MOVED: _ClassVar[RedriveOutcome]
+    REDRIVE_OUTCOME_DROPPED: _ClassVar[RedriveOutcome]
+    REDRIVE_OUTCOME_NOT_FOUND: _ClassVar[RedriveOutcome]
+
 class ClusterMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CLUSTER_MODE_UNSPECIFIED: _ClassVar[ClusterMode]
@@ -110,6 +117,10 @@ RESET_TARGET_EARLIEST: ResetTarget
 RESET_TARGET_LATEST: ResetTarget
 RESET_TARGET_TIMESTAMP: ResetTarget
 RESET_TARGET_OFFSETS: ResetTarget
+REDRIVE_OUTCOME_UNSPECIFIED: RedriveOutcome
+REDRIVE_OUTCOME_MOVED: RedriveOutcome
+REDRIVE_OUTCOME_DROPPED: RedriveOutcome
+REDRIVE_OUTCOME_NOT_FOUND: RedriveOutcome
 CLUSTER_MODE_UNSPECIFIED: ClusterMode
 CLUSTER_MODE_LOCAL: ClusterMode
 CLUSTER_MODE_CLUSTER: ClusterMode
@@ -724,22 +735,44 @@ class QueryMessagesByKeyResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
 
 class RedriveDeadLettersRequest(_message.Message):
-    __slots__ = ("group", "max_messages")
+    __slots__ = ("group", "max_messages", "messages")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     group: str
     max_messages: int
-    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[DeadLetterRef]
+    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[DeadLetterRef, _Mapping]]] = ...) -> None: ...
+
+class DeadLetterRef(_message.Message):
+    __slots__ = ("queue_id", "offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class DeadLetterOutcome(_message.Message):
+    __slots__ = ("queue_id", "offset", "outcome")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    outcome: RedriveOutcome
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., outcome: _Optional[_Union[RedriveOutcome, str]] = ...) -> None: ...
 
 class RedriveDeadLettersResponse(_message.Message):
-    __slots__ = ("moved", "dropped", "remaining")
+    __slots__ = ("moved", "dropped", "remaining", "outcomes")
     MOVED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     moved: int
     dropped: int
     remaining: int
-    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+    outcomes: _containers.RepeatedCompositeFieldContainer[DeadLetterOutcome]
+    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[DeadLetterOutcome, _Mapping]]] = ...) -> None: ...
 
 class GetServerInfoRequest(_message.Message):
     __slots__ = ()
@@ -1115,3 +1148,19 @@ class ResumeTransactionResponse(_message.Message):
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     transaction: _messaging_pb2.Transaction
     def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ...) -> None: ...
+
+class GetHalfMessageRequest(_message.Message):
+    __slots__ = ("transaction_id", "topic")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetHalfMessageResponse(_message.Message):
+    __slots__ = ("transaction", "message")
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    transaction: _messaging_pb2.Transaction
+    message: StoredMessage
+    def __init__(self, transaction: _Optional[_Union[_messaging_pb2.Transaction, _Mapping]] = ..., message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...

@@ -149,6 +149,11 @@ class AdminServiceStub:
                 request_serializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.SerializeToString,
                 response_deserializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.FromString,
                 _registered_method=True)
+        self.GetHalfMessage = channel.unary_unary(
+                '/popmq.v1.AdminService/GetHalfMessage',
+                request_serializer=popmq_dot_v1_dot_admin__pb2.GetHalfMessageRequest.SerializeToString,
+                response_deserializer=popmq_dot_v1_dot_admin__pb2.GetHalfMessageResponse.FromString,
+                _registered_method=True)
         self.GetServerInfo = channel.unary_unary(
                 '/popmq.v1.AdminService/GetServerInfo',
                 request_serializer=popmq_dot_v1_dot_admin__pb2.GetServerInfoRequest.SerializeToString,
@@ -386,6 +391,16 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHalfMessage(self, request, context):
+        """GetHalfMessage reads the half message of an open or discarded transaction (its body and
+        properties) without changing it. Read-only; needs SUB on the topic, as any read of
+        bodies does. FAILED_PRECONDITION once the transaction is committed or rolled back (its
+        body is dropped then; a committed message is read where it is stored).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetServerInfo(self, request, context):
         """GetServerInfo reports the server's version, uptime, store size and configuration (the
         configuration to SUPER users only).
@@ -578,6 +593,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ResumeTransaction,
                     request_deserializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.FromString,
                     response_serializer=popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.SerializeToString,
+            ),
+            'GetHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHalfMessage,
+                    request_deserializer=popmq_dot_v1_dot_admin__pb2.GetHalfMessageRequest.FromString,
+                    response_serializer=popmq_dot_v1_dot_admin__pb2.GetHalfMessageResponse.SerializeToString,
             ),
             'GetServerInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetServerInfo,
@@ -1229,6 +1249,33 @@ class AdminService:
             '/popmq.v1.AdminService/ResumeTransaction',
             popmq_dot_v1_dot_admin__pb2.ResumeTransactionRequest.SerializeToString,
             popmq_dot_v1_dot_admin__pb2.ResumeTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.v1.AdminService/GetHalfMessage',
+            popmq_dot_v1_dot_admin__pb2.GetHalfMessageRequest.SerializeToString,
+            popmq_dot_v1_dot_admin__pb2.GetHalfMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -271,6 +271,12 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
             )
             [copy] = await broker.peek(TRANSACTION_DISCARD_TOPIC)
             assert copy.record.body == b"pay" and copy.record.origin_topic == "tx"
+            # A discarded one's half message is still read, as an open one's is.
+            read = await broker.get_transaction(half.transaction_id, half=True)
+            assert read.half_message is not None and read.half_message.body == b"pay"
+            assert (await broker.get_transaction(half.transaction_id)).half_message is None
+            opened = await broker.get_transaction(patient.transaction_id, half=True)
+            assert opened.half_message is not None and opened.half_message.body == b"later"
             assert copy.record.properties[TRANSACTION_ID_PROPERTY] == half.transaction_id
             for commit in (True, False):
                 with pytest.raises(FailedPreconditionError, match="discarded after 3"):
@@ -290,6 +296,9 @@ def test_unresolved_transactions_are_checked_on_schedule_then_discarded_and_resu
             assert (check.transaction_id, check.attempt) == (half.transaction_id, 1)
             await broker.end_transaction(half.transaction_id, commit=True, source="server_check")
             assert await _bodies(broker, "tx") == [b"pay"]
+            # Resolved, its body is dropped: nothing to read.
+            done = await broker.get_transaction(half.transaction_id, half=True)
+            assert (done.state, done.half_message) == ("committed", None)
             # Resolved: never checked again.
             clock.advance(_INTERVAL_MS * 2)
             await settle()

@@ -696,7 +696,7 @@ class EndTransactionRequest(_message.Message):
     def __init__(self, transaction_id: _Optional[str] = ..., commit: _Optional[bool] = ..., source: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class Transaction(_message.Message):
-    __slots__ = ("transaction_id", "topic", "message_id", "producer_group", "state", "created_ms", "checks", "next_check_ms", "resolved_ms", "resolved_by", "queue_id", "offset", "recall_handle", "discard_offset")
+    __slots__ = ("transaction_id", "topic", "message_id", "producer_group", "state", "created_ms", "checks", "next_check_ms", "resolved_ms", "resolved_by", "queue_id", "offset", "recall_handle", "discard_offset", "half_message")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -711,6 +711,7 @@ class Transaction(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DISCARD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HALF_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     transaction_id: str
     topic: str
     message_id: str
@@ -725,7 +726,8 @@ class Transaction(_message.Message):
     offset: int
     recall_handle: str
     discard_offset: int
-    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., state: _Optional[str] = ..., created_ms: _Optional[int] = ..., checks: _Optional[int] = ..., next_check_ms: _Optional[int] = ..., resolved_ms: _Optional[int] = ..., resolved_by: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., discard_offset: _Optional[int] = ...) -> None: ...
+    half_message: bytes
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., message_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., state: _Optional[str] = ..., created_ms: _Optional[int] = ..., checks: _Optional[int] = ..., next_check_ms: _Optional[int] = ..., resolved_ms: _Optional[int] = ..., resolved_by: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., discard_offset: _Optional[int] = ..., half_message: _Optional[bytes] = ...) -> None: ...
 
 class SendHalfResponse(_message.Message):
     __slots__ = ("results",)
@@ -794,10 +796,12 @@ class DueChecksResponse(_message.Message):
     def __init__(self, checks: _Optional[_Iterable[_Union[TransactionCheck, _Mapping]]] = ...) -> None: ...
 
 class GetTransactionRequest(_message.Message):
-    __slots__ = ("transaction_id",)
+    __slots__ = ("transaction_id", "half")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    HALF_FIELD_NUMBER: _ClassVar[int]
     transaction_id: str
-    def __init__(self, transaction_id: _Optional[str] = ...) -> None: ...
+    half: bool
+    def __init__(self, transaction_id: _Optional[str] = ..., half: _Optional[bool] = ...) -> None: ...
 
 class ListTransactionsRequest(_message.Message):
     __slots__ = ("state", "topic", "limit")
@@ -1175,22 +1179,36 @@ class PeekResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
 
 class RedriveRequest(_message.Message):
-    __slots__ = ("group", "max_messages")
+    __slots__ = ("group", "max_messages", "selected")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_FIELD_NUMBER: _ClassVar[int]
     group: str
     max_messages: int
-    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    selected: _containers.RepeatedCompositeFieldContainer[DeadLetterRef]
+    def __init__(self, group: _Optional[str] = ..., max_messages: _Optional[int] = ..., selected: _Optional[_Iterable[_Union[DeadLetterRef, _Mapping]]] = ...) -> None: ...
+
+class DeadLetterRef(_message.Message):
+    __slots__ = ("queue_id", "offset", "outcome")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    outcome: str
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class RedriveResponse(_message.Message):
-    __slots__ = ("moved", "dropped", "remaining")
+    __slots__ = ("moved", "dropped", "remaining", "outcomes")
     MOVED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     moved: int
     dropped: int
     remaining: int
-    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+    outcomes: _containers.RepeatedCompositeFieldContainer[DeadLetterRef]
+    def __init__(self, moved: _Optional[int] = ..., dropped: _Optional[int] = ..., remaining: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[DeadLetterRef, _Mapping]]] = ...) -> None: ...
 
 class GetGroupLagRequest(_message.Message):
     __slots__ = ("group", "topic")
