@@ -164,6 +164,44 @@ class ShardElection:
             )
         term.shards_revision = result.revision
 
+    async def retake(self, term: Term) -> bool:
+        """After the term's lease was lost: move its registration to a new lease if it is
+        still the key of this term (created at its epoch); False when it is gone or
+        another's. etcd restores leases with their whole TTL when it restarts, so after an
+        outage the key is usually there: nobody can have been elected meanwhile (that needs
+        the key absent), and the term goes on under the same epoch.
+
+        Raises:
+            CoordinationError: etcd did not answer (try again later).
+        """
+        lease = await self._client.lease_grant(self.ttl_s)
+        try:
+            result = await self._client.txn(
+                [Compare(self._leader_key, "create_revision", "==", term.epoch)],
+                [
+                    Put(
+                        self._leader_key,
+                        encode_value({"addr": self.address, "replica": self.replica}),
+                        lease.id,
+                    )
+                ],
+            )
+        except BaseException:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(lease.id)
+            raise
+        if not result.succeeded:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(lease.id)
+            return False
+        old_keeper, old_lease = term.keeper, term.lease
+        term.keeper = self._client.keep_alive(lease)
+        term.lease = lease.id
+        await old_keeper.close()
+        with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+            await self._client.lease_revoke(old_lease)  # it holds nothing any more
+        return True
+
     async def resign(self, term: Term) -> None:
         """End the term: stop renewing and revoke the lease (its registration goes)."""
         await term.keeper.close()
