@@ -321,6 +321,11 @@ class ReplicationLog:
                 return f"in-sync follower {name}'s lease promise ran out"
         return None
 
+    def settle(self) -> None:
+        """Fail the waiting batches if this leader is fenced now (called periodically: a
+        promise that runs out while no follower acknowledges anything ends them too)."""
+        self._settle()
+
     async def _record(self, isr: frozenset[str]) -> None:
         """Write the ISR to etcd, keeping `_etcd_isr` a superset of what etcd holds."""
         try:

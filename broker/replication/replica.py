@@ -81,6 +81,7 @@ VIEW_REFRESH_S = 1.0
 """A follower's read view is rebuilt at most this often: its reads may lag the leader by
 this much plus the replication lag."""
 LAG_CHECK_S = 0.5
+FENCE_CHECK_S = 0.1
 PROMISE_SHARE = 0.8
 """The leader counts on a follower's promise for this share of the lease window (from the
 heartbeat's send): the rest is a margin for the two clocks' rates and for scheduling."""
@@ -497,6 +498,21 @@ class ReplicaServer:
                 break
 
     async def _check_lag(self, log_: ReplicationLog) -> None:
+        fence_check = asyncio.get_running_loop().create_task(self._settle_fenced(log_))
+        try:
+            await self._check_lag_forever(log_)
+        finally:
+            fence_check.cancel()
+
+    @staticmethod
+    async def _settle_fenced(log_: ReplicationLog) -> None:
+        """A batch waiting for a follower that is cut off fails once the leader is fenced
+        (lease lost and a promise over), not when the follower's ack would have come."""
+        while True:
+            await asyncio.sleep(FENCE_CHECK_S)
+            log_.settle()
+
+    async def _check_lag_forever(self, log_: ReplicationLog) -> None:
         while True:
             await asyncio.sleep(LAG_CHECK_S)
             try:
