@@ -135,6 +135,9 @@ class ReplicaServer:
         self._coordinator: EtcdCoordinator | None = None
         self._election: ShardElection | None = None
         self._roles: asyncio.Task[None] | None = None
+        self._followed: ShardState | None = None
+        """The leader this replica followed last, while etcd names it (followed again
+        while etcd cannot be read)."""
         self._stopping = False
         self.died: asyncio.Future[str] | None = None
         """Resolved with why, when the replica cannot go on (serve_replica then exits);
@@ -286,9 +289,18 @@ class ReplicaServer:
                 state = await election.read()
             except CoordinationError as exc:
                 log.warning("shard %s: cannot read etcd: %s", self.shard, exc)
-                await asyncio.sleep(1.0)
+                followed = self._followed
+                if followed is not None:
+                    # Without etcd, follow the last leader again (a stream that broke for a
+                    # moment): it keeps its lease promises, and the epoch checks refuse it
+                    # if it was replaced meanwhile.
+                    await self._follow(followed)
+                else:
+                    await asyncio.sleep(1.0)
                 continue
+            self._followed = None
             if state.leader and state.leader != self.replica:
+                self._followed = state
                 await self._follow(state)
             elif state.leader == self.replica:
                 # An earlier run's registration whose lease has not lapsed: wait for it.
