@@ -203,7 +203,13 @@ class ShardElection:
         return True
 
     async def resign(self, term: Term) -> None:
-        """End the term: stop renewing and revoke the lease (its registration goes)."""
-        await term.keeper.close()
-        with contextlib.suppress(LeaseNotFoundError, CoordinationError):
-            await self._client.lease_revoke(term.lease)
+        """End the term: revoke the lease (its registration goes) and stop renewing.
+
+        Revoked first: a replica that stops runs this while its role loop is being
+        cancelled, and closing the keeper then re-raises the cancellation, which used to
+        skip the revoke (the followers waited a whole TTL for the registration to lapse)."""
+        try:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(term.lease)
+        finally:
+            await term.keeper.close()

@@ -14,7 +14,8 @@ acknowledged nothing of the snapshot before the swap, so it was not in the in-sy
 
 Lease promises: `heard_at` is when the follower last received anything from a leader
 (monotonic, stamped as it is read, before it is answered). It answers each heartbeat at
-once; the replica campaigns only once `heard_at` is a lease window behind (replica.py).
+once; the replica campaigns only once `heard_at` is a lease window behind (replica.py). A
+stopping leader's last heartbeat releases it (the leader counts on no promise after it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import time
@@ -197,7 +199,10 @@ class Follower:
                 self.known_epoch = response.epoch
                 self.heard_at = max(self.heard_at, time.monotonic())
                 kind = response.WhichOneof("kind")
-                if kind == "heartbeat":
+                if kind == "heartbeat" and response.heartbeat.release:
+                    # The leader counts on no promise any more (it is stopping).
+                    self.heard_at = -math.inf
+                elif kind == "heartbeat":
                     await _write(call, pb.FollowRequest(heartbeat=response.heartbeat))
                 elif kind == "batches":
                     lsn = await self._apply(response.batches.batches)

@@ -147,6 +147,7 @@ class ReplicationLog:
         self.heartbeat_s = promise_s / 5 if promise_s > 0 else 1.0
         """How often the streams carry a heartbeat (a few per promise window)."""
         self.promised_until: dict[str, float] = {}
+        self.promises_waived = False
         """Follower -> monotonic time its latest promise runs out (on this clock)."""
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
@@ -310,12 +311,18 @@ class ReplicationLog:
         if until > self.promised_until.get(state.name, 0.0):
             self.promised_until[state.name] = until
 
+    def waive_promises(self) -> None:
+        """Count on no promise from now on (a stopping leader releases its followers)."""
+        self.promises_waived = True
+
     def promised(self, now: float) -> str | None:
         """None when every follower etcd may name in sync has a promise running at `now`
         (monotonic); else which one does not. With none in sync, only this leader is
         electable: None."""
         if self.promise_s <= 0:
             return "its followers make no lease promises"
+        if self.promises_waived:
+            return "it released its followers from their lease promises (it is stopping)"
         for name in sorted(self.isr | self._etcd_isr):
             if self.promised_until.get(name, 0.0) <= now:
                 return f"in-sync follower {name}'s lease promise ran out"
@@ -433,7 +440,9 @@ class ReplicationLog:
         cancelled stream handler cannot interrupt the etcd write; check_lag retries)."""
         if self.followers.get(state.name) is state:
             del self.followers[state.name]
-        if state.name in self.isr:
+        # A stopping leader keeps its followers in sync (and so electable): a stream ends
+        # then once nothing is owed to it, and the one to take over must be one of them.
+        if state.name in self.isr and not self.closing:
             self._spawn(self._leave(state.name, f"its stream ended ({why})"))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:

@@ -442,14 +442,18 @@ class ReplicaServer:
             )
             await self._health_to(health_pb2.HealthCheckResponse.SERVING)
             lag_task = loop.create_task(self._check_lag(self.log))
-            lost = loop.create_task(self._hold_registration(term))
-            failed = loop.create_task(broker.wait_failure())
-            sync_failed = loop.create_task(sync.wait_failure())
-            done, pending = await asyncio.wait(
-                (lost, failed, sync_failed), return_when=asyncio.FIRST_COMPLETED
+            watches = (
+                loop.create_task(self._hold_registration(term)),
+                loop.create_task(broker.wait_failure()),
+                loop.create_task(sync.wait_failure()),
             )
-            for task in pending:
-                task.cancel()
+            try:
+                done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Also when stop() cancels this: the registration's holder must not take
+                # the registration back once resign() below closed its keeper.
+                for task in watches:
+                    task.cancel()
             reason = str(next(iter(done)).result())
         except (CoordinationError, TimeoutError) as exc:
             reason = f"it could not start leading: {exc}"

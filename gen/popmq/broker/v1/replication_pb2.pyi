@@ -51,10 +51,12 @@ class FollowResponse(_message.Message):
     def __init__(self, batches: _Optional[_Union[ReplicatedBatches, _Mapping]] = ..., snapshot_file: _Optional[_Union[SnapshotFile, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "release")
     ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     id: int
-    def __init__(self, id: _Optional[int] = ...) -> None: ...
+    release: bool
+    def __init__(self, id: _Optional[int] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class ReplicatedBatches(_message.Message):
     __slots__ = ("batches",)
