@@ -6,7 +6,8 @@ promises (heartbeats on the replication stream): every send through the proxy is
 acknowledged and replicated, and once etcd is back the leader holds its registration again
 under the same epoch. With etcd stopped AND the follower paused (so it answers no
 heartbeat), the leader fences once the follower's promise runs out: it refuses sends with
-UNAVAILABLE and stores nothing; once etcd and the follower are back it leads again.
+UNAVAILABLE and stores nothing; once etcd and the follower are back it leads again. A
+leader stopped on purpose releases its follower from the promise: it takes over at once.
 """
 
 from __future__ import annotations
@@ -172,3 +173,26 @@ def test_a_leader_without_etcd_and_its_follower_fences_once_the_promise_ends(
         after, _ = asyncio.run(_send_for(endpoint, 0.5, "c"))
     received = asyncio.run(_consume(endpoint, GROUP, TOPIC, before + after))
     assert set(before + after) <= set(received), compare(before + after, Counter(received))
+
+
+def test_a_leader_stopped_on_purpose_releases_its_follower_from_the_promise(
+    tmp_path: Path,
+) -> None:
+    # A 10 s lease: the follower takes over well within it, so its promise (a whole lease
+    # window since it last heard from the leader) did not hold it back.
+    cluster = ReplicaCluster(
+        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=10
+    )
+    cluster.start()
+    try:
+        cluster.wait_in_sync("s1", 1)
+        leader = cluster.leader("s1")
+        assert leader is not None
+        began = time.monotonic()
+        assert cluster.terminate(leader, timeout_s=60.0) == 0, cluster.logs()
+        cluster.wait_leader("s1", other_than=leader, timeout_s=30)
+        took = time.monotonic() - began
+        assert took < 8.0, f"the follower led {took:.1f}s after the leader's SIGTERM"
+        print(f"the follower led {took:.1f}s after the leader's SIGTERM")
+    finally:
+        cluster.stop()
