@@ -14,7 +14,9 @@ An election is one etcd transaction: the registration must be absent and `shards
 unchanged since the candidate read it; then both are written (the ISR starts empty: the
 followers join again as they catch up with the new leader). The leader changes the ISR
 with a transaction that also checks its registration is still the one of its epoch, so a
-deposed leader cannot change it.
+deposed leader cannot change it. A leader whose lease was lost (etcd away for a TTL) takes
+its registration back under a new lease, only while the key is still the one of its epoch
+(`retake`), so the term goes on under the same epoch.
 """
 
 from __future__ import annotations
