@@ -457,7 +457,9 @@ class ReplicationLog:
 
     async def check_lag(self) -> None:
         """Followers behind for lag_timeout_s, and in-sync followers with no stream, leave
-        the ISR (called periodically)."""
+        the ISR (called periodically); not once the leader is stopping (`disconnected`)."""
+        if self.closing:
+            return
         for name in sorted(self.isr - self.followers.keys()):
             await self._leave(name, "it has no stream to this leader")
         for state in list(self.followers.values()):
