@@ -22,8 +22,11 @@ stops changing its store until it is sure again. Nobody tells it to: it notices 
   paused process that wakes after its TTL writes nothing before etcd is asked). The
   replication log (replication/log.py) asks it before each write and before a batch
   completes; the replica fences its BrokerService when the term ends. A shard's leader
-  does fence itself when it is cut off from etcd: an in-sync follower takes its queues over
-  one TTL later.
+  whose lease is gone keeps writing while every in-sync follower's lease promise runs
+  (replication/log.py: a follower that answered a heartbeat campaigns for no replica for
+  the lease window after; only the last leader and in-sync followers are electable), and
+  fences once one runs out: cut off from etcd and from a follower, an in-sync follower
+  may take its queues over once its promise has ended.
 
 **Why a standalone broker may write while cut off from etcd.** Its queues are named by
 its broker name in the routes (`topics/<topic>` segments name brokers, never addresses),
@@ -161,16 +164,35 @@ def _fencing_ended(
     failed(f"its fencing loop died ({why})")
 
 
-def leader_lease(keeper: LeaseKeeper) -> Callable[[], str | None]:
+def leader_lease(
+    keeper: LeaseKeeper | Callable[[], LeaseKeeper],
+    promised: Callable[[float], str | None] | None = None,
+) -> Callable[[], str | None]:
     """Why the leader of a term kept by `keeper` must not write now, or None (the replication
-    log's `fenced`). Call it on the event loop the lease is kept on."""
+    log's `fenced`). Call it on the event loop the lease is kept on.
+
+    `keeper` may be a function returning the term's current keeper (the leader moves its
+    registration to a new lease after an etcd outage). `promised(now)`, when given, says
+    why the in-sync followers' lease promises do not cover `now` (None: they all do, so no
+    other replica can be elected before they run out): the leader writes while its etcd
+    lease is held OR the promises run."""
     loop = asyncio.get_running_loop()
+    current = keeper if callable(keeper) else (lambda: keeper)
 
     def fenced() -> str | None:
-        if keeper.lost:
-            return "its leader lease was lost"
-        if loop.time() >= keeper.expires_at:
-            return "its leader lease lapsed by its own clock"
-        return None
+        lease = current()
+        now = loop.time()
+        if lease.lost:
+            why = "its leader lease was lost"
+        elif now >= lease.expires_at:
+            why = "its leader lease lapsed by its own clock"
+        else:
+            return None
+        if promised is None:
+            return why
+        unpromised = promised(now)
+        if unpromised is None:
+            return None
+        return f"{why}, and {unpromised}"
 
     return fenced

@@ -14,7 +14,9 @@ An election is one etcd transaction: the registration must be absent and `shards
 unchanged since the candidate read it; then both are written (the ISR starts empty: the
 followers join again as they catch up with the new leader). The leader changes the ISR
 with a transaction that also checks its registration is still the one of its epoch, so a
-deposed leader cannot change it.
+deposed leader cannot change it. A leader whose lease was lost (etcd away for a TTL) takes
+its registration back under a new lease, only while the key is still the one of its epoch
+(`retake`), so the term goes on under the same epoch.
 """
 
 from __future__ import annotations
@@ -164,8 +166,52 @@ class ShardElection:
             )
         term.shards_revision = result.revision
 
-    async def resign(self, term: Term) -> None:
-        """End the term: stop renewing and revoke the lease (its registration goes)."""
-        await term.keeper.close()
+    async def retake(self, term: Term) -> bool:
+        """After the term's lease was lost: move its registration to a new lease if it is
+        still the key of this term (created at its epoch); False when it is gone or
+        another's. etcd restores leases with their whole TTL when it restarts, so after an
+        outage the key is usually there: nobody can have been elected meanwhile (that needs
+        the key absent), and the term goes on under the same epoch.
+
+        Raises:
+            CoordinationError: etcd did not answer (try again later).
+        """
+        lease = await self._client.lease_grant(self.ttl_s)
+        try:
+            result = await self._client.txn(
+                [Compare(self._leader_key, "create_revision", "==", term.epoch)],
+                [
+                    Put(
+                        self._leader_key,
+                        encode_value({"addr": self.address, "replica": self.replica}),
+                        lease.id,
+                    )
+                ],
+            )
+        except BaseException:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(lease.id)
+            raise
+        if not result.succeeded:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(lease.id)
+            return False
+        old_keeper, old_lease = term.keeper, term.lease
+        term.keeper = self._client.keep_alive(lease)
+        term.lease = lease.id
+        await old_keeper.close()
         with contextlib.suppress(LeaseNotFoundError, CoordinationError):
-            await self._client.lease_revoke(term.lease)
+            await self._client.lease_revoke(old_lease)  # it holds nothing any more
+        return True
+
+    async def resign(self, term: Term) -> None:
+        """End the term: revoke the lease (its registration goes) and stop renewing.
+
+        Revoked first: a replica that stops runs this while its role loop is being
+        cancelled, and closing the keeper then re-raises the cancellation, which used to
+        skip the revoke (the followers waited a whole TTL for the registration to lapse)."""
+        try:
+            with contextlib.suppress(LeaseNotFoundError, CoordinationError):
+                await self._client.lease_revoke(term.lease)
+        finally:
+            await term.keeper.close()

@@ -11,6 +11,11 @@ A snapshot is written next to the data dir (`.<name>.incoming`), every file fsyn
 swapped in by two renames; a crash halfway leaves a data dir that is missing or stale,
 which the next start clears (`prepare`), and the follower starts from an empty store: it
 acknowledged nothing of the snapshot before the swap, so it was not in the in-sync set.
+
+Lease promises: `heard_at` is when the follower last received anything from a leader
+(monotonic, stamped as it is read, before it is answered). It answers each heartbeat at
+once; the replica campaigns only once `heard_at` is a lease window behind (replica.py). A
+stopping leader's last heartbeat releases it (the leader counts on no promise after it).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +115,9 @@ class Follower:
         """The newest leader epoch seen; older leaders are refused."""
         self.applied_batches = 0
         self.snapshots = 0
+        self.heard_at = time.monotonic()
+        """When a leader was last heard from; a process that just started counts as having
+        heard from one now (it may have answered a heartbeat before it restarted)."""
 
     def open(self) -> None:
         prepare(self.directory)
@@ -187,8 +197,14 @@ class Follower:
                         f"the leader's epoch {response.epoch} is older than {self.known_epoch}"
                     )
                 self.known_epoch = response.epoch
+                self.heard_at = max(self.heard_at, time.monotonic())
                 kind = response.WhichOneof("kind")
-                if kind == "batches":
+                if kind == "heartbeat" and response.heartbeat.release:
+                    # The leader counts on no promise any more (it is stopping).
+                    self.heard_at = -math.inf
+                elif kind == "heartbeat":
+                    await _write(call, pb.FollowRequest(heartbeat=response.heartbeat))
+                elif kind == "batches":
                     lsn = await self._apply(response.batches.batches)
                     await _write(call, pb.FollowRequest(ack=pb.FollowAck(lsn=lsn)))
                 elif kind == "snapshot_file":

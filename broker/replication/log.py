@@ -14,8 +14,17 @@ stream ends or it lags more than `lag_timeout_s` (etcd is told first, so a follo
 may lack an acknowledged send is never electable). `persist` writes the set to etcd.
 
 Fencing: `fenced()` says why this leader must not write (its lease lapsed, as far as its
-own clock can tell, or it lost the election); then every write is refused before it is
-made, and a batch waiting for followers fails rather than completing.
+own clock can tell, and an in-sync follower's promise ran out; or it lost the election);
+then every write is refused before it is made, and a batch waiting for followers fails
+rather than completing.
+
+Lease promises: the streams carry heartbeats (service.py); a follower that answers one
+promises not to campaign for the lease window after it received it (replica.py), and the
+leader counts that promise from when it SENT the heartbeat, shortened by a margin for the
+two clocks' rates (`promise_s`). `promised(now)` says whether every follower that etcd may
+name in sync (`_etcd_isr`, a superset kept through failed writes, plus the ISR in memory)
+has a promise running at `now`: then no replica but this one can be elected before `now`
+(docs/replication.md, "The leader lease"), so the leader may write without etcd.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ class FollowerState:
     name: str
     acked: int
     connected_at: float
+    beats: dict[int, float] = field(default_factory=dict)
+    """Heartbeats sent on its stream and not answered yet: id -> monotonic send time."""
 
 
 @dataclass(slots=True)
@@ -84,6 +95,8 @@ class ReplicationLog:
         lag_timeout_s: A follower behind for this long leaves the ISR.
         fenced: Why writes must stop now, or None.
         persist: Writes the ISR to etcd (raises when it cannot).
+        promise_s: How long after sending a heartbeat the follower that answers it is
+            bound not to campaign, by this leader's clock (0: no heartbeats).
     """
 
     def __init__(
@@ -101,6 +114,7 @@ class ReplicationLog:
         lag_timeout_s: float,
         fenced: Callable[[], str | None],
         persist: Callable[[frozenset[str]], Awaitable[None]],
+        promise_s: float = 0.0,
     ) -> None:
         self.shard = shard
         self.replica = replica
@@ -126,6 +140,15 @@ class ReplicationLog:
         self.closing = False
         """Set by `close_streams`: the followers' streams end once nothing is owed to them."""
         self.isr: set[str] = set(isr)
+        # The followers etcd may name in sync: what the last ISR write that surely landed
+        # says, plus every set whose write failed (it may have landed all the same).
+        self._etcd_isr: set[str] = set(self.isr)
+        self.promise_s = promise_s
+        self.heartbeat_s = promise_s / 5 if promise_s > 0 else 1.0
+        """How often the streams carry a heartbeat (a few per promise window)."""
+        self.promised_until: dict[str, float] = {}
+        self.promises_waived = False
+        """Follower -> monotonic time its latest promise runs out (on this clock)."""
         self.followers: dict[str, FollowerState] = {}
         self._waits: list[_Wait] = []
         self.acknowledged_lsn = self.lsn
@@ -274,6 +297,51 @@ class ReplicationLog:
         for task in self._tasks:
             task.cancel()
 
+    # -- lease promises -------------------------------------------------------------------
+
+    def heartbeat_answered(self, state: FollowerState, beat: int) -> None:
+        """`state`'s follower answered heartbeat `beat`: its promise runs `promise_s` from
+        when the heartbeat was sent (the earlier ones in flight are answered by it too)."""
+        sent_at = state.beats.pop(beat, None)
+        for older in [b for b in state.beats if b < beat]:
+            del state.beats[older]
+        if sent_at is None or self.promise_s <= 0:
+            return
+        until = sent_at + self.promise_s
+        if until > self.promised_until.get(state.name, 0.0):
+            self.promised_until[state.name] = until
+
+    def waive_promises(self) -> None:
+        """Count on no promise from now on (a stopping leader releases its followers)."""
+        self.promises_waived = True
+
+    def promised(self, now: float) -> str | None:
+        """None when every follower etcd may name in sync has a promise running at `now`
+        (monotonic); else which one does not. With none in sync, only this leader is
+        electable: None."""
+        if self.promise_s <= 0:
+            return "its followers make no lease promises"
+        if self.promises_waived:
+            return "it released its followers from their lease promises (it is stopping)"
+        for name in sorted(self.isr | self._etcd_isr):
+            if self.promised_until.get(name, 0.0) <= now:
+                return f"in-sync follower {name}'s lease promise ran out"
+        return None
+
+    def settle(self) -> None:
+        """Fail the waiting batches if this leader is fenced now (called periodically: a
+        promise that runs out while no follower acknowledges anything ends them too)."""
+        self._settle()
+
+    async def _record(self, isr: frozenset[str]) -> None:
+        """Write the ISR to etcd, keeping `_etcd_isr` a superset of what etcd holds."""
+        try:
+            await self._persist(isr)
+        except BaseException:
+            self._etcd_isr |= isr  # the write may have landed
+            raise
+        self._etcd_isr = set(isr)
+
     # -- status ---------------------------------------------------------------------------
 
     def replication_snapshot(self) -> ReplicationSnapshot:
@@ -372,7 +440,9 @@ class ReplicationLog:
         cancelled stream handler cannot interrupt the etcd write; check_lag retries)."""
         if self.followers.get(state.name) is state:
             del self.followers[state.name]
-        if state.name in self.isr:
+        # A stopping leader keeps its followers in sync (and so electable): a stream ends
+        # then once nothing is owed to it, and the one to take over must be one of them.
+        if state.name in self.isr and not self.closing:
             self._spawn(self._leave(state.name, f"its stream ended ({why})"))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -387,7 +457,9 @@ class ReplicationLog:
 
     async def check_lag(self) -> None:
         """Followers behind for lag_timeout_s, and in-sync followers with no stream, leave
-        the ISR (called periodically)."""
+        the ISR (called periodically); not once the leader is stopping (`disconnected`)."""
+        if self.closing:
+            return
         for name in sorted(self.isr - self.followers.keys()):
             await self._leave(name, "it has no stream to this leader")
         for state in list(self.followers.values()):
@@ -414,7 +486,7 @@ class ReplicationLog:
                 if wait.lsn > state.acked:
                     wait.required.add(name)
             try:
-                await self._persist(frozenset(self.isr))
+                await self._record(frozenset(self.isr))
             except Exception as exc:  # noqa: BLE001 - it rejoins on a later ack
                 log.warning(
                     "shard %s: could not add %s to the in-sync set: %s", self.shard, name, exc
@@ -434,7 +506,7 @@ class ReplicationLog:
             # etcd first: until it has the smaller set, the follower stays electable, so
             # batches keep waiting for it (a failure here leaves them waiting, and the
             # leader's lease, which etcd is also failing to renew, fences it).
-            await self._persist(remaining)
+            await self._record(remaining)
             self.isr.discard(name)
             log.warning("shard %s: follower %s left the in-sync set: %s", self.shard, name, why)
             self._settle()

@@ -10,10 +10,18 @@ and then takes whichever role etcd gives it (election.py), for as long as it run
 - **leader**: it won the election (one etcd transaction), so its registration
   `brokers/<shard>` is what proxies route to. It opens the broker core on the copy (as a
   restart would: recovery rebuilds in-flight state), with the replication log as the
-  store's tap, starts the catalog sync, and serves. It leads until its lease is lost (as
-  its own clock tells: a paused process that wakes after its TTL writes nothing), or the
-  broker fails; then it fences (broker/fencing.py), closes the core, resigns and follows
-  again.
+  store's tap, starts the catalog sync, and serves. It writes while its lease is held (as
+  its own clock tells: a paused process that wakes after its TTL writes nothing) or every
+  in-sync follower's lease promise runs (log.py); once its lease is lost it tries to take
+  its registration back under the same epoch until etcd answers. It leads until its
+  registration is gone or another's, or the broker fails; then it fences
+  (broker/fencing.py), closes the core, resigns and follows again.
+
+A follower answers its leader's heartbeats, and so promises not to campaign for the lease
+window (the session TTL) after the last message it received from a leader: whatever etcd
+says, it campaigns only once that window is over (`_restrained`). A process that just
+started waits the window too (it may have answered a heartbeat before a restart), unless
+it is the last elected replica.
 
 Nothing else changes for proxies: handles name the shard (the broker name every replica
 stores under) and carry the shard's receipt key, which followers receive with their first
@@ -26,6 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import grpc
@@ -72,6 +81,12 @@ VIEW_REFRESH_S = 1.0
 """A follower's read view is rebuilt at most this often: its reads may lag the leader by
 this much plus the replication lag."""
 LAG_CHECK_S = 0.5
+FENCE_CHECK_S = 0.1
+PROMISE_SHARE = 0.8
+"""The leader counts on a follower's promise for this share of the lease window (from the
+heartbeat's send): the rest is a margin for the two clocks' rates and for scheduling."""
+RETAKE_PAUSE_S = 0.5
+"""How often a leader whose lease was lost tries to take its registration back."""
 
 
 class ReplicaServer:
@@ -120,6 +135,9 @@ class ReplicaServer:
         self._coordinator: EtcdCoordinator | None = None
         self._election: ShardElection | None = None
         self._roles: asyncio.Task[None] | None = None
+        self._followed: ShardState | None = None
+        """The leader this replica followed last, while etcd names it (followed again
+        while etcd cannot be read)."""
         self._stopping = False
         self.died: asyncio.Future[str] | None = None
         """Resolved with why, when the replica cannot go on (serve_replica then exits);
@@ -271,14 +289,28 @@ class ReplicaServer:
                 state = await election.read()
             except CoordinationError as exc:
                 log.warning("shard %s: cannot read etcd: %s", self.shard, exc)
-                await asyncio.sleep(1.0)
+                followed = self._followed
+                if followed is not None:
+                    # Without etcd, follow the last leader again (a stream that broke for a
+                    # moment): it keeps its lease promises, and the epoch checks refuse it
+                    # if it was replaced meanwhile.
+                    await self._follow(followed)
+                else:
+                    await asyncio.sleep(1.0)
                 continue
+            self._followed = None
             if state.leader and state.leader != self.replica:
+                self._followed = state
                 await self._follow(state)
             elif state.leader == self.replica:
                 # An earlier run's registration whose lease has not lapsed: wait for it.
                 await asyncio.sleep(POLL_S)
             elif state.electable(self.replica):
+                restrained = self._restrained(state)
+                if restrained > 0:
+                    self._set_role("waiting", state.epoch)
+                    await asyncio.sleep(min(restrained, POLL_S))
+                    continue
                 term = await self._campaign(state)
                 if term is not None:
                     await self._lead(term)
@@ -287,6 +319,16 @@ class ReplicaServer:
             else:
                 self._set_role("waiting", state.epoch)
                 await asyncio.sleep(POLL_S)
+
+    def _restrained(self, state: ShardState) -> float:
+        """Seconds this replica is still bound by its promise not to campaign: the lease
+        window after it last heard from a leader (0: free). The last elected replica made
+        no promise to a leader since (none was elected after it), nor did any replica of a
+        new shard."""
+        if state.revision == 0 or state.elected == self.replica:
+            return 0.0
+        window = float(self.config.cluster.session_ttl_s)
+        return max(0.0, self.follower.heard_at + window - time.monotonic())
 
     def _set_role(self, role: str, epoch: int) -> None:
         if (role, epoch) != (self.role, self.epoch):
@@ -348,7 +390,12 @@ class ReplicaServer:
         await self._drop_view()
         self.follower.close()
         loop = asyncio.get_running_loop()
-        fenced = leader_lease(term.keeper)
+        opened: list[ReplicationLog] = []
+
+        def promised(now: float) -> str | None:
+            return opened[0].promised(now) if opened else "its log is not open yet"
+
+        fenced = leader_lease(lambda: term.keeper, promised)
 
         def make_log(store: Store) -> ReplicationLog:
             self.log = ReplicationLog(
@@ -364,7 +411,9 @@ class ReplicaServer:
                 lag_timeout_s=self.config.replication.lag_timeout_s,
                 fenced=fenced,
                 persist=lambda isr: election.write_isr(term, isr),
+                promise_s=self.config.cluster.session_ttl_s * PROMISE_SHARE,
             )
+            opened.append(self.log)
             return self.log
 
         broker = self.broker = Broker(self.broker_config, tap=make_log)
@@ -393,14 +442,18 @@ class ReplicaServer:
             )
             await self._health_to(health_pb2.HealthCheckResponse.SERVING)
             lag_task = loop.create_task(self._check_lag(self.log))
-            lost = loop.create_task(term.keeper.wait_lost())
-            failed = loop.create_task(broker.wait_failure())
-            sync_failed = loop.create_task(sync.wait_failure())
-            done, pending = await asyncio.wait(
-                (lost, failed, sync_failed), return_when=asyncio.FIRST_COMPLETED
+            watches = (
+                loop.create_task(self._hold_registration(term)),
+                loop.create_task(broker.wait_failure()),
+                loop.create_task(sync.wait_failure()),
             )
-            for task in pending:
-                task.cancel()
+            try:
+                done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Also when stop() cancels this: the registration's holder must not take
+                # the registration back once resign() below closed its keeper.
+                for task in watches:
+                    task.cancel()
             reason = str(next(iter(done)).result())
         except (CoordinationError, TimeoutError) as exc:
             reason = f"it could not start leading: {exc}"
@@ -425,7 +478,57 @@ class ReplicaServer:
             if not self._stopping:
                 self.follower.open()
 
+    async def _hold_registration(self, term: Term) -> str:
+        """Keep the term's registration; return why the term ends. When the lease is lost
+        the term goes on (writes follow `fenced`: the followers' promises) and the
+        registration is taken back under the same epoch once etcd answers; the term ends
+        when etcd says the registration is gone or another's."""
+        assert self._election is not None
+        while True:
+            why = await term.keeper.wait_lost()
+            log.warning(
+                "shard %s: replica %s lost its leader lease (%s): it writes while its in-sync "
+                "followers' lease promises run and takes its registration back once etcd "
+                "answers",
+                self.shard,
+                self.replica,
+                why,
+            )
+            while True:
+                try:
+                    retaken = await self._election.retake(term)
+                except CoordinationError as exc:
+                    log.debug(
+                        "shard %s: cannot take the registration back yet: %s", self.shard, exc
+                    )
+                    await asyncio.sleep(RETAKE_PAUSE_S)
+                    continue
+                if not retaken:
+                    return f"its leader lease was lost ({why}) and its registration is gone"
+                log.info(
+                    "shard %s: replica %s holds its registration again (epoch %d)",
+                    self.shard,
+                    self.replica,
+                    term.epoch,
+                )
+                break
+
     async def _check_lag(self, log_: ReplicationLog) -> None:
+        fence_check = asyncio.get_running_loop().create_task(self._settle_fenced(log_))
+        try:
+            await self._check_lag_forever(log_)
+        finally:
+            fence_check.cancel()
+
+    @staticmethod
+    async def _settle_fenced(log_: ReplicationLog) -> None:
+        """A batch waiting for a follower that is cut off fails once the leader is fenced
+        (lease lost and a promise over), not when the follower's ack would have come."""
+        while True:
+            await asyncio.sleep(FENCE_CHECK_S)
+            log_.settle()
+
+    async def _check_lag_forever(self, log_: ReplicationLog) -> None:
         while True:
             await asyncio.sleep(LAG_CHECK_S)
             try:

@@ -9,6 +9,10 @@ of an epoch past where the leader's history ends that epoch: an old leader's wri
 were never acknowledged) is replaced by the snapshot as a whole; that is how it "truncates"
 what the new leader never had.
 
+Heartbeats: the leader sends one every `heartbeat_s` of its log, between batches and when
+idle; the follower echoes it, promising not to campaign for the lease window after it
+received it (log.py counts the promise from the send).
+
 Only the leader answers; a follower's servicer refuses with UNAVAILABLE naming no leader.
 """
 
@@ -103,7 +107,7 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
         )
         why = "the leader stopped"
         try:
-            async for response in self._stream(lead.log, start, reader):
+            async for response in self._stream(lead.log, start, reader, state):
                 yield response
             why = "the follower closed it" if reader.done() else "the leader ended it"
         except asyncio.CancelledError:
@@ -174,12 +178,32 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
         after.append(last_lsn + 1)
 
     async def _stream(
-        self, log_: ReplicationLog, start: int, reader: asyncio.Task[None]
+        self,
+        log_: ReplicationLog,
+        start: int,
+        reader: asyncio.Task[None],
+        state: FollowerState,
     ) -> AsyncIterator[pb.FollowResponse]:
         next_lsn = start
+        loop = asyncio.get_running_loop()
+        beats = itertools.count(1)
+        next_beat = loop.time()
         while not reader.done():
-            if log_.failure is not None or log_.streams_may_end(next_lsn):
+            if log_.failure is not None:
                 return
+            if log_.streams_may_end(next_lsn):
+                # Stopping: from here it writes only under its etcd lease, so the follower
+                # may campaign as soon as the lease is revoked, not a window later.
+                log_.waive_promises()
+                yield pb.FollowResponse(epoch=log_.epoch, heartbeat=pb.Heartbeat(release=True))
+                return
+            if loop.time() >= next_beat:
+                # Stamped before it leaves: the promise it earns is counted from here.
+                beat = next(beats)
+                state.beats[beat] = loop.time()
+                next_beat = state.beats[beat] + log_.heartbeat_s
+                yield pb.FollowResponse(epoch=log_.epoch, heartbeat=pb.Heartbeat(id=beat))
+                continue
             entries = log_.entries_from(next_lsn)
             if entries is None:
                 log.warning(
@@ -191,7 +215,11 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
                 return
             if not entries:
                 grown = asyncio.ensure_future(log_.wait_grown(next_lsn - 1))
-                await asyncio.wait((grown, reader), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    (grown, reader),
+                    timeout=max(0.0, next_beat - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 grown.cancel()
                 continue
             group: list[pb.ReplicatedBatch] = []
@@ -214,8 +242,11 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
         log_: ReplicationLog, state: FollowerState, requests: AsyncIterator[pb.FollowRequest]
     ) -> None:
         async for request in requests:
-            if request.WhichOneof("kind") == "ack":
+            kind = request.WhichOneof("kind")
+            if kind == "ack":
                 log_.acked(state, request.ack.lsn)
+            elif kind == "heartbeat":
+                log_.heartbeat_answered(state, request.heartbeat.id)
 
 
 def add_replication_service(server: grpc.aio.Server, servicer: ReplicationServicer) -> None:

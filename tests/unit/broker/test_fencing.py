@@ -166,3 +166,20 @@ def test_a_leader_lease_fences_once_lost_or_past_its_expiry_by_the_local_clock()
         assert fenced() == "its leader lease was lost"
 
     asyncio.run(scenario())
+
+
+def test_a_leader_whose_lease_lapsed_writes_while_its_followers_promises_run() -> None:
+    class StandInKeeper:
+        lost = True
+        expires_at = 0.0
+
+    async def scenario() -> None:
+        promises: list[str | None] = [None]
+        fenced = leader_lease(cast(LeaseKeeper, StandInKeeper()), lambda now: promises[0])
+        assert fenced() is None
+        promises[0] = "in-sync follower r2's lease promise ran out"
+        assert fenced() == (
+            "its leader lease was lost, and in-sync follower r2's lease promise ran out"
+        )
+
+    asyncio.run(scenario())

@@ -28,6 +28,7 @@ class _Harness:
         buffer_bytes: int = 1 << 20,
         epoch: int = 7,
         store: Store | None = None,
+        promise_s: float = 0.0,
     ) -> None:
         self.store = store or Store(path)
         self.persisted: list[frozenset[str]] = []
@@ -49,6 +50,7 @@ class _Harness:
             lag_timeout_s=10.0,
             fenced=lambda: self.fence,
             persist=persist,
+            promise_s=promise_s,
         )
         self.store.tap = self.log
 
@@ -292,3 +294,46 @@ def test_a_closing_leaders_streams_end_once_no_write_waits_for_the_followers(
         h.store.close()
 
     asyncio.run(scenario())
+
+
+def test_promises_cover_every_follower_etcd_may_name_in_sync_counted_from_the_send(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", isr=("r2",), promise_s=2.0)
+        # Nothing answered yet: r2 may be elected once the leader's lease is gone.
+        assert h.log.promised(0.0) == "in-sync follower r2's lease promise ran out"
+        r2 = h.log.connected("r2", 0)
+        r2.beats.update({1: 100.0, 2: 101.0})
+        h.log.heartbeat_answered(r2, 2)
+        assert r2.beats == {}  # the earlier one is answered by the later one
+        assert h.log.promised(102.9) is None
+        assert h.log.promised(103.0) is not None  # 101 (sent) + 2
+        # An unknown or stale answer renews nothing.
+        h.log.heartbeat_answered(r2, 1)
+        assert h.log.promised(103.0) is not None
+
+        # r3 joins: its etcd write fails, but may have landed, so r3's promise counts too.
+        r3 = h.log.connected("r3", 0)
+        r2.beats[3] = 200.0
+        h.log.heartbeat_answered(r2, 3)
+
+        async def timed_out(isr: frozenset[str]) -> None:
+            raise TimeoutError("etcd did not answer")
+
+        h.log._persist = timed_out
+        await h.log._join("r3")
+        assert "r3" not in h.log.isr
+        assert h.log.promised(201.0) == "in-sync follower r3's lease promise ran out"
+        r3.beats[1] = 200.5
+        h.log.heartbeat_answered(r3, 1)
+        assert h.log.promised(201.0) is None
+        h.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_with_no_follower_in_sync_only_the_leader_is_electable(tmp_path: Path) -> None:
+    h = _Harness(tmp_path / "db", min_insync=0, promise_s=2.0)
+    assert h.log.promised(1e9) is None
+    h.store.close()

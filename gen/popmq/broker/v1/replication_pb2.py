@@ -24,29 +24,31 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!popmq/broker/v1/replication.proto\x12\x0fpopmq.broker.v1\"q\n\rFollowRequest\x12-\n\x05hello\x18\x01 \x01(\x0b\x32\x1c.popmq.broker.v1.FollowHelloH\x00\x12)\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.popmq.broker.v1.FollowAckH\x00\x42\x06\n\x04kind\"h\n\x0b\x46ollowHello\x12\r\n\x05shard\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\x12\x10\n\x08last_lsn\x18\x04 \x01(\x04\x12\x13\n\x0bknown_epoch\x18\x05 \x01(\x04\"\x18\n\tFollowAck\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\xcc\x01\n\x0e\x46ollowResponse\x12\x35\n\x07\x62\x61tches\x18\x01 \x01(\x0b\x32\".popmq.broker.v1.ReplicatedBatchesH\x00\x12\x36\n\rsnapshot_file\x18\x02 \x01(\x0b\x32\x1d.popmq.broker.v1.SnapshotFileH\x00\x12\x34\n\x0csnapshot_end\x18\x03 \x01(\x0b\x32\x1c.popmq.broker.v1.SnapshotEndH\x00\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x42\x06\n\x04kind\"F\n\x11ReplicatedBatches\x12\x31\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32 .popmq.broker.v1.ReplicatedBatch\":\n\x0fReplicatedBatch\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0b\n\x03ops\x18\x03 \x01(\x0c\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"3\n\x0bSnapshotEnd\x12\x12\n\nlast_epoch\x18\x01 \x01(\x04\x12\x10\n\x08last_lsn\x18\x02 \x01(\x04\x32\x63\n\x12ReplicationService\x12M\n\x06\x46ollow\x12\x1e.popmq.broker.v1.FollowRequest\x1a\x1f.popmq.broker.v1.FollowResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!popmq/broker/v1/replication.proto\x12\x0fpopmq.broker.v1\"\xa2\x01\n\rFollowRequest\x12-\n\x05hello\x18\x01 \x01(\x0b\x32\x1c.popmq.broker.v1.FollowHelloH\x00\x12)\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x1a.popmq.broker.v1.FollowAckH\x00\x12/\n\theartbeat\x18\x03 \x01(\x0b\x32\x1a.popmq.broker.v1.HeartbeatH\x00\x42\x06\n\x04kind\"h\n\x0b\x46ollowHello\x12\r\n\x05shard\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\x12\x10\n\x08last_lsn\x18\x04 \x01(\x04\x12\x13\n\x0bknown_epoch\x18\x05 \x01(\x04\"\x18\n\tFollowAck\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\xfd\x01\n\x0e\x46ollowResponse\x12\x35\n\x07\x62\x61tches\x18\x01 \x01(\x0b\x32\".popmq.broker.v1.ReplicatedBatchesH\x00\x12\x36\n\rsnapshot_file\x18\x02 \x01(\x0b\x32\x1d.popmq.broker.v1.SnapshotFileH\x00\x12\x34\n\x0csnapshot_end\x18\x03 \x01(\x0b\x32\x1c.popmq.broker.v1.SnapshotEndH\x00\x12/\n\theartbeat\x18\x05 \x01(\x0b\x32\x1a.popmq.broker.v1.HeartbeatH\x00\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x42\x06\n\x04kind\"(\n\tHeartbeat\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0f\n\x07release\x18\x02 \x01(\x08\"F\n\x11ReplicatedBatches\x12\x31\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32 .popmq.broker.v1.ReplicatedBatch\":\n\x0fReplicatedBatch\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0b\n\x03ops\x18\x03 \x01(\x0c\":\n\x0cSnapshotFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"3\n\x0bSnapshotEnd\x12\x12\n\nlast_epoch\x18\x01 \x01(\x04\x12\x10\n\x08last_lsn\x18\x02 \x01(\x04\x32\x63\n\x12ReplicationService\x12M\n\x06\x46ollow\x12\x1e.popmq.broker.v1.FollowRequest\x1a\x1f.popmq.broker.v1.FollowResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'popmq._gen.popmq.broker.v1.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FOLLOWREQUEST']._serialized_start=54
-  _globals['_FOLLOWREQUEST']._serialized_end=167
-  _globals['_FOLLOWHELLO']._serialized_start=169
-  _globals['_FOLLOWHELLO']._serialized_end=273
-  _globals['_FOLLOWACK']._serialized_start=275
-  _globals['_FOLLOWACK']._serialized_end=299
-  _globals['_FOLLOWRESPONSE']._serialized_start=302
-  _globals['_FOLLOWRESPONSE']._serialized_end=506
-  _globals['_REPLICATEDBATCHES']._serialized_start=508
-  _globals['_REPLICATEDBATCHES']._serialized_end=578
-  _globals['_REPLICATEDBATCH']._serialized_start=580
-  _globals['_REPLICATEDBATCH']._serialized_end=638
-  _globals['_SNAPSHOTFILE']._serialized_start=640
-  _globals['_SNAPSHOTFILE']._serialized_end=698
-  _globals['_SNAPSHOTEND']._serialized_start=700
-  _globals['_SNAPSHOTEND']._serialized_end=751
-  _globals['_REPLICATIONSERVICE']._serialized_start=753
-  _globals['_REPLICATIONSERVICE']._serialized_end=852
+  _globals['_FOLLOWREQUEST']._serialized_start=55
+  _globals['_FOLLOWREQUEST']._serialized_end=217
+  _globals['_FOLLOWHELLO']._serialized_start=219
+  _globals['_FOLLOWHELLO']._serialized_end=323
+  _globals['_FOLLOWACK']._serialized_start=325
+  _globals['_FOLLOWACK']._serialized_end=349
+  _globals['_FOLLOWRESPONSE']._serialized_start=352
+  _globals['_FOLLOWRESPONSE']._serialized_end=605
+  _globals['_HEARTBEAT']._serialized_start=607
+  _globals['_HEARTBEAT']._serialized_end=647
+  _globals['_REPLICATEDBATCHES']._serialized_start=649
+  _globals['_REPLICATEDBATCHES']._serialized_end=719
+  _globals['_REPLICATEDBATCH']._serialized_start=721
+  _globals['_REPLICATEDBATCH']._serialized_end=779
+  _globals['_SNAPSHOTFILE']._serialized_start=781
+  _globals['_SNAPSHOTFILE']._serialized_end=839
+  _globals['_SNAPSHOTEND']._serialized_start=841
+  _globals['_SNAPSHOTEND']._serialized_end=892
+  _globals['_REPLICATIONSERVICE']._serialized_start=894
+  _globals['_REPLICATIONSERVICE']._serialized_end=993
 # @@protoc_insertion_point(module_scope)

@@ -7,12 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FollowRequest(_message.Message):
-    __slots__ = ("hello", "ack")
+    __slots__ = ("hello", "ack", "heartbeat")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     hello: FollowHello
     ack: FollowAck
-    def __init__(self, hello: _Optional[_Union[FollowHello, _Mapping]] = ..., ack: _Optional[_Union[FollowAck, _Mapping]] = ...) -> None: ...
+    heartbeat: Heartbeat
+    def __init__(self, hello: _Optional[_Union[FollowHello, _Mapping]] = ..., ack: _Optional[_Union[FollowAck, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class FollowHello(_message.Message):
     __slots__ = ("shard", "replica", "last_epoch", "last_lsn", "known_epoch")
@@ -35,16 +37,26 @@ class FollowAck(_message.Message):
     def __init__(self, lsn: _Optional[int] = ...) -> None: ...
 
 class FollowResponse(_message.Message):
-    __slots__ = ("batches", "snapshot_file", "snapshot_end", "epoch")
+    __slots__ = ("batches", "snapshot_file", "snapshot_end", "heartbeat", "epoch")
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FILE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_END_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     batches: ReplicatedBatches
     snapshot_file: SnapshotFile
     snapshot_end: SnapshotEnd
+    heartbeat: Heartbeat
     epoch: int
-    def __init__(self, batches: _Optional[_Union[ReplicatedBatches, _Mapping]] = ..., snapshot_file: _Optional[_Union[SnapshotFile, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, batches: _Optional[_Union[ReplicatedBatches, _Mapping]] = ..., snapshot_file: _Optional[_Union[SnapshotFile, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("id", "release")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    release: bool
+    def __init__(self, id: _Optional[int] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class ReplicatedBatches(_message.Message):
     __slots__ = ("batches",)
