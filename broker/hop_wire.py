@@ -13,7 +13,7 @@ answer once into `PoppedMessage`s whose records stay bytes until a field is read
 An Ack's answer is one AckResult per handle, nearly always empty (acked): two bytes each, and
 only a failed one carries an ErrorDetail, parsed with the generated class.
 
-On HopStream (one stream per proxy and broker carrying pops and acks), a HopResponse is the
+On HopStream (one stream per proxy and broker carrying pops and acks), a HopStreamResponse is the
 request's id and one of those answers, or an ErrorDetail: `hop_answer` writes one around the
 answer's bytes, `hop_answer_from_wire` splits one.
 
@@ -186,22 +186,22 @@ def ack_results_from_wire(data: bytes) -> list[PopMQError | None]:
 
 
 HOP_POP: Final = 2
-"""HopResponse.pop: a PopResponse."""
+"""HopStreamResponse.pop: a PopResponse."""
 HOP_ACK: Final = 3
-"""HopResponse.ack: an AckResponse."""
+"""HopStreamResponse.ack: an AckResponse."""
 HOP_ERROR: Final = 4
-"""HopResponse.error: an ErrorDetail."""
+"""HopStreamResponse.error: an ErrorDetail."""
 
 
 def hop_answer(request_id: int, field: int, payload: bytes) -> bytes:
-    """A HopResponse: `request_id` and `payload` (a message's bytes) as its `field`."""
+    """A HopStreamResponse: `request_id` and `payload` (a message's bytes) as its `field`."""
     return b"".join(
         (b"\x08", varint(request_id), varint(field << 3 | 2), varint(len(payload)), payload)
     )
 
 
 def hop_answer_from_wire(data: bytes) -> tuple[int, int, bytes]:
-    """The HopResponse `data` as (request id, field, the field's bytes); the field is 0 when
+    """The HopStreamResponse `data` as (request id, field, the field's bytes); the field is 0 when
     the response carries none. Raises ValueError when `data` is not well-formed."""
     request_id = 0
     field = 0

@@ -403,15 +403,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return hop_wire.ack_response_wire(outcomes)
 
     async def HopStream(
-        self, requests: AsyncIterator[pb.HopRequest], context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[pb.HopStreamRequest], context: grpc.aio.ServicerContext
     ) -> None:
         """Pops and acks on one stream (cluster/hop_stream.py): each request runs as its own task,
-        as its unary call would, and its answer (HopResponse bytes) is written when ready."""
+        as its unary call would, and its answer (HopStreamResponse bytes) is written when ready."""
         # Answers ready to write, None once the requests have ended and every task is done.
         answers: asyncio.Queue[bytes | None] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
 
-        async def serve(request: pb.HopRequest) -> None:
+        async def serve(request: pb.HopStreamRequest) -> None:
             answers.put_nowait(hop_wire.hop_answer(request.id, *await self._hop_answer(request)))
 
         async def read() -> None:
@@ -433,15 +433,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             for task in list(tasks):
                 task.cancel()
 
-    async def _hop_answer(self, request: pb.HopRequest) -> tuple[int, bytes]:
-        """The answer to one HopStream request: (HopResponse field, its bytes)."""
+    async def _hop_answer(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:
+        """The answer to one HopStream request: (HopStreamResponse field, its bytes)."""
         try:
             await self._admit(writes=True)
             kind = request.WhichOneof("request")
             if kind == "pop":
                 return hop_wire.HOP_POP, hop_wire.pop_response_wire(await self._pop(request.pop))
             if kind != "ack":
-                return _hop_error(InvalidArgumentError(f"HopRequest {request.id} is empty"))
+                return _hop_error(InvalidArgumentError(f"HopStreamRequest {request.id} is empty"))
             ack = request.ack
             outcomes = await self._broker.ack(ack.group, list(ack.handles))
             return hop_wire.HOP_ACK, hop_wire.ack_response_wire(outcomes)

@@ -61,7 +61,7 @@ class HopStream:
     ) -> None:
         self._open_call = channel.stream_stream(
             METHOD,
-            request_serializer=pb.HopRequest.SerializeToString,
+            request_serializer=pb.HopStreamRequest.SerializeToString,
             response_deserializer=_as_is,
             _registered_method=True,
         )
@@ -72,7 +72,7 @@ class HopStream:
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
-        # Request id -> the future of its answer (HopResponse field, its bytes); requests in
+        # Request id -> the future of its answer (HopStreamResponse field, its bytes); requests in
         # flight on the current stream, failed all at once when it ends.
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         # Held while a request is written: a call takes one write at a time.
@@ -80,8 +80,8 @@ class HopStream:
         self.unsupported = False
         """Set once the broker answered UNIMPLEMENTED: use unary calls."""
 
-    async def request(self, request: pb.HopRequest) -> tuple[int, bytes]:
-        """Send `request` (its id is set here) and return its answer: the HopResponse field
+    async def request(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:
+        """Send `request` (its id is set here) and return its answer: the HopStreamResponse field
         (hop_wire.HOP_POP or HOP_ACK) and that field's bytes. A broker error in the answer is
         raised as itself; HopUnsupportedError when the broker has no HopStream."""
         call = self._call if self._call is not None else self._open()
@@ -129,7 +129,7 @@ class HopStream:
             self._ended(call, None)
             raise
         except ValueError:
-            log.exception("broker %s answered a malformed HopResponse", self._shown)
+            log.exception("broker %s answered a malformed HopStreamResponse", self._shown)
             call.cancel()
             self._ended(call, None)
         else:

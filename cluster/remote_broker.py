@@ -549,7 +549,7 @@ class RemoteBroker:
             # No wait: nothing to hold or release, so it goes on the stream (hop_stream.py).
             with contextlib.suppress(HopUnsupportedError):
                 popped = hop_wire.popped_from_wire(
-                    (await hop.request(pb.HopRequest(pop=request)))[1]
+                    (await hop.request(pb.HopStreamRequest(pop=request)))[1]
                 )
         if popped is None:
             empty: list[PoppedMessage] = []
@@ -564,7 +564,7 @@ class RemoteBroker:
         if hop is not None and not hop.unsupported:
             with contextlib.suppress(HopUnsupportedError):
                 return hop_wire.ack_results_from_wire(
-                    (await hop.request(pb.HopRequest(ack=request)))[1]
+                    (await hop.request(pb.HopStreamRequest(ack=request)))[1]
                 )
         outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
         return outcomes

@@ -124,15 +124,15 @@ def test_ack_answer_of_acked_handles_reads_as_none_each() -> None:
 def test_hop_answers_parse_as_the_generated_response_and_split_back() -> None:
     popped = _popped()
     pop = hop_answer(7, HOP_POP, pop_response_wire(popped))
-    assert pb.HopResponse.FromString(pop) == pb.HopResponse(
+    assert pb.HopStreamResponse.FromString(pop) == pb.HopStreamResponse(
         id=7, pop=pb.PopResponse(messages=[w.popped_to_pb(p) for p in popped])
     )
     ack = hop_answer(2**40, HOP_ACK, ack_response_wire([None, None]))
-    assert pb.HopResponse.FromString(ack) == pb.HopResponse(
+    assert pb.HopStreamResponse.FromString(ack) == pb.HopStreamResponse(
         id=2**40, ack=pb.AckResponse(results=[pb.AckResult(), pb.AckResult()])
     )
     detail = w.error_detail(NotFoundError("no such group"))
-    error = pb.HopResponse(id=3, error=detail).SerializeToString()
+    error = pb.HopStreamResponse(id=3, error=detail).SerializeToString()
     assert hop_answer_from_wire(error) == (3, HOP_ERROR, detail.SerializeToString())
     assert hop_answer_from_wire(ack) == (2**40, HOP_ACK, ack_response_wire([None, None]))
-    assert hop_answer_from_wire(pb.HopResponse(id=1).SerializeToString()) == (1, 0, b"")
+    assert hop_answer_from_wire(pb.HopStreamResponse(id=1).SerializeToString()) == (1, 0, b"")

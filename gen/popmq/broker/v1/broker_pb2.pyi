@@ -911,7 +911,7 @@ class AckResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[AckResult]
     def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
 
-class HopRequest(_message.Message):
+class HopStreamRequest(_message.Message):
     __slots__ = ("id", "pop", "ack")
     ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
@@ -921,7 +921,7 @@ class HopRequest(_message.Message):
     ack: AckRequest
     def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ...) -> None: ...
 
-class HopResponse(_message.Message):
+class HopStreamResponse(_message.Message):
     __slots__ = ("id", "pop", "ack", "error")
     ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]

@@ -180,8 +180,8 @@ class BrokerServiceStub:
                 _registered_method=True)
         self.HopStream = channel.stream_stream(
                 '/popmq.broker.v1.BrokerService/HopStream',
-                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.SerializeToString,
-                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.FromString,
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.FromString,
                 _registered_method=True)
         self.GetDeliveries = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/GetDeliveries',
@@ -756,8 +756,8 @@ def add_BrokerServiceServicer_to_server(servicer, server):
             ),
             'HopStream': grpc.stream_stream_rpc_method_handler(
                     servicer.HopStream,
-                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.FromString,
-                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.SerializeToString,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.SerializeToString,
             ),
             'GetDeliveries': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeliveries,
@@ -1613,8 +1613,8 @@ class BrokerService:
             request_iterator,
             target,
             '/popmq.broker.v1.BrokerService/HopStream',
-            popmq_dot_broker_dot_v1_dot_broker__pb2.HopRequest.SerializeToString,
-            popmq_dot_broker_dot_v1_dot_broker__pb2.HopResponse.FromString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
