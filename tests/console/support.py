@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
@@ -36,11 +37,12 @@ def config(
     *,
     security: SecurityConfig | None = None,
     console: ConsoleConfig | None = None,
+    flush: Literal["sync", "async"] = "sync",
 ) -> ServerConfig:
     return ServerConfig(
         listen="127.0.0.1:0",
         shutdown_grace_s=1.0,
-        broker=BrokerConfig(store=StoreConfig(data_dir=data_dir)),
+        broker=BrokerConfig(store=StoreConfig(data_dir=data_dir, flush=flush)),
         security=security or SecurityConfig(),
         console=console or ConsoleConfig(listen="127.0.0.1:0", sample_interval_s=0.2),
     )
@@ -52,8 +54,10 @@ async def serving(
     *,
     security: SecurityConfig | None = None,
     console: ConsoleConfig | None = None,
+    flush: Literal["sync", "async"] = "sync",
 ) -> AsyncIterator[PopMQServer]:
-    server = PopMQServer(config(data_dir, security=security, console=console))
+    """`flush="async"` for tests that create thousands of resources before they look."""
+    server = PopMQServer(config(data_dir, security=security, console=console, flush=flush))
     await server.start()
     try:
         yield server

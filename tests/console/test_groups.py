@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq.broker_core import BrokerConfig, StoreConfig
-from popmq.console import ConsoleConfig
 from popmq.proxy.server import PopMQServer
-from popmq.runtime.config import ServerConfig
 from popmq.sdk import AsyncProducer, AsyncSimpleConsumer
 from popmq.security.model import Action, Pattern, Policy, ResourceType
 from tests.console.support import (
@@ -84,14 +81,7 @@ async def test_bad_list_pages_sizes_and_names_are_refused_not_clamped(tmp_path: 
 @pytest.mark.slow
 @run_async
 async def test_search_and_pages_are_right_over_10000_groups(tmp_path: Path) -> None:
-    config = ServerConfig(
-        listen="127.0.0.1:0",
-        broker=BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data", flush="async")),
-        console=ConsoleConfig(listen="127.0.0.1:0"),
-    )
-    server = PopMQServer(config)
-    await server.start()
-    try:
+    async with serving(tmp_path / "data", flush="async") as server:
         names = [f"group-{i:05d}" for i in range(10_000)]
         for start in range(0, len(names), 500):
             await asyncio.gather(
@@ -112,8 +102,6 @@ async def test_search_and_pages_are_right_over_10000_groups(tmp_path: Path) -> N
             )
             assert "<html" not in fragment.text
             assert _rows(fragment.text) == [n for n in names if "-09" in n][50:100]
-    finally:
-        await server.stop()
 
 
 @run_async

@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 
 from popmq._gen.popmq.v1 import admin_pb2
-from popmq.broker_core import BrokerConfig, StoreConfig
-from popmq.console import ConsoleConfig
-from popmq.proxy.server import PopMQServer
-from popmq.runtime.config import ServerConfig
 from popmq.sdk import AsyncProducer, AsyncSimpleConsumer
 from popmq.security.model import Action, Pattern, Policy, ResourceType
 from tests.console.support import (
@@ -199,14 +195,7 @@ async def test_a_normal_user_is_refused_by_its_policies_and_not_offered_forbidde
 @pytest.mark.slow
 @run_async
 async def test_search_and_pages_are_right_over_10000_topics(tmp_path: Path) -> None:
-    config = ServerConfig(
-        listen="127.0.0.1:0",
-        broker=BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data", flush="async")),
-        console=ConsoleConfig(listen="127.0.0.1:0"),
-    )
-    server = PopMQServer(config)
-    await server.start()
-    try:
+    async with serving(tmp_path / "data", flush="async") as server:
         names = [f"topic-{i:05d}" for i in range(10_000)]
         for start in range(0, len(names), 500):
             await asyncio.gather(
@@ -241,8 +230,6 @@ async def test_search_and_pages_are_right_over_10000_topics(tmp_path: Path) -> N
         print(f"\ntopics page over 10,000 topics: first page {first_s * 1000:.0f} ms, "
               f"search {search_s * 1000:.0f} ms")  # fmt: skip
         assert first_s < 10 and search_s < 10
-    finally:
-        await server.stop()
 
 
 @run_async
