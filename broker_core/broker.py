@@ -710,6 +710,12 @@ class Broker:
         error an ack of each would get); changes nothing (pop/deliveries.py)."""
         return await self._deliveries.get(group, handles)
 
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """The newest handle of each handle's delivery and its deadline (pop/deliveries.py)."""
+        return await self._deliveries.follow(group, handles)
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:
