@@ -564,6 +564,13 @@ class LeaseTable:
         stale = [i for i, r in enumerate(results) if isinstance(r, ReceiptHandleSupersededError)]
         if not stale:
             return results
+        log.info(
+            "group %s: %d handles of a lease were superseded by a ChangeInvisibleTime the "
+            "lease did not record (a proxy died mid-renewal, or renewals raced); following "
+            "them to their newest handles",
+            group,
+            len(stale),
+        )
         followed = await self._follow(group, [handles[i] for i in stale])
         live: list[tuple[int, str]] = []
         for index, newest in zip(stale, followed, strict=True):
