@@ -458,6 +458,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         found = await self._broker.get_deliveries(request.group, list(request.handles))
         return pb.GetDeliveriesResponse(results=[w.delivery_result_to_pb(f) for f in found])
 
+    @_rpc(writes=False)
+    async def FollowHandles(
+        self, request: pb.FollowHandlesRequest, context: Any
+    ) -> pb.FollowHandlesResponse:
+        found = await self._broker.follow_handles(request.group, list(request.handles))
+        return pb.FollowHandlesResponse(results=[w.follow_result_to_pb(f) for f in found])
+
     @_rpc(writes=True)
     async def ChangeInvisibleTime(
         self, request: pb.ChangeInvisibleTimeRequest, context: Any

@@ -384,6 +384,21 @@ def delivery_result_from_pb(r: pb.DeliveryResult) -> PoppedMessage | PopMQError:
     return error_from_detail(r.error)
 
 
+def follow_result_to_pb(found: tuple[str, int] | PopMQError) -> pb.FollowResult:
+    """One result of BrokerAPI.follow_handles: the newest handle and its deadline, or the
+    error."""
+    if isinstance(found, PopMQError):
+        return pb.FollowResult(error=error_detail(found))
+    handle, until = found
+    return pb.FollowResult(followed=pb.FollowedHandle(handle=handle, invisible_until_ms=until))
+
+
+def follow_result_from_pb(r: pb.FollowResult) -> tuple[str, int] | PopMQError:
+    if r.HasField("followed"):
+        return r.followed.handle, r.followed.invisible_until_ms
+    return error_from_detail(r.error)
+
+
 def peeked_to_pb(p: PeekedMessage) -> pb.PeekedMessage:
     return pb.PeekedMessage(
         topic=p.topic, queue_id=p.queue_id, offset=p.offset, record=p.record.to_bytes()

@@ -743,6 +743,40 @@ class ClusterBroker:
         await asyncio.gather(*(read_on(b, idx) for b, idx in by_broker.items()))
         return results
 
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """Each handle's newest handle, from the broker that issued it (one result per
+        handle, in order): a delivery's handles all come from that broker."""
+        check_name("group", group)
+        if not handles or len(handles) > rules.MAX_HANDLES:
+            raise InvalidArgumentError(
+                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
+                field="receipt_handles",
+                allowed=f"1..{rules.MAX_HANDLES}",
+            )
+        results: list[tuple[str, int] | PopMQError] = []
+        by_broker: dict[str, list[int]] = {}
+        for index, handle in enumerate(handles):
+            try:
+                by_broker.setdefault(issuer(handle), []).append(index)
+                results.append(("", 0))  # replaced below
+            except PopMQError as error:
+                results.append(error)
+
+        async def follow_on(broker: str, indexes: list[int]) -> None:
+            try:
+                answers = await self.pool.get(broker).follow_handles(
+                    group, [handles[i] for i in indexes]
+                )
+            except PopMQError as error:
+                answers = [error] * len(indexes)
+            for index, answer in zip(indexes, answers, strict=True):
+                results[index] = answer
+
+        await asyncio.gather(*(follow_on(b, idx) for b, idx in by_broker.items()))
+        return results
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:

@@ -576,6 +576,13 @@ class RemoteBroker:
         response = await self._call(self._stub_().GetDeliveries, request)
         return [w.delivery_result_from_pb(r) for r in response.results]
 
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        request = pb.FollowHandlesRequest(group=group, handles=handles)
+        response = await self._call(self._stub_().FollowHandles, request)
+        return [w.follow_result_from_pb(r) for r in response.results]
+
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
     ) -> tuple[str, int]:

@@ -112,6 +112,11 @@ def test_every_operation_round_trips(tmp_path: Path) -> None:
                 assert live.record == first.record and live.offset == first.offset
                 assert isinstance(stale, ReceiptHandleSupersededError)
                 assert stale.code == "FAILED_PRECONDITION"
+                followed = await api.follow_handles(
+                    "g", [first.receipt_handle, new_handle, "not-a-handle"]
+                )
+                assert followed[:2] == [(new_handle, until)] * 2  # the old one leads to it
+                assert isinstance(followed[2], InvalidReceiptHandleError)
                 redeliver_at = await api.nack("g", second.receipt_handle, 1.0)
                 assert redeliver_at > 0
                 acks = await api.ack("g", [new_handle, first.receipt_handle])

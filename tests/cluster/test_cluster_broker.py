@@ -23,7 +23,10 @@ from popmq import (
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import InvalidReceiptHandleError as CoreInvalidReceiptHandleError
 from popmq.broker_core import NotFoundError as CoreNotFoundError
+from popmq.broker_core import PoppedMessage, ReceiptHandleSupersededError
+from popmq.broker_core.handles import issuer_of
 from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -322,6 +325,34 @@ def test_a_lease_popped_through_one_proxy_replays_through_the_other(
         rest = _drain(cb, len(sent) - len(first.messages))
         assert {m.message_id for m in rest} | {m.message_id for m in first.messages} == sent
         cb.ack(rest)
+
+
+def test_follow_handles_asks_the_broker_that_issued_each_handle(cluster: InProcessCluster) -> None:
+    a = cluster.proxies[0]
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("followed", queues=1)  # one queue on each broker
+        for i in range(9):  # one by one: a batch is stored whole on one broker
+            producer.send("followed", f"f{i}".encode())
+    broker = cluster.cluster_broker(0)
+
+    async def scenario() -> tuple[list[str], list[tuple[str, int]], list[object], list[object]]:
+        popped: list[PoppedMessage] = []
+        for _ in range(20):
+            if len(popped) >= 9:
+                break
+            popped += await broker.pop("follow", "followed", max_messages=16, wait_s=1)
+        old = [m.receipt_handle for m in popped]
+        moved = [await broker.change_invisible_time("follow", h, 60) for h in old]
+        followed: list[object] = list(await broker.follow_handles("follow", [*old, "junk"]))
+        refused: list[object] = list(await broker.ack("follow", old))
+        assert await broker.ack("follow", [h for h, _ in moved]) == [None] * len(old)
+        return old, moved, followed, refused
+
+    old, moved, followed, refused = cluster.call(scenario)
+    assert len(old) == 9 and len({issuer_of(h) for h in old}) >= 2
+    assert followed[:-1] == moved  # each from its own broker, in order
+    assert isinstance(followed[-1], CoreInvalidReceiptHandleError)
+    assert all(isinstance(r, ReceiptHandleSupersededError) for r in refused)
 
 
 def test_a_group_push_that_arrives_after_the_delete_does_not_bring_the_group_back(

@@ -955,6 +955,36 @@ class GetDeliveriesResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[DeliveryResult]
     def __init__(self, results: _Optional[_Iterable[_Union[DeliveryResult, _Mapping]]] = ...) -> None: ...
 
+class FollowHandlesRequest(_message.Message):
+    __slots__ = ("group", "handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FollowedHandle(_message.Message):
+    __slots__ = ("handle", "invisible_until_ms")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    invisible_until_ms: int
+    def __init__(self, handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class FollowResult(_message.Message):
+    __slots__ = ("followed", "error")
+    FOLLOWED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    followed: FollowedHandle
+    error: ErrorDetail
+    def __init__(self, followed: _Optional[_Union[FollowedHandle, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class FollowHandlesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[FollowResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[FollowResult, _Mapping]]] = ...) -> None: ...
+
 class ChangeInvisibleTimeRequest(_message.Message):
     __slots__ = ("group", "handle", "invisible_s")
     GROUP_FIELD_NUMBER: _ClassVar[int]
