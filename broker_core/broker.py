@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from popmq.broker_core import jobs, keys
+from popmq.broker_core import jobs, security_records
 from popmq.broker_core.admin import Admin
 from popmq.broker_core.api import (
     BrokerAPI,
@@ -79,7 +79,7 @@ from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
 from popmq.broker_core.stats import BrokerStats, Histogram
-from popmq.broker_core.store import Batch, Store, WriteTap
+from popmq.broker_core.store import Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.transaction_id import TransactionIdCodec
@@ -885,33 +885,16 @@ class Broker:
         dead-lettering on this broker (pop/history.py: an in-memory ring)."""
         return await self._inspection.message_history(topic, message_id, group=group)
 
-    # -- security records (security/store.py) --------------------------------------
+    # -- security records (security_records.py) ------------------------------------------
 
     def security_records(self) -> dict[str, bytes]:
-        """Every stored security record (a user with its policies) by name.
-
-        The proxy's users live in the embedded broker's store in local mode; their
-        encoding is the proxy's (the broker stores bytes). Only the embedded broker has
-        this, not BrokerAPI: in cluster mode they live in etcd.
-        """
-        prefix = keys.SECURITY_PREFIX
-        end = prefix[:-1] + bytes([prefix[-1] + 1])
-        return {
-            key[len(prefix) :].decode(): value
-            for key, value in self.store.scan("meta", prefix, end)
-        }
+        """Every stored security record (a user with its policies) by name; only the
+        embedded broker has them, not BrokerAPI (security_records.py)."""
+        return security_records.read_all(self.store)
 
     async def put_security_record(self, name: str, value: bytes | None) -> None:
         """Store one security record, or delete it (None): one write batch, fsynced."""
-        key = keys.security_meta_key(name)
-
-        def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            if value is None:
-                batch.delete("meta", key)
-            else:
-                batch.put("meta", key, value)
-
-        await self.writer.submit(apply, sync=True)
+        await security_records.put(self.writer, name, value)
 
     # -- server info and metrics (api.py) -------------------------------------------------
 
