@@ -91,6 +91,7 @@ def _limit(value: int) -> str:
 
 
 _NAME_ALLOWED: Final = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
+_CLIENT_ID_ALLOWED: Final = f"0..{MAX_CLIENT_ID_LENGTH} characters, no control characters"
 
 
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
@@ -491,22 +492,22 @@ def check_pop(
 
 def check_client_id(client_id: str) -> None:
     """The id of the client a pop names, recorded with its deliveries: empty (unknown) or
-    up to MAX_CLIENT_ID_LENGTH characters without control characters."""
-    allowed = f"0..{MAX_CLIENT_ID_LENGTH} characters, no control characters"
+    up to MAX_CLIENT_ID_LENGTH characters without control characters (every pop checks it:
+    ~0.1 µs empty, ~0.2 µs an SDK id, Python build: bench/inflight_consumers.py)."""
     if len(client_id) > MAX_CLIENT_ID_LENGTH:
         raise InvalidArgumentError(
             f"client_id is {len(client_id)} characters long: at most {MAX_CLIENT_ID_LENGTH} "
             "are allowed",
             field="client_id",
             value=client_id[:MAX_CLIENT_ID_LENGTH],
-            allowed=allowed,
+            allowed=_CLIENT_ID_ALLOWED,
         )
     if _has_control(client_id):
         raise InvalidArgumentError(
             f"client_id {client_id!r} contains control characters",
             field="client_id",
             value=client_id,
-            allowed=allowed,
+            allowed=_CLIENT_ID_ALLOWED,
         )
 
 
