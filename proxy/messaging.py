@@ -28,12 +28,12 @@ from popmq.broker_core import (
     TransactionAPI,
     TransactionCheck,
     UnavailableError,
+    check_client_id,
     check_count,
     check_name,
     check_range,
     now_ms,
 )
-from popmq.broker_core.validation import check_client_id
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert

@@ -40,7 +40,7 @@ EXPECTED = {
         "SendResult", "ServerInfo", "StoreConfig", "StoreFullError", "Subscription",
         "TRANSACTION_DISCARD_TOPIC", "TRANSACTION_SOURCES", "TopicInfo", "TransactionAPI",
         "TransactionCheck", "TransactionInfo", "TransactionsConfig",
-        "UnauthenticatedError", "UnavailableError", "check_batch_size",
+        "UnauthenticatedError", "UnavailableError", "check_batch_size", "check_client_id",
         "check_count", "check_delivery_time", "check_invisible", "check_message", "check_name",
         "check_offset", "check_queue_id", "check_range", "check_tag", "issuer_of",
         "length_delimited", "new_group_state", "now_ms", "parse_filter",
