@@ -394,6 +394,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             filter_type=r.filter_type or "tag",
             queue_id=r.queue_id if r.HasField("queue_id") else None,
             max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
+            client_id=r.client_id,
         )
 
     @_rpc(writes=True)

@@ -394,6 +394,7 @@ class BrokerAPI(TransactionAPI, Protocol):
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]: ...
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]: ...

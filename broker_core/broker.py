@@ -679,12 +679,14 @@ class Broker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
         max_bytes bounds what the answer takes (pop/reader.py); None is the usual ~4 MiB.
         reserve, with max_bytes, is asked for more bytes when the first message found does
-        not fit them (broker_core/budget.py).
+        not fit them (broker_core/budget.py). client_id names the popping client, recorded
+        with the deliveries ("" unknown).
         """
         return await self._reader.pop(
             group,
@@ -697,6 +699,7 @@ class Broker:
             queue_id=queue_id,
             max_bytes=max_bytes,
             reserve=reserve,
+            client_id=client_id,
         )
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:

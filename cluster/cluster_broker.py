@@ -629,8 +629,10 @@ class ClusterBroker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
-        """Pop up to max_messages from the topic's brokers (cluster_pop.py).
+        """Pop up to max_messages from the topic's brokers (cluster_pop.py); each broker
+        records `client_id` with the deliveries it makes.
 
         `reserve` is not used: a broker across the network cannot ask the proxy for more
         bytes in the middle of its pop, so a pop bounded by max_bytes answers
@@ -647,6 +649,7 @@ class ClusterBroker:
             wait_s=wait_s,
             max_bytes=max_bytes,
         )
+        rules.check_client_id(client_id)
         # One filter for the whole pop: the group's declared subscription as this proxy's
         # group cache has it, so no broker whose catalog sync lags filters otherwise.
         filter_type, filter_expression = rules.pop_filter(
@@ -664,6 +667,7 @@ class ClusterBroker:
             filter_expression,
             filter_type,
             max_bytes,
+            client_id,
         )
         if queue_id is not None:
             return await self._pop.pop_queue(request, queue_id, checked.wait_s)

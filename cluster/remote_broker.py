@@ -523,10 +523,16 @@ class RemoteBroker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
         # `reserve` cannot cross to the broker: a bounded pop answers AnswerBoundError.
+        # The client id rides once per request (also on the hop stream), never per message.
         request = pb.PopRequest(
-            group=group, topic=topic, filter_expression=filter_expression, filter_type=filter_type
+            group=group,
+            topic=topic,
+            filter_expression=filter_expression,
+            filter_type=filter_type,
+            client_id=client_id,
         )
         if max_messages is not None:
             request.max_messages = max_messages

@@ -315,6 +315,7 @@ class Acks:
         new.persisted = True
         new.fifo_group = old.fifo_group
         new.attempt = old.attempt
+        new.client_id = old.client_id  # the same consumer still holds the delivery
         cq.inflight[offset] = new  # refuses the old handle from now on (superseded)
         record = new.to_record()
         successor = (new.ck_id, new.deadline_ms) if kind == CHANGE_INVISIBLE_TIME else None

@@ -180,11 +180,15 @@ def test_a_broker_added_later_takes_queues_of_a_topic(tmp_path: Path) -> None:
 def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_broker(
     cluster: InProcessCluster,
 ) -> None:
+    """... and the SDK client that popped them: its id rides each pop from the proxy to
+    every broker (the sweep's hop stream, a held pop's unary call)."""
     a, b = cluster.proxies
     with Admin(a) as admin, Producer(a) as producer:
         admin.create_topic("inspected", queues=1)
         sent = {producer.send("inspected", f"m{i}".encode()).message_id for i in range(9)}
-    with SimpleConsumer(b, group="inspectors", topic="inspected") as consumer:
+    with SimpleConsumer(
+        b, group="inspectors", topic="inspected", client_id="inspector-1"
+    ) as consumer:
         got = _drain(consumer, 9)
         assert {m.message_id for m in got} == sent
     rows = []
@@ -198,9 +202,14 @@ def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_br
             if not token:
                 break
         assert sorted(r.broker for r in view.revive) == ["b1", "b2", "b3"]
+        # One row for the client, summed over the three brokers, whatever the page.
+        (holder,) = view.consumers
+        assert (holder.client_id, holder.count) == ("inspector-1", 9)
+        assert holder.earliest_invisible_until is not None
         with pytest.raises(InvalidArgumentError, match="page_token"):
             admin.inspect_group("inspectors", page_token="b9/1.0.0")
     assert sorted(r.message_id for r in rows) == sorted(sent)
+    assert {r.client_id for r in rows} == {"inspector-1"}
     by_queue = {(r.queue_id, r.broker) for r in rows}  # global queue ids, their brokers
     assert {q for q, _ in by_queue} == {0, 1, 2} and {b for _, b in by_queue} == {"b1", "b2", "b3"}
     assert len(by_queue) == 3
@@ -214,14 +223,18 @@ def test_message_history_through_a_proxy_names_the_broker_and_the_global_queue(
     with Admin(a) as admin, Producer(a) as producer:
         admin.create_topic("histories", queues=1)
         sent = producer.send("histories", b"x")
-    with SimpleConsumer(b, group="historians", topic="histories") as consumer:
+    with SimpleConsumer(b, group="historians", topic="histories", client_id="h1") as consumer:
         (got,) = _drain(consumer, 1)
         consumer.nack(got, delay_s=30)
     with Admin(b) as admin:
         events = admin.message_history("histories", sent.message_id, group="historians")
         with pytest.raises(NotFoundError):
             admin.message_history("histories", "missing-id")
-    assert [e.event for e in events] == ["stored", "pop", "nack"]
+    assert [(e.event, e.client_id) for e in events] == [
+        ("stored", ""),
+        ("pop", "h1"),
+        ("nack", "h1"),
+    ]
     (broker,) = {e.broker for e in events}  # one broker stored it and saw every step
     assert broker in {"b1", "b2", "b3"}
     assert {e.queue_id for e in events} == {sent.queue_id} == {got.queue_id}  # global ids

@@ -87,7 +87,7 @@ class GroupRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., group_id: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., create_time_ms: _Optional[int] = ..., auto_created: _Optional[bool] = ...) -> None: ...
 
 class CheckpointRecord(_message.Message):
-    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits", "fifo_group", "attempt", "held", "not_before_ms")
+    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits", "fifo_group", "attempt", "held", "not_before_ms", "client_id")
     CK_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class CheckpointRecord(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     ck_id: int
     group_id: int
     topic_id: int
@@ -120,7 +121,8 @@ class CheckpointRecord(_message.Message):
     attempt: int
     held: bool
     not_before_ms: int
-    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ..., fifo_group: _Optional[str] = ..., attempt: _Optional[int] = ..., held: _Optional[bool] = ..., not_before_ms: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ..., fifo_group: _Optional[str] = ..., attempt: _Optional[int] = ..., held: _Optional[bool] = ..., not_before_ms: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class TimerRecord(_message.Message):
     __slots__ = ("topic_id", "queue_id", "message")
