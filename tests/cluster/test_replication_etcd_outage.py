@@ -146,10 +146,12 @@ def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
     assert before and not errors, errors
 
     shard.stop_etcd()
+    killed = time.monotonic()
     shard.kill(follower)
     shard.restart(follower)
     # It cannot ask etcd who leads: it follows the leader written in its data dir.
     assert _log_has(shard, follower, "follows its last known leader", 10.0), shard.logs()
+    print(f"the killed follower followed again {time.monotonic() - killed:.1f}s after its kill")
     # Three TTLs: past the leader's lease and past the promise the follower gave before
     # its kill; only the restarted follower's promises keep the leader writing.
     during, errors = asyncio.run(_send_for(endpoint, 3 * TTL_S, "b"))
