@@ -4,6 +4,7 @@ incarnation (`apply_route`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -16,6 +17,7 @@ from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
 )
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
@@ -101,7 +103,8 @@ class Topics:
                     local.route_create_time_ms,
                     route_create_time_ms,
                 )
-                await self.delete_topic(name)
+                with contextlib.suppress(NotFoundError):  # a push or the sync, meanwhile
+                    await self.delete_topic(name)
                 local = None
             if local is not None:
                 if local.route_create_time_ms == 0:
