@@ -491,6 +491,12 @@ class Broker:
         """Delete a topic with its messages, retry queues, offsets and in-flight state."""
         await self._topics.delete_topic(name)
 
+    async def apply_topic(
+        self, name: str, *, queues: int, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo | None:
+        """Make the local topic its route's incarnation (cluster-internal): Topics.apply_route."""
+        return await self._topics.apply_route(name, queues, message_type, route_create_time_ms)
+
     # -- groups (groups.py) ---------------------------------------------------------------
 
     async def create_group(

@@ -299,8 +299,11 @@ class ClusterBroker:
 
         async def push(broker: str, remote: RemoteBroker) -> None:
             try:
-                await remote.create_topic(
-                    route.topic, counts[broker], message_type=route.message_type
+                await remote.create_routed_topic(
+                    route.topic,
+                    counts[broker],
+                    message_type=route.message_type,
+                    route_create_time_ms=route.create_time_ms,
                 )
             except AlreadyExistsError:
                 await remote.update_topic(route.topic, counts[broker])

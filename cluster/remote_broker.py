@@ -277,6 +277,22 @@ class RemoteBroker:
         self._topics[info.name] = info
         return info
 
+    async def create_routed_topic(
+        self, name: str, queues: int, *, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo:
+        """Create the local part of a route created at `route_create_time_ms` (cluster-
+        internal, not part of BrokerAPI): as create_topic, but a topic of another
+        incarnation there is deleted first (BrokerService CreateTopic, `Broker.apply_topic`)."""
+        request = pb.CreateTopicRequest(
+            name=name,
+            queues=queues,
+            message_type=message_type,
+            route_create_time_ms=route_create_time_ms,
+        )
+        info = w.topic_from_pb((await self._call(self._stub_().CreateTopic, request)).topic)
+        self._topics[info.name] = info
+        return info
+
     def topic_info(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is not None:

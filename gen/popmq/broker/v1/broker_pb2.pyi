@@ -468,14 +468,16 @@ class FollowerReplication(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., in_sync: _Optional[bool] = ..., acked_lsn: _Optional[int] = ..., lag_batches: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_s: _Optional[float] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queues", "message_type")
+    __slots__ = ("name", "queues", "message_type", "route_create_time_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: int
     message_type: str
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
+    route_create_time_ms: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[str] = ..., route_create_time_ms: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)

@@ -51,7 +51,7 @@ class StoredMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time_ms: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., origin_topic: _Optional[str] = ..., origin_queue_id: _Optional[int] = ..., origin_offset: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., body_encoding: _Optional[str] = ..., dedup_id: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class TopicRecord(_message.Message):
-    __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic")
+    __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic", "route_create_time_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class TopicRecord(_message.Message):
     CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     OWNER_GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     topic_id: int
     queues: int
@@ -68,7 +69,8 @@ class TopicRecord(_message.Message):
     create_time_ms: int
     owner_group: str
     owner_topic: str
-    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[int] = ..., message_type: _Optional[int] = ..., kind: _Optional[int] = ..., create_time_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_topic: _Optional[str] = ...) -> None: ...
+    route_create_time_ms: int
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[int] = ..., message_type: _Optional[int] = ..., kind: _Optional[int] = ..., create_time_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_topic: _Optional[str] = ..., route_create_time_ms: _Optional[int] = ...) -> None: ...
 
 class GroupRecord(_message.Message):
     __slots__ = ("name", "group_id", "max_delivery_attempts", "retry_backoff_ms", "create_time_ms", "auto_created")
