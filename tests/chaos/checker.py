@@ -48,6 +48,17 @@ availability meanwhile (the other shards take the sends), and lists the ERROR li
 process's log (a replica can stay up after an error that leaves it useless). Violations add: a
 woken leader that stored a send, a shard that never took sends again.
 
+One-way partitions (``--leader-partitions N``, replicated mode, Linux as root with ``ip`` and
+``tc``): replica ``s1-r1`` runs in its own network namespace, and N failovers (alternately)
+drop the packets from etcd to the leader, or from the leader to etcd, while the leader still
+reaches its followers and the proxies (replicated.py). ``s1-r1`` is made to lead first (a
+SIGTERM handover) when it does not. The cut lasts until another replica leads and one lease
+more, while sends go straight to the cut-off leader; then it heals, and the old leader must
+rejoin in sync. Violations add: the cut-off leader acknowledged a send begun after the new
+leader was registered (two leaders), and those it acknowledged count as acknowledged sends
+(lost if never received). The test that runs it skips, saying why, where namespaces or tc
+drops cannot be made.
+
 Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
@@ -62,6 +73,10 @@ Usage::
         --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 --queues 4 \\
         --seed 20261127              # full-sized, 10 s lease, ~8 min; output kept in
                                      # bench/results/replication_checker.txt
+    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \
+        --leader-partitions 4 --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 \
+        --queues 4 --seed 20261127   # the same with 4 one-way partitions (root); output kept
+                                     # in bench/results/cluster_checker_partitions.txt
 
 The exit code is 1 when the run breaks what its flush mode promises (see
 ``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
@@ -102,7 +117,12 @@ from tests.chaos.history import (
     seconds_span,
     span_text,
 )
-from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, ReplicatedTarget
+from tests.chaos.replicated import (
+    LEADER_KILL,
+    LEADER_PARTITIONS,
+    LEADER_PAUSE,
+    ReplicatedTarget,
+)
 from tests.chaos.targets import (
     BROKER_PAUSE,
     ETCD_KILL,
@@ -194,6 +214,9 @@ class CheckConfig:
         replicas: Replicated mode: replicas per shard (at least 2).
         pauses: Replicated mode: times the nemesis SIGSTOPs a random shard's leader past its
             lease (``session_ttl_s``) and SIGCONTs it.
+        leader_partitions: Replicated mode: times the nemesis cuts `s1-r1`, made to lead
+            first, one way from etcd (alternately etcd's packets to it or its packets to
+            etcd), until another replica leads and one lease more, then heals.
         failover_gap_s: Replicated mode: (min, max) seconds between the end of one failover
             and the next, drawn uniformly.
         failover_timeout_s: Replicated mode: bound of each step of a failover.
@@ -231,6 +254,7 @@ class CheckConfig:
     shards: int = 2
     replicas: int = 2
     pauses: int = 0
+    leader_partitions: int = 0
     failover_gap_s: tuple[float, float] = (0.5, 2.0)
     failover_timeout_s: float = 120.0
 
@@ -264,8 +288,10 @@ class CheckConfig:
             gap_low, gap_high = self.failover_gap_s
             if not 0 <= gap_low <= gap_high <= 600:
                 raise ValueError("failover_gap_s must be (min, max) within 0..600 s")
-        elif self.pauses:
-            raise ValueError("pauses need replicated mode")
+            if self.leader_partitions < 0:
+                raise ValueError("leader_partitions must be at least 0")
+        elif self.pauses or self.leader_partitions:
+            raise ValueError("pauses and leader partitions need replicated mode")
         if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
             raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
         if not (0 <= self.send_rate < math.inf):
@@ -350,6 +376,7 @@ class TotalQueueChecker:
                 flush=config.flush,
                 failover_timeout_s=config.failover_timeout_s,
                 on_death=self._server_died,
+                partitions=config.leader_partitions > 0,
             )
         elif config.cluster:
             cluster = Cluster(
@@ -507,6 +534,7 @@ class TotalQueueChecker:
         with a random gap between them."""
         cfg = self.config
         kinds = [LEADER_KILL] * cfg.kills + [LEADER_PAUSE] * cfg.pauses
+        kinds += [LEADER_PARTITIONS[n % 2] for n in range(cfg.leader_partitions)]
         self.rng.shuffle(kinds)
         await self.progress.reached(max(1, cfg.messages // 20))
         for kind in kinds:
@@ -668,6 +696,15 @@ class TotalQueueChecker:
         result.incarnations = list(self.target.incarnations)
         if isinstance(self.target, ReplicatedTarget):
             result.failovers = list(self.target.failovers)
+            # Sent by the nemesis: counted and checked with the producers' sends (not in
+            # their error counts or send log).
+            for failover in result.failovers:
+                for sent in failover.direct:
+                    self.history.sending([sent.id])
+                    if sent.queue is None:
+                        self.history.indeterminate.add(sent.id)
+                    else:
+                        self.history.acknowledged[sent.id] = (sent.queue, sent.offset)
             result.shard_of_queue = dict(self.target.shard_of_queue)
             result.logged_errors = self.target.logged_errors()
         elif isinstance(self.target, ClusterTarget):
@@ -787,6 +824,13 @@ def _parser() -> argparse.ArgumentParser:
         help="times a leader is SIGSTOPped past its lease, then SIGCONTed",
     )
     replicated.add_argument(
+        "--leader-partitions",
+        type=int,
+        default=d.leader_partitions,
+        help="times s1-r1, made to lead, is cut one way from etcd until another replica "
+        "leads and one lease more (Linux, root, tc)",
+    )
+    replicated.add_argument(
         "--failover-gap",
         type=seconds_span,
         default=d.failover_gap_s,
@@ -844,6 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shards=args.shards,
             replicas=args.replicas,
             pauses=args.pauses,
+            leader_partitions=args.leader_partitions,
             failover_gap_s=args.failover_gap,
             failover_timeout_s=args.failover_timeout,
         )
