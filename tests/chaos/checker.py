@@ -49,15 +49,18 @@ process's log (a replica can stay up after an error that leaves it useless). Vio
 woken leader that stored a send, a shard that never took sends again.
 
 One-way partitions (``--leader-partitions N``, replicated mode, Linux as root with ``ip`` and
-``tc``): replica ``s1-r1`` runs in its own network namespace, and N failovers (alternately)
-drop the packets from etcd to the leader, or from the leader to etcd, while the leader still
-reaches its followers and the proxies (replicated.py). ``s1-r1`` is made to lead first (a
-SIGTERM handover) when it does not. The cut lasts until another replica leads and one lease
-more, while sends go straight to the cut-off leader; then it heals, and the old leader must
-rejoin in sync. Violations add: the cut-off leader acknowledged a send begun after the new
-leader was registered (two leaders), and those it acknowledged count as acknowledged sends
-(lost if never received). The test that runs it skips, saying why, where namespaces or tc
-drops cannot be made.
+``tc``): replica ``s1-r1`` runs in its own network namespace, and N failovers drop, in turn,
+the packets from etcd to the leader, from the leader to etcd, from its peers (followers and
+proxies) to the leader, and from the leader to its peers (replicated.py). ``s1-r1`` is made
+to lead first (a SIGTERM handover) when it does not. An etcd cut lasts until another replica
+leads and one lease more, while sends go straight to the cut-off leader; then it heals, and
+the old leader must rejoin in sync. A peer cut leaves the lease: it lasts past the
+followers' lag timeout, and after the heal the followers must rejoin in sync and the shard
+take sends again under the same leader. Violations add: the cut-off leader acknowledged a
+send begun after the new leader was registered (two leaders), a replica not back in sync
+after the heal; the sends it acknowledged count as acknowledged sends (lost if never
+received). The CI test replaces them with kills, saying why, where namespaces or tc drops
+cannot be made.
 
 Usage::
 
@@ -215,8 +218,9 @@ class CheckConfig:
         pauses: Replicated mode: times the nemesis SIGSTOPs a random shard's leader past its
             lease (``session_ttl_s``) and SIGCONTs it.
         leader_partitions: Replicated mode: times the nemesis cuts `s1-r1`, made to lead
-            first, one way from etcd (alternately etcd's packets to it or its packets to
-            etcd), until another replica leads and one lease more, then heals.
+            first, one way from etcd or from its peers (in turn: etcd's packets to it, its
+            packets to etcd, its peers' packets to it, its packets to them), then heals
+            (replicated.py says when).
         failover_gap_s: Replicated mode: (min, max) seconds between the end of one failover
             and the next, drawn uniformly.
         failover_timeout_s: Replicated mode: bound of each step of a failover.
@@ -534,7 +538,9 @@ class TotalQueueChecker:
         with a random gap between them."""
         cfg = self.config
         kinds = [LEADER_KILL] * cfg.kills + [LEADER_PAUSE] * cfg.pauses
-        kinds += [LEADER_PARTITIONS[n % 2] for n in range(cfg.leader_partitions)]
+        kinds += [
+            LEADER_PARTITIONS[n % len(LEADER_PARTITIONS)] for n in range(cfg.leader_partitions)
+        ]
         self.rng.shuffle(kinds)
         await self.progress.reached(max(1, cfg.messages // 20))
         for kind in kinds:
@@ -827,8 +833,8 @@ def _parser() -> argparse.ArgumentParser:
         "--leader-partitions",
         type=int,
         default=d.leader_partitions,
-        help="times s1-r1, made to lead, is cut one way from etcd until another replica "
-        "leads and one lease more (Linux, root, tc)",
+        help="times s1-r1, made to lead, is cut one way from etcd or its peers, in turn, "
+        "then healed (Linux, root, tc)",
     )
     replicated.add_argument(
         "--failover-gap",

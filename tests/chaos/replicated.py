@@ -21,6 +21,13 @@ leader, timed from the moment the leader is killed (or stopped):
   have begun before the new leader was registered (else two leaders took writes at once),
   and every one it acknowledged must be received like any producer's. Then the link heals
   and the old leader must step down and rejoin in sync.
+- `LEADER_CUT_FROM_PEERS` / `LEADER_CUT_TO_PEERS`: the same, between `s1-r1` leading and
+  whatever calls its port (its followers' replication streams and the proxies: both use
+  it, so one port rule cuts both), etcd untouched. Its lease stands, so nobody else may
+  lead: the cut lasts past the followers' lag timeout (they leave the in-sync set, and with
+  `min_insync` 1 the shard refuses sends), then heals, and the shard must take sends again
+  under the same leader once its followers are back in sync. No failover, so the record's
+  new leader is the old one.
 
 Either way the failover ends once the shard has `replicas - 1` in-sync followers again (with
 `replication.min_insync` 1 the new leader refuses sends until a follower is back in sync) and
@@ -61,12 +68,16 @@ from tests.support.replicas import ReplicaCluster
 from tests.support.server_process import KILLED, Incarnation, ServerDiedError
 
 __all__ = [
+    "ETCD_CUTS",
     "LEADER_CUT_FROM_ETCD",
+    "LEADER_CUT_FROM_PEERS",
     "LEADER_CUT_TO_ETCD",
+    "LEADER_CUT_TO_PEERS",
     "LEADER_KILL",
     "LEADER_PARTITIONS",
     "LEADER_PAUSE",
     "PARTITIONED",
+    "PEER_CUTS",
     "PROBE_TOPIC",
     "DirectSend",
     "Failover",
@@ -79,7 +90,16 @@ LEADER_CUT_FROM_ETCD = "etcd->leader dropped"
 """One-way partition: the leader's packets reach etcd, etcd's never reach the leader."""
 LEADER_CUT_TO_ETCD = "leader->etcd dropped"
 """One-way partition: etcd's packets reach the leader, the leader's never reach etcd."""
-LEADER_PARTITIONS = (LEADER_CUT_FROM_ETCD, LEADER_CUT_TO_ETCD)
+LEADER_CUT_FROM_PEERS = "peers->leader dropped"
+"""One-way partition: the leader's packets from its port reach its followers and the
+proxies, theirs to its port never reach it."""
+LEADER_CUT_TO_PEERS = "leader->peers dropped"
+"""One-way partition: the followers' and proxies' packets reach the leader's port, its
+answers never reach them."""
+ETCD_CUTS = (LEADER_CUT_FROM_ETCD, LEADER_CUT_TO_ETCD)
+PEER_CUTS = (LEADER_CUT_FROM_PEERS, LEADER_CUT_TO_PEERS)
+LEADER_PARTITIONS = ETCD_CUTS + PEER_CUTS
+"""In the order the nemesis takes them, round and round."""
 PARTITIONED = "s1-r1"
 """The replica that runs in a network namespace when partitions are on."""
 PROBE_TOPIC = "chaos-replication-probe"
@@ -92,6 +112,9 @@ _WOKEN_SENDS = 5
 _CUT_SEND_INTERVAL_S = 0.1
 """Pause between the sends straight to a cut-off leader."""
 _CUT_CALL_TIMEOUT_S = 5.0
+_LAG_TIMEOUT_S = 10.0
+"""`replication.lag_timeout_s` (its default): a peer cut lasts longer, so that the
+followers leave the in-sync set meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +231,7 @@ class Failover:
                     f"failover #{self.number}: no send reached shard {self.shard} "
                     f"through {proxy} again"
                 )
-        if self.new_epoch <= self.old_epoch:
+        if self.kind not in PEER_CUTS and self.new_epoch <= self.old_epoch:
             found.append(f"failover #{self.number}: epoch {self.new_epoch} after {self.old_epoch}")
         late = self.two_leaders
         if late:
@@ -218,9 +241,8 @@ class Failover:
                 f"(two leaders), e.g. {late[0].id}"
             )
         if self.kind in LEADER_PARTITIONS and self.in_sync_s is None:
-            found.append(
-                f"failover #{self.number}: {self.old_leader} did not rejoin in sync after the heal"
-            )
+            who = f"{self.shard}'s followers" if self.kind in PEER_CUTS else self.old_leader
+            found.append(f"failover #{self.number}: {who} did not rejoin in sync after the heal")
         return found
 
     def line(self) -> str:
@@ -379,12 +401,16 @@ class ReplicatedTarget(ClusterTarget):
             handover=handover,
         )
         self.failovers.append(failover)
+        if kind in PEER_CUTS:
+            await self._cut_from_peers(failover, process.port)
+            return
         if kind == LEADER_KILL:
             await asyncio.to_thread(cluster.kill, old)
         elif kind == LEADER_PAUSE:
             popen.send_signal(signal.SIGSTOP)
         else:
-            await asyncio.to_thread(self._cut, kind)
+            await asyncio.to_thread(self._cut, kind, process.port)
+            failover.began = time.monotonic()  # the rules are in place (tc takes a while)
         # Started after the signal, so that no probe is answered by the old leader before. A
         # cut-off leader still takes sends through the proxies until it fences: their probes
         # start once the new leader is registered.
@@ -474,16 +500,49 @@ class ReplicatedTarget(ClusterTarget):
             leader = new
         raise AssertionError(f"{PARTITIONED} did not take {shard} over in {self.replicas} tries")
 
-    def _cut(self, kind: str) -> None:
-        """Start a one-way partition between `PARTITIONED` and etcd."""
+    def _cut(self, kind: str, leader_port: int) -> None:
+        """Start a one-way partition between `PARTITIONED` (listening on `leader_port`) and
+        etcd, or its peers."""
         assert self.namespace is not None, "partitions need the target made with partitions"
         etcd = self.replica_cluster.etcd
         assert isinstance(etcd, EtcdServer)
-        port = etcd.client_port
         if kind == LEADER_CUT_FROM_ETCD:
-            self.namespace.drop("in", src_port=port)
+            self.namespace.drop("in", src_port=etcd.client_port)
+        elif kind == LEADER_CUT_TO_ETCD:
+            self.namespace.drop("out", dst_port=etcd.client_port)
+        elif kind == LEADER_CUT_FROM_PEERS:
+            self.namespace.drop("in", dst_port=leader_port)
         else:
-            self.namespace.drop("out", dst_port=port)
+            self.namespace.drop("out", src_port=leader_port)
+
+    async def _cut_from_peers(self, failover: Failover, leader_port: int) -> None:
+        """A peer cut (module docstring): no failover; once healed, the followers must be
+        back in sync and the shard must take sends again, directly and through every proxy."""
+        cluster = self.replica_cluster
+        probes: list[asyncio.Task[None]] = []
+        await asyncio.to_thread(self._cut, failover.kind, leader_port)
+        failover.began = time.monotonic()  # the rules are in place (tc takes a while)
+        try:
+            await asyncio.sleep(_LAG_TIMEOUT_S + cluster.session_ttl_s)
+            await self._heal(None, asyncio.Event())
+            failover.back_s = self._since(failover)
+            probes = [
+                asyncio.create_task(self._probe_leader(failover, same_epoch=True)),
+                *self._probe_proxies(failover),
+            ]
+            await asyncio.to_thread(
+                cluster.wait_in_sync, failover.shard, self.replicas - 1, self.failover_timeout_s
+            )
+            failover.in_sync_s = self._since(failover)
+            await asyncio.wait(probes, timeout=self.failover_timeout_s)
+            failover.new_leader = str(await asyncio.to_thread(cluster.leader, failover.shard))
+            failover.new_epoch = await asyncio.to_thread(cluster.epoch, failover.shard)
+        finally:
+            await self._heal(None, asyncio.Event())
+            for probe in probes:
+                probe.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+            failover.ended_s = self._since(failover)
 
     async def _heal(self, direct: asyncio.Task[None] | None, stop: asyncio.Event) -> None:
         """End the partition (if any) and the sends to the cut-off leader (the one in flight
@@ -525,16 +584,17 @@ class ReplicatedTarget(ClusterTarget):
     def _since(failover: Failover) -> float:
         return time.monotonic() - failover.began
 
-    async def _probe_leader(self, failover: Failover) -> None:
-        """Send straight to the shard's registered leader of a newer epoch until it stores
-        one (it refuses while it has too few in-sync followers)."""
+    async def _probe_leader(self, failover: Failover, *, same_epoch: bool = False) -> None:
+        """Send straight to the shard's registered leader of a newer epoch (or, with
+        `same_epoch`, of the old one too) until it stores one (it refuses while it has too
+        few in-sync followers)."""
         remotes: dict[str, RemoteBroker] = {}
         try:
             while True:
                 registration, epoch, _ = await asyncio.to_thread(
                     self.replica_cluster.shard_keys, failover.shard
                 )
-                if registration is not None and epoch > failover.old_epoch:
+                if registration is not None and epoch >= failover.old_epoch + (not same_epoch):
                     address = str(registration["addr"])
                     remote = remotes.get(address)
                     if remote is None:

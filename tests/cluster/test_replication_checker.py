@@ -26,6 +26,7 @@ from tests.chaos.checker import CheckConfig, CheckResult, History, SendRecord, c
 from tests.chaos.replicated import (
     LEADER_CUT_FROM_ETCD,
     LEADER_CUT_TO_ETCD,
+    LEADER_CUT_TO_PEERS,
     LEADER_KILL,
     LEADER_PARTITIONS,
     LEADER_PAUSE,
@@ -135,6 +136,27 @@ def test_the_checker_flags_a_cut_off_leader_acknowledging_once_another_leads() -
         "failover #1: s1-r1 did not rejoin in sync after the heal",
     ]
     assert "straight to the cut-off leader: 2/3 acknowledged, 1 after" in result.summary()
+
+    # A cut between the leader and its peers leaves its lease, so no new leader is right
+    # there; followers not back in sync after the heal are not.
+    peers = Failover(
+        number=2,
+        kind=LEADER_CUT_TO_PEERS,
+        shard="s1",
+        old_leader="s1-r1",
+        old_epoch=30,
+        began=120.0,
+        new_leader="s1-r1",
+        new_epoch=30,
+        back_s=13.0,
+        in_sync_s=14.0,
+        takes_sends_s=14.5,
+        proxy_send_s={"p1": 14.6},
+        ended_s=14.6,
+    )
+    assert peers.problems == []
+    peers.in_sync_s = None
+    assert peers.problems == ["failover #2: s1's followers did not rejoin in sync after the heal"]
 
 
 def test_leader_partitions_need_replicated_mode() -> None:
