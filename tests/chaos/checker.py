@@ -70,14 +70,15 @@ Usage::
         --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --send-rate 200 \\
         --crashing-consumers --seed 20261129   # full-sized, ~4 min; output kept in
                                                # bench/results/cluster_checker_faults.txt
-    python -m tests.chaos.checker --replicated --messages 3600 --kills 5 --pauses 1 \\
-        --session-ttl 3 --send-rate 30 --queues 2 --seed 20261127   # CI-sized, ~2.5 min
+    python -m tests.chaos.checker --replicated --messages 3600 --kills 3 --pauses 1 \\
+        --leader-partitions 2 --session-ttl 3 --send-rate 30 --queues 2 \\
+        --seed 20261127              # CI-sized, ~2.5 min (without namespaces: --kills 5)
     python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
         --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 --queues 4 \\
         --seed 20261127              # full-sized, 10 s lease, ~8 min; output kept in
                                      # bench/results/replication_checker.txt
-    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \
-        --leader-partitions 4 --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 \
+    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
+        --leader-partitions 4 --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 \\
         --queues 4 --seed 20261127   # the same with 4 one-way partitions (root); output kept
                                      # in bench/results/cluster_checker_partitions.txt
 
