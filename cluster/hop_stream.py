@@ -1,5 +1,6 @@
 """`HopStream`: a proxy's pops without a wait and its acks to one broker, on one long-lived
-BrokerService HopStream instead of a unary call each.
+BrokerService HopStream instead of a unary call each; and its sends and half sends on another
+(HopSend), the same way.
 
 A unary gRPC call costs both processes its setup and teardown (a new HTTP/2 stream, the
 call objects, metadata), and at batch 32 a pop and an ack are two calls per 32 messages: the
@@ -8,7 +9,14 @@ way. Requests carry an id the broker answers with; answers come back in the orde
 ready, each as its unary call would have answered (hop_wire.py).
 
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
-`RemoteBroker.release_waiters`), and every other BrokerService call.
+`RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
+soon as it is made, never held for others to join it: a lone send pays no wait.
+
+Sends have a stream of their own so that a broker without it says so (UNIMPLEMENTED) before
+it reads anything: a send it did not understand must be known not stored (send_outcome.py).
+A send that the stream cannot answer fails as its unary call would: not sent when the
+stream could not connect (gRPC's "failed to connect to all addresses"), else maybe stored
+(the stream broke, the broker ended it, or the answer did not come within the call timeout).
 
 Failure: when the stream ends (the broker went away, the connection broke), every request
 in flight on it fails with the error its unary call would have got (a retriable
@@ -32,7 +40,7 @@ from typing import Any
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq.broker.hop_wire import HOP_ERROR, hop_answer_from_wire
+from popmq.broker.hop_wire import HOP_ERROR, hop_answer, hop_answer_from_wire
 from popmq.broker.wire import error_from_detail
 from popmq.broker_core.errors import PopMQError
 from popmq.cluster.send_outcome import BrokerUnansweredError
@@ -40,15 +48,16 @@ from popmq.cluster.send_outcome import BrokerUnansweredError
 log = logging.getLogger(__name__)
 
 METHOD = "/popmq.broker.v1.BrokerService/HopStream"
+SEND_METHOD = "/popmq.broker.v1.BrokerService/HopSend"
 
 
 class HopUnsupportedError(Exception):
-    """The broker does not serve HopStream: ask it with unary calls (nothing was done)."""
+    """The broker does not serve the stream: ask it with unary calls (nothing was done)."""
 
 
 class HopStream:
-    """Requests to one broker over one HopStream call, opened on first use and again after
-    it ended."""
+    """Requests to one broker over one HopStream (or HopSend: `method`) call, opened on first
+    use and again after it ended."""
 
     def __init__(
         self,
@@ -58,10 +67,14 @@ class HopStream:
         timeout_s: float,
         metadata: Callable[[], tuple[tuple[str, str], ...] | None],
         error: Callable[[grpc.aio.AioRpcError], PopMQError],
+        method: str = METHOD,
+        carries: str = "pops and acks",
     ) -> None:
+        self._method = method.rsplit("/", 1)[-1]
+        self._carries = carries
         self._open_call = channel.stream_stream(
-            METHOD,
-            request_serializer=pb.HopStreamRequest.SerializeToString,
+            method,
+            request_serializer=_as_is,
             response_deserializer=_as_is,
             _registered_method=True,
         )
@@ -80,24 +93,26 @@ class HopStream:
         self.unsupported = False
         """Set once the broker answered UNIMPLEMENTED: use unary calls."""
 
-    async def request(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:
-        """Send `request` (its id is set here) and return its answer: the HopStreamResponse field
-        (hop_wire.HOP_POP or HOP_ACK) and that field's bytes. A broker error in the answer is
-        raised as itself; HopUnsupportedError when the broker has no HopStream."""
+    async def request(self, field: int, payload: bytes) -> tuple[int, bytes]:
+        """Send the request `payload` (a message's bytes) as the stream request's `field`
+        (hop_wire.HOP_POP, HOP_ACK, HOP_SEND...; its id is chosen here) and return its
+        answer: the response's field and that field's bytes. A broker error in the answer is
+        raised as itself; HopUnsupportedError when the broker does not serve the stream."""
         call = self._call if self._call is not None else self._open()
         request_id = next(self._ids)
-        request.id = request_id
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
             async with asyncio.timeout(self._timeout):
                 async with self._write_lock:
                     try:
-                        await call.write(request)
-                    except grpc.aio.AioRpcError as exc:
-                        self._ended(call, exc)
-                    except asyncio.InvalidStateError:
-                        self._ended(call, None)  # the call had ended: the future says how
+                        await call.write(hop_answer(request_id, field, payload))
+                    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                        # The call has ended: its reader fails the future with the call's
+                        # status (a failed write's own says only INTERNAL), which tells a
+                        # broker without the stream (UNIMPLEMENTED) and whether a send may
+                        # have been sent.
+                        pass
                 field, payload = await future
         except TimeoutError:
             raise BrokerUnansweredError(
@@ -129,7 +144,7 @@ class HopStream:
             self._ended(call, None)
             raise
         except ValueError:
-            log.exception("broker %s answered a malformed HopStreamResponse", self._shown)
+            log.exception("broker %s answered a malformed %s response", self._shown, self._method)
             call.cancel()
             self._ended(call, None)
         else:
@@ -143,13 +158,13 @@ class HopStream:
         error: Exception
         if exc is not None and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
             self.unsupported = True
-            error = HopUnsupportedError(f"broker {self._shown} does not serve HopStream")
+            error = HopUnsupportedError(f"broker {self._shown} does not serve {self._method}")
         elif exc is not None:
             error = self._error(exc)
         else:
             error = BrokerUnansweredError(
-                f"broker {self._shown} ended the stream of pops and acks with requests in "
-                "flight; retry",
+                f"broker {self._shown} ended the stream of {self._carries} with requests "
+                "in flight; retry",
                 request_sent=True,
             )
         pending, self._pending = self._pending, {}
