@@ -417,7 +417,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         """Sends and half sends on one stream, served as HopStream serves pops and acks; each
-        request arrives as its HopSendRequest bytes, its messages read by send_wire.py."""
+        request arrives as its HopSendRequest bytes, its messages read by send_wire.py. Its
+        headers go first: the proxy writes nothing before them (cluster/hop_stream.py)."""
+        await context.send_initial_metadata(())
         await _serve_stream(requests, context, self._hop_send_answer)
 
     async def _hop_send_answer(self, data: bytes) -> bytes | None:

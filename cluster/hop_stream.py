@@ -57,7 +57,12 @@ class HopUnsupportedError(Exception):
 
 class HopStream:
     """Requests to one broker over one HopStream (or HopSend: `method`) call, opened on first
-    use and again after it ended."""
+    use and again after it ended.
+
+    `carries` names the requests in errors. With `handshake`, nothing is written on a call
+    before the broker's headers come (HopSend's broker sends them at once; HopStream's
+    answers only requests, so a broker of its first release would never send them).
+    """
 
     def __init__(
         self,
@@ -69,9 +74,13 @@ class HopStream:
         error: Callable[[grpc.aio.AioRpcError], PopMQError],
         method: str = METHOD,
         carries: str = "pops and acks",
+        handshake: bool = False,
     ) -> None:
         self._method = method.rsplit("/", 1)[-1]
         self._carries = carries
+        self._handshake = handshake
+        # The call whose broker has accepted it (sent its headers), with `handshake`.
+        self._accepted: Any = None
         self._open_call = channel.stream_stream(
             method,
             request_serializer=_as_is,
@@ -102,10 +111,19 @@ class HopStream:
         request_id = next(self._ids)
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        sent = False
         try:
             async with asyncio.timeout(self._timeout):
                 async with self._write_lock:
                     try:
+                        if self._handshake and self._accepted is not call:
+                            # Nothing is written before the broker accepts the call: one
+                            # without the method ends it (UNIMPLEMENTED) without having read
+                            # a request, and requests written meanwhile could turn that
+                            # status into gRPC's INTERNAL.
+                            await call.initial_metadata()
+                            self._accepted = call
+                        sent = True
                         await call.write(hop_answer(request_id, field, payload))
                     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                         # The call has ended: its reader fails the future with the call's
@@ -117,7 +135,7 @@ class HopStream:
         except TimeoutError:
             raise BrokerUnansweredError(
                 f"broker {self._shown} did not answer within {self._timeout:g}s; retry later",
-                request_sent=True,
+                request_sent=sent,
             ) from None
         finally:
             self._pending.pop(request_id, None)

@@ -209,6 +209,7 @@ class RemoteBroker:
             error=self._error,
             method=SEND_METHOD,
             carries="sends",
+            handshake=True,
         )
         self._draining = False
         if not self._catalog:
