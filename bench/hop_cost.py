@@ -26,6 +26,8 @@ import asyncio
 import contextlib
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from bench.load import CPU_CLIENT, CpuWindow
@@ -85,6 +87,17 @@ def _window(
     return window, []
 
 
+def _build(checkout: Path) -> str:
+    """Whether `checkout`'s popmq runs compiled in a child, as the deployments' processes do
+    (src/popmq/_compiled.py), and why not when it does not."""
+    probe = "from popmq._compiled import state; print(state())"
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    found = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    return found.stdout.strip()
+
+
 def _deploy(stack: contextlib.ExitStack, name: str, checkout: Path, serve: bool) -> Deployment:
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(checkout / "src")
@@ -142,6 +155,7 @@ def main() -> None:
         "python -m bench.hop_cost "
         + " ".join(f"{n}=<{'serve of ' if s else ''}checkout>" for n, _, s in plan)
         + f" --rounds {args.rounds} --cases {','.join(cases)}",
+        *(f"{n}: compiled (True) or not, and why: {_build(path)}" for n, path, _ in plan),
         f"load average at the start: {_load()}",
     ]
     samples: dict[tuple[str, str, str], list[float]] = {}
@@ -162,14 +176,15 @@ def main() -> None:
                         us = window.us_per_item(process)
                         samples.setdefault((case, name, process), []).append(us)
                         cells.append(f"{process} {us:.1f}")
-                    if trips:
-                        for label, q in (("p50", 0.5), ("p99", 0.99)):
-                            ms = percentile(trips, q) * 1e3
-                            samples.setdefault((case, name, label), []).append(ms)
-                            cells.append(f"{label} {ms:.2f} ms")
+                    latency = []
+                    for label, q in (("p50", 0.5), ("p99", 0.99)) if trips else ():
+                        ms = percentile(trips, q) * 1e3
+                        samples.setdefault((case, name, label), []).append(ms)
+                        latency.append(f"{label} {ms:.2f}")
                     lines.append(
-                        f"round {round_ + 1} {case:8} {name}: {', '.join(cells)} us/msg "
-                        f"(load {_load()})"
+                        f"round {round_ + 1} {case:8} {name}: {', '.join(cells)} us/msg"
+                        + (f"; {', '.join(latency)} ms" if latency else "")
+                        + f" (load {_load()})"
                     )
                     print(lines[-1], flush=True)
     lines.append("medians (us/msg; server = every process but the client; paced: ms):")
