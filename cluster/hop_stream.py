@@ -8,6 +8,8 @@ largest share of what the hop cost a message. On a stream each request is one me
 way. Requests carry an id the broker answers with; answers come back in the order they are
 ready, each as its unary call would have answered (hop_wire.py).
 
+`HopStub` is the unary calls' stub, with the same bytes for Pop, Ack, Send and SendHalf.
+
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
 `RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
 soon as it is made, never held for others to join it: a lone send pays no wait.
@@ -40,6 +42,8 @@ from typing import Any
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import hop_wire, send_wire
 from popmq.broker.hop_wire import HOP_ERROR, hop_answer, hop_answer_from_wire
 from popmq.broker.wire import error_from_detail
 from popmq.broker_core.errors import PopMQError
@@ -200,6 +204,40 @@ class HopStream:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+
+class HopStub(broker_pb2_grpc.BrokerServiceStub):
+    """The generated BrokerService stub, as RemoteBroker calls it, but Pop and Ack answer
+    what their bytes say (hop_wire.py): a list of PoppedMessage, a list of ack outcomes,
+    with no response object between; Send and SendHalf take their request's bytes and
+    answer a list of SendResult (send_wire.py)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)  # type: ignore[no-untyped-call]
+        self.Pop = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Pop",
+            request_serializer=pb.PopRequest.SerializeToString,
+            response_deserializer=hop_wire.popped_from_wire,
+            _registered_method=True,
+        )
+        self.Ack = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Ack",
+            request_serializer=pb.AckRequest.SerializeToString,
+            response_deserializer=hop_wire.ack_results_from_wire,
+            _registered_method=True,
+        )
+        self.Send = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Send",
+            request_serializer=_as_is,
+            response_deserializer=send_wire.send_results_from_wire,
+            _registered_method=True,
+        )
+        self.SendHalf = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/SendHalf",
+            request_serializer=_as_is,
+            response_deserializer=send_wire.send_results_from_wire,
+            _registered_method=True,
+        )
 
 
 def _as_is(data: bytes) -> bytes:

@@ -41,7 +41,6 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker_core import validation
@@ -76,7 +75,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.cluster.hop_stream import SEND_METHOD, HopStream, HopUnsupportedError
+from popmq.cluster.hop_stream import SEND_METHOD, HopStream, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -148,7 +147,7 @@ class RemoteBroker:
         self._tls = tls
         self._signer = signer
         self._channel: grpc.aio.Channel | None = None
-        self._stub: _HopStub | None = None
+        self._stub: HopStub | None = None
         # Pops without a wait and acks, on one stream (None while closed).
         self._hop: HopStream | None = None
         # Sends and half sends, on another (None while closed).
@@ -193,7 +192,7 @@ class RemoteBroker:
             self._channel = grpc.aio.secure_channel(
                 self.address, self._tls.credentials, options=options
             )
-        self._stub = _HopStub(self._channel)
+        self._stub = HopStub(self._channel)
         self._hop = HopStream(
             self._channel,
             shown=self._shown,
@@ -768,7 +767,7 @@ class RemoteBroker:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _stub_(self) -> _HopStub:
+    def _stub_(self) -> HopStub:
         if self._stub is None:
             raise UnavailableError(f"the remote broker {self._shown} is not started")
         return self._stub
@@ -910,43 +909,6 @@ class RemoteBroker:
         task = loop.create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-class _HopStub(broker_pb2_grpc.BrokerServiceStub):
-    """The generated stub, but Pop and Ack answer what their bytes say (hop_wire.py): a
-    list of PoppedMessage, a list of ack outcomes, with no response object between; Send
-    and SendHalf take their request's bytes and answer a list of SendResult (send_wire.py)."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        super().__init__(channel)  # type: ignore[no-untyped-call]
-        self.Pop = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/Pop",
-            request_serializer=pb.PopRequest.SerializeToString,
-            response_deserializer=hop_wire.popped_from_wire,
-            _registered_method=True,
-        )
-        self.Ack = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/Ack",
-            request_serializer=pb.AckRequest.SerializeToString,
-            response_deserializer=hop_wire.ack_results_from_wire,
-            _registered_method=True,
-        )
-        self.Send = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/Send",
-            request_serializer=_as_is,
-            response_deserializer=send_wire.send_results_from_wire,
-            _registered_method=True,
-        )
-        self.SendHalf = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/SendHalf",
-            request_serializer=_as_is,
-            response_deserializer=send_wire.send_results_from_wire,
-            _registered_method=True,
-        )
-
-
-def _as_is(data: bytes) -> bytes:
-    return data
 
 
 async def _answer(call: Any) -> Any:
