@@ -15,7 +15,8 @@ only a failed one carries an ErrorDetail, parsed with the generated class.
 
 On HopStream (one stream per proxy and broker carrying pops and acks), a HopStreamResponse is the
 request's id and one of those answers, or an ErrorDetail: `hop_answer` writes one around the
-answer's bytes, `hop_answer_from_wire` splits one.
+answer's bytes, `hop_answer_from_wire` splits one. HopSend (sends; send_wire.py) frames its
+requests and answers the same way, and so does the proxy its HopStream requests.
 
 The field numbers here must follow protos/popmq/broker/v1/broker.proto: the tests check these
 bytes against the generated classes both ways. Fields a reader does not know are skipped, as
@@ -190,19 +191,26 @@ HOP_POP: Final = 2
 HOP_ACK: Final = 3
 """HopStreamResponse.ack: an AckResponse."""
 HOP_ERROR: Final = 4
-"""HopStreamResponse.error: an ErrorDetail."""
+"""HopStreamResponse.error, HopSendResponse.error: an ErrorDetail."""
+HOP_SEND: Final = 2
+"""HopSendRequest.send, HopSendResponse.send: a SendRequest, a SendResponse."""
+HOP_SEND_HALF: Final = 3
+"""HopSendRequest.send_half, HopSendResponse.send_half: a SendHalfRequest, its response."""
 
 
 def hop_answer(request_id: int, field: int, payload: bytes) -> bytes:
-    """A HopStreamResponse: `request_id` and `payload` (a message's bytes) as its `field`."""
+    """A HopStreamResponse: `request_id` and `payload` (a message's bytes) as its `field`.
+    HopStreamRequest, HopSendRequest and HopSendResponse have the same layout (an id, then
+    one message of a oneof), written and split by the same two functions."""
     return b"".join(
         (b"\x08", varint(request_id), varint(field << 3 | 2), varint(len(payload)), payload)
     )
 
 
 def hop_answer_from_wire(data: bytes) -> tuple[int, int, bytes]:
-    """The HopStreamResponse `data` as (request id, field, the field's bytes); the field is 0 when
-    the response carries none. Raises ValueError when `data` is not well-formed."""
+    """The HopStreamResponse `data` (or HopSendRequest, HopSendResponse) as (request id, field,
+    the field's bytes); the field is 0 when it carries none. Raises ValueError when `data`
+    is not well-formed."""
     request_id = 0
     field = 0
     payload = b""

@@ -27,7 +27,7 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
-from popmq.broker import hop_wire
+from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
 from popmq.broker_core.api import BrokerAPI
@@ -454,31 +454,59 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> None:
         """Pops and acks on one stream (cluster/hop_stream.py): each request runs as its own task,
         as its unary call would, and its answer (HopStreamResponse bytes) is written when ready."""
-        # Answers ready to write, None once the requests have ended and every task is done.
-        answers: asyncio.Queue[bytes | None] = asyncio.Queue()
-        tasks: set[asyncio.Task[None]] = set()
 
-        async def serve(request: pb.HopStreamRequest) -> None:
-            answers.put_nowait(hop_wire.hop_answer(request.id, *await self._hop_answer(request)))
+        async def answer(request: pb.HopStreamRequest) -> bytes | None:
+            return hop_wire.hop_answer(request.id, *await self._hop_answer(request))
 
-        async def read() -> None:
-            async for request in requests:
-                task = asyncio.ensure_future(serve(request))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            while tasks:
-                await asyncio.wait(set(tasks))
-            answers.put_nowait(None)
+        await _serve_stream(requests, context, answer)
 
-        reader = asyncio.ensure_future(read())
+    async def HopSend(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        """Sends and half sends on one stream, served as HopStream serves pops and acks; each
+        request arrives as its HopSendRequest bytes, its messages read by send_wire.py. Its
+        headers go first: the proxy writes nothing before them (cluster/hop_stream.py)."""
+        await context.send_initial_metadata(())
+        await _serve_stream(requests, context, self._hop_send_answer)
+
+    async def _hop_send_answer(self, data: bytes) -> bytes | None:
+        """The HopSendResponse bytes answering the HopSendRequest `data`; None for bytes that
+        name no request (nothing to answer: the proxy's wait for it times out)."""
         try:
-            while (data := await answers.get()) is not None:
-                await context.write(data)
-            await reader  # raises what ended the reading, if anything did
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
+            request_id, field, payload = hop_wire.hop_answer_from_wire(data)
+        except ValueError:
+            log.exception("a proxy sent a malformed HopSendRequest")
+            return None
+        try:
+            answer = await self._hop_sent(request_id, field, payload)
+        except PopMQError as exc:
+            answer = _hop_error(exc)
+        except Exception as exc:
+            log.exception("BrokerService.HopSend failed unexpectedly")
+            answer = _hop_error(InternalError(f"broker {self.name!r} failed in HopSend: {exc!r}"))
+        return hop_wire.hop_answer(request_id, *answer)
+
+    async def _hop_sent(self, request_id: int, field: int, payload: bytes) -> tuple[int, bytes]:
+        """Store the (half) send `payload` (HopSendRequest `field`): (the answer's field, the
+        results' bytes), as the unary Send or SendHalf stores and answers it."""
+        await self._admit(writes=True)
+        try:
+            request = send_wire.send_request_from_wire(payload)
+        except ValueError as exc:
+            raise InvalidArgumentError(
+                f"HopSendRequest {request_id} does not parse: {exc}"
+            ) from None
+        if field == hop_wire.HOP_SEND:
+            results = await self._broker.send(request.messages)
+        elif field == hop_wire.HOP_SEND_HALF:
+            results = await self._broker.send_half(
+                request.messages,
+                producer_group=request.producer_group,
+                check_first_s=request.check_first_s,
+            )
+        else:
+            raise InvalidArgumentError(f"HopSendRequest {request_id} is empty")
+        return field, send_wire.send_response_wire(results)
 
     async def _hop_answer(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:
         """The answer to one HopStream request: (HopStreamResponse field, its bytes)."""
@@ -668,8 +696,46 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
 
 
-ENCODED_ANSWERS = frozenset({"Pop", "Ack", "HopStream"})
+async def _serve_stream(
+    requests: AsyncIterator[_Req],
+    context: grpc.aio.ServicerContext,
+    answer: Callable[[_Req], Awaitable[bytes | None]],
+) -> None:
+    """Serve a HopStream or HopSend call: each request runs as its own task, as its unary
+    call would, and its `answer` (response bytes) is written when ready, in that order."""
+    # Answers ready to write, None once the requests have ended and every task is done.
+    answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(request: _Req) -> None:
+        data = await answer(request)
+        if data is not None:
+            answers.put_nowait(data)
+
+    async def read() -> None:
+        async for request in requests:
+            task = asyncio.ensure_future(serve(request))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.wait(set(tasks))
+        answers.put_nowait(None)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while (data := await answers.get()) is not None:
+            await context.write(data)
+        await reader  # raises what ended the reading, if anything did
+    finally:
+        reader.cancel()
+        for task in list(tasks):
+            task.cancel()
+
+
+ENCODED_ANSWERS = frozenset({"Pop", "Ack", "HopStream", "HopSend"})
 """BrokerService methods whose handlers answer with the response's bytes (hop_wire.py)."""
+ENCODED_REQUESTS = frozenset({"HopSend"})
+"""BrokerService methods whose handlers take each request as its bytes (send_wire.py)."""
 
 
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
@@ -693,7 +759,7 @@ class _Reserialized:
         self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
     ) -> None:
         handlers = {
-            method: _bytes_out(handler) if method in ENCODED_ANSWERS else handler
+            method: _bytes_out(handler, method) if method in ENCODED_ANSWERS else handler
             for method, handler in method_handlers.items()
         }
         self._server.add_generic_rpc_handlers(
@@ -702,11 +768,13 @@ class _Reserialized:
         self._server.add_registered_method_handlers(service_name, handlers)
 
 
-def _bytes_out(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _bytes_out(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     if handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(
             handler.stream_stream,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_as_is
+            if method in ENCODED_REQUESTS
+            else handler.request_deserializer,
             response_serializer=_as_is,
         )
     return grpc.unary_unary_rpc_method_handler(

@@ -1,5 +1,6 @@
 """`HopStream`: a proxy's pops without a wait and its acks to one broker, on one long-lived
-BrokerService HopStream instead of a unary call each.
+BrokerService HopStream instead of a unary call each; and its sends and half sends on another
+(HopSend), the same way.
 
 A unary gRPC call costs both processes its setup and teardown (a new HTTP/2 stream, the
 call objects, metadata), and at batch 32 a pop and an ack are two calls per 32 messages: the
@@ -7,8 +8,17 @@ largest share of what the hop cost a message. On a stream each request is one me
 way. Requests carry an id the broker answers with; answers come back in the order they are
 ready, each as its unary call would have answered (hop_wire.py).
 
+`HopStub` is the unary calls' stub, with the same bytes for Pop, Ack, Send and SendHalf.
+
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
-`RemoteBroker.release_waiters`), and every other BrokerService call.
+`RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
+soon as it is made, never held for others to join it: a lone send pays no wait.
+
+Sends have a stream of their own so that a broker without it says so (UNIMPLEMENTED) before
+it reads anything: a send it did not understand must be known not stored (send_outcome.py).
+A send that the stream cannot answer fails as its unary call would: not sent when the
+stream could not connect (gRPC's "failed to connect to all addresses"), else maybe stored
+(the stream broke, the broker ended it, or the answer did not come within the call timeout).
 
 Failure: when the stream ends (the broker went away, the connection broke), every request
 in flight on it fails with the error its unary call would have got (a retriable
@@ -32,7 +42,9 @@ from typing import Any
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq.broker.hop_wire import HOP_ERROR, hop_answer_from_wire
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker import hop_wire, send_wire
+from popmq.broker.hop_wire import HOP_ERROR, hop_answer, hop_answer_from_wire
 from popmq.broker.wire import error_from_detail
 from popmq.broker_core.errors import PopMQError
 from popmq.cluster.send_outcome import BrokerUnansweredError
@@ -40,15 +52,21 @@ from popmq.cluster.send_outcome import BrokerUnansweredError
 log = logging.getLogger(__name__)
 
 METHOD = "/popmq.broker.v1.BrokerService/HopStream"
+SEND_METHOD = "/popmq.broker.v1.BrokerService/HopSend"
 
 
 class HopUnsupportedError(Exception):
-    """The broker does not serve HopStream: ask it with unary calls (nothing was done)."""
+    """The broker does not serve the stream: ask it with unary calls (nothing was done)."""
 
 
 class HopStream:
-    """Requests to one broker over one HopStream call, opened on first use and again after
-    it ended."""
+    """Requests to one broker over one HopStream (or HopSend: `method`) call, opened on first
+    use and again after it ended.
+
+    `carries` names the requests in errors. With `handshake`, nothing is written on a call
+    before the broker's headers come (HopSend's broker sends them at once; HopStream's
+    answers only requests, so a broker of its first release would never send them).
+    """
 
     def __init__(
         self,
@@ -58,10 +76,18 @@ class HopStream:
         timeout_s: float,
         metadata: Callable[[], tuple[tuple[str, str], ...] | None],
         error: Callable[[grpc.aio.AioRpcError], PopMQError],
+        method: str = METHOD,
+        carries: str = "pops and acks",
+        handshake: bool = False,
     ) -> None:
+        self._method = method.rsplit("/", 1)[-1]
+        self._carries = carries
+        self._handshake = handshake
+        # The call whose broker has accepted it (sent its headers), with `handshake`.
+        self._accepted: Any = None
         self._open_call = channel.stream_stream(
-            METHOD,
-            request_serializer=pb.HopStreamRequest.SerializeToString,
+            method,
+            request_serializer=_as_is,
             response_deserializer=_as_is,
             _registered_method=True,
         )
@@ -80,29 +106,40 @@ class HopStream:
         self.unsupported = False
         """Set once the broker answered UNIMPLEMENTED: use unary calls."""
 
-    async def request(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:
-        """Send `request` (its id is set here) and return its answer: the HopStreamResponse field
-        (hop_wire.HOP_POP or HOP_ACK) and that field's bytes. A broker error in the answer is
-        raised as itself; HopUnsupportedError when the broker has no HopStream."""
+    async def request(self, field: int, payload: bytes) -> tuple[int, bytes]:
+        """Send the request `payload` (a message's bytes) as the stream request's `field`
+        (hop_wire.HOP_POP, HOP_ACK, HOP_SEND...; its id is chosen here) and return its
+        answer: the response's field and that field's bytes. A broker error in the answer is
+        raised as itself; HopUnsupportedError when the broker does not serve the stream."""
         call = self._call if self._call is not None else self._open()
         request_id = next(self._ids)
-        request.id = request_id
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        sent = False
         try:
             async with asyncio.timeout(self._timeout):
                 async with self._write_lock:
                     try:
-                        await call.write(request)
-                    except grpc.aio.AioRpcError as exc:
-                        self._ended(call, exc)
-                    except asyncio.InvalidStateError:
-                        self._ended(call, None)  # the call had ended: the future says how
+                        if self._handshake and self._accepted is not call:
+                            # Nothing is written before the broker accepts the call: one
+                            # without the method ends it (UNIMPLEMENTED) without having read
+                            # a request, and requests written meanwhile could turn that
+                            # status into gRPC's INTERNAL.
+                            await call.initial_metadata()
+                            self._accepted = call
+                        sent = True
+                        await call.write(hop_answer(request_id, field, payload))
+                    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                        # The call has ended: its reader fails the future with the call's
+                        # status (a failed write's own says only INTERNAL), which tells a
+                        # broker without the stream (UNIMPLEMENTED) and whether a send may
+                        # have been sent.
+                        pass
                 field, payload = await future
         except TimeoutError:
             raise BrokerUnansweredError(
                 f"broker {self._shown} did not answer within {self._timeout:g}s; retry later",
-                request_sent=True,
+                request_sent=sent,
             ) from None
         finally:
             self._pending.pop(request_id, None)
@@ -129,7 +166,7 @@ class HopStream:
             self._ended(call, None)
             raise
         except ValueError:
-            log.exception("broker %s answered a malformed HopStreamResponse", self._shown)
+            log.exception("broker %s answered a malformed %s response", self._shown, self._method)
             call.cancel()
             self._ended(call, None)
         else:
@@ -143,13 +180,13 @@ class HopStream:
         error: Exception
         if exc is not None and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
             self.unsupported = True
-            error = HopUnsupportedError(f"broker {self._shown} does not serve HopStream")
+            error = HopUnsupportedError(f"broker {self._shown} does not serve {self._method}")
         elif exc is not None:
             error = self._error(exc)
         else:
             error = BrokerUnansweredError(
-                f"broker {self._shown} ended the stream of pops and acks with requests in "
-                "flight; retry",
+                f"broker {self._shown} ended the stream of {self._carries} with requests "
+                "in flight; retry",
                 request_sent=True,
             )
         pending, self._pending = self._pending, {}
@@ -167,6 +204,40 @@ class HopStream:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+
+class HopStub(broker_pb2_grpc.BrokerServiceStub):
+    """The generated BrokerService stub, as RemoteBroker calls it, but Pop and Ack answer
+    what their bytes say (hop_wire.py): a list of PoppedMessage, a list of ack outcomes,
+    with no response object between; Send and SendHalf take their request's bytes and
+    answer a list of SendResult (send_wire.py)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        super().__init__(channel)  # type: ignore[no-untyped-call]
+        self.Pop = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Pop",
+            request_serializer=pb.PopRequest.SerializeToString,
+            response_deserializer=hop_wire.popped_from_wire,
+            _registered_method=True,
+        )
+        self.Ack = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Ack",
+            request_serializer=pb.AckRequest.SerializeToString,
+            response_deserializer=hop_wire.ack_results_from_wire,
+            _registered_method=True,
+        )
+        self.Send = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/Send",
+            request_serializer=_as_is,
+            response_deserializer=send_wire.send_results_from_wire,
+            _registered_method=True,
+        )
+        self.SendHalf = channel.unary_unary(
+            "/popmq.broker.v1.BrokerService/SendHalf",
+            request_serializer=_as_is,
+            response_deserializer=send_wire.send_results_from_wire,
+            _registered_method=True,
+        )
 
 
 def _as_is(data: bytes) -> bytes:

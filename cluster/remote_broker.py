@@ -41,8 +41,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
-from popmq.broker import hop_wire
+from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker_core import validation
 from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
@@ -76,7 +75,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.cluster.hop_stream import HopStream, HopUnsupportedError
+from popmq.cluster.hop_stream import SEND_METHOD, HopStream, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -148,9 +147,11 @@ class RemoteBroker:
         self._tls = tls
         self._signer = signer
         self._channel: grpc.aio.Channel | None = None
-        self._stub: _HopStub | None = None
+        self._stub: HopStub | None = None
         # Pops without a wait and acks, on one stream (None while closed).
         self._hop: HopStream | None = None
+        # Sends and half sends, on another (None while closed).
+        self._hop_send: HopStream | None = None
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -191,13 +192,23 @@ class RemoteBroker:
             self._channel = grpc.aio.secure_channel(
                 self.address, self._tls.credentials, options=options
             )
-        self._stub = _HopStub(self._channel)
+        self._stub = HopStub(self._channel)
         self._hop = HopStream(
             self._channel,
             shown=self._shown,
             timeout_s=self._timeout,
             metadata=self._metadata,
             error=self._error,
+        )
+        self._hop_send = HopStream(
+            self._channel,
+            shown=self._shown,
+            timeout_s=self._timeout,
+            metadata=self._metadata,
+            error=self._error,
+            method=SEND_METHOD,
+            carries="sends",
+            handshake=True,
         )
         self._draining = False
         if not self._catalog:
@@ -219,9 +230,10 @@ class RemoteBroker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._hop is not None:
-            hop, self._hop = self._hop, None
-            await hop.close()
+        for hop in (self._hop, self._hop_send):
+            if hop is not None:
+                await hop.close()
+        self._hop = self._hop_send = None
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
@@ -432,9 +444,8 @@ class RemoteBroker:
     # -- send, delayed messages, queries --------------------------------------------------
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
-        request = pb.SendRequest(messages=[w.new_message_to_pb(m) for m in messages])
-        response = await self._call(self._stub_().Send, request)
-        results = [w.send_result_from_pb(r) for r in response.results]
+        request = send_wire.send_request_wire(messages)
+        results = await self._stored(hop_wire.HOP_SEND, request, self._stub_().Send)
         if self._catalog:
             for topic in {r.topic for r in results} - self._topics.keys():
                 await self._refresh_topic(topic)  # auto-created by this send
@@ -447,13 +458,22 @@ class RemoteBroker:
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]:
-        request = pb.SendHalfRequest(
-            messages=[w.new_message_to_pb(m) for m in messages],
-            producer_group=producer_group,
-            check_first_s=check_first_s,
+        request = send_wire.send_request_wire(
+            messages, producer_group=producer_group, check_first_s=check_first_s
         )
-        response = await self._call(self._stub_().SendHalf, request)
-        return [w.send_result_from_pb(r) for r in response.results]
+        return await self._stored(hop_wire.HOP_SEND_HALF, request, self._stub_().SendHalf)
+
+    async def _stored(
+        self, field: int, request: bytes, unary: Callable[..., Any]
+    ) -> list[SendResult]:
+        """The results of the (half) send `request` (its bytes, send_wire.py): on the HopSend
+        stream, or as the unary call `unary` to a broker without it."""
+        hop = self._hop_send
+        if hop is not None and not hop.unsupported:
+            with contextlib.suppress(HopUnsupportedError):
+                return send_wire.send_results_from_wire((await hop.request(field, request))[1])
+        results: list[SendResult] = await self._call(unary, request)
+        return results
 
     async def end_transaction(
         self,
@@ -571,7 +591,7 @@ class RemoteBroker:
             # No wait: nothing to hold or release, so it goes on the stream (hop_stream.py).
             with contextlib.suppress(HopUnsupportedError):
                 popped = hop_wire.popped_from_wire(
-                    (await hop.request(pb.HopStreamRequest(pop=request)))[1]
+                    (await hop.request(hop_wire.HOP_POP, request.SerializeToString()))[1]
                 )
         if popped is None:
             empty: list[PoppedMessage] = []
@@ -586,7 +606,7 @@ class RemoteBroker:
         if hop is not None and not hop.unsupported:
             with contextlib.suppress(HopUnsupportedError):
                 return hop_wire.ack_results_from_wire(
-                    (await hop.request(pb.HopStreamRequest(ack=request)))[1]
+                    (await hop.request(hop_wire.HOP_ACK, request.SerializeToString()))[1]
                 )
         outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
         return outcomes
@@ -776,7 +796,7 @@ class RemoteBroker:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _stub_(self) -> _HopStub:
+    def _stub_(self) -> HopStub:
         if self._stub is None:
             raise UnavailableError(f"the remote broker {self._shown} is not started")
         return self._stub
@@ -918,26 +938,6 @@ class RemoteBroker:
         task = loop.create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-class _HopStub(broker_pb2_grpc.BrokerServiceStub):
-    """The generated stub, but Pop and Ack answer what their bytes say (hop_wire.py): a
-    list of PoppedMessage, a list of ack outcomes, with no response object between."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        super().__init__(channel)  # type: ignore[no-untyped-call]
-        self.Pop = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/Pop",
-            request_serializer=pb.PopRequest.SerializeToString,
-            response_deserializer=hop_wire.popped_from_wire,
-            _registered_method=True,
-        )
-        self.Ack = channel.unary_unary(
-            "/popmq.broker.v1.BrokerService/Ack",
-            request_serializer=pb.AckRequest.SerializeToString,
-            response_deserializer=hop_wire.ack_results_from_wire,
-            _registered_method=True,
-        )
 
 
 async def _answer(call: Any) -> Any:

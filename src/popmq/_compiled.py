@@ -77,8 +77,9 @@ MODULES = (
     "popmq.broker_core.filters",
     "popmq.broker_core.queue_lock",
     "popmq.broker_core.group_settings",
-    # The cluster hop's pop and ack answers, on both sides of it.
+    # The cluster hop's pop and ack answers and its sends, on both sides of it.
     "popmq.broker.hop_wire",
+    "popmq.broker.send_wire",
 )
 """Compiled by setup.py, named as imported. Left out on purpose: broker.py (a facade called
 once per batch, whose methods' signatures are checked against the BrokerAPI Protocol with

@@ -937,6 +937,28 @@ class HopStreamResponse(_message.Message):
     error: ErrorDetail
     def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
 
+class HopSendRequest(_message.Message):
+    __slots__ = ("id", "send", "send_half")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    SEND_HALF_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    send: SendRequest
+    send_half: SendHalfRequest
+    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfRequest, _Mapping]] = ...) -> None: ...
+
+class HopSendResponse(_message.Message):
+    __slots__ = ("id", "send", "send_half", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    SEND_HALF_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    send: SendResponse
+    send_half: SendHalfResponse
+    error: ErrorDetail
+    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendResponse, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
 class GetDeliveriesRequest(_message.Message):
     __slots__ = ("group", "handles")
     GROUP_FIELD_NUMBER: _ClassVar[int]

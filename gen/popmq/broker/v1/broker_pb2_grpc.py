@@ -183,6 +183,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.FromString,
                 _registered_method=True)
+        self.HopSend = channel.stream_stream(
+                '/popmq.broker.v1.BrokerService/HopSend',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendResponse.FromString,
+                _registered_method=True)
         self.GetDeliveries = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/GetDeliveries',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
@@ -494,6 +499,17 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HopSend(self, request_iterator, context):
+        """HopSend carries a proxy's sends and half sends to this broker on one long-lived stream,
+        as HopStream carries pops and acks: each request is answered by its id, as its unary
+        Send or SendHalf would answer it, once the messages are stored as that call stores them.
+        A stream of its own: a broker without it answers UNIMPLEMENTED and is sent to by unary
+        calls, which a field added to HopStreamRequest could not tell apart.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDeliveries(self, request, context):
         """GetDeliveries returns the in-flight deliveries that receipt handles name, as their pops
         returned them, changing nothing; one result per handle.
@@ -773,6 +789,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.HopStream,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.SerializeToString,
+            ),
+            'HopSend': grpc.stream_stream_rpc_method_handler(
+                    servicer.HopSend,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendResponse.SerializeToString,
             ),
             'GetDeliveries': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeliveries,
@@ -1635,6 +1656,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/HopStream',
             popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.HopStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HopSend(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/popmq.broker.v1.BrokerService/HopSend',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.HopSendResponse.FromString,
             options,
             channel_credentials,
             insecure,
