@@ -123,6 +123,39 @@ def _transcode(stored: bytes, parts: list[bytes]) -> None:
         raise ValueError(f"the last field runs past the end of a {end}-byte record")
 
 
+def has_message_group(stored: bytes) -> bool:
+    """Whether the StoredMessage `stored` names a message group (FIFO), read off its bytes
+    without parsing it: a pop needs nothing else of a record it delivers whole when its
+    filter matches everything. Raises ValueError when `stored` is not well-formed protobuf
+    (parsing it says why)."""
+    end = len(stored)
+    pos = 0
+    found = False
+    while pos < end:
+        key = stored[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(stored, pos)
+        wire_type = key & 7
+        if wire_type == 2:
+            length, start = read_varint(stored, pos)
+            pos = start + length
+            if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
+                found = length > 0
+        elif wire_type == 0:
+            _, pos = read_varint(stored, pos)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise ValueError(f"wire type {wire_type} is not one a record uses")
+    if pos != end:
+        raise ValueError(f"the last field runs past the end of a {end}-byte record")
+    return found
+
+
 def _signed(value: int) -> int:
     """An int64 read as a varint: negative ones are ten bytes of two's complement."""
     return value - (1 << 64) if value >= _INT64_SIGN else value

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Final, NamedTuple
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
 from popmq.broker_core.handle_text import (
@@ -29,6 +30,10 @@ VERSION_UNNAMED = 2
 VERSION = 3
 """Version byte of the handles issued now (after the broker name)."""
 _BODY = struct.Struct(">BIIIQQHQ")
+_OFFSET_SHIFT: Final = 8 * struct.calcsize(">QHQ")
+"""Bits after the offset in a body read as one big-endian int: ck_id, index, deadline."""
+_INDEX_SHIFT: Final = 8 * struct.calcsize(">Q")
+"""Bits after the index: the deadline."""
 _MAC_BYTES = 16
 TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
@@ -84,6 +89,33 @@ class ReceiptCodec:
     def encode(self, handle: ReceiptHandle) -> str:
         body = _BODY.pack(VERSION, *handle)
         return self._prefix + TEXT.encode(body + _mac(self._named, body)).decode()
+
+    def encode_checkpoint(
+        self,
+        group_id: int,
+        topic_id: int,
+        queue_id: int,
+        offsets: Sequence[int],
+        ck_id: int,
+        deadline_ms: int,
+    ) -> list[str]:
+        """The handles of a checkpoint's messages, the i-th for offsets[i] at index i: what
+        `encode` writes for each. The fields they share are packed once; each handle's body
+        is then one int, its offset and index added in, written out in one conversion
+        (a struct's pack of seven fields per message cost a fifth of a pop's handle)."""
+        # Packing them checks the shared fields' ranges as `encode` does; offsets and
+        # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
+        shared = int.from_bytes(
+            _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms), "big"
+        )
+        prefix, named = self._prefix, self._named
+        handles: list[str] = []
+        for index, offset in enumerate(offsets):
+            body = (shared | offset << _OFFSET_SHIFT | index << _INDEX_SHIFT).to_bytes(
+                _BODY.size, "big"
+            )
+            handles.append(prefix + TEXT.encode(body + _mac(named, body)).decode())
+        return handles
 
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or

@@ -347,3 +347,16 @@ def test_a_recall_handle_issued_before_names_still_verifies() -> None:
         _recall_codec(b"t" * 32).decode(LEGACY_RECALL)
     with pytest.raises(InvalidArgumentError, match="signature does not match"):
         _recall_codec().decode(PREFIX + LEGACY_RECALL)
+
+
+def test_a_checkpoints_handles_are_each_what_encode_writes() -> None:
+    codec = ReceiptCodec(SECRET, broker_name=NAME)
+    offsets = [0, 1, HANDLE.offset, 2**40 + 3, 2**64 - 1]
+    shared = (HANDLE.group_id, HANDLE.topic_id, HANDLE.queue_id)
+    texts = codec.encode_checkpoint(*shared, offsets, HANDLE.ck_id, HANDLE.deadline_ms)
+    expected = [
+        HANDLE._replace(offset=offset, ck_index=index) for index, offset in enumerate(offsets)
+    ]
+    assert texts == [codec.encode(handle) for handle in expected]
+    assert [codec.decode(text) for text in texts] == expected
+    assert codec.encode_checkpoint(*shared, [], HANDLE.ck_id, HANDLE.deadline_ms) == []
