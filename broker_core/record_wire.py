@@ -138,13 +138,25 @@ def has_message_group(stored: bytes) -> bool:
         else:
             key, pos = read_varint(stored, pos)
         wire_type = key & 7
-        if wire_type == 2:
-            length, start = read_varint(stored, pos)
-            pos = start + length
-            if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
-                found = length > 0
-        elif wire_type == 0:
-            _, pos = read_varint(stored, pos)
+        if wire_type == 2 or wire_type == 0:
+            # A length or a number, read inline (no tuple a field): a number is skipped.
+            length = 0
+            shift = 0
+            while True:
+                if pos >= end:
+                    raise ValueError(f"a field runs past the end of a {end}-byte record")
+                byte = stored[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+                if shift >= 64:
+                    raise ValueError("a varint is longer than 10 bytes")
+            if wire_type == 2:
+                pos += length
+                if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
+                    found = length > 0
         elif wire_type == 1:
             pos += 8
         elif wire_type == 5:

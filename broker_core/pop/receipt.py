@@ -38,6 +38,13 @@ _MAC_BYTES = 16
 TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
 _TEXT_CHARS = TEXT.chars
+_GROUP_FILL = bytes(-(_BODY.size + _MAC_BYTES) % 3)
+"""Zero bytes that make a payload a whole number of base64 groups (encode_checkpoint)."""
+_PADDED_BYTES = _BODY.size + _MAC_BYTES + len(_GROUP_FILL)
+_PADDED_CHARS = _PADDED_BYTES // 3 * 4
+"""Characters a payload and its fill take in a base64 text."""
+_TEXT_FILL = "A" * (_PADDED_CHARS - _TEXT_CHARS)
+"""The fill's characters after a payload's text (zero bits: "A")."""
 _NOT_BASE64URL = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
@@ -100,22 +107,33 @@ class ReceiptCodec:
         deadline_ms: int,
     ) -> list[str]:
         """The handles of a checkpoint's messages, the i-th for offsets[i] at index i: what
-        `encode` writes for each. The fields they share are packed once; each handle's body
-        is then one int, its offset and index added in, written out in one conversion
-        (a struct's pack of seven fields per message cost a fifth of a pop's handle)."""
+        `encode` writes for each, with the work they can share done once.
+
+        The shared fields are packed once; each handle's body is then one int, its offset
+        and index added in, written out in one conversion. The payloads are base64-encoded
+        together: each padded with two zero bytes to a whole number of base64's 3-byte
+        groups, so each one's text is a slice of the whole's (`_PADDED_CHARS` apart), its
+        first TEXT.chars characters those of its own encoding."""
         # Packing them checks the shared fields' ranges as `encode` does; offsets and
         # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
         shared = int.from_bytes(
             _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms), "big"
         )
-        prefix, named = self._prefix, self._named
-        handles: list[str] = []
+        named = self._named
+        parts: list[bytes] = []
         for index, offset in enumerate(offsets):
             body = (shared | offset << _OFFSET_SHIFT | index << _INDEX_SHIFT).to_bytes(
                 _BODY.size, "big"
             )
-            handles.append(prefix + TEXT.encode(body + _mac(named, body)).decode())
-        return handles
+            parts.append(body)
+            parts.append(_mac(named, body))
+            parts.append(_GROUP_FILL)
+        text = TEXT.encode_padded(b"".join(parts)).decode()
+        prefix = self._prefix
+        return [
+            prefix + text[start : start + _TEXT_CHARS]
+            for start in range(0, len(text), _PADDED_CHARS)
+        ]
 
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or
@@ -128,17 +146,44 @@ class ReceiptCodec:
             raise InvalidReceiptHandleError("receipt handle is empty")
         else:
             payload, keyed, version = text, self._unnamed, VERSION_UNNAMED
-        raw = _payload_bytes(payload)
-        body, mac = raw[: _BODY.size], raw[_BODY.size :]
-        if not hmac.compare_digest(mac, _mac(keyed, body)):
-            raise InvalidReceiptHandleError(
-                "receipt handle signature does not match: forged, altered, or issued by "
-                "another popmq server"
-            )
-        fields = _BODY.unpack(body)
-        if fields[0] != version:
-            raise InvalidReceiptHandleError(f"receipt handle version {fields[0]} is not supported")
-        return ReceiptHandle._make(fields[1:])
+        return _verified(_payload_bytes(payload), keyed, version)
+
+    def decode_all(self, texts: Sequence[str]) -> list[ReceiptHandle | InvalidReceiptHandleError]:
+        """`decode` of each text, the error it raises in place of a handle it refuses.
+
+        The payloads of handles named after this broker are base64-decoded together (each
+        followed by a fill that completes its last group, as encode_checkpoint's); when one
+        of them is not a canonical text, each text is decoded alone, to say which and why."""
+        prefix, chars = self._prefix, self._prefix_chars + _TEXT_CHARS
+        joined: list[str] = []
+        for text in texts:
+            if len(text) != chars or not text.startswith(prefix):
+                joined.clear()  # another broker's, an old one or malformed: one by one
+                break
+            joined.append(text[self._prefix_chars :])
+            joined.append(_TEXT_FILL)
+        raw = None
+        if joined:
+            try:
+                raw = TEXT.decode_joined("".join(joined).encode("ascii"), _PADDED_CHARS)
+            except UnicodeEncodeError:
+                raw = None
+        if raw is None:
+            return [self._decode_or_error(text) for text in texts]
+        handles: list[ReceiptHandle | InvalidReceiptHandleError] = []
+        payload = _BODY.size + _MAC_BYTES
+        for start in range(0, len(raw), _PADDED_BYTES):
+            try:
+                handles.append(_verified(raw[start : start + payload], self._named, VERSION))
+            except InvalidReceiptHandleError as exc:
+                handles.append(exc)
+        return handles
+
+    def _decode_or_error(self, text: str) -> ReceiptHandle | InvalidReceiptHandleError:
+        try:
+            return self.decode(text)
+        except InvalidReceiptHandleError as exc:
+            return exc
 
     def _foreign(self, text: str) -> InvalidReceiptHandleError:
         """The error for a named handle that does not name this broker."""
@@ -153,6 +198,20 @@ class ReceiptCodec:
             f"receipt handle was issued by broker {issuer!r}; this is broker "
             f"{self.broker_name!r}: ack it on the broker that issued it"
         )
+
+
+def _verified(raw: bytes, keyed: hashlib.blake2b, version: int) -> ReceiptHandle:
+    """The handle of a payload's bytes, once its MAC (by `keyed`) and version are checked."""
+    body, mac = raw[: _BODY.size], raw[_BODY.size :]
+    if not hmac.compare_digest(mac, _mac(keyed, body)):
+        raise InvalidReceiptHandleError(
+            "receipt handle signature does not match: forged, altered, or issued by "
+            "another popmq server"
+        )
+    fields = _BODY.unpack(body)
+    if fields[0] != version:
+        raise InvalidReceiptHandleError(f"receipt handle version {fields[0]} is not supported")
+    return ReceiptHandle._make(fields[1:])
 
 
 def _payload_bytes(payload: str) -> bytes:

@@ -360,3 +360,42 @@ def test_a_checkpoints_handles_are_each_what_encode_writes() -> None:
     assert texts == [codec.encode(handle) for handle in expected]
     assert [codec.decode(text) for text in texts] == expected
     assert codec.encode_checkpoint(*shared, [], HANDLE.ck_id, HANDLE.deadline_ms) == []
+
+
+def _outcome(codec: ReceiptCodec, text: str) -> ReceiptHandle | str:
+    try:
+        return codec.decode(text)
+    except InvalidReceiptHandleError as exc:
+        return str(exc)
+
+
+def _outcomes(codec: ReceiptCodec, texts: list[str]) -> list[ReceiptHandle | str]:
+    return [h if isinstance(h, ReceiptHandle) else str(h) for h in codec.decode_all(texts)]
+
+
+def test_handles_decoded_together_are_each_what_decode_answers() -> None:
+    codec = _codec()
+    good = codec.encode_checkpoint(7, 3, 5, [10, 11, 12], HANDLE.ck_id, HANDLE.deadline_ms)
+    assert codec.decode_all(good) == [codec.decode(text) for text in good]
+    raw = _raw(good[1])
+    flipped = _text(raw[:20] + bytes([raw[20] ^ 1]) + raw[21:])
+    last = good[2][:-1] + ("B" if good[2][-1] == "A" else "A")  # unused bits set, or not
+    other = _codec(name="broker-b").encode(HANDLE)
+    old = base64.urlsafe_b64encode(b"\x02" + raw[1:]).rstrip(b"=").decode()
+    refused = [
+        flipped,  # the MAC does not match: only this one is refused
+        last,
+        good[0][:-1] + "+",  # the standard alphabet
+        good[0][:-1] + "é",  # not ASCII
+        good[0][:-1] + "=",
+        good[0][:-1],  # cut
+        other,  # another broker's
+        old,  # no broker name (and not signed as one)
+        "",
+    ]
+    for bad in refused:
+        texts = [good[0], bad, good[2]]
+        assert _outcomes(codec, texts) == [_outcome(codec, t) for t in texts]
+        assert isinstance(_outcomes(codec, texts)[1], str)
+    # One refused by its MAC does not make the others be decoded one by one, or fail.
+    assert _outcomes(codec, [good[0], flipped]) == [codec.decode(good[0]), _outcome(codec, flipped)]
