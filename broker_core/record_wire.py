@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Final
 
-_INT64_SIGN: Final = 1 << 63
 _UINT64_MASK: Final = (1 << 64) - 1
 
 
@@ -170,7 +169,9 @@ def has_message_group(stored: bytes) -> bool:
 
 def _signed(value: int) -> int:
     """An int64 read as a varint: negative ones are ten bytes of two's complement."""
-    return value - (1 << 64) if value >= _INT64_SIGN else value
+    # A shift, not a comparison with 2**63: compiled, a time (a small int) then never meets
+    # a boxed one.
+    return value - (1 << 64) if value >> 63 else value
 
 
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:

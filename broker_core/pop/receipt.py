@@ -12,9 +12,9 @@ bare payload) are still accepted: their MAC covers the payload alone.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import struct
 from collections.abc import Sequence
+from hmac import compare_digest
 from typing import Final, NamedTuple
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
@@ -25,27 +25,27 @@ from popmq.broker_core.handle_text import (
     name_field,
 )
 
-VERSION_UNNAMED = 2
+VERSION_UNNAMED: Final = 2
 """Version byte of the handles issued before they named their broker."""
-VERSION = 3
+VERSION: Final = 3
 """Version byte of the handles issued now (after the broker name)."""
-_BODY = struct.Struct(">BIIIQQHQ")
-_OFFSET_SHIFT: Final = 8 * struct.calcsize(">QHQ")
-"""Bits after the offset in a body read as one big-endian int: ck_id, index, deadline."""
-_INDEX_SHIFT: Final = 8 * struct.calcsize(">Q")
-"""Bits after the index: the deadline."""
-_MAC_BYTES = 16
-TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
+_BODY: Final = struct.Struct(">BIIIQQHQ")
+_OFFSET_AT: Final = struct.calcsize(">BIII")
+"""Where a body's offset starts (after the version, group, topic and queue)."""
+_INDEX_AT: Final = struct.calcsize(">BIIIQQ")
+"""Where a body's index in its checkpoint starts (after the offset and ck_id)."""
+_MAC_BYTES: Final = 16
+TEXT: Final[HandleText] = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
-_TEXT_CHARS = TEXT.chars
-_GROUP_FILL = bytes(-(_BODY.size + _MAC_BYTES) % 3)
+_TEXT_CHARS: Final = TEXT.chars
+_GROUP_FILL: Final = bytes(-(_BODY.size + _MAC_BYTES) % 3)
 """Zero bytes that make a payload a whole number of base64 groups (encode_checkpoint)."""
-_PADDED_BYTES = _BODY.size + _MAC_BYTES + len(_GROUP_FILL)
-_PADDED_CHARS = _PADDED_BYTES // 3 * 4
+_PADDED_BYTES: Final = _BODY.size + _MAC_BYTES + len(_GROUP_FILL)
+_PADDED_CHARS: Final = _PADDED_BYTES // 3 * 4
 """Characters a payload and its fill take in a base64 text."""
-_TEXT_FILL = "A" * (_PADDED_CHARS - _TEXT_CHARS)
+_TEXT_FILL: Final = "A" * (_PADDED_CHARS - _TEXT_CHARS)
 """The fill's characters after a payload's text (zero bits: "A")."""
-_NOT_BASE64URL = (
+_NOT_BASE64URL: Final = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
 )
@@ -109,21 +109,20 @@ class ReceiptCodec:
         """The handles of a checkpoint's messages, the i-th for offsets[i] at index i: what
         `encode` writes for each, with the work they can share done once.
 
-        The shared fields are packed once; each handle's body is then one int, its offset
-        and index added in, written out in one conversion. The payloads are base64-encoded
+        The shared fields are packed once; each handle's body is their bytes joined with
+        its offset's and index's. The payloads are base64-encoded
         together: each padded with two zero bytes to a whole number of base64's 3-byte
         groups, so each one's text is a slice of the whole's (`_PADDED_CHARS` apart), its
         first TEXT.chars characters those of its own encoding."""
         # Packing them checks the shared fields' ranges as `encode` does; offsets and
         # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
-        shared = int.from_bytes(
-            _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms), "big"
-        )
+        shared = _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms)
+        head, middle, tail = shared[:_OFFSET_AT], shared[_OFFSET_AT + 8 : _INDEX_AT], shared[-8:]
         named = self._named
         parts: list[bytes] = []
         for index, offset in enumerate(offsets):
-            body = (shared | offset << _OFFSET_SHIFT | index << _INDEX_SHIFT).to_bytes(
-                _BODY.size, "big"
+            body = b"".join(
+                (head, offset.to_bytes(8, "big"), middle, index.to_bytes(2, "big"), tail)
             )
             parts.append(body)
             parts.append(_mac(named, body))
@@ -203,7 +202,7 @@ class ReceiptCodec:
 def _verified(raw: bytes, keyed: hashlib.blake2b, version: int) -> ReceiptHandle:
     """The handle of a payload's bytes, once its MAC (by `keyed`) and version are checked."""
     body, mac = raw[: _BODY.size], raw[_BODY.size :]
-    if not hmac.compare_digest(mac, _mac(keyed, body)):
+    if not compare_digest(mac, _mac(keyed, body)):
         raise InvalidReceiptHandleError(
             "receipt handle signature does not match: forged, altered, or issued by "
             "another popmq server"
