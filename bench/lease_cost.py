@@ -1,6 +1,7 @@
 """What Spark lease tokens cost in the coordinator: round trips and time per page.
 
-``python -m bench.lease_cost [--etcd HOST:PORT] [--leases 40] [--pages 4] [--messages 32]``
+``python -m bench.lease_cost [--etcd HOST:PORT] [--leases 40] [--pages 4] [--messages 32]
+[--interrupted]``
 
 Two lease tables (two proxies) over one in-process broker (a temp data dir) and one
 coordinator: a LocalCoordinator, or etcd with ``--etcd`` (then each table has its own
@@ -11,6 +12,11 @@ the coordinator calls it made (with etcd, each is one round trip: a get, a compa
 or a lease grant), and its time, median and 90th percentile, with the broker's share
 (the pop, get_deliveries, ack, renewals) shown apart, so ``total - broker`` is what keeping
 the lease in the coordinator costs.
+
+``--interrupted``: before the renewal and before the ack, every message of the lease is
+moved on the broker alone (a ChangeInvisibleTime the lease never records), as a proxy
+killed in the middle of a renewal leaves it; the renewal and the ack measured then meet
+only superseded handles and follow each of them (BrokerAPI.follow_handles).
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} / {p90:.2f}"
 
 
-async def run(etcd: str, leases: int, pages: int, messages: int) -> None:
+async def run(etcd: str, leases: int, pages: int, messages: int, interrupted: bool) -> None:
     with tempfile.TemporaryDirectory() as data:
         broker = Broker(BrokerConfig(store=StoreConfig(data_dir=Path(data))))
         await broker.start()
@@ -122,23 +128,47 @@ async def run(etcd: str, leases: int, pages: int, messages: int) -> None:
                 meter.count(coordinator, _COORDINATOR_CALLS)
                 if isinstance(coordinator, EtcdCoordinator):
                     meter.count(coordinator.client, ["lease_grant"])
-            meter.time(broker, ["pop", "get_deliveries", "ack", "change_invisible_time", "nack"])
+            meter.time(
+                broker,
+                ["pop", "get_deliveries", "ack", "change_invisible_time", "nack", "follow_handles"],
+            )
             a, b = (LeaseTable(broker, c) for c in coordinators)
             results = _Results()
 
             def pop() -> Awaitable[list[PoppedMessage]]:
                 return broker.pop("g", "events", max_messages=messages, invisible_s=60, wait_s=0)
 
+            interrupt = _interrupter(broker, b, pages, pop) if interrupted else None
             for i in range(leases):
-                await _one_lease(results, meter, a, b, f"spark/bench/{i // 8}/{i % 8}", pages, pop)
+                token = f"spark/bench/{i // 8}/{i % 8}"
+                await _one_lease(results, meter, a, b, token, pages, pop, interrupt)
             kind = f"etcd at {etcd}" if etcd else "LocalCoordinator"
             print(f"{leases} leases x {pages} pages x {messages} messages of 512 B; {kind}")
+            if interrupted:
+                print("renew and ack each after a renewal the lease never recorded (--interrupted)")
             print("(calls: coordinator calls, with etcd one round trip each; ms: median / p90)")
             results.print()
         finally:
             for coordinator in dict.fromkeys(coordinators):
                 await coordinator.close()
             await broker.close()
+
+
+Interrupt = Callable[[str], Awaitable[None]]
+
+
+def _interrupter(
+    broker: Broker, table: LeaseTable, pages: int, pop: Callable[[], Awaitable[list[PoppedMessage]]]
+) -> Interrupt:
+    """Move every message of a lease on the broker without the lease recording it."""
+
+    async def interrupt(token: str) -> None:
+        for page in range(pages):
+            replayed = await table.pop("g", "events", token, page, 60, pop)
+            for message in replayed.messages:
+                await broker.change_invisible_time("g", message.receipt_handle, 60)
+
+    return interrupt
 
 
 async def _one_lease(
@@ -149,8 +179,10 @@ async def _one_lease(
     token: str,
     pages: int,
     pop: Callable[[], Awaitable[list[PoppedMessage]]],
+    interrupt: Interrupt | None,
 ) -> None:
-    """Pop `pages` pages through a, replay them through a and b, renew and ack through b."""
+    """Pop `pages` pages through a, replay them through a and b, renew and ack through b
+    (each after `interrupt`, when given; it is not measured)."""
 
     def page_of(table: LeaseTable, page: int) -> Callable[[], Awaitable[object]]:
         return lambda: table.pop("g", "events", token, page, 60, pop)
@@ -162,10 +194,17 @@ async def _one_lease(
         await results.measure("replay, same proxy (cached)", meter, page_of(a, page))
     for page in range(pages):
         await results.measure("replay, other proxy (by handle)", meter, page_of(b, page))
+    after = ", following" if interrupt is not None else ""
+    if interrupt is not None:
+        await interrupt(token)
     await results.measure(
-        f"renew a lease of {pages} pages", meter, lambda: _ok(b.renew("g", [token], 60))
+        f"renew a lease of {pages} pages{after}", meter, lambda: _ok(b.renew("g", [token], 60))
     )
-    await results.measure(f"ack a lease of {pages} pages", meter, lambda: _ok(b.ack("g", [token])))
+    if interrupt is not None:
+        await interrupt(token)
+    await results.measure(
+        f"ack a lease of {pages} pages{after}", meter, lambda: _ok(b.ack("g", [token]))
+    )
 
 
 async def _ok(outcomes: Awaitable[Sequence[Any]]) -> None:
@@ -180,8 +219,13 @@ def main() -> None:
     parser.add_argument("--leases", type=int, default=40)
     parser.add_argument("--pages", type=int, default=4)
     parser.add_argument("--messages", type=int, default=32)
+    parser.add_argument(
+        "--interrupted",
+        action="store_true",
+        help="renew and ack after a renewal the lease never recorded (they follow handles)",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.etcd, args.leases, args.pages, args.messages))
+    asyncio.run(run(args.etcd, args.leases, args.pages, args.messages, args.interrupted))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ down, partitioned or restarting misses the push, so `CatalogSync` follows both p
 - a route of kind "normal" naming this broker: the local topic exists with the route's
   message type and at least the route's local queue count (created, or grown; never
   shrunk). A local topic of another message type is left alone and reported;
+- a route of kind "normal", naming this broker or not: a local topic of the same name that
+  is the part of another route's incarnation (another route create time: the topic was
+  deleted and created again while this broker was away) is deleted with its messages
+  (`Broker.apply_topic`), so the name's new topic never serves the old one's messages;
 - a group record: `Broker.apply_group` with its state, creation time and revision (the
   broker ignores one older than it applied), and again when a topic it subscribes to
   arrives on, or leaves, this broker (the local copy subscribes only to local topics);
@@ -423,6 +427,20 @@ class CatalogSync:
         local = self._local_topic(name)
         if count:
             self._orphans.discard(path)
+        if route is not None and route.create_time_ms > 0:
+            before = local
+            local = await self.broker.apply_topic(
+                name,
+                queues=count,
+                message_type=route.message_type,
+                route_create_time_ms=route.create_time_ms,
+            )
+            if before is not None and (local is None or local.topic_id != before.topic_id):
+                self._subscribers_changed(name)  # another incarnation's topic was deleted
+            if local is not None and (before is None or local.topic_id != before.topic_id):
+                logger.info("topic %s created from its route: %d queues", name, count)
+                self._subscribers_changed(name)
+                return
         if route is None or count == 0:
             if route is not None and local is not None and local.kind == KIND_NORMAL:
                 logger.warning(

@@ -6,7 +6,8 @@ Each RPC calls the BrokerAPI operation of the same name and converts its answer
 detail naming this broker) and logged here, once.
 
 ApplyGroup (cluster-internal, not in BrokerAPI) needs a broker with `apply_group`
-(`GroupApplier`); it is a write, so fenced like the others.
+(`GroupApplier`); it is a write, so fenced like the others. So does a CreateTopic that
+carries its route's create time (`TopicApplier`: a proxy's push of a route).
 
 Fencing (fencing.py): every RPC that changes the store (sends, pops, acks, admin writes...)
 asks the servicer's `writes` fence first, which refuses it while the broker's etcd
@@ -30,8 +31,9 @@ from popmq.broker import hop_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
 from popmq.broker_core.api import BrokerAPI
-from popmq.broker_core.catalog import GroupInfo
+from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.errors import (
+    AlreadyExistsError,
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
@@ -100,6 +102,16 @@ class GroupApplier(Protocol):
         """Delete a group (forced); records at or below `revision` are ignored from then on."""
 
 
+@runtime_checkable
+class TopicApplier(Protocol):
+    """A broker that keeps each topic the local part of one incarnation of its cluster route
+    (`Broker`): not part of BrokerAPI."""
+
+    async def apply_topic(
+        self, name: str, *, queues: int, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo | None: ...
+
+
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     """popmq.broker.v1.BrokerService over a started broker (in-process `Broker`)."""
 
@@ -154,10 +166,44 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, request: pb.CreateTopicRequest, context: Any
     ) -> pb.CreateTopicResponse:
         queues = request.queues if request.HasField("queues") else None
-        info = await self._broker.create_topic(
-            request.name, queues, message_type=request.message_type or "normal"
-        )
+        message_type = request.message_type or "normal"
+        if request.route_create_time_ms and queues is not None:
+            info = await self._create_routed_topic(
+                request.name, queues, message_type, request.route_create_time_ms
+            )
+        else:
+            info = await self._broker.create_topic(request.name, queues, message_type=message_type)
         return pb.CreateTopicResponse(topic=w.topic_to_pb(info))
+
+    async def _create_routed_topic(
+        self, name: str, queues: int, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo:
+        """A proxy's push of a route: as create_topic (ALREADY_EXISTS when the route's topic
+        is here), but a local topic of another incarnation is deleted first rather than
+        taken for the route's, and the topic is created with the route's create time."""
+        broker = self._broker
+        if not isinstance(broker, TopicApplier):
+            raise FailedPreconditionError(
+                f"broker {self.name!r} serves a {type(broker).__name__}, which cannot apply "
+                "cluster routes"
+            )
+        if queues < 1:
+            raise InvalidArgumentError(
+                f"queues {queues} is below the minimum 1", field="queues", value=queues
+            )
+        held = await broker.apply_topic(
+            name, queues=0, message_type=message_type, route_create_time_ms=route_create_time_ms
+        )
+        if held is not None:
+            raise AlreadyExistsError(f"topic {name!r} already exists")
+        info = await broker.apply_topic(
+            name,
+            queues=queues,
+            message_type=message_type,
+            route_create_time_ms=route_create_time_ms,
+        )
+        assert info is not None  # with queues >= 1 the topic is created (or was, meanwhile)
+        return info
 
     @_rpc(writes=False)
     async def GetTopic(self, request: pb.GetTopicRequest, context: Any) -> pb.GetTopicResponse:
@@ -394,6 +440,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             filter_type=r.filter_type or "tag",
             queue_id=r.queue_id if r.HasField("queue_id") else None,
             max_bytes=r.max_bytes if r.HasField("max_bytes") else None,
+            client_id=r.client_id,
         )
 
     @_rpc(writes=True)
@@ -457,6 +504,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> pb.GetDeliveriesResponse:
         found = await self._broker.get_deliveries(request.group, list(request.handles))
         return pb.GetDeliveriesResponse(results=[w.delivery_result_to_pb(f) for f in found])
+
+    @_rpc(writes=False)
+    async def FollowHandles(
+        self, request: pb.FollowHandlesRequest, context: Any
+    ) -> pb.FollowHandlesResponse:
+        found = await self._broker.follow_handles(request.group, list(request.handles))
+        return pb.FollowHandlesResponse(results=[w.follow_result_to_pb(f) for f in found])
 
     @_rpc(writes=True)
     async def ChangeInvisibleTime(

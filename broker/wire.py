@@ -29,6 +29,7 @@ from popmq.broker_core.errors import AnswerBoundError, PopMQError
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.inspection import (
     BlockedHead,
+    ConsumerInflight,
     DeliveryEvent,
     GroupInspection,
     HeldPolls,
@@ -384,6 +385,21 @@ def delivery_result_from_pb(r: pb.DeliveryResult) -> PoppedMessage | PopMQError:
     return error_from_detail(r.error)
 
 
+def follow_result_to_pb(found: tuple[str, int] | PopMQError) -> pb.FollowResult:
+    """One result of BrokerAPI.follow_handles: the newest handle and its deadline, or the
+    error."""
+    if isinstance(found, PopMQError):
+        return pb.FollowResult(error=error_detail(found))
+    handle, until = found
+    return pb.FollowResult(followed=pb.FollowedHandle(handle=handle, invisible_until_ms=until))
+
+
+def follow_result_from_pb(r: pb.FollowResult) -> tuple[str, int] | PopMQError:
+    if r.HasField("followed"):
+        return r.followed.handle, r.followed.invisible_until_ms
+    return error_from_detail(r.error)
+
+
 def peeked_to_pb(p: PeekedMessage) -> pb.PeekedMessage:
     return pb.PeekedMessage(
         topic=p.topic, queue_id=p.queue_id, offset=p.offset, record=p.record.to_bytes()
@@ -527,6 +543,7 @@ def inspection_to_pb(r: GroupInspection) -> pb.InspectGroupResponse:
                 popped_ms=m.popped_ms,
                 invisible_until_ms=m.invisible_until_ms,
                 waiting=m.waiting,
+                client_id=m.client_id,
             )
             for m in r.inflight
         ],
@@ -552,6 +569,12 @@ def inspection_to_pb(r: GroupInspection) -> pb.InspectGroupResponse:
             for b in r.blocked_heads
         ],
         blocked_groups=r.blocked_groups,
+        consumers=[
+            pb.ConsumerInflight(
+                client_id=c.client_id, count=c.count, earliest_until_ms=c.earliest_until_ms
+            )
+            for c in r.consumers
+        ],
     )
 
 
@@ -572,6 +595,7 @@ def inspection_from_pb(m: pb.InspectGroupResponse) -> GroupInspection:
                 i.popped_ms,
                 i.invisible_until_ms,
                 i.waiting,
+                client_id=i.client_id,
             )
             for i in m.inflight
         ],
@@ -592,6 +616,9 @@ def inspection_from_pb(m: pb.InspectGroupResponse) -> GroupInspection:
             for b in m.blocked_heads
         ],
         blocked_groups=m.blocked_groups,
+        consumers=[
+            ConsumerInflight(c.client_id, c.count, c.earliest_until_ms) for c in m.consumers
+        ],
     )
 
 
@@ -608,13 +635,14 @@ def event_to_pb(e: DeliveryEvent) -> pb.DeliveryEvent:
         invisible_until_ms=e.invisible_until_ms,
         to_topic=e.to_topic,
         to_offset=e.to_offset,
+        client_id=e.client_id,
     )
 
 
 def event_from_pb(m: pb.DeliveryEvent) -> DeliveryEvent:
     return DeliveryEvent(
         m.time_ms, m.event, m.group, m.topic, m.queue_id, m.retry, m.offset, m.attempt,
-        m.invisible_until_ms, m.to_topic, m.to_offset,
+        m.invisible_until_ms, m.to_topic, m.to_offset, client_id=m.client_id,
     )  # fmt: skip
 
 

@@ -394,6 +394,7 @@ class BrokerAPI(TransactionAPI, Protocol):
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]: ...
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]: ...
@@ -401,6 +402,14 @@ class BrokerAPI(TransactionAPI, Protocol):
     async def get_deliveries(
         self, group: str, handles: Sequence[str]
     ) -> list[PoppedMessage | PopMQError]: ...
+
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """For each handle, the newest handle of its delivery and that handle's deadline
+        (following what ChangeInvisibleTime superseded), or why it has none; changes
+        nothing. For a proxy's leases only, never offered to clients (pop/deliveries.py)."""
+        ...
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float

@@ -57,10 +57,16 @@ class AutoCreate:
             del self._creating[key]
 
     async def topic(
-        self, name: str, queues: int, kind: int, message_type: int = MESSAGE_TYPE_NORMAL
+        self,
+        name: str,
+        queues: int,
+        kind: int,
+        message_type: int = MESSAGE_TYPE_NORMAL,
+        *,
+        route_create_time_ms: int = 0,
     ) -> TopicInfo:
         """Write and register a topic of any kind; ALREADY_EXISTS when one of the same name
-        exists or was created meanwhile.
+        exists or was created meanwhile. `route_create_time_ms`: see TopicInfo.
 
         One creation per name at a time: two concurrent ones (a cluster proxy's CreateTopic
         and the catalog sync following its route) would each write a record under the same
@@ -73,7 +79,12 @@ class AutoCreate:
             if name in self._catalog.topics:
                 raise AlreadyExistsError(f"topic {name!r} already exists")
             info = self._catalog.new_topic(
-                name, queues, kind=kind, message_type=message_type, now_ms=self._clock.now_ms()
+                name,
+                queues,
+                kind=kind,
+                message_type=message_type,
+                now_ms=self._clock.now_ms(),
+                route_create_time_ms=route_create_time_ms,
             )
             await self._writer.submit(lambda b, _: self._catalog.write_topic(b, info), sync=True)
             self._catalog.register_topic(info)

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from popmq.broker_core import jobs, keys
+from popmq.broker_core import jobs, security_records
 from popmq.broker_core.admin import Admin
 from popmq.broker_core.api import (
     BrokerAPI,
@@ -79,7 +79,7 @@ from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
 from popmq.broker_core.stats import BrokerStats, Histogram
-from popmq.broker_core.store import Batch, Store, WriteTap
+from popmq.broker_core.store import Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.transaction_id import TransactionIdCodec
@@ -491,6 +491,12 @@ class Broker:
         """Delete a topic with its messages, retry queues, offsets and in-flight state."""
         await self._topics.delete_topic(name)
 
+    async def apply_topic(
+        self, name: str, *, queues: int, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo | None:
+        """Make the local topic its route's incarnation (cluster-internal): Topics.apply_route."""
+        return await self._topics.apply_route(name, queues, message_type, route_create_time_ms)
+
     # -- groups (groups.py) ---------------------------------------------------------------
 
     async def create_group(
@@ -679,12 +685,14 @@ class Broker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
         max_bytes bounds what the answer takes (pop/reader.py); None is the usual ~4 MiB.
         reserve, with max_bytes, is asked for more bytes when the first message found does
-        not fit them (broker_core/budget.py).
+        not fit them (broker_core/budget.py). client_id names the popping client, recorded
+        with the deliveries ("" unknown).
         """
         return await self._reader.pop(
             group,
@@ -697,6 +705,7 @@ class Broker:
             queue_id=queue_id,
             max_bytes=max_bytes,
             reserve=reserve,
+            client_id=client_id,
         )
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
@@ -709,6 +718,12 @@ class Broker:
         """The in-flight deliveries the handles name, as their pops returned them (or the
         error an ack of each would get); changes nothing (pop/deliveries.py)."""
         return await self._deliveries.get(group, handles)
+
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """The newest handle of each handle's delivery and its deadline (pop/deliveries.py)."""
+        return await self._deliveries.follow(group, handles)
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
@@ -885,33 +900,16 @@ class Broker:
         dead-lettering on this broker (pop/history.py: an in-memory ring)."""
         return await self._inspection.message_history(topic, message_id, group=group)
 
-    # -- security records (security/store.py) --------------------------------------
+    # -- security records (security_records.py) ------------------------------------------
 
     def security_records(self) -> dict[str, bytes]:
-        """Every stored security record (a user with its policies) by name.
-
-        The proxy's users live in the embedded broker's store in local mode; their
-        encoding is the proxy's (the broker stores bytes). Only the embedded broker has
-        this, not BrokerAPI: in cluster mode they live in etcd.
-        """
-        prefix = keys.SECURITY_PREFIX
-        end = prefix[:-1] + bytes([prefix[-1] + 1])
-        return {
-            key[len(prefix) :].decode(): value
-            for key, value in self.store.scan("meta", prefix, end)
-        }
+        """Every stored security record (a user with its policies) by name. Only the
+        embedded broker has this, not BrokerAPI: in cluster mode they live in etcd."""
+        return security_records.read_all(self.store)
 
     async def put_security_record(self, name: str, value: bytes | None) -> None:
         """Store one security record, or delete it (None): one write batch, fsynced."""
-        key = keys.security_meta_key(name)
-
-        def apply(batch: Batch, offsets: QueueOffsets) -> None:
-            if value is None:
-                batch.delete("meta", key)
-            else:
-                batch.put("meta", key, value)
-
-        await self.writer.submit(apply, sync=True)
+        await security_records.put(self.writer, name, value)
 
     # -- server info and metrics (api.py) -------------------------------------------------
 

@@ -59,6 +59,9 @@ class TopicInfo:
     create_time_ms: int
     owner_group: str = ""
     owner_topic: str = ""
+    route_create_time_ms: int = 0
+    """Cluster mode: the create time of the route this topic is the local part of (its
+    incarnation); 0 when not known (standalone, or not yet taken from a route)."""
 
     @property
     def kind_name(self) -> str:
@@ -82,6 +85,7 @@ class TopicInfo:
             create_time_ms=self.create_time_ms,
             owner_group=self.owner_group,
             owner_topic=self.owner_topic,
+            route_create_time_ms=self.route_create_time_ms,
         ).SerializeToString()
 
     @classmethod
@@ -89,7 +93,7 @@ class TopicInfo:
         r = records_pb2.TopicRecord.FromString(data)
         return cls(
             r.name, r.topic_id, r.queues, r.message_type, r.kind, r.create_time_ms,
-            r.owner_group, r.owner_topic,
+            r.owner_group, r.owner_topic, r.route_create_time_ms,
         )  # fmt: skip
 
 
@@ -201,10 +205,19 @@ class Catalog:
         now_ms: int,
         owner_group: str = "",
         owner_topic: str = "",
+        route_create_time_ms: int = 0,
     ) -> TopicInfo:
         """A new topic with a fresh id (not registered until `register_topic`)."""
         info = TopicInfo(
-            name, self._next_topic_id, queues, message_type, kind, now_ms, owner_group, owner_topic
+            name,
+            self._next_topic_id,
+            queues,
+            message_type,
+            kind,
+            now_ms,
+            owner_group,
+            owner_topic,
+            route_create_time_ms,
         )
         self._next_topic_id += 1
         return info

@@ -1,8 +1,11 @@
 """Topics: create, read, list and delete them (with their retry queues, offsets and
-in-flight state)."""
+in-flight state), and, in cluster mode, keep each one the local part of its route's
+incarnation (`apply_route`)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 
 from popmq.broker_core import keys, validation
@@ -10,7 +13,12 @@ from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPES, Catalog, TopicInfo
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.errors import AlreadyExistsError, InvalidArgumentError
+from popmq.broker_core.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
@@ -60,6 +68,82 @@ class Topics:
         if name in self._catalog.topics:
             raise AlreadyExistsError(f"topic {name!r} already exists")
         return await self._create.topic(name, count, KIND_NORMAL, code)
+
+    async def apply_route(
+        self, name: str, queues: int, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo | None:
+        """Make the local topic `name` the local part of cluster mode's route created at
+        `route_create_time_ms` (its incarnation); returns it, or None when the route names
+        no queue here (`queues` 0) and no local topic is left.
+
+        A local topic of another route's birth belongs to an incarnation deleted while this
+        broker was away (the name was used again since): it is deleted with its messages,
+        retry queues, offsets and in-flight state, as a delete seen live would have, and
+        the route's topic created anew. One without a birth (created before births were
+        kept, or by a push that carried none) is taken as the route's: it is stamped with
+        the birth. Absent and named by the route, the topic is created with the birth. The
+        message type and queue count of an existing one are the caller's (catalog sync).
+        """
+        validation.check_name("topic", name)
+        validation.check_range("queues", queues, 0, validation.MAX_QUEUES)
+        validation.check_range("route_create_time_ms", route_create_time_ms, 1, 2**63 - 1)
+        code = MESSAGE_TYPES.get(message_type)
+        if code is None:
+            raise InvalidArgumentError(
+                f"message_type {message_type!r} is not one of {', '.join(MESSAGE_TYPES)}"
+            )
+        for _ in range(3):  # a push may create the topic between the steps
+            local = self._catalog.topics.get(name)
+            if local is not None and local.route_create_time_ms not in (0, route_create_time_ms):
+                log.warning(
+                    "topic %s here is the incarnation created at %d ms, its route's at %d ms: "
+                    "the topic was deleted and created again while this broker was away; "
+                    "deleting the old one with its messages",
+                    name,
+                    local.route_create_time_ms,
+                    route_create_time_ms,
+                )
+                with contextlib.suppress(NotFoundError):  # a push or the sync, meanwhile
+                    await self.delete_topic(name)
+                local = None
+            if local is not None:
+                if local.route_create_time_ms == 0:
+                    local = await self._stamp(name, route_create_time_ms)
+                return local
+            if queues == 0:
+                return None
+            try:
+                return await self._create.topic(
+                    name, queues, KIND_NORMAL, code, route_create_time_ms=route_create_time_ms
+                )
+            except AlreadyExistsError:
+                continue
+        raise FailedPreconditionError(f"topic {name!r} kept changing while its route applied")
+
+    async def _stamp(self, name: str, route_create_time_ms: int) -> TopicInfo:
+        """Record the route's birth on the local topic (built from the record as it is when
+        the batch is written, so a concurrent change of its queues is kept)."""
+        stamped: list[TopicInfo] = []
+
+        def apply(batch: Batch, _: QueueOffsets) -> None:
+            current = self._catalog.topics.get(name)
+            if current is not None:
+                info = dataclasses.replace(current, route_create_time_ms=route_create_time_ms)
+                self._catalog.write_topic(batch, info)
+                stamped.append(info)
+
+        await self._writer.submit(apply, sync=True)
+        if not stamped:
+            raise FailedPreconditionError(f"topic {name!r} was deleted while it was stamped")
+        current = self._catalog.topics.get(name)
+        if current is None or current.topic_id != stamped[0].topic_id:
+            raise FailedPreconditionError(f"topic {name!r} changed while it was stamped; retry")
+        info = dataclasses.replace(current, route_create_time_ms=route_create_time_ms)
+        self._catalog.register_topic(info)
+        log.info(
+            "topic %s is the incarnation of its route created at %d ms", name, route_create_time_ms
+        )
+        return info
 
     def topic_info(self, name: str) -> TopicInfo:
         """A topic's settings without its queues' stats (a lookup, for hot paths)."""

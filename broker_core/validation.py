@@ -39,6 +39,8 @@ MAX_QUEUES: Final = 1024
 MAX_MESSAGE_GROUP_LENGTH: Final = 127
 MAX_DEDUP_ID_LENGTH: Final = 128
 MAX_BORN_HOST_LENGTH: Final = 255
+MAX_CLIENT_ID_LENGTH: Final = 255
+"""A popping client's id: as long as a consumer's heartbeat client id may be."""
 BODY_ENCODINGS: Final = ("", "zlib", "zstd")
 MAX_DELIVERY_ATTEMPTS: Final = 1000
 MAX_BACKOFF_ENTRIES: Final = 64
@@ -89,6 +91,7 @@ def _limit(value: int) -> str:
 
 
 _NAME_ALLOWED: Final = f"1..{MAX_NAME_LENGTH} of letters, digits, '%', '_', '-'"
+_CLIENT_ID_ALLOWED: Final = f"0..{MAX_CLIENT_ID_LENGTH} characters, no control characters"
 
 
 def check_name(kind: str, name: str, *, allow_dlq: bool = False) -> None:
@@ -485,6 +488,27 @@ def check_pop(
     return pop_arguments(
         pop, long_polling, max_messages=max_messages, invisible_s=invisible_s, wait_s=wait_s
     )
+
+
+def check_client_id(client_id: str) -> None:
+    """The id of the client a pop names, recorded with its deliveries: empty (unknown) or
+    up to MAX_CLIENT_ID_LENGTH characters without control characters (every pop checks it:
+    ~0.1 µs empty, ~0.2 µs an SDK id, Python build: bench/inflight_consumers.py)."""
+    if len(client_id) > MAX_CLIENT_ID_LENGTH:
+        raise InvalidArgumentError(
+            f"client_id is {len(client_id)} characters long: at most {MAX_CLIENT_ID_LENGTH} "
+            "are allowed",
+            field="client_id",
+            value=client_id[:MAX_CLIENT_ID_LENGTH],
+            allowed=_CLIENT_ID_ALLOWED,
+        )
+    if _has_control(client_id):
+        raise InvalidArgumentError(
+            f"client_id {client_id!r} contains control characters",
+            field="client_id",
+            value=client_id,
+            allowed=_CLIENT_ID_ALLOWED,
+        )
 
 
 class Subscriptions(Protocol):

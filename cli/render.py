@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -356,6 +357,11 @@ def _when(at: datetime | None, now: datetime) -> str:
     return f"in {age(delta)}" if delta >= 0 else f"{age(-delta)} ago"
 
 
+def _client(client_id: str) -> str:
+    """A client id as a table cell: markup escaped (ids are free text), "unknown" for none."""
+    return escape(client_id) if client_id else "unknown"
+
+
 def inspection_tables(group: str, view: GroupInspection) -> None:
     out = console()
     brokers = any(r.broker for r in view.revive)  # cluster mode names them
@@ -365,9 +371,18 @@ def inspection_tables(group: str, view: GroupInspection) -> None:
         queue = "all" if h.queue_id < 0 else str(h.queue_id)
         polls.add_row(h.topic, queue, *([h.broker] if brokers else []), str(h.count))
     out.print(polls)
+    consumers = Table(
+        "consumer", "in flight", "earliest visible again",
+        title="in flight per consumer (every page)",
+    )  # fmt: skip
+    for c in view.consumers:
+        consumers.add_row(
+            _client(c.client_id), str(c.count), _when(c.earliest_invisible_until, view.now)
+        )
+    out.print(consumers)
     inflight = Table(
-        "topic", "queue", *b, "offset", "message id", "attempt", "popped", "visible again",
-        title="in flight",
+        "topic", "queue", *b, "offset", "message id", "attempt", "consumer", "popped",
+        "visible again", title="in flight",
     )  # fmt: skip
     for m in view.inflight:
         inflight.add_row(
@@ -377,6 +392,7 @@ def inspection_tables(group: str, view: GroupInspection) -> None:
             str(m.offset),
             m.message_id,
             str(m.delivery_attempt),
+            "-" if m.waiting else _client(m.client_id),
             _when(m.pop_time, view.now),
             "waiting (FIFO)" if m.waiting else _when(m.invisible_until, view.now),
         )
@@ -420,7 +436,7 @@ def history_table(message_id: str, events: Sequence[DeliveryEvent]) -> None:
     brokers = any(e.broker for e in events)  # cluster mode names them
     table = Table(
         "time", "event", "group", *(["broker"] if brokers else []), "queue", "offset",
-        "attempt", "visible again / copy", title=f"history of message {message_id}",
+        "attempt", "client", "visible again / copy", title=f"history of message {message_id}",
     )  # fmt: skip
     for e in events:
         if e.to_topic:
@@ -435,6 +451,7 @@ def history_table(message_id: str, events: Sequence[DeliveryEvent]) -> None:
             "retry" if e.retry else str(e.queue_id),
             str(e.offset),
             str(e.delivery_attempt),
+            "-" if e.event == "stored" else _client(e.client_id),
             then,
         )
     console().print(table)

@@ -42,7 +42,7 @@ from popmq.broker_core import (
     check_name,
 )
 from popmq.broker_core.catalog import KIND_DLQ, dlq_topic_name
-from popmq.broker_core.inspection import check_message_id, check_page_size
+from popmq.broker_core.inspection import check_message_id, check_page_size, merge_consumers
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
@@ -630,6 +630,7 @@ class ClusterAdmin:
                 for h in v.blocked_heads
             ],
             blocked_groups=sum(v.blocked_groups for v in views.values()),
+            consumers=merge_consumers(v.consumers for v in views.values()),
         )
 
     async def message_history(

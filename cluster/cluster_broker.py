@@ -299,8 +299,11 @@ class ClusterBroker:
 
         async def push(broker: str, remote: RemoteBroker) -> None:
             try:
-                await remote.create_topic(
-                    route.topic, counts[broker], message_type=route.message_type
+                await remote.create_routed_topic(
+                    route.topic,
+                    counts[broker],
+                    message_type=route.message_type,
+                    route_create_time_ms=route.create_time_ms,
                 )
             except AlreadyExistsError:
                 await remote.update_topic(route.topic, counts[broker])
@@ -629,8 +632,10 @@ class ClusterBroker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
-        """Pop up to max_messages from the topic's brokers (cluster_pop.py).
+        """Pop up to max_messages from the topic's brokers (cluster_pop.py); each broker
+        records `client_id` with the deliveries it makes.
 
         `reserve` is not used: a broker across the network cannot ask the proxy for more
         bytes in the middle of its pop, so a pop bounded by max_bytes answers
@@ -647,6 +652,7 @@ class ClusterBroker:
             wait_s=wait_s,
             max_bytes=max_bytes,
         )
+        rules.check_client_id(client_id)
         # One filter for the whole pop: the group's declared subscription as this proxy's
         # group cache has it, so no broker whose catalog sync lags filters otherwise.
         filter_type, filter_expression = rules.pop_filter(
@@ -664,6 +670,7 @@ class ClusterBroker:
             filter_expression,
             filter_type,
             max_bytes,
+            client_id,
         )
         if queue_id is not None:
             return await self._pop.pop_queue(request, queue_id, checked.wait_s)
@@ -741,6 +748,40 @@ class ClusterBroker:
                 results[index] = answer
 
         await asyncio.gather(*(read_on(b, idx) for b, idx in by_broker.items()))
+        return results
+
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """Each handle's newest handle, from the broker that issued it (one result per
+        handle, in order): a delivery's handles all come from that broker."""
+        check_name("group", group)
+        if not handles or len(handles) > rules.MAX_HANDLES:
+            raise InvalidArgumentError(
+                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
+                field="receipt_handles",
+                allowed=f"1..{rules.MAX_HANDLES}",
+            )
+        results: list[tuple[str, int] | PopMQError] = []
+        by_broker: dict[str, list[int]] = {}
+        for index, handle in enumerate(handles):
+            try:
+                by_broker.setdefault(issuer(handle), []).append(index)
+                results.append(("", 0))  # replaced below
+            except PopMQError as error:
+                results.append(error)
+
+        async def follow_on(broker: str, indexes: list[int]) -> None:
+            try:
+                answers = await self.pool.get(broker).follow_handles(
+                    group, [handles[i] for i in indexes]
+                )
+            except PopMQError as error:
+                answers = [error] * len(indexes)
+            for index, answer in zip(indexes, answers, strict=True):
+                results[index] = answer
+
+        await asyncio.gather(*(follow_on(b, idx) for b, idx in by_broker.items()))
         return results
 
     async def change_invisible_time(

@@ -59,6 +59,8 @@ class PopRequest:
     filter_expression: str
     filter_type: str
     max_bytes: int | None
+    client_id: str = ""
+    """The popping client, recorded by each broker with its deliveries ("" unknown)."""
 
 
 class ClusterPop:
@@ -98,6 +100,7 @@ class ClusterPop:
             filter_type=request.filter_type,
             queue_id=queue.queue_id,
             max_bytes=request.max_bytes,
+            client_id=request.client_id,
         )
         return self._globalized(request.topic, queue.broker, found)
 
@@ -168,6 +171,7 @@ class ClusterPop:
                     filter_expression=request.filter_expression,
                     filter_type=request.filter_type,
                     max_bytes=budget,
+                    client_id=request.client_id,
                 )
             except AnswerBoundError as error:
                 if found:

@@ -277,6 +277,22 @@ class RemoteBroker:
         self._topics[info.name] = info
         return info
 
+    async def create_routed_topic(
+        self, name: str, queues: int, *, message_type: str, route_create_time_ms: int
+    ) -> TopicInfo:
+        """Create the local part of a route created at `route_create_time_ms` (cluster-
+        internal, not part of BrokerAPI): as create_topic, but a topic of another
+        incarnation there is deleted first (BrokerService CreateTopic, `Broker.apply_topic`)."""
+        request = pb.CreateTopicRequest(
+            name=name,
+            queues=queues,
+            message_type=message_type,
+            route_create_time_ms=route_create_time_ms,
+        )
+        info = w.topic_from_pb((await self._call(self._stub_().CreateTopic, request)).topic)
+        self._topics[info.name] = info
+        return info
+
     def topic_info(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is not None:
@@ -523,10 +539,16 @@ class RemoteBroker:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Callable[[int], int] | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
         # `reserve` cannot cross to the broker: a bounded pop answers AnswerBoundError.
+        # The client id rides once per request (also on the hop stream), never per message.
         request = pb.PopRequest(
-            group=group, topic=topic, filter_expression=filter_expression, filter_type=filter_type
+            group=group,
+            topic=topic,
+            filter_expression=filter_expression,
+            filter_type=filter_type,
+            client_id=client_id,
         )
         if max_messages is not None:
             request.max_messages = max_messages
@@ -575,6 +597,13 @@ class RemoteBroker:
         request = pb.GetDeliveriesRequest(group=group, handles=handles)
         response = await self._call(self._stub_().GetDeliveries, request)
         return [w.delivery_result_from_pb(r) for r in response.results]
+
+    async def follow_handles(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        request = pb.FollowHandlesRequest(group=group, handles=handles)
+        response = await self._call(self._stub_().FollowHandles, request)
+        return [w.follow_result_from_pb(r) for r in response.results]
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float

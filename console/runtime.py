@@ -94,6 +94,14 @@ class InflightRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerRow:
+    """One client's messages in flight (every page's), with its earliest deadline."""
+
+    consumer: admin_pb2.ConsumerInflight
+    earliest: Deadline
+
+
+@dataclass(frozen=True, slots=True)
 class HeadRow:
     head: admin_pb2.BlockedHead
     deadline: Deadline
@@ -218,6 +226,17 @@ class Runtime:
                     else message_link(m.topic, m.queue_id, m.offset),
                 )
                 for m in view.inflight
+            ],
+            consumers=[
+                ConsumerRow(
+                    c,
+                    Deadline.of(
+                        c.earliest_invisible_until,
+                        now,
+                        present=c.HasField("earliest_invisible_until"),
+                    ),
+                )
+                for c in view.consumers
             ],
             clustered=any(r.broker for r in view.revive),
             next_page="/groups/view?" + urlencode({**here, "token": view.next_page_token})

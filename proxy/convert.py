@@ -440,6 +440,7 @@ def inspection(view: GroupInspection) -> admin_pb2.InspectGroupResponse:
                 invisible_until=_time_or_unset(m.invisible_until_ms),
                 waiting=m.waiting,
                 broker=m.broker,
+                client_id=m.client_id,
             )
             for m in view.inflight
         ],
@@ -471,6 +472,14 @@ def inspection(view: GroupInspection) -> admin_pb2.InspectGroupResponse:
         ],
         blocked_groups=view.blocked_groups,
         now=timestamp(view.now_ms),
+        consumers=[
+            admin_pb2.ConsumerInflight(
+                client_id=c.client_id,
+                count=c.count,
+                earliest_invisible_until=_time_or_unset(c.earliest_until_ms),
+            )
+            for c in view.consumers
+        ],
     )
 
 
@@ -488,6 +497,7 @@ def delivery_event(e: DeliveryEvent) -> admin_pb2.DeliveryEvent:
         to_topic=e.to_topic,
         to_offset=e.to_offset,
         broker=e.broker,
+        client_id=e.client_id,
     )
 
 

@@ -30,6 +30,15 @@ cache is what LeaseConfig bounds: the leases this proxy popped pages of (`max_le
 pages of one lease (`max_pages`) and the bytes of their messages (`max_bytes`), which also
 bound what this proxy writes to the coordinator.
 
+A proxy may die between a renewal's ChangeInvisibleTime on the broker (which answers new
+receipt handles and refuses the old ones as superseded) and its write of the new handles to
+the coordinator. The lease then holds handles the broker refuses. So every proxy acting on a
+lease's handles (renewing, acking, replaying) follows a handle the broker calls superseded
+to the newest handle of the same delivery (BrokerAPI.follow_handles: only along
+ChangeInvisibleTime moves of that delivery, never to one a Nack gave back or to a later
+delivery attempt) and acts on that one; renewals and replays record what they found. A
+client's own ChangeInvisibleTime or ack of an old handle is still refused.
+
 A coordinator that does not answer makes the call fail with a retriable UNAVAILABLE naming
 etcd. A page popped but not recorded then stays with the broker: its messages are invisible
 until their deadline and come back after it (not given back, since the write may have
@@ -50,6 +59,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from popmq.broker_core import (
     MAX_HANDLES,
@@ -60,6 +70,7 @@ from popmq.broker_core import (
     NotFoundError,
     PopMQError,
     PoppedMessage,
+    ReceiptHandleSupersededError,
     ResourceExhaustedError,
 )
 from popmq.coordination.coordinator import Coordinator
@@ -67,6 +78,8 @@ from popmq.coordination.errors import ConflictError, CoordinationUnavailableErro
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
 
 log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 MAX_TOKEN_LENGTH = 256
 _MAX_RACES = 8
@@ -491,10 +504,13 @@ class LeaseTable:
     async def _read_back(self, meta: LeaseMeta, record: PageRecord) -> list[PoppedMessage]:
         """The messages of a page another proxy popped, from their brokers by handle."""
         for attempt in range(2):
-            found = await self._deliveries(meta.group, record.handles)
+            found = await self._newest(meta.group, record.handles, self._deliveries)
             failed = [f for f in found if isinstance(f, PopMQError)]
             if not failed:
-                return [f for f in found if isinstance(f, PoppedMessage)]
+                messages = [f for f in found if isinstance(f, PoppedMessage)]
+                if tuple(m.receipt_handle for m in messages) != record.handles:
+                    await self._record_followed(meta, record, messages)
+                return messages
             if attempt == 0:
                 # A renewal elsewhere may have replaced the handles since the page was read.
                 again = await self._store.page(meta, record.number)
@@ -514,6 +530,59 @@ class LeaseTable:
         for start in range(0, len(handles), MAX_HANDLES):
             found += await self._broker.get_deliveries(group, handles[start : start + MAX_HANDLES])
         return found
+
+    async def _record_followed(
+        self, meta: LeaseMeta, record: PageRecord, messages: Sequence[PoppedMessage]
+    ) -> None:
+        """Write the handles a replay followed (a renewal that was never recorded moved
+        them), so the next call need not follow them again."""
+        handles, until = _handles(messages)
+        # A conflict: a renewal wrote the page meanwhile, with handles as new as these.
+        with contextlib.suppress(ConflictError):
+            await self._store.update_page(meta, record, handles, until, min(until))
+
+    async def _follow(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        followed: list[tuple[str, int] | PopMQError] = []
+        for start in range(0, len(handles), MAX_HANDLES):
+            followed += await self._broker.follow_handles(
+                group, handles[start : start + MAX_HANDLES]
+            )
+        return followed
+
+    async def _newest(
+        self,
+        group: str,
+        handles: Sequence[str],
+        act: Callable[[str, Sequence[str]], Awaitable[Sequence[_R]]],
+    ) -> list[_R | PopMQError]:
+        """`act(group, handles)`, one result per handle; a handle it finds superseded (a
+        renewal whose new handles were never recorded: module docstring) is followed to the
+        newest handle of its delivery, and acted on again with that one."""
+        results: list[_R | PopMQError] = list(await act(group, handles))
+        stale = [i for i, r in enumerate(results) if isinstance(r, ReceiptHandleSupersededError)]
+        if not stale:
+            return results
+        log.info(
+            "group %s: %d handles of a lease were superseded by a ChangeInvisibleTime the "
+            "lease did not record (a proxy died mid-renewal, or renewals raced); following "
+            "them to their newest handles",
+            group,
+            len(stale),
+        )
+        followed = await self._follow(group, [handles[i] for i in stale])
+        live: list[tuple[int, str]] = []
+        for index, newest in zip(stale, followed, strict=True):
+            if isinstance(newest, PopMQError):
+                results[index] = newest  # why it cannot be followed says more than superseded
+            else:
+                live.append((index, newest[0]))
+        if live:
+            again = await act(group, [handle for _, handle in live])
+            for (index, _), result in zip(live, again, strict=True):
+                results[index] = result
+        return results
 
     async def _give_back(self, group: str, messages: Sequence[PoppedMessage]) -> None:
         """Return messages another proxy's page made redundant: a nack without delay, as a
@@ -572,7 +641,8 @@ class LeaseTable:
         handles = [h for page in pages for h in page.handles]
         failures: list[PopMQError] = []
         for start in range(0, len(handles), MAX_HANDLES):
-            results = await self._broker.ack(group, handles[start : start + MAX_HANDLES])
+            chunk = handles[start : start + MAX_HANDLES]
+            results = await self._newest(group, chunk, self._broker.ack)
             failures += [error for error in results if error is not None]
         # Done either way: what could not be acked is the broker's to deliver again. The
         # acknowledged lease stays until its deadline, to refuse replays, without bodies.
@@ -638,9 +708,8 @@ class LeaseTable:
         new_deadline = now + round(invisible_s * 1000)
         lease_deadline = new_deadline
         for record in pages:
-            # A page's messages at once: a remote broker answers them in one round trip.
-            results = await asyncio.gather(
-                *(self._change(group, handle, invisible_s) for handle in record.handles)
+            results = await self._newest(
+                group, record.handles, lambda g, hs: self._change_all(g, hs, invisible_s)
             )
             moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
             for index, result in enumerate(results):
@@ -668,6 +737,12 @@ class LeaseTable:
                 f"renewed: {failures[0]}"
             )
         return LeaseOutcome(token, error, count, meta.deadline_ms)
+
+    async def _change_all(
+        self, group: str, handles: Sequence[str], invisible_s: float
+    ) -> list[tuple[str, int] | PopMQError]:
+        # A page's messages at once: a remote broker answers them in one round trip.
+        return await asyncio.gather(*(self._change(group, h, invisible_s) for h in handles))
 
     async def _change(
         self, group: str, handle: str, invisible_s: float

@@ -28,6 +28,7 @@ from popmq.broker_core import (
     TransactionAPI,
     TransactionCheck,
     UnavailableError,
+    check_client_id,
     check_count,
     check_name,
     check_range,
@@ -205,17 +206,30 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         """
         check_count("ack_receipt_handles", len(request.ack_receipt_handles), MAX_HANDLES)
         pop = _pop_arguments(self._broker, request, remaining_s)
+        # Checked before any ack rides along; "" (a client that sent none) is allowed.
+        check_client_id(request.client_id)
         if request.ack_receipt_handles:
             return self._ack_then_pop(request, pop, max_bytes)
         return self._broker.pop(
-            request.group, request.topic, max_bytes=max_bytes, reserve=reserve, **pop
+            request.group,
+            request.topic,
+            max_bytes=max_bytes,
+            reserve=reserve,
+            client_id=request.client_id,
+            **pop,
         )
 
     async def _ack_then_pop(
         self, request: messaging_pb2.PopRequest, pop: _PopArguments, max_bytes: int | None
     ) -> AckedPop:
         acks = await self._broker.ack(request.group, request.ack_receipt_handles)
-        popped = await self._broker.pop(request.group, request.topic, max_bytes=max_bytes, **pop)
+        popped = await self._broker.pop(
+            request.group,
+            request.topic,
+            max_bytes=max_bytes,
+            client_id=request.client_id,
+            **pop,
+        )
         return AckedPop(acks, popped)
 
     async def PopStream(

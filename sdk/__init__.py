@@ -49,6 +49,7 @@ from popmq.sdk.errors import (
 )
 from popmq.sdk.inspection import (
     BlockedHead,
+    ConsumerInflight,
     DeliveryEvent,
     GroupInspection,
     HeldPolls,
@@ -95,6 +96,7 @@ __all__ = [
     "BrokerStatus",
     "ClusterStatus",
     "ConsumeResult",
+    "ConsumerInflight",
     "ConsumerOffset",
     "Credentials",
     "DeadlineExceededError",

@@ -8,6 +8,9 @@ its invisible duration; unless it is acked by then, it is delivered again with
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -30,6 +33,7 @@ __all__ = [
     "AsyncSimpleConsumer",
     "SimpleConsumer",
     "build_pop_request",
+    "new_client_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,11 @@ DEFAULT_INVISIBLE_DURATION_S = 30.0
 DEFAULT_WAIT_S = 20.0
 
 
+def new_client_id() -> str:
+    """``host@pid@random``, like RocketMQ's ``ip@pid`` client ids but unique per consumer."""
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}"
+
+
 def build_pop_request(
     group: str,
     topic: str,
@@ -52,6 +61,7 @@ def build_pop_request(
     invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
     wait_s: float | None = DEFAULT_WAIT_S,
     ack_receipt_handles: Sequence[str] = (),
+    client_id: str = "",
 ) -> messaging_pb2.PopRequest:
     """Build a Pop request; a ``None`` argument leaves its field unset (server default)."""
     request = messaging_pb2.PopRequest(
@@ -59,6 +69,7 @@ def build_pop_request(
         topic=topic,
         filter=build_filter_expression(filter),
         ack_receipt_handles=ack_receipt_handles,
+        client_id=client_id,
     )
     if max_messages is not None:
         request.max_messages = max_messages
@@ -119,6 +130,9 @@ class AsyncSimpleConsumer(AsyncClient):
             a client certificate); default plaintext.
         credentials: Access key and secret key that sign every call (servers with
             authentication on: docs/security.md).
+        client_id: Names this consumer in every pop, so the server records it with the
+            deliveries (``popmq group inspect``, ``popmq message history``, the console);
+            at most 255 characters. Default: ``host@pid@random``, unique per consumer.
     """
 
     def __init__(
@@ -134,6 +148,7 @@ class AsyncSimpleConsumer(AsyncClient):
         on_ack_failure: AckFailure | None = None,
         tls: TLS = False,
         credentials: Credentials | None = None,
+        client_id: str | None = None,
     ) -> None:
         super().__init__(
             endpoint, timeout_s=timeout_s, channel=channel, tls=tls, credentials=credentials
@@ -141,6 +156,7 @@ class AsyncSimpleConsumer(AsyncClient):
         self.group = group
         self.topic = topic
         self.filter = filter
+        self.client_id = new_client_id() if client_id is None else client_id
         self._stream = PopStream(self._conn) if multiplex else None
         self._on_ack_failure = on_ack_failure or _log_ack_failure
 
@@ -198,6 +214,7 @@ class AsyncSimpleConsumer(AsyncClient):
             invisible_duration_s=invisible_duration_s,
             wait_s=wait_s,
             ack_receipt_handles=[m.receipt_handle for m in acked],
+            client_id=self.client_id,
         )
         # The server may hold the pop for the whole long poll before answering.
         timeout_s = (DEFAULT_WAIT_S if wait_s is None else max(wait_s, 0.0)) + self._timeout_s
@@ -419,6 +436,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
             a client certificate); default plaintext.
         credentials: Access key and secret key that sign every call (servers with
             authentication on: docs/security.md).
+        client_id: Names this consumer in every pop (see ``AsyncSimpleConsumer``).
     """
 
     def __init__(
@@ -433,6 +451,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         on_ack_failure: AckFailure | None = None,
         tls: TLS = False,
         credentials: Credentials | None = None,
+        client_id: str | None = None,
     ) -> None:
         super().__init__(
             AsyncSimpleConsumer(
@@ -445,6 +464,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
                 on_ack_failure=on_ack_failure,
                 tls=tls,
                 credentials=credentials,
+                client_id=client_id,
             )
         )
 
@@ -452,6 +472,11 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
     def group(self) -> str:
         """The consumer group."""
         return self._core.group
+
+    @property
+    def client_id(self) -> str:
+        """The id this consumer's pops name."""
+        return self._core.client_id
 
     @property
     def topic(self) -> str:

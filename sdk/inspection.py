@@ -1,9 +1,10 @@
 """What ``Admin.inspect_group`` returns: a consumer group's runtime view (held long polls,
-messages in flight, revive lag, blocked FIFO heads), with its proto conversions."""
+messages in flight and the clients holding them, revive lag, blocked FIFO heads), with its
+proto conversions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from google.protobuf import timestamp_pb2
@@ -14,6 +15,7 @@ from popmq.sdk.types import datetime_from_timestamp, seconds_from_duration
 
 __all__ = [
     "BlockedHead",
+    "ConsumerInflight",
     "DeliveryEvent",
     "GroupInspection",
     "HeldPolls",
@@ -66,6 +68,8 @@ class InflightMessage:
         waiting: A FIFO message read but not delivered: it waits behind its message
             group's head.
         broker: The broker holding it (cluster mode; "" in local mode).
+        client_id: The client that popped it ("" when its pop named none, or for a
+            waiting FIFO message).
     """
 
     topic: str
@@ -78,6 +82,7 @@ class InflightMessage:
     invisible_until: datetime | None
     waiting: bool = False
     broker: str = ""
+    client_id: str = ""
 
     @classmethod
     def from_proto(cls, m: admin_pb2.InflightMessage) -> InflightMessage:
@@ -93,7 +98,28 @@ class InflightMessage:
             invisible_until=_time(m, "invisible_until"),
             waiting=m.waiting,
             broker=m.broker,
+            client_id=m.client_id,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInflight:
+    """The group's messages in flight that one client popped (every broker's).
+
+    Attributes:
+        client_id: The client ("" for pops that named none).
+        count: Messages it holds in flight.
+        earliest_invisible_until: The earliest deadline among them.
+    """
+
+    client_id: str
+    count: int
+    earliest_invisible_until: datetime | None
+
+    @classmethod
+    def from_proto(cls, c: admin_pb2.ConsumerInflight) -> ConsumerInflight:
+        """Build a row from its wire form."""
+        return cls(c.client_id, c.count, _time(c, "earliest_invisible_until"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +221,9 @@ class DeliveryEvent:
         to_topic: ``retry``, ``dead_letter``: the topic of the copy (else "").
         to_offset: ``retry``, ``dead_letter``: the copy's offset (else -1).
         broker: The broker that recorded it (cluster mode; "" in local mode).
+        client_id: ``pop``, ``nack``, ``change_invisible_time``: the client holding the
+            delivery; ``retry``, ``dead_letter``, ``redeliver``: the one whose delivery
+            expired ("" when unknown).
     """
 
     time: datetime
@@ -209,6 +238,7 @@ class DeliveryEvent:
     to_topic: str
     to_offset: int
     broker: str = ""
+    client_id: str = ""
 
     @classmethod
     def from_proto(cls, e: admin_pb2.DeliveryEvent) -> DeliveryEvent:
@@ -226,6 +256,7 @@ class DeliveryEvent:
             to_topic=e.to_topic,
             to_offset=e.to_offset,
             broker=e.broker,
+            client_id=e.client_id,
         )
 
 
@@ -242,6 +273,8 @@ class GroupInspection:
             per broker).
         blocked_groups: Blocked FIFO message groups in all.
         now: The server's time when it looked.
+        consumers: Every message in flight (not only this page's) per client that popped
+            it, the most first; waiting FIFO messages are not counted.
     """
 
     held_polls: list[HeldPolls]
@@ -251,6 +284,7 @@ class GroupInspection:
     blocked_heads: list[BlockedHead]
     blocked_groups: int
     now: datetime
+    consumers: list[ConsumerInflight] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, r: admin_pb2.InspectGroupResponse) -> GroupInspection:
@@ -263,4 +297,5 @@ class GroupInspection:
             blocked_heads=[BlockedHead.from_proto(b) for b in r.blocked_heads],
             blocked_groups=r.blocked_groups,
             now=datetime_from_timestamp(r.now),
+            consumers=[ConsumerInflight.from_proto(c) for c in r.consumers],
         )

@@ -53,9 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -95,7 +92,7 @@ from popmq.sdk._push.queue_worker import WorkerContext
 from popmq.sdk._push.registration import Registration
 from popmq.sdk._push.shared import Counters
 from popmq.sdk._sync import SyncClient
-from popmq.sdk.consumer import AsyncSimpleConsumer
+from popmq.sdk.consumer import AsyncSimpleConsumer, new_client_id
 from popmq.sdk.credentials import Credentials
 from popmq.sdk.errors import InvalidArgumentError, PopMQError
 from popmq.sdk.tls import TLS
@@ -148,11 +145,6 @@ class PushConsumerStats:
     cached_messages: int
     cached_bytes: int
     assigned_queues: dict[str, tuple[int, ...]]
-
-
-def _client_id() -> str:
-    """``host@pid@random``, like RocketMQ's ``ip@pid`` client ids but unique per consumer."""
-    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}"
 
 
 def _tag_matcher(expression: str) -> Callable[[str], bool]:
@@ -293,7 +285,7 @@ class AsyncPushConsumer(AsyncClient):
         self.options = options
         """The settings this consumer runs with."""
         self.mode: Mode = options.mode
-        self.client_id = options.client_id or _client_id()
+        self.client_id = options.client_id or new_client_id()
         # The parts shared by both modes; the POP parts that need the topics' simple
         # consumers are made by start().
         self._counters = Counters()
@@ -379,6 +371,7 @@ class AsyncPushConsumer(AsyncClient):
                 timeout_s=options.timeout_s,
                 channel=self._conn,  # one connection: the topics fail over together
                 on_ack_failure=self._ride_failed,
+                client_id=self.client_id,  # its pops name the id it registers with
             )
             self._consumers[topic] = consumer
             self._ackers[topic] = Acker(

@@ -34,7 +34,8 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import replication_pb2 as pb
 from popmq._gen.popmq.broker.v1 import replication_pb2_grpc
-from popmq.broker.replication import oplog
+from popmq.broker.replication import last_leader, oplog
+from popmq.broker.replication.last_leader import LastLeader
 from popmq.broker_core.store import Store
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -118,12 +119,33 @@ class Follower:
         self.heard_at = time.monotonic()
         """When a leader was last heard from; a process that just started counts as having
         heard from one now (it may have answered a heartbeat before it restarted)."""
+        self.last_leader: LastLeader | None = None
+        """The leader this replica followed (or was) last, as written in its data dir."""
 
     def open(self) -> None:
         prepare(self.directory)
         self.store = Store(self.directory)
         epoch, _ = oplog.read_position(self.store)
-        self.known_epoch = max(self.known_epoch, epoch)
+        if self.last_leader is None:
+            self.last_leader = last_leader.read(self.directory)
+        remembered = 0 if self.last_leader is None else self.last_leader.epoch
+        self.known_epoch = max(self.known_epoch, epoch, remembered)
+
+    async def remember(self, leader: LastLeader) -> None:
+        """Write `leader` down as the last known one (no-op when it already is); its epoch
+        is the newest seen from now on.
+
+        Raises:
+            FollowError: `leader` is older than a leader already seen.
+            OSError: the record could not be written.
+        """
+        if leader.epoch < self.known_epoch:
+            raise FollowError(f"leader epoch {leader.epoch} is older than {self.known_epoch}")
+        self.known_epoch = leader.epoch
+        if leader == self.last_leader:
+            return
+        await asyncio.to_thread(last_leader.write, self.directory, leader)
+        self.last_leader = leader
 
     def close(self) -> None:
         if self.store is not None:
@@ -135,17 +157,17 @@ class Follower:
         assert self.store is not None
         return oplog.read_position(self.store)
 
-    async def follow(self, address: str, epoch: int) -> None:
-        """Copy from the leader at `address` (of `epoch`) until the stream ends.
+    async def follow(self, address: str, epoch: int, *, leader: str = "") -> None:
+        """Copy from the leader `leader` at `address` (of `epoch`) until the stream ends;
+        it is written down as the last known leader first.
 
         Raises:
             FollowError: the leader is stale, sent something out of order, or ended the
                 stream before an ack was written.
             grpc.aio.AioRpcError: the stream failed (the leader died or refused).
+            OSError: the last known leader could not be written down.
         """
-        if epoch < self.known_epoch:
-            raise FollowError(f"leader epoch {epoch} is older than {self.known_epoch}")
-        self.known_epoch = epoch
+        await self.remember(LastLeader(replica=leader, address=address, epoch=epoch))
         options = [
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             # Servers answer pings more often than every 10 s with GOAWAY too_many_pings
@@ -195,6 +217,14 @@ class Follower:
                 if response.epoch < self.known_epoch:
                     raise FollowError(
                         f"the leader's epoch {response.epoch} is older than {self.known_epoch}"
+                    )
+                if response.epoch > self.known_epoch and self.last_leader is not None:
+                    # A newer leader at the same address (elected while this replica did
+                    # not look): it is the one to remember now.
+                    await self.remember(
+                        LastLeader(
+                            replica="", address=self.last_leader.address, epoch=response.epoch
+                        )
                     )
                 self.known_epoch = response.epoch
                 self.heard_at = max(self.heard_at, time.monotonic())
@@ -263,6 +293,9 @@ class Follower:
             _fsync_dir(target)
 
         await asyncio.to_thread(finish)
+        if self.last_leader is not None:
+            # Into the copy before it is swapped in: the record survives the swap.
+            await asyncio.to_thread(last_leader.write, target, self.last_leader)
         self.close()
         discard = _discard(self.directory)
         if self.directory.exists():

@@ -23,6 +23,12 @@ says, it campaigns only once that window is over (`_restrained`). A process that
 started waits the window too (it may have answered a heartbeat before a restart), unless
 it is the last elected replica.
 
+The leader it follows, and its own term when it is elected, are written in its data dir
+(last_leader.py): a replica that starts follows that leader at once, before etcd is asked,
+so one restarted while etcd is down keeps its promises and the leader keeps writing. It
+stops as soon as etcd names another leader; a leader of an older epoch than any it has seen
+is refused on both sides of the stream.
+
 Nothing else changes for proxies: handles name the shard (the broker name every replica
 stores under) and carry the shard's receipt key, which followers receive with their first
 snapshot, so a consumer's in-flight acks keep working on a new leader.
@@ -45,6 +51,7 @@ from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import leader_lease
 from popmq.broker.replication.election import ShardElection, ShardState, Term
 from popmq.broker.replication.follower import Follower, FollowError
+from popmq.broker.replication.last_leader import LastLeader
 from popmq.broker.replication.log import ReplicationLog
 from popmq.broker.replication.service import (
     Leadership,
@@ -284,6 +291,22 @@ class ReplicaServer:
     async def _run_roles(self) -> None:
         assert self._election is not None
         election = self._election
+        remembered = self._remembered_leader()
+        if remembered is not None:
+            # Before etcd is asked (which takes seconds to fail while it is down): the
+            # leader may be counting on this replica's promise. Following stops as soon as
+            # etcd names another leader, and the epoch checks refuse a stale one.
+            log.info(
+                "shard %s: replica %s follows its last known leader %s (epoch %d) at %s "
+                "until etcd names another",
+                self.shard,
+                self.replica,
+                remembered.leader or "?",
+                remembered.epoch,
+                remembered.address,
+            )
+            self._followed = remembered
+            await self._follow(remembered)
         while True:
             try:
                 state = await election.read()
@@ -320,6 +343,20 @@ class ReplicaServer:
                 self._set_role("waiting", state.epoch)
                 await asyncio.sleep(POLL_S)
 
+    def _remembered_leader(self) -> ShardState | None:
+        """The last leader written in the data dir, unless it is this replica."""
+        known = self.follower.last_leader
+        if known is None or known.replica == self.replica or known.address == self.address:
+            return None
+        return ShardState(
+            leader=known.replica,
+            address=known.address,
+            epoch=known.epoch,
+            elected="",
+            isr=(),
+            revision=0,
+        )
+
     def _restrained(self, state: ShardState) -> float:
         """Seconds this replica is still bound by its promise not to campaign: the lease
         window after it last heard from a leader (0: free). The last elected replica made
@@ -350,7 +387,9 @@ class ReplicaServer:
         """Follow the leader of `state` until its registration changes or the stream ends."""
         assert self._election is not None
         self._set_role("follower", state.epoch)
-        stream = asyncio.ensure_future(self.follower.follow(state.address, state.epoch))
+        stream = asyncio.ensure_future(
+            self.follower.follow(state.address, state.epoch, leader=state.leader)
+        )
         try:
             while not stream.done():
                 done, _ = await asyncio.wait((stream,), timeout=POLL_S)
@@ -421,6 +460,11 @@ class ReplicaServer:
         lag_task: asyncio.Task[None] | None = None
         reason = "it stopped"
         try:
+            # Written before it serves: restarted while etcd is down, it will follow no
+            # leader older than this term.
+            await self.follower.remember(
+                LastLeader(replica=self.replica, address=self.address, epoch=term.epoch)
+            )
             await broker.start()
             assert self.log is not None
             self.replication.leading = Leadership(self.log, broker.store, self.directory)
@@ -455,7 +499,7 @@ class ReplicaServer:
                 for task in watches:
                     task.cancel()
             reason = str(next(iter(done)).result())
-        except (CoordinationError, TimeoutError) as exc:
+        except (CoordinationError, TimeoutError, FollowError, OSError) as exc:
             reason = f"it could not start leading: {exc}"
         finally:
             log.warning("shard %s: replica %s stops leading: %s", self.shard, self.replica, reason)

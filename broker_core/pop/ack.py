@@ -88,12 +88,7 @@ class Acks:
         self, group: GroupInfo, handle: ReceiptHandle, now: int
     ) -> tuple[Checkpoint, int] | None:
         """resolve_handle of a handle already decoded."""
-        if handle.group_id != group.group_id:
-            other = self._catalog.groups_by_id.get(handle.group_id)
-            raise InvalidReceiptHandleError(
-                f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
-                f"not {group.name!r}"
-            )
+        self._check_group(handle, group)
         if (handle.ck_id, handle.ck_index) in self._superseded:
             raise _superseded()
         if handle.topic_id not in self._catalog.topics_by_id:
@@ -130,6 +125,49 @@ class Acks:
         if handle.deadline_ms <= now:
             raise _expired(now - handle.deadline_ms)
         return ck, handle.ck_index
+
+    def _check_group(self, handle: ReceiptHandle, group: GroupInfo) -> None:
+        if handle.group_id != group.group_id:
+            other = self._catalog.groups_by_id.get(handle.group_id)
+            raise InvalidReceiptHandleError(
+                f"receipt handle belongs to group {other.name if other else '(deleted)'!r}, "
+                f"not {group.name!r}"
+            )
+
+    def follow_handle(self, group: GroupInfo, text: str, now: int) -> tuple[str, int]:
+        """The newest handle of the delivery `text` names, and its deadline; reads only.
+
+        A handle ChangeInvisibleTime superseded leads, link by link (superseded.py), to the
+        handle the last ChangeInvisibleTime of the same delivery returned; any other handle
+        is its own newest. The newest must still name that delivery as an ack would take
+        it, in flight or acknowledged (its ack then answers "acked before"): a delivery
+        given back by a Nack, redelivered after its deadline or lost in a restart raises
+        the error an ack of it gets. Only proxies call this (a lease's renewal, ack and
+        replay, proxy/leases.py): a client's old handle stays refused as superseded.
+        """
+        handle = self._codec.decode(text)
+        self._check_group(handle, group)
+        ck_id, index, deadline = handle.ck_id, handle.ck_index, handle.deadline_ms
+        if (ck_id, index) in self._superseded:
+            # Checkpoint ids only grow along a delivery's moves, so the walk ends.
+            link = self._superseded.successor((ck_id, index))
+            while link is not None:
+                ck_id, deadline = link
+                index = 0
+                link = self._superseded.successor((ck_id, 0))
+            if (ck_id, index) in self._superseded:
+                raise ReceiptHandleSupersededError(
+                    "receipt handle was superseded by a Nack (or an offset reset): the "
+                    "delivery was given back, so it has no newer handle to follow"
+                )
+            text = self._codec.encode(
+                ReceiptHandle(
+                    handle.group_id, handle.topic_id, handle.queue_id, handle.offset,
+                    ck_id, 0, deadline,
+                )
+            )  # fmt: skip
+        self.resolve_handle(group, text, now)
+        return text, deadline
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Acknowledge deliveries; one result per handle (None = acked, or acked before)."""
@@ -286,14 +324,17 @@ class Acks:
         new.persisted = True
         new.fifo_group = old.fifo_group
         new.attempt = old.attempt
+        new.client_id = old.client_id  # the same consumer still holds the delivery
         cq.inflight[offset] = new  # refuses the old handle from now on (superseded)
         record = new.to_record()
+        successor = (new.ck_id, new.deadline_ms) if kind == CHANGE_INVISIBLE_TIME else None
 
         def apply(batch: Batch, _: QueueOffsets) -> None:
             batch.put("checkpoints", keys.checkpoint_key(new.ck_id), record)
             batch.put("revive", keys.revive_key(new.deadline_ms, new.ck_id), b"")
-            # Remembered across restarts until the old deadline: a stale handle stays refused.
-            SupersededHandles.write(batch, old.ck_id, index, old.deadline_ms)
+            # Remembered across restarts until the old deadline: a stale handle stays refused
+            # (and, moved by ChangeInvisibleTime, leads to the new one: follow_handle).
+            SupersededHandles.write(batch, old.ck_id, index, old.deadline_ms, successor)
 
         try:
             await self._writer.submit(apply, sync=False)
@@ -302,7 +343,7 @@ class Acks:
                 cq.inflight[offset] = old
             raise
         old.resolved |= bit
-        self._superseded.remember(old.ck_id, index, old.deadline_ms)
+        self._superseded.remember(old.ck_id, index, old.deadline_ms, successor)
         self._checkpoints.track(new)
         self._checkpoints.history.moved(kind, new)
         if old.fifo_group:

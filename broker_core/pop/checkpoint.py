@@ -37,6 +37,7 @@ class Checkpoint:
         "attempt",
         "chained",
         "ck_id",
+        "client_id",
         "deadline_ms",
         "fifo_group",
         "full",
@@ -89,6 +90,8 @@ class Checkpoint:
         """FIFO: waiting behind its group's head, not delivered."""
         self.not_before_ms = 0
         """FIFO: a held head is not delivered before this time (nack backoff)."""
+        self.client_id = ""
+        """The client that popped the delivery ("" unknown; a held FIFO one has none yet)."""
 
     @property
     def done(self) -> bool:
@@ -121,6 +124,7 @@ class Checkpoint:
             attempt=self.attempt,
             held=self.held,
             not_before_ms=self.not_before_ms,
+            client_id=self.client_id,
         ).SerializeToString()
 
     @classmethod
@@ -141,6 +145,8 @@ class Checkpoint:
         ck.attempt = record.attempt
         ck.held = record.held
         ck.not_before_ms = record.not_before_ms
+        # Field 17, added last: a record written before clients were recorded reads as "".
+        ck.client_id = record.client_id
         ck.persisted = True
         return ck
 

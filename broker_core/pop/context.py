@@ -28,3 +28,5 @@ class QueueRead:
     """The pop's answer so far, shared by its reads of every queue."""
     response: ResponseBudget
     """The answer's byte budget (budget.py), shared too."""
+    client_id: str = ""
+    """The popping client ("" unknown), recorded on each checkpoint the pop delivers."""

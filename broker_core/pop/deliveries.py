@@ -10,6 +10,12 @@ ChangeInvisibleTime) returned: the user topic, queue id, offset, record (with th
 attempt the pop reported: a FIFO delivery's, not the stored first one), the same handle and
 its deadline.
 
+The same proxy may also ask for the newest handle of each delivery (`follow`): a lease's
+handles that a ChangeInvisibleTime superseded without the lease recording the new ones (its
+proxy died in between) lead to the handles that last ChangeInvisibleTime returned
+(Acks.follow_handle). Ordinary clients never reach it: neither popmq.v1 nor
+apache.rocketmq.v2 offers it, so their superseded handles stay refused.
+
 Threading: on the event loop; one multi-get for the records (MAX_HANDLES bounds it).
 """
 
@@ -102,3 +108,22 @@ class Deliveries:
         done = [result for result in results if result is not None]
         assert len(done) == len(results)  # every live handle got its delivery or an error
         return done
+
+    async def follow(
+        self, group: str, handles: Sequence[str]
+    ) -> list[tuple[str, int] | PopMQError]:
+        """One result per handle, in order: (the newest handle of its delivery, that
+        handle's deadline), or why it has none."""
+        validation.check_name("group", group)
+        if not handles:
+            raise InvalidArgumentError("follow_handles needs at least one receipt handle")
+        validation.check_count("handles", len(handles), validation.MAX_HANDLES, "receipt handles")
+        group_info = self._catalog.group(group)
+        now = self._clock.now_ms()
+        results: list[tuple[str, int] | PopMQError] = []
+        for text in handles:
+            try:
+                results.append(self._acks.follow_handle(group_info, text, now))
+            except PopMQError as exc:
+                results.append(exc)
+        return results

@@ -73,6 +73,7 @@ class Fifo:
         now: int,
         deadline: int,
         not_before: int = 0,
+        client_id: str = "",
     ) -> Checkpoint:
         """A persisted single-message FIFO checkpoint (written by the next flush).
 
@@ -94,6 +95,7 @@ class Fifo:
         ck.attempt = attempt
         ck.held = held
         ck.not_before_ms = not_before
+        ck.client_id = client_id
         self._checkpoints.persist_new(ck)
         self._checkpoints.track(ck)
         return ck
@@ -110,6 +112,7 @@ class Fifo:
         ck = self.checkpoint(
             cq, offset, group=record.message_group, attempt=max(1, record.delivery_attempt),
             held=held, now=read.now, deadline=read.deadline,
+            client_id="" if held else read.client_id,
         )  # fmt: skip
         cq.add(ck)
         cq.fifo_enqueue(ck)
@@ -159,7 +162,7 @@ class Fifo:
                 break  # the answer is full: the head stays ready for the next pop
             new = self.checkpoint(
                 cq, head.offsets[0], group=head.fifo_group, attempt=head.attempt, held=False,
-                now=now, deadline=read.deadline,
+                now=now, deadline=read.deadline, client_id=read.client_id,
             )  # fmt: skip
             cq.inflight[head.offsets[0]] = new
             cq.fifo_replace(head, new)

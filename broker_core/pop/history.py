@@ -18,8 +18,11 @@ loop about a millisecond at a time, and a full ring whose every event is on the 
 queue (the worst case) takes ~20 ms in all on this machine; events of other queues cost a
 dict lookup each (~3 ms for a full ring).
 
-The broker does not know which client popped a message (a pop carries no client id), so the
-history has no clients.
+Each event carries the client of its checkpoint (the id the pop named, "" when it named
+none): for a pop the client that popped, for a nack or invisible-time change the client
+still holding the delivery, for a retry, dead-letter or FIFO redelivery the client whose
+delivery expired. It is the checkpoint's own string, so the ring holds a reference, not a
+copy.
 
 Everything runs on the event loop.
 """
@@ -47,8 +50,8 @@ REDELIVER = "redeliver"
 """A FIFO message's invisible time passed unacked: delivered again in place."""
 
 # (time_ms, kind, group_id, topic_id, queue_id, offsets, attempt, until_ms, to_topic_id,
-#  to_offset); attempt 0: the attempt of the place (1, or a retry copy's).
-Event = tuple[int, str, int, int, int, Sequence[int], int, int, int, int]
+#  to_offset, client_id); attempt 0: the attempt of the place (1, or a retry copy's).
+Event = tuple[int, str, int, int, int, Sequence[int], int, int, int, int, str]
 
 
 class DeliveryHistory:
@@ -72,7 +75,7 @@ class DeliveryHistory:
             places = range(offsets[0], offsets[-1] + 1)
         self._events.append(
             (ck.pop_time_ms, POP, cq.group_id, cq.topic_id, cq.queue_id, places,
-             ck.attempt, ck.deadline_ms, 0, 0)
+             ck.attempt, ck.deadline_ms, 0, 0, ck.client_id)
         )  # fmt: skip
 
     def moved(self, kind: str, ck: Checkpoint) -> None:
@@ -80,7 +83,7 @@ class DeliveryHistory:
         cq = ck.queue
         self._events.append(
             (ck.pop_time_ms, kind, cq.group_id, cq.topic_id, cq.queue_id, ck.offsets,
-             ck.attempt, ck.deadline_ms, 0, 0)
+             ck.attempt, ck.deadline_ms, 0, 0, ck.client_id)
         )  # fmt: skip
 
     def copied(
@@ -97,7 +100,7 @@ class DeliveryHistory:
         cq = ck.queue
         self._events.append(
             (time_ms, kind, cq.group_id, cq.topic_id, cq.queue_id, (offset,), attempt, 0,
-             to[0], to[1])
+             to[0], to[1], ck.client_id)
         )  # fmt: skip
 
     async def find(

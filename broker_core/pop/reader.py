@@ -106,6 +106,7 @@ class Reader:
         queue_id: int | None = None,
         max_bytes: int | None = None,
         reserve: Reserve | None = None,
+        client_id: str = "",
     ) -> list[PoppedMessage]:
         """Pop up to max_messages; wait up to wait_s for an arrival when nothing is there.
 
@@ -124,6 +125,9 @@ class Reader:
         not fit them (budget.py): a probe woken by an arrival then takes it at once. A pop
         that was granted bytes and still found nothing returns (empty) rather than wait
         holding them.
+
+        client_id names the popping client ("" unknown): recorded on the checkpoints of the
+        deliveries, so inspection and the delivery history can say who holds a message.
         """
         checked = validation.check_pop(
             self._config.pop,
@@ -135,6 +139,7 @@ class Reader:
             wait_s=wait_s,
             max_bytes=max_bytes,
         )
+        validation.check_client_id(client_id)
         invisible, wait = checked.invisible_s, checked.wait_s
         filter_type, filter_expression = validation.pop_filter(
             self._settings, group, topic, filter_expression, filter_type
@@ -168,6 +173,7 @@ class Reader:
                 record_filter,
                 queue_id,
                 response,
+                client_id,
             )
             if not found and response.refused:
                 raise AnswerBoundError(
@@ -212,6 +218,7 @@ class Reader:
         record_filter: RecordFilter,
         queue_id: int | None = None,
         response: ResponseBudget | None = None,
+        client_id: str = "",
     ) -> tuple[list[PoppedMessage], bool]:
         count_key = (group.group_id, topic.topic_id)
         count = self._pop_count.get(count_key, 0)
@@ -240,7 +247,9 @@ class Reader:
             if not self._locks.try_acquire(cq.lock_key):
                 contended = True
                 continue
-            read = QueueRead(cq, source, topic, now, deadline, record_filter, found, response)
+            read = QueueRead(
+                cq, source, topic, now, deadline, record_filter, found, response, client_id
+            )
             try:
                 if cq.fifo_ready:
                     self._fifo.deliver_heads(read, want)
@@ -351,6 +360,7 @@ class Reader:
             deadline_ms=deadline,
             chained=True,
         )
+        ck.client_id = read.client_id
         cq.add(ck)
         if not offsets:
             self._checkpoints.advance(cq)  # the range held only filtered-out or FIFO messages

@@ -187,6 +187,7 @@ class Receiving:
                 filter_type=filter_type,
                 queue_id=queue_id,
                 max_bytes=max_bytes,
+                client_id=client_id,  # the x-mq-client-id header: recorded with deliveries
             )
 
         session = self._sessions.get(client_id)

@@ -48,6 +48,20 @@ availability meanwhile (the other shards take the sends), and lists the ERROR li
 process's log (a replica can stay up after an error that leaves it useless). Violations add: a
 woken leader that stored a send, a shard that never took sends again.
 
+One-way partitions (``--leader-partitions N``, replicated mode, Linux as root with ``ip`` and
+``tc``): replica ``s1-r1`` runs in its own network namespace, and N failovers drop, in turn,
+the packets from etcd to the leader, from the leader to etcd, from its peers (followers and
+proxies) to the leader, and from the leader to its peers (replicated.py). ``s1-r1`` is made
+to lead first (a SIGTERM handover) when it does not. An etcd cut lasts until another replica
+leads and one lease more, while sends go straight to the cut-off leader; then it heals, and
+the old leader must rejoin in sync. A peer cut leaves the lease: it lasts past the
+followers' lag timeout, and after the heal the followers must rejoin in sync and the shard
+take sends again under the same leader. Violations add: the cut-off leader acknowledged a
+send begun after the new leader was registered (two leaders), a replica not back in sync
+after the heal; the sends it acknowledged count as acknowledged sends (lost if never
+received). The CI test replaces them with kills, saying why, where namespaces or tc drops
+cannot be made.
+
 Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
@@ -56,12 +70,17 @@ Usage::
         --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --send-rate 200 \\
         --crashing-consumers --seed 20261129   # full-sized, ~4 min; output kept in
                                                # bench/results/cluster_checker_faults.txt
-    python -m tests.chaos.checker --replicated --messages 3600 --kills 5 --pauses 1 \\
-        --session-ttl 3 --send-rate 30 --queues 2 --seed 20261127   # CI-sized, ~2.5 min
+    python -m tests.chaos.checker --replicated --messages 3600 --kills 3 --pauses 1 \\
+        --leader-partitions 2 --session-ttl 3 --send-rate 30 --queues 2 \\
+        --seed 20261127              # CI-sized, ~2.5 min (without namespaces: --kills 5)
     python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
         --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 --queues 4 \\
         --seed 20261127              # full-sized, 10 s lease, ~8 min; output kept in
                                      # bench/results/replication_checker.txt
+    python -m tests.chaos.checker --replicated --messages 24000 --kills 10 --pauses 2 \\
+        --leader-partitions 4 --session-ttl 10 --send-rate 60 --producers 4 --consumers 4 \\
+        --queues 4 --seed 20261127   # the same with 4 one-way partitions (root); output kept
+                                     # in bench/results/cluster_checker_partitions.txt
 
 The exit code is 1 when the run breaks what its flush mode promises (see
 ``CheckResult.violations``: with sync flush, any lost acknowledged send), else 0.
@@ -102,7 +121,12 @@ from tests.chaos.history import (
     seconds_span,
     span_text,
 )
-from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, ReplicatedTarget
+from tests.chaos.replicated import (
+    LEADER_KILL,
+    LEADER_PARTITIONS,
+    LEADER_PAUSE,
+    ReplicatedTarget,
+)
 from tests.chaos.targets import (
     BROKER_PAUSE,
     ETCD_KILL,
@@ -194,6 +218,10 @@ class CheckConfig:
         replicas: Replicated mode: replicas per shard (at least 2).
         pauses: Replicated mode: times the nemesis SIGSTOPs a random shard's leader past its
             lease (``session_ttl_s``) and SIGCONTs it.
+        leader_partitions: Replicated mode: times the nemesis cuts `s1-r1`, made to lead
+            first, one way from etcd or from its peers (in turn: etcd's packets to it, its
+            packets to etcd, its peers' packets to it, its packets to them), then heals
+            (replicated.py says when).
         failover_gap_s: Replicated mode: (min, max) seconds between the end of one failover
             and the next, drawn uniformly.
         failover_timeout_s: Replicated mode: bound of each step of a failover.
@@ -231,6 +259,7 @@ class CheckConfig:
     shards: int = 2
     replicas: int = 2
     pauses: int = 0
+    leader_partitions: int = 0
     failover_gap_s: tuple[float, float] = (0.5, 2.0)
     failover_timeout_s: float = 120.0
 
@@ -264,8 +293,10 @@ class CheckConfig:
             gap_low, gap_high = self.failover_gap_s
             if not 0 <= gap_low <= gap_high <= 600:
                 raise ValueError("failover_gap_s must be (min, max) within 0..600 s")
-        elif self.pauses:
-            raise ValueError("pauses need replicated mode")
+            if self.leader_partitions < 0:
+                raise ValueError("leader_partitions must be at least 0")
+        elif self.pauses or self.leader_partitions:
+            raise ValueError("pauses and leader partitions need replicated mode")
         if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
             raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
         if not (0 <= self.send_rate < math.inf):
@@ -350,6 +381,7 @@ class TotalQueueChecker:
                 flush=config.flush,
                 failover_timeout_s=config.failover_timeout_s,
                 on_death=self._server_died,
+                partitions=config.leader_partitions > 0,
             )
         elif config.cluster:
             cluster = Cluster(
@@ -507,6 +539,9 @@ class TotalQueueChecker:
         with a random gap between them."""
         cfg = self.config
         kinds = [LEADER_KILL] * cfg.kills + [LEADER_PAUSE] * cfg.pauses
+        kinds += [
+            LEADER_PARTITIONS[n % len(LEADER_PARTITIONS)] for n in range(cfg.leader_partitions)
+        ]
         self.rng.shuffle(kinds)
         await self.progress.reached(max(1, cfg.messages // 20))
         for kind in kinds:
@@ -668,6 +703,15 @@ class TotalQueueChecker:
         result.incarnations = list(self.target.incarnations)
         if isinstance(self.target, ReplicatedTarget):
             result.failovers = list(self.target.failovers)
+            # Sent by the nemesis: counted and checked with the producers' sends (not in
+            # their error counts or send log).
+            for failover in result.failovers:
+                for sent in failover.direct:
+                    self.history.sending([sent.id])
+                    if sent.queue is None:
+                        self.history.indeterminate.add(sent.id)
+                    else:
+                        self.history.acknowledged[sent.id] = (sent.queue, sent.offset)
             result.shard_of_queue = dict(self.target.shard_of_queue)
             result.logged_errors = self.target.logged_errors()
         elif isinstance(self.target, ClusterTarget):
@@ -787,6 +831,13 @@ def _parser() -> argparse.ArgumentParser:
         help="times a leader is SIGSTOPped past its lease, then SIGCONTed",
     )
     replicated.add_argument(
+        "--leader-partitions",
+        type=int,
+        default=d.leader_partitions,
+        help="times s1-r1, made to lead, is cut one way from etcd or its peers, in turn, "
+        "then healed (Linux, root, tc)",
+    )
+    replicated.add_argument(
         "--failover-gap",
         type=seconds_span,
         default=d.failover_gap_s,
@@ -844,6 +895,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shards=args.shards,
             replicas=args.replicas,
             pauses=args.pauses,
+            leader_partitions=args.leader_partitions,
             failover_gap_s=args.failover_gap,
             failover_timeout_s=args.failover_timeout,
         )

@@ -191,7 +191,7 @@ class CheckResult:
         during_ok = sum(f.acknowledged for f in failovers)
         latency = self.send_latency_s
         return [
-            "  failovers, seconds from the kill -9 or SIGSTOP of the leader:",
+            "  failovers, seconds from the kill -9, SIGSTOP or cut of the leader:",
             *(f"    {f.line()}" for f in failovers),
             f"  new leader registered s: {over(f.leader_s for f in failovers)}",
             f"  shard takes sends again (its new leader stores one) s: "
@@ -240,7 +240,8 @@ class CheckResult:
                 f"\n  replicated: {cfg.shards} shards x {cfg.replicas} replicas "
                 f"(replication defaults: sync, min_insync 1), {cfg.proxies} proxies, leader "
                 f"lease (session TTL) {cfg.session_ttl_s}s, leader kills {cfg.kills}, leader "
-                f"pauses {cfg.pauses}, send rate {cfg.send_rate or 'unpaced'}"
+                f"pauses {cfg.pauses}, leader one-way partitions {cfg.leader_partitions}, send "
+                f"rate {cfg.send_rate or 'unpaced'}"
                 if cfg.replicated
                 else ""
             ),

@@ -112,6 +112,11 @@ def test_every_operation_round_trips(tmp_path: Path) -> None:
                 assert live.record == first.record and live.offset == first.offset
                 assert isinstance(stale, ReceiptHandleSupersededError)
                 assert stale.code == "FAILED_PRECONDITION"
+                followed = await api.follow_handles(
+                    "g", [first.receipt_handle, new_handle, "not-a-handle"]
+                )
+                assert followed[:2] == [(new_handle, until)] * 2  # the old one leads to it
+                assert isinstance(followed[2], InvalidReceiptHandleError)
                 redeliver_at = await api.nack("g", second.receipt_handle, 1.0)
                 assert redeliver_at > 0
                 acks = await api.ack("g", [new_handle, first.receipt_handle])
@@ -344,6 +349,50 @@ def test_a_call_cut_off_by_closing_the_connection_is_a_retriable_unavailable(
             with pytest.raises(UnavailableError, match="left the cluster") as error:
                 await waiting
             assert error.value.retriable
+
+    asyncio.run(scenario())
+
+
+def test_a_routed_create_replaces_another_incarnation_and_is_fenced(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served:
+            async with remote(served.address) as api:
+                local: Broker = served.broker
+                first = await api.create_routed_topic(
+                    "orders", 2, message_type="fifo", route_create_time_ms=1000
+                )
+                held = local.topic_info("orders")
+                assert (first.topic_id, first.queues) == (held.topic_id, 2)
+                assert held.route_create_time_ms == 1000  # (not on the wire's Topic)
+                await local.send([NewMessage("orders", b"old", message_group="a")])
+                # The same incarnation again: ALREADY_EXISTS (the proxy then grows it).
+                with pytest.raises(AlreadyExistsError):
+                    await api.create_routed_topic(
+                        "orders", 3, message_type="fifo", route_create_time_ms=1000
+                    )
+                assert await local.peek("orders") != []
+
+                served.servicer.writes.fence("etcd session lost")
+                with pytest.raises(UnavailableError, match="etcd session lost"):
+                    await api.create_routed_topic(
+                        "orders", 2, message_type="fifo", route_create_time_ms=2000
+                    )
+                assert local.topic_info("orders") == held
+                served.servicer.writes.unfence()
+
+                # The name used again while this broker was away: the old topic goes.
+                again = await api.create_routed_topic(
+                    "orders", 2, message_type="fifo", route_create_time_ms=2000
+                )
+                assert again.topic_id != first.topic_id
+                assert local.topic_info("orders").route_create_time_ms == 2000
+                assert await local.peek("orders") == []
+
+                with pytest.raises(InvalidArgumentError, match="queues 0") as bad:
+                    await api.create_routed_topic(
+                        "other", 0, message_type="normal", route_create_time_ms=2000
+                    )
+                assert bad.value.field == "queues"
 
     asyncio.run(scenario())
 

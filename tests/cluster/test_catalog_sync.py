@@ -284,6 +284,58 @@ def test_a_broker_that_was_away_catches_up_and_keeps_what_vanished_meanwhile(
     asyncio.run(scenario())
 
 
+def test_a_topic_deleted_and_created_again_while_the_broker_was_away_loses_its_old_messages(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        async with admin_side(etcd.endpoint, cluster) as admin:
+            routes = admin.routes
+            first = {
+                topic: await routes.create_topic(topic, queues={"b1": 2})
+                for topic in ("orders", "moved", "kept")
+            }
+            async with open_broker(tmp_path) as broker:
+                # A topic made before births were kept (or by a push that carried none).
+                await broker.create_topic("legacy", 1)
+                legacy = await routes.create_topic("legacy", queues={"b1": 1})
+                async with syncing(etcd.endpoint, cluster, broker) as sync:
+                    await sync.wait_applied(legacy.revision, timeout_s=WAIT_S)
+                    for topic, route in first.items():
+                        info = broker.topic_info(topic)
+                        assert info.route_create_time_ms == route.create_time_ms
+                    assert broker.topic_info("legacy").route_create_time_ms == (
+                        legacy.create_time_ms
+                    )
+                    for topic in ("orders", "moved", "kept", "legacy"):
+                        await broker.send([NewMessage(topic, f"old {topic}".encode())])
+
+            # While the broker is away: two names deleted and used again (one now on
+            # another broker only), one deleted for good.
+            await asyncio.sleep(0.01)  # another millisecond: another birth
+            for topic in ("orders", "moved", "kept"):
+                await routes.delete_topic(topic)
+            again = await routes.create_topic("orders", queues={"b1": 2})
+            moved = await routes.create_topic("moved", queues={"b2": 1})
+            assert again.create_time_ms != first["orders"].create_time_ms
+
+            async with open_broker(tmp_path) as broker:
+                async with syncing(etcd.endpoint, cluster, broker) as sync:
+                    await sync.wait_applied(moved.revision, timeout_s=WAIT_S)
+                    info, queues = await broker.get_topic("orders")
+                    assert info.route_create_time_ms == again.create_time_ms
+                    assert [q.max_offset for q in queues] == [0, 0]  # a new, empty topic
+                    assert await broker.peek("orders") == []
+                    with pytest.raises(NotFoundError):
+                        broker.topic_info("moved")  # the old one went; the new is on b2
+                    # Deleted and not created again: kept, as before (an orphan).
+                    assert [m.record.body for m in await broker.peek("kept")] == [b"old kept"]
+                    assert [m.record.body for m in await broker.peek("legacy")] == [b"old legacy"]
+                    assert sync.status().orphans == ("topics/kept",)
+
+    asyncio.run(scenario())
+
+
 def test_a_failing_item_is_reported_and_retried_without_holding_up_the_others(
     etcd: EtcdServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

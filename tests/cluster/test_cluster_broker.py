@@ -23,7 +23,10 @@ from popmq import (
     UnavailableError,
 )
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
+from popmq.broker_core import InvalidReceiptHandleError as CoreInvalidReceiptHandleError
 from popmq.broker_core import NotFoundError as CoreNotFoundError
+from popmq.broker_core import PoppedMessage, ReceiptHandleSupersededError
+from popmq.broker_core.handles import issuer_of
 from tests.support.inprocess_cluster import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -177,11 +180,15 @@ def test_a_broker_added_later_takes_queues_of_a_topic(tmp_path: Path) -> None:
 def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_broker(
     cluster: InProcessCluster,
 ) -> None:
+    """... and the SDK client that popped them: its id rides each pop from the proxy to
+    every broker (the sweep's hop stream, a held pop's unary call)."""
     a, b = cluster.proxies
     with Admin(a) as admin, Producer(a) as producer:
         admin.create_topic("inspected", queues=1)
         sent = {producer.send("inspected", f"m{i}".encode()).message_id for i in range(9)}
-    with SimpleConsumer(b, group="inspectors", topic="inspected") as consumer:
+    with SimpleConsumer(
+        b, group="inspectors", topic="inspected", client_id="inspector-1"
+    ) as consumer:
         got = _drain(consumer, 9)
         assert {m.message_id for m in got} == sent
     rows = []
@@ -195,9 +202,14 @@ def test_inspect_group_pages_every_brokers_messages_in_flight_each_naming_its_br
             if not token:
                 break
         assert sorted(r.broker for r in view.revive) == ["b1", "b2", "b3"]
+        # One row for the client, summed over the three brokers, whatever the page.
+        (holder,) = view.consumers
+        assert (holder.client_id, holder.count) == ("inspector-1", 9)
+        assert holder.earliest_invisible_until is not None
         with pytest.raises(InvalidArgumentError, match="page_token"):
             admin.inspect_group("inspectors", page_token="b9/1.0.0")
     assert sorted(r.message_id for r in rows) == sorted(sent)
+    assert {r.client_id for r in rows} == {"inspector-1"}
     by_queue = {(r.queue_id, r.broker) for r in rows}  # global queue ids, their brokers
     assert {q for q, _ in by_queue} == {0, 1, 2} and {b for _, b in by_queue} == {"b1", "b2", "b3"}
     assert len(by_queue) == 3
@@ -211,14 +223,18 @@ def test_message_history_through_a_proxy_names_the_broker_and_the_global_queue(
     with Admin(a) as admin, Producer(a) as producer:
         admin.create_topic("histories", queues=1)
         sent = producer.send("histories", b"x")
-    with SimpleConsumer(b, group="historians", topic="histories") as consumer:
+    with SimpleConsumer(b, group="historians", topic="histories", client_id="h1") as consumer:
         (got,) = _drain(consumer, 1)
         consumer.nack(got, delay_s=30)
     with Admin(b) as admin:
         events = admin.message_history("histories", sent.message_id, group="historians")
         with pytest.raises(NotFoundError):
             admin.message_history("histories", "missing-id")
-    assert [e.event for e in events] == ["stored", "pop", "nack"]
+    assert [(e.event, e.client_id) for e in events] == [
+        ("stored", ""),
+        ("pop", "h1"),
+        ("nack", "h1"),
+    ]
     (broker,) = {e.broker for e in events}  # one broker stored it and saw every step
     assert broker in {"b1", "b2", "b3"}
     assert {e.queue_id for e in events} == {sent.queue_id} == {got.queue_id}  # global ids
@@ -322,6 +338,34 @@ def test_a_lease_popped_through_one_proxy_replays_through_the_other(
         rest = _drain(cb, len(sent) - len(first.messages))
         assert {m.message_id for m in rest} | {m.message_id for m in first.messages} == sent
         cb.ack(rest)
+
+
+def test_follow_handles_asks_the_broker_that_issued_each_handle(cluster: InProcessCluster) -> None:
+    a = cluster.proxies[0]
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic("followed", queues=1)  # one queue on each broker
+        for i in range(9):  # one by one: a batch is stored whole on one broker
+            producer.send("followed", f"f{i}".encode())
+    broker = cluster.cluster_broker(0)
+
+    async def scenario() -> tuple[list[str], list[tuple[str, int]], list[object], list[object]]:
+        popped: list[PoppedMessage] = []
+        for _ in range(20):
+            if len(popped) >= 9:
+                break
+            popped += await broker.pop("follow", "followed", max_messages=16, wait_s=1)
+        old = [m.receipt_handle for m in popped]
+        moved = [await broker.change_invisible_time("follow", h, 60) for h in old]
+        followed: list[object] = list(await broker.follow_handles("follow", [*old, "junk"]))
+        refused: list[object] = list(await broker.ack("follow", old))
+        assert await broker.ack("follow", [h for h, _ in moved]) == [None] * len(old)
+        return old, moved, followed, refused
+
+    old, moved, followed, refused = cluster.call(scenario)
+    assert len(old) == 9 and len({issuer_of(h) for h in old}) >= 2
+    assert followed[:-1] == moved  # each from its own broker, in order
+    assert isinstance(followed[-1], CoreInvalidReceiptHandleError)
+    assert all(isinstance(r, ReceiptHandleSupersededError) for r in refused)
 
 
 def test_a_group_push_that_arrives_after_the_delete_does_not_bring_the_group_back(

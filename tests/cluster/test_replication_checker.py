@@ -1,14 +1,18 @@
 """The total-queue checker (tests/chaos/checker.py) on replicated shards, CI-sized.
 
 etcd + 2 shards x 2 `popmq broker --shard` replicas + 2 proxies; producers and consumers
-through both proxies while the nemesis fails over a random shard's leader six times: five
-kill -9s (the killed replica restarts and rejoins as a follower) and one SIGSTOP past the
-3 s lease, then SIGCONT (the woken leader must store nothing and follow). Then everything
-is drained, stopped with SIGTERM, started again and checked for redeliveries. About two and
-a half minutes; run with ``-s`` for the summary with the failover timeline. The full-sized
-run (10 s lease) is by hand: see the checker's docstring.
+through both proxies while the nemesis fails over a random shard's leader six times: three
+kill -9s (the killed replica restarts and rejoins as a follower), one SIGSTOP past the 3 s
+lease, then SIGCONT (the woken leader must store nothing and follow), and two one-way
+partitions of s1's leader from etcd, one each way (it must acknowledge no send begun after
+another replica leads, and rejoin in sync after the heal). Where network namespaces or tc
+drops cannot be made (not root, no `tc`), the partitions are replaced by two more kill -9s
+and the reason is printed. Then everything is drained, stopped with SIGTERM, started again
+and checked for redeliveries. About two and a half minutes; run with ``-s`` for the summary
+with the failover timeline. The full-sized runs (10 s lease) are by hand: see the checker's
+docstring.
 
-The first test feeds the failover evaluation a made-up history, so that what the long run
+The first tests feed the failover evaluation a made-up history, so that what the long run
 asserts is known to be able to fail.
 """
 
@@ -19,7 +23,17 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.checker import CheckConfig, CheckResult, History, SendRecord, check, evaluate
-from tests.chaos.replicated import LEADER_KILL, LEADER_PAUSE, Failover
+from tests.chaos.replicated import (
+    LEADER_CUT_FROM_ETCD,
+    LEADER_CUT_TO_ETCD,
+    LEADER_CUT_TO_PEERS,
+    LEADER_KILL,
+    LEADER_PARTITIONS,
+    LEADER_PAUSE,
+    DirectSend,
+    Failover,
+)
+from tests.support.netns import one_way_unavailable
 
 
 def test_the_checker_flags_a_woken_leader_that_stored_and_a_shard_that_never_came_back() -> None:
@@ -81,16 +95,92 @@ def test_the_checker_flags_a_woken_leader_that_stored_and_a_shard_that_never_cam
     assert "through every proxy s: mean 1.500 max 1.500 [1.50] (1 never)" in summary
 
 
+def test_the_checker_flags_a_cut_off_leader_acknowledging_once_another_leads() -> None:
+    # s1-r1 is cut from etcd at t=100; s1-r2 is seen registered as leader at t=104.
+    cut = Failover(
+        number=1,
+        kind=LEADER_CUT_FROM_ETCD,
+        shard="s1",
+        old_leader="s1-r1",
+        old_epoch=10,
+        began=100.0,
+        new_leader="s1-r2",
+        new_epoch=20,
+        leader_s=4.0,
+        back_s=7.0,
+        in_sync_s=None,
+        takes_sends_s=8.0,
+        proxy_send_s={"p1": 8.5},
+        ended_s=9.0,
+        direct=[
+            DirectSend("x1-00000", 100.1, 100.2, 0, 7),  # acknowledged before: fine
+            DirectSend("x1-00001", 103.0, 104.5, None, error="UNAVAILABLE"),
+            DirectSend("x1-00002", 104.1, 104.2, 1, 3),  # after the new leader: two leaders
+        ],
+    )
+    result = CheckResult(
+        config=CheckConfig(replicated=True, leader_partitions=1), seed=0, data_dir=""
+    )
+    result.failovers = [cut]
+    history = History()
+    history.sending(["x1-00000", "x1-00002"])
+    history.acknowledged.update({"x1-00000": (0, 7), "x1-00002": (1, 3)})
+    evaluate(history, result)
+    result.drained, result.clean_stop_exit_code = True, 0
+    assert cut.two_leaders == [cut.direct[2]]
+    assert result.lost == ["x1-00000", "x1-00002"]  # acknowledged straight, never received
+    assert result.violations == [
+        "2 acknowledged sends lost",
+        "failover #1: the cut-off old leader s1-r1 acknowledged 1 sends begun after s1-r2 "
+        "was registered as leader (two leaders), e.g. x1-00002",
+        "failover #1: s1-r1 did not rejoin in sync after the heal",
+    ]
+    assert "straight to the cut-off leader: 2/3 acknowledged, 1 after" in result.summary()
+
+    # A cut between the leader and its peers leaves its lease, so no new leader is right
+    # there; followers not back in sync after the heal are not.
+    peers = Failover(
+        number=2,
+        kind=LEADER_CUT_TO_PEERS,
+        shard="s1",
+        old_leader="s1-r1",
+        old_epoch=30,
+        began=120.0,
+        new_leader="s1-r1",
+        new_epoch=30,
+        back_s=13.0,
+        in_sync_s=14.0,
+        takes_sends_s=14.5,
+        proxy_send_s={"p1": 14.6},
+        ended_s=14.6,
+    )
+    assert peers.problems == []
+    peers.in_sync_s = None
+    assert peers.problems == ["failover #2: s1's followers did not rejoin in sync after the heal"]
+
+
+def test_leader_partitions_need_replicated_mode() -> None:
+    with pytest.raises(ValueError, match="leader partitions need replicated mode"):
+        CheckConfig(cluster=True, leader_partitions=1)
+    with pytest.raises(ValueError, match="leader_partitions must be at least 0"):
+        CheckConfig(replicated=True, leader_partitions=-1)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_replicated_shards_lose_no_acknowledged_send_across_leader_failovers(
     tmp_path: Path,
 ) -> None:
+    why = one_way_unavailable()
+    if why is not None:
+        print(f"\nno one-way partitions in this run, two more kills instead: {why}")
+    partitions = 2 if why is None else 0
     config = CheckConfig(
         replicated=True,
         messages=3600,
-        kills=5,
+        kills=5 - partitions,
         pauses=1,
+        leader_partitions=partitions,
         producers=2,
         consumers=2,
         queues=2,
@@ -106,10 +196,19 @@ def test_replicated_shards_lose_no_acknowledged_send_across_leader_failovers(
     print()
     print(summary)
     failovers = result.failovers
-    assert result.kills_by_kind == {LEADER_KILL: 5, LEADER_PAUSE: 1}, summary
+    expected = {LEADER_KILL: 5 - partitions, LEADER_PAUSE: 1}
+    if partitions:
+        expected |= {LEADER_CUT_FROM_ETCD: 1, LEADER_CUT_TO_ETCD: 1}
+    assert result.kills_by_kind == expected, summary
     assert len(failovers) == 6, summary
     assert all(f.new_epoch > f.old_epoch for f in failovers), summary
     assert [f.woken_stored for f in failovers if f.kind == LEADER_PAUSE] == [0], summary
+    cuts = [f for f in failovers if f.kind in LEADER_PARTITIONS]
+    # A cut-off leader acknowledged no send begun once another one led, and it was sent to
+    # throughout (what it acknowledged before counts as acknowledged sends below); after
+    # the heal it rejoined in sync.
+    assert all(f.direct and not f.two_leaders for f in cuts), summary
+    assert all(f.in_sync_s is not None for f in cuts), summary
     # Every shard took sends again, directly and through both proxies (timings are only
     # reported: a loaded 2-core machine makes them vary).
     assert all(f.takes_sends_s is not None and f.resumed_s is not None for f in failovers)

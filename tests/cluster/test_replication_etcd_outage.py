@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, PopMQError
+from popmq.broker.replication import last_leader
 from popmq.broker_core.errors import PopMQError as BrokerError
 from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
@@ -130,6 +131,55 @@ def test_a_shard_leader_keeps_taking_sends_through_an_etcd_outage(shard: Replica
     acked = before + during + after
     received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
     assert set(acked) <= set(received), compare(acked, Counter(received))
+
+
+def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
+    shard: ReplicaCluster,
+) -> None:
+    endpoint = shard.endpoint("p1")
+    asyncio.run(_setup(endpoint))
+    leader = shard.leader("s1")
+    assert leader is not None
+    (follower,) = [name for name in shard.replicas("s1") if name != leader]
+    epoch = shard.epoch("s1")
+    before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
+    assert before and not errors, errors
+
+    shard.stop_etcd()
+    killed = time.monotonic()
+    shard.kill(follower)
+    shard.restart(follower)
+    # It cannot ask etcd who leads: it follows the leader written in its data dir.
+    assert _log_has(shard, follower, "follows its last known leader", 10.0), shard.logs()
+    print(f"the killed follower followed again {time.monotonic() - killed:.1f}s after its kill")
+    # Three TTLs: past the leader's lease and past the promise the follower gave before
+    # its kill; only the restarted follower's promises keep the leader writing.
+    during, errors = asyncio.run(_send_for(endpoint, 3 * TTL_S, "b"))
+    assert not errors, errors[:5]
+    assert len(during) > 3 * TTL_S * 5, len(during)
+    assert _log_has(shard, leader, "lost its leader lease", 1.0), shard.logs()
+    assert "stops leading" not in shard.processes[leader].log_path.read_text(errors="replace")
+
+    shard.start_etcd()
+    assert _log_has(shard, leader, "holds its registration again", 10.0), shard.logs()
+    assert shard.leader("s1") == leader and shard.epoch("s1") == epoch
+    assert shard.wait_in_sync("s1", 1, timeout_s=30) == [follower]
+    after, errors = asyncio.run(_send_for(endpoint, 1.0, "c"))
+    assert after and not errors, errors
+
+    # The restarted follower holds every acknowledged send: it leads after a kill.
+    shard.kill(leader)
+    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
+    acked = before + during + after
+    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
+    assert set(acked) <= set(received), compare(acked, Counter(received))
+    # Its own term is what it remembers now (written before it served).
+    remembered = last_leader.read(shard.processes[follower].data_dir)
+    assert remembered is not None
+    assert (remembered.replica, remembered.epoch) == (
+        shard.shard_of[follower][1],
+        shard.epoch("s1"),
+    )
 
 
 def test_a_leader_without_etcd_and_its_follower_fences_once_the_promise_ends(

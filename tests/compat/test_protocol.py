@@ -555,6 +555,26 @@ def test_ack_and_change_invisible_duration_handles(server: ServerThread, topics:
     run(server, scenario)
 
 
+def test_a_receive_records_its_x_mq_client_id_as_the_deliveries_holder(
+    server: ServerThread, topics: None
+) -> None:
+    async def scenario(s: MessagingServiceStub) -> None:
+        await send(s, message("orders", b"a", message_id="c1"))
+        (msg,) = messages_of(
+            await receive(s, receive_request("billing", "orders"), client_id="10.0.0.1@42#1")
+        )
+        assert msg.system_properties.message_id == "c1"
+
+    run(server, scenario)
+
+    async def inspect() -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
+        view = await server.broker.inspect_group("billing", "orders")
+        rows = [(r.message_id, r.client_id) for r in view.inflight]
+        return rows, [(c.client_id, c.count) for c in view.consumers]
+
+    assert server.call(inspect) == ([("c1", "10.0.0.1@42#1")], [("10.0.0.1@42#1", 1)])
+
+
 def test_handles_name_the_broker_another_brokers_are_refused_old_ones_still_work(
     server: ServerThread, topics: None
 ) -> None:

@@ -71,7 +71,9 @@ async def test_a_held_receive_the_revive_lag_and_pages_of_messages_in_flight(
         async with AsyncProducer(server.address) as producer:
             sent = [await producer.send("orders", b"m%d" % i) for i in range(5)]
         async with (
-            AsyncSimpleConsumer(server.address, group="billing", topic="orders") as consumer,
+            AsyncSimpleConsumer(
+                server.address, group="billing", topic="orders", client_id="billing-1"
+            ) as consumer,
             browser(server) as client,
         ):
             got = []
@@ -80,6 +82,9 @@ async def test_a_held_receive_the_revive_lag_and_pages_of_messages_in_flight(
             page = (await client.get("/groups/view", params={"name": "billing"})).text
             assert 'id="group-runtime"' in page and 'hx-trigger="every 2s"' in page
             assert "No receive is held now" in page
+            # Every message in flight, per consumer, whatever the page shows.
+            count, earliest = _cells(page, "consumer", "billing-1")[1:]
+            assert count == "5" and re.match(r"in (5\d|60) s \(\d{4}-", earliest), earliest
 
             # Nothing is ready: a receive parks in a long poll, and the section shows it.
             waiting = asyncio.ensure_future(consumer.receive(max_messages=1, wait_s=5))
@@ -109,10 +114,12 @@ async def test_a_held_receive_the_revive_lag_and_pages_of_messages_in_flight(
                 rows = _INFLIGHT.findall(shown)
                 assert len(rows) <= 2
                 for message_id in rows:
-                    topic, _, _, found, attempt, popped, until = _cells(
+                    topic, _, _, found, attempt, holder, popped, until = _cells(
                         shown, "inflight", message_id
                     )
-                    assert (topic, found, attempt) == ("orders", message_id, "1")
+                    assert (topic, found, attempt, holder) == (
+                        "orders", message_id, "1", "billing-1"
+                    )  # fmt: skip
                     assert re.match(r"(\d+ s ago|now) \(", popped), popped
                     assert re.match(r"in (5\d|60) s \(\d{4}-", until), until
                 seen += rows
@@ -200,6 +207,31 @@ async def test_a_fifo_groups_blocked_head_and_who_waits_behind_it(tmp_path: Path
 
 
 @run_async
+async def test_a_pop_that_named_no_client_shows_unknown_and_client_ids_are_escaped(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as server:
+        await server.broker.create_topic("orders", 1)
+        async with AsyncProducer(server.address) as producer:
+            first = await producer.send("orders", b"a")
+            second = await producer.send("orders", b"b")
+        broker = server.broker
+        await broker.pop("billing", "orders", max_messages=1, invisible_s=60, wait_s=0)
+        await broker.pop("billing", "orders", max_messages=1, invisible_s=90, wait_s=0,
+                         client_id="<b>x</b>")  # fmt: skip
+        async with browser(server) as client:
+            page = (await client.get("/groups/view", params={"name": "billing"})).text
+            assert _cells(page, "inflight", first.message_id)[5] == "unknown"
+            # Shown as text, never as markup.
+            assert _cells(page, "inflight", second.message_id)[5] == "&lt;b&gt;x&lt;/b&gt;"
+            assert "<b>x</b>" not in page
+            assert _cells(page, "consumer", "")[:2] == ["unknown", "1"]
+            where = {"topic": "orders", "queue": first.queue_id, "offset": first.offset}
+            history = (await client.get("/messages/view", params=where)).text
+            assert _cells(history, "step", "pop")[6] == "unknown"
+
+
+@run_async
 async def test_a_messages_history_after_pop_nack_and_a_retry_copy(tmp_path: Path) -> None:
     async with serving(tmp_path / "data") as server:
         await server.broker.create_topic("orders", 1)
@@ -207,7 +239,9 @@ async def test_a_messages_history_after_pop_nack_and_a_retry_copy(tmp_path: Path
         await server.broker.create_group("audit")
         async with AsyncProducer(server.address) as producer:
             sent = await producer.send("orders", b"x")
-        async with AsyncSimpleConsumer(server.address, group="billing", topic="orders") as c:
+        async with AsyncSimpleConsumer(
+            server.address, group="billing", topic="orders", client_id="billing-1"
+        ) as c:
             await c.receive(max_messages=1, invisible_duration_s=1, wait_s=5)
             # Its invisible time passes unacked: copied to the group's retry queue.
             again: list[object] = []
@@ -246,7 +280,11 @@ async def test_a_messages_history_after_pop_nack_and_a_retry_copy(tmp_path: Path
             assert '<option value="billing" selected>' in only
             pop = _cells(only, "step", "pop")  # the first pop
             assert pop[1:5] == ["pop", pop[2], "billing", f"0 · {sent.offset}"]
-            assert pop[5] == "1" and re.match(r"\d{4}-.* \(1\.0 s after\)", pop[6]), pop
+            assert pop[5:7] == ["1", "billing-1"]  # its attempt and the client that popped
+            assert re.match(r"\d{4}-.* \(1\.0 s after\)", pop[7]), pop
+            for step in ("retry", "nack", "dead_letter"):  # held, let expire, nacked by it
+                assert _cells(only, "step", step)[6] == "billing-1", step
+            assert _cells(only, "step", "stored")[6] == ""
             # The retry copy links to its own steps below (retry queues cannot be browsed).
             retry = re.search(r'data-step="retry">.*?<a href="#(step-\d+)" class="copy">'
                               r"%RETRY%billing_orders · 0</a>", only, re.S)  # fmt: skip

@@ -7,7 +7,7 @@ waiting for what they do.
   whose proxy reaches its broker through BrokerService.
 - `inprocess_cluster`: etcd, brokers and proxies in one background event loop.
 - `cluster`: etcd, `popmq broker` and `popmq proxy` subprocesses; `replicas`: the same with
-  replicated shards; `netns`: one replica behind a link a test can cut.
+  replicated shards; `netns`: one replica behind a link a test can cut, or drop one way.
 - `etcd`: a real etcd; `ports`: loopback ports chosen up front; `certs`: test certificates.
 - `waiting`: `wait_until` and `until`, for state no call can wait on.
 - `logs`: the errors the in-process server logged, without grpc's multi-loop noise.

@@ -14,6 +14,17 @@ processes reach it whether or not the link is up).
 partition; on the host the /30 has no route, so calls to `ns_address` fail at once.
 `heal()` sets it up again; established TCP connections that did not time out go on.
 
+`drop("in" | "out", src_port=..., dst_port=...)` is a one-way partition: the TCP packets
+crossing the link into the namespace (or out of it) with those ports vanish, the other
+direction still passes; `undrop()` ends every such rule. It needs `tc` with the htb and
+blackhole qdiscs and the u32 classifier (iptables and nft need not exist): on the sending
+side's veth end, an htb root whose one class, fed by a u32 port match, ends in a
+blackhole; unmatched packets bypass htb unshaped. Over TCP a one-way loss stalls the
+connection after what was in flight (no acknowledgement comes back), so what it shows is
+what passes in those first packets and how each side notices: the side whose packets
+still arrive sees its peer go silent, the other sees its own calls time out.
+`one_way_unavailable()` says why not, for the skip.
+
 `remove()` deletes the veth pair and the namespace (idempotent, and `create()` also removes
 what a killed test run left: namespaces named after a process that no longer exists). A
 namespace lives on while a process is inside it, so stop those processes first.
@@ -36,19 +47,29 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tests.support.cluster import REPO_ROOT, ClusterProcess
 from tests.support.etcd import EtcdServer
 from tests.support.replicas import ReplicaCluster
 
-__all__ = ["NamespaceError", "NamespacedReplicaCluster", "VethNamespace", "unavailable"]
+__all__ = [
+    "Direction",
+    "NamespaceError",
+    "NamespacedReplicaCluster",
+    "VethNamespace",
+    "one_way_unavailable",
+    "unavailable",
+]
 
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
 """Where the /30 of each namespace's link is taken from (a private range)."""
 _LINKS = SUBNETS.num_addresses // 4
 _OURS = re.compile(r"^popmq-(\d+)-(\d+)\b")
 _IP_TIMEOUT_S = 10.0
+
+Direction = Literal["in", "out"]
+"""Packets going into the namespace, or out of it."""
 
 
 class NamespaceError(RuntimeError):
@@ -91,6 +112,52 @@ def unavailable() -> str | None:
     return None
 
 
+def _tc(*args: str, namespace: str | None = None, check: bool = True) -> None:
+    """`tc args...`, inside `namespace` when given."""
+    argv = ["ip", "netns", "exec", namespace, "tc", *args] if namespace else ["tc", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=_IP_TIMEOUT_S, check=False)
+    if check and done.returncode != 0:
+        raise NamespaceError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
+
+
+def _add_drop(dev: str, rules: int, match: Sequence[str], namespace: str | None = None) -> None:
+    """Send the TCP packets leaving `dev` that `match` (u32 selectors) to a blackhole; the
+    first rule (`rules` == 0) installs the htb root and its blackholed class."""
+    if rules == 0:
+        # No `default`: what no filter classifies bypasses htb, unshaped.
+        _tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", namespace=namespace)
+        _tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb",
+            "rate", "1gbit", "quantum", "1514", namespace=namespace)  # fmt: skip
+        _tc("qdisc", "add", "dev", dev, "parent", "1:2", "handle", "2:", "blackhole",
+            namespace=namespace)  # fmt: skip
+    _tc("filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+        "match", "ip", "protocol", "6", "0xff", *match, "flowid", "1:2",
+        namespace=namespace)  # fmt: skip
+
+
+def one_way_unavailable() -> str | None:
+    """Why one-way drops (`VethNamespace.drop`) cannot be made here, or None when they can."""
+    why = unavailable()
+    if why is not None:
+        return why
+    if shutil.which("tc") is None:
+        return "one-way partitions are unavailable: the `tc` command (iproute2) is not installed"
+    link = f"pmqq{os.getpid()}"[:14]
+    made = _ip("link", "add", link + "h", "type", "veth", "peer", "name", link + "n", check=False)
+    if made.returncode != 0:
+        return f"one-way partitions are unavailable: no veth pair ({made.stderr.strip()})"
+    try:
+        _add_drop(link + "h", 0, ("match", "ip", "dport", "9", "0xffff"))
+    except NamespaceError as exc:
+        return (
+            "one-way partitions are unavailable: tc cannot drop by port here (it needs the "
+            f"htb and blackhole qdiscs and the u32 classifier): {exc}"
+        )
+    finally:
+        _ip("link", "del", link + "h", check=False)
+    return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -126,6 +193,8 @@ class VethNamespace:
         self.ns_address = ""
         self.is_cut = False
         self._created = False
+        # Drop rules installed per direction (the htb root exists from the first on).
+        self._drops: dict[Direction, int] = {"in": 0, "out": 0}
 
     def create(self) -> VethNamespace:
         """Make the namespace and its link (a free /30 of SUBNETS); returns self."""
@@ -197,6 +266,41 @@ class VethNamespace:
         """End the partition: the host side of the link comes up again."""
         _ip("link", "set", self.host_if, "up")
         self.is_cut = False
+
+    def drop(
+        self, direction: Direction, *, src_port: int | None = None, dst_port: int | None = None
+    ) -> None:
+        """One-way partition: TCP packets crossing the link in `direction` with these ports
+        (at least one) are dropped from now on; the other direction still passes."""
+        assert self._created, "create() the namespace first"
+        if src_port is None and dst_port is None:
+            raise ValueError("drop needs src_port, dst_port or both")
+        match: list[str] = []
+        for field_name, port in (("sport", src_port), ("dport", dst_port)):
+            if port is not None:
+                if not 0 < port < 65536:
+                    raise ValueError(f"port {port} is not within 1..65535")
+                match += ["match", "ip", field_name, str(port), "0xffff"]
+        # A packet is dropped where it leaves: into the namespace from the host's end,
+        # out of it from the inside end.
+        if direction == "in":
+            _add_drop(self.host_if, self._drops["in"], match)
+        else:
+            _add_drop(self.ns_if, self._drops["out"], match, namespace=self.name)
+        self._drops[direction] += 1
+
+    @property
+    def dropping(self) -> bool:
+        """Whether any one-way drop rule is in place."""
+        return any(self._drops.values())
+
+    def undrop(self) -> None:
+        """End every one-way drop (idempotent)."""
+        if self._drops["in"]:
+            _tc("qdisc", "del", "dev", self.host_if, "root", check=False)
+        if self._drops["out"]:
+            _tc("qdisc", "del", "dev", self.ns_if, "root", namespace=self.name, check=False)
+        self._drops = {"in": 0, "out": 0}
 
     def remove(self) -> None:
         """Delete the link and the namespace; idempotent, never raises for what is gone."""

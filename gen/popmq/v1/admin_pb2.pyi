@@ -429,7 +429,7 @@ class HeldPolls(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., count: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class InflightMessage(_message.Message):
-    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "delivery_attempt", "pop_time", "invisible_until", "waiting", "broker")
+    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "delivery_attempt", "pop_time", "invisible_until", "waiting", "broker", "client_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -440,6 +440,7 @@ class InflightMessage(_message.Message):
     INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     BROKER_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     retry: bool
@@ -450,7 +451,18 @@ class InflightMessage(_message.Message):
     invisible_until: _timestamp_pb2.Timestamp
     waiting: bool
     broker: str
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., pop_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
+    client_id: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., pop_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., waiting: _Optional[bool] = ..., broker: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ConsumerInflight(_message.Message):
+    __slots__ = ("client_id", "count", "earliest_invisible_until")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    count: int
+    earliest_invisible_until: _timestamp_pb2.Timestamp
+    def __init__(self, client_id: _Optional[str] = ..., count: _Optional[int] = ..., earliest_invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReviveLag(_message.Message):
     __slots__ = ("lag", "oldest_due", "next_deadline", "live_checkpoints", "broker")
@@ -491,7 +503,7 @@ class BlockedHead(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class InspectGroupResponse(_message.Message):
-    __slots__ = ("held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "now")
+    __slots__ = ("held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "now", "consumers")
     HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -499,6 +511,7 @@ class InspectGroupResponse(_message.Message):
     BLOCKED_HEADS_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
     inflight: _containers.RepeatedCompositeFieldContainer[InflightMessage]
     next_page_token: str
@@ -506,7 +519,8 @@ class InspectGroupResponse(_message.Message):
     blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
     blocked_groups: int
     now: _timestamp_pb2.Timestamp
-    def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInflight]
+    def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ...) -> None: ...
 
 class GetMessageHistoryRequest(_message.Message):
     __slots__ = ("topic", "message_id", "group")
@@ -519,7 +533,7 @@ class GetMessageHistoryRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class DeliveryEvent(_message.Message):
-    __slots__ = ("time", "event", "group", "topic", "queue_id", "retry", "offset", "delivery_attempt", "invisible_until", "to_topic", "to_offset", "broker")
+    __slots__ = ("time", "event", "group", "topic", "queue_id", "retry", "offset", "delivery_attempt", "invisible_until", "to_topic", "to_offset", "broker", "client_id")
     TIME_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -532,6 +546,7 @@ class DeliveryEvent(_message.Message):
     TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BROKER_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     time: _timestamp_pb2.Timestamp
     event: str
     group: str
@@ -544,7 +559,8 @@ class DeliveryEvent(_message.Message):
     to_topic: str
     to_offset: int
     broker: str
-    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+    client_id: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ..., broker: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class GetMessageHistoryResponse(_message.Message):
     __slots__ = ("events",)

@@ -161,7 +161,7 @@ class FilterExpression(_message.Message):
     def __init__(self, type: _Optional[_Union[FilterType, str]] = ..., expression: _Optional[str] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "ack_receipt_handles")
+    __slots__ = ("group", "topic", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "ack_receipt_handles", "client_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class PopRequest(_message.Message):
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     ACK_RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     max_messages: int
@@ -176,7 +177,8 @@ class PopRequest(_message.Message):
     long_polling_timeout: _duration_pb2.Duration
     filter: FilterExpression
     ack_receipt_handles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., ack_receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., ack_receipt_handles: _Optional[_Iterable[str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("message_id", "topic", "queue_id", "offset", "body", "tag", "keys", "properties", "born_time", "store_time", "delivery_attempt", "receipt_handle", "invisible_until", "message_group", "deliver_time", "body_encoding", "born_host")

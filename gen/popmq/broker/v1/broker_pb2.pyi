@@ -468,14 +468,16 @@ class FollowerReplication(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., in_sync: _Optional[bool] = ..., acked_lsn: _Optional[int] = ..., lag_batches: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_s: _Optional[float] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queues", "message_type")
+    __slots__ = ("name", "queues", "message_type", "route_create_time_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queues: int
     message_type: str
-    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
+    route_create_time_ms: int
+    def __init__(self, name: _Optional[str] = ..., queues: _Optional[int] = ..., message_type: _Optional[str] = ..., route_create_time_ms: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)
@@ -864,7 +866,7 @@ class QueryMessagesByKeyResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "max_messages", "invisible_s", "wait_s", "filter_expression", "filter_type", "queue_id", "max_bytes")
+    __slots__ = ("group", "topic", "max_messages", "invisible_s", "wait_s", "filter_expression", "filter_type", "queue_id", "max_bytes", "client_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -874,6 +876,7 @@ class PopRequest(_message.Message):
     FILTER_TYPE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     max_messages: int
@@ -883,7 +886,8 @@ class PopRequest(_message.Message):
     filter_type: str
     queue_id: int
     max_bytes: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class PopResponse(_message.Message):
     __slots__ = ("messages",)
@@ -954,6 +958,36 @@ class GetDeliveriesResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[DeliveryResult]
     def __init__(self, results: _Optional[_Iterable[_Union[DeliveryResult, _Mapping]]] = ...) -> None: ...
+
+class FollowHandlesRequest(_message.Message):
+    __slots__ = ("group", "handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FollowedHandle(_message.Message):
+    __slots__ = ("handle", "invisible_until_ms")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    invisible_until_ms: int
+    def __init__(self, handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class FollowResult(_message.Message):
+    __slots__ = ("followed", "error")
+    FOLLOWED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    followed: FollowedHandle
+    error: ErrorDetail
+    def __init__(self, followed: _Optional[_Union[FollowedHandle, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class FollowHandlesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[FollowResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[FollowResult, _Mapping]]] = ...) -> None: ...
 
 class ChangeInvisibleTimeRequest(_message.Message):
     __slots__ = ("group", "handle", "invisible_s")
@@ -1267,7 +1301,7 @@ class HeldPolls(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class InflightMessage(_message.Message):
-    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "attempt", "popped_ms", "invisible_until_ms", "waiting")
+    __slots__ = ("topic", "queue_id", "retry", "offset", "message_id", "attempt", "popped_ms", "invisible_until_ms", "waiting", "client_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -1277,6 +1311,7 @@ class InflightMessage(_message.Message):
     POPPED_MS_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     retry: bool
@@ -1286,7 +1321,18 @@ class InflightMessage(_message.Message):
     popped_ms: int
     invisible_until_ms: int
     waiting: bool
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., popped_ms: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
+    client_id: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., popped_ms: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., waiting: _Optional[bool] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ConsumerInflight(_message.Message):
+    __slots__ = ("client_id", "count", "earliest_until_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    count: int
+    earliest_until_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., count: _Optional[int] = ..., earliest_until_ms: _Optional[int] = ...) -> None: ...
 
 class ReviveLag(_message.Message):
     __slots__ = ("lag_ms", "oldest_due_ms", "next_deadline_ms", "live_checkpoints")
@@ -1323,7 +1369,7 @@ class BlockedHead(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ...) -> None: ...
 
 class InspectGroupResponse(_message.Message):
-    __slots__ = ("group", "now_ms", "held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups")
+    __slots__ = ("group", "now_ms", "held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "consumers")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
@@ -1332,6 +1378,7 @@ class InspectGroupResponse(_message.Message):
     REVIVE_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_HEADS_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     group: str
     now_ms: int
     held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
@@ -1340,7 +1387,8 @@ class InspectGroupResponse(_message.Message):
     revive: ReviveLag
     blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
     blocked_groups: int
-    def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ...) -> None: ...
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInflight]
+    def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ...) -> None: ...
 
 class GetMessageHistoryRequest(_message.Message):
     __slots__ = ("topic", "message_id", "group")
@@ -1353,7 +1401,7 @@ class GetMessageHistoryRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class DeliveryEvent(_message.Message):
-    __slots__ = ("time_ms", "event", "group", "topic", "queue_id", "retry", "offset", "attempt", "invisible_until_ms", "to_topic", "to_offset")
+    __slots__ = ("time_ms", "event", "group", "topic", "queue_id", "retry", "offset", "attempt", "invisible_until_ms", "to_topic", "to_offset", "client_id")
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -1365,6 +1413,7 @@ class DeliveryEvent(_message.Message):
     INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     TO_TOPIC_FIELD_NUMBER: _ClassVar[int]
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     time_ms: int
     event: str
     group: str
@@ -1376,7 +1425,8 @@ class DeliveryEvent(_message.Message):
     invisible_until_ms: int
     to_topic: str
     to_offset: int
-    def __init__(self, time_ms: _Optional[int] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, time_ms: _Optional[int] = ..., event: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., retry: _Optional[bool] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., to_topic: _Optional[str] = ..., to_offset: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class GetMessageHistoryResponse(_message.Message):
     __slots__ = ("events",)

@@ -188,6 +188,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.FromString,
                 _registered_method=True)
+        self.FollowHandles = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/FollowHandles',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesResponse.FromString,
+                _registered_method=True)
         self.ChangeInvisibleTime = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/ChangeInvisibleTime',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
@@ -497,6 +502,16 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FollowHandles(self, request, context):
+        """FollowHandles returns, for each receipt handle, the newest handle of its delivery:
+        the one the last ChangeInvisibleTime of it returned, following what ChangeInvisibleTime
+        superseded (a proxy's lease whose renewal was not recorded); changes nothing. Only
+        proxies call it: popmq.v1 and apache.rocketmq.v2 offer clients no such thing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ChangeInvisibleTime(self, request, context):
         """ChangeInvisibleTime gives a delivery a new invisible time and handle.
         """
@@ -763,6 +778,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetDeliveries,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.SerializeToString,
+            ),
+            'FollowHandles': grpc.unary_unary_rpc_method_handler(
+                    servicer.FollowHandles,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesResponse.SerializeToString,
             ),
             'ChangeInvisibleTime': grpc.unary_unary_rpc_method_handler(
                     servicer.ChangeInvisibleTime,
@@ -1642,6 +1662,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/GetDeliveries',
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.GetDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowHandles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/FollowHandles',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.FollowHandlesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,7 +51,7 @@ class StoredMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_time_ms: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., origin_topic: _Optional[str] = ..., origin_queue_id: _Optional[int] = ..., origin_offset: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., body_encoding: _Optional[str] = ..., dedup_id: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class TopicRecord(_message.Message):
-    __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic")
+    __slots__ = ("name", "topic_id", "queues", "message_type", "kind", "create_time_ms", "owner_group", "owner_topic", "route_create_time_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class TopicRecord(_message.Message):
     CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     OWNER_GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CREATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     topic_id: int
     queues: int
@@ -68,7 +69,8 @@ class TopicRecord(_message.Message):
     create_time_ms: int
     owner_group: str
     owner_topic: str
-    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[int] = ..., message_type: _Optional[int] = ..., kind: _Optional[int] = ..., create_time_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_topic: _Optional[str] = ...) -> None: ...
+    route_create_time_ms: int
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[int] = ..., message_type: _Optional[int] = ..., kind: _Optional[int] = ..., create_time_ms: _Optional[int] = ..., owner_group: _Optional[str] = ..., owner_topic: _Optional[str] = ..., route_create_time_ms: _Optional[int] = ...) -> None: ...
 
 class GroupRecord(_message.Message):
     __slots__ = ("name", "group_id", "max_delivery_attempts", "retry_backoff_ms", "create_time_ms", "auto_created")
@@ -87,7 +89,7 @@ class GroupRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., group_id: _Optional[int] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., create_time_ms: _Optional[int] = ..., auto_created: _Optional[bool] = ...) -> None: ...
 
 class CheckpointRecord(_message.Message):
-    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits", "fifo_group", "attempt", "held", "not_before_ms")
+    __slots__ = ("ck_id", "group_id", "topic_id", "queue_id", "range_start", "range_end", "offsets", "pop_time_ms", "deadline_ms", "resolved_bits", "chained", "acked_bits", "fifo_group", "attempt", "held", "not_before_ms", "client_id")
     CK_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +106,7 @@ class CheckpointRecord(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     ck_id: int
     group_id: int
     topic_id: int
@@ -120,7 +123,8 @@ class CheckpointRecord(_message.Message):
     attempt: int
     held: bool
     not_before_ms: int
-    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ..., fifo_group: _Optional[str] = ..., attempt: _Optional[int] = ..., held: _Optional[bool] = ..., not_before_ms: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, ck_id: _Optional[int] = ..., group_id: _Optional[int] = ..., topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., range_start: _Optional[int] = ..., range_end: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., resolved_bits: _Optional[bytes] = ..., chained: _Optional[bool] = ..., acked_bits: _Optional[bytes] = ..., fifo_group: _Optional[str] = ..., attempt: _Optional[int] = ..., held: _Optional[bool] = ..., not_before_ms: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class TimerRecord(_message.Message):
     __slots__ = ("topic_id", "queue_id", "message")

@@ -1,0 +1,90 @@
+"""A replica's durable memory of its shard's last known leader: who, where, which epoch.
+
+etcd says who leads a shard, but a replica that restarts while etcd is down cannot ask it:
+without this it could not find its leader, would answer no heartbeat, and the leader (which
+counts on its in-sync followers' lease promises while its own etcd lease is lost) would
+fence itself although nothing but etcd failed. So a replica writes down the leader it
+follows (each time etcd names a new one) and its own term when it is elected, in
+`last-leader.json` in its data dir, and at start follows that leader again until etcd says
+otherwise.
+
+The remembered epoch is also the newest this replica has seen: the follower refuses a
+leader of an older epoch (follower.py), and says the epoch in its hello so that such a
+leader refuses it too (service.py). Written when it is elected, before it serves, so a
+replica that led at epoch N and restarts never promises anything to a leader older than N.
+
+A snapshot swap replaces the data dir as a whole: the follower writes the file into the
+incoming copy before the swap. A missing, partial or unreadable file is no memory at all
+(the replica then waits for etcd, as before), never an error. Writes are blocking file
+I/O with fsyncs: callers on the event loop run them in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE = "last-leader.json"
+"""The file's name in the data dir."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LastLeader:
+    """The last leader a replica followed, or was.
+
+    Attributes:
+        replica: The leader replica's name.
+        address: Its BrokerService address (HOST:PORT).
+        epoch: Its epoch (the create revision of its registration in etcd).
+    """
+
+    replica: str
+    address: str
+    epoch: int
+
+
+def read(directory: Path) -> LastLeader | None:
+    """The remembered leader, or None (none written, or the file is damaged)."""
+    path = directory / FILE
+    try:
+        record = json.loads(path.read_bytes())
+        leader = LastLeader(
+            replica=str(record["replica"]),
+            address=str(record["address"]),
+            epoch=int(record["epoch"]),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        log.warning("ignoring %s: it does not name a leader (%s)", path, exc)
+        return None
+    if leader.epoch <= 0 or not leader.address:
+        log.warning("ignoring %s: it names no leader (%r)", path, leader)
+        return None
+    return leader
+
+
+def write(directory: Path, leader: LastLeader) -> None:
+    """Replace the remembered leader durably (a temp file, fsynced, renamed, the dir
+    fsynced): a crash leaves the old record or the new one, never a mix."""
+    path = directory / FILE
+    temp = directory / f".{FILE}.tmp"
+    data = json.dumps(
+        {"replica": leader.replica, "address": leader.address, "epoch": leader.epoch}
+    ).encode()
+    with temp.open("wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    temp.chmod(0o600)
+    temp.replace(path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
