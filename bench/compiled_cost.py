@@ -62,7 +62,7 @@ from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.coordination import LocalCoordinator
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.messaging import MessagingServicer
-from popmq.proxy.pop_stream import fill_ack, pop_answer
+from popmq.proxy.pop_stream import ack_answer, pop_answer
 from popmq.proxy.send_request import SendRequest
 from popmq.proxy.send_stream import send_answer
 
@@ -116,11 +116,10 @@ class _Workload:
         )
         ack = messaging_pb2.AckRequest.FromString(ack.SerializeToString())
         outcomes = await self.servicer.start_ack(ack)
-        answer = messaging_pb2.AckResponse()
-        fill_ack(answer.results, ack.receipt_handles, outcomes)
-        answer.SerializeToString()
-        if any(r.code != "OK" for r in answer.results):
-            raise RuntimeError(f"an ack failed: {answer.results[0]}")
+        ack_answer(ack.receipt_handles, outcomes)  # the method's answer
+        failed = [error for error in outcomes if error is not None]
+        if failed:
+            raise RuntimeError(f"an ack failed: {failed[0]}")
         return len(wire.messages)
 
 

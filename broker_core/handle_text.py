@@ -77,6 +77,27 @@ class HandleText:
         """The canonical text of `raw`."""
         return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE)[: self.chars]
 
+    def encode_padded(self, raw: bytes) -> bytes:
+        """`raw`'s base64url text with its padding: of payloads each filled to a whole
+        number of 3-byte groups, the texts of each, one after another."""
+        return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE)
+
+    def decode_joined(self, encoded: bytes, stride: int) -> bytes | None:
+        """`decode` of many texts at once: `encoded` holds texts of `chars` characters, each
+        followed by "A"s (zero bits) to `stride` characters, a whole number of base64 groups.
+        Their bytes, one after another (each one's a slice of them, its raw length first),
+        or None if one of the texts is not a canonical text."""
+        last_ok = self._last_ok
+        for last in range(self.chars - 1, len(encoded), stride):
+            if not last_ok[encoded[last]]:
+                return None
+        if encoded.translate(None, _ALPHABET):  # what is left is not base64url
+            return None
+        try:
+            return binascii.a2b_base64(encoded.translate(_FROM_URLSAFE), strict_mode=True)
+        except (binascii.Error, ValueError):
+            return None
+
     def decode(self, encoded: bytes) -> bytes | None:
         """The bytes `encoded` is the canonical text of, or None if it is not one."""
         if not encoded or not self._last_ok[encoded[-1]]:

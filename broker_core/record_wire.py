@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Final
 
-_INT64_SIGN: Final = 1 << 63
 _UINT64_MASK: Final = (1 << 64) - 1
 
 
@@ -123,9 +122,56 @@ def _transcode(stored: bytes, parts: list[bytes]) -> None:
         raise ValueError(f"the last field runs past the end of a {end}-byte record")
 
 
+def has_message_group(stored: bytes) -> bool:
+    """Whether the StoredMessage `stored` names a message group (FIFO), read off its bytes
+    without parsing it: a pop needs nothing else of a record it delivers whole when its
+    filter matches everything. Raises ValueError when `stored` is not well-formed protobuf
+    (parsing it says why)."""
+    end = len(stored)
+    pos = 0
+    found = False
+    while pos < end:
+        key = stored[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(stored, pos)
+        wire_type = key & 7
+        if wire_type == 2 or wire_type == 0:
+            # A length or a number, read inline (no tuple a field): a number is skipped.
+            length = 0
+            shift = 0
+            while True:
+                if pos >= end:
+                    raise ValueError(f"a field runs past the end of a {end}-byte record")
+                byte = stored[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+                if shift >= 64:
+                    raise ValueError("a varint is longer than 10 bytes")
+            if wire_type == 2:
+                pos += length
+                if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
+                    found = length > 0
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise ValueError(f"wire type {wire_type} is not one a record uses")
+    if pos != end:
+        raise ValueError(f"the last field runs past the end of a {end}-byte record")
+    return found
+
+
 def _signed(value: int) -> int:
     """An int64 read as a varint: negative ones are ten bytes of two's complement."""
-    return value - (1 << 64) if value >= _INT64_SIGN else value
+    # A shift, not a comparison with 2**63: compiled, a time (a small int) then never meets
+    # a boxed one.
+    return value - (1 << 64) if value >> 63 else value
 
 
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -48,7 +48,7 @@ from popmq.proxy.pop_stream import (
     GiveBack,
     PopResult,
     PopStreamSession,
-    fill_ack,
+    ack_answer,
     pop_answer,
 )
 from popmq.proxy.send_request import SendRequest, SendStreamRequest
@@ -258,11 +258,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def Ack(
         self, request: messaging_pb2.AckRequest, context: grpc.aio.ServicerContext
-    ) -> messaging_pb2.AckResponse:
-        outcomes = await self.start_ack(request)
-        response = messaging_pb2.AckResponse()
-        fill_ack(response.results, request.receipt_handles, outcomes)
-        return response
+    ) -> bytes:
+        """Answers an AckResponse's bytes (pop_stream.ack_answer)."""
+        return ack_answer(request.receipt_handles, await self.start_ack(request))
 
     def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:
         """The broker's ack coroutine for an Ack (not yet started): the one path of the Ack
@@ -688,7 +686,7 @@ def _strategy(value: int) -> Strategy:
     return strategy
 
 
-ENCODED_ANSWERS = frozenset({"SendMessages", "SendStream", "Pop", "PopStream", "LeasePop"})
+ENCODED_ANSWERS = frozenset({"SendMessages", "SendStream", "Pop", "PopStream", "Ack", "LeasePop"})
 """MessagingService methods whose handlers may answer with bytes already encoded."""
 
 WIRE_REQUESTS: dict[str, Callable[[bytes], object]] = {

@@ -39,10 +39,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
 import grpc
-from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage, length_delimited, varint
@@ -68,12 +67,24 @@ __all__ = [
     "PopStreamSession",
     "StartAck",
     "StartPop",
-    "fill_ack",
+    "ack_answer",
     "pop_answer",
 ]
 
-_REQUEST_ID_TAG = b"\x08"
-_POP_TAG = b"\x12"
+_REQUEST_ID_TAG: Final = b"\x08"
+_POP_TAG: Final = b"\x12"
+_ACK_TAG: Final = b"\x22"
+"""PopStreamResponse.ack (4): an AckResponse."""
+_RESULTS_TAG: Final = b"\x0a"
+"""AckResponse.results (1)."""
+_ACK_RESULTS_TAG: Final = b"\x12"
+"""PopResponse.ack_results (2)."""
+# EntryResult's receipt_handle (1), code (2) and message (3).
+_HANDLE_TAG: Final = b"\x0a"
+_CODE_TAG: Final = b"\x12"
+_MESSAGE_TAG: Final = b"\x1a"
+_OK: Final = b"\x12\x02OK"
+"""EntryResult.code "OK", encoded."""
 
 AckOutcomes = list[PopMQError | None]
 """The broker's ack result: per receipt handle, None (acked) or why not."""
@@ -132,28 +143,48 @@ class GiveBack:
                 self.given_back += 1
 
 
-def fill_ack(
-    results: RepeatedCompositeFieldContainer[messaging_pb2.EntryResult],
-    handles: Sequence[str],
-    outcomes: AckOutcomes,
-) -> None:
-    """Add one EntryResult per receipt handle, in request order, to `results` (the repeated
-    field of an AckResponse or of a PopResponse's ack_results)."""
-    add = results.add
+def ack_answer(
+    handles: Sequence[str], outcomes: AckOutcomes, field_tag: bytes = _RESULTS_TAG
+) -> bytes:
+    """One EntryResult per receipt handle, in request order, encoded as the repeated field
+    `field_tag`: by default an AckResponse's bytes (results), or with PopResponse's
+    ack_results tag the part of a PopResponse that field is.
+
+    Written field by field rather than built as messages and serialized. Empty strings
+    are left out, as proto3 leaves them out."""
+    parts: list[bytes] = []
+    append = parts.append
     for handle, error in zip(handles, outcomes, strict=True):
+        text = handle.encode()
+        if error is None and 0 < len(text) < 0x80:
+            # The usual entry, written as its parts: the handle and "OK" (4 bytes).
+            append(field_tag)
+            append(varint(len(text) + 6))
+            append(_HANDLE_TAG)
+            append(varint(len(text)))
+            append(text)
+            append(_OK)
+            continue
+        entry = length_delimited(_HANDLE_TAG, text) if text else b""
         if error is None:
-            add(receipt_handle=handle, code="OK")
+            entry += _OK
         else:
-            add(receipt_handle=handle, code=error.code, message=str(error))
+            entry += length_delimited(_CODE_TAG, error.code.encode())
+            message = str(error).encode()
+            if message:
+                entry += length_delimited(_MESSAGE_TAG, message)
+        append(field_tag)
+        append(varint(len(entry)))
+        append(entry)
+    return b"".join(parts)
 
 
 def pop_answer(request: messaging_pb2.PopRequest, result: PopResult) -> bytes:
     """A pop's PopResponse, encoded: its messages as their stored bytes re-tagged
     (convert.received_messages_wire), after the results of the acks it carried."""
     if type(result) is AckedPop:
-        acks = messaging_pb2.PopResponse()
-        fill_ack(acks.ack_results, request.ack_receipt_handles, result.acks)
-        return acks.SerializeToString() + convert.received_messages_wire(result.popped)
+        acks = ack_answer(request.ack_receipt_handles, result.acks, _ACK_RESULTS_TAG)
+        return acks + convert.received_messages_wire(result.popped)
     return convert.received_messages_wire(cast(list[PoppedMessage], result))
 
 
@@ -326,26 +357,20 @@ class PopStreamSession(
     def _response(self, request_id: int) -> messaging_pb2.PopStreamResponse:
         return messaging_pb2.PopStreamResponse(request_id=request_id)
 
-    def _fill(
-        self,
-        response: messaging_pb2.PopStreamResponse,
-        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
-        result: PopResult | AckOutcomes,
-    ) -> None:
-        # An ack's: a pop's answer is always encoded (`_encoded`).
-        handles = cast(messaging_pb2.AckRequest, request).receipt_handles
-        response.ack.SetInParent()
-        fill_ack(response.ack.results, handles, cast(AckOutcomes, result))
-
     def _encoded(
         self,
         request_id: int,
         request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
         result: PopResult | AckOutcomes,
     ) -> bytes | None:
+        # PopStreamResponse: request_id = 1, then pop = 2 or ack = 4 (present even when
+        # empty).
         if type(request) is messaging_pb2.AckRequest:
-            return None
-        # PopStreamResponse: request_id = 1, then pop = 2 (present even when empty).
-        pop = pop_answer(cast(messaging_pb2.PopRequest, request), cast(PopResult, result))
+            answer = ack_answer(request.receipt_handles, cast(AckOutcomes, result))
+            tag = _ACK_TAG
+        else:
+            pop = cast(messaging_pb2.PopRequest, request)
+            answer = pop_answer(pop, cast(PopResult, result))
+            tag = _POP_TAG
         head = _REQUEST_ID_TAG + varint(request_id) if request_id else b""
-        return head + length_delimited(_POP_TAG, pop)
+        return head + length_delimited(tag, answer)

@@ -34,10 +34,11 @@ from popmq.broker_core.pop.checkpoint_buffer import CheckpointBuffer
 from popmq.broker_core.pop.context import QueueRead
 from popmq.broker_core.pop.fifo import Fifo
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
-from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
+from popmq.broker_core.pop.receipt import ReceiptCodec
 from popmq.broker_core.pop.retry import Retries
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
+from popmq.broker_core.record_wire import has_message_group
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import PoppedMessage
@@ -295,8 +296,12 @@ class Reader:
         position = start
         budget = self._config.pop.max_scan_per_pop
         offsets: list[int] = []
-        records: list[records_pb2.StoredMessage] = []
-        raws: list[bytes] = []  # the bytes each of `records` was parsed from
+        # Each delivered record's bytes, and the record parsed from them when it was (None:
+        # a filter that matches everything needs only to know it is not FIFO, read off its
+        # bytes; its delivery re-tags the bytes, and a field read later parses them then).
+        raws: list[bytes] = []
+        records: list[records_pb2.StoredMessage | None] = []
+        whole = record_filter.matches_all
         delivered = 0
         stopped = False  # a FIFO group is full, or the answer is: stop before this message
         max_held = self._config.messages.fifo_max_held
@@ -315,29 +320,30 @@ class Reader:
                 # owned by a live checkpoint recovered after a crash (a nack's, a
                 # ChangeInvisibleTime's or a FIFO one), and delivered from there.
                 record = None
+                take = False
                 if value is not None:
                     response.saw(len(value))
                 if value is not None and offset not in cq.inflight:
-                    record = records_pb2.StoredMessage.FromString(value)
-                    if record.message_group in cq.fifo and cq.fifo_held >= max_held:
-                        stopped = True  # stop before it: read on once groups move
-                        break
-                    if not record_filter.accepts(record):
-                        record = None
-                    elif not response.take(len(value)):
+                    if not whole or _fifo_record(value):
+                        record = records_pb2.StoredMessage.FromString(value)
+                        if record.message_group in cq.fifo and cq.fifo_held >= max_held:
+                            stopped = True  # stop before it: read on once groups move
+                            break
+                    take = record is None or record_filter.accepts(record)
+                    if take and not response.take(len(value)):
                         stopped = True  # the answer is full: the next pop starts here
                         break
                 position = offset + 1
                 budget -= 1
-                if record is None:
+                if not take:
                     continue
-                if record.message_group:
+                assert value is not None  # taken: it was read
+                if record is not None and record.message_group:
                     message = self._fifo.take(read, offset, record)
                     if message is not None:
                         read.found.append(message)
                         delivered += 1
                 else:
-                    assert value is not None  # the record was parsed from it
                     offsets.append(offset)
                     records.append(record)
                     raws.append(value)
@@ -363,17 +369,25 @@ class Reader:
         self._buffer.add(ck)
         self._checkpoints.history.popped(ck)
         topic_name = read.user_topic.name
-        for index, (offset, record, raw) in enumerate(zip(offsets, records, raws, strict=True)):
-            handle = self._codec.encode(
-                ReceiptHandle(
-                    cq.group_id, source.topic_id, cq.queue_id, offset, ck.ck_id, index, deadline
-                )
-            )
-            read.found.append(
+        handles = self._codec.encode_checkpoint(
+            cq.group_id, source.topic_id, cq.queue_id, offsets, ck.ck_id, deadline
+        )
+        append = read.found.append
+        for offset, record, raw, handle in zip(offsets, records, raws, handles, strict=True):
+            append(
                 PoppedMessage(
                     topic_name, cq.queue_id, offset, MessageRecord(record, raw), handle, deadline
                 )
             )
+
+
+def _fifo_record(stored: bytes) -> bool:
+    """Whether a stored record names a message group; a malformed one is parsed, to fail
+    as parsing it fails."""
+    try:
+        return has_message_group(stored)
+    except ValueError:
+        return True
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

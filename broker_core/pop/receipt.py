@@ -12,9 +12,10 @@ bare payload) are still accepted: their MAC covers the payload alone.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import struct
-from typing import NamedTuple
+from collections.abc import Sequence
+from hmac import compare_digest
+from typing import Final, NamedTuple
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
 from popmq.broker_core.handle_text import (
@@ -24,16 +25,27 @@ from popmq.broker_core.handle_text import (
     name_field,
 )
 
-VERSION_UNNAMED = 2
+VERSION_UNNAMED: Final = 2
 """Version byte of the handles issued before they named their broker."""
-VERSION = 3
+VERSION: Final = 3
 """Version byte of the handles issued now (after the broker name)."""
-_BODY = struct.Struct(">BIIIQQHQ")
-_MAC_BYTES = 16
-TEXT: HandleText = HandleText(_BODY.size + _MAC_BYTES)
+_BODY: Final = struct.Struct(">BIIIQQHQ")
+_OFFSET_AT: Final = struct.calcsize(">BIII")
+"""Where a body's offset starts (after the version, group, topic and queue)."""
+_INDEX_AT: Final = struct.calcsize(">BIIIQQ")
+"""Where a body's index in its checkpoint starts (after the offset and ck_id)."""
+_MAC_BYTES: Final = 16
+TEXT: Final[HandleText] = HandleText(_BODY.size + _MAC_BYTES)
 """The payload's text (both versions have the same length)."""
-_TEXT_CHARS = TEXT.chars
-_NOT_BASE64URL = (
+_TEXT_CHARS: Final = TEXT.chars
+_GROUP_FILL: Final = bytes(-(_BODY.size + _MAC_BYTES) % 3)
+"""Zero bytes that make a payload a whole number of base64 groups (encode_checkpoint)."""
+_PADDED_BYTES: Final = _BODY.size + _MAC_BYTES + len(_GROUP_FILL)
+_PADDED_CHARS: Final = _PADDED_BYTES // 3 * 4
+"""Characters a payload and its fill take in a base64 text."""
+_TEXT_FILL: Final = "A" * (_PADDED_CHARS - _TEXT_CHARS)
+"""The fill's characters after a payload's text (zero bits: "A")."""
+_NOT_BASE64URL: Final = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
 )
@@ -85,6 +97,43 @@ class ReceiptCodec:
         body = _BODY.pack(VERSION, *handle)
         return self._prefix + TEXT.encode(body + _mac(self._named, body)).decode()
 
+    def encode_checkpoint(
+        self,
+        group_id: int,
+        topic_id: int,
+        queue_id: int,
+        offsets: Sequence[int],
+        ck_id: int,
+        deadline_ms: int,
+    ) -> list[str]:
+        """The handles of a checkpoint's messages, the i-th for offsets[i] at index i: what
+        `encode` writes for each, with the work they can share done once.
+
+        The shared fields are packed once; each handle's body is their bytes joined with
+        its offset's and index's. The payloads are base64-encoded
+        together: each padded with two zero bytes to a whole number of base64's 3-byte
+        groups, so each one's text is a slice of the whole's (`_PADDED_CHARS` apart), its
+        first TEXT.chars characters those of its own encoding."""
+        # Packing them checks the shared fields' ranges as `encode` does; offsets and
+        # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
+        shared = _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms)
+        head, middle, tail = shared[:_OFFSET_AT], shared[_OFFSET_AT + 8 : _INDEX_AT], shared[-8:]
+        named = self._named
+        parts: list[bytes] = []
+        for index, offset in enumerate(offsets):
+            body = b"".join(
+                (head, offset.to_bytes(8, "big"), middle, index.to_bytes(2, "big"), tail)
+            )
+            parts.append(body)
+            parts.append(_mac(named, body))
+            parts.append(_GROUP_FILL)
+        text = TEXT.encode_padded(b"".join(parts)).decode()
+        prefix = self._prefix
+        return [
+            prefix + text[start : start + _TEXT_CHARS]
+            for start in range(0, len(text), _PADDED_CHARS)
+        ]
+
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or
         issued by another broker."""
@@ -96,17 +145,44 @@ class ReceiptCodec:
             raise InvalidReceiptHandleError("receipt handle is empty")
         else:
             payload, keyed, version = text, self._unnamed, VERSION_UNNAMED
-        raw = _payload_bytes(payload)
-        body, mac = raw[: _BODY.size], raw[_BODY.size :]
-        if not hmac.compare_digest(mac, _mac(keyed, body)):
-            raise InvalidReceiptHandleError(
-                "receipt handle signature does not match: forged, altered, or issued by "
-                "another popmq server"
-            )
-        fields = _BODY.unpack(body)
-        if fields[0] != version:
-            raise InvalidReceiptHandleError(f"receipt handle version {fields[0]} is not supported")
-        return ReceiptHandle._make(fields[1:])
+        return _verified(_payload_bytes(payload), keyed, version)
+
+    def decode_all(self, texts: Sequence[str]) -> list[ReceiptHandle | InvalidReceiptHandleError]:
+        """`decode` of each text, the error it raises in place of a handle it refuses.
+
+        The payloads of handles named after this broker are base64-decoded together (each
+        followed by a fill that completes its last group, as encode_checkpoint's); when one
+        of them is not a canonical text, each text is decoded alone, to say which and why."""
+        prefix, chars = self._prefix, self._prefix_chars + _TEXT_CHARS
+        joined: list[str] = []
+        for text in texts:
+            if len(text) != chars or not text.startswith(prefix):
+                joined.clear()  # another broker's, an old one or malformed: one by one
+                break
+            joined.append(text[self._prefix_chars :])
+            joined.append(_TEXT_FILL)
+        raw = None
+        if joined:
+            try:
+                raw = TEXT.decode_joined("".join(joined).encode("ascii"), _PADDED_CHARS)
+            except UnicodeEncodeError:
+                raw = None
+        if raw is None:
+            return [self._decode_or_error(text) for text in texts]
+        handles: list[ReceiptHandle | InvalidReceiptHandleError] = []
+        payload = _BODY.size + _MAC_BYTES
+        for start in range(0, len(raw), _PADDED_BYTES):
+            try:
+                handles.append(_verified(raw[start : start + payload], self._named, VERSION))
+            except InvalidReceiptHandleError as exc:
+                handles.append(exc)
+        return handles
+
+    def _decode_or_error(self, text: str) -> ReceiptHandle | InvalidReceiptHandleError:
+        try:
+            return self.decode(text)
+        except InvalidReceiptHandleError as exc:
+            return exc
 
     def _foreign(self, text: str) -> InvalidReceiptHandleError:
         """The error for a named handle that does not name this broker."""
@@ -121,6 +197,20 @@ class ReceiptCodec:
             f"receipt handle was issued by broker {issuer!r}; this is broker "
             f"{self.broker_name!r}: ack it on the broker that issued it"
         )
+
+
+def _verified(raw: bytes, keyed: hashlib.blake2b, version: int) -> ReceiptHandle:
+    """The handle of a payload's bytes, once its MAC (by `keyed`) and version are checked."""
+    body, mac = raw[: _BODY.size], raw[_BODY.size :]
+    if not compare_digest(mac, _mac(keyed, body)):
+        raise InvalidReceiptHandleError(
+            "receipt handle signature does not match: forged, altered, or issued by "
+            "another popmq server"
+        )
+    fields = _BODY.unpack(body)
+    if fields[0] != version:
+        raise InvalidReceiptHandleError(f"receipt handle version {fields[0]} is not supported")
+    return ReceiptHandle._make(fields[1:])
 
 
 def _payload_bytes(payload: str) -> bytes:

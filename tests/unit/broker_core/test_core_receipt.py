@@ -347,3 +347,55 @@ def test_a_recall_handle_issued_before_names_still_verifies() -> None:
         _recall_codec(b"t" * 32).decode(LEGACY_RECALL)
     with pytest.raises(InvalidArgumentError, match="signature does not match"):
         _recall_codec().decode(PREFIX + LEGACY_RECALL)
+
+
+def test_a_checkpoints_handles_are_each_what_encode_writes() -> None:
+    codec = ReceiptCodec(SECRET, broker_name=NAME)
+    offsets = [0, 1, HANDLE.offset, 2**40 + 3, 2**64 - 1]
+    shared = (HANDLE.group_id, HANDLE.topic_id, HANDLE.queue_id)
+    texts = codec.encode_checkpoint(*shared, offsets, HANDLE.ck_id, HANDLE.deadline_ms)
+    expected = [
+        HANDLE._replace(offset=offset, ck_index=index) for index, offset in enumerate(offsets)
+    ]
+    assert texts == [codec.encode(handle) for handle in expected]
+    assert [codec.decode(text) for text in texts] == expected
+    assert codec.encode_checkpoint(*shared, [], HANDLE.ck_id, HANDLE.deadline_ms) == []
+
+
+def _outcome(codec: ReceiptCodec, text: str) -> ReceiptHandle | str:
+    try:
+        return codec.decode(text)
+    except InvalidReceiptHandleError as exc:
+        return str(exc)
+
+
+def _outcomes(codec: ReceiptCodec, texts: list[str]) -> list[ReceiptHandle | str]:
+    return [h if isinstance(h, ReceiptHandle) else str(h) for h in codec.decode_all(texts)]
+
+
+def test_handles_decoded_together_are_each_what_decode_answers() -> None:
+    codec = _codec()
+    good = codec.encode_checkpoint(7, 3, 5, [10, 11, 12], HANDLE.ck_id, HANDLE.deadline_ms)
+    assert codec.decode_all(good) == [codec.decode(text) for text in good]
+    raw = _raw(good[1])
+    flipped = _text(raw[:20] + bytes([raw[20] ^ 1]) + raw[21:])
+    last = good[2][:-1] + ("B" if good[2][-1] == "A" else "A")  # unused bits set, or not
+    other = _codec(name="broker-b").encode(HANDLE)
+    old = base64.urlsafe_b64encode(b"\x02" + raw[1:]).rstrip(b"=").decode()
+    refused = [
+        flipped,  # the MAC does not match: only this one is refused
+        last,
+        good[0][:-1] + "+",  # the standard alphabet
+        good[0][:-1] + "é",  # not ASCII
+        good[0][:-1] + "=",
+        good[0][:-1],  # cut
+        other,  # another broker's
+        old,  # no broker name (and not signed as one)
+        "",
+    ]
+    for bad in refused:
+        texts = [good[0], bad, good[2]]
+        assert _outcomes(codec, texts) == [_outcome(codec, t) for t in texts]
+        assert isinstance(_outcomes(codec, texts)[1], str)
+    # One refused by its MAC does not make the others be decoded one by one, or fail.
+    assert _outcomes(codec, [good[0], flipped]) == [codec.decode(good[0]), _outcome(codec, flipped)]

@@ -10,7 +10,12 @@ import pytest
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core import MessageRecord, PoppedMessage, received_message_wire, varint
-from popmq.broker_core.record_wire import delivered_fields, read_varint, timestamp_message
+from popmq.broker_core.record_wire import (
+    delivered_fields,
+    has_message_group,
+    read_varint,
+    timestamp_message,
+)
 from popmq.proxy import convert
 
 
@@ -160,6 +165,24 @@ def test_fields_of_other_wire_types_are_skipped() -> None:
 def test_malformed_records_are_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match=r"runs past|wire type|longer than"):
         delivered_fields(data)
+    with pytest.raises(ValueError, match=r"runs past|wire type|longer than"):
+        has_message_group(data)
+
+
+def test_a_message_group_is_read_off_the_bytes_as_a_parse_reads_it() -> None:
+    full = _full_record()
+    plain = records_pb2.StoredMessage(message_id="m", body=b"x" * 300, delivery_attempt=2)
+    assert has_message_group(full.SerializeToString())
+    assert not has_message_group(plain.SerializeToString())
+    assert not has_message_group(b"")
+    # A later occurrence wins, as in a parse: set, then emptied; empty, then set.
+    group = b"\x62\x01g"
+    emptied = full.SerializeToString() + b"\x62\x00"
+    assert records_pb2.StoredMessage.FromString(emptied).message_group == ""
+    assert not has_message_group(emptied)
+    assert has_message_group(plain.SerializeToString() + group)
+    # Fields of other wire types are skipped.
+    assert has_message_group(group + b"\xc1\x02" + bytes(8) + b"\xcd\x02" + bytes(4))
 
 
 def test_varints_round_trip() -> None:

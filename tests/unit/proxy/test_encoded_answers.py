@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core import MessageRecord, NotFoundError, PoppedMessage, SendResult
+from popmq.broker_core import (
+    InvalidReceiptHandleError,
+    MessageRecord,
+    NotFoundError,
+    PopMQError,
+    PoppedMessage,
+    SendResult,
+)
 from popmq.proxy import convert
-from popmq.proxy.pop_stream import AckedPop, pop_answer
+from popmq.proxy.pop_stream import AckedPop, ack_answer, pop_answer
 from popmq.proxy.send_stream import send_answer
 
 
@@ -61,3 +68,23 @@ def test_a_pop_that_carried_acks_answers_both() -> None:
     plain = messaging_pb2.PopResponse.FromString(pop_answer(request, popped))
     assert list(plain.messages) == list(expected.messages)
     assert not plain.ack_results
+
+
+def test_ack_results_cross_as_the_objects_carry_them() -> None:
+    handles = ["broker-a.AAAA", "", "ünïcode", "h" * 300]
+    outcomes: list[PopMQError | None] = [
+        None,
+        InvalidReceiptHandleError("receipt handle is empty"),
+        NotFoundError("é" * 200),  # a length that needs a two-byte varint
+        None,
+    ]
+    expected = messaging_pb2.AckResponse()
+    for handle, error in zip(handles, outcomes, strict=True):
+        if error is None:
+            expected.results.add(receipt_handle=handle, code="OK")
+        else:
+            expected.results.add(receipt_handle=handle, code=error.code, message=str(error))
+    wire = ack_answer(handles, outcomes)
+    assert messaging_pb2.AckResponse.FromString(wire) == expected
+    assert wire == expected.SerializeToString()
+    assert ack_answer([], []) == b""
