@@ -19,11 +19,9 @@ may instead cancel an earlier pop by its id (an ack is never cancelled: it is an
 its results), and repeating the id of a request in flight ends the stream INVALID_ARGUMENT.
 
 What a pop may take: the bytes the stream admitted it with (proxy/stream_session.py,
-"Admission"), passed to the broker's pop as `max_bytes`. A pop without acks starts as a
-probe that takes nothing (`max_bytes` 0) and reserves its bytes when it finds a message, at
-once or woken by an arrival (`reserve`); against a broker that cannot reserve (across the
-network), it is granted bytes, takes what is there at once and, finding nothing, waits as
-such a probe.
+"Admission"), passed to the broker's pop as `max_bytes`; a pop that finds nothing at once
+waits as a probe that takes nothing, and reserves its bytes when an arrival wakes it
+(`reserve`).
 
 A client that does not read: the stream pauses its pops once `MAX_UNWRITTEN_BYTES` of
 answers wait (proxy/stream_session.py); a paused pop is cancelled where it is parked (it
@@ -182,7 +180,6 @@ class PopStreamSession(
     noun = "pop"
     cancelled_text = "the pop was cancelled by the client"
     track_ids = True
-    probe_first = True
 
     def __init__(
         self,

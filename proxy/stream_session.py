@@ -30,15 +30,9 @@ proxy/memory.py, for all streams), and a pop is granted up to one whole answer
 (`ANSWER_BYTES`) of what is free, which the broker's pop may not pass (`max_bytes`). A
 granted pop takes what is there at once; finding nothing it waits for messages as a probe,
 granted nothing (`max_bytes` 0), so a parked pop holds no bytes and any number may park.
-A probe that finds a message (at once, or woken by an arrival) reserves its grant at that
-moment (`_reserve_now`, the broker's `reserve`) and takes the message in the same step, when
-the budget has the bytes and no other pop waits for bytes. So where the broker reserves (an
-in-process one), a pop that needs no bytes to start starts as a probe (`reserves`): one
-broker pop takes what is there or parks, where a granted pop that found nothing would return
-and be started again as a probe (a second task and a second scan of the queues on most
-receives of a consumer that keeps up). A broker that refuses without asking (across the
-network) is seen at its first refusal, and the stream grants up front from then on.
-Otherwise a probe, or a pop whose next message is larger than its
+A probe woken by an arrival reserves its grant at that moment (`_reserve_now`, the broker's
+`reserve`) and takes the message in the same step, when the budget has the bytes and no
+other pop waits for bytes. Otherwise a probe, or a pop whose next message is larger than its
 grant, gets the broker's AnswerBoundError (it took nothing, and says how many bytes it
 needs) and waits here, first come first served, until that much is free; new pops meanwhile
 start as probes. Taken
@@ -162,9 +156,6 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES
     """Unwritten answer bytes at which the stream pauses (an attribute, so tests can lower
     it for one session)."""
-    probe_first: ClassVar[bool] = False
-    """Admitted requests that need no bytes start as probes that reserve when they find
-    something (`_reserve_now`), rather than granted (module doc, "Admission")."""
 
     def __init__(
         self,
@@ -201,11 +192,6 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         # served; and the bytes reserved by the running ones (module doc, "Admission").
         self._waiting: deque[_Request[RequestT, ResultT]] = deque()
         self._reserved = 0
-        self.reserves = self.probe_first
-        """Pops that need no bytes start as probes (module doc): until the broker refuses a
-        probe's message without asking `_reserve_now` for the bytes (it cannot reserve)."""
-        self._reserve_asked = False
-        """The broker asked `_reserve_now` at least once (it reserves)."""
         self._admit_later = self._admit  # one bound method, registered with the pool
         self._pausing: set[asyncio.Task[ResultT]] = set()
         self._unanswered = 0
@@ -409,10 +395,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
     def _grant(self, entry: _Request[RequestT, ResultT]) -> int | None:
         """Bytes to reserve for an admitted request's answer now, or None: it must wait."""
         need = max(self._admitted(entry.request) or 0, entry.demand)
-        if entry.probe or (not need and (self._waiting or self.reserves)):
-            # A probe: the bytes go to those that wait for them, in order; or it reserves
-            # them once it finds something.
-            return 0
+        if entry.probe or (not need and self._waiting):
+            return 0  # a probe: the bytes go to those that wait for them, in order
         grant = min(ANSWER_BYTES, max(0, self._free()))
         return grant if grant >= need else None
 
@@ -426,7 +410,6 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         what `_launch` would start it again with, so it takes the message now; 0 (it refuses
         the message, and waits for the bytes as before) when the budget lacks them, when
         others wait for bytes first, or when the stream is paused or ending."""
-        self._reserve_asked = True
         task = asyncio.current_task()
         entry = None if task is None else self._running.get(task)
         if (
@@ -581,8 +564,6 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         ):
             # Its message did not fit the bytes it was granted (it took nothing): it waits
             # until the budget has enough, before those that came after it.
-            if not self._reserve_asked:
-                self.reserves = False  # refused without asking: grant up front from now on
             if self._releasing:
                 self._reject_paused(entry)
                 return

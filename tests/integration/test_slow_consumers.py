@@ -481,10 +481,10 @@ def test_parked_pops_hold_no_bytes_and_a_large_message_still_wakes_one(
 def test_a_parked_pop_woken_by_an_arrival_takes_it_without_being_started_again(
     server: ServerThread,
 ) -> None:
-    # A receive starts as a probe: nothing there, it parks holding no bytes. The arrival
-    # that wakes it finds the stream's budget free: the probe reserves its answer's bytes
-    # then and takes the message in that same pop, and the bytes come back once the answer
-    # is written.
+    # A receive runs at once (nothing there), then parks as a probe holding no bytes. The
+    # arrival that wakes it finds the stream's budget free: the probe reserves its answer's
+    # bytes then and takes the message in that same pop, and the bytes come back once the
+    # answer is written.
     with Admin(server.endpoint) as admin:
         admin.create_topic("orders", queues=2)
     messaging: Any = server.server.messaging
@@ -511,36 +511,5 @@ def test_a_parked_pop_woken_by_an_arrival_takes_it_without_being_started_again(
     bodies, parked_held = asyncio.run(scenario())
     assert bodies == [b"woken"]
     assert parked_held == 0
-    assert pops == [0]  # one pop: started as a probe, parked, woken, took it
-    assert server.sync(lambda: messaging.popped_bytes.held) == 0
-
-
-def test_a_receive_takes_what_is_there_in_one_pop_that_reserves_its_bytes_then(
-    server: ServerThread,
-) -> None:
-    # Messages wait before the receive: its pop starts as a probe (max_bytes 0), finds them,
-    # reserves a whole answer's bytes at that moment and takes them all in that one pop.
-    with Admin(server.endpoint) as admin:
-        admin.create_topic("orders", queues=2)
-    with Producer(server.endpoint) as producer:
-        for i in range(3):
-            producer.send("orders", b"waiting-%d" % i)
-    messaging: Any = server.server.messaging
-    broker: Any = server.broker
-    pops: list[int | None] = []
-    pop = broker.pop
-
-    def counting_pop(*args: Any, **kwargs: Any) -> Any:
-        pops.append(kwargs.get("max_bytes"))
-        return pop(*args, **kwargs)
-
-    server.sync(lambda: setattr(broker, "pop", counting_pop))
-
-    async def scenario() -> list[bytes]:
-        async with AsyncSimpleConsumer(server.endpoint, group="g", topic="orders") as consumer:
-            got = await consumer.receive(max_messages=8, wait_s=20)
-            return sorted(m.body for m in got)
-
-    assert asyncio.run(scenario()) == [b"waiting-0", b"waiting-1", b"waiting-2"]
-    assert pops == [0]
+    assert pops == [None, 0]  # at once with a whole answer, then parked as a probe: no third
     assert server.sync(lambda: messaging.popped_bytes.held) == 0

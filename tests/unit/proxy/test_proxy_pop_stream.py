@@ -11,10 +11,9 @@ import asyncio
 from typing import Any
 
 import grpc.aio
-from google.protobuf.duration_pb2 import Duration
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core.errors import AnswerBoundError, FailedPreconditionError, PopMQError
+from popmq.broker_core.errors import FailedPreconditionError, PopMQError
 from popmq.proxy.pop_stream import PopStreamSession
 from tests.unit.proxy.test_proxy_send_stream import FakeContext as SendContext
 
@@ -125,61 +124,3 @@ def test_a_request_without_an_action_names_the_actions_allowed() -> None:
     answer = asyncio.run(scenario()).answers()[7]
     assert answer.error.code == "INVALID_ARGUMENT"
     assert "set pop, ack or cancel" in answer.error.message
-
-
-class RemoteLikeBroker(FakeBroker):
-    """Pops as a broker across the network answers them: it never asks `reserve`, so a pop
-    given `max_bytes` 0 that finds a message is refused with the bytes it needs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.bounds: list[int | None] = []
-
-    def start_pop(
-        self,
-        request: messaging_pb2.PopRequest,
-        remaining: float | None,
-        max_bytes: int | None,
-        reserve: Any = None,
-    ) -> Any:
-        self.bounds.append(max_bytes)
-        return self._pop(max_bytes)
-
-    async def _pop(self, max_bytes: int | None) -> list[Any]:
-        if max_bytes == 0:
-            raise AnswerBoundError("the next message needs 100 bytes: more than max_bytes 0", 100)
-        return []
-
-
-def _pop(request_id: int) -> messaging_pb2.PopStreamRequest:
-    return messaging_pb2.PopStreamRequest(
-        request_id=request_id,
-        pop=messaging_pb2.PopRequest(
-            group="g", topic="t", max_messages=1, long_polling_timeout=Duration(seconds=0)
-        ),
-    )
-
-
-def test_a_pop_starts_as_a_probe_until_the_broker_refuses_one_without_asking_to_reserve() -> None:
-    async def scenario() -> tuple[FakeContext, RemoteLikeBroker, PopStreamSession, bool]:
-        context, broker = FakeContext(), RemoteLikeBroker()
-        session = PopStreamSession(broker.start_pop, broker.start_ack, context)  # type: ignore[arg-type]
-        reserved_at_first = session.reserves
-        serving = asyncio.ensure_future(session.serve())
-        context.reads.put_nowait(_pop(1))
-        await _settle()
-        context.reads.put_nowait(_pop(2))
-        await _settle()
-        context.reads.put_nowait(grpc.aio.EOF)
-        await serving
-        return context, broker, session, reserved_at_first
-
-    context, broker, session, reserved_at_first = asyncio.run(scenario())
-    assert reserved_at_first
-    # The first pop starts as a probe (0 bytes); refused, it is granted a whole answer
-    # (None) and run again. From then on the stream grants up front: the second pop is not
-    # refused first.
-    assert broker.bounds == [0, None, None]
-    assert not session.reserves
-    answers = context.answers()
-    assert not answers[1].HasField("error") and not answers[2].HasField("error")
