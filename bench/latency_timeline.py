@@ -97,12 +97,32 @@ class _TracedContext:
 
 def _response_seq(response: Any, seqs: dict[int, int]) -> tuple[str, int]:
     """("pop" or "send", the message's sequence number), or ("", -1) for other answers."""
+    if isinstance(response, bytes):
+        return _encoded_seq(response, seqs)
     kind = response.WhichOneof("result")
     if kind == "pop" and response.pop.messages:
         return "pop", _seq_of(response.pop.messages[0].body)
     if kind == "send":
         return "send", seqs.get(response.request_id, -1)
     return "", -1
+
+
+def _encoded_seq(response: bytes, seqs: dict[int, int]) -> tuple[str, int]:
+    """`_response_seq` of an answer the server wrote as bytes: a pop answer holds the body
+    (found by its magic), a send answer starts with its request_id (field 1, a varint)."""
+    at = response.find(_MAGIC)
+    if at >= 0:
+        return "pop", int(_SEQ.unpack_from(response, at + len(_MAGIC))[0])
+    if response[:1] != b"\x08":
+        return "", -1
+    request_id = shift = 0
+    for byte in response[1:11]:
+        request_id |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    seq = seqs.get(request_id, -1)
+    return ("send", seq) if seq >= 0 else ("", -1)
 
 
 def _install_server_hooks() -> None:
@@ -122,7 +142,10 @@ def _install_server_hooks() -> None:
 
     def on_send_request(original: Any) -> Any:
         def on_request(self: Any, request: Any) -> Any:
-            if request.HasField("send") and request.send.messages:
+            has_send = getattr(request, "has_send", None)
+            if has_send is None:
+                has_send = request.HasField("send")
+            if has_send and request.send.messages:
                 seq = _seq_of(request.send.messages[0].body)
                 self._timeline_seqs[request.request_id] = seq
                 _stamp("srv.send.read", seq)
@@ -148,6 +171,8 @@ def _install_server_hooks() -> None:
                 value = cell.cell_contents
             except ValueError:
                 continue
+            if isinstance(value, list) and value and hasattr(value[0], "message"):
+                return [_seq_of(p.message.body) for p in value]
             if isinstance(value, list) and value and hasattr(value[0], "record"):
                 return [_seq_of(p.record.body) for p in value]
         return []
