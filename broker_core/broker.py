@@ -600,6 +600,10 @@ class Broker:
         """Store the messages atomically; with sync flush, return after the fsync."""
         return await self._sender.send(messages)
 
+    def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each (message id, dedup id) of `topic` is in the dedup window (send.py)."""
+        return self._sender.lookup(topic, sent)
+
     # -- transactions (transactions.py) ---------------------------------------------------
 
     async def send_half(
