@@ -524,9 +524,22 @@ class AsyncProducer(AsyncClient):
     async def _send(
         self, request: messaging_pb2.SendMessagesRequest, *, retry: bool
     ) -> list[SendReceipt]:
-        """``send_request`` for callers that already count themselves in flight."""
+        """``send_request`` for callers that already count themselves in flight.
+
+        Every attempt after the first is marked ``repeat``: the first may have been stored
+        through a proxy that died before answering, and a cluster proxy looks a marked
+        repeat up on the topic's brokers instead of routing it as a new send.
+        """
+        attempts = 0
 
         async def attempt() -> messaging_pb2.SendMessagesResponse:
+            nonlocal attempts, request
+            attempts += 1
+            if attempts == 2:  # copied once, on the first retry only: a first send pays nothing
+                repeat = messaging_pb2.SendMessagesRequest()
+                repeat.CopyFrom(request)
+                repeat.repeat = True
+                request = repeat
             if self._stream is not None:
                 streamed = await self._stream.send(request, self._timeout_s)
                 if streamed is not None:
