@@ -112,6 +112,14 @@ class TopicApplier(Protocol):
     ) -> TopicInfo | None: ...
 
 
+@runtime_checkable
+class SendLookup(Protocol):
+    """A broker that says which sent messages are in its dedup window (`Broker`): asked by
+    a cluster proxy before it routes a repeat it does not remember; not part of BrokerAPI."""
+
+    def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]: ...
+
+
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     """popmq.broker.v1.BrokerService over a started broker (in-process `Broker`)."""
 
@@ -346,6 +354,26 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
         results = await self._broker.send([w.new_message_from_pb(m) for m in request.messages])
         return pb.SendResponse(results=[w.send_result_to_pb(r) for r in results])
+
+    # A read, but answered as a write is, by the shard's leader only: a follower's copy may
+    # lack a send its leader is storing now, and "not held" must never be said by mistake.
+    @_rpc(writes=True)
+    async def LookupSends(
+        self, request: pb.LookupSendsRequest, context: Any
+    ) -> pb.LookupSendsResponse:
+        broker = self._broker
+        if not isinstance(broker, SendLookup):
+            raise FailedPreconditionError(
+                f"broker {self.name!r} ({type(broker).__name__}) cannot look up sends"
+            )
+        ids, dedup_ids = request.message_ids, request.dedup_ids
+        if dedup_ids and len(dedup_ids) != len(ids):
+            raise InvalidArgumentError(
+                f"LookupSends has {len(ids)} message_ids and {len(dedup_ids)} dedup_ids: "
+                'give one dedup id per message ("" for none), or none at all'
+            )
+        sent = list(zip(ids, dedup_ids or [""] * len(ids), strict=True))
+        return pb.LookupSendsResponse(held=broker.lookup_sends(request.topic, sent))
 
     @_rpc(writes=True)
     async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:

@@ -264,6 +264,16 @@ class TransactionAPI(Protocol):
     async def resume_discarded(self, transaction_id: str) -> TransactionInfo: ...
 
 
+@runtime_checkable
+class RepeatedSendAPI(Protocol):
+    """A broker that routes a client's repeat of a send apart from a first send (a cluster
+    proxy's, which finds where the first went: docs/cluster.md). Not part of BrokerAPI: a
+    proxy whose broker lacks it sends a repeat as any send, as one broker core does, whose
+    dedup window answers it."""
+
+    async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]: ...
+
+
 class BrokerAPI(TransactionAPI, Protocol):
     """The operations the proxy needs from a broker. See the module docstring for the rules.
 

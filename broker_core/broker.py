@@ -37,9 +37,7 @@ from popmq.broker_core import jobs, security_records
 from popmq.broker_core.admin import Admin
 from popmq.broker_core.api import (
     BrokerAPI,
-    HistogramSnapshot,
     MetricsSnapshot,
-    ReplicationSnapshot,
     ServerInfo,
     TransactionAPI,
 )
@@ -60,6 +58,7 @@ from popmq.broker_core.inspection import DeliveryEvent, GroupInspection, Inspect
 from popmq.broker_core.lag import Lag
 from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
+from popmq.broker_core.metrics_snapshot import histogram_snapshot, replication_snapshot
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES as PULL_DEFAULT_MESSAGES
 from popmq.broker_core.offsets import PULL_MAX_MESSAGES as PULL_MAX_MESSAGES
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
@@ -78,7 +77,7 @@ from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
 from popmq.broker_core.send import QueueChooser, Sender
-from popmq.broker_core.stats import BrokerStats, Histogram
+from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
 from popmq.broker_core.topics import Topics
@@ -601,6 +600,10 @@ class Broker:
         """Store the messages atomically; with sync flush, return after the fsync."""
         return await self._sender.send(messages)
 
+    def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each (message id, dedup id) of `topic` is in the dedup window (send.py)."""
+        return self._sender.lookup(topic, sent)
+
     # -- transactions (transactions.py) ---------------------------------------------------
 
     async def send_half(
@@ -946,25 +949,20 @@ class Broker:
             write_batches=writer.batches,
             write_batches_failed=writer.failed_batches,
             write_jobs=writer.jobs,
-            batch_jobs=_histogram(writer.batch_jobs),
-            write_seconds_synced=_histogram(writer.write_seconds[True]),
-            write_seconds_unsynced=_histogram(writer.write_seconds[False]),
+            batch_jobs=histogram_snapshot(writer.batch_jobs),
+            write_seconds_synced=histogram_snapshot(writer.write_seconds[True]),
+            write_seconds_unsynced=histogram_snapshot(writer.write_seconds[False]),
             store_bytes=disk_usage(self.config.store.data_dir),
             topics=len(self._topics.list_topics()),
             groups=len(self._groups.list_groups()),
             disk_free_bytes=disk_free(self.config.store.data_dir),
-            replication=self._replication_snapshot(),
+            replication=replication_snapshot(self.store),
             transactions_open=self._transactions.open_count,
             half_sent=dict(stats.half_sent),
             transaction_checks=dict(stats.transaction_checks),
             transaction_resolutions=dict(stats.transaction_resolutions),
             transactions_discarded=dict(stats.transactions_discarded),
         )
-
-    def _replication_snapshot(self) -> ReplicationSnapshot | None:
-        snapshot = getattr(self.store.tap, "replication_snapshot", None)
-        result: ReplicationSnapshot | None = snapshot() if snapshot is not None else None
-        return result
 
     # -- introspection for tests and metrics ---------------------------------------------
 
@@ -980,12 +978,6 @@ class Broker:
         g = self.catalog.groups.get(group)
         t = self.catalog.topics.get(topic)
         return self._queues.get(g.group_id, t.topic_id, queue_id) if g and t else None
-
-
-def _histogram(histogram: Histogram) -> HistogramSnapshot:
-    return HistogramSnapshot(
-        bounds=histogram.bounds, counts=tuple(histogram.counts), total=histogram.total
-    )
 
 
 def _implements_api(broker: Broker) -> BrokerAPI:

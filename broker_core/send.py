@@ -186,6 +186,29 @@ class Sender:
             results[i] = duplicate_of((await earlier)[j])
         return [r for r in results if r is not None]
 
+    def lookup(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each sent message of `topic`, as (message id, dedup id or ""), is in the
+        dedup window: stored within it, or being stored by a send in flight. A send of it
+        now would be answered with the first copy's result and store nothing; so does this
+        broker's answer to a repeat that a proxy routes here after asking (a read of the
+        same index the send reads, on the loop: one multi-get)."""
+        info = self._catalog.topics.get(topic)
+        if info is None or info.kind != KIND_NORMAL:
+            return [False] * len(sent)  # no such topic here: none of its messages either
+        window_ms = round(self._config.messages.dedup_window_s * 1000)
+        lookup_keys = [
+            message_index.dedup_lookup_key(info.topic_id, dedup_id or mid, mid)
+            for mid, dedup_id in sent
+        ]
+        hits = message_index.find_duplicates(
+            self._store, lookup_keys, self._clock.now_ms(), window_ms
+        )
+        pending = self._dedup
+        return [
+            hit is not None or pending.waiting((info.topic_id, dedup_id or mid)) is not None
+            for hit, (mid, dedup_id) in zip(hits, sent, strict=True)
+        ]
+
     def store_one(
         self,
         batch: Batch,

@@ -494,6 +494,14 @@ class ClusterBroker:
             messages, lambda remote, batch: remote.send(batch), idempotent=True
         )
 
+    async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]:
+        """`send` for a client's repeat of a send whose answer it did not get: one this
+        proxy does not remember is looked up on the topic's brokers first, so that it
+        reaches the copy stored through another proxy (cluster_send.py; RepeatedSendAPI)."""
+        return await self.sends.route(
+            messages, lambda remote, batch: remote.send(batch), idempotent=True, repeat=True
+        )
+
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
         was checked with the send's messages, validation.check_send)."""

@@ -10,6 +10,12 @@
 - a broker failure is retried on another broker when the try provably was not stored, else
   on the same broker (send_outcome.py); the broker of each try is noted (in_doubt.py) so
   that a client's repeat of a send goes where the first went;
+- a repeat the client marked as one (its retry of a send whose answer it did not get) that
+  this proxy does not remember, its first try having gone through another proxy, is looked
+  up on every broker of the topic first (`LookupSends`: their dedup windows): it goes to
+  the broker holding it, or is routed as a new send when every broker answered that it
+  holds none; while a broker that may hold it does not answer, it is not sent anywhere and
+  fails retriably as of unknown outcome. A first send asks nothing;
 - each broker's local queue ids are turned into the route's global ones.
 
 Runs on the proxy's event loop; the state (rotation, memory) changes between awaits only.
@@ -22,7 +28,14 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from popmq.broker_core import NewMessage, NotFoundError, SendResult, UnavailableError, now_ms
+from popmq.broker_core import (
+    NewMessage,
+    NotFoundError,
+    OutcomeUnknownError,
+    SendResult,
+    UnavailableError,
+    now_ms,
+)
 from popmq.broker_core import validation as rules
 from popmq.broker_core.message_id import MessageIdGenerator
 from popmq.cluster.broker_pool import BrokerPool
@@ -76,12 +89,18 @@ class ClusterSend:
         self._ids = MessageIdGenerator()
 
     async def route(
-        self, messages: Sequence[NewMessage], store: Store, *, idempotent: bool
+        self,
+        messages: Sequence[NewMessage],
+        store: Store,
+        *,
+        idempotent: bool,
+        repeat: bool = False,
     ) -> list[SendResult]:
         """Store `messages` with `store` on the brokers, results in the messages' order.
 
         `idempotent`: a repeat is answered by the broker's dedup window (a send; a half send
-        is not, and moves on after any broker failure, as before).
+        is not, and moves on after any broker failure, as before). `repeat`: the client's
+        retry of a send whose answer it did not get (looked up when not remembered).
         """
         rules.check_send(messages, now_ms(), self._max_delay_s)
         if idempotent and not all(m.message_id for m in messages):
@@ -101,7 +120,9 @@ class ClusterSend:
 
         async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
             batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(topic, group, batch, store, idempotent=idempotent)
+            stored = await self._send_batch(
+                topic, group, batch, store, idempotent=idempotent, repeat=repeat
+            )
             for index, result in zip(indexes, stored, strict=True):
                 results[index] = result
 
@@ -122,6 +143,7 @@ class ClusterSend:
         store: Store,
         *,
         idempotent: bool,
+        repeat: bool,
     ) -> list[SendResult]:
         topology = self._topology
         pool = self._pool
@@ -142,11 +164,14 @@ class ClusterSend:
             )
         elif idempotent:
             keys = send_keys(batch)
+            pinned = self.in_doubt.broker_of(keys)
+            if pinned is None and repeat:
+                pinned = await self._holder(topic, batch)
             routed = await self.router.send(
                 topic,
                 topology.writable(topic),
                 partial(self._remembered, keys, to_broker),
-                pinned=self.in_doubt.broker_of(keys),
+                pinned=pinned,
             )
         else:
             routed = await self.router.send(
@@ -156,6 +181,42 @@ class ClusterSend:
         for result in routed.result:
             result.queue_id = topology.global_id(topic, broker, result.queue_id)
         return routed.result
+
+    async def _holder(self, topic: str, batch: list[NewMessage]) -> str | None:
+        """The broker of `topic` whose dedup window holds a message of the repeated `batch`
+        (sent through another proxy, or forgotten here); None when every broker of the
+        topic's route answered that it holds none of them.
+
+        Raises:
+            OutcomeUnknownError: a broker of the topic did not answer (down, paused, not a
+                live member, fenced) and none answered that it holds them: the first copy
+                may be there, so the repeat is not sent to another broker (retriable).
+        """
+        sent = [(m.message_id, m.dedup_id) for m in batch]
+        brokers = self._topology.route(topic).brokers
+        pool = self._pool
+
+        async def ask(broker: str) -> list[bool]:
+            return await pool.get(broker).lookup_sends(topic, sent)
+
+        answers = await asyncio.gather(*(ask(b) for b in brokers), return_exceptions=True)
+        unanswered: list[tuple[str, BaseException]] = []
+        for broker, answer in zip(brokers, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer  # cancelled: the client went away
+                unanswered.append((broker, answer))
+            elif any(answer):
+                return broker  # a batch is stored whole on one broker: this one
+        if not unanswered:
+            return None
+        broker, error = unanswered[0]
+        raise OutcomeUnknownError(
+            f"a repeated send to topic {topic!r} may be stored on broker {broker!r}, which "
+            f"did not answer whether it holds it ({str(error) or type(error).__name__}); "
+            f"it was not sent to another broker, which would store a second copy; retry "
+            "with the same message ids"
+        ) from error
 
     async def _remembered(
         self,

@@ -15,8 +15,10 @@ the broker it goes to, from the moment the send starts:
 
 A message is known by (topic, dedup id), the dedup id being the message id when it has none,
 as the broker's dedup window knows it. At most `max_entries` are kept; beyond, the oldest go
-(a repeat of one of those is routed as a new send). The memory is this proxy's: a repeat sent
-through another proxy is routed there as a new send (docs/cluster.md says when that happens).
+(a repeat of one of those is routed as a new send, or looked up when the client marked it).
+The memory is this proxy's: a repeat sent through another proxy is looked up on the topic's
+brokers there when the client marked it as a repeat, and routed as a new send when it did not
+(cluster_send.py; docs/cluster.md says when that happens).
 
 Runs on the proxy's event loop only (state changes between awaits, no lock); time comes from
 the fault table's monotonic clock.

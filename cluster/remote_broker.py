@@ -451,6 +451,21 @@ class RemoteBroker:
                 await self._refresh_topic(topic)  # auto-created by this send
         return results
 
+    async def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+        """`Broker.lookup_sends` (cluster-internal, not part of BrokerAPI): whether each
+        (message id, dedup id or "") of `topic` is in the broker's dedup window."""
+        request = pb.LookupSendsRequest(topic=topic, message_ids=[mid for mid, _ in sent])
+        if any(dedup_id for _, dedup_id in sent):
+            request.dedup_ids.extend(dedup_id for _, dedup_id in sent)
+        held = list((await self._call(self._stub_().LookupSends, request)).held)
+        if len(held) != len(sent):
+            raise BrokerUnansweredError(
+                f"broker {self._shown} answered a lookup of {len(sent)} sends with "
+                f"{len(held)} answers",
+                request_sent=True,
+            )
+        return held
+
     async def send_half(
         self,
         messages: Sequence[NewMessage],

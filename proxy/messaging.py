@@ -23,6 +23,7 @@ from popmq.broker_core import (
     BrokerAPI,
     FailedPreconditionError,
     InvalidArgumentError,
+    NewMessage,
     PoppedMessage,
     SendResult,
     TransactionAPI,
@@ -34,6 +35,7 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
+from popmq.broker_core.api import RepeatedSendAPI
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
@@ -88,6 +90,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         transaction_checks: TransactionCheckLoop | None = None,
     ) -> None:
         self._broker = broker
+        self._send_repeat: Callable[
+            [Sequence[NewMessage]], Coroutine[Any, Any, list[SendResult]]
+        ] = broker.send_repeat if isinstance(broker, RepeatedSendAPI) else broker.send
+        """How a send the client marked as a repeat is sent (RepeatedSendAPI)."""
         self._transaction_checks = transaction_checks
         """Where TransactionChecks streams register their producers (None: the RPC answers
         FAILED_PRECONDITION)."""
@@ -160,6 +166,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 "producer_group and transaction_check_delay are for transactional sends: "
                 "set transactional, or leave them unset"
             )
+        if request.repeat:  # a client's retry: its first try may be stored on any broker
+            return self._send_repeat(messages)
         return self._broker.send(messages)
 
     async def SendStream(

@@ -58,7 +58,8 @@ class SendRequest:
     NewMessages whose `deliver_at_ms` is still 0, and their schedules beside them."""
 
     __slots__ = (
-        "messages", "producer_group", "schedules", "transaction_check_delay", "transactional",
+        "messages", "producer_group", "repeat", "schedules", "transaction_check_delay",
+        "transactional",
     )  # fmt: skip
 
     DESCRIPTOR: ClassVar[Any] = messaging_pb2.SendMessagesRequest.DESCRIPTOR
@@ -77,6 +78,8 @@ class SendRequest:
         self.producer_group = ""
         self.transaction_check_delay: duration_pb2.Duration | None = None
         """None when the request does not set it."""
+        self.repeat = False
+        """The client's retry of a send whose answer it did not get (same message ids)."""
 
     @classmethod
     def FromString(cls, data: bytes) -> SendRequest:  # as generated classes name it
@@ -177,6 +180,9 @@ def _read_send(data: bytes, pos: int, end: int, out: SendRequest) -> None:
                 delay = out.transaction_check_delay = duration_pb2.Duration()
             _merge(delay, data[start:stop])
             pos = stop
+        elif field == 5 and wire_type == 0:
+            value, pos = _varint(data, pos, end)
+            out.repeat = value != 0
         else:
             pos = _skip(data, pos, end, key)
 
@@ -192,6 +198,7 @@ def _read_too_many(data: bytes, out: SendRequest) -> None:
     out.schedules = []
     out.transactional = parsed.transactional
     out.producer_group = parsed.producer_group
+    out.repeat = parsed.repeat
     has_delay = parsed.HasField("transaction_check_delay")
     out.transaction_check_delay = parsed.transaction_check_delay if has_delay else None
 

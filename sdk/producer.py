@@ -19,8 +19,10 @@ endpoints sends to one proxy at a time; after a proxy fails, the retry goes to t
 (``popmq.sdk._channel``). A repeat reaches the broker the first attempt may have been stored
 on, whose dedup window answers it: a cluster proxy retries such a send on that broker only and
 routes a repeat it remembers there; on a stream, a timed-out or refused send's repeat goes to
-the same proxy, and so does a unary send's that the proxy answered as of unknown outcome
-(docs/cluster.md, "A retried send is stored once", has the exceptions). The
+the same proxy, and so does a unary send's that the proxy answered as of unknown outcome.
+Retries are marked ``repeat``, so that a proxy that did not see the first attempt (the client
+failed over to it) asks the brokers where it was stored (docs/cluster.md, "A retried send is
+stored once", has the exceptions). The
 sync ``Producer`` builds requests on the caller's thread (zlib releases the GIL), and bounds
 its unfinished ``send_async`` and ``send_oneway`` calls by count and bytes, blocking the
 caller when the window is full, as RocketMQ's async back-pressure does. Closing a producer
@@ -524,9 +526,22 @@ class AsyncProducer(AsyncClient):
     async def _send(
         self, request: messaging_pb2.SendMessagesRequest, *, retry: bool
     ) -> list[SendReceipt]:
-        """``send_request`` for callers that already count themselves in flight."""
+        """``send_request`` for callers that already count themselves in flight.
+
+        Every attempt after the first is marked ``repeat``: the first may have been stored
+        through a proxy that died before answering, and a cluster proxy looks a marked
+        repeat up on the topic's brokers instead of routing it as a new send.
+        """
+        attempts = 0
 
         async def attempt() -> messaging_pb2.SendMessagesResponse:
+            nonlocal attempts, request
+            attempts += 1
+            if attempts == 2:  # copied once, on the first retry only: a first send pays nothing
+                repeat = messaging_pb2.SendMessagesRequest()
+                repeat.CopyFrom(request)
+                repeat.repeat = True
+                request = repeat
             if self._stream is not None:
                 streamed = await self._stream.send(request, self._timeout_s)
                 if streamed is not None:

@@ -117,16 +117,18 @@ class OutgoingMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., message_id: _Optional[str] = ..., message_group: _Optional[str] = ..., delivery_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., delay_level: _Optional[int] = ..., dedup_id: _Optional[str] = ..., body_encoding: _Optional[str] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class SendMessagesRequest(_message.Message):
-    __slots__ = ("messages", "transactional", "producer_group", "transaction_check_delay")
+    __slots__ = ("messages", "transactional", "producer_group", "transaction_check_delay", "repeat")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_CHECK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
     transactional: bool
     producer_group: str
     transaction_check_delay: _duration_pb2.Duration
-    def __init__(self, messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., transactional: _Optional[bool] = ..., producer_group: _Optional[str] = ..., transaction_check_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    repeat: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., transactional: _Optional[bool] = ..., producer_group: _Optional[str] = ..., transaction_check_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., repeat: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("message_id", "topic", "queue_id", "offset", "recall_handle", "duplicate", "transaction_id")

@@ -57,6 +57,7 @@ def _assert_reads_as_upb(data: bytes) -> None:
         assert schedules.get(i) == _schedule(message), i
     assert read.transactional == parsed.transactional
     assert read.producer_group == parsed.producer_group
+    assert read.repeat == parsed.repeat
     assert read.HasField("transaction_check_delay") == parsed.HasField("transaction_check_delay")
     if parsed.HasField("transaction_check_delay"):
         assert read.transaction_check_delay == parsed.transaction_check_delay
@@ -92,6 +93,7 @@ CASES = [
         producer_group="pg",
         transaction_check_delay=duration_pb2.Duration(),
     ),
+    pb.SendMessagesRequest(messages=[_full()], repeat=True),
 ]
 
 
@@ -139,9 +141,12 @@ def test_wire_corner_cases_read_as_upb_parses_them() -> None:
             _field(4, 2, b"\x08\x03"),
             _field(4, 2, b"\x10\x04"),  # merged
             _field(3, 2, b"pg"),
+            _field(5, 0, b"\x05"),  # repeat: any non-zero
+            _field(5, 2, b"x"),  # repeat with the wrong wire type: unknown, skipped
         ]
     )
     _assert_reads_as_upb(request)
+    assert SendRequest.FromString(request).repeat
     read = SendRequest.FromString(request)
     assert read.messages[0].properties == {"k": "v2", "": "no key"}
     assert read.schedules[0].value == timestamp_pb2.Timestamp(seconds=9, nanos=7)
@@ -200,7 +205,10 @@ def test_random_requests_read_as_upb_parses_them() -> None:
                 message.delay_level = rng.randrange(-(1 << 31), 1 << 31)
             messages.append(message)
         request = pb.SendMessagesRequest(
-            messages=messages, transactional=rng.random() < 0.5, producer_group=text(3)
+            messages=messages,
+            transactional=rng.random() < 0.5,
+            producer_group=text(3),
+            repeat=rng.random() < 0.5,
         )
         data = request.SerializeToString()
         _assert_reads_as_upb(data)
@@ -249,9 +257,10 @@ def test_a_request_of_too_many_messages_is_read_by_upb_whole() -> None:
     """Past MAX_SEND_MESSAGES the servicer refuses the count before reading a message: the
     request is parsed by upb (faster), and still accepted or refused as upb does."""
     message = pb.OutgoingMessage(topic="wide", body=b"x")
-    request = pb.SendMessagesRequest(messages=[message] * 1500, producer_group="pg")
+    request = pb.SendMessagesRequest(messages=[message] * 1500, producer_group="pg", repeat=True)
     read = SendRequest.FromString(request.SerializeToString())
     assert len(read.messages) == 1500
+    assert read.repeat
     assert {m.topic for m in read.messages} == {"wide"}  # what access checks read
     assert read.producer_group == "pg"
     broken = request.SerializeToString() + b"\x0a\x03\x0a\x01\xff"  # invalid UTF-8, last

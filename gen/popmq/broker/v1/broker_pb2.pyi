@@ -821,6 +821,22 @@ class ListTransactionsResponse(_message.Message):
     transactions: _containers.RepeatedCompositeFieldContainer[Transaction]
     def __init__(self, transactions: _Optional[_Iterable[_Union[Transaction, _Mapping]]] = ...) -> None: ...
 
+class LookupSendsRequest(_message.Message):
+    __slots__ = ("topic", "message_ids", "dedup_ids")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    dedup_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., dedup_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LookupSendsResponse(_message.Message):
+    __slots__ = ("held",)
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    held: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, held: _Optional[_Iterable[bool]] = ...) -> None: ...
+
 class RecallRequest(_message.Message):
     __slots__ = ("topic", "recall_handle")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

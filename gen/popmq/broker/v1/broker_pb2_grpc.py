@@ -123,6 +123,11 @@ class BrokerServiceStub:
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
                 response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.LookupSends = channel.unary_unary(
+                '/popmq.broker.v1.BrokerService/LookupSends',
+                request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsRequest.SerializeToString,
+                response_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsResponse.FromString,
+                _registered_method=True)
         self.Recall = channel.unary_unary(
                 '/popmq.broker.v1.BrokerService/Recall',
                 request_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
@@ -405,6 +410,15 @@ class BrokerServiceServicer:
 
     def Send(self, request, context):
         """Send stores messages atomically.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LookupSends(self, request, context):
+        """LookupSends says which messages of a topic are in the broker's dedup window (stored
+        within it, or being stored now): a proxy asks before it routes a client's repeat of a
+        send it does not remember. Reads only; answered by the shard's leader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -729,6 +743,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendRequest.FromString,
                     response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.SendResponse.SerializeToString,
+            ),
+            'LookupSends': grpc.unary_unary_rpc_method_handler(
+                    servicer.LookupSends,
+                    request_deserializer=popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsRequest.FromString,
+                    response_serializer=popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsResponse.SerializeToString,
             ),
             'Recall': grpc.unary_unary_rpc_method_handler(
                     servicer.Recall,
@@ -1332,6 +1351,33 @@ class BrokerService:
             '/popmq.broker.v1.BrokerService/Send',
             popmq_dot_broker_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
             popmq_dot_broker_dot_v1_dot_broker__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupSends(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popmq.broker.v1.BrokerService/LookupSends',
+            popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsRequest.SerializeToString,
+            popmq_dot_broker_dot_v1_dot_broker__pb2.LookupSendsResponse.FromString,
             options,
             channel_credentials,
             insecure,
