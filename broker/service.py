@@ -533,7 +533,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 check_first_s=request.check_first_s,
             )
         else:
-            raise InvalidArgumentError(f"HopSendRequest {request_id} is empty")
+            raise InvalidArgumentError(
+                f"HopSendRequest {request_id} carries neither send (field {hop_wire.HOP_SEND}) "
+                f"nor send_half (field {hop_wire.HOP_SEND_HALF}): it must carry one of them"
+            )
         return field, send_wire.send_response_wire(results)
 
     async def _hop_answer(self, request: pb.HopStreamRequest) -> tuple[int, bytes]:

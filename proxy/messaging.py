@@ -25,6 +25,7 @@ from popmq.broker_core import (
     InvalidArgumentError,
     NewMessage,
     PoppedMessage,
+    RepeatedSendAPI,
     SendResult,
     TransactionAPI,
     TransactionCheck,
@@ -35,7 +36,6 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
-from popmq.broker_core.api import RepeatedSendAPI
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert

@@ -13,10 +13,20 @@ from typing import Any
 import grpc
 import pytest
 
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker import BrokerServicer, add_broker_service
-from popmq.broker_core import NewMessage, PopMQError, SendResult, UnavailableError
+from popmq.broker.hop_wire import HOP_ERROR, hop_answer_from_wire
+from popmq.broker.wire import error_from_detail
+from popmq.broker_core import (
+    InvalidArgumentError,
+    NewMessage,
+    PopMQError,
+    SendResult,
+    UnavailableError,
+)
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.cluster.hop_stream import SEND_METHOD
 from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
 from tests.support.brokers import remote, served_broker
 
@@ -192,3 +202,30 @@ def test_a_broker_without_the_send_stream_is_sent_to_by_unary_calls(tmp_path: Pa
             await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_send_stream_request_without_a_send_is_refused_naming_what_it_must_carry(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served:
+            async with grpc.aio.insecure_channel(served.address) as channel:
+                call = channel.stream_stream(
+                    SEND_METHOD,
+                    request_serializer=_as_is,
+                    response_deserializer=_as_is,
+                )()
+                await call.write(b"\x08\x07")  # a HopSendRequest of id 7 and nothing else
+                answer = await call.read()
+                await call.done_writing()
+                request_id, field, payload = hop_answer_from_wire(answer)
+                assert (request_id, field) == (7, HOP_ERROR)
+                error = error_from_detail(pb.ErrorDetail.FromString(payload))
+                assert isinstance(error, InvalidArgumentError)
+                assert "neither send (field 2) nor send_half (field 3)" in str(error)
+
+    asyncio.run(scenario())
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
