@@ -575,6 +575,7 @@ def inspection_to_pb(r: GroupInspection) -> pb.InspectGroupResponse:
             )
             for c in r.consumers
         ],
+        consumer_count=r.consumer_count,
     )
 
 
@@ -619,6 +620,7 @@ def inspection_from_pb(m: pb.InspectGroupResponse) -> GroupInspection:
         consumers=[
             ConsumerInflight(c.client_id, c.count, c.earliest_until_ms) for c in m.consumers
         ],
+        consumer_count=m.consumer_count,
     )
 
 

@@ -69,6 +69,9 @@ SCAN_BUDGET = 8192
 """Offsets a page walks at most in bigger queues, however few of them are in flight."""
 MAX_BLOCKED_HEADS = 100
 """Blocked FIFO heads shown (the longest-held first); `blocked_groups` counts them all."""
+MAX_CONSUMERS = 1000
+"""Per-client in-flight rows shown (the most messages first); `consumer_count` counts them
+all, so that an answer stays small however many client ids hold messages."""
 
 _QUEUE_DONE = 2**63 - 1
 """A page token's offset once a queue was paged to its end."""
@@ -201,8 +204,10 @@ class GroupInspection:
     blocked_groups: int
     """Blocked message groups in all (more than `blocked_heads` shows when above its cap)."""
     consumers: list[ConsumerInflight] = field(default_factory=list)
-    """Every message in flight (not only this page's) per client, the most first; waiting
-    FIFO messages are not counted."""
+    """Every message in flight (not only this page's) per client, the most first, at most
+    MAX_CONSUMERS clients; waiting FIFO messages are not counted."""
+    consumer_count: int = 0
+    """Clients holding messages in all (more than `consumers` shows when above its cap)."""
 
 
 def check_page_size(page_size: int) -> int:
@@ -291,6 +296,7 @@ class Inspection:
         sources = self._sources(info, topics)
         inflight, token = self._inflight_page(sources, size, after)
         heads, blocked = self._blocked_heads(sources)
+        consumers = consumers_inflight([cq for _, _, cq in sources])
         return GroupInspection(
             group=group,
             now_ms=now,
@@ -300,7 +306,8 @@ class Inspection:
             revive=[self.revive_lag(now)],
             blocked_heads=heads,
             blocked_groups=blocked,
-            consumers=consumers_inflight([cq for _, _, cq in sources]),
+            consumers=consumers[:MAX_CONSUMERS],
+            consumer_count=len(consumers),
         )
 
     async def message_history(
@@ -513,7 +520,7 @@ def consumers_inflight(queues: Sequence[ConsumeQueue]) -> list[ConsumerInflight]
 
 def merge_consumers(parts: Iterable[Sequence[ConsumerInflight]]) -> list[ConsumerInflight]:
     """Per-client rows of several brokers as one: counts summed, the earliest deadline kept,
-    the most messages first (then by client id)."""
+    the most messages first (then by client id). All of them: the caller cuts."""
     merged: dict[str, ConsumerInflight] = {}
     for rows in parts:
         for row in rows:
@@ -526,6 +533,16 @@ def merge_consumers(parts: Iterable[Sequence[ConsumerInflight]]) -> list[Consume
                 )
             merged[row.client_id] = row
     return sorted(merged.values(), key=lambda row: (-row.count, row.client_id))
+
+
+def merged_consumer_count(views: Iterable[GroupInspection], merged: int) -> int:
+    """Clients holding messages across brokers whose rows merged into `merged` clients:
+    exact when no broker cut its list; otherwise the most that is certain (a client that
+    holds messages on two brokers is one client, and a cut list does not say which)."""
+    counts = [(v.consumer_count, len(v.consumers)) for v in views]
+    if all(total <= shown for total, shown in counts):
+        return merged
+    return max([merged, *(total for total, _ in counts)])
 
 
 def queue_page(

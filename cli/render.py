@@ -373,7 +373,10 @@ def inspection_tables(group: str, view: GroupInspection) -> None:
     out.print(polls)
     consumers = Table(
         "consumer", "in flight", "earliest visible again",
-        title="in flight per consumer (every page)",
+        title=f"in flight per consumer (every page): {view.consumer_count} client"
+        + ("s" if view.consumer_count != 1 else "")
+        + (f", the {len(view.consumers)} with the most shown"
+           if view.consumer_count > len(view.consumers) else ""),
     )  # fmt: skip
     for c in view.consumers:
         consumers.add_row(

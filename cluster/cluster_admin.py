@@ -42,7 +42,13 @@ from popmq.broker_core import (
     check_name,
 )
 from popmq.broker_core.catalog import KIND_DLQ, dlq_topic_name
-from popmq.broker_core.inspection import check_message_id, check_page_size, merge_consumers
+from popmq.broker_core.inspection import (
+    MAX_CONSUMERS,
+    check_message_id,
+    check_page_size,
+    merge_consumers,
+    merged_consumer_count,
+)
 from popmq.broker_core.types import (
     OffsetChange,
     PeekedMessage,
@@ -609,6 +615,7 @@ class ClusterAdmin:
             if len(inflight) >= size:
                 token = f"{order[i + 1]}/" if i + 1 < len(order) else ""
                 break
+        consumers = merge_consumers(v.consumers for v in views.values())
         return GroupInspection(
             group=group,
             now_ms=max(v.now_ms for v in views.values()),
@@ -630,7 +637,8 @@ class ClusterAdmin:
                 for h in v.blocked_heads
             ],
             blocked_groups=sum(v.blocked_groups for v in views.values()),
-            consumers=merge_consumers(v.consumers for v in views.values()),
+            consumers=consumers[:MAX_CONSUMERS],
+            consumer_count=merged_consumer_count(views.values(), len(consumers)),
         )
 
     async def message_history(

@@ -238,6 +238,7 @@ class Runtime:
                 )
                 for c in view.consumers
             ],
+            consumer_count=view.consumer_count,
             clustered=any(r.broker for r in view.revive),
             next_page="/groups/view?" + urlencode({**here, "token": view.next_page_token})
             if view.next_page_token

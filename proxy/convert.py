@@ -480,6 +480,7 @@ def inspection(view: GroupInspection) -> admin_pb2.InspectGroupResponse:
             )
             for c in view.consumers
         ],
+        consumer_count=view.consumer_count,
     )
 
 

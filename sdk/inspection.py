@@ -274,7 +274,9 @@ class GroupInspection:
         blocked_groups: Blocked FIFO message groups in all.
         now: The server's time when it looked.
         consumers: Every message in flight (not only this page's) per client that popped
-            it, the most first; waiting FIFO messages are not counted.
+            it, the most first, at most 1,000 clients; waiting FIFO messages are not counted.
+        consumer_count: Clients holding messages in all (more than ``consumers`` lists when
+            above its cap).
     """
 
     held_polls: list[HeldPolls]
@@ -285,6 +287,7 @@ class GroupInspection:
     blocked_groups: int
     now: datetime
     consumers: list[ConsumerInflight] = field(default_factory=list)
+    consumer_count: int = 0
 
     @classmethod
     def from_proto(cls, r: admin_pb2.InspectGroupResponse) -> GroupInspection:
@@ -298,4 +301,5 @@ class GroupInspection:
             blocked_groups=r.blocked_groups,
             now=datetime_from_timestamp(r.now),
             consumers=[ConsumerInflight.from_proto(c) for c in r.consumers],
+            consumer_count=r.consumer_count,
         )

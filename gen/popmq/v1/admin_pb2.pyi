@@ -503,7 +503,7 @@ class BlockedHead(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class InspectGroupResponse(_message.Message):
-    __slots__ = ("held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "now", "consumers")
+    __slots__ = ("held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "now", "consumers", "consumer_count")
     HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -512,6 +512,7 @@ class InspectGroupResponse(_message.Message):
     BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_COUNT_FIELD_NUMBER: _ClassVar[int]
     held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
     inflight: _containers.RepeatedCompositeFieldContainer[InflightMessage]
     next_page_token: str
@@ -520,7 +521,8 @@ class InspectGroupResponse(_message.Message):
     blocked_groups: int
     now: _timestamp_pb2.Timestamp
     consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInflight]
-    def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ...) -> None: ...
+    consumer_count: int
+    def __init__(self, held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Iterable[_Union[ReviveLag, _Mapping]]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., now: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ..., consumer_count: _Optional[int] = ...) -> None: ...
 
 class GetMessageHistoryRequest(_message.Message):
     __slots__ = ("topic", "message_id", "group")

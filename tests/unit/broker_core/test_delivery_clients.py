@@ -12,7 +12,13 @@ from popmq.broker_core import InvalidArgumentError
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import GroupDefaults
 from popmq.broker_core.consume_queue import ConsumeQueue
-from popmq.broker_core.inspection import ConsumerInflight, merge_consumers
+from popmq.broker_core.inspection import (
+    MAX_CONSUMERS,
+    ConsumerInflight,
+    GroupInspection,
+    merge_consumers,
+    merged_consumer_count,
+)
 from popmq.broker_core.pop.checkpoint import Checkpoint
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, settle
@@ -181,3 +187,37 @@ def test_per_broker_consumer_rows_merge_into_one_row_per_client() -> None:
         ConsumerInflight("b", 3, 90),
         ConsumerInflight("", 1, 10),
     ]
+
+
+def test_the_per_consumer_summary_shows_the_clients_with_the_most_and_counts_them_all(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            clients = MAX_CONSUMERS + 2
+            await broker.send([NewMessage("orders", b"x") for _ in range(clients + 1)])
+            for i in range(clients):
+                await broker.pop("g", "orders", max_messages=1 + (i == 0), wait_s=0,
+                                 client_id=f"c{i:05d}")  # fmt: skip
+            view = await broker.inspect_group("g", page_size=1)
+            assert view.consumer_count == clients
+            assert len(view.consumers) == MAX_CONSUMERS
+            assert view.consumers[0] == ConsumerInflight("c00000", 2, view.consumers[0].
+                                                         earliest_until_ms)  # fmt: skip
+            assert [c.client_id for c in view.consumers[1:3]] == ["c00001", "c00002"]
+
+    asyncio.run(scenario())
+
+
+def test_merged_brokers_count_their_clients_exactly_unless_a_list_was_cut() -> None:
+    def view(clients: list[str], total: int) -> GroupInspection:
+        rows = [ConsumerInflight(c, 1, 5) for c in clients]
+        return GroupInspection("g", 0, [], [], "", [], [], 0, rows, total)
+
+    whole = [view(["a", "b"], 2), view(["b", "c"], 2)]
+    merged = merge_consumers(v.consumers for v in whole)
+    assert merged_consumer_count(whole, len(merged)) == 3  # b holds messages on both
+    cut = [view(["a", "b"], 7), view(["b", "c"], 2)]
+    merged = merge_consumers(v.consumers for v in cut)
+    assert merged_consumer_count(cut, len(merged)) == 7  # at least the cut broker's 7

@@ -1407,7 +1407,7 @@ class BlockedHead(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., message_group: _Optional[str] = ..., offset: _Optional[int] = ..., message_id: _Optional[str] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ..., delivered: _Optional[bool] = ..., waiting: _Optional[int] = ...) -> None: ...
 
 class InspectGroupResponse(_message.Message):
-    __slots__ = ("group", "now_ms", "held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "consumers")
+    __slots__ = ("group", "now_ms", "held_polls", "inflight", "next_page_token", "revive", "blocked_heads", "blocked_groups", "consumers", "consumer_count")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     HELD_POLLS_FIELD_NUMBER: _ClassVar[int]
@@ -1417,6 +1417,7 @@ class InspectGroupResponse(_message.Message):
     BLOCKED_HEADS_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_GROUPS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_COUNT_FIELD_NUMBER: _ClassVar[int]
     group: str
     now_ms: int
     held_polls: _containers.RepeatedCompositeFieldContainer[HeldPolls]
@@ -1426,7 +1427,8 @@ class InspectGroupResponse(_message.Message):
     blocked_heads: _containers.RepeatedCompositeFieldContainer[BlockedHead]
     blocked_groups: int
     consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInflight]
-    def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ...) -> None: ...
+    consumer_count: int
+    def __init__(self, group: _Optional[str] = ..., now_ms: _Optional[int] = ..., held_polls: _Optional[_Iterable[_Union[HeldPolls, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., revive: _Optional[_Union[ReviveLag, _Mapping]] = ..., blocked_heads: _Optional[_Iterable[_Union[BlockedHead, _Mapping]]] = ..., blocked_groups: _Optional[int] = ..., consumers: _Optional[_Iterable[_Union[ConsumerInflight, _Mapping]]] = ..., consumer_count: _Optional[int] = ...) -> None: ...
 
 class GetMessageHistoryRequest(_message.Message):
     __slots__ = ("topic", "message_id", "group")
