@@ -30,6 +30,7 @@ from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
+from popmq.broker_core import MAX_SEND_MESSAGES, check_count
 from popmq.broker_core.api import BrokerAPI
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.errors import (
@@ -367,6 +368,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 f"broker {self.name!r} ({type(broker).__name__}) cannot look up sends"
             )
         ids, dedup_ids = request.message_ids, request.dedup_ids
+        # A lookup names one send's messages: as many as a send may carry.
+        check_count("message_ids", len(ids), MAX_SEND_MESSAGES, "ids")
         if dedup_ids and len(dedup_ids) != len(ids):
             raise InvalidArgumentError(
                 f"LookupSends has {len(ids)} message_ids and {len(dedup_ids)} dedup_ids: "
