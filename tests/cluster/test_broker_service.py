@@ -223,7 +223,9 @@ def test_errors_keep_their_class_and_fields_across_the_wire(tmp_path: Path) -> N
                 with pytest.raises(InvalidArgumentError):
                     api.server_info().pop_arguments(max_messages=999, invisible_s=30, wait_s=0)
                 # A lookup of sends names at most one send's messages.
-                with pytest.raises(InvalidArgumentError, match="at most 1024 are allowed") as lookup_size:
+                with pytest.raises(
+                    InvalidArgumentError, match="at most 1024 are allowed"
+                ) as lookup_size:
                     await api.lookup_sends("orders", [(f"id{i}", "") for i in range(1025)])
                 assert lookup_size.value.field == "message_ids"
                 assert await api.lookup_sends("orders", [("id0", "")]) == [False]
