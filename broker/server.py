@@ -334,6 +334,8 @@ class BrokerServer:
         if self._server is not None:
             server, self._server = self._server, None
             self.broker.release_waiters()
+            if self.servicer is not None:
+                self.servicer.end_streams()  # the proxies' hop streams never end by themselves
             await server.stop(self.config.shutdown_grace_s)
         if self.tls is not None:
             await self.tls.close()

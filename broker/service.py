@@ -132,6 +132,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.reads_from: Callable[[], Awaitable[BrokerAPI]] | None = None
         """While following: what serves the calls that only read (a read-only view of the
         follower's copy, replication/replica.py); None refuses them too."""
+        self._streams_ending = asyncio.Event()
+
+    def end_streams(self) -> None:
+        """The server is stopping: HopStream and HopSend calls read no more requests, answer
+        the ones they read and end, so that a stop does not wait its whole grace for streams
+        that never end by themselves. A proxy fails what it wrote after that as unanswered
+        and asks again on a new stream (here refused, so elsewhere: cluster/hop_stream.py)."""
+        self._streams_ending.set()
 
     def serve(self, broker: BrokerAPI) -> None:
         """Serve another broker core (a replica that became its shard's leader)."""
@@ -489,7 +497,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         async def answer(request: pb.HopStreamRequest) -> bytes | None:
             return hop_wire.hop_answer(request.id, *await self._hop_answer(request))
 
-        await _serve_stream(requests, context, answer)
+        await _serve_stream(requests, context, answer, self._streams_ending)
 
     async def HopSend(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -498,7 +506,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         request arrives as its HopSendRequest bytes, its messages read by send_wire.py. Its
         headers go first: the proxy writes nothing before them (cluster/hop_stream.py)."""
         await context.send_initial_metadata(())
-        await _serve_stream(requests, context, self._hop_send_answer)
+        await _serve_stream(requests, context, self._hop_send_answer, self._streams_ending)
 
     async def _hop_send_answer(self, data: bytes) -> bytes | None:
         """The HopSendResponse bytes answering the HopSendRequest `data`; None for bytes that
@@ -734,9 +742,12 @@ async def _serve_stream(
     requests: AsyncIterator[_Req],
     context: grpc.aio.ServicerContext,
     answer: Callable[[_Req], Awaitable[bytes | None]],
+    ending: asyncio.Event,
 ) -> None:
     """Serve a HopStream or HopSend call: each request runs as its own task, as its unary
-    call would, and its `answer` (response bytes) is written when ready, in that order."""
+    call would, and its `answer` (response bytes) is written when ready, in that order. Once
+    `ending` is set (the server stops) no more requests are read; the call ends when the
+    ones read are answered."""
     # Answers ready to write, None once the requests have ended and every task is done.
     answers: asyncio.Queue[bytes | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
@@ -746,11 +757,24 @@ async def _serve_stream(
         if data is not None:
             answers.put_nowait(data)
 
-    async def read() -> None:
+    async def spawn() -> None:
         async for request in requests:
             task = asyncio.ensure_future(serve(request))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+
+    async def read() -> None:
+        reading = asyncio.ensure_future(spawn())
+        stopping = asyncio.ensure_future(ending.wait())
+        try:
+            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not reading.done():
+                reading.cancel()
+                await asyncio.wait({reading})
+        if not reading.cancelled():
+            reading.result()  # raises what ended the reading, if anything did
         while tasks:
             await asyncio.wait(set(tasks))
         answers.put_nowait(None)

@@ -591,9 +591,10 @@ class ReplicaServer:
             server, self._server = self._server, None
             stopping = asyncio.ensure_future(server.stop(self.config.shutdown_grace_s))
             await asyncio.sleep(0)  # the server takes no new call from here
+            # The followers' streams and the proxies' hop streams never end by themselves:
+            # without this, a leader's stop would always wait the whole grace for them.
+            self.servicer.end_streams()
             if self.log is not None:
-                # The followers' streams never end by themselves: without this, a leader's
-                # stop would always wait the whole grace for them.
                 self.log.close_streams()
             await stopping
         if self._roles is not None:

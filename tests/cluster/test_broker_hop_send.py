@@ -229,3 +229,25 @@ def test_a_send_stream_request_without_a_send_is_refused_naming_what_it_must_car
 
 def _as_is(data: bytes) -> bytes:
     return data
+
+
+def test_a_stopping_broker_ends_the_hop_streams_instead_of_waiting_its_grace(
+    tmp_path: Path,
+) -> None:
+    # A proxy's HopSend and HopStream never end by themselves: a broker's stop would wait
+    # its whole grace for them (30 s here) unless it ends them.
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served:
+            async with remote(served.address) as api:
+                await api.create_topic("orders", 1)
+                await api.create_group("g")
+                await api.send([NewMessage("orders", b"x")])  # opens HopSend
+                (popped,) = await api.pop("g", "orders", wait_s=0)  # opens HopStream
+                served.servicer.end_streams()
+                await asyncio.wait_for(served.server.stop(30.0), timeout=20.0)
+                with pytest.raises(PopMQError) as after:
+                    await api.send([NewMessage("orders", b"y")])
+                assert after.value.retriable
+                assert popped.receipt_handle
+
+    asyncio.run(scenario())
