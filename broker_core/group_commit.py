@@ -8,7 +8,9 @@ concurrent sends cost one fsync, not one each.
 The WriteBatch is written on the event loop thread without sync (memtable plus the WAL in
 the page cache: tens of microseconds). The fsync runs on a thread of its own through
 `Store.sync_wal`, which releases the GIL, while the loop keeps serving; jobs submitted
-meanwhile wait and go out together as the next batch once it returns. One sync is in flight
+meanwhile wait and go out together as the next batch once it returns, and so does a flush
+asked for meanwhile with no job (`request_flush`: flush hooks' offsets and checkpoints),
+which would otherwise wait for the next job to come. One sync is in flight
 at a time, so the batch grows with the disk's fsync latency (classic group commit). A
 synced write itself (`write(sync=True)`) would hold the GIL through the fsync and stall
 the loop (tools/gil_probe.py shows both). A lone job with no contention (one job in the
@@ -84,6 +86,10 @@ class GroupCommitWriter:
         self._scheduled = False
         # A written batch waiting for its fsync; the next flush starts when it is done.
         self._syncing = False
+        # A flush was asked for (jobs or hooks' changes) while the fsync was in flight: the
+        # flush after it must run even with no job pending, or hooks' changes (acks' offsets,
+        # persisted checkpoints) would wait for some later job.
+        self._wanted = False
         self._sync_thread = concurrent.futures.ThreadPoolExecutor(1, "popmq-wal-sync")
         # Whether writes queued behind the last fsync on the thread (see flush).
         self._contended = False
@@ -142,7 +148,9 @@ class GroupCommitWriter:
         self._schedule(asyncio.get_running_loop())
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._scheduled and not self._syncing:
+        if self._syncing:
+            self._wanted = True
+        elif not self._scheduled:
             self._scheduled = True
             loop.call_soon(self.flush)
 
@@ -220,6 +228,7 @@ class GroupCommitWriter:
         synced: bool = True,
     ) -> None:
         self._syncing = False
+        wanted, self._wanted = self._wanted, False
         # Writes arrived during this fsync: keep the next one off the loop too.
         self._contended = bool(self._pending)
         exc = done.exception()
@@ -232,7 +241,7 @@ class GroupCommitWriter:
                 log.error("WAL sync failed unexpectedly", exc_info=exc)
                 exc = OutcomeUnknownError(f"the store could not sync ({exc!r}); retry later")
             self._sync_failed(jobs, exc)
-        if self._pending:
+        if wanted or self._pending:
             self._schedule(asyncio.get_running_loop())
 
     def _sync_failed(self, jobs: list[_Job], exc: PopMQError) -> None:

@@ -47,13 +47,17 @@ async def _proxy_killed(cluster: Cluster) -> None:
         await admin.create_topic(topic, queues=2)
     log = SendLog()
     stop = asyncio.Event()
+    # Set once the send loop has returned: no send is in flight and the receipts are final.
+    # Stopping is not enough: a send in flight when `stop` is set is acknowledged after it,
+    # and a consumer that compared with the receipts before then would miss that message.
+    sends_over = asyncio.Event()
     received: list[tuple[float, ReceivedMessage]] = []
     seen: set[str] = set()
     receive_errors: Counter[str] = Counter()
 
     async def consume(consumer: AsyncSimpleConsumer) -> None:
-        """Receive and ack until the sends stopped and every acknowledged id came."""
-        while not stop.is_set() or not seen >= log.receipts.keys():
+        """Receive and ack until the sends are over and every acknowledged id came."""
+        while not sends_over.is_set() or not seen >= log.receipts.keys():
             try:
                 batch = await consumer.receive(max_messages=32, invisible_duration_s=4, wait_s=1)
             except PopMQError as exc:
@@ -88,7 +92,10 @@ async def _proxy_killed(cluster: Cluster) -> None:
         await asyncio.sleep(4.0)
         stopped_at = time.monotonic()
         stop.set()
-        await sender
+        try:
+            await sender
+        finally:
+            sends_over.set()
         try:
             await asyncio.wait_for(receiver, 40)
         except TimeoutError:

@@ -13,6 +13,7 @@ from popmq.broker_core import keys
 from popmq.broker_core.errors import UnavailableError
 from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import Batch, Store
+from tests.support.waiting import until
 
 TOPIC, QUEUE = 1, 0
 
@@ -315,3 +316,45 @@ def test_committed_does_not_run_for_a_batch_whose_fsync_failed(
 
     asyncio.run(scenario())
     assert committed == []
+
+
+def test_a_flush_requested_during_an_fsync_runs_after_it_without_a_job_to_carry_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a flush hook holds (acks' consumer offsets, persisted checkpoints) asks for a
+    flush with no job of its own: asked while an fsync is in flight, that flush still comes
+    once the fsync is done, not only when some later job happens to be submitted."""
+    release = threading.Event()
+    syncing = threading.Event()
+    real_sync = store.sync_wal
+
+    def slow_sync() -> None:
+        syncing.set()
+        assert release.wait(10)
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", slow_sync)
+    dirty: list[bytes] = []
+
+    def hook(batch: Batch) -> None:
+        for key in dirty:
+            batch.put("meta", key, b"written")
+        dirty.clear()
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        writer.add_flush_hook(hook)
+        first = [writer.submit(_append(b"a"), sync=True) for _ in range(2)]
+        assert await asyncio.to_thread(syncing.wait, 10)
+        dirty.append(b"acked-offset")
+        writer.request_flush()
+        release.set()
+        assert await asyncio.gather(*first) == [0, 1]
+        await until(
+            lambda: store.get("meta", b"acked-offset") == b"written",
+            "the flush requested during the fsync",
+            10.0,
+        )
+        writer.close()
+
+    asyncio.run(scenario())
