@@ -22,3 +22,26 @@ def test_a_port_someone_listens_on_is_skipped() -> None:
         listener.listen()
         given = free_port()
         assert given != taken + 1
+
+
+def test_a_port_claimed_by_another_process_is_skipped() -> None:
+    # Another run of the suite (same worker block) holds its ports' claims while its servers
+    # are down for a restart, when no probe would see them taken.
+    import subprocess
+    import sys
+
+    taken = free_port()
+    code = (
+        "import sys, time; from tests.support.ports import _claim; "
+        f"assert _claim({taken + 1}); print('held', flush=True); time.sleep(60)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        given = free_port()
+        assert given != taken + 1
+    finally:
+        other.kill()
+        other.wait()
+        if other.stdout is not None:
+            other.stdout.close()
