@@ -60,6 +60,7 @@ from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.coordination import LocalCoordinator
+from popmq.proxy.ack_request import AckRequest
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.messaging import MessagingServicer
 from popmq.proxy.pop_stream import ack_answer, pop_answer
@@ -78,6 +79,7 @@ WATCHED = (
     "popmq.broker_core.pop.reader",
     "popmq.broker_core.pop.ack",
     "popmq.proxy.convert",
+    "popmq.proxy.ack_request",
 )
 """Modules whose build (compiled or pure) ``--which`` reports."""
 
@@ -114,9 +116,9 @@ class _Workload:
         ack = messaging_pb2.AckRequest(
             group=GROUP, receipt_handles=[m.receipt_handle for m in wire.messages]
         )
-        ack = messaging_pb2.AckRequest.FromString(ack.SerializeToString())
-        outcomes = await self.servicer.start_ack(ack)
-        ack_answer(ack.receipt_handles, outcomes)  # the method's answer
+        read = AckRequest.FromString(ack.SerializeToString())  # the method's deserializer
+        outcomes = await self.servicer.start_ack(read)
+        ack_answer(read.receipt_handles, outcomes)  # the method's answer
         failed = [error for error in outcomes if error is not None]
         if failed:
             raise RuntimeError(f"an ack failed: {failed[0]}")

@@ -39,6 +39,7 @@ from popmq.broker_core import (
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
+from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.health import LateServices
@@ -47,6 +48,7 @@ from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
     AckedPop,
     AckOutcomes,
+    AnyAckRequest,
     GiveBack,
     PopResult,
     PopStreamSession,
@@ -242,7 +244,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     async def PopStream(
         self,
-        request_iterator: AsyncIterable[messaging_pb2.PopStreamRequest],
+        request_iterator: AsyncIterable[PopStreamRequest],
         context: grpc.aio.ServicerContext,
     ) -> None:
         """Many pops over one stream, each served as `Pop` serves it (proxy/pop_stream.py)."""
@@ -264,13 +266,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             self._streams.discard(session)
 
     @rpc
-    async def Ack(
-        self, request: messaging_pb2.AckRequest, context: grpc.aio.ServicerContext
-    ) -> bytes:
+    async def Ack(self, request: AnyAckRequest, context: grpc.aio.ServicerContext) -> bytes:
         """Answers an AckResponse's bytes (pop_stream.ack_answer)."""
         return ack_answer(request.receipt_handles, await self.start_ack(request))
 
-    def start_ack(self, request: messaging_pb2.AckRequest) -> Coroutine[Any, Any, AckOutcomes]:
+    def start_ack(self, request: AnyAckRequest) -> Coroutine[Any, Any, AckOutcomes]:
         """The broker's ack coroutine for an Ack (not yet started): the one path of the Ack
         RPC and of each ack of a PopStream."""
         check_count("receipt_handles", len(request.receipt_handles), MAX_HANDLES)
@@ -700,9 +700,11 @@ ENCODED_ANSWERS = frozenset({"SendMessages", "SendStream", "Pop", "PopStream", "
 WIRE_REQUESTS: dict[str, Callable[[bytes], object]] = {
     "SendMessages": SendRequest.FromString,
     "SendStream": SendStreamRequest.FromString,
+    "Ack": AckRequest.FromString,
+    "PopStream": PopStreamRequest.FromString,
 }
-"""MessagingService methods whose requests are read from their bytes by send_request.py
-instead of the generated classes, and their readers."""
+"""MessagingService methods whose requests are read from their bytes by send_request.py and
+ack_request.py instead of the generated classes, and their readers."""
 
 
 def add_messaging_service(servicer: MessagingServicer, server: LateServices) -> None:

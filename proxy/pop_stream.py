@@ -46,6 +46,7 @@ import grpc
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage, length_delimited, varint
 from popmq.proxy import convert
+from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (
     ANSWER_BYTES,
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "MAX_UNWRITTEN_BYTES",
     "AckedPop",
+    "AnyAckRequest",
     "GiveBack",
     "Observe",
     "PopResult",
@@ -106,7 +108,11 @@ StartPop = Callable[
 """Validates a PopRequest (raising the broker's error) and returns its pop coroutine; the
 third argument bounds the bytes the pop may take (None: a whole answer), the last reserves
 more when the first message found does not fit them (BrokerAPI.pop's `reserve`)."""
-StartAck = Callable[[messaging_pb2.AckRequest], Coroutine[Any, Any, AckOutcomes]]
+AnyAckRequest = messaging_pb2.AckRequest | AckRequest
+"""An ack: as read from its bytes (proxy/ack_request.py), or a generated message."""
+PopOrAck = messaging_pb2.PopRequest | AnyAckRequest
+"""What a PopStream runs: anything not a PopRequest is an ack."""
+StartAck = Callable[[AnyAckRequest], Coroutine[Any, Any, AckOutcomes]]
 """Returns the broker's ack coroutine for an AckRequest."""
 
 
@@ -190,7 +196,7 @@ def pop_answer(request: messaging_pb2.PopRequest, result: PopResult) -> bytes:
 
 class PopStreamSession(
     StreamSession[
-        messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        PopOrAck,
         messaging_pb2.PopStreamResponse,
         PopResult | AckOutcomes,
     ]
@@ -230,7 +236,7 @@ class PopStreamSession(
         if observe_ack is not None and not self._peer:
             self._peer = context.peer()
 
-    def _on_request(self, request: messaging_pb2.PopStreamRequest) -> bool:
+    def _on_request(self, request: messaging_pb2.PopStreamRequest | PopStreamRequest) -> bool:
         request_id = request.request_id
         action = request.WhichOneof("action")
         running = self._by_id
@@ -294,13 +300,13 @@ class PopStreamSession(
         waited = time.perf_counter() - began
         return max(0.0, pop.long_polling_timeout.ToTimedelta().total_seconds() - waited)
 
-    def _at_once(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> bool:
+    def _at_once(self, request: PopOrAck) -> bool:
         # Not a pop with acks: run again, it would apply them again.
         return type(request) is messaging_pb2.PopRequest and not request.ack_receipt_handles
 
     def _again(
         self,
-        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        request: PopOrAck,
         result: PopResult | AckOutcomes,
         began: float,
     ) -> bool:
@@ -309,20 +315,20 @@ class PopStreamSession(
         left = self._wait_left(request, began)
         return left is None or left > 0.001
 
-    def _admitted(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> int | None:
+    def _admitted(self, request: PopOrAck) -> int | None:
         if type(request) is not messaging_pb2.PopRequest:
             return None  # an ack takes no message
         # A pop that carries acks is not run twice (its acks would be): it starts only with
         # a whole answer's worth, never as a probe.
         return ANSWER_BYTES if request.ack_receipt_handles else 0
 
-    def _restartable(self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest) -> bool:
+    def _restartable(self, request: PopOrAck) -> bool:
         # A pop takes nothing until it returns; an ack is answered with its results, always.
         return type(request) is messaging_pb2.PopRequest
 
     def _carried(
         self,
-        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        request: PopOrAck,
         result: PopResult | AckOutcomes,
     ) -> object:
         if self._giver is None or type(request) is not messaging_pb2.PopRequest:
@@ -330,15 +336,13 @@ class PopStreamSession(
         popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
         return [m.receipt_handle for m in popped] or None  # the handles, not the records
 
-    def _abandon(
-        self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest, carried: object
-    ) -> None:
+    def _abandon(self, request: PopOrAck, carried: object) -> None:
         if self._giver is not None:
             self._giver(cast(messaging_pb2.PopRequest, request).group, cast(list[str], carried))
 
     def _give_back(
         self,
-        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        request: PopOrAck,
         result: PopResult | AckOutcomes,
     ) -> bool:
         carried = self._carried(request, result)
@@ -347,10 +351,8 @@ class PopStreamSession(
         self._abandon(request, carried)
         return True
 
-    def _observer(
-        self, request: messaging_pb2.PopRequest | messaging_pb2.AckRequest
-    ) -> Observe | None:
-        if type(request) is messaging_pb2.AckRequest:
+    def _observer(self, request: PopOrAck) -> Observe | None:
+        if type(request) is not messaging_pb2.PopRequest:
             return self._observe_ack
         return self._observe
 
@@ -360,17 +362,20 @@ class PopStreamSession(
     def _encoded(
         self,
         request_id: int,
-        request: messaging_pb2.PopRequest | messaging_pb2.AckRequest,
+        request: PopOrAck,
         result: PopResult | AckOutcomes,
     ) -> bytes | None:
         # PopStreamResponse: request_id = 1, then pop = 2 or ack = 4 (present even when
         # empty).
-        if type(request) is messaging_pb2.AckRequest:
-            answer = ack_answer(request.receipt_handles, cast(AckOutcomes, result))
+        if type(request) is not messaging_pb2.PopRequest:
+            ack = cast(AnyAckRequest, request)
+            answer = ack_answer(ack.receipt_handles, cast(AckOutcomes, result))
             tag = _ACK_TAG
         else:
-            pop = cast(messaging_pb2.PopRequest, request)
+            pop = request
             answer = pop_answer(pop, cast(PopResult, result))
             tag = _POP_TAG
-        head = _REQUEST_ID_TAG + varint(request_id) if request_id else b""
-        return head + length_delimited(tag, answer)
+        # One copy of the answer (a pop's is some 35 KB), not one a concatenation.
+        if request_id:
+            return b"".join((_REQUEST_ID_TAG, varint(request_id), tag, varint(len(answer)), answer))
+        return b"".join((tag, varint(len(answer)), answer))

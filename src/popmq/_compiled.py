@@ -42,6 +42,7 @@ MODULES = (
     # index and key encodings each message goes through.
     "popmq.proxy.messaging",
     "popmq.proxy.send_request",
+    "popmq.proxy.ack_request",
     "popmq.proxy.convert",
     "popmq.proxy.send_stream",
     "popmq.proxy.pop_stream",

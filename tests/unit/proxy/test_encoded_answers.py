@@ -12,6 +12,7 @@ from popmq.broker_core import (
     PopMQError,
     PoppedMessage,
     SendResult,
+    received_message_wire,
 )
 from popmq.proxy import convert
 from popmq.proxy.pop_stream import AckedPop, ack_answer, pop_answer
@@ -88,3 +89,41 @@ def test_ack_results_cross_as_the_objects_carry_them() -> None:
     assert messaging_pb2.AckResponse.FromString(wire) == expected
     assert wire == expected.SerializeToString()
     assert ack_answer([], []) == b""
+
+
+def test_an_answer_of_many_queues_topics_and_deadlines_crosses_whole() -> None:
+    """What messages share is encoded once and reused only while it stays the same: an
+    answer whose topic, queue, invisible-until and handle length change from message to
+    message (queue 0 and offset 0 included) is each message's own delivery, in order."""
+    popped = []
+    for i, (topic, queue_id, until) in enumerate(
+        [("orders", 1, 30_000), ("orders", 1, 30_000), ("orders", 0, 30_000),
+         ("délais", 0, 30_000), ("délais", 2, 45_001), ("orders", 2, 45_001),
+         ("orders", 2, 30_000)]
+    ):  # fmt: skip
+        record = records_pb2.StoredMessage(
+            message_id=f"id-{i}", body=b"b" * i, born_time_ms=1000 + i, store_time_ms=2000,
+            delivery_attempt=i,
+        )  # fmt: skip
+        data = record.SerializeToString()
+        handle = "broker-a." + "h" * (300 if i == 4 else i)  # one handle over 255 bytes
+        popped.append(PoppedMessage(topic, queue_id, i, MessageRecord(record, data), handle, until))
+    expected = messaging_pb2.PopResponse()
+    convert.received_messages(expected.messages, popped)
+    wire = convert.received_messages_wire(popped)
+    assert messaging_pb2.PopResponse.FromString(wire) == expected
+    one_by_one = b"".join(
+        received_message_wire(
+            m.record.to_bytes(),
+            field_tag=b"\x0a",
+            topic=m.topic.encode(),
+            queue_id=m.queue_id,
+            offset=m.offset,
+            receipt_handle=m.receipt_handle,
+            invisible_until_ms=m.invisible_until_ms,
+        )
+        for m in popped
+    )
+    assert wire == one_by_one
+    assert len(wire) == expected.ByteSize()
+    assert convert.received_messages_wire([]) == b""
