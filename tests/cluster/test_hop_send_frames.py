@@ -55,8 +55,13 @@ class _Watched(BrokerServicer):
         super().__init__(broker)
         self.answers_frames = answers_frames
         self.frames: list[int] = []
+        self.accepting = asyncio.Event()
+        """Cleared: the call is not accepted (no headers) until it is set again."""
+        self.accepting.set()
 
     async def HopSend(self, requests: AsyncIterator[bytes], context: Any) -> None:
+        await self.accepting.wait()
+
         async def noted() -> AsyncIterator[bytes]:
             async for data in requests:
                 parts = frame_from_wire(REQUEST_FRAME_KEY, data)
@@ -175,19 +180,34 @@ def test_a_send_that_times_out_waiting_for_a_frame_was_not_sent_and_is_never_sto
         async with _served(tmp_path / "b") as (broker, servicer, address):
             async with remote(address, call_timeout_s=1.0) as api:
                 await api.create_topic("orders", 1)
-                await api.send([NewMessage("orders", b"opens the stream")])
-                held, release, stored_first = _held_first_send(broker)
-                first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
-                await held.wait()
+                # The broker takes the call but does not accept it yet: nothing is written.
+                servicer.accepting.clear()
                 with pytest.raises(BrokerUnansweredError) as waited:
                     await api.send([NewMessage("orders", b"waited")])
                 assert not may_be_stored(waited.value)
+                servicer.accepting.set()
+                (after,) = await api.send([NewMessage("orders", b"after")])
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert [m.record.body for m in stored] == [b"after"]
+                assert after.offset == 0
+                assert servicer.frames == [1]
+
+    asyncio.run(scenario())
+
+
+def test_a_send_in_a_frame_that_is_not_answered_may_be_stored(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b") as (broker, servicer, address):
+            async with remote(address, call_timeout_s=1.0) as api:
+                await api.create_topic("orders", 1)
+                await api.send([NewMessage("orders", b"opens the stream")])
+                _, release, stored_first = _held_first_send(broker)
                 with pytest.raises(BrokerUnansweredError) as in_flight:
-                    await first
+                    await api.send([NewMessage("orders", b"first")])
                 assert may_be_stored(in_flight.value)
                 release.set()
-                # The frame in flight is stored after all; the waiting send never left.
                 await stored_first.wait()
+                # Stored after all; a send after it goes in a frame of its own at once.
                 (after,) = await api.send([NewMessage("orders", b"after")])
                 stored = await broker.peek("orders", queue_id=0, max_messages=8)
                 assert [m.record.body for m in stored] == [b"opens the stream", b"first", b"after"]
