@@ -12,7 +12,7 @@ ready, each as its unary call would have answered (hop_wire.py).
 
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
 `RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
-soon as it is made, never held for others to join it: a lone send pays no wait.
+soon as it is made, never held for others to join it (sends do join, in frames: hop_send.py).
 
 Sends have a stream of their own so that a broker without it says so (UNIMPLEMENTED) before
 it reads anything: a send it did not understand must be known not stored (send_outcome.py).
