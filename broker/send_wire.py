@@ -14,7 +14,13 @@ know, as protobuf does, and raise ValueError on bytes that do not parse (the bro
 INVALID_ARGUMENT).
 
 The field numbers here must follow protos/popmq/broker/v1/broker.proto (NewMessage,
-SendRequest, SendHalfRequest, SendResult, SendResponse).
+SendRequest, SendHalfRequest, SendResult, SendResponse, HopSendRequest.frame,
+HopSendResponse.frame).
+
+Frames: concurrent sends to one broker travel together as one HopSendRequest whose `frame`
+holds each as a HopSendRequest of its own, answered by one HopSendResponse whose `frame`
+holds each one's answer (cluster/hop_send.py): the stream's per-message price is paid once
+per frame. Only a broker whose HopSend headers carry `FRAMES_HEADER` is sent frames.
 """
 
 from __future__ import annotations
@@ -51,6 +57,44 @@ _QUEUE_ID_TAG: Final = b"\x68"
 _KEY_TAG: Final = b"\x0a"
 _VALUE_TAG: Final = b"\x12"
 _DOUBLE: Final = struct.Struct("<d")
+REQUEST_FRAME_KEY: Final = 0x22
+"""HopSendRequest.frame's key: field 4, length-delimited."""
+ANSWER_FRAME_KEY: Final = 0x2A
+"""HopSendResponse.frame's key: field 5, length-delimited."""
+FRAMES_HEADER: Final = "popmq-hop-frames"
+"""The HopSend header (initial metadata) of a broker that answers frames; its value "1"."""
+
+
+def frame_wire(key: int, parts: Sequence[bytes]) -> bytes:
+    """The HopSendRequest (`key` REQUEST_FRAME_KEY) or HopSendResponse (ANSWER_FRAME_KEY)
+    whose frame holds `parts`, each a HopSendRequest's or HopSendResponse's bytes."""
+    tag = bytes((key,))
+    out: list[bytes] = []
+    for part in parts:
+        out.append(tag)
+        out.append(varint(len(part)))
+        out.append(part)
+    return b"".join(out)
+
+
+def frame_from_wire(key: int, data: bytes) -> list[bytes] | None:
+    """The parts of the frame `data` (field `key`: REQUEST_FRAME_KEY or ANSWER_FRAME_KEY),
+    or None when `data` is a request or answer of its own (its first field is not the
+    frame). Raises ValueError when it does not parse, or when a frame carries anything but
+    its parts."""
+    if not data or data[0] != key:
+        return None
+    parts: list[bytes] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        field, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, field, end)
+        if field != key:
+            raise ValueError(f"a frame carries field {field >> 3} besides its parts")
+        parts.append(data[start:stop])
+        pos = stop
+    return parts
 
 
 def _text(tag: bytes, value: str, fields: list[bytes]) -> None:

@@ -504,9 +504,26 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> None:
         """Sends and half sends on one stream, served as HopStream serves pops and acks; each
         request arrives as its HopSendRequest bytes, its messages read by send_wire.py. Its
-        headers go first: the proxy writes nothing before them (cluster/hop_stream.py)."""
-        await context.send_initial_metadata(())
-        await _serve_stream(requests, context, self._hop_send_answer, self._streams_ending)
+        headers go first: the proxy writes nothing before them (cluster/hop_stream.py), and
+        they say that frames of requests are answered (send_wire.py)."""
+        await context.send_initial_metadata(((send_wire.FRAMES_HEADER, "1"),))
+        await _serve_stream(requests, context, self._hop_send_frame, self._streams_ending)
+
+    async def _hop_send_frame(self, data: bytes) -> bytes | None:
+        """The answer to a HopSendRequest: to a frame, a frame of its requests' answers once
+        they are all ready (each request stored, or refused, on its own, as if it had come
+        alone); to a request of its own, its answer."""
+        try:
+            parts = send_wire.frame_from_wire(send_wire.REQUEST_FRAME_KEY, data)
+        except ValueError:
+            log.exception("a proxy sent a malformed HopSendRequest frame")
+            return None
+        if parts is None:
+            return await self._hop_send_answer(data)
+        answers = await asyncio.gather(*map(self._hop_send_answer, parts))
+        return send_wire.frame_wire(
+            send_wire.ANSWER_FRAME_KEY, [a for a in answers if a is not None]
+        )
 
     async def _hop_send_answer(self, data: bytes) -> bytes | None:
         """The HopSendResponse bytes answering the HopSendRequest `data`; None for bytes that

@@ -12,7 +12,7 @@ ready, each as its unary call would have answered (hop_wire.py).
 
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
 `RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
-soon as it is made, never held for others to join it: a lone send pays no wait.
+soon as it is made, never held for others to join it (sends do join, in frames: hop_send.py).
 
 Sends have a stream of their own so that a broker without it says so (UNIMPLEMENTED) before
 it reads anything: a send it did not understand must be known not stored (send_outcome.py).
@@ -156,10 +156,7 @@ class HopStream:
     async def _read(self, call: Any) -> None:
         try:
             async for data in call:
-                request_id, field, payload = hop_answer_from_wire(data)
-                future = self._pending.pop(request_id, None)
-                if future is not None and not future.done():
-                    future.set_result((field, payload))
+                self._answered(data)
         except grpc.aio.AioRpcError as exc:
             self._ended(call, exc)
         except asyncio.CancelledError:
@@ -171,6 +168,14 @@ class HopStream:
             self._ended(call, None)
         else:
             self._ended(call, None)
+
+    def _answered(self, data: bytes) -> None:
+        """Hand the answer `data` (a response's bytes) to its request's caller. Raises
+        ValueError when it does not parse."""
+        request_id, field, payload = hop_answer_from_wire(data)
+        future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result((field, payload))
 
     def _ended(self, call: Any, exc: grpc.aio.AioRpcError | None) -> None:
         """The stream `call` is over: fail what is in flight on it, open anew next time."""

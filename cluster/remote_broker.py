@@ -75,7 +75,8 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.cluster.hop_stream import SEND_METHOD, HopStream, HopStub, HopUnsupportedError
+from popmq.cluster.hop_send import HopSendStream
+from popmq.cluster.hop_stream import HopStream, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -151,7 +152,7 @@ class RemoteBroker:
         # Pops without a wait and acks, on one stream (None while closed).
         self._hop: HopStream | None = None
         # Sends and half sends, on another (None while closed).
-        self._hop_send: HopStream | None = None
+        self._hop_send: HopSendStream | None = None
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -200,15 +201,12 @@ class RemoteBroker:
             metadata=self._metadata,
             error=self._error,
         )
-        self._hop_send = HopStream(
+        self._hop_send = HopSendStream(
             self._channel,
             shown=self._shown,
             timeout_s=self._timeout,
             metadata=self._metadata,
             error=self._error,
-            method=SEND_METHOD,
-            carries="sends",
-            handshake=True,
         )
         self._draining = False
         if not self._catalog:

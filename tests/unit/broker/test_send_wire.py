@@ -1,6 +1,6 @@
 """Sends written and read as bytes across the hop (broker/send_wire.py) mean what the
 generated classes (the oracle) make of them, both ways; HopSend frames split as the
-generated HopSendRequest and HopSendResponse say."""
+generated HopSendRequest and HopSendResponse say, and so do frames of them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,18 @@ import pytest
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker import wire as w
-from popmq.broker.hop_wire import HOP_SEND, HOP_SEND_HALF, hop_answer, hop_answer_from_wire
+from popmq.broker.hop_wire import (
+    HOP_ERROR,
+    HOP_SEND,
+    HOP_SEND_HALF,
+    hop_answer,
+    hop_answer_from_wire,
+)
 from popmq.broker.send_wire import (
+    ANSWER_FRAME_KEY,
+    REQUEST_FRAME_KEY,
+    frame_from_wire,
+    frame_wire,
     send_request_from_wire,
     send_request_wire,
     send_response_wire,
@@ -138,3 +148,42 @@ def test_hop_send_frames_parse_as_the_generated_messages() -> None:
         id=2**40, send=pb.SendResponse(results=[w.send_result_to_pb(r) for r in _results()])
     )
     assert hop_answer_from_wire(answer) == (2**40, HOP_SEND, send_response_wire(_results()))
+
+
+def test_a_frame_of_requests_and_of_answers_parses_as_the_generated_messages() -> None:
+    messages = _messages()
+    requests = [
+        hop_answer(1, HOP_SEND, send_request_wire(messages)),
+        hop_answer(2, HOP_SEND_HALF, send_request_wire(messages[:1], producer_group="pg")),
+    ]
+    frame = frame_wire(REQUEST_FRAME_KEY, requests)
+    assert pb.HopSendRequest.FromString(frame) == pb.HopSendRequest(
+        frame=[pb.HopSendRequest.FromString(r) for r in requests]
+    )
+    assert frame_from_wire(REQUEST_FRAME_KEY, frame) == requests
+    answers = [
+        hop_answer(2, HOP_SEND_HALF, send_response_wire(_results()[:1])),
+        hop_answer(1, HOP_ERROR, pb.ErrorDetail(code="NOT_FOUND").SerializeToString()),
+    ]
+    built = pb.HopSendResponse(frame=[pb.HopSendResponse.FromString(a) for a in answers])
+    assert frame_wire(ANSWER_FRAME_KEY, answers) == built.SerializeToString()
+    assert frame_from_wire(ANSWER_FRAME_KEY, built.SerializeToString()) == answers
+
+
+def test_a_request_or_answer_of_its_own_is_not_a_frame() -> None:
+    request = hop_answer(3, HOP_SEND, send_request_wire(_messages()))
+    assert frame_from_wire(REQUEST_FRAME_KEY, request) is None
+    assert frame_from_wire(ANSWER_FRAME_KEY, hop_answer(3, HOP_SEND, b"")) is None
+    assert frame_from_wire(REQUEST_FRAME_KEY, b"") is None
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\x22\x05\x08\x01", "runs past the end"),
+        (b"\x22\x02\x08\x01\x08\x07", "carries field 1 besides its parts"),
+    ],
+)
+def test_a_malformed_frame_is_refused(data: bytes, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        frame_from_wire(REQUEST_FRAME_KEY, data)

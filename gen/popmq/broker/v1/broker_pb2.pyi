@@ -954,26 +954,30 @@ class HopStreamResponse(_message.Message):
     def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
 
 class HopSendRequest(_message.Message):
-    __slots__ = ("id", "send", "send_half")
+    __slots__ = ("id", "send", "send_half", "frame")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEND_FIELD_NUMBER: _ClassVar[int]
     SEND_HALF_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     id: int
     send: SendRequest
     send_half: SendHalfRequest
-    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfRequest, _Mapping]] = ...) -> None: ...
+    frame: _containers.RepeatedCompositeFieldContainer[HopSendRequest]
+    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfRequest, _Mapping]] = ..., frame: _Optional[_Iterable[_Union[HopSendRequest, _Mapping]]] = ...) -> None: ...
 
 class HopSendResponse(_message.Message):
-    __slots__ = ("id", "send", "send_half", "error")
+    __slots__ = ("id", "send", "send_half", "error", "frame")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEND_FIELD_NUMBER: _ClassVar[int]
     SEND_HALF_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     id: int
     send: SendResponse
     send_half: SendHalfResponse
     error: ErrorDetail
-    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendResponse, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+    frame: _containers.RepeatedCompositeFieldContainer[HopSendResponse]
+    def __init__(self, id: _Optional[int] = ..., send: _Optional[_Union[SendResponse, _Mapping]] = ..., send_half: _Optional[_Union[SendHalfResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., frame: _Optional[_Iterable[_Union[HopSendResponse, _Mapping]]] = ...) -> None: ...
 
 class GetDeliveriesRequest(_message.Message):
     __slots__ = ("group", "handles")

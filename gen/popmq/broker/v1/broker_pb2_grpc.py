@@ -518,7 +518,8 @@ class BrokerServiceServicer:
         as HopStream carries pops and acks: each request is answered by its id, as its unary
         Send or SendHalf would answer it, once the messages are stored as that call stores them.
         A stream of its own: a broker without it answers UNIMPLEMENTED and is sent to by unary
-        calls, which a field added to HopStreamRequest could not tell apart.
+        calls, which a field added to HopStreamRequest could not tell apart. A broker that
+        answers frames (several requests in one HopSendRequest) says so in its headers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

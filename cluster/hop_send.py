@@ -1,0 +1,183 @@
+"""`HopSendStream`: a proxy's sends and half sends to one broker on its HopSend stream, those
+made while a frame is on its way going together as the next frame.
+
+At batch 1 each client send was a stream message of its own each way, and the stream's
+per-message price (a gRPC write and read, a task on each side) was most of what a send cost
+the proxy and the broker. Here, as group commit does for fsyncs, one frame is in flight to
+the broker at a time: a send made while none is goes out at once (an idle proxy adds no
+wait); sends made while one is written or awaited wait for it and go together in the next
+(send_wire.py: HopSendRequest.frame). The broker stores each request of a frame on its own,
+as if it had come alone, and answers them in one frame; each caller gets its own request's
+answer, results or error: one refused request fails no other.
+
+Only a broker whose HopSend headers carry send_wire.FRAMES_HEADER is sent frames; to one
+without it each request is written as it comes, as before (cluster/hop_stream.py), and a
+broker without HopSend at all is asked by unary calls (RemoteBroker).
+
+At most once: a request taken into a frame counts as sent from then on (its timeout or a
+broken stream says it may be stored, send_outcome.py); one still waiting for a frame when
+its caller times out or is cancelled was never written, is dropped, and says not sent.
+
+Runs on the proxy's event loop only; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import grpc
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq.broker import send_wire
+from popmq.broker.hop_wire import HOP_ERROR, hop_answer
+from popmq.broker.wire import error_from_detail
+from popmq.broker_core.errors import PopMQError
+from popmq.cluster.hop_stream import SEND_METHOD, HopStream
+from popmq.cluster.send_outcome import BrokerUnansweredError
+
+__all__ = ["FRAME_BYTES", "HopSendStream"]
+
+log = logging.getLogger(__name__)
+
+FRAME_BYTES: Final = 4 * 1024 * 1024
+"""The most request bytes a frame takes (a larger request goes in a frame of its own): well
+under the channel's message limit, and a frame is stored and answered whole."""
+
+
+class HopSendStream(HopStream):
+    """Sends and half sends to one broker over its HopSend call, in frames (module
+    docstring); `request` as HopStream's."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        shown: str,
+        timeout_s: float,
+        metadata: Callable[[], tuple[tuple[str, str], ...] | None],
+        error: Callable[[grpc.aio.AioRpcError], PopMQError],
+        frame_bytes: int = FRAME_BYTES,
+    ) -> None:
+        super().__init__(
+            channel,
+            shown=shown,
+            timeout_s=timeout_s,
+            metadata=metadata,
+            error=error,
+            method=SEND_METHOD,
+            carries="sends",
+            handshake=True,
+        )
+        self._frame_bytes = frame_bytes
+        # Request id -> its HopSendRequest bytes: requests made and not yet written, in the
+        # order they were made (the next frame). Their futures are in _pending.
+        self._waiting: dict[int, bytes] = {}
+        # The task writing the waiting requests; None while none wait.
+        self._sender: asyncio.Task[None] | None = None
+        # The call whose broker said it answers frames.
+        self._frames: Any = None
+
+    async def request(self, field: int, payload: bytes) -> tuple[int, bytes]:
+        call = self._call if self._call is not None else self._open()
+        if self._accepted is call and self._frames is not call:
+            # A broker without frames: each request is written as it comes.
+            return await super().request(field, payload)
+        request_id = next(self._ids)
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._waiting[request_id] = hop_answer(request_id, field, payload)
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._send())
+        try:
+            async with asyncio.timeout(self._timeout):
+                field, payload = await future
+        except TimeoutError:
+            raise BrokerUnansweredError(
+                f"broker {self._shown} did not answer within {self._timeout:g}s; retry later",
+                request_sent=request_id not in self._waiting,
+            ) from None
+        finally:
+            self._pending.pop(request_id, None)
+            self._waiting.pop(request_id, None)
+        if field == HOP_ERROR:
+            raise error_from_detail(pb.ErrorDetail.FromString(payload))
+        return field, payload
+
+    async def _send(self) -> None:
+        """Write the waiting requests until none wait: a frame at a time to a broker that
+        answers frames, each on its own to one that does not."""
+        try:
+            while self._waiting:
+                call = self._call if self._call is not None else self._open()
+                reader = self._reader
+                try:
+                    if self._accepted is not call:
+                        # Nothing is written before the broker accepts the call (HopStream).
+                        headers = await call.initial_metadata()
+                        self._accepted = call
+                        if headers is not None and headers.get(send_wire.FRAMES_HEADER) == "1":
+                            self._frames = call
+                    framed = self._frames is call
+                    taken = self._take(framed)
+                    if not taken:
+                        continue
+                    async with self._write_lock:
+                        if framed and len(taken) > 1:
+                            frame = [data for _, data in taken]
+                            await call.write(
+                                send_wire.frame_wire(send_wire.REQUEST_FRAME_KEY, frame)
+                            )
+                        else:
+                            for _, data in taken:
+                                await call.write(data)
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    # The call has ended: its reader fails what is in flight with the call's
+                    # status (as HopStream.request), and the next round opens a new call.
+                    if reader is not None:
+                        await asyncio.wait({reader})
+                    continue
+                if framed:
+                    # One frame in flight: what comes meanwhile waits to go in the next.
+                    await asyncio.wait([future for future, _ in taken])
+        finally:
+            self._sender = None
+
+    def _take(self, framed: bool) -> list[tuple[asyncio.Future[tuple[int, bytes]], bytes]]:
+        """The waiting requests to write now (each with its answer's future), taken out of
+        the waiting ones: to a broker that answers frames, those that fit in one."""
+        taken: list[tuple[asyncio.Future[tuple[int, bytes]], bytes]] = []
+        size = 0
+        for request_id, data in list(self._waiting.items()):
+            future = self._pending.get(request_id)
+            if future is None or future.done():
+                # Failed with its call (never written: it may not be now) or given up.
+                del self._waiting[request_id]
+                continue
+            if framed and taken and size + len(data) > self._frame_bytes:
+                break
+            del self._waiting[request_id]
+            taken.append((future, data))
+            size += len(data)
+        return taken
+
+    def _answered(self, data: bytes) -> None:
+        parts = send_wire.frame_from_wire(send_wire.ANSWER_FRAME_KEY, data)
+        if parts is None:
+            super()._answered(data)
+            return
+        for part in parts:
+            super()._answered(part)
+
+    async def close(self) -> None:
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+        # Requests waiting for a frame fail with those in flight (HopStream.close).
+        await super().close()
+        self._waiting.clear()

@@ -1,0 +1,297 @@
+"""Sends made while a frame to the broker is in flight go together as the next frame
+(cluster/hop_send.py, broker/send_wire.py): each request keeps its own outcome, one waiting
+for a frame when its caller gives up is never written (not stored, and it says so), and a
+broker that does not answer frames is sent each request on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq.broker import BrokerServicer, add_broker_service
+from popmq.broker.hop_wire import HOP_SEND, HOP_SEND_HALF, hop_answer
+from popmq.broker.send_wire import (
+    ANSWER_FRAME_KEY,
+    FRAMES_HEADER,
+    REQUEST_FRAME_KEY,
+    frame_from_wire,
+    frame_wire,
+    send_request_wire,
+    send_results_from_wire,
+)
+from popmq.broker.wire import error_from_detail
+from popmq.broker_core import NewMessage, NotFoundError, SendResult
+from popmq.broker_core.broker import Broker
+from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.cluster.hop_stream import SEND_METHOD
+from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
+from tests.support.brokers import remote
+
+
+class _Headerless:
+    """A call context whose headers say nothing: the HopSend of a broker before frames."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        await self._context.send_initial_metadata(())
+
+
+class _Watched(BrokerServicer):
+    """The broker's HopSend, noting how many requests each stream message carried."""
+
+    def __init__(self, broker: Broker, *, answers_frames: bool) -> None:
+        super().__init__(broker)
+        self.answers_frames = answers_frames
+        self.frames: list[int] = []
+        self.accepting = asyncio.Event()
+        """Cleared: the call is not accepted (no headers) until it is set again."""
+        self.accepting.set()
+
+    async def HopSend(self, requests: AsyncIterator[bytes], context: Any) -> None:
+        await self.accepting.wait()
+
+        async def noted() -> AsyncIterator[bytes]:
+            async for data in requests:
+                parts = frame_from_wire(REQUEST_FRAME_KEY, data)
+                self.frames.append(1 if parts is None else len(parts))
+                yield data
+
+        await super().HopSend(noted(), context if self.answers_frames else _Headerless(context))
+
+
+@contextlib.asynccontextmanager
+async def _served(
+    data_dir: Path, *, answers_frames: bool = True
+) -> AsyncIterator[tuple[Broker, _Watched, str]]:
+    broker = Broker(BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir)))
+    await broker.start()
+    server = grpc.aio.server()
+    servicer = _Watched(broker, answers_frames=answers_frames)
+    add_broker_service(server, servicer)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield broker, servicer, f"127.0.0.1:{port}"
+    finally:
+        broker.release_waiters()
+        await server.stop(1.0)
+        await broker.close()
+
+
+def _held_first_send(broker: Broker) -> tuple[asyncio.Event, asyncio.Event, asyncio.Event]:
+    """Make the broker's next send wait for the returned `release`: (`held`, set once it
+    waits, the frame that carried it then in flight; `release`; `stored`, set once it is
+    stored)."""
+    held, release, stored = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    original = broker.send
+    first = True
+
+    async def send(messages: Sequence[NewMessage]) -> list[SendResult]:
+        nonlocal first
+        if first:
+            first = False
+            held.set()
+            await release.wait()
+            results = await original(messages)
+            stored.set()
+            return results
+        return await original(messages)
+
+    broker.send = send  # type: ignore[method-assign]
+    return held, release, stored
+
+
+async def _settle() -> None:
+    """Let the tasks just started run up to their first real wait."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_sends_made_while_a_frame_is_in_flight_go_as_one_frame_each_with_its_outcome(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b") as (broker, servicer, address):
+            async with remote(address) as api:
+                await api.create_topic("orders", 2)
+                await api.create_topic("tx", 1, message_type="transaction")
+                await api.send([NewMessage("orders", b"opens the stream")])
+                held, release, _ = _held_first_send(broker)
+                first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
+                await held.wait()
+                sends = [
+                    asyncio.ensure_future(api.send([NewMessage("orders", f"m{i}".encode())]))
+                    for i in range(3)
+                ]
+                unknown = asyncio.ensure_future(api.send([NewMessage("nope", b"refused")]))
+                half = asyncio.ensure_future(
+                    api.send_half([NewMessage("tx", b"half")], producer_group="pg")
+                )
+                given_up = asyncio.ensure_future(api.send([NewMessage("orders", b"given up")]))
+                await _settle()
+                given_up.cancel()
+                await _settle()
+                release.set()
+                (stored_first,) = await first
+                stored = [(await s)[0] for s in sends]
+                with pytest.raises(NotFoundError, match="nope"):
+                    await unknown
+                (stored_half,) = await half
+                assert stored_half.transaction_id
+                with pytest.raises(asyncio.CancelledError):
+                    await given_up
+                # The sends made while the first was in flight went as one frame, without
+                # the one given up before it was written.
+                assert servicer.frames == [1, 1, 5]
+                bodies = []
+                for result in [stored_first, *stored]:
+                    (message,) = await broker.peek(
+                        "orders", queue_id=result.queue_id, offset=result.offset, max_messages=1
+                    )
+                    assert message.record.message_id == result.message_id
+                    bodies.append(message.record.body)
+                assert bodies == [b"first", b"m0", b"m1", b"m2"]
+                everything = [
+                    m.record.body
+                    for queue_id in (0, 1)
+                    for m in await broker.peek("orders", queue_id=queue_id, max_messages=16)
+                ]
+                assert sorted(everything) == sorted([b"opens the stream", *bodies])
+
+    asyncio.run(scenario())
+
+
+def test_a_send_that_times_out_waiting_for_a_frame_was_not_sent_and_is_never_stored(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b") as (broker, servicer, address):
+            async with remote(address, call_timeout_s=1.0) as api:
+                await api.create_topic("orders", 1)
+                # The broker takes the call but does not accept it yet: nothing is written.
+                servicer.accepting.clear()
+                with pytest.raises(BrokerUnansweredError) as waited:
+                    await api.send([NewMessage("orders", b"waited")])
+                assert not may_be_stored(waited.value)
+                servicer.accepting.set()
+                (after,) = await api.send([NewMessage("orders", b"after")])
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert [m.record.body for m in stored] == [b"after"]
+                assert after.offset == 0
+                assert servicer.frames == [1]
+
+    asyncio.run(scenario())
+
+
+def test_a_send_in_a_frame_that_is_not_answered_may_be_stored(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b") as (broker, servicer, address):
+            async with remote(address, call_timeout_s=1.0) as api:
+                await api.create_topic("orders", 1)
+                await api.send([NewMessage("orders", b"opens the stream")])
+                _, release, stored_first = _held_first_send(broker)
+                with pytest.raises(BrokerUnansweredError) as in_flight:
+                    await api.send([NewMessage("orders", b"first")])
+                assert may_be_stored(in_flight.value)
+                release.set()
+                await stored_first.wait()
+                # Stored after all; a send after it goes in a frame of its own at once.
+                (after,) = await api.send([NewMessage("orders", b"after")])
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert [m.record.body for m in stored] == [b"opens the stream", b"first", b"after"]
+                assert after.offset == 2
+                assert servicer.frames == [1, 1, 1]
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_that_does_not_answer_frames_is_sent_each_request_on_its_own(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b", answers_frames=False) as (broker, servicer, address):
+            async with remote(address) as api:
+                await api.create_topic("orders", 1)
+                await api.send([NewMessage("orders", b"opens the stream")])
+                held, release, _ = _held_first_send(broker)
+                first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
+                await held.wait()
+                sends = [
+                    asyncio.ensure_future(api.send([NewMessage("orders", f"m{i}".encode())]))
+                    for i in range(4)
+                ]
+                await _settle()
+                release.set()
+                results = [await first, *[await s for s in sends]]
+                assert len({r.offset for (r,) in results}) == 5
+                assert servicer.frames == [1] * 6
+                assert api._hop_send is not None and not api._hop_send.unsupported
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert sorted(m.record.body for m in stored) == sorted(
+                    [b"opens the stream", b"first", b"m0", b"m1", b"m2", b"m3"]
+                )
+
+    asyncio.run(scenario())
+
+
+def test_the_broker_answers_each_request_of_a_frame_by_its_id_with_its_own_outcome(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _served(tmp_path / "b") as (broker, _, address):
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("tx", 1, message_type="transaction")
+            async with grpc.aio.insecure_channel(address) as channel:
+                call = channel.stream_stream(
+                    SEND_METHOD, request_serializer=_as_is, response_deserializer=_as_is
+                )()
+                headers = await call.initial_metadata()
+                assert headers.get(FRAMES_HEADER) == "1"
+                frame = [
+                    hop_answer(5, HOP_SEND, send_request_wire([NewMessage("orders", b"a")])),
+                    hop_answer(6, HOP_SEND, send_request_wire([NewMessage("nope", b"b")])),
+                    hop_answer(
+                        7,
+                        HOP_SEND_HALF,
+                        send_request_wire([NewMessage("tx", b"c")], producer_group="pg"),
+                    ),
+                    hop_answer(8, HOP_SEND, send_request_wire([NewMessage("orders", b"d")])),
+                ]
+                await call.write(frame_wire(REQUEST_FRAME_KEY, frame))
+                answer = await call.read()
+                await call.done_writing()
+                parts = frame_from_wire(ANSWER_FRAME_KEY, answer)
+                assert parts is not None
+                answers = {a.id: a for a in (pb.HopSendResponse.FromString(part) for part in parts)}
+                assert sorted(answers) == [5, 6, 7, 8]
+                assert answers[6].WhichOneof("response") == "error"
+                refused = error_from_detail(answers[6].error)
+                assert isinstance(refused, NotFoundError)
+                assert answers[7].WhichOneof("response") == "send_half"
+                assert answers[7].send_half.results[0].transaction_id
+                offsets = []
+                for request_id in (5, 8):
+                    assert answers[request_id].WhichOneof("response") == "send"
+                    (result,) = send_results_from_wire(answers[request_id].send.SerializeToString())
+                    offsets.append(result.offset)
+                assert sorted(offsets) == [0, 1]
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert sorted(m.record.body for m in stored) == [b"a", b"d"]
+
+    asyncio.run(scenario())
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
