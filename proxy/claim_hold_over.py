@@ -125,28 +125,40 @@ class ClaimHoldOver:
         return group in self._records
 
     def heartbeat(
-        self, group: str, client_id: str, interval_s: float, same: Callable[[StoredMember], bool]
+        self,
+        group: str,
+        client_id: str,
+        interval_s: float,
+        same: Callable[[StoredMember], bool],
+        arrived: float,
     ) -> bool:
         """Answer a Heartbeat from the cache; False when it cannot be (see module docstring).
 
-        `same` says whether the cached member is registered as the call says.
+        `same` says whether the cached member is registered as the call says; `arrived` is
+        when the call came (the failed coordinator calls may have taken seconds since).
         """
         if self._hold <= 0:
             return False
         member = self._member(group, client_id)
-        now = self._clock()
         if member is None or not same(member) or member.interval_s != interval_s:
             return False
         record = self._records.get(group, {}).get(client_id)
-        if now - self._last_call(member, record) > member.interval_s * self._missed:
+        if arrived - self._last_call(member, record) > member.interval_s * self._missed:
             return False  # gone by the rules: it must join again, through the coordinator
-        self._record(group, client_id, now)
+        self._record(group, client_id, arrived)
         return True
 
     def query(
-        self, group: str, client_id: str, topic: str, queue_count: int, held: Sequence[int]
+        self,
+        group: str,
+        client_id: str,
+        topic: str,
+        queue_count: int,
+        held: Sequence[int],
+        arrived: float,
     ) -> HeldAssignment | None:
-        """Answer a QueryAssignment from the cache; None when it cannot be."""
+        """Answer a QueryAssignment from the cache; None when it cannot be (`arrived`: as
+        for `heartbeat`)."""
         if self._hold <= 0:
             return None
         member = self._member(group, client_id)
@@ -156,7 +168,7 @@ class ClaimHoldOver:
         records = self._records.get(group, {})
         record = records.get(client_id)
         claim_s = member.interval_s * self._missed
-        if now - self._last_call(member, record) > claim_s:
+        if arrived - self._last_call(member, record) > claim_s:
             return None
         state = self._groups.cached(group)
         topic_state = state.topics.get(topic) if state is not None else None
@@ -177,7 +189,7 @@ class ClaimHoldOver:
             until = min(now + claim_s, claim.expires + self._hold)
             if until > now:
                 kept[queue_id] = until
-        record = self._record(group, client_id, now)
+        record = self._record(group, client_id, arrived)
         for key in [k for k in record.claims if k[0] == topic]:
             del record.claims[key]
         for queue_id, until in kept.items():
@@ -292,7 +304,7 @@ class ClaimHoldOver:
         record = records.get(client_id)
         if record is None:
             record = records[client_id] = _Record(now)
-        record.seen = now
+        record.seen = max(record.seen, now)
         return record
 
     @staticmethod

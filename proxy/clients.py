@@ -391,7 +391,7 @@ class ClientRegistry:
                 await self._change(group, register)
             except CoordinationUnavailableError:
                 if not self._hold_over.heartbeat(
-                    group, client_id, interval, lambda member: _same(member, registration)
+                    group, client_id, interval, lambda member: _same(member, registration), now
                 ):
                     raise
         else:
@@ -566,7 +566,7 @@ class ClientRegistry:
         try:
             assignment = await self._change(group, query)
         except CoordinationUnavailableError:
-            held_over = self._hold_over.query(group, client_id, topic, queue_count, held)
+            held_over = self._hold_over.query(group, client_id, topic, queue_count, held, now)
             if held_over is None:
                 raise
             assignment = Assignment(held_over.queue_ids, (), held_over.epoch, held_over.claim_s)
