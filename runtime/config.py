@@ -53,7 +53,8 @@ class ClientRegistryConfig:
     restart_grace_s: float | None = None
     """After a restart, queues of existing groups that no member reports holding are not
     granted for this long. None: missed_heartbeats * max_heartbeat_interval_s, the
-    longest claim a member may still hold from before the restart."""
+    longest claim a member may still hold from before the restart, plus outage_hold_s
+    (a claim may be renewed in a proxy's memory that long past its recorded deadline)."""
     machine_room: str = ""
     """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
     so no member is near and every member shares them (AVERAGE)."""
