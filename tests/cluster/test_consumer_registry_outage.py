@@ -22,6 +22,8 @@ import pytest
 from popmq.broker_core.errors import UnavailableError
 from popmq.coordination import EtcdCoordinator
 from popmq.proxy.clients import ClientRegistry, ConsumeMode, Registration
+from popmq.proxy.rocketmq.assignments import ConsumerAssignments
+from popmq.proxy.rocketmq.codes import ProtocolError
 from popmq.runtime.config import ClientRegistryConfig
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
@@ -207,5 +209,39 @@ async def test_a_proxy_cut_off_from_etcd_never_overlaps_with_one_that_reaches_it
             assert told_c1 > recorded + CLAIM, "A renewed nothing through the partition"
             assert c2_got_0_at is not None, "c2 never got c1's queues"
             assert c2_got_0_at <= recorded + HOLD + SKEW + INTERVAL
+    finally:
+        etcd.stop()
+
+
+@run_async
+async def test_a_fifo_push_consumer_of_a_rocketmq_client_keeps_receiving_through_an_outage(
+    tmp_path: Path,
+) -> None:
+    """The v2 path (proxy/rocketmq/assignments.py): the claims it derives from the client's
+    own calls are kept, and its receives are allowed past the recorded deadline."""
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    try:
+        async with registries(etcd.endpoint) as (clock, (registry,)):
+            v2 = ConsumerAssignments(registry, clock=clock)
+            await v2.register("r1", "g", {"t": 4}, exclusive=True)
+            assert await v2.query("r1", "g", "t", 4) == (0, 1, 2, 3)
+            recorded = clock.now + 3 * 10.0  # the registry's default interval: 10 s
+            await asyncio.to_thread(etcd.stop)
+            v2.check_receive("r1", "g", "t", 2)  # the client receives from queue 2 only
+            while clock.now + 5.0 < recorded + HOLD:  # official clients query every 5 s
+                clock.now += 5.0
+                await v2.register("r1", "g", {"t": 4}, exclusive=True)
+                assert await v2.query("r1", "g", "t", 4) == (0, 1, 2, 3)
+            assert clock.now > recorded
+            assert v2.check_receive("r1", "g", "t", 2) > 0
+            # Past the recorded deadline plus the hold-over the claims end.
+            clock.now += 5.0
+            await v2.register("r1", "g", {"t": 4}, exclusive=True)
+            assert await v2.query("r1", "g", "t", 4) == ()
+            with pytest.raises(ProtocolError, match="does not hold queue 2"):
+                v2.check_receive("r1", "g", "t", 2)
+            # A new client is refused; nothing is granted to it.
+            with pytest.raises(UnavailableError, match="etcd"):
+                await v2.register("r2", "g", {"t": 4}, exclusive=True)
     finally:
         etcd.stop()
