@@ -625,7 +625,10 @@ class ClientRegistry:
             client_id: The client.
             group: Its group.
             if_last_here: Only if its last call came through this registry (a client whose
-                session here ended may be calling another proxy of the cluster now).
+                session here ended may be calling another proxy of the cluster now). Its
+                claims that still block a grant are then left to run out: with a hold-over
+                (claim_hold_over.py) its last calls may have gone to a proxy cut off from
+                the coordinator, which renews them meanwhile.
 
         Returns whether the client was registered.
         """
@@ -646,11 +649,16 @@ class ClientRegistry:
             if member is None or (if_last_here and member.via != self.instance):
                 return False, False
             del state.members[client_id]
+            now = self._clock()
+            keep_live = if_last_here and self._hold > 0
             for topic_state in state.topics.values():
                 for queue_id, claim in list(topic_state.claims.items()):
-                    if claim.owner == client_id:
-                        del topic_state.claims[queue_id]
-            self._expire(state, self._clock())
+                    if claim.owner != client_id:
+                        continue
+                    if keep_live and claim.expires + self._block > now:
+                        continue
+                    del topic_state.claims[queue_id]
+            self._expire(state, now)
             return True, True
 
         return await self._change(group, leave)

@@ -245,3 +245,30 @@ async def test_a_fifo_push_consumer_of_a_rocketmq_client_keeps_receiving_through
                 await v2.register("r2", "g", {"t": 4}, exclusive=True)
     finally:
         etcd.stop()
+
+
+@run_async
+async def test_a_session_ending_in_silence_leaves_live_claims_to_run_out(
+    tmp_path: Path,
+) -> None:
+    """With a hold-over, the client may be renewing them through a proxy cut off from etcd;
+    a goodbye still releases them at once."""
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    try:
+        async with registries(etcd.endpoint) as (clock, (registry,)):
+            recorded = await split(registry, registry)
+            assert await registry.unregister("c1", "g", if_last_here=True)
+            clock.now += INTERVAL
+            await join(registry, "c2")
+            assert (await query(registry, "c2", (2, 3)))[:2] == ((2, 3), (0, 1))
+            clock.now = recorded + HOLD + SKEW + 0.01
+            await join(registry, "c2")
+            assert (await query(registry, "c2", (2, 3)))[:2] == ((0, 1, 2, 3), ())
+            await join(registry, "c1")
+            assert (await query(registry, "c1", ()))[:2] == ((), (0, 1))
+            await query(registry, "c2", (2, 3))  # c2 gives 0 and 1 up to c1's target
+            assert (await query(registry, "c1", ()))[:2] == ((0, 1), ())
+            assert await registry.unregister("c1", "g")  # a goodbye: at once
+            assert (await query(registry, "c2", (2, 3)))[:2] == ((0, 1, 2, 3), ())
+    finally:
+        etcd.stop()
