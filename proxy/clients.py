@@ -438,7 +438,12 @@ class ClientRegistry:
         take the client out of the coordinator if it was one of them itself."""
         group = registration.group
         client_id = registration.client_id
-        state = await self._groups.read(group)
+        try:
+            state = await self._groups.read(group)
+        except CoordinationUnavailableError:
+            # Checked against the cache instead: a POP member accepted beside queue-exclusive
+            # ones it cannot see is refused at its next heartbeat, as across proxies.
+            state = self._groups.cached(group)
         if state is None:
             return
         now = self._clock()
@@ -456,7 +461,8 @@ class ClientRegistry:
                 # Its claims stay until they run out, as a member's who stopped calling.
                 return None, state.members.pop(client_id, None) is not None
 
-            await self._groups.change(group, leave)
+            self._hold_over.forget(group, client_id)
+            await self._change(group, leave)
 
     def _check_registration(
         self, registration: Registration, queue_counts: Mapping[str, int]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.errors import FailedPreconditionError, UnavailableError
 from popmq.coordination import EtcdCoordinator
 from popmq.proxy.clients import ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.rocketmq.assignments import ConsumerAssignments
@@ -270,5 +270,30 @@ async def test_a_session_ending_in_silence_leaves_live_claims_to_run_out(
             assert (await query(registry, "c1", ()))[:2] == ((0, 1), ())
             assert await registry.unregister("c1", "g")  # a goodbye: at once
             assert (await query(registry, "c2", (2, 3)))[:2] == ((0, 1, 2, 3), ())
+    finally:
+        etcd.stop()
+
+
+@run_async
+async def test_pop_heartbeats_are_checked_against_the_cache_while_etcd_is_down(
+    tmp_path: Path,
+) -> None:
+    """A POP member (a simple consumer, a RocketMQ consumer of a normal group) is only
+    checked against the group's queue-exclusive members: from the cache, without etcd."""
+    etcd = EtcdServer(tmp_path / "etcd").start()
+    try:
+        async with registries(etcd.endpoint) as (_, (registry,)):
+            await join(registry, "c1")
+            await asyncio.to_thread(etcd.stop)
+
+            async def pop_heartbeat(group: str) -> float:
+                return await registry.heartbeat(
+                    Registration(client_id="p1", group=group, topics=("t",), mode=ConsumeMode.POP),
+                    {"t": 4},
+                )
+
+            assert await pop_heartbeat("normal") == CONFIG.default_heartbeat_interval_s
+            with pytest.raises(FailedPreconditionError, match="QUEUE_EXCLUSIVE mode"):
+                await pop_heartbeat("g")  # c1 consumes t queue-exclusive
     finally:
         etcd.stop()
