@@ -81,6 +81,8 @@ class _Record:
     """Wall-clock time of its last call answered here."""
     claims: dict[tuple[str, int], float] = field(default_factory=dict)
     """(topic, queue id) -> the claim end it was told."""
+    logged: bool = False
+    """Whether keeping its claims was logged (once until the group is written again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +198,11 @@ class ClaimHoldOver:
             record.claims[(topic, queue_id)] = until
         epoch = topic_state.epoch if topic_state is not None else 0
         shortest = min(kept.values(), default=now + claim_s) - now
-        if kept:
+        if kept and not record.logged:
+            record.logged = True
             logger.info(
                 "coordinator away: client %s of group %r keeps queues %s of topic %r from "
-                "this proxy's cache for %.1fs",
+                "this proxy's cache (for %.1fs now, renewed while it calls)",
                 client_id,
                 group,
                 sorted(kept),
