@@ -49,6 +49,13 @@ claim is granted only over the group as last written, never beside another membe
 - ``max_clients`` bounds the (group, client) pairs one registry has heard from;
   ``max_group_members`` the live queue-exclusive members of a group, all proxies together.
 
+**While the coordinator does not answer** (an etcd outage, or this proxy cut off from
+etcd), Heartbeat and QueryAssignment of members in this proxy's cache are answered from it,
+their claims renewed in memory for at most ``outage_hold_s`` past their recorded deadlines,
+and nothing is granted (claim_hold_over.py says why no queue gets two consumers). So every
+registry lets another member take a claimed queue only ``outage_hold_s`` plus the clock
+skew past its recorded deadline.
+
 Dead members are found lazily, on the next call that changes their group; a sweep every
 ``sweep_interval_s`` deletes the entries of groups nobody calls about any more. Everything
 runs on the event loop. With a LocalCoordinator nothing waits: a call is the rules' dict
@@ -66,7 +73,7 @@ import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from popmq.broker_core import (
     MAX_QUEUES,
@@ -77,7 +84,7 @@ from popmq.broker_core import (
     check_range,
 )
 from popmq.coordination.coordinator import Coordinator
-from popmq.coordination.errors import CoordinationError
+from popmq.coordination.errors import CoordinationError, CoordinationUnavailableError
 from popmq.coordination.local_coordinator import LocalCoordinator
 from popmq.proxy.allocation import (
     DEFAULT_VIRTUAL_NODES,
@@ -88,6 +95,7 @@ from popmq.proxy.allocation import (
     allocate_consistent_hash,
     allocate_machine_room_nearby,
 )
+from popmq.proxy.claim_hold_over import ClaimHoldOver
 from popmq.proxy.consumer_groups import (
     Claim,
     ConsumerGroups,
@@ -112,12 +120,17 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 MAX_CLIENT_ID_LENGTH = 255
 MAX_TOPICS_PER_CLIENT = 64
 MAX_MACHINE_ROOM_LENGTH = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 CLUSTER_CLOCK_SKEW_S = 1.0
 """The clock skew assumed between proxies sharing an etcd, unless configured."""
+CLUSTER_OUTAGE_HOLD_S = 60.0
+"""How long past its recorded deadline a claim may be renewed in memory while etcd does not
+answer, unless configured."""
 
 
 class ConsumeMode(enum.Enum):
@@ -290,14 +303,25 @@ class ClientRegistry:
         self.coordinator: Coordinator = LocalCoordinator() if coordinator is None else coordinator
         self._groups = ConsumerGroups(self.coordinator, writer=self.instance)
         self._clock = clock
+        one_clock = isinstance(self.coordinator, LocalCoordinator)
         skew = self.config.clock_skew_s
         if skew is None:
-            one_clock = isinstance(self.coordinator, LocalCoordinator)
             skew = 0.0 if one_clock else CLUSTER_CLOCK_SKEW_S
         self._skew = skew
+        hold = self.config.outage_hold_s
+        if hold is None:
+            hold = 0.0 if one_clock else CLUSTER_OUTAGE_HOLD_S
+        self._hold = hold
+        # Another member's claim blocks a grant this long past its recorded deadline: the
+        # hold-over a cut-off proxy may give it, and the clock skew.
+        self._block = hold + skew
         # The restart grace ends at clock() + grace_s if the coordinator's consumer state
-        # is new, else when the state's first registry said (read once, at first need).
-        self._proposed_grace_until = clock() + self.config.grace_s
+        # is new, else when the state's first registry said (read once, at first need). A
+        # claim may outlive its recorded deadline by the hold-over.
+        grace = self.config.grace_s
+        if self.config.restart_grace_s is None:
+            grace += hold
+        self._proposed_grace_until = clock() + grace
         self._grace_until: float | None = None
         self._restarted_groups = frozenset(existing_groups)
         # group -> client id -> a client heard from here. Guarded by running on one loop.
@@ -307,6 +331,9 @@ class ClientRegistry:
         # at every query would cost more than comparing).
         self._signatures: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._hold_over = ClaimHoldOver(
+            self._groups, hold_s=hold, missed_heartbeats=self.config.missed_heartbeats, clock=clock
+        )
 
     async def start(self) -> None:
         """Learn the restart grace and start the sweep; idempotent."""
@@ -360,7 +387,13 @@ class ClientRegistry:
                 self._join(state, registration, interval, now)
                 return None, True
 
-            await self._groups.change(group, register)
+            try:
+                await self._change(group, register)
+            except CoordinationUnavailableError:
+                if not self._hold_over.heartbeat(
+                    group, client_id, interval, lambda member: _same(member, registration), now
+                ):
+                    raise
         else:
             await self._leave_exclusive_mode(registration)
             self._check_capacity(group, client_id, self._clock())
@@ -405,7 +438,12 @@ class ClientRegistry:
         take the client out of the coordinator if it was one of them itself."""
         group = registration.group
         client_id = registration.client_id
-        state = await self._groups.read(group)
+        try:
+            state = await self._groups.read(group)
+        except CoordinationUnavailableError:
+            # Checked against the cache instead: a POP member accepted beside queue-exclusive
+            # ones it cannot see is refused at its next heartbeat, as across proxies.
+            state = self._groups.cached(group)
         if state is None:
             return
         now = self._clock()
@@ -423,7 +461,8 @@ class ClientRegistry:
                 # Its claims stay until they run out, as a member's who stopped calling.
                 return None, state.members.pop(client_id, None) is not None
 
-            await self._groups.change(group, leave)
+            self._hold_over.forget(group, client_id)
+            await self._change(group, leave)
 
     def _check_registration(
         self, registration: Registration, queue_counts: Mapping[str, int]
@@ -530,7 +569,13 @@ class ClientRegistry:
             assignment = self._claim(state, group, member, topic, queue_count, held, now, in_grace)
             return assignment, True
 
-        assignment = await self._groups.change(group, query)
+        try:
+            assignment = await self._change(group, query)
+        except CoordinationUnavailableError:
+            held_over = self._hold_over.query(group, client_id, topic, queue_count, held, now)
+            if held_over is None:
+                raise
+            assignment = Assignment(held_over.queue_ids, (), held_over.epoch, held_over.claim_s)
         if local is not None:
             local.last_seen = self._clock()
         return assignment
@@ -551,7 +596,7 @@ class ClientRegistry:
         claim_s = member.interval_s * self.config.missed_heartbeats
         topic_state = self._target(state, group, topic, queue_count)
         claims = topic_state.claims
-        skew = self._skew
+        block = self._block
         held_set = set(held)
         for queue_id, mine in list(claims.items()):
             if mine.owner != client_id:
@@ -562,7 +607,7 @@ class ClientRegistry:
                 del claims[queue_id]  # the client stopped consuming it
         for queue_id in held_set:
             claim = claims.get(queue_id)
-            if queue_id < queue_count and (claim is None or claim.expires + skew <= now):
+            if queue_id < queue_count and (claim is None or claim.expires + block <= now):
                 # Consuming without a claim on record (the registry restarted): keep it
                 # exclusive until the client lets go.
                 claims[queue_id] = Claim(client_id, now + claim_s)
@@ -572,7 +617,7 @@ class ClientRegistry:
             claim = claims.get(queue_id)
             if claim is not None and claim.owner == client_id:
                 granted.append(queue_id)
-            elif (claim is None or claim.expires + skew <= now) and not in_grace:
+            elif (claim is None or claim.expires + block <= now) and not in_grace:
                 claims[queue_id] = Claim(client_id, now + claim_s)
                 granted.append(queue_id)
             else:
@@ -586,12 +631,16 @@ class ClientRegistry:
             client_id: The client.
             group: Its group.
             if_last_here: Only if its last call came through this registry (a client whose
-                session here ended may be calling another proxy of the cluster now).
+                session here ended may be calling another proxy of the cluster now). Its
+                claims that still block a grant are then left to run out: with a hold-over
+                (claim_hold_over.py) its last calls may have gone to a proxy cut off from
+                the coordinator, which renews them meanwhile.
 
         Returns whether the client was registered.
         """
         check_client_id(client_id)
         check_name("group", group)
+        self._hold_over.forget(group, client_id)
         members = self._local.get(group)
         local = members.pop(client_id, None) if members else None
         if local is not None:
@@ -606,14 +655,19 @@ class ClientRegistry:
             if member is None or (if_last_here and member.via != self.instance):
                 return False, False
             del state.members[client_id]
+            now = self._clock()
+            keep_live = if_last_here and self._hold > 0
             for topic_state in state.topics.values():
                 for queue_id, claim in list(topic_state.claims.items()):
-                    if claim.owner == client_id:
-                        del topic_state.claims[queue_id]
-            self._expire(state, self._clock())
+                    if claim.owner != client_id:
+                        continue
+                    if keep_live and claim.expires + self._block > now:
+                        continue
+                    del topic_state.claims[queue_id]
+            self._expire(state, now)
             return True, True
 
-        return await self._groups.change(group, leave)
+        return await self._change(group, leave)
 
     # -- introspection --------------------------------------------------------------------
 
@@ -643,7 +697,9 @@ class ClientRegistry:
         if topic_state is None:
             return {}
         now = self._clock()
-        return {q: claim.owner for q, claim in topic_state.claims.items() if claim.expires > now}
+        owners = {q: claim.owner for q, claim in topic_state.claims.items() if claim.expires > now}
+        self._hold_over.owners(group, topic, owners)
+        return owners
 
     async def sweep(self) -> int:
         """Delete the coordinator entries of groups with nothing live, and forget the dead
@@ -653,8 +709,9 @@ class ClientRegistry:
             self._expire_local(group, now)
         for group in self._groups.cached_groups():
             cached = self._groups.cached(group)
-            if cached is not None and self._dead(cached, now):
+            if cached is not None and not self._hold_over.holds(group) and self._dead(cached, now):
                 self._groups.forget(group)
+        self._hold_over.sweep(self.config.missed_heartbeats * self.config.max_heartbeat_interval_s)
         live = set(self._groups.cached_groups())
         for key in [k for k in self._signatures if k[0] not in live]:
             del self._signatures[key]
@@ -676,6 +733,22 @@ class ClientRegistry:
                     logger.info("consumer group sweep removed %d idle groups", removed)
 
     # -- internals ------------------------------------------------------------------------
+
+    async def _change(self, group: str, apply: Callable[[StoredGroup], tuple[_T, bool]]) -> _T:
+        """ConsumerGroups.change, storing first what the hold-over answered meanwhile."""
+        if not self._hold_over.holds(group):
+            return await self._groups.change(group, apply)
+        applied = {}
+
+        def restoring(state: StoredGroup) -> tuple[_T, bool]:
+            nonlocal applied
+            applied = self._hold_over.restore(group, state, self._block)
+            result, _ = apply(state)
+            return result, True
+
+        result = await self._groups.change(group, restoring)
+        self._hold_over.stored(group, applied)
+        return result
 
     async def _grace(self) -> float:
         """When the restart grace ends (read from, or recorded in, the coordinator once)."""
@@ -699,20 +772,22 @@ class ClientRegistry:
         for client_id, member in list(members.items()):
             if now - member.seen > member.interval_s * missed:
                 del members[client_id]
-        skew = self._skew
+        block = self._block
         for topic, topic_state in list(state.topics.items()):
             claims = topic_state.claims
             for queue_id, claim in list(claims.items()):
-                if claim.expires + skew <= now:
+                if claim.expires + block <= now:
                     del claims[queue_id]
             if not claims and not any(topic in m.topics for m in members.values()):
                 del state.topics[topic]  # nothing to remember; a new epoch starts at 1
 
     def _dead(self, state: StoredGroup, now: float) -> bool:
         """Nothing live: no member counts as alive and no claim blocks a grant."""
-        skew = self._skew
+        block = self._block
         return not self._live_members(state, now) and not any(
-            claim.expires + skew > now for t in state.topics.values() for claim in t.claims.values()
+            claim.expires + block > now
+            for t in state.topics.values()
+            for claim in t.claims.values()
         )
 
     def _target(self, state: StoredGroup, group: str, topic: str, queue_count: int) -> TopicClaims:
@@ -798,6 +873,16 @@ class ClientRegistry:
             client.registration = registration
             client.interval_s = interval
             client.last_seen = now
+
+
+def _same(member: StoredMember, registration: Registration) -> bool:
+    """Whether a stored member is registered as `registration` says (interval aside)."""
+    return (
+        member.topics == registration.topics
+        and member.strategy is registration.strategy
+        and member.machine_room == registration.machine_room
+        and member.configured_queues == dict(registration.configured_queues)
+    )
 
 
 def _subscribers(state: StoredGroup, topic: str) -> list[StoredMember]:

@@ -26,6 +26,10 @@ concurrent write just renewed.
   its restart grace lasts, the same for every proxy.
 - **The sweep** deletes the entries of groups whose members and claims all ran out, which
   nobody would otherwise touch again.
+- **Unsure releases**: a write that fails because the coordinator did not answer may still
+  have landed. The claims it would have released (or handed to another member) are
+  remembered as unsure until the group is next read or written, so an etcd outage's
+  hold-over (clients.py) never keeps a claim the coordinator may already have freed.
 
 Everything runs on the event loop; only the coordinator calls wait.
 """
@@ -44,7 +48,12 @@ from typing import Any, TypeVar
 
 from popmq.broker_core import ResourceExhaustedError, UnavailableError
 from popmq.coordination.coordinator import MAX_VALUE_BYTES, Coordinator, Entry
-from popmq.coordination.errors import ConflictError, CoordinationArgumentError, CorruptValueError
+from popmq.coordination.errors import (
+    ConflictError,
+    CoordinationArgumentError,
+    CoordinationUnavailableError,
+    CorruptValueError,
+)
 from popmq.proxy.allocation import Strategy
 
 __all__ = [
@@ -298,11 +307,19 @@ class ConsumerGroups:
         self._locks: dict[str, _GroupLock] = {}
         # Cached groups another proxy wrote behind our cache at our last change of them.
         self._contended: set[str] = set()
+        # group -> (topic, queue id) of claims a write that failed unanswered would have
+        # released or moved; cleared when the group is next read or written.
+        self._unsure: dict[str, set[tuple[str, int]]] = {}
 
     def cached(self, group: str) -> StoredGroup | None:
         """The group as last read or written here (maybe stale); None if not cached."""
         cached = self._cache.get(group)
         return None if cached is None else cached.state
+
+    def unsure(self, group: str) -> frozenset[tuple[str, int]]:
+        """(topic, queue id) of the group's cached claims that a write which failed without
+        an answer may have released or moved (it may have landed)."""
+        return frozenset(self._unsure.get(group, ()))
 
     def cached_groups(self) -> list[str]:
         return list(self._cache)
@@ -312,6 +329,7 @@ class ConsumerGroups:
         if group not in self._locks:
             self._cache.pop(group, None)
             self._contended.discard(group)
+            self._unsure.pop(group, None)
 
     def _locked(self, group: str) -> _GroupLock:
         held = self._locks.get(group)
@@ -351,7 +369,11 @@ class ConsumerGroups:
                 result, changed = apply(working)
                 if not changed:
                     return result
-                stored = await self._store(path, cached.revision, working)
+                try:
+                    stored = await self._store(path, cached.revision, working)
+                except CoordinationUnavailableError:
+                    self._unsure.setdefault(group, set()).update(_released(cached.state, working))
+                    raise
                 if stored is None:
                     self._contended.add(group)
                     cached = None  # another proxy wrote it: read again, apply again
@@ -364,6 +386,7 @@ class ConsumerGroups:
         )
 
     def _remember(self, group: str, cached: _Cached) -> None:
+        self._unsure.pop(group, None)  # the cache is what the coordinator holds again
         if cached.revision:
             self._cache[group] = cached
         else:
@@ -462,6 +485,18 @@ class ConsumerGroups:
             if cached is not None and cached.revision == entry.revision:
                 self.forget(group)
         return removed
+
+
+def _released(before: StoredGroup, after: StoredGroup) -> set[tuple[str, int]]:
+    """(topic, queue id) of the claims of `before` that `after` drops or gives another owner."""
+    released: set[tuple[str, int]] = set()
+    for topic, claims in before.topics.items():
+        now = after.topics.get(topic)
+        for queue_id, claim in claims.claims.items():
+            kept = now.claims.get(queue_id) if now is not None else None
+            if kept is None or kept.owner != claim.owner:
+                released.add((topic, queue_id))
+    return released
 
 
 def new_writer_id() -> str:

@@ -53,7 +53,8 @@ class ClientRegistryConfig:
     restart_grace_s: float | None = None
     """After a restart, queues of existing groups that no member reports holding are not
     granted for this long. None: missed_heartbeats * max_heartbeat_interval_s, the
-    longest claim a member may still hold from before the restart."""
+    longest claim a member may still hold from before the restart, plus outage_hold_s
+    (a claim may be renewed in a proxy's memory that long past its recorded deadline)."""
     machine_room: str = ""
     """Machine room of this server's queues, for BY_MACHINE_ROOM. Empty: not in any room,
     so no member is near and every member shares them (AVERAGE)."""
@@ -71,6 +72,12 @@ class ClientRegistryConfig:
     sweep_interval_s: float = 60.0
     """How often the coordinator entries of groups whose members and claims all ran out
     are deleted; 0: never (they go when their group is next used)."""
+    outage_hold_s: float | None = None
+    """How long past its recorded deadline a member's queue claim may still be renewed, in
+    the proxy's memory, while the coordinator does not answer; so also how long past that
+    deadline (and the clock skew) another member waits for the queue. None: 0 with the
+    in-process coordinator (it cannot be away), 60 s with etcd (docs/cluster.md, "When
+    etcd is down")."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_heartbeat_interval_s <= self.default_heartbeat_interval_s:
@@ -93,6 +100,8 @@ class ClientRegistryConfig:
             raise ValueError("clock_skew_s must be within 0..60 (seconds)")
         if self.sweep_interval_s < 0:
             raise ValueError("sweep_interval_s must be >= 0")
+        if self.outage_hold_s is not None and not 0 <= self.outage_hold_s <= 3600:
+            raise ValueError("outage_hold_s must be within 0..3600 (seconds)")
 
     @property
     def grace_s(self) -> float:

@@ -19,6 +19,7 @@ from popmq.broker_core.errors import FailedPreconditionError
 from popmq.coordination import Coordinator, LocalCoordinator
 from popmq.proxy.clients import (
     CLUSTER_CLOCK_SKEW_S,
+    CLUSTER_OUTAGE_HOLD_S,
     ClientRegistry,
     ConsumeMode,
     Registration,
@@ -30,7 +31,9 @@ from tests.support.run_async import run_async
 INTERVAL = 1.0
 CLAIM = 3 * INTERVAL
 SKEW = 0.5
-CONFIG = ClientRegistryConfig(clock_skew_s=SKEW, restart_grace_s=5.0, sweep_interval_s=0)
+CONFIG = ClientRegistryConfig(
+    clock_skew_s=SKEW, restart_grace_s=5.0, sweep_interval_s=0, outage_hold_s=0.0
+)
 
 
 class Clock:
@@ -190,21 +193,24 @@ async def test_a_silent_member_loses_its_claims_after_the_claim_time_on_both_pro
 
 
 @run_async
-async def test_the_default_clock_skew_is_none_in_process_and_a_second_over_etcd(
+async def test_the_default_clock_skew_and_outage_hold_are_none_in_process_and_set_over_etcd(
     make_coordinator: MakeCoordinator,
 ) -> None:
     async with proxies(make_coordinator) as cluster:
         config = ClientRegistryConfig(sweep_interval_s=0)
         a, b = cluster.registry(config), cluster.registry(config)
         one_clock = isinstance(a.coordinator, LocalCoordinator)
+        # Over etcd another member's claim blocks a grant the outage hold-over and the
+        # clock skew past its deadline; in process, at its deadline.
+        block = 0.0 if one_clock else CLUSTER_OUTAGE_HOLD_S + CLUSTER_CLOCK_SKEW_S
         await join(a, "c1")
         assert await query(a, "c1") == ((0, 1, 2, 3), ())
         await join(b, "c2")
-        cluster.clock.now += CLAIM + CLUSTER_CLOCK_SKEW_S / 2  # c1 went silent
+        cluster.clock.now += CLAIM + max(block / 2, 0.01)  # c1 went silent
         await join(b, "c2")
         expected = ((0, 1, 2, 3), ()) if one_clock else ((), (0, 1, 2, 3))
         assert await query(b, "c2") == expected
-        cluster.clock.now += CLUSTER_CLOCK_SKEW_S / 2 + 0.01
+        cluster.clock.now += block / 2 + 0.01
         await join(b, "c2")
         assert await query(b, "c2") == ((0, 1, 2, 3), ())
 
