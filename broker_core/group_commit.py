@@ -77,11 +77,11 @@ class _SyncThread:
     def __init__(self, store: Store) -> None:
         self._store = store
         # Fsyncs asked for, as (loop, done), and None to stop: the loop puts, the thread alone
-        # gets. `_thread` and `_closed` are touched on the loop only.
+        # gets. `_worker` and `_closed` are touched on the loop only.
         self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, _SyncDone] | None] = (
             queue.SimpleQueue()
         )
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         self._closed = False
 
     def sync(self, loop: asyncio.AbstractEventLoop, done: _SyncDone) -> None:
@@ -96,20 +96,20 @@ class _SyncThread:
                 ),
             )
             return
-        if self._thread is None:
+        if self._worker is None:
             # A daemon: a writer never closed must not hold the interpreter at exit; an fsync
             # cut short there was never acknowledged.
-            self._thread = threading.Thread(target=self._run, name="popmq-wal-sync", daemon=True)
-            self._thread.start()
+            self._worker = threading.Thread(target=self._run, name="popmq-wal-sync", daemon=True)
+            self._worker.start()
         self._requests.put((loop, done))
 
     def close(self) -> None:
         """Stop the thread once the fsyncs asked for have run."""
         self._closed = True
-        if self._thread is not None:
+        if self._worker is not None:
             self._requests.put(None)
-            self._thread.join()
-            self._thread = None
+            self._worker.join()
+            self._worker = None
 
     def _run(self) -> None:
         while (request := self._requests.get()) is not None:
