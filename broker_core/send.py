@@ -277,14 +277,13 @@ class Sender:
             grew = (result.topic, result.queue_id)
             arrivals[grew] = arrivals.get(grew, 0) + 1
         self._timers.due_at(due_soon)
-        # Counted per topic from the few queues, not message by message.
-        counts: dict[str, int] = {}
-        for (topic_name, _), count in arrivals.items():
-            counts[topic_name] = counts.get(topic_name, 0) + count
-        self._stats.sent.update(counts)
-        # Per queue, so a pop held on one queue is woken by what lands there and never
-        # spends a wake-up meant for a pop held on another.
+        # Counted per topic from the few queues, not message by message, and into the
+        # Counter item by item: Counter.update is interpreted Python even here.
+        sent = self._stats.sent
         for (topic_name, queue_id), count in arrivals.items():
+            sent[topic_name] = sent.get(topic_name, 0) + count
+            # Per queue, so a pop held on one queue is woken by what lands there and never
+            # spends a wake-up meant for a pop held on another.
             self._polling.notify(topic_name, count, queue_id=queue_id)
 
     def next_message_id(self) -> str:

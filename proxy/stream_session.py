@@ -605,44 +605,44 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             if self._by_id is not None:
                 self._by_id[request_id] = entry
             return
-        response = self._response(request_id)
-        encoded: bytes | None = None
+        # A result answered as bytes (`_encoded`) builds no response message at all.
+        answer: ResponseT | bytes
         result: ResultT | None = None
+        code, message = "OK", ""
         if task.cancelled():
-            response.error.code = "CANCELLED"
-            response.error.message = self.cancelled_text
+            code, message = "CANCELLED", self.cancelled_text
         elif (exc := task.exception()) is None:
             result = task.result()
             encoded = self._encoded(request_id, request, result)
             if encoded is None:
-                self._fill(response, request, result)
+                answer = self._response(request_id)
+                self._fill(answer, request, result)
+            else:
+                answer = encoded
         elif isinstance(exc, PopMQError):
             log.debug(
                 "%s %s from %s failed: %s %s",
                 self.method, self.noun, self._context.peer(), exc.code, exc,
             )  # fmt: skip
-            response.error.code = exc.code
-            response.error.message = str(exc)
+            code, message = exc.code, str(exc)
         else:
             log.error("%s %s failed unexpectedly", self.method, self.noun, exc_info=exc)
-            response.error.code = "INTERNAL"
-            response.error.message = INTERNAL_MESSAGE
+            code, message = "INTERNAL", INTERNAL_MESSAGE
+        if code != "OK":
+            answer = self._response(request_id)
+            answer.error.code = code
+            answer.error.message = message
         carried = None if result is None else self._carried(request, result)
         result = None  # not held with the answer
         if self._closed:
             if carried is not None:
                 self._abandon(request, carried)  # ready after the call ended
             return
-        if encoded is not None:
-            self._queue(_Answer(encoded, True, request, len(encoded), carried))
-        else:
-            self._queue(_Answer(response, True, request, response.ByteSize(), carried))
+        size = len(answer) if isinstance(answer, bytes) else answer.ByteSize()
+        self._queue(_Answer(answer, True, request, size, carried))
         observe = self._observer(request)
         if observe is not None:
-            error = response.error
-            observe(
-                error.code or "OK", time.perf_counter() - began, request, self._peer, error.message
-            )
+            observe(code, time.perf_counter() - began, request, self._peer, message)
 
     def _queue(self, answer: _Answer[RequestT, ResponseT]) -> None:
         if self._closed:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from popmq.broker_core import keys
-from popmq.broker_core.errors import UnavailableError
+from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
 from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import Batch, Store
 from tests.support.waiting import until
@@ -358,3 +358,35 @@ def test_a_flush_requested_during_an_fsync_runs_after_it_without_a_job_to_carry_
         writer.close()
 
     asyncio.run(scenario())
+
+
+def test_closing_the_writer_during_an_fsync_still_answers_its_batch_and_refuses_later_ones(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() waits for the fsync in flight, whose jobs complete; a batch that would go to
+    the sync thread after close fails (written, never synced), never left waiting."""
+    release = threading.Event()
+    syncing = threading.Event()
+    real_sync = store.sync_wal
+
+    def slow_sync() -> None:
+        syncing.set()
+        assert release.wait(10)
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", slow_sync)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        first = [writer.submit(_append(b"a"), sync=True) for _ in range(2)]
+        assert await asyncio.to_thread(syncing.wait, 10)
+        release.set()
+        writer.close()
+        assert await asyncio.gather(*first) == [0, 1]
+        after = [writer.submit(_append(b"b"), sync=True) for _ in range(2)]
+        for job in after:
+            with pytest.raises(OutcomeUnknownError, match="closed before this write was synced"):
+                await asyncio.wait_for(job, 5)
+
+    asyncio.run(scenario())
+    assert [offset for offset, _ in _stored(store)][:2] == [0, 1]

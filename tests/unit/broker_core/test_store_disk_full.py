@@ -21,7 +21,7 @@ from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Store
 from popmq.broker_core.types import NewMessage
 from tests.chaos.disk_full import MountError, mounted_tmpfs
-from tests.support.waiting import until
+from tests.support.waiting import until, wait_until
 
 _MIB = 1024 * 1024
 
@@ -198,3 +198,53 @@ def test_writes_failing_on_a_full_disk_again_and_again_warn_once(
         store.close()
     failures = [r for r in caplog.records if r.getMessage().startswith("write failed")]
     assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 4
+
+
+@pytest.fixture
+def roomy_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 128 MiB tmpfs: far enough above the send floor that `check_room` may go by an
+    earlier reading of the free space for a while."""
+    try:
+        with mounted_tmpfs(tmp_path / "disk", 128) as mount:
+            yield mount
+    except MountError as exc:
+        pytest.skip(str(exc))
+
+
+def test_sends_admitted_between_readings_of_the_free_space_still_stop_at_the_floor(
+    roomy_disk: Path,
+) -> None:
+    """Admitted sends not yet written count against the free space, whether or not the
+    free space was read again for them: a burst leaves the floor free, to the MiB."""
+    store = Store(roomy_disk / "data")
+    try:
+        free = _free(roomy_disk)
+        admitted = 0
+        with pytest.raises(StoreFullError, match=r"sends need 8\.0 MiB to stay free"):
+            while True:
+                store.check_room(_MIB)
+                admitted += _MIB
+        assert free - SEND_FLOOR_BYTES - 2 * _MIB < admitted <= free - SEND_FLOOR_BYTES
+    finally:
+        store.close()
+
+
+def test_a_disk_filled_by_another_writer_refuses_sends_within_moments(roomy_disk: Path) -> None:
+    store = Store(roomy_disk / "data")
+    try:
+        store.check_room(1024)  # read far above the floor
+        _fill(roomy_disk)
+        refusal: list[str] = []
+
+        def refused() -> bool:
+            try:
+                store.check_room(1024)
+            except StoreFullError as exc:
+                refusal.append(str(exc))
+                return True
+            return False
+
+        wait_until(refused, "a send refused on the filled disk", timeout_s=5)
+        assert "sends need 8.0 MiB to stay free" in refusal[0]
+    finally:
+        store.close()
