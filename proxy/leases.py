@@ -1,7 +1,8 @@
 """Lease tokens: idempotent pops for callers that may repeat a read (Spark tasks).
 
 A lease is what the pops made under one (group, lease token) took: a list of pages, one per
-pop. Asking again for a page while the lease lives returns the same messages with their
+LeasePop (a page larger than the broker's pop.max_batch is filled by several pops:
+`page_popper`). Asking again for a page while the lease lives returns the same messages with their
 current receipt handles, so a retried task, a re-run stage or a query restarted from its
 checkpoint reads exactly what the first attempt read. AckLease and RenewLease act on every
 message of a lease.
