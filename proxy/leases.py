@@ -104,10 +104,10 @@ class LeaseConfig:
     max_pages: int = 4096
     """Pops one lease may make."""
     max_bytes: int = 512 * 1024 * 1024
-    """Message bytes the leases this proxy popped may hold for replay (bodies plus a
-    per-message allowance); a new page past it is RESOURCE_EXHAUSTED until leases are acked
-    or expire, so the proxy's memory, and what it writes to the coordinator, stay bounded
-    however many leases clients open."""
+    """Message bytes the leases this proxy popped may hold for replay (stored records,
+    bodies included, plus a per-message allowance); a new page past it is
+    RESOURCE_EXHAUSTED until leases are acked or expire, so the proxy's memory, and what it
+    writes to the coordinator, stay bounded however many leases clients open."""
     expiry_margin_s: float = 30.0
     """How long the coordinator keeps a lease's entries past its deadline (then they
     expire by themselves): meanwhile a read of it says it expired rather than unknown."""
@@ -150,7 +150,9 @@ class _Page:
 
 
 def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
-    return sum(len(m.record.body) + MESSAGE_OVERHEAD_BYTES for m in messages)
+    # The stored record's length, not the body's: reading `body` parses the whole record,
+    # which cost a LeasePop as much as the lease's own bookkeeping.
+    return sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages)
 
 
 class _Cached:
