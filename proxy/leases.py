@@ -1,7 +1,8 @@
 """Lease tokens: idempotent pops for callers that may repeat a read (Spark tasks).
 
 A lease is what the pops made under one (group, lease token) took: a list of pages, one per
-pop. Asking again for a page while the lease lives returns the same messages with their
+LeasePop (a page larger than the broker's pop.max_batch is filled by several pops:
+`page_popper`). Asking again for a page while the lease lives returns the same messages with their
 current receipt handles, so a retried task, a re-run stage or a query restarted from its
 checkpoint reads exactly what the first attempt read. AckLease and RenewLease act on every
 message of a lease.
@@ -63,6 +64,7 @@ from typing import TypeVar
 
 from popmq.broker_core import (
     MAX_HANDLES,
+    MAX_RESPONSE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
     BrokerAPI,
     FailedPreconditionError,
@@ -72,7 +74,9 @@ from popmq.broker_core import (
     PoppedMessage,
     ReceiptHandleSupersededError,
     ResourceExhaustedError,
+    check_batch_size,
 )
+from popmq.broker_core.config import MAX_POP_BATCH
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
@@ -82,6 +86,9 @@ log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 
 MAX_TOKEN_LENGTH = 256
+MAX_PAGE_MESSAGES = MAX_POP_BATCH
+"""Most messages one page may ask for, whatever the broker's pop.max_batch: a page larger
+than one pop is filled by several (`page_popper`)."""
 _MAX_RACES = 8
 """Compare-and-set conflicts one call retries before it gives up (a conflict means another
 proxy changed the lease meanwhile; a handful is already unusual)."""
@@ -97,10 +104,10 @@ class LeaseConfig:
     max_pages: int = 4096
     """Pops one lease may make."""
     max_bytes: int = 512 * 1024 * 1024
-    """Message bytes the leases this proxy popped may hold for replay (bodies plus a
-    per-message allowance); a new page past it is RESOURCE_EXHAUSTED until leases are acked
-    or expire, so the proxy's memory, and what it writes to the coordinator, stay bounded
-    however many leases clients open."""
+    """Message bytes the leases this proxy popped may hold for replay (stored records,
+    bodies included, plus a per-message allowance); a new page past it is
+    RESOURCE_EXHAUSTED until leases are acked or expire, so the proxy's memory, and what it
+    writes to the coordinator, stay bounded however many leases clients open."""
     expiry_margin_s: float = 30.0
     """How long the coordinator keeps a lease's entries past its deadline (then they
     expire by themselves): meanwhile a read of it says it expired rather than unknown."""
@@ -143,7 +150,9 @@ class _Page:
 
 
 def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
-    return sum(len(m.record.body) + MESSAGE_OVERHEAD_BYTES for m in messages)
+    # The stored record's length, not the body's: reading `body` parses the whole record,
+    # which cost a LeasePop as much as the lease's own bookkeeping.
+    return sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages)
 
 
 class _Cached:
@@ -162,6 +171,50 @@ class _Cached:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+ChunkPop = Callable[[int, float, int | None], Awaitable[list[PoppedMessage]]]
+"""`pop(max_messages, wait_s, max_bytes)`: one broker pop of at most pop.max_batch messages
+(`max_bytes` None: the default answer bound; else a strict one)."""
+
+
+def page_size(max_messages: int | None, max_batch: int) -> int:
+    """The messages a LeasePop page asks for: `max_messages`, 1..MAX_PAGE_MESSAGES, or by
+    default as many as a Pop's default (32, or pop.max_batch when smaller)."""
+    if max_messages is None:
+        return min(32, max_batch)
+    check_batch_size(max_messages, MAX_PAGE_MESSAGES)
+    return max_messages
+
+
+def page_popper(
+    pop: ChunkPop, size: int, max_batch: int, wait_s: float
+) -> Callable[[], Awaitable[list[PoppedMessage]]]:
+    """A page of up to `size` messages made of pops of at most `max_batch`.
+
+    Only the first pop long-polls (`wait_s`); the page stops at the first pop that comes
+    back short (nothing more to pop now, or the answer's byte bound), so a short page still
+    means the backlog ran out, as a single pop's does. The page's messages stay within one
+    answer's bytes (MAX_RESPONSE_BYTES): after the first pop each asks a strict bound of
+    what is left. Why a page spans pops: each page is one round trip, one coordinator entry
+    and one replay unit, so a reader that wants 1,024 rows pays those once, not 32 times.
+    """
+
+    async def pop_page() -> list[PoppedMessage]:
+        messages = await pop(min(size, max_batch), wait_s, None)
+        left = MAX_RESPONSE_BYTES - sum(
+            m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages
+        )
+        asked = min(size, max_batch)
+        while len(messages) == asked and asked < size and left > 0:
+            want = min(max_batch, size - len(messages))
+            more = await pop(want, 0.0, left)
+            messages += more
+            left -= sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in more)
+            asked += want
+        return messages
+
+    return pop_page
 
 
 def check_token(token: str) -> None:

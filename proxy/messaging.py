@@ -43,7 +43,7 @@ from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.health import LateServices
-from popmq.proxy.leases import LeaseOutcome, LeaseTable
+from popmq.proxy.leases import LeaseOutcome, LeaseTable, page_popper, page_size
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
     AckedPop,
@@ -564,11 +564,29 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def LeasePop(
         self, request: messaging_pb2.LeasePopRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        """Answers a LeasePopResponse's bytes, its messages encoded as Pop's are."""
-        pop = _pop_arguments(self._broker, request, context.time_remaining())
+        """Answers a LeasePopResponse's bytes, its messages encoded as Pop's are. A page may
+        ask for more than pop.max_batch: it is filled by several pops (leases.page_popper)."""
+        max_batch = self._broker.server_info().pop.max_batch
+        size = page_size(
+            request.max_messages if request.HasField("max_messages") else None, max_batch
+        )
+        pop = _pop_arguments(
+            self._broker, request, context.time_remaining(), max_messages=min(size, max_batch)
+        )
 
-        def pop_once() -> Awaitable[list[PoppedMessage]]:
-            return self._broker.pop(request.group, request.topic, **pop)
+        def pop_chunk(
+            count: int, wait_s: float, max_bytes: int | None
+        ) -> Awaitable[list[PoppedMessage]]:
+            return self._broker.pop(
+                request.group,
+                request.topic,
+                max_messages=count,
+                invisible_s=pop["invisible_s"],
+                wait_s=wait_s,
+                filter_expression=pop["filter_expression"],
+                filter_type=pop["filter_type"],
+                max_bytes=max_bytes,
+            )
 
         page = await self._leases.pop(
             request.group,
@@ -576,7 +594,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             request.lease_token,
             request.page,
             pop["invisible_s"],
-            pop_once,
+            page_popper(pop_chunk, size, max_batch, pop["wait_s"]),
         )
         response = messaging_pb2.LeasePopResponse(
             replayed=page.replayed, lease_until=convert.timestamp(page.lease_until_ms)
@@ -617,6 +635,8 @@ def _pop_arguments(
     broker: BrokerAPI,
     request: messaging_pb2.PopRequest | messaging_pb2.LeasePopRequest,
     remaining_s: float | None,
+    *,
+    max_messages: int | None = None,
 ) -> _PopArguments:
     """A pop request's arguments with the broker's defaults, checked by the broker's rule
     (ServerInfo.pop_arguments, which BrokerAPI.pop applies again).
@@ -625,10 +645,13 @@ def _pop_arguments(
     applied only once its arguments passed, LeasePop's lease lives for the invisible time,
     and `remaining_s` (the time before the caller's deadline) shortens the long poll so it
     answers, empty, just before the deadline rather than let the call expire (a wait above
-    the maximum is refused, not shortened).
+    the maximum is refused, not shortened). `max_messages`, when given, replaces the
+    request's (each pop of a LeasePop page asks at most pop.max_batch).
     """
+    if max_messages is None and request.HasField("max_messages"):
+        max_messages = request.max_messages
     checked = broker.server_info().pop_arguments(
-        max_messages=request.max_messages if request.HasField("max_messages") else None,
+        max_messages=max_messages,
         invisible_s=(
             convert.seconds("invisible_duration", request.invisible_duration)
             if request.HasField("invisible_duration")

@@ -418,8 +418,10 @@ class ReadOptions(_Signed):
     plus the batch time (leases of a running batch are renewed)."""
     wait_s: float = 2.0
     """Pop mode: how long a partition's first pop waits for a message (long polling)."""
-    pop_batch_size: int = 32
-    """Pop mode: messages per LeasePop call (the server allows 1..32 by default)."""
+    pop_batch_size: int = 1024
+    """Pop mode: messages per LeasePop call, 1..1024 (the proxy fills a page larger than the
+    server's pop.max_batch with several pops): one page per Arrow batch, so a partition pays
+    one round trip and one lease entry per 1,024 rows."""
     filter: str = "*"
     """Pop mode: tag expression ("TagA || TagB")."""
     sql_filter: str = ""
@@ -519,7 +521,7 @@ class ReadOptions(_Signed):
             max_messages_per_partition=o.count("maxMessagesPerPartition", 1000, 1, 10_000_000),
             invisible_duration_s=o.duration("invisibleDuration", 120.0, 1.0, 12 * 3600.0),
             wait_s=o.duration("waitSeconds", 2.0, 0.0, 30.0),
-            pop_batch_size=o.count("popBatchSize", 32, 1, 1024),
+            pop_batch_size=o.count("popBatchSize", 1024, 1, 1024),
             filter=o.text("filter", "*").strip() or "*",
             sql_filter=o.text("sqlFilter").strip(),
             timeout_s=o.duration("timeout", 30.0, 0.1, 3600.0),
