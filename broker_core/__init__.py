@@ -27,6 +27,7 @@ from popmq.broker_core.clock import (
 )
 from popmq.broker_core.config import (
     DELAY_LEVELS_S,
+    MAX_POP_BATCH,
     BrokerConfig,
     GroupDefaults,
     LongPollingConfig,
@@ -92,8 +93,11 @@ from popmq.broker_core.record import (
     MessageRecord,
 )
 from popmq.broker_core.record_wire import (
+    append_received_message,
+    invisible_until,
     length_delimited,
     received_message_wire,
+    topic_and_queue,
     varint,
 )
 from popmq.broker_core.sql_filter import (
@@ -192,6 +196,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "MAX_KEY_LENGTH",
     "MAX_MESSAGE_ID_LENGTH",
     "MAX_NAME_LENGTH",
+    "MAX_POP_BATCH",
     "MAX_PROPERTIES",
     "MAX_PROPERTIES_BYTES",
     "MAX_QUEUES",
@@ -247,6 +252,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "TransactionsConfig",
     "UnauthenticatedError",
     "UnavailableError",
+    "append_received_message",
     "check_batch_size",
     "check_client_id",
     "check_count",
@@ -258,12 +264,14 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "check_queue_id",
     "check_range",
     "check_tag",
+    "invisible_until",
     "issuer_of",
     "length_delimited",
     "new_group_state",
     "now_ms",
     "parse_filter",
     "received_message_wire",
+    "topic_and_queue",
     "updated_group_state",
     "varint",
 ]

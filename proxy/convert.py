@@ -33,8 +33,6 @@ from popmq.broker_core import (
     TopicInfo,
     TransactionCheck,
     TransactionInfo,
-)
-from popmq.broker_core.record_wire import (
     append_received_message,
     invisible_until,
     topic_and_queue,

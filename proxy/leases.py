@@ -64,6 +64,7 @@ from typing import TypeVar
 
 from popmq.broker_core import (
     MAX_HANDLES,
+    MAX_POP_BATCH,
     MAX_RESPONSE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
     BrokerAPI,
@@ -76,7 +77,6 @@ from popmq.broker_core import (
     ResourceExhaustedError,
     check_batch_size,
 )
-from popmq.broker_core.config import MAX_POP_BATCH
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
