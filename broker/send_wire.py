@@ -19,8 +19,10 @@ HopSendResponse.frame).
 
 Frames: concurrent sends to one broker travel together as one HopSendRequest whose `frame`
 holds each as a HopSendRequest of its own, answered by one HopSendResponse whose `frame`
-holds each one's answer (cluster/hop_send.py): the stream's per-message price is paid once
+holds each one's answer (cluster/hop_frames.py): the stream's per-message price is paid once
 per frame. Only a broker whose HopSend headers carry `FRAMES_HEADER` is sent frames.
+HopStream's pops and acks travel in frames the same way, with the same keys and header
+(HopStreamRequest.frame, HopStreamResponse.frame).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ REQUEST_FRAME_KEY: Final = 0x22
 ANSWER_FRAME_KEY: Final = 0x2A
 """HopSendResponse.frame's key: field 5, length-delimited."""
 FRAMES_HEADER: Final = "popmq-hop-frames"
-"""The HopSend header (initial metadata) of a broker that answers frames; its value "1"."""
+"""The HopSend and HopStream header (initial metadata) of a broker that answers frames; its
+value "1"."""
 
 
 def frame_wire(key: int, parts: Sequence[bytes]) -> bytes:

@@ -492,12 +492,22 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self, requests: AsyncIterator[pb.HopStreamRequest], context: grpc.aio.ServicerContext
     ) -> None:
         """Pops and acks on one stream (cluster/hop_stream.py): each request runs as its own task,
-        as its unary call would, and its answer (HopStreamResponse bytes) is written when ready."""
+        as its unary call would, and its answer (HopStreamResponse bytes) is written when ready.
+        Its headers go first and say that frames of requests are answered (hop_frames.py)."""
+        await context.send_initial_metadata(((send_wire.FRAMES_HEADER, "1"),))
+        await _serve_stream(requests, context, self._hop_stream_frame, self._streams_ending)
 
-        async def answer(request: pb.HopStreamRequest) -> bytes | None:
+    async def _hop_stream_frame(self, request: pb.HopStreamRequest) -> bytes | None:
+        """The answer to a HopStreamRequest: to a frame, a frame of its requests' answers once
+        they are all ready (each served on its own, as if it had come alone); to a request of
+        its own, its answer."""
+        if not request.frame:
             return hop_wire.hop_answer(request.id, *await self._hop_answer(request))
-
-        await _serve_stream(requests, context, answer, self._streams_ending)
+        answers = await asyncio.gather(*map(self._hop_answer, request.frame))
+        return send_wire.frame_wire(
+            send_wire.ANSWER_FRAME_KEY,
+            [hop_wire.hop_answer(r.id, *a) for r, a in zip(request.frame, answers, strict=True)],
+        )
 
     async def HopSend(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext

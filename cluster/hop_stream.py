@@ -11,8 +11,9 @@ ready, each as its unary call would have answered (hop_wire.py).
 `HopStub` is the unary calls' stub, with the same bytes for Pop, Ack, Send and SendHalf.
 
 What stays unary: a pop with a wait (a long poll, held by the broker and released by
-`RemoteBroker.release_waiters`), and every other BrokerService call. A request is written as
-soon as it is made, never held for others to join it (sends do join, in frames: hop_send.py).
+`RemoteBroker.release_waiters`), and every other BrokerService call. Here a request is
+written as soon as it is made; RemoteBroker's streams (hop_frames.py) send those made while
+one is in flight together, in frames, to a broker that answers frames.
 
 Sends have a stream of their own so that a broker without it says so (UNIMPLEMENTED) before
 it reads anything: a send it did not understand must be known not stored (send_outcome.py).

@@ -75,8 +75,8 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
-from popmq.cluster.hop_send import HopSendStream
-from popmq.cluster.hop_stream import HopStream, HopStub, HopUnsupportedError
+from popmq.cluster.hop_frames import HopFrameStream
+from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -150,9 +150,9 @@ class RemoteBroker:
         self._channel: grpc.aio.Channel | None = None
         self._stub: HopStub | None = None
         # Pops without a wait and acks, on one stream (None while closed).
-        self._hop: HopStream | None = None
+        self._hop: HopFrameStream | None = None
         # Sends and half sends, on another (None while closed).
-        self._hop_send: HopSendStream | None = None
+        self._hop_send: HopFrameStream | None = None
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -194,19 +194,25 @@ class RemoteBroker:
                 self.address, self._tls.credentials, options=options
             )
         self._stub = HopStub(self._channel)
-        self._hop = HopStream(
+        self._hop = HopFrameStream(
             self._channel,
             shown=self._shown,
             timeout_s=self._timeout,
             metadata=self._metadata,
             error=self._error,
         )
-        self._hop_send = HopSendStream(
+        # Nothing is written on HopSend before the broker's headers: a broker without it
+        # ends the call (UNIMPLEMENTED) without reading, and a send it did not read must be
+        # known not stored (send_outcome.py).
+        self._hop_send = HopFrameStream(
             self._channel,
             shown=self._shown,
             timeout_s=self._timeout,
             metadata=self._metadata,
             error=self._error,
+            method=SEND_METHOD,
+            carries="sends",
+            handshake=True,
         )
         self._draining = False
         if not self._catalog:

@@ -1,21 +1,17 @@
 """Sends made while a frame to the broker is in flight go together as the next frame
-(cluster/hop_send.py, broker/send_wire.py): each request keeps its own outcome, one waiting
+(cluster/hop_frames.py, broker/send_wire.py): each request keeps its own outcome, one waiting
 for a frame when its caller gives up is never written (not stored, and it says so), and a
 broker that does not answer frames is sent each request on its own."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq.broker import BrokerServicer, add_broker_service
 from popmq.broker.hop_wire import HOP_SEND, HOP_SEND_HALF, hop_answer
 from popmq.broker.send_wire import (
     ANSWER_FRAME_KEY,
@@ -27,108 +23,23 @@ from popmq.broker.send_wire import (
     send_results_from_wire,
 )
 from popmq.broker.wire import error_from_detail
-from popmq.broker_core import NewMessage, NotFoundError, SendResult
-from popmq.broker_core.broker import Broker
-from popmq.broker_core.config import BrokerConfig, StoreConfig
+from popmq.broker_core import NewMessage, NotFoundError
 from popmq.cluster.hop_stream import SEND_METHOD
 from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
 from tests.support.brokers import remote
-
-
-class _Headerless:
-    """A call context whose headers say nothing: the HopSend of a broker before frames."""
-
-    def __init__(self, context: Any) -> None:
-        self._context = context
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-    async def send_initial_metadata(self, metadata: Any) -> None:
-        await self._context.send_initial_metadata(())
-
-
-class _Watched(BrokerServicer):
-    """The broker's HopSend, noting how many requests each stream message carried."""
-
-    def __init__(self, broker: Broker, *, answers_frames: bool) -> None:
-        super().__init__(broker)
-        self.answers_frames = answers_frames
-        self.frames: list[int] = []
-        self.accepting = asyncio.Event()
-        """Cleared: the call is not accepted (no headers) until it is set again."""
-        self.accepting.set()
-
-    async def HopSend(self, requests: AsyncIterator[bytes], context: Any) -> None:
-        await self.accepting.wait()
-
-        async def noted() -> AsyncIterator[bytes]:
-            async for data in requests:
-                parts = frame_from_wire(REQUEST_FRAME_KEY, data)
-                self.frames.append(1 if parts is None else len(parts))
-                yield data
-
-        await super().HopSend(noted(), context if self.answers_frames else _Headerless(context))
-
-
-@contextlib.asynccontextmanager
-async def _served(
-    data_dir: Path, *, answers_frames: bool = True
-) -> AsyncIterator[tuple[Broker, _Watched, str]]:
-    broker = Broker(BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir)))
-    await broker.start()
-    server = grpc.aio.server()
-    servicer = _Watched(broker, answers_frames=answers_frames)
-    add_broker_service(server, servicer)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield broker, servicer, f"127.0.0.1:{port}"
-    finally:
-        broker.release_waiters()
-        await server.stop(1.0)
-        await broker.close()
-
-
-def _held_first_send(broker: Broker) -> tuple[asyncio.Event, asyncio.Event, asyncio.Event]:
-    """Make the broker's next send wait for the returned `release`: (`held`, set once it
-    waits, the frame that carried it then in flight; `release`; `stored`, set once it is
-    stored)."""
-    held, release, stored = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    original = broker.send
-    first = True
-
-    async def send(messages: Sequence[NewMessage]) -> list[SendResult]:
-        nonlocal first
-        if first:
-            first = False
-            held.set()
-            await release.wait()
-            results = await original(messages)
-            stored.set()
-            return results
-        return await original(messages)
-
-    broker.send = send  # type: ignore[method-assign]
-    return held, release, stored
-
-
-async def _settle() -> None:
-    """Let the tasks just started run up to their first real wait."""
-    for _ in range(20):
-        await asyncio.sleep(0)
+from tests.support.hop_frames import as_is, held_first, served, settle
 
 
 def test_sends_made_while_a_frame_is_in_flight_go_as_one_frame_each_with_its_outcome(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with _served(tmp_path / "b") as (broker, servicer, address):
+        async with served(tmp_path / "b") as (broker, servicer, address):
             async with remote(address) as api:
                 await api.create_topic("orders", 2)
                 await api.create_topic("tx", 1, message_type="transaction")
                 await api.send([NewMessage("orders", b"opens the stream")])
-                held, release, _ = _held_first_send(broker)
+                held, release, _ = held_first(broker, "send")
                 first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
                 await held.wait()
                 sends = [
@@ -140,9 +51,9 @@ def test_sends_made_while_a_frame_is_in_flight_go_as_one_frame_each_with_its_out
                     api.send_half([NewMessage("tx", b"half")], producer_group="pg")
                 )
                 given_up = asyncio.ensure_future(api.send([NewMessage("orders", b"given up")]))
-                await _settle()
+                await settle()
                 given_up.cancel()
-                await _settle()
+                await settle()
                 release.set()
                 (stored_first,) = await first
                 stored = [(await s)[0] for s in sends]
@@ -177,7 +88,7 @@ def test_a_send_that_times_out_waiting_for_a_frame_was_not_sent_and_is_never_sto
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with _served(tmp_path / "b") as (broker, servicer, address):
+        async with served(tmp_path / "b") as (broker, servicer, address):
             async with remote(address, call_timeout_s=1.0) as api:
                 await api.create_topic("orders", 1)
                 # The broker takes the call but does not accept it yet: nothing is written.
@@ -197,11 +108,11 @@ def test_a_send_that_times_out_waiting_for_a_frame_was_not_sent_and_is_never_sto
 
 def test_a_send_in_a_frame_that_is_not_answered_may_be_stored(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with _served(tmp_path / "b") as (broker, servicer, address):
+        async with served(tmp_path / "b") as (broker, servicer, address):
             async with remote(address, call_timeout_s=1.0) as api:
                 await api.create_topic("orders", 1)
                 await api.send([NewMessage("orders", b"opens the stream")])
-                _, release, stored_first = _held_first_send(broker)
+                _, release, stored_first = held_first(broker, "send")
                 with pytest.raises(BrokerUnansweredError) as in_flight:
                     await api.send([NewMessage("orders", b"first")])
                 assert may_be_stored(in_flight.value)
@@ -221,18 +132,18 @@ def test_a_broker_that_does_not_answer_frames_is_sent_each_request_on_its_own(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with _served(tmp_path / "b", answers_frames=False) as (broker, servicer, address):
+        async with served(tmp_path / "b", answers_frames=False) as (broker, servicer, address):
             async with remote(address) as api:
                 await api.create_topic("orders", 1)
                 await api.send([NewMessage("orders", b"opens the stream")])
-                held, release, _ = _held_first_send(broker)
+                held, release, _ = held_first(broker, "send")
                 first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
                 await held.wait()
                 sends = [
                     asyncio.ensure_future(api.send([NewMessage("orders", f"m{i}".encode())]))
                     for i in range(4)
                 ]
-                await _settle()
+                await settle()
                 release.set()
                 results = [await first, *[await s for s in sends]]
                 assert len({r.offset for (r,) in results}) == 5
@@ -250,12 +161,12 @@ def test_the_broker_answers_each_request_of_a_frame_by_its_id_with_its_own_outco
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with _served(tmp_path / "b") as (broker, _, address):
+        async with served(tmp_path / "b") as (broker, _, address):
             await broker.create_topic("orders", 1)
             await broker.create_topic("tx", 1, message_type="transaction")
             async with grpc.aio.insecure_channel(address) as channel:
                 call = channel.stream_stream(
-                    SEND_METHOD, request_serializer=_as_is, response_deserializer=_as_is
+                    SEND_METHOD, request_serializer=as_is, response_deserializer=as_is
                 )()
                 headers = await call.initial_metadata()
                 assert headers.get(FRAMES_HEADER) == "1"
@@ -291,7 +202,3 @@ def test_the_broker_answers_each_request_of_a_frame_by_its_id_with_its_own_outco
                 assert sorted(m.record.body for m in stored) == [b"a", b"d"]
 
     asyncio.run(scenario())
-
-
-def _as_is(data: bytes) -> bytes:
-    return data

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +36,19 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served_broker(data_dir: Path, **config: object) -> AsyncIterator[Served]:
-    """A started Broker behind BrokerService on a free loopback port (this event loop)."""
+async def served_broker(
+    data_dir: Path,
+    servicer_class: Callable[[Broker], BrokerServicer] = BrokerServicer,
+    **config: object,
+) -> AsyncIterator[Served]:
+    """A started Broker behind BrokerService (`servicer_class`'s) on a free loopback port
+    (this event loop)."""
     broker = Broker(
         BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir), **config)  # type: ignore[arg-type]
     )
     await broker.start()
     server = grpc.aio.server()
-    servicer = BrokerServicer(broker)
+    servicer = servicer_class(broker)
     add_broker_service(server, servicer)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

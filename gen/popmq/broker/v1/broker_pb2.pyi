@@ -932,26 +932,30 @@ class AckResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
 
 class HopStreamRequest(_message.Message):
-    __slots__ = ("id", "pop", "ack")
+    __slots__ = ("id", "pop", "ack", "frame")
     ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     id: int
     pop: PopRequest
     ack: AckRequest
-    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ...) -> None: ...
+    frame: _containers.RepeatedCompositeFieldContainer[HopStreamRequest]
+    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopRequest, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ..., frame: _Optional[_Iterable[_Union[HopStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class HopStreamResponse(_message.Message):
-    __slots__ = ("id", "pop", "ack", "error")
+    __slots__ = ("id", "pop", "ack", "error", "frame")
     ID_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
     id: int
     pop: PopResponse
     ack: AckResponse
     error: ErrorDetail
-    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+    frame: _containers.RepeatedCompositeFieldContainer[HopStreamResponse]
+    def __init__(self, id: _Optional[int] = ..., pop: _Optional[_Union[PopResponse, _Mapping]] = ..., ack: _Optional[_Union[AckResponse, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., frame: _Optional[_Iterable[_Union[HopStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class HopSendRequest(_message.Message):
     __slots__ = ("id", "send", "send_half", "frame")

@@ -507,7 +507,8 @@ class BrokerServiceServicer:
         answers are ready, as its unary RPC would answer it (an error as an ErrorDetail in the
         answer; the stream itself ends only when the connection does). A per-message price a
         unary call pays twice per batch (the call's setup on both sides) is paid once per
-        stream.
+        stream. A broker that answers frames (several requests in one HopStreamRequest) says so
+        in its headers, sent at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

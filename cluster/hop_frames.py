@@ -1,21 +1,27 @@
-"""`HopSendStream`: a proxy's sends and half sends to one broker on its HopSend stream, those
-made while a frame is on its way going together as the next frame.
+"""`HopFrameStream`: a proxy's requests to one broker on one of its hop streams (HopStream:
+pops without a wait and acks; HopSend: sends and half sends), those made while a frame is on
+its way going together as the next frame.
 
-At batch 1 each client send was a stream message of its own each way, and the stream's
-per-message price (a gRPC write and read, a task on each side) was most of what a send cost
-the proxy and the broker. Here, as group commit does for fsyncs, one frame is in flight to
-the broker at a time: a send made while none is goes out at once (an idle proxy adds no
-wait); sends made while one is written or awaited wait for it and go together in the next
-(send_wire.py: HopSendRequest.frame). The broker stores each request of a frame on its own,
-as if it had come alone, and answers them in one frame; each caller gets its own request's
-answer, results or error: one refused request fails no other.
+Each request on its own was a stream message each way, and the stream's per-message price (a
+gRPC write and read, a task on each side) was most of what a request cost the proxy and the
+broker: at batch 1 for sends, and for pops and acks of 32 from several consumers. Here, as
+group commit does for fsyncs, one frame is in flight to the broker at a time: a request made
+while none is goes out at once (an idle proxy adds no wait); requests made while one is
+written or awaited wait for it and go together in the next (HopSendRequest.frame,
+HopStreamRequest.frame; send_wire.frame_wire). The broker serves each request of a frame on
+its own, as if it had come alone, and answers them in one frame; each caller gets its own
+request's answer, results or error: one refused request fails no other.
 
-Only a broker whose HopSend headers carry send_wire.FRAMES_HEADER is sent frames; to one
+Only a broker whose stream headers carry send_wire.FRAMES_HEADER is sent frames; to one
 without it each request is written as it comes, as before (cluster/hop_stream.py), and a
-broker without HopSend at all is asked by unary calls (RemoteBroker).
+broker without the stream at all is asked by unary calls (RemoteBroker). HopSend's broker
+sends its headers at once and nothing is written before them (`handshake`); HopStream's of
+the first release sends them only with its first answer, so pops and acks are written on
+their own until the headers have come.
 
-At most once: a request taken into a frame counts as sent from then on (its timeout or a
-broken stream says it may be stored, send_outcome.py); one still waiting for a frame when
+A request taken into a frame counts as sent from then on (its timeout or a broken stream says
+it may have been done: a send may be stored, send_outcome.py; an ack may have been done; a
+pop's deliveries come back after their invisible time); one still waiting for a frame when
 its caller times out or is cancelled was never written, is dropped, and says not sent.
 
 Runs on the proxy's event loop only; nothing here blocks.
@@ -26,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -35,46 +40,26 @@ from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker import send_wire
 from popmq.broker.hop_wire import HOP_ERROR, hop_answer
 from popmq.broker.wire import error_from_detail
-from popmq.broker_core.errors import PopMQError
-from popmq.cluster.hop_stream import SEND_METHOD, HopStream
+from popmq.cluster.hop_stream import HopStream
 from popmq.cluster.send_outcome import BrokerUnansweredError
 
-__all__ = ["FRAME_BYTES", "HopSendStream"]
+__all__ = ["FRAME_BYTES", "HopFrameStream"]
 
 log = logging.getLogger(__name__)
 
 FRAME_BYTES: Final = 4 * 1024 * 1024
 """The most request bytes a frame takes (a larger request goes in a frame of its own): well
-under the channel's message limit, and a frame is stored and answered whole."""
+under the channel's message limit, and a frame is served and answered whole."""
 
 
-class HopSendStream(HopStream):
-    """Sends and half sends to one broker over its HopSend call, in frames (module
-    docstring); `request` as HopStream's."""
+class HopFrameStream(HopStream):
+    """Requests to one broker over one hop stream call, in frames (module docstring);
+    arguments and `request` as HopStream's."""
 
-    def __init__(
-        self,
-        channel: grpc.aio.Channel,
-        *,
-        shown: str,
-        timeout_s: float,
-        metadata: Callable[[], tuple[tuple[str, str], ...] | None],
-        error: Callable[[grpc.aio.AioRpcError], PopMQError],
-        frame_bytes: int = FRAME_BYTES,
-    ) -> None:
-        super().__init__(
-            channel,
-            shown=shown,
-            timeout_s=timeout_s,
-            metadata=metadata,
-            error=error,
-            method=SEND_METHOD,
-            carries="sends",
-            handshake=True,
-        )
-        self._frame_bytes = frame_bytes
-        # Request id -> its HopSendRequest bytes: requests made and not yet written, in the
-        # order they were made (the next frame). Their futures are in _pending.
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Request id -> its request's bytes: requests made and not yet written, in the order
+        # they were made (the next frame). Their futures are in _pending.
         self._waiting: dict[int, bytes] = {}
         # The task writing the waiting requests; None while none wait.
         self._sender: asyncio.Task[None] | None = None
@@ -83,8 +68,9 @@ class HopSendStream(HopStream):
 
     async def request(self, field: int, payload: bytes) -> tuple[int, bytes]:
         call = self._call if self._call is not None else self._open()
-        if self._accepted is call and self._frames is not call:
-            # A broker without frames: each request is written as it comes.
+        if self._frames is not call and (self._accepted is call or not self._handshake):
+            # A broker without frames, or (without `handshake`) one whose headers have not
+            # come yet: each request is written as it comes.
             return await super().request(field, payload)
         request_id = next(self._ids)
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
@@ -115,12 +101,9 @@ class HopSendStream(HopStream):
                 call = self._call if self._call is not None else self._open()
                 reader = self._reader
                 try:
-                    if self._accepted is not call:
+                    if self._handshake and self._accepted is not call:
                         # Nothing is written before the broker accepts the call (HopStream).
-                        headers = await call.initial_metadata()
-                        self._accepted = call
-                        if headers is not None and headers.get(send_wire.FRAMES_HEADER) == "1":
-                            self._frames = call
+                        self._headers(call, await call.initial_metadata())
                     framed = self._frames is call
                     taken = self._take(framed)
                     if not taken:
@@ -146,6 +129,26 @@ class HopSendStream(HopStream):
         finally:
             self._sender = None
 
+    async def _read(self, call: Any) -> None:
+        if not self._handshake:
+            # The headers come with the broker's first answer, or at once from a broker that
+            # answers frames; until then requests go on their own (`request`).
+            try:
+                self._headers(call, await call.initial_metadata())
+            except grpc.aio.AioRpcError:
+                pass  # the call has ended: reading it below says how
+            except asyncio.CancelledError:
+                self._ended(call, None)
+                raise
+        await super()._read(call)
+
+    def _headers(self, call: Any, headers: Any) -> None:
+        """The broker sent `headers` on `call`: it has accepted it, and they say whether it
+        answers frames."""
+        self._accepted = call
+        if headers is not None and headers.get(send_wire.FRAMES_HEADER) == "1":
+            self._frames = call
+
     def _take(self, framed: bool) -> list[tuple[asyncio.Future[tuple[int, bytes]], bytes]]:
         """The waiting requests to write now (each with its answer's future), taken out of
         the waiting ones: to a broker that answers frames, those that fit in one."""
@@ -157,7 +160,7 @@ class HopSendStream(HopStream):
                 # Failed with its call (never written: it may not be now) or given up.
                 del self._waiting[request_id]
                 continue
-            if framed and taken and size + len(data) > self._frame_bytes:
+            if framed and taken and size + len(data) > FRAME_BYTES:
                 break
             del self._waiting[request_id]
             taken.append((future, data))
