@@ -242,15 +242,17 @@ def test_etcd_entries_with_nearby_expiries_share_a_lease_and_a_lost_lease_is_rep
 ) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as c:
-            await c.put("leases/a", {"n": 1}, ttl_s=30)
-            await c.compare_and_set("leases/b", {"n": 2}, revision=0, ttl_s=31)
-            await c.put("leases/c", {"n": 3}, ttl_s=600)  # far off: a lease of its own
+            # TTLs of minutes: their slack (30 s) is the window within which the second write
+            # must come to share the first's lease, whatever the machine's load.
+            await c.put("leases/a", {"n": 1}, ttl_s=300)
+            await c.compare_and_set("leases/b", {"n": 2}, revision=0, ttl_s=301)
+            await c.put("leases/c", {"n": 3}, ttl_s=3000)  # far off: a lease of its own
             a, b, far = [
                 (await c.client.get(c.root + f"leases/{name}")).kvs[0].lease for name in "abc"
             ]
             assert a and a == b and far not in (0, a)
             left = await c.client.lease_time_to_live(a)
-            assert 29 <= left <= 30 + expiry_slack_s(30) + 1
+            assert 299 <= left <= 300 + expiry_slack_s(300) + 1
             await c.client.lease_revoke(a)  # its entries go with it
             assert await c.get("leases/a") is None and await c.get("leases/b") is None
             replaced = await c.put("leases/a", {"n": 4}, ttl_s=30)  # a new lease, not an error
