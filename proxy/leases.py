@@ -202,15 +202,13 @@ def page_popper(
 
     async def pop_page() -> list[PoppedMessage]:
         messages = await pop(min(size, max_batch), wait_s, None)
-        left = MAX_RESPONSE_BYTES - sum(
-            m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages
-        )
+        left = MAX_RESPONSE_BYTES - _held_bytes(messages)
         asked = min(size, max_batch)
         while len(messages) == asked and asked < size and left > 0:
             want = min(max_batch, size - len(messages))
             more = await pop(want, 0.0, left)
             messages += more
-            left -= sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in more)
+            left -= _held_bytes(more)
             asked += want
         return messages
 
