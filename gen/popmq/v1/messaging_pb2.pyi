@@ -485,7 +485,7 @@ class GetOffsetsAtTimeResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
 
 class LeasePopRequest(_message.Message):
-    __slots__ = ("group", "topic", "lease_token", "page", "max_messages", "invisible_duration", "long_polling_timeout", "filter")
+    __slots__ = ("group", "topic", "lease_token", "page", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "acks_by_page")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +494,7 @@ class LeasePopRequest(_message.Message):
     INVISIBLE_DURATION_FIELD_NUMBER: _ClassVar[int]
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    ACKS_BY_PAGE_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     lease_token: str
@@ -502,17 +503,20 @@ class LeasePopRequest(_message.Message):
     invisible_duration: _duration_pb2.Duration
     long_polling_timeout: _duration_pb2.Duration
     filter: FilterExpression
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., lease_token: _Optional[str] = ..., page: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ...) -> None: ...
+    acks_by_page: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., lease_token: _Optional[str] = ..., page: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., acks_by_page: _Optional[bool] = ...) -> None: ...
 
 class LeasePopResponse(_message.Message):
-    __slots__ = ("messages", "replayed", "lease_until")
+    __slots__ = ("messages", "replayed", "lease_until", "page_id")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_ID_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
     replayed: bool
     lease_until: _timestamp_pb2.Timestamp
-    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., replayed: _Optional[bool] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    page_id: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., replayed: _Optional[bool] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_id: _Optional[str] = ...) -> None: ...
 
 class LeaseResult(_message.Message):
     __slots__ = ("lease_token", "code", "message", "messages", "lease_until")
@@ -529,12 +533,22 @@ class LeaseResult(_message.Message):
     def __init__(self, lease_token: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., messages: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AckLeaseRequest(_message.Message):
-    __slots__ = ("group", "lease_tokens")
+    __slots__ = ("group", "lease_tokens", "read_pages")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    READ_PAGES_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_tokens: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
+    read_pages: _containers.RepeatedCompositeFieldContainer[LeaseReadPages]
+    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., read_pages: _Optional[_Iterable[_Union[LeaseReadPages, _Mapping]]] = ...) -> None: ...
+
+class LeaseReadPages(_message.Message):
+    __slots__ = ("lease_token", "page_ids")
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    lease_token: str
+    page_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease_token: _Optional[str] = ..., page_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AckLeaseResponse(_message.Message):
     __slots__ = ("results",)
