@@ -5,6 +5,8 @@ Key layout, under the cluster's root (docs/cluster.md):
 
     leases/<group>/<token>                    the lease: topic, incarnation, deadline, acked
     leases/<group>/<token>/<incarnation>/<n>  page n: its receipt handles and deadlines
+    leases/<group>/<token>/<page nonce>/<n>    a page popped while etcd was down whose
+                                               number was taken meanwhile (a "shadow")
 
 Group and token are percent-encoded into one path segment each (every UTF-8 byte outside
 letters, digits, '_', '.', ':', '-' becomes %XX, '%' and '/' included); a segment that would
@@ -19,6 +21,14 @@ their brokers (BrokerAPI.get_deliveries). Pages are created with compare-and-set
 absent entry: of two proxies popping page n at once, the first to create it wins. Every
 entry expires `margin_s` after the deadline it records, so what a proxy that died leaves
 behind goes by itself.
+
+Every page has an identity (PageId: `<incarnation>.<n>.<nonce>`, the nonce random per pop
+and stored in the entry as "page_id"), which AckLease may name to ack exactly the pages a
+reader read. A page popped while etcd was down (proxy/lease_outage.py) is written when etcd
+is back: at its number if that is still free, else as a shadow under its nonce, where only an
+ack naming it finds it. Those entries have schema 2, which a proxy of an earlier release
+refuses to read, so it never acks them by token. Entries of earlier releases have no nonce:
+their identity is empty and only an ack by token acts on them.
 
 Costs (round trips to the coordinator): reading a lease or a page, one each (the lease
 table asks for both at once when it can); creating a page, one; a lease, one more.
@@ -45,6 +55,8 @@ MAX_SEGMENT_CHARS = 160
 """Longest encoded group or token segment; a longer one is hashed (coordination paths have
 at most 512 characters)."""
 SCHEMA = 1
+OUTAGE_SCHEMA = 2
+"""The schema of a page popped while etcd was down (module docstring)."""
 _SAFE = frozenset(string.ascii_letters + string.digits + "_.:-")
 _HASHED = "%%"
 _PAGE_READS = (2, 64)
@@ -75,6 +87,35 @@ def new_incarnation() -> str:
 
 def page_path(group: str, token: str, incarnation: str, number: int) -> str:
     return f"{lease_path(group, token)}/{incarnation}/{number}"
+
+
+@dataclass(frozen=True, slots=True)
+class PageId:
+    """A page's identity: the lease incarnation and number it was popped as, and the nonce
+    of that pop (module docstring)."""
+
+    incarnation: str
+    number: int
+    nonce: str
+
+    def __str__(self) -> str:
+        return f"{self.incarnation}.{self.number}.{self.nonce}"
+
+    @classmethod
+    def parse(cls, text: str) -> PageId:
+        """The identity `text` names; ValueError saying what is allowed if it names none."""
+        parts = text.split(".")
+        if (
+            len(parts) != 3
+            or not all(p and all(c in string.hexdigits for c in p) for p in (parts[0], parts[2]))
+            or not parts[1].isdigit()
+            or len(text) > 80
+        ):
+            raise ValueError(
+                f"page id {text[:80]!r} is not one LeasePop answered (INCARNATION.PAGE.NONCE, "
+                "hex, decimal, hex)"
+            )
+        return cls(parts[0], int(parts[1]), parts[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +150,10 @@ class PageRecord:
     until_ms: tuple[int, ...]
     deadline_ms: int
     revision: int
+    page_id: str = ""
+    """The nonce of the pop that made it ("" for a page written by an earlier release)."""
+    outage: bool = False
+    """Popped while etcd was down (schema 2): only an ack naming it acknowledges it."""
 
 
 def _now_ms() -> int:
@@ -244,10 +289,19 @@ class LeaseStore:
         handles: Sequence[str],
         until_ms: Sequence[int],
         deadline_ms: int,
+        *,
+        nonce: str,
     ) -> PageRecord:
         """Create page `number`; ConflictError when it exists (another proxy's won)."""
         return await self.create_page_of(
-            meta.group, meta.token, meta.incarnation, number, handles, until_ms, deadline_ms
+            meta.group,
+            meta.token,
+            meta.incarnation,
+            number,
+            handles,
+            until_ms,
+            deadline_ms,
+            nonce=nonce,
         )
 
     async def create_page_of(
@@ -259,8 +313,12 @@ class LeaseStore:
         handles: Sequence[str],
         until_ms: Sequence[int],
         deadline_ms: int,
+        *,
+        nonce: str,
+        outage: bool = False,
     ) -> PageRecord:
-        """`create_page` for an incarnation whose lease entry is being written meanwhile."""
+        """`create_page` for an incarnation whose lease entry is being written meanwhile
+        (`outage`: a page popped while etcd was down, written now)."""
         return await self._write_page(
             page_path(group, token, incarnation, number),
             number,
@@ -268,7 +326,44 @@ class LeaseStore:
             until_ms,
             deadline_ms,
             revision=0,
+            nonce=nonce,
+            outage=outage,
         )
+
+    async def create_shadow(
+        self,
+        group: str,
+        token: str,
+        number: int,
+        handles: Sequence[str],
+        until_ms: Sequence[int],
+        deadline_ms: int,
+        *,
+        nonce: str,
+    ) -> PageRecord:
+        """Write a page popped while etcd was down whose number was taken meanwhile, under
+        its nonce (module docstring); ConflictError when it is there already."""
+        return await self._write_page(
+            page_path(group, token, nonce, number),
+            number,
+            handles,
+            until_ms,
+            deadline_ms,
+            revision=0,
+            nonce=nonce,
+            outage=True,
+        )
+
+    async def page_by_id(self, group: str, token: str, page: PageId) -> PageRecord | None:
+        """The page `page` names: at its number if the nonce there is its, else its shadow;
+        None when neither is stored."""
+        record = await self.page_of(group, token, page.incarnation, page.number)
+        if record is not None and record.page_id == page.nonce:
+            return record
+        shadow = await self.page_of(group, token, page.nonce, page.number)
+        if shadow is not None and shadow.page_id == page.nonce:
+            return shadow
+        return None
 
     async def update_page(
         self,
@@ -286,6 +381,8 @@ class LeaseStore:
             until_ms,
             deadline_ms,
             revision=page.revision,
+            nonce=page.page_id,
+            outage=page.outage,
         )
 
     async def _write_page(
@@ -297,25 +394,31 @@ class LeaseStore:
         deadline_ms: int,
         *,
         revision: int,
+        nonce: str,
+        outage: bool,
     ) -> PageRecord:
-        value = {
-            "schema": SCHEMA,
+        value: dict[str, Any] = {
+            "schema": OUTAGE_SCHEMA if outage else SCHEMA,
             "handles": list(handles),
             "until_ms": list(until_ms),
             "deadline_ms": deadline_ms,
         }
+        if nonce:
+            value["page_id"] = nonce
         entry = await self.coordinator.compare_and_set(
             path, value, revision=revision, ttl_s=self._ttl(deadline_ms)
         )
         return _page(entry, number)
 
 
-def _fields(entry: Entry, names: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
+def _fields(
+    entry: Entry, names: Mapping[str, type | tuple[type, ...]], schemas: tuple[int, ...] = (SCHEMA,)
+) -> dict[str, Any]:
     value = entry.value
-    if value.get("schema") != SCHEMA:
+    if value.get("schema") not in schemas:
         raise CorruptValueError(
             f"lease entry {entry.path!r} has schema {value.get('schema')!r}; this proxy reads "
-            f"schema {SCHEMA}"
+            f"schema {' or '.join(map(str, schemas))}"
         )
     out = {}
     for name, kind in names.items():
@@ -352,8 +455,13 @@ def _meta(entry: Entry, group: str, token: str) -> LeaseMeta:
 
 
 def _page(entry: Entry, number: int) -> PageRecord:
-    f = _fields(entry, {"handles": list, "until_ms": list, "deadline_ms": int})
+    f = _fields(
+        entry, {"handles": list, "until_ms": list, "deadline_ms": int}, (SCHEMA, OUTAGE_SCHEMA)
+    )
     handles, until = f["handles"], f["until_ms"]
+    nonce = entry.value.get("page_id", "")
+    if not isinstance(nonce, str):
+        raise CorruptValueError(f"lease page {entry.path!r} has an invalid 'page_id'")
     if (
         len(handles) != len(until)
         or not all(isinstance(h, str) for h in handles)
@@ -366,4 +474,6 @@ def _page(entry: Entry, number: int) -> PageRecord:
         until_ms=tuple(until),
         deadline_ms=f["deadline_ms"],
         revision=entry.revision,
+        page_id=nonce,
+        outage=entry.value.get("schema") == OUTAGE_SCHEMA,
     )
