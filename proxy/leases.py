@@ -31,19 +31,17 @@ cache is what LeaseConfig bounds: the leases this proxy popped pages of (`max_le
 pages of one lease (`max_pages`) and the bytes of their messages (`max_bytes`), which also
 bound what this proxy writes to the coordinator.
 
-A proxy may die between a renewal's ChangeInvisibleTime on the broker (which answers new
-receipt handles and refuses the old ones as superseded) and its write of the new handles to
-the coordinator. The lease then holds handles the broker refuses. So every proxy acting on a
-lease's handles (renewing, acking, replaying) follows a handle the broker calls superseded
-to the newest handle of the same delivery (BrokerAPI.follow_handles: only along
-ChangeInvisibleTime moves of that delivery, never to one a Nack gave back or to a later
-delivery attempt) and acts on that one; renewals and replays record what they found. A
-client's own ChangeInvisibleTime or ack of an old handle is still refused.
+Every proxy acting on a lease's handles (renewing, acking, replaying) follows one the broker
+calls superseded to the newest handle of its delivery (superseded_handles.py); renewals and
+replays record what they found.
 
-A coordinator that does not answer makes the call fail with a retriable UNAVAILABLE naming
-etcd. A page popped but not recorded then stays with the broker: its messages are invisible
-until their deadline and come back after it (not given back, since the write may have
-landed).
+Each page has an identity (lease_store.PageId) that AckLease may name to ack exactly the
+pages a reader read; for a reader that does (LeasePop `acks_by_page`), a proxy serves pages
+from its memory while etcd is down and writes them when it is back (lease_outage.py).
+Otherwise a coordinator that does not answer makes the call fail with a retriable
+UNAVAILABLE naming etcd. A page popped but not recorded then stays with the broker: its
+messages are invisible until their deadline and come back after it (not given back, since
+the write may have landed).
 
 Everything runs on the proxy's event loop. One asyncio.Lock per (group, token) serialises
 this proxy's pops, renewals and acks of that lease; between proxies, the compare-and-set of
@@ -58,37 +56,39 @@ import dataclasses
 import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from popmq.broker_core import (
     MAX_HANDLES,
-    MAX_POP_BATCH,
-    MAX_RESPONSE_BYTES,
-    MESSAGE_OVERHEAD_BYTES,
     BrokerAPI,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
     PoppedMessage,
-    ReceiptHandleSupersededError,
     ResourceExhaustedError,
-    check_batch_size,
 )
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
-from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageRecord, new_incarnation
+from popmq.proxy.lease_outage import (
+    HeldLease,
+    HeldPage,
+    WriteBack,
+    held_bytes,
+    outage_error,
+    renew_held,
+)
+from popmq.proxy.lease_pages import check_token
+from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
+from popmq.proxy.superseded_handles import deliveries, newest
 
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
 
-MAX_TOKEN_LENGTH = 256
-MAX_PAGE_MESSAGES = MAX_POP_BATCH
-"""Most messages one page may ask for, whatever the broker's pop.max_batch: a page larger
-than one pop is filled by several (`page_popper`)."""
 _MAX_RACES = 8
 """Compare-and-set conflicts one call retries before it gives up (a conflict means another
 proxy changed the lease meanwhile; a handful is already unusual)."""
@@ -111,11 +111,20 @@ class LeaseConfig:
     expiry_margin_s: float = 30.0
     """How long the coordinator keeps a lease's entries past its deadline (then they
     expire by themselves): meanwhile a read of it says it expired rather than unknown."""
+    max_outage_pages: int = 4096
+    """Pages this proxy may pop while etcd is down and hold until it is back
+    (proxy/lease_outage.py); beyond: the retriable UNAVAILABLE naming etcd."""
+    write_back_interval_s: float = 1.0
+    """How often pages popped while etcd was down are tried for writing."""
 
     def __post_init__(self) -> None:
-        for name in ("max_leases", "max_pages", "max_bytes"):
+        for name in ("max_leases", "max_pages", "max_bytes", "max_outage_pages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"leases.{name} {getattr(self, name)} must be positive")
+        if self.write_back_interval_s <= 0:
+            raise ValueError(
+                f"leases.write_back_interval_s {self.write_back_interval_s} must be positive"
+            )
         if self.expiry_margin_s < 0:
             raise ValueError(f"leases.expiry_margin_s {self.expiry_margin_s} must be 0 or more")
 
@@ -127,6 +136,8 @@ class LeasePage:
     messages: list[PoppedMessage]
     replayed: bool
     lease_until_ms: int
+    page_id: str = ""
+    """Its identity (lease_store.PageId); "" for a page an earlier release recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,91 +150,8 @@ class LeaseOutcome:
     lease_until_ms: int
 
 
-@dataclass(slots=True)
-class _Page:
-    """A page this proxy popped, with its messages (the cache a replay answers from)."""
-
-    messages: list[PoppedMessage]
-    revision: int
-    """The page entry's revision these messages (their handles) match."""
-    held_bytes: int
-
-
-def _held_bytes(messages: Sequence[PoppedMessage]) -> int:
-    # The stored record's length, not the body's: reading `body` parses the whole record,
-    # which cost a LeasePop as much as the lease's own bookkeeping.
-    return sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages)
-
-
-class _Cached:
-    """What this proxy keeps of a lease it popped pages of."""
-
-    __slots__ = ("deadline_ms", "group", "incarnation", "pages", "token")
-
-    def __init__(self, group: str, token: str, incarnation: str, deadline_ms: int) -> None:
-        self.group = group
-        self.token = token
-        self.incarnation = incarnation
-        self.deadline_ms = deadline_ms
-        """The lease's deadline as this proxy last saw it: the cache goes after it."""
-        self.pages: dict[int, _Page] = {}
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-ChunkPop = Callable[[int, float, int | None], Awaitable[list[PoppedMessage]]]
-"""`pop(max_messages, wait_s, max_bytes)`: one broker pop of at most pop.max_batch messages
-(`max_bytes` None: the default answer bound; else a strict one)."""
-
-
-def page_size(max_messages: int | None, max_batch: int) -> int:
-    """The messages a LeasePop page asks for: `max_messages`, 1..MAX_PAGE_MESSAGES, or by
-    default as many as a Pop's default (32, or pop.max_batch when smaller)."""
-    if max_messages is None:
-        return min(32, max_batch)
-    check_batch_size(max_messages, MAX_PAGE_MESSAGES)
-    return max_messages
-
-
-def page_popper(
-    pop: ChunkPop, size: int, max_batch: int, wait_s: float
-) -> Callable[[], Awaitable[list[PoppedMessage]]]:
-    """A page of up to `size` messages made of pops of at most `max_batch`.
-
-    Only the first pop long-polls (`wait_s`); the page stops at the first pop that comes
-    back short (nothing more to pop now, or the answer's byte bound), so a short page still
-    means the backlog ran out, as a single pop's does. The page's messages stay within one
-    answer's bytes (MAX_RESPONSE_BYTES): after the first pop each asks a strict bound of
-    what is left. Why a page spans pops: each page is one round trip, one coordinator entry
-    and one replay unit, so a reader that wants 1,024 rows pays those once, not 32 times.
-    """
-
-    async def pop_page() -> list[PoppedMessage]:
-        messages = await pop(min(size, max_batch), wait_s, None)
-        left = MAX_RESPONSE_BYTES - _held_bytes(messages)
-        asked = min(size, max_batch)
-        while len(messages) == asked and asked < size and left > 0:
-            want = min(max_batch, size - len(messages))
-            more = await pop(want, 0.0, left)
-            messages += more
-            left -= _held_bytes(more)
-            asked += want
-        return messages
-
-    return pop_page
-
-
-def check_token(token: str) -> None:
-    if not token:
-        raise InvalidArgumentError(f"lease_token is empty: use 1 to {MAX_TOKEN_LENGTH} characters")
-    if len(token) > MAX_TOKEN_LENGTH:
-        raise InvalidArgumentError(
-            f"lease_token is {len(token)} characters long: at most {MAX_TOKEN_LENGTH} allowed"
-        )
-    if not token.isprintable():
-        raise InvalidArgumentError("lease_token must be printable characters only")
 
 
 class LeaseTable:
@@ -245,7 +173,7 @@ class LeaseTable:
         self._store = LeaseStore(coordinator, margin_s=self.config.expiry_margin_s)
         # (group, token) -> what this proxy caches of the lease; it leaves at the lease's
         # deadline (see _purge) or when the lease starts again.
-        self._cached: dict[tuple[str, str], _Cached] = {}
+        self._cached: dict[tuple[str, str], HeldLease] = {}
         # (deadline_ms, group, token) of cached leases, for _purge; stale entries are skipped.
         self._expiry: list[tuple[int, str, str]] = []
         # Sum of the held_bytes of every cached page.
@@ -253,6 +181,17 @@ class LeaseTable:
         # (group, token) -> the lock serialising this proxy's calls on that lease; it goes
         # when its last user leaves.
         self._locks: dict[tuple[str, str], _LeaseLock] = {}
+        self._write_back = WriteBack(
+            self._store,
+            self._locked,
+            max_pages=self.config.max_outage_pages,
+            interval_s=self.config.write_back_interval_s,
+        )
+        """Pages popped while etcd was down, until they are written (lease_outage.py)."""
+
+    async def close(self) -> None:
+        """Stop writing back pages popped while etcd was down (lease_outage.py)."""
+        await self._write_back.close()
 
     def __len__(self) -> int:
         return len(self._cached)
@@ -272,18 +211,19 @@ class LeaseTable:
                 continue
             self._drop(cached)
 
-    def _drop(self, cached: _Cached) -> None:
+    def _drop(self, cached: HeldLease) -> None:
+        self._write_back.forget(cached)
         self._set_pages(cached, {})
         if self._cached.get((cached.group, cached.token)) is cached:
             del self._cached[(cached.group, cached.token)]
 
-    def _set_pages(self, cached: _Cached, pages: dict[int, _Page]) -> None:
+    def _set_pages(self, cached: HeldLease, pages: dict[int, HeldPage]) -> None:
         """Replace a lease's cached pages, keeping held_bytes in step."""
         old = sum(p.held_bytes for p in cached.pages.values())
         self.held_bytes += sum(p.held_bytes for p in pages.values()) - old
         cached.pages = pages
 
-    def _cache(self, meta: LeaseMeta) -> _Cached | None:
+    def _cache(self, meta: LeaseMeta) -> HeldLease | None:
         """This proxy's cache of the lease `meta` reads, if it has one of that incarnation."""
         cached = self._cached.get((meta.group, meta.token))
         if cached is None:
@@ -296,7 +236,7 @@ class LeaseTable:
         self._set_deadline(cached, meta.deadline_ms)
         return cached
 
-    def _set_deadline(self, cached: _Cached, deadline_ms: int) -> None:
+    def _set_deadline(self, cached: HeldLease, deadline_ms: int) -> None:
         if cached.deadline_ms != deadline_ms:
             cached.deadline_ms = deadline_ms
             heapq.heappush(self._expiry, (deadline_ms, cached.group, cached.token))
@@ -326,10 +266,14 @@ class LeaseTable:
         page: int,
         invisible_s: float,
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
+        *,
+        by_page: bool = False,
     ) -> LeasePage:
         """Return page `page` of the lease, popping it with `pop` when it is the next one.
 
         `invisible_s` is the invisible time `pop` asks for; an empty page lives that long.
+        `by_page`: the caller acks this lease naming its pages, so while etcd is down a page
+        may come from this proxy's memory (lease_outage.py).
         """
         check_token(token)
         if page < 0:
@@ -338,9 +282,16 @@ class LeaseTable:
         async with self._locked(group, token):
             for _ in range(_MAX_RACES):
                 try:
+                    await self._flush(group, token)
                     return await self._pop(group, topic, token, page, invisible_s, pop)
                 except _Raced:
                     continue
+                except PageUnrecordedError:
+                    raise
+                except CoordinationUnavailableError as exc:
+                    if not by_page:
+                        raise
+                    return await self._pop_held(group, topic, token, page, invisible_s, pop, exc)
             raise FailedPreconditionError(
                 f"lease {token!r} kept changing under concurrent calls; ask again"
             )
@@ -409,6 +360,67 @@ class LeaseTable:
         messages, deadline = await self._pop_page(pop, invisible_s)
         return await self._add_page(meta, page, messages, deadline)
 
+    async def _flush(self, group: str, token: str) -> None:
+        """Write what this proxy popped of the lease while etcd was down, if anything."""
+        cached = self._cached.get((group, token))
+        if cached is not None and cached.unwritten:
+            await self._write_back.flush(cached)
+
+    async def _pop_held(
+        self,
+        group: str,
+        topic: str,
+        token: str,
+        page: int,
+        invisible_s: float,
+        pop: Callable[[], Awaitable[list[PoppedMessage]]],
+        error: CoordinationUnavailableError,
+    ) -> LeasePage:
+        """LeasePop while etcd does not answer, from this proxy's memory (lease_outage.py)."""
+        cached = self._cached.get((group, token))
+        if cached is not None and cached.deadline_ms <= _now_ms():
+            self._drop(cached)  # its messages are the broker's again
+            cached = None
+        if cached is not None:
+            if cached.acked_messages is not None:
+                raise FailedPreconditionError(
+                    f"lease {token!r} was acknowledged; its messages are done"
+                )
+            if cached.topic != topic:
+                raise InvalidArgumentError(
+                    f"lease {token!r} holds messages of topic {cached.topic!r}, not {topic!r}"
+                )
+            held = cached.pages.get(page)
+            if held is not None:
+                return LeasePage(
+                    list(held.messages), True, cached.deadline_ms, cached.page_id(page)
+                )
+            if page - 1 not in cached.pages:
+                raise outage_error(
+                    f"page {page} of lease {token!r} can be popped only after page {page - 1}, "
+                    "which this proxy does not hold (another proxy may)",
+                    error,
+                ) from error
+        elif page != 0:
+            raise outage_error(
+                f"page {page} of lease {token!r} is not held by this proxy (another may hold it)",
+                error,
+            ) from error
+        self._write_back.check_room()
+        self._check_room(group, token, page)
+        messages, deadline = await self._pop_page(pop, invisible_s)
+        if cached is None:
+            cached = HeldLease(group, token, topic, new_incarnation(), deadline, stored=False)
+            self._cached[(group, token)] = cached
+            heapq.heappush(self._expiry, (deadline, group, token))
+        nonce = new_incarnation()
+        held_now = held_bytes(messages)
+        cached.pages[page] = HeldPage(list(messages), 0, held_now, nonce)
+        self.held_bytes += held_now
+        self._set_deadline(cached, min(cached.deadline_ms, deadline))
+        self._write_back.hold(cached, page)
+        return LeasePage(list(messages), False, cached.deadline_ms, cached.page_id(page))
+
     async def _start(
         self,
         group: str,
@@ -426,12 +438,14 @@ class LeaseTable:
         """
         self._check_room(group, token, 0)
         messages, deadline = await self._pop_page(pop, invisible_s)
-        incarnation = new_incarnation()
+        incarnation, nonce = new_incarnation(), new_incarnation()
         created, written = await asyncio.gather(
             self._store.create(
                 group, token, topic, deadline, previous=previous, incarnation=incarnation
             ),
-            self._store.create_page_of(group, token, incarnation, 0, *_handles(messages), deadline),
+            self._store.create_page_of(
+                group, token, incarnation, 0, *_handles(messages), deadline, nonce=nonce
+            ),
             return_exceptions=True,
         )
         if isinstance(created, ConflictError):
@@ -451,7 +465,7 @@ class LeaseTable:
             raise _unrecorded(token, 0, created) from created
         if isinstance(created, BaseException):
             raise created
-        return await self._added(created, 0, messages, deadline, written)
+        return await self._added(created, 0, messages, deadline, written, nonce)
 
     async def _pop_page(
         self, pop: Callable[[], Awaitable[list[PoppedMessage]]], invisible_s: float
@@ -487,13 +501,14 @@ class LeaseTable:
     ) -> LeasePage:
         """Record a page this proxy popped; if another proxy recorded it first, give these
         messages back and answer with that one's."""
+        nonce = new_incarnation()
         try:
             written: PageRecord | BaseException = await self._store.create_page(
-                meta, number, *_handles(messages), deadline
+                meta, number, *_handles(messages), deadline, nonce=nonce
             )
         except (ConflictError, CoordinationUnavailableError) as exc:
             written = exc
-        return await self._added(meta, number, messages, deadline, written)
+        return await self._added(meta, number, messages, deadline, written, nonce)
 
     async def _added(
         self,
@@ -502,9 +517,10 @@ class LeaseTable:
         messages: list[PoppedMessage],
         deadline: int,
         written: PageRecord | BaseException,
+        nonce: str,
     ) -> LeasePage:
         """Answer with a page whose entry this proxy tried to create (`written`: the entry or
-        why not)."""
+        why not; `nonce`: its identity's)."""
         if isinstance(written, ConflictError):
             await self._give_back(meta.group, messages)
             winner = await self._store.page(meta, number)
@@ -518,17 +534,19 @@ class LeaseTable:
         key = (meta.group, meta.token)
         cached = self._cache(meta)
         if cached is None:
-            cached = self._cached[key] = _Cached(
-                meta.group, meta.token, meta.incarnation, meta.deadline_ms
+            cached = self._cached[key] = HeldLease(
+                meta.group, meta.token, meta.topic, meta.incarnation, meta.deadline_ms
             )
             heapq.heappush(self._expiry, (meta.deadline_ms, meta.group, meta.token))
-        held = _held_bytes(messages)
-        cached.pages[number] = _Page(list(messages), written.revision, held)
+        held = held_bytes(messages)
+        cached.pages[number] = HeldPage(list(messages), written.revision, held, nonce)
         self.held_bytes += held
         if deadline < meta.deadline_ms:
             meta = await self._move_deadline(meta, deadline, lower_only=True)
             self._set_deadline(cached, meta.deadline_ms)
-        return LeasePage(list(messages), False, min(meta.deadline_ms, deadline))
+        return LeasePage(
+            list(messages), False, min(meta.deadline_ms, deadline), cached.page_id(number)
+        )
 
     async def _replay(self, meta: LeaseMeta, record: PageRecord) -> LeasePage:
         """A page popped before: from this proxy's cache, else read back from the broker."""
@@ -550,12 +568,15 @@ class LeaseTable:
             messages = list(page.messages)
         else:
             messages = await self._read_back(meta, record)
-        return LeasePage(messages, True, meta.deadline_ms)
+        page_id = str(PageId(meta.incarnation, record.number, record.page_id))
+        return LeasePage(messages, True, meta.deadline_ms, page_id if record.page_id else "")
 
     async def _read_back(self, meta: LeaseMeta, record: PageRecord) -> list[PoppedMessage]:
         """The messages of a page another proxy popped, from their brokers by handle."""
         for attempt in range(2):
-            found = await self._newest(meta.group, record.handles, self._deliveries)
+            found = await newest(
+                self._broker, meta.group, record.handles, partial(deliveries, self._broker)
+            )
             failed = [f for f in found if isinstance(f, PopMQError)]
             if not failed:
                 messages = [f for f in found if isinstance(f, PoppedMessage)]
@@ -574,14 +595,6 @@ class LeaseTable:
             f"of {len(record.handles)} messages are no longer in flight ({failed[0]})"
         )
 
-    async def _deliveries(
-        self, group: str, handles: Sequence[str]
-    ) -> list[PoppedMessage | PopMQError]:
-        found: list[PoppedMessage | PopMQError] = []
-        for start in range(0, len(handles), MAX_HANDLES):
-            found += await self._broker.get_deliveries(group, handles[start : start + MAX_HANDLES])
-        return found
-
     async def _record_followed(
         self, meta: LeaseMeta, record: PageRecord, messages: Sequence[PoppedMessage]
     ) -> None:
@@ -591,49 +604,6 @@ class LeaseTable:
         # A conflict: a renewal wrote the page meanwhile, with handles as new as these.
         with contextlib.suppress(ConflictError):
             await self._store.update_page(meta, record, handles, until, min(until))
-
-    async def _follow(
-        self, group: str, handles: Sequence[str]
-    ) -> list[tuple[str, int] | PopMQError]:
-        followed: list[tuple[str, int] | PopMQError] = []
-        for start in range(0, len(handles), MAX_HANDLES):
-            followed += await self._broker.follow_handles(
-                group, handles[start : start + MAX_HANDLES]
-            )
-        return followed
-
-    async def _newest(
-        self,
-        group: str,
-        handles: Sequence[str],
-        act: Callable[[str, Sequence[str]], Awaitable[Sequence[_R]]],
-    ) -> list[_R | PopMQError]:
-        """`act(group, handles)`, one result per handle; a handle it finds superseded (a
-        renewal whose new handles were never recorded: module docstring) is followed to the
-        newest handle of its delivery, and acted on again with that one."""
-        results: list[_R | PopMQError] = list(await act(group, handles))
-        stale = [i for i, r in enumerate(results) if isinstance(r, ReceiptHandleSupersededError)]
-        if not stale:
-            return results
-        log.info(
-            "group %s: %d handles of a lease were superseded by a ChangeInvisibleTime the "
-            "lease did not record (a proxy died mid-renewal, or renewals raced); following "
-            "them to their newest handles",
-            group,
-            len(stale),
-        )
-        followed = await self._follow(group, [handles[i] for i in stale])
-        live: list[tuple[int, str]] = []
-        for index, newest in zip(stale, followed, strict=True):
-            if isinstance(newest, PopMQError):
-                results[index] = newest  # why it cannot be followed says more than superseded
-            else:
-                live.append((index, newest[0]))
-        if live:
-            again = await act(group, [handle for _, handle in live])
-            for (index, _), result in zip(live, again, strict=True):
-                results[index] = result
-        return results
 
     async def _give_back(self, group: str, messages: Sequence[PoppedMessage]) -> None:
         """Return messages another proxy's page made redundant: a nack without delay, as a
@@ -668,18 +638,120 @@ class LeaseTable:
 
     # -- AckLease ----------------------------------------------------------------------------
 
-    async def ack(self, group: str, tokens: Sequence[str]) -> list[LeaseOutcome]:
-        """Acknowledge every message of each lease; one outcome per token."""
+    async def ack(
+        self, group: str, tokens: Sequence[str], pages: Mapping[str, Sequence[str]] | None = None
+    ) -> list[LeaseOutcome]:
+        """Acknowledge every message of each lease, or for a token in `pages` exactly the
+        pages its ids name (lease_outage.py); one outcome per token."""
         if not tokens:
             raise InvalidArgumentError("lease_tokens is empty: give at least one token")
         for token in tokens:
             check_token(token)
+        named: dict[str, list[PageId]] = {}
+        for token, ids in (pages or {}).items():
+            if token not in tokens:
+                raise InvalidArgumentError(
+                    f"read_pages names lease {token!r}, which lease_tokens does not list"
+                )
+            if not ids:
+                raise InvalidArgumentError(f"read_pages of lease {token!r} names no page")
+            named[token] = [_page_id(i) for i in ids]
         self._purge(_now_ms())
         outcomes = []
         for token in tokens:
             async with self._locked(group, token):
-                outcomes.append(await self._ack(group, token))
+                if token in named:
+                    outcomes.append(await self._ack_pages(group, token, named[token]))
+                else:
+                    await self._flush(group, token)
+                    outcomes.append(await self._ack(group, token))
         return outcomes
+
+    async def _ack_pages(self, group: str, token: str, ids: list[PageId]) -> LeaseOutcome:
+        """Ack exactly the pages `ids` name: held here, or stored (by identity)."""
+        with contextlib.suppress(CoordinationUnavailableError):
+            await self._flush(group, token)  # what is held is acked from memory anyway
+        cached = self._cached.get((group, token))
+        incarnations = {i.incarnation for i in ids}
+        if cached is not None and cached.incarnation not in incarnations:
+            cached = None
+        if cached is not None and cached.acked_messages is not None:
+            return LeaseOutcome(token, None, cached.acked_messages, cached.deadline_ms)
+        handles: list[str] = []
+        acked: list[int] = []  # held page numbers
+        missing: list[PageId] = []
+        for pid in ids:
+            held = cached.pages.get(pid.number) if cached is not None else None
+            if held is not None and held.nonce == pid.nonce:
+                handles += [m.receipt_handle for m in held.messages]
+                acked.append(pid.number)
+            else:
+                missing.append(pid)
+        meta: LeaseMeta | None = None
+        try:
+            meta = await self._store.meta(group, token)
+            if meta is not None and meta.acked and meta.incarnation in incarnations:
+                return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
+            records = await asyncio.gather(
+                *(self._store.page_by_id(group, token, pid) for pid in missing)
+            )
+        except CoordinationUnavailableError as exc:
+            if missing:
+                raise outage_error(
+                    f"{len(missing)} of the {len(ids)} pages named for lease {token!r} are not "
+                    "held by this proxy",
+                    exc,
+                ) from exc
+            meta, records = None, []
+        unknown = [pid for pid, record in zip(missing, records, strict=True) if record is None]
+        handles += [h for record in records if record is not None for h in record.handles]
+        failures = await self._ack_handles(group, handles)
+        count, deadline = len(handles), 0
+        if cached is not None:
+            self._write_back.forget(cached, acked)
+            self._set_pages(cached, {n: p for n, p in cached.pages.items() if n not in acked})
+            if not unknown:  # done: replays are refused, a repeated ack answers this count
+                cached.acked_messages = count
+            deadline = cached.deadline_ms
+        if meta is not None and meta.incarnation in incarnations and not unknown:
+            with contextlib.suppress(CoordinationUnavailableError):
+                meta = await self._mark_acked(meta, count)
+            deadline = meta.deadline_ms
+        error: PopMQError | None = None
+        if unknown:
+            error = FailedPreconditionError(
+                f"{len(unknown)} of the {len(ids)} pages named for lease {token!r} are not "
+                f"stored as its pages ({unknown[0]} is not): nothing of them was "
+                "acknowledged, and their messages are delivered again after their invisible "
+                f"time; {count} messages of the other pages were acknowledged"
+            )
+        elif failures:
+            error = FailedPreconditionError(
+                f"{len(failures)} of {count} messages of lease {token!r} could not be "
+                f"acknowledged and are delivered again: {failures[0]}"
+            )
+        return LeaseOutcome(token, error, count, deadline)
+
+    async def _ack_handles(self, group: str, handles: Sequence[str]) -> list[PopMQError]:
+        """Ack `handles` (superseded ones followed); what failed."""
+        failures: list[PopMQError] = []
+        for start in range(0, len(handles), MAX_HANDLES):
+            chunk = handles[start : start + MAX_HANDLES]
+            results = await newest(self._broker, group, chunk, self._broker.ack)
+            failures += [error for error in results if error is not None]
+        return failures
+
+    async def _mark_acked(self, meta: LeaseMeta, count: int) -> LeaseMeta:
+        """Record the lease as acked (replays are refused), re-reading after conflicts."""
+        for _ in range(_MAX_RACES):
+            try:
+                return await self._store.update(meta, acked_messages=count)
+            except ConflictError:
+                current = await self._store.meta(meta.group, meta.token)
+                if current is None or current.incarnation != meta.incarnation:
+                    return meta  # it expired meanwhile
+                meta = current
+        return meta
 
     async def _ack(self, group: str, token: str) -> LeaseOutcome:
         meta = await self._store.meta(group, token)
@@ -689,24 +761,22 @@ class LeaseTable:
         if meta.acked:
             return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
         pages = await self._store.pages(meta, limit=self.config.max_pages)
+        if any(page.outage for page in pages):
+            return LeaseOutcome(
+                token,
+                FailedPreconditionError(
+                    f"lease {token!r} has pages popped while etcd was down: ack it naming the "
+                    "pages read (read_pages); nothing was acknowledged"
+                ),
+                0,
+                meta.deadline_ms,
+            )
         handles = [h for page in pages for h in page.handles]
-        failures: list[PopMQError] = []
-        for start in range(0, len(handles), MAX_HANDLES):
-            chunk = handles[start : start + MAX_HANDLES]
-            results = await self._newest(group, chunk, self._broker.ack)
-            failures += [error for error in results if error is not None]
+        failures = await self._ack_handles(group, handles)
         # Done either way: what could not be acked is the broker's to deliver again. The
         # acknowledged lease stays until its deadline, to refuse replays, without bodies.
         count = len(handles)
-        for _ in range(_MAX_RACES):
-            try:
-                meta = await self._store.update(meta, acked_messages=count)
-                break
-            except ConflictError:
-                current = await self._store.meta(group, token)
-                if current is None or current.incarnation != meta.incarnation:
-                    break  # it expired meanwhile
-                meta = current
+        meta = await self._mark_acked(meta, count)
         if cached is not None:
             self._set_pages(cached, {})
         error: PopMQError | None = None
@@ -737,8 +807,44 @@ class LeaseTable:
         outcomes = []
         for token in tokens:
             async with self._locked(group, token):
-                outcomes.append(await self._renew(group, token, invisible_s))
+                try:
+                    await self._flush(group, token)
+                    outcomes.append(await self._renew(group, token, invisible_s))
+                except CoordinationUnavailableError as exc:
+                    outcomes.append(await self._renew_held(group, token, invisible_s, exc))
         return outcomes
+
+    async def _renew_held(
+        self, group: str, token: str, invisible_s: float, error: CoordinationUnavailableError
+    ) -> LeaseOutcome:
+        """RenewLease while etcd does not answer: the pages this proxy holds, at the broker
+        (not written: a stored page's handles are followed later, lease_outage.py)."""
+        cached = self._cached.get((group, token))
+        now = _now_ms()
+        if cached is None or cached.deadline_ms <= now or not cached.pages:
+            raise outage_error(f"lease {token!r} is not held by this proxy", error) from error
+        if cached.acked_messages is not None:
+            return LeaseOutcome(
+                token,
+                FailedPreconditionError(f"lease {token!r} was acknowledged"),
+                cached.acked_messages,
+                cached.deadline_ms,
+            )
+        count, failures, deadline = await renew_held(
+            cached,
+            now + round(invisible_s * 1000),
+            lambda hs: newest(
+                self._broker, group, hs, lambda g, h: self._change_all(g, h, invisible_s)
+            ),
+        )
+        self._set_deadline(cached, deadline)
+        outcome_error: PopMQError | None = None
+        if failures:
+            outcome_error = FailedPreconditionError(
+                f"{len(failures)} of {count} messages of lease {token!r} could not be "
+                f"renewed: {failures[0]}"
+            )
+        return LeaseOutcome(token, outcome_error, count, deadline)
 
     async def _renew(self, group: str, token: str, invisible_s: float) -> LeaseOutcome:
         meta = await self._store.meta(group, token)
@@ -759,8 +865,11 @@ class LeaseTable:
         new_deadline = now + round(invisible_s * 1000)
         lease_deadline = new_deadline
         for record in pages:
-            results = await self._newest(
-                group, record.handles, lambda g, hs: self._change_all(g, hs, invisible_s)
+            results = await newest(
+                self._broker,
+                group,
+                record.handles,
+                lambda g, hs: self._change_all(g, hs, invisible_s),
             )
             moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
             for index, result in enumerate(results):
@@ -863,8 +972,19 @@ def _check_usable(meta: LeaseMeta, topic: str) -> None:
         )
 
 
+def _page_id(text: str) -> PageId:
+    try:
+        return PageId.parse(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+class PageUnrecordedError(CoordinationUnavailableError):
+    """A page was popped but its write to the coordinator failed without an answer."""
+
+
 def _unrecorded(token: str, page: int, error: CoordinationUnavailableError) -> PopMQError:
-    return CoordinationUnavailableError(
+    return PageUnrecordedError(
         f"page {page} of lease {token!r} was popped but may not be recorded: {error}; its "
         "messages stay invisible until their deadline (or replay once the coordinator is "
         "back); retry"

@@ -43,7 +43,8 @@ from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.allocation import Strategy
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.health import LateServices
-from popmq.proxy.leases import LeaseOutcome, LeaseTable, page_popper, page_size
+from popmq.proxy.lease_pages import page_popper, page_size
+from popmq.proxy.leases import LeaseOutcome, LeaseTable
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.pop_stream import (
     AckedPop,
@@ -510,6 +511,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         for ended in self._check_streams:
             ended.set()
 
+    async def close(self) -> None:
+        """Stop the lease table's background work (the server is stopping)."""
+        await self._leases.close()
+
     def _queue_count(self, topic: str) -> int:
         return self._broker.topic_info(topic).queues
 
@@ -595,9 +600,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             request.page,
             pop["invisible_s"],
             page_popper(pop_chunk, size, max_batch, pop["wait_s"]),
+            by_page=request.acks_by_page,
         )
         response = messaging_pb2.LeasePopResponse(
-            replayed=page.replayed, lease_until=convert.timestamp(page.lease_until_ms)
+            replayed=page.replayed,
+            lease_until=convert.timestamp(page.lease_until_ms),
+            page_id=page.page_id,
         )
         return response.SerializeToString() + convert.received_messages_wire(page.messages)
 
@@ -606,7 +614,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.AckLeaseRequest, context: grpc.aio.ServicerContext
     ) -> messaging_pb2.AckLeaseResponse:
         check_count("lease_tokens", len(request.lease_tokens), MAX_HANDLES)
-        outcomes = await self._leases.ack(request.group, list(request.lease_tokens))
+        pages: dict[str, list[str]] = {}
+        for read in request.read_pages:
+            pages.setdefault(read.lease_token, []).extend(read.page_ids)
+        check_count("read_pages page_ids", sum(map(len, pages.values())), MAX_HANDLES)
+        outcomes = await self._leases.ack(request.group, list(request.lease_tokens), pages)
         return messaging_pb2.AckLeaseResponse(results=[_lease_result(o) for o in outcomes])
 
     @rpc

@@ -309,6 +309,8 @@ class PopMQServer:
                 await watch
         if self.clients is not None:
             await self.clients.close()
+        if self.messaging is not None:
+            await self.messaging.close()
         if self.security_store is not None:
             await self.security_store.close()
         await self.broker.close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from popmq.coordination.coordinator import check_path
+from popmq.proxy.lease_pages import MAX_TOKEN_LENGTH
 from popmq.proxy.lease_store import MAX_SEGMENT_CHARS, encode_segment, lease_path, page_path
-from popmq.proxy.leases import MAX_TOKEN_LENGTH
 
 TOKENS = [
     "spark/5f0c9a1e-2b3d-4c6f/17/3",

@@ -1,0 +1,299 @@
+"""Spark-style leases through a coordinator (etcd) outage: pages served from this proxy's
+memory and written to the lease store when etcd is back.
+
+The hazard (docs/cluster.md "Spark leases during an outage"): a reader may run one read
+twice under one lease token (a Spark task retry, a speculative copy), possibly through two
+proxies. With etcd the first proxy to create page N wins and every attempt reads the winner's
+page, so an ack by token acknowledges what every attempt read. Without etcd two proxies can
+each pop a different page N; an ack by token would then acknowledge whichever was stored,
+perhaps not the one the committed attempt read: messages acknowledged unprocessed, lost.
+
+The design:
+
+1. Every page has an identity (lease_store.PageId: lease incarnation, number, a random
+   nonce per pop), answered with the page and the same in every replay of it. AckLease may
+   name the pages its reader read (`read_pages`); such an ack acknowledges exactly the pages
+   named, found in this proxy's memory or in the lease store by identity, and never another
+   page of the lease. A named page nobody stored fails that token with FAILED_PRECONDITION
+   (nothing of it acked; its messages come back after their invisible time).
+2. Only a reader that promised to ack that way (LeasePop `acks_by_page`) is served from
+   memory while etcd does not answer; others get the retriable UNAVAILABLE naming etcd, as
+   before. So no lease with a page popped from memory is acked by token, as long as every
+   attempt under one token runs the same client (true of Spark's tasks) and every proxy is of
+   this release (an earlier one ignores `read_pages`; the pages written back have schema 2,
+   which it refuses to read, but a page another proxy stored at that number is schema 1):
+   upgrade the proxies first.
+3. While etcd is down, this proxy answers a LeasePop with `acks_by_page`:
+   - a page it holds (popped before the outage or during it): from memory, a replay;
+   - page 0 of a lease it holds nothing live of, or page N of a lease whose page N - 1 it
+     holds: popped from the broker and held, to be written back; a page 0 starts a new
+     incarnation of the lease in memory;
+   - anything else: the retriable UNAVAILABLE naming etcd (another proxy may hold it).
+   The pages held for writing back are bounded by LeaseConfig.max_outage_pages (and their
+   bytes by max_bytes, as every cached page's): past it a new page is the same retriable
+   UNAVAILABLE, so the memory held stays bounded however long etcd is away.
+4. When etcd answers again (a background loop tries every `write_back_interval_s`, and
+   every lease call flushes its lease first), each held page is written: at its number if
+   that is free (a lease started in memory gets its lease entry first), else as a shadow
+   under its nonce. Either way an ack naming it finds it, and a replay finds the page at its
+   number, whoever stored it.
+5. AckLease naming pages this proxy holds acks them from memory; naming one it does not hold
+   while etcd is down fails the call with the retriable UNAVAILABLE naming etcd. RenewLease
+   while etcd is down renews the pages this proxy holds at the broker (the broker moves each
+   message; a stored page whose new handles were not written is what follow_handles already
+   repairs) and fails with UNAVAILABLE for a lease it holds nothing of.
+
+Why two proxies never ack a page the committed attempt did not read: an ack of a lease with
+a page popped from memory names pages (2), and each name is one pop's nonce, which the
+committing reader got only from the LeasePop answers it read; a proxy acknowledges the
+messages of a page only when the page it finds (in memory, or stored at the number or the
+shadow the name gives) carries that nonce. A page another attempt popped has another nonce,
+so nothing of it is acked: its messages come back after their invisible time (read twice,
+never lost). If the proxy holding pages dies during the outage, they are never written:
+nobody can ack them, and their messages come back after their invisible time.
+
+A second attempt through another proxy during the outage therefore reads the same page (the
+same proxy), a page of its own (another proxy, which cannot know the first one's: it is
+not acked by the committed attempt's ack, so it comes back), or gets the retriable
+UNAVAILABLE.
+
+Everything runs on the proxy's event loop, under the lease table's per-lease locks; the
+write-back loop takes each lease's lock in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from popmq.broker_core import MESSAGE_OVERHEAD_BYTES, PopMQError, PoppedMessage
+from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
+from popmq.proxy.lease_store import LeaseStore, PageId
+
+__all__ = ["HeldLease", "HeldPage", "WriteBack", "held_bytes", "outage_error", "renew_held"]
+
+log = logging.getLogger(__name__)
+
+
+def held_bytes(messages: Sequence[PoppedMessage]) -> int:
+    """What a page's messages count against LeaseConfig.max_bytes."""
+    # The stored record's length, not the body's: reading `body` parses the whole record,
+    # which cost a LeasePop as much as the lease's own bookkeeping.
+    return sum(m.record.stored_size + MESSAGE_OVERHEAD_BYTES for m in messages)
+
+
+@dataclass(slots=True)
+class HeldPage:
+    """A page this proxy popped, with its messages (the cache a replay answers from)."""
+
+    messages: list[PoppedMessage]
+    revision: int
+    """The page entry's revision these messages (their handles) match (0: not stored)."""
+    held_bytes: int
+    nonce: str
+    """The nonce of its identity (PageId)."""
+
+
+@dataclass(slots=True, eq=False)
+class HeldLease:
+    """What this proxy keeps of a lease it popped pages of."""
+
+    group: str
+    token: str
+    topic: str
+    incarnation: str
+    deadline_ms: int
+    """The lease's deadline as this proxy last saw it: the cache goes after it."""
+    pages: dict[int, HeldPage] = field(default_factory=dict)
+    unwritten: set[int] = field(default_factory=set)
+    """Pages popped while etcd was down and not written yet."""
+    stored: bool = True
+    """Whether the lease entry of `incarnation` was written (False: started in memory)."""
+    acked_messages: int | None = None
+    """Set once this proxy acknowledged pages of it by identity while etcd was down."""
+
+    def page_id(self, number: int) -> str:
+        return str(PageId(self.incarnation, number, self.pages[number].nonce))
+
+
+async def renew_held(
+    lease: HeldLease,
+    deadline_ms: int,
+    change: Callable[[Sequence[str]], Awaitable[Sequence[tuple[str, int] | PopMQError]]],
+) -> tuple[int, list[PopMQError], int]:
+    """Renew the pages this proxy holds of `lease` with `change` (ChangeInvisibleTime of each
+    handle, superseded ones followed), in memory only: (messages, failures, the lease's new
+    deadline, which a message that could not be renewed keeps at its own)."""
+    count, failures = 0, list[PopMQError]()
+    for page in lease.pages.values():
+        results = await change([m.receipt_handle for m in page.messages])
+        renewed = []
+        for message, result in zip(page.messages, results, strict=True):
+            if isinstance(result, PopMQError):
+                failures.append(result)
+                renewed.append(message)
+                deadline_ms = min(deadline_ms, message.invisible_until_ms)
+            else:
+                handle, until = result
+                renewed.append(
+                    dataclasses.replace(message, receipt_handle=handle, invisible_until_ms=until)
+                )
+        page.messages = renewed
+        count += len(renewed)
+    return count, failures, deadline_ms
+
+
+def outage_error(text: str, error: CoordinationUnavailableError | None = None) -> Exception:
+    """The retriable UNAVAILABLE naming etcd for what needs it while it is down."""
+    why = f": {error}" if error is not None else ""
+    return CoordinationUnavailableError(
+        f"{text} while etcd does not answer{why}; retry once etcd is back"
+    )
+
+
+class WriteBack:
+    """The pages popped while etcd was down, and the loop that writes them when it is back.
+
+    Args:
+        store: Where they go.
+        locked: The lease table's per-lease lock (an async context manager factory).
+        max_pages: Most pages held unwritten (LeaseConfig.max_outage_pages).
+        interval_s: How often the loop tries while pages wait.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        locked: Callable[[str, str], contextlib.AbstractAsyncContextManager[None]],
+        *,
+        max_pages: int,
+        interval_s: float,
+    ) -> None:
+        self._store = store
+        self._locked = locked
+        self.max_pages = max_pages
+        self._interval_s = interval_s
+        # Leases with unwritten pages (their `unwritten` sets), guarded by the event loop:
+        # changed only between awaits.
+        self._leases: dict[tuple[str, str], HeldLease] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def count(self) -> int:
+        """Pages held unwritten."""
+        return sum(len(lease.unwritten) for lease in self._leases.values())
+
+    def check_room(self) -> None:
+        """Refuse a new page past the bound (the module docstring, point 3)."""
+        held = self.count()
+        if held >= self.max_pages:
+            raise outage_error(
+                f"this proxy holds {held} lease pages popped while etcd is down, the most it "
+                "may (leases.max_outage_pages); a new page is refused"
+            )
+
+    def hold(self, lease: HeldLease, number: int) -> None:
+        """Remember page `number` of `lease` for writing, and start the loop."""
+        lease.unwritten.add(number)
+        self._leases[(lease.group, lease.token)] = lease
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name="popmq-lease-write-back")
+            self._task.add_done_callback(_log_failure)
+
+    def forget(self, lease: HeldLease, numbers: Sequence[int] | None = None) -> None:
+        """Stop holding pages of `lease` (all of them when `numbers` is None): acked, or
+        past their deadline (their messages are the broker's again)."""
+        if numbers is None:
+            lease.unwritten.clear()
+        else:
+            lease.unwritten.difference_update(numbers)
+        if not lease.unwritten and self._leases.get((lease.group, lease.token)) is lease:
+            del self._leases[(lease.group, lease.token)]
+
+    async def close(self) -> None:
+        """Stop the loop (pages not written then are never acked: their messages come back
+        after their invisible time)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while self._leases:
+            await asyncio.sleep(self._interval_s)
+            for key, lease in list(self._leases.items()):
+                try:
+                    async with self._locked(*key):
+                        await self.flush(lease)
+                except CoordinationUnavailableError:
+                    break  # still down: try again later
+
+    async def flush(self, lease: HeldLease) -> None:
+        """Write `lease`'s unwritten pages (the caller holds its lock); raises
+        CoordinationUnavailableError while etcd is down (what was written stays written)."""
+        if not lease.unwritten:
+            return
+        taken = False  # the lease entry is another incarnation's: every page is a shadow
+        if not lease.stored:
+            first = min(lease.unwritten)
+            try:
+                await self._store.create(
+                    lease.group,
+                    lease.token,
+                    lease.topic,
+                    lease.deadline_ms,
+                    previous=None,
+                    incarnation=lease.incarnation,
+                )
+            except ConflictError:
+                meta = await self._store.meta(lease.group, lease.token)
+                taken = meta is None or meta.incarnation != lease.incarnation
+            lease.stored = True
+            log.info(
+                "lease %s of group %s, started while etcd was down from page %d: written%s",
+                lease.token,
+                lease.group,
+                first,
+                " (another proxy had started it: its pages are shadows)" if taken else "",
+            )
+        for number in sorted(lease.unwritten):
+            await self._write(lease, number, taken)
+            lease.unwritten.discard(number)
+        self.forget(lease, ())
+
+    async def _write(self, lease: HeldLease, number: int, taken: bool) -> None:
+        page = lease.pages[number]
+        handles = [m.receipt_handle for m in page.messages]
+        until = [m.invisible_until_ms for m in page.messages]
+        deadline = min(until, default=lease.deadline_ms)
+        if not taken:
+            try:
+                record = await self._store.create_page_of(
+                    lease.group,
+                    lease.token,
+                    lease.incarnation,
+                    number,
+                    handles,
+                    until,
+                    deadline,
+                    nonce=page.nonce,
+                    outage=True,
+                )
+            except ConflictError:
+                pass  # another proxy stored page `number` meanwhile: ours is a shadow
+            else:
+                page.revision = record.revision
+                return
+        with contextlib.suppress(ConflictError):  # written already by an earlier try
+            await self._store.create_shadow(
+                lease.group, lease.token, number, handles, until, deadline, nonce=page.nonce
+            )
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the lease write-back loop failed", exc_info=task.exception())
