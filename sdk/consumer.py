@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -338,12 +338,18 @@ class AsyncSimpleConsumer(AsyncClient):
         max_messages: int | None = DEFAULT_MAX_MESSAGES,
         invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
         wait_s: float | None = DEFAULT_WAIT_S,
+        *,
+        acks_by_page: bool = False,
     ) -> LeasePage:
         """Pop page ``page`` of a lease, or get it again if it was popped before.
 
         Pages are popped in order from 0. While the lease lives (until the earliest
         invisible deadline of its messages) the same (token, page) returns the same
         messages; an expired or unknown lease starts again at page 0.
+
+        ``acks_by_page=True`` promises that the lease is acked with ``ack_leases(...,
+        read_pages=...)`` naming every page read (``LeasePage.page_id``): then a proxy may
+        answer from its memory while etcd is down instead of failing with UNAVAILABLE.
 
         Raises:
             FailedPreconditionError: The lease expired or was acked and ``page`` > 0, or
@@ -360,7 +366,12 @@ class AsyncSimpleConsumer(AsyncClient):
             wait_s=wait_s,
         )
         request = messaging_pb2.LeasePopRequest(
-            group=pop.group, topic=pop.topic, lease_token=lease_token, page=page, filter=pop.filter
+            group=pop.group,
+            topic=pop.topic,
+            lease_token=lease_token,
+            page=page,
+            filter=pop.filter,
+            acks_by_page=acks_by_page,
         )
         if pop.HasField("max_messages"):
             request.max_messages = pop.max_messages
@@ -375,13 +386,24 @@ class AsyncSimpleConsumer(AsyncClient):
         )
         return LeasePage.from_proto(response)
 
-    async def ack_leases(self, lease_tokens: Sequence[str]) -> list[LeaseResult]:
+    async def ack_leases(
+        self,
+        lease_tokens: Sequence[str],
+        read_pages: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[LeaseResult]:
         """Acknowledge every message of each lease; one result per token, in order.
 
-        Per-token failures (an unknown or expired lease) are results, not exceptions.
+        ``read_pages`` maps some of the tokens to the ``page_id`` of each page read: those
+        leases are acked exactly on those pages, never another page of theirs. A page id of
+        ``""`` (a server of an earlier release answered it) cannot be named: that token is
+        acked whole, as before. Per-token failures (an unknown or expired lease, a page
+        that is not the lease's) are results, not exceptions.
         """
         self._check_open()
         request = messaging_pb2.AckLeaseRequest(group=self.group, lease_tokens=list(lease_tokens))
+        for token, page_ids in (read_pages or {}).items():
+            if page_ids and all(page_ids):
+                request.read_pages.add(lease_token=token, page_ids=list(page_ids))
         response: messaging_pb2.AckLeaseResponse = await self._conn.call(
             "AckLease", request, self._timeout_s, retry=True
         )
@@ -516,15 +538,28 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         max_messages: int | None = DEFAULT_MAX_MESSAGES,
         invisible_duration_s: float | None = DEFAULT_INVISIBLE_DURATION_S,
         wait_s: float | None = DEFAULT_WAIT_S,
+        *,
+        acks_by_page: bool = False,
     ) -> LeasePage:
         """Pop or replay a page of a lease (see ``AsyncSimpleConsumer.receive_lease``)."""
         return self._run(
-            self._core.receive_lease(lease_token, page, max_messages, invisible_duration_s, wait_s)
+            self._core.receive_lease(
+                lease_token,
+                page,
+                max_messages,
+                invisible_duration_s,
+                wait_s,
+                acks_by_page=acks_by_page,
+            )
         )
 
-    def ack_leases(self, lease_tokens: Sequence[str]) -> list[LeaseResult]:
-        """Acknowledge whole leases (see ``AsyncSimpleConsumer.ack_leases``)."""
-        return self._run(self._core.ack_leases(lease_tokens))
+    def ack_leases(
+        self,
+        lease_tokens: Sequence[str],
+        read_pages: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[LeaseResult]:
+        """Acknowledge whole leases, or the pages read (see ``AsyncSimpleConsumer.ack_leases``)."""
+        return self._run(self._core.ack_leases(lease_tokens, read_pages))
 
     def renew_leases(
         self, lease_tokens: Sequence[str], invisible_duration_s: float

@@ -27,11 +27,14 @@ class LeasePage:
         messages: The page's messages with their current receipt handles; possibly none.
         replayed: True when the page was popped before and is returned again.
         lease_until: When the lease ends unless renewed (UTC).
+        page_id: The page's identity, for ``ack_leases(read_pages=...)``; ``""`` from a
+            server of an earlier release.
     """
 
     messages: list[ReceivedMessage]
     replayed: bool
     lease_until: datetime
+    page_id: str = ""
 
     @classmethod
     def from_proto(cls, response: messaging_pb2.LeasePopResponse) -> LeasePage:
@@ -40,6 +43,7 @@ class LeasePage:
             messages=[ReceivedMessage.from_proto(m) for m in response.messages],
             replayed=response.replayed,
             lease_until=datetime_from_timestamp(response.lease_until),
+            page_id=response.page_id,
         )
 
 

@@ -1,0 +1,184 @@
+"""Lease page identities (AckLease naming the pages read) and pages served from a proxy's
+memory while etcd is down (proxy/lease_outage.py): lease tables (proxies) over one real
+broker store and a real etcd (or LocalCoordinator where etcd stays up)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from popmq.broker_core import (
+    Broker,
+    BrokerConfig,
+    InvalidArgumentError,
+    NewMessage,
+    PoppedMessage,
+    StoreConfig,
+    UnavailableError,
+)
+from popmq.coordination import EtcdCoordinator
+from popmq.proxy.lease_store import LeaseStore, PageId
+from popmq.proxy.leases import LeaseConfig, LeaseOutcome, LeasePage, LeaseTable
+from tests.cluster.conftest import MakeCoordinator, unique_cluster
+from tests.support.etcd import EtcdServer
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.timeout(90)
+
+Pop = Callable[[], Awaitable[list[PoppedMessage]]]
+
+
+@contextlib.asynccontextmanager
+async def _broker(tmp_path: Path, messages: int) -> AsyncIterator[Broker]:
+    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")))
+    await broker.start()
+    try:
+        await broker.create_topic("events", 2)
+        await broker.send([NewMessage("events", f"m{i}".encode()) for i in range(messages)])
+        yield broker
+    finally:
+        await broker.close()
+
+
+def _popper(broker: Broker, n: int = 4) -> Pop:
+    return lambda: broker.pop("g", "events", max_messages=n, invisible_s=30, wait_s=0)
+
+
+def _ids(page: LeasePage) -> list[str]:
+    return [m.record.message_id for m in page.messages]
+
+
+def test_an_ack_naming_a_page_that_is_not_the_stored_one_acks_nothing_of_it(
+    make_coordinator: MakeCoordinator, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        async with _broker(tmp_path, 20) as broker, make_coordinator() as coordinator:
+            table = LeaseTable(broker, coordinator)
+            p0 = await table.pop("g", "events", "t", 0, 30, _popper(broker))
+            p1 = await table.pop("g", "events", "t", 1, 30, _popper(broker))
+            assert p0.page_id and p1.page_id and p0.page_id != p1.page_id
+            replay = await table.pop("g", "events", "t", 0, 30, _popper(broker))
+            assert replay.replayed and replay.page_id == p0.page_id
+            # Page 0 of the same lease as another pop made it (another proxy's, during an
+            # outage): not the stored page 0, so nothing of the stored one is acked.
+            stored = PageId.parse(p0.page_id)
+            other = str(PageId(stored.incarnation, 0, "0123456789abcdef"))
+            [mismatch] = await table.ack("g", ["t"], {"t": [other]})
+            assert mismatch.error is not None and mismatch.error.code == "FAILED_PRECONDITION"
+            assert "not stored as its pages" in str(mismatch.error), mismatch.error
+            assert mismatch.messages == 0
+            assert await broker.inflight_count(group="g") == 8
+            # Named rightly: exactly page 0, not page 1 (the reader did not read it).
+            [acked] = await table.ack("g", ["t"], {"t": [p0.page_id]})
+            assert (acked.error, acked.messages) == (None, 4)
+            assert await broker.inflight_count(group="g") == 4
+            # A repeated ack (its answer was lost) answers the same and acks nothing more.
+            [again] = await table.ack("g", ["t"], {"t": [p0.page_id]})
+            assert (again.error, again.messages) == (None, 4)
+            assert await broker.inflight_count(group="g") == 4
+            with pytest.raises(InvalidArgumentError, match="page id 'p0' is not one"):
+                await table.ack("g", ["t"], {"t": ["p0"]})
+            with pytest.raises(InvalidArgumentError, match="lease_tokens does not list"):
+                await table.ack("g", ["t"], {"u": [p0.page_id]})
+
+    asyncio.run(scenario())
+
+
+async def _ack_when_back(table: LeaseTable, token: str, page_ids: list[str]) -> LeaseOutcome:
+    """The ack a reader retries while it fails retriably (etcd coming back, pages being
+    written back)."""
+    for _ in range(300):
+        try:
+            [outcome] = await table.ack("g", [token], {token: page_ids})
+        except UnavailableError:
+            await asyncio.sleep(0.1)
+            continue
+        return outcome
+    raise AssertionError(f"ack of {token} kept failing with UNAVAILABLE")
+
+
+def test_pages_popped_while_etcd_is_down_are_served_acked_by_page_and_written_back(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=0.2)
+        async with (
+            _broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            bounded = LeaseTable(broker, ca, LeaseConfig(max_outage_pages=1))
+            pop = _popper(broker)
+            before = await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            await asyncio.to_thread(own_etcd.kill)
+
+            # A reader that acks by token is refused, as before.
+            with pytest.raises(UnavailableError, match="etcd"):
+                await a.pop("g", "events", "t", 1, 30, pop)
+            # One that acks by page reads on from this proxy's memory.
+            replay = await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            assert replay.replayed and _ids(replay) == _ids(before)
+            assert replay.page_id == before.page_id
+            p1 = await a.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            assert not p1.replayed and len(p1.messages) == 4 and p1.page_id
+            again = await a.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            assert again.replayed and _ids(again) == _ids(p1) and again.page_id == p1.page_id
+
+            # Another proxy cannot know a's pages: page 1 fails retriably, and page 0 is a
+            # page of its own (another attempt of the read), which a's ack never acks.
+            with pytest.raises(UnavailableError, match="etcd"):
+                await b.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            other = await b.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            assert other.page_id != before.page_id
+            assert not set(_ids(other)) & set(_ids(before) + _ids(p1))
+            with pytest.raises(UnavailableError, match="not held by this proxy"):
+                await b.ack("g", ["t"], {"t": [before.page_id, p1.page_id]})
+
+            # Renewed at the broker from memory.
+            [renewed] = await a.renew("g", ["t"], 60)
+            assert (renewed.error, renewed.messages) == (None, 8)
+            with pytest.raises(UnavailableError, match="not held by this proxy"):
+                await b.renew("g", ["absent"], 60)
+
+            # Bounded: past max_outage_pages a new page is refused retriably.
+            await bounded.pop("g", "events", "u", 0, 30, pop, by_page=True)
+            inflight = await broker.inflight_count(group="g")
+            with pytest.raises(UnavailableError, match="max_outage_pages"):
+                await bounded.pop("g", "events", "u", 1, 30, pop, by_page=True)
+            assert await broker.inflight_count(group="g") == inflight  # nothing popped
+
+            await asyncio.to_thread(own_etcd.start)
+            # Each proxy writes what it popped: a's page 1 at its number, b's page 0 (the
+            # number was a's) as a shadow, under its own id.
+            store = LeaseStore(ca, margin_s=30)
+
+            async def written() -> bool:
+                with contextlib.suppress(UnavailableError):
+                    found = [
+                        await store.page_by_id("g", "t", PageId.parse(p.page_id))
+                        for p in (p1, other)
+                    ]
+                    return None not in found
+                return False
+
+            await until(written, "the pages popped while etcd was down written", 30)
+            # Now every proxy answers the stored pages: b replays a's page 0.
+            after = await b.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            assert after.replayed and after.page_id == before.page_id
+            assert _ids(after) == _ids(before)
+            acked = await _ack_when_back(b, "t", [before.page_id, p1.page_id])
+            assert (acked.error, acked.messages) == (None, 8)
+            acked_other = await _ack_when_back(a, "t", [other.page_id])
+            assert (acked_other.error, acked_other.messages) == (None, 4)
+            assert await broker.inflight_count(group="g") == 4  # the bounded table's page
+            await bounded.close()
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
