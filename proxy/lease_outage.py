@@ -147,7 +147,9 @@ async def renew_held(
     return count, failures, deadline_ms
 
 
-def outage_error(text: str, error: CoordinationUnavailableError | None = None) -> Exception:
+def outage_error(
+    text: str, error: CoordinationUnavailableError | None = None
+) -> CoordinationUnavailableError:
     """The retriable UNAVAILABLE naming etcd for what needs it while it is down."""
     why = f": {error}" if error is not None else ""
     return CoordinationUnavailableError(
@@ -261,7 +263,8 @@ class WriteBack:
                 " (another proxy had started it: its pages are shadows)" if taken else "",
             )
         for number in sorted(lease.unwritten):
-            await self._write(lease, number, taken)
+            if number in lease.pages:  # else acked, or the lease was acked elsewhere
+                await self._write(lease, number, taken)
             lease.unwritten.discard(number)
         self.forget(lease, ())
 
