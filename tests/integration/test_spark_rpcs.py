@@ -316,6 +316,35 @@ def test_ack_lease_acks_every_page_and_a_replay_is_refused_afterwards(endpoint: 
     assert (rows[0].lag, rows[0].inflight) == (0, 0)
 
 
+def test_ack_lease_naming_the_pages_read_acks_exactly_those(endpoint: str) -> None:
+    _topic(endpoint)
+    _send(endpoint, [f"m{i}".encode() for i in range(9)])
+    with SimpleConsumer(endpoint, group="g", topic="events") as consumer:
+
+        def page(token: str, number: int) -> LeasePage:
+            return consumer.receive_lease(
+                token, number, max_messages=3, invisible_duration_s=30, wait_s=5, acks_by_page=True
+            )
+
+        p0, p1, u0 = page("t", 0), page("t", 1), page("u", 0)
+        assert p0.page_id and p1.page_id and p0.page_id != p1.page_id
+        assert page("t", 0).page_id == p0.page_id  # a replay names the same page
+        [other] = consumer.ack_leases(["t"], {"t": ["0.0.0"]})  # not the lease's page 0
+        assert (other.code, other.messages) == ("FAILED_PRECONDITION", 0)
+        assert "not stored as its pages" in other.message
+        with pytest.raises(InvalidArgumentError, match="is not one LeasePop answered"):
+            consumer.ack_leases(["t"], {"t": ["page-0"]})
+        [result] = consumer.ack_leases(["t"], {"t": [p0.page_id]})
+        assert (result.code, result.messages) == ("OK", 3)
+        # A page id of "" (a server of an earlier release answered it) cannot be named:
+        # that lease is acked whole, by token.
+        [whole] = consumer.ack_leases(["u"], {"u": [""]})
+        assert (whole.code, whole.messages) == ("OK", len(u0.messages))
+    with Admin(endpoint) as admin:
+        rows = [r for r in admin.get_group_lag("g", "events") if not r.retry]
+    assert rows[0].inflight == len(p1.messages) == 3  # read by no committed reader: not acked
+
+
 def test_an_expired_lease_comes_back_and_its_token_starts_afresh(endpoint: str) -> None:
     _topic(endpoint)
     _send(endpoint, [b"a", b"b"])
