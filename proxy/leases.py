@@ -395,10 +395,10 @@ class LeaseTable:
                 return LeasePage(
                     list(held.messages), True, cached.deadline_ms, cached.page_id(page)
                 )
-            if page - 1 not in cached.pages:
+            if page == 0 or page - 1 not in cached.pages:
+                before = f" (nor page {page - 1}, which comes first)" if page else ""
                 raise outage_error(
-                    f"page {page} of lease {token!r} can be popped only after page {page - 1}, "
-                    "which this proxy does not hold (another proxy may)",
+                    f"page {page} of lease {token!r} is not held by this proxy{before}",
                     error,
                 ) from error
         elif page != 0:
