@@ -1,7 +1,7 @@
 """What Spark lease tokens cost in the coordinator: round trips and time per page.
 
 ``python -m bench.lease_cost [--etcd HOST:PORT] [--leases 40] [--pages 4] [--messages 32]
-[--interrupted]``
+[--interrupted] [--by-page]``
 
 Two lease tables (two proxies) over one in-process broker (a temp data dir) and one
 coordinator: a LocalCoordinator, or etcd with ``--etcd`` (then each table has its own
@@ -17,6 +17,9 @@ the lease in the coordinator costs.
 moved on the broker alone (a ChangeInvisibleTime the lease never records), as a proxy
 killed in the middle of a renewal leaves it; the renewal and the ack measured then meet
 only superseded handles and follow each of them (BrokerAPI.follow_handles).
+
+``--by-page``: the ack names the pages read (their page ids, as a reader acking by page
+sends them) instead of acking the lease by token.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, PopMQError, PoppedMessage
 from popmq.broker_core.config import StoreConfig
 from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
-from popmq.proxy.leases import LeaseTable
+from popmq.proxy.leases import LeasePage, LeaseTable
 
 _COORDINATOR_CALLS = ("get", "compare_and_set", "put", "list", "delete")
 
@@ -84,11 +87,12 @@ class _Results:
 
     async def measure(
         self, what: str, meter: _Meter, call: Callable[[], Awaitable[object]]
-    ) -> None:
+    ) -> object:
         meter.calls, meter.broker_s = 0, 0.0
         start = time.perf_counter()
-        await call()
+        result = await call()
         self.rows[what].append((meter.calls, time.perf_counter() - start, meter.broker_s))
+        return result
 
     def print(self) -> None:
         print(f"{'operation':34} {'calls':>6} {'total ms':>16} {'broker ms':>10} {'lease ms':>16}")
@@ -108,7 +112,9 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} / {p90:.2f}"
 
 
-async def run(etcd: str, leases: int, pages: int, messages: int, interrupted: bool) -> None:
+async def run(
+    etcd: str, leases: int, pages: int, messages: int, interrupted: bool, by_page: bool
+) -> None:
     with tempfile.TemporaryDirectory() as data:
         broker = Broker(BrokerConfig(store=StoreConfig(data_dir=Path(data))))
         await broker.start()
@@ -141,7 +147,7 @@ async def run(etcd: str, leases: int, pages: int, messages: int, interrupted: bo
             interrupt = _interrupter(broker, b, pages, pop) if interrupted else None
             for i in range(leases):
                 token = f"spark/bench/{i // 8}/{i % 8}"
-                await _one_lease(results, meter, a, b, token, pages, pop, interrupt)
+                await _one_lease(results, meter, a, b, token, pages, pop, interrupt, by_page)
             kind = f"etcd at {etcd}" if etcd else "LocalCoordinator"
             print(f"{leases} leases x {pages} pages x {messages} messages of 512 B; {kind}")
             if interrupted:
@@ -180,16 +186,20 @@ async def _one_lease(
     pages: int,
     pop: Callable[[], Awaitable[list[PoppedMessage]]],
     interrupt: Interrupt | None,
+    by_page: bool,
 ) -> None:
     """Pop `pages` pages through a, replay them through a and b, renew and ack through b
-    (each after `interrupt`, when given; it is not measured)."""
+    (each after `interrupt`, when given; it is not measured; naming the pages, `by_page`)."""
 
     def page_of(table: LeaseTable, page: int) -> Callable[[], Awaitable[object]]:
         return lambda: table.pop("g", "events", token, page, 60, pop)
 
+    page_ids: list[str] = []
     for page in range(pages):
         what = "pop page 0 (new lease)" if page == 0 else "pop page n > 0"
-        await results.measure(what, meter, page_of(a, page))
+        popped = await results.measure(what, meter, page_of(a, page))
+        assert isinstance(popped, LeasePage)
+        page_ids.append(popped.page_id)
     for page in range(pages):
         await results.measure("replay, same proxy (cached)", meter, page_of(a, page))
     for page in range(pages):
@@ -202,8 +212,12 @@ async def _one_lease(
     )
     if interrupt is not None:
         await interrupt(token)
+    named = {token: page_ids} if by_page else None
+    how = " by page" if by_page else ""
     await results.measure(
-        f"ack a lease of {pages} pages{after}", meter, lambda: _ok(b.ack("g", [token]))
+        f"ack a lease of {pages} pages{how}{after}",
+        meter,
+        lambda: _ok(b.ack("g", [token], named)),
     )
 
 
@@ -224,8 +238,13 @@ def main() -> None:
         action="store_true",
         help="renew and ack after a renewal the lease never recorded (they follow handles)",
     )
+    parser.add_argument(
+        "--by-page", action="store_true", help="ack naming the pages read, not by token"
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.etcd, args.leases, args.pages, args.messages, args.interrupted))
+    asyncio.run(
+        run(args.etcd, args.leases, args.pages, args.messages, args.interrupted, args.by_page)
+    )
 
 
 if __name__ == "__main__":
