@@ -39,9 +39,10 @@ The design:
    number, whoever stored it.
 5. AckLease naming pages this proxy holds acks them from memory; naming one it does not hold
    while etcd is down fails the call with the retriable UNAVAILABLE naming etcd. RenewLease
-   while etcd is down renews the pages this proxy holds at the broker (the broker moves each
-   message; a stored page whose new handles were not written is what follow_handles already
-   repairs) and fails with UNAVAILABLE for a lease it holds nothing of.
+   while etcd is down renews the pages this proxy holds at the broker and fails with
+   UNAVAILABLE for a lease it holds nothing of; the new handles and the lease's later
+   deadline are written when etcd is back (a stored page whose new handles were never
+   written, the proxy having died, is what follow_handles already repairs).
 
 Why two proxies never ack a page the committed attempt did not read: an ack of a lease with
 a page popped from memory names pages (2), and each name is one pop's nonce, which the
@@ -113,6 +114,9 @@ class HeldLease:
     """Pages popped while etcd was down and not written yet."""
     stored: bool = True
     """Whether the lease entry of `incarnation` was written (False: started in memory)."""
+    renewed: bool = False
+    """Renewed while etcd was down: its stored pages' new handles and its deadline are
+    still to be written."""
     acked_messages: int | None = None
     """Set once this proxy acknowledged pages of it by identity while etcd was down."""
 
@@ -164,6 +168,7 @@ class WriteBack:
         store: Where they go.
         locked: The lease table's per-lease lock (an async context manager factory).
         max_pages: Most pages held unwritten (LeaseConfig.max_outage_pages).
+        max_lease_pages: Most pages of one lease (LeaseConfig.max_pages).
         interval_s: How often the loop tries while pages wait.
     """
 
@@ -173,14 +178,16 @@ class WriteBack:
         locked: Callable[[str, str], contextlib.AbstractAsyncContextManager[None]],
         *,
         max_pages: int,
+        max_lease_pages: int,
         interval_s: float,
     ) -> None:
         self._store = store
         self._locked = locked
         self.max_pages = max_pages
+        self._max_lease_pages = max_lease_pages
         self._interval_s = interval_s
-        # Leases with unwritten pages (their `unwritten` sets), guarded by the event loop:
-        # changed only between awaits.
+        # Leases with unwritten pages (their `unwritten` sets) or renewals, guarded by the
+        # event loop: changed only between awaits.
         self._leases: dict[tuple[str, str], HeldLease] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -200,6 +207,14 @@ class WriteBack:
     def hold(self, lease: HeldLease, number: int) -> None:
         """Remember page `number` of `lease` for writing, and start the loop."""
         lease.unwritten.add(number)
+        self._register(lease)
+
+    def renewed(self, lease: HeldLease) -> None:
+        """Remember that `lease` was renewed in memory, for writing, and start the loop."""
+        lease.renewed = True
+        self._register(lease)
+
+    def _register(self, lease: HeldLease) -> None:
         self._leases[(lease.group, lease.token)] = lease
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="popmq-lease-write-back")
@@ -210,9 +225,14 @@ class WriteBack:
         past their deadline (their messages are the broker's again)."""
         if numbers is None:
             lease.unwritten.clear()
+            lease.renewed = False
         else:
             lease.unwritten.difference_update(numbers)
-        if not lease.unwritten and self._leases.get((lease.group, lease.token)) is lease:
+        if (
+            not lease.unwritten
+            and not lease.renewed
+            and self._leases.get((lease.group, lease.token)) is lease
+        ):
             del self._leases[(lease.group, lease.token)]
 
     async def close(self) -> None:
@@ -237,10 +257,10 @@ class WriteBack:
     async def flush(self, lease: HeldLease) -> None:
         """Write `lease`'s unwritten pages (the caller holds its lock); raises
         CoordinationUnavailableError while etcd is down (what was written stays written)."""
-        if not lease.unwritten:
+        if not lease.unwritten and not lease.renewed:
             return
         taken = False  # the lease entry is another incarnation's: every page is a shadow
-        if not lease.stored:
+        if not lease.stored and lease.unwritten:
             first = min(lease.unwritten)
             try:
                 await self._store.create(
@@ -266,7 +286,41 @@ class WriteBack:
             if number in lease.pages:  # else acked, or the lease was acked elsewhere
                 await self._write(lease, number, taken)
             lease.unwritten.discard(number)
+        if lease.renewed and not taken:
+            await self._write_renewal(lease)
+        lease.renewed = False
         self.forget(lease, ())
+
+    async def _write_renewal(self, lease: HeldLease) -> None:
+        """Write the handles a renewal in memory gave the stored pages this proxy holds, and
+        move the lease's deadline to the earliest of its pages' (so the lease is not taken
+        for expired while its messages are still invisible). A page rewritten elsewhere
+        since is left alone: its handles are as new, or followed later."""
+        meta = await self._store.meta(lease.group, lease.token)
+        if meta is None or meta.incarnation != lease.incarnation or meta.acked:
+            return  # another incarnation's or done: the renewals stay at the broker alone
+        deadline = lease.deadline_ms
+        for record in await self._store.pages(meta, limit=self._max_lease_pages):
+            page = lease.pages.get(record.number)
+            if page is None or page.nonce != record.page_id or page.revision != record.revision:
+                deadline = min(deadline, record.deadline_ms)
+                continue
+            until = [m.invisible_until_ms for m in page.messages]
+            try:
+                written = await self._store.update_page(
+                    meta,
+                    record,
+                    [m.receipt_handle for m in page.messages],
+                    until,
+                    min(until, default=lease.deadline_ms),
+                )
+            except ConflictError:
+                deadline = min(deadline, record.deadline_ms)
+                continue
+            page.revision = written.revision
+        if deadline > meta.deadline_ms:
+            with contextlib.suppress(ConflictError):  # moved elsewhere meanwhile
+                await self._store.update(meta, deadline_ms=deadline)
 
     async def _write(self, lease: HeldLease, number: int, taken: bool) -> None:
         page = lease.pages[number]

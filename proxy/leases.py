@@ -185,6 +185,7 @@ class LeaseTable:
             self._store,
             self._locked,
             max_pages=self.config.max_outage_pages,
+            max_lease_pages=self.config.max_pages,
             interval_s=self.config.write_back_interval_s,
         )
         """Pages popped while etcd was down, until they are written (lease_outage.py)."""
@@ -413,10 +414,10 @@ class LeaseTable:
             cached = HeldLease(group, token, topic, new_incarnation(), deadline, stored=False)
             self._cached[(group, token)] = cached
             heapq.heappush(self._expiry, (deadline, group, token))
-        nonce = new_incarnation()
-        held_now = held_bytes(messages)
-        cached.pages[page] = HeldPage(list(messages), 0, held_now, nonce)
-        self.held_bytes += held_now
+        held = cached.pages[page] = HeldPage(
+            list(messages), 0, held_bytes(messages), new_incarnation()
+        )
+        self.held_bytes += held.held_bytes
         self._set_deadline(cached, min(cached.deadline_ms, deadline))
         self._write_back.hold(cached, page)
         return LeasePage(list(messages), False, cached.deadline_ms, cached.page_id(page))
@@ -830,6 +831,7 @@ class LeaseTable:
                 cached.acked_messages,
                 cached.deadline_ms,
             )
+        self._write_back.renewed(cached)
         count, failures, deadline = await renew_held(
             cached,
             now + round(invisible_s * 1000),

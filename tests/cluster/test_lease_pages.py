@@ -155,7 +155,8 @@ def test_pages_popped_while_etcd_is_down_are_served_acked_by_page_and_written_ba
 
             await asyncio.to_thread(own_etcd.start)
             # Each proxy writes what it popped: a's page 1 at its number, b's page 0 (the
-            # number was a's) as a shadow, under its own id.
+            # number was a's) as a shadow, under its own id; a writes its renewal too (the
+            # lease's deadline), so the lease does not look expired before its messages.
             store = LeaseStore(ca, margin_s=30)
 
             async def written() -> bool:
@@ -164,7 +165,9 @@ def test_pages_popped_while_etcd_is_down_are_served_acked_by_page_and_written_ba
                         await store.page_by_id("g", "t", PageId.parse(p.page_id))
                         for p in (p1, other)
                     ]
-                    return None not in found
+                    meta = await store.meta("g", "t")
+                    assert meta is not None and meta.deadline_ms <= renewed.lease_until_ms
+                    return None not in found and meta.deadline_ms == renewed.lease_until_ms
                 return False
 
             await until(written, "the pages popped while etcd was down written", 30)
