@@ -11,6 +11,8 @@ route lookup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from popmq.broker_core import timer, transaction_id
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.handle_text import SEPARATOR, HandleText, broker_name_problem
@@ -57,3 +59,51 @@ def issuer_of(text: str) -> str | None:
     if raw[0] != named or broker_name_problem(issuer) is not None:
         raise InvalidArgumentError(_MALFORMED)
     return issuer
+
+
+def named_issuers(texts: Sequence[str]) -> list[str] | None:
+    """The issuers of `texts`, in order, when every one is a named handle of one kind with
+    the exact shape `issuer_of` accepts; None when one is not (ask `issuer_of` of each, which
+    says which and why).
+
+    The same checks as `issuer_of` of each, done together: one base64 decode of all the
+    payloads (HandleText.decode_joined) and each distinct broker name checked once. An ack
+    of a pop's 32 handles from one broker cost a proxy about 1 us a handle with `issuer_of`.
+    """
+    _, _, payload = texts[0].rpartition(SEPARATOR) if texts else ("", "", "")
+    kind = _KINDS.get(len(payload))
+    if kind is None:
+        return None
+    codec, named, _ = kind
+    chars = codec.chars
+    stride = -(-chars // 4) * 4
+    fill = "A" * (stride - chars)  # zero bits to a whole base64 group, as decode_joined reads
+    names: list[str] = []
+    payloads: list[str] = []
+    checked: dict[str, bool] = {}
+    for text in texts:
+        issuer, separator, payload = text.rpartition(SEPARATOR)
+        if not separator or len(payload) != chars:
+            return None
+        valid = checked.get(issuer)
+        if valid is None:
+            valid = checked[issuer] = broker_name_problem(issuer) is None
+        if not valid:
+            return None
+        names.append(issuer)
+        payloads.append(payload)
+    payloads.append("")
+    try:
+        encoded = fill.join(payloads).encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    if len(encoded) != stride * len(names):
+        return None
+    raw = codec.decode_joined(encoded, stride)
+    if raw is None:
+        return None
+    step = stride // 4 * 3
+    for start in range(0, step * len(names), step):
+        if raw[start] != named:
+            return None
+    return names

@@ -79,7 +79,7 @@ from popmq.cluster.cluster_send import ClusterSend
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.topology import Topology, issuer, topic_info
+from popmq.cluster.topology import Topology, issuer, issuers, topic_info
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
@@ -697,11 +697,11 @@ class ClusterBroker:
             )
         results: list[PopMQError | None] = [None] * len(handles)
         by_broker: dict[str, list[int]] = {}
-        for index, handle in enumerate(handles):
-            try:
-                by_broker.setdefault(issuer(handle), []).append(index)
-            except PopMQError as error:
-                results[index] = error
+        for index, found in enumerate(issuers(handles)):
+            if isinstance(found, str):
+                by_broker.setdefault(found, []).append(index)
+            else:
+                results[index] = found
 
         async def ack_on(broker: str, indexes: list[int]) -> None:
             try:

@@ -65,6 +65,13 @@ class HopFrameStream(HopStream):
         self._sender: asyncio.Task[None] | None = None
         # The call whose broker said it answers frames.
         self._frames: Any = None
+        # Request id -> its deadline (loop time): the requests made here and not yet done,
+        # oldest first. One timeout for all, so the first is always the next to expire:
+        # one timer (`_expire`) serves them all, instead of one armed and cancelled per
+        # request.
+        self._deadlines: dict[int, float] = {}
+        # The timer armed for the oldest deadline; None while no request is timed.
+        self._timer: asyncio.TimerHandle | None = None
 
     async def request(self, field: int, payload: bytes) -> tuple[int, bytes]:
         call = self._call if self._call is not None else self._open()
@@ -73,15 +80,18 @@ class HopFrameStream(HopStream):
             # come yet: each request is written as it comes.
             return await super().request(field, payload)
         request_id = next(self._ids)
-        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         self._pending[request_id] = future
         self._waiting[request_id] = hop_answer(request_id, field, payload)
+        deadline = self._deadlines[request_id] = loop.time() + self._timeout
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire, loop)
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._send())
         try:
-            async with asyncio.timeout(self._timeout):
-                field, payload = await future
-        except TimeoutError:
+            field, payload = await future
+        except _ExpiredError:
             raise BrokerUnansweredError(
                 f"broker {self._shown} did not answer within {self._timeout:g}s; retry later",
                 request_sent=request_id not in self._waiting,
@@ -89,6 +99,7 @@ class HopFrameStream(HopStream):
         finally:
             self._pending.pop(request_id, None)
             self._waiting.pop(request_id, None)
+            self._deadlines.pop(request_id, None)
         if field == HOP_ERROR:
             raise error_from_detail(pb.ErrorDetail.FromString(payload))
         return field, payload
@@ -125,9 +136,25 @@ class HopFrameStream(HopStream):
                     continue
                 if framed:
                     # One frame in flight: what comes meanwhile waits to go in the next.
-                    await asyncio.wait([future for future, _ in taken])
+                    await _all_done([future for future, _ in taken])
         finally:
             self._sender = None
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail the requests whose deadline has passed (each says whether it was written),
+        and arm the timer for the oldest left."""
+        self._timer = None
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines:
+            request_id, deadline = next(iter(deadlines.items()))
+            if deadline > now:
+                self._timer = loop.call_at(deadline, self._expire, loop)
+                return
+            del deadlines[request_id]
+            future = self._pending.get(request_id)
+            if future is not None and not future.done():
+                future.set_exception(_ExpiredError())
 
     async def _read(self, call: Any) -> None:
         if not self._handshake:
@@ -176,6 +203,9 @@ class HopFrameStream(HopStream):
             super()._answered(part)
 
     async def close(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         sender, self._sender = self._sender, None
         if sender is not None:
             sender.cancel()
@@ -184,3 +214,27 @@ class HopFrameStream(HopStream):
         # Requests waiting for a frame fail with those in flight (HopStream.close).
         await super().close()
         self._waiting.clear()
+
+
+class _ExpiredError(Exception):
+    """A request's deadline passed before its answer came (HopFrameStream._expire)."""
+
+
+async def _all_done(futures: list[asyncio.Future[tuple[int, bytes]]]) -> None:
+    """Return once every one of `futures` is done (answered, failed or given up): what
+    `asyncio.wait` does, without its checks and sets, once per frame."""
+    left = [future for future in futures if not future.done()]
+    if not left:
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    count = len(left)
+
+    def one_done(_: asyncio.Future[tuple[int, bytes]]) -> None:
+        nonlocal count
+        count -= 1
+        if not count and not done.done():
+            done.set_result(None)
+
+    for future in left:
+        future.add_done_callback(one_done)
+    await done

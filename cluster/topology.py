@@ -15,7 +15,7 @@ moves; a broker not numbered yet (its first seconds) goes last, by name, until i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from popmq.broker_core import (
     DLQ_PREFIX,
@@ -26,6 +26,7 @@ from popmq.broker_core import (
     issuer_of,
 )
 from popmq.broker_core.catalog import KIND_DLQ, KIND_NORMAL, KIND_RETRY, MESSAGE_TYPES
+from popmq.broker_core.handles import named_issuers
 from popmq.coordination.broker_numbers import by_number
 from popmq.coordination.groups import GroupCache
 from popmq.coordination.routes import QueueRef, RouteCache, Segment, TopicRoute
@@ -164,6 +165,21 @@ def _live(route: TopicRoute, live: Mapping[str, object]) -> Mapping[str, tuple[i
         if queue.broker in live:
             ids.setdefault(queue.broker, []).append(queue.queue_id)
     return {broker: tuple(v) for broker, v in sorted(ids.items())}
+
+
+def issuers(handles: Sequence[str]) -> list[str | InvalidReceiptHandleError]:
+    """`issuer` of each receipt handle, in order, a handle's error as its value: checked
+    together when all are well-formed (handles.named_issuers), one by one otherwise."""
+    names = named_issuers(handles)
+    if names is not None:
+        return list(names)
+    found: list[str | InvalidReceiptHandleError] = []
+    for handle in handles:
+        try:
+            found.append(issuer(handle))
+        except InvalidReceiptHandleError as error:
+            found.append(error)
+    return found
 
 
 def issuer(handle: str, what: str = "receipt handle") -> str:

@@ -202,3 +202,33 @@ def test_the_broker_answers_each_request_of_a_frame_by_its_id_with_its_own_outco
                 assert sorted(m.record.body for m in stored) == [b"a", b"d"]
 
     asyncio.run(scenario())
+
+
+def test_requests_waiting_for_a_frame_each_time_out_at_their_own_deadline(
+    tmp_path: Path,
+) -> None:
+    """One timer serves every request's deadline: it fails the oldest first, and is armed
+    again for the next, which is not failed before its own time."""
+
+    async def scenario() -> None:
+        async with served(tmp_path / "b") as (broker, servicer, address):
+            async with remote(address, call_timeout_s=2.0) as api:
+                await api.create_topic("orders", 1)
+                servicer.accepting.clear()  # nothing is written: both wait for a frame
+                first = asyncio.ensure_future(api.send([NewMessage("orders", b"first")]))
+                await asyncio.sleep(1.0)
+                second = asyncio.ensure_future(api.send([NewMessage("orders", b"second")]))
+                with pytest.raises(BrokerUnansweredError) as first_failed:
+                    await first
+                assert not may_be_stored(first_failed.value)
+                assert not second.done()  # its own deadline is a second later
+                with pytest.raises(BrokerUnansweredError) as second_failed:
+                    await second
+                assert not may_be_stored(second_failed.value)
+                servicer.accepting.set()
+                (after,) = await api.send([NewMessage("orders", b"after")])
+                stored = await broker.peek("orders", queue_id=0, max_messages=8)
+                assert [m.record.body for m in stored] == [b"after"]
+                assert after.offset == 0
+
+    asyncio.run(scenario())

@@ -6,6 +6,7 @@ import pytest
 
 from popmq.broker_core import issuer_of
 from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.handles import named_issuers
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.timer import RecallCodec, RecallHandle
 
@@ -91,3 +92,28 @@ def test_a_second_spelling_of_the_same_bytes_is_refused() -> None:
         for c in same_bytes:
             with pytest.raises(InvalidArgumentError, match="handle is malformed"):
                 issuer_of(text[:-1] + c)
+
+
+def test_named_issuers_reads_a_batch_as_issuer_of_reads_each() -> None:
+    receipts = [_receipt("broker-a"), _receipt("b"), _receipt("broker-a", secret=b"t" * 32)]
+    assert named_issuers(receipts) == ["broker-a", "b", "broker-a"]
+    assert named_issuers([_recall("shard_07"), _recall("b")]) == ["shard_07", "b"]
+    assert named_issuers([_receipt("B" * 64)]) == ["B" * 64]
+
+
+@pytest.mark.parametrize("text", [*_junk(), LEGACY_RECEIPT, LEGACY_RECALL, _recall()])
+def test_named_issuers_leaves_a_batch_with_any_other_text_to_issuer_of(text: str) -> None:
+    """Junk, a handle issued before names, or another kind than the first handle's: the
+    batch is not read together, whatever the text's place in it."""
+    valid = [_receipt(), _receipt("b")]
+    for batch in ([text, *valid], [*valid, text], [valid[0], text, valid[1]]):
+        assert named_issuers(batch) is None
+
+
+def test_named_issuers_refuses_every_second_spelling_in_a_batch() -> None:
+    receipt = _receipt()
+    last = _ALPHABET.index(receipt[-1])
+    for c in _ALPHABET:
+        if c != receipt[-1] and (_ALPHABET.index(c) ^ last) <= 0b11:
+            assert named_issuers([_receipt("b"), receipt[:-1] + c]) is None
+    assert named_issuers([]) is None
