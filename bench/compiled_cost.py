@@ -8,7 +8,10 @@ Ack, without the transport: an embedded broker (flush sync, 8 queues, a fresh da
 the proxy's MessagingServicer paths (request parsed from its wire bytes, validated,
 converted, answered, the answer serialized).
 
-- ``send``: ``--batches`` SendMessagesRequests of 32 messages of 1 KiB each.
+- ``send``: ``--batches`` SendMessagesRequests of 32 messages of 1 KiB each. With
+  ``--producer-ids`` each message carries a message id made as the SDK's Producer makes
+  them (new ones for every request, made before the window), as every SDK send does:
+  without, the broker assigns them.
 - ``pop-ack``: after a backlog of ``--batches`` such sends (not measured), ``--batches``
   Pops of 32 (no long poll), each followed by an Ack of its 32 handles.
 
@@ -26,7 +29,9 @@ cost the same in every build (``--batches 0`` measures them: about 0.5 M instruc
 
 ``--against CHECKOUT`` does that for both phases, compiled, for this checkout and for another
 checkout (of an earlier commit, built with ``python setup.py build_ext --inplace``: each side
-runs its own harness and build), interleaved, for ``--runs`` rounds.
+runs its own harness and build), interleaved, for ``--runs`` rounds. With
+``--producer-ids`` (send only) both sides run this checkout's harness, each on its own
+build, since an older harness may not have the option.
 
 ``--compare`` does that for both phases and both builds of this checkout, interleaved, for
 ``--runs`` rounds, and prints instructions per message: the compiled build as built
@@ -66,6 +71,7 @@ from popmq.proxy.messaging import MessagingServicer
 from popmq.proxy.pop_stream import ack_answer, pop_answer
 from popmq.proxy.send_request import SendRequest
 from popmq.proxy.send_stream import send_answer
+from popmq.sdk._message_id import new_message_ids
 
 BATCH = 32
 BODY = b"x" * 1024
@@ -84,27 +90,34 @@ WATCHED = (
 """Modules whose build (compiled or pure) ``--which`` reports."""
 
 
-def _send_request() -> bytes:
+def _send_request(message_ids: list[str] | None = None) -> bytes:
     request = messaging_pb2.SendMessagesRequest()
-    for _ in range(BATCH):
-        request.messages.add(topic=TOPIC, body=BODY, tag="bench")
+    for i in range(BATCH):
+        message_id = message_ids[i] if message_ids is not None else ""
+        request.messages.add(topic=TOPIC, body=BODY, tag="bench", message_id=message_id)
     return request.SerializeToString()
 
 
 class _Workload:
     """The servicer's send, pop and ack paths over an embedded broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, producer_ids: int = 0) -> None:
+        """`producer_ids`: that many sends carry SDK-made message ids, the rest none."""
         self.broker = broker
         clients = ClientRegistry(broker_name="bench", coordinator=LocalCoordinator())
         self.servicer = MessagingServicer(broker, clients, LocalCoordinator())
         self.send_bytes = _send_request()
+        # Made before the window: the SDK's ids for each send, as its Producer makes them.
+        self.sends_with_ids = [_send_request(new_message_ids(BATCH)) for _ in range(producer_ids)][
+            ::-1
+        ]
         self.pop_bytes = messaging_pb2.PopRequest(
             group=GROUP, topic=TOPIC, max_messages=BATCH, long_polling_timeout={"seconds": 0}
         ).SerializeToString()
 
     async def send(self) -> int:
-        request = SendRequest.FromString(self.send_bytes)  # the method's deserializer
+        data = self.sends_with_ids.pop() if self.sends_with_ids else self.send_bytes
+        request = SendRequest.FromString(data)  # the method's deserializer
         results = await self.servicer.start_send(request)
         send_answer(results)
         return len(results)
@@ -134,7 +147,9 @@ def _callgrind(switch: str) -> None:
     )
 
 
-async def _run(phase: str, batches: int, warmup: int, callgrind: bool) -> tuple[int, float]:
+async def _run(
+    phase: str, batches: int, warmup: int, callgrind: bool, producer_ids: bool = False
+) -> tuple[int, float]:
     """Messages handled in the measured window and its wall time."""
     with tempfile.TemporaryDirectory() as data_dir:
         store = dataclasses.replace(StoreConfig(), data_dir=Path(data_dir), flush="sync")
@@ -143,7 +158,7 @@ async def _run(phase: str, batches: int, warmup: int, callgrind: bool) -> tuple[
         try:
             await broker.create_topic(TOPIC, QUEUES)
             await broker.create_group(GROUP)
-            work = _Workload(broker)
+            work = _Workload(broker, warmup + batches if producer_ids else 0)
             step: Callable[[], Awaitable[int]] = work.send
             if phase == "pop-ack":
                 for _ in range(warmup + batches):
@@ -178,9 +193,17 @@ def _which() -> str:
     return "\n".join(lines)
 
 
-def _count(phase: str, batches: int, *, python: bool, checkout: Path | None = None) -> int:
+def _count(
+    phase: str,
+    batches: int,
+    *,
+    python: bool,
+    checkout: Path | None = None,
+    producer_ids: bool = False,
+) -> int:
     """Instructions callgrind counts in one run's window (a child process): of this
-    checkout's popmq, or of another `checkout`'s (its own harness, its own build)."""
+    checkout's popmq, or of another `checkout`'s (its own harness, its own build; this
+    checkout's harness with `producer_ids`)."""
     env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
     if python:
         env[_compiled.PURE_ENV] = "1"
@@ -191,8 +214,11 @@ def _count(phase: str, batches: int, *, python: bool, checkout: Path | None = No
         sys.executable, "-m", "bench.compiled_cost", "--phase", phase,
         "--batches", str(batches), "--callgrind",
     ]  # fmt: skip
+    if producer_ids:
+        command.append("--producer-ids")
+    harness = None if producer_ids else checkout
     result = subprocess.run(
-        command, env=env, capture_output=True, text=True, check=True, cwd=checkout
+        command, env=env, capture_output=True, text=True, check=True, cwd=harness
     )
     found = re.search(r"Collected : (\d+)", result.stderr)
     if found is None:
@@ -222,7 +248,7 @@ def _compare(runs: int, batches: int) -> None:
         print(f"| {phase} | {source:,.0f} | {native:,.0f} | {native / source:.3f} |")
 
 
-def _against(other: Path, runs: int, batches: int) -> None:
+def _against(other: Path, runs: int, batches: int, producer_ids: bool = False) -> None:
     """Both phases of this checkout's build and of `other`'s (a checkout of another commit,
     built with `python setup.py build_ext --inplace`), interleaved run by run."""
     compiled, why = _compiled.state()
@@ -230,17 +256,20 @@ def _against(other: Path, runs: int, batches: int) -> None:
         raise SystemExit(f"this checkout does not run compiled ({why}): make compile first")
     counts: dict[tuple[str, str], list[int]] = {}
     sides = {"other": other, "this": None}
+    phases = ("send",) if producer_ids else ("send", "pop-ack")
     for run in range(runs):
-        for phase in ("send", "pop-ack"):
+        for phase in phases:
             for side, checkout in sides.items():
-                count = _count(phase, batches, python=False, checkout=checkout)
+                count = _count(
+                    phase, batches, python=False, checkout=checkout, producer_ids=producer_ids
+                )
                 counts.setdefault((phase, side), []).append(count)
                 print(f"run {run + 1} {phase:8} {side:6} {count:>13,}", flush=True)
     messages = batches * BATCH
     print(f"\ninstructions per message, median of {runs} run(s) of {messages} messages:\n")
     print(f"| phase | {other} | this checkout | this / that |")
     print("|---|---|---|---|")
-    for phase in ("send", "pop-ack"):
+    for phase in phases:
         that = statistics.median(counts[phase, "other"]) / messages
         this = statistics.median(counts[phase, "this"]) / messages
         print(f"| {phase} | {that:,.0f} | {this:,.0f} | {this / that:.3f} |")
@@ -253,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
     parser.add_argument("--which", action="store_true", help="say which modules are compiled")
+    parser.add_argument(
+        "--producer-ids", action="store_true", help="send SDK-made message ids (see above)"
+    )
     parser.add_argument("--compare", action="store_true", help="count both builds (see above)")
     parser.add_argument("--runs", type=int, default=3, help="rounds of --compare / --against")
     parser.add_argument(
@@ -263,14 +295,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.against is not None:
-        _against(args.against.resolve(), args.runs, args.batches)
+        _against(args.against.resolve(), args.runs, args.batches, args.producer_ids)
         return
     if args.compare:
         _compare(args.runs, args.batches)
         return
     if args.which:
         print(_which())
-    handled, took = asyncio.run(_run(args.phase, args.batches, args.warmup, args.callgrind))
+    handled, took = asyncio.run(
+        _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
+    )
     per = took / handled * 1e6 if handled else 0.0
     print(f"{args.phase}: {handled} messages, {took:.3f} s wall ({per:.1f} us/message)")
 

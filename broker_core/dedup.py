@@ -3,7 +3,10 @@ topic within the dedup window is not stored again; its result is the first send'
 
 Stored sends are found in the message index (message_index.find_duplicates). Sends storing
 a dedup id right now are in `PendingDedup`, so a concurrent repeat waits for the first
-instead of storing a second copy.
+instead of storing a second copy. Both are keyed alike, by the index entry that finds the
+send (message_index.dedup_lookup_key), so a concurrent repeat is one exactly when the same
+repeat sent after the first's commit would be, and a key's hash is computed once for its
+lookup, claim and release (bytes cache it; a tuple would hash again each time).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from collections.abc import Iterable
 
 from popmq.broker_core.types import SendResult
 
-DedupKey = tuple[int, str]
-"""(topic_id, dedup_id)"""
+DedupKey = bytes
+"""A message's message_index.dedup_lookup_key: (topic, dedup id, or message id when the
+dedup id is it)."""
 
 
 class PendingDedup:

@@ -141,8 +141,30 @@ _TEXT_HEAD: Final = struct.Struct(">IH")
 
 
 def id_index_key(topic_id: int, message_id: str) -> bytes:
-    """index family: (topic, message id) -> IndexRecord."""
-    return _text(b"i", topic_id, message_id)
+    """index family: (topic, message id) -> IndexRecord.
+
+    Made for every message sent (looked up, then written): its head (kind, topic, id
+    length) comes from `_ID_HEADS`, as message ids of a topic mostly share their length,
+    so a key costs one concatenation instead of a struct pack and a join."""
+    raw = message_id.encode()
+    if len(raw) > 0xFFFF:  # no id is this long (the pack refuses it, as it always did)
+        return _text(b"i", topic_id, message_id)
+    slot = topic_id << 16 | len(raw)
+    head = _ID_HEADS.get(slot)
+    if head is None:
+        if len(_ID_HEADS) >= _ID_HEADS_KEPT:
+            _ID_HEADS.clear()
+        head = b"i" + _TEXT_HEAD.pack(topic_id, len(raw))
+        _ID_HEADS[slot] = head
+    return head + raw
+
+
+_ID_HEADS: Final[dict[int, bytes]] = {}
+"""id_index_key's heads by topic id and id length (topic_id << 16 | length). Touched on the
+loop thread only."""
+_ID_HEADS_KEPT: Final = 4096
+"""Heads kept at most; past it the table starts again (a few topics' worth each of a few
+id lengths is the usual)."""
 
 
 def dedup_key(topic_id: int, dedup_id: str) -> bytes:

@@ -49,10 +49,19 @@ class Expiries:
             due.append(entry)
 
     def put(self, batch: Batch) -> None:
-        pack = _LENGTH.pack
         for expire_ms, entries in self._due.items():
-            rest = b"".join(pack(len(e)) + e for e in entries[1:])
-            batch.put("index", keys.expiry_key(expire_ms, entries[0]), rest)
+            # Each entry's length, then the entry, joined once: the entries of a send are
+            # mostly of a few lengths, each packed once.
+            lengths: dict[int, bytes] = {}
+            parts: list[bytes] = []
+            for i in range(1, len(entries)):
+                entry = entries[i]
+                length = lengths.get(len(entry))
+                if length is None:
+                    length = lengths[len(entry)] = _LENGTH.pack(len(entry))
+                parts.append(length)
+                parts.append(entry)
+            batch.put("index", keys.expiry_key(expire_ms, entries[0]), b"".join(parts))
         self._due.clear()
 
 

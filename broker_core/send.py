@@ -95,6 +95,12 @@ class Sender:
         A message whose dedup id was sent to the same topic within the dedup window is not
         stored again: its result is the first send's, with `duplicate` set. A message due in
         the future waits in the timers family and gets a recall handle instead of an offset.
+
+        Per batch, not per message, where the messages of a send share it: a message given
+        neither a message id nor a dedup id gets a new id, which no earlier or concurrent
+        send can carry, so it is neither looked up nor claimed; the messages bound for one
+        queue get their offsets in one allocation, and the send's arrivals are counted per
+        queue before the write, so its commit announces them without a pass over them.
         """
         stamp, topics = await self.admit(messages, half=False)
         cfg = self._config.messages
@@ -105,65 +111,102 @@ class Sender:
         done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         done.add_done_callback(jobs.ignore_result)
         later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
-        mine: list[tuple[int, str]] = []
+        mine: list[bytes] = []
         plan: list[_Planned] = []
-        ids = [msg.message_id or self._ids.next(stamp) for msg in messages]
-        lookup_keys = [
-            message_index.dedup_lookup_key(topics[msg.topic].topic_id, msg.dedup_id or mid, mid)
-            for msg, mid in zip(messages, ids, strict=True)
-        ]
-        hits = message_index.find_duplicates(self._store, lookup_keys, stamp, window_ms)
+        ids: list[str] = []
+        # Each message's dedup_lookup_key, b"" for one given a new id (nothing to find), and
+        # the keys to look up.
+        lookup_keys: list[bytes] = []
+        asked: list[bytes] = []
+        for msg in messages:
+            message_id = msg.message_id
+            if message_id or msg.dedup_id:
+                if not message_id:
+                    message_id = self._ids.next(stamp)
+                key = message_index.dedup_lookup_key(
+                    topics[msg.topic].topic_id, msg.dedup_id or message_id, message_id
+                )
+                asked.append(key)
+            else:
+                message_id = self._ids.next(stamp)
+                key = b""
+            ids.append(message_id)
+            lookup_keys.append(key)
+        hits = message_index.find_duplicates(self._store, asked, stamp, window_ms) if asked else []
+        asked_at = 0
         pending_sends = self._dedup
+        # The stored messages by queue (key _queue_slot), in send order within each.
+        queued: dict[int, list[_Planned]] = {}
+        timed: list[_Planned] = []
+        due_first = 0
         for i, msg in enumerate(messages):
             topic = topics[msg.topic]
             message_id = ids[i]
-            dedup_id = msg.dedup_id or message_id
-            dkey = (topic.topic_id, dedup_id)
-            pending = pending_sends.waiting(dkey)
-            if pending is not None:
-                later.append((i, *pending))  # the same dedup id is being stored right now
-                continue
-            hit = hits[i]
-            if hit is not None:
-                results[i] = SendResult(
-                    hit.message_id, topic.name, hit.queue_id, hit.offset,
-                    hit.recall_handle, duplicate=True,
-                )  # fmt: skip
-                continue
-            pending_sends.claim(dkey, done, len(plan))
-            mine.append(dkey)
-            timer_seq = self._timers.next_seq() if msg.deliver_at_ms > stamp else 0
-            plan.append(
-                _Planned(i, topic, self._choose_queue(topic, msg.message_group)
-                         if msg.queue_id is None else msg.queue_id, msg, message_id,
-                         stored_record(msg, message_id, stamp), dedup_id, lookup_keys[i],
-                         timer_seq)
+            lookup_key = lookup_keys[i]
+            if lookup_key:
+                hit = hits[asked_at]
+                asked_at += 1
+                pending = pending_sends.waiting(lookup_key)
+                if pending is not None:
+                    later.append((i, *pending))  # the same dedup id is being stored right now
+                    continue
+                if hit is not None:
+                    results[i] = SendResult(
+                        hit.message_id, topic.name, hit.queue_id, hit.offset,
+                        hit.recall_handle, duplicate=True,
+                    )  # fmt: skip
+                    continue
+                pending_sends.claim(lookup_key, done, len(plan))
+                mine.append(lookup_key)
+            queue_id = (
+                self._choose_queue(topic, msg.message_group)
+                if msg.queue_id is None else msg.queue_id
             )  # fmt: skip
+            due_ms = msg.deliver_at_ms
+            timer_seq = self._timers.next_seq() if due_ms > stamp else 0
+            planned = _Planned(
+                i, topic, queue_id, msg, message_id, stored_record(msg, message_id, stamp),
+                msg.dedup_id or message_id, lookup_key, timer_seq, len(plan),
+            )  # fmt: skip
+            plan.append(planned)
+            if timer_seq:
+                timed.append(planned)
+                if not due_first or due_ms < due_first:
+                    due_first = due_ms
+            else:
+                slot = _queue_slot(topic.topic_id, queue_id)
+                group = queued.get(slot)
+                if group is None:
+                    queued[slot] = [planned]
+                else:
+                    group.append(planned)
         retention_ms = round(self._config.retention.retention_s * 1000)
+        arrivals = [
+            (group[0].topic.name, group[0].queue_id, len(group)) for group in queued.values()
+        ]
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[SendResult]:
             batch.quorum = True
-            out = []
+            out: list[SendResult | None] = [None] * len(plan)
             expiries = message_index.Expiries()
-            for p in plan:
-                out.append(
-                    self.store_one(
-                        batch, offsets, expiries, topic=p.topic, queue_id=p.queue_id,
-                        record=p.record, message_id=p.message_id,
-                        deliver_at_ms=p.message.deliver_at_ms, message_keys=p.message.keys,
-                        dedup_id=p.dedup_id, timer_seq=p.timer_seq, stamp_ms=stamp,
-                        retention_ms=retention_ms, dedup_window_ms=window_ms,
-                        lookup_key=p.lookup_key,
-                    )
+            for group in queued.values():
+                self._store_queued(
+                    batch, offsets, expiries, group, out, stamp, retention_ms, window_ms
+                )
+            for p in timed:
+                out[p.slot] = self.store_one(
+                    batch, offsets, expiries, topic=p.topic, queue_id=p.queue_id,
+                    record=p.record, message_id=p.message_id,
+                    deliver_at_ms=p.message.deliver_at_ms, message_keys=p.message.keys,
+                    dedup_id=p.dedup_id, timer_seq=p.timer_seq, stamp_ms=stamp,
+                    retention_ms=retention_ms, dedup_window_ms=window_ms,
+                    lookup_key=p.lookup_key,
                 )  # fmt: skip
             expiries.put(batch)
-            return out
+            return [result for result in out if result is not None]
 
-        def committed(stored: list[SendResult]) -> None:
-            self.announce(
-                [(result, p.message.deliver_at_ms if p.timer_seq else 0)
-                 for result, p in zip(stored, plan, strict=True)]
-            )  # fmt: skip
+        def committed(_stored: list[SendResult]) -> None:
+            self.announce_arrivals(arrivals, due_first)
 
         try:
             # Announced in the commit itself: a held pop wakes before this send resumes, and
@@ -186,6 +229,45 @@ class Sender:
             results[i] = duplicate_of((await earlier)[j])
         return [r for r in results if r is not None]
 
+    def _store_queued(
+        self,
+        batch: Batch,
+        offsets: QueueOffsets,
+        expiries: message_index.Expiries,
+        group: list[_Planned],
+        out: list[SendResult | None],
+        stamp_ms: int,
+        retention_ms: int,
+        dedup_window_ms: int,
+    ) -> None:
+        """Add the messages of a send bound for one queue to its write job, at the end of
+        the queue in send order (their offsets allocated together), with their index
+        entries; each one's result goes to `out` at its slot. A message stored this way
+        is stored exactly as `store_one` stores it."""
+        first = group[0]
+        topic = first.topic
+        topic_id = topic.topic_id
+        queue_id = first.queue_id
+        offset = offsets.allocate(topic_id, queue_id, len(group))
+        for p in group:
+            batch.put("messages", keys.message_key(topic_id, queue_id, offset), p.record)
+            message_index.write_entries(
+                batch,
+                expiries,
+                topic_id=topic_id,
+                queue_id=queue_id,
+                offset=offset,
+                message_id=p.message_id,
+                dedup_id=p.dedup_id,
+                message_keys=p.message.keys,
+                stamp_ms=stamp_ms,
+                retention_ms=retention_ms,
+                dedup_window_ms=dedup_window_ms,
+                lookup_key=p.lookup_key,
+            )
+            out[p.slot] = SendResult(p.message_id, topic.name, queue_id, offset)
+            offset += 1
+
     def lookup(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
         """Whether each sent message of `topic`, as (message id, dedup id or ""), is in the
         dedup window: stored within it, or being stored by a send in flight. A send of it
@@ -205,8 +287,8 @@ class Sender:
         )
         pending = self._dedup
         return [
-            hit is not None or pending.waiting((info.topic_id, dedup_id or mid)) is not None
-            for hit, (mid, dedup_id) in zip(hits, sent, strict=True)
+            hit is not None or pending.waiting(key) is not None
+            for hit, key in zip(hits, lookup_keys, strict=True)
         ]
 
     def store_one(
@@ -269,18 +351,29 @@ class Sender:
         their queues, and the timer loop for delayed ones. `stored` pairs each result with
         its timer's due time (0 for a message stored in its queue)."""
         arrivals: dict[tuple[str, int], int] = {}
-        due_soon = self._timers.next_due_ms
+        due_first = 0
         for result, due_ms in stored:
             if due_ms:
-                due_soon = min(due_soon, due_ms)
+                if not due_first or due_ms < due_first:
+                    due_first = due_ms
                 continue
             grew = (result.topic, result.queue_id)
             arrivals[grew] = arrivals.get(grew, 0) + 1
-        self._timers.due_at(due_soon)
+        self.announce_arrivals(
+            [(topic, queue_id, count) for (topic, queue_id), count in arrivals.items()],
+            due_first,
+        )
+
+    def announce_arrivals(self, arrivals: Sequence[tuple[str, int, int]], due_ms: int) -> None:
+        """`announce` for new messages counted already: (topic, queue id, messages stored
+        there) for each queue that grew, and the earliest due time of the timers stored
+        (0 for none)."""
+        if due_ms:
+            self._timers.due_at(due_ms)
         # Counted per topic from the few queues, not message by message, and into the
         # Counter item by item: Counter.update is interpreted Python even here.
         sent = self._stats.sent
-        for (topic_name, queue_id), count in arrivals.items():
+        for topic_name, queue_id, count in arrivals:
             sent[topic_name] = sent.get(topic_name, 0) + count
             # Per queue, so a pop held on one queue is woken by what lands there and never
             # spends a wake-up meant for a pop held on another.
@@ -350,7 +443,7 @@ class _Planned:
 
     __slots__ = (
         "dedup_id", "index", "lookup_key", "message", "message_id", "queue_id", "record",
-        "timer_seq", "topic",
+        "slot", "timer_seq", "topic",
     )  # fmt: skip
 
     def __init__(
@@ -364,6 +457,7 @@ class _Planned:
         dedup_id: str,
         lookup_key: bytes,
         timer_seq: int,
+        slot: int,
     ) -> None:
         self.index = index
         self.topic = topic
@@ -374,9 +468,22 @@ class _Planned:
         """The StoredMessage's bytes (`stored_record`)."""
         self.dedup_id = dedup_id
         self.lookup_key = lookup_key
-        """Its message_index.dedup_lookup_key (looked up, then written)."""
+        """Its message_index.dedup_lookup_key (looked up, then written); b"" for a message
+        given a new id (nothing to look up; its id entry is encoded when written)."""
         self.timer_seq = timer_seq
         """Non-zero for a delayed message: its timers-family sequence."""
+        self.slot = slot
+        """Its place among the send's stored messages (its PendingDedup index)."""
+
+
+_QUEUE_SPAN: Final = 1 << 20
+"""More than any topic's queue count (validation.MAX_QUEUES): `_queue_slot` keys one."""
+
+
+def _queue_slot(topic_id: int, queue_id: int) -> int:
+    """One queue of one topic as an int key (a tuple would be built and hashed per
+    message)."""
+    return topic_id * _QUEUE_SPAN + queue_id
 
 
 def stored_record(msg: NewMessage, message_id: str, stamp_ms: int) -> bytes:

@@ -273,11 +273,13 @@ def check_message(
     properties: Mapping[str, str],
     message_id: str,
     require_message_id: bool = False,
+    id_printable: bool = False,
 ) -> None:
     """Check one message of a send; `index` locates it in the request.
 
     An empty message_id lets the broker assign one; `require_message_id` refuses it, for
-    protocols whose clients always send one (apache.rocketmq.v2)."""
+    protocols whose clients always send one (apache.rocketmq.v2). `id_printable`: the
+    caller found no control character in it already (`check_send`, for a whole send)."""
     # The texts of the errors are formatted only for an error: this runs for every message.
     if not body:
         raise InvalidArgumentError(
@@ -349,7 +351,7 @@ def check_message(
     if (
         (require_message_id and not message_id)
         or len(message_id) > MAX_MESSAGE_ID_LENGTH
-        or _has_control(message_id)
+        or (not id_printable and _has_control(message_id))
     ):
         low, rule = (
             (1, f"1 to {MAX_MESSAGE_ID_LENGTH}")
@@ -410,14 +412,23 @@ def check_send(messages: Sequence[NewMessage], now_ms: int, max_delay_s: float) 
     check_send_size(len(messages), sum(len(m.body) for m in messages))
     for name in {msg.topic for msg in messages}:
         check_name("topic", name)
+    # A send's messages mostly share their tag: a tag equal to one checked already is valid
+    # too, and is compared instead of checked again (a third of checking a message).
+    checked_tag = ""
+    # Their ids (an SDK sets one on each) are searched for control characters together:
+    # one scan of them all costs a third of a scan of each. When one has some, each is
+    # checked as before, so the first error in message order is still the one raised.
+    ids_printable = not _has_control("".join([msg.message_id for msg in messages]))
     for i, msg in enumerate(messages):
+        tag = msg.tag
         check_message(
             i,
             body=msg.body,
-            tag=msg.tag,
+            tag=tag if tag != checked_tag else "",
             keys=msg.keys,
             properties=msg.properties,
             message_id=msg.message_id,
+            id_printable=ids_printable,
         )
         check_message_extras(
             i,
@@ -428,6 +439,7 @@ def check_send(messages: Sequence[NewMessage], now_ms: int, max_delay_s: float) 
         )
         if msg.deliver_at_ms:  # 0 (at once) passes both of its checks
             check_delivery_time(i, msg.deliver_at_ms, now_ms, max_delay_s)
+        checked_tag = tag
 
 
 @dataclass(frozen=True, slots=True)

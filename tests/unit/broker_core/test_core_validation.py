@@ -302,3 +302,33 @@ def test_a_send_is_checked_whole_naming_each_message_by_its_index_in_the_send() 
         check_send([good] * 1025, 0, 5)
     with pytest.raises(InvalidArgumentError, match="4194305 body bytes"):
         check_send([NewMessage("a", b"x" * (2 * MiB)), NewMessage("b", b"y" * (2 * MiB + 1))], 0, 5)
+
+
+def test_a_send_names_its_first_bad_message_when_tags_repeat_and_ids_are_checked_together() -> None:
+    """check_send checks a repeated tag once and every message id in one scan: a bad tag
+    or id is still refused, and the first bad message in send order is the one named."""
+    tagged = NewMessage("a", b"x", tag="t", message_id="ID-0")
+    check_send([tagged, NewMessage("a", b"x", tag="t", message_id="ID-1")], 0, 5)
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[2\]\.tag 't\|u' is invalid"):
+        check_send([tagged, tagged, NewMessage("a", b"x", tag="t|u")], 0, 5)
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[3\]\.message_id is invalid"):
+        check_send([tagged] * 3 + [NewMessage("a", b"x", tag="t", message_id="ID\x01")], 0, 5)
+    # A bad tag before a bad id: the tag's error, as when each message was checked whole.
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[1\]\.tag"):
+        check_send(
+            [
+                tagged,
+                NewMessage("a", b"x", tag=" "),
+                NewMessage("a", b"x", message_id="ID\x7f"),
+            ],
+            0,
+            5,
+        )
+    # A non-ASCII id without control characters passes; one with DEL (0x7f) does not.
+    check_send([NewMessage("a", b"x", message_id="idé"), tagged], 0, 5)
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[1\]\.message_id"):
+        check_send(
+            [NewMessage("a", b"x", message_id="idé"), NewMessage("a", b"x", message_id="é\x7f")],
+            0,
+            5,
+        )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import struct
+from pathlib import Path
+
 import pytest
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
-from popmq.broker_core.message_index import index_record
+from popmq.broker_core.message_index import Expiries, index_record, marker_entries
+from popmq.broker_core.store import Store
 
 
 @pytest.mark.parametrize(
@@ -36,3 +40,40 @@ def test_index_records_parse_as_the_message(
 def test_text_keys_carry_the_topic_and_the_length() -> None:
     key = keys.id_index_key(258, "héllo")
     assert key == b"i" + (258).to_bytes(4, "big") + (6).to_bytes(2, "big") + "héllo".encode()
+
+
+def test_id_keys_are_the_text_layout_for_every_topic_and_length() -> None:
+    """id_index_key keeps the heads it made; a key is the same bytes whichever head it
+    reuses, and past the heads it keeps it starts again."""
+    for topic_id in (0, 1, 258, 2**32 - 1):
+        for text in ("", "a", "01ABCDEF" * 4, "ü" * 70, "x" * 300):
+            raw = text.encode()
+            expected = b"i" + topic_id.to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw
+            assert keys.id_index_key(topic_id, text) == expected
+            assert keys.id_index_key(topic_id, text) == expected  # from its kept head
+    for topic_id in range(5000):
+        assert (
+            keys.id_index_key(topic_id, "id")[:7]
+            == b"i" + topic_id.to_bytes(4, "big") + b"\x00\x02"
+        )
+    with pytest.raises(struct.error):
+        keys.id_index_key(1, "x" * 70_000)
+
+
+def test_an_expiry_marker_lists_entries_of_every_length(tmp_path: Path) -> None:
+    entries = [b"i-first", b"k" * 300, b"", b"i-first", b"d" * 41, b"k" * 300]
+    expiries = Expiries()
+    for entry in entries:
+        expiries.add(1_000, entry)
+    expiries.add(2_000, b"lone")
+    store = Store(tmp_path / "store")
+    try:
+        batch = store.batch()
+        expiries.put(batch)
+        store.write(batch, sync=True)
+        (marker, value), (lone, rest) = store.scan("index", b"x", b"y")
+    finally:
+        store.close()
+    assert marker_entries(marker, value) == entries
+    assert keys.parse_expiry_key(marker) == (1_000, b"i-first")
+    assert marker_entries(lone, rest) == [b"lone"] and rest == b""

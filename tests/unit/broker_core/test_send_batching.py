@@ -1,0 +1,119 @@
+"""A send stores its messages by queue, one offset allocation a queue, and looks up and
+claims only the messages that carry an id: what each message gets is what it got when
+every message was stored one by one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from popmq.broker_core.types import NewMessage
+from tests.unit.conftest import OpenBroker, now_ms
+
+
+def test_a_send_over_several_queues_stores_each_in_send_order(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("mixed", 3, message_type="mixed")
+            await broker.create_group("g")
+            (earlier,) = await broker.send([NewMessage("mixed", b"earlier", message_id="ID-0")])
+            messages = [
+                NewMessage("mixed", b"r0"),
+                NewMessage("mixed", b"f0", message_group="fifo"),
+                NewMessage("mixed", b"r1", keys=("k1",)),
+                NewMessage("mixed", b"late", deliver_at_ms=now_ms() + 3_600_000),
+                NewMessage("mixed", b"again", message_id="ID-0"),  # stored before: a duplicate
+                NewMessage("mixed", b"f1", message_group="fifo"),
+                NewMessage("mixed", b"r2", message_id="ID-2"),
+                NewMessage("mixed", b"twice", dedup_id="dup"),
+                NewMessage("mixed", b"twice", dedup_id="dup"),  # repeats the one before
+                NewMessage("mixed", b"r3", queue_id=2),
+                NewMessage("mixed", b"f2", message_group="fifo"),
+            ]
+            results = await broker.send(messages)
+            assert len(results) == len(messages)
+            by_body = dict(zip([m.body for m in messages], results, strict=False))
+            assert results[4].duplicate
+            assert (results[4].queue_id, results[4].offset) == (earlier.queue_id, earlier.offset)
+            assert results[8].duplicate and results[8].offset == results[7].offset
+            assert results[8].message_id == results[7].message_id
+            assert results[3].offset == -1 and results[3].recall_handle
+            assert results[6].message_id == "ID-2" and results[9].queue_id == 2
+            stored = [r for i, r in enumerate(results) if i not in (3, 4, 8)]
+            assert not any(r.duplicate for r in stored)
+            assert len({r.message_id for r in results}) == len(messages) - 1
+            # Each queue's messages of the send: the next offsets, in send order.
+            queues = {q.queue_id: q.max_offset for q in (await broker.get_topic("mixed"))[1]}
+            for queue_id, max_offset in queues.items():
+                mine = [r.offset for r in stored if r.queue_id == queue_id]
+                first = 1 if queue_id == earlier.queue_id else 0
+                assert mine == list(range(first, max_offset))
+            fifo = [by_body[b].queue_id for b in (b"f0", b"f1", b"f2")]
+            assert len(set(fifo)) == 1
+            # Every stored one is found by its id, where its result says, and by its key.
+            for r in stored:
+                found = await broker.query_message("mixed", r.message_id)
+                assert (found.queue_id, found.offset) == (r.queue_id, r.offset)
+            (keyed,) = await broker.query_messages_by_key("mixed", "k1")
+            assert (keyed.queue_id, keyed.offset) == (
+                by_body[b"r1"].queue_id,
+                by_body[b"r1"].offset,
+            )
+            assert (await broker.query_message("mixed", results[3].message_id)).offset == -1
+            popped = await broker.pop("g", "mixed", max_messages=32, wait_s=0)
+            assert sorted(m.record.body for m in popped) == sorted(
+                [b"earlier", b"r0", b"f0", b"r1", b"r2", b"twice", b"r3"]  # f1, f2 wait on f0
+            )
+            assert broker.stats.sent["mixed"] == 1 + len(stored)
+
+    asyncio.run(scenario())
+
+
+def test_a_message_given_a_new_id_is_deduplicated_when_resent_with_it(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 2)
+            first = await broker.send([NewMessage("orders", b"a"), NewMessage("orders", b"b")])
+            assert not any(r.duplicate for r in first)
+            again = await broker.send(
+                [NewMessage("orders", b"a", message_id=r.message_id) for r in first]
+            )
+            assert all(r.duplicate for r in again)
+            assert [(r.queue_id, r.offset) for r in again] == [
+                (r.queue_id, r.offset) for r in first
+            ]
+            assert broker.lookup_sends("orders", [(r.message_id, "") for r in first]) == [
+                True,
+                True,
+            ]
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_sends_deduplicate_as_sends_one_after_another_do(
+    open_broker: OpenBroker,
+) -> None:
+    """A dedup id equal to another message's id is another dedup key (the index keeps
+    them apart), whether or not the two sends overlap; the same id twice is one key."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 2)
+            await broker.create_group("g")
+            apart = [
+                (await broker.send([NewMessage("orders", b"a", message_id="X")]))[0],
+                (await broker.send([NewMessage("orders", b"b", message_id="Y", dedup_id="X")]))[0],
+            ]
+            together = await asyncio.gather(
+                broker.send([NewMessage("orders", b"c", message_id="U")]),
+                broker.send([NewMessage("orders", b"d", message_id="V", dedup_id="U")]),
+                broker.send([NewMessage("orders", b"e", message_id="U")]),
+            )
+            assert [r.duplicate for r in apart] == [False, False]
+            assert [r[0].duplicate for r in together] == [False, False, True]
+            assert together[2][0].offset == together[0][0].offset
+            popped = await broker.pop("g", "orders", max_messages=32, wait_s=0)
+            assert sorted(m.record.body for m in popped) == [b"a", b"b", b"c", b"d"]
+
+    asyncio.run(scenario())
