@@ -4,15 +4,16 @@
 
 Scenario 3b's paced sends (single 1 KiB messages, 8 senders on their own streams, round
 robin) against ``popmq serve`` (``--flush sync``) and against the bench's grpc echo
-server, each run under `bench.loop_probe`. Per message sent, for each:
+server, each run under `bench.loop_probe`. Per request (the SDK coalesces sends made while
+one is on the wire, so a loaded run has fewer requests than messages), for each:
 
 - the loop's scheduling calls (`bench.loop_probe`): callbacks (``call_soon``; each task
   step and each future callback is one), thread wakes (``call_soon_threadsafe``), tasks and
   futures created, and which callbacks they were;
 - per thread (its name from /proc): the syscalls it made (``perf trace -s``), among them
   ``epoll_wait`` of the loop's thread, which is one per event-loop iteration (a turn);
-- CPU per thread (utime + stime from /proc/PID/task), in a second, untraced window (the
-  probe's counting and perf's tracing both cost CPU; the counts do not depend on it).
+- CPU per thread (schedstat, and utime / stime from /proc/PID/task) a message and a request,
+  in a window of its own, untraced (perf's tracing costs CPU; the counts do not depend on it).
 
 ``--popmq-src`` runs the server from another checkout's ``src`` (an earlier commit, for an
 A/B); the probe and the load generator are this checkout's. Counts, not times, are the point:
@@ -195,8 +196,12 @@ async def _window(
         with tempfile.NamedTemporaryFile(prefix="perf-trace-", suffix=".txt") as out:
             perf = _start_perf(pid, Path(out.name))
             await asyncio.sleep(1.0)  # perf attaches to every thread
+            before, _ = _probe_counts(pid, probe_file)
             traced_sent = len(await load(senders, seconds))
+            after, _ = _probe_counts(pid, probe_file)
             traced = _stop_perf(perf, Path(out.name))
+    traced_requests = _requests(after - before, traced_sent)
+    requests = _requests(counts, sent)
     names = {tid: py_threads.get(str(tid), value[0]) for tid, value in cpu1.items()}
     cpu = {
         f"{names[tid]} ({'loop' if tid == pid else 'thread'})": (
@@ -212,33 +217,49 @@ async def _window(
         label = f"{names.get(tid, '?')} ({'loop' if tid == pid else 'thread'})"
         merged = syscalls.setdefault(label, {})
         for call, n in calls.items():
-            merged[call] = merged.get(call, 0.0) + n / traced_sent
+            merged[call] = merged.get(call, 0.0) + n / traced_requests
     trips.sort()
-    return {"sent": sent, "rate": sent / wall, "p50_ms": trips[len(trips) // 2] * 1e3,
-            "p99_ms": trips[int(len(trips) * 0.99)] * 1e3, "cpu_us": cpu,
-            "counts": {k: v / sent for k, v in counts.items()}, "syscalls": syscalls}  # fmt: skip
+    return {
+        "sent": sent,
+        "requests": requests,
+        "rate": sent / wall,
+        "p50_ms": trips[len(trips) // 2] * 1e3,
+        "p99_ms": trips[int(len(trips) * 0.99)] * 1e3,
+        "cpu_us": cpu,
+        "counts": {k: v / requests for k, v in counts.items()},
+        "syscalls": syscalls,
+    }
+
+
+def _requests(counts: Counter[str], sent: int) -> int:
+    """Requests the server took: the SDK coalesces sends made while one is on the wire, so
+    a loaded run has fewer requests than messages (popmq's tasks for Broker.send count them;
+    the echo's sender never coalesces)."""
+    return counts.get("create_task Broker.send", 0) or sent
 
 
 def _report(title: str, result: dict[str, Any]) -> str:
+    per = result["sent"] / result["requests"]
     lines = [
-        f"## {title}: per message ({result['sent']:,} sent in the untraced window, "
-        f"{result['rate']:,.0f} msg/s, round trip p50 {result['p50_ms']:.2f} ms, "
-        f"p99 {result['p99_ms']:.2f} ms)",
+        f"## {title}: {result['sent']:,} messages in {result['requests']:,} requests "
+        f"({per:.2f} a request) in the untraced window, {result['rate']:,.0f} msg/s, "
+        f"round trip p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms",
         "",
     ]
     lines.append(
-        "CPU us by thread (schedstat), and user / system (clock ticks), untraced window, "
-        "the probe's own cost in:"
+        "CPU us a message by thread (schedstat), user / system (clock ticks), untraced "
+        "window, the probe's own cost in; and a request:"
     )
     cpu = result["cpu_us"]
     for name, (ran, user, system) in sorted(cpu.items(), key=lambda kv: -kv[1][0]):
-        lines.append(f"  {ran:8.1f}  ({user:6.1f} / {system:6.1f})  {name}")
-    lines.append(f"  {sum(v[0] for v in cpu.values()):8.1f}  all threads")
-    lines.append("loop scheduling calls (bench.loop_probe):")
+        lines.append(f"  {ran:8.1f}  ({user:6.1f} / {system:6.1f})  {ran * per:8.1f}  {name}")
+    total = sum(v[0] for v in cpu.values())
+    lines.append(f"  {total:8.1f}  {'':17}  {total * per:8.1f}  all threads")
+    lines.append("loop scheduling calls a request (bench.loop_probe):")
     for name, n in sorted(result["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
         if n >= 0.005:
             lines.append(f"  {n:8.3f}  {name}")
-    lines.append("syscalls by thread (perf trace -s):")
+    lines.append("syscalls a request by thread (perf trace -s, a traced window of its own):")
     for thread, calls in sorted(result["syscalls"].items()):
         total = sum(calls.values())
         if total < 0.01:
