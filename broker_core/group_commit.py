@@ -273,8 +273,10 @@ class GroupCommitWriter:
             self._complete(jobs, results, began, synced=True)
             return
         self._syncing = True
+        # The jobs' loop, the running one: asyncio.get_running_loop() costs a getpid
+        # syscall on Python 3.11.
         self._sync_thread.sync(
-            asyncio.get_running_loop(), lambda error: self._synced(error, jobs, results, began)
+            jobs[0].future.get_loop(), lambda error: self._synced(error, jobs, results, began)
         )
 
     def _wait_barrier(

@@ -181,7 +181,11 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         )
         # Answers waiting for the writer, in the order they became ready; None wakes the
         # writer to end. `_unwritten` counts their bytes and those of the one being written.
-        self._answers: asyncio.Queue[_Answer[RequestT, ResponseT] | None] = asyncio.Queue()
+        # A deque and one future, set while the writer waits on an empty deque: an
+        # asyncio.Queue would do the same with more bookkeeping per answer, and a
+        # get_running_loop (a getpid syscall on Python 3.11) each time the writer waits.
+        self._answers: deque[_Answer[RequestT, ResponseT] | None] = deque()
+        self._answer_ready: asyncio.Future[None] | None = None
         self._unwritten = 0
         self._writing: _Answer[RequestT, ResponseT] | None = None
         # Paused requests, in the order they are to start again; tasks cancelled to pause
@@ -272,7 +276,11 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         reader.add_done_callback(self._reader_done)
         try:
             while True:
-                answer = await self._answers.get()
+                if not self._answers:
+                    ready = self._answer_ready = self._loop.create_future()
+                    await ready
+                    continue
+                answer = self._answers.popleft()
                 if answer is None:
                     break
                 self._writing = answer
@@ -294,10 +302,10 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                     self._resume()
                 elif self._waiting:
                     self._admit()
-                if self._room is not None and self._answers.qsize() < MAX_IN_FLIGHT:
+                if self._room is not None and len(self._answers) < MAX_IN_FLIGHT:
                     self._room.set_result(None)
                     self._room = None
-                if self._reading_done and not self._unanswered and self._answers.empty():
+                if self._reading_done and not self._unanswered and not self._answers:
                     break
             if self._violation:
                 await self._context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._violation)
@@ -338,7 +346,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
 
     async def _read(self) -> None:
         while not self._releasing:
-            if self._answers.qsize() >= MAX_IN_FLIGHT:
+            if len(self._answers) >= MAX_IN_FLIGHT:
                 # The client does not read its answers: read no more until it does.
                 self._room = self._loop.create_future()
                 await self._room
@@ -358,7 +366,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         self._reading_done = True
         failed = not reader.cancelled() and reader.exception() is not None
         if failed or self._violation or not self._unanswered:
-            self._answers.put_nowait(None)
+            self._put_answer(None)
 
     def _start(
         self,
@@ -644,10 +652,19 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         if observe is not None:
             observe(code, time.perf_counter() - began, request, self._peer, message)
 
+    def _put_answer(self, answer: _Answer[RequestT, ResponseT] | None) -> None:
+        """Hand `answer` (None: end) to the writer, waking it if it waits for one."""
+        self._answers.append(answer)
+        ready = self._answer_ready
+        if ready is not None:
+            self._answer_ready = None
+            if not ready.done():
+                ready.set_result(None)
+
     def _queue(self, answer: _Answer[RequestT, ResponseT]) -> None:
         if self._closed:
             return  # nobody writes it (and its bytes would never come back to the pool)
-        self._answers.put_nowait(answer)
+        self._put_answer(answer)
         self._unwritten += answer.size
         if self._pool is not None:
             self._pool.hold(answer.size)
@@ -692,8 +709,8 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             self._pool.let_go(self._unwritten)  # the reserved bytes come back as tasks end
         unwritten = [] if self._writing is None else [self._writing]
         self._writing = None
-        while not self._answers.empty():
-            answer = self._answers.get_nowait()
+        while self._answers:
+            answer = self._answers.popleft()
             if answer is not None:
                 unwritten.append(answer)
         self._unwritten = 0
