@@ -218,14 +218,32 @@ class RemoteBroker:
         if not self._catalog:
             return
         try:
-            self._info = w.server_info_from_pb(
-                await self._call(self._stub.GetServerInfo, pb.GetServerInfoRequest())
-            )
+            self._info = await self._first_server_info()
             await self._refresh_all()
         except BaseException:
             await self.close()
             raise
         self._spawn(self._refresh_loop(), "popmq-remote-catalog")
+
+    async def _first_server_info(self) -> ServerInfo:
+        """The server info, waiting for a connection within the call timeout: grpc gives a
+        connect attempt only grpc.min_reconnect_backoff_ms, so a broker up but slow to
+        accept (a loaded machine) would otherwise fail the start on the first attempt."""
+        request = pb.GetServerInfoRequest()
+        try:
+            reply = await self._stub_().GetServerInfo(
+                request, timeout=self._timeout, metadata=self._metadata(), wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise self._error(exc) from None
+            state = "connected" if self.connection_up() else "no connection could be made"
+            raise BrokerUnansweredError(
+                f"broker {self._shown} did not answer within the call timeout "
+                f"{self._timeout}s of starting ({state}); retry later",
+                request_sent=True,
+            ) from None
+        return w.server_info_from_pb(reply)
 
     async def close(self) -> None:
         """Answer held long polls, stop the background refreshes, close the channel."""

@@ -30,7 +30,7 @@ from popmq.broker_core import (
 )
 from popmq.broker_core.broker import Broker
 from popmq.cluster import RemoteBroker
-from tests.support.brokers import remote, served_broker
+from tests.support.brokers import gated_port, remote, served_broker
 
 
 def test_remote_broker_implements_every_member_of_the_protocol_with_its_signature() -> None:
@@ -335,8 +335,38 @@ def test_an_unreachable_broker_is_a_retriable_unavailable_naming_it(tmp_path: Pa
             assert error.value.retriable
         finally:
             await api.close()
-        with pytest.raises(UnavailableError, match=address):
+        # Start waits for a connection within its call timeout, and says so.
+        with pytest.raises(
+            UnavailableError,
+            match=f"{address} did not answer within the call "
+            "timeout 1.0s of starting [(]no connection could be made[)]",
+        ):
             await RemoteBroker(address, call_timeout_s=1.0).start()
+
+    asyncio.run(scenario())
+
+
+def test_a_remote_broker_starting_against_a_broker_slow_to_accept_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    # A broker up but slow to accept (a loaded machine): the channel gives up on its first
+    # connect attempt and tries again, and start waits for a connection instead of failing.
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b") as served, gated_port(served.address) as gate:
+            api = RemoteBroker(gate.address, call_timeout_s=120.0)
+            starting = asyncio.ensure_future(api.start())
+            retried = asyncio.ensure_future(gate.connections(2))
+            try:
+                done, _ = await asyncio.wait(
+                    {starting, retried}, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert starting not in done, f"start ended: {starting.exception()!r}"
+                gate.open()
+                await starting
+                assert api.server_info().broker_name == "b1"
+            finally:
+                retried.cancel()
+                await api.close()
 
     asyncio.run(scenario())
 

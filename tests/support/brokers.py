@@ -70,6 +70,86 @@ async def remote(address: str, **options: float) -> AsyncIterator[RemoteBroker]:
         await broker.close()
 
 
+class GatedPort:
+    """A loopback port in front of a broker that accepts connections but answers nothing
+    until `open()`, then forwards each connection to the broker: what a broker that is up
+    but slow to accept looks like to a client (its connect attempts get no HTTP/2 answer
+    and are given up, as on a starved machine)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.address = ""
+        self._server: asyncio.Server | None = None
+        self._opened = asyncio.Event()
+        # Counts accepted connections; waited on by `connections`.
+        self._accepted = asyncio.Condition()
+        self._count = 0
+        # The connections' handlers, cancelled at close.
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.address = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self.address
+
+    def open(self) -> None:
+        """From now on connections reach the broker (held ones too)."""
+        self._opened.set()
+
+    async def connections(self, count: int) -> None:
+        """Return once `count` connections were accepted."""
+        async with self._accepted:
+            await self._accepted.wait_for(lambda: self._count >= count)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            async with self._accepted:
+                self._count += 1
+                self._accepted.notify_all()
+            await self._opened.wait()
+            host, port = self.target.rsplit(":", 1)
+            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+            try:
+                await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            finally:
+                upstream_writer.close()
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy `reader` to `writer` until either side ends."""
+    with contextlib.suppress(ConnectionError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def gated_port(target: str) -> AsyncIterator[GatedPort]:
+    """A started GatedPort in front of the broker at `target` (this event loop)."""
+    gate = GatedPort(target)
+    await gate.start()
+    try:
+        yield gate
+    finally:
+        await gate.close()
+
+
 class BrokerProcess:
     """`popmq broker` as a subprocess on a fixed port (so a restart keeps its address)."""
 
