@@ -466,7 +466,7 @@ class CatalogSync:
                 f"topic {name!r} has message type {route.message_type!r} in its route but "
                 f"{local.message_type_name!r} on broker {self.broker_name!r}: left as it is; "
                 "delete the local topic or recreate the route with the local type "
-                "(docs/cluster.md, Catalog sync)"
+                "(docs/coordination.md, Catalog sync)"
             )
         if local.queues < count:
             await self.broker.update_topic(name, count)

@@ -9,8 +9,8 @@ send_outcome.py, where recent sends went in in_doubt.py), `popmq cluster status`
 to is popmq.broker; what the processes agree through (etcd, the Coordinator interface) and
 on (topic routes, group records) is popmq.coordination.
 
-docs/cluster.md describes what lives in etcd, why popmq has its own etcd client, and the
-BrokerService.
+docs/coordination.md describes what lives in etcd and why popmq has its own etcd client,
+docs/broker-service.md the BrokerService.
 """
 
 from popmq.cluster.cluster_broker import ClusterBroker

@@ -30,7 +30,7 @@ class ClusterConfig:
     catalog_ready_timeout_s: float = 10.0
     """How long a starting broker waits for its catalog sync to take in the first listing
     of topics and groups before it prints that it listens. Health stays NOT_SERVING until
-    that listing is applied, however long it takes (docs/cluster.md, Catalog sync)."""
+    that listing is applied, however long it takes (docs/coordination.md, Catalog sync)."""
 
     proxy_name: str = ""
     """`popmq proxy`: its member name in etcd (proxies/<name>); empty: its advertised

@@ -15,7 +15,7 @@ What brokers and proxies need from a coordination service:
 
 `LocalCoordinator` (local_coordinator.py) keeps all of it in memory for one process (what
 `popmq serve` uses); `EtcdCoordinator` (etcd_coordinator.py) keeps it in etcd under
-`/popmq/<cluster>/` (docs/cluster.md has the key layout and the value schema). Values are
+`/popmq/<cluster>/` (docs/coordination.md has the key layout and the value schema). Values are
 JSON objects. Both run on the event loop. This module holds the interface and what both
 share (values, paths, member sessions).
 """

@@ -1,6 +1,6 @@
 """`EtcdCoordinator`: the Coordinator on etcd, through popmq's own v3 client (etcd.py).
 
-Everything lives under `/popmq/<cluster>/` (docs/cluster.md has the key layout). Member
+Everything lives under `/popmq/<cluster>/` (docs/coordination.md has the key layout). Member
 sessions are etcd leases kept alive every TTL/3; metadata writes are transactions comparing
 the key's mod revision; watches list a prefix, then watch from the listed revision and list
 again after a compaction; expiring entries share leases whose expiry falls within the slack.
@@ -151,7 +151,7 @@ class _SharedLeases:
 
 
 class EtcdCoordinator:
-    """Coordination in etcd, under `/popmq/<cluster>/` (docs/cluster.md).
+    """Coordination in etcd, under `/popmq/<cluster>/` (docs/coordination.md).
 
     Args:
         endpoints: etcd's client endpoints, `"host:port[,host:port...]"`.

@@ -2,7 +2,7 @@
 operations, and the proxies' cache of it.
 
 A group's settings (delivery attempts, backoff, FIFO flag, subscriptions, consume_from) are
-cluster-wide metadata: `groups/<group>` holds them as a JSON object (docs/cluster.md,
+cluster-wide metadata: `groups/<group>` holds them as a JSON object (docs/coordination.md,
 "Groups", has the schema), changed only with compare-and-set. Creates and updates are
 checked and merged by broker_core's own rules (group_rules.py), so a group set through a
 proxy obeys exactly what a broker would have enforced. Every broker keeps its own copy of
@@ -96,7 +96,7 @@ class GroupRecord:
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON object stored in the coordinator (schema in docs/cluster.md)."""
+        """The JSON object stored in the coordinator (schema in docs/coordination.md)."""
         settings = self.state.settings
         backoff = settings.exponential_backoff
         return {

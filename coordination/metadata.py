@@ -48,7 +48,7 @@ async def write_once(
     write came first.
 
     The etcd client retries a write on the next endpoint when its endpoint fails mid-call,
-    so a CAS can report a conflict with its own, already applied, write (docs/cluster.md).
+    so a CAS can report a conflict with its own, already applied, write (docs/coordination.md).
     The write id tells that case apart: without it, a retried add_queues would add its
     queues twice, or a create would fail as already existing.
     """

@@ -1,7 +1,7 @@
 """Topic routes in cluster mode: the route value, admin operations on it, and RouteCache.
 
 A topic's route says which brokers hold its queues and how many each holds. It lives in
-the coordinator under `topics/<topic>` as a JSON object (docs/cluster.md, "Routes", has the
+the coordinator under `topics/<topic>` as a JSON object (docs/coordination.md, "Routes", has the
 schema) and changes only through `RouteAdmin`, with compare-and-set on the entry's revision,
 so two admins writing at once never lose an update.
 
@@ -185,7 +185,7 @@ class TopicRoute:
         return number
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON object stored in the coordinator (schema in docs/cluster.md)."""
+        """The JSON object stored in the coordinator (schema in docs/coordination.md)."""
         return {
             "schema": SCHEMA_VERSION,
             "topic": self.topic,

@@ -3,7 +3,7 @@ cache and written with compare-and-set.
 
 `consumers/<group>` holds the group's queue-exclusive members (with the wall-clock time of
 each one's last call), and per topic its queue claims (owner and wall-clock deadline), the
-computed target and its epoch (docs/cluster.md, "Queue-exclusive consumers across
+computed target and its epoch (docs/cluster-consumers.md, "Queue-exclusive consumers across
 proxies"). ClientRegistry (clients.py) applies its rules to a `StoredGroup`; this module
 reads the group, writes the result only if nobody wrote the group in between, and otherwise
 reads it again and lets the rules run again. So every change is made over the entry as last
@@ -155,7 +155,7 @@ class StoredGroup:
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON object stored (docs/cluster.md has the schema). Members and claims are
+        """The JSON object stored (docs/cluster-consumers.md has the schema). Members and claims are
         arrays, not objects: a group is written at every call of every member, and the
         arrays make it about a third cheaper to encode and to read."""
         members: dict[str, Any] = {}

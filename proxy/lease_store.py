@@ -1,7 +1,7 @@
 """Where lease tokens live: entries in the coordinator (etcd in a cluster, LocalCoordinator in
 `popmq serve`), so that any proxy can answer for a lease another one started.
 
-Key layout, under the cluster's root (docs/cluster.md):
+Key layout, under the cluster's root (docs/cluster-consumers.md):
 
     leases/<group>/<token>                    the lease: topic, incarnation, deadline, acked
     leases/<group>/<token>/<incarnation>/<n>  page n: its receipt handles and deadlines

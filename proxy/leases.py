@@ -20,7 +20,7 @@ messages, which that proxy reads back from their brokers by handle
 racing its zombie), the first to create the page entry wins; the other gives back what it
 popped (a nack without delay) and answers with the winner's page. Entries expire a margin
 after the lease's deadline. In a cluster the coordinator is etcd: a lease survives any
-proxy's death, and costs etcd two round trips per new page (docs/cluster.md has the
+proxy's death, and costs etcd two round trips per new page (docs/cluster-consumers.md has the
 measurements). `popmq serve` uses a LocalCoordinator, in its own memory: there a restart of
 the server still forgets every lease, and their messages come back after their invisible
 time like any other unacknowledged pop.
