@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -40,7 +41,8 @@ from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker import send_wire
 from popmq.broker.hop_wire import HOP_ERROR, hop_answer
 from popmq.broker.wire import error_from_detail
-from popmq.cluster.hop_stream import HopStream
+from popmq.broker_core import PopMQError
+from popmq.cluster.hop_stream import METHOD, HopStream
 from popmq.cluster.send_outcome import BrokerUnansweredError
 
 __all__ = ["FRAME_BYTES", "HopFrameStream"]
@@ -56,8 +58,28 @@ class HopFrameStream(HopStream):
     """Requests to one broker over one hop stream call, in frames (module docstring);
     arguments and `request` as HopStream's."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        shown: str,
+        timeout_s: float,
+        metadata: Callable[[], tuple[tuple[str, str], ...] | None],
+        error: Callable[[grpc.aio.AioRpcError], PopMQError],
+        method: str = METHOD,
+        carries: str = "pops and acks",
+        handshake: bool = False,
+    ) -> None:
+        super().__init__(
+            channel,
+            shown=shown,
+            timeout_s=timeout_s,
+            metadata=metadata,
+            error=error,
+            method=method,
+            carries=carries,
+            handshake=handshake,
+        )
         # Request id -> its request's bytes: requests made and not yet written, in the order
         # they were made (the next frame). Their futures are in _pending.
         self._waiting: dict[int, bytes] = {}
