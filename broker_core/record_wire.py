@@ -135,8 +135,22 @@ def has_message_group(stored: bytes) -> bool:
         else:
             key, pos = read_varint(stored, pos)
         wire_type = key & 7
-        if wire_type == 2 or wire_type == 0:
-            # A length or a number, read inline (no tuple a field): a number is skipped.
+        if wire_type == 0:
+            # A number is skipped: only where it ends matters, so its bytes are not summed
+            # (compiled, each shift and or of a tagged int is a few checks: born and store
+            # times are six bytes each).
+            last = pos + 9  # its tenth byte must end it
+            while True:
+                if pos >= end:
+                    raise ValueError(f"a field runs past the end of a {end}-byte record")
+                if stored[pos] < 0x80:
+                    break
+                if pos >= last:
+                    raise ValueError("a varint is longer than 10 bytes")
+                pos += 1
+            pos += 1
+        elif wire_type == 2:
+            # A length, read inline (no tuple a field).
             length = 0
             shift = 0
             while True:
@@ -150,10 +164,9 @@ def has_message_group(stored: bytes) -> bool:
                 shift += 7
                 if shift >= 64:
                     raise ValueError("a varint is longer than 10 bytes")
-            if wire_type == 2:
-                pos += length
-                if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
-                    found = length > 0
+            pos += length
+            if key >> 3 == 12:  # message_group; the last occurrence wins, as in a parse
+                found = length > 0
         elif wire_type == 1:
             pos += 8
         elif wire_type == 5:

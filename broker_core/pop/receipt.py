@@ -213,8 +213,9 @@ class ReceiptCodec:
         if raw[0] != VERSION_RUN:
             return _verified(raw, self._named, VERSION)
         fields = _FIELDS.unpack_from(raw, 1)
+        offset: int = fields[3]
         index: int = fields[5]
-        first: int = fields[3] - index
+        first = offset - index
         if first < 0:
             raise InvalidReceiptHandleError(_FORGED)
         block = index // _RUN_BLOCK

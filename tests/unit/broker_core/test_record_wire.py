@@ -161,6 +161,8 @@ def test_fields_of_other_wire_types_are_skipped() -> None:
         b"\x30",  # a varint cut off
         b"\x0b",  # wire type 3 (a group)
         b"\x30" + b"\xff" * 11,  # a varint longer than ten bytes
+        b"\x30" + b"\xff" * 10 + b"\x01",  # eleven bytes, the last one ending it
+        b"\x30" + b"\xff" * 9,  # ten bytes, none ending it, then the end
     ],
 )
 def test_malformed_records_are_refused(data: bytes) -> None:
@@ -182,8 +184,10 @@ def test_a_message_group_is_read_off_the_bytes_as_a_parse_reads_it() -> None:
     assert records_pb2.StoredMessage.FromString(emptied).message_group == ""
     assert not has_message_group(emptied)
     assert has_message_group(plain.SerializeToString() + group)
-    # Fields of other wire types are skipped.
+    # Fields of other wire types are skipped, and numbers of up to ten bytes.
     assert has_message_group(group + b"\xc1\x02" + bytes(8) + b"\xcd\x02" + bytes(4))
+    assert has_message_group(b"\x30" + b"\xff" * 9 + b"\x01" + group)
+    assert not has_message_group(b"\x30\x00" + b"\x30" + b"\x80" * 9 + b"\x00")
 
 
 def test_varints_round_trip() -> None:
