@@ -7,7 +7,8 @@ pop offset and records one chained checkpoint for the range it passed (live_chec
 it waits in checkpoint_buffer.py). With nothing to deliver it parks on the long-polling
 table until an arrival or its wait ends.
 
-Threading: on the event loop; a queue read is a few multi-gets (max_scan_per_pop bounds it).
+Threading: on the event loop; a queue read is a few bounded iterator reads (max_scan_per_pop
+bounds it; a run with a hole is read again by key, _read_run).
 """
 
 from __future__ import annotations
