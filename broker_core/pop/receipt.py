@@ -66,7 +66,8 @@ whatever its index (a forged index cannot ask for more)."""
 _RUN_MIN: Final = 4
 """Shortest run given version 4 handles: one stream costs about what four MACs do."""
 _RUN_STREAMS_KEPT: Final = 4096
-"""Streams a codec keeps (about 2.5 MB at most); past it, it starts over."""
+"""Streams a codec keeps (at most about 2.7 MB: 4,096 of 512 bytes and their keys); past it,
+it starts over."""
 _RUN_DOMAIN: Final = b"popmq receipt runs v4"
 """What the secret is hashed with into the stream key, so the two keys are unrelated."""
 _FORGED: Final = (
