@@ -18,13 +18,18 @@ from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.handle_text import SEPARATOR, HandleText, broker_name_problem
 from popmq.broker_core.pop import receipt
 
-# Payload text length -> (its codec, the version byte of named and of unnamed handles).
+# Payload text length -> (its codec, the version bytes of named and of unnamed handles).
 # The receipt and recall payloads differ in length, so the length tells which kind it is.
-_KINDS: dict[int, tuple[HandleText, int, int]] = {
-    receipt.TEXT.chars: (receipt.TEXT, receipt.VERSION, receipt.VERSION_UNNAMED),
-    timer.TEXT.chars: (timer.TEXT, timer.VERSION, timer.VERSION_UNNAMED),
+_KINDS: dict[int, tuple[HandleText, tuple[int, ...], int]] = {
+    # A named receipt handle is MACed alone (3) or as one of a run of adjacent offsets (4).
+    receipt.TEXT.chars: (
+        receipt.TEXT,
+        (receipt.VERSION, receipt.VERSION_RUN),
+        receipt.VERSION_UNNAMED,
+    ),
+    timer.TEXT.chars: (timer.TEXT, (timer.VERSION,), timer.VERSION_UNNAMED),
     # Transaction ids were named from the start: no unnamed version (-1 matches no byte).
-    transaction_id.TEXT.chars: (transaction_id.TEXT, transaction_id.VERSION, -1),
+    transaction_id.TEXT.chars: (transaction_id.TEXT, (transaction_id.VERSION,), -1),
 }
 _MALFORMED = (
     "handle is malformed: not a receipt or recall handle a popmq broker issued; pass it "
@@ -56,7 +61,7 @@ def issuer_of(text: str) -> str | None:
         if raw[0] != unnamed:
             raise InvalidArgumentError(_MALFORMED)
         return None
-    if raw[0] != named or broker_name_problem(issuer) is not None:
+    if raw[0] not in named or broker_name_problem(issuer) is not None:
         raise InvalidArgumentError(_MALFORMED)
     return issuer
 

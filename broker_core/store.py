@@ -357,6 +357,14 @@ class Store:
         values = self._readable()[family].get(list(keys))
         return list(values) if values is not None else [None] * len(keys)
 
+    def values_between(self, family: str, start: bytes, end: bytes) -> list[bytes]:
+        """The values of the keys in [start, end), in key order, read by one bounded
+        iterator: for a run of adjacent keys a third of what a multi_get of them costs (a
+        seek and steps instead of a lookup a key: `python -m bench.compiled_cost`)."""
+        bounds = rocksdict.ReadOptions()
+        bounds.set_iterate_upper_bound(end)
+        return list(self._readable()[family].values(from_key=start, read_opt=bounds))
+
     def scan(self, family: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Yield (key, value) for start <= key < end, in key order."""
         it = self._readable()[family].iter()

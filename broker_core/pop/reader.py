@@ -7,13 +7,15 @@ pop offset and records one chained checkpoint for the range it passed (live_chec
 it waits in checkpoint_buffer.py). With nothing to deliver it parks on the long-polling
 table until an arrival or its wait ends.
 
-Threading: on the event loop; a queue read is a few multi-gets (max_scan_per_pop bounds it).
+Threading: on the event loop; a queue read is a few bounded iterator reads (max_scan_per_pop
+bounds it; a run with a hole is read again by key, _read_run).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys, validation
@@ -308,13 +310,7 @@ class Reader:
         while position < limit and delivered < want and budget > 0 and not stopped:
             step = want - delivered if record_filter.matches_all else max(want, 64)
             chunk_end = min(limit, position + min(response.reads(step), budget))
-            values = store.multi_get(
-                "messages",
-                [
-                    keys.message_key(source.topic_id, cq.queue_id, o)
-                    for o in range(position, chunk_end)
-                ],
-            )
+            values = _read_run(store, source.topic_id, cq.queue_id, position, chunk_end)
             for offset, value in zip(range(position, chunk_end), values, strict=True):
                 # None: deleted by retention after we looked at the max offset. In flight:
                 # owned by a live checkpoint recovered after a crash (a nack's, a
@@ -379,6 +375,28 @@ class Reader:
                     topic_name, cq.queue_id, offset, MessageRecord(record, raw), handle, deadline
                 )
             )
+
+
+def _read_run(
+    store: Store, topic_id: int, queue_id: int, start: int, end: int
+) -> Sequence[bytes | None]:
+    """The records at offsets [start, end) of one queue, None where one is missing.
+
+    One bounded iterator reads the run (keys are big-endian, so a queue's offsets are
+    adjacent keys): every key in the range is one of its offsets, so as many values as
+    offsets means each is there, in order. Fewer (retention, a topic's deletion or an
+    admin's removal of one message raced the read) reads the run again by key, to say
+    which are missing."""
+    values = store.values_between(
+        "messages",
+        keys.message_key(topic_id, queue_id, start),
+        keys.message_key(topic_id, queue_id, end),
+    )
+    if len(values) == end - start:
+        return values
+    return store.multi_get(
+        "messages", [keys.message_key(topic_id, queue_id, o) for o in range(start, end)]
+    )
 
 
 def _fifo_record(stored: bytes) -> bool:

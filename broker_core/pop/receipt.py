@@ -7,6 +7,16 @@ so a client can neither forge one nor move one to another message, group or brok
 BLAKE2b is a MAC by design and costs a fifth of HMAC-SHA256 here: every pop and ack
 computes one per message.) Handles issued before handles named their broker (version 2, the
 bare payload) are still accepted: their MAC covers the payload alone.
+
+A pop's run of adjacent offsets (what a pop whose filter matches everything reads) gets
+version 4 handles instead: the same fields, but each MAC is a 16-byte slice of one keyed
+SHAKE-128 stream over the run's shared fields (its first offset in place of the offset, the
+block of 32 handles in place of the index), so a pop of 32 computes one stream rather than
+32 MACs. Each handle is still checked alone: its first offset is its offset less its index,
+and its MAC must be the slice at its index of the stream for that; an edited field points at
+another stream or slice. The codec keeps the streams it computed lately (by pops and by
+checks), so the acks of a pop compare slices. Brokers built before version 4 refuse these
+handles as forged; their messages come back after their invisible time.
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ from popmq.broker_core.handle_text import (
 VERSION_UNNAMED: Final = 2
 """Version byte of the handles issued before they named their broker."""
 VERSION: Final = 3
-"""Version byte of the handles issued now (after the broker name)."""
+"""Version byte of named handles MACed one by one (after the broker name)."""
+VERSION_RUN: Final = 4
+"""Version byte of named handles of a run of adjacent offsets (encode_checkpoint)."""
 _BODY: Final = struct.Struct(">BIIIQQHQ")
 _BODY_BYTES: Final = _BODY.size
 _FIELDS: Final = struct.Struct(">IIIQQHQ")
@@ -48,6 +60,19 @@ _PADDED_CHARS: Final = _PADDED_BYTES // 3 * 4
 """Characters a payload and its fill take in a base64 text."""
 _TEXT_FILL: Final = "A" * (_PADDED_CHARS - _TEXT_CHARS)
 """The fill's characters after a payload's text (zero bits: "A")."""
+_RUN_BLOCK: Final = 32
+"""Handles one stream covers: checking a handle alone computes at most 512 bytes of SHAKE,
+whatever its index (a forged index cannot ask for more)."""
+_RUN_MIN: Final = 4
+"""Shortest run given version 4 handles: one stream costs about what four MACs do."""
+_RUN_STREAMS_KEPT: Final = 4096
+"""Streams a codec keeps (at most about 2.7 MB: 4,096 of 512 bytes and their keys); past it,
+it starts over."""
+_RUN_DOMAIN: Final = b"popmq receipt runs v4"
+"""What the secret is hashed with into the stream key, so the two keys are unrelated."""
+_FORGED: Final = (
+    "receipt handle signature does not match: forged, altered, or issued by another popmq server"
+)
 _NOT_BASE64URL: Final = (
     "receipt handle is malformed (not the base64url text the server issued); pass the handle "
     "exactly as received"
@@ -95,6 +120,11 @@ class ReceiptCodec:
         self._unnamed = _keyed(secret)
         self._named = self._unnamed.copy()
         self._named.update(name_field(broker_name))
+        run_key = hashlib.blake2b(_RUN_DOMAIN, key=secret, digest_size=32).digest()
+        self._runs = hashlib.shake_128(run_key + name_field(broker_name))
+        # A run's block key (its shared fields packed as a body) -> the stream's bytes
+        # computed so far; every entry is right for its key, so a race only loses one.
+        self._streams: dict[bytes, bytes] = {}
 
     def encode(self, handle: ReceiptHandle) -> str:
         body = _BODY.pack(VERSION, *handle)
@@ -109,27 +139,55 @@ class ReceiptCodec:
         ck_id: int,
         deadline_ms: int,
     ) -> list[str]:
-        """The handles of a checkpoint's messages, the i-th for offsets[i] at index i: what
-        `encode` writes for each, with the work they can share done once.
+        """The handles of a checkpoint's messages, the i-th for offsets[i] at index i.
 
-        The shared fields are packed once; each handle's body is their bytes joined with
-        its offset's and index's. The payloads are base64-encoded
+        A run of adjacent offsets (at least _RUN_MIN) gets version 4 handles, MACed by
+        slices of one stream a block of 32 (the module's docstring); other offsets get what
+        `encode` writes for each. The shared fields are packed once; each handle's body is
+        their bytes joined with its offset's and index's. The payloads are base64-encoded
         together: each padded with two zero bytes to a whole number of base64's 3-byte
         groups, so each one's text is a slice of the whole's (`_PADDED_CHARS` apart), its
         first TEXT.chars characters those of its own encoding."""
         # Packing them checks the shared fields' ranges as `encode` does; offsets and
         # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
-        shared = _BODY.pack(VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms)
+        count = len(offsets)
+        run = count >= _RUN_MIN and _adjacent(offsets)
+        shared = _BODY.pack(
+            VERSION_RUN if run else VERSION, group_id, topic_id, queue_id, 0, ck_id, 0, deadline_ms
+        )
         head, middle, tail = shared[:_OFFSET_AT], shared[_OFFSET_AT + 8 : _INDEX_AT], shared[-8:]
-        named = self._named
         parts: list[bytes] = []
-        for index, offset in enumerate(offsets):
-            body = b"".join(
-                (head, offset.to_bytes(8, "big"), middle, index.to_bytes(2, "big"), tail)
-            )
-            parts.append(body)
-            parts.append(_mac(named, body))
-            parts.append(_GROUP_FILL)
+        if run:
+            first = offsets[0].to_bytes(8, "big")
+            for block in range(0, count, _RUN_BLOCK):
+                key = b"".join(
+                    (head, first, middle, (block // _RUN_BLOCK).to_bytes(2, "big"), tail)
+                )
+                stream = self._stream(key, min(_RUN_BLOCK, count - block) * _MAC_BYTES)
+                for index in range(block, min(block + _RUN_BLOCK, count)):
+                    parts.append(
+                        b"".join(
+                            (
+                                head,
+                                offsets[index].to_bytes(8, "big"),
+                                middle,
+                                index.to_bytes(2, "big"),
+                                tail,
+                            )
+                        )
+                    )
+                    at = (index - block) * _MAC_BYTES
+                    parts.append(stream[at : at + _MAC_BYTES])
+                    parts.append(_GROUP_FILL)
+        else:
+            named = self._named
+            for index, offset in enumerate(offsets):
+                body = b"".join(
+                    (head, offset.to_bytes(8, "big"), middle, index.to_bytes(2, "big"), tail)
+                )
+                parts.append(body)
+                parts.append(_mac(named, body))
+                parts.append(_GROUP_FILL)
         text = TEXT.encode_padded(b"".join(parts)).decode()
         prefix = self._prefix
         return [
@@ -137,18 +195,69 @@ class ReceiptCodec:
             for start in range(0, len(text), _PADDED_CHARS)
         ]
 
+    def _stream(self, key: bytes, length: int) -> bytes:
+        """The first `length` bytes of the stream of the run block `key`, computed and kept."""
+        streams = self._streams
+        stream = streams.get(key)
+        if stream is not None and len(stream) >= length:
+            return stream
+        state = self._runs.copy()
+        state.update(key)
+        stream = state.digest(length)
+        if len(streams) >= _RUN_STREAMS_KEPT:
+            streams.clear()
+        streams[key] = stream
+        return stream
+
+    def _verified_named(self, raw: bytes) -> ReceiptHandle:
+        """The handle of a named payload's bytes, once its MAC and version are checked."""
+        if raw[0] != VERSION_RUN:
+            return _verified(raw, self._named, VERSION)
+        fields = _FIELDS.unpack_from(raw, 1)
+        offset: int = fields[3]
+        index: int = fields[5]
+        first = offset - index
+        if first < 0:
+            raise InvalidReceiptHandleError(_FORGED)
+        block = index // _RUN_BLOCK
+        key = b"".join(
+            (
+                raw[:_OFFSET_AT],
+                first.to_bytes(8, "big"),
+                raw[_OFFSET_AT + 8 : _INDEX_AT],
+                block.to_bytes(2, "big"),
+                raw[_INDEX_AT + 2 : _BODY_BYTES],
+            )
+        )
+        at = (index - block * _RUN_BLOCK) * _MAC_BYTES
+        mac = raw[_BODY_BYTES:]
+        stream = self._streams.get(key)
+        if stream is None or len(stream) < at + _MAC_BYTES:
+            # Not kept (another process's pop, or forgotten): computed whole, and kept only
+            # once a handle shows it is genuine, so forged handles cannot fill the table.
+            state = self._runs.copy()
+            state.update(key)
+            stream = state.digest(_RUN_BLOCK * _MAC_BYTES)
+            if not compare_digest(mac, stream[at : at + _MAC_BYTES]):
+                raise InvalidReceiptHandleError(_FORGED)
+            if len(self._streams) >= _RUN_STREAMS_KEPT:
+                self._streams.clear()
+            self._streams[key] = stream
+        elif not compare_digest(mac, stream[at : at + _MAC_BYTES]):
+            raise InvalidReceiptHandleError(_FORGED)
+        handle: ReceiptHandle = _NEW_TUPLE(ReceiptHandle, fields)
+        return handle
+
     def decode(self, text: str) -> ReceiptHandle:
         """Verify and decode; raises InvalidReceiptHandleError when malformed, forged or
         issued by another broker."""
         if text.startswith(self._prefix):
-            payload, keyed, version = text[self._prefix_chars :], self._named, VERSION
-        elif SEPARATOR in text:
+            return self._verified_named(_payload_bytes(text[self._prefix_chars :]))
+        if SEPARATOR in text:
             raise self._foreign(text)
-        elif not text:
+        if not text:
             raise InvalidReceiptHandleError("receipt handle is empty")
-        else:
-            payload, keyed, version = text, self._unnamed, VERSION_UNNAMED
-        return _verified(_payload_bytes(payload), keyed, version)
+        return _verified(_payload_bytes(text), self._unnamed, VERSION_UNNAMED)
 
     def decode_all(self, texts: Sequence[str]) -> list[ReceiptHandle | InvalidReceiptHandleError]:
         """`decode` of each text, the error it raises in place of a handle it refuses.
@@ -174,9 +283,10 @@ class ReceiptCodec:
             return [self._decode_or_error(text) for text in texts]
         handles: list[ReceiptHandle | InvalidReceiptHandleError] = []
         payload = _BODY_BYTES + _MAC_BYTES
+        verified = self._verified_named
         for start in range(0, len(raw), _PADDED_BYTES):
             try:
-                handles.append(_verified(raw[start : start + payload], self._named, VERSION))
+                handles.append(verified(raw[start : start + payload]))
             except InvalidReceiptHandleError as exc:
                 handles.append(exc)
         return handles
@@ -202,6 +312,15 @@ class ReceiptCodec:
         )
 
 
+def _adjacent(offsets: Sequence[int]) -> bool:
+    """Whether `offsets` are a run: each one more than the one before."""
+    first = offsets[0]
+    for index in range(1, len(offsets)):
+        if offsets[index] != first + index:
+            return False
+    return True
+
+
 _NEW_TUPLE: Final = tuple.__new__
 """Builds a ReceiptHandle from its fields' tuple in C: NamedTuple's own `_make` and
 `__new__` are Python functions, which cost half as much as the MAC a handle is checked
@@ -212,10 +331,7 @@ def _verified(raw: bytes, keyed: hashlib.blake2b, version: int) -> ReceiptHandle
     """The handle of a payload's bytes, once its MAC (by `keyed`) and version are checked."""
     body, mac = raw[:_BODY_BYTES], raw[_BODY_BYTES:]
     if not compare_digest(mac, _mac(keyed, body)):
-        raise InvalidReceiptHandleError(
-            "receipt handle signature does not match: forged, altered, or issued by "
-            "another popmq server"
-        )
+        raise InvalidReceiptHandleError(_FORGED)
     if body[0] != version:
         raise InvalidReceiptHandleError(f"receipt handle version {body[0]} is not supported")
     handle: ReceiptHandle = _NEW_TUPLE(ReceiptHandle, _FIELDS.unpack_from(body, 1))

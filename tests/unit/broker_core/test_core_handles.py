@@ -36,6 +36,16 @@ def test_the_issuer_of_a_receipt_and_a_recall_handle_is_read_without_the_secret(
     assert issuer_of(_recall(name)) == name
 
 
+@pytest.mark.parametrize("name", ["broker-a", "B" * 64])
+def test_the_issuer_of_a_runs_handles_is_read_as_of_any_other(name: str) -> None:
+    """A pop's run of adjacent offsets gets version 4 handles (receipt.py): routed alike."""
+    codec = ReceiptCodec(SECRET, broker_name=name)
+    texts = codec.encode_checkpoint(7, 3, 5, range(10, 20), HANDLE.ck_id, HANDLE.deadline_ms)
+    assert [issuer_of(text) for text in texts] == [name] * 10
+    with pytest.raises(InvalidArgumentError, match="handle is malformed"):
+        issuer_of(texts[0].partition(".")[2])  # without its name: version 4, not 2
+
+
 def test_a_handle_issued_before_names_has_no_issuer() -> None:
     assert issuer_of(LEGACY_RECEIPT) is None
     assert issuer_of(LEGACY_RECALL) is None

@@ -399,3 +399,104 @@ def test_handles_decoded_together_are_each_what_decode_answers() -> None:
         assert isinstance(_outcomes(codec, texts)[1], str)
     # One refused by its MAC does not make the others be decoded one by one, or fail.
     assert _outcomes(codec, [good[0], flipped]) == [codec.decode(good[0]), _outcome(codec, flipped)]
+
+
+# -- version 4: the handles of a run of adjacent offsets ---------------------------------------
+
+# Captured from main at 29036fe (ReceiptCodec(SECRET, broker_name=NAME).encode_checkpoint(7,
+# 3, 5, [10, 11, 12, 13], HANDLE.ck_id, HANDLE.deadline_ms)): the version 3 handles a broker
+# of the previous build issued for such a run, in flight across an upgrade.
+PREVIOUS_BUILD_RUN = [
+    "broker-a.AwAAAAcAAAADAAAABQAAAAAAAAAKAAACAAAAAGMAAAAAAYvP5d0wUPwMz-Pjq1y6fP3AByVvCw",
+    "broker-a.AwAAAAcAAAADAAAABQAAAAAAAAALAAACAAAAAGMAAQAAAYvP5d0wvWTr3JQ050v52uK-ADYwTA",
+    "broker-a.AwAAAAcAAAADAAAABQAAAAAAAAAMAAACAAAAAGMAAgAAAYvP5d0wuZ6qqwxSECbA_iIYBeyh0Q",
+    "broker-a.AwAAAAcAAAADAAAABQAAAAAAAAANAAACAAAAAGMAAwAAAYvP5d0wrNBHFt3lf_ngTh0fNEBEuQ",
+]
+
+
+def _run(codec: ReceiptCodec, first: int, count: int) -> list[str]:
+    offsets = list(range(first, first + count))
+    return codec.encode_checkpoint(7, 3, 5, offsets, HANDLE.ck_id, HANDLE.deadline_ms)
+
+
+def _run_handle(first: int, index: int) -> ReceiptHandle:
+    return HANDLE._replace(offset=first + index, ck_index=index)
+
+
+def test_handles_of_the_previous_build_still_verify() -> None:
+    expected = [_run_handle(10, index) for index in range(4)]
+    assert [_codec().decode(text) for text in PREVIOUS_BUILD_RUN] == expected
+    assert _codec().decode_all(PREVIOUS_BUILD_RUN) == expected
+
+
+def test_a_runs_handles_are_version_4_and_each_verifies_alone_on_a_new_codec() -> None:
+    """Three blocks of 32 handles; a new codec has kept no stream (a restart)."""
+    texts = _run(_codec(), 2**40, 70)
+    assert {_raw(text)[0] for text in texts} == {4}
+    assert all(len(text) == len(PREFIX) + 74 for text in texts)
+    expected = [_run_handle(2**40, index) for index in range(70)]
+    assert [_codec().decode(text) for text in reversed(texts)] == expected[::-1]
+    assert _codec().decode_all(texts) == expected
+
+
+def test_short_runs_and_scattered_offsets_get_what_encode_writes() -> None:
+    codec = _codec()
+    for offsets in ([5], [5, 6, 7], [5, 6, 8, 9], [9, 8, 7, 6]):
+        texts = codec.encode_checkpoint(7, 3, 5, offsets, HANDLE.ck_id, HANDLE.deadline_ms)
+        expected = [
+            HANDLE._replace(offset=offset, ck_index=index) for index, offset in enumerate(offsets)
+        ]
+        assert texts == [codec.encode(handle) for handle in expected]
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["kept", "restarted"])
+def test_a_runs_handle_with_any_byte_flipped_is_refused(fresh: bool) -> None:
+    codec = _codec()
+    texts = _run(codec, 1_000, 40)
+    checker = _codec() if fresh else codec
+    for text in (texts[0], texts[33], texts[39]):
+        raw = _raw(text)
+        for position in range(len(raw)):
+            for bit in (0x01, 0x80):
+                edited = bytearray(raw)
+                edited[position] ^= bit
+                with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+                    checker.decode(_text(bytes(edited)))
+        assert checker.decode(text) == _run_handle(1_000, texts.index(text))
+
+
+def test_a_runs_handle_cannot_be_moved_within_its_run_or_take_anothers_mac() -> None:
+    codec = _codec()
+    texts = _run(codec, 500, 32)
+    raws = [_raw(text) for text in texts]
+    # Offset and index moved together keep the run's first offset: the MAC is another slice.
+    moved = _raw(codec.encode(_run_handle(500, 3)._replace(offset=504, ck_index=4)))
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        codec.decode(_text(b"\x04" + moved[1:39] + raws[3][39:]))
+    # A body of one handle with the MAC of another.
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        codec.decode(_text(raws[5][:39] + raws[6][39:]))
+    # An index past the run's first offset (a negative first offset).
+    early = _raw(codec.encode(HANDLE._replace(offset=2, ck_index=3)))
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        codec.decode(_text(b"\x04" + early[1:39] + raws[0][39:]))
+
+
+def test_a_runs_handles_are_refused_by_another_secret_or_broker_name() -> None:
+    texts = _run(_codec(), 0, 8)
+    with pytest.raises(InvalidReceiptHandleError, match="another popmq server"):
+        _codec(b"t" * 32).decode(texts[2])
+    renamed = _codec(name="broker-b")
+    with pytest.raises(InvalidReceiptHandleError, match="issued by broker 'broker-a'"):
+        renamed.decode(texts[2])
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        renamed.decode("broker-b." + texts[2].partition(".")[2])
+    with pytest.raises(InvalidReceiptHandleError, match="signature does not match"):
+        _codec().decode(texts[2].partition(".")[2])  # no name: checked as version 2
+
+
+def test_handles_of_many_runs_verify_after_the_kept_streams_start_over() -> None:
+    codec = _codec()
+    runs = [_run(codec, 100 * n, 4) for n in range(5000)]  # more runs than streams kept
+    for n in (0, 2500, 4999):
+        assert codec.decode_all(runs[n]) == [_run_handle(100 * n, i) for i in range(4)]

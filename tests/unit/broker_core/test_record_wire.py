@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from google.protobuf import timestamp_pb2
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import messaging_pb2
@@ -160,6 +161,8 @@ def test_fields_of_other_wire_types_are_skipped() -> None:
         b"\x30",  # a varint cut off
         b"\x0b",  # wire type 3 (a group)
         b"\x30" + b"\xff" * 11,  # a varint longer than ten bytes
+        b"\x30" + b"\xff" * 10 + b"\x01",  # eleven bytes, the last one ending it
+        b"\x30" + b"\xff" * 9,  # ten bytes, none ending it, then the end
     ],
 )
 def test_malformed_records_are_refused(data: bytes) -> None:
@@ -181,8 +184,10 @@ def test_a_message_group_is_read_off_the_bytes_as_a_parse_reads_it() -> None:
     assert records_pb2.StoredMessage.FromString(emptied).message_group == ""
     assert not has_message_group(emptied)
     assert has_message_group(plain.SerializeToString() + group)
-    # Fields of other wire types are skipped.
+    # Fields of other wire types are skipped, and numbers of up to ten bytes.
     assert has_message_group(group + b"\xc1\x02" + bytes(8) + b"\xcd\x02" + bytes(4))
+    assert has_message_group(b"\x30" + b"\xff" * 9 + b"\x01" + group)
+    assert not has_message_group(b"\x30\x00" + b"\x30" + b"\x80" * 9 + b"\x00")
 
 
 def test_varints_round_trip() -> None:
@@ -193,3 +198,30 @@ def test_varints_round_trip() -> None:
 
 def test_a_timestamp_of_zero_is_empty() -> None:
     assert timestamp_message(0) == b"\x00"
+
+
+def test_timestamps_match_protobufs_encoding_for_every_millisecond_and_sign() -> None:
+    rng = random.Random(11)
+    times = [0, 1, 999, 1000, 1001, -1, -999, -1000, -1001, (1 << 62) - 1, -(1 << 62)]
+    times += [rng.randrange(-(1 << 45), 1 << 45) for _ in range(2000)]
+    times += [1_795_967_622_000 + n for n in range(1000)]
+    for ms in times:
+        # Seconds round down and nanos are never negative, as the conversion sets them.
+        expected = timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
+        body = expected.SerializeToString()
+        assert timestamp_message(ms) == varint(len(body)) + body, ms
+
+
+def test_interleaved_times_of_a_pop_each_keep_their_own_encoding() -> None:
+    # A queue's run interleaves the store times of a few sends; more distinct times than
+    # the kept encodings make the cache start over, and every answer stays right.
+    rng = random.Random(5)
+    stores = [1_795_967_622_000 + 7 * n for n in range(1500)]
+    for _ in range(3):
+        for ms in rng.choices(stores, k=4000):
+            popped = _popped(
+                records_pb2.StoredMessage(
+                    message_id="m", body=b"x", born_time_ms=ms - 3, store_time_ms=ms
+                )
+            )
+            assert _through_bytes(popped) == _through_objects(popped)
