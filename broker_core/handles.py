@@ -109,6 +109,6 @@ def named_issuers(texts: Sequence[str]) -> list[str] | None:
         return None
     step = stride // 4 * 3
     for start in range(0, step * len(names), step):
-        if raw[start] != named:
+        if raw[start] not in named:
             return None
     return names

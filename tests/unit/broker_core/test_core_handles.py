@@ -42,6 +42,7 @@ def test_the_issuer_of_a_runs_handles_is_read_as_of_any_other(name: str) -> None
     codec = ReceiptCodec(SECRET, broker_name=name)
     texts = codec.encode_checkpoint(7, 3, 5, range(10, 20), HANDLE.ck_id, HANDLE.deadline_ms)
     assert [issuer_of(text) for text in texts] == [name] * 10
+    assert named_issuers([*texts, _receipt(name)]) == [name] * 11
     with pytest.raises(InvalidArgumentError, match="handle is malformed"):
         issuer_of(texts[0].partition(".")[2])  # without its name: version 4, not 2
 
