@@ -35,6 +35,11 @@ def test_index_records_parse_as_the_message(
     written = index_record(queue_id, offset, store_time_ms, message_id, recall_handle)
     assert records_pb2.IndexRecord.FromString(written) == expected
     assert written == expected.SerializeToString()
+    # The id encoded by the caller (a send encodes it once) writes the same bytes.
+    raw_id = message_id.encode()
+    assert index_record(queue_id, offset, store_time_ms, message_id, recall_handle, raw_id) == (
+        written
+    )
 
 
 def test_text_keys_carry_the_topic_and_the_length() -> None:
@@ -51,6 +56,7 @@ def test_id_keys_are_the_text_layout_for_every_topic_and_length() -> None:
             expected = b"i" + topic_id.to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw
             assert keys.id_index_key(topic_id, text) == expected
             assert keys.id_index_key(topic_id, text) == expected  # from its kept head
+            assert keys.id_index_key_of(topic_id, raw) == expected  # encoded by the caller
     for topic_id in range(5000):
         assert (
             keys.id_index_key(topic_id, "id")[:7]
@@ -58,6 +64,8 @@ def test_id_keys_are_the_text_layout_for_every_topic_and_length() -> None:
         )
     with pytest.raises(struct.error):
         keys.id_index_key(1, "x" * 70_000)
+    with pytest.raises(struct.error):
+        keys.id_index_key_of(1, b"x" * 70_000)
 
 
 def test_an_expiry_marker_lists_entries_of_every_length(tmp_path: Path) -> None:
