@@ -93,16 +93,19 @@ def write_entries(
     recall_handle: str = "",
     lookup_key: bytes = b"",
     raw_id: bytes = b"",
+    value: bytes = b"",
 ) -> None:
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
 
     Its expiry markers join `expiries`, which the caller puts once for the whole write.
     `lookup_key` is `dedup_lookup_key`'s for this message when the caller has it already
     (a send looked it up), so it is not encoded twice; `raw_id` the message id encoded,
-    when the caller has that (a send encodes it once)."""
+    when the caller has that (a send encodes it once); `value` its `index_record`, when the
+    caller wrote it (`QueueRecords`)."""
     if not raw_id:
         raw_id = message_id.encode()
-    value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle, raw_id)
+    if not value:
+        value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle, raw_id)
     plain = not dedup_id or dedup_id == message_id
     id_key = lookup_key if lookup_key and plain else keys.id_index_key_of(topic_id, raw_id)
     batch.put("index", id_key, value)
@@ -152,6 +155,27 @@ def index_record(
     if recall_handle:
         parts.append(length_delimited(b"\x2a", recall_handle.encode()))
     return b"".join(parts)
+
+
+class QueueRecords:
+    """`index_record` for the messages a write stores in one queue at one store time, with
+    no recall handle: what they share (queue, store time, tags) is encoded once, so each
+    record is one join of five parts instead of a list built field by field."""
+
+    __slots__ = ("_head", "_queue_id", "_store_time_ms", "_tail")
+
+    def __init__(self, queue_id: int, store_time_ms: int) -> None:
+        self._queue_id = queue_id
+        self._store_time_ms = store_time_ms
+        self._head = (b"\x08" + varint(queue_id) if queue_id else b"") + b"\x10"
+        self._tail = (_STORE_TIME.encode(store_time_ms) if store_time_ms else b"") + b"\x22"
+
+    def record(self, offset: int, message_id: str, raw_id: bytes) -> bytes:
+        """`index_record(queue_id, offset, store_time_ms, message_id)`; `raw_id` is
+        `message_id` encoded."""
+        if offset <= 0 or not raw_id:  # a zero field is left out: the general writer
+            return index_record(self._queue_id, offset, self._store_time_ms, message_id)
+        return b"".join((self._head, varint(offset), self._tail, varint(len(raw_id)), raw_id))
 
 
 class _StoreTime:

@@ -258,6 +258,7 @@ class Sender:
         topic_id = topic.topic_id
         queue_id = first.queue_id
         offset = offsets.allocate(topic_id, queue_id, len(group))
+        records = message_index.QueueRecords(queue_id, stamp_ms)
         for p in group:
             batch.put("messages", keys.message_key(topic_id, queue_id, offset), p.record)
             message_index.write_entries(
@@ -274,6 +275,7 @@ class Sender:
                 dedup_window_ms=dedup_window_ms,
                 lookup_key=p.lookup_key,
                 raw_id=p.raw_id,
+                value=records.record(offset, p.message_id, p.raw_id),
             )
             out[p.slot] = SendResult(p.message_id, topic.name, queue_id, offset)
             offset += 1

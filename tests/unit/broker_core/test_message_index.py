@@ -9,7 +9,12 @@ import pytest
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
-from popmq.broker_core.message_index import Expiries, index_record, marker_entries
+from popmq.broker_core.message_index import (
+    Expiries,
+    QueueRecords,
+    index_record,
+    marker_entries,
+)
 from popmq.broker_core.store import Store
 
 
@@ -40,6 +45,20 @@ def test_index_records_parse_as_the_message(
     assert index_record(queue_id, offset, store_time_ms, message_id, recall_handle, raw_id) == (
         written
     )
+
+
+@pytest.mark.parametrize("queue_id", [0, 1, 7, 2**31 - 1])
+@pytest.mark.parametrize("store_time_ms", [0, 1, 1_764_000_000_123])
+def test_a_queues_records_are_the_index_records_written_field_by_field(
+    queue_id: int, store_time_ms: int
+) -> None:
+    """A send writes the index records of one queue's messages with what they share encoded
+    once: the bytes are index_record's, zero fields left out as protobuf leaves them out."""
+    records = QueueRecords(queue_id, store_time_ms)
+    for offset in (0, 1, 127, 128, 2**62):
+        for message_id in ("", "01ABCDEF" * 4 + "01", "ü" * 200):
+            written = records.record(offset, message_id, message_id.encode())
+            assert written == index_record(queue_id, offset, store_time_ms, message_id)
 
 
 def test_text_keys_carry_the_topic_and_the_length() -> None:
