@@ -146,9 +146,14 @@ def id_index_key(topic_id: int, message_id: str) -> bytes:
     Made for every message sent (looked up, then written): its head (kind, topic, id
     length) comes from `_ID_HEADS`, as message ids of a topic mostly share their length,
     so a key costs one concatenation instead of a struct pack and a join."""
-    raw = message_id.encode()
+    return id_index_key_of(topic_id, message_id.encode())
+
+
+def id_index_key_of(topic_id: int, raw: bytes) -> bytes:
+    """`id_index_key` of a message id already encoded (UTF-8): a send encodes each id once
+    for its record, its index record and this key."""
     if len(raw) > 0xFFFF:  # no id is this long (the pack refuses it, as it always did)
-        return _text(b"i", topic_id, message_id)
+        return b"".join((b"i", _TEXT_HEAD.pack(topic_id, len(raw)), raw))
     slot = topic_id << 16 | len(raw)
     head = _ID_HEADS.get(slot)
     if head is None:

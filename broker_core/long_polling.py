@@ -20,6 +20,11 @@ are kept apart from pops, per (topic, queue): an arrival on queue q touches only
 of q, and each watch learns which queues moved, so a woken watch checks those queues alone.
 Waking costs O(watches of that queue), never O(every held call).
 
+`held_topics` counts the pops and watches held per topic, so a send to a topic nothing waits
+on (the usual case under load) skips `notify` with one dict lookup that finds nothing: this
+module runs as Python even in a compiled build, and a call into it cost a send about 3,600
+instructions per queue it wrote to.
+
 Everything runs on the loop thread.
 """
 
@@ -108,6 +113,21 @@ class LongPolling:
         self._watches: dict[str, dict[int, dict[ArrivalWatch, None]]] = {}
         self._watch_count = 0
         self._watched_queues = 0
+        self.held_topics: dict[str, int] = {}
+        """topic -> pops and arrival watches held on it now; a topic nothing waits on is
+        absent. The same dict for the registry's life (a sender keeps a reference)."""
+
+    def _hold(self, topic: str) -> None:
+        held = self.held_topics
+        held[topic] = held.get(topic, 0) + 1
+
+    def _release(self, topic: str) -> None:
+        held = self.held_topics
+        left = held[topic] - 1
+        if left:
+            held[topic] = left
+        else:
+            del held[topic]
 
     @property
     def held(self) -> int:
@@ -159,6 +179,7 @@ class LongPolling:
             by_queue.setdefault(queue_id, {})[watch] = None
         self._watch_count += 1
         self._watched_queues += len(ids)
+        self._hold(topic)
         return watch
 
     def unwatch(self, watch: ArrivalWatch) -> None:
@@ -179,6 +200,7 @@ class LongPolling:
         if found:
             self._watch_count -= 1
             self._watched_queues -= len(watch.queue_ids)
+            self._release(watch.topic)
 
     def _notify_watches(self, topic: str, queue_id: int | None) -> None:
         by_queue = self._watches.get(topic)
@@ -215,6 +237,7 @@ class LongPolling:
         bucket.append(future)
         waiters.count += 1
         self._total += 1
+        self._hold(topic)
         return future
 
     def unpark(
@@ -237,6 +260,7 @@ class LongPolling:
             return
         self._total -= 1
         waiters.count -= 1
+        self._release(topic)
         if not bucket:
             del waiters.by_queue[key]
             if not waiters.by_queue:

@@ -92,15 +92,22 @@ def write_entries(
     dedup_window_ms: int,
     recall_handle: str = "",
     lookup_key: bytes = b"",
+    raw_id: bytes = b"",
+    value: bytes = b"",
 ) -> None:
     """Index one message stored at (queue_id, offset); offset -1 = waiting as a timer.
 
     Its expiry markers join `expiries`, which the caller puts once for the whole write.
     `lookup_key` is `dedup_lookup_key`'s for this message when the caller has it already
-    (a send looked it up), so it is not encoded twice."""
-    value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle)
+    (a send looked it up), so it is not encoded twice; `raw_id` the message id encoded,
+    when the caller has that (a send encodes it once); `value` its `index_record`, when the
+    caller wrote it (`QueueRecords`)."""
+    if not raw_id:
+        raw_id = message_id.encode()
+    if not value:
+        value = index_record(queue_id, offset, stamp_ms, message_id, recall_handle, raw_id)
     plain = not dedup_id or dedup_id == message_id
-    id_key = lookup_key if lookup_key and plain else keys.id_index_key(topic_id, message_id)
+    id_key = lookup_key if lookup_key and plain else keys.id_index_key_of(topic_id, raw_id)
     batch.put("index", id_key, value)
     expiries.add(stamp_ms + retention_ms, id_key)
     if not plain:
@@ -120,12 +127,17 @@ def write_entries(
 
 
 def index_record(
-    queue_id: int, offset: int, store_time_ms: int, message_id: str, recall_handle: str = ""
+    queue_id: int,
+    offset: int,
+    store_time_ms: int,
+    message_id: str,
+    recall_handle: str = "",
+    raw_id: bytes = b"",
 ) -> bytes:
     """An IndexRecord's bytes, written field by field (a third of building the message to
     serialize it, and one is written per message sent): tags and values gathered in one
     list and joined once, the store time's encoded once for the messages of a write that
-    share it (`_StoreTime`)."""
+    share it (`_StoreTime`). `raw_id` is `message_id` encoded, when the caller has it."""
     parts: list[bytes] = []
     if queue_id:
         parts.append(b"\x08")
@@ -136,13 +148,34 @@ def index_record(
     if store_time_ms:
         parts.append(_STORE_TIME.encode(store_time_ms))
     if message_id:
-        encoded = message_id.encode()
+        encoded = raw_id or message_id.encode()
         parts.append(b"\x22")
         parts.append(varint(len(encoded)))
         parts.append(encoded)
     if recall_handle:
         parts.append(length_delimited(b"\x2a", recall_handle.encode()))
     return b"".join(parts)
+
+
+class QueueRecords:
+    """`index_record` for the messages a write stores in one queue at one store time, with
+    no recall handle: what they share (queue, store time, tags) is encoded once, so each
+    record is one join of five parts instead of a list built field by field."""
+
+    __slots__ = ("_head", "_queue_id", "_store_time_ms", "_tail")
+
+    def __init__(self, queue_id: int, store_time_ms: int) -> None:
+        self._queue_id = queue_id
+        self._store_time_ms = store_time_ms
+        self._head = (b"\x08" + varint(queue_id) if queue_id else b"") + b"\x10"
+        self._tail = (_STORE_TIME.encode(store_time_ms) if store_time_ms else b"") + b"\x22"
+
+    def record(self, offset: int, message_id: str, raw_id: bytes) -> bytes:
+        """`index_record(queue_id, offset, store_time_ms, message_id)`; `raw_id` is
+        `message_id` encoded."""
+        if offset <= 0 or not raw_id:  # a zero field is left out: the general writer
+            return index_record(self._queue_id, offset, self._store_time_ms, message_id)
+        return b"".join((self._head, varint(offset), self._tail, varint(len(raw_id)), raw_id))
 
 
 class _StoreTime:
@@ -187,6 +220,13 @@ def dedup_lookup_key(topic_id: int, dedup_id: str, message_id: str) -> bytes:
     dedup id is the message id (the default), else the dedup entry."""
     if dedup_id == message_id:
         return keys.id_index_key(topic_id, dedup_id)
+    return keys.dedup_key(topic_id, dedup_id)
+
+
+def dedup_lookup_key_of(topic_id: int, dedup_id: str, message_id: str, raw_id: bytes) -> bytes:
+    """`dedup_lookup_key`, with the message id already encoded (`raw_id`)."""
+    if dedup_id == message_id:
+        return keys.id_index_key_of(topic_id, raw_id)
     return keys.dedup_key(topic_id, dedup_id)
 
 

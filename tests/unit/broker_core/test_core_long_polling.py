@@ -266,3 +266,27 @@ def test_watches_are_bounded_by_held_calls_and_by_watched_queues() -> None:
             polling.park("g", "t")
 
     asyncio.run(scenario())
+
+
+def test_held_topics_names_exactly_the_topics_something_waits_on() -> None:
+    """A send skips waking a topic absent from held_topics, so it must never miss one."""
+
+    async def scenario() -> None:
+        polling = _polling()
+        held = polling.held_topics
+        first = polling.park("g", "t", 0)
+        second = polling.park("h", "t")
+        watch = polling.watch("u", [1, 2])
+        assert held == {"t": 2, "u": 1}
+        polling.notify("t", 2, queue_id=0)  # waking does not release: unpark does
+        assert held == {"t": 2, "u": 1}
+        polling.unpark("g", "t", first, 0)
+        polling.unpark("g", "t", first, 0)  # twice: counted once
+        assert held == {"t": 1, "u": 1}
+        polling.unpark("h", "t", second)
+        polling.unwatch(watch)
+        polling.unwatch(watch)
+        assert held == {}
+        assert polling.held_topics is held  # the dict a sender keeps stays the registry's
+
+    asyncio.run(scenario())

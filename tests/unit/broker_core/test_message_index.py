@@ -9,7 +9,12 @@ import pytest
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import keys
-from popmq.broker_core.message_index import Expiries, index_record, marker_entries
+from popmq.broker_core.message_index import (
+    Expiries,
+    QueueRecords,
+    index_record,
+    marker_entries,
+)
 from popmq.broker_core.store import Store
 
 
@@ -35,6 +40,25 @@ def test_index_records_parse_as_the_message(
     written = index_record(queue_id, offset, store_time_ms, message_id, recall_handle)
     assert records_pb2.IndexRecord.FromString(written) == expected
     assert written == expected.SerializeToString()
+    # The id encoded by the caller (a send encodes it once) writes the same bytes.
+    raw_id = message_id.encode()
+    assert index_record(queue_id, offset, store_time_ms, message_id, recall_handle, raw_id) == (
+        written
+    )
+
+
+@pytest.mark.parametrize("queue_id", [0, 1, 7, 2**31 - 1])
+@pytest.mark.parametrize("store_time_ms", [0, 1, 1_764_000_000_123])
+def test_a_queues_records_are_the_index_records_written_field_by_field(
+    queue_id: int, store_time_ms: int
+) -> None:
+    """A send writes the index records of one queue's messages with what they share encoded
+    once: the bytes are index_record's, zero fields left out as protobuf leaves them out."""
+    records = QueueRecords(queue_id, store_time_ms)
+    for offset in (0, 1, 127, 128, 2**62):
+        for message_id in ("", "01ABCDEF" * 4 + "01", "ü" * 200):
+            written = records.record(offset, message_id, message_id.encode())
+            assert written == index_record(queue_id, offset, store_time_ms, message_id)
 
 
 def test_text_keys_carry_the_topic_and_the_length() -> None:
@@ -51,6 +75,7 @@ def test_id_keys_are_the_text_layout_for_every_topic_and_length() -> None:
             expected = b"i" + topic_id.to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw
             assert keys.id_index_key(topic_id, text) == expected
             assert keys.id_index_key(topic_id, text) == expected  # from its kept head
+            assert keys.id_index_key_of(topic_id, raw) == expected  # encoded by the caller
     for topic_id in range(5000):
         assert (
             keys.id_index_key(topic_id, "id")[:7]
@@ -58,6 +83,8 @@ def test_id_keys_are_the_text_layout_for_every_topic_and_length() -> None:
         )
     with pytest.raises(struct.error):
         keys.id_index_key(1, "x" * 70_000)
+    with pytest.raises(struct.error):
+        keys.id_index_key_of(1, b"x" * 70_000)
 
 
 def test_an_expiry_marker_lists_entries_of_every_length(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ CASES = [
 def test_written_record_parses_as_the_built_one(msg: NewMessage, stamp_ms: int) -> None:
     written = stored_record(msg, "0A1B2C", stamp_ms)
     assert records_pb2.StoredMessage.FromString(written) == _oracle(msg, "0A1B2C", stamp_ms)
+    assert stored_record(msg, "0A1B2C", stamp_ms, b"0A1B2C") == written  # id encoded once
 
 
 def test_written_record_is_the_upb_serialization_without_properties() -> None:
