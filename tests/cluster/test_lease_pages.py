@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from popmq.broker_core import (
-    Broker,
-    BrokerConfig,
     InvalidArgumentError,
-    NewMessage,
-    PoppedMessage,
-    StoreConfig,
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
@@ -25,27 +19,10 @@ from popmq.proxy.lease_store import LeaseStore, PageId
 from popmq.proxy.leases import LeaseConfig, LeaseOutcome, LeasePage, LeaseTable
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.support.etcd import EtcdServer
+from tests.support.lease_broker import lease_broker, popper
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.timeout(90)
-
-Pop = Callable[[], Awaitable[list[PoppedMessage]]]
-
-
-@contextlib.asynccontextmanager
-async def _broker(tmp_path: Path, messages: int) -> AsyncIterator[Broker]:
-    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")))
-    await broker.start()
-    try:
-        await broker.create_topic("events", 2)
-        await broker.send([NewMessage("events", f"m{i}".encode()) for i in range(messages)])
-        yield broker
-    finally:
-        await broker.close()
-
-
-def _popper(broker: Broker, n: int = 4) -> Pop:
-    return lambda: broker.pop("g", "events", max_messages=n, invisible_s=30, wait_s=0)
 
 
 def _ids(page: LeasePage) -> list[str]:
@@ -56,12 +33,12 @@ def test_an_ack_naming_a_page_that_is_not_the_stored_one_acks_nothing_of_it(
     make_coordinator: MakeCoordinator, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
-        async with _broker(tmp_path, 20) as broker, make_coordinator() as coordinator:
+        async with lease_broker(tmp_path, 20) as broker, make_coordinator() as coordinator:
             table = LeaseTable(broker, coordinator)
-            p0 = await table.pop("g", "events", "t", 0, 30, _popper(broker))
-            p1 = await table.pop("g", "events", "t", 1, 30, _popper(broker))
+            p0 = await table.pop("g", "events", "t", 0, 30, popper(broker))
+            p1 = await table.pop("g", "events", "t", 1, 30, popper(broker))
             assert p0.page_id and p1.page_id and p0.page_id != p1.page_id
-            replay = await table.pop("g", "events", "t", 0, 30, _popper(broker))
+            replay = await table.pop("g", "events", "t", 0, 30, popper(broker))
             assert replay.replayed and replay.page_id == p0.page_id
             # Page 0 of the same lease as another pop made it (another proxy's, during an
             # outage): not the stored page 0, so nothing of the stored one is acked.
@@ -108,13 +85,13 @@ def test_pages_popped_while_etcd_is_down_are_served_acked_by_page_and_written_ba
         cluster = unique_cluster()
         config = LeaseConfig(write_back_interval_s=0.2)
         async with (
-            _broker(tmp_path, 40) as broker,
+            lease_broker(tmp_path, 40) as broker,
             EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
             EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
         ):
             a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
             bounded = LeaseTable(broker, ca, LeaseConfig(max_outage_pages=1))
-            pop = _popper(broker)
+            pop = popper(broker)
             before = await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
             await asyncio.to_thread(own_etcd.kill)
 

@@ -5,20 +5,14 @@ and a real etcd."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from popmq.broker_core import (
-    Broker,
-    BrokerConfig,
     FailedPreconditionError,
-    NewMessage,
     PoppedMessage,
-    StoreConfig,
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
@@ -26,26 +20,9 @@ from popmq.proxy.lease_store import FOLDER
 from popmq.proxy.leases import LeaseConfig, LeasePage, LeaseTable
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.support.etcd import EtcdServer
+from tests.support.lease_broker import Pop, lease_broker, popper
 
 pytestmark = pytest.mark.timeout(90)
-
-Pop = Callable[[], Awaitable[list[PoppedMessage]]]
-
-
-@contextlib.asynccontextmanager
-async def _broker(tmp_path: Path, messages: int) -> AsyncIterator[Broker]:
-    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=tmp_path / "data")))
-    await broker.start()
-    try:
-        await broker.create_topic("events", 2)
-        await broker.send([NewMessage("events", f"m{i}".encode()) for i in range(messages)])
-        yield broker
-    finally:
-        await broker.close()
-
-
-def _popper(broker: Broker, n: int = 4, invisible_s: float = 30) -> Pop:
-    return lambda: broker.pop("g", "events", max_messages=n, invisible_s=invisible_s, wait_s=0)
 
 
 def _identity(page: LeasePage) -> list[tuple[str, bytes, int, str, int]]:
@@ -66,29 +43,29 @@ def test_a_page_popped_through_one_proxy_replays_through_another_with_the_same_m
 ) -> None:
     async def scenario() -> None:
         async with (
-            _broker(tmp_path, 20) as broker,
+            lease_broker(tmp_path, 20) as broker,
             make_coordinator() as ca,
             make_coordinator() as cb,
         ):
             a, b = LeaseTable(broker, ca), LeaseTable(broker, cb)
             token = "spark/run-1/0/3 ✓"  # any printable token
-            p0 = await a.pop("g", "events", token, 0, 30, _popper(broker))
-            p1 = await a.pop("g", "events", token, 1, 30, _popper(broker))
+            p0 = await a.pop("g", "events", token, 0, 30, popper(broker))
+            p1 = await a.pop("g", "events", token, 1, 30, popper(broker))
             assert (p0.replayed, p1.replayed, len(p0.messages), len(p1.messages)) == (
                 False, False, 4, 4,
             )  # fmt: skip
             # b never popped it: it reads the pages back from the broker by handle.
-            r0 = await b.pop("g", "events", token, 0, 30, _popper(broker))
-            r1 = await b.pop("g", "events", token, 1, 30, _popper(broker))
+            r0 = await b.pop("g", "events", token, 0, 30, popper(broker))
+            r1 = await b.pop("g", "events", token, 1, 30, popper(broker))
             assert r0.replayed and r1.replayed
             assert _identity(r0) == _identity(p0) and _identity(r1) == _identity(p1)
             assert r0.messages == p0.messages  # topic, queue, offset, record too
             assert r0.lease_until_ms == p0.lease_until_ms
             assert b.held_bytes == 0 and len(b) == 0  # replays cache nothing
             # The next page is b's to pop, and then a replays it.
-            p2 = await b.pop("g", "events", token, 2, 30, _popper(broker))
+            p2 = await b.pop("g", "events", token, 2, 30, popper(broker))
             assert not p2.replayed and len(p2.messages) == 4
-            assert _identity(await a.pop("g", "events", token, 2, 30, _popper(broker))) == (
+            assert _identity(await a.pop("g", "events", token, 2, 30, popper(broker))) == (
                 _identity(p2)
             )
             ids = {m.record.message_id for p in (p0, p1, p2) for m in p.messages}
@@ -102,7 +79,7 @@ def test_two_proxies_racing_for_a_page_agree_and_the_loser_gives_its_messages_ba
 ) -> None:
     async def scenario() -> None:
         async with (
-            _broker(tmp_path, 20) as broker,
+            lease_broker(tmp_path, 20) as broker,
             make_coordinator() as ca,
             make_coordinator() as cb,
         ):
@@ -111,7 +88,7 @@ def test_two_proxies_racing_for_a_page_agree_and_the_loser_gives_its_messages_ba
 
             def racing() -> Pop:
                 async def pop() -> list[PoppedMessage]:
-                    popped = await _popper(broker)()
+                    popped = await popper(broker)()
                     await both_popped.wait()  # neither has recorded its page yet
                     return popped
 
@@ -145,19 +122,19 @@ def test_renew_and_ack_through_another_proxy_act_on_every_page(
 ) -> None:
     async def scenario() -> None:
         async with (
-            _broker(tmp_path, 10) as broker,
+            lease_broker(tmp_path, 10) as broker,
             make_coordinator() as ca,
             make_coordinator() as cb,
         ):
             a, b = LeaseTable(broker, ca), LeaseTable(broker, cb)
-            p0 = await a.pop("g", "events", "t", 0, 10, _popper(broker, invisible_s=10))
-            await a.pop("g", "events", "t", 1, 10, _popper(broker, invisible_s=10))
+            p0 = await a.pop("g", "events", "t", 0, 10, popper(broker, invisible_s=10))
+            await a.pop("g", "events", "t", 1, 10, popper(broker, invisible_s=10))
             (renewed,) = await b.renew("g", ["t"], 60)
             assert renewed.error is None and renewed.messages == 8
             assert renewed.lease_until_ms > p0.lease_until_ms + 40_000
             # Both proxies now replay the new handles: a's cache follows b's renewal.
-            via_a = await a.pop("g", "events", "t", 0, 10, _popper(broker))
-            via_b = await b.pop("g", "events", "t", 0, 10, _popper(broker))
+            via_a = await a.pop("g", "events", "t", 0, 10, popper(broker))
+            via_b = await b.pop("g", "events", "t", 0, 10, popper(broker))
             assert _identity(via_a) == _identity(via_b)
             assert via_a.lease_until_ms == renewed.lease_until_ms
             assert [m.record.message_id for m in via_a.messages] == [
@@ -171,7 +148,7 @@ def test_renew_and_ack_through_another_proxy_act_on_every_page(
             assert await broker.inflight_count(group="g") == 0
             for table in (a, b):
                 with pytest.raises(FailedPreconditionError, match="acknowledged"):
-                    await table.pop("g", "events", "t", 1, 10, _popper(broker))
+                    await table.pop("g", "events", "t", 1, 10, popper(broker))
             (again,) = await a.ack("g", ["t"])
             assert (again.error, again.messages) == (None, 8)  # repeated: fine, anywhere
             (late,) = await a.renew("g", ["t"], 30)
@@ -185,18 +162,18 @@ def test_an_expired_lease_starts_afresh_and_its_entries_go_by_themselves(
     make_coordinator: MakeCoordinator, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
-        async with _broker(tmp_path, 6) as broker, make_coordinator() as coordinator:
+        async with lease_broker(tmp_path, 6) as broker, make_coordinator() as coordinator:
             table = LeaseTable(broker, coordinator, LeaseConfig(expiry_margin_s=0))
-            p0 = await table.pop("g", "events", "t", 0, 1, _popper(broker, 2, invisible_s=1))
-            await table.pop("g", "events", "t", 1, 1, _popper(broker, 2, invisible_s=1))
+            p0 = await table.pop("g", "events", "t", 0, 1, popper(broker, 2, invisible_s=1))
+            await table.pop("g", "events", "t", 1, 1, popper(broker, 2, invisible_s=1))
             assert (await coordinator.list(FOLDER)).entries  # the lease and its two pages
             await asyncio.sleep((p0.lease_until_ms - _now_ms()) / 1000 + 0.05)
             with pytest.raises(FailedPreconditionError, match=r"expired .* from page 0"):
-                await table.pop("g", "events", "t", 1, 30, _popper(broker))
-            fresh = await table.pop("g", "events", "t", 0, 30, _popper(broker, 2))
+                await table.pop("g", "events", "t", 1, 30, popper(broker))
+            fresh = await table.pop("g", "events", "t", 0, 30, popper(broker, 2))
             assert not fresh.replayed
             # Page 1 is the new incarnation's to pop, not the old one's to replay.
-            page1 = await table.pop("g", "events", "t", 1, 30, _popper(broker, 2))
+            page1 = await table.pop("g", "events", "t", 1, 30, popper(broker, 2))
             assert not page1.replayed
             (acked,) = await table.ack("g", ["t"])
             assert acked.error is None and acked.messages == len(fresh.messages) + len(
@@ -217,13 +194,13 @@ def test_a_coordinator_that_does_not_answer_is_a_retriable_unavailable_naming_et
 ) -> None:
     async def scenario() -> None:
         async with (
-            _broker(tmp_path, 4) as broker,
+            lease_broker(tmp_path, 4) as broker,
             EtcdCoordinator(own_etcd.endpoint, cluster=unique_cluster(), timeout_s=1) as c,
         ):
             table = LeaseTable(broker, c)
 
             async def pop_then_lose_etcd() -> list[PoppedMessage]:
-                popped = await _popper(broker)()
+                popped = await popper(broker)()
                 await asyncio.to_thread(own_etcd.kill)
                 return popped
 
@@ -236,7 +213,7 @@ def test_a_coordinator_that_does_not_answer_is_a_retriable_unavailable_naming_et
             with pytest.raises(UnavailableError, match="etcd"):
                 await table.ack("g", ["t"])
             with pytest.raises(UnavailableError, match="etcd"):
-                await table.pop("g", "events", "t", 0, 30, _popper(broker))
+                await table.pop("g", "events", "t", 0, 30, popper(broker))
             assert await broker.inflight_count(group="g") == 4  # nothing popped blind
 
     asyncio.run(scenario())
