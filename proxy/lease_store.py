@@ -343,15 +343,8 @@ class LeaseStore:
     ) -> PageRecord:
         """Write a page popped while etcd was down whose number was taken meanwhile, under
         its nonce (module docstring); ConflictError when it is there already."""
-        return await self._write_page(
-            page_path(group, token, nonce, number),
-            number,
-            handles,
-            until_ms,
-            deadline_ms,
-            revision=0,
-            nonce=nonce,
-            outage=True,
+        return await self.create_page_of(
+            group, token, nonce, number, handles, until_ms, deadline_ms, nonce=nonce, outage=True
         )
 
     async def page_by_id(self, group: str, token: str, page: PageId) -> PageRecord | None:
