@@ -70,11 +70,13 @@ def _wake(waiters: deque[asyncio.Future[None]] | None, budget: int) -> int:
 class ArrivalWatch:
     """One held AwaitMessages: the queues it watches, and those that received messages."""
 
-    __slots__ = ("future", "moved", "queue_ids", "topic")
+    __slots__ = ("future", "held", "moved", "queue_ids", "topic")
 
     def __init__(self, topic: str, queue_ids: tuple[int, ...]) -> None:
         self.topic = topic
         self.queue_ids = queue_ids
+        # Counted in the registry's bounds and held_topics until unwatched.
+        self.held = False
         # Queues notified since the watch was made (None: a notify that named no queue,
         # so every watched queue may have moved).
         self.moved: set[int] | None = set()
@@ -180,27 +182,27 @@ class LongPolling:
         self._watch_count += 1
         self._watched_queues += len(ids)
         self._hold(topic)
+        watch.held = True
         return watch
 
     def unwatch(self, watch: ArrivalWatch) -> None:
         """Forget a watch (idempotent)."""
-        by_queue = self._watches.get(watch.topic)
-        if by_queue is None:
+        if not watch.held:
             return
-        found = False
-        for queue_id in watch.queue_ids:
-            bucket = by_queue.get(queue_id)
-            if bucket is not None and watch in bucket:
-                del bucket[watch]
-                found = True
-                if not bucket:
-                    del by_queue[queue_id]
-        if not by_queue:
-            del self._watches[watch.topic]
-        if found:
-            self._watch_count -= 1
-            self._watched_queues -= len(watch.queue_ids)
-            self._release(watch.topic)
+        watch.held = False
+        by_queue = self._watches.get(watch.topic)
+        if by_queue is not None:
+            for queue_id in watch.queue_ids:
+                bucket = by_queue.get(queue_id)
+                if bucket is not None:
+                    bucket.pop(watch, None)
+                    if not bucket:
+                        del by_queue[queue_id]
+            if not by_queue:
+                del self._watches[watch.topic]
+        self._watch_count -= 1
+        self._watched_queues -= len(watch.queue_ids)
+        self._release(watch.topic)
 
     def _notify_watches(self, topic: str, queue_id: int | None) -> None:
         by_queue = self._watches.get(topic)

@@ -290,3 +290,18 @@ def test_held_topics_names_exactly_the_topics_something_waits_on() -> None:
         assert polling.held_topics is held  # the dict a sender keeps stays the registry's
 
     asyncio.run(scenario())
+
+
+def test_a_watch_of_no_queues_is_released_by_unwatch() -> None:
+    """It counts toward the bounds and held_topics while held, so unwatch must free it."""
+
+    async def scenario() -> None:
+        polling = LongPolling(LongPollingConfig(max_total=1, max_watched_queues=5))
+        empty = polling.watch("t", [])
+        assert polling.watches == 1 and polling.held_topics == {"t": 1}
+        polling.unwatch(empty)
+        polling.unwatch(empty)  # idempotent
+        assert polling.watches == 0 and polling.held_topics == {} and polling._watches == {}
+        polling.unwatch(polling.watch("t", [0]))  # its slot is free again
+
+    asyncio.run(scenario())
