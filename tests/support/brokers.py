@@ -61,8 +61,12 @@ async def served_broker(
 
 
 @contextlib.asynccontextmanager
-async def remote(address: str, **options: float) -> AsyncIterator[RemoteBroker]:
-    broker = RemoteBroker(address, **options)
+async def remote(
+    address: str, *, call_timeout_s: float = 10.0, catalog_refresh_s: float = 10.0
+) -> AsyncIterator[RemoteBroker]:
+    broker = RemoteBroker(
+        address, call_timeout_s=call_timeout_s, catalog_refresh_s=catalog_refresh_s
+    )
     await broker.start()
     try:
         yield broker
@@ -225,7 +229,9 @@ class RemoteServerThread(ServerThread):
     broker_address = ""
     """When set (before start), the proxy uses the broker there instead of its own."""
 
-    def start(self) -> str:
+    def start(self, *, listen_only: bool = False) -> str:
+        if listen_only:
+            raise ValueError("a RemoteServerThread starts whole: listen_only is not supported")
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="popmq-test-server")
