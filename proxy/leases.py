@@ -73,6 +73,7 @@ from popmq.broker_core import (
 )
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_outage import (
     HeldLease,
     HeldPage,
@@ -92,41 +93,6 @@ _R = TypeVar("_R")
 _MAX_RACES = 8
 """Compare-and-set conflicts one call retries before it gives up (a conflict means another
 proxy changed the lease meanwhile; a handful is already unusual)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseConfig:
-    """Bounds of the lease table."""
-
-    max_leases: int = 100_000
-    """Leases this proxy popped pages of and still caches (acknowledged ones count until
-    their deadline); beyond: RESOURCE_EXHAUSTED."""
-    max_pages: int = 4096
-    """Pops one lease may make."""
-    max_bytes: int = 512 * 1024 * 1024
-    """Message bytes the leases this proxy popped may hold for replay (stored records,
-    bodies included, plus a per-message allowance); a new page past it is
-    RESOURCE_EXHAUSTED until leases are acked or expire, so the proxy's memory, and what it
-    writes to the coordinator, stay bounded however many leases clients open."""
-    expiry_margin_s: float = 30.0
-    """How long the coordinator keeps a lease's entries past its deadline (then they
-    expire by themselves): meanwhile a read of it says it expired rather than unknown."""
-    max_outage_pages: int = 4096
-    """Pages this proxy may pop while etcd is down and hold until it is back
-    (proxy/lease_outage.py); beyond: the retriable UNAVAILABLE naming etcd."""
-    write_back_interval_s: float = 1.0
-    """How often pages popped while etcd was down are tried for writing."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_leases", "max_pages", "max_bytes", "max_outage_pages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"leases.{name} {getattr(self, name)} must be positive")
-        if self.write_back_interval_s <= 0:
-            raise ValueError(
-                f"leases.write_back_interval_s {self.write_back_interval_s} must be positive"
-            )
-        if self.expiry_margin_s < 0:
-            raise ValueError(f"leases.expiry_margin_s {self.expiry_margin_s} must be 0 or more")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,9 @@ from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
 from popmq.broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
 from popmq.coordination import LocalCoordinator
-from popmq.proxy.leases import LeaseConfig, LeaseTable
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.leases import LeasePage as LeasePageResult
+from popmq.proxy.leases import LeaseTable
 from popmq.sdk.errors import error_from_rpc_error
 from tests.support.server_thread import ServerThread
 
