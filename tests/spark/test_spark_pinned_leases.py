@@ -1,0 +1,135 @@
+"""Pop mode with leaseEndpoints: each lease token pinned to one proxy by a hash, so the
+proxies serve and ack Spark's tokens through an etcd outage (proxy/lease_pinning.py).
+
+The readers' driver and executor methods are called directly, as Spark would, against a
+real cluster (etcd, two `popmq broker` and two `popmq proxy` processes) whose etcd is
+stopped; no SparkSession (test_spark_cluster.py has one against a cluster).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from popmq import Admin, Message, Producer, SimpleConsumer, UnavailableError
+from popmq.spark import OptionError
+from popmq.spark.options import ReadOptions
+from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader, lease_endpoint
+from tests.spark.helpers import wait_for
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_lease_endpoints_are_an_ordered_list_each_token_hashed_to_one() -> None:
+    o = ReadOptions.parse(
+        {"endpoint": "h1:1", "topic": "t", "mode": "pop", "group": "g",
+         "leaseEndpoints": " h2:2, h1:1 "}
+    )  # fmt: skip
+    assert o.lease_endpoints == ("h2:2", "h1:1")
+    assert ReadOptions.parse({"endpoint": "h", "topic": "t"}).lease_endpoints == ()
+    for bad, message in [
+        ("h1:1,,h2:2", "empty item"),
+        ("h1:1,h1:1", "h1:1 more than once"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(
+                {"endpoint": "h1:1", "topic": "t", "mode": "pop", "group": "g",
+                 "leaseEndpoints": bad}
+            )  # fmt: skip
+    with pytest.raises(OptionError, match="leaseEndpoints applies to mode=pop only"):
+        ReadOptions.parse({"endpoint": "h1:1", "topic": "t", "leaseEndpoints": "h1:1"})
+    # The same proxy for a token in every process and run; tokens spread over the list;
+    # one endpoint takes every token.
+    tokens = [f"spark/run/{b}/{i}" for b in range(50) for i in range(4)]
+    two = ("a:1", "b:2")
+    assert [lease_endpoint(two, t) for t in tokens] == [lease_endpoint(two, t) for t in tokens]
+    spread = Counter(lease_endpoint(two, t) for t in tokens)
+    assert set(spread) == set(two) and min(spread.values()) > 50, spread
+    assert {lease_endpoint(("a:1",), t) for t in tokens} == {"a:1"}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(tmp_path / "cluster", brokers=2, proxies=2).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _reader(cluster: Cluster, **options: str) -> PopMQPopStreamReader:
+    base = {"endpoint": cluster.endpoints[0], "topic": "jobs", "mode": "pop", "group": "g",
+            "waitSeconds": "0", "numPartitions": "4", "maxMessagesPerPartition": "10",
+            "invisibleDuration": "5s"}  # fmt: skip
+    return PopMQPopStreamReader(ReadOptions.parse({**base, **options}))
+
+
+def _bodies(reader: PopMQPopStreamReader, part: LeasePartition) -> list[bytes]:
+    return [row["body"] for batch in reader.read(part) for row in batch.to_pylist()]
+
+
+def test_pinned_tokens_are_read_retried_and_acked_through_an_etcd_outage(
+    cluster: Cluster,
+) -> None:
+    first, second = cluster.endpoints
+    with Admin(first) as admin:
+        admin.create_topic("jobs", queues=2)
+        admin.create_group("g")
+    with Producer(first) as producer:
+        producer.send_batch("jobs", [Message(f"job-{i}".encode()) for i in range(100)])
+    pinned = _reader(cluster, leaseEndpoints=f"{first},{second}")
+    unpinned = _reader(cluster)
+    try:
+        start = pinned.initialOffset()
+        end = pinned.latestOffset(start, ReadAllAvailable())
+        parts = pinned.partitions(start, end)
+        assert {lease_endpoint((first, second), p.token) for p in parts} == {first, second}
+        other_start = unpinned.initialOffset()
+        other_end = unpinned.latestOffset(other_start, ReadAllAvailable())
+        [other_part, *_] = unpinned.partitions(other_start, other_end)
+        cluster.stop_etcd()
+
+        # Unpinned, as before: the task fails retriably, naming etcd.
+        with pytest.raises(UnavailableError, match="etcd"):
+            _bodies(unpinned, other_part)
+        # Pinned: every partition reads from its proxy's memory, and a retried task (the
+        # same token, the same proxy) reads the same messages.
+        read = {p.token: _bodies(pinned, p) for p in parts}
+        assert all(len(bodies) == 10 for bodies in read.values()), read
+        assert {p.token: _bodies(pinned, p) for p in parts} == read
+        assert len({b for bodies in read.values() for b in bodies}) == 40
+        # Spark committed the batch and asks for the next: the driver acks each token
+        # through its proxy, by token, while etcd is still down; then the next batch.
+        next_end = pinned.latestOffset(end, ReadAllAvailable())
+        assert next_end["batch"] == 1
+        rest = [b for p in pinned.partitions(end, next_end) for b in _bodies(pinned, p)]
+        assert len(rest) == 40
+        assert not set(rest) & {b for bodies in read.values() for b in bodies}
+        pinned.commit(next_end)
+        cluster.start_etcd()
+
+        # The 20 messages no batch read are there for the group; nothing else is: the
+        # batches were acked while etcd was down (nothing in flight, no lag).
+        seen = {b for bodies in read.values() for b in bodies} | set(rest)
+        left: list[bytes] = []
+        with SimpleConsumer(second, group="g", topic="jobs") as consumer:
+
+            def drained() -> bool:
+                for message in consumer.receive(max_messages=32, wait_s=1):
+                    left.append(message.body)
+                    consumer.ack(message)
+                return len(left) >= 20
+
+            wait_for(drained, "the 20 messages no batch read", timeout_s=60)
+        assert len(left) == 20 and not set(left) & seen, sorted(set(left) & seen)[:5]
+        with Admin(second) as admin:
+            rows = admin.get_group_lag("g", "jobs")
+        assert (sum(r.lag for r in rows), sum(r.inflight for r in rows)) == (0, 0), rows
+    finally:
+        pinned.stop()
+        unpinned.stop()
