@@ -3,16 +3,18 @@ proxies serve and ack Spark's tokens through an etcd outage (proxy/lease_pinning
 
 The readers' driver and executor methods are called directly, as Spark would, against a
 real cluster (etcd, two `popmq broker` and two `popmq proxy` processes) whose etcd is
-stopped; no SparkSession (test_spark_cluster.py has one against a cluster).
+stopped; then one streaming query on the shared SparkSession does the same end to end.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from popmq import Admin, Message, Producer, SimpleConsumer, UnavailableError
@@ -133,3 +135,52 @@ def test_pinned_tokens_are_read_retried_and_acked_through_an_etcd_outage(
     finally:
         pinned.stop()
         unpinned.stop()
+
+
+def test_a_streaming_query_with_lease_endpoints_reads_and_acks_while_etcd_is_down(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    first, second = cluster.endpoints
+    with Admin(first) as admin:
+        admin.create_topic("jobs", queues=2)
+        admin.create_group("workers")
+    bodies = [f"job-{i}" for i in range(200)]
+    with Producer(first) as producer:
+        producer.send_batch("jobs", [Message(b.encode()) for b in bodies])
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.collect()
+        with lock:
+            seen.extend(r.body.decode() for r in rows)
+
+    cluster.stop_etcd()
+    try:
+        query = (
+            spark.readStream.format("popmq")
+            .option("endpoint", first)
+            .option("leaseEndpoints", f"{first},{second}")
+            .option("topic", "jobs")
+            .option("mode", "pop")
+            .option("group", "workers")
+            .option("numPartitions", "4")
+            .option("maxMessagesPerPartition", "25")
+            .option("invisibleDuration", "60s")
+            .option("waitSeconds", "0")
+            .load()
+            .select("body")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(240), "the AvailableNow query did not finish"
+        assert query.exception() is None, query.exception()
+        # Every message read once, and every batch acked, while etcd was still down.
+        assert sorted(seen) == sorted(bodies), (len(seen), len(set(seen)))
+        with Admin(second) as admin:
+            rows = admin.get_group_lag("workers", "jobs")
+        assert (sum(r.lag for r in rows), sum(r.inflight for r in rows)) == (0, 0), rows
+    finally:
+        cluster.start_etcd()
