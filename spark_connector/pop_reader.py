@@ -167,8 +167,20 @@ def _by_lease_client(
     results: list[LeaseResult] = []
     failed: list[tuple[list[str], PopMQError]] = []
     for endpoint, mine in by_proxy.items():
+        client = _consumer(options, options.topic, endpoint)
         try:
-            results += call(_consumer(options, options.topic, endpoint), mine, True)
+            results += call(client, mine, True)
+        except UnavailableError as exc:
+            if len(mine) == 1:
+                failed.append((mine, exc))
+                continue
+            # While etcd is down a proxy refuses the whole call for one token it cannot
+            # answer from memory: call token by token, so the others go on.
+            for token in mine:
+                try:
+                    results += call(client, [token], True)
+                except PopMQError as one:
+                    failed.append(([token], one))
         except PopMQError as exc:
             failed.append((mine, exc))
     return results, failed
