@@ -140,6 +140,13 @@ def test_pinned_tokens_are_read_retried_and_acked_through_an_etcd_outage(
         with Admin(second) as admin:
             rows = admin.get_group_lag("g", "jobs")
         assert (sum(r.lag for r in rows), sum(r.inflight for r in rows)) == (0, 0), rows
+
+        # A task whose proxy died fails retriably, naming it: it is never sent elsewhere.
+        cluster.kill("p1")
+        token = next(t for t in (f"spark/x/0/{i}" for i in range(64))
+                     if lease_endpoint((first, second), t) == first)  # fmt: skip
+        with pytest.raises(UnavailableError, match=f"pinned to proxy {first}"):
+            _bodies(pinned, LeasePartition(token, 10, "jobs"))
     finally:
         pinned.stop()
         unpinned.stop()
