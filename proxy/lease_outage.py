@@ -16,9 +16,10 @@ The design:
    named, found in this proxy's memory or in the lease store by identity, and never another
    page of the lease. A named page nobody stored fails that token with FAILED_PRECONDITION
    (nothing of it acked; its messages come back after their invisible time).
-2. Only a reader that promised to ack that way (LeasePop `acks_by_page`) is served from
-   memory while etcd does not answer; others get the retriable UNAVAILABLE naming etcd, as
-   before. So no lease with a page popped from memory is acked by token, as long as every
+2. Only a reader that promised to ack that way (LeasePop `acks_by_page`), or to send every
+   call on the token to this proxy (`pinned`, lease_pinning.py, whose ack by token is then
+   safe), is served from memory while etcd does not answer; others get the retriable
+   UNAVAILABLE naming etcd, as before. So no lease with a page popped from memory is acked by token, as long as every
    attempt under one token runs the same client (true of Spark's tasks) and every proxy is of
    this release (an earlier one ignores `read_pages`; the pages written back have schema 2,
    which it refuses to read, but a page another proxy stored at that number is schema 1):

@@ -37,7 +37,9 @@ replays record what they found.
 
 Each page has an identity (lease_store.PageId) that AckLease may name to ack exactly the
 pages a reader read; for a reader that does (LeasePop `acks_by_page`), a proxy serves pages
-from its memory while etcd is down and writes them when it is back (lease_outage.py).
+from its memory while etcd is down and writes them when it is back (lease_outage.py); and
+for a reader that sends every call on a token to this proxy (`pinned`), it also acks the
+token by token from memory (lease_pinning.py).
 Otherwise a coordinator that does not answer makes the call fail with a retriable
 UNAVAILABLE naming etcd. A page popped but not recorded then stays with the broker: its
 messages are invisible until their deadline and come back after it (not given back, since
