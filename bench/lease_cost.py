@@ -1,7 +1,7 @@
 """What Spark lease tokens cost in the coordinator: round trips and time per page.
 
 ``python -m bench.lease_cost [--etcd HOST:PORT] [--leases 40] [--pages 4] [--messages 32]
-[--interrupted] [--by-page]``
+[--interrupted] [--by-page] [--pinned]``
 
 Two lease tables (two proxies) over one in-process broker (a temp data dir) and one
 coordinator: a LocalCoordinator, or etcd with ``--etcd`` (then each table has its own
@@ -20,6 +20,9 @@ only superseded handles and follow each of them (BrokerAPI.follow_handles).
 
 ``--by-page``: the ack names the pages read (their page ids, as a reader acking by page
 sends them) instead of acking the lease by token.
+
+``--pinned``: every LeasePop and the ack carry `pinned` (proxy/lease_pinning.py), as the
+Spark connector's with leaseEndpoints; with etcd up they should cost what they did.
 """
 
 from __future__ import annotations
@@ -113,7 +116,13 @@ def _spread(values: list[float]) -> str:
 
 
 async def run(
-    etcd: str, leases: int, pages: int, messages: int, interrupted: bool, by_page: bool
+    etcd: str,
+    leases: int,
+    pages: int,
+    messages: int,
+    interrupted: bool,
+    by_page: bool,
+    pinned: bool = False,
 ) -> None:
     with tempfile.TemporaryDirectory() as data:
         broker = Broker(BrokerConfig(store=StoreConfig(data_dir=Path(data))))
@@ -147,11 +156,15 @@ async def run(
             interrupt = _interrupter(broker, b, pages, pop) if interrupted else None
             for i in range(leases):
                 token = f"spark/bench/{i // 8}/{i % 8}"
-                await _one_lease(results, meter, a, b, token, pages, pop, interrupt, by_page)
+                await _one_lease(
+                    results, meter, a, b, token, pages, pop, interrupt, by_page, pinned
+                )
             kind = f"etcd at {etcd}" if etcd else "LocalCoordinator"
             print(f"{leases} leases x {pages} pages x {messages} messages of 512 B; {kind}")
             if interrupted:
                 print("renew and ack each after a renewal the lease never recorded (--interrupted)")
+            if pinned:
+                print("every LeasePop and ack pinned (--pinned)")
             print("(calls: coordinator calls, with etcd one round trip each; ms: median / p90)")
             results.print()
         finally:
@@ -187,12 +200,13 @@ async def _one_lease(
     pop: Callable[[], Awaitable[list[PoppedMessage]]],
     interrupt: Interrupt | None,
     by_page: bool,
+    pinned: bool = False,
 ) -> None:
     """Pop `pages` pages through a, replay them through a and b, renew and ack through b
     (each after `interrupt`, when given; it is not measured; naming the pages, `by_page`)."""
 
     def page_of(table: LeaseTable, page: int) -> Callable[[], Awaitable[object]]:
-        return lambda: table.pop("g", "events", token, page, 60, pop)
+        return lambda: table.pop("g", "events", token, page, 60, pop, pinned=pinned)
 
     page_ids: list[str] = []
     for page in range(pages):
@@ -217,7 +231,7 @@ async def _one_lease(
     await results.measure(
         f"ack a lease of {pages} pages{how}{after}",
         meter,
-        lambda: _ok(b.ack("g", [token], named)),
+        lambda: _ok(b.ack("g", [token], named, pinned=pinned)),
     )
 
 
@@ -241,9 +255,20 @@ def main() -> None:
     parser.add_argument(
         "--by-page", action="store_true", help="ack naming the pages read, not by token"
     )
+    parser.add_argument(
+        "--pinned", action="store_true", help="LeasePops and acks carry pinned (leaseEndpoints)"
+    )
     args = parser.parse_args()
     asyncio.run(
-        run(args.etcd, args.leases, args.pages, args.messages, args.interrupted, args.by_page)
+        run(
+            args.etcd,
+            args.leases,
+            args.pages,
+            args.messages,
+            args.interrupted,
+            args.by_page,
+            args.pinned,
+        )
     )
 
 

@@ -16,9 +16,10 @@ The design:
    named, found in this proxy's memory or in the lease store by identity, and never another
    page of the lease. A named page nobody stored fails that token with FAILED_PRECONDITION
    (nothing of it acked; its messages come back after their invisible time).
-2. Only a reader that promised to ack that way (LeasePop `acks_by_page`) is served from
-   memory while etcd does not answer; others get the retriable UNAVAILABLE naming etcd, as
-   before. So no lease with a page popped from memory is acked by token, as long as every
+2. Only a reader that promised to ack that way (LeasePop `acks_by_page`), or to send every
+   call on the token to this proxy (`pinned`, lease_pinning.py, whose ack by token is then
+   safe), is served from memory while etcd does not answer; others get the retriable
+   UNAVAILABLE naming etcd, as before. So no lease with a page popped from memory is acked by token, as long as every
    attempt under one token runs the same client (true of Spark's tasks) and every proxy is of
    this release (an earlier one ignores `read_pages`; the pages written back have schema 2,
    which it refuses to read, but a page another proxy stored at that number is schema 1):
@@ -68,6 +69,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -119,6 +121,11 @@ class HeldLease:
     still to be written."""
     acked_messages: int | None = None
     """Set once this proxy acknowledged pages of it by identity while etcd was down."""
+    ack_unwritten: bool = False
+    """Acked by token from memory (lease_pinning.py): the lease entry is still to be marked
+    acked."""
+    elsewhere: set[int] = field(default_factory=set)
+    """Pages of it this proxy did not pop that may be stored (lease_pinning.py)."""
 
     def page_id(self, number: int) -> str:
         return str(PageId(self.incarnation, number, self.pages[number].nonce))
@@ -209,6 +216,12 @@ class WriteBack:
         lease.unwritten.add(number)
         self._register(lease)
 
+    def acked(self, lease: HeldLease) -> None:
+        """Remember that `lease` was acked by token in memory, for marking its entry acked
+        (lease_pinning.py), and start the loop."""
+        lease.ack_unwritten = True
+        self._register(lease)
+
     def renewed(self, lease: HeldLease) -> None:
         """Remember that `lease` was renewed in memory, for writing, and start the loop."""
         lease.renewed = True
@@ -225,12 +238,13 @@ class WriteBack:
         past their deadline (their messages are the broker's again)."""
         if numbers is None:
             lease.unwritten.clear()
-            lease.renewed = False
+            lease.renewed = lease.ack_unwritten = False
         else:
             lease.unwritten.difference_update(numbers)
         if (
             not lease.unwritten
             and not lease.renewed
+            and not lease.ack_unwritten
             and self._leases.get((lease.group, lease.token)) is lease
         ):
             del self._leases[(lease.group, lease.token)]
@@ -257,7 +271,7 @@ class WriteBack:
     async def flush(self, lease: HeldLease) -> None:
         """Write `lease`'s unwritten pages (the caller holds its lock); raises
         CoordinationUnavailableError while etcd is down (what was written stays written)."""
-        if not lease.unwritten and not lease.renewed:
+        if not lease.unwritten and not lease.renewed and not lease.ack_unwritten:
             return
         taken = False  # the lease entry is another incarnation's: every page is a shadow
         if not lease.stored and lease.unwritten:
@@ -286,10 +300,42 @@ class WriteBack:
             if number in lease.pages:  # else acked, or the lease was acked elsewhere
                 await self._write(lease, number, taken)
             lease.unwritten.discard(number)
-        if lease.renewed and not taken:
+        if lease.ack_unwritten:
+            await self._write_ack(lease)
+        elif lease.renewed and not taken:
             await self._write_renewal(lease)
-        lease.renewed = False
+        lease.renewed = lease.ack_unwritten = False
         self.forget(lease, ())
+
+    async def _write_ack(self, lease: HeldLease) -> None:
+        """Mark the lease entry acked after an ack by token from memory, so a repeated ack
+        through any proxy acknowledges nothing more and replays are refused. An entry of
+        another incarnation (this proxy restarted since it was stored) is marked too: the
+        ack answered what the last attempt read, and that entry's pages come back after
+        their invisible time. Nothing is written for a lease past its deadline."""
+        count = lease.acked_messages or 0
+        for _ in range(4):  # a conflict: another write of the entry meanwhile; read again
+            meta = await self._store.meta(lease.group, lease.token)
+            live = meta is not None and meta.deadline_ms > _now_ms()
+            if (live and meta is not None and meta.acked) or (
+                not live and lease.deadline_ms <= _now_ms()
+            ):
+                return
+            try:
+                if meta is None or not live:
+                    meta = await self._store.create(
+                        lease.group,
+                        lease.token,
+                        lease.topic,
+                        lease.deadline_ms,
+                        previous=meta,
+                        incarnation=lease.incarnation,
+                    )
+                await self._store.update(meta, acked_messages=count)
+            except ConflictError:
+                continue
+            return
+        log.warning("lease %s of group %s: its ack was not recorded", lease.token, lease.group)
 
     async def _write_renewal(self, lease: HeldLease) -> None:
         """Write the handles a renewal in memory gave the stored pages this proxy holds, and
@@ -349,6 +395,10 @@ class WriteBack:
             await self._store.create_shadow(
                 lease.group, lease.token, number, handles, until, deadline, nonce=page.nonce
             )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

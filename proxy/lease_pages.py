@@ -1,4 +1,5 @@
-"""A lease's pages as the broker fills them, and what a lease token may be.
+"""A lease's pages as the broker fills them, what a lease token may be, and the lease
+table's small checks and errors (proxy/leases.py).
 
 A LeasePop page may ask for more messages than the broker's pop.max_batch: `page_popper`
 fills it with several pops. Everything here runs on the proxy's event loop.
@@ -6,24 +7,34 @@ fills it with several pops. Everything here runs on the proxy's event loop.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from popmq.broker_core import (
     MAX_POP_BATCH,
     MAX_RESPONSE_BYTES,
+    FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
     PoppedMessage,
     check_batch_size,
 )
+from popmq.coordination.errors import CoordinationUnavailableError
 from popmq.proxy.lease_outage import held_bytes
+from popmq.proxy.lease_store import LeaseMeta, PageId
 
 __all__ = [
     "MAX_PAGE_MESSAGES",
     "MAX_TOKEN_LENGTH",
     "ChunkPop",
+    "PageUnrecordedError",
     "check_token",
+    "check_usable",
+    "page_content",
     "page_popper",
     "page_size",
+    "parse_page_id",
+    "unknown_lease",
+    "unrecorded",
 ]
 
 MAX_TOKEN_LENGTH = 256
@@ -83,3 +94,58 @@ def check_token(token: str) -> None:
         )
     if not token.isprintable():
         raise InvalidArgumentError("lease_token must be printable characters only")
+
+
+def page_content(messages: Sequence[PoppedMessage]) -> tuple[list[str], list[int]]:
+    """A page entry's content: the messages' receipt handles and invisible deadlines."""
+    return [m.receipt_handle for m in messages], [m.invisible_until_ms for m in messages]
+
+
+def check_usable(meta: LeaseMeta, topic: str) -> None:
+    """Refuse a lease of another topic, or one acked."""
+    if meta.topic != topic:
+        raise InvalidArgumentError(
+            f"lease {meta.token!r} holds messages of topic {meta.topic!r}, not {topic!r}"
+        )
+    if meta.acked:
+        raise FailedPreconditionError(
+            f"lease {meta.token!r} was acknowledged; its messages are done"
+        )
+
+
+def parse_page_id(text: str) -> PageId:
+    """A page id a request named, INVALID_ARGUMENT if it is not one."""
+    try:
+        return PageId.parse(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+class PageUnrecordedError(CoordinationUnavailableError):
+    """A page was popped but its write to the coordinator failed without an answer."""
+
+    incarnation = ""
+    """The lease incarnation it was written under."""
+    until = 0
+    """Its messages' invisible deadline (ms)."""
+
+
+def unrecorded(
+    token: str, page: int, error: CoordinationUnavailableError, incarnation: str, until: int
+) -> PageUnrecordedError:
+    """A page popped under `incarnation` whose write failed without an answer."""
+    error_ = PageUnrecordedError(
+        f"page {page} of lease {token!r} was popped but may not be recorded: {error}; its "
+        "messages stay invisible until their deadline (or replay once the coordinator is "
+        "back); retry"
+    )
+    error_.incarnation, error_.until = incarnation, until
+    return error_
+
+
+def unknown_lease(token: str) -> NotFoundError:
+    """What an ack or renewal of a lease the coordinator does not hold answers."""
+    return NotFoundError(
+        f"lease {token!r} is unknown: it expired or was never popped (a restart of `popmq "
+        "serve` forgets leases)"
+    )

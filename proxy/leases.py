@@ -37,7 +37,9 @@ replays record what they found.
 
 Each page has an identity (lease_store.PageId) that AckLease may name to ack exactly the
 pages a reader read; for a reader that does (LeasePop `acks_by_page`), a proxy serves pages
-from its memory while etcd is down and writes them when it is back (lease_outage.py).
+from its memory while etcd is down and writes them when it is back (lease_outage.py); and
+for a reader that sends every call on a token to this proxy (`pinned`), it also acks the
+token by token from memory (lease_pinning.py).
 Otherwise a coordinator that does not answer makes the call fail with a retriable
 UNAVAILABLE naming etcd. A page popped but not recorded then stays with the broker: its
 messages are invisible until their deadline and come back after it (not given back, since
@@ -66,13 +68,13 @@ from popmq.broker_core import (
     BrokerAPI,
     FailedPreconditionError,
     InvalidArgumentError,
-    NotFoundError,
     PopMQError,
     PoppedMessage,
     ResourceExhaustedError,
 )
 from popmq.coordination.coordinator import Coordinator
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_outage import (
     HeldLease,
     HeldPage,
@@ -81,7 +83,16 @@ from popmq.proxy.lease_outage import (
     outage_error,
     renew_held,
 )
-from popmq.proxy.lease_pages import check_token
+from popmq.proxy.lease_pages import (
+    PageUnrecordedError,
+    check_token,
+    check_usable,
+    page_content,
+    parse_page_id,
+    unknown_lease,
+    unrecorded,
+)
+from popmq.proxy.lease_pinning import check_new_page, held_outage_pages, whole_lease
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
 from popmq.proxy.superseded_handles import deliveries, newest
 
@@ -92,41 +103,6 @@ _R = TypeVar("_R")
 _MAX_RACES = 8
 """Compare-and-set conflicts one call retries before it gives up (a conflict means another
 proxy changed the lease meanwhile; a handful is already unusual)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseConfig:
-    """Bounds of the lease table."""
-
-    max_leases: int = 100_000
-    """Leases this proxy popped pages of and still caches (acknowledged ones count until
-    their deadline); beyond: RESOURCE_EXHAUSTED."""
-    max_pages: int = 4096
-    """Pops one lease may make."""
-    max_bytes: int = 512 * 1024 * 1024
-    """Message bytes the leases this proxy popped may hold for replay (stored records,
-    bodies included, plus a per-message allowance); a new page past it is
-    RESOURCE_EXHAUSTED until leases are acked or expire, so the proxy's memory, and what it
-    writes to the coordinator, stay bounded however many leases clients open."""
-    expiry_margin_s: float = 30.0
-    """How long the coordinator keeps a lease's entries past its deadline (then they
-    expire by themselves): meanwhile a read of it says it expired rather than unknown."""
-    max_outage_pages: int = 4096
-    """Pages this proxy may pop while etcd is down and hold until it is back
-    (proxy/lease_outage.py); beyond: the retriable UNAVAILABLE naming etcd."""
-    write_back_interval_s: float = 1.0
-    """How often pages popped while etcd was down are tried for writing."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_leases", "max_pages", "max_bytes", "max_outage_pages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"leases.{name} {getattr(self, name)} must be positive")
-        if self.write_back_interval_s <= 0:
-            raise ValueError(
-                f"leases.write_back_interval_s {self.write_back_interval_s} must be positive"
-            )
-        if self.expiry_margin_s < 0:
-            raise ValueError(f"leases.expiry_margin_s {self.expiry_margin_s} must be 0 or more")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,12 +245,14 @@ class LeaseTable:
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
         *,
         by_page: bool = False,
+        pinned: bool = False,
     ) -> LeasePage:
         """Return page `page` of the lease, popping it with `pop` when it is the next one.
 
         `invisible_s` is the invisible time `pop` asks for; an empty page lives that long.
         `by_page`: the caller acks this lease naming its pages, so while etcd is down a page
-        may come from this proxy's memory (lease_outage.py).
+        may come from this proxy's memory (lease_outage.py); `pinned`: every call on this
+        lease comes to this proxy, which then may too (lease_pinning.py).
         """
         check_token(token)
         if page < 0:
@@ -284,15 +262,24 @@ class LeaseTable:
             for _ in range(_MAX_RACES):
                 try:
                     await self._flush(group, token)
-                    return await self._pop(group, topic, token, page, invisible_s, pop)
+                    got = await self._pop(group, topic, token, page, invisible_s, pop)
                 except _Raced:
                     continue
-                except PageUnrecordedError:
+                except PageUnrecordedError as exc:
+                    if pinned:  # its write may have landed: never pop another in its place
+                        self._elsewhere(group, token, topic, exc.incarnation, page, exc.until)
                     raise
                 except CoordinationUnavailableError as exc:
-                    if not by_page:
+                    if not (by_page or pinned):
                         raise
+                    if pinned:
+                        check_new_page(self._cached.get((group, token)), page, token, exc)
                     return await self._pop_held(group, topic, token, page, invisible_s, pop, exc)
+                if pinned and got.replayed and (group, token) not in self._cached:
+                    # Read back: another pop made this page (lease_pinning.py).
+                    pid = PageId.parse(got.page_id).incarnation if got.page_id else ""
+                    self._elsewhere(group, token, topic, pid, page, got.lease_until_ms)
+                return got
             raise FailedPreconditionError(
                 f"lease {token!r} kept changing under concurrent calls; ask again"
             )
@@ -335,7 +322,7 @@ class LeaseTable:
                 log.info("lease %s of group %s expired; starting it afresh", token, group)
             return await self._start(group, topic, token, meta, invisible_s, pop)
         cached = self._cache(meta)
-        _check_usable(meta, topic)
+        check_usable(meta, topic)
         if not known:
             record = None
         if record is None:
@@ -362,10 +349,22 @@ class LeaseTable:
         return await self._add_page(meta, page, messages, deadline)
 
     async def _flush(self, group: str, token: str) -> None:
-        """Write what this proxy popped of the lease while etcd was down, if anything."""
+        """Write what this proxy popped (or acked) of the lease while etcd was down."""
         cached = self._cached.get((group, token))
-        if cached is not None and cached.unwritten:
+        if cached is not None and (cached.unwritten or cached.ack_unwritten):
             await self._write_back.flush(cached)
+
+    def _elsewhere(
+        self, group: str, token: str, topic: str, incarnation: str, number: int, until: int
+    ) -> None:
+        """Mark page `number` as one this proxy did not pop but may be stored: a pinned
+        reader is not given another in its place while etcd is down (lease_pinning.py)."""
+        cached = self._cached.get((group, token))
+        if cached is None:
+            cached = HeldLease(group, token, topic, incarnation or new_incarnation(), until)
+            self._cached[(group, token)] = cached
+            heapq.heappush(self._expiry, (until, group, token))
+        cached.elsewhere.add(number)
 
     async def _pop_held(
         self,
@@ -445,7 +444,7 @@ class LeaseTable:
                 group, token, topic, deadline, previous=previous, incarnation=incarnation
             ),
             self._store.create_page_of(
-                group, token, incarnation, 0, *_handles(messages), deadline, nonce=nonce
+                group, token, incarnation, 0, *page_content(messages), deadline, nonce=nonce
             ),
             return_exceptions=True,
         )
@@ -463,7 +462,7 @@ class LeaseTable:
                 raise _Raced from None
             return await self._add_page(joined, 0, messages, deadline)
         if isinstance(created, CoordinationUnavailableError):
-            raise _unrecorded(token, 0, created) from created
+            raise unrecorded(token, 0, created, incarnation, deadline) from created
         if isinstance(created, BaseException):
             raise created
         return await self._added(created, 0, messages, deadline, written, nonce)
@@ -505,7 +504,7 @@ class LeaseTable:
         nonce = new_incarnation()
         try:
             written: PageRecord | BaseException = await self._store.create_page(
-                meta, number, *_handles(messages), deadline, nonce=nonce
+                meta, number, *page_content(messages), deadline, nonce=nonce
             )
         except (ConflictError, CoordinationUnavailableError) as exc:
             written = exc
@@ -529,7 +528,7 @@ class LeaseTable:
                 raise _Raced from None  # it expired meanwhile: start over
             return await self._replay(meta, winner)
         if isinstance(written, CoordinationUnavailableError):
-            raise _unrecorded(meta.token, number, written) from written
+            raise unrecorded(meta.token, number, written, meta.incarnation, deadline) from written
         if isinstance(written, BaseException):
             raise written
         key = (meta.group, meta.token)
@@ -569,6 +568,8 @@ class LeaseTable:
             messages = list(page.messages)
         else:
             messages = await self._read_back(meta, record)
+            if cached is not None:
+                cached.elsewhere.add(record.number)
         page_id = str(PageId(meta.incarnation, record.number, record.page_id))
         return LeasePage(messages, True, meta.deadline_ms, page_id if record.page_id else "")
 
@@ -601,7 +602,7 @@ class LeaseTable:
     ) -> None:
         """Write the handles a replay followed (a renewal that was never recorded moved
         them), so the next call need not follow them again."""
-        handles, until = _handles(messages)
+        handles, until = page_content(messages)
         # A conflict: a renewal wrote the page meanwhile, with handles as new as these.
         with contextlib.suppress(ConflictError):
             await self._store.update_page(meta, record, handles, until, min(until))
@@ -640,10 +641,17 @@ class LeaseTable:
     # -- AckLease ----------------------------------------------------------------------------
 
     async def ack(
-        self, group: str, tokens: Sequence[str], pages: Mapping[str, Sequence[str]] | None = None
+        self,
+        group: str,
+        tokens: Sequence[str],
+        pages: Mapping[str, Sequence[str]] | None = None,
+        *,
+        pinned: bool = False,
     ) -> list[LeaseOutcome]:
         """Acknowledge every message of each lease, or for a token in `pages` exactly the
-        pages its ids name (lease_outage.py); one outcome per token."""
+        pages its ids name (lease_outage.py); one outcome per token. `pinned`: every call
+        on these leases came to this proxy, so while etcd is down a lease it holds whole is
+        acked from memory (lease_pinning.py)."""
         if not tokens:
             raise InvalidArgumentError("lease_tokens is empty: give at least one token")
         for token in tokens:
@@ -656,17 +664,38 @@ class LeaseTable:
                 )
             if not ids:
                 raise InvalidArgumentError(f"read_pages of lease {token!r} names no page")
-            named[token] = [_page_id(i) for i in ids]
+            named[token] = [parse_page_id(i) for i in ids]
         self._purge(_now_ms())
         outcomes = []
         for token in tokens:
             async with self._locked(group, token):
                 if token in named:
                     outcomes.append(await self._ack_pages(group, token, named[token]))
-                else:
+                elif not pinned:
                     await self._flush(group, token)
                     outcomes.append(await self._ack(group, token))
+                else:
+                    try:
+                        await self._flush(group, token)
+                        outcomes.append(await self._ack(group, token, pinned=True))
+                    except CoordinationUnavailableError as exc:
+                        outcomes.append(await self._ack_held(group, token, exc))
         return outcomes
+
+    async def _ack_held(
+        self, group: str, token: str, error: CoordinationUnavailableError
+    ) -> LeaseOutcome:
+        """A pinned ack by token while etcd does not answer: every page, from memory, of a
+        lease this proxy holds whole (lease_pinning.py)."""
+        cached = self._cached.get((group, token))
+        if cached is not None and cached.acked_messages is not None:
+            return LeaseOutcome(token, None, cached.acked_messages, cached.deadline_ms)
+        ids = whole_lease(cached, _now_ms())
+        if cached is None or ids is None:
+            raise outage_error(f"lease {token!r} is not held whole by this proxy", error)
+        outcome = await self._ack_pages(group, token, ids)
+        self._write_back.acked(cached)
+        return outcome
 
     async def _ack_pages(self, group: str, token: str, ids: list[PageId]) -> LeaseOutcome:
         """Ack exactly the pages `ids` name: held here, or stored (by identity)."""
@@ -754,15 +783,15 @@ class LeaseTable:
                 meta = current
         return meta
 
-    async def _ack(self, group: str, token: str) -> LeaseOutcome:
+    async def _ack(self, group: str, token: str, *, pinned: bool = False) -> LeaseOutcome:
         meta = await self._store.meta(group, token)
         if meta is None or meta.deadline_ms <= _now_ms():
-            return LeaseOutcome(token, _unknown(token), 0, 0)
+            return LeaseOutcome(token, unknown_lease(token), 0, 0)
         cached = self._cache(meta)
         if meta.acked:
             return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
         pages = await self._store.pages(meta, limit=self.config.max_pages)
-        if any(page.outage for page in pages):
+        if any(page.outage for page in pages) and not (pinned and held_outage_pages(cached, pages)):
             return LeaseOutcome(
                 token,
                 FailedPreconditionError(
@@ -852,7 +881,7 @@ class LeaseTable:
         meta = await self._store.meta(group, token)
         now = _now_ms()
         if meta is None or meta.deadline_ms <= now:
-            return LeaseOutcome(token, _unknown(token), 0, 0)
+            return LeaseOutcome(token, unknown_lease(token), 0, 0)
         cached = self._cache(meta)
         if meta.acked:
             return LeaseOutcome(
@@ -956,45 +985,3 @@ class _LeaseLock:
 class _Raced(Exception):
     """The lease changed under this call (another proxy restarted or expired it): the call
     starts over from reading it."""
-
-
-def _handles(messages: Sequence[PoppedMessage]) -> tuple[list[str], list[int]]:
-    """A page entry's content: the messages' receipt handles and invisible deadlines."""
-    return [m.receipt_handle for m in messages], [m.invisible_until_ms for m in messages]
-
-
-def _check_usable(meta: LeaseMeta, topic: str) -> None:
-    if meta.topic != topic:
-        raise InvalidArgumentError(
-            f"lease {meta.token!r} holds messages of topic {meta.topic!r}, not {topic!r}"
-        )
-    if meta.acked:
-        raise FailedPreconditionError(
-            f"lease {meta.token!r} was acknowledged; its messages are done"
-        )
-
-
-def _page_id(text: str) -> PageId:
-    try:
-        return PageId.parse(text)
-    except ValueError as exc:
-        raise InvalidArgumentError(str(exc)) from None
-
-
-class PageUnrecordedError(CoordinationUnavailableError):
-    """A page was popped but its write to the coordinator failed without an answer."""
-
-
-def _unrecorded(token: str, page: int, error: CoordinationUnavailableError) -> PopMQError:
-    return PageUnrecordedError(
-        f"page {page} of lease {token!r} was popped but may not be recorded: {error}; its "
-        "messages stay invisible until their deadline (or replay once the coordinator is "
-        "back); retry"
-    )
-
-
-def _unknown(token: str) -> NotFoundError:
-    return NotFoundError(
-        f"lease {token!r} is unknown: it expired or was never popped (a restart of `popmq "
-        "serve` forgets leases)"
-    )

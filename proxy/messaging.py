@@ -601,6 +601,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             pop["invisible_s"],
             page_popper(pop_chunk, size, max_batch, pop["wait_s"]),
             by_page=request.acks_by_page,
+            pinned=request.pinned,
         )
         response = messaging_pb2.LeasePopResponse(
             replayed=page.replayed,
@@ -618,7 +619,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         for read in request.read_pages:
             pages.setdefault(read.lease_token, []).extend(read.page_ids)
         check_count("read_pages page_ids", sum(map(len, pages.values())), MAX_HANDLES)
-        outcomes = await self._leases.ack(request.group, list(request.lease_tokens), pages)
+        outcomes = await self._leases.ack(
+            request.group, list(request.lease_tokens), pages, pinned=request.pinned
+        )
         return messaging_pb2.AckLeaseResponse(results=[_lease_result(o) for o in outcomes])
 
     @rpc

@@ -20,7 +20,7 @@ from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
 from popmq.sdk._pop_stream import PopStream
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.credentials import Credentials
-from popmq.sdk.errors import PopMQError, error_from_code_name
+from popmq.sdk.errors import InvalidArgumentError, PopMQError, error_from_code_name
 from popmq.sdk.leases import LeasePage, LeaseResult
 from popmq.sdk.tls import TLS
 from popmq.sdk.types import ReceivedMessage, Sql, datetime_from_timestamp, duration_from_seconds
@@ -340,6 +340,7 @@ class AsyncSimpleConsumer(AsyncClient):
         wait_s: float | None = DEFAULT_WAIT_S,
         *,
         acks_by_page: bool = False,
+        pinned: bool = False,
     ) -> LeasePage:
         """Pop page ``page`` of a lease, or get it again if it was popped before.
 
@@ -350,6 +351,11 @@ class AsyncSimpleConsumer(AsyncClient):
         ``acks_by_page=True`` promises that the lease is acked with ``ack_leases(...,
         read_pages=...)`` naming every page read (``LeasePage.page_id``): then a proxy may
         answer from its memory while etcd is down instead of failing with UNAVAILABLE.
+
+        ``pinned=True`` promises that every ``receive_lease``, ``renew_leases`` and the
+        ``ack_leases(..., pinned=True)`` of this token go to this client's one proxy, and no
+        other: then while etcd is down the proxy may answer from its memory and ack the
+        lease by token. It needs a client of a single endpoint (one of several fails over).
 
         Raises:
             FailedPreconditionError: The lease expired or was acked and ``page`` > 0, or
@@ -372,6 +378,7 @@ class AsyncSimpleConsumer(AsyncClient):
             page=page,
             filter=pop.filter,
             acks_by_page=acks_by_page,
+            pinned=self._pinned_to(pinned),
         )
         if pop.HasField("max_messages"):
             request.max_messages = pop.max_messages
@@ -390,6 +397,8 @@ class AsyncSimpleConsumer(AsyncClient):
         self,
         lease_tokens: Sequence[str],
         read_pages: Mapping[str, Sequence[str]] | None = None,
+        *,
+        pinned: bool = False,
     ) -> list[LeaseResult]:
         """Acknowledge every message of each lease; one result per token, in order.
 
@@ -397,10 +406,13 @@ class AsyncSimpleConsumer(AsyncClient):
         leases are acked exactly on those pages, never another page of theirs. A page id of
         ``""`` (a server of an earlier release answered it) cannot be named: that token is
         acked whole, as before. Per-token failures (an unknown or expired lease, a page
-        that is not the lease's) are results, not exceptions.
+        that is not the lease's) are results, not exceptions. ``pinned=True``: these tokens
+        were read with ``receive_lease(..., pinned=True)`` through this client's one proxy.
         """
         self._check_open()
-        request = messaging_pb2.AckLeaseRequest(group=self.group, lease_tokens=list(lease_tokens))
+        request = messaging_pb2.AckLeaseRequest(
+            group=self.group, lease_tokens=list(lease_tokens), pinned=self._pinned_to(pinned)
+        )
         for token, page_ids in (read_pages or {}).items():
             if page_ids and all(page_ids):
                 request.read_pages.add(lease_token=token, page_ids=list(page_ids))
@@ -408,6 +420,15 @@ class AsyncSimpleConsumer(AsyncClient):
             "AckLease", request, self._timeout_s, retry=True
         )
         return [LeaseResult.from_proto(r) for r in response.results]
+
+    def _pinned_to(self, pinned: bool) -> bool:
+        """`pinned`, refused on a client that may fail over to another proxy."""
+        if pinned and len(self._conn.endpoints) > 1:
+            raise InvalidArgumentError(
+                f"pinned=True needs a client of one endpoint, not {len(self._conn.endpoints)} "
+                "(a client fails over between them, which would break the promise)"
+            )
+        return pinned
 
     async def renew_leases(
         self, lease_tokens: Sequence[str], invisible_duration_s: float
@@ -540,6 +561,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         wait_s: float | None = DEFAULT_WAIT_S,
         *,
         acks_by_page: bool = False,
+        pinned: bool = False,
     ) -> LeasePage:
         """Pop or replay a page of a lease (see ``AsyncSimpleConsumer.receive_lease``)."""
         return self._run(
@@ -550,6 +572,7 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
                 invisible_duration_s,
                 wait_s,
                 acks_by_page=acks_by_page,
+                pinned=pinned,
             )
         )
 
@@ -557,9 +580,11 @@ class SimpleConsumer(SyncClient[AsyncSimpleConsumer]):
         self,
         lease_tokens: Sequence[str],
         read_pages: Mapping[str, Sequence[str]] | None = None,
+        *,
+        pinned: bool = False,
     ) -> list[LeaseResult]:
         """Acknowledge whole leases, or the pages read (see ``AsyncSimpleConsumer.ack_leases``)."""
-        return self._run(self._core.ack_leases(lease_tokens, read_pages))
+        return self._run(self._core.ack_leases(lease_tokens, read_pages, pinned=pinned))
 
     def renew_leases(
         self, lease_tokens: Sequence[str], invisible_duration_s: float

@@ -38,15 +38,23 @@ class Connected(Protocol):
     def credentials(self) -> Credentials | None: ...
 
 
-def _get(kind: str, options: Connected, make: Callable[..., _T], **kwargs: Any) -> _T:
-    """The cached client `make` of `options`' connection with `kwargs`, made on first use."""
-    key = (kind, options.endpoint, options.timeout_s, options.tls, options.credentials,
+def _get(
+    kind: str,
+    options: Connected,
+    make: Callable[..., _T],
+    endpoint: str | None = None,
+    **kwargs: Any,
+) -> _T:
+    """The cached client `make` of `options`' connection (to `endpoint` instead of
+    `options.endpoint` when given) with `kwargs`, made on first use."""
+    endpoint = options.endpoint if endpoint is None else endpoint
+    key = (kind, endpoint, options.timeout_s, options.tls, options.credentials,
            *kwargs.values())  # fmt: skip
     with _lock:
         client = _cache.get(key)
         if client is None:
             client = _cache[key] = make(
-                options.endpoint,
+                endpoint,
                 timeout_s=options.timeout_s,
                 tls=options.tls,
                 credentials=options.credentials,
@@ -60,9 +68,13 @@ def pull_consumer(options: Connected, topic: str, group: str) -> PullConsumer:
 
 
 def simple_consumer(
-    options: Connected, group: str, topic: str, filter: str | Sql
+    options: Connected, group: str, topic: str, filter: str | Sql, endpoint: str | None = None
 ) -> SimpleConsumer:
-    return _get("simple", options, SimpleConsumer, group=group, topic=topic, filter=filter)
+    """A consumer of `options.endpoint` (failing over), or of `endpoint` alone (a proxy
+    lease tokens are pinned to)."""
+    return _get(
+        "simple", options, SimpleConsumer, endpoint, group=group, topic=topic, filter=filter
+    )
 
 
 def producer(options: Connected) -> Producer:

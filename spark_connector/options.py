@@ -55,7 +55,7 @@ _OFFSET_ONLY = ("startingOffsets", "endingOffsets", "startingTimestamp", "ending
                 "minMessagesPerTrigger", "maxTriggerDelay", "failOnDataLoss",
                 "pullBatchSize")  # fmt: skip
 _POP_ONLY = ("numPartitions", "maxMessagesPerPartition", "invisibleDuration", "waitSeconds",
-             "popBatchSize", "filter", "sqlFilter")  # fmt: skip
+             "popBatchSize", "filter", "sqlFilter", "leaseEndpoints")  # fmt: skip
 _FROM_THE_GROUP = "pop mode reads what the group has not consumed yet"
 _NOT_IN_POP_MODE = {
     "startingOffsets": _FROM_THE_GROUP,
@@ -306,6 +306,25 @@ def _topics(o: _Options) -> tuple[str, tuple[str, ...], str]:
     return "", (), pattern
 
 
+def _lease_endpoints(o: _Options) -> tuple[str, ...]:
+    """Option leaseEndpoints: an ordered, comma-separated list of distinct proxies."""
+    if not o.has("leaseEndpoints"):
+        return ()
+    text = o.text("leaseEndpoints")
+    items = tuple(item.strip() for item in text.split(","))
+    if not all(items):
+        raise OptionError(
+            f"option leaseEndpoints={text!r} has an empty item: give HOST:PORT of each proxy, "
+            "separated by commas"
+        )
+    twice = sorted({item for item in items if items.count(item) > 1})
+    if twice:
+        raise OptionError(
+            f"option leaseEndpoints names {', '.join(twice)} more than once: each proxy once"
+        )
+    return items
+
+
 _BY_TIMESTAMP_SHAPE = '{"<topic>": {"<queue id>": <epoch ms>, ...}, ...}'
 
 
@@ -426,6 +445,12 @@ class ReadOptions(_Signed):
     """Pop mode: tag expression ("TagA || TagB")."""
     sql_filter: str = ""
     """Pop mode: a SQL92 filter over properties instead ("region = 'eu' AND amount > 100")."""
+    lease_endpoints: tuple[str, ...] = ()
+    """Pop mode (option leaseEndpoints: "h1:8081,h2:8081", in this order on every run):
+    the proxies lease tokens are pinned to. Each token's reads, renewals and ack go to one of
+    them, chosen by hashing the token, and never fail over: then a proxy serves the token
+    from memory through an etcd outage (docs/cluster-consumers.md). Empty: every call goes
+    to `endpoint`, failing over, and fails retriably while etcd is down."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
     tls: TLS = False
@@ -498,6 +523,7 @@ class ReadOptions(_Signed):
                 )
         return cls(
             endpoint=endpoint,
+            lease_endpoints=_lease_endpoints(o),
             topic=topic,
             subscribe=subscribe,
             subscribe_pattern=pattern,

@@ -16,17 +16,26 @@ Several topics (subscribe, subscribePattern) are popped by one group: each topic
 backlog gets its own partitions in a batch (numPartitions each, default its queue count),
 and the batch's offset lists them so its tokens map to the same topics on a replay.
 
+With leaseEndpoints every call on a token (its reads, renewals and ack) goes to one proxy,
+chosen by hashing the token over that ordered list (`lease_endpoint`), with LeasePop and
+AckLease `pinned`: that proxy then serves and acks the token from its memory while etcd is
+down (proxy/lease_pinning.py). A token's proxy never changes while the query runs: a read
+whose proxy does not answer fails retriably (Spark retries the task, then fails the query),
+and its acks and renewals are retried at later triggers. Restarting the query with another
+list re-pins the tokens, which is safe since the attempts of the run before are gone.
+
 Guarantee: at-least-once; exactly-once with an idempotent sink (keyed by message_id) as
 long as replays happen while the leases live.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +48,23 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from popmq import NotFoundError, PopMQError, ReceivedMessage, SimpleConsumer, Sql
+from popmq import (
+    DeadlineExceededError,
+    LeaseResult,
+    NotFoundError,
+    PopMQError,
+    ReceivedMessage,
+    SimpleConsumer,
+    Sql,
+    UnavailableError,
+)
 from popmq.spark import _clients
 from popmq.spark.offsets import PopOffset, behind_latest, lease_token, split_by_backlog
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
 from popmq.spark.topics import topics_now
 
-__all__ = ["LeasePartition", "PopMQPopStreamReader", "read_lease"]
+__all__ = ["LeasePartition", "PopMQPopStreamReader", "lease_endpoint", "read_lease"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +84,13 @@ class LeasePartition(InputPartition):
     topic: str
 
 
+def lease_endpoint(endpoints: tuple[str, ...], token: str) -> str:
+    """The proxy of `endpoints` that lease `token` is pinned to: a hash of the token (the
+    same in every process and run, unlike hash()) modulo the list's length."""
+    digest = hashlib.sha256(token.encode()).digest()
+    return endpoints[int.from_bytes(digest[:8], "big") % len(endpoints)]
+
+
 def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.RecordBatch]:
     """Executor side: pop (or replay) the pages of one lease, in Arrow batches of up to
     1,024 rows.
@@ -73,7 +98,25 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
     Only page 0 long-polls; later pages take what is there and the lease stops at the
     first short page, so a replay stops at the same page.
     """
-    consumer = _consumer(options, part.topic)
+    pinned = bool(options.lease_endpoints)
+    endpoint = lease_endpoint(options.lease_endpoints, part.token) if pinned else None
+    try:
+        yield from _read_pages(options, part, endpoint)
+    except (UnavailableError, DeadlineExceededError) as exc:
+        if endpoint is None:
+            raise
+        raise type(exc)(
+            f"lease {part.token} is pinned to proxy {endpoint} (leaseEndpoints), which failed: "
+            f"{exc}; the task is retried against the same proxy, never another (another could "
+            "not know the pages this one served from memory while etcd was down); restart "
+            "the query without that proxy in leaseEndpoints if it is gone for good"
+        ) from exc
+
+
+def _read_pages(
+    options: ReadOptions, part: LeasePartition, endpoint: str | None
+) -> Iterator[pa.RecordBatch]:
+    consumer = _consumer(options, part.topic, endpoint)
     remaining = part.max_messages
     page = 0
     rows: list[ReceivedMessage] = []  # pages are small: hand Spark fewer, larger batches
@@ -85,6 +128,7 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
             max_messages=want,
             invisible_duration_s=options.invisible_duration_s,
             wait_s=options.wait_s if page == 0 else 0.0,
+            pinned=endpoint is not None,
         )
         rows += result.messages
         if len(rows) >= _ARROW_BATCH_ROWS:
@@ -98,14 +142,48 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
         yield to_record_batch(rows)
 
 
-def _consumer(options: ReadOptions, topic: str) -> SimpleConsumer:
+def _consumer(options: ReadOptions, topic: str, endpoint: str | None = None) -> SimpleConsumer:
     selector: str | Sql = Sql(options.sql_filter) if options.sql_filter else options.filter
-    return _clients.simple_consumer(options, options.group, topic, selector)
+    return _clients.simple_consumer(options, options.group, topic, selector, endpoint)
 
 
-def _lease_client(options: ReadOptions) -> SimpleConsumer:
-    """The client that acks and renews leases: those calls name the group, not a topic."""
-    return _consumer(options, options.topic)
+def _by_lease_client(
+    options: ReadOptions,
+    tokens: list[str],
+    call: Callable[[SimpleConsumer, list[str], bool], list[LeaseResult]],
+) -> tuple[list[LeaseResult], list[tuple[list[str], PopMQError]]]:
+    """`call(client, tokens, pinned)` of the clients that ack and renew leases (those calls
+    name the group, not a topic): `endpoint`'s for every token, or with leaseEndpoints each
+    token's own proxy's. Answers the results and, per proxy that failed, its tokens and
+    the error (the other proxies' calls are made all the same)."""
+    if not options.lease_endpoints:
+        try:
+            return call(_consumer(options, options.topic), tokens, False), []
+        except PopMQError as exc:
+            return [], [(tokens, exc)]
+    by_proxy: dict[str, list[str]] = {}
+    for token in tokens:
+        by_proxy.setdefault(lease_endpoint(options.lease_endpoints, token), []).append(token)
+    results: list[LeaseResult] = []
+    failed: list[tuple[list[str], PopMQError]] = []
+    for endpoint, mine in by_proxy.items():
+        client = _consumer(options, options.topic, endpoint)
+        try:
+            results += call(client, mine, True)
+        except UnavailableError as exc:
+            if len(mine) == 1:
+                failed.append((mine, exc))
+                continue
+            # While etcd is down a proxy refuses the whole call for one token it cannot
+            # answer from memory: call token by token, so the others go on.
+            for token in mine:
+                try:
+                    results += call(client, [token], True)
+                except PopMQError as one:
+                    failed.append(([token], one))
+        except PopMQError as exc:
+            failed.append((mine, exc))
+    return results, failed
 
 
 class _LeaseKeeper:
@@ -157,10 +235,14 @@ class _LeaseKeeper:
 
     def _renew(self, batch: int, tokens: list[str]) -> None:
         o = self._options
-        try:
-            results = _lease_client(o).renew_leases(tokens, o.invisible_duration_s)
-        except PopMQError as exc:
-            log.warning("renewing the leases of batch %d failed (retried): %s", batch, exc)
+        results, failed = _by_lease_client(
+            o, tokens, lambda client, mine, _: client.renew_leases(mine, o.invisible_duration_s)
+        )
+        for mine, exc in failed:
+            log.warning(
+                "renewing %d leases of batch %d failed (retried): %s", len(mine), batch, exc
+            )
+        if failed:
             return
         with self._lock:
             if batch in self._batches:
@@ -289,13 +371,14 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tokens = self._retry_acks + tracked + derived
         if not tokens:
             return
-        try:
-            results = _lease_client(self.options).ack_leases(tokens)
-        except PopMQError as exc:
-            log.warning("acking %d leases failed, retried next trigger: %s", len(tokens), exc)
-            self._retry_acks = tokens
-            return
-        self._retry_acks = []
+
+        def ack(client: SimpleConsumer, mine: list[str], pinned: bool) -> list[LeaseResult]:
+            return client.ack_leases(mine, pinned=pinned)
+
+        results, failed = _by_lease_client(self.options, tokens, ack)
+        self._retry_acks = [t for mine, _ in failed for t in mine]
+        for mine, exc in failed:
+            log.warning("acking %d leases failed, retried next trigger: %s", len(mine), exc)
         self._backlog_at = float("-inf")  # acks changed the backlog
         planned_here = set(tracked)
         for result in results:

@@ -15,8 +15,9 @@ from popmq.broker_core import (
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_store import LeaseStore, PageId
-from popmq.proxy.leases import LeaseConfig, LeaseOutcome, LeasePage, LeaseTable
+from popmq.proxy.leases import LeaseOutcome, LeasePage, LeaseTable
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.support.etcd import EtcdServer
 from tests.support.lease_broker import lease_broker, popper

@@ -16,8 +16,9 @@ from popmq.broker_core import (
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_store import FOLDER
-from popmq.proxy.leases import LeaseConfig, LeasePage, LeaseTable
+from popmq.proxy.leases import LeasePage, LeaseTable
 from tests.cluster.conftest import MakeCoordinator, unique_cluster
 from tests.support.etcd import EtcdServer
 from tests.support.lease_broker import Pop, lease_broker, popper

@@ -30,8 +30,9 @@ from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core.errors import InvalidArgumentError as BrokerInvalidArgument
 from popmq.broker_core.errors import ResourceExhaustedError as BrokerResourceExhausted
 from popmq.coordination import LocalCoordinator
-from popmq.proxy.leases import LeaseConfig, LeaseTable
+from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.leases import LeasePage as LeasePageResult
+from popmq.proxy.leases import LeaseTable
 from popmq.sdk.errors import error_from_rpc_error
 from tests.support.server_thread import ServerThread
 
@@ -314,6 +315,26 @@ def test_ack_lease_acks_every_page_and_a_replay_is_refused_afterwards(endpoint: 
     with Admin(endpoint) as admin:
         rows = [r for r in admin.get_group_lag("g", "events") if not r.retry]
     assert (rows[0].lag, rows[0].inflight) == (0, 0)
+
+
+def test_a_pinned_lease_is_read_and_acked_by_token_through_a_client_of_one_endpoint(
+    endpoint: str,
+) -> None:
+    _topic(endpoint)
+    _send(endpoint, [f"m{i}".encode() for i in range(6)])
+    with SimpleConsumer(endpoint, group="g", topic="events") as consumer:
+        page = consumer.receive_lease("t", 0, max_messages=6, wait_s=5, pinned=True)
+        assert len(page.messages) == 6
+        again = consumer.receive_lease("t", 0, max_messages=6, wait_s=5, pinned=True)
+        assert again.replayed and again.page_id == page.page_id
+        [result] = consumer.ack_leases(["t"], pinned=True)
+        assert (result.code, result.messages) == ("OK", 6)
+    # A client of several endpoints fails over, which would break the promise.
+    with SimpleConsumer(f"{endpoint},127.0.0.1:1", group="g", topic="events") as several:
+        with pytest.raises(InvalidArgumentError, match="pinned=True needs a client of one"):
+            several.receive_lease("u", 0, pinned=True)
+        with pytest.raises(InvalidArgumentError, match="pinned=True needs a client of one"):
+            several.ack_leases(["u"], pinned=True)
 
 
 def test_ack_lease_naming_the_pages_read_acks_exactly_those(endpoint: str) -> None:

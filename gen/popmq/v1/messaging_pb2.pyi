@@ -485,7 +485,7 @@ class GetOffsetsAtTimeResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
 
 class LeasePopRequest(_message.Message):
-    __slots__ = ("group", "topic", "lease_token", "page", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "acks_by_page")
+    __slots__ = ("group", "topic", "lease_token", "page", "max_messages", "invisible_duration", "long_polling_timeout", "filter", "acks_by_page", "pinned")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -495,6 +495,7 @@ class LeasePopRequest(_message.Message):
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     ACKS_BY_PAGE_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     lease_token: str
@@ -504,7 +505,8 @@ class LeasePopRequest(_message.Message):
     long_polling_timeout: _duration_pb2.Duration
     filter: FilterExpression
     acks_by_page: bool
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., lease_token: _Optional[str] = ..., page: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., acks_by_page: _Optional[bool] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., lease_token: _Optional[str] = ..., page: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., filter: _Optional[_Union[FilterExpression, _Mapping]] = ..., acks_by_page: _Optional[bool] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class LeasePopResponse(_message.Message):
     __slots__ = ("messages", "replayed", "lease_until", "page_id")
@@ -533,14 +535,16 @@ class LeaseResult(_message.Message):
     def __init__(self, lease_token: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., messages: _Optional[int] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AckLeaseRequest(_message.Message):
-    __slots__ = ("group", "lease_tokens", "read_pages")
+    __slots__ = ("group", "lease_tokens", "read_pages", "pinned")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     READ_PAGES_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_tokens: _containers.RepeatedScalarFieldContainer[str]
     read_pages: _containers.RepeatedCompositeFieldContainer[LeaseReadPages]
-    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., read_pages: _Optional[_Iterable[_Union[LeaseReadPages, _Mapping]]] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, group: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., read_pages: _Optional[_Iterable[_Union[LeaseReadPages, _Mapping]]] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class LeaseReadPages(_message.Message):
     __slots__ = ("lease_token", "page_ids")

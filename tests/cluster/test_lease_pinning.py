@@ -1,0 +1,204 @@
+"""Pinned lease tokens (LeasePop and AckLease `pinned`: every call on a token goes to one
+proxy; proxy/lease_pinning.py) through an etcd outage: lease tables (proxies) over one real
+broker store and a real etcd that is killed and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from popmq.broker_core import FailedPreconditionError, UnavailableError
+from popmq.coordination import EtcdCoordinator
+from popmq.proxy.lease_config import LeaseConfig
+from popmq.proxy.lease_store import LeaseStore
+from popmq.proxy.leases import LeaseOutcome, LeasePage, LeaseTable
+from tests.cluster.conftest import unique_cluster
+from tests.support.etcd import EtcdServer
+from tests.support.lease_broker import lease_broker, popper
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _ids(page: LeasePage) -> list[str]:
+    return [m.record.message_id for m in page.messages]
+
+
+async def _ack_when_back(table: LeaseTable, token: str, *, pinned: bool) -> LeaseOutcome:
+    """An ack by token that a reader retries while it fails retriably (etcd coming back)."""
+    for _ in range(300):
+        try:
+            [outcome] = await table.ack("g", [token], pinned=pinned)
+        except UnavailableError:
+            await asyncio.sleep(0.1)
+            continue
+        return outcome
+    raise AssertionError(f"ack of {token} kept failing with UNAVAILABLE")
+
+
+def test_a_pinned_lease_is_read_and_acked_by_token_from_memory_while_etcd_is_down(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=0.2)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            # "t": page 0 stored before the outage; "n": started during it.
+            before = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.kill)
+
+            # Without the promise, as before: refused retriably.
+            with pytest.raises(UnavailableError, match="etcd"):
+                await a.pop("g", "events", "t", 1, 30, pop)
+            with pytest.raises(UnavailableError, match="etcd"):
+                await a.ack("g", ["t"])
+            # Pinned: the proxy's memory answers, and every attempt reads the same pages.
+            replay = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert replay.replayed and _ids(replay) == _ids(before)
+            p1 = await a.pop("g", "events", "t", 1, 30, pop, pinned=True)
+            again = await a.pop("g", "events", "t", 1, 30, pop, pinned=True)
+            assert not p1.replayed and again.replayed and _ids(again) == _ids(p1)
+            n0 = await a.pop("g", "events", "n", 0, 30, pop, pinned=True)
+            assert len(n0.messages) == 4
+            assert await broker.inflight_count(group="g") == 12
+
+            # Renewed from memory, as the driver's keeper does through the same proxy.
+            [renewed] = await a.renew("g", ["t"], 60)
+            assert (renewed.error, renewed.messages) == (None, 8)
+
+            # A proxy the token is not pinned to holds none of it: its ack acks nothing.
+            with pytest.raises(UnavailableError, match="not held whole by this proxy"):
+                await b.ack("g", ["t"], pinned=True)
+            assert await broker.inflight_count(group="g") == 12
+
+            # The ack by token acks every page the proxy popped of each lease, once.
+            acked_t, acked_n = await a.ack("g", ["t", "n"], pinned=True)
+            assert (acked_t.error, acked_t.messages) == (None, 8)
+            assert (acked_n.error, acked_n.messages) == (None, 4)
+            assert await broker.inflight_count(group="g") == 0
+            [repeat] = await a.ack("g", ["t"], pinned=True)  # its answer was lost
+            assert (repeat.error, repeat.messages) == (None, 8)
+            with pytest.raises(FailedPreconditionError, match="acknowledged"):
+                await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+
+            await asyncio.to_thread(own_etcd.start)
+            # The acks are written when etcd is back: every proxy then refuses replays, and
+            # a repeated ack by token through any proxy acknowledges nothing more.
+            store = LeaseStore(ca, margin_s=30)
+
+            async def written() -> bool:
+                with contextlib.suppress(UnavailableError):
+                    t, n = await store.meta("g", "t"), await store.meta("g", "n")
+                    return t is not None and t.acked and n is not None and n.acked
+                return False
+
+            await until(written, "the acks made while etcd was down written", 30)
+            for token, count in (("t", 8), ("n", 4)):
+                other = await _ack_when_back(b, token, pinned=False)
+                assert (other.error, other.messages) == (None, count)
+            with pytest.raises(FailedPreconditionError, match="acknowledged"):
+                await b.pop("g", "events", "t", 0, 30, pop)
+            assert await broker.inflight_count(group="g") == 0
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_reader_is_not_given_a_page_in_place_of_one_its_proxy_did_not_pop(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=0.2)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            # Pages another proxy popped (the promise did not hold then), read back here.
+            first = await b.pop("g", "events", "t", 0, 30, pop)
+            read_back = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert read_back.replayed and _ids(read_back) == _ids(first)
+            mine = await a.pop("g", "events", "u", 0, 30, pop, pinned=True)
+            await b.pop("g", "events", "u", 1, 30, pop)
+            await a.pop("g", "events", "u", 1, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.kill)
+
+            # Page 0 of "t" is stored in etcd (b's): a never pops one of its own in its place,
+            # nor a page after a page it did not pop; and it cannot ack either lease whole.
+            with pytest.raises(UnavailableError, match="did not pop"):
+                await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            with pytest.raises(UnavailableError, match="did not pop"):
+                await a.pop("g", "events", "u", 2, 30, pop, pinned=True)
+            replay = await a.pop("g", "events", "u", 0, 30, pop, pinned=True)
+            assert replay.replayed and _ids(replay) == _ids(mine)
+            inflight = await broker.inflight_count(group="g")
+            for token in ("t", "u"):
+                with pytest.raises(UnavailableError, match="not held whole"):
+                    await a.ack("g", [token], pinned=True)
+            assert await broker.inflight_count(group="g") == inflight == 12
+
+            await asyncio.to_thread(own_etcd.start)
+            # With etcd back the ack by token acks what etcd stores, as before.
+            acked = await _ack_when_back(a, "u", pinned=True)
+            assert (acked.error, acked.messages) == (None, 8)
+            assert await broker.inflight_count(group="g") == 4
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_pages_popped_for_a_pinned_reader_during_an_outage_are_acked_by_token_once_back(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=0.2)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.kill)
+            p1 = await a.pop("g", "events", "t", 1, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.start)
+            store = LeaseStore(ca, margin_s=30)
+
+            async def written() -> bool:
+                with contextlib.suppress(UnavailableError):
+                    meta = await store.meta("g", "t")
+                    return meta is not None and await store.page(meta, 1) is not None
+                return False
+
+            await until(written, "page 1 written back", 30)
+            # An unpinned ack by token through another proxy cannot know that one proxy
+            # popped the page: it refuses, acking nothing.
+            [refused] = await b.ack("g", ["t"])
+            assert refused.error is not None and "read_pages" in str(refused.error)
+            assert await broker.inflight_count(group="g") == 8
+            # The proxy that popped it (and is pinned) acks the lease by token.
+            replay = await a.pop("g", "events", "t", 1, 30, pop, pinned=True)
+            assert replay.replayed and _ids(replay) == _ids(p1)
+            acked = await _ack_when_back(a, "t", pinned=True)
+            assert (acked.error, acked.messages) == (None, 8)
+            assert await broker.inflight_count(group="g") == 0
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
