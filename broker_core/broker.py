@@ -75,7 +75,7 @@ from popmq.broker_core.query import MessageQueries
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
-from popmq.broker_core.send import QueueChooser, Sender
+from popmq.broker_core.send import QueueChooser, Sender, SendTicket
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
@@ -598,6 +598,11 @@ class Broker:
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """Store the messages atomically; with sync flush, return after the fsync."""
         return await self._sender.send(messages)
+
+    def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None:
+        """`send` handed to group commit now, its wait left to the caller; None when a topic
+        must be created first (send.py `Sender.send_now`)."""
+        return self._sender.send_now(messages)
 
     def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
         """Whether each (message id, dedup id) of `topic` is in the dedup window (send.py)."""
