@@ -296,3 +296,41 @@ def test_a_frames_sends_are_written_together_each_answered_as_if_it_came_alone(
             assert fresh.record.body == b"f"
 
     asyncio.run(scenario())
+
+
+def test_a_frame_whose_stream_is_cancelled_leaves_each_send_stored_at_most_once(
+    tmp_path: Path,
+) -> None:
+    """A proxy that gives up a stream with a frame on it: whether or not the broker read the
+    frame, a retry of its sends stores each message once (a send begun before is found as a
+    duplicate; its dedup claims ended with the frame)."""
+
+    async def scenario() -> None:
+        async with served(tmp_path / "b") as (broker, _, address):
+            await broker.create_topic("orders", 1)
+            sends = [
+                send_request_wire([NewMessage("orders", f"m{i}".encode(), message_id=f"M{i}")])
+                for i in range(4)
+            ]
+            frame = frame_wire(
+                REQUEST_FRAME_KEY, [hop_answer(i, HOP_SEND, s) for i, s in enumerate(sends)]
+            )
+            async with grpc.aio.insecure_channel(address) as channel:
+                call = channel.stream_stream(
+                    SEND_METHOD, request_serializer=as_is, response_deserializer=as_is
+                )()
+                await call.initial_metadata()
+                await call.write(frame)
+                call.cancel()
+            async with remote(address) as api:
+                retried = await asyncio.gather(
+                    *(
+                        api.send([NewMessage("orders", f"m{i}".encode(), message_id=f"M{i}")])
+                        for i in range(4)
+                    )
+                )
+            assert sorted(r.message_id for (r,) in retried) == ["M0", "M1", "M2", "M3"]
+            stored = await broker.peek("orders", queue_id=0, max_messages=16)
+            assert sorted(m.record.body for m in stored) == [b"m0", b"m1", b"m2", b"m3"]
+
+    asyncio.run(scenario())
