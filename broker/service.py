@@ -41,7 +41,8 @@ from popmq.broker_core.errors import (
     PopMQError,
 )
 from popmq.broker_core.group_rules import GroupState
-from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core.send import SendTicket
+from popmq.broker_core.types import NewMessage, PoppedMessage
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,19 @@ async def _abort(context: grpc.aio.ServicerContext, error: PopMQError) -> None:
     )
 
 
+def _hop_request(request_id: int, payload: bytes) -> send_wire.SendRequestRead:
+    """The SendRequest or SendHalfRequest of HopSendRequest `request_id`."""
+    try:
+        return send_wire.send_request_from_wire(payload)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"HopSendRequest {request_id} does not parse: {exc}") from None
+
+
+def _retrieved(task: asyncio.Task[tuple[int, bytes]]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 @runtime_checkable
 class GroupApplier(Protocol):
     """A broker that takes cluster mode's group records (`Broker`, `RemoteBroker`): not part
@@ -119,6 +133,20 @@ class SendLookup(Protocol):
     a cluster proxy before it routes a repeat it does not remember; not part of BrokerAPI."""
 
     def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]: ...
+
+
+@runtime_checkable
+class FrameSender(Protocol):
+    """A broker that hands a send to group commit without waiting for it (`Broker`): the
+    sends of a HopSend frame are then served by one task (`_hop_send_frame`); not part of
+    BrokerAPI."""
+
+    def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None: ...
+
+
+_Begun = tuple[int, SendTicket | asyncio.Task[tuple[int, bytes]] | tuple[int, bytes]] | None
+"""A request of a HopSend frame once begun (`_hop_send_begin`): its id and its send's ticket,
+its task, or its answer (field, bytes) already; None for one whose id cannot be read."""
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
@@ -521,8 +549,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def _hop_send_frame(self, data: bytes) -> bytes | None:
         """The answer to a HopSendRequest: to a frame, a frame of its requests' answers once
-        they are all ready (each request stored, or refused, on its own, as if it had come
-        alone); to a request of its own, its answer."""
+        they are all ready; to a request of its own, its answer.
+
+        Each request of a frame is stored, or refused, on its own, as if it had come alone,
+        but without a task and a wait of its own: its send is handed to group commit
+        (`FrameSender.send_now`) as the frame is read, in the frame's order, and this task
+        then waits for each in turn (they are written together, as concurrent sends are).
+        A half send, or a send whose topic must be created first, runs as its own task."""
         try:
             parts = send_wire.frame_from_wire(send_wire.REQUEST_FRAME_KEY, data)
         except ValueError:
@@ -530,10 +563,74 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             return None
         if parts is None:
             return await self._hop_send_answer(data)
-        answers = await asyncio.gather(*map(self._hop_send_answer, parts))
-        return send_wire.frame_wire(
-            send_wire.ANSWER_FRAME_KEY, [a for a in answers if a is not None]
-        )
+        broker = self._broker
+        if not isinstance(broker, FrameSender):
+            answers = await asyncio.gather(*map(self._hop_send_answer, parts))
+            return send_wire.frame_wire(
+                send_wire.ANSWER_FRAME_KEY, [a for a in answers if a is not None]
+            )
+        begun = [self._hop_send_begin(broker, part) for part in parts]
+        ended: list[bytes] = []
+        waited = 0
+        try:
+            for started in begun:
+                answer = await self._hop_send_end(started)
+                waited += 1
+                if answer is not None:
+                    ended.append(answer)
+        finally:
+            # Cancelled (the stream ended): the rest are given up as their tasks were.
+            for started in begun[waited:]:
+                if started is not None and not isinstance(started[1], tuple):
+                    started[1].cancel()
+        return send_wire.frame_wire(send_wire.ANSWER_FRAME_KEY, ended)
+
+    def _hop_send_begin(self, broker: FrameSender, data: bytes) -> _Begun:
+        """Begin the HopSendRequest `data` of a frame: a send handed to group commit, a
+        half send (or a send that must wait for its topic) on a task of its own, or a
+        refusal's answer."""
+        try:
+            request_id, field, payload = hop_wire.hop_answer_from_wire(data)
+        except ValueError:
+            log.exception("a proxy sent a malformed HopSendRequest")
+            return None
+        try:
+            self.writes.check()  # _admit(writes=True), which does nothing else
+            request = _hop_request(request_id, payload)
+            ticket = broker.send_now(request.messages) if field == hop_wire.HOP_SEND else None
+        except PopMQError as exc:
+            return request_id, _hop_error(exc)
+        except Exception as exc:
+            log.exception("BrokerService.HopSend failed unexpectedly")
+            return request_id, _hop_error(
+                InternalError(f"broker {self.name!r} failed in HopSend: {exc!r}")
+            )
+        if ticket is not None:
+            return request_id, ticket
+        task = asyncio.ensure_future(self._hop_store(request_id, field, request))
+        # Retrieved even when the frame is given up before its answer is read.
+        task.add_done_callback(_retrieved)
+        return request_id, task
+
+    async def _hop_send_end(self, begun: _Begun) -> bytes | None:
+        """The HopSendResponse bytes answering a begun request, once its outcome is known;
+        None for one that names no request."""
+        if begun is None:
+            return None
+        request_id, waiting = begun
+        if isinstance(waiting, tuple):
+            return hop_wire.hop_answer(request_id, *waiting)
+        try:
+            if isinstance(waiting, SendTicket):
+                answer = hop_wire.HOP_SEND, send_wire.send_response_wire(await waiting.results())
+            else:
+                answer = await waiting
+        except PopMQError as exc:
+            answer = _hop_error(exc)
+        except Exception as exc:
+            log.exception("BrokerService.HopSend failed unexpectedly")
+            answer = _hop_error(InternalError(f"broker {self.name!r} failed in HopSend: {exc!r}"))
+        return hop_wire.hop_answer(request_id, *answer)
 
     async def _hop_send_answer(self, data: bytes) -> bytes | None:
         """The HopSendResponse bytes answering the HopSendRequest `data`; None for bytes that
@@ -556,12 +653,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         """Store the (half) send `payload` (HopSendRequest `field`): (the answer's field, the
         results' bytes), as the unary Send or SendHalf stores and answers it."""
         await self._admit(writes=True)
-        try:
-            request = send_wire.send_request_from_wire(payload)
-        except ValueError as exc:
-            raise InvalidArgumentError(
-                f"HopSendRequest {request_id} does not parse: {exc}"
-            ) from None
+        return await self._hop_store(request_id, field, _hop_request(request_id, payload))
+
+    async def _hop_store(
+        self, request_id: int, field: int, request: send_wire.SendRequestRead
+    ) -> tuple[int, bytes]:
+        """`_hop_sent` for a request read and admitted already."""
         if field == hop_wire.HOP_SEND:
             results = await self._broker.send(request.messages)
         elif field == hop_wire.HOP_SEND_HALF:

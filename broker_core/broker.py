@@ -48,7 +48,6 @@ from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy a
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.data_dir import disk_free, disk_usage
 from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_rules import GroupState
@@ -58,7 +57,7 @@ from popmq.broker_core.inspection import DeliveryEvent, GroupInspection, Inspect
 from popmq.broker_core.lag import Lag
 from popmq.broker_core.lifecycle import Lifecycle
 from popmq.broker_core.long_polling import LongPolling
-from popmq.broker_core.metrics_snapshot import histogram_snapshot, replication_snapshot
+from popmq.broker_core.metrics_snapshot import broker_metrics
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES as PULL_DEFAULT_MESSAGES
 from popmq.broker_core.offsets import PULL_MAX_MESSAGES as PULL_MAX_MESSAGES
 from popmq.broker_core.offsets import OffsetReads, QueueOffsets
@@ -76,7 +75,7 @@ from popmq.broker_core.query import MessageQueries
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.recovery import BootIdentity, recover
 from popmq.broker_core.retention import Retention
-from popmq.broker_core.send import QueueChooser, Sender
+from popmq.broker_core.send import QueueChooser, Sender, SendTicket
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Store, WriteTap
 from popmq.broker_core.timer import DelayedMessages, RecallCodec
@@ -600,6 +599,11 @@ class Broker:
         """Store the messages atomically; with sync flush, return after the fsync."""
         return await self._sender.send(messages)
 
+    def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None:
+        """`send` handed to group commit now, its wait left to the caller; None when a topic
+        must be created first (send.py `Sender.send_now`)."""
+        return self._sender.send_now(messages)
+
     def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
         """Whether each (message id, dedup id) of `topic` is in the dedup window (send.py)."""
         return self._sender.lookup(topic, sent)
@@ -935,33 +939,17 @@ class Broker:
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """Counters and gauges now, copied: the caller keeps nothing that changes under it."""
-        stats, writer = self.stats, self.writer.stats
-        return MetricsSnapshot(
-            sent=dict(stats.sent),
-            popped=dict(stats.popped),
-            acked=dict(stats.acked),
-            nacked=dict(stats.nacked),
-            revived=dict(stats.revived),
-            dead_lettered=dict(stats.dead_lettered),
+        return broker_metrics(
+            self.stats,
+            self.writer.stats,
+            self.store,
+            self.config.store.data_dir,
             long_polls_held=self.polling.held,
             buffered_checkpoints=self.buffered_checkpoints,
             live_checkpoints=self.live_checkpoints,
-            write_batches=writer.batches,
-            write_batches_failed=writer.failed_batches,
-            write_jobs=writer.jobs,
-            batch_jobs=histogram_snapshot(writer.batch_jobs),
-            write_seconds_synced=histogram_snapshot(writer.write_seconds[True]),
-            write_seconds_unsynced=histogram_snapshot(writer.write_seconds[False]),
-            store_bytes=disk_usage(self.config.store.data_dir),
             topics=len(self._topics.list_topics()),
             groups=len(self._groups.list_groups()),
-            disk_free_bytes=disk_free(self.config.store.data_dir),
-            replication=replication_snapshot(self.store),
             transactions_open=self._transactions.open_count,
-            half_sent=dict(stats.half_sent),
-            transaction_checks=dict(stats.transaction_checks),
-            transaction_resolutions=dict(stats.transaction_resolutions),
-            transactions_discarded=dict(stats.transactions_discarded),
         )
 
     # -- introspection for tests and metrics ---------------------------------------------

@@ -105,6 +105,27 @@ class Sender:
         queue before the write, so its commit announces them without a pass over them.
         """
         stamp, topics = await self.admit(messages, half=False)
+        return await self.submit(messages, stamp, topics).results()
+
+    def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None:
+        """`send`, handed to group commit before this returns, its wait left to the caller
+        (`SendTicket.results`); None when a topic of the send must be created first (then
+        `send` it). A refused send raises here, as `send` would.
+
+        The sends of a frame on the cluster hop (broker/service.py) are handed over this way
+        one after the other, in the frame's order, and awaited by one task: each is stored,
+        deduplicated and answered as if it had come alone, without a task and a wait each.
+        """
+        admitted = self.admit_now(messages, half=False)
+        if admitted is None:
+            return None
+        return self.submit(messages, *admitted)
+
+    def submit(
+        self, messages: Sequence[NewMessage], stamp: int, topics: dict[str, TopicInfo]
+    ) -> SendTicket:
+        """Plan an admitted send (`admit`, `admit_now`: its stamp and topics), claim its
+        dedup ids and hand it to group commit; its ticket waits for the write."""
         cfg = self._config.messages
         window_ms = round(cfg.dedup_window_s * 1000)
         results: list[SendResult | None] = [None] * len(messages)
@@ -217,26 +238,18 @@ class Sender:
         def committed(_stored: list[SendResult]) -> None:
             self.announce_arrivals(arrivals, due_first)
 
+        sync = self._config.store.flush == "sync"
         try:
             # Announced in the commit itself: a held pop wakes before this send resumes, and
             # its answer need not wait behind this one's.
-            stored: list[SendResult] = await self._writer.submit(
-                apply, sync=self._config.store.flush == "sync", committed=committed
+            stored: asyncio.Future[list[SendResult]] = self._writer.submit(
+                apply, sync=sync, committed=committed
             )
         except BaseException as exc:
-            done.set_exception(
-                exc if isinstance(exc, Exception) else UnavailableError("the send was cancelled")
-            )
-            raise
-        else:
-            done.set_result(stored)
-        finally:
+            _settle(done, exc)
             pending_sends.release(mine, done)
-        for p, result in zip(plan, stored, strict=True):
-            results[p.index] = result
-        for i, earlier, j in later:
-            results[i] = duplicate_of((await earlier)[j])
-        return [r for r in results if r is not None]
+            raise
+        return SendTicket(stored, done, mine, pending_sends, plan, results, later)
 
     def _store_queued(
         self,
@@ -409,12 +422,43 @@ class Sender:
         """Check a send (or, `half`, a transactional half send) before anything is stored:
         sizes, fields, room on disk, the topics (created if allowed) and their message
         types. Returns the send's stamp (ms) and its topics by name."""
+        stamp = self._checked(messages)
+        names = {msg.topic for msg in messages}
+        topics = {name: await self._topic_for_send(name) for name in names}
+        self._check_types(messages, topics, half=half)
+        return stamp, topics
+
+    def admit_now(
+        self, messages: Sequence[NewMessage], *, half: bool
+    ) -> tuple[int, dict[str, TopicInfo]] | None:
+        """`admit` without a wait: None when a topic of the send is not one of this broker's
+        normal topics (`admit` creates it, or says why not)."""
+        stamp = self._checked(messages)
+        topics: dict[str, TopicInfo] = {}
+        known = self._catalog.topics
+        for msg in messages:
+            name = msg.topic
+            if name not in topics:
+                info = known.get(name)
+                if info is None or info.kind != KIND_NORMAL:
+                    return None
+                topics[name] = info
+        self._check_types(messages, topics, half=half)
+        return stamp, topics
+
+    def _checked(self, messages: Sequence[NewMessage]) -> int:
+        """Check a send's sizes and fields and the room on disk; returns its stamp (ms)."""
         stamp = self._clock.now_ms()
         validation.check_send(messages, stamp, self._config.messages.max_delay_s)
-        names = {msg.topic for msg in messages}
         # A full disk refuses sends first, keeping its last megabytes for acks and nacks.
         self._store.check_room(sum(len(msg.body) + RECORD_OVERHEAD for msg in messages))
-        topics = {name: await self._topic_for_send(name) for name in names}
+        return stamp
+
+    @staticmethod
+    def _check_types(
+        messages: Sequence[NewMessage], topics: dict[str, TopicInfo], *, half: bool
+    ) -> None:
+        """Refuse a message its topic's type does not take, or a queue it does not have."""
         # A send's messages are mostly of one topic and type: each pair is judged once.
         problems: dict[tuple[str, str], str] = {}
         for i, msg in enumerate(messages):
@@ -435,7 +479,6 @@ class Sender:
                     value=msg.queue_id,
                     allowed=f"0..{topic.queues - 1}",
                 )
-        return stamp, topics
 
     async def _topic_for_send(self, name: str) -> TopicInfo:
         info = self._catalog.topics.get(name)
@@ -453,6 +496,74 @@ class Sender:
             )
         except AlreadyExistsError:
             return self._catalog.topic(name)
+
+
+class SendTicket:
+    """A send handed to group commit (`Sender.submit`): `results()` waits for its write and
+    answers as `Sender.send` does. Once the write is done, or the wait for it cancelled,
+    concurrent repeats of the send's dedup ids get its outcome and its claims end, whether
+    or not anyone waits for the results."""
+
+    __slots__ = ("_done", "_later", "_mine", "_pending", "_plan", "_results", "_stored")
+
+    def __init__(
+        self,
+        stored: asyncio.Future[list[SendResult]],
+        done: asyncio.Future[list[SendResult]],
+        mine: list[bytes],
+        pending: PendingDedup,
+        plan: list[_Planned],
+        results: list[SendResult | None],
+        later: list[tuple[int, asyncio.Future[list[SendResult]], int]],
+    ) -> None:
+        self._stored = stored
+        """The group-commit job's future: the stored messages' results, in plan order."""
+        self._done = done
+        """What concurrent repeats of the send's dedup ids wait on (PendingDedup)."""
+        self._mine = mine
+        self._pending = pending
+        self._plan = plan
+        self._results = results
+        """One per message: a duplicate's already, the stored ones' once written."""
+        self._later = later
+        """(message index, the send storing its dedup id now, the index in its results)."""
+        stored.add_done_callback(self._settled)
+
+    def _settled(self, stored: asyncio.Future[list[SendResult]]) -> None:
+        if stored.cancelled():
+            _settle(self._done, None)
+        else:
+            error = stored.exception()
+            if error is None:
+                if not self._done.done():
+                    self._done.set_result(stored.result())
+            else:
+                _settle(self._done, error)
+        self._pending.release(self._mine, self._done)
+
+    async def results(self) -> list[SendResult]:
+        """The send's results, in message order, once its write is durable (and replicated
+        where the shard needs it); raises what failed the write. Cancelling the wait gives
+        up the send's answer, not its write, which goes ahead."""
+        stored = await self._stored
+        results = self._results
+        for p, result in zip(self._plan, stored, strict=True):
+            results[p.index] = result
+        for i, earlier, j in self._later:
+            results[i] = duplicate_of((await earlier)[j])
+        return [r for r in results if r is not None]
+
+    def cancel(self) -> None:
+        """Give up the wait, as a cancelled `results()` does."""
+        self._stored.cancel()
+
+
+def _settle(done: asyncio.Future[list[SendResult]], error: BaseException | None) -> None:
+    """Fail a send's `done` with `error`, or (None, or no Exception) as a cancelled send."""
+    if not done.done():
+        done.set_exception(
+            error if isinstance(error, Exception) else UnavailableError("the send was cancelled")
+        )
 
 
 class _Planned:

@@ -23,10 +23,10 @@ from popmq.broker.send_wire import (
     send_results_from_wire,
 )
 from popmq.broker.wire import error_from_detail
-from popmq.broker_core import NewMessage, NotFoundError
+from popmq.broker_core import InvalidArgumentError, NewMessage, NotFoundError
 from popmq.cluster.hop_stream import SEND_METHOD
 from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
-from tests.support.brokers import remote
+from tests.support.brokers import remote, served_broker
 from tests.support.hop_frames import as_is, held_first, served, settle
 
 
@@ -230,5 +230,107 @@ def test_requests_waiting_for_a_frame_each_time_out_at_their_own_deadline(
                 stored = await broker.peek("orders", queue_id=0, max_messages=8)
                 assert [m.record.body for m in stored] == [b"after"]
                 assert after.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_frames_sends_are_written_together_each_answered_as_if_it_came_alone(
+    tmp_path: Path,
+) -> None:
+    """One task serves a frame: its sends go to group commit in the frame's order, a repeat
+    of a send earlier in the frame is answered with that send's result, a refused send fails
+    no other, and a send to a topic still to create, a half send and a part whose id cannot
+    be read are served as they would be alone."""
+
+    async def scenario() -> None:
+        async with served_broker(tmp_path / "b", auto_create_topics=True) as serving:
+            broker = serving.broker
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("tx", 1, message_type="transaction")
+
+            def send(request_id: int, *messages: NewMessage) -> bytes:
+                return hop_answer(request_id, HOP_SEND, send_request_wire(messages))
+
+            frame = [
+                send(1, NewMessage("orders", b"a", message_id="A")),
+                send(2, NewMessage("orders", b"b")),
+                send(3, NewMessage("orders", b"again", message_id="A")),
+                send(4, NewMessage("orders", b"x", queue_id=3)),
+                b"\x08",  # an id cut short: nothing to answer
+                send(5, NewMessage("fresh", b"f")),
+                hop_answer(
+                    6,
+                    HOP_SEND_HALF,
+                    send_request_wire([NewMessage("tx", b"h")], producer_group="pg"),
+                ),
+                send(7, NewMessage("orders", b"c"), NewMessage("orders", b"d")),
+            ]
+            async with grpc.aio.insecure_channel(serving.address) as channel:
+                call = channel.stream_stream(
+                    SEND_METHOD, request_serializer=as_is, response_deserializer=as_is
+                )()
+                await call.write(frame_wire(REQUEST_FRAME_KEY, frame))
+                answer = await call.read()
+                await call.done_writing()
+            parts = frame_from_wire(ANSWER_FRAME_KEY, answer)
+            assert parts is not None
+            answers = [pb.HopSendResponse.FromString(part) for part in parts]
+            assert [a.id for a in answers] == [1, 2, 3, 4, 5, 6, 7]
+            by_id = {a.id: a for a in answers}
+            refused = error_from_detail(by_id[4].error)
+            assert isinstance(refused, InvalidArgumentError)
+            assert by_id[6].send_half.results[0].transaction_id
+
+            def results(request_id: int) -> list[tuple[int, bool]]:
+                wire = by_id[request_id].send.SerializeToString()
+                return [(r.offset, r.duplicate) for r in send_results_from_wire(wire)]
+
+            assert results(1) == [(0, False)]
+            assert results(2) == [(1, False)]
+            assert results(3) == [(0, True)]
+            assert results(5) == [(0, False)]
+            assert results(7) == [(2, False), (3, False)]
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            assert [m.record.body for m in stored] == [b"a", b"b", b"c", b"d"]
+            (fresh,) = await broker.peek("fresh", max_messages=8)
+            assert fresh.record.body == b"f"
+
+    asyncio.run(scenario())
+
+
+def test_a_frame_whose_stream_is_cancelled_leaves_each_send_stored_at_most_once(
+    tmp_path: Path,
+) -> None:
+    """A proxy that gives up a stream with a frame on it: whether or not the broker read the
+    frame, a retry of its sends stores each message once (a send begun before is found as a
+    duplicate; its dedup claims ended with the frame)."""
+
+    async def scenario() -> None:
+        async with served(tmp_path / "b") as (broker, _, address):
+            await broker.create_topic("orders", 1)
+            sends = [
+                send_request_wire([NewMessage("orders", f"m{i}".encode(), message_id=f"M{i}")])
+                for i in range(4)
+            ]
+            frame = frame_wire(
+                REQUEST_FRAME_KEY, [hop_answer(i, HOP_SEND, s) for i, s in enumerate(sends)]
+            )
+            async with grpc.aio.insecure_channel(address) as channel:
+                call = channel.stream_stream(
+                    SEND_METHOD, request_serializer=as_is, response_deserializer=as_is
+                )()
+                await call.initial_metadata()
+                await call.write(frame)
+                call.cancel()
+            async with remote(address) as api:
+                retried = await asyncio.gather(
+                    *(
+                        api.send([NewMessage("orders", f"m{i}".encode(), message_id=f"M{i}")])
+                        for i in range(4)
+                    )
+                )
+            assert sorted(r.message_id for (r,) in retried) == ["M0", "M1", "M2", "M3"]
+            stored = await broker.peek("orders", queue_id=0, max_messages=16)
+            assert sorted(m.record.body for m in stored) == [b"m0", b"m1", b"m2", b"m3"]
 
     asyncio.run(scenario())

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from popmq.broker_core.errors import InvalidArgumentError, UnavailableError
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, now_ms
 
@@ -115,5 +118,71 @@ def test_concurrent_sends_deduplicate_as_sends_one_after_another_do(
             assert together[2][0].offset == together[0][0].offset
             popped = await broker.pop("g", "orders", max_messages=32, wait_s=0)
             assert sorted(m.record.body for m in popped) == [b"a", b"b", b"c", b"d"]
+
+    asyncio.run(scenario())
+
+
+def test_sends_handed_over_at_once_are_stored_in_that_order_each_with_its_own_outcome(
+    open_broker: OpenBroker,
+) -> None:
+    """`send_now` hands a send to group commit before it returns (a frame's sends on the
+    hop, one after the other): each is answered as if it had been sent alone."""
+
+    async def scenario() -> None:
+        async with open_broker(auto_create_topics=True) as broker:
+            await broker.create_topic("orders", 2)
+            before = (await broker.metrics_snapshot()).write_batches
+            tickets = [
+                broker.send_now([NewMessage("orders", b"a", message_id="A", queue_id=1)]),
+                broker.send_now([NewMessage("orders", b"b", queue_id=1)]),
+                broker.send_now([NewMessage("orders", b"again", message_id="A", queue_id=1)]),
+                broker.send_now([NewMessage("orders", b"c", queue_id=1)]),
+            ]
+            with pytest.raises(InvalidArgumentError, match="queue_id 5 is not a queue"):
+                broker.send_now([NewMessage("orders", b"x", queue_id=5)])
+            # A topic still to create: nothing is handed over; `send` creates it.
+            assert broker.send_now([NewMessage("fresh", b"f")]) is None
+            results = []
+            for ticket in tickets:
+                assert ticket is not None
+                (result,) = await ticket.results()
+                results.append(result)
+            assert [r.offset for r in results] == [0, 1, 0, 2]
+            assert [r.duplicate for r in results] == [False, False, True, False]
+            assert results[2].message_id == "A"
+            # Handed over together, written together.
+            assert (await broker.metrics_snapshot()).write_batches == before + 1
+            stored = await broker.peek("orders", queue_id=1, max_messages=8)
+            assert [m.record.body for m in stored] == [b"a", b"b", b"c"]
+            assert "fresh" not in {t.name for t in await broker.list_topics()}
+            (fresh,) = await broker.send([NewMessage("fresh", b"f")])
+            assert fresh.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_send_whose_wait_is_given_up_is_still_stored_once_and_its_repeat_told_to_retry(
+    open_broker: OpenBroker,
+) -> None:
+    """Cancelling a ticket gives up its answer, not its write (as a cancelled `send`): a
+    repeat that waited on it is refused as retriable, and a retry finds the stored copy."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            first = broker.send_now([NewMessage("orders", b"first", message_id="M")])
+            repeat = broker.send_now([NewMessage("orders", b"repeat", message_id="M")])
+            assert first is not None and repeat is not None
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first.results()
+            with pytest.raises(UnavailableError, match="cancelled") as refused:
+                await repeat.results()
+            assert refused.value.retriable
+            (retried,) = await broker.send([NewMessage("orders", b"retried", message_id="M")])
+            assert retried.duplicate
+            assert retried.offset == 0
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            assert [m.record.body for m in stored] == [b"first"]
 
     asyncio.run(scenario())
