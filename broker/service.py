@@ -579,9 +579,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 if answer is not None:
                     ended.append(answer)
         finally:
-            # Cancelled (the stream ended): the rest are given up as their tasks were.
+            # Cancelled (the stream ended): the answers not read yet are given up. Their
+            # writes and dedup claims go on (a retry finds the claim or the stored copy).
             for started in begun[waited:]:
-                if started is not None and not isinstance(started[1], tuple):
+                if started is not None and isinstance(started[1], asyncio.Task):
                     started[1].cancel()
         return send_wire.frame_wire(send_wire.ANSWER_FRAME_KEY, ended)
 

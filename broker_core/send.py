@@ -500,9 +500,9 @@ class Sender:
 
 class SendTicket:
     """A send handed to group commit (`Sender.submit`): `results()` waits for its write and
-    answers as `Sender.send` does. Once the write is done, or the wait for it cancelled,
-    concurrent repeats of the send's dedup ids get its outcome and its claims end, whether
-    or not anyone waits for the results."""
+    answers as `Sender.send` does. Once the write is done (or failed), concurrent repeats of
+    the send's dedup ids get its outcome and its claims end, whether or not anyone waits for
+    the results: a wait given up ends neither the write nor the claims."""
 
     __slots__ = ("_done", "_later", "_mine", "_pending", "_plan", "_results", "_stored")
 
@@ -545,17 +545,16 @@ class SendTicket:
         """The send's results, in message order, once its write is durable (and replicated
         where the shard needs it); raises what failed the write. Cancelling the wait gives
         up the send's answer, not its write, which goes ahead."""
-        stored = await self._stored
+        # Shielded: cancelling the job's own future would end the send's dedup claims
+        # while its write still goes ahead, and a retry arriving before that write would
+        # find neither a claim nor a stored copy, and store the message twice.
+        stored = await asyncio.shield(self._stored)
         results = self._results
         for p, result in zip(self._plan, stored, strict=True):
             results[p.index] = result
         for i, earlier, j in self._later:
             results[i] = duplicate_of((await earlier)[j])
         return [r for r in results if r is not None]
-
-    def cancel(self) -> None:
-        """Give up the wait, as a cancelled `results()` does."""
-        self._stored.cancel()
 
 
 def _settle(done: asyncio.Future[list[SendResult]], error: BaseException | None) -> None:

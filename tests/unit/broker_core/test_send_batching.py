@@ -5,10 +5,11 @@ every message was stored one by one."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from popmq.broker_core.errors import InvalidArgumentError, UnavailableError
+from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker, now_ms
 
@@ -161,11 +162,11 @@ def test_sends_handed_over_at_once_are_stored_in_that_order_each_with_its_own_ou
     asyncio.run(scenario())
 
 
-def test_a_send_whose_wait_is_given_up_is_still_stored_once_and_its_repeat_told_to_retry(
+def test_a_send_whose_wait_is_given_up_is_still_stored_once_and_its_repeats_are_duplicates(
     open_broker: OpenBroker,
 ) -> None:
-    """Cancelling a ticket gives up its answer, not its write (as a cancelled `send`): a
-    repeat that waited on it is refused as retriable, and a retry finds the stored copy."""
+    """Cancelling the wait for a ticket gives up its answer, not its write nor its dedup
+    claims: a repeat that waited on it is answered as its duplicate, and so is a retry."""
 
     async def scenario() -> None:
         async with open_broker() as broker:
@@ -173,16 +174,66 @@ def test_a_send_whose_wait_is_given_up_is_still_stored_once_and_its_repeat_told_
             first = broker.send_now([NewMessage("orders", b"first", message_id="M")])
             repeat = broker.send_now([NewMessage("orders", b"repeat", message_id="M")])
             assert first is not None and repeat is not None
-            first.cancel()
+            waiting = asyncio.ensure_future(first.results())
+            await asyncio.sleep(0)
+            waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
-                await first.results()
-            with pytest.raises(UnavailableError, match="cancelled") as refused:
-                await repeat.results()
-            assert refused.value.retriable
+                await waiting
+            (repeated,) = await repeat.results()
+            assert repeated.duplicate and repeated.offset == 0
             (retried,) = await broker.send([NewMessage("orders", b"retried", message_id="M")])
             assert retried.duplicate
             assert retried.offset == 0
             stored = await broker.peek("orders", queue_id=0, max_messages=8)
             assert [m.record.body for m in stored] == [b"first"]
+
+    asyncio.run(scenario())
+
+
+def test_a_retry_of_a_cancelled_send_before_its_write_is_not_stored_twice(
+    open_broker: OpenBroker,
+) -> None:
+    """The write of a send whose caller gave up waits behind an fsync in flight; a retry
+    of it that arrives before that write must still find its claim, not store a copy."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            gate = threading.Event()
+            real_sync = broker.store.sync_wal
+
+            def held_sync() -> None:
+                gate.wait(10)
+                real_sync()
+
+            broker.store.sync_wal = held_sync  # type: ignore[method-assign]
+            # Two jobs at once: their fsync goes to the sync thread, held by the gate.
+            earlier = [
+                broker.send_now([NewMessage("orders", b"x")]),
+                broker.send_now([NewMessage("orders", b"y")]),
+            ]
+            for _ in range(3):
+                await asyncio.sleep(0)
+            given_up = asyncio.ensure_future(
+                broker.send([NewMessage("orders", b"first", message_id="M")])
+            )
+            for _ in range(3):
+                await asyncio.sleep(0)
+            given_up.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await given_up
+            retry = asyncio.ensure_future(
+                broker.send([NewMessage("orders", b"retry", message_id="M")])
+            )
+            for _ in range(3):
+                await asyncio.sleep(0)
+            gate.set()
+            (retried,) = await retry
+            assert retried.duplicate
+            for ticket in earlier:
+                assert ticket is not None
+                await ticket.results()
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            assert [m.record.body for m in stored] == [b"x", b"y", b"first"]
 
     asyncio.run(scenario())
