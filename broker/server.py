@@ -53,6 +53,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import start_fencing
+from popmq.broker.hop_wire import HOP_KEEPALIVE_S
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.coordination.coordinator import Coordinator, Session, member_path
@@ -171,7 +172,7 @@ class BrokerServer:
         await self.broker.start()
         try:
             gate = self.gate.interceptor()
-            server = grpc_server(self.config, () if gate is None else (gate,))
+            server = grpc_server(_peer_pings_allowed(self.config), () if gate is None else (gate,))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             # grpc's servicer starts with "" SERVING: not before the broker is ready.
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -394,3 +395,17 @@ def run_broker(config: ServerConfig) -> int:
 
         return run_process(serve_replica, config)
     return run_process(serve_broker, config)
+
+
+def _peer_pings_allowed(config: ServerConfig) -> ServerConfig:
+    """`config` letting clients ping at least twice as often as the proxies do
+    (hop_wire.HOP_KEEPALIVE_S): a connection pinged more often than its server allows is
+    closed with too_many_pings, and a proxy's pings find a cut within seconds."""
+    connections = config.connections
+    allowed = HOP_KEEPALIVE_S / 2
+    if connections.min_client_ping_interval_s <= allowed:
+        return config
+    return dataclasses.replace(
+        config,
+        connections=dataclasses.replace(connections, min_client_ping_interval_s=allowed),
+    )
