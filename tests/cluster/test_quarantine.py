@@ -1,0 +1,85 @@
+"""A proxy's quarantine of a broker it cannot reach (cluster/quarantine.py), on real channels:
+a gRPC server on 127.0.0.1 stands in for the broker (a channel is connected once the HTTP/2
+handshake is done, whatever the server serves)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.fault_tolerance import FaultTable
+from popmq.cluster.quarantine import Quarantine
+from popmq.coordination.coordinator import Entry
+from popmq.coordination.routes import QueueRef
+
+_WAIT_S = 15.0
+"""How long a change the probe must see may take at most (gRPC reconnects within ~1 s)."""
+
+
+async def _listening(port: int = 0) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, bound
+
+
+async def _until(check: object, what: str) -> None:
+    async with asyncio.timeout(_WAIT_S):
+        while not check():  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+    assert check(), what  # type: ignore[operator]
+
+
+def test_an_unreachable_broker_is_quarantined_until_its_connection_is_up_again() -> None:
+    async def scenario() -> None:
+        server, port = await _listening()
+        await server.stop(None)  # nothing listens there now
+        pool = BrokerPool()
+        entry = Entry("brokers/b1", {"addr": f"127.0.0.1:{port}"}, 1, 1, 1)
+        await pool.sync({"b1": entry})
+        faults = FaultTable()
+        quarantine = Quarantine(pool, faults)
+        try:
+            quarantine.unanswered("b1", pool.get("b1"))
+            assert not faults.is_reachable("b1")
+            assert faults.pick("t", {"b1": [0], "b2": [0]}) == QueueRef("b2", 0)
+            await asyncio.sleep(1.0)  # probes find nothing: still out
+            assert not faults.is_reachable("b1")
+            server, _ = await _listening(port)
+            try:
+                await _until(lambda: faults.is_reachable("b1"), "never let back in")
+                assert faults.is_available("b1")
+                # Unanswered on a connected channel (a slow broker): no quarantine.
+                quarantine.unanswered("b1", pool.get("b1"))
+                assert faults.is_reachable("b1")
+            finally:
+                await server.stop(None)
+        finally:
+            await quarantine.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_probe_ends_when_its_broker_leaves_the_cluster() -> None:
+    async def scenario() -> None:
+        server, port = await _listening()
+        await server.stop(None)
+        pool = BrokerPool()
+        await pool.sync({"b1": Entry("brokers/b1", {"addr": f"127.0.0.1:{port}"}, 1, 1, 1)})
+        faults = FaultTable()
+        quarantine = Quarantine(pool, faults)
+        try:
+            quarantine.unanswered("b1", pool.get("b1"))
+            assert quarantine.probing == ["b1"]
+            await pool.sync({})  # its lease lapsed
+            faults.forget("b1")  # as the cluster broker does then
+            await _until(lambda: not quarantine.probing, "the probe outlived its broker")
+            assert faults.is_reachable("b1")
+        finally:
+            await quarantine.close()
+            await pool.close()
+
+    asyncio.run(scenario())
