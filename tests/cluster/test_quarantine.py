@@ -5,16 +5,22 @@ handshake is done, whatever the server serves)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
+from popmq.broker.hop_wire import HOP_KEEPALIVE_S
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.quarantine import Quarantine
+from popmq.cluster.remote_broker import RemoteBroker
 from popmq.coordination.coordinator import Entry
 from popmq.coordination.routes import QueueRef
+from tests.support.brokers import BrokerProcess
+from tests.support.ports import free_port
 
 _WAIT_S = 15.0
 """How long a change the probe must see may take at most (gRPC reconnects within ~1 s)."""
@@ -87,3 +93,34 @@ def test_a_probe_ends_when_its_broker_leaves_the_cluster() -> None:
             await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_a_broker_keeps_a_connection_its_proxy_pings_every_second(tmp_path: Path) -> None:
+    """A gRPC server closes a connection pinged more often than it allows (GOAWAY
+    too_many_pings, after which the channel is idle): a broker allows the proxies' pings."""
+    process = BrokerProcess(tmp_path / "broker", free_port())
+    process.start()
+
+    async def scenario() -> None:
+        remote = RemoteBroker(process.address, catalog=False)
+        await remote.start()
+        try:
+            await _until(remote.connection_up, "never connected")
+            channel = remote._channel  # the channel itself: its state changes are the check
+            assert channel is not None
+            changes: list[grpc.ChannelConnectivity] = []
+            end = time.monotonic() + 5 * HOP_KEEPALIVE_S  # pings every second, no call
+            while (left := end - time.monotonic()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await channel.wait_for_state_change(grpc.ChannelConnectivity.READY)
+                        changes.append(channel.get_state())
+                        break
+            assert changes == [], f"the broker closed the connection: {changes}"
+        finally:
+            await remote.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        process.stop()
