@@ -35,14 +35,6 @@ from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.record_wire import read_varint, varint
 from popmq.broker_core.types import PoppedMessage
 
-HOP_KEEPALIVE_S: Final = 1.0
-"""How often a proxy pings a broker's connection (with or without calls), and how long it
-waits for the answer before it counts the connection lost: a cut that silences it (a one-way
-partition, a paused host) fails the calls in flight within about twice this, not at their
-deadline, and the proxy sends elsewhere meanwhile (cluster/quarantine.py). A broker lets
-peers ping at twice this rate (broker/server.py), since grpc closes a connection pinged more
-often than its server allows."""
-
 _ELEMENT_TAG: Final = b"\x0a"
 """Field 1, length-delimited: PopResponse.messages, AckResponse.results."""
 # PoppedMessage's fields.

@@ -53,9 +53,9 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import start_fencing
-from popmq.broker.hop_wire import HOP_KEEPALIVE_S
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.coordination.coordinator import Coordinator, Session, member_path
 from popmq.coordination.errors import (
     CoordinationError,

@@ -78,6 +78,7 @@ from popmq.broker_core.types import (
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 
@@ -125,7 +126,7 @@ class RemoteBroker:
         address: str,
         *,
         call_timeout_s: float = 10.0,
-        keepalive_s: float = hop_wire.HOP_KEEPALIVE_S,
+        keepalive_s: float = HOP_KEEPALIVE_S,
         catalog_refresh_s: float = 10.0,
         catalog: bool = True,
         name: str = "",

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import grpc
 
-from popmq.broker.hop_wire import HOP_KEEPALIVE_S
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.quarantine import Quarantine
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.coordination.coordinator import Entry
 from popmq.coordination.routes import QueueRef
 from tests.support.brokers import BrokerProcess
