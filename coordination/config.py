@@ -117,8 +117,8 @@ HOP_KEEPALIVE_S = 1.0
 waits for the answer before it counts the connection lost: a cut that silences it (a one-way
 partition, a paused host) fails the calls in flight within about twice this, not at their
 deadline, and the proxy sends elsewhere meanwhile (cluster/quarantine.py). A broker lets
-peers ping at twice this rate (broker/server.py), since grpc closes a connection pinged more
-often than its server allows."""
+its clients ping as often as they like (broker/server.py), since grpc closes a connection
+pinged more often than its server allows."""
 
 
 @dataclass(frozen=True, kw_only=True)
