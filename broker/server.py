@@ -53,6 +53,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import start_fencing
+from popmq.broker.peer_pings import peer_pings_allowed
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.coordination.coordinator import Coordinator, Session, member_path
@@ -171,7 +172,7 @@ class BrokerServer:
         await self.broker.start()
         try:
             gate = self.gate.interceptor()
-            server = grpc_server(_peer_pings_allowed(self.config), () if gate is None else (gate,))
+            server = grpc_server(peer_pings_allowed(self.config), () if gate is None else (gate,))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             # grpc's servicer starts with "" SERVING: not before the broker is ready.
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -394,18 +395,3 @@ def run_broker(config: ServerConfig) -> int:
 
         return run_process(serve_replica, config)
     return run_process(serve_broker, config)
-
-
-def _peer_pings_allowed(config: ServerConfig) -> ServerConfig:
-    """`config` letting its clients ping as often as they like. A broker's clients are the
-    proxies, whose pings every HOP_KEEPALIVE_S find a cut within seconds, and its replicas;
-    a server closes a connection pinged more often than it allows (too_many_pings), failing
-    what is in flight on it. With a 0.5 s allowance, connections to a replica that had been
-    cut one way were closed so in the checker's partition runs: pings held back by a cut can
-    arrive together."""
-    if config.connections.min_client_ping_interval_s == 0:
-        return config
-    return dataclasses.replace(
-        config,
-        connections=dataclasses.replace(config.connections, min_client_ping_interval_s=0.0),
-    )

@@ -117,7 +117,7 @@ HOP_KEEPALIVE_S = 1.0
 waits for the answer before it counts the connection lost: a cut that silences it (a one-way
 partition, a paused host) fails the calls in flight within about twice this, not at their
 deadline, and the proxy sends elsewhere meanwhile (cluster/quarantine.py). A broker lets
-its clients ping as often as they like (broker/server.py), since grpc closes a connection
+its clients ping at twice this rate (broker/peer_pings.py), since grpc closes a connection
 pinged more often than its server allows."""
 
 
