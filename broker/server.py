@@ -53,6 +53,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import start_fencing
+from popmq.broker.peer_pings import peer_pings_allowed
 from popmq.broker.service import BrokerServicer, add_broker_service
 from popmq.broker_core import Broker, InvalidArgumentError
 from popmq.coordination.coordinator import Coordinator, Session, member_path
@@ -171,7 +172,7 @@ class BrokerServer:
         await self.broker.start()
         try:
             gate = self.gate.interceptor()
-            server = grpc_server(self.config, () if gate is None else (gate,))
+            server = grpc_server(peer_pings_allowed(self.config), () if gate is None else (gate,))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             # grpc's servicer starts with "" SERVING: not before the broker is ready.
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -234,6 +234,7 @@ class ClusterBroker:
                 with contextlib.suppress(asyncio.CancelledError, CoordinationError):
                     await task
         self._membership = self._proxy_watch = self._numbering = None
+        await self.sends.quarantine.close()
         await self.pool.close()
         await self.followers.close()
         await self.routes.close()

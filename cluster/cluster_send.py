@@ -10,6 +10,8 @@
 - a broker failure is retried on another broker when the try provably was not stored, else
   on the same broker (send_outcome.py); the broker of each try is noted (in_doubt.py) so
   that a client's repeat of a send goes where the first went;
+- a try that went unanswered on a broker whose connection is down quarantines that broker
+  until its connection is up again (quarantine.py): new sends go elsewhere meanwhile;
 - a repeat the client marked as one (its retry of a send whose answer it did not get) that
   this proxy does not remember, its first try having gone through another proxy, is looked
   up on every broker of the topic first (`LookupSends`: their dedup windows): it goes to
@@ -40,8 +42,9 @@ from popmq.broker_core.message_id import MessageIdGenerator
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.fault_tolerance import FaultTable, SendRouter
 from popmq.cluster.in_doubt import InDoubtSends, Key, send_keys
+from popmq.cluster.quarantine import Quarantine
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.send_outcome import may_be_stored
+from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
 from popmq.cluster.topology import Topology
 from popmq.coordination.routes import QueueRef, RouteCache, TopicRoute
 
@@ -86,6 +89,7 @@ class ClusterSend:
         )
         self._clock = faults.clock
         self._ids = MessageIdGenerator()
+        self.quarantine = Quarantine(pool, faults)
 
     async def route(
         self,
@@ -152,15 +156,18 @@ class ClusterSend:
     ) -> list[SendResult]:
         topology = self._topology
         pool = self._pool
+        quarantine = self.quarantine
 
         async def to_queue(queue: QueueRef) -> list[SendResult]:
             placed = [_with_queue(m, queue.queue_id) for m in batch]
-            return await _sent(queue.broker, store(pool.get(queue.broker), placed))
+            remote = pool.get(queue.broker)
+            return await _sent(queue.broker, remote, store(remote, placed), quarantine)
 
         async def to_broker(queue: QueueRef) -> list[SendResult]:
             # The broker spreads the batch over its queues of the topic, as one process
             # spreads a batch over all of them.
-            return await _sent(queue.broker, store(pool.get(queue.broker), batch))
+            remote = pool.get(queue.broker)
+            return await _sent(queue.broker, remote, store(remote, batch), quarantine)
 
         if group:
             route = topology.route(topic)
@@ -253,12 +260,21 @@ class ClusterSend:
         return results
 
 
-async def _sent(broker: str, send: Awaitable[list[SendResult]]) -> list[SendResult]:
+async def _sent(
+    broker: str,
+    remote: RemoteBroker,
+    send: Awaitable[list[SendResult]],
+    quarantine: Quarantine,
+) -> list[SendResult]:
     """A send to a broker that does not know a topic its route gives it (its catalog sync is
     behind, or it missed the topic's creation) is that broker's failure, retried elsewhere,
-    not the client's NOT_FOUND: the route says the topic exists."""
+    not the client's NOT_FOUND: the route says the topic exists. One left unanswered may
+    quarantine the broker (quarantine.py)."""
     try:
         return await send
+    except BrokerUnansweredError:
+        quarantine.unanswered(broker, remote)
+        raise
     except NotFoundError as error:
         raise UnavailableError(
             f"broker {broker!r} does not hold the topic yet ({error}); retry"

@@ -13,6 +13,10 @@ The pieces:
   (broker, queue) for a send with a rotating index per topic, the all-isolated fallback and
   the FIFO rule (a message group keeps its queue; if that queue's broker is out, the send
   fails retriably rather than moving the group).
+- Quarantine: a broker whose connection is down (a call to it went unanswered and its
+  channel is not connected) gets no new send until a probe sees its connection up again
+  (`unreachable`, `reachable`; quarantine.py runs the probe), rather than for a fixed
+  isolation after which a client's send finds the cut again.
 - `SendRouter`: the attempts loop around an async send-to-broker function given by the
   caller: pick, send, record, retry broker failures only: on another broker when the failed
   try provably was not stored, else on the same broker (send_outcome.py), so that a retry
@@ -130,6 +134,13 @@ class _Broker:
     isolations: int = 0
     failures: int = 0
     unknown_outcomes: int = 0
+    unreachable: bool = False
+    """Quarantined: its connection is down; no send is picked for it until `reachable`."""
+
+
+_UNREACHABLE_SHOWN_S = 1.0
+"""What `isolated_for_s` says at least for a quarantined broker (its end is not known: the
+probe's next look): never 0, which would say that sends use it."""
 
 
 def fifo_queue_index(message_group: str, queue_count: int) -> int:
@@ -237,6 +248,7 @@ class FaultTable:
             state.isolated_since = now
         else:
             state.latency_s = latency_s
+            state.unreachable = False  # it answered: its connection is up
             until = now + self.config.isolation_for(latency_s)
             started = now - latency_s
             if started >= state.isolated_since:
@@ -274,6 +286,43 @@ class FaultTable:
             oldest = min(self._forgotten, key=self._forgotten.__getitem__)
             del self._forgotten[oldest]
 
+    def unreachable(self, broker: str) -> bool:
+        """Quarantine `broker`: a call to it went unanswered and its connection is down. No
+        send is picked for it (unless every broker is out: `pick`'s fallback takes it last)
+        until `reachable` or a send on it succeeds; a FIFO send to it is refused. Returns
+        whether it was not quarantined already (the caller then starts a probe); False, and
+        nothing changes, when the table is disabled."""
+        if not self.config.enabled:
+            return False
+        state = self._brokers.get(broker)
+        if state is None:
+            state = self._brokers[broker] = _Broker()
+        if state.unreachable:
+            return False
+        state.unreachable = True
+        state.isolated_since = self._clock()
+        if state.available_at <= state.isolated_since:
+            state.isolations += 1
+            self._isolations += 1
+        return True
+
+    def reachable(self, broker: str) -> None:
+        """End `broker`'s quarantine: its connection is up again. The isolation its failed
+        sends were charged ends too: they failed for want of the connection, which says
+        nothing of the broker now. Unknown or unquarantined brokers are left as they are."""
+        state = self._brokers.get(broker)
+        if state is None or not state.unreachable:
+            return
+        state.unreachable = False
+        now = self._clock()
+        state.available_at = min(state.available_at, now)
+        state.isolated_since = now
+
+    def is_reachable(self, broker: str) -> bool:
+        """Whether `broker` is not quarantined (`unreachable`)."""
+        state = self._brokers.get(broker)
+        return state is None or not state.unreachable
+
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's rotation position. Unknown names are ignored."""
         self._topics.pop(topic, None)
@@ -283,12 +332,13 @@ class FaultTable:
     def is_available(self, broker: str) -> bool:
         """Whether sends may go to `broker` now (a broker never recorded is available)."""
         state = self._brokers.get(broker)
-        return state is None or state.available_at <= self._clock()
+        return state is None or (not state.unreachable and state.available_at <= self._clock())
 
     def isolated_for_s(self, broker: str) -> float:
-        """Seconds until `broker` is available again; 0 when it is."""
+        """Seconds until `broker` is available again; 0 when it is (a quarantined one: at
+        least _UNREACHABLE_SHOWN_S)."""
         state = self._brokers.get(broker)
-        return 0.0 if state is None else max(0.0, state.available_at - self._clock())
+        return 0.0 if state is None else _isolated_for_s(state, self._clock())
 
     def snapshot(self) -> FaultSnapshot:
         """The counters and every broker's state, for an exporter."""
@@ -298,7 +348,7 @@ class FaultTable:
                 BrokerFaultState(
                     broker=name,
                     latency_s=state.latency_s,
-                    isolated_for_s=max(0.0, state.available_at - now),
+                    isolated_for_s=_isolated_for_s(state, now),
                     isolations=state.isolations,
                     failures=state.failures,
                     unknown_outcomes=state.unknown_outcomes,
@@ -359,7 +409,7 @@ class FaultTable:
             and (
                 not enabled
                 or (state := self._brokers.get(broker)) is None
-                or state.available_at <= now
+                or (state.available_at <= now and not state.unreachable)
             )
         }
         if len(usable) < len(layout):
@@ -416,6 +466,8 @@ class FaultTable:
         queue = queues[fifo_queue_index(message_group, len(queues))]
         if live is not None and queue.broker not in live:
             why = "is not a live member of the cluster"
+        elif not self.is_reachable(queue.broker):
+            why = "cannot be reached now (its connection is down)"
         elif not self.is_available(queue.broker):
             why = (
                 f"is isolated for another {self.isolated_for_s(queue.broker):.1f} s after"
@@ -443,10 +495,16 @@ class FaultTable:
             self._topics.move_to_end(topic)
         return state
 
-    def _soonest_back_key(self, broker: str) -> tuple[float, float, str]:
-        # Only called for brokers with an entry (all candidates are isolated).
+    def _soonest_back_key(self, broker: str) -> tuple[bool, float, float, str]:
+        # Only called for brokers with an entry (all candidates are isolated); quarantined
+        # ones last: their end is not known.
         state = self._brokers[broker]
-        return (state.available_at, state.latency_s, broker)
+        return (state.unreachable, state.available_at, state.latency_s, broker)
+
+
+def _isolated_for_s(state: _Broker, now: float) -> float:
+    left = max(0.0, state.available_at - now)
+    return max(left, _UNREACHABLE_SHOWN_S) if state.unreachable else left
 
 
 def _interleave(layout: Sequence[tuple[str, Sequence[int]]]) -> tuple[QueueRef, ...]:
@@ -535,7 +593,8 @@ class SendRouter:
             deadline: On the table's clock: no new broker is tried after it.
             pinned: A broker an earlier send of these messages went to and may have stored
                 them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
-                whether or not the broker has writable queues now.
+                whether or not the broker has writable queues now; while that broker is
+                quarantined (its connection down) it fails at once as of unknown outcome.
             idempotent: A repeat on one broker is deduplicated there (False for half
                 messages: every broker failure then moves the send on).
 
@@ -548,6 +607,18 @@ class SendRouter:
         """
         queue: QueueRef | None
         if pinned is not None:
+            if idempotent and not self.table.is_reachable(pinned):
+                # Its broker's connection is down (quarantined): a try there would only wait
+                # for it, and another broker could store a second copy. Told at once, the
+                # client's retries do not each wait out in_doubt_retry_s on a cut.
+                self._in_doubt_failed += 1
+                self.table.record_exhausted()
+                raise OutcomeUnknownError(
+                    f"a send to topic {topic!r} may or may not be stored on broker {pinned!r}"
+                    f" (an earlier try of it went there unanswered), which cannot be reached"
+                    f" now: its connection is down; the send was not tried on another broker,"
+                    f" which would store a second copy; retry later with the same message ids"
+                )
             ids = queues.get(pinned)
             queue = QueueRef(pinned, min(ids) if ids else 0)
         else:

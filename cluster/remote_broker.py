@@ -7,8 +7,8 @@ retriable `UnavailableError` naming the broker's address.
 
 Deadlines: a plain call gets `call_timeout_s`; a long poll (a pop, pull_wait or
 await_messages that waits) gets its wait plus `call_timeout_s`, never a short deadline; and
-`wait_failure` none. The channel pings the broker every `keepalive_s` to find a dead
-connection, and reconnects within about a second once the broker is back.
+`wait_failure` none. The channel pings the broker every `keepalive_s` (1 s: a silent cut
+fails the calls in flight within ~2 s), and reconnects within ~1 s once the broker is back.
 
 The synchronous members of BrokerAPI (its docstring says why they are synchronous) are
 answered from a cache, for ONE broker:
@@ -78,6 +78,7 @@ from popmq.broker_core.types import (
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
 
@@ -105,7 +106,7 @@ class RemoteBroker:
         address: The broker's BrokerService, HOST:PORT.
         call_timeout_s: Deadline of a call that does not wait, and what a long poll gets
             beyond its wait.
-        keepalive_s: The channel pings the broker after this long without traffic.
+        keepalive_s: Pings this often; a ping unanswered as long (10 s at most) drops it.
         catalog_refresh_s: The whole topic and group cache is read again this often.
         catalog: Keep the catalog cache and read the server info at start (the
             synchronous members need them). A cluster-mode proxy, which answers those from
@@ -125,7 +126,7 @@ class RemoteBroker:
         address: str,
         *,
         call_timeout_s: float = 10.0,
-        keepalive_s: float = 20.0,
+        keepalive_s: float = HOP_KEEPALIVE_S,
         catalog_refresh_s: float = 10.0,
         catalog: bool = True,
         name: str = "",

@@ -112,6 +112,15 @@ class ReplicationConfig:
             )
 
 
+HOP_KEEPALIVE_S = 1.0
+"""How often a proxy pings a broker's connection (with or without calls), and how long it
+waits for the answer before it counts the connection lost: a cut that silences it (a one-way
+partition, a paused host) fails the calls in flight within about twice this, not at their
+deadline, and the proxy sends elsewhere meanwhile (cluster/quarantine.py). A broker lets
+its clients ping at twice this rate (broker/peer_pings.py), since grpc closes a connection
+pinged more often than its server allows."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FaultToleranceConfig:
     """How sends avoid slow or failing brokers, and how often a send is tried.

@@ -49,6 +49,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.fencing import leader_lease
+from popmq.broker.peer_pings import peer_pings_allowed
 from popmq.broker.replication.election import ShardElection, ShardState, Term
 from popmq.broker.replication.follower import Follower, FollowError
 from popmq.broker.replication.last_leader import LastLeader
@@ -179,7 +180,7 @@ class ReplicaServer:
             )
         gate = self.gate.interceptor()
         server = grpc_server(
-            self.config,
+            peer_pings_allowed(self.config),
             () if gate is None else (gate,),
             # a snapshot's chunks and a follower's batches are larger than any answer
             max_send_bytes=max(MAX_MESSAGE_BYTES, 64 * 1024 * 1024),

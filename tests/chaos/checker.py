@@ -125,6 +125,7 @@ from tests.chaos.replicated import (
     LEADER_KILL,
     LEADER_PARTITIONS,
     LEADER_PAUSE,
+    PEER_CUTS,
     ReplicatedTarget,
 )
 from tests.chaos.targets import (
@@ -222,6 +223,9 @@ class CheckConfig:
             first, one way from etcd or from its peers (in turn: etcd's packets to it, its
             packets to etcd, its peers' packets to it, its packets to them), then heals
             (replicated.py says when).
+        peer_cuts: Replicated mode: times the nemesis cuts `s1-r1`, made to lead first, one
+            way from its peers only (in turn: their packets to it, its packets to them): the
+            peer cuts of ``leader_partitions`` without the etcd ones.
         failover_gap_s: Replicated mode: (min, max) seconds between the end of one failover
             and the next, drawn uniformly.
         failover_timeout_s: Replicated mode: bound of each step of a failover.
@@ -260,6 +264,7 @@ class CheckConfig:
     replicas: int = 2
     pauses: int = 0
     leader_partitions: int = 0
+    peer_cuts: int = 0
     failover_gap_s: tuple[float, float] = (0.5, 2.0)
     failover_timeout_s: float = 120.0
 
@@ -295,7 +300,9 @@ class CheckConfig:
                 raise ValueError("failover_gap_s must be (min, max) within 0..600 s")
             if self.leader_partitions < 0:
                 raise ValueError("leader_partitions must be at least 0")
-        elif self.pauses or self.leader_partitions:
+            if self.peer_cuts < 0:
+                raise ValueError("peer_cuts must be at least 0")
+        elif self.pauses or self.leader_partitions or self.peer_cuts:
             raise ValueError("pauses and leader partitions need replicated mode")
         if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
             raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
@@ -381,7 +388,7 @@ class TotalQueueChecker:
                 flush=config.flush,
                 failover_timeout_s=config.failover_timeout_s,
                 on_death=self._server_died,
-                partitions=config.leader_partitions > 0,
+                partitions=config.leader_partitions + config.peer_cuts > 0,
             )
         elif config.cluster:
             cluster = Cluster(
@@ -542,6 +549,7 @@ class TotalQueueChecker:
         kinds += [
             LEADER_PARTITIONS[n % len(LEADER_PARTITIONS)] for n in range(cfg.leader_partitions)
         ]
+        kinds += [PEER_CUTS[n % len(PEER_CUTS)] for n in range(cfg.peer_cuts)]
         self.rng.shuffle(kinds)
         await self.progress.reached(max(1, cfg.messages // 20))
         for kind in kinds:
@@ -831,6 +839,13 @@ def _parser() -> argparse.ArgumentParser:
         help="times a leader is SIGSTOPped past its lease, then SIGCONTed",
     )
     replicated.add_argument(
+        "--peer-cuts",
+        type=int,
+        default=d.peer_cuts,
+        help="times s1-r1, made to lead, is cut one way from its peers (followers and "
+        "proxies), in turn, then healed (Linux, root, tc)",
+    )
+    replicated.add_argument(
         "--leader-partitions",
         type=int,
         default=d.leader_partitions,
@@ -896,6 +911,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             replicas=args.replicas,
             pauses=args.pauses,
             leader_partitions=args.leader_partitions,
+            peer_cuts=args.peer_cuts,
             failover_gap_s=args.failover_gap,
             failover_timeout_s=args.failover_timeout,
         )

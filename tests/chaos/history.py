@@ -240,8 +240,8 @@ class CheckResult:
                 f"\n  replicated: {cfg.shards} shards x {cfg.replicas} replicas "
                 f"(replication defaults: sync, min_insync 1), {cfg.proxies} proxies, leader "
                 f"lease (session TTL) {cfg.session_ttl_s}s, leader kills {cfg.kills}, leader "
-                f"pauses {cfg.pauses}, leader one-way partitions {cfg.leader_partitions}, send "
-                f"rate {cfg.send_rate or 'unpaced'}"
+                f"pauses {cfg.pauses}, leader one-way partitions {cfg.leader_partitions}, peer "
+                f"cuts {cfg.peer_cuts}, send rate {cfg.send_rate or 'unpaced'}"
                 if cfg.replicated
                 else ""
             ),

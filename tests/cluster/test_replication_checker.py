@@ -164,6 +164,10 @@ def test_leader_partitions_need_replicated_mode() -> None:
         CheckConfig(cluster=True, leader_partitions=1)
     with pytest.raises(ValueError, match="leader_partitions must be at least 0"):
         CheckConfig(replicated=True, leader_partitions=-1)
+    with pytest.raises(ValueError, match="leader partitions need replicated mode"):
+        CheckConfig(cluster=True, peer_cuts=1)
+    with pytest.raises(ValueError, match="peer_cuts must be at least 0"):
+        CheckConfig(replicated=True, peer_cuts=-1)
 
 
 @pytest.mark.slow

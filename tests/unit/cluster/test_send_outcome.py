@@ -210,6 +210,49 @@ def test_a_pinned_send_goes_to_its_broker_even_when_it_is_isolated_or_not_writab
     assert (routed.result, brokers.calls) == ("b", ["b"])
 
 
+def test_an_unreachable_broker_gets_no_send_until_it_is_reachable_again() -> None:
+    clock = FakeClock()
+    router = router_on(clock)
+    table = router.table
+    assert table.unreachable("b") and not table.unreachable("b")  # once: one probe
+    clock.now += 3600  # no fixed isolation ends a quarantine
+    picked = {pick.broker for _ in range(30) if (pick := table.pick("t", THREE)) is not None}
+    assert picked == {"a", "c"}
+    assert not table.is_available("b") and table.isolated_for_s("b") > 0
+    with pytest.raises(UnavailableError, match="cannot be reached now"):
+        table.pick_fifo("t", "g", [QueueRef("b", 0)])
+    # Every other broker out too: the quarantined one is taken last, not never.
+    table.update("a", 0.0, failed=True)
+    table.update("c", 0.0, failed=True)
+    assert table.pick("t", {"a": [0], "b": [0]}) == QueueRef("a", 0)
+    table.reachable("b")  # the probe saw its connection up: its failures' isolation ends
+    assert table.is_available("b") and table.isolated_for_s("b") == 0.0
+    # A send that got an answer from it ends the quarantine as well.
+    table.unreachable("c")
+    table.update("c", 0.01, failed=False)
+    assert table.is_reachable("c")
+
+
+def test_a_disabled_table_quarantines_nothing() -> None:
+    router = router_on(FakeClock(), enabled=False)
+    assert not router.table.unreachable("b") and router.table.is_available("b")
+
+
+def test_a_repeat_pinned_to_an_unreachable_broker_fails_at_once_and_goes_nowhere() -> None:
+    clock = FakeClock()
+    router = router_on(clock)
+    brokers = Brokers(clock)
+    router.table.unreachable("b")
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match="cannot be reached now") as caught:
+        run(router, brokers, pinned="b")
+    assert caught.value.retriable and brokers.calls == [] and clock.now == began
+    assert router.in_doubt_counts == (0, 1, 0)
+    # A new send (nothing pinned) goes to a broker that is reachable.
+    routed = run(router, brokers)
+    assert routed.result != "b" and routed.attempts == 1
+
+
 def test_a_half_send_is_not_idempotent_and_moves_on_after_a_timeout() -> None:
     clock = FakeClock()
     router = router_on(clock)

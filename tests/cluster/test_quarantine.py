@@ -1,0 +1,126 @@
+"""A proxy's quarantine of a broker it cannot reach (cluster/quarantine.py), on real channels:
+a gRPC server on 127.0.0.1 stands in for the broker (a channel is connected once the HTTP/2
+handshake is done, whatever the server serves)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.fault_tolerance import FaultTable
+from popmq.cluster.quarantine import Quarantine
+from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.config import HOP_KEEPALIVE_S
+from popmq.coordination.coordinator import Entry
+from popmq.coordination.routes import QueueRef
+from tests.support.brokers import BrokerProcess
+from tests.support.ports import free_port
+
+_WAIT_S = 15.0
+"""How long a change the probe must see may take at most (gRPC reconnects within ~1 s)."""
+
+
+async def _listening(port: int = 0) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, bound
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + _WAIT_S
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(what)
+
+
+def test_an_unreachable_broker_is_quarantined_until_its_connection_is_up_again() -> None:
+    async def scenario() -> None:
+        server, port = await _listening()
+        await server.stop(None)  # nothing listens there now
+        pool = BrokerPool()
+        entry = Entry("brokers/b1", {"addr": f"127.0.0.1:{port}"}, 1, 1, 1)
+        await pool.sync({"b1": entry})
+        faults = FaultTable()
+        quarantine = Quarantine(pool, faults)
+        try:
+            quarantine.unanswered("b1", pool.get("b1"))
+            assert not faults.is_reachable("b1")
+            assert faults.pick("t", {"b1": [0], "b2": [0]}) == QueueRef("b2", 0)
+            await asyncio.sleep(1.0)  # probes find nothing: still out
+            assert not faults.is_reachable("b1")
+            server, _ = await _listening(port)
+            try:
+                await _until(lambda: faults.is_reachable("b1"), "never let back in")
+                assert faults.is_available("b1")
+                # Unanswered on a connected channel (a slow broker): no quarantine.
+                quarantine.unanswered("b1", pool.get("b1"))
+                assert faults.is_reachable("b1")
+            finally:
+                await server.stop(None)
+        finally:
+            await quarantine.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_probe_ends_when_its_broker_leaves_the_cluster() -> None:
+    async def scenario() -> None:
+        server, port = await _listening()
+        await server.stop(None)
+        pool = BrokerPool()
+        await pool.sync({"b1": Entry("brokers/b1", {"addr": f"127.0.0.1:{port}"}, 1, 1, 1)})
+        faults = FaultTable()
+        quarantine = Quarantine(pool, faults)
+        try:
+            quarantine.unanswered("b1", pool.get("b1"))
+            assert quarantine.probing == ["b1"]
+            await pool.sync({})  # its lease lapsed
+            faults.forget("b1")  # as the cluster broker does then
+            await _until(lambda: not quarantine.probing, "the probe outlived its broker")
+            assert faults.is_reachable("b1")
+        finally:
+            await quarantine.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_keeps_a_connection_its_proxy_pings_every_second(tmp_path: Path) -> None:
+    """A gRPC server closes a connection pinged more often than it allows (GOAWAY
+    too_many_pings, after which the channel is idle): a broker allows the proxies' pings."""
+    process = BrokerProcess(tmp_path / "broker", free_port())
+    process.start()
+
+    async def scenario() -> None:
+        remote = RemoteBroker(process.address, catalog=False)
+        await remote.start()
+        try:
+            await _until(remote.connection_up, "never connected")
+            channel = remote._channel  # the channel itself: its state changes are the check
+            assert channel is not None
+            changes: list[grpc.ChannelConnectivity] = []
+            end = time.monotonic() + 5 * HOP_KEEPALIVE_S  # pings every second, no call
+            while (left := end - time.monotonic()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await channel.wait_for_state_change(grpc.ChannelConnectivity.READY)
+                        changes.append(channel.get_state())
+                        break
+            assert changes == [], f"the broker closed the connection: {changes}"
+        finally:
+            await remote.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        process.stop()
