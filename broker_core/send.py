@@ -167,49 +167,55 @@ class Sender:
         queued: dict[int, list[_Planned]] = {}
         timed: list[_Planned] = []
         due_first = 0
-        for i, msg in enumerate(messages):
-            topic = topics[msg.topic]
-            message_id = ids[i]
-            lookup_key = lookup_keys[i]
-            if lookup_key:
-                hit = hits[asked_at]
-                asked_at += 1
-                pending = pending_sends.waiting(lookup_key)
-                if pending is not None:
-                    later.append((i, *pending))  # the same dedup id is being stored right now
-                    continue
-                if hit is not None:
-                    results[i] = SendResult(
-                        hit.message_id, topic.name, hit.queue_id, hit.offset,
-                        hit.recall_handle, duplicate=True,
-                    )  # fmt: skip
-                    continue
-                pending_sends.claim(lookup_key, done, len(plan))
-                mine.append(lookup_key)
-            queue_id = (
-                self._choose_queue(topic, msg.message_group)
-                if msg.queue_id is None else msg.queue_id
-            )  # fmt: skip
-            due_ms = msg.deliver_at_ms
-            timer_seq = self._timers.next_seq() if due_ms > stamp else 0
-            raw_id = raw_ids[i]
-            planned = _Planned(
-                i, topic, queue_id, msg, message_id, raw_id,
-                stored_record(msg, message_id, stamp, raw_id),
-                msg.dedup_id or message_id, lookup_key, timer_seq, len(plan),
-            )  # fmt: skip
-            plan.append(planned)
-            if timer_seq:
-                timed.append(planned)
-                if not due_first or due_ms < due_first:
-                    due_first = due_ms
-            else:
-                slot = _queue_slot(topic.topic_id, queue_id)
-                group = queued.get(slot)
-                if group is None:
-                    queued[slot] = [planned]
+        try:
+            for i, msg in enumerate(messages):
+                topic = topics[msg.topic]
+                message_id = ids[i]
+                lookup_key = lookup_keys[i]
+                if lookup_key:
+                    hit = hits[asked_at]
+                    asked_at += 1
+                    pending = pending_sends.waiting(lookup_key)
+                    if pending is not None:
+                        later.append((i, *pending))  # the same dedup id is being stored right now
+                        continue
+                    if hit is not None:
+                        results[i] = SendResult(
+                            hit.message_id, topic.name, hit.queue_id, hit.offset,
+                            hit.recall_handle, duplicate=True,
+                        )  # fmt: skip
+                        continue
+                    pending_sends.claim(lookup_key, done, len(plan))
+                    mine.append(lookup_key)
+                queue_id = (
+                    self._choose_queue(topic, msg.message_group)
+                    if msg.queue_id is None else msg.queue_id
+                )  # fmt: skip
+                due_ms = msg.deliver_at_ms
+                timer_seq = self._timers.next_seq() if due_ms > stamp else 0
+                raw_id = raw_ids[i]
+                planned = _Planned(
+                    i, topic, queue_id, msg, message_id, raw_id,
+                    stored_record(msg, message_id, stamp, raw_id),
+                    msg.dedup_id or message_id, lookup_key, timer_seq, len(plan),
+                )  # fmt: skip
+                plan.append(planned)
+                if timer_seq:
+                    timed.append(planned)
+                    if not due_first or due_ms < due_first:
+                        due_first = due_ms
                 else:
-                    group.append(planned)
+                    slot = _queue_slot(topic.topic_id, queue_id)
+                    group = queued.get(slot)
+                    if group is None:
+                        queued[slot] = [planned]
+                    else:
+                        group.append(planned)
+        except BaseException as exc:
+            # A claim left behind would hold every later repeat of its id for good.
+            _settle(done, exc)
+            pending_sends.release(mine, done)
+            raise
         retention_ms = round(self._config.retention.retention_s * 1000)
         arrivals = [
             (group[0].topic.name, group[0].queue_id, len(group)) for group in queued.values()

@@ -237,3 +237,21 @@ def test_a_retry_of_a_cancelled_send_before_its_write_is_not_stored_twice(
             assert [m.record.body for m in stored] == [b"x", b"y", b"first"]
 
     asyncio.run(scenario())
+
+
+def test_a_send_that_fails_while_planned_leaves_no_claim_behind(open_broker: OpenBroker) -> None:
+    """Its dedup ids are claimed before its records are encoded; when encoding fails (here a
+    key that is not valid UTF-8, which only an embedded caller can pass), the claims end with
+    it, so a later send of the same id is stored instead of waiting for good."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            with pytest.raises(UnicodeEncodeError):
+                await broker.send([NewMessage("orders", b"x", message_id="M", keys=["\ud800"])])
+            (stored,) = await asyncio.wait_for(
+                broker.send([NewMessage("orders", b"y", message_id="M")]), 30
+            )
+            assert not stored.duplicate and stored.offset == 0
+
+    asyncio.run(scenario())
