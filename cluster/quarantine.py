@@ -2,7 +2,8 @@
 
 A cut between a proxy and a broker (a one-way partition, a paused host) leaves the TCP
 connection silent: nothing fails until the channel's keepalive ping goes unanswered
-(hop_wire.HOP_KEEPALIVE_S: about 2 s), and then every call in flight there fails unanswered.
+(coordination/config.py HOP_KEEPALIVE_S: a ping a second, the connection dropped when
+one goes unanswered for a second), and then every call in flight there fails unanswered.
 The fault table's isolation after such a failure is a fixed 10 s, after which a client's
 send goes to the broker again and finds the cut again. So instead:
 
@@ -57,6 +58,7 @@ class Quarantine:
         self._faults = faults
         # Broker name -> its probe; one per quarantined broker, changed on the loop only.
         self._probes: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
 
     @property
     def probing(self) -> list[str]:
@@ -65,23 +67,49 @@ class Quarantine:
 
     def unanswered(self, broker: str, remote: RemoteBroker) -> None:
         """A call to `broker` (through `remote`) ended unanswered: quarantine it if its
-        connection is down, and probe it until it is up."""
-        if broker in self._probes or remote.connection_up():
+        connection is down, and probe it until it is up. A call made through a connection
+        the pool has since replaced (the broker registered again, a new leader) says nothing
+        of the broker now."""
+        if self._closed or remote.connection_up():
             return
-        if not self._faults.unreachable(broker):
+        try:
+            if self._pool.get(broker) is not remote:
+                return
+        except UnavailableError:
+            return  # it left the cluster
+        # Marked even while a probe runs: the table may have forgotten the broker since
+        # (it registered again), and that probe would then end at its next look.
+        newly = self._faults.unreachable(broker)
+        if self._faults.is_reachable(broker):
+            return  # the table is disabled
+        probe = self._probes.get(broker)
+        if probe is not None and not probe.done():
             return
-        log.warning(
-            "broker %s cannot be reached (a call went unanswered and its connection is down):"
-            " no new send goes there until it is connected again",
-            broker,
-        )
+        if newly:
+            log.warning(
+                "broker %s at %s cannot be reached from this proxy (a call went unanswered and its"
+                " connection is down): no new send goes there until it is connected again; check"
+                " the network between this proxy and that address",
+                broker,
+                remote.address,
+            )
         task = asyncio.get_running_loop().create_task(
             self._probe(broker), name=f"popmq-quarantine-{broker}"
         )
         self._probes[broker] = task
-        task.add_done_callback(lambda _: self._probes.pop(broker, None))
 
     async def _probe(self, broker: str) -> None:
+        try:
+            await self._watch(broker)
+        except Exception:
+            # Never left quarantined with nobody to lift it: let sends find out again.
+            log.exception("the probe of broker %s failed; its quarantine ends", broker)
+            self._faults.reachable(broker)
+        finally:
+            if self._probes.get(broker) is asyncio.current_task():
+                del self._probes[broker]
+
+    async def _watch(self, broker: str) -> None:
         while True:
             await asyncio.sleep(PROBE_INTERVAL_S)
             if self._faults.is_reachable(broker):
@@ -96,7 +124,8 @@ class Quarantine:
                 return
 
     async def close(self) -> None:
-        """Stop the probes (the quarantines stay as they are)."""
+        """Stop the probes (the quarantines stay as they are); start no more."""
+        self._closed = True
         probes = list(self._probes.values())
         for task in probes:
             task.cancel()
