@@ -303,7 +303,7 @@ class CheckConfig:
             if self.peer_cuts < 0:
                 raise ValueError("peer_cuts must be at least 0")
         elif self.pauses or self.leader_partitions or self.peer_cuts:
-            raise ValueError("pauses and leader partitions need replicated mode")
+            raise ValueError("pauses, leader partitions and peer cuts need replicated mode")
         if self.cluster and (self.brokers < 2 or self.proxies < 1 or self.session_ttl_s < 2):
             raise ValueError("cluster mode needs 2+ brokers, 1+ proxies and session_ttl_s 2+")
         if not (0 <= self.send_rate < math.inf):

@@ -160,11 +160,11 @@ def test_the_checker_flags_a_cut_off_leader_acknowledging_once_another_leads() -
 
 
 def test_leader_partitions_need_replicated_mode() -> None:
-    with pytest.raises(ValueError, match="leader partitions need replicated mode"):
+    with pytest.raises(ValueError, match="leader partitions and peer cuts need replicated mode"):
         CheckConfig(cluster=True, leader_partitions=1)
     with pytest.raises(ValueError, match="leader_partitions must be at least 0"):
         CheckConfig(replicated=True, leader_partitions=-1)
-    with pytest.raises(ValueError, match="leader partitions need replicated mode"):
+    with pytest.raises(ValueError, match="peer cuts need replicated mode"):
         CheckConfig(cluster=True, peer_cuts=1)
     with pytest.raises(ValueError, match="peer_cuts must be at least 0"):
         CheckConfig(replicated=True, peer_cuts=-1)
