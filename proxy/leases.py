@@ -60,7 +60,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeVar
 
 from popmq.broker_core import (
@@ -93,8 +92,9 @@ from popmq.proxy.lease_pages import (
     unrecorded,
 )
 from popmq.proxy.lease_pinning import check_new_page, held_outage_pages, whole_lease
+from popmq.proxy.lease_read_back import give_back, read_back
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
-from popmq.proxy.superseded_handles import deliveries, newest
+from popmq.proxy.superseded_handles import newest
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +458,7 @@ class LeaseTable:
                 or joined.acked
                 or joined.topic != topic
             ):
-                await self._give_back(group, messages)
+                await give_back(self._broker, group, messages)
                 raise _Raced from None
             return await self._add_page(joined, 0, messages, deadline)
         if isinstance(created, CoordinationUnavailableError):
@@ -522,7 +522,7 @@ class LeaseTable:
         """Answer with a page whose entry this proxy tried to create (`written`: the entry or
         why not; `nonce`: its identity's)."""
         if isinstance(written, ConflictError):
-            await self._give_back(meta.group, messages)
+            await give_back(self._broker, meta.group, messages)
             winner = await self._store.page(meta, number)
             if winner is None:
                 raise _Raced from None  # it expired meanwhile: start over
@@ -567,57 +567,11 @@ class LeaseTable:
         if page is not None:
             messages = list(page.messages)
         else:
-            messages = await self._read_back(meta, record)
+            messages = await read_back(self._broker, self._store, meta, record)
             if cached is not None:
                 cached.elsewhere.add(record.number)
         page_id = str(PageId(meta.incarnation, record.number, record.page_id))
         return LeasePage(messages, True, meta.deadline_ms, page_id if record.page_id else "")
-
-    async def _read_back(self, meta: LeaseMeta, record: PageRecord) -> list[PoppedMessage]:
-        """The messages of a page another proxy popped, from their brokers by handle."""
-        for attempt in range(2):
-            found = await newest(
-                self._broker, meta.group, record.handles, partial(deliveries, self._broker)
-            )
-            failed = [f for f in found if isinstance(f, PopMQError)]
-            if not failed:
-                messages = [f for f in found if isinstance(f, PoppedMessage)]
-                if tuple(m.receipt_handle for m in messages) != record.handles:
-                    await self._record_followed(meta, record, messages)
-                return messages
-            if attempt == 0:
-                # A renewal elsewhere may have replaced the handles since the page was read.
-                again = await self._store.page(meta, record.number)
-                if again is not None and again.revision != record.revision:
-                    record = again
-                    continue
-            break
-        raise FailedPreconditionError(
-            f"page {record.number} of lease {meta.token!r} cannot be replayed: {len(failed)} "
-            f"of {len(record.handles)} messages are no longer in flight ({failed[0]})"
-        )
-
-    async def _record_followed(
-        self, meta: LeaseMeta, record: PageRecord, messages: Sequence[PoppedMessage]
-    ) -> None:
-        """Write the handles a replay followed (a renewal that was never recorded moved
-        them), so the next call need not follow them again."""
-        handles, until = page_content(messages)
-        # A conflict: a renewal wrote the page meanwhile, with handles as new as these.
-        with contextlib.suppress(ConflictError):
-            await self._store.update_page(meta, record, handles, until, min(until))
-
-    async def _give_back(self, group: str, messages: Sequence[PoppedMessage]) -> None:
-        """Return messages another proxy's page made redundant: a nack without delay, as a
-        PopStream gives back what it could not write (proxy/pop_stream.py)."""
-
-        async def one(handle: str) -> None:
-            try:
-                await self._broker.nack(group, handle, delay_s=0)
-            except PopMQError as exc:
-                log.debug("giving back a message of group %s skipped: %s", group, exc)
-
-        await asyncio.gather(*(one(m.receipt_handle) for m in messages))
 
     async def _move_deadline(
         self, meta: LeaseMeta, deadline_ms: int, *, lower_only: bool = False
