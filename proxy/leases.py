@@ -91,7 +91,12 @@ from popmq.proxy.lease_pages import (
     unknown_lease,
     unrecorded,
 )
-from popmq.proxy.lease_pinning import check_new_page, held_outage_pages, whole_lease
+from popmq.proxy.lease_pinning import (
+    check_new_page,
+    held_outage_pages,
+    served_unlike_stored,
+    whole_lease,
+)
 from popmq.proxy.lease_read_back import give_back, read_back
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
 from popmq.proxy.superseded_handles import newest
@@ -274,7 +279,9 @@ class LeaseTable:
                         raise
                     if pinned:
                         check_new_page(self._cached.get((group, token)), page, token, exc)
-                    return await self._pop_held(group, topic, token, page, invisible_s, pop, exc)
+                    return await self._pop_held(
+                        group, topic, token, page, invisible_s, pop, exc, pinned=pinned
+                    )
                 if pinned and got.replayed and (group, token) not in self._cached:
                     # Read back: another pop made this page (lease_pinning.py).
                     pid = PageId.parse(got.page_id).incarnation if got.page_id else ""
@@ -360,6 +367,11 @@ class LeaseTable:
         """Mark page `number` as one this proxy did not pop but may be stored: a pinned
         reader is not given another in its place while etcd is down (lease_pinning.py)."""
         cached = self._cached.get((group, token))
+        if cached is not None and (
+            cached.deadline_ms <= _now_ms() or (incarnation and cached.incarnation != incarnation)
+        ):
+            self._drop(cached)  # another incarnation's, or expired: not this page's lease
+            cached = None
         if cached is None:
             cached = HeldLease(group, token, topic, incarnation or new_incarnation(), until)
             self._cached[(group, token)] = cached
@@ -375,6 +387,8 @@ class LeaseTable:
         invisible_s: float,
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
         error: CoordinationUnavailableError,
+        *,
+        pinned: bool,
     ) -> LeasePage:
         """LeasePop while etcd does not answer, from this proxy's memory (lease_outage.py)."""
         cached = self._cached.get((group, token))
@@ -417,6 +431,7 @@ class LeaseTable:
             list(messages), 0, held_bytes(messages), new_incarnation()
         )
         self.held_bytes += held.held_bytes
+        cached.pinned |= pinned
         self._set_deadline(cached, min(cached.deadline_ms, deadline))
         self._write_back.hold(cached, page)
         return LeasePage(list(messages), False, cached.deadline_ms, cached.page_id(page))
@@ -555,6 +570,8 @@ class LeaseTable:
             meta = await self._move_deadline(meta, record.deadline_ms, lower_only=True)
         cached = self._cache(meta)
         page = cached.pages.get(record.number) if cached is not None else None
+        if page is not None and page.nonce != record.page_id:
+            page = None  # another pop's page at this number (lease_outage.py)
         if page is not None and page.revision != record.revision:
             if len(page.messages) == len(record.handles):  # renewed elsewhere: new handles
                 page.messages = [
@@ -651,6 +668,29 @@ class LeaseTable:
         self._write_back.acked(cached)
         return outcome
 
+    async def _ack_served(self, group: str, token: str, held: HeldLease) -> LeaseOutcome:
+        """A pinned ack by token, with etcd up, of a lease whose pages this proxy popped from
+        memory are not what etcd stores: exactly the pages it served, by identity, when it
+        holds the lease whole, the lease entry then marked acked (lease_pinning.py)."""
+        ids = whole_lease(held, _now_ms())
+        if ids is None:
+            return LeaseOutcome(
+                token,
+                FailedPreconditionError(
+                    f"lease {token!r} has pages this proxy popped while etcd was down that etcd "
+                    f"does not store as its pages, and pages {sorted(held.elsewhere)} it did "
+                    "not pop: nothing was acknowledged, and its messages are delivered again "
+                    "after their invisible time"
+                ),
+                0,
+                held.deadline_ms,
+            )
+        outcome = await self._ack_pages(group, token, ids)
+        self._write_back.acked(held)
+        with contextlib.suppress(CoordinationUnavailableError):  # else the loop writes it
+            await self._write_back.flush(held)
+        return outcome
+
     async def _ack_pages(self, group: str, token: str, ids: list[PageId]) -> LeaseOutcome:
         """Ack exactly the pages `ids` name: held here, or stored (by identity)."""
         with contextlib.suppress(CoordinationUnavailableError):
@@ -739,12 +779,23 @@ class LeaseTable:
 
     async def _ack(self, group: str, token: str, *, pinned: bool = False) -> LeaseOutcome:
         meta = await self._store.meta(group, token)
-        if meta is None or meta.deadline_ms <= _now_ms():
+        now = _now_ms()
+        live = meta is not None and meta.deadline_ms > now
+        held = self._cached.get((group, token))
+        pages: list[PageRecord] | None = None
+        if pinned and held is not None and held.pinned and held.pages and held.deadline_ms > now:
+            # Before _cache drops it: its pages may not be the ones etcd stores.
+            if meta is not None and live:
+                pages = await self._store.pages(meta, limit=self.config.max_pages)
+            if held.acked_messages is None and served_unlike_stored(held, meta, pages or [], now):
+                return await self._ack_served(group, token, held)
+        if meta is None or not live:
             return LeaseOutcome(token, unknown_lease(token), 0, 0)
         cached = self._cache(meta)
         if meta.acked:
             return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
-        pages = await self._store.pages(meta, limit=self.config.max_pages)
+        if pages is None:
+            pages = await self._store.pages(meta, limit=self.config.max_pages)
         if any(page.outage for page in pages) and not (pinned and held_outage_pages(cached, pages)):
             return LeaseOutcome(
                 token,
