@@ -167,7 +167,11 @@ def _by_lease_client(
     results: list[LeaseResult] = []
     failed: list[tuple[list[str], PopMQError]] = []
     for endpoint, mine in by_proxy.items():
-        client = _consumer(options, options.topic, endpoint)
+        try:  # a bad item is refused when options are parsed; never kill the keeper
+            client = _consumer(options, options.topic, endpoint)
+        except PopMQError as exc:
+            failed.append((mine, exc))
+            continue
         try:
             results += call(client, mine, True)
         except UnavailableError as exc:
