@@ -22,7 +22,10 @@ AckLease `pinned`: that proxy then serves and acks the token from its memory whi
 down (proxy/lease_pinning.py). A token's proxy never changes while the query runs: a read
 whose proxy does not answer fails retriably (Spark retries the task, then fails the query),
 and its acks and renewals are retried at later triggers. Restarting the query with another
-list re-pins the tokens, which is safe since the attempts of the run before are gone.
+list re-pins the tokens: the attempts of the run before are gone, and a new proxy's pages
+take the place of those stored for a token when it served it from memory (lease_pinning.py),
+so its ack acks what the committed attempt read. Each item of the list must reach one proxy
+process (checked when options are parsed, as far as a target shows it).
 
 Guarantee: at-least-once; exactly-once with an idempotent sink (keyed by message_id) as
 long as replays happen while the leases live.
@@ -106,10 +109,11 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
         if endpoint is None:
             raise
         raise type(exc)(
-            f"lease {part.token} is pinned to proxy {endpoint} (leaseEndpoints), which failed: "
-            f"{exc}; the task is retried against the same proxy, never another (another could "
-            "not know the pages this one served from memory while etcd was down); restart "
-            "the query without that proxy in leaseEndpoints if it is gone for good"
+            f"lease {part.token} is pinned to proxy {endpoint} (leaseEndpoints), which could "
+            f"not serve it: {exc}; the task is retried against the same proxy, never another "
+            "(another could not know the pages this one served from memory while etcd was "
+            "down); only if that proxy is gone for good, restart the query without it in "
+            "leaseEndpoints"
         ) from exc
 
 
