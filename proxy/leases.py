@@ -622,7 +622,8 @@ class LeaseTable:
         """Acknowledge every message of each lease, or for a token in `pages` exactly the
         pages its ids name (lease_outage.py); one outcome per token. `pinned`: every call
         on these leases came to this proxy, so while etcd is down a lease it holds whole is
-        acked from memory (lease_pinning.py)."""
+        acked from memory, and another one's outcome is the retriable UNAVAILABLE naming
+        etcd (lease_pinning.py)."""
         if not tokens:
             raise InvalidArgumentError("lease_tokens is empty: give at least one token")
         for token in tokens:
@@ -650,7 +651,11 @@ class LeaseTable:
                         await self._flush(group, token)
                         outcomes.append(await self._ack(group, token, pinned=True))
                     except CoordinationUnavailableError as exc:
-                        outcomes.append(await self._ack_held(group, token, exc))
+                        try:
+                            outcomes.append(await self._ack_held(group, token, exc))
+                        except CoordinationUnavailableError as refused:
+                            # This token's outcome: the tokens before it may be acked.
+                            outcomes.append(LeaseOutcome(token, refused, 0, 0))
         return outcomes
 
     async def _ack_held(

@@ -182,8 +182,8 @@ def _by_lease_client(
             if len(mine) == 1:
                 failed.append((mine, exc))
                 continue
-            # While etcd is down a proxy refuses the whole call for one token it cannot
-            # answer from memory: call token by token, so the others go on.
+            # While etcd is down a proxy refuses a whole RenewLease for one token it cannot
+            # answer from memory (an AckLease answers per token): call token by token.
             for token in mine:
                 try:
                     results += call(client, [token], True)
@@ -384,9 +384,14 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return client.ack_leases(mine, pinned=pinned)
 
         results, failed = _by_lease_client(self.options, tokens, ack)
-        self._retry_acks = [t for mine, _ in failed for t in mine]
+        # A pinned proxy answers UNAVAILABLE per token it cannot ack while etcd is down.
+        later = [r for r in results if r.code == "UNAVAILABLE"]
+        self._retry_acks = [t for mine, _ in failed for t in mine] + [r.lease_token for r in later]
         for mine, exc in failed:
             log.warning("acking %d leases failed, retried next trigger: %s", len(mine), exc)
+        for result in later:
+            log.info("lease %s: %s; retried next trigger", result.lease_token, result.message)
+        results = [r for r in results if r.code != "UNAVAILABLE"]
         self._backlog_at = float("-inf")  # acks changed the backlog
         planned_here = set(tracked)
         for result in results:
