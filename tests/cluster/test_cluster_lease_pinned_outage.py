@@ -90,10 +90,13 @@ async def _outage(cluster: Cluster) -> None:
         while True:  # retried until it answers, as the driver retries acks
             try:
                 [result] = await consumer.ack_leases([token], pinned=True)
-                break
             except UnavailableError as exc:
                 failures.append((time.monotonic(), f"UNAVAILABLE ack: {exc}"))
-                await asyncio.sleep(0.2)
+            else:
+                if result.code != "UNAVAILABLE":
+                    break
+                failures.append((time.monotonic(), f"UNAVAILABLE ack: {result.message}"))
+            await asyncio.sleep(0.2)
         if result.ok:
             committed.append((time.monotonic(), proxy, read))
         else:  # some messages expired meanwhile: those come back, the rest were acked
