@@ -410,3 +410,41 @@ def test_a_pinned_lease_that_expired_during_the_outage_is_acked_once_etcd_is_bac
             await a.close()
 
     asyncio.run(scenario())
+
+
+def test_a_pinned_ack_acks_its_own_pages_by_identity_when_etcd_keeps_another_incarnation(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """etcd keeps a lease entry the write-back must not take over (acked through another
+    proxy in an earlier run): the pinned ack acks exactly the pages its proxy served from
+    memory, by identity, and nothing of etcd's pages again."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            earlier = await b.pop("g", "events", "t", 0, 30, pop)
+            [acked_before] = await b.ack("g", ["t"])
+            assert (acked_before.error, acked_before.messages) == (None, 4)
+            await asyncio.to_thread(own_etcd.kill)
+            served = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert set(_ids(served)).isdisjoint(_ids(earlier))
+            assert await broker.inflight_count(group="g") == 4
+            await asyncio.to_thread(own_etcd.start)
+
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert (outcome.error, outcome.messages) == (None, 4)
+            assert await _acked(broker, served.messages)
+            assert await broker.inflight_count(group="g") == 0
+            [repeat] = await a.ack("g", ["t"], pinned=True)
+            assert repeat.error is None and await broker.inflight_count(group="g") == 0
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
