@@ -39,7 +39,8 @@ The design:
    that is free (a lease started in memory gets its lease entry first, taking over an entry
    that expired), else as a shadow under its nonce. Either way an ack naming it finds it,
    and a replay finds the page at its number, whoever stored it. A pinned lease's pages
-   take over instead of becoming shadows (lease_pinning.py).
+   take over instead of becoming shadows (lease_pinning.py): an ack naming the page they
+   replaced then finds nothing and acks nothing of it, so its messages come back.
 5. AckLease naming pages this proxy holds acks them from memory; naming one it does not hold
    while etcd is down fails the call with the retriable UNAVAILABLE naming etcd. RenewLease
    while etcd is down renews the pages this proxy holds at the broker and fails with
