@@ -53,7 +53,13 @@ from popmq.coordination.errors import CoordinationUnavailableError
 from popmq.proxy.lease_outage import HeldLease, outage_error
 from popmq.proxy.lease_store import LeaseMeta, PageId, PageRecord
 
-__all__ = ["check_new_page", "held_outage_pages", "served_unlike_stored", "whole_lease"]
+__all__ = [
+    "check_new_page",
+    "held_outage_pages",
+    "not_whole",
+    "served_unlike_stored",
+    "whole_lease",
+]
 
 
 def check_new_page(
@@ -78,6 +84,20 @@ def whole_lease(cached: HeldLease | None, now_ms: int) -> list[PageId] | None:
     if set(cached.pages) != set(range(len(cached.pages))):
         return None
     return [PageId(cached.incarnation, n, cached.pages[n].nonce) for n in sorted(cached.pages)]
+
+
+def not_whole(cached: HeldLease | None) -> str:
+    """Why a live lease is not held whole by this proxy, for the error an ack by token from
+    memory answers."""
+    if cached is None or not (cached.pages or cached.elsewhere):
+        return "it popped none of it (another proxy may have)"
+    if cached.elsewhere:
+        return (
+            f"pages {sorted(cached.elsewhere)} of it were popped elsewhere or written without "
+            "an answer, and may be stored in etcd"
+        )
+    missing = sorted(set(range(max(cached.pages))) - set(cached.pages))
+    return f"pages {missing} of it are not held here"
 
 
 def served_unlike_stored(

@@ -94,6 +94,7 @@ from popmq.proxy.lease_pages import (
 from popmq.proxy.lease_pinning import (
     check_new_page,
     held_outage_pages,
+    not_whole,
     served_unlike_stored,
     whole_lease,
 )
@@ -666,9 +667,13 @@ class LeaseTable:
         cached = self._cached.get((group, token))
         if cached is not None and cached.acked_messages is not None:
             return LeaseOutcome(token, None, cached.acked_messages, cached.deadline_ms)
-        ids = whole_lease(cached, _now_ms())
+        now = _now_ms()
+        if cached is not None and cached.deadline_ms <= now:
+            return LeaseOutcome(token, unknown_lease(token), 0, 0)  # the broker's again
+        ids = whole_lease(cached, now)
         if cached is None or ids is None:
-            raise outage_error(f"lease {token!r} is not held whole by this proxy", error)
+            why = not_whole(cached)
+            raise outage_error(f"lease {token!r} is not held whole by this proxy: {why}", error)
         outcome = await self._ack_pages(group, token, ids)
         self._write_back.acked(cached)
         return outcome
@@ -679,17 +684,12 @@ class LeaseTable:
         holds the lease whole, the lease entry then marked acked (lease_pinning.py)."""
         ids = whole_lease(held, _now_ms())
         if ids is None:
-            return LeaseOutcome(
-                token,
-                FailedPreconditionError(
-                    f"lease {token!r} has pages this proxy popped while etcd was down that etcd "
-                    f"does not store as its pages, and pages {sorted(held.elsewhere)} it did "
-                    "not pop: nothing was acknowledged, and its messages are delivered again "
-                    "after their invisible time"
-                ),
-                0,
-                held.deadline_ms,
+            error = FailedPreconditionError(
+                f"lease {token!r} has pages this proxy popped while etcd was down that etcd "
+                f"does not store, and is not held whole here ({not_whole(held)}): nothing was "
+                "acknowledged; its messages are delivered again after their invisible time"
             )
+            return LeaseOutcome(token, error, 0, held.deadline_ms)
         outcome = await self._ack_pages(group, token, ids)
         self._write_back.acked(held)
         with contextlib.suppress(CoordinationUnavailableError):  # else the loop writes it

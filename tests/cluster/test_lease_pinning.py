@@ -110,7 +110,7 @@ def test_a_pinned_lease_is_read_and_acked_by_token_from_memory_while_etcd_is_dow
             # A proxy the token is not pinned to holds none of it: its ack acks nothing.
             [refused] = await b.ack("g", ["t"], pinned=True)
             assert isinstance(refused.error, UnavailableError), refused
-            assert "not held whole by this proxy" in str(refused.error)
+            assert "not held whole by this proxy: it popped none of it" in str(refused.error)
             assert await broker.inflight_count(group="g") == 12
 
             # The ack by token acks every page the proxy popped of each lease, once; a token
@@ -184,6 +184,7 @@ def test_a_pinned_reader_is_not_given_a_page_in_place_of_one_its_proxy_did_not_p
                 [refused] = await a.ack("g", [token], pinned=True)
                 assert isinstance(refused.error, UnavailableError), refused
                 assert "not held whole" in str(refused.error)
+                assert "popped elsewhere or written without an answer" in str(refused.error)
             assert await broker.inflight_count(group="g") == inflight == 12
 
             await asyncio.to_thread(own_etcd.start)
