@@ -250,15 +250,15 @@ class _LeaseKeeper:
             log.warning(
                 "renewing %d leases of batch %d failed (retried): %s", len(mine), batch, exc
             )
-        if failed:
-            return
-        with self._lock:
-            if batch in self._batches:
-                self._batches[batch] = (tokens, time.monotonic())
-        for result in results:
+        for result in results:  # the proxies that answered, whether or not others failed
             # NOT_FOUND: that task has not popped yet. Anything else: the lease broke.
             if result.code not in ("OK", "NOT_FOUND"):
                 log.warning("lease %s not renewed: %s", result.lease_token, result.message)
+        if failed:
+            return  # the whole batch is due again at the next round
+        with self._lock:
+            if batch in self._batches:
+                self._batches[batch] = (tokens, time.monotonic())
 
 
 class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
