@@ -19,11 +19,12 @@ The design:
 2. Only a reader that promised to ack that way (LeasePop `acks_by_page`), or to send every
    call on the token to this proxy (`pinned`, lease_pinning.py, whose ack by token is then
    safe), is served from memory while etcd does not answer; others get the retriable
-   UNAVAILABLE naming etcd, as before. So no lease with a page popped from memory is acked by token, as long as every
-   attempt under one token runs the same client (true of Spark's tasks) and every proxy is of
-   this release (an earlier one ignores `read_pages`; the pages written back have schema 2,
-   which it refuses to read, but a page another proxy stored at that number is schema 1):
-   upgrade the proxies first.
+   UNAVAILABLE naming etcd, as before. So a lease with a page popped from memory is acked
+   by token only through the proxy it is pinned to, which acks what it served of it
+   (lease_pinning.py), as long as every attempt under one token runs the same client (true
+   of Spark's tasks) and every proxy is of this release (an earlier one ignores
+   `read_pages`; the pages written back have schema 2, which it refuses to read, but a page
+   another proxy stored at that number is schema 1): upgrade the proxies first.
 3. While etcd is down, this proxy answers a LeasePop with `acks_by_page`:
    - a page it holds (popped before the outage or during it): from memory, a replay;
    - page 0 of a lease it holds nothing live of, or page N of a lease whose page N - 1 it
@@ -35,9 +36,11 @@ The design:
    UNAVAILABLE, so the memory held stays bounded however long etcd is away.
 4. When etcd answers again (a background loop tries every `write_back_interval_s`, and
    every lease call flushes its lease first), each held page is written: at its number if
-   that is free (a lease started in memory gets its lease entry first), else as a shadow
-   under its nonce. Either way an ack naming it finds it, and a replay finds the page at its
-   number, whoever stored it.
+   that is free (a lease started in memory gets its lease entry first, taking over an entry
+   that expired), else as a shadow under its nonce. Either way an ack naming it finds it,
+   and a replay finds the page at its number, whoever stored it. A pinned lease's pages
+   take over instead of becoming shadows (lease_pinning.py): an ack naming the page they
+   replaced then finds nothing and acks nothing of it, so its messages come back.
 5. AckLease naming pages this proxy holds acks them from memory; naming one it does not hold
    while etcd is down fails the call with the retriable UNAVAILABLE naming etcd. RenewLease
    while etcd is down renews the pages this proxy holds at the broker and fails with
@@ -75,7 +78,7 @@ from dataclasses import dataclass, field
 
 from popmq.broker_core import MESSAGE_OVERHEAD_BYTES, PopMQError, PoppedMessage
 from popmq.coordination.errors import ConflictError, CoordinationUnavailableError
-from popmq.proxy.lease_store import LeaseStore, PageId
+from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId
 
 __all__ = ["HeldLease", "HeldPage", "WriteBack", "held_bytes", "outage_error", "renew_held"]
 
@@ -126,6 +129,9 @@ class HeldLease:
     acked."""
     elsewhere: set[int] = field(default_factory=set)
     """Pages of it this proxy did not pop that may be stored (lease_pinning.py)."""
+    pinned: bool = False
+    """Pages of it were popped from memory for a pinned reader (lease_pinning.py): what
+    this proxy holds, not what etcd stores, is what that reader read."""
 
     def page_id(self, number: int) -> str:
         return str(PageId(self.incarnation, number, self.pages[number].nonce))
@@ -275,25 +281,13 @@ class WriteBack:
             return
         taken = False  # the lease entry is another incarnation's: every page is a shadow
         if not lease.stored and lease.unwritten:
-            first = min(lease.unwritten)
-            try:
-                await self._store.create(
-                    lease.group,
-                    lease.token,
-                    lease.topic,
-                    lease.deadline_ms,
-                    previous=None,
-                    incarnation=lease.incarnation,
-                )
-            except ConflictError:
-                meta = await self._store.meta(lease.group, lease.token)
-                taken = meta is None or meta.incarnation != lease.incarnation
+            taken = await self._write_lease(lease)
             lease.stored = True
             log.info(
                 "lease %s of group %s, started while etcd was down from page %d: written%s",
                 lease.token,
                 lease.group,
-                first,
+                min(lease.unwritten),
                 " (another proxy had started it: its pages are shadows)" if taken else "",
             )
         for number in sorted(lease.unwritten):
@@ -306,6 +300,44 @@ class WriteBack:
             await self._write_renewal(lease)
         lease.renewed = lease.ack_unwritten = False
         self.forget(lease, ())
+
+    async def _write_lease(self, lease: HeldLease) -> bool:
+        """Create the entry of a lease started in memory; whether another incarnation's
+        live entry is left in place (then this one's pages are shadows). An expired entry is
+        taken over (its messages are the broker's again), and so is a live one, unless
+        acked, for a pinned lease (lease_pinning.py)."""
+        previous: LeaseMeta | None = None
+        for _ in range(4):  # a conflict: another write of the entry meanwhile; read again
+            try:
+                await self._store.create(
+                    lease.group,
+                    lease.token,
+                    lease.topic,
+                    lease.deadline_ms,
+                    previous=previous,
+                    incarnation=lease.incarnation,
+                )
+            except ConflictError:
+                previous = await self._store.meta(lease.group, lease.token)
+            else:
+                return False
+            if previous is not None and previous.incarnation == lease.incarnation:
+                return False  # written by an earlier try whose answer was lost
+            if (
+                previous is not None
+                and previous.deadline_ms > _now_ms()
+                and (previous.acked or not lease.pinned)
+            ):
+                return True
+            if previous is not None:
+                log.info(
+                    "lease %s of group %s: taking over its entry of incarnation %s (%s)",
+                    lease.token,
+                    lease.group,
+                    previous.incarnation,
+                    "expired" if previous.deadline_ms <= _now_ms() else "pinned here",
+                )
+        return True
 
     async def _write_ack(self, lease: HeldLease) -> None:
         """Mark the lease entry acked after an ack by token from memory, so a repeated ack
@@ -373,7 +405,7 @@ class WriteBack:
         handles = [m.receipt_handle for m in page.messages]
         until = [m.invisible_until_ms for m in page.messages]
         deadline = min(until, default=lease.deadline_ms)
-        if not taken:
+        for _ in range(0 if taken else 4):
             try:
                 record = await self._store.create_page_of(
                     lease.group,
@@ -387,8 +419,29 @@ class WriteBack:
                     outage=True,
                 )
             except ConflictError:
-                pass  # another proxy stored page `number` meanwhile: ours is a shadow
+                if not lease.pinned:
+                    break  # another proxy stored page `number` meanwhile: ours is a shadow
             else:
+                page.revision = record.revision
+                return
+            # Pinned: the page the reader read takes the number over (lease_pinning.py).
+            other = await self._store.page_of(lease.group, lease.token, lease.incarnation, number)
+            if other is None:
+                continue  # it expired meanwhile: create again
+            if other.page_id == page.nonce:
+                page.revision = other.revision  # written by an earlier try
+                return
+            with contextlib.suppress(ConflictError):
+                record = await self._store.replace_page_of(
+                    lease.group,
+                    lease.token,
+                    lease.incarnation,
+                    other,
+                    handles,
+                    until,
+                    deadline,
+                    nonce=page.nonce,
+                )
                 page.revision = record.revision
                 return
         with contextlib.suppress(ConflictError):  # written already by an earlier try

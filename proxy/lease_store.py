@@ -347,6 +347,32 @@ class LeaseStore:
             group, token, nonce, number, handles, until_ms, deadline_ms, nonce=nonce, outage=True
         )
 
+    async def replace_page_of(
+        self,
+        group: str,
+        token: str,
+        incarnation: str,
+        record: PageRecord,
+        handles: Sequence[str],
+        until_ms: Sequence[int],
+        deadline_ms: int,
+        *,
+        nonce: str,
+    ) -> PageRecord:
+        """Write a page popped while etcd was down at its number over `record`, another
+        pop's page there (proxy/lease_pinning.py: a pinned reader read this one);
+        ConflictError if that entry changed since read."""
+        return await self._write_page(
+            page_path(group, token, incarnation, record.number),
+            record.number,
+            handles,
+            until_ms,
+            deadline_ms,
+            revision=record.revision,
+            nonce=nonce,
+            outage=True,
+        )
+
     async def page_by_id(self, group: str, token: str, page: PageId) -> PageRecord | None:
         """The page `page` names: at its number if the nonce there is its, else its shadow;
         None when neither is stored."""

@@ -60,7 +60,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeVar
 
 from popmq.broker_core import (
@@ -92,9 +91,16 @@ from popmq.proxy.lease_pages import (
     unknown_lease,
     unrecorded,
 )
-from popmq.proxy.lease_pinning import check_new_page, held_outage_pages, whole_lease
+from popmq.proxy.lease_pinning import (
+    check_new_page,
+    held_outage_pages,
+    not_whole,
+    served_unlike_stored,
+    whole_lease,
+)
+from popmq.proxy.lease_read_back import give_back, read_back
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
-from popmq.proxy.superseded_handles import deliveries, newest
+from popmq.proxy.superseded_handles import newest
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +280,9 @@ class LeaseTable:
                         raise
                     if pinned:
                         check_new_page(self._cached.get((group, token)), page, token, exc)
-                    return await self._pop_held(group, topic, token, page, invisible_s, pop, exc)
+                    return await self._pop_held(
+                        group, topic, token, page, invisible_s, pop, exc, pinned=pinned
+                    )
                 if pinned and got.replayed and (group, token) not in self._cached:
                     # Read back: another pop made this page (lease_pinning.py).
                     pid = PageId.parse(got.page_id).incarnation if got.page_id else ""
@@ -360,6 +368,11 @@ class LeaseTable:
         """Mark page `number` as one this proxy did not pop but may be stored: a pinned
         reader is not given another in its place while etcd is down (lease_pinning.py)."""
         cached = self._cached.get((group, token))
+        if cached is not None and (
+            cached.deadline_ms <= _now_ms() or (incarnation and cached.incarnation != incarnation)
+        ):
+            self._drop(cached)  # another incarnation's, or expired: not this page's lease
+            cached = None
         if cached is None:
             cached = HeldLease(group, token, topic, incarnation or new_incarnation(), until)
             self._cached[(group, token)] = cached
@@ -375,6 +388,8 @@ class LeaseTable:
         invisible_s: float,
         pop: Callable[[], Awaitable[list[PoppedMessage]]],
         error: CoordinationUnavailableError,
+        *,
+        pinned: bool,
     ) -> LeasePage:
         """LeasePop while etcd does not answer, from this proxy's memory (lease_outage.py)."""
         cached = self._cached.get((group, token))
@@ -417,6 +432,7 @@ class LeaseTable:
             list(messages), 0, held_bytes(messages), new_incarnation()
         )
         self.held_bytes += held.held_bytes
+        cached.pinned |= pinned
         self._set_deadline(cached, min(cached.deadline_ms, deadline))
         self._write_back.hold(cached, page)
         return LeasePage(list(messages), False, cached.deadline_ms, cached.page_id(page))
@@ -458,7 +474,7 @@ class LeaseTable:
                 or joined.acked
                 or joined.topic != topic
             ):
-                await self._give_back(group, messages)
+                await give_back(self._broker, group, messages)
                 raise _Raced from None
             return await self._add_page(joined, 0, messages, deadline)
         if isinstance(created, CoordinationUnavailableError):
@@ -522,7 +538,7 @@ class LeaseTable:
         """Answer with a page whose entry this proxy tried to create (`written`: the entry or
         why not; `nonce`: its identity's)."""
         if isinstance(written, ConflictError):
-            await self._give_back(meta.group, messages)
+            await give_back(self._broker, meta.group, messages)
             winner = await self._store.page(meta, number)
             if winner is None:
                 raise _Raced from None  # it expired meanwhile: start over
@@ -555,6 +571,8 @@ class LeaseTable:
             meta = await self._move_deadline(meta, record.deadline_ms, lower_only=True)
         cached = self._cache(meta)
         page = cached.pages.get(record.number) if cached is not None else None
+        if page is not None and page.nonce != record.page_id:
+            page = None  # another pop's page at this number (lease_outage.py)
         if page is not None and page.revision != record.revision:
             if len(page.messages) == len(record.handles):  # renewed elsewhere: new handles
                 page.messages = [
@@ -567,57 +585,11 @@ class LeaseTable:
         if page is not None:
             messages = list(page.messages)
         else:
-            messages = await self._read_back(meta, record)
+            messages = await read_back(self._broker, self._store, meta, record)
             if cached is not None:
                 cached.elsewhere.add(record.number)
         page_id = str(PageId(meta.incarnation, record.number, record.page_id))
         return LeasePage(messages, True, meta.deadline_ms, page_id if record.page_id else "")
-
-    async def _read_back(self, meta: LeaseMeta, record: PageRecord) -> list[PoppedMessage]:
-        """The messages of a page another proxy popped, from their brokers by handle."""
-        for attempt in range(2):
-            found = await newest(
-                self._broker, meta.group, record.handles, partial(deliveries, self._broker)
-            )
-            failed = [f for f in found if isinstance(f, PopMQError)]
-            if not failed:
-                messages = [f for f in found if isinstance(f, PoppedMessage)]
-                if tuple(m.receipt_handle for m in messages) != record.handles:
-                    await self._record_followed(meta, record, messages)
-                return messages
-            if attempt == 0:
-                # A renewal elsewhere may have replaced the handles since the page was read.
-                again = await self._store.page(meta, record.number)
-                if again is not None and again.revision != record.revision:
-                    record = again
-                    continue
-            break
-        raise FailedPreconditionError(
-            f"page {record.number} of lease {meta.token!r} cannot be replayed: {len(failed)} "
-            f"of {len(record.handles)} messages are no longer in flight ({failed[0]})"
-        )
-
-    async def _record_followed(
-        self, meta: LeaseMeta, record: PageRecord, messages: Sequence[PoppedMessage]
-    ) -> None:
-        """Write the handles a replay followed (a renewal that was never recorded moved
-        them), so the next call need not follow them again."""
-        handles, until = page_content(messages)
-        # A conflict: a renewal wrote the page meanwhile, with handles as new as these.
-        with contextlib.suppress(ConflictError):
-            await self._store.update_page(meta, record, handles, until, min(until))
-
-    async def _give_back(self, group: str, messages: Sequence[PoppedMessage]) -> None:
-        """Return messages another proxy's page made redundant: a nack without delay, as a
-        PopStream gives back what it could not write (proxy/pop_stream.py)."""
-
-        async def one(handle: str) -> None:
-            try:
-                await self._broker.nack(group, handle, delay_s=0)
-            except PopMQError as exc:
-                log.debug("giving back a message of group %s skipped: %s", group, exc)
-
-        await asyncio.gather(*(one(m.receipt_handle) for m in messages))
 
     async def _move_deadline(
         self, meta: LeaseMeta, deadline_ms: int, *, lower_only: bool = False
@@ -651,7 +623,8 @@ class LeaseTable:
         """Acknowledge every message of each lease, or for a token in `pages` exactly the
         pages its ids name (lease_outage.py); one outcome per token. `pinned`: every call
         on these leases came to this proxy, so while etcd is down a lease it holds whole is
-        acked from memory (lease_pinning.py)."""
+        acked from memory, and another one's outcome is the retriable UNAVAILABLE naming
+        etcd (lease_pinning.py)."""
         if not tokens:
             raise InvalidArgumentError("lease_tokens is empty: give at least one token")
         for token in tokens:
@@ -679,7 +652,11 @@ class LeaseTable:
                         await self._flush(group, token)
                         outcomes.append(await self._ack(group, token, pinned=True))
                     except CoordinationUnavailableError as exc:
-                        outcomes.append(await self._ack_held(group, token, exc))
+                        try:
+                            outcomes.append(await self._ack_held(group, token, exc))
+                        except CoordinationUnavailableError as refused:
+                            # This token's outcome: the tokens before it may be acked.
+                            outcomes.append(LeaseOutcome(token, refused, 0, 0))
         return outcomes
 
     async def _ack_held(
@@ -690,11 +667,33 @@ class LeaseTable:
         cached = self._cached.get((group, token))
         if cached is not None and cached.acked_messages is not None:
             return LeaseOutcome(token, None, cached.acked_messages, cached.deadline_ms)
-        ids = whole_lease(cached, _now_ms())
+        now = _now_ms()
+        if cached is not None and cached.deadline_ms <= now:
+            return LeaseOutcome(token, unknown_lease(token), 0, 0)  # the broker's again
+        ids = whole_lease(cached, now)
         if cached is None or ids is None:
-            raise outage_error(f"lease {token!r} is not held whole by this proxy", error)
+            why = not_whole(cached)
+            raise outage_error(f"lease {token!r} is not held whole by this proxy: {why}", error)
         outcome = await self._ack_pages(group, token, ids)
         self._write_back.acked(cached)
+        return outcome
+
+    async def _ack_served(self, group: str, token: str, held: HeldLease) -> LeaseOutcome:
+        """A pinned ack by token, with etcd up, of a lease whose pages this proxy popped from
+        memory are not what etcd stores: exactly the pages it served, by identity, when it
+        holds the lease whole, the lease entry then marked acked (lease_pinning.py)."""
+        ids = whole_lease(held, _now_ms())
+        if ids is None:
+            error = FailedPreconditionError(
+                f"lease {token!r} has pages this proxy popped while etcd was down that etcd "
+                f"does not store, and is not held whole here ({not_whole(held)}): nothing was "
+                "acknowledged; its messages are delivered again after their invisible time"
+            )
+            return LeaseOutcome(token, error, 0, held.deadline_ms)
+        outcome = await self._ack_pages(group, token, ids)
+        self._write_back.acked(held)
+        with contextlib.suppress(CoordinationUnavailableError):  # else the loop writes it
+            await self._write_back.flush(held)
         return outcome
 
     async def _ack_pages(self, group: str, token: str, ids: list[PageId]) -> LeaseOutcome:
@@ -785,12 +784,23 @@ class LeaseTable:
 
     async def _ack(self, group: str, token: str, *, pinned: bool = False) -> LeaseOutcome:
         meta = await self._store.meta(group, token)
-        if meta is None or meta.deadline_ms <= _now_ms():
+        now = _now_ms()
+        live = meta is not None and meta.deadline_ms > now
+        held = self._cached.get((group, token))
+        pages: list[PageRecord] | None = None
+        if pinned and held is not None and held.pinned and held.pages and held.deadline_ms > now:
+            # Before _cache drops it: its pages may not be the ones etcd stores.
+            if meta is not None and live:
+                pages = await self._store.pages(meta, limit=self.config.max_pages)
+            if held.acked_messages is None and served_unlike_stored(held, meta, pages or [], now):
+                return await self._ack_served(group, token, held)
+        if meta is None or not live:
             return LeaseOutcome(token, unknown_lease(token), 0, 0)
         cached = self._cache(meta)
         if meta.acked:
             return LeaseOutcome(token, None, meta.acked_messages, meta.deadline_ms)
-        pages = await self._store.pages(meta, limit=self.config.max_pages)
+        if pages is None:
+            pages = await self._store.pages(meta, limit=self.config.max_pages)
         if any(page.outage for page in pages) and not (pinned and held_outage_pages(cached, pages)):
             return LeaseOutcome(
                 token,

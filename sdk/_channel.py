@@ -242,6 +242,34 @@ def parse_endpoints(endpoint: Endpoints) -> tuple[str, ...]:
     return tuple(items)
 
 
+def check_pinnable(endpoint: str) -> str:
+    """Refuse an endpoint that may reach more than one proxy process, for pinned lease
+    tokens (every call on a token to one proxy); returns it unchanged.
+
+    Allowed: one HOST:PORT, or a gRPC target of one address (``unix:``, ``ipv4:`` of one
+    address). A list fails over, a ``dns:`` target may resolve to several addresses and an
+    ``xds://``-like one balances between them. A plain HOST:PORT whose name resolves to
+    several addresses, or a load balancer, cannot be told apart here: the docs say so.
+
+    Raises:
+        InvalidArgumentError: What it may reach, and what is allowed.
+    """
+    items = parse_endpoints(endpoint)
+    if len(items) > 1:
+        why = f"lists {len(items)} endpoints, which a client fails over between"
+    elif items[0].startswith(_ADDRESS_LIST_SCHEMES) and "," in items[0]:
+        why = "lists several addresses, which gRPC fails over between"
+    elif items[0].startswith("dns:") or "://" in items[0]:
+        why = "is a gRPC target that may resolve to several proxies"
+    else:
+        return endpoint
+    raise InvalidArgumentError(
+        f"endpoint {endpoint!r} {why}; a pinned lease token needs one proxy process: give "
+        "HOST:PORT (or unix:PATH) of one proxy, not a load balancer nor a DNS name of "
+        "several addresses"
+    )
+
+
 def check_endpoint(endpoint: str) -> str:
     """Refuse an endpoint gRPC would misread, before any channel exists; returns it unchanged.
 
@@ -435,6 +463,11 @@ class Connection:
     def endpoints(self) -> tuple[str, ...]:
         """Every endpoint, in the order given."""
         return tuple(e.address for e in self._endpoints)
+
+    @property
+    def given_channel(self) -> bool:
+        """Whether the caller gave the channel (its endpoint is theirs, unchecked)."""
+        return not self._endpoints[0].owned
 
     @property
     def current(self) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints
+from popmq.sdk._channel import DEFAULT_TIMEOUT_S, AsyncClient, Endpoints, check_pinnable
 from popmq.sdk._pop_stream import PopStream
 from popmq.sdk._sync import SyncClient
 from popmq.sdk.credentials import Credentials
@@ -428,6 +428,8 @@ class AsyncSimpleConsumer(AsyncClient):
                 f"pinned=True needs a client of one endpoint, not {len(self._conn.endpoints)} "
                 "(a client fails over between them, which would break the promise)"
             )
+        if pinned and not self._conn.given_channel:
+            check_pinnable(self._conn.endpoints[0])
         return pinned
 
     async def renew_leases(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from popmq import Credentials, InvalidArgumentError
+from popmq.sdk._channel import check_pinnable
 from popmq.sdk.tls import TLS, TLSConfig, channel_security
 from popmq.spark.errors import OptionError
 
@@ -322,6 +323,13 @@ def _lease_endpoints(o: _Options) -> tuple[str, ...]:
         raise OptionError(
             f"option leaseEndpoints names {', '.join(twice)} more than once: each proxy once"
         )
+    for item in items:
+        try:
+            check_pinnable(item)
+        except InvalidArgumentError as exc:
+            raise OptionError(
+                f"option leaseEndpoints={text!r} has item {item!r}, which is not one proxy: {exc}"
+            ) from None
     return items
 
 
@@ -449,8 +457,10 @@ class ReadOptions(_Signed):
     """Pop mode (option leaseEndpoints: "h1:8081,h2:8081", in this order on every run):
     the proxies lease tokens are pinned to. Each token's reads, renewals and ack go to one of
     them, chosen by hashing the token, and never fail over: then a proxy serves the token
-    from memory through an etcd outage (docs/cluster-consumers.md). Empty: every call goes
-    to `endpoint`, failing over, and fails retriably while etcd is down."""
+    from memory through an etcd outage (docs/cluster-consumers.md). Each item is HOST:PORT
+    of one proxy process (not a load balancer nor a DNS name of several addresses; dns: and
+    address-list targets are refused). Empty: every call goes to `endpoint`, failing over,
+    and fails retriably while etcd is down."""
     timeout_s: float = 30.0
     """Timeout of each RPC."""
     tls: TLS = False

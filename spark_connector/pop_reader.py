@@ -22,7 +22,10 @@ AckLease `pinned`: that proxy then serves and acks the token from its memory whi
 down (proxy/lease_pinning.py). A token's proxy never changes while the query runs: a read
 whose proxy does not answer fails retriably (Spark retries the task, then fails the query),
 and its acks and renewals are retried at later triggers. Restarting the query with another
-list re-pins the tokens, which is safe since the attempts of the run before are gone.
+list re-pins the tokens: the attempts of the run before are gone, and a new proxy's pages
+take the place of those stored for a token when it served it from memory (lease_pinning.py),
+so its ack acks what the committed attempt read. Each item of the list must reach one proxy
+process (checked when options are parsed, as far as a target shows it).
 
 Guarantee: at-least-once; exactly-once with an idempotent sink (keyed by message_id) as
 long as replays happen while the leases live.
@@ -106,10 +109,11 @@ def read_lease(options: ReadOptions, part: LeasePartition) -> Iterator[pa.Record
         if endpoint is None:
             raise
         raise type(exc)(
-            f"lease {part.token} is pinned to proxy {endpoint} (leaseEndpoints), which failed: "
-            f"{exc}; the task is retried against the same proxy, never another (another could "
-            "not know the pages this one served from memory while etcd was down); restart "
-            "the query without that proxy in leaseEndpoints if it is gone for good"
+            f"lease {part.token} is pinned to proxy {endpoint} (leaseEndpoints), which could "
+            f"not serve it: {exc}; the task is retried against the same proxy, never another "
+            "(another could not know the pages this one served from memory while etcd was "
+            "down); only if that proxy is gone for good, restart the query without it in "
+            "leaseEndpoints"
         ) from exc
 
 
@@ -167,15 +171,19 @@ def _by_lease_client(
     results: list[LeaseResult] = []
     failed: list[tuple[list[str], PopMQError]] = []
     for endpoint, mine in by_proxy.items():
-        client = _consumer(options, options.topic, endpoint)
+        try:  # a bad item is refused when options are parsed; never kill the keeper
+            client = _consumer(options, options.topic, endpoint)
+        except PopMQError as exc:
+            failed.append((mine, exc))
+            continue
         try:
             results += call(client, mine, True)
         except UnavailableError as exc:
             if len(mine) == 1:
                 failed.append((mine, exc))
                 continue
-            # While etcd is down a proxy refuses the whole call for one token it cannot
-            # answer from memory: call token by token, so the others go on.
+            # While etcd is down a proxy refuses a whole RenewLease for one token it cannot
+            # answer from memory (an AckLease answers per token): call token by token.
             for token in mine:
                 try:
                     results += call(client, [token], True)
@@ -242,15 +250,15 @@ class _LeaseKeeper:
             log.warning(
                 "renewing %d leases of batch %d failed (retried): %s", len(mine), batch, exc
             )
-        if failed:
-            return
-        with self._lock:
-            if batch in self._batches:
-                self._batches[batch] = (tokens, time.monotonic())
-        for result in results:
+        for result in results:  # the proxies that answered, whether or not others failed
             # NOT_FOUND: that task has not popped yet. Anything else: the lease broke.
             if result.code not in ("OK", "NOT_FOUND"):
                 log.warning("lease %s not renewed: %s", result.lease_token, result.message)
+        if failed:
+            return  # the whole batch is due again at the next round
+        with self._lock:
+            if batch in self._batches:
+                self._batches[batch] = (tokens, time.monotonic())
 
 
 class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -376,9 +384,14 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return client.ack_leases(mine, pinned=pinned)
 
         results, failed = _by_lease_client(self.options, tokens, ack)
-        self._retry_acks = [t for mine, _ in failed for t in mine]
+        # A pinned proxy answers UNAVAILABLE per token it cannot ack while etcd is down.
+        later = [r for r in results if r.code == "UNAVAILABLE"]
+        self._retry_acks = [t for mine, _ in failed for t in mine] + [r.lease_token for r in later]
         for mine, exc in failed:
             log.warning("acking %d leases failed, retried next trigger: %s", len(mine), exc)
+        for result in later:
+            log.info("lease %s: %s; retried next trigger", result.lease_token, result.message)
+        results = [r for r in results if r.code != "UNAVAILABLE"]
         self._backlog_at = float("-inf")  # acks changed the backlog
         planned_here = set(tracked)
         for result in results:

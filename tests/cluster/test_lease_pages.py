@@ -163,3 +163,44 @@ def test_pages_popped_while_etcd_is_down_are_served_acked_by_page_and_written_ba
             await b.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replay_of_a_number_another_proxy_stored_first_answers_that_page_whole(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """A proxy popped page 1 into memory during the outage; once etcd is back another proxy
+    stores its own page 1 before the first one's write-back (which then makes a shadow). A
+    replay of page 1 through the first proxy answers the stored page, its messages and its
+    id together, never the held page's messages under the stored page's id."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)  # only the calls flush
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            await asyncio.to_thread(own_etcd.kill)
+            held = await a.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            await asyncio.to_thread(own_etcd.start)
+            for _ in range(300):
+                with contextlib.suppress(UnavailableError):
+                    stored = await b.pop("g", "events", "t", 1, 30, pop, by_page=True)
+                    break
+                await asyncio.sleep(0.1)
+            assert not stored.replayed and set(_ids(stored)).isdisjoint(_ids(held))
+
+            replay = await a.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            assert (replay.page_id, _ids(replay)) == (stored.page_id, _ids(stored))
+            # Acked by the id it answered: exactly the stored page's messages.
+            [acked] = await a.ack("g", ["t"], {"t": [replay.page_id]})
+            assert (acked.error, acked.messages) == (None, 4)
+            assert await broker.inflight_count(group="g") == 8  # page 0 and the held page 1
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())

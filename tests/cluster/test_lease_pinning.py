@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
 
-from popmq.broker_core import FailedPreconditionError, UnavailableError
+from popmq.broker_core import (
+    Broker,
+    FailedPreconditionError,
+    PopMQError,
+    PoppedMessage,
+    UnavailableError,
+)
 from popmq.coordination import EtcdCoordinator
 from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_store import LeaseStore
@@ -37,6 +44,31 @@ async def _ack_when_back(table: LeaseTable, token: str, *, pinned: bool) -> Leas
             continue
         return outcome
     raise AssertionError(f"ack of {token} kept failing with UNAVAILABLE")
+
+
+async def _acked(broker: Broker, messages: list[PoppedMessage]) -> bool:
+    """Whether every one of `messages` was acknowledged (none is in flight any more)."""
+    results = await asyncio.gather(
+        *(broker.change_invisible_time("g", m.receipt_handle, 60) for m in messages),
+        return_exceptions=True,
+    )
+    return all(isinstance(r, PopMQError) for r in results)
+
+
+async def _come_back(broker: Broker, messages: list[PoppedMessage]) -> None:
+    """Assert that `messages` were not acknowledged: made visible again, each is delivered
+    again (read twice, never lost)."""
+    for m in messages:  # raises if it was acknowledged
+        await broker.change_invisible_time("g", m.receipt_handle, 1)
+    want = {m.record.message_id for m in messages}
+    seen: set[str] = set()
+
+    async def delivered() -> bool:
+        again = await broker.pop("g", "events", max_messages=32, invisible_s=60, wait_s=0)
+        seen.update(m.record.message_id for m in again)
+        return want <= seen
+
+    await until(delivered, "the unacknowledged messages delivered again", 30)
 
 
 def test_a_pinned_lease_is_read_and_acked_by_token_from_memory_while_etcd_is_down(
@@ -76,13 +108,16 @@ def test_a_pinned_lease_is_read_and_acked_by_token_from_memory_while_etcd_is_dow
             assert (renewed.error, renewed.messages) == (None, 8)
 
             # A proxy the token is not pinned to holds none of it: its ack acks nothing.
-            with pytest.raises(UnavailableError, match="not held whole by this proxy"):
-                await b.ack("g", ["t"], pinned=True)
+            [refused] = await b.ack("g", ["t"], pinned=True)
+            assert isinstance(refused.error, UnavailableError), refused
+            assert "not held whole by this proxy: it popped none of it" in str(refused.error)
             assert await broker.inflight_count(group="g") == 12
 
-            # The ack by token acks every page the proxy popped of each lease, once.
-            acked_t, acked_n = await a.ack("g", ["t", "n"], pinned=True)
+            # The ack by token acks every page the proxy popped of each lease, once; a token
+            # it holds nothing of gets its own retriable outcome, after the others' acks.
+            acked_t, unknown, acked_n = await a.ack("g", ["t", "never", "n"], pinned=True)
             assert (acked_t.error, acked_t.messages) == (None, 8)
+            assert isinstance(unknown.error, UnavailableError) and unknown.messages == 0
             assert (acked_n.error, acked_n.messages) == (None, 4)
             assert await broker.inflight_count(group="g") == 0
             [repeat] = await a.ack("g", ["t"], pinned=True)  # its answer was lost
@@ -146,8 +181,10 @@ def test_a_pinned_reader_is_not_given_a_page_in_place_of_one_its_proxy_did_not_p
             assert replay.replayed and _ids(replay) == _ids(mine)
             inflight = await broker.inflight_count(group="g")
             for token in ("t", "u"):
-                with pytest.raises(UnavailableError, match="not held whole"):
-                    await a.ack("g", [token], pinned=True)
+                [refused] = await a.ack("g", [token], pinned=True)
+                assert isinstance(refused.error, UnavailableError), refused
+                assert "not held whole" in str(refused.error)
+                assert "popped elsewhere or written without an answer" in str(refused.error)
             assert await broker.inflight_count(group="g") == inflight == 12
 
             await asyncio.to_thread(own_etcd.start)
@@ -198,6 +235,216 @@ def test_pages_popped_for_a_pinned_reader_during_an_outage_are_acked_by_token_on
             acked = await _ack_when_back(a, "t", pinned=True)
             assert (acked.error, acked.messages) == (None, 8)
             assert await broker.inflight_count(group="g") == 0
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("before", ["restarted", "other_proxy"])
+def test_a_pinned_ack_after_etcd_is_back_acks_the_pages_served_from_memory_not_etcds(
+    own_etcd: EtcdServer, tmp_path: Path, before: str
+) -> None:
+    """Page 0 of the token is stored in etcd (incarnation I) by a first attempt: through the
+    pinned proxy, which then restarts during the outage (forgetting it), or through another
+    proxy before the token was pinned (a query run with another list). During the outage the
+    retry reads a fresh page 0 from the pinned proxy's memory, and commits; etcd comes back
+    before the ack. The ack acks what the committed attempt read; I's page comes back."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)  # only the calls flush
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            first = await (a if before == "restarted" else b).pop(
+                "g", "events", "t", 0, 30, pop, pinned=before == "restarted"
+            )
+            await asyncio.to_thread(own_etcd.kill)
+            if before == "restarted":
+                await a.close()
+                a = LeaseTable(broker, ca, config)  # its memory is gone
+            committed = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert not committed.replayed and set(_ids(committed)).isdisjoint(_ids(first))
+            await asyncio.to_thread(own_etcd.start)
+
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert (outcome.error, outcome.messages) == (None, 4)
+            assert await _acked(broker, committed.messages)
+            await _come_back(broker, first.messages)
+            # Acked for every proxy: a repeated ack acks nothing more, replays are refused.
+            [repeat] = await b.ack("g", ["t"])
+            assert (repeat.error, repeat.messages) == (None, 4)
+            with pytest.raises(FailedPreconditionError, match="acknowledged"):
+                await b.pop("g", "events", "t", 0, 30, pop)
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_proxy_restarted_after_writing_back_never_acks_a_page_its_reader_did_not_read(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """As above, but the write-back runs before the proxy restarts again: etcd then holds the
+    page the reader read at its number (the stale page 0 is not), and the proxy, holding
+    nothing of the outage, refuses the ack by token: nothing acked, both pages come back."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+        ):
+            a = LeaseTable(broker, ca, config)
+            pop = popper(broker)
+            first = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.kill)
+            await a.close()
+            a = LeaseTable(broker, ca, config)
+            committed = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.start)
+            # A renewal (the driver's keeper) flushes the lease first; then the restart.
+            for _ in range(300):
+                try:
+                    [renewed] = await a.renew("g", ["t"], 30)
+                except UnavailableError:
+                    await asyncio.sleep(0.1)
+                    continue
+                break
+            assert renewed.error is None
+            await a.close()
+            a = LeaseTable(broker, ca, config)
+            replay = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert replay.replayed and _ids(replay) == _ids(committed)
+
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert isinstance(outcome.error, FailedPreconditionError) and outcome.messages == 0
+            assert "read_pages" in str(outcome.error)
+            await _come_back(broker, first.messages + replay.messages)
+            await a.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_ack_never_acks_another_proxys_page_at_a_number_its_reader_read_elsewhere(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Page 1 of the lease is stored by another proxy (a run with another list) that the
+    pinned proxy never learnt of; during the outage the pinned proxy pops its own page 1.
+    Once etcd is back the ack acks the pinned proxy's pages 0 and 1; the other page 1 comes
+    back."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            p0 = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            other = await b.pop("g", "events", "t", 1, 30, pop)
+            await asyncio.to_thread(own_etcd.kill)
+            p1 = await a.pop("g", "events", "t", 1, 30, pop, pinned=True)
+            assert not p1.replayed and set(_ids(p1)).isdisjoint(_ids(other))
+            await asyncio.to_thread(own_etcd.start)
+
+            # Read again once etcd is back (a retried task), then acked.
+            for number, page in ((0, p0), (1, p1)):
+                for _ in range(300):
+                    try:
+                        again = await a.pop("g", "events", "t", number, 30, pop, pinned=True)
+                    except UnavailableError:
+                        await asyncio.sleep(0.1)
+                        continue
+                    break
+                assert again.replayed and _ids(again) == _ids(page)
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert (outcome.error, outcome.messages) == (None, 8)
+            assert await _acked(broker, p0.messages + p1.messages)
+            await _come_back(broker, other.messages)
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_lease_that_expired_during_the_outage_is_acked_once_etcd_is_back(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """The lease expires during the outage and the reader reads it afresh from memory; etcd
+    comes back while the expired entry is still kept (its margin): the ack acks the new
+    pages."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+        ):
+            a = LeaseTable(broker, ca, config)
+            expired = await a.pop(
+                "g", "events", "t", 0, 1, popper(broker, invisible_s=1), pinned=True
+            )
+            await asyncio.to_thread(own_etcd.kill)
+            await until(
+                lambda: expired.lease_until_ms < time.time_ns() // 1_000_000,
+                "the lease's deadline passed",
+                10,
+            )
+            fresh = await a.pop("g", "events", "t", 0, 30, popper(broker), pinned=True)
+            assert not fresh.replayed and set(_ids(fresh)).isdisjoint(_ids(expired))
+            await asyncio.to_thread(own_etcd.start)
+
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert (outcome.error, outcome.messages) == (None, 4)
+            assert await _acked(broker, fresh.messages)
+            await a.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_ack_acks_its_own_pages_by_identity_when_etcd_keeps_another_incarnation(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """etcd keeps a lease entry the write-back must not take over (acked through another
+    proxy in an earlier run): the pinned ack acks exactly the pages its proxy served from
+    memory, by identity, and nothing of etcd's pages again."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            earlier = await b.pop("g", "events", "t", 0, 30, pop)
+            [acked_before] = await b.ack("g", ["t"])
+            assert (acked_before.error, acked_before.messages) == (None, 4)
+            await asyncio.to_thread(own_etcd.kill)
+            served = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert set(_ids(served)).isdisjoint(_ids(earlier))
+            assert await broker.inflight_count(group="g") == 4
+            await asyncio.to_thread(own_etcd.start)
+
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert (outcome.error, outcome.messages) == (None, 4)
+            assert await _acked(broker, served.messages)
+            assert await broker.inflight_count(group="g") == 0
+            [repeat] = await a.ack("g", ["t"], pinned=True)
+            assert repeat.error is None and await broker.inflight_count(group="g") == 0
             await a.close()
             await b.close()
 

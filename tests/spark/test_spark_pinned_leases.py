@@ -37,6 +37,10 @@ def test_lease_endpoints_are_an_ordered_list_each_token_hashed_to_one() -> None:
     for bad, message in [
         ("h1:1,,h2:2", "empty item"),
         ("h1:1,h1:1", "h1:1 more than once"),
+        # Checked when options are parsed, naming the option; each item one proxy process.
+        ("h1:1,h2", "leaseEndpoints=.* item 'h2'.*HOST:PORT"),
+        ("h1:1,h2:99999", "leaseEndpoints=.* item 'h2:99999'.*port"),
+        ("dns:///proxies.example.com:8081", "leaseEndpoints=.*may resolve to several"),
     ]:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(

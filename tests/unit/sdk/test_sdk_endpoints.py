@@ -9,7 +9,7 @@ import time
 import pytest
 
 from popmq import sdk
-from popmq.sdk._channel import NoEndpointError, check_endpoint, parse_endpoints
+from popmq.sdk._channel import NoEndpointError, check_endpoint, check_pinnable, parse_endpoints
 
 ALLOWED = "several comma-separated (10.0.0.1:8081,10.0.0.2:8081) to fail over between proxies"
 
@@ -77,6 +77,27 @@ def test_check_endpoint_takes_a_list_and_returns_it_unchanged() -> None:
     assert check_endpoint("h:1,h:2") == "h:1,h:2"
     with pytest.raises(sdk.InvalidArgumentError, match="twice"):
         check_endpoint("h:1,h:1")
+
+
+def test_a_pinned_endpoint_must_reach_one_proxy_process() -> None:
+    for one in ("h:1", "[::1]:8081", "unix:/run/popmq.sock", "ipv4:10.0.0.1:8081"):
+        assert check_pinnable(one) == one
+    for several, why in [
+        ("h:1,h:2", "lists 2 endpoints"),
+        ("ipv4:10.0.0.1:8081,10.0.0.2:8081", "several addresses"),
+        ("dns:///popmq.example.com:8081", "may resolve to several proxies"),
+        ("xds:///popmq", "may resolve to several proxies"),
+    ]:
+        with pytest.raises(sdk.InvalidArgumentError, match=why):
+            check_pinnable(several)
+    with pytest.raises(sdk.InvalidArgumentError, match="port"):
+        check_pinnable("h:99999")
+    # A client refuses pinned calls through such a target before connecting.
+    with sdk.SimpleConsumer("dns:///popmq.example.com:8081", group="g", topic="t") as client:
+        with pytest.raises(sdk.InvalidArgumentError, match="one proxy process"):
+            client.ack_leases(["t"], pinned=True)
+        with pytest.raises(sdk.InvalidArgumentError, match="one proxy process"):
+            client.receive_lease("t", 0, pinned=True)
 
 
 def test_clients_refuse_a_bad_list_before_connecting_and_show_a_good_one_as_given() -> None:
