@@ -37,19 +37,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-Pass = tuple[int, int, int, int]
-"""(start ns, end ns, generation, objects collected)."""
+Pass = tuple[int, int, int, int, int]
+"""(start ns, end ns, generation, objects collected, CPU ns of the pass's thread)."""
 
 _passes: list[Pass] = []
-_started = [0]
+_started = [0, 0]
 
 
 def _on_gc(phase: str, info: dict[str, Any]) -> None:
     now = time.perf_counter_ns()
+    cpu = time.thread_time_ns()
     if phase == "start":
         _started[0] = now
+        _started[1] = cpu
     else:
-        _passes.append((_started[0], now, info["generation"], info["collected"]))
+        _passes.append((_started[0], now, info["generation"], info["collected"], cpu - _started[1]))
 
 
 def _heap() -> dict[str, Any]:
@@ -152,16 +154,19 @@ def _describe(
     )
     lines = [f"{title}: {seconds:.1f} s, heap at exit {heap}; gen-2 passes at {full or 'none'}"]
     lines.append(
-        "| generation | per s | p50 ms | p99 ms | max ms | ms per s | collected per pass |"
+        "| generation | per s | p50 ms | p99 ms | max ms | ms per s | CPU p50 ms | CPU max ms "
+        "| CPU ms per s | collected per pass |"
     )
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for generation in range(3):
         own = [p for p in passes if p[2] == generation]
         ms = [(p[1] - p[0]) / 1e6 for p in own]
+        cpu = [p[4] / 1e6 for p in own]
         collected = statistics.mean(p[3] for p in own) if own else 0.0
         lines.append(
             f"| {generation} | {len(own) / seconds:.1f} | {_pct(ms, 0.5):.3f} | "
             f"{_pct(ms, 0.99):.3f} | {max(ms, default=0):.3f} | {sum(ms) / seconds:.2f} | "
+            f"{_pct(cpu, 0.5):.3f} | {max(cpu, default=0):.3f} | {sum(cpu) / seconds:.2f} | "
             f"{collected:.1f} |"
         )
     return "\n".join(lines)
@@ -183,7 +188,7 @@ def _attribute(received: list[tuple[int, float]], server: dict[str, Any]) -> str
     slow = [w for w, ms in zip(windows, latencies, strict=True) if ms >= p99]
     passes = server["passes"]
     kinds: dict[str, list[tuple[int, int]]] = {
-        f"gen {g}": [(a, b) for a, b, gen, _ in passes if gen == g] for g in range(3)
+        f"gen {g}": [(p[0], p[1]) for p in passes if p[2] == g] for g in range(3)
     }
     kinds["gen 1 or 2"] = kinds["gen 1"] + kinds["gen 2"]
     kinds["fsync >= 2 ms"] = [(a, b) for a, b in server["fsyncs"] if b - a >= 2_000_000]
