@@ -26,6 +26,10 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
         [
             *(sys.executable, "-m", "popmq.cli", "serve", "--listen", "127.0.0.1:0"),
             *("--data-dir", str(data_dir), "--metrics-listen", "127.0.0.1:0"),
+            # Python's young threshold, so that a few rounds of clients reach it: at the
+            # default (10,000) a young collection needs ~500 connections' cycles.
+            # test_collector.py bounds the garbage at the highest threshold.
+            *("--set", "gc.young_threshold=700"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

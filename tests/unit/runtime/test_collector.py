@@ -42,17 +42,17 @@ class _Cycle:
         _Cycle.alive -= 1
 
 
-def test_the_defaults_freeze_and_keep_pythons_young_threshold() -> None:
+def test_the_defaults_freeze_and_raise_the_young_threshold() -> None:
     config = settings.load().gc
-    assert config == CollectorConfig(freeze_after_start=True, young_threshold=700)
+    assert config == CollectorConfig(freeze_after_start=True, young_threshold=10_000)
 
 
 def test_the_settings_are_read_from_the_gc_section() -> None:
     config = settings.load(
         environ={"POPMQ_GC_FREEZE_AFTER_START": "false"},
-        flags={"gc.young_threshold": "10000"},
+        flags={"gc.young_threshold": "700"},
     ).gc
-    assert config == CollectorConfig(freeze_after_start=False, young_threshold=10_000)
+    assert config == CollectorConfig(freeze_after_start=False, young_threshold=700)
 
 
 @pytest.mark.parametrize("value", ["0", "99", "100001"])
