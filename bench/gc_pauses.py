@@ -178,8 +178,11 @@ def _overlaps(window: tuple[int, int], spans: list[tuple[int, int]]) -> int:
     return sum(max(0, min(end, b) - max(begin, a)) for a, b in spans if a < end and b > begin)
 
 
-def _attribute(received: list[tuple[int, float]], server: dict[str, Any]) -> str:
-    """Which slow messages' windows overlap a server collection or an fsync."""
+def _attribute(
+    received: list[tuple[int, float]], server: dict[str, Any], client: list[Pass]
+) -> str:
+    """Which slow messages' windows overlap a collection (the server's or the load
+    generator's own) or an fsync."""
     windows = [(round(due * 1e9), now) for now, due in received]
     if not windows:
         return "no recorded messages"
@@ -192,6 +195,7 @@ def _attribute(received: list[tuple[int, float]], server: dict[str, Any]) -> str
     }
     kinds["gen 1 or 2"] = kinds["gen 1"] + kinds["gen 2"]
     kinds["fsync >= 2 ms"] = [(a, b) for a, b in server["fsyncs"] if b - a >= 2_000_000]
+    kinds["load generator gen 1 or 2"] = [(p[0], p[1]) for p in client if p[2] >= 1]
     lines = [
         f"{len(windows)} messages, p50 {_pct(latencies, 0.5):.2f} ms, p99 {p99:.2f} ms, "
         f"max {max(latencies):.2f} ms; {len(slow)} at or above p99",
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print(_describe(f"server pid {record['pid']}", passes, seconds, record["heap"], began))
             if scenario == "e2e":
                 print()
-                print(_attribute(received, record))
+                print(_attribute(received, record, client_passes))
         print()
         print(_describe("load generator", client_passes, seconds, _heap(), began))
     return 0
