@@ -2,24 +2,26 @@
 
 A server holds a large heap that lives as long as the process: the modules, the protobuf
 descriptors, grpc's and the SDK's classes, the catalog, ~60,000 tracked objects. Every
-full (generation-2) collection walks all of it, 20-80 ms on a loaded machine, with the
-event loop stopped: each RPC in flight waits that long. What the hot path leaves behind
-is young and small.
+full (generation-2) collection walks all of it, 15-40 ms of CPU under pop + ack (to
+200 ms of wall time on a loaded machine), with the event loop stopped: each RPC in flight
+waits that long. What the hot path leaves behind is young, and nearly all of it is freed
+by reference counting (docs/operations.md, "Garbage collection").
 
 - `configure_collector` (run_process, before the event loop) sets the generation-0
   threshold;
 - `freeze_start_up_heap` (each server's `serve`, once it serves) collects what the
   start left as garbage, then moves every object still alive into the permanent
   generation (`gc.freeze`), which no collection walks again. Full collections then walk
-  only what was made since the start: a few thousand objects, a few ms.
+  only what was made since the start: a few thousand objects, about 1 ms.
 
-Garbage cycles are still collected, by the same rules as without the freeze: a full
-collection runs once ten generation-1 collections passed and what those promoted is at
-least a quarter of what the last full collection kept. Those rules now count against
-what was made since the start, so full collections come as often and each walks less;
-cyclic garbage waits at most until the next one, whose size is bounded by that quarter.
-A cycle among the frozen objects (start-up state dropped later, such as a replaced catalog
-entry's own cycle) is never collected: a one-time, start-size amount, not a growth.
+Garbage cycles are still collected, by the same rules as without the freeze: a young
+collection once the net allocations reach the threshold, a generation-1 one every ten
+young ones, a full one once ten generation-1 ones passed and what they promoted is at
+least a quarter of what the last full collection kept (now: of what was made since the
+start). A cycle that becomes garbage while young is freed within the threshold's
+allocations; one promoted first waits for its generation's collection, as before. A cycle
+among the frozen objects (start-up state dropped later) is never collected: a one-time,
+start-size amount, not a growth.
 
 Each call is microseconds but `gc.collect()` (once, at the start); none runs on a hot path.
 """
