@@ -11,9 +11,9 @@ generator records its own collections the same way, and, for the end-to-end scen
 message's scheduled send time and the time its receive returned. Both processes read
 CLOCK_MONOTONIC (``perf_counter_ns`` on Linux), so the windows line up.
 
-Prints, per scenario and process: collections per second of each generation and their
-duration (p50, p99, max, total per second), the objects each generation tracks at exit
-and the frozen (permanent) count; for e2e, of the messages at or above the run's p99
+Prints, per scenario and process: collections per second of each generation, their wall
+duration and the CPU time of their thread (p50, p99, max, total per second), the objects
+each generation tracks at exit, the frozen (permanent) count and the process's CPU time; for e2e, of the messages at or above the run's p99
 latency, how many windows overlap a server collection of each generation or an fsync,
 against the same share for all messages (the base rate a random window would show).
 
@@ -59,6 +59,7 @@ def _heap() -> dict[str, Any]:
         "tracked": [len(gc.get_objects(generation)) for generation in range(3)],
         "frozen": gc.get_freeze_count(),
         "threshold": list(gc.get_threshold()),
+        "process_cpu_s": round(time.process_time(), 3),
     }
 
 
