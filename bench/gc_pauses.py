@@ -13,9 +13,10 @@ CLOCK_MONOTONIC (``perf_counter_ns`` on Linux), so the windows line up.
 
 Prints, per scenario and process: collections per second of each generation, their wall
 duration and the CPU time of their thread (p50, p99, max, total per second), the objects
-each generation tracks at exit, the frozen (permanent) count and the process's CPU time; for e2e, of the messages at or above the run's p99
-latency, how many windows overlap a server collection of each generation or an fsync,
-against the same share for all messages (the base rate a random window would show).
+each generation tracks at exit, the frozen (permanent) count and the process's CPU time; for
+e2e, of the messages at or above the run's p99 latency, how many windows overlap a server
+collection of each generation or an fsync, against the same share for all messages (the base
+rate a random window would show).
 
 POPMQ_* variables in the environment reach the server (e.g. the collector's settings).
 """
