@@ -63,6 +63,7 @@ from popmq.coordination.errors import (
     MemberExistsError,
 )
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.runtime.collector import freeze_start_up_heap
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import Metrics, MetricsEndpoint
 from popmq.runtime.process import (
@@ -374,6 +375,7 @@ async def serve_broker(config: ServerConfig) -> None:
     if not await unless_stopped(server.start(), stop):
         log.info("stopped before it started")
         return
+    freeze_start_up_heap(config.gc)
     print(f"listening on {server.address}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     if server.metrics_port:

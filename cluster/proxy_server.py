@@ -25,6 +25,7 @@ from popmq.coordination.coordinator import Session, member_path
 from popmq.coordination.errors import CoordinationError, CoordinationUnavailableError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.server import PopMQServer
+from popmq.runtime.collector import freeze_start_up_heap
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.process import (
     print_plaintext_listener,
@@ -247,6 +248,7 @@ async def serve_proxy(config: ServerConfig) -> None:
     if not await unless_stopped(proxy.start(), stop):
         log.info("stopped before it started")
         return
+    freeze_start_up_heap(config.gc)
     host, _ = split_listen(config.listen)
     print(f"listening on {host}:{proxy.port}", flush=True)
     print_plaintext_listener(config, proxy.server.plaintext_port)

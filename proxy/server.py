@@ -37,6 +37,7 @@ from popmq.proxy.rocketmq.refusals import ROCKETMQ
 from popmq.proxy.rpc_observer import RpcInterceptor, StreamObserver
 from popmq.proxy.status import LocalStatus, StatusProvider
 from popmq.proxy.transaction_checks import TransactionCheckLoop
+from popmq.runtime.collector import freeze_start_up_heap
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import Metrics, MetricsEndpoint
 from popmq.runtime.process import (
@@ -324,6 +325,7 @@ async def serve(config: ServerConfig) -> None:
     """Run until SIGTERM or SIGINT."""
     server = PopMQServer(config)
     port = await server.start()
+    freeze_start_up_heap(config.gc)
     host, _ = split_listen(config.listen)
     print(f"popmq listening on {host}:{port}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)

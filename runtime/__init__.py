@@ -9,7 +9,9 @@ and a shard's replicas.
   event loop and the exit code of a start error;
 - metrics.py: a process's Prometheus registry (its broker's families, denied requests,
   process and Python families) and the endpoint that serves it;
-- logs.py: log lines as text or JSON, with their context.
+- logs.py: log lines as text or JSON, with their context;
+- collector.py: Python's garbage collector in a server (`[gc]`): the start-up heap frozen
+  once the process serves, the young generation's threshold.
 
 It builds on broker_core, coordination (cluster mode's sections) and security (TLS of the
 listeners, the metrics endpoint's credentials, the denied-request counts), and imports

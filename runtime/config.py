@@ -5,9 +5,9 @@ One config serves `popmq serve`, `popmq proxy`, `popmq broker` and a shard's rep
 file may serve them all; each process reads the sections it uses). Each section is the
 dataclass of the package that owns the mechanism: `BrokerConfig` (broker_core), the cluster
 mode sections (`ClusterConfig`, `ReplicationConfig`, `FaultToleranceConfig`: coordination),
-`SecurityConfig` (security), `ConsoleConfig` (console), `MetricsConfig` and `LogConfig`
-(metrics.py, logs.py here); and these two, kept here so that the config of every process
-can hold them without importing the proxy:
+`SecurityConfig` (security), `ConsoleConfig` (console), `MetricsConfig`, `LogConfig` and
+`CollectorConfig` (metrics.py, logs.py, collector.py here); and these two, kept here so
+that the config of every process can hold them without importing the proxy:
 
 - `ConnectionConfig` (`[connections]`): keepalive pings and idle limits of client
   connections, which every process's gRPC server applies (process.py);
@@ -26,6 +26,7 @@ from typing import Literal
 from popmq.broker_core import BrokerConfig
 from popmq.console.config import ConsoleConfig
 from popmq.coordination.config import ClusterConfig, FaultToleranceConfig, ReplicationConfig
+from popmq.runtime.collector import CollectorConfig
 from popmq.runtime.logs import LogConfig
 from popmq.runtime.metrics import MetricsConfig
 from popmq.security.config import SecurityConfig
@@ -199,6 +200,8 @@ class ServerConfig:
     """The web console (off by default; docs/console.md)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Log level and format (text or JSON)."""
+    gc: CollectorConfig = field(default_factory=CollectorConfig)
+    """Python's garbage collector: the start-up heap frozen, the young threshold."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """etcd, the session TTL and the proxy's name of cluster mode (`popmq broker`, `popmq
     proxy`; `popmq serve` ignores it)."""

@@ -6,9 +6,10 @@
 - its listeners: `listen` (with TLS when configured) and `[security] plaintext_listen`
   (`bind_listeners`);
 - the Prometheus endpoint with `[security]`'s metrics credentials (`start_metrics`);
-- the stop and reload signals, the event loop, the umask and the exit code of a start
-  error (`run_process`, `wait_for_stop_signal`; `stop_signal` and `unless_stopped` for a
-  start that may wait, as a broker's for etcd).
+- the stop and reload signals, the event loop, the umask, the garbage collector's
+  threshold (collector.py) and the exit code of a start error (`run_process`,
+  `wait_for_stop_signal`; `stop_signal` and `unless_stopped` for a start that may wait,
+  as a broker's for etcd).
 
 What differs between the processes (their services, health, registration) stays in their
 own modules.
@@ -29,6 +30,7 @@ from typing import Any
 import grpc
 
 from popmq.broker_core import MAX_REQUEST_BYTES, PRIVATE_UMASK, DataDirError, InvalidArgumentError
+from popmq.runtime.collector import configure_collector
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.logs import configure_logging
 from popmq.runtime.metrics import Metrics, MetricsEndpoint
@@ -227,6 +229,7 @@ def run_process(
 ) -> int:
     """Run a server process's `main(config)` to its end; 2 after printing a start error."""
     configure_logging(config.log)
+    configure_collector(config.gc)
     # Every file the server creates (RocksDB's tables and WAL files, made as it runs) is
     # its user's alone: the store holds messages, and used to hold the receipt key.
     os.umask(PRIVATE_UMASK)

@@ -65,6 +65,7 @@ from popmq.broker_core.store import Store
 from popmq.coordination.coordinator import Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.runtime.collector import freeze_start_up_heap
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.process import (
     MAX_MESSAGE_BYTES,
@@ -629,6 +630,7 @@ async def serve_replica(config: ServerConfig) -> None:
     """Run until SIGTERM or SIGINT."""
     server = ReplicaServer(config)
     await server.start()
+    freeze_start_up_heap(config.gc)
     print(f"listening on {server.address}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     stop = asyncio.ensure_future(
