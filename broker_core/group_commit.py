@@ -27,6 +27,11 @@ With replication (docs/replication.md), a `barrier` may hold a written batch bac
 shard's in-sync followers hold it too: its completion then waits for the local fsync (if
 any) and the barrier's future together, off the loop, as a contended fsync does.
 
+A job that writes nothing (a repeated send answered as a duplicate) completes at once,
+unless what it answers from may be in doubt (`_confirm`): after a failed synced batch,
+until a synced batch succeeds, it waits for an fsync of its own; with replication, it
+waits until the followers hold the last batch owed to them.
+
 Queue offsets are assigned inside the flush, so they are dense and in commit order; a failed
 write rolls them back and fails every job of the batch (nothing is half-written).
 """
@@ -170,6 +175,9 @@ class GroupCommitWriter:
         self._sync_thread = _SyncThread(store)
         # Whether writes queued behind the last fsync on the thread (see flush).
         self._contended = False
+        # A synced batch failed (its fsync or its barrier) and no synced batch succeeded
+        # since: what it wrote is readable but may not be durable (see `_confirm`).
+        self._unsynced = False
         # Called at the start of each flush to add changes that ride along (offset commits).
         self._flush_hooks: list[Callable[[Batch], None]] = []
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
@@ -182,7 +190,9 @@ class GroupCommitWriter:
         view of a store another writer owns)."""
         self.barrier: Callable[[Batch, bool], asyncio.Future[None] | None] | None = None
         """`barrier(batch, synced)`: a future that must resolve before the batch's jobs
-        complete (replication to in-sync followers), or None when it need not wait."""
+        complete (replication to in-sync followers), or None when it need not wait. Also
+        asked for an empty batch of sends (nothing written, `batch.lsn` 0): what repeats
+        answered from earlier writes wait for (`_confirm`)."""
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
@@ -246,6 +256,9 @@ class GroupCommitWriter:
             results = [job.apply(batch, self.offsets) for job in jobs]
             if len(batch) == 0:
                 self.offsets.rollback()
+                if self._unsynced or (batch.quorum and self.barrier is not None):
+                    self._confirm(batch, jobs, results)
+                    return
                 self._resolve(jobs, results)
                 return
             synced = any(job.sync for job in jobs)
@@ -261,6 +274,31 @@ class GroupCommitWriter:
         if not synced:
             self._complete(jobs, results, began, synced=False)
             return
+        self._sync(jobs, results, began)
+
+    def _confirm(self, batch: Batch, jobs: list[_Job], results: list[Any]) -> None:
+        """Answer jobs that wrote nothing only once what they may answer from earlier
+        writes is as safe as their own write would have been.
+
+        A repeated send answered as a duplicate writes nothing, yet acknowledges its first
+        copy, which a failed fsync or a failed barrier may have left written (so readable)
+        but neither durable nor replicated. After a failed synced batch, an empty batch of
+        synced jobs fsyncs the WAL (and fails if that fails) until a synced batch succeeds;
+        with replication, an empty batch of sends waits for the followers to hold the last
+        batch owed to them (`barrier` answers None at once when they do, the common case).
+        """
+        synced = self._unsynced and any(job.sync for job in jobs)
+        barrier = self.barrier(batch, synced) if self.barrier is not None else None
+        began = time.perf_counter()
+        if barrier is not None:
+            self._wait_barrier(barrier, jobs, results, began, synced=synced)
+        elif synced:
+            self._sync(jobs, results, began)
+        else:
+            self._resolve(jobs, results)
+
+    def _sync(self, jobs: list[_Job], results: list[Any], began: float) -> None:
+        """fsync the written batch, then complete its jobs (or fail them)."""
         if len(jobs) == 1 and not self._contended:
             # A lone writer: the loop has nothing else to do meanwhile, and the hand-off to
             # the sync thread and back costs more than the fsync itself (measured: a single
@@ -268,7 +306,7 @@ class GroupCommitWriter:
             try:
                 self._store.sync_wal()
             except PopMQError as exc:
-                self._sync_failed(jobs, exc)
+                self._sync_failed(jobs, exc, synced=True)
                 return
             self._complete(jobs, results, began, synced=True)
             return
@@ -322,14 +360,18 @@ class GroupCommitWriter:
             if not isinstance(exc, PopMQError):
                 log.error("WAL sync failed unexpectedly", exc_info=exc)
                 exc = OutcomeUnknownError(f"the store could not sync ({exc!r}); retry later")
-            self._sync_failed(jobs, exc)
+            self._sync_failed(jobs, exc, synced=synced)
         if wanted or self._pending:
             self._schedule(asyncio.get_running_loop())
 
-    def _sync_failed(self, jobs: list[_Job], exc: PopMQError) -> None:
+    def _sync_failed(self, jobs: list[_Job], exc: PopMQError, *, synced: bool) -> None:
         # The batch may or may not survive a crash: its senders get the error and retry
         # (dedup makes the retry safe). Offsets reload from the store, past what it holds,
         # so a later write never lands on a key this batch may have written.
+        if synced:
+            # Written, readable, perhaps not durable: a retry that finds it (and so writes
+            # nothing) must not be answered before an fsync succeeds (`_confirm`).
+            self._unsynced = True
         self._fail(jobs, exc)
         self.offsets.forget_all()
 
@@ -341,6 +383,8 @@ class GroupCommitWriter:
         self.stats.batches += 1
         self.stats.jobs += len(jobs)
         if synced:
+            # This fsync covered every write before it: nothing written is in doubt now.
+            self._unsynced = False
             self.stats.synced_batches += 1
         self.stats.batch_jobs.observe(len(jobs))
         self.stats.write_seconds[synced].observe(took)

@@ -155,6 +155,11 @@ class ReplicationLog:
         """The last batch whose wait completed: a follower that joins the ISR must hold it
         (every batch up to it may have acknowledged sends without that follower). It starts
         at the store's end: an earlier term may have acknowledged all of it."""
+        # The last batch a wait was made for, and the last whose wait completed, in this
+        # term. The store's end starts owed: an earlier term may not have had all of it
+        # acknowledged, and this term's followers may lack it (see `barrier`).
+        self._owed_lsn = self.lsn
+        self._confirmed_lsn = 0
         # ISR changes run one at a time, in order (etcd first for a removal).
         self._isr_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -208,13 +213,29 @@ class ReplicationLog:
     # -- the writer's barrier -------------------------------------------------------------
 
     def barrier(self, batch: Batch, synced: bool) -> asyncio.Future[None] | None:
-        """What a written batch's jobs wait for: every ISR member's acknowledgement."""
-        if batch.lsn == 0 or not self.wait_for_followers or not (synced or batch.quorum):
+        """What a written batch's jobs wait for: every ISR member's acknowledgement.
+
+        For an empty batch of sends (nothing written: repeats answered as duplicates of
+        earlier writes), the acknowledgement of the last batch owed to the followers: None
+        when its wait completed (the common case), else a new wait for it, refused as a
+        send would be with too few in-sync followers or once fenced. The first copy may be
+        in a batch whose wait failed, or in what an earlier term left unacknowledged.
+        """
+        if not self.wait_for_followers:
+            return None
+        lsn = batch.lsn
+        if lsn == 0:
+            if not batch.quorum or self._confirmed_lsn >= self._owed_lsn:
+                return None
+            lsn = self._owed_lsn
+        elif synced or batch.quorum:
+            self._owed_lsn = lsn
+        else:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        wait = _Wait(batch.lsn, batch.quorum, future, set(self.isr))
+        wait = _Wait(lsn, batch.quorum, future, set(self.isr))
         if batch.quorum and len(wait.required) < self.min_insync:
-            future.set_exception(self._too_few(batch.lsn))
+            future.set_exception(self._too_few(lsn))
             return future
         self._waits.append(wait)
         self._settle()
@@ -258,6 +279,7 @@ class ReplicationLog:
             elif not wait.required:
                 wait.future.set_result(None)
                 self.acknowledged_lsn = max(self.acknowledged_lsn, wait.lsn)
+                self._confirmed_lsn = max(self._confirmed_lsn, wait.lsn)
             else:
                 keep.append(wait)
         self._waits = keep

@@ -15,7 +15,7 @@ import pytest
 from popmq.broker.replication import oplog
 from popmq.broker.replication.log import NotEnoughReplicasError, ReplicationLog
 from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
-from popmq.broker_core.store import Store
+from popmq.broker_core.store import Batch, Store
 
 
 class _Harness:
@@ -337,3 +337,57 @@ def test_with_no_follower_in_sync_only_the_leader_is_electable(tmp_path: Path) -
     h = _Harness(tmp_path / "db", min_insync=0, promise_s=2.0)
     assert h.log.promised(1e9) is None
     h.store.close()
+
+
+def _repeat(h: _Harness) -> Batch:
+    """The empty batch of a send whose every message is a duplicate (nothing written)."""
+    batch = h.store.batch()
+    batch.quorum = True
+    return batch
+
+
+def test_a_repeat_waits_until_the_followers_hold_what_an_earlier_term_left(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=0)
+        lsn = h.write(b"a", quorum=True)  # an earlier term wrote it; no wait completed
+        again = _Harness(tmp_path / "db", isr=("r3",), epoch=8, store=h.store)
+        r3 = again.log.connected("r3", lsn - 1)
+        waiting = again.log.barrier(_repeat(again), False)
+        assert waiting is not None
+        await asyncio.sleep(0)
+        assert not waiting.done(), "a repeat was answered before r3 held what it repeats"
+        again.log.acked(r3, lsn)
+        await asyncio.sleep(0)
+        assert waiting.done() and waiting.exception() is None
+        # Acknowledged now: later repeats, and batches without sends, wait for nothing.
+        assert again.log.barrier(_repeat(again), False) is None
+        assert again.log.barrier(again.store.batch(), True) is None
+        h.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_repeat_after_a_failed_wait_is_refused_with_too_few_in_sync_followers(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=1, isr=("r2",))
+        r2 = h.log.connected("r2", 0)
+        batch = h.store.batch()
+        batch.put("messages", b"k", b"v")
+        batch.quorum = True
+        h.store.write(batch, sync=True)
+        waiting = h.log.barrier(batch, True)
+        assert waiting is not None
+        h.log.disconnected(r2, "killed")
+        await asyncio.sleep(0.01)
+        assert isinstance(waiting.exception(), OutcomeUnknownError)
+        repeat = h.log.barrier(_repeat(h), False)
+        assert repeat is not None and repeat.done()
+        assert isinstance(repeat.exception(), OutcomeUnknownError)
+        assert "min_insync = 1" in str(repeat.exception())
+        h.store.close()
+
+    asyncio.run(scenario())

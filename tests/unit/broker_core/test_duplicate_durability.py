@@ -1,0 +1,229 @@
+"""A repeated send answered as a duplicate writes nothing, yet acknowledges its first copy:
+never before that copy is durable (and, replicated, held by the in-sync followers), even
+when the first copy's own fsync or replication failed after it was written (and so became
+readable to the repeat's dedup lookup).
+
+Real broker on a real store; the replicated cases use the real ReplicationLog as the
+store's tap, with the follower's acknowledgements given by the test (as its stream would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from popmq.broker.replication.log import ReplicationLog
+from popmq.broker_core import Broker, BrokerConfig, StoreConfig
+from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
+from popmq.broker_core.store import Store
+from popmq.broker_core.types import NewMessage, SendResult
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, settle
+
+
+def _send(broker: Broker, body: bytes) -> asyncio.Future[list[SendResult]]:
+    return asyncio.ensure_future(broker.send([NewMessage("orders", body, message_id="M")]))
+
+
+def test_a_repeat_after_a_failed_fsync_is_answered_only_after_an_fsync_succeeds(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            real_sync = broker.store.sync_wal
+            events: list[str] = []
+            failing = True
+
+            def sync() -> None:
+                if failing:
+                    events.append("fsync failed")
+                    raise OutcomeUnknownError("the store could not sync (injected)")
+                real_sync()
+                events.append("fsync")
+
+            broker.store.sync_wal = sync  # type: ignore[method-assign]
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send([NewMessage("orders", b"first", message_id="M")])
+            # Written, so the repeat finds it; not durable, so the repeat is not answered
+            # OK while the fsync keeps failing.
+            with pytest.raises(OutcomeUnknownError, match="could not sync"):
+                await broker.send([NewMessage("orders", b"retry", message_id="M")])
+            assert events == ["fsync failed", "fsync failed"]
+            failing = False
+            (retried,) = await broker.send([NewMessage("orders", b"retry", message_id="M")])
+            events.append("answered")
+            assert retried.duplicate and (retried.queue_id, retried.offset) == (0, 0)
+            assert events[2:] == ["fsync", "answered"]
+            # Nothing is in doubt any more: a further repeat costs no fsync.
+            (again,) = await broker.send([NewMessage("orders", b"again", message_id="M")])
+            assert again.duplicate and events[2:] == ["fsync", "answered"]
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            assert [m.record.body for m in stored] == [b"first"]
+
+    asyncio.run(scenario())
+
+
+def test_a_repeat_of_a_durable_send_is_answered_without_an_fsync(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            real_sync = broker.store.sync_wal
+            syncs: list[int] = []
+
+            def sync() -> None:
+                syncs.append(1)
+                real_sync()
+
+            broker.store.sync_wal = sync  # type: ignore[method-assign]
+            (first,) = await broker.send([NewMessage("orders", b"first", message_id="M")])
+            assert not first.duplicate and len(syncs) == 1
+            batches = broker.writer.stats.batches
+            for _ in range(3):
+                (repeat,) = await broker.send([NewMessage("orders", b"again", message_id="M")])
+                assert repeat.duplicate and repeat.offset == first.offset
+            assert len(syncs) == 1
+            assert broker.writer.stats.batches == batches
+
+    asyncio.run(scenario())
+
+
+class _Shard:
+    """A broker whose store's tap is a ReplicationLog with one in-sync follower r2, which
+    acknowledges what the leader writes while `acking` is set."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.fence: str | None = None
+        self.acking = asyncio.Event()
+        self.acking.set()
+
+    @property
+    def log(self) -> ReplicationLog:
+        log = self.broker.store.tap
+        assert isinstance(log, ReplicationLog)
+        return log
+
+    async def follow(self) -> None:
+        state = self.log.connected("r2", 0)
+        self.r2 = state
+        while True:
+            await self.acking.wait()
+            if state.acked < self.log.lsn:
+                self.log.acked(state, self.log.lsn)
+            await self.log.wait_grown(state.acked)
+
+
+@asynccontextmanager
+async def _shard(data_dir: Path) -> AsyncIterator[_Shard]:
+    shard: _Shard | None = None
+
+    async def persist(isr: frozenset[str]) -> None:
+        return None
+
+    def tap(store: Store) -> ReplicationLog:
+        return ReplicationLog(
+            store,
+            shard="s1",
+            epoch=1,
+            isr=("r2",),
+            min_insync=1,
+            buffer_bytes=1 << 20,
+            lag_timeout_s=10.0,
+            fenced=lambda: None if shard is None else shard.fence,
+            persist=persist,
+        )
+
+    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=data_dir)), tap=tap)
+    shard = _Shard(broker)
+    await broker.start()
+    follower = asyncio.ensure_future(shard.follow())
+    try:
+        await broker.create_topic("orders", 1)
+        yield shard
+    finally:
+        follower.cancel()
+        shard.log.fail_all("the test is over")  # what still waits for r2 fails
+        await broker.close()
+
+
+def test_a_repeat_after_the_followers_were_lost_waits_until_they_hold_the_first_copy(
+    data_dir: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _shard(data_dir) as shard:
+            log = shard.log
+            shard.acking.clear()
+            first = _send(shard.broker, b"first")
+            await until(lambda: log.lsn > shard.r2.acked, "the send written", 10)
+            written = log.lsn
+            # r2's stream ends: the ISR drops below min_insync and the send's outcome is
+            # unknown (it is written here, readable, but not replicated).
+            log.disconnected(shard.r2, "killed")
+            with pytest.raises(OutcomeUnknownError, match="lost in-sync followers"):
+                await first
+            # r2 comes back without the batch, and joins at once (the batch is young).
+            r2 = log.connected("r2", written - 1)
+            log.acked(r2, written - 1)
+            await until(lambda: log.isr == {"r2"}, "r2 back in sync", 10)
+            retry = _send(shard.broker, b"retry")
+            await settle()
+            assert not retry.done(), "a repeat was answered before r2 held the first copy"
+            log.acked(r2, written)
+            (result,) = await retry
+            assert result.duplicate and result.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_repeat_after_the_leader_was_fenced_waits_for_the_first_copys_replication(
+    data_dir: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _shard(data_dir) as shard:
+            log = shard.log
+            shard.acking.clear()
+            first = _send(shard.broker, b"first")
+            await until(lambda: log.lsn > shard.r2.acked, "the send written", 10)
+            written = log.lsn
+            shard.fence = "its leader lease lapsed"
+            log.settle()
+            with pytest.raises(OutcomeUnknownError, match="lost its leadership"):
+                await first
+            # Fenced, a repeat is refused before anything; once the lease is back it is
+            # answered only when r2 holds the first copy.
+            with pytest.raises(UnavailableError, match="no longer its leader"):
+                await _send(shard.broker, b"refused")
+            shard.fence = None
+            retry = _send(shard.broker, b"retry")
+            await settle()
+            assert not retry.done(), "a repeat was answered before r2 held the first copy"
+            # Fenced again while it waits: it is refused, not answered.
+            shard.fence = "it lost the election"
+            log.settle()
+            with pytest.raises(OutcomeUnknownError, match="lost its leadership"):
+                await retry
+            shard.fence = None
+            shard.acking.set()
+            log.acked(shard.r2, written)
+            (result,) = await _send(shard.broker, b"retry")
+            assert result.duplicate and result.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_repeat_of_a_replicated_send_is_answered_without_waiting(data_dir: Path) -> None:
+    async def scenario() -> None:
+        async with _shard(data_dir) as shard:
+            (first,) = await _send(shard.broker, b"first")
+            lsn = shard.log.lsn
+            shard.acking.clear()  # the follower is slow now: a repeat need not wait for it
+            (repeat,) = await asyncio.wait_for(_send(shard.broker, b"again"), 10)
+            assert repeat.duplicate and repeat.offset == first.offset
+            assert shard.log.lsn == lsn  # nothing written
+
+    asyncio.run(scenario())
