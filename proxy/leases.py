@@ -99,6 +99,7 @@ from popmq.proxy.lease_pinning import (
     whole_lease,
 )
 from popmq.proxy.lease_read_back import give_back, read_back
+from popmq.proxy.lease_renewal import change_all, store_renewed
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
 from popmq.proxy.superseded_handles import newest
 
@@ -875,7 +876,7 @@ class LeaseTable:
             cached,
             now + round(invisible_s * 1000),
             lambda hs: newest(
-                self._broker, group, hs, lambda g, h: self._change_all(g, h, invisible_s)
+                self._broker, group, hs, lambda g, h: change_all(self._broker, g, h, invisible_s)
             ),
         )
         self._set_deadline(cached, deadline)
@@ -910,7 +911,7 @@ class LeaseTable:
                 self._broker,
                 group,
                 record.handles,
-                lambda g, hs: self._change_all(g, hs, invisible_s),
+                lambda g, hs: change_all(self._broker, g, hs, invisible_s),
             )
             moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
             for index, result in enumerate(results):
@@ -919,7 +920,7 @@ class LeaseTable:
                     failures.append(result)
                 else:
                     moved[index] = result
-            record = await self._store_renewed(meta, record, moved, new_deadline)
+            record = await store_renewed(self._store, meta, record, moved, new_deadline)
             lease_deadline = min(lease_deadline, record.deadline_ms)
             page = cached.pages.get(record.number) if cached is not None else None
             if page is not None and len(page.messages) == len(record.handles):
@@ -938,48 +939,6 @@ class LeaseTable:
                 f"renewed: {failures[0]}"
             )
         return LeaseOutcome(token, error, count, meta.deadline_ms)
-
-    async def _change_all(
-        self, group: str, handles: Sequence[str], invisible_s: float
-    ) -> list[tuple[str, int] | PopMQError]:
-        # A page's messages at once: a remote broker answers them in one round trip.
-        return await asyncio.gather(*(self._change(group, h, invisible_s) for h in handles))
-
-    async def _change(
-        self, group: str, handle: str, invisible_s: float
-    ) -> tuple[str, int] | PopMQError:
-        try:
-            return await self._broker.change_invisible_time(group, handle, invisible_s)
-        except PopMQError as exc:
-            return exc
-
-    async def _store_renewed(
-        self,
-        meta: LeaseMeta,
-        record: PageRecord,
-        moved: dict[int, tuple[str, int]],
-        empty_deadline: int,
-    ) -> PageRecord:
-        """Write a page's renewed handles. If another proxy renewed it meanwhile, each
-        message's live handle is the one whose ChangeInvisibleTime came last (the other's
-        failed as superseded): take ours where ours worked, theirs elsewhere."""
-        for _ in range(_MAX_RACES):
-            handles = [moved[i][0] if i in moved else h for i, h in enumerate(record.handles)]
-            until = [moved[i][1] if i in moved else u for i, u in enumerate(record.until_ms)]
-            deadline = min(until, default=empty_deadline)
-            try:
-                return await self._store.update_page(meta, record, handles, until, deadline)
-            except ConflictError:
-                current = await self._store.page(meta, record.number)
-                if current is None or len(current.handles) != len(record.handles):
-                    raise FailedPreconditionError(
-                        f"page {record.number} of lease {meta.token!r} changed while it was "
-                        "renewed; renew again"
-                    ) from None
-                record = current
-        raise FailedPreconditionError(
-            f"lease {meta.token!r} kept changing under concurrent calls; renew again"
-        )
 
 
 class _LeaseLock:
