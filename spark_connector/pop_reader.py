@@ -21,7 +21,8 @@ chosen by hashing the token over that ordered list (`lease_endpoint`), with Leas
 AckLease `pinned`: that proxy then serves and acks the token from its memory while etcd is
 down (proxy/lease_pinning.py). A token's proxy never changes while the query runs: a read
 whose proxy does not answer fails retriably (Spark retries the task, then fails the query),
-and its acks and renewals are retried at later triggers. Restarting the query with another
+and its acks and renewals are retried at later triggers (an ack only while its lease may
+live, _ack_retries.py). Restarting the query with another
 list re-pins the tokens: the attempts of the run before are gone, and a new proxy's pages
 take the place of those stored for a token when it served it from memory (lease_pinning.py),
 so its ack acks what the committed attempt read. Each item of the list must reach one proxy
