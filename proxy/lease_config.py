@@ -14,7 +14,8 @@ class LeaseConfig:
 
     max_leases: int = 100_000
     """Leases this proxy popped pages of and still caches (acknowledged ones count until
-    their deadline); beyond: RESOURCE_EXHAUSTED."""
+    their deadline), and those it keeps only to mark pages of them popped elsewhere for a
+    pinned reader (proxy/lease_pinning.py); beyond: RESOURCE_EXHAUSTED."""
     max_pages: int = 4096
     """Pops one lease may make."""
     max_bytes: int = 512 * 1024 * 1024

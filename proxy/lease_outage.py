@@ -116,7 +116,8 @@ class HeldLease:
     """The lease's deadline as this proxy last saw it: the cache goes after it."""
     pages: dict[int, HeldPage] = field(default_factory=dict)
     unwritten: set[int] = field(default_factory=set)
-    """Pages popped while etcd was down and not written yet."""
+    """Pages popped while etcd was down and not written yet (changed only through WriteBack,
+    which keeps their count)."""
     stored: bool = True
     """Whether the lease entry of `incarnation` was written (False: started in memory)."""
     renewed: bool = False
@@ -202,11 +203,14 @@ class WriteBack:
         # Leases with unwritten pages (their `unwritten` sets) or renewals, guarded by the
         # event loop: changed only between awaits.
         self._leases: dict[tuple[str, str], HeldLease] = {}
+        # The sum of len(lease.unwritten) over _leases, kept as they change: check_room runs
+        # on every pop during an outage, and a sum would cost one step per lease held.
+        self._held = 0
         self._task: asyncio.Task[None] | None = None
 
     def count(self) -> int:
         """Pages held unwritten."""
-        return sum(len(lease.unwritten) for lease in self._leases.values())
+        return self._held
 
     def check_room(self) -> None:
         """Refuse a new page past the bound (the module docstring, point 3)."""
@@ -219,8 +223,10 @@ class WriteBack:
 
     def hold(self, lease: HeldLease, number: int) -> None:
         """Remember page `number` of `lease` for writing, and start the loop."""
-        lease.unwritten.add(number)
         self._register(lease)
+        if number not in lease.unwritten:
+            lease.unwritten.add(number)
+            self._held += 1
 
     def acked(self, lease: HeldLease) -> None:
         """Remember that `lease` was acked by token in memory, for marking its entry acked
@@ -234,7 +240,11 @@ class WriteBack:
         self._register(lease)
 
     def _register(self, lease: HeldLease) -> None:
-        self._leases[(lease.group, lease.token)] = lease
+        key = (lease.group, lease.token)
+        replaced = self._leases.get(key)
+        if replaced is not None and replaced is not lease:
+            self.forget(replaced)  # another incarnation's: the lease started again
+        self._leases[key] = lease
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="popmq-lease-write-back")
             self._task.add_done_callback(_log_failure)
@@ -242,11 +252,13 @@ class WriteBack:
     def forget(self, lease: HeldLease, numbers: Sequence[int] | None = None) -> None:
         """Stop holding pages of `lease` (all of them when `numbers` is None): acked, or
         past their deadline (their messages are the broker's again)."""
+        before = len(lease.unwritten)
         if numbers is None:
             lease.unwritten.clear()
             lease.renewed = lease.ack_unwritten = False
         else:
             lease.unwritten.difference_update(numbers)
+        self._held -= before - len(lease.unwritten)
         if (
             not lease.unwritten
             and not lease.renewed
@@ -293,7 +305,7 @@ class WriteBack:
         for number in sorted(lease.unwritten):
             if number in lease.pages:  # else acked, or the lease was acked elsewhere
                 await self._write(lease, number, taken)
-            lease.unwritten.discard(number)
+            self.forget(lease, (number,))
         if lease.ack_unwritten:
             await self._write_ack(lease)
         elif lease.renewed and not taken:

@@ -17,6 +17,9 @@ What this proxy must not do is pop a page of its own in place of one it does not
   pinned reader gets the retriable UNAVAILABLE instead of a new page while etcd is down;
 - a lease it holds nothing of whose page 0 may be in etcd (its own page-0 write without an
   answer): a marker lease with `elsewhere` = {0} does the same.
+A marker lease takes a place in the lease table like any lease (LeaseConfig.max_leases: a
+read back that needs one in a full table is refused), and the marks go when the lease is
+acked or past its deadline (nothing can be popped in their place then).
 And an ack by token from memory acks only a lease this proxy holds whole (pages 0..n-1 all
 popped here, none elsewhere); otherwise it is UNAVAILABLE until etcd is back. The ack is
 written to etcd when it is back (the lease entry marked acked), so a repeated ack by token,

@@ -99,6 +99,7 @@ from popmq.proxy.lease_pinning import (
     whole_lease,
 )
 from popmq.proxy.lease_read_back import give_back, read_back
+from popmq.proxy.lease_renewal import change_all, store_renewed
 from popmq.proxy.lease_store import LeaseMeta, LeaseStore, PageId, PageRecord, new_incarnation
 from popmq.proxy.superseded_handles import newest
 
@@ -214,10 +215,18 @@ class LeaseTable:
         if cached.incarnation != meta.incarnation:
             self._drop(cached)  # the lease started again: the old pages are not its
             return None
-        if meta.acked and cached.pages:
-            self._set_pages(cached, {})  # acked (through any proxy): no more replays
+        if meta.acked:  # acked (through any proxy): no more replays
+            self._done(cached, meta.acked_messages)
         self._set_deadline(cached, meta.deadline_ms)
         return cached
+
+    def _done(self, cached: HeldLease, count: int) -> None:
+        """The lease was acknowledged: no bodies to keep for replays, no page popped
+        elsewhere to guard, and a repeated ack answers `count`."""
+        self._set_pages(cached, {})
+        cached.elsewhere.clear()
+        if cached.acked_messages is None:
+            cached.acked_messages = count
 
     def _set_deadline(self, cached: HeldLease, deadline_ms: int) -> None:
         if cached.deadline_ms != deadline_ms:
@@ -284,7 +293,11 @@ class LeaseTable:
                         group, topic, token, page, invisible_s, pop, exc, pinned=pinned
                     )
                 if pinned and got.replayed and (group, token) not in self._cached:
-                    # Read back: another pop made this page (lease_pinning.py).
+                    # Read back: another pop made this page (lease_pinning.py). Remembering
+                    # it takes a place in the table like any lease: refused when it is full.
+                    self._check_leases(
+                        group, token, f" (to remember that its page {page} was popped elsewhere)"
+                    )
                     pid = PageId.parse(got.page_id).incarnation if got.page_id else ""
                     self._elsewhere(group, token, topic, pid, page, got.lease_until_ms)
                 return got
@@ -366,7 +379,9 @@ class LeaseTable:
         self, group: str, token: str, topic: str, incarnation: str, number: int, until: int
     ) -> None:
         """Mark page `number` as one this proxy did not pop but may be stored: a pinned
-        reader is not given another in its place while etcd is down (lease_pinning.py)."""
+        reader is not given another in its place while etcd is down (lease_pinning.py).
+        A lease entry made for the mark counts against max_leases: its room was checked
+        before the pop whose write went unanswered, or by the read back's caller."""
         cached = self._cached.get((group, token))
         if cached is not None and (
             cached.deadline_ms <= _now_ms() or (incarnation and cached.incarnation != incarnation)
@@ -399,11 +414,13 @@ class LeaseTable:
         if cached is not None:
             if cached.acked_messages is not None:
                 raise FailedPreconditionError(
-                    f"lease {token!r} was acknowledged; its messages are done"
+                    f"lease {token!r} was acknowledged, so its pages are not read again; "
+                    "read new messages under a new token"
                 )
             if cached.topic != topic:
                 raise InvalidArgumentError(
-                    f"lease {token!r} holds messages of topic {cached.topic!r}, not {topic!r}"
+                    f"lease {token!r} holds messages of topic {cached.topic!r}, not {topic!r}: "
+                    f"read it from {cached.topic!r}, or {topic!r} under another token"
                 )
             held = cached.pages.get(page)
             if held is not None:
@@ -497,19 +514,26 @@ class LeaseTable:
 
     def _check_room(self, group: str, token: str, page: int) -> None:
         """The bounds a new page must fit in (LeaseConfig)."""
-        if (group, token) not in self._cached and len(self._cached) >= self.config.max_leases:
-            raise ResourceExhaustedError(
-                f"{len(self._cached)} leases are live, the most this proxy holds; ack "
-                "leases or let them expire"
-            )
+        self._check_leases(group, token, "")
         if page >= self.config.max_pages:
             raise ResourceExhaustedError(
-                f"lease {token!r} has {page} pages, the most one lease holds"
+                f"lease {token!r} has {page} pages, the most one lease may have "
+                f"(leases.max_pages); ack it and read on under a new token"
             )
         if self.held_bytes >= self.config.max_bytes:
             raise ResourceExhaustedError(
                 f"leases hold {self.held_bytes} bytes of messages, the most this proxy holds "
                 f"({self.config.max_bytes}); ack leases or let them expire, then retry"
+            )
+
+    def _check_leases(self, group: str, token: str, why: str) -> None:
+        """Refuse a lease new to the table when it is full (LeaseConfig.max_leases): leases
+        with pages here, and those kept only to mark pages popped elsewhere, alike."""
+        if (group, token) not in self._cached and len(self._cached) >= self.config.max_leases:
+            raise ResourceExhaustedError(
+                f"this proxy holds {len(self._cached)} leases, the most it may "
+                f"(leases.max_leases), and lease {token!r} would be one more{why}; ack "
+                "leases or let them expire, then retry"
             )
 
     async def _add_page(
@@ -633,10 +657,14 @@ class LeaseTable:
         for token, ids in (pages or {}).items():
             if token not in tokens:
                 raise InvalidArgumentError(
-                    f"read_pages names lease {token!r}, which lease_tokens does not list"
+                    f"read_pages names lease {token!r}, which lease_tokens does not list: "
+                    "list every token read_pages names in lease_tokens too"
                 )
             if not ids:
-                raise InvalidArgumentError(f"read_pages of lease {token!r} names no page")
+                raise InvalidArgumentError(
+                    f"read_pages of lease {token!r} names no page: name the ids of the pages "
+                    "read, or leave the token out of read_pages to ack it whole"
+                )
             named[token] = [parse_page_id(i) for i in ids]
         self._purge(_now_ms())
         outcomes = []
@@ -740,7 +768,7 @@ class LeaseTable:
             self._write_back.forget(cached, acked)
             self._set_pages(cached, {n: p for n, p in cached.pages.items() if n not in acked})
             if not unknown:  # done: replays are refused, a repeated ack answers this count
-                cached.acked_messages = count
+                self._done(cached, count)
             deadline = cached.deadline_ms
         if meta is not None and meta.incarnation in incarnations and not unknown:
             with contextlib.suppress(CoordinationUnavailableError):
@@ -818,7 +846,7 @@ class LeaseTable:
         count = len(handles)
         meta = await self._mark_acked(meta, count)
         if cached is not None:
-            self._set_pages(cached, {})
+            self._done(cached, count)
         error: PopMQError | None = None
         if failures:
             error = FailedPreconditionError(
@@ -866,7 +894,10 @@ class LeaseTable:
         if cached.acked_messages is not None:
             return LeaseOutcome(
                 token,
-                FailedPreconditionError(f"lease {token!r} was acknowledged"),
+                FailedPreconditionError(
+                    f"lease {token!r} was acknowledged, so it is not renewed; renew only "
+                    "leases not yet acknowledged"
+                ),
                 cached.acked_messages,
                 cached.deadline_ms,
             )
@@ -875,7 +906,7 @@ class LeaseTable:
             cached,
             now + round(invisible_s * 1000),
             lambda hs: newest(
-                self._broker, group, hs, lambda g, h: self._change_all(g, h, invisible_s)
+                self._broker, group, hs, lambda g, h: change_all(self._broker, g, h, invisible_s)
             ),
         )
         self._set_deadline(cached, deadline)
@@ -896,7 +927,10 @@ class LeaseTable:
         if meta.acked:
             return LeaseOutcome(
                 token,
-                FailedPreconditionError(f"lease {token!r} was acknowledged"),
+                FailedPreconditionError(
+                    f"lease {token!r} was acknowledged, so it is not renewed; renew only "
+                    "leases not yet acknowledged"
+                ),
                 meta.acked_messages,
                 meta.deadline_ms,
             )
@@ -910,7 +944,7 @@ class LeaseTable:
                 self._broker,
                 group,
                 record.handles,
-                lambda g, hs: self._change_all(g, hs, invisible_s),
+                lambda g, hs: change_all(self._broker, g, hs, invisible_s),
             )
             moved: dict[int, tuple[str, int]] = {}  # message index -> (new handle, until)
             for index, result in enumerate(results):
@@ -919,7 +953,7 @@ class LeaseTable:
                     failures.append(result)
                 else:
                     moved[index] = result
-            record = await self._store_renewed(meta, record, moved, new_deadline)
+            record = await store_renewed(self._store, meta, record, moved, new_deadline)
             lease_deadline = min(lease_deadline, record.deadline_ms)
             page = cached.pages.get(record.number) if cached is not None else None
             if page is not None and len(page.messages) == len(record.handles):
@@ -938,48 +972,6 @@ class LeaseTable:
                 f"renewed: {failures[0]}"
             )
         return LeaseOutcome(token, error, count, meta.deadline_ms)
-
-    async def _change_all(
-        self, group: str, handles: Sequence[str], invisible_s: float
-    ) -> list[tuple[str, int] | PopMQError]:
-        # A page's messages at once: a remote broker answers them in one round trip.
-        return await asyncio.gather(*(self._change(group, h, invisible_s) for h in handles))
-
-    async def _change(
-        self, group: str, handle: str, invisible_s: float
-    ) -> tuple[str, int] | PopMQError:
-        try:
-            return await self._broker.change_invisible_time(group, handle, invisible_s)
-        except PopMQError as exc:
-            return exc
-
-    async def _store_renewed(
-        self,
-        meta: LeaseMeta,
-        record: PageRecord,
-        moved: dict[int, tuple[str, int]],
-        empty_deadline: int,
-    ) -> PageRecord:
-        """Write a page's renewed handles. If another proxy renewed it meanwhile, each
-        message's live handle is the one whose ChangeInvisibleTime came last (the other's
-        failed as superseded): take ours where ours worked, theirs elsewhere."""
-        for _ in range(_MAX_RACES):
-            handles = [moved[i][0] if i in moved else h for i, h in enumerate(record.handles)]
-            until = [moved[i][1] if i in moved else u for i, u in enumerate(record.until_ms)]
-            deadline = min(until, default=empty_deadline)
-            try:
-                return await self._store.update_page(meta, record, handles, until, deadline)
-            except ConflictError:
-                current = await self._store.page(meta, record.number)
-                if current is None or len(current.handles) != len(record.handles):
-                    raise FailedPreconditionError(
-                        f"page {record.number} of lease {meta.token!r} changed while it was "
-                        "renewed; renew again"
-                    ) from None
-                record = current
-        raise FailedPreconditionError(
-            f"lease {meta.token!r} kept changing under concurrent calls; renew again"
-        )
 
 
 class _LeaseLock:

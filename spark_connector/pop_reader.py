@@ -21,7 +21,8 @@ chosen by hashing the token over that ordered list (`lease_endpoint`), with Leas
 AckLease `pinned`: that proxy then serves and acks the token from its memory while etcd is
 down (proxy/lease_pinning.py). A token's proxy never changes while the query runs: a read
 whose proxy does not answer fails retriably (Spark retries the task, then fails the query),
-and its acks and renewals are retried at later triggers. Restarting the query with another
+and its acks and renewals are retried at later triggers (an ack only while its lease may
+live, _ack_retries.py). Restarting the query with another
 list re-pins the tokens: the attempts of the run before are gone, and a new proxy's pages
 take the place of those stored for a token when it served it from memory (lease_pinning.py),
 so its ack acks what the committed attempt read. Each item of the list must reach one proxy
@@ -62,6 +63,7 @@ from popmq import (
     UnavailableError,
 )
 from popmq.spark import _clients
+from popmq.spark._ack_retries import AckRetries
 from popmq.spark.offsets import PopOffset, behind_latest, lease_token, split_by_backlog
 from popmq.spark.options import ReadOptions
 from popmq.spark.schema import to_record_batch
@@ -273,7 +275,11 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._keeper = _LeaseKeeper(self.options)
         self._first_ack = True
-        self._retry_acks: list[str] = []
+        o = self.options
+        # A renewal under way when a token is taken for acking ends within one call's
+        # timeout per endpoint it may try.
+        renewing_s = o.timeout_s * (1 + o.endpoint.count(","))
+        self._retry_acks = AckRetries(lease_s=o.invisible_duration_s + renewing_s)
         self._backlog: dict[str, int] = {}
         """Messages the group could pop now, per topic read (a pattern matched again)."""
         self._behind: dict[str, int] = {}
@@ -371,12 +377,14 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ack_through(self, offset: PopOffset) -> None:
         """Ack every lease of the batches up to `offset.batch` (Spark committed them)."""
         tracked = self._keeper.take_through(offset.batch)
+        now = time.monotonic()  # no renewal of `tracked` starts after this
         derived: list[str] = []
         if self._first_ack:
             # After a restart the committed batch was planned by the previous run.
             derived = [t for t in offset.tokens() if t not in tracked]
             self._first_ack = False
-        tokens = self._retry_acks + tracked + derived
+        retried = self._retry_acks.due(now)
+        tokens = list(dict.fromkeys(retried + tracked + derived))
         if not tokens:
             return
 
@@ -386,7 +394,8 @@ class PopMQPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         results, failed = _by_lease_client(self.options, tokens, ack)
         # A pinned proxy answers UNAVAILABLE per token it cannot ack while etcd is down.
         later = [r for r in results if r.code == "UNAVAILABLE"]
-        self._retry_acks = [t for mine, _ in failed for t in mine] + [r.lease_token for r in later]
+        again = [t for mine, _ in failed for t in mine] + [r.lease_token for r in later]
+        self._retry_acks.settle(tokens, again, now)
         for mine, exc in failed:
             log.warning("acking %d leases failed, retried next trigger: %s", len(mine), exc)
         for result in later:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,63 @@ def test_a_replay_of_a_number_another_proxy_stored_first_answers_that_page_whole
             await b.close()
 
     asyncio.run(scenario())
+
+
+def test_the_outage_page_bound_frees_room_as_held_pages_are_acked_expire_or_are_written(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(max_outage_pages=2, write_back_interval_s=0.2)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as coordinator,
+        ):
+            table = LeaseTable(broker, coordinator, config)
+            pop, brief = popper(broker), popper(broker, invisible_s=1)
+            await asyncio.to_thread(own_etcd.kill)
+            u0 = await table.pop("g", "events", "u", 0, 30, pop, by_page=True)
+            v0 = await table.pop("g", "events", "v", 0, 1, brief, by_page=True)
+            with pytest.raises(UnavailableError, match="max_outage_pages"):
+                await table.pop("g", "events", "w", 0, 30, pop, by_page=True)
+            # A replay holds nothing more.
+            again = await table.pop("g", "events", "u", 0, 30, pop, by_page=True)
+            assert again.replayed and again.page_id == u0.page_id
+
+            # Acked from memory: its page no longer waits to be written, so one more fits.
+            [acked] = await table.ack("g", ["u"], {"u": [u0.page_id]})
+            assert (acked.error, acked.messages) == (None, 4)
+            w0 = await table.pop("g", "events", "w", 0, 30, pop, by_page=True)
+            with pytest.raises(UnavailableError, match="max_outage_pages"):
+                await table.pop("g", "events", "x", 0, 30, pop, by_page=True)
+
+            # Past its deadline: its messages are the broker's again, and it holds no room.
+            await until(lambda: _now_ms() > v0.lease_until_ms, "lease v's deadline passed", 30)
+            x0 = await table.pop("g", "events", "x", 0, 30, pop, by_page=True)
+
+            # Written once etcd is back: the room is free again for the next outage.
+            await asyncio.to_thread(own_etcd.start)
+            store = LeaseStore(coordinator, margin_s=30)
+
+            async def written() -> bool:
+                with contextlib.suppress(UnavailableError):
+                    found = [
+                        await store.page_by_id("g", token, PageId.parse(p.page_id))
+                        for token, p in (("w", w0), ("x", x0))
+                    ]
+                    return None not in found
+                return False
+
+            await until(written, "the pages held through the outage written", 30)
+            await asyncio.to_thread(own_etcd.kill)
+            for token in ("y", "z"):
+                fresh = await table.pop("g", "events", token, 0, 30, pop, by_page=True)
+                assert not fresh.replayed and len(fresh.messages) == 4
+            await asyncio.to_thread(own_etcd.start)
+            await table.close()
+
+    asyncio.run(scenario())
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

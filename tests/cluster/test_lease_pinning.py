@@ -16,6 +16,7 @@ from popmq.broker_core import (
     FailedPreconditionError,
     PopMQError,
     PoppedMessage,
+    ResourceExhaustedError,
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
@@ -445,6 +446,53 @@ def test_a_pinned_ack_acks_its_own_pages_by_identity_when_etcd_keeps_another_inc
             assert await broker.inflight_count(group="g") == 0
             [repeat] = await a.ack("g", ["t"], pinned=True)
             assert repeat.error is None and await broker.inflight_count(group="g") == 0
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_proxys_marks_of_pages_popped_elsewhere_count_as_leases_and_go_once_acked(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a = LeaseTable(broker, ca, LeaseConfig(max_leases=2, write_back_interval_s=0.2))
+            b = LeaseTable(broker, cb, LeaseConfig(write_back_interval_s=0.2))
+            pop = popper(broker)
+            # Pages another proxy popped (before the tokens were pinned to a).
+            for token in ("t", "u"):
+                await b.pop("g", "events", token, 0, 30, pop)
+            # a remembers that t's page 0 was popped elsewhere: one lease of its table.
+            read_back = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert read_back.replayed and len(a) == 1
+            await a.pop("g", "events", "w", 0, 30, pop, pinned=True)
+            assert len(a) == 2
+            # Full: a third lease is refused, whether a read back or a page of its own.
+            inflight = await broker.inflight_count(group="g")
+            with pytest.raises(ResourceExhaustedError, match=r"2 leases.*max_leases.*'u'"):
+                await a.pop("g", "events", "u", 0, 30, pop, pinned=True)
+            with pytest.raises(ResourceExhaustedError, match=r"max_leases.*'x'"):
+                await a.pop("g", "events", "x", 0, 30, pop, pinned=True)
+            assert len(a) == 2
+            assert await broker.inflight_count(group="g") == inflight  # nothing popped
+
+            # Acked: the mark no longer matters. While etcd is down a replay is refused as
+            # acknowledged (not as a page popped elsewhere) and a repeated ack answers from
+            # memory what the ack acked.
+            [acked] = await a.ack("g", ["t"], pinned=True)
+            assert (acked.error, acked.messages) == (None, 4)
+            await asyncio.to_thread(own_etcd.kill)
+            with pytest.raises(FailedPreconditionError, match="acknowledged"):
+                await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            [repeat] = await a.ack("g", ["t"], pinned=True)
+            assert (repeat.error, repeat.messages) == (None, 4)
+            await asyncio.to_thread(own_etcd.start)
             await a.close()
             await b.close()
 

@@ -19,10 +19,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from popmq import Admin, Message, Producer, SimpleConsumer, UnavailableError
 from popmq.spark import OptionError
+from popmq.spark._ack_retries import AckRetries
 from popmq.spark.options import ReadOptions
 from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader, lease_endpoint
 from tests.spark.helpers import wait_for
 from tests.support.cluster import Cluster
+from tests.support.ports import free_port
+from tests.support.server_thread import ServerThread
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,6 +61,82 @@ def test_lease_endpoints_are_an_ordered_list_each_token_hashed_to_one() -> None:
     spread = Counter(lease_endpoint(two, t) for t in tokens)
     assert set(spread) == set(two) and min(spread.values()) > 50, spread
     assert {lease_endpoint(("a:1",), t) for t in tokens} == {"a:1"}
+
+
+def test_failed_acks_are_retried_until_their_lease_must_have_expired_and_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Times are the driver's monotonic seconds, given explicitly: no clock is read.
+    retries = AckRetries(lease_s=60, max_tokens=3)
+    retries.settle(["a", "b"], ["a", "b"], now=100)  # the proxy was down
+    assert retries.due(now=120) == ["a", "b"]
+    # Retried at the next trigger: "a" acked, "b" still failing keeps its first deadline;
+    # "c" fails for the first time.
+    retries.settle(["a", "b", "c"], ["b", "c"], now=130)
+    assert retries.due(now=150) == ["b", "c"]
+    with caplog.at_level("WARNING", logger="popmq.spark._ack_retries"):
+        assert retries.due(now=160) == ["c"]  # b's lease expired at 160: its ack is dropped
+    assert "1 lease acks not retried any more (b)" in caplog.text
+    assert "delivered again after their invisible time" in caplog.text
+    assert retries.due(now=190) == [] and len(retries) == 0
+
+    # Bounded: past max_tokens the oldest go first, with a log line.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="popmq.spark._ack_retries"):
+        retries.settle(["d", "e", "f", "g", "h"], ["d", "e", "f", "g", "h"], now=200)
+    assert len(retries) == 3 and set(retries.due(now=201)) == {"f", "g", "h"}
+    assert "2 lease acks not retried any more (d, e): more than 3" in caplog.text
+    with pytest.raises(ValueError, match="must be positive"):
+        AckRetries(lease_s=0)
+
+
+def test_acks_pinned_to_a_proxy_gone_for_good_stop_being_retried_once_their_leases_expired(
+    server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Admin(server.endpoint) as admin:
+        admin.create_topic("jobs", queues=2)
+        admin.create_group("g")
+    with Producer(server.endpoint) as producer:
+        producer.send_batch("jobs", [Message(f"job-{i}".encode()) for i in range(4)])
+    gone = f"127.0.0.1:{free_port()}"  # nothing listens there
+    reader = PopMQPopStreamReader(
+        ReadOptions.parse(
+            {
+                "endpoint": server.endpoint,
+                "topic": "jobs",
+                "mode": "pop",
+                "group": "g",
+                "waitSeconds": "0",
+                "numPartitions": "2",
+                "invisibleDuration": "1s",
+                "timeout": "1s",
+                "leaseEndpoints": gone,
+            }
+        )
+    )
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert len(reader.partitions(start, end)) == 2
+        # Spark committed the batch (its tasks failed over to nothing: no matter here).
+        with caplog.at_level("INFO", logger="popmq.spark"):
+            reader.latestOffset(end, ReadAllAvailable())
+        # Token by token: the proxy refused the call retriably (UNAVAILABLE).
+        assert caplog.text.count("acking 1 leases failed, retried next trigger") == 2
+
+        # Retried at each later trigger until the leases must have expired; then dropped,
+        # saying so, and later triggers try them no more.
+        def dropped() -> bool:
+            reader.latestOffset(end, ReadAllAvailable())
+            return "2 lease acks not retried any more" in caplog.text
+
+        with caplog.at_level("INFO", logger="popmq.spark"):
+            wait_until(dropped, "the acks to the gone proxy dropped", 60, interval_s=0.2)
+            caplog.clear()
+            reader.latestOffset(end, ReadAllAvailable())
+        assert "acking" not in caplog.text, caplog.text
+    finally:
+        reader.stop()
 
 
 @pytest.fixture
