@@ -8,6 +8,7 @@ stopped; then one streaming query on the shared SparkSession does the same end t
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from popmq import Admin, Message, Producer, SimpleConsumer, UnavailableError
 from popmq.spark import OptionError
 from popmq.spark._ack_retries import AckRetries
+from popmq.spark.offsets import lease_token
 from popmq.spark.options import ReadOptions
 from popmq.spark.pop_reader import LeasePartition, PopMQPopStreamReader, lease_endpoint
 from tests.spark.helpers import wait_for
@@ -159,6 +161,17 @@ def _bodies(reader: PopMQPopStreamReader, part: LeasePartition) -> list[bytes]:
     return [row["body"] for batch in reader.read(part) for row in batch.to_pylist()]
 
 
+def _spanning_run(endpoints: tuple[str, str], parts: int) -> str:
+    """A query run id whose first batch's `parts` tokens go to both proxies: a random one
+    sends all four of them to one proxy about one time in eight."""
+    for number in itertools.count():
+        run = f"{number:016x}"
+        tokens = [lease_token(run, 0, i) for i in range(parts)]
+        if {lease_endpoint(endpoints, t) for t in tokens} == set(endpoints):
+            return run
+    raise AssertionError("unreachable")
+
+
 def test_pinned_tokens_are_read_retried_and_acked_through_an_etcd_outage(
     cluster: Cluster,
 ) -> None:
@@ -171,7 +184,7 @@ def test_pinned_tokens_are_read_retried_and_acked_through_an_etcd_outage(
     pinned = _reader(cluster, leaseEndpoints=f"{first},{second}")
     unpinned = _reader(cluster)
     try:
-        start = pinned.initialOffset()
+        start = {**pinned.initialOffset(), "run": _spanning_run((first, second), 4)}
         end = pinned.latestOffset(start, ReadAllAvailable())
         parts = pinned.partitions(start, end)
         assert {lease_endpoint((first, second), p.token) for p in parts} == {first, second}
