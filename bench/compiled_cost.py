@@ -31,7 +31,14 @@ cost the same in every build (``--batches 0`` measures them: about 0.5 M instruc
 checkout (of an earlier commit, built with ``python setup.py build_ext --inplace``: each side
 runs its own harness and build), interleaved, for ``--runs`` rounds. With
 ``--producer-ids`` (send only) both sides run this checkout's harness, each on its own
-build, since an older harness may not have the option.
+build, since an older harness may not have the option; ``--this-harness`` does that for
+both phases (a harness change, such as the collector's set-up below, then applies to both).
+
+Before the window the harness sets the collector up as the build's servers do (`[gc]`'s
+defaults, runtime/collector.py, where the build has them) and freezes the heap, as a server
+does once it serves: a full collection falling in the window then costs what the workload
+made, not the whole start-up heap (about 2.5 M instructions, which one run's window caught
+and the other's did not).
 
 ``--compare`` does that for both phases and both builds of this checkout, interleaved, for
 ``--runs`` rounds, and prints instructions per message: the compiled build as built
@@ -49,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import importlib
 import os
 import re
@@ -147,10 +155,21 @@ def _callgrind(switch: str) -> None:
     )
 
 
+def _server_collector() -> None:
+    """The collector as the build's servers set it up: `[gc]`'s defaults where the build
+    has them, Python's in a build from before them."""
+    try:
+        from popmq.runtime.collector import CollectorConfig, configure_collector
+    except ImportError:
+        return
+    configure_collector(CollectorConfig())
+
+
 async def _run(
     phase: str, batches: int, warmup: int, callgrind: bool, producer_ids: bool = False
 ) -> tuple[int, float]:
     """Messages handled in the measured window and its wall time."""
+    _server_collector()
     with tempfile.TemporaryDirectory() as data_dir:
         store = dataclasses.replace(StoreConfig(), data_dir=Path(data_dir), flush="sync")
         broker = Broker(BrokerConfig(store=store))
@@ -166,6 +185,10 @@ async def _run(
                 step = work.pop_ack
             for _ in range(warmup):
                 await step()
+            # As a server is once it serves: its start-up heap frozen, so a full collection
+            # that falls in the window walks what the workload made, not the whole heap.
+            gc.collect()
+            gc.freeze()
             if callgrind:
                 _callgrind("on")
             began = time.perf_counter()
@@ -200,10 +223,11 @@ def _count(
     python: bool,
     checkout: Path | None = None,
     producer_ids: bool = False,
+    this_harness: bool = False,
 ) -> int:
     """Instructions callgrind counts in one run's window (a child process): of this
     checkout's popmq, or of another `checkout`'s (its own harness, its own build; this
-    checkout's harness with `producer_ids`)."""
+    checkout's harness with `producer_ids` or `this_harness`)."""
     env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
     if python:
         env[_compiled.PURE_ENV] = "1"
@@ -216,7 +240,7 @@ def _count(
     ]  # fmt: skip
     if producer_ids:
         command.append("--producer-ids")
-    harness = None if producer_ids else checkout
+    harness = None if producer_ids or this_harness else checkout
     result = subprocess.run(
         command, env=env, capture_output=True, text=True, check=True, cwd=harness
     )
@@ -248,7 +272,9 @@ def _compare(runs: int, batches: int) -> None:
         print(f"| {phase} | {source:,.0f} | {native:,.0f} | {native / source:.3f} |")
 
 
-def _against(other: Path, runs: int, batches: int, producer_ids: bool = False) -> None:
+def _against(
+    other: Path, runs: int, batches: int, producer_ids: bool = False, this_harness: bool = False
+) -> None:
     """Both phases of this checkout's build and of `other`'s (a checkout of another commit,
     built with `python setup.py build_ext --inplace`), interleaved run by run."""
     compiled, why = _compiled.state()
@@ -261,8 +287,9 @@ def _against(other: Path, runs: int, batches: int, producer_ids: bool = False) -
         for phase in phases:
             for side, checkout in sides.items():
                 count = _count(
-                    phase, batches, python=False, checkout=checkout, producer_ids=producer_ids
-                )
+                    phase, batches, python=False, checkout=checkout,
+                    producer_ids=producer_ids, this_harness=this_harness,
+                )  # fmt: skip
                 counts.setdefault((phase, side), []).append(count)
                 print(f"run {run + 1} {phase:8} {side:6} {count:>13,}", flush=True)
     messages = batches * BATCH
@@ -285,6 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--producer-ids", action="store_true", help="send SDK-made message ids (see above)"
     )
+    parser.add_argument(
+        "--this-harness",
+        action="store_true",
+        help="with --against: run this checkout's harness on both builds (see above)",
+    )
     parser.add_argument("--compare", action="store_true", help="count both builds (see above)")
     parser.add_argument("--runs", type=int, default=3, help="rounds of --compare / --against")
     parser.add_argument(
@@ -295,7 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.against is not None:
-        _against(args.against.resolve(), args.runs, args.batches, args.producer_ids)
+        _against(
+            args.against.resolve(), args.runs, args.batches, args.producer_ids, args.this_harness
+        )
         return
     if args.compare:
         _compare(args.runs, args.batches)
