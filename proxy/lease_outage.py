@@ -349,6 +349,13 @@ class WriteBack:
                     previous.incarnation,
                     "expired" if previous.deadline_ms <= _now_ms() else "pinned here",
                 )
+        if lease.pinned:
+            # Never left as shadows: the proxy's next call on the lease would read etcd's
+            # incarnation, drop the pages it served and renew or ack the other's instead.
+            raise CoordinationUnavailableError(
+                f"lease {lease.token!r} of group {lease.group!r}: its entry changed under each "
+                "of 4 writes while it was written back; it is written back later"
+            )
         return True
 
     async def _write_ack(self, lease: HeldLease) -> None:

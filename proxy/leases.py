@@ -816,12 +816,17 @@ class LeaseTable:
         live = meta is not None and meta.deadline_ms > now
         held = self._cached.get((group, token))
         pages: list[PageRecord] | None = None
-        if pinned and held is not None and held.pinned and held.pages and held.deadline_ms > now:
+        # Acked by token: the commit's ack. What this proxy served since was not committed.
+        acked = meta is not None and live and meta.acked
+        served = held if held is not None and held.pinned and held.pages else None
+        if pinned and not acked and served is not None and served.deadline_ms > now:
             # Before _cache drops it: its pages may not be the ones etcd stores.
             if meta is not None and live:
                 pages = await self._store.pages(meta, limit=self.config.max_pages)
-            if held.acked_messages is None and served_unlike_stored(held, meta, pages or [], now):
-                return await self._ack_served(group, token, held)
+            if served.acked_messages is None and served_unlike_stored(
+                served, meta, pages or [], now
+            ):
+                return await self._ack_served(group, token, served)
         if meta is None or not live:
             return LeaseOutcome(token, unknown_lease(token), 0, 0)
         cached = self._cache(meta)
@@ -956,6 +961,8 @@ class LeaseTable:
             record = await store_renewed(self._store, meta, record, moved, new_deadline)
             lease_deadline = min(lease_deadline, record.deadline_ms)
             page = cached.pages.get(record.number) if cached is not None else None
+            if page is not None and page.nonce != record.page_id:
+                page = None  # another pop's page at this number: not these messages
             if page is not None and len(page.messages) == len(record.handles):
                 page.messages = [
                     dataclasses.replace(m, receipt_handle=h, invisible_until_ms=u)

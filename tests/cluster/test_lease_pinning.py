@@ -20,6 +20,7 @@ from popmq.broker_core import (
     UnavailableError,
 )
 from popmq.coordination import EtcdCoordinator
+from popmq.coordination.errors import ConflictError
 from popmq.proxy.lease_config import LeaseConfig
 from popmq.proxy.lease_store import LeaseStore
 from popmq.proxy.leases import LeaseOutcome, LeasePage, LeaseTable
@@ -54,6 +55,15 @@ async def _acked(broker: Broker, messages: list[PoppedMessage]) -> bool:
         return_exceptions=True,
     )
     return all(isinstance(r, PopMQError) for r in results)
+
+
+async def _answers(coordinator: EtcdCoordinator) -> bool:
+    """Whether etcd answers `coordinator` again."""
+    try:
+        await coordinator.get("probe")
+    except PopMQError:
+        return False
+    return True
 
 
 async def _come_back(broker: Broker, messages: list[PoppedMessage]) -> None:
@@ -414,12 +424,13 @@ def test_a_pinned_lease_that_expired_during_the_outage_is_acked_once_etcd_is_bac
     asyncio.run(scenario())
 
 
-def test_a_pinned_ack_acks_its_own_pages_by_identity_when_etcd_keeps_another_incarnation(
+def test_a_pinned_ack_acks_nothing_more_once_etcd_holds_the_commits_ack(
     own_etcd: EtcdServer, tmp_path: Path
 ) -> None:
-    """etcd keeps a lease entry the write-back must not take over (acked through another
-    proxy in an earlier run): the pinned ack acks exactly the pages its proxy served from
-    memory, by identity, and nothing of etcd's pages again."""
+    """The lease was acked by token (the commit's ack) before the outage; a straggler of
+    the committed batch then had a fresh page popped from memory. Once etcd is back the
+    driver's repeated ack answers the acked count and acks nothing of that page: its
+    messages were read by an attempt that was not committed, and come back."""
 
     async def scenario() -> None:
         cluster = unique_cluster()
@@ -435,19 +446,102 @@ def test_a_pinned_ack_acks_its_own_pages_by_identity_when_etcd_keeps_another_inc
             [acked_before] = await b.ack("g", ["t"])
             assert (acked_before.error, acked_before.messages) == (None, 4)
             await asyncio.to_thread(own_etcd.kill)
-            served = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
-            assert set(_ids(served)).isdisjoint(_ids(earlier))
-            assert await broker.inflight_count(group="g") == 4
+            straggler = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            assert set(_ids(straggler)).isdisjoint(_ids(earlier))
             await asyncio.to_thread(own_etcd.start)
 
             outcome = await _ack_when_back(a, "t", pinned=True)
             assert (outcome.error, outcome.messages) == (None, 4)
-            assert await _acked(broker, served.messages)
-            assert await broker.inflight_count(group="g") == 0
-            [repeat] = await a.ack("g", ["t"], pinned=True)
-            assert repeat.error is None and await broker.inflight_count(group="g") == 0
+            assert await broker.inflight_count(group="g") == 4
+            await _come_back(broker, straggler.messages)
             await a.close()
             await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_renewal_after_etcd_is_back_keeps_each_held_page_s_own_handles(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Another proxy stored page 1 before the outage; this proxy popped its own page 1 in
+    the outage (written back as a shadow). A renewal once etcd is back renews the stored
+    page 1 but must not give this proxy's page its handles: the ack by page id acks the
+    page the reader read, never the other pop's messages."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+        ):
+            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+            pop = popper(broker)
+            first = await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
+            other = await b.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            await asyncio.to_thread(own_etcd.kill)
+            mine = await a.pop("g", "events", "t", 1, 30, pop, by_page=True)
+            assert not mine.replayed and set(_ids(mine)).isdisjoint(_ids(other))
+            await asyncio.to_thread(own_etcd.start)
+            for _ in range(300):
+                try:
+                    await a.renew("g", ["t"], 30)
+                except UnavailableError:
+                    await asyncio.sleep(0.1)
+                    continue
+                break
+            [outcome] = await a.ack("g", ["t"], {"t": [first.page_id, mine.page_id]})
+            assert outcome.error is None, outcome
+            assert await _acked(broker, first.messages + mine.messages)
+            # The other pop's messages (renewed at the broker, so their handles are new)
+            # are all still in flight: nothing of them was acked.
+            assert await broker.inflight_count(group="g") == len(other.messages)
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pinned_lease_whose_entry_cannot_be_taken_over_is_never_left_as_shadows(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """The proxy restarted in the outage and served a fresh page 0; once etcd is back its
+    write-back cannot take the entry over (another writer wins every try). It must keep
+    what it served rather than shadows that a renewal would drop: the ack acks the
+    committed attempt's page, and the first attempt's messages come back."""
+
+    async def scenario() -> None:
+        cluster = unique_cluster()
+        config = LeaseConfig(write_back_interval_s=60)
+        async with (
+            lease_broker(tmp_path, 40) as broker,
+            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+        ):
+            a = LeaseTable(broker, ca, config)
+            pop = popper(broker)
+            first = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.kill)
+            await a.close()
+            a = LeaseTable(broker, ca, config)  # restarted during the outage
+            create = a._store.create
+
+            async def contended(*args: object, previous: object, **kw: object) -> object:
+                if previous is not None:  # someone else writes the entry every time
+                    raise ConflictError("written meanwhile", key="k", current_revision=1)
+                return await create(*args, previous=previous, **kw)  # type: ignore[arg-type]
+
+            a._store.create = contended  # type: ignore[method-assign]
+            committed = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
+            await asyncio.to_thread(own_etcd.start)
+            await until(lambda: _answers(ca), "etcd answering again", 30)
+            with contextlib.suppress(UnavailableError):
+                await a.renew("g", ["t"], 30)  # the keeper's renewal comes first
+            outcome = await _ack_when_back(a, "t", pinned=True)
+            assert outcome.error is None, outcome
+            assert await _acked(broker, committed.messages)
+            await _come_back(broker, first.messages)
+            await a.close()
 
     asyncio.run(scenario())
 
