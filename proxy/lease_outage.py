@@ -285,6 +285,13 @@ class WriteBack:
                         await self.flush(lease)
                 except CoordinationUnavailableError:
                     break  # still down: try again later
+                except Exception:
+                    # One lease's failure (a corrupt entry, say) must not stop the others'.
+                    log.exception(
+                        "lease %s of group %s: writing it back failed; it is tried again later",
+                        key[1],
+                        key[0],
+                    )
 
     async def flush(self, lease: HeldLease) -> None:
         """Write `lease`'s unwritten pages (the caller holds its lock); raises
