@@ -168,7 +168,7 @@ class ReplicationLog:
     # -- WriteTap -------------------------------------------------------------------------
 
     def stamp(self, batch: Batch) -> None:
-        reason = self._fenced()
+        reason = self._ended()
         if reason is not None:
             raise UnavailableError(
                 f"shard {self.shard!r}: this replica is no longer its leader ({reason}); "
@@ -196,7 +196,7 @@ class ReplicationLog:
         batch.lsn = 0
 
     def admit_send(self) -> None:
-        reason = self._fenced()
+        reason = self._ended()
         if reason is not None:
             raise UnavailableError(
                 f"shard {self.shard!r}: this replica is no longer its leader ({reason}); "
@@ -241,6 +241,11 @@ class ReplicationLog:
         self._settle()
         return future
 
+    def _ended(self) -> str | None:
+        """Why this replica may not take writes or complete waits as leader: fenced, or its
+        leadership ended (`fail_all`: nothing settles a wait made after that); else None."""
+        return self.failure or self._fenced()
+
     def _too_few(self, lsn: int) -> PopMQError:
         return OutcomeUnknownError(
             f"shard {self.shard!r} lost in-sync followers while batch {lsn} was replicated "
@@ -252,7 +257,7 @@ class ReplicationLog:
         """Complete the waits whose required followers all acknowledged them."""
         if not self._waits:
             return
-        reason = self._fenced()
+        reason = self._ended()
         keep: list[_Wait] = []
         for wait in self._waits:
             if wait.future.done():

@@ -18,7 +18,7 @@ import pytest
 
 from popmq.broker.replication.log import ReplicationLog
 from popmq.broker_core import Broker, BrokerConfig, StoreConfig
-from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
+from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage, SendResult
 from tests.support.waiting import until
@@ -225,5 +225,33 @@ def test_a_repeat_of_a_replicated_send_is_answered_without_waiting(data_dir: Pat
             (repeat,) = await asyncio.wait_for(_send(shard.broker, b"again"), 10)
             assert repeat.duplicate and repeat.offset == first.offset
             assert shard.log.lsn == lsn  # nothing written
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("message_id", ["M", "N"], ids=["repeat", "new send"])
+def test_after_leadership_ends_a_send_is_refused_and_the_broker_closes(
+    data_dir: Path, message_id: str
+) -> None:
+    """Once the leader's log failed every wait (its leadership ended while it stops, the
+    lease still held), nothing settles a wait made later: a repeat (or a new send) must be
+    refused at once, not wait forever and hold the writer and `close` with it."""
+
+    async def scenario() -> None:
+        async with _shard(data_dir) as shard:
+            log, broker = shard.log, shard.broker
+            shard.acking.clear()
+            log.close_streams()  # stopping: its follower stays in the ISR when its stream ends
+            first = asyncio.ensure_future(broker.send([NewMessage("orders", b"a", message_id="M")]))
+            await until(lambda: log.lsn > shard.r2.acked, "the first copy written", 10)
+            log.fail_all("leadership ended (it stopped)")
+            with pytest.raises(OutcomeUnknownError):
+                await first
+            log.disconnected(shard.r2, "stream ended")
+            with pytest.raises(PopMQError, match=r"no longer its leader|lost its leadership"):
+                await asyncio.wait_for(
+                    broker.send([NewMessage("orders", b"b", message_id=message_id)]), 30
+                )
+            await asyncio.wait_for(broker.close(), 30)
 
     asyncio.run(scenario())
