@@ -248,7 +248,7 @@ def test_a_send_that_fails_while_planned_leaves_no_claim_behind(open_broker: Ope
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
             with pytest.raises(UnicodeEncodeError):
-                await broker.send([NewMessage("orders", b"x", message_id="M", keys=["\ud800"])])
+                await broker.send([NewMessage("orders", b"x", message_id="M", keys=("\ud800",))])
             (stored,) = await asyncio.wait_for(
                 broker.send([NewMessage("orders", b"y", message_id="M")]), 30
             )
