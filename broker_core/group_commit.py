@@ -289,11 +289,10 @@ class GroupCommitWriter:
         """
         synced = self._unsynced and any(job.sync for job in jobs)
         barrier = self.barrier(batch, synced) if self.barrier is not None else None
-        began = time.perf_counter()
         if barrier is not None:
-            self._wait_barrier(barrier, jobs, results, began, synced=synced)
+            self._wait_barrier(barrier, jobs, results, time.perf_counter(), synced=synced)
         elif synced:
-            self._sync(jobs, results, began)
+            self._sync(jobs, results, time.perf_counter())
         else:
             self._resolve(jobs, results)
 

@@ -21,6 +21,13 @@ def noop(batch: Batch, offsets: QueueOffsets) -> None:
     """A job that only waits for the flush (the flush hook writes the state)."""
 
 
+def confirm(batch: Batch, offsets: QueueOffsets) -> None:
+    """A job that writes nothing and is answered once what was written before it is as
+    durable (and replicated) as a send's write must be: a repeat answered from the store
+    (group commit answers it at once unless an earlier write's fsync or replication failed)."""
+    batch.quorum = True
+
+
 def ignore_result(future: asyncio.Future[Any]) -> None:
     """Housekeeping writes may fail (disk full); they are redone by the next recovery."""
     if not future.cancelled():

@@ -281,6 +281,9 @@ class Transactions:
                 )
             wanted = _COMMITTED if commit else _ROLLED_BACK
             if record.state == wanted:
+                # Maybe a retry after its resolution's fsync or replication failed (the
+                # caller was told the outcome is unknown): answered once that is durable.
+                await self._writer.submit(jobs.confirm, sync=self._config.store.flush == "sync")
                 return self._info(seq, record)
             if record.state != _OPEN:
                 raise FailedPreconditionError(

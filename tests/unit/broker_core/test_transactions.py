@@ -21,6 +21,7 @@ from popmq.broker_core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    OutcomeUnknownError,
 )
 from popmq.broker_core.handles import issuer_of
 from popmq.broker_core.send import QueueChooser
@@ -435,5 +436,41 @@ def test_a_kill_between_half_send_and_commit_loses_nothing_and_exposes_nothing(
             assert await _stored(broker, "tx") == 2
         finally:
             await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_retried_commit_is_answered_only_once_the_first_ones_write_is_durable(
+    open_broker: OpenBroker,
+) -> None:
+    """The commit's batch was written but its fsync failed (the caller is told the outcome
+    is unknown, and retries): the retry finds the transaction committed in the store, yet
+    must not say so before an fsync makes that durable, nor while fsyncs keep failing."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("tx", 1, message_type="transaction")
+            [half] = await broker.send_half([NewMessage("tx", b"o")], producer_group="pg")
+            real_sync = broker.store.sync_wal
+            syncs: list[bool] = []
+            failing = True
+
+            def sync_wal() -> None:
+                syncs.append(failing)
+                if failing:
+                    raise OutcomeUnknownError("the store could not sync (injected)")
+                real_sync()
+
+            broker.store.sync_wal = sync_wal  # type: ignore[method-assign]
+            with pytest.raises(OutcomeUnknownError):
+                await broker.end_transaction(half.transaction_id, commit=True)
+            with pytest.raises(OutcomeUnknownError):
+                await broker.end_transaction(half.transaction_id, commit=True)
+            assert syncs == [True, True]  # the retry ran an fsync of its own, which failed
+            failing = False
+            info = await broker.end_transaction(half.transaction_id, commit=True)
+            assert info.state == "committed" and syncs == [True, True, False]
+            again = await broker.end_transaction(half.transaction_id, commit=True)
+            assert again.state == "committed" and syncs == [True, True, False]  # no doubt left
 
     asyncio.run(scenario())
