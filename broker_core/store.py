@@ -468,6 +468,11 @@ class Store:
         """
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
+        if self._failure is not None:
+            # After a failed write or fsync this handle's WAL cannot be trusted (an fsync
+            # after a failed one may succeed without what the failed one lost): only the
+            # reopen, which replays and flushes the WAL, makes writes durable again.
+            raise self._failure
         try:
             self._db.flush_wal(True)
         except Exception as exc:
