@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,20 @@ async def _come_back(broker: Broker, messages: list[PoppedMessage]) -> None:
         return want <= seen
 
     await until(delivered, "the unacknowledged messages delivered again", 30)
+
+
+@contextlib.asynccontextmanager
+async def _proxies(
+    etcd: EtcdServer, tmp_path: Path, config: LeaseConfig
+) -> AsyncIterator[tuple[Broker, tuple[LeaseTable, LeaseTable]]]:
+    """Two proxies' lease tables, each with an etcd client of its own, over one broker."""
+    cluster = unique_cluster()
+    async with (
+        lease_broker(tmp_path, 40) as broker,
+        EtcdCoordinator(etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
+        EtcdCoordinator(etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
+    ):
+        yield broker, (LeaseTable(broker, ca, config), LeaseTable(broker, cb, config))
 
 
 def test_a_pinned_lease_is_read_and_acked_by_token_from_memory_while_etcd_is_down(
@@ -164,14 +179,8 @@ def test_a_pinned_reader_is_not_given_a_page_in_place_of_one_its_proxy_did_not_p
     own_etcd: EtcdServer, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
-        cluster = unique_cluster()
         config = LeaseConfig(write_back_interval_s=0.2)
-        async with (
-            lease_broker(tmp_path, 40) as broker,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
-        ):
-            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+        async with _proxies(own_etcd, tmp_path, config) as (broker, (a, b)):
             pop = popper(broker)
             # Pages another proxy popped (the promise did not hold then), read back here.
             first = await b.pop("g", "events", "t", 0, 30, pop)
@@ -352,14 +361,8 @@ def test_a_pinned_ack_never_acks_another_proxys_page_at_a_number_its_reader_read
     back."""
 
     async def scenario() -> None:
-        cluster = unique_cluster()
         config = LeaseConfig(write_back_interval_s=60)
-        async with (
-            lease_broker(tmp_path, 40) as broker,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
-        ):
-            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+        async with _proxies(own_etcd, tmp_path, config) as (broker, (a, b)):
             pop = popper(broker)
             p0 = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
             other = await b.pop("g", "events", "t", 1, 30, pop)
@@ -433,14 +436,8 @@ def test_a_pinned_ack_acks_nothing_more_once_etcd_holds_the_commits_ack(
     messages were read by an attempt that was not committed, and come back."""
 
     async def scenario() -> None:
-        cluster = unique_cluster()
         config = LeaseConfig(write_back_interval_s=60)
-        async with (
-            lease_broker(tmp_path, 40) as broker,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
-        ):
-            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+        async with _proxies(own_etcd, tmp_path, config) as (broker, (a, b)):
             pop = popper(broker)
             earlier = await b.pop("g", "events", "t", 0, 30, pop)
             [acked_before] = await b.ack("g", ["t"])
@@ -469,14 +466,8 @@ def test_a_renewal_after_etcd_is_back_keeps_each_held_page_s_own_handles(
     page the reader read, never the other pop's messages."""
 
     async def scenario() -> None:
-        cluster = unique_cluster()
         config = LeaseConfig(write_back_interval_s=60)
-        async with (
-            lease_broker(tmp_path, 40) as broker,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as ca,
-            EtcdCoordinator(own_etcd.endpoint, cluster=cluster, timeout_s=1) as cb,
-        ):
-            a, b = LeaseTable(broker, ca, config), LeaseTable(broker, cb, config)
+        async with _proxies(own_etcd, tmp_path, config) as (broker, (a, b)):
             pop = popper(broker)
             first = await a.pop("g", "events", "t", 0, 30, pop, by_page=True)
             other = await b.pop("g", "events", "t", 1, 30, pop, by_page=True)
@@ -531,7 +522,7 @@ def test_a_pinned_lease_whose_entry_cannot_be_taken_over_is_never_left_as_shadow
                     raise ConflictError("written meanwhile", key="k", current_revision=1)
                 return await create(*args, previous=previous, **kw)  # type: ignore[arg-type]
 
-            a._store.create = contended  # type: ignore[method-assign]
+            a._store.create = contended  # type: ignore[method-assign,assignment]
             committed = await a.pop("g", "events", "t", 0, 30, pop, pinned=True)
             await asyncio.to_thread(own_etcd.start)
             await until(lambda: _answers(ca), "etcd answering again", 30)
