@@ -9,6 +9,7 @@ brokers the `clock` fixture and advances it instead of sleeping.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -26,6 +27,8 @@ from popmq.broker_core.config import (
     StoreConfig,
     TransactionsConfig,
 )
+from popmq.broker_core.send import SendTicket
+from popmq.broker_core.types import NewMessage
 
 OpenBroker = Callable[..., AbstractAsyncContextManager[Broker]]
 
@@ -91,3 +94,24 @@ async def settle(turns: int = 20) -> None:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def hold_fsync(broker: Broker, topic: str) -> tuple[threading.Event, list[SendTicket | None]]:
+    """An earlier batch of `topic` whose fsync is in flight and held (on the sync thread,
+    two jobs at once) until the returned gate is set: later writes wait behind it. Also
+    returns the two sends' tickets."""
+    gate = threading.Event()
+    real_sync = broker.store.sync_wal
+
+    def held_sync() -> None:
+        gate.wait(10)
+        real_sync()
+
+    broker.store.sync_wal = held_sync  # type: ignore[method-assign]
+    earlier = [
+        broker.send_now([NewMessage(topic, b"x")]),
+        broker.send_now([NewMessage(topic, b"y")]),
+    ]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return gate, earlier

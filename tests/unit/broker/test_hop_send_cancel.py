@@ -4,12 +4,11 @@ the sends are still written once, and the proxy's retry on a new stream is their
 from __future__ import annotations
 
 import asyncio
-import threading
 
 from popmq.broker import BrokerServicer, hop_wire, send_wire
 from popmq.broker_core import NewMessage
 from popmq.broker_core.send import SendTicket
-from tests.unit.conftest import OpenBroker
+from tests.unit.conftest import OpenBroker, hold_fsync
 
 
 def _frame(request_id: int, message: NewMessage) -> bytes:
@@ -32,21 +31,7 @@ def test_a_retry_of_a_given_up_frame_before_its_write_is_its_duplicate(
     async def scenario() -> None:
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
-            gate = threading.Event()
-            real_sync = broker.store.sync_wal
-
-            def held_sync() -> None:
-                gate.wait(10)
-                real_sync()
-
-            broker.store.sync_wal = held_sync  # type: ignore[method-assign]
-            # An earlier batch whose fsync is in flight: later writes wait behind it.
-            earlier = [
-                broker.send_now([NewMessage("orders", b"x")]),
-                broker.send_now([NewMessage("orders", b"y")]),
-            ]
-            for _ in range(3):
-                await asyncio.sleep(0)
+            gate, earlier = await hold_fsync(broker, "orders")
             servicer = BrokerServicer(broker)
             first = asyncio.ensure_future(
                 servicer._hop_send_frame(_frame(1, NewMessage("orders", b"first", message_id="M")))

@@ -5,13 +5,12 @@ every message was stored one by one."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, now_ms
+from tests.unit.conftest import OpenBroker, hold_fsync, now_ms
 
 
 def test_a_send_over_several_queues_stores_each_in_send_order(open_broker: OpenBroker) -> None:
@@ -199,21 +198,7 @@ def test_a_retry_of_a_cancelled_send_before_its_write_is_not_stored_twice(
     async def scenario() -> None:
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
-            gate = threading.Event()
-            real_sync = broker.store.sync_wal
-
-            def held_sync() -> None:
-                gate.wait(10)
-                real_sync()
-
-            broker.store.sync_wal = held_sync  # type: ignore[method-assign]
-            # Two jobs at once: their fsync goes to the sync thread, held by the gate.
-            earlier = [
-                broker.send_now([NewMessage("orders", b"x")]),
-                broker.send_now([NewMessage("orders", b"y")]),
-            ]
-            for _ in range(3):
-                await asyncio.sleep(0)
+            gate, earlier = await hold_fsync(broker, "orders")
             given_up = asyncio.ensure_future(
                 broker.send([NewMessage("orders", b"first", message_id="M")])
             )
