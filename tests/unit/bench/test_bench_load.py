@@ -62,7 +62,13 @@ def test_the_observer_sees_the_window_and_the_count_the_rate_is_made_of() -> Non
     done: list[int] = []
     rate = asyncio.run(
         measure_rate(
-            [_fast_worker(done)], warmup_s=0.05, duration_s=0.2, limit=40, observer=recorder
+            # Durations far beyond what 40 items take, so both phases end on the limit even
+            # on a loaded machine (where each 1 ms sleep may take ten).
+            [_fast_worker(done)],
+            warmup_s=30.0,
+            duration_s=30.0,
+            limit=40,
+            observer=recorder,
         )
     )
     assert recorder.events == ["started", "ended"]
