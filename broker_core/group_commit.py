@@ -184,7 +184,8 @@ class GroupCommitWriter:
         # since: what it wrote is readable but may not be durable (see `_confirm`).
         self._unsynced = False
         # The store's generation when a batch's offsets were last held back (0: none is):
-        # a flush that finds the store reopened since publishes them (`_settle_reopened`).
+        # a flush that finds the store reopened read-write since publishes them
+        # (`_settle_reopened`).
         self._unsettled_in = 0
         # Called at the start of each flush to add changes that ride along (offset commits).
         self._flush_hooks: list[Callable[[Batch], None]] = []
@@ -265,7 +266,11 @@ class GroupCommitWriter:
         jobs, self._pending = self._pending, []
         try:
             batch = self._store.batch()
-            if self._unsettled_in and batch.generation != self._unsettled_in:
+            if (
+                self._unsettled_in
+                and batch.generation != self._unsettled_in
+                and not self._store.read_only
+            ):
                 self._settle_reopened()
             for hook in self._flush_hooks:
                 hook(batch)
@@ -395,8 +400,9 @@ class GroupCommitWriter:
         self._fail(jobs, exc)
 
     def _settle_reopened(self) -> None:
-        """The store reopened since offsets were held back: it replayed and flushed its WAL,
-        so what it holds of them is durable; publish them and wake their long polls."""
+        """The store reopened read-write since offsets were held back: it replayed and
+        flushed its WAL, so what it holds of them is durable; publish them and wake their
+        long polls. (A read-only open after a failed reopen flushes nothing: it waits.)"""
         self._unsettled_in = 0
         self._settled(self.offsets.settle())
 
