@@ -21,7 +21,11 @@ thread and back costs a sequential producer more than the loop gains.
 
 Nothing of a synced batch is visible before its fsync returned: its offsets are published
 and its futures resolved only then, so a reader or a long poll never sees a message a
-power loss could take back.
+power loss could take back. Nor after the fsync failed: the batch's offsets stay allocated
+(later batches go past them, so no key is written twice) but unpublished, and so do those
+of later batches in the same queues, until an fsync succeeds (it covers every write before
+it) or the store reopens (which replays and flushes its WAL); what the store lost of them
+is then a gap no reader was ever shown (`QueueOffsets.unsettle` and `settle`).
 
 With replication (docs/replication.md), a `barrier` may hold a written batch back until the
 shard's in-sync followers hold it too: its completion then waits for the local fsync (if
@@ -33,7 +37,8 @@ until a synced batch succeeds, it waits for an fsync of its own; with replicatio
 waits until the followers hold the last batch owed to them.
 
 Queue offsets are assigned inside the flush, so they are dense and in commit order; a failed
-write rolls them back and fails every job of the batch (nothing is half-written).
+write rolls them back and fails every job of the batch (nothing is half-written); a failed
+fsync or barrier fails every job and holds its offsets back (above).
 """
 
 from __future__ import annotations
@@ -178,10 +183,15 @@ class GroupCommitWriter:
         # A synced batch failed (its fsync or its barrier) and no synced batch succeeded
         # since: what it wrote is readable but may not be durable (see `_confirm`).
         self._unsynced = False
+        # The store's generation when a batch's offsets were last held back (0: none is):
+        # a flush that finds the store reopened read-write since publishes them
+        # (`_settle_reopened`).
+        self._unsettled_in = 0
         # Called at the start of each flush to add changes that ride along (offset commits).
         self._flush_hooks: list[Callable[[Batch], None]] = []
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
         self._on_failure: list[Callable[[], None]] = []
+        self._on_settled: list[Callable[[dict[tuple[int, int], int]], None]] = []
         # Told (jobs, write seconds, fsynced) after every successful write (metrics).
         self.stats = WriterStats()
         self._failure_warning = RepeatedWarning(log)
@@ -204,6 +214,11 @@ class GroupCommitWriter:
     def add_failure_listener(self, listener: Callable[[], None]) -> None:
         """`listener()` runs after a write failed (flush hooks re-queue what they took)."""
         self._on_failure.append(listener)
+
+    def add_settle_listener(self, listener: Callable[[dict[tuple[int, int], int]], None]) -> None:
+        """`listener(grown)` runs when offsets held back after a failed fsync or barrier are
+        published (`QueueOffsets.settle`: queue -> offsets it grew by), to wake long polls."""
+        self._on_settled.append(listener)
 
     def submit(
         self,
@@ -251,6 +266,12 @@ class GroupCommitWriter:
         jobs, self._pending = self._pending, []
         try:
             batch = self._store.batch()
+            if (
+                self._unsettled_in
+                and batch.generation != self._unsettled_in
+                and not self._store.read_only
+            ):
+                self._settle_reopened()
             for hook in self._flush_hooks:
                 hook(batch)
             results = [job.apply(batch, self.offsets) for job in jobs]
@@ -365,14 +386,29 @@ class GroupCommitWriter:
 
     def _sync_failed(self, jobs: list[_Job], exc: PopMQError, *, synced: bool) -> None:
         # The batch may or may not survive a crash: its senders get the error and retry
-        # (dedup makes the retry safe). Offsets reload from the store, past what it holds,
-        # so a later write never lands on a key this batch may have written.
+        # (dedup makes the retry safe). Its offsets stay taken, so a later write never lands
+        # on a key this batch may have written, and unpublished, so no reader is handed a
+        # message the store may lose (and its offset with it) until an fsync or a reopen
+        # settles them (`_complete`, `_settle_reopened`).
         if synced:
             # Written, readable, perhaps not durable: a retry that finds it (and so writes
             # nothing) must not be answered before an fsync succeeds (`_confirm`).
             self._unsynced = True
+        self.offsets.unsettle()
+        if self.offsets.unsettled:
+            self._unsettled_in = self._store.generation
         self._fail(jobs, exc)
-        self.offsets.forget_all()
+
+    def _settle_reopened(self) -> None:
+        """The store reopened read-write since offsets were held back: it replayed and
+        flushed its WAL, so what it holds of them is durable; publish them and wake their
+        long polls. (A read-only open after a failed reopen flushes nothing: it waits.)"""
+        self._unsettled_in = 0
+        self._settled(self.offsets.settle())
+
+    def _settled(self, grown: dict[tuple[int, int], int]) -> None:
+        for listener in self._on_settled:
+            listener(grown)
 
     def _complete(
         self, jobs: list[_Job], results: list[Any], began: float, *, synced: bool
@@ -387,9 +423,17 @@ class GroupCommitWriter:
             self.stats.synced_batches += 1
         self.stats.batch_jobs.observe(len(jobs))
         self.stats.write_seconds[synced].observe(took)
+        settled = None
+        if self._unsettled_in and not self._unsynced:
+            # This batch's fsync (or, with only replication in doubt, its completion) came
+            # after the writes held back: they are as safe as this one.
+            self._unsettled_in = 0
+            settled = self.offsets.settle()
         self._resolve(jobs, results)
         for listener in self._after_commit:
             listener(grown)
+        if settled:
+            self._settled(settled)
 
     def _fail(self, jobs: list[_Job], exc: PopMQError) -> None:
         self.offsets.rollback()

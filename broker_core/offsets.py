@@ -53,6 +53,11 @@ class QueueOffsets:
         # never see beyond it. Guarded by running on the loop thread only.
         self._committed: dict[tuple[int, int], int] = {}
         self._tentative: dict[tuple[int, int], int] = {}
+        # unsettled[(topic_id, queue_id)]: end of what writes in doubt (a failed fsync or
+        # replication, and writes after it) may have left in the store past `_committed`.
+        # Offsets are allocated past it, so no key is written twice; readers see only up to
+        # `_committed` until `settle` (an fsync or a reopen made it durable).
+        self._unsettled: dict[tuple[int, int], int] = {}
         # min[(topic_id, queue_id)]: smallest offset still stored (retention moves it up).
         self._min: dict[tuple[int, int], int] = {}
 
@@ -90,26 +95,57 @@ class QueueOffsets:
         first = self._tentative.get(key)
         if first is None:
             first = self.max_offset(topic_id, queue_id)
+            if self._unsettled:
+                first = max(first, self._unsettled.get(key, first))
         self._tentative[key] = first + count
         return first
 
     def commit(self) -> list[tuple[int, int]]:
-        """Publish the flush's offsets; returns the queues that grew."""
+        """Publish the flush's offsets; returns the queues that grew.
+
+        A queue with an unsettled end keeps its published end: what the flush wrote there
+        lies past writes in doubt, and a reader must not see past those before they settle.
+        """
+        if self._unsettled:
+            for key in [k for k in self._tentative if k in self._unsettled]:
+                self._unsettled[key] = self._tentative.pop(key)
         grown = list(self._tentative)
         self._committed.update(self._tentative)
         self._tentative.clear()
         return grown
 
     def rollback(self) -> None:
+        """Drop the flush's offsets: nothing of it was written."""
         self._tentative.clear()
 
-    def forget_all(self) -> None:
-        """Drop every cached offset: the next use of a queue reads its bounds from the store."""
-        self._committed.clear()
-        self._min.clear()
+    def unsettle(self) -> None:
+        """The flush was written but not made durable (its fsync or replication failed).
+
+        Its offsets stay allocated (the store may hold its keys) and unpublished (the store
+        may lose them): later flushes allocate past them, readers do not see them.
+        """
+        self._unsettled.update(self._tentative)
+        self._tentative.clear()
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether some queue holds writes in doubt past its published end."""
+        return bool(self._unsettled)
+
+    def settle(self) -> dict[tuple[int, int], int]:
+        """Publish the unsettled ends (what the store holds of them is durable now: an fsync
+        covered them, or the store reopened); returns how many offsets each queue grew by.
+
+        A write in doubt that the store lost leaves a gap below the end, which readers step
+        over as they do over messages retention deleted; its offsets are never reused.
+        """
+        grown = {key: end - self._committed[key] for key, end in self._unsettled.items()}
+        self._committed.update(self._unsettled)
+        self._unsettled.clear()
+        return grown
 
     def forget_topic(self, topic_id: int) -> None:
-        for table in (self._committed, self._min):
+        for table in (self._committed, self._min, self._unsettled):
             for key in [k for k in table if k[0] == topic_id]:
                 del table[key]
 
@@ -171,6 +207,15 @@ class OffsetReads:
         self._create = create
         self._polling = polling
         self._life = life
+        writer.add_settle_listener(self._settled)
+
+    def _settled(self, grown: Mapping[tuple[int, int], int]) -> None:
+        """Messages held back after a failed fsync became visible: wake what waits for them
+        (the sends that stored them woke nothing, being visible to nobody then)."""
+        for (topic_id, queue_id), count in grown.items():
+            info = self._catalog.topics_by_id.get(topic_id)
+            if info is not None:
+                self._polling.notify(info.name, count, queue_id=queue_id)
 
     def pull(
         self, topic: str, queue_id: int, offset: int, max_messages: int = PULL_DEFAULT_MESSAGES

@@ -172,6 +172,12 @@ class Store:
         )
 
     @property
+    def generation(self) -> int:
+        """Opens so far (a reopen after a failed write counts): a reopen replays the WAL
+        and flushes it, so what the store holds then is durable."""
+        return self._generation
+
+    @property
     def read_only(self) -> bool:
         """Whether writes are refused until the store reopens (after a failed write)."""
         return self._failure is not None

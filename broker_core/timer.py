@@ -2,9 +2,14 @@
 
 A delayed message waits in the `timers` family under (due time, sequence) until the broker's
 timer loop appends it to its queue in one batch with the timer's deletion (see
-DelayedMessages below). The send returns a recall handle naming that timer entry, signed like
-a receipt handle so a client can neither forge one nor aim it at another topic, and named
-after the broker like one (handle_text.py) so a proxy can route a recall by the handle.
+DelayedMessages below). That batch is written like a send's: fsynced (with `store.flush`
+"sync") and, replicated, held by the in-sync followers before it completes (and refused
+while too few are in sync), because it rewrites the message's id entry, which answers a
+repeated send of it from then on (with a dedup window counted from the delivery).
+
+The send returns a recall handle naming that timer entry, signed like a receipt handle so a
+client can neither forge one nor aim it at another topic, and named after the broker like
+one (handle_text.py) so a proxy can route a recall by the handle.
 """
 
 from __future__ import annotations
@@ -255,12 +260,31 @@ class DelayedMessages:
         self._next_due_ms = next_due
         if not due:
             return False
+        try:
+            tap = store.tap
+            if tap is not None:
+                # Too few in-sync followers refuse it as they refuse a send, before it is
+                # written (its timers stay, and the loop retries).
+                tap.admit_send()
+            return await self._move(due, next_due)
+        except PopMQError:
+            # Not delivered, or in doubt: the loop looks at these timers again when it
+            # retries, not only when the next one is due.
+            self._next_due_ms = min(self._next_due_ms, keys.parse_timer_key(due[0][0])[0])
+            raise
+
+    async def _move(self, due: list[tuple[bytes, records_pb2.TimerRecord]], next_due: int) -> bool:
+        """Append the due timers' messages to their queues in one batch; True when more
+        are due."""
         moving = {key for key, _ in due}
         self._moving |= moving
         retention_ms = round(self._config.retention.retention_s * 1000)
         stamp = self._clock.now_ms()
 
         def apply(batch: Batch, offsets: QueueOffsets) -> list[tuple[str, int]]:
+            # It stores messages and rewrites their id entries, which answer a repeated send
+            # of a plain delayed message: replicated like a send's batch (`quorum`).
+            batch.quorum = True
             notify = []
             for key, timer in due:
                 batch.delete("timers", key)
@@ -276,8 +300,12 @@ class DelayedMessages:
                 notify.append((topic.name, queue_id))
             return notify
 
+        # Synced like a send: the fired messages become visible, and a repeat of the send is
+        # answered from their new id entries, only once those survive a crash (a fire lost
+        # to one would fire again, at an offset a consumer or a repeat was already given).
+        sync = self._config.store.flush == "sync"
         try:
-            moved: list[tuple[str, int]] = await self._writer.submit(apply, sync=False)
+            moved: list[tuple[str, int]] = await self._writer.submit(apply, sync=sync)
         finally:
             self._moving -= moving
         counts: dict[tuple[str, int], int] = {}

@@ -18,6 +18,7 @@ import pytest
 
 from popmq.broker.replication.log import ReplicationLog
 from popmq.broker_core import Broker, BrokerConfig, StoreConfig
+from popmq.broker_core.clock import Clock, ManualClock
 from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage, SendResult
@@ -92,6 +93,107 @@ def test_a_repeat_of_a_durable_send_is_answered_without_an_fsync(open_broker: Op
     asyncio.run(scenario())
 
 
+def _delayed(due_ms: int, body: bytes = b"first") -> list[NewMessage]:
+    return [NewMessage("later", body, message_id="D", deliver_at_ms=due_ms)]
+
+
+def test_a_fired_delayed_message_answers_a_repeat_only_once_its_fire_is_synced(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """The fire rewrites the message's id entry, which answers a repeat of the send from
+    then on: the fire's batch is fsynced like a send's, so neither a consumer nor a repeat
+    is given the fired offset before it would survive a crash."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            await broker.create_topic("later", 1, message_type="delay")
+            due = clock.now_ms() + 500
+            await broker.send(_delayed(due))
+            assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
+            real_sync = broker.store.sync_wal
+            events: list[str] = []
+            failing = True
+
+            def sync() -> None:
+                if failing:
+                    events.append("fsync failed")
+                    raise OutcomeUnknownError("the store could not sync (injected)")
+                real_sync()
+                events.append("fsync")
+
+            broker.store.sync_wal = sync  # type: ignore[method-assign]
+            clock.advance(500)
+            await until(lambda: events, "the fire's batch to be fsynced", 10)
+            assert await broker.pop("g", "later", wait_s=0) == []
+            with pytest.raises(OutcomeUnknownError, match="could not sync"):
+                await broker.send(_delayed(due + 1000, b"retry"))
+            failing = False
+            (repeat,) = await broker.send(_delayed(due + 1000, b"retry"))
+            assert repeat.duplicate and (repeat.queue_id, repeat.offset) == (0, 0)
+            (got,) = await broker.pop("g", "later", wait_s=0)
+            assert (got.offset, got.record.body) == (0, b"first")
+
+    asyncio.run(scenario())
+
+
+def test_a_fired_delayed_message_is_visible_only_once_the_followers_hold_it(
+    data_dir: Path, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        async with _shard(data_dir, clock) as shard:
+            broker, log = shard.broker, shard.log
+            due = clock.now_ms() + 500
+            await broker.send(_delayed(due))
+            assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
+            shard.acking.clear()
+            written = log.lsn
+            clock.advance(500)
+            await until(lambda: log.lsn > written, "the fire written", 10)
+            await settle()
+            assert await broker.pop("g", "later", wait_s=0) == []
+            repeat = asyncio.ensure_future(broker.send(_delayed(due + 1000, b"retry")))
+            await settle()
+            assert not repeat.done(), "a repeat was answered before r2 held the fire"
+            shard.acking.set()
+            (answer,) = await repeat
+            assert answer.duplicate and answer.offset == 0
+            (got,) = await broker.pop("g", "later", wait_s=5)
+            assert (got.offset, got.record.body) == (0, b"first")
+
+    asyncio.run(scenario())
+
+
+def test_a_due_delayed_message_waits_while_too_few_followers_are_in_sync(
+    data_dir: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused like a send, before anything is written: its timer stays, and it is
+    delivered once a follower is back in sync (and holds the delivery)."""
+
+    async def scenario() -> None:
+        async with _shard(data_dir, clock) as shard:
+            broker, log = shard.broker, shard.log
+            due = clock.now_ms() + 500
+            await broker.send(_delayed(due))
+            assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
+            written = log.lsn
+            log.disconnected(shard.r2, "killed")
+            clock.advance(500)
+            await until(
+                lambda: "delayed-message delivery failed" in caplog.text, "the fire refused", 10
+            )
+            assert log.lsn == written, "the fire was written with too few in-sync followers"
+            assert await broker.pop("g", "later", wait_s=0) == []
+            r2 = log.connected("r2", written)
+            log.acked(r2, written)
+            await until(lambda: log.isr == {"r2"}, "r2 back in sync", 10)
+            await until(lambda: log.lsn > written, "the fire written", 10)
+            log.acked(r2, log.lsn)
+            (got,) = await broker.pop("g", "later", wait_s=5)
+            assert (got.offset, got.record.body) == (0, b"first")
+
+    asyncio.run(scenario())
+
+
 class _Shard:
     """A broker whose store's tap is a ReplicationLog with one in-sync follower r2, which
     acknowledges what the leader writes while `acking` is set."""
@@ -119,7 +221,7 @@ class _Shard:
 
 
 @asynccontextmanager
-async def _shard(data_dir: Path) -> AsyncIterator[_Shard]:
+async def _shard(data_dir: Path, clock: Clock | None = None) -> AsyncIterator[_Shard]:
     shard: _Shard | None = None
 
     async def persist(isr: frozenset[str]) -> None:
@@ -138,12 +240,13 @@ async def _shard(data_dir: Path) -> AsyncIterator[_Shard]:
             persist=persist,
         )
 
-    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=data_dir)), tap=tap)
+    broker = Broker(BrokerConfig(store=StoreConfig(data_dir=data_dir)), tap=tap, clock=clock)
     shard = _Shard(broker)
     await broker.start()
     follower = asyncio.ensure_future(shard.follow())
     try:
         await broker.create_topic("orders", 1)
+        await broker.create_topic("later", 1, message_type="delay")
         yield shard
     finally:
         follower.cancel()

@@ -265,6 +265,52 @@ def test_a_failed_fsync_fails_its_jobs_and_later_writes_never_reuse_its_offsets(
     assert _stored(store) == [(0, b"unknown"), (1, b"unknown"), (2, b"kept")]
 
 
+def test_offsets_of_a_failed_fsync_and_of_unsynced_writes_after_it_are_published_by_an_fsync(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers see up to `max_offset`: never a batch whose fsync failed, nor an unsynced
+    batch past it in the same queue, until a synced batch succeeds (its fsync covers
+    them); queues with nothing in doubt go on publishing unsynced batches at once."""
+    real_sync = store.sync_wal
+    failing = False
+
+    def sync() -> None:
+        if failing:
+            raise OutcomeUnknownError("the store could not sync (injected)")
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", sync)
+
+    def other_queue(batch: Batch, offsets: QueueOffsets) -> int:
+        offset = offsets.allocate(TOPIC, QUEUE + 1)
+        batch.put("messages", keys.message_key(TOPIC, QUEUE + 1, offset), b"other")
+        return offset
+
+    async def scenario() -> None:
+        nonlocal failing
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        settled: list[dict[tuple[int, int], int]] = []
+        writer.add_settle_listener(settled.append)
+        assert await writer.submit(_append(b"durable"), sync=True) == 0
+        failing = True
+        with pytest.raises(OutcomeUnknownError):
+            await writer.submit(_append(b"ghost"), sync=True)
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 1
+        assert await writer.submit(_append(b"unsynced"), sync=False) == 2
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 1
+        assert await writer.submit(other_queue, sync=False) == 0
+        assert writer.offsets.max_offset(TOPIC, QUEUE + 1) == 1
+        assert settled == []
+        failing = False
+        assert await writer.submit(_append(b"synced"), sync=True) == 3
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 4
+        assert settled == [{(TOPIC, QUEUE): 3}]
+        writer.close()
+
+    asyncio.run(scenario())
+    assert _stored(store)[:4] == [(0, b"durable"), (1, b"ghost"), (2, b"unsynced"), (3, b"synced")]
+
+
 def test_committed_runs_after_the_fsync_with_offsets_published_before_any_future_resolves(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,163 @@
+"""What readers see of a batch whose fsync failed: nothing, until an fsync that covers it
+succeeds or the store reopens; and its offsets are never given to another message.
+
+Real broker on a real store. The failed fsync is injected where the existing tests inject
+it (the store's `sync_wal`); the reopen case fails it through the store's own failure path,
+so the store refuses writes until it reopens, as after a real EIO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+
+from popmq.broker_core import Broker
+from popmq.broker_core.errors import OutcomeUnknownError, PopMQError
+from popmq.broker_core.types import NewMessage
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, settle
+
+
+class _Fsyncs:
+    """The broker's store fsyncs, failing while `failing` is set; `events` records them."""
+
+    def __init__(self, broker: Broker, *, through_store: bool = False) -> None:
+        self.failing = False
+        self.events: list[str] = []
+        store = broker.store
+        real_sync = store.sync_wal
+
+        def sync() -> None:
+            if self.failing:
+                self.events.append("fsync failed")
+                if through_store:
+                    # As a real EIO would: the store refuses writes until it reopens.
+                    raise store._failed("sync", OSError(errno.EIO, "Input/output error"))
+                raise OutcomeUnknownError("the store could not sync (injected)")
+            real_sync()
+            self.events.append("fsync")
+
+        store.sync_wal = sync  # type: ignore[method-assign]
+
+
+async def _pulled(broker: Broker, topic: str) -> list[tuple[int, bytes]]:
+    pulled = await broker.pull(topic, 0, 0)
+    return [(offset, record.body) for offset, record in pulled.messages]
+
+
+def test_a_batch_whose_fsync_failed_is_invisible_until_an_fsync_covers_it(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsyncs = _Fsyncs(broker)
+            await broker.send([NewMessage("orders", b"durable")])
+            (first,) = await broker.pop("billing", "orders", wait_s=0)
+            assert first.offset == 0
+            held = asyncio.ensure_future(broker.pop("billing", "orders", wait_s=10))
+            await settle()
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send([NewMessage("orders", b"ghost")])
+            # Written to the memtable and the WAL, perhaps not durable: no reader sees it.
+            await settle()
+            assert not held.done(), "a held pop was woken by a batch whose fsync failed"
+            assert await broker.pop("billing", "orders", wait_s=0) == []
+            assert await _pulled(broker, "orders") == [(0, b"durable")]
+            assert (await broker.pull("orders", 0, 0)).max_offset == 1
+            waited = await broker.pull_wait(
+                "orders", 0, 1, 8, wait_s=0, filter_expression="", filter_type="tag"
+            )
+            assert (waited.messages, waited.max_offset) == ([], 1)
+            # Nor while fsyncs keep failing, however many batches try.
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send([NewMessage("orders", b"ghost 2")])
+            assert await _pulled(broker, "orders") == [(0, b"durable")]
+            fsyncs.failing = False
+            # The next fsync covers every write before it: the ghosts are durable now, and
+            # the new message lands past them (no key is written twice).
+            (after,) = await broker.send([NewMessage("orders", b"after")])
+            assert after.offset == 3
+            assert await _pulled(broker, "orders") == [
+                (0, b"durable"),
+                (1, b"ghost"),
+                (2, b"ghost 2"),
+                (3, b"after"),
+            ]
+            woken = await held
+            assert [m.offset for m in woken] == [1, 2, 3]
+
+    asyncio.run(scenario())
+
+
+def test_messages_held_back_by_a_failed_fsync_wake_a_long_poll_when_an_fsync_covers_them(
+    open_broker: OpenBroker,
+) -> None:
+    """A repeat of the failed send writes nothing, yet its confirming fsync publishes the
+    first copy: the pop held meanwhile is woken by that, not by a later send."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsyncs = _Fsyncs(broker)
+            held = asyncio.ensure_future(broker.pop("billing", "orders", wait_s=10))
+            await settle()
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send([NewMessage("orders", b"first", message_id="M")])
+            await settle()
+            assert not held.done()
+            fsyncs.failing = False
+            (repeat,) = await broker.send([NewMessage("orders", b"retry", message_id="M")])
+            assert repeat.duplicate and repeat.offset == 0
+            (got,) = await held
+            assert (got.offset, got.record.body) == (0, b"first")
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_fsync_failed_becomes_visible_once_the_store_reopened(
+    open_broker: OpenBroker,
+) -> None:
+    """The store refuses writes after a failed fsync until it reopens (which replays the WAL
+    and flushes it to table files); then what it holds is durable, and readers see it."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsyncs = _Fsyncs(broker, through_store=True)
+            assert await broker.pop("billing", "orders", wait_s=0) == []  # the group exists
+            await broker.send([NewMessage("orders", b"durable")])
+            fsyncs.failing = True
+            with pytest.raises(PopMQError):
+                await broker.send([NewMessage("orders", b"ghost")])
+            assert broker.store.read_only
+            generation = broker.store.generation
+            fsyncs.failing = False
+            assert await _pulled(broker, "orders") == [(0, b"durable")]
+            (first,) = await broker.pop("billing", "orders", wait_s=0)
+            assert first.offset == 0  # the ghost is not handed out with it
+            # Writes fail until the store reopens (it retries at most every half second).
+            sent: list[int] = []
+
+            async def send_once() -> bool:
+                try:
+                    (result,) = await broker.send([NewMessage("orders", b"after")])
+                except PopMQError:
+                    return False
+                sent.append(result.offset)
+                return True
+
+            await until(send_once, "a send after the store reopened", 10)
+            assert broker.store.generation > generation
+            assert sent == [2]
+            assert await _pulled(broker, "orders") == [
+                (0, b"durable"),
+                (1, b"ghost"),
+                (2, b"after"),
+            ]
+
+    asyncio.run(scenario())
