@@ -10,7 +10,8 @@ send goes to the broker again and finds the cut again. So instead:
 - a send to a broker that failed unanswered (send_outcome.BrokerUnansweredError) while the
   broker's channel is not connected quarantines that broker (FaultTable.unreachable): no new
   send goes there, nor a FIFO send, and a client's repeat of a send that may be stored there
-  fails at once as of unknown outcome (SendRouter.send), since it may go nowhere else;
+  waits for the quarantine to end, for up to in_doubt_retry_s, since it may go nowhere else
+  (SendRouter.send: then it is tried there, or fails as of unknown outcome);
 - a probe looks at the broker's connection every `PROBE_INTERVAL_S` (asking an idle channel
   to connect) and ends the quarantine once it is up (FaultTable.reachable); it stops when the
   broker leaves the pool (its lease lapsed, or it registered again: the table forgets it);

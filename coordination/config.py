@@ -163,6 +163,11 @@ class FaultToleranceConfig:
     brokers' dedup window (messages.dedup_window_s, 300 s)."""
     in_doubt_max_sends: int = 100_000
     """Messages whose broker a proxy remembers at most (the oldest are forgotten first)."""
+    quarantine_max_waiting: int = 1000
+    """Sends at most that wait at once for a quarantined broker to be reachable again (a
+    client's repeat of a send that may be stored there waits up to in_doubt_retry_s rather
+    than fail at once); beyond, a repeat fails at once as of unknown outcome. Each waiting
+    send holds its request's messages. 0: never wait."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
@@ -202,6 +207,11 @@ class FaultToleranceConfig:
             raise ValueError(f"in_doubt_keep_s {self.in_doubt_keep_s} must be a finite number > 0")
         if self.in_doubt_max_sends < 1:
             raise ValueError(f"in_doubt_max_sends {self.in_doubt_max_sends} must be at least 1")
+        if self.quarantine_max_waiting < 0:
+            raise ValueError(
+                f"quarantine_max_waiting {self.quarantine_max_waiting} must be at least 0"
+                " (0: a repeat for a quarantined broker fails at once)"
+            )
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
         if self.max_tracked_topics < 1:
