@@ -137,6 +137,8 @@ class _Broker:
     unknown_outcomes: int = 0
     unreachable: bool = False
     """Quarantined: its connection is down; no send is picked for it until `reachable`."""
+    unreachable_since: float = 0.0
+    """When the quarantine in force began (meaningful while `unreachable`)."""
 
 
 _UNREACHABLE_SHOWN_S = 1.0
@@ -301,7 +303,7 @@ class FaultTable:
         if state.unreachable:
             return False
         state.unreachable = True
-        state.isolated_since = self._clock()
+        state.isolated_since = state.unreachable_since = self._clock()
         if state.available_at <= state.isolated_since:
             state.isolations += 1
             self._isolations += 1
@@ -353,6 +355,7 @@ class FaultTable:
                     isolations=state.isolations,
                     failures=state.failures,
                     unknown_outcomes=state.unknown_outcomes,
+                    quarantined_for_s=now - state.unreachable_since if state.unreachable else None,
                 )
                 for name, state in sorted(self._brokers.items())
             ),

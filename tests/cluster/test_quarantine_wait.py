@@ -107,6 +107,10 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
                 break
         assert lost is not None and relay.dropped == 1, "no send to b2 lost its answer"
         assert not cluster.cluster_broker().faults.is_reachable("b2"), "b2 not quarantined"
+        status = admin.cluster_status()  # what `popmq cluster status` shows
+        (b2,) = [b for b in status.brokers if b.name == "b2"]
+        assert b2.quarantined, b2
+        assert any(p.startswith("broker b2 is quarantined") for p in status.problems)
 
         # The client's repeat (same message id) while b2 is still cut off: it waits.
         with ThreadPoolExecutor(1) as pool:
@@ -124,6 +128,8 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
         after = _per_broker(admin, "held")
         # The lost send stored once, on b2; nothing else since but the sends to b1.
         assert after == {"b1": before.get("b1", 0) + to_b1, "b2": before["b2"] + 1}, before
+        (b2,) = [b for b in admin.cluster_status().brokers if b.name == "b2"]
+        assert not b2.quarantined and b2.reachable, b2
     assert cluster.call(waits) == (0, 1)
 
     got: Counter[str] = Counter()

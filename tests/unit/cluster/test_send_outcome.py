@@ -233,6 +233,19 @@ def test_an_unreachable_broker_gets_no_send_until_it_is_reachable_again() -> Non
     assert table.is_reachable("c")
 
 
+def test_the_snapshot_says_how_long_a_broker_has_been_quarantined() -> None:
+    clock = FakeClock()
+    table = FaultTable(clock=clock)
+    table.update("a", 0.01, failed=False)
+    table.unreachable("b")
+    clock.now += 12.0
+    table.update("b", 0.0, failed=True)  # a failed try meanwhile does not restart the count
+    shown = {state.broker: state.quarantined_for_s for state in table.snapshot().brokers}
+    assert shown == {"a": None, "b": 12.0}
+    table.reachable("b")
+    assert [s.quarantined_for_s for s in table.snapshot().brokers] == [None, None]
+
+
 def test_a_disabled_table_quarantines_nothing() -> None:
     router = router_on(FakeClock(), enabled=False)
     assert not router.table.unreachable("b") and router.table.is_available("b")
