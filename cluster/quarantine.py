@@ -2,7 +2,7 @@
 
 A cut between a proxy and a broker (a one-way partition, a paused host) leaves the TCP
 connection silent: nothing fails until the channel's keepalive ping goes unanswered
-(coordination/config.py HOP_KEEPALIVE_S: a ping a second, the connection dropped when
+(`[cluster] hop_keepalive_s`, 1 s by default: a ping a second, the connection dropped when
 one goes unanswered for a second), and then every call in flight there fails unanswered.
 The fault table's isolation after such a failure is a fixed 10 s, after which a client's
 send goes to the broker again and finds the cut again. So instead:
