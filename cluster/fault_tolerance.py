@@ -702,8 +702,10 @@ class SendRouter:
         """
         table = self.table
         clock = table.clock
-        if self._waiting >= table.config.quarantine_max_waiting:
-            raise self._unreachable(topic, broker, "without waiting (too many sends wait)")
+        limit = table.config.quarantine_max_waiting
+        if self._waiting >= limit:
+            why = f"not waited: fault_tolerance.quarantine_max_waiting is {limit}"
+            raise self._unreachable(topic, broker, why)
         began = clock()
         self._waiting += 1
         self._waited += 1
@@ -711,7 +713,7 @@ class SendRouter:
             while not table.is_reachable(broker):
                 left = until - clock()
                 if left <= 0:
-                    raise self._unreachable(topic, broker, f"for {clock() - began:.1f} s")
+                    raise self._unreachable(topic, broker, f"waited {clock() - began:.1f} s")
                 await self._sleep(min(_QUARANTINE_POLL_S, left))
         finally:
             self._waiting -= 1
@@ -723,7 +725,7 @@ class SendRouter:
         return OutcomeUnknownError(
             f"a send to topic {topic!r} may or may not be stored on broker {broker!r} (an"
             f" earlier try of it went there unanswered), which cannot be reached now: its"
-            f" connection is down (waited {waited}); the send was not tried on another"
+            f" connection is down ({waited}); the send was not tried on another"
             f" broker, which would store a second copy; retry later with the same message ids"
         )
 
