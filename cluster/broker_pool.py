@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from popmq.broker_core import UnavailableError
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.coordination.coordinator import Entry
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -31,6 +32,7 @@ class BrokerPool:
 
     Args:
         call_timeout_s: Deadline of a broker call that does not wait (RemoteBroker's).
+        keepalive_s: Each connection is pinged this often (`[cluster] hop_keepalive_s`).
         tls: TLS of the connections to brokers; None: plaintext.
         signer: Signs every broker call (RemoteBroker's; the proxy's root credential).
     """
@@ -39,10 +41,12 @@ class BrokerPool:
         self,
         *,
         call_timeout_s: float = 10.0,
+        keepalive_s: float = HOP_KEEPALIVE_S,
         tls: ChannelTLS | None = None,
         signer: Signer | None = None,
     ) -> None:
         self._call_timeout_s = call_timeout_s
+        self.keepalive_s = keepalive_s
         self._tls = tls
         self._signer = signer
         # name -> (address, remote): changed by sync on the loop thread only.
@@ -96,6 +100,7 @@ class BrokerPool:
             remote = RemoteBroker(
                 addr,
                 call_timeout_s=self._call_timeout_s,
+                keepalive_s=self.keepalive_s,
                 catalog=False,
                 name=name,
                 tls=self._tls,

@@ -80,7 +80,7 @@ from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.topology import Topology, issuer, issuers, topic_info
-from popmq.coordination.config import FaultToleranceConfig
+from popmq.coordination.config import HOP_KEEPALIVE_S, FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
@@ -107,6 +107,7 @@ class ClusterBroker:
             as routes show the cluster to RocketMQ clients, the defaults of new groups.
         faults: The send path's fault tolerance tables.
         call_timeout_s: Deadline of a broker call that does not wait.
+        hop_keepalive_s: How often each broker connection is pinged (`[cluster]`).
         default_queues_per_broker: Queues each live broker gets when a topic is created
             without a count (RocketMQ: 8 per broker).
         broker_tls: How to connect to brokers that serve TLS (`[security] broker_tls`);
@@ -121,6 +122,7 @@ class ClusterBroker:
         *,
         faults: FaultToleranceConfig | None = None,
         call_timeout_s: float = 10.0,
+        hop_keepalive_s: float = HOP_KEEPALIVE_S,
         default_queues_per_broker: int = 8,
         broker_tls: ChannelTLS | None = None,
         signer: Signer | None = None,
@@ -138,7 +140,12 @@ class ClusterBroker:
             GroupRules(defaults=info.groups, max_invisible_s=info.pop.max_invisible_s),
             self.topology.route,
         )
-        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
+        self.pool = BrokerPool(
+            call_timeout_s=call_timeout_s,
+            keepalive_s=hop_keepalive_s,
+            tls=broker_tls,
+            signer=signer,
+        )
         self.faults = FaultTable(faults)
         self.sends = ClusterSend(
             self.topology,
