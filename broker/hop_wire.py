@@ -142,16 +142,19 @@ def _popped(data: bytes, pos: int, end: int) -> PoppedMessage:
             queue_id = value - (1 << 32) if value >= 1 << 31 else value
         elif key == 0x18:
             value = read_varint(data, start)[0]
-            offset = value - (1 << 64) if value >= _INT64_SIGN else value
+            # `value >> 62` first: a compare with 2**63 itself is a boxed int's.
+            offset = value - (1 << 64) if value >> 62 and value >= _INT64_SIGN else value
         elif key == 0x22:
             record = data[start:stop]
         elif key == 0x2A:
             handle = data[start:stop].decode()
         elif key == 0x30:
             value = read_varint(data, start)[0]
-            until = value - (1 << 64) if value >= _INT64_SIGN else value
+            until = value - (1 << 64) if value >> 62 and value >= _INT64_SIGN else value
         pos = stop
-    return PoppedMessage(topic, queue_id, offset, MessageRecord.from_wire(record), handle, until)
+    # MessageRecord.from_wire's record, built by its constructor: compiled code calls a
+    # classmethod through Python, the constructor natively.
+    return PoppedMessage(topic, queue_id, offset, MessageRecord(None, record), handle, until)
 
 
 def _field(data: bytes, pos: int, key: int) -> tuple[int, int]:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import binascii
 import re
+from typing import Final
 
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
-_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_ALPHABET: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 # By byte value, the 6 bits its base64url character stands for (0 for any other byte).
-_SIXES = bytes(max(_ALPHABET.find(bytes((b,))), 0) for b in range(256))
+_SIXES: Final = bytes(max(_ALPHABET.find(bytes((b,))), 0) for b in range(256))
 
 SEPARATOR = "."
 """Between the broker name and the payload of a handle."""
@@ -106,18 +107,22 @@ class HandleText:
         with only the first two characters of each text read as bytes (a router needs only a
         handle's version byte, and base64 decoding the rest cost it more than the checks)."""
         last_ok = self._last_ok
-        for last in range(self.chars - 1, len(encoded), stride):
+        size = len(encoded)
+        last = self.chars - 1
+        while last < size:  # a while loop: compiled, a range with a variable step is not
             if not last_ok[encoded[last]]:
                 return None
+            last += stride
         if encoded.translate(None, _ALPHABET):  # what is left is not base64url
             return None
         # Every character is base64url's and the texts fill whole groups: decoding them
         # cannot fail, so the first byte of each is what its first 12 bits say.
-        firsts = bytearray(len(encoded) // stride)
-        index = 0
-        for start in range(0, len(encoded), stride):
-            firsts[index] = (_SIXES[encoded[start]] << 2) | (_SIXES[encoded[start + 1]] >> 4)
-            index += 1
+        sixes = _SIXES
+        firsts: list[int] = []
+        start = 0
+        while start < size:
+            firsts.append((sixes[encoded[start]] << 2) | (sixes[encoded[start + 1]] >> 4))
+            start += stride
         return bytes(firsts)
 
     def decode(self, encoded: bytes) -> bytes | None:
