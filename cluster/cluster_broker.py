@@ -79,7 +79,7 @@ from popmq.cluster.cluster_send import ClusterSend
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.topology import Topology, issuer, issuers, topic_info
+from popmq.cluster.topology import Topology, issuer, issuers, one_issuer, topic_info
 from popmq.coordination.config import HOP_KEEPALIVE_S, FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
@@ -703,6 +703,15 @@ class ClusterBroker:
                 field="receipt_handles",
                 allowed=f"1..{rules.MAX_HANDLES}",
             )
+        only = one_issuer(handles)
+        if only is not None:  # one pop's handles: no per-handle routing
+            try:
+                answers = await self.pool.get(only).ack(group, handles)
+            except PopMQError as error:
+                return [error] * len(handles)
+            if len(answers) != len(handles):
+                raise ValueError(f"broker {only} answered {len(answers)} of {len(handles)} acks")
+            return answers
         results: list[PopMQError | None] = [None] * len(handles)
         by_broker: dict[str, list[int]] = {}
         for index, found in enumerate(issuers(handles)):
