@@ -152,6 +152,26 @@ class _SharedLeases:
         return granted.id
 
 
+async def prompt_lease(client: EtcdClient, ttl_s: int) -> Lease:
+    """A lease whose grant was answered within a keepalive interval.
+
+    This side counts a lease from when it asked for it (etcd may have granted it any time
+    after), so a grant answered late, as one sent to an etcd that was paused resumes,
+    leaves little or nothing of the lease: its keeper would call it lost at once, and the
+    member would lose the registration it just made. Such a lease is revoked and another
+    asked for; etcd answers again, so that one comes promptly."""
+    loop = asyncio.get_running_loop()
+    for _ in range(_PROMPT_LEASE_TRIES - 1):
+        lease = await client.lease_grant(ttl_s)
+        late = loop.time() - lease.granted_at
+        if late < lease.ttl_s / 3:
+            return lease
+        logger.info("etcd answered a lease grant after %.1fs: asking again", late)
+        with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
+            await client.lease_revoke(lease.id)
+    return await client.lease_grant(ttl_s)
+
+
 class EtcdCoordinator:
     """Coordination in etcd, under `/popmq/<cluster>/` (docs/coordination.md).
 
@@ -219,7 +239,7 @@ class EtcdCoordinator:
     async def _register(self, session: _EtcdSession, path: str) -> None:
         """Grant a lease and put the member's key under it: create it (put-if-absent), or,
         after a loss, take it over if it is still the key of the last registration."""
-        lease = await self._prompt_lease(session.ttl_s)
+        lease = await prompt_lease(self.client, session.ttl_s)
         try:
             current = await self._claim(session, self._key(path), lease.id)
         except BaseException:
@@ -232,25 +252,6 @@ class EtcdCoordinator:
         if old is not None:  # it holds nothing now; if etcd does not answer, it lapses
             with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
                 await self.client.lease_revoke(old.id)
-
-    async def _prompt_lease(self, ttl_s: int) -> Lease:
-        """A lease whose grant was answered within a keepalive interval.
-
-        This side counts a lease from when it asked for it (etcd may have granted it any
-        time after), so a grant answered late, as one sent to an etcd that was paused
-        resumes, leaves little or nothing of the lease: its keeper would call it lost at
-        once, and the member would lose the registration it just made. Such a lease is
-        revoked and another asked for; etcd answers again, so that one comes promptly."""
-        loop = asyncio.get_running_loop()
-        for _ in range(_PROMPT_LEASE_TRIES - 1):
-            lease = await self.client.lease_grant(ttl_s)
-            if loop.time() - lease.granted_at < lease.ttl_s / 3:
-                return lease
-            logger.info("etcd answered a lease grant after %.1fs: asking again",
-                        loop.time() - lease.granted_at)  # fmt: skip
-            with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
-                await self.client.lease_revoke(lease.id)
-        return await self.client.lease_grant(ttl_s)
 
     async def _claim(self, session: _EtcdSession, key: str, lease: int) -> KeyValue:
         """Put the member's key under `lease`: taken over, or created; returns it.
