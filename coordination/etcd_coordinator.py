@@ -274,12 +274,14 @@ class EtcdCoordinator:
         """After a loss: move the member's key to `lease` if it is still the key of the last
         registration (created at `last_epoch`), returning it; None when it is gone.
 
-        etcd restores leases when it restarts, with their whole TTL, so after an outage the
+        etcd restores leases when it restarts, with their whole TTL, so after a restart the
         key is usually still there. Nobody else can have registered the name meanwhile
         (the key never went), so the registration goes on under the same epoch, and the
-        proxies watching `brokers/` never see the member leave. Revoking the old lease
+        proxies watching `brokers/` see no change but the lease. Revoking the old lease
         first would delete the key, and every proxy would drop the member until the new
-        key arrives: sends, acks and held pops on it would fail meanwhile.
+        key arrives (unless its connection is up: RouteCache holds it a while). An etcd
+        that resumes after a pause past the TTL has revoked every lease, so the key is gone
+        and a new one (a new epoch) is created.
 
         Raises:
             MemberExistsError: Another member holds the name now.
