@@ -127,11 +127,11 @@ class ClusterBroker:
     ) -> None:
         self.coordinator = coordinator
         self._info = info
-        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.routes = RouteCache(
             coordinator,
             RoutesConfig(default_queues_per_broker=default_queues_per_broker),
-            answering=self.pool.answering,
+            # Asked only once started, when the pool (made below) exists.
+            answering=lambda name: self.pool.answering(name),
         )
         self.groups = GroupCache(coordinator)
         self.topology = Topology(self.routes, self.groups)
@@ -141,6 +141,7 @@ class ClusterBroker:
             GroupRules(defaults=info.groups, max_invisible_s=info.pop.max_invisible_s),
             self.topology.route,
         )
+        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
         self.faults = FaultTable(faults)
         self.sends = ClusterSend(
             self.topology,
