@@ -1,8 +1,9 @@
 """The proxy's connections to the live brokers: one RemoteBroker per broker, by name.
 
 The set follows the route cache's live brokers: a broker that registers gets a channel, a
-broker whose lease lapsed loses it (its calls would only time out), and a broker that
-registered again at another address gets a new one. Channels connect lazily and reconnect
+broker whose lease lapsed loses it (its calls would only time out; unless its connection is
+up, which keeps it live for a grace period: RouteCache), and a broker that registered again
+at another address gets a new one. Channels connect lazily and reconnect
 by themselves (remote_broker.py), so opening one does no I/O and a broker that is slow to
 answer never holds the loop.
 
@@ -70,6 +71,13 @@ class BrokerPool:
                 "retry once it is back"
             )
         return found[1]
+
+    def answering(self, broker: str) -> bool:
+        """Whether this proxy has a connection to `broker` and it is up now: the route
+        cache keeps such a broker live for a while after its registration vanished
+        (RouteCache's `answering`)."""
+        found = self._remotes.get(broker)
+        return found is not None and found[1].connection_up()
 
     def unreachable(self, after_s: float) -> list[str]:
         """The live brokers whose connection has not been up for `after_s`, as seen by the

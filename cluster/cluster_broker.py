@@ -130,7 +130,10 @@ class ClusterBroker:
         self.coordinator = coordinator
         self._info = info
         self.routes = RouteCache(
-            coordinator, RoutesConfig(default_queues_per_broker=default_queues_per_broker)
+            coordinator,
+            RoutesConfig(default_queues_per_broker=default_queues_per_broker),
+            # Asked only once started, when the pool (made below) exists.
+            answering=lambda name: self.pool.answering(name),
         )
         self.groups = GroupCache(coordinator)
         self.topology = Topology(self.routes, self.groups)
