@@ -706,7 +706,8 @@ class ClusterBroker:
                 field="receipt_handles",
                 allowed=f"1..{rules.MAX_HANDLES}",
             )
-        only = one_issuer(handles)
+        found = issuers(handles)
+        only = one_issuer(found)
         if only is not None:  # one pop's handles: no per-handle routing
             try:
                 answers = await self.pool.get(only).ack(group, handles)
@@ -717,11 +718,11 @@ class ClusterBroker:
             return answers
         results: list[PopMQError | None] = [None] * len(handles)
         by_broker: dict[str, list[int]] = {}
-        for index, found in enumerate(issuers(handles)):
-            if isinstance(found, str):
-                by_broker.setdefault(found, []).append(index)
+        for index, name in enumerate(found):
+            if isinstance(name, str):
+                by_broker.setdefault(name, []).append(index)
             else:
-                results[index] = found
+                results[index] = name
 
         async def ack_on(broker: str, indexes: list[int]) -> None:
             try:

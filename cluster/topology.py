@@ -182,13 +182,13 @@ def issuers(handles: Sequence[str]) -> list[str | InvalidReceiptHandleError]:
     return found
 
 
-def one_issuer(handles: Sequence[str]) -> str | None:
-    """The broker that issued every one of `handles` when all are well-formed and of one
-    broker (the usual ack: one pop's handles); None otherwise (ask `issuers`)."""
-    names = named_issuers(handles)
-    if names is None or names.count(names[0]) != len(names):
-        return None
-    return names[0]
+def one_issuer(found: Sequence[str | InvalidReceiptHandleError]) -> str | None:
+    """The broker named by every entry of `found` (`issuers`' answer) when there is one
+    (the usual ack: one pop's handles, routed whole); None otherwise (route by index)."""
+    only = found[0] if found else None
+    if isinstance(only, str) and found.count(only) == len(found):
+        return only
+    return None
 
 
 def issuer(handle: str, what: str = "receipt handle") -> str:

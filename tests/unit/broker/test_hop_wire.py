@@ -140,7 +140,7 @@ def test_hop_answers_parse_as_the_generated_response_and_split_back() -> None:
 
 
 def test_globalize_numbers_each_message_by_its_route_and_counts_its_bytes() -> None:
-    popped = popped_from_wire(pop_response_wire(_popped()))
+    popped = popped_from_wire(pop_response_wire([*_popped(), _popped()[0]]))
     asked: list[int] = []
 
     def global_id(local_id: int) -> int:
@@ -148,7 +148,7 @@ def test_globalize_numbers_each_message_by_its_route_and_counts_its_bytes() -> N
         return local_id + 100
 
     size = globalize(popped, global_id)
-    assert [p.queue_id for p in popped] == [103, 100, 107, 99]
+    assert [p.queue_id for p in popped] == [103, 100, 107, 99, 103]
     assert sorted(asked) == [-1, 0, 3, 7]  # once a queue
     assert size == sum(p.record.stored_size + MESSAGE_OVERHEAD_BYTES for p in popped)
     assert globalize([], global_id) == 0

@@ -49,8 +49,8 @@ def test_a_bad_handle_gets_its_own_error_and_the_others_their_broker(bad: str) -
 
 def test_one_issuer_names_the_broker_of_a_pops_handles_and_nothing_else() -> None:
     one_pop = [_receipt("b1", n) for n in range(32)]
-    assert one_issuer(one_pop) == "b1"
-    assert one_issuer([*one_pop, _receipt("b2", 1)]) is None  # two brokers: by index
-    assert one_issuer([*one_pop, "b1.junk"]) is None  # a bad one: each gets its own error
-    assert one_issuer([*one_pop, LEGACY_RECEIPT]) is None
-    assert one_issuer([]) is None
+    assert one_issuer(issuers(one_pop)) == "b1"
+    assert one_issuer(issuers([*one_pop, _receipt("b2", 1)])) is None  # two brokers: by index
+    assert one_issuer(issuers([*one_pop, "b1.junk"])) is None  # a bad one: each gets its own error
+    assert one_issuer(issuers([*one_pop, LEGACY_RECEIPT])) is None
+    assert one_issuer(issuers([])) is None
