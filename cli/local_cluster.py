@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -34,10 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,6 +207,8 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         if self.config.data_dir is None:
+            import tempfile  # here: every CLI command imports this module
+
             self.root = Path(tempfile.mkdtemp(prefix="popmq-cluster-"))
             self._temporary = True
         else:
@@ -281,6 +279,8 @@ class LocalCluster:
     def _wait_etcd_healthy(self, etcd: Child, deadline: float) -> None:
         """Until etcd's HTTP /health says true (plain urllib: no thread, see the module
         docstring; and no HTTP proxy from the environment for a loopback address)."""
+        import urllib.request  # here: every CLI command imports this module
+
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         url = f"http://{etcd.address}/health"
         last = "no answer yet"
@@ -295,7 +295,7 @@ class LocalCluster:
                 if '"health":"true"' in body.replace(" ", ""):
                     return
                 last = body.strip()
-            except (OSError, urllib.error.URLError) as exc:
+            except OSError as exc:  # URLError and HTTPError included
                 last = str(exc)
             if time.monotonic() > deadline:
                 raise LocalClusterError(
@@ -509,6 +509,8 @@ def _die_with_parent() -> Callable[[], None] | None:
     PR_SET_PDEATHSIG); None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here: every CLI command imports this module
+
     try:
         prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
