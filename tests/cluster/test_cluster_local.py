@@ -213,13 +213,12 @@ def test_cluster_local_serves_through_every_proxy_and_stops_every_child_on_sigin
     assert "stopped" in run.stderr()
 
 
-def test_cluster_local_with_replicas_starts_shards_that_send_and_receive(
+def test_cluster_local_with_replicas_starts_shards_that_keep_their_data_across_runs(
     start_local: StartLocal, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "kept"
-    run = start_local(
-        "--brokers", "2", "--proxies", "1", "--replicas", "2", "--data-dir", str(data_dir)
-    )
+    args = ("--brokers", "2", "--proxies", "1", "--replicas", "2", "--data-dir", str(data_dir))
+    run = start_local(*args)
     assert list(run.children) == ["p1", "s1-r1", "s1-r2", "s2-r1", "s2-r2", "etcd"]
     (endpoint,) = run.of_kind("proxy").values()
     with Admin(endpoint) as admin:
@@ -232,13 +231,28 @@ def test_cluster_local_with_replicas_starts_shards_that_send_and_receive(
         assert [f.in_sync for f in replication.followers] == [True], replication
     assert sorted(q.broker for q in queues) == ["s1", "s2"]
     _send_receive_ack(endpoint, "payments", count=10)
+    with Producer(endpoint) as producer:
+        kept = {producer.send("payments", f"kept-{n}".encode()).message_id for n in range(5)}
 
     assert run.interrupt() == 0, run.output()
     assert [pid for pid in run.pids if _alive(pid)] == []
-    # --data-dir keeps every process's data and log.
+    # --data-dir keeps every process's data and log; a second run starts on them.
     assert run.data_dir == data_dir
     for name in ("etcd", "s1-r1", "s1-r2", "s2-r1", "s2-r2", "p1"):
         assert (data_dir / f"{name}.log").is_file(), name
+
+    again = start_local(*args)
+    (endpoint,) = again.of_kind("proxy").values()
+    got: set[str] = set()
+    with SimpleConsumer(endpoint, group="payments-billing", topic="payments") as consumer:
+        give_up = time.monotonic() + 60
+        while got != kept and time.monotonic() < give_up:
+            batch = consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=2)
+            consumer.ack(batch)
+            got.update(m.message_id for m in batch)
+    assert got == kept  # acknowledged sends survive the stop; the acked ones stay acked
+    assert again.interrupt() == 0, again.output()
+    assert [pid for pid in again.pids if _alive(pid)] == []
 
 
 def test_a_child_that_dies_ends_the_cluster_with_exit_1_and_stops_the_rest(
