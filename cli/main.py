@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="popmq",
         description="popmq messaging system",
         epilog=(
-            "Client commands (all but serve and broker) take --endpoint "
+            "Client commands (all but serve, broker, proxy and cluster local) take --endpoint "
             "HOST:PORT[,HOST:PORT...], default $POPMQ_ENDPOINT or "
             f"{DEFAULT_ENDPOINT}. With several proxies listed, a command moves on to the next "
             "when one cannot be reached. Against a server with authentication on, they sign "
