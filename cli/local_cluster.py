@@ -452,18 +452,22 @@ class LocalCluster:
         """Stop the proxies, then the brokers, then etcd (SIGTERM to each pid, then wait;
         SIGKILL after STOP_TIMEOUT_S), then remove a temporary data dir. Idempotent."""
         for kind in STOP_ORDER:
-            group = self._of_kind(kind)
+            # Those that exited already were reported when they did.
+            group = [c for c in self._of_kind(kind) if c.process.poll() is None]
             for child in group:
-                if child.process.poll() is None:
-                    child.process.send_signal(signal.SIGTERM)
+                child.process.send_signal(signal.SIGTERM)
             for child in group:
                 try:
-                    child.process.wait(STOP_TIMEOUT_S)
+                    code = child.process.wait(STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     child.process.kill()
                     child.process.wait()
                     say(f"{child.kind} {child.name} (pid {child.pid}) did not stop within "
                         f"{STOP_TIMEOUT_S:g}s of SIGTERM: killed")  # fmt: skip
+                    continue
+                if code not in (0, -signal.SIGTERM):  # etcd ends by re-raising it, cleanly
+                    say(f"{child.kind} {child.name} (pid {child.pid}) exited with {code} on "
+                        f"SIGTERM; the end of its log:\n{child.log_tail()}")  # fmt: skip
         self.children.clear()
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -210,7 +210,9 @@ def test_cluster_local_serves_through_every_proxy_and_stops_every_child_on_sigin
     assert run.interrupt() == 0, run.output()
     assert [pid for pid in run.pids if _alive(pid)] == []
     assert not run.data_dir.exists()  # the temporary data dir is removed
-    assert "stopped" in run.stderr()
+    stderr = run.stderr()
+    assert stderr.endswith("popmq cluster local: stopped\n"), stderr
+    assert "on SIGTERM" not in stderr and "killed" not in stderr  # every child stopped cleanly
 
 
 def test_cluster_local_with_replicas_starts_shards_that_keep_their_data_across_runs(
