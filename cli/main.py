@@ -42,7 +42,7 @@ from popmq import (
     TLSConfig,
     UnauthenticatedError,
 )
-from popmq.cli import commands, dlq, inspection
+from popmq.cli import commands, dlq, inspection, local_cluster
 from popmq.cli.render import format_group, format_message, format_receipt, format_topic
 from popmq.sdk._channel import check_endpoint
 from popmq.sdk.tls import TLS, channel_security
@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="popmq",
         description="popmq messaging system",
         epilog=(
-            "Client commands (all but serve and broker) take --endpoint "
+            "Client commands (all but serve, broker, proxy and cluster local) take --endpoint "
             "HOST:PORT[,HOST:PORT...], default $POPMQ_ENDPOINT or "
             f"{DEFAULT_ENDPOINT}. With several proxies listed, a command moves on to the next "
             "when one cannot be reached. Against a server with authentication on, they sign "
@@ -813,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         commands.cluster_status,
     )
+    local_cluster.add_parser(cluster_commands)
 
     _security_commands(commands_)
 

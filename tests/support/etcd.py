@@ -12,8 +12,6 @@ need it, and CI runs `make setup` first.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,25 +21,17 @@ import grpc
 import pytest
 
 from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from popmq.cli.local_cluster import ETCD_INSTALL_HINT, find_etcd
 from tests.support.ports import free_port
 
-INSTALL_HINT = (
-    "etcd is not installed: run `make setup` (tools/install_etcd.sh installs Debian's "
-    "etcd-server), or `apt-get install etcd-server`, or set POPMQ_ETCD to an etcd 3.4+ binary"
-)
 START_TIMEOUT_S = 20.0
 
 
 def etcd_binary() -> str:
-    """The etcd binary to run; fails the test with INSTALL_HINT when there is none."""
-    configured = os.environ.get("POPMQ_ETCD")
-    found = (
-        configured
-        or shutil.which("etcd")
-        or next((p for p in ("/usr/bin/etcd", "/usr/sbin/etcd") if os.access(p, os.X_OK)), None)
-    )
-    if not found or not os.access(found, os.X_OK):
-        pytest.fail(INSTALL_HINT, pytrace=False)
+    """The etcd binary to run; fails the test with ETCD_INSTALL_HINT when there is none."""
+    found = find_etcd()
+    if found is None:
+        pytest.fail(ETCD_INSTALL_HINT, pytrace=False)
     return found
 
 
