@@ -15,7 +15,10 @@ over the same data.
   mode's clients wait for the server) until it is back. It also kills etcd (kill -9, down
   for `etcd_down_s`, started again on its data), pauses etcd (SIGSTOP for `etcd_down_s`,
   then SIGCONT), and pauses a random broker (SIGSTOP for `broker_pause_s`, past the proxy's
-  10 s broker call timeout, then SIGCONT); the clients go on meanwhile.
+  10 s broker call timeout, then SIGCONT); the clients go on meanwhile. With `disk_mib` set,
+  each broker's data dir is a tmpfs of its own (mounting needs root, as on CI), and the
+  disk-full fault fills a random broker's one until sends no longer fit, holds it full for
+  `disk_full_s` and frees it (faults.py).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ import asyncio
 import contextlib
 import random
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
+from tests.chaos.disk_full import mounted_tmpfs
+from tests.chaos.faults import DISK_FULL, DiskFull, fill_disk, free_mib
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 from tests.support.server_process import (
@@ -125,9 +131,11 @@ class ClusterTarget:
     Attributes:
         lease_lapse_s: Per kill, seconds from the kill until etcd dropped the process's
             registration (its session TTL, give or take etcd's expiry tick).
+        disk_fulls: Each disk-full fault, in order (the history fills in its findings).
+        queue_brokers: The checked topic's broker of each global queue id (`prepare`).
     """
 
-    kinds = ("broker", "proxy", ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE)
+    kinds = ("broker", "proxy", ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE, DISK_FULL)
 
     def __init__(
         self,
@@ -136,10 +144,18 @@ class ClusterTarget:
         on_death: Callable[[ServerDiedError], None],
         etcd_down_s: float = 4.0,
         broker_pause_s: float = 11.0,
+        disk_mib: int | None = None,
+        disk_full_s: float = 8.0,
     ) -> None:
         self.cluster = cluster
         self.etcd_down_s = etcd_down_s
         self.broker_pause_s = broker_pause_s
+        self.disk_mib = disk_mib
+        self.disk_full_s = disk_full_s
+        self.disk_fulls: list[DiskFull] = []
+        self.queue_brokers: list[str] = []
+        # The brokers' tmpfs mounts, unmounted by close().
+        self._mounts = contextlib.ExitStack()
         self.holders = [EndpointHolder() for _ in self.cluster.proxies]
         self.incarnations: list[Incarnation] = []
         self.lease_lapse_s: list[float] = []
@@ -148,9 +164,17 @@ class ClusterTarget:
         self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.disk_mib is not None:
+            for name in self.cluster.brokers:
+                data_dir = self.cluster.processes[name].data_dir
+                self._mounts.enter_context(mounted_tmpfs(data_dir, self.disk_mib))
         await asyncio.to_thread(self.cluster.start)
         self._publish()
         self._watcher = asyncio.create_task(self._watch())
+
+    async def prepare(self, topic: str) -> None:
+        """Read which broker holds each queue of the checked topic (once it exists)."""
+        self.queue_brokers = [broker for broker, _ in await self.cluster.route_queues(topic)]
 
     def _publish(self) -> None:
         for holder, proxy in zip(self.holders, self.cluster.proxies, strict=True):
@@ -171,6 +195,9 @@ class ClusterTarget:
     async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
         if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE):
             await self._fault(kind, rng)
+            return
+        if kind == DISK_FULL:
+            await self._disk_full(rng)
             return
         names = self.cluster.brokers if kind == "broker" else self.cluster.proxies
         name = rng.choice(names)
@@ -221,6 +248,24 @@ class ClusterTarget:
             finally:
                 self.cluster.resume(name)
 
+    async def _disk_full(self, rng: random.Random) -> None:
+        """Fill a random broker's volume past its send floor, hold it, free it."""
+        assert self.disk_mib is not None, "disk-full faults need the brokers on tmpfs"
+        name = rng.choice(self.cluster.brokers)
+        volume = self.cluster.processes[name].data_dir
+        fault = DiskFull(broker=name, began=time.monotonic())
+        self.disk_fulls.append(fault)
+        fillers = await asyncio.to_thread(fill_disk, volume)
+        fault.full_at = time.monotonic()
+        fault.filler_mib = len(fillers)
+        fault.free_mib = free_mib(volume)
+        try:
+            await asyncio.sleep(self.disk_full_s)
+        finally:
+            for path in fillers:
+                path.unlink()
+            fault.freed_at = time.monotonic()
+
     async def stop(self) -> int | None:
         await self._stop_watching()
         for holder in self.holders:
@@ -245,4 +290,7 @@ class ClusterTarget:
 
     async def close(self) -> None:
         await self._stop_watching()
-        await asyncio.to_thread(self.cluster.stop)
+        try:
+            await asyncio.to_thread(self.cluster.stop)
+        finally:
+            self._mounts.close()
