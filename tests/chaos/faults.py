@@ -27,7 +27,9 @@ from pathlib import Path
 __all__ = [
     "AFTERMATH_S",
     "DISK_FULL",
+    "FILL_PAUSE_S",
     "LEFT_FREE_MIB",
+    "NEAR_FLOOR_MIB",
     "CallRecord",
     "DiskFull",
     "FaultWindow",
@@ -42,6 +44,12 @@ proxies' reactions (a route reload, an isolation's end, a lease taken again) run
 LEFT_FREE_MIB = 4
 """Free space a filled volume keeps: below the 8 MiB a send needs (the store's send floor),
 above what acks, nacks and pop checkpoints use."""
+NEAR_FLOOR_MIB = 40
+"""Where the filling pauses (`FILL_PAUSE_S`) on its way down. Far above its send floor (8 MiB
+plus 64 MiB of slack) the store reads the free space at most every 0.1 s, which is safe
+against writers slower than about 640 MiB/s; the filler on a tmpfs is faster. Within the
+slack every send reads it afresh, so after the pause the last step is seen at once."""
+FILL_PAUSE_S = 0.3
 _MIB = 1 << 20
 
 
@@ -97,15 +105,14 @@ class DiskFull:
         )
 
 
-def fill_disk(directory: Path, leave_mib: int = LEFT_FREE_MIB) -> list[Path]:
-    """Filler files of 1 MiB in `directory` until `leave_mib` MiB are left free (blocking:
-    run it in a thread)."""
-    fillers: list[Path] = []
+def fill_disk(directory: Path, leave_mib: int, fillers: list[Path]) -> None:
+    """Add filler files of 1 MiB to `fillers` in `directory` until `leave_mib` MiB are left
+    free (blocking: run it in a thread)."""
     chunk = b"\xa5" * _MIB
     while True:
         stats = os.statvfs(directory)
         if stats.f_bavail * stats.f_frsize <= (leave_mib + 1) * _MIB:
-            return fillers
+            return
         path = directory / f"filler-{len(fillers):04d}"
         path.write_bytes(chunk)
         fillers.append(path)

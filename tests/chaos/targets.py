@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from tests.chaos.disk_full import mounted_tmpfs
-from tests.chaos.faults import DISK_FULL, DiskFull, fill_disk, free_mib
+from tests.chaos.faults import (
+    DISK_FULL,
+    FILL_PAUSE_S,
+    LEFT_FREE_MIB,
+    NEAR_FLOOR_MIB,
+    DiskFull,
+    fill_disk,
+    free_mib,
+)
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 from tests.support.server_process import (
@@ -255,7 +263,10 @@ class ClusterTarget:
         volume = self.cluster.processes[name].data_dir
         fault = DiskFull(broker=name, began=time.monotonic())
         self.disk_fulls.append(fault)
-        fillers = await asyncio.to_thread(fill_disk, volume)
+        fillers: list[Path] = []
+        await asyncio.to_thread(fill_disk, volume, NEAR_FLOOR_MIB, fillers)
+        await asyncio.sleep(FILL_PAUSE_S)
+        await asyncio.to_thread(fill_disk, volume, LEFT_FREE_MIB, fillers)
         fault.full_at = time.monotonic()
         fault.filler_mib = len(fillers)
         fault.free_mib = free_mib(volume)
