@@ -759,6 +759,7 @@ class TotalQueueChecker:
             result.lease_lapse_s = list(self.target.lease_lapse_s)
             result.disk_fulls = list(self.target.disk_fulls)
             result.queue_brokers = list(self.target.queue_brokers)
+            result.unregistered = list(self.target.unregistered)
         evaluate(self.history, result)
         return result
 

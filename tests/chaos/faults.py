@@ -19,10 +19,13 @@ the space returned it stored a producer's send again.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.chaos.disk_full import MountError, mounted_tmpfs
 
 __all__ = [
     "AFTERMATH_S",
@@ -34,6 +37,7 @@ __all__ = [
     "DiskFull",
     "FaultWindow",
     "attribute_errors",
+    "disk_full_unavailable",
     "fill_disk",
 ]
 
@@ -116,6 +120,16 @@ def fill_disk(directory: Path, leave_mib: int, fillers: list[Path]) -> None:
         path = directory / f"filler-{len(fillers):04d}"
         path.write_bytes(chunk)
         fillers.append(path)
+
+
+def disk_full_unavailable() -> str | None:
+    """Why the brokers' volumes cannot be made here (None: a tmpfs mounts)."""
+    with tempfile.TemporaryDirectory(prefix="popmq-tmpfs-probe-") as root:
+        try:
+            with mounted_tmpfs(Path(root) / "disk", 1):
+                return None
+        except MountError as exc:
+            return str(exc)
 
 
 def free_mib(directory: Path) -> float:

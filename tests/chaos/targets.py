@@ -52,7 +52,15 @@ from tests.support.server_process import (
     ServerProcess,
 )
 
-__all__ = ["BROKER_PAUSE", "ETCD_KILL", "ETCD_PAUSE", "ClusterTarget", "LocalTarget", "Target"]
+__all__ = [
+    "BROKER_PAUSE",
+    "ETCD_KILL",
+    "ETCD_PAUSE",
+    "REGISTERED_AGAIN_WITHIN_S",
+    "ClusterTarget",
+    "LocalTarget",
+    "Target",
+]
 
 ETCD_KILL = "etcd-kill"
 ETCD_PAUSE = "etcd-pause"
@@ -62,6 +70,9 @@ _OPENED = re.compile(
     r"opened in ([0-9.]+)s: \d+ topics, \d+ groups, (\d+) in-flight checkpoints recovered"
 )
 _DEATH_POLL_S = 0.5
+REGISTERED_AGAIN_WITHIN_S = 10.0
+"""How soon after etcd's return (or a broker's wake-up) every broker must be registered
+again: the bound the docs give for an etcd outage."""
 
 
 class Target(Protocol):
@@ -140,6 +151,8 @@ class ClusterTarget:
         lease_lapse_s: Per kill, seconds from the kill until etcd dropped the process's
             registration (its session TTL, give or take etcd's expiry tick).
         disk_fulls: Each disk-full fault, in order (the history fills in its findings).
+        unregistered: Per etcd fault, broker pause or disk-full fault, in order: its kind
+            and the brokers not registered in etcd again `REGISTERED_AGAIN_WITHIN_S` after it.
         queue_brokers: The checked topic's broker of each global queue id (`prepare`).
     """
 
@@ -161,6 +174,7 @@ class ClusterTarget:
         self.disk_mib = disk_mib
         self.disk_full_s = disk_full_s
         self.disk_fulls: list[DiskFull] = []
+        self.unregistered: list[tuple[str, list[str]]] = []
         self.queue_brokers: list[str] = []
         # The brokers' tmpfs mounts, unmounted by close().
         self._mounts = contextlib.ExitStack()
@@ -175,7 +189,8 @@ class ClusterTarget:
         if self.disk_mib is not None:
             for name in self.cluster.brokers:
                 data_dir = self.cluster.processes[name].data_dir
-                self._mounts.enter_context(mounted_tmpfs(data_dir, self.disk_mib))
+                # 0700 like the data dir the broker makes (it warns of wider modes).
+                self._mounts.enter_context(mounted_tmpfs(data_dir, self.disk_mib, "0700"))
         await asyncio.to_thread(self.cluster.start)
         self._publish()
         self._watcher = asyncio.create_task(self._watch())
@@ -201,11 +216,12 @@ class ClusterTarget:
                 return
 
     async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
-        if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE):
-            await self._fault(kind, rng)
-            return
-        if kind == DISK_FULL:
-            await self._disk_full(rng)
+        if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE, DISK_FULL):
+            if kind == DISK_FULL:
+                await self._disk_full(rng)
+            else:
+                await self._fault(kind, rng)
+            self.unregistered.append((kind, await self._unregistered_after()))
             return
         names = self.cluster.brokers if kind == "broker" else self.cluster.proxies
         name = rng.choice(names)
@@ -255,6 +271,18 @@ class ClusterTarget:
                 await asyncio.sleep(self.broker_pause_s)
             finally:
                 self.cluster.resume(name)
+
+    async def _unregistered_after(self) -> list[str]:
+        """The brokers etcd still lacks `REGISTERED_AGAIN_WITHIN_S` after a fault ended
+        (none: every one is registered again; a broker the proxies no longer see takes
+        no sends and serves no pops, which no client error shows)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REGISTERED_AGAIN_WITHIN_S
+        while True:
+            missing = sorted(set(self.cluster.brokers) - set(await self.cluster.live_brokers()))
+            if not missing or loop.time() >= deadline:
+                return missing
+            await asyncio.sleep(0.2)
 
     async def _disk_full(self, rng: random.Random) -> None:
         """Fill a random broker's volume past its send floor, hold it, free it."""

@@ -3,10 +3,13 @@
 etcd + 3 `popmq broker` + 2 `popmq proxy` subprocesses; producers and consumers spread over
 the proxies; the nemesis kill -9s two brokers and one proxy (one at a time: kill, wait for
 the lease to lapse, restart on the same address and data dir), kill -9s etcd and keeps it
-down past the session TTL, SIGSTOPs etcd as long, and SIGSTOPs a broker past the proxy's
-call timeout; half of the consumers crash mid-batch now and then. Then everything is
-drained, stopped with SIGTERM, started again and checked for redeliveries. The full-size
-run is by hand:
+down past the session TTL, SIGSTOPs etcd as long, SIGSTOPs a broker past the proxy's call
+timeout, and fills a broker's data volume (a tmpfs; root, as CI runs; without it the run
+says why and leaves that fault out) past its send floor for 8 s; half of the consumers
+crash mid-batch now and then. Failed client calls are put down to the fault they overlap,
+and the run must show what docs/cluster.md's failure table promises for each fault. Then
+everything is drained, stopped with SIGTERM, started again and checked for redeliveries.
+The full-size run is by hand:
 ``python -m tests.chaos.checker --cluster --help``. Run with ``-s`` to see the summary.
 """
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.checker import CheckConfig, CheckResult, History, SendRecord, check, evaluate
-from tests.chaos.faults import CallRecord, DiskFull, FaultWindow
+from tests.chaos.faults import CallRecord, DiskFull, FaultWindow, disk_full_unavailable
 
 
 def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_checked() -> None:
@@ -45,6 +48,8 @@ def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_ch
     result.disk_fulls = [full]
     result.queue_brokers = ["b1", "b1", "b2", "b2"]
     result.kills_by_kind = {"etcd-kill": 1, "disk-full": 1}
+    # b3 missing 10 s after the etcd kill; b2 after an etcd pause is only reported.
+    result.unregistered = [("etcd-kill", ["b3"]), ("disk-full", []), ("etcd-pause", ["b2"])]
     evaluate(history, result)
     assert result.errors_by_fault == {
         "disk-full": {"send UNAVAILABLE": 1},
@@ -54,8 +59,12 @@ def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_ch
     assert (full.stored_while_full, full.processed_while_full) == (1, 2)
     assert full.resumed_s == pytest.approx(0.2)
     result.drained, result.clean_stop_exit_code = True, 0
-    assert result.violations == ["disk full: b1 stored 1 sends while full"]
+    assert result.violations == [
+        "disk full: b1 stored 1 sends while full",
+        "b3 not registered again 10 s after etcd-kill #1",
+    ]
     summary = result.summary()
+    assert "b3 after etcd-kill #1; b2 after etcd-pause #3 (of 3 such faults)" in summary
     assert "    etcd-kill x1: pop UNAVAILABLE=1, send UNAVAILABLE=1" in summary
     assert "first send stored on it 0.20s after the space returned" in summary
 
@@ -65,6 +74,10 @@ def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_ch
 def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_faults(
     tmp_path: Path,
 ) -> None:
+    why = disk_full_unavailable()
+    if why is not None:
+        print(f"\nno disk-full fault in this run (the brokers' volumes are tmpfs mounts): {why}")
+    disk_fulls = 1 if why is None else 0
     config = CheckConfig(
         cluster=True,
         messages=800,
@@ -73,7 +86,7 @@ def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_f
         etcd_kills=1,
         etcd_pauses=1,
         broker_pauses=1,
-        disk_fulls=1,
+        disk_fulls=disk_fulls,
         producers=2,
         consumers=2,
         queues=2,
@@ -94,12 +107,26 @@ def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_f
         "etcd-kill": 1,
         "etcd-pause": 1,
         "broker-pause": 1,
-        "disk-full": 1,
-    }, summary
+    } | ({"disk-full": 1} if disk_fulls else {}), summary
     assert len(result.restarts_after_kill) == 3, summary
     # A killed process's registration lapses after its TTL (3 s), not much later.
     assert all(s <= config.session_ttl_s + 3 for s in result.lease_lapse_s), summary
-    assert result.acknowledged >= 0.9 * result.attempted, summary
+    # What the failure table of docs/cluster.md promises, fault by fault. A send through a
+    # killed broker moves on, and so does one refused by a full broker: no failed send. etcd
+    # killed past the TTL: sends, pops and acks go on. A full broker still pops and acks:
+    # no client error at all, and it stored no send while full (a violation otherwise).
+    # Sends may fail for a proxy kill (the checker's clients have that one proxy only),
+    # for a paused broker (a send in flight there fails once its in-doubt retries end) and
+    # for a paused etcd (resumed leases expire at once: not promised yet).
+    errors = result.errors_by_fault
+    for kind in ("broker", "etcd-kill", "disk-full", "outside faults"):
+        failed_sends = {what: n for what, n in errors.get(kind, {}).items() if "send" in what}
+        assert failed_sends == {}, f"{kind}: {failed_sends}\n{summary}"
+    assert errors["etcd-kill"] == {}, summary
+    if disk_fulls:
+        assert errors["disk-full"] == {}, summary
+        (full,) = result.disk_fulls
+        assert full.stored_while_full == 0 and full.processed_while_full > 0, summary
     assert result.abandoned_deliveries > 0, summary
     assert result.given_back_never_returned == [], summary
     assert result.lost == [], summary
