@@ -35,7 +35,9 @@ of its own (root) and fills a random broker's one until sends no longer fit, for
 sends must move to the other brokers while its queues still pop and ack (faults.py).
 ``--queues`` is per broker there (RocketMQ's count). The clean stop is a SIGTERM of every
 proxy and broker. Failed client calls are reported per fault kind: a failure counts for the
-latest fault it overlaps, up to 5 s after that fault ended (faults.py).
+latest fault it overlaps, up to 5 s after that fault ended (faults.py); after each etcd
+fault, broker pause and disk full every broker must be registered in etcd again within 10 s
+(a broker left out takes no sends and serves no pops, which no client error shows).
 
 Replicated mode (``--replicated``, replicated.py): etcd + ``--shards`` x ``--replicas``
 ``popmq broker --shard`` replicas (replication defaults: sync, min_insync 1) + proxies. Once 5 %
