@@ -13,7 +13,8 @@ filler files ("another program's data") until less than the broker's send floor 
 free, holds it full, then frees it. Its findings: how many sends were stored on the full
 broker while it was full (0: sends move to the other brokers), how many deliveries from its
 queues were processed and acked meanwhile (pops and acks still work), and how long after
-the space returned it stored a producer's send again.
+the space returned it stored a producer's send again (within `RESUME_WITHIN_S`, or a violation
+when the producers went on that long).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "FILL_PAUSE_S",
     "LEFT_FREE_MIB",
     "NEAR_FLOOR_MIB",
+    "RESUME_WITHIN_S",
     "CallRecord",
     "DiskFull",
     "FaultWindow",
@@ -54,6 +56,9 @@ plus 64 MiB of slack) the store reads the free space at most every 0.1 s, which 
 against writers slower than about 640 MiB/s; the filler on a tmpfs is faster. Within the
 slack every send reads it afresh, so after the pause the last step is seen at once."""
 FILL_PAUSE_S = 0.3
+RESUME_WITHIN_S = 30.0
+"""A broker whose space returned must store a send within this (while sends go on): past the
+send fault table's isolation of a broker that refused sends, with room for a loaded machine."""
 _MIB = 1 << 20
 
 

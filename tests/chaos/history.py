@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from popmq import ReceivedMessage, SendReceipt
-from tests.chaos.faults import AFTERMATH_S, CallRecord, DiskFull, FaultWindow, attribute_errors
+from tests.chaos.faults import (
+    AFTERMATH_S,
+    RESUME_WITHIN_S,
+    CallRecord,
+    DiskFull,
+    FaultWindow,
+    attribute_errors,
+)
 from tests.chaos.replicated import Failover
 from tests.support.server_process import KILLED, Incarnation
 
@@ -480,6 +487,16 @@ def _evaluate_disk_fulls(history: History, result: CheckResult) -> None:
             if fault.stored_while_full
             else []
         )
+        # Judged only when the producers went on long enough after the space returned.
+        went_on = any(
+            r.queue_id is not None and r.began >= fault.freed_at + RESUME_WITHIN_S
+            for r in history.send_log
+        )
+        if went_on and (fault.resumed_s is None or fault.resumed_s > RESUME_WITHIN_S):
+            fault.notes.append(
+                f"disk full: {fault.broker} stored no send within {RESUME_WITHIN_S:g}s of the "
+                "space returning"
+            )
 
 
 def _evaluate_sends(log: Sequence[SendRecord], result: CheckResult) -> None:

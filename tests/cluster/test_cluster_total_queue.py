@@ -67,6 +67,13 @@ def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_ch
     assert "b3 after etcd-kill #1; b2 after etcd-pause #3 (of 3 such faults)" in summary
     assert "    etcd-kill x1: pop UNAVAILABLE=1, send UNAVAILABLE=1" in summary
     assert "first send stored on it 0.20s after the space returned" in summary
+    # Sends went on for more than 30 s after the space returned, none on b1: a violation.
+    history.send_log.append(SendRecord(160.0, 160.1, 2))
+    history.send_log[2] = SendRecord(127.9, 128.2, 2)
+    history.send_log[3] = SendRecord(128.5, 128.7, 3)
+    evaluate(history, result)
+    assert full.resumed_s is None
+    assert "disk full: b1 stored no send within 30s of the space returning" in result.violations
 
 
 @pytest.mark.slow
