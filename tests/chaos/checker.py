@@ -72,9 +72,10 @@ Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
-    python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
+    python -m tests.chaos.checker --cluster --messages 40000 --kills 6 --proxy-kills 2 \\
         --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --disk-fulls 2 --send-rate 200 \\
-        --crashing-consumers --seed 20261129   # full-sized, ~4 min; output kept in
+        --crashing-consumers --seed 20261129   # full-sized, ~4 min (the sends outlast the
+                                               # faults, one after another); output kept in
                                                # bench/results/cluster_checker_faults.txt
     python -m tests.chaos.checker --replicated --messages 3600 --kills 3 --pauses 1 \\
         --leader-partitions 2 --session-ttl 3 --send-rate 30 --queues 2 \\

@@ -41,6 +41,7 @@ __all__ = [
     "attribute_errors",
     "disk_full_unavailable",
     "fill_disk",
+    "sends_during",
 ]
 
 DISK_FULL = "disk-full"
@@ -101,10 +102,16 @@ class DiskFull:
     resumed_s: float | None = None
     """Seconds from freeing the space to the first producer send stored on it (the first
     one that ended since)."""
+    sends_after_s: float = 0.0
+    """How long acknowledged sends (on any broker) went on after the space returned."""
     notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        resumed = "never" if self.resumed_s is None else f"{self.resumed_s:.2f}s"
+        resumed = (
+            f"never (sends went on {self.sends_after_s:.1f}s)"
+            if self.resumed_s is None
+            else f"{self.resumed_s:.2f}s"
+        )
         return (
             f"{self.broker}: {self.filler_mib} MiB filler, {self.free_mib:.1f} MiB free for "
             f"{self.freed_at - self.full_at:.1f}s; sends stored on it meanwhile "
@@ -142,6 +149,13 @@ def free_mib(directory: Path) -> float:
     return stats.f_bavail * stats.f_frsize / _MIB
 
 
+def _fault_of(ordered: Sequence[FaultWindow], began: float, ended: float) -> str:
+    for window in reversed(ordered):
+        if window.began <= ended and began <= window.ended + AFTERMATH_S:
+            return window.kind
+    return "outside faults"
+
+
 def attribute_errors(
     windows: Sequence[FaultWindow], failed: Iterable[CallRecord]
 ) -> dict[str, dict[str, int]]:
@@ -151,10 +165,19 @@ def attribute_errors(
     by_kind: dict[str, Counter[str]] = {w.kind: Counter() for w in windows}
     ordered = sorted(windows, key=lambda w: w.began)
     for call in failed:
-        kind = "outside faults"
-        for window in reversed(ordered):
-            if window.began <= call.ended and call.began <= window.ended + AFTERMATH_S:
-                kind = window.kind
-                break
+        kind = _fault_of(ordered, call.began, call.ended)
         by_kind.setdefault(kind, Counter())[f"{call.op} {call.code}"] += 1
     return {kind: dict(sorted(counts.items())) for kind, counts in sorted(by_kind.items())}
+
+
+def sends_during(
+    windows: Sequence[FaultWindow], sends: Iterable[tuple[float, float]]
+) -> dict[str, int]:
+    """Send calls ((began, ended), failed or not) put down to each fault kind as failures are:
+    how many sends a fault's "0 failed sends" stands on (a fault that began once the
+    producers were done has none)."""
+    counts: Counter[str] = Counter({w.kind: 0 for w in windows})
+    ordered = sorted(windows, key=lambda w: w.began)
+    for began, ended in sends:
+        counts[_fault_of(ordered, began, ended)] += 1
+    return dict(sorted(counts.items()))

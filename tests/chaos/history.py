@@ -21,6 +21,7 @@ from tests.chaos.faults import (
     DiskFull,
     FaultWindow,
     attribute_errors,
+    sends_during,
 )
 from tests.chaos.replicated import Failover
 from tests.support.server_process import KILLED, Incarnation
@@ -138,6 +139,8 @@ class CheckResult:
     errors_by_fault: dict[str, dict[str, int]] = field(default_factory=dict)
     """Cluster mode: fault kind -> "<op> <code>" -> failed client calls put down to it
     (faults.attribute_errors); "outside faults" holds the others."""
+    sends_by_fault: dict[str, int] = field(default_factory=dict)
+    """Cluster mode: fault kind -> send calls put down to it, failed or not."""
     disk_fulls: list[DiskFull] = field(default_factory=list)
     """Cluster mode: each disk-full fault with its findings (faults.DiskFull)."""
     queue_brokers: list[str] = field(default_factory=list)
@@ -266,7 +269,7 @@ class CheckResult:
             lines.append(
                 f"    {kind}"
                 + (f" x{faults}" if faults else "")
-                + ": "
+                + f" ({self.sends_by_fault.get(kind, 0)} send calls): "
                 + (", ".join(f"{what}={n}" for what, n in counts.items()) or "none")
             )
         lines += [f"  disk full: {d.line()}" for d in self.disk_fulls]
@@ -448,9 +451,11 @@ def evaluate(history: History, result: CheckResult) -> None:
     result.ack_errors = dict(history.ack_errors)
     result.nack_errors = dict(history.nack_errors)
     result.redelivered_deliveries = sum(n for a, n in history.attempts.items() if a > 1)
-    result.errors_by_fault = (
-        attribute_errors(history.faults, history.failed_calls) if result.config.cluster else {}
-    )
+    if result.config.cluster:
+        result.errors_by_fault = attribute_errors(history.faults, history.failed_calls)
+        result.sends_by_fault = sends_during(
+            history.faults, ((r.began, r.ended) for r in history.send_log)
+        )
     _evaluate_sends(history.send_log, result)
     _evaluate_disk_fulls(history, result)
 
@@ -486,6 +491,10 @@ def _evaluate_disk_fulls(history: History, result: CheckResult) -> None:
             [f"disk full: {fault.broker} stored {fault.stored_while_full} sends while full"]
             if fault.stored_while_full
             else []
+        )
+        fault.sends_after_s = max(
+            (r.ended - fault.freed_at for r in history.send_log if r.queue_id is not None),
+            default=0.0,
         )
         # Judged only when the producers went on long enough after the space returned.
         went_on = any(

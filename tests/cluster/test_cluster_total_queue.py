@@ -65,7 +65,8 @@ def test_failed_calls_are_put_down_to_the_fault_they_overlap_and_disk_full_is_ch
     ]
     summary = result.summary()
     assert "b3 after etcd-kill #1; b2 after etcd-pause #3 (of 3 such faults)" in summary
-    assert "    etcd-kill x1: pop UNAVAILABLE=1, send UNAVAILABLE=1" in summary
+    assert result.sends_by_fault == {"disk-full": 4, "etcd-kill": 0}
+    assert "    etcd-kill x1 (0 send calls): pop UNAVAILABLE=1, send UNAVAILABLE=1" in summary
     assert "first send stored on it 0.20s after the space returned" in summary
     # Sends went on for more than 30 s after the space returned, none on b1: a violation.
     history.send_log.append(SendRecord(160.0, 160.1, 2))
@@ -87,7 +88,9 @@ def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_f
     disk_fulls = 1 if why is None else 0
     config = CheckConfig(
         cluster=True,
-        messages=800,
+        # 40 s of sends at 60 a second: the faults (each 5 to 20 s, one after another) fall
+        # within the production, so each kind's "no failed send" stands on sends.
+        messages=2400,
         kills=2,
         proxy_kills=1,
         etcd_kills=1,
@@ -129,9 +132,11 @@ def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_f
     for kind in ("broker", "etcd-kill", "disk-full", "outside faults"):
         failed_sends = {what: n for what, n in errors.get(kind, {}).items() if "send" in what}
         assert failed_sends == {}, f"{kind}: {failed_sends}\n{summary}"
+    assert all(result.sends_by_fault[k] > 0 for k in ("broker", "etcd-kill")), summary
     assert errors["etcd-kill"] == {}, summary
     if disk_fulls:
         assert errors["disk-full"] == {}, summary
+        assert result.sends_by_fault["disk-full"] > 0, summary
         (full,) = result.disk_fulls
         assert full.stored_while_full == 0 and full.processed_while_full > 0, summary
     assert result.abandoned_deliveries > 0, summary
