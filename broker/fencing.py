@@ -31,7 +31,9 @@ stops changing its store until it is sure again. Nobody tells it to: it notices 
 **Why a standalone broker may write while cut off from etcd.** Its queues are named by
 its broker name in the routes (`topics/<topic>` segments name brokers, never addresses),
 and handles name it too; a proxy reaches those queues through `brokers/<name>` only
-(RouteCache.writable_queues, readable_queues and broker_addr keep live members only).
+(RouteCache.writable_queues, readable_queues and broker_addr keep live members only, and,
+for a short grace, one whose registration vanished while the proxy's connection to it is up:
+an etcd resumed after a pause revokes every lease at once).
 Nothing moves a route's queues to another broker: a broker whose registration lapses
 keeps its segments and global ids, and its queues are simply not served until it is back
 (routes.py; FIFO groups hashed to them fail retriably). So the only way another process

@@ -25,7 +25,7 @@ protobuf skips them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
@@ -34,6 +34,7 @@ from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.record_wire import read_varint, varint
 from popmq.broker_core.types import PoppedMessage
+from popmq.broker_core.validation import MESSAGE_OVERHEAD_BYTES
 
 _ELEMENT_TAG: Final = b"\x0a"
 """Field 1, length-delimited: PopResponse.messages, AckResponse.results."""
@@ -104,6 +105,24 @@ def popped_from_wire(data: bytes) -> list[PoppedMessage]:
     return found
 
 
+def globalize(messages: list[PoppedMessage], global_id: Callable[[int], int]) -> int:
+    """Give each of a broker's `messages` the queue id its route numbers it by
+    (`global_id` of its local id, asked once a queue: an answer's messages come from a few)
+    and return the bytes they count for in an answer (their stored size and
+    MESSAGE_OVERHEAD_BYTES each). A proxy's loop over each delivery, compiled here."""
+    global_ids: dict[int, int] = {}
+    size = 0
+    for message in messages:
+        local_id = message.queue_id
+        number = global_ids.get(local_id)
+        if number is None:
+            number = global_id(local_id)
+            global_ids[local_id] = number
+        message.queue_id = number
+        size += message.record.stored_size + MESSAGE_OVERHEAD_BYTES
+    return size
+
+
 def _popped(data: bytes, pos: int, end: int) -> PoppedMessage:
     topic = ""
     queue_id = 0
@@ -123,16 +142,19 @@ def _popped(data: bytes, pos: int, end: int) -> PoppedMessage:
             queue_id = value - (1 << 32) if value >= 1 << 31 else value
         elif key == 0x18:
             value = read_varint(data, start)[0]
-            offset = value - (1 << 64) if value >= _INT64_SIGN else value
+            # `value >> 62` first: a compare with 2**63 itself is a boxed int's.
+            offset = value - (1 << 64) if value >> 62 and value >= _INT64_SIGN else value
         elif key == 0x22:
             record = data[start:stop]
         elif key == 0x2A:
             handle = data[start:stop].decode()
         elif key == 0x30:
             value = read_varint(data, start)[0]
-            until = value - (1 << 64) if value >= _INT64_SIGN else value
+            until = value - (1 << 64) if value >> 62 and value >= _INT64_SIGN else value
         pos = stop
-    return PoppedMessage(topic, queue_id, offset, MessageRecord.from_wire(record), handle, until)
+    # MessageRecord.from_wire's record, built by its constructor: compiled code calls a
+    # classmethod through Python, the constructor natively.
+    return PoppedMessage(topic, queue_id, offset, MessageRecord(None, record), handle, until)
 
 
 def _field(data: bytes, pos: int, key: int) -> tuple[int, int]:

@@ -622,8 +622,14 @@ def broker_state(broker: BrokerStatus) -> str:
 
 
 def _sends(broker: BrokerStatus) -> str:
-    """The proxy's fault table view: isolated for how long, and failures recorded."""
-    shown = f"isolated {age(broker.isolated_for_s)}" if broker.isolated_for_s > 0 else "ok"
+    """The proxy's fault table view: quarantined since how long (its connection is down, its
+    end unknown) or isolated for how long, and failures recorded."""
+    if broker.quarantined_for_s is not None:
+        shown = f"QUARANTINED {age(broker.quarantined_for_s)} (connection down)"
+    elif broker.isolated_for_s > 0:
+        shown = f"isolated {age(broker.isolated_for_s)}"
+    else:
+        shown = "ok"
     if broker.send_failures:
         shown += f", {broker.send_failures} failed"
     return shown

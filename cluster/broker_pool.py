@@ -1,8 +1,9 @@
 """The proxy's connections to the live brokers: one RemoteBroker per broker, by name.
 
 The set follows the route cache's live brokers: a broker that registers gets a channel, a
-broker whose lease lapsed loses it (its calls would only time out), and a broker that
-registered again at another address gets a new one. Channels connect lazily and reconnect
+broker whose lease lapsed loses it (its calls would only time out; unless its connection is
+up, which keeps it live for a grace period: RouteCache), and a broker that registered again
+at another address gets a new one. Channels connect lazily and reconnect
 by themselves (remote_broker.py), so opening one does no I/O and a broker that is slow to
 answer never holds the loop.
 
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 
 from popmq.broker_core import UnavailableError
 from popmq.cluster.remote_broker import RemoteBroker
+from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.coordination.coordinator import Entry
 from popmq.security.signing import Signer
 from popmq.security.tls import ChannelTLS
@@ -31,6 +33,7 @@ class BrokerPool:
 
     Args:
         call_timeout_s: Deadline of a broker call that does not wait (RemoteBroker's).
+        keepalive_s: Each connection is pinged this often (`[cluster] hop_keepalive_s`).
         tls: TLS of the connections to brokers; None: plaintext.
         signer: Signs every broker call (RemoteBroker's; the proxy's root credential).
     """
@@ -39,10 +42,12 @@ class BrokerPool:
         self,
         *,
         call_timeout_s: float = 10.0,
+        keepalive_s: float = HOP_KEEPALIVE_S,
         tls: ChannelTLS | None = None,
         signer: Signer | None = None,
     ) -> None:
         self._call_timeout_s = call_timeout_s
+        self.keepalive_s = keepalive_s
         self._tls = tls
         self._signer = signer
         # name -> (address, remote): changed by sync on the loop thread only.
@@ -66,6 +71,13 @@ class BrokerPool:
                 "retry once it is back"
             )
         return found[1]
+
+    def answering(self, broker: str) -> bool:
+        """Whether this proxy has a connection to `broker` and it is up now: the route
+        cache keeps such a broker live for a while after its registration vanished
+        (RouteCache's `answering`)."""
+        found = self._remotes.get(broker)
+        return found is not None and found[1].connection_up()
 
     def unreachable(self, after_s: float) -> list[str]:
         """The live brokers whose connection has not been up for `after_s`, as seen by the
@@ -96,6 +108,7 @@ class BrokerPool:
             remote = RemoteBroker(
                 addr,
                 call_timeout_s=self._call_timeout_s,
+                keepalive_s=self.keepalive_s,
                 catalog=False,
                 name=name,
                 tls=self._tls,

@@ -79,8 +79,8 @@ from popmq.cluster.cluster_send import ClusterSend
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.cluster.topology import Topology, issuer, issuers, topic_info
-from popmq.coordination.config import FaultToleranceConfig
+from popmq.cluster.topology import Topology, issuer, issuers, one_issuer, topic_info
+from popmq.coordination.config import HOP_KEEPALIVE_S, FaultToleranceConfig
 from popmq.coordination.coordinator import Coordinator, Snapshot
 from popmq.coordination.errors import CoordinationError
 from popmq.coordination.groups import GroupAdmin, GroupCache, GroupRecord, GroupRules
@@ -107,6 +107,7 @@ class ClusterBroker:
             as routes show the cluster to RocketMQ clients, the defaults of new groups.
         faults: The send path's fault tolerance tables.
         call_timeout_s: Deadline of a broker call that does not wait.
+        hop_keepalive_s: How often each broker connection is pinged (`[cluster]`).
         default_queues_per_broker: Queues each live broker gets when a topic is created
             without a count (RocketMQ: 8 per broker).
         broker_tls: How to connect to brokers that serve TLS (`[security] broker_tls`);
@@ -121,6 +122,7 @@ class ClusterBroker:
         *,
         faults: FaultToleranceConfig | None = None,
         call_timeout_s: float = 10.0,
+        hop_keepalive_s: float = HOP_KEEPALIVE_S,
         default_queues_per_broker: int = 8,
         broker_tls: ChannelTLS | None = None,
         signer: Signer | None = None,
@@ -128,7 +130,10 @@ class ClusterBroker:
         self.coordinator = coordinator
         self._info = info
         self.routes = RouteCache(
-            coordinator, RoutesConfig(default_queues_per_broker=default_queues_per_broker)
+            coordinator,
+            RoutesConfig(default_queues_per_broker=default_queues_per_broker),
+            # Asked only once started, when the pool (made below) exists.
+            answering=lambda name: self.pool.answering(name),
         )
         self.groups = GroupCache(coordinator)
         self.topology = Topology(self.routes, self.groups)
@@ -138,7 +143,12 @@ class ClusterBroker:
             GroupRules(defaults=info.groups, max_invisible_s=info.pop.max_invisible_s),
             self.topology.route,
         )
-        self.pool = BrokerPool(call_timeout_s=call_timeout_s, tls=broker_tls, signer=signer)
+        self.pool = BrokerPool(
+            call_timeout_s=call_timeout_s,
+            keepalive_s=hop_keepalive_s,
+            tls=broker_tls,
+            signer=signer,
+        )
         self.faults = FaultTable(faults)
         self.sends = ClusterSend(
             self.topology,
@@ -696,6 +706,15 @@ class ClusterBroker:
                 field="receipt_handles",
                 allowed=f"1..{rules.MAX_HANDLES}",
             )
+        only = one_issuer(handles)
+        if only is not None:  # one pop's handles: no per-handle routing
+            try:
+                answers = await self.pool.get(only).ack(group, handles)
+            except PopMQError as error:
+                return [error] * len(handles)
+            if len(answers) != len(handles):
+                raise ValueError(f"broker {only} answered {len(answers)} of {len(handles)} acks")
+            return answers
         results: list[PopMQError | None] = [None] * len(handles)
         by_broker: dict[str, list[int]] = {}
         for index, found in enumerate(issuers(handles)):

@@ -30,9 +30,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from popmq.broker.hop_wire import globalize
 from popmq.broker_core import (
     MAX_RESPONSE_BYTES,
-    MESSAGE_OVERHEAD_BYTES,
     AnswerBoundError,
     NotFoundError,
     PopMQError,
@@ -102,7 +102,8 @@ class ClusterPop:
             max_bytes=request.max_bytes,
             client_id=request.client_id,
         )
-        return self._globalized(request.topic, queue.broker, found)
+        self._globalize(request.topic, queue.broker, found)
+        return found
 
     async def pop(self, request: PopRequest, wait_s: float) -> list[PoppedMessage]:
         """Up to max_messages from the topic's brokers; wait up to wait_s for one."""
@@ -185,9 +186,11 @@ class ClusterPop:
             except NotFoundError:
                 continue  # the broker does not have the topic (yet): nothing to pop there
             self._down.pop(broker, None)
-            for message in self._globalized(request.topic, broker, popped):
-                used += message.record.stored_size + MESSAGE_OVERHEAD_BYTES
-                found.append(message)
+            used += self._globalize(request.topic, broker, popped)
+            if found:
+                found.extend(popped)
+            else:
+                found = popped
         if not found:
             if needed:
                 raise AnswerBoundError(
@@ -252,17 +255,8 @@ class ClusterPop:
             log.warning("pops skip broker %s for %.1fs: %s", broker, self._isolation_s, error)
         self._down[broker] = time.monotonic() + self._isolation_s
 
-    def _globalized(
-        self, topic: str, broker: str, messages: list[PoppedMessage]
-    ) -> list[PoppedMessage]:
-        """The messages with their queue ids as the route numbers them (global ids)."""
-        # An answer's messages come from a few queues: each is looked up once.
-        global_ids: dict[int, int] = {}
-        for message in messages:
-            local_id = message.queue_id
-            global_id = global_ids.get(local_id)
-            if global_id is None:
-                global_id = self._topology.global_id(topic, broker, local_id)
-                global_ids[local_id] = global_id
-            message.queue_id = global_id
-        return messages
+    def _globalize(self, topic: str, broker: str, messages: list[PoppedMessage]) -> int:
+        """Give the messages the queue ids the route numbers them by (global ids); returns
+        the bytes they count for in an answer (hop_wire.globalize)."""
+        global_id = self._topology.global_id
+        return globalize(messages, lambda local_id: global_id(topic, broker, local_id))

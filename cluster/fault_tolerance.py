@@ -22,7 +22,8 @@ The pieces:
   try provably was not stored, else on the same broker (send_outcome.py), so that a retry
   never stores a second copy.
 
-Pure logic: no I/O, no tasks, no locks. Time comes from an injectable monotonic clock
+Pure logic: no I/O, no tasks, no locks (a repeat waiting for a quarantine to end polls the
+table with the injected sleep). Time comes from an injectable monotonic clock
 (seconds, `time.monotonic` by default) so tests are exact. Everything runs on the proxy's
 event loop thread: the table's state changes only in synchronous code between awaits, so it
 needs no lock. Memory is bounded: one entry per broker seen (dropped by `forget`) and one
@@ -136,6 +137,8 @@ class _Broker:
     unknown_outcomes: int = 0
     unreachable: bool = False
     """Quarantined: its connection is down; no send is picked for it until `reachable`."""
+    unreachable_since: float = 0.0
+    """When the quarantine in force began (meaningful while `unreachable`)."""
 
 
 _UNREACHABLE_SHOWN_S = 1.0
@@ -300,7 +303,7 @@ class FaultTable:
         if state.unreachable:
             return False
         state.unreachable = True
-        state.isolated_since = self._clock()
+        state.isolated_since = state.unreachable_since = self._clock()
         if state.available_at <= state.isolated_since:
             state.isolations += 1
             self._isolations += 1
@@ -352,6 +355,7 @@ class FaultTable:
                     isolations=state.isolations,
                     failures=state.failures,
                     unknown_outcomes=state.unknown_outcomes,
+                    quarantined_for_s=now - state.unreachable_since if state.unreachable else None,
                 )
                 for name, state in sorted(self._brokers.items())
             ),
@@ -538,6 +542,11 @@ _IN_DOUBT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 again after that): quick first, for a connection that dropped and reconnects at once."""
 
 
+_QUARANTINE_POLL_S = 0.1
+"""How often a repeat waiting for its broker's quarantine to end looks at it (the probe
+looks at the connection every 0.25 s, quarantine.py)."""
+
+
 class SendRouter:
     """The attempts loop of a send: pick a queue, send, record, retry a broker failure. It
     has no I/O of its own; the cluster proxy gives it the send function.
@@ -554,6 +563,10 @@ class SendRouter:
     is tried there again, with a short backoff, for up to `in_doubt_retry_s`, and then fails
     with a retriable OutcomeUnknownError naming the broker; the stored copy, if any, is the
     only one. Sent to another broker it would be stored twice, since dedup is per broker.
+    A client's repeat of such a send (`pinned` to its broker) whose broker is quarantined
+    waits for the quarantine to end, within the same in_doubt_retry_s, rather than fail at
+    once: an application told at once could send the message again under a new id, which
+    any broker would store as a second copy.
     The one exception: a broker whose address refuses connections is known down (no process
     listens there), and the send moves on, so that a killed broker costs the clients no
     error; the copy it may have written before dying is then a second one if it restarts
@@ -567,12 +580,20 @@ class SendRouter:
         self._in_doubt = 0
         self._in_doubt_failed = 0
         self._moved_off_dead = 0
+        self._waiting = 0  # sends waiting for a quarantine to end now (quarantine_max_waiting)
+        self._waited = 0
 
     @property
     def in_doubt_counts(self) -> tuple[int, int, int]:
         """(tries whose outcome was unknown, sends failed with an unknown outcome, sends with
         an unknown outcome moved off a broker known down), since start."""
         return (self._in_doubt, self._in_doubt_failed, self._moved_off_dead)
+
+    @property
+    def quarantine_waits(self) -> tuple[int, int]:
+        """(sends waiting now for their broker's quarantine to end, sends that waited since
+        start)."""
+        return (self._waiting, self._waited)
 
     async def send(
         self,
@@ -594,31 +615,31 @@ class SendRouter:
             pinned: A broker an earlier send of these messages went to and may have stored
                 them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
                 whether or not the broker has writable queues now; while that broker is
-                quarantined (its connection down) it fails at once as of unknown outcome.
+                quarantined (its connection down) it waits for the quarantine to end, for
+                up to in_doubt_retry_s (and not past `deadline`), then fails as of unknown
+                outcome; at most quarantine_max_waiting sends wait, the others fail at once.
             idempotent: A repeat on one broker is deduplicated there (False for half
                 messages: every broker failure then moves the send on).
 
         Raises:
             UnavailableError: no broker holds a writable queue of the topic.
             OutcomeUnknownError: the send may have been stored on a broker that did not
-                answer within in_doubt_retry_s (retriable: the repeat belongs there).
+                answer, or stayed quarantined, within in_doubt_retry_s (retriable: the
+                repeat belongs there).
             PopMQError: the last broker failure when every attempt failed, or at once any
                 error that is not a broker failure (see is_broker_failure).
         """
+        clock = self.table.clock
+        config = self.table.config
+        doubt_until = clock() + config.in_doubt_retry_s
         queue: QueueRef | None
         if pinned is not None:
             if idempotent and not self.table.is_reachable(pinned):
-                # Its broker's connection is down (quarantined): a try there would only wait
-                # for it, and another broker could store a second copy. Told at once, the
-                # client's retries do not each wait out in_doubt_retry_s on a cut.
-                self._in_doubt_failed += 1
-                self.table.record_exhausted()
-                raise OutcomeUnknownError(
-                    f"a send to topic {topic!r} may or may not be stored on broker {pinned!r}"
-                    f" (an earlier try of it went there unanswered), which cannot be reached"
-                    f" now: its connection is down; the send was not tried on another broker,"
-                    f" which would store a second copy; retry later with the same message ids"
-                )
+                # Its broker's connection is down (quarantined), and another broker could
+                # store a second copy: the repeat waits for the connection, within the
+                # window a send of unknown outcome is retried in.
+                until = doubt_until if deadline is None else min(doubt_until, deadline)
+                await self._until_reachable(topic, pinned, until)
             ids = queues.get(pinned)
             queue = QueueRef(pinned, min(ids) if ids else 0)
         else:
@@ -628,10 +649,7 @@ class SendRouter:
                 f"topic {topic!r} has no writable queue on a live broker; retry when a broker"
                 " holding it is back"
             )
-        clock = self.table.clock
-        config = self.table.config
         in_doubt = idempotent and pinned is not None
-        doubt_until = clock() + config.in_doubt_retry_s
         repeats = 0
         tried: list[str] = []
         attempt = 0
@@ -672,6 +690,44 @@ class SendRouter:
                 self.table.record_retry()
                 continue
             return Routed(result=result, queue=queue, attempts=attempt)
+
+    async def _until_reachable(self, topic: str, broker: str, until: float) -> None:
+        """Wait until `broker`'s quarantine ends (its probe saw its connection up, or it
+        left the cluster), looking every _QUARANTINE_POLL_S. A cancelled call (the client
+        went away, or its deadline passed) stops waiting at once.
+
+        Raises:
+            OutcomeUnknownError: `until` passed first, or quarantine_max_waiting sends wait
+                already (retriable: the client repeats it later, with the same ids).
+        """
+        table = self.table
+        clock = table.clock
+        limit = table.config.quarantine_max_waiting
+        if self._waiting >= limit:
+            why = f"not waited: fault_tolerance.quarantine_max_waiting is {limit}"
+            raise self._unreachable(topic, broker, why)
+        began = clock()
+        self._waiting += 1
+        self._waited += 1
+        try:
+            while not table.is_reachable(broker):
+                left = until - clock()
+                if left <= 0:
+                    raise self._unreachable(topic, broker, f"waited {clock() - began:.1f} s")
+                await self._sleep(min(_QUARANTINE_POLL_S, left))
+        finally:
+            self._waiting -= 1
+
+    def _unreachable(self, topic: str, broker: str, waited: str) -> OutcomeUnknownError:
+        """The error of a repeat whose broker stayed quarantined (counted as failed)."""
+        self._in_doubt_failed += 1
+        self.table.record_exhausted()
+        return OutcomeUnknownError(
+            f"a send to topic {topic!r} may or may not be stored on broker {broker!r} (an"
+            f" earlier try of it went there unanswered), which cannot be reached now: its"
+            f" connection is down ({waited}); the send was not tried on another"
+            f" broker, which would store a second copy; retry later with the same message ids"
+        )
 
     async def send_fifo(
         self,

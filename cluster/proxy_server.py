@@ -105,6 +105,7 @@ class ProxyServer:
             self.coordinator,
             proxy_info(config),
             faults=config.fault_tolerance,
+            hop_keepalive_s=cluster.hop_keepalive_s,
             default_queues_per_broker=config.broker.default_topic_queues,
             broker_tls=broker_channel_tls(config.security),
             signer=signer,

@@ -2,7 +2,7 @@
 
 A cut between a proxy and a broker (a one-way partition, a paused host) leaves the TCP
 connection silent: nothing fails until the channel's keepalive ping goes unanswered
-(coordination/config.py HOP_KEEPALIVE_S: a ping a second, the connection dropped when
+(`[cluster] hop_keepalive_s`, 1 s by default: a ping a second, the connection dropped when
 one goes unanswered for a second), and then every call in flight there fails unanswered.
 The fault table's isolation after such a failure is a fixed 10 s, after which a client's
 send goes to the broker again and finds the cut again. So instead:
@@ -10,7 +10,8 @@ send goes to the broker again and finds the cut again. So instead:
 - a send to a broker that failed unanswered (send_outcome.BrokerUnansweredError) while the
   broker's channel is not connected quarantines that broker (FaultTable.unreachable): no new
   send goes there, nor a FIFO send, and a client's repeat of a send that may be stored there
-  fails at once as of unknown outcome (SendRouter.send), since it may go nowhere else;
+  waits for the quarantine to end, for up to in_doubt_retry_s, since it may go nowhere else
+  (SendRouter.send: then it is tried there, or fails as of unknown outcome);
 - a probe looks at the broker's connection every `PROBE_INTERVAL_S` (asking an idle channel
   to connect) and ends the quarantine once it is up (FaultTable.reachable); it stops when the
   broker leaves the pool (its lease lapsed, or it registered again: the table forgets it);

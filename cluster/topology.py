@@ -182,6 +182,15 @@ def issuers(handles: Sequence[str]) -> list[str | InvalidReceiptHandleError]:
     return found
 
 
+def one_issuer(handles: Sequence[str]) -> str | None:
+    """The broker that issued every one of `handles` when all are well-formed and of one
+    broker (the usual ack: one pop's handles); None otherwise (ask `issuers`)."""
+    names = named_issuers(handles)
+    if names is None or names.count(names[0]) != len(names):
+        return None
+    return names[0]
+
+
 def issuer(handle: str, what: str = "receipt handle") -> str:
     """The broker that issued a receipt or recall handle (InvalidReceiptHandleError when it
     is malformed or predates handles naming their broker: no proxy can route it)."""

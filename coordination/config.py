@@ -13,6 +13,20 @@ from typing import Literal
 from popmq.coordination.coordinator import DEFAULT_SESSION_TTL_S
 from popmq.coordination.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
 
+HOP_KEEPALIVE_S = 1.0
+"""The default of `[cluster] hop_keepalive_s`: how often a proxy pings a broker's connection
+(with or without calls), and how long it waits for the answer before it counts the
+connection lost: a cut that silences it (a one-way partition, a paused host) fails the calls
+in flight within about twice this, not at their deadline, and the proxy sends elsewhere
+meanwhile (cluster/quarantine.py)."""
+MIN_HOP_KEEPALIVE_S = 0.5
+"""The shortest `hop_keepalive_s`. A broker lets its clients ping at twice this rate
+(broker/peer_pings.py), since grpc closes a connection pinged more often than its server
+allows: a proxy pinging more often than the brokers allow would lose every connection."""
+MAX_HOP_KEEPALIVE_S = 30.0
+"""The longest `hop_keepalive_s`: beyond, a silent cut outlasts the broker call timeout
+(10 s) several times over before the quarantine sees it."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
@@ -40,6 +54,13 @@ class ClusterConfig:
     given to RocketMQ clients in routes. `popmq broker` (standalone): the HOST:PORT proxies
     reach it at, registered in etcd (a broker behind NAT, or listening on 0.0.0.0). Empty:
     the listen address (with the real port)."""
+    hop_keepalive_s: float = HOP_KEEPALIVE_S
+    """`popmq proxy`: how often it pings each broker's connection, with or without calls,
+    and how long it waits for the answer before it drops the connection (at most 10 s): a
+    silent cut (a one-way partition, a paused host) fails the calls in flight about twice
+    this after it and quarantines the broker (docs/cluster.md). Shorter finds cuts sooner;
+    longer spares a slow network false alarms. Within 0.5..30 s: brokers allow pings every
+    0.25 s (broker/peer_pings.py), twice the fastest a proxy may ping at."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:
@@ -51,6 +72,15 @@ class ClusterConfig:
             raise ValueError(
                 f"cluster.catalog_ready_timeout_s {self.catalog_ready_timeout_s} must be "
                 "above 0 and at most 3600 s"
+            )
+        if not (
+            math.isfinite(self.hop_keepalive_s)
+            and MIN_HOP_KEEPALIVE_S <= self.hop_keepalive_s <= MAX_HOP_KEEPALIVE_S
+        ):
+            raise ValueError(
+                f"cluster.hop_keepalive_s {self.hop_keepalive_s} must be within"
+                f" {MIN_HOP_KEEPALIVE_S:g}..{MAX_HOP_KEEPALIVE_S:g} s (brokers allow pings every"
+                f" {MIN_HOP_KEEPALIVE_S / 2:g} s at most)"
             )
         for endpoint in filter(None, (e.strip() for e in self.etcd.split(","))):
             host, sep, port = endpoint.rpartition(":")
@@ -112,15 +142,6 @@ class ReplicationConfig:
             )
 
 
-HOP_KEEPALIVE_S = 1.0
-"""How often a proxy pings a broker's connection (with or without calls), and how long it
-waits for the answer before it counts the connection lost: a cut that silences it (a one-way
-partition, a paused host) fails the calls in flight within about twice this, not at their
-deadline, and the proxy sends elsewhere meanwhile (cluster/quarantine.py). A broker lets
-its clients ping at twice this rate (broker/peer_pings.py), since grpc closes a connection
-pinged more often than its server allows."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class FaultToleranceConfig:
     """How sends avoid slow or failing brokers, and how often a send is tried.
@@ -163,6 +184,11 @@ class FaultToleranceConfig:
     brokers' dedup window (messages.dedup_window_s, 300 s)."""
     in_doubt_max_sends: int = 100_000
     """Messages whose broker a proxy remembers at most (the oldest are forgotten first)."""
+    quarantine_max_waiting: int = 1000
+    """Sends at most that wait at once for a quarantined broker to be reachable again (a
+    client's repeat of a send that may be stored there waits up to in_doubt_retry_s rather
+    than fail at once); beyond, a repeat fails at once as of unknown outcome. Each waiting
+    send holds its request's messages. 0: never wait."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
@@ -202,6 +228,11 @@ class FaultToleranceConfig:
             raise ValueError(f"in_doubt_keep_s {self.in_doubt_keep_s} must be a finite number > 0")
         if self.in_doubt_max_sends < 1:
             raise ValueError(f"in_doubt_max_sends {self.in_doubt_max_sends} must be at least 1")
+        if self.quarantine_max_waiting < 0:
+            raise ValueError(
+                f"quarantine_max_waiting {self.quarantine_max_waiting} must be at least 0"
+                " (0: a repeat for a quarantined broker fails at once)"
+            )
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts {self.max_attempts} must be at least 1 (1 = no retry)")
         if self.max_tracked_topics < 1:

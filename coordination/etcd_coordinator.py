@@ -70,6 +70,8 @@ logger = logging.getLogger(__name__)
 
 _MAX_SHARED_LEASES = 1024
 """etcd leases an EtcdCoordinator keeps for reuse by expiring writes (expiry_slack_s)."""
+_PROMPT_LEASE_TRIES = 3
+"""Lease grants a registration makes before it takes one answered late (_prompt_lease)."""
 
 
 class _EtcdSession(MemberSession):
@@ -150,6 +152,26 @@ class _SharedLeases:
         return granted.id
 
 
+async def prompt_lease(client: EtcdClient, ttl_s: int) -> Lease:
+    """A lease whose grant was answered within a keepalive interval.
+
+    This side counts a lease from when it asked for it (etcd may have granted it any time
+    after), so a grant answered late, as one sent to an etcd that was paused resumes,
+    leaves little or nothing of the lease: its keeper would call it lost at once, and the
+    member would lose the registration it just made. Such a lease is revoked and another
+    asked for; etcd answers again, so that one comes promptly."""
+    loop = asyncio.get_running_loop()
+    for _ in range(_PROMPT_LEASE_TRIES - 1):
+        lease = await client.lease_grant(ttl_s)
+        late = loop.time() - lease.granted_at
+        if late < lease.ttl_s / 3:
+            return lease
+        logger.info("etcd answered a lease grant after %.1fs: asking again", late)
+        with contextlib.suppress(LeaseNotFoundError, CoordinationUnavailableError):
+            await client.lease_revoke(lease.id)
+    return await client.lease_grant(ttl_s)
+
+
 class EtcdCoordinator:
     """Coordination in etcd, under `/popmq/<cluster>/` (docs/coordination.md).
 
@@ -217,7 +239,7 @@ class EtcdCoordinator:
     async def _register(self, session: _EtcdSession, path: str) -> None:
         """Grant a lease and put the member's key under it: create it (put-if-absent), or,
         after a loss, take it over if it is still the key of the last registration."""
-        lease = await self.client.lease_grant(session.ttl_s)
+        lease = await prompt_lease(self.client, session.ttl_s)
         try:
             current = await self._claim(session, self._key(path), lease.id)
         except BaseException:
@@ -252,12 +274,14 @@ class EtcdCoordinator:
         """After a loss: move the member's key to `lease` if it is still the key of the last
         registration (created at `last_epoch`), returning it; None when it is gone.
 
-        etcd restores leases when it restarts, with their whole TTL, so after an outage the
+        etcd restores leases when it restarts, with their whole TTL, so after a restart the
         key is usually still there. Nobody else can have registered the name meanwhile
         (the key never went), so the registration goes on under the same epoch, and the
-        proxies watching `brokers/` never see the member leave. Revoking the old lease
+        proxies watching `brokers/` see no change but the lease. Revoking the old lease
         first would delete the key, and every proxy would drop the member until the new
-        key arrives: sends, acks and held pops on it would fail meanwhile.
+        key arrives (unless its connection is up: RouteCache holds it a while). An etcd
+        that resumes after a pause past the TTL has revoked every lease, so the key is gone
+        and a new one (a new epoch) is created.
 
         Raises:
             MemberExistsError: Another member holds the name now.

@@ -18,10 +18,11 @@ blocks it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -365,11 +366,19 @@ class RoutesConfig:
     (each conflict means another admin wrote the same topic in between)."""
     ready_timeout_s: float = 10.0
     """How long `RouteCache.start` waits for its first listings (routes, brokers, numbers)."""
+    vanished_grace_s: float = 10.0
+    """How long a RouteCache keeps serving a broker whose registration vanished while its
+    connection still answers (RouteCache's `answering`), waiting for it to register again.
+    An etcd that resumes after a pause (or a cut-off from everyone) longer than the session
+    TTL revokes every lease at once, before any keepalive lands: every broker's key vanishes
+    together although every broker is serving, and each registers again within about a
+    keepalive interval. 0: drop such a broker at once."""
 
     def __post_init__(self) -> None:
         check_queue_count("default_queues_per_broker", self.default_queues_per_broker)
         check_range("cas_attempts", self.cas_attempts, 1, 1000)
         check_range("ready_timeout_s", self.ready_timeout_s, 0.001, 3600, "s")
+        check_range("vanished_grace_s", self.vanished_grace_s, 0, 3600, "s")
 
 
 class RouteAdmin:
@@ -651,6 +660,10 @@ def _decode_into(routes: dict[str, TopicRoute], snapshot: Snapshot, paths: Itera
 _EMPTY: Mapping[str, tuple[int, ...]] = types.MappingProxyType({})
 
 
+_RECHECK_HELD_S = 0.5
+"""How often a RouteCache looks again at the brokers it holds past their registration."""
+
+
 class RouteCache(FollowingCache):
     """A proxy's view of the routes and the live brokers, kept current by two watches.
 
@@ -658,12 +671,34 @@ class RouteCache(FollowingCache):
     unreachable the watches keep retrying and the cache keeps serving its last state; when
     they resume the cache catches up (the coordinator re-lists after a compaction).
 
+    A broker whose registration vanishes stays live for `config.vanished_grace_s` while
+    `answering(name)` says its connection is up, until it registers again (its new entry,
+    a new epoch, replaces the held one): an etcd that resumes after a pause longer than the
+    TTL expires every lease at once, and dropping every broker until each registers again
+    would fail sends, pops and acks that the brokers could serve. Holding one is safe: a
+    broker decides itself whether it may write (broker/fencing.py), so a broker that was
+    really replaced (a shard's new leader registers at another address, which replaces the
+    held entry) refuses what still reaches it. A broker that stops deregisters after it
+    stopped listening, so its connection is down and it is dropped at once.
+
     Use it as an async context (`async with RouteCache(coordinator) as cache:`).
     """
 
-    def __init__(self, coordinator: Coordinator, config: RoutesConfig | None = None) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        config: RoutesConfig | None = None,
+        *,
+        answering: Callable[[str], bool] | None = None,
+    ) -> None:
         super().__init__(coordinator, "route cache")
         self.config = config or RoutesConfig()
+        self._answering = answering
+        # Brokers held live past their registration (class docstring): name -> loop time
+        # their registration was first seen gone. Changed by _rebuild only.
+        self._vanished_at: dict[str, float] = {}
+        # The timer that looks again at the held brokers (None while none is held).
+        self._recheck: asyncio.TimerHandle | None = None
         self._topics: Snapshot | None = None
         self._brokers: Snapshot | None = None
         self._numbers: Snapshot | None = None
@@ -677,6 +712,12 @@ class RouteCache(FollowingCache):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def close(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        await super().close()
 
     async def start(self) -> None:
         """Start the watches and wait for their first listing (CoordinationUnavailableError
@@ -725,6 +766,9 @@ class RouteCache(FollowingCache):
                     del routes[topic]
             self._decoded_from = topics
         live = {entry.path[len(BROKERS_FOLDER) :]: entry for entry in brokers.entries.values()}
+        held = self._held(live)
+        self._hold(held, live)
+        live.update((name, state.brokers[name]) for name in held)
         self._state = _State(
             revision=topics.revision,
             routes=types.MappingProxyType(routes),
@@ -732,6 +776,66 @@ class RouteCache(FollowingCache):
             numbers=self._broker_numbers,
         )
         self._wake()
+
+    def _held(self, registered: Container[str]) -> dict[str, float]:
+        """The brokers served now but not `registered` that stay live (class docstring):
+        name -> when their registration vanished."""
+        answering, grace = self._answering, self.config.vanished_grace_s
+        if answering is None or grace <= 0 or self._closed:
+            return {}
+        now = asyncio.get_running_loop().time()
+        held: dict[str, float] = {}
+        for name in self._state.brokers:
+            if name in registered:
+                continue
+            since = self._vanished_at.get(name, now)
+            if now - since < grace and answering(name):
+                held[name] = since
+        return held
+
+    def _hold(self, held: dict[str, float], registered: Container[str]) -> None:
+        """Keep `held` (from _held), log what changed, and look again in a while if any."""
+        for name in held.keys() - self._vanished_at.keys():
+            logger.warning(
+                "broker %s's registration vanished while its connection is up: still routing "
+                "to it for up to %gs, until it registers again",
+                name,
+                self.config.vanished_grace_s,
+            )
+        for name in self._vanished_at.keys() - held.keys():
+            if name in registered:
+                logger.info("broker %s registered again", name)
+            else:
+                logger.warning(
+                    "broker %s did not register again in time, or its connection went down: "
+                    "it left the cluster",
+                    name,
+                )
+        self._vanished_at = held
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        if held:
+            self._recheck = asyncio.get_running_loop().call_later(
+                _RECHECK_HELD_S, self._recheck_held
+            )
+
+    def _registered(self) -> set[str]:
+        """The brokers the last brokers/ snapshot holds."""
+        brokers = self._brokers
+        return set() if brokers is None else {p[len(BROKERS_FOLDER) :] for p in brokers.entries}
+
+    def _recheck_held(self) -> None:
+        """The timer: rebuild once a held broker is due to be dropped, else look again."""
+        self._recheck = None
+        if self._closed:
+            return
+        if self._held(self._registered()).keys() != self._vanished_at.keys():
+            self._rebuild()
+        else:
+            self._recheck = asyncio.get_running_loop().call_later(
+                _RECHECK_HELD_S, self._recheck_held
+            )
 
     # -- the hot path: synchronous lookups ---------------------------------------------
 

@@ -626,6 +626,8 @@ def broker_status(broker: BrokerStatus) -> admin_pb2.BrokerStatus:
         out.send_failures = faults.failures
         out.isolations = faults.isolations
         out.send_latency.CopyFrom(duration(faults.latency_s))
+        if faults.quarantined_for_s is not None:
+            out.quarantined_for.CopyFrom(duration(faults.quarantined_for_s))
     return out
 
 

@@ -159,17 +159,23 @@ def ack_answer(
     Written field by field rather than built as messages and serialized. Empty strings
     are left out, as proto3 leaves them out."""
     parts: list[bytes] = []
-    append = parts.append
+    # `parts.append`, not a bound method held in a local: compiled, that is a Python call.
+    # The entry's head (tag, length, handle tag and length) is the same for handles of one
+    # length, as a pop's handles are: made once per length.
+    head = b""
+    head_length = -1
     for handle, error in zip(handles, outcomes, strict=True):
         text = handle.encode()
         if error is None and 0 < len(text) < 0x80:
             # The usual entry, written as its parts: the handle and "OK" (4 bytes).
-            append(field_tag)
-            append(varint(len(text) + 6))
-            append(_HANDLE_TAG)
-            append(varint(len(text)))
-            append(text)
-            append(_OK)
+            if len(text) != head_length:
+                head_length = len(text)
+                head = b"".join(
+                    (field_tag, varint(head_length + 6), _HANDLE_TAG, varint(head_length))
+                )
+            parts.append(head)
+            parts.append(text)
+            parts.append(_OK)
             continue
         entry = length_delimited(_HANDLE_TAG, text) if text else b""
         if error is None:
@@ -179,9 +185,9 @@ def ack_answer(
             message = str(error).encode()
             if message:
                 entry += length_delimited(_MESSAGE_TAG, message)
-        append(field_tag)
-        append(varint(len(entry)))
-        append(entry)
+        parts.append(field_tag)
+        parts.append(varint(len(entry)))
+        parts.append(entry)
     return b"".join(parts)
 
 

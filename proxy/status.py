@@ -36,6 +36,9 @@ class BrokerFaultState:
     unknown_outcomes: int = 0
     """Tries of sends on it whose outcome this proxy did not learn (a timeout, a connection
     dropped mid-call), each tried again on it rather than elsewhere, since it was first seen."""
+    quarantined_for_s: float | None = None
+    """Seconds it has been quarantined (its connection down: no send goes there until a
+    probe sees it up, cluster/quarantine.py); None when it is not."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -117,6 +117,10 @@ class BrokerStatus:
         send_latency_s: Latency of the proxy's last send to it.
         replication: For a replicated shard, its leader's replication state; None for a
             standalone broker or when it did not answer.
+        quarantined_for_s: Seconds the proxy has held it quarantined: a send to it went
+            unanswered while its connection was down, and no new send goes there until the
+            connection is up again (``isolated_for_s`` then says at least 1 s, its end being
+            unknown); None when the proxy reaches it.
     """
 
     name: str
@@ -140,6 +144,12 @@ class BrokerStatus:
     isolations: int
     send_latency_s: float
     replication: ShardReplication | None = None
+    quarantined_for_s: float | None = None
+
+    @property
+    def quarantined(self) -> bool:
+        """Whether the proxy cannot reach it now (its sends go to other brokers)."""
+        return self.quarantined_for_s is not None
 
     @classmethod
     def from_proto(cls, message: admin_pb2.BrokerStatus) -> BrokerStatus:
@@ -170,6 +180,11 @@ class BrokerStatus:
             replication=(
                 ShardReplication.from_proto(message.replication)
                 if message.HasField("replication")
+                else None
+            ),
+            quarantined_for_s=(
+                seconds_from_duration(message.quarantined_for)
+                if message.HasField("quarantined_for")
                 else None
             ),
         )
@@ -270,6 +285,12 @@ class ClusterStatus:
                 found.append(f"broker {broker.name} is down (not registered): {broker.error}")
             elif not broker.reachable:
                 found.append(f"broker {broker.name} is unreachable: {broker.error}")
+            if broker.quarantined_for_s is not None:
+                found.append(
+                    f"broker {broker.name} is quarantined by proxy {self.proxy} for"
+                    f" {broker.quarantined_for_s:.0f}s: a send to it went unanswered and its"
+                    " connection is down, so sends go to other brokers until it is up again"
+                )
         for endpoint in self.etcd or []:
             if not endpoint.reachable:
                 found.append(f"etcd endpoint {endpoint.endpoint} is unreachable: {endpoint.error}")

@@ -13,10 +13,14 @@ Two keys under the cluster root (docs/replication.md):
 An election is one etcd transaction: the registration must be absent and `shards/<shard>`
 unchanged since the candidate read it; then both are written (the ISR starts empty: the
 followers join again as they catch up with the new leader). The leader changes the ISR
-with a transaction that also checks its registration is still the one of its epoch, so a
+with a transaction that also checks its registration is still the one of its term, so a
 deposed leader cannot change it. A leader whose lease was lost (etcd away for a TTL) takes
-its registration back under a new lease, only while the key is still the one of its epoch
-(`retake`), so the term goes on under the same epoch.
+its registration back under a new lease (`retake`), so the term goes on under the same
+epoch: the key itself while it is still the term's (etcd restores leases when it restarts),
+or, when the key is gone (an etcd resumed after a pause past the TTL revokes every lease at
+once), a new key naming the term's epoch, only while `shards/<shard>` is still the record
+this term wrote last: every election rewrites that record, so nobody was elected since. The
+epoch is then the `epoch` the registration names, and its create revision otherwise.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from popmq.broker_core.errors import UnavailableError
 from popmq.coordination.coordinator import encode_value
 from popmq.coordination.errors import CoordinationError, LeaseNotFoundError
 from popmq.coordination.etcd import Compare, Get, LeaseKeeper, Put, RangeResult
-from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.etcd_coordinator import EtcdCoordinator, prompt_lease
 
 SHARDS_FOLDER = "shards/"
 
@@ -64,14 +68,29 @@ class ShardState:
         return self.revision == 0 or replica == self.elected or replica in self.isr
 
 
+def _epoch(registration: dict[str, object], create_revision: int) -> int:
+    """The epoch a leader's registration stands for: the one it names (registered again
+    under its term, `retake`), else its create revision."""
+    named = registration.get("epoch")
+    return named if isinstance(named, int) and 0 < named <= create_revision else create_revision
+
+
 @dataclass(slots=True)
 class Term:
-    """One leadership: its epoch, lease and the revision of the ISR record it wrote last."""
+    """One leadership: its epoch, lease and the revision of the ISR record it wrote last.
+
+    `registration` is the create revision of the registration key the term holds now: its
+    epoch, until the term registers again under a new key (`retake`)."""
 
     epoch: int
     lease: int
     keeper: LeaseKeeper
     shards_revision: int
+    registration: int = 0
+
+    def __post_init__(self) -> None:
+        if self.registration == 0:
+            self.registration = self.epoch
 
 
 class ShardElection:
@@ -107,7 +126,7 @@ class ShardElection:
         return ShardState(
             leader=str(leader.get("replica", "")) if leader_kv else "",
             address=str(leader.get("addr", "")),
-            epoch=leader_kv.create_revision if leader_kv else 0,
+            epoch=_epoch(leader, leader_kv.create_revision) if leader_kv else 0,
             elected=str(record.get("leader", "")),
             isr=tuple(str(name) for name in isr) if isinstance(isr, list) else (),
             revision=shard_kv.mod_revision if shard_kv else 0,
@@ -115,7 +134,7 @@ class ShardElection:
 
     async def campaign(self, state: ShardState) -> Term | None:
         """Try to become leader after `state` (read just before); None when another won."""
-        lease = await self._client.lease_grant(self.ttl_s)
+        lease = await prompt_lease(self._client, self.ttl_s)
         shard_compare = (
             Compare(self._shard_key, "create_revision", "==", 0)
             if state.revision == 0
@@ -124,11 +143,7 @@ class ShardElection:
         result = await self._client.txn(
             [Compare(self._leader_key, "create_revision", "==", 0), shard_compare],
             [
-                Put(
-                    self._leader_key,
-                    encode_value({"addr": self.address, "replica": self.replica}),
-                    lease.id,
-                ),
+                Put(self._leader_key, self._registration(), lease.id),
                 Put(self._shard_key, self._record(())),
             ],
         )
@@ -146,6 +161,13 @@ class ShardElection:
     def _record(self, isr: Iterable[str]) -> bytes:
         return encode_value({"leader": self.replica, "isr": sorted(isr)})
 
+    def _registration(self, epoch: int | None = None) -> bytes:
+        """The registration's value; naming `epoch` when it is not the key's own."""
+        value: dict[str, object] = {"addr": self.address, "replica": self.replica}
+        if epoch is not None:
+            value["epoch"] = epoch
+        return encode_value(value)
+
     async def write_isr(self, term: Term, isr: Iterable[str]) -> None:
         """Record the ISR, only while this term's registration stands.
 
@@ -154,7 +176,7 @@ class ShardElection:
         """
         result = await self._client.txn(
             [
-                Compare(self._leader_key, "create_revision", "==", term.epoch),
+                Compare(self._leader_key, "create_revision", "==", term.registration),
                 Compare(self._shard_key, "mod_revision", "==", term.shards_revision),
             ],
             [Put(self._shard_key, self._record(isr))],
@@ -167,32 +189,28 @@ class ShardElection:
         term.shards_revision = result.revision
 
     async def retake(self, term: Term) -> bool:
-        """After the term's lease was lost: move its registration to a new lease if it is
-        still the key of this term (created at its epoch); False when it is gone or
-        another's. etcd restores leases with their whole TTL when it restarts, so after an
-        outage the key is usually there: nobody can have been elected meanwhile (that needs
-        the key absent), and the term goes on under the same epoch.
+        """After the term's lease was lost: hold its registration again under a new lease;
+        False when another replica holds it or was elected since.
+
+        The key itself is moved to the new lease while it is still the term's: etcd
+        restores leases with their whole TTL when it restarts, so after an outage it is
+        usually there, and nobody can have been elected meanwhile (that needs the key
+        absent). When it is gone (an etcd that resumes after a pause past the TTL revokes
+        every lease at once), a new key naming the term's epoch is created, only while the
+        key is absent and `shards/<shard>` is still the record this term wrote last: an
+        election rewrites it, so none happened, and the term goes on under its epoch.
 
         Raises:
             CoordinationError: etcd did not answer (try again later).
         """
-        lease = await self._client.lease_grant(self.ttl_s)
+        lease = await prompt_lease(self._client, self.ttl_s)
         try:
-            result = await self._client.txn(
-                [Compare(self._leader_key, "create_revision", "==", term.epoch)],
-                [
-                    Put(
-                        self._leader_key,
-                        encode_value({"addr": self.address, "replica": self.replica}),
-                        lease.id,
-                    )
-                ],
-            )
+            retaken = await self._move(term, lease.id) or await self._renew(term, lease.id)
         except BaseException:
             with contextlib.suppress(LeaseNotFoundError, CoordinationError):
                 await self._client.lease_revoke(lease.id)
             raise
-        if not result.succeeded:
+        if not retaken:
             with contextlib.suppress(LeaseNotFoundError, CoordinationError):
                 await self._client.lease_revoke(lease.id)
             return False
@@ -203,6 +221,29 @@ class ShardElection:
         with contextlib.suppress(LeaseNotFoundError, CoordinationError):
             await self._client.lease_revoke(old_lease)  # it holds nothing any more
         return True
+
+    async def _move(self, term: Term, lease: int) -> bool:
+        """Move the term's registration key to `lease`; False when it is not the term's."""
+        named = term.epoch if term.registration != term.epoch else None
+        result = await self._client.txn(
+            [Compare(self._leader_key, "create_revision", "==", term.registration)],
+            [Put(self._leader_key, self._registration(named), lease)],
+        )
+        return result.succeeded
+
+    async def _renew(self, term: Term, lease: int) -> bool:
+        """Register the term again under a new key naming its epoch, while the key is
+        absent and nobody was elected since the term's last record; False otherwise."""
+        result = await self._client.txn(
+            [
+                Compare(self._leader_key, "create_revision", "==", 0),
+                Compare(self._shard_key, "mod_revision", "==", term.shards_revision),
+            ],
+            [Put(self._leader_key, self._registration(term.epoch), lease)],
+        )
+        if result.succeeded:
+            term.registration = result.revision
+        return result.succeeded
 
     async def resign(self, term: Term) -> None:
         """End the term: revoke the lease (its registration goes) and stop renewing.

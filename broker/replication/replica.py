@@ -392,6 +392,7 @@ class ReplicaServer:
         stream = asyncio.ensure_future(
             self.follower.follow(state.address, state.epoch, leader=state.leader)
         )
+        gone_since: float | None = None  # when etcd first showed no registration
         try:
             while not stream.done():
                 done, _ = await asyncio.wait((stream,), timeout=POLL_S)
@@ -399,7 +400,11 @@ class ReplicaServer:
                     break
                 with contextlib.suppress(CoordinationError):
                     now = await self._election.read()
-                    if now.epoch != state.epoch:
+                    if now.epoch == state.epoch:
+                        gone_since = None
+                    elif self._leader_registers_again(now, gone_since):
+                        gone_since = gone_since or time.monotonic()
+                    else:
                         log.info(
                             "shard %s: leader %s (epoch %d) is gone",
                             self.shard,
@@ -422,6 +427,23 @@ class ReplicaServer:
         if ended is not None:
             log.info("shard %s: following %s ended: %s", self.shard, state.leader, _short(ended))
             await asyncio.sleep(POLL_S)
+
+    def _leader_registers_again(self, now: ShardState, gone_since: float | None) -> bool:
+        """Whether to go on following a leader whose registration is gone (etcd says
+        `now`; first seen gone at `gone_since`): while no other is registered, the leader's
+        stream still speaks (heard within a third of the lease window: a few heartbeats),
+        and for half a lease window at most. An etcd that resumes after a pause past the
+        TTL revokes the leader's lease while it serves, and the leader registers again
+        under its term within about a second (election.py, `retake`); leaving it would
+        only drop this replica from its in-sync set. A leader that went silent, or that
+        cannot reach etcd, is left as before, so failover is as prompt."""
+        window = float(self.config.cluster.session_ttl_s)
+        now_s = time.monotonic()
+        return (
+            not now.leader
+            and now_s - self.follower.heard_at < window / 3
+            and (gone_since is None or now_s - gone_since < window / 2)
+        )
 
     async def _lead(self, term: Term) -> None:
         """Serve as the shard's leader for this term; return once it ended."""

@@ -127,7 +127,7 @@ def test_a_cluster_loses_no_acknowledged_send_across_kills_and_etcd_and_broker_f
     # no client error at all, and it stored no send while full (a violation otherwise).
     # Sends may fail for a proxy kill (the checker's clients have that one proxy only),
     # for a paused broker (a send in flight there fails once its in-doubt retries end) and
-    # for a paused etcd (resumed leases expire at once: not promised yet).
+    # for a paused etcd (left as it was: test_cluster_etcd_pause.py judges that fault).
     errors = result.errors_by_fault
     for kind in ("broker", "etcd-kill", "disk-full", "outside faults"):
         failed_sends = {what: n for what, n in errors.get(kind, {}).items() if "send" in what}

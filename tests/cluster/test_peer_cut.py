@@ -8,11 +8,11 @@ broken, and etcd untouched (s1-r1 keeps its lease: nothing fails over). A client
 message at a time through the proxy, as the checker's producers do.
 
 What must hold: the send in flight to s1-r1 at the cut is the only one that may fail (as of
-unknown outcome: it may be stored there, so it goes nowhere else), the sends after it are
-acknowledged by s2-r1 while the cut lasts (longer than the proxy's 10 s call timeout), s1-r1
-takes sends again after the heal, and every acknowledged send is received once: nothing
-lost, nothing stored twice. Skipped, saying why, where namespaces or tc drops cannot be
-made.
+unknown outcome: it may be stored there, so it goes nowhere else; the SDK's repeats of it wait
+at the proxy for s1-r1's quarantine to end, each for up to in_doubt_retry_s), the sends
+after it are acknowledged by s2-r1 while the cut lasts, s1-r1 takes sends again after the
+heal, and every acknowledged send is received once: nothing lost, nothing stored twice.
+Skipped, saying why, where namespaces or tc drops cannot be made.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from tests.support.netns import (
 TTL_S = 3
 INSIDE = "s1-r1"
 TOPIC, GROUP = "orders", "billing"
-CUT_S = 12.0
-"""Longer than the proxy's call timeout (10 s), which ended the first stuck send before."""
+CUT_S = 24.0
+"""Longer than the stall of a producer that sends one message at a time: the send in flight
+at the cut fails at the proxy about 7 s after it (2 s to drop the connection, 5 s of tries
+on s1-r1), and the SDK's two repeats of it wait up to 5 s each for the quarantine to end."""
 
 
 @pytest.fixture

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.quarantine import PROBE_INTERVAL_S, Quarantine
 from popmq.cluster.remote_broker import RemoteBroker
-from popmq.coordination.config import HOP_KEEPALIVE_S
+from popmq.coordination.config import HOP_KEEPALIVE_S, MIN_HOP_KEEPALIVE_S
 from popmq.coordination.coordinator import Entry
 from popmq.coordination.routes import QueueRef
 from tests.support.brokers import BrokerProcess
@@ -144,21 +145,25 @@ def test_a_call_through_a_replaced_connection_quarantines_nothing() -> None:
     asyncio.run(scenario())
 
 
-def test_a_broker_keeps_a_connection_its_proxy_pings_every_second(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keepalive_s", [HOP_KEEPALIVE_S, MIN_HOP_KEEPALIVE_S])
+def test_a_broker_keeps_a_connection_its_proxy_pings_at_its_hop_keepalive(
+    tmp_path: Path, keepalive_s: float
+) -> None:
     """A gRPC server closes a connection pinged more often than it allows (GOAWAY
-    too_many_pings, after which the channel is idle): a broker allows the proxies' pings."""
+    too_many_pings, after which the channel is idle): a broker allows the proxies' pings,
+    at the default `[cluster] hop_keepalive_s` and at the shortest one allowed."""
     process = BrokerProcess(tmp_path / "broker", free_port())
     process.start()
 
     async def scenario() -> None:
-        remote = RemoteBroker(process.address, catalog=False)
+        remote = RemoteBroker(process.address, catalog=False, keepalive_s=keepalive_s)
         await remote.start()
         try:
             await _until(remote.connection_up, "never connected")
             channel = remote._channel  # the channel itself: its state changes are the check
             assert channel is not None
             changes: list[grpc.ChannelConnectivity] = []
-            end = time.monotonic() + 10 * HOP_KEEPALIVE_S  # pings every second, no call
+            end = time.monotonic() + 10 * keepalive_s  # ten pings, no call
             while (left := end - time.monotonic()) > 0:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):

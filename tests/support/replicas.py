@@ -151,6 +151,8 @@ class ReplicaCluster(Cluster):
             )
         registration = json.loads(leader.kvs[0].value) if leader.kvs else None
         epoch = leader.kvs[0].create_revision if leader.kvs else 0
+        if registration is not None and isinstance(registration.get("epoch"), int):
+            epoch = registration["epoch"]  # registered again under its term (election.py)
         return registration, epoch, json.loads(record.kvs[0].value) if record.kvs else {}
 
     def leader(self, shard: str) -> str | None:

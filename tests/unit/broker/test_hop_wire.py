@@ -14,12 +14,13 @@ from popmq.broker.hop_wire import (
     HOP_POP,
     ack_response_wire,
     ack_results_from_wire,
+    globalize,
     hop_answer,
     hop_answer_from_wire,
     pop_response_wire,
     popped_from_wire,
 )
-from popmq.broker_core import MessageRecord, PoppedMessage, varint
+from popmq.broker_core import MESSAGE_OVERHEAD_BYTES, MessageRecord, PoppedMessage, varint
 from popmq.broker_core.errors import NotFoundError, PopMQError, UnavailableError
 
 
@@ -136,3 +137,18 @@ def test_hop_answers_parse_as_the_generated_response_and_split_back() -> None:
     assert hop_answer_from_wire(error) == (3, HOP_ERROR, detail.SerializeToString())
     assert hop_answer_from_wire(ack) == (2**40, HOP_ACK, ack_response_wire([None, None]))
     assert hop_answer_from_wire(pb.HopStreamResponse(id=1).SerializeToString()) == (1, 0, b"")
+
+
+def test_globalize_numbers_each_message_by_its_route_and_counts_its_bytes() -> None:
+    popped = popped_from_wire(pop_response_wire(_popped()))
+    asked: list[int] = []
+
+    def global_id(local_id: int) -> int:
+        asked.append(local_id)
+        return local_id + 100
+
+    size = globalize(popped, global_id)
+    assert [p.queue_id for p in popped] == [103, 100, 107, 99]
+    assert sorted(asked) == [-1, 0, 3, 7]  # once a queue
+    assert size == sum(p.record.stored_size + MESSAGE_OVERHEAD_BYTES for p in popped)
+    assert globalize([], global_id) == 0

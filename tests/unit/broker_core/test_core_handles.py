@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from popmq.broker_core import issuer_of
 from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.handle_text import HandleText
 from popmq.broker_core.handles import named_issuers
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
 from popmq.broker_core.timer import RecallCodec, RecallHandle
@@ -128,3 +131,40 @@ def test_named_issuers_refuses_every_second_spelling_in_a_batch() -> None:
         if c != receipt[-1] and (_ALPHABET.index(c) ^ last) <= 0b11:
             assert named_issuers([_receipt("b"), receipt[:-1] + c]) is None
     assert named_issuers([]) is None
+
+
+def test_named_issuers_refuses_a_handle_whose_version_byte_is_another_kinds() -> None:
+    """Only a handle's version byte is decoded in a batch: one whose payload is well spelled
+    but starts with another version (here an unnamed handle's, named) is still refused."""
+    unnamed = LEGACY_RECEIPT  # the version of handles issued before names
+    assert named_issuers([_receipt(), "broker-a." + unnamed]) is None
+    with pytest.raises(InvalidArgumentError, match="handle is malformed"):
+        issuer_of("broker-a." + unnamed)
+
+
+@pytest.mark.parametrize("raw_bytes", [40, 41, 42, 55])
+def test_first_bytes_joined_reads_what_decode_joined_decodes(raw_bytes: int) -> None:
+    """Each text's first byte, and None for the same texts decode_joined refuses: random
+    texts, and texts with one character changed to anything a client could send."""
+    rng = random.Random(raw_bytes)
+    text = HandleText(raw_bytes)
+    stride = -(-text.chars // 4) * 4
+    fill = b"A" * (stride - text.chars)
+    refused = 0
+    for _ in range(500):
+        texts = []
+        for _ in range(rng.randint(1, 4)):
+            spelled = bytearray(text.encode(rng.randbytes(raw_bytes)))
+            if rng.random() < 0.3:
+                spelled[rng.randrange(len(spelled))] = rng.choice(b"-_+/=A.z\x80 ")
+            texts.append(bytes(spelled))
+        encoded = b"".join(t + fill for t in texts)
+        decoded = text.decode_joined(encoded, stride)
+        if decoded is None:
+            refused += 1
+            assert text.first_bytes_joined(encoded, stride) is None
+        else:
+            step = stride // 4 * 3
+            firsts = bytes(decoded[i] for i in range(0, step * len(texts), step))
+            assert text.first_bytes_joined(encoded, stride) == firsts
+    assert refused  # both outcomes were checked

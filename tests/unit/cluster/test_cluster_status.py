@@ -211,6 +211,43 @@ def test_cluster_tables_show_each_state_and_say_what_did_not_answer(
     assert "etcd is unreachable" not in out  # one endpoint answered
 
 
+QUARANTINED = BrokerStatus(
+    name="b4",
+    address="10.0.0.4:9100",
+    live=True,
+    reachable=True,  # it answered the status call: the cut is between it and sends, or over
+    epoch=44,
+    topics=2,
+    queues=16,
+    faults=BrokerFaultState(
+        broker="b4",
+        latency_s=10.0,
+        isolated_for_s=1.0,
+        isolations=1,
+        failures=1,
+        quarantined_for_s=42.4,
+    ),
+)
+
+
+def test_a_quarantined_broker_is_shown_as_such_with_how_long_and_is_a_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = StatusReport(mode="cluster", cluster="prod", proxy="p1", brokers=(UP, QUARANTINED))
+    status = _sdk(report)
+    up, quarantined = status.brokers
+    assert (up.quarantined, up.quarantined_for_s) == (False, None)
+    assert quarantined.quarantined and quarantined.quarantined_for_s == pytest.approx(42.4)
+    (problem,) = status.problems  # the exit code is non-zero
+    assert problem.startswith("broker b4 is quarantined by proxy p1 for 42s:"), problem
+    render.cluster_tables(status)
+    row = next(line for line in capsys.readouterr().out.splitlines() if " b4 " in line)
+    assert "QUARANTINED 42s (connection down), 1 failed" in row and "isolated" not in row
+    render.print_json(status)
+    document = json.loads(capsys.readouterr().out)
+    assert [b["quarantined_for_s"] for b in document["brokers"]] == [None, pytest.approx(42.4)]
+
+
 def test_cluster_tables_say_when_every_etcd_endpoint_is_down(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

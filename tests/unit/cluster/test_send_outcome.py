@@ -233,24 +233,125 @@ def test_an_unreachable_broker_gets_no_send_until_it_is_reachable_again() -> Non
     assert table.is_reachable("c")
 
 
+def test_the_snapshot_says_how_long_a_broker_has_been_quarantined() -> None:
+    clock = FakeClock()
+    table = FaultTable(clock=clock)
+    table.update("a", 0.01, failed=False)
+    table.unreachable("b")
+    clock.now += 12.0
+    table.update("b", 0.0, failed=True)  # a failed try meanwhile does not restart the count
+    shown = {state.broker: state.quarantined_for_s for state in table.snapshot().brokers}
+    assert shown == {"a": None, "b": 12.0}
+    table.reachable("b")
+    assert [s.quarantined_for_s for s in table.snapshot().brokers] == [None, None]
+
+
 def test_a_disabled_table_quarantines_nothing() -> None:
     router = router_on(FakeClock(), enabled=False)
     assert not router.table.unreachable("b") and router.table.is_available("b")
 
 
-def test_a_repeat_pinned_to_an_unreachable_broker_fails_at_once_and_goes_nowhere() -> None:
+def test_a_repeat_pinned_to_an_unreachable_broker_waits_for_it_then_goes_there() -> None:
     clock = FakeClock()
-    router = router_on(clock)
+    brokers = Brokers(clock)
+    table = FaultTable(clock=clock)
+    table.unreachable("b")
+    began = clock.now
+
+    async def sleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        assert router.quarantine_waits == (1, 1) and brokers.calls == []
+        if clock.now - began >= 2.0:
+            table.reachable("b")  # the probe saw its connection up
+
+    router = SendRouter(table, sleep=sleep)
+    routed = run(router, brokers, pinned="b")
+    assert (routed.result, brokers.calls) == ("b", ["b"])
+    assert router.quarantine_waits == (0, 1) and router.in_doubt_counts == (0, 0, 0)
+
+
+def test_a_repeat_whose_broker_stays_unreachable_fails_after_the_window_and_goes_nowhere() -> None:
+    clock = FakeClock()
+    router = router_on(clock, in_doubt_retry_s=3.0)
     brokers = Brokers(clock)
     router.table.unreachable("b")
     began = clock.now
-    with pytest.raises(OutcomeUnknownError, match="cannot be reached now") as caught:
+    with pytest.raises(
+        OutcomeUnknownError, match=r"cannot be reached now.*waited 3\.0 s"
+    ) as caught:
         run(router, brokers, pinned="b")
-    assert caught.value.retriable and brokers.calls == [] and clock.now == began
-    assert router.in_doubt_counts == (0, 1, 0)
+    assert caught.value.retriable and brokers.calls == []
+    assert began + 3.0 <= clock.now < began + 3.5  # the fake clock: the window, not more
+    assert router.in_doubt_counts == (0, 1, 0) and router.quarantine_waits == (0, 1)
     # A new send (nothing pinned) goes to a broker that is reachable.
     routed = run(router, brokers)
     assert routed.result != "b" and routed.attempts == 1
+
+
+def test_a_repeat_waits_no_longer_than_its_deadline() -> None:
+    clock = FakeClock()
+    router = router_on(clock)
+    router.table.unreachable("b")
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match="cannot be reached now"):
+        run(router, Brokers(clock), pinned="b", deadline=began + 1.0)
+    assert began + 1.0 <= clock.now < began + 1.5
+
+
+def test_waiting_repeats_are_bounded_and_the_rest_fail_at_once() -> None:
+    clock = FakeClock()
+    router = router_on(clock, quarantine_max_waiting=2)
+    brokers = Brokers(clock)
+    router.table.unreachable("b")
+
+    async def scenario() -> None:
+        waiting = [
+            asyncio.create_task(router.send("t", THREE, brokers.send, pinned="b")) for _ in range(2)
+        ]
+        await asyncio.sleep(0)
+        assert router.quarantine_waits == (2, 2)
+        with pytest.raises(OutcomeUnknownError, match=r"not waited: .*quarantine_max_waiting is 2"):
+            await router.send("t", THREE, brokers.send, pinned="b")
+        router.table.reachable("b")
+        routed = await asyncio.gather(*waiting)
+        assert [r.result for r in routed] == ["b", "b"]
+
+    asyncio.run(scenario())
+    assert router.quarantine_waits == (0, 2) and brokers.calls == ["b", "b"]
+
+
+def test_a_cancelled_repeat_stops_waiting() -> None:
+    clock = FakeClock()
+    brokers = Brokers(clock)
+    gate = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        gate.set()
+        await asyncio.Event().wait()  # the client goes away meanwhile
+
+    router = SendRouter(FaultTable(clock=clock), sleep=sleep)
+    router.table.unreachable("b")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(router.send("t", THREE, brokers.send, pinned="b"))
+        await gate.wait()
+        assert router.quarantine_waits == (1, 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert router.quarantine_waits == (0, 1) and brokers.calls == []
+
+
+def test_no_wait_when_quarantine_max_waiting_is_0() -> None:
+    clock = FakeClock()
+    router = router_on(clock, quarantine_max_waiting=0)
+    router.table.unreachable("b")
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match=r"not waited: .*quarantine_max_waiting is 0"):
+        run(router, Brokers(clock), pinned="b")
+    assert clock.now == began and router.quarantine_waits == (0, 0)
 
 
 def test_a_half_send_is_not_idempotent_and_moves_on_after_a_timeout() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from popmq.broker_core import InvalidReceiptHandleError
 from popmq.broker_core.pop.receipt import ReceiptCodec, ReceiptHandle
-from popmq.cluster.topology import issuer, issuers
+from popmq.cluster.topology import issuer, issuers, one_issuer
 
 SECRET = b"s" * 32
 LEGACY_RECEIPT = "AgAAAAcAAAADAAAABQAAAAAHW80VAAACAAAAAGMABAAAAYvP5d0wd0x7E3sVpikocOeC8x6P2w"
@@ -45,3 +45,12 @@ def test_a_bad_handle_gets_its_own_error_and_the_others_their_broker(bad: str) -
     found = issuers(handles)
     assert found[0] == "b1" and found[2] == "b2"
     assert isinstance(found[1], InvalidReceiptHandleError)
+
+
+def test_one_issuer_names_the_broker_of_a_pops_handles_and_nothing_else() -> None:
+    one_pop = [_receipt("b1", n) for n in range(32)]
+    assert one_issuer(one_pop) == "b1"
+    assert one_issuer([*one_pop, _receipt("b2", 1)]) is None  # two brokers: by index
+    assert one_issuer([*one_pop, "b1.junk"]) is None  # a bad one: each gets its own error
+    assert one_issuer([*one_pop, LEGACY_RECEIPT]) is None
+    assert one_issuer([]) is None

@@ -1,0 +1,171 @@
+"""etcd paused (SIGSTOP) for longer than the session TTL, then resumed, on real processes
+(etcd, two standalone `popmq broker`s, two `popmq proxy`s; tests/support/cluster.py), under
+a steady stream of sends and receives through both proxies.
+
+A pause differs from a restart: a restarted etcd restores its leases with their whole TTL
+(so each member takes its key over, test_cluster_etcd_outage.py), but a resumed one finds
+every lease past its expiry and revokes them all at once, before any keepalive can land.
+Every member key vanishes together; the members register again under new keys (new
+epochs). Meanwhile:
+
+- no send fails, receives keep delivering and every acknowledged message is received: the
+  proxies keep routing to a broker whose registration vanished while its connection is up,
+  until it registers again;
+- the proxies' health never turns NOT_SERVING: the brokers never left;
+- within 10 s of the resume every member holds a registration again, and an admin write
+  works and is served through the other proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
+from tests.cluster.test_cluster_etcd_outage import _member_leases, _serves
+from tests.cluster.traffic import SendLog, compare, drain, ids_of, send_loop
+from tests.support.cluster import Cluster
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.timeout(120)
+
+SESSION_TTL_S = 3
+PAUSED_S = SESSION_TTL_S + 4
+"""How long etcd stays paused: past the TTL, so every lease has expired when it resumes."""
+BACK_WITHIN_S = 10.0
+AFTER_S = 3.0
+"""How long traffic goes on after the members registered again."""
+
+
+async def _watch_health(address: str, seen: list[str]) -> None:
+    """Append every health status the proxy reports (grpc.health.v1 Watch) to `seen`."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+        async for reply in call:
+            seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+async def _pause(cluster: Cluster) -> None:
+    topic, group = "through-pause", "pause-readers"
+    p1, p2 = cluster.endpoint("p1"), cluster.endpoint("p2")
+    async with AsyncAdmin(p1) as admin:
+        await admin.create_topic(topic, queues=2)
+        await admin.create_group(group)
+    leases = await _member_leases(cluster)
+    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+
+    stop = asyncio.Event()
+    logs = {"p1": SendLog(), "p2": SendLog()}
+    received: list[tuple[float, ReceivedMessage]] = []
+    receive_errors: list[str] = []
+    health: dict[str, list[str]] = {"p1": [], "p2": []}
+    watchers = [
+        asyncio.create_task(_watch_health(cluster.endpoint(p), seen)) for p, seen in health.items()
+    ]
+
+    async with (
+        AsyncProducer(p1) as producer1,
+        AsyncProducer(p2) as producer2,
+        AsyncSimpleConsumer(p1, group=group, topic=topic) as consumer1,
+        AsyncSimpleConsumer(p2, group=group, topic=topic) as consumer2,
+        AsyncAdmin(p1) as admin,
+    ):
+
+        async def consume(consumer: AsyncSimpleConsumer) -> None:
+            while not stop.is_set():
+                try:
+                    batch = await consumer.receive(
+                        max_messages=32, invisible_duration_s=30, wait_s=1
+                    )
+                    await consumer.ack(batch)
+                except PopMQError as exc:
+                    receive_errors.append(f"{exc.code}: {exc}")
+                    await asyncio.sleep(0.1)
+                else:
+                    now = time.monotonic()
+                    received.extend((now, m) for m in batch)
+
+        tasks = [
+            asyncio.create_task(send_loop(producer1, topic, "a", stop, logs["p1"], pause_s=0.03)),
+            asyncio.create_task(send_loop(producer2, topic, "b", stop, logs["p2"], pause_s=0.03)),
+            asyncio.create_task(consume(consumer1)),
+            asyncio.create_task(consume(consumer2)),
+        ]
+        await until(lambda: len(received) >= 20, "traffic before the pause", 30, interval_s=0.1)
+        assert health == {"p1": ["SERVING"], "p2": ["SERVING"]}, health
+
+        cluster.etcd.pause()
+        paused_at = time.monotonic()
+        try:
+            await asyncio.sleep(PAUSED_S)
+        finally:
+            cluster.etcd.resume()
+        back_at = time.monotonic()
+        # The brokers kept serving through the pause: they need no etcd to take sends.
+        expired_at = paused_at + SESSION_TTL_S + 1
+        sent_late = [t for log in logs.values() for t in log.done_at.values() if t > expired_at]
+        assert sent_late, "no send was acknowledged once every lease had expired"
+
+        async def registered_again() -> bool:
+            now = await _member_leases(cluster)
+            return now.keys() == leases.keys() and all(now[k] != leases[k] for k in now)
+
+        await until(registered_again, "new registrations", BACK_WITHIN_S, interval_s=0.2)
+        registered_s = time.monotonic() - back_at
+
+        async def admin_write_works() -> bool:
+            try:
+                await admin.create_topic("after-pause", queues=1)
+            except PopMQError:
+                return False
+            return True
+
+        await until(admin_write_works, "an admin write", BACK_WITHIN_S, interval_s=0.2)
+        admin_s = time.monotonic() - back_at
+        print(f"after etcd's resume: registered in {registered_s:.1f}s, admin in {admin_s:.1f}s")
+        async with AsyncAdmin(p2) as other:
+            await until(lambda: _serves(other, "after-pause"), "p2 serves it", 10, interval_s=0.1)
+
+        registered_at = time.monotonic()
+        await asyncio.sleep(AFTER_S)
+        assert sorted(await cluster.live_brokers()) == ["b1", "b2"]
+        stop.set()
+        await asyncio.gather(*tasks)
+        got = ids_of(m for _, m in received)
+        got += ids_of(await drain(consumer1))
+        got += ids_of(await drain(consumer2))
+
+    for watcher in watchers:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await watcher
+
+    errors = [e for log in logs.values() for e in log.errors]
+    sent = {i for log in logs.values() for i in log.receipts}
+    attempted = {i for log in logs.values() for i in log.attempted}
+    print(
+        f"sends {len(attempted)}, errors {errors[:10]}; receive errors {receive_errors[:10]}; "
+        f"health {health}; {compare(sent, got)}"
+    )
+    assert errors == [], f"sends failed: {errors[:10]}"
+    assert receive_errors == [], receive_errors[:10]
+    assert sent <= set(got), compare(sent, got)
+    assert set(got) <= attempted, compare(sent, got)
+    # Receives went on delivering through the pause and after it.
+    assert any(expired_at < t < back_at for t, _ in received), "nothing received while paused"
+    assert any(t > registered_at for t, _ in received), "nothing received after the resume"
+    # Neither proxy ever lost its brokers.
+    assert health == {"p1": ["SERVING"], "p2": ["SERVING"]}, health
+
+
+@pytest.mark.cluster_options(brokers=2, proxies=2, session_ttl_s=SESSION_TTL_S)
+def test_sends_and_receives_go_on_through_an_etcd_pause_past_the_session_ttl(
+    own_cluster: Cluster,
+) -> None:
+    asyncio.run(_pause(own_cluster))

@@ -1,0 +1,143 @@
+"""A client's repeat of a send that may be stored on a quarantined broker waits for the
+broker's connection and is answered there, stored once: real etcd, brokers and a proxy in
+one process (tests/support/inprocess_cluster.py), a relay in front of broker b2
+(tests/support/fault_relay.py).
+
+The relay loses the answer of a send b2 stored and closes the connection, and refuses new
+ones: the proxy quarantines b2 (its connection is down) and tells the client the send's
+outcome is unknown. The client repeats the send with the same message id while b2 is still
+cut off. Without the wait, the repeat failed at once, and an application that then sent the
+message again under a new id had it stored twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from popmq import Admin, Message, SendReceipt, SimpleConsumer
+from popmq import UnavailableError as SdkUnavailableError
+from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.sdk.producer import AsyncProducer, build_send_request
+from tests.support.fault_relay import FaultRelay
+from tests.support.inprocess_cluster import InProcessCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+BODY_BYTES = 6000
+"""Bodies of random bytes this large (not compressible), so the relay tells a send request
+from the connection's pings by its size."""
+
+
+@pytest.fixture
+def relayed(tmp_path: Path) -> Iterator[tuple[InProcessCluster, FaultRelay]]:
+    cluster = InProcessCluster(tmp_path).start(brokers=1, proxies=1)
+    relay = FaultRelay()
+    try:
+        endpoint = cluster.call(relay.start)
+        b2 = cluster.add_broker("b2", advertise=endpoint)
+        relay.target = ("127.0.0.1", b2.port)
+        yield cluster, relay
+    finally:
+        cluster.call(relay.close)
+        cluster.stop()
+
+
+def _send(endpoint: str, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
+    """One attempt of `request` through `endpoint`, not retried by the SDK."""
+
+    async def send() -> SendReceipt:
+        async with AsyncProducer(endpoint, timeout_s=60) as producer:
+            (receipt,) = await producer.send_request(request, retry=False)
+            return receipt
+
+    return asyncio.run(send())
+
+
+def _request(topic: str) -> messaging_pb2.SendMessagesRequest:
+    return build_send_request(topic, [Message(os.urandom(BODY_BYTES))])
+
+
+def _per_broker(admin: Admin, topic: str) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for queue in admin.get_topic(topic).queues:
+        counts[queue.broker] += queue.message_count
+    return dict(counts)
+
+
+def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
+    relayed: tuple[InProcessCluster, FaultRelay],
+) -> None:
+    cluster, relay = relayed
+    proxy = cluster.proxies[0]
+    router = cluster.cluster_broker().sends.router
+
+    async def waits() -> tuple[int, int]:
+        return router.quarantine_waits  # read on the proxy's loop
+
+    with Admin(proxy) as admin:
+        admin.create_topic("held", queues=1)
+        # Sends alternate between b1 and b2: once one went to b2, its connection is up.
+        for _ in range(10):
+            _send(proxy, _request("held"))
+            if _per_broker(admin, "held").get("b2"):
+                break
+        before = _per_broker(admin, "held")
+        assert before.get("b2"), "no send went to b2"
+        # The next send to b2 is stored, its answer lost, and b2 cut off from then on.
+        relay.drop_next_answer(min_bytes=BODY_BYTES)
+        relay.cut = True
+        lost: messaging_pb2.SendMessagesRequest | None = None
+        to_b1 = 0
+        for _ in range(4):
+            request = _request("held")
+            try:
+                _send(proxy, request)
+                to_b1 += 1
+            except SdkUnavailableError as error:
+                assert "may or may not be stored on broker 'b2'" in str(error), error
+                lost = request
+                break
+        assert lost is not None and relay.dropped == 1, "no send to b2 lost its answer"
+        assert not cluster.cluster_broker().faults.is_reachable("b2"), "b2 not quarantined"
+        status = admin.cluster_status()  # what `popmq cluster status` shows
+        (b2,) = [b for b in status.brokers if b.name == "b2"]
+        assert b2.quarantined, b2
+        assert any(p.startswith("broker b2 is quarantined") for p in status.problems)
+
+        # The client's repeat (same message id) while b2 is still cut off: it waits.
+        with ThreadPoolExecutor(1) as pool:
+            repeat = pool.submit(_send, proxy, lost)
+            deadline = time.monotonic() + 30
+            while cluster.call(waits)[0] == 0:
+                assert not repeat.done(), f"the repeat did not wait: {repeat.exception()}"
+                assert time.monotonic() < deadline, "the repeat never waited"
+                time.sleep(0.05)
+            relay.cut = False  # b2's connection comes up: the probe ends the quarantine
+            receipt = repeat.result(timeout=60)
+
+        assert receipt.message_id == lost.messages[0].message_id
+        assert receipt.duplicate, receipt  # answered by b2's dedup window: the first copy
+        after = _per_broker(admin, "held")
+        # The lost send stored once, on b2; nothing else since but the sends to b1.
+        assert after == {"b1": before.get("b1", 0) + to_b1, "b2": before["b2"] + 1}, before
+        (b2,) = [b for b in admin.cluster_status().brokers if b.name == "b2"]
+        assert not b2.quarantined and b2.reachable, b2
+    assert cluster.call(waits) == (0, 1)
+
+    got: Counter[str] = Counter()
+    with SimpleConsumer(proxy, group="audit", topic="held") as consumer:
+        quiet = 0
+        while quiet < 2:
+            batch = consumer.receive(max_messages=32, invisible_duration_s=60, wait_s=1)
+            got.update(m.message_id for m in batch)
+            quiet = 0 if batch else quiet + 1
+    assert got[receipt.message_id] == 1
+    assert {i: n for i, n in got.items() if n > 1} == {}

@@ -1,0 +1,34 @@
+"""bench.proxy_pop_cost runs a cluster, counts the proxy's window and says a message's count.
+
+A real etcd, broker and proxy (the proxy under callgrind): a short window, so the script
+stays runnable; no count is asserted, only that one was taken over the window's messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_script_counts_the_proxys_instructions_over_the_windows_messages(
+    tmp_path: Path,
+) -> None:
+    profile = tmp_path / "window.out"
+    command = [
+        sys.executable, "-m", "bench.proxy_pop_cost", "--batches", "2", "--warmup", "1",
+        "--profile", str(profile),
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = re.search(r"proxy: ([\d,]+) instructions over (\d+) messages", result.stdout)
+    assert found is not None, result.stdout
+    assert int(found.group(2)) == 64  # two receives of 32 from one consumer
+    assert int(found.group(1).replace(",", "")) > 0
+    assert profile.read_text().startswith("# callgrind format")
