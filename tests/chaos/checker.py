@@ -30,8 +30,14 @@ brokers meanwhile, so ``--send-rate`` paces the producers to keep sending while 
 happen. The nemesis also kill -9s etcd (``--etcd-kills``) or SIGSTOPs it (``--etcd-pauses``)
 for the session TTL + 1 s, and SIGSTOPs a random broker for 11 s, past the proxy's 10 s call
 timeout (``--broker-pauses``): standalone brokers keep taking writes through an etcd outage,
-and a hung broker's sends move on. ``--queues`` is per broker there (RocketMQ's count). The
-clean stop is a SIGTERM of every proxy and broker.
+and a hung broker's sends move on. ``--disk-fulls`` puts each broker's data dir on a tmpfs
+of its own (root) and fills a random broker's one until sends no longer fit, for 8 s: its
+sends must move to the other brokers while its queues still pop and ack (faults.py).
+``--queues`` is per broker there (RocketMQ's count). The clean stop is a SIGTERM of every
+proxy and broker. Failed client calls are reported per fault kind: a failure counts for the
+latest fault it overlaps, up to 5 s after that fault ended (faults.py); after each etcd
+fault, broker pause and disk full every broker must be registered in etcd again within 10 s
+(a broker left out takes no sends and serves no pops, which no client error shows).
 
 Replicated mode (``--replicated``, replicated.py): etcd + ``--shards`` x ``--replicas``
 ``popmq broker --shard`` replicas (replication defaults: sync, min_insync 1) + proxies. Once 5 %
@@ -66,9 +72,10 @@ Usage::
 
     python -m tests.chaos.checker --messages 50000 --kills 8 --producers 4 --consumers 4 \\
         --flush sync [--crashing-consumers] [--seed N] [--json result.json]
-    python -m tests.chaos.checker --cluster --messages 20000 --kills 6 --proxy-kills 2 \\
-        --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --send-rate 200 \\
-        --crashing-consumers --seed 20261129   # full-sized, ~4 min; output kept in
+    python -m tests.chaos.checker --cluster --messages 40000 --kills 6 --proxy-kills 2 \\
+        --etcd-kills 2 --etcd-pauses 2 --broker-pauses 2 --disk-fulls 2 --send-rate 200 \\
+        --crashing-consumers --seed 20261129   # full-sized, ~4 min (the sends outlast the
+                                               # faults, one after another); output kept in
                                                # bench/results/cluster_checker_faults.txt
     python -m tests.chaos.checker --replicated --messages 3600 --kills 3 --pauses 1 \\
         --leader-partitions 2 --session-ttl 3 --send-rate 30 --queues 2 \\
@@ -113,6 +120,7 @@ from popmq import (
     ReceivedMessage,
 )
 from popmq.sdk._channel import AsyncClient
+from tests.chaos.faults import DISK_FULL, CallRecord, FaultWindow
 from tests.chaos.history import (
     CheckResult,
     History,
@@ -211,6 +219,10 @@ class CheckConfig:
             SIGCONTs it.
         broker_pauses: Cluster mode: times the nemesis SIGSTOPs a random broker past the
             proxy's 10 s broker call timeout (11 s), then SIGCONTs it.
+        disk_fulls: Cluster mode: times the nemesis fills a random broker's data volume
+            (each broker's is a tmpfs of ``disk_mib``; needs root) until sends no longer
+            fit, holds it 8 s and frees it.
+        disk_mib: Cluster mode with ``disk_fulls``: size of each broker's tmpfs.
         send_rate: Sends per second of all producers together (each send is one batch);
             0: as fast as they go.
         replicated: Run against replicated shards (replicated.ReplicatedTarget); ``kills``
@@ -258,6 +270,8 @@ class CheckConfig:
     etcd_kills: int = 0
     etcd_pauses: int = 0
     broker_pauses: int = 0
+    disk_fulls: int = 0
+    disk_mib: int = 128
     send_rate: float = 0.0
     replicated: bool = False
     shards: int = 2
@@ -270,14 +284,17 @@ class CheckConfig:
 
     @property
     def cluster_faults(self) -> int:
-        """etcd kills, etcd pauses and broker pauses."""
-        return self.etcd_kills + self.etcd_pauses + self.broker_pauses
+        """etcd kills, etcd pauses, broker pauses and disk-full faults."""
+        return self.etcd_kills + self.etcd_pauses + self.broker_pauses + self.disk_fulls
 
     def __post_init__(self) -> None:
         if self.messages < 1 or self.producers < 1 or self.consumers < 1:
             raise ValueError("messages, producers and consumers must be at least 1")
         faults = self.kills + self.proxy_kills + self.cluster_faults
-        if min(self.proxy_kills, self.etcd_kills, self.etcd_pauses, self.broker_pauses) < 0:
+        if (
+            min(self.proxy_kills, self.etcd_kills, self.etcd_pauses, self.broker_pauses) < 0
+            or self.disk_fulls < 0
+        ):
             raise ValueError("fault counts must be at least 0")
         if not 0 <= faults <= self.messages * 9 // 10 - 1:
             raise ValueError(
@@ -285,7 +302,11 @@ class CheckConfig:
                 f"0..{self.messages * 9 // 10 - 1}"
             )
         if not self.cluster and (self.proxy_kills or self.cluster_faults):
-            raise ValueError("proxy kills, etcd kills and pauses, broker pauses need cluster mode")
+            raise ValueError(
+                "proxy kills, etcd kills and pauses, broker pauses, disk fulls need cluster mode"
+            )
+        if self.disk_fulls and self.disk_mib < 32:
+            raise ValueError("disk_mib must be at least 32 (the store needs room to work)")
         if self.replicated:
             if self.cluster:
                 raise ValueError("choose cluster or replicated mode, not both")
@@ -399,7 +420,10 @@ class TotalQueueChecker:
                 flush=config.flush,
             )
             self.target = ClusterTarget(
-                cluster, on_death=self._server_died, etcd_down_s=config.session_ttl_s + 1.0
+                cluster,
+                on_death=self._server_died,
+                etcd_down_s=config.session_ttl_s + 1.0,
+                disk_mib=config.disk_mib if config.disk_fulls else None,
             )
         else:
             self.target = LocalTarget(
@@ -452,7 +476,9 @@ class TotalQueueChecker:
                         TOPIC, [Message(i.encode()) for i in chunk]
                     )
                 except PopMQError as exc:
-                    history.send_log.append(SendRecord(began, time.monotonic(), None))
+                    ended = time.monotonic()
+                    history.send_log.append(SendRecord(began, ended, None))
+                    history.failed(CallRecord("send", began, ended, exc.code))
                     history.send_failed(chunk, exc.code)  # maybe stored, maybe not
                     await self.progress.add(len(chunk))
                     await client.after_failure()
@@ -475,6 +501,7 @@ class TotalQueueChecker:
         try:
             while True:
                 consumer = await client.get()
+                began = time.monotonic()
                 try:
                     messages = await consumer.receive(
                         max_messages=32,
@@ -483,6 +510,7 @@ class TotalQueueChecker:
                     )
                 except PopMQError as exc:
                     history.pop_errors[exc.code] += 1
+                    history.failed(CallRecord("pop", began, time.monotonic(), exc.code))
                     await client.after_failure()
                     continue
                 if not messages:
@@ -501,18 +529,22 @@ class TotalQueueChecker:
                 for m in messages:
                     if not self.draining and rng.random() < cfg.nack_probability:
                         history.delivered(m, history.nacked)
+                        began = time.monotonic()
                         try:
                             await consumer.nack(m, delay_s=_NACK_DELAY_S)
                         except PopMQError as exc:
                             history.nack_errors[exc.code] += 1
+                            history.failed(CallRecord("nack", began, time.monotonic(), exc.code))
                     else:
                         history.delivered(m, history.processed)
                         to_ack.append(m)
+                began = time.monotonic()
                 try:
                     await consumer.ack(to_ack)
                 except PopMQError as exc:
                     # Killed under us, or a handle expired: the message comes back (duplicate).
                     history.ack_errors[exc.code] += 1
+                    history.failed(CallRecord("ack", began, time.monotonic(), exc.code))
                     await client.after_failure()
         finally:
             await client.close()
@@ -529,6 +561,7 @@ class TotalQueueChecker:
             + [ETCD_KILL] * cfg.etcd_kills
             + [ETCD_PAUSE] * cfg.etcd_pauses
             + [BROKER_PAUSE] * cfg.broker_pauses
+            + [DISK_FULL] * cfg.disk_fulls
         )
         self.rng.shuffle(kinds)
         thresholds = sorted(self.rng.sample(range(low, high), len(kinds)))
@@ -536,7 +569,10 @@ class TotalQueueChecker:
             await self.progress.reached(threshold)
             # A little jitter so that the kill does not line up with the end of a send.
             await asyncio.sleep(self.rng.uniform(0, 0.02))
+            window = FaultWindow(kind, time.monotonic())
+            self.history.faults.append(window)
             await self.target.kill_and_restart(kind, self.rng)
+            window.ended = time.monotonic()
             self.kills += 1
             self.kills_by_kind[kind] += 1
 
@@ -664,7 +700,7 @@ class TotalQueueChecker:
         try:
             await self.target.start()
             await self._setup()
-            if isinstance(self.target, ReplicatedTarget):
+            if isinstance(self.target, ReplicatedTarget | ClusterTarget):
                 await self.target.prepare(TOPIC)
             result.crashing_consumers = (
                 math.ceil(cfg.consumers / 2) if cfg.crashing_consumers else 0
@@ -724,6 +760,9 @@ class TotalQueueChecker:
             result.logged_errors = self.target.logged_errors()
         elif isinstance(self.target, ClusterTarget):
             result.lease_lapse_s = list(self.target.lease_lapse_s)
+            result.disk_fulls = list(self.target.disk_fulls)
+            result.queue_brokers = list(self.target.queue_brokers)
+            result.unregistered = list(self.target.unregistered)
         evaluate(self.history, result)
         return result
 
@@ -823,6 +862,15 @@ def _parser() -> argparse.ArgumentParser:
         default=d.broker_pauses,
         help="SIGSTOP of a broker past the proxy's call timeout",
     )
+    cluster.add_argument(
+        "--disk-fulls",
+        type=int,
+        default=d.disk_fulls,
+        help="fill a broker's data volume (a tmpfs; root) until sends no longer fit, 8 s",
+    )
+    cluster.add_argument(
+        "--disk-mib", type=int, default=d.disk_mib, help="each broker's tmpfs with --disk-fulls"
+    )
     replicated = parser.add_argument_group("replicated mode")
     replicated.add_argument(
         "--replicated",
@@ -905,6 +953,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             etcd_kills=args.etcd_kills,
             etcd_pauses=args.etcd_pauses,
             broker_pauses=args.broker_pauses,
+            disk_fulls=args.disk_fulls,
+            disk_mib=args.disk_mib,
             send_rate=args.send_rate,
             replicated=args.replicated,
             shards=args.shards,

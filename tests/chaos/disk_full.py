@@ -59,11 +59,12 @@ class MountError(RuntimeError):
 
 
 @contextlib.contextmanager
-def mounted_tmpfs(mount_point: Path, size_mib: int):  # type: ignore[no-untyped-def]
-    """A tmpfs of `size_mib` at `mount_point`, unmounted afterwards."""
+def mounted_tmpfs(mount_point: Path, size_mib: int, mode: str = "0755"):  # type: ignore[no-untyped-def]
+    """A tmpfs of `size_mib` at `mount_point` (its root of `mode`), unmounted afterwards."""
     mount_point.mkdir(parents=True, exist_ok=True)
+    options = f"size={size_mib}m,mode={mode}"
     result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0755", "tmpfs", str(mount_point)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
         capture_output=True,
         text=True,
         check=False,

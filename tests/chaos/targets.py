@@ -15,7 +15,10 @@ over the same data.
   mode's clients wait for the server) until it is back. It also kills etcd (kill -9, down
   for `etcd_down_s`, started again on its data), pauses etcd (SIGSTOP for `etcd_down_s`,
   then SIGCONT), and pauses a random broker (SIGSTOP for `broker_pause_s`, past the proxy's
-  10 s broker call timeout, then SIGCONT); the clients go on meanwhile.
+  10 s broker call timeout, then SIGCONT); the clients go on meanwhile. With `disk_mib` set,
+  each broker's data dir is a tmpfs of its own (mounting needs root, as on CI), and the
+  disk-full fault fills a random broker's one until sends no longer fit, holds it full for
+  `disk_full_s` and frees it (faults.py).
 """
 
 from __future__ import annotations
@@ -24,10 +27,21 @@ import asyncio
 import contextlib
 import random
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
+from tests.chaos.disk_full import mounted_tmpfs
+from tests.chaos.faults import (
+    DISK_FULL,
+    FILL_PAUSE_S,
+    LEFT_FREE_MIB,
+    NEAR_FLOOR_MIB,
+    DiskFull,
+    fill_disk,
+    free_mib,
+)
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 from tests.support.server_process import (
@@ -38,7 +52,15 @@ from tests.support.server_process import (
     ServerProcess,
 )
 
-__all__ = ["BROKER_PAUSE", "ETCD_KILL", "ETCD_PAUSE", "ClusterTarget", "LocalTarget", "Target"]
+__all__ = [
+    "BROKER_PAUSE",
+    "ETCD_KILL",
+    "ETCD_PAUSE",
+    "REGISTERED_AGAIN_WITHIN_S",
+    "ClusterTarget",
+    "LocalTarget",
+    "Target",
+]
 
 ETCD_KILL = "etcd-kill"
 ETCD_PAUSE = "etcd-pause"
@@ -48,6 +70,9 @@ _OPENED = re.compile(
     r"opened in ([0-9.]+)s: \d+ topics, \d+ groups, (\d+) in-flight checkpoints recovered"
 )
 _DEATH_POLL_S = 0.5
+REGISTERED_AGAIN_WITHIN_S = 10.0
+"""How soon after etcd's return (or a broker's wake-up) every broker must be registered
+again: the bound the docs give for an etcd outage."""
 
 
 class Target(Protocol):
@@ -125,9 +150,13 @@ class ClusterTarget:
     Attributes:
         lease_lapse_s: Per kill, seconds from the kill until etcd dropped the process's
             registration (its session TTL, give or take etcd's expiry tick).
+        disk_fulls: Each disk-full fault, in order (the history fills in its findings).
+        unregistered: Per etcd fault, broker pause or disk-full fault, in order: its kind
+            and the brokers not registered in etcd again `REGISTERED_AGAIN_WITHIN_S` after it.
+        queue_brokers: The checked topic's broker of each global queue id (`prepare`).
     """
 
-    kinds = ("broker", "proxy", ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE)
+    kinds = ("broker", "proxy", ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE, DISK_FULL)
 
     def __init__(
         self,
@@ -136,10 +165,19 @@ class ClusterTarget:
         on_death: Callable[[ServerDiedError], None],
         etcd_down_s: float = 4.0,
         broker_pause_s: float = 11.0,
+        disk_mib: int | None = None,
+        disk_full_s: float = 8.0,
     ) -> None:
         self.cluster = cluster
         self.etcd_down_s = etcd_down_s
         self.broker_pause_s = broker_pause_s
+        self.disk_mib = disk_mib
+        self.disk_full_s = disk_full_s
+        self.disk_fulls: list[DiskFull] = []
+        self.unregistered: list[tuple[str, list[str]]] = []
+        self.queue_brokers: list[str] = []
+        # The brokers' tmpfs mounts, unmounted by close().
+        self._mounts = contextlib.ExitStack()
         self.holders = [EndpointHolder() for _ in self.cluster.proxies]
         self.incarnations: list[Incarnation] = []
         self.lease_lapse_s: list[float] = []
@@ -148,9 +186,18 @@ class ClusterTarget:
         self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.disk_mib is not None:
+            for name in self.cluster.brokers:
+                data_dir = self.cluster.processes[name].data_dir
+                # 0700 like the data dir the broker makes (it warns of wider modes).
+                self._mounts.enter_context(mounted_tmpfs(data_dir, self.disk_mib, "0700"))
         await asyncio.to_thread(self.cluster.start)
         self._publish()
         self._watcher = asyncio.create_task(self._watch())
+
+    async def prepare(self, topic: str) -> None:
+        """Read which broker holds each queue of the checked topic (once it exists)."""
+        self.queue_brokers = [broker for broker, _ in await self.cluster.route_queues(topic)]
 
     def _publish(self) -> None:
         for holder, proxy in zip(self.holders, self.cluster.proxies, strict=True):
@@ -169,8 +216,12 @@ class ClusterTarget:
                 return
 
     async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
-        if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE):
-            await self._fault(kind, rng)
+        if kind in (ETCD_KILL, ETCD_PAUSE, BROKER_PAUSE, DISK_FULL):
+            if kind == DISK_FULL:
+                await self._disk_full(rng)
+            else:
+                await self._fault(kind, rng)
+            self.unregistered.append((kind, await self._unregistered_after()))
             return
         names = self.cluster.brokers if kind == "broker" else self.cluster.proxies
         name = rng.choice(names)
@@ -221,6 +272,39 @@ class ClusterTarget:
             finally:
                 self.cluster.resume(name)
 
+    async def _unregistered_after(self) -> list[str]:
+        """The brokers etcd still lacks `REGISTERED_AGAIN_WITHIN_S` after a fault ended
+        (none: every one is registered again; a broker the proxies no longer see takes
+        no sends and serves no pops, which no client error shows)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REGISTERED_AGAIN_WITHIN_S
+        while True:
+            missing = sorted(set(self.cluster.brokers) - set(await self.cluster.live_brokers()))
+            if not missing or loop.time() >= deadline:
+                return missing
+            await asyncio.sleep(0.2)
+
+    async def _disk_full(self, rng: random.Random) -> None:
+        """Fill a random broker's volume past its send floor, hold it, free it."""
+        assert self.disk_mib is not None, "disk-full faults need the brokers on tmpfs"
+        name = rng.choice(self.cluster.brokers)
+        volume = self.cluster.processes[name].data_dir
+        fault = DiskFull(broker=name, began=time.monotonic())
+        self.disk_fulls.append(fault)
+        fillers: list[Path] = []
+        await asyncio.to_thread(fill_disk, volume, NEAR_FLOOR_MIB, fillers)
+        await asyncio.sleep(FILL_PAUSE_S)
+        await asyncio.to_thread(fill_disk, volume, LEFT_FREE_MIB, fillers)
+        fault.full_at = time.monotonic()
+        fault.filler_mib = len(fillers)
+        fault.free_mib = free_mib(volume)
+        try:
+            await asyncio.sleep(self.disk_full_s)
+        finally:
+            for path in fillers:
+                path.unlink()
+            fault.freed_at = time.monotonic()
+
     async def stop(self) -> int | None:
         await self._stop_watching()
         for holder in self.holders:
@@ -245,4 +329,7 @@ class ClusterTarget:
 
     async def close(self) -> None:
         await self._stop_watching()
-        await asyncio.to_thread(self.cluster.stop)
+        try:
+            await asyncio.to_thread(self.cluster.stop)
+        finally:
+            self._mounts.close()
