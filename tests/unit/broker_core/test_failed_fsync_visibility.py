@@ -1,9 +1,10 @@
 """What readers see of a batch whose fsync failed: nothing, until an fsync that covers it
 succeeds or the store reopens; and its offsets are never given to another message.
 
-Real broker on a real store. The failed fsync is injected where the existing tests inject
-it (the store's `sync_wal`); the reopen case fails it through the store's own failure path,
-so the store refuses writes until it reopens, as after a real EIO.
+Real broker on a real store, its fsync failed in the store's `sync_wal`. Through the
+store's own failure path (`through_store`), as a real EIO fails it: the store then refuses
+writes and fsyncs until it reopens, and the reopen settles. Or as an injected error that
+leaves the store writable: the writer's other settling path, a later successful fsync.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import errno
 
 import pytest
 
-from popmq.broker_core import Broker
+from popmq.broker_core import Broker, keys
 from popmq.broker_core.errors import OutcomeUnknownError, PopMQError
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
@@ -159,5 +160,50 @@ def test_a_batch_whose_fsync_failed_becomes_visible_once_the_store_reopened(
                 (1, b"ghost"),
                 (2, b"after"),
             ]
+
+    asyncio.run(scenario())
+
+
+def test_a_tail_the_reopened_store_lost_is_never_published_nor_stepped_over_by_a_group(
+    open_broker: OpenBroker,
+) -> None:
+    """The reopen replays the WAL, which may lack what the failed fsync did not make
+    durable (an EIO that dropped its pages). The queue then ends where the store's messages
+    do: no group steps past the lost offsets, so the message a restart stores there (the
+    store's end) still reaches every group."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            assert await broker.pop("billing", "orders", wait_s=0) == []  # the group exists
+            await broker.send([NewMessage("orders", b"durable")])
+            (first,) = await broker.pop("billing", "orders", wait_s=0)
+            await broker.ack("billing", [first.receipt_handle])
+            fsyncs = _Fsyncs(broker, through_store=True)
+            fsyncs.failing = True
+            with pytest.raises(PopMQError):
+                await broker.send([NewMessage("orders", b"lost")])
+            fsyncs.failing = False
+            store = broker.store
+            generation = store.generation
+            await until(
+                lambda: store.batch().generation > generation and not store.read_only,
+                "the store reopened",
+                10,
+            )
+            # What the reopened store lost of the failed batch.
+            topic_id = broker.catalog.topic("orders").topic_id
+            loss = store.batch()
+            loss.delete("messages", keys.message_key(topic_id, 0, 1))
+            store.write(loss, sync=True)
+            # A write after the reopen (a new group's) lets the writer see the store again.
+            await broker.pop("other", "orders", wait_s=0)
+            assert (await broker.pull("orders", 0, 0)).max_offset == 1
+            assert await broker.pop("billing", "orders", wait_s=0) == []
+        async with open_broker() as broker:
+            (new,) = await broker.send([NewMessage("orders", b"new")])
+            assert new.offset == 1
+            got = await broker.pop("billing", "orders", wait_s=0)
+            assert [(m.offset, m.record.body) for m in got] == [(1, b"new")]
 
     asyncio.run(scenario())
