@@ -15,7 +15,7 @@ import errno
 import pytest
 
 from popmq.broker_core import Broker, keys
-from popmq.broker_core.errors import OutcomeUnknownError, PopMQError
+from popmq.broker_core.errors import NotFoundError, OutcomeUnknownError, PopMQError
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker, settle
@@ -205,5 +205,31 @@ def test_a_tail_the_reopened_store_lost_is_never_published_nor_stepped_over_by_a
             assert new.offset == 1
             got = await broker.pop("billing", "orders", wait_s=0)
             assert [(m.offset, m.record.body) for m in got] == [(1, b"new")]
+
+    asyncio.run(scenario())
+
+
+def test_queries_by_id_and_key_do_not_find_a_message_held_back_by_a_failed_fsync(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsyncs = _Fsyncs(broker)
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send(
+                    [NewMessage("orders", b"ghost", message_id="M", keys=("order-7",))]
+                )
+            # In the store and its index, but held back: no read shows it.
+            with pytest.raises(NotFoundError):
+                await broker.query_message("orders", "M")
+            assert await broker.query_messages_by_key("orders", "order-7") == []
+            fsyncs.failing = False
+            await broker.send([NewMessage("orders", b"after")])  # its fsync covers the ghost
+            found = await broker.query_message("orders", "M")
+            assert (found.offset, found.record.body) == (0, b"ghost")
+            (by_key,) = await broker.query_messages_by_key("orders", "order-7")
+            assert by_key.offset == 0
 
     asyncio.run(scenario())
