@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
+from popmq.broker_core.catalog import KIND_RETRY
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from popmq.broker_core.filters import parse_filter
 from popmq.broker_core.record import MessageRecord
@@ -246,7 +247,12 @@ class OffsetReads:
         (the sends that stored them woke nothing, being visible to nobody then)."""
         for (topic_id, queue_id), count in grown.items():
             info = self._catalog.topics_by_id.get(topic_id)
-            if info is not None:
+            if info is None:
+                continue
+            if info.kind == KIND_RETRY:
+                # A group's pops of the user topic read its retry topic (as revive wakes them).
+                self._polling.notify(info.owner_topic, count, group=info.owner_group)
+            else:
                 self._polling.notify(info.name, count, queue_id=queue_id)
 
     def pull(

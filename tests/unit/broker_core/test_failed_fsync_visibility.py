@@ -15,7 +15,9 @@ import errno
 import pytest
 
 from popmq.broker_core import Broker, keys
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.errors import NotFoundError, OutcomeUnknownError, PopMQError
+from popmq.broker_core.pop.retry import store_copy
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker, settle
@@ -231,5 +233,42 @@ def test_queries_by_id_and_key_do_not_find_a_message_held_back_by_a_failed_fsync
             assert (found.offset, found.record.body) == (0, b"ghost")
             (by_key,) = await broker.query_messages_by_key("orders", "order-7")
             assert by_key.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_retry_copy_held_back_by_a_failed_fsync_wakes_its_groups_pop_when_settled(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """A group's pops of a topic read its retry topic too: a held copy that settles wakes
+    them, as its revive would have."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("other", 1)
+            await broker.send([NewMessage("orders", b"x")])
+            await broker.pop("billing", "orders", invisible_s=1, wait_s=0)
+            clock.advance(1000)  # revived into the group's retry topic
+            (copy,) = await broker.pop("billing", "orders", invisible_s=60, wait_s=5)
+            assert copy.delivery_attempt == 2
+            retry = broker.catalog.retry_topics[
+                (broker.catalog.group("billing").group_id, broker.catalog.topic("orders").topic_id)
+            ]
+            held = asyncio.ensure_future(broker.pop("billing", "orders", wait_s=10))
+            await settle()
+            fsyncs = _Fsyncs(broker)
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                # A copy written in a batch whose fsync failed.
+                await broker.writer.submit(
+                    lambda batch, offsets: store_copy(batch, offsets, retry, b""), sync=True
+                )
+            await settle()
+            assert not held.done()
+            fsyncs.failing = False
+            await broker.send([NewMessage("other", b"y")])  # its fsync covers the copy
+            await settle()
+            assert held.done(), "the settled copy did not wake the group's held pop"
 
     asyncio.run(scenario())
