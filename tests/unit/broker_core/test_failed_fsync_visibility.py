@@ -18,6 +18,7 @@ from popmq.broker_core import Broker, keys
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.errors import NotFoundError, OutcomeUnknownError, PopMQError
 from popmq.broker_core.pop.retry import store_copy
+from popmq.broker_core.timer import NEVER
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker, settle
@@ -270,5 +271,44 @@ def test_a_retry_copy_held_back_by_a_failed_fsync_wakes_its_groups_pop_when_sett
             await broker.send([NewMessage("other", b"y")])  # its fsync covers the copy
             await settle()
             assert held.done(), "the settled copy did not wake the group's held pop"
+
+    asyncio.run(scenario())
+
+
+def test_a_delivery_the_reopened_store_lost_fires_again_without_waiting_for_a_later_timer(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """A delayed message's delivery whose fsync failed is not in the reopened store when
+    the failed fsync lost it: its timer is back, due already, and fires again at once, not
+    when the next timer (here none) is due."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            store = broker.store
+            await broker.create_topic("later", 1, message_type="delay")
+            await broker.send([NewMessage("later", b"first", deliver_at_ms=clock.now_ms() + 500)])
+            assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
+            ((timer_key, timer),) = store.scan("timers", b"", keys.timer_key(NEVER, 0))
+            fsyncs = _Fsyncs(broker, through_store=True)
+            fsyncs.failing = True
+            clock.advance(500)
+            await until(lambda: fsyncs.events, "the delivery's fsync", 10)
+            fsyncs.failing = False
+            # The delivery loop retries, finds the timer gone (deleted in the memtable), and
+            # then waits for no timer at all.
+            await until(lambda: broker._timers.next_due_ms == NEVER, "the retry", 10)
+            generation = store.generation
+            await until(
+                lambda: store.batch().generation > generation and not store.read_only,
+                "the store reopened",
+                10,
+            )
+            # What the reopened store lost: the delivery, the message and the timer's deletion.
+            loss = store.batch()
+            loss.put("timers", timer_key, timer)
+            loss.delete("messages", keys.message_key(broker.catalog.topic("later").topic_id, 0, 0))
+            store.write(loss, sync=True)
+            (got,) = await asyncio.wait_for(broker.pop("g", "later", wait_s=5), 10)
+            assert (got.offset, got.record.body) == (0, b"first")
 
     asyncio.run(scenario())
