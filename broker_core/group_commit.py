@@ -484,8 +484,9 @@ class GroupCommitWriter:
         self.stats.write_seconds[synced].observe(took)
         settled = None
         if self._unsettled_in and not self._unsynced and not self._unreplicated:
-            # An fsync and (with replication) a barrier of sends succeeded after the writes
-            # held back: they are as safe as this batch.
+            # No failed fsync is in doubt any more (a synced batch succeeded since, short of
+            # a reopen), nor a failed barrier (a batch of sends completed its own since):
+            # the writes held back are as safe as this batch.
             self._unsettled_in = 0
             settled = self.offsets.settle()
         self._resolve(jobs, results)
