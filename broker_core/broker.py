@@ -285,7 +285,9 @@ class Broker:
             epoch=identity.epoch,
             clock=clock,
         )
-        self._queries = MessageQueries(store=store, catalog=catalog, recall_codec=recall_codec)
+        self._queries = MessageQueries(
+            store=store, catalog=catalog, offsets=self.offsets, recall_codec=recall_codec
+        )
         self._reader = Reader(
             config,
             store=store,

@@ -23,18 +23,25 @@ Nothing of a synced batch is visible before its fsync returned: its offsets are 
 and its futures resolved only then, so a reader or a long poll never sees a message a
 power loss could take back. Nor after the fsync failed: the batch's offsets stay allocated
 (later batches go past them, so no key is written twice) but unpublished, and so do those
-of later batches in the same queues, until an fsync succeeds (it covers every write before
-it) or the store reopens (which replays and flushes its WAL); what the store lost of them
-is then a gap no reader was ever shown (`QueueOffsets.unsettle` and `settle`).
+of later batches in the same queues (`QueueOffsets.unsettle`). The store refuses to fsync
+after a failed fsync (its WAL cannot be trusted) until it reopens, which replays the WAL and
+flushes it: then each held queue ends where the store's messages do, and that is published
+(`QueueOffsets.reload_unsettled`); what the failed fsync lost is gone, and its offsets,
+never shown to a reader, go to later messages. (A failure that leaves the store writable,
+such as one a test injects, is settled by the next successful fsync instead, which covers
+every write before it: `QueueOffsets.settle`.)
 
 With replication (docs/replication.md), a `barrier` may hold a written batch back until the
 shard's in-sync followers hold it too: its completion then waits for the local fsync (if
-any) and the barrier's future together, off the loop, as a contended fsync does.
+any) and the barrier's future together, off the loop, as a contended fsync does. A failed
+barrier holds the batch's offsets back the same way, until a later batch of sends completes
+after its own barrier (the in-sync followers then hold every batch before it); a reopen of
+the store alone does not publish them.
 
 A job that writes nothing (a repeated send answered as a duplicate) completes at once,
-unless what it answers from may be in doubt (`_confirm`): after a failed synced batch,
-until a synced batch succeeds, it waits for an fsync of its own; with replication, it
-waits until the followers hold the last batch owed to them.
+unless what it answers from may be in doubt (`_confirm`): after a failed fsync, until a
+synced batch succeeds or the store reopens, it waits for an fsync of its own; with
+replication, it waits until the followers hold the last batch owed to them.
 
 Queue offsets are assigned inside the flush, so they are dense and in commit order; a failed
 write rolls them back and fails every job of the batch (nothing is half-written); a failed
@@ -180,13 +187,18 @@ class GroupCommitWriter:
         self._sync_thread = _SyncThread(store)
         # Whether writes queued behind the last fsync on the thread (see flush).
         self._contended = False
-        # A synced batch failed (its fsync or its barrier) and no synced batch succeeded
+        # A batch's fsync failed and neither a synced batch succeeded nor the store reopened
         # since: what it wrote is readable but may not be durable (see `_confirm`).
         self._unsynced = False
-        # The store's generation when a batch's offsets were last held back (0: none is):
-        # a flush that finds the store reopened read-write since publishes them
-        # (`_settle_reopened`).
+        # A batch's barrier failed and no batch of sends completed after a successful one
+        # since: what it wrote may be missing on the followers (held back, see `_complete`).
+        self._unreplicated = False
+        # The store's generation when the oldest failure still in doubt (a failed fsync, or
+        # offsets held back) happened, 0 when none is: a flush that finds the store
+        # reopened read-write since settles it (`_settle_reopened`).
         self._unsettled_in = 0
+        # The store's generation of the batch being written or waited for (one at a time).
+        self._batch_generation = 0
         # Called at the start of each flush to add changes that ride along (offset commits).
         self._flush_hooks: list[Callable[[Batch], None]] = []
         self._after_commit: list[Callable[[list[tuple[int, int]]], None]] = []
@@ -266,12 +278,13 @@ class GroupCommitWriter:
         jobs, self._pending = self._pending, []
         try:
             batch = self._store.batch()
+            self._batch_generation = batch.generation
             if (
                 self._unsettled_in
                 and batch.generation != self._unsettled_in
                 and not self._store.read_only
             ):
-                self._settle_reopened()
+                self._settle_reopened(batch.generation)
             for hook in self._flush_hooks:
                 hook(batch)
             results = [job.apply(batch, self.offsets) for job in jobs]
@@ -290,7 +303,7 @@ class GroupCommitWriter:
             return
         barrier = self.barrier(batch, synced) if self.barrier is not None else None
         if barrier is not None:
-            self._wait_barrier(barrier, jobs, results, began, synced=synced)
+            self._wait_barrier(barrier, jobs, results, began, synced=synced, quorum=batch.quorum)
             return
         if not synced:
             self._complete(jobs, results, began, synced=False)
@@ -303,15 +316,18 @@ class GroupCommitWriter:
 
         A repeated send answered as a duplicate writes nothing, yet acknowledges its first
         copy, which a failed fsync or a failed barrier may have left written (so readable)
-        but neither durable nor replicated. After a failed synced batch, an empty batch of
-        synced jobs fsyncs the WAL (and fails if that fails) until a synced batch succeeds;
+        but neither durable nor replicated. After a failed fsync, an empty batch of synced
+        jobs fsyncs the WAL (and fails if that fails) until a synced batch succeeds or the
+        store reopens;
         with replication, an empty batch of sends waits for the followers to hold the last
         batch owed to them (`barrier` answers None at once when they do, the common case).
         """
         synced = self._unsynced and any(job.sync for job in jobs)
         barrier = self.barrier(batch, synced) if self.barrier is not None else None
         if barrier is not None:
-            self._wait_barrier(barrier, jobs, results, time.perf_counter(), synced=synced)
+            self._wait_barrier(
+                barrier, jobs, results, time.perf_counter(), synced=synced, quorum=batch.quorum
+            )
         elif synced:
             self._sync(jobs, results, time.perf_counter())
         else:
@@ -326,7 +342,7 @@ class GroupCommitWriter:
             try:
                 self._store.sync_wal()
             except PopMQError as exc:
-                self._sync_failed(jobs, exc, synced=True)
+                self._sync_failed(jobs, exc, fsync_failed=True)
                 return
             self._complete(jobs, results, began, synced=True)
             return
@@ -345,8 +361,13 @@ class GroupCommitWriter:
         began: float,
         *,
         synced: bool,
+        quorum: bool,
     ) -> None:
-        """Complete the batch once its fsync (if synced) and the barrier are both done."""
+        """Complete the batch once its fsync (if synced) and the barrier are both done.
+
+        Both, even when one failed first: which of them failed decides what stays in doubt
+        (`_unsynced`, `_unreplicated`), and a barrier still pending could yet fail.
+        """
         self._syncing = True
         loop = asyncio.get_running_loop()
         waits: list[asyncio.Future[Any]] = [barrier]
@@ -354,9 +375,36 @@ class GroupCommitWriter:
             fsynced: asyncio.Future[None] = loop.create_future()
             self._sync_thread.sync(loop, lambda error: _settle(fsynced, error))
             waits.append(fsynced)
-        done = asyncio.gather(*waits)
+        done = asyncio.gather(*waits, return_exceptions=True)
         done.add_done_callback(
-            lambda f: self._synced(f.exception(), jobs, results, began, synced=synced)
+            lambda f: self._waited(f.result(), jobs, results, began, synced=synced, quorum=quorum)
+        )
+
+    def _waited(
+        self,
+        outcomes: list[Any],
+        jobs: list[_Job],
+        results: list[Any],
+        began: float,
+        *,
+        synced: bool,
+        quorum: bool,
+    ) -> None:
+        """The barrier (`outcomes[0]`) and the fsync (if any) are done: record what is in
+        doubt, then complete or fail the batch."""
+        replicated, *fsynced = outcomes
+        if isinstance(replicated, BaseException):
+            self._unreplicated = True
+        elif quorum:
+            # The in-sync followers (at least min_insync of them) hold this batch, and so
+            # every batch before it: none is in doubt for want of replication any more. A
+            # batch that is not a send's is acknowledged by whichever followers are in sync,
+            # however few, so it proves nothing for the sends held back.
+            self._unreplicated = False
+        fsync_error = fsynced[0] if fsynced and isinstance(fsynced[0], BaseException) else None
+        error = fsync_error or (replicated if isinstance(replicated, BaseException) else None)
+        self._synced(
+            error, jobs, results, began, synced=synced, fsync_failed=fsync_error is not None
         )
 
     def _synced(
@@ -367,6 +415,7 @@ class GroupCommitWriter:
         began: float,
         *,
         synced: bool = True,
+        fsync_failed: bool = True,
     ) -> None:
         self._syncing = False
         wanted, self._wanted = self._wanted, False
@@ -380,31 +429,40 @@ class GroupCommitWriter:
             if not isinstance(exc, PopMQError):
                 log.error("WAL sync failed unexpectedly", exc_info=exc)
                 exc = OutcomeUnknownError(f"the store could not sync ({exc!r}); retry later")
-            self._sync_failed(jobs, exc, synced=synced)
+            self._sync_failed(jobs, exc, fsync_failed=synced and fsync_failed)
         if wanted or self._pending:
             self._schedule(asyncio.get_running_loop())
 
-    def _sync_failed(self, jobs: list[_Job], exc: PopMQError, *, synced: bool) -> None:
+    def _sync_failed(self, jobs: list[_Job], exc: PopMQError, *, fsync_failed: bool) -> None:
         # The batch may or may not survive a crash: its senders get the error and retry
         # (dedup makes the retry safe). Its offsets stay taken, so a later write never lands
         # on a key this batch may have written, and unpublished, so no reader is handed a
-        # message the store may lose (and its offset with it) until an fsync or a reopen
-        # settles them (`_complete`, `_settle_reopened`).
-        if synced:
+        # message the store may lose (and its offset with it) until the batch proves safe
+        # or the store reopens (`_complete`, `_settle_reopened`).
+        if fsync_failed:
             # Written, readable, perhaps not durable: a retry that finds it (and so writes
             # nothing) must not be answered before an fsync succeeds (`_confirm`).
             self._unsynced = True
         self.offsets.unsettle()
-        if self.offsets.unsettled:
-            self._unsettled_in = self._store.generation
+        if (fsync_failed or self.offsets.unsettled) and not self._unsettled_in:
+            # The batch's own generation, not the store's now: a reopen that ran before
+            # this answer came (a send's `check_room`) still counts as one after it.
+            self._unsettled_in = self._batch_generation
         self._fail(jobs, exc)
 
-    def _settle_reopened(self) -> None:
-        """The store reopened read-write since offsets were held back: it replayed and
-        flushed its WAL, so what it holds of them is durable; publish them and wake their
-        long polls. (A read-only open after a failed reopen flushes nothing: it waits.)"""
-        self._unsettled_in = 0
-        self._settled(self.offsets.settle())
+    def _settle_reopened(self, generation: int) -> None:
+        """The store reopened read-write since a batch's fsync failed or offsets were held
+        back: it replayed its WAL (what a failed fsync lost is gone from it) and flushed it,
+        so what it holds now is durable. Each held queue ends where the store's messages do;
+        publish that and wake the long polls, unless replication is still in doubt (the
+        sends held back then wait for a batch of sends the followers hold, `_waited`).
+        (A read-only open after a failed reopen flushes nothing: it waits.)"""
+        self._unsynced = False
+        publish = not self._unreplicated
+        grown = self.offsets.reload_unsettled(publish=publish)
+        self._unsettled_in = generation if self.offsets.unsettled else 0
+        if grown:
+            self._settled(grown)
 
     def _settled(self, grown: dict[tuple[int, int], int]) -> None:
         for listener in self._on_settled:
@@ -418,15 +476,17 @@ class GroupCommitWriter:
         self.stats.batches += 1
         self.stats.jobs += len(jobs)
         if synced:
-            # This fsync covered every write before it: nothing written is in doubt now.
+            # This fsync covered every write before it. (The store refuses to fsync after a
+            # failed fsync until it reopens, `_settle_reopened`; this is for other failures.)
             self._unsynced = False
             self.stats.synced_batches += 1
         self.stats.batch_jobs.observe(len(jobs))
         self.stats.write_seconds[synced].observe(took)
         settled = None
-        if self._unsettled_in and not self._unsynced:
-            # This batch's fsync (or, with only replication in doubt, its completion) came
-            # after the writes held back: they are as safe as this one.
+        if self._unsettled_in and not self._unsynced and not self._unreplicated:
+            # No failed fsync is in doubt any more (a synced batch succeeded since, short of
+            # a reopen), nor a failed barrier (a batch of sends completed its own since):
+            # the writes held back are as safe as this batch.
             self._unsettled_in = 0
             settled = self.offsets.settle()
         self._resolve(jobs, results)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
 from popmq.broker_core.budget import ResponseBudget
+from popmq.broker_core.catalog import KIND_RETRY
 from popmq.broker_core.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from popmq.broker_core.filters import parse_filter
 from popmq.broker_core.record import MessageRecord
@@ -56,7 +57,8 @@ class QueueOffsets:
         # unsettled[(topic_id, queue_id)]: end of what writes in doubt (a failed fsync or
         # replication, and writes after it) may have left in the store past `_committed`.
         # Offsets are allocated past it, so no key is written twice; readers see only up to
-        # `_committed` until `settle` (an fsync or a reopen made it durable).
+        # `_committed` until `settle` or `reload_unsettled` (the writes proved durable, or
+        # the store reopened).
         self._unsettled: dict[tuple[int, int], int] = {}
         # min[(topic_id, queue_id)]: smallest offset still stored (retention moves it up).
         self._min: dict[tuple[int, int], int] = {}
@@ -133,19 +135,50 @@ class QueueOffsets:
         return bool(self._unsettled)
 
     def settle(self) -> dict[tuple[int, int], int]:
-        """Publish the unsettled ends (what the store holds of them is durable now: an fsync
-        covered them, or the store reopened); returns how many offsets each queue grew by.
+        """Publish the unsettled ends (an fsync covered the writes in doubt, and the
+        followers hold them); returns how many offsets each queue grew by.
 
         A write in doubt that the store lost leaves a gap below the end, which readers step
         over as they do over messages retention deleted; its offsets are never reused.
         """
-        grown = {key: end - self._committed[key] for key, end in self._unsettled.items()}
-        self._committed.update(self._unsettled)
+        grown: dict[tuple[int, int], int] = {}
+        for key, end in self._unsettled.items():
+            committed = self._committed.get(key)
+            if committed is None:
+                continue  # its topic was deleted while the writes were in doubt
+            grown[key] = end - committed
+            self._committed[key] = end
         self._unsettled.clear()
         return grown
 
+    def reload_unsettled(self, *, publish: bool) -> dict[tuple[int, int], int]:
+        """The store reopened: make each unsettled end what the store holds now, and
+        publish it when `publish`; returns how many offsets each published queue grew by.
+
+        A reopen replays the WAL, and what a failed fsync did not make durable may be gone
+        from it: an end kept from before would publish offsets the store no longer holds,
+        which a group would step past and, past the queue's stored end, a restart would
+        give to new messages under that group's offset. No reader was shown an offset held
+        back, so the store's own end may be used again.
+        """
+        grown: dict[tuple[int, int], int] = {}
+        for key in list(self._unsettled):
+            committed = self._committed.get(key)
+            if committed is None:
+                del self._unsettled[key]  # its topic was deleted while the writes were in doubt
+                continue
+            end = max(committed, self._load(*key))
+            if not publish:
+                self._unsettled[key] = end
+            elif end > committed:
+                grown[key] = end - committed
+                self._committed[key] = end
+        if publish:
+            self._unsettled.clear()
+        return grown
+
     def forget_topic(self, topic_id: int) -> None:
-        for table in (self._committed, self._min, self._unsettled):
+        for table in (self._committed, self._min, self._unsettled, self._tentative):
             for key in [k for k in table if k[0] == topic_id]:
                 del table[key]
 
@@ -214,7 +247,12 @@ class OffsetReads:
         (the sends that stored them woke nothing, being visible to nobody then)."""
         for (topic_id, queue_id), count in grown.items():
             info = self._catalog.topics_by_id.get(topic_id)
-            if info is not None:
+            if info is None:
+                continue
+            if info.kind == KIND_RETRY:
+                # A group's pops of the user topic read its retry topic (as revive wakes them).
+                self._polling.notify(info.owner_topic, count, group=info.owner_group)
+            else:
                 self._polling.notify(info.name, count, queue_id=queue_id)
 
     def pull(

@@ -1,5 +1,10 @@
 """Query stored messages by message id or by business key (RocketMQ QueryMessage), through
-the message index (message_index.py)."""
+the message index (message_index.py).
+
+Like every read, a query answers only what the queue has published (`QueueOffsets.max_offset`):
+a message whose write is in doubt (its fsync or replication failed) is in the store and the
+index, but no reader is shown it, or its offset, until it is settled (group_commit.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from popmq.broker_core import keys, message_index, validation
 from popmq.broker_core.budget import ResponseBudget
 from popmq.broker_core.catalog import Catalog
 from popmq.broker_core.errors import InvalidArgumentError, NotFoundError
+from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.store import Store
 from popmq.broker_core.timer import RecallCodec
@@ -17,9 +23,12 @@ from popmq.broker_core.types import PeekedMessage
 class MessageQueries:
     """Lookups by id and key; they read, never write."""
 
-    def __init__(self, *, store: Store, catalog: Catalog, recall_codec: RecallCodec) -> None:
+    def __init__(
+        self, *, store: Store, catalog: Catalog, offsets: QueueOffsets, recall_codec: RecallCodec
+    ) -> None:
         self._store = store
         self._catalog = catalog
+        self._offsets = offsets
         self._recall_codec = recall_codec
 
     def query_message(self, topic: str, message_id: str) -> PeekedMessage:
@@ -30,6 +39,10 @@ class MessageQueries:
         info = self._catalog.topic(topic)
         entry = message_index.lookup_id(self._store, info.topic_id, message_id)
         record = None
+        if entry is not None and entry.offset >= self._offsets.max_offset(
+            info.topic_id, entry.queue_id
+        ):
+            entry = None  # held back: not published yet
         if entry is not None and entry.offset >= 0:
             data = self._store.get(
                 "messages", keys.message_key(info.topic_id, entry.queue_id, entry.offset)
@@ -55,7 +68,11 @@ class MessageQueries:
             raise InvalidArgumentError("key is empty")
         validation.check_range("limit", limit, 1, 1024)
         info = self._catalog.topic(topic)
-        places = message_index.lookup_key(self._store, info.topic_id, key, limit)
+        places = [
+            (q, o)
+            for q, o in message_index.lookup_key(self._store, info.topic_id, key, limit)
+            if o < self._offsets.max_offset(info.topic_id, q)  # held back: not published yet
+        ]
         found: list[PeekedMessage] = []
         response = ResponseBudget()
         while places:

@@ -17,6 +17,7 @@ opens read-only (reads and pops work) and reopens read-write once there is room.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import logging
 import os
@@ -268,15 +269,14 @@ class Store:
         and flushes it: that needs about the memtables' size free. If the read-write open
         still fails, the store opens read-only again so reads keep working.
         """
-        failure = self._failure
-        if failure is None:
+        if self._failure is None:
             return
         now = time.monotonic()
         if now < self._next_reopen:
-            raise failure
+            raise self._refusal()
         self._next_reopen = now + _REOPEN_INTERVAL_S
         if self._is_open and _free_bytes(self.path) < self._reopen_needs():
-            raise failure
+            raise self._refusal()
         if self._is_open:
             self._close_handle()
         try:
@@ -295,7 +295,7 @@ class Store:
             self._failure = error
             with contextlib.suppress(Exception):
                 self._open(read_only=True)
-            raise error from exc
+            raise self._refusal() from exc
         self._failure = None
         log.warning("store %s reopened read-write; writes resume", self.path)
 
@@ -429,7 +429,7 @@ class Store:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
         self._claimed = 0  # what check_room admitted is written now, or failed
         if self._failure is not None:
-            raise self._failure
+            raise self._refusal()
         if batch.generation != self._generation:
             raise UnavailableError(
                 "the store was reopened while this write was prepared; nothing was written, retry"
@@ -478,7 +478,7 @@ class Store:
             # After a failed write or fsync this handle's WAL cannot be trusted (an fsync
             # after a failed one may succeed without what the failed one lost): only the
             # reopen, which replays and flushes the WAL, makes writes durable again.
-            raise self._failure
+            raise self._refusal()
         try:
             self._db.flush_wal(True)
         except Exception as exc:
@@ -507,7 +507,15 @@ class Store:
         self._failure = error
         self._next_reopen = time.monotonic() + _REOPEN_INTERVAL_S
         self._free_read_until = 0.0  # the disk filled behind the last reading: read again
-        return error
+        return self._refusal()
+
+    def _refusal(self) -> PopMQError:
+        """A fresh copy of `_failure` to raise, never `_failure` itself: each raise of one
+        exception object adds its frames to that object's traceback, so a failure that
+        lasts (a full disk) would keep every failed write's frames, batches and all, alive
+        until the store reopens."""
+        assert self._failure is not None
+        return copy.copy(self._failure)
 
     def approximate_size(self) -> int:
         """Bytes of SST files plus memtables, across families."""

@@ -228,7 +228,10 @@ class DelayedMessages:
 
     async def loop(self) -> None:
         """Append due delayed messages to their queues: a batch per chunk, then wake pollers."""
+        generation = self._store.generation
         while True:
+            if self._store.generation != generation:
+                generation = self._reread_next_due(generation)
             now = self._clock.now_ms()
             if self._next_due_ms <= now:
                 try:
@@ -243,6 +246,23 @@ class DelayedMessages:
             if self._next_due_ms < NEVER:
                 timeout = min(timeout, max(0.0, (self._next_due_ms - self._clock.now_ms()) / 1000))
             await self._wakeup.wait(timeout)
+
+    def _reread_next_due(self, generation: int) -> int:
+        """The store reopened: take the earliest timer from it again; returns the generation
+        read (the old one when the store could not be read: tried again next turn).
+
+        A reopen after a failed fsync replays the WAL, and a delivery it lost leaves its
+        timers in the family again, due already but below what `_next_due_ms` has moved on
+        to: without this they would wait for the next later timer.
+        """
+        try:
+            first = self._store.first_key("timers", b"", keys.timer_key(NEVER, 0))
+        except PopMQError as exc:
+            self._warning.warn("delayed messages: the reopened store cannot be read: %s", exc)
+            return generation
+        if first is not None:
+            self._next_due_ms = min(self._next_due_ms, keys.parse_timer_key(first)[0])
+        return self._store.generation
 
     async def _fire(self, now: int) -> bool:
         """Move one chunk of due timers; True when more are due."""

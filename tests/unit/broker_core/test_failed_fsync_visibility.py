@@ -1,9 +1,10 @@
 """What readers see of a batch whose fsync failed: nothing, until an fsync that covers it
 succeeds or the store reopens; and its offsets are never given to another message.
 
-Real broker on a real store. The failed fsync is injected where the existing tests inject
-it (the store's `sync_wal`); the reopen case fails it through the store's own failure path,
-so the store refuses writes until it reopens, as after a real EIO.
+Real broker on a real store, its fsync failed in the store's `sync_wal`. Through the
+store's own failure path (`through_store`), as a real EIO fails it: the store then refuses
+writes and fsyncs until it reopens, and the reopen settles. Or as an injected error that
+leaves the store writable: the writer's other settling path, a later successful fsync.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import errno
 
 import pytest
 
-from popmq.broker_core import Broker
-from popmq.broker_core.errors import OutcomeUnknownError, PopMQError
+from popmq.broker_core import Broker, keys
+from popmq.broker_core.clock import ManualClock
+from popmq.broker_core.errors import NotFoundError, OutcomeUnknownError, PopMQError
+from popmq.broker_core.pop.retry import store_copy
+from popmq.broker_core.timer import NEVER
 from popmq.broker_core.types import NewMessage
 from tests.support.waiting import until
 from tests.unit.conftest import OpenBroker, settle
@@ -159,5 +163,152 @@ def test_a_batch_whose_fsync_failed_becomes_visible_once_the_store_reopened(
                 (1, b"ghost"),
                 (2, b"after"),
             ]
+
+    asyncio.run(scenario())
+
+
+def test_a_tail_the_reopened_store_lost_is_never_published_nor_stepped_over_by_a_group(
+    open_broker: OpenBroker,
+) -> None:
+    """The reopen replays the WAL, which may lack what the failed fsync did not make
+    durable (an EIO that dropped its pages). The queue then ends where the store's messages
+    do: no group steps past the lost offsets, so the message a restart stores there (the
+    store's end) still reaches every group."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            assert await broker.pop("billing", "orders", wait_s=0) == []  # the group exists
+            await broker.send([NewMessage("orders", b"durable")])
+            (first,) = await broker.pop("billing", "orders", wait_s=0)
+            await broker.ack("billing", [first.receipt_handle])
+            fsyncs = _Fsyncs(broker, through_store=True)
+            fsyncs.failing = True
+            with pytest.raises(PopMQError):
+                await broker.send([NewMessage("orders", b"lost")])
+            fsyncs.failing = False
+            store = broker.store
+            generation = store.generation
+            await until(
+                lambda: store.batch().generation > generation and not store.read_only,
+                "the store reopened",
+                10,
+            )
+            # What the reopened store lost of the failed batch.
+            topic_id = broker.catalog.topic("orders").topic_id
+            loss = store.batch()
+            loss.delete("messages", keys.message_key(topic_id, 0, 1))
+            store.write(loss, sync=True)
+            # A write after the reopen (a new group's) lets the writer see the store again.
+            await broker.pop("other", "orders", wait_s=0)
+            assert (await broker.pull("orders", 0, 0)).max_offset == 1
+            assert await broker.pop("billing", "orders", wait_s=0) == []
+        async with open_broker() as broker:
+            (new,) = await broker.send([NewMessage("orders", b"new")])
+            assert new.offset == 1
+            got = await broker.pop("billing", "orders", wait_s=0)
+            assert [(m.offset, m.record.body) for m in got] == [(1, b"new")]
+
+    asyncio.run(scenario())
+
+
+def test_queries_by_id_and_key_do_not_find_a_message_held_back_by_a_failed_fsync(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsyncs = _Fsyncs(broker)
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send(
+                    [NewMessage("orders", b"ghost", message_id="M", keys=("order-7",))]
+                )
+            # In the store and its index, but held back: no read shows it.
+            with pytest.raises(NotFoundError):
+                await broker.query_message("orders", "M")
+            assert await broker.query_messages_by_key("orders", "order-7") == []
+            fsyncs.failing = False
+            await broker.send([NewMessage("orders", b"after")])  # its fsync covers the ghost
+            found = await broker.query_message("orders", "M")
+            assert (found.offset, found.record.body) == (0, b"ghost")
+            (by_key,) = await broker.query_messages_by_key("orders", "order-7")
+            assert by_key.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_retry_copy_held_back_by_a_failed_fsync_wakes_its_groups_pop_when_settled(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """A group's pops of a topic read its retry topic too: a held copy that settles wakes
+    them, as its revive would have."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("other", 1)
+            await broker.send([NewMessage("orders", b"x")])
+            await broker.pop("billing", "orders", invisible_s=1, wait_s=0)
+            clock.advance(1000)  # revived into the group's retry topic
+            (copy,) = await broker.pop("billing", "orders", invisible_s=60, wait_s=5)
+            assert copy.delivery_attempt == 2
+            retry = broker.catalog.retry_topics[
+                (broker.catalog.group("billing").group_id, broker.catalog.topic("orders").topic_id)
+            ]
+            held = asyncio.ensure_future(broker.pop("billing", "orders", wait_s=10))
+            await settle()
+            fsyncs = _Fsyncs(broker)
+            fsyncs.failing = True
+            with pytest.raises(OutcomeUnknownError):
+                # A copy written in a batch whose fsync failed.
+                await broker.writer.submit(
+                    lambda batch, offsets: store_copy(batch, offsets, retry, b""), sync=True
+                )
+            await settle()
+            assert not held.done()
+            fsyncs.failing = False
+            await broker.send([NewMessage("other", b"y")])  # its fsync covers the copy
+            await settle()
+            assert held.done(), "the settled copy did not wake the group's held pop"
+
+    asyncio.run(scenario())
+
+
+def test_a_delivery_the_reopened_store_lost_fires_again_without_waiting_for_a_later_timer(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    """A delayed message's delivery whose fsync failed is not in the reopened store when
+    the failed fsync lost it: its timer is back, due already, and fires again at once, not
+    when the next timer (here none) is due."""
+
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            store = broker.store
+            await broker.create_topic("later", 1, message_type="delay")
+            await broker.send([NewMessage("later", b"first", deliver_at_ms=clock.now_ms() + 500)])
+            assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
+            ((timer_key, timer),) = store.scan("timers", b"", keys.timer_key(NEVER, 0))
+            fsyncs = _Fsyncs(broker, through_store=True)
+            fsyncs.failing = True
+            clock.advance(500)
+            await until(lambda: fsyncs.events, "the delivery's fsync", 10)
+            fsyncs.failing = False
+            # The delivery loop retries, finds the timer gone (deleted in the memtable), and
+            # then waits for no timer at all.
+            await until(lambda: broker._timers.next_due_ms == NEVER, "the retry", 10)
+            generation = store.generation
+            await until(
+                lambda: store.batch().generation > generation and not store.read_only,
+                "the store reopened",
+                10,
+            )
+            # What the reopened store lost: the delivery, the message and the timer's deletion.
+            loss = store.batch()
+            loss.put("timers", timer_key, timer)
+            loss.delete("messages", keys.message_key(broker.catalog.topic("later").topic_id, 0, 0))
+            store.write(loss, sync=True)
+            (got,) = await asyncio.wait_for(broker.pop("g", "later", wait_s=5), 10)
+            assert (got.offset, got.record.body) == (0, b"first")
 
     asyncio.run(scenario())

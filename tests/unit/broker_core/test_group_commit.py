@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -436,3 +437,221 @@ def test_closing_the_writer_during_an_fsync_still_answers_its_batch_and_refuses_
 
     asyncio.run(scenario())
     assert [offset for offset, _ in _stored(store)][:2] == [0, 1]
+
+
+# -- what a failed barrier or a failed fsync leaves in doubt ----------------------------------
+
+
+def _send(body: bytes) -> Callable[[Batch, QueueOffsets], int]:
+    """`_append` as a send's job: its batch waits for the in-sync followers (`quorum`)."""
+    append = _append(body)
+
+    def apply(batch: Batch, offsets: QueueOffsets) -> int:
+        batch.quorum = True
+        return append(batch, offsets)
+
+    return apply
+
+
+def _create_group(batch: Batch, offsets: QueueOffsets) -> None:
+    """A synced job that is no send's (a group created, as a pop of a new group does)."""
+    batch.put("meta", b"group", b"billing")
+
+
+class _Followers:
+    """A writer's barrier as ReplicationLog.barrier answers it: a written batch waits for
+    the followers when it is synced or a send's, and the wait fails while `failing`
+    (the in-sync followers dropped below min_insync). `waits` records each wait asked."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        self.waits: list[str] = []
+
+    def barrier(self, batch: Batch, synced: bool) -> asyncio.Future[None] | None:
+        if batch.lsn == 0 and not batch.quorum and not synced:
+            return None
+        if not (synced or batch.quorum):
+            return None
+        self.waits.append("sends" if batch.quorum else "synced")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.failing:
+            future.set_exception(OutcomeUnknownError("too few followers in sync (test)"))
+        else:
+            future.set_result(None)
+        return future
+
+
+def _failing_through_store(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fail the store's next fsync as an EIO does: the store refuses writes and fsyncs until
+    it reopens. Returns the fsyncs' events."""
+    real_sync = store.sync_wal
+    events: list[str] = []
+
+    def sync() -> None:
+        if not events:
+            events.append("fsync failed")
+            raise store._failed("sync", OSError(errno.EIO, "Input/output error"))
+        real_sync()
+        events.append("fsync")
+
+    monkeypatch.setattr(store, "sync_wal", sync)
+    return events
+
+
+async def _reopened(store: Store, generation: int) -> None:
+    """Wait until the store reopened read-write (it tries at most every half second), as a
+    send's `check_room` or the writer's next batch makes it."""
+    await until(
+        lambda: store.batch().generation > generation and not store.read_only,
+        "the store reopened",
+        10,
+    )
+
+
+def test_a_failed_barrier_does_not_hide_sends_acknowledged_after_the_followers_came_back(
+    store: Store,
+) -> None:
+    """flush = async with replication: a batch of sends that also carries a synced job (a
+    group created in the same flush) fails its barrier; its fsync succeeded, so only its
+    replication is in doubt, and the next batch of sends the followers hold settles it."""
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        followers = _Followers()
+        writer.barrier = followers.barrier
+        assert await writer.submit(_send(b"a"), sync=False) == 0
+        followers.failing = True
+        ghost = writer.submit(_send(b"ghost"), sync=False)
+        group = writer.submit(_create_group, sync=True)
+        for future in (ghost, group):
+            with pytest.raises(OutcomeUnknownError):
+                await future
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 1
+        followers.failing = False
+        acked = [await writer.submit(_send(b"acked %d" % i), sync=False) for i in range(3)]
+        assert acked == [2, 3, 4]
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 5
+        writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_sends_held_back_by_a_failed_barrier_wait_for_a_batch_of_sends_the_followers_hold(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither a batch that waited for no follower (an ack's), nor a synced batch that is
+    no send's (the followers in sync acknowledge it however few they are), nor a reopen of
+    the store after an unrelated failed fsync shows that the followers hold the sends."""
+    events = _failing_through_store(store, monkeypatch)
+    events.append("no failure yet")
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        followers = _Followers()
+        writer.barrier = followers.barrier
+        followers.failing = True
+        with pytest.raises(OutcomeUnknownError):
+            await writer.submit(_send(b"ghost"), sync=False)
+        followers.failing = False
+        waits = len(followers.waits)
+        await writer.submit(lambda batch, _: batch.put("offsets", b"acked", b"1"), sync=False)
+        assert len(followers.waits) == waits, "the ack's batch waited for the followers"
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 0
+        await writer.submit(_create_group, sync=True)
+        assert followers.waits[-1] == "synced"
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 0
+        # An fsync fails through the store, which then reopens.
+        events.clear()
+        generation = store.generation
+        with pytest.raises(OutcomeUnknownError):
+            await writer.submit(_create_group, sync=True)
+        await _reopened(store, generation)
+        await writer.submit(lambda batch, _: batch.put("offsets", b"acked", b"2"), sync=False)
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 0
+        assert await writer.submit(_send(b"after"), sync=False) == 1
+        assert followers.waits[-1] == "sends"
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 2
+        writer.close()
+
+    asyncio.run(scenario())
+    assert _stored(store) == [(0, b"ghost"), (1, b"after")]
+
+
+def test_a_reopen_before_a_failed_batch_is_answered_still_publishes_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch waits for its fsync and its barrier both; the store may reopen (a send's
+    `check_room`) after the fsync failed and before the barrier answers. That reopen comes
+    after the failure all the same: the next batch, unsynced (flush = async), finds it and
+    publishes what the store holds."""
+    events = _failing_through_store(store, monkeypatch)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        replicated: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        barriers = [replicated]
+        writer.barrier = lambda batch, synced: barriers.pop() if barriers else None
+        generation = store.generation
+        ghost = writer.submit(_send(b"ghost"), sync=True)
+        await until(lambda: events == ["fsync failed"], "the failed fsync", 10)
+        await _reopened(store, generation)
+        assert not ghost.done()
+        replicated.set_result(None)
+        with pytest.raises(OutcomeUnknownError):
+            await ghost
+        assert await writer.submit(_append(b"after"), sync=False) == 1
+        assert writer.offsets.max_offset(TOPIC, QUEUE) == 2
+        writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_deleted_while_its_batch_is_in_doubt_leaves_the_other_queues_to_settle(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = GroupCommitWriter(store, QueueOffsets(store))
+    real_sync = store.sync_wal
+    failing = True
+
+    def sync() -> None:
+        if failing:
+            # The topic is deleted while the fsync runs, and then the fsync fails.
+            writer.offsets.forget_topic(TOPIC)
+            raise OutcomeUnknownError("the store could not sync (injected)")
+        real_sync()
+
+    monkeypatch.setattr(store, "sync_wal", sync)
+
+    def to_queue(topic: int, body: bytes) -> Callable[[Batch, QueueOffsets], int]:
+        def apply(batch: Batch, offsets: QueueOffsets) -> int:
+            offset = offsets.allocate(topic, QUEUE)
+            batch.put("messages", keys.message_key(topic, QUEUE, offset), body)
+            return offset
+
+        return apply
+
+    def both_topics(batch: Batch, offsets: QueueOffsets) -> None:
+        to_queue(TOPIC, b"ghost")(batch, offsets)
+        to_queue(TOPIC + 1, b"ghost")(batch, offsets)
+
+    async def scenario() -> None:
+        nonlocal failing
+        with pytest.raises(OutcomeUnknownError):
+            await writer.submit(both_topics, sync=True)
+        failing = False
+        other = writer.submit(to_queue(TOPIC + 1, b"after"), sync=True)
+        assert await asyncio.wait_for(other, 10) == 1
+        assert writer.offsets.max_offset(TOPIC + 1, QUEUE) == 2
+        writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_settling_skips_the_queues_of_a_topic_deleted_meanwhile(store: Store) -> None:
+    offsets = QueueOffsets(store)
+    offsets.allocate(TOPIC, QUEUE)
+    offsets.allocate(TOPIC + 1, QUEUE)
+    offsets.forget_topic(TOPIC)  # while the batch's fsync is in flight
+    offsets.unsettle()  # the fsync failed
+    assert offsets.settle() == {(TOPIC + 1, QUEUE): 1}
+    assert offsets.max_offset(TOPIC + 1, QUEUE) == 1

@@ -6,6 +6,7 @@ Needs root to mount the tmpfs, as on our CI machines; skipped elsewhere with the
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -18,7 +19,7 @@ from popmq.broker_core.broker import Broker
 from popmq.broker_core.config import BrokerConfig, StoreConfig
 from popmq.broker_core.errors import DataDirError, StoreFullError
 from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
-from popmq.broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Store
+from popmq.broker_core.store import MEMTABLE_BUDGET_BYTES, SEND_FLOOR_BYTES, Batch, Store
 from popmq.broker_core.types import NewMessage
 from tests.chaos.disk_full import MountError, mounted_tmpfs
 from tests.support.waiting import until, wait_until
@@ -198,6 +199,34 @@ def test_writes_failing_on_a_full_disk_again_and_again_warn_once(
         store.close()
     failures = [r for r in caplog.records if r.getMessage().startswith("write failed")]
     assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 4
+
+
+def test_writes_failing_for_long_keep_no_failed_write_alive(disk: Path) -> None:
+    """Each refused write gets an error of its own: one error object raised again and again
+    would gather every refused write's frames in its traceback, and with them their batches
+    and bodies, until space returns."""
+    Store(disk / "data").close()
+    _fill(disk)
+    store = Store(disk / "data")  # read-only: every write fails until space returns
+    body = b"\x5a" * 64 * 1024
+
+    def send(batch: Batch, offsets: QueueOffsets) -> None:
+        batch.put("messages", b"m%d" % offsets.allocate(1, 0), body)
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        for _ in range(200):
+            with pytest.raises(StoreFullError):
+                await writer.submit(send, sync=True)
+        writer.close()
+
+    try:
+        asyncio.run(scenario())
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, Batch)]
+        assert len(alive) <= 1, f"{len(alive)} failed batches are still alive"
+    finally:
+        store.close()
 
 
 @pytest.fixture
