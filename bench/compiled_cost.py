@@ -12,6 +12,11 @@ converted, answered, the answer serialized).
   ``--producer-ids`` each message carries a message id made as the SDK's Producer makes
   them (new ones for every request, made before the window), as every SDK send does:
   without, the broker assigns them.
+- ``lone``: ``--batches`` x 32 SendMessagesRequests of one message of 1 KiB each, one after
+  another: each send is alone in its group-commit batch, as a paced send is (scenario 3b),
+  so the count per message is a lone send's fixed cost (its fsync runs inline, as the
+  writer runs a lone, uncontended batch's). It runs on uvloop, as `popmq serve` does: on
+  asyncio's own loop each callback a send schedules costs a Python `Handle`.
 - ``pop-ack``: after a backlog of ``--batches`` such sends (not measured), ``--batches``
   Pops of 32 (no long poll), each followed by an Ack of its 32 handles.
 
@@ -115,6 +120,9 @@ class _Workload:
         clients = ClientRegistry(broker_name="bench", coordinator=LocalCoordinator())
         self.servicer = MessagingServicer(broker, clients, LocalCoordinator())
         self.send_bytes = _send_request()
+        lone = messaging_pb2.SendMessagesRequest()
+        lone.messages.add(topic=TOPIC, body=BODY, tag="bench")
+        self.lone_bytes = lone.SerializeToString()
         # Made before the window: the SDK's ids for each send, as its Producer makes them.
         self.sends_with_ids = [_send_request(new_message_ids(BATCH)) for _ in range(producer_ids)][
             ::-1
@@ -129,6 +137,13 @@ class _Workload:
         results = await self.servicer.start_send(request)
         send_answer(results)
         return len(results)
+
+    async def lone(self) -> int:
+        """BATCH sends of one message, each awaited before the next starts."""
+        for _ in range(BATCH):
+            request = SendRequest.FromString(self.lone_bytes)  # the method's deserializer
+            send_answer(await self.servicer.start_send(request))
+        return BATCH
 
     async def pop_ack(self) -> int:
         request = messaging_pb2.PopRequest.FromString(self.pop_bytes)
@@ -183,6 +198,8 @@ async def _run(
                 for _ in range(warmup + batches):
                     await work.send()
                 step = work.pop_ack
+            elif phase == "lone":
+                step = work.lone
             for _ in range(warmup):
                 await step()
             # As a server is once it serves: its start-up heap frozen, so a full collection
@@ -304,7 +321,7 @@ def _against(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compiled_cost", description=__doc__)
-    parser.add_argument("--phase", choices=["send", "pop-ack"], default="send")
+    parser.add_argument("--phase", choices=["send", "lone", "pop-ack"], default="send")
     parser.add_argument("--batches", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
@@ -336,9 +353,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.which:
         print(_which())
-    handled, took = asyncio.run(
-        _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
-    )
+    run = _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
+    if args.phase == "lone":
+        import uvloop
+
+        handled, took = uvloop.run(run)
+    else:
+        handled, took = asyncio.run(run)
     per = took / handled * 1e6 if handled else 0.0
     print(f"{args.phase}: {handled} messages, {took:.3f} s wall ({per:.1f} us/message)")
 
