@@ -290,16 +290,22 @@ def _compare(runs: int, batches: int) -> None:
 
 
 def _against(
-    other: Path, runs: int, batches: int, producer_ids: bool = False, this_harness: bool = False
+    other: Path,
+    runs: int,
+    batches: int,
+    producer_ids: bool = False,
+    this_harness: bool = False,
+    phases: tuple[str, ...] = ("send", "pop-ack"),
 ) -> None:
-    """Both phases of this checkout's build and of `other`'s (a checkout of another commit,
+    """The phases of this checkout's build and of `other`'s (a checkout of another commit,
     built with `python setup.py build_ext --inplace`), interleaved run by run."""
     compiled, why = _compiled.state()
     if not compiled:
         raise SystemExit(f"this checkout does not run compiled ({why}): make compile first")
     counts: dict[tuple[str, str], list[int]] = {}
     sides = {"other": other, "this": None}
-    phases = ("send",) if producer_ids else ("send", "pop-ack")
+    if producer_ids:
+        phases = ("send",)
     for run in range(runs):
         for phase in phases:
             for side, checkout in sides.items():
@@ -342,11 +348,18 @@ def main(argv: list[str] | None = None) -> None:
         metavar="CHECKOUT",
         help="count this checkout's compiled build and CHECKOUT's, interleaved",
     )
+    parser.add_argument(
+        "--phases",
+        default="send,pop-ack",
+        help="with --against: the phases to count, comma-separated ('lone' needs "
+        "--this-harness when the other checkout's harness has no such phase)",
+    )
     args = parser.parse_args(argv)
     if args.against is not None:
         _against(
-            args.against.resolve(), args.runs, args.batches, args.producer_ids, args.this_harness
-        )
+            args.against.resolve(), args.runs, args.batches, args.producer_ids,
+            args.this_harness, tuple(args.phases.split(",")),
+        )  # fmt: skip
         return
     if args.compare:
         _compare(args.runs, args.batches)
