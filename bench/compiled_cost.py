@@ -17,6 +17,10 @@ converted, answered, the answer serialized).
   so the count per message is a lone send's fixed cost (its fsync runs inline, as the
   writer runs a lone, uncontended batch's). It runs on uvloop, as `popmq serve` does: on
   asyncio's own loop each callback a send schedules costs a Python `Handle`.
+- ``pairs``: the same single-message sends, two started together each time: both are in
+  one batch, so its fsync goes to group commit's sync thread and its completion comes
+  back with a wake of the loop (``call_soon_threadsafe``), as a paced send's does when it
+  meets another (counted per message; the sync thread is counted too). Also on uvloop.
 - ``pop-ack``: after a backlog of ``--batches`` such sends (not measured), ``--batches``
   Pops of 32 (no long poll), each followed by an Ack of its 32 handles.
 
@@ -145,6 +149,17 @@ class _Workload:
             send_answer(await self.servicer.start_send(request))
         return BATCH
 
+    async def pairs(self) -> int:
+        """BATCH single-message sends, two at a time, each pair awaited before the next."""
+
+        async def one() -> None:
+            request = SendRequest.FromString(self.lone_bytes)  # the method's deserializer
+            send_answer(await self.servicer.start_send(request))
+
+        for _ in range(BATCH // 2):
+            await asyncio.gather(one(), one())
+        return BATCH
+
     async def pop_ack(self) -> int:
         request = messaging_pb2.PopRequest.FromString(self.pop_bytes)
         result = await self.servicer.start_pop(request, None)
@@ -200,6 +215,8 @@ async def _run(
                 step = work.pop_ack
             elif phase == "lone":
                 step = work.lone
+            elif phase == "pairs":
+                step = work.pairs
             for _ in range(warmup):
                 await step()
             # As a server is once it serves: its start-up heap frozen, so a full collection
@@ -327,7 +344,7 @@ def _against(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compiled_cost", description=__doc__)
-    parser.add_argument("--phase", choices=["send", "lone", "pop-ack"], default="send")
+    parser.add_argument("--phase", choices=["send", "lone", "pairs", "pop-ack"], default="send")
     parser.add_argument("--batches", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
@@ -367,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.which:
         print(_which())
     run = _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
-    if args.phase == "lone":
+    if args.phase in ("lone", "pairs"):
         import uvloop
 
         handled, took = uvloop.run(run)
