@@ -104,11 +104,14 @@ class Sender:
         queue get their offsets in one allocation, and the send's arrivals are counted per
         queue before the write, so its commit announces them without a pass over them.
         """
-        # A send to topics that exist (nearly every one) is admitted without a coroutine.
-        admitted = self.admit_now(messages, half=False)
-        if admitted is None:
-            admitted = await self.admit(messages, half=False)
-        return await self.submit(messages, *admitted).results()
+        # `admit`, inline: a send to topics that exist (nearly every one) then awaits
+        # nothing before its write, and no coroutine is made for the checks.
+        stamp = self._checked(messages)
+        topics = self._known_topics(messages)
+        if topics is None:
+            topics = await self._topics_for_send(messages)
+        self._check_types(messages, topics, half=False)
+        return await self.submit(messages, stamp, topics).results()
 
     def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None:
         """`send`, handed to group commit before this returns, its wait left to the caller
@@ -433,8 +436,9 @@ class Sender:
         sizes, fields, room on disk, the topics (created if allowed) and their message
         types. Returns the send's stamp (ms) and its topics by name."""
         stamp = self._checked(messages)
-        names = {msg.topic for msg in messages}
-        topics = {name: await self._topic_for_send(name) for name in names}
+        topics = self._known_topics(messages)
+        if topics is None:
+            topics = await self._topics_for_send(messages)
         self._check_types(messages, topics, half=half)
         return stamp, topics
 
@@ -444,6 +448,15 @@ class Sender:
         """`admit` without a wait: None when a topic of the send is not one of this broker's
         normal topics (`admit` creates it, or says why not)."""
         stamp = self._checked(messages)
+        topics = self._known_topics(messages)
+        if topics is None:
+            return None
+        self._check_types(messages, topics, half=half)
+        return stamp, topics
+
+    def _known_topics(self, messages: Sequence[NewMessage]) -> dict[str, TopicInfo] | None:
+        """The send's topics by name, when all are this broker's normal topics; else None
+        (`_topics_for_send` creates them, or says why not)."""
         topics: dict[str, TopicInfo] = {}
         known = self._catalog.topics
         for msg in messages:
@@ -453,8 +466,12 @@ class Sender:
                 if info is None or info.kind != KIND_NORMAL:
                     return None
                 topics[name] = info
-        self._check_types(messages, topics, half=half)
-        return stamp, topics
+        return topics
+
+    async def _topics_for_send(self, messages: Sequence[NewMessage]) -> dict[str, TopicInfo]:
+        """The send's topics by name, created where allowed (`_topic_for_send`)."""
+        names = {msg.topic for msg in messages}
+        return {name: await self._topic_for_send(name) for name in names}
 
     def _checked(self, messages: Sequence[NewMessage]) -> int:
         """Check a send's sizes and fields and the room on disk; returns its stamp (ms)."""
