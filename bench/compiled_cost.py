@@ -12,6 +12,15 @@ converted, answered, the answer serialized).
   ``--producer-ids`` each message carries a message id made as the SDK's Producer makes
   them (new ones for every request, made before the window), as every SDK send does:
   without, the broker assigns them.
+- ``lone``: ``--batches`` x 32 SendMessagesRequests of one message of 1 KiB each, one after
+  another: each send is alone in its group-commit batch, as a paced send is (scenario 3b),
+  so the count per message is a lone send's fixed cost (its fsync runs inline, as the
+  writer runs a lone, uncontended batch's). It runs on uvloop, as `popmq serve` does: on
+  asyncio's own loop each callback a send schedules costs a Python `Handle`.
+- ``pairs``: the same single-message sends, two started together each time: both are in
+  one batch, so its fsync goes to group commit's sync thread and its completion comes
+  back with a wake of the loop (``call_soon_threadsafe``), as a paced send's does when it
+  meets another (counted per message; the sync thread is counted too). Also on uvloop.
 - ``pop-ack``: after a backlog of ``--batches`` such sends (not measured), ``--batches``
   Pops of 32 (no long poll), each followed by an Ack of its 32 handles.
 
@@ -115,6 +124,9 @@ class _Workload:
         clients = ClientRegistry(broker_name="bench", coordinator=LocalCoordinator())
         self.servicer = MessagingServicer(broker, clients, LocalCoordinator())
         self.send_bytes = _send_request()
+        lone = messaging_pb2.SendMessagesRequest()
+        lone.messages.add(topic=TOPIC, body=BODY, tag="bench")
+        self.lone_bytes = lone.SerializeToString()
         # Made before the window: the SDK's ids for each send, as its Producer makes them.
         self.sends_with_ids = [_send_request(new_message_ids(BATCH)) for _ in range(producer_ids)][
             ::-1
@@ -129,6 +141,24 @@ class _Workload:
         results = await self.servicer.start_send(request)
         send_answer(results)
         return len(results)
+
+    async def lone(self) -> int:
+        """BATCH sends of one message, each awaited before the next starts."""
+        for _ in range(BATCH):
+            request = SendRequest.FromString(self.lone_bytes)  # the method's deserializer
+            send_answer(await self.servicer.start_send(request))
+        return BATCH
+
+    async def pairs(self) -> int:
+        """BATCH single-message sends, two at a time, each pair awaited before the next."""
+
+        async def one() -> None:
+            request = SendRequest.FromString(self.lone_bytes)  # the method's deserializer
+            send_answer(await self.servicer.start_send(request))
+
+        for _ in range(BATCH // 2):
+            await asyncio.gather(one(), one())
+        return BATCH
 
     async def pop_ack(self) -> int:
         request = messaging_pb2.PopRequest.FromString(self.pop_bytes)
@@ -183,6 +213,10 @@ async def _run(
                 for _ in range(warmup + batches):
                     await work.send()
                 step = work.pop_ack
+            elif phase == "lone":
+                step = work.lone
+            elif phase == "pairs":
+                step = work.pairs
             for _ in range(warmup):
                 await step()
             # As a server is once it serves: its start-up heap frozen, so a full collection
@@ -273,16 +307,22 @@ def _compare(runs: int, batches: int) -> None:
 
 
 def _against(
-    other: Path, runs: int, batches: int, producer_ids: bool = False, this_harness: bool = False
+    other: Path,
+    runs: int,
+    batches: int,
+    producer_ids: bool = False,
+    this_harness: bool = False,
+    phases: tuple[str, ...] = ("send", "pop-ack"),
 ) -> None:
-    """Both phases of this checkout's build and of `other`'s (a checkout of another commit,
+    """The phases of this checkout's build and of `other`'s (a checkout of another commit,
     built with `python setup.py build_ext --inplace`), interleaved run by run."""
     compiled, why = _compiled.state()
     if not compiled:
         raise SystemExit(f"this checkout does not run compiled ({why}): make compile first")
     counts: dict[tuple[str, str], list[int]] = {}
     sides = {"other": other, "this": None}
-    phases = ("send",) if producer_ids else ("send", "pop-ack")
+    if producer_ids:
+        phases = ("send",)
     for run in range(runs):
         for phase in phases:
             for side, checkout in sides.items():
@@ -304,7 +344,7 @@ def _against(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compiled_cost", description=__doc__)
-    parser.add_argument("--phase", choices=["send", "pop-ack"], default="send")
+    parser.add_argument("--phase", choices=["send", "lone", "pairs", "pop-ack"], default="send")
     parser.add_argument("--batches", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--callgrind", action="store_true", help="count the window (see above)")
@@ -325,20 +365,31 @@ def main(argv: list[str] | None = None) -> None:
         metavar="CHECKOUT",
         help="count this checkout's compiled build and CHECKOUT's, interleaved",
     )
+    parser.add_argument(
+        "--phases",
+        default="send,pop-ack",
+        help="with --against: the phases to count, comma-separated ('lone' needs "
+        "--this-harness when the other checkout's harness has no such phase)",
+    )
     args = parser.parse_args(argv)
     if args.against is not None:
         _against(
-            args.against.resolve(), args.runs, args.batches, args.producer_ids, args.this_harness
-        )
+            args.against.resolve(), args.runs, args.batches, args.producer_ids,
+            args.this_harness, tuple(args.phases.split(",")),
+        )  # fmt: skip
         return
     if args.compare:
         _compare(args.runs, args.batches)
         return
     if args.which:
         print(_which())
-    handled, took = asyncio.run(
-        _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
-    )
+    run = _run(args.phase, args.batches, args.warmup, args.callgrind, args.producer_ids)
+    if args.phase in ("lone", "pairs"):
+        import uvloop
+
+        handled, took = uvloop.run(run)
+    else:
+        handled, took = asyncio.run(run)
     per = took / handled * 1e6 if handled else 0.0
     print(f"{args.phase}: {handled} messages, {took:.3f} s wall ({per:.1f} us/message)")
 

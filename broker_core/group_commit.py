@@ -69,12 +69,23 @@ from popmq.broker_core.store import Batch, Store
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
 class _Job:
-    apply: Callable[[Batch, QueueOffsets], Any]
-    sync: bool
-    future: asyncio.Future[Any]
-    committed: Callable[[Any], None] | None = None
+    """One submitted write. A plain class: a dataclass's generated __init__ runs as Python
+    even compiled (about 1,900 instructions a job)."""
+
+    __slots__ = ("apply", "committed", "future", "sync")
+
+    def __init__(
+        self,
+        apply: Callable[[Batch, QueueOffsets], Any],
+        sync: bool,
+        future: asyncio.Future[Any],
+        committed: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.apply = apply
+        self.sync = sync
+        self.future = future
+        self.committed = committed
 
 
 _SyncDone = Callable[[BaseException | None], None]
@@ -510,9 +521,13 @@ class GroupCommitWriter:
     @staticmethod
     def _resolve(jobs: list[_Job], results: list[Any]) -> None:
         # Every job's `committed` first: a long poll it wakes runs before the submitters.
-        for job, result in zip(jobs, results, strict=True):
-            if job.committed is not None:
-                job.committed(result)
-        for job, result in zip(jobs, results, strict=True):
-            if not job.future.done():
-                job.future.set_result(result)
+        # Indexed (`results` has one per job): compiled, a zip(..., strict=True) is a
+        # builtins look-up and a keyword call, about 3,000 instructions each.
+        for i, job in enumerate(jobs):
+            committed = job.committed
+            if committed is not None:
+                committed(results[i])
+        for i, job in enumerate(jobs):
+            future = job.future
+            if not future.done():
+                future.set_result(results[i])

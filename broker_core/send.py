@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import jobs, keys, message_index, validation
+from popmq.broker_core import keys, message_index, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPE_MIXED, Catalog, TopicInfo
 from popmq.broker_core.clock import Clock
@@ -104,7 +104,13 @@ class Sender:
         queue get their offsets in one allocation, and the send's arrivals are counted per
         queue before the write, so its commit announces them without a pass over them.
         """
-        stamp, topics = await self.admit(messages, half=False)
+        # `admit`, inline: a send to topics that exist (nearly every one) then awaits
+        # nothing before its write, and no coroutine is made for the checks.
+        stamp = self._checked(messages)
+        topics = self._known_topics(messages)
+        if topics is None:
+            topics = await self._topics_for_send(messages)
+        self._check_types(messages, topics, half=False)
         return await self.submit(messages, stamp, topics).results()
 
     def send_now(self, messages: Sequence[NewMessage]) -> SendTicket | None:
@@ -131,8 +137,9 @@ class Sender:
         results: list[SendResult | None] = [None] * len(messages)
         # One future for the whole send: a concurrent send repeating one of its dedup ids
         # waits on it and reads its entry (index into the stored list) from PendingDedup.
+        # Nothing need be told when it fails unread: a failure is marked read as it is set
+        # (`_settle`), not by a done-callback, which would cost every send a loop callback.
         done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
-        done.add_done_callback(jobs.ignore_result)
         later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
         mine: list[bytes] = []
         plan: list[_Planned] = []
@@ -429,8 +436,9 @@ class Sender:
         sizes, fields, room on disk, the topics (created if allowed) and their message
         types. Returns the send's stamp (ms) and its topics by name."""
         stamp = self._checked(messages)
-        names = {msg.topic for msg in messages}
-        topics = {name: await self._topic_for_send(name) for name in names}
+        topics = self._known_topics(messages)
+        if topics is None:
+            topics = await self._topics_for_send(messages)
         self._check_types(messages, topics, half=half)
         return stamp, topics
 
@@ -440,6 +448,15 @@ class Sender:
         """`admit` without a wait: None when a topic of the send is not one of this broker's
         normal topics (`admit` creates it, or says why not)."""
         stamp = self._checked(messages)
+        topics = self._known_topics(messages)
+        if topics is None:
+            return None
+        self._check_types(messages, topics, half=half)
+        return stamp, topics
+
+    def _known_topics(self, messages: Sequence[NewMessage]) -> dict[str, TopicInfo] | None:
+        """The send's topics by name, when all are this broker's normal topics; else None
+        (`_topics_for_send` creates them, or says why not)."""
         topics: dict[str, TopicInfo] = {}
         known = self._catalog.topics
         for msg in messages:
@@ -449,8 +466,12 @@ class Sender:
                 if info is None or info.kind != KIND_NORMAL:
                     return None
                 topics[name] = info
-        self._check_types(messages, topics, half=half)
-        return stamp, topics
+        return topics
+
+    async def _topics_for_send(self, messages: Sequence[NewMessage]) -> dict[str, TopicInfo]:
+        """The send's topics by name, created where allowed (`_topic_for_send`)."""
+        names = {msg.topic for msg in messages}
+        return {name: await self._topic_for_send(name) for name in names}
 
     def _checked(self, messages: Sequence[NewMessage]) -> int:
         """Check a send's sizes and fields and the room on disk; returns its stamp (ms)."""
@@ -510,7 +531,9 @@ class SendTicket:
     the send's dedup ids get its outcome and its claims end, whether or not anyone waits for
     the results: a wait given up ends neither the write nor the claims."""
 
-    __slots__ = ("_done", "_later", "_mine", "_pending", "_plan", "_results", "_stored")
+    __slots__ = (
+        "_answer", "_done", "_later", "_mine", "_pending", "_plan", "_results", "_stored",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -533,6 +556,8 @@ class SendTicket:
         """One per message: a duplicate's already, the stored ones' once written."""
         self._later = later
         """(message index, the send storing its dedup id now, the index in its results)."""
+        self._answer: asyncio.Future[None] | None = None
+        """What `results` waits on while the write is under way; `_settled` resolves it."""
         stored.add_done_callback(self._settled)
 
     def _settled(self, stored: asyncio.Future[list[SendResult]]) -> None:
@@ -546,18 +571,32 @@ class SendTicket:
             else:
                 _settle(self._done, error)
         self._pending.release(self._mine, self._done)
+        answer = self._answer
+        if answer is not None and not answer.done():
+            answer.set_result(None)
 
     async def results(self) -> list[SendResult]:
         """The send's results, in message order, once its write is durable (and replicated
         where the shard needs it); raises what failed the write. Cancelling the wait gives
         up the send's answer, not its write, which goes ahead."""
-        # Shielded: cancelling the job's own future would end the send's dedup claims
-        # while its write still goes ahead, and a retry arriving before that write would
-        # find neither a claim nor a stored copy, and store the message twice.
-        stored = await asyncio.shield(self._stored)
+        job = self._stored
+        if not job.done():
+            # A future of the wait's own, not the job's: cancelling the job's future would
+            # end the send's dedup claims while its write still goes ahead, and a retry
+            # arriving before that write would find neither a claim nor a stored copy, and
+            # store the message twice. It does what asyncio.shield does, without shield's
+            # second future, its two callbacks and its extra loop turn: `_settled`, which
+            # runs first anyway, resolves it.
+            answer = self._answer
+            if answer is None or answer.done():  # a wait before this one was cancelled
+                answer = self._answer = job.get_loop().create_future()
+            await answer
+        stored = job.result()
         results = self._results
-        for p, result in zip(self._plan, stored, strict=True):
-            results[p.index] = result
+        # Indexed, not zip(..., strict=True) (a keyword call, compiled): one stored result
+        # per planned message, in plan order.
+        for i, p in enumerate(self._plan):
+            results[p.index] = stored[i]
         for i, earlier, j in self._later:
             results[i] = duplicate_of((await earlier)[j])
         return [r for r in results if r is not None]
@@ -569,6 +608,8 @@ def _settle(done: asyncio.Future[list[SendResult]], error: BaseException | None)
         done.set_exception(
             error if isinstance(error, Exception) else UnavailableError("the send was cancelled")
         )
+        # Marked read: a repeat waiting on it raises it; with none, nobody need be told.
+        done.exception()
 
 
 class _Planned:

@@ -416,11 +416,13 @@ class Store:
         """
         if self._closed:
             raise UnavailableError("the store is closed (server shutting down); retry elsewhere")
-        try:
-            self._recover()
-        except PopMQError:
-            if not self._is_open:
-                raise
+        # Checked here first: this module runs as Python, and every write asks for a batch.
+        if self._failure is not None:
+            try:
+                self._recover()
+            except PopMQError:
+                if not self._is_open:
+                    raise
         return Batch(self._handles, self._generation, record=self.tap is not None)
 
     def write(self, batch: Batch, *, sync: bool) -> None:

@@ -189,6 +189,32 @@ def test_a_send_whose_wait_is_given_up_is_still_stored_once_and_its_repeats_are_
     asyncio.run(scenario())
 
 
+def test_a_ticket_whose_wait_was_cancelled_can_be_waited_for_again(
+    open_broker: OpenBroker,
+) -> None:
+    """A cancelled wait cancels only itself: waiting for the same ticket again answers
+    with the send's own results once its write is done."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            gate, _ = await hold_fsync(broker, "orders")  # its write waits behind an fsync
+            ticket = broker.send_now([NewMessage("orders", b"first", message_id="M")])
+            assert ticket is not None
+            waiting = asyncio.ensure_future(ticket.results())
+            await asyncio.sleep(0)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            gate.set()
+            (result,) = await ticket.results()
+            assert (result.message_id, result.offset, result.duplicate) == ("M", 2, False)
+            (again,) = await ticket.results()  # a wait after the write returns at once
+            assert again == result
+
+    asyncio.run(scenario())
+
+
 def test_a_retry_of_a_cancelled_send_before_its_write_is_not_stored_twice(
     open_broker: OpenBroker,
 ) -> None:
