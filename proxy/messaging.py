@@ -37,6 +37,7 @@ from popmq.broker_core import (
     now_ms,
 )
 from popmq.coordination.coordinator import Coordinator
+from popmq.grpc_calls.deadline import set_call_deadline
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.ack_request import AckRequest, PopStreamRequest
@@ -127,6 +128,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def SendMessages(self, request: SendRequest, context: grpc.aio.ServicerContext) -> bytes:
         """Answers a SendMessagesResponse's bytes (send_stream.send_answer)."""
+        set_call_deadline(context)  # a send that would wait past it fails just before it
         return send_answer(await self.start_send(request))
 
     def start_send(

@@ -61,6 +61,18 @@ def _send(endpoint: str, request: messaging_pb2.SendMessagesRequest) -> SendRece
     return asyncio.run(send())
 
 
+def _send_unary(
+    endpoint: str, request: messaging_pb2.SendMessagesRequest, timeout_s: float
+) -> None:
+    """One unary SendMessages call of `request` with a deadline `timeout_s` away."""
+
+    async def send() -> None:
+        async with AsyncProducer(endpoint, timeout_s=timeout_s, multiplex=False) as producer:
+            await producer.send_request(request, retry=False)
+
+    asyncio.run(send())
+
+
 def _request(topic: str) -> messaging_pb2.SendMessagesRequest:
     return build_send_request(topic, [Message(os.urandom(BODY_BYTES))])
 
@@ -112,6 +124,16 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
         assert b2.quarantined, b2
         assert any(p.startswith("broker b2 is quarantined") for p in status.problems)
 
+        # A repeat on a unary call whose deadline (3 s, an official RocketMQ client's)
+        # comes before the end of the wait (in_doubt_retry_s, 5 s) stops waiting just
+        # before it: the client is told the outcome is unknown, a retriable UNAVAILABLE,
+        # not cut off by its deadline.
+        with pytest.raises(
+            SdkUnavailableError, match=r"cannot be reached now: its connection is down \(waited \d"
+        ):
+            _send_unary(proxy, lost, timeout_s=3.0)
+        assert cluster.call(waits) == (0, 1)
+
         # The client's repeat (same message id) while b2 is still cut off: it waits.
         with ThreadPoolExecutor(1) as pool:
             repeat = pool.submit(_send, proxy, lost)
@@ -130,7 +152,7 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
         assert after == {"b1": before.get("b1", 0) + to_b1, "b2": before["b2"] + 1}, before
         (b2,) = [b for b in admin.cluster_status().brokers if b.name == "b2"]
         assert not b2.quarantined and b2.reachable, b2
-    assert cluster.call(waits) == (0, 1)
+    assert cluster.call(waits) == (0, 2)
 
     got: Counter[str] = Counter()
     with SimpleConsumer(proxy, group="audit", topic="held") as consumer:
