@@ -79,6 +79,9 @@ UNREACHABLE = BrokerStatus(
         isolations=1,
         failures=4,
         unknown_outcomes=2,
+        quarantine_waiting=3,
+        quarantine_waits=7,
+        quarantine_wait_refusals=5,
     ),
 )
 DOWN = BrokerStatus(
@@ -338,6 +341,10 @@ def test_per_broker_series_are_one_per_broker_and_absent_when_not_measured() -> 
     assert value("popmq_broker_send_unknown_outcomes_total", "b2") == 2
     assert value("popmq_broker_send_unknown_outcomes_total", "b1") == 0
     assert value("popmq_broker_isolated_seconds", "b1") == 0
+    assert value("popmq_broker_quarantine_waiting", "b2") == 3
+    assert value("popmq_broker_quarantine_waits_total", "b2") == 7
+    assert value("popmq_broker_quarantine_wait_refusals_total", "b2") == 5
+    assert value("popmq_broker_quarantine_waiting", "b1") == 0
     families = {
         metric.name: {tuple(s.labels.items()) for s in metric.samples}
         for metric in registry.collect()
