@@ -42,7 +42,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -273,7 +273,7 @@ class AsyncProducer(AsyncClient):
         )
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
-        self._coalescer = SendCoalescer(self.send_request) if coalesce else None
+        self._coalescer = SendCoalescer(self._send_coalesced) if coalesce else None
         self._stream = SendStream(self._conn) if multiplex else None
         # Sends under way (being built or on the wire), and the futures close() waits on
         # until that count is back to 0. Touched only on the event loop.
@@ -523,8 +523,22 @@ class AsyncProducer(AsyncClient):
         finally:
             self._end()
 
+    async def _send_coalesced(
+        self, request: messaging_pb2.SendMessagesRequest, retrying: Callable[[], None]
+    ) -> list[SendReceipt]:
+        """``send_request`` for the coalescer, which is told when the request is retried."""
+        self._begin()
+        try:
+            return await self._send(request, retry=True, retrying=retrying)
+        finally:
+            self._end()
+
     async def _send(
-        self, request: messaging_pb2.SendMessagesRequest, *, retry: bool
+        self,
+        request: messaging_pb2.SendMessagesRequest,
+        *,
+        retry: bool,
+        retrying: Callable[[], None] | None = None,
     ) -> list[SendReceipt]:
         """``send_request`` for callers that already count themselves in flight.
 
@@ -542,6 +556,8 @@ class AsyncProducer(AsyncClient):
                 repeat.CopyFrom(request)
                 repeat.repeat = True
                 request = repeat
+                if retrying is not None:
+                    retrying()
             if self._stream is not None:
                 streamed = await self._stream.send(request, self._timeout_s)
                 if streamed is not None:
