@@ -5,6 +5,7 @@ builder itself is tested against real brokers in tests/cluster/test_cluster_stat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -249,6 +250,20 @@ def test_a_quarantined_broker_is_shown_as_such_with_how_long_and_is_a_problem(
     render.print_json(status)
     document = json.loads(capsys.readouterr().out)
     assert [b["quarantined_for_s"] for b in document["brokers"]] == [None, pytest.approx(42.4)]
+
+
+def test_a_long_quarantine_reads_the_same_in_the_problem_and_the_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert QUARANTINED.faults is not None
+    longer = dataclasses.replace(
+        QUARANTINED, faults=dataclasses.replace(QUARANTINED.faults, quarantined_for_s=187.0)
+    )
+    status = _sdk(StatusReport(mode="cluster", cluster="prod", proxy="p1", brokers=(longer,)))
+    (problem,) = status.problems
+    assert problem.startswith("broker b4 is quarantined by proxy p1 for 3m07s:"), problem
+    render.cluster_tables(status)
+    assert "QUARANTINED 3m07s (connection down)" in capsys.readouterr().out
 
 
 def test_cluster_tables_say_when_every_etcd_endpoint_is_down(
