@@ -657,8 +657,9 @@ class SendRouter:
                 them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
                 whether or not the broker has writable queues now; while that broker is
                 quarantined (its connection down) it waits for the quarantine to end, for
-                up to in_doubt_retry_s (and not past `deadline`), then fails as of unknown
-                outcome; at most quarantine_max_waiting sends wait, the others fail at once.
+                up to in_doubt_retry_s (and not past `deadline`: a unary call's, less a
+                margin), then fails as of unknown outcome; at most quarantine_max_waiting
+                sends wait, the others fail at once.
             idempotent: A repeat on one broker is deduplicated there (False for half
                 messages: every broker failure then moves the send on).
 
@@ -735,7 +736,9 @@ class SendRouter:
     async def _until_reachable(self, topic: str, broker: str, until: float) -> None:
         """Wait until `broker`'s quarantine ends (its probe saw its connection up, or it
         left the cluster), looking every _QUARANTINE_POLL_S. A cancelled call (the client
-        went away, or its deadline passed) stops waiting at once.
+        went away) stops waiting at once; a unary call's deadline is in `until` (the
+        caller's), while a send on a stream carries none: one its client gave up on waits
+        until `until`.
 
         Raises:
             OutcomeUnknownError: `until` passed first, or quarantine_max_waiting sends wait

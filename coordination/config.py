@@ -196,7 +196,8 @@ class FaultToleranceConfig:
     """Sends at most that wait at once for a quarantined broker to be reachable again (a
     client's repeat of a send that may be stored there waits up to in_doubt_retry_s rather
     than fail at once); beyond, a repeat fails at once as of unknown outcome. Each waiting
-    send holds its request's messages. 0: never wait."""
+    send holds its request's messages, up to 5 MiB (a request's limit): 1,000 hold about
+    5 GiB at worst (a cut under a load of large batches). 0: never wait."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""
