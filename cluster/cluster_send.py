@@ -48,7 +48,7 @@ from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
 from popmq.cluster.topology import Topology
 from popmq.coordination.routes import QueueRef, RouteCache, TopicRoute
-from popmq.grpc_calls.deadline import call_deadline
+from popmq.proxy.call_deadline import call_deadline
 
 __all__ = ["DEADLINE_MARGIN_S", "ClusterSend", "Store"]
 
@@ -209,7 +209,7 @@ class ClusterSend:
 
     def _deadline(self) -> float | None:
         """On the fault table's clock: shortly before the deadline of the client's unary call
-        (grpc_calls/deadline.py), so that a repeat waiting for its broker's quarantine is
+        (proxy/call_deadline.py), so that a repeat waiting for its broker's quarantine is
         answered retriably as of unknown outcome (UNAVAILABLE) while the client still
         listens, not cut off by its deadline (DEADLINE_EXCEEDED, after which an official
         RocketMQ client's next try waits again); None without one."""

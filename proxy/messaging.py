@@ -37,11 +37,11 @@ from popmq.broker_core import (
     now_ms,
 )
 from popmq.coordination.coordinator import Coordinator
-from popmq.grpc_calls.deadline import set_call_deadline
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.allocation import Strategy
+from popmq.proxy.call_deadline import set_call_deadline
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.health import LateServices
 from popmq.proxy.lease_pages import page_popper, page_size
