@@ -10,7 +10,8 @@ Before anything goes on the wire, a send is built once (``build_send_request``):
 
 Single-message sends made while one is on the wire wait and go out together as the next
 request (``popmq.sdk._coalesce``), each with its own receipt or error, so a busy producer spends
-one request per round trip instead of one per message. Requests go over one ``SendStream``
+one request per round trip instead of one per message; a request being retried without FIFO
+messages lets the next ones go meanwhile. Requests go over one ``SendStream``
 call per producer (``popmq.sdk._send_stream``), which costs the server and the client less CPU
 than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` call. Sends
 that fail with a retriable error (a broken stream's among them) are retried
