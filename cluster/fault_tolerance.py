@@ -652,7 +652,8 @@ class SendRouter:
             topic: The topic sent to.
             queues: Its writable queues on live brokers (broker -> local queue ids).
             send: Sends the request to the given queue; raises a PopMQError on failure.
-            deadline: On the table's clock: no new broker is tried after it.
+            deadline: On the table's clock (a unary call's, less a margin): no new broker
+                is tried after it, nor a send of unknown outcome tried again on its broker.
             pinned: A broker an earlier send of these messages went to and may have stored
                 them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
                 whether or not the broker has writable queues now; while that broker is
@@ -673,15 +674,21 @@ class SendRouter:
         """
         clock = self.table.clock
         config = self.table.config
-        doubt_until = clock() + config.in_doubt_retry_s
+
+        def window_end() -> float:
+            # Tries of unknown outcome stop in_doubt_retry_s after the first, and not past
+            # the client's deadline: a client told before it retries, not cut off.
+            end = clock() + config.in_doubt_retry_s
+            return end if deadline is None else min(end, deadline)
+
+        doubt_until = window_end()
         queue: QueueRef | None
         if pinned is not None:
             if idempotent and not self.table.is_reachable(pinned):
                 # Its broker's connection is down (quarantined), and another broker could
                 # store a second copy: the repeat waits for the connection, within the
                 # window a send of unknown outcome is retried in.
-                until = doubt_until if deadline is None else min(doubt_until, deadline)
-                await self._until_reachable(topic, pinned, until)
+                await self._until_reachable(topic, pinned, doubt_until)
             ids = queues.get(pinned)
             queue = QueueRef(pinned, min(ids) if ids else 0)
         else:
@@ -705,7 +712,7 @@ class SendRouter:
                 if idempotent and (in_doubt or may_be_stored(error)):
                     if not in_doubt:
                         in_doubt = True
-                        doubt_until = clock() + config.in_doubt_retry_s
+                        doubt_until = window_end()
                     self._in_doubt += 1
                     self.table.record_unknown_outcome(queue.broker)
                     if not known_down(error):

@@ -180,6 +180,19 @@ def test_an_unknown_outcome_never_moves_and_fails_retriably_after_the_retry_time
     assert set(brokers.calls) == {home}
 
 
+def test_an_unknown_outcome_is_tried_again_no_later_than_the_deadline() -> None:
+    clock = FakeClock()
+    router = router_on(clock, in_doubt_retry_s=5.0)
+    brokers = Brokers(clock)
+    home = first_pick(router)
+    brokers.always[home] = dropped()
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match=f"may or may not be stored on broker {home!r}"):
+        run(router, brokers, deadline=began + 1.5)
+    assert set(brokers.calls) == {home}
+    assert began + 1.5 <= clock.now < began + 3.0  # not the 5 s window
+
+
 def test_a_send_that_never_left_moves_to_another_broker_at_once() -> None:
     clock = FakeClock()
     router = router_on(clock)
