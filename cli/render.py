@@ -46,6 +46,7 @@ from popmq import (
     TransactionInfo,
     User,
 )
+from popmq.sdk.cluster_status import format_age
 
 _PIPE_WIDTH = 200
 """Columns when stdout is not a terminal: wide enough that tables never wrap in a file."""
@@ -170,13 +171,8 @@ def _seconds(value: float) -> str:
 
 
 def age(seconds: float) -> str:
-    """A short human age: 0s, 42s, 3m07s, 2h05m."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{seconds:.0f}s" if seconds < 10 else f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    """A short human age: 0s, 42s, 3m07s, 2h05m (as `popmq cluster status` problems say)."""
+    return format_age(seconds)
 
 
 def format_topic(topic: Topic) -> str:

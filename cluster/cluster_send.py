@@ -26,6 +26,7 @@ Runs on the proxy's event loop; the state (rotation, memory) changes between awa
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -47,8 +48,13 @@ from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.send_outcome import BrokerUnansweredError, may_be_stored
 from popmq.cluster.topology import Topology
 from popmq.coordination.routes import QueueRef, RouteCache, TopicRoute
+from popmq.proxy.call_deadline import call_deadline
 
-__all__ = ["ClusterSend", "Store"]
+__all__ = ["DEADLINE_MARGIN_S", "ClusterSend", "Store"]
+
+DEADLINE_MARGIN_S = 0.5
+"""How long before a unary call's deadline a send stops waiting for a quarantined broker:
+time for the answer to reach the client before its deadline does."""
 
 Store = Callable[[RemoteBroker, list[NewMessage]], Awaitable[list[SendResult]]]
 """How a batch is stored on one broker: a send, or a half send."""
@@ -183,6 +189,7 @@ class ClusterSend:
                 topic,
                 topology.writable(topic),
                 partial(self._remembered, keys, to_broker),
+                deadline=self._deadline(),
                 pinned=pinned,
             )
         else:
@@ -199,6 +206,17 @@ class ClusterSend:
                 global_id = global_ids[local_id] = topology.global_id(topic, broker, local_id)
             result.queue_id = global_id
         return routed.result
+
+    def _deadline(self) -> float | None:
+        """On the fault table's clock: shortly before the deadline of the client's unary call
+        (proxy/call_deadline.py), so that a repeat waiting for its broker's quarantine is
+        answered retriably as of unknown outcome (UNAVAILABLE) while the client still
+        listens, not cut off by its deadline (DEADLINE_EXCEEDED, after which an official
+        RocketMQ client's next try waits again); None without one."""
+        deadline = call_deadline()
+        if deadline is None:
+            return None
+        return self._clock() + (deadline - time.monotonic()) - DEADLINE_MARGIN_S
 
     async def _holder(self, topic: str, batch: list[NewMessage]) -> str | None:
         """The broker of `topic` whose dedup window holds a message of the repeated `batch`

@@ -23,8 +23,9 @@ The pieces:
   never stores a second copy.
 
 Pure logic: no I/O, no tasks, no locks (a repeat waiting for a quarantine to end polls the
-table with the injected sleep). Time comes from an injectable monotonic clock
-(seconds, `time.monotonic` by default) so tests are exact. Everything runs on the proxy's
+table with the injected sleep; a repeat refused the wait is logged, at most once a minute).
+Time comes from an injectable monotonic clock (seconds, `time.monotonic` by default) so
+tests are exact. Everything runs on the proxy's
 event loop thread: the table's state changes only in synchronous code between awaits, so it
 needs no lock. Memory is bounded: one entry per broker seen (dropped by `forget`) and one
 rotation counter per topic, at most `max_tracked_topics` of them (least recently used go).
@@ -36,6 +37,7 @@ docs/fault-tolerance.md.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import zlib
@@ -56,6 +58,8 @@ from popmq.cluster.send_outcome import known_down, may_be_stored
 from popmq.coordination.config import FaultToleranceConfig
 from popmq.coordination.routes import QueueRef
 from popmq.proxy.status import BrokerFaultState
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RETRY_ON_ANOTHER_BROKER",
@@ -139,6 +143,12 @@ class _Broker:
     """Quarantined: its connection is down; no send is picked for it until `reachable`."""
     unreachable_since: float = 0.0
     """When the quarantine in force began (meaningful while `unreachable`)."""
+    waiting: int = 0
+    """Repeats of sends waiting now for its quarantine to end (SendRouter)."""
+    waits: int = 0
+    """Repeats that waited for its quarantine to end since it was first seen."""
+    wait_refusals: int = 0
+    """Repeats refused the wait (quarantine_max_waiting reached) since it was first seen."""
 
 
 _UNREACHABLE_SHOWN_S = 1.0
@@ -275,6 +285,24 @@ class FaultTable:
             state = self._brokers[broker] = _Broker()
         state.unknown_outcomes += 1
 
+    def record_wait(self, broker: str, *, began: bool) -> None:
+        """Count a repeat that begins (`began`) or ends waiting for `broker`'s quarantine."""
+        state = self._brokers.get(broker)
+        if began:
+            if state is None:
+                state = self._brokers[broker] = _Broker()
+            state.waiting += 1
+            state.waits += 1
+        elif state is not None and state.waiting > 0:  # forgotten meanwhile: not counted
+            state.waiting -= 1
+
+    def record_wait_refused(self, broker: str) -> None:
+        """Count a repeat for `broker` not let wait (quarantine_max_waiting reached)."""
+        state = self._brokers.get(broker)
+        if state is None:
+            state = self._brokers[broker] = _Broker()
+        state.wait_refusals += 1
+
     def record_exhausted(self) -> None:
         """Count one send that failed on every broker it was tried on."""
         self._exhausted += 1
@@ -356,6 +384,9 @@ class FaultTable:
                     failures=state.failures,
                     unknown_outcomes=state.unknown_outcomes,
                     quarantined_for_s=now - state.unreachable_since if state.unreachable else None,
+                    quarantine_waiting=state.waiting,
+                    quarantine_waits=state.waits,
+                    quarantine_wait_refusals=state.wait_refusals,
                 )
                 for name, state in sorted(self._brokers.items())
             ),
@@ -542,6 +573,9 @@ _IN_DOUBT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 again after that): quick first, for a connection that dropped and reconnects at once."""
 
 
+_REFUSAL_LOG_EVERY_S = 60.0
+"""A repeat refused the wait (quarantine_max_waiting reached) is logged at most this often:
+a cut under load refuses many at once."""
 _QUARANTINE_POLL_S = 0.1
 """How often a repeat waiting for its broker's quarantine to end looks at it (the probe
 looks at the connection every 0.25 s, quarantine.py)."""
@@ -582,6 +616,8 @@ class SendRouter:
         self._moved_off_dead = 0
         self._waiting = 0  # sends waiting for a quarantine to end now (quarantine_max_waiting)
         self._waited = 0
+        self._refused = 0  # repeats refused the wait: quarantine_max_waiting were waiting
+        self._refusal_logged_at = -math.inf
 
     @property
     def in_doubt_counts(self) -> tuple[int, int, int]:
@@ -594,6 +630,11 @@ class SendRouter:
         """(sends waiting now for their broker's quarantine to end, sends that waited since
         start)."""
         return (self._waiting, self._waited)
+
+    @property
+    def quarantine_wait_refusals(self) -> int:
+        """Repeats failed at once since start because quarantine_max_waiting were waiting."""
+        return self._refused
 
     async def send(
         self,
@@ -611,13 +652,15 @@ class SendRouter:
             topic: The topic sent to.
             queues: Its writable queues on live brokers (broker -> local queue ids).
             send: Sends the request to the given queue; raises a PopMQError on failure.
-            deadline: On the table's clock: no new broker is tried after it.
+            deadline: On the table's clock (a unary call's, less a margin): no new broker
+                is tried after it, nor a send of unknown outcome tried again on its broker.
             pinned: A broker an earlier send of these messages went to and may have stored
                 them on (InDoubtSends): the send goes there, as a retry of unknown outcome,
                 whether or not the broker has writable queues now; while that broker is
                 quarantined (its connection down) it waits for the quarantine to end, for
-                up to in_doubt_retry_s (and not past `deadline`), then fails as of unknown
-                outcome; at most quarantine_max_waiting sends wait, the others fail at once.
+                up to in_doubt_retry_s (and not past `deadline`: a unary call's, less a
+                margin), then fails as of unknown outcome; at most quarantine_max_waiting
+                sends wait, the others fail at once.
             idempotent: A repeat on one broker is deduplicated there (False for half
                 messages: every broker failure then moves the send on).
 
@@ -631,15 +674,21 @@ class SendRouter:
         """
         clock = self.table.clock
         config = self.table.config
-        doubt_until = clock() + config.in_doubt_retry_s
+
+        def window_end() -> float:
+            # Tries of unknown outcome stop in_doubt_retry_s after the first, and not past
+            # the client's deadline: a client told before it retries, not cut off.
+            end = clock() + config.in_doubt_retry_s
+            return end if deadline is None else min(end, deadline)
+
+        doubt_until = window_end()
         queue: QueueRef | None
         if pinned is not None:
             if idempotent and not self.table.is_reachable(pinned):
                 # Its broker's connection is down (quarantined), and another broker could
                 # store a second copy: the repeat waits for the connection, within the
                 # window a send of unknown outcome is retried in.
-                until = doubt_until if deadline is None else min(doubt_until, deadline)
-                await self._until_reachable(topic, pinned, until)
+                await self._until_reachable(topic, pinned, doubt_until)
             ids = queues.get(pinned)
             queue = QueueRef(pinned, min(ids) if ids else 0)
         else:
@@ -663,7 +712,7 @@ class SendRouter:
                 if idempotent and (in_doubt or may_be_stored(error)):
                     if not in_doubt:
                         in_doubt = True
-                        doubt_until = clock() + config.in_doubt_retry_s
+                        doubt_until = window_end()
                     self._in_doubt += 1
                     self.table.record_unknown_outcome(queue.broker)
                     if not known_down(error):
@@ -694,7 +743,9 @@ class SendRouter:
     async def _until_reachable(self, topic: str, broker: str, until: float) -> None:
         """Wait until `broker`'s quarantine ends (its probe saw its connection up, or it
         left the cluster), looking every _QUARANTINE_POLL_S. A cancelled call (the client
-        went away, or its deadline passed) stops waiting at once.
+        went away) stops waiting at once; a unary call's deadline is in `until` (the
+        caller's), while a send on a stream carries none: one its client gave up on waits
+        until `until`.
 
         Raises:
             OutcomeUnknownError: `until` passed first, or quarantine_max_waiting sends wait
@@ -702,13 +753,30 @@ class SendRouter:
         """
         table = self.table
         clock = table.clock
+        began = clock()
+        if until <= began:  # in_doubt_retry_s is 0, or the call's deadline is (nearly) past
+            why = "not waited: no time was left within in_doubt_retry_s and the call's deadline"
+            raise self._unreachable(topic, broker, why)
         limit = table.config.quarantine_max_waiting
         if self._waiting >= limit:
+            table.record_wait_refused(broker)
+            self._refused += 1
+            if began >= self._refusal_logged_at + _REFUSAL_LOG_EVERY_S:
+                self._refusal_logged_at = began
+                log.warning(
+                    "a repeat of a send for quarantined broker %s failed at once: %d repeats"
+                    " wait already (fault_tolerance.quarantine_max_waiting); %d refused so far"
+                    " (logged at most every %.0f s)",
+                    broker,
+                    limit,
+                    self._refused,
+                    _REFUSAL_LOG_EVERY_S,
+                )
             why = f"not waited: fault_tolerance.quarantine_max_waiting is {limit}"
             raise self._unreachable(topic, broker, why)
-        began = clock()
         self._waiting += 1
         self._waited += 1
+        table.record_wait(broker, began=True)
         try:
             while not table.is_reachable(broker):
                 left = until - clock()
@@ -717,6 +785,7 @@ class SendRouter:
                 await self._sleep(min(_QUARANTINE_POLL_S, left))
         finally:
             self._waiting -= 1
+            table.record_wait(broker, began=False)
 
     def _unreachable(self, topic: str, broker: str, waited: str) -> OutcomeUnknownError:
         """The error of a repeat whose broker stayed quarantined (counted as failed)."""

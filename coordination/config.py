@@ -23,9 +23,12 @@ MIN_HOP_KEEPALIVE_S = 0.5
 """The shortest `hop_keepalive_s`. A broker lets its clients ping at twice this rate
 (broker/peer_pings.py), since grpc closes a connection pinged more often than its server
 allows: a proxy pinging more often than the brokers allow would lose every connection."""
-MAX_HOP_KEEPALIVE_S = 30.0
-"""The longest `hop_keepalive_s`: beyond, a silent cut outlasts the broker call timeout
-(10 s) several times over before the quarantine sees it."""
+MAX_HOP_KEEPALIVE_S = 4.0
+"""The longest `hop_keepalive_s`. A silent cut drops the connection up to twice this after
+it (a ping's wait, then its answer's): that must come before a broker call's 10 s deadline
+ends the sends in flight, since a send that ends on its deadline while the connection still
+counts as up quarantines nothing (cluster/quarantine.py). 4 s leaves 2 s for the call to
+have started before the cut; from about 5 s, the quarantine would never begin."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +59,13 @@ class ClusterConfig:
     the listen address (with the real port)."""
     hop_keepalive_s: float = HOP_KEEPALIVE_S
     """`popmq proxy`: how often it pings each broker's connection, with or without calls,
-    and how long it waits for the answer before it drops the connection (at most 10 s): a
+    and how long it waits for the answer before it drops the connection: a
     silent cut (a one-way partition, a paused host) fails the calls in flight about twice
     this after it and quarantines the broker (docs/cluster.md). Shorter finds cuts sooner;
-    longer spares a slow network false alarms. Within 0.5..30 s: brokers allow pings every
-    0.25 s (broker/peer_pings.py), twice the fastest a proxy may ping at."""
+    longer spares a slow network false alarms. Within 0.5..4 s: brokers allow pings every
+    0.25 s (broker/peer_pings.py), twice the fastest a proxy may ping at; above 4 s a cut
+    would not drop the connection before the 10 s deadline of the sends in flight, and
+    nothing would be quarantined (MAX_HOP_KEEPALIVE_S)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:
@@ -79,8 +84,11 @@ class ClusterConfig:
         ):
             raise ValueError(
                 f"cluster.hop_keepalive_s {self.hop_keepalive_s} must be within"
-                f" {MIN_HOP_KEEPALIVE_S:g}..{MAX_HOP_KEEPALIVE_S:g} s (brokers allow pings every"
-                f" {MIN_HOP_KEEPALIVE_S / 2:g} s at most)"
+                f" {MIN_HOP_KEEPALIVE_S:g}..{MAX_HOP_KEEPALIVE_S:g} s: a proxy may ping every"
+                f" {MIN_HOP_KEEPALIVE_S:g} s at the fastest (brokers allow one every"
+                f" {MIN_HOP_KEEPALIVE_S / 2:g} s), and every {MAX_HOP_KEEPALIVE_S:g} s at the"
+                " slowest (a cut must drop the connection before the 10 s deadline of the"
+                " sends in flight, or no broker is ever quarantined)"
             )
         for endpoint in filter(None, (e.strip() for e in self.etcd.split(","))):
             host, sep, port = endpoint.rpartition(":")
@@ -188,7 +196,8 @@ class FaultToleranceConfig:
     """Sends at most that wait at once for a quarantined broker to be reachable again (a
     client's repeat of a send that may be stored there waits up to in_doubt_retry_s rather
     than fail at once); beyond, a repeat fails at once as of unknown outcome. Each waiting
-    send holds its request's messages. 0: never wait."""
+    send holds its request's messages, up to 5 MiB (a request's limit): 1,000 hold about
+    5 GiB at worst (a cut under a load of large batches). 0: never wait."""
     max_tracked_topics: int = 20_000
     """Topics whose rotation position is remembered; the least recently sent-to beyond this
     are forgotten and restart their rotation (RocketMQ proxy's route cache: 20,000 topics)."""

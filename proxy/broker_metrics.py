@@ -3,10 +3,11 @@
 `popmq proxy` exports, besides the families of its broker (the sum over the cluster's
 brokers), one series per broker in each family here: whether it answered and is registered,
 its epoch, its store and disk, its message totals and held polls, this proxy's send fault
-table's view of it (proxy/status.py `BrokerFaultState`), and each replicated shard's
-followers (in sync, lag). They are read from the server's `StatusProvider.brokers()` (each
-broker asked with a short deadline) as `LoopReadings` (runtime/metrics.py) says; PopMQServer
-adds the collector to its metrics when it has a status provider (cluster mode).
+table's view of it (proxy/status.py `BrokerFaultState`: isolation, failures, the repeats
+waiting for its quarantine to end), and each replicated shard's followers (in sync, lag).
+They are read from the server's `StatusProvider.brokers()` (each broker asked with a short
+deadline) as `LoopReadings` (runtime/metrics.py) says; PopMQServer adds the collector to
+its metrics when it has a status provider (cluster mode).
 """
 
 from __future__ import annotations
@@ -82,6 +83,23 @@ class ClusterBrokersCollector(LoopCollector):
             " again on the same broker)",
             labels=labels,
         )
+        waiting = GaugeMetricFamily(
+            "popmq_broker_quarantine_waiting",
+            "Clients' repeats of sends that may be stored on the broker waiting now for this"
+            " proxy's quarantine of it to end",
+            labels=labels,
+        )
+        waits = CounterMetricFamily(
+            "popmq_broker_quarantine_waits",
+            "Repeats of sends that waited for this proxy's quarantine of the broker to end",
+            labels=labels,
+        )
+        refusals = CounterMetricFamily(
+            "popmq_broker_quarantine_wait_refusals",
+            "Repeats of sends for the quarantined broker failed at once because"
+            " fault_tolerance.quarantine_max_waiting repeats were waiting",
+            labels=labels,
+        )
         epoch = GaugeMetricFamily(
             "popmq_broker_epoch",
             "The broker's registration epoch: it changes when the broker registers again "
@@ -143,6 +161,9 @@ class ClusterBrokersCollector(LoopCollector):
             failures.add_metric(name, faults.failures if faults is not None else 0)
             isolations.add_metric(name, faults.isolations if faults is not None else 0)
             unknown.add_metric(name, faults.unknown_outcomes if faults is not None else 0)
+            waiting.add_metric(name, faults.quarantine_waiting if faults is not None else 0)
+            waits.add_metric(name, faults.quarantine_waits if faults is not None else 0)
+            refusals.add_metric(name, faults.quarantine_wait_refusals if faults is not None else 0)
         yield from (up, live, epoch, store, free, sent, popped, acked, held)
-        yield from (isolated, failures, isolations, unknown)
+        yield from (isolated, failures, isolations, unknown, waiting, waits, refusals)
         yield from (in_sync, lag_batches, lag_bytes, lag_seconds, terms)

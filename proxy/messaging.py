@@ -41,6 +41,7 @@ from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.allocation import Strategy
+from popmq.proxy.call_deadline import set_call_deadline
 from popmq.proxy.clients import MAX_TOPICS_PER_CLIENT, ClientRegistry, ConsumeMode, Registration
 from popmq.proxy.health import LateServices
 from popmq.proxy.lease_pages import page_popper, page_size
@@ -127,6 +128,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc
     async def SendMessages(self, request: SendRequest, context: grpc.aio.ServicerContext) -> bytes:
         """Answers a SendMessagesResponse's bytes (send_stream.send_answer)."""
+        set_call_deadline(context)  # a send that would wait past it fails just before it
         return send_answer(await self.start_send(request))
 
     def start_send(

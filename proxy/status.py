@@ -39,6 +39,14 @@ class BrokerFaultState:
     quarantined_for_s: float | None = None
     """Seconds it has been quarantined (its connection down: no send goes there until a
     probe sees it up, cluster/quarantine.py); None when it is not."""
+    quarantine_waiting: int = 0
+    """Clients' repeats of sends that may be stored on it waiting now for its quarantine to
+    end (each up to in_doubt_retry_s)."""
+    quarantine_waits: int = 0
+    """Such repeats that waited, since it was first seen."""
+    quarantine_wait_refusals: int = 0
+    """Such repeats failed at once since it was first seen, because
+    fault_tolerance.quarantine_max_waiting repeats were waiting already."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

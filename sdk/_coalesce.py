@@ -24,6 +24,12 @@ What each caller sees is unchanged: its own receipt, its own message id, its own
 - Retries repeat the same message ids, so the server's dedup window stores each once.
 - Messages keep the producer's call order: a later send never overtakes an earlier one
   that waited, which matters for FIFO message groups.
+- A request being retried (its first attempt failed: a cluster proxy may hold its repeat
+  until a cut-off broker is back, up to 17 s with the default retries) gives its slot back
+  when it holds no FIFO message, so that the producer's other sends are not stuck behind
+  it; at most ``MAX_RETRYING_RPCS`` requests do so at once. Plain sends have no order
+  between them (the retried one's outcome is unknown until it is answered); a FIFO
+  request being retried keeps its slot, so that no later send overtakes it.
 - A caller cancelled while its message waits takes the message out; once the request is on
   the wire, cancelling the caller does not recall it (as with any RPC).
 """
@@ -48,9 +54,15 @@ __all__ = ["SendCoalescer"]
 
 MAX_COALESCED_MESSAGES = 1024
 """Most messages one coalesced request carries."""
+MAX_RETRYING_RPCS = 3
+"""Requests being retried that may give their slot back at once (module docstring): with
+``max_rpcs`` 1, at most 4 requests are on the wire."""
 _PER_MESSAGE_ERRORS = (InvalidArgumentError, NotFoundError, FailedPreconditionError)
 
-SendFn = Callable[[messaging_pb2.SendMessagesRequest], Awaitable[list[SendReceipt]]]
+SendFn = Callable[
+    [messaging_pb2.SendMessagesRequest, Callable[[], None]], Awaitable[list[SendReceipt]]
+]
+"""Sends a request with retries, calling its second argument when it begins to retry."""
 _Waiting = tuple[messaging_pb2.OutgoingMessage, int, int, "asyncio.Future[SendReceipt]"]
 """A message, its body bytes, its encoded bytes and its caller's future."""
 
@@ -64,6 +76,8 @@ class SendCoalescer:
         self._send = send
         self._max_rpcs = max_rpcs
         self._busy = 0
+        # Requests being retried that gave their slot back (at most MAX_RETRYING_RPCS).
+        self._released = 0
         self._waiting: deque[_Waiting] = deque()
         # A _flush is queued on the loop (call_soon) and has not run yet.
         self._flush_queued = False
@@ -75,7 +89,7 @@ class SendCoalescer:
         if self._busy < self._max_rpcs and not self._waiting and not self._flush_queued:
             self._busy += 1
             try:
-                (receipt,) = await self._send(request)
+                (receipt,) = await self._sent(request)
                 return receipt
             finally:
                 self._busy -= 1
@@ -85,6 +99,31 @@ class SendCoalescer:
         future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
         self._waiting.append((message, len(message.body), message.ByteSize(), future))
         return await future  # cancelling it drops the message if it has not left yet
+
+    async def _sent(self, request: messaging_pb2.SendMessagesRequest) -> list[SendReceipt]:
+        """``request`` sent in a slot the caller took; the slot is given back while it is
+        retried, if it holds no FIFO message and fewer than MAX_RETRYING_RPCS did so (the
+        caller's release of the slot then counts as taking it back)."""
+        released = False
+
+        def retrying() -> None:
+            nonlocal released
+            if released or self._released >= MAX_RETRYING_RPCS:
+                return
+            if any(m.message_group for m in request.messages):
+                return  # a later send of its group must not overtake it
+            released = True
+            self._released += 1
+            self._busy -= 1
+            if self._waiting:
+                self._queue_flush()
+
+        try:
+            return await self._send(request, retrying)
+        finally:
+            if released:
+                self._released -= 1
+                self._busy += 1  # the caller gives the slot back, as for any request
 
     def _queue_flush(self) -> None:
         """Run ``_flush`` on the loop's next turn, after the callbacks already due."""
@@ -123,7 +162,7 @@ class SendCoalescer:
         try:
             request = messaging_pb2.SendMessagesRequest(messages=[m for m, _, _, _ in batch])
             try:
-                receipts = await self._send(request)
+                receipts = await self._sent(request)
             except _PER_MESSAGE_ERRORS:
                 if len(batch) == 1:
                     raise
@@ -145,13 +184,19 @@ class SendCoalescer:
         self, message: messaging_pb2.OutgoingMessage, future: asyncio.Future[SendReceipt]
     ) -> None:
         try:
-            (receipt,) = await self._send(messaging_pb2.SendMessagesRequest(messages=[message]))
+            alone = messaging_pb2.SendMessagesRequest(messages=[message])
+            (receipt,) = await self._send(alone, _keeps_its_slot)
         except PopMQError as exc:
             if not future.done():
                 future.set_exception(exc)
         else:
             if not future.done():
                 future.set_result(receipt)
+
+
+def _keeps_its_slot() -> None:
+    """A message sent again alone (after its shared request failed) keeps the slot of that
+    request while retried: the others of that request are sent alongside already."""
 
 
 def _fail(batch: list[_Waiting], exc: BaseException) -> None:

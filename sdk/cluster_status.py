@@ -19,6 +19,16 @@ __all__ = [
 ]
 
 
+def format_age(seconds: float) -> str:
+    """A short human age: 0s, 42s, 3m07s, 2h05m (the CLI's tables show ages so too)."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds < 10 else f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 def _optional(message: admin_pb2.BrokerStatus, name: str) -> int | None:
     return getattr(message, name) if message.HasField(name) else None
 
@@ -288,7 +298,7 @@ class ClusterStatus:
             if broker.quarantined_for_s is not None:
                 found.append(
                     f"broker {broker.name} is quarantined by proxy {self.proxy} for"
-                    f" {broker.quarantined_for_s:.0f}s: a send to it went unanswered and its"
+                    f" {format_age(broker.quarantined_for_s)}: a send to it went unanswered and its"
                     " connection is down, so sends go to other brokers until it is up again"
                 )
         for endpoint in self.etcd or []:

@@ -10,7 +10,8 @@ Before anything goes on the wire, a send is built once (``build_send_request``):
 
 Single-message sends made while one is on the wire wait and go out together as the next
 request (``popmq.sdk._coalesce``), each with its own receipt or error, so a busy producer spends
-one request per round trip instead of one per message. Requests go over one ``SendStream``
+one request per round trip instead of one per message; a request being retried without FIFO
+messages lets the next ones go meanwhile. Requests go over one ``SendStream``
 call per producer (``popmq.sdk._send_stream``), which costs the server and the client less CPU
 than a unary call each; ``multiplex=False`` makes each a unary ``SendMessages`` call. Sends
 that fail with a retriable error (a broken stream's among them) are retried
@@ -42,7 +43,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -273,7 +274,7 @@ class AsyncProducer(AsyncClient):
         )
         self._retry = retry or RetryPolicy()
         self._max_in_flight = max_in_flight
-        self._coalescer = SendCoalescer(self.send_request) if coalesce else None
+        self._coalescer = SendCoalescer(self._send_coalesced) if coalesce else None
         self._stream = SendStream(self._conn) if multiplex else None
         # Sends under way (being built or on the wire), and the futures close() waits on
         # until that count is back to 0. Touched only on the event loop.
@@ -523,8 +524,22 @@ class AsyncProducer(AsyncClient):
         finally:
             self._end()
 
+    async def _send_coalesced(
+        self, request: messaging_pb2.SendMessagesRequest, retrying: Callable[[], None]
+    ) -> list[SendReceipt]:
+        """``send_request`` for the coalescer, which is told when the request is retried."""
+        self._begin()
+        try:
+            return await self._send(request, retry=True, retrying=retrying)
+        finally:
+            self._end()
+
     async def _send(
-        self, request: messaging_pb2.SendMessagesRequest, *, retry: bool
+        self,
+        request: messaging_pb2.SendMessagesRequest,
+        *,
+        retry: bool,
+        retrying: Callable[[], None] | None = None,
     ) -> list[SendReceipt]:
         """``send_request`` for callers that already count themselves in flight.
 
@@ -542,6 +557,8 @@ class AsyncProducer(AsyncClient):
                 repeat.CopyFrom(request)
                 repeat.repeat = True
                 request = repeat
+                if retrying is not None:
+                    retrying()
             if self._stream is not None:
                 streamed = await self._stream.send(request, self._timeout_s)
                 if streamed is not None:

@@ -29,6 +29,7 @@ from popmq._gen.apache.rocketmq.v2 import service_pb2 as sv
 from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc
 from popmq.broker_core import BrokerAPI, PopMQError, TransactionAPI
 from popmq.grpc_calls.errors import INTERNAL_MESSAGE
+from popmq.proxy.call_deadline import set_call_deadline
 from popmq.proxy.clients import ClientRegistry
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.rocketmq import codes, metadata
@@ -256,6 +257,7 @@ class RocketMQService(service_pb2_grpc.MessagingServiceServicer):
         self.touch(context)
         try:
             metadata.check_namespace(context)
+            set_call_deadline(context)  # a send that would wait past it fails just before it
             results = await self._sending.send(request)
         except PopMQError as exc:
             status = codes.status_of(exc, codes.TOPIC)

@@ -19,11 +19,16 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from popmq import Admin, Message, SendReceipt, SimpleConsumer
 from popmq import UnavailableError as SdkUnavailableError
+from popmq._gen.apache.rocketmq.v2 import definition_pb2 as v2pb
+from popmq._gen.apache.rocketmq.v2 import service_pb2 as v2_service
+from popmq._gen.apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from popmq._gen.popmq.v1 import messaging_pb2
 from popmq.sdk.producer import AsyncProducer, build_send_request
 from tests.support.fault_relay import FaultRelay
@@ -59,6 +64,36 @@ def _send(endpoint: str, request: messaging_pb2.SendMessagesRequest) -> SendRece
             return receipt
 
     return asyncio.run(send())
+
+
+def _send_unary(
+    endpoint: str, request: messaging_pb2.SendMessagesRequest, timeout_s: float
+) -> None:
+    """One unary SendMessages call of `request` with a deadline `timeout_s` away."""
+
+    async def send() -> None:
+        async with AsyncProducer(endpoint, timeout_s=timeout_s, multiplex=False) as producer:
+            await producer.send_request(request, retry=False)
+
+    asyncio.run(send())
+
+
+def _v2_send(endpoint: str, message: messaging_pb2.OutgoingMessage, timeout_s: float) -> Any:
+    """`message` sent once as an official RocketMQ client sends it (apache.rocketmq.v2
+    SendMessage, its message id kept), on a call with a deadline `timeout_s` away."""
+    v2 = v2pb.Message(
+        topic=v2pb.Resource(name=message.topic),
+        body=message.body,
+        system_properties=v2pb.SystemProperties(
+            message_id=message.message_id, body_encoding=v2pb.Encoding.IDENTITY
+        ),
+    )
+    metadata = (("x-mq-client-id", "v2-client"), ("x-mq-language", "JAVA"))
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = v2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+        return stub.SendMessage(
+            v2_service.SendMessageRequest(messages=[v2]), metadata=metadata, timeout=timeout_s
+        )
 
 
 def _request(topic: str) -> messaging_pb2.SendMessagesRequest:
@@ -112,6 +147,22 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
         assert b2.quarantined, b2
         assert any(p.startswith("broker b2 is quarantined") for p in status.problems)
 
+        # A repeat on a unary call whose deadline (3 s, an official RocketMQ client's)
+        # comes before the end of the wait (in_doubt_retry_s, 5 s) stops waiting just
+        # before it: the client is told the outcome is unknown, a retriable UNAVAILABLE,
+        # not cut off by its deadline.
+        with pytest.raises(
+            SdkUnavailableError, match=r"cannot be reached now: its connection is down \(waited \d"
+        ):
+            _send_unary(proxy, lost, timeout_s=3.0)
+        assert cluster.call(waits) == (0, 1)
+        # So does an official RocketMQ client's retry (same message id, 3 s request timeout):
+        # answered in the response's status, before its deadline.
+        answer = _v2_send(proxy, lost.messages[0], timeout_s=3.0)
+        assert answer.status.code == v2pb.Code.INTERNAL_SERVER_ERROR, answer.status
+        assert "cannot be reached now: its connection is down (waited" in answer.status.message
+        assert cluster.call(waits) == (0, 2)
+
         # The client's repeat (same message id) while b2 is still cut off: it waits.
         with ThreadPoolExecutor(1) as pool:
             repeat = pool.submit(_send, proxy, lost)
@@ -130,7 +181,7 @@ def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
         assert after == {"b1": before.get("b1", 0) + to_b1, "b2": before["b2"] + 1}, before
         (b2,) = [b for b in admin.cluster_status().brokers if b.name == "b2"]
         assert not b2.quarantined and b2.reachable, b2
-    assert cluster.call(waits) == (0, 1)
+    assert cluster.call(waits) == (0, 3)
 
     got: Counter[str] = Counter()
     with SimpleConsumer(proxy, group="audit", topic="held") as consumer:

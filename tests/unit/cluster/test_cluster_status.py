@@ -5,6 +5,7 @@ builder itself is tested against real brokers in tests/cluster/test_cluster_stat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -79,6 +80,9 @@ UNREACHABLE = BrokerStatus(
         isolations=1,
         failures=4,
         unknown_outcomes=2,
+        quarantine_waiting=3,
+        quarantine_waits=7,
+        quarantine_wait_refusals=5,
     ),
 )
 DOWN = BrokerStatus(
@@ -248,6 +252,20 @@ def test_a_quarantined_broker_is_shown_as_such_with_how_long_and_is_a_problem(
     assert [b["quarantined_for_s"] for b in document["brokers"]] == [None, pytest.approx(42.4)]
 
 
+def test_a_long_quarantine_reads_the_same_in_the_problem_and_the_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert QUARANTINED.faults is not None
+    longer = dataclasses.replace(
+        QUARANTINED, faults=dataclasses.replace(QUARANTINED.faults, quarantined_for_s=187.0)
+    )
+    status = _sdk(StatusReport(mode="cluster", cluster="prod", proxy="p1", brokers=(longer,)))
+    (problem,) = status.problems
+    assert problem.startswith("broker b4 is quarantined by proxy p1 for 3m07s:"), problem
+    render.cluster_tables(status)
+    assert "QUARANTINED 3m07s (connection down)" in capsys.readouterr().out
+
+
 def test_cluster_tables_say_when_every_etcd_endpoint_is_down(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -338,6 +356,10 @@ def test_per_broker_series_are_one_per_broker_and_absent_when_not_measured() -> 
     assert value("popmq_broker_send_unknown_outcomes_total", "b2") == 2
     assert value("popmq_broker_send_unknown_outcomes_total", "b1") == 0
     assert value("popmq_broker_isolated_seconds", "b1") == 0
+    assert value("popmq_broker_quarantine_waiting", "b2") == 3
+    assert value("popmq_broker_quarantine_waits_total", "b2") == 7
+    assert value("popmq_broker_quarantine_wait_refusals_total", "b2") == 5
+    assert value("popmq_broker_quarantine_waiting", "b1") == 0
     families = {
         metric.name: {tuple(s.labels.items()) for s in metric.samples}
         for metric in registry.collect()

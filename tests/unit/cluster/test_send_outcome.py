@@ -5,6 +5,7 @@ and the proxy's memory of where recent sends went (cluster/in_doubt.py). On a fa
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -179,6 +180,19 @@ def test_an_unknown_outcome_never_moves_and_fails_retriably_after_the_retry_time
     assert set(brokers.calls) == {home}
 
 
+def test_an_unknown_outcome_is_tried_again_no_later_than_the_deadline() -> None:
+    clock = FakeClock()
+    router = router_on(clock, in_doubt_retry_s=5.0)
+    brokers = Brokers(clock)
+    home = first_pick(router)
+    brokers.always[home] = dropped()
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match=f"may or may not be stored on broker {home!r}"):
+        run(router, brokers, deadline=began + 1.5)
+    assert set(brokers.calls) == {home}
+    assert began + 1.5 <= clock.now < began + 3.0  # not the 5 s window
+
+
 def test_a_send_that_never_left_moves_to_another_broker_at_once() -> None:
     clock = FakeClock()
     router = router_on(clock)
@@ -342,6 +356,52 @@ def test_a_cancelled_repeat_stops_waiting() -> None:
 
     asyncio.run(scenario())
     assert router.quarantine_waits == (0, 1) and brokers.calls == []
+
+
+def test_waits_and_refusals_are_counted_per_broker_and_a_refusal_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    router = router_on(clock, quarantine_max_waiting=1)
+    brokers = Brokers(clock)
+    router.table.unreachable("b")
+
+    def counts() -> tuple[int, int, int]:
+        (state,) = [s for s in router.table.snapshot().brokers if s.broker == "b"]
+        return (state.quarantine_waiting, state.quarantine_waits, state.quarantine_wait_refusals)
+
+    async def scenario() -> None:
+        waiting = asyncio.create_task(router.send("t", THREE, brokers.send, pinned="b"))
+        await asyncio.sleep(0)
+        assert counts() == (1, 1, 0)
+        for _ in range(3):
+            with pytest.raises(OutcomeUnknownError, match="quarantine_max_waiting is 1"):
+                await router.send("t", THREE, brokers.send, pinned="b")
+        assert counts() == (1, 1, 3) and router.quarantine_wait_refusals == 3
+        router.table.reachable("b")
+        await waiting
+
+    with caplog.at_level(logging.WARNING, logger="popmq.cluster.fault_tolerance"):
+        asyncio.run(scenario())
+    assert counts() == (0, 1, 3)
+    (record,) = [r for r in caplog.records if "quarantine_max_waiting" in r.getMessage()]
+    assert "quarantined broker b failed at once" in record.getMessage()
+
+
+def test_a_repeat_with_no_time_left_fails_at_once_and_is_not_counted_as_a_wait() -> None:
+    clock = FakeClock()
+    router = router_on(clock, in_doubt_retry_s=0.0)
+    router.table.unreachable("b")
+    began = clock.now
+    with pytest.raises(OutcomeUnknownError, match="not waited: no time was left"):
+        run(router, Brokers(clock), pinned="b")
+    assert clock.now == began and router.quarantine_waits == (0, 0)
+    # Nor when the call's deadline has passed.
+    router = router_on(clock)
+    router.table.unreachable("b")
+    with pytest.raises(OutcomeUnknownError, match="not waited: no time was left"):
+        run(router, Brokers(clock), pinned="b", deadline=clock.now - 1.0)
+    assert router.quarantine_waits == (0, 0)
 
 
 def test_no_wait_when_quarantine_max_waiting_is_0() -> None:
