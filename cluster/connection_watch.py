@@ -8,9 +8,10 @@ to the same process; `ConnectionDrops` tells the two apart by watching every cha
 channel's state (a poll could miss a restart between two looks). Runs on the loop: each
 wake-up is one state read.
 
-A channel without a call for gRPC's client idle timeout (30 min; a broker given no traffic
-at all: the hop streams stay open once used) goes IDLE, which counts as a drop too: such a
-broker is not held, and drops out until it registers again, as every broker did before.
+A channel without a call for gRPC's client idle timeout (30 min by default: a broker given
+no traffic at all, since the hop streams stay open once used) goes IDLE, which counts as a
+drop too: such a broker is not held, and drops out until it registers again, as every
+broker did before.
 """
 
 from __future__ import annotations
