@@ -57,6 +57,8 @@ class BrokerPool:
         self._draining = False
         # name -> when its connection was last seen up (or first looked at), by `unreachable`.
         self._up_at: dict[str, float] = {}
+        # name -> (epoch, when sync first saw that registration): changed by sync only.
+        self._seen: dict[str, tuple[int, float]] = {}
 
     def names(self) -> list[str]:
         return sorted(self._remotes)
@@ -73,11 +75,18 @@ class BrokerPool:
         return found[1]
 
     def answering(self, broker: str) -> bool:
-        """Whether this proxy has a connection to `broker` and it is up now: the route
-        cache keeps such a broker live for a while after its registration vanished
-        (RouteCache's `answering`)."""
+        """Whether this proxy's connection to `broker` is up now and has not dropped since
+        its registration was seen: the route cache keeps such a broker live for a while
+        after its registration vanished (RouteCache's `answering`). A connection that
+        dropped may be up again to another process started on the same address."""
         found = self._remotes.get(broker)
-        return found is not None and found[1].connection_up()
+        seen = self._seen.get(broker)
+        return (
+            found is not None
+            and seen is not None
+            and found[1].connection_up()
+            and found[1].drops.up_since(seen[1])
+        )
 
     def unreachable(self, after_s: float) -> list[str]:
         """The live brokers whose connection has not been up for `after_s`, as seen by the
@@ -97,7 +106,10 @@ class BrokerPool:
     async def sync(self, live: Mapping[str, Entry]) -> None:
         """Open connections to brokers that joined (or moved), close those of brokers that
         left. `live` is RouteCache.live_brokers."""
+        now = time.monotonic()
         for name, entry in live.items():
+            if self._seen.get(name, (0, 0.0))[0] != entry.created_revision:
+                self._seen[name] = (entry.created_revision, now)
             addr = entry.value.get("addr")
             if not isinstance(addr, str) or not addr:
                 log.warning("broker %s registered no address: %s", name, dict(entry.value))
@@ -122,6 +134,8 @@ class BrokerPool:
             log.info("broker %s is live at %s", name, addr)
             if current is not None:
                 self._close_later(current[1])
+        for name in [n for n in self._seen if n not in live]:
+            del self._seen[name]
         for name in [n for n in self._remotes if n not in live]:
             _, remote = self._remotes.pop(name)
             log.info("broker %s left the cluster", name)

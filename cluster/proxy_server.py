@@ -197,8 +197,9 @@ class ProxyServer:
                 return
 
     async def _follow_brokers(self) -> None:
-        """Health NOT_SERVING while no broker is registered, or while none of those
-        registered can be reached (every request would fail: a load balancer should send
+        """Health NOT_SERVING while no broker is live (registered, or held: its
+        registration vanished but its connection stayed up, RouteCache), or while none of
+        the live ones can be reached (every request would fail: a load balancer should send
         clients to a proxy that can serve them), SERVING again when one is back. Through an
         etcd outage the cached members stand, so a proxy that still reaches its brokers
         stays SERVING."""

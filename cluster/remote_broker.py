@@ -20,14 +20,13 @@ answered from a cache, for ONE broker:
 A RemoteBroker checks no pop or send arguments itself: the broker it calls does (a
 pop's with `validation.check_pop`, a send's with `validation.check_send`).
 The cache is refreshed: for a name, after this RemoteBroker's own admin writes to it
-(create, update, delete), after a send or pop naming a topic or group it did not know
-(the broker auto-creates them) and after a dead letter to a dead-letter topic it did not
-know; for a name the cache misses, in the background (the miss
-itself answers NOT_FOUND, as it would have a moment earlier); and wholly every
-`catalog_refresh_s`. So it is stale only for changes made by others (another proxy, another
-RemoteBroker, the broker's own revive creating a retry topic) and at most
-`catalog_refresh_s` or until a miss on that name. Cluster mode replaces this cache with
-the proxies' route cache fed by etcd.
+(create, update, delete), after a send or pop naming a topic or group it did not know (the
+broker auto-creates them) and after a dead letter to a dead-letter topic it did not know;
+for a name the cache misses, in the background (the miss itself answers NOT_FOUND, as it
+would have a moment earlier); and wholly every `catalog_refresh_s`. So it is stale only
+for changes made by others (another proxy, another RemoteBroker, the broker's own revive
+creating a retry topic) and at most `catalog_refresh_s` or until a miss on that name.
+Cluster mode replaces this cache with the proxies' route cache fed by etcd.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.connection_watch import ConnectionDrops
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
 from popmq.cluster.send_outcome import BrokerUnansweredError
@@ -113,8 +113,7 @@ class RemoteBroker:
             etcd, passes False: then `start` only opens the channel (it connects on the
             first call, so the broker need not be up) and the synchronous members are
             not used.
-        name: The broker's name, when the caller knows it: errors name it beside the
-            address.
+        name: The broker's name, when the caller knows it: errors name it beside its address.
         tls: Connect with TLS (a broker serving `[security] tls_cert_file`); None:
             plaintext.
         signer: Signs every call (a cluster proxy's root credential, for brokers with
@@ -163,6 +162,7 @@ class RemoteBroker:
         self._draining = False
         # Background work: the periodic catalog refresh and refreshes after a miss.
         self._tasks: set[asyncio.Task[None]] = set()
+        self.drops = ConnectionDrops()  # the connection's drops, watched from `start`
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -216,6 +216,7 @@ class RemoteBroker:
             handshake=True,
         )
         self._draining = False
+        self._spawn(self.drops.watch(self._channel), "popmq-remote-connection")
         if not self._catalog:
             return
         try:

@@ -30,14 +30,30 @@ from typing import TypeVar
 
 from popmq.broker_core import PopMQError, now_ms
 from popmq.cluster.cluster_broker import ClusterBroker
-from popmq.coordination.coordinator import member_folder
-from popmq.coordination.errors import CoordinationError
+from popmq.coordination.coordinator import decode_value, member_folder
+from popmq.coordination.errors import CoordinationError, CorruptValueError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, ProxyStatus, StatusReport
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+def _epoch(registration: Mapping[str, object], create_revision: int) -> int:
+    """A broker's epoch: the one its registration names (a shard leader registered again
+    under its term, broker/replication/election.py), else the key's create revision."""
+    named = registration.get("epoch")
+    return named if isinstance(named, int) and 0 < named <= create_revision else create_revision
+
+
+def _stored_epoch(raw: bytes, create_revision: int) -> int:
+    """`_epoch` of a value as etcd stores it (a value that is no JSON object names none)."""
+    try:
+        return _epoch(decode_value("brokers/", raw), create_revision)
+    except CorruptValueError:
+        return create_revision
+
 
 PROBE_TIMEOUT_S = 2.0
 """Deadline of each call a status report makes (a broker's metrics, an etcd read)."""
@@ -107,7 +123,7 @@ class ClusterStatus:
                 address=self._addresses.get(name, ""),
                 live=entry is not None,
                 reachable=False,
-                epoch=entry.created_revision if entry is not None else 0,
+                epoch=_epoch(entry.value, entry.created_revision) if entry is not None else 0,
                 topics=topics.get(name, 0),
                 queues=queues.get(name, 0),
                 faults=faults.get(name),
@@ -225,7 +241,10 @@ class ClusterStatus:
                 )
 
         keys = [
-            ((kv.key.decode()[len(folder) :], kv.create_revision), kv.lease)
+            (
+                (kv.key.decode()[len(folder) :], _stored_epoch(kv.value, kv.create_revision)),
+                kv.lease,
+            )
             for kv in found.kvs
             if kv.lease
         ]

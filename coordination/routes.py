@@ -368,7 +368,7 @@ class RoutesConfig:
     """How long `RouteCache.start` waits for its first listings (routes, brokers, numbers)."""
     vanished_grace_s: float = 10.0
     """How long a RouteCache keeps serving a broker whose registration vanished while its
-    connection still answers (RouteCache's `answering`), waiting for it to register again.
+    connection stayed up (RouteCache's `answering`), waiting for it to register again.
     An etcd that resumes after a pause (or a cut-off from everyone) longer than the session
     TTL revokes every lease at once, before any keepalive lands: every broker's key vanishes
     together although every broker is serving, and each registers again within about a
@@ -672,14 +672,18 @@ class RouteCache(FollowingCache):
     they resume the cache catches up (the coordinator re-lists after a compaction).
 
     A broker whose registration vanishes stays live for `config.vanished_grace_s` while
-    `answering(name)` says its connection is up, until it registers again (its new entry,
-    a new epoch, replaces the held one): an etcd that resumes after a pause longer than the
-    TTL expires every lease at once, and dropping every broker until each registers again
-    would fail sends, pops and acks that the brokers could serve. Holding one is safe: a
-    broker decides itself whether it may write (broker/fencing.py), so a broker that was
-    really replaced (a shard's new leader registers at another address, which replaces the
-    held entry) refuses what still reaches it. A broker that stops deregisters after it
-    stopped listening, so its connection is down and it is dropped at once.
+    `answering(name)` says its connection is up and has not dropped since the registration
+    was seen (a connection that came back may reach another process started on the same
+    address), until it registers again (its new entry, a new epoch, replaces the held one):
+    an etcd that resumes after a pause longer than the TTL expires every lease at once, and
+    dropping every broker until each registers again would fail sends, pops and acks that
+    the brokers could serve. Holding one is safe: a broker decides itself whether it may
+    write (broker/fencing.py), so one that was really replaced refuses what still reaches
+    it. A shard replica that stops leading while it keeps running (its connection stays
+    up) is held until the new leader registers (which replaces the held entry) or the grace
+    ends, answering every call with NOT_LEADER (retriable) meanwhile. A broker that stops
+    deregisters after it stopped listening, so its connection is down and it is dropped at
+    once.
 
     Use it as an async context (`async with RouteCache(coordinator) as cache:`).
     """

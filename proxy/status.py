@@ -63,7 +63,8 @@ class BrokerStatus:
     error: str = ""
     """Why it is not live or not reachable."""
     epoch: int = 0
-    """Its registration's epoch (member key's create revision); 0 when not live."""
+    """Its registration's epoch (the one it names, else the member key's create revision);
+    0 when not live."""
     lease_ttl_s: float | None = None
     """Seconds its registration lease has left; None when etcd did not say."""
     data_dir: str = ""

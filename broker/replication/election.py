@@ -6,9 +6,10 @@ Two keys under the cluster root (docs/replication.md):
   what proxies route to, exactly as a standalone broker's registration (they need not know
   about replicas), and its create revision is the leader's **epoch** (fencing token): a new
   leader's key is a new key, so its epoch is larger than every earlier one.
-- `shards/<shard>` = {"leader", "isr"}: persistent; the replica that was last elected and
-  the followers that hold every acknowledged send. Only a replica named there may be
-  elected (no unclean election): the last leader itself, or an in-sync follower.
+- `shards/<shard>` = {"leader", "isr", "epoch"}: persistent; the replica that was last
+  elected and the followers that hold every acknowledged send (and, once the leader wrote
+  the set, its term's epoch). Only a replica named there may be elected (no unclean
+  election): the last leader itself, or an in-sync follower.
 
 An election is one etcd transaction: the registration must be absent and `shards/<shard>`
 unchanged since the candidate read it; then both are written (the ISR starts empty: the
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from popmq.broker_core.errors import UnavailableError
 from popmq.coordination.coordinator import encode_value
 from popmq.coordination.errors import CoordinationError, LeaseNotFoundError
-from popmq.coordination.etcd import Compare, Get, LeaseKeeper, Put, RangeResult
+from popmq.coordination.etcd import Compare, Get, LeaseKeeper, Put, RangeResult, TxnResult
 from popmq.coordination.etcd_coordinator import EtcdCoordinator, prompt_lease
 
 SHARDS_FOLDER = "shards/"
@@ -144,7 +145,7 @@ class ShardElection:
             [Compare(self._leader_key, "create_revision", "==", 0), shard_compare],
             [
                 Put(self._leader_key, self._registration(), lease.id),
-                Put(self._shard_key, self._record(())),
+                Put(self._shard_key, self._record((), None)),
             ],
         )
         if not result.succeeded:
@@ -158,8 +159,13 @@ class ShardElection:
             shards_revision=result.revision,
         )
 
-    def _record(self, isr: Iterable[str]) -> bytes:
-        return encode_value({"leader": self.replica, "isr": sorted(isr)})
+    def _record(self, isr: Iterable[str], epoch: int | None) -> bytes:
+        """The in-sync set record's value; naming the writing term's `epoch` when known (an
+        election's own record is written before its epoch exists: its mod revision is it)."""
+        value: dict[str, object] = {"leader": self.replica, "isr": sorted(isr)}
+        if epoch is not None:
+            value["epoch"] = epoch
+        return encode_value(value)
 
     def _registration(self, epoch: int | None = None) -> bytes:
         """The registration's value; naming `epoch` when it is not the key's own."""
@@ -174,19 +180,25 @@ class ShardElection:
         Raises:
             LeadershipLostError: the registration is not this term's any more.
         """
-        result = await self._client.txn(
-            [
-                Compare(self._leader_key, "create_revision", "==", term.registration),
-                Compare(self._shard_key, "mod_revision", "==", term.shards_revision),
-            ],
-            [Put(self._shard_key, self._record(isr))],
-        )
+        isr = tuple(isr)
+        result = await self._write_isr(term, isr)
+        if not result.succeeded and await self._adopt(term):
+            result = await self._write_isr(term, isr)
         if not result.succeeded:
             raise LeadershipLostError(
                 f"shard {self.shard!r}: etcd no longer names this replica leader of epoch "
                 f"{term.epoch}"
             )
         term.shards_revision = result.revision
+
+    async def _write_isr(self, term: Term, isr: Iterable[str]) -> TxnResult:
+        return await self._client.txn(
+            [
+                Compare(self._leader_key, "create_revision", "==", term.registration),
+                Compare(self._shard_key, "mod_revision", "==", term.shards_revision),
+            ],
+            [Put(self._shard_key, self._record(isr, term.epoch))],
+        )
 
     async def retake(self, term: Term) -> bool:
         """After the term's lease was lost: hold its registration again under a new lease;
@@ -206,6 +218,8 @@ class ShardElection:
         lease = await prompt_lease(self._client, self.ttl_s)
         try:
             retaken = await self._move(term, lease.id) or await self._renew(term, lease.id)
+            if not retaken and await self._adopt(term):
+                retaken = await self._move(term, lease.id) or await self._renew(term, lease.id)
         except BaseException:
             with contextlib.suppress(LeaseNotFoundError, CoordinationError):
                 await self._client.lease_revoke(lease.id)
@@ -244,6 +258,34 @@ class ShardElection:
         if result.succeeded:
             term.registration = result.revision
         return result.succeeded
+
+    async def _adopt(self, term: Term) -> bool:
+        """After a failed compare: take up the term's own keys at the revisions etcd has
+        (a write of the term applied though its answer was lost); True when one changed.
+
+        A registration naming this replica and the term's epoch is one `_renew` created,
+        and an in-sync set record naming them is one `write_isr` wrote: no other term
+        writes that epoch (an election's record names none, and its key is a new one), so
+        taking them up lets nobody's write through that the compares were there to stop.
+        """
+        result = await self._client.txn([], [Get(self._leader_key), Get(self._shard_key)])
+        reads = [r for r in result.results if isinstance(r, RangeResult)]
+        leader_kv = reads[0].kvs[0] if reads[0].kvs else None
+        shard_kv = reads[1].kvs[0] if reads[1].kvs else None
+        adopted = False
+        if (
+            leader_kv is not None
+            and leader_kv.create_revision != term.registration
+            and leader_kv.value == self._registration(term.epoch)
+        ):
+            term.registration = leader_kv.create_revision
+            adopted = True
+        if shard_kv is not None and shard_kv.mod_revision != term.shards_revision:
+            record = json.loads(shard_kv.value)
+            if record.get("leader") == self.replica and record.get("epoch") == term.epoch:
+                term.shards_revision = shard_kv.mod_revision
+                adopted = True
+        return adopted
 
     async def resign(self, term: Term) -> None:
         """End the term: revoke the lease (its registration goes) and stop renewing.

@@ -96,6 +96,11 @@ PROMISE_SHARE = 0.8
 heartbeat's send): the rest is a margin for the two clocks' rates and for scheduling."""
 RETAKE_PAUSE_S = 0.5
 """How often a leader whose lease was lost tries to take its registration back."""
+REGISTERS_AGAIN_S = 2.0
+"""A follower whose leader's registration vanished while the leader still speaks goes on
+following for at most this long (and half a lease window): a leader whose lease a resumed
+etcd revoked registers again about 0.5 s after etcd answers, while a leader cut from etcd
+alone looks the same to its followers, and its failover comes that much later."""
 
 
 class ReplicaServer:
@@ -430,19 +435,12 @@ class ReplicaServer:
 
     def _leader_registers_again(self, now: ShardState, gone_since: float | None) -> bool:
         """Whether to go on following a leader whose registration is gone (etcd says
-        `now`; first seen gone at `gone_since`): while no other is registered, the leader's
-        stream still speaks (heard within a third of the lease window: a few heartbeats),
-        and for half a lease window at most. An etcd that resumes after a pause past the
-        TTL revokes the leader's lease while it serves, and the leader registers again
-        under its term within about a second (election.py, `retake`); leaving it would
-        only drop this replica from its in-sync set. A leader that went silent, or that
-        cannot reach etcd, is left as before, so failover is as prompt."""
-        window = float(self.config.cluster.session_ttl_s)
-        now_s = time.monotonic()
-        return (
-            not now.leader
-            and now_s - self.follower.heard_at < window / 3
-            and (gone_since is None or now_s - gone_since < window / 2)
+        `now`; first seen gone at `gone_since`): see `follows_vanished_leader`."""
+        return not now.leader and follows_vanished_leader(
+            now_s=time.monotonic(),
+            heard_at=self.follower.heard_at,
+            gone_since=gone_since,
+            ttl_s=float(self.config.cluster.session_ttl_s),
         )
 
     async def _lead(self, term: Term) -> None:
@@ -640,6 +638,25 @@ class ReplicaServer:
         if self._coordinator is not None:
             coordinator, self._coordinator = self._coordinator, None
             await coordinator.close()
+
+
+def follows_vanished_leader(
+    *, now_s: float, heard_at: float, gone_since: float | None, ttl_s: float
+) -> bool:
+    """Whether a follower goes on following a leader whose registration etcd shows gone
+    (no other registered; first seen gone at `gone_since`, None: just now), at `now_s`:
+    while the leader's stream still speaks (heard within a third of the lease window: a
+    few heartbeats), for min(half a window, REGISTERS_AGAIN_S) at most.
+
+    An etcd that resumes after a pause past the TTL revokes the leader's lease while it
+    serves, and the leader registers again under its term about 0.5 s later (election.py,
+    `retake`): leaving it would only drop this follower from its in-sync set. A follower
+    cannot tell that from a leader cut from etcd alone (it still speaks too), whose
+    failover therefore comes up to this long later: hence the cap. A leader that went
+    silent (dead, paused) is left at once, as before."""
+    return now_s - heard_at < ttl_s / 3 and (
+        gone_since is None or now_s - gone_since < min(ttl_s / 2, REGISTERS_AGAIN_S)
+    )
 
 
 def _short(exc: BaseException) -> str:

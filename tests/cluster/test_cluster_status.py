@@ -188,6 +188,35 @@ def test_builder_reports_a_hanging_broker_unreachable_within_its_deadline_and_a_
     asyncio.run(scenario())
 
 
+def test_builder_reports_the_epoch_a_registration_names() -> None:
+    """A shard leader registered again under its term names the term's epoch: that is its
+    epoch, not the new key's create revision."""
+
+    async def scenario() -> None:
+        coordinator = LocalCoordinator(unique_cluster())
+        await coordinator.register("broker", "b1", {"addr": "127.0.0.1:9"})
+        cluster = ClusterBroker(coordinator, proxy_info(ServerConfig()))
+        await cluster.start()
+        try:
+            await _until(
+                lambda: "b1" in cluster.routes.live_brokers, cluster.routes.wait_changed, 10
+            )
+            epoch = cluster.routes.live_brokers["b1"].created_revision
+            await coordinator.register("broker", "b2", {"addr": "127.0.0.1:9", "epoch": epoch})
+            await _until(
+                lambda: "b2" in cluster.routes.live_brokers, cluster.routes.wait_changed, 10
+            )
+            assert cluster.routes.live_brokers["b2"].created_revision > epoch
+            status = ClusterStatus(cluster, proxy_name=lambda: "p1", probe_timeout_s=0.5)
+            report = await status.report()
+        finally:
+            await cluster.close()
+            await coordinator.close()
+        assert [(b.name, b.epoch) for b in report.brokers] == [("b1", epoch), ("b2", epoch)]
+
+    asyncio.run(scenario())
+
+
 def test_builder_asks_at_most_max_probes_brokers_at_once() -> None:
     async def scenario() -> None:
         coordinator = LocalCoordinator(unique_cluster())

@@ -81,6 +81,9 @@ def test_a_shard_leader_keeps_its_term_through_an_etcd_pause_past_the_ttl(
     leader_log = shard.processes[leader].log_path.read_text(errors="replace")
     assert "stops leading" not in leader_log, shard.logs()
     assert shard.leader("s1") == leader and shard.epoch("s1") == epoch
+    # Created again (the resume revoked the old key), naming the term's epoch.
+    registration, _, _ = shard.shard_keys("s1")
+    assert registration is not None and registration.get("epoch") == epoch, registration
     # On its new lease: still there once a lease granted at the resume would have lapsed.
     time.sleep(TTL_S + 1)
     assert shard.leader("s1") == leader and shard.epoch("s1") == epoch
