@@ -448,29 +448,42 @@ class LocalCluster:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def stop(self, say: Callable[[str], None]) -> None:
+    def stop(self, say: Callable[[str], None], *, keep_logs: bool = False) -> None:
         """Stop the proxies, then the brokers, then etcd (SIGTERM to each pid, then wait;
-        SIGKILL after STOP_TIMEOUT_S), then remove a temporary data dir. Idempotent."""
+        SIGKILL after STOP_TIMEOUT_S for the group, or at once on another stop signal),
+        then remove a temporary data dir unless `keep_logs`. Idempotent."""
+        asked = self._signals.received
         for kind in STOP_ORDER:
             # Those that exited already were reported when they did.
             group = [c for c in self._of_kind(kind) if c.process.poll() is None]
             for child in group:
                 child.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S  # one for the group, not each
             for child in group:
-                try:
-                    code = child.process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
+                code = self._wait_stopped(child, deadline, asked)
+                if code is None:
                     child.process.kill()
                     child.process.wait()
                     say(f"{child.kind} {child.name} (pid {child.pid}) did not stop within "
-                        f"{STOP_TIMEOUT_S:g}s of SIGTERM: killed")  # fmt: skip
+                        f"{STOP_TIMEOUT_S:g}s of SIGTERM, or a second stop signal came: "
+                        "killed")  # fmt: skip
                     continue
                 if code not in (0, -signal.SIGTERM):  # etcd ends by re-raising it, cleanly
                     say(f"{child.kind} {child.name} (pid {child.pid}) exited with {code} on "
                         f"SIGTERM; the end of its log:\n{child.log_tail()}")  # fmt: skip
         self.children.clear()
-        if self._temporary:
+        if self._temporary and not keep_logs:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _wait_stopped(self, child: Any, deadline: float, asked: int | None) -> int | None:
+        """`child`'s exit code once it exits; None once `deadline` passed or a stop signal
+        came after `asked` (a second Ctrl-C: kill what is left)."""
+        while True:
+            try:
+                return int(child.process.wait(0.1))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline or self._signals.received != asked:
+                    return None
 
     @property
     def temporary(self) -> bool:
@@ -609,7 +622,9 @@ def add_parser(cluster_commands: Any) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"popmq cluster local: {text}", file=sys.stderr, flush=True)
+    # A closed terminal or a dead `| tee` must not keep the ordered stop from running.
+    with contextlib.suppress(OSError):
+        print(f"popmq cluster local: {text}", file=sys.stderr, flush=True)
 
 
 def cluster_local(args: argparse.Namespace) -> int:
@@ -637,7 +652,12 @@ def cluster_local(args: argparse.Namespace) -> int:
     if binary is None:
         print(f"error: {ETCD_INSTALL_HINT}", file=sys.stderr)
         return 1
-    cluster = LocalCluster(config, binary)
+    try:
+        cluster = LocalCluster(config, binary)
+    except OSError as exc:
+        print(f"error: --data-dir {config.data_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    keep_logs = False
     with cluster.stop_signals():
         try:
             _say(f"starting etcd, {_counts(config)} (data and logs in {cluster.root})")
@@ -650,13 +670,13 @@ def cluster_local(args: argparse.Namespace) -> int:
             _say("stopped")
             return 0
         except LocalClusterError as exc:
-            removed = "; the temporary logs go too (--data-dir keeps them)"
-            _say(f"{exc}\nstopping the rest{removed if cluster.temporary else ''}")
-            cluster.stop(_say)
+            # The logs say why: a temporary data dir is kept after a failure.
+            keep_logs = True
+            _say(f"{exc}\nstopping the rest; the logs stay in {cluster.root}")
+            cluster.stop(_say, keep_logs=True)
             return 1
-        except BaseException:
-            cluster.stop(_say)
-            raise
+        finally:
+            cluster.stop(_say, keep_logs=keep_logs)  # whatever happened above (idempotent)
     raise AssertionError("watch() returns only by raising")
 
 

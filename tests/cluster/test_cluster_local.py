@@ -124,14 +124,14 @@ def start_local(tmp_path: Path) -> Iterator[StartLocal]:
     ready; at teardown anything still running is killed, children by their printed pids."""
     runs: list[LocalRun] = []
 
-    def start(*args: str) -> LocalRun:
+    def start(*args: str, closed_stderr: bool = False) -> LocalRun:
         stderr_path = tmp_path / f"cluster-local-{len(runs)}.stderr"
         with stderr_path.open("w") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-m", "popmq.cli", "cluster", "local", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=stderr,
+                stderr=subprocess.PIPE if closed_stderr else stderr,
                 text=True,
                 env=_env(tmp_path),
                 cwd=tmp_path,
@@ -141,6 +141,9 @@ def start_local(tmp_path: Path) -> Iterator[StartLocal]:
         run.pump = threading.Thread(target=_pump, args=(process, run.lines), daemon=True)
         run.pump.start()
         run.read_until_ready()
+        if closed_stderr:  # as a closed terminal or a dead `| tee` leaves it
+            assert process.stderr is not None
+            process.stderr.close()
         return run
 
     yield start
@@ -266,6 +269,18 @@ def test_a_child_that_dies_ends_the_cluster_with_exit_1_and_stops_the_rest(
     assert run.process.wait(120) == 1, run.output()
     assert f"broker b2 (pid {b2}) was killed by SIGKILL" in run.stderr()
     assert [pid for pid in run.pids if _alive(pid)] == []
+    # The logs say why, so a temporary data dir is kept after a failure.
+    assert run.data_dir is not None and (run.data_dir / "b2.log").is_file()
+    assert f"the logs stay in {run.data_dir}" in run.stderr()
+
+
+def test_a_closed_stderr_does_not_keep_the_ordered_stop_from_running(
+    start_local: StartLocal,
+) -> None:
+    run = start_local("--brokers", "1", "--proxies", "1", closed_stderr=True)
+    assert run.interrupt() == 0
+    assert [pid for pid in run.pids if _alive(pid)] == []
+    assert run.data_dir is not None and not run.data_dir.exists()
 
 
 @pytest.mark.parametrize(
