@@ -159,11 +159,12 @@ class SendStreamSession(
             self._reject(request_id, "INVALID_ARGUMENT", "the request has no send")
             return True
         send = request.send
-        if self._begin_send is None or self._running or self._unanswered >= MAX_IN_FLIGHT:
-            # A task of its own (or the limit's answer), after those before it.
+        if self._begin_send is None or self._running:
+            # A task of its own, after those before it.
             self._start(request_id, send, began, lambda _bound, _wait: self._start_send(send))
             return True
-        self._unanswered += 1
+        if not self._count(request_id, send, began):
+            return True
         try:
             started = self._begin_send(send)
         except PopMQError as exc:
