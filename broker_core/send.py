@@ -592,10 +592,10 @@ class SendTicket:
             if answer is None or answer.done():  # a wait before this one was cancelled
                 answer = self._answer = job.get_loop().create_future()
             await answer
-        job.result()  # what failed the write, before the waits for the sends it repeats
+        stored = job.result()  # what failed the write, before the sends it repeats
         for _, earlier, _ in self._later:
             await earlier
-        return self._collected()
+        return self._collected(stored)
 
     def add_done_callback(
         self, callback: Callable[[object], object], context: contextvars.Context | None = None
@@ -616,10 +616,9 @@ class SendTicket:
         for _, earlier, _ in self._later:
             if not earlier.done():
                 return None
-        return self._collected()
+        return self._collected(self._stored.result())
 
-    def _collected(self) -> list[SendResult]:
-        stored = self._stored.result()
+    def _collected(self, stored: list[SendResult]) -> list[SendResult]:
         results = self._results
         # Indexed, not zip(..., strict=True) (a keyword call, compiled): one stored result
         # per planned message, in plan order.
