@@ -8,8 +8,9 @@ broker.py); long pollers are woken only after the commit.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
@@ -591,14 +592,40 @@ class SendTicket:
             if answer is None or answer.done():  # a wait before this one was cancelled
                 answer = self._answer = job.get_loop().create_future()
             await answer
-        stored = job.result()
+        stored = job.result()  # what failed the write, before the sends it repeats
+        for _, earlier, _ in self._later:
+            await earlier
+        return self._collected(stored)
+
+    def add_done_callback(
+        self, callback: Callable[[object], object], context: contextvars.Context | None = None
+    ) -> None:
+        """Call `callback` (given an object to ignore) on the loop once the write has
+        settled, after the send's dedup claims ended: `results_now` then answers, unless
+        the send repeats a concurrent one still under way. A stream's sends are answered
+        this way without a task each (proxy/send_stream.py). `context`: as
+        for a future's (None: a copy of the current one)."""
+        self._stored.add_done_callback(callback, context=context)
+
+    def results_now(self) -> list[SendResult] | None:
+        """What `results` returns (or raises), once the write and those of the concurrent
+        sends this one repeats have settled; None while one is still under way (then await
+        `results`)."""
+        if not self._stored.done():
+            return None
+        for _, earlier, _ in self._later:
+            if not earlier.done():
+                return None
+        return self._collected(self._stored.result())
+
+    def _collected(self, stored: list[SendResult]) -> list[SendResult]:
         results = self._results
         # Indexed, not zip(..., strict=True) (a keyword call, compiled): one stored result
         # per planned message, in plan order.
         for i, p in enumerate(self._plan):
             results[p.index] = stored[i]
         for i, earlier, j in self._later:
-            results[i] = duplicate_of((await earlier)[j])
+            results[i] = duplicate_of(earlier.result()[j])
         return [r for r in results if r is not None]
 
 

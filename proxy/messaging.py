@@ -20,6 +20,7 @@ from popmq.broker_core import (
     MAX_QUEUES,
     MAX_SEND_MESSAGES,
     PULL_DEFAULT_MESSAGES,
+    Broker,
     BrokerAPI,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -36,6 +37,7 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
+from popmq.broker_core.send import SendTicket
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
@@ -97,6 +99,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._send_repeat: Callable[
             [Sequence[NewMessage]], Coroutine[Any, Any, list[SendResult]]
         ] = broker.send_repeat if isinstance(broker, RepeatedSendAPI) else broker.send
+        self._send_now: Callable[[Sequence[NewMessage]], SendTicket | None] | None = (
+            broker.send_now if isinstance(broker, Broker) else None
+        )
+        """Hands a send to group commit at once (`begin_send`): the server's own broker's."""
         """How a send the client marked as a repeat is sent (RepeatedSendAPI)."""
         self._transaction_checks = transaction_checks
         """Where TransactionChecks streams register their producers (None: the RPC answers
@@ -135,7 +141,26 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: SendRequest | messaging_pb2.SendMessagesRequest
     ) -> Coroutine[Any, Any, list[SendResult]]:
         """Schedule a send's messages and return the broker's send coroutine for it (not yet
-        started).
+        started): `_start_send`."""
+        started = self._start_send(request, None)
+        assert not isinstance(started, SendTicket)  # none without send_now
+        return started
+
+    def begin_send(
+        self, request: SendRequest
+    ) -> SendTicket | Coroutine[Any, Any, list[SendResult]]:
+        """`start_send` for a SendStream: a plain send (not transactional, not a repeat) to
+        topics that exist, on the server's own broker, is handed to group commit before this
+        returns, and its ticket is returned instead of a coroutine (proxy/send_stream.py)."""
+        return self._start_send(request, self._send_now)
+
+    def _start_send(
+        self,
+        request: SendRequest | messaging_pb2.SendMessagesRequest,
+        send_now: Callable[[Sequence[NewMessage]], SendTicket | None] | None,
+    ) -> SendTicket | Coroutine[Any, Any, list[SendResult]]:
+        """Schedule a send's messages and return the broker's send coroutine for it (not yet
+        started), or, given `send_now`, its ticket when the broker took it at once.
 
         The one path of the SendMessages RPC and of each send of a SendStream, so both
         accept and reject alike. The request is as their deserializer read it
@@ -173,6 +198,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             )
         if request.repeat:  # a client's retry: its first try may be stored on any broker
             return self._send_repeat(messages)
+        if send_now is not None and (ticket := send_now(messages)) is not None:
+            return ticket
         return self._broker.send(messages)
 
     async def SendStream(
@@ -182,7 +209,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> None:
         """Many sends over one stream, each served as `SendMessages` serves it, started in
         the order read (proxy/send_stream.py)."""
-        session = SendStreamSession(self.start_send, context, self._observe_send)
+        session = SendStreamSession(
+            self.start_send,
+            context,
+            self._observe_send,
+            begin_send=None if self._send_now is None else self.begin_send,
+        )
         if self._releasing:
             session.release()
         self._streams.add(session)

@@ -381,6 +381,19 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         Nothing is awaited between reading a request and creating its task, and tasks start
         in creation order: the requests of a stream start in the order read.
         """
+        if not self._count(request_id, request, began):
+            return
+        entry = _Request(request_id, began, request, coroutine_for)
+        if self._paused and self._restartable(request):
+            self._deferred.append(entry)
+            if self._by_id is not None:
+                self._by_id[request_id] = entry
+            return
+        self._launch(entry)
+
+    def _count(self, request_id: int, request: RequestT, began: float) -> bool:
+        """Count a request read as in flight, or answer it RESOURCE_EXHAUSTED when the
+        stream has `MAX_IN_FLIGHT` already: whether it was counted."""
         if self._unanswered >= MAX_IN_FLIGHT:
             self._reject(
                 request_id,
@@ -390,15 +403,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 request,
                 began,
             )
-            return
+            return False
         self._unanswered += 1
-        entry = _Request(request_id, began, request, coroutine_for)
-        if self._paused and self._restartable(request):
-            self._deferred.append(entry)
-            if self._by_id is not None:
-                self._by_id[request_id] = entry
-            return
-        self._launch(entry)
+        return True
 
     def _grant(self, entry: _Request[RequestT, ResultT]) -> int | None:
         """Bytes to reserve for an admitted request's answer now, or None: it must wait."""

@@ -10,7 +10,8 @@ import pytest
 
 from popmq.broker_core.errors import InvalidArgumentError
 from popmq.broker_core.types import NewMessage
-from tests.unit.conftest import OpenBroker, hold_fsync, now_ms
+from tests.support.waiting import until
+from tests.unit.conftest import OpenBroker, hold_fsync, now_ms, settle
 
 
 def test_a_send_over_several_queues_stores_each_in_send_order(open_broker: OpenBroker) -> None:
@@ -264,5 +265,38 @@ def test_a_send_that_fails_while_planned_leaves_no_claim_behind(open_broker: Ope
                 broker.send([NewMessage("orders", b"y", message_id="M")]), 30
             )
             assert not stored.duplicate and stored.offset == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_tickets_results_are_ready_at_once_after_its_done_callback(
+    open_broker: OpenBroker,
+) -> None:
+    """`results_now` answers nothing while the write is under way and, from the ticket's
+    done-callback on, what `results` answers: a repeat of an earlier send its duplicate."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            gate, earlier = await hold_fsync(broker, "orders")
+            first = broker.send_now([NewMessage("orders", b"first", message_id="M")])
+            repeat = broker.send_now([NewMessage("orders", b"repeat", message_id="M")])
+            assert first is not None and repeat is not None
+            settled: list[object] = []
+            repeat.add_done_callback(settled.append)
+            await settle()
+            assert first.results_now() is None
+            assert repeat.results_now() is None
+            assert settled == []
+            gate.set()
+            await until(lambda: bool(settled), "the repeat's write to settle", 10.0)
+            ready = repeat.results_now()
+            assert ready is not None
+            assert ready == await repeat.results()
+            assert ready[0].duplicate and ready[0].offset == 2
+            assert first.results_now() == await first.results()
+            for ticket in earlier:
+                assert ticket is not None
+                await ticket.results()
 
     asyncio.run(scenario())

@@ -1,7 +1,9 @@
 """SendStreamSession against a fake call context and a fake broker send (no server).
 
 The tests hold sends in flight as long as they like, which a real broker's fast writes do
-not allow: the in-flight limit, the start order, and what shutdown answers.
+not allow: the in-flight limit, the start order, and what shutdown answers. The last ones
+run a real broker whose fsync is held, for the sends handed to group commit as they are read
+(`begin_send`, `Broker.send_now`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import grpc
 import grpc.aio
 
 from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core import Broker, NewMessage
 from popmq.broker_core.errors import InvalidArgumentError
+from popmq.broker_core.send import SendTicket
 from popmq.broker_core.types import SendResult
 from popmq.proxy import convert
 from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.proxy.send_stream import MAX_IN_FLIGHT, SendStreamSession
+from tests.unit.conftest import OpenBroker, hold_fsync
 
 
 class FakeContext:
@@ -75,12 +80,14 @@ class FakeBroker:
         return [SendResult(body.decode(), "orders", 0, n, "") for n, body in enumerate(bodies)]
 
 
-def _request(request_id: int, body: bytes) -> SendStreamRequest:
+def _request(
+    request_id: int, body: bytes, topic: str = "orders", **fields: Any
+) -> SendStreamRequest:
     """A request as the method's deserializer reads it."""
     request = messaging_pb2.SendStreamRequest(
         request_id=request_id,
         send=messaging_pb2.SendMessagesRequest(
-            messages=[messaging_pb2.OutgoingMessage(topic="orders", body=body)]
+            messages=[messaging_pb2.OutgoingMessage(topic=topic, body=body, **fields)]
         ),
     )
     return SendStreamRequest.FromString(request.SerializeToString())
@@ -207,3 +214,101 @@ def test_a_cancelled_call_cancels_its_sends() -> None:
 
     broker = asyncio.run(scenario())
     assert broker.held[b"hold-1"].cancelled()
+
+
+def _begin_send(broker: Broker) -> Any:
+    """What MessagingServicer.begin_send does for a plain send: the ticket, or the send's
+    coroutine when a topic must be created first."""
+
+    def begin(request: SendRequest) -> Any:
+        return broker.send_now(request.messages) or broker.send(request.messages)
+
+    return begin
+
+
+def test_sends_handed_to_group_commit_are_answered_in_order_each_with_its_outcome(
+    open_broker: OpenBroker,
+) -> None:
+    """Sends begun as they are read (no task each) get the answers a task would have given:
+    their receipts in order, a repeat of a send still being written its duplicate, a refused
+    send its error, each observed once."""
+    observed: list[str] = []
+
+    async def scenario() -> tuple[FakeContext, list[bytes]]:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            gate, earlier = await hold_fsync(broker, "orders")  # the sends below wait behind
+            context = FakeContext()
+            session = SendStreamSession(
+                broker.send,  # never used: every send here is begun at once
+                context,  # type: ignore[arg-type]
+                lambda code, _s, _r, _p, _d: observed.append(code),
+                begin_send=_begin_send(broker),
+            )
+            serving = asyncio.ensure_future(session.serve())
+            context.reads.put_nowait(_request(1, b"a", message_id="A"))
+            context.reads.put_nowait(_request(2, b"b"))
+            context.reads.put_nowait(_request(3, b"again", message_id="A"))
+            context.reads.put_nowait(_request(4, b"x", topic="missing"))
+            await _settle()
+            assert list(context.answers()) == [4]  # the refusal only: the writes are held
+            gate.set()
+            context.reads.put_nowait(grpc.aio.EOF)
+            await serving
+            for ticket in earlier:
+                assert isinstance(ticket, SendTicket)
+                await ticket.results()
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            return context, [m.record.body for m in stored]
+
+    context, stored = asyncio.run(scenario())
+    answers = context.answers()
+    assert [a.request_id for a in context.written] == [4, 1, 2, 3]
+    assert answers[4].error.code == "NOT_FOUND"
+    assert "topic 'missing' does not exist" in answers[4].error.message
+    results = [answers[n].send.results[0] for n in (1, 2, 3)]
+    assert [(r.offset, r.duplicate) for r in results] == [(2, False), (3, False), (2, True)]
+    assert results[2].message_id == "A"
+    assert stored == [b"x", b"y", b"a", b"b"]
+    assert sorted(observed) == ["NOT_FOUND", "OK", "OK", "OK"]
+    assert context.code is None
+
+
+def test_a_call_ending_before_its_sends_are_written_gives_up_only_their_answers(
+    open_broker: OpenBroker,
+) -> None:
+    """The call ends while its send waits for its write: the write and the send's dedup
+    claim go on, so a retry arriving before the write is its duplicate, stored once."""
+
+    async def scenario() -> tuple[FakeContext, bool, list[bytes]]:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            gate, earlier = await hold_fsync(broker, "orders")
+            context = FakeContext()
+            session = SendStreamSession(
+                broker.send,
+                context,  # type: ignore[arg-type]
+                begin_send=_begin_send(broker),
+            )
+            serving = asyncio.ensure_future(session.serve())
+            context.reads.put_nowait(_request(1, b"first", message_id="M"))
+            await _settle()
+            serving.cancel()  # the client went away
+            await asyncio.gather(serving, return_exceptions=True)
+            retry = asyncio.ensure_future(
+                broker.send([NewMessage("orders", b"retry", message_id="M")])
+            )
+            await _settle()
+            gate.set()
+            (retried,) = await retry
+            for ticket in earlier:
+                assert isinstance(ticket, SendTicket)
+                await ticket.results()
+            await _settle()
+            stored = await broker.peek("orders", queue_id=0, max_messages=8)
+            return context, retried.duplicate, [m.record.body for m in stored]
+
+    context, duplicate, stored = asyncio.run(scenario())
+    assert context.written == []  # nobody read an answer after the call ended
+    assert duplicate
+    assert stored == [b"x", b"y", b"first"]
