@@ -58,8 +58,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+from popmq.broker_core import jobs as write_jobs
 from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.offsets import QueueOffsets
@@ -152,6 +153,17 @@ class _SyncThread:
                 loop.call_soon_threadsafe(done, error)
 
 
+@runtime_checkable
+class ReplicationTap(Protocol):
+    """What the writer uses of a replicating store's tap (the leader's replication log)."""
+
+    joined: Callable[[], None] | None
+    """Called when a follower joined the in-sync set."""
+
+    def barrier(self, batch: Batch, synced: bool) -> asyncio.Future[None] | None:
+        """What a written batch's jobs wait for (`GroupCommitWriter.barrier`)."""
+
+
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
     if future.done():
         return
@@ -226,6 +238,25 @@ class GroupCommitWriter:
         complete (replication to in-sync followers), or None when it need not wait. Also
         asked for an empty batch of sends (nothing written, `batch.lsn` 0): what repeats
         answered from earlier writes wait for (`_confirm`)."""
+
+    def replicate(self, tap: object) -> None:
+        """Wait for `tap`'s barrier when it is a replication log (else for nothing), and
+        confirm the sends a failed barrier held back whenever a follower joins its in-sync
+        set (`follower_joined`)."""
+        if isinstance(tap, ReplicationTap):
+            self.barrier = tap.barrier
+            tap.joined = self.follower_joined
+        else:
+            self.barrier = None
+
+    def follower_joined(self) -> None:
+        """A follower joined the in-sync set: sends held back by a failed barrier are
+        confirmed now by an empty batch of sends (`_confirm`: it waits until the in-sync
+        followers hold the last batch owed to them, then publishes what was held), not only
+        when the next send completes, which on an idle shard may be never."""
+        if self._unreplicated and self.refusal is None:
+            future = self.submit(write_jobs.confirm, sync=False)
+            future.add_done_callback(write_jobs.ignore_result)
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
