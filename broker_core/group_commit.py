@@ -501,7 +501,7 @@ class GroupCommitWriter:
         (A read-only open after a failed reopen flushes nothing: it waits.)"""
         self._unsynced = False
         publish = not self._unreplicated
-        grown = self.offsets.reload_unsettled(publish=publish)
+        grown = self.offsets.reload_unsettled(publish=publish, shipped=self.barrier is not None)
         self._unsettled_in = generation if self.offsets.unsettled else 0
         if grown:
             self._settled(grown)
