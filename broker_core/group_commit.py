@@ -435,6 +435,10 @@ class GroupCommitWriter:
         """The barrier (`outcomes[0]`) and the fsync (if any) are done: record what is in
         doubt, then complete or fail the batch."""
         replicated, *fsynced = outcomes
+        fsync_error = fsynced[0] if fsynced and isinstance(fsynced[0], BaseException) else None
+        if synced and fsync_error is None:
+            # This fsync covered every write before it, whatever became of the barrier.
+            self._unsynced = False
         if isinstance(replicated, BaseException):
             self._unreplicated = True
         elif quorum:
@@ -443,7 +447,6 @@ class GroupCommitWriter:
             # batch that is not a send's is acknowledged by whichever followers are in sync,
             # however few, so it proves nothing for the sends held back.
             self._unreplicated = False
-        fsync_error = fsynced[0] if fsynced and isinstance(fsynced[0], BaseException) else None
         error = fsync_error or (replicated if isinstance(replicated, BaseException) else None)
         self._synced(
             error, jobs, results, began, synced=synced, fsync_failed=fsync_error is not None
