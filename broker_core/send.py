@@ -22,6 +22,7 @@ from popmq.broker_core.dedup import PendingDedup, duplicate_of
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
@@ -447,10 +448,12 @@ class Sender:
     ) -> tuple[int, dict[str, TopicInfo]] | None:
         """`admit` without a wait: None when a topic of the send is not one of this broker's
         normal topics (`admit` creates it, or says why not)."""
-        stamp = self._checked(messages)
+        # Topics first: a send whose topic must be created goes to `admit`, which checks
+        # the room on disk itself; checked here too, it would claim that room twice.
         topics = self._known_topics(messages)
         if topics is None:
             return None
+        stamp = self._checked(messages)
         self._check_types(messages, topics, half=half)
         return stamp, topics
 
@@ -592,10 +595,16 @@ class SendTicket:
                 answer = self._answer = job.get_loop().create_future()
             await answer
         stored = job.result()
+        plan = self._plan
+        if len(stored) != len(plan):
+            # Indexing below would silently drop or misplace results: say so loudly.
+            raise InternalError(
+                f"a send stored {len(stored)} message(s) of the {len(plan)} it planned"
+            )
         results = self._results
         # Indexed, not zip(..., strict=True) (a keyword call, compiled): one stored result
         # per planned message, in plan order.
-        for i, p in enumerate(self._plan):
+        for i, p in enumerate(plan):
             results[p.index] = stored[i]
         for i, earlier, j in self._later:
             results[i] = duplicate_of((await earlier)[j])
