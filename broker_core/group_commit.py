@@ -35,8 +35,11 @@ With replication (docs/replication.md), a `barrier` may hold a written batch bac
 shard's in-sync followers hold it too: its completion then waits for the local fsync (if
 any) and the barrier's future together, off the loop, as a contended fsync does. A failed
 barrier holds the batch's offsets back the same way, until a later batch of sends completes
-after its own barrier (the in-sync followers then hold every batch before it); a reopen of
-the store alone does not publish them.
+after its own barrier (the in-sync followers then hold every batch before it), or until a
+follower joins the in-sync set (`follower_joined` confirms them with an empty batch of
+sends); a reopen of the store alone does not publish them, and with replication it does
+not give the offsets of what it lost to new messages (the followers may hold that batch:
+`QueueOffsets.reload_unsettled(shipped=True)`).
 
 A job that writes nothing (a repeated send answered as a duplicate) completes at once,
 unless what it answers from may be in doubt (`_confirm`): after a failed fsync, until a
