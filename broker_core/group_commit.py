@@ -61,7 +61,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
 from popmq.broker_core import jobs as write_jobs
 from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
@@ -156,7 +156,6 @@ class _SyncThread:
                 loop.call_soon_threadsafe(done, error)
 
 
-@runtime_checkable
 class ReplicationTap(Protocol):
     """What the writer uses of a replicating store's tap (the leader's replication log)."""
 
@@ -246,9 +245,11 @@ class GroupCommitWriter:
         """Wait for `tap`'s barrier when it is a replication log (else for nothing), and
         confirm the sends a failed barrier held back whenever a follower joins its in-sync
         set (`follower_joined`)."""
-        if isinstance(tap, ReplicationTap):
-            self.barrier = tap.barrier
-            tap.joined = self.follower_joined
+        # Duck-typed (a runtime-checkable Protocol does not compile with mypyc).
+        if hasattr(tap, "barrier") and hasattr(tap, "joined"):
+            replicating = cast(ReplicationTap, tap)
+            self.barrier = replicating.barrier
+            replicating.joined = self.follower_joined
         else:
             self.barrier = None
 
