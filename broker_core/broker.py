@@ -179,7 +179,7 @@ class Broker:
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
-        self.writer.barrier = getattr(store.tap, "barrier", None)
+        self.writer.replicate(store.tap)
         if view:
             self.writer.refusal = "this is a read-only view of a replica's store"
         self._wire(store, identity)

@@ -35,8 +35,11 @@ With replication (docs/replication.md), a `barrier` may hold a written batch bac
 shard's in-sync followers hold it too: its completion then waits for the local fsync (if
 any) and the barrier's future together, off the loop, as a contended fsync does. A failed
 barrier holds the batch's offsets back the same way, until a later batch of sends completes
-after its own barrier (the in-sync followers then hold every batch before it); a reopen of
-the store alone does not publish them.
+after its own barrier (the in-sync followers then hold every batch before it), or until a
+follower joins the in-sync set (`follower_joined` confirms them with an empty batch of
+sends); a reopen of the store alone does not publish them, and with replication it does
+not give the offsets of what it lost to new messages (the followers may hold that batch:
+`QueueOffsets.reload_unsettled(shipped=True)`).
 
 A job that writes nothing (a repeated send answered as a duplicate) completes at once,
 unless what it answers from may be in doubt (`_confirm`): after a failed fsync, until a
@@ -58,8 +61,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
+from popmq.broker_core import jobs as write_jobs
 from popmq.broker_core.errors import OutcomeUnknownError, PopMQError, UnavailableError
 from popmq.broker_core.log_limit import RepeatedWarning
 from popmq.broker_core.offsets import QueueOffsets
@@ -152,6 +156,16 @@ class _SyncThread:
                 loop.call_soon_threadsafe(done, error)
 
 
+class ReplicationTap(Protocol):
+    """What the writer uses of a replicating store's tap (the leader's replication log)."""
+
+    joined: Callable[[], None] | None
+    """Called when a follower joined the in-sync set."""
+
+    def barrier(self, batch: Batch, synced: bool) -> asyncio.Future[None] | None:
+        """What a written batch's jobs wait for (`GroupCommitWriter.barrier`)."""
+
+
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
     if future.done():
         return
@@ -226,6 +240,27 @@ class GroupCommitWriter:
         complete (replication to in-sync followers), or None when it need not wait. Also
         asked for an empty batch of sends (nothing written, `batch.lsn` 0): what repeats
         answered from earlier writes wait for (`_confirm`)."""
+
+    def replicate(self, tap: object) -> None:
+        """Wait for `tap`'s barrier when it is a replication log (else for nothing), and
+        confirm the sends a failed barrier held back whenever a follower joins its in-sync
+        set (`follower_joined`)."""
+        # Duck-typed (a runtime-checkable Protocol does not compile with mypyc).
+        if hasattr(tap, "barrier") and hasattr(tap, "joined"):
+            replicating = cast(ReplicationTap, tap)
+            self.barrier = replicating.barrier
+            replicating.joined = self.follower_joined
+        else:
+            self.barrier = None
+
+    def follower_joined(self) -> None:
+        """A follower joined the in-sync set: sends held back by a failed barrier are
+        confirmed now by an empty batch of sends (`_confirm`: it waits until the in-sync
+        followers hold the last batch owed to them, then publishes what was held), not only
+        when the next send completes, which on an idle shard may be never."""
+        if self._unreplicated and self.refusal is None:
+            future = self.submit(write_jobs.confirm, sync=False)
+            future.add_done_callback(write_jobs.ignore_result)
 
     def add_flush_hook(self, hook: Callable[[Batch], None]) -> None:
         self._flush_hooks.append(hook)
@@ -404,6 +439,10 @@ class GroupCommitWriter:
         """The barrier (`outcomes[0]`) and the fsync (if any) are done: record what is in
         doubt, then complete or fail the batch."""
         replicated, *fsynced = outcomes
+        fsync_error = fsynced[0] if fsynced and isinstance(fsynced[0], BaseException) else None
+        if synced and fsync_error is None:
+            # This fsync covered every write before it, whatever became of the barrier.
+            self._unsynced = False
         if isinstance(replicated, BaseException):
             self._unreplicated = True
         elif quorum:
@@ -412,7 +451,6 @@ class GroupCommitWriter:
             # batch that is not a send's is acknowledged by whichever followers are in sync,
             # however few, so it proves nothing for the sends held back.
             self._unreplicated = False
-        fsync_error = fsynced[0] if fsynced and isinstance(fsynced[0], BaseException) else None
         error = fsync_error or (replicated if isinstance(replicated, BaseException) else None)
         self._synced(
             error, jobs, results, began, synced=synced, fsync_failed=fsync_error is not None
@@ -470,7 +508,7 @@ class GroupCommitWriter:
         (A read-only open after a failed reopen flushes nothing: it waits.)"""
         self._unsynced = False
         publish = not self._unreplicated
-        grown = self.offsets.reload_unsettled(publish=publish)
+        grown = self.offsets.reload_unsettled(publish=publish, shipped=self.barrier is not None)
         self._unsettled_in = generation if self.offsets.unsettled else 0
         if grown:
             self._settled(grown)

@@ -60,6 +60,11 @@ class QueueOffsets:
         # `_committed` until `settle` or `reload_unsettled` (the writes proved durable, or
         # the store reopened).
         self._unsettled: dict[tuple[int, int], int] = {}
+        # passed[(topic_id, queue_id)]: the end of writes a reopened replicating store lost
+        # after they were shipped to its followers (`reload_unsettled`). Offsets are
+        # allocated past it and never published below a write past it, so no key a follower
+        # may hold is written again with another message.
+        self._passed: dict[tuple[int, int], int] = {}
         # min[(topic_id, queue_id)]: smallest offset still stored (retention moves it up).
         self._min: dict[tuple[int, int], int] = {}
 
@@ -99,6 +104,8 @@ class QueueOffsets:
             first = self.max_offset(topic_id, queue_id)
             if self._unsettled:
                 first = max(first, self._unsettled.get(key, first))
+            if self._passed:
+                first = max(first, self._passed.get(key, first))
         self._tentative[key] = first + count
         return first
 
@@ -108,6 +115,9 @@ class QueueOffsets:
         A queue with an unsettled end keeps its published end: what the flush wrote there
         lies past writes in doubt, and a reader must not see past those before they settle.
         """
+        if self._passed:
+            for key in self._tentative:
+                self._passed.pop(key, None)  # written past: published with what lies past it
         if self._unsettled:
             for key in [k for k in self._tentative if k in self._unsettled]:
                 self._unsettled[key] = self._tentative.pop(key)
@@ -151,7 +161,9 @@ class QueueOffsets:
         self._unsettled.clear()
         return grown
 
-    def reload_unsettled(self, *, publish: bool) -> dict[tuple[int, int], int]:
+    def reload_unsettled(
+        self, *, publish: bool, shipped: bool = False
+    ) -> dict[tuple[int, int], int]:
         """The store reopened: make each unsettled end what the store holds now, and
         publish it when `publish`; returns how many offsets each published queue grew by.
 
@@ -159,7 +171,13 @@ class QueueOffsets:
         from it: an end kept from before would publish offsets the store no longer holds,
         which a group would step past and, past the queue's stored end, a restart would
         give to new messages under that group's offset. No reader was shown an offset held
-        back, so the store's own end may be used again.
+        back, so the store's own end may be used again, unless the writes were `shipped`
+        to followers as they were written (replication): a follower may hold the lost
+        messages under those offsets, and a new message written there would overwrite one
+        while its id, key and dedup entries stay, pointing at the other. Then the next
+        message goes past the lost ones, and the gap it leaves is published with it (readers
+        step over it as over what retention deleted), never before: an idle queue's end
+        stays the store's own, so a restart finds the same end.
         """
         grown: dict[tuple[int, int], int] = {}
         for key in list(self._unsettled):
@@ -168,6 +186,8 @@ class QueueOffsets:
                 del self._unsettled[key]  # its topic was deleted while the writes were in doubt
                 continue
             end = max(committed, self._load(*key))
+            if shipped and self._unsettled[key] > end:
+                self._passed[key] = max(self._unsettled[key], self._passed.get(key, 0))
             if not publish:
                 self._unsettled[key] = end
             elif end > committed:
@@ -178,7 +198,7 @@ class QueueOffsets:
         return grown
 
     def forget_topic(self, topic_id: int) -> None:
-        for table in (self._committed, self._min, self._unsettled, self._tentative):
+        for table in (self._committed, self._min, self._unsettled, self._tentative, self._passed):
             for key in [k for k in table if k[0] == topic_id]:
                 del table[key]
 

@@ -23,6 +23,7 @@ from popmq.broker_core.dedup import PendingDedup, duplicate_of
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
@@ -448,10 +449,12 @@ class Sender:
     ) -> tuple[int, dict[str, TopicInfo]] | None:
         """`admit` without a wait: None when a topic of the send is not one of this broker's
         normal topics (`admit` creates it, or says why not)."""
-        stamp = self._checked(messages)
+        # Topics first: a send whose topic must be created goes to `admit`, which checks
+        # the room on disk itself; checked here too, it would claim that room twice.
         topics = self._known_topics(messages)
         if topics is None:
             return None
+        stamp = self._checked(messages)
         self._check_types(messages, topics, half=half)
         return stamp, topics
 
@@ -619,10 +622,16 @@ class SendTicket:
         return self._collected(self._stored.result())
 
     def _collected(self, stored: list[SendResult]) -> list[SendResult]:
+        plan = self._plan
+        if len(stored) != len(plan):
+            # Indexing below would silently drop or misplace results: say so loudly.
+            raise InternalError(
+                f"a send stored {len(stored)} message(s) of the {len(plan)} it planned"
+            )
         results = self._results
         # Indexed, not zip(..., strict=True) (a keyword call, compiled): one stored result
         # per planned message, in plan order.
-        for i, p in enumerate(self._plan):
+        for i, p in enumerate(plan):
             results[p.index] = stored[i]
         for i, earlier, j in self._later:
             results[i] = duplicate_of(earlier.result()[j])

@@ -160,6 +160,15 @@ class ReplicationLog:
         # acknowledged, and this term's followers may lack it (see `barrier`).
         self._owed_lsn = self.lsn
         self._confirmed_lsn = 0
+        # The last batch of sends (a quorum wait) whose wait failed, and the last whose wait
+        # completed, in this term. A wait that is not a send's completes with however few
+        # followers are in sync (none, even), so it advances `_confirmed_lsn` without proving
+        # that `min_insync` followers hold what a failed send's wait left in doubt.
+        self._quorum_failed_lsn = 0
+        self._quorum_confirmed_lsn = 0
+        self.joined: Callable[[], None] | None = None
+        """Called when a follower joined the in-sync set (the writer then confirms the sends
+        a failed wait held back, so they need no new send to become visible)."""
         # ISR changes run one at a time, in order (etcd first for a removal).
         self._isr_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -217,15 +226,21 @@ class ReplicationLog:
 
         For an empty batch of sends (nothing written: repeats answered as duplicates of
         earlier writes), the acknowledgement of the last batch owed to the followers: None
-        when its wait completed (the common case), else a new wait for it, refused as a
-        send would be with too few in-sync followers or once fenced. The first copy may be
-        in a batch whose wait failed, or in what an earlier term left unacknowledged.
+        when its wait completed and no send's wait failed since a send's wait last completed
+        (the common case), else a new wait for it as a send's, refused as a send would be
+        with too few in-sync followers or once fenced. The first copy may be in a batch
+        whose wait failed, or in what an earlier term left unacknowledged; a later batch
+        that is not a send's, acknowledged by however few followers were in sync, does not
+        vouch for it.
         """
         if not self.wait_for_followers:
             return None
         lsn = batch.lsn
         if lsn == 0:
-            if not batch.quorum or self._confirmed_lsn >= self._owed_lsn:
+            if not batch.quorum or (
+                self._confirmed_lsn >= self._owed_lsn
+                and self._quorum_confirmed_lsn >= self._quorum_failed_lsn
+            ):
                 return None
             lsn = self._owed_lsn
         elif synced or batch.quorum:
@@ -235,7 +250,7 @@ class ReplicationLog:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         wait = _Wait(lsn, batch.quorum, future, set(self.isr))
         if batch.quorum and len(wait.required) < self.min_insync:
-            future.set_exception(self._too_few(lsn))
+            self._fail_wait(wait, self._too_few(lsn))
             return future
         self._waits.append(wait)
         self._settle()
@@ -263,12 +278,13 @@ class ReplicationLog:
             if wait.future.done():
                 continue
             if reason is not None:
-                wait.future.set_exception(
+                self._fail_wait(
+                    wait,
                     OutcomeUnknownError(
                         f"shard {self.shard!r}: this replica lost its leadership ({reason}) "
                         f"before batch {wait.lsn} was replicated; it may or may not be "
                         "stored, retry (a retried send is deduplicated)"
-                    )
+                    ),
                 )
                 continue
             # Still owed by ISR members that have not acknowledged it (a disconnected one
@@ -280,16 +296,23 @@ class ReplicationLog:
                 and ((state := self.followers.get(name)) is None or state.acked < wait.lsn)
             }
             if wait.quorum and len(self.isr) < self.min_insync:
-                wait.future.set_exception(self._too_few(wait.lsn))
+                self._fail_wait(wait, self._too_few(wait.lsn))
             elif not wait.required:
                 wait.future.set_result(None)
                 self.acknowledged_lsn = max(self.acknowledged_lsn, wait.lsn)
                 self._confirmed_lsn = max(self._confirmed_lsn, wait.lsn)
+                if wait.quorum:
+                    self._quorum_confirmed_lsn = max(self._quorum_confirmed_lsn, wait.lsn)
             else:
                 keep.append(wait)
         self._waits = keep
         if self.closing and not keep:
             self._wake()  # the last write owed to the followers is done: streams may end
+
+    def _fail_wait(self, wait: _Wait, error: PopMQError) -> None:
+        if wait.quorum:
+            self._quorum_failed_lsn = max(self._quorum_failed_lsn, wait.lsn)
+        wait.future.set_exception(error)
 
     def close_streams(self) -> None:
         """The replica is stopping and its server takes no new call: each follower's
@@ -313,11 +336,12 @@ class ReplicationLog:
         self._settle()
         for wait in self._waits:
             if not wait.future.done():
-                wait.future.set_exception(
+                self._fail_wait(
+                    wait,
                     OutcomeUnknownError(
                         f"{reason}; a write still waiting for its followers may or may not "
                         "be stored, retry (a retried send is deduplicated)"
-                    )
+                    ),
                 )
         self._waits = []
         self._grown.set()
@@ -524,6 +548,8 @@ class ReplicationLog:
             log.info(
                 "shard %s: follower %s joined the in-sync set at lsn %d", self.shard, name, self.lsn
             )
+            if self.joined is not None:
+                self.joined()
 
     async def _leave(self, name: str, why: str) -> None:
         async with self._isr_lock:

@@ -391,3 +391,45 @@ def test_a_repeat_after_a_failed_wait_is_refused_with_too_few_in_sync_followers(
         h.store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_repeat_after_a_failed_send_waits_even_when_a_later_non_send_batch_completed(
+    tmp_path: Path,
+) -> None:
+    """A batch that is not a send's completes with however few followers are in sync (none,
+    even): it does not vouch that `min_insync` followers hold a send whose wait failed."""
+
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=1, isr=("r2",))
+        joins: list[int] = []
+        h.log.joined = lambda: joins.append(h.log.lsn)
+        r2 = h.log.connected("r2", 0)
+        send = h.store.batch()
+        send.put("messages", b"k", b"v")
+        send.quorum = True
+        h.store.write(send, sync=True)
+        waiting = h.log.barrier(send, True)
+        assert waiting is not None
+        h.log.disconnected(r2, "killed")
+        await asyncio.sleep(0.01)
+        assert isinstance(waiting.exception(), OutcomeUnknownError)
+        # An ack's synced batch: no follower is in sync, so its wait completes at once.
+        ack = h.store.batch()
+        ack.put("checkpoints", b"c", b"v")
+        h.store.write(ack, sync=True)
+        acked = h.log.barrier(ack, True)
+        assert acked is not None and acked.done() and acked.exception() is None
+        # r2 comes back holding everything and joins; the joining is announced.
+        r2 = h.log.connected("r2", h.log.lsn)
+        h.log.acked(r2, h.log.lsn)
+        await asyncio.sleep(0.01)
+        assert h.log.isr == {"r2"} and joins == [h.log.lsn]
+        repeat = h.log.barrier(_repeat(h), False)
+        assert repeat is not None, "a repeat was answered on a non-send batch's acknowledgement"
+        await asyncio.sleep(0)
+        assert repeat.done() and repeat.exception() is None
+        # The send's batch is held by min_insync followers now: repeats wait for nothing.
+        assert h.log.barrier(_repeat(h), False) is None
+        h.store.close()
+
+    asyncio.run(scenario())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq.broker_core import keys
+from popmq.broker_core import jobs, keys
 from popmq.broker_core.errors import OutcomeUnknownError, UnavailableError
 from popmq.broker_core.group_commit import GroupCommitWriter, QueueOffsets
 from popmq.broker_core.store import Batch, Store
@@ -575,6 +575,45 @@ def test_sends_held_back_by_a_failed_barrier_wait_for_a_batch_of_sends_the_follo
 
     asyncio.run(scenario())
     assert _stored(store) == [(0, b"ghost"), (1, b"after")]
+
+
+def test_a_synced_batch_whose_barrier_failed_still_ends_an_earlier_fsyncs_doubt(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own fsync succeeded and covered every write before it: a repeat answered after
+    it needs no fsync of its own, though the batch's barrier failed."""
+    real_sync = store.sync_wal
+    events: list[str] = []
+
+    def sync() -> None:
+        if not events:
+            events.append("fsync failed")
+            raise UnavailableError("the store could not sync (injected)")
+        real_sync()
+        events.append("fsync")
+
+    monkeypatch.setattr(store, "sync_wal", sync)
+
+    def barrier(batch: Batch, synced: bool) -> asyncio.Future[None] | None:
+        if len(batch) == 0:
+            return None  # a repeat: the followers hold what it answers from
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_exception(OutcomeUnknownError("too few followers in sync (test)"))
+        return future
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(store, QueueOffsets(store))
+        with pytest.raises(UnavailableError):
+            await writer.submit(_append(b"unsynced"), sync=True)
+        writer.barrier = barrier
+        with pytest.raises(OutcomeUnknownError):
+            await writer.submit(_append(b"unreplicated"), sync=True)
+        assert events == ["fsync failed", "fsync"]
+        await writer.submit(jobs.confirm, sync=True)
+        assert events == ["fsync failed", "fsync"], "the repeat was fsynced again"
+        writer.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_reopen_before_a_failed_batch_is_answered_still_publishes_it(
