@@ -27,7 +27,7 @@ from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
 from tests.cluster.test_replication import _consume
 from tests.cluster.traffic import compare
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 
 TTL_S = 3
 TOPIC, GROUP = "orders", "billing"
@@ -35,15 +35,8 @@ TOPIC, GROUP = "orders", "billing"
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=TTL_S
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=TTL_S) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _setup(endpoint: str) -> None:
@@ -230,12 +223,7 @@ def test_a_leader_stopped_on_purpose_releases_its_follower_from_the_promise(
 ) -> None:
     # A 10 s lease: the follower takes over well within it, so its promise (a whole lease
     # window since it last heard from the leader) did not hold it back.
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=10
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=10) as cluster:
         leader = cluster.leader("s1")
         assert leader is not None
         began = time.monotonic()
@@ -244,5 +232,3 @@ def test_a_leader_stopped_on_purpose_releases_its_follower_from_the_promise(
         took = time.monotonic() - began
         assert took < 8.0, f"the follower led {took:.1f}s after the leader's SIGTERM"
         print(f"the follower led {took:.1f}s after the leader's SIGTERM")
-    finally:
-        cluster.stop()

@@ -22,7 +22,7 @@ import pytest
 from tests.cluster.test_replication import _consume
 from tests.cluster.test_replication_etcd_outage import GROUP, TOPIC, _log_has, _send_for, _setup
 from tests.cluster.traffic import compare
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,15 +33,8 @@ PAUSED_S = TTL_S + 4
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=TTL_S
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=TTL_S) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _send_through_pause(
