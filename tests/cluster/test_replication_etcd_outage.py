@@ -80,6 +80,29 @@ async def _direct_sends(address: str, count: int) -> tuple[int, list[str]]:
     return stored, errors
 
 
+def _topic_and_roles(shard: ReplicaCluster) -> tuple[str, str, str, int]:
+    """Creates TOPIC and GROUP through p1: (p1's endpoint, the leader of s1, its follower,
+    the shard's epoch)."""
+    endpoint = shard.endpoint("p1")
+    asyncio.run(_setup(endpoint))
+    leader = shard.leader("s1")
+    assert leader is not None
+    (follower,) = [name for name in shard.replicas("s1") if name != leader]
+    return endpoint, leader, follower, shard.epoch("s1")
+
+
+def _assert_follower_holds(
+    shard: ReplicaCluster, endpoint: str, leader: str, follower: str, acked: list[str]
+) -> None:
+    """Kills the leader: the follower leads (within its session TTL and 20 s) and every id
+    of `acked` is received."""
+    shard.kill(leader)
+    timeout_s = shard.session_ttl_s + 20
+    assert shard.wait_leader("s1", other_than=leader, timeout_s=timeout_s) == follower
+    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
+    assert set(acked) <= set(received), compare(acked, Counter(received))
+
+
 def _log_has(cluster: ReplicaCluster, name: str, text: str, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -90,12 +113,7 @@ def _log_has(cluster: ReplicaCluster, name: str, text: str, timeout_s: float) ->
 
 
 def test_a_shard_leader_keeps_taking_sends_through_an_etcd_outage(shard: ReplicaCluster) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
 
@@ -119,22 +137,13 @@ def test_a_shard_leader_keeps_taking_sends_through_an_etcd_outage(shard: Replica
     assert after and not errors, errors
 
     # Replicated: the follower, leading after a kill, has every acknowledged send.
-    shard.kill(leader)
-    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
-    acked = before + during + after
-    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
-    assert set(acked) <= set(received), compare(acked, Counter(received))
+    _assert_follower_holds(shard, endpoint, leader, follower, before + during + after)
 
 
 def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
     shard: ReplicaCluster,
 ) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
 
@@ -161,11 +170,7 @@ def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
     assert after and not errors, errors
 
     # The restarted follower holds every acknowledged send: it leads after a kill.
-    shard.kill(leader)
-    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
-    acked = before + during + after
-    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
-    assert set(acked) <= set(received), compare(acked, Counter(received))
+    _assert_follower_holds(shard, endpoint, leader, follower, before + during + after)
     # Its own term is what it remembers now (written before it served).
     remembered = last_leader.read(shard.processes[follower].data_dir)
     assert remembered is not None
@@ -178,12 +183,7 @@ def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
 def test_a_leader_without_etcd_and_its_follower_fences_once_the_promise_ends(
     shard: ReplicaCluster,
 ) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     address = shard.broker_address(leader)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
