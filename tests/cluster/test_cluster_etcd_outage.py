@@ -164,6 +164,17 @@ async def _member_leases(cluster: Cluster) -> dict[str, int]:
     }
 
 
+async def _topic_and_leases(cluster: Cluster, topic: str, group: str) -> dict[str, int]:
+    """Creates `topic` (2 queues) and `group` through p1; returns every member's lease (the
+    members are b1, b2, p1 and p2)."""
+    async with AsyncAdmin(cluster.endpoint("p1")) as admin:
+        await admin.create_topic(topic, queues=2)
+        await admin.create_group(group)
+    leases = await _member_leases(cluster)
+    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+    return leases
+
+
 async def _registered_again(cluster: Cluster, leases: dict[str, int]) -> bool:
     """Whether the same members as in `leases` are registered, each under another lease."""
     now = await _member_leases(cluster)

@@ -29,9 +29,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
 from tests.cluster.test_cluster_etcd_outage import (
     _creates,
-    _member_leases,
     _registered_again,
     _serves,
+    _topic_and_leases,
 )
 from tests.cluster.traffic import SendLog, compare, drain, ids_of, receive_loop, send_loop
 from tests.support.cluster import Cluster
@@ -59,11 +59,7 @@ async def _watch_health(address: str, seen: list[str]) -> None:
 async def _pause(cluster: Cluster) -> None:
     topic, group = "through-pause", "pause-readers"
     p1, p2 = cluster.endpoint("p1"), cluster.endpoint("p2")
-    async with AsyncAdmin(p1) as admin:
-        await admin.create_topic(topic, queues=2)
-        await admin.create_group(group)
-    leases = await _member_leases(cluster)
-    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+    leases = await _topic_and_leases(cluster, topic, group)
 
     stop = asyncio.Event()
     logs = {"p1": SendLog(), "p2": SendLog()}
