@@ -31,7 +31,7 @@ from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, Re
 from popmq.coordination import EtcdCoordinator, RouteAdmin
 from tests.cluster.traffic import SendLog, compare, drain, ids_of, receive_loop, send_loop
 from tests.support.cluster import PROBE_TOPIC, Cluster, ClusterProcess
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, running_in_sync
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -73,13 +73,8 @@ class MixedCluster(ReplicaCluster):
 
 @pytest.fixture
 def mixed_cluster(tmp_path: Path) -> Iterator[MixedCluster]:
-    cluster = MixedCluster(tmp_path / "cluster")
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with running_in_sync(MixedCluster(tmp_path / "cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _scenario(cluster: MixedCluster) -> None:

@@ -7,7 +7,8 @@ shard's leader (its registration `brokers/<shard>`); `leader(shard)` reads which
 that is from etcd, and `wait_leader` waits for one (another than a given one, after a
 kill). A replica can be restarted at once after a kill -9: it starts as a follower.
 `in_sync_shard(root, session_ttl_s=...)` is the common case: one shard of two replicas
-behind one proxy, its follower in sync.
+behind one proxy, its follower in sync; `running_in_sync(cluster)` starts and stops any
+other such cluster the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import grpc
 
@@ -28,7 +29,7 @@ from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from popmq.coordination import EtcdCoordinator, RouteAdmin
 from tests.support.cluster import PROBE_TOPIC, Cluster, ClusterProcess
 
-__all__ = ["ReplicaCluster", "in_sync_shard"]
+__all__ = ["ReplicaCluster", "in_sync_shard", "running_in_sync"]
 
 
 class ReplicaCluster(Cluster):
@@ -203,6 +204,9 @@ class ReplicaCluster(Cluster):
             time.sleep(0.05)
 
 
+ReplicaClusterT = TypeVar("ReplicaClusterT", bound=ReplicaCluster)
+
+
 @contextlib.contextmanager
 def in_sync_shard(
     root: Path,
@@ -222,6 +226,13 @@ def in_sync_shard(
         broker_args=broker_args,
         proxy_args=proxy_args,
     )
+    with running_in_sync(cluster) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_in_sync(cluster: ReplicaClusterT) -> Iterator[ReplicaClusterT]:
+    """Starts `cluster` and waits until shard s1 has a follower in sync; stops it on exit."""
     cluster.start()
     try:
         cluster.wait_in_sync("s1", 1)
