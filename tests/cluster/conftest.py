@@ -16,6 +16,8 @@ import pytest
 from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
+from tests.support.fault_relay import FaultRelay
+from tests.support.inprocess_cluster import InProcessCluster
 
 _clusters = itertools.count()
 
@@ -121,6 +123,23 @@ def own_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Clus
     finally:
         if _failed(request):
             print(cluster.logs(80))
+        cluster.stop()
+
+
+@pytest.fixture
+def relayed_b2(tmp_path: Path) -> Iterator[tuple[InProcessCluster, FaultRelay]]:
+    """An in-process cluster (etcd, broker b1, one proxy) and a second broker b2 that
+    registers the address of a FaultRelay in front of it, so every call to b2 passes the
+    relay: a test injects its faults on that link alone."""
+    cluster = InProcessCluster(tmp_path).start(brokers=1, proxies=1)
+    relay = FaultRelay()
+    try:
+        endpoint = cluster.call(relay.start)
+        b2 = cluster.add_broker("b2", advertise=endpoint)
+        relay.target = ("127.0.0.1", b2.port)
+        yield cluster, relay
+    finally:
+        cluster.call(relay.close)
         cluster.stop()
 
 

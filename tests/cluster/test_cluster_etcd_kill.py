@@ -29,9 +29,9 @@ import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
 from popmq.coordination import EtcdCoordinator, RouteAdmin
-from tests.cluster.traffic import SendLog, compare, drain, ids_of, send_loop
+from tests.cluster.traffic import SendLog, compare, drain, ids_of, receive_loop, send_loop
 from tests.support.cluster import PROBE_TOPIC, Cluster, ClusterProcess
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, running_in_sync
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -73,13 +73,8 @@ class MixedCluster(ReplicaCluster):
 
 @pytest.fixture
 def mixed_cluster(tmp_path: Path) -> Iterator[MixedCluster]:
-    cluster = MixedCluster(tmp_path / "cluster")
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with running_in_sync(MixedCluster(tmp_path / "cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _scenario(cluster: MixedCluster) -> None:
@@ -97,18 +92,7 @@ async def _scenario(cluster: MixedCluster) -> None:
 
     async def consume(endpoint: str) -> list[ReceivedMessage]:
         async with AsyncSimpleConsumer(endpoint, group=GROUP, topic=TOPIC) as consumer:
-            while not stop.is_set():
-                try:
-                    batch = await consumer.receive(
-                        max_messages=32, invisible_duration_s=30, wait_s=1
-                    )
-                    await consumer.ack(batch)
-                except PopMQError as exc:
-                    receive_errors.append(f"{exc.code}: {exc}")
-                    await asyncio.sleep(0.1)
-                else:
-                    at = time.monotonic()
-                    received.extend((at, m) for m in batch)
+            await receive_loop(consumer, stop, received, receive_errors)
             return await drain(consumer)
 
     async with AsyncProducer(p1) as producer1, AsyncProducer(p2) as producer2:

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
-from popmq.coordination.etcd import EtcdClient
+from tests.cluster.test_cluster_etcd_outage import _member_leases, _topic_and_leases
 from tests.cluster.traffic import SendLog, compare, drain, ids_of, send_loop
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdCluster, EtcdServer
@@ -30,17 +30,6 @@ SESSION_TTL_S = 10
 DOWN_S = SESSION_TTL_S + 1
 """How long each member stays down: past the session TTL, so a keep-alive that did not
 move to another member would lose its lease."""
-ROOT = "/popmq/default/"
-
-
-async def _member_leases(cluster: Cluster) -> dict[str, int]:
-    async with EtcdClient(cluster.etcd.endpoint) as etcd:
-        found = await etcd.get(ROOT, prefix=True)
-    return {
-        path: kv.lease
-        for kv in found.kvs
-        if (path := kv.key.decode()[len(ROOT) :]).startswith(("brokers/", "proxies/"))
-    }
 
 
 async def _one_member_down(cluster: Cluster) -> None:
@@ -48,11 +37,7 @@ async def _one_member_down(cluster: Cluster) -> None:
     assert isinstance(etcd, EtcdCluster)
     topic, group = "through-members", "members-readers"
     p1, p2 = cluster.endpoint("p1"), cluster.endpoint("p2")
-    async with AsyncAdmin(p1) as admin:
-        await admin.create_topic(topic, queues=2)
-        await admin.create_group(group)
-    leases = await _member_leases(cluster)
-    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+    leases = await _topic_and_leases(cluster, topic, group)
     log = SendLog()
     stop = asyncio.Event()
     received: list[ReceivedMessage] = []

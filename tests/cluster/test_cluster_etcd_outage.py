@@ -27,7 +27,7 @@ from popmq import (
     UnavailableError,
 )
 from popmq.coordination.etcd import EtcdClient
-from tests.cluster.traffic import SendLog, compare, drain, ids_of, send_loop
+from tests.cluster.traffic import SendLog, compare, drain, ids_of, receive_loop, send_loop
 from tests.support.cluster import Cluster
 from tests.support.waiting import until
 
@@ -56,7 +56,7 @@ async def _outage(cluster: Cluster) -> None:
     assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
     log = SendLog()
     stop = asyncio.Event()
-    received: list[ReceivedMessage] = []
+    received: list[tuple[float, ReceivedMessage]] = []
     receive_errors: list[str] = []
 
     async with (
@@ -64,23 +64,9 @@ async def _outage(cluster: Cluster) -> None:
         AsyncSimpleConsumer(p1, group=group, topic=topic) as consumer,
         AsyncAdmin(p1) as admin,
     ):
-
-        async def consume() -> None:
-            while not stop.is_set():
-                try:
-                    batch = await consumer.receive(
-                        max_messages=32, invisible_duration_s=30, wait_s=1
-                    )
-                    await consumer.ack(batch)
-                except PopMQError as exc:
-                    receive_errors.append(f"{exc.code}: {exc}")
-                    await asyncio.sleep(0.1)
-                else:
-                    received.extend(batch)
-
         # About 50 messages a second, as in the issue.
         sender = asyncio.create_task(send_loop(producer, topic, "m", stop, log, pause_s=0.02))
-        receiver = asyncio.create_task(consume())
+        receiver = asyncio.create_task(receive_loop(consumer, stop, received, receive_errors))
         await until(lambda: len(received) >= 20, "traffic before the outage", 30, interval_s=0.1)
 
         await asyncio.to_thread(cluster.stop_etcd)
@@ -117,11 +103,12 @@ async def _outage(cluster: Cluster) -> None:
         # Within 10 s: every member registered again under a new lease (etcd restored the
         # old keys and leases for one more TTL; each member took its key over, so the epochs
         # stay), the status healthy, admin writes accepted.
-        async def registered_again() -> bool:
-            now = await _member_leases(cluster)
-            return now.keys() == leases.keys() and all(now[k] != leases[k] for k in now)
-
-        await until(registered_again, "new registrations", BACK_WITHIN_S, interval_s=0.2)
+        await until(
+            lambda: _registered_again(cluster, leases),
+            "new registrations",
+            BACK_WITHIN_S,
+            interval_s=0.2,
+        )
         registered_s = time.monotonic() - back_at
 
         async def healthy() -> bool:
@@ -138,14 +125,12 @@ async def _outage(cluster: Cluster) -> None:
 
         await until(healthy, "a healthy status", BACK_WITHIN_S, interval_s=0.2)
 
-        async def admin_write_works() -> bool:
-            try:
-                await admin.create_topic("after-outage", queues=1)
-            except UnavailableError:
-                return False
-            return True
-
-        await until(admin_write_works, "an admin write", BACK_WITHIN_S, interval_s=0.2)
+        await until(
+            lambda: _creates(admin, "after-outage", refused=UnavailableError),
+            "an admin write",
+            BACK_WITHIN_S,
+            interval_s=0.2,
+        )
         admin_s = time.monotonic() - back_at
         print(f"after etcd's return: registered in {registered_s:.1f}s, admin in {admin_s:.1f}s")
         async with AsyncAdmin(p2) as other:  # the other proxy's watches caught up too
@@ -153,14 +138,14 @@ async def _outage(cluster: Cluster) -> None:
         # Past the restored leases' TTL: the members are still there, on their new leases.
         await asyncio.sleep(max(0.0, back_at + SESSION_TTL_S + 2 - time.monotonic()))
         assert sorted(await cluster.live_brokers()) == ["b1", "b2"]
-        assert await registered_again()
+        assert await _registered_again(cluster, leases)
         assert {b.name: b.epoch for b in (await admin.cluster_status()).brokers} == epochs
         stop.set()
         await asyncio.gather(sender, receiver)
-        received += await drain(consumer)
+        drained = await drain(consumer)
 
     sent = set(log.receipts)
-    got = ids_of(received)
+    got = ids_of([m for _, m in received] + drained)
     print(f"sends {len(log.attempted)}, errors {dict(log.error_codes())}; {compare(sent, got)}")
     assert log.errors == [], f"sends failed: {log.errors[:10]}"
     assert receive_errors == [], receive_errors[:10]
@@ -177,6 +162,32 @@ async def _member_leases(cluster: Cluster) -> dict[str, int]:
         for kv in found.kvs
         if (path := kv.key.decode()[len(ROOT) :]).startswith(("brokers/", "proxies/"))
     }
+
+
+async def _topic_and_leases(cluster: Cluster, topic: str, group: str) -> dict[str, int]:
+    """Creates `topic` (2 queues) and `group` through p1; returns every member's lease (the
+    members are b1, b2, p1 and p2)."""
+    async with AsyncAdmin(cluster.endpoint("p1")) as admin:
+        await admin.create_topic(topic, queues=2)
+        await admin.create_group(group)
+    leases = await _member_leases(cluster)
+    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+    return leases
+
+
+async def _registered_again(cluster: Cluster, leases: dict[str, int]) -> bool:
+    """Whether the same members as in `leases` are registered, each under another lease."""
+    now = await _member_leases(cluster)
+    return now.keys() == leases.keys() and all(now[k] != leases[k] for k in now)
+
+
+async def _creates(admin: AsyncAdmin, topic: str, *, refused: type[PopMQError]) -> bool:
+    """Whether `admin` creates `topic` (one queue) now; a `refused` error means no."""
+    try:
+        await admin.create_topic(topic, queues=1)
+    except refused:
+        return False
+    return True
 
 
 async def _serves(admin: AsyncAdmin, topic: str) -> bool:

@@ -27,8 +27,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
-from tests.cluster.test_cluster_etcd_outage import _member_leases, _serves
-from tests.cluster.traffic import SendLog, compare, drain, ids_of, send_loop
+from tests.cluster.test_cluster_etcd_outage import (
+    _creates,
+    _registered_again,
+    _serves,
+    _topic_and_leases,
+)
+from tests.cluster.traffic import SendLog, compare, drain, ids_of, receive_loop, send_loop
 from tests.support.cluster import Cluster
 from tests.support.waiting import until
 
@@ -54,11 +59,7 @@ async def _watch_health(address: str, seen: list[str]) -> None:
 async def _pause(cluster: Cluster) -> None:
     topic, group = "through-pause", "pause-readers"
     p1, p2 = cluster.endpoint("p1"), cluster.endpoint("p2")
-    async with AsyncAdmin(p1) as admin:
-        await admin.create_topic(topic, queues=2)
-        await admin.create_group(group)
-    leases = await _member_leases(cluster)
-    assert sorted(leases) == ["brokers/b1", "brokers/b2", "proxies/p1", "proxies/p2"], leases
+    leases = await _topic_and_leases(cluster, topic, group)
 
     stop = asyncio.Event()
     logs = {"p1": SendLog(), "p2": SendLog()}
@@ -76,26 +77,11 @@ async def _pause(cluster: Cluster) -> None:
         AsyncSimpleConsumer(p2, group=group, topic=topic) as consumer2,
         AsyncAdmin(p1) as admin,
     ):
-
-        async def consume(consumer: AsyncSimpleConsumer) -> None:
-            while not stop.is_set():
-                try:
-                    batch = await consumer.receive(
-                        max_messages=32, invisible_duration_s=30, wait_s=1
-                    )
-                    await consumer.ack(batch)
-                except PopMQError as exc:
-                    receive_errors.append(f"{exc.code}: {exc}")
-                    await asyncio.sleep(0.1)
-                else:
-                    now = time.monotonic()
-                    received.extend((now, m) for m in batch)
-
         tasks = [
             asyncio.create_task(send_loop(producer1, topic, "a", stop, logs["p1"], pause_s=0.03)),
             asyncio.create_task(send_loop(producer2, topic, "b", stop, logs["p2"], pause_s=0.03)),
-            asyncio.create_task(consume(consumer1)),
-            asyncio.create_task(consume(consumer2)),
+            asyncio.create_task(receive_loop(consumer1, stop, received, receive_errors)),
+            asyncio.create_task(receive_loop(consumer2, stop, received, receive_errors)),
         ]
         await until(lambda: len(received) >= 20, "traffic before the pause", 30, interval_s=0.1)
         assert health == {"p1": ["SERVING"], "p2": ["SERVING"]}, health
@@ -112,21 +98,20 @@ async def _pause(cluster: Cluster) -> None:
         sent_late = [t for log in logs.values() for t in log.done_at.values() if t > expired_at]
         assert sent_late, "no send was acknowledged once every lease had expired"
 
-        async def registered_again() -> bool:
-            now = await _member_leases(cluster)
-            return now.keys() == leases.keys() and all(now[k] != leases[k] for k in now)
-
-        await until(registered_again, "new registrations", BACK_WITHIN_S, interval_s=0.2)
+        await until(
+            lambda: _registered_again(cluster, leases),
+            "new registrations",
+            BACK_WITHIN_S,
+            interval_s=0.2,
+        )
         registered_s = time.monotonic() - back_at
 
-        async def admin_write_works() -> bool:
-            try:
-                await admin.create_topic("after-pause", queues=1)
-            except PopMQError:
-                return False
-            return True
-
-        await until(admin_write_works, "an admin write", BACK_WITHIN_S, interval_s=0.2)
+        await until(
+            lambda: _creates(admin, "after-pause", refused=PopMQError),
+            "an admin write",
+            BACK_WITHIN_S,
+            interval_s=0.2,
+        )
         admin_s = time.monotonic() - back_at
         print(f"after etcd's resume: registered in {registered_s:.1f}s, admin in {admin_s:.1f}s")
         async with AsyncAdmin(p2) as other:

@@ -16,9 +16,7 @@ import asyncio
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -39,20 +37,6 @@ pytestmark = pytest.mark.timeout(180)
 BODY_BYTES = 6000
 """Bodies of random bytes this large (not compressible), so the relay tells a send request
 from the connection's pings by its size."""
-
-
-@pytest.fixture
-def relayed(tmp_path: Path) -> Iterator[tuple[InProcessCluster, FaultRelay]]:
-    cluster = InProcessCluster(tmp_path).start(brokers=1, proxies=1)
-    relay = FaultRelay()
-    try:
-        endpoint = cluster.call(relay.start)
-        b2 = cluster.add_broker("b2", advertise=endpoint)
-        relay.target = ("127.0.0.1", b2.port)
-        yield cluster, relay
-    finally:
-        cluster.call(relay.close)
-        cluster.stop()
 
 
 def _send(endpoint: str, request: messaging_pb2.SendMessagesRequest) -> SendReceipt:
@@ -108,9 +92,9 @@ def _per_broker(admin: Admin, topic: str) -> dict[str, int]:
 
 
 def test_a_repeat_for_a_quarantined_broker_waits_for_it_and_is_stored_once(
-    relayed: tuple[InProcessCluster, FaultRelay],
+    relayed_b2: tuple[InProcessCluster, FaultRelay],
 ) -> None:
-    cluster, relay = relayed
+    cluster, relay = relayed_b2
     proxy = cluster.proxies[0]
     router = cluster.cluster_broker().sends.router
 

@@ -32,27 +32,19 @@ from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
 from tests.cluster.traffic import compare, ids_of, receive_ids
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 
 TTL_S = 3
 
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
-    cluster = ReplicaCluster(
+    with in_sync_shard(
         tmp_path / "cluster",
-        shards=1,
-        replicas=2,
-        proxies=1,
         session_ttl_s=TTL_S,
         proxy_args=("--metrics-listen", "127.0.0.1:0"),
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _topic(cluster: ReplicaCluster, topic: str, group: str) -> None:
@@ -338,17 +330,11 @@ def test_a_stopping_leader_does_not_wait_its_grace_for_the_followers_streams(
 ) -> None:
     # The followers' streams never end by themselves: a leader's SIGTERM used to wait the
     # whole server.shutdown_grace_s for them (30 s here). Now they end once nothing is owed.
-    cluster = ReplicaCluster(
+    with in_sync_shard(
         tmp_path / "cluster",
-        shards=1,
-        replicas=2,
-        proxies=1,
         session_ttl_s=TTL_S,
         broker_args=("--set", "server.shutdown_grace_s=30"),
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    ) as cluster:
         asyncio.run(_topic(cluster, "graceful", "g"))
         ids = [f"g{i:03d}" for i in range(20)]
         asyncio.run(_send(cluster.endpoint("p1"), "graceful", ids))
@@ -359,5 +345,3 @@ def test_a_stopping_leader_does_not_wait_its_grace_for_the_followers_streams(
         took = time.monotonic() - began
         assert took < 20.0, f"the leader took {took:.1f}s to stop (grace 30 s)"
         print(f"the leader stopped in {took:.1f}s")
-    finally:
-        cluster.stop()

@@ -27,7 +27,7 @@ from popmq.broker_core.types import NewMessage
 from popmq.cluster import RemoteBroker
 from tests.cluster.test_replication import _consume
 from tests.cluster.traffic import compare
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 
 TTL_S = 3
 TOPIC, GROUP = "orders", "billing"
@@ -35,15 +35,8 @@ TOPIC, GROUP = "orders", "billing"
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=TTL_S
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=TTL_S) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _setup(endpoint: str) -> None:
@@ -87,6 +80,29 @@ async def _direct_sends(address: str, count: int) -> tuple[int, list[str]]:
     return stored, errors
 
 
+def _topic_and_roles(shard: ReplicaCluster) -> tuple[str, str, str, int]:
+    """Creates TOPIC and GROUP through p1: (p1's endpoint, the leader of s1, its follower,
+    the shard's epoch)."""
+    endpoint = shard.endpoint("p1")
+    asyncio.run(_setup(endpoint))
+    leader = shard.leader("s1")
+    assert leader is not None
+    (follower,) = [name for name in shard.replicas("s1") if name != leader]
+    return endpoint, leader, follower, shard.epoch("s1")
+
+
+def _assert_follower_holds(
+    shard: ReplicaCluster, endpoint: str, leader: str, follower: str, acked: list[str]
+) -> None:
+    """Kills the leader: the follower leads (within its session TTL and 20 s) and every id
+    of `acked` is received."""
+    shard.kill(leader)
+    timeout_s = shard.session_ttl_s + 20
+    assert shard.wait_leader("s1", other_than=leader, timeout_s=timeout_s) == follower
+    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
+    assert set(acked) <= set(received), compare(acked, Counter(received))
+
+
 def _log_has(cluster: ReplicaCluster, name: str, text: str, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -97,12 +113,7 @@ def _log_has(cluster: ReplicaCluster, name: str, text: str, timeout_s: float) ->
 
 
 def test_a_shard_leader_keeps_taking_sends_through_an_etcd_outage(shard: ReplicaCluster) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
 
@@ -126,22 +137,13 @@ def test_a_shard_leader_keeps_taking_sends_through_an_etcd_outage(shard: Replica
     assert after and not errors, errors
 
     # Replicated: the follower, leading after a kill, has every acknowledged send.
-    shard.kill(leader)
-    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
-    acked = before + during + after
-    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
-    assert set(acked) <= set(received), compare(acked, Counter(received))
+    _assert_follower_holds(shard, endpoint, leader, follower, before + during + after)
 
 
 def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
     shard: ReplicaCluster,
 ) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
 
@@ -168,11 +170,7 @@ def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
     assert after and not errors, errors
 
     # The restarted follower holds every acknowledged send: it leads after a kill.
-    shard.kill(leader)
-    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
-    acked = before + during + after
-    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked))
-    assert set(acked) <= set(received), compare(acked, Counter(received))
+    _assert_follower_holds(shard, endpoint, leader, follower, before + during + after)
     # Its own term is what it remembers now (written before it served).
     remembered = last_leader.read(shard.processes[follower].data_dir)
     assert remembered is not None
@@ -185,12 +183,7 @@ def test_a_follower_restarted_while_etcd_is_down_follows_its_last_known_leader(
 def test_a_leader_without_etcd_and_its_follower_fences_once_the_promise_ends(
     shard: ReplicaCluster,
 ) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
     address = shard.broker_address(leader)
     before, errors = asyncio.run(_send_for(endpoint, 1.0, "a"))
     assert before and not errors, errors
@@ -230,12 +223,7 @@ def test_a_leader_stopped_on_purpose_releases_its_follower_from_the_promise(
 ) -> None:
     # A 10 s lease: the follower takes over well within it, so its promise (a whole lease
     # window since it last heard from the leader) did not hold it back.
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=10
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=10) as cluster:
         leader = cluster.leader("s1")
         assert leader is not None
         began = time.monotonic()
@@ -244,5 +232,3 @@ def test_a_leader_stopped_on_purpose_releases_its_follower_from_the_promise(
         took = time.monotonic() - began
         assert took < 8.0, f"the follower led {took:.1f}s after the leader's SIGTERM"
         print(f"the follower led {took:.1f}s after the leader's SIGTERM")
-    finally:
-        cluster.stop()

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.test_replication import _consume
-from tests.cluster.test_replication_etcd_outage import GROUP, TOPIC, _log_has, _send_for, _setup
-from tests.cluster.traffic import compare
-from tests.support.replicas import ReplicaCluster
+from tests.cluster.test_replication_etcd_outage import (
+    _assert_follower_holds,
+    _log_has,
+    _send_for,
+    _topic_and_roles,
+)
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,15 +35,8 @@ PAUSED_S = TTL_S + 4
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Iterator[ReplicaCluster]:
-    cluster = ReplicaCluster(
-        tmp_path / "cluster", shards=1, replicas=2, proxies=1, session_ttl_s=TTL_S
-    )
-    cluster.start()
-    try:
-        cluster.wait_in_sync("s1", 1)
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=TTL_S) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _send_through_pause(
@@ -64,12 +59,7 @@ async def _send_through_pause(
 def test_a_shard_leader_keeps_its_term_through_an_etcd_pause_past_the_ttl(
     shard: ReplicaCluster,
 ) -> None:
-    endpoint = shard.endpoint("p1")
-    asyncio.run(_setup(endpoint))
-    leader = shard.leader("s1")
-    assert leader is not None
-    (follower,) = [name for name in shard.replicas("s1") if name != leader]
-    epoch = shard.epoch("s1")
+    endpoint, leader, follower, epoch = _topic_and_roles(shard)
 
     acked, errors, resumed = asyncio.run(_send_through_pause(shard, endpoint))
     print(f"{len(acked)} sends acknowledged, {len(errors)} failed: {errors[:5]}")
@@ -92,7 +82,4 @@ def test_a_shard_leader_keeps_its_term_through_an_etcd_pause_past_the_ttl(
     assert after and not errors, errors
 
     # Replicated: the follower, leading after a kill, has every acknowledged send.
-    shard.kill(leader)
-    assert shard.wait_leader("s1", other_than=leader, timeout_s=TTL_S + 20) == follower
-    received = asyncio.run(_consume(endpoint, GROUP, TOPIC, acked + after))
-    assert set(acked + after) <= set(received), compare(acked + after, Counter(received))
+    _assert_follower_holds(shard, endpoint, leader, follower, acked + after)

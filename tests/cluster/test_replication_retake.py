@@ -35,6 +35,17 @@ async def _elected(election: ShardElection) -> Term:
     return term
 
 
+async def _r1_leading(
+    coordinator: EtcdCoordinator,
+) -> tuple[ShardElection, ShardElection, Term]:
+    """Replicas r1 and r2 of shard s1, r1 elected with r2 in its in-sync set: (r1, r2, the
+    term of r1)."""
+    r1, r2 = _elections(coordinator)
+    term = await _elected(r1)
+    await r1.write_isr(term, ["r2"])
+    return r1, r2, term
+
+
 async def _expire(coordinator: EtcdCoordinator, term: Term) -> None:
     """What etcd does to every lease when it resumes after a pause past the TTL."""
     await coordinator.client.lease_revoke(term.lease)
@@ -43,10 +54,8 @@ async def _expire(coordinator: EtcdCoordinator, term: Term) -> None:
 def test_a_leader_whose_key_vanished_registers_again_under_its_epoch(etcd: EtcdServer) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as coordinator:
-            r1, _ = _elections(coordinator)
-            term = await _elected(r1)
+            r1, _, term = await _r1_leading(coordinator)
             epoch = term.epoch
-            await r1.write_isr(term, ["r2"])
             await _expire(coordinator, term)
             assert (await r1.read()).leader == ""
 
@@ -74,9 +83,7 @@ def test_a_leader_replaced_while_its_key_was_gone_never_registers_again(
 ) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as coordinator:
-            r1, r2 = _elections(coordinator)
-            old = await _elected(r1)
-            await r1.write_isr(old, ["r2"])
+            r1, r2, old = await _r1_leading(coordinator)
             await _expire(coordinator, old)
             assert await r1.retake(old)  # once under its term (a new key)
             await _expire(coordinator, old)
@@ -114,10 +121,8 @@ async def _lost_answer(coordinator: EtcdCoordinator, key: str, value: dict[str, 
 def test_a_registration_whose_answer_was_lost_is_taken_up_by_its_term(etcd: EtcdServer) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as coordinator:
-            r1, _ = _elections(coordinator)
-            term = await _elected(r1)
+            r1, _, term = await _r1_leading(coordinator)
             epoch = term.epoch
-            await r1.write_isr(term, ["r2"])
             await _expire(coordinator, term)
             orphan = await _lost_answer(
                 coordinator, "brokers/s1", {"addr": "h:1", "replica": "r1", "epoch": epoch}
@@ -141,10 +146,8 @@ def test_a_registration_whose_answer_was_lost_is_taken_up_by_its_term(etcd: Etcd
 def test_an_in_sync_set_whose_answer_was_lost_is_taken_up_by_its_term(etcd: EtcdServer) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as coordinator:
-            r1, _ = _elections(coordinator)
-            term = await _elected(r1)
+            r1, _, term = await _r1_leading(coordinator)
             epoch = term.epoch
-            await r1.write_isr(term, ["r2"])
             await _lost_answer(
                 coordinator, "shards/s1", {"leader": "r1", "isr": [], "epoch": epoch}
             )
@@ -169,9 +172,7 @@ def test_an_earlier_term_of_the_same_replica_takes_up_nothing_of_a_later_one(
 ) -> None:
     async def scenario() -> None:
         async with EtcdCoordinator(etcd.endpoint, cluster=unique_cluster()) as coordinator:
-            r1, _ = _elections(coordinator)
-            old = await _elected(r1)
-            await r1.write_isr(old, ["r2"])
+            r1, _, old = await _r1_leading(coordinator)
             await _expire(coordinator, old)
             new = await _elected(r1)  # the same replica again (say, after a restart)
             assert new.epoch > old.epoch

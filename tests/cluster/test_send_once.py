@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,20 +24,6 @@ pytestmark = pytest.mark.timeout(180)
 BODY_BYTES = 6000
 """Bodies of random bytes this large (not compressible), so a send request is told from
 the connection's pings by its size."""
-
-
-@pytest.fixture
-def relayed(tmp_path: Path) -> Iterator[tuple[InProcessCluster, FaultRelay]]:
-    cluster = InProcessCluster(tmp_path).start(brokers=1, proxies=1)
-    relay = FaultRelay()
-    try:
-        endpoint = cluster.call(relay.start)
-        b2 = cluster.add_broker("b2", advertise=endpoint)
-        relay.target = ("127.0.0.1", b2.port)
-        yield cluster, relay
-    finally:
-        cluster.call(relay.close)
-        cluster.stop()
 
 
 def _stored(cluster: InProcessCluster, topic: str) -> Counter[str]:
@@ -62,9 +46,9 @@ def _per_broker(admin: Admin, topic: str) -> dict[str, int]:
 
 
 def test_a_send_stored_whose_answer_was_lost_is_retried_on_its_broker_and_stored_once(
-    relayed: tuple[InProcessCluster, FaultRelay],
+    relayed_b2: tuple[InProcessCluster, FaultRelay],
 ) -> None:
-    cluster, relay = relayed
+    cluster, relay = relayed_b2
     proxy = cluster.proxies[0]
     with Admin(proxy) as admin, Producer(proxy) as producer:
         admin.create_topic("lost", queues=1)
@@ -85,9 +69,9 @@ def test_a_send_stored_whose_answer_was_lost_is_retried_on_its_broker_and_stored
 
 
 def test_a_clients_repeat_after_its_timeout_keeps_the_id_and_is_stored_once(
-    relayed: tuple[InProcessCluster, FaultRelay],
+    relayed_b2: tuple[InProcessCluster, FaultRelay],
 ) -> None:
-    cluster, relay = relayed
+    cluster, relay = relayed_b2
     proxy = cluster.proxies[0]
     retry = RetryPolicy(max_attempts=20, backoff=RetryBackoff(initial_s=0.2, max_s=0.5))
     with Admin(proxy) as admin, Producer(proxy, timeout_s=1.0, retry=retry) as producer:

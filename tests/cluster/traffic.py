@@ -1,6 +1,6 @@
 """Client-side helpers of the cluster process tests: unique ids as bodies, a steady send
-loop, receiving until a set of ids came, and the checks every test makes (ids sent = ids
-received, duplicates counted and named)."""
+loop, a steady receive-and-ack loop, receiving until a set of ids came, and the checks every
+test makes (ids sent = ids received, duplicates counted and named)."""
 
 from __future__ import annotations
 
@@ -124,3 +124,26 @@ async def send_loop(
             log.receipts[message_id] = receipt
             log.done_at[message_id] = time.monotonic()
         await asyncio.sleep(pause_s)
+
+
+async def receive_loop(
+    consumer: AsyncSimpleConsumer,
+    stop: asyncio.Event,
+    received: list[tuple[float, ReceivedMessage]],
+    errors: list[str],
+) -> None:
+    """Receive (32 at most, invisible 30 s, long poll 1 s) and ack until `stop` is set.
+
+    Each acked batch goes to `received` with the time.monotonic() of its ack; a failed
+    receive or ack goes to `errors` as `CODE: message` and is retried after 0.1 s (its batch,
+    not acked, comes back once invisible)."""
+    while not stop.is_set():
+        try:
+            batch = await consumer.receive(max_messages=32, invisible_duration_s=30, wait_s=1)
+            await consumer.ack(batch)
+        except PopMQError as exc:
+            errors.append(f"{exc.code}: {exc}")
+            await asyncio.sleep(0.1)
+        else:
+            at = time.monotonic()
+            received.extend((at, m) for m in batch)

@@ -6,17 +6,21 @@
 shard's leader (its registration `brokers/<shard>`); `leader(shard)` reads which replica
 that is from etcd, and `wait_leader` waits for one (another than a given one, after a
 kill). A replica can be restarted at once after a kill -9: it starts as a follower.
+`in_sync_shard(root, session_ttl_s=...)` is the common case: one shard of two replicas
+behind one proxy, its follower in sync; `running_in_sync(cluster)` starts and stops any
+other such cluster the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import grpc
 
@@ -25,7 +29,7 @@ from popmq._gen.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from popmq.coordination import EtcdCoordinator, RouteAdmin
 from tests.support.cluster import PROBE_TOPIC, Cluster, ClusterProcess
 
-__all__ = ["ReplicaCluster"]
+__all__ = ["ReplicaCluster", "in_sync_shard", "running_in_sync"]
 
 
 class ReplicaCluster(Cluster):
@@ -198,3 +202,40 @@ class ReplicaCluster(Cluster):
                 f"shard {shard} has {isr} in sync after {timeout_s:g}s\n" + self.logs()
             )
             time.sleep(0.05)
+
+
+ReplicaClusterT = TypeVar("ReplicaClusterT", bound=ReplicaCluster)
+
+
+@contextlib.contextmanager
+def in_sync_shard(
+    root: Path,
+    *,
+    session_ttl_s: int,
+    broker_args: Sequence[str] = (),
+    proxy_args: Sequence[str] = (),
+) -> Iterator[ReplicaCluster]:
+    """A started cluster of one shard s1 (replicas s1-r1, s1-r2) behind one proxy p1, its
+    follower in sync; stopped on exit."""
+    cluster = ReplicaCluster(
+        root,
+        shards=1,
+        replicas=2,
+        proxies=1,
+        session_ttl_s=session_ttl_s,
+        broker_args=broker_args,
+        proxy_args=proxy_args,
+    )
+    with running_in_sync(cluster) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_in_sync(cluster: ReplicaClusterT) -> Iterator[ReplicaClusterT]:
+    """Starts `cluster` and waits until shard s1 has a follower in sync; stops it on exit."""
+    cluster.start()
+    try:
+        cluster.wait_in_sync("s1", 1)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -30,24 +30,32 @@ def _send(broker: Broker, body: bytes) -> asyncio.Future[list[SendResult]]:
     return asyncio.ensure_future(broker.send([NewMessage("orders", body, message_id="M")]))
 
 
+class _FailingFsync:
+    """Installed as `store.sync_wal`: fails (logging "fsync failed") while `failing`, then
+    syncs for real (logging "fsync"); the test adds its own events to `events`."""
+
+    def __init__(self, store: Store) -> None:
+        self.events: list[str] = []
+        self.failing = True
+        self._real_sync = store.sync_wal
+        store.sync_wal = self  # type: ignore[method-assign]
+
+    def __call__(self) -> None:
+        if self.failing:
+            self.events.append("fsync failed")
+            raise OutcomeUnknownError("the store could not sync (injected)")
+        self._real_sync()
+        self.events.append("fsync")
+
+
 def test_a_repeat_after_a_failed_fsync_is_answered_only_after_an_fsync_succeeds(
     open_broker: OpenBroker,
 ) -> None:
     async def scenario() -> None:
         async with open_broker() as broker:
             await broker.create_topic("orders", 1)
-            real_sync = broker.store.sync_wal
-            events: list[str] = []
-            failing = True
-
-            def sync() -> None:
-                if failing:
-                    events.append("fsync failed")
-                    raise OutcomeUnknownError("the store could not sync (injected)")
-                real_sync()
-                events.append("fsync")
-
-            broker.store.sync_wal = sync  # type: ignore[method-assign]
+            fsync = _FailingFsync(broker.store)
+            events = fsync.events
             with pytest.raises(OutcomeUnknownError):
                 await broker.send([NewMessage("orders", b"first", message_id="M")])
             # Written, so the repeat finds it; not durable, so the repeat is not answered
@@ -55,7 +63,7 @@ def test_a_repeat_after_a_failed_fsync_is_answered_only_after_an_fsync_succeeds(
             with pytest.raises(OutcomeUnknownError, match="could not sync"):
                 await broker.send([NewMessage("orders", b"retry", message_id="M")])
             assert events == ["fsync failed", "fsync failed"]
-            failing = False
+            fsync.failing = False
             (retried,) = await broker.send([NewMessage("orders", b"retry", message_id="M")])
             events.append("answered")
             assert retried.duplicate and (retried.queue_id, retried.offset) == (0, 0)
@@ -110,24 +118,14 @@ def test_a_fired_delayed_message_answers_a_repeat_only_once_its_fire_is_synced(
             due = clock.now_ms() + 500
             await broker.send(_delayed(due))
             assert await broker.pop("g", "later", wait_s=0) == []  # the group exists
-            real_sync = broker.store.sync_wal
-            events: list[str] = []
-            failing = True
-
-            def sync() -> None:
-                if failing:
-                    events.append("fsync failed")
-                    raise OutcomeUnknownError("the store could not sync (injected)")
-                real_sync()
-                events.append("fsync")
-
-            broker.store.sync_wal = sync  # type: ignore[method-assign]
+            fsync = _FailingFsync(broker.store)
+            events = fsync.events
             clock.advance(500)
             await until(lambda: events, "the fire's batch to be fsynced", 10)
             assert await broker.pop("g", "later", wait_s=0) == []
             with pytest.raises(OutcomeUnknownError, match="could not sync"):
                 await broker.send(_delayed(due + 1000, b"retry"))
-            failing = False
+            fsync.failing = False
             (repeat,) = await broker.send(_delayed(due + 1000, b"retry"))
             assert repeat.duplicate and (repeat.queue_id, repeat.offset) == (0, 0)
             (got,) = await broker.pop("g", "later", wait_s=0)
