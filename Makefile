@@ -87,7 +87,7 @@ browser:
 	@tools/install_browser.sh
 
 # The side-by-side run against Redis and NATS (~15 min): writes docs/benchmarks.md and docs/benchmarks.png.
-bench: setup
+bench: setup compile
 	tools/install_peers.sh --require
 	$(PY) -m bench.report
 
