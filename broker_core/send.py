@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -37,6 +38,8 @@ from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.timer import DelayedMessages, RecallCodec, RecallHandle
 from popmq.broker_core.types import NewMessage, SendResult
+
+log = logging.getLogger(__name__)
 
 RECORD_OVERHEAD: Final = 1024
 """Bytes a send stores beyond its bodies, per message (record fields, index entries), as
@@ -597,7 +600,10 @@ class SendTicket:
             await answer
         stored = job.result()  # what failed the write, before the sends it repeats
         for _, earlier, _ in self._later:
-            await earlier
+            if not earlier.done():
+                # Shielded: `earlier` is another send's shared future, which cancelling
+                # this wait must not cancel (its other repeats would be answered CANCELLED).
+                await asyncio.shield(earlier)
         return self._collected(stored)
 
     def add_done_callback(
@@ -606,9 +612,12 @@ class SendTicket:
         """Call `callback` (given an object to ignore) on the loop once the write has
         settled, after the send's dedup claims ended: `results_now` then answers, unless
         the send repeats a concurrent one still under way. A stream's sends are answered
-        this way without a task each (proxy/send_stream.py). `context`: as
-        for a future's (None: a copy of the current one)."""
-        self._stored.add_done_callback(callback, context=context)
+        this way without a task each (proxy/send_stream.py). `context`: as for a
+        future's (None: a copy of the current one, taken now)."""
+        if context is None:
+            self._stored.add_done_callback(callback)
+        else:
+            self._stored.add_done_callback(callback, context=context)
 
     def results_now(self) -> list[SendResult] | None:
         """What `results` returns (or raises), once the write and those of the concurrent
@@ -624,7 +633,9 @@ class SendTicket:
     def _collected(self, stored: list[SendResult]) -> list[SendResult]:
         plan = self._plan
         if len(stored) != len(plan):
-            # Indexing below would silently drop or misplace results: say so loudly.
+            # Indexing below would silently drop or misplace results: say so loudly (an
+            # InternalError is a PopMQError, which callers log at debug only).
+            log.error("a send stored %d message(s) of the %d it planned", len(stored), len(plan))
             raise InternalError(
                 f"a send stored {len(stored)} message(s) of the {len(plan)} it planned"
             )

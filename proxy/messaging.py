@@ -99,11 +99,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._send_repeat: Callable[
             [Sequence[NewMessage]], Coroutine[Any, Any, list[SendResult]]
         ] = broker.send_repeat if isinstance(broker, RepeatedSendAPI) else broker.send
+        """How a send the client marked as a repeat is sent (RepeatedSendAPI)."""
         self._send_now: Callable[[Sequence[NewMessage]], SendTicket | None] | None = (
             broker.send_now if isinstance(broker, Broker) else None
         )
         """Hands a send to group commit at once (`begin_send`): the server's own broker's."""
-        """How a send the client marked as a repeat is sent (RepeatedSendAPI)."""
         self._transaction_checks = transaction_checks
         """Where TransactionChecks streams register their producers (None: the RPC answers
         FAILED_PRECONDITION)."""

@@ -82,8 +82,10 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
         want = min(options.pull_batch_size, part.end - position)
         result = puller.pull(part.queue_id, position, want)
         first = result.messages[0].offset if result.messages else result.next_offset
-        if first > position:
-            lost_to = min(first, part.end)
+        # Below the queue's start: deleted by retention. Above it, a hole is offsets that
+        # never held an acknowledged message (a failed write's, stepped over as pull does).
+        lost_to = min(first, part.end, result.min_offset)
+        if lost_to > position:
             text = (
                 f"topic {part.topic!r} queue {part.queue_id}: offsets [{position}, {lost_to}) "
                 f"were deleted (retention) before this query read them; the queue now starts "

@@ -310,8 +310,9 @@ class ReplicationLog:
             self._wake()  # the last write owed to the followers is done: streams may end
 
     def _fail_wait(self, wait: _Wait, error: PopMQError) -> None:
-        if wait.quorum:
-            self._quorum_failed_lsn = max(self._quorum_failed_lsn, wait.lsn)
+        # Any failed wait (a revive's or a DLQ move's too) leaves its batch held by the
+        # writer: the next confirm must then wait for the followers, not answer at once.
+        self._quorum_failed_lsn = max(self._quorum_failed_lsn, wait.lsn)
         wait.future.set_exception(error)
 
     def close_streams(self) -> None:
@@ -454,7 +455,7 @@ class ReplicationLog:
     def acked(self, state: FollowerState, lsn: int) -> None:
         state.acked = max(state.acked, lsn)
         self._settle()
-        if state.name not in self.isr and self._caught_up(state):
+        if self.failure is None and state.name not in self.isr and self._caught_up(state):
             self._spawn(self._join(state.name))
 
     def _caught_up(self, state: FollowerState) -> bool:
@@ -548,7 +549,14 @@ class ReplicationLog:
             log.info(
                 "shard %s: follower %s joined the in-sync set at lsn %d", self.shard, name, self.lsn
             )
-            if self.joined is not None:
+            # Only a set that can pass a send's barrier may publish what a failed one held
+            # (below min_insync the confirm would fail, and every job in its batch with it),
+            # and only while this term still leads.
+            if (
+                self.joined is not None
+                and self.failure is None
+                and len(self.isr) >= self.min_insync
+            ):
                 self.joined()
 
     async def _leave(self, name: str, why: str) -> None:

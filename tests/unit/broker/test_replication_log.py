@@ -433,3 +433,26 @@ def test_a_repeat_after_a_failed_send_waits_even_when_a_later_non_send_batch_com
         h.store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_join_is_announced_only_once_the_in_sync_set_can_pass_a_sends_barrier(
+    tmp_path: Path,
+) -> None:
+    """Below `min_insync` the writer's confirm would fail at once, and every job batched with
+    it: a join is announced (`joined`) only when the set reaches `min_insync`."""
+
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=2)
+        joins: list[int] = []
+        h.log.joined = lambda: joins.append(len(h.log.isr))
+        r2 = h.log.connected("r2", h.log.lsn)
+        h.log.acked(r2, h.log.lsn)
+        await asyncio.sleep(0.01)
+        assert h.log.isr == {"r2"} and joins == []  # 1 of 2: a send's barrier would fail
+        r3 = h.log.connected("r3", h.log.lsn)
+        h.log.acked(r3, h.log.lsn)
+        await asyncio.sleep(0.01)
+        assert h.log.isr == {"r2", "r3"} and joins == [2]
+        h.store.close()
+
+    asyncio.run(scenario())
