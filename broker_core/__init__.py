@@ -100,6 +100,9 @@ from popmq.broker_core.record_wire import (
     topic_and_queue,
     varint,
 )
+from popmq.broker_core.send import (
+    SendTicket,
+)
 from popmq.broker_core.sql_filter import (
     MAX_EXPRESSION_LENGTH,
 )
@@ -239,6 +242,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "RetentionConfig",
     "ReviveLag",
     "SendResult",
+    "SendTicket",
     "ServerInfo",
     "StoreConfig",
     "StoreFullError",

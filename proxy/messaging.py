@@ -28,6 +28,7 @@ from popmq.broker_core import (
     PoppedMessage,
     RepeatedSendAPI,
     SendResult,
+    SendTicket,
     TransactionAPI,
     TransactionCheck,
     UnavailableError,
@@ -37,7 +38,6 @@ from popmq.broker_core import (
     check_range,
     now_ms,
 )
-from popmq.broker_core.send import SendTicket
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert

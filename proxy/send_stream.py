@@ -44,8 +44,7 @@ from typing import Any, Final
 import grpc
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core import PopMQError, SendResult, length_delimited, varint
-from popmq.broker_core.send import SendTicket
+from popmq.broker_core import PopMQError, SendResult, SendTicket, length_delimited, varint
 from popmq.grpc_calls.errors import INTERNAL_MESSAGE
 from popmq.proxy.send_request import SendRequest, SendStreamRequest
 from popmq.proxy.stream_session import (

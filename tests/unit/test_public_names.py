@@ -38,7 +38,7 @@ EXPECTED = {
         "ReceiptHandleExpiredError", "ReceiptHandleLostError", "ReceiptHandleSupersededError",
         "RecordFilter", "RepeatedSendAPI", "ReplicationSnapshot", "ResetResult",
         "ResourceExhaustedError", "RetentionConfig", "ReviveLag",
-        "SendResult", "ServerInfo", "StoreConfig", "StoreFullError", "Subscription",
+        "SendResult", "SendTicket", "ServerInfo", "StoreConfig", "StoreFullError", "Subscription",
         "TRANSACTION_DISCARD_TOPIC", "TRANSACTION_SOURCES", "TopicInfo", "TransactionAPI",
         "TransactionCheck", "TransactionInfo", "TransactionsConfig",
         "UnauthenticatedError", "UnavailableError", "append_received_message", "check_batch_size",
