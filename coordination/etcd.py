@@ -402,11 +402,23 @@ def _lease_not_found(detail: str) -> CoordinationError:
     return LeaseNotFoundError(f"the lease expired or was revoked ({detail})")
 
 
+def _etcd_unavailable(detail: str) -> CoordinationError:
+    return CoordinationUnavailableError(f"etcd cannot answer now ({detail})")
+
+
 # etcd says what went wrong in the status message; the first matching fragment decides.
+# Some of a stopping or leaderless etcd's answers come as UNKNOWN: they are an outage (the
+# caller serves from what it has, or retries), not a refusal.
 _ERRORS_BY_MESSAGE: tuple[tuple[str, Callable[[str], CoordinationError]], ...] = (
     ("required revision has been compacted", _compacted),
     ("required revision is a future revision", _future_revision),
     ("requested lease not found", _lease_not_found),
+    ("raft: stopped", _etcd_unavailable),
+    ("etcdserver: server stopped", _etcd_unavailable),
+    ("etcdserver: no leader", _etcd_unavailable),
+    ("etcdserver: leader changed", _etcd_unavailable),
+    ("etcdserver: request timed out", _etcd_unavailable),
+    ("etcdserver: too many requests", _etcd_unavailable),
 )
 _ERRORS_BY_CODE: dict[grpc.StatusCode, type[CoordinationError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: CoordinationArgumentError,
