@@ -32,7 +32,9 @@ fi
 
 echo "install_browser: apt-get install chromium-headless-shell" >&2
 export DEBIAN_FRONTEND=noninteractive
-$sudo timeout 600 apt-get update -qq || fail "apt-get update failed"
-$sudo timeout 900 apt-get install -y -qq --no-install-recommends chromium-headless-shell \
+# Another apt run (a second checkout's setup, unattended upgrades) holds dpkg's lock for a
+# while: wait for it rather than fail.
+$sudo timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq || fail "apt-get update failed"
+$sudo timeout 900 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium-headless-shell \
   >/dev/null || fail "apt-get install failed"
 [[ -x "$BINARY" ]] || fail "installed, but $BINARY is not there"

@@ -35,8 +35,10 @@ echo "install_etcd: apt-get install etcd-server" >&2
 export DEBIAN_FRONTEND=noninteractive
 # Tests start their own etcd on free ports with a temp data dir; the packaged service (which
 # listens on 2379) is stopped and disabled where systemd runs it, so nothing else holds a port.
-$sudo timeout 600 apt-get update -qq || fail "apt-get update failed"
-$sudo timeout 600 apt-get install -y -qq --no-install-recommends etcd-server >/dev/null \
+# Another apt run (a second checkout's setup, unattended upgrades) holds dpkg's lock for a
+# while: wait for it rather than fail.
+$sudo timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq || fail "apt-get update failed"
+$sudo timeout 600 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends etcd-server >/dev/null \
   || fail "apt-get install etcd-server failed"
 if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
   $sudo systemctl disable --now etcd >/dev/null 2>&1 || true

@@ -36,7 +36,9 @@ fi
 echo "install_peers: apt-get install redis-server nats-server" >&2
 export DEBIAN_FRONTEND=noninteractive
 # The bench starts its own servers on free ports; a service the packages start is not used.
-$sudo timeout 600 apt-get update -qq || fail "apt-get update failed"
-$sudo timeout 600 apt-get install -y -qq --no-install-recommends redis-server nats-server \
+# Another apt run (a second checkout's setup, unattended upgrades) holds dpkg's lock for a
+# while: wait for it rather than fail.
+$sudo timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq || fail "apt-get update failed"
+$sudo timeout 600 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends redis-server nats-server \
   >/dev/null || fail "apt-get install failed"
 have redis-server && have nats-server || fail "installed, but the binaries are not found"

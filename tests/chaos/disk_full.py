@@ -48,7 +48,15 @@ from popmq import (
 )
 from tests.support.server_process import ServerProcess
 
-__all__ = ["DiskFullResult", "MountError", "main", "mounted_tmpfs", "run"]
+__all__ = [
+    "DiskFullResult",
+    "MountError",
+    "NotASmallVolumeError",
+    "fill_volume",
+    "main",
+    "mounted_tmpfs",
+    "run",
+]
 
 _MIB = 1024 * 1024
 _BODY = 256 * 1024
@@ -56,6 +64,45 @@ _BODY = 256 * 1024
 
 class MountError(RuntimeError):
     """A tmpfs could not be mounted (not root, or no mount permission)."""
+
+
+class NotASmallVolumeError(RuntimeError):
+    """A filler was aimed at a directory that is not a small volume of its own."""
+
+
+def fill_volume(
+    directory: Path, leave_mib: int | None, fillers: list[Path], *, volume_mib: int
+) -> None:
+    """Add 1 MiB filler files ("another program's data") to `fillers` in `directory` until
+    `leave_mib` MiB are left free, or (None) until not a byte is left (blocking: run it in a
+    thread).
+
+    `directory` must be the mount point of a volume of at most `volume_mib` MiB, and no more
+    than that is ever written: a filler whose mount is missing would otherwise fill the
+    machine's own disk and fail every test after it. Each file joins `fillers` as soon as
+    it exists, so the caller can free what was written even when this raises.
+    """
+    stats = os.statvfs(directory)
+    size_mib = stats.f_blocks * stats.f_frsize / _MIB
+    if not os.path.ismount(directory) or size_mib > volume_mib:
+        raise NotASmallVolumeError(
+            f"{directory} is not a mounted volume of at most {volume_mib} MiB "
+            f"(its file system holds {size_mib:.0f} MiB): no filler written"
+        )
+    chunk = b"\xa5" * _MIB
+    for _ in range(volume_mib + 1):
+        stats = os.statvfs(directory)
+        if leave_mib is not None and stats.f_bavail * stats.f_frsize <= (leave_mib + 1) * _MIB:
+            return
+        path = directory / f"filler-{len(fillers):04d}"
+        try:
+            with path.open("wb") as out:
+                fillers.append(path)
+                out.write(chunk)
+        except OSError:
+            if leave_mib is None:
+                return  # full: the last, partial file holds space too, and stays a filler
+            raise
 
 
 @contextlib.contextmanager
@@ -133,8 +180,9 @@ class DiskFullResult:
 class _Disk:
     """The tmpfs and the filler files of "another program"."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, size_mib: int) -> None:
         self.root = root
+        self.size_mib = size_mib
         self._fillers: list[Path] = []
 
     def free_bytes(self) -> int:
@@ -143,24 +191,18 @@ class _Disk:
 
     def fill(self, mib: int | None) -> None:
         """Add `mib` MiB of filler, or (None) fill until the disk has no byte left."""
+        if mib is None:
+            fill_volume(self.root, None, self._fillers, volume_mib=self.size_mib)
+            return
         chunk = b"\xa5" * _MIB
-        added = 0
-        while mib is None or added < mib:
+        for _ in range(mib):
             path = self.root / f"filler-{len(self._fillers):04d}"
-            try:
-                with path.open("wb") as out:
-                    out.write(chunk)
-            except OSError:
-                # The last, partial file also holds space: keep it as filler.
-                if path.exists():
-                    self._fillers.append(path)
-                return
             self._fillers.append(path)
-            added += 1
+            path.write_bytes(chunk)
 
     def release(self, mib: int) -> None:
         for _ in range(min(mib, len(self._fillers))):
-            self._fillers.pop().unlink()
+            self._fillers.pop().unlink(missing_ok=True)
 
     def release_all(self) -> None:
         self.release(len(self._fillers))
@@ -192,7 +234,7 @@ async def run(
     """The whole scenario on a tmpfs mounted at `root` (see the module docstring)."""
     result = DiskFullResult(disk_mib, filler_mib, free_mib)
     with mounted_tmpfs(root / "disk", disk_mib) as mount:
-        disk = _Disk(mount)
+        disk = _Disk(mount, disk_mib)
         server = ServerProcess(mount / "data", flush="sync", log_path=root / "server.log")
         try:
             await _scenario(server, disk, result)

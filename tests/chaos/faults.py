@@ -40,7 +40,6 @@ __all__ = [
     "FaultWindow",
     "attribute_errors",
     "disk_full_unavailable",
-    "fill_disk",
     "sends_during",
 ]
 
@@ -119,19 +118,6 @@ class DiskFull:
             f"{self.processed_while_full}; first send stored on it {resumed} after the space "
             "returned"
         )
-
-
-def fill_disk(directory: Path, leave_mib: int, fillers: list[Path]) -> None:
-    """Add filler files of 1 MiB to `fillers` in `directory` until `leave_mib` MiB are left
-    free (blocking: run it in a thread)."""
-    chunk = b"\xa5" * _MIB
-    while True:
-        stats = os.statvfs(directory)
-        if stats.f_bavail * stats.f_frsize <= (leave_mib + 1) * _MIB:
-            return
-        path = directory / f"filler-{len(fillers):04d}"
-        path.write_bytes(chunk)
-        fillers.append(path)
 
 
 def disk_full_unavailable() -> str | None:

@@ -32,14 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
-from tests.chaos.disk_full import mounted_tmpfs
+from tests.chaos.disk_full import fill_volume, mounted_tmpfs
 from tests.chaos.faults import (
     DISK_FULL,
     FILL_PAUSE_S,
     LEFT_FREE_MIB,
     NEAR_FLOOR_MIB,
     DiskFull,
-    fill_disk,
     free_mib,
 )
 from tests.support.cluster import Cluster
@@ -292,17 +291,21 @@ class ClusterTarget:
         fault = DiskFull(broker=name, began=time.monotonic())
         self.disk_fulls.append(fault)
         fillers: list[Path] = []
-        await asyncio.to_thread(fill_disk, volume, NEAR_FLOOR_MIB, fillers)
-        await asyncio.sleep(FILL_PAUSE_S)
-        await asyncio.to_thread(fill_disk, volume, LEFT_FREE_MIB, fillers)
-        fault.full_at = time.monotonic()
-        fault.filler_mib = len(fillers)
-        fault.free_mib = free_mib(volume)
         try:
+            await asyncio.to_thread(
+                fill_volume, volume, NEAR_FLOOR_MIB, fillers, volume_mib=self.disk_mib
+            )
+            await asyncio.sleep(FILL_PAUSE_S)
+            await asyncio.to_thread(
+                fill_volume, volume, LEFT_FREE_MIB, fillers, volume_mib=self.disk_mib
+            )
+            fault.full_at = time.monotonic()
+            fault.filler_mib = len(fillers)
+            fault.free_mib = free_mib(volume)
             await asyncio.sleep(self.disk_full_s)
         finally:
             for path in fillers:
-                path.unlink()
+                path.unlink(missing_ok=True)
             fault.freed_at = time.monotonic()
 
     async def stop(self) -> int | None:

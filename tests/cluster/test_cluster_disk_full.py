@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, ReceivedMessage
-from tests.chaos.disk_full import MountError, mounted_tmpfs
+from tests.chaos.disk_full import MountError, NotASmallVolumeError, fill_volume, mounted_tmpfs
 from tests.cluster.traffic import compare, ids_of
 from tests.support.cluster import Cluster
 
@@ -34,17 +34,23 @@ RESUME_WITHIN_S = 30.0
 _MIB = 1 << 20
 
 
-def _fill(directory: Path, leave_mib: int) -> list[Path]:
-    """Filler files ("another program's data") until `leave_mib` MiB are left free."""
+def test_a_filler_aimed_at_the_machines_own_disk_writes_nothing(tmp_path: Path) -> None:
+    """A missing mount must fail the one test, not fill the disk under the whole suite."""
     fillers: list[Path] = []
-    chunk = b"\xa5" * _MIB
-    while True:
-        stats = os.statvfs(directory)
-        if stats.f_bavail * stats.f_frsize <= (leave_mib + 1) * _MIB:
-            return fillers
-        path = directory / f"filler-{len(fillers):04d}"
-        path.write_bytes(chunk)
-        fillers.append(path)
+    with pytest.raises(NotASmallVolumeError, match="not a mounted volume of at most 64 MiB"):
+        fill_volume(tmp_path, LEFT_FREE_MIB, fillers, volume_mib=DISK_MIB)
+    assert fillers == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_filler_stops_when_its_volume_is_full(tmp_path: Path) -> None:
+    try:
+        with mounted_tmpfs(tmp_path / "disk", 4) as disk:
+            fillers: list[Path] = []
+            fill_volume(disk, None, fillers, volume_mib=4)
+            assert 4 <= len(fillers) <= 5, fillers
+            assert os.statvfs(disk).f_bavail == 0
+    except MountError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -88,7 +94,8 @@ async def _scenario(cluster: Cluster) -> None:
         assert {"b1", "b2"} <= set(before), before
 
         b1_disk = cluster.processes["b1"].data_dir
-        fillers = await asyncio.to_thread(_fill, b1_disk, LEFT_FREE_MIB)
+        fillers: list[Path] = []
+        await asyncio.to_thread(fill_volume, b1_disk, LEFT_FREE_MIB, fillers, volume_mib=DISK_MIB)
         stats = os.statvfs(b1_disk)
         free_mib = stats.f_bavail * stats.f_frsize / _MIB
         print(f"b1's disk: {len(fillers)} MiB of filler, {free_mib:.1f} MiB free")
