@@ -186,6 +186,48 @@ def test_requests_are_stored_in_the_order_read(server: ServerThread) -> None:
     assert bodies == [str(n).encode() for n in range(count)]
 
 
+def test_plain_sends_go_to_group_commit_as_read_and_repeats_run_as_tasks(
+    server: ServerThread,
+) -> None:
+    """The stream's fast path is taken: a plain send is handed to group commit as it is read
+    (`Broker.send_now`, no task), a repeat runs as a task; offsets follow the order read."""
+    _setup(server.endpoint, queues=1)
+    count = 120
+    sender = server.broker._sender
+    handed: list[int] = []
+
+    def counting(messages: Any) -> Any:
+        handed.append(len(messages))
+        return type(sender).send_now(sender, messages)
+
+    server.sync(lambda: setattr(sender, "send_now", counting))
+
+    async def scenario() -> dict[int, Any]:
+        async with grpc.aio.insecure_channel(server.endpoint) as channel:
+            call = _Stub(channel).SendStream()
+            for n in range(count):
+                request = _send_request(n, _message(str(n).encode(), message_id=f"id-{n:04d}"))
+                request.send.repeat = n % 10 == 5  # a task (the embedded broker's send)
+                await call.write(request)
+            await call.done_writing()
+            answers = {a.request_id: a async for a in call}
+            assert await call.code() == grpc.StatusCode.OK
+            return answers
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        server.sync(lambda: vars(sender).pop("send_now", None))
+    offsets = [answers[n].send.results[0].offset for n in range(count)]
+    assert offsets == list(range(count))
+    assert [m.body for m in _stored(server.endpoint, "orders", 1)] == [
+        str(n).encode() for n in range(count)
+    ]
+    # Plain sends were handed over at once (those read while a repeat's task ran wait as
+    # tasks of their own), never a repeat.
+    assert 1 <= len(handed) <= count - count // 10, len(handed)
+
+
 def test_a_bad_request_gets_the_unary_error_for_itself_only(server: ServerThread) -> None:
     _setup(server.endpoint)
     bad = messaging_pb2.SendMessagesRequest(messages=[_message(b"")])
