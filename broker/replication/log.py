@@ -160,11 +160,12 @@ class ReplicationLog:
         # acknowledged, and this term's followers may lack it (see `barrier`).
         self._owed_lsn = self.lsn
         self._confirmed_lsn = 0
-        # The last batch of sends (a quorum wait) whose wait failed, and the last whose wait
-        # completed, in this term. A wait that is not a send's completes with however few
-        # followers are in sync (none, even), so it advances `_confirmed_lsn` without proving
-        # that `min_insync` followers hold what a failed send's wait left in doubt.
-        self._quorum_failed_lsn = 0
+        # The last batch whose follower wait failed (any wait: a send's, a revive's, a DLQ
+        # move's), and the last batch of sends (a quorum wait) whose wait completed, in this
+        # term. A wait that is not a send's completes with however few followers are in sync
+        # (none, even), so it advances `_confirmed_lsn` without proving that `min_insync`
+        # followers hold what a failed wait left in doubt.
+        self._failed_wait_lsn = 0
         self._quorum_confirmed_lsn = 0
         self.joined: Callable[[], None] | None = None
         """Called when a follower joined the in-sync set (the writer then confirms the sends
@@ -239,7 +240,7 @@ class ReplicationLog:
         if lsn == 0:
             if not batch.quorum or (
                 self._confirmed_lsn >= self._owed_lsn
-                and self._quorum_confirmed_lsn >= self._quorum_failed_lsn
+                and self._quorum_confirmed_lsn >= self._failed_wait_lsn
             ):
                 return None
             lsn = self._owed_lsn
@@ -312,7 +313,7 @@ class ReplicationLog:
     def _fail_wait(self, wait: _Wait, error: PopMQError) -> None:
         # Any failed wait (a revive's or a DLQ move's too) leaves its batch held by the
         # writer: the next confirm must then wait for the followers, not answer at once.
-        self._quorum_failed_lsn = max(self._quorum_failed_lsn, wait.lsn)
+        self._failed_wait_lsn = max(self._failed_wait_lsn, wait.lsn)
         wait.future.set_exception(error)
 
     def close_streams(self) -> None:
