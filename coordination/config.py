@@ -71,8 +71,8 @@ class ClusterConfig:
     """`popmq proxy`: how long it keeps routing to a broker whose etcd registration
     vanished while its connection stayed up, waiting for it to register again: an etcd that
     resumes after a pause longer than the session TTL revokes every lease at once although
-    every broker is serving (docs/cluster.md). 0: drop it at once; at most 60 s
-    (MAX_VANISHED_GRACE_S)."""
+    every broker is serving (docs/cluster.md); `popmq cluster status` shows such a broker as
+    HELD. 0: drop it at once; at most 60 s (MAX_VANISHED_GRACE_S)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:

@@ -898,8 +898,17 @@ class RouteCache(FollowingCache):
 
     @property
     def live_brokers(self) -> Mapping[str, Entry]:
-        """Live broker members by name: their entries (info value; epoch = created_revision)."""
+        """Live broker members by name: their entries (info value; epoch = created_revision).
+        Held brokers (`held`) are among them, under their vanished registration."""
         return self._state.brokers
+
+    @property
+    def held(self) -> Mapping[str, float]:
+        """The brokers served although their registration vanished (class docstring): name
+        -> seconds since it vanished. Each is dropped once `config.vanished_grace_s` has
+        passed (or its connection drops) unless it registers again first. On the loop."""
+        now = asyncio.get_running_loop().time()
+        return {name: now - since for name, since in self._vanished_at.items()}
 
     @property
     def broker_numbers(self) -> Mapping[str, int]:
