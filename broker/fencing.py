@@ -61,7 +61,7 @@ from collections.abc import Callable
 
 from popmq.broker_core import NotLeaderError, UnavailableError
 from popmq.coordination.coordinator import Session
-from popmq.coordination.etcd import LeaseKeeper
+from popmq.coordination.etcd_streams import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

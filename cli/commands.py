@@ -386,8 +386,9 @@ def server_info(args: argparse.Namespace) -> int:
 
 def cluster_status(args: argparse.Namespace) -> int:
     """Prints the status; exits EXIT_UNHEALTHY (after printing it) when a broker is down,
-    unreachable or QUARANTINED by the answering proxy (a send to it went unanswered and its
-    connection is down), or an etcd endpoint did not answer, for scripts and probes."""
+    unreachable, HELD (its registration lost, still routed to until it registers again) or
+    QUARANTINED by the answering proxy (a send to it went unanswered and its connection is
+    down), or an etcd endpoint did not answer, for scripts and probes."""
     with Admin(args.endpoint, **connection(args)) as admin:
         status = admin.cluster_status()
     render.print_json(status) if args.json else render.cluster_tables(status)

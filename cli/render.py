@@ -610,8 +610,11 @@ def cluster_tables(status: ClusterStatus) -> None:
 
 
 def broker_state(broker: BrokerStatus) -> str:
-    """up (registered and answering), UNREACHABLE (registered, not answering) or DOWN (not
+    """up (registered and answering), UNREACHABLE (registered, not answering), HELD (its
+    registration lost, the proxy still routing to it until it registers again) or DOWN (not
     registered)."""
+    if broker.held_for_s is not None:
+        return f"HELD {age(broker.hold_left_s or 0.0)} left"
     if not broker.live:
         return "DOWN"
     return "up" if broker.reachable else "UNREACHABLE"

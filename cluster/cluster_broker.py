@@ -108,8 +108,8 @@ class ClusterBroker:
         faults: The send path's fault tolerance tables.
         call_timeout_s: Deadline of a broker call that does not wait.
         hop_keepalive_s: How often each broker connection is pinged (`[cluster]`).
-        default_queues_per_broker: Queues each live broker gets when a topic is created
-            without a count (RocketMQ: 8 per broker).
+        routes: Queues each live broker gets when a topic is created without a count
+            (RocketMQ: 8 per broker), how long a vanished broker is held; None: defaults.
         broker_tls: How to connect to brokers that serve TLS (`[security] broker_tls`);
             None: plaintext.
         signer: Signs every broker call (`authn.cluster_signer`: the root credential).
@@ -123,7 +123,7 @@ class ClusterBroker:
         faults: FaultToleranceConfig | None = None,
         call_timeout_s: float = 10.0,
         hop_keepalive_s: float = HOP_KEEPALIVE_S,
-        default_queues_per_broker: int = 8,
+        routes: RoutesConfig | None = None,
         broker_tls: ChannelTLS | None = None,
         signer: Signer | None = None,
     ) -> None:
@@ -131,7 +131,7 @@ class ClusterBroker:
         self._info = info
         self.routes = RouteCache(
             coordinator,
-            RoutesConfig(default_queues_per_broker=default_queues_per_broker),
+            routes or RoutesConfig(),
             # Asked only once started, when the pool (made below) exists.
             answering=lambda name: self.pool.answering(name),
         )
@@ -271,7 +271,7 @@ class ClusterBroker:
         self, name: str, queues: int | None = None, *, message_type: str = "normal"
     ) -> TopicInfo:
         """Create a topic over every live broker: `queues` on each (RocketMQ's per-broker
-        count; default `default_queues_per_broker`)."""
+        count; default the RoutesConfig's `default_queues_per_broker`)."""
         check_name("topic", name)
         if message_type not in MESSAGE_TYPES:
             raise InvalidArgumentError(

@@ -24,6 +24,7 @@ from popmq.cluster.status import ClusterStatus
 from popmq.coordination.coordinator import Session, member_path
 from popmq.coordination.errors import CoordinationError, CoordinationUnavailableError
 from popmq.coordination.etcd_coordinator import EtcdCoordinator
+from popmq.coordination.routes import RoutesConfig
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.collector import freeze_start_up_heap
 from popmq.runtime.config import ServerConfig
@@ -106,7 +107,10 @@ class ProxyServer:
             proxy_info(config),
             faults=config.fault_tolerance,
             hop_keepalive_s=cluster.hop_keepalive_s,
-            default_queues_per_broker=config.broker.default_topic_queues,
+            routes=RoutesConfig(
+                default_queues_per_broker=config.broker.default_topic_queues,
+                vanished_grace_s=cluster.vanished_grace_s,
+            ),
             broker_tls=broker_channel_tls(config.security),
             signer=signer,
         )

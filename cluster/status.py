@@ -6,8 +6,11 @@ It reads what the proxy holds and asks what it does not, never waiting long:
   a route gives queues, or that the pool connects to. A live one is asked for its metrics
   snapshot with a short deadline (`probe_timeout_s`), at most `max_probes` at a time;
   its answer says it is reachable and carries its store size, free disk and counters. A
-  broker a route names that is not registered is listed as not live. Its topics and queues
-  come from the routes, its fault state from the proxy's fault table;
+  broker a route names that is not registered is listed as not live; one whose
+  registration vanished while the proxy holds it (its connection stayed up: RouteCache's
+  `held`) as not live and held, with how long it may still be held, and is asked too (the
+  proxy routes to it). Its topics and queues come from the routes, its fault state from the
+  proxy's fault table;
 - proxies: the `proxies/` members, read from etcd with the same short deadline; when etcd
   does not answer, the last list read is reported, marked stale;
 - etcd: Maintenance.Status of every configured endpoint (version, db size, leader), and the
@@ -53,6 +56,12 @@ def _stored_epoch(raw: bytes, create_revision: int) -> int:
         return _epoch(decode_value("brokers/", raw), create_revision)
     except CorruptValueError:
         return create_revision
+
+
+def _failed(status: BrokerStatus, error: str) -> BrokerStatus:
+    """`status` of a broker that did not answer its status call with `error` (after the
+    reason it is held, if it is)."""
+    return dataclasses.replace(status, error=f"{status.error}; {error}" if status.error else error)
 
 
 PROBE_TIMEOUT_S = 2.0
@@ -108,6 +117,8 @@ class ClusterStatus:
                 topics[name] = topics.get(name, 0) + 1
                 queues[name] = queues.get(name, 0) + count
         faults = {state.broker: state for state in cluster.faults.snapshot().brokers}
+        held = cluster.routes.held
+        grace = cluster.routes.config.vanished_grace_s
         names = sorted({*live, *topics, *cluster.pool.names()})
         for name, entry in live.items():
             addr = entry.value.get("addr")
@@ -134,17 +145,26 @@ class ClusterStatus:
                     error="not registered in etcd now (its lease lapsed, or it never "
                     "registered); routes still give it queues",
                 )
+            if name in held:  # routed to, but its registration is gone: not a live member
+                left = max(0.0, grace - held[name])
+                status = dataclasses.replace(
+                    status,
+                    live=False,
+                    held_for_s=held[name],
+                    hold_left_s=left,
+                    error=f"registration lost {held[name]:.0f}s ago (not in etcd now): proxy "
+                    f"{self._proxy_name()} holds it, routing to it for up to {left:.0f}s more "
+                    "while its connection stays up, until it registers again",
+                )
             async with limit:
                 try:
                     remote = cluster.pool.get(name)
                     async with asyncio.timeout(self._timeout_s):
                         snapshot = await remote.metrics_snapshot()
                 except TimeoutError:
-                    return dataclasses.replace(
-                        status, error=f"no answer within {self._timeout_s:g}s"
-                    )
+                    return _failed(status, f"no answer within {self._timeout_s:g}s")
                 except PopMQError as error:
-                    return dataclasses.replace(status, error=str(error))
+                    return _failed(status, str(error))
             return dataclasses.replace(status, reachable=True, metrics=snapshot)
 
         return list(await asyncio.gather(*(one(name) for name in names)))

@@ -12,6 +12,7 @@ from typing import Literal
 
 from popmq.coordination.coordinator import DEFAULT_SESSION_TTL_S
 from popmq.coordination.etcd import MAX_LEASE_TTL_S, MIN_LEASE_TTL_S
+from popmq.coordination.routes import MAX_VANISHED_GRACE_S, VANISHED_GRACE_S
 
 HOP_KEEPALIVE_S = 1.0
 """The default of `[cluster] hop_keepalive_s`: how often a proxy pings a broker's connection
@@ -66,6 +67,12 @@ class ClusterConfig:
     0.25 s (broker/peer_pings.py), twice the fastest a proxy may ping at; above 4 s a cut
     would not drop the connection before the 10 s deadline of the sends in flight, and
     nothing would be quarantined (MAX_HOP_KEEPALIVE_S)."""
+    vanished_grace_s: float = VANISHED_GRACE_S
+    """`popmq proxy`: how long it keeps routing to a broker whose etcd registration
+    vanished while its connection stayed up, waiting for it to register again: an etcd that
+    resumes after a pause longer than the session TTL revokes every lease at once although
+    every broker is serving (docs/cluster.md); `popmq cluster status` shows such a broker as
+    HELD. 0: drop it at once; at most 60 s (MAX_VANISHED_GRACE_S)."""
 
     def __post_init__(self) -> None:
         if not MIN_LEASE_TTL_S <= self.session_ttl_s <= MAX_LEASE_TTL_S:
@@ -89,6 +96,16 @@ class ClusterConfig:
                 f" {MIN_HOP_KEEPALIVE_S / 2:g} s), and every {MAX_HOP_KEEPALIVE_S:g} s at the"
                 " slowest (a cut must drop the connection before the 10 s deadline of the"
                 " sends in flight, or no broker is ever quarantined)"
+            )
+        if not (
+            math.isfinite(self.vanished_grace_s)
+            and 0 <= self.vanished_grace_s <= MAX_VANISHED_GRACE_S
+        ):
+            raise ValueError(
+                f"cluster.vanished_grace_s {self.vanished_grace_s} must be within"
+                f" 0..{MAX_VANISHED_GRACE_S:g} s: 0 drops a broker whose registration vanished"
+                " at once; a held broker that was really replaced answers NOT_LEADER until the"
+                " grace ends, and members register again within seconds of etcd's return"
             )
         for endpoint in filter(None, (e.strip() for e in self.etcd.split(","))):
             host, sep, port = endpoint.rpartition(":")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import grpc
 import grpc.aio
@@ -40,6 +41,16 @@ from popmq.coordination.errors import (
     SessionClosedError,
 )
 from popmq.coordination.etcd_reachability import PROBE_TIMEOUT_S, Reachability
+from popmq.coordination.etcd_streams import (
+    _FAILOVER_CODES,
+    _RETRY_PAUSE_S,
+    _STREAM_FAILURES,
+    LeaseKeeper,
+    _bounded,
+    _read,
+    _stream_outage,
+    cancel_and_wait,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +61,11 @@ MIN_LEASE_TTL_S = 2
 silently; popmq refuses it instead."""
 MAX_LEASE_TTL_S = 86_400
 """A day: a session that lives longer without a keepalive is not a session."""
+_PROBE_WAIT_S = 10.0
+"""How long each request of the reachability probe waits for its answer before it is sent
+again: a hung etcd answers the waiting one as it resumes."""
+_PROBE_PAUSE_S = 0.5
+"""Pause of the probe after an endpoint refused it at once (a down etcd)."""
 _ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
 _ENDPOINTS_ALLOWED = "host:port[,host:port...], e.g. 127.0.0.1:2379"
 _CHANNEL_OPTIONS = (
@@ -62,34 +78,8 @@ _CHANNEL_OPTIONS = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
 )
-_RETRY_PAUSE_S = 0.1
-"""Pause after every endpoint failed once, before the next round (within the timeout)."""
-_FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-def _stream_outage(error: grpc.aio.AioRpcError) -> bool:
-    """Whether a stream's error means its endpoint went away (resume elsewhere), not a refusal.
-
-    Besides UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED, grpc's core reports a connection cut
-    while a stream is writing as INTERNAL "Internal error from Core": etcd never said it.
-    """
-    code = error.code()
-    if code in _FAILOVER_CODES or code == grpc.StatusCode.CANCELLED:
-        return True
-    return code == grpc.StatusCode.INTERNAL and "from Core" in (error.details() or "")
-
-
-# How a stream (watch, keepalive) fails when its endpoint goes: an error status, no answer in
-# time, the end of the stream, or a write to a call that has just ended.
-_STREAM_FAILURES = (
-    grpc.aio.AioRpcError,
-    TimeoutError,
-    CoordinationUnavailableError,
-    asyncio.InvalidStateError,
-)
 
 Key = str | bytes
-T = TypeVar("T")
 CompareTarget = Literal["version", "create_revision", "mod_revision", "value"]
 CompareOp = Literal["==", "!=", "<", ">"]
 
@@ -471,6 +461,9 @@ class EtcdClient:
         self.reachability = Reachability(self.endpoints)
         """Whether etcd answers (every call, watch and keepalive of this client tells)."""
         self.timeout_s = _check_timeout(timeout_s)
+        # While etcd is unreachable: the task that keeps a probe waiting at each endpoint
+        # until one answers (_probe); None otherwise.
+        self._prober: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> EtcdClient:
         return self
@@ -481,6 +474,9 @@ class EtcdClient:
     async def close(self) -> None:
         """Close every channel (idempotent); open watches and keepers fail."""
         self._closed = True
+        if self._prober is not None:
+            prober, self._prober = self._prober, None
+            await cancel_and_wait(prober)
         channels, self._channels = list(self._channels.values()), {}
         for channel, _ in channels:
             await channel.close()
@@ -507,10 +503,11 @@ class EtcdClient:
     def _endpoint(self) -> str:
         return self.endpoints[self._current % len(self.endpoints)]
 
-    def _fail_over(self, endpoint: str) -> None:
-        """Record that `endpoint` failed (a call or a stream found it gone) and move on from
-        it (unless another caller did already)."""
-        self.reachability.failed(endpoint)
+    def _fail_over(self, endpoint: str, *, since: float | None = None) -> None:
+        """Record that `endpoint` failed (a call or a stream found it gone; `since`: when the
+        request it left unanswered was sent) and move on from it (unless another caller did
+        already)."""
+        self.reachability.failed(endpoint, since=since)
         if self._endpoint() == endpoint:
             self._current = (self._current + 1) % len(self.endpoints)
 
@@ -521,30 +518,40 @@ class EtcdClient:
 
         While etcd is unreachable (`reachability`), or once it turns so during the call,
         each endpoint is tried once more for at most PROBE_TIMEOUT_S, and then the call
-        fails at once."""
+        fails; while it is hung (a request waits unanswered at every endpoint), at once."""
         timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         last: grpc.aio.AioRpcError | None = None
         probing = self.reachability.unreachable_for is not None
+        if probing:
+            self._start_probe()
+            hung = self.reachability.hung_for
+            if hung is not None:
+                raise self.reachability.refusal(
+                    what, hung, "a request to every endpoint is still waiting unanswered"
+                )
         while True:
             for _ in range(len(self.endpoints)):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 endpoint = self._endpoint()
+                sent = time.monotonic()
                 try:
-                    answer = await call(
-                        self._stubs(endpoint),
-                        min(remaining, PROBE_TIMEOUT_S) if probing else remaining,
-                    )
+                    with self.reachability.asking(endpoint):
+                        answer = await call(
+                            self._stubs(endpoint),
+                            min(remaining, PROBE_TIMEOUT_S) if probing else remaining,
+                        )
                 except grpc.aio.AioRpcError as error:
                     if error.code() not in _FAILOVER_CODES:
                         if not _stream_outage(error):
                             self.reachability.answered()  # a refusal is an answer
                         raise error_from_rpc(error, what) from error
                     last = error
-                    self._fail_over(endpoint)
+                    timed_out = error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    self._fail_over(endpoint, since=sent if timed_out else None)
                 else:
                     self.reachability.answered()
                     return answer
@@ -560,7 +567,57 @@ class EtcdClient:
                 )
             # Turned unreachable while this call retried: one short try of each, then fail.
             probing = silent is not None
+            if probing:
+                self._start_probe()
             await asyncio.sleep(min(_RETRY_PAUSE_S, remaining))
+
+    def _start_probe(self) -> None:
+        """Run `_probe` unless it runs already (or the client is closed)."""
+        if self._prober is None and not self._closed:
+            self._prober = asyncio.get_running_loop().create_task(
+                self._probe(), name="etcd-reachability-probe"
+            )
+            self._prober.add_done_callback(self._probe_ended)
+
+    def _probe_ended(self, task: asyncio.Task[None]) -> None:
+        if self._prober is task:
+            self._prober = None
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("the etcd reachability probe failed: %r", error)
+
+    async def _probe(self) -> None:
+        """While etcd is unreachable, keep one Status request waiting at each endpoint,
+        sending the next when it fails: a hung etcd answers it as soon as it resumes, and
+        that first answer ends the outage for every caller (etcd_reachability.py). Ends at
+        the first answer, from any endpoint."""
+
+        async def one(endpoint: str) -> None:
+            while self.reachability.unreachable_for is not None:
+                sent = time.monotonic()
+                try:
+                    with self.reachability.asking(endpoint):
+                        await self._stubs(endpoint).maintenance.Status(
+                            pb.StatusRequest(), timeout=_PROBE_WAIT_S
+                        )
+                except grpc.aio.AioRpcError as error:
+                    if error.code() in _FAILOVER_CODES:
+                        timed_out = error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                        self.reachability.failed(endpoint, since=sent if timed_out else None)
+                        if not timed_out:  # refused at once: do not spin
+                            await asyncio.sleep(_PROBE_PAUSE_S)
+                        continue
+                self.reachability.answered()  # an answer, or a refusal: etcd answers
+                return
+
+        probes = [asyncio.create_task(one(endpoint)) for endpoint in self.endpoints]
+        try:
+            done, _ = await asyncio.wait(probes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for probe in probes:
+                probe.cancel()
+            await asyncio.wait(probes)
+        for probe in done:
+            probe.result()  # an unexpected error is the probe's own
 
     # -- KV ------------------------------------------------------------------------------
 
@@ -807,9 +864,10 @@ class EtcdClient:
             (endpoint,) = parse_endpoints([endpoint])
             timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
             try:
-                response = await self._stubs(endpoint).maintenance.Status(
-                    pb.StatusRequest(), timeout=timeout
-                )
+                with self.reachability.asking(endpoint):
+                    response = await self._stubs(endpoint).maintenance.Status(
+                        pb.StatusRequest(), timeout=timeout
+                    )
             except grpc.aio.AioRpcError as error:
                 raise error_from_rpc(error, f"status of {endpoint}") from error
             self.reachability.answered()
@@ -848,136 +906,7 @@ def _batch(response: pb.WatchResponse) -> WatchBatch:
     return WatchBatch(revision=events[-1].kv.mod_revision, events=events)
 
 
-async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    """Cancel a background task and wait for its end; a cancellation of the caller itself
-    still propagates (a bare suppress(CancelledError) would swallow it)."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-
-
-async def _bounded(call: Any, step: Awaitable[T], timeout_s: float) -> T:
-    """Await one step of a stream call, cancelling the call itself after `timeout_s`.
-
-    Not asyncio.wait_for: cancelling only the awaiting task leaves a gRPC write to a stream
-    that is not connected pending until the call ends, so the wait would not end either.
-    """
-    fired = False
-
-    def expire() -> None:
-        nonlocal fired
-        fired = True
-        call.cancel()
-
-    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
-    try:
-        return await step
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if fired and task is not None and not task.cancelling():
-            raise TimeoutError(f"no answer within {timeout_s:g}s") from None
-        raise
-    finally:
-        handle.cancel()
-
-
-async def _read(call: Any, ended: str) -> Any:
-    """The next message of a stream; CoordinationUnavailableError(ended) at its end."""
-    response = await call.read()
-    if response is grpc.aio.EOF:
-        raise CoordinationUnavailableError(ended)
-    return response
-
-
 def _first(result: TxnResult) -> KeyValue | None:
     """The key read by the last Get of a transaction's branch."""
     reads = [r for r in result.results if isinstance(r, RangeResult)]
     return reads[-1].kvs[0] if reads and reads[-1].kvs else None
-
-
-class LeaseKeeper:
-    """Keeps one lease alive: a keepalive every TTL/3 on its own stream, failing over.
-
-    The lease counts as lost when etcd says it is gone (expired, revoked) or when no
-    keepalive has been answered for a whole TTL (etcd may still hold it, but nobody can tell:
-    a member that owns something under the lease must assume it lost it). `wait_lost()`
-    returns the reason then; the keeper stops. `close()` stops it without revoking.
-    """
-
-    def __init__(self, client: EtcdClient, lease: Lease) -> None:
-        self.client = client
-        self.lease = lease
-        loop = asyncio.get_running_loop()
-        self.expires_at = lease.granted_at + lease.ttl_s
-        """Loop time when the lease lapses unless renewed (as far as this side knows)."""
-        # Resolved with the reason once the lease is lost; failed if the loop dies.
-        self._lost: asyncio.Future[str] = loop.create_future()
-        self._call: Any = None  # the keepalive stream, reopened after a failure
-        self._task = loop.create_task(self._run(), name=f"etcd-keepalive-{lease.id:x}")
-        self._task.add_done_callback(self._done)
-
-    async def wait_lost(self) -> str:
-        """Wait until the lease is lost; returns why."""
-        return await asyncio.shield(self._lost)
-
-    @property
-    def lost(self) -> bool:
-        """Whether the lease is lost (or the keeper died)."""
-        return self._lost.done()
-
-    async def close(self) -> None:
-        """Stop renewing (idempotent); the lease then lapses after its TTL unless revoked."""
-        self._close_stream()  # first: a pending write ends only with its call
-        await cancel_and_wait(self._task)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._close_stream()
-        if self._lost.done():
-            return
-        if task.cancelled():
-            self._lost.set_result("keepalive stopped")
-        elif (error := task.exception()) is not None:
-            self._lost.set_exception(error)
-
-    def _close_stream(self) -> None:
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        interval = self.lease.ttl_s / 3
-        while True:
-            remaining = self.expires_at - loop.time()
-            if remaining <= 0:
-                self._lost.set_result(
-                    f"no keepalive answered for the lease's {self.lease.ttl_s}s TTL"
-                )
-                return
-            sent_at = loop.time()
-            try:
-                ttl = await self._renew(min(self.client.timeout_s, remaining))
-            except _STREAM_FAILURES as error:
-                logger.debug("keepalive of lease %x failed: %s", self.lease.id, error)
-                self._close_stream()
-                self.client._fail_over(self.client._endpoint())
-                await asyncio.sleep(min(_RETRY_PAUSE_S * 2, max(remaining, 0.0)))
-                continue
-            self.client.reachability.answered()
-            if ttl <= 0:
-                self._lost.set_result("etcd says the lease expired or was revoked")
-                return
-            self.expires_at = sent_at + ttl
-            await asyncio.sleep(max(0.0, sent_at + interval - loop.time()))
-
-    async def _renew(self, timeout_s: float) -> int:
-        if self._call is None:
-            self._call = self.client._stubs(self.client._endpoint()).lease.LeaseKeepAlive()
-        call = self._call
-        await _bounded(call, call.write(pb.LeaseKeepAliveRequest(id=self.lease.id)), timeout_s)
-        response = await _bounded(call, _read(call, "etcd ended the keepalive stream"), timeout_s)
-        return int(response.ttl)

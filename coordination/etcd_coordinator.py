@@ -56,11 +56,10 @@ from popmq.coordination.etcd import (
     Get,
     KeyValue,
     Lease,
-    LeaseKeeper,
     Put,
     RangeResult,
-    cancel_and_wait,
 )
+from popmq.coordination.etcd_streams import LeaseKeeper, cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +67,9 @@ logger = logging.getLogger(__name__)
 # -- etcd ----------------------------------------------------------------------------------
 
 
+_RETRY_AFTER_ANSWER_S = 0.1
+"""A session that failed to register again because etcd did not answer tries again this
+long after etcd's next answer (to anyone): not in the same instant as every other waiter."""
 _MAX_SHARED_LEASES = 1024
 """etcd leases an EtcdCoordinator keeps for reuse by expiring writes (expiry_slack_s)."""
 _PROMPT_LEASE_TRIES = 3
@@ -345,6 +347,12 @@ class EtcdCoordinator:
                     (logger.warning if attempt == 0 else logger.debug)(
                         "%s %r cannot register again yet: %s", session.kind, session.name, error
                     )
+                    # Calls to a hung etcd are refused at once; its first answer when it
+                    # resumes (to a probe, a keepalive) is the moment to try again.
+                    pause = min(longest, pause_after(attempt))
+                    if await self.client.reachability.next_answer(pause):
+                        await asyncio.sleep(_RETRY_AFTER_ANSWER_S)
+                    continue
                 # At most a keepalive interval apart: etcd keeps a restored key for one TTL
                 # after it restarts, and taking it over spares the watchers a gap.
                 await asyncio.sleep(min(longest, pause_after(attempt)))

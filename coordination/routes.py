@@ -355,6 +355,14 @@ def _check_segments(topic: str, segments: tuple[Segment, ...]) -> None:
         check_queue_count(f"queues on broker {segment.broker!r}", segment.count)
 
 
+VANISHED_GRACE_S = 10.0
+"""The default of `[cluster] vanished_grace_s` (RoutesConfig.vanished_grace_s)."""
+MAX_VANISHED_GRACE_S = 60.0
+"""The longest `vanished_grace_s`. A held broker that was really replaced (a shard replica
+that stopped leading while it runs on) answers its calls NOT_LEADER for the whole grace, and
+members register again within a second or two of etcd's resume: a minute is ample."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RoutesConfig:
     """How admin operations write routes and how a RouteCache starts."""
@@ -366,19 +374,19 @@ class RoutesConfig:
     (each conflict means another admin wrote the same topic in between)."""
     ready_timeout_s: float = 10.0
     """How long `RouteCache.start` waits for its first listings (routes, brokers, numbers)."""
-    vanished_grace_s: float = 10.0
+    vanished_grace_s: float = VANISHED_GRACE_S
     """How long a RouteCache keeps serving a broker whose registration vanished while its
     connection stayed up (RouteCache's `answering`), waiting for it to register again.
     An etcd that resumes after a pause (or a cut-off from everyone) longer than the session
     TTL revokes every lease at once, before any keepalive lands: every broker's key vanishes
     together although every broker is serving, and each registers again within about a
-    keepalive interval. 0: drop such a broker at once."""
+    keepalive interval. 0: drop such a broker at once; at most MAX_VANISHED_GRACE_S."""
 
     def __post_init__(self) -> None:
         check_queue_count("default_queues_per_broker", self.default_queues_per_broker)
         check_range("cas_attempts", self.cas_attempts, 1, 1000)
         check_range("ready_timeout_s", self.ready_timeout_s, 0.001, 3600, "s")
-        check_range("vanished_grace_s", self.vanished_grace_s, 0, 3600, "s")
+        check_range("vanished_grace_s", self.vanished_grace_s, 0, MAX_VANISHED_GRACE_S, "s")
 
 
 class RouteAdmin:
@@ -890,8 +898,17 @@ class RouteCache(FollowingCache):
 
     @property
     def live_brokers(self) -> Mapping[str, Entry]:
-        """Live broker members by name: their entries (info value; epoch = created_revision)."""
+        """Live broker members by name: their entries (info value; epoch = created_revision).
+        Held brokers (`held`) are among them, under their vanished registration."""
         return self._state.brokers
+
+    @property
+    def held(self) -> Mapping[str, float]:
+        """The brokers served although their registration vanished (class docstring): name
+        -> seconds since it vanished. Each is dropped once `config.vanished_grace_s` has
+        passed (or its connection drops) unless it registers again first. On the loop."""
+        now = asyncio.get_running_loop().time()
+        return {name: now - since for name, since in self._vanished_at.items()}
 
     @property
     def broker_numbers(self) -> Mapping[str, int]:

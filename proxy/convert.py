@@ -611,6 +611,10 @@ def broker_status(broker: BrokerStatus) -> admin_pb2.BrokerStatus:
     )
     if broker.lease_ttl_s is not None:
         out.lease_ttl.CopyFrom(duration(broker.lease_ttl_s))
+    if broker.held_for_s is not None:
+        out.held_for.CopyFrom(duration(broker.held_for_s))
+    if broker.hold_left_s is not None:
+        out.hold_left.CopyFrom(duration(broker.hold_left_s))
     snapshot = broker.metrics
     if snapshot is not None:
         out.store_bytes = snapshot.store_bytes

@@ -77,6 +77,13 @@ class BrokerStatus:
     """What it answered the status call with; None when not reachable."""
     faults: BrokerFaultState | None = None
     """The proxy's send fault table entry for it; None when it has none."""
+    held_for_s: float | None = None
+    """Seconds since its registration vanished while the proxy's connection to it stayed
+    up, the proxy routing to it meanwhile until it registers again (`live` is False); None
+    when it is registered, or not held."""
+    hold_left_s: float | None = None
+    """Seconds at most the proxy goes on holding it (`[cluster] vanished_grace_s` less
+    `held_for_s`; sooner if its connection drops); None when not held."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,11 @@ def format_age(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
+def _unanswered(broker: BrokerStatus) -> str:
+    """What the problem of a held broker adds when it did not answer the status call."""
+    return "" if broker.reachable else ", and it does not answer the proxy's status call"
+
+
 def _optional(message: admin_pb2.BrokerStatus, name: str) -> int | None:
     return getattr(message, name) if message.HasField(name) else None
 
@@ -131,6 +136,13 @@ class BrokerStatus:
             unanswered while its connection was down, and no new send goes there until the
             connection is up again (``isolated_for_s`` then says at least 1 s, its end being
             unknown); None when the proxy reaches it.
+        held_for_s: Seconds since its registration vanished while the proxy's connection to
+            it stayed up: the proxy holds it, routing to it until it registers again
+            (``live`` is false; an etcd resumed after a pause longer than the session TTL
+            revokes every lease at once); None when it is registered, or not held.
+        hold_left_s: The longest the proxy goes on holding it (its ``[cluster]
+            vanished_grace_s`` less ``held_for_s``; sooner if its connection drops); None
+            when not held.
     """
 
     name: str
@@ -155,11 +167,18 @@ class BrokerStatus:
     send_latency_s: float
     replication: ShardReplication | None = None
     quarantined_for_s: float | None = None
+    held_for_s: float | None = None
+    hold_left_s: float | None = None
 
     @property
     def quarantined(self) -> bool:
         """Whether the proxy cannot reach it now (its sends go to other brokers)."""
         return self.quarantined_for_s is not None
+
+    @property
+    def held(self) -> bool:
+        """Whether its registration is gone but the proxy still routes to it."""
+        return self.held_for_s is not None
 
     @classmethod
     def from_proto(cls, message: admin_pb2.BrokerStatus) -> BrokerStatus:
@@ -196,6 +215,12 @@ class BrokerStatus:
                 seconds_from_duration(message.quarantined_for)
                 if message.HasField("quarantined_for")
                 else None
+            ),
+            held_for_s=(
+                seconds_from_duration(message.held_for) if message.HasField("held_for") else None
+            ),
+            hold_left_s=(
+                seconds_from_duration(message.hold_left) if message.HasField("hold_left") else None
             ),
         )
 
@@ -291,7 +316,14 @@ class ClusterStatus:
         when there is any, as ``etcdctl endpoint health`` does)."""
         found = []
         for broker in self.brokers:
-            if not broker.live:
+            if broker.held_for_s is not None:
+                found.append(
+                    f"broker {broker.name}'s registration was lost"
+                    f" {format_age(broker.held_for_s)} ago: proxy {self.proxy} holds it for up"
+                    f" to {format_age(broker.hold_left_s or 0.0)} more while its connection"
+                    f" stays up, until it registers again{_unanswered(broker)}"
+                )
+            elif not broker.live:
                 found.append(f"broker {broker.name} is down (not registered): {broker.error}")
             elif not broker.reachable:
                 found.append(f"broker {broker.name} is unreachable: {broker.error}")

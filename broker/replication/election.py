@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from popmq.broker_core.errors import UnavailableError
 from popmq.coordination.coordinator import encode_value
 from popmq.coordination.errors import CoordinationError, LeaseNotFoundError
-from popmq.coordination.etcd import Compare, Get, LeaseKeeper, Put, RangeResult, TxnResult
+from popmq.coordination.etcd import Compare, Get, Put, RangeResult, TxnResult
 from popmq.coordination.etcd_coordinator import EtcdCoordinator, prompt_lease
+from popmq.coordination.etcd_streams import LeaseKeeper
 
 SHARDS_FOLDER = "shards/"
 

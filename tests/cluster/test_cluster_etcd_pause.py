@@ -12,6 +12,9 @@ epochs). Meanwhile:
   proxies keep routing to a broker whose registration vanished while its connection is up,
   until it registers again;
 - the proxies' health never turns NOT_SERVING: the brokers never left;
+- an admin write made once the proxy has noticed the hang (its session keepalive went
+  unanswered) fails at once, retriably, naming etcd; one made as the pause began waits at
+  most the etcd call timeout; reads served from the proxy's caches go on;
 - within 10 s of the resume every member holds a registration again, and an admin write
   works and is served through the other proxy.
 """
@@ -26,7 +29,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from popmq import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage
+from popmq import (
+    AsyncAdmin,
+    AsyncProducer,
+    AsyncSimpleConsumer,
+    PopMQError,
+    ReceivedMessage,
+    UnavailableError,
+)
+from popmq.coordination.etcd import DEFAULT_TIMEOUT_S
+from popmq.coordination.etcd_reachability import UNANSWERED_AFTER_S
 from tests.cluster.test_cluster_etcd_outage import (
     _creates,
     _registered_again,
@@ -45,6 +57,20 @@ PAUSED_S = SESSION_TTL_S + 4
 BACK_WITHIN_S = 10.0
 AFTER_S = 3.0
 """How long traffic goes on after the members registered again."""
+NOTICED_WITHIN_S = SESSION_TTL_S / 3 + UNANSWERED_AFTER_S + 1
+"""By then the proxy knows etcd is hung: a session keepalive (every TTL/3) has waited
+UNANSWERED_AFTER_S unanswered (plus a second for a busy machine)."""
+ADMIN_FAILS_WITHIN_S = 2.5
+"""An admin write the proxy refuses at once, with a generous margin."""
+
+
+async def _admin_write_during_pause(admin: AsyncAdmin, topic: str) -> tuple[float, str]:
+    """Try to create `topic` during the pause: how long the refusal took, and its text."""
+    began = time.monotonic()
+    with pytest.raises(UnavailableError) as refused:
+        await admin.create_topic(topic, queues=1)
+    assert refused.value.code == "UNAVAILABLE" and refused.value.retriable
+    return time.monotonic() - began, str(refused.value)
 
 
 async def _watch_health(address: str, seen: list[str]) -> None:
@@ -89,7 +115,20 @@ async def _pause(cluster: Cluster) -> None:
         cluster.etcd.pause()
         paused_at = time.monotonic()
         try:
-            await asyncio.sleep(PAUSED_S)
+            # Before the hang is noticed: waits for etcd's answer, up to the call timeout.
+            early = asyncio.create_task(_admin_write_during_pause(admin, "as-pause-began"))
+            await asyncio.sleep(NOTICED_WITHIN_S)
+            took, refused = await _admin_write_during_pause(admin, "during-pause")
+            print(f"admin write during the pause: refused in {took:.2f}s: {refused}")
+            assert took < ADMIN_FAILS_WITHIN_S, (took, refused)
+            assert "etcd is unreachable" in refused and "Retry once it is back" in refused
+            with pytest.raises(UnavailableError, match="etcd is unreachable"):
+                await admin.create_group("during-pause-readers")
+            assert (await admin.get_topic(topic)).topic.name == topic  # from the cache
+            took_early, refused_early = await early
+            print(f"admin write as the pause began: refused in {took_early:.2f}s")
+            assert took_early < DEFAULT_TIMEOUT_S + ADMIN_FAILS_WITHIN_S, refused_early
+            await asyncio.sleep(max(0.0, PAUSED_S - (time.monotonic() - paused_at)))
         finally:
             cluster.etcd.resume()
         back_at = time.monotonic()

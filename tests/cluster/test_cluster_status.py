@@ -25,13 +25,14 @@ from popmq.cli.main import main
 from popmq.cluster.cluster_broker import ClusterBroker
 from popmq.cluster.proxy_server import ProxyServer, proxy_info
 from popmq.cluster.status import ClusterStatus
-from popmq.coordination import LocalCoordinator
+from popmq.coordination import EtcdCoordinator, LocalCoordinator, RoutesConfig
 from popmq.coordination.config import ClusterConfig
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import MetricsConfig
 from tests.cluster.conftest import unique_cluster
 from tests.support.brokers import served_broker
 from tests.support.etcd import EtcdServer
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -213,6 +214,54 @@ def test_builder_reports_the_epoch_a_registration_names() -> None:
             await cluster.close()
             await coordinator.close()
         assert [(b.name, b.epoch) for b in report.brokers] == [("b1", epoch), ("b2", epoch)]
+
+    asyncio.run(scenario())
+
+
+def test_builder_reports_a_broker_held_past_its_vanished_registration(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    """A broker whose registration vanished while this proxy's connection to it stayed up
+    is held (routed to) for `vanished_grace_s`: the report lists it as held, not live, with
+    how long it may still be held, and as a plain member again once it registers again."""
+
+    async def scenario() -> None:
+        name = unique_cluster()
+        async with (
+            served_broker(tmp_path / "b1") as b1,
+            EtcdCoordinator(etcd.endpoint, cluster=name) as brokers,
+            EtcdCoordinator(etcd.endpoint, cluster=name) as proxy,
+        ):
+            session = await brokers.register("broker", "b1", {"addr": b1.address})
+            cluster = ClusterBroker(
+                proxy, proxy_info(ServerConfig()), routes=RoutesConfig(vanished_grace_s=30)
+            )
+            await cluster.start()
+            try:
+                status = ClusterStatus(cluster, proxy_name=lambda: "p1", probe_timeout_s=2)
+                await until(lambda: cluster.pool.answering("b1"), "a connection to b1", 10)
+                (registered,) = (await status.report()).brokers
+                assert (registered.live, registered.held_for_s, registered.hold_left_s) == (
+                    True, None, None,
+                )  # fmt: skip
+
+                await session.close()  # its key vanishes; the connection stays up
+                await until(lambda: "b1" in cluster.routes.held, "b1 held", 10)
+                (held,) = (await status.report()).brokers
+                await brokers.register("broker", "b1", {"addr": b1.address})
+                await until(lambda: not cluster.routes.held, "b1 registered again", 10)
+                (again,) = (await status.report()).brokers
+            finally:
+                await cluster.close()
+        assert (held.name, held.live, held.reachable, held.epoch) == (
+            "b1", False, True, registered.epoch,
+        )  # fmt: skip
+        assert held.held_for_s is not None and held.hold_left_s is not None
+        assert 0 <= held.held_for_s < 30 and held.hold_left_s == 30 - held.held_for_s
+        assert "proxy p1 holds it, routing to it for up to" in held.error, held.error
+        assert held.lease_ttl_s is None  # no key in etcd
+        assert (again.live, again.held_for_s, again.error) == (True, None, "")
+        assert again.epoch > registered.epoch
 
     asyncio.run(scenario())
 

@@ -18,7 +18,11 @@ from popmq.coordination import (
     Snapshot,
 )
 from popmq.coordination.etcd import Compare, Delete, EtcdClient, Get, Put
-from popmq.coordination.etcd_reachability import UNREACHABLE_AFTER_S
+from popmq.coordination.etcd_reachability import (
+    PROBE_TIMEOUT_S,
+    UNANSWERED_AFTER_S,
+    UNREACHABLE_AFTER_S,
+)
 from tests.cluster.conftest import unique_cluster
 from tests.cluster.link import Link
 from tests.support.etcd import EtcdServer
@@ -414,6 +418,55 @@ def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
             assert client.reachability.unreachable_for is None
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_calls_fail_at_once_while_etcd_is_paused_and_work_as_soon_as_it_resumes(
+    own_etcd: EtcdServer,
+) -> None:
+    """A paused etcd (SIGSTOP: connections open, nothing answers) fails nothing by itself:
+    an unanswered keepalive shows it. Once one has waited UNANSWERED_AFTER_S, calls fail at
+    once, without trying; the waiting requests (keepalive, probe) are answered as etcd
+    resumes, and calls work again."""
+
+    async def scenario() -> None:
+        async with EtcdClient(own_etcd.endpoint, timeout_s=5) as client:
+            await client.put("/k", b"v")
+            keeper = client.keep_alive(await client.lease_grant(3))  # a keepalive every 1 s
+            own_etcd.pause()
+            try:
+                noticed = await _eventually(
+                    lambda: _true(client.reachability.hung_for is not None),
+                    1 + UNANSWERED_AFTER_S + 5,
+                    "the hang noticed from the unanswered keepalive",
+                )
+                print(f"hang noticed after {noticed:.1f}s")
+                for _ in range(3):
+                    began = time.monotonic()
+                    with pytest.raises(CoordinationUnavailableError) as error:
+                        await client.put("/k", b"w")
+                    # Not even PROBE_TIMEOUT_S spent on a try: refused without one.
+                    assert time.monotonic() - began < PROBE_TIMEOUT_S
+                    assert f"etcd is unreachable at {own_etcd.endpoint}" in str(error.value)
+                    assert "Retry once it is back" in str(error.value)
+                    assert error.value.retriable and error.value.code == "UNAVAILABLE"
+                    await asyncio.sleep(0.5)
+            finally:
+                own_etcd.resume()
+            await _eventually(
+                lambda: _true(client.reachability.unreachable_for is None),
+                10,
+                "etcd answering after its resume",
+            )
+            assert (await client.get("/k")).kvs[0].value == b"v"
+            await client.put("/k", b"x")
+            await keeper.close()
+
+    asyncio.run(scenario())
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 def test_a_missing_etcd_fails_with_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -828,7 +828,7 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("name", "address", "live", "reachable", "error", "epoch", "lease_ttl", "data_dir", "store_bytes", "disk_free_bytes", "topics", "queues", "messages_sent", "messages_popped", "messages_acked", "long_polls_held", "isolated_for", "send_failures", "isolations", "send_latency", "replication", "quarantined_for")
+    __slots__ = ("name", "address", "live", "reachable", "error", "epoch", "lease_ttl", "data_dir", "store_bytes", "disk_free_bytes", "topics", "queues", "messages_sent", "messages_popped", "messages_acked", "long_polls_held", "isolated_for", "send_failures", "isolations", "send_latency", "replication", "quarantined_for", "held_for", "hold_left")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
@@ -851,6 +851,8 @@ class BrokerStatus(_message.Message):
     SEND_LATENCY_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FOR_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_FIELD_NUMBER: _ClassVar[int]
+    HOLD_LEFT_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     live: bool
@@ -873,7 +875,9 @@ class BrokerStatus(_message.Message):
     send_latency: _duration_pb2.Duration
     replication: ShardReplication
     quarantined_for: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., live: _Optional[bool] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., queues: _Optional[int] = ..., messages_sent: _Optional[int] = ..., messages_popped: _Optional[int] = ..., messages_acked: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., isolated_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_failures: _Optional[int] = ..., isolations: _Optional[int] = ..., send_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replication: _Optional[_Union[ShardReplication, _Mapping]] = ..., quarantined_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    held_for: _duration_pb2.Duration
+    hold_left: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., live: _Optional[bool] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., epoch: _Optional[int] = ..., lease_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., data_dir: _Optional[str] = ..., store_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., topics: _Optional[int] = ..., queues: _Optional[int] = ..., messages_sent: _Optional[int] = ..., messages_popped: _Optional[int] = ..., messages_acked: _Optional[int] = ..., long_polls_held: _Optional[int] = ..., isolated_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_failures: _Optional[int] = ..., isolations: _Optional[int] = ..., send_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replication: _Optional[_Union[ShardReplication, _Mapping]] = ..., quarantined_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hold_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ShardReplication(_message.Message):
     __slots__ = ("leader", "epoch", "lsn", "mode", "min_insync", "followers", "terms")

@@ -13,7 +13,7 @@ import pytest
 from popmq.broker.fencing import WriteFence, leader_lease, start_fencing
 from popmq.broker_core import NotLeaderError, UnavailableError
 from popmq.coordination.coordinator import Session
-from popmq.coordination.etcd import LeaseKeeper
+from popmq.coordination.etcd_streams import LeaseKeeper
 
 
 def test_writes_go_ahead_until_fenced_and_again_once_unfenced() -> None:

@@ -266,6 +266,50 @@ def test_a_long_quarantine_reads_the_same_in_the_problem_and_the_table(
     assert "QUARANTINED 3m07s (connection down)" in capsys.readouterr().out
 
 
+HELD = BrokerStatus(
+    name="b5",
+    address="10.0.0.5:9100",
+    live=False,  # its registration vanished
+    reachable=True,  # the proxy routes to it, and it answered the status call
+    error="registration lost 3s ago (not in etcd now): proxy p1 holds it, routing to it for"
+    " up to 7s more while its connection stays up, until it registers again",
+    epoch=45,
+    topics=1,
+    queues=8,
+    held_for_s=3.2,
+    hold_left_s=6.8,
+)
+
+
+def test_a_held_broker_is_shown_held_with_how_long_it_may_stay_and_is_a_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = StatusReport(mode="cluster", cluster="prod", proxy="p1", brokers=(UP, HELD))
+    status = _sdk(report)
+    up, held = status.brokers
+    assert (up.held, up.held_for_s, up.hold_left_s) == (False, None, None)
+    assert held.held and not held.live
+    assert (held.held_for_s, held.hold_left_s) == (pytest.approx(3.2), pytest.approx(6.8))
+    (problem,) = status.problems  # the exit code is non-zero; not reported as down
+    assert problem == (
+        "broker b5's registration was lost 3s ago: proxy p1 holds it for up to 7s more while"
+        " its connection stays up, until it registers again"
+    )
+    unanswered = _sdk(
+        dataclasses.replace(report, brokers=(dataclasses.replace(HELD, reachable=False),))
+    )
+    assert unanswered.problems[0].endswith("and it does not answer the proxy's status call")
+    render.cluster_tables(status)
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if " b5 " in line)
+    assert "HELD 7s left" in row and "DOWN" not in row
+    assert "broker b5: registration lost 3s ago (not in etcd now): proxy p1 holds it" in out
+    render.print_json(status)
+    document = json.loads(capsys.readouterr().out)
+    assert [b["held_for_s"] for b in document["brokers"]] == [None, pytest.approx(3.2)]
+    assert [b["hold_left_s"] for b in document["brokers"]] == [None, pytest.approx(6.8)]
+
+
 def test_cluster_tables_say_when_every_etcd_endpoint_is_down(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
