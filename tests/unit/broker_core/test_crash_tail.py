@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.clock import ManualClock
@@ -168,9 +166,3 @@ def test_removed_tail_messages_leave_gaps_pops_step_over_and_the_queue_keeps_its
             await third.close()
 
     asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("bad", [-1.0, 3601.0, float("nan")])
-def test_crash_tail_s_is_checked(bad: float) -> None:
-    with pytest.raises(ValueError, match=r"messages\.crash_tail_s .* within 0\.\.3600 s"):
-        MessagesConfig(crash_tail_s=bad)
