@@ -22,13 +22,14 @@ here, before it serves.
   at a queue's end records the end (`qend:` in the meta family, read by QueueOffsets), so a
   restart never gives the offset to another message.
 
-Threading: on the event loop, at start only. `select` reads the last messages of every
-queue by point reads (one per queue, plus one per message of the tail); `remove` is one
-group-commit write.
+Threading: on the event loop, at start only. `select` seeks each queue's last message,
+then reads back one point read per message of the tail; `remove` is one group-commit
+write.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,6 +40,8 @@ from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.store import Batch, Store
+
+log = logging.getLogger(__name__)
 
 RUN_MARKER: Final = b"run:open"
 """meta family: present while a run has the store open (see the module doc)."""
@@ -53,8 +56,13 @@ def open_run(store: Store) -> bool:
             batch = store.batch()
             batch.put("meta", RUN_MARKER, b"")
             store.write(batch, sync=True)
-        except PopMQError:
-            pass  # a full disk: this run counts as unclean if it is killed, no harm either way
+        except PopMQError as exc:
+            log.warning(
+                "store %s: the run marker could not be written (%s); if this run is killed, "
+                "its next start will not look for sends moved to other brokers",
+                store.path,
+                exc,
+            )
     return unclean
 
 
@@ -95,9 +103,7 @@ def select(
         if topic.kind != KIND_NORMAL:
             continue
         for queue_id in range(topic.queues):
-            low = offsets.min_offset(topic.topic_id, queue_id)
-            high = offsets.max_offset(topic.topic_id, queue_id)
-            last = _last_stored(store, topic.topic_id, queue_id, low, high)
+            last = _last_stored(store, topic.topic_id, queue_id)
             if last is None:
                 continue
             offset, stored = last
@@ -136,20 +142,19 @@ def select(
     return found
 
 
-_GAP_STEPS: Final = 64
-"""How far below a queue's end `_last_stored` looks for a stored message: past that many
-gaps the queue's tail is treated as empty (gaps come from writes lost in doubt and earlier
-removals, a few at a time)."""
-
-
 def _last_stored(
-    store: Store, topic_id: int, queue_id: int, low: int, high: int
+    store: Store, topic_id: int, queue_id: int
 ) -> tuple[int, records_pb2.StoredMessage] | None:
-    for offset in range(high - 1, max(low, high - _GAP_STEPS) - 1, -1):
-        data = store.get("messages", keys.message_key(topic_id, queue_id, offset))
-        if data is not None:
-            return offset, records_pb2.StoredMessage.FromString(data)
-    return None
+    """The queue's last stored message (gaps at its end skipped), with its offset."""
+    last = store.last_key(
+        "messages", keys.queue_prefix(topic_id, queue_id), keys.queue_prefix(topic_id, queue_id + 1)
+    )
+    if last is None:
+        return None
+    data = store.get("messages", last)
+    if data is None:
+        return None
+    return keys.message_offset(last), records_pb2.StoredMessage.FromString(data)
 
 
 async def remove(

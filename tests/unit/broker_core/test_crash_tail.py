@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from popmq.broker.replication.log import ReplicationLog
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import BrokerConfig, MessagesConfig, StoreConfig
+from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage
 
 
@@ -164,5 +166,50 @@ def test_removed_tail_messages_leave_gaps_pops_step_over_and_the_queue_keeps_its
             assert not d.duplicate and d.offset == 3
         finally:
             await third.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replicating_store_keeps_no_run_marker_and_has_no_crash_tail(tmp_path: Path) -> None:
+    """A shard's leader writes through its replication log, which would ship the marker to
+    its followers; a shard's crash is covered by replication, so it keeps none."""
+
+    async def persist(isr: frozenset[str]) -> None:
+        return None
+
+    def tap(store: Store) -> ReplicationLog:
+        return ReplicationLog(
+            store,
+            shard="s1",
+            epoch=1,
+            isr=(),
+            min_insync=0,
+            buffer_bytes=1 << 20,
+            lag_timeout_s=10.0,
+            fenced=lambda: None,
+            persist=persist,
+        )
+
+    async def scenario() -> None:
+        clock = ManualClock(_START_MS)
+        standalone = Broker(_config(tmp_path), clock=clock)
+        await standalone.start()
+        await _send_over_time(standalone, clock)
+        standalone.store.close()  # an unclean end, with the marker left behind
+        await standalone.close()
+        leader = Broker(_config(tmp_path), tap=tap, clock=clock)
+        await leader.start()
+        try:
+            assert not leader.unclean_end and leader.crash_tail() == []
+        finally:
+            await leader.close()
+        # It neither wrote nor cleared the marker: the store as a standalone broker's again
+        # still finds the earlier unclean end.
+        again = Broker(_config(tmp_path), clock=clock)
+        await again.start()
+        try:
+            assert again.unclean_end
+        finally:
+            await again.close()
 
     asyncio.run(scenario())
