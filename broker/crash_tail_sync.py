@@ -18,8 +18,8 @@ A broker that does not answer (down, paused, still starting, a release without
 which messages may be stored twice (at-least-once). A broker that is not registered is not
 asked: a copy moved to it stays a second copy.
 
-A replicated shard's replica never runs this: a new leader holds what was replicated, and
-what was not is dropped from the old leader when it rejoins (replication.md).
+A replicated shard's replica never runs this: it keeps no run marker, and replication
+writes its store (docs/cluster.md says what holds for shards).
 
 Everything runs on the event loop; the calls to the peers run concurrently, each bounded by
 `_CALL_TIMEOUT_S` and by what is left of the wait.
@@ -31,6 +31,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -56,8 +57,11 @@ _SHOWN = 20
 """Message ids a warning names at most."""
 
 
-class _Unanswered(Exception):
-    """A peer did not answer a lookup (its error says why)."""
+@dataclass(frozen=True, slots=True)
+class _Unanswered:
+    """A peer did not answer a lookup."""
+
+    why: str
 
 
 async def reconcile_crash_tail(
@@ -200,7 +204,7 @@ class _Asking:
         answers = await asyncio.gather(*(self._ask(n, a, timeout_s) for n, a in asked))
         for (peer, address), answer in zip(asked, answers, strict=True):
             if isinstance(answer, _Unanswered):
-                self._errors[peer] = str(answer)
+                self._errors[peer] = answer.why
                 continue
             self._errors.pop(peer, None)
             self._answered.add((peer, address))
