@@ -140,7 +140,7 @@ class MessagesConfig:
     it died (crash_tail.py). It covers a send left in doubt on a broker paused and then
     killed: the proxy's broker call timeout (10 s) plus `in_doubt_retry_s` (5 s), twice
     over. 0: never. Within 0..3600 s; beyond `dedup_window_s` it acts as that window, past
-which no broker says it holds a send."""
+    which no broker says it holds a send."""
 
     def __post_init__(self) -> None:
         if self.max_delay_s <= 0 or self.dedup_window_s <= 0:
