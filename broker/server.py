@@ -5,8 +5,11 @@ etcd answers (logging that it waits for etcd at its endpoints, and retrying ever
 `ETCD_RETRY_S`: a broker started before etcd, or during an outage, starts once etcd is
 back; SIGTERM meanwhile stops it cleanly), then start the catalog sync (catalog_sync.py),
 waiting up to `cluster.catalog_ready_timeout_s` for it to apply the first listing of topics
-and groups, and only then register with etcd (proxies route to a broker from its
-registration on, so it must hold its routed topics by then); turn health SERVING once that
+and groups; after a run that did not end cleanly, remove the messages of its crash tail
+that other brokers hold, its writes fenced meanwhile (crash_tail_sync.py, up to
+`cluster.crash_tail_wait_s` for silent peers); and only then register with etcd (proxies
+route to a broker from its registration on, so it must hold its routed topics by then,
+and no longer hold sends moved elsewhere); turn health SERVING once that
 listing is applied (later, by itself, if etcd was slower than the wait), print `listening
 on HOST:PORT`. SIGTERM or SIGINT: health NOT_SERVING, held long polls answered, in-flight
 calls given `server.shutdown_grace_s`, the catalog sync stopped, the etcd registration
@@ -52,6 +55,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.fencing import start_fencing
 from popmq.broker.peer_pings import peer_pings_allowed
 from popmq.broker.service import BrokerServicer, add_broker_service
@@ -78,9 +82,10 @@ from popmq.runtime.process import (
     version,
     wait_for_stop_signal,
 )
+from popmq.security.authn import cluster_signer
 from popmq.security.gate import Gate
 from popmq.security.protected import check_protected_mode
-from popmq.security.tls import ServerTLS
+from popmq.security.tls import ServerTLS, broker_channel_tls
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +183,13 @@ class BrokerServer:
             # grpc's servicer starts with "" SERVING: not before the broker is ready.
             await self._health_to(health_pb2.HealthCheckResponse.NOT_SERVING)
             self.servicer = BrokerServicer(self.broker)
+            if self.in_cluster and self.broker.unclean_end:
+                # Until its crash tail is reconciled (crash_tail_sync.py): a send stored now
+                # could be removed, and a peer's lookup answered now could be wrong.
+                self.servicer.writes.fence(
+                    "it is starting after an unclean stop and is checking whether other "
+                    "brokers hold the messages it stored last"
+                )
             add_broker_service(server, self.servicer)
             listeners = bind_listeners(server, self.config, self.tls)
             self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
@@ -198,6 +210,7 @@ class BrokerServer:
                 # which must find every topic its routes give it (not NOT_FOUND after a
                 # restart that missed a topic's creation).
                 ready = await self._start_catalog_sync()
+                await self._reconcile_crash_tail()
                 await self._register()
                 if ready:
                     await self._serving()
@@ -265,6 +278,23 @@ class BrokerServer:
     async def _fail_with_catalog_sync(self, sync: CatalogSync) -> None:
         reason = await sync.wait_failure()
         self.broker.report_failure(f"its catalog sync stopped ({reason})")
+
+    async def _reconcile_crash_tail(self) -> None:
+        """After an unclean end, remove the sends other brokers hold (crash_tail_sync.py),
+        then take writes (the fencing loop follows the registration from then on)."""
+        assert self._coordinator is not None and self.servicer is not None
+        if not self.broker.unclean_end:
+            return
+        security = self.config.security
+        await reconcile_crash_tail(
+            self.broker,
+            self._coordinator,
+            name=self.config.broker.broker_name,
+            wait_s=self.config.cluster.crash_tail_wait_s,
+            tls=broker_channel_tls(security),
+            signer=cluster_signer(security),
+        )
+        self.servicer.writes.unfence()
 
     async def _wait_for_etcd(self) -> None:
         """Return once the coordinator answers a read, asking every ETCD_RETRY_S meanwhile:

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from popmq.broker_core import jobs, security_records
+from popmq.broker_core import crash_tail, jobs, security_records
 from popmq.broker_core.admin import Admin
 from popmq.broker_core.api import (
     BrokerAPI,
@@ -48,6 +48,7 @@ from popmq.broker_core.clock import now_ms as now_ms  # re-exported: the proxy a
 from popmq.broker_core.config import BrokerConfig
 from popmq.broker_core.consume_queue import ConsumeQueue
 from popmq.broker_core.consume_queues import ConsumeQueues
+from popmq.broker_core.crash_tail import TailMessage
 from popmq.broker_core.errors import InvalidArgumentError, PopMQError, UnavailableError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.group_rules import GroupState
@@ -141,6 +142,8 @@ class Broker:
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
         self._server_info = self._build_server_info()
+        # The store's last run did not end cleanly (crash_tail.py), as found by start().
+        self.unclean_end = self._marks_runs = False
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
         # Set once, with `failure`: what wait_failure() awaits (the server's health).
@@ -176,6 +179,9 @@ class Broker:
                 store.close()  # release RocksDB's LOCK: the caller may fix the config and retry
             raise
         self._store = store
+        # A replicating store and a view keep no run marker (crash_tail.py).
+        self._marks_runs = not view and store.tap is None
+        self.unclean_end = self._marks_runs and crash_tail.open_run(store)
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
@@ -466,8 +472,22 @@ class Broker:
         with contextlib.suppress(PopMQError):
             await self.writer.submit(jobs.noop, sync=True)
         self.writer.close()
+        if self._marks_runs:
+            crash_tail.close_run(self.store)
         self.store.close()
         self._started = False
+
+    def crash_tail(self) -> list[TailMessage]:
+        """After an unclean end, its last messages stored (crash_tail.py); else none."""
+        messages = self.config.messages
+        tail_ms = round(min(messages.crash_tail_s, messages.dedup_window_s) * 1000)
+        if not self.unclean_end or tail_ms <= 0:
+            return []
+        return crash_tail.select(self.store, self.catalog, self.offsets, tail_ms)
+
+    async def remove_crash_tail(self, messages: list[TailMessage]) -> None:
+        """Remove messages of the crash tail that other brokers hold (before serving)."""
+        await crash_tail.remove(self.store, self.writer, self.offsets, messages)
 
     # -- topics (topics.py) ---------------------------------------------------------------
 

@@ -133,10 +133,22 @@ class MessagesConfig:
     fifo_max_held: int = 10_000
     """FIFO messages a queue may read ahead of their blocked groups, per consumer group;
     beyond it a pop stops reading that queue until groups move on."""
+    crash_tail_s: float = 30.0
+    """After a run that did not end cleanly, a cluster broker (`popmq broker`) asks the
+    other brokers, before it serves, whether they hold the messages it stored within this
+    long before its last one, and removes those they hold: sends a proxy moved off it when
+    it died (crash_tail.py). It covers a send left in doubt on a broker paused and then
+    killed: the proxy's broker call timeout (10 s) plus `in_doubt_retry_s` (5 s), twice
+    over. 0: never. Within 0..3600 s; beyond `dedup_window_s` it acts as that window, past
+    which no broker says it holds a send."""
 
     def __post_init__(self) -> None:
         if self.max_delay_s <= 0 or self.dedup_window_s <= 0:
             raise ValueError("messages.max_delay_s and dedup_window_s must be positive")
+        if not 0 <= self.crash_tail_s <= 3600:
+            raise ValueError(
+                f"messages.crash_tail_s {self.crash_tail_s} must be within 0..3600 s (0: off)"
+            )
         if self.fifo_max_held < 1:
             raise ValueError("messages.fifo_max_held must be at least 1")
 

@@ -203,6 +203,21 @@ def parse_expiry_key(key: bytes) -> tuple[int, bytes]:
 
 _QUEUE_OFFSET: Final = struct.Struct(">IQ")
 
+QUEUE_END_PREFIX: Final = b"qend:"
+"""meta family: (topic, queue) -> the queue's end, where removing the crash tail
+(crash_tail.py) took the queue's last stored messages: QueueOffsets reads it, so their
+offsets are never given to other messages."""
+
+
+def queue_end_key(topic_id: int, queue_id: int) -> bytes:
+    return QUEUE_END_PREFIX + _QUEUE.pack(topic_id, queue_id)
+
+
+def queue_end_range(topic_id: int) -> tuple[bytes, bytes]:
+    """[start, end) of the queue-end keys of one topic (dropped with the topic)."""
+    return QUEUE_END_PREFIX + _U32.pack(topic_id), QUEUE_END_PREFIX + _U32.pack(topic_id + 1)
+
+
 TRANSACTION_PREFIX: Final = b"txn:"
 """meta family: transaction sequence -> TransactionRecord (transactions.py)."""
 TRANSACTION_CHECK_PREFIX: Final = b"txc:"

@@ -205,7 +205,11 @@ class QueueOffsets:
     def _load(self, topic_id: int, queue_id: int) -> int:
         prefix = keys.queue_prefix(topic_id, queue_id)
         last = self._store.last_key("messages", prefix, keys.queue_prefix(topic_id, queue_id + 1))
-        return 0 if last is None else keys.message_offset(last) + 1
+        end = 0 if last is None else keys.message_offset(last) + 1
+        # Removing a crash tail (crash_tail.py) may have taken the last stored messages:
+        # their offsets stay used.
+        recorded = self._store.get("meta", keys.queue_end_key(topic_id, queue_id))
+        return end if recorded is None else max(end, keys.decode_u64(recorded))
 
     def store_time(self, topic_id: int, queue_id: int, offset: int) -> int:
         """Store time of one message; -1 when it is already gone (treated as old)."""

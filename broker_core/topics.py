@@ -177,6 +177,7 @@ class Topics:
                 removed_ids.add(topic.topic_id)
                 start, end = keys.topic_range(topic.topic_id)
                 batch.delete_range("messages", start, end)
+                batch.delete_range("meta", *keys.queue_end_range(topic.topic_id))
             for key, cq in list(self._queues.items()):
                 if cq.topic_id in removed_ids:
                     batch.delete("offsets", keys.offset_key(*key))

@@ -49,6 +49,11 @@ class ClusterConfig:
     """How long a starting broker waits for its catalog sync to take in the first listing
     of topics and groups before it prints that it listens. Health stays NOT_SERVING until
     that listing is applied, however long it takes (docs/coordination.md, Catalog sync)."""
+    crash_tail_wait_s: float = 10.0
+    """How long a broker restarting after an unclean end keeps asking the other live
+    brokers that do not answer whether they hold its last messages (`messages.crash_tail_s`)
+    before it serves anyway, logging which may be stored twice (docs/cluster.md, "A retried
+    send is stored once"). Within 0..600 s; 0: ask once."""
 
     proxy_name: str = ""
     """`popmq proxy`: its member name in etcd (proxies/<name>); empty: its advertised
@@ -84,6 +89,10 @@ class ClusterConfig:
             raise ValueError(
                 f"cluster.catalog_ready_timeout_s {self.catalog_ready_timeout_s} must be "
                 "above 0 and at most 3600 s"
+            )
+        if not 0 <= self.crash_tail_wait_s <= 600:
+            raise ValueError(
+                f"cluster.crash_tail_wait_s {self.crash_tail_wait_s} must be within 0..600 s"
             )
         if not (
             math.isfinite(self.hop_keepalive_s)

@@ -39,6 +39,10 @@ class FaultRelay:
         self.cut = False
         self.dropped = 0
         """Answers dropped so far."""
+        self.holding = 0
+        # Set by close(abort=True): an answer held back is let go of at once.
+        self._aborted = asyncio.Event()
+        """Requests forwarded whose answers are being held back (`drop_next_answer`)."""
 
     @property
     def endpoint(self) -> str:
@@ -50,12 +54,16 @@ class FaultRelay:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return self.endpoint
 
-    async def close(self) -> None:
+    async def close(self, *, abort: bool = False) -> None:
+        """Stop listening (a new connection is refused) and close every connection;
+        `abort` also ends at once the handlers holding an answer back."""
         if self._server is None:
             return
         self._server.close()
         for writer in list(self._writers):
             writer.close()
+        if abort:
+            self._aborted.set()
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=5)
         await self._server.wait_closed()
@@ -109,7 +117,9 @@ class FaultRelay:
                 if wanted is not None and len(data) >= wanted and not cut.is_set():
                     self._drop_min_bytes = None
                     cut.set()  # the answer to this request never reaches the client
-                    await asyncio.sleep(self._hold_s)
+                    self.holding += 1
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._aborted.wait(), self._hold_s)
                     self.dropped += 1
                     break
         writer.close()

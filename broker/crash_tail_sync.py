@@ -1,0 +1,254 @@
+"""Before a restarted cluster broker serves: remove the sends a proxy moved off it when it died.
+
+A proxy moves a send whose broker died mid-call to another broker once the dead broker's
+address refuses connections, so that the client sees no error (docs/cluster.md, "A retried
+send is stored once"). If the broker had written the send before it died, the message would
+be stored twice once it restarts. So a standalone `popmq broker` whose last run did not end
+cleanly (broker_core/crash_tail.py) asks every other live broker in etcd, with
+BrokerService `LookupSends` (the dedup window a proxy's repeat asks), whether it holds each
+message of its crash tail, and removes the messages one of them holds, logging the count at
+WARNING. This runs after the catalog sync and before the broker registers; meanwhile its
+BrokerService refuses writes, `LookupSends` included (server.py fences it), so two brokers
+restarting at once never each remove their copy because the other has one: each finds the
+other silent.
+
+A broker that does not answer (down, paused, still starting, a release without
+`LookupSends`) is asked again every `_ASK_EVERY_S` until every live one has answered or
+`[cluster] crash_tail_wait_s` has passed; then the broker serves anyway and logs at WARNING
+which messages may be stored twice (at-least-once). A broker that is not registered is not
+asked: a copy moved to it stays a second copy.
+
+A replicated shard's replica never runs this: it keeps no run marker, and replication
+writes its store (docs/cluster.md says what holds for shards).
+
+Everything runs on the event loop; the calls to the peers run concurrently, each bounded by
+`_CALL_TIMEOUT_S` and by what is left of the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker_core import MAX_SEND_MESSAGES, Broker, PopMQError
+from popmq.broker_core.crash_tail import TailMessage
+from popmq.coordination.coordinator import Coordinator
+from popmq.coordination.errors import CoordinationError
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS
+
+log = logging.getLogger(__name__)
+
+_ASK_EVERY_S = 1.0
+"""How often the brokers that have not answered are asked again."""
+_CALL_TIMEOUT_S = 5.0
+"""Deadline of one LookupSends call."""
+_MIN_CALL_S = 0.5
+"""Shortest deadline of a LookupSends call, however little of the bound is left."""
+_SHOWN = 20
+"""Message ids a warning names at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Unanswered:
+    """A peer did not answer a lookup."""
+
+    why: str
+
+
+async def reconcile_crash_tail(
+    broker: Broker,
+    coordinator: Coordinator,
+    *,
+    name: str,
+    wait_s: float,
+    tls: ChannelTLS | None = None,
+    signer: Signer | None = None,
+) -> int:
+    """Remove the messages of the broker's crash tail that other live brokers hold (module
+    doc); returns how many were removed. Nothing to do after a clean end."""
+    tail = broker.crash_tail()
+    if not tail:
+        return 0
+    log.warning(
+        "broker %r did not stop cleanly last time: asking the other brokers whether they "
+        "hold any of the %d message(s) it stored in its last %gs (sends a proxy may have "
+        "moved to them when it died)",
+        name,
+        len(tail),
+        broker.config.messages.crash_tail_s,
+    )
+    asking = _Asking(tail, name=name, tls=tls, signer=signer)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + wait_s
+    try:
+        while True:
+            # A silent peer's call ends with the bound, not past it.
+            await asking.round(
+                coordinator, max(_MIN_CALL_S, min(_CALL_TIMEOUT_S, give_up - loop.time()))
+            )
+            if asking.complete or loop.time() >= give_up:
+                break
+            await asyncio.sleep(min(_ASK_EVERY_S, max(0.0, give_up - loop.time())))
+    finally:
+        await asking.close()
+    held = [m for i, m in enumerate(tail) if i in asking.held]
+    try:
+        await broker.remove_crash_tail(held)
+    except PopMQError as exc:
+        log.warning(
+            "broker %r could not remove the %d message(s) of its crash tail that other "
+            "brokers hold (%s): they are stored twice: %s",
+            name,
+            len(held),
+            exc,
+            _listed(held),
+        )
+        return 0
+    if held:
+        log.warning(
+            "broker %r removed %d of the %d message(s) of its crash tail: other brokers "
+            "hold them (%s), sends a proxy moved there when this broker died",
+            name,
+            len(held),
+            len(tail),
+            ", ".join(f"{peer}: {n}" for peer, n in sorted(asking.held_by.items())),
+        )
+    if not asking.complete:
+        doubtful = [m for i, m in enumerate(tail) if i not in asking.held]
+        log.warning(
+            "broker %r serves with %d message(s) of its crash tail that may also be stored on "
+            "a broker that did not answer within %gs (%s): %s",
+            name,
+            len(doubtful),
+            wait_s,
+            asking.silence(),
+            _listed(doubtful),
+        )
+    elif not held:
+        log.info("broker %r: no other broker holds a message of its crash tail", name)
+    return len(held)
+
+
+def _listed(messages: Sequence[TailMessage]) -> str:
+    shown = ", ".join(f"{m.topic}/{m.message_id}" for m in messages[:_SHOWN])
+    more = len(messages) - _SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+class _Asking:
+    """The lookups of one reconciliation: which peers answered, which messages are held."""
+
+    def __init__(
+        self,
+        tail: list[TailMessage],
+        *,
+        name: str,
+        tls: ChannelTLS | None,
+        signer: Signer | None,
+    ) -> None:
+        self._name = name
+        self._tls = tls
+        self._metadata = None if signer is None else signer.metadata()
+        # Batches of (tail index, message), one topic each, at most a send's size.
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for i, m in enumerate(tail):
+            by_topic[m.topic].append(i)
+        self._batches: list[tuple[str, list[int]]] = [
+            (topic, indexes[at : at + MAX_SEND_MESSAGES])
+            for topic, indexes in by_topic.items()
+            for at in range(0, len(indexes), MAX_SEND_MESSAGES)
+        ]
+        self._tail = tail
+        self.held: set[int] = set()
+        self.held_by: dict[str, int] = {}
+        self._answered: set[tuple[str, str]] = set()
+        """(peer name, address) that answered every batch."""
+        self._peers: dict[str, str] | None = None
+        """Live peers by name -> address, as etcd last listed them (None: never listed)."""
+        self._errors: dict[str, str] = {}
+        """Why each silent peer (or etcd, under "etcd") did not answer, the last time."""
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    @property
+    def complete(self) -> bool:
+        """Every live peer answered every lookup."""
+        peers = self._peers
+        return peers is not None and all((n, a) in self._answered for n, a in peers.items())
+
+    def silence(self) -> str:
+        return "; ".join(f"{who}: {why}" for who, why in sorted(self._errors.items()))
+
+    async def round(self, coordinator: Coordinator, timeout_s: float) -> None:
+        """List the live peers and ask those that have not answered yet, each call given
+        `timeout_s`."""
+        try:
+            members = await coordinator.members("broker")
+        except CoordinationError as exc:
+            self._errors["etcd"] = str(exc) or type(exc).__name__
+        else:
+            self._errors.pop("etcd", None)
+            self._peers = {
+                n: str(m.info.get("addr", "")) for n, m in members.items() if n != self._name
+            }
+        peers = self._peers or {}
+        asked = [(n, a) for n, a in peers.items() if (n, a) not in self._answered]
+        answers = await asyncio.gather(*(self._ask(n, a, timeout_s) for n, a in asked))
+        for (peer, address), answer in zip(asked, answers, strict=True):
+            if isinstance(answer, _Unanswered):
+                self._errors[peer] = answer.why
+                continue
+            self._errors.pop(peer, None)
+            self._answered.add((peer, address))
+            found = answer - self.held
+            if found:
+                self.held_by[peer] = self.held_by.get(peer, 0) + len(found)
+                self.held |= found
+
+    async def _ask(self, peer: str, address: str, timeout_s: float) -> set[int] | _Unanswered:
+        """The tail indexes `peer` holds, or why it did not answer."""
+        if not address:
+            return _Unanswered("its registration has no address")
+        stub = broker_pb2_grpc.BrokerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
+        found: set[int] = set()
+        for topic, indexes in self._batches:
+            messages = [self._tail[i] for i in indexes]
+            request = pb.LookupSendsRequest(
+                topic=topic, message_ids=[m.message_id for m in messages]
+            )
+            if any(m.dedup_id for m in messages):
+                request.dedup_ids.extend(m.dedup_id for m in messages)
+            try:
+                answer: Any = await stub.LookupSends(
+                    request, timeout=timeout_s, metadata=self._metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                return _Unanswered(f"{exc.code().name}: {exc.details()}")
+            if len(answer.held) != len(indexes):
+                return _Unanswered(f"{len(answer.held)} answers to {len(indexes)} lookups")
+            found.update(i for i, held in zip(indexes, answer.held, strict=True) if held)
+        return found
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if self._tls is None:
+                channel = grpc.aio.insecure_channel(address)
+            else:
+                channel = grpc.aio.secure_channel(
+                    address, self._tls.credentials, options=self._tls.options()
+                )
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        await asyncio.gather(*(c.close() for c in channels.values()))

@@ -1,0 +1,194 @@
+"""The crash tail: what a broker stored just before a run that did not end cleanly.
+
+A proxy retries a send whose broker died mid-call on that broker, and moves it to another
+once the dead broker's address refuses connections (docs/cluster.md, "A retried send is
+stored once"). If the dead broker had written the send before it died, the message is then
+stored twice once it restarts. Such a send was written at most a few seconds before the
+broker's last write, so a cluster broker that restarts after an unclean end asks the other
+brokers which of its last messages they hold (broker/crash_tail_sync.py) and removes those
+here, before it serves.
+
+- The run marker: `run:open` in the meta family, written (synced) when the store opens and
+  deleted by a clean close, so a store that opens with it ended its last run uncleanly
+  (kill -9, a crash, a power cut). A store of a release without the marker opens as clean.
+  A replicating store (a shard's leader) and a read-only view keep no marker: a shard's
+  crash is covered by replication instead.
+- `select`: the messages of normal topics stored within `crash_tail_s` before the last one
+  stored, in any queue. Retry and dead-letter copies are never sent through a proxy, half
+  messages are not in the dedup index a peer answers from, and delayed messages waiting as
+  timers are not looked at (their family is ordered by due time, not store time).
+- `remove`: one write deleting those messages and their index entries. Each removal leaves
+  a gap at its offset, which readers step over as over what retention deleted; a removal
+  at a queue's end records the end (`qend:` in the meta family, read by QueueOffsets), so a
+  restart never gives the offset to another message.
+
+Threading: on the event loop, at start only. `select` seeks each queue's last message,
+then reads back one point read per message of the tail; `remove` is one group-commit
+write.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from popmq._gen.popmq.store.v1 import records_pb2
+from popmq.broker_core import keys
+from popmq.broker_core.catalog import KIND_NORMAL, Catalog
+from popmq.broker_core.errors import PopMQError
+from popmq.broker_core.group_commit import GroupCommitWriter
+from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.store import Batch, Store
+
+log = logging.getLogger(__name__)
+
+RUN_MARKER: Final = b"run:open"
+"""meta family: present while a run has the store open (see the module doc)."""
+
+
+def open_run(store: Store) -> bool:
+    """Mark the store as open by a run; returns whether the last run ended uncleanly (the
+    marker was there). Synced: a run killed right after must be found unclean."""
+    unclean = store.get("meta", RUN_MARKER) is not None
+    if not unclean and not store.read_only:
+        try:
+            batch = store.batch()
+            batch.put("meta", RUN_MARKER, b"")
+            store.write(batch, sync=True)
+        except PopMQError as exc:
+            log.warning(
+                "store %s: the run marker could not be written (%s); if this run is killed, "
+                "its next start will not look for sends moved to other brokers",
+                store.path,
+                exc,
+            )
+    return unclean
+
+
+def close_run(store: Store) -> None:
+    """Clear the marker: the run ends cleanly (every write before this one is durable).
+    A failure leaves it, and the next start reconciles for nothing."""
+    try:
+        batch = store.batch()
+        batch.delete("meta", RUN_MARKER)
+        store.write(batch, sync=True)
+    except PopMQError:
+        return
+
+
+@dataclass(frozen=True, slots=True)
+class TailMessage:
+    """One message of the crash tail."""
+
+    topic: str
+    topic_id: int
+    queue_id: int
+    offset: int
+    message_id: str
+    dedup_id: str
+    """"" when the message id is its dedup id."""
+    keys: tuple[str, ...]
+    store_time_ms: int
+
+
+def select(
+    store: Store, catalog: Catalog, offsets: QueueOffsets, tail_ms: int
+) -> list[TailMessage]:
+    """The messages of normal topics stored within `tail_ms` before the last message stored
+    (module doc), oldest first within each queue."""
+    ends: list[tuple[str, int, int, int]] = []  # (topic, topic id, queue, last offset)
+    last_ms = -1
+    for topic in list(catalog.topics_by_id.values()):
+        if topic.kind != KIND_NORMAL:
+            continue
+        for queue_id in range(topic.queues):
+            last = _last_stored(store, topic.topic_id, queue_id)
+            if last is None:
+                continue
+            offset, stored = last
+            ends.append((topic.name, topic.topic_id, queue_id, offset))
+            last_ms = max(last_ms, stored.store_time_ms)
+    if last_ms < 0:
+        return []
+    cutoff = last_ms - tail_ms
+    found: list[TailMessage] = []
+    for name, topic_id, queue_id, last_offset in ends:
+        low = offsets.min_offset(topic_id, queue_id)
+        queue_tail: list[TailMessage] = []
+        offset = last_offset
+        while offset >= low:
+            data = store.get("messages", keys.message_key(topic_id, queue_id, offset))
+            offset -= 1
+            if data is None:
+                continue  # a gap: lost in doubt, or removed by an earlier reconciliation
+            stored = records_pb2.StoredMessage.FromString(data)
+            if stored.store_time_ms < cutoff:
+                break  # store times grow with offsets within a queue
+            queue_tail.append(
+                TailMessage(
+                    topic=name,
+                    topic_id=topic_id,
+                    queue_id=queue_id,
+                    offset=offset + 1,
+                    message_id=stored.message_id,
+                    dedup_id="" if stored.dedup_id == stored.message_id else stored.dedup_id,
+                    keys=tuple(stored.keys),
+                    store_time_ms=stored.store_time_ms,
+                )
+            )
+        queue_tail.reverse()
+        found.extend(queue_tail)
+    return found
+
+
+def _last_stored(
+    store: Store, topic_id: int, queue_id: int
+) -> tuple[int, records_pb2.StoredMessage] | None:
+    """The queue's last stored message (gaps at its end skipped), with its offset."""
+    last = store.last_key(
+        "messages", keys.queue_prefix(topic_id, queue_id), keys.queue_prefix(topic_id, queue_id + 1)
+    )
+    if last is None:
+        return None
+    data = store.get("messages", last)
+    if data is None:
+        return None
+    return keys.message_offset(last), records_pb2.StoredMessage.FromString(data)
+
+
+async def remove(
+    store: Store, writer: GroupCommitWriter, offsets: QueueOffsets, messages: list[TailMessage]
+) -> None:
+    """Delete `messages` (from `select`) with their index entries, in one synced write.
+
+    An index entry is deleted only while it still points at the removed copy. A queue whose
+    last stored message goes keeps its end (`keys.queue_end_key`)."""
+    if not messages:
+        return
+
+    def apply(batch: Batch, _: QueueOffsets) -> None:
+        ends: dict[tuple[int, int], int] = {}
+        for m in messages:
+            batch.delete("messages", keys.message_key(m.topic_id, m.queue_id, m.offset))
+            _delete_entry(store, batch, keys.id_index_key(m.topic_id, m.message_id), m)
+            if m.dedup_id:
+                _delete_entry(store, batch, keys.dedup_key(m.topic_id, m.dedup_id), m)
+            for key in m.keys:
+                batch.delete("index", keys.key_index_key(m.topic_id, key, m.queue_id, m.offset))
+            where = (m.topic_id, m.queue_id)
+            ends[where] = max(ends.get(where, 0), m.offset + 1)
+        for (topic_id, queue_id), end in ends.items():
+            if end >= offsets.max_offset(topic_id, queue_id):
+                batch.put("meta", keys.queue_end_key(topic_id, queue_id), keys.encode_u64(end))
+
+    await writer.submit(apply, sync=True)
+
+
+def _delete_entry(store: Store, batch: Batch, entry: bytes, m: TailMessage) -> None:
+    data = store.get("index", entry)
+    if data is None:
+        return
+    record = records_pb2.IndexRecord.FromString(data)
+    if record.queue_id == m.queue_id and record.offset == m.offset:
+        batch.delete("index", entry)

@@ -1,0 +1,244 @@
+"""A send the proxy moved off a killed broker is stored once: the broker, restarted after its
+unclean end, removes what other brokers hold of the messages it stored last before it
+serves (broker/crash_tail_sync.py, broker_core/crash_tail.py).
+
+The first test runs real `popmq broker` and `popmq proxy` processes and a real etcd
+(tests/support/cluster.py), with a relay (tests/support/fault_relay.py) in front of b1: it
+forwards a send to b1, holds back b1's answer, then b1 is killed with SIGKILL and the relay
+stops listening, so the proxy's retry on b1 is refused and the proxy moves the send to b2
+(the client gets its success). Run with `messages.crash_tail_s = 0` on b1 (no
+reconciliation, as before the change), the drain after b1's restart finds that message
+twice; with the default, once.
+
+The others run brokers in-process over a real etcd (tests/support/inprocess_cluster.py): a
+crash-tail message another broker holds is removed and the rest kept; a peer that does not
+answer holds the start for `cluster.crash_tail_wait_s`, and then the broker serves with a
+warning naming the messages that may be stored twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from popmq import Admin, Producer, SendReceipt, SimpleConsumer
+from popmq.broker.server import BrokerServer
+from popmq.broker_core import BrokerConfig, NewMessage, StoreConfig
+from popmq.cluster import RemoteBroker
+from popmq.coordination import EtcdCoordinator
+from popmq.runtime.config import ServerConfig
+from tests.support.cluster import Cluster
+from tests.support.fault_relay import FaultRelay
+from tests.support.inprocess_cluster import InProcessCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+T = TypeVar("T")
+
+BODY_BYTES = 6000
+"""Bodies of random bytes this large, so that the relay tells a send from pings."""
+
+
+@pytest.fixture
+def relay_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own, for a FaultRelay between processes."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="relay-loop")
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def _on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
+
+
+def _drained(endpoint: str, topic: str) -> Counter[str]:
+    """Message id -> copies in the cluster (every message received once, unacked)."""
+    got: Counter[str] = Counter()
+    with SimpleConsumer(endpoint, group="audit", topic=topic) as consumer:
+        quiet = 0
+        while quiet < 3:
+            batch = consumer.receive(max_messages=32, invisible_duration_s=120, wait_s=1)
+            got.update(m.message_id for m in batch)
+            quiet = 0 if batch else quiet + 1
+    return got
+
+
+def _held_on(address: str, topic: str, message_id: str) -> bool:
+    async def ask() -> bool:
+        remote = RemoteBroker(address, catalog=False)
+        await remote.start()
+        try:
+            (held,) = await remote.lookup_sends(topic, [(message_id, "")])
+            return held
+        finally:
+            await remote.close()
+
+    return asyncio.run(ask())
+
+
+@pytest.mark.parametrize("crash_tail_s", [30.0, 0.0], ids=["reconciled", "off"])
+def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
+    tmp_path: Path, relay_loop: asyncio.AbstractEventLoop, crash_tail_s: float
+) -> None:
+    relay = FaultRelay()
+    endpoint = _on(relay_loop, relay.start())
+    cluster = Cluster(tmp_path, brokers=2, proxies=1)
+    b1 = cluster.processes["b1"]
+    own = ("--set", f"messages.crash_tail_s={crash_tail_s}")
+    b1.extra = (*own, "--set", f"cluster.advertise={endpoint}")
+    relay.target = ("127.0.0.1", b1.port)
+    try:
+        cluster.start()
+        proxy = cluster.endpoint("p1")
+        with Admin(proxy) as admin:
+            admin.create_topic("moved", queues=2)
+        with Producer(proxy) as producer:
+            relay.drop_next_answer(min_bytes=BODY_BYTES, hold_s=120)
+            held: tuple[str, Future[SendReceipt]] | None = None
+            for i in range(20):  # sends spread over both brokers: one soon goes to b1
+                message_id = f"MOVED-{i}"
+                sending = producer.send_async(
+                    "moved", os.urandom(BODY_BYTES), message_id=message_id
+                )
+                wait_until(
+                    lambda s=sending: s.done() or relay.holding,
+                    "the send answered, or held at b1's relay",
+                    30,
+                )
+                if relay.holding:
+                    held = (message_id, sending)
+                    break
+                sending.result()
+            assert held is not None, "no send went through the relay to b1"
+            message_id, sending = held
+            # b1 stored it (asked on its own address, not through the relay): then it dies
+            # before its answer gets out, and its address refuses connections from now on.
+            wait_until(
+                lambda: _held_on(cluster.broker_address("b1"), "moved", message_id),
+                f"b1 storing {message_id}",
+                30,
+                interval_s=0.2,
+            )
+            cluster.kill("b1")
+            _on(relay_loop, relay.close(abort=True))
+            receipt = sending.result(timeout=60)  # the proxy moved it to b2: no client error
+            assert receipt.message_id == message_id
+        b1.extra = own  # back at its own address
+        cluster.restart("b1")
+        copies = _drained(proxy, "moved")
+        expected = 1 if crash_tail_s else 2
+        assert copies[message_id] == expected, (copies, cluster.processes["b1"].log_tail(30))
+        assert {i: n for i, n in copies.items() if n > 1 and i != message_id} == {}
+        if crash_tail_s:
+            assert "removed 1 of the" in b1.log_since(b1.log_offsets[-1])
+    finally:
+        cluster.stop()
+        _on(relay_loop, relay.close(abort=True))
+
+
+async def _crash(server: BrokerServer) -> None:
+    """The store closes under the broker (its clean close never runs), then it stops."""
+    server.broker.store.close()
+    await server.stop()
+
+
+def _restarted(cluster: InProcessCluster, name: str, wait_s: float) -> ServerConfig:
+    return ServerConfig(
+        listen="127.0.0.1:0",
+        shutdown_grace_s=1.0,
+        cluster=dataclasses.replace(cluster.config, crash_tail_wait_s=wait_s),
+        broker=BrokerConfig(broker_name=name, store=StoreConfig(data_dir=cluster.root / name)),
+    )
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path) -> Iterator[InProcessCluster]:
+    cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
+    try:
+        with Admin(cluster.proxies[0]) as admin:
+            admin.create_topic("orders", queues=2)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_crash_tail_messages_another_broker_holds_are_removed_before_the_broker_serves(
+    two_brokers: InProcessCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = two_brokers
+    b1, b2 = cluster.brokers["b1"], cluster.brokers["b2"]
+    wait_until(lambda: "orders" in b1.broker.catalog.topics, "b1 holds the topic", 20)
+    wait_until(lambda: "orders" in b2.broker.catalog.topics, "b2 holds the topic", 20)
+    both = NewMessage("orders", b"x", message_id="MOVED", dedup_id="order-1")
+    cluster.call(lambda: b1.broker.send([both, NewMessage("orders", b"y", message_id="KEPT")]))
+    cluster.call(lambda: b2.broker.send([dataclasses.replace(both, message_id="OTHER-ID")]))
+    cluster.call(lambda: _crash(cluster.brokers.pop("b1")))
+    caplog.set_level(logging.INFO, logger="popmq.broker.crash_tail_sync")
+    again = BrokerServer(_restarted(cluster, "b1", 10.0))
+    cluster.call(again.start)
+    cluster.brokers["b1"] = again
+    # Known to b2 by its dedup id: b1's copy goes, the other message stays.
+    assert again.broker.lookup_sends("orders", [("MOVED", "order-1"), ("KEPT", "")]) == [
+        False,
+        True,
+    ]
+    assert again.servicer is not None and again.servicer.writes.reason is None
+    assert "broker 'b1' removed 1 of the 2 message(s) of its crash tail" in caplog.text
+    assert "b2: 1" in caplog.text
+
+
+def test_a_silent_peer_holds_the_start_for_crash_tail_wait_s_then_it_serves_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = InProcessCluster(tmp_path).start(brokers=1, proxies=1)
+    silent = socket.socket()  # accepts connections (the backlog), answers nothing: paused
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    coordinator = EtcdCoordinator([cluster.etcd.endpoint], cluster="test")
+    try:
+        with Admin(cluster.proxies[0]) as admin:
+            admin.create_topic("orders", queues=1)
+        b1 = cluster.brokers["b1"]
+        wait_until(lambda: "orders" in b1.broker.catalog.topics, "b1 holds the topic", 20)
+        cluster.call(lambda: b1.broker.send([NewMessage("orders", b"x", message_id="M-1")]))
+        cluster.call(lambda: _crash(cluster.brokers.pop("b1")))
+        host, port = silent.getsockname()
+        peer = cluster.call(
+            lambda: coordinator.register("broker", "b9", {"addr": f"{host}:{port}"}, ttl_s=30)
+        )
+        caplog.set_level(logging.INFO, logger="popmq.broker.crash_tail_sync")
+        again = BrokerServer(_restarted(cluster, "b1", 2.0))
+        began = time.monotonic()
+        cluster.call(again.start)
+        took = time.monotonic() - began
+        cluster.brokers["b1"] = again
+        assert 1.5 <= took < 60, took  # it waited for b9, and not for ever
+        assert again.broker.lookup_sends("orders", [("M-1", "")]) == [True]  # kept
+        assert again.servicer is not None and again.servicer.writes.reason is None
+        warning = next(r for r in caplog.records if "may also be stored" in r.getMessage())
+        assert warning.levelno == logging.WARNING
+        assert "b9:" in warning.getMessage() and "orders/M-1" in warning.getMessage()
+        cluster.call(peer.close)
+    finally:
+        cluster.call(coordinator.close)
+        silent.close()
+        cluster.stop()
