@@ -501,16 +501,14 @@ class ClusterBroker:
         stored, else on the same one); each FIFO message group's to its group's queue. A
         repeat of a send this proxy remembers goes to the broker the first went to
         (cluster_send.py)."""
-        return await self.sends.route(
-            messages, lambda remote, batch: remote.send(batch), idempotent=True
-        )
+        return await self.sends.route(messages, lambda remote, batch: remote.send(batch))
 
     async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """`send` for a client's repeat of a send whose answer it did not get: one this
         proxy does not remember is looked up on the topic's brokers first, so that it
         reaches the copy stored through another proxy (cluster_send.py; RepeatedSendAPI)."""
         return await self.sends.route(
-            messages, lambda remote, batch: remote.send(batch), idempotent=True, repeat=True
+            messages, lambda remote, batch: remote.send(batch), repeat=True
         )
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
@@ -534,14 +532,38 @@ class ClusterBroker:
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]:
-        """Store half messages as `send` stores messages; each transaction id names the
-        broker (shard) that holds it, so any proxy can end it (unlike RocketMQ, #9431)."""
+        """Store half messages as `send` stores messages, retried as a send is (a broker's
+        dedup window answers a repeated half with its first transaction); each transaction
+        id names the broker (shard) that holds it, so any proxy can end it (unlike
+        RocketMQ, #9431)."""
+        return await self._send_half(messages, producer_group, check_first_s, repeat=False)
+
+    async def send_half_repeat(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]:
+        """`send_half` for a client's repeat of a half send whose answer it did not get:
+        looked up on the topic's brokers first when this proxy does not remember it, as
+        `send_repeat` is."""
+        return await self._send_half(messages, producer_group, check_first_s, repeat=True)
+
+    async def _send_half(
+        self,
+        messages: Sequence[NewMessage],
+        producer_group: str,
+        check_first_s: float | None,
+        *,
+        repeat: bool,
+    ) -> list[SendResult]:
         return await self.sends.route(
             messages,
             lambda remote, batch: remote.send_half(
                 batch, producer_group=producer_group, check_first_s=check_first_s
             ),
-            idempotent=False,
+            repeat=repeat,
         )
 
     async def end_transaction(
