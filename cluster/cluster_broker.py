@@ -507,9 +507,7 @@ class ClusterBroker:
         """`send` for a client's repeat of a send whose answer it did not get: one this
         proxy does not remember is looked up on the topic's brokers first, so that it
         reaches the copy stored through another proxy (cluster_send.py; RepeatedSendAPI)."""
-        return await self.sends.route(
-            messages, lambda remote, batch: remote.send(batch), repeat=True
-        )
+        return await self.sends.route(messages, lambda r, batch: r.send(batch), repeat=True)
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
@@ -532,11 +530,10 @@ class ClusterBroker:
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]:
-        """Store half messages as `send` stores messages, retried as a send is (a broker's
-        dedup window answers a repeated half with its first transaction); each transaction
-        id names the broker (shard) that holds it, so any proxy can end it (unlike
-        RocketMQ, #9431)."""
-        return await self._send_half(messages, producer_group, check_first_s, repeat=False)
+        """Store half messages as `send` stores messages, retried as a send is; each
+        transaction id names the broker (shard) that holds it, so any proxy can end it
+        (unlike RocketMQ, #9431)."""
+        return await self.sends.route_half(messages, producer_group, check_first_s)
 
     async def send_half_repeat(
         self,
@@ -545,26 +542,8 @@ class ClusterBroker:
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]:
-        """`send_half` for a client's repeat of a half send whose answer it did not get:
-        looked up on the topic's brokers first when this proxy does not remember it, as
-        `send_repeat` is."""
-        return await self._send_half(messages, producer_group, check_first_s, repeat=True)
-
-    async def _send_half(
-        self,
-        messages: Sequence[NewMessage],
-        producer_group: str,
-        check_first_s: float | None,
-        *,
-        repeat: bool,
-    ) -> list[SendResult]:
-        return await self.sends.route(
-            messages,
-            lambda remote, batch: remote.send_half(
-                batch, producer_group=producer_group, check_first_s=check_first_s
-            ),
-            repeat=repeat,
-        )
+        """`send_half` for a client's repeat, looked up first as `send_repeat` is."""
+        return await self.sends.route_half(messages, producer_group, check_first_s, repeat=True)
 
     async def end_transaction(
         self,

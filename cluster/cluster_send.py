@@ -147,6 +147,24 @@ class ClusterSend:
                 raise outcome
         return [r for r in results if r is not None]
 
+    async def route_half(
+        self,
+        messages: Sequence[NewMessage],
+        producer_group: str,
+        check_first_s: float | None,
+        *,
+        repeat: bool = False,
+    ) -> list[SendResult]:
+        """`route` for half messages (transactions): the same rules, each broker's dedup
+        window answering a repeated half with its first transaction."""
+        return await self.route(
+            messages,
+            lambda remote, batch: remote.send_half(
+                batch, producer_group=producer_group, check_first_s=check_first_s
+            ),
+            repeat=repeat,
+        )
+
     async def _send_batch(
         self,
         topic: str,
