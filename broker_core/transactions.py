@@ -290,21 +290,32 @@ class Transactions:
             )
             for _, seq, topic, record, _ in planned
         ]
+
+        def settled(job: asyncio.Future[None]) -> None:
+            # When the write ends, whether or not anyone still waits for it: a wait given up
+            # (the call cancelled) ends neither the write nor its claims before the write
+            # does, or a repeat arriving meanwhile would store a second transaction.
+            error = asyncio.CancelledError() if job.cancelled() else job.exception()
+            if error is not None:
+                _fail(done, error)
+            else:
+                done.set_result(stored)
+                if planned:
+                    self.open_count += len(planned)
+                    self._stats.half_sent.update(topic.name for _, _, topic, _, _ in planned)
+                    self._wake_waiters()
+            pending.release(mine, done)
+
         try:
             # Written even when every message repeats a half: a repeat of a first send whose
             # sync failed (its outcome unknown) is answered once that half is durable.
-            await self._writer.submit(apply, sync=self._config.store.flush == "sync")
+            job = self._writer.submit(apply, sync=self._config.store.flush == "sync")
         except BaseException as exc:
             _fail(done, exc)
-            raise
-        else:
-            done.set_result(stored)
-        finally:
             pending.release(mine, done)
-        if planned:
-            self.open_count += len(planned)
-            self._stats.half_sent.update(topic.name for _, _, topic, _, _ in planned)
-            self._wake_waiters()
+            raise
+        job.add_done_callback(settled)
+        await asyncio.shield(job)
         for (i, *_), result in zip(planned, stored, strict=True):
             results[i] = result
         for i, earlier, j in later:

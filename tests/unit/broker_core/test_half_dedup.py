@@ -98,6 +98,27 @@ def test_concurrent_repeats_of_a_half_are_one_transaction(open_broker: OpenBroke
     asyncio.run(scenario())
 
 
+def test_a_half_send_given_up_keeps_its_claim_until_written(open_broker: OpenBroker) -> None:
+    """A proxy cancels a half send whose client went away, and the client's repeat may come
+    at once: the write goes ahead, and the repeat gets its transaction."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("tx", 1, message_type="transaction")
+            same = [NewMessage("tx", b"order-1", message_id="ID-1")]
+            first = asyncio.create_task(broker.send_half(same))
+            await asyncio.sleep(0)  # claimed, its write under way
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            (repeat,) = await broker.send_half(same)
+            assert repeat.duplicate
+            [opened] = await broker.list_transactions("open")
+            assert opened.transaction_id == repeat.transaction_id
+            assert (await broker.metrics_snapshot()).transactions_open == 1
+
+    asyncio.run(scenario())
+
+
 def test_a_repeat_after_commit_or_rollback_gets_the_first_result_and_is_delivered_once(
     open_broker: OpenBroker,
 ) -> None:
