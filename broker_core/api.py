@@ -273,6 +273,14 @@ class RepeatedSendAPI(Protocol):
 
     async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]: ...
 
+    async def send_half_repeat(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]: ...
+
 
 class BrokerAPI(TransactionAPI, Protocol):
     """The operations the proxy needs from a broker. See the module docstring for the rules.

@@ -487,7 +487,7 @@ class Broker:
 
     async def remove_crash_tail(self, messages: list[TailMessage]) -> None:
         """Remove messages of the crash tail that other brokers hold (before serving)."""
-        await crash_tail.remove(self.store, self.writer, self.offsets, messages)
+        await crash_tail.remove(self.store, self.writer, self.offsets, messages, self._transactions)
 
     # -- topics (topics.py) ---------------------------------------------------------------
 

@@ -129,7 +129,8 @@ class MessagesConfig:
     max_delay_s: float = 3 * 86400.0
     """Latest delivery time a send may ask for, from now (RocketMQ timerMaxDelaySec: 3 d)."""
     dedup_window_s: float = 300.0
-    """A repeated dedup id within this window is not stored again (SQS FIFO: 5 min)."""
+    """A repeated dedup id within this window is not stored again (SQS FIFO: 5 min); a
+    repeated half message is answered with its first transaction."""
     fifo_max_held: int = 10_000
     """FIFO messages a queue may read ahead of their blocked groups, per consumer group;
     beyond it a pop stops reading that queue until groups move on."""

@@ -14,13 +14,18 @@ here, before it serves.
   A replicating store (a shard's leader) and a read-only view keep no marker: a shard's
   crash is covered by replication instead.
 - `select`: the messages of normal topics stored within `crash_tail_s` before the last one
-  stored, in any queue. Retry and dead-letter copies are never sent through a proxy, half
-  messages are not in the dedup index a peer answers from, and delayed messages waiting as
+  stored (a message or a half message), in any queue, and the half messages of open
+  transactions sent within that time (`txn:` records, read back from the newest: their
+  sequences grow with time within a run, and with the boot epoch across runs). Retry and
+  dead-letter copies are never sent through a proxy, and delayed messages waiting as
   timers are not looked at (their family is ordered by due time, not store time).
 - `remove`: one write deleting those messages and their index entries. Each removal leaves
   a gap at its offset, which readers step over as over what retention deleted; a removal
   at a queue's end records the end (`qend:` in the meta family, read by QueueOffsets), so a
-  restart never gives the offset to another message.
+  restart never gives the offset to another message. A half message goes with its
+  transaction's record, its check schedule and its dedup entry: it is never checked back
+  (a check would have its producer commit it, a second copy of the one the other broker
+  holds), and an EndTransaction of its id answers that it is unknown.
 
 Threading: on the event loop, at start only. `select` seeks each queue's last message,
 then reads back one point read per message of the tail; `remove` is one group-commit
@@ -34,12 +39,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import keys
+from popmq.broker_core import half_dedup, keys
 from popmq.broker_core.catalog import KIND_NORMAL, Catalog
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,9 @@ class TailMessage:
     """"" when the message id is its dedup id."""
     keys: tuple[str, ...]
     store_time_ms: int
+    """When it was stored (a half message: sent)."""
+    transaction_seq: int = 0
+    """A half message's transaction (its `txn:` sequence; offset -1); 0 for a message."""
 
 
 def select(
@@ -109,10 +118,13 @@ def select(
             offset, stored = last
             ends.append((topic.name, topic.topic_id, queue_id, offset))
             last_ms = max(last_ms, stored.store_time_ms)
+    newest_half = _newest_half(store)
+    if newest_half is not None:
+        last_ms = max(last_ms, newest_half.created_ms)
     if last_ms < 0:
         return []
     cutoff = last_ms - tail_ms
-    found: list[TailMessage] = []
+    found: list[TailMessage] = _open_halves(store, catalog, cutoff)
     for name, topic_id, queue_id, last_offset in ends:
         low = offsets.min_offset(topic_id, queue_id)
         queue_tail: list[TailMessage] = []
@@ -142,6 +154,54 @@ def select(
     return found
 
 
+def _newest_half(store: Store) -> records_pb2.TransactionRecord | None:
+    """The transaction record of the last half message sent (the highest sequence)."""
+    start = keys.TRANSACTION_PREFIX
+    last = store.last_key("meta", start, keys.prefix_end(start))
+    if last is None:
+        return None
+    data = store.get("meta", last)
+    return None if data is None else records_pb2.TransactionRecord.FromString(data)
+
+
+def _open_halves(store: Store, catalog: Catalog, cutoff_ms: int) -> list[TailMessage]:
+    """The half messages of open transactions sent at or after `cutoff_ms`, oldest first:
+    read back from the newest record until one sent before the cutoff (resolved ones count
+    for that, and are skipped)."""
+    found: list[TailMessage] = []
+    start = keys.TRANSACTION_PREFIX
+    end = keys.prefix_end(start)
+    while (key := store.last_key("meta", start, end)) is not None:
+        end = key  # exclusive: the next read finds the record before this one
+        data = store.get("meta", key)
+        if data is None:
+            continue
+        record = records_pb2.TransactionRecord.FromString(data)
+        if record.created_ms < cutoff_ms:
+            break
+        topic = catalog.topics_by_id.get(record.topic_id)
+        if record.state != records_pb2.TransactionRecord.STATE_OPEN or topic is None:
+            continue
+        if topic.kind != KIND_NORMAL:
+            continue
+        stored = records_pb2.StoredMessage.FromString(record.message)
+        found.append(
+            TailMessage(
+                topic=topic.name,
+                topic_id=topic.topic_id,
+                queue_id=record.queue_id,
+                offset=-1,
+                message_id=record.message_id,
+                dedup_id="" if stored.dedup_id == record.message_id else stored.dedup_id,
+                keys=(),
+                store_time_ms=record.created_ms,
+                transaction_seq=keys.parse_transaction_seq(key),
+            )
+        )
+    found.reverse()
+    return found
+
+
 def _last_stored(
     store: Store, topic_id: int, queue_id: int
 ) -> tuple[int, records_pb2.StoredMessage] | None:
@@ -158,18 +218,27 @@ def _last_stored(
 
 
 async def remove(
-    store: Store, writer: GroupCommitWriter, offsets: QueueOffsets, messages: list[TailMessage]
+    store: Store,
+    writer: GroupCommitWriter,
+    offsets: QueueOffsets,
+    messages: list[TailMessage],
+    transactions: Transactions,
 ) -> None:
     """Delete `messages` (from `select`) with their index entries, in one synced write.
 
     An index entry is deleted only while it still points at the removed copy. A queue whose
-    last stored message goes keeps its end (`keys.queue_end_key`)."""
+    last stored message goes keeps its end (`keys.queue_end_key`). A half message goes with
+    its transaction while that is still open (module doc)."""
     if not messages:
         return
 
-    def apply(batch: Batch, _: QueueOffsets) -> None:
+    def apply(batch: Batch, _: QueueOffsets) -> int:
         ends: dict[tuple[int, int], int] = {}
+        halves = 0
         for m in messages:
+            if m.transaction_seq:
+                halves += _remove_half(store, batch, m)
+                continue
             batch.delete("messages", keys.message_key(m.topic_id, m.queue_id, m.offset))
             _delete_entry(store, batch, keys.id_index_key(m.topic_id, m.message_id), m)
             if m.dedup_id:
@@ -181,8 +250,27 @@ async def remove(
         for (topic_id, queue_id), end in ends.items():
             if end >= offsets.max_offset(topic_id, queue_id):
                 batch.put("meta", keys.queue_end_key(topic_id, queue_id), keys.encode_u64(end))
+        return halves
 
-    await writer.submit(apply, sync=True)
+    halves: int = await writer.submit(apply, sync=True)
+    transactions.forget_open(halves)
+
+
+def _remove_half(store: Store, batch: Batch, m: TailMessage) -> int:
+    """Delete an open transaction's record, check schedule and dedup entry; 1 when it was
+    still open (0: resolved meanwhile, kept)."""
+    seq = m.transaction_seq
+    data = store.get("meta", keys.transaction_key(seq))
+    if data is None:
+        return 0
+    record = records_pb2.TransactionRecord.FromString(data)
+    if record.state != records_pb2.TransactionRecord.STATE_OPEN:
+        return 0
+    batch.delete("meta", keys.transaction_key(seq))
+    batch.delete("meta", keys.transaction_check_key(record.next_check_ms, seq))
+    key = half_dedup.lookup_key(m.topic_id, m.dedup_id, m.message_id)
+    half_dedup.delete_entry(store, batch, key, seq)
+    return 1
 
 
 def _delete_entry(store: Store, batch: Batch, entry: bytes, m: TailMessage) -> None:

@@ -46,7 +46,7 @@ class PendingDedup:
 
 
 def duplicate_of(first: SendResult) -> SendResult:
-    """The result of a repeated send: the first send's, marked duplicate."""
+    """The result of a repeated send (or half send): the first one's, marked duplicate."""
     return SendResult(
         first.message_id,
         first.topic,
@@ -54,4 +54,5 @@ def duplicate_of(first: SendResult) -> SendResult:
         first.offset,
         first.recall_handle,
         duplicate=True,
+        transaction_id=first.transaction_id,
     )

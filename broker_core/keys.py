@@ -177,6 +177,12 @@ def dedup_key(topic_id: int, dedup_id: str) -> bytes:
     return _text(b"d", topic_id, dedup_id)
 
 
+def half_dedup_key(topic_id: int, dedup_id: str) -> bytes:
+    """index family: (topic, dedup id, the message id when it has none) -> IndexRecord of a
+    half message (its transaction's sequence), for the dedup window (half_dedup.py)."""
+    return _text(b"h", topic_id, dedup_id)
+
+
 def key_index_prefix(topic_id: int, key: str) -> bytes:
     """index family: every (topic, business key, queue, offset) entry of one key."""
     return _text(b"k", topic_id, key)

@@ -4,6 +4,8 @@ Entries (see keys.py):
 - `i` (topic, message id) -> IndexRecord: query by id, and the dedup check when the dedup id
   is the message id (the default, so a producer retry costs no extra entry);
 - `d` (topic, dedup id) -> IndexRecord, only for dedup ids other than the message id;
+- `h` (topic, dedup id) -> IndexRecord of a half message, for its dedup window
+  (half_dedup.py);
 - `k` (topic, key, queue, offset) -> b"": query by key;
 - `x` (expiry time, entry key) -> more entry keys: what the sweep deletes, and when. One
   marker covers every entry of a write that expires at the same time (`Expiries`): the key
@@ -285,13 +287,13 @@ def sweep_batch(
 ) -> None:
     """Delete expired markers and their entries, keeping entries a later send refreshed.
 
-    `ttl` maps an entry kind (b"i", b"d", b"k") to its lifetime in ms.
+    `ttl` maps an entry kind (b"i", b"d", b"h", b"k") to its lifetime in ms.
     """
     for marker, entries in markers:
         batch.delete("index", marker)
         for entry in entries:
             kind = entry[:1]
-            if kind in (b"i", b"d"):
+            if kind in (b"i", b"d", b"h"):
                 data = store.get("index", entry)
                 if data is not None:
                     record = records_pb2.IndexRecord.FromString(data)

@@ -176,6 +176,7 @@ class Retention:
             b"i": round(self._config.retention.retention_s * 1000),
             b"k": round(self._config.retention.retention_s * 1000),
             b"d": round(self._config.messages.dedup_window_s * 1000),
+            b"h": round(self._config.messages.dedup_window_s * 1000),
         }
         removed = 0
         while True:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import keys, message_index, validation
+from popmq.broker_core import half_dedup, keys, message_index, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_NORMAL, MESSAGE_TYPE_MIXED, Catalog, TopicInfo
 from popmq.broker_core.clock import Clock
@@ -311,12 +311,19 @@ class Sender:
             out[p.slot] = SendResult(p.message_id, topic.name, queue_id, offset)
             offset += 1
 
+    @property
+    def pending_dedup(self) -> PendingDedup:
+        """The dedup ids being stored right now; half sends claim theirs here too
+        (half_dedup.py), under keys of their own."""
+        return self._dedup
+
     def lookup(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
         """Whether each sent message of `topic`, as (message id, dedup id or ""), is in the
-        dedup window: stored within it, or being stored by a send in flight. A send of it
-        now would be answered with the first copy's result and store nothing; so does this
-        broker's answer to a repeat that a proxy routes here after asking (a read of the
-        same index the send reads, on the loop: one multi-get)."""
+        dedup window, as a message or as a half message: stored within it, or being stored
+        by a send in flight. A send (or half send) of it now would be answered with the
+        first copy's result and store nothing; so does this broker's answer to a repeat
+        that a proxy routes here after asking (a read of the same index the send reads, on
+        the loop: one multi-get)."""
         info = self._catalog.topics.get(topic)
         if info is None or info.kind != KIND_NORMAL:
             return [False] * len(sent)  # no such topic here: none of its messages either
@@ -325,14 +332,19 @@ class Sender:
             message_index.dedup_lookup_key(info.topic_id, dedup_id or mid, mid)
             for mid, dedup_id in sent
         ]
+        # Halves have entries of their own (half_dedup.py): a repeat of a half, or a
+        # half in a crash tail, asks about them with the same call.
+        lookup_keys += [half_dedup.lookup_key(info.topic_id, d, mid) for mid, d in sent]
         hits = message_index.find_duplicates(
             self._store, lookup_keys, self._clock.now_ms(), window_ms
         )
         pending = self._dedup
-        return [
+        found = [
             hit is not None or pending.waiting(key) is not None
             for hit, key in zip(hits, lookup_keys, strict=True)
         ]
+        count = len(sent)
+        return [found[i] or found[count + i] for i in range(count)]
 
     def store_one(
         self,

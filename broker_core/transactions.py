@@ -9,6 +9,8 @@ Storage (meta family, keys.py):
   its discard), so a range scan finds what is due.
 - `txx:<expiry><seq>`: when a resolved or discarded record is deleted.
 - `txd:<seq>`: the discarded ones, for their listing.
+- In the index family, each half's dedup entry for the dedup window (half_dedup.py): a
+  repeated half send is answered with the first transaction's id and stores nothing.
 
 A commit stores the message through the send path (`Sender.store_one`: the queue chosen at
 the half send, a message group's queue for FIFO, a timer for a delivery time still ahead)
@@ -46,17 +48,19 @@ import time
 from collections.abc import AsyncIterator, Collection, Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
-from popmq.broker_core import jobs, keys, message_index, validation
+from popmq.broker_core import half_dedup, jobs, keys, message_index, validation
 from popmq.broker_core.autocreate import AutoCreate
 from popmq.broker_core.catalog import KIND_DLQ, Catalog, TopicInfo
 from popmq.broker_core.clock import Clock
 from popmq.broker_core.config import BrokerConfig
+from popmq.broker_core.dedup import duplicate_of
 from popmq.broker_core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
+    UnavailableError,
 )
 from popmq.broker_core.group_commit import GroupCommitWriter
 from popmq.broker_core.lifecycle import Lifecycle
@@ -176,13 +180,18 @@ class Transactions:
     ) -> list[SendResult]:
         """Store half messages, one transaction each, invisible until committed.
 
-        Checked as a send is (sizes, fields, topic), except that dedup ids are not looked
-        up (each half message is a transaction of its own) and the topic must take
+        Checked as a send is (sizes, fields, topic), except that the topic must take
         transactional messages: transaction and mixed topics take any, a fifo topic those
         with a message group, a delay topic those with a delivery time. `check_first_s`
         (the message's orphaned-transaction recovery duration) replaces
         transactions.check_first_s for these messages. Each result has offset -1 and the
         transaction's id.
+
+        Deduplicated as a send is, among half messages (half_dedup.py): a message whose
+        dedup id (else message id) was sent as a half to the same topic within the dedup
+        window, or is being stored as one now, is not stored again; its result is the
+        first half's (its transaction id), marked duplicate, whether that transaction is
+        open or ended since.
         """
         cfg = self._cfg
         if producer_group:
@@ -198,39 +207,80 @@ class Transactions:
             )
         stamp, topics = await self._sender.admit(messages, half=True)
         due = stamp + round(first_s * 1000)
-        planned: list[tuple[int, TopicInfo, Record]] = []
+        window_ms = round(self._config.messages.dedup_window_s * 1000)
+        # A message given an id (or a dedup id) may repeat a half of the window, stored
+        # (its `h` entry) or being stored now (its claim); one given none gets a new id,
+        # which nothing can repeat (half_dedup.py).
+        lookup_keys: list[bytes] = []
+        ids: list[str] = []
         for msg in messages:
-            topic = topics[msg.topic]
             message_id = msg.message_id or self._sender.next_message_id()
-            queue_id = (
-                self._sender.choose_queue(topic, msg.message_group)
-                if msg.queue_id is None
-                else msg.queue_id
-            )
-            record = Record(
-                state=_OPEN,
-                topic_id=topic.topic_id,
-                topic=topic.name,
-                queue_id=queue_id,
-                message=stored_record(msg, message_id, stamp),
-                message_id=message_id,
-                producer_group=producer_group,
-                created_ms=stamp,
-                next_check_ms=due,
-            )
-            planned.append((self._next_seq(), topic, record))
+            ids.append(message_id)
+            given = msg.message_id or msg.dedup_id
+            topic_id = topics[msg.topic].topic_id
+            key = half_dedup.lookup_key(topic_id, msg.dedup_id, message_id) if given else b""
+            lookup_keys.append(key)
+        asked = [key for key in lookup_keys if key]
+        hits = iter(half_dedup.find(self._store, asked, stamp, window_ms) if asked else [])
+        pending = self._sender.pending_dedup
+        done: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
+        results: list[SendResult | None] = [None] * len(messages)
+        later: list[tuple[int, asyncio.Future[list[SendResult]], int]] = []
+        mine: list[bytes] = []
+        # (message index, transaction sequence, topic, record, its `h` entry or b"").
+        planned: list[tuple[int, int, TopicInfo, Record, bytes]] = []
+        try:
+            for i, msg in enumerate(messages):
+                topic = topics[msg.topic]
+                key = lookup_keys[i]
+                if key:
+                    hit = next(hits)
+                    waiting = pending.waiting(key)
+                    if waiting is not None:
+                        later.append((i, *waiting))  # the same half is being stored now
+                        continue
+                    if hit is not None:
+                        results[i] = half_dedup.repeat_result(hit, topic.name, self._codec)
+                        continue
+                    pending.claim(key, done, len(planned))
+                    mine.append(key)
+                queue_id = (
+                    self._sender.choose_queue(topic, msg.message_group)
+                    if msg.queue_id is None
+                    else msg.queue_id
+                )
+                record = Record(
+                    state=_OPEN,
+                    topic_id=topic.topic_id,
+                    topic=topic.name,
+                    queue_id=queue_id,
+                    message=stored_record(msg, ids[i], stamp),
+                    message_id=ids[i],
+                    producer_group=producer_group,
+                    created_ms=stamp,
+                    next_check_ms=due,
+                )
+                planned.append((i, self._next_seq(), topic, record, key))
+        except BaseException as exc:
+            _fail(done, exc)  # a claim left behind would hold every later repeat for good
+            pending.release(mine, done)
+            raise
 
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
             batch.quorum = True
-            for seq, _, record in planned:
+            expiries = message_index.Expiries()
+            for _, seq, _, record, key in planned:
                 batch.put("meta", keys.transaction_key(seq), record.SerializeToString())
                 batch.put("meta", keys.transaction_check_key(due, seq), b"")
+                if key:
+                    half_dedup.write_entry(
+                        batch, expiries, key, queue_id=record.queue_id,
+                        message_id=record.message_id, seq=seq, stamp_ms=stamp,
+                        window_ms=window_ms,
+                    )  # fmt: skip
+            expiries.put(batch)
 
-        await self._writer.submit(apply, sync=self._config.store.flush == "sync")
-        self.open_count += len(planned)
-        self._stats.half_sent.update(topic.name for _, topic, _ in planned)
-        self._wake_waiters()
-        return [
+        stored = [
             SendResult(
                 record.message_id,
                 topic.name,
@@ -238,8 +288,42 @@ class Transactions:
                 -1,
                 transaction_id=self._codec.encode(seq),
             )
-            for seq, topic, record in planned
+            for _, seq, topic, record, _ in planned
         ]
+
+        def settled(job: asyncio.Future[None]) -> None:
+            # When the write ends, whether or not anyone still waits for it: a wait given up
+            # (the call cancelled) ends neither the write nor its claims before the write
+            # does, or a repeat arriving meanwhile would store a second transaction.
+            error = asyncio.CancelledError() if job.cancelled() else job.exception()
+            if error is not None:
+                _fail(done, error)
+            else:
+                done.set_result(stored)
+                if planned:
+                    self.open_count += len(planned)
+                    self._stats.half_sent.update(topic.name for _, _, topic, _, _ in planned)
+                    self._wake_waiters()
+            pending.release(mine, done)
+
+        try:
+            # Written even when every message repeats a half: a repeat of a first send whose
+            # sync failed (its outcome unknown) is answered once that half is durable.
+            job = self._writer.submit(apply, sync=self._config.store.flush == "sync")
+        except BaseException as exc:
+            _fail(done, exc)
+            pending.release(mine, done)
+            raise
+        job.add_done_callback(settled)
+        await asyncio.shield(job)
+        for (i, *_), result in zip(planned, stored, strict=True):
+            results[i] = result
+        for i, earlier, j in later:
+            # Shielded: another send's shared future, which cancelling this wait must not
+            # cancel (its other repeats would be answered CANCELLED).
+            first = await asyncio.shield(earlier)
+            results[i] = duplicate_of(first[j])
+        return [result for result in results if result is not None]
 
     # -- resolution -------------------------------------------------------------------------
 
@@ -714,6 +798,11 @@ class Transactions:
                 break
         return found
 
+    def forget_open(self, count: int) -> None:
+        """`count` open transactions were removed with their records (half messages of a
+        crash tail that another broker holds: crash_tail.py); the gauge follows."""
+        self.open_count -= count
+
     # -- helpers ----------------------------------------------------------------------------
 
     def release(self) -> None:
@@ -778,6 +867,17 @@ class Transactions:
             for seq in seqs:
                 del self._busy[seq]
             done.set_result(None)
+
+
+def _fail(done: asyncio.Future[list[SendResult]], error: BaseException) -> None:
+    """Fail a half send's shared future (its concurrent repeats raise it), marked read."""
+    if not done.done():
+        done.set_exception(
+            error
+            if isinstance(error, Exception)
+            else UnavailableError("the half send was cancelled")
+        )
+        done.exception()
 
 
 def _resolved(record: Record, state: int, source: str, stamp: int, ttl_s: float) -> Record:

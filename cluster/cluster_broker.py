@@ -501,17 +501,13 @@ class ClusterBroker:
         stored, else on the same one); each FIFO message group's to its group's queue. A
         repeat of a send this proxy remembers goes to the broker the first went to
         (cluster_send.py)."""
-        return await self.sends.route(
-            messages, lambda remote, batch: remote.send(batch), idempotent=True
-        )
+        return await self.sends.route(messages, lambda remote, batch: remote.send(batch))
 
     async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """`send` for a client's repeat of a send whose answer it did not get: one this
         proxy does not remember is looked up on the topic's brokers first, so that it
         reaches the copy stored through another proxy (cluster_send.py; RepeatedSendAPI)."""
-        return await self.sends.route(
-            messages, lambda remote, batch: remote.send(batch), idempotent=True, repeat=True
-        )
+        return await self.sends.route(messages, lambda r, batch: r.send(batch), repeat=True)
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
@@ -534,15 +530,20 @@ class ClusterBroker:
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]:
-        """Store half messages as `send` stores messages; each transaction id names the
-        broker (shard) that holds it, so any proxy can end it (unlike RocketMQ, #9431)."""
-        return await self.sends.route(
-            messages,
-            lambda remote, batch: remote.send_half(
-                batch, producer_group=producer_group, check_first_s=check_first_s
-            ),
-            idempotent=False,
-        )
+        """Store half messages as `send` stores messages, retried as a send is; each
+        transaction id names the broker (shard) that holds it, so any proxy can end it
+        (unlike RocketMQ, #9431)."""
+        return await self.sends.route_half(messages, producer_group, check_first_s)
+
+    async def send_half_repeat(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        producer_group: str = "",
+        check_first_s: float | None = None,
+    ) -> list[SendResult]:
+        """`send_half` for a client's repeat, looked up first as `send_repeat` is."""
+        return await self.sends.route_half(messages, producer_group, check_first_s, repeat=True)
 
     async def end_transaction(
         self,

@@ -9,7 +9,9 @@
   queues of the topic (fault_tolerance.SendRouter);
 - a broker failure is retried on another broker when the try provably was not stored, else
   on the same broker (send_outcome.py); the broker of each try is noted (in_doubt.py) so
-  that a client's repeat of a send goes where the first went;
+  that a client's repeat of a send goes where the first went. Half sends (transactions)
+  follow the same rules: a broker's dedup window answers a repeated half with its first
+  transaction, whose id names that broker, so EndTransaction finds it;
 - a try that went unanswered on a broker whose connection is down quarantines that broker
   until its connection is up again (quarantine.py): new sends go elsewhere meanwhile;
 - a repeat the client marked as one (its retry of a send whose answer it did not get) that
@@ -102,17 +104,16 @@ class ClusterSend:
         messages: Sequence[NewMessage],
         store: Store,
         *,
-        idempotent: bool,
         repeat: bool = False,
     ) -> list[SendResult]:
         """Store `messages` with `store` on the brokers, results in the messages' order.
 
-        `idempotent`: a repeat is answered by the broker's dedup window (a send; a half send
-        is not, and moves on after any broker failure, as before). `repeat`: the client's
-        retry of a send whose answer it did not get (looked up when not remembered).
+        A repeat on a broker is answered by its dedup window, for a send as for a half send.
+        `repeat`: the client's retry of a send whose answer it did not get (looked up when
+        not remembered).
         """
         rules.check_send(messages, now_ms(), self._max_delay_s)
-        if idempotent and not all(m.message_id for m in messages):
+        if not all(m.message_id for m in messages):
             # Numbered here, not by the broker, so that a retry of this send on its broker
             # carries the same ids and its dedup window recognises a copy stored after all.
             stamp = now_ms()
@@ -128,16 +129,12 @@ class ClusterSend:
         if len(batches) == 1:
             # The usual send, one topic and no message group: no task to gather.
             ((topic, group),) = batches
-            return await self._send_batch(
-                topic, group, list(messages), store, idempotent=idempotent, repeat=repeat
-            )
+            return await self._send_batch(topic, group, list(messages), store, repeat=repeat)
         results: list[SendResult | None] = [None] * len(messages)
 
         async def send_batch(topic: str, group: str, indexes: list[int]) -> None:
             batch = [messages[i] for i in indexes]
-            stored = await self._send_batch(
-                topic, group, batch, store, idempotent=idempotent, repeat=repeat
-            )
+            stored = await self._send_batch(topic, group, batch, store, repeat=repeat)
             for index, result in zip(indexes, stored, strict=True):
                 results[index] = result
 
@@ -150,6 +147,24 @@ class ClusterSend:
                 raise outcome
         return [r for r in results if r is not None]
 
+    async def route_half(
+        self,
+        messages: Sequence[NewMessage],
+        producer_group: str,
+        check_first_s: float | None,
+        *,
+        repeat: bool = False,
+    ) -> list[SendResult]:
+        """`route` for half messages (transactions): the same rules, each broker's dedup
+        window answering a repeated half with its first transaction."""
+        return await self.route(
+            messages,
+            lambda remote, batch: remote.send_half(
+                batch, producer_group=producer_group, check_first_s=check_first_s
+            ),
+            repeat=repeat,
+        )
+
     async def _send_batch(
         self,
         topic: str,
@@ -157,7 +172,6 @@ class ClusterSend:
         batch: list[NewMessage],
         store: Store,
         *,
-        idempotent: bool,
         repeat: bool,
     ) -> list[SendResult]:
         topology = self._topology
@@ -180,7 +194,7 @@ class ClusterSend:
             routed = await self.router.send_fifo(
                 topic, group, route.queues, to_queue, live=self._routes.live_brokers
             )
-        elif idempotent:
+        else:
             keys = send_keys(batch)
             pinned = self.in_doubt.broker_of(keys)
             if pinned is None and repeat:
@@ -191,10 +205,6 @@ class ClusterSend:
                 partial(self._remembered, keys, to_broker),
                 deadline=self._deadline(),
                 pinned=pinned,
-            )
-        else:
-            routed = await self.router.send(
-                topic, topology.writable(topic), to_broker, idempotent=False
             )
         broker = routed.queue.broker
         # A batch lands on a few of the broker's queues: each is looked up once.

@@ -593,8 +593,8 @@ class SendRouter:
     and is isolated, and the client's own retry, after its backoff, is the better chance.
 
     One that may have been stored (a timeout, a connection dropped mid-call) stays on its
-    broker, for an idempotent send (one whose repeat the broker's dedup window answers): it
-    is tried there again, with a short backoff, for up to `in_doubt_retry_s`, and then fails
+    broker, whose dedup window answers a repeat with the stored copy's result: it is
+    tried there again, with a short backoff, for up to `in_doubt_retry_s`, and then fails
     with a retriable OutcomeUnknownError naming the broker; the stored copy, if any, is the
     only one. Sent to another broker it would be stored twice, since dedup is per broker.
     A client's repeat of such a send (`pinned` to its broker) whose broker is quarantined
@@ -604,8 +604,8 @@ class SendRouter:
     The one exception: a broker whose address refuses connections is known down (no process
     listens there), and the send moves on, so that a killed broker costs the clients no
     error; the copy it may have written before dying is then a second one if it restarts
-    (docs/cluster.md states the guarantee and this exception). Half messages are not
-    idempotent (dedup ids are not looked up for them): they move on after any broker failure.
+    (docs/cluster.md states the guarantee and this exception). Half messages follow the
+    same rules: a broker's dedup window answers a repeated half with its first transaction.
     """
 
     def __init__(self, table: FaultTable, *, sleep: Sleep = asyncio.sleep) -> None:
@@ -644,7 +644,6 @@ class SendRouter:
         *,
         deadline: float | None = None,
         pinned: str | None = None,
-        idempotent: bool = True,
     ) -> Routed[T]:
         """Send a non-FIFO request of `topic`, retrying broker failures (class docstring).
 
@@ -661,8 +660,6 @@ class SendRouter:
                 up to in_doubt_retry_s (and not past `deadline`: a unary call's, less a
                 margin), then fails as of unknown outcome; at most quarantine_max_waiting
                 sends wait, the others fail at once.
-            idempotent: A repeat on one broker is deduplicated there (False for half
-                messages: every broker failure then moves the send on).
 
         Raises:
             UnavailableError: no broker holds a writable queue of the topic.
@@ -684,7 +681,7 @@ class SendRouter:
         doubt_until = window_end()
         queue: QueueRef | None
         if pinned is not None:
-            if idempotent and not self.table.is_reachable(pinned):
+            if not self.table.is_reachable(pinned):
                 # Its broker's connection is down (quarantined), and another broker could
                 # store a second copy: the repeat waits for the connection, within the
                 # window a send of unknown outcome is retried in.
@@ -698,7 +695,7 @@ class SendRouter:
                 f"topic {topic!r} has no writable queue on a live broker; retry when a broker"
                 " holding it is back"
             )
-        in_doubt = idempotent and pinned is not None
+        in_doubt = pinned is not None
         repeats = 0
         tried: list[str] = []
         attempt = 0
@@ -709,7 +706,7 @@ class SendRouter:
             except (PopMQError, TimeoutError) as error:
                 if not is_broker_failure(error):
                     raise
-                if idempotent and (in_doubt or may_be_stored(error)):
+                if in_doubt or may_be_stored(error):
                     if not in_doubt:
                         in_doubt = True
                         doubt_until = window_end()

@@ -188,6 +188,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 if check_delay is not None
                 else None
             )
+            if request.repeat and isinstance(self._broker, RepeatedSendAPI):
+                # A client's retry of a half send: found where the first went, as a send's.
+                return self._broker.send_half_repeat(
+                    messages, producer_group=request.producer_group, check_first_s=check_first_s
+                )
             return transactions_of(self._broker).send_half(
                 messages, producer_group=request.producer_group, check_first_s=check_first_s
             )

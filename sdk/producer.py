@@ -476,8 +476,8 @@ class AsyncProducer(AsyncClient):
         try:
             if self._checks is not None and topic not in self._checks.topics:
                 await self._checks.cover([*self._transaction_topics, topic])
-            # Retried like any send: a retry after a lost answer stores a second half
-            # message, an orphan that the checker (or the last check) settles.
+            # Retried like any send, with the same ids: the server's dedup window answers a
+            # retry after a lost answer with the first half's transaction.
             return await self._send(request, retry=True)
         finally:
             self._end()

@@ -11,7 +11,8 @@ reconciliation, as before the change), the drain after b1's restart finds that m
 twice; with the default, once.
 
 The others run brokers in-process over a real etcd (tests/support/inprocess_cluster.py): a
-crash-tail message another broker holds is removed and the rest kept; a peer that does not
+crash-tail message another broker holds is removed and the rest kept, a half message with
+its transaction; a peer that does not
 answer holds the start for `cluster.crash_tail_wait_s`, and then the broker serves with a
 warning naming the messages that may be stored twice.
 """
@@ -204,6 +205,39 @@ def test_crash_tail_messages_another_broker_holds_are_removed_before_the_broker_
     assert again.servicer is not None and again.servicer.writes.reason is None
     assert "broker 'b1' removed 1 of the 2 message(s) of its crash tail" in caplog.text
     assert "b2: 1" in caplog.text
+
+
+def test_a_crash_tail_half_another_broker_holds_is_removed_with_its_transaction(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A half send moved off a killed broker is a second transaction there, which a
+    check-back would have its producer commit: b1's copy goes with its transaction."""
+    cluster = InProcessCluster(tmp_path).start(brokers=2, proxies=1)
+    try:
+        with Admin(cluster.proxies[0]) as admin:
+            admin.create_topic("payments", queues=2, message_type="transaction")
+        b1, b2 = cluster.brokers["b1"], cluster.brokers["b2"]
+        wait_until(lambda: "payments" in b1.broker.catalog.topics, "b1 holds the topic", 20)
+        wait_until(lambda: "payments" in b2.broker.catalog.topics, "b2 holds the topic", 20)
+        moved = NewMessage("payments", b"x", message_id="MOVED", dedup_id="pay-1")
+        kept = NewMessage("payments", b"y", message_id="KEPT")
+        cluster.call(lambda: b1.broker.send_half([moved, kept]))
+        cluster.call(lambda: b2.broker.send_half([dataclasses.replace(moved, message_id="ID-2")]))
+        cluster.call(lambda: _crash(cluster.brokers.pop("b1")))
+        caplog.set_level(logging.INFO, logger="popmq.broker.crash_tail_sync")
+        again = BrokerServer(_restarted(cluster, "b1", 10.0))
+        cluster.call(again.start)
+        cluster.brokers["b1"] = again
+        broker = again.broker
+        assert broker.lookup_sends("payments", [("MOVED", "pay-1"), ("KEPT", "")]) == [
+            False,
+            True,
+        ]
+        opened = cluster.call(lambda: broker.list_transactions("open"))
+        assert [t.message_id for t in opened] == ["KEPT"]  # no check-back for the moved one
+        assert "broker 'b1' removed 1 of the 2 message(s) of its crash tail" in caplog.text
+    finally:
+        cluster.stop()
 
 
 def test_a_silent_peer_holds_the_start_for_crash_tail_wait_s_then_it_serves_with_a_warning(

@@ -12,11 +12,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from popmq.broker.replication.log import ReplicationLog
 from popmq.broker_core import keys
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.clock import ManualClock
-from popmq.broker_core.config import BrokerConfig, MessagesConfig, StoreConfig
+from popmq.broker_core.config import (
+    BrokerConfig,
+    MessagesConfig,
+    StoreConfig,
+    TransactionsConfig,
+)
+from popmq.broker_core.errors import NotFoundError
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import NewMessage
 
@@ -209,6 +217,63 @@ def test_a_replicating_store_keeps_no_run_marker_and_has_no_crash_tail(tmp_path:
         await again.start()
         try:
             assert again.unclean_end
+        finally:
+            await again.close()
+
+    asyncio.run(scenario())
+
+
+def test_open_half_messages_are_in_the_crash_tail_and_go_with_their_transaction(
+    tmp_path: Path,
+) -> None:
+    """A half send a proxy moved off a killed broker is a second transaction there: its
+    check-back would have the producer commit it. The tail holds the open halves sent within
+    it (a half sent last sets where it ends), and removing one removes its transaction: no
+    check, no dedup entry, and its id is unknown."""
+
+    async def scenario() -> None:
+        clock = ManualClock(_START_MS)
+        config = BrokerConfig(
+            store=StoreConfig(data_dir=tmp_path),
+            messages=MessagesConfig(crash_tail_s=30.0),
+            transactions=TransactionsConfig(check_first_s=1.0),
+        )
+        broker = Broker(config, clock=clock)
+        await broker.start()
+        await broker.create_topic("tx", 2, message_type="transaction")
+        await broker.send_half([NewMessage("tx", b"old", message_id="ID-old")])  # at 0 s
+        clock.advance(60_000)
+        (committed,) = await broker.send_half([NewMessage("tx", b"c", message_id="ID-c")])
+        await broker.end_transaction(committed.transaction_id, commit=True)
+        clock.advance(10_000)
+        (half,) = await broker.send_half(
+            [NewMessage("tx", b"h", message_id="ID-h", dedup_id="order-h")]
+        )
+        clock.advance(15_000)  # the last write: 85 s; the tail starts at 55 s
+        (last,) = await broker.send_half([NewMessage("tx", b"l", message_id="ID-l")])
+        broker.store.close()  # crash
+        await broker.close()
+        again = Broker(config, clock=clock)
+        await again.start()
+        try:
+            tail = again.crash_tail()
+            # The committed one's message is in its queue (the tail of the queues), its
+            # transaction resolved: only the open halves are there as halves.
+            halves = [(m.message_id, m.dedup_id, m.offset) for m in tail if m.transaction_seq]
+            assert halves == [("ID-h", "order-h", -1), ("ID-l", "", -1)]
+            assert [m.message_id for m in tail if not m.transaction_seq] == ["ID-c"]
+            removed = [m for m in tail if m.message_id == "ID-h"]
+            await again.remove_crash_tail(removed)
+            assert again.lookup_sends("tx", [("x", "order-h"), ("ID-l", "")]) == [False, True]
+            with pytest.raises(NotFoundError):
+                await again.get_transaction(half.transaction_id)
+            with pytest.raises(NotFoundError):
+                await again.end_transaction(half.transaction_id, commit=True)
+            assert (await again.metrics_snapshot()).transactions_open == 2  # old and last
+            clock.advance(3_600_000)
+            checked = await again.due_checks(32)
+            assert sorted(c.message_id for c in checked) == ["ID-l", "ID-old"]
+            assert last.transaction_id in {c.transaction_id for c in checked}
         finally:
             await again.close()
 

@@ -414,16 +414,6 @@ def test_no_wait_when_quarantine_max_waiting_is_0() -> None:
     assert clock.now == began and router.quarantine_waits == (0, 0)
 
 
-def test_a_half_send_is_not_idempotent_and_moves_on_after_a_timeout() -> None:
-    clock = FakeClock()
-    router = router_on(clock)
-    brokers = Brokers(clock)
-    home = first_pick(router)
-    brokers.always[home] = dropped()
-    routed = run(router, brokers, idempotent=False)
-    assert routed.result != home and brokers.calls == [home, routed.result]
-
-
 # -- the proxy's memory of where sends went --------------------------------------------------
 
 

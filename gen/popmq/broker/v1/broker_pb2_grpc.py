@@ -417,8 +417,9 @@ class BrokerServiceServicer:
 
     def LookupSends(self, request, context):
         """LookupSends says which messages of a topic are in the broker's dedup window (stored
-        within it, or being stored now): a proxy asks before it routes a client's repeat of a
-        send it does not remember. Reads only; answered by the shard's leader.
+        within it, or being stored now), as messages or as half messages: a proxy asks before
+        it routes a client's repeat of a send or half send it does not remember, and a broker
+        restarting after a kill about its crash tail. Reads only; answered by the shard's leader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

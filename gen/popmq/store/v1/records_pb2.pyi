@@ -137,18 +137,20 @@ class TimerRecord(_message.Message):
     def __init__(self, topic_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
 
 class IndexRecord(_message.Message):
-    __slots__ = ("queue_id", "offset", "store_time_ms", "message_id", "recall_handle")
+    __slots__ = ("queue_id", "offset", "store_time_ms", "message_id", "recall_handle", "transaction_seq")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     STORE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_SEQ_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     offset: int
     store_time_ms: int
     message_id: str
     recall_handle: str
-    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., message_id: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+    transaction_seq: int
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., message_id: _Optional[str] = ..., recall_handle: _Optional[str] = ..., transaction_seq: _Optional[int] = ...) -> None: ...
 
 class TransactionRecord(_message.Message):
     __slots__ = ("state", "topic_id", "topic", "queue_id", "message", "message_id", "producer_group", "created_ms", "checks", "next_check_ms", "resolved_ms", "resolved_by", "offset", "recall_handle", "discard_offset", "expire_ms")
