@@ -154,8 +154,8 @@ class Admin:
         for queue_id in range(info.queues):
             low = self._offsets.min_offset(info.topic_id, queue_id)
             high = self._offsets.max_offset(info.topic_id, queue_id)
-            last = self._offsets.store_time(info.topic_id, queue_id, high - 1) if high > low else 0
-            queues.append(QueueDetails(queue_id, low, high, max(last, 0)))
+            last = self._offsets.newest_store_time(info.topic_id, queue_id) if high > low else 0
+            queues.append(QueueDetails(queue_id, low, high, last))
         ids = self._topic_ids(info)
         groups = sorted(
             {

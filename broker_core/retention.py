@@ -159,7 +159,8 @@ class Retention:
         high = self._offsets.max_offset(topic_id, queue_id)
         if low >= high or self._offsets.store_time(topic_id, queue_id, low) >= cutoff_ms:
             return None
-        # Store times grow with offsets within a queue: binary search the first one to keep.
+        # Store times grow with offsets within a queue (a gap counts as the message after
+        # it: store_time): binary search the first one to keep.
         lo, hi = low + 1, high
         while lo < hi:
             mid = (lo + hi) // 2
