@@ -35,12 +35,14 @@ from typing import Any, TypeVar
 import pytest
 
 from popmq import Admin, Producer, SendReceipt, SimpleConsumer
+from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.server import BrokerServer
-from popmq.broker_core import BrokerConfig, NewMessage, NotFoundError, StoreConfig
+from popmq.broker_core import Broker, BrokerConfig, NewMessage, NotFoundError, StoreConfig
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator
 from popmq.runtime.config import ServerConfig
 from tests.support.cluster import Cluster
+from tests.support.etcd import EtcdServer
 from tests.support.fault_relay import FaultRelay
 from tests.support.inprocess_cluster import InProcessCluster
 from tests.support.waiting import wait_until
@@ -282,3 +284,39 @@ def test_a_silent_peer_holds_the_start_for_crash_tail_wait_s_then_it_serves_with
         cluster.call(coordinator.close)
         silent.close()
         cluster.stop()
+
+
+def test_the_wait_ends_with_crash_tail_wait_s_even_when_etcd_hangs(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Listing the peers is bounded by the wait too: with etcd hanging (SIGSTOP), a call of
+    its client would take its own 5 s timeout, far past a 1 s wait."""
+
+    async def scenario(data_dir: Path) -> float:
+        config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
+        broker = Broker(config)
+        await broker.start()
+        await broker.create_topic("orders", 1)
+        await broker.send([NewMessage("orders", b"x", message_id="M-1")])
+        broker.store.close()  # crash
+        await broker.close()
+        again = Broker(config)
+        await again.start()
+        coordinator = EtcdCoordinator([own_etcd.endpoint], cluster="hang")
+        assert await coordinator.members("broker") == {}  # connected: then etcd hangs
+        own_etcd.pause()
+        try:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            removed = await reconcile_crash_tail(again, coordinator, name="b1", wait_s=1.0)
+            took = loop.time() - began
+            assert removed == 0
+            assert again.lookup_sends("orders", [("M-1", "")]) == [True]
+            return took
+        finally:
+            own_etcd.resume()
+            await coordinator.close()
+            await again.close()
+
+    took = asyncio.run(scenario(tmp_path / "b1"))
+    assert 0.9 <= took < 4, took  # the 1 s wait, with a sanity margin below etcd's 5 s
