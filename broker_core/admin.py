@@ -191,6 +191,9 @@ class Admin:
                 batch.delete_range(
                     "messages", keys.message_key(tid, q, low), keys.message_key(tid, q, high)
                 )
+                # Emptied (unless sends came meanwhile): a restart finds its end here, not
+                # at 0, so the purged offsets never go to new messages a group skips.
+                batch.put("meta", keys.queue_end_key(tid, q), keys.encode_u64(high))
 
         await self._writer.submit(apply, sync=True)
         if tid in self._catalog.topics_by_id:

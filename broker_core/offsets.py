@@ -208,8 +208,8 @@ class QueueOffsets:
         prefix = keys.queue_prefix(topic_id, queue_id)
         last = self._store.last_key("messages", prefix, keys.queue_prefix(topic_id, queue_id + 1))
         end = 0 if last is None else keys.message_offset(last) + 1
-        # Removing a crash tail (crash_tail.py) may have taken the last stored messages:
-        # their offsets stay used.
+        # Removing a crash tail (crash_tail.py), a purge or retention may have taken the
+        # last stored messages: their offsets stay used.
         recorded = self._store.get("meta", keys.queue_end_key(topic_id, queue_id))
         return end if recorded is None else max(end, keys.decode_u64(recorded))
 
