@@ -14,7 +14,8 @@ The others run brokers in-process over a real etcd (tests/support/inprocess_clus
 crash-tail message another broker holds is removed and the rest kept, a half message with
 its transaction; a peer that does not
 answer holds the start for `cluster.crash_tail_wait_s`, and then the broker serves with a
-warning naming the messages that may be stored twice.
+warning naming the messages that may be stored twice. The last one reconciles a broker
+core directly against an etcd that hangs: the wait still ends with `crash_tail_wait_s`.
 """
 
 from __future__ import annotations
