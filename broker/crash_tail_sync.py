@@ -21,8 +21,10 @@ asked: a copy moved to it stays a second copy.
 A replicated shard's replica never runs this: it keeps no run marker, and replication
 writes its store (docs/cluster.md says what holds for shards).
 
-Everything runs on the event loop; the calls to the peers run concurrently, each bounded by
-`_CALL_TIMEOUT_S` and by what is left of the wait.
+Everything runs on the event loop; the calls to the peers run concurrently. Each round
+(listing the peers in etcd, then each peer's batches of lookups one after another) has one
+deadline, `_CALL_TIMEOUT_S` away and never past the end of the wait, so the start waits at
+most `crash_tail_wait_s` (half a second with 0) for its peers.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ log = logging.getLogger(__name__)
 _ASK_EVERY_S = 1.0
 """How often the brokers that have not answered are asked again."""
 _CALL_TIMEOUT_S = 5.0
-"""Deadline of one LookupSends call."""
+"""Longest a round of lookups takes (listing the peers, then asking them)."""
 _MIN_CALL_S = 0.5
-"""Shortest deadline of a LookupSends call, however little of the bound is left."""
+"""Shortest round of lookups: with `crash_tail_wait_s = 0` (ask once), its length; no round
+starts with less of the wait left."""
 _SHOWN = 20
 """Message ids a warning names at most."""
 
@@ -88,16 +91,17 @@ async def reconcile_crash_tail(
     )
     asking = _Asking(tail, name=name, tls=tls, signer=signer)
     loop = asyncio.get_running_loop()
-    give_up = loop.time() + wait_s
+    # Even `wait_s = 0` asks once, for at least _MIN_CALL_S.
+    give_up = loop.time() + max(wait_s, _MIN_CALL_S)
     try:
         while True:
-            # A silent peer's call ends with the bound, not past it.
-            await asking.round(
-                coordinator, max(_MIN_CALL_S, min(_CALL_TIMEOUT_S, give_up - loop.time()))
-            )
-            if asking.complete or loop.time() >= give_up:
+            # One deadline for the whole round (the listing of the peers, then every batch
+            # of every call), never past the bound: the start waits no longer than that.
+            await asking.round(coordinator, min(give_up, loop.time() + _CALL_TIMEOUT_S))
+            left = give_up - loop.time()
+            if asking.complete or left < _MIN_CALL_S:  # too little left to ask again
                 break
-            await asyncio.sleep(min(_ASK_EVERY_S, max(0.0, give_up - loop.time())))
+            await asyncio.sleep(min(_ASK_EVERY_S, left - _MIN_CALL_S))
     finally:
         await asking.close()
     held = [m for i, m in enumerate(tail) if i in asking.held]
@@ -187,11 +191,14 @@ class _Asking:
     def silence(self) -> str:
         return "; ".join(f"{who}: {why}" for who, why in sorted(self._errors.items()))
 
-    async def round(self, coordinator: Coordinator, timeout_s: float) -> None:
-        """List the live peers and ask those that have not answered yet, each call given
-        `timeout_s`."""
+    async def round(self, coordinator: Coordinator, deadline: float) -> None:
+        """List the live peers and ask those that have not answered yet, all of it done by
+        `deadline` (the loop's time)."""
         try:
-            members = await coordinator.members("broker")
+            async with asyncio.timeout_at(deadline):
+                members = await coordinator.members("broker")
+        except TimeoutError:
+            self._errors["etcd"] = "it did not list the brokers in time"
         except CoordinationError as exc:
             self._errors["etcd"] = str(exc) or type(exc).__name__
         else:
@@ -201,7 +208,7 @@ class _Asking:
             }
         peers = self._peers or {}
         asked = [(n, a) for n, a in peers.items() if (n, a) not in self._answered]
-        answers = await asyncio.gather(*(self._ask(n, a, timeout_s) for n, a in asked))
+        answers = await asyncio.gather(*(self._ask(n, a, deadline) for n, a in asked))
         for (peer, address), answer in zip(asked, answers, strict=True):
             if isinstance(answer, _Unanswered):
                 self._errors[peer] = answer.why
@@ -213,13 +220,17 @@ class _Asking:
                 self.held_by[peer] = self.held_by.get(peer, 0) + len(found)
                 self.held |= found
 
-    async def _ask(self, peer: str, address: str, timeout_s: float) -> set[int] | _Unanswered:
-        """The tail indexes `peer` holds, or why it did not answer."""
+    async def _ask(self, peer: str, address: str, deadline: float) -> set[int] | _Unanswered:
+        """The tail indexes `peer` holds, or why it did not answer by `deadline`."""
         if not address:
             return _Unanswered("its registration has no address")
         stub = broker_pb2_grpc.BrokerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
         found: set[int] = set()
+        loop = asyncio.get_running_loop()
         for topic, indexes in self._batches:
+            timeout_s = deadline - loop.time()
+            if timeout_s <= 0:
+                return _Unanswered("no time was left for all of its lookups")
             messages = [self._tail[i] for i in indexes]
             request = pb.LookupSendsRequest(
                 topic=topic, message_ids=[m.message_id for m in messages]

@@ -7,7 +7,10 @@ back; SIGTERM meanwhile stops it cleanly), then start the catalog sync (catalog_
 waiting up to `cluster.catalog_ready_timeout_s` for it to apply the first listing of topics
 and groups; after a run that did not end cleanly, remove the messages of its crash tail
 that other brokers hold, its writes fenced meanwhile (crash_tail_sync.py, up to
-`cluster.crash_tail_wait_s` for silent peers); and only then register with etcd (proxies
+`cluster.crash_tail_wait_s` for silent peers; a start stopped or failed before that is
+done leaves the store marked as ended uncleanly, so the next start reconciles, and the TLS
+files and credential it calls the peers with are read before the store opens, on every
+start, so a bad one fails each start alike); and only then register with etcd (proxies
 route to a broker from its registration on, so it must hold its routed topics by then,
 and no longer hold sends moved elsewhere); turn health SERVING once that
 listing is applied (later, by itself, if etcd was slower than the wait), print `listening
@@ -85,7 +88,8 @@ from popmq.runtime.process import (
 from popmq.security.authn import cluster_signer
 from popmq.security.gate import Gate
 from popmq.security.protected import check_protected_mode
-from popmq.security.tls import ServerTLS, broker_channel_tls
+from popmq.security.signing import Signer
+from popmq.security.tls import ChannelTLS, ServerTLS, broker_channel_tls
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +114,9 @@ class BrokerServer:
         broker = config.broker
         if self.in_cluster and broker.auto_create_topics:
             broker = dataclasses.replace(broker, auto_create_topics=False)
-        self.broker = Broker(broker)
+        # A cluster broker reconciles its crash tail before it serves: until it has, its
+        # store keeps the unclean-end marker, so a start cut short reconciles next time.
+        self.broker = Broker(broker, reconciles_crash_tail=self.in_cluster)
         self.gate = Gate.from_config(config.security)
         """With `[security] authentication`: every BrokerService call must be signed by the
         root user (the proxies' cluster credential); it knows no other user, so a client
@@ -136,6 +142,10 @@ class BrokerServer:
         # Background watchers held so they run: the broker's failure -> health; the
         # catalog sync's failure -> the broker's; SERVING once the sync is ready.
         self._watchers: list[asyncio.Task[None]] = []
+        # How a crash-tail reconciliation reaches the other brokers (cluster mode; read by
+        # start() before the store opens).
+        self._peer_tls: ChannelTLS | None = None
+        self._peer_signer: Signer | None = None
 
     @property
     def coordinator(self) -> Coordinator | None:
@@ -169,6 +179,11 @@ class BrokerServer:
         )
         if security.tls:  # before the store opens: bad files fail fast
             self.tls = ServerTLS(security, what="broker")
+        if self.in_cluster:
+            # Read on every start, not only after an unclean end: a bad file fails every
+            # start alike, and never one that would then leave the crash tail unreconciled.
+            self._peer_tls = broker_channel_tls(security)
+            self._peer_signer = cluster_signer(security)
         if self.in_cluster and self.config.broker.auto_create_topics:
             log.warning(
                 "broker.auto_create_topics is true, but a cluster broker creates topics only "
@@ -285,15 +300,15 @@ class BrokerServer:
         assert self._coordinator is not None and self.servicer is not None
         if not self.broker.unclean_end:
             return
-        security = self.config.security
         await reconcile_crash_tail(
             self.broker,
             self._coordinator,
             name=self.config.broker.broker_name,
             wait_s=self.config.cluster.crash_tail_wait_s,
-            tls=broker_channel_tls(security),
-            signer=cluster_signer(security),
+            tls=self._peer_tls,
+            signer=self._peer_signer,
         )
+        self.broker.crash_tail_reconciled()
         self.servicer.writes.unfence()
 
     async def _wait_for_etcd(self) -> None:

@@ -154,8 +154,8 @@ class Admin:
         for queue_id in range(info.queues):
             low = self._offsets.min_offset(info.topic_id, queue_id)
             high = self._offsets.max_offset(info.topic_id, queue_id)
-            last = self._offsets.store_time(info.topic_id, queue_id, high - 1) if high > low else 0
-            queues.append(QueueDetails(queue_id, low, high, max(last, 0)))
+            last = self._offsets.newest_store_time(info.topic_id, queue_id) if high > low else 0
+            queues.append(QueueDetails(queue_id, low, high, last))
         ids = self._topic_ids(info)
         groups = sorted(
             {
@@ -191,6 +191,9 @@ class Admin:
                 batch.delete_range(
                     "messages", keys.message_key(tid, q, low), keys.message_key(tid, q, high)
                 )
+                # Emptied (unless sends came meanwhile): a restart finds its end here, not
+                # at 0, so the purged offsets never go to new messages a group skips.
+                batch.put("meta", keys.queue_end_key(tid, q), keys.encode_u64(high))
 
         await self._writer.submit(apply, sync=True)
         if tid in self._catalog.topics_by_id:

@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from popmq.broker_core import validation
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
-from popmq.broker_core.config import GroupDefaults, LongPollingConfig, PopConfig
+from popmq.broker_core.config import BrokerConfig, GroupDefaults, LongPollingConfig, PopConfig
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.inspection import DeliveryEvent, GroupInspection
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
@@ -173,6 +173,19 @@ class ServerInfo:
     max_delay_s: float
     """Longest delivery delay a sent message may ask for."""
     auto_create_topics: bool
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> ServerInfo:
+        """A broker's, from its settings."""
+        return cls(
+            broker_name=config.broker_name,
+            data_dir=str(config.store.data_dir.resolve()),
+            pop=config.pop,
+            long_polling=config.long_polling,
+            groups=config.groups,
+            max_delay_s=config.messages.max_delay_s,
+            auto_create_topics=config.auto_create_topics,
+        )
 
     def pop_arguments(
         self,

@@ -116,6 +116,7 @@ class Broker:
         tap: Callable[[Store], WriteTap] | None = None,
         view_of: Store | None = None,
         clock: Clock | None = None,
+        reconciles_crash_tail: bool = False,
     ) -> None:
         """
         Args:
@@ -128,10 +129,14 @@ class Broker:
                 is refused), runs no background task, and leaves the store open at close.
             clock: What every deadline, store time and timer of the core is read from
                 (clock.py): the system clock by default, a ManualClock in tests.
+            reconciles_crash_tail: The caller reconciles the crash tail (a cluster broker):
+                after an unclean end, close() keeps the run marker until
+                `crash_tail_reconciled()`, so a start cut short still reconciles next time.
         """
         self.config = config or BrokerConfig()
         self.clock: Clock = SystemClock() if clock is None else clock
         self._tap = tap
+        self._reconciles = reconciles_crash_tail
         self._view_of = view_of
         self._store: Store | None = None
         self._started = False
@@ -141,9 +146,10 @@ class Broker:
         self.polling = LongPolling(self.config.long_polling)
         self.recovery_seconds = 0.0
         self.stats = BrokerStats()
-        self._server_info = self._build_server_info()
-        # The store's last run did not end cleanly (crash_tail.py), as found by start().
-        self.unclean_end = self._marks_runs = False
+        self._server_info = ServerInfo.of(self.config)
+        # The store's last run did not end cleanly (crash_tail.py), as found by start(),
+        # and (tail_pending) its crash tail is not reconciled yet: close() keeps the marker.
+        self.unclean_end = self._marks_runs = self._tail_pending = False
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
         # Set once, with `failure`: what wait_failure() awaits (the server's health).
@@ -182,6 +188,7 @@ class Broker:
         # A replicating store and a view keep no run marker (crash_tail.py).
         self._marks_runs = not view and store.tap is None
         self.unclean_end = self._marks_runs and crash_tail.open_run(store)
+        self._tail_pending = self.unclean_end and self._reconciles
         self.catalog = Catalog(store)
         self.offsets = QueueOffsets(store)
         self.writer = GroupCommitWriter(store, self.offsets)
@@ -472,7 +479,7 @@ class Broker:
         with contextlib.suppress(PopMQError):
             await self.writer.submit(jobs.noop, sync=True)
         self.writer.close()
-        if self._marks_runs:
+        if self._marks_runs and not self._tail_pending:
             crash_tail.close_run(self.store)
         self.store.close()
         self._started = False
@@ -488,6 +495,10 @@ class Broker:
     async def remove_crash_tail(self, messages: list[TailMessage]) -> None:
         """Remove messages of the crash tail that other brokers hold (before serving)."""
         await crash_tail.remove(self.store, self.writer, self.offsets, messages, self._transactions)
+
+    def crash_tail_reconciled(self) -> None:
+        """The crash tail is reconciled: a clean close may clear the run marker now."""
+        self._tail_pending = False
 
     # -- topics (topics.py) ---------------------------------------------------------------
 
@@ -946,18 +957,6 @@ class Broker:
         """The broker's name and the limits a front end checks against (built once: the
         configuration is frozen, and hot paths read it)."""
         return self._server_info
-
-    def _build_server_info(self) -> ServerInfo:
-        config = self.config
-        return ServerInfo(
-            broker_name=config.broker_name,
-            data_dir=str(config.store.data_dir.resolve()),
-            pop=config.pop,
-            long_polling=config.long_polling,
-            groups=config.groups,
-            max_delay_s=config.messages.max_delay_s,
-            auto_create_topics=config.auto_create_topics,
-        )
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """Counters and gauges now, copied: the caller keeps nothing that changes under it."""

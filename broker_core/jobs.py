@@ -44,11 +44,16 @@ def delete_meta(meta_keys: list[bytes]) -> Callable[[Batch, QueueOffsets], None]
     return apply
 
 
-def delete_range(start: bytes, end: bytes) -> Callable[[Batch, QueueOffsets], None]:
-    """A job deleting the messages in [start, end) with one range tombstone."""
+def delete_range(
+    start: bytes, end: bytes, *, queue_end: tuple[bytes, int] | None = None
+) -> Callable[[Batch, QueueOffsets], None]:
+    """A job deleting the messages in [start, end) with one range tombstone; with
+    `queue_end` (its key, the offset), recording where the queue ends, in the same batch."""
 
     def apply(batch: Batch, offsets: QueueOffsets) -> None:
         batch.delete_range("messages", start, end)
+        if queue_end is not None:
+            batch.put("meta", queue_end[0], keys.encode_u64(queue_end[1]))
 
     return apply
 

@@ -211,8 +211,8 @@ _QUEUE_OFFSET: Final = struct.Struct(">IQ")
 
 QUEUE_END_PREFIX: Final = b"qend:"
 """meta family: (topic, queue) -> the queue's end, where removing the crash tail
-(crash_tail.py) took the queue's last stored messages: QueueOffsets reads it, so their
-offsets are never given to other messages."""
+(crash_tail.py), a purge (admin.py) or retention (retention.py) took the queue's last stored
+messages: QueueOffsets reads it, so their offsets are never given to other messages."""
 
 
 def queue_end_key(topic_id: int, queue_id: int) -> bytes:

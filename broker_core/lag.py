@@ -6,7 +6,7 @@ from __future__ import annotations
 from popmq.broker_core import dlq_holes, validation
 from popmq.broker_core.catalog import Catalog, GroupInfo, TopicInfo, dlq_topic_name
 from popmq.broker_core.consume_queues import ConsumeQueues
-from popmq.broker_core.offsets import QueueOffsets
+from popmq.broker_core.offsets import NEWER_THAN_ALL, QueueOffsets
 from popmq.broker_core.store import Store
 from popmq.broker_core.types import LagReport, QueueBacklog, QueueLag, TopicBacklog
 
@@ -73,9 +73,9 @@ class Lag:
                 candidates.append(max(row.consumer_offset, low))
             oldest = 0
             if candidates:
-                oldest = max(
-                    0, self._offsets.store_time(source.topic_id, row.queue_id, min(candidates))
-                )
+                # An offset on a gap (a removed crash tail) counts as the message after it.
+                born = self._offsets.store_time(source.topic_id, row.queue_id, min(candidates))
+                oldest = 0 if born == NEWER_THAN_ALL else born
             backlog.append(QueueBacklog(row, oldest))
         topics: list[TopicBacklog] = []
         for name in sorted({row.topic for row in rows}):

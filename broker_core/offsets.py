@@ -43,6 +43,8 @@ PULL_DEFAULT_MESSAGES = 256
 """A pull stops once it read this many body bytes (it returns at least one message)."""
 _PULL_CHUNK = 64
 """Keys read per multi_get of a pull, so 4 MiB bodies never pile up beyond the byte cap."""
+NEWER_THAN_ALL = 2**63 - 1
+"""`QueueOffsets.store_time` of an offset with no message stored at or after it."""
 
 
 class QueueOffsets:
@@ -206,30 +208,68 @@ class QueueOffsets:
         prefix = keys.queue_prefix(topic_id, queue_id)
         last = self._store.last_key("messages", prefix, keys.queue_prefix(topic_id, queue_id + 1))
         end = 0 if last is None else keys.message_offset(last) + 1
-        # Removing a crash tail (crash_tail.py) may have taken the last stored messages:
-        # their offsets stay used.
+        # Removing a crash tail (crash_tail.py), a purge or retention may have taken the
+        # last stored messages: their offsets stay used.
         recorded = self._store.get("meta", keys.queue_end_key(topic_id, queue_id))
         return end if recorded is None else max(end, keys.decode_u64(recorded))
 
     def store_time(self, topic_id: int, queue_id: int, offset: int) -> int:
-        """Store time of one message; -1 when it is already gone (treated as old)."""
+        """Store time of the message at `offset` or, when none is stored there, of the first
+        one stored after it in the queue; `NEWER_THAN_ALL` when none is.
+
+        Store times grow with offsets within a queue, so a missing offset (a gap a removed
+        crash tail or a lost write left, or a head retention just deleted) sorts as the
+        message after it, and a binary search over store times stays ordered across gaps.
+        """
+        found = self.stored_at_or_after(topic_id, queue_id, offset)
+        return NEWER_THAN_ALL if found is None else found[1]
+
+    def stored_at_or_after(
+        self, topic_id: int, queue_id: int, offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, store time) of the first message stored at or after `offset` in the
+        queue, or None."""
         data = self._store.get("messages", keys.message_key(topic_id, queue_id, offset))
         if data is None:
-            return -1  # already gone: treat as old
-        return records_pb2.StoredMessage.FromString(data).store_time_ms
+            start = keys.message_key(topic_id, queue_id, offset)
+            for key, value in self._store.scan(
+                "messages", start, keys.queue_prefix(topic_id, queue_id + 1)
+            ):
+                offset, data = keys.message_offset(key), value
+                break
+            else:
+                return None
+        return offset, records_pb2.StoredMessage.FromString(data).store_time_ms
+
+    def newest_store_time(self, topic_id: int, queue_id: int) -> int:
+        """Store time of the last message stored in the queue; 0 when it holds none (its
+        end may lie past its last message: a removed crash tail's offsets stay used)."""
+        high = self.max_offset(topic_id, queue_id)
+        last = self._store.last_key(
+            "messages",
+            keys.queue_prefix(topic_id, queue_id),
+            keys.message_key(topic_id, queue_id, high),
+        )
+        if last is None:
+            return 0
+        data = self._store.get("messages", last)
+        return 0 if data is None else records_pb2.StoredMessage.FromString(data).store_time_ms
 
     def offset_at(self, topic_id: int, queue_id: int, timestamp_ms: int) -> int:
         """First offset stored at or after timestamp_ms (max_offset when none is): store
-        times grow with offsets within a queue, so a binary search of point reads."""
-        lo = self.min_offset(topic_id, queue_id)
-        hi = self.max_offset(topic_id, queue_id)
+        times grow with offsets within a queue, so a binary search of point reads (a gap
+        counts as the message after it: `store_time`)."""
+        end = self.max_offset(topic_id, queue_id)
+        lo, hi = self.min_offset(topic_id, queue_id), end
         while lo < hi:
             mid = (lo + hi) // 2
             if self.store_time(topic_id, queue_id, mid) < timestamp_ms:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo
+        found = self.stored_at_or_after(topic_id, queue_id, lo) if lo < end else None
+        # lo may be a gap before that message: answer the message's own offset.
+        return end if found is None else min(found[0], end)
 
 
 def check_queue_id(info: TopicInfo, queue_id: int) -> None:

@@ -84,7 +84,13 @@ class Retention:
             return 0
         start_key = keys.message_key(topic.topic_id, queue_id, low)
         end_key = keys.message_key(topic.topic_id, queue_id, cut)
-        await self._writer.submit(jobs.delete_range(start_key, end_key), sync=False)
+        # Emptied: a restart finds its end recorded, not at 0, so the deleted offsets never
+        # go to new messages, which a group that read up to there would skip.
+        emptied = cut >= self._offsets.max_offset(topic.topic_id, queue_id)
+        queue_end = (keys.queue_end_key(topic.topic_id, queue_id), cut) if emptied else None
+        await self._writer.submit(
+            jobs.delete_range(start_key, end_key, queue_end=queue_end), sync=False
+        )
         if self._catalog.topics_by_id.get(topic.topic_id) is topic:
             self._offsets.set_min_offset(topic.topic_id, queue_id, cut)
         log.info("%s: deleted %s queue %d offsets [%d, %d)", why, topic.name, queue_id, low, cut)
@@ -159,7 +165,8 @@ class Retention:
         high = self._offsets.max_offset(topic_id, queue_id)
         if low >= high or self._offsets.store_time(topic_id, queue_id, low) >= cutoff_ms:
             return None
-        # Store times grow with offsets within a queue: binary search the first one to keep.
+        # Store times grow with offsets within a queue (a gap counts as the message after
+        # it: store_time): binary search the first one to keep.
         lo, hi = low + 1, high
         while lo < hi:
             mid = (lo + hi) // 2

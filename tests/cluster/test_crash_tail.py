@@ -14,7 +14,8 @@ The others run brokers in-process over a real etcd (tests/support/inprocess_clus
 crash-tail message another broker holds is removed and the rest kept, a half message with
 its transaction; a peer that does not
 answer holds the start for `cluster.crash_tail_wait_s`, and then the broker serves with a
-warning naming the messages that may be stored twice.
+warning naming the messages that may be stored twice. The last one reconciles a broker
+core directly against an etcd that hangs: the wait still ends with `crash_tail_wait_s`.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from typing import Any, TypeVar
 import pytest
 
 from popmq import Admin, Producer, SendReceipt, SimpleConsumer
+from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.server import BrokerServer
-from popmq.broker_core import BrokerConfig, NewMessage, StoreConfig
+from popmq.broker_core import Broker, BrokerConfig, NewMessage, NotFoundError, StoreConfig
 from popmq.cluster import RemoteBroker
 from popmq.coordination import EtcdCoordinator
 from popmq.runtime.config import ServerConfig
 from tests.support.cluster import Cluster
+from tests.support.etcd import EtcdServer
 from tests.support.fault_relay import FaultRelay
 from tests.support.inprocess_cluster import InProcessCluster
 from tests.support.waiting import wait_until
@@ -83,15 +86,21 @@ def _drained(endpoint: str, topic: str) -> Counter[str]:
     return got
 
 
-def _held_on(address: str, topic: str, message_id: str) -> bool:
+def _stored_on(address: str, topic: str, message_id: str) -> bool:
+    """Whether the broker at `address` stored the message: QueryMessage finds only a
+    written message (durable with the default sync flush), where a lookup of the dedup
+    window also counts a send still being written."""
+
     async def ask() -> bool:
         remote = RemoteBroker(address, catalog=False)
         await remote.start()
         try:
-            (held,) = await remote.lookup_sends(topic, [(message_id, "")])
-            return held
+            await remote.query_message(topic, message_id)
+        except NotFoundError:
+            return False
         finally:
             await remote.close()
+        return True
 
     return asyncio.run(ask())
 
@@ -134,7 +143,7 @@ def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
             # b1 stored it (asked on its own address, not through the relay): then it dies
             # before its answer gets out, and its address refuses connections from now on.
             wait_until(
-                lambda: _held_on(cluster.broker_address("b1"), "moved", message_id),
+                lambda: _stored_on(cluster.broker_address("b1"), "moved", message_id),
                 f"b1 storing {message_id}",
                 30,
                 interval_s=0.2,
@@ -276,3 +285,39 @@ def test_a_silent_peer_holds_the_start_for_crash_tail_wait_s_then_it_serves_with
         cluster.call(coordinator.close)
         silent.close()
         cluster.stop()
+
+
+def test_the_wait_ends_with_crash_tail_wait_s_even_when_etcd_hangs(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Listing the peers is bounded by the wait too: with etcd hanging (SIGSTOP), a call of
+    its client would take its own 5 s timeout, far past a 1 s wait."""
+
+    async def scenario(data_dir: Path) -> float:
+        config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
+        broker = Broker(config)
+        await broker.start()
+        await broker.create_topic("orders", 1)
+        await broker.send([NewMessage("orders", b"x", message_id="M-1")])
+        broker.store.close()  # crash
+        await broker.close()
+        again = Broker(config)
+        await again.start()
+        coordinator = EtcdCoordinator([own_etcd.endpoint], cluster="hang")
+        assert await coordinator.members("broker") == {}  # connected: then etcd hangs
+        own_etcd.pause()
+        try:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            removed = await reconcile_crash_tail(again, coordinator, name="b1", wait_s=1.0)
+            took = loop.time() - began
+            assert removed == 0
+            assert again.lookup_sends("orders", [("M-1", "")]) == [True]
+            return took
+        finally:
+            own_etcd.resume()
+            await coordinator.close()
+            await again.close()
+
+    took = asyncio.run(scenario(tmp_path / "b1"))
+    assert 0.9 <= took < 4, took  # the 1 s wait, with a sanity margin below etcd's 5 s

@@ -40,9 +40,9 @@ class FaultRelay:
         self.dropped = 0
         """Answers dropped so far."""
         self.holding = 0
+        """Requests forwarded whose answers are being held back (`drop_next_answer`)."""
         # Set by close(abort=True): an answer held back is let go of at once.
         self._aborted = asyncio.Event()
-        """Requests forwarded whose answers are being held back (`drop_next_answer`)."""
 
     @property
     def endpoint(self) -> str:
