@@ -7,9 +7,10 @@ compare a key's create revision, mod revision, version or value, leases with a k
 prefix watches from a revision, and status.
 
 Every call has a timeout (the client's `timeout_s` unless given). A call that finds its
-endpoint unavailable moves on to the next one (`host:port` endpoints, tried in turn) until the
-timeout; only then does it raise `CoordinationUnavailableError` (at once while etcd is
-unreachable: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
+endpoint unavailable, or has waited 2 s there while another may answer, moves on to the next
+one (`host:port` endpoints, tried in turn, a silent one skipped) until the timeout; only
+then does it raise `CoordinationUnavailableError` (sooner while etcd is unreachable, at once
+while it is hung: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
 the revision after the last one it delivered, and raises `CompactedError` when that revision
 is gone (the caller re-lists). Everything runs on the event loop; nothing here blocks.
 """
