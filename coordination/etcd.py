@@ -603,7 +603,7 @@ class EtcdClient:
             reason = f"{last.code().name}: {last.details()}" if last else "no time left"
             silent = self.reachability.unreachable_for
             if probing and silent is not None:
-                raise self.reachability.refusal(what, silent, reason)
+                raise self.reachability.refusal(what, silent, reason, tried=True)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise CoordinationUnavailableError(

@@ -181,10 +181,14 @@ class Reachability:
                 return None
         return self.unreachable_for
 
-    def refusal(self, what: str, silent: float, reason: str) -> CoordinationUnavailableError:
-        """The error of a call refused because etcd is unreachable."""
+    def refusal(
+        self, what: str, silent: float, reason: str, *, tried: bool = False
+    ) -> CoordinationUnavailableError:
+        """The error of a call that failed because etcd is unreachable (`tried`: after one
+        short try of each endpoint; else refused at once, untried)."""
+        outcome = "failed after one short try of each endpoint" if tried else "was refused at once"
         return CoordinationUnavailableError(
             f"etcd is unreachable at {','.join(self._endpoints)}: no endpoint has answered "
-            f"for {silent:.1f}s ({reason}), so {what} was refused at once; is etcd running? "
+            f"for {silent:.1f}s ({reason}), so {what} {outcome}; is etcd running? "
             "Retry once it is back"
         )

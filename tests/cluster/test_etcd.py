@@ -405,6 +405,7 @@ def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
                     await client.put("/k", b"w")
                 assert time.monotonic() - began < 1.5
                 assert f"etcd is unreachable at {own_etcd.endpoint}" in str(error.value)
+                assert "failed after one short try of each endpoint" in str(error.value)
                 assert error.value.retriable and error.value.code == "UNAVAILABLE"
             await asyncio.to_thread(own_etcd.start)
             deadline = time.monotonic() + 10

@@ -38,7 +38,10 @@ def test_a_request_left_unanswered_means_silent_unless_its_endpoint_answered_sin
             assert not two.answering("a:1")
             hung.answered("a:1")  # the first answer ends it
             assert hung.unreachable_for is None and hung.answering("a:1")
-        assert "Retry once it is back" in str(hung.refusal("put 'k'", 3.0, "a reason"))
+        refused = str(hung.refusal("put 'k'", 3.0, "a reason"))
+        assert "put 'k' was refused at once" in refused and "Retry once it is back" in refused
+        tried = str(hung.refusal("put 'k'", 3.0, "a reason", tried=True))
+        assert "put 'k' failed after one short try of each endpoint" in tried
 
     asyncio.run(scenario())
 
