@@ -7,9 +7,10 @@ compare a key's create revision, mod revision, version or value, leases with a k
 prefix watches from a revision, and status.
 
 Every call has a timeout (the client's `timeout_s` unless given). A call that finds its
-endpoint unavailable moves on to the next one (`host:port` endpoints, tried in turn) until the
-timeout; only then does it raise `CoordinationUnavailableError` (at once while etcd is
-unreachable: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
+endpoint unavailable, or has waited 2 s there while another may answer, moves on to the next
+one (`host:port` endpoints, tried in turn, a silent one skipped) until the timeout; only
+then does it raise `CoordinationUnavailableError` (sooner while etcd is unreachable, at once
+while it is hung: etcd_reachability.py). A watch outlives outages: it resumes on any endpoint from
 the revision after the last one it delivered, and raises `CompactedError` when that revision
 is gone (the caller re-lists). Everything runs on the event loop; nothing here blocks.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +40,11 @@ from popmq.coordination.errors import (
     LeaseNotFoundError,
     SessionClosedError,
 )
-from popmq.coordination.etcd_reachability import PROBE_TIMEOUT_S, Reachability
+from popmq.coordination.etcd_reachability import (
+    PROBE_TIMEOUT_S,
+    UNANSWERED_AFTER_S,
+    Reachability,
+)
 from popmq.coordination.etcd_streams import (
     _FAILOVER_CODES,
     _RETRY_PAUSE_S,
@@ -398,7 +402,8 @@ def _etcd_unavailable(detail: str) -> CoordinationError:
 
 # etcd says what went wrong in the status message; the first matching fragment decides.
 # Some of a stopping or leaderless etcd's answers come as UNKNOWN: they are an outage (the
-# caller serves from what it has, or retries), not a refusal.
+# caller serves from what it has, or retries), not a refusal. A member without a leader
+# holds a write until the call's deadline and then says "context deadline exceeded".
 _ERRORS_BY_MESSAGE: tuple[tuple[str, Callable[[str], CoordinationError]], ...] = (
     ("required revision has been compacted", _compacted),
     ("required revision is a future revision", _future_revision),
@@ -409,6 +414,7 @@ _ERRORS_BY_MESSAGE: tuple[tuple[str, Callable[[str], CoordinationError]], ...] =
     ("etcdserver: leader changed", _etcd_unavailable),
     ("etcdserver: request timed out", _etcd_unavailable),
     ("etcdserver: too many requests", _etcd_unavailable),
+    ("context deadline exceeded", _etcd_unavailable),
 )
 _ERRORS_BY_CODE: dict[grpc.StatusCode, type[CoordinationError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: CoordinationArgumentError,
@@ -416,6 +422,20 @@ _ERRORS_BY_CODE: dict[grpc.StatusCode, type[CoordinationError]] = {
     grpc.StatusCode.UNAVAILABLE: CoordinationUnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: CoordinationUnavailableError,
 }
+
+
+def _unanswered(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a call's error means its endpoint gave no answer (unavailable, or nothing
+    before the deadline, ours or the one etcd passes on): try the next endpoint."""
+    if error.code() in _FAILOVER_CODES:
+        return True
+    return "context deadline exceeded" in (error.details() or "")
+
+
+def _is_answer(response: object) -> bool:
+    """Whether a response shows its endpoint serving: a member without a leader answers
+    Status (leader 0) but no read or write, so that answer does not end an outage."""
+    return not isinstance(response, pb.StatusResponse) or bool(response.leader)
 
 
 def error_from_rpc(error: grpc.aio.AioRpcError, what: str) -> CoordinationError:
@@ -457,13 +477,14 @@ class EtcdClient:
         self._channels: dict[str, tuple[grpc.aio.Channel, _Stubs]] = {}
         self._current = 0
         self._closed = False
+        # From a request left unanswered UNANSWERED_AFTER_S (or a call that finds etcd
+        # unreachable) until an endpoint answers: the task that keeps a probe waiting at
+        # each endpoint (_probe); None otherwise.
+        self._prober: asyncio.Task[None] | None = None
         self.endpoints = parse_endpoints(endpoints)
-        self.reachability = Reachability(self.endpoints)
+        self.reachability = Reachability(self.endpoints, on_silence=self._start_probe)
         """Whether etcd answers (every call, watch and keepalive of this client tells)."""
         self.timeout_s = _check_timeout(timeout_s)
-        # While etcd is unreachable: the task that keeps a probe waiting at each endpoint
-        # until one answers (_probe); None otherwise.
-        self._prober: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> EtcdClient:
         return self
@@ -501,15 +522,33 @@ class EtcdClient:
         return entry[1]
 
     def _endpoint(self) -> str:
-        return self.endpoints[self._current % len(self.endpoints)]
+        """The endpoint to ask next: the current one, unless it is silent or failed while
+        another is untried or answering (that one becomes the current one then)."""
+        count = len(self.endpoints)
+        for step in range(count):
+            index = (self._current + step) % count
+            if self.reachability.answering(self.endpoints[index]):
+                self._current = index
+                break
+        return self.endpoints[self._current % count]
 
-    def _fail_over(self, endpoint: str, *, since: float | None = None) -> None:
-        """Record that `endpoint` failed (a call or a stream found it gone; `since`: when the
-        request it left unanswered was sent) and move on from it (unless another caller did
-        already)."""
-        self.reachability.failed(endpoint, since=since)
-        if self._endpoint() == endpoint:
+    def _fail_over(self, endpoint: str) -> None:
+        """Record that `endpoint` failed (a call or a stream found it gone) and move on from
+        it (unless another caller did already)."""
+        self.reachability.failed(endpoint)
+        if self.endpoints[self._current % len(self.endpoints)] == endpoint:
             self._current = (self._current + 1) % len(self.endpoints)
+
+    def _try_limit(self, endpoint: str, remaining: float, *, probing: bool = False) -> float:
+        """How long one try at `endpoint` may wait: PROBE_TIMEOUT_S while etcd is
+        unreachable; UNANSWERED_AFTER_S while another endpoint is untried or answering (a
+        hung member then costs that, not the whole timeout); else all that is left."""
+        if probing:
+            return min(remaining, PROBE_TIMEOUT_S)
+        others = (e for e in self.endpoints if e != endpoint)
+        if any(self.reachability.answering(other) for other in others):
+            return min(remaining, UNANSWERED_AFTER_S)
+        return remaining
 
     async def _call(
         self, what: str, call: Callable[[_Stubs, float], Any], timeout_s: float | None
@@ -518,7 +557,8 @@ class EtcdClient:
 
         While etcd is unreachable (`reachability`), or once it turns so during the call,
         each endpoint is tried once more for at most PROBE_TIMEOUT_S, and then the call
-        fails; while it is hung (a request waits unanswered at every endpoint), at once."""
+        fails; while it is hung (the probe's Status has waited PROBE_TIMEOUT_S unanswered at
+        every endpoint), at once."""
         timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -529,7 +569,10 @@ class EtcdClient:
             hung = self.reachability.hung_for
             if hung is not None:
                 raise self.reachability.refusal(
-                    what, hung, "a request to every endpoint is still waiting unanswered"
+                    what,
+                    hung,
+                    f"a Status request to every endpoint has waited over {PROBE_TIMEOUT_S:g}s "
+                    "unanswered",
                 )
         while True:
             for _ in range(len(self.endpoints)):
@@ -537,28 +580,30 @@ class EtcdClient:
                 if remaining <= 0:
                     break
                 endpoint = self._endpoint()
-                sent = time.monotonic()
                 try:
                     with self.reachability.asking(endpoint):
                         answer = await call(
                             self._stubs(endpoint),
-                            min(remaining, PROBE_TIMEOUT_S) if probing else remaining,
+                            self._try_limit(endpoint, remaining, probing=probing),
                         )
                 except grpc.aio.AioRpcError as error:
-                    if error.code() not in _FAILOVER_CODES:
-                        if not _stream_outage(error):
-                            self.reachability.answered()  # a refusal is an answer
-                        raise error_from_rpc(error, what) from error
+                    if not _unanswered(error):
+                        failure = error_from_rpc(error, what)
+                        if isinstance(failure, CoordinationUnavailableError):
+                            self._fail_over(endpoint)  # "no leader": it serves nothing now
+                        elif not _stream_outage(error):
+                            self.reachability.answered(endpoint)  # a refusal is an answer
+                        raise failure from error
                     last = error
-                    timed_out = error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                    self._fail_over(endpoint, since=sent if timed_out else None)
+                    self._fail_over(endpoint)
                 else:
-                    self.reachability.answered()
+                    if _is_answer(answer):
+                        self.reachability.answered(endpoint)
                     return answer
             reason = f"{last.code().name}: {last.details()}" if last else "no time left"
             silent = self.reachability.unreachable_for
             if probing and silent is not None:
-                raise self.reachability.refusal(what, silent, reason)
+                raise self.reachability.refusal(what, silent, reason, tried=True)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise CoordinationUnavailableError(
@@ -586,28 +631,31 @@ class EtcdClient:
             logger.error("the etcd reachability probe failed: %r", error)
 
     async def _probe(self) -> None:
-        """While etcd is unreachable, keep one Status request waiting at each endpoint,
-        sending the next when it fails: a hung etcd answers it as soon as it resumes, and
-        that first answer ends the outage for every caller (etcd_reachability.py). Ends at
-        the first answer, from any endpoint."""
+        """Keep one Status request waiting at each endpoint, sending the next when it
+        fails, until an endpoint answers with a leader: a hung etcd answers the waiting one
+        as soon as it resumes, and that first answer ends the outage for every caller; one
+        left unanswered PROBE_TIMEOUT_S marks its endpoint hung (etcd_reachability.py)."""
 
         async def one(endpoint: str) -> None:
-            while self.reachability.unreachable_for is not None:
-                sent = time.monotonic()
+            while True:
                 try:
-                    with self.reachability.asking(endpoint):
-                        await self._stubs(endpoint).maintenance.Status(
+                    with self.reachability.asking(endpoint, probe=True):
+                        response = await self._stubs(endpoint).maintenance.Status(
                             pb.StatusRequest(), timeout=_PROBE_WAIT_S
                         )
                 except grpc.aio.AioRpcError as error:
-                    if error.code() in _FAILOVER_CODES:
-                        timed_out = error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                        self.reachability.failed(endpoint, since=sent if timed_out else None)
-                        if not timed_out:  # refused at once: do not spin
-                            await asyncio.sleep(_PROBE_PAUSE_S)
-                        continue
-                self.reachability.answered()  # an answer, or a refusal: etcd answers
-                return
+                    if not _unanswered(error):
+                        self.reachability.answered(endpoint)  # a refusal: etcd answers
+                        return
+                    self.reachability.failed(endpoint)
+                    if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                        await asyncio.sleep(_PROBE_PAUSE_S)  # refused at once: do not spin
+                    continue
+                if _is_answer(response):
+                    self.reachability.answered(endpoint)
+                    return
+                self.reachability.failed(endpoint)  # up, but without a leader
+                await asyncio.sleep(_PROBE_PAUSE_S)
 
         probes = [asyncio.create_task(one(endpoint)) for endpoint in self.endpoints]
         try:
@@ -821,7 +869,7 @@ class EtcdClient:
                         raise EtcdError(
                             f"etcd cancelled the watch of {raw!r}: {response.cancel_reason}"
                         )
-                    self.reachability.answered()
+                    self.reachability.answered(endpoint)
                     if response.created:
                         if next_revision == 0:
                             next_revision = response.header.revision + 1
@@ -869,8 +917,11 @@ class EtcdClient:
                         pb.StatusRequest(), timeout=timeout
                     )
             except grpc.aio.AioRpcError as error:
+                if _unanswered(error):
+                    self.reachability.failed(endpoint)
                 raise error_from_rpc(error, f"status of {endpoint}") from error
-            self.reachability.answered()
+            if _is_answer(response):
+                self.reachability.answered(endpoint)
             return _status(endpoint, response)
         answered: list[str] = []
 

@@ -1,21 +1,32 @@
 """Whether etcd answers at all, as one EtcdClient (etcd.py) sees it from every call, watch
-and keepalive it makes.
+and keepalive it makes, endpoint by endpoint.
 
-etcd counts as **unreachable** once, at every endpoint, either
-- calls and streams failed (refused connections, no answer in time) and nothing has
-  answered for `UNREACHABLE_AFTER_S` (etcd down or cut off: connections fail fast), or
-- a request has waited `UNANSWERED_AFTER_S` without an answer while nothing at all answered
-  since it was sent (etcd **hung**: paused by SIGSTOP, a frozen VM, a stalled disk; its
-  connections stay open and nothing answers, so nothing fails before its timeout).
+An endpoint counts as **silent** once, since it last answered,
+- calls and streams to it failed (refused connections, no answer in time, "no leader") and
+  it has not answered for `UNREACHABLE_AFTER_S` since the first of those failures, or
+- a request to it has waited `UNANSWERED_AFTER_S` without an answer (a hung member: paused
+  by SIGSTOP, a frozen VM, a stalled disk; its connections stay open and nothing answers,
+  so nothing fails before its timeout), or
+- a probe's Status request to it has waited `PROBE_TIMEOUT_S` without an answer.
 
-While etcd is unreachable a call tries each endpoint once, for at most `PROBE_TIMEOUT_S`,
-and fails with a retriable `CoordinationUnavailableError` naming etcd, rather than retrying
-until its timeout; while it is hung (`hung_for`: every endpoint has a request waiting
-unanswered, which its first answer ends) a call fails at once, without trying. An admin
-write made during an outage is so refused at once instead of hanging for several calls'
-timeouts, while the data path (which asks etcd nothing) goes on. The first answer of any
-kind ends it; the client keeps a probe waiting at each endpoint meanwhile (etcd.py), so a
-hung etcd's first answer comes as soon as it resumes. On the event loop only.
+etcd is **unreachable** while every endpoint is silent: a call then tries each endpoint
+once, for at most `PROBE_TIMEOUT_S`, and fails with a retriable
+`CoordinationUnavailableError` naming etcd, rather than retrying until its timeout. It is
+**hung** (`hung_for`) while a probe's Status request has waited `PROBE_TIMEOUT_S` unanswered
+at every endpoint: a call then fails at once, without trying. An admin write made during an
+outage is so refused at once instead of hanging for several calls' timeouts, while the data
+path (which asks etcd nothing) goes on.
+
+The probe (etcd.py) starts as soon as a request has waited `UNANSWERED_AFTER_S` (the
+`on_silence` callback) or a call finds etcd unreachable. It is sent after the wait was
+noticed, so a stall of the client's own event loop (an answer that came but was not read
+yet) or a stall of etcd shorter than about `UNANSWERED_AFTER_S + PROBE_TIMEOUT_S` costs a
+call a short wait, never a refusal. An endpoint's answer ends its silence (a Status without
+a leader is no answer: such a member serves nothing); the probe ends at the first one.
+
+A silent endpoint is skipped by the next call while another one is untried or answering
+(`answering`), so a hung member of three costs one call `UNANSWERED_AFTER_S`, not its
+timeout, and none after it. On the event loop only.
 """
 
 from __future__ import annotations
@@ -24,67 +35,82 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from popmq.coordination.errors import CoordinationUnavailableError
 
 UNREACHABLE_AFTER_S = 2.0
-"""etcd counts as unreachable once every endpoint has failed and none has answered for this
-long: longer than the election of a new etcd leader (about a second with etcd's default
-timings), so calls ride through one."""
+"""An endpoint counts as silent once it has failed and not answered for this long: longer
+than the election of a new etcd leader (about a second with etcd's default timings), so
+calls ride through one."""
 UNANSWERED_AFTER_S = 2.0
-"""etcd counts as hung once a request has waited this long while etcd answered nothing at
-all since it was sent: etcd answers a keepalive or a small read within milliseconds, and
-within about a second through a leader election."""
+"""An endpoint counts as silent once a request to it has waited this long unanswered: etcd
+answers a keepalive or a small read within milliseconds, and within about a second through
+a leader election. With other endpoints answering, a try waits no longer than this."""
 PROBE_TIMEOUT_S = 1.0
-"""While etcd is unreachable, how long a call waits for each endpoint (once) before it
-fails."""
+"""How long a probe's Status request may wait before its endpoint counts as hung (a live
+member answers one within milliseconds, leader or not); and while etcd is unreachable, how
+long a call waits for each endpoint (once) before it fails."""
 
 
 class Reachability:
-    """What one client knows of etcd's answering: the endpoints that failed since etcd last
-    answered anything, and since when; the requests waiting for an answer now."""
+    """What one client knows of etcd's answering, per endpoint: when each last answered,
+    the failures since, and the requests waiting for an answer now.
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
+    Args:
+        endpoints: The client's endpoints.
+        on_silence: Called (on the loop) when a request has waited UNANSWERED_AFTER_S
+            unanswered: the client starts its probe then.
+    """
+
+    def __init__(
+        self, endpoints: Sequence[str], *, on_silence: Callable[[], None] | None = None
+    ) -> None:
         self._endpoints = tuple(endpoints)
-        # Endpoints that failed since the last answer, and the monotonic time of the first
-        # of those failures (None while the last thing etcd did was answer).
-        self._failing: set[str] = set()
-        self._silent_since: float | None = None
-        # Monotonic time of etcd's last answer of any kind (-inf: none yet).
-        self._answered_at = -math.inf
-        # Requests waiting for their answer now: id -> (endpoint, monotonic time sent).
-        self._waiting: dict[int, tuple[str, float]] = {}
+        self._on_silence = on_silence
+        # Monotonic time of each endpoint's last answer (absent: none yet).
+        self._answered_at: dict[str, float] = {}
+        # Endpoints that failed since their last answer -> monotonic time of the first failure.
+        self._failing_since: dict[str, float] = {}
+        # Requests waiting for their answer now: id -> (endpoint, monotonic time sent, probe).
+        self._waiting: dict[int, tuple[str, float, bool]] = {}
         self._ids = itertools.count()
         # Woken by the next answer (created on demand by next_answer, None meanwhile).
         self._next_answer: asyncio.Future[None] | None = None
 
     @contextmanager
-    def asking(self, endpoint: str) -> Iterator[None]:
-        """Count a request to `endpoint` as waiting for its answer while the block runs."""
+    def asking(self, endpoint: str, *, probe: bool = False) -> Iterator[None]:
+        """Count a request to `endpoint` as waiting for its answer while the block runs
+        (`probe`: the probe's Status request)."""
         request = next(self._ids)
-        self._waiting[request] = (endpoint, time.monotonic())
+        self._waiting[request] = (endpoint, time.monotonic(), probe)
+        check = None
+        if self._on_silence is not None and not probe:
+            check = asyncio.get_running_loop().call_later(
+                UNANSWERED_AFTER_S, self._check_silence, endpoint
+            )
         try:
             yield
         finally:
             del self._waiting[request]
+            if check is not None:
+                check.cancel()
 
-    def failed(self, endpoint: str, *, since: float | None = None) -> None:
-        """A call or a stream found `endpoint` gone (unavailable, no answer in time). `since`:
-        when the request that went unanswered was sent (monotonic), if it timed out."""
-        now = time.monotonic()
-        began = now if since is None or since < self._answered_at else min(since, now)
-        if self._silent_since is None or began < self._silent_since:
-            self._silent_since = began
-        self._failing.add(endpoint)
+    def _check_silence(self, endpoint: str) -> None:
+        if self._on_silence is not None and not self.answering(endpoint):
+            self._on_silence()
 
-    def answered(self) -> None:
-        """etcd answered something (a refusal counts): it is reachable."""
-        self._answered_at = time.monotonic()
-        if self._silent_since is not None:
-            self._silent_since = None
-            self._failing.clear()
+    def failed(self, endpoint: str) -> None:
+        """A call or a stream found `endpoint` gone (unavailable, no answer in time, no
+        leader). It counts from now: a timed-out request is evidence of silence only while
+        it waits, so one slow answer leaves the UNREACHABLE_AFTER_S ride-through intact."""
+        self._failing_since.setdefault(endpoint, time.monotonic())
+
+    def answered(self, endpoint: str) -> None:
+        """`endpoint` answered something (a refusal counts): it is reachable."""
+        self._answered_at[endpoint] = time.monotonic()
+        self._failing_since.pop(endpoint, None)
         waiter, self._next_answer = self._next_answer, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -100,31 +126,42 @@ class Reachability:
             return False
         return True
 
-    def _unanswered_since(self, endpoint: str) -> float | None:
-        """When the oldest request to `endpoint` still waiting was sent, counting only those
-        sent after etcd's last answer (an older one is merely slow)."""
+    def _unanswered_since(self, endpoint: str, *, probe: bool) -> float | None:
+        """When the oldest request (`probe`: probe request) to `endpoint` still waiting was
+        sent, counting only those sent after its last answer (an older one is merely slow)."""
+        answered_at = self._answered_at.get(endpoint, -math.inf)
         return min(
             (
                 sent
-                for to, sent in self._waiting.values()
-                if to == endpoint and sent > self._answered_at
+                for to, sent, is_probe in self._waiting.values()
+                if to == endpoint and sent > answered_at and (is_probe or not probe)
             ),
             default=None,
         )
 
     def _silent_from(self, endpoint: str, now: float) -> float | None:
         """Since when `endpoint` counts as silent (module docstring); None: it does not."""
-        since = self._silent_since if endpoint in self._failing else None
-        waiting = self._unanswered_since(endpoint)
-        if waiting is not None and now - waiting >= UNANSWERED_AFTER_S:
-            return waiting if since is None else min(since, waiting)
-        if since is not None and now - since >= UNREACHABLE_AFTER_S:
-            return since
+        failing = self._failing_since.get(endpoint)
+        waiting = self._unanswered_since(endpoint, probe=False)
+        probing = self._unanswered_since(endpoint, probe=True)
+        if (
+            (failing is not None and now - failing >= UNREACHABLE_AFTER_S)
+            or (waiting is not None and now - waiting >= UNANSWERED_AFTER_S)
+            or (probing is not None and now - probing >= PROBE_TIMEOUT_S)
+        ):
+            return min(t for t in (failing, waiting, probing) if t is not None)
         return None
+
+    def answering(self, endpoint: str) -> bool:
+        """Whether `endpoint` may be answering: untried, or nothing of it failed or waits
+        overdue since it last answered."""
+        return endpoint not in self._failing_since and (
+            self._silent_from(endpoint, time.monotonic()) is None
+        )
 
     @property
     def unreachable_for(self) -> float | None:
-        """Seconds since etcd stopped answering, once it counts as unreachable (module
+        """Seconds since etcd stopped answering, once every endpoint is silent (module
         docstring); else None."""
         now = time.monotonic()
         began = [self._silent_from(endpoint, now) for endpoint in self._endpoints]
@@ -134,20 +171,24 @@ class Reachability:
 
     @property
     def hung_for(self) -> float | None:
-        """Seconds since etcd stopped answering, once it is unreachable and a request is
-        still waiting unanswered at every endpoint (sending another would only wait behind
-        it; the first answer ends this); else None."""
-        silent = self.unreachable_for
-        if silent is None:
-            return None
-        if any(self._unanswered_since(endpoint) is None for endpoint in self._endpoints):
-            return None
-        return silent
+        """Seconds since etcd stopped answering, once a probe's Status request has waited
+        PROBE_TIMEOUT_S unanswered at every endpoint (sending another would only wait
+        behind it; the first answer ends this); else None."""
+        now = time.monotonic()
+        for endpoint in self._endpoints:
+            probing = self._unanswered_since(endpoint, probe=True)
+            if probing is None or now - probing < PROBE_TIMEOUT_S:
+                return None
+        return self.unreachable_for
 
-    def refusal(self, what: str, silent: float, reason: str) -> CoordinationUnavailableError:
-        """The error of a call refused because etcd is unreachable."""
+    def refusal(
+        self, what: str, silent: float, reason: str, *, tried: bool = False
+    ) -> CoordinationUnavailableError:
+        """The error of a call that failed because etcd is unreachable (`tried`: after one
+        short try of each endpoint; else refused at once, untried)."""
+        outcome = "failed after one short try of each endpoint" if tried else "was refused at once"
         return CoordinationUnavailableError(
             f"etcd is unreachable at {','.join(self._endpoints)}: no endpoint has answered "
-            f"for {silent:.1f}s ({reason}), so {what} was refused at once; is etcd running? "
+            f"for {silent:.1f}s ({reason}), so {what} {outcome}; is etcd running? "
             "Retry once it is back"
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -156,29 +155,29 @@ class LeaseKeeper:
                     f"no keepalive answered for the lease's {self.lease.ttl_s}s TTL"
                 )
                 return
-            sent_at, sent = loop.time(), time.monotonic()
+            sent_at = loop.time()
             try:
                 ttl = await self._renew(min(self.client.timeout_s, remaining))
             except _STREAM_FAILURES as error:
                 logger.debug("keepalive of lease %x failed: %s", self.lease.id, error)
                 self._close_stream()
-                # No answer in time: etcd has been silent since the keepalive went out.
-                since = sent if isinstance(error, TimeoutError) else None
-                self.client._fail_over(self._endpoint or self.client._endpoint(), since=since)
+                self.client._fail_over(self._endpoint or self.client._endpoint())
                 await asyncio.sleep(min(_RETRY_PAUSE_S * 2, max(remaining, 0.0)))
                 continue
-            self.client.reachability.answered()
+            self.client.reachability.answered(self._endpoint)
             if ttl <= 0:
                 self._lost.set_result("etcd says the lease expired or was revoked")
                 return
             self.expires_at = sent_at + ttl
             await asyncio.sleep(max(0.0, sent_at + interval - loop.time()))
 
-    async def _renew(self, timeout_s: float) -> int:
+    async def _renew(self, budget_s: float) -> int:
         if self._call is None:
             self._endpoint = self.client._endpoint()
             self._call = self.client._stubs(self._endpoint).lease.LeaseKeepAlive()
         call = self._call
+        # Less while another endpoint may answer: a hung member then costs 2 s of the TTL.
+        timeout_s = self.client._try_limit(self._endpoint, budget_s)
         # A keepalive left unanswered is how a hung etcd shows (etcd_reachability.py).
         with self.client.reachability.asking(self._endpoint):
             request = pb.LeaseKeepAliveRequest(id=self.lease.id)

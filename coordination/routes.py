@@ -669,7 +669,8 @@ _EMPTY: Mapping[str, tuple[int, ...]] = types.MappingProxyType({})
 
 
 _RECHECK_HELD_S = 0.5
-"""How often a RouteCache looks again at the brokers it holds past their registration."""
+"""How often a RouteCache looks again at the brokers it holds past their registration (for
+a connection that dropped); sooner when one's grace ends, so none is held past it."""
 
 
 class RouteCache(FollowingCache):
@@ -827,10 +828,16 @@ class RouteCache(FollowingCache):
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None
-        if held:
-            self._recheck = asyncio.get_running_loop().call_later(
-                _RECHECK_HELD_S, self._recheck_held
-            )
+        self._schedule_recheck()
+
+    def _schedule_recheck(self) -> None:
+        """Look at the held brokers again in _RECHECK_HELD_S, or when the first one's grace
+        ends if sooner (cluster status shows how long each is held at most)."""
+        if not self._vanished_at:
+            return
+        loop = asyncio.get_running_loop()
+        due = min(self._vanished_at.values()) + self.config.vanished_grace_s - loop.time()
+        self._recheck = loop.call_later(max(0.0, min(_RECHECK_HELD_S, due)), self._recheck_held)
 
     def _registered(self) -> set[str]:
         """The brokers the last brokers/ snapshot holds."""
@@ -845,9 +852,7 @@ class RouteCache(FollowingCache):
         if self._held(self._registered()).keys() != self._vanished_at.keys():
             self._rebuild()
         else:
-            self._recheck = asyncio.get_running_loop().call_later(
-                _RECHECK_HELD_S, self._recheck_held
-            )
+            self._schedule_recheck()
 
     # -- the hot path: synchronous lookups ---------------------------------------------
 

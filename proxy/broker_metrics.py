@@ -2,12 +2,13 @@
 
 `popmq proxy` exports, besides the families of its broker (the sum over the cluster's
 brokers), one series per broker in each family here: whether it answered and is registered,
-its epoch, its store and disk, its message totals and held polls, this proxy's send fault
-table's view of it (proxy/status.py `BrokerFaultState`: isolation, failures, the repeats
-waiting for its quarantine to end), and each replicated shard's followers (in sync, lag).
-They are read from the server's `StatusProvider.brokers()` (each broker asked with a short
-deadline) as `LoopReadings` (runtime/metrics.py) says; PopMQServer adds the collector to
-its metrics when it has a status provider (cluster mode).
+its epoch, how long it has been held past a vanished registration, its store and disk, its
+message totals and held polls, this proxy's send fault table's view of it
+(proxy/status.py `BrokerFaultState`: isolation, failures, the repeats waiting for its
+quarantine to end), and each replicated shard's followers (in sync, lag). They are read
+from the server's `StatusProvider.brokers()` (each broker asked with a short deadline) as
+`LoopReadings` (runtime/metrics.py) says; PopMQServer adds the collector to its metrics
+when it has a status provider (cluster mode).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class ClusterBrokersCollector(LoopCollector):
         )
         live = GaugeMetricFamily(
             "popmq_broker_live", "1 when the broker is registered in etcd", labels=labels
+        )
+        held_s = GaugeMetricFamily(
+            "popmq_broker_held_seconds",
+            "Seconds since the broker's registration vanished while this proxy still routes "
+            "to it until it registers again (its live is 0 meanwhile); 0 when not held",
+            labels=labels,
         )
         store = GaugeMetricFamily(
             "popmq_broker_store_bytes", "Bytes of the broker's store files", labels=labels
@@ -138,6 +145,7 @@ class ClusterBrokersCollector(LoopCollector):
                 epoch.add_metric(name, broker.epoch)
             up.add_metric(name, 1 if broker.reachable else 0)
             live.add_metric(name, 1 if broker.live else 0)
+            held_s.add_metric(name, broker.held_for_s or 0.0)
             snapshot = broker.metrics
             if snapshot is not None:  # an unreachable broker's values are absent, not 0
                 store.add_metric(name, snapshot.store_bytes)
@@ -164,6 +172,6 @@ class ClusterBrokersCollector(LoopCollector):
             waiting.add_metric(name, faults.quarantine_waiting if faults is not None else 0)
             waits.add_metric(name, faults.quarantine_waits if faults is not None else 0)
             refusals.add_metric(name, faults.quarantine_wait_refusals if faults is not None else 0)
-        yield from (up, live, epoch, store, free, sent, popped, acked, held)
+        yield from (up, live, held_s, epoch, store, free, sent, popped, acked, held)
         yield from (isolated, failures, isolations, unknown, waiting, waits, refusals)
         yield from (in_sync, lag_batches, lag_bytes, lag_seconds, terms)

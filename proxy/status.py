@@ -64,7 +64,7 @@ class BrokerStatus:
     """Why it is not live or not reachable."""
     epoch: int = 0
     """Its registration's epoch (the one it names, else the member key's create revision);
-    0 when not live."""
+    0 when not registered, and the vanished registration's while held (`held_for_s`)."""
     lease_ttl_s: float | None = None
     """Seconds its registration lease has left; None when etcd did not say."""
     data_dir: str = ""

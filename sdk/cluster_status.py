@@ -115,7 +115,8 @@ class BrokerStatus:
             routes name but that is not registered is listed with ``live`` false.
         reachable: Answered the proxy's status call just now, within a short deadline.
         error: Why it is not live or not reachable; ``""`` when it is both.
-        epoch: Its registration's epoch (0 when not live).
+        epoch: Its registration's epoch; 0 when it is not registered, and the vanished
+            registration's epoch while the proxy holds it (``held``, ``live`` false).
         lease_ttl_s: Seconds its registration lease has left; None when etcd did not say.
         data_dir: Its store's directory (local mode only).
         store_bytes: Bytes of its store's files.

@@ -13,8 +13,9 @@ epochs). Meanwhile:
   until it registers again;
 - the proxies' health never turns NOT_SERVING: the brokers never left;
 - an admin write made once the proxy has noticed the hang (its session keepalive went
-  unanswered) fails at once, retriably, naming etcd; one made as the pause began waits at
-  most the etcd call timeout; reads served from the proxy's caches go on;
+  unanswered, then its probe) fails at once, without a try, retriably, naming etcd; one
+  made as the pause began waits at most the etcd call timeout; reads served from the
+  proxy's caches go on;
 - within 10 s of the resume every member holds a registration again, and an admin write
   works and is served through the other proxy.
 """
@@ -38,7 +39,7 @@ from popmq import (
     UnavailableError,
 )
 from popmq.coordination.etcd import DEFAULT_TIMEOUT_S
-from popmq.coordination.etcd_reachability import UNANSWERED_AFTER_S
+from popmq.coordination.etcd_reachability import PROBE_TIMEOUT_S, UNANSWERED_AFTER_S
 from tests.cluster.test_cluster_etcd_outage import (
     _creates,
     _registered_again,
@@ -57,9 +58,10 @@ PAUSED_S = SESSION_TTL_S + 4
 BACK_WITHIN_S = 10.0
 AFTER_S = 3.0
 """How long traffic goes on after the members registered again."""
-NOTICED_WITHIN_S = SESSION_TTL_S / 3 + UNANSWERED_AFTER_S + 1
+NOTICED_WITHIN_S = SESSION_TTL_S / 3 + UNANSWERED_AFTER_S + PROBE_TIMEOUT_S + 1
 """By then the proxy knows etcd is hung: a session keepalive (every TTL/3) has waited
-UNANSWERED_AFTER_S unanswered (plus a second for a busy machine)."""
+UNANSWERED_AFTER_S unanswered, and the probe's Status sent then PROBE_TIMEOUT_S (plus a
+second for a busy machine)."""
 ADMIN_FAILS_WITHIN_S = 2.5
 """An admin write the proxy refuses at once, with a generous margin."""
 
@@ -122,6 +124,7 @@ async def _pause(cluster: Cluster) -> None:
             print(f"admin write during the pause: refused in {took:.2f}s: {refused}")
             assert took < ADMIN_FAILS_WITHIN_S, (took, refused)
             assert "etcd is unreachable" in refused and "Retry once it is back" in refused
+            assert "a Status request to every endpoint has waited" in refused  # no try
             with pytest.raises(UnavailableError, match="etcd is unreachable"):
                 await admin.create_group("during-pause-readers")
             assert (await admin.get_topic(topic)).topic.name == topic  # from the cache

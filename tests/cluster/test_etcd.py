@@ -405,6 +405,7 @@ def test_calls_fail_at_once_while_etcd_is_unreachable_and_work_once_it_is_back(
                     await client.put("/k", b"w")
                 assert time.monotonic() - began < 1.5
                 assert f"etcd is unreachable at {own_etcd.endpoint}" in str(error.value)
+                assert "failed after one short try of each endpoint" in str(error.value)
                 assert error.value.retriable and error.value.code == "UNAVAILABLE"
             await asyncio.to_thread(own_etcd.start)
             deadline = time.monotonic() + 10
@@ -425,9 +426,10 @@ def test_calls_fail_at_once_while_etcd_is_paused_and_work_as_soon_as_it_resumes(
     own_etcd: EtcdServer,
 ) -> None:
     """A paused etcd (SIGSTOP: connections open, nothing answers) fails nothing by itself:
-    an unanswered keepalive shows it. Once one has waited UNANSWERED_AFTER_S, calls fail at
-    once, without trying; the waiting requests (keepalive, probe) are answered as etcd
-    resumes, and calls work again."""
+    an unanswered keepalive shows it. Once one has waited UNANSWERED_AFTER_S the probe is
+    sent, and once that has waited PROBE_TIMEOUT_S calls fail at once, without trying; the
+    waiting requests (keepalive, probe) are answered as etcd resumes, and calls work
+    again."""
 
     async def scenario() -> None:
         async with EtcdClient(own_etcd.endpoint, timeout_s=5) as client:
@@ -437,7 +439,7 @@ def test_calls_fail_at_once_while_etcd_is_paused_and_work_as_soon_as_it_resumes(
             try:
                 noticed = await _eventually(
                     lambda: _true(client.reachability.hung_for is not None),
-                    1 + UNANSWERED_AFTER_S + 5,
+                    1 + UNANSWERED_AFTER_S + PROBE_TIMEOUT_S + 5,
                     "the hang noticed from the unanswered keepalive",
                 )
                 print(f"hang noticed after {noticed:.1f}s")
@@ -449,6 +451,7 @@ def test_calls_fail_at_once_while_etcd_is_paused_and_work_as_soon_as_it_resumes(
                     assert time.monotonic() - began < PROBE_TIMEOUT_S
                     assert f"etcd is unreachable at {own_etcd.endpoint}" in str(error.value)
                     assert "Retry once it is back" in str(error.value)
+                    assert "a Status request to every endpoint has waited" in str(error.value)
                     assert error.value.retriable and error.value.code == "UNAVAILABLE"
                     await asyncio.sleep(0.5)
             finally:

@@ -281,6 +281,24 @@ HELD = BrokerStatus(
 )
 
 
+def test_a_held_broker_exports_how_long_it_is_held_not_live_and_no_epoch() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    held = dataclasses.replace(UP, live=False, epoch=45, held_for_s=3.2, hold_left_s=6.8)
+
+    async def scenario() -> None:
+        collector = ClusterBrokersCollector(_Fixed([held]), asyncio.get_running_loop())
+        registry.register(collector)
+        await collector.refresh()
+
+    asyncio.run(scenario())
+    labels = {"broker": held.name}
+    assert registry.get_sample_value("popmq_broker_held_seconds", labels) == 3.2
+    assert registry.get_sample_value("popmq_broker_live", labels) == 0
+    assert registry.get_sample_value("popmq_broker_up", labels) == 1
+    # As for any broker not live: its epoch series is absent until it registers again.
+    assert registry.get_sample_value("popmq_broker_epoch", labels) is None
+
+
 def test_a_held_broker_is_shown_held_with_how_long_it_may_stay_and_is_a_problem(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -404,6 +422,7 @@ def test_per_broker_series_are_one_per_broker_and_absent_when_not_measured() -> 
     assert value("popmq_broker_quarantine_waits_total", "b2") == 7
     assert value("popmq_broker_quarantine_wait_refusals_total", "b2") == 5
     assert value("popmq_broker_quarantine_waiting", "b1") == 0
+    assert [value("popmq_broker_held_seconds", b) for b in ("b1", "b2", "b3")] == [0, 0, 0]
     families = {
         metric.name: {tuple(s.labels.items()) for s in metric.samples}
         for metric in registry.collect()
