@@ -71,6 +71,7 @@ from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import PeekedMessage, RedriveResult
+from popmq.cluster import handle_reads
 from popmq.cluster.broker_numbering import number_joining_brokers
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
@@ -745,73 +746,15 @@ class ClusterBroker:
         self, group: str, handles: Sequence[str]
     ) -> list[PoppedMessage | PopMQError]:
         """Each handle's delivery, read from the broker that issued it (one result per
-        handle, in order); queue ids as the route numbers them."""
-        check_name("group", group)
-        if not handles or len(handles) > rules.MAX_HANDLES:
-            raise InvalidArgumentError(
-                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
-                field="receipt_handles",
-                allowed=f"1..{rules.MAX_HANDLES}",
-            )
-        results: list[PoppedMessage | PopMQError] = []
-        by_broker: dict[str, list[int]] = {}
-        for index, handle in enumerate(handles):
-            try:
-                by_broker.setdefault(issuer(handle), []).append(index)
-                results.append(_PENDING)
-            except PopMQError as error:
-                results.append(error)
-
-        async def read_on(broker: str, indexes: list[int]) -> None:
-            try:
-                answers = await self.pool.get(broker).get_deliveries(
-                    group, [handles[i] for i in indexes]
-                )
-            except PopMQError as error:
-                for index in indexes:
-                    results[index] = error
-                return
-            for index, answer in zip(indexes, answers, strict=True):
-                if isinstance(answer, PoppedMessage):
-                    answer.queue_id = self.topology.global_id(answer.topic, broker, answer.queue_id)
-                results[index] = answer
-
-        await asyncio.gather(*(read_on(b, idx) for b, idx in by_broker.items()))
-        return results
+        handle, in order); queue ids as the route numbers them (handle_reads.py)."""
+        return await handle_reads.get_deliveries(self.pool, self.topology, group, handles)
 
     async def follow_handles(
         self, group: str, handles: Sequence[str]
     ) -> list[tuple[str, int] | PopMQError]:
         """Each handle's newest handle, from the broker that issued it (one result per
         handle, in order): a delivery's handles all come from that broker."""
-        check_name("group", group)
-        if not handles or len(handles) > rules.MAX_HANDLES:
-            raise InvalidArgumentError(
-                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
-                field="receipt_handles",
-                allowed=f"1..{rules.MAX_HANDLES}",
-            )
-        results: list[tuple[str, int] | PopMQError] = []
-        by_broker: dict[str, list[int]] = {}
-        for index, handle in enumerate(handles):
-            try:
-                by_broker.setdefault(issuer(handle), []).append(index)
-                results.append(("", 0))  # replaced below
-            except PopMQError as error:
-                results.append(error)
-
-        async def follow_on(broker: str, indexes: list[int]) -> None:
-            try:
-                answers = await self.pool.get(broker).follow_handles(
-                    group, [handles[i] for i in indexes]
-                )
-            except PopMQError as error:
-                answers = [error] * len(indexes)
-            for index, answer in zip(indexes, answers, strict=True):
-                results[index] = answer
-
-        await asyncio.gather(*(follow_on(b, idx) for b, idx in by_broker.items()))
-        return results
+        return await handle_reads.follow_handles(self.pool, group, handles)
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
@@ -969,10 +912,6 @@ async def _visible(wait: Awaitable[None]) -> None:
             f"the change is stored in etcd but this proxy's cache did not show it within "
             f"{WRITE_TIMEOUT_S:g}s (is its etcd watch behind?); read it again before retrying"
         ) from None
-
-
-_PENDING = UnavailableError("no answer yet")
-"""Placeholder of a result not answered yet (every one is replaced before returning)."""
 
 
 def _pulled_as(pulled: PulledMessages, queue_id: int) -> PulledMessages:

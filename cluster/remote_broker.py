@@ -46,7 +46,6 @@ from popmq.broker_core import validation
 from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.errors import (
-    InternalError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
@@ -74,6 +73,7 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.call_errors import call_error
 from popmq.cluster.connection_watch import ConnectionDrops
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
@@ -88,15 +88,6 @@ _T = TypeVar("_T")
 
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 """Largest message either way: a pop answer is bounded well below it (budget.py)."""
-
-_UNREACHABLE = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-    }
-)
-"""Statuses without our error detail that mean "the broker did not answer": retriable."""
 
 
 class RemoteBroker:
@@ -887,28 +878,7 @@ class RemoteBroker:
         return None if self._signer is None else self._signer.metadata()
 
     def _error(self, exc: grpc.aio.AioRpcError) -> PopMQError:
-        for key, value in exc.trailing_metadata() or ():
-            if key == w.ERROR_TRAILER and isinstance(value, bytes):
-                return w.error_from_detail(pb.ErrorDetail.FromString(value))
-        code = exc.code()
-        if code in _UNREACHABLE:
-            details = exc.details()
-            details = details if isinstance(details, str) else ""
-            return BrokerUnansweredError.from_status(
-                f"broker {self._shown} is unavailable ({code.name}: {details}); retry later",
-                code=code.name,
-                details=details,
-            )
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            # Not the client's UnauthenticatedError: its own credentials were fine.
-            return InternalError(
-                f"broker {self._shown} refused this proxy's credentials ({exc.details()}): "
-                "proxies sign BrokerService calls with [security] root_access_key and its "
-                "secret; give proxies and brokers the same root credential"
-            )
-        return InternalError(
-            f"broker {self._shown} answered {code.name} without a broker error: {exc.details()}"
-        )
+        return call_error(exc, self._shown)
 
     # -- the catalog cache ----------------------------------------------------------------
 
