@@ -57,6 +57,8 @@ from popmq.broker_core import (
     QueueDetails,
     QueueLag,
     QueueStats,
+    ReceivedBatch,
+    ReceivedPopAPI,
     ResetResult,
     SendResult,
     ServerInfo,
@@ -660,6 +662,52 @@ class ClusterBroker:
         `reserve` is not used: a broker across the network cannot ask the proxy for more
         bytes in the middle of its pop, so a pop bounded by max_bytes answers
         AnswerBoundError as it would without it."""
+        request, wait = await self._pop_request(
+            group, topic, max_messages, invisible_s, wait_s, filter_expression, filter_type,
+            queue_id, max_bytes, client_id,
+        )  # fmt: skip
+        if queue_id is not None:
+            return await self._pop.pop_queue(request, queue_id, wait)
+        return await self._pop.pop(request, wait)
+
+    async def pop_received(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+        queue_id: int | None = None,
+        max_bytes: int | None = None,
+        client_id: str = "",
+    ) -> ReceivedBatch:
+        """`pop`'s deliveries as its client gets them, written so by the brokers
+        (ReceivedPopAPI): the same checks, sweep and errors."""
+        request, wait = await self._pop_request(
+            group, topic, max_messages, invisible_s, wait_s, filter_expression, filter_type,
+            queue_id, max_bytes, client_id,
+        )  # fmt: skip
+        if queue_id is not None:
+            return await self._pop.pop_queue_received(request, queue_id, wait)
+        return await self._pop.pop_received(request, wait)
+
+    async def _pop_request(
+        self,
+        group: str,
+        topic: str,
+        max_messages: int | None,
+        invisible_s: float | None,
+        wait_s: float | None,
+        filter_expression: str,
+        filter_type: str,
+        queue_id: int | None,
+        max_bytes: int | None,
+        client_id: str,
+    ) -> tuple[PopRequest, float]:
+        """A pop's checked arguments and its wait; its group made sure of."""
         # The core's checks (ServerInfo.check_pop, the rule every broker's pop applies
         # again), here as well because this pop is more than one broker call: it must be
         # refused before its group is written to etcd and before it fans out, and it needs
@@ -692,9 +740,7 @@ class ClusterBroker:
             max_bytes,
             client_id,
         )
-        if queue_id is not None:
-            return await self._pop.pop_queue(request, queue_id, checked.wait_s)
-        return await self._pop.pop(request, checked.wait_s)
+        return request, checked.wait_s
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Ack each handle on the broker that issued it; one result per handle. A handle of
@@ -928,6 +974,6 @@ async def _all(work: Sequence[Awaitable[_T]]) -> list[_T]:
     return results  # type: ignore[return-value]
 
 
-def _implements_api(broker: ClusterBroker) -> BrokerAPI:
-    """Never called: mypy checks here that ClusterBroker conforms to the BrokerAPI Protocol."""
-    return broker
+def _implements_api(broker: ClusterBroker) -> tuple[BrokerAPI, ReceivedPopAPI]:
+    """Never called: mypy checks that ClusterBroker conforms to BrokerAPI and ReceivedPopAPI."""
+    return broker, broker
