@@ -1,7 +1,7 @@
 """Instructions per message of a cluster proxy under pop + ack batch 32: the proxy's own work.
 
 ``python -m bench.proxy_pop_cost [--batches 48] [--consumers 4] [--profile FILE]``
-``python -m bench.proxy_pop_cost --against CHECKOUT [--runs 3]``
+``python -m bench.proxy_pop_cost --against CHECKOUT [--runs 3] [--count broker]``
 
 A real cluster of child processes (an etcd, one ``popmq broker --flush sync``, one
 ``popmq proxy``) with the proxy run under callgrind, instrumentation off. This process
@@ -11,6 +11,8 @@ stores a backlog through the proxy, lets ``--consumers`` SDK consumers (PopStrea
 it off and dumps the proxy's profile: its instructions over the window (every thread of the
 proxy: grpc's, the event loop's) divided by the messages received and acked in it. Only the
 proxy is counted; the broker, etcd and the client run at full speed outside valgrind.
+``--count broker`` counts the broker the same way instead (the proxy then runs at full
+speed): what a change moves from one side of the hop to the other shows in both counts.
 
 The proxy is slowed some fifty times under callgrind, so its requests queue: the hop's
 frames carry more requests than at full speed (hop_frames.py). Both sides of an A/B see the
@@ -56,38 +58,53 @@ def _child_env(checkout: Path) -> dict[str, str]:
     return env
 
 
+def _under_callgrind(command: list[str], subcommand: str, out_file: Path) -> list[str]:
+    """`command` (a ``popmq SUBCOMMAND ...`` line) run under callgrind, instrumentation off
+    until switched on; the CLI by -c, not the venv's script: valgrind runs the interpreter
+    itself."""
+    args = command[command.index(subcommand) :]
+    cli = "import sys; from popmq.cli.main import main; sys.argv[0] = 'popmq'; sys.exit(main())"
+    return [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no",
+        f"--callgrind-out-file={out_file}",
+        sys.executable, "-c", cli, *args,
+    ]  # fmt: skip
+
+
 class _Broker(PopmqBrokerProcess):
-    def __init__(self, etcd: str, checkout: Path) -> None:
+    """``popmq broker``; under callgrind when given an `out_file`."""
+
+    def __init__(self, etcd: str, checkout: Path, out_file: Path | None = None) -> None:
         super().__init__("b1", etcd)
         self._checkout = checkout
-
-    def _env(self) -> dict[str, str]:
-        return _child_env(self._checkout)
-
-
-class _CountedProxy(PopmqProxyProcess):
-    """``popmq proxy`` under callgrind, instrumentation off until switched on."""
-
-    start_timeout_s = _PROXY_START_S
-
-    def __init__(self, etcd: str, checkout: Path, out_file: Path) -> None:
-        super().__init__(etcd)
-        self._checkout = checkout
         self._out = out_file
+        if out_file is not None:
+            self.start_timeout_s = _PROXY_START_S
 
     def _env(self) -> dict[str, str]:
         return _child_env(self._checkout)
 
     def _command(self, data_dir: Path) -> list[str]:
-        # The CLI by -c, not the venv's script: valgrind runs the interpreter itself.
         command = super()._command(data_dir)
-        args = command[command.index("proxy") :]
-        cli = "import sys; from popmq.cli.main import main; sys.argv[0] = 'popmq'; sys.exit(main())"
-        return [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={self._out}",
-            sys.executable, "-c", cli, *args,
-        ]  # fmt: skip
+        return command if self._out is None else _under_callgrind(command, "broker", self._out)
+
+
+class _Proxy(PopmqProxyProcess):
+    """``popmq proxy``; under callgrind when given an `out_file`."""
+
+    def __init__(self, etcd: str, checkout: Path, out_file: Path | None = None) -> None:
+        super().__init__(etcd)
+        self._checkout = checkout
+        self._out = out_file
+        if out_file is not None:
+            self.start_timeout_s = _PROXY_START_S
+
+    def _env(self) -> dict[str, str]:
+        return _child_env(self._checkout)
+
+    def _command(self, data_dir: Path) -> list[str]:
+        command = super()._command(data_dir)
+        return command if self._out is None else _under_callgrind(command, "proxy", self._out)
 
 
 def _callgrind(pid: int, *args: str) -> None:
@@ -136,29 +153,39 @@ async def _cycles(target: PopmqTarget, consumers: int, cycles: int, warmup: int,
 
 
 def _count(
-    checkout: Path, batches: int, consumers: int, warmup: int, profile: Path | None
+    checkout: Path,
+    batches: int,
+    consumers: int,
+    warmup: int,
+    profile: Path | None,
+    counted: str = "proxy",
 ) -> tuple[int, int]:
-    """One run on `checkout`'s servers: (instructions in the window, messages in it)."""
+    """One run on `checkout`'s servers: (instructions of the `counted` process in the
+    window, messages in it)."""
     with tempfile.TemporaryDirectory(prefix="popmq-proxycost-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        with EtcdProcess() as etcd, _Broker(etcd.endpoint, checkout) as _broker:
-            proxy = _CountedProxy(etcd.endpoint, checkout, out)
+        broker_out = out if counted == "broker" else None
+        proxy_out = out if counted == "proxy" else None
+        with EtcdProcess() as etcd, _Broker(etcd.endpoint, checkout, broker_out) as broker:
+            proxy = _Proxy(etcd.endpoint, checkout, proxy_out)
             with proxy:
                 target = PopmqTarget(proxy.endpoint)
+                pid = proxy.pid if counted == "proxy" else broker.pid
 
                 async def run() -> int:
                     await target.create_topic(TOPIC, queues=8)
                     await target.create_group(TOPIC, GROUP)
                     backlog = (batches + consumers * warmup + consumers) * BATCH
                     await prefill(target, TOPIC, backlog, BODY)
-                    return await _cycles(target, consumers, batches, warmup, proxy.pid)
+                    return await _cycles(target, consumers, batches, warmup, pid)
 
                 messages = asyncio.run(run())
-                _callgrind(proxy.pid, "--dump=window")
+                _callgrind(pid, "--dump=window")
                 # The dump is written beside the (still empty) out file, numbered.
                 window = out.with_name(out.name + ".1")
                 if not window.is_file():
-                    raise RuntimeError(f"callgrind wrote no profile: {proxy.log_path}")
+                    log = proxy.log_path if counted == "proxy" else broker.log_path
+                    raise RuntimeError(f"callgrind wrote no profile: {log}")
                 instructions = _total(window)
                 if profile is not None:
                     profile.write_bytes(window.read_bytes())
@@ -183,7 +210,9 @@ def _build(checkout: Path) -> str:
     return found.stdout.strip()
 
 
-def _against(other: Path, runs: int, batches: int, consumers: int, warmup: int) -> None:
+def _against(
+    other: Path, runs: int, batches: int, consumers: int, warmup: int, counted: str
+) -> None:
     sides = {"base": other, "new": THIS}
     for side, checkout in sides.items():
         print(f"{side}: compiled (True) or not, and why: {_build(checkout)}", flush=True)
@@ -192,7 +221,7 @@ def _against(other: Path, runs: int, batches: int, consumers: int, warmup: int) 
     for run in range(runs):
         order = list(sides) if run % 2 == 0 else list(reversed(sides))
         for side in order:
-            instructions, messages = _count(sides[side], batches, consumers, warmup, None)
+            instructions, messages = _count(sides[side], batches, consumers, warmup, None, counted)
             counts[side].append(instructions / messages)
             print(
                 f"run {run + 1} {side}: {instructions:,} instructions, {messages} messages, "
@@ -202,7 +231,8 @@ def _against(other: Path, runs: int, batches: int, consumers: int, warmup: int) 
     base = statistics.median(counts["base"])
     new = statistics.median(counts["new"])
     print(
-        f"proxy instructions per message, pop + ack batch {BATCH} from {consumers} consumers, "
+        f"{counted} instructions per message, pop + ack batch {BATCH} from {consumers} "
+        "consumers, "
         f"median of {runs} run(s): base {base:,.0f}, new {new:,.0f}, new / base "
         f"{new / base:.3f}\nload average at the end: {_load()}"
     )
@@ -217,18 +247,23 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, default=THIS, help="whose servers to count")
     parser.add_argument("--against", type=Path, metavar="CHECKOUT")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--count", choices=("proxy", "broker"), default="proxy", help="the process counted"
+    )
     args = parser.parse_args()
     if args.against is not None:
-        _against(args.against.resolve(), args.runs, args.batches, args.consumers, args.warmup)
+        _against(
+            args.against.resolve(), args.runs, args.batches, args.consumers, args.warmup, args.count
+        )
         return
     checkout = args.checkout.resolve()
     print(f"compiled (True) or not, and why: {_build(checkout)}", flush=True)
     began = time.monotonic()
     instructions, messages = _count(
-        checkout, args.batches, args.consumers, args.warmup, args.profile
+        checkout, args.batches, args.consumers, args.warmup, args.profile, args.count
     )
     print(
-        f"proxy: {instructions:,} instructions over {messages} messages: "
+        f"{args.count}: {instructions:,} instructions over {messages} messages: "
         f"{instructions / messages:,.0f}/msg ({time.monotonic() - began:.0f} s, load {_load()})"
     )
 

@@ -10,6 +10,13 @@ answer once into `PoppedMessage`s whose records stay bytes until a field is read
 (`MessageRecord.from_wire`): a proxy passes them through to its client's answer
 (record_wire.py) without reading them.
 
+A proxy that passes the deliveries on to its client unread asks instead for the received
+form (PopRequest.received_form): the broker writes each delivery as the client's
+popmq.v1.ReceivedMessage (record_wire.received_messages_wire, queue ids renumbered to the
+route's), after a header of their count, stored bytes and receipt handles, which is all the
+proxy reads (`received_from_wire`: a ReceivedBatch). A broker of an earlier release ignores
+the field and answers PoppedMessages, which the proxy tells apart and encodes itself.
+
 An Ack's answer is one AckResult per handle, nearly always empty (acked): two bytes each, and
 only a failed one carries an ErrorDetail, parsed with the generated class.
 
@@ -32,7 +39,13 @@ from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker.wire import error_detail, error_from_detail
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.record import MessageRecord
-from popmq.broker_core.record_wire import read_varint, varint
+from popmq.broker_core.record_wire import (
+    ReceivedBatch,
+    read_varint,
+    receipt_handles_wire,
+    received_messages_wire,
+    varint,
+)
 from popmq.broker_core.types import PoppedMessage
 from popmq.broker_core.validation import MESSAGE_OVERHEAD_BYTES
 
@@ -103,6 +116,90 @@ def popped_from_wire(data: bytes) -> list[PoppedMessage]:
             found.append(_popped(data, start, stop))
         pos = stop
     return found
+
+
+# PopResponse's received form (a request with received_form): received_count 2,
+# received_stored_bytes 3, received_handles 4, received 5; read by their keys (0x10, 0x18,
+# 0x22, 0x2A) and `messages` (0x0A), which an answer in the objects' form has instead.
+_COUNT_TAG: Final = b"\x10"
+_STORED_TAG: Final = b"\x18"
+_HANDLES_TAG: Final = b"\x22"
+_RECEIVED_TAG: Final = b"\x2a"
+_QUEUE_IDS_TAG: Final = b"\x0a"
+"""ReceivedForm.queue_ids (1), packed."""
+_RECEIVED_FORM_TAG: Final = b"\x5a"
+"""PopRequest.received_form (11)."""
+
+
+def received_response_wire(popped: Sequence[PoppedMessage], queue_ids: Sequence[int]) -> bytes:
+    """`popped` as the bytes of a PopResponse in the received form: each delivery as the
+    proxy's client gets it (record_wire.received_messages_wire, queue ids renumbered by
+    `queue_ids`), after the count, the records' stored bytes and the handles, which are all
+    a proxy reads. Nothing for no delivery, as proto3 writes an empty PopResponse."""
+    if not popped:
+        return b""
+    stored = 0
+    for message in popped:
+        stored += message.record.stored_size
+    handles = receipt_handles_wire(popped)
+    received = received_messages_wire(popped, queue_ids)
+    return b"".join(
+        (
+            _COUNT_TAG,
+            varint(len(popped)),
+            _STORED_TAG,
+            varint(stored),
+            _HANDLES_TAG,
+            varint(len(handles)),
+            handles,
+            _RECEIVED_TAG,
+            varint(len(received)),
+            received,
+        )
+    )
+
+
+def received_from_wire(data: bytes) -> ReceivedBatch | None:
+    """The deliveries of the PopResponse `data` in the received form, their bytes unread;
+    None when it holds `messages` instead (a broker of an earlier release, which ignored the
+    request's received_form: popped_from_wire reads it). Raises ValueError when `data` is not
+    well-formed."""
+    count = 0
+    stored = 0
+    handles = b""
+    received = b""
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        start, stop = _field(data, pos, key)
+        if key == 0x2A:
+            received = data[start:stop]
+        elif key == 0x10:
+            count = read_varint(data, start)[0]
+        elif key == 0x18:
+            stored = read_varint(data, start)[0]
+        elif key == 0x22:
+            handles = data[start:stop]
+        elif key == 0x0A:
+            return None
+        pos = stop
+    if (count == 0) != (not received):
+        raise ValueError(
+            f"a received-form answer counts {count} deliveries in {len(received)} bytes"
+        )
+    if not count:
+        return ReceivedBatch([], [], 0, 0)
+    return ReceivedBatch([received], [handles], count, stored)
+
+
+def received_form_wire(queue_ids: Sequence[int]) -> bytes:
+    """PopRequest's received_form field with `queue_ids` (non-negative), encoded: appended to
+    a PopRequest's bytes, it asks for the received form (a message's bytes followed by a
+    field's are the message with that field set)."""
+    packed = b"".join([varint(number) for number in queue_ids])
+    ids = b"".join((_QUEUE_IDS_TAG, varint(len(packed)), packed)) if packed else b""
+    return b"".join((_RECEIVED_FORM_TAG, varint(len(ids)), ids))
 
 
 def globalize(messages: list[PoppedMessage], global_id: Callable[[int], int]) -> int:

@@ -154,6 +154,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     def __init__(self, broker: BrokerAPI) -> None:
         self._broker = broker
+        self.answers_received_form = True
+        """Answer a pop that sets PopRequest.received_form in that form. A broker of an
+        earlier release does not know the field and answers `messages`: with False this
+        one answers as it does (a proxy works with both, as in a rolling upgrade)."""
         self.name = broker.server_info().broker_name
         self.writes = WriteFence(self.name)
         """Whether calls that change the store may go ahead (fencing.py)."""
@@ -494,9 +498,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     @_rpc(writes=True)
     async def Pop(self, request: pb.PopRequest, context: Any) -> bytes:
         """Answers a PopResponse's bytes (hop_wire.py; ENCODED_ANSWERS)."""
-        return hop_wire.pop_response_wire(await self._pop(request))
+        return await self._pop(request)
 
-    async def _pop(self, r: pb.PopRequest) -> list[PoppedMessage]:
+    async def _pop(self, r: pb.PopRequest) -> bytes:
+        """A pop's PopResponse, encoded: in the received form when the request asks for it
+        (each delivery as the proxy's client gets it), else with `messages`."""
+        popped = await self._popped(r)
+        if self.answers_received_form and r.HasField("received_form"):
+            return hop_wire.received_response_wire(popped, r.received_form.queue_ids)
+        return hop_wire.pop_response_wire(popped)
+
+    async def _popped(self, r: pb.PopRequest) -> list[PoppedMessage]:
         return await self._broker.pop(
             r.group,
             r.topic,
@@ -681,7 +693,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             await self._admit(writes=True)
             kind = request.WhichOneof("request")
             if kind == "pop":
-                return hop_wire.HOP_POP, hop_wire.pop_response_wire(await self._pop(request.pop))
+                return hop_wire.HOP_POP, await self._pop(request.pop)
             if kind != "ack":
                 return _hop_error(InvalidArgumentError(f"HopStreamRequest {request.id} is empty"))
             ack = request.ack

@@ -9,6 +9,7 @@ from popmq.broker_core.api import (
     FollowerReplication,
     HistogramSnapshot,
     MetricsSnapshot,
+    ReceivedPopAPI,
     RepeatedSendAPI,
     ReplicationSnapshot,
     ServerInfo,
@@ -93,10 +94,12 @@ from popmq.broker_core.record import (
     MessageRecord,
 )
 from popmq.broker_core.record_wire import (
+    ReceivedBatch,
     append_received_message,
     invisible_until,
     length_delimited,
     received_message_wire,
+    received_messages_wire,
     topic_and_queue,
     varint,
 )
@@ -234,6 +237,8 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "ReceiptHandleExpiredError",
     "ReceiptHandleLostError",
     "ReceiptHandleSupersededError",
+    "ReceivedBatch",
+    "ReceivedPopAPI",
     "RecordFilter",
     "RepeatedSendAPI",
     "ReplicationSnapshot",
@@ -275,6 +280,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as tests/unit/test_public_names.py 
     "now_ms",
     "parse_filter",
     "received_message_wire",
+    "received_messages_wire",
     "topic_and_queue",
     "updated_group_state",
     "varint",

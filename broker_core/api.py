@@ -33,6 +33,7 @@ from popmq.broker_core.config import BrokerConfig, GroupDefaults, LongPollingCon
 from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.inspection import DeliveryEvent, GroupInspection
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
+from popmq.broker_core.record_wire import ReceivedBatch
 from popmq.broker_core.types import (
     ConsumerOffset,
     ExponentialBackoff,
@@ -293,6 +294,30 @@ class RepeatedSendAPI(Protocol):
         producer_group: str = "",
         check_first_s: float | None = None,
     ) -> list[SendResult]: ...
+
+
+@runtime_checkable
+class ReceivedPopAPI(Protocol):
+    """A broker whose pops can answer their deliveries already encoded as the client gets
+    them (a cluster proxy's: its brokers write them so, and it passes them on unread,
+    docs/broker-service.md). Not part of BrokerAPI: a proxy whose broker lacks it pops
+    PoppedMessages and encodes them itself. `pop_received` takes `pop`'s arguments but
+    `reserve`, checks them as `pop` does and answers what `pop` would, in that form."""
+
+    async def pop_received(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+        queue_id: int | None = None,
+        max_bytes: int | None = None,
+        client_id: str = "",
+    ) -> ReceivedBatch: ...
 
 
 class BrokerAPI(TransactionAPI, Protocol):

@@ -21,7 +21,10 @@ the bytes against the conversion through message objects for every field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Final
+
+from popmq.broker_core.types import PoppedMessage
 
 _UINT64_MASK: Final = (1 << 64) - 1
 
@@ -387,3 +390,151 @@ def append_received_message(
     for i in range(at + 1, len(parts)):
         size += len(parts[i])
     parts[at] = varint(size)
+
+
+_MESSAGES_TAG: Final = b"\x0a"
+"""Field 1, length-delimited: `messages` of popmq.v1's PopResponse and LeasePopResponse."""
+
+
+def received_messages_wire(popped: Iterable[PoppedMessage], queue_ids: Sequence[int] = ()) -> bytes:
+    """Popped messages as the bytes of a response's `repeated ReceivedMessage messages = 1`
+    (popmq.v1 PopResponse, LeasePopResponse): each the record's delivered fields as stored
+    plus what the pop adds, with no message object on the way. Appended to the bytes of the
+    response's other fields, they parse as that response; two answers' bytes concatenated
+    are the answer of their messages together.
+
+    `queue_ids` renumbers the queues: a message of local queue i < len(queue_ids) says
+    queue_ids[i] (a cluster broker writing its deliveries with the route's global ids); one
+    past it keeps its own id.
+
+    One join for the whole answer: what the messages share (topic and queue, and the
+    invisible-until of a pop's deliveries) is encoded once, when it changes, and each
+    message's parts go straight into the answer's."""
+    parts: list[bytes] = []
+    topic = ""
+    queue_id = -1
+    shared = b""
+    until_ms = -1
+    until = b""
+    known = len(queue_ids)
+    for message in popped:
+        if message.queue_id != queue_id or message.topic != topic:
+            topic = message.topic
+            queue_id = message.queue_id
+            number = queue_ids[queue_id] if 0 <= queue_id < known else queue_id
+            shared = topic_and_queue(topic.encode(), number)
+        if message.invisible_until_ms != until_ms:
+            until_ms = message.invisible_until_ms
+            until = invisible_until(until_ms)
+        append_received_message(
+            parts,
+            message.record.to_bytes(),
+            field_tag=_MESSAGES_TAG,
+            topic_and_queue=shared,
+            offset=message.offset,
+            receipt_handle=message.receipt_handle.encode(),
+            invisible_until=until,
+        )
+    return b"".join(parts)
+
+
+_HANDLE_ENTRY_HEADS: Final = tuple(b"\x0a" + bytes((n,)) for n in range(0x80))
+"""The key of ReceiptHandles.handles (field 1 of popmq.broker.v1.ReceiptHandles) and a
+length below 128, by length."""
+
+
+def receipt_handles_wire(popped: Iterable[PoppedMessage]) -> bytes:
+    """The receipt handles of `popped`, in order, as the bytes of a ReceiptHandles message
+    (popmq.broker.v1: `repeated string handles = 1`)."""
+    parts: list[bytes] = []
+    for message in popped:
+        handle = message.receipt_handle.encode()
+        length = len(handle)
+        parts.append(_HANDLE_ENTRY_HEADS[length] if length < 0x80 else b"\x0a" + varint(length))
+        parts.append(handle)
+    return b"".join(parts)
+
+
+def receipt_handles_from_wire(data: bytes) -> list[str]:
+    """The handles of the ReceiptHandles message `data` (receipt_handles_wire's). Raises
+    ValueError when `data` is not well-formed."""
+    handles: list[str] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        if key & 7 != 2:
+            raise ValueError(f"field {key >> 3} of ReceiptHandles is not length-delimited")
+        length, pos = read_varint(data, pos)
+        stop = pos + length
+        if stop > end:
+            raise ValueError(f"a field of {length} bytes runs past the end of {end}")
+        if key == 0x0A:
+            handles.append(data[pos:stop].decode())
+        pos = stop
+    return handles
+
+
+class ReceivedBatch:
+    """A pop's deliveries already in the encoding its client gets them in: what a cluster
+    broker answers a proxy that asked for the received form (popmq.broker.v1
+    ReceivedForm), passed on to the client's answer without being read.
+
+    `received` holds the bytes of popmq.v1 PopResponse's `messages` (received_messages_wire's),
+    one part per broker's answer, joined once into the client's answer (`wire`); `handles`
+    the receipt handles of each part as a ReceiptHandles message, decoded only when the
+    deliveries are given back (`receipt_handles`). Its length is the deliveries'."""
+
+    __slots__ = ("count", "handles", "received", "stored_bytes")
+
+    def __init__(
+        self, received: list[bytes], handles: list[bytes], count: int, stored_bytes: int
+    ) -> None:
+        self.received = received
+        self.handles = handles
+        self.count = count
+        """How many deliveries `received` holds."""
+        self.stored_bytes = stored_bytes
+        """Their stored records' bytes, summed (MessageRecord.stored_size)."""
+
+    @classmethod
+    def of(cls, popped: Sequence[PoppedMessage], queue_ids: Sequence[int] = ()) -> ReceivedBatch:
+        """`popped` in the received form (received_messages_wire's renumbering)."""
+        if not popped:
+            return cls([], [], 0, 0)
+        stored = 0
+        for message in popped:
+            stored += message.record.stored_size
+        return cls(
+            [received_messages_wire(popped, queue_ids)],
+            [receipt_handles_wire(popped)],
+            len(popped),
+            stored,
+        )
+
+    def __len__(self) -> int:
+        return self.count
+
+    def extend(self, other: ReceivedBatch) -> None:
+        """Add `other`'s deliveries after these."""
+        self.received.extend(other.received)
+        self.handles.extend(other.handles)
+        self.count += other.count
+        self.stored_bytes += other.stored_bytes
+
+    def wire(self) -> bytes:
+        """The deliveries as the bytes of popmq.v1 PopResponse's `messages`."""
+        received = self.received
+        return received[0] if len(received) == 1 else b"".join(received)
+
+    def handles_only(self) -> ReceivedBatch:
+        """The same deliveries' handles without their messages (what giving them back
+        needs: held while their answer waits, it does not hold the answer twice)."""
+        return ReceivedBatch([], self.handles, self.count, 0)
+
+    def receipt_handles(self) -> list[str]:
+        """The deliveries' receipt handles, in order."""
+        found: list[str] = []
+        for part in self.handles:
+            found.extend(receipt_handles_from_wire(part))
+        return found

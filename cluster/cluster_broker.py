@@ -57,6 +57,8 @@ from popmq.broker_core import (
     QueueDetails,
     QueueLag,
     QueueStats,
+    ReceivedBatch,
+    ReceivedPopAPI,
     ResetResult,
     SendResult,
     ServerInfo,
@@ -71,6 +73,7 @@ from popmq.broker_core import validation as rules
 from popmq.broker_core.catalog import MESSAGE_TYPES
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
 from popmq.broker_core.types import PeekedMessage, RedriveResult
+from popmq.cluster import handle_reads
 from popmq.cluster.broker_numbering import number_joining_brokers
 from popmq.cluster.broker_pool import BrokerPool
 from popmq.cluster.cluster_admin import ClusterAdmin
@@ -660,6 +663,52 @@ class ClusterBroker:
         `reserve` is not used: a broker across the network cannot ask the proxy for more
         bytes in the middle of its pop, so a pop bounded by max_bytes answers
         AnswerBoundError as it would without it."""
+        request, wait = await self._pop_request(
+            group, topic, max_messages, invisible_s, wait_s, filter_expression, filter_type,
+            queue_id, max_bytes, client_id,
+        )  # fmt: skip
+        if queue_id is not None:
+            return await self._pop.pop_queue(request, queue_id, wait)
+        return await self._pop.pop(request, wait)
+
+    async def pop_received(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+        queue_id: int | None = None,
+        max_bytes: int | None = None,
+        client_id: str = "",
+    ) -> ReceivedBatch:
+        """`pop`'s deliveries as its client gets them, written so by the brokers
+        (ReceivedPopAPI): the same checks, sweep and errors."""
+        request, wait = await self._pop_request(
+            group, topic, max_messages, invisible_s, wait_s, filter_expression, filter_type,
+            queue_id, max_bytes, client_id,
+        )  # fmt: skip
+        if queue_id is not None:
+            return await self._pop.pop_queue_received(request, queue_id, wait)
+        return await self._pop.pop_received(request, wait)
+
+    async def _pop_request(
+        self,
+        group: str,
+        topic: str,
+        max_messages: int | None,
+        invisible_s: float | None,
+        wait_s: float | None,
+        filter_expression: str,
+        filter_type: str,
+        queue_id: int | None,
+        max_bytes: int | None,
+        client_id: str,
+    ) -> tuple[PopRequest, float]:
+        """A pop's checked arguments and its wait; its group made sure of."""
         # The core's checks (ServerInfo.check_pop, the rule every broker's pop applies
         # again), here as well because this pop is more than one broker call: it must be
         # refused before its group is written to etcd and before it fans out, and it needs
@@ -692,9 +741,7 @@ class ClusterBroker:
             max_bytes,
             client_id,
         )
-        if queue_id is not None:
-            return await self._pop.pop_queue(request, queue_id, checked.wait_s)
-        return await self._pop.pop(request, checked.wait_s)
+        return request, checked.wait_s
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         """Ack each handle on the broker that issued it; one result per handle. A handle of
@@ -746,73 +793,15 @@ class ClusterBroker:
         self, group: str, handles: Sequence[str]
     ) -> list[PoppedMessage | PopMQError]:
         """Each handle's delivery, read from the broker that issued it (one result per
-        handle, in order); queue ids as the route numbers them."""
-        check_name("group", group)
-        if not handles or len(handles) > rules.MAX_HANDLES:
-            raise InvalidArgumentError(
-                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
-                field="receipt_handles",
-                allowed=f"1..{rules.MAX_HANDLES}",
-            )
-        results: list[PoppedMessage | PopMQError] = []
-        by_broker: dict[str, list[int]] = {}
-        for index, handle in enumerate(handles):
-            try:
-                by_broker.setdefault(issuer(handle), []).append(index)
-                results.append(_PENDING)
-            except PopMQError as error:
-                results.append(error)
-
-        async def read_on(broker: str, indexes: list[int]) -> None:
-            try:
-                answers = await self.pool.get(broker).get_deliveries(
-                    group, [handles[i] for i in indexes]
-                )
-            except PopMQError as error:
-                for index in indexes:
-                    results[index] = error
-                return
-            for index, answer in zip(indexes, answers, strict=True):
-                if isinstance(answer, PoppedMessage):
-                    answer.queue_id = self.topology.global_id(answer.topic, broker, answer.queue_id)
-                results[index] = answer
-
-        await asyncio.gather(*(read_on(b, idx) for b, idx in by_broker.items()))
-        return results
+        handle, in order); queue ids as the route numbers them (handle_reads.py)."""
+        return await handle_reads.get_deliveries(self.pool, self.topology, group, handles)
 
     async def follow_handles(
         self, group: str, handles: Sequence[str]
     ) -> list[tuple[str, int] | PopMQError]:
         """Each handle's newest handle, from the broker that issued it (one result per
         handle, in order): a delivery's handles all come from that broker."""
-        check_name("group", group)
-        if not handles or len(handles) > rules.MAX_HANDLES:
-            raise InvalidArgumentError(
-                f"{len(handles)} receipt handles: give 1 to {rules.MAX_HANDLES}",
-                field="receipt_handles",
-                allowed=f"1..{rules.MAX_HANDLES}",
-            )
-        results: list[tuple[str, int] | PopMQError] = []
-        by_broker: dict[str, list[int]] = {}
-        for index, handle in enumerate(handles):
-            try:
-                by_broker.setdefault(issuer(handle), []).append(index)
-                results.append(("", 0))  # replaced below
-            except PopMQError as error:
-                results.append(error)
-
-        async def follow_on(broker: str, indexes: list[int]) -> None:
-            try:
-                answers = await self.pool.get(broker).follow_handles(
-                    group, [handles[i] for i in indexes]
-                )
-            except PopMQError as error:
-                answers = [error] * len(indexes)
-            for index, answer in zip(indexes, answers, strict=True):
-                results[index] = answer
-
-        await asyncio.gather(*(follow_on(b, idx) for b, idx in by_broker.items()))
-        return results
+        return await handle_reads.follow_handles(self.pool, group, handles)
 
     async def change_invisible_time(
         self, group: str, handle: str, invisible_s: float
@@ -972,10 +961,6 @@ async def _visible(wait: Awaitable[None]) -> None:
         ) from None
 
 
-_PENDING = UnavailableError("no answer yet")
-"""Placeholder of a result not answered yet (every one is replaced before returning)."""
-
-
 def _pulled_as(pulled: PulledMessages, queue_id: int) -> PulledMessages:
     """A broker's pull answer under the queue's global id."""
     return dataclasses.replace(pulled, queue_id=queue_id)
@@ -990,6 +975,6 @@ async def _all(work: Sequence[Awaitable[_T]]) -> list[_T]:
     return results  # type: ignore[return-value]
 
 
-def _implements_api(broker: ClusterBroker) -> BrokerAPI:
-    """Never called: mypy checks here that ClusterBroker conforms to the BrokerAPI Protocol."""
-    return broker
+def _implements_api(broker: ClusterBroker) -> tuple[BrokerAPI, ReceivedPopAPI]:
+    """Never called: mypy checks that ClusterBroker conforms to BrokerAPI and ReceivedPopAPI."""
+    return broker, broker

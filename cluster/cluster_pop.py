@@ -18,6 +18,12 @@ pop goes on with the others; only when every broker failed does the pop fail, re
 A broker that does not know the topic yet (its catalog sync is behind, or a dead-letter
 topic it never wrote to) counts as empty.
 
+A pop answers PoppedMessages (`pop`, `pop_queue`), or the same deliveries already encoded as
+the client gets them (`pop_received`, `pop_queue_received`: each broker writes them with
+the route's global queue ids, and the proxy routes each answer by its count and size
+without reading its messages; docs/broker-service.md). The sweep, its byte budget and its
+errors are the same code for both.
+
 Everything runs on the event loop.
 """
 
@@ -28,21 +34,31 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from popmq.broker.hop_wire import globalize
 from popmq.broker_core import (
     MAX_RESPONSE_BYTES,
+    MESSAGE_OVERHEAD_BYTES,
     AnswerBoundError,
     NotFoundError,
     PopMQError,
     PoppedMessage,
+    ReceivedBatch,
     UnavailableError,
 )
 from popmq.cluster.broker_pool import BrokerPool
+from popmq.cluster.pop_wire import pop_request
 from popmq.cluster.topology import Topology
 
 log = logging.getLogger(__name__)
+
+_Found = TypeVar("_Found", list[PoppedMessage], ReceivedBatch)
+"""What a pop answers: PoppedMessages, or the deliveries encoded for the client."""
+_Take = Callable[[str, int, int | None], Awaitable[tuple[_Found, int]]]
+"""Pops (broker, max_messages, max_bytes) without a wait: its deliveries and their bytes."""
 
 _MAX_ROTATIONS = 100_000
 """(group, topic) rotation positions kept; the least recently used beyond are forgotten."""
@@ -105,8 +121,72 @@ class ClusterPop:
         self._globalize(request.topic, queue.broker, found)
         return found
 
+    async def pop_queue_received(
+        self, request: PopRequest, queue_id: int, wait_s: float
+    ) -> ReceivedBatch:
+        """`pop_queue`'s deliveries, encoded for the client."""
+        queue = self._topology.locate(request.topic, queue_id)
+        asked = pop_request(
+            request.group,
+            request.topic,
+            max_messages=request.max_messages,
+            invisible_s=request.invisible_s,
+            wait_s=0.0 if self.draining else wait_s,
+            filter_expression=request.filter_expression,
+            filter_type=request.filter_type,
+            queue_id=queue.queue_id,
+            max_bytes=request.max_bytes,
+            client_id=request.client_id,
+        )
+        global_ids = self._topology.global_ids(request.topic, queue.broker)
+        return await self._pool.get(queue.broker).pop_received_form(asked, global_ids)
+
     async def pop(self, request: PopRequest, wait_s: float) -> list[PoppedMessage]:
         """Up to max_messages from the topic's brokers; wait up to wait_s for one."""
+
+        async def take(
+            broker: str, want: int, budget: int | None
+        ) -> tuple[list[PoppedMessage], int]:
+            popped = await self._pool.get(broker).pop(
+                request.group,
+                request.topic,
+                max_messages=want,
+                invisible_s=request.invisible_s,
+                wait_s=0.0,
+                filter_expression=request.filter_expression,
+                filter_type=request.filter_type,
+                max_bytes=budget,
+                client_id=request.client_id,
+            )
+            return popped, self._globalize(request.topic, broker, popped)
+
+        return await self._pop(request, wait_s, take, [])
+
+    async def pop_received(self, request: PopRequest, wait_s: float) -> ReceivedBatch:
+        """`pop`'s deliveries, encoded for the client by the brokers."""
+        global_ids = self._topology.global_ids
+        topic = request.topic
+
+        async def take(broker: str, want: int, budget: int | None) -> tuple[ReceivedBatch, int]:
+            asked = pop_request(
+                request.group,
+                request.topic,
+                max_messages=want,
+                invisible_s=request.invisible_s,
+                wait_s=0.0,
+                filter_expression=request.filter_expression,
+                filter_type=request.filter_type,
+                max_bytes=budget,
+                client_id=request.client_id,
+            )
+            batch = await self._pool.get(broker).pop_received_form(asked, global_ids(topic, broker))
+            return batch, batch.stored_bytes + batch.count * MESSAGE_OVERHEAD_BYTES
+
+        return await self._pop(request, wait_s, take, ReceivedBatch([], [], 0, 0))
+
+    async def _pop(
+        self, request: PopRequest, wait_s: float, take: _Take[_Found], empty: _Found
+    ) -> _Found:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_s
         first: str | None = None
@@ -117,13 +197,13 @@ class ClusterPop:
                     f"topic {request.topic!r} has no readable queue on a live broker; retry "
                     "when a broker holding it is back"
                 )
-            found = await self._sweep(request, brokers)
+            found = await self._sweep(request, brokers, take, empty)
             remaining = give_up - loop.time()
             if found or remaining <= 0 or self.draining:
                 return found
             first = await self._probe(request, brokers, remaining)
             if first is None:
-                return []
+                return empty
 
     def _order(self, request: PopRequest, first: str | None) -> list[str]:
         """The live brokers holding readable queues, from a rotating start (`first` first)."""
@@ -144,9 +224,11 @@ class ClusterPop:
         up = [b for b in ordered if self._down.get(b, 0.0) <= now]
         return up or ordered  # every one failed lately: try them all rather than none
 
-    async def _sweep(self, request: PopRequest, brokers: list[str]) -> list[PoppedMessage]:
-        """Pop each broker in turn (no wait) until the batch is full."""
-        found: list[PoppedMessage] = []
+    async def _sweep(
+        self, request: PopRequest, brokers: list[str], take: _Take[_Found], empty: _Found
+    ) -> _Found:
+        """Pop each broker in turn (no wait, `take`) until the batch is full."""
+        found = empty
         limit = MAX_RESPONSE_BYTES if request.max_bytes is None else request.max_bytes
         used = 0
         needed = 0
@@ -163,17 +245,7 @@ class ClusterPop:
             else:
                 budget = request.max_bytes
             try:
-                popped = await self._pool.get(broker).pop(
-                    request.group,
-                    request.topic,
-                    max_messages=want,
-                    invisible_s=request.invisible_s,
-                    wait_s=0.0,
-                    filter_expression=request.filter_expression,
-                    filter_type=request.filter_type,
-                    max_bytes=budget,
-                    client_id=request.client_id,
-                )
+                popped, size = await take(broker, want, budget)
             except AnswerBoundError as error:
                 if found:
                     break  # the answer is full: the rest waits for the next pop
@@ -186,7 +258,7 @@ class ClusterPop:
             except NotFoundError:
                 continue  # the broker does not have the topic (yet): nothing to pop there
             self._down.pop(broker, None)
-            used += self._globalize(request.topic, broker, popped)
+            used += size
             if found:
                 found.extend(popped)
             else:

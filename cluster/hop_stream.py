@@ -213,17 +213,18 @@ class HopStream:
 
 
 class HopStub(broker_pb2_grpc.BrokerServiceStub):
-    """The generated BrokerService stub, as RemoteBroker calls it, but Pop and Ack answer
-    what their bytes say (hop_wire.py): a list of PoppedMessage, a list of ack outcomes,
-    with no response object between; Send and SendHalf take their request's bytes and
-    answer a list of SendResult (send_wire.py)."""
+    """The generated BrokerService stub, as RemoteBroker calls it, but Pop takes its
+    request's bytes and answers its response's (read by hop_wire.py in the form the request
+    asked for), Ack answers what its bytes say (a list of ack outcomes), with no response
+    object between; Send and SendHalf take their request's bytes and answer a list of
+    SendResult (send_wire.py)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         super().__init__(channel)  # type: ignore[no-untyped-call]
         self.Pop = channel.unary_unary(
             "/popmq.broker.v1.BrokerService/Pop",
-            request_serializer=pb.PopRequest.SerializeToString,
-            response_deserializer=hop_wire.popped_from_wire,
+            request_serializer=_as_is,
+            response_deserializer=_as_is,
             _registered_method=True,
         )
         self.Ack = channel.unary_unary(

@@ -43,10 +43,9 @@ from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker_core import validation
-from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ServerInfo
+from popmq.broker_core.api import BrokerAPI, MetricsSnapshot, ReceivedPopAPI, ServerInfo
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
 from popmq.broker_core.errors import (
-    InternalError,
     InvalidArgumentError,
     NotFoundError,
     PopMQError,
@@ -55,6 +54,7 @@ from popmq.broker_core.errors import (
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.inspection import DeliveryEvent, GroupInspection
 from popmq.broker_core.offsets import PULL_DEFAULT_MESSAGES
+from popmq.broker_core.record_wire import ReceivedBatch
 from popmq.broker_core.types import (
     ConsumerOffset,
     ExponentialBackoff,
@@ -74,9 +74,11 @@ from popmq.broker_core.types import (
     TransactionCheck,
     TransactionInfo,
 )
+from popmq.cluster.call_errors import call_error
 from popmq.cluster.connection_watch import ConnectionDrops
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
+from popmq.cluster.pop_wire import pop_request
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.coordination.config import HOP_KEEPALIVE_S
 from popmq.security.signing import Signer
@@ -88,15 +90,6 @@ _T = TypeVar("_T")
 
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 """Largest message either way: a pop answer is bounded well below it (budget.py)."""
-
-_UNREACHABLE = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-    }
-)
-"""Statuses without our error detail that mean "the broker did not answer": retriable."""
 
 
 class RemoteBroker:
@@ -601,43 +594,67 @@ class RemoteBroker:
         client_id: str = "",
     ) -> list[PoppedMessage]:
         # `reserve` cannot cross to the broker: a bounded pop answers AnswerBoundError.
-        # The client id rides once per request (also on the hop stream), never per message.
-        request = pb.PopRequest(
-            group=group,
-            topic=topic,
-            filter_expression=filter_expression,
-            filter_type=filter_type,
-            client_id=client_id,
-        )
-        if max_messages is not None:
-            request.max_messages = max_messages
-        if invisible_s is not None:
-            request.invisible_s = invisible_s
+        request = pop_request(
+            group, topic, max_messages=max_messages, invisible_s=invisible_s,
+            wait_s=0.0 if self._draining else wait_s, filter_expression=filter_expression,
+            filter_type=filter_type, queue_id=queue_id, max_bytes=max_bytes, client_id=client_id,
+        )  # fmt: skip
+        return hop_wire.popped_from_wire(await self._pop_answer(request, b""))
+
+    async def pop_received(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_messages: int | None = None,
+        invisible_s: float | None = None,
+        wait_s: float | None = None,
+        filter_expression: str = "",
+        filter_type: str = "tag",
+        queue_id: int | None = None,
+        max_bytes: int | None = None,
+        client_id: str = "",
+    ) -> ReceivedBatch:
+        """`pop`'s deliveries as the client gets them (ReceivedPopAPI), queue ids as they are."""
+        request = pop_request(
+            group, topic, max_messages=max_messages, invisible_s=invisible_s, wait_s=wait_s,
+            filter_expression=filter_expression, filter_type=filter_type, queue_id=queue_id,
+            max_bytes=max_bytes, client_id=client_id,
+        )  # fmt: skip
+        return await self.pop_received_form(request, ())
+
+    async def pop_received_form(
+        self, request: pb.PopRequest, queue_ids: Sequence[int]
+    ) -> ReceivedBatch:
+        """The pop `request` (pop_wire's) answered as the client gets it, queues numbered by
+        `queue_ids` (by local id: ReceivedForm): by the broker, or here from the
+        PoppedMessages of a broker of an earlier release (the same bytes)."""
         if self._draining:
-            wait_s = 0.0
-        if wait_s is not None:
-            request.wait_s = wait_s
-        if queue_id is not None:
-            request.queue_id = queue_id
-        if max_bytes is not None:
-            request.max_bytes = max_bytes
-        # The broker defaults and checks the arguments; its default wait (as its server
-        # info says) only sizes this call's deadline.
-        wait = self.server_info().long_polling.default_timeout_s if wait_s is None else wait_s
+            request.wait_s = 0.0
+        answer = await self._pop_answer(request, hop_wire.received_form_wire(queue_ids))
+        batch = hop_wire.received_from_wire(answer)
+        if batch is None:  # a broker of an earlier release
+            batch = ReceivedBatch.of(hop_wire.popped_from_wire(answer), queue_ids)
+        return batch
+
+    async def _pop_answer(self, request: pb.PopRequest, form: bytes) -> bytes:
+        """The PopResponse bytes of `request` with `form` appended to it: a pop without a
+        wait (nothing to hold or release) goes on HopStream (hop_stream.py), one that waits,
+        or to a broker without HopStream, as a unary Pop. The broker defaults and checks the
+        arguments; its default wait (as its server info says) only sizes the deadline."""
+        has_wait = request.HasField("wait_s")
+        wait = request.wait_s if has_wait else self.server_info().long_polling.default_timeout_s
         hop = self._hop
-        popped: list[PoppedMessage] | None = None
+        data = request.SerializeToString() + form
+        answer: bytes | None = None
         if wait == 0.0 and hop is not None and not hop.unsupported:
-            # No wait: nothing to hold or release, so it goes on the stream (hop_stream.py).
             with contextlib.suppress(HopUnsupportedError):
-                popped = hop_wire.popped_from_wire(
-                    (await hop.request(hop_wire.HOP_POP, request.SerializeToString()))[1]
-                )
-        if popped is None:
-            empty: list[PoppedMessage] = []
-            popped = await self._long_poll(self._stub_().Pop, request, wait, empty)
-        if self._catalog and group not in self._groups:
-            await self._refresh_group(group)  # auto-created by this pop
-        return popped
+                answer = (await hop.request(hop_wire.HOP_POP, data))[1]
+        if answer is None:
+            answer = await self._long_poll(self._stub_().Pop, data, wait, b"")
+        if self._catalog and request.group not in self._groups:
+            await self._refresh_group(request.group)  # auto-created by this pop
+        return answer
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         request = pb.AckRequest(group=group, handles=handles)
@@ -887,28 +904,7 @@ class RemoteBroker:
         return None if self._signer is None else self._signer.metadata()
 
     def _error(self, exc: grpc.aio.AioRpcError) -> PopMQError:
-        for key, value in exc.trailing_metadata() or ():
-            if key == w.ERROR_TRAILER and isinstance(value, bytes):
-                return w.error_from_detail(pb.ErrorDetail.FromString(value))
-        code = exc.code()
-        if code in _UNREACHABLE:
-            details = exc.details()
-            details = details if isinstance(details, str) else ""
-            return BrokerUnansweredError.from_status(
-                f"broker {self._shown} is unavailable ({code.name}: {details}); retry later",
-                code=code.name,
-                details=details,
-            )
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            # Not the client's UnauthenticatedError: its own credentials were fine.
-            return InternalError(
-                f"broker {self._shown} refused this proxy's credentials ({exc.details()}): "
-                "proxies sign BrokerService calls with [security] root_access_key and its "
-                "secret; give proxies and brokers the same root credential"
-            )
-        return InternalError(
-            f"broker {self._shown} answered {code.name} without a broker error: {exc.details()}"
-        )
+        return call_error(exc, self._shown)
 
     # -- the catalog cache ----------------------------------------------------------------
 
@@ -995,6 +991,6 @@ def _create_group_request(
     return request
 
 
-def _implements_api(broker: RemoteBroker) -> BrokerAPI:
-    """Never called: mypy checks here that RemoteBroker conforms to the BrokerAPI Protocol."""
-    return broker
+def _implements_api(broker: RemoteBroker) -> tuple[BrokerAPI, ReceivedPopAPI]:
+    """Never called: mypy checks here that RemoteBroker conforms to BrokerAPI and ReceivedPopAPI."""
+    return broker, broker

@@ -146,6 +146,17 @@ class Topology:
         except NotFoundError:
             return local_id
 
+    def global_ids(self, topic: str, broker: str) -> tuple[int, ...]:
+        """`global_id` of each of a broker's local queues of `topic`, by local id: a local id
+        past them keeps its own, as `global_id` keeps it."""
+        route = self.routes.routes.get(topic)
+        try:
+            if route is None:
+                route = self.route(topic)
+        except NotFoundError:
+            return ()
+        return route.global_ids(broker)
+
     def by_broker(self, topic: str, global_ids: Iterable[int]) -> dict[str, list[int]]:
         """Global ids grouped by broker, as local ids (InvalidArgumentError for one outside
         the topic)."""

@@ -119,6 +119,9 @@ class TopicRoute:
     _global: Mapping[QueueRef, int] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _by_broker: Mapping[str, tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_segments(self.topic, self.segments)  # before expanding them into queues
@@ -131,6 +134,16 @@ class TopicRoute:
         object.__setattr__(self, "_queues", tuple(queues))
         numbers = {queue: number for number, queue in enumerate(queues)}
         object.__setattr__(self, "_global", types.MappingProxyType(numbers))
+        # A broker's local ids grow with the global ones, so its global ids in order are
+        # indexed by local id.
+        by_broker: dict[str, list[int]] = {}
+        for number, queue in enumerate(queues):
+            by_broker.setdefault(queue.broker, []).append(number)
+        object.__setattr__(
+            self,
+            "_by_broker",
+            types.MappingProxyType({b: tuple(ids) for b, ids in by_broker.items()}),
+        )
 
     @property
     def queues(self) -> tuple[QueueRef, ...]:
@@ -172,6 +185,11 @@ class TopicRoute:
                 allowed=f"0..{len(self._queues) - 1}",
             )
         return self._queues[global_id]
+
+    def global_ids(self, broker: str) -> tuple[int, ...]:
+        """The global id of each of `broker`'s queues, by local id (none for a broker the
+        route does not name)."""
+        return self._by_broker.get(broker, ())
 
     def global_id(self, queue: QueueRef) -> int:
         """The global id of (broker, local id); NotFoundError if the route has no such queue."""

@@ -33,9 +33,6 @@ from popmq.broker_core import (
     TopicInfo,
     TransactionCheck,
     TransactionInfo,
-    append_received_message,
-    invisible_until,
-    topic_and_queue,
 )
 from popmq.proxy.send_request import DELAY, DELAY_LEVEL, DELIVERY_TIME
 from popmq.proxy.status import BrokerStatus, EtcdEndpointHealth, StatusReport, message_totals
@@ -88,45 +85,6 @@ def scheduled_ms(
             )
         return now_ms + round(DELAY_LEVELS_S[value - 1] * 1000)
     raise TypeError(f"no schedule of kind {kind} with a {type(value).__name__}")
-
-
-_MESSAGES_TAG = b"\x0a"
-"""Field 1, length-delimited: `messages` of a PopResponse and of a LeasePopResponse."""
-
-
-def received_messages_wire(popped: Iterable[PoppedMessage]) -> bytes:
-    """Popped messages as the bytes of a response's `repeated ReceivedMessage messages = 1`
-    (PopResponse, LeasePopResponse): each the record's delivered fields as stored plus what
-    the pop adds (broker_core/record_wire.py), with no message object on the way. Appended
-    to the bytes of the response's other fields, they parse as that response.
-
-    One join for the whole answer: what the messages share (topic and queue, and the
-    invisible-until of a pop's deliveries) is encoded once, when it changes, and each
-    message's parts go straight into the answer's."""
-    parts: list[bytes] = []
-    topic = ""
-    queue_id = -1
-    shared = b""
-    until_ms = -1
-    until = b""
-    for message in popped:
-        if message.queue_id != queue_id or message.topic != topic:
-            topic = message.topic
-            queue_id = message.queue_id
-            shared = topic_and_queue(topic.encode(), queue_id)
-        if message.invisible_until_ms != until_ms:
-            until_ms = message.invisible_until_ms
-            until = invisible_until(until_ms)
-        append_received_message(
-            parts,
-            message.record.to_bytes(),
-            field_tag=_MESSAGES_TAG,
-            topic_and_queue=shared,
-            offset=message.offset,
-            receipt_handle=message.receipt_handle.encode(),
-            invisible_until=until,
-        )
-    return b"".join(parts)
 
 
 def serialized(answer: bytes | Message) -> bytes:

@@ -26,6 +26,8 @@ from popmq.broker_core import (
     InvalidArgumentError,
     NewMessage,
     PoppedMessage,
+    ReceivedBatch,
+    ReceivedPopAPI,
     RepeatedSendAPI,
     SendResult,
     SendTicket,
@@ -37,6 +39,7 @@ from popmq.broker_core import (
     check_name,
     check_range,
     now_ms,
+    received_messages_wire,
 )
 from popmq.coordination.coordinator import Coordinator
 from popmq.grpc_calls.errors import rpc
@@ -104,6 +107,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             broker.send_now if isinstance(broker, Broker) else None
         )
         """Hands a send to group commit at once (`begin_send`): the server's own broker's."""
+        self._pop_received: Callable[..., Coroutine[Any, Any, ReceivedBatch]] | None = (
+            broker.pop_received if isinstance(broker, ReceivedPopAPI) else None
+        )
+        """Pops with the deliveries already encoded as the client gets them (a cluster
+        proxy's broker: ReceivedPopAPI), for the answers Pop and PopStream write as bytes."""
         self._transaction_checks = transaction_checks
         """Where TransactionChecks streams register their producers (None: the RPC answers
         FAILED_PRECONDITION)."""
@@ -260,6 +268,15 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         check_client_id(request.client_id)
         if request.ack_receipt_handles:
             return self._ack_then_pop(request, pop, max_bytes)
+        pop_received = self._pop_received
+        if pop_received is not None:  # `reserve` is one only an in-process broker uses
+            return pop_received(
+                request.group,
+                request.topic,
+                max_bytes=max_bytes,
+                client_id=request.client_id,
+                **pop,
+            )
         return self._broker.pop(
             request.group,
             request.topic,
@@ -273,13 +290,16 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self, request: messaging_pb2.PopRequest, pop: _PopArguments, max_bytes: int | None
     ) -> AckedPop:
         acks = await self._broker.ack(request.group, request.ack_receipt_handles)
-        popped = await self._broker.pop(
-            request.group,
-            request.topic,
-            max_bytes=max_bytes,
-            client_id=request.client_id,
-            **pop,
-        )
+        group, topic, client_id = request.group, request.topic, request.client_id
+        popped: list[PoppedMessage] | ReceivedBatch
+        if self._pop_received is not None:
+            popped = await self._pop_received(
+                group, topic, max_bytes=max_bytes, client_id=client_id, **pop
+            )
+        else:
+            popped = await self._broker.pop(
+                group, topic, max_bytes=max_bytes, client_id=client_id, **pop
+            )
         return AckedPop(acks, popped)
 
     async def PopStream(
@@ -647,7 +667,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             lease_until=convert.timestamp(page.lease_until_ms),
             page_id=page.page_id,
         )
-        return response.SerializeToString() + convert.received_messages_wire(page.messages)
+        return response.SerializeToString() + received_messages_wire(page.messages)
 
     @rpc
     async def AckLease(

@@ -44,8 +44,15 @@ from typing import Any, Final, NamedTuple, cast
 import grpc
 
 from popmq._gen.popmq.v1 import messaging_pb2
-from popmq.broker_core import BrokerAPI, PopMQError, PoppedMessage, length_delimited, varint
-from popmq.proxy import convert
+from popmq.broker_core import (
+    BrokerAPI,
+    PopMQError,
+    PoppedMessage,
+    ReceivedBatch,
+    length_delimited,
+    received_messages_wire,
+    varint,
+)
 from popmq.proxy.ack_request import AckRequest, PopStreamRequest
 from popmq.proxy.memory import PoppedBytes
 from popmq.proxy.stream_session import (
@@ -94,13 +101,15 @@ AckOutcomes = list[PopMQError | None]
 
 class AckedPop(NamedTuple):
     """What a pop that carried acks (`PopRequest.ack_receipt_handles`) did: first the acks,
-    then the pop. A pop without acks returns its list of messages alone."""
+    then the pop. A pop without acks returns its messages alone."""
 
     acks: AckOutcomes
-    popped: list[PoppedMessage]
+    popped: list[PoppedMessage] | ReceivedBatch
 
 
-PopResult = list[PoppedMessage] | AckedPop
+PopResult = list[PoppedMessage] | ReceivedBatch | AckedPop
+"""A pop's messages: as objects, or already encoded as the client gets them (a cluster
+proxy's, ReceivedBatch); a pop that carried acks also has their outcomes."""
 StartPop = Callable[
     [messaging_pb2.PopRequest, float | None, int | None, Callable[[int], int] | None],
     Coroutine[Any, Any, PopResult],
@@ -193,11 +202,18 @@ def ack_answer(
 
 def pop_answer(request: messaging_pb2.PopRequest, result: PopResult) -> bytes:
     """A pop's PopResponse, encoded: its messages as their stored bytes re-tagged
-    (convert.received_messages_wire), after the results of the acks it carried."""
+    (broker_core.received_messages_wire), or as they came so encoded (ReceivedBatch), after
+    the results of the acks it carried."""
     if type(result) is AckedPop:
         acks = ack_answer(request.ack_receipt_handles, result.acks, _ACK_RESULTS_TAG)
-        return acks + convert.received_messages_wire(result.popped)
-    return convert.received_messages_wire(cast(list[PoppedMessage], result))
+        return acks + _messages_wire(result.popped)
+    return _messages_wire(cast(list[PoppedMessage] | ReceivedBatch, result))
+
+
+def _messages_wire(popped: list[PoppedMessage] | ReceivedBatch) -> bytes:
+    if type(popped) is ReceivedBatch:
+        return popped.wire()
+    return received_messages_wire(cast(list[PoppedMessage], popped))
 
 
 class PopStreamSession(
@@ -339,12 +355,23 @@ class PopStreamSession(
     ) -> object:
         if self._giver is None or type(request) is not messaging_pb2.PopRequest:
             return None
-        popped = result.popped if type(result) is AckedPop else cast(list[PoppedMessage], result)
-        return [m.receipt_handle for m in popped] or None  # the handles, not the records
+        popped = (
+            result.popped
+            if type(result) is AckedPop
+            else cast(list[PoppedMessage] | ReceivedBatch, result)
+        )
+        if type(popped) is ReceivedBatch:
+            return popped.handles_only() if popped.count else None  # not the messages' bytes
+        return [m.receipt_handle for m in cast(list[PoppedMessage], popped)] or None
 
     def _abandon(self, request: PopOrAck, carried: object) -> None:
         if self._giver is not None:
-            self._giver(cast(messaging_pb2.PopRequest, request).group, cast(list[str], carried))
+            handles = (
+                carried.receipt_handles()
+                if type(carried) is ReceivedBatch
+                else cast(list[str], carried)
+            )
+            self._giver(cast(messaging_pb2.PopRequest, request).group, handles)
 
     def _give_back(
         self,

@@ -25,7 +25,7 @@ from popmq import (
 from popmq._gen.popmq.v1 import messaging_pb2, messaging_pb2_grpc
 from popmq.broker_core import InvalidReceiptHandleError as CoreInvalidReceiptHandleError
 from popmq.broker_core import NotFoundError as CoreNotFoundError
-from popmq.broker_core import PoppedMessage, ReceiptHandleSupersededError
+from popmq.broker_core import PoppedMessage, ReceiptHandleSupersededError, received_messages_wire
 from popmq.broker_core.handles import issuer_of
 from tests.support.inprocess_cluster import InProcessCluster
 
@@ -238,6 +238,54 @@ def test_message_history_through_a_proxy_names_the_broker_and_the_global_queue(
     (broker,) = {e.broker for e in events}  # one broker stored it and saw every step
     assert broker in {"b1", "b2", "b3"}
     assert {e.queue_id for e in events} == {sent.queue_id} == {got.queue_id}  # global ids
+
+
+@pytest.mark.parametrize("earlier_b2", [False, True], ids=["current", "b2-of-an-earlier-release"])
+def test_a_pops_deliveries_cross_the_proxy_as_the_brokers_wrote_them(
+    cluster: InProcessCluster, earlier_b2: bool
+) -> None:
+    """Each broker writes its deliveries as the proxy's client gets them, numbered by the
+    route's global queue ids, and the proxy joins the brokers' answers unread: the bytes it
+    wrote before from the PoppedMessages. A broker of an earlier release (b2 in the second
+    case: it answers PoppedMessages) has its deliveries written by the proxy into the same
+    bytes."""
+    a = cluster.proxies[0]
+    topic = f"received-{int(earlier_b2)}"
+    with Admin(a) as admin, Producer(a) as producer:
+        admin.create_topic(topic, queues=2)  # 6 queues, 2 on each broker
+        for i in range(30):  # one by one: a batch is stored whole on one broker
+            producer.send(topic, f"r{i}".encode(), tag=f"t{i % 3}", keys=[f"k{i}"])
+    broker = cluster.cluster_broker(0)
+    servicer = cluster.brokers["b2"].servicer
+    assert servicer is not None
+    servicer.answers_received_form = not earlier_b2
+
+    async def scenario() -> tuple[list[bytes], list[object], list[object]]:
+        wires: list[bytes] = []
+        handles: list[str] = []
+        for _ in range(30):
+            if len(handles) >= 30:
+                break
+            batch = await broker.pop_received("receivers", topic, max_messages=32, wait_s=1)
+            wires.append(batch.wire())
+            handles += batch.receipt_handles()
+        # The objects' path for the same deliveries: each broker's, numbered by the route.
+        delivered: list[object] = list(await broker.get_deliveries("receivers", handles))
+        acked: list[object] = list(await broker.ack("receivers", handles))
+        return wires, delivered, acked
+
+    try:
+        wires, delivered, acked = cluster.call(scenario)
+    finally:
+        servicer.answers_received_form = True
+    assert acked == [None] * 30
+    objects = [d for d in delivered if isinstance(d, PoppedMessage)]
+    assert len(objects) == 30
+    assert b"".join(wires) == received_messages_wire(objects)
+    first = messaging_pb2.PopResponse.FromString(wires[0]).messages
+    assert len(first) == 30  # one sweep over the three brokers took them all
+    assert {m.queue_id for m in first} == set(range(6))
+    assert sorted(m.body for m in first) == sorted(f"r{i}".encode() for i in range(30))
 
 
 def test_a_stopped_brokers_handles_fail_retriably_and_sends_go_elsewhere(tmp_path: Path) -> None:

@@ -62,6 +62,12 @@ def test_global_ids_run_through_segments_and_appending_keeps_them() -> None:
     assert grown.queue(5) == QueueRef("broker-a", 2)
     assert grown.global_id(QueueRef("broker-a", 3)) == 6
     assert grown.queue_counts == {"broker-a": 4, "broker-b": 3}
+    # A broker's global ids by local id, what its pops' deliveries are numbered by.
+    assert grown.global_ids("broker-a") == (0, 1, 5, 6)
+    assert grown.global_ids("broker-b") == (2, 3, 4)
+    assert grown.global_ids("broker-c") == ()
+    for queue in grown.queues:
+        assert grown.global_ids(queue.broker)[queue.queue_id] == grown.global_id(queue)
 
     value = grown.to_value()
     assert value["schema"] == 1 and value["queues"][2] == {"broker": "broker-a", "count": 2}

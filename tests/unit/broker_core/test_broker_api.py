@@ -15,6 +15,7 @@ from popmq.broker_core.api import (
     BrokerAPI,
     HistogramSnapshot,
     MetricsSnapshot,
+    ReceivedPopAPI,
     ServerInfo,
     TransactionAPI,
 )
@@ -47,6 +48,21 @@ def test_the_facade_implements_every_member_of_the_protocol_with_its_signature(
         assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
             f"{name}: async in one, sync in the other"
         )
+
+
+@pytest.mark.parametrize("implementation", [RemoteBroker, ClusterBroker])
+def test_a_proxys_remote_brokers_pop_in_the_received_form_with_pops_arguments(
+    implementation: type,
+) -> None:
+    """ReceivedPopAPI: the Protocol is checked by name at run time (isinstance), so the
+    signatures are pinned here; its arguments are pop's but `reserve`."""
+    (name,) = _members(ReceivedPopAPI)
+    implemented = getattr(implementation, name)
+    assert inspect.signature(implemented) == inspect.signature(getattr(ReceivedPopAPI, name))
+    assert inspect.iscoroutinefunction(implemented)
+    pop = inspect.signature(BrokerAPI.pop).parameters
+    assert [p for p in pop if p != "reserve"] == list(inspect.signature(implemented).parameters)
+    assert not isinstance(Broker.__new__(Broker), ReceivedPopAPI)  # serve encodes it itself
 
 
 @pytest.mark.parametrize("implementation", [Broker, RemoteBroker, ClusterBroker])

@@ -13,6 +13,7 @@ from popmq.broker_core import (
     PoppedMessage,
     SendResult,
     received_message_wire,
+    received_messages_wire,
 )
 from popmq.proxy import convert
 from popmq.proxy.pop_stream import AckedPop, ack_answer, pop_answer
@@ -110,7 +111,7 @@ def test_an_answer_of_many_queues_topics_and_deadlines_crosses_whole() -> None:
         popped.append(PoppedMessage(topic, queue_id, i, MessageRecord(record, data), handle, until))
     expected = messaging_pb2.PopResponse()
     convert.received_messages(expected.messages, popped)
-    wire = convert.received_messages_wire(popped)
+    wire = received_messages_wire(popped)
     assert messaging_pb2.PopResponse.FromString(wire) == expected
     one_by_one = b"".join(
         received_message_wire(
@@ -126,4 +127,4 @@ def test_an_answer_of_many_queues_topics_and_deadlines_crosses_whole() -> None:
     )
     assert wire == one_by_one
     assert len(wire) == expected.ByteSize()
-    assert convert.received_messages_wire([]) == b""
+    assert received_messages_wire([]) == b""

@@ -8,11 +8,14 @@ each answer reaches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import grpc.aio
 
+from popmq._gen.popmq.store.v1 import records_pb2
 from popmq._gen.popmq.v1 import messaging_pb2
+from popmq.broker_core import MessageRecord, PoppedMessage, ReceivedBatch
 from popmq.broker_core.errors import FailedPreconditionError, PopMQError
 from popmq.proxy.pop_stream import PopStreamSession
 from tests.unit.proxy.test_proxy_send_stream import FakeContext as SendContext
@@ -124,3 +127,64 @@ def test_a_request_without_an_action_names_the_actions_allowed() -> None:
     answer = asyncio.run(scenario()).answers()[7]
     assert answer.error.code == "INVALID_ARGUMENT"
     assert "set pop, ack or cancel" in answer.error.message
+
+
+class _UnreadContext(FakeContext):
+    """A client that never reads: no write returns."""
+
+    async def write(self, response: Any) -> None:
+        await asyncio.Event().wait()
+
+
+def test_deliveries_passed_on_as_bytes_are_given_back_by_handle_when_never_written() -> None:
+    """A cluster proxy's pop answers its deliveries encoded (ReceivedBatch), their handles
+    kept apart as bytes: when the call ends before its answers are written, each answer's
+    messages are given back by those handles, as PoppedMessages' are."""
+    batches = [
+        ReceivedBatch.of(
+            [
+                PoppedMessage(
+                    "orders",
+                    queue,
+                    offset,
+                    MessageRecord.from_bytes(
+                        records_pb2.StoredMessage(message_id=f"m{n}", body=b"x").SerializeToString()
+                    ),
+                    f"b1.handle-{n}-{offset}",
+                    60_000,
+                )
+                for offset, queue in enumerate((0, 1, 1))
+            ],
+            (4, 5),
+        )
+        for n in range(2)
+    ]
+    given: list[tuple[str, list[str]]] = []
+
+    def start_pop(request: messaging_pb2.PopRequest, *_: Any) -> Any:
+        async def pop() -> ReceivedBatch:
+            return batches[request.max_messages - 1]
+
+        return pop()
+
+    async def scenario() -> None:
+        context = _UnreadContext()
+        session = PopStreamSession(
+            start_pop,
+            FakeBroker().start_ack,
+            context,  # type: ignore[arg-type]
+            give_back=lambda group, handles: given.append((group, handles)),
+        )
+        serving = asyncio.ensure_future(session.serve())
+        for n in (1, 2):
+            pop = messaging_pb2.PopRequest(group="g", topic="orders", max_messages=n)
+            context.reads.put_nowait(messaging_pb2.PopStreamRequest(request_id=n, pop=pop))
+        await _settle()
+        serving.cancel()  # the client went away with both answers unwritten
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+    asyncio.run(scenario())
+    assert sorted(given) == [
+        ("g", [f"b1.handle-{n}-{offset}" for offset in range(3)]) for n in range(2)
+    ]

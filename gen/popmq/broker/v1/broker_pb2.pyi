@@ -882,7 +882,7 @@ class QueryMessagesByKeyResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "max_messages", "invisible_s", "wait_s", "filter_expression", "filter_type", "queue_id", "max_bytes", "client_id")
+    __slots__ = ("group", "topic", "max_messages", "invisible_s", "wait_s", "filter_expression", "filter_type", "queue_id", "max_bytes", "client_id", "received_form")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -893,6 +893,7 @@ class PopRequest(_message.Message):
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FORM_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     max_messages: int
@@ -903,13 +904,34 @@ class PopRequest(_message.Message):
     queue_id: int
     max_bytes: int
     client_id: str
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+    received_form: ReceivedForm
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., filter_expression: _Optional[str] = ..., filter_type: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., client_id: _Optional[str] = ..., received_form: _Optional[_Union[ReceivedForm, _Mapping]] = ...) -> None: ...
+
+class ReceivedForm(_message.Message):
+    __slots__ = ("queue_ids",)
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PopResponse(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "received_count", "received_stored_bytes", "received_handles", "received")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PoppedMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ...) -> None: ...
+    received_count: int
+    received_stored_bytes: int
+    received_handles: ReceiptHandles
+    received: bytes
+    def __init__(self, messages: _Optional[_Iterable[_Union[PoppedMessage, _Mapping]]] = ..., received_count: _Optional[int] = ..., received_stored_bytes: _Optional[int] = ..., received_handles: _Optional[_Union[ReceiptHandles, _Mapping]] = ..., received: _Optional[bytes] = ...) -> None: ...
+
+class ReceiptHandles(_message.Message):
+    __slots__ = ("handles",)
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, handles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("group", "handles")
