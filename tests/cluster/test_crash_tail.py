@@ -65,9 +65,19 @@ def relay_loop() -> Iterator[asyncio.AbstractEventLoop]:
     try:
         yield loop
     finally:
+        # Tasks left pending would be destroyed with the loop, their sockets unclosed.
+        _on(loop, _cancel_the_rest())
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    await asyncio.sleep(0)
 
 
 def _on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

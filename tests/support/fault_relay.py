@@ -57,16 +57,24 @@ class FaultRelay:
     async def close(self, *, abort: bool = False) -> None:
         """Stop listening (a new connection is refused) and close every connection;
         `abort` also ends at once the handlers holding an answer back."""
-        if self._server is None:
+        server, self._server = self._server, None
+        if server is None:
             return
-        self._server.close()
+        server.close()
         for writer in list(self._writers):
             writer.close()
         if abort:
             self._aborted.set()
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=5)
-        await self._server.wait_closed()
+        # A handler still running (its peer never read what it was sent) is cancelled: its
+        # finally aborts both sockets, so none is left for the garbage collector to warn of.
+        stragglers = list(self._handlers)
+        for handler in stragglers:
+            handler.cancel()
+        await asyncio.gather(*stragglers, return_exceptions=True)
+        await server.wait_closed()
+        await asyncio.sleep(0)  # closed transports release their sockets on the next pass
 
     def drop_next_answer(self, min_bytes: int, hold_s: float = 0.5) -> None:
         self._hold_s = hold_s
@@ -80,28 +88,31 @@ class FaultRelay:
         assert handler is not None
         self._handlers.add(handler)
         handler.add_done_callback(self._handlers.discard)
-        for _ in range(200):  # a connection before the broker has a port waits (10 s)
-            if self.target is not None or self.cut:
-                break
-            await asyncio.sleep(0.05)
-        if self.cut or self.target is None:
-            writer.close()
-            return
+        up_writer: asyncio.StreamWriter | None = None
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self._writers |= {writer, up_writer}
-        cut = asyncio.Event()
-        await asyncio.gather(
-            self._upstream(reader, up_writer, cut),
-            self._downstream(up_reader, writer, cut),
-            return_exceptions=True,
-        )
-        for w in (writer, up_writer):
-            self._writers.discard(w)
-            w.close()
+            for _ in range(200):  # a connection before the broker has a port waits (10 s)
+                if self.target is not None or self.cut:
+                    break
+                await asyncio.sleep(0.05)
+            if self.cut or self.target is None:
+                return
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.target)
+            except OSError:
+                return
+            self._writers |= {writer, up_writer}
+            cut = asyncio.Event()
+            await asyncio.gather(
+                self._upstream(reader, up_writer, cut),
+                self._downstream(up_reader, writer, cut),
+                return_exceptions=True,
+            )
+        finally:
+            for w in (writer, up_writer):
+                if w is not None:
+                    self._writers.discard(w)
+                    # abort, not close: close waits for unsent bytes a dead peer never takes
+                    w.transport.abort()
 
     async def _upstream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: asyncio.Event
