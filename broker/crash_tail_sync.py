@@ -232,8 +232,10 @@ class _Asking:
             if timeout_s <= 0:
                 return _Unanswered("no time was left for all of its lookups")
             messages = [self._tail[i] for i in indexes]
+            # Stored copies only: a send in flight at the peer may still fail, and then
+            # removing this copy would leave none.
             request = pb.LookupSendsRequest(
-                topic=topic, message_ids=[m.message_id for m in messages]
+                topic=topic, message_ids=[m.message_id for m in messages], stored_only=True
             )
             if any(m.dedup_id for m in messages):
                 request.dedup_ids.extend(m.dedup_id for m in messages)

@@ -132,7 +132,9 @@ class SendLookup(Protocol):
     """A broker that says which sent messages are in its dedup window (`Broker`): asked by
     a cluster proxy before it routes a repeat it does not remember; not part of BrokerAPI."""
 
-    def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]: ...
+    def lookup_sends(
+        self, topic: str, sent: Sequence[tuple[str, str]], *, stored_only: bool = False
+    ) -> list[bool]: ...
 
 
 @runtime_checkable
@@ -416,7 +418,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 'give one dedup id per message ("" for none), or none at all'
             )
         sent = list(zip(ids, dedup_ids or [""] * len(ids), strict=True))
-        return pb.LookupSendsResponse(held=broker.lookup_sends(request.topic, sent))
+        held = broker.lookup_sends(request.topic, sent, stored_only=request.stored_only)
+        return pb.LookupSendsResponse(held=held)
 
     @_rpc(writes=True)
     async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:

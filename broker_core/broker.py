@@ -441,10 +441,8 @@ class Broker:
         self._fail(reason)
 
     async def wait_failure(self) -> str:
-        """Return why the broker failed, once it has (at once if it already has).
-
-        A long poll rather than a callback, so a broker in another process can answer it.
-        """
+        """Return why the broker failed, once it has (at once if it already has): a long
+        poll rather than a callback, so a broker in another process can answer it."""
         await self._failed.wait()
         assert self.failure is not None
         return self.failure
@@ -637,9 +635,11 @@ class Broker:
         must be created first (send.py `Sender.send_now`)."""
         return self._sender.send_now(messages)
 
-    def lookup_sends(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+    def lookup_sends(
+        self, topic: str, sent: Sequence[tuple[str, str]], *, stored_only: bool = False
+    ) -> list[bool]:
         """Whether each (message id, dedup id) of `topic` is in the dedup window (send.py)."""
-        return self._sender.lookup(topic, sent)
+        return self._sender.lookup(topic, sent, stored_only=stored_only)
 
     # -- transactions (transactions.py) ---------------------------------------------------
 

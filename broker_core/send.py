@@ -317,13 +317,15 @@ class Sender:
         (half_dedup.py), under keys of their own."""
         return self._dedup
 
-    def lookup(self, topic: str, sent: Sequence[tuple[str, str]]) -> list[bool]:
+    def lookup(
+        self, topic: str, sent: Sequence[tuple[str, str]], *, stored_only: bool = False
+    ) -> list[bool]:
         """Whether each sent message of `topic`, as (message id, dedup id or ""), is in the
         dedup window, as a message or as a half message: stored within it, or being stored
-        by a send in flight. A send (or half send) of it now would be answered with the
-        first copy's result and store nothing; so does this broker's answer to a repeat
-        that a proxy routes here after asking (a read of the same index the send reads, on
-        the loop: one multi-get)."""
+        by a send in flight (unless `stored_only`: that send may still fail). A send (or
+        half send) of it now would be answered with the first copy's result and store
+        nothing; so does this broker's answer to a repeat that a proxy routes here after
+        asking (a read of the same index the send reads, on the loop: one multi-get)."""
         info = self._catalog.topics.get(topic)
         if info is None or info.kind != KIND_NORMAL:
             return [False] * len(sent)  # no such topic here: none of its messages either
@@ -340,7 +342,7 @@ class Sender:
         )
         pending = self._dedup
         found = [
-            hit is not None or pending.waiting(key) is not None
+            hit is not None or (not stored_only and pending.waiting(key) is not None)
             for hit, key in zip(hits, lookup_keys, strict=True)
         ]
         count = len(sent)

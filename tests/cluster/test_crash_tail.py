@@ -14,8 +14,9 @@ The others run brokers in-process over a real etcd (tests/support/inprocess_clus
 crash-tail message another broker holds is removed and the rest kept, a half message with
 its transaction; a peer that does not
 answer holds the start for `cluster.crash_tail_wait_s`, and then the broker serves with a
-warning naming the messages that may be stored twice. The last one reconciles a broker
-core directly against an etcd that hangs: the wait still ends with `crash_tail_wait_s`.
+warning naming the messages that may be stored twice. The last two reconcile a broker core
+directly: against an etcd that hangs (the wait still ends with `crash_tail_wait_s`), and
+against a peer still writing its copy (that copy does not count: it may fail).
 """
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
 from popmq import Admin, Producer, SendReceipt, SimpleConsumer
+from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.server import BrokerServer
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, NotFoundError, StoreConfig
@@ -331,3 +335,56 @@ def test_the_wait_ends_with_crash_tail_wait_s_even_when_etcd_hangs(
 
     took = asyncio.run(scenario(tmp_path / "b1"))
     assert 0.9 <= took < 4, took  # the 1 s wait, with a sanity margin below etcd's 5 s
+
+
+class _StillWriting(broker_pb2_grpc.BrokerServiceServicer):
+    """A peer whose send of every message asked about is still being written (it may fail):
+    held by its dedup window, not stored."""
+
+    def __init__(self) -> None:
+        self.asked: list[pb.LookupSendsRequest] = []
+
+    async def LookupSends(
+        self, request: pb.LookupSendsRequest, context: Any
+    ) -> pb.LookupSendsResponse:
+        self.asked.append(request)
+        return pb.LookupSendsResponse(held=[not request.stored_only] * len(request.message_ids))
+
+
+def test_a_copy_a_peer_is_still_writing_does_not_count(
+    own_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Removing this broker's copy because a peer's write of it is under way would leave no
+    copy if that write then failed: only a stored copy counts."""
+
+    async def scenario(data_dir: Path) -> None:
+        config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
+        broker = Broker(config)
+        await broker.start()
+        await broker.create_topic("orders", 1)
+        await broker.send([NewMessage("orders", b"x", message_id="M-1")])
+        broker.store.close()  # crash
+        await broker.close()
+        peer = _StillWriting()
+        server = grpc.aio.server()
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(peer, server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        again = Broker(config)
+        await again.start()
+        coordinator = EtcdCoordinator([own_etcd.endpoint], cluster="writing")
+        registration = await coordinator.register(
+            "broker", "b2", {"addr": f"127.0.0.1:{port}"}, ttl_s=30
+        )
+        try:
+            removed = await reconcile_crash_tail(again, coordinator, name="b1", wait_s=2.0)
+            assert removed == 0
+            assert again.lookup_sends("orders", [("M-1", "")]) == [True]  # kept
+            assert [(list(r.message_ids), r.stored_only) for r in peer.asked] == [(["M-1"], True)]
+        finally:
+            await registration.close()
+            await coordinator.close()
+            await again.close()
+            await server.stop(None)
+
+    asyncio.run(scenario(tmp_path / "b1"))

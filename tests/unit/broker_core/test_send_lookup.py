@@ -74,8 +74,11 @@ def test_lookup_holds_a_send_still_being_stored(open_broker: OpenBroker) -> None
             assert not sending.done()
             # Not in the index yet, but a send of it now would wait for this one's result.
             assert broker.lookup_sends("orders", [("ID-1", "")]) == [True]
+            # Not stored yet either: that write may still fail.
+            assert broker.lookup_sends("orders", [("ID-1", "")], stored_only=True) == [False]
             (first,) = await sending
             assert broker.lookup_sends("orders", [("ID-1", "")]) == [True]
+            assert broker.lookup_sends("orders", [("ID-1", "")], stored_only=True) == [True]
             (repeat,) = await broker.send([NewMessage("orders", b"a", message_id="ID-1")])
             assert repeat.duplicate and repeat.offset == first.offset
 

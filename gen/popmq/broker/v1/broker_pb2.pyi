@@ -822,14 +822,16 @@ class ListTransactionsResponse(_message.Message):
     def __init__(self, transactions: _Optional[_Iterable[_Union[Transaction, _Mapping]]] = ...) -> None: ...
 
 class LookupSendsRequest(_message.Message):
-    __slots__ = ("topic", "message_ids", "dedup_ids")
+    __slots__ = ("topic", "message_ids", "dedup_ids", "stored_only")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     DEDUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    STORED_ONLY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     dedup_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., dedup_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    stored_only: bool
+    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., dedup_ids: _Optional[_Iterable[str]] = ..., stored_only: _Optional[bool] = ...) -> None: ...
 
 class LookupSendsResponse(_message.Message):
     __slots__ = ("held",)
