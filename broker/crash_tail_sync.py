@@ -18,8 +18,11 @@ A broker that does not answer (down, paused, still starting, a release without
 which messages may be stored twice (at-least-once). A broker that is not registered is not
 asked: a copy moved to it stays a second copy.
 
-A replicated shard's replica never runs this: it keeps no run marker, and replication
-writes its store (docs/cluster.md says what holds for shards).
+A shard's replica runs this each time it takes over as leader (replica.py), whatever the
+run marker (a replicating store keeps none): the shard's previous leader may have died
+mid-send, after replicating a send the proxy then moved to another broker. Its writes are
+fenced meanwhile as a restarting broker's are, and the removal is replicated like any
+write.
 
 Everything runs on the event loop; the calls to the peers run concurrently. Each round
 (listing the peers in etcd, then each peer's batches of lookups one after another) has one
@@ -75,17 +78,19 @@ async def reconcile_crash_tail(
     wait_s: float,
     tls: ChannelTLS | None = None,
     signer: Signer | None = None,
+    takeover: bool = False,
 ) -> int:
     """Remove the messages of the broker's crash tail that other live brokers hold (module
-    doc); returns how many were removed. Nothing to do after a clean end."""
-    tail = broker.crash_tail()
+    doc); returns how many were removed. Nothing to do after a clean end, unless
+    `takeover` (a shard's new leader: its previous leader may have died mid-send)."""
+    tail = await broker.crash_tail(takeover=takeover)
     if not tail:
         return 0
     log.warning(
-        "broker %r did not stop cleanly last time: asking the other brokers whether they "
-        "hold any of the %d message(s) it stored in its last %gs (sends a proxy may have "
-        "moved to them when it died)",
+        "broker %r %s: asking the other brokers whether they hold any of the %d message(s) "
+        "it stored in its last %gs (sends a proxy may have moved to them when it died)",
         name,
+        "takes over from its last leader" if takeover else "did not stop cleanly last time",
         len(tail),
         broker.config.messages.crash_tail_s,
     )

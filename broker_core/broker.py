@@ -482,13 +482,14 @@ class Broker:
         self.store.close()
         self._started = False
 
-    def crash_tail(self) -> list[TailMessage]:
-        """After an unclean end, its last messages stored (crash_tail.py); else none."""
+    async def crash_tail(self, *, takeover: bool = False) -> list[TailMessage]:
+        """After an unclean end or on a shard's `takeover`, its last messages stored
+        (crash_tail.py); else none."""
         messages = self.config.messages
         tail_ms = round(min(messages.crash_tail_s, messages.dedup_window_s) * 1000)
-        if not self.unclean_end or tail_ms <= 0:
+        if not (self.unclean_end or takeover) or tail_ms <= 0:
             return []
-        return crash_tail.select(self.store, self.catalog, self.offsets, tail_ms)
+        return await crash_tail.select(self.store, self.catalog, self.offsets, tail_ms)
 
     async def remove_crash_tail(self, messages: list[TailMessage]) -> None:
         """Remove messages of the crash tail that other brokers hold (before serving)."""

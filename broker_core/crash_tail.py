@@ -12,7 +12,7 @@ here, before it serves.
   deleted by a clean close, so a store that opens with it ended its last run uncleanly
   (kill -9, a crash, a power cut). A store of a release without the marker opens as clean.
   A replicating store (a shard's leader) and a read-only view keep no marker: a shard's
-  crash is covered by replication instead.
+  new leader takes its tail on every takeover instead (`Broker.crash_tail(takeover=True)`).
 - `select`: the messages of normal topics stored within `crash_tail_s` before the last one
   stored (a message or a half message), in any queue, and the half messages of open
   transactions sent within that time (`txn:` records, read back from the newest: their
@@ -27,13 +27,14 @@ here, before it serves.
   (a check would have its producer commit it, a second copy of the one the other broker
   holds), and an EndTransaction of its id answers that it is unknown.
 
-Threading: on the event loop, at start only. `select` seeks each queue's last message,
-then reads back one point read per message of the tail; `remove` is one group-commit
-write.
+Threading: on the event loop, at start (or a shard's takeover) only. `select` seeks each
+queue's last message, then reads back one point read per message of the tail, giving the
+loop a turn every few hundred; `remove` is one group-commit write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Final
@@ -48,6 +49,9 @@ from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.transactions import Transactions
 
 log = logging.getLogger(__name__)
+
+_READS_PER_TURN: Final = 256
+"""Store reads between two turns given to the loop while selecting (about a millisecond)."""
 
 RUN_MARKER: Final = b"run:open"
 """meta family: present while a run has the store open (see the module doc)."""
@@ -101,11 +105,13 @@ class TailMessage:
     """A half message's transaction (its `txn:` sequence; offset -1); 0 for a message."""
 
 
-def select(
+async def select(
     store: Store, catalog: Catalog, offsets: QueueOffsets, tail_ms: int
 ) -> list[TailMessage]:
     """The messages of normal topics stored within `tail_ms` before the last message stored
-    (module doc), oldest first within each queue."""
+    (module doc), oldest first within each queue. It gives the loop a turn every
+    `_READS_PER_TURN` reads: a busy broker's tail is many messages, and a shard's new leader
+    holds its lease and its followers' heartbeats on this loop."""
     ends: list[tuple[str, int, int, int]] = []  # (topic, topic id, queue, last offset)
     last_ms = -1
     for topic in list(catalog.topics_by_id.values()):
@@ -124,12 +130,16 @@ def select(
     if last_ms < 0:
         return []
     cutoff = last_ms - tail_ms
-    found: list[TailMessage] = _open_halves(store, catalog, cutoff)
+    found: list[TailMessage] = await _open_halves(store, catalog, cutoff)
+    reads = 0
     for name, topic_id, queue_id, last_offset in ends:
         low = offsets.min_offset(topic_id, queue_id)
         queue_tail: list[TailMessage] = []
         offset = last_offset
         while offset >= low:
+            reads += 1
+            if reads % _READS_PER_TURN == 0:
+                await asyncio.sleep(0)
             data = store.get("messages", keys.message_key(topic_id, queue_id, offset))
             offset -= 1
             if data is None:
@@ -164,14 +174,18 @@ def _newest_half(store: Store) -> records_pb2.TransactionRecord | None:
     return None if data is None else records_pb2.TransactionRecord.FromString(data)
 
 
-def _open_halves(store: Store, catalog: Catalog, cutoff_ms: int) -> list[TailMessage]:
+async def _open_halves(store: Store, catalog: Catalog, cutoff_ms: int) -> list[TailMessage]:
     """The half messages of open transactions sent at or after `cutoff_ms`, oldest first:
     read back from the newest record until one sent before the cutoff (resolved ones count
     for that, and are skipped)."""
     found: list[TailMessage] = []
     start = keys.TRANSACTION_PREFIX
     end = keys.prefix_end(start)
+    reads = 0
     while (key := store.last_key("meta", start, end)) is not None:
+        reads += 1
+        if reads % _READS_PER_TURN == 0:
+            await asyncio.sleep(0)
         end = key  # exclusive: the next read finds the record before this one
         data = store.get("meta", key)
         if data is None:

@@ -60,9 +60,9 @@ class ClusterConfig:
     address. Two live proxies cannot share a name."""
     advertise: str = ""
     """`popmq proxy`: the HOST:PORT clients reach this proxy at, registered in etcd and
-    given to RocketMQ clients in routes. `popmq broker` (standalone): the HOST:PORT proxies
-    reach it at, registered in etcd (a broker behind NAT, or listening on 0.0.0.0). Empty:
-    the listen address (with the real port)."""
+    given to RocketMQ clients in routes. `popmq broker`: the HOST:PORT proxies (and a
+    shard's other replicas) reach it at, registered in etcd (a broker behind NAT, or
+    listening on 0.0.0.0). Empty: the listen address (with the real port)."""
     hop_keepalive_s: float = HOP_KEEPALIVE_S
     """`popmq proxy`: how often it pings each broker's connection, with or without calls,
     and how long it waits for the answer before it drops the connection: a

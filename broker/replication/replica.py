@@ -48,6 +48,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from popmq.broker.catalog_sync import CatalogSync
+from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.fencing import leader_lease
 from popmq.broker.peer_pings import peer_pings_allowed
 from popmq.broker.replication.election import ShardElection, ShardState, Term
@@ -128,12 +129,15 @@ class ReplicaServer:
         self.servicer = BrokerServicer(Broker(self.broker_config))
         self.servicer.writes.following = "starting"
         self.replication = ReplicationServicer(self.shard)
+        # How it calls other brokers: its leader as a follower, every broker on a takeover.
+        self._peer_tls = broker_channel_tls(config.security)
+        self._peer_signer = cluster_signer(config.security)
         self.follower = Follower(
             self.directory,
             shard=self.shard,
             replica=self.replica,
-            tls=broker_channel_tls(config.security),
-            signer=cluster_signer(config.security),
+            tls=self._peer_tls,
+            signer=self._peer_signer,
         )
         self.role = "starting"
         self.epoch = 0
@@ -165,9 +169,16 @@ class ReplicaServer:
         self._view_at = 0.0
 
     @property
-    def address(self) -> str:
+    def listening(self) -> str:
+        """Where it listens (the real port)."""
         host, _ = split_listen(self.config.listen)
         return f"{host}:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """The address it registers and remembers, which proxies and the other replicas
+        dial: `[cluster] advertise` (a replica behind NAT or a relay), else `listening`."""
+        return self.config.cluster.advertise or self.listening
 
     async def start(self) -> int:
         self.died = asyncio.get_running_loop().create_future()
@@ -495,6 +506,7 @@ class ReplicaServer:
             await sync.wait_ready(timeout_s=self.config.cluster.catalog_ready_timeout_s)
             self.servicer.serve(broker)
             self.servicer.writes.following = None
+            await self._reconcile_takeover(broker)
             self.servicer.writes.unfence()
             self.role = "leader"
             self.epoch = term.epoch
@@ -543,6 +555,28 @@ class ReplicaServer:
             self.servicer.serve(Broker(self.broker_config))
             if not self._stopping:
                 self.follower.open()
+
+    async def _reconcile_takeover(self, broker: Broker) -> None:
+        """Before taking writes: remove what another broker holds of the messages the shard
+        stored last (crash_tail_sync.py). A proxy moves a send off a leader whose address
+        refuses connections; if that leader had replicated the send before it died, this
+        replica holds a copy too. Run on every takeover (a clean handover leaves no such
+        copy, and asking costs only the lookups); the removal is replicated like any write.
+        """
+        assert self._coordinator is not None
+        self.servicer.writes.fence(
+            "it is taking over the shard and is checking whether other brokers hold the "
+            "messages the shard stored last"
+        )
+        await reconcile_crash_tail(
+            broker,
+            self._coordinator,
+            name=self.shard,
+            wait_s=self.config.cluster.crash_tail_wait_s,
+            tls=self._peer_tls,
+            signer=self._peer_signer,
+            takeover=True,
+        )
 
     async def _hold_registration(self, term: Term) -> str:
         """Keep the term's registration; return why the term ends. When the lease is lost
@@ -670,7 +704,7 @@ async def serve_replica(config: ServerConfig) -> None:
     server = ReplicaServer(config)
     await server.start()
     freeze_start_up_heap(config.gc)
-    print(f"listening on {server.address}", flush=True)
+    print(f"listening on {server.listening}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     stop = asyncio.ensure_future(
         wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)

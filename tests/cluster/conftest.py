@@ -7,6 +7,7 @@ There is no pytest-asyncio: a test writes its scenario as an `async def` and run
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from popmq.coordination import Coordinator, EtcdCoordinator, LocalCoordinator
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
-from tests.support.fault_relay import FaultRelay
+from tests.support.fault_relay import FaultRelay, relay_loop
 from tests.support.inprocess_cluster import InProcessCluster
 
 _clusters = itertools.count()
@@ -147,3 +148,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster_options(**kwargs): Cluster arguments of the own_cluster fixture"
     )
+
+
+@pytest.fixture(name="relay_loop")
+def relay_loop_fixture() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own, for FaultRelays in front of processes."""
+    with relay_loop() as loop:
+        yield loop

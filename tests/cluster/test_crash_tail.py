@@ -26,10 +26,8 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
 import time
-from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,18 +35,18 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from popmq import Admin, Producer, SendReceipt, SimpleConsumer
+from popmq import Admin, Producer, SendReceipt
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.server import BrokerServer
-from popmq.broker_core import Broker, BrokerConfig, NewMessage, NotFoundError, StoreConfig
-from popmq.cluster import RemoteBroker
+from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig
 from popmq.coordination import EtcdCoordinator
 from popmq.runtime.config import ServerConfig
+from tests.cluster.traffic import copies_in, stored_on
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
-from tests.support.fault_relay import FaultRelay
+from tests.support.fault_relay import FaultRelay, on_loop
 from tests.support.inprocess_cluster import InProcessCluster
 from tests.support.waiting import wait_until
 
@@ -60,71 +58,12 @@ BODY_BYTES = 6000
 """Bodies of random bytes this large, so that the relay tells a send from pings."""
 
 
-@pytest.fixture
-def relay_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """An event loop in a thread of its own, for a FaultRelay between processes."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="relay-loop")
-    thread.start()
-    try:
-        yield loop
-    finally:
-        # Tasks left pending would be destroyed with the loop, their sockets unclosed.
-        _on(loop, _cancel_the_rest())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
-
-
-async def _cancel_the_rest() -> None:
-    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in others:
-        task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
-    await asyncio.sleep(0)
-
-
-def _on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
-
-
-def _drained(endpoint: str, topic: str) -> Counter[str]:
-    """Message id -> copies in the cluster (every message received once, unacked)."""
-    got: Counter[str] = Counter()
-    with SimpleConsumer(endpoint, group="audit", topic=topic) as consumer:
-        quiet = 0
-        while quiet < 3:
-            batch = consumer.receive(max_messages=32, invisible_duration_s=120, wait_s=1)
-            got.update(m.message_id for m in batch)
-            quiet = 0 if batch else quiet + 1
-    return got
-
-
-def _stored_on(address: str, topic: str, message_id: str) -> bool:
-    """Whether the broker at `address` stored the message: QueryMessage finds only a
-    written message (durable with the default sync flush), where a lookup of the dedup
-    window also counts a send still being written."""
-
-    async def ask() -> bool:
-        remote = RemoteBroker(address, catalog=False)
-        await remote.start()
-        try:
-            await remote.query_message(topic, message_id)
-        except NotFoundError:
-            return False
-        finally:
-            await remote.close()
-        return True
-
-    return asyncio.run(ask())
-
-
 @pytest.mark.parametrize("crash_tail_s", [30.0, 0.0], ids=["reconciled", "off"])
 def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
     tmp_path: Path, relay_loop: asyncio.AbstractEventLoop, crash_tail_s: float
 ) -> None:
     relay = FaultRelay()
-    endpoint = _on(relay_loop, relay.start())
+    endpoint = on_loop(relay_loop, relay.start())
     cluster = Cluster(tmp_path, brokers=2, proxies=1)
     b1 = cluster.processes["b1"]
     own = ("--set", f"messages.crash_tail_s={crash_tail_s}")
@@ -157,18 +96,18 @@ def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
             # b1 stored it (asked on its own address, not through the relay): then it dies
             # before its answer gets out, and its address refuses connections from now on.
             wait_until(
-                lambda: _stored_on(cluster.broker_address("b1"), "moved", message_id),
+                lambda: stored_on(cluster.broker_address("b1"), "moved", message_id),
                 f"b1 storing {message_id}",
                 30,
                 interval_s=0.2,
             )
             cluster.kill("b1")
-            _on(relay_loop, relay.close(abort=True))
+            on_loop(relay_loop, relay.close(abort=True))
             receipt = sending.result(timeout=60)  # the proxy moved it to b2: no client error
             assert receipt.message_id == message_id
         b1.extra = own  # back at its own address
         cluster.restart("b1")
-        copies = _drained(proxy, "moved")
+        copies = copies_in(proxy, "moved")
         expected = 1 if crash_tail_s else 2
         assert copies[message_id] == expected, (copies, cluster.processes["b1"].log_tail(30))
         assert {i: n for i, n in copies.items() if n > 1 and i != message_id} == {}
@@ -176,7 +115,7 @@ def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
             assert "removed 1 of the" in b1.log_since(b1.log_offsets[-1])
     finally:
         cluster.stop()
-        _on(relay_loop, relay.close(abort=True))
+        on_loop(relay_loop, relay.close(abort=True))
 
 
 async def _crash(server: BrokerServer) -> None:

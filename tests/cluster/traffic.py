@@ -11,7 +11,16 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from popmq import AsyncProducer, AsyncSimpleConsumer, PopMQError, ReceivedMessage, SendReceipt
+from popmq import (
+    AsyncProducer,
+    AsyncSimpleConsumer,
+    NotFoundError,
+    PopMQError,
+    ReceivedMessage,
+    SendReceipt,
+    SimpleConsumer,
+)
+from popmq.cluster import RemoteBroker
 
 
 def ids_of(messages: Iterable[ReceivedMessage]) -> Counter[str]:
@@ -147,3 +156,34 @@ async def receive_loop(
         else:
             at = time.monotonic()
             received.extend((at, m) for m in batch)
+
+
+def copies_in(endpoint: str, topic: str) -> Counter[str]:
+    """Message id -> copies in the cluster (every message received once, unacked)."""
+    got: Counter[str] = Counter()
+    with SimpleConsumer(endpoint, group="audit", topic=topic) as consumer:
+        quiet = 0
+        while quiet < 3:
+            batch = consumer.receive(max_messages=32, invisible_duration_s=120, wait_s=1)
+            got.update(m.message_id for m in batch)
+            quiet = 0 if batch else quiet + 1
+    return got
+
+
+def stored_on(address: str, topic: str, message_id: str) -> bool:
+    """Whether the broker at `address` stored the message: QueryMessage finds only a
+    written message (durable with the default sync flush), where a lookup of the dedup
+    window also counts a send still being written."""
+
+    async def ask() -> bool:
+        remote = RemoteBroker(address, catalog=False)
+        await remote.start()
+        try:
+            await remote.query_message(topic, message_id)
+        except NotFoundError:
+            return False
+        finally:
+            await remote.close()
+        return True
+
+    return asyncio.run(ask())

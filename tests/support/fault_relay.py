@@ -16,14 +16,50 @@ any thread:
   as to a broker stopped (SIGSTOP) and resumed: the calls made meanwhile time out on the
   client's side, and the broker takes them all when it resumes.
 
-It runs in the event loop it is started on (an InProcessCluster's).
+It runs in the event loop it is started on (an InProcessCluster's, or `relay_loop()`'s: a
+loop in a thread of its own, for a relay between processes; `on_loop` runs a coroutine
+there from the test's thread).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def relay_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own, for FaultRelays between processes."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="relay-loop")
+    thread.start()
+    try:
+        yield loop
+    finally:
+        # Tasks left pending would be destroyed with the loop, their sockets unclosed.
+        on_loop(loop, _cancel_the_rest())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on `loop` (another thread's) and return its result."""
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
+
+
+async def _cancel_the_rest() -> None:
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    await asyncio.sleep(0)
 
 
 class FaultRelay:

@@ -72,7 +72,7 @@ def test_a_clean_close_leaves_no_crash_tail(tmp_path: Path) -> None:
         await again.start()
         try:
             assert not again.unclean_end
-            assert again.crash_tail() == []
+            assert (await again.crash_tail()) == []
         finally:
             await again.close()
 
@@ -94,7 +94,7 @@ def test_after_an_unclean_end_the_tail_is_what_was_stored_within_crash_tail_s_of
         await again.start()
         try:
             assert again.unclean_end
-            tail = again.crash_tail()
+            tail = await again.crash_tail()
             assert sorted((m.message_id, m.queue_id, m.offset) for m in tail) == [
                 ("ID-c", 1, 1),
                 ("ID-d", 0, 1),
@@ -109,7 +109,7 @@ def test_after_an_unclean_end_the_tail_is_what_was_stored_within_crash_tail_s_of
         third = Broker(_config(tmp_path), clock=clock)
         await third.start()
         try:
-            assert not third.unclean_end and third.crash_tail() == []
+            assert not third.unclean_end and (await third.crash_tail()) == []
         finally:
             await third.close()
 
@@ -127,7 +127,7 @@ def test_crash_tail_s_zero_selects_nothing(tmp_path: Path) -> None:
         again = Broker(_config(tmp_path, crash_tail_s=0), clock=clock)
         await again.start()
         try:
-            assert again.unclean_end and again.crash_tail() == []
+            assert again.unclean_end and (await again.crash_tail()) == []
         finally:
             await again.close()
 
@@ -147,7 +147,7 @@ def test_removed_tail_messages_leave_gaps_pops_step_over_and_the_queue_keeps_its
         again = Broker(_config(tmp_path), clock=clock)
         await again.start()
         try:
-            await again.remove_crash_tail(again.crash_tail())
+            await again.remove_crash_tail(await again.crash_tail())
             assert again.lookup_sends("orders", [("ID-d", ""), ("x", "order-c")]) == [
                 False,
                 False,
@@ -178,9 +178,11 @@ def test_removed_tail_messages_leave_gaps_pops_step_over_and_the_queue_keeps_its
     asyncio.run(scenario())
 
 
-def test_a_replicating_store_keeps_no_run_marker_and_has_no_crash_tail(tmp_path: Path) -> None:
+def test_a_replicating_store_keeps_no_run_marker_and_has_a_crash_tail_on_takeovers(
+    tmp_path: Path,
+) -> None:
     """A shard's leader writes through its replication log, which would ship the marker to
-    its followers; a shard's crash is covered by replication, so it keeps none."""
+    its followers, so it keeps none: its tail is taken on every takeover instead."""
 
     async def persist(isr: frozenset[str]) -> None:
         return None
@@ -208,7 +210,10 @@ def test_a_replicating_store_keeps_no_run_marker_and_has_no_crash_tail(tmp_path:
         leader = Broker(_config(tmp_path), tap=tap, clock=clock)
         await leader.start()
         try:
-            assert not leader.unclean_end and leader.crash_tail() == []
+            assert not leader.unclean_end and (await leader.crash_tail()) == []
+            # A shard's new leader takes its tail on a takeover, marker or not.
+            tail = await leader.crash_tail(takeover=True)
+            assert sorted(m.message_id for m in tail) == ["ID-c", "ID-d"]
         finally:
             await leader.close()
         # It neither wrote nor cleared the marker: the store as a standalone broker's again
@@ -256,7 +261,7 @@ def test_open_half_messages_are_in_the_crash_tail_and_go_with_their_transaction(
         again = Broker(config, clock=clock)
         await again.start()
         try:
-            tail = again.crash_tail()
+            tail = await again.crash_tail()
             # The committed one's message is in its queue (the tail of the queues), its
             # transaction resolved: only the open halves are there as halves.
             halves = [(m.message_id, m.dedup_id, m.offset) for m in tail if m.transaction_seq]

@@ -43,7 +43,7 @@ async def _restart_with_gaps(data_dir: Path, clock: ManualClock) -> Broker:
     await broker.close()
     again = Broker(_config(data_dir), clock=clock)
     await again.start()
-    gone = [m for m in again.crash_tail() if m.message_id in ("ID-c", "ID-y")]
+    gone = [m for m in (await again.crash_tail()) if m.message_id in ("ID-c", "ID-y")]
     assert len(gone) == 2
     await again.remove_crash_tail(gone)
     return again

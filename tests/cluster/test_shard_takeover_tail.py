@@ -1,0 +1,112 @@
+"""A send the proxy moved off a replicated shard whose leader was killed is stored once: the
+shard's new leader, before it takes writes, removes what other brokers hold of the
+messages the shard stored last (broker/replication/replica.py, broker/crash_tail_sync.py).
+
+Real processes (tests/support/replicas.py): etcd, shards s1 and s2 of two replicas each,
+one proxy. Each replica of s1 registers the address of a relay in front of it
+(tests/support/fault_relay.py, `[cluster] advertise`). The relay of s1's leader forwards a
+send and holds back the answer; the leader stores it and replicates it to its follower
+(sync mode: the follower holds it before the leader answers); then the leader is killed
+with SIGKILL and its relay stops listening, so the proxy's retry is refused and the proxy
+moves the send to s2 (the client gets its success). The follower takes over. With
+`messages.crash_tail_s = 0` (no reconciliation, as before the change) a drain finds that
+message twice; with the default, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from popmq import Admin, Producer, SendReceipt
+from tests.cluster.traffic import copies_in, stored_on
+from tests.support.fault_relay import FaultRelay, on_loop
+from tests.support.replicas import ReplicaCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+BODY_BYTES = 6000
+"""Bodies of random bytes this large, so that the relay tells a send from the follower's
+acknowledgements and pings."""
+
+
+@pytest.mark.parametrize("crash_tail_s", [30.0, 0.0], ids=["reconciled", "off"])
+def test_a_send_moved_off_a_killed_shard_leader_is_stored_once_after_the_takeover(
+    tmp_path: Path, relay_loop: asyncio.AbstractEventLoop, crash_tail_s: float
+) -> None:
+    cluster = ReplicaCluster(tmp_path, shards=2, replicas=2, proxies=1, session_ttl_s=3)
+    relays: dict[str, FaultRelay] = {}
+    for name in cluster.replicas("s1"):
+        relay = relays[name] = FaultRelay()
+        endpoint = on_loop(relay_loop, relay.start())
+        process = cluster.processes[name]
+        relay.target = ("127.0.0.1", process.port)
+        process.extra = (
+            "--set", f"messages.crash_tail_s={crash_tail_s}",
+            "--set", f"cluster.advertise={endpoint}",
+        )  # fmt: skip
+    try:
+        cluster.start()
+        cluster.wait_in_sync("s1", 1)
+        leader = cluster.leader("s1")
+        assert leader is not None
+        (follower,) = (n for n in cluster.replicas("s1") if n != leader)
+        relay = relays[leader]
+        proxy = cluster.endpoint("p1")
+        with Admin(proxy) as admin:
+            admin.create_topic("moved", queues=2)
+        with Producer(proxy) as producer:
+            relay.drop_next_answer(min_bytes=BODY_BYTES, hold_s=120)
+            held: tuple[str, Future[SendReceipt]] | None = None
+            for i in range(20):  # sends spread over both shards: one soon goes to s1
+                message_id = f"MOVED-{i}"
+                sending = producer.send_async(
+                    "moved", os.urandom(BODY_BYTES), message_id=message_id
+                )
+                wait_until(
+                    lambda s=sending: s.done() or relay.holding,
+                    "the send answered, or held at s1's leader's relay",
+                    30,
+                )
+                if relay.holding:
+                    held = (message_id, sending)
+                    break
+                sending.result()
+            assert held is not None, "no send went through the relay to s1's leader"
+            message_id, sending = held
+            # The follower holds it (asked on its own address, not through a relay): then
+            # the leader dies before its answer gets out, its address refusing connections.
+            wait_until(
+                lambda: stored_on(cluster.broker_address(follower), "moved", message_id),
+                f"{follower} holding {message_id}",
+                30,
+                interval_s=0.2,
+            )
+            cluster.kill(leader)
+            on_loop(relay_loop, relay.close(abort=True))
+            receipt = sending.result(timeout=60)  # the proxy moved it to s2: no client error
+            assert receipt.message_id == message_id
+        assert cluster.wait_leader("s1", other_than=leader) == follower
+        new_leader = cluster.processes[follower]
+        wait_until(
+            lambda: "leads (epoch" in new_leader.log_since(new_leader.log_offsets[-1]),
+            f"{follower} leading",
+            60,
+        )
+        copies = copies_in(proxy, "moved")
+        expected = 1 if crash_tail_s else 2
+        assert copies[message_id] == expected, (copies, new_leader.log_tail(30))
+        assert {i: n for i, n in copies.items() if n > 1 and i != message_id} == {}
+        if crash_tail_s:
+            logged = new_leader.log_since(new_leader.log_offsets[-1])
+            assert "takes over from its last leader" in logged
+            assert "removed 1 of the" in logged and "s2: 1" in logged
+    finally:
+        cluster.stop()
+        for relay in relays.values():
+            on_loop(relay_loop, relay.close(abort=True))
