@@ -24,18 +24,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
-from popmq import Admin, Producer, SendReceipt
+from popmq import Admin, Producer
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker.crash_tail_sync import reconcile_crash_tail
@@ -43,7 +41,7 @@ from popmq.broker.server import BrokerServer
 from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig
 from popmq.coordination import EtcdCoordinator
 from popmq.runtime.config import ServerConfig
-from tests.cluster.traffic import copies_in, stored_on
+from tests.cluster.traffic import copies_in, send_until_held, stored_on
 from tests.support.cluster import Cluster
 from tests.support.etcd import EtcdServer
 from tests.support.fault_relay import FaultRelay, on_loop
@@ -76,23 +74,7 @@ def test_a_send_moved_off_a_killed_broker_is_stored_once_after_its_restart(
             admin.create_topic("moved", queues=2)
         with Producer(proxy) as producer:
             relay.drop_next_answer(min_bytes=BODY_BYTES, hold_s=120)
-            held: tuple[str, Future[SendReceipt]] | None = None
-            for i in range(20):  # sends spread over both brokers: one soon goes to b1
-                message_id = f"MOVED-{i}"
-                sending = producer.send_async(
-                    "moved", os.urandom(BODY_BYTES), message_id=message_id
-                )
-                wait_until(
-                    lambda s=sending: s.done() or relay.holding,
-                    "the send answered, or held at b1's relay",
-                    30,
-                )
-                if relay.holding:
-                    held = (message_id, sending)
-                    break
-                sending.result()
-            assert held is not None, "no send went through the relay to b1"
-            message_id, sending = held
+            message_id, sending = send_until_held(producer, relay, "moved", BODY_BYTES)
             # b1 stored it (asked on its own address, not through the relay): then it dies
             # before its answer gets out, and its address refuses connections from now on.
             wait_until(

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from popmq import Admin, Producer, RetryBackoff, RetryPolicy, SendReceipt, SimpleConsumer
+from popmq import Admin, Producer, RetryBackoff, RetryPolicy, SendReceipt
+from tests.cluster.traffic import copies_in
 from tests.support.fault_relay import FaultRelay
 from tests.support.inprocess_cluster import InProcessCluster
 
@@ -27,18 +28,6 @@ pytestmark = pytest.mark.timeout(180)
 BODY_BYTES = 6000
 """Bodies of random bytes this large (not compressible), so a half send request is told
 from the connection's pings by its size."""
-
-
-def _drained(cluster: InProcessCluster, topic: str) -> Counter[str]:
-    """Message id -> copies delivered from the topic (each received once, unacked)."""
-    got: Counter[str] = Counter()
-    with SimpleConsumer(cluster.proxies[0], group="audit", topic=topic) as consumer:
-        quiet = 0
-        while quiet < 2:
-            batch = consumer.receive(max_messages=32, invisible_duration_s=60, wait_s=1)
-            got.update(m.message_id for m in batch)
-            quiet = 0 if batch else quiet + 1
-    return got
 
 
 def _committed(producer: Producer, topic: str) -> SendReceipt:
@@ -72,7 +61,7 @@ def test_a_half_whose_answer_was_lost_is_retried_on_its_broker_and_committed_onc
         assert hit.transaction_id.startswith("b2."), hit.transaction_id
         sent += [_committed(producer, "txlost") for _ in range(3)]
         assert admin.list_transactions() == [], "a second half is left open for a check-back"
-    delivered = _drained(cluster, "txlost")
+    delivered = copies_in(cluster.proxies[0], "txlost")
     assert {i: n for i, n in delivered.items() if n > 1} == {}, "delivered twice"
     assert set(delivered) == {r.message_id for r in sent}
 
@@ -109,7 +98,7 @@ def test_the_sdks_repeat_of_a_half_through_another_proxy_gets_the_first_transact
             assert relay.dropped == 1, "the half send's answer was not dropped"
             assert receipt.duplicate, receipt  # P2's answer: the first half's
             assert admin.list_transactions() == [], "a second half is left open"
-        delivered = _drained(cluster, "txrepeat")
+        delivered = copies_in(cluster.proxies[0], "txrepeat")
         assert delivered == Counter({warm.message_id: 1, receipt.message_id: 1})
     finally:
         cluster.call(relay.close)

@@ -15,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from popmq import Admin, Producer, RetryBackoff, RetryPolicy, SimpleConsumer
+from popmq import Admin, Producer, RetryBackoff, RetryPolicy
+from tests.cluster.traffic import copies_in
 from tests.support.fault_relay import FaultRelay
 from tests.support.inprocess_cluster import InProcessCluster
 
@@ -24,18 +25,6 @@ pytestmark = pytest.mark.timeout(180)
 BODY_BYTES = 6000
 """Bodies of random bytes this large (not compressible), so a send request is told from
 the connection's pings by its size."""
-
-
-def _stored(cluster: InProcessCluster, topic: str) -> Counter[str]:
-    """Message id -> copies stored in the cluster (every message received once, unacked)."""
-    got: Counter[str] = Counter()
-    with SimpleConsumer(cluster.proxies[0], group="audit", topic=topic) as consumer:
-        quiet = 0
-        while quiet < 2:
-            batch = consumer.receive(max_messages=32, invisible_duration_s=60, wait_s=1)
-            got.update(m.message_id for m in batch)
-            quiet = 0 if batch else quiet + 1
-    return got
 
 
 def _per_broker(admin: Admin, topic: str) -> dict[str, int]:
@@ -61,7 +50,7 @@ def test_a_send_stored_whose_answer_was_lost_is_retried_on_its_broker_and_stored
         assert relay.dropped == 1, "no send went through the relay to b2"
         sent += [producer.send("lost", os.urandom(BODY_BYTES)).message_id for _ in range(4)]
         per_broker = _per_broker(admin, "lost")
-    stored = _stored(cluster, "lost")
+    stored = copies_in(cluster.proxies[0], "lost")
     assert {i: n for i, n in stored.items() if n > 1} == {}, f"stored twice; {per_broker}"
     assert set(stored) == set(sent)
     assert sum(per_broker.values()) == len(sent), per_broker
@@ -87,7 +76,7 @@ def test_a_clients_repeat_after_its_timeout_keeps_the_id_and_is_stored_once(
                 break
         assert timed_out, "no send went to the paused b2"
         per_broker = _per_broker(admin, "slow")
-    stored = _stored(cluster, "slow")
+    stored = copies_in(cluster.proxies[0], "slow")
     assert {i: n for i, n in stored.items() if n > 1} == {}, f"stored twice; {per_broker}"
     assert set(stored) == set(sent)
     assert sum(per_broker.values()) == len(sent), per_broker

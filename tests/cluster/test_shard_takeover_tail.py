@@ -16,14 +16,12 @@ message twice; with the default, once.
 from __future__ import annotations
 
 import asyncio
-import os
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
-from popmq import Admin, Producer, SendReceipt
-from tests.cluster.traffic import copies_in, stored_on
+from popmq import Admin, Producer
+from tests.cluster.traffic import copies_in, send_until_held, stored_on
 from tests.support.fault_relay import FaultRelay, on_loop
 from tests.support.replicas import ReplicaCluster
 from tests.support.waiting import wait_until
@@ -62,23 +60,7 @@ def test_a_send_moved_off_a_killed_shard_leader_is_stored_once_after_the_takeove
             admin.create_topic("moved", queues=2)
         with Producer(proxy) as producer:
             relay.drop_next_answer(min_bytes=BODY_BYTES, hold_s=120)
-            held: tuple[str, Future[SendReceipt]] | None = None
-            for i in range(20):  # sends spread over both shards: one soon goes to s1
-                message_id = f"MOVED-{i}"
-                sending = producer.send_async(
-                    "moved", os.urandom(BODY_BYTES), message_id=message_id
-                )
-                wait_until(
-                    lambda s=sending: s.done() or relay.holding,
-                    "the send answered, or held at s1's leader's relay",
-                    30,
-                )
-                if relay.holding:
-                    held = (message_id, sending)
-                    break
-                sending.result()
-            assert held is not None, "no send went through the relay to s1's leader"
-            message_id, sending = held
+            message_id, sending = send_until_held(producer, relay, "moved", BODY_BYTES)
             # The follower holds it (asked on its own address, not through a relay): then
             # the leader dies before its answer gets out, its address refusing connections.
             wait_until(

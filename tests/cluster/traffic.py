@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections import Counter
 from collections.abc import Collection, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from popmq import (
@@ -16,11 +18,14 @@ from popmq import (
     AsyncSimpleConsumer,
     NotFoundError,
     PopMQError,
+    Producer,
     ReceivedMessage,
     SendReceipt,
     SimpleConsumer,
 )
 from popmq.cluster import RemoteBroker
+from tests.support.fault_relay import FaultRelay
+from tests.support.waiting import wait_until
 
 
 def ids_of(messages: Iterable[ReceivedMessage]) -> Counter[str]:
@@ -187,3 +192,23 @@ def stored_on(address: str, topic: str, message_id: str) -> bool:
         return True
 
     return asyncio.run(ask())
+
+
+def send_until_held(
+    producer: Producer, relay: FaultRelay, topic: str, body_bytes: int
+) -> tuple[str, Future[SendReceipt]]:
+    """Send messages MOVED-0, MOVED-1, ... one at a time (spread over the topic's brokers)
+    until one is held at `relay` (armed with `drop_next_answer`): its id and its pending
+    receipt. Bodies are random bytes of `body_bytes`, so the relay tells a send from pings."""
+    for i in range(20):
+        message_id = f"MOVED-{i}"
+        sending = producer.send_async(topic, os.urandom(body_bytes), message_id=message_id)
+        wait_until(
+            lambda s=sending: s.done() or relay.holding,
+            "the send answered, or held at the relay",
+            30,
+        )
+        if relay.holding:
+            return message_id, sending
+        sending.result()
+    raise AssertionError("no send went through the relay")
