@@ -7,7 +7,8 @@ be stored twice once it restarts. So a standalone `popmq broker` whose last run 
 cleanly (broker_core/crash_tail.py) asks every other live broker in etcd, with
 BrokerService `LookupSends` (the dedup window a proxy's repeat asks), whether it holds each
 message of its crash tail, and removes the messages one of them holds, logging the count at
-WARNING. This runs after the catalog sync and before the broker registers; meanwhile its
+WARNING. This runs after the catalog sync and before the broker registers (a shard's new
+leader: once registered, before it takes writes); meanwhile its
 BrokerService refuses writes, `LookupSends` included (server.py fences it), so two brokers
 restarting at once never each remove their copy because the other has one: each finds the
 other silent.
@@ -18,11 +19,14 @@ A broker that does not answer (down, paused, still starting, a release without
 which messages may be stored twice (at-least-once). A broker that is not registered is not
 asked: a copy moved to it stays a second copy.
 
-A shard's replica runs this each time it takes over as leader (replica.py), whatever the
-run marker (a replicating store keeps none): the shard's previous leader may have died
-mid-send, after replicating a send the proxy then moved to another broker. Its writes are
-fenced meanwhile as a restarting broker's are, and the removal is replicated like any
-write.
+A shard's replica runs this when it takes over as leader (replica.py) unless its last
+leader released it (a clean stop answers every send it took first), whatever the run
+marker (a replicating store keeps none): the shard's previous leader may have died
+mid-send, after replicating a send the proxy then moved to another broker. Its writes (pops
+and acks included) are fenced meanwhile as a restarting broker's are, and the removal is
+replicated like any write. Lookups ask for durable copies only (`stored_only`): a copy a
+peer is still writing, or holds in doubt after a failed fsync or a failed wait for its
+followers, does not count. A round that runs out of time goes on where it stopped.
 
 Everything runs on the event loop; the calls to the peers run concurrently. Each round
 (listing the peers in etcd, then each peer's batches of lookups one after another) has one
@@ -181,6 +185,9 @@ class _Asking:
         self.held_by: dict[str, int] = {}
         self._answered: set[tuple[str, str]] = set()
         """(peer name, address) that answered every batch."""
+        self._progress: dict[tuple[str, str], set[int]] = defaultdict(set)
+        """Batches (indexes into _batches) each (peer name, address) answered so far: a
+        round that ran out of time goes on where it stopped."""
         self._peers: dict[str, str] | None = None
         """Live peers by name -> address, as etcd last listed them (None: never listed)."""
         self._errors: dict[str, str] = {}
@@ -215,24 +222,31 @@ class _Asking:
         asked = [(n, a) for n, a in peers.items() if (n, a) not in self._answered]
         answers = await asyncio.gather(*(self._ask(n, a, deadline) for n, a in asked))
         for (peer, address), answer in zip(asked, answers, strict=True):
-            if isinstance(answer, _Unanswered):
+            if answer is not None:
                 self._errors[peer] = answer.why
                 continue
             self._errors.pop(peer, None)
             self._answered.add((peer, address))
-            found = answer - self.held
-            if found:
-                self.held_by[peer] = self.held_by.get(peer, 0) + len(found)
-                self.held |= found
 
-    async def _ask(self, peer: str, address: str, deadline: float) -> set[int] | _Unanswered:
-        """The tail indexes `peer` holds, or why it did not answer by `deadline`."""
+    def _found(self, peer: str, indexes: set[int]) -> None:
+        """`peer` holds these messages of the tail (a durable copy each)."""
+        found = indexes - self.held
+        if found:
+            self.held_by[peer] = self.held_by.get(peer, 0) + len(found)
+            self.held |= found
+
+    async def _ask(self, peer: str, address: str, deadline: float) -> _Unanswered | None:
+        """Ask `peer` about the batches it has not answered yet (what it holds goes into
+        `held` batch by batch); None once it answered them all, else why it did not by
+        `deadline`."""
         if not address:
             return _Unanswered("its registration has no address")
         stub = broker_pb2_grpc.BrokerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
-        found: set[int] = set()
+        answered = self._progress[(peer, address)]
         loop = asyncio.get_running_loop()
-        for topic, indexes in self._batches:
+        for batch, (topic, indexes) in enumerate(self._batches):
+            if batch in answered:
+                continue
             timeout_s = deadline - loop.time()
             if timeout_s <= 0:
                 return _Unanswered("no time was left for all of its lookups")
@@ -252,8 +266,9 @@ class _Asking:
                 return _Unanswered(f"{exc.code().name}: {exc.details()}")
             if len(answer.held) != len(indexes):
                 return _Unanswered(f"{len(answer.held)} answers to {len(indexes)} lookups")
-            found.update(i for i, held in zip(indexes, answer.held, strict=True) if held)
-        return found
+            self._found(peer, {i for i, held in zip(indexes, answer.held, strict=True) if held})
+            answered.add(batch)
+        return None
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)

@@ -135,10 +135,11 @@ class MessagesConfig:
     """FIFO messages a queue may read ahead of their blocked groups, per consumer group;
     beyond it a pop stops reading that queue until groups move on."""
     crash_tail_s: float = 30.0
-    """After a run that did not end cleanly, a cluster broker (`popmq broker`) asks the
-    other brokers, before it serves, whether they hold the messages it stored within this
-    long before its last one, and removes those they hold: sends a proxy moved off it when
-    it died (crash_tail.py). It covers a send left in doubt on a broker paused and then
+    """After a run that did not end cleanly, a cluster broker (`popmq broker`; a shard's
+    replica on a takeover whose last leader did not release it) asks the other brokers,
+    before it takes writes, whether they hold the messages it stored within this long
+    before its last one, and removes those they hold: sends a proxy moved off it when it
+    died (crash_tail.py). It covers a send left in doubt on a broker paused and then
     killed: the proxy's broker call timeout (10 s) plus `in_doubt_retry_s` (5 s), twice
     over. 0: never. Within 0..3600 s; beyond `dedup_window_s` it acts as that window, past
     which no broker says it holds a send."""

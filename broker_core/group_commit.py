@@ -253,6 +253,11 @@ class GroupCommitWriter:
         else:
             self.barrier = None
 
+    def in_doubt(self) -> bool:
+        """Whether a write's fsync or its wait for the followers failed and nothing vouched
+        for it since: what the store holds may not be durable (or replicated)."""
+        return self._unsynced or self._unreplicated
+
     def follower_joined(self) -> None:
         """A follower joined the in-sync set: sends held back by a failed barrier are
         confirmed now by an empty batch of sends (`_confirm`: it waits until the in-sync

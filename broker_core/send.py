@@ -341,11 +341,23 @@ class Sender:
             self._store, lookup_keys, self._clock.now_ms(), window_ms
         )
         pending = self._dedup
-        found = [
-            hit is not None or (not stored_only and pending.waiting(key) is not None)
-            for hit, key in zip(hits, lookup_keys, strict=True)
-        ]
         count = len(sent)
+        if stored_only:
+            # Durable copies only: not one whose send is in flight (written, but its fsync
+            # or its followers' acknowledgement may still fail: the claim lasts until
+            # both), nor any while a failed write or a failed wait for the followers
+            # leaves what the store holds in doubt.
+            if self._store.read_only or self._writer.in_doubt():
+                return [False] * count
+            found = [
+                hit is not None and pending.waiting(key) is None
+                for hit, key in zip(hits, lookup_keys, strict=True)
+            ]
+        else:
+            found = [
+                hit is not None or pending.waiting(key) is not None
+                for hit, key in zip(hits, lookup_keys, strict=True)
+            ]
         return [found[i] or found[count + i] for i in range(count)]
 
     def store_one(

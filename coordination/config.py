@@ -50,9 +50,9 @@ class ClusterConfig:
     of topics and groups before it prints that it listens. Health stays NOT_SERVING until
     that listing is applied, however long it takes (docs/coordination.md, Catalog sync)."""
     crash_tail_wait_s: float = 10.0
-    """How long a broker restarting after an unclean end keeps asking the other live
-    brokers that do not answer whether they hold its last messages (`messages.crash_tail_s`)
-    before it serves anyway, logging which may be stored twice (docs/cluster.md, "A retried
+    """How long a broker restarting after an unclean end (or a shard's replica taking over)
+    keeps asking the other live brokers that do not answer whether they hold its last
+    messages (`messages.crash_tail_s`) before it serves anyway, logging which may be stored twice (docs/cluster.md, "A retried
     send is stored once"). Within 0..600 s; 0: ask once."""
 
     proxy_name: str = ""

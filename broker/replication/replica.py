@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -61,7 +62,14 @@ from popmq.broker.replication.service import (
     add_replication_service,
 )
 from popmq.broker.service import BrokerServicer, add_broker_service
-from popmq.broker_core import Broker, BrokerAPI, InvalidArgumentError, UnavailableError, data_dir
+from popmq.broker_core import (
+    Broker,
+    BrokerAPI,
+    InvalidArgumentError,
+    PopMQError,
+    UnavailableError,
+    data_dir,
+)
 from popmq.broker_core.store import Store
 from popmq.coordination.coordinator import Session
 from popmq.coordination.errors import CoordinationError, MemberExistsError
@@ -458,6 +466,9 @@ class ReplicaServer:
         """Serve as the shard's leader for this term; return once it ended."""
         assert self._election is not None and self._coordinator is not None
         election = self._election
+        # The last leader this replica heard from released it: it stopped cleanly, having
+        # answered every send it took, so no send was moved off it while it may be stored.
+        released = self.follower.heard_at == -math.inf
         self._set_role("taking over", term.epoch)
         await self._drop_view()
         self.follower.close()
@@ -506,33 +517,44 @@ class ReplicaServer:
             await sync.wait_ready(timeout_s=self.config.cluster.catalog_ready_timeout_s)
             self.servicer.serve(broker)
             self.servicer.writes.following = None
-            await self._reconcile_takeover(broker)
-            self.servicer.writes.unfence()
-            self.role = "leader"
-            self.epoch = term.epoch
-            self.failovers += 1
-            log.info(
-                "shard %s: replica %s leads (epoch %d, from lsn %d)",
-                self.shard,
-                self.replica,
-                term.epoch,
-                self.log.lsn,
-            )
-            await self._health_to(health_pb2.HealthCheckResponse.SERVING)
+            # What ends the term, watched from here on: the reconciliation below waits on
+            # other brokers, and a follower that joins meanwhile and stalls must still
+            # leave the in-sync set (lag), a lost lease still end the term.
             lag_task = loop.create_task(self._check_lag(self.log))
             watches = (
                 loop.create_task(self._hold_registration(term)),
                 loop.create_task(broker.wait_failure()),
                 loop.create_task(sync.wait_failure()),
             )
+            reconciling = None
             try:
-                done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+                if not released:
+                    reconciling = loop.create_task(self._reconcile_takeover(broker))
+                    done, _ = await asyncio.wait(
+                        (reconciling, *watches), return_when=asyncio.FIRST_COMPLETED
+                    )
+                if reconciling is None or reconciling in done:
+                    if reconciling is not None:
+                        reconciling.result()  # what it could not handle ends the term
+                    self.servicer.writes.unfence()
+                    self.role = "leader"
+                    self.epoch = term.epoch
+                    self.failovers += 1
+                    log.info(
+                        "shard %s: replica %s leads (epoch %d, from lsn %d)",
+                        self.shard,
+                        self.replica,
+                        term.epoch,
+                        self.log.lsn,
+                    )
+                    await self._health_to(health_pb2.HealthCheckResponse.SERVING)
+                    done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 # Also when stop() cancels this: the registration's holder must not take
                 # the registration back once resign() below closed its keeper.
-                for task in watches:
+                for task in (*watches, *([reconciling] if reconciling else [])):
                     task.cancel()
-            reason = str(next(iter(done)).result())
+            reason = str(next(t for t in done if t is not reconciling).result())
         except (CoordinationError, TimeoutError, FollowError, OSError) as exc:
             reason = f"it could not start leading: {exc}"
         finally:
@@ -560,23 +582,32 @@ class ReplicaServer:
         """Before taking writes: remove what another broker holds of the messages the shard
         stored last (crash_tail_sync.py). A proxy moves a send off a leader whose address
         refuses connections; if that leader had replicated the send before it died, this
-        replica holds a copy too. Run on every takeover (a clean handover leaves no such
-        copy, and asking costs only the lookups); the removal is replicated like any write.
+        replica holds a copy too. Run on a takeover unless the last leader released this
+        replica (a clean stop); the removal is replicated like any write.
         """
         assert self._coordinator is not None
         self.servicer.writes.fence(
             "it is taking over the shard and is checking whether other brokers hold the "
             "messages the shard stored last"
         )
-        await reconcile_crash_tail(
-            broker,
-            self._coordinator,
-            name=self.shard,
-            wait_s=self.config.cluster.crash_tail_wait_s,
-            tls=self._peer_tls,
-            signer=self._peer_signer,
-            takeover=True,
-        )
+        try:
+            await reconcile_crash_tail(
+                broker,
+                self._coordinator,
+                name=self.shard,
+                wait_s=self.config.cluster.crash_tail_wait_s,
+                tls=self._peer_tls,
+                signer=self._peer_signer,
+                takeover=True,
+            )
+        except PopMQError as exc:  # its tail could not be read: serve, as after a failed removal
+            log.warning(
+                "shard %s: replica %s could not check the shard's last messages against the "
+                "other brokers (%s): a send moved off the last leader may be stored twice",
+                self.shard,
+                self.replica,
+                exc,
+            )
 
     async def _hold_registration(self, term: Term) -> str:
         """Keep the term's registration; return why the term ends. When the lease is lost

@@ -23,7 +23,7 @@ import pytest
 from popmq import Admin, Producer
 from tests.cluster.traffic import copies_in, send_until_held, stored_on
 from tests.support.fault_relay import FaultRelay, on_loop
-from tests.support.replicas import ReplicaCluster
+from tests.support.replicas import ReplicaCluster, in_sync_shard
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -92,3 +92,29 @@ def test_a_send_moved_off_a_killed_shard_leader_is_stored_once_after_the_takeove
         cluster.stop()
         for relay in relays.values():
             on_loop(relay_loop, relay.close(abort=True))
+
+
+def test_a_clean_handover_takes_over_without_asking_the_other_brokers(tmp_path: Path) -> None:
+    """A leader stopped with SIGTERM answers every send it took and then releases its
+    followers: no send was moved off it while it might be stored, so the follower that
+    takes over serves at once, without looking its last messages up."""
+    with in_sync_shard(tmp_path / "cluster", session_ttl_s=3) as cluster:
+        proxy = cluster.endpoint("p1")
+        with Admin(proxy) as admin, Producer(proxy) as producer:
+            admin.create_topic("handed", queues=1)
+            for i in range(10):
+                producer.send("handed", f"h{i}".encode())
+        leader = cluster.leader("s1")
+        assert leader is not None
+        (follower,) = (n for n in cluster.replicas("s1") if n != leader)
+        assert cluster.terminate(leader, timeout_s=60.0) == 0, cluster.logs()
+        assert cluster.wait_leader("s1", other_than=leader) == follower
+        new_leader = cluster.processes[follower]
+        wait_until(
+            lambda: "leads (epoch" in new_leader.log_since(new_leader.log_offsets[-1]),
+            f"{follower} leading",
+            60,
+        )
+        assert "takes over from its last leader" not in new_leader.log_since(
+            new_leader.log_offsets[-1]
+        )

@@ -12,6 +12,7 @@ need it, and CI runs `make setup` first.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
@@ -136,9 +137,22 @@ class EtcdServer:
         self.start()
 
     def pause(self) -> None:
-        """SIGSTOP: etcd hangs (connections stay open, nothing answers)."""
+        """SIGSTOP: etcd hangs (connections stay open, nothing answers). Returns once every
+        thread of it is stopped: a thread still running on another core could otherwise
+        answer a request the test makes right after."""
         assert self.process is not None, "etcd is not running"
         self.process.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            states = []
+            for task in tasks.iterdir():
+                with contextlib.suppress(OSError):
+                    # The state follows the command's closing parenthesis.
+                    states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+            if states and all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,6 +67,8 @@ class FaultRelay:
         self.target: tuple[str, int] | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._transports: set[asyncio.BaseTransport] = set()
+        """Every accepted connection's transport until it is lost."""
         self._handlers: set[asyncio.Task[None]] = set()
         # Set from the test's thread, read on the loop: single attribute writes.
         self._drop_min_bytes: int | None = None
@@ -87,7 +89,12 @@ class FaultRelay:
         return f"{host}:{port}"
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        loop = asyncio.get_running_loop()
+
+        def accepted() -> asyncio.Protocol:
+            return _Tracked(asyncio.StreamReader(), self._accept, self._transports)
+
+        self._server = await loop.create_server(accepted, "127.0.0.1", 0)
         return self.endpoint
 
     async def close(self, *, abort: bool = False) -> None:
@@ -109,6 +116,10 @@ class FaultRelay:
         for handler in stragglers:
             handler.cancel()
         await asyncio.gather(*stragglers, return_exceptions=True)
+        # A connection whose handler never ran (accepted as the relay closed) has only its
+        # transport: every accepted one is aborted here.
+        for transport in list(self._transports):
+            transport.abort()
         await server.wait_closed()
         await asyncio.sleep(0)  # closed transports release their sockets on the next pass
 
@@ -181,3 +192,28 @@ class FaultRelay:
                 writer.write(data)
                 await writer.drain()
         writer.close()
+
+
+class _Tracked(asyncio.StreamReaderProtocol):
+    """A stream server's protocol that keeps its transport in `transports` while the
+    connection lasts, so the relay can close connections its handlers never saw."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        accept: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+        transports: set[asyncio.BaseTransport],
+    ) -> None:
+        super().__init__(reader, accept)
+        self._transports = transports
+        self._own: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._own = transport
+        self._transports.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._own is not None:
+            self._transports.discard(self._own)
+        super().connection_lost(exc)

@@ -356,3 +356,54 @@ def test_after_leadership_ends_a_send_is_refused_and_the_broker_closes(
             await asyncio.wait_for(broker.close(), 30)
 
     asyncio.run(scenario())
+
+
+def test_a_lookup_of_stored_copies_counts_only_durable_ones(open_broker: OpenBroker) -> None:
+    """What a broker reconciling its crash tail asks (`stored_only`): a copy whose fsync
+    failed is readable, and a repeat would wait for it, but it is not held until an fsync
+    succeeds."""
+
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            fsync = _FailingFsync(broker.store)
+            with pytest.raises(OutcomeUnknownError):
+                await broker.send([NewMessage("orders", b"first", message_id="M")])
+            assert broker.lookup_sends("orders", [("M", "")]) == [True]
+            assert broker.lookup_sends("orders", [("M", "")], stored_only=True) == [False]
+            fsync.failing = False
+            await broker.send([NewMessage("orders", b"other", message_id="N")])  # synced
+            assert broker.lookup_sends("orders", [("M", "")], stored_only=True) == [True]
+
+    asyncio.run(scenario())
+
+
+def test_a_lookup_of_stored_copies_counts_a_replicated_one_only_once_the_followers_hold_it(
+    data_dir: Path,
+) -> None:
+    async def scenario() -> None:
+        async with _shard(data_dir) as shard:
+            broker, log = shard.broker, shard.log
+            shard.acking.clear()
+            first = _send(broker, b"first")
+            await until(lambda: log.lsn > shard.r2.acked, "the send written", 10)
+            written = log.lsn
+            # Written and readable, its wait for r2 in flight: a repeat would wait for it.
+            assert broker.lookup_sends("orders", [("M", "")]) == [True]
+            assert broker.lookup_sends("orders", [("M", "")], stored_only=True) == [False]
+            log.disconnected(shard.r2, "killed")
+            with pytest.raises(OutcomeUnknownError):
+                await first
+            # Its wait failed: it may be on this replica alone.
+            assert broker.lookup_sends("orders", [("M", "")], stored_only=True) == [False]
+            r2 = log.connected("r2", written - 1)
+            log.acked(r2, written - 1)
+            await until(lambda: log.isr == {"r2"}, "r2 back in sync", 10)
+            log.acked(r2, written)
+            await until(
+                lambda: broker.lookup_sends("orders", [("M", "")], stored_only=True) == [True],
+                "the copy vouched for once r2 holds it",
+                10,
+            )
+
+    asyncio.run(scenario())
