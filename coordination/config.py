@@ -52,8 +52,9 @@ class ClusterConfig:
     crash_tail_wait_s: float = 10.0
     """How long a broker restarting after an unclean end (or a shard's replica taking over)
     keeps asking the other live brokers that do not answer whether they hold its last
-    messages (`messages.crash_tail_s`) before it serves anyway, logging which may be stored twice (docs/cluster.md, "A retried
-    send is stored once"). Within 0..600 s; 0: ask once."""
+    messages (`messages.crash_tail_s`) before it serves anyway, logging which may be stored
+    twice (docs/cluster.md, "A retried send is stored once"). Within 0..600 s; 0: ask
+    once."""
 
     proxy_name: str = ""
     """`popmq proxy`: its member name in etcd (proxies/<name>); empty: its advertised
