@@ -322,10 +322,20 @@ class Sender:
     ) -> list[bool]:
         """Whether each sent message of `topic`, as (message id, dedup id or ""), is in the
         dedup window, as a message or as a half message: stored within it, or being stored
-        by a send in flight (unless `stored_only`: that send may still fail). A send (or
-        half send) of it now would be answered with the first copy's result and store
-        nothing; so does this broker's answer to a repeat that a proxy routes here after
-        asking (a read of the same index the send reads, on the loop: one multi-get)."""
+        by a send in flight. A send (or half send) of it now would be answered with the
+        first copy's result and store nothing; so does this broker's answer to a repeat
+        that a proxy routes here after asking (a read of the same index the send reads, on
+        the loop: one multi-get).
+
+        `stored_only`: durable copies only, what a broker reconciling its crash tail asks.
+
+        Raises:
+            UnavailableError: with `stored_only`, when the answer is not known yet: a send
+                of one of them is in flight (written, but its fsync or its followers'
+                acknowledgement may still fail: its claim lasts until both), or a failed
+                write or a failed wait for the followers leaves the store in doubt. Retriable:
+                the asker asks again.
+        """
         info = self._catalog.topics.get(topic)
         if info is None or info.kind != KIND_NORMAL:
             return [False] * len(sent)  # no such topic here: none of its messages either
@@ -343,21 +353,20 @@ class Sender:
         pending = self._dedup
         count = len(sent)
         if stored_only:
-            # Durable copies only: not one whose send is in flight (written, but its fsync
-            # or its followers' acknowledgement may still fail: the claim lasts until
-            # both), nor any while a failed write or a failed wait for the followers
-            # leaves what the store holds in doubt.
             if self._store.read_only or self._writer.in_doubt():
-                return [False] * count
-            found = [
-                hit is not None and pending.waiting(key) is None
-                for hit, key in zip(hits, lookup_keys, strict=True)
-            ]
-        else:
-            found = [
-                hit is not None or pending.waiting(key) is not None
-                for hit, key in zip(hits, lookup_keys, strict=True)
-            ]
+                raise UnavailableError(
+                    f"a write of this broker failed and what it stored since may not be "
+                    f"durable yet: ask again once a write succeeds (topic {topic!r})"
+                )
+            if any(pending.waiting(key) is not None for key in lookup_keys):
+                raise UnavailableError(
+                    f"a send of one of these messages of topic {topic!r} is being stored "
+                    "now: ask again once it is done"
+                )
+        found = [
+            hit is not None or pending.waiting(key) is not None
+            for hit, key in zip(hits, lookup_keys, strict=True)
+        ]
         return [found[i] or found[count + i] for i in range(count)]
 
     def store_one(

@@ -119,6 +119,11 @@ class Follower:
         self.heard_at = time.monotonic()
         """When a leader was last heard from; a process that just started counts as having
         heard from one now (it may have answered a heartbeat before it restarted)."""
+        self.released = False
+        """The last message from a leader released this replica: that leader stopped
+        cleanly, having answered every send it took (a replica taking over after that
+        need not look its last messages up on the other brokers). Cleared by anything
+        else a leader sends, and by this replica's own takeover."""
         self.last_leader: LastLeader | None = None
         """The leader this replica followed (or was) last, as written in its data dir."""
 
@@ -229,7 +234,8 @@ class Follower:
                 self.known_epoch = response.epoch
                 self.heard_at = max(self.heard_at, time.monotonic())
                 kind = response.WhichOneof("kind")
-                if kind == "heartbeat" and response.heartbeat.release:
+                self.released = kind == "heartbeat" and response.heartbeat.release
+                if self.released:
                     # The leader counts on no promise any more (it is stopping).
                     self.heard_at = -math.inf
                 elif kind == "heartbeat":

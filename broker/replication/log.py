@@ -139,6 +139,10 @@ class ReplicationLog:
         self._grown = asyncio.Event()
         self.closing = False
         """Set by `close_streams`: the followers' streams end once nothing is owed to them."""
+        self.releases = True
+        """Whether a stream that ends on a stop releases its follower (tells it this leader
+        stopped cleanly): not while a takeover's reconciliation is unfinished, or the
+        follower, taking over next, would skip it (replica.py)."""
         self.isr: set[str] = set(isr)
         # The followers etcd may name in sync: what the last ISR write that surely landed
         # says, plus every set whose write failed (it may have landed all the same).

@@ -40,7 +40,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -468,7 +467,8 @@ class ReplicaServer:
         election = self._election
         # The last leader this replica heard from released it: it stopped cleanly, having
         # answered every send it took, so no send was moved off it while it may be stored.
-        released = self.follower.heard_at == -math.inf
+        released = self.follower.released
+        self.follower.released = False
         self._set_role("taking over", term.epoch)
         await self._drop_view()
         self.follower.close()
@@ -496,6 +496,9 @@ class ReplicaServer:
                 persist=lambda isr: election.write_isr(term, isr),
                 promise_s=self.config.cluster.session_ttl_s * PROMISE_SHARE,
             )
+            # Until its reconciliation is done, a stop ends its followers' streams without
+            # releasing them: the one taking over next must reconcile in its place.
+            self.log.releases = released
             opened.append(self.log)
             return self.log
 
@@ -516,6 +519,13 @@ class ReplicaServer:
             await sync.start()
             await sync.wait_ready(timeout_s=self.config.cluster.catalog_ready_timeout_s)
             self.servicer.serve(broker)
+            if not released:
+                # Fenced before `following` is cleared, so no call queued on the loop slips
+                # in before the reconciliation (_reconcile_takeover) has run.
+                self.servicer.writes.fence(
+                    "it is taking over the shard and is checking whether other brokers hold "
+                    "the messages the shard stored last"
+                )
             self.servicer.writes.following = None
             # What ends the term, watched from here on: the reconciliation below waits on
             # other brokers, and a follower that joins meanwhile and stalls must still
@@ -533,9 +543,13 @@ class ReplicaServer:
                     done, _ = await asyncio.wait(
                         (reconciling, *watches), return_when=asyncio.FIRST_COMPLETED
                     )
-                if reconciling is None or reconciling in done:
+                if reconciling is None or (
+                    reconciling in done and not any(w in done for w in watches)
+                ):
                     if reconciling is not None:
-                        reconciling.result()  # what it could not handle ends the term
+                        reconciling.result()  # raises what it could not handle itself
+                        assert self.log is not None
+                        self.log.releases = True
                     self.servicer.writes.unfence()
                     self.role = "leader"
                     self.epoch = term.epoch
@@ -552,8 +566,11 @@ class ReplicaServer:
             finally:
                 # Also when stop() cancels this: the registration's holder must not take
                 # the registration back once resign() below closed its keeper.
-                for task in (*watches, *([reconciling] if reconciling else [])):
+                tasks = (*watches, *([reconciling] if reconciling else []))
+                for task in tasks:
                     task.cancel()
+                # Ended before the broker closes (a lookup's channel, a removal's write).
+                await asyncio.gather(*tasks, return_exceptions=True)
             reason = str(next(t for t in done if t is not reconciling).result())
         except (CoordinationError, TimeoutError, FollowError, OSError) as exc:
             reason = f"it could not start leading: {exc}"
@@ -586,10 +603,6 @@ class ReplicaServer:
         replica (a clean stop); the removal is replicated like any write.
         """
         assert self._coordinator is not None
-        self.servicer.writes.fence(
-            "it is taking over the shard and is checking whether other brokers hold the "
-            "messages the shard stored last"
-        )
         try:
             await reconcile_crash_tail(
                 broker,

@@ -192,10 +192,12 @@ class ReplicationServicer(replication_pb2_grpc.ReplicationServiceServicer):
             if log_.failure is not None:
                 return
             if log_.streams_may_end(next_lsn):
-                # Stopping: from here it writes only under its etcd lease, so the follower
-                # may campaign as soon as the lease is revoked, not a window later.
-                log_.waive_promises()
-                yield pb.FollowResponse(epoch=log_.epoch, heartbeat=pb.Heartbeat(release=True))
+                if log_.releases:
+                    # Stopping: from here it writes only under its etcd lease, so the
+                    # follower may campaign as soon as the lease is revoked, not a window
+                    # later.
+                    log_.waive_promises()
+                    yield pb.FollowResponse(epoch=log_.epoch, heartbeat=pb.Heartbeat(release=True))
                 return
             if loop.time() >= next_beat:
                 # Stamped before it leaves: the promise it earns is counted from here.

@@ -153,6 +153,7 @@ class EtcdServer:
             if states and all(state in ("T", "t") for state in states):
                 return
             time.sleep(0.001)
+        raise AssertionError(f"etcd (pid {self.process.pid}) did not stop within 5 s of SIGSTOP")
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""

@@ -104,6 +104,7 @@ class FaultRelay:
         if server is None:
             return
         server.close()
+        await asyncio.sleep(0)  # a handler created as it closed registers itself first
         for writer in list(self._writers):
             writer.close()
         if abort:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from popmq.broker_core.broker import Broker
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import BrokerConfig, MessagesConfig, StoreConfig
+from popmq.broker_core.errors import UnavailableError
 from popmq.broker_core.types import NewMessage
 from tests.unit.conftest import OpenBroker
 
@@ -74,8 +77,10 @@ def test_lookup_holds_a_send_still_being_stored(open_broker: OpenBroker) -> None
             assert not sending.done()
             # Not in the index yet, but a send of it now would wait for this one's result.
             assert broker.lookup_sends("orders", [("ID-1", "")]) == [True]
-            # Not stored yet either: that write may still fail.
-            assert broker.lookup_sends("orders", [("ID-1", "")], stored_only=True) == [False]
+            # Not durable yet: that write may still fail, so a lookup of durable copies is
+            # not answered (asked again).
+            with pytest.raises(UnavailableError, match="being stored now"):
+                broker.lookup_sends("orders", [("ID-1", "")], stored_only=True)
             (first,) = await sending
             assert broker.lookup_sends("orders", [("ID-1", "")]) == [True]
             assert broker.lookup_sends("orders", [("ID-1", "")], stored_only=True) == [True]
