@@ -103,3 +103,45 @@ async def test_a_follower_sent_a_snapshot_joins_the_in_sync_set_only_once_it_ack
         log.fail_all("the test ended")
         await server.stop(None)
         store.close()
+
+
+@pytest.mark.parametrize("releases", [True, False])
+@run_async
+async def test_a_stopping_leader_releases_its_followers_only_once_its_takeover_is_reconciled(
+    tmp_path: Path, releases: bool
+) -> None:
+    """A stop ends each follower's stream once nothing is owed to it; the last heartbeat
+    releases the follower (it may take over without the crash-tail lookups) unless the
+    leader's own takeover reconciliation was not done (`ReplicationLog.releases`)."""
+    directory = tmp_path / "leader"
+    store = Store(directory)
+    (directory / data_dir.KEY_FILE).write_bytes(b"k" * 32)
+    log = _log(store, 7, [])
+    log.releases = releases
+    await _acknowledged_sends(store, log, 1)
+    servicer = ReplicationServicer("s1")
+    servicer.leading = Leadership(log, store, directory)
+    server = grpc.aio.server()
+    add_replication_service(server, servicer)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = replication_pb2_grpc.ReplicationServiceStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Follow()
+            hello = pb.FollowHello(shard="s1", replica="r2", last_epoch=0, last_lsn=0)
+            await call.write(pb.FollowRequest(hello=hello))
+            while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
+                assert response.WhichOneof("kind") == "snapshot_file", response
+            await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=1)))
+            await until(lambda: log.isr == {"r2"}, "r2 in sync", 10.0, interval_s=0.01)
+            log.close_streams()
+            released = False
+            while (response := await call.read()) is not grpc.aio.EOF:
+                if response.WhichOneof("kind") == "heartbeat":
+                    released = released or response.heartbeat.release
+            assert released is releases
+    finally:
+        log.fail_all("the test ended")
+        await server.stop(None)
+        store.close()
