@@ -59,7 +59,7 @@ async def _cancel_the_rest() -> None:
     for task in others:
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.1)  # aborted transports release their sockets
 
 
 class FaultRelay:
@@ -69,6 +69,7 @@ class FaultRelay:
         self._writers: set[asyncio.StreamWriter] = set()
         self._transports: set[asyncio.BaseTransport] = set()
         """Every accepted connection's transport until it is lost."""
+        self._closed = False
         self._handlers: set[asyncio.Task[None]] = set()
         # Set from the test's thread, read on the loop: single attribute writes.
         self._drop_min_bytes: int | None = None
@@ -92,7 +93,9 @@ class FaultRelay:
         loop = asyncio.get_running_loop()
 
         def accepted() -> asyncio.Protocol:
-            return _Tracked(asyncio.StreamReader(), self._accept, self._transports)
+            return _Tracked(
+                asyncio.StreamReader(), self._accept, self._transports, lambda: self._closed
+            )
 
         self._server = await loop.create_server(accepted, "127.0.0.1", 0)
         return self.endpoint
@@ -103,6 +106,7 @@ class FaultRelay:
         server, self._server = self._server, None
         if server is None:
             return
+        self._closed = True
         server.close()
         await asyncio.sleep(0)  # a handler created as it closed registers itself first
         for writer in list(self._writers):
@@ -118,11 +122,16 @@ class FaultRelay:
             handler.cancel()
         await asyncio.gather(*stragglers, return_exceptions=True)
         # A connection whose handler never ran (accepted as the relay closed) has only its
-        # transport: every accepted one is aborted here.
+        # transport: every accepted one is aborted here. One the loop was still setting up
+        # when the server closed (accepted, its transport not made yet) is aborted as it is
+        # made (`_Tracked`), after the pause below at the latest.
         for transport in list(self._transports):
             transport.abort()
         await server.wait_closed()
-        await asyncio.sleep(0)  # closed transports release their sockets on the next pass
+        await asyncio.sleep(0.1)
+        for transport in list(self._transports):
+            transport.abort()
+        await asyncio.sleep(0)  # aborted transports release their sockets on the next pass
 
     def drop_next_answer(self, min_bytes: int, hold_s: float = 0.5) -> None:
         self._hold_s = hold_s
@@ -132,6 +141,9 @@ class FaultRelay:
         self._paused_until = time.monotonic() + seconds
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed:
+            writer.transport.abort()
+            return
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
@@ -204,15 +216,19 @@ class _Tracked(asyncio.StreamReaderProtocol):
         reader: asyncio.StreamReader,
         accept: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
         transports: set[asyncio.BaseTransport],
+        closed: Callable[[], bool],
     ) -> None:
         super().__init__(reader, accept)
         self._transports = transports
+        self._relay_closed = closed  # (StreamReaderProtocol has a `_closed` of its own)
         self._own: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._own = transport
         self._transports.add(transport)
         super().connection_made(transport)
+        if self._relay_closed():  # made after the relay closed: nothing is relayed any more
+            transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._own is not None:
