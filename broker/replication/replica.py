@@ -465,8 +465,9 @@ class ReplicaServer:
         """Serve as the shard's leader for this term; return once it ended."""
         assert self._election is not None and self._coordinator is not None
         election = self._election
-        # The last leader this replica heard from released it: it stopped cleanly, having
-        # answered every send it took, so no send was moved off it while it may be stored.
+        # The last leader this replica heard from released it: it stopped cleanly once the
+        # sends in flight had finished, so no send was moved off it while it might be
+        # stored (but for docs/cluster.md's exceptions for a clean stop).
         released = self.follower.released
         self.follower.released = False
         self._set_role("taking over", term.epoch)
@@ -529,7 +530,7 @@ class ReplicaServer:
             self.servicer.writes.following = None
             # What ends the term, watched from here on: the reconciliation below waits on
             # other brokers, and a follower that joins meanwhile and stalls must still
-            # leave the in-sync set (lag), a lost lease still end the term.
+            # leave the in-sync set (lag), a lost registration still end the term.
             lag_task = loop.create_task(self._check_lag(self.log))
             watches = (
                 loop.create_task(self._hold_registration(term)),
