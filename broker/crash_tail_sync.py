@@ -20,7 +20,7 @@ which messages may be stored twice (at-least-once). A broker that is not registe
 asked: a copy moved to it stays a second copy.
 
 A shard's replica runs this when it takes over as leader (replica.py) unless its last
-leader released it (a clean stop answers every send it took first), whatever the run
+leader released it (a clean stop lets the sends in flight finish first), whatever the run
 marker (a replicating store keeps none): the shard's previous leader may have died
 mid-send, after replicating a send the proxy then moved to another broker. Its writes (pops
 and acks included) are fenced meanwhile as a restarting broker's are, and the removal is
@@ -251,8 +251,8 @@ class _Asking:
             if timeout_s <= 0:
                 return _Unanswered("no time was left for all of its lookups")
             messages = [self._tail[i] for i in indexes]
-            # Stored copies only: a send in flight at the peer may still fail, and then
-            # removing this copy would leave none.
+            # Durable copies only: a send in flight at the peer may still fail, and then
+            # removing this copy would leave none (the peer answers UNAVAILABLE meanwhile).
             request = pb.LookupSendsRequest(
                 topic=topic, message_ids=[m.message_id for m in messages], stored_only=True
             )

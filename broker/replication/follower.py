@@ -121,7 +121,7 @@ class Follower:
         heard from one now (it may have answered a heartbeat before it restarted)."""
         self.released = False
         """The last message from a leader released this replica: that leader stopped
-        cleanly, having answered every send it took (a replica taking over after that
+        cleanly, once the sends in flight had finished (a replica taking over after that
         need not look its last messages up on the other brokers). Cleared by anything
         else a leader sends, and by this replica's own takeover."""
         self.last_leader: LastLeader | None = None
