@@ -4,6 +4,8 @@ by a follower is what the follower acknowledged, never what was only sent to it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -54,6 +56,31 @@ async def _acknowledged_sends(store: Store, log: ReplicationLog, count: int) -> 
         await waiting
 
 
+@asynccontextmanager
+async def _following(
+    log: ReplicationLog, store: Store, directory: Path
+) -> AsyncIterator[grpc.aio.StreamStreamCall[pb.FollowRequest, pb.FollowResponse]]:
+    """The leader's ReplicationService on 127.0.0.1:0, and replica r2's Follow call to it,
+    hello sent (from nothing: the leader starts with a snapshot)."""
+    servicer = ReplicationServicer("s1")
+    servicer.leading = Leadership(log, store, directory)
+    server = grpc.aio.server()
+    add_replication_service(server, servicer)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = replication_pb2_grpc.ReplicationServiceStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Follow()
+            hello = pb.FollowHello(shard="s1", replica="r2", last_epoch=0, last_lsn=0)
+            await call.write(pb.FollowRequest(hello=hello))
+            yield call
+    finally:
+        log.fail_all("the test ended")
+        await server.stop(None)
+        store.close()
+
+
 @pytest.mark.parametrize("acknowledged", ["in this term", "in an earlier term"])
 @run_async
 async def test_a_follower_sent_a_snapshot_joins_the_in_sync_set_only_once_it_acknowledged_it(
@@ -69,40 +96,25 @@ async def test_a_follower_sent_a_snapshot_joins_the_in_sync_set_only_once_it_ack
         # Re-elected: nothing acknowledged in the new term yet, and its in-memory log is
         # empty, but the store holds what the earlier term acknowledged.
         log = _log(store, 8, persisted)
-    servicer = ReplicationServicer("s1")
-    servicer.leading = Leadership(log, store, directory)
-    server = grpc.aio.server()
-    add_replication_service(server, servicer)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = replication_pb2_grpc.ReplicationServiceStub(channel)  # type: ignore[no-untyped-call]
-            call = stub.Follow()
-            hello = pb.FollowHello(shard="s1", replica="r2", last_epoch=0, last_lsn=0)
-            await call.write(pb.FollowRequest(hello=hello))
-            while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
-                assert response.WhichOneof("kind") == "snapshot_file", response
-            assert response.snapshot_end.last_lsn == 3
-            await until(
-                lambda: "r2" in log.followers, "the leader streams to r2", 10.0, interval_s=0.01
-            )
+    async with _following(log, store, directory) as call:
+        while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
+            assert response.WhichOneof("kind") == "snapshot_file", response
+        assert response.snapshot_end.last_lsn == 3
+        await until(
+            lambda: "r2" in log.followers, "the leader streams to r2", 10.0, interval_s=0.01
+        )
 
-            # Received, but not yet written, fsynced and swapped in: a follower that
-            # crashed now would hold none of it, so it must not be electable yet.
-            await log.check_lag()
-            assert "r2" not in log.isr and persisted == []
+        # Received, but not yet written, fsynced and swapped in: a follower that
+        # crashed now would hold none of it, so it must not be electable yet.
+        await log.check_lag()
+        assert "r2" not in log.isr and persisted == []
 
-            await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=3)))
-            await until(
-                lambda: persisted == [{"r2"}], "r2 joins the in-sync set", 10.0, interval_s=0.01
-            )
-            assert log.isr == {"r2"}
-            call.cancel()
-    finally:
-        log.fail_all("the test ended")
-        await server.stop(None)
-        store.close()
+        await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=3)))
+        await until(
+            lambda: persisted == [{"r2"}], "r2 joins the in-sync set", 10.0, interval_s=0.01
+        )
+        assert log.isr == {"r2"}
+        call.cancel()
 
 
 @pytest.mark.parametrize("releases", [True, False])
@@ -119,29 +131,14 @@ async def test_a_stopping_leader_releases_its_followers_only_once_its_takeover_i
     log = _log(store, 7, [])
     log.releases = releases
     await _acknowledged_sends(store, log, 1)
-    servicer = ReplicationServicer("s1")
-    servicer.leading = Leadership(log, store, directory)
-    server = grpc.aio.server()
-    add_replication_service(server, servicer)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = replication_pb2_grpc.ReplicationServiceStub(channel)  # type: ignore[no-untyped-call]
-            call = stub.Follow()
-            hello = pb.FollowHello(shard="s1", replica="r2", last_epoch=0, last_lsn=0)
-            await call.write(pb.FollowRequest(hello=hello))
-            while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
-                assert response.WhichOneof("kind") == "snapshot_file", response
-            await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=1)))
-            await until(lambda: log.isr == {"r2"}, "r2 in sync", 10.0, interval_s=0.01)
-            log.close_streams()
-            released = False
-            while (response := await call.read()) is not grpc.aio.EOF:
-                if response.WhichOneof("kind") == "heartbeat":
-                    released = released or response.heartbeat.release
-            assert released is releases
-    finally:
-        log.fail_all("the test ended")
-        await server.stop(None)
-        store.close()
+    async with _following(log, store, directory) as call:
+        while (response := await call.read()).WhichOneof("kind") != "snapshot_end":
+            assert response.WhichOneof("kind") == "snapshot_file", response
+        await call.write(pb.FollowRequest(ack=pb.FollowAck(lsn=1)))
+        await until(lambda: log.isr == {"r2"}, "r2 in sync", 10.0, interval_s=0.01)
+        log.close_streams()
+        released = False
+        while (response := await call.read()) is not grpc.aio.EOF:
+            if response.WhichOneof("kind") == "heartbeat":
+                released = released or response.heartbeat.release
+        assert released is releases

@@ -22,6 +22,7 @@ import pytest
 
 from popmq import Admin, Producer
 from tests.cluster.traffic import copies_in, send_until_held, stored_on
+from tests.support.cluster import ClusterProcess
 from tests.support.fault_relay import FaultRelay, on_loop
 from tests.support.replicas import ReplicaCluster, in_sync_shard
 from tests.support.waiting import wait_until
@@ -31,6 +32,18 @@ pytestmark = pytest.mark.timeout(300)
 BODY_BYTES = 6000
 """Bodies of random bytes this large, so that the relay tells a send from the follower's
 acknowledgements and pings."""
+
+
+def _took_over(cluster: ReplicaCluster, leader: str, follower: str) -> ClusterProcess:
+    """Wait until `follower` leads s1 in `leader`'s place (serving: its takeover done)."""
+    assert cluster.wait_leader("s1", other_than=leader) == follower
+    process = cluster.processes[follower]
+    wait_until(
+        lambda: "leads (epoch" in process.log_since(process.log_offsets[-1]),
+        f"{follower} leading",
+        60,
+    )
+    return process
 
 
 @pytest.mark.parametrize("crash_tail_s", [30.0, 0.0], ids=["reconciled", "off"])
@@ -73,13 +86,7 @@ def test_a_send_moved_off_a_killed_shard_leader_is_stored_once_after_the_takeove
             on_loop(relay_loop, relay.close(abort=True))
             receipt = sending.result(timeout=60)  # the proxy moved it to s2: no client error
             assert receipt.message_id == message_id
-        assert cluster.wait_leader("s1", other_than=leader) == follower
-        new_leader = cluster.processes[follower]
-        wait_until(
-            lambda: "leads (epoch" in new_leader.log_since(new_leader.log_offsets[-1]),
-            f"{follower} leading",
-            60,
-        )
+        new_leader = _took_over(cluster, leader, follower)
         copies = copies_in(proxy, "moved")
         expected = 1 if crash_tail_s else 2
         assert copies[message_id] == expected, (copies, new_leader.log_tail(30))
@@ -95,7 +102,7 @@ def test_a_send_moved_off_a_killed_shard_leader_is_stored_once_after_the_takeove
 
 
 def test_a_clean_handover_takes_over_without_asking_the_other_brokers(tmp_path: Path) -> None:
-    """A leader stopped with SIGTERM answers every send it took and then releases its
+    """A leader stopped with SIGTERM lets the sends in flight finish and then releases its
     followers: no send was moved off it while it might be stored, so the follower that
     takes over serves at once, without looking its last messages up."""
     with in_sync_shard(tmp_path / "cluster", session_ttl_s=3) as cluster:
@@ -108,13 +115,7 @@ def test_a_clean_handover_takes_over_without_asking_the_other_brokers(tmp_path: 
         assert leader is not None
         (follower,) = (n for n in cluster.replicas("s1") if n != leader)
         assert cluster.terminate(leader, timeout_s=60.0) == 0, cluster.logs()
-        assert cluster.wait_leader("s1", other_than=leader) == follower
-        new_leader = cluster.processes[follower]
-        wait_until(
-            lambda: "leads (epoch" in new_leader.log_since(new_leader.log_offsets[-1]),
-            f"{follower} leading",
-            60,
-        )
+        new_leader = _took_over(cluster, leader, follower)
         assert "takes over from its last leader" not in new_leader.log_since(
             new_leader.log_offsets[-1]
         )
