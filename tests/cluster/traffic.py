@@ -13,17 +13,19 @@ from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import grpc
+
 from popmq import (
     AsyncProducer,
     AsyncSimpleConsumer,
-    NotFoundError,
     PopMQError,
     Producer,
     ReceivedMessage,
     SendReceipt,
     SimpleConsumer,
 )
-from popmq.cluster import RemoteBroker
+from popmq._gen.popmq.broker.v1 import broker_pb2 as broker_pb
+from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from tests.support.fault_relay import FaultRelay
 from tests.support.waiting import wait_until
 
@@ -178,20 +180,18 @@ def copies_in(endpoint: str, topic: str) -> Counter[str]:
 def stored_on(address: str, topic: str, message_id: str) -> bool:
     """Whether the broker at `address` stored the message: QueryMessage finds only a
     written message (durable with the default sync flush), where a lookup of the dedup
-    window also counts a send still being written."""
-
-    async def ask() -> bool:
-        remote = RemoteBroker(address, catalog=False)
-        await remote.start()
+    window also counts a send still being written. A blocking call: no event loop of its
+    own for grpc to outlive."""
+    request = broker_pb.QueryMessageRequest(topic=topic, message_id=message_id)
+    with grpc.insecure_channel(address) as channel:
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
-            await remote.query_message(topic, message_id)
-        except NotFoundError:
-            return False
-        finally:
-            await remote.close()
-        return True
-
-    return asyncio.run(ask())
+            stub.QueryMessage(request, timeout=10)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise
+    return True
 
 
 def send_until_held(
