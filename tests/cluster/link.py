@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from tests.support.tracked_server import TrackedServer
+
 
 class Link:
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
         self._target = (host, int(port))
         self._server: asyncio.Server | None = None
+        self._tracked = TrackedServer(self._accept)
         # Both writers of every forwarded connection, closed by cut().
         self._writers: set[asyncio.StreamWriter] = set()
         # The connection handlers still running; exit waits for them (a cancelled handler
@@ -30,16 +33,16 @@ class Link:
         return f"{host}:{port}"
 
     async def __aenter__(self) -> Link:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await self._tracked.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
-        self._server.close()
+        self._tracked.stop_listening()
         self._close_all()
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=5)
-        await self._server.wait_closed()
+        await self._tracked.close()  # what is still open (tracked_server.py)
 
     def cut(self) -> None:
         self.is_cut = True

@@ -23,6 +23,7 @@ from popmq.cluster import RemoteBroker
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
+from tests.support.tracked_server import TrackedServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +85,7 @@ class GatedPort:
         self.target = target
         self.address = ""
         self._server: asyncio.Server | None = None
+        self._tracked = TrackedServer(self._serve)
         self._opened = asyncio.Event()
         # Counts accepted connections; waited on by `connections`.
         self._accepted = asyncio.Condition()
@@ -92,7 +94,7 @@ class GatedPort:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await self._tracked.start()
         self.address = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self.address
 
@@ -106,13 +108,12 @@ class GatedPort:
             await self._accepted.wait_for(lambda: self._count >= count)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        self._tracked.stop_listening()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
-            await self._server.wait_closed()
+            await self._tracked.close()  # what is still open (tracked_server.py)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

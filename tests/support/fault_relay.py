@@ -27,8 +27,10 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
+
+from tests.support.tracked_server import TrackedServer
 
 T = TypeVar("T")
 
@@ -67,8 +69,8 @@ class FaultRelay:
         self.target: tuple[str, int] | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._transports: set[asyncio.BaseTransport] = set()
-        """Every accepted connection's transport until it is lost."""
+        self._tracked = TrackedServer(self._accept)
+        """Every accepted connection, aborted by close()."""
         self._closed = False
         self._handlers: set[asyncio.Task[None]] = set()
         # Set from the test's thread, read on the loop: single attribute writes.
@@ -90,14 +92,7 @@ class FaultRelay:
         return f"{host}:{port}"
 
     async def start(self) -> str:
-        loop = asyncio.get_running_loop()
-
-        def accepted() -> asyncio.Protocol:
-            return _Tracked(
-                asyncio.StreamReader(), self._accept, self._transports, lambda: self._closed
-            )
-
-        self._server = await loop.create_server(accepted, "127.0.0.1", 0)
+        self._server = await self._tracked.start()
         return self.endpoint
 
     async def close(self, *, abort: bool = False) -> None:
@@ -107,7 +102,7 @@ class FaultRelay:
         if server is None:
             return
         self._closed = True
-        server.close()
+        self._tracked.stop_listening()
         await asyncio.sleep(0)  # a handler created as it closed registers itself first
         for writer in list(self._writers):
             writer.close()
@@ -122,16 +117,8 @@ class FaultRelay:
             handler.cancel()
         await asyncio.gather(*stragglers, return_exceptions=True)
         # A connection whose handler never ran (accepted as the relay closed) has only its
-        # transport: every accepted one is aborted here. One the loop was still setting up
-        # when the server closed (accepted, its transport not made yet) is aborted as it is
-        # made (`_Tracked`), after the pause below at the latest.
-        for transport in list(self._transports):
-            transport.abort()
-        await server.wait_closed()
-        await asyncio.sleep(0.1)
-        for transport in list(self._transports):
-            transport.abort()
-        await asyncio.sleep(0)  # aborted transports release their sockets on the next pass
+        # transport: every accepted one is aborted (tracked_server.py).
+        await self._tracked.close()
 
     def drop_next_answer(self, min_bytes: int, hold_s: float = 0.5) -> None:
         self._hold_s = hold_s
@@ -205,32 +192,3 @@ class FaultRelay:
                 writer.write(data)
                 await writer.drain()
         writer.close()
-
-
-class _Tracked(asyncio.StreamReaderProtocol):
-    """A stream server's protocol that keeps its transport in `transports` while the
-    connection lasts, so the relay can close connections its handlers never saw."""
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        accept: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-        transports: set[asyncio.BaseTransport],
-        closed: Callable[[], bool],
-    ) -> None:
-        super().__init__(reader, accept)
-        self._transports = transports
-        self._relay_closed = closed  # (StreamReaderProtocol has a `_closed` of its own)
-        self._own: asyncio.BaseTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._own = transport
-        self._transports.add(transport)
-        super().connection_made(transport)
-        if self._relay_closed():  # made after the relay closed: nothing is relayed any more
-            transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._own is not None:
-            self._transports.discard(self._own)
-        super().connection_lost(exc)
