@@ -222,6 +222,20 @@ def test_a_silent_peer_holds_the_start_for_crash_tail_wait_s_then_it_serves_with
         cluster.stop()
 
 
+async def _restarted_after_a_crash(data_dir: Path) -> Broker:
+    """Broker b1 that stored M-1 in topic orders and crashed, started again (unclean end)."""
+    config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
+    broker = Broker(config)
+    await broker.start()
+    await broker.create_topic("orders", 1)
+    await broker.send([NewMessage("orders", b"x", message_id="M-1")])
+    broker.store.close()  # crash
+    await broker.close()
+    again = Broker(config)
+    await again.start()
+    return again
+
+
 def test_the_wait_ends_with_crash_tail_wait_s_even_when_etcd_hangs(
     own_etcd: EtcdServer, tmp_path: Path
 ) -> None:
@@ -229,15 +243,7 @@ def test_the_wait_ends_with_crash_tail_wait_s_even_when_etcd_hangs(
     its client would take its own 5 s timeout, far past a 1 s wait."""
 
     async def scenario(data_dir: Path) -> float:
-        config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
-        broker = Broker(config)
-        await broker.start()
-        await broker.create_topic("orders", 1)
-        await broker.send([NewMessage("orders", b"x", message_id="M-1")])
-        broker.store.close()  # crash
-        await broker.close()
-        again = Broker(config)
-        await again.start()
+        again = await _restarted_after_a_crash(data_dir)
         coordinator = EtcdCoordinator([own_etcd.endpoint], cluster="hang")
         assert await coordinator.members("broker") == {}  # connected: then etcd hangs
         own_etcd.pause()
@@ -279,20 +285,12 @@ def test_a_copy_a_peer_is_still_writing_does_not_count(
     copy if that write then failed: only a stored copy counts."""
 
     async def scenario(data_dir: Path) -> None:
-        config = BrokerConfig(broker_name="b1", store=StoreConfig(data_dir=data_dir))
-        broker = Broker(config)
-        await broker.start()
-        await broker.create_topic("orders", 1)
-        await broker.send([NewMessage("orders", b"x", message_id="M-1")])
-        broker.store.close()  # crash
-        await broker.close()
         peer = _StillWriting()
         server = grpc.aio.server()
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(peer, server)  # type: ignore[no-untyped-call]
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        again = Broker(config)
-        await again.start()
+        again = await _restarted_after_a_crash(data_dir)
         coordinator = EtcdCoordinator([own_etcd.endpoint], cluster="writing")
         registration = await coordinator.register(
             "broker", "b2", {"addr": f"127.0.0.1:{port}"}, ttl_s=30
