@@ -71,7 +71,6 @@ class FaultRelay:
         self._writers: set[asyncio.StreamWriter] = set()
         self._tracked = TrackedServer(self._accept)
         """Every accepted connection, aborted by close()."""
-        self._closed = False
         self._handlers: set[asyncio.Task[None]] = set()
         # Set from the test's thread, read on the loop: single attribute writes.
         self._drop_min_bytes: int | None = None
@@ -101,7 +100,6 @@ class FaultRelay:
         server, self._server = self._server, None
         if server is None:
             return
-        self._closed = True
         self._tracked.stop_listening()
         await asyncio.sleep(0)  # a handler created as it closed registers itself first
         for writer in list(self._writers):
@@ -128,7 +126,7 @@ class FaultRelay:
         self._paused_until = time.monotonic() + seconds
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closed:
+        if self._tracked.closed:
             writer.transport.abort()
             return
         handler = asyncio.current_task()
