@@ -434,9 +434,11 @@ def test_eight_groups_popping_in_one_wave_stay_within_the_memory_bound() -> None
             "--hold 4 --settle 4 --runs 2".split()
         )
     )
-    start = runs[0].before_mb
+    # Each run against the server as it began: what the run before had not yet given back
+    # to the system (+30 MB, gone by the next run's end) is not this run's. Measured with
+    # admission: +141 to +225 a run; without it +323 to +543.
     for run in runs:
-        assert run.peak_mb - start < 250, run.line()  # with admission: +127 to +167
+        assert run.peak_mb - run.before_mb < 275, run.line()
 
 
 def test_parked_pops_hold_no_bytes_and_a_large_message_still_wakes_one(
