@@ -215,6 +215,12 @@ class ConsoleServer:
         server, task = self._server, self._task
         self._server = self._task = None
         if server is not None and task is not None:
+            if self._socket is not None:
+                # Accept nothing more, and let a connection accepted in this loop pass get
+                # its transport before uvicorn closes its Server (3.11 leaves the socket of
+                # one whose transport is made after that to the garbage collector).
+                asyncio.get_running_loop().remove_reader(self._socket.fileno())
+                await asyncio.sleep(0)
             server.should_exit = True
             try:
                 await asyncio.wait_for(asyncio.shield(task), _STOP_S + 1)
@@ -223,6 +229,12 @@ class ConsoleServer:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # uvicorn closes the connections it knew of as it stopped; one accepted as it
+            # stopped, or left by a forced exit, would keep its socket until collected.
+            for connection in list(server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
         if self._sampler is not None:
             sampler, self._sampler = self._sampler, None
             await sampler.close()

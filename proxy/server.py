@@ -162,26 +162,38 @@ class PopMQServer:
         check_protected_mode(security, (self.config.listen, security.plaintext_listen))
         if self.console is not None:
             self.console.bind()  # its protected mode and address fail the start here too
-        # else the memory of a burst of large bodies stays with the process once freed
-        return_large_blocks()
-        interceptors: list[grpc.aio.ServerInterceptor] = [RpcInterceptor(self.health, self.metrics)]
-        gate = self.gate.interceptor()
-        if gate is not None:  # none when authentication is off: the gate then costs nothing
-            interceptors.append(gate)
-        server = grpc_server(self.config, interceptors)
-        add_ops_services(server, self.health, self._late)
-        if security.tls:  # TLS only on `listen`; plaintext only on its own listener
-            self.tls = ServerTLS(security, what="proxy")
-        listeners = bind_listeners(server, self.config, self.tls)
-        self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
-        if self.metrics is not None:
-            self._metrics_endpoint = await start_metrics(self.metrics, self.config)
-            self.metrics_port = self._metrics_endpoint.port
-        await self.health.starting()
-        await server.start()
-        self._server = server
-        if self.tls is not None:
-            self.tls.start()
+        try:
+            # else the memory of a burst of large bodies stays with the process once freed
+            return_large_blocks()
+            interceptors: list[grpc.aio.ServerInterceptor] = [
+                RpcInterceptor(self.health, self.metrics)
+            ]
+            gate = self.gate.interceptor()
+            if gate is not None:  # none when authentication is off: the gate then costs nothing
+                interceptors.append(gate)
+            server = grpc_server(self.config, interceptors)
+            add_ops_services(server, self.health, self._late)
+            if security.tls:  # TLS only on `listen`; plaintext only on its own listener
+                self.tls = ServerTLS(security, what="proxy")
+            listeners = bind_listeners(server, self.config, self.tls)
+            self.port, self.plaintext_port = listeners.port, listeners.plaintext_port
+            if self.metrics is not None:
+                self._metrics_endpoint = await start_metrics(self.metrics, self.config)
+                self.metrics_port = self._metrics_endpoint.port
+            await self.health.starting()
+            await server.start()
+            self._server = server
+            if self.tls is not None:
+                self.tls.start()
+        except BaseException:
+            # What this call opened closes with it (a bound console socket, the metrics
+            # endpoint), not when the process exits or the collector finds it.
+            if self.console is not None:
+                await self.console.stop()
+            if self._metrics_endpoint is not None:
+                endpoint, self._metrics_endpoint = self._metrics_endpoint, None
+                await endpoint.stop()
+            raise
         return self.port
 
     async def start(self) -> int:

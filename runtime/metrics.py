@@ -55,6 +55,7 @@ from popmq.broker_core import (
     MetricsSnapshot,
     PopMQError,
 )
+from popmq.runtime.tracked_server import TrackedServer
 from popmq.security.audit import SecurityCollector, denied
 from popmq.security.http_auth import HttpAuth
 
@@ -402,19 +403,22 @@ class MetricsEndpoint:
         self._host = host.strip("[]")
         self._port = port
         self._auth = auth or HttpAuth()
-        self._server: asyncio.Server | None = None
+        self._server: TrackedServer | None = None
         self.port = 0
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, self._host, self._port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        server = TrackedServer(self._handle)
+        await server.start(self._host, self._port)
+        self._server = server
+        self.port = server.port
         return self.port
 
     async def stop(self) -> None:
+        """Stop listening and end every scrape still open (their sockets close now, not when
+        the garbage collector finds them)."""
         if self._server is not None:
             server, self._server = self._server, None
-            server.close()
-            await server.wait_closed()
+            await server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.support.tracked_server import TrackedServer
+from popmq.runtime.tracked_server import TrackedServer
 
 
 class Link:
@@ -24,6 +24,9 @@ class Link:
         # The connection handlers still running; exit waits for them (a cancelled handler
         # makes asyncio's stream protocol log an error).
         self._handlers: set[asyncio.Task[None]] = set()
+        # Every connection made to the target: a closed one whose peer (a paused etcd)
+        # never takes the bytes left stays open, so exit aborts them all.
+        self._upstreams: list[asyncio.StreamWriter] = []
         self.is_cut = False
 
     @property
@@ -42,7 +45,13 @@ class Link:
         self._close_all()
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=5)
-        await self._tracked.close()  # what is still open (tracked_server.py)
+        stragglers = list(self._handlers)
+        for handler in stragglers:
+            handler.cancel()
+        await asyncio.gather(*stragglers, return_exceptions=True)
+        for upstream in self._upstreams:
+            upstream.transport.abort()
+        await self._tracked.close()  # what is still open (popmq/runtime/tracked_server.py)
 
     def cut(self) -> None:
         self.is_cut = True
@@ -69,6 +78,7 @@ class Link:
         except OSError:
             writer.close()
             return
+        self._upstreams.append(up_writer)
         self._writers |= {writer, up_writer}
         await asyncio.gather(
             self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True

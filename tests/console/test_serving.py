@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -106,6 +107,25 @@ async def test_a_non_loopback_console_without_authentication_is_refused_at_start
         async with httpx.AsyncClient() as client:
             page = await client.get(f"http://127.0.0.1:{server.console.port}/login")
         assert page.status_code == 200 and 'name="secret_key"' in page.text
+
+
+@run_async
+async def test_a_start_that_fails_after_the_console_bound_closes_the_console_socket(
+    tmp_path: Path,
+) -> None:
+    # The gRPC port is taken (without SO_REUSEPORT, so grpc cannot share it): the start
+    # fails after the console bound its socket, and the console's port is free again.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        server = PopMQServer(
+            dataclasses.replace(config(tmp_path / "data"), listen=f"127.0.0.1:{port}")
+        )
+        with pytest.raises(Exception, match=str(port)):
+            await server.start()
+        assert server.console is not None and server.console.port
+        with socket.create_server(("127.0.0.1", server.console.port)):
+            pass  # bound again: nothing holds it
+        await server.stop()
 
 
 def test_a_refused_console_fails_popmq_serve_with_exit_2_saying_why(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ from popmq.broker_core import Broker, BrokerConfig, StoreConfig
 from popmq.cluster import RemoteBroker
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
+from popmq.runtime.tracked_server import TrackedServer
 from tests.support.server_thread import ServerThread
-from tests.support.tracked_server import TrackedServer
+from tests.support.thread_loops import stop_thread_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,6 +93,9 @@ class GatedPort:
         self._count = 0
         # The connections' handlers, cancelled at close.
         self._tasks: set[asyncio.Task[None]] = set()
+        # Its connections to the broker: a closed one whose peer never takes the bytes left
+        # stays open, so close() aborts them all.
+        self._upstreams: list[asyncio.StreamWriter] = []
 
     async def start(self) -> str:
         self._server = await self._tracked.start()
@@ -112,8 +116,10 @@ class GatedPort:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for upstream in self._upstreams:
+            upstream.transport.abort()
         if self._server is not None:
-            await self._tracked.close()  # what is still open (tracked_server.py)
+            await self._tracked.close()  # what is still open (popmq/runtime/tracked_server.py)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -126,6 +132,7 @@ class GatedPort:
             await self._opened.wait()
             host, port = self.target.rsplit(":", 1)
             upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+            self._upstreams.append(upstream_writer)
             try:
                 await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
             finally:
@@ -258,10 +265,8 @@ class RemoteServerThread(ServerThread):
         self.call(self.server.stop)
         if self.broker_server is not None:
             self.call(self.broker_server.stop)
-        self._loop.call_soon_threadsafe(self._loop.stop)
         assert self._thread is not None
-        self._thread.join(timeout=30)
-        self._loop.close()
+        stop_thread_loop(self._loop, self._thread)
         self._loop = None
         self.server = None
 

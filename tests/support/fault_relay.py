@@ -30,7 +30,8 @@ import time
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from tests.support.tracked_server import TrackedServer
+from popmq.runtime.tracked_server import TrackedServer
+from tests.support.thread_loops import stop_thread_loop
 
 T = TypeVar("T")
 
@@ -44,24 +45,12 @@ def relay_loop() -> Iterator[asyncio.AbstractEventLoop]:
     try:
         yield loop
     finally:
-        # Tasks left pending would be destroyed with the loop, their sockets unclosed.
-        on_loop(loop, _cancel_the_rest())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        loop.close()
+        stop_thread_loop(loop, thread)
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on `loop` (another thread's) and return its result."""
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
-
-
-async def _cancel_the_rest() -> None:
-    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in others:
-        task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
-    await asyncio.sleep(0.1)  # aborted transports release their sockets
 
 
 class FaultRelay:
@@ -115,7 +104,7 @@ class FaultRelay:
             handler.cancel()
         await asyncio.gather(*stragglers, return_exceptions=True)
         # A connection whose handler never ran (accepted as the relay closed) has only its
-        # transport: every accepted one is aborted (tracked_server.py).
+        # transport: every accepted one is aborted (popmq/runtime/tracked_server.py).
         await self._tracked.close()
 
     def drop_next_answer(self, min_bytes: int, hold_s: float = 0.5) -> None:

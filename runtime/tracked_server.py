@@ -3,25 +3,29 @@
 asyncio's Server (3.11) closes only its listening socket: a connection whose handler never
 ran (accepted as the server closed, or its task cancelled before its first step), or whose
 transport waits to flush bytes a dead peer never takes, keeps its socket until the garbage
-collector finds it, and warns (ResourceWarning: unclosed transport) in whichever test runs
-then. `TrackedServer` keeps every accepted transport until it is lost, and `close()`
-aborts them all, including one the loop was still setting up when the server closed.
-The test relays (fault_relay.py, tests/cluster/link.py, brokers.py's GatedPort) use it.
+collector finds it (ResourceWarning: unclosed transport). `TrackedServer` keeps every
+accepted transport until it is lost, and `close()` aborts them all, including one the loop
+was still setting up when the server closed. The metrics endpoint (runtime/metrics.py) and
+the tests' relays use it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class TrackedServer:
+    """A stream server (`asyncio.start_server`'s handler signature) whose `close()` also
+    ends every connection it accepted."""
+
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
         self._server: asyncio.Server | None = None
-        self._transports: set[asyncio.BaseTransport] = set()
+        self._transports: set[asyncio.Transport] = set()
         self.closed = False
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
@@ -39,10 +43,15 @@ class TrackedServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     def stop_listening(self) -> None:
-        """Refuse new connections (the listening socket closes); open ones stay."""
+        """Accept no more connections; open ones stay (`close()` ends them)."""
         self.closed = True
         if self._server is not None:
-            self._server.close()
+            # Not Server.close() yet: a connection accepted in this loop pass gets its
+            # transport in a task's first step, which on a closed Server fails an assertion
+            # before the socket is owned by anything (3.11), leaving it to the collector.
+            loop = asyncio.get_running_loop()
+            for listening in self._server.sockets:
+                loop.remove_reader(listening.fileno())
 
     def abort_all(self) -> None:
         for transport in list(self._transports):
@@ -52,9 +61,10 @@ class TrackedServer:
         """Stop listening and abort every accepted connection (their handlers then see
         their streams end)."""
         self.stop_listening()
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # accepted connections get their transports (aborted as made)
         self.abort_all()
         if self._server is not None:
+            self._server.close()  # the listening sockets
             await self._server.wait_closed()
         # A connection accepted as the server closed gets its transport a few loop passes
         # later (aborted as it is made); the pause lets those and the aborts settle.
@@ -71,14 +81,14 @@ class _Tracked(asyncio.StreamReaderProtocol):
     ) -> None:
         super().__init__(reader, handler)
         self._tracker = server  # (StreamReaderProtocol has attributes of its own: no clash)
-        self._own: asyncio.BaseTransport | None = None
+        self._own: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._own = transport
-        self._tracker._transports.add(transport)
+        own = self._own = cast(asyncio.Transport, transport)  # a stream server's: a Transport
+        self._tracker._transports.add(own)
         super().connection_made(transport)
         if self._tracker.closed:  # made after the server closed: nothing is served
-            transport.abort()
+            own.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._own is not None:
