@@ -41,6 +41,7 @@ from popmq.proxy.pop_stream import MAX_IN_FLIGHT
 from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
 from tests.support.server_thread import ServerThread
+from tests.support.thread_loops import stop_thread_loop
 from tests.support.waiting import until, wait_until
 
 T = TypeVar("T")
@@ -360,9 +361,7 @@ class _GracefulServer:
 
     def close(self) -> None:
         self.stop()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
-        self._loop.close()
+        stop_thread_loop(self._loop, self._thread)
 
 
 def test_shutdown_answers_held_receives_at_once(tmp_path: Path) -> None:

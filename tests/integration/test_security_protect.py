@@ -28,6 +28,7 @@ from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import MetricsConfig
 from popmq.security.audit import denied_count
 from popmq.security.config import SecurityConfig
+from tests.support.thread_loops import stop_thread_loop
 
 _T = TypeVar("_T")
 _REFUSAL = re.compile(
@@ -228,9 +229,7 @@ def _loop_thread() -> Iterator[Callable[[Coroutine[Any, Any, _T]], _T]]:
     try:
         yield run
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+        stop_thread_loop(loop, thread)
 
 
 @pytest.mark.parametrize(

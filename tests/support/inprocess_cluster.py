@@ -25,6 +25,7 @@ from popmq.coordination.config import ClusterConfig
 from popmq.runtime.config import ServerConfig
 from popmq.security.config import SecurityConfig
 from tests.support.etcd import EtcdServer
+from tests.support.thread_loops import stop_thread_loop
 
 T = TypeVar("T")
 
@@ -147,8 +148,6 @@ class InProcessCluster:
         try:
             if self._thread.is_alive():
                 self.call(stop_all)
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=30)
-                self._loop.close()
+            stop_thread_loop(self._loop, self._thread)
         finally:
             self.etcd.stop()

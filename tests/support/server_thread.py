@@ -15,6 +15,7 @@ from popmq.proxy.server import PopMQServer
 from popmq.runtime.config import ServerConfig
 from popmq.runtime.metrics import MetricsConfig
 from popmq.security.config import SecurityConfig
+from tests.support.thread_loops import stop_thread_loop
 
 T = TypeVar("T")
 
@@ -103,10 +104,8 @@ class ServerThread:
         if self._loop is None or self.server is None:
             return
         self.call(self.server.stop)
-        self._loop.call_soon_threadsafe(self._loop.stop)
         assert self._thread is not None
-        self._thread.join(timeout=30)
-        self._loop.close()
+        stop_thread_loop(self._loop, self._thread)
         self._loop = None
         self.server = None
 
