@@ -1,4 +1,4 @@
-"""A loopback stream server that can close every connection it ever accepted.
+"""A stream server that can close every connection it ever accepted.
 
 asyncio's Server (3.11) closes only its listening socket: a connection whose handler never
 ran (accepted as the server closed, or its task cancelled before its first step), or whose

@@ -15,7 +15,7 @@ def test_close_ends_connections_whose_handlers_never_return() -> None:
 
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             started.set()
-            await asyncio.Event().wait()  # holds its connection until cancelled
+            await reader.read()  # holds its connection until the server ends it
 
         server = TrackedServer(handler)
         await server.start()
@@ -37,7 +37,7 @@ def test_a_connection_accepted_as_the_server_closes_is_closed_too() -> None:
     # for the garbage collector: the client would wait for an end that never comes.
     async def scenario() -> bytes:
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await asyncio.Event().wait()
+            await reader.read()
 
         server = TrackedServer(handler)
         await server.start()
