@@ -14,7 +14,7 @@ and the default (1) would refuse every send until the partition heals (the wiped
 test in test_replication.py checks that refusal). With 0, sends resume during the partition,
 which is what makes the rejoin non-trivial: the old leader must catch up with what the new
 leader took alone, and give up the batch it wrote but never acknowledged (a send that
-reached it just after the cut). The old leader acknowledging nothing then rests on fencing
+reached it just after the cut, unless a loaded machine delayed it past the fence). The old leader acknowledging nothing then rests on fencing
 and the in-sync set in etcd alone, not on min_insync: its follower stays in its in-sync set
 (removing it needs etcd), so its sends wait for a follower it cannot reach until it fences.
 
@@ -202,12 +202,15 @@ def test_a_partitioned_leader_is_replaced_acknowledges_nothing_and_rejoins_in_sy
     assert resumed_s < TTL_S + 15, f"sends resumed only after {resumed_s:.1f}s"
     assert shard.epoch("s1") > epoch
     _refused_by_the_replica(during)
-    # The first one was in flight when the link went: written, never acknowledged. Which
-    # words say so depends on what ended the term first: its fence (the lease, or an
-    # in-sync follower's promise, ran out) or the term's end.
-    assert re.search(r"lost its leadership|leadership ended", during.refused[0][2]), during.refused[
-        0
-    ]
+    # The first one left just after the cut: it is written and never acknowledged (the
+    # leader waits for the follower it cannot reach until its fence or its term's end),
+    # or, on a loaded machine where it reached the leader only once the fence closed (its
+    # lease and the follower's promise run about 2 s past the cut), refused unwritten.
+    # Either way it is never acknowledged, and the drain below must not find it.
+    first = during.refused[0]
+    written = re.search(r"lost its leadership|leadership ended", first[2])
+    assert written or "nothing was written" in first[2], first
+    print("the first direct send was", "written, never acknowledged" if written else "refused")
 
     # Healed: the old leader steps down, copies the new leader (giving up the batch it
     # never acknowledged) and joins its in-sync set; it still takes no writes.
