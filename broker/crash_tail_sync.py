@@ -11,7 +11,9 @@ WARNING. This runs after the catalog sync and before the broker registers (a sha
 leader: once registered, before it takes writes); meanwhile its
 BrokerService refuses writes, `LookupSends` included (server.py fences it), so two brokers
 restarting at once never each remove their copy because the other has one: each finds the
-other silent.
+other silent. Its lookups of other messages it does answer: meanwhile its store changes
+only by removals from its tail, so two brokers reconciling at once (a whole cluster
+restarted) do not wait for each other unless their tails share a message.
 
 A broker that does not answer (down, paused, still starting, a release without
 `LookupSends`) is asked again every `_ASK_EVERY_S` until every live one has answered or
@@ -20,7 +22,8 @@ which messages may be stored twice (at-least-once). A broker that is not registe
 asked: a copy moved to it stays a second copy.
 
 A shard's replica runs this when it takes over as leader (replica.py) unless its last
-leader released it (a clean stop lets the sends in flight finish first), whatever the run
+leader released it or stopped cleanly with the replica's copy as it is now (a clean stop
+lets the sends in flight finish first; last_leader.py keeps it across restarts), whatever the run
 marker (a replicating store keeps none): the shard's previous leader may have died
 mid-send, after replicating a send the proxy then moved to another broker. Its writes (pops
 and acks included) are fenced meanwhile as a restarting broker's are, and the removal is
@@ -90,6 +93,24 @@ async def reconcile_crash_tail(
     tail = await broker.crash_tail(takeover=takeover)
     if not tail:
         return 0
+    # Lookups of other messages are answered meanwhile (service.py, LookupSends).
+    broker.reconciling = frozenset((m.topic, m.dedup_id or m.message_id) for m in tail)
+    try:
+        return await _reconcile(broker, coordinator, tail, name, wait_s, tls, signer, takeover)
+    finally:
+        broker.reconciling = None
+
+
+async def _reconcile(
+    broker: Broker,
+    coordinator: Coordinator,
+    tail: list[TailMessage],
+    name: str,
+    wait_s: float,
+    tls: ChannelTLS | None,
+    signer: Signer | None,
+    takeover: bool,
+) -> int:
     log.warning(
         "broker %r %s: asking the other brokers whether they hold any of the %d message(s) "
         "it stored in its last %gs (sends a proxy may have moved to them when it died)",

@@ -80,13 +80,20 @@ class WriteFence:
         self.following: str | None = None
         """Set on a replica that follows its shard's leader (its role, at which epoch):
         every write is refused (its store is a copy being written by replication)."""
+        self.reconciling = False
+        """Fenced only while the broker reconciles its crash tail (crash_tail_sync.py):
+        its store changes meanwhile only by removals from that tail, so it still answers
+        the lookups of other messages (service.py, LookupSends)."""
 
-    def fence(self, reason: str) -> None:
-        """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence()."""
+    def fence(self, reason: str, *, reconciling: bool = False) -> None:
+        """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence();
+        `reconciling`: the fence holds while the crash tail is reconciled, nothing else."""
         self.reason = reason
+        self.reconciling = reconciling
 
     def unfence(self) -> None:
         self.reason = None
+        self.reconciling = False
 
     def check(self) -> None:
         """Return when a write may go ahead.

@@ -200,10 +200,12 @@ class BrokerServer:
             self.servicer = BrokerServicer(self.broker)
             if self.in_cluster and self.broker.unclean_end:
                 # Until its crash tail is reconciled (crash_tail_sync.py): a send stored now
-                # could be removed, and a peer's lookup answered now could be wrong.
+                # could be removed, and a peer's lookup of a tail message answered now
+                # could be wrong.
                 self.servicer.writes.fence(
                     "it is starting after an unclean stop and is checking whether other "
-                    "brokers hold the messages it stored last"
+                    "brokers hold the messages it stored last",
+                    reconciling=True,
                 )
             add_broker_service(server, self.servicer)
             listeners = bind_listeners(server, self.config, self.tls)

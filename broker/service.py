@@ -39,6 +39,7 @@ from popmq.broker_core.errors import (
     InternalError,
     InvalidArgumentError,
     PopMQError,
+    UnavailableError,
 )
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.send import SendTicket
@@ -51,9 +52,12 @@ _Resp = TypeVar("_Resp")
 _Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
 
 
-def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _Resp]]:
-    """Run a handler: refuse it while fenced when it `writes`, and put broker errors on
-    the wire with their class and fields."""
+def _rpc(
+    *, writes: bool, admits: bool = False
+) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _Resp]]:
+    """Run a handler: refuse it while fenced when it `writes` (unless it `admits` the call
+    itself, from what the request asks), and put broker errors on the wire with their
+    class and fields."""
 
     def decorate(handler: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
         @functools.wraps(handler)
@@ -61,7 +65,8 @@ def _rpc(*, writes: bool) -> Callable[[_Handler[_Req, _Resp]], _Handler[_Req, _R
             self: BrokerServicer, request: _Req, context: grpc.aio.ServicerContext
         ) -> _Resp:
             try:
-                await self._admit(writes=writes)
+                if not admits:
+                    await self._admit(writes=writes)
                 return await handler(self, request, context)
             except PopMQError as exc:
                 await _abort(context, exc)
@@ -131,6 +136,9 @@ class TopicApplier(Protocol):
 class SendLookup(Protocol):
     """A broker that says which sent messages are in its dedup window (`Broker`): asked by
     a cluster proxy before it routes a repeat it does not remember; not part of BrokerAPI."""
+
+    reconciling: frozenset[tuple[str, str]] | None
+    """(topic, dedup id or message id) of its crash tail while it reconciles it, or None."""
 
     def lookup_sends(
         self, topic: str, sent: Sequence[tuple[str, str]], *, stored_only: bool = False
@@ -400,7 +408,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     # A read, but answered as a write is, by the shard's leader only: a follower's copy may
     # lack a send its leader is storing now, and "not held" must never be said by mistake.
-    @_rpc(writes=True)
+    @_rpc(writes=True, admits=True)
     async def LookupSends(
         self, request: pb.LookupSendsRequest, context: Any
     ) -> pb.LookupSendsResponse:
@@ -418,8 +426,27 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 'give one dedup id per message ("" for none), or none at all'
             )
         sent = list(zip(ids, dedup_ids or [""] * len(ids), strict=True))
+        self._admit_lookup(broker, request.topic, sent)
         held = broker.lookup_sends(request.topic, sent, stored_only=request.stored_only)
         return pb.LookupSendsResponse(held=held)
+
+    def _admit_lookup(self, broker: SendLookup, topic: str, sent: list[tuple[str, str]]) -> None:
+        """Admit a lookup as a write, but for a broker fenced only while it reconciles its
+        crash tail: its store changes meanwhile only by removals from that tail, so it
+        answers about every other message (two brokers reconciling at once ask each other)
+        and refuses, retriably, a lookup naming a message of its tail (its answer could
+        change; two brokers that each hold a copy must not both remove theirs)."""
+        writes, tail = self.writes, broker.reconciling
+        if writes.following is not None or not writes.reconciling or tail is None:
+            writes.check()
+            return
+        for message_id, dedup_id in sent:
+            if (topic, dedup_id or message_id) in tail:
+                raise UnavailableError(
+                    f"broker {self.name!r} is checking its crash tail, which holds a send "
+                    f"of {dedup_id or message_id!r} (topic {topic!r}): ask again once it "
+                    "takes writes"
+                )
 
     @_rpc(writes=True)
     async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:
