@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -152,6 +153,20 @@ class Follower:
         await asyncio.to_thread(last_leader.write, self.directory, leader)
         self.last_leader = leader
 
+    async def _remember_release(self) -> None:
+        """The leader stopped cleanly with this copy as it is now: written down, so that
+        this replica, elected even after a restart, need not reconcile (last_leader.py).
+        Not written, it reconciles: safe, only slower."""
+        leader = self.last_leader
+        if leader is None or leader.epoch != self.known_epoch:
+            return
+        try:
+            await self.remember(dataclasses.replace(leader, stopped_at=self.position))
+        except OSError as exc:
+            log.warning(
+                "shard %s: the leader's clean stop could not be written down: %s", self.shard, exc
+            )
+
     def close(self) -> None:
         if self.store is not None:
             store, self.store = self.store, None
@@ -238,6 +253,7 @@ class Follower:
                 if self.released:
                     # The leader counts on no promise any more (it is stopping).
                     self.heard_at = -math.inf
+                    await self._remember_release()
                 elif kind == "heartbeat":
                     await _write(call, pb.FollowRequest(heartbeat=response.heartbeat))
                 elif kind == "batches":

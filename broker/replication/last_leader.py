@@ -13,6 +13,12 @@ leader of an older epoch (follower.py), and says the epoch in its hello so that 
 leader refuses it too (service.py). Written when it is elected, before it serves, so a
 replica that led at epoch N and restarts never promises anything to a leader older than N.
 
+A leader that stops cleanly (its sends in flight finished) writes down where the shard's
+log then stood (`stopped_at`), and so does each follower it released, in its own copy: a
+replica elected later with its copy still there (nothing written since, by anyone) takes
+the shard over without reconciling its last messages with the other brokers (replica.py),
+also after the whole cluster was restarted. Any later leader's record drops it.
+
 A snapshot swap replaces the data dir as a whole: the follower writes the file into the
 incoming copy before the swap. A missing, partial or unreadable file is no memory at all
 (the replica then waits for etcd, as before), never an error. Writes are blocking file
@@ -46,21 +52,19 @@ class LastLeader:
     replica: str
     address: str
     epoch: int
+    stopped_at: tuple[int, int] | None = None
+    """(epoch, lsn) of this replica's copy when that leader stopped cleanly; None: it did
+    not (yet)."""
 
 
 def read(directory: Path) -> LastLeader | None:
     """The remembered leader, or None (none written, or the file is damaged)."""
     path = directory / FILE
     try:
-        record = json.loads(path.read_bytes())
-        leader = LastLeader(
-            replica=str(record["replica"]),
-            address=str(record["address"]),
-            epoch=int(record["epoch"]),
-        )
+        leader = _parsed(json.loads(path.read_bytes()))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
         log.warning("ignoring %s: it does not name a leader (%s)", path, exc)
         return None
     if leader.epoch <= 0 or not leader.address:
@@ -69,14 +73,31 @@ def read(directory: Path) -> LastLeader | None:
     return leader
 
 
+def _parsed(record: object) -> LastLeader:
+    if not isinstance(record, dict):
+        raise TypeError(f"a record is an object, not {type(record).__name__}")
+    stopped = record.get("stopped_at")
+    return LastLeader(
+        replica=str(record["replica"]),
+        address=str(record["address"]),
+        epoch=int(record["epoch"]),
+        stopped_at=None if stopped is None else (int(stopped[0]), int(stopped[1])),
+    )
+
+
 def write(directory: Path, leader: LastLeader) -> None:
     """Replace the remembered leader durably (a temp file, fsynced, renamed, the dir
     fsynced): a crash leaves the old record or the new one, never a mix."""
     path = directory / FILE
     temp = directory / f".{FILE}.tmp"
-    data = json.dumps(
-        {"replica": leader.replica, "address": leader.address, "epoch": leader.epoch}
-    ).encode()
+    record: dict[str, object] = {
+        "replica": leader.replica,
+        "address": leader.address,
+        "epoch": leader.epoch,
+    }
+    if leader.stopped_at is not None:
+        record["stopped_at"] = list(leader.stopped_at)
+    data = json.dumps(record).encode()
     with temp.open("wb") as file:
         file.write(data)
         file.flush()

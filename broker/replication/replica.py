@@ -51,6 +51,7 @@ from popmq.broker.catalog_sync import CatalogSync
 from popmq.broker.crash_tail_sync import reconcile_crash_tail
 from popmq.broker.fencing import leader_lease
 from popmq.broker.peer_pings import peer_pings_allowed
+from popmq.broker.replication import oplog
 from popmq.broker.replication.election import ShardElection, ShardState, Term
 from popmq.broker.replication.follower import Follower, FollowError
 from popmq.broker.replication.last_leader import LastLeader
@@ -465,10 +466,12 @@ class ReplicaServer:
         """Serve as the shard's leader for this term; return once it ended."""
         assert self._election is not None and self._coordinator is not None
         election = self._election
-        # The last leader this replica heard from released it: it stopped cleanly once the
-        # sends in flight had finished, so no send was moved off it while it might be
-        # stored (but for docs/cluster.md's exceptions for a clean stop).
-        released = self.follower.released
+        # The last leader this replica heard from released it, or stopped cleanly with
+        # this copy as it is now (this replica itself, or one that released it before a
+        # restart: last_leader.py): it stopped once the sends in flight had finished, so
+        # no send was moved off it while it might be stored (but for docs/cluster.md's
+        # exceptions for a clean stop).
+        released = self.follower.released or self._copy_stopped_cleanly()
         self.follower.released = False
         self._set_role("taking over", term.epoch)
         await self._drop_view()
@@ -507,6 +510,7 @@ class ReplicaServer:
         sync: CatalogSync | None = None
         lag_task: asyncio.Task[None] | None = None
         reason = "it stopped"
+        ended_cleanly = False
         try:
             # Written before it serves: restarted while etcd is down, it will follow no
             # leader older than this term.
@@ -525,7 +529,8 @@ class ReplicaServer:
                 # in before the reconciliation (_reconcile_takeover) has run.
                 self.servicer.writes.fence(
                     "it is taking over the shard and is checking whether other brokers hold "
-                    "the messages the shard stored last"
+                    "the messages the shard stored last",
+                    reconciling=True,
                 )
             self.servicer.writes.following = None
             # What ends the term, watched from here on: the reconciliation below waits on
@@ -573,6 +578,10 @@ class ReplicaServer:
                 # Ended before the broker closes (a lookup's channel, a removal's write).
                 await asyncio.gather(*tasks, return_exceptions=True)
             reason = str(next(t for t in done if t is not reconciling).result())
+        except asyncio.CancelledError:
+            # stop() ends the term: a clean stop once its reconciliation (if any) was done.
+            ended_cleanly = self._stopping and (released if self.log is None else self.log.releases)
+            raise
         except (CoordinationError, TimeoutError, FollowError, OSError) as exc:
             reason = f"it could not start leading: {exc}"
         finally:
@@ -591,10 +600,60 @@ class ReplicaServer:
             await broker.close()
             self.broker = None
             self.log = None
+            if ended_cleanly:
+                await self._remember_clean_stop(term)
             await election.resign(term)
             self.servicer.serve(Broker(self.broker_config))
             if not self._stopping:
                 self.follower.open()
+
+    def _copy_stopped_cleanly(self) -> bool:
+        """Whether the shard's last leader stopped cleanly with this replica's copy as it
+        is now (nothing written since, by any leader)."""
+        last, follower = self.follower.last_leader, self.follower
+        if last is None or last.stopped_at is None or follower.store is None:
+            return False
+        if last.stopped_at != follower.position:
+            return False
+        log.info(
+            "shard %s: replica %s takes over from a leader that stopped cleanly at epoch %d, "
+            "lsn %d: its last messages need no check against the other brokers",
+            self.shard,
+            self.replica,
+            *last.stopped_at,
+        )
+        return True
+
+    async def _remember_clean_stop(self, term: Term) -> None:
+        """This term ended by a clean stop with its sends in flight finished: write down
+        where its log stands (the store reopened: its broker is closed), so that elected
+        again after a restart it takes over without reconciling (last_leader.py)."""
+
+        def position_at_rest() -> tuple[int, int]:
+            store = Store(self.directory)
+            try:
+                return oplog.read_position(store)
+            finally:
+                store.close()
+
+        try:
+            position = await asyncio.to_thread(position_at_rest)
+            await self.follower.remember(
+                LastLeader(
+                    replica=self.replica,
+                    address=self.address,
+                    epoch=term.epoch,
+                    stopped_at=position,
+                )
+            )
+        except (OSError, FollowError, PopMQError) as exc:
+            log.warning(
+                "shard %s: replica %s could not write down its clean stop (%s): elected "
+                "again, it checks its last messages against the other brokers",
+                self.shard,
+                self.replica,
+                exc,
+            )
 
     async def _reconcile_takeover(self, broker: Broker) -> None:
         """Before taking writes: remove what another broker holds of the messages the shard

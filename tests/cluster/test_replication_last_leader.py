@@ -150,3 +150,17 @@ def test_a_missing_or_damaged_record_is_no_memory(tmp_path: Path) -> None:
     assert last_leader.read(tmp_path) == record
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == [last_leader.FILE]
+
+
+def test_a_clean_stop_is_remembered_with_the_position_and_a_damaged_one_is_none(
+    tmp_path: Path,
+) -> None:
+    stopped = LastLeader(replica="r1", address="127.0.0.1:9000", epoch=12, stopped_at=(12, 40))
+    last_leader.write(tmp_path, stopped)
+    assert last_leader.read(tmp_path) == stopped
+    path = tmp_path / last_leader.FILE
+    for damaged in ('"x"', "[12]", '["a", 1]'):
+        path.write_text(
+            f'{{"replica": "r1", "address": "h:1", "epoch": 3, "stopped_at": {damaged}}}'
+        )
+        assert last_leader.read(tmp_path) is None, damaged

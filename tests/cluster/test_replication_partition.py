@@ -14,9 +14,10 @@ and the default (1) would refuse every send until the partition heals (the wiped
 test in test_replication.py checks that refusal). With 0, sends resume during the partition,
 which is what makes the rejoin non-trivial: the old leader must catch up with what the new
 leader took alone, and give up the batch it wrote but never acknowledged (a send that
-reached it just after the cut, unless a loaded machine delayed it past the fence). The old leader acknowledging nothing then rests on fencing
-and the in-sync set in etcd alone, not on min_insync: its follower stays in its in-sync set
-(removing it needs etcd), so its sends wait for a follower it cannot reach until it fences.
+reached it just after the cut, unless a loaded machine delayed it past the fence). The old
+leader acknowledging nothing then rests on fencing and the in-sync set in etcd alone, not
+on min_insync: its follower stays in its in-sync set (removing it needs etcd), so its
+sends wait for a follower it cannot reach until it fences.
 
 Finally the new leader is killed, so the healed replica leads again and the consumer reads
 from it: every acknowledged send must be there, and the unacknowledged direct send must not.

@@ -119,3 +119,98 @@ def test_a_clean_handover_takes_over_without_asking_the_other_brokers(tmp_path: 
         assert "takes over from its last leader" not in new_leader.log_since(
             new_leader.log_offsets[-1]
         )
+
+
+def _sent_to_both_shards(cluster: ReplicaCluster, topic: str) -> set[str]:
+    """Send 20 messages over a topic with queues on both shards; their ids."""
+    proxy = cluster.endpoint("p1")
+    with Admin(proxy) as admin:
+        admin.create_topic(topic, queues=4)
+        assert sorted({q.broker for q in admin.get_topic(topic).queues}) == cluster.shards
+    with Producer(proxy) as producer:
+        return {producer.send(topic, f"m{i}".encode()).message_id for i in range(20)}
+
+
+def _leads_after(cluster: ReplicaCluster, shard: str, **other_than: str) -> str:
+    """The replica leading `shard` (not `other_than`), once it serves as leader; the log of
+    its current start."""
+    leader = cluster.wait_leader(shard, **other_than)
+    assert leader is not None
+    process = cluster.processes[leader]
+    wait_until(
+        lambda: "leads (epoch" in process.log_since(process.log_offsets[-1]),
+        f"{leader} leading {shard}",
+        60,
+    )
+    return process.log_since(process.log_offsets[-1])
+
+
+def test_a_cluster_stopped_cleanly_and_started_again_serves_without_reconciling(
+    tmp_path: Path,
+) -> None:
+    """Every replica of both shards stopped with SIGTERM at once (as `popmq cluster local`
+    stops on Ctrl-C), then started again on its data: each shard's new leader finds that
+    the shard's last leader stopped cleanly with its copy as it is (written down by that
+    leader, or by a follower it released: last_leader.py), so it takes writes without
+    asking the other brokers, and the first receive after the restart is served."""
+    cluster = ReplicaCluster(tmp_path, shards=2, replicas=2, proxies=1, session_ttl_s=3)
+    try:
+        cluster.start()
+        for shard in cluster.shards:
+            cluster.wait_in_sync(shard, 1)
+        sent = _sent_to_both_shards(cluster, "kept")
+        replicas = [n for s in cluster.shards for n in cluster.replicas(s)]
+        assert cluster.terminate_together(replicas) == [0] * len(replicas), cluster.logs()
+        # The replicas elected last first, as they would be anyway (the others wait a
+        # lease window before they campaign), however slowly a loaded machine starts them.
+        elected = [f"{s}-{cluster.shard_keys(s)[2]['leader']}" for s in cluster.shards]
+        for name in elected:
+            cluster.restart(name)
+        for shard in cluster.shards:
+            assert cluster.wait_leader(shard) in elected
+        for name in set(replicas) - set(elected):
+            cluster.restart(name)
+        for shard in cluster.shards:
+            logged = _leads_after(cluster, shard)
+            assert "takes over from a leader that stopped cleanly" in logged, logged
+            assert "takes over from its last leader" not in logged, logged
+            cluster.wait_served(shard)
+        copies = copies_in(cluster.endpoint("p1"), "kept")  # any UNAVAILABLE fails it
+        assert copies == dict.fromkeys(sent, 1), copies
+    finally:
+        cluster.stop()
+
+
+def test_two_shard_leaders_killed_together_reconcile_without_waiting_for_each_other(
+    tmp_path: Path,
+) -> None:
+    """Both shards' leaders killed at once: each follower takes over and checks the
+    shard's last messages with the other brokers, among them the other shard's new leader,
+    reconciling too. Each answers the other's lookups (their tails share no message), so
+    both finish once they asked, not after `crash_tail_wait_s`, and nothing is lost."""
+    cluster = ReplicaCluster(
+        tmp_path,
+        shards=2,
+        replicas=2,
+        proxies=1,
+        session_ttl_s=3,
+        broker_args=("--set", "cluster.crash_tail_wait_s=60"),
+    )
+    try:
+        cluster.start()
+        for shard in cluster.shards:
+            cluster.wait_in_sync(shard, 1)
+        sent = _sent_to_both_shards(cluster, "killed")
+        leaders = {shard: cluster.leader(shard) for shard in cluster.shards}
+        for leader in leaders.values():
+            assert leader is not None
+            cluster.kill(leader)
+        for shard, leader in leaders.items():
+            logged = _leads_after(cluster, shard, other_than=str(leader))
+            assert "takes over from its last leader" in logged, logged
+            assert "no other broker holds a message of its crash tail" in logged, logged
+            cluster.wait_served(shard)
+        copies = copies_in(cluster.endpoint("p1"), "killed")
+        assert copies == dict.fromkeys(sent, 1), copies
+    finally:
+        cluster.stop()

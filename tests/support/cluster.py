@@ -268,6 +268,22 @@ class Cluster:
         assert code is not None
         return code
 
+    def terminate_together(self, names: Sequence[str], timeout_s: float = 60.0) -> list[int]:
+        """SIGTERM to each of `names` at once (as `popmq cluster local` stops a group),
+        then wait for each; their exit codes."""
+        for name in names:
+            process = self._process(name)
+            assert process.running and process.process is not None, f"{name} is not running"
+            process.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for name in names:  # not signalled twice: a second one may end a stopping process
+            running = self._process(name).process
+            assert running is not None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running.wait(max(0.0, deadline - time.monotonic()))
+        codes = [self._end(self._process(name), signal.SIGKILL) for name in names]
+        return [code for code in codes if code is not None]
+
     def restart(self, name: str) -> None:
         """Start a process again on its address and data dir (stopping it first with
         SIGTERM if it runs). After a kill -9 it waits for the old lease to lapse first.
