@@ -8,12 +8,13 @@ cleanly (broker_core/crash_tail.py) asks every other live broker in etcd, with
 BrokerService `LookupSends` (the dedup window a proxy's repeat asks), whether it holds each
 message of its crash tail, and removes the messages one of them holds, logging the count at
 WARNING. This runs after the catalog sync and before the broker registers (a shard's new
-leader: once registered, before it takes writes); meanwhile its
-BrokerService refuses writes, `LookupSends` included (server.py fences it), so two brokers
-restarting at once never each remove their copy because the other has one: each finds the
-other silent. Its lookups of other messages it does answer: meanwhile its store changes
-only by removals from its tail, so two brokers reconciling at once (a whole cluster
-restarted) do not wait for each other unless their tails share a message.
+leader: once registered, before it takes writes). Meanwhile its BrokerService refuses
+writes (server.py fences it) and the `LookupSends` that name a message of its tail, so two
+brokers restarting at once never each remove their copy because the other has one: each
+finds the other silent about it. It answers the lookups of every other message: its store
+changes meanwhile only by removals from its tail, so two brokers reconciling at once (a
+whole cluster restarted) do not wait for each other unless their tails share a send, and
+then only for the batches that hold one.
 
 A broker that does not answer (down, paused, still starting, a release without
 `LookupSends`) is asked again every `_ASK_EVERY_S` until every live one has answered or
@@ -23,8 +24,8 @@ asked: a copy moved to it stays a second copy.
 
 A shard's replica runs this when it takes over as leader (replica.py) unless its last
 leader released it or stopped cleanly with the replica's copy as it is now (a clean stop
-lets the sends in flight finish first; last_leader.py keeps it across restarts), whatever the run
-marker (a replicating store keeps none): the shard's previous leader may have died
+lets the sends in flight finish first; last_leader.py keeps it across restarts), whatever
+the run marker (a replicating store keeps none): the shard's previous leader may have died
 mid-send, after replicating a send the proxy then moved to another broker. Its writes (pops
 and acks included) are fenced meanwhile as a restarting broker's are, and the removal is
 replicated like any write. Lookups ask for durable copies only (`stored_only`): a copy a
@@ -93,8 +94,11 @@ async def reconcile_crash_tail(
     tail = await broker.crash_tail(takeover=takeover)
     if not tail:
         return 0
-    # Lookups of other messages are answered meanwhile (service.py, LookupSends).
-    broker.reconciling = frozenset((m.topic, m.dedup_id or m.message_id) for m in tail)
+    # Lookups of other messages are answered meanwhile (service.py, LookupSends). A
+    # message with a dedup id is indexed under its message id too.
+    broker.reconciling = frozenset(
+        (m.topic, key) for m in tail for key in (m.message_id, m.dedup_id) if key
+    )
     try:
         return await _reconcile(broker, coordinator, tail, name, wait_s, tls, signer, takeover)
     finally:
@@ -265,6 +269,7 @@ class _Asking:
         stub = broker_pb2_grpc.BrokerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]
         answered = self._progress[(peer, address)]
         loop = asyncio.get_running_loop()
+        refused: _Unanswered | None = None
         for batch, (topic, indexes) in enumerate(self._batches):
             if batch in answered:
                 continue
@@ -284,12 +289,17 @@ class _Asking:
                     request, timeout=timeout_s, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError as exc:
-                return _Unanswered(f"{exc.code().name}: {exc.details()}")
+                refused = _Unanswered(f"{exc.code().name}: {exc.details()}")
+                if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                    return refused
+                # Refused now (a message of the peer's own tail, a send of one in flight
+                # there): its other batches may be answered all the same.
+                continue
             if len(answer.held) != len(indexes):
                 return _Unanswered(f"{len(answer.held)} answers to {len(indexes)} lookups")
             self._found(peer, {i for i, held in zip(indexes, answer.held, strict=True) if held})
             answered.add(batch)
-        return None
+        return refused
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)

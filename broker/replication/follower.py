@@ -148,6 +148,15 @@ class Follower:
         if leader.epoch < self.known_epoch:
             raise FollowError(f"leader epoch {leader.epoch} is older than {self.known_epoch}")
         self.known_epoch = leader.epoch
+        last = self.last_leader
+        if (
+            leader.stopped_at is None
+            and last is not None
+            and (last.epoch, last.address) == (leader.epoch, leader.address)
+        ):
+            # Following the same leader again (at a restart) keeps its clean stop on record:
+            # any batch it sends changes the position the mark is compared with.
+            leader = dataclasses.replace(leader, stopped_at=last.stopped_at)
         if leader == self.last_leader:
             return
         await asyncio.to_thread(last_leader.write, self.directory, leader)

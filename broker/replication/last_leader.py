@@ -76,13 +76,27 @@ def read(directory: Path) -> LastLeader | None:
 def _parsed(record: object) -> LastLeader:
     if not isinstance(record, dict):
         raise TypeError(f"a record is an object, not {type(record).__name__}")
-    stopped = record.get("stopped_at")
     return LastLeader(
         replica=str(record["replica"]),
         address=str(record["address"]),
         epoch=int(record["epoch"]),
-        stopped_at=None if stopped is None else (int(stopped[0]), int(stopped[1])),
+        stopped_at=_position(record.get("stopped_at")),
     )
+
+
+def _position(stopped: object) -> tuple[int, int] | None:
+    """The clean stop's (epoch, lsn); a damaged one is no clean stop (the leader stays
+    remembered: the replica then only reconciles at a takeover)."""
+    if stopped is None:
+        return None
+    if (
+        isinstance(stopped, list)
+        and len(stopped) == 2
+        and all(type(n) is int and n >= 0 for n in stopped)
+    ):
+        return stopped[0], stopped[1]
+    log.warning("ignoring a damaged clean stop in %s: %r", FILE, stopped)
+    return None
 
 
 def write(directory: Path, leader: LastLeader) -> None:

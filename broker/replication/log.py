@@ -328,6 +328,17 @@ class ReplicationLog:
         self.closing = True
         self._wake()
 
+    def settled(self) -> bool:
+        """Whether nothing written in this term is in doubt: not failed nor fenced, no
+        batch waiting for its followers, and none whose wait failed left unvouched for
+        (a stopping leader writes its clean stop down only then: replica.py)."""
+        return (
+            self.failure is None
+            and self._fenced() is None
+            and all(wait.future.done() for wait in self._waits)
+            and self._quorum_confirmed_lsn >= self._failed_wait_lsn
+        )
+
     def streams_may_end(self, next_lsn: int) -> bool:
         """Whether a stream whose next batch is `next_lsn` may end now (`close_streams`)."""
         return self.closing and next_lsn > self.lsn and not self._waits

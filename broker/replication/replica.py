@@ -165,6 +165,7 @@ class ReplicaServer:
         """The leader this replica followed last, while etcd names it (followed again
         while etcd cannot be read)."""
         self._stopping = False
+        self._grace_ran_out = False
         self.died: asyncio.Future[str] | None = None
         """Resolved with why, when the replica cannot go on (serve_replica then exits);
         made by start()."""
@@ -579,8 +580,17 @@ class ReplicaServer:
                 await asyncio.gather(*tasks, return_exceptions=True)
             reason = str(next(t for t in done if t is not reconciling).result())
         except asyncio.CancelledError:
-            # stop() ends the term: a clean stop once its reconciliation (if any) was done.
-            ended_cleanly = self._stopping and (released if self.log is None else self.log.releases)
+            if self._stopping:  # stop() ends the term: is it a clean stop?
+                unclean = self._unclean_stop(broker, released)
+                ended_cleanly = unclean is None
+                if unclean is not None:
+                    log.info(
+                        "shard %s: replica %s stops leading uncleanly (%s): the next leader "
+                        "checks the shard's last messages against the other brokers",
+                        self.shard,
+                        self.replica,
+                        unclean,
+                    )
             raise
         except (CoordinationError, TimeoutError, FollowError, OSError) as exc:
             reason = f"it could not start leading: {exc}"
@@ -600,12 +610,30 @@ class ReplicaServer:
             await broker.close()
             self.broker = None
             self.log = None
-            if ended_cleanly:
-                await self._remember_clean_stop(term)
-            await election.resign(term)
+            try:
+                await election.resign(term)  # re-raises stop()'s cancellation
+            finally:
+                if ended_cleanly:  # after the resign: the next leader need not wait for it
+                    await self._remember_clean_stop(term)
             self.servicer.serve(Broker(self.broker_config))
             if not self._stopping:
                 self.follower.open()
+
+    def _unclean_stop(self, broker: Broker, released: bool) -> str | None:
+        """Why a term that stop() ends is no clean stop, or None: the calls in flight
+        finished within the grace, its takeover's reconciliation (if any) was done, and
+        nothing it wrote is in doubt."""
+        if self._grace_ran_out:
+            return f"calls were still running after the {self.config.shutdown_grace_s:g}s grace"
+        if self.log is None:
+            return None if released else "its takeover had not begun"
+        if not self.log.releases:
+            return "its takeover's reconciliation was not done"
+        if not self.log.settled():
+            return "a write waits for its followers, or one whose wait failed is in doubt"
+        if broker.writer.in_doubt():
+            return "a write's fsync or its wait for the followers failed"
+        return None
 
     def _copy_stopped_cleanly(self) -> bool:
         """Whether the shard's last leader stopped cleanly with this replica's copy as it
@@ -646,7 +674,7 @@ class ReplicaServer:
                     stopped_at=position,
                 )
             )
-        except (OSError, FollowError, PopMQError) as exc:
+        except Exception as exc:  # noqa: BLE001 - never in the stop's way: it reconciles instead
             log.warning(
                 "shard %s: replica %s could not write down its clean stop (%s): elected "
                 "again, it checks its last messages against the other brokers",
@@ -744,6 +772,7 @@ class ReplicaServer:
 
     async def stop(self) -> None:
         self._stopping = True
+        loop = asyncio.get_running_loop()
         await self.health.enter_graceful_shutdown()
         if self.broker is not None:
             self.broker.release_waiters()
@@ -756,7 +785,11 @@ class ReplicaServer:
             self.servicer.end_streams()
             if self.log is not None:
                 self.log.close_streams()
+            began = loop.time()
             await stopping
+            # Calls still running when the grace ran out were cancelled: a send among them
+            # may be stored and yet moved elsewhere by its proxy, so this is no clean stop.
+            self._grace_ran_out = loop.time() - began >= self.config.shutdown_grace_s * 0.99
         if self._roles is not None:
             self._roles.cancel()
             with contextlib.suppress(BaseException):

@@ -152,15 +152,52 @@ def test_a_missing_or_damaged_record_is_no_memory(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [last_leader.FILE]
 
 
-def test_a_clean_stop_is_remembered_with_the_position_and_a_damaged_one_is_none(
+def test_a_clean_stop_is_remembered_with_the_position_and_a_damaged_one_is_dropped(
     tmp_path: Path,
 ) -> None:
     stopped = LastLeader(replica="r1", address="127.0.0.1:9000", epoch=12, stopped_at=(12, 40))
     last_leader.write(tmp_path, stopped)
     assert last_leader.read(tmp_path) == stopped
     path = tmp_path / last_leader.FILE
-    for damaged in ('"x"', "[12]", '["a", 1]'):
+    for damaged in ('"12"', "[12]", "[1, 2, 3]", '["a", 1]', "[1.5, 2]", "[-1, 2]", "{}"):
         path.write_text(
             f'{{"replica": "r1", "address": "h:1", "epoch": 3, "stopped_at": {damaged}}}'
         )
-        assert last_leader.read(tmp_path) is None, damaged
+        # The leader is still remembered; only the clean stop is dropped.
+        assert last_leader.read(tmp_path) == LastLeader(replica="r1", address="h:1", epoch=3)
+
+
+@run_async
+async def test_a_release_is_remembered_with_the_copy_s_position_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A leader that stops cleanly releases its follower once the follower holds every
+    batch: the follower writes that position down with the leader, keeps it when it
+    follows the same leader again after a restart, and drops it for a newer leader."""
+    async with _Leader(tmp_path / "r1") as leader:
+        follower = Follower(tmp_path / "r2", shard="s1", replica="r2")
+        follower.open()
+        stream = asyncio.ensure_future(follower.follow(leader.address, EPOCH, leader="r1"))
+        await until(
+            lambda: follower.snapshots == 1 and follower.position == (EPOCH, 3),
+            "the follower caught up",
+            10.0,
+            interval_s=0.01,
+        )
+        leader.log.close_streams()  # what a stopping leader does
+        await asyncio.wait_for(stream, 10.0)
+        assert follower.released
+        follower.close()
+
+    restarted = Follower(tmp_path / "r2", shard="s1", replica="r2")
+    restarted.open()
+    try:
+        kept = restarted.last_leader
+        assert kept is not None and kept.stopped_at == (EPOCH, 3) == restarted.position
+        await restarted.remember(LastLeader(replica="r1", address=kept.address, epoch=EPOCH))
+        assert restarted.last_leader == kept  # the same leader: its clean stop stays
+        newer = LastLeader(replica="r1", address=kept.address, epoch=EPOCH + 1)
+        await restarted.remember(newer)
+        assert last_leader.read(tmp_path / "r2") == newer  # stopped_at None
+    finally:
+        restarted.close()

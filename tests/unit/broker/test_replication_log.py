@@ -456,3 +456,31 @@ def test_a_join_is_announced_only_once_the_in_sync_set_can_pass_a_sends_barrier(
         h.store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_term_is_settled_only_with_no_write_in_doubt(tmp_path: Path) -> None:
+    """What a stopping leader needs before it writes its clean stop down (replica.py): no
+    batch waiting for its followers, none whose wait failed, not fenced, not failed."""
+
+    async def scenario() -> None:
+        h = _Harness(tmp_path / "db", min_insync=0, isr=("r2",))
+        r2 = h.log.connected("r2", 0)
+        assert h.log.settled()
+        batch = h.store.batch()
+        batch.put("messages", b"k", b"v")
+        batch.quorum = True
+        h.store.write(batch, sync=True)
+        waiting = h.log.barrier(batch, True)
+        assert waiting is not None
+        assert not h.log.settled()  # its follower has not acknowledged it
+        h.log.acked(r2, batch.lsn)
+        await asyncio.sleep(0)
+        assert waiting.done() and h.log.settled()
+        h.fence = "its leader lease lapsed"
+        assert not h.log.settled()
+        h.fence = None
+        h.log.fail_all("leadership ended")
+        assert not h.log.settled()
+        h.store.close()
+
+    asyncio.run(scenario())
