@@ -51,6 +51,7 @@ import grpc
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
 from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
+from popmq.broker.fencing import WriteFence
 from popmq.broker_core import MAX_SEND_MESSAGES, Broker, PopMQError
 from popmq.broker_core.crash_tail import TailMessage
 from popmq.coordination.coordinator import Coordinator
@@ -87,22 +88,27 @@ async def reconcile_crash_tail(
     tls: ChannelTLS | None = None,
     signer: Signer | None = None,
     takeover: bool = False,
+    fence: WriteFence | None = None,
 ) -> int:
     """Remove the messages of the broker's crash tail that other live brokers hold (module
     doc); returns how many were removed. Nothing to do after a clean end, unless
-    `takeover` (a shard's new leader: its previous leader may have died mid-send)."""
+    `takeover` (a shard's new leader: its previous leader may have died mid-send).
+    `fence`: the broker's, fenced for this reconciliation (it then answers the lookups of
+    messages outside the tail)."""
     tail = await broker.crash_tail(takeover=takeover)
     if not tail:
         return 0
-    # Lookups of other messages are answered meanwhile (service.py, LookupSends). A
+    # Lookups of other messages are answered meanwhile (fencing.py, `check_lookup`). A
     # message with a dedup id is indexed under its message id too.
-    broker.reconciling = frozenset(
-        (m.topic, key) for m in tail for key in (m.message_id, m.dedup_id) if key
-    )
+    if fence is not None:
+        fence.reconciles(
+            frozenset((m.topic, key) for m in tail for key in (m.message_id, m.dedup_id) if key)
+        )
     try:
         return await _reconcile(broker, coordinator, tail, name, wait_s, tls, signer, takeover)
     finally:
-        broker.reconciling = None
+        if fence is not None:
+            fence.reconciles(None)
 
 
 async def _reconcile(

@@ -57,7 +57,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from popmq.broker_core import NotLeaderError, UnavailableError
 from popmq.coordination.coordinator import Session
@@ -80,20 +80,50 @@ class WriteFence:
         self.following: str | None = None
         """Set on a replica that follows its shard's leader (its role, at which epoch):
         every write is refused (its store is a copy being written by replication)."""
-        self.reconciling = False
-        """Fenced only while the broker reconciles its crash tail (crash_tail_sync.py):
-        its store changes meanwhile only by removals from that tail, so it still answers
-        the lookups of other messages (service.py, LookupSends)."""
+        self._reconciling = False
+        self._tail: frozenset[tuple[str, str]] | None = None
 
     def fence(self, reason: str, *, reconciling: bool = False) -> None:
         """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence();
         `reconciling`: the fence holds while the crash tail is reconciled, nothing else."""
         self.reason = reason
-        self.reconciling = reconciling
+        self._reconciling = reconciling
+        self._tail = None
 
     def unfence(self) -> None:
         self.reason = None
-        self.reconciling = False
+        self._reconciling = False
+        self._tail = None
+
+    def reconciles(self, tail: frozenset[tuple[str, str]] | None) -> None:
+        """The crash tail being reconciled now, as (topic, message id or dedup id) pairs;
+        None once done. Ignored unless fenced for the reconciliation alone."""
+        if self._reconciling:
+            self._tail = tail
+
+    def check_lookup(self, topic: str, sent: Sequence[tuple[str, str]]) -> None:
+        """Return when a lookup of these (message id, dedup id or "") of `topic` may be
+        answered: as a write, but for a broker fenced only while it reconciles its crash
+        tail. Its store changes meanwhile only by removals from that tail, so it answers
+        about every other message (two brokers reconciling at once ask each other) and
+        refuses, retriably, a lookup naming a message of its tail (its answer could change;
+        two brokers that each hold a copy must not both remove theirs).
+
+        Raises:
+            NotLeaderError, UnavailableError: as check(), or the lookup names a message of
+                the tail being reconciled.
+        """
+        tail = self._tail
+        if self.following is not None or not self._reconciling or tail is None:
+            self.check()
+            return
+        for message_id, dedup_id in sent:
+            if (topic, dedup_id or message_id) in tail:
+                raise UnavailableError(
+                    f"broker {self.name!r} is checking its crash tail, which holds a send "
+                    f"of {dedup_id or message_id!r} (topic {topic!r}): ask again once it "
+                    "takes writes"
+                )
 
     def check(self) -> None:
         """Return when a write may go ahead.

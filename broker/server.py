@@ -309,6 +309,7 @@ class BrokerServer:
             wait_s=self.config.cluster.crash_tail_wait_s,
             tls=self._peer_tls,
             signer=self._peer_signer,
+            fence=self.servicer.writes,
         )
         self.broker.crash_tail_reconciled()
         self.servicer.writes.unfence()

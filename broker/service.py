@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
@@ -39,11 +39,11 @@ from popmq.broker_core.errors import (
     InternalError,
     InvalidArgumentError,
     PopMQError,
-    UnavailableError,
 )
 from popmq.broker_core.group_rules import GroupState
 from popmq.broker_core.send import SendTicket
 from popmq.broker_core.types import NewMessage, PoppedMessage
+from popmq.grpc_calls import reserialized
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,6 @@ class TopicApplier(Protocol):
 class SendLookup(Protocol):
     """A broker that says which sent messages are in its dedup window (`Broker`): asked by
     a cluster proxy before it routes a repeat it does not remember; not part of BrokerAPI."""
-
-    reconciling: frozenset[tuple[str, str]] | None
-    """(topic, dedup id or message id) of its crash tail while it reconciles it, or None."""
 
     def lookup_sends(
         self, topic: str, sent: Sequence[tuple[str, str]], *, stored_only: bool = False
@@ -426,27 +423,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 'give one dedup id per message ("" for none), or none at all'
             )
         sent = list(zip(ids, dedup_ids or [""] * len(ids), strict=True))
-        self._admit_lookup(broker, request.topic, sent)
+        self.writes.check_lookup(request.topic, sent)
         held = broker.lookup_sends(request.topic, sent, stored_only=request.stored_only)
         return pb.LookupSendsResponse(held=held)
-
-    def _admit_lookup(self, broker: SendLookup, topic: str, sent: list[tuple[str, str]]) -> None:
-        """Admit a lookup as a write, but for a broker fenced only while it reconciles its
-        crash tail: its store changes meanwhile only by removals from that tail, so it
-        answers about every other message (two brokers reconciling at once ask each other)
-        and refuses, retriably, a lookup naming a message of its tail (its answer could
-        change; two brokers that each hold a copy must not both remove theirs)."""
-        writes, tail = self.writes, broker.reconciling
-        if writes.following is not None or not writes.reconciling or tail is None:
-            writes.check()
-            return
-        for message_id, dedup_id in sent:
-            if (topic, dedup_id or message_id) in tail:
-                raise UnavailableError(
-                    f"broker {self.name!r} is checking its crash tail, which holds a send "
-                    f"of {dedup_id or message_id!r} (topic {topic!r}): ask again once it "
-                    "takes writes"
-                )
 
     @_rpc(writes=True)
     async def SendHalf(self, request: pb.SendHalfRequest, context: Any) -> pb.SendHalfResponse:
@@ -966,34 +945,14 @@ ENCODED_REQUESTS = frozenset({"HopSend"})
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
     """Register BrokerService on `server` as the generated code does, except that the
     methods of ENCODED_ANSWERS send the bytes their handlers answer as they are."""
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, _Reserialized(server))  # type: ignore[no-untyped-call]
+    reserialized.register(
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server, servicer, server, _bytes_out
+    )
 
 
-class _Reserialized:
-    """Stands in for the server while generated code registers the service: it swaps the
-    serializer of ENCODED_ANSWERS' handlers, then registers the handlers on the server both
-    ways, as generated code does."""
-
-    def __init__(self, server: grpc.aio.Server) -> None:
-        self._server = server
-
-    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        """Ignored: built again from the registered handlers, with the swapped serializer."""
-
-    def add_registered_method_handlers(
-        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
-    ) -> None:
-        handlers = {
-            method: _bytes_out(handler, method) if method in ENCODED_ANSWERS else handler
-            for method, handler in method_handlers.items()
-        }
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(service_name, handlers),)
-        )
-        self._server.add_registered_method_handlers(service_name, handlers)
-
-
-def _bytes_out(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def _bytes_out(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if method not in ENCODED_ANSWERS:
+        return handler
     if handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(
             handler.stream_stream,

@@ -150,9 +150,6 @@ class Broker:
         # The store's last run did not end cleanly (crash_tail.py), as found by start(),
         # and (tail_pending) its crash tail is not reconciled yet: close() keeps the marker.
         self.unclean_end = self._marks_runs = self._tail_pending = False
-        self.reconciling: frozenset[tuple[str, str]] | None = None
-        """While its crash tail is reconciled (crash_tail_sync.py): the (topic, dedup id or
-        message id) of the tail's messages, which a removal may take away meanwhile."""
         self.failure: str | None = None
         """Why the broker stopped doing its job (a background task died), or None."""
         # Set once, with `failure`: what wait_failure() awaits (the server's health).

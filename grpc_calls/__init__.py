@@ -5,7 +5,9 @@
   security gate refused (`RefusedRequestError`), and request bodies checked as they are
   decoded (too large, or not the method's message: INVALID_ARGUMENT, not grpc's UNKNOWN);
 - write_errors.py: a streamed write that fails because the call is over (the client went
-  away), which a handler waits out quietly instead of logging an error.
+  away), which a handler waits out quietly instead of logging an error;
+- reserialized.py: a generated servicer registered with some handlers swapped (the hot
+  methods of the proxy's MessagingService and the broker's BrokerService answer bytes).
 
 It imports only broker_core, so the proxy's front ends and the security gate that brokers
 and proxies both install share it.

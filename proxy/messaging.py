@@ -9,7 +9,7 @@ not implement TransactionAPI answers these FAILED_PRECONDITION.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypedDict
 
 import grpc
@@ -42,6 +42,7 @@ from popmq.broker_core import (
     received_messages_wire,
 )
 from popmq.coordination.coordinator import Coordinator
+from popmq.grpc_calls import reserialized
 from popmq.grpc_calls.errors import rpc
 from popmq.proxy import convert
 from popmq.proxy.ack_request import AckRequest, PopStreamRequest
@@ -808,35 +809,14 @@ def add_messaging_service(servicer: MessagingServicer, server: LateServices) -> 
     """Register `servicer` on `server` as the generated code does, except that the methods
     of ENCODED_ANSWERS get a serializer that passes encoded bytes through
     (convert.serialized), and those of WIRE_REQUESTS their own request readers."""
-    messaging_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, _Reserialized(server))
-
-
-class _Reserialized:
-    """Stands in for the server while generated code registers the messaging service: it
-    swaps the serializer of ENCODED_ANSWERS' handlers, then registers the handlers on the
-    server both ways, as generated code does (the generic handler it built is of the
-    originals, so one is built again from the swapped ones)."""
-
-    def __init__(self, server: LateServices) -> None:
-        self._server = server
-
-    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        """Ignored: built again from the registered handlers, with the swapped serializer."""
-
-    def add_registered_method_handlers(
-        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler]
-    ) -> None:
-        handlers = {
-            method: _reserialized(method, handler) if method in ENCODED_ANSWERS else handler
-            for method, handler in method_handlers.items()
-        }
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(service_name, handlers),)
-        )
-        self._server.add_registered_method_handlers(service_name, handlers)
+    reserialized.register(
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server, servicer, server, _reserialized
+    )
 
 
 def _reserialized(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if method not in ENCODED_ANSWERS:
+        return handler
     deserializer = WIRE_REQUESTS.get(method, handler.request_deserializer)
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(

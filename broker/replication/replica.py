@@ -700,6 +700,7 @@ class ReplicaServer:
                 tls=self._peer_tls,
                 signer=self._peer_signer,
                 takeover=True,
+                fence=self.servicer.writes,
             )
         except PopMQError as exc:  # its tail could not be read: serve, as after a failed removal
             log.warning(

@@ -129,7 +129,7 @@ ALLOWED: dict[str, set[str]] = {
     "proxy": {
         "_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime", "console",
     },
-    "broker": {"_gen", "broker_core", "coordination", "security", "runtime"},
+    "broker": {"_gen", "broker_core", "coordination", "grpc_calls", "security", "runtime"},
     "cluster": {"_gen", "broker_core", "coordination", "security", "runtime", "proxy", "broker"},
     "cli": {
         "_gen", "broker_core", "coordination", "grpc_calls", "security", "console", "runtime",
