@@ -9,6 +9,9 @@ stops changing its store until it is sure again. Nobody tells it to: it notices 
   store. While fenced, such a call fails with a retriable UNAVAILABLE naming why; on a
   replica that follows its shard's leader, with NOT_LEADER (its store is a copy that
   replication writes). Reads are never fenced (a follower's go to its read view).
+  `LookupSends` is admitted as a write, but a broker fenced only while it reconciles its
+  crash tail (crash_tail_sync.py) answers those of messages outside that tail
+  (`check_lookup`).
 - `start_fencing` runs the fencing task of a standalone broker (`popmq broker --etcd`,
   server.py). A standalone broker keeps taking writes while its etcd session is lost (etcd
   down or unreachable for longer than the TTL): no other process can serve its queues
@@ -80,12 +83,17 @@ class WriteFence:
         self.following: str | None = None
         """Set on a replica that follows its shard's leader (its role, at which epoch):
         every write is refused (its store is a copy being written by replication)."""
+        # Fenced for the crash tail's reconciliation alone, and that tail's (topic, id)
+        # pairs once selected: lookups of other messages are answered (`check_lookup`).
         self._reconciling = False
         self._tail: frozenset[tuple[str, str]] | None = None
 
     def fence(self, reason: str, *, reconciling: bool = False) -> None:
         """Refuse writes (retriable UNAVAILABLE naming `reason`) until unfence();
-        `reconciling`: the fence holds while the crash tail is reconciled, nothing else."""
+        `reconciling`: the fence holds while the crash tail is reconciled, nothing else.
+        One reason at a time: a fence replaces the one before, and unfence() ends any
+        (its callers never fence concurrently: a standalone broker's fencing task starts
+        after the reconciliation, and a replica's other fences end its term)."""
         self.reason = reason
         self._reconciling = reconciling
         self._tail = None

@@ -405,7 +405,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     # A read, but answered as a write is, by the shard's leader only: a follower's copy may
     # lack a send its leader is storing now, and "not held" must never be said by mistake.
-    @_rpc(writes=True, admits=True)
+    @_rpc(writes=True, admits=True)  # admitted by the fence's check_lookup, below
     async def LookupSends(
         self, request: pb.LookupSendsRequest, context: Any
     ) -> pb.LookupSendsResponse:
@@ -944,7 +944,8 @@ ENCODED_REQUESTS = frozenset({"HopSend"})
 
 def add_broker_service(server: grpc.aio.Server, servicer: BrokerServicer) -> None:
     """Register BrokerService on `server` as the generated code does, except that the
-    methods of ENCODED_ANSWERS send the bytes their handlers answer as they are."""
+    methods of ENCODED_ANSWERS send the bytes their handlers answer as they are (and those
+    of ENCODED_REQUESTS take each request as its bytes)."""
     reserialized.register(
         broker_pb2_grpc.add_BrokerServiceServicer_to_server, servicer, server, _bytes_out
     )
@@ -961,11 +962,13 @@ def _bytes_out(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHan
             else handler.request_deserializer,
             response_serializer=_as_is,
         )
-    return grpc.unary_unary_rpc_method_handler(
-        handler.unary_unary,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=_as_is,
-    )
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            handler.unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_as_is,
+        )
+    raise TypeError(f"no encoded answers for a handler of this shape: {handler!r}")
 
 
 def _as_is(answer: bytes) -> bytes:

@@ -9,6 +9,6 @@
 - reserialized.py: a generated servicer registered with some handlers swapped (the hot
   methods of the proxy's MessagingService and the broker's BrokerService answer bytes).
 
-It imports only broker_core, so the proxy's front ends and the security gate that brokers
-and proxies both install share it.
+It imports only broker_core, so the proxy's front ends, the broker's BrokerService and the
+security gate that brokers and proxies both install share it.
 """

@@ -1,4 +1,4 @@
-"""Registering a generated servicer with some of its handlers' serializers swapped.
+"""Registering a generated servicer with some of its handlers' (de)serializers swapped.
 
 The hot methods of a popmq service answer with bytes already encoded (and some read their
 requests from bytes) instead of the generated classes; the generated

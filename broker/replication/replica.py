@@ -574,6 +574,7 @@ class ReplicaServer:
                 # Also when stop() cancels this: the registration's holder must not take
                 # the registration back once resign() below closed its keeper.
                 tasks = (*watches, *([reconciling] if reconciling else []))
+                self.servicer.writes.reconciles(None)  # no lookup answered from here on
                 for task in tasks:
                     task.cancel()
                 # Ended before the broker closes (a lookup's channel, a removal's write).

@@ -183,3 +183,41 @@ def test_a_leader_whose_lease_lapsed_writes_while_its_followers_promises_run() -
         )
 
     asyncio.run(scenario())
+
+
+def test_a_broker_reconciling_its_crash_tail_answers_lookups_of_other_messages_only() -> None:
+    writes = WriteFence("b1")
+    orders = [("ID-1", "order-1"), ("ID-2", "")]
+    writes.check_lookup("t", orders)  # not fenced: answered
+    writes.fence("it is checking its crash tail", reconciling=True)
+    with pytest.raises(UnavailableError, match="checking its crash tail"):
+        writes.check_lookup("t", orders)  # its tail is not selected yet
+    writes.reconciles(frozenset({("t", "order-1"), ("t", "ID-1"), ("t", "ID-2")}))
+    for sent in ([("X", "order-1")], [("ID-1", "")], [("ID-2", "")], [("ok", ""), ("ID-2", "")]):
+        with pytest.raises(UnavailableError, match="which holds a send of") as refused:
+            writes.check_lookup("t", sent)
+        assert refused.value.retriable
+    writes.check_lookup("t", [("ID-3", ""), ("ID-4", "order-2")])  # other messages: answered
+    writes.check_lookup("other", [("ID-1", "order-1")])  # the same ids of another topic
+    with pytest.raises(UnavailableError, match="refuses writes"):
+        writes.check()  # writes stay fenced
+    writes.reconciles(None)  # done: refused until unfenced
+    with pytest.raises(UnavailableError, match="refuses writes"):
+        writes.check_lookup("t", [("ID-3", "")])
+    writes.unfence()
+    writes.check_lookup("t", orders)
+
+
+def test_another_fence_or_following_ends_the_lookups_a_reconciliation_answers() -> None:
+    writes = WriteFence("s1")
+    writes.fence("it is taking over the shard", reconciling=True)
+    writes.reconciles(frozenset({("t", "ID-1")}))
+    writes.fence("it no longer leads")  # another reason replaces the reconciliation's
+    writes.reconciles(frozenset({("t", "ID-1")}))  # ignored: not fenced to reconcile
+    with pytest.raises(UnavailableError, match="no longer leads"):
+        writes.check_lookup("t", [("ID-2", "")])
+    writes.fence("it is taking over the shard", reconciling=True)
+    writes.reconciles(frozenset({("t", "ID-1")}))
+    writes.following = "follower at epoch 9"
+    with pytest.raises(NotLeaderError):
+        writes.check_lookup("t", [("ID-2", "")])
