@@ -582,7 +582,7 @@ class ReplicaServer:
             reason = str(next(t for t in done if t is not reconciling).result())
         except asyncio.CancelledError:
             if self._stopping:  # stop() ends the term: is it a clean stop?
-                unclean = self._unclean_stop(broker, released)
+                unclean = self._unclean_stop(broker)
                 ended_cleanly = unclean is None
                 if unclean is not None:
                     log.info(
@@ -608,26 +608,28 @@ class ReplicaServer:
             if sync is not None:
                 await sync.close()
             broker.release_waiters()
+            # Where the copy stands: final, as the failed log stamps no write from here on.
+            stopped_at = oplog.read_position(broker.store) if ended_cleanly else None
             await broker.close()
             self.broker = None
             self.log = None
             try:
                 await election.resign(term)  # re-raises stop()'s cancellation
             finally:
-                if ended_cleanly:  # after the resign: the next leader need not wait for it
-                    await self._remember_clean_stop(term)
+                if stopped_at is not None:  # after the resign: the next leader need not wait
+                    await self._remember_clean_stop(term, stopped_at)
             self.servicer.serve(Broker(self.broker_config))
             if not self._stopping:
                 self.follower.open()
 
-    def _unclean_stop(self, broker: Broker, released: bool) -> str | None:
+    def _unclean_stop(self, broker: Broker) -> str | None:
         """Why a term that stop() ends is no clean stop, or None: the calls in flight
         finished within the grace, its takeover's reconciliation (if any) was done, and
         nothing it wrote is in doubt."""
         if self._grace_ran_out:
             return f"calls were still running after the {self.config.shutdown_grace_s:g}s grace"
         if self.log is None:
-            return None if released else "its takeover had not begun"
+            return "its log was not open yet"
         if not self.log.releases:
             return "its takeover's reconciliation was not done"
         if not self.log.settled():
@@ -653,29 +655,20 @@ class ReplicaServer:
         )
         return True
 
-    async def _remember_clean_stop(self, term: Term) -> None:
+    async def _remember_clean_stop(self, term: Term, stopped_at: tuple[int, int]) -> None:
         """This term ended by a clean stop with its sends in flight finished: write down
-        where its log stands (the store reopened: its broker is closed), so that elected
-        again after a restart it takes over without reconciling (last_leader.py)."""
-
-        def position_at_rest() -> tuple[int, int]:
-            store = Store(self.directory)
-            try:
-                return oplog.read_position(store)
-            finally:
-                store.close()
-
+        where its log stands, so that elected again after a restart it takes over without
+        reconciling (last_leader.py)."""
         try:
-            position = await asyncio.to_thread(position_at_rest)
             await self.follower.remember(
                 LastLeader(
                     replica=self.replica,
                     address=self.address,
                     epoch=term.epoch,
-                    stopped_at=position,
+                    stopped_at=stopped_at,
                 )
             )
-        except Exception as exc:  # noqa: BLE001 - never in the stop's way: it reconciles instead
+        except (OSError, FollowError) as exc:  # never in the stop's way: it reconciles instead
             log.warning(
                 "shard %s: replica %s could not write down its clean stop (%s): elected "
                 "again, it checks its last messages against the other brokers",
