@@ -54,6 +54,16 @@ class _Harness:
         )
         self.store.tap = self.log
 
+    def send(self) -> tuple[Batch, asyncio.Future[None]]:
+        """A send's batch, written synced: it and its wait for the in-sync followers."""
+        batch = self.store.batch()
+        batch.put("messages", b"k", b"v")
+        batch.quorum = True
+        self.store.write(batch, sync=True)
+        waiting = self.log.barrier(batch, True)
+        assert waiting is not None
+        return batch, waiting
+
     def write(self, value: bytes, *, quorum: bool = False) -> int:
         batch = self.store.batch()
         batch.put("messages", b"k" + value, value)
@@ -83,12 +93,7 @@ def test_a_send_waits_for_every_in_sync_follower(tmp_path: Path) -> None:
         h = _Harness(tmp_path / "db", isr=("r2", "r3"))
         r2 = h.log.connected("r2", 0)
         r3 = h.log.connected("r3", 0)
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        batch, waiting = h.send()
         h.log.acked(r2, batch.lsn)
         await asyncio.sleep(0)
         assert not waiting.done()
@@ -123,12 +128,7 @@ def test_a_follower_leaves_in_etcd_before_sends_stop_waiting_for_it(tmp_path: Pa
     async def scenario() -> None:
         h = _Harness(tmp_path / "db", min_insync=0, isr=("r2",))
         r2 = h.log.connected("r2", 0)
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        _, waiting = h.send()
         h.persist_gate.clear()  # etcd is slow to take the smaller set
         h.log.disconnected(r2, "killed")
         await asyncio.sleep(0.01)
@@ -148,12 +148,7 @@ def test_a_send_fails_when_the_isr_shrinks_below_min_insync_while_it_waits(
     async def scenario() -> None:
         h = _Harness(tmp_path / "db", min_insync=1, isr=("r2",))
         r2 = h.log.connected("r2", 0)
-        lsn_batch = h.store.batch()
-        lsn_batch.put("messages", b"k", b"v")
-        lsn_batch.quorum = True
-        h.store.write(lsn_batch, sync=True)
-        waiting = h.log.barrier(lsn_batch, True)
-        assert waiting is not None
+        _, waiting = h.send()
         h.log.disconnected(r2, "killed")
         await asyncio.sleep(0.01)
         assert isinstance(waiting.exception(), OutcomeUnknownError)
@@ -191,12 +186,7 @@ def test_a_fenced_leader_writes_nothing_and_fails_what_waits(tmp_path: Path) -> 
     async def scenario() -> None:
         h = _Harness(tmp_path / "db", min_insync=0, isr=("r2",))
         r2 = h.log.connected("r2", 0)
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        batch, waiting = h.send()
         h.fence = "its leader lease lapsed"
         h.log.acked(r2, batch.lsn)  # the follower's ack arrives after the lease lapsed
         assert isinstance(waiting.exception(), UnavailableError)
@@ -272,12 +262,7 @@ def test_a_closing_leaders_streams_end_once_no_write_waits_for_the_followers(
     async def scenario() -> None:
         h = _Harness(tmp_path / "db", isr=("r2",))
         r2 = h.log.connected("r2", 0)
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        batch, waiting = h.send()
         # A stream that sent everything waits for the log to grow, however long.
         grown = asyncio.ensure_future(h.log.wait_grown(batch.lsn))
         await asyncio.sleep(0.01)
@@ -375,12 +360,7 @@ def test_a_repeat_after_a_failed_wait_is_refused_with_too_few_in_sync_followers(
     async def scenario() -> None:
         h = _Harness(tmp_path / "db", min_insync=1, isr=("r2",))
         r2 = h.log.connected("r2", 0)
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        _, waiting = h.send()
         h.log.disconnected(r2, "killed")
         await asyncio.sleep(0.01)
         assert isinstance(waiting.exception(), OutcomeUnknownError)
@@ -404,12 +384,7 @@ def test_a_repeat_after_a_failed_send_waits_even_when_a_later_non_send_batch_com
         joins: list[int] = []
         h.log.joined = lambda: joins.append(h.log.lsn)
         r2 = h.log.connected("r2", 0)
-        send = h.store.batch()
-        send.put("messages", b"k", b"v")
-        send.quorum = True
-        h.store.write(send, sync=True)
-        waiting = h.log.barrier(send, True)
-        assert waiting is not None
+        _, waiting = h.send()
         h.log.disconnected(r2, "killed")
         await asyncio.sleep(0.01)
         assert isinstance(waiting.exception(), OutcomeUnknownError)
@@ -466,12 +441,7 @@ def test_a_term_is_settled_only_with_no_write_in_doubt(tmp_path: Path) -> None:
         h = _Harness(tmp_path / "db", min_insync=0, isr=("r2",))
         r2 = h.log.connected("r2", 0)
         assert h.log.settled()
-        batch = h.store.batch()
-        batch.put("messages", b"k", b"v")
-        batch.quorum = True
-        h.store.write(batch, sync=True)
-        waiting = h.log.barrier(batch, True)
-        assert waiting is not None
+        batch, waiting = h.send()
         assert not h.log.settled()  # its follower has not acknowledged it
         h.log.acked(r2, batch.lsn)
         await asyncio.sleep(0)
