@@ -5,8 +5,9 @@ ran (accepted as the server closed, or its task cancelled before its first step)
 transport waits to flush bytes a dead peer never takes, keeps its socket until the garbage
 collector finds it (ResourceWarning: unclosed transport). `TrackedServer` keeps every
 accepted transport until it is lost, and `close()` aborts them all, including one the loop
-was still setting up when the server closed. The metrics endpoint (runtime/metrics.py) and
-the tests' relays use it.
+was still setting up when the server closed; it keeps the connections' handler tasks too,
+which `end_handlers` lets finish for a while and then cancels. The metrics endpoint
+(runtime/metrics.py) and the tests' relays use it.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ class TrackedServer:
         self._handler = handler
         self._server: asyncio.Server | None = None
         self._transports: set[asyncio.Transport] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self.closed = False
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
         loop = asyncio.get_running_loop()
 
         def accepted() -> asyncio.Protocol:
-            return _Tracked(asyncio.StreamReader(), self._handler, self)
+            return _Tracked(asyncio.StreamReader(), self._run, self)
 
         self._server = await loop.create_server(accepted, host, port)
         return self._server
@@ -52,6 +54,24 @@ class TrackedServer:
             loop = asyncio.get_running_loop()
             for listening in self._server.sockets:
                 loop.remove_reader(listening.fileno())
+
+    async def _run(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
+        await self._handler(reader, writer)
+
+    async def end_handlers(self, timeout_s: float) -> None:
+        """Let the connections' handlers finish for up to `timeout_s`, then cancel the rest
+        (a handler cancelled at the loop's end makes asyncio's stream protocol log an
+        error) and wait for them."""
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=timeout_s)
+        stragglers = list(self._handlers)
+        for handler in stragglers:
+            handler.cancel()
+        await asyncio.gather(*stragglers, return_exceptions=True)
 
     def abort_all(self) -> None:
         for transport in list(self._transports):

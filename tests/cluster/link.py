@@ -17,13 +17,9 @@ class Link:
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
         self._target = (host, int(port))
-        self._server: asyncio.Server | None = None
         self._tracked = TrackedServer(self._accept)
         # Both writers of every forwarded connection, closed by cut().
         self._writers: set[asyncio.StreamWriter] = set()
-        # The connection handlers still running; exit waits for them (a cancelled handler
-        # makes asyncio's stream protocol log an error).
-        self._handlers: set[asyncio.Task[None]] = set()
         # Every connection made to the target: a closed one whose peer (a paused etcd)
         # never takes the bytes left stays open, so exit aborts them all.
         self._upstreams: list[asyncio.StreamWriter] = []
@@ -31,24 +27,16 @@ class Link:
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"{host}:{port}"
+        return f"127.0.0.1:{self._tracked.port}"
 
     async def __aenter__(self) -> Link:
-        self._server = await self._tracked.start()
+        await self._tracked.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
         self._tracked.stop_listening()
         self._close_all()
-        if self._handlers:
-            await asyncio.wait(self._handlers, timeout=5)
-        stragglers = list(self._handlers)
-        for handler in stragglers:
-            handler.cancel()
-        await asyncio.gather(*stragglers, return_exceptions=True)
+        await self._tracked.end_handlers(5)
         for upstream in self._upstreams:
             upstream.transport.abort()
         await self._tracked.close()  # what is still open (popmq/runtime/tracked_server.py)
@@ -69,10 +57,6 @@ class Link:
         if self.is_cut:
             writer.close()
             return
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        handler.add_done_callback(self._handlers.discard)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:

@@ -85,21 +85,18 @@ class GatedPort:
     def __init__(self, target: str) -> None:
         self.target = target
         self.address = ""
-        self._server: asyncio.Server | None = None
         self._tracked = TrackedServer(self._serve)
         self._opened = asyncio.Event()
         # Counts accepted connections; waited on by `connections`.
         self._accepted = asyncio.Condition()
         self._count = 0
-        # The connections' handlers, cancelled at close.
-        self._tasks: set[asyncio.Task[None]] = set()
         # Its connections to the broker: a closed one whose peer never takes the bytes left
         # stays open, so close() aborts them all.
         self._upstreams: list[asyncio.StreamWriter] = []
 
     async def start(self) -> str:
-        self._server = await self._tracked.start()
-        self.address = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        await self._tracked.start()
+        self.address = f"127.0.0.1:{self._tracked.port}"
         return self.address
 
     def open(self) -> None:
@@ -113,18 +110,12 @@ class GatedPort:
 
     async def close(self) -> None:
         self._tracked.stop_listening()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tracked.end_handlers(0)  # cancelled at once
         for upstream in self._upstreams:
             upstream.transport.abort()
-        if self._server is not None:
-            await self._tracked.close()  # what is still open (popmq/runtime/tracked_server.py)
+        await self._tracked.close()  # what is still open (popmq/runtime/tracked_server.py)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
             async with self._accepted:
                 self._count += 1
@@ -139,7 +130,6 @@ class GatedPort:
                 upstream_writer.close()
         finally:
             writer.close()
-            self._tasks.discard(task)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

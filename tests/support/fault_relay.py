@@ -56,11 +56,9 @@ def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
 class FaultRelay:
     def __init__(self) -> None:
         self.target: tuple[str, int] | None = None
-        self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tracked = TrackedServer(self._accept)
-        """Every accepted connection, aborted by close()."""
-        self._handlers: set[asyncio.Task[None]] = set()
+        """Every accepted connection and its handler, ended by close()."""
         # Set from the test's thread, read on the loop: single attribute writes.
         self._drop_min_bytes: int | None = None
         self._hold_s = 0.5
@@ -75,19 +73,16 @@ class FaultRelay:
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"{host}:{port}"
+        return f"127.0.0.1:{self._tracked.port}"
 
     async def start(self) -> str:
-        self._server = await self._tracked.start()
+        await self._tracked.start()
         return self.endpoint
 
     async def close(self, *, abort: bool = False) -> None:
         """Stop listening (a new connection is refused) and close every connection;
         `abort` also ends at once the handlers holding an answer back."""
-        server, self._server = self._server, None
-        if server is None:
+        if self._tracked.closed:
             return
         self._tracked.stop_listening()
         await asyncio.sleep(0)  # a handler created as it closed registers itself first
@@ -95,14 +90,9 @@ class FaultRelay:
             writer.close()
         if abort:
             self._aborted.set()
-        if self._handlers:
-            await asyncio.wait(self._handlers, timeout=5)
-        # A handler still running (its peer never read what it was sent) is cancelled: its
-        # finally aborts both sockets, so none is left for the garbage collector to warn of.
-        stragglers = list(self._handlers)
-        for handler in stragglers:
-            handler.cancel()
-        await asyncio.gather(*stragglers, return_exceptions=True)
+        # A handler still running after 5 s (its peer never read what it was sent) is
+        # cancelled: its finally aborts both sockets, none left for the collector to warn of.
+        await self._tracked.end_handlers(5)
         # A connection whose handler never ran (accepted as the relay closed) has only its
         # transport: every accepted one is aborted (popmq/runtime/tracked_server.py).
         await self._tracked.close()
@@ -118,10 +108,6 @@ class FaultRelay:
         if self._tracked.closed:
             writer.transport.abort()
             return
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        handler.add_done_callback(self._handlers.discard)
         up_writer: asyncio.StreamWriter | None = None
         try:
             for _ in range(200):  # a connection before the broker has a port waits (10 s)

@@ -93,3 +93,39 @@ def test_the_metrics_endpoint_ends_an_open_scrape_when_it_stops() -> None:
             writer.close()
 
     assert asyncio.run(scenario()) == b""
+
+
+def test_end_handlers_lets_handlers_finish_then_cancels_the_rest() -> None:
+    async def scenario() -> tuple[list[str], int]:
+        ended: list[str] = []
+        both = asyncio.Event()
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            name = (await reader.readline()).decode().strip()
+            if name == "quick":
+                await both.wait()
+                ended.append(name)
+                return
+            try:
+                both.set()
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                ended.append(f"{name} cancelled")
+                raise
+
+        server = TrackedServer(handler)
+        await server.start()
+        clients = []
+        for name in ("quick", "slow"):
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(f"{name}\n".encode())
+            clients.append(writer)
+        await asyncio.wait_for(both.wait(), 5)
+        server.stop_listening()
+        await server.end_handlers(0.5)
+        await server.close()
+        for writer in clients:
+            writer.close()
+        return ended, len(server._handlers)
+
+    assert asyncio.run(scenario()) == (["quick", "slow cancelled"], 0)
