@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import types
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -381,6 +382,12 @@ that stopped leading while it runs on) answers its calls NOT_LEADER for the whol
 members register again within a second or two of etcd's resume: a minute is ample."""
 
 
+_CAS_BACKOFF_S = 0.005
+_CAS_BACKOFF_MAX_S = 0.2
+"""A lost compare-and-set waits up to 5 ms, doubled after each further loss, at most 200 ms:
+16 attempts then wait up to 2.3 s in all, where retrying at once lost in step."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RoutesConfig:
     """How admin operations write routes and how a RouteCache starts."""
@@ -389,7 +396,8 @@ class RoutesConfig:
     """Queues on each live broker when a topic is created without a per-broker map."""
     cas_attempts: int = 16
     """Compare-and-set tries of one operation before it fails with a retriable error
-    (each conflict means another admin wrote the same topic in between)."""
+    (each conflict means another admin wrote the same topic in between; each is followed
+    by a short random wait, growing with the conflicts)."""
     ready_timeout_s: float = 10.0
     """How long `RouteCache.start` waits for its first listings (routes, brokers, numbers)."""
     vanished_grace_s: float = VANISHED_GRACE_S
@@ -523,7 +531,7 @@ class RouteAdmin:
             create_time_ms=now_ms(),
         )
         check_route(route)
-        for _ in range(self.config.cas_attempts):
+        for attempt in range(self.config.cas_attempts):
             revision, existing = await self._read(topic)
             if existing is not None:
                 if if_absent:
@@ -536,6 +544,7 @@ class RouteAdmin:
                 )
             entry = await self._write(topic, route.to_value(), revision)
             if entry is None:
+                await _back_off(attempt)
                 continue
             logger.info("topic %s created: %s", topic, route.queue_counts)
             return _with_revision(route, entry)
@@ -544,7 +553,7 @@ class RouteAdmin:
     async def _update(
         self, topic: str, change: Callable[[TopicRoute], TopicRoute | None]
     ) -> TopicRoute:
-        for _ in range(self.config.cas_attempts):
+        for attempt in range(self.config.cas_attempts):
             revision, route = await self._read(topic)
             if route is None:
                 raise _not_found(topic)
@@ -554,6 +563,7 @@ class RouteAdmin:
             check_route(changed)
             entry = await self._write(topic, changed.to_value(), revision)
             if entry is None:
+                await _back_off(attempt)
                 continue
             return _with_revision(changed, entry)
         raise self._contended(topic)
@@ -592,7 +602,7 @@ class RouteAdmin:
         revision. The marker's revision is one the topics watch delivers, which gives the
         caller a revision to wait for; a reader treats a marker as an absent topic, so a
         marker left by an admin that died in between does no harm."""
-        for _ in range(self.config.cas_attempts):
+        for attempt in range(self.config.cas_attempts):
             revision, route = await self._read(topic)
             if route is None:
                 raise _not_found(topic)
@@ -600,6 +610,7 @@ class RouteAdmin:
                 self.coordinator, topic_path(topic), marker("topic", topic), revision
             )
             if deleted is None:
+                await _back_off(attempt)
                 continue
             logger.info("topic %s deleted", topic)
             return deleted
@@ -610,6 +621,13 @@ class RouteAdmin:
             f"topic {topic!r} changed under {self.config.cas_attempts} attempts in a row "
             "(other admins are writing it); retry"
         )
+
+
+async def _back_off(attempt: int) -> None:
+    """After a lost compare-and-set: wait a random while, up to twice as long each time, so
+    admins racing on one topic spread out instead of colliding again in step."""
+    ceiling = min(_CAS_BACKOFF_MAX_S, _CAS_BACKOFF_S * 2**attempt)
+    await asyncio.sleep(random.uniform(0, ceiling))
 
 
 def _replace(route: TopicRoute, **changes: Any) -> TopicRoute:
