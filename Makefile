@@ -54,7 +54,8 @@ test: setup $(COMPILE_STAMP)
 # tests that cover the compiled modules: the unit tests and the integration tests of sends,
 # pops, acks and their streams. A fraction of `make test`'s time, and no second build.
 PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,pop_semantics.py pop_stream.py \
-	send_stream.py acks_on_receive.py message_features_sdk.py validation.py request_limits.py)
+	send_stream.py acks_on_receive.py message_features_sdk.py validation.py request_limits.py) \
+	$(addprefix tests/cluster/test_,hop_stream_frames.py hop_send_frames.py broker_hop_stream.py)
 
 test-python: setup
 	POPMQ_PURE_PYTHON=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTHON_TESTS)

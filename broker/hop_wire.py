@@ -41,6 +41,7 @@ from popmq.broker_core.errors import PopMQError
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.record_wire import (
     ReceivedBatch,
+    length_delimited,
     read_varint,
     receipt_handles_wire,
     received_messages_wire,
@@ -60,6 +61,9 @@ _HANDLE_TAG: Final = b"\x2a"
 _INVISIBLE_UNTIL_TAG: Final = b"\x30"
 _ACKED: Final = b"\x0a\x00"
 """An AckResult without an error, as an element of AckResponse.results."""
+_GROUP_TAG: Final = b"\x0a"
+_HANDLES_FIELD_TAG: Final = b"\x12"
+"""AckRequest's group (1) and handles (2)."""
 _INT64_SIGN: Final = 1 << 63
 
 
@@ -271,6 +275,18 @@ def _field(data: bytes, pos: int, key: int) -> tuple[int, int]:
     if wire_type == 5:
         return pos, pos + 4
     raise ValueError(f"wire type {wire_type} of field {key >> 3} is not one BrokerService uses")
+
+
+def ack_request_wire(group: str, handles: Sequence[str]) -> bytes:
+    """The bytes of the AckRequest (group, handles): a proxy's ack of a pop's handles,
+    written without building the message (each handle is a string field of its own)."""
+    parts = [length_delimited(_GROUP_TAG, group.encode())] if group else []
+    for handle in handles:
+        data = handle.encode()
+        parts.append(_HANDLES_FIELD_TAG)
+        parts.append(varint(len(data)))
+        parts.append(data)
+    return b"".join(parts)
 
 
 def ack_response_wire(outcomes: Sequence[PopMQError | None]) -> bytes:

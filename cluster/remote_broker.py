@@ -657,13 +657,17 @@ class RemoteBroker:
         return answer
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
-        request = pb.AckRequest(group=group, handles=handles)
         hop = self._hop
         if hop is not None and not hop.unsupported:
             with contextlib.suppress(HopUnsupportedError):
                 return hop_wire.ack_results_from_wire(
-                    (await hop.request(hop_wire.HOP_ACK, request.SerializeToString()))[1]
+                    (
+                        await hop.request(
+                            hop_wire.HOP_ACK, hop_wire.ack_request_wire(group, handles)
+                        )
+                    )[1]
                 )
+        request = pb.AckRequest(group=group, handles=handles)
         outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
         return outcomes
 

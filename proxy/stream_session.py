@@ -61,7 +61,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Final, Generic, NamedTuple, TypeVar
 
 import grpc
 
@@ -76,7 +76,7 @@ MAX_IN_FLIGHT = 1024
 """Requests in flight (read, not yet answered) on one stream; the default held long polls per
 (group, topic) is the same number, so one consumer's PopStream is never the tighter bound."""
 
-MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
+MAX_UNWRITTEN_BYTES: Final = 8 * 1024 * 1024
 """Answer bytes one stream may hold unwritten before it pauses its pops, and its budget for
 those and the bytes reserved by its running pops together (see the module doc): two of the
 largest pop answers (about 4 MiB each), so a client that reads keeps one answer ready while
@@ -127,7 +127,7 @@ class _Answer(NamedTuple, Generic[RequestT, ResponseT]):
     request: RequestT | None
     size: int
     """Its serialized size, counted in the stream's unwritten bytes."""
-    carried: object = None
+    carried: Any = None  # not `object`: a compiled NamedTuple's annotations must resolve here
     """What the answer carries that `_abandon` gives back if it is never written (`_carried`
     of the result: not the result itself, which would double the answer's memory)."""
 

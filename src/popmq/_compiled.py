@@ -78,6 +78,15 @@ MODULES = (
     "popmq.broker_core.filters",
     "popmq.broker_core.queue_lock",
     "popmq.broker_core.group_settings",
+    # The streams a client's pops, acks and sends ride (serve and proxy), and a cluster
+    # proxy's routing of them: which broker issued a handle, the sweep over brokers, the hop
+    # streams and their frames.
+    "popmq.proxy.stream_session",
+    "popmq.broker_core.handles",
+    "popmq.cluster.cluster_pop",
+    "popmq.cluster.pop_wire",
+    "popmq.cluster.hop_stream",
+    "popmq.cluster.hop_frames",
     # The cluster hop's pop and ack answers and its sends, on both sides of it.
     "popmq.broker.hop_wire",
     "popmq.broker.send_wire",

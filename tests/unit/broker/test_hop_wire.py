@@ -12,6 +12,7 @@ from popmq.broker.hop_wire import (
     HOP_ACK,
     HOP_ERROR,
     HOP_POP,
+    ack_request_wire,
     ack_response_wire,
     ack_results_from_wire,
     globalize,
@@ -114,6 +115,22 @@ def test_ack_answer_parses_as_the_generated_response_builds_it() -> None:
     assert str(back[1]) == "receipt handle is stale"
     assert isinstance(back[3], UnavailableError)
     assert [type(o) for o in ack_results_from_wire(data)] == [type(o) for o in back]
+
+
+@pytest.mark.parametrize(
+    ("group", "handles"),
+    [
+        ("orders", ["b1.AAAA", "b1.BBBB"]),
+        ("g", []),
+        ("", ["only"]),
+        ("grüppe", ["b2." + "x" * 200] * 3),
+    ],
+)
+def test_ack_request_is_the_generated_requests_bytes(group: str, handles: list[str]) -> None:
+    data = ack_request_wire(group, handles)
+    assert data == pb.AckRequest(group=group, handles=handles).SerializeToString()
+    back = pb.AckRequest.FromString(data)
+    assert (back.group, list(back.handles)) == (group, handles)
 
 
 def test_ack_answer_of_acked_handles_reads_as_none_each() -> None:
