@@ -44,7 +44,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from popmq.broker_core import (
     InvalidArgumentError,
@@ -551,8 +551,7 @@ def _interleave(layout: Sequence[tuple[str, Sequence[int]]]) -> tuple[QueueRef, 
     return tuple(column[i] for i in range(depth) for column in columns if i < len(column))
 
 
-@dataclass(frozen=True, slots=True)
-class Routed(Generic[T]):
+class Routed(NamedTuple, Generic[T]):
     """A send's outcome: the send function's result and where it was stored."""
 
     result: T
@@ -852,7 +851,8 @@ class SendRouter:
         used up, the deadline passed, or no untried broker holds a queue of the topic."""
         if attempt >= self.table.config.max_attempts:
             return None
-        if deadline is not None and self.table.clock() >= deadline:
+        clock = self.table.clock  # a property holding a function: called as a local (mypyc)
+        if deadline is not None and clock() >= deadline:
             return None
         return self.table.pick(topic, queues, avoid=tried)
 

@@ -87,6 +87,11 @@ MODULES = (
     "popmq.cluster.pop_wire",
     "popmq.cluster.hop_stream",
     "popmq.cluster.hop_frames",
+    # A cluster proxy's send: the route to a broker, the attempts and their fault table, and
+    # the sends whose outcome is in doubt.
+    "popmq.cluster.cluster_send",
+    "popmq.cluster.fault_tolerance",
+    "popmq.cluster.in_doubt",
     # The cluster hop's pop and ack answers and its sends, on both sides of it.
     "popmq.broker.hop_wire",
     "popmq.broker.send_wire",
