@@ -660,13 +660,9 @@ class RemoteBroker:
         hop = self._hop
         if hop is not None and not hop.unsupported:
             with contextlib.suppress(HopUnsupportedError):
-                return hop_wire.ack_results_from_wire(
-                    (
-                        await hop.request(
-                            hop_wire.HOP_ACK, hop_wire.ack_request_wire(group, handles)
-                        )
-                    )[1]
-                )
+                asked = hop_wire.ack_request_wire(group, handles)
+                _, answer = await hop.request(hop_wire.HOP_ACK, asked)
+                return hop_wire.ack_results_from_wire(answer)
         request = pb.AckRequest(group=group, handles=handles)
         outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
         return outcomes
