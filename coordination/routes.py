@@ -544,7 +544,7 @@ class RouteAdmin:
                 )
             entry = await self._write(topic, route.to_value(), revision)
             if entry is None:
-                await _back_off(attempt)
+                await self._back_off(attempt)
                 continue
             logger.info("topic %s created: %s", topic, route.queue_counts)
             return _with_revision(route, entry)
@@ -563,7 +563,7 @@ class RouteAdmin:
             check_route(changed)
             entry = await self._write(topic, changed.to_value(), revision)
             if entry is None:
-                await _back_off(attempt)
+                await self._back_off(attempt)
                 continue
             return _with_revision(changed, entry)
         raise self._contended(topic)
@@ -610,24 +610,25 @@ class RouteAdmin:
                 self.coordinator, topic_path(topic), marker("topic", topic), revision
             )
             if deleted is None:
-                await _back_off(attempt)
+                await self._back_off(attempt)
                 continue
             logger.info("topic %s deleted", topic)
             return deleted
         raise self._contended(topic)
+
+    async def _back_off(self, attempt: int) -> None:
+        """After a lost compare-and-set: wait a random while, up to twice as long each time,
+        so admins racing on one topic spread out instead of colliding again in step (not
+        after the last attempt: the caller gives up at once)."""
+        if attempt + 1 < self.config.cas_attempts:
+            ceiling = min(_CAS_BACKOFF_MAX_S, _CAS_BACKOFF_S * 2**attempt)
+            await asyncio.sleep(random.uniform(0, ceiling))
 
     def _contended(self, topic: str) -> UnavailableError:
         return UnavailableError(
             f"topic {topic!r} changed under {self.config.cas_attempts} attempts in a row "
             "(other admins are writing it); retry"
         )
-
-
-async def _back_off(attempt: int) -> None:
-    """After a lost compare-and-set: wait a random while, up to twice as long each time, so
-    admins racing on one topic spread out instead of colliding again in step."""
-    ceiling = min(_CAS_BACKOFF_MAX_S, _CAS_BACKOFF_S * 2**attempt)
-    await asyncio.sleep(random.uniform(0, ceiling))
 
 
 def _replace(route: TopicRoute, **changes: Any) -> TopicRoute:
