@@ -30,6 +30,7 @@ from popmq._gen.popmq.broker.v1 import broker_pb2_grpc
 from popmq.broker import hop_wire, send_wire
 from popmq.broker import wire as w
 from popmq.broker.fencing import WriteFence
+from popmq.broker.hop_serve import serve_stream
 from popmq.broker_core import MAX_SEND_MESSAGES, check_count
 from popmq.broker_core.api import BrokerAPI
 from popmq.broker_core.catalog import GroupInfo, TopicInfo
@@ -544,18 +545,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         as its unary call would, and its answer (HopStreamResponse bytes) is written when ready.
         Its headers go first and say that frames of requests are answered (hop_frames.py)."""
         await context.send_initial_metadata(((send_wire.FRAMES_HEADER, "1"),))
-        await _serve_stream(requests, context, self._hop_stream_frame, self._streams_ending)
+        await serve_stream(requests, context, self._hop_stream_frame, self._streams_ending)
 
     async def _hop_stream_frame(self, request: pb.HopStreamRequest) -> bytes | None:
         """The answer to a HopStreamRequest: to a frame, a frame of its requests' answers once
         they are all ready (each served on its own, as if it had come alone); to a request of
-        its own, its answer."""
-        if not request.frame:
-            return hop_wire.hop_answer(request.id, *await self._hop_answer(request))
-        answers = await asyncio.gather(*map(self._hop_answer, request.frame))
+        its own, or a frame of one, its answer (a proxy matches answers by id)."""
+        frame = request.frame
+        if len(frame) < 2:  # the answer of a frame of one can go on its own, without a gather
+            one = frame[0] if frame else request
+            return hop_wire.hop_answer(one.id, *await self._hop_answer(one))
+        answers = await asyncio.gather(*map(self._hop_answer, frame))
         return send_wire.frame_wire(
             send_wire.ANSWER_FRAME_KEY,
-            [hop_wire.hop_answer(r.id, *a) for r, a in zip(request.frame, answers, strict=True)],
+            [hop_wire.hop_answer(r.id, *a) for r, a in zip(frame, answers, strict=True)],
         )
 
     async def HopSend(
@@ -566,7 +569,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         headers go first: the proxy writes nothing before them (cluster/hop_stream.py), and
         they say that frames of requests are answered (send_wire.py)."""
         await context.send_initial_metadata(((send_wire.FRAMES_HEADER, "1"),))
-        await _serve_stream(requests, context, self._hop_send_frame, self._streams_ending)
+        await serve_stream(requests, context, self._hop_send_frame, self._streams_ending)
 
     async def _hop_send_frame(self, data: bytes) -> bytes | None:
         """The answer to a HopSendRequest: to a frame, a frame of its requests' answers once
@@ -882,58 +885,6 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             request.topic, request.message_id, group=request.group
         )
         return pb.GetMessageHistoryResponse(events=[w.event_to_pb(e) for e in events])
-
-
-async def _serve_stream(
-    requests: AsyncIterator[_Req],
-    context: grpc.aio.ServicerContext,
-    answer: Callable[[_Req], Awaitable[bytes | None]],
-    ending: asyncio.Event,
-) -> None:
-    """Serve a HopStream or HopSend call: each request runs as its own task, as its unary
-    call would, and its `answer` (response bytes) is written when ready, in that order. Once
-    `ending` is set (the server stops) no more requests are read; the call ends when the
-    ones read are answered."""
-    # Answers ready to write, None once the requests have ended and every task is done.
-    answers: asyncio.Queue[bytes | None] = asyncio.Queue()
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def serve(request: _Req) -> None:
-        data = await answer(request)
-        if data is not None:
-            answers.put_nowait(data)
-
-    async def spawn() -> None:
-        async for request in requests:
-            task = asyncio.ensure_future(serve(request))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-    async def read() -> None:
-        reading = asyncio.ensure_future(spawn())
-        stopping = asyncio.ensure_future(ending.wait())
-        try:
-            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not reading.done():
-                reading.cancel()
-                await asyncio.wait({reading})
-        if not reading.cancelled():
-            reading.result()  # raises what ended the reading, if anything did
-        while tasks:
-            await asyncio.wait(set(tasks))
-        answers.put_nowait(None)
-
-    reader = asyncio.ensure_future(read())
-    try:
-        while (data := await answers.get()) is not None:
-            await context.write(data)
-        await reader  # raises what ended the reading, if anything did
-    finally:
-        reader.cancel()
-        for task in list(tasks):
-            task.cancel()
 
 
 ENCODED_ANSWERS = frozenset({"Pop", "Ack", "HopStream", "HopSend"})

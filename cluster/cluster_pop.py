@@ -297,30 +297,41 @@ class ClusterPop:
             )
             probes[task] = broker
         pending = set(probes)
+        # Not a try/finally: compiled, a coroutine that awaits in a finally can raise a
+        # cancelled call's CancelledError again in a later call (broker/hop_serve.py).
         try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                # Every finished probe's outcome is read before one is acted on, so none is
-                # left unretrieved ("Task exception was never retrieved") when one returns.
-                outcomes = [(task, task.exception()) for task in done]
-                for task, error in outcomes:
-                    broker = probes[task]
-                    if isinstance(error, AnswerBoundError):
-                        return broker  # it has a message to give
-                    if isinstance(error, UnavailableError):
-                        self._isolate(broker, error)
-                    elif isinstance(error, NotFoundError):
-                        pass  # no such topic there (yet)
-                    elif error is not None:
-                        raise error
-                    # [] : its wait ended with nothing for us
-            return None
-        finally:
-            for task in pending:
-                task.cancel()
-            for task in pending:
-                with contextlib.suppress(asyncio.CancelledError, PopMQError):
-                    await task
+            found = await self._first_with_message(probes, pending)
+        except BaseException:
+            await _cancel_probes(pending)
+            raise
+        await _cancel_probes(pending)
+        return found
+
+    async def _first_with_message(
+        self,
+        probes: dict[asyncio.Task[list[PoppedMessage]], str],
+        pending: set[asyncio.Task[list[PoppedMessage]]],
+    ) -> str | None:
+        """The broker of the first of `probes` that has a message to give, or None once all
+        ended with none; `pending` loses each probe as it ends."""
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            # Every finished probe's outcome is read before one is acted on, so none is
+            # left unretrieved ("Task exception was never retrieved") when one returns.
+            outcomes = [(task, task.exception()) for task in done]
+            for task, error in outcomes:
+                broker = probes[task]
+                if isinstance(error, AnswerBoundError):
+                    return broker  # it has a message to give
+                if isinstance(error, UnavailableError):
+                    self._isolate(broker, error)
+                elif isinstance(error, NotFoundError):
+                    pass  # no such topic there (yet)
+                elif error is not None:
+                    raise error
+                # [] : its wait ended with nothing for us
+        return None
 
     def _isolate(self, broker: str, error: PopMQError) -> None:
         if self._down.get(broker, 0.0) <= time.monotonic():
@@ -332,3 +343,12 @@ class ClusterPop:
         the bytes they count for in an answer (hop_wire.globalize)."""
         global_id = self._topology.global_id
         return globalize(messages, lambda local_id: global_id(topic, broker, local_id))
+
+
+async def _cancel_probes(pending: set[asyncio.Task[list[PoppedMessage]]]) -> None:
+    """Cancel the probes still waiting and wait for each to end."""
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError, PopMQError):
+            await task

@@ -92,9 +92,11 @@ MODULES = (
     "popmq.cluster.cluster_send",
     "popmq.cluster.fault_tolerance",
     "popmq.cluster.in_doubt",
-    # The cluster hop's pop and ack answers and its sends, on both sides of it.
+    # The cluster hop's pop and ack answers and its sends, on both sides of it, and how a
+    # broker serves its streams.
     "popmq.broker.hop_wire",
     "popmq.broker.send_wire",
+    "popmq.broker.hop_serve",
 )
 """Compiled by setup.py, named as imported. Left out on purpose: broker.py (a facade called
 once per batch, whose methods' signatures are checked against the BrokerAPI Protocol with
