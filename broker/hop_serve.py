@@ -3,8 +3,8 @@ as its own task, as its unary call would, and its answer is written once ready, 
 the answers become ready.
 
 Answers are written one per stream message, not joined: a proxy keeps one frame of requests
-in flight per stream (cluster/hop_frames.py), so two answers of one call are hardly ever
-ready at once (none of 1,950 writes under pop + ack and produce loads, counted).
+in flight per stream and writes a lone request unframed (cluster/hop_frames.py), so two
+answers of one call are not ready at once.
 """
 
 from __future__ import annotations

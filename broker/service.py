@@ -550,15 +550,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _hop_stream_frame(self, request: pb.HopStreamRequest) -> bytes | None:
         """The answer to a HopStreamRequest: to a frame, a frame of its requests' answers once
         they are all ready (each served on its own, as if it had come alone); to a request of
-        its own, or a frame of one, its answer (a proxy matches answers by id)."""
-        frame = request.frame
-        if len(frame) < 2:  # the answer of a frame of one can go on its own, without a gather
-            one = frame[0] if frame else request
-            return hop_wire.hop_answer(one.id, *await self._hop_answer(one))
-        answers = await asyncio.gather(*map(self._hop_answer, frame))
+        its own, its answer."""
+        if not request.frame:
+            return hop_wire.hop_answer(request.id, *await self._hop_answer(request))
+        answers = await asyncio.gather(*map(self._hop_answer, request.frame))
         return send_wire.frame_wire(
             send_wire.ANSWER_FRAME_KEY,
-            [hop_wire.hop_answer(r.id, *a) for r, a in zip(frame, answers, strict=True)],
+            [hop_wire.hop_answer(r.id, *a) for r, a in zip(request.frame, answers, strict=True)],
         )
 
     async def HopSend(
