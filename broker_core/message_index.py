@@ -262,10 +262,15 @@ def lookup_key(store: Store, topic_id: int, key: str, limit: int) -> list[tuple[
     return found
 
 
-def expired_entries(store: Store, now_ms: int) -> list[tuple[bytes, list[bytes]]]:
-    """Expiry markers due by now with their entries (about one chunk of entries); the caller
-    deletes them."""
-    start = b"x"
+EXPIRY_START: Final = b"x"
+"""The first key an expiry marker can have."""
+
+
+def expired_entries(
+    store: Store, now_ms: int, start: bytes = EXPIRY_START
+) -> list[tuple[bytes, list[bytes]]]:
+    """Expiry markers due by now with their entries (about one chunk of entries), from the
+    marker key `start` on; the caller deletes them."""
     end = keys.expiry_key(now_ms + 1, b"")
     found = []
     count = 0

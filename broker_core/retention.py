@@ -46,6 +46,9 @@ class Retention:
         self._offsets = offsets
         self._writer = writer
         self._clock = clock
+        # The store generation and the expiry time below which every marker is deleted:
+        # where the next sweep's scan starts (`_sweep_start`).
+        self._swept: tuple[int, int] | None = None
 
     async def loop(self) -> None:
         interval = self._config.retention.check_interval_s
@@ -187,10 +190,35 @@ class Retention:
         }
         removed = 0
         while True:
-            markers = message_index.expired_entries(self._store, now)
+            start = self._sweep_start()
+            markers = message_index.expired_entries(self._store, now, start)
             if not markers:
                 return removed
+            generation = self._store.generation
             await self._writer.submit(
                 functools.partial(jobs.sweep, self._store, markers, now, ttl), sync=False
             )
             removed += sum(len(entries) for _, entries in markers)
+            last_ms = keys.parse_expiry_key(markers[-1][0])[0]
+            self._swept = (generation, min(last_ms, self._clock.now_ms()))
+
+    def _sweep_start(self) -> bytes:
+        """The first marker key worth reading: past those this broker's sweeps deleted.
+
+        A deleted marker stays in RocksDB as a tombstone until compactions drop it, and a
+        scan from the first possible key steps over every one of them, on the loop: once
+        600,000 entries were swept, the scan of a pass with nothing left to find took 2.4 to
+        6.9 ms against 0.02 to 0.04 from here, the sweep's longest 12 to 14 ms against 3.1
+        to 3.8 (`python -m bench.index_sweep`). Markers sort by expiry time, the sweeps
+        delete them in that order, and a marker written from now on expires after now: so
+        every marker that expires before both the last one deleted and the clock's time then
+        is gone for good, unless the clock went back (the scan then starts from the first
+        key again, as after a reopen of the store)."""
+        swept = self._swept
+        if swept is None:
+            return message_index.EXPIRY_START
+        generation, below_ms = swept
+        if generation != self._store.generation or self._clock.now_ms() < below_ms:
+            self._swept = None
+            return message_index.EXPIRY_START
+        return keys.expiry_key(below_ms, b"")

@@ -5,10 +5,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-from popmq.broker_core import Broker, BrokerConfig, NewMessage, StoreConfig, keys
+import pytest
+
+from popmq.broker_core import (
+    Broker,
+    BrokerConfig,
+    NewMessage,
+    NotFoundError,
+    StoreConfig,
+    keys,
+    message_index,
+)
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import RetentionConfig
+from popmq.broker_core.store import Store
 
 
 def _run(tmp_path: Path, clock: ManualClock, scenario: Callable[[Broker], Awaitable[None]]) -> None:
@@ -89,5 +101,57 @@ def test_retention_keeps_messages_younger_than_retention(
         assert len(popped) == 6
         clock.advance(2_000)  # now older than the 60 s retention, by the broker's clock
         assert await broker.apply_retention() == 6
+
+    _run(tmp_path, clock, scenario)
+
+
+class _SettableClock(ManualClock):
+    """A ManualClock that can also be set back, as a wall clock can be."""
+
+    def go_back(self, ms: int) -> None:
+        self._now_ms -= ms
+
+
+def test_index_sweep_starts_after_the_markers_it_deleted_unless_the_clock_went_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted expiry markers stay as tombstones until compactions drop them: a sweep's
+    scan starts after those its broker deleted, and from the first key again when the
+    clock went back (a marker written then may sort before them)."""
+    starts: list[bytes] = []
+    original = message_index.expired_entries
+
+    def recording(store: Store, now_ms: int, start: bytes = message_index.EXPIRY_START) -> Any:
+        starts.append(start)
+        return original(store, now_ms, start)
+
+    monkeypatch.setattr(message_index, "expired_entries", recording)
+    clock = _SettableClock()
+
+    async def scenario(broker: Broker) -> None:
+        await broker.create_topic("t", 1)
+        first = await broker.send([NewMessage("t", b"a", keys=("k",)) for _ in range(3)])
+        clock.advance(61_000)
+        assert await broker.sweep_index() == 6  # 3 id and 3 key entries
+        assert starts[0] == message_index.EXPIRY_START
+        swept_at = clock.now_ms()
+        starts.clear()
+
+        second = await broker.send([NewMessage("t", b"b") for _ in range(2)])
+        clock.advance(61_000)
+        assert await broker.sweep_index() == 2
+        assert message_index.EXPIRY_START < starts[0] <= keys.expiry_key(swept_at, b"")
+        for sent in (*first, *second):
+            with pytest.raises(NotFoundError):
+                await broker.query_message("t", sent.message_id)
+        starts.clear()
+
+        clock.go_back(100_000)  # a marker written now expires before those deleted
+        (late,) = await broker.send([NewMessage("t", b"c")])
+        clock.advance(61_000)
+        assert await broker.sweep_index() == 1
+        assert starts[0] == message_index.EXPIRY_START
+        with pytest.raises(NotFoundError):
+            await broker.query_message("t", late.message_id)
 
     _run(tmp_path, clock, scenario)
