@@ -24,7 +24,9 @@ amplification (bytes written by flushes and compactions over bytes flushed) and 
 their compactions read (each key is read again by every compaction that rewrites it), and
 the read pass's CPU of this thread per message. Variants:
 
-- ``base``: the store as configured (leveled compaction, dynamic level sizes, Snappy).
+- ``base``: the store as configured (leveled compaction, dynamic level sizes, a first
+  level of 16 MiB below level 0 in `messages` and `index`, Snappy).
+- ``level-base-256``: that level at RocksDB's default of 256 MiB, as the store had it.
 - ``messages-blob``: `messages` values in blob files (RocksDB's BlobDB: values of 256
   bytes and more written once at flush, compactions move only their references).
 - ``messages-lz4``, ``messages-uncompressed``: `messages` with LZ4, or without compression.
@@ -79,6 +81,11 @@ def _blob(families: dict[str, Any]) -> None:
     options.set_blob_compression_type(rocksdict.DBCompressionType.snappy())
 
 
+def _level_base_256(families: dict[str, Any]) -> None:
+    for name in ("messages", "index"):
+        families[name].set_max_bytes_for_level_base(256 * 1024 * 1024)
+
+
 VARIANTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
     "base": lambda families: None,
     "messages-blob": _blob,
@@ -94,6 +101,7 @@ VARIANTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
     "messages-l0-16": lambda families: families[
         "messages"
     ].set_level_zero_file_num_compaction_trigger(16),
+    "level-base-256": _level_base_256,
     "index-universal": lambda families: families["index"].set_compaction_style(
         rocksdict.DBCompactionStyle.universal()
     ),
@@ -284,7 +292,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8000, help="sends of 32 per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--body", choices=["pattern", "random"], default="pattern")
-    parser.add_argument("--variants", default="base,index-universal,messages-blob")
+    parser.add_argument("--variants", default="base,level-base-256")
     args = parser.parse_args()
     variants = args.variants.split(",")
     for variant in variants:

@@ -70,6 +70,9 @@ _FREE_READING_SLACK_BYTES = 64 * 1024 * 1024
 """Free space beyond `SEND_FLOOR_BYTES` under which every send reads it afresh: what the
 store's own upkeep (memtable flushes, compactions) and other writers to the disk may take
 between two readings, `_FREE_READING_MAX_AGE_S` apart, without a send noticing."""
+_LEVEL_BASE_BYTES = 16 * 1024 * 1024
+"""Target size of the level that level 0 compacts into, in `messages` and `index` (RocksDB's
+default is 256 MiB; see `_open`)."""
 _MESSAGE_BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 """Block cache of the `messages` family (RocksDB's default size, but in one shard, see
 `_open`): a data block holds a whole message body, up to 4 MiB."""
@@ -205,6 +208,16 @@ class Store:
         families = {name: rocksdict.Options(raw_mode=True) for name in FAMILIES}
         for family_options in families.values():
             family_options.set_write_buffer_size(MEMTABLE_BUDGET_BYTES)
+        # A small first level below level 0. The keys a send writes interleave (the queues
+        # of `messages`, the random ids of `index`), so each level-0 file spans the family
+        # and compacting level 0 rewrites the whole level it merges into: the smaller that
+        # level, the less each compaction rewrites; below it, files split by key range and
+        # move down with little overlap. RocksDB's 256 MiB made compactions cost a stored
+        # message 37 µs once 3.2 million were stored, 16 MiB 22 (`python -m
+        # bench.store_compaction`; docs/architecture.md, "What RocksDB does in the
+        # background"). Files stay 64 MiB each: no more of them to keep open.
+        for name in ("messages", "index"):
+            families[name].set_max_bytes_for_level_base(_LEVEL_BASE_BYTES)
         # Every send looks its message ids up in `index`, and almost all are misses: a bloom
         # filter answers a miss without reading table blocks (0.65 vs 4-6 us a key, measured
         # on 400k keys in table files).
