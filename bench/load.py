@@ -8,6 +8,7 @@ server is a child process we know the pid of (no psutil needed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import platform
@@ -145,6 +146,30 @@ def proc_sample(pid: int) -> ProcSample:
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
     return ProcSample(time.perf_counter(), rss, cpu)
+
+
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of ``pid`` (its tid): its name and user+system CPU seconds so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # ended since the listing
+            stat = (task / "stat").read_text()
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat.rpartition(")")[2].split()
+            found[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return found
+
+
+def cpu_s_by_thread_name(
+    before: Mapping[int, tuple[str, float]], after: Mapping[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds between two ``thread_cpu_s`` readings, summed by thread name (threads
+    started in between count from zero)."""
+    used: dict[str, float] = {}
+    for tid, (name, now) in after.items():
+        used[name] = used.get(name, 0.0) + now - before.get(tid, (name, 0.0))[1]
+    return used
 
 
 CPU_CLIENT = "client"

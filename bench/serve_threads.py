@@ -31,6 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Final
 
+from bench.load import cpu_s_by_thread_name, thread_cpu_s
 from bench.peers.servers import PopmqServer
 from bench.peers.targets import PopmqTarget
 from bench.scenarios._common import body_of
@@ -39,23 +40,8 @@ from bench.scenarios.produce import TOPIC, produce_rate
 
 GROUP: Final = "threads"
 THIS: Final = Path(__file__).resolve().parents[1]
-_TICK: Final = os.sysconf("SC_CLK_TCK")
 _SETTLE_POLLS: Final = 240
 """Polls (0.5 s apart) for RocksDB's threads to go idle after a window: two minutes."""
-
-
-def _thread_ticks(pid: int) -> dict[str, tuple[str, int]]:
-    """Each thread of `pid`: (its name, utime + stime in clock ticks)."""
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except FileNotFoundError:
-            continue  # ended since the listing
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[tid] = (name, int(fields[11]) + int(fields[12]))
-    return found
 
 
 class _ThreadWindow:
@@ -63,12 +49,12 @@ class _ThreadWindow:
 
     def __init__(self, pid: int) -> None:
         self._pid = pid
-        self._before: dict[str, tuple[str, int]] = {}
+        self._before: dict[int, tuple[str, float]] = {}
         self._count = 0
         self.per_item: dict[str, float] = {}
 
     def window_started(self) -> None:
-        self._before = _thread_ticks(self._pid)
+        self._before = thread_cpu_s(self._pid)
 
     def window_ended(self, count: int) -> None:
         self._count = count
@@ -78,21 +64,19 @@ class _ThreadWindow:
         flushes and compactions its writes set off are charged to it, and none runs into
         the next window (another server's, with --against)."""
         quiet = 0
-        last = -1
+        last = -1.0
         for _ in range(_SETTLE_POLLS):
             now = sum(
-                t for name, t in _thread_ticks(self._pid).values() if name.startswith("rocksdb")
+                t for name, t in thread_cpu_s(self._pid).values() if name.startswith("rocksdb")
             )
-            quiet = quiet + 1 if now == last else 0
+            quiet = quiet + 1 if abs(now - last) < 1e-6 else 0  # a tick is 10 ms
             if quiet >= 2:
                 break
             last = now
             await asyncio.sleep(0.5)
-        ticks: dict[str, int] = {}
-        for tid, (name, now) in _thread_ticks(self._pid).items():
-            ticks[name] = ticks.get(name, 0) + now - self._before.get(tid, (name, 0))[1]
+        used = cpu_s_by_thread_name(self._before, thread_cpu_s(self._pid))
         count = max(self._count, 1)
-        self.per_item = {name: t / _TICK / count * 1e6 for name, t in ticks.items()}
+        self.per_item = {name: cpu / count * 1e6 for name, cpu in used.items()}
 
 
 async def _round(

@@ -54,6 +54,7 @@ from typing import Any, Final
 
 import rocksdict
 
+from bench.load import cpu_s_by_thread_name, thread_cpu_s
 from bench.scenarios._common import body_of
 from popmq.broker_core import keys
 from popmq.broker_core import store as store_module
@@ -65,7 +66,6 @@ QUEUES: Final = 8
 RECORD_BYTES: Final = 1100
 TOPIC_ID: Final = 7
 _EXPIRE_MS: Final = 86_400_000
-_TICK: Final = os.sysconf("SC_CLK_TCK")
 _UNITS: Final = {"K": 1e3, "M": 1e6, "G": 1e9}
 """Suffixes of counts in RocksDB's stats (KeyIn 1096K); sizes are read as they are."""
 _SETTLED_S: Final = 0.5
@@ -140,29 +140,6 @@ def _variant_store(path: Path, variant: str) -> Iterator[Store]:
         yield store
     finally:
         store.close()
-
-
-def _thread_ticks() -> dict[str, tuple[str, int]]:
-    """Each thread of this process: (its name, its utime + stime in clock ticks)."""
-    found = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except FileNotFoundError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        found[tid] = (name, int(fields[11]) + int(fields[12]))
-    return found
-
-
-def _by_name(
-    before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]
-) -> dict[str, int]:
-    ticks: dict[str, int] = {}
-    for tid, (name, now) in after.items():
-        ticks[name] = ticks.get(name, 0) + now - before.get(tid, (name, 0))[1]
-    return ticks
 
 
 def _busy(store: Store) -> bool:
@@ -249,12 +226,12 @@ def _one_run(variant: str, batches: int, bodies: list[bytes]) -> dict[str, float
     messages = batches * BATCH
     try:
         with _variant_store(root / "data", variant) as store:
-            before = _thread_ticks()
+            before = thread_cpu_s(os.getpid())
             began = time.thread_time()
             offsets = _write(store, bodies, batches)
             writes = time.thread_time() - began
             _settle(store)
-            ticks = _by_name(before, _thread_ticks())
+            used = cpu_s_by_thread_name(before, thread_cpu_s(os.getpid()))
             stats = {family: _compaction_stats(store, family) for family in ("messages", "index")}
             began = time.thread_time()
             read = _read(store, offsets)
@@ -263,8 +240,8 @@ def _one_run(variant: str, batches: int, bodies: list[bytes]) -> dict[str, float
                 raise RuntimeError(f"{variant}: read {read} of {messages} records")
         result = {
             "write": writes / messages * 1e6,
-            "flush": ticks.get("rocksdb:high", 0) / _TICK / messages * 1e6,
-            "compaction": ticks.get("rocksdb:low", 0) / _TICK / messages * 1e6,
+            "flush": used.get("rocksdb:high", 0.0) / messages * 1e6,
+            "compaction": used.get("rocksdb:low", 0.0) / messages * 1e6,
             "read": reads / messages * 1e6,
         }
         for family, row in stats.items():
