@@ -212,10 +212,11 @@ class Store:
         # of `messages`, the random ids of `index`), so each level-0 file spans the family
         # and compacting level 0 rewrites the whole level it merges into: the smaller that
         # level, the less each compaction rewrites; below it, files split by key range and
-        # move down with little overlap. RocksDB's 256 MiB made compactions cost a stored
-        # message 37 µs once 3.2 million were stored, 16 MiB 22 (`python -m
-        # bench.store_compaction`; docs/architecture.md, "What RocksDB does in the
-        # background"). Files stay 64 MiB each: no more of them to keep open.
+        # move down with little overlap. Once 3.2 million messages were stored, compactions
+        # cost each 30 µs with RocksDB's 256 MiB and 24 with 16 MiB (`python -m
+        # bench.store_compaction`); `popmq serve`'s produce 0.85x the CPU a message
+        # (docs/architecture.md, "What RocksDB does in the background"). Files stay 64 MiB
+        # each: no more of them to keep open.
         for name in ("messages", "index"):
             families[name].set_max_bytes_for_level_base(_LEVEL_BASE_BYTES)
         # Every send looks its message ids up in `index`, and almost all are misses: a bloom
