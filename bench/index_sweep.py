@@ -12,10 +12,10 @@ and the first live marker. Each run writes ``--entries`` id index entries throug
 expired by the sweep's time; then sweeps them twice over, in fresh stores: ``from the first
 key`` starts every scan at the first possible marker key (what every scan did before);
 ``resumed`` starts each at the expiry time of the last marker the sweep deleted (what
-`Retention._sweep_start` does). After the sweep, it times the scan a pass makes when nothing
-is left to find, both ways (each pass of a broker that keeps up ends with one). Reported:
-the scans' median and maximum while sweeping, and that last scan, in ms of this thread's
-CPU; medians of the runs.
+`retention.swept_below_ms`, as `Retention` does). After the sweep, it times the scan a pass
+makes when nothing is left to find, both ways (each pass of a broker that keeps up ends with
+one). Reported: the scans' median and maximum while sweeping, and that last scan, in ms of
+this thread's CPU; medians of the runs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Final
 
 from popmq.broker_core import keys, message_index
 from popmq.broker_core.message_index import Expiries, QueueRecords
+from popmq.broker_core.retention import swept_below_ms
 from popmq.broker_core.store import Store
 
 TOPIC_ID: Final = 7
@@ -82,8 +83,7 @@ def _one_run(entries: int, resumed: bool) -> tuple[float, float, float, int]:
                 store.write(batch, sync=False)
                 swept += sum(len(found) for _, found in markers)
                 if resumed:
-                    last_ms = keys.parse_expiry_key(markers[-1][0])[0]
-                    start = keys.expiry_key(min(last_ms, now), b"")
+                    start = keys.expiry_key(swept_below_ms(markers, now), b"")
             _, empty = _scan(store, now, start)
         finally:
             store.close()

@@ -199,8 +199,7 @@ class Retention:
                 functools.partial(jobs.sweep, self._store, markers, now, ttl), sync=False
             )
             removed += sum(len(entries) for _, entries in markers)
-            last_ms = keys.parse_expiry_key(markers[-1][0])[0]
-            self._swept = (generation, min(last_ms, self._clock.now_ms()))
+            self._swept = (generation, swept_below_ms(markers, self._clock.now_ms()))
 
     def _sweep_start(self) -> bytes:
         """The first marker key worth reading: past those this broker's sweeps deleted.
@@ -222,3 +221,10 @@ class Retention:
             self._swept = None
             return message_index.EXPIRY_START
         return keys.expiry_key(below_ms, b"")
+
+
+def swept_below_ms(markers: list[tuple[bytes, list[bytes]]], clock_ms: int) -> int:
+    """The expiry time below which no marker is left once `markers` (a scan's, in key order)
+    are deleted at `clock_ms`: the last one's time, or the clock's if earlier (a marker
+    written from then on expires after it). A scan resumes at `keys.expiry_key(it, b"")`."""
+    return min(keys.parse_expiry_key(markers[-1][0])[0], clock_ms)
