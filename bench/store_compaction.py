@@ -33,6 +33,16 @@ the read pass's CPU of this thread per message. Variants:
 - ``messages-universal``, ``index-universal``: the family with universal compaction.
 - ``messages-l0-16``: `messages` compacting level 0 after 16 files instead of 4.
 - ``index-l0-16``: `index` compacting after 16 level-0 files instead of 4.
+- ``write-order``: a layout rather than an option (RocketMQ's: one commit log, each queue an
+  index into it). `messages` keys are a sequence number in write order (8 bytes, big
+  endian), so every level-0 file sorts after everything before it; a new family `queues`
+  maps (topic, queue, offset) to that number (8 bytes a message), and a pop reads its 32
+  numbers there and then multi-gets their records from `messages`. Its first level is
+  16 MiB like the other two. Only what the bench measures is modelled (no retention).
+- ``write-order-batched``: the same log, but `queues` holds one entry a send (the queue's
+  first offset -> the send's first sequence number and count: a send's messages are
+  consecutive in the log); a pop finds the entry at or before its offset (a reverse seek)
+  and reads its records as one range of `messages`.
 
 ``--body pattern`` stores the benchmark's body (bench/scenarios/_common.py `body_of`: the
 same bytes in every message, which Snappy shrinks); ``--body random`` 4,096 different
@@ -45,6 +55,7 @@ import argparse
 import os
 import shutil
 import statistics
+import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +79,14 @@ TOPIC_ID: Final = 7
 _EXPIRE_MS: Final = 86_400_000
 _UNITS: Final = {"K": 1e3, "M": 1e6, "G": 1e9}
 """Suffixes of counts in RocksDB's stats (KeyIn 1096K); sizes are read as they are."""
+_SEQUENCE: Final = struct.Struct(">Q")
+"""A `messages` key of the write-order layout."""
+_SPAN: Final = struct.Struct(">QI")
+"""A `queues` value of the batched write-order layout: first sequence number, count."""
+WRITE_ORDER: Final = "write-order"
+WRITE_ORDER_BATCHED: Final = "write-order-batched"
+LOGS: Final = (WRITE_ORDER, WRITE_ORDER_BATCHED)
+"""The variants that are layouts: `messages` in write order, each queue an index into it."""
 _SETTLED_S: Final = 0.5
 """How long no flush or compaction must run before the background work counts as done."""
 _SETTLE_TIMEOUT_S: Final = 60.0
@@ -84,6 +103,10 @@ def _blob(families: dict[str, Any]) -> None:
 def _level_base_256(families: dict[str, Any]) -> None:
     for name in ("messages", "index"):
         families[name].set_max_bytes_for_level_base(256 * 1024 * 1024)
+
+
+def _write_order(families: dict[str, Any]) -> None:
+    families["queues"].set_max_bytes_for_level_base(store_module._LEVEL_BASE_BYTES)
 
 
 VARIANTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
@@ -108,6 +131,8 @@ VARIANTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
     "index-l0-16": lambda families: families["index"].set_level_zero_file_num_compaction_trigger(
         16
     ),
+    WRITE_ORDER: _write_order,
+    WRITE_ORDER_BATCHED: _write_order,
 }
 
 
@@ -131,19 +156,35 @@ def _variant_store(path: Path, variant: str) -> Iterator[Store]:
         for name in variant.split("+"):
             VARIANTS[name](families)
 
+    families = store_module.FAMILIES
     setattr(store_module, "rocksdict", _Rocksdict(apply))  # noqa: B010 (store.py's import)
+    if _layout(variant) != "":
+        setattr(store_module, "FAMILIES", (*families, "queues"))  # noqa: B010
     try:
         store = Store(path)
     finally:
         setattr(store_module, "rocksdict", rocksdict)  # noqa: B010
+        setattr(store_module, "FAMILIES", families)  # noqa: B010
     try:
         yield store
     finally:
         store.close()
 
 
+def _layout(variant: str) -> str:
+    """The variant's log layout (one of LOGS), or "" for `messages` keyed by queue."""
+    found = [name for name in variant.split("+") if name in LOGS]
+    if len(found) > 1:
+        raise ValueError(f"{variant}: at most one of {', '.join(LOGS)}")
+    return found[0] if found else ""
+
+
+def _families(store: Store) -> tuple[str, ...]:
+    return tuple(name for name in ("messages", "index", "queues") if name in store._families)
+
+
 def _busy(store: Store) -> bool:
-    for family in ("messages", "index"):
+    for family in _families(store):
         handle = store._families[family]
         for prop in ("rocksdb.num-running-compactions", "rocksdb.num-running-flushes"):
             if int(handle.property_int_value(prop) or 0):
@@ -183,8 +224,9 @@ def _compaction_stats(store: Store, family: str) -> dict[str, float]:
     return {}
 
 
-def _write(store: Store, bodies: list[bytes], batches: int) -> list[int]:
+def _write(store: Store, bodies: list[bytes], batches: int, *, layout: str) -> list[int]:
     offsets = [0] * QUEUES
+    sequence = 0
     stamp = int(time.time() * 1000)
     for n in range(batches):
         queue_id = n % QUEUES
@@ -195,11 +237,21 @@ def _write(store: Store, bodies: list[bytes], batches: int) -> list[int]:
         entries = [keys.id_index_key_of(TOPIC_ID, raw_id) for raw_id in ids]
         if any(store.multi_get("index", entries)):  # the send's duplicate check
             raise RuntimeError("a random message id was found in the index")
-        for raw_id, entry in zip(ids, entries, strict=True):
+        for position, (raw_id, entry) in enumerate(zip(ids, entries, strict=True)):
             offset = offsets[queue_id]
             offsets[queue_id] += 1
             key = keys.message_key(TOPIC_ID, queue_id, offset)
-            batch.put("messages", key, bodies[(n * BATCH + offset) % len(bodies)])
+            body = bodies[(n * BATCH + offset) % len(bodies)]
+            if layout == "":
+                batch.put("messages", key, body)
+            else:
+                logged = _SEQUENCE.pack(sequence)
+                if layout == WRITE_ORDER:
+                    batch.put("queues", key, logged)
+                elif position == 0:
+                    batch.put("queues", key, _SPAN.pack(sequence, BATCH))
+                sequence += 1
+                batch.put("messages", logged, body)
             batch.put("index", entry, records.record(offset + 1, "", raw_id))
             expiries.add(stamp + _EXPIRE_MS, entry)
         expiries.put(batch)
@@ -207,34 +259,50 @@ def _write(store: Store, bodies: list[bytes], batches: int) -> list[int]:
     return offsets
 
 
-def _read(store: Store, offsets: list[int]) -> int:
+def _read(store: Store, offsets: list[int], *, layout: str) -> int:
     count = 0
     for queue_id, end in enumerate(offsets):
         for first in range(0, end, BATCH):
-            count += len(
-                store.values_between(
-                    "messages",
-                    keys.message_key(TOPIC_ID, queue_id, first),
-                    keys.message_key(TOPIC_ID, queue_id, first + BATCH),
+            start = keys.message_key(TOPIC_ID, queue_id, first)
+            stop = keys.message_key(TOPIC_ID, queue_id, first + BATCH)
+            if layout == "":
+                values = store.values_between("messages", start, stop)
+            elif layout == WRITE_ORDER:
+                values = store.values_between("queues", start, stop)
+                values = [value for value in store.multi_get("messages", values) if value]
+            else:  # the send that holds `first`, then its records as one range of the log
+                found = store.last_key(
+                    "queues",
+                    keys.queue_prefix(TOPIC_ID, queue_id),
+                    keys.message_key(TOPIC_ID, queue_id, first + 1),
                 )
-            )
+                span = store.get("queues", found) if found is not None else None
+                if found is None or span is None:
+                    continue
+                sequence, length = _SPAN.unpack(span)
+                skip = first - keys.message_offset(found)
+                low = sequence + skip
+                high = sequence + min(length, skip + BATCH)
+                values = store.values_between("messages", _SEQUENCE.pack(low), _SEQUENCE.pack(high))
+            count += len(values)
     return count
 
 
 def _one_run(variant: str, batches: int, bodies: list[bytes]) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="popmq-compaction-"))
     messages = batches * BATCH
+    layout = _layout(variant)
     try:
         with _variant_store(root / "data", variant) as store:
             before = thread_cpu_s(os.getpid())
             began = time.thread_time()
-            offsets = _write(store, bodies, batches)
+            offsets = _write(store, bodies, batches, layout=layout)
             writes = time.thread_time() - began
             _settle(store)
             used = cpu_s_by_thread_name(before, thread_cpu_s(os.getpid()))
-            stats = {family: _compaction_stats(store, family) for family in ("messages", "index")}
+            stats = {family: _compaction_stats(store, family) for family in _families(store)}
             began = time.thread_time()
-            read = _read(store, offsets)
+            read = _read(store, offsets, layout=layout)
             reads = time.thread_time() - began
             if read != messages:
                 raise RuntimeError(f"{variant}: read {read} of {messages} records")
@@ -260,6 +328,7 @@ _COLUMNS: Final = (
     ("messages keys read", "messages keys compacted/msg", "{:.1f}"),
     ("index w-amp", "index w-amp", "{:.1f}"),
     ("index keys read", "index keys compacted/msg", "{:.1f}"),
+    ("queues w-amp", "queues w-amp", "{:.1f}"),
     ("read", "pops: this thread us/msg", "{:.2f}"),
 )
 
@@ -297,6 +366,8 @@ def main() -> None:
     for variant in variants:
         cells = [
             form.format(statistics.median(run[key] for run in results[variant]))
+            if key in results[variant][0]
+            else "-"
             for key, _, form in _COLUMNS
         ]
         print(f"| {variant} | " + " | ".join(cells) + " |")

@@ -32,6 +32,21 @@ def test_each_variant_stores_and_reads_every_message(variant: str) -> None:
     assert {"write", "flush", "compaction", "read", "index w-amp"} <= set(result)
 
 
+@pytest.mark.parametrize("layout", store_compaction.LOGS)
+def test_a_log_layout_keys_messages_by_sequence_and_reads_them_back(
+    layout: str, tmp_path: Path
+) -> None:
+    with store_compaction._variant_store(tmp_path / "data", layout) as store:
+        offsets = store_compaction._write(store, [b"body"], 4, layout=layout)
+        logged = [key for key, _ in store.scan("messages", b"", b"\xff" * 9)]
+        assert len(logged) == 4 * store_compaction.BATCH
+        assert logged == sorted(logged) and {len(key) for key in logged} == {8}
+        entries = len(list(store.scan("queues", b"", b"\xff" * 20)))
+        assert entries == (4 if layout == store_compaction.WRITE_ORDER_BATCHED else len(logged))
+        assert store_compaction._read(store, offsets, layout=layout) == len(logged)
+        assert store_compaction._read(store, offsets, layout="") == 0
+
+
 def test_a_variant_really_changes_the_family(tmp_path: Path) -> None:
     with store_compaction._variant_store(tmp_path / "data", "index-universal") as store:
         store.purge("index")
