@@ -458,9 +458,12 @@ def _load_sentence(load: str) -> str:
     except ValueError:
         busy = True
     if busy:
+        # The 1-minute average still counts `make bench`'s own build step just before the
+        # run, so a busy start does not by itself mean other work shared the machine.
         return (
-            "other engineers' builds and tests were running on the same 2 cores during the "
-            "run, so absolute numbers are low and noisy."
+            "a 1-minute load of 1 or more at the start counts `make bench`'s own build step "
+            "just before the run and any other work on the 2 cores, so absolute numbers are "
+            "noisy."
         )
     return "the machine was otherwise quiet at the start, but it is a shared VM."
 

@@ -351,8 +351,9 @@ def run(config: ClusterSettings) -> ScenarioResult:
         rss_before,
         rss_after,
         f"Load average (1 / 5 / 15 min) at the start {load_start}, at the end "
-        f"{machine_info()['load']}: above 2, other work shared the two cores, which shows as "
-        "cores busy below 2 in saturated windows.",
+        f"{machine_info()['load']}: it counts this scenario's own processes (load generator, "
+        "servers, etcd) as well as any other work, which shows as cores busy below 2 in "
+        "saturated windows.",
     ]
     result.seconds = time.perf_counter() - began
     return result
