@@ -43,6 +43,12 @@ the read pass's CPU of this thread per message. Variants:
   first offset -> the send's first sequence number and count: a send's messages are
   consecutive in the log); a pop finds the entry at or before its offset (a reverse seek)
   and reads its records as one range of `messages`.
+- ``index-by-time``: id entries keyed by a time bucket first (as RocketMQ's index files
+  are by time): bucket = send number // ``--bucket-sends`` (default 9,375 sends of 32:
+  300,000 messages, the 300 s dedup window at 1,000 msg/s), so a send's duplicate check
+  multi-gets its ids in its bucket and the one before.
+- ``index-files-4m``: `index` table files of 4 MiB instead of 64 (a compaction that
+  reaches the newest bucket then rewrites files of that bucket only).
 
 ``--body pattern`` stores the benchmark's body (bench/scenarios/_common.py `body_of`: the
 same bytes in every message, which Snappy shrinks); ``--body random`` 4,096 different
@@ -87,6 +93,11 @@ WRITE_ORDER: Final = "write-order"
 WRITE_ORDER_BATCHED: Final = "write-order-batched"
 LOGS: Final = (WRITE_ORDER, WRITE_ORDER_BATCHED)
 """The variants that are layouts: `messages` in write order, each queue an index into it."""
+INDEX_BY_TIME: Final = "index-by-time"
+_BUCKET: Final = struct.Struct(">I")
+"""The time bucket before an id entry's key in ``index-by-time``."""
+BUCKET_SENDS: Final = 9375
+"""Sends of 32 a bucket of ``index-by-time`` spans by default (300 s at 1,000 msg/s)."""
 _SETTLED_S: Final = 0.5
 """How long no flush or compaction must run before the background work counts as done."""
 _SETTLE_TIMEOUT_S: Final = 60.0
@@ -133,6 +144,8 @@ VARIANTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
     ),
     WRITE_ORDER: _write_order,
     WRITE_ORDER_BATCHED: _write_order,
+    INDEX_BY_TIME: lambda families: None,  # a key layout: see `_write`
+    "index-files-4m": lambda families: families["index"].set_target_file_size_base(4 << 20),
 }
 
 
@@ -224,7 +237,15 @@ def _compaction_stats(store: Store, family: str) -> dict[str, float]:
     return {}
 
 
-def _write(store: Store, bodies: list[bytes], batches: int, *, layout: str) -> list[int]:
+def _write(
+    store: Store,
+    bodies: list[bytes],
+    batches: int,
+    *,
+    layout: str,
+    bucket_sends: int = 0,
+) -> list[int]:
+    """Store the sends; with ``bucket_sends``, id entries are keyed by time bucket first."""
     offsets = [0] * QUEUES
     sequence = 0
     stamp = int(time.time() * 1000)
@@ -235,7 +256,15 @@ def _write(store: Store, bodies: list[bytes], batches: int, *, layout: str) -> l
         records = QueueRecords(queue_id, stamp)
         ids = [os.urandom(16).hex().encode() for _ in range(BATCH)]
         entries = [keys.id_index_key_of(TOPIC_ID, raw_id) for raw_id in ids]
-        if any(store.multi_get("index", entries)):  # the send's duplicate check
+        probes = entries
+        if bucket_sends:
+            bucket = n // bucket_sends
+            entries = [b"i" + _BUCKET.pack(bucket) + entry[1:] for entry in entries]
+            probes = entries
+            if bucket:
+                earlier = _BUCKET.pack(bucket - 1)
+                probes = [*entries, *(b"i" + earlier + entry[5:] for entry in entries)]
+        if any(store.multi_get("index", probes)):  # the send's duplicate check
             raise RuntimeError("a random message id was found in the index")
         for position, (raw_id, entry) in enumerate(zip(ids, entries, strict=True)):
             offset = offsets[queue_id]
@@ -288,15 +317,18 @@ def _read(store: Store, offsets: list[int], *, layout: str) -> int:
     return count
 
 
-def _one_run(variant: str, batches: int, bodies: list[bytes]) -> dict[str, float]:
+def _one_run(
+    variant: str, batches: int, bodies: list[bytes], bucket_sends: int = BUCKET_SENDS
+) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="popmq-compaction-"))
     messages = batches * BATCH
     layout = _layout(variant)
+    buckets = bucket_sends if INDEX_BY_TIME in variant.split("+") else 0
     try:
         with _variant_store(root / "data", variant) as store:
             before = thread_cpu_s(os.getpid())
             began = time.thread_time()
-            offsets = _write(store, bodies, batches, layout=layout)
+            offsets = _write(store, bodies, batches, layout=layout, bucket_sends=buckets)
             writes = time.thread_time() - began
             _settle(store)
             used = cpu_s_by_thread_name(before, thread_cpu_s(os.getpid()))
@@ -339,6 +371,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--body", choices=["pattern", "random"], default="pattern")
     parser.add_argument("--variants", default="base,level-base-256")
+    parser.add_argument(
+        "--bucket-sends", type=int, default=BUCKET_SENDS, help="sends a bucket of index-by-time"
+    )
     args = parser.parse_args()
     variants = args.variants.split(",")
     for variant in variants:
@@ -354,11 +389,16 @@ def main() -> None:
     for run in range(args.runs):
         order = variants if run % 2 == 0 else list(reversed(variants))
         for variant in order:
-            results[variant].append(_one_run(variant, args.batches, bodies))
+            results[variant].append(_one_run(variant, args.batches, bodies, args.bucket_sends))
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         f"{args.batches:,} sends of {BATCH} records of {RECORD_BYTES} bytes ({args.body} "
         f"bodies) over {QUEUES} queues, unsynced; medians of {args.runs} runs"
+        + (
+            f"; {INDEX_BY_TIME} buckets of {args.bucket_sends:,} sends"
+            if any(INDEX_BY_TIME in variant.split("+") for variant in variants)
+            else ""
+        )
     )
     print()
     print("| variant | " + " | ".join(title for _, title, _ in _COLUMNS) + " |")

@@ -47,6 +47,21 @@ def test_a_log_layout_keys_messages_by_sequence_and_reads_them_back(
         assert store_compaction._read(store, offsets, layout="") == 0
 
 
+def test_index_by_time_keys_ids_by_bucket_and_finds_a_repeat_in_the_bucket_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with store_compaction._variant_store(tmp_path / "data", "index-by-time") as store:
+        store_compaction._write(store, [b"body"], 6, layout="", bucket_sends=2)
+        ids = [key for key, _ in store.scan("index", b"i", b"j")]
+        assert len(ids) == 6 * store_compaction.BATCH
+        assert len({key[1:5] for key in ids}) == 3
+    # Every send's ids the same: the second send, in the next bucket, finds the first's.
+    monkeypatch.setattr(os, "urandom", lambda n: b"\x01" * n)
+    with store_compaction._variant_store(tmp_path / "again", "index-by-time") as store:
+        with pytest.raises(RuntimeError, match="was found in the index"):
+            store_compaction._write(store, [b"body"], 2, layout="", bucket_sends=1)
+
+
 def test_a_variant_really_changes_the_family(tmp_path: Path) -> None:
     with store_compaction._variant_store(tmp_path / "data", "index-universal") as store:
         store.purge("index")
