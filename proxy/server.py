@@ -47,6 +47,7 @@ from popmq.runtime.process import (
     run_process,
     split_listen,
     start_metrics,
+    stop_signal,
     version,
     wait_for_stop_signal,
 )
@@ -339,6 +340,8 @@ async def serve(config: ServerConfig) -> None:
     port = await server.start()
     freeze_start_up_heap(config.gc)
     host, _ = split_listen(config.listen)
+    # Handlers first: a SIGTERM sent as soon as the listening line is read stops cleanly.
+    stop = stop_signal()
     print(f"popmq listening on {host}:{port}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     if server.console is not None:
@@ -346,7 +349,7 @@ async def serve(config: ServerConfig) -> None:
     if server.metrics_port:
         metrics_host, _ = split_listen(config.metrics.listen)
         print(f"popmq metrics on http://{metrics_host}:{server.metrics_port}/metrics", flush=True)
-    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+    await wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None, stop=stop)
     log.info("shutting down")
     await server.stop()
     log.info("stopped")

@@ -83,6 +83,7 @@ from popmq.runtime.process import (
     print_plaintext_listener,
     run_process,
     split_listen,
+    stop_signal,
     wait_for_stop_signal,
 )
 from popmq.security.authn import cluster_signer
@@ -836,10 +837,12 @@ async def serve_replica(config: ServerConfig) -> None:
     server = ReplicaServer(config)
     await server.start()
     freeze_start_up_heap(config.gc)
+    # Handlers first: a SIGTERM sent as soon as the listening line is read stops cleanly.
+    stopping = stop_signal()
     print(f"listening on {server.listening}", flush=True)
     print_plaintext_listener(config, server.plaintext_port)
     stop = asyncio.ensure_future(
-        wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None)
+        wait_for_stop_signal(hangup=server.tls.reload_soon if server.tls else None, stop=stopping)
     )
     died = server.died
     assert died is not None
