@@ -7,9 +7,9 @@
   (`bind_listeners`);
 - the Prometheus endpoint with `[security]`'s metrics credentials (`start_metrics`);
 - the stop and reload signals, the event loop, the umask, the garbage collector's
-  threshold (collector.py) and the exit code of a start error (`run_process`,
-  `wait_for_stop_signal`; `stop_signal` and `unless_stopped` for a start that may wait,
-  as a broker's for etcd).
+  threshold (collector.py), the open-file limit (file_limit.py) and the exit code of a
+  start error (`run_process`, `wait_for_stop_signal`; `stop_signal` and `unless_stopped`
+  for a start that may wait, as a broker's for etcd).
 
 What differs between the processes (their services, health, registration) stays in their
 own modules.
@@ -32,6 +32,7 @@ import grpc
 from popmq.broker_core import MAX_REQUEST_BYTES, PRIVATE_UMASK, DataDirError, InvalidArgumentError
 from popmq.runtime.collector import configure_collector
 from popmq.runtime.config import ServerConfig
+from popmq.runtime.file_limit import raise_open_file_limit
 from popmq.runtime.logs import configure_logging
 from popmq.runtime.metrics import Metrics, MetricsEndpoint
 from popmq.security.http_auth import HttpAuth
@@ -230,6 +231,7 @@ def run_process(
     """Run a server process's `main(config)` to its end; 2 after printing a start error."""
     configure_logging(config.log)
     configure_collector(config.gc)
+    raise_open_file_limit()
     # Every file the server creates (RocksDB's tables and WAL files, made as it runs) is
     # its user's alone: the store holds messages, and used to hold the receipt key.
     os.umask(PRIVATE_UMASK)

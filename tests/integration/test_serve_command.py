@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from popmq import Admin, Producer, SimpleConsumer
 
 
-def _start(data_dir: Path, **env: str) -> tuple[subprocess.Popen[str], str, str]:
-    """The server process, its endpoint, and what it printed until it listened."""
+def _start(
+    data_dir: Path, *, soft_file_limit: int = 0, **env: str
+) -> tuple[subprocess.Popen[str], str, str]:
+    """The server process, its endpoint, and what it printed until it listened; started
+    with `soft_file_limit` as its soft limit on open files if given."""
+
+    def limit() -> None:
+        if soft_file_limit:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, hard))
+
     process = subprocess.Popen(
         [
             sys.executable,
@@ -30,6 +42,7 @@ def _start(data_dir: Path, **env: str) -> tuple[subprocess.Popen[str], str, str]
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        preexec_fn=limit,
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 60
@@ -85,6 +98,23 @@ def test_serve_runs_on_asyncios_own_loop_when_configured(tmp_path: Path) -> None
             assert msg.body == b"on asyncio"
             consumer.ack(msg)
     finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+
+
+def test_serve_raises_its_open_file_limit_to_the_hard_one(tmp_path: Path) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard < 512:
+        pytest.skip(f"the hard limit on open files here ({hard}) leaves no room below it")
+    process, _, printed = _start(tmp_path / "data", soft_file_limit=256)
+    try:
+        limits = Path(f"/proc/{process.pid}/limits").read_text()
+        (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
+        assert line.split()[3:5] == [str(hard), str(hard)]
+        assert f"raised the open-file limit from 256 to {hard}" in printed
+    finally:
+        # As soon as the listening line is read: the stop handlers are installed before it.
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
