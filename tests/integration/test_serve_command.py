@@ -23,9 +23,8 @@ def _start(
     with `soft_file_limit` as its soft limit on open files if given."""
 
     def limit() -> None:
-        if soft_file_limit:
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, hard))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, hard))
 
     process = subprocess.Popen(
         [
@@ -42,7 +41,7 @@ def _start(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-        preexec_fn=limit,
+        preexec_fn=limit if soft_file_limit else None,
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 60
