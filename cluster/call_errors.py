@@ -4,7 +4,9 @@ A broker's own error comes back as itself: the `ErrorDetail` in the call's
 `popmq-error-bin` trailer (broker/wire.py). A call that ended without it either got no
 answer (the broker is down, the connection broke, the deadline passed: a retriable
 `BrokerUnansweredError` naming the broker, send_outcome.py says whether a send may have been
-stored) or was refused by the gRPC layer itself, a fault of the deployment (InternalError).
+stored; grpc reports a connection cut mid-write as INTERNAL "Internal error from Core", which
+counts as no answer too) or was refused by the gRPC layer itself, a fault of the deployment
+(InternalError).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ _UNREACHABLE = frozenset(
     }
 )
 """Statuses without our error detail that mean "the broker did not answer": retriable."""
+_CORE_CUT = "Internal error from Core"
+"""grpc's own INTERNAL for a call whose connection was cut while it wrote (a broker killed
+under a hop stream): the broker never said it, so it did not answer either."""
 
 
 def call_error(exc: grpc.aio.AioRpcError, shown: str) -> PopMQError:
@@ -32,9 +37,9 @@ def call_error(exc: grpc.aio.AioRpcError, shown: str) -> PopMQError:
         if key == w.ERROR_TRAILER and isinstance(value, bytes):
             return w.error_from_detail(pb.ErrorDetail.FromString(value))
     code = exc.code()
-    if code in _UNREACHABLE:
-        details = exc.details()
-        details = details if isinstance(details, str) else ""
+    details = exc.details()
+    details = details if isinstance(details, str) else ""
+    if code in _UNREACHABLE or (code == grpc.StatusCode.INTERNAL and _CORE_CUT in details):
         return BrokerUnansweredError.from_status(
             f"broker {shown} is unavailable ({code.name}: {details}); retry later",
             code=code.name,
