@@ -48,10 +48,8 @@ def call_error(exc: grpc.aio.AioRpcError, shown: str) -> PopMQError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         # Not the client's UnauthenticatedError: its own credentials were fine.
         return InternalError(
-            f"broker {shown} refused this proxy's credentials ({exc.details()}): "
+            f"broker {shown} refused this proxy's credentials ({details}): "
             "proxies sign BrokerService calls with [security] root_access_key and its "
             "secret; give proxies and brokers the same root credential"
         )
-    return InternalError(
-        f"broker {shown} answered {code.name} without a broker error: {exc.details()}"
-    )
+    return InternalError(f"broker {shown} answered {code.name} without a broker error: {details}")
