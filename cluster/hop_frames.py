@@ -110,7 +110,7 @@ class HopFrameStream(HopStream):
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire, loop)
         if self._sender is None:
-            self._sender = asyncio.ensure_future(self._send())
+            self._sender = loop.create_task(self._send())
         try:
             field, payload = await future
         except _ExpiredError:

@@ -117,6 +117,16 @@ class _Request(NamedTuple, Generic[RequestT, ResultT]):
     """It found nothing at once: it waits for messages as a probe, taking nothing."""
 
 
+def _changed(
+    entry: _Request[RequestT, ResultT], grant: int, demand: int, probe: bool
+) -> _Request[RequestT, ResultT]:
+    """`entry` with its admission fields set: NamedTuple's `_replace` is interpreted Python
+    (a map over the fields and a keyword dict) even when this module is compiled."""
+    return _Request(
+        entry.request_id, entry.began, entry.request, entry.coroutine_for, grant, demand, probe
+    )
+
+
 class _Answer(NamedTuple, Generic[RequestT, ResponseT]):
     """An answer waiting for the writer."""
 
@@ -439,7 +449,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
         grant = min(ANSWER_BYTES, max(0, self._free()))
         if grant < needed:
             return 0
-        self._running[task] = entry._replace(grant=grant)  # type: ignore[index]
+        self._running[task] = _changed(entry, grant, entry.demand, entry.probe)  # type: ignore[index]
         self._reserved += grant
         if self._pool is not None:
             self._pool.hold(grant)
@@ -462,9 +472,9 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             grant = self._grant(entry)
             if grant is None:
                 need = max(self._admitted(request) or 0, entry.demand)
-                self._wait_for_bytes(entry._replace(demand=need))
+                self._wait_for_bytes(_changed(entry, entry.grant, need, entry.probe))
                 return
-            entry = entry._replace(grant=grant, demand=0, probe=False)
+            entry = _changed(entry, grant, 0, False)
             bound = None if grant >= ANSWER_BYTES else grant
             # Granted bytes are never held by a parked pop: it takes what is there at once
             # and, finding nothing, waits again as a probe (`_again`).
@@ -583,7 +593,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
                 self._reject_paused(entry)
                 return
             self._wait_for_bytes(
-                entry._replace(grant=0, demand=min(ANSWER_BYTES, short.needed_bytes))
+                _changed(entry, 0, min(ANSWER_BYTES, short.needed_bytes), entry.probe)
             )
             return
         if (
@@ -596,7 +606,7 @@ class StreamSession(Generic[RequestT, ResponseT, ResultT]):
             and self._again(request, task.result(), began)
         ):
             # Nothing there at once: it waits for messages as a probe, holding no bytes.
-            probe = entry._replace(grant=0, probe=True)
+            probe = _changed(entry, 0, entry.demand, True)
             if self._paused:
                 self._deferred.append(probe)
                 if self._by_id is not None:

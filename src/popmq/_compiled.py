@@ -80,13 +80,16 @@ MODULES = (
     "popmq.broker_core.group_settings",
     # The streams a client's pops, acks and sends ride (serve and proxy), and a cluster
     # proxy's routing of them: which broker issued a handle, the sweep over brokers, the hop
-    # streams and their frames.
+    # streams and their frames, the topology each request is routed by and the pool of
+    # brokers it is routed to.
     "popmq.proxy.stream_session",
     "popmq.broker_core.handles",
     "popmq.cluster.cluster_pop",
     "popmq.cluster.pop_wire",
     "popmq.cluster.hop_stream",
     "popmq.cluster.hop_frames",
+    "popmq.cluster.topology",
+    "popmq.cluster.broker_pool",
     # A cluster proxy's send: the route to a broker, the attempts and their fault table, and
     # the sends whose outcome is in doubt.
     "popmq.cluster.cluster_send",
