@@ -81,6 +81,7 @@ from popmq.cluster.cluster_pop import ClusterPop, PopRequest
 from popmq.cluster.cluster_send import ClusterSend
 from popmq.cluster.fault_tolerance import FaultTable
 from popmq.cluster.follower_reads import FollowerReads
+from popmq.cluster.hop_calls import send_on
 from popmq.cluster.remote_broker import RemoteBroker
 from popmq.cluster.topology import Topology, issuer, issuers, one_issuer, topic_info
 from popmq.coordination.config import HOP_KEEPALIVE_S, FaultToleranceConfig
@@ -504,13 +505,13 @@ class ClusterBroker:
         stored, else on the same one); each FIFO message group's to its group's queue. A
         repeat of a send this proxy remembers goes to the broker the first went to
         (cluster_send.py)."""
-        return await self.sends.route(messages, lambda remote, batch: remote.send(batch))
+        return await self.sends.route(messages, send_on)
 
     async def send_repeat(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         """`send` for a client's repeat of a send whose answer it did not get: one this
         proxy does not remember is looked up on the topic's brokers first, so that it
         reaches the copy stored through another proxy (cluster_send.py; RepeatedSendAPI)."""
-        return await self.sends.route(messages, lambda r, batch: r.send(batch), repeat=True)
+        return await self.sends.route(messages, send_on, repeat=True)
 
     async def _topic_for_send(self, topic: str) -> TopicRoute:
         """The topic's route; created on first use when auto_create_topics is on (the name
@@ -758,7 +759,7 @@ class ClusterBroker:
         only = one_issuer(found)
         if only is not None:  # one pop's handles: no per-handle routing
             try:
-                answers = await self.pool.get(only).ack(group, handles)
+                answers = await self.pool.get(only).hop_calls.ack(group, handles)
             except PopMQError as error:
                 return [error] * len(handles)
             if len(answers) != len(handles):
@@ -774,7 +775,9 @@ class ClusterBroker:
 
         async def ack_on(broker: str, indexes: list[int]) -> None:
             try:
-                answers = await self.pool.get(broker).ack(group, [handles[i] for i in indexes])
+                answers = await self.pool.get(broker).hop_calls.ack(
+                    group, [handles[i] for i in indexes]
+                )
             except PopMQError as error:
                 for index in indexes:
                     results[index] = error

@@ -76,6 +76,7 @@ from popmq.broker_core.types import (
 )
 from popmq.cluster.call_errors import call_error
 from popmq.cluster.connection_watch import ConnectionDrops
+from popmq.cluster.hop_calls import HopCalls
 from popmq.cluster.hop_frames import HopFrameStream
 from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
 from popmq.cluster.pop_wire import pop_request
@@ -146,6 +147,8 @@ class RemoteBroker:
         self._hop: HopFrameStream | None = None
         # Sends and half sends, on another (None while closed).
         self._hop_send: HopFrameStream | None = None
+        self.hop_calls = HopCalls(self._shown, self._call)
+        """Its sends and acks, compiled (hop_calls.py): what a cluster proxy calls them by."""
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
@@ -208,6 +211,7 @@ class RemoteBroker:
             carries="sends",
             handshake=True,
         )
+        self.hop_calls.open(self._stub, self._hop, self._hop_send)
         self._draining = False
         self._spawn(self.drops.watch(self._channel), "popmq-remote-connection")
         if not self._catalog:
@@ -251,6 +255,7 @@ class RemoteBroker:
             if hop is not None:
                 await hop.close()
         self._hop = self._hop_send = None
+        self.hop_calls.close()
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
@@ -461,8 +466,7 @@ class RemoteBroker:
     # -- send, delayed messages, queries --------------------------------------------------
 
     async def send(self, messages: Sequence[NewMessage]) -> list[SendResult]:
-        request = send_wire.send_request_wire(messages)
-        results = await self._stored(hop_wire.HOP_SEND, request, self._stub_().Send)
+        results = await self.hop_calls.send(messages)
         if self._catalog:
             for topic in {r.topic for r in results} - self._topics.keys():
                 await self._refresh_topic(topic)  # auto-created by this send
@@ -493,19 +497,7 @@ class RemoteBroker:
         request = send_wire.send_request_wire(
             messages, producer_group=producer_group, check_first_s=check_first_s
         )
-        return await self._stored(hop_wire.HOP_SEND_HALF, request, self._stub_().SendHalf)
-
-    async def _stored(
-        self, field: int, request: bytes, unary: Callable[..., Any]
-    ) -> list[SendResult]:
-        """The results of the (half) send `request` (its bytes, send_wire.py): on the HopSend
-        stream, or as the unary call `unary` to a broker without it."""
-        hop = self._hop_send
-        if hop is not None and not hop.unsupported:
-            with contextlib.suppress(HopUnsupportedError):
-                return send_wire.send_results_from_wire((await hop.request(field, request))[1])
-        results: list[SendResult] = await self._call(unary, request)
-        return results
+        return await self.hop_calls.stored(hop_wire.HOP_SEND_HALF, request, self._stub_().SendHalf)
 
     async def end_transaction(
         self,
@@ -657,15 +649,7 @@ class RemoteBroker:
         return answer
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
-        hop = self._hop
-        if hop is not None and not hop.unsupported:
-            with contextlib.suppress(HopUnsupportedError):
-                asked = hop_wire.ack_request_wire(group, handles)
-                _, answer = await hop.request(hop_wire.HOP_ACK, asked)
-                return hop_wire.ack_results_from_wire(answer)
-        request = pb.AckRequest(group=group, handles=handles)
-        outcomes: list[PopMQError | None] = await self._call(self._stub_().Ack, request)
-        return outcomes
+        return await self.hop_calls.ack(group, handles)
 
     async def get_deliveries(
         self, group: str, handles: Sequence[str]

@@ -90,9 +90,10 @@ MODULES = (
     "popmq.cluster.hop_frames",
     "popmq.cluster.topology",
     "popmq.cluster.broker_pool",
-    # A cluster proxy's send: the route to a broker, the attempts and their fault table, and
-    # the sends whose outcome is in doubt.
+    # A cluster proxy's send: the route to a broker, the attempts and their fault table, the
+    # sends whose outcome is in doubt, and a remote broker's sends and acks.
     "popmq.cluster.cluster_send",
+    "popmq.cluster.hop_calls",
     "popmq.cluster.fault_tolerance",
     "popmq.cluster.in_doubt",
     # The cluster hop's pop and ack answers and its sends, on both sides of it, and how a
