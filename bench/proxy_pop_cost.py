@@ -1,7 +1,9 @@
-"""Instructions per message of a cluster proxy under pop + ack batch 32: the proxy's own work.
+"""Instructions per message of a cluster proxy under pop + ack batch 32, or under sends:
+the proxy's own work.
 
 ``python -m bench.proxy_pop_cost [--batches 48] [--consumers 4] [--profile FILE]``
 ``python -m bench.proxy_pop_cost --against CHECKOUT [--runs 3] [--count broker]``
+``python -m bench.proxy_pop_cost --phase send [--send-batch 1] [--batches 48] [--consumers 8]``
 
 A real cluster of child processes (an etcd, one ``popmq broker --flush sync``, one
 ``popmq proxy``) with the proxy run under callgrind, instrumentation off. This process
@@ -13,6 +15,11 @@ proxy: grpc's, the event loop's) divided by the messages received and acked in i
 proxy is counted; the broker, etcd and the client run at full speed outside valgrind.
 ``--count broker`` counts the broker the same way instead (the proxy then runs at full
 speed): what a change moves from one side of the hop to the other shows in both counts.
+
+``--phase send`` counts sends instead: ``--consumers`` SDK producers (SendStream) each make
+``--warmup`` sends of ``--send-batch`` messages, then, counted, ``--batches`` sends between
+them, one after the other on each producer (batch 1 from 8 producers is scenario 8's
+``produce batch 1``; no backlog is stored first).
 
 The proxy is slowed some fifty times under callgrind, so its requests queue: the hop's
 frames carry more requests than at full speed (hop_frames.py). Both sides of an A/B see the
@@ -40,7 +47,7 @@ import time
 from pathlib import Path
 
 from bench.peers.cluster import EtcdProcess, PopmqBrokerProcess, PopmqProxyProcess
-from bench.peers.targets import PopmqTarget, Receiver, prefill
+from bench.peers.targets import PopmqTarget, Receiver, Sender, prefill
 
 BATCH = 32
 BODY = b"x" * 1024
@@ -136,7 +143,8 @@ async def _cycles(target: PopmqTarget, consumers: int, cycles: int, warmup: int,
             await ready.wait()
             await go.wait()
             for _ in range(shares[index]):
-                done += await _cycle(receiver)
+                taken = await _cycle(receiver)
+                done += taken  # not `done += await`: that reads `done` before the wait
 
     async def _cycle(receiver: Receiver) -> int:
         messages = await receiver.receive(BATCH, 1.0)
@@ -152,6 +160,41 @@ async def _cycles(target: PopmqTarget, consumers: int, cycles: int, warmup: int,
     return done
 
 
+async def _sends(
+    target: PopmqTarget, producers: int, sends: int, warmup: int, batch: int, pid: int
+) -> int:
+    """Each producer makes `warmup` sends of `batch` messages, then (instrumentation on) its
+    share of `sends` more; returns the messages sent in the window."""
+    ready = asyncio.Barrier(producers + 1)
+    go = asyncio.Event()
+    done = 0
+    shares = [sends // producers + (1 if i < sends % producers else 0) for i in range(producers)]
+    bodies = [BODY] * batch
+
+    async def producer(index: int) -> None:
+        nonlocal done
+        async with target.sender(TOPIC) as sender:
+            for _ in range(warmup):
+                await _send(sender)
+            await ready.wait()
+            await go.wait()
+            for _ in range(shares[index]):
+                sent = await _send(sender)
+                done += sent
+
+    async def _send(sender: Sender) -> int:
+        await sender.send(bodies)
+        return batch
+
+    tasks = [asyncio.ensure_future(producer(i)) for i in range(producers)]
+    await ready.wait()
+    await asyncio.to_thread(_callgrind, pid, "--instr=on")
+    go.set()
+    await asyncio.gather(*tasks)
+    await asyncio.to_thread(_callgrind, pid, "--instr=off")
+    return done
+
+
 def _count(
     checkout: Path,
     batches: int,
@@ -159,9 +202,11 @@ def _count(
     warmup: int,
     profile: Path | None,
     counted: str = "proxy",
+    send_batch: int = 0,
 ) -> tuple[int, int]:
     """One run on `checkout`'s servers: (instructions of the `counted` process in the
-    window, messages in it)."""
+    window, messages in it); sends of `send_batch` messages from `consumers` producers
+    when it is above 0, else receive + ack cycles."""
     with tempfile.TemporaryDirectory(prefix="popmq-proxycost-") as tmp:
         out = Path(tmp) / "callgrind.out"
         broker_out = out if counted == "broker" else None
@@ -174,6 +219,8 @@ def _count(
 
                 async def run() -> int:
                     await target.create_topic(TOPIC, queues=8)
+                    if send_batch:
+                        return await _sends(target, consumers, batches, warmup, send_batch, pid)
                     await target.create_group(TOPIC, GROUP)
                     backlog = (batches + consumers * warmup + consumers) * BATCH
                     await prefill(target, TOPIC, backlog, BODY)
@@ -211,7 +258,13 @@ def _build(checkout: Path) -> str:
 
 
 def _against(
-    other: Path, runs: int, batches: int, consumers: int, warmup: int, counted: str
+    other: Path,
+    runs: int,
+    batches: int,
+    consumers: int,
+    warmup: int,
+    counted: str,
+    send_batch: int,
 ) -> None:
     sides = {"base": other, "new": THIS}
     for side, checkout in sides.items():
@@ -221,7 +274,9 @@ def _against(
     for run in range(runs):
         order = list(sides) if run % 2 == 0 else list(reversed(sides))
         for side in order:
-            instructions, messages = _count(sides[side], batches, consumers, warmup, None, counted)
+            instructions, messages = _count(
+                sides[side], batches, consumers, warmup, None, counted, send_batch
+            )
             counts[side].append(instructions / messages)
             print(
                 f"run {run + 1} {side}: {instructions:,} instructions, {messages} messages, "
@@ -230,9 +285,13 @@ def _against(
             )
     base = statistics.median(counts["base"])
     new = statistics.median(counts["new"])
+    load = (
+        f"sends of {send_batch} from {consumers} producers"
+        if send_batch
+        else f"pop + ack batch {BATCH} from {consumers} consumers"
+    )
     print(
-        f"{counted} instructions per message, pop + ack batch {BATCH} from {consumers} "
-        "consumers, "
+        f"{counted} instructions per message, {load}, "
         f"median of {runs} run(s): base {base:,.0f}, new {new:,.0f}, new / base "
         f"{new / base:.3f}\nload average at the end: {_load()}"
     )
@@ -240,8 +299,12 @@ def _against(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=48, help="receive + ack cycles counted")
-    parser.add_argument("--consumers", type=int, default=1)
+    parser.add_argument(
+        "--batches", type=int, default=48, help="receive + ack cycles (or sends) counted"
+    )
+    parser.add_argument("--consumers", type=int, default=1, help="consumers (or producers)")
+    parser.add_argument("--phase", choices=("pop-ack", "send"), default="pop-ack")
+    parser.add_argument("--send-batch", type=int, default=1, help="messages a send (--phase send)")
     parser.add_argument("--warmup", type=int, default=4, help="cycles per consumer before")
     parser.add_argument("--profile", type=Path, help="keep the window's callgrind profile")
     parser.add_argument("--checkout", type=Path, default=THIS, help="whose servers to count")
@@ -251,16 +314,25 @@ def main() -> None:
         "--count", choices=("proxy", "broker"), default="proxy", help="the process counted"
     )
     args = parser.parse_args()
+    if args.send_batch < 1:
+        parser.error(f"--send-batch {args.send_batch}: at least 1")
+    send_batch = args.send_batch if args.phase == "send" else 0
     if args.against is not None:
         _against(
-            args.against.resolve(), args.runs, args.batches, args.consumers, args.warmup, args.count
+            args.against.resolve(),
+            args.runs,
+            args.batches,
+            args.consumers,
+            args.warmup,
+            args.count,
+            send_batch,
         )
         return
     checkout = args.checkout.resolve()
     print(f"compiled (True) or not, and why: {_build(checkout)}", flush=True)
     began = time.monotonic()
     instructions, messages = _count(
-        checkout, args.batches, args.consumers, args.warmup, args.profile, args.count
+        checkout, args.batches, args.consumers, args.warmup, args.profile, args.count, send_batch
     )
     print(
         f"{args.count}: {instructions:,} instructions over {messages} messages: "

@@ -1,4 +1,5 @@
-"""bench.proxy_pop_cost runs a cluster, counts the proxy's window and says a message's count.
+"""bench.proxy_pop_cost runs a cluster, counts the proxy's window (receives and acks, or
+sends) and says a message's count.
 
 A real etcd, broker and proxy (the proxy under callgrind): a short window, so the script
 stays runnable; no count is asserted, only that one was taken over the window's messages.
@@ -35,3 +36,19 @@ def test_the_script_counts_the_proxys_instructions_over_the_windows_messages(
     assert int(found.group(2)) == 64  # two receives of 32 from one consumer
     assert int(found.group(1).replace(",", "")) > 0
     assert profile.read_text().startswith("# callgrind format")
+
+
+@pytest.mark.timeout(600)
+def test_the_send_phase_counts_the_proxys_instructions_over_the_messages_sent() -> None:
+    command = [
+        sys.executable, "-m", "bench.proxy_pop_cost", "--phase", "send", "--send-batch", "2",
+        "--consumers", "2", "--batches", "3", "--warmup", "1",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = re.search(r"proxy: ([\d,]+) instructions over (\d+) messages", result.stdout)
+    assert found is not None, result.stdout
+    assert int(found.group(2)) == 6  # three sends of two, shared by two producers
+    assert int(found.group(1).replace(",", "")) > 0
