@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from popmq.broker_core import (
     MAX_REQUEST_BYTES,
@@ -96,13 +95,6 @@ class Undecodable:
         self.error = error
 
 
-def request_type_name(deserializer: Callable[[bytes], Any]) -> str:
-    """The full name of the message a generated deserializer (`XRequest.FromString`) parses."""
-    owner = getattr(deserializer, "__self__", None)
-    descriptor = getattr(owner, "DESCRIPTOR", None)
-    return str(getattr(descriptor, "full_name", "request"))
-
-
 LARGE_REQUEST_METHODS = frozenset(
     {
         "popmq.v1.MessagingService/SendMessages",
@@ -123,35 +115,3 @@ def request_limit(method: str) -> int:
     if method in LARGE_REQUEST_METHODS:
         return MAX_REQUEST_BYTES
     return MAX_SMALL_REQUEST_BYTES
-
-
-def checked_deserializer(
-    deserializer: Callable[[bytes], Any], *, unary: bool, max_bytes: int | None = None
-) -> Callable[[bytes], Any]:
-    """`deserializer` turning a parse failure, or a body over `max_bytes` (refused before
-    it is parsed: parsing holds the event loop), into UndecodableRequestError, which a
-    unary-request method gets as an `Undecodable` request and a stream-request method
-    as the exception of its read (both reach the handler, which answers INVALID_ARGUMENT)."""
-    name = request_type_name(deserializer)
-
-    def decode(raw: bytes) -> Any:
-        if max_bytes is not None and len(raw) > max_bytes:
-            error = UndecodableRequestError(
-                f"request is {len(raw)} bytes: at most {max_bytes} are allowed in one "
-                f"{name} message"
-            )
-            if unary:
-                return Undecodable(error)
-            raise error
-        try:
-            return deserializer(raw)
-        except (DecodeError, ValueError):  # ValueError: invalid UTF-8 in a string
-            error = UndecodableRequestError(
-                f"request is not a valid {name} message ({len(raw)} bytes that do not parse); "
-                f"send a serialized {name}"
-            )
-            if unary:
-                return Undecodable(error)
-            raise error from None
-
-    return decode

@@ -32,12 +32,8 @@ import grpc
 from prometheus_client import Histogram
 
 from popmq.broker_core import MAX_SEND_MESSAGES
-from popmq.grpc_calls.errors import (
-    Undecodable,
-    UndecodableRequestError,
-    checked_deserializer,
-    request_limit,
-)
+from popmq.grpc_calls.deserializers import checked_deserializer
+from popmq.grpc_calls.errors import Undecodable, UndecodableRequestError, request_limit
 from popmq.proxy.health import Health, refusal
 from popmq.runtime.metrics import Metrics
 

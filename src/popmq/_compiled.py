@@ -78,6 +78,7 @@ MODULES = (
     "popmq.broker_core.filters",
     "popmq.broker_core.queue_lock",
     "popmq.broker_core.group_settings",
+    "popmq.broker_core.clock",
     # The streams a client's pops, acks and sends ride (serve and proxy), and a cluster
     # proxy's routing of them: which broker issued a handle, the sweep over brokers, the hop
     # streams and their frames, the topology each request is routed by and the pool of
@@ -101,6 +102,8 @@ MODULES = (
     "popmq.broker.hop_wire",
     "popmq.broker.send_wire",
     "popmq.broker.hop_serve",
+    # What every request of every server goes through: its body's checked decoding.
+    "popmq.grpc_calls.deserializers",
 )
 """Compiled by setup.py, named as imported. Left out on purpose: broker.py (a facade called
 once per batch, whose methods' signatures are checked against the BrokerAPI Protocol with
