@@ -44,10 +44,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.peers.cluster import EtcdProcess, PopmqBrokerProcess, PopmqProxyProcess
-from bench.peers.targets import PopmqTarget, Receiver, Sender, prefill
+from bench.peers.targets import PopmqTarget, Receiver, prefill
 
 BATCH = 32
 BODY = b"x" * 1024
@@ -127,37 +128,52 @@ def _total(profile: Path) -> int:
     raise RuntimeError(f"no total in the callgrind profile {profile}")
 
 
+Worker = Callable[[int, Callable[[], Awaitable[None]]], Awaitable[int]]
+"""One client of a window: given its index and the wait for the window's start (called once
+warmed up), it returns what it did in the window (messages)."""
+
+
+async def _window(pid: int, clients: int, worker: Worker) -> int:
+    """Run `clients` workers together, `pid`'s instrumentation on from when every one has
+    warmed up until all are done; returns the messages they counted."""
+    ready = asyncio.Barrier(clients + 1)
+    go = asyncio.Event()
+
+    async def started() -> None:
+        await ready.wait()
+        await go.wait()
+
+    tasks = [asyncio.ensure_future(worker(i, started)) for i in range(clients)]
+    await ready.wait()
+    await asyncio.to_thread(_callgrind, pid, "--instr=on")
+    go.set()
+    counted = await asyncio.gather(*tasks)
+    await asyncio.to_thread(_callgrind, pid, "--instr=off")
+    return sum(counted)
+
+
+def _shares(total: int, clients: int) -> list[int]:
+    return [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+
+
 async def _cycles(target: PopmqTarget, consumers: int, cycles: int, warmup: int, pid: int) -> int:
     """Each consumer runs `warmup` cycles, then (instrumentation on) its share of `cycles`
     receive + ack cycles; returns the messages received and acked in the window."""
-    ready = asyncio.Barrier(consumers + 1)
-    go = asyncio.Event()
-    done = 0
-    shares = [cycles // consumers + (1 if i < cycles % consumers else 0) for i in range(consumers)]
+    shares = _shares(cycles, consumers)
 
-    async def consumer(index: int) -> None:
-        nonlocal done
+    async def consumer(index: int, started: Callable[[], Awaitable[None]]) -> int:
         async with target.receiver(TOPIC, GROUP, f"c{index}") as receiver:
             for _ in range(warmup):
                 await _cycle(receiver)
-            await ready.wait()
-            await go.wait()
-            for _ in range(shares[index]):
-                taken = await _cycle(receiver)
-                done += taken  # not `done += await`: that reads `done` before the wait
+            await started()
+            return sum([await _cycle(receiver) for _ in range(shares[index])])
 
     async def _cycle(receiver: Receiver) -> int:
         messages = await receiver.receive(BATCH, 1.0)
         await receiver.ack(messages)
         return len(messages)
 
-    tasks = [asyncio.ensure_future(consumer(i)) for i in range(consumers)]
-    await ready.wait()
-    await asyncio.to_thread(_callgrind, pid, "--instr=on")
-    go.set()
-    await asyncio.gather(*tasks)
-    await asyncio.to_thread(_callgrind, pid, "--instr=off")
-    return done
+    return await _window(pid, consumers, consumer)
 
 
 async def _sends(
@@ -165,34 +181,19 @@ async def _sends(
 ) -> int:
     """Each producer makes `warmup` sends of `batch` messages, then (instrumentation on) its
     share of `sends` more; returns the messages sent in the window."""
-    ready = asyncio.Barrier(producers + 1)
-    go = asyncio.Event()
-    done = 0
-    shares = [sends // producers + (1 if i < sends % producers else 0) for i in range(producers)]
+    shares = _shares(sends, producers)
     bodies = [BODY] * batch
 
-    async def producer(index: int) -> None:
-        nonlocal done
+    async def producer(index: int, started: Callable[[], Awaitable[None]]) -> int:
         async with target.sender(TOPIC) as sender:
             for _ in range(warmup):
-                await _send(sender)
-            await ready.wait()
-            await go.wait()
+                await sender.send(bodies)
+            await started()
             for _ in range(shares[index]):
-                sent = await _send(sender)
-                done += sent
+                await sender.send(bodies)
+            return shares[index] * batch
 
-    async def _send(sender: Sender) -> int:
-        await sender.send(bodies)
-        return batch
-
-    tasks = [asyncio.ensure_future(producer(i)) for i in range(producers)]
-    await ready.wait()
-    await asyncio.to_thread(_callgrind, pid, "--instr=on")
-    go.set()
-    await asyncio.gather(*tasks)
-    await asyncio.to_thread(_callgrind, pid, "--instr=off")
-    return done
+    return await _window(pid, producers, producer)
 
 
 def _count(
