@@ -142,7 +142,6 @@ class RemoteBroker:
         self._tls = tls
         self._signer = signer
         self._channel: grpc.aio.Channel | None = None
-        self._stub: HopStub | None = None
         # Pops without a wait and acks, on one stream (None while closed).
         self._hop: HopFrameStream | None = None
         # Sends and half sends, on another (None while closed).
@@ -190,7 +189,7 @@ class RemoteBroker:
             self._channel = grpc.aio.secure_channel(
                 self.address, self._tls.credentials, options=options
             )
-        self._stub = HopStub(self._channel)
+        stub = HopStub(self._channel)
         self._hop = HopFrameStream(
             self._channel,
             shown=self._shown,
@@ -211,7 +210,7 @@ class RemoteBroker:
             carries="sends",
             handshake=True,
         )
-        self.hop_calls.open(self._stub, self._hop, self._hop_send)
+        self.hop_calls.open(stub, self._hop, self._hop_send)
         self._draining = False
         self._spawn(self.drops.watch(self._channel), "popmq-remote-connection")
         if not self._catalog:
@@ -257,7 +256,7 @@ class RemoteBroker:
         self._hop = self._hop_send = None
         self.hop_calls.close()
         if self._channel is not None:
-            channel, self._channel, self._stub = self._channel, None, None
+            channel, self._channel = self._channel, None
             await channel.close()
 
     def connection_up(self) -> bool:
@@ -837,9 +836,8 @@ class RemoteBroker:
     # -- calls ----------------------------------------------------------------------------
 
     def _stub_(self) -> HopStub:
-        if self._stub is None:
-            raise UnavailableError(f"the remote broker {self._shown} is not started")
-        return self._stub
+        """The broker's stub (held by `hop_calls`); UnavailableError while not started."""
+        return self.hop_calls.stub()
 
     async def _call(
         self, method: Callable[..., Any], request: Any, *, deadline_s: float | None = -1.0
