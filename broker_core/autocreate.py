@@ -34,25 +34,25 @@ class AutoCreate:
         self._writer = writer
         self._clock = clock
         # Creations in progress (group name / retry key), so concurrent first uses share one.
-        self._creating: dict[object, asyncio.Future[Any]] = {}
+        self._creating: dict[object, asyncio.Task[Any]] = {}
 
     async def once(self, key: object, create: Callable[[], Awaitable[_T]]) -> _T:
-        """Run `create` once for concurrent first users of `key`; they all get its result."""
+        """Run `create` once for concurrent first users of `key`; they all get its result.
+
+        The creation is a task of its own, which every user awaits shielded: a user
+        cancelled meanwhile (a gRPC handler whose client went away) cancels neither the
+        creation the others wait for nor the registration that must follow its synced
+        write, and the others get its result or its error whatever it raises."""
         pending = self._creating.get(key)
-        if pending is not None:
-            shared: _T = await asyncio.shield(pending)
-            return shared
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._creating[key] = future
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._created(key, create))
+            self._creating[key] = pending
+        result: _T = await asyncio.shield(pending)
+        return result
+
+    async def _created(self, key: object, create: Callable[[], Awaitable[_T]]) -> _T:
         try:
-            result = await create()
-        except PopMQError as exc:
-            future.set_exception(exc)
-            future.exception()  # marked retrieved: concurrent waiters re-raise it themselves
-            raise
-        else:
-            future.set_result(result)
-            return result
+            return await create()
         finally:
             del self._creating[key]
 

@@ -8,7 +8,9 @@ as superseded in the same batch; memory changes only after that batch committed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import jobs, keys, validation
@@ -276,22 +278,35 @@ class Acks:
         def apply(batch: Batch, offsets: QueueOffsets) -> None:
             copied[:] = [store_copy(batch, offsets, target, payload)]
 
-        await self._writer.submit(apply, sync=self._config.store.flush == "sync")
-        self._checkpoints.history.copied(
-            self._clock.now_ms(), DEAD_LETTER, ck, offset, ck.attempt, (target.topic_id, copied[0])
+        def resolved(_: object) -> None:
+            # In the flush's callback: it runs even when this call was cancelled meanwhile
+            # (a gRPC handler whose client went away), and the copy is stored by then, so
+            # the delivery must end here too (or its revive would make a second copy).
+            self._checkpoints.history.copied(
+                self._clock.now_ms(),
+                DEAD_LETTER,
+                ck,
+                offset,
+                ck.attempt,
+                (target.topic_id, copied[0]),
+            )
+            bit = 1 << index
+            if not ck.resolved & bit and cq.inflight.get(offset) is ck:
+                self._stats.dead_lettered[(group, self._catalog.user_topic_name(cq.topic_id))] += 1
+                if ck.fifo_group:
+                    ck.revived = ck.full
+                    self._fifo.finish(ck, acked=False)
+                else:
+                    ck.resolved |= bit
+                    ck.revived |= bit
+                    cq.release(ck, index)
+                    self._checkpoints.finish(ck)
+            self._polling.notify(target.name, 1)
+
+        written = self._writer.submit(
+            apply, sync=self._config.store.flush == "sync", committed=resolved
         )
-        bit = 1 << index
-        if not ck.resolved & bit and cq.inflight.get(offset) is ck:
-            self._stats.dead_lettered[(group, self._catalog.user_topic_name(cq.topic_id))] += 1
-            if ck.fifo_group:
-                ck.revived = ck.full
-                self._fifo.finish(ck, acked=False)
-            else:
-                ck.resolved |= bit
-                ck.revived |= bit
-                cq.release(ck, index)
-                self._checkpoints.finish(ck)
-        self._polling.notify(target.name, 1)
+        await asyncio.shield(written)  # a cancelled call does not cancel its write
         return target.name
 
     async def _move(
@@ -336,19 +351,33 @@ class Acks:
             # (and, moved by ChangeInvisibleTime, leads to the new one: follow_handle).
             SupersededHandles.write(batch, old.ck_id, index, old.deadline_ms, successor)
 
+        def moved(_: object) -> None:
+            # In the flush's callback, not when this call resumes: the batch commits even
+            # when the call was cancelled meanwhile (a gRPC handler whose client went away),
+            # and a move left half-made would leave the offset owned by a checkpoint nobody
+            # tracks and the old handle neither live nor followable, in flight for good.
+            old.resolved |= bit
+            self._superseded.remember(old.ck_id, index, old.deadline_ms, successor)
+            self._checkpoints.track(new)
+            self._checkpoints.history.moved(kind, new)
+            if old.fifo_group:
+                cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
+            self._checkpoints.finish(old)
+
+        def undone(written: asyncio.Future[Any]) -> None:
+            # A failed write (or one the writer dropped): the delivery stays where it was.
+            failed = written.cancelled() or written.exception() is not None
+            if failed and cq.inflight.get(offset) is new:
+                cq.inflight[offset] = old
+
         try:
-            await self._writer.submit(apply, sync=False)
-        except PopMQError:
+            written = self._writer.submit(apply, sync=False, committed=moved)
+        except PopMQError:  # writes are refused: nothing was queued
             if cq.inflight.get(offset) is new:
                 cq.inflight[offset] = old
             raise
-        old.resolved |= bit
-        self._superseded.remember(old.ck_id, index, old.deadline_ms, successor)
-        self._checkpoints.track(new)
-        self._checkpoints.history.moved(kind, new)
-        if old.fifo_group:
-            cq.fifo_replace(old, new)  # the group stays blocked behind the moved delivery
-        self._checkpoints.finish(old)
+        written.add_done_callback(undone)  # before this call resumes, with the error
+        await asyncio.shield(written)  # a cancelled call does not cancel its write
         handle = self._codec.encode(
             ReceiptHandle(
                 cq.group_id, cq.topic_id, cq.queue_id, offset, new.ck_id, 0, new.deadline_ms

@@ -1,0 +1,108 @@
+"""A call whose caller is cancelled while its write is in flight (a gRPC handler grpc cancels
+because the proxy died or its call's deadline passed): the batch commits all the same, so
+what must follow it in memory must happen too.
+
+A ChangeInvisibleTime, Nack or dead letter must leave the delivery moved (the old handle
+superseded with its link to the new one, the new checkpoint tracked), never half-moved (the
+offset owned by a checkpoint nobody tracks: in flight for good, its old handle neither live
+nor followable); a creation on first use must register what it wrote and answer the users
+that share it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+
+from popmq.broker_core.types import NewMessage, PoppedMessage
+from tests.unit.conftest import OpenBroker
+
+
+async def _cancelled_mid_write(call: Awaitable[object]) -> None:
+    """Run `call` up to its wait for the writer's batch, cancel it there (as grpc cancels a
+    handler whose client went away), and let the batch commit."""
+    task = asyncio.ensure_future(call)
+    await asyncio.sleep(0)
+    assert not task.done()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)
+
+
+def test_a_change_invisible_time_cancelled_mid_write_leaves_a_followable_handle(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", f"m{i}".encode()) for i in range(2)])
+            first, other = await broker.pop("g", "orders", max_messages=2, invisible_s=30, wait_s=0)
+            h0 = first.receipt_handle
+            await _cancelled_mid_write(broker.change_invisible_time("g", h0, 60))
+
+            (followed,) = await broker.follow_handles("g", [h0])
+            assert isinstance(followed, tuple), followed  # not a refusal
+            newest, until = followed
+            assert newest != h0 and until > first.invisible_until_ms
+            (found,) = await broker.get_deliveries("g", [newest])
+            assert isinstance(found, PoppedMessage) and found.offset == first.offset
+            # A proxy renewing the lease afterwards (follow, then move the newest) works.
+            renewed, _ = await broker.change_invisible_time("g", newest, 60)
+            assert await broker.ack("g", [renewed, other.receipt_handle]) == [None, None]
+            assert await broker.inflight_count(group="g") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_nack_cancelled_mid_write_still_redelivers(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", b"again")])
+            (first,) = await broker.pop("g", "orders", invisible_s=30, wait_s=0)
+            await _cancelled_mid_write(broker.nack("g", first.receipt_handle, delay_s=0))
+            (again,) = await broker.pop("g", "orders", invisible_s=30, wait_s=5)
+            assert (again.record.body, again.delivery_attempt) == (b"again", 2)
+            assert await broker.ack("g", [again.receipt_handle]) == [None]
+            assert await broker.inflight_count(group="g") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_letter_cancelled_mid_write_ends_the_delivery(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", b"first"), NewMessage("orders", b"bad")])
+            first, bad = await broker.pop("c", "orders", max_messages=2, invisible_s=1, wait_s=0)
+            await broker.dead_letter("c", first.receipt_handle)  # the DLQ topic exists now
+            await _cancelled_mid_write(broker.dead_letter("c", bad.receipt_handle))
+            await asyncio.sleep(1.2)  # past the pop's invisible time
+            assert await broker.pop("c", "orders", wait_s=0) == []  # no second copy comes back
+            dead = await broker.pop("ops", "%DLQ%c", max_messages=8, wait_s=1)
+            assert sorted(m.record.body for m in dead) == [b"bad", b"first"]
+            assert broker.stats.dead_lettered[("c", "orders")] == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_first_user_cancelled_mid_creation_leaves_the_group_to_the_others(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", b"m")])
+            first = asyncio.ensure_future(broker.pop("new", "orders", wait_s=0))
+            await asyncio.sleep(0)  # it waits for the group's synced record
+            second = asyncio.ensure_future(broker.pop("new", "orders", wait_s=0))
+            await asyncio.sleep(0)  # it shares that creation
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            (popped,) = await asyncio.wait_for(second, 5)
+            assert popped.record.body == b"m"
+            assert [g.name for g in await broker.list_groups()] == ["new"]
+
+    asyncio.run(scenario())
