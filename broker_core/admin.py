@@ -8,6 +8,7 @@ pops skip them instead of reading state that is about to move.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -286,14 +287,20 @@ class Admin:
                     # Refused until its old deadline, across restarts, like a superseded one.
                     SupersededHandles.write(batch, ck.ck_id, index, ck.deadline_ms)
 
-            await self._writer.submit(apply, sync=True)
-            self._checkpoints.drop(cks)
-            for ck, index in dropped:
-                self._superseded.remember(ck.ck_id, index, ck.deadline_ms)
-            for q, cq in queues.items():
-                cq.reset(new[q])
-                self._checkpoints.write_offset(cq)
-            self._writer.request_flush()
+            def reset(_: object) -> None:
+                # In the flush's callback: it runs even when this call was cancelled
+                # meanwhile (a gRPC handler whose client went away), so memory never keeps
+                # the offsets and checkpoints the store no longer has.
+                self._checkpoints.drop(cks)
+                for ck, index in dropped:
+                    self._superseded.remember(ck.ck_id, index, ck.deadline_ms)
+                for q, cq in queues.items():
+                    cq.reset(new[q])
+                    self._checkpoints.write_offset(cq)
+                self._writer.request_flush()
+
+            written = self._writer.submit(apply, sync=True, committed=reset)
+            await asyncio.shield(written)  # a cancelled call does not cancel its write
         finally:
             for lock_key in locked:
                 self._locks.release(lock_key)

@@ -484,27 +484,34 @@ class Groups:
                         batch.delete("checkpoints", keys.checkpoint_key(ck.ck_id))
                         batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
 
-            await self._writer.submit(apply, sync=True)
+            def forget(_: object) -> None:
+                # In the flush's callback: it runs even when this call was cancelled
+                # meanwhile (a gRPC handler whose client went away), so a group gone from
+                # the store is gone from memory too.
+                if self._catalog.groups.get(name) is info:
+                    del self._catalog.groups[name]
+                    self._settings.forget(gid)
+                    applied = self._applied_revisions.pop(name, 0)
+                    if applied:
+                        self._bury(name, applied)
+                self._catalog.groups_by_id.pop(gid, None)
+                for retry_key, retry in retries.items():
+                    self._catalog.retry_topics.pop(retry_key, None)
+                    self._catalog.topics_by_id.pop(retry.topic_id, None)
+                    self._offsets.forget_topic(retry.topic_id)
+                for queue_key in [k for k in self._queues if k[0] == gid]:
+                    self._queues.remove(queue_key)
+                self._checkpoints.drop(
+                    self._checkpoints.select(lambda ck: ck.queue.group_id == gid)
+                )
+                self._forget_pop_counts(gid)
+
+            written = self._writer.submit(apply, sync=True, committed=forget)
+            await asyncio.shield(written)  # a cancelled call does not cancel its write
         finally:
             for lock_key in locked:
                 self._locks.release(lock_key)
-        if self._catalog.groups.get(name) is info:
-            del self._catalog.groups[name]
-            self._settings.forget(gid)
-            applied = self._applied_revisions.pop(name, 0)
-            if applied:
-                self._bury(name, applied)
-        self._catalog.groups_by_id.pop(gid, None)
-        for retry_key, retry in retries.items():
-            self._catalog.retry_topics.pop(retry_key, None)
-            self._catalog.topics_by_id.pop(retry.topic_id, None)
-            self._offsets.forget_topic(retry.topic_id)
-        topics = {cq.topic for cq in queues}
-        for queue_key in [k for k in self._queues if k[0] == gid]:
-            self._queues.remove(queue_key)
-        self._checkpoints.drop(self._checkpoints.select(lambda ck: ck.queue.group_id == gid))
-        self._forget_pop_counts(gid)
-        for topic in topics:
+        for topic in {cq.topic for cq in queues}:
             # Held pops of the group look again and find it gone.
             self._polling.notify(topic, self._config.long_polling.max_per_key, group=name)
         log.info("deleted group %s (%d in-flight messages dropped)", name, inflight)

@@ -261,6 +261,13 @@ class LocalSecurityStore(SecurityStore):
         """Nothing to stop: the broker's store is closed by its owner."""
 
     async def _change(self, access_key: str, change: Change) -> UserRecord | None:
+        # A task of its own, awaited shielded: a caller cancelled meanwhile (an admin RPC
+        # whose client went away) must not leave a record stored but not in memory, such
+        # as a deleted user still signing in until a restart.
+        changing = asyncio.get_running_loop().create_task(self._changed(access_key, change))
+        return await asyncio.shield(changing)
+
+    async def _changed(self, access_key: str, change: Change) -> UserRecord | None:
         async with self._writing:
             current = self._records.get(access_key)
             record = change(current)

@@ -6,7 +6,8 @@ A ChangeInvisibleTime, Nack or dead letter must leave the delivery moved (the ol
 superseded with its link to the new one, the new checkpoint tracked), never half-moved (the
 offset owned by a checkpoint nobody tracks: in flight for good, its old handle neither live
 nor followable); a creation on first use must register what it wrote and answer the users
-that share it."""
+that share it; an offset reset or a group's deletion must change memory as it changed the
+store (the security store's users: tests/unit/security/test_store.py)."""
 
 from __future__ import annotations
 
@@ -104,5 +105,34 @@ def test_a_first_user_cancelled_mid_creation_leaves_the_group_to_the_others(
             (popped,) = await asyncio.wait_for(second, 5)
             assert popped.record.body == b"m"
             assert [g.name for g in await broker.list_groups()] == ["new"]
+
+    asyncio.run(scenario())
+
+
+def test_an_offset_reset_cancelled_mid_write_moves_the_offsets_in_memory_too(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", f"m{i}".encode()) for i in range(3)])
+            (m0,) = await broker.pop("g", "orders", max_messages=1, wait_s=0)
+            assert await broker.ack("g", [m0.receipt_handle]) == [None]
+            await _cancelled_mid_write(broker.reset_offsets("g", "orders", target="earliest"))
+            (again,) = await broker.pop("g", "orders", max_messages=1, wait_s=0)
+            assert again.record.body == b"m0"
+
+    asyncio.run(scenario())
+
+
+def test_a_group_deletion_cancelled_mid_write_forgets_the_group(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_group("old")
+            await _cancelled_mid_write(broker.delete_group("old"))
+            assert await broker.list_groups() == []
 
     asyncio.run(scenario())

@@ -4,6 +4,7 @@ durability in the broker's store, the cluster store's cache, and the AclAuthoriz
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 import pytest
@@ -291,5 +292,24 @@ def test_authorizer_checks_a_normal_user_against_its_current_policies() -> None:
             ),
         )
         await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_deletion_whose_caller_is_cancelled_mid_write_still_signs_the_user_out(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            store = LocalSecurityStore(broker)
+            await store.start()
+            await store.create_user("gone", SECRET)
+            deleting = asyncio.ensure_future(store.delete_user("gone"))
+            await asyncio.sleep(0)  # it waits for its synced write
+            deleting.cancel()  # as grpc cancels a handler whose client went away
+            with contextlib.suppress(asyncio.CancelledError):
+                await deleting
+            await asyncio.sleep(0.05)  # the write commits all the same
+            assert store.user("gone") is None
 
     asyncio.run(scenario())
