@@ -45,7 +45,8 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Sequence
+from typing import Any
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import half_dedup, jobs, keys, message_index, validation
@@ -352,6 +353,11 @@ class Transactions:
                 allowed=", ".join(TRANSACTION_SOURCES),
             )
         seq = self._codec.decode(transaction_id)
+        return await _to_the_end(self._end(seq, transaction_id, commit, source, topic, message_id))
+
+    async def _end(
+        self, seq: int, transaction_id: str, commit: bool, source: str, topic: str, message_id: str
+    ) -> TransactionInfo:
         async with self._exclusive(seq):
             record = self._load(seq, transaction_id)
             if topic and topic != record.topic:
@@ -577,6 +583,9 @@ class Transactions:
         """Reopen a discarded transaction with a fresh check count: its copy leaves the
         discarded-transactions topic, and it is checked again after check_first_s."""
         seq = self._codec.decode(transaction_id)
+        return await _to_the_end(self._resume(seq, transaction_id))
+
+    async def _resume(self, seq: int, transaction_id: str) -> TransactionInfo:
         async with self._exclusive(seq):
             record = self._load(seq, transaction_id)
             if record.state != _DISCARDED:
@@ -867,6 +876,15 @@ class Transactions:
             for seq in seqs:
                 del self._busy[seq]
             done.set_result(None)
+
+
+async def _to_the_end(resolution: Coroutine[Any, Any, TransactionInfo]) -> TransactionInfo:
+    """Run a resolution as a task of its own, awaited shielded: a caller cancelled meanwhile
+    (a gRPC handler whose client went away) must not end its hold on the transaction before
+    its write commits, or a resolver waiting for the hold would load the record still open
+    and store the message a second time (or both commit and roll it back)."""
+    task = asyncio.get_running_loop().create_task(resolution)
+    return await asyncio.shield(task)
 
 
 def _fail(done: asyncio.Future[list[SendResult]], error: BaseException) -> None:

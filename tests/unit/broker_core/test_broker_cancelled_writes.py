@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable
 
 from popmq.broker_core.types import NewMessage, PoppedMessage
@@ -134,5 +135,47 @@ def test_a_group_deletion_cancelled_mid_write_forgets_the_group(
             await broker.create_group("old")
             await _cancelled_mid_write(broker.delete_group("old"))
             assert await broker.list_groups() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_commit_cancelled_while_its_write_waits_is_not_stored_twice_by_a_repeat(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("tx", 1, message_type="transaction")
+            await broker.create_topic("other", 1)
+            [half] = await broker.send_half([NewMessage("tx", b"order-1")])
+            store = broker.store
+            synced = store.sync_wal
+
+            def slow_sync() -> None:  # a loaded disk: the next batch waits for this one
+                time.sleep(0.3)
+                synced()
+
+            store.sync_wal = slow_sync  # type: ignore[method-assign]
+            try:
+                # Two sends in one batch: its fsync runs on the sync thread.
+                sends = asyncio.gather(
+                    broker.send([NewMessage("other", b"a")]),
+                    broker.send([NewMessage("other", b"b")]),
+                )
+                await asyncio.sleep(0)
+                first = asyncio.ensure_future(
+                    broker.end_transaction(half.transaction_id, commit=True)
+                )
+                await asyncio.sleep(0)  # its write waits for the next batch
+                first.cancel()  # as grpc cancels a handler whose client went away
+                with contextlib.suppress(asyncio.CancelledError):
+                    await first
+                repeat = broker.end_transaction(half.transaction_id, commit=True)
+                info = await asyncio.wait_for(repeat, 5)
+                await sends
+            finally:
+                del store.sync_wal
+            assert info.state == "committed"
+            stored = await broker.pop("g", "tx", max_messages=8, wait_s=0)
+            assert [m.record.body for m in stored] == [b"order-1"]
 
     asyncio.run(scenario())
