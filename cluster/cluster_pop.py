@@ -139,7 +139,7 @@ class ClusterPop:
             client_id=request.client_id,
         )
         global_ids = self._topology.global_ids(request.topic, queue.broker)
-        return await self._pool.get(queue.broker).pop_received_form(asked, global_ids)
+        return await self._pool.get(queue.broker).hop_calls.pop_received(asked, global_ids)
 
     async def pop(self, request: PopRequest, wait_s: float) -> list[PoppedMessage]:
         """Up to max_messages from the topic's brokers; wait up to wait_s for one."""
@@ -179,7 +179,8 @@ class ClusterPop:
                 max_bytes=budget,
                 client_id=request.client_id,
             )
-            batch = await self._pool.get(broker).pop_received_form(asked, global_ids(topic, broker))
+            remote = self._pool.get(broker)
+            batch = await remote.hop_calls.pop_received(asked, global_ids(topic, broker))
             return batch, batch.stored_bytes + batch.count * MESSAGE_OVERHEAD_BYTES
 
         return await self._pop(request, wait_s, take, ReceivedBatch([], [], 0, 0))

@@ -32,7 +32,6 @@ Cluster mode replaces this cache with the proxies' route cache fed by etcd.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -78,7 +77,7 @@ from popmq.cluster.call_errors import call_error
 from popmq.cluster.connection_watch import ConnectionDrops
 from popmq.cluster.hop_calls import HopCalls
 from popmq.cluster.hop_frames import HopFrameStream
-from popmq.cluster.hop_stream import SEND_METHOD, HopStub, HopUnsupportedError
+from popmq.cluster.hop_stream import SEND_METHOD, HopStub
 from popmq.cluster.pop_wire import pop_request
 from popmq.cluster.send_outcome import BrokerUnansweredError
 from popmq.coordination.config import HOP_KEEPALIVE_S
@@ -146,15 +145,17 @@ class RemoteBroker:
         self._hop: HopFrameStream | None = None
         # Sends and half sends, on another (None while closed).
         self._hop_send: HopFrameStream | None = None
-        self.hop_calls = HopCalls(self._shown, self._call)
-        """Its sends and acks, compiled (hop_calls.py): what a cluster proxy calls them by."""
+        self.hop_calls = HopCalls(
+            self._shown, self._call, self._pop_long_poll, self._default_wait_s
+        )
+        """Its sends, pops and acks, compiled (hop_calls.py): what a cluster proxy calls them
+        by. Its `draining` is this remote broker's (release_waiters)."""
         self._info: ServerInfo | None = None
         # The catalog cache (see the module docstring); changed on the loop thread only.
         self._topics: dict[str, TopicInfo] = {}
         self._groups: dict[str, tuple[GroupInfo, GroupSettings]] = {}
         # Long-poll calls in progress, cancelled (answered empty) by release_waiters.
         self._held: set[grpc.aio.Call] = set()
-        self._draining = False
         # Background work: the periodic catalog refresh and refreshes after a miss.
         self._tasks: set[asyncio.Task[None]] = set()
         self.drops = ConnectionDrops()  # the connection's drops, watched from `start`
@@ -211,7 +212,7 @@ class RemoteBroker:
             handshake=True,
         )
         self.hop_calls.open(stub, self._hop, self._hop_send)
-        self._draining = False
+        self.hop_calls.draining = False
         self._spawn(self.drops.watch(self._channel), "popmq-remote-connection")
         if not self._catalog:
             return
@@ -271,7 +272,7 @@ class RemoteBroker:
         """Answer every held long poll now (empty) and hold no new ones: shutdown is coming.
         The broker gives back whatever a cancelled pop had taken when its invisible time
         passes (at-least-once)."""
-        self._draining = True
+        self.hop_calls.draining = True
         for call in list(self._held):
             call.cancel()
 
@@ -587,7 +588,7 @@ class RemoteBroker:
         # `reserve` cannot cross to the broker: a bounded pop answers AnswerBoundError.
         request = pop_request(
             group, topic, max_messages=max_messages, invisible_s=invisible_s,
-            wait_s=0.0 if self._draining else wait_s, filter_expression=filter_expression,
+            wait_s=0.0 if self.hop_calls.draining else wait_s, filter_expression=filter_expression,
             filter_type=filter_type, queue_id=queue_id, max_bytes=max_bytes, client_id=client_id,
         )  # fmt: skip
         return hop_wire.popped_from_wire(await self._pop_answer(request, b""))
@@ -620,12 +621,9 @@ class RemoteBroker:
         """The pop `request` (pop_wire's) answered as the client gets it, queues numbered by
         `queue_ids` (by local id: ReceivedForm): by the broker, or here from the
         PoppedMessages of a broker of an earlier release (the same bytes)."""
-        if self._draining:
-            request.wait_s = 0.0
-        answer = await self._pop_answer(request, hop_wire.received_form_wire(queue_ids))
-        batch = hop_wire.received_from_wire(answer)
-        if batch is None:  # a broker of an earlier release
-            batch = ReceivedBatch.of(hop_wire.popped_from_wire(answer), queue_ids)
+        batch = await self.hop_calls.pop_received(request, queue_ids)
+        if self._catalog and request.group not in self._groups:
+            await self._refresh_group(request.group)  # auto-created by this pop
         return batch
 
     async def _pop_answer(self, request: pb.PopRequest, form: bytes) -> bytes:
@@ -633,19 +631,17 @@ class RemoteBroker:
         wait (nothing to hold or release) goes on HopStream (hop_stream.py), one that waits,
         or to a broker without HopStream, as a unary Pop. The broker defaults and checks the
         arguments; its default wait (as its server info says) only sizes the deadline."""
-        has_wait = request.HasField("wait_s")
-        wait = request.wait_s if has_wait else self.server_info().long_polling.default_timeout_s
-        hop = self._hop
-        data = request.SerializeToString() + form
-        answer: bytes | None = None
-        if wait == 0.0 and hop is not None and not hop.unsupported:
-            with contextlib.suppress(HopUnsupportedError):
-                answer = (await hop.request(hop_wire.HOP_POP, data))[1]
-        if answer is None:
-            answer = await self._long_poll(self._stub_().Pop, data, wait, b"")
+        answer = await self.hop_calls.pop_answer(request, form)
         if self._catalog and request.group not in self._groups:
             await self._refresh_group(request.group)  # auto-created by this pop
         return answer
+
+    async def _pop_long_poll(self, data: bytes, wait_s: float) -> bytes:
+        """A unary Pop of `data` (a PopRequest's bytes) held up to `wait_s` (HopCalls)."""
+        return await self._long_poll(self._stub_().Pop, data, wait_s, b"")
+
+    def _default_wait_s(self) -> float:
+        return self.server_info().long_polling.default_timeout_s
 
     async def ack(self, group: str, handles: Sequence[str]) -> list[PopMQError | None]:
         return await self.hop_calls.ack(group, handles)
@@ -705,7 +701,7 @@ class RemoteBroker:
         filter_expression: str = "",
         filter_type: str = "tag",
     ) -> PulledMessages:
-        wait_s = 0.0 if self._draining else wait_s
+        wait_s = 0.0 if self.hop_calls.draining else wait_s
         request = pb.PullRequest(
             topic=topic,
             queue_id=queue_id,
@@ -724,7 +720,7 @@ class RemoteBroker:
     async def await_messages(
         self, topic: str, positions: Mapping[int, int], wait_s: float
     ) -> list[tuple[int, int]]:
-        wait_s = 0.0 if self._draining else wait_s
+        wait_s = 0.0 if self.hop_calls.draining else wait_s
         request = pb.AwaitMessagesRequest(
             topic=topic, positions=w.pairs_to_pb(positions.items()), wait_s=wait_s
         )
@@ -872,11 +868,16 @@ class RemoteBroker:
             return cast("_T", await _answer(call))
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if self._draining and call.cancelled() and task is not None and not task.cancelling():
+            if (
+                self.hop_calls.draining
+                and call.cancelled()
+                and task is not None
+                and not task.cancelling()
+            ):
                 return empty  # released by release_waiters, not cancelled by our caller
             raise
         except grpc.aio.AioRpcError as exc:
-            if self._draining and exc.code() == grpc.StatusCode.CANCELLED:
+            if self.hop_calls.draining and exc.code() == grpc.StatusCode.CANCELLED:
                 return empty
             raise self._error(exc) from None
         finally:

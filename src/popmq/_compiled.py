@@ -92,7 +92,7 @@ MODULES = (
     "popmq.cluster.topology",
     "popmq.cluster.broker_pool",
     # A cluster proxy's send: the route to a broker, the attempts and their fault table, the
-    # sends whose outcome is in doubt, and a remote broker's sends and acks.
+    # sends whose outcome is in doubt, and a remote broker's sends, pops and acks.
     "popmq.cluster.cluster_send",
     "popmq.cluster.hop_calls",
     "popmq.cluster.fault_tolerance",
