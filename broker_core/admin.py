@@ -31,6 +31,7 @@ from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.send import QueueChooser
 from popmq.broker_core.store import Batch, Store
+from popmq.broker_core.to_the_end import runs_to_the_end
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.types import (
     OffsetChange,
@@ -108,6 +109,7 @@ class Admin:
         )
         return ids
 
+    @runs_to_the_end
     async def update_topic(self, name: str, queues: int) -> TopicInfo:
         """Grow a topic to `queues` queues. Queues are never removed: that would strand the
         messages stored in them and the offsets groups hold there."""
@@ -167,6 +169,7 @@ class Admin:
         )
         return info, queues, groups
 
+    @runs_to_the_end
     async def purge(self, topic: str, queue_id: int | None = None) -> int:
         """Delete every stored message of one queue (or all queues); returns how many.
 

@@ -35,6 +35,7 @@ from popmq.broker_core.offsets import OffsetReads, QueueOffsets
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.store import Batch
+from popmq.broker_core.to_the_end import runs_to_the_end
 from popmq.broker_core.types import ExponentialBackoff, GroupSettings, Subscription
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,7 @@ class Groups:
         )
         return info
 
+    @runs_to_the_end
     async def update(
         self,
         name: str,

@@ -24,6 +24,7 @@ from popmq.broker_core.long_polling import LongPolling
 from popmq.broker_core.offsets import QueueOffsets
 from popmq.broker_core.pop.live_checkpoints import LiveCheckpoints
 from popmq.broker_core.store import Batch
+from popmq.broker_core.to_the_end import runs_to_the_end
 from popmq.broker_core.types import QueueStats
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,7 @@ class Topics:
     def list_topics(self) -> list[TopicInfo]:
         return sorted(self._catalog.topics.values(), key=lambda t: t.name)
 
+    @runs_to_the_end
     async def delete_topic(self, name: str) -> None:
         """Delete a topic with its messages, retry queues, offsets and in-flight state."""
         validation.check_name("topic", name, allow_dlq=True)

@@ -45,8 +45,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Collection, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Collection, Sequence
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import half_dedup, jobs, keys, message_index, validation
@@ -74,6 +73,7 @@ from popmq.broker_core.send import Sender, stored_record
 from popmq.broker_core.stats import BrokerStats
 from popmq.broker_core.store import Batch, Store
 from popmq.broker_core.timer import DelayedMessages
+from popmq.broker_core.to_the_end import to_the_end
 from popmq.broker_core.transaction_id import TransactionIdCodec
 from popmq.broker_core.types import (
     TRANSACTION_SOURCES,
@@ -353,7 +353,9 @@ class Transactions:
                 allowed=", ".join(TRANSACTION_SOURCES),
             )
         seq = self._codec.decode(transaction_id)
-        return await _to_the_end(self._end(seq, transaction_id, commit, source, topic, message_id))
+        # Not cut short by a cancelled caller: its hold must last until its write commits, or
+        # a repeat waiting for it would load the record still open and store it twice.
+        return await to_the_end(self._end(seq, transaction_id, commit, source, topic, message_id))
 
     async def _end(
         self, seq: int, transaction_id: str, commit: bool, source: str, topic: str, message_id: str
@@ -583,7 +585,7 @@ class Transactions:
         """Reopen a discarded transaction with a fresh check count: its copy leaves the
         discarded-transactions topic, and it is checked again after check_first_s."""
         seq = self._codec.decode(transaction_id)
-        return await _to_the_end(self._resume(seq, transaction_id))
+        return await to_the_end(self._resume(seq, transaction_id))
 
     async def _resume(self, seq: int, transaction_id: str) -> TransactionInfo:
         async with self._exclusive(seq):
@@ -876,15 +878,6 @@ class Transactions:
             for seq in seqs:
                 del self._busy[seq]
             done.set_result(None)
-
-
-async def _to_the_end(resolution: Coroutine[Any, Any, TransactionInfo]) -> TransactionInfo:
-    """Run a resolution as a task of its own, awaited shielded: a caller cancelled meanwhile
-    (a gRPC handler whose client went away) must not end its hold on the transaction before
-    its write commits, or a resolver waiting for the hold would load the record still open
-    and store the message a second time (or both commit and roll it back)."""
-    task = asyncio.get_running_loop().create_task(resolution)
-    return await asyncio.shield(task)
 
 
 def _fail(done: asyncio.Future[list[SendResult]], error: BaseException) -> None:

@@ -6,8 +6,10 @@ A ChangeInvisibleTime, Nack or dead letter must leave the delivery moved (the ol
 superseded with its link to the new one, the new checkpoint tracked), never half-moved (the
 offset owned by a checkpoint nobody tracks: in flight for good, its old handle neither live
 nor followable); a creation on first use must register what it wrote and answer the users
-that share it; an offset reset or a group's deletion must change memory as it changed the
-store (the security store's users: tests/unit/security/test_store.py)."""
+that share it; a transaction's resolution must hold the transaction until its write
+commits; an admin change (offset reset, a group's update or deletion, a topic's growth,
+deletion or purge) must change memory as it changed the store (the security store's users:
+tests/unit/security/test_store.py)."""
 
 from __future__ import annotations
 
@@ -177,5 +179,29 @@ def test_a_commit_cancelled_while_its_write_waits_is_not_stored_twice_by_a_repea
             assert info.state == "committed"
             stored = await broker.pop("g", "tx", max_messages=8, wait_s=0)
             assert [m.record.body for m in stored] == [b"order-1"]
+
+    asyncio.run(scenario())
+
+
+def test_admin_changes_cancelled_mid_write_change_memory_too(open_broker: OpenBroker) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.create_topic("old", 1)
+            await broker.create_group("g")
+            await _cancelled_mid_write(broker.update_group("g", max_delivery_attempts=3))
+            [group] = await broker.list_groups()
+            assert group.max_delivery_attempts == 3
+            await broker.send([NewMessage("old", b"m")])
+            assert len(await broker.pop("g", "old", wait_s=0)) == 1
+            await _cancelled_mid_write(broker.delete_topic("old"))
+            assert [t.name for t in await broker.list_topics()] == ["orders"]
+            assert await broker.inflight_count(group="g") == 0  # its delivery went with it
+            await _cancelled_mid_write(broker.update_topic("orders", 3))
+            assert [t.queues for t in await broker.list_topics()] == [3]
+            await broker.send([NewMessage("orders", b"m", queue_id=0)])
+            await _cancelled_mid_write(broker.purge("orders"))
+            _, queues, _ = await broker.describe_topic("orders")
+            assert (queues[0].min_offset, queues[0].max_offset) == (1, 1)
 
     asyncio.run(scenario())
