@@ -13,6 +13,7 @@ committed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 
@@ -147,28 +148,35 @@ class Reviver:
                     batch.delete("revive", keys.revive_key(ck.deadline_ms, ck.ck_id))
                     self._checkpoints.written(ck)
 
-        await self._writer.submit(apply, sync=False)
-        history = self._checkpoints.history
-        for ck, index, target, to_offset in copied:
-            kind = DEAD_LETTER if target.kind == KIND_DLQ else RETRY
-            offset = ck.offsets[index]
-            history.copied(stamp, kind, ck, offset, ck.attempt, (target.topic_id, to_offset))
-        for ck, moves in plan:
-            for index, _, _ in moves:
-                ck.resolved |= 1 << index
-                ck.revived |= 1 << index
-                ck.queue.release(ck, index)
-            if ck.done:
-                self._checkpoints.forget(ck)
-                if ck.chained:
-                    self._checkpoints.advance(ck.queue)
-                elif ck.fifo_group and ck.queue.fifo_remove(ck):
-                    user_topic_name = self._catalog.user_topic_name(ck.queue.topic_id)
-                    notify.append((user_topic_name, ck.queue.group))
-            else:
-                self._checkpoints.finish(ck)
-        for (topic_name, group_name), count in Counter(notify).items():
-            self._polling.notify(topic_name, count, group=group_name)
+        def revived(_: object) -> None:
+            # In the flush's callback: it runs even when this call was cancelled meanwhile
+            # (Broker.close stops the loop), and the copies are stored by then, so the
+            # deliveries must end here too (or a later revive, after a restart if need be,
+            # would copy them again).
+            history = self._checkpoints.history
+            for ck, index, target, to_offset in copied:
+                kind = DEAD_LETTER if target.kind == KIND_DLQ else RETRY
+                offset = ck.offsets[index]
+                history.copied(stamp, kind, ck, offset, ck.attempt, (target.topic_id, to_offset))
+            for ck, moves in plan:
+                for index, _, _ in moves:
+                    ck.resolved |= 1 << index
+                    ck.revived |= 1 << index
+                    ck.queue.release(ck, index)
+                if ck.done:
+                    self._checkpoints.forget(ck)
+                    if ck.chained:
+                        self._checkpoints.advance(ck.queue)
+                    elif ck.fifo_group and ck.queue.fifo_remove(ck):
+                        user_topic_name = self._catalog.user_topic_name(ck.queue.topic_id)
+                        notify.append((user_topic_name, ck.queue.group))
+                else:
+                    self._checkpoints.finish(ck)
+            for (topic_name, group_name), count in Counter(notify).items():
+                self._polling.notify(topic_name, count, group=group_name)
+
+        written = self._writer.submit(apply, sync=False, committed=revived)
+        await asyncio.shield(written)  # a cancelled call does not cancel its write
 
     def _revived_records(self, due: list[Checkpoint]) -> dict[tuple[int, int, int], bytes]:
         """The stored messages the due (non-FIFO) checkpoints still own, read in one multi-get.

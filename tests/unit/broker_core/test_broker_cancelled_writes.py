@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import Awaitable
 
+from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker
 
@@ -29,8 +30,9 @@ async def _cancelled_mid_write(call: Awaitable[object]) -> None:
     await asyncio.sleep(0)
     assert not task.done()
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    # Waited for, not awaited: a cancellation of this caller itself must not be swallowed.
+    await asyncio.wait([task])
+    assert task.cancelled()
     await asyncio.sleep(0.05)
 
 
@@ -203,5 +205,42 @@ def test_admin_changes_cancelled_mid_write_change_memory_too(open_broker: OpenBr
             await _cancelled_mid_write(broker.purge("orders"))
             _, queues, _ = await broker.describe_topic("orders")
             assert (queues[0].min_offset, queues[0].max_offset) == (1, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_revive_cancelled_mid_write_copies_each_delivery_once(
+    open_broker: OpenBroker, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        async with open_broker(clock=clock) as broker:
+            await broker.create_topic("t", 1)
+            await broker.send([NewMessage("t", b"first")])
+            await broker.pop("g", "t", invisible_s=1, wait_s=0)
+            clock.advance(1000)  # a first revive, which makes the group's retry topic
+            (again,) = await broker.pop("g", "t", invisible_s=60, wait_s=5)
+            assert again.record.body == b"first"
+            await broker.send([NewMessage("t", b"second")])
+            await broker.pop("g", "t", invisible_s=1, wait_s=0)
+            revive = broker._reviver.revive
+            cut: list[bool] = []
+
+            async def cut_short(due):  # type: ignore[no-untyped-def]
+                if cut:
+                    await revive(due)
+                else:  # as Broker.close stops the revive loop
+                    cut.append(True)
+                    await _cancelled_mid_write(revive(due))
+
+            broker._reviver.revive = cut_short  # type: ignore[method-assign]
+            clock.advance(1000)
+            (back,) = await broker.pop("g", "t", max_messages=8, invisible_s=60, wait_s=5)
+            assert back.record.body == b"second" and cut
+            assert await broker.ack("g", [back.receipt_handle]) == [None]
+            assert await broker.inflight_count(group="g") == 1  # "first", not the revived one
+        async with open_broker(clock=clock) as broker:  # a restart
+            clock.advance(1000)
+            await asyncio.sleep(0.2)  # a revive pass, which finds nothing left to copy
+            assert await broker.pop("g", "t", max_messages=8, wait_s=0) == []
 
     asyncio.run(scenario())
