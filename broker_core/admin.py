@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from popmq._gen.popmq.store.v1 import records_pb2
 from popmq.broker_core import dlq_holes, jobs, keys, validation
@@ -31,7 +32,7 @@ from popmq.broker_core.queue_lock import QueueLocks
 from popmq.broker_core.record import MessageRecord
 from popmq.broker_core.send import QueueChooser
 from popmq.broker_core.store import Batch, Store
-from popmq.broker_core.to_the_end import runs_to_the_end
+from popmq.broker_core.to_the_end import runs_to_the_end, to_the_end
 from popmq.broker_core.topics import Topics
 from popmq.broker_core.types import (
     OffsetChange,
@@ -408,12 +409,14 @@ class Admin:
         if not self._locks.try_acquire(lock):
             raise FailedPreconditionError(f"a redrive of {dlq.name} is already running")
         if only:
-            try:
-                return await self._redrive_selected(dlq, only)
-            finally:
-                self._locks.release(lock)
+            # One batch: run to its end even when the caller leaves (to_the_end.py).
+            return await to_the_end(self._redrive_selected(dlq, only, lock))
         moved = dropped = 0
         retention_ms = round(self._config.retention.retention_s * 1000)
+        # The chunk whose write this call waits for: if it is cancelled meanwhile, the lock
+        # is released only when that write ends, so a redrive started at once cannot read
+        # and copy the chunk again before it is removed.
+        writing: asyncio.Future[Any] | None = None
         try:
             position = self._offsets.min_offset(tid, 0)
             limit = self._offsets.max_offset(tid, 0)
@@ -460,18 +463,28 @@ class Admin:
                     batch.delete_range("messages", start_key, end_key)
                     dlq_holes.forget(batch, tid, start, end)
 
-                await self._writer.submit(apply, sync=self._config.store.flush == "sync")
-                if tid in self._catalog.topics_by_id and self._offsets.min_offset(tid, 0) < end:
-                    self._offsets.set_min_offset(tid, 0, end)
+                def advanced(
+                    _: object,
+                    copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]] = copies,
+                    end: int = end,
+                ) -> None:
+                    # In the flush's callback: it runs even when this call was cancelled.
+                    if tid in self._catalog.topics_by_id and self._offsets.min_offset(tid, 0) < end:
+                        self._offsets.set_min_offset(tid, 0, end)
+                    self._notify_copies(copies)
+
+                writing = self._writer.submit(
+                    apply, sync=self._config.store.flush == "sync", committed=advanced
+                )
+                await asyncio.shield(writing)  # a cancelled call does not cancel its write
+                writing = None
                 moved += len(copies)
-                counts: dict[str, int] = {}
-                for target, _, _ in copies:
-                    counts[target.name] = counts.get(target.name, 0) + 1
-                for name, count in counts.items():
-                    self._polling.notify(name, count)
                 position = end
         finally:
-            self._locks.release(lock)
+            if writing is not None and not writing.done():
+                writing.add_done_callback(lambda _: self._locks.release(lock))
+            else:
+                self._locks.release(lock)
         remaining = 0
         if tid in self._catalog.topics_by_id:
             remaining = self._dlq_depth(tid)
@@ -484,6 +497,16 @@ class Admin:
         )
         return RedriveResult(moved, dropped, remaining)
 
+    def _notify_copies(
+        self, copies: list[tuple[TopicInfo, int, records_pb2.StoredMessage]]
+    ) -> None:
+        """Wake the pops held on the topics redriven copies went to."""
+        counts: dict[str, int] = {}
+        for target, _, _ in copies:
+            counts[target.name] = counts.get(target.name, 0) + 1
+        for name, count in counts.items():
+            self._polling.notify(name, count)
+
     def _dlq_depth(self, topic_id: int) -> int:
         """Dead letters stored in the dead-letter topic's queue 0, holes left out."""
         return dlq_holes.depth(
@@ -494,9 +517,18 @@ class Admin:
         )
 
     async def _redrive_selected(
+        self, dlq: TopicInfo, selected: Sequence[tuple[int, int]], lock: str
+    ) -> RedriveResult:
+        """Move the named dead letters in one batch; releases the redrive lock `lock`."""
+        try:
+            return await self._moved_selected(dlq, selected)
+        finally:
+            self._locks.release(lock)
+
+    async def _moved_selected(
         self, dlq: TopicInfo, selected: Sequence[tuple[int, int]]
     ) -> RedriveResult:
-        """Move the named dead letters in one batch (the caller holds the redrive lock)."""
+        """`_redrive_selected`'s work, the lock held."""
         tid = dlq.topic_id
         retention_ms = round(self._config.retention.retention_s * 1000)
         low = self._offsets.min_offset(tid, 0)
@@ -544,11 +576,7 @@ class Admin:
                 head = keys.message_offset(first) if first is not None else high
                 if head > self._offsets.min_offset(tid, 0):
                     self._offsets.set_min_offset(tid, 0, head)
-            counts: dict[str, int] = {}
-            for target, _, _ in copies:
-                counts[target.name] = counts.get(target.name, 0) + 1
-            for name, count in counts.items():
-                self._polling.notify(name, count)
+            self._notify_copies(copies)
         remaining = self._dlq_depth(tid) if tid in self._catalog.topics_by_id else 0
         outcomes = tuple(
             RedriveOutcome(q, o, outcome.get((q, o), "not_found")) for q, o in selected

@@ -244,3 +244,26 @@ def test_a_revive_cancelled_mid_write_copies_each_delivery_once(
             assert await broker.pop("g", "t", max_messages=8, wait_s=0) == []
 
     asyncio.run(scenario())
+
+
+def test_a_redrive_cancelled_mid_write_moves_the_dead_letters_once(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        async with open_broker() as broker:
+            await broker.create_topic("orders", 1)
+            await broker.send([NewMessage("orders", b"%d" % i) for i in range(4)])
+            for message in await broker.pop("c", "orders", max_messages=4, wait_s=0):
+                await broker.dead_letter("c", message.receipt_handle)
+            await _cancelled_mid_write(broker.redrive("c", max_messages=2))  # offsets 0, 1
+            _, queues, _ = await broker.describe_topic("%DLQ%c")
+            assert queues[0].min_offset == 2  # past the chunk
+            await _cancelled_mid_write(broker.redrive("c", only=[(0, 2)]))
+            _, queues, _ = await broker.describe_topic("%DLQ%c")
+            assert queues[0].min_offset == 3  # past the one selected at the front
+            result = await broker.redrive("c")
+            assert (result.moved, result.remaining) == (1, 0)
+            back = await broker.pop("c", "orders", max_messages=8, wait_s=0)
+            assert sorted(m.record.body for m in back) == [b"0", b"1", b"2", b"3"]
+
+    asyncio.run(scenario())
