@@ -560,8 +560,15 @@ class Transactions:
                 batch.delete("meta", keys.transaction_check_key(old.next_check_ms, seq))
                 batch.put("meta", keys.transaction_check_key(next_due, seq), b"")
 
-        async with self._holding([seq for seq, _ in claimed + unclaimed]):
-            await self._writer.submit(apply, sync=False)
+        seqs = [seq for seq, _ in claimed + unclaimed]
+
+        async def claim() -> None:
+            async with self._holding(seqs):
+                await self._writer.submit(apply, sync=False)
+
+        # Held until its write ends even when this caller leaves: a claim started meanwhile
+        # would read the checks still due and claim them a second time.
+        await to_the_end(claim())
         self._wakeup.set()  # the last checks of some may now be due for their discard
         checks = []
         for (seq, _), record in zip(claimed, updated[: len(claimed)], strict=True):

@@ -6,8 +6,9 @@ A ChangeInvisibleTime, Nack or dead letter must leave the delivery moved (the ol
 superseded with its link to the new one, the new checkpoint tracked), never half-moved (the
 offset owned by a checkpoint nobody tracks: in flight for good, its old handle neither live
 nor followable); a creation on first use must register what it wrote and answer the users
-that share it; a transaction's resolution must hold the transaction until its write
-commits; an admin change (offset reset, a group's update or deletion, a topic's growth,
+that share it; a transaction's resolution, and a claim of its checks, must hold the
+transaction until its write commits; a revive and a redrive must end what they copied; an
+admin change (offset reset, a group's update or deletion, a topic's growth,
 deletion or purge) must change memory as it changed the store (the security store's users:
 tests/unit/security/test_store.py)."""
 
@@ -19,6 +20,7 @@ import time
 from collections.abc import Awaitable
 
 from popmq.broker_core.clock import ManualClock
+from popmq.broker_core.config import TransactionsConfig
 from popmq.broker_core.types import NewMessage, PoppedMessage
 from tests.unit.conftest import OpenBroker
 
@@ -265,5 +267,44 @@ def test_a_redrive_cancelled_mid_write_moves_the_dead_letters_once(
             assert (result.moved, result.remaining) == (1, 0)
             back = await broker.pop("c", "orders", max_messages=8, wait_s=0)
             assert sorted(m.record.body for m in back) == [b"0", b"1", b"2", b"3"]
+
+    asyncio.run(scenario())
+
+
+def test_a_check_claim_cancelled_while_its_write_waits_is_not_claimed_again(
+    open_broker: OpenBroker,
+) -> None:
+    async def scenario() -> None:
+        fast = TransactionsConfig(check_first_s=0.1, check_interval_s=60)
+        async with open_broker(transactions=fast) as broker:
+            await broker.create_topic("tx", 1, message_type="transaction")
+            await broker.create_topic("other", 1)
+            await broker.send_half([NewMessage("tx", b"order-1")])
+            await asyncio.sleep(0.2)  # its first check is due
+            store = broker.store
+            synced = store.sync_wal
+
+            def slow_sync() -> None:  # a loaded disk: the next batch waits for this one
+                time.sleep(0.3)
+                synced()
+
+            store.sync_wal = slow_sync  # type: ignore[method-assign]
+            try:
+                # Two sends in one batch: its fsync runs on the sync thread.
+                sends = asyncio.gather(
+                    broker.send([NewMessage("other", b"a")]),
+                    broker.send([NewMessage("other", b"b")]),
+                )
+                await asyncio.sleep(0)
+                first = asyncio.ensure_future(broker.due_checks(8))
+                await asyncio.sleep(0)  # its claim's write waits for the next batch
+                first.cancel()  # as grpc cancels a handler whose client went away
+                await asyncio.wait([first])
+                assert await broker.due_checks(8) == []  # claimed already, once
+                await sends
+            finally:
+                del store.sync_wal
+            [info] = await broker.list_transactions("open")
+            assert info.checks == 1
 
     asyncio.run(scenario())
