@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 
+from popmq.broker_core.broker import Broker
 from popmq.broker_core.clock import ManualClock
 from popmq.broker_core.config import TransactionsConfig
 from popmq.broker_core.types import NewMessage, PoppedMessage
@@ -36,6 +37,30 @@ async def _cancelled_mid_write(call: Awaitable[object]) -> None:
     await asyncio.wait([task])
     assert task.cancelled()
     await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def _a_loaded_disk(broker: Broker) -> AsyncIterator[None]:
+    """A batch fsynced on the sync thread for 0.3 s meanwhile: what is submitted inside
+    waits for the next batch, as on a loaded disk (the broker needs a topic "other")."""
+    store = broker.store
+    synced = store.sync_wal
+
+    def slow_sync() -> None:
+        time.sleep(0.3)
+        synced()
+
+    store.sync_wal = slow_sync  # type: ignore[method-assign]
+    try:
+        # Two sends in one batch: its fsync runs on the sync thread.
+        sends = asyncio.gather(
+            broker.send([NewMessage("other", b"a")]), broker.send([NewMessage("other", b"b")])
+        )
+        await asyncio.sleep(0)
+        yield
+        await sends
+    finally:
+        del store.sync_wal
 
 
 def test_a_change_invisible_time_cancelled_mid_write_leaves_a_followable_handle(
@@ -153,33 +178,15 @@ def test_a_commit_cancelled_while_its_write_waits_is_not_stored_twice_by_a_repea
             await broker.create_topic("tx", 1, message_type="transaction")
             await broker.create_topic("other", 1)
             [half] = await broker.send_half([NewMessage("tx", b"order-1")])
-            store = broker.store
-            synced = store.sync_wal
-
-            def slow_sync() -> None:  # a loaded disk: the next batch waits for this one
-                time.sleep(0.3)
-                synced()
-
-            store.sync_wal = slow_sync  # type: ignore[method-assign]
-            try:
-                # Two sends in one batch: its fsync runs on the sync thread.
-                sends = asyncio.gather(
-                    broker.send([NewMessage("other", b"a")]),
-                    broker.send([NewMessage("other", b"b")]),
-                )
-                await asyncio.sleep(0)
+            async with _a_loaded_disk(broker):
                 first = asyncio.ensure_future(
                     broker.end_transaction(half.transaction_id, commit=True)
                 )
                 await asyncio.sleep(0)  # its write waits for the next batch
                 first.cancel()  # as grpc cancels a handler whose client went away
-                with contextlib.suppress(asyncio.CancelledError):
-                    await first
+                await asyncio.wait([first])
                 repeat = broker.end_transaction(half.transaction_id, commit=True)
                 info = await asyncio.wait_for(repeat, 5)
-                await sends
-            finally:
-                del store.sync_wal
             assert info.state == "committed"
             stored = await broker.pop("g", "tx", max_messages=8, wait_s=0)
             assert [m.record.body for m in stored] == [b"order-1"]
@@ -281,29 +288,12 @@ def test_a_check_claim_cancelled_while_its_write_waits_is_not_claimed_again(
             await broker.create_topic("other", 1)
             await broker.send_half([NewMessage("tx", b"order-1")])
             await asyncio.sleep(0.2)  # its first check is due
-            store = broker.store
-            synced = store.sync_wal
-
-            def slow_sync() -> None:  # a loaded disk: the next batch waits for this one
-                time.sleep(0.3)
-                synced()
-
-            store.sync_wal = slow_sync  # type: ignore[method-assign]
-            try:
-                # Two sends in one batch: its fsync runs on the sync thread.
-                sends = asyncio.gather(
-                    broker.send([NewMessage("other", b"a")]),
-                    broker.send([NewMessage("other", b"b")]),
-                )
-                await asyncio.sleep(0)
+            async with _a_loaded_disk(broker):
                 first = asyncio.ensure_future(broker.due_checks(8))
                 await asyncio.sleep(0)  # its claim's write waits for the next batch
                 first.cancel()  # as grpc cancels a handler whose client went away
                 await asyncio.wait([first])
                 assert await broker.due_checks(8) == []  # claimed already, once
-                await sends
-            finally:
-                del store.sync_wal
             [info] = await broker.list_transactions("open")
             assert info.checks == 1
 
