@@ -622,19 +622,19 @@ class RemoteBroker:
         `queue_ids` (by local id: ReceivedForm): by the broker, or here from the
         PoppedMessages of a broker of an earlier release (the same bytes)."""
         batch = await self.hop_calls.pop_received(request, queue_ids)
-        if self._catalog and request.group not in self._groups:
-            await self._refresh_group(request.group)  # auto-created by this pop
+        await self._popped_by(request.group)
         return batch
 
     async def _pop_answer(self, request: pb.PopRequest, form: bytes) -> bytes:
-        """The PopResponse bytes of `request` with `form` appended to it: a pop without a
-        wait (nothing to hold or release) goes on HopStream (hop_stream.py), one that waits,
-        or to a broker without HopStream, as a unary Pop. The broker defaults and checks the
-        arguments; its default wait (as its server info says) only sizes the deadline."""
+        """The PopResponse bytes of `request` with `form` appended (HopCalls.pop_answer)."""
         answer = await self.hop_calls.pop_answer(request, form)
-        if self._catalog and request.group not in self._groups:
-            await self._refresh_group(request.group)  # auto-created by this pop
+        await self._popped_by(request.group)
         return answer
+
+    async def _popped_by(self, group: str) -> None:
+        """Cache a group a pop auto-created (when this remote broker keeps a catalog)."""
+        if self._catalog and group not in self._groups:
+            await self._refresh_group(group)
 
     async def _pop_long_poll(self, data: bytes, wait_s: float) -> bytes:
         """A unary Pop of `data` (a PopRequest's bytes) held up to `wait_s` (HopCalls)."""
