@@ -1,8 +1,10 @@
-"""Compiles popmq's hot-path modules with mypyc; everything else is in pyproject.toml.
+"""Compiles popmq's hot-path modules with mypyc, and builds its C extensions; everything else
+is in pyproject.toml.
 
 `pip install -e .` (`make setup`) builds the extensions in place, beside their sources;
 `python -m build` puts them in the wheel with the sources. The list and the switch live in
-src/popmq/_compiled.py: POPMQ_PURE_PYTHON=1 at build time compiles nothing.
+src/popmq/_compiled.py (MODULES for mypyc, NATIVE for the C written by hand):
+POPMQ_PURE_PYTHON=1 at build time compiles nothing.
 
 mypyc type-checks what it compiles with the project's mypy settings (pyproject.toml), in the
 isolated build environment, where popmq's runtime dependencies other than protobuf are not
@@ -18,7 +20,7 @@ import os
 import runpy
 from pathlib import Path
 
-from setuptools import Distribution, setup
+from setuptools import Distribution, Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +37,8 @@ class CompiledDistribution(Distribution):
 
 
 class BuildCompiled(build_ext):
-    """build_ext over the extensions mypyc generates for the modules in _compiled.MODULES."""
+    """build_ext over the extensions mypyc generates for the modules in _compiled.MODULES,
+    and those of _compiled.NATIVE."""
 
     def finalize_options(self) -> None:
         if COMPILE and not self.distribution.ext_modules:
@@ -44,9 +47,17 @@ class BuildCompiled(build_ext):
             paths = [COMPILED["source_path"](m, "src/popmq") for m in COMPILED["MODULES"]]
             # Run from the project root, as pip and build do: mypy reads ./pyproject.toml and
             # mypyc writes its C sources under ./build.
-            self.distribution.ext_modules = mypycify(
-                ["--follow-imports=silent", *paths], opt_level="3", group_name=COMPILED["GROUP"]
-            )
+            self.distribution.ext_modules = [
+                *mypycify(
+                    ["--follow-imports=silent", *paths],
+                    opt_level="3",
+                    group_name=COMPILED["GROUP"],
+                ),
+                *(
+                    Extension(m, [COMPILED["c_source_path"](m, "src/popmq")])
+                    for m in COMPILED["NATIVE"]
+                ),
+            ]
         super().finalize_options()
 
     def run(self) -> None:

@@ -17,6 +17,10 @@ and its MAC must be the slice at its index of the stream for that; an edited fie
 another stream or slice. The codec keeps the streams it computed lately (by pops and by
 checks), so the acks of a pop compare slices. Brokers built before version 4 refuse these
 handles as forged; their messages come back after their invisible time.
+
+A run's per-handle work (packing each body, slicing its MAC, base64, and back) runs in C
+where the build has it (_receipt_runs.c): this module computes the streams and stays the
+definition, and checks itself every handle the C code does not accept, to say why.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 from hmac import compare_digest
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol, cast
 
 from popmq.broker_core.errors import InvalidReceiptHandleError
 from popmq.broker_core.handle_text import (
@@ -102,6 +106,35 @@ streams by the tuple, which a check builds from the fields it unpacked anyway, a
 of the cost of slicing and joining the body's bytes."""
 
 
+class _RunLoops(Protocol):
+    """_receipt_runs.c: a run's handles built from their streams, and checked against the
+    streams kept (None for a text it leaves to this module)."""
+
+    def encode(
+        self, prefix: str, shared: bytes, first: int, count: int, streams: list[bytes], /
+    ) -> list[str]: ...
+
+    def verify(
+        self,
+        texts: Sequence[str],
+        prefix: str,
+        streams: dict[_RunKey, bytes],
+        handle_type: type[ReceiptHandle],
+        /,
+    ) -> list[ReceiptHandle | None]: ...
+
+
+_RUN_LOOPS: _RunLoops | None
+"""The C loops, or None where this module's own Python runs them: not built, or hidden by
+popmq._compiled (POPMQ_PURE_PYTHON=1, or a .c file edited since the build)."""
+try:
+    from popmq.broker_core.pop import _receipt_runs
+
+    _RUN_LOOPS = _receipt_runs
+except ImportError:
+    _RUN_LOOPS = None
+
+
 class ReceiptHandle(NamedTuple):
     """The decoded fields of a receipt handle.
 
@@ -121,7 +154,9 @@ class ReceiptHandle(NamedTuple):
 class ReceiptCodec:
     """Encodes and verifies handles with one server secret, for the broker `broker_name`."""
 
-    def __init__(self, secret: bytes, *, broker_name: str) -> None:
+    def __init__(self, secret: bytes, *, broker_name: str, native: bool = True) -> None:
+        """`native=False` runs a run's loops in this module's Python even where the C ones
+        were built (the reference the tests compare them with)."""
         problem = broker_name_problem(broker_name)
         if problem is not None:
             raise ValueError(problem)
@@ -136,6 +171,7 @@ class ReceiptCodec:
         # A run block's key -> the stream's bytes computed so far; every entry is right for
         # its key, so a race only loses one.
         self._streams: dict[_RunKey, bytes] = {}
+        self._loops = _RUN_LOOPS if native else None
 
     def encode(self, handle: ReceiptHandle) -> str:
         body = _BODY.pack(VERSION, *handle)
@@ -158,7 +194,8 @@ class ReceiptCodec:
         their bytes joined with its offset's and index's. The payloads are base64-encoded
         together: each padded with two zero bytes to a whole number of base64's 3-byte
         groups, so each one's text is a slice of the whole's (`_PADDED_CHARS` apart), its
-        first TEXT.chars characters those of its own encoding."""
+        first TEXT.chars characters those of its own encoding. Where the build has the C
+        loops, they write a run's texts from the same packed fields and streams."""
         # Packing them checks the shared fields' ranges as `encode` does; offsets and
         # indexes are unsigned 64 and 16-bit (store keys; a pop's at most MAX_HANDLES).
         count = len(offsets)
@@ -170,24 +207,30 @@ class ReceiptCodec:
         parts: list[bytes] = []
         if run:
             first = offsets[0]
-            for block in range(0, count, _RUN_BLOCK):
-                key = (group_id, topic_id, queue_id, first, ck_id, block // _RUN_BLOCK, deadline_ms)
-                stream = self._stream(key, min(_RUN_BLOCK, count - block) * _MAC_BYTES)
-                for index in range(block, min(block + _RUN_BLOCK, count)):
-                    parts.append(
-                        b"".join(
-                            (
-                                head,
-                                offsets[index].to_bytes(8, "big"),
-                                middle,
-                                index.to_bytes(2, "big"),
-                                tail,
-                            )
+            streams = [
+                self._stream(
+                    (group_id, topic_id, queue_id, first, ck_id, block, deadline_ms),
+                    min(_RUN_BLOCK, count - block * _RUN_BLOCK) * _MAC_BYTES,
+                )
+                for block in range((count + _RUN_BLOCK - 1) // _RUN_BLOCK)
+            ]
+            if self._loops is not None:
+                return self._loops.encode(self._prefix, shared, first, count, streams)
+            for index in range(count):
+                parts.append(
+                    b"".join(
+                        (
+                            head,
+                            offsets[index].to_bytes(8, "big"),
+                            middle,
+                            index.to_bytes(2, "big"),
+                            tail,
                         )
                     )
-                    at = (index - block) * _MAC_BYTES
-                    parts.append(stream[at : at + _MAC_BYTES])
-                    parts.append(_GROUP_FILL)
+                )
+                at = index % _RUN_BLOCK * _MAC_BYTES
+                parts.append(streams[index // _RUN_BLOCK][at : at + _MAC_BYTES])
+                parts.append(_GROUP_FILL)
         else:
             named = self._named
             for index, offset in enumerate(offsets):
@@ -266,6 +309,21 @@ class ReceiptCodec:
     def decode_all(self, texts: Sequence[str]) -> list[ReceiptHandle | InvalidReceiptHandleError]:
         """`decode` of each text, the error it raises in place of a handle it refuses.
 
+        Where the C loops are built, they check the handles of runs whose streams are kept
+        (the acks of this broker's pops); `_decode_all` checks the rest."""
+        loops = self._loops
+        if loops is None:
+            return self._decode_all(texts)
+        found = loops.verify(texts, self._prefix, self._streams, ReceiptHandle)
+        left = [text for handle, text in zip(found, texts, strict=True) if handle is None]
+        if not left:  # every one a handle
+            return cast("list[ReceiptHandle | InvalidReceiptHandleError]", found)
+        checked = iter(self._decode_all(left))
+        return [next(checked) if handle is None else handle for handle in found]
+
+    def _decode_all(self, texts: Sequence[str]) -> list[ReceiptHandle | InvalidReceiptHandleError]:
+        """`decode_all` in Python.
+
         The payloads of handles named after this broker are base64-decoded together (each
         followed by a fill that completes its last group, as encode_checkpoint's); when one
         of them is not a canonical text, each text is decoded alone, to say which and why."""
@@ -317,8 +375,7 @@ class ReceiptCodec:
 def _run_input(key: _RunKey) -> bytes:
     """What a run block's stream is computed over: its shared fields packed as a body (the
     first offset in place of the offset, the block in place of the index)."""
-    group_id, topic_id, queue_id, first, ck_id, block, deadline_ms = key
-    return _BODY.pack(VERSION_RUN, group_id, topic_id, queue_id, first, ck_id, block, deadline_ms)
+    return _BODY.pack(VERSION_RUN, *key)
 
 
 def _adjacent(offsets: Sequence[int]) -> bool:

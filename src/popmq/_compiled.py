@@ -1,4 +1,5 @@
-"""The modules the build compiles with mypyc, and the switch that keeps them Python.
+"""The modules the build compiles with mypyc, the C extensions it builds, and the switch that
+keeps them Python.
 
 setup.py compiles `MODULES` into C extensions next to their sources (an editable install
 builds them in place; a wheel carries both). Compiled, a message costs 11 % fewer
@@ -16,6 +17,11 @@ Python sources are loaded instead of the extensions when:
 - in a checkout, one of the sources is newer than its extension (edited since the last
   build): compiled modules call each other's C code directly, so one stale extension would
   silently run old code. The whole set falls back to Python until ``make compile``.
+
+A few loops are C written by hand (`NATIVE`: the per-handle work of a run's receipt handles,
+where mypyc's code still handles Python objects), built with MODULES under the same switch.
+Each is an accelerator its Python module imports where it can and runs without, answering
+the same; it is hidden in the same cases (its .c file standing for its source).
 
 This module is read by setup.py before popmq exists, so it imports only the standard library.
 """
@@ -112,6 +118,12 @@ methods on the instance, which a compiled class forbids; its time is in RocksDB)
 long_polling.py (a test replaces LongPolling.notify on the instance to cancel a pop right
 after its wake-up; it runs once per batch), errors.py, and everything off the hot path."""
 
+NATIVE = ("popmq.broker_core.pop._receipt_runs",)
+"""C extensions written by hand, named as imported, each built by setup.py from the .c file
+beside where it imports (with MODULES, and under the same switch). Each accelerates loops of
+a compiled module that stays their definition and runs its own Python where one cannot be
+imported (`choose` hides them under the same switch as MODULES)."""
+
 GROUP = "popmq._native"
 """mypyc's group: one shared library, popmq/_native__mypyc.*.so, holds the compiled code
 (inside the package, so a wheel installs nothing beside popmq)."""
@@ -123,6 +135,11 @@ def source_path(module: str, root: str | None = None) -> str:
     """The .py file of `module` (a name in MODULES) under the package directory `root`
     (default: this package's)."""
     return os.path.join(root or _PACKAGE, *module.split(".")[1:]) + ".py"
+
+
+def c_source_path(module: str, root: str | None = None) -> str:
+    """The .c file of `module` (a name in NATIVE) under the package directory `root`."""
+    return source_path(module, root)[: -len(".py")] + ".c"
 
 
 def _extension(module: str) -> str | None:
@@ -153,27 +170,51 @@ def state() -> tuple[bool, str]:
     return True, "compiled"
 
 
+def _native_hidden(module: str) -> bool:
+    """Whether the C extension `module` (a name in NATIVE) was built but must not load:
+    under ``POPMQ_PURE_PYTHON=1``, or in a checkout when its .c file is newer than the build."""
+    extension = _extension(module)
+    if extension is None:
+        return False
+    if os.environ.get(PURE_ENV) == "1":
+        return True
+    return os.path.islink(os.path.join(_PACKAGE, "broker_core")) and os.path.getmtime(
+        c_source_path(module)
+    ) > os.path.getmtime(extension)
+
+
 class _SourceFinder:
-    """Finds MODULES as their Python sources, ahead of the extension beside each."""
+    """Finds MODULES as their Python sources, ahead of the extension beside each, and hides
+    the NATIVE extensions that must not load (their importers then run their own Python)."""
+
+    def __init__(self, *, sources: bool, hidden: frozenset[str]) -> None:
+        self._sources = sources
+        self._hidden = hidden
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in MODULES:
+        if fullname in self._hidden:
+            raise ModuleNotFoundError(f"{fullname} is not loaded here ({state()[1]})")
+        if not self._sources or fullname not in MODULES:
             return None
         return importlib.util.spec_from_file_location(fullname, source_path(fullname))
 
 
 def choose() -> None:
-    """Make MODULES import as Python where extensions exist but `state` rules them out
-    (popmq/__init__ calls it before anything imports them)."""
+    """Make MODULES import as Python where extensions exist but `state` rules them out, and
+    hide the NATIVE extensions that must not load (popmq/__init__ calls it before anything
+    imports them)."""
     compiled, why = state()
-    if compiled or why == "not compiled":
+    sources = not compiled and why != "not compiled"
+    hidden = frozenset(m for m in NATIVE if _native_hidden(m))
+    if not (sources or hidden):
         return
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFinder())
+        sys.meta_path.insert(0, _SourceFinder(sources=sources, hidden=hidden))
 
 
 if __name__ == "__main__":
     # The Makefile's list of what `make compile` rebuilds after (run from the project root).
     print(*(source_path(m, "src/popmq") for m in MODULES))
+    print(*(c_source_path(m, "src/popmq") for m in NATIVE))

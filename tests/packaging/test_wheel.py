@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from popmq._compiled import MODULES
+from popmq._compiled import MODULES, NATIVE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -100,6 +100,9 @@ def test_wheel_installs_only_popmq_next_to_the_official_client_and_serves(
             assert f"{stem}.py" in names
             assert any(n.startswith(f"{stem}.") and n.endswith(".so") for n in names), module
         assert any(n.startswith("popmq/_native__mypyc.") and n.endswith(".so") for n in names)
+        for module in NATIVE:  # the C written by hand, built from the sdist's .c files
+            stem = module.replace(".", "/")
+            assert any(n.startswith(f"{stem}.") and n.endswith(".so") for n in names), module
     assert {t for t in tops if not t.endswith(".dist-info")} == {"popmq"}
 
     venv = tmp_path / "venv"

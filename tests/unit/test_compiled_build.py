@@ -36,6 +36,14 @@ def _checkout(tmp_path: Path, *, compiled: bool = True) -> Path:
         if compiled:
             source.with_suffix(SUFFIX).write_bytes(b"")
             os.utime(source.with_suffix(SUFFIX), (2_000, 2_000))
+    for module in _compiled.NATIVE:
+        c_source = Path(_compiled.c_source_path(module, str(package)))
+        c_source.parent.mkdir(parents=True, exist_ok=True)
+        c_source.write_text("")
+        os.utime(c_source, (1_000, 1_000))
+        if compiled:
+            c_source.with_suffix(SUFFIX).write_bytes(b"")
+            os.utime(c_source.with_suffix(SUFFIX), (2_000, 2_000))
     return package
 
 
@@ -112,6 +120,56 @@ def test_the_python_sources_load_when_asked_even_where_extensions_exist() -> Non
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
     )
     assert result.stdout.strip() == "True"
+
+
+def test_a_c_extension_built_after_its_source_is_not_hidden(checkout: Path) -> None:
+    assert [_compiled._native_hidden(m) for m in _compiled.NATIVE] == [False]
+
+
+def test_the_environment_switch_hides_the_c_extensions(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_compiled.PURE_ENV, "1")
+    assert [_compiled._native_hidden(m) for m in _compiled.NATIVE] == [True]
+
+
+def test_a_c_source_edited_after_the_build_hides_its_extension(checkout: Path) -> None:
+    (module,) = _compiled.NATIVE
+    os.utime(_compiled.c_source_path(module, str(checkout)), (3_000, 3_000))
+    assert _compiled._native_hidden(module)
+    assert _compiled.state() == (True, "compiled")  # the mypyc modules are not affected
+
+
+def test_a_c_extension_never_built_is_not_hidden_its_import_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    monkeypatch.setattr(_compiled, "_PACKAGE", str(_checkout(tmp_path, compiled=False)))
+    assert [_compiled._native_hidden(m) for m in _compiled.NATIVE] == [False]
+
+
+_PROBE_NATIVE = (
+    "import importlib, popmq._compiled as c\n"
+    "from popmq.broker_core.pop import receipt\n"
+    "try:\n"
+    "    importlib.import_module(c.NATIVE[0])\n"
+    "except ModuleNotFoundError:\n"
+    "    print('hidden', receipt._RUN_LOOPS is None)\n"
+)
+
+
+def test_the_switch_hides_the_c_extensions_from_their_importers() -> None:
+    """Run in a fresh interpreter: receipt.py runs its own loops under the switch."""
+    env = {**os.environ, _compiled.PURE_ENV: "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE_NATIVE], capture_output=True, text=True, check=True, env=env
+    )
+    assert result.stdout.split() == ["hidden", "True"]
+
+
+def test_every_c_extension_has_its_source() -> None:
+    for module in _compiled.NATIVE:
+        assert Path(_compiled.c_source_path(module)).is_file(), module
 
 
 def test_every_compiled_module_exists_and_is_named_once() -> None:
