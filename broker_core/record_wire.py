@@ -17,14 +17,45 @@ message-by-message conversion leaves them out.
 
 The numbering here must follow both protos: tests/unit/broker_core/test_record_wire.py checks
 the bytes against the conversion through message objects for every field.
+
+Where the build has it, a delivery is written by C (_delivery_wire.c: the same walk over the
+record's bytes, into one bytes a delivery); this module stays the definition, and walks
+itself a record the C code leaves to it (a malformed one), to raise its error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from popmq.broker_core.types import PoppedMessage
+
+
+class _DeliveryLoops(Protocol):
+    """_delivery_wire.c: append_received_message's delivery as one bytes, or None for a
+    record (or offset) it leaves to this module."""
+
+    def received_message(
+        self,
+        stored: bytes,
+        field_tag: bytes,
+        topic_and_queue: bytes,
+        offset: int,
+        receipt_handle: bytes,
+        invisible_until: bytes,
+        /,
+    ) -> bytes | None: ...
+
+
+_DELIVERY_LOOPS: _DeliveryLoops | None
+"""The C walk, or None where this module's own runs: not built, or hidden by popmq._compiled
+(POPMQ_PURE_PYTHON=1, or a .c file edited since the build)."""
+try:
+    from popmq.broker_core import _delivery_wire
+
+    _DELIVERY_LOOPS = _delivery_wire
+except ImportError:
+    _DELIVERY_LOOPS = None
 
 _UINT64_MASK: Final = (1 << 64) - 1
 
@@ -368,13 +399,23 @@ def append_received_message(
     offset: int,
     receipt_handle: bytes,
     invisible_until: bytes,
+    native: bool = True,
 ) -> None:
     """Append received_message_wire's delivery to `parts`, to be joined with the rest of an
     answer once, rather than joined alone and copied again into the answer. What a pop adds
     that its messages share comes encoded (`topic_and_queue`, `invisible_until`: the
     functions of those names); `receipt_handle` is the handle's text in ASCII. The same
     bytes as received_message_wire, in as few parts as it can: each part costs a join
-    about as much as copying a hundred bytes."""
+    about as much as copying a hundred bytes. Written by the C walk where the build has it
+    (one part); `native=False` walks in Python (the reference the tests compare it with)."""
+    loops = _DELIVERY_LOOPS
+    if native and loops is not None:
+        wire = loops.received_message(
+            stored, field_tag, topic_and_queue, offset, receipt_handle, invisible_until
+        )
+        if wire is not None:
+            parts.append(wire)
+            return
     parts.append(field_tag)
     at = len(parts)
     parts.append(b"")  # the length, once it is known

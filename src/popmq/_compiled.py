@@ -18,8 +18,9 @@ Python sources are loaded instead of the extensions when:
   build): compiled modules call each other's C code directly, so one stale extension would
   silently run old code. The whole set falls back to Python until ``make compile``.
 
-A few loops are C written by hand (`NATIVE`: the per-handle work of a run's receipt handles,
-where mypyc's code still handles Python objects), built with MODULES under the same switch.
+A few loops are C written by hand (`NATIVE`: the per-handle work of a run's receipt handles
+and the walk that writes a delivery's wire bytes, where mypyc's code still handles Python
+objects), built with MODULES under the same switch.
 Each is an accelerator its Python module imports where it can and runs without, answering
 the same; it is hidden in the same cases (its .c file standing for its source).
 
@@ -118,7 +119,7 @@ methods on the instance, which a compiled class forbids; its time is in RocksDB)
 long_polling.py (a test replaces LongPolling.notify on the instance to cancel a pop right
 after its wake-up; it runs once per batch), errors.py, and everything off the hot path."""
 
-NATIVE = ("popmq.broker_core.pop._receipt_runs",)
+NATIVE = ("popmq.broker_core.pop._receipt_runs", "popmq.broker_core._delivery_wire")
 """C extensions written by hand, named as imported, each built by setup.py from the .c file
 beside where it imports (with MODULES, and under the same switch). Each accelerates loops of
 a compiled module that stays their definition and runs its own Python where one cannot be
