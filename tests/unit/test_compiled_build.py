@@ -22,28 +22,22 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 def _checkout(tmp_path: Path, *, compiled: bool = True) -> Path:
     """A package directory laid out like a checkout's src/popmq: its folders are links, each
-    module of MODULES has its source and (when `compiled`) an extension built after it."""
+    module of MODULES (and of NATIVE) has its source (its .c file) and, when `compiled`, an
+    extension built after it."""
     package = tmp_path / "src" / "popmq"
     package.mkdir(parents=True)
     for folder in ("broker_core", "proxy"):
         (tmp_path / folder).mkdir()
         (package / folder).symlink_to(Path("..", "..", folder))
-    for module in _compiled.MODULES:
-        source = Path(_compiled.source_path(module, str(package)))
+    sources = [_compiled.source_path(m, str(package)) for m in _compiled.MODULES]
+    sources += [_compiled.c_source_path(m, str(package)) for m in _compiled.NATIVE]
+    for source in map(Path, sources):
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("")
         os.utime(source, (1_000, 1_000))
         if compiled:
             source.with_suffix(SUFFIX).write_bytes(b"")
             os.utime(source.with_suffix(SUFFIX), (2_000, 2_000))
-    for module in _compiled.NATIVE:
-        c_source = Path(_compiled.c_source_path(module, str(package)))
-        c_source.parent.mkdir(parents=True, exist_ok=True)
-        c_source.write_text("")
-        os.utime(c_source, (1_000, 1_000))
-        if compiled:
-            c_source.with_suffix(SUFFIX).write_bytes(b"")
-            os.utime(c_source.with_suffix(SUFFIX), (2_000, 2_000))
     return package
 
 
